@@ -1,0 +1,43 @@
+#pragma once
+#include <cstddef>
+/// \file
+/// Version, feature macros and portability helpers shared by every kiln header.
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+// The Thrust backend is on when Thrust headers are reachable, unless the user
+// opts out with KILN_NO_THRUST. nvcc builds run it on the GPU; host compilers
+// run it on THRUST_DEVICE_SYSTEM (CPP or OMP), which is how CI exercises it.
+#if !defined(KILN_NO_THRUST) && !defined(KILN_HAS_THRUST)
+#  if defined(__has_include)
+#    if __has_include(<thrust/version.h>)
+#      define KILN_HAS_THRUST 1
+#    endif
+#  endif
+#endif
+#ifndef KILN_HAS_THRUST
+#  define KILN_HAS_THRUST 0
+#endif
+
+#if defined(__CUDACC__)
+#  define KILN_HAS_CUDA 1
+#  define KILN_HOST_DEVICE __host__ __device__
+#else
+#  define KILN_HAS_CUDA 0
+#  define KILN_HOST_DEVICE
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
+#  define KILN_RESTRICT __restrict__
+#else
+#  define KILN_ALWAYS_INLINE inline
+#  define KILN_RESTRICT
+#endif
+
+namespace kiln {
+/// Byte alignment of every tensor buffer: one cache line, and enough for AVX-512 loads.
+inline constexpr std::size_t buffer_alignment = 64;
+}  // namespace kiln

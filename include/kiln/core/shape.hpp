@@ -1,0 +1,124 @@
+#pragma once
+/// \file
+/// `kiln::shape`: a fixed-capacity, constexpr list of dims. Because it is a literal
+/// type, every shape rule is a constexpr function usable by the compile-time tier.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+
+#include "kiln/core/error.hpp"
+
+namespace kiln {
+
+/// A dim whose size is not known (only in specs); printed `None`.
+inline constexpr std::int64_t none = -1;
+
+/// Tag for a shape of unknown rank (only in specs); printed `<unknown>`.
+/// \code kiln::tensor_spec(kiln::unknown_rank, kiln::float32) \endcode
+struct unknown_rank_t {
+  explicit constexpr unknown_rank_t() = default;
+};
+inline constexpr unknown_rank_t unknown_rank{};
+
+/// The most dims a kiln tensor can have.
+inline constexpr int max_rank = 8;
+
+/// Dims of a tensor, row-major; `kiln::shape{}` is a scalar.
+/// \code kiln::shape s{2, 3}; s.rank() == 2; s.num_elements() == 6; \endcode
+class shape {
+ public:
+  constexpr shape() = default;
+  constexpr shape(std::initializer_list<std::int64_t> dims) { assign(dims.begin(), dims.size()); }
+  constexpr explicit shape(std::span<const std::int64_t> dims) { assign(dims.data(), dims.size()); }
+  constexpr shape(unknown_rank_t) : rank_(-1) {}
+
+  /// `s.rank()` is the number of dims; -1 for an unknown rank.
+  constexpr int rank() const { return rank_; }
+  constexpr bool has_known_rank() const { return rank_ >= 0; }
+  /// True when the rank and every dim are known.
+  constexpr bool is_fully_defined() const {
+    if (rank_ < 0) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] == none) return false;
+    return true;
+  }
+  constexpr std::int64_t operator[](int i) const { return dims_[i]; }
+  constexpr std::int64_t& operator[](int i) { return dims_[i]; }
+  constexpr const std::int64_t* begin() const { return dims_.data(); }
+  constexpr const std::int64_t* end() const { return dims_.data() + (rank_ < 0 ? 0 : rank_); }
+  constexpr std::span<const std::int64_t> dims() const { return {begin(), end()}; }
+
+  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape.
+  constexpr std::int64_t num_elements() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
+
+  /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
+  constexpr void push_back(std::int64_t d) {
+    if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    dims_[rank_++] = d;
+  }
+
+  constexpr bool operator==(const shape& o) const {
+    if (rank_ != o.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != o.dims_[i]) return false;
+    return true;
+  }
+
+  /// True when a concrete shape `s` fits this spec (`none` dims and unknown rank match anything).
+  constexpr bool accepts(const shape& s) const {
+    if (rank_ < 0) return true;
+    if (rank_ != s.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != none && dims_[i] != s.dims_[i]) return false;
+    return true;
+  }
+
+  /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
+  std::string str() const {
+    if (rank_ < 0) return "<unknown>";
+    std::string s = "(";
+    for (int i = 0; i < rank_; ++i) {
+      if (i) s += ", ";
+      s += dims_[i] == none ? std::string("None") : std::to_string(dims_[i]);
+    }
+    if (rank_ == 1) s += ",";
+    return s + ")";
+  }
+
+ private:
+  constexpr void assign(const std::int64_t* d, std::size_t n) {
+    if (n > std::size_t(max_rank)) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    rank_ = static_cast<int>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
+      dims_[i] = d[i];
+    }
+  }
+
+  int rank_ = 0;
+  std::array<std::int64_t, max_rank> dims_{};
+};
+
+inline std::ostream& operator<<(std::ostream& os, const shape& s) { return os << s.str(); }
+
+/// Row-major strides of a shape, in elements.
+constexpr std::array<std::int64_t, max_rank> row_major_strides(const shape& s) {
+  std::array<std::int64_t, max_rank> st{};
+  std::int64_t acc = 1;
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+}  // namespace kiln
