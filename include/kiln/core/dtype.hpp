@@ -3,6 +3,7 @@
 /// Element types: the runtime `kiln::dtype` and its mapping to C++ types.
 
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -47,6 +48,9 @@ class dtype_set {
   constexpr dtype_set operator&(dtype_set o) const { return from_bits(bits_ & o.bits_); }
   constexpr bool operator==(const dtype_set&) const = default;
 
+  // Public so that a dtype_set can be a template argument (a structural type).
+  std::uint8_t bits_ = 0;
+
  private:
   static constexpr std::uint8_t bit(dtype t) { return std::uint8_t(1u << static_cast<int>(t)); }
   static constexpr dtype_set from_bits(std::uint8_t b) {
@@ -54,7 +58,6 @@ class dtype_set {
     s.bits_ = b;
     return s;
   }
-  std::uint8_t bits_ = 0;
 };
 
 namespace dtypes {

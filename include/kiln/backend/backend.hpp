@@ -1,0 +1,93 @@
+#pragma once
+/// \file
+/// Backends are tag types. A backend implements op `Op` by providing an overload
+///   void compute(Tag, const Op&, std::span<const buffer_view> inputs, const buffer_view& output);
+/// found by argument-dependent lookup; `supports<Tag, Op>` asks whether one exists.
+/// The output is preallocated with the dtype and shape the op's rules gave.
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/core/tensor.hpp"
+#include "kiln/ops/op.hpp"
+
+namespace kiln::backend {
+
+/// Plain scalar loops: the executable specification every other backend is tested against.
+struct reference_backend {
+  static constexpr std::string_view name = "reference";
+};
+/// SIMD (xsimd) and multi-threaded kernels for device::cpu.
+struct cpu_backend {
+  static constexpr std::string_view name = "cpu";
+};
+/// Thrust kernels for device::gpu (CUDA under nvcc, the host device system otherwise).
+struct thrust_backend {
+  static constexpr std::string_view name = "thrust";
+};
+
+/// True when backend `B` has a kernel for op `Op`.
+/// \code static_assert(kiln::backend::supports<kiln::backend::cpu_backend, kiln::ops::add>); \endcode
+template <class B, class Op>
+concept supports = requires(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  compute(B{}, op, in, out);
+};
+
+/// Strides (in elements) of an input broadcast to `out`: 0 along broadcast dims.
+/// Aligned to the output's rank.
+constexpr std::array<std::int64_t, max_rank> broadcast_strides(const shape& in, const shape& out) {
+  std::array<std::int64_t, max_rank> st{};
+  std::int64_t acc = 1;
+  int offset = out.rank() - in.rank();
+  for (int i = in.rank() - 1; i >= 0; --i) {
+    st[i + offset] = in[i] == 1 ? 0 : acc;
+    acc *= in[i];
+  }
+  return st;
+}
+
+template <class Op, class In, class Seq = std::make_index_sequence<Op::arity>>
+struct elementwise_result;
+template <class Op, class In, std::size_t... I>
+struct elementwise_result<Op, In, std::index_sequence<I...>> {
+  using type = std::decay_t<decltype(std::declval<const Op&>()((void(I), std::declval<const In&>())...))>;
+};
+template <class Op, class In>
+struct elementwise_result<Op, In, std::index_sequence<0, 1, 2>> {  // where(cond, a, b)
+  using type = std::decay_t<decltype(std::declval<const Op&>()(true, std::declval<const In&>(), std::declval<const In&>()))>;
+};
+/// The C++ type an elementwise op produces from operands of type `In`.
+template <class Op, class In>
+using elementwise_result_t = typename elementwise_result<Op, In>::type;
+
+/// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
+/// reads and writes, instantiating only the dtypes the op accepts. `In` is the
+/// dtype of the value operands (for `where`, the branches).
+template <ops::elementwise Op, class F>
+void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
+  visit_dtype(in, [&](auto in_tag) {
+    using In = typename decltype(in_tag)::type;
+    if constexpr (Op::accepts.contains(dtype_of<In>)) {
+      if constexpr (std::is_same_v<Op, ops::cast>) {
+        visit_dtype(out, [&](auto out_tag) {
+          using Out = typename decltype(out_tag)::type;
+          if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
+        });
+      } else {
+        using Out = elementwise_result_t<Op, In>;
+        if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+        f.template operator()<In, Out>();
+      }
+    } else {
+      throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+    }
+  });
+}
+
+}  // namespace kiln::backend

@@ -1,0 +1,151 @@
+#pragma once
+/// \file
+/// CPU elementwise kernel. Broadcast dims are collapsed so the loop nest is as
+/// short as possible; the innermost run is an xsimd loop specialised on which
+/// operands are contiguous and which are broadcast; large outputs are split over
+/// the thread pool.
+
+#include <span>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kiln/backend/backend.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/ops/elementwise.hpp"
+
+namespace kiln::backend {
+namespace cpu {
+
+/// Elements per parallel task: below this, threads cost more than they save.
+inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 16;
+
+/// The loop nest of an elementwise op after merging dims that every operand
+/// walks contiguously (or every operand broadcasts).
+template <int Arity>
+struct loop_nest {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> size{};
+  std::array<std::array<std::int64_t, max_rank>, Arity> stride{};
+
+  loop_nest(std::span<const buffer_view> in, const shape& out) {
+    std::array<std::array<std::int64_t, max_rank>, Arity> full{};
+    for (int k = 0; k < Arity; ++k) full[k] = broadcast_strides(in[k].shape, out);
+    for (int d = 0; d < out.rank(); ++d) {
+      if (out[d] == 1) continue;  // size-1 dims contribute nothing
+      bool merge = rank > 0;
+      for (int k = 0; k < Arity && merge; ++k) merge = stride[k][rank - 1] == full[k][d] * out[d];
+      if (merge) {
+        size[rank - 1] *= out[d];
+        for (int k = 0; k < Arity; ++k) stride[k][rank - 1] = full[k][d];
+      } else {
+        size[rank] = out[d];
+        for (int k = 0; k < Arity; ++k) stride[k][rank] = full[k][d];
+        ++rank;
+      }
+    }
+    if (rank == 0) {  // a scalar, or all dims of size 1
+      rank = 1;
+      size[0] = 1;
+    }
+  }
+};
+
+template <class T>
+inline constexpr bool simd_type =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+
+/// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
+/// by one element per output; otherwise it is broadcast (stride 0).
+/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition.
+template <unsigned Contig, class Op, class In, class Out, int Arity>
+void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  auto at = [&](int k, std::int64_t i) -> const In& {
+    return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
+  };
+  std::int64_t i = 0;
+  if constexpr (std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Arity <= 2) {
+    using B = xsimd::batch<In>;
+    constexpr std::int64_t w = B::size;
+    auto load = [&](int k, std::int64_t j) {
+      const In* q = static_cast<const In*>(p[k]);
+      return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
+    };
+    for (; i + w <= len; i += w) {
+      if constexpr (Arity == 1)
+        op(load(0, i)).store_unaligned(o + i);
+      else
+        op(load(0, i), load(1, i)).store_unaligned(o + i);
+    }
+  }
+  for (; i < len; ++i) {
+    if constexpr (Arity == 1)
+      o[i] = math::convert<Out>(op(at(0, i)));
+    else if constexpr (Arity == 2)
+      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
+    else
+      o[i] = op(static_cast<const bool*>(p[0])[(Contig & 1u) ? i : 0], at(1, i), at(2, i));
+  }
+}
+
+template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  if constexpr (Contig == (1u << Arity)) {
+    (void)contig, (void)op, (void)o, (void)p, (void)len;
+  } else if (contig == Contig) {
+    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len);
+  } else {
+    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len);
+  }
+}
+
+template <class Op, class In, class Out>
+void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  constexpr int arity = Op::arity;
+  const std::int64_t n = out.size();
+  if (n == 0) return;
+  const loop_nest<arity> nest(in, out.shape);
+  const int r = nest.rank;
+  const std::int64_t inner = nest.size[r - 1];
+  unsigned contig = 0;
+  for (int k = 0; k < arity; ++k)
+    if (nest.stride[k][r - 1] == 1) contig |= 1u << k;
+  // `where` reads its condition as bool and its branches as In; byte offsets differ.
+  auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
+  auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
+
+  detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::array<std::int64_t, max_rank> idx{};
+    for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
+      idx[d] = rest % nest.size[d];
+      rest /= nest.size[d];
+    }
+    while (lo < hi) {
+      std::int64_t len = std::min(inner - idx[r - 1], hi - lo);
+      std::array<const void*, arity> p{};
+      for (int k = 0; k < arity; ++k) {
+        std::int64_t off = 0;
+        for (int d = 0; d < r; ++d) off += idx[d] * nest.stride[k][d];
+        p[k] = base(k) + off * std::int64_t(elem_size(k));
+      }
+      dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
+      lo += len;
+      idx[r - 1] += len;
+      for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  });
+}
+
+}  // namespace cpu
+
+template <ops::elementwise Op>
+void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
+  visit_elementwise_types(op, value_dtype, out.dtype,
+                          [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+}
+
+}  // namespace kiln::backend

@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// `storage`: one reference-counted, immutable-after-creation buffer of elements on
+/// a device. Devices other than the CPU plug their memory in through a
+/// `memory_resource`, so this layer knows nothing of backends.
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "kiln/core/allocator.hpp"
+#include "kiln/core/device.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/error.hpp"
+
+namespace kiln::detail {
+
+/// How a device allocates and copies its memory.
+struct memory_resource {
+  void* (*allocate)(std::size_t bytes);
+  void (*deallocate)(void* p, std::size_t bytes);
+  void (*copy_to_host)(void* host_dst, const void* src, std::size_t bytes);
+  void (*copy_from_host)(void* dst, const void* host_src, std::size_t bytes);
+};
+
+inline const memory_resource& host_memory() {
+  static const memory_resource r{
+      [](std::size_t n) { return host_allocator().allocate(n); },
+      [](void* p, std::size_t n) { host_allocator().deallocate(p, n); },
+      [](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); },
+      [](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); },
+  };
+  return r;
+}
+
+/// The GPU's memory, set by the Thrust backend when the build has one.
+inline const memory_resource*& gpu_memory_slot() {
+  static const memory_resource* r = nullptr;
+  return r;
+}
+
+inline const memory_resource& memory_for(device d) {
+  if (d == device::cpu) return host_memory();
+  if (const memory_resource* r = gpu_memory_slot()) return *r;
+  throw unavailable_error("kiln::device::gpu is not available: this build has no GPU backend (Thrust not found)");
+}
+
+class storage {
+ public:
+  storage(kiln::dtype t, std::int64_t count, kiln::device d)
+      : dtype_(t), device_(d), count_(count), bytes_(std::size_t(count) * size_of(t)) {
+    if (t == kiln::string && d != kiln::device::cpu)
+      throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
+    data_ = memory_for(d).allocate(bytes_);
+    if (t == kiln::string) {
+      auto* s = static_cast<std::string*>(data_);
+      for (std::int64_t i = 0; i < count; ++i) new (s + i) std::string();
+    }
+  }
+  storage(const storage&) = delete;
+  storage& operator=(const storage&) = delete;
+  ~storage() {
+    if (dtype_ == kiln::string) {
+      auto* s = static_cast<std::string*>(data_);
+      for (std::int64_t i = 0; i < count_; ++i) s[i].~basic_string();
+    }
+    memory_for(device_).deallocate(data_, bytes_);
+  }
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  kiln::dtype dtype() const { return dtype_; }
+  kiln::device device() const { return device_; }
+  std::int64_t count() const { return count_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  kiln::dtype dtype_;
+  kiln::device device_;
+  std::int64_t count_;
+  std::size_t bytes_;
+  void* data_ = nullptr;
+};
+
+}  // namespace kiln::detail

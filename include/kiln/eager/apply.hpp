@@ -1,0 +1,125 @@
+#pragma once
+/// \file
+/// Eager execution of one op: check the inputs against the op's dtype and shape
+/// rules (raising the contract's errors with both sides in the message), allocate
+/// the result on the inputs' device and run the device's backend kernel.
+
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln/backend/backend.hpp"
+#include "kiln/ops/dispatch.hpp"
+
+namespace kiln {
+namespace detail {
+
+/// "int32 (2, 3), float32 (3,)": the inputs as an error message shows them.
+inline std::string describe_inputs(std::span<const tensor* const> in) {
+  std::string s;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (i) s += ", ";
+    s += std::string(name(in[i]->dtype())) + " " + in[i]->shape().str();
+  }
+  return s;
+}
+
+/// The dtype and shape `op` gives for `inputs`, or the contract's error.
+template <class Op>
+std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
+  std::array<dtype, 16> dts{};
+  std::array<shape, 16> shs{};
+  std::vector<dtype> many_dts;
+  std::vector<shape> many_shs;
+  std::span<dtype> d(dts.data(), in.size());
+  std::span<shape> s(shs.data(), in.size());
+  if (in.size() > dts.size()) {
+    many_dts.resize(in.size());
+    many_shs.resize(in.size());
+    d = many_dts;
+    s = many_shs;
+  }
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (!in[i]->defined()) throw invalid_argument_error(std::string(Op::name) + ": input " + std::to_string(i) + " is an empty tensor");
+    d[i] = in[i]->dtype();
+    s[i] = in[i]->shape();
+  }
+  dtype_result dt = op.result_dtype(d);
+  if (!dt.ok()) throw type_error(std::string(Op::name) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
+  shape_result sh = op.result_shape(s);
+  if (!sh.ok()) throw value_error(std::string(Op::name) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  return {dt.value, sh.value};
+}
+
+/// Rejects values an op cannot compute without undefined behaviour: integer
+/// division by zero, integers to negative powers.
+template <class Op>
+void check_values(const Op&, std::span<const tensor* const> in);
+
+/// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
+template <class B, class Op>
+tensor run_on(const Op& op, std::span<const tensor* const> in) {
+  auto [dt, sh] = infer(op, in);
+  kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
+  for (const tensor* t : in) {
+    t->require_value(std::string(Op::name).c_str());
+    if (t->device() != dev)
+      throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
+                                   " and " + std::string(name(t->device())) + ")");
+  }
+  check_values(op, in);
+  if constexpr (requires { op.evaluate(in); }) {
+    return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
+  } else {
+    static_assert(backend::supports<B, Op>, "this backend has no kernel for the op");
+    std::array<buffer_view, 16> views{};
+    std::vector<buffer_view> many;
+    std::span<buffer_view> v(views.data(), in.size());
+    if (in.size() > views.size()) {
+      many.resize(in.size());
+      v = many;
+    }
+    for (std::size_t i = 0; i < in.size(); ++i) v[i] = in[i]->view();
+    tensor out(dt, sh, dev);
+    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(v.data(), v.size()), out.view());
+    return out;
+  }
+}
+
+template <class Op>
+tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  for (const tensor* t : in)
+    if (t->is_symbolic()) throw type_error(std::string(Op::name) + ": symbolic tensors are only usable inside a kiln::function trace");
+  if (!in.empty() && in[0]->device() == kiln::device::gpu) {
+#if KILN_HAS_THRUST
+    if constexpr (backend::supports<backend::thrust_backend, Op>) return run_on<backend::thrust_backend>(op, in);
+#endif
+    throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
+  }
+  return run_on<backend::cpu_backend>(op, in);
+}
+
+template <class Op>
+void check_values(const Op&, std::span<const tensor* const> in) {
+  if constexpr (requires { Op::integer_divisor; } || requires { Op::integer_exponent; }) {
+    const tensor& y = *in[1];
+    if (!is_integer(y.dtype()) || y.size() == 0) return;
+    bool bad = visit_dtype(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        std::vector<T> host = y.to_vector<T>();
+        for (T v : host)
+          if (requires { Op::integer_divisor; } ? v == T(0) : v < T(0)) return true;
+      }
+      return false;
+    });
+    if (bad)
+      throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
+                                                                ? ": integer division by zero"
+                                                                : ": integers to negative integer powers are not allowed"));
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln

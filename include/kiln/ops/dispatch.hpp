@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// The single entry point through which every op function of the library runs:
+/// `detail::apply(op, inputs...)`. It is declared here, below the op families, and
+/// defined in kiln/eager/apply.hpp, which decides whether the op runs now (eager
+/// tensors) or is recorded into a graph (symbolic tensors).
+
+#include <array>
+#include <concepts>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "kiln/core/tensor.hpp"
+#include "kiln/ops/math.hpp"
+
+namespace kiln {
+namespace detail {
+
+/// Runs (or records) `op` on `inputs` and returns its result.
+template <class Op>
+tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
+
+template <class Op, std::same_as<tensor>... Ts>
+tensor apply(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return apply_span(op, std::span<const tensor* const>(ptrs));
+}
+
+/// A scalar tensor holding `value` converted to dtype `t` on device `d`.
+template <class S>
+tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
+  tensor out(t, shape{}, kiln::device::cpu);
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
+      if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
+        *out.view().template as<T>() = std::string(value);
+      else
+        throw type_error("cannot combine a " + std::string(name(t)) + " tensor with a " +
+                         (std::is_convertible_v<S, std::string> ? std::string("string") : std::string("numeric")) +
+                         " C++ value");
+    } else {
+      *out.view().template as<T>() = math::convert<T>(value);
+    }
+  });
+  return d == kiln::device::cpu ? out : out.to(d);
+}
+
+}  // namespace detail
+
+/// A C++ value that kiln promotes to a tensor when it meets one in an op: numbers
+/// take the other operand's dtype (`x + 1`), strings join string tensors (`s + "!"`).
+template <class S>
+concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, std::string>;
+
+}  // namespace kiln

@@ -1,0 +1,285 @@
+#pragma once
+/// \file
+/// Elementwise ops: one functor each, written once in kiln::math so that it runs
+/// on scalars, xsimd batches and in Thrust device code; NumPy broadcasting; C++
+/// scalars promoted to the tensor operand's dtype.
+
+#include <string>
+
+#include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/op.hpp"
+
+namespace kiln::ops {
+
+using dtypes::all;
+using dtypes::floating;
+using dtypes::numeric;
+inline constexpr dtype_set numeric_and_string = numeric | dtype_set{string};
+inline constexpr dtype_set logical{bool_};
+
+// ---- unary ------------------------------------------------------------------
+struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "neg";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
+};
+struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "abs";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
+};
+struct exp : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "exp";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
+};
+struct log : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "log";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
+};
+struct sqrt : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "sqrt";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
+};
+struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "square";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::mul(a, a); }
+};
+struct tanh : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "tanh";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
+};
+struct sigmoid : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "sigmoid";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
+};
+struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "relu";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
+};
+struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
+  static constexpr std::string_view name = "logical_not";
+  KILN_HOST_DEVICE bool operator()(bool a) const { return !a; }
+};
+/// Converts to `to`; the kernels' element conversion (math::convert) does the work.
+struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
+  static constexpr std::string_view name = "cast";
+  dtype to = float32;
+  constexpr cast() = default;
+  constexpr explicit cast(dtype target) : to(target) {}
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if ((in[0] == string) != (to == string)) return {to, "cannot cast between string and other dtypes"};
+    return {to};
+  }
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return a; }
+  constexpr bool operator==(const cast&) const = default;
+};
+
+// ---- binary -----------------------------------------------------------------
+struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
+  static constexpr std::string_view name = "add";
+  template <class T> KILN_HOST_DEVICE T operator()(const T& a, const T& b) const {
+    if constexpr (std::is_same_v<T, std::string>)
+      return a + b;
+    else
+      return math::add(a, b);
+  }
+};
+struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "sub";
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
+};
+struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "mul";
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
+};
+/// True division: integers divide as float64, as TensorFlow's `/`.
+struct divide : elementwise_op<2, numeric, result_rule::true_division> {
+  static constexpr std::string_view name = "truediv";
+  template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>)
+      return double(a) / double(b);
+    else
+      return a / b;
+  }
+};
+struct floordiv : elementwise_op<2, numeric> {
+  static constexpr std::string_view name = "floordiv";
+  static constexpr bool integer_divisor = true;  // an integer divisor of 0 is rejected
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::floordiv(a, b); }
+};
+struct floormod : elementwise_op<2, numeric> {
+  static constexpr std::string_view name = "floormod";
+  static constexpr bool integer_divisor = true;
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::floormod(a, b); }
+};
+struct pow : elementwise_op<2, numeric> {
+  static constexpr std::string_view name = "pow";
+  static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
+};
+struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "maximum";
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
+};
+struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "minimum";
+  template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
+};
+struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "less";
+  template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a < b; }
+};
+struct less_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "less_equal";
+  template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a <= b; }
+};
+struct greater : elementwise_op<2, numeric, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "greater";
+  template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a > b; }
+};
+struct greater_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "greater_equal";
+  template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a >= b; }
+};
+struct equal : elementwise_op<2, all, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "equal";
+  template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a == b; }
+};
+struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
+  static constexpr std::string_view name = "not_equal";
+  template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a != b; }
+};
+struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
+  static constexpr std::string_view name = "logical_and";
+  KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
+};
+struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
+  static constexpr std::string_view name = "logical_or";
+  KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a || b; }
+};
+
+// ---- ternary ----------------------------------------------------------------
+/// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
+struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
+  static constexpr std::string_view name = "select";
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
+    if (in[1] != in[2]) return {in[1], "both branches must have the same dtype"};
+    return {in[1]};
+  }
+  template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+// Each function builds its op and hands it to detail::apply. The operators take a
+// C++ scalar on either side and convert it to the tensor operand's dtype.
+#define KILN_UNARY_FUNCTION(fn, op)                                                  \
+  inline tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
+#define KILN_BINARY_FUNCTION(fn, op)                                                 \
+  inline tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
+  template <promotable_scalar S>                                                     \
+  tensor fn(const tensor& x, const S& y) {                                           \
+    return detail::apply(ops::op{}, x, detail::make_scalar(x.dtype(), y, x.device())); \
+  }                                                                                  \
+  template <promotable_scalar S>                                                     \
+  tensor fn(const S& x, const tensor& y) {                                           \
+    return detail::apply(ops::op{}, detail::make_scalar(y.dtype(), x, y.device()), y); \
+  }
+
+/// `kiln::negative(x)`, also `-x`: elementwise negation.
+KILN_UNARY_FUNCTION(negative, negate)
+/// `kiln::abs(kiln::constant({-1, 2}))` is `[1 2]`.
+KILN_UNARY_FUNCTION(abs, abs)
+/// `kiln::exp(x)`: e to the x, for float tensors.
+KILN_UNARY_FUNCTION(exp, exp)
+/// `kiln::log(x)`: natural logarithm, for float tensors.
+KILN_UNARY_FUNCTION(log, log)
+/// `kiln::sqrt(x)`: square root, for float tensors.
+KILN_UNARY_FUNCTION(sqrt, sqrt)
+/// `kiln::square(x)` is `x * x`.
+KILN_UNARY_FUNCTION(square, square)
+/// `kiln::tanh(x)`: hyperbolic tangent, for float tensors.
+KILN_UNARY_FUNCTION(tanh, tanh)
+/// `kiln::sigmoid(x)` is `1 / (1 + exp(-x))`.
+KILN_UNARY_FUNCTION(sigmoid, sigmoid)
+/// `kiln::relu(x)` is `maximum(x, 0)`.
+KILN_UNARY_FUNCTION(relu, relu)
+/// `kiln::logical_not(b)` on a bool tensor.
+KILN_UNARY_FUNCTION(logical_not, logical_not)
+
+/// `kiln::add(x, y)`, also `x + y`; concatenates string tensors.
+KILN_BINARY_FUNCTION(add, add)
+/// `kiln::subtract(x, y)`, also `x - y`.
+KILN_BINARY_FUNCTION(subtract, subtract)
+/// `kiln::multiply(x, y)`, also `x * y`.
+KILN_BINARY_FUNCTION(multiply, multiply)
+/// `kiln::divide(x, y)`, also `x / y`: true division (integers give float64).
+KILN_BINARY_FUNCTION(divide, divide)
+/// `kiln::floordiv(7, kiln::constant(-2))` is `-4`: division rounding down.
+KILN_BINARY_FUNCTION(floordiv, floordiv)
+/// `kiln::floormod(x, y)`, also `x % y`: the remainder takes the divisor's sign.
+KILN_BINARY_FUNCTION(floormod, floormod)
+/// `kiln::pow(x, 2)`: x to the power y.
+KILN_BINARY_FUNCTION(pow, pow)
+/// `kiln::maximum(x, 0)`: elementwise larger value.
+KILN_BINARY_FUNCTION(maximum, maximum)
+/// `kiln::minimum(x, y)`: elementwise smaller value.
+KILN_BINARY_FUNCTION(minimum, minimum)
+/// `kiln::equal(x, y)`, also `x == y`: a bool tensor.
+KILN_BINARY_FUNCTION(equal, equal)
+/// `kiln::not_equal(x, y)`, also `x != y`.
+KILN_BINARY_FUNCTION(not_equal, not_equal)
+/// `kiln::less(x, y)`, also `x < y`.
+KILN_BINARY_FUNCTION(less, less)
+/// `kiln::less_equal(x, y)`, also `x <= y`.
+KILN_BINARY_FUNCTION(less_equal, less_equal)
+/// `kiln::greater(x, y)`, also `x > y`.
+KILN_BINARY_FUNCTION(greater, greater)
+/// `kiln::greater_equal(x, y)`, also `x >= y`.
+KILN_BINARY_FUNCTION(greater_equal, greater_equal)
+/// `kiln::logical_and(a, b)` on bool tensors.
+KILN_BINARY_FUNCTION(logical_and, logical_and)
+/// `kiln::logical_or(a, b)` on bool tensors.
+KILN_BINARY_FUNCTION(logical_or, logical_or)
+
+#undef KILN_UNARY_FUNCTION
+#undef KILN_BINARY_FUNCTION
+
+/// `kiln::cast(x, kiln::int32)`: converts elements (floats to integers truncate
+/// toward zero and saturate; NaN becomes 0).
+inline tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
+
+/// `kiln::where(x > 0, x, 0.f)`: picks from `a` where `cond` holds, else from `b`.
+inline tensor where(const tensor& cond, const tensor& a, const tensor& b) { return detail::apply(ops::where{}, cond, a, b); }
+template <promotable_scalar S>
+tensor where(const tensor& cond, const tensor& a, const S& b) {
+  return where(cond, a, detail::make_scalar(a.dtype(), b, a.device()));
+}
+template <promotable_scalar S>
+tensor where(const tensor& cond, const S& a, const tensor& b) {
+  return where(cond, detail::make_scalar(b.dtype(), a, b.device()), b);
+}
+
+inline tensor operator-(const tensor& x) { return negative(x); }
+
+#define KILN_BINARY_OPERATOR(sym, fn)                                                \
+  inline tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); } \
+  template <promotable_scalar S>                                                     \
+  tensor operator sym(const tensor& x, const S& y) { return fn(x, y); }              \
+  template <promotable_scalar S>                                                     \
+  tensor operator sym(const S& x, const tensor& y) { return fn(x, y); }
+KILN_BINARY_OPERATOR(+, add)
+KILN_BINARY_OPERATOR(-, subtract)
+KILN_BINARY_OPERATOR(*, multiply)
+KILN_BINARY_OPERATOR(/, divide)
+KILN_BINARY_OPERATOR(%, floormod)
+KILN_BINARY_OPERATOR(==, equal)
+KILN_BINARY_OPERATOR(!=, not_equal)
+KILN_BINARY_OPERATOR(<, less)
+KILN_BINARY_OPERATOR(<=, less_equal)
+KILN_BINARY_OPERATOR(>, greater)
+KILN_BINARY_OPERATOR(>=, greater_equal)
+#undef KILN_BINARY_OPERATOR
+
+}  // namespace kiln

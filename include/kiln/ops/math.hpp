@@ -1,0 +1,208 @@
+#pragma once
+/// \file
+/// The scalar arithmetic that elementwise functors are written in. Each function
+/// works on a C++ scalar (host or CUDA device) and on an `xsimd::batch`, so one
+/// functor serves the reference, CPU-SIMD and Thrust backends. Integer arithmetic
+/// wraps (two's complement) instead of overflowing into undefined behaviour.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#if !defined(__CUDA_ARCH__)
+#include <xsimd/xsimd.hpp>
+#endif
+
+#include "kiln/config.hpp"
+
+namespace kiln::math {
+
+template <class T>
+inline constexpr bool is_signed_integer = std::is_integral_v<T> && std::is_signed_v<T> && !std::is_same_v<T, bool>;
+
+// ---- scalars -------------------------------------------------------------------
+
+template <class T>
+KILN_HOST_DEVICE constexpr T add(T a, T b) {
+  if constexpr (is_signed_integer<T>)
+    return T(std::make_unsigned_t<T>(a) + std::make_unsigned_t<T>(b));
+  else
+    return a + b;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T sub(T a, T b) {
+  if constexpr (is_signed_integer<T>)
+    return T(std::make_unsigned_t<T>(a) - std::make_unsigned_t<T>(b));
+  else
+    return a - b;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T mul(T a, T b) {
+  if constexpr (is_signed_integer<T>)
+    return T(std::make_unsigned_t<T>(a) * std::make_unsigned_t<T>(b));
+  else
+    return a * b;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T neg(T a) {
+  if constexpr (is_signed_integer<T>)
+    return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+  else
+    return -a;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T abs(T a) {
+  if constexpr (std::is_floating_point_v<T>)
+    return std::fabs(a);
+  else
+    return a < T(0) ? neg(a) : a;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T max(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>)
+    return (a > b || a != a) ? a : b;  // NaN propagates, as in TensorFlow
+  else
+    return a > b ? a : b;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T min(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>)
+    return (a < b || a != a) ? a : b;
+  else
+    return a < b ? a : b;
+}
+template <class T>
+KILN_HOST_DEVICE constexpr T select(bool c, T a, T b) {
+  return c ? a : b;
+}
+
+/// Floor division: rounds toward negative infinity. An integer division by zero
+/// gives 0 (callers reject it before running), INT_MIN / -1 wraps.
+template <class T>
+KILN_HOST_DEVICE constexpr T floordiv(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::floor(a / b);
+  } else {
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return neg(a);
+    T q = a / b;
+    return (a % b != T(0) && ((a < T(0)) != (b < T(0)))) ? T(q - 1) : q;
+  }
+}
+/// Floor modulo: the result has the sign of the divisor, as Python's `%`.
+template <class T>
+KILN_HOST_DEVICE constexpr T floormod(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T r = std::fmod(a, b);
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
+  } else {
+    if (b == T(0) || b == T(-1)) return T(0);
+    T r = a % b;
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? T(r + b) : r;
+  }
+}
+/// Power; integer exponents use exact square-and-multiply (negative ones give 0,
+/// and callers reject them before running).
+template <class T>
+KILN_HOST_DEVICE constexpr T pow(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(a, b);
+  } else {
+    if (b < T(0)) return T(0);
+    T result = T(1);
+    while (b != T(0)) {
+      if (b & T(1)) result = mul(result, a);
+      a = mul(a, a);
+      b = T(b >> 1);
+    }
+    return result;
+  }
+}
+template <class T>
+KILN_HOST_DEVICE T exp(T a) {
+  return std::exp(a);
+}
+template <class T>
+KILN_HOST_DEVICE T log(T a) {
+  return std::log(a);
+}
+template <class T>
+KILN_HOST_DEVICE T sqrt(T a) {
+  return std::sqrt(a);
+}
+template <class T>
+KILN_HOST_DEVICE T tanh(T a) {
+  return std::tanh(a);
+}
+
+/// Converts between element types without undefined behaviour: floats to integers
+/// saturate (NaN gives 0), anything to bool tests for non-zero.
+template <class To, class From>
+KILN_HOST_DEVICE constexpr To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    if (v != v) return To(0);
+    if (v <= From(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (v >= From(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return To(v);
+  } else {
+    return To(v);
+  }
+}
+
+// ---- SIMD batches (host only) ---------------------------------------------------
+
+#if !defined(__CUDA_ARCH__)
+template <class T, class A>
+xsimd::batch<T, A> add(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a + b; }
+template <class T, class A>
+xsimd::batch<T, A> sub(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a - b; }
+template <class T, class A>
+xsimd::batch<T, A> mul(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a * b; }
+template <class T, class A>
+xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) { return -a; }
+template <class T, class A>
+xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
+template <class T, class A>
+xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  if constexpr (std::is_floating_point_v<T>)
+    return xsimd::select((a > b) | (a != a), a, b);
+  else
+    return xsimd::max(a, b);
+}
+template <class T, class A>
+xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  if constexpr (std::is_floating_point_v<T>)
+    return xsimd::select((a < b) | (a != a), a, b);
+  else
+    return xsimd::min(a, b);
+}
+template <class T, class A>
+xsimd::batch<T, A> select(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  return xsimd::select(c, a, b);
+}
+template <class T, class A>
+xsimd::batch<T, A> floordiv(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return xsimd::floor(a / b); }
+template <class T, class A>
+xsimd::batch<T, A> floormod(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  auto r = xsimd::fmod(a, b);
+  auto zero = xsimd::batch<T, A>(T(0));
+  return xsimd::select((r != zero) & ((r < zero) != (b < zero)), r + b, r);
+}
+template <class T, class A>
+xsimd::batch<T, A> pow(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return xsimd::pow(a, b); }
+template <class T, class A>
+xsimd::batch<T, A> exp(const xsimd::batch<T, A>& a) { return xsimd::exp(a); }
+template <class T, class A>
+xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
+template <class T, class A>
+xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+template <class T, class A>
+xsimd::batch<T, A> tanh(const xsimd::batch<T, A>& a) { return xsimd::tanh(a); }
+#endif
+
+}  // namespace kiln::math

@@ -1,0 +1,40 @@
+#pragma once
+/// \file
+/// The op registry: every op type, one row each, in one list. Graphs store an op as
+/// a `std::variant` over this list, and the cross-backend suite walks it; the count
+/// `static_assert` makes adding an op without its row (or the reverse) a compile error.
+
+#include <cstddef>
+#include <string_view>
+#include <variant>
+
+#include "kiln/ops/elementwise.hpp"
+
+namespace kiln::ops {
+
+template <class... Ops>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(Ops);
+};
+
+template <class... Lists>
+struct concat_lists;
+template <class... A>
+struct concat_lists<type_list<A...>> {
+  using type = type_list<A...>;
+};
+template <class... A, class... B, class... Rest>
+struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
+  using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
+};
+
+using elementwise_ops =
+    type_list<negate, abs, exp, log, sqrt, square, tanh, sigmoid, relu, logical_not, cast,                    //
+              add, subtract, multiply, divide, floordiv, floormod, pow, maximum, minimum,                      //
+              less, less_equal, greater, greater_equal, equal, not_equal, logical_and, logical_or, where>;
+static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
+
+/// Every op kiln defines.
+using all_ops = typename concat_lists<elementwise_ops>::type;
+
+}  // namespace kiln::ops
