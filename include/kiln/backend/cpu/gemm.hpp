@@ -204,8 +204,13 @@ KILN_ALWAYS_INLINE void with_rows(std::int64_t rows, F&& fn) {
 /// rows, zero-filling the columns past `cols`.
 template <int Cols, class V>
 KILN_ALWAYS_INLINE void pack_b_panel(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t cols, V* dst) {
+  using batch = xsimd::batch<V>;
+  constexpr int width = int(batch::size);
   if (cols == Cols) {
-    for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols) std::copy(b, b + Cols, dst);
+    // Whole vectors: std::copy of a runtime-sized row would call memmove per row.
+    for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols)
+#pragma GCC unroll 8
+      for (int v = 0; v < Cols / width; ++v) batch::load_unaligned(b + v * width).store_aligned(dst + v * width);
     return;
   }
   for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols) {
@@ -255,11 +260,16 @@ void multiply_packed(std::int64_t mc, std::int64_t nc, std::int64_t kc, const V*
   for (std::int64_t j = 0; j < nc; j += cols) {
     const V* b_panel = bp + j * kc;
     for (std::int64_t i = 0; i < mc; i += rows) {
+      V* c_tile = c + i * ldc + j;
+      // C is far away in memory: start fetching it now, it is needed after the k loop.
+      for (std::int64_t r = 0, height = std::min<std::int64_t>(rows, mc - i); r < height; ++r) {
+        __builtin_prefetch(c_tile + r * ldc, 1);
+        __builtin_prefetch(c_tile + r * ldc + std::min<std::int64_t>(cols, nc - j) - 1, 1);
+      }
       xsimd::batch<V> acc[rows][vectors];
       clear_tile(acc);
       multiply_tile<rows, vectors>(kc, packed_rows<V, rows>{ap + i * kc}, b_panel, cols, acc);
-      store_tile(acc, c + i * ldc + j, ldc, std::min<std::int64_t>(rows, mc - i), std::min<std::int64_t>(cols, nc - j),
-                 accumulate);
+      store_tile(acc, c_tile, ldc, std::min<std::int64_t>(rows, mc - i), std::min<std::int64_t>(cols, nc - j), accumulate);
     }
   }
 }

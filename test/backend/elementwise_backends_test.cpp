@@ -1,0 +1,127 @@
+// Every elementwise op, on every dtype it accepts, on every backend, against the
+// reference backend: same shapes, broadcasting, scalars, empty tensors, lengths
+// that are not a multiple of the SIMD width, and outputs large enough to be split
+// over threads.
+
+#include "../support/op_check.hpp"
+
+using namespace kiln;
+using kiln::testing::value_range;
+
+namespace {
+
+struct shape_case {
+  std::vector<shape> inputs;
+};
+
+std::vector<shape_case> shape_cases(int arity) {
+  std::vector<std::vector<shape>> base = {
+      {shape{}, shape{}},          {shape{7}, shape{7}},          {shape{3, 5}, shape{5}},
+      {shape{3, 1}, shape{1, 4}},  {shape{0}, shape{0}},          {shape{2, 0}, shape{1}},
+      {shape{37}, shape{}},        {shape{}, shape{2, 3, 17}},    {shape{2, 3, 17}, shape{3, 1}},
+      {shape{70001}, shape{70001}}, {shape{300, 257}, shape{257}}, {shape{2, 1, 3, 1}, shape{4, 1, 5}},
+  };
+  std::vector<shape_case> out;
+  for (auto& b : base) {
+    shape_case c;
+    if (arity == 1) c.inputs = {b[0]};
+    if (arity == 2) c.inputs = b;
+    if (arity == 3) c.inputs = {b[1], b[0], b[1]};
+    out.push_back(c);
+  }
+  return out;
+}
+
+template <class Op>
+std::vector<tensor> inputs_for(const Op&, dtype t, const shape_case& c, std::uint32_t seed) {
+  std::vector<tensor> in;
+  for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+    value_range range = value_range::any;
+    if constexpr (requires { Op::integer_divisor; })
+      if (k == 1) range = value_range::nonzero;
+    if constexpr (requires { Op::integer_exponent; })
+      if (k == 1) range = value_range::small_nonnegative_integer;
+    dtype kt = (Op::arity == 3 && k == 0) ? bool_ : t;
+    in.push_back(kiln::testing::random_tensor(kt, c.inputs[k], seed + std::uint32_t(k), range));
+  }
+  return in;
+}
+
+template <class Op>
+void check_op(const Op& op) {
+  for (dtype t : {bool_, int32, int64, float32, float64, string}) {
+    if (!Op::accepts.contains(t)) continue;
+    if constexpr (std::is_same_v<Op, ops::cast>)
+      if (t == string) continue;  // string casts are rejected by the rule, tested below
+    std::uint32_t seed = 1;
+    for (const shape_case& c : shape_cases(Op::arity)) {
+      INFO("dtype " << name(t) << ", case " << seed);
+      kiln::testing::check_backends(op, inputs_for(op, t, c, seed++));
+    }
+  }
+}
+
+template <class... Ops>
+void check_all(ops::type_list<Ops...>) {
+  (
+      [] {
+        DYNAMIC_SECTION(Ops::name) {
+          if constexpr (std::is_same_v<Ops, ops::cast>) {
+            for (dtype to : {bool_, int32, int64, float32, float64}) check_op(ops::cast(to));
+          } else {
+            check_op(Ops{});
+          }
+        }
+      }(),
+      ...);
+}
+
+}  // namespace
+
+TEST_CASE("every elementwise op matches the reference on every backend") { check_all(ops::elementwise_ops{}); }
+
+TEST_CASE("elementwise rules reject bad operands with both sides in the message") {
+  tensor f = kiln::testing::random_tensor(float32, shape{2, 3}, 1);
+  tensor i = kiln::testing::random_tensor(int32, shape{3}, 2);
+  using kiln::testing::require_throws;
+  require_throws<type_error>([&] { return f + i; }, {"add", "float32 (2, 3)", "int32 (3,)"});
+  tensor g = kiln::testing::random_tensor(float32, shape{4}, 3);
+  require_throws<value_error>([&] { return f * g; }, {"mul", "(2, 3)", "(4,)"});
+  require_throws<type_error>([&] { return kiln::exp(i); }, {"exp", "int32"});
+  tensor zero = kiln::testing::make_tensor<std::int32_t>({4, 0, 1}, shape{3});
+  require_throws<invalid_argument_error>([&] { return i % zero; }, {"floormod", "division by zero"});
+  require_throws<invalid_argument_error>([&] { return floordiv(i, zero); }, {"floordiv", "division by zero"});
+  tensor negative = kiln::testing::make_tensor<std::int32_t>({1, -1, 2}, shape{3});
+  require_throws<invalid_argument_error>([&] { return kiln::pow(i, negative); }, {"pow", "negative integer powers"});
+  REQUIRE_THROWS_AS(kiln::where(f, f, f), type_error);
+  REQUIRE_THROWS_AS(kiln::cast(kiln::testing::random_tensor(string, shape{2}, 1), int32), type_error);
+  REQUIRE_THROWS_AS(f + tensor(), invalid_argument_error);
+}
+
+TEST_CASE("integer elementwise semantics: floor division, floor modulo, true division, wrapping") {
+  tensor a = kiln::testing::make_tensor<std::int32_t>({7, -7, 7, -7, INT32_MIN}, shape{5});
+  tensor b = kiln::testing::make_tensor<std::int32_t>({2, 2, -2, -2, -1}, shape{5});
+  REQUIRE(floordiv(a, b).to_vector<std::int32_t>() == std::vector<std::int32_t>{3, -4, -4, 3, INT32_MIN});
+  REQUIRE((a % b).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 1, -1, -1, 0});
+  tensor q = a / b;
+  REQUIRE(q.dtype() == float64);
+  REQUIRE(q.to_vector<double>()[0] == 3.5);
+  REQUIRE((-a).to_vector<std::int32_t>()[4] == INT32_MIN);
+  REQUIRE(kiln::abs(a).to_vector<std::int32_t>()[1] == 7);
+  REQUIRE((a + 1).dtype() == int32);
+  REQUIRE((2.5 * kiln::testing::make_tensor<float>({2.f}, shape{1})).to_vector<float>()[0] == 5.f);
+}
+
+TEST_CASE("floating casts to integers saturate instead of overflowing") {
+  tensor x = kiln::testing::make_tensor<float>({1e20f, -1e20f, std::nanf(""), -2.7f, 2.7f}, shape{5});
+  REQUIRE(cast(x, int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MAX, INT32_MIN, 0, -2, 2});
+  REQUIRE(cast(x, bool_).to_vector<bool>() == std::vector<bool>{true, true, true, true, true});
+}
+
+TEST_CASE("string tensors concatenate and compare") {
+  tensor s = kiln::testing::make_tensor<std::string>({"a", "bc"}, shape{2});
+  REQUIRE((s + s).to_vector<std::string>() == std::vector<std::string>{"aa", "bcbc"});
+  REQUIRE((s + "!").to_vector<std::string>() == std::vector<std::string>{"a!", "bc!"});
+  REQUIRE((s == std::string("a")).to_vector<bool>() == std::vector<bool>{true, false});
+  REQUIRE_THROWS_AS(s * s, type_error);
+}
