@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The Python peers of kiln's benchmark suite: PyTorch, TensorFlow and JAX on the same
+cases and shapes as the C++ program (bench/kiln_bench), timed with timeit.
+
+One process runs one library at one thread count, because TensorFlow and JAX fix
+their thread pools at start-up. The output is a JSON file in Google Benchmark's
+layout (one entry per repetition, named <case>/<peer>/threads:<n>, times in ns,
+bytes_per_second / flops counters), so report.py reads both the same way.
+
+    python3 bench/peers.py --library torch --threads 2 --repetitions 5 --out torch_2.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import timeit
+
+LARGE_SIZE = 1 << 24
+TINY_SIZE = 10
+MATMUL_SIZE = 1024
+CONV_INPUT = (1, 200, 200, 100)  # NHWC
+CONV_FILTERS = (3, 3, 100, 100)  # HWIO
+CONV_OUTPUT = (1, 198, 198, 100)
+FLOAT_BYTES = 4
+
+ADD_BYTES = 3 * LARGE_SIZE * FLOAT_BYTES  # two reads and one write
+SUM_BYTES = LARGE_SIZE * FLOAT_BYTES
+MATMUL_FLOPS = 2.0 * MATMUL_SIZE ** 3
+CONV_FLOPS = 2.0 * CONV_OUTPUT[1] * CONV_OUTPUT[2] * CONV_OUTPUT[3] * 9 * CONV_INPUT[3]
+
+
+def torch_cases(threads):
+    """Eager PyTorch ops; conv2d runs channels-last, which oneDNN prefers."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.rand(LARGE_SIZE), torch.rand(LARGE_SIZE)
+    ma, mb = torch.rand(MATMUL_SIZE, MATMUL_SIZE), torch.rand(MATMUL_SIZE, MATMUL_SIZE)
+    # An NHWC buffer seen as NCHW is the channels-last layout.
+    x = torch.rand(CONV_INPUT).permute(0, 3, 1, 2)
+    w = torch.rand(CONV_FILTERS).permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+    ta, tb = torch.rand(TINY_SIZE), torch.rand(TINY_SIZE)
+    conv = torch.nn.functional.conv2d
+    yield "add_16M", lambda: torch.add(a, b), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", lambda: torch.sum(a).item(), {"bytes": SUM_BYTES}
+    yield "matmul_1024", lambda: torch.matmul(ma, mb), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", lambda: conv(x, w), {"flops": CONV_FLOPS}
+    yield "add_10", lambda: torch.add(ta, tb), {}
+
+
+def tensorflow_cases(threads):
+    """Eager TensorFlow ops (tf.function is not what kiln's eager ops are compared with)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    rand = tf.random.uniform
+    a, b = rand([LARGE_SIZE]), rand([LARGE_SIZE])
+    ma, mb = rand([MATMUL_SIZE] * 2), rand([MATMUL_SIZE] * 2)
+    x, w = rand(CONV_INPUT), rand(CONV_FILTERS)
+    ta, tb = rand([TINY_SIZE]), rand([TINY_SIZE])
+    # .numpy() on a scalar, or a host sync, waits for the op; TF's eager CPU ops
+    # already run synchronously, so the big results are not copied out.
+    yield "add_16M", lambda: tf.add(a, b), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", lambda: tf.reduce_sum(a).numpy(), {"bytes": SUM_BYTES}
+    yield "matmul_1024", lambda: tf.linalg.matmul(ma, mb), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", lambda: tf.nn.conv2d(x, w, strides=1, padding="VALID"), {"flops": CONV_FLOPS}
+    yield "add_10", lambda: tf.add(ta, tb), {}
+
+
+def jax_cases(threads):
+    """jax.jit-compiled functions (JAX's usual mode), waited on with block_until_ready.
+    XLA sizes its pool from the CPUs the process may use: run.sh pins 1-thread runs."""
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(0)
+    rand = lambda shape: jax.random.uniform(key, shape, dtype=jnp.float32)  # noqa: E731
+    a, b = rand((LARGE_SIZE,)), rand((LARGE_SIZE,))
+    ma, mb = rand((MATMUL_SIZE, MATMUL_SIZE)), rand((MATMUL_SIZE, MATMUL_SIZE))
+    x, w = rand(CONV_INPUT), rand(CONV_FILTERS)
+    ta, tb = rand((TINY_SIZE,)), rand((TINY_SIZE,))
+    add = jax.jit(jnp.add)
+    total = jax.jit(jnp.sum)
+    matmul = jax.jit(jnp.matmul)
+    conv = jax.jit(
+        lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    )
+    yield "add_16M", lambda: add(a, b).block_until_ready(), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", lambda: float(total(a)), {"bytes": SUM_BYTES}
+    yield "matmul_1024", lambda: matmul(ma, mb).block_until_ready(), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", lambda: conv(x, w).block_until_ready(), {"flops": CONV_FLOPS}
+    yield "add_10", lambda: add(ta, tb).block_until_ready(), {}
+
+
+LIBRARIES = {
+    "torch": ("torch_py", torch_cases),
+    "tensorflow": ("tensorflow", tensorflow_cases),
+    "jax": ("jax", jax_cases),
+}
+# The cases a thread count applies to, as in the C++ program.
+CASES_BY_THREADS = {
+    1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10"},
+    2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed"},
+}
+
+
+def time_per_call(fn, repetitions, min_seconds):
+    """Median-ready samples: each repetition times as many calls as fill min_seconds."""
+    timer = timeit.Timer(fn)
+    fn()  # warm up: first-call compilation, allocator and thread-pool start-up
+    number = 1
+    while timer.timeit(number) < min_seconds:
+        number *= 2
+    return [timer.timeit(number) / number for _ in range(repetitions)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--library", choices=sorted(LIBRARIES), required=True)
+    parser.add_argument("--threads", type=int, choices=sorted(CASES_BY_THREADS), required=True)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    peer, cases = LIBRARIES[args.library]
+    module = __import__(args.library)
+    entries = []
+    for case, fn, work in cases(args.threads):
+        if case not in CASES_BY_THREADS[args.threads]:
+            continue
+        name = f"{case}/{peer}/threads:{args.threads}"
+        for seconds in time_per_call(fn, args.repetitions, args.min_time):
+            entry = {"name": name, "run_type": "iteration", "real_time": seconds * 1e9, "time_unit": "ns"}
+            if "bytes" in work:
+                entry["bytes_per_second"] = work["bytes"] / seconds
+            if "flops" in work:
+                entry["flops"] = work["flops"] / seconds
+            entries.append(entry)
+        print(f"{name}: {sorted(e['real_time'] for e in entries if e['name'] == name)[args.repetitions // 2]:.0f} ns",
+              file=sys.stderr)
+
+    context = {
+        "library": args.library,
+        "library_version": getattr(module, "__version__", "unknown"),
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
+    with open(args.out, "w") as f:
+        json.dump({"context": context, "benchmarks": entries}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The figure of bench/RESULTS.md: one panel per case, each peer's median as a share of
+the case's reference (the figure the case's target is stated in), kiln highlighted,
+the target drawn as a dashed line. Called by report.py."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+KILN_COLOR = "#d95f02"
+PEER_COLOR = "#7570b3"
+
+
+def _panel(ax, title, bars, goal, xlabel, log=False):
+    """bars: (label, value, is_kiln) from top to bottom."""
+    if not bars:
+        ax.set_title(title + " (no data)")
+        ax.axis("off")
+        return
+    labels = [b[0] for b in bars]
+    values = [b[1] for b in bars]
+    colors = [KILN_COLOR if b[2] else PEER_COLOR for b in bars]
+    positions = range(len(bars))[::-1]
+    ax.barh(list(positions), values, color=colors)
+    ax.set_yticks(list(positions), labels, fontsize=8)
+    if goal is not None:
+        ax.axvline(goal, color="black", linestyle="--", linewidth=1)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel, fontsize=8)
+    if log:
+        ax.set_xscale("log")
+    for y, v in zip(positions, values):
+        ax.text(v, y, f" {v:.0f}" if log or v >= 10 else f" {v:.2f}", va="center", fontsize=7)
+
+
+def _shares(s, case, reference, rate, scale=100.0):
+    bars = []
+    for threads in s.threads(case):
+        ref = reference(s, threads)
+        if ref is None:
+            continue
+        for r in s.peers(case, threads):
+            bars.append((f"{r.peer} ({threads}t)", scale * rate(r) / rate(ref), r.peer.startswith("kiln")))
+    return bars
+
+
+def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
+    """Writes the PNG at `path` from report.py's suite `s` and reference functions."""
+    fig, axes = plt.subplots(3, 2, figsize=(12, 13))
+    axes = axes.flatten()
+    bandwidth = lambda r: r.bytes_per_second  # noqa: E731
+    _panel(axes[0], "a + b, 16M float32", _shares(s, "add_16M", copy_bandwidth, bandwidth), 85,
+           "% of best copy bandwidth (same threads); target 85 %")
+    _panel(axes[1], "reduce_sum, 16M float32", _shares(s, "reduce_sum_16M", read_bandwidth, bandwidth), 85,
+           "% of read bandwidth (same threads); target 85 %")
+    _panel(axes[2], "matmul 1024³ float32", _shares(s, "matmul_1024", best_blas, lambda r: r.flops), 90,
+           "% of best of OpenBLAS/Eigen GFLOP/s (same threads); target 90 %")
+    torch_conv = lambda s, t: s.get("conv2d_seed", "libtorch", t)  # noqa: E731
+    _panel(axes[3], "conv2d 1×200×200×100, 3×3×100→100", _shares(s, "conv2d_seed", torch_conv,
+           lambda r: 1.0 / r.time_ns, scale=1.0), 1.0, "speed relative to libtorch (oneDNN); target ≥ 1")
+    overhead = [(f"{r.peer} (1t)", r.time_ns, r.peer.startswith("kiln")) for r in s.peers("add_10", 1)]
+    _panel(axes[4], "eager a + b, 10 float32", overhead, 500, "ns per op (log); target ≤ 500 ns", log=True)
+    bw = [(f"{r.case} {r.peer} ({t}t)", r.bytes_per_second / 1e9, False)
+          for case in ("copy_64MiB", "read_64MiB") for t in s.threads(case) for r in s.peers(case, t)]
+    _panel(axes[5], "bandwidth references", bw, None, "GB/s")
+    fig.suptitle("kiln vs peers (medians; kiln in orange)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

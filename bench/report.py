@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Turns the raw results of bench/run.sh into bench/RESULTS.md (ratio tables, targets
+with pass/fail) and bench/results.png (through plot.py).
+
+Every file in the results folder is Google Benchmark JSON (the C++ program's, or
+peers.py's in the same layout). Benchmarks are named <case>/<peer>/threads:<n>; each
+figure is the median over every repetition of every round.
+
+    python3 bench/report.py --results bench/results --command "bench/run.sh" \\
+        --markdown bench/RESULTS.md --plot bench/results.png
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+
+import plot
+
+GB = 1e9
+
+
+@dataclass
+class result:
+    """The median of one benchmark over all its samples."""
+
+    case: str
+    peer: str
+    threads: int
+    time_ns: float
+    bytes_per_second: float = 0.0
+    flops: float = 0.0
+    samples: int = 0
+
+
+@dataclass
+class target:
+    """One of the suite's goals, checked against the measured medians."""
+
+    description: str
+    measured: str
+    passed: bool | None  # None: kiln has no such benchmark yet
+
+
+@dataclass
+class suite:
+    results: dict = field(default_factory=dict)  # (case, peer, threads) -> result
+    context: dict = field(default_factory=dict)  # library -> its context lines
+
+    def get(self, case, peer, threads):
+        return self.results.get((case, peer, threads))
+
+    def peers(self, case, threads):
+        return [r for (c, _, t), r in sorted(self.results.items()) if c == case and t == threads]
+
+    def threads(self, case):
+        return sorted({t for (c, _, t) in self.results if c == case})
+
+
+def load(folder):
+    """Reads every JSON file of the folder into medians per benchmark."""
+    samples = {}
+    loaded = suite()
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            data = json.load(f)
+        ctx = data.get("context", {})
+        loaded.context[ctx.get("library", "kiln_bench (C++)")] = ctx
+        for entry in data["benchmarks"]:
+            if entry.get("run_type", "iteration") != "iteration" or entry.get("error_occurred"):
+                continue
+            name = entry["name"].removesuffix("/real_time")
+            case, peer, threads = name.split("/")
+            scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[entry.get("time_unit", "ns")]
+            key = (case, peer, int(threads.removeprefix("threads:")))
+            samples.setdefault(key, []).append(
+                (entry["real_time"] * scale, entry.get("bytes_per_second", 0.0), entry.get("flops", 0.0))
+            )
+    for key, values in samples.items():
+        loaded.results[key] = result(
+            *key,
+            time_ns=statistics.median(v[0] for v in values),
+            bytes_per_second=statistics.median(v[1] for v in values),
+            flops=statistics.median(v[2] for v in values),
+            samples=len(values),
+        )
+    return loaded
+
+
+def copy_bandwidth(s, threads):
+    """The best copy of the run at that thread count: the bar an elementwise op is held to."""
+    copies = s.peers("copy_64MiB", threads)
+    return max(copies, key=lambda r: r.bytes_per_second) if copies else None
+
+
+def read_bandwidth(s, threads):
+    return s.get("read_64MiB", "xsimd_sum", threads)
+
+
+def best_blas(s, threads):
+    blas = [r for r in s.peers("matmul_1024", threads) if r.peer in ("openblas", "eigen")]
+    return max(blas, key=lambda r: r.flops) if blas else None
+
+
+def format_time(ns):
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.0f} ns"
+
+
+def speed_vs_kiln(s, r):
+    """How many times faster kiln is than this peer (time ratio), as text."""
+    kiln = s.get(r.case, "kiln", r.threads)
+    return f"{r.time_ns / kiln.time_ns:.2f}×" if kiln else "–"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def bandwidth_section(s):
+    rows = []
+    for case, unit in (("copy_64MiB", "read + written"), ("read_64MiB", "read")):
+        for threads in s.threads(case):
+            for r in s.peers(case, threads):
+                rows.append([case, r.peer, threads, format_time(r.time_ns), f"{r.bytes_per_second / GB:.1f}", unit])
+    return "## 1. Bandwidth references (same run)\n\n" + table(
+        ["case", "method", "threads", "median time", "GB/s", "bytes counted"], rows
+    )
+
+
+def memory_bound_section(s, title, case, reference, reference_name):
+    rows = []
+    for threads in s.threads(case):
+        ref = reference(s, threads)
+        for r in s.peers(case, threads):
+            share = f"{100 * r.bytes_per_second / ref.bytes_per_second:.0f} %" if ref else "–"
+            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.bytes_per_second / GB:.1f}", share,
+                         speed_vs_kiln(s, r)])
+    return f"## {title}\n\n" + table(
+        ["peer", "threads", "median time", "GB/s", f"% of {reference_name}", "peer time / kiln time"], rows
+    )
+
+
+def matmul_section(s):
+    rows = []
+    for threads in s.threads("matmul_1024"):
+        best = best_blas(s, threads)
+        for r in s.peers("matmul_1024", threads):
+            share = f"{100 * r.flops / best.flops:.0f} %" if best else "–"
+            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.flops / GB:.1f}", share, speed_vs_kiln(s, r)])
+    return "## 4. matmul 1024×1024×1024 float32\n\n" + table(
+        ["peer", "threads", "median time", "GFLOP/s", "% of best of OpenBLAS/Eigen", "peer time / kiln time"], rows
+    )
+
+
+def conv_section(s):
+    rows = []
+    for threads in s.threads("conv2d_seed"):
+        for r in s.peers("conv2d_seed", threads):
+            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.flops / GB:.1f}", speed_vs_kiln(s, r)])
+    return (
+        "## 5. conv2d of the seeds: 1×200×200×100 NHWC, 3×3×100→100 HWIO, VALID\n\n"
+        + table(["peer", "threads", "median time", "GFLOP/s", "peer time / kiln time"], rows)
+    )
+
+
+def overhead_section(s):
+    rows = [[r.peer, r.threads, format_time(r.time_ns), speed_vs_kiln(s, r)] for r in s.peers("add_10", 1)]
+    return "## 6. Eager per-op overhead: a + b on 10 float32\n\n" + table(
+        ["peer", "threads", "median time per op", "peer time / kiln time"], rows
+    )
+
+
+def targets(s):
+    """The suite's goals, each measured on this run."""
+    checks = []
+
+    def share_target(description, case, peer, threads, reference, goal, rate):
+        kiln, ref = s.get(case, peer, threads), reference(s, threads)
+        if kiln is None or ref is None:
+            checks.append(target(description, "not measured", None))
+            return
+        share = rate(kiln) / rate(ref)
+        checks.append(target(description, f"{100 * share:.0f} % (of {ref.peer})", share >= goal))
+
+    for threads in (1, 2):
+        share_target(f"add 16M, {threads} thread(s): kiln ≥ 85 % of copy bandwidth", "add_16M", "kiln", threads,
+                     copy_bandwidth, 0.85, lambda r: r.bytes_per_second)
+    for threads in (1, 2):
+        share_target(f"reduce_sum 16M, {threads} thread(s): kiln ≥ 85 % of read bandwidth", "reduce_sum_16M", "kiln",
+                     threads, read_bandwidth, 0.85, lambda r: r.bytes_per_second)
+    for threads in (1, 2):
+        share_target(f"matmul 1024, {threads} thread(s): kiln ≥ 90 % of best of OpenBLAS/Eigen", "matmul_1024", "kiln",
+                     threads, best_blas, 0.90, lambda r: r.flops)
+    if any(peer == "kiln_xsimd" for (case, peer, _) in s.results if case == "matmul_1024"):
+        for threads in (1, 2):
+            share_target(f"matmul 1024, {threads} thread(s): kiln's xsimd kernel alone ≥ 75 % of best",
+                         "matmul_1024", "kiln_xsimd", threads, best_blas, 0.75, lambda r: r.flops)
+    kiln, torch = s.get("conv2d_seed", "kiln", 2), s.get("conv2d_seed", "libtorch", 2)
+    if kiln and torch:
+        checks.append(target("conv2d seed, 2 threads: kiln at least as fast as libtorch (oneDNN, channels-last)",
+                             f"{torch.time_ns / kiln.time_ns:.2f}× libtorch's speed", kiln.time_ns <= torch.time_ns))
+    else:
+        checks.append(target("conv2d seed, 2 threads: kiln at least as fast as libtorch", "not measured", None))
+    kiln = s.get("add_10", "kiln", 1)
+    checks.append(target("eager a + b on 10 float32: kiln ≤ 500 ns per op",
+                         format_time(kiln.time_ns) if kiln else "not measured",
+                         kiln.time_ns <= 500 if kiln else None))
+    return checks
+
+
+def markdown(s, checks, command, machine, png_name):
+    verdict = {True: "**pass**", False: "**FAIL**", None: "not measured"}
+    parts = [
+        "# kiln benchmark results\n",
+        "Generated by `bench/report.py` from the raw JSON in `bench/results/`; do not edit by hand.\n",
+        f"Command: `{command}` (from the repository root, after `bench/setup.sh`).\n",
+        "Every figure is the median over all repetitions of all rounds (the sample count per "
+        "benchmark is in `bench/results/`); C++ repetitions run in random interleaved order, and "
+        "rounds alternate the C++ program with the Python peers. Times are wall-clock. "
+        "GB = 10⁹ bytes.\n",
+        "## Machine\n\n```\n" + machine.strip() + "\n```\n",
+        "## Targets\n\n" + table(["target", "measured", "result"],
+                                  [[c.description, c.measured, verdict[c.passed]] for c in checks]),
+        f"![results]({png_name})\n",
+        bandwidth_section(s),
+        memory_bound_section(s, "2. Elementwise a + b, 16M float32 (2 reads + 1 write counted)", "add_16M",
+                             copy_bandwidth, "best copy"),
+        memory_bound_section(s, "3. reduce_sum, 16M float32", "reduce_sum_16M", read_bandwidth, "read bandwidth"),
+        matmul_section(s),
+        conv_section(s),
+        overhead_section(s),
+        peers_section(s),
+    ]
+    return "\n".join(parts)
+
+
+def peers_section(s):
+    lines = ["## Peers and their configuration\n"]
+    cpp = s.context.get("kiln_bench (C++)", {})
+    lines.append(
+        f"- C++ program `kiln_bench` (Google Benchmark {cpp.get('library_build_type', '')} library build): "
+        f"OPENBLAS_CORETYPE={cpp.get('OPENBLAS_CORETYPE', '?')} (OpenBLAS core in use: "
+        f"{cpp.get('openblas_core', '?')}), ATEN_CPU_CAPABILITY={cpp.get('ATEN_CPU_CAPABILITY', '?')}."
+    )
+    lines.append(
+        "- `hand_plain` / `hand_xsimd`: loops written here (`bench/bench_memory.cpp`), threads from OpenMP; "
+        "`hand_xsimd_stream` and `copy_64MiB/xsimd_stream` store with non-temporal (streaming) stores."
+    )
+    lines.append(
+        "- `libtorch` and `torch_py` are eager and allocate their result, as kiln's eager ops do; "
+        "`libtorch_out` writes into a kept buffer (`at::add_out`)."
+    )
+    for library in ("torch", "tensorflow", "jax"):
+        ctx = s.context.get(library)
+        if ctx:
+            lines.append(f"- Python {library} {ctx['library_version']} (Python {ctx['python']}).")
+        else:
+            lines.append(f"- Python {library}: not installed here, so not measured (see bench/setup.sh).")
+    lines.append(
+        "- 1-thread Python runs are pinned to one CPU (`taskset -c 0`) besides each library's own thread "
+        "setting; TensorFlow runs eagerly, JAX through `jax.jit`."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True, help="folder of JSON results (bench/results)")
+    parser.add_argument("--command", required=True, help="the command that produced the results")
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--plot", required=True)
+    args = parser.parse_args()
+
+    s = load(args.results)
+    checks = targets(s)
+    machine_file = os.path.join(args.results, "machine.txt")
+    machine = open(machine_file).read() if os.path.exists(machine_file) else "unknown"
+    plot.plot_results(s, args.plot, copy_bandwidth, read_bandwidth, best_blas)
+    with open(args.markdown, "w") as f:
+        f.write(markdown(s, checks, args.command, machine, os.path.basename(args.plot)))
+    for c in checks:
+        print(f"{'pass' if c.passed else 'FAIL' if c.passed is False else '----'}  {c.description}: {c.measured}")
+
+
+if __name__ == "__main__":
+    main()
