@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -129,7 +130,7 @@ class tensor {
   }
 
   /// Throws kiln::type_error when this tensor has no value (it is symbolic or empty).
-  void require_value(const char* what) const {
+  void require_value(std::string_view what) const {
     if (symbol_) throw type_error(std::string(what) + ": a symbolic tensor has no value; return it from the function instead");
     if (!buffer_) throw invalid_argument_error(std::string(what) + ": the tensor is empty (default-constructed)");
   }

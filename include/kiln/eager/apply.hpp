@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/core/small_vector.hpp"
 #include "kiln/ops/dispatch.hpp"
 
 namespace kiln {
@@ -28,22 +29,14 @@ inline std::string describe_inputs(std::span<const tensor* const> in) {
 /// The dtype and shape `op` gives for `inputs`, or the contract's error.
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  std::array<dtype, 16> dts{};
-  std::array<shape, 16> shs{};
-  std::vector<dtype> many_dts;
-  std::vector<shape> many_shs;
-  std::span<dtype> d(dts.data(), in.size());
-  std::span<shape> s(shs.data(), in.size());
-  if (in.size() > dts.size()) {
-    many_dts.resize(in.size());
-    many_shs.resize(in.size());
-    d = many_dts;
-    s = many_shs;
-  }
+  small_vector<dtype, 4> d;
+  small_vector<shape, 4> s;
+  d.reserve(in.size());
+  s.reserve(in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (!in[i]->defined()) throw invalid_argument_error(std::string(Op::name) + ": input " + std::to_string(i) + " is an empty tensor");
-    d[i] = in[i]->dtype();
-    s[i] = in[i]->shape();
+    d.emplace_back(in[i]->dtype());
+    s.emplace_back(in[i]->shape());
   }
   dtype_result dt = op.result_dtype(d);
   if (!dt.ok()) throw type_error(std::string(Op::name) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
@@ -63,7 +56,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
   kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
   for (const tensor* t : in) {
-    t->require_value(std::string(Op::name).c_str());
+    t->require_value(Op::name);
     if (t->device() != dev)
       throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
                                    " and " + std::string(name(t->device())) + ")");
@@ -73,16 +66,11 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else {
     static_assert(backend::supports<B, Op>, "this backend has no kernel for the op");
-    std::array<buffer_view, 16> views{};
-    std::vector<buffer_view> many;
-    std::span<buffer_view> v(views.data(), in.size());
-    if (in.size() > views.size()) {
-      many.resize(in.size());
-      v = many;
-    }
-    for (std::size_t i = 0; i < in.size(); ++i) v[i] = in[i]->view();
+    small_vector<buffer_view, 4> views;
+    views.reserve(in.size());
+    for (const tensor* t : in) views.emplace_back(t->view());
     tensor out(dt, sh, dev);
-    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(v.data(), v.size()), out.view());
+    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
     return out;
   }
 }

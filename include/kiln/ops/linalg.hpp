@@ -1,0 +1,160 @@
+#pragma once
+/// \file
+/// Linear algebra and NN ops: `matmul` (2-D and batched, batch dims broadcast) and
+/// `conv2d` (NHWC input, HWIO filters, strides, VALID or SAME padding).
+
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/op.hpp"
+
+namespace kiln::ops {
+
+/// Shared dtype rule: two operands of one numeric dtype.
+constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
+  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
+  return {in[0]};
+}
+
+/// `a @ b` over the last two dims; leading (batch) dims broadcast.
+struct matmul {
+  static constexpr std::string_view name = "matmul";
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &a = in[0], &b = in[1];
+    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
+    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
+    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
+    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
+    shape batch_a, batch_b;
+    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
+    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
+    shape_result out = broadcast_shapes(batch_a, batch_b);
+    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
+    out.value.push_back(a[a.rank() - 2]);
+    out.value.push_back(b[b.rank() - 1]);
+    return out;
+  }
+  constexpr bool operator==(const matmul&) const = default;
+};
+
+/// Sizes of a (batched) matmul and where each batch's operands start, shared by
+/// every backend's kernel.
+struct matmul_geometry {
+  std::int64_t m = 0, n = 0, k = 0, batches = 1;
+
+  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
+    const int r = out.rank();
+    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
+    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
+    batches = batch_.num_elements();
+    a_strides_ = leading_strides(a, batch_);
+    b_strides_ = leading_strides(b, batch_);
+  }
+  /// Element offsets of batch `i`'s matrices in a and in b.
+  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
+    std::int64_t oa = 0, ob = 0;
+    for (int d = batch_.rank() - 1; d >= 0; --d) {
+      oa += (i % batch_[d]) * a_strides_[d];
+      ob += (i % batch_[d]) * b_strides_[d];
+      i /= batch_[d];
+    }
+    return {oa * m * k, ob * k * n};
+  }
+
+ private:
+  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
+  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
+    std::array<std::int64_t, max_rank> st{};
+    std::int64_t acc = 1;
+    int lead = x.rank() - 2, offset = batch.rank() - lead;
+    for (int i = lead - 1; i >= 0; --i) {
+      st[i + offset] = x[i] == 1 ? 0 : acc;
+      acc *= x[i];
+    }
+    return st;
+  }
+  shape batch_;
+  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
+};
+
+/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
+enum class padding : unsigned char { valid, same };
+
+/// The output size and leading padding of one spatial dim of a convolution.
+struct conv_dim {
+  std::int64_t out = 0;
+  std::int64_t pad_before = 0;
+};
+constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
+  if (in == none) return {none, 0};
+  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
+  std::int64_t out = (in + stride - 1) / stride;
+  std::int64_t total = (out - 1) * stride + filter - in;
+  return {out, total > 0 ? total / 2 : 0};
+}
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
+struct conv2d {
+  static constexpr std::string_view name = "conv2d";
+  std::int64_t stride_h = 1, stride_w = 1;
+  padding pad = padding::valid;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &x = in[0], &f = in[1];
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
+    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
+    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
+  }
+  constexpr bool operator==(const conv2d&) const = default;
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
+/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
+inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+
+/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
+inline ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
+/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
+/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+  ops::conv2d op;
+  op.pad = parse_padding(padding);
+  if (strides.size() == 1) {
+    op.stride_h = op.stride_w = strides[0];
+  } else if (strides.size() == 2) {
+    op.stride_h = strides[0], op.stride_w = strides[1];
+  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
+    op.stride_h = strides[1], op.stride_w = strides[2];
+  } else {
+    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
+  }
+  return detail::apply(op, input, filters);
+}
+/// 2-D convolution with the same stride along height and width.
+inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+  return conv2d(input, filters, int_list{stride}, padding);
+}
+
+}  // namespace kiln
