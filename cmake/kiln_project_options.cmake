@@ -1,0 +1,25 @@
+# kiln::dev: kiln as kiln's own tests, examples and benchmarks use it: kiln::kiln plus
+# the project's compile flags, which are deliberately not part of kiln::kiln
+# (consumers choose their own warnings, -march and sanitizers).
+
+add_library(kiln_dev INTERFACE)
+add_library(kiln::dev ALIAS kiln_dev)
+target_link_libraries(kiln_dev INTERFACE kiln)
+
+set(for_cxx "$<COMPILE_LANGUAGE:CXX>")
+target_compile_options(kiln_dev INTERFACE
+  "$<${for_cxx}:-Wall;-Wextra>"
+  # GCC 12 + AVX-512 reports false maybe-uninitialized warnings inside xsimd (GCC PR105593).
+  "$<$<AND:${for_cxx},$<CXX_COMPILER_ID:GNU>>:-Wno-maybe-uninitialized>"
+  # GCC 12's own _mm512_undefined_* (`__m512 __Y = __Y;`) also trips -Wuninitialized
+  # once xsimd's exp/log are inlined into user code (same PR; fixed in GCC 13).
+  "$<$<AND:${for_cxx},$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-uninitialized>"
+  # GCC 12 cannot compile xsimd's AVX-512 code at -O0, so Debug means -Og.
+  "$<$<AND:${for_cxx},$<CONFIG:Debug>>:-Og>"
+  "$<$<AND:${for_cxx},$<BOOL:${KILN_NATIVE}>>:-march=native>")
+
+if(KILN_SANITIZE)
+  set(sanitizer_flags -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_compile_options(kiln_dev INTERFACE "$<${for_cxx}:${sanitizer_flags}>")
+  target_link_options(kiln_dev INTERFACE ${sanitizer_flags})
+endif()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs to build, test and benchmark, if any are
+# missing (Debian bookworm; as root, or through sudo). Extra package names given as
+# arguments are installed too (CI adds python3 for the single-header check).
+# When everything is present it only runs `dpkg-query`, so repeated calls are fast.
+set -euo pipefail
+
+packages=(g++ cmake make libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev "$@")
+
+if ! command -v dpkg-query >/dev/null; then
+  echo "install-deps.sh: not a Debian system; install these yourself: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null)" != "install ok installed" ]]; then
+    missing+=("$package")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+as_root=()
+if ((EUID != 0)); then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps.sh: run as root (or install sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  as_root=(sudo)
+fi
+
+echo "install-deps.sh: installing ${missing[*]}"
+apt_install=("${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
+# Package lists may be absent (fresh image) or stale: refresh them only if installing fails.
+if ! "${apt_install[@]}"; then
+  "${as_root[@]}" apt-get update
+  "${apt_install[@]}"
+fi
