@@ -43,8 +43,8 @@ struct gemm_blocking {
   static constexpr int vectors = 2;
   static constexpr int rows = wide_registers ? 12 : 6;
   static constexpr int cols = vectors * width;
-  static constexpr std::int64_t depth = 384;
-  static constexpr std::int64_t row_block = 192;
+  static constexpr std::int64_t depth = 512;
+  static constexpr std::int64_t row_block = 48;
   static constexpr std::int64_t col_block = 3072;
 };
 
@@ -127,6 +127,17 @@ struct strided_rows {
   KILN_ALWAYS_INLINE void advance() { ++data; }
 };
 
+/// Asks the cache for the line `bytes` past `p`. The address is formed as an integer
+/// because it may lie past the end of the array, where pointer arithmetic is undefined;
+/// a prefetch never faults.
+KILN_ALWAYS_INLINE void prefetch_ahead(const void* p, std::ptrdiff_t bytes) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)));
+}
+
+/// How many rows of B ahead the micro-kernel prefetches: the hardware streamer alone
+/// leaves the FMA units waiting on L2.
+inline constexpr std::ptrdiff_t gemm_prefetch_rows = 32;
+
 /// Adds A[Rows x kc] * B[kc x Vectors*width] to the accumulators `acc`. A is read
 /// through `a` (see packed_rows, strided_rows), B row p starts at `b + p * ldb`.
 template <int Rows, int Vectors, class V, class ARows>
@@ -138,6 +149,9 @@ KILN_ALWAYS_INLINE void multiply_tile(std::int64_t kc, ARows a, const V* KILN_RE
     batch b_row[Vectors];
 #pragma GCC unroll 8
     for (int v = 0; v < Vectors; ++v) b_row[v] = batch::load_unaligned(b + v * width);
+#pragma GCC unroll 8
+    for (std::ptrdiff_t line = 0; line < std::ptrdiff_t(sizeof(b_row)); line += 64)
+      prefetch_ahead(b, gemm_prefetch_rows * ldb * std::ptrdiff_t(sizeof(V)) + line);
 #pragma GCC unroll 16
     for (int r = 0; r < Rows; ++r) {
       const batch a_value(a.at(r));
