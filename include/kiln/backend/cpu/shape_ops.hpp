@@ -1,0 +1,287 @@
+#pragma once
+/// \file
+/// CPU kernels of the data-movement ops. Every kernel copies contiguous runs of
+/// elements: trivially copyable dtypes move as raw bytes with memcpy (dispatched on
+/// the element size alone, so int32 and float32 share one instantiation), strings by
+/// assignment. Dims that both sides walk contiguously are merged first, so a run is
+/// as long as it can be. A transpose that moves the innermost dim cannot copy runs;
+/// it goes tile by tile, so that reads and writes both stay in cache. Large outputs
+/// are split over the thread pool. (reshape, `x[i]` and shape_of need no kernel.)
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "kiln/backend/backend.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/ops/shape_ops.hpp"
+
+namespace kiln::backend {
+namespace cpu {
+
+/// Bytes a parallel task copies at least: below this, waking threads costs more than it saves.
+inline constexpr std::int64_t copy_grain_bytes = std::int64_t(1) << 18;
+
+/// Side of the square tiles of a transpose: a 32x32 tile of float64 is 8 KiB read
+/// and 8 KiB written, well within L1.
+inline constexpr std::int64_t transpose_tile = 32;
+
+/// Moves trivially copyable elements of `Size` bytes; offsets are in elements.
+template <std::size_t Size>
+struct byte_mover {
+  static constexpr std::int64_t grain = std::max<std::int64_t>(1, copy_grain_bytes / std::int64_t(Size));
+  static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
+    std::memcpy(static_cast<unsigned char*>(dst) + to * std::int64_t(Size),
+                static_cast<const unsigned char*>(src) + from * std::int64_t(Size), std::size_t(count) * Size);
+  }
+  static void copy_one(void* dst, std::int64_t to, const void* src, std::int64_t from) {
+    std::memcpy(static_cast<unsigned char*>(dst) + to * std::int64_t(Size),
+                static_cast<const unsigned char*>(src) + from * std::int64_t(Size), Size);
+  }
+};
+
+/// Moves std::string elements by assignment (the output's strings already exist).
+struct string_mover {
+  static constexpr std::int64_t grain = copy_grain_bytes / std::int64_t(sizeof(std::string));
+  static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
+    std::copy_n(static_cast<const std::string*>(src) + from, count, static_cast<std::string*>(dst) + to);
+  }
+  static void copy_one(void* dst, std::int64_t to, const void* src, std::int64_t from) {
+    static_cast<std::string*>(dst)[to] = static_cast<const std::string*>(src)[from];
+  }
+};
+
+/// Calls `f(mover{})` with the mover for dtype `t`.
+template <class F>
+void visit_mover(dtype t, F&& f) {
+  switch (t) {
+    case bool_: return f(byte_mover<sizeof(bool)>{});
+    case int32:
+    case float32: return f(byte_mover<4>{});
+    case int64:
+    case float64: return f(byte_mover<8>{});
+    case string: return f(string_mover{});
+  }
+  throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+
+/// An output walked in row-major order whose element at multi-index `idx` comes from
+/// input element `base + sum(idx[d] * stride[d])`.
+struct strided_walk {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> dims{}, stride{};
+  std::int64_t base = 0;
+
+  /// The walk over `out` with input `stride`s, minus size-1 dims, with neighbours
+  /// merged where the input side chains too (the output side always does).
+  strided_walk(const shape& out, const std::array<std::int64_t, max_rank>& in_stride, std::int64_t in_base)
+      : base(in_base) {
+    for (int d = 0; d < out.rank(); ++d) {
+      if (out[d] == 1) continue;
+      if (rank > 0 && stride[rank - 1] == in_stride[d] * out[d]) {
+        dims[rank - 1] *= out[d];
+        stride[rank - 1] = in_stride[d];
+      } else {
+        dims[rank] = out[d];
+        stride[rank] = in_stride[d];
+        ++rank;
+      }
+    }
+    if (rank == 0) {  // one element
+      rank = 1;
+      dims[0] = stride[0] = 1;
+    }
+  }
+
+  std::int64_t size() const {
+    std::int64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= dims[d];
+    return n;
+  }
+};
+
+/// Copies a walk whose last dim is contiguous in the output, run by run: one memcpy
+/// per run when the input side is contiguous too.
+template <class Mover>
+void copy_walk(const strided_walk& w, const void* src, void* dst) {
+  const int r = w.rank;
+  const std::int64_t run = w.dims[r - 1], step = w.stride[r - 1];
+  detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::array<std::int64_t, max_rank> idx{};
+    std::int64_t from = w.base;
+    for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
+      idx[d] = rest % w.dims[d];
+      rest /= w.dims[d];
+      from += idx[d] * w.stride[d];
+    }
+    for (std::int64_t to = lo; to < hi;) {
+      const std::int64_t len = std::min(run - idx[r - 1], hi - to);
+      if (step == 1) {
+        Mover::copy(dst, to, src, from, len);
+      } else {
+        for (std::int64_t j = 0; j < len; ++j) Mover::copy_one(dst, to + j, src, from + j * step);
+      }
+      to += len;
+      from += len * step;
+      idx[r - 1] += len;
+      for (int d = r - 1; d > 0 && idx[d] == w.dims[d]; --d) {
+        from += w.stride[d - 1] - w.dims[d] * w.stride[d];
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  });
+}
+
+/// Copies a walk whose input-contiguous dim `q` is not the last one (a transpose
+/// that moves the innermost dim) in square tiles over dims `q` and `last`: a tile's
+/// input rows and output rows both stay in cache while it is copied.
+template <class Mover>
+void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
+  const int last = w.rank - 1;
+  std::array<std::int64_t, max_rank> out_stride{};
+  for (std::int64_t d = last, acc = 1; d >= 0; --d) {
+    out_stride[d] = acc;
+    acc *= w.dims[d];
+  }
+  constexpr std::int64_t t = transpose_tile;
+  const std::int64_t tiles_q = (w.dims[q] + t - 1) / t, tiles_last = (w.dims[last] + t - 1) / t;
+  const std::int64_t tasks = w.size() / (w.dims[q] * w.dims[last]) * tiles_q * tiles_last;
+  detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t task = lo; task < hi; ++task) {
+      std::int64_t rest = task;
+      const std::int64_t l0 = rest % tiles_last * t;
+      rest /= tiles_last;
+      const std::int64_t q0 = rest % tiles_q * t;
+      rest /= tiles_q;
+      std::int64_t from = w.base, to = 0;
+      for (int d = last - 1; d >= 0; --d) {
+        if (d == q) continue;
+        from += rest % w.dims[d] * w.stride[d];
+        to += rest % w.dims[d] * out_stride[d];
+        rest /= w.dims[d];
+      }
+      const std::int64_t q1 = std::min(q0 + t, w.dims[q]), l1 = std::min(l0 + t, w.dims[last]);
+      for (std::int64_t i = q0; i < q1; ++i)
+        for (std::int64_t j = l0; j < l1; ++j)
+          Mover::copy_one(dst, to + i * out_stride[q] + j, src, from + i + j * w.stride[last]);
+    }
+  });
+}
+
+/// Concatenation along a dim: the output is `outer` rows, each made of one run of
+/// `in[k].size() / outer` elements from every input k in turn.
+template <class Mover>
+void join(std::span<const buffer_view> in, std::int64_t outer, const buffer_view& out) {
+  const std::int64_t row = out.size() / outer;
+  auto run = [&](std::size_t k) { return in[k].size() / outer; };
+  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::int64_t o = lo / row, p = lo % row, start = 0;  // row o, position p in it, input k starts at `start`
+    std::size_t k = 0;
+    while (p >= start + run(k)) start += run(k++);
+    for (std::int64_t to = lo; to < hi;) {
+      const std::int64_t r = run(k), len = std::min(r - (p - start), hi - to);
+      if (len > 0) Mover::copy(out.data, to, in[k].data, o * r + (p - start), len);
+      to += len;
+      p += len;
+      if (p - start == r) {
+        start += r;
+        if (++k == in.size()) {
+          k = 0;
+          start = p = 0;
+          ++o;
+        }
+      }
+    }
+  });
+}
+
+/// Gather as `outer x m` rows of `inner` elements: row (o, j) of the output is row
+/// (o, indices[j]) of the input, viewed as `outer x n x inner`. The indices were
+/// checked by ops::check_values.
+template <class Mover, class I>
+void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axis, const buffer_view& out) {
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= x.shape[d];
+  for (int d = axis + 1; d < x.shape.rank(); ++d) inner *= x.shape[d];
+  const std::int64_t n = x.shape[axis];
+  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::int64_t col = lo % inner, o = lo / inner / m, j = lo / inner % m;
+    for (std::int64_t to = lo; to < hi;) {
+      const std::int64_t from = (o * n + std::int64_t(indices[j])) * inner + col;
+      std::int64_t len = 1;
+      if (inner == 1) {
+        Mover::copy_one(out.data, to, x.data, from);
+      } else {
+        len = std::min(inner - col, hi - to);
+        Mover::copy(out.data, to, x.data, from, len);
+      }
+      to += len;
+      col = 0;
+      if (++j == m) {
+        j = 0;
+        ++o;
+      }
+    }
+  });
+}
+
+/// The product of the first `count` dims of `s`.
+inline std::int64_t leading_elements(const shape& s, int count) {
+  std::int64_t n = 1;
+  for (int d = 0; d < count; ++d) n *= s[d];
+  return n;
+}
+
+}  // namespace cpu
+
+inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& xs = in[0].shape;
+  const int_list perm = op.permutation(xs.rank());
+  const std::array<std::int64_t, max_rank> x_stride = row_major_strides(xs);
+  std::array<std::int64_t, max_rank> stride{};
+  for (int d = 0; d < xs.rank(); ++d) stride[d] = x_stride[perm[d]];
+  const cpu::strided_walk w(out.shape, stride, 0);
+  int q = 0;  // the walk dim that is contiguous in the input
+  while (w.stride[q] != 1) ++q;
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+    if (q == w.rank - 1)
+      cpu::copy_walk<Mover>(w, in[0].data, out.data);
+    else
+      cpu::copy_walk_tiled<Mover>(w, q, in[0].data, out.data);
+  });
+}
+
+inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const std::array<std::int64_t, max_rank> stride = row_major_strides(in[0].shape);
+  std::int64_t base = 0;
+  for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
+  const cpu::strided_walk w(out.shape, stride, base);
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
+}
+
+inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const std::int64_t outer = cpu::leading_elements(out.shape, ops::normalize_axis(op.axis, out.shape.rank()));
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, out); });
+}
+
+inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const std::int64_t outer = cpu::leading_elements(out.shape, ops::normalize_axis(op.axis, out.shape.rank()));
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, out); });
+}
+
+inline void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
+  const std::int64_t m = in[1].size();
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+    if (in[1].dtype == int64)
+      cpu::gather_rows<Mover>(in[0], in[1].as<const std::int64_t>(), m, axis, out);
+    else
+      cpu::gather_rows<Mover>(in[0], in[1].as<const std::int32_t>(), m, axis, out);
+  });
+}
+
+}  // namespace kiln::backend

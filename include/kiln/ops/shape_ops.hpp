@@ -1,0 +1,471 @@
+#pragma once
+/// \file
+/// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
+/// slice and shape_of. None computes new values, so each accepts every dtype,
+/// strings included. The rules handle `kiln::none` dims and unknown ranks (the
+/// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
+/// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
+/// the input raise kiln::invalid_argument_error, as TensorFlow's kernels do, from
+/// the `check_values` overloads below, before anything is allocated.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/core/device.hpp"
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/shape.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/op.hpp"
+
+namespace kiln {
+namespace detail {
+
+/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
+constexpr std::int64_t checked_num_elements(const shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) {
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+/// The dims of `s` that both specs allow, or the failure when two known dims differ.
+constexpr shape_result merge_shapes(const shape& a, const shape& b) {
+  if (!a.has_known_rank()) return {b};
+  if (!b.has_known_rank()) return {a};
+  if (a.rank() != b.rank()) return {{}, "all inputs must have the same shape"};
+  shape out = a;
+  for (int d = 0; d < a.rank(); ++d) {
+    if (a[d] == none) out[d] = b[d];
+    else if (b[d] != none && b[d] != a[d]) return {{}, "all inputs must have the same shape"};
+  }
+  return {out};
+}
+
+/// The dtype rule of ops that join tensors: all of one dtype, kept.
+constexpr dtype_result same_dtype(std::span<const dtype> in) {
+  for (dtype t : in)
+    if (t != in[0]) return {in[0], "all inputs must have the same dtype"};
+  return {in.empty() ? float32 : in[0]};
+}
+
+/// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
+inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace detail
+
+namespace ops {
+
+/// `reshape(x, new_shape)`: the same elements in another shape; one dim may be
+/// kiln::none (-1), inferred from the element count.
+struct reshape {
+  static constexpr std::string_view name = "reshape";
+  kiln::shape new_shape;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (!new_shape.has_known_rank()) return {{}, "the new shape must have a known rank"};
+    int inferred = -1;
+    kiln::shape known_dims;  // the new shape without its -1 dim
+    for (int d = 0; d < new_shape.rank(); ++d) {
+      if (new_shape[d] != none) {
+        known_dims.push_back(new_shape[d]);
+      } else if (inferred >= 0) {
+        return {{}, "only one dim of the new shape may be -1 (kiln::none)"};
+      } else {
+        inferred = d;
+      }
+    }
+    std::int64_t known = detail::checked_num_elements(known_dims);
+    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
+    std::int64_t count = detail::checked_num_elements(in[0]);
+    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (inferred < 0) {
+      if (known != count) return {{}, "the new shape has a different number of elements"};
+      return {new_shape};
+    }
+    if (known == 0) {
+      if (count == 0) return {{}, "cannot infer the -1 dim of an empty tensor when another dim is 0"};
+      return {{}, "the new shape has a different number of elements"};
+    }
+    if (count % known != 0) return {{}, "the new shape has a different number of elements"};
+    kiln::shape out = new_shape;
+    out[inferred] = count / known;
+    return {out};
+  }
+  /// Shares the input's buffer: no element is copied.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+  }
+  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  constexpr bool operator==(const reshape&) const = default;
+};
+
+/// `transpose(x, perm)`: dim i of the result is dim `perm[i]` of `x`; an empty
+/// `perm` reverses the dims.
+struct transpose {
+  static constexpr std::string_view name = "transpose";
+  int_list perm;
+
+  /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
+  constexpr int_list permutation(int rank) const {
+    if (!perm.empty()) return perm;
+    int_list reversed;
+    for (int d = rank - 1; d >= 0; --d) reversed.push_back(d);
+    return reversed;
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank() && perm.empty()) return {kiln::shape(unknown_rank)};
+    const int rank = s.has_known_rank() ? s.rank() : perm.size();
+    if (perm.size() != rank && !perm.empty()) return {{}, "perm must have one entry per dim"};
+    const int_list p = permutation(rank);
+    std::array<bool, max_rank> seen{};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) {
+      if (p[d] < 0 || p[d] >= rank || seen[p[d]]) return {{}, "perm must be a permutation of 0, 1, ..., rank - 1"};
+      seen[p[d]] = true;
+      out.push_back(s.has_known_rank() ? s[int(p[d])] : none);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "perm=" + perm.str(); }
+  constexpr bool operator==(const transpose&) const = default;
+};
+
+/// `concat({a, b}, axis)`: the inputs joined along an existing dim.
+struct concat {
+  static constexpr std::string_view name = "concat";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    int rank = -1;
+    for (const kiln::shape& s : in)
+      if (s.has_known_rank()) rank = s.rank();
+    if (rank < 0) return {kiln::shape(unknown_rank)};
+    if (rank == 0) return {{}, "cannot concatenate scalars (use kiln::stack)"};
+    const int a = normalize_axis(axis, rank);
+    if (a < 0) return {{}, "axis is out of range for the inputs' rank"};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) out.push_back(d == a ? 0 : none);
+    for (const kiln::shape& s : in) {
+      if (!s.has_known_rank()) {
+        out[a] = none;
+        continue;
+      }
+      if (s.rank() != rank) return {{}, "all inputs must have the same rank"};
+      for (int d = 0; d < rank; ++d) {
+        if (d == a) {
+          if (s[a] == none) out[a] = none;
+          else if (out[a] != none && out[a] > std::numeric_limits<std::int64_t>::max() - s[a])
+            return {{}, "the result would have more elements than int64 can count"};
+          else if (out[a] != none) out[a] += s[a];
+        } else if (out[d] == none) {
+          out[d] = s[d];
+        } else if (s[d] != none && s[d] != out[d]) {
+          return {{}, "all inputs must have the same dims except along the axis"};
+        }
+      }
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const concat&) const = default;
+};
+
+/// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
+struct stack {
+  static constexpr std::string_view name = "stack";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    shape_result common{in[0]};
+    for (const kiln::shape& s : in.subspan(1)) {
+      common = detail::merge_shapes(common.value, s);
+      if (!common.ok()) return common;
+    }
+    if (!common.value.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int rank = common.value.rank();
+    if (rank == max_rank) return {{}, "the result would have more dims than kiln supports"};
+    const int a = normalize_axis(axis, rank + 1);
+    if (a < 0) return {{}, "axis is out of range for the result's rank"};
+    kiln::shape out;
+    for (int d = 0; d <= rank; ++d) {
+      if (d == a) out.push_back(std::int64_t(in.size()));
+      if (d < rank) out.push_back(common.value[d]);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const stack&) const = default;
+};
+
+/// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
+/// or int64, any shape) name; the result's shape is
+/// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
+struct gather {
+  static constexpr std::string_view name = "gather";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &indices = in[1];
+    if (x.has_known_rank() && x.rank() == 0) return {{}, "cannot gather from a scalar"};
+    if (!x.has_known_rank() || !indices.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int a = normalize_axis(axis, x.rank());
+    if (a < 0) return {{}, "axis is out of range for the input's rank"};
+    if (x.rank() - 1 + indices.rank() > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    kiln::shape out;
+    for (int d = 0; d < a; ++d) out.push_back(x[d]);
+    for (std::int64_t d : indices) out.push_back(d);
+    for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const gather&) const = default;
+};
+
+/// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
+/// Named as TensorFlow names the node that indexing creates.
+struct index {
+  static constexpr std::string_view name = "strided_slice";
+  std::int64_t i = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (s.rank() == 0) return {{}, "a scalar cannot be indexed"};
+    return {kiln::shape(s.dims().subspan(1))};
+  }
+  /// Shares the input's buffer: the slice is one contiguous window of it.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    kiln::shape rest(s.dims().subspan(1));
+    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+  }
+  std::string attributes() const { return "index=" + std::to_string(i); }
+  constexpr bool operator==(const index&) const = default;
+};
+
+/// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
+/// every dim d; a size of -1 takes everything to the end.
+struct slice {
+  static constexpr std::string_view name = "slice";
+  int_list begin;
+  int_list size;
+
+  /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
+  /// 0 here, and check_values rejects them before anything runs.
+  constexpr std::int64_t extent(int d, std::int64_t dim) const {
+    if (size[d] >= 0) return size[d];
+    if (dim == none) return none;
+    if (size[d] != -1 || begin[d] < 0 || begin[d] > dim) return 0;
+    return dim - begin[d];
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (begin.size() != size.size() || (s.has_known_rank() && begin.size() != s.rank()))
+      return {{}, "begin and size must have one entry per dim"};
+    kiln::shape out;
+    for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
+    return {out};
+  }
+  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  constexpr bool operator==(const slice&) const = default;
+};
+
+/// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
+struct shape_of {
+  static constexpr std::string_view name = "shape";
+
+  constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
+  }
+  /// Builds the dims on the host, then moves them to the input's device.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    tensor out(int32, kiln::shape{s.rank()});
+    auto* dims = out.view().as<std::int32_t>();
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] > std::numeric_limits<std::int32_t>::max())
+        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                     " does not fit in int32");
+      dims[d] = std::int32_t(s[d]);
+    }
+    return out.to(in[0]->device());
+  }
+  constexpr bool operator==(const shape_of&) const = default;
+};
+
+// detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
+// result; these overloads, found by argument-dependent lookup, reject indices and
+// ranges that do not fit the (now concrete) input shapes.
+
+/// `x[i]` needs -dim <= i < dim for the first dim.
+inline void check_values(const index& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  if (op.i < -s[0] || op.i >= s[0])
+    throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
+                                 std::to_string(-s[0]) + ", " + std::to_string(s[0]) +
+                                 ") for the first dim of a tensor of shape " + s.str());
+}
+
+/// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
+inline void check_values(const slice& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  for (int d = 0; d < s.rank(); ++d) {
+    std::string problem;
+    if (op.begin[d] < 0 || op.begin[d] > s[d])
+      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
+                std::to_string(s[d]) + "]";
+    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
+      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
+                std::to_string(s[d] - op.begin[d]) + "]";
+    if (!problem.empty())
+      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
+                                   problem);
+  }
+}
+
+/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
+inline void check_values(const gather& op, std::span<const tensor* const> in) {
+  const tensor &x = *in[0], &indices = *in[1];
+  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
+  if (indices.size() == 0) return;
+  struct bad_index {
+    std::int64_t position = -1, value = 0;
+  };
+  auto first_bad = [&]<class T>(std::type_identity<T>) {
+    std::vector<T> copied;
+    const T* p = nullptr;
+    if (indices.device() == device::cpu) {
+      p = indices.data<T>();
+    } else {
+      copied = indices.to_vector<T>();
+      p = copied.data();
+    }
+    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
+      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
+    return bad_index{};
+  };
+  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
+                                                 : first_bad(std::type_identity<std::int32_t>{});
+  if (bad.position < 0) return;
+  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
+  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
+    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= indices.shape()[int(d)];
+  }
+  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
+                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
+                               x.shape().str());
+}
+
+}  // namespace ops
+
+namespace detail {
+
+/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
+/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
+template <class Op>
+tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
+  try {
+    return apply_span(op, in);
+  } catch (const value_error& e) {
+    throw value_error(std::string(e.what()) + " with " + op.attributes());
+  }
+}
+
+template <class Op>
+tensor apply_to_list(const Op& op, std::span<const tensor> values) {
+  std::vector<const tensor*> ptrs;
+  ptrs.reserve(values.size());
+  for (const tensor& t : values) ptrs.push_back(&t);
+  return apply_naming_attributes(op, ptrs);
+}
+
+}  // namespace detail
+
+/// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
+/// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
+inline tensor reshape(const tensor& x, const shape& new_shape) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+}
+
+/// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
+/// reverses the dims of any tensor.
+inline tensor transpose(const tensor& x, const int_list& perm = {}) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+}
+
+/// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
+/// (negative axes count from the end); the other dims must match.
+inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
+  return detail::apply_to_list(ops::concat{axis}, values);
+}
+/// `kiln::concat({a, b}, -1)`.
+inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
+  return concat(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
+/// (shape (2, 3) twice gives (2, 2, 3)).
+inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
+  return detail::apply_to_list(ops::stack{axis}, values);
+}
+/// `kiln::stack({a, b}, 1)`.
+inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
+  return stack(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
+/// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
+/// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
+inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
+  const tensor* in[] = {&x, &indices};
+  return detail::apply_naming_attributes(ops::gather{axis}, in);
+}
+
+/// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
+/// takes everything to the end of its dim.
+inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+}
+
+/// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
+inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
+
+inline tensor tensor::operator[](std::int64_t i) const {
+  const tensor* in[] = {this};
+  return detail::apply_naming_attributes(ops::index{i}, in);
+}
+
+}  // namespace kiln
