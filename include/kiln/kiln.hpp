@@ -12,10 +12,13 @@
 
 #include "kiln/ops/op.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/shape_ops.hpp"
 #include "kiln/ops/registry.hpp"
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/reference/elementwise.hpp"
 #include "kiln/backend/cpu/elementwise.hpp"
+#include "kiln/backend/reference/shape_ops.hpp"
+#include "kiln/backend/cpu/shape_ops.hpp"
 
 #include "kiln/eager/apply.hpp"

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/shape_ops.hpp"
 
 namespace kiln::ops {
 
@@ -34,7 +35,10 @@ using elementwise_ops =
               less, less_equal, greater, greater_equal, equal, not_equal, logical_and, logical_or, where>;
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
+using shape_ops = type_list<reshape, transpose, concat, stack, gather, index, slice, shape_of>;
+static_assert(shape_ops::size == 8, "a shape op was added or removed: update the list and the tests");
+
 /// Every op kiln defines.
-using all_ops = typename concat_lists<elementwise_ops>::type;
+using all_ops = typename concat_lists<elementwise_ops, shape_ops>::type;
 
 }  // namespace kiln::ops
