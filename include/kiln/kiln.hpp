@@ -9,16 +9,29 @@
 #include "kiln/core/device.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/core/print.hpp"
 
 #include "kiln/ops/op.hpp"
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/reduction.hpp"
 #include "kiln/ops/shape_ops.hpp"
+#include "kiln/ops/linalg.hpp"
 #include "kiln/ops/registry.hpp"
+#include "kiln/ops/factories.hpp"
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/reference/elementwise.hpp"
 #include "kiln/backend/cpu/elementwise.hpp"
+#include "kiln/backend/reference/reduction.hpp"
+#include "kiln/backend/cpu/reduction.hpp"
 #include "kiln/backend/reference/shape_ops.hpp"
 #include "kiln/backend/cpu/shape_ops.hpp"
+#include "kiln/backend/reference/linalg.hpp"
+#include "kiln/backend/cpu/linalg.hpp"
+#if KILN_HAS_THRUST
+#include "kiln/backend/thrust/memory.hpp"
+#include "kiln/backend/thrust/elementwise.hpp"
+#endif
 
 #include "kiln/eager/apply.hpp"
+#include "kiln/eager/truth_value.hpp"

@@ -9,7 +9,9 @@
 #include <variant>
 
 #include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/linalg.hpp"
 #include "kiln/ops/shape_ops.hpp"
+#include "kiln/ops/reduction.hpp"
 
 namespace kiln::ops {
 
@@ -38,7 +40,13 @@ static_assert(elementwise_ops::size == 29, "an elementwise op was added or remov
 using shape_ops = type_list<reshape, transpose, concat, stack, gather, index, slice, shape_of>;
 static_assert(shape_ops::size == 8, "a shape op was added or removed: update the list and the tests");
 
+using reduction_ops = type_list<reduce_sum, reduce_mean, reduce_max, reduce_min, argmax>;
+static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
+
+using linalg_ops = type_list<matmul, conv2d>;
+static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
+
 /// Every op kiln defines.
-using all_ops = typename concat_lists<elementwise_ops, shape_ops>::type;
+using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
 
 }  // namespace kiln::ops
