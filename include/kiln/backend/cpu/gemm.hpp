@@ -56,7 +56,7 @@ inline constexpr std::int64_t gemm_small_work = 32 * 32 * 32;
 inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
 
 /// Buffers of `thread_scratch` that can be live at the same time on one thread.
-enum class scratch_slot : int { gemm_a, gemm_b, gemm_edge, conv_filter, conv_rows, count };
+enum class scratch_slot : int { gemm_a, gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
 
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the

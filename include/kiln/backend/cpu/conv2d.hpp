@@ -1,0 +1,159 @@
+#pragma once
+/// \file
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d) on the CPU for NHWC
+/// images and HWIO filters, as an implicit GEMM: output pixels are the rows of A, the
+/// filter is B (k = kh, kw, in_c in that order, exactly HWIO's layout) and the
+/// micro-kernels of gemm.hpp read each pixel's window straight from the image, with no
+/// im2col buffer. For one kh the window row (fw pixels x in_c channels) is contiguous
+/// in NHWC, so a pixel needs fh pointers; only windows that cross the border are copied
+/// (zero-padded) to a small per-thread buffer.
+
+#include <algorithm>
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kiln/backend/cpu/gemm.hpp"
+#include "kiln/config.hpp"
+#include "kiln/core/parallel.hpp"
+
+namespace kiln::backend::cpu {
+namespace detail {
+
+/// Reads rows of A in place through one pointer per row.
+template <class V>
+struct pointer_rows {
+  const V* const* row;
+  std::int64_t p = 0;
+  KILN_ALWAYS_INLINE V at(int r) const { return row[r][p]; }
+  KILN_ALWAYS_INLINE void advance() { ++p; }
+};
+
+/// The geometry of one conv2d call (see kiln::backend::cpu::conv2d for the meaning).
+struct conv2d_shape {
+  std::int64_t batch, in_h, in_w, in_c;
+  std::int64_t fh, fw, out_c;
+  std::int64_t stride_h, stride_w, pad_top, pad_left;
+  std::int64_t out_h, out_w;
+};
+
+/// Below this many multiply-adds a convolution runs on the calling thread alone.
+inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
+
+/// Fills `rows[kh * Rows + r]`, for every filter row kh, with a pointer to the fw x in_c
+/// window row of output pixel `first + r` (pixels past `pixels` repeat the last one).
+/// Windows inside the image point into it; the others are assembled in `edge`
+/// (fh * Rows window rows) from the image and `zeros` (one window row of zeros).
+template <int Rows, class V>
+void gather_window_rows(const V* input, const conv2d_shape& s, std::int64_t first, std::int64_t pixels,
+                        const V* zeros, V* edge, const V** rows) {
+  const std::int64_t segment = s.fw * s.in_c;
+  for (int r = 0; r < Rows; ++r) {
+    const std::int64_t q = std::min(first + r, pixels - 1);
+    const std::int64_t ow = q % s.out_w, oh = q / s.out_w % s.out_h, image = q / (s.out_w * s.out_h);
+    const std::int64_t iw0 = ow * s.stride_w - s.pad_left;
+    const bool inside_w = iw0 >= 0 && iw0 + s.fw <= s.in_w;
+    for (std::int64_t kh = 0; kh < s.fh; ++kh) {
+      const std::int64_t ih = oh * s.stride_h + kh - s.pad_top;
+      const V*& row = rows[kh * Rows + r];
+      if (ih < 0 || ih >= s.in_h) {
+        row = zeros;
+        continue;
+      }
+      const V* image_row = input + (image * s.in_h + ih) * s.in_w * s.in_c;
+      if (inside_w) {
+        row = image_row + iw0 * s.in_c;
+      } else {
+        V* dst = edge + (kh * Rows + r) * segment;
+        for (std::int64_t kw = 0; kw < s.fw; ++kw) {
+          const std::int64_t iw = iw0 + kw;
+          V* pixel = dst + kw * s.in_c;
+          if (iw < 0 || iw >= s.in_w)
+            std::fill(pixel, pixel + s.in_c, V(0));
+          else
+            std::copy(image_row + iw * s.in_c, image_row + (iw + 1) * s.in_c, pixel);
+        }
+        row = dst;
+      }
+    }
+  }
+}
+
+/// conv2d on compute types (see gemm_compute_t).
+template <class V>
+void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_shape& s) {
+  using blocking = gemm_blocking<V>;
+  constexpr int rows = blocking::rows, cols = blocking::cols, width = blocking::width;
+  const std::int64_t pixels = s.batch * s.out_h * s.out_w;
+  if (pixels <= 0 || s.out_c <= 0) return;
+  const std::int64_t segment = s.fw * s.in_c, depth = s.fh * segment;
+  if (depth <= 0) {
+    std::fill(output, output + pixels * s.out_c, V(0));
+    return;
+  }
+  const std::int64_t panels = (s.out_c + cols - 1) / cols;
+  V* packed_filters = thread_scratch_as<V>(scratch_slot::conv_filter, panels * cols * depth);
+  pack_b(filters, s.out_c, depth, s.out_c, 0, panels, packed_filters);
+
+  const std::int64_t tiles = (pixels + rows - 1) / rows;
+  const std::int64_t tile_work = rows * depth * s.out_c;
+  kiln::detail::parallel_for(tiles, std::max<std::int64_t>(1, conv2d_parallel_work / tile_work),
+                             [&](std::int64_t first_tile, std::int64_t last_tile) {
+    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, s.fh * rows);
+    // One window row of zeros, then room for the fh x rows window rows of a tile.
+    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + s.fh * rows) * segment);
+    std::fill(zeros, zeros + segment, V(0));
+    for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+      const std::int64_t first = tile * rows, height = std::min<std::int64_t>(rows, pixels - first);
+      gather_window_rows<rows>(input, s, first, pixels, zeros, zeros + segment, window_rows);
+      V* out = output + first * s.out_c;
+      for (std::int64_t j = 0; j < s.out_c; j += cols) {
+        const V* b_panel = packed_filters + j * depth;
+        const std::int64_t panel_cols = std::min<std::int64_t>(cols, s.out_c - j);
+        auto multiply = [&](auto vectors) {
+          constexpr int nv = decltype(vectors)::value;
+          xsimd::batch<V> acc[rows][nv];
+          clear_tile(acc);
+          for (std::int64_t kh = 0; kh < s.fh; ++kh)
+            multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * cols,
+                                    cols, acc);
+          store_tile(acc, out + j, s.out_c, height, panel_cols, false);
+        };
+        if (panel_cols > width)
+          multiply(std::integral_constant<int, blocking::vectors>{});
+        else
+          multiply(std::integral_constant<int, 1>{});
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d): NHWC `input`
+/// [batch, in_h, in_w, in_c] and HWIO `filters` [fh, fw, in_c, out_c] give NHWC
+/// `output` [batch, out_h, out_w, out_c], overwritten (it must not overlap the inputs).
+/// Output pixel (oh, ow) reads input pixels (oh * stride_h + kh - pad_top,
+/// ow * stride_w + kw - pad_left); those outside the image count as zero. The caller
+/// picks out_h, out_w and the padding offsets (0 for VALID; TensorFlow's SAME rule
+/// gives pad_top = max(0, (out_h - 1) * stride_h + fh - in_h) / 2). T is float,
+/// double, int32_t or int64_t; integer sums wrap modulo 2^bits. Large convolutions
+/// use kiln's thread pool.
+/// \code
+/// // 1x5x5x1 image, 3x3x1x1 filter, stride 1, VALID: 1x3x3x1 output
+/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);
+/// \endcode
+template <class T>
+void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t in_w, std::int64_t in_c,
+            const T* filters, std::int64_t fh, std::int64_t fw, std::int64_t out_c, std::int64_t stride_h,
+            std::int64_t stride_w, std::int64_t pad_top, std::int64_t pad_left, T* output, std::int64_t out_h,
+            std::int64_t out_w) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::conv2d: T must be a number");
+  using V = detail::gemm_compute_t<T>;
+  const detail::conv2d_shape shape{batch, in_h, in_w, in_c, fh, fw, out_c, stride_h, stride_w, pad_top, pad_left,
+                                   out_h, out_w};
+  detail::conv2d_compute<V>(reinterpret_cast<const V*>(input), reinterpret_cast<const V*>(filters),
+                            reinterpret_cast<V*>(output), shape);
+}
+
+}  // namespace kiln::backend::cpu
