@@ -45,11 +45,6 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
   return {dt.value, sh.value};
 }
 
-/// Rejects values an op cannot compute without undefined behaviour: integer
-/// division by zero, integers to negative powers.
-template <class Op>
-void check_values(const Op&, std::span<const tensor* const> in);
-
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
@@ -61,7 +56,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
       throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
                                    " and " + std::string(name(t->device())) + ")");
   }
-  check_values(op, in);
+  // An op whose values can be wrong for its kernel (an index out of range, an
+  // integer division by zero) provides `check_values`, found by argument-dependent lookup.
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else {
@@ -86,27 +83,6 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
   }
   return run_on<backend::cpu_backend>(op, in);
-}
-
-template <class Op>
-void check_values(const Op&, std::span<const tensor* const> in) {
-  if constexpr (requires { Op::integer_divisor; } || requires { Op::integer_exponent; }) {
-    const tensor& y = *in[1];
-    if (!is_integer(y.dtype()) || y.size() == 0) return;
-    bool bad = visit_dtype(y.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        std::vector<T> host = y.to_vector<T>();
-        for (T v : host)
-          if (requires { Op::integer_divisor; } ? v == T(0) : v < T(0)) return true;
-      }
-      return false;
-    });
-    if (bad)
-      throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
-                                                                ? ": integer division by zero"
-                                                                : ": integers to negative integer powers are not allowed"));
-  }
 }
 
 }  // namespace detail

@@ -4,7 +4,9 @@
 /// on scalars, xsimd batches and in Thrust device code; NumPy broadcasting; C++
 /// scalars promoted to the tensor operand's dtype.
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/op.hpp"
@@ -167,6 +169,29 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   }
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
 };
+
+/// Rejects integer division by zero and integers to negative powers before a kernel
+/// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
+template <elementwise Op>
+  requires(requires { Op::integer_divisor; } || requires { Op::integer_exponent; })
+void check_values(const Op&, std::span<const tensor* const> in) {
+  constexpr bool divisor = requires { Op::integer_divisor; };
+  const tensor& y = *in[1];
+  if (!is_integer(y.dtype()) || y.size() == 0) return;
+  bool bad = visit_dtype(y.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (math::is_signed_integer<T>) {
+      std::vector<T> copied;
+      const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
+      for (std::int64_t i = 0, n = y.size(); i < n; ++i)
+        if (divisor ? p[i] == T(0) : p[i] < T(0)) return true;
+    }
+    return false;
+  });
+  if (bad)
+    throw invalid_argument_error(std::string(Op::name) + (divisor ? ": integer division by zero"
+                                                                  : ": integers to negative integer powers are not allowed"));
+}
 
 }  // namespace kiln::ops
 
