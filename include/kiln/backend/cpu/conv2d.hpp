@@ -40,6 +40,17 @@ struct conv2d_shape {
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
 inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
 
+/// Register tile of the convolution for compute type `V`: `rows` output pixels by up
+/// to `vectors` SIMD vectors of output channels. Output channels are cut into panels
+/// of at most `vectors` vectors, as evenly as possible: with few channels (100 floats
+/// are 7 vectors: 4 + 3) this wastes less than fixed-width panels, whose last panel
+/// would hold one mostly empty vector.
+template <class V>
+struct conv2d_tiling {
+  static constexpr int rows = 6;
+  static constexpr int vectors = gemm_blocking<V>::wide_registers ? 4 : 2;
+};
+
 /// Fills `rows[kh * Rows + r]`, for every filter row kh, with a pointer to the fw x in_c
 /// window row of output pixel `first + r` (pixels past `pixels` repeat the last one).
 /// Windows inside the image point into it; the others are assembled in `edge`
@@ -82,8 +93,8 @@ void gather_window_rows(const V* input, const conv2d_shape& s, std::int64_t firs
 /// conv2d on compute types (see gemm_compute_t).
 template <class V>
 void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_shape& s) {
-  using blocking = gemm_blocking<V>;
-  constexpr int rows = blocking::rows, cols = blocking::cols, width = blocking::width;
+  constexpr int rows = conv2d_tiling<V>::rows, max_vectors = conv2d_tiling<V>::vectors;
+  constexpr int width = gemm_blocking<V>::width;
   const std::int64_t pixels = s.batch * s.out_h * s.out_w;
   if (pixels <= 0 || s.out_c <= 0) return;
   const std::int64_t segment = s.fw * s.in_c, depth = s.fh * segment;
@@ -91,9 +102,22 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
     std::fill(output, output + pixels * s.out_c, V(0));
     return;
   }
-  const std::int64_t panels = (s.out_c + cols - 1) / cols;
-  V* packed_filters = thread_scratch_as<V>(scratch_slot::conv_filter, panels * cols * depth);
-  pack_b(filters, s.out_c, depth, s.out_c, 0, panels, packed_filters);
+  // Output channels go in panels of at most max_vectors vectors, as even as possible;
+  // `fn(first_channel, std::integral_constant<int, panel_vectors>)` visits them.
+  const std::int64_t vectors = (s.out_c + width - 1) / width;
+  const std::int64_t panels = (vectors + max_vectors - 1) / max_vectors;
+  auto for_each_panel = [&](auto&& fn) {
+    for (std::int64_t p = 0; p < panels; ++p) {
+      const std::int64_t first = vectors * p / panels, count = vectors * (p + 1) / panels - first;
+      with_constant<max_vectors>(count, [&](auto panel_vectors) { fn(first * width, panel_vectors); });
+    }
+  };
+  V* packed_filters = thread_scratch_as<V>(scratch_slot::conv_filter, vectors * width * depth);
+  for_each_panel([&](std::int64_t j, auto panel_vectors) {
+    constexpr int panel_cols = decltype(panel_vectors)::value * width;
+    pack_b_panel<panel_cols>(filters + j, s.out_c, depth, std::min<std::int64_t>(panel_cols, s.out_c - j),
+                             packed_filters + j * depth);
+  });
 
   const std::int64_t tiles = (pixels + rows - 1) / rows;
   const std::int64_t tile_work = rows * depth * s.out_c;
@@ -106,24 +130,18 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
     for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
       const std::int64_t first = tile * rows, height = std::min<std::int64_t>(rows, pixels - first);
       gather_window_rows<rows>(input, s, first, pixels, zeros, zeros + segment, window_rows);
-      V* out = output + first * s.out_c;
-      for (std::int64_t j = 0; j < s.out_c; j += cols) {
+      // Each panel's filter slice streams from L2 while the tile's windows stay in L1.
+      for_each_panel([&](std::int64_t j, auto panel_vectors) {
+        constexpr int nv = decltype(panel_vectors)::value, panel_cols = nv * width;
         const V* b_panel = packed_filters + j * depth;
-        const std::int64_t panel_cols = std::min<std::int64_t>(cols, s.out_c - j);
-        auto multiply = [&](auto vectors) {
-          constexpr int nv = decltype(vectors)::value;
-          xsimd::batch<V> acc[rows][nv];
-          clear_tile(acc);
-          for (std::int64_t kh = 0; kh < s.fh; ++kh)
-            multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * cols,
-                                    cols, acc);
-          store_tile(acc, out + j, s.out_c, height, panel_cols, false);
-        };
-        if (panel_cols > width)
-          multiply(std::integral_constant<int, blocking::vectors>{});
-        else
-          multiply(std::integral_constant<int, 1>{});
-      }
+        xsimd::batch<V> acc[rows][nv];
+        clear_tile(acc);
+        for (std::int64_t kh = 0; kh < s.fh; ++kh)
+          multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * panel_cols,
+                                  panel_cols, acc);
+        store_tile(acc, output + first * s.out_c + j, s.out_c, height, std::min<std::int64_t>(panel_cols, s.out_c - j),
+                   false);
+      });
     }
   });
 }

@@ -204,12 +204,12 @@ KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], 
   }
 }
 
-/// Calls `fn(std::integral_constant<int, r>{})` for the runtime `rows` in [1, Max],
-/// so that edge tiles run a kernel compiled for their exact height.
+/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
+/// that edge tiles run a kernel compiled for their exact size.
 template <int Max, class F>
-KILN_ALWAYS_INLINE void with_rows(std::int64_t rows, F&& fn) {
+KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
   if constexpr (Max > 1) {
-    if (rows < Max) return with_rows<Max - 1>(rows, std::forward<F>(fn));
+    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
   }
   fn(std::integral_constant<int, Max>{});
 }
@@ -357,7 +357,7 @@ void gemm_small(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std:
   auto columns = [&](auto vectors, const V* b_cols, std::int64_t b_stride, std::int64_t j, std::int64_t cols) {
     constexpr int nv = decltype(vectors)::value;
     for (std::int64_t i = 0; i < m; i += tile_rows) {
-      with_rows<tile_rows>(std::min<std::int64_t>(tile_rows, m - i), [&](auto height) {
+      with_constant<tile_rows>(std::min<std::int64_t>(tile_rows, m - i), [&](auto height) {
         constexpr int mr = decltype(height)::value;
         batch acc[mr][nv];
         clear_tile(acc);
