@@ -33,6 +33,14 @@ struct conv_operands {
 };
 
 const bool registered = [] {
+  register_case("conv2d_seed", "kiln", threads, [](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    auto& m = conv_operands::get();
+    const kiln::tensor input = to_kiln(m.input.get(), kiln::shape{1, height, width, in_channels});
+    const kiln::tensor filters = to_kiln(m.filters.get(), kiln::shape{kernel, kernel, in_channels, out_channels});
+    for (auto _ : state) benchmark::DoNotOptimize(kiln::conv2d(input, filters, {1, 1}, "VALID"));
+    set_flops(state, flops);
+  });
 #if KILN_BENCH_HAS_TORCH
   register_case("conv2d_seed", "libtorch", threads, [](benchmark::State& state) {
     at::set_num_threads(threads);

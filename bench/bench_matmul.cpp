@@ -37,6 +37,14 @@ struct matmul_operands {
 };
 
 void register_matmul(int threads) {
+  register_case("matmul_1024", "kiln", threads, [threads](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    auto& m = matmul_operands::get();
+    const kiln::tensor a = to_kiln(m.a.get(), kiln::shape{n, n});
+    const kiln::tensor b = to_kiln(m.b.get(), kiln::shape{n, n});
+    for (auto _ : state) benchmark::DoNotOptimize(kiln::matmul(a, b));
+    set_flops(state, flops);
+  });
 #if KILN_BENCH_HAS_OPENBLAS
   register_case("matmul_1024", "openblas", threads, [threads](benchmark::State& state) {
     openblas_set_num_threads(threads);

@@ -7,6 +7,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,8 +15,12 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <omp.h>
+
+#include <kiln/kiln.hpp>
 
 namespace kiln::bench {
 
@@ -58,6 +63,13 @@ inline void fill_pattern(float* p, std::int64_t n, std::uint32_t seed) {
   }
 }
 
+/// A kiln tensor holding a copy of `p[0..size)` in the given shape, so kiln and the
+/// peers compute on the same values.
+/// Example: `kiln::tensor a = to_kiln(m.a.get(), kiln::shape{large_size});`
+inline kiln::tensor to_kiln(const float* p, const kiln::shape& s) {
+  return kiln::constant(std::vector<float>(p, p + s.num_elements()), s);
+}
+
 /// The three 16M-element arrays of the streaming cases (inputs a, b; output c),
 /// created on first use and shared by every peer.
 struct large_arrays {
@@ -96,13 +108,23 @@ void parallel_ranges(int threads, std::int64_t n, Body&& body) {
   }
 }
 
+/// How long idle worker threads of a multi-threaded peer may keep spinning after its
+/// last call: OpenBLAS's spin for 2^28 cycles (about 0.1 s) before they sleep.
+inline constexpr std::chrono::milliseconds spin_down_time{150};
+
 /// Registers `fn` as `<case_name>/<peer>/threads:<threads>`, timed in wall-clock time
-/// (the only fair clock for multi-threaded peers).
+/// (the only fair clock for multi-threaded peers). After a multi-threaded case, the
+/// untimed tail waits until its library's workers stop spinning, so that they do not
+/// steal one of the two cores from whichever case runs next.
 /// Example: `register_case("add_16M", "eigen", 1, [](benchmark::State& s) { ... });`
 inline benchmark::internal::Benchmark* register_case(const std::string& case_name, const std::string& peer,
                                                      int threads, std::function<void(benchmark::State&)> fn) {
   const std::string name = case_name + "/" + peer + "/threads:" + std::to_string(threads);
-  return benchmark::RegisterBenchmark(name.c_str(), [fn = std::move(fn)](benchmark::State& s) { fn(s); })
+  return benchmark::RegisterBenchmark(name.c_str(),
+                                      [fn = std::move(fn), threads](benchmark::State& s) {
+                                        fn(s);
+                                        if (threads > 1) std::this_thread::sleep_for(spin_down_time);
+                                      })
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
