@@ -14,6 +14,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/core/parallel.hpp"
@@ -27,30 +28,62 @@ inline constexpr std::int64_t copy_grain_bytes = std::int64_t(1) << 18;
 
 /// Side of the square tiles of a transpose: a 32x32 tile of float64 is 8 KiB read
 /// and 8 KiB written, well within L1.
-inline constexpr std::int64_t transpose_tile = 32;
+inline constexpr std::int64_t transpose_tile_side = 32;
 
-/// Moves trivially copyable elements of `Size` bytes; offsets are in elements.
+// Movers copy elements between buffers, offsets counted in elements. Their loops
+// take everything as value parameters: the compiler must assume a byte store may
+// alias any memory, so a loop bound read through a reference would be reloaded on
+// every element.
+
+/// Moves trivially copyable elements of `Size` bytes.
 template <std::size_t Size>
 struct byte_mover {
-  static constexpr std::int64_t grain = std::max<std::int64_t>(1, copy_grain_bytes / std::int64_t(Size));
+  static constexpr std::int64_t size = Size;
+  static constexpr std::int64_t grain = std::max<std::int64_t>(1, copy_grain_bytes / size);
+
+  static const unsigned char* at(const void* p, std::int64_t i) { return static_cast<const unsigned char*>(p) + i * size; }
+  static unsigned char* at(void* p, std::int64_t i) { return static_cast<unsigned char*>(p) + i * size; }
+  /// dst[to + i] = src[from + i] for i < count.
   static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
-    std::memcpy(static_cast<unsigned char*>(dst) + to * std::int64_t(Size),
-                static_cast<const unsigned char*>(src) + from * std::int64_t(Size), std::size_t(count) * Size);
+    if (count == 1)  // runs of one element are common (stack along the last axis); skip the call
+      std::memcpy(at(dst, to), at(src, from), Size);
+    else
+      std::memcpy(at(dst, to), at(src, from), std::size_t(count) * Size);
   }
-  static void copy_one(void* dst, std::int64_t to, const void* src, std::int64_t from) {
-    std::memcpy(static_cast<unsigned char*>(dst) + to * std::int64_t(Size),
-                static_cast<const unsigned char*>(src) + from * std::int64_t(Size), Size);
+  /// dst[to + i] = src[from + i * step] for i < count.
+  static void copy_strided(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t step,
+                           std::int64_t count) {
+    unsigned char* d = at(dst, to);
+    const unsigned char* s = at(src, from);
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(d + i * size, s + i * step * size, Size);
+  }
+  /// dst[to + i] = src[from + indices[i]] for i < count.
+  template <class I>
+  static void copy_indexed(void* dst, std::int64_t to, const void* src, std::int64_t from, const I* indices,
+                           std::int64_t count) {
+    unsigned char* d = at(dst, to);
+    const unsigned char* s = at(src, from);
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(d + i * size, s + std::int64_t(indices[i]) * size, Size);
   }
 };
 
 /// Moves std::string elements by assignment (the output's strings already exist).
 struct string_mover {
   static constexpr std::int64_t grain = copy_grain_bytes / std::int64_t(sizeof(std::string));
+
+  static const std::string* at(const void* p, std::int64_t i) { return static_cast<const std::string*>(p) + i; }
+  static std::string* at(void* p, std::int64_t i) { return static_cast<std::string*>(p) + i; }
   static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
-    std::copy_n(static_cast<const std::string*>(src) + from, count, static_cast<std::string*>(dst) + to);
+    std::copy_n(at(src, from), count, at(dst, to));
   }
-  static void copy_one(void* dst, std::int64_t to, const void* src, std::int64_t from) {
-    static_cast<std::string*>(dst)[to] = static_cast<const std::string*>(src)[from];
+  static void copy_strided(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t step,
+                           std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) *at(dst, to + i) = *at(src, from + i * step);
+  }
+  template <class I>
+  static void copy_indexed(void* dst, std::int64_t to, const void* src, std::int64_t from, const I* indices,
+                           std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) *at(dst, to + i) = *at(src, from + std::int64_t(indices[i]));
   }
 };
 
@@ -119,11 +152,10 @@ void copy_walk(const strided_walk& w, const void* src, void* dst) {
     }
     for (std::int64_t to = lo; to < hi;) {
       const std::int64_t len = std::min(run - idx[r - 1], hi - to);
-      if (step == 1) {
+      if (step == 1)
         Mover::copy(dst, to, src, from, len);
-      } else {
-        for (std::int64_t j = 0; j < len; ++j) Mover::copy_one(dst, to + j, src, from + j * step);
-      }
+      else
+        Mover::copy_strided(dst, to, src, from, step, len);
       to += len;
       from += len * step;
       idx[r - 1] += len;
@@ -136,9 +168,26 @@ void copy_walk(const strided_walk& w, const void* src, void* dst) {
   });
 }
 
+/// Copies a `rows` x `cols` tile that a transpose turns around:
+/// `dst[i * dst_stride + j] = src[i + j * src_stride]`. Trivially copyable elements
+/// go through a buffer in L1, read and written a whole row at a time: rows far apart
+/// in memory often share cache sets, so reading them a column at a time would evict
+/// them before they are used up.
+template <class Mover>
+void transpose_tile(const void* src, std::int64_t src_stride, void* dst, std::int64_t dst_stride, std::int64_t rows,
+                    std::int64_t cols) {
+  if constexpr (std::is_same_v<Mover, string_mover>) {  // a string copy costs more than any cache miss
+    for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, src, i, src_stride, cols);
+  } else {
+    constexpr std::int64_t t = transpose_tile_side;
+    alignas(buffer_alignment) unsigned char buffer[t * t * Mover::size];  // buffer[j][i] = src[i + j * src_stride]
+    for (std::int64_t j = 0; j < cols; ++j) Mover::copy(buffer, j * t, src, j * src_stride, rows);
+    for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, buffer, i, t, cols);
+  }
+}
+
 /// Copies a walk whose input-contiguous dim `q` is not the last one (a transpose
-/// that moves the innermost dim) in square tiles over dims `q` and `last`: a tile's
-/// input rows and output rows both stay in cache while it is copied.
+/// that moves the innermost dim) in square tiles over dims `q` and `last`.
 template <class Mover>
 void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
   const int last = w.rank - 1;
@@ -147,7 +196,7 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
     out_stride[d] = acc;
     acc *= w.dims[d];
   }
-  constexpr std::int64_t t = transpose_tile;
+  constexpr std::int64_t t = transpose_tile_side;
   const std::int64_t tiles_q = (w.dims[q] + t - 1) / t, tiles_last = (w.dims[last] + t - 1) / t;
   const std::int64_t tasks = w.size() / (w.dims[q] * w.dims[last]) * tiles_q * tiles_last;
   detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
@@ -157,28 +206,26 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
       rest /= tiles_last;
       const std::int64_t q0 = rest % tiles_q * t;
       rest /= tiles_q;
-      std::int64_t from = w.base, to = 0;
+      std::int64_t from = w.base + q0 + l0 * w.stride[last], to = q0 * out_stride[q] + l0;
       for (int d = last - 1; d >= 0; --d) {
         if (d == q) continue;
         from += rest % w.dims[d] * w.stride[d];
         to += rest % w.dims[d] * out_stride[d];
         rest /= w.dims[d];
       }
-      const std::int64_t q1 = std::min(q0 + t, w.dims[q]), l1 = std::min(l0 + t, w.dims[last]);
-      for (std::int64_t i = q0; i < q1; ++i)
-        for (std::int64_t j = l0; j < l1; ++j)
-          Mover::copy_one(dst, to + i * out_stride[q] + j, src, from + i + j * w.stride[last]);
+      transpose_tile<Mover>(Mover::at(src, from), w.stride[last], Mover::at(dst, to), out_stride[q],
+                            std::min(t, w.dims[q] - q0), std::min(t, w.dims[last] - l0));
     }
   });
 }
 
 /// Concatenation along a dim: the output is `outer` rows, each made of one run of
-/// `in[k].size() / outer` elements from every input k in turn.
-template <class Mover>
-void join(std::span<const buffer_view> in, std::int64_t outer, const buffer_view& out) {
+/// `run(k)` elements from every input k in turn.
+template <class Mover, class Run>
+void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const buffer_view& out) {
   const std::int64_t row = out.size() / outer;
-  auto run = [&](std::size_t k) { return in[k].size() / outer; };
   detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    const std::size_t inputs = in.size();
     std::int64_t o = lo / row, p = lo % row, start = 0;  // row o, position p in it, input k starts at `start`
     std::size_t k = 0;
     while (p >= start + run(k)) start += run(k++);
@@ -189,7 +236,7 @@ void join(std::span<const buffer_view> in, std::int64_t outer, const buffer_view
       p += len;
       if (p - start == r) {
         start += r;
-        if (++k == in.size()) {
+        if (++k == inputs) {
           k = 0;
           start = p = 0;
           ++o;
@@ -199,41 +246,40 @@ void join(std::span<const buffer_view> in, std::int64_t outer, const buffer_view
   });
 }
 
+/// The product of dims [first, last) of `s`.
+inline std::int64_t elements_between(const shape& s, int first, int last) {
+  std::int64_t n = 1;
+  for (int d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
 /// Gather as `outer x m` rows of `inner` elements: row (o, j) of the output is row
 /// (o, indices[j]) of the input, viewed as `outer x n x inner`. The indices were
 /// checked by ops::check_values.
 template <class Mover, class I>
 void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axis, const buffer_view& out) {
-  std::int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int d = axis + 1; d < x.shape.rank(); ++d) inner *= x.shape[d];
-  const std::int64_t n = x.shape[axis];
+  const std::int64_t n = x.shape[axis], inner = elements_between(x.shape, axis + 1, x.shape.rank());
   detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
-    std::int64_t col = lo % inner, o = lo / inner / m, j = lo / inner % m;
+    std::int64_t col = lo % inner, j = lo / inner % m, row_base = lo / inner / m * n;  // row_base: o * n
     for (std::int64_t to = lo; to < hi;) {
-      const std::int64_t from = (o * n + std::int64_t(indices[j])) * inner + col;
-      std::int64_t len = 1;
-      if (inner == 1) {
-        Mover::copy_one(out.data, to, x.data, from);
+      if (inner == 1) {  // one element per index: copy the elements of a run of indices
+        const std::int64_t len = std::min(m - j, hi - to);
+        Mover::copy_indexed(out.data, to, x.data, row_base, indices + j, len);
+        to += len;
+        j += len;
       } else {
-        len = std::min(inner - col, hi - to);
-        Mover::copy(out.data, to, x.data, from, len);
+        const std::int64_t len = std::min(inner - col, hi - to);
+        Mover::copy(out.data, to, x.data, (row_base + std::int64_t(indices[j])) * inner + col, len);
+        to += len;
+        col = 0;
+        ++j;
       }
-      to += len;
-      col = 0;
-      if (++j == m) {
+      if (j == m) {
         j = 0;
-        ++o;
+        row_base += n;
       }
     }
   });
-}
-
-/// The product of the first `count` dims of `s`.
-inline std::int64_t leading_elements(const shape& s, int count) {
-  std::int64_t n = 1;
-  for (int d = 0; d < count; ++d) n *= s[d];
-  return n;
 }
 
 }  // namespace cpu
@@ -264,13 +310,19 @@ inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_vi
 }
 
 inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
-  const std::int64_t outer = cpu::leading_elements(out.shape, ops::normalize_axis(op.axis, out.shape.rank()));
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, out); });
+  const shape& os = out.shape;
+  const int a = ops::normalize_axis(op.axis, os.rank());
+  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
 inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
-  const std::int64_t outer = cpu::leading_elements(out.shape, ops::normalize_axis(op.axis, out.shape.rank()));
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, out); });
+  const shape& os = out.shape;
+  const int a = ops::normalize_axis(op.axis, os.rank());
+  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  auto run = [inner](std::size_t) { return inner; };
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
 inline void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
