@@ -31,6 +31,7 @@
 #if KILN_HAS_THRUST
 #include "kiln/backend/thrust/memory.hpp"
 #include "kiln/backend/thrust/elementwise.hpp"
+#include "kiln/backend/thrust/reduction.hpp"
 #endif
 
 #include "kiln/eager/apply.hpp"
