@@ -32,6 +32,7 @@
 #include "kiln/backend/thrust/memory.hpp"
 #include "kiln/backend/thrust/elementwise.hpp"
 #include "kiln/backend/thrust/reduction.hpp"
+#include "kiln/backend/thrust/shape_ops.hpp"
 #endif
 
 #include "kiln/eager/apply.hpp"
