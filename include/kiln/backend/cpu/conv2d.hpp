@@ -20,15 +20,6 @@
 namespace kiln::backend::cpu {
 namespace detail {
 
-/// Reads rows of A in place through one pointer per row.
-template <class V>
-struct pointer_rows {
-  const V* const* row;
-  std::int64_t p = 0;
-  KILN_ALWAYS_INLINE V at(int r) const { return row[r][p]; }
-  KILN_ALWAYS_INLINE void advance() { ++p; }
-};
-
 /// The geometry of one conv2d call (see kiln::backend::cpu::conv2d for the meaning).
 struct conv2d_shape {
   std::int64_t batch, in_h, in_w, in_c;

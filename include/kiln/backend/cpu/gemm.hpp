@@ -8,8 +8,10 @@
 /// twin type), so overflow is never undefined behaviour.
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -32,9 +34,10 @@ using gemm_compute_t =
 /// Register tile and cache blocks of the micro-kernels for compute type `V`.
 /// A tile is `rows` rows of C by `vectors` SIMD vectors of columns; its accumulators
 /// (`rows * vectors` registers) must fit the register file with room for the B row
-/// and the broadcast A value. `depth` (KC) keeps a packed B panel of `depth x cols`
-/// in L1, `row_block` (MC) keeps a packed `row_block x depth` block of A in L2, and
-/// `col_block` (NC) bounds the packed block of B that all threads share.
+/// and the broadcast A value. A packed B panel (`depth x cols`, KC x NR) is reused by
+/// the row tiles of a `row_block x depth` block of A (MC x KC) that stays in L2;
+/// `col_block` (NC) bounds the packed block of B that all threads share. The sizes
+/// were tuned against OpenBLAS on AVX-512.
 template <class V>
 struct gemm_blocking {
   using batch = xsimd::batch<V>;
@@ -48,15 +51,15 @@ struct gemm_blocking {
   static constexpr std::int64_t col_block = 3072;
 };
 
-/// Below this many multiply-adds (m * n * k) a product reads A and B in place
-/// instead of packing them.
-inline constexpr std::int64_t gemm_small_work = 32 * 32 * 32;
+/// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
+/// packing it.
+inline constexpr std::int64_t gemm_direct_work = 64 * 64 * 64;
 /// Below this many multiply-adds a product runs on the calling thread alone: waking
 /// the pool costs more than it saves.
 inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
 
 /// Buffers of `thread_scratch` that can be live at the same time on one thread.
-enum class scratch_slot : int { gemm_a, gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
+enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
 
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
@@ -110,21 +113,60 @@ KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, 
 #endif
 }
 
-/// Reads a packed panel of A: `rows` values per k, k after k.
-template <class V, int Rows>
-struct packed_rows {
-  const V* data;
-  KILN_ALWAYS_INLINE V at(int r) const { return data[r]; }
-  KILN_ALWAYS_INLINE void advance() { data += Rows; }
-};
-
-/// Reads rows of A in place: row r starts `stride` elements after row r - 1.
+/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
+/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
 template <class V>
-struct strided_rows {
-  const V* data;
-  std::int64_t stride;
-  KILN_ALWAYS_INLINE V at(int r) const { return data[r * stride]; }
-  KILN_ALWAYS_INLINE void advance() { ++data; }
+KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size] = {};
+  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return batch::load_aligned(lanes);
+}
+
+/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
+/// p + count.
+template <class V>
+KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  x.store_aligned(lanes);
+  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
+/// Reads rows of A in place through one pointer per row (rows of a tile need not be
+/// evenly spaced: edge tiles repeat their last row, convolutions point into images).
+template <class V>
+struct pointer_rows {
+  const V* const* row;
+  std::int64_t p = 0;
+  KILN_ALWAYS_INLINE V at(int r) const { return row[r][p]; }
+  KILN_ALWAYS_INLINE void advance() { ++p; }
 };
 
 /// Asks the cache for the line `bytes` past `p`. The address is formed as an integer
@@ -139,7 +181,8 @@ KILN_ALWAYS_INLINE void prefetch_ahead(const void* p, std::ptrdiff_t bytes) {
 inline constexpr std::ptrdiff_t gemm_prefetch_rows = 32;
 
 /// Adds A[Rows x kc] * B[kc x Vectors*width] to the accumulators `acc`. A is read
-/// through `a` (see packed_rows, strided_rows), B row p starts at `b + p * ldb`.
+/// through `a` (`a.at(r)` is row r at the current k, `a.advance()` moves to the next
+/// k; see pointer_rows), B row p starts at `b + p * ldb`.
 template <int Rows, int Vectors, class V, class ARows>
 KILN_ALWAYS_INLINE void multiply_tile(std::int64_t kc, ARows a, const V* KILN_RESTRICT b, std::int64_t ldb,
                                       xsimd::batch<V> (&acc)[Rows][Vectors]) {
@@ -171,8 +214,8 @@ KILN_ALWAYS_INLINE void clear_tile(xsimd::batch<V> (&acc)[Rows][Vectors]) {
 }
 
 /// Writes the top-left `rows x cols` of a tile to C (row stride `ldc`), adding to what
-/// is there when `accumulate`. Full tiles go straight from registers; edge tiles go
-/// through a buffer so nothing outside C is touched.
+/// is there when `accumulate`. Edge tiles use partial stores, so nothing outside C is
+/// touched.
 template <int Rows, int Vectors, class V>
 KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], V* c, std::int64_t ldc,
                                    std::int64_t rows, std::int64_t cols, bool accumulate) {
@@ -191,17 +234,16 @@ KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], 
       }
     return;
   }
-  alignas(64) V tile[Rows * tile_cols];
-  for (int r = 0; r < Rows; ++r)
-    for (int v = 0; v < Vectors; ++v) acc[r][v].store_aligned(tile + r * tile_cols + v * width);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    V* dst = c + r * ldc;
-    const V* src = tile + r * tile_cols;
-    if (accumulate)
-      for (std::int64_t j = 0; j < cols; ++j) dst[j] += src[j];
-    else
-      std::copy(src, src + cols, dst);
-  }
+  for (std::int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) {
+      const std::int64_t count = std::min<std::int64_t>(width, cols - v * width);
+      if (count <= 0) break;
+      V* dst = c + r * ldc + v * width;
+      batch x = acc[r][v];
+      if (accumulate) x += load_partial(dst, count);
+      store_partial(x, dst, count);
+    }
 }
 
 /// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
@@ -221,16 +263,15 @@ KILN_ALWAYS_INLINE void pack_b_panel(const V* b, std::int64_t ldb, std::int64_t 
   using batch = xsimd::batch<V>;
   constexpr int width = int(batch::size);
   if (cols == Cols) {
-    // Whole vectors: std::copy of a runtime-sized row would call memmove per row.
     for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols)
 #pragma GCC unroll 8
       for (int v = 0; v < Cols / width; ++v) batch::load_unaligned(b + v * width).store_aligned(dst + v * width);
     return;
   }
-  for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols) {
-    std::copy(b, b + cols, dst);
-    std::fill(dst + cols, dst + Cols, V(0));
-  }
+  for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols)
+#pragma GCC unroll 8
+    for (int v = 0; v < Cols / width; ++v)
+      load_partial(b + v * width, std::clamp<std::int64_t>(cols - v * width, 0, width)).store_aligned(dst + v * width);
 }
 
 /// Packs a `kc x nc` block of B into panels of `gemm_blocking<V>::cols` columns,
@@ -245,46 +286,43 @@ void pack_b(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t nc, std:
   }
 }
 
-/// Packs an `mc x kc` block of A into panels of `gemm_blocking<V>::rows` rows stored k
-/// after k; rows past `mc` are zero.
-template <class V>
-void pack_a(const V* a, std::int64_t lda, std::int64_t mc, std::int64_t kc, V* dst) {
-  constexpr int rows = gemm_blocking<V>::rows;
-  for (std::int64_t i = 0; i < mc; i += rows, dst += rows * kc) {
-    const std::int64_t height = std::min<std::int64_t>(rows, mc - i);
-    const V* src = a + i * lda;
-    if (height == rows) {
-      for (std::int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 16
-        for (int r = 0; r < rows; ++r) dst[p * rows + r] = src[r * lda + p];
-    } else {
-      for (std::int64_t p = 0; p < kc; ++p)
-        for (int r = 0; r < rows; ++r) dst[p * rows + r] = r < height ? src[r * lda + p] : V(0);
-    }
+/// Calls `fn(std::integral_constant<int, h>{})` with the smallest tile height h in
+/// {1, 2, 4, 8, ..., Rows} that holds `height` rows: edge tiles get a kernel close to
+/// their size without compiling one for every height.
+template <int Rows, class F>
+KILN_ALWAYS_INLINE void with_tile_height(std::int64_t height, F&& fn) {
+  if constexpr (Rows > 1) {
+    constexpr int smaller = int(std::bit_floor(unsigned(Rows - 1)));
+    if (height <= smaller) return with_tile_height<smaller>(height, std::forward<F>(fn));
   }
+  fn(std::integral_constant<int, Rows>{});
 }
 
-/// C[mc x nc] (+)= packed A block * packed B block, tile by tile: each B panel stays
-/// in L1 while the A panels stream past it.
-template <class V>
-void multiply_packed(std::int64_t mc, std::int64_t nc, std::int64_t kc, const V* ap, const V* bp, V* c,
-                     std::int64_t ldc, bool accumulate) {
-  using blocking = gemm_blocking<V>;
-  constexpr int rows = blocking::rows, vectors = blocking::vectors, cols = blocking::cols;
-  for (std::int64_t j = 0; j < nc; j += cols) {
-    const V* b_panel = bp + j * kc;
-    for (std::int64_t i = 0; i < mc; i += rows) {
-      V* c_tile = c + i * ldc + j;
-      // C is far away in memory: start fetching it now, it is needed after the k loop.
-      for (std::int64_t r = 0, height = std::min<std::int64_t>(rows, mc - i); r < height; ++r) {
-        __builtin_prefetch(c_tile + r * ldc, 1);
-        __builtin_prefetch(c_tile + r * ldc + std::min<std::int64_t>(cols, nc - j) - 1, 1);
-      }
-      xsimd::batch<V> acc[rows][vectors];
-      clear_tile(acc);
-      multiply_tile<rows, vectors>(kc, packed_rows<V, rows>{ap + i * kc}, b_panel, cols, acc);
-      store_tile(acc, c_tile, ldc, std::min<std::int64_t>(rows, mc - i), std::min<std::int64_t>(cols, nc - j), accumulate);
+/// C[m x cols] (+)= A[m x kc] * B[kc x cols] for one panel of at most `Vectors`
+/// vectors of columns: A is read in place (row stride lda), B rows start at
+/// b + p * ldb and must be readable for Vectors whole vectors. Each B panel stays in
+/// cache while the row tiles pass over it.
+template <int Vectors, class V>
+void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V* a, std::int64_t lda, const V* b,
+                    std::int64_t ldb, V* c, std::int64_t ldc, bool accumulate) {
+  constexpr int rows = gemm_blocking<V>::rows;
+  for (std::int64_t i = 0; i < m; i += rows) {
+    const std::int64_t height = std::min<std::int64_t>(rows, m - i);
+    V* c_tile = c + i * ldc;
+    // C is far away in memory: start fetching it now, it is needed after the k loop.
+    for (std::int64_t r = 0; r < height; ++r) {
+      __builtin_prefetch(c_tile + r * ldc, 1);
+      __builtin_prefetch(c_tile + r * ldc + cols - 1, 1);
     }
+    with_tile_height<rows>(height, [&](auto tile_height) {
+      constexpr int h = decltype(tile_height)::value;
+      const V* row[h];
+      for (int r = 0; r < h; ++r) row[r] = a + (i + std::min<std::int64_t>(r, height - 1)) * lda;
+      xsimd::batch<V> acc[h][Vectors];
+      clear_tile(acc);
+      multiply_tile<h, Vectors>(kc, pointer_rows<V>{row}, b, ldb, acc);
+      store_tile(acc, c_tile, ldc, height, cols, accumulate);
+    });
   }
 }
 
@@ -305,8 +343,9 @@ void run_tasks(kiln::detail::thread_pool* pool, std::int64_t tasks, F&& fn) {
   pool->run(tasks, fn);
 }
 
-/// The blocked, packed product for large matrices (see gemm_blocking). Every thread
-/// packs its own blocks of A; the block of B is packed once and shared.
+/// The blocked product for large matrices (see gemm_blocking): blocks of B are packed
+/// once and shared by the threads, which split the rows of C (and its columns when
+/// there are too few rows) and read A in place.
 template <class V>
 void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
                  std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
@@ -314,15 +353,14 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
   const std::int64_t threads = pool ? pool->size() : 1;
   const std::int64_t nc_max = even_split(n, (n + blocking::col_block - 1) / blocking::col_block, blocking::cols);
   const std::int64_t kc_max = even_split(k, (k + blocking::depth - 1) / blocking::depth, 8);
-  // Row blocks come in multiples of the thread count so that threads finish together;
-  // when there are too few rows, threads also split the columns.
+  // Row blocks come in multiples of the thread count so that threads finish together.
   std::int64_t row_tasks = (m + blocking::row_block - 1) / blocking::row_block;
   row_tasks = std::min((row_tasks + threads - 1) / threads * threads, (m + blocking::rows - 1) / blocking::rows);
   const std::int64_t mc_max = even_split(m, row_tasks, blocking::rows);
   row_tasks = (m + mc_max - 1) / mc_max;
   const std::int64_t col_groups = row_tasks >= threads ? 1 : (threads + row_tasks - 1) / row_tasks;
 
-  V* bp = thread_scratch_as<V>(scratch_slot::gemm_b, nc_max * kc_max + blocking::cols * kc_max);
+  V* bp = thread_scratch_as<V>(scratch_slot::gemm_b, (nc_max + blocking::cols) * kc_max);
   for (std::int64_t jc = 0; jc < n; jc += nc_max) {
     const std::int64_t nc = std::min(nc_max, n - jc);
     const std::int64_t panels = (nc + blocking::cols - 1) / blocking::cols;
@@ -335,65 +373,105 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
       });
       run_tasks(pool, row_tasks * col_groups, [&](std::int64_t t) {
         const std::int64_t ic = (t / col_groups) * mc_max, mc = std::min(mc_max, m - ic);
-        const std::int64_t first = (t % col_groups) * panels_per_group * blocking::cols;
-        if (first >= nc) return;
-        const std::int64_t width = std::min(panels_per_group * blocking::cols, nc - first);
-        V* ap = thread_scratch_as<V>(scratch_slot::gemm_a, (mc_max + blocking::rows) * kc_max);
-        pack_a(a + ic * lda + pc, lda, mc, kc, ap);
-        multiply_packed(mc, width, kc, ap, bp + first * kc, c + ic * ldc + jc + first, ldc, pc != 0);
+        const std::int64_t first = (t % col_groups) * panels_per_group, last = std::min(panels, first + panels_per_group);
+        for (std::int64_t panel = first; panel < last; ++panel) {
+          const std::int64_t j = panel * blocking::cols, cols = std::min<std::int64_t>(blocking::cols, nc - j);
+          // The last panel skips its vectors that hold only zero padding.
+          with_constant<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
+            multiply_panel<decltype(vectors)::value>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
+                                                     c + ic * ldc + jc + j, ldc, pc != 0);
+          });
+        }
       });
     }
   }
 }
 
-/// The product for small matrices: A is read in place, B too except for its last
-/// columns when they do not fill a SIMD vector, which are copied zero-padded.
+/// The product without packing, for small matrices and few rows: A and B are read in
+/// place, except the last columns of B when they do not fill a panel, which are copied
+/// zero-padded. Threads split rows and panels.
 template <class V>
-void gemm_small(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
-                std::int64_t ldb, V* c, std::int64_t ldc) {
+void gemm_direct(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
+                 std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
+  using blocking = gemm_blocking<V>;
+  const std::int64_t full_panels = n / blocking::cols, tail = n - full_panels * blocking::cols;
+  const std::int64_t tail_vectors = (tail + blocking::width - 1) / blocking::width;
+  const std::int64_t panels = full_panels + (tail > 0);
+  V* tail_panel = nullptr;
+  if (tail > 0) {
+    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * tail_vectors * blocking::width);
+    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+      pack_b_panel<decltype(vectors)::value * blocking::width>(b + full_panels * blocking::cols, ldb, k, tail,
+                                                              tail_panel);
+    });
+  }
+  const std::int64_t threads = pool ? pool->size() : 1;
+  const std::int64_t row_tasks = std::min((m + blocking::rows - 1) / blocking::rows, (2 * threads + panels - 1) / panels);
+  const std::int64_t mc = even_split(m, row_tasks, blocking::rows);
+  run_tasks(pool, row_tasks * panels, [&](std::int64_t t) {
+    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * blocking::cols;
+    if (i >= m) return;
+    const std::int64_t rows = std::min(mc, m - i);
+    if (panel < full_panels) {
+      multiply_panel<blocking::vectors>(rows, blocking::cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                                        false);
+      return;
+    }
+    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+      constexpr int nv = decltype(vectors)::value;
+      multiply_panel<nv>(rows, tail, k, a + i * lda, lda, tail_panel, nv * blocking::width, c + i * ldc + j, ldc, false);
+    });
+  });
+}
+
+/// C[m x 1] = A * b for a single column: one dot product per row, vectorized along k.
+template <class V>
+void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, const V* b, std::int64_t ldb, V* c,
+                 std::int64_t ldc, kiln::detail::thread_pool* pool) {
   using batch = xsimd::batch<V>;
   constexpr int width = int(batch::size);
-  constexpr int tile_rows = 4;
-  auto columns = [&](auto vectors, const V* b_cols, std::int64_t b_stride, std::int64_t j, std::int64_t cols) {
-    constexpr int nv = decltype(vectors)::value;
-    for (std::int64_t i = 0; i < m; i += tile_rows) {
-      with_constant<tile_rows>(std::min<std::int64_t>(tile_rows, m - i), [&](auto height) {
-        constexpr int mr = decltype(height)::value;
-        batch acc[mr][nv];
-        clear_tile(acc);
-        multiply_tile<mr, nv>(k, strided_rows<V>{a + i * lda, lda}, b_cols, b_stride, acc);
-        store_tile(acc, c + i * ldc + j, ldc, mr, cols, false);
-      });
+  V* column = thread_scratch_as<V>(scratch_slot::gemm_edge, k);
+  for (std::int64_t p = 0; p < k; ++p) column[p] = b[p * ldb];
+  const std::int64_t row_tasks = pool ? std::min<std::int64_t>(m, 4 * pool->size()) : 1;
+  run_tasks(pool, row_tasks, [&](std::int64_t t) {
+    for (std::int64_t i = m * t / row_tasks, end = m * (t + 1) / row_tasks; i < end; ++i) {
+      const V* row = a + i * lda;
+      batch sums[4] = {batch(V(0)), batch(V(0)), batch(V(0)), batch(V(0))};
+      std::int64_t p = 0;
+      for (; p + 4 * width <= k; p += 4 * width)
+        for (int u = 0; u < 4; ++u)
+          sums[u] = multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
+                                 sums[u]);
+      for (; p + width <= k; p += width)
+        sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
+      V sum = xsimd::hadd((sums[0] + sums[1]) + (sums[2] + sums[3]));
+      for (; p < k; ++p) sum += row[p] * column[p];
+      c[i * ldc] = sum;
     }
-  };
-  const std::int64_t full = n / width * width;
-  std::int64_t j = 0;
-  for (; j + 2 * width <= full; j += 2 * width) columns(std::integral_constant<int, 2>{}, b + j, ldb, j, 2 * width);
-  if (j < full) {
-    columns(std::integral_constant<int, 1>{}, b + j, ldb, j, width);
-    j += width;
-  }
-  if (j < n) {
-    V* tail = thread_scratch_as<V>(scratch_slot::gemm_edge, k * width);
-    pack_b_panel<width>(b + j, ldb, k, n - j, tail);
-    columns(std::integral_constant<int, 1>{}, tail, width, j, n - j);
-  }
+  });
 }
 
 /// gemm on compute types (see gemm_compute_t).
 template <class V>
 void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
                   std::int64_t ldb, V* c, std::int64_t ldc) {
+  using blocking = gemm_blocking<V>;
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, V(0));
     return;
   }
   const std::int64_t work = m * n * k;
-  if (work <= gemm_small_work) return gemm_small(m, n, k, a, lda, b, ldb, c, ldc);
-  if (work < gemm_parallel_work) return gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, nullptr);
-  auto pool = kiln::detail::current_pool();
-  gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool->size() > 1 ? pool.get() : nullptr);
+  kiln::detail::thread_pool* pool = nullptr;
+  std::shared_ptr<kiln::detail::thread_pool> held;
+  if (work >= gemm_parallel_work) {
+    held = kiln::detail::current_pool();
+    if (held->size() > 1) pool = held.get();
+  }
+  if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
+  // Packing B pays off only when many rows reuse it.
+  if (work <= gemm_direct_work || m <= 2 * blocking::rows) return gemm_direct(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
 }  // namespace detail
