@@ -1,0 +1,555 @@
+#pragma once
+/// \file
+/// CPU reduction kernels. Size-1 dims are dropped and neighbouring dims with the
+/// same role merged, so most reductions become rows (the reduced elements are
+/// contiguous: SIMD with several accumulators) or columns (a kept contiguous dim
+/// follows the reduced one: SIMD across the kept columns); interleaved axes lists
+/// take a strided path. Every output is a pairwise tree over fixed-size leaves whose
+/// shape depends only on the input's shape: float sums stay accurate, and results
+/// are the same whatever the thread count, because threads only choose who
+/// evaluates which subtree.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kiln/backend/backend.hpp"
+#include "kiln/core/parallel.hpp"
+#include "kiln/ops/math.hpp"
+#include "kiln/ops/reduction.hpp"
+
+namespace kiln::backend {
+namespace cpu {
+
+/// Elements per leaf when the reduced elements are contiguous (or strided): a
+/// float sum adds at most leaf / (SIMD lanes x accumulators) values in sequence.
+inline constexpr std::int64_t reduction_leaf = 4096;
+/// Rows per leaf when reducing columns; argmax counts rows within a leaf in the
+/// element type, which is exact for this many.
+inline constexpr std::int64_t column_leaf_rows = 64;
+/// Elements per parallel task: below this, threads cost more than they save.
+inline constexpr std::int64_t reduction_grain = std::int64_t(1) << 15;
+
+// ---- what a reduction combines ---------------------------------------------------
+// A reducer combines partial results (scalars for sum/max/min, value and index for
+// argmax); value reducers also combine xsimd batches lane by lane.
+
+/// NaN test for scalars and batches. (On AVX-512, xsimd's `!=` is an ordered
+/// compare, so `v != v` is false for NaN there.)
+template <class V>
+auto is_nan(const V& v) {
+  if constexpr (std::is_arithmetic_v<V>)
+    return v != v;
+  else
+    return xsimd::isnan(v);
+}
+
+template <class T>
+struct sum_reducer {
+  using value_type = T;
+  using partial = T;
+  static constexpr bool indexed = false;
+  static constexpr T identity() { return T(0); }
+  template <class V>
+  static V combine(const V& a, const V& b) {
+    return math::add(a, b);
+  }
+  static T horizontal(const xsimd::batch<T>& b) { return xsimd::hadd(b); }
+};
+
+template <class T, bool Largest>
+struct extremum_reducer {
+  using value_type = T;
+  using partial = T;
+  static constexpr bool indexed = false;
+  static constexpr T identity() {
+    using limits = std::numeric_limits<T>;
+    if constexpr (std::is_floating_point_v<T>)
+      return Largest ? -limits::infinity() : limits::infinity();
+    else
+      return Largest ? limits::lowest() : limits::max();
+  }
+  /// The larger (smaller) of `a` and `b`, NaN if either is, as TensorFlow.
+  template <class V>
+  static V combine(const V& a, const V& b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (Largest)
+        return math::select((a > b) | is_nan(a), a, b);
+      else
+        return math::select((a < b) | is_nan(a), a, b);
+    } else if constexpr (Largest) {
+      return math::max(a, b);
+    } else {
+      return math::min(a, b);
+    }
+  }
+  static T horizontal(const xsimd::batch<T>& b) {
+    std::array<T, xsimd::batch<T>::size> lanes;
+    b.store_unaligned(lanes.data());
+    T result = lanes[0];
+    for (std::size_t i = 1; i < lanes.size(); ++i) result = combine(result, lanes[i]);
+    return result;
+  }
+};
+
+/// argmax's partial result: the best value of a range and where it is.
+template <class T>
+struct indexed_value {
+  T value;
+  std::int64_t index;
+};
+
+template <class T>
+struct argmax_reducer {
+  using value_type = T;
+  using partial = indexed_value<T>;
+  static constexpr bool indexed = true;
+  /// Where `a` beats `b`: it is larger, or the first NaN. Scalars or batches.
+  template <class V>
+  static auto beats(const V& a, const V& b) {
+    if constexpr (std::is_floating_point_v<T>)
+      return (a > b) | (is_nan(a) & !is_nan(b));
+    else
+      return a > b;
+  }
+  /// `left` covers smaller indices, so it wins ties.
+  static partial combine(const partial& left, const partial& right) {
+    return beats(right.value, left.value) ? right : left;
+  }
+};
+
+template <ops::reduction_kind K, class T>
+using reducer_for = std::conditional_t<
+    K == ops::reduction_kind::argmax, argmax_reducer<T>,
+    std::conditional_t<K == ops::reduction_kind::max, extremum_reducer<T, true>,
+                       std::conditional_t<K == ops::reduction_kind::min, extremum_reducer<T, false>, sum_reducer<T>>>>;
+
+/// What a reduction writes for a partial result: the value, or argmax's index.
+template <class R>
+auto finish(const typename R::partial& p) {
+  if constexpr (R::indexed)
+    return p.index;
+  else
+    return p;
+}
+
+// ---- the pairwise tree -----------------------------------------------------------
+
+/// Combines leaves [lo, hi) as a binary tree split at the middle, so its shape
+/// depends only on the number of leaves.
+template <class P, class Leaf, class Combine>
+P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& combine) {
+  if (hi - lo == 1) return leaf(lo);
+  const std::int64_t mid = lo + (hi - lo) / 2;
+  P left = pairwise<P>(lo, mid, leaf, combine);
+  return combine(left, pairwise<P>(mid, hi, leaf, combine));
+}
+
+/// The same tree as `pairwise(0, leaves, ...)`, with its subtrees a few levels down
+/// evaluated in parallel and combined above in the same order.
+template <class P, class Leaf, class Combine>
+P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
+  constexpr int split_depth = 5;  // up to 32 subtrees: enough to balance any pool
+  struct range {
+    std::int64_t lo, hi;
+  };
+  std::array<range, 1 << split_depth> subtrees{};
+  int count = 0;
+  auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
+    if (depth == split_depth || hi - lo == 1) {
+      subtrees[count++] = {lo, hi};
+      return;
+    }
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    self(self, lo, mid, depth + 1);
+    self(self, mid, hi, depth + 1);
+  };
+  collect(collect, 0, leaves, 0);
+
+  std::array<P, 1 << split_depth> values;
+  detail::parallel_for(count, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) values[i] = pairwise<P>(subtrees[i].lo, subtrees[i].hi, leaf, combine);
+  });
+
+  int next = 0;
+  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> P {
+    if (depth == split_depth || hi - lo == 1) return values[next++];
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    P left = self(self, lo, mid, depth + 1);
+    return combine(left, self(self, mid, hi, depth + 1));
+  };
+  return fold(fold, 0, leaves, 0);
+}
+
+template <class P, class Leaf, class Combine>
+P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
+}
+
+/// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
+/// many units are spread over the threads, a few large ones are split inside.
+template <class F>
+void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
+  if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
+    for (std::int64_t u = 0; u < units; ++u) task(u, true);
+  } else {
+    detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
+                         [&](std::int64_t lo, std::int64_t hi) {
+                           for (std::int64_t u = lo; u < hi; ++u) task(u, false);
+                         });
+  }
+}
+
+// ---- SIMD helpers shared by scalar and batch code ----------------------------------
+
+template <class V>
+inline constexpr int lanes_of = 1;
+template <class T, class A>
+inline constexpr int lanes_of<xsimd::batch<T, A>> = int(xsimd::batch<T, A>::size);
+
+template <class V, class T>
+void store(const V& v, T* p) {
+  if constexpr (std::is_same_v<V, T>)
+    *p = v;
+  else
+    v.store_unaligned(p);
+}
+
+// ---- rows: the reduced elements are contiguous ------------------------------------
+
+/// Reduces `n` contiguous elements with several independent SIMD accumulators (to
+/// hide the latency of each combine), folded pairwise at the end.
+template <class R, class T>
+T row_leaf(const T* p, std::int64_t n) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  constexpr int accumulators = 8;
+  T result = R::identity();
+  std::int64_t i = 0;
+  if (n >= w) {
+    B total(R::identity());
+    if (n >= accumulators * w) {
+      std::array<B, accumulators> acc;
+      acc.fill(B(R::identity()));
+      for (; i + accumulators * w <= n; i += accumulators * w)
+        for (int k = 0; k < accumulators; ++k) acc[k] = R::combine(acc[k], B::load_unaligned(p + i + k * w));
+      for (int half = accumulators / 2; half > 0; half /= 2)
+        for (int k = 0; k < half; ++k) acc[k] = R::combine(acc[k], acc[k + half]);
+      total = acc[0];
+    }
+    for (; i + w <= n; i += w) total = R::combine(total, B::load_unaligned(p + i));
+    result = R::horizontal(total);
+  }
+  for (; i < n; ++i) result = R::combine(result, p[i]);
+  return result;
+}
+
+/// argmax of `n` contiguous elements whose first has index `first`: the SIMD max,
+/// then a search for its first occurrence while the elements are still in cache.
+template <class T>
+indexed_value<T> row_argmax_leaf(const T* p, std::int64_t n, std::int64_t first) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  const T best = row_leaf<extremum_reducer<T, true>>(p, n);
+  const bool nan = is_nan(best);  // the max is NaN only when there is one
+  std::int64_t i = 0;
+  for (; i + w <= n; i += w) {
+    B v = B::load_unaligned(p + i);
+    if (xsimd::any(nan ? is_nan(v) : v == B(best))) break;
+  }
+  while (i + 1 < n && !(nan ? is_nan(p[i]) : p[i] == best)) ++i;
+  return {best, first + i};
+}
+
+/// The partial result of `n` elements `stride` apart, the first with index `first`,
+/// combined one at a time in order.
+template <class R, class T>
+typename R::partial scalar_leaf(const T* p, std::int64_t n, std::int64_t stride, std::int64_t first) {
+  if constexpr (R::indexed) {
+    typename R::partial acc{p[0], first};
+    for (std::int64_t i = 1; i < n; ++i)
+      if (R::beats(p[i * stride], acc.value)) acc = {p[i * stride], first + i};
+    return acc;
+  } else {
+    T acc = R::identity();
+    for (std::int64_t i = 0; i < n; ++i) acc = R::combine(acc, p[i * stride]);
+    return acc;
+  }
+}
+
+/// The partial result of `n` contiguous elements whose first has index `first`.
+template <class R, class T>
+typename R::partial contiguous_leaf(const T* p, std::int64_t n, std::int64_t first) {
+  if constexpr (R::indexed)
+    return row_argmax_leaf(p, n, first);
+  else
+    return row_leaf<R>(p, n);
+}
+
+template <class R, class T, class Out>
+void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
+  using P = typename R::partial;
+  const std::int64_t leaves = (n + reduction_leaf - 1) / reduction_leaf;
+  auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
+  for_each_unit(rows, n, [&](std::int64_t row, bool parallel) {
+    const T* p = x + row * n;
+    auto leaf = [&](std::int64_t b) {
+      const std::int64_t lo = b * reduction_leaf;
+      return contiguous_leaf<R>(p + lo, std::min(reduction_leaf, n - lo), lo);
+    };
+    out[row] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+  });
+}
+
+// ---- columns: SIMD across the contiguous kept dim ---------------------------------
+
+/// Reduces rows [r0, r1) of a tile of `active` (at most `NB`) vectors of columns,
+/// `load(r, k)` reading the k-th vector of row r. `V` is an xsimd batch, or the
+/// element type itself for a few single columns.
+template <class R, class V, int NB, class Load>
+std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, std::int64_t r0, std::int64_t r1,
+                                                              int active) {
+  using T = typename R::value_type;
+  constexpr int w = lanes_of<V>;
+  std::array<typename R::partial, NB * w> result{};
+  if constexpr (R::indexed) {
+    std::array<V, NB> best, where;  // `where`: the row within the leaf, exact in T
+    for (int k = 0; k < active; ++k) {
+      best[k] = load(r0, k);
+      where[k] = V(T(0));
+    }
+    for (std::int64_t r = r0 + 1; r < r1; ++r) {
+      const V row = V(T(r - r0));
+      for (int k = 0; k < active; ++k) {
+        const V v = load(r, k);
+        const auto better = R::beats(v, best[k]);
+        best[k] = math::select(better, v, best[k]);
+        where[k] = math::select(better, row, where[k]);
+      }
+    }
+    std::array<T, NB * w> values, rows;
+    for (int k = 0; k < active; ++k) {
+      store(best[k], values.data() + k * w);
+      store(where[k], rows.data() + k * w);
+    }
+    for (int j = 0; j < active * w; ++j) result[j] = {values[j], r0 + std::int64_t(rows[j])};
+  } else {
+    std::array<V, NB> acc;
+    acc.fill(V(R::identity()));
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load(r, k));
+    for (int k = 0; k < active; ++k) store(acc[k], result.data() + k * w);
+  }
+  return result;
+}
+
+/// Reduces `rows` rows of a tile of columns (see column_leaf) and writes its
+/// `active * lanes` results to `out`.
+template <class R, class V, int NB, class Load, class Out>
+void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel, Out* out) {
+  using P = std::array<typename R::partial, NB * lanes_of<V>>;
+  const int used = active * lanes_of<V>;
+  auto leaf = [&](std::int64_t b) {
+    const std::int64_t r0 = b * column_leaf_rows;
+    return column_leaf<R, V, NB>(load, r0, std::min(rows, r0 + column_leaf_rows), active);
+  };
+  auto combine = [used](const P& a, const P& b) {
+    P c{};
+    for (int j = 0; j < used; ++j) c[j] = R::combine(a[j], b[j]);
+    return c;
+  };
+  const P result = tree<P>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
+  for (int j = 0; j < used; ++j) out[j] = finish<R>(result[j]);
+}
+
+/// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
+/// tiles of 8 batches of columns, then single batches, then one tile of the last
+/// few columns one by one.
+template <class R, class T, class Out>
+void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
+  using B = xsimd::batch<T>;
+  constexpr int w = int(B::size), wide = 8;
+  const std::int64_t wide_tiles = inner / (wide * w), narrow_tiles = inner % (wide * w) / w;
+  const int rest = int(inner % w);
+  const std::int64_t tiles = wide_tiles + narrow_tiles + (rest > 0);
+  for_each_unit(outer * tiles, rows * w, [&](std::int64_t unit, bool parallel) {
+    const std::int64_t o = unit / tiles, t = unit % tiles;
+    const std::int64_t column = t < wide_tiles ? t * wide * w : wide_tiles * wide * w + (t - wide_tiles) * w;
+    const T* p = x + o * rows * inner + column;
+    Out* dst = out + o * inner + column;
+    auto load_batches = [&](std::int64_t r, int k) { return B::load_unaligned(p + r * inner + k * w); };
+    if (t < wide_tiles)
+      reduce_tile<R, B, wide>(load_batches, rows, wide, parallel, dst);
+    else if (t < wide_tiles + narrow_tiles)
+      reduce_tile<R, B, 1>(load_batches, rows, 1, parallel, dst);
+    else
+      reduce_tile<R, T, w>([&](std::int64_t r, int k) { return p[r * inner + k]; }, rows, rest, parallel, dst);
+  });
+}
+
+/// Reduces rows shorter than a batch one element at a time: a row is too short for
+/// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
+template <class R, class T, class Out>
+void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
+  detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
+  });
+}
+
+// ---- anything else: strided ---------------------------------------------------------
+
+/// Dims (sizes and input strides) walked in row-major order.
+struct strided_dims {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> size{}, stride{};
+
+  /// The input offset of the `flat`-th position, with its multi-index in `idx`.
+  std::int64_t offset(std::int64_t flat, std::array<std::int64_t, max_rank>& idx) const {
+    std::int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      idx[d] = flat % size[d];
+      flat /= size[d];
+      off += idx[d] * stride[d];
+    }
+    return off;
+  }
+};
+
+/// Reduces the positions [k0, k1) of the reduced dims `walk` from `base`, a run of
+/// the innermost reduced dim at a time (contiguous runs take the row kernels).
+template <class R, class T>
+typename R::partial strided_leaf(const T* base, const strided_dims& walk, std::int64_t k0, std::int64_t k1) {
+  const int last = walk.rank - 1;
+  const std::int64_t run_size = walk.size[last], run_stride = walk.stride[last];
+  std::array<std::int64_t, max_rank> idx{};
+  std::int64_t off = walk.offset(k0, idx);
+  std::optional<typename R::partial> acc;
+  for (std::int64_t k = k0; k < k1;) {
+    const std::int64_t len = std::min(run_size - idx[last], k1 - k);
+    const typename R::partial part =
+        run_stride == 1 ? contiguous_leaf<R>(base + off, len, k) : scalar_leaf<R>(base + off, len, run_stride, k);
+    acc = acc ? R::combine(*acc, part) : part;
+    k += len;
+    off += len * run_stride;
+    idx[last] += len;
+    for (int d = last; d > 0 && idx[d] == walk.size[d]; --d) {  // carry into the outer reduced dims
+      off += walk.stride[d - 1] - walk.size[d] * walk.stride[d];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+  return *acc;
+}
+
+/// The input's dims without size-1 dims, neighbours of the same role merged.
+struct reduction_layout {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> size{};
+  std::array<bool, max_rank> reduced{};
+
+  reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] == 1) continue;
+      if (rank > 0 && reduced[rank - 1] == reduced_dims[d]) {
+        size[rank - 1] *= s[d];
+      } else {
+        size[rank] = s[d];
+        reduced[rank] = reduced_dims[d];
+        ++rank;
+      }
+    }
+  }
+  /// The kept dims (`role` false) or the reduced dims (`role` true) with their strides.
+  strided_dims dims(bool role) const {
+    strided_dims out;
+    std::int64_t stride = 1;
+    std::array<std::int64_t, max_rank> strides{};
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= size[d];
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (reduced[d] == role) {
+        out.size[out.rank] = size[d];
+        out.stride[out.rank++] = strides[d];
+      }
+    }
+    return out;
+  }
+};
+
+template <class R, class T, class Out>
+void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  using P = typename R::partial;
+  const strided_dims kept = layout.dims(false), walk = layout.dims(true);
+  const std::int64_t leaves = (count + reduction_leaf - 1) / reduction_leaf;
+  auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
+  for_each_unit(outputs, count, [&](std::int64_t o, bool parallel) {
+    std::array<std::int64_t, max_rank> idx{};
+    const T* base = x + kept.offset(o, idx);
+    auto leaf = [&](std::int64_t b) {
+      const std::int64_t k0 = b * reduction_leaf;
+      return strided_leaf<R>(base, walk, k0, std::min(count, k0 + reduction_leaf));
+    };
+    out[o] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+  });
+}
+
+/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+template <class R, class T, class Out>
+void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  if (count <= 1) {  // nothing to combine: the identity, or each element itself
+    detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        if constexpr (R::indexed)
+          out[i] = 0;
+        else
+          out[i] = count == 0 ? R::identity() : x[i];
+      }
+    });
+    return;
+  }
+  int runs = 0, run = 0;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (layout.reduced[d]) {
+      ++runs;
+      run = d;
+    }
+  }
+  if (runs > 1) return reduce_strided<R>(x, out, layout, outputs, count);
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < run; ++d) outer *= layout.size[d];
+  for (int d = run + 1; d < layout.rank; ++d) inner *= layout.size[d];
+  if (inner > 1) return reduce_columns<R>(x, out, outer, count, inner);
+  if (count < std::int64_t(xsimd::batch<T>::size)) return reduce_short_rows<R>(x, out, outer, count);
+  reduce_rows<R>(x, out, outer, count);
+}
+
+}  // namespace cpu
+
+template <ops::reduction Op>
+void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  using kind = ops::reduction_kind;
+  const shape& s = in[0].shape;
+  const cpu::reduction_layout layout(s, ops::reduced_dims(op.axis, s.rank()));
+  const std::int64_t outputs = out.size(), count = ops::reduced_count(s, op.axis);
+  ops::visit_numeric(in[0].dtype, [&]<class T>() {
+    using R = cpu::reducer_for<Op::kind, T>;
+    using Out = std::conditional_t<R::indexed, std::int64_t, T>;
+    cpu::reduce<R>(in[0].as<T>(), out.as<Out>(), layout, outputs, count);
+    if constexpr (Op::kind == kind::mean) {
+      T* o = out.as<T>();
+      detail::parallel_for(outputs, cpu::reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t i = lo; i < hi; ++i) o[i] = ops::mean_of<T>(o[i], count);
+      });
+    }
+  });
+}
+
+}  // namespace kiln::backend
