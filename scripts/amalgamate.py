@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp.
 
-Every `#include "kiln/..."` is replaced by the text of that header, the first
-time it is met (so each header appears once, after the headers it includes);
-later includes of the same header are dropped. System includes stay as they
-are. The output depends only on the headers, never on time or machine, so CI
-can regenerate it and compare.
+Every `#include "kiln/..."` is replaced by the text of that header the first time it
+is met, so each header appears once, after the headers it includes; later includes of
+it are dropped. System includes stay as they are. The output depends only on the
+headers, never on time or machine, so CI can regenerate it and compare.
+
+A header first met inside a conditional block (`#if KILN_HAS_THRUST ... #endif`) is
+only there when the condition holds, so it is inlined again where a later include
+needs it outside that block; such copies are wrapped in an include guard.
 
     python3 scripts/amalgamate.py            # rewrite the single header
     python3 scripts/amalgamate.py --check    # exit 1 if it is out of date
@@ -25,6 +28,7 @@ COMMAND = "python3 scripts/amalgamate.py"
 KILN_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](kiln/[^">]+)[">]')
 PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
 OPENS_CONDITIONAL = re.compile(r"^\s*#\s*if(n?def)?\b")
+NEXT_BRANCH = re.compile(r"^\s*#\s*(elif(n?def)?|else)\b")
 CLOSES_CONDITIONAL = re.compile(r"^\s*#\s*endif\b")
 
 
@@ -33,43 +37,53 @@ class AmalgamationError(Exception):
 
 
 class Amalgamator:
+    """Inlines headers depth first. A *branch path* names where a line sits: the
+    conditional branches (`#if`/`#elif`/`#else` blocks, numbered in output order)
+    enclosing it; () is unconditional. Text emitted on path P is visible from path Q
+    exactly when P is a prefix of Q."""
+
     def __init__(self):
         self.lines = []
-        self.emitted = set()
-        # Headers first inlined inside an #if: their text is only there, so an
-        # unconditional include of them later would silently lose it.
-        self.conditional_first_use = {}
+        self.emitted_on = {}  # header -> branch paths where its text was emitted
+        self.branch_count = 0
 
-    def inline(self, header, outer_depth, included_from):
-        path = INCLUDE_DIR / header
-        if not path.is_file():
+    def new_branch(self):
+        self.branch_count += 1
+        return self.branch_count
+
+    def visible(self, header, path):
+        return any(path[:len(p)] == p for p in self.emitted_on.get(header, []))
+
+    def inline(self, header, path, included_from):
+        source = INCLUDE_DIR / header
+        if not source.is_file():
             raise AmalgamationError(f"{included_from}: cannot find {header} under include/")
-        self.emitted.add(header)
-        if outer_depth > 0:
-            self.conditional_first_use[header] = included_from
+        guard = None
+        if path or header in self.emitted_on:
+            guard = "KILN_SINGLE_INCLUDE_" + re.sub(r"[^A-Za-z0-9]", "_", header).upper()
+            self.lines += [f"#ifndef {guard}", f"#define {guard}"]
+        self.emitted_on.setdefault(header, []).append(path)
         self.lines.append(f"// ----- begin {header} -----")
-        depth = 0
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            where = f"{header}:{number}"
+        branches = []
+        for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
             if PRAGMA_ONCE.match(line):
                 continue
             if OPENS_CONDITIONAL.match(line):
-                depth += 1
-            elif CLOSES_CONDITIONAL.match(line):
-                depth -= 1
+                branches.append(self.new_branch())
+            elif NEXT_BRANCH.match(line) and branches:
+                branches[-1] = self.new_branch()
+            elif CLOSES_CONDITIONAL.match(line) and branches:
+                branches.pop()
             match = KILN_INCLUDE.match(line)
             if not match:
                 self.lines.append(line)
                 continue
-            dependency = match.group(1)
-            if dependency in self.conditional_first_use and outer_depth + depth == 0:
-                raise AmalgamationError(
-                    f"{where}: {dependency} is included unconditionally here but was first "
-                    f"included under #if at {self.conditional_first_use[dependency]}; "
-                    f"include it unconditionally before that point")
-            if dependency not in self.emitted:
-                self.inline(dependency, outer_depth + depth, where)
+            dependency_path = path + tuple(branches)
+            if not self.visible(match.group(1), dependency_path):
+                self.inline(match.group(1), dependency_path, f"{header}:{number}")
         self.lines.append(f"// ----- end {header} -----")
+        if guard:
+            self.lines.append(f"#endif  // {guard}")
 
     def text(self):
         header = [
@@ -88,7 +102,7 @@ def main():
 
     amalgamator = Amalgamator()
     try:
-        amalgamator.inline(ROOT_HEADER, 0, "command line")
+        amalgamator.inline(ROOT_HEADER, (), "command line")
     except AmalgamationError as error:
         sys.exit(f"amalgamate.py: {error}")
     text = amalgamator.text()
@@ -102,7 +116,7 @@ def main():
     # newline="\n" keeps the output byte-identical on every platform.
     with open(OUTPUT, "w", encoding="utf-8", newline="\n") as out:
         out.write(text)
-    print(f"wrote {OUTPUT.relative_to(REPO)} ({len(amalgamator.emitted)} headers, "
+    print(f"wrote {OUTPUT.relative_to(REPO)} ({len(amalgamator.emitted_on)} headers, "
           f"{text.count(chr(10))} lines)")
 
 

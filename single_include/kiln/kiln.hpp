@@ -571,9 +571,11 @@ inline int num_threads() { return detail::current_pool()->size(); }
 
 // ----- begin kiln/core/allocator.hpp -----
 /// \file
-/// The host buffer allocator: 64-byte aligned, and caching large blocks, because a
-/// fresh large buffer costs a page fault per 4 KiB on first touch (a new 64 MiB
-/// buffer is several times slower to fill than a resident one).
+/// The host buffer allocator: 64-byte aligned, and caching. Large blocks are kept
+/// because a fresh large buffer costs a page fault per 4 KiB on first touch (a new
+/// 64 MiB buffer is several times slower to fill than a resident one); small blocks
+/// are kept per thread because aligned allocation from the C library is slow enough
+/// to dominate an op on a few elements.
 
 #include <cstddef>
 #include <cstdint>
@@ -594,7 +596,13 @@ class caching_allocator {
 
   void* allocate(std::size_t bytes) {
     std::size_t size = round_up(bytes);
-    if (size >= cache_threshold) {
+    if (size < cache_threshold) {
+      int c = small_class(size);
+      small_cache* cache = thread_cache();
+      if (cache && cache->count[c] > 0) return cache->blocks[c][--cache->count[c]];
+      return system_allocate(std::size_t(buffer_alignment) << c);
+    }
+    {
       std::lock_guard lock(mutex_);
       auto it = free_.find(size);
       if (it != free_.end()) {
@@ -604,15 +612,20 @@ class caching_allocator {
         return p;
       }
     }
-    void* p = std::aligned_alloc(buffer_alignment, size);
-    if (!p) throw std::bad_alloc();
-    return p;
+    return system_allocate(size);
   }
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
     std::size_t size = round_up(bytes);
-    if (size >= cache_threshold) {
+    if (size < cache_threshold) {
+      small_cache* cache = thread_cache();
+      int c = small_class(size);
+      if (cache && cache->count[c] < small_cache::depth) {
+        cache->blocks[c][cache->count[c]++] = p;
+        return;
+      }
+    } else {
       std::lock_guard lock(mutex_);
       if (cached_bytes_ + size <= cache_limit_) {
         free_.emplace(size, p);
@@ -637,6 +650,55 @@ class caching_allocator {
   }
 
  private:
+  static void* system_allocate(std::size_t size) {
+    void* p = std::aligned_alloc(buffer_alignment, size);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+
+  // Small blocks come in power-of-two classes from 64 bytes to cache_threshold / 2.
+  static constexpr int small_classes = 10;
+  static_assert((std::size_t(buffer_alignment) << small_classes) == cache_threshold);
+  static int small_class(std::size_t size) {
+    int c = 0;
+    while ((std::size_t(buffer_alignment) << c) < size) ++c;
+    return c;
+  }
+  struct small_cache {
+    static constexpr int depth = 32;
+    void* blocks[small_classes][depth];
+    int count[small_classes] = {};
+    ~small_cache() {
+      for (int c = 0; c < small_classes; ++c)
+        for (int i = 0; i < count[c]; ++i) std::free(blocks[c][i]);
+    }
+  };
+  // The cache is reached through a trivially destructible pointer, so a buffer freed
+  // after the thread's cache is gone (a static tensor at exit) still finds out safely.
+  struct thread_state {
+    small_cache* cache = nullptr;
+    bool finished = false;
+  };
+  static thread_state& state() {
+    thread_local thread_state s;
+    return s;
+  }
+  static small_cache* thread_cache() {
+    thread_state& s = state();
+    if (!s.cache && !s.finished) {
+      struct owner {
+        ~owner() {
+          delete state().cache;
+          state().cache = nullptr;
+          state().finished = true;
+        }
+      };
+      thread_local owner cleanup;
+      s.cache = new small_cache;
+    }
+    return s.cache;
+  }
+
   // Large sizes are rounded to 1/8 of their power of two, so blocks of nearby
   // sizes are interchangeable at a bounded (12.5%) waste.
   static std::size_t round_up(std::size_t bytes) {
@@ -882,6 +944,474 @@ class tensor {
 
 }  // namespace kiln
 // ----- end kiln/core/tensor.hpp -----
+// ----- begin kiln/core/print.hpp -----
+/// \file
+/// Printing tensors as TensorFlow does. `std::cout << x` writes what Python's
+/// `print(x)` shows for an eager `tf.Tensor`, with `tensor(` for `tf.Tensor(`: the
+/// values as NumPy's `str()` lays out an array, then the shape and dtype.
+/// `detail::format_values` gives the values alone, as `tf.print` writes them.
+/// Both share one layout engine (which elements show, where rows and lines break)
+/// and differ only in how one element is written.
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+// ---- one number as text ----------------------------------------------------------
+
+/// The two decimal notations: positional (`12.5`) and scientific (`1.25e+01`).
+enum class notation { positional, scientific };
+
+/// How trailing zeros of a fraction are trimmed (the `trim` modes of NumPy's Dragon4).
+enum class trim_mode {
+  keep,        ///< keep every digit and the point: `1.50`, `1.e-05`
+  keep_point,  ///< drop trailing zeros, keep the point: `1.5`, `2.`
+  one_zero,    ///< drop trailing zeros but one: `1.5`, `2.0`
+  no_point,    ///< drop trailing zeros and a bare point: `1.5`, `2`
+};
+
+/// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
+inline int fraction_digits(std::string_view text) {
+  std::size_t point = text.find('.');
+  if (point == std::string_view::npos) return 0;
+  std::size_t end = std::min(text.find('e'), text.size());
+  return static_cast<int>(end - point - 1);
+}
+
+/// `x` with the fewest fraction digits that read back as the same `T`, but at least
+/// `min_fraction` and at most `max_fraction` of them, rounded from the exact binary
+/// value: the digits NumPy's Dragon4 prints in its "unique" mode.
+/// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
+template <class T>
+std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
+  const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
+  // Enough for any double: fixed notation of the extremes needs about 330 characters.
+  char buffer[512];
+  auto written = std::to_chars(buffer, buffer + sizeof buffer, x, format);
+  int fraction = fraction_digits(std::string_view(buffer, std::size_t(written.ptr - buffer)));
+  int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (written.ec == std::errc{} && wanted != fraction) written = std::to_chars(buffer, buffer + sizeof buffer, x, format, wanted);
+  if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+  return std::string(buffer, written.ptr);
+}
+
+/// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
+/// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
+inline std::string trimmed(std::string_view text, trim_mode mode) {
+  std::size_t e = std::min(text.find('e'), text.size());
+  std::string mantissa(text.substr(0, e));
+  if (mantissa.find('.') == std::string::npos) {
+    mantissa += '.';
+  } else if (mode != trim_mode::keep) {
+    while (mantissa.back() == '0') mantissa.pop_back();
+  }
+  if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
+  if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
+  return mantissa + std::string(text.substr(e));
+}
+
+/// Python's `repr` of a bytes object, which NumPy prints for each element of a
+/// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
+inline std::string python_bytes_repr(std::string_view bytes) {
+  bool has_single = bytes.find('\'') != std::string_view::npos;
+  bool has_double = bytes.find('"') != std::string_view::npos;
+  char quote = has_single && !has_double ? '"' : '\'';
+  std::string out = "b";
+  out += quote;
+  for (char c : bytes) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == quote || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < 0x20 || u >= 0x7f) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+/// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
+/// octal for other control characters, bytes of UTF-8 sequences kept as they are).
+/// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
+inline std::string c_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '"': out += "\\\""; break;
+      case '\'': out += "\\'"; break;
+      case '\\': out += "\\\\"; break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          out += '\\';
+          out += char('0' + (u >> 6));
+          out += char('0' + ((u >> 3) & 7));
+          out += char('0' + (u & 7));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+/// One element as NumPy's `str()` writes a scalar, which TensorFlow prints for a
+/// rank-0 tensor: `2`, `True`, `b'aa'`, and floats as Python writes them (`2.2`,
+/// `20.0`, `1e+16`, `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
+template <class T>
+std::string numpy_scalar_text(const T& x) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return x ? "True" : "False";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return python_bytes_repr(x);
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(x);
+  } else {
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+    // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
+    long double magnitude = std::fabs(static_cast<long double>(x));
+    if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
+      return trimmed(shortest_digits(x, notation::positional), trim_mode::one_zero);
+    return trimmed(shortest_digits(x, notation::scientific), trim_mode::no_point);
+  }
+}
+
+/// One element as tf.print writes it (TensorFlow's C++ text): integers, bools as
+/// `1`/`0`, strings quoted and escaped, floats with 6 significant digits (15 for
+/// float64) when those read back exactly, else 9 (17): `0.405638`, `0.666458249`.
+template <class T>
+std::string tf_print_text(const T& x) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return x ? "1" : "0";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return "\"" + c_escaped(x) + "\"";
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(x);
+  } else {
+    if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
+    constexpr int short_digits = std::numeric_limits<T>::digits10;
+    constexpr int long_digits = std::is_same_v<T, float> ? short_digits + 3 : short_digits + 2;
+    char buffer[64];
+    auto written = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, short_digits);
+    T back{};
+    std::from_chars(buffer, written.ptr, back);
+    if (back != x) written = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, long_digits);
+    return std::string(buffer, written.ptr);
+  }
+}
+
+// ---- the elements of an array, NumPy style -------------------------------------------
+
+/// `text` right-aligned in `width` columns.
+inline std::string padded_left(std::string text, std::size_t width) {
+  if (text.size() < width) text.insert(0, width - text.size(), ' ');
+  return text;
+}
+
+/// The texts NumPy's FloatingFormat gives the elements `values` of one array in its
+/// default mode (at most 8 fraction digits, only as many as needed): one notation
+/// for all (scientific when the largest magnitude is >= 1e8, the smallest non-zero
+/// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
+/// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
+template <class T>
+std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
+  constexpr int max_fraction = 8;
+  bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
+  T largest = 0, smallest = std::numeric_limits<T>::infinity();
+  for (T v : values) {
+    if (!std::isfinite(v)) {
+      any_special = true;
+      negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
+      continue;
+    }
+    any_finite = true;
+    if (v != 0) {
+      any_nonzero = true;
+      largest = std::max(largest, std::fabs(v));
+      smallest = std::min(smallest, std::fabs(v));
+    }
+  }
+  // NumPy compares in the array's own type: float32 1e-4 is not below T(1e-4).
+  bool scientific =
+      any_nonzero && (largest >= T(1e8) || smallest < T(1e-4) || largest / smallest > T(1000));
+  notation n = scientific ? notation::scientific : notation::positional;
+
+  // A first pass over the finite values fixes the digits and widths all share.
+  std::vector<std::string> texts(values.size());
+  std::size_t int_width = 0, fraction_width = 0, exponent_digits = 0;
+  int shared_fraction = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) continue;
+    texts[i] = trimmed(shortest_digits(values[i], n, 0, max_fraction), trim_mode::keep_point);
+    std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
+    int_width = std::max(int_width, point);
+    shared_fraction = std::max(shared_fraction, int(e - point - 1));
+    if (scientific) exponent_digits = std::max(exponent_digits, texts[i].size() - e - 2);
+  }
+  // Right of the point: the fraction, or in scientific notation also `e+XX`.
+  if (any_finite) fraction_width = scientific ? std::size_t(shared_fraction) + 2 + exponent_digits : std::size_t(shared_fraction);
+  if (any_special) {
+    // "nan", "inf" or "-inf" must fit in the shared width, of which the point and
+    // the right part take fraction_width + 1.
+    std::size_t widest = negative_infinity ? 4 : 3;
+    if (widest > fraction_width + 1) int_width = std::max(int_width, widest - fraction_width - 1);
+  }
+  const std::size_t width = int_width + 1 + fraction_width;
+
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    T v = values[i];
+    if (std::isnan(v)) {
+      texts[i] = padded_left("nan", width);
+    } else if (std::isinf(v)) {
+      texts[i] = padded_left(v < 0 ? "-inf" : "inf", width);
+    } else if (scientific) {
+      // Every mantissa gets the shared number of digits, rounded from the exact value.
+      std::string text = trimmed(shortest_digits(v, n, shared_fraction, shared_fraction), trim_mode::keep);
+      std::size_t digits_at = text.find('e') + 2;
+      if (text.size() - digits_at < exponent_digits) text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
+      texts[i] = padded_left(std::move(text), width);
+    } else {
+      std::string& text = texts[i];
+      std::size_t point = text.find('.');
+      text.append(fraction_width - (text.size() - point - 1), ' ');
+      text = padded_left(std::move(text), width);
+    }
+  }
+  return texts;
+}
+
+/// The texts NumPy gives the elements `values` of one array: integers right-aligned
+/// to a shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings
+/// as Python bytes, unpadded.
+template <class T>
+std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return numpy_float_texts(values);
+  } else {
+    std::vector<std::string> texts;
+    texts.reserve(values.size());
+    std::size_t width = 0;
+    for (const T& v : values) {
+      if constexpr (std::is_same_v<T, bool>)
+        texts.emplace_back(v ? " True" : "False");
+      else
+        texts.push_back(numpy_scalar_text(v));
+      if constexpr (std::is_integral_v<T>) width = std::max(width, texts.back().size());
+    }
+    for (std::string& text : texts) text = padded_left(std::move(text), width);
+    return texts;
+  }
+}
+
+// ---- layout ------------------------------------------------------------------------
+
+/// How the values of an array are laid out: which elements show and where rows and
+/// lines break.
+struct value_layout {
+  std::int64_t edge_items = 3;   ///< items shown at each end of a summarized axis
+  bool summarize = false;        ///< axes longer than 2 * edge_items show only their ends, around `...`
+  std::size_t line_width = 0;    ///< the last axis wraps lines longer than this; 0 never wraps
+  bool single_line = false;      ///< nested rows separated by a space instead of line breaks
+};
+
+/// Whether `layout` shows only the ends of an axis of `length` items.
+inline bool summarized(std::int64_t length, const value_layout& layout) {
+  return layout.summarize && length > 2 * layout.edge_items;
+}
+
+/// The row-major flat indices of the elements `layout` shows of a tensor of shape `s`,
+/// in the order they are written.
+inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
+  const int rank = s.rank();
+  const auto strides = row_major_strides(s);
+  std::vector<std::vector<std::int64_t>> positions(static_cast<std::size_t>(rank));
+  std::size_t count = 1;
+  for (int axis = 0; axis < rank; ++axis) {
+    auto& p = positions[std::size_t(axis)];
+    if (summarized(s[axis], layout)) {
+      for (std::int64_t i = 0; i < layout.edge_items; ++i) p.push_back(i);
+      for (std::int64_t i = s[axis] - layout.edge_items; i < s[axis]; ++i) p.push_back(i);
+    } else {
+      for (std::int64_t i = 0; i < s[axis]; ++i) p.push_back(i);
+    }
+    count *= p.size();
+  }
+  std::vector<std::int64_t> indices;
+  if (count == 0) return indices;
+  indices.reserve(count);
+  std::vector<std::size_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
+  for (std::size_t k = 0; k < count; ++k) {
+    std::int64_t flat = 0;
+    for (int axis = 0; axis < rank; ++axis) flat += positions[std::size_t(axis)][at[std::size_t(axis)]] * strides[axis];
+    indices.push_back(flat);
+    for (int axis = rank - 1; axis >= 0; --axis) {
+      if (++at[std::size_t(axis)] < positions[std::size_t(axis)].size()) break;
+      at[std::size_t(axis)] = 0;
+    }
+  }
+  return indices;
+}
+
+/// Writes the texts of the shown elements (in shown_indices order) as nested rows:
+/// NumPy's `_formatArray`, which is also the layout of TensorFlow's C++ printer once
+/// line wrapping is off.
+class array_writer {
+ public:
+  array_writer(const shape& s, const std::vector<std::string>& items, const value_layout& layout)
+      : shape_(s), items_(items), layout_(layout) {}
+
+  std::string write() {
+    next_ = 0;
+    // The indent stands in for the opening bracket, which replaces it at the end.
+    return block(0, layout_.single_line ? "" : " ", static_cast<std::int64_t>(layout_.line_width));
+  }
+
+ private:
+  std::string block(int axis, const std::string& indent, std::int64_t width) {
+    const std::int64_t length = shape_[axis];
+    const bool cut = summarized(length, layout_);
+    const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
+    std::string text;
+    if (axis == shape_.rank() - 1) {
+      // The closing bracket takes one column of the line.
+      std::string line = indent;
+      for (std::int64_t k = 0; k < shown; ++k) {
+        if (k > 0) line += ' ';
+        if (cut && k == layout_.edge_items) {
+          add_word(text, line, "...", width - 1, indent);
+          line += ' ';
+        }
+        add_word(text, line, items_[next_++], width - 1, indent);
+      }
+      text += line;
+    } else {
+      const std::string inner_indent = layout_.single_line ? indent : indent + ' ';
+      const std::string separator =
+          layout_.single_line ? std::string(" ") : std::string(std::size_t(shape_.rank() - axis - 1), '\n');
+      for (std::int64_t k = 0; k < shown; ++k) {
+        if (k > 0) text += separator;
+        if (cut && k == layout_.edge_items) text += indent + "..." + separator;
+        text += indent + block(axis + 1, inner_indent, width - 1);
+      }
+    }
+    return "[" + text.substr(indent.size()) + "]";
+  }
+
+  // Appends `word` to `line`, first moving a full line into `text` when wrapping is on
+  // and the word would pass `width` (a line holding only the indent never wraps).
+  void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
+                const std::string& indent) const {
+    bool wrap = layout_.line_width > 0 && std::int64_t(line.size() + word.size()) > width && line.size() > indent.size();
+    if (wrap) {
+      line.erase(line.find_last_not_of(' ') + 1);
+      text += line + '\n';
+      line = indent;
+    }
+    line += word;
+  }
+
+  const shape& shape_;
+  const std::vector<std::string>& items_;
+  value_layout layout_;
+  std::size_t next_ = 0;
+};
+
+// ---- whole tensors -----------------------------------------------------------------
+
+/// The value styles of format_values.
+enum class value_style {
+  numpy,          ///< NumPy's `str()`, as TensorFlow's eager `print(x)` shows values
+  tf_print,       ///< tf.print: every axis longer than 6 shows its 3 first and last items
+  tf_print_line,  ///< tf.print with nested rows on one line: `[[1 2] [3 4]]`
+};
+
+/// The values of eager tensor `x` (copied from the GPU if there) in `style`.
+/// NumPy style pads elements to a shared width, wraps lines at 75 columns and shows
+/// `...` only past 1000 elements; the tf.print styles write each element unpadded.
+/// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
+inline std::string format_values(const tensor& x, value_style style) {
+  x.require_value("print");
+  const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
+  const bool numpy = style == value_style::numpy;
+  return visit_dtype(host.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* data = host.template data<T>();
+    if (host.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
+    if (host.size() == 0) return std::string("[]");
+    value_layout layout;
+    layout.summarize = numpy ? host.size() > 1000 : true;
+    layout.line_width = numpy ? 75 : 0;
+    layout.single_line = style == value_style::tf_print_line;
+    std::vector<T> shown;
+    for (std::int64_t i : shown_indices(host.shape(), layout)) shown.push_back(data[i]);
+    std::vector<std::string> texts;
+    if (numpy) {
+      texts = numpy_element_texts(shown);
+    } else {
+      for (const T& v : shown) texts.push_back(tf_print_text(v));
+    }
+    return array_writer(host.shape(), texts, layout).write();
+  });
+}
+
+/// The values of eager tensor `x` as tf.print writes them (used by kiln::print):
+/// `1`, `[1 2 3]`, `[[1 2] [3 4]]` with `single_line`, else each nested row on its
+/// own line as TensorFlow writes it. Strings are quoted (`"a"`), bools are `1`/`0`.
+/// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
+/// business. Symbolic tensors raise kiln::type_error.
+/// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
+inline std::string format_values(const tensor& x, bool single_line) {
+  return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
+}
+
+}  // namespace detail
+
+/// Writes `x` as Python's `print` writes an eager `tf.Tensor`, with `tensor(` for
+/// `tf.Tensor(`: `tensor([4 1], shape=(2,), dtype=int32)`, `tensor(2.2, shape=(),
+/// dtype=float32)`, `tensor(b'aa', shape=(), dtype=string)`; values laid out over
+/// several lines start on a line of their own. A symbolic tensor prints as
+/// TensorFlow prints one while tracing, `Tensor("<symbolic>", shape=(None,),
+/// dtype=int32)`, where TensorFlow shows the graph value's name (`"x:0"`): the
+/// tracer supplies that name. GPU tensors print their values.
+/// \code std::cout << kiln::constant({{1, 2}, {3, 4}});  // tensor(\n[[1 2]\n [3 4]], shape=(2, 2), dtype=int32) \endcode
+inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
+  if (!x.defined()) return os << "tensor(<undefined>)";
+  if (x.is_symbolic()) return os << "Tensor(\"<symbolic>\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+  std::string values = detail::format_values(x, detail::value_style::numpy);
+  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
+  return os << "tensor(" << values << ", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+}
+
+}  // namespace kiln
+// ----- end kiln/core/print.hpp -----
 
 // ----- begin kiln/ops/op.hpp -----
 /// \file
@@ -1044,7 +1574,9 @@ concept elementwise = requires {
 /// on scalars, xsimd batches and in Thrust device code; NumPy broadcasting; C++
 /// scalars promoted to the tensor operand's dtype.
 
+#include <span>
 #include <string>
+#include <vector>
 
 // ----- begin kiln/ops/dispatch.hpp -----
 /// \file
@@ -1470,6 +2002,29 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
 };
 
+/// Rejects integer division by zero and integers to negative powers before a kernel
+/// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
+template <elementwise Op>
+  requires(requires { Op::integer_divisor; } || requires { Op::integer_exponent; })
+void check_values(const Op&, std::span<const tensor* const> in) {
+  constexpr bool divisor = requires { Op::integer_divisor; };
+  const tensor& y = *in[1];
+  if (!is_integer(y.dtype()) || y.size() == 0) return;
+  bool bad = visit_dtype(y.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (math::is_signed_integer<T>) {
+      std::vector<T> copied;
+      const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
+      for (std::int64_t i = 0, n = y.size(); i < n; ++i)
+        if (divisor ? p[i] == T(0) : p[i] < T(0)) return true;
+    }
+    return false;
+  });
+  if (bad)
+    throw invalid_argument_error(std::string(Op::name) + (divisor ? ": integer division by zero"
+                                                                  : ": integers to negative integer powers are not allowed"));
+}
+
 }  // namespace kiln::ops
 
 namespace kiln {
@@ -1586,6 +2141,914 @@ KILN_BINARY_OPERATOR(>=, greater_equal)
 
 }  // namespace kiln
 // ----- end kiln/ops/elementwise.hpp -----
+// ----- begin kiln/ops/reduction.hpp -----
+/// \file
+/// Reductions: `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min` and `argmax`
+/// over all axes, one axis or a list of axes, with TensorFlow's semantics: the
+/// result keeps the input's dtype (argmax gives int64), integer sums wrap, an empty
+/// sum is 0, an empty float mean is NaN and an empty max is the lowest value.
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+
+namespace kiln {
+
+/// The axes a reduction runs over: all of them (the default; also `{}` and
+/// `std::nullopt`, TensorFlow's `axis=None`), one axis, or a list of axes. Negative
+/// axes count from the end. An explicit empty `kiln::int_list` reduces nothing.
+/// \code
+/// kiln::reduce_sum(x);                      // every axis
+/// kiln::reduce_sum(x, -1);                  // the last axis
+/// kiln::reduce_sum(x, {0, 1}, true);        // two axes, kept as size 1
+/// kiln::reduce_max(x, std::nullopt, true);  // every axis, kept as size 1
+/// \endcode
+class reduction_axes {
+ public:
+  constexpr reduction_axes() = default;
+  constexpr reduction_axes(std::nullopt_t) {}
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  constexpr reduction_axes(I axis) : all_(false) {
+    list_.push_back(static_cast<std::int64_t>(axis));
+  }
+  constexpr reduction_axes(std::initializer_list<std::int64_t> axes) : all_(false), list_(axes) {}
+  constexpr reduction_axes(const int_list& axes) : all_(false), list_(axes) {}
+
+  /// True when every axis is reduced.
+  constexpr bool all() const { return all_; }
+  /// The listed axes (empty when `all()`).
+  constexpr const int_list& list() const { return list_; }
+  constexpr bool operator==(const reduction_axes&) const = default;
+  /// `None` or the list as `[0, -1]`.
+  std::string str() const { return all_ ? "None" : list_.str(); }
+
+ private:
+  bool all_ = true;
+  int_list list_;
+};
+
+namespace ops {
+
+/// The first invalid entry of an axes list: its position (-1 when every axis is
+/// valid) and whether it repeats an earlier axis rather than being out of range.
+struct axes_check {
+  int position = -1;
+  bool repeated = false;
+  constexpr bool ok() const { return position < 0; }
+};
+
+/// Checks `axes` against a tensor of rank `rank`.
+/// \code static_assert(!kiln::ops::check_axes({0, 2}, 2).ok()); \endcode
+constexpr axes_check check_axes(const reduction_axes& axes, int rank) {
+  std::array<bool, max_rank> seen{};
+  for (int i = 0; i < axes.list().size(); ++i) {
+    int axis = normalize_axis(axes.list()[i], rank);
+    if (axis < 0) return {i, false};
+    if (seen[axis]) return {i, true};
+    seen[axis] = true;
+  }
+  return {};
+}
+
+/// Which of the `rank` dims a reduction over (valid) `axes` reduces.
+/// \code kiln::ops::reduced_dims({-1}, 2) == std::array<bool, 8>{false, true} \endcode
+constexpr std::array<bool, max_rank> reduced_dims(const reduction_axes& axes, int rank) {
+  std::array<bool, max_rank> reduced{};
+  for (int d = 0; d < rank; ++d) reduced[d] = axes.all();
+  for (std::int64_t axis : axes.list()) reduced[normalize_axis(axis, rank)] = true;
+  return reduced;
+}
+
+/// How many input elements meet in each output of a reduction of concrete shape `in`.
+/// \code kiln::ops::reduced_count(kiln::shape{2, 3}, 1) == 3 \endcode
+constexpr std::int64_t reduced_count(const shape& in, const reduction_axes& axes) {
+  auto reduced = reduced_dims(axes, in.rank());
+  std::int64_t count = 1;
+  for (int d = 0; d < in.rank(); ++d)
+    if (reduced[d]) count *= in[d];
+  return count;
+}
+
+/// What a reduction computes; the kernels branch on it at compile time.
+enum class reduction_kind { sum, mean, max, min, argmax };
+
+/// Base of the reduction ops: one int32, int64, float32 or float64 input, the axes
+/// to reduce and whether reduced dims stay in the result as size 1.
+struct reduction_op {
+  reduction_axes axis{};
+  bool keepdims = false;
+
+  constexpr reduction_op() = default;
+  constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported (reductions take int32, int64, float32 or float64)"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape& s = in[0];
+    if (!s.has_known_rank()) return {axis.all() && !keepdims ? shape{} : shape(unknown_rank)};
+    axes_check check = check_axes(axis, s.rank());
+    if (!check.ok()) return {{}, check.repeated ? "an axis is listed twice" : "axis out of range"};
+    auto reduced = reduced_dims(axis, s.rank());
+    shape out;
+    for (int d = 0; d < s.rank(); ++d) {
+      if (!reduced[d])
+        out.push_back(s[d]);  // may be `none`
+      else if (keepdims)
+        out.push_back(1);
+    }
+    return {out};
+  }
+  constexpr bool operator==(const reduction_op&) const = default;
+};
+
+template <class Op>
+concept reduction = std::derived_from<Op, reduction_op> && requires {
+  { Op::kind } -> std::convertible_to<reduction_kind>;
+};
+
+/// Sum; integers wrap.
+struct reduce_sum : reduction_op {
+  static constexpr std::string_view name = "reduce_sum";
+  static constexpr reduction_kind kind = reduction_kind::sum;
+  using reduction_op::reduction_op;
+};
+/// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
+struct reduce_mean : reduction_op {
+  static constexpr std::string_view name = "reduce_mean";
+  static constexpr reduction_kind kind = reduction_kind::mean;
+  using reduction_op::reduction_op;
+};
+/// Largest element; NaN wins over any number.
+struct reduce_max : reduction_op {
+  static constexpr std::string_view name = "reduce_max";
+  static constexpr reduction_kind kind = reduction_kind::max;
+  using reduction_op::reduction_op;
+};
+/// Smallest element; NaN wins over any number.
+struct reduce_min : reduction_op {
+  static constexpr std::string_view name = "reduce_min";
+  static constexpr reduction_kind kind = reduction_kind::min;
+  using reduction_op::reduction_op;
+};
+/// Index (int64) of the first largest element, counting the reduced positions in
+/// row-major order; the first NaN counts as the largest, as reduce_max returns it.
+struct argmax : reduction_op {
+  static constexpr std::string_view name = "argmax";
+  static constexpr reduction_kind kind = reduction_kind::argmax;
+  using reduction_op::reduction_op;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    dtype_result r = reduction_op::result_dtype(in);
+    if (r.ok()) r.value = int64;
+    return r;
+  }
+  /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
+  /// there is no largest element (TensorFlow raises too).
+  void check_input(const shape& in) const {
+    if (reduced_count(in, axis) == 0)
+      throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
+                                   " are empty, so there is no largest element");
+  }
+};
+
+/// Runs argmax's input check before any kernel (found by argument-dependent lookup).
+inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
+
+/// The mean of `count` values that sum to `sum`, in the element type `T`: integer
+/// means truncate toward zero (and are 0 for no values), float ones are NaN then.
+/// \code kiln::ops::mean_of<int>(-7, 2) == -3 \endcode
+template <class T, class S>
+constexpr T mean_of(S sum, std::int64_t count) {
+  if constexpr (std::is_floating_point_v<T>)
+    return T(sum / S(count));
+  else
+    return count == 0 ? T(0) : T(std::int64_t(sum) / count);
+}
+
+/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
+/// place reduction kernels turn a runtime dtype into code.
+template <class F>
+void visit_numeric(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      f.template operator()<T>();
+    else
+      throw internal_error("reduction kernel reached with dtype " + std::string(name(t)));
+  });
+}
+
+}  // namespace ops
+
+namespace detail {
+
+/// Runs reduction `op` on `x`. Invalid axes raise kiln::value_error naming the
+/// axis and the rank here, where both are known (the op's rule can only say which
+/// kind of mistake it was).
+template <ops::reduction Op>
+tensor reduce(const Op& op, const tensor& x) {
+  if (x.defined() && x.shape().has_known_rank()) {
+    ops::axes_check check = ops::check_axes(op.axis, x.rank());
+    if (!check.ok()) {
+      std::string axis = std::to_string(op.axis.list()[check.position]);
+      std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
+      if (check.repeated) throw value_error(std::string(Op::name) + ": axis " + axis + " is listed twice in " + op.axis.str() + got);
+      std::string valid = x.rank() == 0 ? "a scalar has no axes"
+                                        : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
+      throw value_error(std::string(Op::name) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
+                        " (" + valid + ")" + got);
+    }
+  }
+  return apply(op, x);
+}
+
+}  // namespace detail
+
+/// Sum over `axis` (every axis by default); reduced dims are dropped unless `keepdims`.
+/// Integer sums wrap; an empty sum is 0.
+/// \code
+/// auto x = kiln::constant({{1, 2, 3}, {4, 5, 6}});
+/// kiln::reduce_sum(x);              // 21
+/// kiln::reduce_sum(x, 0);           // [5 7 9]
+/// kiln::reduce_sum(x, -1, true);    // [[6] [15]]
+/// kiln::reduce_sum(x, {0, 1});      // 21
+/// \endcode
+inline tensor reduce_sum(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  return detail::reduce(ops::reduce_sum(axis, keepdims), x);
+}
+
+/// Mean over `axis` (every axis by default), in the input's dtype: integer means
+/// truncate toward zero, an empty float mean is NaN and an empty integer mean 0.
+/// \code kiln::reduce_mean(kiln::constant({1.f, 2.f})) // 1.5 \endcode
+inline tensor reduce_mean(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  return detail::reduce(ops::reduce_mean(axis, keepdims), x);
+}
+
+/// Largest element over `axis` (every axis by default). NaN propagates; an empty
+/// max is -inf for floats and the lowest value for integers.
+/// \code kiln::reduce_max(kiln::constant({{1, 5}, {7, 2}}), 1) // [5 7] \endcode
+inline tensor reduce_max(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  return detail::reduce(ops::reduce_max(axis, keepdims), x);
+}
+
+/// Smallest element over `axis` (every axis by default). NaN propagates; an empty
+/// min is +inf for floats and the largest value for integers.
+/// \code kiln::reduce_min(kiln::constant({{1, 5}, {7, 2}}), 0) // [1 2] \endcode
+inline tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  return detail::reduce(ops::reduce_min(axis, keepdims), x);
+}
+
+/// Index (int64) of the first largest element along `axis`. With no axis it is the
+/// row-major index into the whole tensor (NumPy's convention; TensorFlow's
+/// `tf.math.argmax` defaults to axis 0, which is `kiln::argmax(x, 0)`); over a list
+/// of axes it counts the reduced positions in row-major order. The first NaN counts
+/// as the largest. Reducing an empty axis raises kiln::invalid_argument_error.
+/// \code
+/// auto x = kiln::constant({{1, 9, 9}, {8, 2, 3}});
+/// kiln::argmax(x, 1);  // [1 0]
+/// kiln::argmax(x, 0);  // [1 0 0]
+/// kiln::argmax(x);     // 1
+/// \endcode
+inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  return detail::reduce(ops::argmax(axis, keepdims), x);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/reduction.hpp -----
+// ----- begin kiln/ops/shape_ops.hpp -----
+/// \file
+/// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
+/// slice and shape_of. None computes new values, so each accepts every dtype,
+/// strings included. The rules handle `kiln::none` dims and unknown ranks (the
+/// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
+/// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
+/// the input raise kiln::invalid_argument_error, as TensorFlow's kernels do, from
+/// the `check_values` overloads below, before anything is allocated.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
+constexpr std::int64_t checked_num_elements(const shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) {
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+/// The dims of `s` that both specs allow, or the failure when two known dims differ.
+constexpr shape_result merge_shapes(const shape& a, const shape& b) {
+  if (!a.has_known_rank()) return {b};
+  if (!b.has_known_rank()) return {a};
+  if (a.rank() != b.rank()) return {{}, "all inputs must have the same shape"};
+  shape out = a;
+  for (int d = 0; d < a.rank(); ++d) {
+    if (a[d] == none) out[d] = b[d];
+    else if (b[d] != none && b[d] != a[d]) return {{}, "all inputs must have the same shape"};
+  }
+  return {out};
+}
+
+/// The dtype rule of ops that join tensors: all of one dtype, kept.
+constexpr dtype_result same_dtype(std::span<const dtype> in) {
+  for (dtype t : in)
+    if (t != in[0]) return {in[0], "all inputs must have the same dtype"};
+  return {in.empty() ? float32 : in[0]};
+}
+
+/// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
+inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace detail
+
+namespace ops {
+
+/// `reshape(x, new_shape)`: the same elements in another shape; one dim may be
+/// kiln::none (-1), inferred from the element count.
+struct reshape {
+  static constexpr std::string_view name = "reshape";
+  kiln::shape new_shape;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (!new_shape.has_known_rank()) return {{}, "the new shape must have a known rank"};
+    int inferred = -1;
+    kiln::shape known_dims;  // the new shape without its -1 dim
+    for (int d = 0; d < new_shape.rank(); ++d) {
+      if (new_shape[d] != none) {
+        known_dims.push_back(new_shape[d]);
+      } else if (inferred >= 0) {
+        return {{}, "only one dim of the new shape may be -1 (kiln::none)"};
+      } else {
+        inferred = d;
+      }
+    }
+    std::int64_t known = detail::checked_num_elements(known_dims);
+    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
+    std::int64_t count = detail::checked_num_elements(in[0]);
+    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (inferred < 0) {
+      if (known != count) return {{}, "the new shape has a different number of elements"};
+      return {new_shape};
+    }
+    if (known == 0) {
+      if (count == 0) return {{}, "cannot infer the -1 dim of an empty tensor when another dim is 0"};
+      return {{}, "the new shape has a different number of elements"};
+    }
+    if (count % known != 0) return {{}, "the new shape has a different number of elements"};
+    kiln::shape out = new_shape;
+    out[inferred] = count / known;
+    return {out};
+  }
+  /// Shares the input's buffer: no element is copied.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+  }
+  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  constexpr bool operator==(const reshape&) const = default;
+};
+
+/// `transpose(x, perm)`: dim i of the result is dim `perm[i]` of `x`; an empty
+/// `perm` reverses the dims.
+struct transpose {
+  static constexpr std::string_view name = "transpose";
+  int_list perm;
+
+  /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
+  constexpr int_list permutation(int rank) const {
+    if (!perm.empty()) return perm;
+    int_list reversed;
+    for (int d = rank - 1; d >= 0; --d) reversed.push_back(d);
+    return reversed;
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank() && perm.empty()) return {kiln::shape(unknown_rank)};
+    const int rank = s.has_known_rank() ? s.rank() : perm.size();
+    if (perm.size() != rank && !perm.empty()) return {{}, "perm must have one entry per dim"};
+    const int_list p = permutation(rank);
+    std::array<bool, max_rank> seen{};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) {
+      if (p[d] < 0 || p[d] >= rank || seen[p[d]]) return {{}, "perm must be a permutation of 0, 1, ..., rank - 1"};
+      seen[p[d]] = true;
+      out.push_back(s.has_known_rank() ? s[int(p[d])] : none);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "perm=" + perm.str(); }
+  constexpr bool operator==(const transpose&) const = default;
+};
+
+/// `concat({a, b}, axis)`: the inputs joined along an existing dim.
+struct concat {
+  static constexpr std::string_view name = "concat";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    int rank = -1;
+    for (const kiln::shape& s : in)
+      if (s.has_known_rank()) rank = s.rank();
+    if (rank < 0) return {kiln::shape(unknown_rank)};
+    if (rank == 0) return {{}, "cannot concatenate scalars (use kiln::stack)"};
+    const int a = normalize_axis(axis, rank);
+    if (a < 0) return {{}, "axis is out of range for the inputs' rank"};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) out.push_back(d == a ? 0 : none);
+    for (const kiln::shape& s : in) {
+      if (!s.has_known_rank()) {
+        out[a] = none;
+        continue;
+      }
+      if (s.rank() != rank) return {{}, "all inputs must have the same rank"};
+      for (int d = 0; d < rank; ++d) {
+        if (d == a) {
+          if (s[a] == none) out[a] = none;
+          else if (out[a] != none && out[a] > std::numeric_limits<std::int64_t>::max() - s[a])
+            return {{}, "the result would have more elements than int64 can count"};
+          else if (out[a] != none) out[a] += s[a];
+        } else if (out[d] == none) {
+          out[d] = s[d];
+        } else if (s[d] != none && s[d] != out[d]) {
+          return {{}, "all inputs must have the same dims except along the axis"};
+        }
+      }
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const concat&) const = default;
+};
+
+/// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
+struct stack {
+  static constexpr std::string_view name = "stack";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    shape_result common{in[0]};
+    for (const kiln::shape& s : in.subspan(1)) {
+      common = detail::merge_shapes(common.value, s);
+      if (!common.ok()) return common;
+    }
+    if (!common.value.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int rank = common.value.rank();
+    if (rank == max_rank) return {{}, "the result would have more dims than kiln supports"};
+    const int a = normalize_axis(axis, rank + 1);
+    if (a < 0) return {{}, "axis is out of range for the result's rank"};
+    kiln::shape out;
+    for (int d = 0; d <= rank; ++d) {
+      if (d == a) out.push_back(std::int64_t(in.size()));
+      if (d < rank) out.push_back(common.value[d]);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const stack&) const = default;
+};
+
+/// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
+/// or int64, any shape) name; the result's shape is
+/// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
+struct gather {
+  static constexpr std::string_view name = "gather";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &indices = in[1];
+    if (x.has_known_rank() && x.rank() == 0) return {{}, "cannot gather from a scalar"};
+    if (!x.has_known_rank() || !indices.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int a = normalize_axis(axis, x.rank());
+    if (a < 0) return {{}, "axis is out of range for the input's rank"};
+    if (x.rank() - 1 + indices.rank() > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    kiln::shape out;
+    for (int d = 0; d < a; ++d) out.push_back(x[d]);
+    for (std::int64_t d : indices) out.push_back(d);
+    for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const gather&) const = default;
+};
+
+/// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
+/// Named as TensorFlow names the node that indexing creates.
+struct index {
+  static constexpr std::string_view name = "strided_slice";
+  std::int64_t i = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (s.rank() == 0) return {{}, "a scalar cannot be indexed"};
+    return {kiln::shape(s.dims().subspan(1))};
+  }
+  /// Shares the input's buffer: the slice is one contiguous window of it.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    kiln::shape rest(s.dims().subspan(1));
+    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+  }
+  std::string attributes() const { return "index=" + std::to_string(i); }
+  constexpr bool operator==(const index&) const = default;
+};
+
+/// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
+/// every dim d; a size of -1 takes everything to the end.
+struct slice {
+  static constexpr std::string_view name = "slice";
+  int_list begin;
+  int_list size;
+
+  /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
+  /// 0 here, and check_values rejects them before anything runs.
+  constexpr std::int64_t extent(int d, std::int64_t dim) const {
+    if (size[d] >= 0) return size[d];
+    if (dim == none) return none;
+    if (size[d] != -1 || begin[d] < 0 || begin[d] > dim) return 0;
+    return dim - begin[d];
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (begin.size() != size.size() || (s.has_known_rank() && begin.size() != s.rank()))
+      return {{}, "begin and size must have one entry per dim"};
+    kiln::shape out;
+    for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
+    return {out};
+  }
+  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  constexpr bool operator==(const slice&) const = default;
+};
+
+/// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
+struct shape_of {
+  static constexpr std::string_view name = "shape";
+
+  constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
+  }
+  /// Builds the dims on the host, then moves them to the input's device.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    tensor out(int32, kiln::shape{s.rank()});
+    auto* dims = out.view().as<std::int32_t>();
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] > std::numeric_limits<std::int32_t>::max())
+        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                     " does not fit in int32");
+      dims[d] = std::int32_t(s[d]);
+    }
+    return out.to(in[0]->device());
+  }
+  constexpr bool operator==(const shape_of&) const = default;
+};
+
+// detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
+// result; these overloads, found by argument-dependent lookup, reject indices and
+// ranges that do not fit the (now concrete) input shapes.
+
+/// `x[i]` needs -dim <= i < dim for the first dim.
+inline void check_values(const index& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  if (op.i < -s[0] || op.i >= s[0])
+    throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
+                                 std::to_string(-s[0]) + ", " + std::to_string(s[0]) +
+                                 ") for the first dim of a tensor of shape " + s.str());
+}
+
+/// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
+inline void check_values(const slice& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  for (int d = 0; d < s.rank(); ++d) {
+    std::string problem;
+    if (op.begin[d] < 0 || op.begin[d] > s[d])
+      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
+                std::to_string(s[d]) + "]";
+    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
+      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
+                std::to_string(s[d] - op.begin[d]) + "]";
+    if (!problem.empty())
+      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
+                                   problem);
+  }
+}
+
+/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
+inline void check_values(const gather& op, std::span<const tensor* const> in) {
+  const tensor &x = *in[0], &indices = *in[1];
+  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
+  if (indices.size() == 0) return;
+  struct bad_index {
+    std::int64_t position = -1, value = 0;
+  };
+  auto first_bad = [&]<class T>(std::type_identity<T>) {
+    std::vector<T> copied;
+    const T* p = nullptr;
+    if (indices.device() == device::cpu) {
+      p = indices.data<T>();
+    } else {
+      copied = indices.to_vector<T>();
+      p = copied.data();
+    }
+    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
+      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
+    return bad_index{};
+  };
+  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
+                                                 : first_bad(std::type_identity<std::int32_t>{});
+  if (bad.position < 0) return;
+  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
+  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
+    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= indices.shape()[int(d)];
+  }
+  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
+                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
+                               x.shape().str());
+}
+
+}  // namespace ops
+
+namespace detail {
+
+/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
+/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
+template <class Op>
+tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
+  try {
+    return apply_span(op, in);
+  } catch (const value_error& e) {
+    throw value_error(std::string(e.what()) + " with " + op.attributes());
+  }
+}
+
+template <class Op>
+tensor apply_to_list(const Op& op, std::span<const tensor> values) {
+  std::vector<const tensor*> ptrs;
+  ptrs.reserve(values.size());
+  for (const tensor& t : values) ptrs.push_back(&t);
+  return apply_naming_attributes(op, ptrs);
+}
+
+}  // namespace detail
+
+/// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
+/// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
+inline tensor reshape(const tensor& x, const shape& new_shape) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+}
+
+/// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
+/// reverses the dims of any tensor.
+inline tensor transpose(const tensor& x, const int_list& perm = {}) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+}
+
+/// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
+/// (negative axes count from the end); the other dims must match.
+inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
+  return detail::apply_to_list(ops::concat{axis}, values);
+}
+/// `kiln::concat({a, b}, -1)`.
+inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
+  return concat(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
+/// (shape (2, 3) twice gives (2, 2, 3)).
+inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
+  return detail::apply_to_list(ops::stack{axis}, values);
+}
+/// `kiln::stack({a, b}, 1)`.
+inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
+  return stack(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
+/// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
+/// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
+inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
+  const tensor* in[] = {&x, &indices};
+  return detail::apply_naming_attributes(ops::gather{axis}, in);
+}
+
+/// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
+/// takes everything to the end of its dim.
+inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+}
+
+/// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
+inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
+
+inline tensor tensor::operator[](std::int64_t i) const {
+  const tensor* in[] = {this};
+  return detail::apply_naming_attributes(ops::index{i}, in);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/shape_ops.hpp -----
+// ----- begin kiln/ops/linalg.hpp -----
+/// \file
+/// Linear algebra and NN ops: `matmul` (2-D and batched, batch dims broadcast) and
+/// `conv2d` (NHWC input, HWIO filters, strides, VALID or SAME padding).
+
+#include <array>
+#include <string_view>
+#include <utility>
+
+
+namespace kiln::ops {
+
+/// Shared dtype rule: two operands of one numeric dtype.
+constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
+  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
+  return {in[0]};
+}
+
+/// `a @ b` over the last two dims; leading (batch) dims broadcast.
+struct matmul {
+  static constexpr std::string_view name = "matmul";
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &a = in[0], &b = in[1];
+    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
+    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
+    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
+    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
+    shape batch_a, batch_b;
+    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
+    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
+    shape_result out = broadcast_shapes(batch_a, batch_b);
+    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
+    out.value.push_back(a[a.rank() - 2]);
+    out.value.push_back(b[b.rank() - 1]);
+    return out;
+  }
+  constexpr bool operator==(const matmul&) const = default;
+};
+
+/// Sizes of a (batched) matmul and where each batch's operands start, shared by
+/// every backend's kernel.
+struct matmul_geometry {
+  std::int64_t m = 0, n = 0, k = 0, batches = 1;
+
+  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
+    const int r = out.rank();
+    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
+    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
+    batches = batch_.num_elements();
+    a_strides_ = leading_strides(a, batch_);
+    b_strides_ = leading_strides(b, batch_);
+  }
+  /// Element offsets of batch `i`'s matrices in a and in b.
+  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
+    std::int64_t oa = 0, ob = 0;
+    for (int d = batch_.rank() - 1; d >= 0; --d) {
+      oa += (i % batch_[d]) * a_strides_[d];
+      ob += (i % batch_[d]) * b_strides_[d];
+      i /= batch_[d];
+    }
+    return {oa * m * k, ob * k * n};
+  }
+
+ private:
+  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
+  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
+    std::array<std::int64_t, max_rank> st{};
+    std::int64_t acc = 1;
+    int lead = x.rank() - 2, offset = batch.rank() - lead;
+    for (int i = lead - 1; i >= 0; --i) {
+      st[i + offset] = x[i] == 1 ? 0 : acc;
+      acc *= x[i];
+    }
+    return st;
+  }
+  shape batch_;
+  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
+};
+
+/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
+enum class padding : unsigned char { valid, same };
+
+/// The output size and leading padding of one spatial dim of a convolution.
+struct conv_dim {
+  std::int64_t out = 0;
+  std::int64_t pad_before = 0;
+};
+constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
+  if (in == none) return {none, 0};
+  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
+  std::int64_t out = (in + stride - 1) / stride;
+  std::int64_t total = (out - 1) * stride + filter - in;
+  return {out, total > 0 ? total / 2 : 0};
+}
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
+struct conv2d {
+  static constexpr std::string_view name = "conv2d";
+  std::int64_t stride_h = 1, stride_w = 1;
+  padding pad = padding::valid;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &x = in[0], &f = in[1];
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
+    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
+    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
+  }
+  constexpr bool operator==(const conv2d&) const = default;
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
+/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
+inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+
+/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
+inline ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
+/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
+/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+  ops::conv2d op;
+  op.pad = parse_padding(padding);
+  if (strides.size() == 1) {
+    op.stride_h = op.stride_w = strides[0];
+  } else if (strides.size() == 2) {
+    op.stride_h = strides[0], op.stride_w = strides[1];
+  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
+    op.stride_h = strides[1], op.stride_w = strides[2];
+  } else {
+    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
+  }
+  return detail::apply(op, input, filters);
+}
+/// 2-D convolution with the same stride along height and width.
+inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+  return conv2d(input, filters, int_list{stride}, padding);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/linalg.hpp -----
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
 /// The op registry: every op type, one row each, in one list. Graphs store an op as
@@ -1621,11 +3084,552 @@ using elementwise_ops =
               less, less_equal, greater, greater_equal, equal, not_equal, logical_and, logical_or, where>;
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
+using shape_ops = type_list<reshape, transpose, concat, stack, gather, index, slice, shape_of>;
+static_assert(shape_ops::size == 8, "a shape op was added or removed: update the list and the tests");
+
+using reduction_ops = type_list<reduce_sum, reduce_mean, reduce_max, reduce_min, argmax>;
+static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
+
+using linalg_ops = type_list<matmul, conv2d>;
+static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
+
 /// Every op kiln defines.
-using all_ops = typename concat_lists<elementwise_ops>::type;
+using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
 
 }  // namespace kiln::ops
 // ----- end kiln/ops/registry.hpp -----
+// ----- begin kiln/ops/factories.hpp -----
+/// \file
+/// Tensors made from C++ values, and the factories of API.md section 1: constant,
+/// zeros, ones, fill, eye, range, zeros_like, ones_like and random::uniform. They are
+/// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
+/// argument copies the result there).
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+// ---- C++ values as elements -------------------------------------------------------
+
+/// A C++ value that is one string element: `"a"`, std::string, std::string_view.
+template <class T>
+concept string_like = std::is_convertible_v<const T&, std::string_view> && !std::is_arithmetic_v<T>;
+
+/// The element type a C++ value is stored as: string-like values as std::string.
+template <class T>
+using stored_t = std::conditional_t<string_like<T>, std::string, T>;
+
+/// A C++ value as error messages show it: `1.5 (float64)`, `"a" (string)`.
+template <class S>
+std::string describe_value(const S& v) {
+  if constexpr (std::is_same_v<S, std::string>) {
+    return "\"" + v + "\" (string)";
+  } else {
+    std::string text;
+    if constexpr (std::is_same_v<S, bool>) {
+      text = v ? "true" : "false";
+    } else {
+      char buffer[64];
+      text.assign(buffer, std::to_chars(buffer, buffer + sizeof buffer, v).ptr);
+    }
+    return text + " (" + std::string(name(dtype_of<S>)) + ")";
+  }
+}
+
+/// `v` as an element of type `To`, converted as TensorFlow's tf.constant converts a
+/// Python value to a dtype: numbers and bools to floats; bools and integers to
+/// integers that hold them (else kiln::value_error); strings only to strings, bools
+/// only to bools, floats never to integers (else kiln::type_error).
+template <class To, class S>
+To convert_element(const S& v, std::string_view fn) {
+  constexpr bool refused = std::is_same_v<To, std::string> || std::is_same_v<S, std::string> ||
+                           std::is_same_v<To, bool> || (std::is_integral_v<To> && std::is_floating_point_v<S>);
+  if constexpr (std::is_same_v<To, S>) {
+    return v;
+  } else if constexpr (refused) {
+    throw type_error(std::string(fn) + ": cannot convert " + describe_value(v) + " to " +
+                     std::string(name(dtype_of<To>)) +
+                     (std::is_floating_point_v<S> ? "; kiln::cast converts floats to integers" : ""));
+  } else if constexpr (std::is_integral_v<To> && !std::is_same_v<S, bool>) {
+    if (!std::in_range<To>(v))
+      throw value_error(std::string(fn) + ": " + describe_value(v) + " is out of range for " +
+                        std::string(name(dtype_of<To>)));
+    return To(v);
+  } else {
+    return To(v);
+  }
+}
+
+/// Raises kiln::value_error naming `fn` unless `s` is fully defined (an eager result needs one).
+inline void require_fully_defined(std::string_view fn, const shape& s) {
+  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
+}
+
+/// `t`, copied to device `d` unless it is there.
+inline tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+
+/// A tensor of shape `s` holding `values` (row-major) converted to dtype `t`, by
+/// default the dtype of the values. Only the six element types instantiate it.
+template <class S>
+tensor constant_of(const std::vector<S>& values, const shape& s, std::optional<dtype> t, device d) {
+  require_fully_defined("constant", s);
+  if (std::int64_t(values.size()) != s.num_elements())
+    throw value_error("constant: " + std::to_string(values.size()) + " values do not fill shape " + s.str() + " (" +
+                      std::to_string(s.num_elements()) + " elements)");
+  tensor out(t.value_or(dtype_of<S>), s);
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* p = out.view().as<To>();
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = convert_element<To, S>(values[i], "constant");
+  });
+  return placed(std::move(out), d);
+}
+
+/// constant_of for the values of any C++ element type: string-like ones as std::string.
+template <class T>
+tensor constant_of_values(const std::vector<T>& values, const shape& s, std::optional<dtype> t, device d) {
+  using S = stored_t<T>;
+  static_assert(has_dtype<S>,
+                "kiln::constant: elements must be bool, std::int32_t, std::int64_t, float, double or strings");
+  if constexpr (std::is_same_v<S, T>)
+    return constant_of(values, s, t, d);
+  else
+    return constant_of(std::vector<S>(values.begin(), values.end()), s, t, d);
+}
+
+/// Nesting depth of a braced list type: 0 for an element, 2 for a list of lists.
+template <class L>
+inline constexpr int list_depth = 0;
+template <class T>
+inline constexpr int list_depth<std::initializer_list<T>> = 1 + list_depth<T>;
+
+/// The element type at the bottom of a nested braced list type.
+template <class L>
+struct list_element {
+  using type = L;
+};
+template <class T>
+struct list_element<std::initializer_list<T>> : list_element<T> {};
+
+/// Appends the elements of nested list `list` to `out` in row-major order, recording
+/// each axis's length in `dims` (-1 until seen); rows of unequal lengths are an error.
+template <class L, class S>
+void flatten_list(const L& list, std::size_t axis, std::array<std::int64_t, 4>& dims, std::vector<S>& out) {
+  if constexpr (list_depth<L> == 0) {
+    out.push_back(S(list));
+  } else {
+    const auto n = std::int64_t(list.size());
+    if (dims[axis] < 0) {
+      dims[axis] = n;
+    } else if (dims[axis] != n) {
+      throw value_error("constant: the nested list is ragged: rows along axis " + std::to_string(axis) + " have " +
+                        std::to_string(dims[axis]) + " and " + std::to_string(n) + " elements");
+    }
+    for (const auto& item : list) flatten_list(item, axis + 1, dims, out);
+  }
+}
+
+/// The tensor of a nested braced list: its shape from the nesting, its elements flattened.
+template <class L>
+tensor constant_of_list(const L& list, std::optional<dtype> t, device d) {
+  static_assert(list_depth<L> <= 4, "kiln::constant takes nested lists up to rank 4");
+  std::array<std::int64_t, 4> dims;
+  dims.fill(-1);
+  using S = stored_t<typename list_element<L>::type>;
+  static_assert(has_dtype<S>,
+                "kiln::constant: elements must be bool, std::int32_t, std::int64_t, float, double or strings");
+  std::vector<S> flat;
+  flatten_list(list, 0, dims, flat);
+  shape s;
+  for (int axis = 0; axis < list_depth<L>; ++axis) s.push_back(std::max<std::int64_t>(dims[std::size_t(axis)], 0));
+  return constant_of(flat, s, t, d);
+}
+
+// ---- filled tensors ---------------------------------------------------------------
+
+/// A tensor of dtype_of<T> and shape `s` whose every element is `value`; large
+/// numeric buffers are filled in parallel.
+template <class T>
+tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
+  require_fully_defined(fn, s);
+  tensor out(dtype_of<T>, s);
+  T* p = out.view().as<T>();
+  if constexpr (std::is_same_v<T, std::string>) {
+    std::fill(p, p + out.size(), value);
+  } else {
+    parallel_for(out.size(), 1 << 16, [&](std::int64_t lo, std::int64_t hi) { std::fill(p + lo, p + hi, value); });
+  }
+  return placed(std::move(out), d);
+}
+
+/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
+inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
+  return visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return filled(fn, s, T{}, d);  // strings: ""
+  });
+}
+
+/// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
+inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
+  return visit_dtype(t, [&](auto tag) -> tensor {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, std::string>)
+      throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
+    else
+      return filled(fn, s, T(1), d);
+  });
+}
+
+/// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
+/// have a fully defined shape (the result is then an eager constant of that shape).
+inline const shape& like_shape(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  require_fully_defined(fn, x.shape());
+  return x.shape();
+}
+
+// ---- range ------------------------------------------------------------------------
+
+/// The C++ types range takes: those of int32, int64, float32 and float64.
+template <class T>
+inline constexpr bool is_range_value =
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
+    std::is_same_v<T, double>;
+
+/// The result type of range over arguments of types Ts: the last of int32, int64,
+/// float32, float64 that one of them has (TensorFlow's order).
+template <class... Ts>
+using range_result_t = std::conditional_t<
+    (std::is_same_v<Ts, double> || ...), double,
+    std::conditional_t<(std::is_same_v<Ts, float> || ...), float,
+                       std::conditional_t<(std::is_same_v<Ts, std::int64_t> || ...), std::int64_t, std::int32_t>>>;
+
+/// range's tensor in element type T, with its argument checks.
+template <class T>
+tensor make_range(T start, T limit, T delta) {
+  auto text = [](T v) { return describe_value(v); };
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+      throw invalid_argument_error("range: start, limit and delta must be finite, got " + text(start) + ", " +
+                                   text(limit) + " and " + text(delta));
+  }
+  if (delta == 0) throw invalid_argument_error("range: delta must not be 0");
+  if (delta > 0 ? start > limit : start < limit)
+    throw invalid_argument_error("range: start " + text(start) + (delta > 0 ? " > limit " : " < limit ") + text(limit) +
+                                 " with delta " + text(delta) + (delta > 0 ? "; a positive delta needs start <= limit"
+                                                                            : "; a negative delta needs start >= limit"));
+  // Counts and values in unsigned arithmetic: limit - start may not fit in T.
+  using U = std::uint64_t;
+  constexpr U max_count = U(std::numeric_limits<std::int64_t>::max() / 16);
+  U count = 0;
+  if constexpr (std::is_integral_v<T>) {
+    U span = delta > 0 ? U(limit) - U(start) : U(start) - U(limit);
+    U step = delta > 0 ? U(delta) : U(0) - U(delta);
+    count = span / step + (span % step != 0);
+  } else {
+    T steps = std::ceil(std::fabs((limit - start) / delta));  // may be inf
+    count = steps < T(max_count) ? U(steps) : max_count + 1;
+  }
+  if (count > max_count)
+    throw invalid_argument_error("range: " + text(start) + " to " + text(limit) + " by " + text(delta) +
+                                 " has too many elements");
+  tensor out(dtype_of<T>, shape{std::int64_t(count)});
+  T* p = out.view().as<T>();
+  parallel_for(out.size(), 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) {
+      if constexpr (std::is_integral_v<T>)
+        p[i] = T(U(start) + U(i) * U(delta));  // stays within [start, limit]: no wrap
+      else
+        p[i] = start + T(i) * delta;
+    }
+  });
+  return out;
+}
+
+// ---- random numbers ---------------------------------------------------------------
+
+/// Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+/// SC'11): four 32-bit random words from a 128-bit counter and a 64-bit key. Being a
+/// pure function of (counter, key), it gives the same numbers on any thread count
+/// and any backend.
+KILN_HOST_DEVICE constexpr std::array<std::uint32_t, 4> philox4x32_10(std::array<std::uint32_t, 4> counter,
+                                                                        std::array<std::uint32_t, 2> key) {
+  constexpr std::uint64_t multiplier0 = 0xD2511F53u, multiplier1 = 0xCD9E8D57u;
+  constexpr std::uint32_t weyl0 = 0x9E3779B9u, weyl1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    std::uint64_t product0 = multiplier0 * counter[0], product1 = multiplier1 * counter[2];
+    counter = {std::uint32_t(product1 >> 32) ^ counter[1] ^ key[0], std::uint32_t(product1),
+               std::uint32_t(product0 >> 32) ^ counter[3] ^ key[1], std::uint32_t(product0)};
+    key = {key[0] + weyl0, key[1] + weyl1};
+  }
+  return counter;
+}
+
+/// A seed for an unseeded random call: distinct per call and per process run.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  // splitmix64's finalizer, so that consecutive calls get unrelated keys
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
+/// element i takes words of block i / per_block (one word per 32-bit element, two
+/// per 64-bit one), so each element depends only on the seed and its index.
+template <class T>
+void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, T lo, T hi) {
+  constexpr int per_block = sizeof(T) == 4 ? 4 : 2;
+  const std::array<std::uint32_t, 2> key{std::uint32_t(seed), std::uint32_t(seed >> 32)};
+  // Element j of a block as 32 or 64 random bits.
+  auto bits = [](const std::array<std::uint32_t, 4>& words, int j) {
+    if constexpr (per_block == 4)
+      return words[std::size_t(j)];
+    else
+      return std::uint64_t(words[std::size_t(2 * j)]) << 32 | words[std::size_t(2 * j + 1)];
+  };
+  auto value = [&](const std::array<std::uint32_t, 4>& words, int j) -> T {
+    if constexpr (std::is_integral_v<T>) {
+      // Unsigned arithmetic: hi - lo may not fit in T. The modulo bias is below
+      // (hi - lo) / 2^32 (or 2^64), as in TensorFlow.
+      using U = std::make_unsigned_t<T>;
+      return T(U(lo) + U(bits(words, j) % U(U(hi) - U(lo))));
+    } else {
+      // 24 or 53 random bits give u in [0, 1); the bounds are scaled in double, as
+      // a float32 span may overflow; a float64 span overflows only for bounds of
+      // opposite signs, where the weighted sum below cannot.
+      double u = per_block == 4 ? double(bits(words, j) >> 8) * 0x1p-24 : double(bits(words, j) >> 11) * 0x1p-53;
+      double span = double(hi) - double(lo);
+      T v = std::isfinite(span) ? T(double(lo) + u * span) : T(double(lo) * (1 - u) + double(hi) * u);
+      return v < hi ? v : std::nextafter(hi, lo);  // rounding may reach hi, which is excluded
+    }
+  };
+  parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t block = begin / per_block; block * per_block < end; ++block) {
+      auto words = philox4x32_10({std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), 0, 0}, key);
+      for (int j = 0; j < per_block; ++j) {
+        std::int64_t i = block * per_block + j;
+        if (i >= begin && i < end) out[i] = value(words, j);
+      }
+    }
+  });
+}
+
+/// `v` as an integer of type T, or kiln::invalid_argument_error if it is not one.
+template <class T>
+T integer_bound(double v, const char* what, dtype t) {
+  // -double(min) is 2^31 or 2^63 exactly, unlike double(max).
+  if (!(v == std::floor(v) && v >= double(std::numeric_limits<T>::min()) && v < -double(std::numeric_limits<T>::min())))
+    throw invalid_argument_error(std::string("random::uniform: ") + what + " " + describe_value(v) +
+                                 " is not an integer that " + std::string(name(t)) + " holds");
+  return T(v);
+}
+
+}  // namespace detail
+
+/// A scalar tensor of a C++ number: bool → bool_, std::int32_t (`int`) → int32,
+/// std::int64_t → int64, float → float32, double → float64; with `t`, converted to
+/// that dtype as tf.constant converts (kiln::type_error for floats to integers or
+/// numbers to bool, kiln::value_error when an integer does not fit); then placed on `d`.
+/// \code kiln::constant(2);  kiln::constant(2.5f);  kiln::constant(1, kiln::float64); \endcode
+template <class T>
+  requires std::is_arithmetic_v<T>
+tensor constant(T value, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  static_assert(has_dtype<T>,
+                "kiln::constant takes bool, std::int32_t, std::int64_t, float or double: cast other arithmetic types "
+                "(unsigned, char, long long, ...) to one of them");
+  return detail::constant_of(std::vector<T>{value}, shape{}, t, d);
+}
+
+/// A scalar string tensor.
+/// \code kiln::constant("a");  // tensor(b'a', shape=(), dtype=string) \endcode
+template <detail::string_like S>
+tensor constant(const S& value, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  return detail::constant_of(std::vector<std::string>{std::string(std::string_view(value))}, shape{}, t, d);
+}
+
+/// A tensor from a (nested) braced list, up to rank 4; rows of unequal length raise
+/// kiln::value_error. Elements convert to `t` as for scalars.
+/// \code kiln::constant({{1.f, 2.f}, {3.f, 4.f}});  kiln::constant({"a", "b"});  kiln::constant({1, 2}, kiln::float32); \endcode
+template <class T>
+tensor constant(std::initializer_list<T> values, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  return detail::constant_of_list(values, t, d);
+}
+/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+template <class T>
+tensor constant(std::initializer_list<std::initializer_list<T>> values, std::optional<dtype> t = std::nullopt,
+                device d = device::cpu) {
+  return detail::constant_of_list(values, t, d);
+}
+/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+template <class T>
+tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<T>>> values,
+                std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  return detail::constant_of_list(values, t, d);
+}
+/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+template <class T>
+tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<T>>>> values,
+                std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  return detail::constant_of_list(values, t, d);
+}
+
+/// A tensor of shape `s` from row-major `values`; a count that does not fill `s`
+/// raises kiln::value_error naming both.
+/// \code kiln::constant(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}); \endcode
+template <class T>
+tensor constant(const std::vector<T>& values, const shape& s, std::optional<dtype> t = std::nullopt,
+                device d = device::cpu) {
+  return detail::constant_of_values(values, s, t, d);
+}
+
+/// A rank-1 tensor of `values`.
+/// \code kiln::constant(std::vector<int>{4, 1});  // tensor([4 1], shape=(2,), dtype=int32) \endcode
+template <class T>
+tensor constant(const std::vector<T>& values, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
+  return detail::constant_of_values(values, shape{std::int64_t(values.size())}, t, d);
+}
+
+/// A tensor of zeros (`false` for bool_, `""` for strings).
+/// \code kiln::zeros({2, 3});  kiln::zeros({4}, kiln::int32); \endcode
+inline tensor zeros(const shape& s, dtype t = float32, device d = device::cpu) {
+  return detail::zero_filled("zeros", s, t, d);
+}
+
+/// A tensor of ones (`true` for bool_); strings raise kiln::type_error.
+/// \code kiln::ones({2, 2});  // tensor([[1. 1.] [1. 1.]], ...) \endcode
+inline tensor ones(const shape& s, dtype t = float32, device d = device::cpu) {
+  return detail::one_filled("ones", s, t, d);
+}
+
+/// A tensor whose every element is `value`, of `value`'s dtype (a C++ number or a string).
+/// \code kiln::fill({2, 3}, 9);  kiln::fill({2}, "ab"); \endcode
+template <class T>
+tensor fill(const shape& s, const T& value, device d = device::cpu) {
+  if constexpr (detail::string_like<T>) {
+    return detail::filled("fill", s, std::string(std::string_view(value)), d);
+  } else {
+    static_assert(has_dtype<T>, "kiln::fill takes bool, std::int32_t, std::int64_t, float, double or a string");
+    return detail::filled("fill", s, value, d);
+  }
+}
+
+/// The `rows` x `columns` matrix with ones on its diagonal and zeros elsewhere.
+/// \code kiln::eye(2, 3, kiln::int32);  // [[1 0 0] [0 1 0]] \endcode
+inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu) {
+  if (rows < 0 || columns < 0)
+    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
+                                 " and " + std::to_string(columns));
+  if (t == string) throw type_error("eye: string tensors have no identity matrix");
+  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, std::string>) {
+      T* p = out.view().as<T>();
+      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
+    }
+  });
+  return detail::placed(std::move(out), d);
+}
+
+/// The `n` x `n` identity matrix.
+/// \code kiln::eye(10, kiln::int32); \endcode
+inline tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu) { return eye(n, n, t, d); }
+
+/// The numbers `start`, `start + delta`, ... short of `limit`, as tf.range: the
+/// dtype is the widest of the arguments' (int → int32, std::int64_t → int64, float →
+/// float32, double → float64, in that order). delta 0, or a delta pointing away from
+/// `limit`, raises kiln::invalid_argument_error; start == limit gives an empty tensor.
+/// \code kiln::range(1, 10, 3);  // [1 4 7], int32
+/// kiln::range(0.f, 1.f, 0.25f);  // [0.   0.25 0.5  0.75], float32 \endcode
+template <class S, class L, class D = std::int32_t>
+tensor range(S start, L limit, D delta = 1) {
+  static_assert(detail::is_range_value<S> && detail::is_range_value<L> && detail::is_range_value<D>,
+                "kiln::range takes std::int32_t, std::int64_t, float or double arguments");
+  using R = detail::range_result_t<S, L, D>;
+  return detail::make_range<R>(R(start), R(limit), R(delta));
+}
+
+/// `range(0, limit, 1)` in the dtype of `limit`.
+/// \code kiln::range(3).to_vector<int>() == std::vector<int>{0, 1, 2} \endcode
+template <class L>
+tensor range(L limit) {
+  return range(L(0), limit, L(1));
+}
+
+/// Zeros of the dtype, shape and device of `x`. A symbolic `x` needs a fully
+/// defined shape (kiln::value_error otherwise) and gives an eager constant.
+/// \code kiln::zeros_like(kiln::constant({1, 2}));  // [0 0], int32 \endcode
+inline tensor zeros_like(const tensor& x) {
+  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
+}
+
+/// Ones of the dtype, shape and device of `x`; as zeros_like.
+/// \code kiln::ones_like(kiln::constant({1.5, 2.5}));  // [1. 1.], float64 \endcode
+inline tensor ones_like(const tensor& x) {
+  return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
+}
+
+namespace random {
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). With a `seed`, the result depends only on the
+/// seed, shape and dtype (a counter-based generator: not on thread count or call
+/// order); without one, each call draws a fresh seed. Bounds must be finite with
+/// minval < maxval, and whole numbers within range for integer dtypes (as doubles, so
+/// int64 bounds beyond 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same 5 numbers every run \endcode
+inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
+                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
+  if (!is_floating(t) && !is_integer(t))
+    throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(t)));
+  if (is_integer(t) && !maxval)
+    throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(t)) +
+                                 ") needs an explicit maxval");
+  detail::require_fully_defined("random::uniform", s);
+  const std::uint64_t key = seed ? *seed : detail::fresh_seed();
+  tensor out(t, s);
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = detail::integer_bound<T>(minval, "minval", t), hi = detail::integer_bound<T>(*maxval, "maxval", t);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     detail::describe_value(lo) + " and maxval " + detail::describe_value(hi));
+      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
+    }
+  });
+  return out;
+}
+
+}  // namespace random
+}  // namespace kiln
+// ----- end kiln/ops/factories.hpp -----
 
 // ----- begin kiln/backend/backend.hpp -----
 /// \file
@@ -1907,18 +3911,2312 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/elementwise.hpp -----
-
-// ----- begin kiln/eager/apply.hpp -----
+// ----- begin kiln/backend/reference/reduction.hpp -----
 /// \file
-/// Eager execution of one op: check the inputs against the op's dtype and shape
-/// rules (raising the contract's errors with both sides in the message), allocate
-/// the result on the inputs' device and run the device's backend kernel.
+/// Reference reduction kernel: one pass over the input in row-major order, each
+/// element's output and reduced position computed from scratch. Float sums are
+/// accumulated in a wider type so that the reference is the more accurate side.
 
+#include <cstdint>
+#include <limits>
 #include <span>
-#include <sstream>
-#include <string>
+#include <type_traits>
 #include <vector>
 
+
+namespace kiln::backend {
+
+template <ops::reduction Op>
+void compute(reference_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  using kind = ops::reduction_kind;
+  const shape& s = in[0].shape;
+  const auto reduced = ops::reduced_dims(op.axis, s.rank());
+  const std::int64_t count = ops::reduced_count(s, op.axis), outputs = out.size();
+
+  ops::visit_numeric(in[0].dtype, [&]<class T>() {
+    constexpr bool floating = std::is_floating_point_v<T>;
+    // Integers wrap in their own type, as TensorFlow's do.
+    using acc_t = std::conditional_t<std::is_same_v<T, float>, double, std::conditional_t<floating, long double, T>>;
+    constexpr acc_t lowest = floating ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::lowest();
+    constexpr acc_t highest = floating ? std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::max();
+    std::vector<acc_t> acc(outputs, Op::kind == kind::min ? highest : Op::kind == kind::sum || Op::kind == kind::mean ? acc_t(0) : lowest);
+    std::vector<std::int64_t> best(outputs, -1);
+
+    const T* x = in[0].as<T>();
+    for (std::int64_t i = 0, n = s.num_elements(); i < n; ++i) {
+      std::int64_t rest = i, o = 0, o_scale = 1, k = 0, k_scale = 1;
+      for (int d = s.rank() - 1; d >= 0; --d) {
+        std::int64_t coord = rest % s[d];
+        rest /= s[d];
+        if (reduced[d]) {
+          k += coord * k_scale;
+          k_scale *= s[d];
+        } else {
+          o += coord * o_scale;
+          o_scale *= s[d];
+        }
+      }
+      const acc_t v = acc_t(x[i]);
+      if constexpr (Op::kind == kind::sum || Op::kind == kind::mean) {
+        acc[o] = math::add(acc[o], v);
+      } else if constexpr (Op::kind == kind::max) {
+        acc[o] = math::max(acc[o], v);
+      } else if constexpr (Op::kind == kind::min) {
+        acc[o] = math::min(acc[o], v);
+      } else {
+        bool nan_first = floating && v != v && acc[o] == acc[o];
+        if (best[o] < 0 || v > acc[o] || nan_first) {
+          acc[o] = v;
+          best[o] = k;
+        }
+      }
+    }
+
+    for (std::int64_t o = 0; o < outputs; ++o) {
+      if constexpr (Op::kind == kind::argmax) {
+        out.as<std::int64_t>()[o] = best[o];
+      } else if constexpr (Op::kind == kind::mean) {
+        out.as<T>()[o] = ops::mean_of<T>(acc[o], count);
+      } else {
+        out.as<T>()[o] = T(acc[o]);
+      }
+    }
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/reference/reduction.hpp -----
+// ----- begin kiln/backend/cpu/reduction.hpp -----
+/// \file
+/// CPU reduction kernels. Size-1 dims are dropped and neighbouring dims with the
+/// same role merged, so most reductions become rows (the reduced elements are
+/// contiguous: SIMD with several accumulators) or columns (a kept contiguous dim
+/// follows the reduced one: SIMD across the kept columns); interleaved axes lists
+/// take a strided path. Every output is a pairwise tree over fixed-size leaves whose
+/// shape depends only on the input's shape: float sums stay accurate, and results
+/// are the same whatever the thread count, because threads only choose who
+/// evaluates which subtree.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+
+namespace kiln::backend {
+namespace cpu {
+
+/// Elements per leaf when the reduced elements are contiguous (or strided): a
+/// float sum adds at most leaf / (SIMD lanes x accumulators) values in sequence.
+inline constexpr std::int64_t reduction_leaf = 4096;
+/// Rows per leaf when reducing columns; argmax counts rows within a leaf in the
+/// element type, which is exact for this many.
+inline constexpr std::int64_t column_leaf_rows = 64;
+/// Elements per parallel task: below this, threads cost more than they save.
+inline constexpr std::int64_t reduction_grain = std::int64_t(1) << 15;
+
+// ---- what a reduction combines ---------------------------------------------------
+// A reducer combines partial results (scalars for sum/max/min, value and index for
+// argmax); value reducers also combine xsimd batches lane by lane.
+
+/// NaN test for scalars and batches. (On AVX-512, xsimd's `!=` is an ordered
+/// compare, so `v != v` is false for NaN there.)
+template <class V>
+auto is_nan(const V& v) {
+  if constexpr (std::is_arithmetic_v<V>)
+    return v != v;
+  else
+    return xsimd::isnan(v);
+}
+
+template <class T>
+struct sum_reducer {
+  using value_type = T;
+  using partial = T;
+  static constexpr bool indexed = false;
+  static constexpr T identity() { return T(0); }
+  template <class V>
+  static V combine(const V& a, const V& b) {
+    return math::add(a, b);
+  }
+  static T horizontal(const xsimd::batch<T>& b) { return xsimd::hadd(b); }
+};
+
+template <class T, bool Largest>
+struct extremum_reducer {
+  using value_type = T;
+  using partial = T;
+  static constexpr bool indexed = false;
+  static constexpr T identity() {
+    using limits = std::numeric_limits<T>;
+    if constexpr (std::is_floating_point_v<T>)
+      return Largest ? -limits::infinity() : limits::infinity();
+    else
+      return Largest ? limits::lowest() : limits::max();
+  }
+  /// The larger (smaller) of `a` and `b`, NaN if either is, as TensorFlow.
+  template <class V>
+  static V combine(const V& a, const V& b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (Largest)
+        return math::select((a > b) | is_nan(a), a, b);
+      else
+        return math::select((a < b) | is_nan(a), a, b);
+    } else if constexpr (Largest) {
+      return math::max(a, b);
+    } else {
+      return math::min(a, b);
+    }
+  }
+  static T horizontal(const xsimd::batch<T>& b) {
+    std::array<T, xsimd::batch<T>::size> lanes;
+    b.store_unaligned(lanes.data());
+    T result = lanes[0];
+    for (std::size_t i = 1; i < lanes.size(); ++i) result = combine(result, lanes[i]);
+    return result;
+  }
+};
+
+/// argmax's partial result: the best value of a range and where it is.
+template <class T>
+struct indexed_value {
+  T value;
+  std::int64_t index;
+};
+
+template <class T>
+struct argmax_reducer {
+  using value_type = T;
+  using partial = indexed_value<T>;
+  static constexpr bool indexed = true;
+  /// Where `a` beats `b`: it is larger, or the first NaN. Scalars or batches.
+  template <class V>
+  static auto beats(const V& a, const V& b) {
+    if constexpr (std::is_floating_point_v<T>)
+      return (a > b) | (is_nan(a) & !is_nan(b));
+    else
+      return a > b;
+  }
+  /// `left` covers smaller indices, so it wins ties.
+  static partial combine(const partial& left, const partial& right) {
+    return beats(right.value, left.value) ? right : left;
+  }
+};
+
+template <ops::reduction_kind K, class T>
+using reducer_for = std::conditional_t<
+    K == ops::reduction_kind::argmax, argmax_reducer<T>,
+    std::conditional_t<K == ops::reduction_kind::max, extremum_reducer<T, true>,
+                       std::conditional_t<K == ops::reduction_kind::min, extremum_reducer<T, false>, sum_reducer<T>>>>;
+
+/// What a reduction writes for a partial result: the value, or argmax's index.
+template <class R>
+auto finish(const typename R::partial& p) {
+  if constexpr (R::indexed)
+    return p.index;
+  else
+    return p;
+}
+
+// ---- the pairwise tree -----------------------------------------------------------
+
+/// Combines leaves [lo, hi) as a binary tree split at the middle, so its shape
+/// depends only on the number of leaves.
+template <class P, class Leaf, class Combine>
+P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& combine) {
+  if (hi - lo == 1) return leaf(lo);
+  const std::int64_t mid = lo + (hi - lo) / 2;
+  P left = pairwise<P>(lo, mid, leaf, combine);
+  return combine(left, pairwise<P>(mid, hi, leaf, combine));
+}
+
+/// The same tree as `pairwise(0, leaves, ...)`, with its subtrees a few levels down
+/// evaluated in parallel and combined above in the same order.
+template <class P, class Leaf, class Combine>
+P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
+  constexpr int split_depth = 5;  // up to 32 subtrees: enough to balance any pool
+  struct range {
+    std::int64_t lo, hi;
+  };
+  std::array<range, 1 << split_depth> subtrees{};
+  int count = 0;
+  auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
+    if (depth == split_depth || hi - lo == 1) {
+      subtrees[count++] = {lo, hi};
+      return;
+    }
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    self(self, lo, mid, depth + 1);
+    self(self, mid, hi, depth + 1);
+  };
+  collect(collect, 0, leaves, 0);
+
+  std::array<P, 1 << split_depth> values;
+  detail::parallel_for(count, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) values[i] = pairwise<P>(subtrees[i].lo, subtrees[i].hi, leaf, combine);
+  });
+
+  int next = 0;
+  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> P {
+    if (depth == split_depth || hi - lo == 1) return values[next++];
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    P left = self(self, lo, mid, depth + 1);
+    return combine(left, self(self, mid, hi, depth + 1));
+  };
+  return fold(fold, 0, leaves, 0);
+}
+
+template <class P, class Leaf, class Combine>
+P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
+}
+
+/// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
+/// many units are spread over the threads, a few large ones are split inside.
+template <class F>
+void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
+  if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
+    for (std::int64_t u = 0; u < units; ++u) task(u, true);
+  } else {
+    detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
+                         [&](std::int64_t lo, std::int64_t hi) {
+                           for (std::int64_t u = lo; u < hi; ++u) task(u, false);
+                         });
+  }
+}
+
+// ---- SIMD helpers shared by scalar and batch code ----------------------------------
+
+template <class V>
+inline constexpr int lanes_of = 1;
+template <class T, class A>
+inline constexpr int lanes_of<xsimd::batch<T, A>> = int(xsimd::batch<T, A>::size);
+
+template <class V, class T>
+void store(const V& v, T* p) {
+  if constexpr (std::is_same_v<V, T>)
+    *p = v;
+  else
+    v.store_unaligned(p);
+}
+
+// ---- rows: the reduced elements are contiguous ------------------------------------
+
+/// Reduces `n` contiguous elements with several independent SIMD accumulators (to
+/// hide the latency of each combine), folded pairwise at the end.
+template <class R, class T>
+T row_leaf(const T* p, std::int64_t n) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  constexpr int accumulators = 8;
+  T result = R::identity();
+  std::int64_t i = 0;
+  if (n >= w) {
+    B total(R::identity());
+    if (n >= accumulators * w) {
+      std::array<B, accumulators> acc;
+      acc.fill(B(R::identity()));
+      for (; i + accumulators * w <= n; i += accumulators * w)
+        for (int k = 0; k < accumulators; ++k) acc[k] = R::combine(acc[k], B::load_unaligned(p + i + k * w));
+      for (int half = accumulators / 2; half > 0; half /= 2)
+        for (int k = 0; k < half; ++k) acc[k] = R::combine(acc[k], acc[k + half]);
+      total = acc[0];
+    }
+    for (; i + w <= n; i += w) total = R::combine(total, B::load_unaligned(p + i));
+    result = R::horizontal(total);
+  }
+  for (; i < n; ++i) result = R::combine(result, p[i]);
+  return result;
+}
+
+/// argmax of `n` contiguous elements whose first has index `first`: the SIMD max,
+/// then a search for its first occurrence while the elements are still in cache.
+template <class T>
+indexed_value<T> row_argmax_leaf(const T* p, std::int64_t n, std::int64_t first) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  const T best = row_leaf<extremum_reducer<T, true>>(p, n);
+  const bool nan = is_nan(best);  // the max is NaN only when there is one
+  std::int64_t i = 0;
+  for (; i + w <= n; i += w) {
+    B v = B::load_unaligned(p + i);
+    if (xsimd::any(nan ? is_nan(v) : v == B(best))) break;
+  }
+  while (i + 1 < n && !(nan ? is_nan(p[i]) : p[i] == best)) ++i;
+  return {best, first + i};
+}
+
+/// The partial result of `n` elements `stride` apart, the first with index `first`,
+/// combined one at a time in order.
+template <class R, class T>
+typename R::partial scalar_leaf(const T* p, std::int64_t n, std::int64_t stride, std::int64_t first) {
+  if constexpr (R::indexed) {
+    typename R::partial acc{p[0], first};
+    for (std::int64_t i = 1; i < n; ++i)
+      if (R::beats(p[i * stride], acc.value)) acc = {p[i * stride], first + i};
+    return acc;
+  } else {
+    T acc = R::identity();
+    for (std::int64_t i = 0; i < n; ++i) acc = R::combine(acc, p[i * stride]);
+    return acc;
+  }
+}
+
+/// The partial result of `n` contiguous elements whose first has index `first`.
+template <class R, class T>
+typename R::partial contiguous_leaf(const T* p, std::int64_t n, std::int64_t first) {
+  if constexpr (R::indexed)
+    return row_argmax_leaf(p, n, first);
+  else
+    return row_leaf<R>(p, n);
+}
+
+template <class R, class T, class Out>
+void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
+  using P = typename R::partial;
+  const std::int64_t leaves = (n + reduction_leaf - 1) / reduction_leaf;
+  auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
+  for_each_unit(rows, n, [&](std::int64_t row, bool parallel) {
+    const T* p = x + row * n;
+    auto leaf = [&](std::int64_t b) {
+      const std::int64_t lo = b * reduction_leaf;
+      return contiguous_leaf<R>(p + lo, std::min(reduction_leaf, n - lo), lo);
+    };
+    out[row] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+  });
+}
+
+// ---- columns: SIMD across the contiguous kept dim ---------------------------------
+
+/// Reduces rows [r0, r1) of a tile of `active` (at most `NB`) vectors of columns,
+/// `load(r, k)` reading the k-th vector of row r. `V` is an xsimd batch, or the
+/// element type itself for a few single columns.
+template <class R, class V, int NB, class Load>
+std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, std::int64_t r0, std::int64_t r1,
+                                                              int active) {
+  using T = typename R::value_type;
+  constexpr int w = lanes_of<V>;
+  std::array<typename R::partial, NB * w> result{};
+  if constexpr (R::indexed) {
+    std::array<V, NB> best, where;  // `where`: the row within the leaf, exact in T
+    for (int k = 0; k < active; ++k) {
+      best[k] = load(r0, k);
+      where[k] = V(T(0));
+    }
+    for (std::int64_t r = r0 + 1; r < r1; ++r) {
+      const V row = V(T(r - r0));
+      for (int k = 0; k < active; ++k) {
+        const V v = load(r, k);
+        const auto better = R::beats(v, best[k]);
+        best[k] = math::select(better, v, best[k]);
+        where[k] = math::select(better, row, where[k]);
+      }
+    }
+    std::array<T, NB * w> values, rows;
+    for (int k = 0; k < active; ++k) {
+      store(best[k], values.data() + k * w);
+      store(where[k], rows.data() + k * w);
+    }
+    for (int j = 0; j < active * w; ++j) result[j] = {values[j], r0 + std::int64_t(rows[j])};
+  } else {
+    std::array<V, NB> acc;
+    acc.fill(V(R::identity()));
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load(r, k));
+    for (int k = 0; k < active; ++k) store(acc[k], result.data() + k * w);
+  }
+  return result;
+}
+
+/// Reduces `rows` rows of a tile of columns (see column_leaf) and writes its
+/// `active * lanes` results to `out`.
+template <class R, class V, int NB, class Load, class Out>
+void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel, Out* out) {
+  using P = std::array<typename R::partial, NB * lanes_of<V>>;
+  const int used = active * lanes_of<V>;
+  auto leaf = [&](std::int64_t b) {
+    const std::int64_t r0 = b * column_leaf_rows;
+    return column_leaf<R, V, NB>(load, r0, std::min(rows, r0 + column_leaf_rows), active);
+  };
+  auto combine = [used](const P& a, const P& b) {
+    P c{};
+    for (int j = 0; j < used; ++j) c[j] = R::combine(a[j], b[j]);
+    return c;
+  };
+  const P result = tree<P>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
+  for (int j = 0; j < used; ++j) out[j] = finish<R>(result[j]);
+}
+
+/// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
+/// tiles of 8 batches of columns, then single batches, then one tile of the last
+/// few columns one by one.
+template <class R, class T, class Out>
+void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
+  using B = xsimd::batch<T>;
+  constexpr int w = int(B::size), wide = 8;
+  const std::int64_t wide_tiles = inner / (wide * w), narrow_tiles = inner % (wide * w) / w;
+  const int rest = int(inner % w);
+  const std::int64_t tiles = wide_tiles + narrow_tiles + (rest > 0);
+  for_each_unit(outer * tiles, rows * w, [&](std::int64_t unit, bool parallel) {
+    const std::int64_t o = unit / tiles, t = unit % tiles;
+    const std::int64_t column = t < wide_tiles ? t * wide * w : wide_tiles * wide * w + (t - wide_tiles) * w;
+    const T* p = x + o * rows * inner + column;
+    Out* dst = out + o * inner + column;
+    auto load_batches = [&](std::int64_t r, int k) { return B::load_unaligned(p + r * inner + k * w); };
+    if (t < wide_tiles)
+      reduce_tile<R, B, wide>(load_batches, rows, wide, parallel, dst);
+    else if (t < wide_tiles + narrow_tiles)
+      reduce_tile<R, B, 1>(load_batches, rows, 1, parallel, dst);
+    else
+      reduce_tile<R, T, w>([&](std::int64_t r, int k) { return p[r * inner + k]; }, rows, rest, parallel, dst);
+  });
+}
+
+/// Reduces rows shorter than a batch one element at a time: a row is too short for
+/// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
+template <class R, class T, class Out>
+void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
+  detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
+  });
+}
+
+// ---- anything else: strided ---------------------------------------------------------
+
+/// Dims (sizes and input strides) walked in row-major order.
+struct strided_dims {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> size{}, stride{};
+
+  /// The input offset of the `flat`-th position, with its multi-index in `idx`.
+  std::int64_t offset(std::int64_t flat, std::array<std::int64_t, max_rank>& idx) const {
+    std::int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      idx[d] = flat % size[d];
+      flat /= size[d];
+      off += idx[d] * stride[d];
+    }
+    return off;
+  }
+};
+
+/// Reduces the positions [k0, k1) of the reduced dims `walk` from `base`, a run of
+/// the innermost reduced dim at a time (contiguous runs take the row kernels).
+template <class R, class T>
+typename R::partial strided_leaf(const T* base, const strided_dims& walk, std::int64_t k0, std::int64_t k1) {
+  const int last = walk.rank - 1;
+  const std::int64_t run_size = walk.size[last], run_stride = walk.stride[last];
+  std::array<std::int64_t, max_rank> idx{};
+  std::int64_t off = walk.offset(k0, idx);
+  std::optional<typename R::partial> acc;
+  for (std::int64_t k = k0; k < k1;) {
+    const std::int64_t len = std::min(run_size - idx[last], k1 - k);
+    const typename R::partial part =
+        run_stride == 1 ? contiguous_leaf<R>(base + off, len, k) : scalar_leaf<R>(base + off, len, run_stride, k);
+    acc = acc ? R::combine(*acc, part) : part;
+    k += len;
+    off += len * run_stride;
+    idx[last] += len;
+    for (int d = last; d > 0 && idx[d] == walk.size[d]; --d) {  // carry into the outer reduced dims
+      off += walk.stride[d - 1] - walk.size[d] * walk.stride[d];
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+  return *acc;
+}
+
+/// The input's dims without size-1 dims, neighbours of the same role merged.
+struct reduction_layout {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> size{};
+  std::array<bool, max_rank> reduced{};
+
+  reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] == 1) continue;
+      if (rank > 0 && reduced[rank - 1] == reduced_dims[d]) {
+        size[rank - 1] *= s[d];
+      } else {
+        size[rank] = s[d];
+        reduced[rank] = reduced_dims[d];
+        ++rank;
+      }
+    }
+  }
+  /// The kept dims (`role` false) or the reduced dims (`role` true) with their strides.
+  strided_dims dims(bool role) const {
+    strided_dims out;
+    std::int64_t stride = 1;
+    std::array<std::int64_t, max_rank> strides{};
+    for (int d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= size[d];
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (reduced[d] == role) {
+        out.size[out.rank] = size[d];
+        out.stride[out.rank++] = strides[d];
+      }
+    }
+    return out;
+  }
+};
+
+template <class R, class T, class Out>
+void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  using P = typename R::partial;
+  const strided_dims kept = layout.dims(false), walk = layout.dims(true);
+  const std::int64_t leaves = (count + reduction_leaf - 1) / reduction_leaf;
+  auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
+  for_each_unit(outputs, count, [&](std::int64_t o, bool parallel) {
+    std::array<std::int64_t, max_rank> idx{};
+    const T* base = x + kept.offset(o, idx);
+    auto leaf = [&](std::int64_t b) {
+      const std::int64_t k0 = b * reduction_leaf;
+      return strided_leaf<R>(base, walk, k0, std::min(count, k0 + reduction_leaf));
+    };
+    out[o] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+  });
+}
+
+/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+template <class R, class T, class Out>
+void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  if (count <= 1) {  // nothing to combine: the identity, or each element itself
+    detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        if constexpr (R::indexed)
+          out[i] = 0;
+        else
+          out[i] = count == 0 ? R::identity() : x[i];
+      }
+    });
+    return;
+  }
+  int runs = 0, run = 0;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (layout.reduced[d]) {
+      ++runs;
+      run = d;
+    }
+  }
+  if (runs > 1) return reduce_strided<R>(x, out, layout, outputs, count);
+  std::int64_t outer = 1, inner = 1;
+  for (int d = 0; d < run; ++d) outer *= layout.size[d];
+  for (int d = run + 1; d < layout.rank; ++d) inner *= layout.size[d];
+  if (inner > 1) return reduce_columns<R>(x, out, outer, count, inner);
+  if (count < std::int64_t(xsimd::batch<T>::size)) return reduce_short_rows<R>(x, out, outer, count);
+  reduce_rows<R>(x, out, outer, count);
+}
+
+}  // namespace cpu
+
+template <ops::reduction Op>
+void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  using kind = ops::reduction_kind;
+  const shape& s = in[0].shape;
+  const cpu::reduction_layout layout(s, ops::reduced_dims(op.axis, s.rank()));
+  const std::int64_t outputs = out.size(), count = ops::reduced_count(s, op.axis);
+  ops::visit_numeric(in[0].dtype, [&]<class T>() {
+    using R = cpu::reducer_for<Op::kind, T>;
+    using Out = std::conditional_t<R::indexed, std::int64_t, T>;
+    cpu::reduce<R>(in[0].as<T>(), out.as<Out>(), layout, outputs, count);
+    if constexpr (Op::kind == kind::mean) {
+      T* o = out.as<T>();
+      detail::parallel_for(outputs, cpu::reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t i = lo; i < hi; ++i) o[i] = ops::mean_of<T>(o[i], count);
+      });
+    }
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/cpu/reduction.hpp -----
+// ----- begin kiln/backend/reference/shape_ops.hpp -----
+/// \file
+/// Reference kernels of the data-movement ops: for every output element, its
+/// multi-index, the input element it comes from, and one assignment. Slow and
+/// obviously right. (reshape, `x[i]` and shape_of need no kernel: they evaluate.)
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+
+namespace kiln::backend {
+namespace reference {
+
+using multi_index = std::array<std::int64_t, max_rank>;
+
+inline multi_index unravel(std::int64_t flat, const shape& s) {
+  multi_index idx{};
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    idx[d] = flat % s[d];
+    flat /= s[d];
+  }
+  return idx;
+}
+
+inline std::int64_t ravel(const multi_index& idx, const shape& s) {
+  std::int64_t flat = 0;
+  for (int d = 0; d < s.rank(); ++d) flat = flat * s[d] + idx[d];
+  return flat;
+}
+
+/// Fills `out`: element i is element `source(i).second` of input `source(i).first`.
+template <class Source>
+void copy_from(std::span<const buffer_view> in, const buffer_view& out, Source source) {
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = out.as<T>();
+    for (std::int64_t i = 0, n = out.size(); i < n; ++i) {
+      auto [k, j] = source(i);
+      o[i] = in[k].template as<const T>()[j];
+    }
+  });
+}
+
+inline std::int64_t read_index(const buffer_view& indices, std::int64_t i) {
+  return indices.dtype == int64 ? indices.as<const std::int64_t>()[i] : indices.as<const std::int32_t>()[i];
+}
+
+}  // namespace reference
+
+inline void compute(reference_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& xs = in[0].shape;
+  const int_list perm = op.permutation(xs.rank());
+  reference::copy_from(in, out, [&](std::int64_t i) {
+    reference::multi_index o = reference::unravel(i, out.shape), x{};
+    for (int d = 0; d < out.shape.rank(); ++d) x[perm[d]] = o[d];
+    return std::pair{std::size_t(0), reference::ravel(x, xs)};
+  });
+}
+
+inline void compute(reference_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int a = ops::normalize_axis(op.axis, out.shape.rank());
+  reference::copy_from(in, out, [&](std::int64_t i) {
+    reference::multi_index idx = reference::unravel(i, out.shape);
+    std::size_t k = 0;
+    while (idx[a] >= in[k].shape[a]) idx[a] -= in[k++].shape[a];
+    return std::pair{k, reference::ravel(idx, in[k].shape)};
+  });
+}
+
+inline void compute(reference_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int a = ops::normalize_axis(op.axis, out.shape.rank());
+  reference::copy_from(in, out, [&](std::int64_t i) {
+    reference::multi_index o = reference::unravel(i, out.shape), x{};
+    for (int d = 0, e = 0; d < out.shape.rank(); ++d)
+      if (d != a) x[e++] = o[d];
+    return std::pair{std::size_t(o[a]), reference::ravel(x, in[0].shape)};
+  });
+}
+
+inline void compute(reference_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape &xs = in[0].shape, &is = in[1].shape;
+  const int a = ops::normalize_axis(op.axis, xs.rank());
+  reference::copy_from(in, out, [&](std::int64_t i) {
+    reference::multi_index o = reference::unravel(i, out.shape), x{}, j{};
+    for (int d = 0; d < a; ++d) x[d] = o[d];
+    for (int d = 0; d < is.rank(); ++d) j[d] = o[a + d];
+    x[a] = reference::read_index(in[1], reference::ravel(j, is));
+    for (int d = a + 1; d < xs.rank(); ++d) x[d] = o[d - 1 + is.rank()];
+    return std::pair{std::size_t(0), reference::ravel(x, xs)};
+  });
+}
+
+inline void compute(reference_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::copy_from(in, out, [&](std::int64_t i) {
+    reference::multi_index idx = reference::unravel(i, out.shape);
+    for (int d = 0; d < out.shape.rank(); ++d) idx[d] += op.begin[d];
+    return std::pair{std::size_t(0), reference::ravel(idx, in[0].shape)};
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/reference/shape_ops.hpp -----
+// ----- begin kiln/backend/cpu/shape_ops.hpp -----
+/// \file
+/// CPU kernels of the data-movement ops. Every kernel copies contiguous runs of
+/// elements: trivially copyable dtypes move as raw bytes with memcpy (dispatched on
+/// the element size alone, so int32 and float32 share one instantiation), strings by
+/// assignment. Dims that both sides walk contiguously are merged first, so a run is
+/// as long as it can be. A transpose that moves the innermost dim cannot copy runs;
+/// it goes tile by tile, so that reads and writes both stay in cache. Large outputs
+/// are split over the thread pool. (reshape, `x[i]` and shape_of need no kernel.)
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+
+
+namespace kiln::backend {
+namespace cpu {
+
+/// Bytes a parallel task copies at least: below this, waking threads costs more than it saves.
+inline constexpr std::int64_t copy_grain_bytes = std::int64_t(1) << 18;
+
+/// Side of the square tiles of a transpose: a 32x32 tile of float64 is 8 KiB read
+/// and 8 KiB written, well within L1.
+inline constexpr std::int64_t transpose_tile_side = 32;
+
+// Movers copy elements between buffers, offsets counted in elements. Their loops
+// take everything as value parameters: the compiler must assume a byte store may
+// alias any memory, so a loop bound read through a reference would be reloaded on
+// every element.
+
+/// Moves trivially copyable elements of `Size` bytes.
+template <std::size_t Size>
+struct byte_mover {
+  static constexpr std::int64_t size = Size;
+  static constexpr std::int64_t grain = std::max<std::int64_t>(1, copy_grain_bytes / size);
+
+  static const unsigned char* at(const void* p, std::int64_t i) { return static_cast<const unsigned char*>(p) + i * size; }
+  static unsigned char* at(void* p, std::int64_t i) { return static_cast<unsigned char*>(p) + i * size; }
+  /// dst[to + i] = src[from + i] for i < count.
+  static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
+    if (count == 1)  // runs of one element are common (stack along the last axis); skip the call
+      std::memcpy(at(dst, to), at(src, from), Size);
+    else
+      std::memcpy(at(dst, to), at(src, from), std::size_t(count) * Size);
+  }
+  /// dst[to + i] = src[from + i * step] for i < count.
+  static void copy_strided(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t step,
+                           std::int64_t count) {
+    unsigned char* d = at(dst, to);
+    const unsigned char* s = at(src, from);
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(d + i * size, s + i * step * size, Size);
+  }
+  /// dst[to + i] = src[from + indices[i]] for i < count.
+  template <class I>
+  static void copy_indexed(void* dst, std::int64_t to, const void* src, std::int64_t from, const I* indices,
+                           std::int64_t count) {
+    unsigned char* d = at(dst, to);
+    const unsigned char* s = at(src, from);
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(d + i * size, s + std::int64_t(indices[i]) * size, Size);
+  }
+};
+
+/// Moves std::string elements by assignment (the output's strings already exist).
+struct string_mover {
+  static constexpr std::int64_t grain = copy_grain_bytes / std::int64_t(sizeof(std::string));
+
+  static const std::string* at(const void* p, std::int64_t i) { return static_cast<const std::string*>(p) + i; }
+  static std::string* at(void* p, std::int64_t i) { return static_cast<std::string*>(p) + i; }
+  static void copy(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t count) {
+    std::copy_n(at(src, from), count, at(dst, to));
+  }
+  static void copy_strided(void* dst, std::int64_t to, const void* src, std::int64_t from, std::int64_t step,
+                           std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) *at(dst, to + i) = *at(src, from + i * step);
+  }
+  template <class I>
+  static void copy_indexed(void* dst, std::int64_t to, const void* src, std::int64_t from, const I* indices,
+                           std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) *at(dst, to + i) = *at(src, from + std::int64_t(indices[i]));
+  }
+};
+
+/// Calls `f(mover{})` with the mover for dtype `t`.
+template <class F>
+void visit_mover(dtype t, F&& f) {
+  switch (t) {
+    case bool_: return f(byte_mover<sizeof(bool)>{});
+    case int32:
+    case float32: return f(byte_mover<4>{});
+    case int64:
+    case float64: return f(byte_mover<8>{});
+    case string: return f(string_mover{});
+  }
+  throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+
+/// An output walked in row-major order whose element at multi-index `idx` comes from
+/// input element `base + sum(idx[d] * stride[d])`.
+struct strided_walk {
+  int rank = 0;
+  std::array<std::int64_t, max_rank> dims{}, stride{};
+  std::int64_t base = 0;
+
+  /// The walk over `out` with input `stride`s, minus size-1 dims, with neighbours
+  /// merged where the input side chains too (the output side always does).
+  strided_walk(const shape& out, const std::array<std::int64_t, max_rank>& in_stride, std::int64_t in_base)
+      : base(in_base) {
+    for (int d = 0; d < out.rank(); ++d) {
+      if (out[d] == 1) continue;
+      if (rank > 0 && stride[rank - 1] == in_stride[d] * out[d]) {
+        dims[rank - 1] *= out[d];
+        stride[rank - 1] = in_stride[d];
+      } else {
+        dims[rank] = out[d];
+        stride[rank] = in_stride[d];
+        ++rank;
+      }
+    }
+    if (rank == 0) {  // one element
+      rank = 1;
+      dims[0] = stride[0] = 1;
+    }
+  }
+
+  std::int64_t size() const {
+    std::int64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= dims[d];
+    return n;
+  }
+};
+
+/// Copies a walk whose last dim is contiguous in the output, run by run: one memcpy
+/// per run when the input side is contiguous too.
+template <class Mover>
+void copy_walk(const strided_walk& w, const void* src, void* dst) {
+  const int r = w.rank;
+  const std::int64_t run = w.dims[r - 1], step = w.stride[r - 1];
+  detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::array<std::int64_t, max_rank> idx{};
+    std::int64_t from = w.base;
+    for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
+      idx[d] = rest % w.dims[d];
+      rest /= w.dims[d];
+      from += idx[d] * w.stride[d];
+    }
+    for (std::int64_t to = lo; to < hi;) {
+      const std::int64_t len = std::min(run - idx[r - 1], hi - to);
+      if (step == 1)
+        Mover::copy(dst, to, src, from, len);
+      else
+        Mover::copy_strided(dst, to, src, from, step, len);
+      to += len;
+      from += len * step;
+      idx[r - 1] += len;
+      for (int d = r - 1; d > 0 && idx[d] == w.dims[d]; --d) {
+        from += w.stride[d - 1] - w.dims[d] * w.stride[d];
+        idx[d] = 0;
+        ++idx[d - 1];
+      }
+    }
+  });
+}
+
+/// Copies a `rows` x `cols` tile that a transpose turns around:
+/// `dst[i * dst_stride + j] = src[i + j * src_stride]`. Trivially copyable elements
+/// go through a buffer in L1, read and written a whole row at a time: rows far apart
+/// in memory often share cache sets, so reading them a column at a time would evict
+/// them before they are used up.
+template <class Mover>
+void transpose_tile(const void* src, std::int64_t src_stride, void* dst, std::int64_t dst_stride, std::int64_t rows,
+                    std::int64_t cols) {
+  if constexpr (std::is_same_v<Mover, string_mover>) {  // a string copy costs more than any cache miss
+    for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, src, i, src_stride, cols);
+  } else {
+    constexpr std::int64_t t = transpose_tile_side;
+    alignas(buffer_alignment) unsigned char buffer[t * t * Mover::size];  // buffer[j][i] = src[i + j * src_stride]
+    for (std::int64_t j = 0; j < cols; ++j) Mover::copy(buffer, j * t, src, j * src_stride, rows);
+    for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, buffer, i, t, cols);
+  }
+}
+
+/// Copies a walk whose input-contiguous dim `q` is not the last one (a transpose
+/// that moves the innermost dim) in square tiles over dims `q` and `last`.
+template <class Mover>
+void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
+  const int last = w.rank - 1;
+  std::array<std::int64_t, max_rank> out_stride{};
+  for (std::int64_t d = last, acc = 1; d >= 0; --d) {
+    out_stride[d] = acc;
+    acc *= w.dims[d];
+  }
+  constexpr std::int64_t t = transpose_tile_side;
+  const std::int64_t tiles_q = (w.dims[q] + t - 1) / t, tiles_last = (w.dims[last] + t - 1) / t;
+  const std::int64_t tasks = w.size() / (w.dims[q] * w.dims[last]) * tiles_q * tiles_last;
+  detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t task = lo; task < hi; ++task) {
+      std::int64_t rest = task;
+      const std::int64_t l0 = rest % tiles_last * t;
+      rest /= tiles_last;
+      const std::int64_t q0 = rest % tiles_q * t;
+      rest /= tiles_q;
+      std::int64_t from = w.base + q0 + l0 * w.stride[last], to = q0 * out_stride[q] + l0;
+      for (int d = last - 1; d >= 0; --d) {
+        if (d == q) continue;
+        from += rest % w.dims[d] * w.stride[d];
+        to += rest % w.dims[d] * out_stride[d];
+        rest /= w.dims[d];
+      }
+      transpose_tile<Mover>(Mover::at(src, from), w.stride[last], Mover::at(dst, to), out_stride[q],
+                            std::min(t, w.dims[q] - q0), std::min(t, w.dims[last] - l0));
+    }
+  });
+}
+
+/// Concatenation along a dim: the output is `outer` rows, each made of one run of
+/// `run(k)` elements from every input k in turn.
+template <class Mover, class Run>
+void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const buffer_view& out) {
+  const std::int64_t row = out.size() / outer;
+  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    const std::size_t inputs = in.size();
+    std::int64_t o = lo / row, p = lo % row, start = 0;  // row o, position p in it, input k starts at `start`
+    std::size_t k = 0;
+    while (p >= start + run(k)) start += run(k++);
+    for (std::int64_t to = lo; to < hi;) {
+      const std::int64_t r = run(k), len = std::min(r - (p - start), hi - to);
+      if (len > 0) Mover::copy(out.data, to, in[k].data, o * r + (p - start), len);
+      to += len;
+      p += len;
+      if (p - start == r) {
+        start += r;
+        if (++k == inputs) {
+          k = 0;
+          start = p = 0;
+          ++o;
+        }
+      }
+    }
+  });
+}
+
+/// The product of dims [first, last) of `s`.
+inline std::int64_t elements_between(const shape& s, int first, int last) {
+  std::int64_t n = 1;
+  for (int d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
+/// Gather as `outer x m` rows of `inner` elements: row (o, j) of the output is row
+/// (o, indices[j]) of the input, viewed as `outer x n x inner`. The indices were
+/// checked by ops::check_values.
+template <class Mover, class I>
+void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axis, const buffer_view& out) {
+  const std::int64_t n = x.shape[axis], inner = elements_between(x.shape, axis + 1, x.shape.rank());
+  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+    std::int64_t col = lo % inner, j = lo / inner % m, row_base = lo / inner / m * n;  // row_base: o * n
+    for (std::int64_t to = lo; to < hi;) {
+      if (inner == 1) {  // one element per index: copy the elements of a run of indices
+        const std::int64_t len = std::min(m - j, hi - to);
+        Mover::copy_indexed(out.data, to, x.data, row_base, indices + j, len);
+        to += len;
+        j += len;
+      } else {
+        const std::int64_t len = std::min(inner - col, hi - to);
+        Mover::copy(out.data, to, x.data, (row_base + std::int64_t(indices[j])) * inner + col, len);
+        to += len;
+        col = 0;
+        ++j;
+      }
+      if (j == m) {
+        j = 0;
+        row_base += n;
+      }
+    }
+  });
+}
+
+}  // namespace cpu
+
+inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& xs = in[0].shape;
+  const int_list perm = op.permutation(xs.rank());
+  const std::array<std::int64_t, max_rank> x_stride = row_major_strides(xs);
+  std::array<std::int64_t, max_rank> stride{};
+  for (int d = 0; d < xs.rank(); ++d) stride[d] = x_stride[perm[d]];
+  const cpu::strided_walk w(out.shape, stride, 0);
+  int q = 0;  // the walk dim that is contiguous in the input
+  while (w.stride[q] != 1) ++q;
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+    if (q == w.rank - 1)
+      cpu::copy_walk<Mover>(w, in[0].data, out.data);
+    else
+      cpu::copy_walk_tiled<Mover>(w, q, in[0].data, out.data);
+  });
+}
+
+inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const std::array<std::int64_t, max_rank> stride = row_major_strides(in[0].shape);
+  std::int64_t base = 0;
+  for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
+  const cpu::strided_walk w(out.shape, stride, base);
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
+}
+
+inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& os = out.shape;
+  const int a = ops::normalize_axis(op.axis, os.rank());
+  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+}
+
+inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& os = out.shape;
+  const int a = ops::normalize_axis(op.axis, os.rank());
+  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  auto run = [inner](std::size_t) { return inner; };
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+}
+
+inline void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
+  const std::int64_t m = in[1].size();
+  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+    if (in[1].dtype == int64)
+      cpu::gather_rows<Mover>(in[0], in[1].as<const std::int64_t>(), m, axis, out);
+    else
+      cpu::gather_rows<Mover>(in[0], in[1].as<const std::int32_t>(), m, axis, out);
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/cpu/shape_ops.hpp -----
+// ----- begin kiln/backend/reference/linalg.hpp -----
+/// \file
+/// Reference matmul and conv2d: the textbook loops.
+
+#include <span>
+
+
+namespace kiln::backend {
+
+namespace reference {
+/// Calls `f(tag)` for the numeric dtype `t` (the linalg ops accept nothing else).
+template <class F>
+void visit_numeric(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) f(tag);
+  });
+}
+}  // namespace reference
+
+inline void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
+  reference::visit_numeric(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (std::int64_t bi = 0; bi < g.batches; ++bi) {
+      auto [oa, ob] = g.operand_offsets(bi);
+      const T* a = in[0].as<T>() + oa;
+      const T* b = in[1].as<T>() + ob;
+      T* c = out.as<T>() + bi * g.m * g.n;
+      for (std::int64_t i = 0; i < g.m; ++i)
+        for (std::int64_t j = 0; j < g.n; ++j) {
+          T acc = T(0);
+          for (std::int64_t p = 0; p < g.k; ++p) acc = math::add(acc, math::mul(a[i * g.k + p], b[p * g.n + j]));
+          c[i * g.n + j] = acc;
+        }
+    }
+  });
+}
+
+inline void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
+  const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
+  const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
+  reference::visit_numeric(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* x = in[0].as<T>();
+    const T* f = in[1].as<T>();
+    T* o = out.as<T>();
+    for (std::int64_t b = 0; b < os[0]; ++b)
+      for (std::int64_t oy = 0; oy < os[1]; ++oy)
+        for (std::int64_t ox = 0; ox < os[2]; ++ox)
+          for (std::int64_t co = 0; co < os[3]; ++co) {
+            T acc = T(0);
+            for (std::int64_t fy = 0; fy < fs[0]; ++fy)
+              for (std::int64_t fx = 0; fx < fs[1]; ++fx) {
+                std::int64_t iy = oy * op.stride_h + fy - pad_h, ix = ox * op.stride_w + fx - pad_w;
+                if (iy < 0 || iy >= xs[1] || ix < 0 || ix >= xs[2]) continue;  // zero padding
+                for (std::int64_t ci = 0; ci < xs[3]; ++ci)
+                  acc = math::add(acc, math::mul(x[((b * xs[1] + iy) * xs[2] + ix) * xs[3] + ci],
+                                                 f[((fy * fs[1] + fx) * fs[2] + ci) * fs[3] + co]));
+              }
+            o[((b * os[1] + oy) * os[2] + ox) * os[3] + co] = acc;
+          }
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/reference/linalg.hpp -----
+// ----- begin kiln/backend/cpu/linalg.hpp -----
+/// \file
+/// CPU matmul and conv2d: the op-library side of the packed GEMM and convolution
+/// kernels in gemm.hpp and conv2d.hpp.
+
+#include <span>
+
+// ----- begin kiln/backend/cpu/conv2d.hpp -----
+/// \file
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d) on the CPU for NHWC
+/// images and HWIO filters, as an implicit GEMM: output pixels are the rows of A, the
+/// filter is B (k = kh, kw, in_c in that order, exactly HWIO's layout) and the
+/// micro-kernels of gemm.hpp read each pixel's window straight from the image, with no
+/// im2col buffer. For one kh the window row (fw pixels x in_c channels) is contiguous
+/// in NHWC, so a pixel needs fh pointers; only windows that cross the border are copied
+/// (zero-padded) to a small per-thread buffer.
+
+#include <algorithm>
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+// ----- begin kiln/backend/cpu/gemm.hpp -----
+/// \file
+/// Dense matrix product on the CPU, C = A * B, for row-major float, double, int32 and
+/// int64 matrices. Large products are split into cache-sized blocks that are packed
+/// and multiplied by register-tiled xsimd micro-kernels on kiln's thread pool; small
+/// ones read their operands in place so that a 10x10 product costs well under a
+/// microsecond. Integer products wrap modulo 2^bits (they are computed in the unsigned
+/// twin type), so overflow is never undefined behaviour.
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include <xsimd/xsimd.hpp>
+
+
+namespace kiln::backend::cpu {
+namespace detail {
+
+/// The type a product of `T`s is computed in: `T` itself for floating point, the
+/// unsigned twin for integers so that overflow wraps. Both share size and
+/// representation, and a signed object may be accessed through its unsigned twin.
+template <class T>
+using gemm_compute_t =
+    typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
+
+/// Register tile and cache blocks of the micro-kernels for compute type `V`.
+/// A tile is `rows` rows of C by `vectors` SIMD vectors of columns; its accumulators
+/// (`rows * vectors` registers) must fit the register file with room for the B row
+/// and the broadcast A value. A packed B panel (`depth x cols`, KC x NR) is reused by
+/// the row tiles of a `row_block x depth` block of A (MC x KC) that stays in L2;
+/// `col_block` (NC) bounds the packed block of B that all threads share. The sizes
+/// were tuned against OpenBLAS on AVX-512.
+template <class V>
+struct gemm_blocking {
+  using batch = xsimd::batch<V>;
+  static constexpr int width = int(batch::size);
+  static constexpr bool wide_registers = sizeof(batch) >= 64;  // AVX-512: 32 registers
+  static constexpr int vectors = 2;
+  static constexpr int rows = wide_registers ? 12 : 6;
+  static constexpr int cols = vectors * width;
+  static constexpr std::int64_t depth = 512;
+  static constexpr std::int64_t row_block = 48;
+  static constexpr std::int64_t col_block = 3072;
+};
+
+/// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
+/// packing it.
+inline constexpr std::int64_t gemm_direct_work = 64 * 64 * 64;
+/// Below this many multiply-adds a product runs on the calling thread alone: waking
+/// the pool costs more than it saves.
+inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
+
+/// Buffers of `thread_scratch` that can be live at the same time on one thread.
+enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
+
+/// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
+/// owned by the calling thread: it grows when asked for more and is freed when the
+/// thread ends, so steady-state calls allocate nothing.
+/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_a, 4096)); \endcode
+inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
+  struct block {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    block() = default;
+    block(const block&) = delete;
+    block& operator=(const block&) = delete;
+    ~block() { ::operator delete(data, std::align_val_t{buffer_alignment}); }
+  };
+  thread_local block blocks[int(scratch_slot::count)];
+  block& b = blocks[int(slot)];
+  if (b.bytes < bytes) {
+    std::size_t grown = std::max(bytes, b.bytes + b.bytes / 2);
+    grown = (grown + 4095) / 4096 * 4096;
+    ::operator delete(b.data, std::align_val_t{buffer_alignment});
+    b.data = nullptr;
+    b.bytes = 0;
+    b.data = ::operator new(grown, std::align_val_t{buffer_alignment});
+    b.bytes = grown;
+  }
+  return b.data;
+}
+
+/// `scratch_slot` storage typed as `count` elements of `V`.
+template <class V>
+V* thread_scratch_as(scratch_slot slot, std::int64_t count) {
+  return static_cast<V*>(thread_scratch(slot, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(V)));
+}
+
+/// x * y + z in one rounding where the hardware has it. xsimd 8.1 spells fma on
+/// 512-bit registers as a multiply and an add, which only fuse under contraction
+/// flags the user may have turned off, so the intrinsic is called directly.
+template <class V, class A>
+KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, const xsimd::batch<V, A>& y,
+                                                   const xsimd::batch<V, A>& z) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<V, float> && sizeof(x) == 64) {
+    return _mm512_fmadd_ps(x, y, z);
+  } else if constexpr (std::is_same_v<V, double> && sizeof(x) == 64) {
+    return _mm512_fmadd_pd(x, y, z);
+  } else {
+    return xsimd::fma(x, y, z);
+  }
+#else
+  return xsimd::fma(x, y, z);
+#endif
+}
+
+/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
+/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
+template <class V>
+KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size] = {};
+  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return batch::load_aligned(lanes);
+}
+
+/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
+/// p + count.
+template <class V>
+KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  x.store_aligned(lanes);
+  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
+/// Reads rows of A in place through one pointer per row (rows of a tile need not be
+/// evenly spaced: edge tiles repeat their last row, convolutions point into images).
+template <class V>
+struct pointer_rows {
+  const V* const* row;
+  std::int64_t p = 0;
+  KILN_ALWAYS_INLINE V at(int r) const { return row[r][p]; }
+  KILN_ALWAYS_INLINE void advance() { ++p; }
+};
+
+/// Asks the cache for the line `bytes` past `p`. The address is formed as an integer
+/// because it may lie past the end of the array, where pointer arithmetic is undefined;
+/// a prefetch never faults.
+KILN_ALWAYS_INLINE void prefetch_ahead(const void* p, std::ptrdiff_t bytes) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + std::uintptr_t(bytes)));
+}
+
+/// How many rows of B ahead the micro-kernel prefetches: the hardware streamer alone
+/// leaves the FMA units waiting on L2.
+inline constexpr std::ptrdiff_t gemm_prefetch_rows = 32;
+
+/// Adds A[Rows x kc] * B[kc x Vectors*width] to the accumulators `acc`. A is read
+/// through `a` (`a.at(r)` is row r at the current k, `a.advance()` moves to the next
+/// k; see pointer_rows), B row p starts at `b + p * ldb`.
+template <int Rows, int Vectors, class V, class ARows>
+KILN_ALWAYS_INLINE void multiply_tile(std::int64_t kc, ARows a, const V* KILN_RESTRICT b, std::int64_t ldb,
+                                      xsimd::batch<V> (&acc)[Rows][Vectors]) {
+  using batch = xsimd::batch<V>;
+  constexpr int width = int(batch::size);
+  for (std::int64_t p = 0; p < kc; ++p, b += ldb, a.advance()) {
+    batch b_row[Vectors];
+#pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) b_row[v] = batch::load_unaligned(b + v * width);
+#pragma GCC unroll 8
+    for (std::ptrdiff_t line = 0; line < std::ptrdiff_t(sizeof(b_row)); line += 64)
+      prefetch_ahead(b, gemm_prefetch_rows * ldb * std::ptrdiff_t(sizeof(V)) + line);
+#pragma GCC unroll 16
+    for (int r = 0; r < Rows; ++r) {
+      const batch a_value(a.at(r));
+#pragma GCC unroll 8
+      for (int v = 0; v < Vectors; ++v) acc[r][v] = multiply_add(a_value, b_row[v], acc[r][v]);
+    }
+  }
+}
+
+/// Zeroes a tile of accumulators.
+template <int Rows, int Vectors, class V>
+KILN_ALWAYS_INLINE void clear_tile(xsimd::batch<V> (&acc)[Rows][Vectors]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) acc[r][v] = xsimd::batch<V>(V(0));
+}
+
+/// Writes the top-left `rows x cols` of a tile to C (row stride `ldc`), adding to what
+/// is there when `accumulate`. Edge tiles use partial stores, so nothing outside C is
+/// touched.
+template <int Rows, int Vectors, class V>
+KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], V* c, std::int64_t ldc,
+                                   std::int64_t rows, std::int64_t cols, bool accumulate) {
+  using batch = xsimd::batch<V>;
+  constexpr int width = int(batch::size);
+  constexpr int tile_cols = Vectors * width;
+  if (rows == Rows && cols == tile_cols) {
+#pragma GCC unroll 16
+    for (int r = 0; r < Rows; ++r)
+#pragma GCC unroll 8
+      for (int v = 0; v < Vectors; ++v) {
+        V* dst = c + r * ldc + v * width;
+        batch x = acc[r][v];
+        if (accumulate) x += batch::load_unaligned(dst);
+        x.store_unaligned(dst);
+      }
+    return;
+  }
+  for (std::int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) {
+      const std::int64_t count = std::min<std::int64_t>(width, cols - v * width);
+      if (count <= 0) break;
+      V* dst = c + r * ldc + v * width;
+      batch x = acc[r][v];
+      if (accumulate) x += load_partial(dst, count);
+      store_partial(x, dst, count);
+    }
+}
+
+/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
+/// that edge tiles run a kernel compiled for their exact size.
+template <int Max, class F>
+KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
+  if constexpr (Max > 1) {
+    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
+  }
+  fn(std::integral_constant<int, Max>{});
+}
+
+/// Copies columns [j0, j0 + cols) of a `kc`-row slice of B into `dst` as `kc x Cols`
+/// rows, zero-filling the columns past `cols`.
+template <int Cols, class V>
+KILN_ALWAYS_INLINE void pack_b_panel(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t cols, V* dst) {
+  using batch = xsimd::batch<V>;
+  constexpr int width = int(batch::size);
+  if (cols == Cols) {
+    for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols)
+#pragma GCC unroll 8
+      for (int v = 0; v < Cols / width; ++v) batch::load_unaligned(b + v * width).store_aligned(dst + v * width);
+    return;
+  }
+  for (std::int64_t p = 0; p < kc; ++p, b += ldb, dst += Cols)
+#pragma GCC unroll 8
+    for (int v = 0; v < Cols / width; ++v)
+      load_partial(b + v * width, std::clamp<std::int64_t>(cols - v * width, 0, width)).store_aligned(dst + v * width);
+}
+
+/// Packs a `kc x nc` block of B into panels of `gemm_blocking<V>::cols` columns,
+/// panels [first, last) only (threads pack disjoint ranges of one shared block).
+template <class V>
+void pack_b(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t nc, std::int64_t first, std::int64_t last,
+            V* dst) {
+  constexpr int cols = gemm_blocking<V>::cols;
+  for (std::int64_t panel = first; panel < last; ++panel) {
+    const std::int64_t j = panel * cols;
+    pack_b_panel<cols>(b + j, ldb, kc, std::min<std::int64_t>(cols, nc - j), dst + panel * cols * kc);
+  }
+}
+
+/// Calls `fn(std::integral_constant<int, h>{})` with the smallest tile height h in
+/// {1, 2, 4, 8, ..., Rows} that holds `height` rows: edge tiles get a kernel close to
+/// their size without compiling one for every height.
+template <int Rows, class F>
+KILN_ALWAYS_INLINE void with_tile_height(std::int64_t height, F&& fn) {
+  if constexpr (Rows > 1) {
+    constexpr int smaller = int(std::bit_floor(unsigned(Rows - 1)));
+    if (height <= smaller) return with_tile_height<smaller>(height, std::forward<F>(fn));
+  }
+  fn(std::integral_constant<int, Rows>{});
+}
+
+/// C[m x cols] (+)= A[m x kc] * B[kc x cols] for one panel of at most `Vectors`
+/// vectors of columns: A is read in place (row stride lda), B rows start at
+/// b + p * ldb and must be readable for Vectors whole vectors. Each B panel stays in
+/// cache while the row tiles pass over it.
+template <int Vectors, class V>
+void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V* a, std::int64_t lda, const V* b,
+                    std::int64_t ldb, V* c, std::int64_t ldc, bool accumulate) {
+  constexpr int rows = gemm_blocking<V>::rows;
+  for (std::int64_t i = 0; i < m; i += rows) {
+    const std::int64_t height = std::min<std::int64_t>(rows, m - i);
+    V* c_tile = c + i * ldc;
+    // C is far away in memory: start fetching it now, it is needed after the k loop.
+    for (std::int64_t r = 0; r < height; ++r) {
+      __builtin_prefetch(c_tile + r * ldc, 1);
+      __builtin_prefetch(c_tile + r * ldc + cols - 1, 1);
+    }
+    with_tile_height<rows>(height, [&](auto tile_height) {
+      constexpr int h = decltype(tile_height)::value;
+      const V* row[h];
+      for (int r = 0; r < h; ++r) row[r] = a + (i + std::min<std::int64_t>(r, height - 1)) * lda;
+      xsimd::batch<V> acc[h][Vectors];
+      clear_tile(acc);
+      multiply_tile<h, Vectors>(kc, pointer_rows<V>{row}, b, ldb, acc);
+      store_tile(acc, c_tile, ldc, height, cols, accumulate);
+    });
+  }
+}
+
+/// Splits `total` into `parts` near-equal pieces, each a multiple of `quantum`
+/// except the last; returns the piece size.
+inline std::int64_t even_split(std::int64_t total, std::int64_t parts, std::int64_t quantum) {
+  const std::int64_t piece = (total + parts - 1) / parts;
+  return (piece + quantum - 1) / quantum * quantum;
+}
+
+/// Runs `fn(i)` for i in [0, tasks) on `pool`, or inline when there is none.
+template <class F>
+void run_tasks(kiln::detail::thread_pool* pool, std::int64_t tasks, F&& fn) {
+  if (pool == nullptr || tasks <= 1) {
+    for (std::int64_t i = 0; i < tasks; ++i) fn(i);
+    return;
+  }
+  pool->run(tasks, fn);
+}
+
+/// The blocked product for large matrices (see gemm_blocking): blocks of B are packed
+/// once and shared by the threads, which split the rows of C (and its columns when
+/// there are too few rows) and read A in place.
+template <class V>
+void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
+                 std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
+  using blocking = gemm_blocking<V>;
+  const std::int64_t threads = pool ? pool->size() : 1;
+  const std::int64_t nc_max = even_split(n, (n + blocking::col_block - 1) / blocking::col_block, blocking::cols);
+  const std::int64_t kc_max = even_split(k, (k + blocking::depth - 1) / blocking::depth, 8);
+  // Row blocks come in multiples of the thread count so that threads finish together.
+  std::int64_t row_tasks = (m + blocking::row_block - 1) / blocking::row_block;
+  row_tasks = std::min((row_tasks + threads - 1) / threads * threads, (m + blocking::rows - 1) / blocking::rows);
+  const std::int64_t mc_max = even_split(m, row_tasks, blocking::rows);
+  row_tasks = (m + mc_max - 1) / mc_max;
+  const std::int64_t col_groups = row_tasks >= threads ? 1 : (threads + row_tasks - 1) / row_tasks;
+
+  V* bp = thread_scratch_as<V>(scratch_slot::gemm_b, (nc_max + blocking::cols) * kc_max);
+  for (std::int64_t jc = 0; jc < n; jc += nc_max) {
+    const std::int64_t nc = std::min(nc_max, n - jc);
+    const std::int64_t panels = (nc + blocking::cols - 1) / blocking::cols;
+    const std::int64_t panels_per_group = (panels + col_groups - 1) / col_groups;
+    for (std::int64_t pc = 0; pc < k; pc += kc_max) {
+      const std::int64_t kc = std::min(kc_max, k - pc);
+      const std::int64_t pack_tasks = std::min(threads, panels);
+      run_tasks(pool, pack_tasks, [&](std::int64_t t) {
+        pack_b(b + pc * ldb + jc, ldb, kc, nc, panels * t / pack_tasks, panels * (t + 1) / pack_tasks, bp);
+      });
+      run_tasks(pool, row_tasks * col_groups, [&](std::int64_t t) {
+        const std::int64_t ic = (t / col_groups) * mc_max, mc = std::min(mc_max, m - ic);
+        const std::int64_t first = (t % col_groups) * panels_per_group, last = std::min(panels, first + panels_per_group);
+        for (std::int64_t panel = first; panel < last; ++panel) {
+          const std::int64_t j = panel * blocking::cols, cols = std::min<std::int64_t>(blocking::cols, nc - j);
+          // The last panel skips its vectors that hold only zero padding.
+          with_constant<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
+            multiply_panel<decltype(vectors)::value>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
+                                                     c + ic * ldc + jc + j, ldc, pc != 0);
+          });
+        }
+      });
+    }
+  }
+}
+
+/// The product without packing, for small matrices and few rows: A and B are read in
+/// place, except the last columns of B when they do not fill a panel, which are copied
+/// zero-padded. Threads split rows and panels.
+template <class V>
+void gemm_direct(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
+                 std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
+  using blocking = gemm_blocking<V>;
+  const std::int64_t full_panels = n / blocking::cols, tail = n - full_panels * blocking::cols;
+  const std::int64_t tail_vectors = (tail + blocking::width - 1) / blocking::width;
+  const std::int64_t panels = full_panels + (tail > 0);
+  V* tail_panel = nullptr;
+  if (tail > 0) {
+    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * tail_vectors * blocking::width);
+    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+      pack_b_panel<decltype(vectors)::value * blocking::width>(b + full_panels * blocking::cols, ldb, k, tail,
+                                                              tail_panel);
+    });
+  }
+  const std::int64_t threads = pool ? pool->size() : 1;
+  const std::int64_t row_tasks = std::min((m + blocking::rows - 1) / blocking::rows, (2 * threads + panels - 1) / panels);
+  const std::int64_t mc = even_split(m, row_tasks, blocking::rows);
+  run_tasks(pool, row_tasks * panels, [&](std::int64_t t) {
+    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * blocking::cols;
+    if (i >= m) return;
+    const std::int64_t rows = std::min(mc, m - i);
+    if (panel < full_panels) {
+      multiply_panel<blocking::vectors>(rows, blocking::cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                                        false);
+      return;
+    }
+    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+      constexpr int nv = decltype(vectors)::value;
+      multiply_panel<nv>(rows, tail, k, a + i * lda, lda, tail_panel, nv * blocking::width, c + i * ldc + j, ldc, false);
+    });
+  });
+}
+
+/// C[m x 1] = A * b for a single column: one dot product per row, vectorized along k.
+template <class V>
+void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, const V* b, std::int64_t ldb, V* c,
+                 std::int64_t ldc, kiln::detail::thread_pool* pool) {
+  using batch = xsimd::batch<V>;
+  constexpr int width = int(batch::size);
+  V* column = thread_scratch_as<V>(scratch_slot::gemm_edge, k);
+  for (std::int64_t p = 0; p < k; ++p) column[p] = b[p * ldb];
+  const std::int64_t row_tasks = pool ? std::min<std::int64_t>(m, 4 * pool->size()) : 1;
+  run_tasks(pool, row_tasks, [&](std::int64_t t) {
+    for (std::int64_t i = m * t / row_tasks, end = m * (t + 1) / row_tasks; i < end; ++i) {
+      const V* row = a + i * lda;
+      batch sums[4] = {batch(V(0)), batch(V(0)), batch(V(0)), batch(V(0))};
+      std::int64_t p = 0;
+      for (; p + 4 * width <= k; p += 4 * width)
+        for (int u = 0; u < 4; ++u)
+          sums[u] = multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
+                                 sums[u]);
+      for (; p + width <= k; p += width)
+        sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
+      V sum = xsimd::hadd((sums[0] + sums[1]) + (sums[2] + sums[3]));
+      for (; p < k; ++p) sum += row[p] * column[p];
+      c[i * ldc] = sum;
+    }
+  });
+}
+
+/// gemm on compute types (see gemm_compute_t).
+template <class V>
+void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
+                  std::int64_t ldb, V* c, std::int64_t ldc) {
+  using blocking = gemm_blocking<V>;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, V(0));
+    return;
+  }
+  const std::int64_t work = m * n * k;
+  kiln::detail::thread_pool* pool = nullptr;
+  std::shared_ptr<kiln::detail::thread_pool> held;
+  if (work >= gemm_parallel_work) {
+    held = kiln::detail::current_pool();
+    if (held->size() > 1) pool = held.get();
+  }
+  if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
+  // Packing B pays off only when many rows reuse it.
+  if (work <= gemm_direct_work || m <= 2 * blocking::rows) return gemm_direct(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
+}
+
+}  // namespace detail
+
+/// C[m x n] = A[m x k] * B[k x n] for row-major matrices with leading dimensions
+/// (row strides, in elements) lda >= k, ldb >= n, ldc >= n; C is overwritten and must
+/// not overlap A or B. T is float, double, int32_t or int64_t; integer products wrap
+/// modulo 2^bits. k == 0 gives C = 0. Large products use kiln's thread pool
+/// (kiln::config::num_threads()).
+/// \code
+/// std::vector<float> a(2 * 3, 1.f), b(3 * 4, 2.f), c(2 * 4);
+/// kiln::backend::cpu::gemm<float>(2, 4, 3, a.data(), 3, b.data(), 4, c.data(), 4);  // every c == 6
+/// \endcode
+template <class T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
+          T* c, std::int64_t ldc) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::gemm: T must be a number");
+  using V = detail::gemm_compute_t<T>;
+  detail::gemm_compute<V>(m, n, k, reinterpret_cast<const V*>(a), lda, reinterpret_cast<const V*>(b), ldb,
+                          reinterpret_cast<V*>(c), ldc);
+}
+
+}  // namespace kiln::backend::cpu
+// ----- end kiln/backend/cpu/gemm.hpp -----
+
+namespace kiln::backend::cpu {
+namespace detail {
+
+/// The geometry of one conv2d call (see kiln::backend::cpu::conv2d for the meaning).
+struct conv2d_shape {
+  std::int64_t batch, in_h, in_w, in_c;
+  std::int64_t fh, fw, out_c;
+  std::int64_t stride_h, stride_w, pad_top, pad_left;
+  std::int64_t out_h, out_w;
+};
+
+/// Below this many multiply-adds a convolution runs on the calling thread alone.
+inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
+
+/// Register tile of the convolution for compute type `V`: `rows` output pixels by up
+/// to `vectors` SIMD vectors of output channels. Output channels are cut into panels
+/// of at most `vectors` vectors, as evenly as possible: with few channels (100 floats
+/// are 7 vectors: 4 + 3) this wastes less than fixed-width panels, whose last panel
+/// would hold one mostly empty vector.
+template <class V>
+struct conv2d_tiling {
+  static constexpr int rows = 6;
+  static constexpr int vectors = gemm_blocking<V>::wide_registers ? 4 : 2;
+};
+
+/// Fills `rows[kh * Rows + r]`, for every filter row kh, with a pointer to the fw x in_c
+/// window row of output pixel `first + r` (pixels past `pixels` repeat the last one).
+/// Windows inside the image point into it; the others are assembled in `edge`
+/// (fh * Rows window rows) from the image and `zeros` (one window row of zeros).
+template <int Rows, class V>
+void gather_window_rows(const V* input, const conv2d_shape& s, std::int64_t first, std::int64_t pixels,
+                        const V* zeros, V* edge, const V** rows) {
+  const std::int64_t segment = s.fw * s.in_c;
+  for (int r = 0; r < Rows; ++r) {
+    const std::int64_t q = std::min(first + r, pixels - 1);
+    const std::int64_t ow = q % s.out_w, oh = q / s.out_w % s.out_h, image = q / (s.out_w * s.out_h);
+    const std::int64_t iw0 = ow * s.stride_w - s.pad_left;
+    const bool inside_w = iw0 >= 0 && iw0 + s.fw <= s.in_w;
+    for (std::int64_t kh = 0; kh < s.fh; ++kh) {
+      const std::int64_t ih = oh * s.stride_h + kh - s.pad_top;
+      const V*& row = rows[kh * Rows + r];
+      if (ih < 0 || ih >= s.in_h) {
+        row = zeros;
+        continue;
+      }
+      const V* image_row = input + (image * s.in_h + ih) * s.in_w * s.in_c;
+      if (inside_w) {
+        row = image_row + iw0 * s.in_c;
+      } else {
+        V* dst = edge + (kh * Rows + r) * segment;
+        for (std::int64_t kw = 0; kw < s.fw; ++kw) {
+          const std::int64_t iw = iw0 + kw;
+          V* pixel = dst + kw * s.in_c;
+          if (iw < 0 || iw >= s.in_w)
+            std::fill(pixel, pixel + s.in_c, V(0));
+          else
+            std::copy(image_row + iw * s.in_c, image_row + (iw + 1) * s.in_c, pixel);
+        }
+        row = dst;
+      }
+    }
+  }
+}
+
+/// conv2d on compute types (see gemm_compute_t).
+template <class V>
+void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_shape& s) {
+  constexpr int rows = conv2d_tiling<V>::rows, max_vectors = conv2d_tiling<V>::vectors;
+  constexpr int width = gemm_blocking<V>::width;
+  const std::int64_t pixels = s.batch * s.out_h * s.out_w;
+  if (pixels <= 0 || s.out_c <= 0) return;
+  const std::int64_t segment = s.fw * s.in_c, depth = s.fh * segment;
+  if (depth <= 0) {
+    std::fill(output, output + pixels * s.out_c, V(0));
+    return;
+  }
+  // Output channels go in panels of at most max_vectors vectors, as even as possible;
+  // `fn(first_channel, std::integral_constant<int, panel_vectors>)` visits them.
+  const std::int64_t vectors = (s.out_c + width - 1) / width;
+  const std::int64_t panels = (vectors + max_vectors - 1) / max_vectors;
+  auto for_each_panel = [&](auto&& fn) {
+    for (std::int64_t p = 0; p < panels; ++p) {
+      const std::int64_t first = vectors * p / panels, count = vectors * (p + 1) / panels - first;
+      with_constant<max_vectors>(count, [&](auto panel_vectors) { fn(first * width, panel_vectors); });
+    }
+  };
+  V* packed_filters = thread_scratch_as<V>(scratch_slot::conv_filter, vectors * width * depth);
+  for_each_panel([&](std::int64_t j, auto panel_vectors) {
+    constexpr int panel_cols = decltype(panel_vectors)::value * width;
+    pack_b_panel<panel_cols>(filters + j, s.out_c, depth, std::min<std::int64_t>(panel_cols, s.out_c - j),
+                             packed_filters + j * depth);
+  });
+
+  const std::int64_t tiles = (pixels + rows - 1) / rows;
+  const std::int64_t tile_work = rows * depth * s.out_c;
+  kiln::detail::parallel_for(tiles, std::max<std::int64_t>(1, conv2d_parallel_work / tile_work),
+                             [&](std::int64_t first_tile, std::int64_t last_tile) {
+    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, s.fh * rows);
+    // One window row of zeros, then room for the fh x rows window rows of a tile.
+    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + s.fh * rows) * segment);
+    std::fill(zeros, zeros + segment, V(0));
+    for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+      const std::int64_t first = tile * rows, height = std::min<std::int64_t>(rows, pixels - first);
+      gather_window_rows<rows>(input, s, first, pixels, zeros, zeros + segment, window_rows);
+      // Each panel's filter slice streams from L2 while the tile's windows stay in L1.
+      for_each_panel([&](std::int64_t j, auto panel_vectors) {
+        constexpr int nv = decltype(panel_vectors)::value, panel_cols = nv * width;
+        const V* b_panel = packed_filters + j * depth;
+        xsimd::batch<V> acc[rows][nv];
+        clear_tile(acc);
+        for (std::int64_t kh = 0; kh < s.fh; ++kh)
+          multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * panel_cols,
+                                  panel_cols, acc);
+        store_tile(acc, output + first * s.out_c + j, s.out_c, height, std::min<std::int64_t>(panel_cols, s.out_c - j),
+                   false);
+      });
+    }
+  });
+}
+
+}  // namespace detail
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d): NHWC `input`
+/// [batch, in_h, in_w, in_c] and HWIO `filters` [fh, fw, in_c, out_c] give NHWC
+/// `output` [batch, out_h, out_w, out_c], overwritten (it must not overlap the inputs).
+/// Output pixel (oh, ow) reads input pixels (oh * stride_h + kh - pad_top,
+/// ow * stride_w + kw - pad_left); those outside the image count as zero. The caller
+/// picks out_h, out_w and the padding offsets (0 for VALID; TensorFlow's SAME rule
+/// gives pad_top = max(0, (out_h - 1) * stride_h + fh - in_h) / 2). T is float,
+/// double, int32_t or int64_t; integer sums wrap modulo 2^bits. Large convolutions
+/// use kiln's thread pool.
+/// \code
+/// // 1x5x5x1 image, 3x3x1x1 filter, stride 1, VALID: 1x3x3x1 output
+/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);
+/// \endcode
+template <class T>
+void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t in_w, std::int64_t in_c,
+            const T* filters, std::int64_t fh, std::int64_t fw, std::int64_t out_c, std::int64_t stride_h,
+            std::int64_t stride_w, std::int64_t pad_top, std::int64_t pad_left, T* output, std::int64_t out_h,
+            std::int64_t out_w) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::conv2d: T must be a number");
+  using V = detail::gemm_compute_t<T>;
+  const detail::conv2d_shape shape{batch, in_h, in_w, in_c, fh, fw, out_c, stride_h, stride_w, pad_top, pad_left,
+                                   out_h, out_w};
+  detail::conv2d_compute<V>(reinterpret_cast<const V*>(input), reinterpret_cast<const V*>(filters),
+                            reinterpret_cast<V*>(output), shape);
+}
+
+}  // namespace kiln::backend::cpu
+// ----- end kiln/backend/cpu/conv2d.hpp -----
+
+namespace kiln::backend {
+
+inline void compute(cpu_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
+  reference::visit_numeric(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (std::int64_t bi = 0; bi < g.batches; ++bi) {
+      auto [oa, ob] = g.operand_offsets(bi);
+      cpu::gemm<T>(g.m, g.n, g.k, in[0].as<T>() + oa, g.k, in[1].as<T>() + ob, g.n, out.as<T>() + bi * g.m * g.n, g.n);
+    }
+  });
+}
+
+inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
+  const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
+  const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
+  reference::visit_numeric(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::conv2d<T>(in[0].as<T>(), xs[0], xs[1], xs[2], xs[3], in[1].as<T>(), fs[0], fs[1], fs[3], op.stride_h, op.stride_w,
+                   pad_h, pad_w, out.as<T>(), os[1], os[2]);
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/cpu/linalg.hpp -----
+#if KILN_HAS_THRUST
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
+// ----- begin kiln/backend/thrust/memory.hpp -----
+/// \file
+/// The memory of kiln::device::gpu. Under CUDA it is device memory (cudaMalloc,
+/// cudaMemcpy); on a host device system it is host memory from kiln's caching
+/// allocator, so the Thrust kernels run on the host unchanged. Including this header
+/// makes the GPU device available: it registers the memory with the storage layer.
+
+#include <cstddef>
+#include <new>
+#include <string>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SYSTEM_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SYSTEM_HPP
+// ----- begin kiln/backend/thrust/system.hpp -----
+/// \file
+/// The Thrust device system the thrust_backend runs on, and what every Thrust
+/// kernel of kiln shares: typed device pointers over kernel views.
+///
+/// nvcc builds use Thrust's CUDA system. A host compiler cannot build that system,
+/// so when the build did not choose one (THRUST_DEVICE_SYSTEM, set by kiln's CMake
+/// to CPP or OMP) the "device" is the host's sequential CPP system; this keeps a
+/// plain `g++ -Iinclude` build working wherever Thrust headers are on the path.
+
+
+#if !defined(THRUST_DEVICE_SYSTEM) && !defined(__CUDACC__)
+#  define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+#endif
+
+#include <thrust/device_ptr.h>
+#include <thrust/execution_policy.h>
+
+
+/// True when device memory is CUDA memory that host code must not dereference.
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#  define KILN_THRUST_CUDA 1
+#else
+#  define KILN_THRUST_CUDA 0
+#endif
+
+namespace kiln::backend::thrust_kernels {
+
+/// The elements of a kernel view as a Thrust device pointer, so that algorithms
+/// given `thrust::device` and these pointers run on the device system.
+/// \code auto p = device_data<float>(out); ::thrust::fill(::thrust::device, p, p + out.size(), 0.f); \endcode
+template <class T>
+::thrust::device_ptr<T> device_data(const buffer_view& v) {
+  return ::thrust::device_pointer_cast(v.as<T>());
+}
+
+}  // namespace kiln::backend::thrust_kernels
+// ----- end kiln/backend/thrust/system.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SYSTEM_HPP
+
+#if KILN_THRUST_CUDA
+#  include <cuda_runtime_api.h>
+#endif
+
+namespace kiln::backend::thrust_kernels {
+
+#if KILN_THRUST_CUDA
+/// Turns a CUDA error into the kiln error a caller can act on.
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear the sticky error state so later calls can proceed
+  if (status == cudaErrorMemoryAllocation) throw std::bad_alloc();
+  std::string message = std::string("kiln::device::gpu: ") + what + " failed: " + cudaGetErrorString(status);
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) throw unavailable_error(message);
+  throw internal_error(message);
+}
+
+/// CUDA device memory.
+inline const detail::memory_resource& gpu_memory() {
+  static const detail::memory_resource resource{
+      [](std::size_t bytes) {
+        void* p = nullptr;
+        check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+        return p;
+      },
+      // Runs in destructors, also after the CUDA runtime shut down at exit: never throws.
+      [](void* p, std::size_t) { (void)cudaFree(p); },
+      [](void* host_dst, const void* src, std::size_t bytes) {
+        check_cuda(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+      },
+      [](void* dst, const void* host_src, std::size_t bytes) {
+        check_cuda(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+      },
+  };
+  return resource;
+}
+#else
+/// On a host device system, "device" memory is host memory; it is the same
+/// resource as the CPU's, so transfers are plain copies.
+inline const detail::memory_resource& gpu_memory() { return detail::host_memory(); }
+#endif
+
+/// Set during static initialization of every program that includes this header.
+inline const bool gpu_memory_registered = (detail::gpu_memory_slot() = &gpu_memory(), true);
+
+}  // namespace kiln::backend::thrust_kernels
+// ----- end kiln/backend/thrust/memory.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_ELEMENTWISE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_ELEMENTWISE_HPP
+// ----- begin kiln/backend/thrust/elementwise.hpp -----
+/// \file
+/// Thrust elementwise kernel: one `thrust::transform` per op over the output's flat
+/// indices. Its functor calls the op's own functor (the one the other backends use)
+/// on operands located through broadcast strides; dims that every operand walks
+/// alike are merged first, so operands of equal shape (the common case) cost one
+/// multiply per element and no division.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_STRIDED_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_STRIDED_HPP
+// ----- begin kiln/backend/thrust/strided.hpp -----
+/// \file
+/// `strided_offsets`: the device-side index arithmetic of the Thrust kernels. An
+/// output element's flat (row-major) index becomes the element offsets of several
+/// operands, each walking the output's dims with its own strides: 0 along a
+/// broadcast dim, permuted for a transpose, the source's strides for a slice.
+
+#include <array>
+#include <cstdint>
+
+
+namespace kiln::backend::thrust_kernels {
+
+/// Element offsets of `N` operands for one output element.
+template <int N>
+struct offsets {
+  std::int64_t at[N];
+};
+
+/// Maps flat output indices to operand offsets; plain data, copied to the device by
+/// value inside kernel functors.
+/// \code
+/// strided_offsets<1> t = strided_offsets<1>::over(kiln::shape{2, 3}, {{{1, 2}}});  // transpose of a (3, 2)
+/// t(4).at[0] == 3;  // output (1, 1) reads input (1, 1), at offset 1 * 2 + 1
+/// \endcode
+template <int N>
+struct strided_offsets {
+  int rank = 0;
+  std::int64_t size[max_rank] = {};
+  std::int64_t stride[N][max_rank] = {};
+
+  /// Walks the dims of `out` with per-operand strides `strides[k][d]`.
+  static strided_offsets over(const shape& out, const std::array<std::array<std::int64_t, max_rank>, N>& strides) {
+    strided_offsets s;
+    s.rank = out.rank();
+    for (int d = 0; d < s.rank; ++d) {
+      s.size[d] = out[d];
+      for (int k = 0; k < N; ++k) s.stride[k][d] = strides[k][d];
+    }
+    return s;
+  }
+
+  /// Integer division is the costly part on a GPU, so the outermost dim needs none:
+  /// a contiguous or collapsed (rank 1) walk costs one multiply per operand.
+  KILN_HOST_DEVICE offsets<N> operator()(std::int64_t flat) const {
+    offsets<N> o{};
+    for (int d = rank - 1; d > 0; --d) {
+      std::int64_t i = flat % size[d];
+      flat /= size[d];
+      for (int k = 0; k < N; ++k) o.at[k] += i * stride[k][d];
+    }
+    if (rank > 0)
+      for (int k = 0; k < N; ++k) o.at[k] += flat * stride[k][0];
+    return o;
+  }
+};
+
+}  // namespace kiln::backend::thrust_kernels
+// ----- end kiln/backend/thrust/strided.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_STRIDED_HPP
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// Computes output element `i` of elementwise op `Op` reading `In` and writing `Out`.
+template <class Op, class In, class Out>
+struct elementwise_element {
+  static constexpr int arity = Op::arity;
+  Op op;
+  const void* operand[arity];  // for `where`, operand 0 is the bool condition
+  strided_offsets<arity> index;
+
+  KILN_HOST_DEVICE Out operator()(std::int64_t i) const {
+    const offsets<arity> o = index(i);
+    auto value = [&](int k) -> const In& { return static_cast<const In*>(operand[k])[o.at[k]]; };
+    if constexpr (arity == 1)
+      return math::convert<Out>(op(value(0)));
+    else if constexpr (arity == 2)
+      return math::convert<Out>(op(value(0), value(1)));
+    else
+      return op(static_cast<const bool*>(operand[0])[o.at[0]], value(1), value(2));
+  }
+};
+
+template <class Op, class In, class Out>
+void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  constexpr int arity = Op::arity;
+  const cpu::loop_nest<arity> nest(in, out.shape);
+  elementwise_element<Op, In, Out> element{op, {}, {}};
+  element.index.rank = nest.rank;
+  for (int d = 0; d < nest.rank; ++d) {
+    element.index.size[d] = nest.size[d];
+    for (int k = 0; k < arity; ++k) element.index.stride[k][d] = nest.stride[k][d];
+  }
+  for (int k = 0; k < arity; ++k) element.operand[k] = in[k].data;
+  ::thrust::counting_iterator<std::int64_t> first(0);
+  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<Out>(out), element);
+}
+
+}  // namespace thrust_kernels
+
+template <ops::elementwise Op>
+void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
+  visit_elementwise_types(op, value_dtype, out.dtype, [&]<class In, class Out>() {
+    if constexpr (std::is_same_v<In, std::string> || std::is_same_v<Out, std::string>)
+      throw internal_error(std::string(Op::name) + ": string tensors cannot be on the gpu");
+    else
+      thrust_kernels::run_elementwise<Op, In, Out>(op, in, out);
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/elementwise.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_ELEMENTWISE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_REDUCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_REDUCTION_HPP
+// ----- begin kiln/backend/thrust/reduction.hpp -----
+/// \file
+/// Thrust reduction kernels. The input is enumerated with the kept dims first and
+/// the reduced dims last, so that output `o` is the reduction of enumerated
+/// elements [o * count, (o + 1) * count). Many outputs (or few elements each) make
+/// one thread per output loop over its elements, which reads neighbouring memory in
+/// neighbouring threads when the innermost dim is kept; few long reductions go to
+/// `thrust::reduce_by_key`, which splits each over the whole device. Float sums
+/// are compensated double sums, accurate whatever order the device adds in.
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/discard_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/transform_output_iterator.h>
+#include <thrust/reduce.h>
+#include <thrust/transform.h>
+
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// A double sum carrying the rounding error of its additions (Neumaier's TwoSum):
+/// a float sum of any length, added in any order, is then good to about one
+/// rounding, as the reference's wide sequential sum.
+struct compensated_sum {
+  double sum;
+  double error;
+
+  KILN_HOST_DEVICE compensated_sum operator+(const compensated_sum& o) const {
+    const double s = sum + o.sum, o_part = s - sum;
+    return {s, error + o.error + ((sum - (s - o_part)) + (o.sum - o_part))};
+  }
+  /// Once the sum is infinite or NaN the error term is meaningless (inf - inf).
+  KILN_HOST_DEVICE double value() const { return sum - sum == 0 ? sum + error : sum; }
+};
+
+/// A value and the position (among the reduced elements) it came from; position -1
+/// marks the empty partial result.
+template <class T>
+struct indexed_value {
+  T value;
+  std::int64_t position;
+};
+
+/// What reduction `Kind` keeps while combining elements of type `T`, and how it
+/// turns that into the output element: the device-side half of a reduction op.
+template <ops::reduction_kind Kind, class T>
+struct reducer {
+  static constexpr bool sums = Kind == ops::reduction_kind::sum || Kind == ops::reduction_kind::mean;
+  using accumulator = std::conditional_t<sums && std::is_floating_point_v<T>, compensated_sum, T>;
+  using partial = std::conditional_t<Kind == ops::reduction_kind::argmax, indexed_value<T>, accumulator>;
+  using output = std::conditional_t<Kind == ops::reduction_kind::argmax, std::int64_t, T>;
+
+  std::int64_t count;  // elements per output
+
+  KILN_HOST_DEVICE partial identity() const {
+    if constexpr (sums)
+      return accumulator{0};
+    else if constexpr (Kind == ops::reduction_kind::min)
+      return highest();
+    else if constexpr (Kind == ops::reduction_kind::max)
+      return lowest();
+    else
+      return {lowest(), -1};
+  }
+  /// Element `x` at reduced position `position` as a partial result.
+  KILN_HOST_DEVICE partial lift(T x, std::int64_t position) const {
+    if constexpr (Kind == ops::reduction_kind::argmax)
+      return {x, position};
+    else if constexpr (std::is_same_v<accumulator, compensated_sum>)
+      return compensated_sum{double(x), 0};
+    else
+      return x;
+  }
+  /// Associative (and commutative), as reduce_by_key needs: argmax keeps the first
+  /// NaN, else the first largest value, whatever the order of combination.
+  KILN_HOST_DEVICE partial operator()(const partial& a, const partial& b) const {
+    if constexpr (std::is_same_v<accumulator, compensated_sum>) {
+      return a + b;
+    } else if constexpr (sums) {
+      return math::add(a, b);
+    } else if constexpr (Kind == ops::reduction_kind::max) {
+      return math::max(a, b);
+    } else if constexpr (Kind == ops::reduction_kind::min) {
+      return math::min(a, b);
+    } else {
+      if (a.position < 0) return b;
+      if (b.position < 0) return a;
+      const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
+      if (a_nan != b_nan) return a_nan ? a : b;
+      if (!a_nan && a.value != b.value) return a.value > b.value ? a : b;
+      return a.position < b.position ? a : b;
+    }
+  }
+  KILN_HOST_DEVICE output finish(const partial& p) const {
+    if constexpr (Kind == ops::reduction_kind::argmax)
+      return p.position;
+    else if constexpr (std::is_same_v<accumulator, compensated_sum>)
+      return Kind == ops::reduction_kind::mean ? ops::mean_of<T>(p.value(), count) : T(p.value());
+    else if constexpr (Kind == ops::reduction_kind::mean)
+      return ops::mean_of<T>(p, count);
+    else
+      return p;
+  }
+
+ private:
+  static KILN_HOST_DEVICE T lowest() {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  static KILN_HOST_DEVICE T highest() {
+    if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::max();
+  }
+};
+
+/// Enumerated element `j` (kept dims first, reduced dims last) as a partial result.
+template <ops::reduction_kind Kind, class T>
+struct lift_element {
+  reducer<Kind, T> reduce;
+  const T* x;
+  strided_offsets<1> input;
+
+  KILN_HOST_DEVICE typename reducer<Kind, T>::partial operator()(std::int64_t j) const {
+    return reduce.lift(x[input(j).at[0]], j % reduce.count);
+  }
+};
+
+/// Output `o`, reduced by one thread in order.
+template <ops::reduction_kind Kind, class T>
+struct reduce_output {
+  lift_element<Kind, T> element;
+
+  KILN_HOST_DEVICE typename reducer<Kind, T>::output operator()(std::int64_t o) const {
+    const reducer<Kind, T>& reduce = element.reduce;
+    typename reducer<Kind, T>::partial acc = reduce.identity();
+    for (std::int64_t j = o * reduce.count, end = j + reduce.count; j < end; ++j) acc = reduce(acc, element(j));
+    return reduce.finish(acc);
+  }
+};
+
+/// The output a run of enumerated elements belongs to.
+struct output_of_element {
+  std::int64_t count;
+  KILN_HOST_DEVICE std::int64_t operator()(std::int64_t j) const { return j / count; }
+};
+
+/// Turns a partial result into the output element as reduce_by_key writes it.
+template <ops::reduction_kind Kind, class T>
+struct finish_output {
+  reducer<Kind, T> reduce;
+  KILN_HOST_DEVICE typename reducer<Kind, T>::output operator()(const typename reducer<Kind, T>::partial& p) const {
+    return reduce.finish(p);
+  }
+};
+
+/// Below this many outputs, each reducing more elements than there are outputs,
+/// one thread per output would leave most of a GPU idle.
+inline constexpr std::int64_t outputs_to_fill_device = std::int64_t(1) << 16;
+
+template <ops::reduction_kind Kind, class T>
+void run_reduction(const reduction_axes& axes, const buffer_view& in, const buffer_view& out) {
+  const shape& s = in.shape;
+  const auto reduced = ops::reduced_dims(axes, s.rank());
+  const auto strides = row_major_strides(s);
+  shape enumerated;
+  std::array<std::array<std::int64_t, max_rank>, 1> enumerated_strides{};
+  for (bool reduced_pass : {false, true}) {
+    for (int d = 0; d < s.rank(); ++d) {
+      if (reduced[d] != reduced_pass) continue;
+      enumerated_strides[0][enumerated.rank()] = strides[d];
+      enumerated.push_back(s[d]);
+    }
+  }
+  const std::int64_t count = ops::reduced_count(s, axes), outputs = out.size();
+  using out_t = typename reducer<Kind, T>::output;
+  const lift_element<Kind, T> element{{count}, in.as<const T>(), strided_offsets<1>::over(enumerated, enumerated_strides)};
+  ::thrust::counting_iterator<std::int64_t> first(0);
+  if (count == 0 || outputs >= count || outputs >= outputs_to_fill_device) {
+    ::thrust::transform(::thrust::device, first, first + outputs, device_data<out_t>(out), reduce_output<Kind, T>{element});
+  } else {
+    ::thrust::reduce_by_key(::thrust::device, ::thrust::make_transform_iterator(first, output_of_element{count}),
+                            ::thrust::make_transform_iterator(first + outputs * count, output_of_element{count}),
+                            ::thrust::make_transform_iterator(first, element), ::thrust::make_discard_iterator(),
+                            ::thrust::make_transform_output_iterator(device_data<out_t>(out), finish_output<Kind, T>{element.reduce}),
+                            ::thrust::equal_to<std::int64_t>(), element.reduce);
+  }
+}
+
+}  // namespace thrust_kernels
+
+template <ops::reduction Op>
+void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  ops::visit_numeric(in[0].dtype, [&]<class T>() { thrust_kernels::run_reduction<Op::kind, T>(op.axis, in[0], out); });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/reduction.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_REDUCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SHAPE_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SHAPE_OPS_HPP
+// ----- begin kiln/backend/thrust/shape_ops.hpp -----
+/// \file
+/// Thrust kernels of the data-movement ops. transpose, slice and gather are one
+/// `thrust::transform` over the output's elements, each reading the input element
+/// it comes from (a gather). concat and stack copy each input into its window of
+/// the output: viewed as matrices with the joined axis and everything after it as
+/// columns, input k fills a block of columns of the output. Indices were checked
+/// on the host before any kernel runs (ops::check_values), so kernels read in
+/// bounds. String tensors never live on the gpu. (reshape, `x[i]` and shape_of
+/// need no kernel: they evaluate on any device.)
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include <thrust/copy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/permutation_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/transform.h>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
 // ----- begin kiln/core/small_vector.hpp -----
 /// \file
 /// `small_vector`: a vector that keeps up to N elements inline, so the per-op
@@ -1978,6 +6276,221 @@ class small_vector {
 
 }  // namespace kiln::detail
 // ----- end kiln/core/small_vector.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// Calls `f.template operator()<T>()` with the element type of `t`; strings, which
+/// cannot be on the gpu, are an internal error.
+template <class F>
+void visit_device_dtype(dtype t, std::string_view op, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, std::string>)
+      throw internal_error(std::string(op) + ": string tensors cannot be on the gpu");
+    else
+      f.template operator()<T>();
+  });
+}
+
+/// Output element `i` is input element `index(i)`.
+template <class T>
+struct read_strided {
+  const T* x;
+  strided_offsets<1> index;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const { return x[index(i).at[0]]; }
+};
+
+/// Fills `out` from `x` (starting `first` elements in), walking the output's dims
+/// with the input strides `strides`.
+inline void copy_strided(std::string_view op, const buffer_view& x, std::int64_t first,
+                         const std::array<std::int64_t, max_rank>& strides, const buffer_view& out) {
+  const auto index = strided_offsets<1>::over(out.shape, {strides});
+  visit_device_dtype(out.dtype, op, [&]<class T>() {
+    ::thrust::counting_iterator<std::int64_t> start(0);
+    ::thrust::transform(::thrust::device, start, start + out.size(), device_data<T>(out),
+                        read_strided<T>{x.as<const T>() + first, index});
+  });
+}
+
+/// Output element `i` of a gather, seen as (outer, gathered, inner): row `indices[j]`
+/// of the input seen as (outer, dim, inner).
+template <class T>
+struct gather_element {
+  const T* x;
+  const void* indices;
+  bool wide_indices;  // int64 rather than int32; uniform across threads, so no divergence
+  std::int64_t gathered, dim, inner;
+
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const std::int64_t r = i % inner, rest = i / inner, j = rest % gathered, o = rest / gathered;
+    const std::int64_t row = wide_indices ? static_cast<const std::int64_t*>(indices)[j]
+                                          : std::int64_t(static_cast<const std::int32_t*>(indices)[j]);
+    return x[(o * dim + row) * inner + r];
+  }
+};
+
+/// Where element `j` of a block `columns` wide lands in a matrix `width` wide, the
+/// block starting at column `first_column`.
+struct block_position {
+  std::int64_t columns, width, first_column;
+  KILN_HOST_DEVICE std::int64_t operator()(std::int64_t j) const {
+    return (j / columns) * width + first_column + j % columns;
+  }
+};
+
+/// Copies input k, `lengths[k]` long along the joined axis, into its block of
+/// columns of `out`; `inner` is the product of the output's dims after the axis.
+inline void join(std::string_view op, std::span<const buffer_view> in, std::span<const std::int64_t> lengths,
+                 std::int64_t inner, const buffer_view& out) {
+  std::int64_t total = 0;
+  for (std::int64_t n : lengths) total += n;
+  visit_device_dtype(out.dtype, op, [&]<class T>() {
+    std::int64_t first_column = 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const std::int64_t columns = lengths[k] * inner, n = in[k].size();
+      if (n > 0) {
+        auto positions = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::int64_t>(0),
+                                                           block_position{columns, total * inner, first_column});
+        ::thrust::copy_n(::thrust::device, device_data<const T>(in[k]), n,
+                         ::thrust::make_permutation_iterator(device_data<T>(out), positions));
+      }
+      first_column += columns;
+    }
+  });
+}
+
+/// The product of dims [from, to) of `s`.
+inline std::int64_t dims_product(const shape& s, int from, int to) {
+  std::int64_t n = 1;
+  for (int d = from; d < to; ++d) n *= s[d];
+  return n;
+}
+
+}  // namespace thrust_kernels
+
+inline void compute(thrust_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& xs = in[0].shape;
+  const int_list perm = op.permutation(xs.rank());
+  const auto x_strides = row_major_strides(xs);
+  std::array<std::int64_t, max_rank> strides{};
+  for (int d = 0; d < xs.rank(); ++d) strides[d] = x_strides[perm[d]];
+  thrust_kernels::copy_strided(ops::transpose::name, in[0], 0, strides, out);
+}
+
+inline void compute(thrust_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const auto strides = row_major_strides(in[0].shape);
+  std::int64_t first = 0;
+  for (int d = 0; d < in[0].shape.rank(); ++d) first += op.begin[d] * strides[d];
+  thrust_kernels::copy_strided(ops::slice::name, in[0], first, strides, out);
+}
+
+inline void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& xs = in[0].shape;
+  const int a = ops::normalize_axis(op.axis, xs.rank());
+  thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
+    const thrust_kernels::gather_element<T> element{in[0].as<const T>(), in[1].data, in[1].dtype == int64, in[1].size(),
+                                                    xs[a], thrust_kernels::dims_product(xs, a + 1, xs.rank())};
+    ::thrust::counting_iterator<std::int64_t> start(0);
+    ::thrust::transform(::thrust::device, start, start + out.size(), thrust_kernels::device_data<T>(out), element);
+  });
+}
+
+inline void compute(thrust_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int a = ops::normalize_axis(op.axis, out.shape.rank());
+  detail::small_vector<std::int64_t, 8> lengths;
+  for (const buffer_view& v : in) lengths.emplace_back(v.shape[a]);
+  thrust_kernels::join(ops::concat::name, in, lengths,
+                       thrust_kernels::dims_product(out.shape, a + 1, out.shape.rank()), out);
+}
+
+inline void compute(thrust_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const int a = ops::normalize_axis(op.axis, out.shape.rank());
+  detail::small_vector<std::int64_t, 8> lengths;  // each input is one slice along the new axis
+  for (std::size_t k = 0; k < in.size(); ++k) lengths.emplace_back(1);
+  thrust_kernels::join(ops::stack::name, in, lengths, thrust_kernels::dims_product(out.shape, a + 1, out.shape.rank()),
+                       out);
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/shape_ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SHAPE_OPS_HPP
+#endif
+
+// ----- begin kiln/eager/apply.hpp -----
+/// \file
+/// Eager execution of one op: check the inputs against the op's dtype and shape
+/// rules (raising the contract's errors with both sides in the message), allocate
+/// the result on the inputs' device and run the device's backend kernel.
+
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+// ----- begin kiln/core/small_vector.hpp -----
+/// \file
+/// `small_vector`: a vector that keeps up to N elements inline, so the per-op
+/// bookkeeping of a few inputs (their shapes, dtypes, views) costs no heap
+/// allocation and no zero-filling of unused slots.
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <span>
+#include <utility>
+
+namespace kiln::detail {
+
+template <class T, std::size_t N>
+class small_vector {
+ public:
+  small_vector() = default;
+  small_vector(const small_vector&) = delete;
+  small_vector& operator=(const small_vector&) = delete;
+  ~small_vector() {
+    std::destroy(begin(), end());
+    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
+  }
+
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    T* fresh = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
+    std::uninitialized_move(begin(), end(), fresh);
+    std::destroy(begin(), end());
+    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
+    data_ = fresh;
+    capacity_ = n;
+  }
+  template <class... Args>
+  T& emplace_back(Args&&... args) {
+    if (size_ == capacity_) reserve(2 * capacity_);
+    return *new (data_ + size_++) T(std::forward<Args>(args)...);
+  }
+
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  std::size_t size() const { return size_; }
+  operator std::span<const T>() const { return {data_, size_}; }
+
+ private:
+  T* inline_data() { return reinterpret_cast<T*>(inline_); }
+  alignas(T) unsigned char inline_[N * sizeof(T)];
+  T* data_ = inline_data();
+  std::size_t size_ = 0;
+  std::size_t capacity_ = N;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/core/small_vector.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
 
 namespace kiln {
 namespace detail {
@@ -2011,11 +6524,6 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
   return {dt.value, sh.value};
 }
 
-/// Rejects values an op cannot compute without undefined behaviour: integer
-/// division by zero, integers to negative powers.
-template <class Op>
-void check_values(const Op&, std::span<const tensor* const> in);
-
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
@@ -2027,7 +6535,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
       throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
                                    " and " + std::string(name(t->device())) + ")");
   }
-  check_values(op, in);
+  // An op whose values can be wrong for its kernel (an index out of range, an
+  // integer division by zero) provides `check_values`, found by argument-dependent lookup.
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else {
@@ -2054,28 +6564,47 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   return run_on<backend::cpu_backend>(op, in);
 }
 
-template <class Op>
-void check_values(const Op&, std::span<const tensor* const> in) {
-  if constexpr (requires { Op::integer_divisor; } || requires { Op::integer_exponent; }) {
-    const tensor& y = *in[1];
-    if (!is_integer(y.dtype()) || y.size() == 0) return;
-    bool bad = visit_dtype(y.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-        std::vector<T> host = y.to_vector<T>();
-        for (T v : host)
-          if (requires { Op::integer_divisor; } ? v == T(0) : v < T(0)) return true;
-      }
-      return false;
-    });
-    if (bad)
-      throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
-                                                                ? ": integer division by zero"
-                                                                : ": integers to negative integer powers are not allowed"));
-  }
-}
-
 }  // namespace detail
 }  // namespace kiln
 // ----- end kiln/eager/apply.hpp -----
+// ----- begin kiln/eager/truth_value.hpp -----
+/// \file
+/// `kiln::tensor::operator bool`: the truth value of an eager tensor, as Python's
+/// `bool(t)` gives it for an eager `tf.Tensor`, and the error that tells a C++ `if`
+/// on a symbolic tensor apart from a graph condition.
+
+#include <string>
+#include <type_traits>
+
+
+namespace kiln {
+
+/// The truth of a one-element tensor: a bool's value, a number other than zero, a
+/// string that is not empty. A symbolic tensor has no value to test: a C++ `if` or
+/// `while` on one raises kiln::type_error pointing to kiln::cond and kiln::while_loop;
+/// more than one element (or none) raises kiln::value_error.
+/// \code if (kiln::constant(3) > 2) { ... }  // eager: reads the value \endcode
+inline tensor::operator bool() const {
+  if (is_symbolic())
+    throw type_error(
+        "using a symbolic tensor as a C++ bool is not allowed: a C++ if or while runs once, while tracing; use "
+        "kiln::cond or kiln::while_loop for a condition on a tensor inside a kiln::function");
+  require_value("operator bool");
+  if (size() != 1)
+    throw value_error(std::string(size() == 0 ? "the truth value of an empty tensor is ambiguous"
+                                              : "the truth value of a tensor with more than one element is ambiguous") +
+                      "; got shape " + shape().str());
+  const tensor host = device() == kiln::device::cpu ? *this : to(kiln::device::cpu);
+  return visit_dtype(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T& value = *host.data<T>();
+    if constexpr (std::is_same_v<T, std::string>)
+      return !value.empty();
+    else
+      return value != T(0);  // NaN is true, as in C++ and Python
+  });
+}
+
+}  // namespace kiln
+// ----- end kiln/eager/truth_value.hpp -----
 // ----- end kiln/kiln.hpp -----
