@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -19,6 +21,16 @@
 
 namespace kiln::backend::cpu {
 namespace detail {
+
+/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
+/// that each channel panel runs a kernel compiled for its exact width.
+template <int Max, class F>
+KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
+  if constexpr (Max > 1) {
+    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
+  }
+  fn(std::integral_constant<int, Max>{});
+}
 
 /// The geometry of one conv2d call (see kiln::backend::cpu::conv2d for the meaning).
 struct conv2d_shape {

@@ -53,7 +53,7 @@ struct gemm_blocking {
 
 /// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
 /// packing it.
-inline constexpr std::int64_t gemm_direct_work = 64 * 64 * 64;
+inline constexpr std::int64_t gemm_direct_work = 256 * 256 * 256;
 /// Below this many multiply-adds a product runs on the calling thread alone: waking
 /// the pool costs more than it saves.
 inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
@@ -246,16 +246,6 @@ KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], 
     }
 }
 
-/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
-/// that edge tiles run a kernel compiled for their exact size.
-template <int Max, class F>
-KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
-  if constexpr (Max > 1) {
-    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
-  }
-  fn(std::integral_constant<int, Max>{});
-}
-
 /// Copies columns [j0, j0 + cols) of a `kc`-row slice of B into `dst` as `kc x Cols`
 /// rows, zero-filling the columns past `cols`.
 template <int Cols, class V>
@@ -286,26 +276,26 @@ void pack_b(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t nc, std:
   }
 }
 
-/// Calls `fn(std::integral_constant<int, h>{})` with the smallest tile height h in
-/// {1, 2, 4, 8, ..., Rows} that holds `height` rows: edge tiles get a kernel close to
-/// their size without compiling one for every height.
-template <int Rows, class F>
-KILN_ALWAYS_INLINE void with_tile_height(std::int64_t height, F&& fn) {
-  if constexpr (Rows > 1) {
-    constexpr int smaller = int(std::bit_floor(unsigned(Rows - 1)));
-    if (height <= smaller) return with_tile_height<smaller>(height, std::forward<F>(fn));
+/// Calls `fn(std::integral_constant<int, c>{})` with the smallest c in
+/// {1, 2, 4, 8, ..., Max} that is at least `n` (1 <= n <= Max): edge tiles get a
+/// kernel close to their size without compiling one for every size.
+template <int Max, class F>
+KILN_ALWAYS_INLINE void with_size_class(std::int64_t n, F&& fn) {
+  if constexpr (Max > 1) {
+    constexpr int smaller = int(std::bit_floor(unsigned(Max - 1)));
+    if (n <= smaller) return with_size_class<smaller>(n, std::forward<F>(fn));
   }
-  fn(std::integral_constant<int, Rows>{});
+  fn(std::integral_constant<int, Max>{});
 }
 
 /// C[m x cols] (+)= A[m x kc] * B[kc x cols] for one panel of at most `Vectors`
-/// vectors of columns: A is read in place (row stride lda), B rows start at
-/// b + p * ldb and must be readable for Vectors whole vectors. Each B panel stays in
-/// cache while the row tiles pass over it.
-template <int Vectors, class V>
+/// vectors of columns, in tiles of at most `Rows` rows: A is read in place (row
+/// stride lda), B rows start at b + p * ldb and must be readable for Vectors whole
+/// vectors. Each B panel stays in cache while the row tiles pass over it.
+template <int Vectors, int Rows, class V>
 void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V* a, std::int64_t lda, const V* b,
                     std::int64_t ldb, V* c, std::int64_t ldc, bool accumulate) {
-  constexpr int rows = gemm_blocking<V>::rows;
+  constexpr int rows = Rows;
   for (std::int64_t i = 0; i < m; i += rows) {
     const std::int64_t height = std::min<std::int64_t>(rows, m - i);
     V* c_tile = c + i * ldc;
@@ -314,7 +304,7 @@ void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V*
       __builtin_prefetch(c_tile + r * ldc, 1);
       __builtin_prefetch(c_tile + r * ldc + cols - 1, 1);
     }
-    with_tile_height<rows>(height, [&](auto tile_height) {
+    with_size_class<rows>(height, [&](auto tile_height) {
       constexpr int h = decltype(tile_height)::value;
       const V* row[h];
       for (int r = 0; r < h; ++r) row[r] = a + (i + std::min<std::int64_t>(r, height - 1)) * lda;
@@ -377,8 +367,8 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
         for (std::int64_t panel = first; panel < last; ++panel) {
           const std::int64_t j = panel * blocking::cols, cols = std::min<std::int64_t>(blocking::cols, nc - j);
           // The last panel skips its vectors that hold only zero padding.
-          with_constant<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
-            multiply_panel<decltype(vectors)::value>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
+          with_size_class<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
+            multiply_panel<decltype(vectors)::value, blocking::rows>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
                                                      c + ic * ldc + jc + j, ldc, pc != 0);
           });
         }
@@ -389,37 +379,36 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
 
 /// The product without packing, for small matrices and few rows: A and B are read in
 /// place, except the last columns of B when they do not fill a panel, which are copied
-/// zero-padded. Threads split rows and panels.
-template <class V>
+/// zero-padded. Tiles are at most `Rows` x `Vectors` vectors; threads split rows and
+/// panels.
+template <int Rows, int Vectors, class V>
 void gemm_direct(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
                  std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
-  using blocking = gemm_blocking<V>;
-  const std::int64_t full_panels = n / blocking::cols, tail = n - full_panels * blocking::cols;
-  const std::int64_t tail_vectors = (tail + blocking::width - 1) / blocking::width;
+  constexpr int width = gemm_blocking<V>::width, cols = Vectors * width;
+  const std::int64_t full_panels = n / cols, tail = n - full_panels * cols;
+  const std::int64_t tail_vectors = (tail + width - 1) / width;
   const std::int64_t panels = full_panels + (tail > 0);
   V* tail_panel = nullptr;
   if (tail > 0) {
-    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * tail_vectors * blocking::width);
-    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
-      pack_b_panel<decltype(vectors)::value * blocking::width>(b + full_panels * blocking::cols, ldb, k, tail,
-                                                              tail_panel);
+    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * cols);
+    with_size_class<Vectors>(tail_vectors, [&](auto vectors) {
+      pack_b_panel<decltype(vectors)::value * width>(b + full_panels * cols, ldb, k, tail, tail_panel);
     });
   }
   const std::int64_t threads = pool ? pool->size() : 1;
-  const std::int64_t row_tasks = std::min((m + blocking::rows - 1) / blocking::rows, (2 * threads + panels - 1) / panels);
-  const std::int64_t mc = even_split(m, row_tasks, blocking::rows);
+  const std::int64_t row_tasks = std::min((m + Rows - 1) / Rows, (2 * threads + panels - 1) / panels);
+  const std::int64_t mc = even_split(m, row_tasks, Rows);
   run_tasks(pool, row_tasks * panels, [&](std::int64_t t) {
-    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * blocking::cols;
+    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * cols;
     if (i >= m) return;
     const std::int64_t rows = std::min(mc, m - i);
     if (panel < full_panels) {
-      multiply_panel<blocking::vectors>(rows, blocking::cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
-                                        false);
+      multiply_panel<Vectors, Rows>(rows, cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, false);
       return;
     }
-    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+    with_size_class<Vectors>(tail_vectors, [&](auto vectors) {
       constexpr int nv = decltype(vectors)::value;
-      multiply_panel<nv>(rows, tail, k, a + i * lda, lda, tail_panel, nv * blocking::width, c + i * ldc + j, ldc, false);
+      multiply_panel<nv, Rows>(rows, tail, k, a + i * lda, lda, tail_panel, nv * width, c + i * ldc + j, ldc, false);
     });
   });
 }
@@ -444,7 +433,11 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
                                  sums[u]);
       for (; p + width <= k; p += width)
         sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
-      V sum = xsimd::hadd((sums[0] + sums[1]) + (sums[2] + sums[3]));
+      // Summed by hand: xsimd::hadd on AVX-512 trips GCC 12's -Wmaybe-uninitialized.
+      alignas(64) V lanes[width];
+      ((sums[0] + sums[1]) + (sums[2] + sums[3])).store_aligned(lanes);
+      V sum = V(0);
+      for (V lane : lanes) sum += lane;
       for (; p < k; ++p) sum += row[p] * column[p];
       c[i * ldc] = sum;
     }
@@ -469,8 +462,11 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     if (held->size() > 1) pool = held.get();
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
+  // One or two rows stream B once: wide panels read long contiguous runs of its rows.
+  if (m <= 2) return gemm_direct<2, 4 * blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
   // Packing B pays off only when many rows reuse it.
-  if (work <= gemm_direct_work || m <= 2 * blocking::rows) return gemm_direct(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  if (work <= gemm_direct_work || m <= 2 * blocking::rows)
+    return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
   gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
