@@ -6,7 +6,9 @@
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
 /// the input raise kiln::invalid_argument_error, as TensorFlow's kernels do, from
-/// the `check_values` overloads below, before anything is allocated.
+/// the `check_values` overloads below, before anything is allocated. Each op's
+/// `attributes()` ("perm=[1, 0]") is appended to the errors of its rules, which
+/// otherwise could only show the inputs.
 
 #include <array>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/shape.hpp"
+#include "kiln/core/small_vector.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/op.hpp"
@@ -39,7 +42,7 @@ constexpr std::int64_t checked_num_elements(const shape& s) {
   return n;
 }
 
-/// The dims of `s` that both specs allow, or the failure when two known dims differ.
+/// The most specific shape that both specs allow, or a failure when two known dims differ.
 constexpr shape_result merge_shapes(const shape& a, const shape& b) {
   if (!a.has_known_rank()) return {b};
   if (!b.has_known_rank()) return {a};
@@ -401,12 +404,13 @@ tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) 
   }
 }
 
+/// Runs an op on a list of tensors (concat, stack).
 template <class Op>
 tensor apply_to_list(const Op& op, std::span<const tensor> values) {
-  std::vector<const tensor*> ptrs;
-  ptrs.reserve(values.size());
-  for (const tensor& t : values) ptrs.push_back(&t);
-  return apply_naming_attributes(op, ptrs);
+  small_vector<const tensor*, 8> inputs;
+  inputs.reserve(values.size());
+  for (const tensor& t : values) inputs.emplace_back(&t);
+  return apply_naming_attributes(op, inputs);
 }
 
 }  // namespace detail
