@@ -33,6 +33,7 @@
 #include "kiln/backend/thrust/elementwise.hpp"
 #include "kiln/backend/thrust/reduction.hpp"
 #include "kiln/backend/thrust/shape_ops.hpp"
+#include "kiln/backend/thrust/linalg.hpp"
 #endif
 
 #include "kiln/eager/apply.hpp"

@@ -11,9 +11,6 @@
 #include <string>
 #include <type_traits>
 
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform.h>
-
 #include "kiln/ops/elementwise.hpp"  // first: backend.hpp names ops::cast without including it
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/cpu/elementwise.hpp"
@@ -54,8 +51,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
     for (int k = 0; k < arity; ++k) element.index.stride[k][d] = nest.stride[k][d];
   }
   for (int k = 0; k < arity; ++k) element.operand[k] = in[k].data;
-  ::thrust::counting_iterator<std::int64_t> first(0);
-  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<Out>(out), element);
+  fill_elements<Out>(out, element);
 }
 
 }  // namespace thrust_kernels

@@ -19,7 +19,6 @@
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/iterator/transform_output_iterator.h>
 #include <thrust/reduce.h>
-#include <thrust/transform.h>
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/thrust/memory.hpp"
@@ -186,10 +185,10 @@ void run_reduction(const reduction_axes& axes, const buffer_view& in, const buff
   const std::int64_t count = ops::reduced_count(s, axes), outputs = out.size();
   using out_t = typename reducer<Kind, T>::output;
   const lift_element<Kind, T> element{{count}, in.as<const T>(), strided_offsets<1>::over(enumerated, enumerated_strides)};
-  ::thrust::counting_iterator<std::int64_t> first(0);
   if (count == 0 || outputs >= count || outputs >= outputs_to_fill_device) {
-    ::thrust::transform(::thrust::device, first, first + outputs, device_data<out_t>(out), reduce_output<Kind, T>{element});
+    fill_elements<out_t>(out, reduce_output<Kind, T>{element});
   } else {
+    ::thrust::counting_iterator<std::int64_t> first(0);
     ::thrust::reduce_by_key(::thrust::device, ::thrust::make_transform_iterator(first, output_of_element{count}),
                             ::thrust::make_transform_iterator(first + outputs * count, output_of_element{count}),
                             ::thrust::make_transform_iterator(first, element), ::thrust::make_discard_iterator(),

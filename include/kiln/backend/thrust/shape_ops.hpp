@@ -19,7 +19,6 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/permutation_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
-#include <thrust/transform.h>
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/thrust/memory.hpp"
@@ -57,9 +56,7 @@ inline void copy_strided(std::string_view op, const buffer_view& x, std::int64_t
                          const std::array<std::int64_t, max_rank>& strides, const buffer_view& out) {
   const auto index = strided_offsets<1>::over(out.shape, {strides});
   visit_device_dtype(out.dtype, op, [&]<class T>() {
-    ::thrust::counting_iterator<std::int64_t> start(0);
-    ::thrust::transform(::thrust::device, start, start + out.size(), device_data<T>(out),
-                        read_strided<T>{x.as<const T>() + first, index});
+    fill_elements<T>(out, read_strided<T>{x.as<const T>() + first, index});
   });
 }
 
@@ -141,8 +138,7 @@ inline void compute(thrust_backend, const ops::gather& op, std::span<const buffe
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
     const thrust_kernels::gather_element<T> element{in[0].as<const T>(), in[1].data, in[1].dtype == int64, in[1].size(),
                                                     xs[a], thrust_kernels::dims_product(xs, a + 1, xs.rank())};
-    ::thrust::counting_iterator<std::int64_t> start(0);
-    ::thrust::transform(::thrust::device, start, start + out.size(), thrust_kernels::device_data<T>(out), element);
+    thrust_kernels::fill_elements<T>(out, element);
   });
 }
 

@@ -14,8 +14,12 @@
 #  define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
 #endif
 
+#include <cstdint>
+
 #include <thrust/device_ptr.h>
 #include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
 
 #include "kiln/core/tensor.hpp"
 
@@ -34,6 +38,15 @@ namespace kiln::backend::thrust_kernels {
 template <class T>
 ::thrust::device_ptr<T> device_data(const buffer_view& v) {
   return ::thrust::device_pointer_cast(v.as<T>());
+}
+
+/// Sets every element `i` of `out` (of type `T`) to `element(i)`: the one kernel
+/// shape of most gpu ops, a transform over the output's flat indices.
+/// \code fill_elements<float>(out, read_strided<float>{x, index}); \endcode
+template <class T, class Element>
+void fill_elements(const buffer_view& out, const Element& element) {
+  ::thrust::counting_iterator<std::int64_t> first(0);
+  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<T>(out), element);
 }
 
 }  // namespace kiln::backend::thrust_kernels
