@@ -53,7 +53,7 @@ mkdir -p "$results"
 run_python_peer() {  # python library threads round
   local python="$1" library="$2" threads="$3" round="$4" pin=()
   [ -x "$python" ] || return 0
-  "$python" -c "import $library" 2>/dev/null || return 0
+  "$python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$library') is None)" || return 0
   # TensorFlow's and XLA's pools size themselves from the CPUs the process may use.
   [ "$threads" = 1 ] && pin=(taskset -c 0)
   "${pin[@]}" "$python" "$bench_dir/peers.py" --library "$library" --threads "$threads" \

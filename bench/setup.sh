@@ -32,7 +32,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 for peer in tensorflow-cpu "jax[cpu]"; do
   module="${peer%%[-\[]*}"
-  if "$venv/bin/python" -c "import $module" 2>/dev/null; then
+  if "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$module') is None)"; then
     echo "setup: $peer already installed in $venv"
   elif "$venv/bin/pip" install -q "$peer"; then
     echo "setup: installed $peer in $venv"
