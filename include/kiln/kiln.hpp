@@ -38,3 +38,10 @@
 
 #include "kiln/eager/apply.hpp"
 #include "kiln/eager/truth_value.hpp"
+
+#include "kiln/graph/graph.hpp"
+#include "kiln/trace/trace_context.hpp"
+#include "kiln/exec/executor.hpp"
+#include "kiln/trace/spec.hpp"
+#include "kiln/trace/signature.hpp"
+#include "kiln/trace/function.hpp"

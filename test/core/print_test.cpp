@@ -29,11 +29,9 @@ kiln::tensor iota(const kiln::shape& s) {
   return kiln::constant(v, s);
 }
 
-// A symbolic tensor, as the tracer makes them; its symbol is never looked at here.
-kiln::tensor symbolic(kiln::dtype t, const kiln::shape& s) {
-  static const int anchor = 0;
-  auto* sym = reinterpret_cast<const kiln::detail::symbol*>(&anchor);
-  return kiln::tensor(t, s, std::shared_ptr<const kiln::detail::symbol>(sym, [](const kiln::detail::symbol*) {}));
+// A symbolic tensor, as the tracer makes them, standing for graph value `name`.
+kiln::tensor symbolic(kiln::dtype t, const kiln::shape& s, std::string name = "x:0") {
+  return kiln::tensor(t, s, std::make_shared<const kiln::detail::symbol>(kiln::detail::symbol{1, 0, std::move(name)}));
 }
 
 // One printing case: a tensor and what `operator<<` writes for it.
@@ -172,9 +170,9 @@ TEST_CASE("more than 1000 elements are summarized", "[print]") {
 
 TEST_CASE("symbolic, undefined and GPU tensors", "[print]") {
   check_printed({
-      {symbolic(kiln::int32, {}), "Tensor(\"<symbolic>\", shape=(), dtype=int32)"},
-      {symbolic(kiln::float32, {kiln::none, 3}), "Tensor(\"<symbolic>\", shape=(None, 3), dtype=float32)"},
-      {symbolic(kiln::string, kiln::unknown_rank), "Tensor(\"<symbolic>\", shape=<unknown>, dtype=string)"},
+      {symbolic(kiln::int32, {}, "a:0"), "Tensor(\"a:0\", shape=(), dtype=int32)"},
+      {symbolic(kiln::float32, {kiln::none, 3}), "Tensor(\"x:0\", shape=(None, 3), dtype=float32)"},
+      {symbolic(kiln::string, kiln::unknown_rank, "add_1:0"), "Tensor(\"add_1:0\", shape=<unknown>, dtype=string)"},
       {kiln::tensor(), "tensor(<undefined>)"},
   });
   kiln::testing::require_throws<kiln::type_error>(

@@ -23,6 +23,7 @@
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/shape.hpp"
+#include "kiln/core/symbol.hpp"
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
@@ -457,13 +458,13 @@ inline std::string format_values(const tensor& x, bool single_line) {
 /// `tf.Tensor(`: `tensor([4 1], shape=(2,), dtype=int32)`, `tensor(2.2, shape=(),
 /// dtype=float32)`, `tensor(b'aa', shape=(), dtype=string)`; values laid out over
 /// several lines start on a line of their own. A symbolic tensor prints as
-/// TensorFlow prints one while tracing, `Tensor("<symbolic>", shape=(None,),
-/// dtype=int32)`, where TensorFlow shows the graph value's name (`"x:0"`): the
-/// tracer supplies that name. GPU tensors print their values.
+/// TensorFlow prints one while tracing, with its graph value's name:
+/// `Tensor("x:0", shape=(None,), dtype=int32)`. GPU tensors print their values.
 /// \code std::cout << kiln::constant({{1, 2}, {3, 4}});  // tensor(\n[[1 2]\n [3 4]], shape=(2, 2), dtype=int32) \endcode
 inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
-  if (x.is_symbolic()) return os << "Tensor(\"<symbolic>\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+  if (x.is_symbolic())
+    return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
   std::string values = detail::format_values(x, detail::value_style::numpy);
   if (values.find('\n') != std::string::npos) values.insert(0, "\n");
   return os << "tensor(" << values << ", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";

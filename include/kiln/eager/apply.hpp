@@ -72,17 +72,24 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   }
 }
 
+/// Runs `op` on eager `inputs` with the backend of the device they are on.
 template <class Op>
-tensor apply_span(const Op& op, std::span<const tensor* const> in) {
-  for (const tensor* t : in)
-    if (t->is_symbolic()) throw type_error(std::string(Op::name) + ": symbolic tensors are only usable inside a kiln::function trace");
+tensor execute(const Op& op, std::span<const tensor* const> in) {
   if (!in.empty() && in[0]->device() == kiln::device::gpu) {
 #if KILN_HAS_THRUST
-    if constexpr (backend::supports<backend::thrust_backend, Op>) return run_on<backend::thrust_backend>(op, in);
+    if constexpr (backend::supports<backend::thrust_backend, Op> || requires { op.evaluate(in); })
+      return run_on<backend::thrust_backend>(op, in);
 #endif
     throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
   }
   return run_on<backend::cpu_backend>(op, in);
+}
+
+template <class Op>
+tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  for (const tensor* t : in)
+    if (t->is_symbolic()) return record_symbolic(op, in);
+  return execute(op, in);
 }
 
 }  // namespace detail

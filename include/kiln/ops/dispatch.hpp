@@ -2,8 +2,8 @@
 /// \file
 /// The single entry point through which every op function of the library runs:
 /// `detail::apply(op, inputs...)`. It is declared here, below the op families, and
-/// defined in kiln/eager/apply.hpp, which decides whether the op runs now (eager
-/// tensors) or is recorded into a graph (symbolic tensors).
+/// defined in kiln/eager/apply.hpp, which runs the op now on eager tensors or hands
+/// it to the tracer (kiln/trace/) when an input is symbolic.
 
 #include <array>
 #include <concepts>
@@ -20,6 +20,11 @@ namespace detail {
 /// Runs (or records) `op` on `inputs` and returns its result.
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
+
+/// Records `op` on `inputs`, some of them symbolic, into the trace in progress
+/// (defined by the tracer, kiln/trace/trace_context.hpp).
+template <class Op>
+tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {

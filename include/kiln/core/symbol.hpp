@@ -1,0 +1,20 @@
+#pragma once
+/// \file
+/// What a symbolic tensor points to: one value of a graph being traced.
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::detail {
+
+/// The graph value a symbolic tensor stands for. `trace_id` names the trace that
+/// made it, so a symbolic tensor that escapes its trace is recognised when it is
+/// used elsewhere.
+struct symbol {
+  std::uint64_t trace_id = 0;
+  int node = -1;
+  /// TensorFlow's tensor name, `a:0`: the node's name and the output index.
+  std::string name;
+};
+
+}  // namespace kiln::detail

@@ -1,0 +1,509 @@
+#pragma once
+/// \file
+/// `kiln::function` and `kiln::concrete_function` (API.md section 3): a C++ callable
+/// traced into a graph once per input signature, and the cached traces it runs.
+
+#include <any>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/executor.hpp"
+#include "kiln/trace/signature.hpp"
+#include "kiln/trace/spec.hpp"
+#include "kiln/trace/trace_context.hpp"
+
+namespace kiln {
+
+namespace config {
+namespace detail {
+inline std::atomic<bool>& eager_functions() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+}  // namespace detail
+/// When on, every kiln::function calls its callable directly on eager tensors
+/// (for debugging: C++ side effects then happen at every call).
+/// \code kiln::config::run_functions_eagerly(true); \endcode
+inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+/// Whether kiln::function calls run their callables eagerly.
+inline bool functions_run_eagerly() { return detail::eager_functions(); }
+}  // namespace config
+
+/// Options of a kiln::function.
+/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+struct function_options {
+  /// Shown in signatures and errors.
+  std::string name = "function";
+  /// Names of the arguments; `x0`, `x1`, ... where not given.
+  std::vector<std::string> arg_names = {};
+  /// When set, the function traces at most once, for these specs, and rejects other inputs.
+  std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
+  /// Fuse as aggressively as possible.
+  bool jit_compile = false;
+  /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
+  bool reduce_retracing = false;
+};
+
+namespace detail {
+
+/// What a traced callable returned, as the function gives it back: tensors stay
+/// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
+/// their structure.
+template <class R>
+struct output_of {
+  using type = tensor;  // tensor, or a C++ number that becomes one
+};
+template <class... Ts>
+struct output_of<std::tuple<Ts...>> {
+  using type = std::tuple<typename output_of<Ts>::type...>;
+};
+template <class A, class B>
+struct output_of<std::pair<A, B>> {
+  using type = std::pair<typename output_of<A>::type, typename output_of<B>::type>;
+};
+template <class T, std::size_t N>
+struct output_of<std::array<T, N>> {
+  using type = std::array<typename output_of<T>::type, N>;
+};
+template <class T, class A>
+struct output_of<std::vector<T, A>> {
+  using type = std::vector<typename output_of<T>::type>;
+};
+template <class R>
+using output_t = typename output_of<std::remove_cvref_t<R>>::type;
+
+template <class T>
+tensor scalar_constant(const T& v) {
+  static_assert(has_dtype<T> || std::is_same_v<T, int> || std::is_same_v<T, long long>,
+                "a kiln::function may return tensors, C++ numbers of the element types, and tuples, pairs, arrays "
+                "and vectors of those");
+  using E = std::conditional_t<has_dtype<T>, T, std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>>;
+  tensor t(dtype_of<E>, shape{});
+  *t.view().template as<E>() = E(v);
+  return t;
+}
+
+/// Calls `f(leaf)` for every leaf of a returned value, in order.
+template <class R, class F>
+void for_each_output(const R& r, F&& f) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    f(r);
+  } else if constexpr (is_tuple_like<U>::value) {
+    std::apply([&](const auto&... e) { (for_each_output(e, f), ...); }, r);
+  } else if constexpr (is_vector<U>::value) {
+    for (const auto& e : r) for_each_output(e, f);
+  } else {
+    f(scalar_constant(r));
+  }
+}
+
+/// The returned structure `traced` with its leaves taken, in order, from `next`.
+template <class R>
+output_t<R> rebuild_output(const R& traced, const tensor*& next) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value) {
+    return std::apply([&](const auto&... e) { return output_t<R>{rebuild_output(e, next)...}; }, traced);
+  } else if constexpr (is_vector<U>::value) {
+    output_t<R> out;
+    for (const auto& e : traced) out.push_back(rebuild_output(e, next));
+    return out;
+  } else {
+    return *next++;
+  }
+}
+
+/// One trace: its graph, how to run it, and the signature it was made for.
+struct concrete_state {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
+  std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
+  std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
+  std::vector<tensor_spec> outputs;
+  kiln::graph graph;
+  std::unique_ptr<graph_executor> executor;
+  std::any traced_result;  ///< the callable's return value, symbolic
+  bool returns_void = false;
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      for (const auto& v : bound)
+        if (v.arg == int(i)) s += "=" + v.text;
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n  Args:\n";
+    for (const tensor_spec& in : inputs)
+      os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
+    os << "  Returns:\n";
+    if (outputs.empty()) os << "    None\n";
+    for (const tensor_spec& out : outputs)
+      os << "    " << kiln::name(out.dtype) << " Tensor, shape=" << out.shape.str() << "\n";
+    return os.str();
+  }
+
+  /// Checks a call's flattened arguments against this trace's signature.
+  void check_call(const call_signature& sig) const {
+    for (const auto& v : sig.values) {
+      const call_signature::value_leaf* traced = nullptr;
+      for (const auto& b : bound)
+        if (b.arg == v.arg) traced = &b;
+      std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
+      if (!traced)
+        throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " + v.kind +
+                         " value " + v.text);
+      if (traced->key != v.key)
+        throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
+                         traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
+    }
+    if (sig.tensors.size() != inputs.size())
+      throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
+                                   std::to_string(sig.tensors.size()));
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const tensor& t = *sig.tensors[i];
+      if (t.dtype() != inputs[i].dtype)
+        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                     "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
+                                     " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
+      if (!inputs[i].shape.accepts(t.shape()))
+        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                     "(zero-based) was expected to have shape " + inputs[i].shape.str() +
+                                     " but has shape " + t.shape().str());
+    }
+  }
+
+  /// Runs the trace on eager tensors, or inlines it into the trace in progress when
+  /// some are symbolic (a function called while tracing another).
+  std::vector<tensor> run(const call_signature& sig) const {
+    bool symbolic = false;
+    for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+    std::vector<tensor> out;
+    if (symbolic) {
+      trace_context* outer = trace_context::current();
+      if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+      std::vector<int> args;
+      for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
+      for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
+      return out;
+    }
+    small_vector<tensor, 4> args;
+    args.reserve(sig.tensors.size());
+    for (const tensor* t : sig.tensors) args.emplace_back(*t);
+    return executor->run(std::span<const tensor>(args.begin(), args.size()));
+  }
+};
+
+/// Re-raises a kiln error from tracing with the function's name in front.
+[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
+  try {
+    throw;
+  } catch (const invalid_argument_error& e) {
+    throw invalid_argument_error("in " + fn + ": " + e.what());
+  } catch (const value_error& e) {
+    throw value_error("in " + fn + ": " + e.what());
+  } catch (const type_error& e) {
+    throw type_error("in " + fn + ": " + e.what());
+  } catch (const unavailable_error& e) {
+    throw unavailable_error("in " + fn + ": " + e.what());
+  }
+}
+
+}  // namespace detail
+
+/// One trace of a kiln::function: a graph for one input signature. Call it with
+/// tensors (and, optionally, the C++ values it was traced with).
+/// \code
+/// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
+/// square(kiln::constant(10.f));  // 100
+/// \endcode
+class concrete_function {
+ public:
+  explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
+
+  /// Runs the graph; a function with one output returns it, use call_flat for several.
+  template <class... Args>
+  tensor operator()(const Args&... args) const {
+    std::vector<tensor> out = call(args...);
+    if (out.size() != 1)
+      throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
+    return out[0];
+  }
+  /// Runs the graph and returns every output tensor, in order.
+  template <class... Args>
+  std::vector<tensor> call_flat(const Args&... args) const {
+    return call(args...);
+  }
+
+  /// The traced graph.
+  const kiln::graph& graph() const { return state_->graph; }
+  /// One spec per tensor input, named after its argument.
+  const std::vector<tensor_spec>& structured_input_signature() const { return state_->inputs; }
+  /// One spec per output, named after the graph value (`Identity:0`).
+  std::vector<tensor_spec> structured_outputs() const { return state_->outputs; }
+
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
+    return os << "ConcreteFunction " << f.state_->signature_text();
+  }
+
+ private:
+  template <class... Args>
+  std::vector<tensor> call(const Args&... args) const {
+    detail::call_signature sig;
+    int arg = 0;
+    (detail::flatten(args, sig, arg++), ...);
+    state_->check_call(sig);
+    return state_->run(sig);
+  }
+  std::shared_ptr<const detail::concrete_state> state_;
+};
+
+/// TensorFlow's tf.function: traces `fn` into a graph once per input signature and
+/// runs the graph on later calls with that signature.
+/// \code
+/// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+/// dbl(kiln::constant(1));    // traces, then runs: tensor(2, shape=(), dtype=int32)
+/// dbl(kiln::constant(2));    // runs the same graph
+/// \endcode
+template <class F>
+class function {
+ public:
+  explicit function(F fn, function_options options = {})
+      : fn_(std::move(fn)), state_(std::make_shared<state>(std::move(options))) {}
+
+  /// Calls the function: traces on a new signature, then runs the graph.
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
+    detail::call_signature sig = signature_of(args...);
+    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
+    std::vector<tensor> out = concrete->run(sig);
+    if constexpr (std::is_void_v<R>) {
+      return;
+    } else {
+      const tensor* next = out.data();
+      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+    }
+  }
+
+  /// Traces for these arguments (values, tensor_specs or C++ values) without running.
+  template <class... Args>
+  concrete_function get_concrete_function(Args&&... args) {
+    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+    detail::call_signature sig = signature_of(args...);
+    return concrete_function(find_or_trace<R>(sig, std::forward<Args>(args)...));
+  }
+
+  /// Every trace's signature, in the seeds' format, separated by blank lines.
+  std::string pretty_printed_concrete_signatures() const {
+    std::lock_guard lock(state_->mutex);
+    std::string s;
+    for (const auto& c : state_->traces) s += (s.empty() ? "" : "\n") + c->signature_text();
+    return s;
+  }
+  /// How many times the callable has been traced.
+  int tracing_count() const {
+    std::lock_guard lock(state_->mutex);
+    return int(state_->traces.size());
+  }
+
+ private:
+  struct key_hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
+      std::size_t h = k.size();
+      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+      return h;
+    }
+  };
+  struct state {
+    explicit state(function_options o) : options(std::move(o)) {}
+    function_options options;
+    mutable std::mutex mutex;        // guards traces and by_key
+    std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
+    std::vector<std::shared_ptr<detail::concrete_state>> traces;
+    std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash> by_key;
+    std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  };
+
+  template <class... Args>
+  detail::call_signature signature_of(const Args&... args) const {
+    detail::call_signature sig;
+    int arg = 0;
+    (detail::flatten(args, sig, arg++), ...);
+    if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
+    return sig;
+  }
+
+  void check_input_signature(detail::call_signature& sig, const std::vector<tensor_spec>& expected) const {
+    bool ok = sig.values.empty() && sig.specs.size() == expected.size();
+    for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
+    if (!ok) {
+      std::ostringstream os;
+      os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
+      for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
+        os << "    ";
+        if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
+        os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
+      }
+      for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
+      os << "  input_signature: (\n";
+      for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
+      throw value_error(os.str());
+    }
+    // Every call then has the input signature's key, so it reuses the one trace.
+    sig.key.clear();
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      sig.specs[i].shape = expected[i].shape;
+      detail::add_shape(sig.key, expected[i].dtype, expected[i].shape);
+    }
+  }
+
+  template <class R, class... Args>
+  auto run_eagerly(Args&&... args) {
+    if constexpr (std::is_void_v<R>) {
+      fn_(std::forward<Args>(args)...);
+    } else {
+      auto r = fn_(std::forward<Args>(args)...);
+      std::vector<tensor> leaves;
+      detail::for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(r, next);
+    }
+  }
+
+  template <class R, class... Args>
+  std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->by_key.find(sig.key);
+      if (it != state_->by_key.end()) return it->second;
+    }
+    std::lock_guard tracing(state_->tracing);
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->by_key.find(sig.key);  // traced by another thread meanwhile
+      if (it != state_->by_key.end()) return it->second;
+      for (const auto& k : state_->tracing_keys)
+        if (k == sig.key)
+          throw value_error(state_->options.name +
+                            " calls itself with the same signature while tracing, which would recurse forever; a "
+                            "recursive kiln::function must change a C++ argument on every call");
+      if (state_->options.reduce_retracing) relax(sig);
+      it = state_->by_key.find(sig.key);
+      if (it != state_->by_key.end()) return it->second;
+      state_->tracing_keys.push_back(sig.key);
+    }
+    std::shared_ptr<detail::concrete_state> traced;
+    try {
+      traced = trace<R>(sig, std::forward<Args>(args)...);
+    } catch (...) {
+      std::lock_guard lock(state_->mutex);
+      state_->tracing_keys.pop_back();
+      throw;
+    }
+    std::lock_guard lock(state_->mutex);
+    state_->tracing_keys.pop_back();
+    state_->traces.push_back(traced);
+    state_->by_key.emplace(sig.key, traced);
+    return traced;
+  }
+
+  // reduce_retracing: a tensor dim that differs from an earlier trace with the same
+  // structure becomes None, and the call is keyed by the relaxed specs.
+  void relax(detail::call_signature& sig) {
+    for (const auto& t : state_->traces) {
+      if (t->inputs.size() != sig.specs.size() || t->bound.size() != sig.values.size()) continue;
+      bool same_structure = true;
+      for (std::size_t i = 0; same_structure && i < sig.values.size(); ++i) same_structure = t->bound[i].key == sig.values[i].key;
+      for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
+        same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
+      if (!same_structure) continue;
+      sig.key.clear();
+      std::size_t value = 0;
+      for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+        shape& s = sig.specs[i].shape;
+        for (int d = 0; d < s.rank(); ++d)
+          if (t->inputs[i].shape[d] != s[d]) s[d] = none;
+        detail::add_shape(sig.key, sig.specs[i].dtype, s);
+      }
+      for (; value < sig.values.size(); ++value) sig.key.insert(sig.key.end(), sig.values[value].key.begin(), sig.values[value].key.end());
+      return;
+    }
+  }
+
+  template <class R, class... Args>
+  std::shared_ptr<detail::concrete_state> trace(const detail::call_signature& sig, Args&&... args) {
+    const function_options& o = state_->options;
+    auto c = std::make_shared<detail::concrete_state>();
+    c->name = o.name;
+    for (std::size_t i = 0; i < sizeof...(Args); ++i)
+      c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
+    c->bound = sig.values;
+    c->input_arg = sig.tensor_arg;
+    detail::trace_context context(o.name);
+    std::vector<tensor> placeholders;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+      placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
+                                                 sig.specs[i].shape));
+      c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
+    }
+    try {
+      const tensor* next = placeholders.data();
+      auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
+        // Each argument takes its placeholders from its own position, whatever
+        // order the compiler evaluates the arguments in.
+        std::array<const tensor*, sizeof...(Args)> starts{};
+        for (std::size_t a = 0, k = 0; a < sizeof...(Args); ++a) {
+          starts[a] = next + k;
+          while (k < sig.tensor_arg.size() && sig.tensor_arg[k] == int(a)) ++k;
+        }
+        return fn_(detail::traced_argument(std::forward<Args>(args), starts[I])...);
+      };
+      if constexpr (std::is_void_v<R>) {
+        call(std::index_sequence_for<Args...>{});
+        c->returns_void = true;
+      } else {
+        std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
+        detail::for_each_output(result, [&](const tensor& t) {
+          int id = context.graph().add_output(context.node_of(t));
+          const node& n = context.graph().nodes()[std::size_t(id)];
+          c->outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
+        });
+        c->traced_result = std::move(result);
+      }
+    } catch (const error&) {
+      detail::rethrow_with_function_name(o.name);
+    }
+    c->graph = std::move(context.graph());
+    c->executor = std::make_unique<detail::graph_executor>(c->graph);
+    return c;
+  }
+
+  F fn_;
+  std::shared_ptr<state> state_;
+};
+
+template <class F>
+function(F) -> function<F>;
+template <class F>
+function(F, function_options) -> function<F>;
+
+}  // namespace kiln

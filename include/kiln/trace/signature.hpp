@@ -1,0 +1,202 @@
+#pragma once
+/// \file
+/// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
+/// following the contract: a tensor contributes its dtype and shape, a C++ number,
+/// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
+/// leaves, and any other object its address. The leaves give the cache key, the
+/// tensors the function runs on, and (when tracing) the placeholders the callable gets.
+
+#include <boost/pfr.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor.hpp"
+#include "kiln/trace/spec.hpp"
+
+namespace kiln::detail {
+
+template <class T>
+struct is_tuple_like : std::false_type {};
+template <class... Ts>
+struct is_tuple_like<std::tuple<Ts...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+template <class T, std::size_t N>
+struct is_tuple_like<std::array<T, N>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>  // std::vector<bool> holds proxies, not values: it is an object like any other
+struct is_vector<std::vector<T, A>> : std::bool_constant<!std::is_same_v<T, bool>> {};
+
+template <class T>
+inline constexpr bool is_string_like =
+    std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> || std::is_same_v<T, const char*> ||
+    std::is_same_v<T, char*>;
+
+/// A C++ value that is part of a signature by its value.
+template <class T>
+inline constexpr bool is_value_leaf = std::is_arithmetic_v<T> || std::is_enum_v<T> || is_string_like<T>;
+
+/// A plain struct kiln flattens field by field.
+template <class T>
+inline constexpr bool is_flattened_aggregate = std::is_aggregate_v<T> && !std::is_array_v<T> && std::is_class_v<T> &&
+                                               std::is_copy_constructible_v<T> && !std::is_same_v<T, tensor_spec>;
+
+/// Which kind of leaf a key word sequence starts with.
+enum class leaf : std::uint64_t { tensor = 1, value, sequence, address };
+
+template <class T>
+std::uint64_t type_code() {
+  static const char tag = 0;
+  return std::uint64_t(reinterpret_cast<std::uintptr_t>(&tag));
+}
+
+/// A C++ value as a signature shows it (`2`, `"a"`, `true`) and the name of its kind
+/// (`int`, `string`, ...), as TensorFlow's messages say "int value 2".
+template <class T>
+std::pair<std::string, std::string> describe_leaf(const T& v) {
+  std::ostringstream os;
+  if constexpr (is_string_like<T>) {
+    os << '"' << std::string_view(v) << '"';
+    return {"string", os.str()};
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return {"bool", v ? "true" : "false"};
+  } else if constexpr (std::is_enum_v<T>) {
+    os << +static_cast<std::underlying_type_t<T>>(v);
+    return {"enum", os.str()};
+  } else if constexpr (std::is_floating_point_v<T>) {
+    os << v;
+    return {std::is_same_v<T, float> ? "float" : "double", os.str()};
+  } else {
+    os << +v;
+    return {std::is_same_v<T, char> ? "char" : "int", os.str()};
+  }
+}
+
+/// The flattened arguments of one call.
+struct call_signature {
+  struct value_leaf {
+    int arg = 0;
+    std::vector<std::uint64_t> key;
+    std::string kind;  ///< `int`, `string`, ...
+    std::string text;  ///< `2`, `"a"`, ...
+  };
+  std::vector<std::uint64_t> key;
+  /// One entry per tensor leaf: the tensor (null for a tensor_spec), its spec and argument.
+  std::vector<const tensor*> tensors;
+  std::vector<tensor_spec> specs;
+  std::vector<int> tensor_arg;
+  std::vector<value_leaf> values;
+
+  std::size_t hash() const {
+    std::size_t h = key.size();
+    for (std::uint64_t w : key) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+    return h;
+  }
+};
+
+inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
+  key.push_back(std::uint64_t(leaf::tensor));
+  key.push_back(std::uint64_t(t));
+  key.push_back(std::uint64_t(std::int64_t(s.rank())));
+  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+}
+
+template <class T>
+void flatten(const T& x, call_signature& sig, int arg) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    add_shape(sig.key, x.dtype(), x.shape());
+    sig.tensors.push_back(&x);
+    sig.specs.emplace_back(x.shape(), x.dtype());
+    sig.tensor_arg.push_back(arg);
+  } else if constexpr (std::is_same_v<U, tensor_spec>) {
+    add_shape(sig.key, x.dtype, x.shape);
+    sig.tensors.push_back(nullptr);
+    sig.specs.push_back(x);
+    sig.tensor_arg.push_back(arg);
+  } else if constexpr (is_value_leaf<U>) {
+    auto [kind, text] = describe_leaf(x);
+    call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
+    if constexpr (is_string_like<U>) {
+      std::string_view s(x);
+      v.key.push_back(s.size());
+      for (std::size_t i = 0; i < s.size(); i += 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, s.data() + i, std::min<std::size_t>(8, s.size() - i));
+        v.key.push_back(w);
+      }
+    } else {
+      v.key.push_back(type_code<U>());
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &x, sizeof(U));
+      v.key.push_back(bits);
+    }
+    sig.key.insert(sig.key.end(), v.key.begin(), v.key.end());
+    sig.values.push_back(std::move(v));
+  } else if constexpr (is_tuple_like<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(std::tuple_size_v<U>);
+    std::apply([&](const auto&... e) { (flatten(e, sig, arg), ...); }, x);
+  } else if constexpr (is_vector<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(x.size());
+    for (const auto& e : x) flatten(e, sig, arg);
+  } else if constexpr (is_flattened_aggregate<U>) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(boost::pfr::tuple_size_v<U>);
+    boost::pfr::for_each_field(x, [&](const auto& f) { flatten(f, sig, arg); });
+  } else if constexpr (std::is_pointer_v<U>) {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+  } else {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
+  }
+}
+
+/// Replaces every tensor leaf of `x`, in flattening order, with the next of `next`.
+template <class T>
+void replace_tensors(T& x, const tensor*& next) {
+  if constexpr (std::is_same_v<T, tensor>) {
+    x = *next++;
+  } else if constexpr (is_tuple_like<T>::value) {
+    std::apply([&](auto&... e) { (replace_tensors(e, next), ...); }, x);
+  } else if constexpr (is_vector<T>::value) {
+    for (auto& e : x) replace_tensors(e, next);
+  } else if constexpr (is_flattened_aggregate<T> && !is_value_leaf<T>) {
+    boost::pfr::for_each_field(x, [&](auto& f) { replace_tensors(f, next); });
+  }
+}
+
+/// The argument the callable receives while tracing: `a` with its tensors replaced
+/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address is
+/// passed through as itself.
+template <class A>
+decltype(auto) traced_argument(A&& a, const tensor*& next) {
+  using U = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
+    return tensor(*next++);
+  } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
+    return U(a);
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+    U copy(a);
+    replace_tensors(copy, next);
+    return copy;
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+}  // namespace kiln::detail

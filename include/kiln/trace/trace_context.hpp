@@ -1,0 +1,127 @@
+#pragma once
+/// \file
+/// The trace context: while a kiln::function traces its callable, every op that
+/// meets a symbolic tensor is recorded here, as a node of the graph being built.
+/// Contexts nest (a function traced while tracing another) through a per-thread stack.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/core/symbol.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/eager/apply.hpp"
+#include "kiln/graph/graph.hpp"
+
+namespace kiln::detail {
+
+class trace_context {
+ public:
+  /// Starts tracing function `function_name` on this thread.
+  explicit trace_context(std::string function_name)
+      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
+    current_slot() = this;
+  }
+  trace_context(const trace_context&) = delete;
+  trace_context& operator=(const trace_context&) = delete;
+  ~trace_context() { current_slot() = previous_; }
+
+  /// The innermost trace in progress on this thread, or null.
+  static trace_context* current() { return current_slot(); }
+
+  const std::string& function_name() const { return function_name_; }
+  kiln::graph& graph() { return graph_; }
+
+  /// A new argument of the function, as the symbolic tensor the callable receives.
+  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
+
+  /// The symbolic tensor standing for node `id` of this trace's graph.
+  tensor symbolic(int id) {
+    const node& n = graph_.nodes()[std::size_t(id)];
+    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, n.name() + ":0"}));
+  }
+
+  /// The node of this trace that `t` stands for: its own node when `t` is one of this
+  /// trace's symbolic tensors, a captured constant when `t` is eager.
+  int node_of(const tensor& t) {
+    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
+    if (t.is_symbolic()) {
+      if (t.symbol()->trace_id != id_)
+        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
+                         "(return it from the function instead)");
+      return t.symbol()->node;
+    }
+    for (const auto& [value, id] : captured_)
+      if (value.raw_data() == t.raw_data() && value.shape() == t.shape() && value.dtype() == t.dtype()) return id;
+    int id = graph_.add_constant(t);
+    captured_.emplace_back(t, id);
+    return id;
+  }
+
+  /// Copies the nodes of `g` (another function's trace) into this trace, its
+  /// placeholders bound to nodes `args`; returns the nodes of its outputs.
+  std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
+    std::vector<int> mapped(g.nodes().size(), -1);
+    for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
+    std::vector<int> outputs;
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+      const node& n = g.nodes()[i];
+      switch (n.kind()) {
+        case node_kind::placeholder: break;
+        case node_kind::constant: mapped[i] = node_of(n.value()); break;
+        case node_kind::identity:
+          mapped[i] = mapped[std::size_t(n.input_ids()[0])];
+          outputs.push_back(mapped[i]);
+          break;
+        case node_kind::op: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+          break;
+        }
+      }
+    }
+    return outputs;
+  }
+
+  /// Records `op` applied to `inputs` and returns its symbolic result.
+  template <class Op>
+  tensor record(const Op& op, std::span<const tensor* const> inputs) {
+    auto [dt, sh] = infer(op, inputs);
+    std::vector<int> ids;
+    ids.reserve(inputs.size());
+    for (const tensor* t : inputs) ids.push_back(node_of(*t));
+    return symbolic(graph_.add_op(ops::any_op(op), std::move(ids), dt, sh));
+  }
+
+ private:
+  static trace_context*& current_slot() {
+    thread_local trace_context* current = nullptr;
+    return current;
+  }
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
+  std::uint64_t id_;
+  std::string function_name_;
+  trace_context* previous_;
+  kiln::graph graph_;
+  std::vector<std::pair<tensor, int>> captured_;
+};
+
+template <class Op>
+tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
+  trace_context* trace = trace_context::current();
+  if (!trace)
+    throw type_error(std::string(Op::name) +
+                     ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
+  return trace->record(op, inputs);
+}
+
+}  // namespace kiln::detail
