@@ -42,6 +42,8 @@ struct conv2d_shape {
 
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
 inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
+/// Bytes of input windows that one block of tiles reads (a part of L2).
+inline constexpr std::int64_t conv2d_block_bytes = 512 * 1024;
 
 /// Register tile of the convolution for compute type `V`: `rows` output pixels by up
 /// to `vectors` SIMD vectors of output channels. Output channels are cut into panels
@@ -122,28 +124,41 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
                              packed_filters + j * depth);
   });
 
+  // Tiles go in blocks whose windows fill about conv2d_block_bytes, so that each filter
+  // panel, streamed from L2 (or L3 when the filter is large), serves a whole block.
   const std::int64_t tiles = (pixels + rows - 1) / rows;
-  const std::int64_t tile_work = rows * depth * s.out_c;
-  kiln::detail::parallel_for(tiles, std::max<std::int64_t>(1, conv2d_parallel_work / tile_work),
-                             [&](std::int64_t first_tile, std::int64_t last_tile) {
-    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, s.fh * rows);
-    // One window row of zeros, then room for the fh x rows window rows of a tile.
-    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + s.fh * rows) * segment);
+  const std::int64_t tile_bytes = rows * depth * std::int64_t(sizeof(V));
+  const std::int64_t block = std::clamp<std::int64_t>(conv2d_block_bytes / tile_bytes, 1, 16);
+  const std::int64_t blocks = (tiles + block - 1) / block;
+  const std::int64_t block_work = block * rows * depth * s.out_c;
+  kiln::detail::parallel_for(blocks, std::max<std::int64_t>(1, conv2d_parallel_work / block_work),
+                             [&](std::int64_t first_block, std::int64_t last_block) {
+    const std::int64_t window_count = block * s.fh * rows;
+    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, window_count);
+    // One window row of zeros, then room for the window rows of a block.
+    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + window_count) * segment);
     std::fill(zeros, zeros + segment, V(0));
-    for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
-      const std::int64_t first = tile * rows, height = std::min<std::int64_t>(rows, pixels - first);
-      gather_window_rows<rows>(input, s, first, pixels, zeros, zeros + segment, window_rows);
-      // Each panel's filter slice streams from L2 while the tile's windows stay in L1.
+    for (std::int64_t b = first_block; b < last_block; ++b) {
+      const std::int64_t first_tile = b * block, last_tile = std::min(tiles, first_tile + block);
+      for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+        const std::int64_t slot = (tile - first_tile) * s.fh * rows;
+        gather_window_rows<rows>(input, s, tile * rows, pixels, zeros, zeros + (1 + slot) * segment,
+                                 window_rows + slot);
+      }
       for_each_panel([&](std::int64_t j, auto panel_vectors) {
         constexpr int nv = decltype(panel_vectors)::value, panel_cols = nv * width;
         const V* b_panel = packed_filters + j * depth;
-        xsimd::batch<V> acc[rows][nv];
-        clear_tile(acc);
-        for (std::int64_t kh = 0; kh < s.fh; ++kh)
-          multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * panel_cols,
-                                  panel_cols, acc);
-        store_tile(acc, output + first * s.out_c + j, s.out_c, height, std::min<std::int64_t>(panel_cols, s.out_c - j),
-                   false);
+        for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+          const V* const* tile_rows = window_rows + (tile - first_tile) * s.fh * rows;
+          xsimd::batch<V> acc[rows][nv];
+          clear_tile(acc);
+          for (std::int64_t kh = 0; kh < s.fh; ++kh)
+            multiply_tile<rows, nv>(segment, pointer_rows<V>{tile_rows + kh * rows},
+                                    b_panel + kh * segment * panel_cols, panel_cols, acc);
+          const std::int64_t first = tile * rows;
+          store_tile(acc, output + first * s.out_c + j, s.out_c, std::min<std::int64_t>(rows, pixels - first),
+                     std::min<std::int64_t>(panel_cols, s.out_c - j), false);
+        }
       });
     }
   });
