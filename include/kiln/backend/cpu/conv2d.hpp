@@ -184,7 +184,8 @@ void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t 
             const T* filters, std::int64_t fh, std::int64_t fw, std::int64_t out_c, std::int64_t stride_h,
             std::int64_t stride_w, std::int64_t pad_top, std::int64_t pad_left, T* output, std::int64_t out_h,
             std::int64_t out_w) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::conv2d: T must be a number");
+  static_assert(detail::is_kernel_element_v<T>,
+                "kiln::backend::cpu::conv2d: T must be float, double, int32_t or int64_t");
   using V = detail::gemm_compute_t<T>;
   const detail::conv2d_shape shape{batch, in_h, in_w, in_c, fh, fw, out_c, stride_h, stride_w, pad_top, pad_left,
                                    out_h, out_w};

@@ -31,13 +31,20 @@ template <class T>
 using gemm_compute_t =
     typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
 
+/// Whether the GEMM and convolution kernels take elements of type `T`: float, double
+/// and 32- or 64-bit integers (narrower ones would promote to int and could overflow).
+template <class T>
+inline constexpr bool is_kernel_element_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    (std::is_integral_v<T> && !std::is_same_v<T, bool> && (sizeof(T) == 4 || sizeof(T) == 8));
+
 /// Register tile and cache blocks of the micro-kernels for compute type `V`.
 /// A tile is `rows` rows of C by `vectors` SIMD vectors of columns; its accumulators
 /// (`rows * vectors` registers) must fit the register file with room for the B row
 /// and the broadcast A value. A packed B panel (`depth x cols`, KC x NR) is reused by
-/// the row tiles of a `row_block x depth` block of A (MC x KC) that stays in L2;
-/// `col_block` (NC) bounds the packed block of B that all threads share. The sizes
-/// were tuned against OpenBLAS on AVX-512.
+/// the row tiles of a `row_block x depth` block of A (MC x KC, read in place) that
+/// stays in L2; `col_block` (NC) bounds the packed block of B that all threads share.
+/// The sizes were tuned against OpenBLAS on AVX-512.
 template <class V>
 struct gemm_blocking {
   using batch = xsimd::batch<V>;
@@ -53,10 +60,10 @@ struct gemm_blocking {
 
 /// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
 /// packing it.
-inline constexpr std::int64_t gemm_direct_work = 256 * 256 * 256;
+inline constexpr double gemm_direct_work = 256.0 * 256 * 256;
 /// Below this many multiply-adds a product runs on the calling thread alone: waking
 /// the pool costs more than it saves.
-inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
+inline constexpr double gemm_parallel_work = 128.0 * 128 * 128;
 
 /// Buffers of `thread_scratch` that can be live at the same time on one thread.
 enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
@@ -64,7 +71,7 @@ enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, c
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
 /// thread ends, so steady-state calls allocate nothing.
-/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_a, 4096)); \endcode
+/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096)); \endcode
 inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
   struct block {
     void* data = nullptr;
@@ -295,16 +302,15 @@ KILN_ALWAYS_INLINE void with_size_class(std::int64_t n, F&& fn) {
 template <int Vectors, int Rows, class V>
 void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V* a, std::int64_t lda, const V* b,
                     std::int64_t ldb, V* c, std::int64_t ldc, bool accumulate) {
-  constexpr int rows = Rows;
-  for (std::int64_t i = 0; i < m; i += rows) {
-    const std::int64_t height = std::min<std::int64_t>(rows, m - i);
+  for (std::int64_t i = 0; i < m; i += Rows) {
+    const std::int64_t height = std::min<std::int64_t>(Rows, m - i);
     V* c_tile = c + i * ldc;
     // C is far away in memory: start fetching it now, it is needed after the k loop.
     for (std::int64_t r = 0; r < height; ++r) {
       __builtin_prefetch(c_tile + r * ldc, 1);
       __builtin_prefetch(c_tile + r * ldc + cols - 1, 1);
     }
-    with_size_class<rows>(height, [&](auto tile_height) {
+    with_size_class<Rows>(height, [&](auto tile_height) {
       constexpr int h = decltype(tile_height)::value;
       const V* row[h];
       for (int r = 0; r < h; ++r) row[r] = a + (i + std::min<std::int64_t>(r, height - 1)) * lda;
@@ -454,7 +460,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, V(0));
     return;
   }
-  const std::int64_t work = m * n * k;
+  const double work = double(m) * double(n) * double(k);  // m * n * k may not fit 64 bits
   kiln::detail::thread_pool* pool = nullptr;
   std::shared_ptr<kiln::detail::thread_pool> held;
   if (work >= gemm_parallel_work) {
@@ -484,7 +490,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
           T* c, std::int64_t ldc) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::gemm: T must be a number");
+  static_assert(detail::is_kernel_element_v<T>, "kiln::backend::cpu::gemm: T must be float, double, int32_t or int64_t");
   using V = detail::gemm_compute_t<T>;
   detail::gemm_compute<V>(m, n, k, reinterpret_cast<const V*>(a), lda, reinterpret_cast<const V*>(b), ldb,
                           reinterpret_cast<V*>(c), ldc);
