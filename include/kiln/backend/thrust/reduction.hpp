@@ -65,7 +65,7 @@ struct reducer {
 
   KILN_HOST_DEVICE partial identity() const {
     if constexpr (sums)
-      return accumulator{0};
+      return accumulator{};
     else if constexpr (Kind == ops::reduction_kind::min)
       return highest();
     else if constexpr (Kind == ops::reduction_kind::max)
