@@ -42,6 +42,7 @@
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"
 #include "kiln/exec/executor.hpp"
+#include "kiln/passes/optimize.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/function.hpp"

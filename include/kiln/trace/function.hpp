@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kiln/exec/executor.hpp"
+#include "kiln/passes/optimize.hpp"
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
@@ -131,7 +132,8 @@ struct concrete_state {
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<tensor_spec> outputs;
-  kiln::graph graph;
+  kiln::graph graph;      ///< as traced
+  kiln::graph optimized;  ///< as run
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
@@ -493,7 +495,8 @@ class function {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
-    c->executor = std::make_unique<detail::graph_executor>(c->graph);
+    c->optimized = detail::optimize(c->graph);
+    c->executor = std::make_unique<detail::graph_executor>(c->optimized);
     return c;
   }
 

@@ -1,0 +1,125 @@
+#pragma once
+/// \file
+/// Graph optimizations, run once per trace before planning: constant folding,
+/// algebraic simplification (`x * 1`, `x + 0`, `-(-x)`, casts and reshapes that
+/// change nothing) and common-subexpression elimination. Pruning of what no output
+/// needs happens when the graph is planned (kiln/exec/executor.hpp).
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/eager/apply.hpp"
+#include "kiln/graph/graph.hpp"
+
+namespace kiln::detail {
+
+/// True when every element of the eager tensor `t` equals `v`.
+inline bool filled_with(const tensor& t, double v) {
+  if (t.device() != device::cpu) return false;
+  return visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const T* p = t.data<T>();
+      for (std::int64_t i = 0, n = t.size(); i < n; ++i)
+        if (double(p[i]) != v) return false;
+      return true;
+    }
+    return false;
+  });
+}
+
+class optimizer {
+ public:
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
+
+  graph run() {
+    for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
+      const node& n = in_.nodes()[i];
+      switch (n.kind()) {
+        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
+        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
+        case node_kind::op: map_[i] = rewrite(n); break;
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  int rewrite(const node& n) {
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    if (int same = simplify(n, ins); same >= 0) return same;
+    if (int folded = fold(n, ins); folded >= 0) return folded;
+    auto key = std::make_pair(n.operation().index(), ins);
+    auto [first, last] = seen_.equal_range(key);
+    for (auto it = first; it != last; ++it)
+      if (out_.nodes()[std::size_t(it->second)].operation() == n.operation()) return it->second;
+    int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
+    seen_.emplace(std::move(key), id);
+    return id;
+  }
+
+  const node& at(int id) const { return out_.nodes()[std::size_t(id)]; }
+  bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
+  // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
+  bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
+
+  /// The node `n` reduces to, or -1.
+  int simplify(const node& n, const std::vector<int>& ins) const {
+    return std::visit(
+        [&](const auto& op) -> int {
+          using Op = std::decay_t<decltype(op)>;
+          auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+          if constexpr (std::is_same_v<Op, ops::multiply>) {
+            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+            if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+          } else if constexpr (std::is_same_v<Op, ops::add>) {
+            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+            if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+          } else if constexpr (std::is_same_v<Op, ops::subtract>) {
+            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+          } else if constexpr (std::is_same_v<Op, ops::divide>) {
+            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+          } else if constexpr (std::is_same_v<Op, ops::negate>) {
+            const node& inner = at(ins[0]);
+            if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+              return keep_if(inner.input_ids()[0]);
+          } else if constexpr (std::is_same_v<Op, ops::cast> || std::is_same_v<Op, ops::reshape>) {
+            return keep_if(ins[0]);
+          }
+          return -1;
+        },
+        n.operation());
+  }
+
+  /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
+  /// whose evaluation fails is left in the graph: it raises only if it runs.
+  int fold(const node& n, const std::vector<int>& ins) {
+    std::vector<const tensor*> values;
+    for (int in : ins) {
+      if (at(in).kind() != node_kind::constant) return -1;
+      values.push_back(&at(in).value());
+    }
+    if (ins.empty()) return -1;
+    try {
+      tensor v = std::visit([&](const auto& op) { return execute(op, values); }, n.operation());
+      return out_.add_constant(v);
+    } catch (const error&) {
+      return -1;
+    }
+  }
+
+  const graph& in_;
+  graph out_;
+  std::vector<int> map_;
+  std::multimap<std::pair<std::size_t, std::vector<int>>, int> seen_;
+};
+
+/// The optimized form of `g`: same arguments and outputs, fewer nodes.
+inline graph optimize(const graph& g) { return optimizer(g).run(); }
+
+}  // namespace kiln::detail
