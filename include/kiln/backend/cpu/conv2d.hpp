@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -41,7 +42,7 @@ struct conv2d_shape {
 };
 
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
-inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
+inline constexpr double conv2d_parallel_work = 1 << 21;
 /// Bytes of input windows that one block of tiles reads (a part of L2).
 inline constexpr std::int64_t conv2d_block_bytes = 512 * 1024;
 
@@ -130,9 +131,13 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
   const std::int64_t tile_bytes = rows * depth * std::int64_t(sizeof(V));
   const std::int64_t block = std::clamp<std::int64_t>(conv2d_block_bytes / tile_bytes, 1, 16);
   const std::int64_t blocks = (tiles + block - 1) / block;
-  const std::int64_t block_work = block * rows * depth * s.out_c;
-  kiln::detail::parallel_for(blocks, std::max<std::int64_t>(1, conv2d_parallel_work / block_work),
-                             [&](std::int64_t first_block, std::int64_t last_block) {
+  // Many more chunks than threads: on a busy machine a descheduled thread then holds
+  // up only a small piece of the work.
+  std::shared_ptr<kiln::detail::thread_pool> pool;
+  if (double(pixels) * double(depth) * double(s.out_c) >= conv2d_parallel_work) pool = kiln::detail::current_pool();
+  const std::int64_t chunks = pool && pool->size() > 1 ? std::min<std::int64_t>(blocks, 8 * pool->size()) : 1;
+  run_tasks(chunks > 1 ? pool.get() : nullptr, chunks, [&](std::int64_t chunk) {
+    const std::int64_t first_block = blocks * chunk / chunks, last_block = blocks * (chunk + 1) / chunks;
     const std::int64_t window_count = block * s.fh * rows;
     const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, window_count);
     // One window row of zeros, then room for the window rows of a block.
