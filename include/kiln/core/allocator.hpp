@@ -86,9 +86,10 @@ class caching_allocator {
     return p;
   }
 
-  // Small blocks come in power-of-two classes from 64 bytes to cache_threshold / 2.
-  static constexpr int small_classes = 10;
-  static_assert((std::size_t(buffer_alignment) << small_classes) == cache_threshold);
+  // Small blocks come in power-of-two classes from 64 bytes up to cache_threshold, so
+  // every size below cache_threshold has a class.
+  static constexpr int small_classes = 11;
+  static_assert((std::size_t(buffer_alignment) << (small_classes - 1)) == cache_threshold);
   static int small_class(std::size_t size) {
     int c = 0;
     while ((std::size_t(buffer_alignment) << c) < size) ++c;
