@@ -93,7 +93,7 @@ template <class Sum>
 float parallel_sum(int threads, const float* x, Sum sum) {
   std::vector<float> partial(static_cast<std::size_t>(threads), 0.f);
   parallel_ranges(threads, large_size, [&](std::int64_t b, std::int64_t e) {
-    partial[static_cast<std::size_t>(omp_get_thread_num())] = sum(x, b, e);
+    partial[static_cast<std::size_t>(omp_get_thread_num())] += sum(x, b, e);
   });
   return std::accumulate(partial.begin(), partial.end(), 0.f);
 }

@@ -87,9 +87,11 @@ struct large_arrays {
   }
 };
 
-/// Runs `body(begin, end)` over [0, n) split into `threads` contiguous, 64-byte
-/// aligned parts, one per OpenMP thread. The hand-written peers use it; OpenMP keeps
-/// its threads alive between calls, as kiln's and the libraries' pools do.
+/// Runs `body(begin, end)` over consecutive 64-byte aligned chunks covering [0, n),
+/// on `threads` OpenMP threads that take chunks as they finish (so a thread that the
+/// busy machine preempts does not hold the others up, as kiln's pool does not). The
+/// hand-written peers use it; OpenMP keeps its threads alive between calls, as kiln's
+/// and the libraries' pools do.
 /// Example: `parallel_ranges(2, n, [&](std::int64_t b, std::int64_t e) { ... });`
 template <class Body>
 void parallel_ranges(int threads, std::int64_t n, Body&& body) {
@@ -98,12 +100,13 @@ void parallel_ranges(int threads, std::int64_t n, Body&& body) {
     return;
   }
   constexpr std::int64_t grain = alignment / sizeof(float);
-  const std::int64_t per_thread = (n / threads + grain - 1) / grain * grain;
-#pragma omp parallel num_threads(threads)
-  {
-    const std::int64_t t = omp_get_thread_num();
-    const std::int64_t begin = t * per_thread < n ? t * per_thread : n;
-    const std::int64_t end = begin + per_thread < n ? begin + per_thread : n;
+  constexpr std::int64_t chunks_per_thread = 8;
+  const std::int64_t chunks = threads * chunks_per_thread;
+  const std::int64_t per_chunk = ((n + chunks - 1) / chunks + grain - 1) / grain * grain;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t begin = c * per_chunk < n ? c * per_chunk : n;
+    const std::int64_t end = begin + per_chunk < n ? begin + per_chunk : n;
     if (begin < end) body(begin, end);
   }
 }

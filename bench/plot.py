@@ -29,6 +29,7 @@ def _panel(ax, title, bars, goal, xlabel, log=False):
     ax.set_xlabel(xlabel, fontsize=8)
     if log:
         ax.set_xscale("log")
+        ax.set_xlim(left=min(values) / 3)
     for y, v in zip(positions, values):
         ax.text(v, y, f" {v:.0f}" if log or v >= 10 else f" {v:.2f}", va="center", fontsize=7)
 
