@@ -55,7 +55,7 @@ struct gemm_blocking {
   static constexpr int cols = vectors * width;
   static constexpr std::int64_t depth = 512;
   static constexpr std::int64_t row_block = 48;
-  static constexpr std::int64_t col_block = 3072;
+  static constexpr std::int64_t col_block = 1024;
 };
 
 /// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
