@@ -89,12 +89,17 @@ struct extremum_reducer {
       return math::min(a, b);
     }
   }
+  /// The lanes folded in halves. NaN is settled first, so that the fold can use
+  /// plain comparisons, which compile to branch-free min/max instructions.
   static T horizontal(const xsimd::batch<T>& b) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (xsimd::any(is_nan(b))) return std::numeric_limits<T>::quiet_NaN();
     std::array<T, xsimd::batch<T>::size> lanes;
     b.store_unaligned(lanes.data());
-    T result = lanes[0];
-    for (std::size_t i = 1; i < lanes.size(); ++i) result = combine(result, lanes[i]);
-    return result;
+    for (std::size_t half = lanes.size() / 2; half > 0; half /= 2)
+      for (std::size_t i = 0; i < half; ++i)
+        lanes[i] = (Largest ? lanes[i + half] > lanes[i] : lanes[i + half] < lanes[i]) ? lanes[i + half] : lanes[i];
+    return lanes[0];
   }
 };
 
@@ -155,7 +160,9 @@ P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& co
 /// evaluated in parallel and combined above in the same order.
 template <class P, class Leaf, class Combine>
 P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
-  constexpr int split_depth = 5;  // up to 32 subtrees: enough to balance any pool
+  // Up to 32 subtrees, enough to balance a pool; fewer for large partial results,
+  // which all live on this stack.
+  constexpr int split_depth = sizeof(P) <= 2048 ? 5 : 3;
   struct range {
     std::int64_t lo, hi;
   };
@@ -189,6 +196,7 @@ P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combin
 
 template <class P, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
   return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
 }
 
@@ -309,25 +317,38 @@ void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
 
 // ---- columns: SIMD across the contiguous kept dim ---------------------------------
 
-/// Reduces rows [r0, r1) of a tile of `active` (at most `NB`) vectors of columns,
-/// `load(r, k)` reading the k-th vector of row r. `V` is an xsimd batch, or the
+/// Vectors of columns one register chunk reduces at once, and chunks per tile: a
+/// tile's leaf reads 2-4 KiB of each row, chunk after chunk, so the hardware
+/// prefetchers see each row's page read forward (one chunk alone, a few hundred
+/// bytes per page, runs at half the bandwidth).
+inline constexpr int column_chunk = 8;
+inline constexpr int column_chunks = 4;
+
+template <class V, class T>
+V load(const T* p) {
+  if constexpr (std::is_same_v<V, T>)
+    return *p;
+  else
+    return V::load_unaligned(p);
+}
+
+/// Reduces rows [r0, r1) (`stride` elements apart) of `active` (at most `NB`)
+/// vectors of columns starting at `p` into `out`. `V` is an xsimd batch, or the
 /// element type itself for a few single columns.
-template <class R, class V, int NB, class Load>
-std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, std::int64_t r0, std::int64_t r1,
-                                                              int active) {
-  using T = typename R::value_type;
+template <class R, class V, int NB, class T>
+void column_chunk_leaf(const T* p, std::int64_t stride, std::int64_t r0, std::int64_t r1, int active,
+                       typename R::partial* out) {
   constexpr int w = lanes_of<V>;
-  std::array<typename R::partial, NB * w> result{};
   if constexpr (R::indexed) {
     std::array<V, NB> best, where;  // `where`: the row within the leaf, exact in T
     for (int k = 0; k < active; ++k) {
-      best[k] = load(r0, k);
+      best[k] = load<V>(p + r0 * stride + k * w);
       where[k] = V(T(0));
     }
     for (std::int64_t r = r0 + 1; r < r1; ++r) {
       const V row = V(T(r - r0));
       for (int k = 0; k < active; ++k) {
-        const V v = load(r, k);
+        const V v = load<V>(p + r * stride + k * w);
         const auto better = R::beats(v, best[k]);
         best[k] = math::select(better, v, best[k]);
         where[k] = math::select(better, row, where[k]);
@@ -338,26 +359,30 @@ std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, 
       store(best[k], values.data() + k * w);
       store(where[k], rows.data() + k * w);
     }
-    for (int j = 0; j < active * w; ++j) result[j] = {values[j], r0 + std::int64_t(rows[j])};
+    for (int j = 0; j < active * w; ++j) out[j] = {values[j], r0 + std::int64_t(rows[j])};
   } else {
     std::array<V, NB> acc;
     acc.fill(V(R::identity()));
     for (std::int64_t r = r0; r < r1; ++r)
-      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load(r, k));
-    for (int k = 0; k < active; ++k) store(acc[k], result.data() + k * w);
+      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load<V>(p + r * stride + k * w));
+    for (int k = 0; k < active; ++k) store(acc[k], out + k * w);
   }
-  return result;
 }
 
-/// Reduces `rows` rows of a tile of columns (see column_leaf) and writes its
-/// `active * lanes` results to `out`.
-template <class R, class V, int NB, class Load, class Out>
-void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel, Out* out) {
-  using P = std::array<typename R::partial, NB * lanes_of<V>>;
-  const int used = active * lanes_of<V>;
+/// Reduces `rows` rows (`stride` elements apart) of `vectors` (at most NB x Chunks)
+/// vectors of columns starting at `p`, and writes their results to `out`: a
+/// pairwise tree over leaves of rows, each leaf a chunk of registers at a time.
+template <class R, class V, int NB, int Chunks, class T, class Out>
+void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors, bool parallel, Out* out) {
+  using P = std::array<typename R::partial, NB * Chunks * lanes_of<V>>;
+  const int used = vectors * lanes_of<V>;
   auto leaf = [&](std::int64_t b) {
-    const std::int64_t r0 = b * column_leaf_rows;
-    return column_leaf<R, V, NB>(load, r0, std::min(rows, r0 + column_leaf_rows), active);
+    const std::int64_t r0 = b * column_leaf_rows, r1 = std::min(rows, r0 + column_leaf_rows);
+    P result{};
+    for (int first = 0; first < vectors; first += NB)
+      column_chunk_leaf<R, V, NB>(p + first * lanes_of<V>, stride, r0, r1, std::min(NB, vectors - first),
+                                  result.data() + first * lanes_of<V>);
+    return result;
   };
   auto combine = [used](const P& a, const P& b) {
     P c{};
@@ -369,27 +394,23 @@ void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel,
 }
 
 /// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
-/// tiles of 8 batches of columns, then single batches, then one tile of the last
-/// few columns one by one.
+/// tiles of batches of columns, then one tile of the last few columns one by one.
 template <class R, class T, class Out>
 void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
   using B = xsimd::batch<T>;
-  constexpr int w = int(B::size), wide = 8;
-  const std::int64_t wide_tiles = inner / (wide * w), narrow_tiles = inner % (wide * w) / w;
+  constexpr int w = int(B::size), tile = column_chunk * column_chunks;
+  const std::int64_t batches = inner / w, batch_tiles = (batches + tile - 1) / tile;
   const int rest = int(inner % w);
-  const std::int64_t tiles = wide_tiles + narrow_tiles + (rest > 0);
-  for_each_unit(outer * tiles, rows * w, [&](std::int64_t unit, bool parallel) {
-    const std::int64_t o = unit / tiles, t = unit % tiles;
-    const std::int64_t column = t < wide_tiles ? t * wide * w : wide_tiles * wide * w + (t - wide_tiles) * w;
+  const std::int64_t tiles = batch_tiles + (rest > 0);
+  for_each_unit(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
+    const std::int64_t o = unit / tiles, t = unit % tiles, column = t < batch_tiles ? t * tile * w : batches * w;
     const T* p = x + o * rows * inner + column;
     Out* dst = out + o * inner + column;
-    auto load_batches = [&](std::int64_t r, int k) { return B::load_unaligned(p + r * inner + k * w); };
-    if (t < wide_tiles)
-      reduce_tile<R, B, wide>(load_batches, rows, wide, parallel, dst);
-    else if (t < wide_tiles + narrow_tiles)
-      reduce_tile<R, B, 1>(load_batches, rows, 1, parallel, dst);
+    if (t < batch_tiles)
+      reduce_tile<R, B, column_chunk, column_chunks>(p, inner, rows, int(std::min<std::int64_t>(tile, batches - t * tile)),
+                                                     parallel, dst);
     else
-      reduce_tile<R, T, w>([&](std::int64_t r, int k) { return p[r * inner + k]; }, rows, rest, parallel, dst);
+      reduce_tile<R, T, w, 1>(p, inner, rows, rest, parallel, dst);
   });
 }
 
