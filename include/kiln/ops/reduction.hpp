@@ -15,6 +15,10 @@
 #include <string_view>
 #include <type_traits>
 
+#include "kiln/core/dtype.hpp"
+#include "kiln/core/error.hpp"
+#include "kiln/core/shape.hpp"
+#include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/op.hpp"
 
@@ -97,10 +101,12 @@ constexpr std::int64_t reduced_count(const shape& in, const reduction_axes& axes
 }
 
 /// What a reduction computes; the kernels branch on it at compile time.
+/// \code static_assert(kiln::ops::reduce_mean::kind == kiln::ops::reduction_kind::mean); \endcode
 enum class reduction_kind { sum, mean, max, min, argmax };
 
 /// Base of the reduction ops: one int32, int64, float32 or float64 input, the axes
 /// to reduce and whether reduced dims stay in the result as size 1.
+/// \code kiln::ops::reduce_sum op({0, -1}, true);  // axes [0, -1], keepdims \endcode
 struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
@@ -130,6 +136,8 @@ struct reduction_op {
   constexpr bool operator==(const reduction_op&) const = default;
 };
 
+/// The ops of this family; their kernels are written once for all of them.
+/// \code static_assert(kiln::ops::reduction<kiln::ops::argmax>); \endcode
 template <class Op>
 concept reduction = std::derived_from<Op, reduction_op> && requires {
   { Op::kind } -> std::convertible_to<reduction_kind>;
@@ -173,6 +181,7 @@ struct argmax : reduction_op {
   }
   /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
   /// there is no largest element (TensorFlow raises too).
+  /// \code kiln::ops::argmax(0).check_input(kiln::shape{0, 3});  // throws \endcode
   void check_input(const shape& in) const {
     if (reduced_count(in, axis) == 0)
       throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
@@ -181,6 +190,7 @@ struct argmax : reduction_op {
 };
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
+/// \code kiln::argmax(kiln::zeros({0, 3}), 0);  // kiln::invalid_argument_error \endcode
 inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
 
 /// The mean of `count` values that sum to `sum`, in the element type `T`: integer
@@ -196,6 +206,7 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 /// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
 /// place reduction kernels turn a runtime dtype into code.
+/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&](auto tag) {

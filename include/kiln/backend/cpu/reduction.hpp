@@ -21,6 +21,8 @@
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/core/parallel.hpp"
+#include "kiln/core/shape.hpp"
+#include "kiln/core/tensor.hpp"
 #include "kiln/ops/math.hpp"
 #include "kiln/ops/reduction.hpp"
 
@@ -215,12 +217,24 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
 }
 
 // ---- SIMD helpers shared by scalar and batch code ----------------------------------
+// Column code is written once for `V` = an xsimd batch or the element type itself.
 
+/// Elements in a `V`: a batch's lanes, or 1.
 template <class V>
 inline constexpr int lanes_of = 1;
 template <class T, class A>
 inline constexpr int lanes_of<xsimd::batch<T, A>> = int(xsimd::batch<T, A>::size);
 
+/// Reads a `V` at `p`.
+template <class V, class T>
+V load(const T* p) {
+  if constexpr (std::is_same_v<V, T>)
+    return *p;
+  else
+    return V::load_unaligned(p);
+}
+
+/// Writes `v` at `p`.
 template <class V, class T>
 void store(const V& v, T* p) {
   if constexpr (std::is_same_v<V, T>)
@@ -323,14 +337,6 @@ void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
 /// bytes per page, runs at half the bandwidth).
 inline constexpr int column_chunk = 8;
 inline constexpr int column_chunks = 4;
-
-template <class V, class T>
-V load(const T* p) {
-  if constexpr (std::is_same_v<V, T>)
-    return *p;
-  else
-    return V::load_unaligned(p);
-}
 
 /// Reduces rows [r0, r1) (`stride` elements apart) of `active` (at most `NB`)
 /// vectors of columns starting at `p` into `out`. `V` is an xsimd batch, or the

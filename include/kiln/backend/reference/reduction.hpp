@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/core/shape.hpp"
+#include "kiln/core/tensor.hpp"
 #include "kiln/ops/math.hpp"
 #include "kiln/ops/reduction.hpp"
 
