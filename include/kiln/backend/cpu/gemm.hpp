@@ -241,13 +241,19 @@ KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], 
       }
     return;
   }
-  for (std::int64_t r = 0; r < rows; ++r)
+  // Indexing `acc` with a runtime row would make clang keep the whole tile in memory,
+  // inside the k loop too; a copy indexed by constants avoids that.
+  batch tile[Rows][Vectors];
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) tile[r][v] = acc[r][v];
+  for (std::int64_t r = 0; r < rows; ++r)
     for (int v = 0; v < Vectors; ++v) {
       const std::int64_t count = std::min<std::int64_t>(width, cols - v * width);
       if (count <= 0) break;
       V* dst = c + r * ldc + v * width;
-      batch x = acc[r][v];
+      batch x = tile[r][v];
       if (accumulate) x += load_partial(dst, count);
       store_partial(x, dst, count);
     }
