@@ -656,9 +656,10 @@ class caching_allocator {
     return p;
   }
 
-  // Small blocks come in power-of-two classes from 64 bytes to cache_threshold / 2.
-  static constexpr int small_classes = 10;
-  static_assert((std::size_t(buffer_alignment) << small_classes) == cache_threshold);
+  // Small blocks come in power-of-two classes from 64 bytes up to cache_threshold, so
+  // every size below cache_threshold has a class.
+  static constexpr int small_classes = 11;
+  static_assert((std::size_t(buffer_alignment) << (small_classes - 1)) == cache_threshold);
   static int small_class(std::size_t size) {
     int c = 0;
     while ((std::size_t(buffer_alignment) << c) < size) ++c;
@@ -965,6 +966,27 @@ class tensor {
 #include <type_traits>
 #include <vector>
 
+// ----- begin kiln/core/symbol.hpp -----
+/// \file
+/// What a symbolic tensor points to: one value of a graph being traced.
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::detail {
+
+/// The graph value a symbolic tensor stands for. `trace_id` names the trace that
+/// made it, so a symbolic tensor that escapes its trace is recognised when it is
+/// used elsewhere.
+struct symbol {
+  std::uint64_t trace_id = 0;
+  int node = -1;
+  /// TensorFlow's tensor name, `a:0`: the node's name and the output index.
+  std::string name;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/core/symbol.hpp -----
 
 namespace kiln {
 namespace detail {
@@ -1398,13 +1420,13 @@ inline std::string format_values(const tensor& x, bool single_line) {
 /// `tf.Tensor(`: `tensor([4 1], shape=(2,), dtype=int32)`, `tensor(2.2, shape=(),
 /// dtype=float32)`, `tensor(b'aa', shape=(), dtype=string)`; values laid out over
 /// several lines start on a line of their own. A symbolic tensor prints as
-/// TensorFlow prints one while tracing, `Tensor("<symbolic>", shape=(None,),
-/// dtype=int32)`, where TensorFlow shows the graph value's name (`"x:0"`): the
-/// tracer supplies that name. GPU tensors print their values.
+/// TensorFlow prints one while tracing, with its graph value's name:
+/// `Tensor("x:0", shape=(None,), dtype=int32)`. GPU tensors print their values.
 /// \code std::cout << kiln::constant({{1, 2}, {3, 4}});  // tensor(\n[[1 2]\n [3 4]], shape=(2, 2), dtype=int32) \endcode
 inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
-  if (x.is_symbolic()) return os << "Tensor(\"<symbolic>\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+  if (x.is_symbolic())
+    return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
   std::string values = detail::format_values(x, detail::value_style::numpy);
   if (values.find('\n') != std::string::npos) values.insert(0, "\n");
   return os << "tensor(" << values << ", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
@@ -1582,8 +1604,8 @@ concept elementwise = requires {
 /// \file
 /// The single entry point through which every op function of the library runs:
 /// `detail::apply(op, inputs...)`. It is declared here, below the op families, and
-/// defined in kiln/eager/apply.hpp, which decides whether the op runs now (eager
-/// tensors) or is recorded into a graph (symbolic tensors).
+/// defined in kiln/eager/apply.hpp, which runs the op now on eager tensors or hands
+/// it to the tracer (kiln/trace/) when an input is symbolic.
 
 #include <array>
 #include <concepts>
@@ -1806,6 +1828,11 @@ namespace detail {
 /// Runs (or records) `op` on `inputs` and returns its result.
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
+
+/// Records `op` on `inputs`, some of them symbolic, into the trace in progress
+/// (defined by the tracer, kiln/trace/trace_context.hpp).
+template <class Op>
+tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {
@@ -2238,10 +2265,12 @@ constexpr std::int64_t reduced_count(const shape& in, const reduction_axes& axes
 }
 
 /// What a reduction computes; the kernels branch on it at compile time.
+/// \code static_assert(kiln::ops::reduce_mean::kind == kiln::ops::reduction_kind::mean); \endcode
 enum class reduction_kind { sum, mean, max, min, argmax };
 
 /// Base of the reduction ops: one int32, int64, float32 or float64 input, the axes
 /// to reduce and whether reduced dims stay in the result as size 1.
+/// \code kiln::ops::reduce_sum op({0, -1}, true);  // axes [0, -1], keepdims \endcode
 struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
@@ -2271,6 +2300,8 @@ struct reduction_op {
   constexpr bool operator==(const reduction_op&) const = default;
 };
 
+/// The ops of this family; their kernels are written once for all of them.
+/// \code static_assert(kiln::ops::reduction<kiln::ops::argmax>); \endcode
 template <class Op>
 concept reduction = std::derived_from<Op, reduction_op> && requires {
   { Op::kind } -> std::convertible_to<reduction_kind>;
@@ -2314,6 +2345,7 @@ struct argmax : reduction_op {
   }
   /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
   /// there is no largest element (TensorFlow raises too).
+  /// \code kiln::ops::argmax(0).check_input(kiln::shape{0, 3});  // throws \endcode
   void check_input(const shape& in) const {
     if (reduced_count(in, axis) == 0)
       throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
@@ -2322,6 +2354,7 @@ struct argmax : reduction_op {
 };
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
+/// \code kiln::argmax(kiln::zeros({0, 3}), 0);  // kiln::invalid_argument_error \endcode
 inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
 
 /// The mean of `count` values that sum to `sum`, in the element type `T`: integer
@@ -2337,6 +2370,7 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 /// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
 /// place reduction kernels turn a runtime dtype into code.
+/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&](auto tag) {
@@ -2433,7 +2467,9 @@ inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = 
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
 /// the input raise kiln::invalid_argument_error, as TensorFlow's kernels do, from
-/// the `check_values` overloads below, before anything is allocated.
+/// the `check_values` overloads below, before anything is allocated. Each op's
+/// `attributes()` ("perm=[1, 0]") is appended to the errors of its rules, which
+/// otherwise could only show the inputs.
 
 #include <array>
 #include <cstdint>
@@ -2445,6 +2481,65 @@ inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = 
 #include <type_traits>
 #include <vector>
 
+// ----- begin kiln/core/small_vector.hpp -----
+/// \file
+/// `small_vector`: a vector that keeps up to N elements inline, so the per-op
+/// bookkeeping of a few inputs (their shapes, dtypes, views) costs no heap
+/// allocation and no zero-filling of unused slots.
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <span>
+#include <utility>
+
+namespace kiln::detail {
+
+template <class T, std::size_t N>
+class small_vector {
+ public:
+  small_vector() = default;
+  small_vector(const small_vector&) = delete;
+  small_vector& operator=(const small_vector&) = delete;
+  ~small_vector() {
+    std::destroy(begin(), end());
+    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
+  }
+
+  void reserve(std::size_t n) {
+    if (n <= capacity_) return;
+    T* fresh = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
+    std::uninitialized_move(begin(), end(), fresh);
+    std::destroy(begin(), end());
+    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
+    data_ = fresh;
+    capacity_ = n;
+  }
+  template <class... Args>
+  T& emplace_back(Args&&... args) {
+    if (size_ == capacity_) reserve(2 * capacity_);
+    return *new (data_ + size_++) T(std::forward<Args>(args)...);
+  }
+
+  T* begin() { return data_; }
+  T* end() { return data_ + size_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  std::size_t size() const { return size_; }
+  operator std::span<const T>() const { return {data_, size_}; }
+
+ private:
+  T* inline_data() { return reinterpret_cast<T*>(inline_); }
+  alignas(T) unsigned char inline_[N * sizeof(T)];
+  T* data_ = inline_data();
+  std::size_t size_ = 0;
+  std::size_t capacity_ = N;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/core/small_vector.hpp -----
 
 namespace kiln {
 namespace detail {
@@ -2459,7 +2554,7 @@ constexpr std::int64_t checked_num_elements(const shape& s) {
   return n;
 }
 
-/// The dims of `s` that both specs allow, or the failure when two known dims differ.
+/// The most specific shape that both specs allow, or a failure when two known dims differ.
 constexpr shape_result merge_shapes(const shape& a, const shape& b) {
   if (!a.has_known_rank()) return {b};
   if (!b.has_known_rank()) return {a};
@@ -2821,12 +2916,13 @@ tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) 
   }
 }
 
+/// Runs an op on a list of tensors (concat, stack).
 template <class Op>
 tensor apply_to_list(const Op& op, std::span<const tensor> values) {
-  std::vector<const tensor*> ptrs;
-  ptrs.reserve(values.size());
-  for (const tensor& t : values) ptrs.push_back(&t);
-  return apply_naming_attributes(op, ptrs);
+  small_vector<const tensor*, 8> inputs;
+  inputs.reserve(values.size());
+  for (const tensor& t : values) inputs.emplace_back(&t);
+  return apply_naming_attributes(op, inputs);
 }
 
 }  // namespace detail
@@ -4073,12 +4169,17 @@ struct extremum_reducer {
       return math::min(a, b);
     }
   }
+  /// The lanes folded in halves. NaN is settled first, so that the fold can use
+  /// plain comparisons, which compile to branch-free min/max instructions.
   static T horizontal(const xsimd::batch<T>& b) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (xsimd::any(is_nan(b))) return std::numeric_limits<T>::quiet_NaN();
     std::array<T, xsimd::batch<T>::size> lanes;
     b.store_unaligned(lanes.data());
-    T result = lanes[0];
-    for (std::size_t i = 1; i < lanes.size(); ++i) result = combine(result, lanes[i]);
-    return result;
+    for (std::size_t half = lanes.size() / 2; half > 0; half /= 2)
+      for (std::size_t i = 0; i < half; ++i)
+        lanes[i] = (Largest ? lanes[i + half] > lanes[i] : lanes[i + half] < lanes[i]) ? lanes[i + half] : lanes[i];
+    return lanes[0];
   }
 };
 
@@ -4139,7 +4240,9 @@ P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& co
 /// evaluated in parallel and combined above in the same order.
 template <class P, class Leaf, class Combine>
 P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
-  constexpr int split_depth = 5;  // up to 32 subtrees: enough to balance any pool
+  // Up to 32 subtrees, enough to balance a pool; fewer for large partial results,
+  // which all live on this stack.
+  constexpr int split_depth = sizeof(P) <= 2048 ? 5 : 3;
   struct range {
     std::int64_t lo, hi;
   };
@@ -4173,6 +4276,7 @@ P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combin
 
 template <class P, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
   return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
 }
 
@@ -4191,12 +4295,24 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
 }
 
 // ---- SIMD helpers shared by scalar and batch code ----------------------------------
+// Column code is written once for `V` = an xsimd batch or the element type itself.
 
+/// Elements in a `V`: a batch's lanes, or 1.
 template <class V>
 inline constexpr int lanes_of = 1;
 template <class T, class A>
 inline constexpr int lanes_of<xsimd::batch<T, A>> = int(xsimd::batch<T, A>::size);
 
+/// Reads a `V` at `p`.
+template <class V, class T>
+V load(const T* p) {
+  if constexpr (std::is_same_v<V, T>)
+    return *p;
+  else
+    return V::load_unaligned(p);
+}
+
+/// Writes `v` at `p`.
 template <class V, class T>
 void store(const V& v, T* p) {
   if constexpr (std::is_same_v<V, T>)
@@ -4293,25 +4409,30 @@ void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
 
 // ---- columns: SIMD across the contiguous kept dim ---------------------------------
 
-/// Reduces rows [r0, r1) of a tile of `active` (at most `NB`) vectors of columns,
-/// `load(r, k)` reading the k-th vector of row r. `V` is an xsimd batch, or the
+/// Vectors of columns one register chunk reduces at once, and chunks per tile: a
+/// tile's leaf reads 2-4 KiB of each row, chunk after chunk, so the hardware
+/// prefetchers see each row's page read forward (one chunk alone, a few hundred
+/// bytes per page, runs at half the bandwidth).
+inline constexpr int column_chunk = 8;
+inline constexpr int column_chunks = 4;
+
+/// Reduces rows [r0, r1) (`stride` elements apart) of `active` (at most `NB`)
+/// vectors of columns starting at `p` into `out`. `V` is an xsimd batch, or the
 /// element type itself for a few single columns.
-template <class R, class V, int NB, class Load>
-std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, std::int64_t r0, std::int64_t r1,
-                                                              int active) {
-  using T = typename R::value_type;
+template <class R, class V, int NB, class T>
+void column_chunk_leaf(const T* p, std::int64_t stride, std::int64_t r0, std::int64_t r1, int active,
+                       typename R::partial* out) {
   constexpr int w = lanes_of<V>;
-  std::array<typename R::partial, NB * w> result{};
   if constexpr (R::indexed) {
     std::array<V, NB> best, where;  // `where`: the row within the leaf, exact in T
     for (int k = 0; k < active; ++k) {
-      best[k] = load(r0, k);
+      best[k] = load<V>(p + r0 * stride + k * w);
       where[k] = V(T(0));
     }
     for (std::int64_t r = r0 + 1; r < r1; ++r) {
       const V row = V(T(r - r0));
       for (int k = 0; k < active; ++k) {
-        const V v = load(r, k);
+        const V v = load<V>(p + r * stride + k * w);
         const auto better = R::beats(v, best[k]);
         best[k] = math::select(better, v, best[k]);
         where[k] = math::select(better, row, where[k]);
@@ -4322,26 +4443,30 @@ std::array<typename R::partial, NB * lanes_of<V>> column_leaf(const Load& load, 
       store(best[k], values.data() + k * w);
       store(where[k], rows.data() + k * w);
     }
-    for (int j = 0; j < active * w; ++j) result[j] = {values[j], r0 + std::int64_t(rows[j])};
+    for (int j = 0; j < active * w; ++j) out[j] = {values[j], r0 + std::int64_t(rows[j])};
   } else {
     std::array<V, NB> acc;
     acc.fill(V(R::identity()));
     for (std::int64_t r = r0; r < r1; ++r)
-      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load(r, k));
-    for (int k = 0; k < active; ++k) store(acc[k], result.data() + k * w);
+      for (int k = 0; k < active; ++k) acc[k] = R::combine(acc[k], load<V>(p + r * stride + k * w));
+    for (int k = 0; k < active; ++k) store(acc[k], out + k * w);
   }
-  return result;
 }
 
-/// Reduces `rows` rows of a tile of columns (see column_leaf) and writes its
-/// `active * lanes` results to `out`.
-template <class R, class V, int NB, class Load, class Out>
-void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel, Out* out) {
-  using P = std::array<typename R::partial, NB * lanes_of<V>>;
-  const int used = active * lanes_of<V>;
+/// Reduces `rows` rows (`stride` elements apart) of `vectors` (at most NB x Chunks)
+/// vectors of columns starting at `p`, and writes their results to `out`: a
+/// pairwise tree over leaves of rows, each leaf a chunk of registers at a time.
+template <class R, class V, int NB, int Chunks, class T, class Out>
+void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors, bool parallel, Out* out) {
+  using P = std::array<typename R::partial, NB * Chunks * lanes_of<V>>;
+  const int used = vectors * lanes_of<V>;
   auto leaf = [&](std::int64_t b) {
-    const std::int64_t r0 = b * column_leaf_rows;
-    return column_leaf<R, V, NB>(load, r0, std::min(rows, r0 + column_leaf_rows), active);
+    const std::int64_t r0 = b * column_leaf_rows, r1 = std::min(rows, r0 + column_leaf_rows);
+    P result{};
+    for (int first = 0; first < vectors; first += NB)
+      column_chunk_leaf<R, V, NB>(p + first * lanes_of<V>, stride, r0, r1, std::min(NB, vectors - first),
+                                  result.data() + first * lanes_of<V>);
+    return result;
   };
   auto combine = [used](const P& a, const P& b) {
     P c{};
@@ -4353,27 +4478,23 @@ void reduce_tile(const Load& load, std::int64_t rows, int active, bool parallel,
 }
 
 /// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
-/// tiles of 8 batches of columns, then single batches, then one tile of the last
-/// few columns one by one.
+/// tiles of batches of columns, then one tile of the last few columns one by one.
 template <class R, class T, class Out>
 void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
   using B = xsimd::batch<T>;
-  constexpr int w = int(B::size), wide = 8;
-  const std::int64_t wide_tiles = inner / (wide * w), narrow_tiles = inner % (wide * w) / w;
+  constexpr int w = int(B::size), tile = column_chunk * column_chunks;
+  const std::int64_t batches = inner / w, batch_tiles = (batches + tile - 1) / tile;
   const int rest = int(inner % w);
-  const std::int64_t tiles = wide_tiles + narrow_tiles + (rest > 0);
-  for_each_unit(outer * tiles, rows * w, [&](std::int64_t unit, bool parallel) {
-    const std::int64_t o = unit / tiles, t = unit % tiles;
-    const std::int64_t column = t < wide_tiles ? t * wide * w : wide_tiles * wide * w + (t - wide_tiles) * w;
+  const std::int64_t tiles = batch_tiles + (rest > 0);
+  for_each_unit(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
+    const std::int64_t o = unit / tiles, t = unit % tiles, column = t < batch_tiles ? t * tile * w : batches * w;
     const T* p = x + o * rows * inner + column;
     Out* dst = out + o * inner + column;
-    auto load_batches = [&](std::int64_t r, int k) { return B::load_unaligned(p + r * inner + k * w); };
-    if (t < wide_tiles)
-      reduce_tile<R, B, wide>(load_batches, rows, wide, parallel, dst);
-    else if (t < wide_tiles + narrow_tiles)
-      reduce_tile<R, B, 1>(load_batches, rows, 1, parallel, dst);
+    if (t < batch_tiles)
+      reduce_tile<R, B, column_chunk, column_chunks>(p, inner, rows, int(std::min<std::int64_t>(tile, batches - t * tile)),
+                                                     parallel, dst);
     else
-      reduce_tile<R, T, w>([&](std::int64_t r, int k) { return p[r * inner + k]; }, rows, rest, parallel, dst);
+      reduce_tile<R, T, w, 1>(p, inner, rows, rest, parallel, dst);
   });
 }
 
@@ -5067,17 +5188,20 @@ inline void compute(reference_backend, const ops::conv2d& op, std::span<const bu
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
 // ----- begin kiln/backend/cpu/gemm.hpp -----
 /// \file
 /// Dense matrix product on the CPU, C = A * B, for row-major float, double, int32 and
-/// int64 matrices. Large products are split into cache-sized blocks that are packed
-/// and multiplied by register-tiled xsimd micro-kernels on kiln's thread pool; small
-/// ones read their operands in place so that a 10x10 product costs well under a
-/// microsecond. Integer products wrap modulo 2^bits (they are computed in the unsigned
-/// twin type), so overflow is never undefined behaviour.
+/// int64 matrices. Register-tiled xsimd micro-kernels (12 rows x 2 vectors of columns
+/// on AVX-512) read A in place; large products pack cache-sized blocks of B, shared by
+/// kiln's thread pool, while small ones read B in place too, so that a 10x10 product
+/// takes about 100 ns. Integer products wrap modulo 2^bits (they are computed in the
+/// unsigned twin type), so overflow is never undefined behaviour.
 
 #include <algorithm>
 #include <bit>
@@ -5101,13 +5225,20 @@ template <class T>
 using gemm_compute_t =
     typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
 
+/// Whether the GEMM and convolution kernels take elements of type `T`: float, double
+/// and 32- or 64-bit integers (narrower ones would promote to int and could overflow).
+template <class T>
+inline constexpr bool is_kernel_element_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    (std::is_integral_v<T> && !std::is_same_v<T, bool> && (sizeof(T) == 4 || sizeof(T) == 8));
+
 /// Register tile and cache blocks of the micro-kernels for compute type `V`.
 /// A tile is `rows` rows of C by `vectors` SIMD vectors of columns; its accumulators
 /// (`rows * vectors` registers) must fit the register file with room for the B row
 /// and the broadcast A value. A packed B panel (`depth x cols`, KC x NR) is reused by
-/// the row tiles of a `row_block x depth` block of A (MC x KC) that stays in L2;
-/// `col_block` (NC) bounds the packed block of B that all threads share. The sizes
-/// were tuned against OpenBLAS on AVX-512.
+/// the row tiles of a `row_block x depth` block of A (MC x KC, read in place) that
+/// stays in L2; `col_block` (NC) bounds the packed block of B that all threads share.
+/// The sizes were tuned against OpenBLAS on AVX-512.
 template <class V>
 struct gemm_blocking {
   using batch = xsimd::batch<V>;
@@ -5118,15 +5249,15 @@ struct gemm_blocking {
   static constexpr int cols = vectors * width;
   static constexpr std::int64_t depth = 512;
   static constexpr std::int64_t row_block = 48;
-  static constexpr std::int64_t col_block = 3072;
+  static constexpr std::int64_t col_block = 1024;
 };
 
 /// Up to this many multiply-adds (m * n * k) a product reads B in place instead of
 /// packing it.
-inline constexpr std::int64_t gemm_direct_work = 64 * 64 * 64;
+inline constexpr double gemm_direct_work = 256.0 * 256 * 256;
 /// Below this many multiply-adds a product runs on the calling thread alone: waking
 /// the pool costs more than it saves.
-inline constexpr std::int64_t gemm_parallel_work = 128 * 128 * 128;
+inline constexpr double gemm_parallel_work = 128.0 * 128 * 128;
 
 /// Buffers of `thread_scratch` that can be live at the same time on one thread.
 enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, conv_rows, count };
@@ -5134,7 +5265,7 @@ enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, c
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
 /// thread ends, so steady-state calls allocate nothing.
-/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_a, 4096)); \endcode
+/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096)); \endcode
 inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
   struct block {
     void* data = nullptr;
@@ -5304,26 +5435,22 @@ KILN_ALWAYS_INLINE void store_tile(const xsimd::batch<V> (&acc)[Rows][Vectors], 
       }
     return;
   }
-  for (std::int64_t r = 0; r < rows; ++r)
+  // Indexing `acc` with a runtime row would make clang keep the whole tile in memory,
+  // inside the k loop too; a copy indexed by constants avoids that.
+  batch tile[Rows][Vectors];
+#pragma GCC unroll 16
+  for (int r = 0; r < Rows; ++r)
 #pragma GCC unroll 8
+    for (int v = 0; v < Vectors; ++v) tile[r][v] = acc[r][v];
+  for (std::int64_t r = 0; r < rows; ++r)
     for (int v = 0; v < Vectors; ++v) {
       const std::int64_t count = std::min<std::int64_t>(width, cols - v * width);
       if (count <= 0) break;
       V* dst = c + r * ldc + v * width;
-      batch x = acc[r][v];
+      batch x = tile[r][v];
       if (accumulate) x += load_partial(dst, count);
       store_partial(x, dst, count);
     }
-}
-
-/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
-/// that edge tiles run a kernel compiled for their exact size.
-template <int Max, class F>
-KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
-  if constexpr (Max > 1) {
-    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
-  }
-  fn(std::integral_constant<int, Max>{});
 }
 
 /// Copies columns [j0, j0 + cols) of a `kc`-row slice of B into `dst` as `kc x Cols`
@@ -5356,35 +5483,34 @@ void pack_b(const V* b, std::int64_t ldb, std::int64_t kc, std::int64_t nc, std:
   }
 }
 
-/// Calls `fn(std::integral_constant<int, h>{})` with the smallest tile height h in
-/// {1, 2, 4, 8, ..., Rows} that holds `height` rows: edge tiles get a kernel close to
-/// their size without compiling one for every height.
-template <int Rows, class F>
-KILN_ALWAYS_INLINE void with_tile_height(std::int64_t height, F&& fn) {
-  if constexpr (Rows > 1) {
-    constexpr int smaller = int(std::bit_floor(unsigned(Rows - 1)));
-    if (height <= smaller) return with_tile_height<smaller>(height, std::forward<F>(fn));
+/// Calls `fn(std::integral_constant<int, c>{})` with the smallest c in
+/// {1, 2, 4, 8, ..., Max} that is at least `n` (1 <= n <= Max): edge tiles get a
+/// kernel close to their size without compiling one for every size.
+template <int Max, class F>
+KILN_ALWAYS_INLINE void with_size_class(std::int64_t n, F&& fn) {
+  if constexpr (Max > 1) {
+    constexpr int smaller = int(std::bit_floor(unsigned(Max - 1)));
+    if (n <= smaller) return with_size_class<smaller>(n, std::forward<F>(fn));
   }
-  fn(std::integral_constant<int, Rows>{});
+  fn(std::integral_constant<int, Max>{});
 }
 
 /// C[m x cols] (+)= A[m x kc] * B[kc x cols] for one panel of at most `Vectors`
-/// vectors of columns: A is read in place (row stride lda), B rows start at
-/// b + p * ldb and must be readable for Vectors whole vectors. Each B panel stays in
-/// cache while the row tiles pass over it.
-template <int Vectors, class V>
+/// vectors of columns, in tiles of at most `Rows` rows: A is read in place (row
+/// stride lda), B rows start at b + p * ldb and must be readable for Vectors whole
+/// vectors. Each B panel stays in cache while the row tiles pass over it.
+template <int Vectors, int Rows, class V>
 void multiply_panel(std::int64_t m, std::int64_t cols, std::int64_t kc, const V* a, std::int64_t lda, const V* b,
                     std::int64_t ldb, V* c, std::int64_t ldc, bool accumulate) {
-  constexpr int rows = gemm_blocking<V>::rows;
-  for (std::int64_t i = 0; i < m; i += rows) {
-    const std::int64_t height = std::min<std::int64_t>(rows, m - i);
+  for (std::int64_t i = 0; i < m; i += Rows) {
+    const std::int64_t height = std::min<std::int64_t>(Rows, m - i);
     V* c_tile = c + i * ldc;
     // C is far away in memory: start fetching it now, it is needed after the k loop.
     for (std::int64_t r = 0; r < height; ++r) {
       __builtin_prefetch(c_tile + r * ldc, 1);
       __builtin_prefetch(c_tile + r * ldc + cols - 1, 1);
     }
-    with_tile_height<rows>(height, [&](auto tile_height) {
+    with_size_class<Rows>(height, [&](auto tile_height) {
       constexpr int h = decltype(tile_height)::value;
       const V* row[h];
       for (int r = 0; r < h; ++r) row[r] = a + (i + std::min<std::int64_t>(r, height - 1)) * lda;
@@ -5447,8 +5573,8 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
         for (std::int64_t panel = first; panel < last; ++panel) {
           const std::int64_t j = panel * blocking::cols, cols = std::min<std::int64_t>(blocking::cols, nc - j);
           // The last panel skips its vectors that hold only zero padding.
-          with_constant<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
-            multiply_panel<decltype(vectors)::value>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
+          with_size_class<blocking::vectors>((cols + blocking::width - 1) / blocking::width, [&](auto vectors) {
+            multiply_panel<decltype(vectors)::value, blocking::rows>(mc, cols, kc, a + ic * lda + pc, lda, bp + j * kc, blocking::cols,
                                                      c + ic * ldc + jc + j, ldc, pc != 0);
           });
         }
@@ -5459,37 +5585,36 @@ void gemm_packed(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std
 
 /// The product without packing, for small matrices and few rows: A and B are read in
 /// place, except the last columns of B when they do not fill a panel, which are copied
-/// zero-padded. Threads split rows and panels.
-template <class V>
+/// zero-padded. Tiles are at most `Rows` x `Vectors` vectors; threads split rows and
+/// panels.
+template <int Rows, int Vectors, class V>
 void gemm_direct(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
                  std::int64_t ldb, V* c, std::int64_t ldc, kiln::detail::thread_pool* pool) {
-  using blocking = gemm_blocking<V>;
-  const std::int64_t full_panels = n / blocking::cols, tail = n - full_panels * blocking::cols;
-  const std::int64_t tail_vectors = (tail + blocking::width - 1) / blocking::width;
+  constexpr int width = gemm_blocking<V>::width, cols = Vectors * width;
+  const std::int64_t full_panels = n / cols, tail = n - full_panels * cols;
+  const std::int64_t tail_vectors = (tail + width - 1) / width;
   const std::int64_t panels = full_panels + (tail > 0);
   V* tail_panel = nullptr;
   if (tail > 0) {
-    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * tail_vectors * blocking::width);
-    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
-      pack_b_panel<decltype(vectors)::value * blocking::width>(b + full_panels * blocking::cols, ldb, k, tail,
-                                                              tail_panel);
+    tail_panel = thread_scratch_as<V>(scratch_slot::gemm_edge, k * cols);
+    with_size_class<Vectors>(tail_vectors, [&](auto vectors) {
+      pack_b_panel<decltype(vectors)::value * width>(b + full_panels * cols, ldb, k, tail, tail_panel);
     });
   }
   const std::int64_t threads = pool ? pool->size() : 1;
-  const std::int64_t row_tasks = std::min((m + blocking::rows - 1) / blocking::rows, (2 * threads + panels - 1) / panels);
-  const std::int64_t mc = even_split(m, row_tasks, blocking::rows);
+  const std::int64_t row_tasks = std::min((m + Rows - 1) / Rows, (2 * threads + panels - 1) / panels);
+  const std::int64_t mc = even_split(m, row_tasks, Rows);
   run_tasks(pool, row_tasks * panels, [&](std::int64_t t) {
-    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * blocking::cols;
+    const std::int64_t i = (t / panels) * mc, panel = t % panels, j = panel * cols;
     if (i >= m) return;
     const std::int64_t rows = std::min(mc, m - i);
     if (panel < full_panels) {
-      multiply_panel<blocking::vectors>(rows, blocking::cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
-                                        false);
+      multiply_panel<Vectors, Rows>(rows, cols, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, false);
       return;
     }
-    with_constant<blocking::vectors>(tail_vectors, [&](auto vectors) {
+    with_size_class<Vectors>(tail_vectors, [&](auto vectors) {
       constexpr int nv = decltype(vectors)::value;
-      multiply_panel<nv>(rows, tail, k, a + i * lda, lda, tail_panel, nv * blocking::width, c + i * ldc + j, ldc, false);
+      multiply_panel<nv, Rows>(rows, tail, k, a + i * lda, lda, tail_panel, nv * width, c + i * ldc + j, ldc, false);
     });
   });
 }
@@ -5514,7 +5639,11 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
                                  sums[u]);
       for (; p + width <= k; p += width)
         sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
-      V sum = xsimd::hadd((sums[0] + sums[1]) + (sums[2] + sums[3]));
+      // Summed by hand: xsimd::hadd on AVX-512 trips GCC 12's -Wmaybe-uninitialized.
+      alignas(64) V lanes[width];
+      ((sums[0] + sums[1]) + (sums[2] + sums[3])).store_aligned(lanes);
+      V sum = V(0);
+      for (V lane : lanes) sum += lane;
       for (; p < k; ++p) sum += row[p] * column[p];
       c[i * ldc] = sum;
     }
@@ -5531,7 +5660,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, V(0));
     return;
   }
-  const std::int64_t work = m * n * k;
+  const double work = double(m) * double(n) * double(k);  // m * n * k may not fit 64 bits
   kiln::detail::thread_pool* pool = nullptr;
   std::shared_ptr<kiln::detail::thread_pool> held;
   if (work >= gemm_parallel_work) {
@@ -5539,8 +5668,11 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     if (held->size() > 1) pool = held.get();
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
+  // One or two rows stream B once: wide panels read long contiguous runs of its rows.
+  if (m <= 2) return gemm_direct<2, 4 * blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
   // Packing B pays off only when many rows reuse it.
-  if (work <= gemm_direct_work || m <= 2 * blocking::rows) return gemm_direct(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  if (work <= gemm_direct_work || m <= 2 * blocking::rows)
+    return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
   gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
@@ -5558,7 +5690,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b, std::int64_t ldb,
           T* c, std::int64_t ldc) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::gemm: T must be a number");
+  static_assert(detail::is_kernel_element_v<T>, "kiln::backend::cpu::gemm: T must be float, double, int32_t or int64_t");
   using V = detail::gemm_compute_t<T>;
   detail::gemm_compute<V>(m, n, k, reinterpret_cast<const V*>(a), lda, reinterpret_cast<const V*>(b), ldb,
                           reinterpret_cast<V*>(c), ldc);
@@ -5570,6 +5702,16 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64
 namespace kiln::backend::cpu {
 namespace detail {
 
+/// Calls `fn(std::integral_constant<int, n>{})` for the runtime `n` in [1, Max], so
+/// that each channel panel runs a kernel compiled for its exact width.
+template <int Max, class F>
+KILN_ALWAYS_INLINE void with_constant(std::int64_t n, F&& fn) {
+  if constexpr (Max > 1) {
+    if (n < Max) return with_constant<Max - 1>(n, std::forward<F>(fn));
+  }
+  fn(std::integral_constant<int, Max>{});
+}
+
 /// The geometry of one conv2d call (see kiln::backend::cpu::conv2d for the meaning).
 struct conv2d_shape {
   std::int64_t batch, in_h, in_w, in_c;
@@ -5579,7 +5721,9 @@ struct conv2d_shape {
 };
 
 /// Below this many multiply-adds a convolution runs on the calling thread alone.
-inline constexpr std::int64_t conv2d_parallel_work = 1 << 21;
+inline constexpr double conv2d_parallel_work = 1 << 21;
+/// Bytes of input windows that one block of tiles reads (a part of L2).
+inline constexpr std::int64_t conv2d_block_bytes = 512 * 1024;
 
 /// Register tile of the convolution for compute type `V`: `rows` output pixels by up
 /// to `vectors` SIMD vectors of output channels. Output channels are cut into panels
@@ -5660,28 +5804,45 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
                              packed_filters + j * depth);
   });
 
+  // Tiles go in blocks whose windows fill about conv2d_block_bytes, so that each filter
+  // panel, streamed from L2 (or L3 when the filter is large), serves a whole block.
   const std::int64_t tiles = (pixels + rows - 1) / rows;
-  const std::int64_t tile_work = rows * depth * s.out_c;
-  kiln::detail::parallel_for(tiles, std::max<std::int64_t>(1, conv2d_parallel_work / tile_work),
-                             [&](std::int64_t first_tile, std::int64_t last_tile) {
-    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, s.fh * rows);
-    // One window row of zeros, then room for the fh x rows window rows of a tile.
-    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + s.fh * rows) * segment);
+  const std::int64_t tile_bytes = rows * depth * std::int64_t(sizeof(V));
+  const std::int64_t block = std::clamp<std::int64_t>(conv2d_block_bytes / tile_bytes, 1, 16);
+  const std::int64_t blocks = (tiles + block - 1) / block;
+  // Many more chunks than threads: on a busy machine a descheduled thread then holds
+  // up only a small piece of the work.
+  std::shared_ptr<kiln::detail::thread_pool> pool;
+  if (double(pixels) * double(depth) * double(s.out_c) >= conv2d_parallel_work) pool = kiln::detail::current_pool();
+  const std::int64_t chunks = pool && pool->size() > 1 ? std::min<std::int64_t>(blocks, 8 * pool->size()) : 1;
+  run_tasks(chunks > 1 ? pool.get() : nullptr, chunks, [&](std::int64_t chunk) {
+    const std::int64_t first_block = blocks * chunk / chunks, last_block = blocks * (chunk + 1) / chunks;
+    const std::int64_t window_count = block * s.fh * rows;
+    const V** window_rows = thread_scratch_as<const V*>(scratch_slot::conv_pointers, window_count);
+    // One window row of zeros, then room for the window rows of a block.
+    V* zeros = thread_scratch_as<V>(scratch_slot::conv_rows, (1 + window_count) * segment);
     std::fill(zeros, zeros + segment, V(0));
-    for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
-      const std::int64_t first = tile * rows, height = std::min<std::int64_t>(rows, pixels - first);
-      gather_window_rows<rows>(input, s, first, pixels, zeros, zeros + segment, window_rows);
-      // Each panel's filter slice streams from L2 while the tile's windows stay in L1.
+    for (std::int64_t b = first_block; b < last_block; ++b) {
+      const std::int64_t first_tile = b * block, last_tile = std::min(tiles, first_tile + block);
+      for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+        const std::int64_t slot = (tile - first_tile) * s.fh * rows;
+        gather_window_rows<rows>(input, s, tile * rows, pixels, zeros, zeros + (1 + slot) * segment,
+                                 window_rows + slot);
+      }
       for_each_panel([&](std::int64_t j, auto panel_vectors) {
         constexpr int nv = decltype(panel_vectors)::value, panel_cols = nv * width;
         const V* b_panel = packed_filters + j * depth;
-        xsimd::batch<V> acc[rows][nv];
-        clear_tile(acc);
-        for (std::int64_t kh = 0; kh < s.fh; ++kh)
-          multiply_tile<rows, nv>(segment, pointer_rows<V>{window_rows + kh * rows}, b_panel + kh * segment * panel_cols,
-                                  panel_cols, acc);
-        store_tile(acc, output + first * s.out_c + j, s.out_c, height, std::min<std::int64_t>(panel_cols, s.out_c - j),
-                   false);
+        for (std::int64_t tile = first_tile; tile < last_tile; ++tile) {
+          const V* const* tile_rows = window_rows + (tile - first_tile) * s.fh * rows;
+          xsimd::batch<V> acc[rows][nv];
+          clear_tile(acc);
+          for (std::int64_t kh = 0; kh < s.fh; ++kh)
+            multiply_tile<rows, nv>(segment, pointer_rows<V>{tile_rows + kh * rows},
+                                    b_panel + kh * segment * panel_cols, panel_cols, acc);
+          const std::int64_t first = tile * rows;
+          store_tile(acc, output + first * s.out_c + j, s.out_c, std::min<std::int64_t>(rows, pixels - first),
+                     std::min<std::int64_t>(panel_cols, s.out_c - j), false);
+        }
       });
     }
   });
@@ -5707,7 +5868,8 @@ void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t 
             const T* filters, std::int64_t fh, std::int64_t fw, std::int64_t out_c, std::int64_t stride_h,
             std::int64_t stride_w, std::int64_t pad_top, std::int64_t pad_left, T* output, std::int64_t out_h,
             std::int64_t out_w) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>, "kiln::backend::cpu::conv2d: T must be a number");
+  static_assert(detail::is_kernel_element_v<T>,
+                "kiln::backend::cpu::conv2d: T must be float, double, int32_t or int64_t");
   using V = detail::gemm_compute_t<T>;
   const detail::conv2d_shape shape{batch, in_h, in_w, in_c, fh, fw, out_c, stride_h, stride_w, pad_top, pad_left,
                                    out_h, out_w};
@@ -5775,8 +5937,12 @@ inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_v
 #  define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
 #endif
 
+#include <cstdint>
+
 #include <thrust/device_ptr.h>
 #include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform.h>
 
 
 /// True when device memory is CUDA memory that host code must not dereference.
@@ -5794,6 +5960,15 @@ namespace kiln::backend::thrust_kernels {
 template <class T>
 ::thrust::device_ptr<T> device_data(const buffer_view& v) {
   return ::thrust::device_pointer_cast(v.as<T>());
+}
+
+/// Sets every element `i` of `out` (of type `T`) to `element(i)`: the one kernel
+/// shape of most gpu ops, a transform over the output's flat indices.
+/// \code fill_elements<float>(out, read_strided<float>{x, index}); \endcode
+template <class T, class Element>
+void fill_elements(const buffer_view& out, const Element& element) {
+  ::thrust::counting_iterator<std::int64_t> first(0);
+  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<T>(out), element);
 }
 
 }  // namespace kiln::backend::thrust_kernels
@@ -5862,9 +6037,6 @@ inline const bool gpu_memory_registered = (detail::gpu_memory_slot() = &gpu_memo
 #include <span>
 #include <string>
 #include <type_traits>
-
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform.h>
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_STRIDED_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_STRIDED_HPP
@@ -5963,8 +6135,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
     for (int k = 0; k < arity; ++k) element.index.stride[k][d] = nest.stride[k][d];
   }
   for (int k = 0; k < arity; ++k) element.operand[k] = in[k].data;
-  ::thrust::counting_iterator<std::int64_t> first(0);
-  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<Out>(out), element);
+  fill_elements<Out>(out, element);
 }
 
 }  // namespace thrust_kernels
@@ -6006,7 +6177,6 @@ void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, cons
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/iterator/transform_output_iterator.h>
 #include <thrust/reduce.h>
-#include <thrust/transform.h>
 
 
 namespace kiln::backend {
@@ -6048,7 +6218,7 @@ struct reducer {
 
   KILN_HOST_DEVICE partial identity() const {
     if constexpr (sums)
-      return accumulator{0};
+      return accumulator{};
     else if constexpr (Kind == ops::reduction_kind::min)
       return highest();
     else if constexpr (Kind == ops::reduction_kind::max)
@@ -6168,10 +6338,10 @@ void run_reduction(const reduction_axes& axes, const buffer_view& in, const buff
   const std::int64_t count = ops::reduced_count(s, axes), outputs = out.size();
   using out_t = typename reducer<Kind, T>::output;
   const lift_element<Kind, T> element{{count}, in.as<const T>(), strided_offsets<1>::over(enumerated, enumerated_strides)};
-  ::thrust::counting_iterator<std::int64_t> first(0);
   if (count == 0 || outputs >= count || outputs >= outputs_to_fill_device) {
-    ::thrust::transform(::thrust::device, first, first + outputs, device_data<out_t>(out), reduce_output<Kind, T>{element});
+    fill_elements<out_t>(out, reduce_output<Kind, T>{element});
   } else {
+    ::thrust::counting_iterator<std::int64_t> first(0);
     ::thrust::reduce_by_key(::thrust::device, ::thrust::make_transform_iterator(first, output_of_element{count}),
                             ::thrust::make_transform_iterator(first + outputs * count, output_of_element{count}),
                             ::thrust::make_transform_iterator(first, element), ::thrust::make_discard_iterator(),
@@ -6213,70 +6383,7 @@ void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, cons
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/permutation_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
-#include <thrust/transform.h>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
-#define KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
-// ----- begin kiln/core/small_vector.hpp -----
-/// \file
-/// `small_vector`: a vector that keeps up to N elements inline, so the per-op
-/// bookkeeping of a few inputs (their shapes, dtypes, views) costs no heap
-/// allocation and no zero-filling of unused slots.
-
-#include <cstddef>
-#include <memory>
-#include <new>
-#include <span>
-#include <utility>
-
-namespace kiln::detail {
-
-template <class T, std::size_t N>
-class small_vector {
- public:
-  small_vector() = default;
-  small_vector(const small_vector&) = delete;
-  small_vector& operator=(const small_vector&) = delete;
-  ~small_vector() {
-    std::destroy(begin(), end());
-    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
-  }
-
-  void reserve(std::size_t n) {
-    if (n <= capacity_) return;
-    T* fresh = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
-    std::uninitialized_move(begin(), end(), fresh);
-    std::destroy(begin(), end());
-    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
-    data_ = fresh;
-    capacity_ = n;
-  }
-  template <class... Args>
-  T& emplace_back(Args&&... args) {
-    if (size_ == capacity_) reserve(2 * capacity_);
-    return *new (data_ + size_++) T(std::forward<Args>(args)...);
-  }
-
-  T* begin() { return data_; }
-  T* end() { return data_ + size_; }
-  const T* begin() const { return data_; }
-  const T* end() const { return data_ + size_; }
-  T& operator[](std::size_t i) { return data_[i]; }
-  const T& operator[](std::size_t i) const { return data_[i]; }
-  std::size_t size() const { return size_; }
-  operator std::span<const T>() const { return {data_, size_}; }
-
- private:
-  T* inline_data() { return reinterpret_cast<T*>(inline_); }
-  alignas(T) unsigned char inline_[N * sizeof(T)];
-  T* data_ = inline_data();
-  std::size_t size_ = 0;
-  std::size_t capacity_ = N;
-};
-
-}  // namespace kiln::detail
-// ----- end kiln/core/small_vector.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
 
 namespace kiln::backend {
 namespace thrust_kernels {
@@ -6308,9 +6415,7 @@ inline void copy_strided(std::string_view op, const buffer_view& x, std::int64_t
                          const std::array<std::int64_t, max_rank>& strides, const buffer_view& out) {
   const auto index = strided_offsets<1>::over(out.shape, {strides});
   visit_device_dtype(out.dtype, op, [&]<class T>() {
-    ::thrust::counting_iterator<std::int64_t> start(0);
-    ::thrust::transform(::thrust::device, start, start + out.size(), device_data<T>(out),
-                        read_strided<T>{x.as<const T>() + first, index});
+    fill_elements<T>(out, read_strided<T>{x.as<const T>() + first, index});
   });
 }
 
@@ -6392,8 +6497,7 @@ inline void compute(thrust_backend, const ops::gather& op, std::span<const buffe
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
     const thrust_kernels::gather_element<T> element{in[0].as<const T>(), in[1].data, in[1].dtype == int64, in[1].size(),
                                                     xs[a], thrust_kernels::dims_product(xs, a + 1, xs.rank())};
-    ::thrust::counting_iterator<std::int64_t> start(0);
-    ::thrust::transform(::thrust::device, start, start + out.size(), thrust_kernels::device_data<T>(out), element);
+    thrust_kernels::fill_elements<T>(out, element);
   });
 }
 
@@ -6416,6 +6520,96 @@ inline void compute(thrust_backend, const ops::stack& op, std::span<const buffer
 }  // namespace kiln::backend
 // ----- end kiln/backend/thrust/shape_ops.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SHAPE_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
+// ----- begin kiln/backend/thrust/linalg.hpp -----
+/// \file
+/// Thrust matmul and conv2d: one `thrust::transform` over the output's elements,
+/// each thread computing one dot product in the same order as the reference.
+/// Neighbouring threads compute neighbouring output columns, so their reads of the
+/// right operand (or of the filters) are neighbouring too. Correct and simple;
+/// tiled shared-memory kernels or cuBLAS are the way to GPU peak.
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// Element `i` of a (batched) matrix product.
+template <class T>
+struct matmul_element {
+  const T* a;
+  const T* b;
+  ops::matmul_geometry geometry;
+
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const std::int64_t m = geometry.m, n = geometry.n, k = geometry.k;
+    const std::int64_t batch = i / (m * n), row = i / n % m, column = i % n;
+    const auto [a_offset, b_offset] = geometry.operand_offsets(batch);
+    const T* a_row = a + a_offset + row * k;
+    const T* b_column = b + b_offset + column;
+    T acc = T(0);
+    for (std::int64_t p = 0; p < k; ++p) acc = math::add(acc, math::mul(a_row[p], b_column[p * n]));
+    return acc;
+  }
+};
+
+/// Element `i` of an NHWC convolution with HWIO filters; taps outside the input
+/// are the zero padding and are skipped.
+template <class T>
+struct conv2d_element {
+  const T* x;
+  const T* filters;
+  std::int64_t height, width, channels;              // input
+  std::int64_t filter_height, filter_width;          // filters
+  std::int64_t out_height, out_width, out_channels;  // output
+  std::int64_t stride_h, stride_w, pad_h, pad_w;
+
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const std::int64_t co = i % out_channels, ox = i / out_channels % out_width;
+    const std::int64_t oy = i / (out_channels * out_width) % out_height, b = i / (out_channels * out_width * out_height);
+    T acc = T(0);
+    for (std::int64_t fy = 0; fy < filter_height; ++fy) {
+      const std::int64_t iy = oy * stride_h + fy - pad_h;
+      if (iy < 0 || iy >= height) continue;
+      for (std::int64_t fx = 0; fx < filter_width; ++fx) {
+        const std::int64_t ix = ox * stride_w + fx - pad_w;
+        if (ix < 0 || ix >= width) continue;
+        const T* pixel = x + ((b * height + iy) * width + ix) * channels;
+        const T* taps = filters + (fy * filter_width + fx) * channels * out_channels + co;
+        for (std::int64_t ci = 0; ci < channels; ++ci) acc = math::add(acc, math::mul(pixel[ci], taps[ci * out_channels]));
+      }
+    }
+    return acc;
+  }
+};
+
+}  // namespace thrust_kernels
+
+inline void compute(thrust_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::matmul_geometry geometry(in[0].shape, in[1].shape, out.shape);
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::matmul_element<T>{in[0].as<const T>(), in[1].as<const T>(), geometry});
+  });
+}
+
+inline void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
+  const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
+  const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::conv2d_element<T>{in[0].as<const T>(), in[1].as<const T>(),
+                                                                            xs[1], xs[2], xs[3], fs[0], fs[1], os[1], os[2],
+                                                                            os[3], op.stride_h, op.stride_w, pad_h, pad_w});
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/linalg.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
 #endif
 
 // ----- begin kiln/eager/apply.hpp -----
@@ -6429,68 +6623,6 @@ inline void compute(thrust_backend, const ops::stack& op, std::span<const buffer
 #include <string>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
-#define KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
-// ----- begin kiln/core/small_vector.hpp -----
-/// \file
-/// `small_vector`: a vector that keeps up to N elements inline, so the per-op
-/// bookkeeping of a few inputs (their shapes, dtypes, views) costs no heap
-/// allocation and no zero-filling of unused slots.
-
-#include <cstddef>
-#include <memory>
-#include <new>
-#include <span>
-#include <utility>
-
-namespace kiln::detail {
-
-template <class T, std::size_t N>
-class small_vector {
- public:
-  small_vector() = default;
-  small_vector(const small_vector&) = delete;
-  small_vector& operator=(const small_vector&) = delete;
-  ~small_vector() {
-    std::destroy(begin(), end());
-    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
-  }
-
-  void reserve(std::size_t n) {
-    if (n <= capacity_) return;
-    T* fresh = static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(alignof(T))));
-    std::uninitialized_move(begin(), end(), fresh);
-    std::destroy(begin(), end());
-    if (data_ != inline_data()) ::operator delete(data_, std::align_val_t(alignof(T)));
-    data_ = fresh;
-    capacity_ = n;
-  }
-  template <class... Args>
-  T& emplace_back(Args&&... args) {
-    if (size_ == capacity_) reserve(2 * capacity_);
-    return *new (data_ + size_++) T(std::forward<Args>(args)...);
-  }
-
-  T* begin() { return data_; }
-  T* end() { return data_ + size_; }
-  const T* begin() const { return data_; }
-  const T* end() const { return data_ + size_; }
-  T& operator[](std::size_t i) { return data_[i]; }
-  const T& operator[](std::size_t i) const { return data_[i]; }
-  std::size_t size() const { return size_; }
-  operator std::span<const T>() const { return {data_, size_}; }
-
- private:
-  T* inline_data() { return reinterpret_cast<T*>(inline_); }
-  alignas(T) unsigned char inline_[N * sizeof(T)];
-  T* data_ = inline_data();
-  std::size_t size_ = 0;
-  std::size_t capacity_ = N;
-};
-
-}  // namespace kiln::detail
-// ----- end kiln/core/small_vector.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
 
 namespace kiln {
 namespace detail {
@@ -6551,17 +6683,24 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   }
 }
 
+/// Runs `op` on eager `inputs` with the backend of the device they are on.
 template <class Op>
-tensor apply_span(const Op& op, std::span<const tensor* const> in) {
-  for (const tensor* t : in)
-    if (t->is_symbolic()) throw type_error(std::string(Op::name) + ": symbolic tensors are only usable inside a kiln::function trace");
+tensor execute(const Op& op, std::span<const tensor* const> in) {
   if (!in.empty() && in[0]->device() == kiln::device::gpu) {
 #if KILN_HAS_THRUST
-    if constexpr (backend::supports<backend::thrust_backend, Op>) return run_on<backend::thrust_backend>(op, in);
+    if constexpr (backend::supports<backend::thrust_backend, Op> || requires { op.evaluate(in); })
+      return run_on<backend::thrust_backend>(op, in);
 #endif
     throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
   }
   return run_on<backend::cpu_backend>(op, in);
+}
+
+template <class Op>
+tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  for (const tensor* t : in)
+    if (t->is_symbolic()) return record_symbolic(op, in);
+  return execute(op, in);
 }
 
 }  // namespace detail
@@ -6607,4 +6746,1227 @@ inline tensor::operator bool() const {
 
 }  // namespace kiln
 // ----- end kiln/eager/truth_value.hpp -----
+
+// ----- begin kiln/graph/graph.hpp -----
+/// \file
+/// `kiln::graph`: the runtime IR a trace produces. A graph is a list of nodes in
+/// execution order; each node is a placeholder (an argument), a constant (a value
+/// captured at trace time), an op of the registry, or the Identity that marks an
+/// output. Nodes refer to their inputs by index; names are unique within a graph
+/// and are what a listing or Graphviz shows.
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+
+namespace kiln {
+
+namespace detail {
+template <class List>
+struct variant_of;
+template <class... Ops>
+struct variant_of<ops::type_list<Ops...>> {
+  using type = std::variant<Ops...>;
+};
+}  // namespace detail
+
+namespace ops {
+/// Any op of the registry, as a graph node stores it.
+using any_op = typename detail::variant_of<all_ops>::type;
+}  // namespace ops
+
+/// What a graph node is.
+enum class node_kind : unsigned char {
+  placeholder,  ///< an argument of the function
+  constant,     ///< a value captured while tracing
+  op,           ///< an op of the registry
+  identity,     ///< an output of the function
+};
+
+/// One node of a kiln::graph.
+/// \code for (const kiln::node& n : g.nodes()) std::cout << n.name() << " = " << n.op() << "\n"; \endcode
+class node {
+ public:
+  /// Unique within its graph: the argument name, or the op's name with a suffix (`add_1`).
+  const std::string& name() const { return name_; }
+  /// The op: `Placeholder`, `Const`, `Identity`, or a registry op such as `add`.
+  std::string_view op() const {
+    switch (kind_) {
+      case node_kind::placeholder: return "Placeholder";
+      case node_kind::constant: return "Const";
+      case node_kind::identity: return "Identity";
+      default: return std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op_);
+    }
+  }
+  /// Names of the nodes whose outputs this node reads, in order.
+  const std::vector<std::string>& inputs() const { return input_names_; }
+  kiln::dtype dtype() const { return dtype_; }
+  /// Possibly partial (`None` dims) when the function accepts several shapes.
+  const kiln::shape& shape() const { return shape_; }
+
+  node_kind kind() const { return kind_; }
+  /// Indices (into graph::nodes()) of the inputs.
+  const std::vector<int>& input_ids() const { return input_ids_; }
+  const ops::any_op& operation() const { return op_; }
+  /// The captured value of a constant node.
+  const tensor& value() const { return value_; }
+
+ private:
+  friend class graph;
+  std::string name_;
+  node_kind kind_ = node_kind::op;
+  ops::any_op op_;
+  std::vector<int> input_ids_;
+  std::vector<std::string> input_names_;
+  kiln::dtype dtype_ = float32;
+  kiln::shape shape_;
+  tensor value_;
+};
+
+/// A traced computation: nodes in execution order, the arguments and the outputs.
+/// \code
+/// auto g = f.get_concrete_function(kiln::constant(1)).graph();
+/// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+/// \endcode
+class graph {
+ public:
+  const std::vector<node>& nodes() const { return nodes_; }
+  /// Node indices of the placeholders, in argument order.
+  const std::vector<int>& arguments() const { return arguments_; }
+  /// Node indices of the Identity nodes, in output order.
+  const std::vector<int>& outputs() const { return outputs_; }
+
+  int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
+    int id = add(node_kind::placeholder, name, {}, t, s);
+    arguments_.push_back(id);
+    return id;
+  }
+  int add_constant(const tensor& value) {
+    int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
+    nodes_[id].value_ = value;
+    return id;
+  }
+  int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+    std::string base(std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op));
+    int id = add(node_kind::op, base, std::move(inputs), t, s);
+    nodes_[id].op_ = op;
+    return id;
+  }
+  int add_output(int source) {
+    int id = add(node_kind::identity, "Identity", {source}, nodes_[source].dtype_, nodes_[source].shape_);
+    outputs_.push_back(id);
+    return id;
+  }
+
+  /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`.
+  std::string to_dot() const {
+    std::ostringstream os;
+    os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const node& n = nodes_[i];
+      os << "  n" << i << " [label=\"" << n.name() << "\\n" << n.op() << " " << name(n.dtype()) << " " << n.shape().str()
+         << "\"];\n";
+      for (int in : n.input_ids()) os << "  n" << in << " -> n" << i << ";\n";
+    }
+    os << "}\n";
+    return os.str();
+  }
+
+ private:
+  int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+    node n;
+    n.kind_ = kind;
+    n.name_ = unique_name(base);
+    for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
+    n.input_ids_ = std::move(inputs);
+    n.dtype_ = t;
+    n.shape_ = s;
+    nodes_.push_back(std::move(n));
+    return int(nodes_.size()) - 1;
+  }
+  // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ...
+  std::string unique_name(const std::string& base) {
+    int& count = name_counts_[base];
+    std::string candidate = count == 0 ? base : base + "_" + std::to_string(count);
+    ++count;
+    while (name_counts_.count(candidate) && candidate != base) candidate = base + "_" + std::to_string(count++);
+    if (candidate != base) name_counts_[candidate] = 1;
+    return candidate;
+  }
+
+  std::vector<node> nodes_;
+  std::vector<int> arguments_;
+  std::vector<int> outputs_;
+  std::unordered_map<std::string, int> name_counts_;
+};
+
+}  // namespace kiln
+// ----- end kiln/graph/graph.hpp -----
+// ----- begin kiln/trace/trace_context.hpp -----
+/// \file
+/// The trace context: while a kiln::function traces its callable, every op that
+/// meets a symbolic tensor is recorded here, as a node of the graph being built.
+/// Contexts nest (a function traced while tracing another) through a per-thread stack.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+
+namespace kiln::detail {
+
+class trace_context {
+ public:
+  /// Starts tracing function `function_name` on this thread.
+  explicit trace_context(std::string function_name)
+      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
+    current_slot() = this;
+  }
+  trace_context(const trace_context&) = delete;
+  trace_context& operator=(const trace_context&) = delete;
+  ~trace_context() { current_slot() = previous_; }
+
+  /// The innermost trace in progress on this thread, or null.
+  static trace_context* current() { return current_slot(); }
+
+  const std::string& function_name() const { return function_name_; }
+  kiln::graph& graph() { return graph_; }
+
+  /// A new argument of the function, as the symbolic tensor the callable receives.
+  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
+
+  /// The symbolic tensor standing for node `id` of this trace's graph.
+  tensor symbolic(int id) {
+    const node& n = graph_.nodes()[std::size_t(id)];
+    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, n.name() + ":0"}));
+  }
+
+  /// The node of this trace that `t` stands for: its own node when `t` is one of this
+  /// trace's symbolic tensors, a captured constant when `t` is eager.
+  int node_of(const tensor& t) {
+    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
+    if (t.is_symbolic()) {
+      if (t.symbol()->trace_id != id_)
+        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
+                         "(return it from the function instead)");
+      return t.symbol()->node;
+    }
+    for (const auto& [value, id] : captured_)
+      if (value.raw_data() == t.raw_data() && value.shape() == t.shape() && value.dtype() == t.dtype()) return id;
+    int id = graph_.add_constant(t);
+    captured_.emplace_back(t, id);
+    return id;
+  }
+
+  /// Copies the nodes of `g` (another function's trace) into this trace, its
+  /// placeholders bound to nodes `args`; returns the nodes of its outputs.
+  std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
+    std::vector<int> mapped(g.nodes().size(), -1);
+    for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
+    std::vector<int> outputs;
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+      const node& n = g.nodes()[i];
+      switch (n.kind()) {
+        case node_kind::placeholder: break;
+        case node_kind::constant: mapped[i] = node_of(n.value()); break;
+        case node_kind::identity:
+          mapped[i] = mapped[std::size_t(n.input_ids()[0])];
+          outputs.push_back(mapped[i]);
+          break;
+        case node_kind::op: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+          break;
+        }
+      }
+    }
+    return outputs;
+  }
+
+  /// Records `op` applied to `inputs` and returns its symbolic result.
+  template <class Op>
+  tensor record(const Op& op, std::span<const tensor* const> inputs) {
+    auto [dt, sh] = infer(op, inputs);
+    std::vector<int> ids;
+    ids.reserve(inputs.size());
+    for (const tensor* t : inputs) ids.push_back(node_of(*t));
+    return symbolic(graph_.add_op(ops::any_op(op), std::move(ids), dt, sh));
+  }
+
+ private:
+  static trace_context*& current_slot() {
+    thread_local trace_context* current = nullptr;
+    return current;
+  }
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
+  std::uint64_t id_;
+  std::string function_name_;
+  trace_context* previous_;
+  kiln::graph graph_;
+  std::vector<std::pair<tensor, int>> captured_;
+};
+
+template <class Op>
+tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
+  trace_context* trace = trace_context::current();
+  if (!trace)
+    throw type_error(std::string(Op::name) +
+                     ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
+  return trace->record(op, inputs);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/trace/trace_context.hpp -----
+// ----- begin kiln/exec/executor.hpp -----
+/// \file
+/// Runs a graph on concrete tensors. The schedule is fixed once per graph: only the
+/// nodes that an output needs run (non-strict execution), in graph order, and each
+/// intermediate value is released right after its last use so its buffer is reused.
+
+#include <span>
+#include <variant>
+#include <vector>
+
+
+namespace kiln::detail {
+
+class graph_executor {
+ public:
+  explicit graph_executor(const graph& g) : graph_(&g) {
+    const auto& nodes = g.nodes();
+    std::vector<bool> needed(nodes.size(), false);
+    for (int out : g.outputs()) needed[std::size_t(out)] = true;
+    for (std::size_t i = nodes.size(); i-- > 0;)
+      if (needed[i])
+        for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
+    std::vector<int> last_use(nodes.size(), -1);
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (!needed[i] || nodes[i].kind() != node_kind::op) continue;
+      step s{int(i), {}};
+      for (int in : nodes[i].input_ids()) last_use[std::size_t(in)] = int(steps_.size());
+      steps_.push_back(s);
+    }
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (needed[i] && nodes[i].kind() == node_kind::constant) constants_.push_back(int(i));
+      // Arguments, constants and outputs' sources stay alive for the whole run.
+      bool pinned = nodes[i].kind() != node_kind::op;
+      for (int out : g.outputs()) pinned = pinned || nodes[std::size_t(out)].input_ids()[0] == int(i);
+      if (!pinned && last_use[i] >= 0) steps_[std::size_t(last_use[i])].release.push_back(int(i));
+    }
+  }
+
+  /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
+  std::vector<tensor> run(std::span<const tensor> args) const {
+    const graph& g = *graph_;
+    std::vector<tensor> values(g.nodes().size());
+    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
+    for (int c : constants_) values[std::size_t(c)] = g.nodes()[std::size_t(c)].value();
+    for (const step& s : steps_) {
+      const node& n = g.nodes()[std::size_t(s.node)];
+      small_vector<const tensor*, 4> inputs;
+      inputs.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
+      values[std::size_t(s.node)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      for (int r : s.release) values[std::size_t(r)] = tensor();
+    }
+    std::vector<tensor> outputs;
+    outputs.reserve(g.outputs().size());
+    for (int out : g.outputs()) outputs.push_back(values[std::size_t(g.nodes()[std::size_t(out)].input_ids()[0])]);
+    return outputs;
+  }
+
+ private:
+  struct step {
+    int node;
+    std::vector<int> release;  // values whose last reader is this step
+  };
+  const graph* graph_;
+  std::vector<step> steps_;
+  std::vector<int> constants_;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/executor.hpp -----
+// ----- begin kiln/passes/optimize.hpp -----
+/// \file
+/// Graph optimizations, run once per trace before planning: constant folding,
+/// algebraic simplification (`x * 1`, `x + 0`, `-(-x)`, casts and reshapes that
+/// change nothing) and common-subexpression elimination. Pruning of what no output
+/// needs happens when the graph is planned (kiln/exec/executor.hpp).
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// True when every element of the eager tensor `t` equals `v`.
+inline bool filled_with(const tensor& t, double v) {
+  if (t.device() != device::cpu) return false;
+  return visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const T* p = t.data<T>();
+      for (std::int64_t i = 0, n = t.size(); i < n; ++i)
+        if (double(p[i]) != v) return false;
+      return true;
+    }
+    return false;
+  });
+}
+
+class optimizer {
+ public:
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
+
+  graph run() {
+    for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
+      const node& n = in_.nodes()[i];
+      switch (n.kind()) {
+        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
+        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
+        case node_kind::op: map_[i] = rewrite(n); break;
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  int rewrite(const node& n) {
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    if (int same = simplify(n, ins); same >= 0) return same;
+    if (int folded = fold(n, ins); folded >= 0) return folded;
+    auto key = std::make_pair(n.operation().index(), ins);
+    auto [first, last] = seen_.equal_range(key);
+    for (auto it = first; it != last; ++it)
+      if (out_.nodes()[std::size_t(it->second)].operation() == n.operation()) return it->second;
+    int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
+    seen_.emplace(std::move(key), id);
+    return id;
+  }
+
+  const node& at(int id) const { return out_.nodes()[std::size_t(id)]; }
+  bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
+  // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
+  bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
+
+  /// The node `n` reduces to, or -1.
+  int simplify(const node& n, const std::vector<int>& ins) const {
+    return std::visit(
+        [&](const auto& op) -> int {
+          using Op = std::decay_t<decltype(op)>;
+          auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+          if constexpr (std::is_same_v<Op, ops::multiply>) {
+            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+            if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+          } else if constexpr (std::is_same_v<Op, ops::add>) {
+            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+            if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+          } else if constexpr (std::is_same_v<Op, ops::subtract>) {
+            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+          } else if constexpr (std::is_same_v<Op, ops::divide>) {
+            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+          } else if constexpr (std::is_same_v<Op, ops::negate>) {
+            const node& inner = at(ins[0]);
+            if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+              return keep_if(inner.input_ids()[0]);
+          } else if constexpr (std::is_same_v<Op, ops::cast> || std::is_same_v<Op, ops::reshape>) {
+            return keep_if(ins[0]);
+          }
+          return -1;
+        },
+        n.operation());
+  }
+
+  /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
+  /// whose evaluation fails is left in the graph: it raises only if it runs.
+  int fold(const node& n, const std::vector<int>& ins) {
+    std::vector<const tensor*> values;
+    for (int in : ins) {
+      if (at(in).kind() != node_kind::constant) return -1;
+      values.push_back(&at(in).value());
+    }
+    if (ins.empty()) return -1;
+    try {
+      tensor v = std::visit([&](const auto& op) { return execute(op, values); }, n.operation());
+      return out_.add_constant(v);
+    } catch (const error&) {
+      return -1;
+    }
+  }
+
+  const graph& in_;
+  graph out_;
+  std::vector<int> map_;
+  std::multimap<std::pair<std::size_t, std::vector<int>>, int> seen_;
+};
+
+/// The optimized form of `g`: same arguments and outputs, fewer nodes.
+inline graph optimize(const graph& g) { return optimizer(g).run(); }
+
+}  // namespace kiln::detail
+// ----- end kiln/passes/optimize.hpp -----
+// ----- begin kiln/trace/spec.hpp -----
+/// \file
+/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
+
+#include <ostream>
+#include <string>
+
+
+namespace kiln {
+
+/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
+/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
+struct tensor_spec {
+  kiln::shape shape;
+  kiln::dtype dtype = float32;
+  std::string name;
+
+  tensor_spec() = default;
+  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
+
+  /// True when a tensor of dtype `t` and shape `s` fits this spec.
+  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  bool operator==(const tensor_spec&) const = default;
+
+  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
+  std::string str() const {
+    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+}  // namespace kiln
+// ----- end kiln/trace/spec.hpp -----
+// ----- begin kiln/trace/signature.hpp -----
+/// \file
+/// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
+/// following the contract: a tensor contributes its dtype and shape, a C++ number,
+/// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
+/// leaves, and any other object its address. The leaves give the cache key, the
+/// tensors the function runs on, and (when tracing) the placeholders the callable gets.
+
+#include <boost/pfr.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+template <class T>
+struct is_tuple_like : std::false_type {};
+template <class... Ts>
+struct is_tuple_like<std::tuple<Ts...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+template <class T, std::size_t N>
+struct is_tuple_like<std::array<T, N>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>  // std::vector<bool> holds proxies, not values: it is an object like any other
+struct is_vector<std::vector<T, A>> : std::bool_constant<!std::is_same_v<T, bool>> {};
+
+template <class T>
+inline constexpr bool is_string_like =
+    std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> || std::is_same_v<T, const char*> ||
+    std::is_same_v<T, char*>;
+
+/// A C++ value that is part of a signature by its value.
+template <class T>
+inline constexpr bool is_value_leaf = std::is_arithmetic_v<T> || std::is_enum_v<T> || is_string_like<T>;
+
+/// A plain struct kiln flattens field by field.
+template <class T>
+inline constexpr bool is_flattened_aggregate = std::is_aggregate_v<T> && !std::is_array_v<T> && std::is_class_v<T> &&
+                                               std::is_copy_constructible_v<T> && !std::is_same_v<T, tensor_spec>;
+
+/// Which kind of leaf a key word sequence starts with.
+enum class leaf : std::uint64_t { tensor = 1, value, sequence, address };
+
+template <class T>
+std::uint64_t type_code() {
+  static const char tag = 0;
+  return std::uint64_t(reinterpret_cast<std::uintptr_t>(&tag));
+}
+
+/// A C++ value as a signature shows it (`2`, `"a"`, `true`) and the name of its kind
+/// (`int`, `string`, ...), as TensorFlow's messages say "int value 2".
+template <class T>
+std::pair<std::string, std::string> describe_leaf(const T& v) {
+  std::ostringstream os;
+  if constexpr (is_string_like<T>) {
+    os << '"' << std::string_view(v) << '"';
+    return {"string", os.str()};
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return {"bool", v ? "true" : "false"};
+  } else if constexpr (std::is_enum_v<T>) {
+    os << +static_cast<std::underlying_type_t<T>>(v);
+    return {"enum", os.str()};
+  } else if constexpr (std::is_floating_point_v<T>) {
+    os << v;
+    return {std::is_same_v<T, float> ? "float" : "double", os.str()};
+  } else {
+    os << +v;
+    return {std::is_same_v<T, char> ? "char" : "int", os.str()};
+  }
+}
+
+/// The flattened arguments of one call.
+struct call_signature {
+  struct value_leaf {
+    int arg = 0;
+    std::vector<std::uint64_t> key;
+    std::string kind;  ///< `int`, `string`, ...
+    std::string text;  ///< `2`, `"a"`, ...
+  };
+  std::vector<std::uint64_t> key;
+  /// One entry per tensor leaf: the tensor (null for a tensor_spec), its spec and argument.
+  std::vector<const tensor*> tensors;
+  std::vector<tensor_spec> specs;
+  std::vector<int> tensor_arg;
+  std::vector<value_leaf> values;
+
+  std::size_t hash() const {
+    std::size_t h = key.size();
+    for (std::uint64_t w : key) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+    return h;
+  }
+};
+
+inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
+  key.push_back(std::uint64_t(leaf::tensor));
+  key.push_back(std::uint64_t(t));
+  key.push_back(std::uint64_t(std::int64_t(s.rank())));
+  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+}
+
+template <class T>
+void flatten(const T& x, call_signature& sig, int arg) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    add_shape(sig.key, x.dtype(), x.shape());
+    sig.tensors.push_back(&x);
+    sig.specs.emplace_back(x.shape(), x.dtype());
+    sig.tensor_arg.push_back(arg);
+  } else if constexpr (std::is_same_v<U, tensor_spec>) {
+    add_shape(sig.key, x.dtype, x.shape);
+    sig.tensors.push_back(nullptr);
+    sig.specs.push_back(x);
+    sig.tensor_arg.push_back(arg);
+  } else if constexpr (is_value_leaf<U>) {
+    auto [kind, text] = describe_leaf(x);
+    call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
+    if constexpr (is_string_like<U>) {
+      std::string_view s(x);
+      v.key.push_back(s.size());
+      for (std::size_t i = 0; i < s.size(); i += 8) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, s.data() + i, std::min<std::size_t>(8, s.size() - i));
+        v.key.push_back(w);
+      }
+    } else {
+      v.key.push_back(type_code<U>());
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &x, sizeof(U));
+      v.key.push_back(bits);
+    }
+    sig.key.insert(sig.key.end(), v.key.begin(), v.key.end());
+    sig.values.push_back(std::move(v));
+  } else if constexpr (is_tuple_like<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(std::tuple_size_v<U>);
+    std::apply([&](const auto&... e) { (flatten(e, sig, arg), ...); }, x);
+  } else if constexpr (is_vector<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(x.size());
+    for (const auto& e : x) flatten(e, sig, arg);
+  } else if constexpr (is_flattened_aggregate<U>) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(boost::pfr::tuple_size_v<U>);
+    boost::pfr::for_each_field(x, [&](const auto& f) { flatten(f, sig, arg); });
+  } else if constexpr (std::is_pointer_v<U>) {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+  } else {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
+  }
+}
+
+/// Replaces every tensor leaf of `x`, in flattening order, with the next of `next`.
+template <class T>
+void replace_tensors(T& x, const tensor*& next) {
+  if constexpr (std::is_same_v<T, tensor>) {
+    x = *next++;
+  } else if constexpr (is_tuple_like<T>::value) {
+    std::apply([&](auto&... e) { (replace_tensors(e, next), ...); }, x);
+  } else if constexpr (is_vector<T>::value) {
+    for (auto& e : x) replace_tensors(e, next);
+  } else if constexpr (is_flattened_aggregate<T> && !is_value_leaf<T>) {
+    boost::pfr::for_each_field(x, [&](auto& f) { replace_tensors(f, next); });
+  }
+}
+
+/// The argument the callable receives while tracing: `a` with its tensors replaced
+/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address is
+/// passed through as itself.
+template <class A>
+decltype(auto) traced_argument(A&& a, const tensor*& next) {
+  using U = std::remove_cvref_t<A>;
+  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
+    return tensor(*next++);
+  } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
+    return U(a);
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+    U copy(a);
+    replace_tensors(copy, next);
+    return copy;
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/trace/signature.hpp -----
+// ----- begin kiln/trace/function.hpp -----
+/// \file
+/// `kiln::function` and `kiln::concrete_function` (API.md section 3): a C++ callable
+/// traced into a graph once per input signature, and the cached traces it runs.
+
+#include <any>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+namespace config {
+namespace detail {
+inline std::atomic<bool>& eager_functions() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+}  // namespace detail
+/// When on, every kiln::function calls its callable directly on eager tensors
+/// (for debugging: C++ side effects then happen at every call).
+/// \code kiln::config::run_functions_eagerly(true); \endcode
+inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+/// Whether kiln::function calls run their callables eagerly.
+inline bool functions_run_eagerly() { return detail::eager_functions(); }
+}  // namespace config
+
+/// Options of a kiln::function.
+/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+struct function_options {
+  /// Shown in signatures and errors.
+  std::string name = "function";
+  /// Names of the arguments; `x0`, `x1`, ... where not given.
+  std::vector<std::string> arg_names = {};
+  /// When set, the function traces at most once, for these specs, and rejects other inputs.
+  std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
+  /// Fuse as aggressively as possible.
+  bool jit_compile = false;
+  /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
+  bool reduce_retracing = false;
+};
+
+namespace detail {
+
+/// What a traced callable returned, as the function gives it back: tensors stay
+/// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
+/// their structure.
+template <class R>
+struct output_of {
+  using type = tensor;  // tensor, or a C++ number that becomes one
+};
+template <class... Ts>
+struct output_of<std::tuple<Ts...>> {
+  using type = std::tuple<typename output_of<Ts>::type...>;
+};
+template <class A, class B>
+struct output_of<std::pair<A, B>> {
+  using type = std::pair<typename output_of<A>::type, typename output_of<B>::type>;
+};
+template <class T, std::size_t N>
+struct output_of<std::array<T, N>> {
+  using type = std::array<typename output_of<T>::type, N>;
+};
+template <class T, class A>
+struct output_of<std::vector<T, A>> {
+  using type = std::vector<typename output_of<T>::type>;
+};
+template <class R>
+using output_t = typename output_of<std::remove_cvref_t<R>>::type;
+
+template <class T>
+tensor scalar_constant(const T& v) {
+  static_assert(has_dtype<T> || std::is_same_v<T, int> || std::is_same_v<T, long long>,
+                "a kiln::function may return tensors, C++ numbers of the element types, and tuples, pairs, arrays "
+                "and vectors of those");
+  using E = std::conditional_t<has_dtype<T>, T, std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>>;
+  tensor t(dtype_of<E>, shape{});
+  *t.view().template as<E>() = E(v);
+  return t;
+}
+
+/// Calls `f(leaf)` for every leaf of a returned value, in order.
+template <class R, class F>
+void for_each_output(const R& r, F&& f) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    f(r);
+  } else if constexpr (is_tuple_like<U>::value) {
+    std::apply([&](const auto&... e) { (for_each_output(e, f), ...); }, r);
+  } else if constexpr (is_vector<U>::value) {
+    for (const auto& e : r) for_each_output(e, f);
+  } else {
+    f(scalar_constant(r));
+  }
+}
+
+/// The returned structure `traced` with its leaves taken, in order, from `next`.
+template <class R>
+output_t<R> rebuild_output(const R& traced, const tensor*& next) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value) {
+    return std::apply([&](const auto&... e) { return output_t<R>{rebuild_output(e, next)...}; }, traced);
+  } else if constexpr (is_vector<U>::value) {
+    output_t<R> out;
+    for (const auto& e : traced) out.push_back(rebuild_output(e, next));
+    return out;
+  } else {
+    return *next++;
+  }
+}
+
+/// One trace: its graph, how to run it, and the signature it was made for.
+struct concrete_state {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
+  std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
+  std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
+  std::vector<tensor_spec> outputs;
+  kiln::graph graph;      ///< as traced
+  kiln::graph optimized;  ///< as run
+  std::unique_ptr<graph_executor> executor;
+  std::any traced_result;  ///< the callable's return value, symbolic
+  bool returns_void = false;
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      for (const auto& v : bound)
+        if (v.arg == int(i)) s += "=" + v.text;
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n  Args:\n";
+    for (const tensor_spec& in : inputs)
+      os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
+    os << "  Returns:\n";
+    if (outputs.empty()) os << "    None\n";
+    for (const tensor_spec& out : outputs)
+      os << "    " << kiln::name(out.dtype) << " Tensor, shape=" << out.shape.str() << "\n";
+    return os.str();
+  }
+
+  /// Checks a call's flattened arguments against this trace's signature.
+  void check_call(const call_signature& sig) const {
+    for (const auto& v : sig.values) {
+      const call_signature::value_leaf* traced = nullptr;
+      for (const auto& b : bound)
+        if (b.arg == v.arg) traced = &b;
+      std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
+      if (!traced)
+        throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " + v.kind +
+                         " value " + v.text);
+      if (traced->key != v.key)
+        throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
+                         traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
+    }
+    if (sig.tensors.size() != inputs.size())
+      throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
+                                   std::to_string(sig.tensors.size()));
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const tensor& t = *sig.tensors[i];
+      if (t.dtype() != inputs[i].dtype)
+        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                     "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
+                                     " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
+      if (!inputs[i].shape.accepts(t.shape()))
+        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                     "(zero-based) was expected to have shape " + inputs[i].shape.str() +
+                                     " but has shape " + t.shape().str());
+    }
+  }
+
+  /// Runs the trace on eager tensors, or inlines it into the trace in progress when
+  /// some are symbolic (a function called while tracing another).
+  std::vector<tensor> run(const call_signature& sig) const {
+    bool symbolic = false;
+    for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+    std::vector<tensor> out;
+    if (symbolic) {
+      trace_context* outer = trace_context::current();
+      if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+      std::vector<int> args;
+      for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
+      for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
+      return out;
+    }
+    small_vector<tensor, 4> args;
+    args.reserve(sig.tensors.size());
+    for (const tensor* t : sig.tensors) args.emplace_back(*t);
+    return executor->run(std::span<const tensor>(args.begin(), args.size()));
+  }
+};
+
+/// Re-raises a kiln error from tracing with the function's name in front.
+[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
+  try {
+    throw;
+  } catch (const invalid_argument_error& e) {
+    throw invalid_argument_error("in " + fn + ": " + e.what());
+  } catch (const value_error& e) {
+    throw value_error("in " + fn + ": " + e.what());
+  } catch (const type_error& e) {
+    throw type_error("in " + fn + ": " + e.what());
+  } catch (const unavailable_error& e) {
+    throw unavailable_error("in " + fn + ": " + e.what());
+  }
+}
+
+}  // namespace detail
+
+/// One trace of a kiln::function: a graph for one input signature. Call it with
+/// tensors (and, optionally, the C++ values it was traced with).
+/// \code
+/// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
+/// square(kiln::constant(10.f));  // 100
+/// \endcode
+class concrete_function {
+ public:
+  explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
+
+  /// Runs the graph; a function with one output returns it, use call_flat for several.
+  template <class... Args>
+  tensor operator()(const Args&... args) const {
+    std::vector<tensor> out = call(args...);
+    if (out.size() != 1)
+      throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
+    return out[0];
+  }
+  /// Runs the graph and returns every output tensor, in order.
+  template <class... Args>
+  std::vector<tensor> call_flat(const Args&... args) const {
+    return call(args...);
+  }
+
+  /// The traced graph.
+  const kiln::graph& graph() const { return state_->graph; }
+  /// One spec per tensor input, named after its argument.
+  const std::vector<tensor_spec>& structured_input_signature() const { return state_->inputs; }
+  /// One spec per output, named after the graph value (`Identity:0`).
+  std::vector<tensor_spec> structured_outputs() const { return state_->outputs; }
+
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
+    return os << "ConcreteFunction " << f.state_->signature_text();
+  }
+
+ private:
+  template <class... Args>
+  std::vector<tensor> call(const Args&... args) const {
+    detail::call_signature sig;
+    int arg = 0;
+    (detail::flatten(args, sig, arg++), ...);
+    state_->check_call(sig);
+    return state_->run(sig);
+  }
+  std::shared_ptr<const detail::concrete_state> state_;
+};
+
+/// TensorFlow's tf.function: traces `fn` into a graph once per input signature and
+/// runs the graph on later calls with that signature.
+/// \code
+/// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+/// dbl(kiln::constant(1));    // traces, then runs: tensor(2, shape=(), dtype=int32)
+/// dbl(kiln::constant(2));    // runs the same graph
+/// \endcode
+template <class F>
+class function {
+ public:
+  explicit function(F fn, function_options options = {})
+      : fn_(std::move(fn)), state_(std::make_shared<state>(std::move(options))) {}
+
+  /// Calls the function: traces on a new signature, then runs the graph.
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
+    detail::call_signature sig = signature_of(args...);
+    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
+    std::vector<tensor> out = concrete->run(sig);
+    if constexpr (std::is_void_v<R>) {
+      return;
+    } else {
+      const tensor* next = out.data();
+      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+    }
+  }
+
+  /// Traces for these arguments (values, tensor_specs or C++ values) without running.
+  template <class... Args>
+  concrete_function get_concrete_function(Args&&... args) {
+    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+    detail::call_signature sig = signature_of(args...);
+    return concrete_function(find_or_trace<R>(sig, std::forward<Args>(args)...));
+  }
+
+  /// Every trace's signature, in the seeds' format, separated by blank lines.
+  std::string pretty_printed_concrete_signatures() const {
+    std::lock_guard lock(state_->mutex);
+    std::string s;
+    for (const auto& c : state_->traces) s += (s.empty() ? "" : "\n") + c->signature_text();
+    return s;
+  }
+  /// How many times the callable has been traced.
+  int tracing_count() const {
+    std::lock_guard lock(state_->mutex);
+    return int(state_->traces.size());
+  }
+
+ private:
+  struct key_hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
+      std::size_t h = k.size();
+      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+      return h;
+    }
+  };
+  struct state {
+    explicit state(function_options o) : options(std::move(o)) {}
+    function_options options;
+    mutable std::mutex mutex;        // guards traces and by_key
+    std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
+    std::vector<std::shared_ptr<detail::concrete_state>> traces;
+    std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash> by_key;
+    std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  };
+
+  template <class... Args>
+  detail::call_signature signature_of(const Args&... args) const {
+    detail::call_signature sig;
+    int arg = 0;
+    (detail::flatten(args, sig, arg++), ...);
+    if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
+    return sig;
+  }
+
+  void check_input_signature(detail::call_signature& sig, const std::vector<tensor_spec>& expected) const {
+    bool ok = sig.values.empty() && sig.specs.size() == expected.size();
+    for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
+    if (!ok) {
+      std::ostringstream os;
+      os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
+      for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
+        os << "    ";
+        if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
+        os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
+      }
+      for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
+      os << "  input_signature: (\n";
+      for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
+      throw value_error(os.str());
+    }
+    // Every call then has the input signature's key, so it reuses the one trace.
+    sig.key.clear();
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      sig.specs[i].shape = expected[i].shape;
+      detail::add_shape(sig.key, expected[i].dtype, expected[i].shape);
+    }
+  }
+
+  template <class R, class... Args>
+  auto run_eagerly(Args&&... args) {
+    if constexpr (std::is_void_v<R>) {
+      fn_(std::forward<Args>(args)...);
+    } else {
+      auto r = fn_(std::forward<Args>(args)...);
+      std::vector<tensor> leaves;
+      detail::for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(r, next);
+    }
+  }
+
+  template <class R, class... Args>
+  std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->by_key.find(sig.key);
+      if (it != state_->by_key.end()) return it->second;
+    }
+    std::lock_guard tracing(state_->tracing);
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->by_key.find(sig.key);  // traced by another thread meanwhile
+      if (it != state_->by_key.end()) return it->second;
+      for (const auto& k : state_->tracing_keys)
+        if (k == sig.key)
+          throw value_error(state_->options.name +
+                            " calls itself with the same signature while tracing, which would recurse forever; a "
+                            "recursive kiln::function must change a C++ argument on every call");
+      if (state_->options.reduce_retracing) relax(sig);
+      it = state_->by_key.find(sig.key);
+      if (it != state_->by_key.end()) return it->second;
+      state_->tracing_keys.push_back(sig.key);
+    }
+    std::shared_ptr<detail::concrete_state> traced;
+    try {
+      traced = trace<R>(sig, std::forward<Args>(args)...);
+    } catch (...) {
+      std::lock_guard lock(state_->mutex);
+      state_->tracing_keys.pop_back();
+      throw;
+    }
+    std::lock_guard lock(state_->mutex);
+    state_->tracing_keys.pop_back();
+    state_->traces.push_back(traced);
+    state_->by_key.emplace(sig.key, traced);
+    return traced;
+  }
+
+  // reduce_retracing: a tensor dim that differs from an earlier trace with the same
+  // structure becomes None, and the call is keyed by the relaxed specs.
+  void relax(detail::call_signature& sig) {
+    for (const auto& t : state_->traces) {
+      if (t->inputs.size() != sig.specs.size() || t->bound.size() != sig.values.size()) continue;
+      bool same_structure = true;
+      for (std::size_t i = 0; same_structure && i < sig.values.size(); ++i) same_structure = t->bound[i].key == sig.values[i].key;
+      for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
+        same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
+      if (!same_structure) continue;
+      sig.key.clear();
+      std::size_t value = 0;
+      for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+        shape& s = sig.specs[i].shape;
+        for (int d = 0; d < s.rank(); ++d)
+          if (t->inputs[i].shape[d] != s[d]) s[d] = none;
+        detail::add_shape(sig.key, sig.specs[i].dtype, s);
+      }
+      for (; value < sig.values.size(); ++value) sig.key.insert(sig.key.end(), sig.values[value].key.begin(), sig.values[value].key.end());
+      return;
+    }
+  }
+
+  template <class R, class... Args>
+  std::shared_ptr<detail::concrete_state> trace(const detail::call_signature& sig, Args&&... args) {
+    const function_options& o = state_->options;
+    auto c = std::make_shared<detail::concrete_state>();
+    c->name = o.name;
+    for (std::size_t i = 0; i < sizeof...(Args); ++i)
+      c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
+    c->bound = sig.values;
+    c->input_arg = sig.tensor_arg;
+    detail::trace_context context(o.name);
+    std::vector<tensor> placeholders;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+      placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
+                                                 sig.specs[i].shape));
+      c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
+    }
+    try {
+      const tensor* next = placeholders.data();
+      auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
+        // Each argument takes its placeholders from its own position, whatever
+        // order the compiler evaluates the arguments in.
+        std::array<const tensor*, sizeof...(Args)> starts{};
+        for (std::size_t a = 0, k = 0; a < sizeof...(Args); ++a) {
+          starts[a] = next + k;
+          while (k < sig.tensor_arg.size() && sig.tensor_arg[k] == int(a)) ++k;
+        }
+        return fn_(detail::traced_argument(std::forward<Args>(args), starts[I])...);
+      };
+      if constexpr (std::is_void_v<R>) {
+        call(std::index_sequence_for<Args...>{});
+        c->returns_void = true;
+      } else {
+        std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
+        detail::for_each_output(result, [&](const tensor& t) {
+          int id = context.graph().add_output(context.node_of(t));
+          const node& n = context.graph().nodes()[std::size_t(id)];
+          c->outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
+        });
+        c->traced_result = std::move(result);
+      }
+    } catch (const error&) {
+      detail::rethrow_with_function_name(o.name);
+    }
+    c->graph = std::move(context.graph());
+    c->optimized = detail::optimize(c->graph);
+    c->executor = std::make_unique<detail::graph_executor>(c->optimized);
+    return c;
+  }
+
+  F fn_;
+  std::shared_ptr<state> state_;
+};
+
+template <class F>
+function(F) -> function<F>;
+template <class F>
+function(F, function_options) -> function<F>;
+
+}  // namespace kiln
+// ----- end kiln/trace/function.hpp -----
 // ----- end kiln/kiln.hpp -----
