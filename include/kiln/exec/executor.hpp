@@ -1,72 +1,266 @@
 #pragma once
 /// \file
-/// Runs a graph on concrete tensors. The schedule is fixed once per graph: only the
-/// nodes that an output needs run (non-strict execution), in graph order, and each
-/// intermediate value is released right after its last use so its buffer is reused.
+/// Runs a graph on concrete tensors. The first call with new argument dtypes, devices
+/// and shapes builds a plan (kiln/exec/plan.hpp) and caches it; later calls find it
+/// with a few comparisons and run it in a workspace kept from earlier calls: fused
+/// clusters tile by tile (large ones over the thread pool), other ops through
+/// function pointers chosen at planning. Tensors off the CPU, and shapes a rule
+/// rejects, run node by node through detail::execute, which raises eager's errors.
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
+#include "kiln/backend/cpu/elementwise.hpp"
+#include "kiln/core/parallel.hpp"
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/apply.hpp"
+#include "kiln/exec/plan.hpp"
+#include "kiln/exec/workspace.hpp"
 #include "kiln/graph/graph.hpp"
 
 namespace kiln::detail {
 
+/// Runs one graph, from any number of threads at once.
+/// \code
+/// detail::graph_executor run(g);
+/// std::vector<tensor> out = run.run(std::vector<tensor>{kiln::constant(2.f)});
+/// \endcode
 class graph_executor {
  public:
-  explicit graph_executor(const graph& g) : graph_(&g) {
-    const auto& nodes = g.nodes();
-    std::vector<bool> needed(nodes.size(), false);
-    for (int out : g.outputs()) needed[std::size_t(out)] = true;
-    for (std::size_t i = nodes.size(); i-- > 0;)
-      if (needed[i])
-        for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
-    std::vector<int> last_use(nodes.size(), -1);
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (!needed[i] || nodes[i].kind() != node_kind::op) continue;
-      step s{int(i), {}};
-      for (int in : nodes[i].input_ids()) last_use[std::size_t(in)] = int(steps_.size());
-      steps_.push_back(s);
-    }
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (needed[i] && nodes[i].kind() == node_kind::constant) constants_.push_back(int(i));
-      // Arguments, constants and outputs' sources stay alive for the whole run.
-      bool pinned = nodes[i].kind() != node_kind::op;
-      for (int out : g.outputs()) pinned = pinned || nodes[std::size_t(out)].input_ids()[0] == int(i);
-      if (!pinned && last_use[i] >= 0) steps_[std::size_t(last_use[i])].release.push_back(int(i));
-    }
-  }
+  /// Plans kept per executor; calls with yet other shapes plan for themselves.
+  static constexpr int max_cached_plans = 32;
+
+  explicit graph_executor(const graph& g) : graph_(&g), outline_(g) {}
+  graph_executor(const graph_executor&) = delete;
+  graph_executor& operator=(const graph_executor&) = delete;
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
-    const graph& g = *graph_;
-    std::vector<tensor> values(g.nodes().size());
-    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
-    for (int c : constants_) values[std::size_t(c)] = g.nodes()[std::size_t(c)].value();
-    for (const step& s : steps_) {
-      const node& n = g.nodes()[std::size_t(s.node)];
-      small_vector<const tensor*, 4> inputs;
-      inputs.reserve(n.input_ids().size());
-      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      values[std::size_t(s.node)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
-      for (int r : s.release) values[std::size_t(r)] = tensor();
+    if (args.size() != graph_->arguments().size())
+      throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
+                                   std::to_string(args.size()));
+    for (const tensor& a : args)
+      if (!a.defined() || a.is_symbolic()) return interpret(args);
+    std::unique_ptr<exec::execution_plan> transient;
+    const exec::execution_plan& p = find_plan(args, transient);
+    if (p.interpreted) return interpret(args, &p);
+
+    lease ws(*this, p);
+    if (ws->bound_plan != p.id) ws->bind(*graph_, p);
+    const auto& arguments = graph_->arguments();
+    for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
+    for (const exec::plan_step& s : p.steps) {
+      if (s.cluster >= 0)
+        run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
+      else
+        run_op(s, p, *ws);
+      for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
-    outputs.reserve(g.outputs().size());
-    for (int out : g.outputs()) outputs.push_back(values[std::size_t(g.nodes()[std::size_t(out)].input_ids()[0])]);
+    outputs.reserve(p.outputs.size());
+    for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
     return outputs;
   }
 
+  /// How many plans this executor has cached (one per argument shape set seen).
+  int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
+
+  /// The schedule for `args`, one step per word: an op's name, or a fused cluster
+  /// as its ops in brackets; `interpreted` when the graph runs node by node.
+  /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
+  std::string schedule(std::span<const tensor> args) const {
+    std::unique_ptr<exec::execution_plan> transient;
+    const exec::execution_plan& p = find_plan(args, transient);
+    if (p.interpreted) return "interpreted";
+    std::string s;
+    for (const exec::plan_step& step : p.steps) {
+      if (!s.empty()) s += ' ';
+      if (step.cluster < 0) {
+        s += graph_->nodes()[std::size_t(step.value)].op();
+        continue;
+      }
+      s += '[';
+      for (int id : p.clusters[std::size_t(step.cluster)].nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      s.back() = ']';
+    }
+    return s;
+  }
+
  private:
-  struct step {
-    int node;
-    std::vector<int> release;  // values whose last reader is this step
+  // A workspace for one run: taken from the idle slot without locking in the common
+  // single-caller case, returned with the call's fresh values released.
+  class lease {
+   public:
+    lease(const graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() {
+      for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
+      owner_.give_back(ws_);
+    }
+    exec::workspace* operator->() const { return ws_; }
+    exec::workspace& operator*() const { return *ws_; }
+
+   private:
+    const graph_executor& owner_;
+    const exec::execution_plan& plan_;
+    exec::workspace* ws_;
   };
+
+  exec::workspace* acquire() const {
+    if (exec::workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
+    std::lock_guard lock(workspace_mutex_);
+    if (!spare_.empty()) {
+      exec::workspace* w = spare_.back();
+      spare_.pop_back();
+      return w;
+    }
+    return workspaces_.emplace_back(std::make_unique<exec::workspace>()).get();
+  }
+  void give_back(exec::workspace* w) const {
+    exec::workspace* empty = nullptr;
+    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
+    std::lock_guard lock(workspace_mutex_);
+    spare_.push_back(w);
+  }
+
+  const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
+    if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
+    if (const exec::execution_plan* p = find_cached(args, cached_count_.load(std::memory_order_acquire))) return *p;
+    std::lock_guard lock(plans_mutex_);
+    const int count = cached_count_.load(std::memory_order_relaxed);
+    if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
+    auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    if (count == max_cached_plans) {
+      transient = std::move(fresh);
+      return *transient;
+    }
+    const exec::execution_plan* p = owned_plans_.emplace_back(std::move(fresh)).get();
+    cached_[std::size_t(count)].store(p, std::memory_order_release);
+    cached_count_.store(count + 1, std::memory_order_release);
+    recent_.store(p, std::memory_order_release);
+    return *p;
+  }
+  const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const {
+    for (int i = 0; i < count; ++i) {
+      const exec::execution_plan* p = cached_[std::size_t(i)].load(std::memory_order_acquire);
+      if (p->accepts(args)) {
+        recent_.store(p, std::memory_order_release);
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  static std::span<const tensor* const> gather_inputs(const std::vector<int>& ids, exec::workspace& ws) {
+    for (std::size_t k = 0; k < ids.size(); ++k) ws.inputs[k] = ws.refs[std::size_t(ids[k])];
+    return {ws.inputs.data(), ids.size()};
+  }
+
+  static void run_op(const exec::plan_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+    tensor& out = ws.values[std::size_t(s.value)];
+    if (s.allocate) {
+      const exec::value_info& v = p.values[std::size_t(s.value)];
+      out = tensor(v.type, v.dims);
+    }
+    s.run(s.op, gather_inputs(s.inputs, ws), out);
+  }
+
+  static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
+    for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
+    for (int v : c.allocated) {
+      const exec::value_info& info = p.values[std::size_t(v)];
+      ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+    }
+    if (c.size == 0) return;
+    void** bases = ws.bases.data();
+    for (const auto* list : {&c.streamed, &c.broadcast})
+      for (const exec::cluster_operand& o : *list) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+    for (const exec::gathered_operand& o : c.gathered) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+
+    // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
+    std::int64_t chunks = 1;
+    if (c.size > backend::cpu::elementwise_grain)
+      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain,
+                        4 * std::int64_t(config::num_threads()));
+    const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
+    chunks = (c.size + per_chunk - 1) / per_chunk;
+    char* buffers = nullptr;
+    void** tables = nullptr;
+    ws.reserve_chunks(c, chunks, buffers, tables);
+    auto chunk = [&](std::int64_t k) {
+      run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_size, k * per_chunk,
+                std::min(c.size, (k + 1) * per_chunk));
+    };
+    if (chunks == 1) {
+      chunk(0);
+    } else {
+      parallel_for(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t k = lo; k < hi; ++k) chunk(k);
+      });
+    }
+  }
+
+  static void run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers, void** table, std::int64_t lo,
+                        std::int64_t hi) {
+    for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
+    for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
+    for (std::int64_t t = lo; t < hi; t += c.tile) {
+      const std::int64_t len = std::min(c.tile, hi - t);
+      for (const exec::cluster_operand& o : c.streamed)
+        table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+      for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
+      for (const exec::instruction& i : c.code) {
+        void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
+        i.fn(i.op, i.contig, table[i.out], in, len);
+      }
+    }
+  }
+
+  // Node by node on eager tensors, as eager execution runs them: the path for
+  // tensors off the CPU, and for calls whose shapes some op's rule rejects.
+  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr) const {
+    const graph& g = *graph_;
+    std::vector<tensor> values(g.nodes().size());
+    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
+    for (std::size_t i = 0; i < g.nodes().size(); ++i)
+      if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant) values[i] = g.nodes()[i].value();
+    if (p)
+      for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
+    for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
+      const node& n = g.nodes()[std::size_t(outline_.ops[k])];
+      small_vector<const tensor*, 4> inputs;
+      inputs.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
+      values[std::size_t(outline_.ops[k])] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
+    }
+    std::vector<tensor> outputs;
+    outputs.reserve(outline_.outputs.size());
+    for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
+    return outputs;
+  }
+
   const graph* graph_;
-  std::vector<step> steps_;
-  std::vector<int> constants_;
+  exec::graph_outline outline_;
+
+  mutable std::mutex plans_mutex_;  // guards owned_plans_ and publishing new plans
+  mutable std::vector<std::unique_ptr<exec::execution_plan>> owned_plans_;
+  mutable std::array<std::atomic<const exec::execution_plan*>, max_cached_plans> cached_{};
+  mutable std::atomic<int> cached_count_{0};
+  mutable std::atomic<const exec::execution_plan*> recent_{nullptr};
+
+  mutable std::mutex workspace_mutex_;  // guards workspaces_ and spare_
+  mutable std::vector<std::unique_ptr<exec::workspace>> workspaces_;
+  mutable std::vector<exec::workspace*> spare_;
+  mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
 
 }  // namespace kiln::detail

@@ -1,0 +1,159 @@
+#pragma once
+/// \file
+/// The per-op entry points a plan calls, chosen once when the plan is built: one
+/// function pointer per graph node, so running a plan never visits the op variant,
+/// checks a rule or switches on a dtype.
+///
+/// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
+///   same kernel loop as eager execution (backend::cpu::dispatch_run);
+/// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
+/// - `check_fn` is an op's value check (integer division by zero, ...), run before
+///   the cluster that holds the op;
+/// - `op_fn` runs a node that is not fused: its value check, then its kernel into a
+///   preallocated output, or `evaluate` for ops that only re-describe a buffer.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "kiln/backend/cpu/elementwise.hpp"
+#include "kiln/core/small_vector.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/graph/graph.hpp"
+
+namespace kiln::detail::exec {
+
+/// Runs `len` elements of an elementwise op: bit k of `contig` says operand k
+/// advances by one element per output, otherwise it is one broadcast value.
+/// \code fn(&op, 0b01u, out, in, 1024); \endcode
+using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len);
+
+/// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
+using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
+
+/// Runs a non-fused op on eager inputs: `out` is preallocated with the op's dtype
+/// and shape for ops with a kernel; ops with `evaluate` assign it.
+using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
+
+/// How the elements of a broadcast operand follow the elements of a cluster: the
+/// cluster's loop nest after merging dims, with this operand's strides (0 where
+/// it is broadcast).
+struct broadcast_read {
+  int rank = 1;
+  std::array<std::int64_t, max_rank> size{};
+  std::array<std::int64_t, max_rank> stride{};
+  /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
+  void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
+
+  broadcast_read(dtype t, const shape& operand, const shape& cluster);
+};
+
+template <class T>
+void gather_tile(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) {
+  const T* s = static_cast<const T*>(src);
+  T* d = static_cast<T*>(dst);
+  const int r = b.rank;
+  std::array<std::int64_t, max_rank> idx{};
+  std::int64_t off = 0;
+  for (std::int64_t rest = lo, k = r - 1; k >= 0; --k) {
+    idx[std::size_t(k)] = rest % b.size[std::size_t(k)];
+    rest /= b.size[std::size_t(k)];
+    off += idx[std::size_t(k)] * b.stride[std::size_t(k)];
+  }
+  const std::int64_t inner = b.size[std::size_t(r - 1)], step = b.stride[std::size_t(r - 1)];
+  while (len > 0) {
+    std::int64_t run = std::min(inner - idx[std::size_t(r - 1)], len);
+    if (step == 1)
+      std::copy_n(s + off, run, d);
+    else if (step == 0)
+      std::fill_n(d, run, s[off]);
+    else
+      for (std::int64_t i = 0; i < run; ++i) d[i] = s[off + i * step];
+    d += run;
+    len -= run;
+    off += run * step;
+    idx[std::size_t(r - 1)] += run;
+    for (int k = r - 1; k > 0 && idx[std::size_t(k)] == b.size[std::size_t(k)]; --k) {
+      off += b.stride[std::size_t(k - 1)] - idx[std::size_t(k)] * b.stride[std::size_t(k)];
+      idx[std::size_t(k)] = 0;
+      ++idx[std::size_t(k - 1)];
+    }
+  }
+}
+
+inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
+  const buffer_view view{nullptr, t, operand};
+  const backend::cpu::loop_nest<1> nest(std::span<const buffer_view>(&view, 1), cluster);
+  rank = nest.rank;
+  size = nest.size;
+  stride = nest.stride[0];
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
+  });
+}
+
+template <class Op, class In, class Out>
+void run_tile(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len) {
+  std::array<const void*, Op::arity> operands;
+  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = in[k];
+  backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
+                                                     len);
+}
+
+template <class Op>
+void check_op(const void* op, std::span<const tensor* const> in) {
+  check_values(*static_cast<const Op*>(op), in);
+}
+
+template <class Op>
+void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  if constexpr (requires { op.evaluate(in); }) {
+    out = op.evaluate(in);
+  } else {
+    small_vector<buffer_view, 4> views;
+    views.reserve(in.size());
+    for (const tensor* t : in) views.emplace_back(t->view());
+    if (out.size() > 0) compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+  }
+}
+
+/// The entry points of one graph op, as a plan stores them.
+struct op_entry {
+  const void* op = nullptr;      ///< the op object inside the graph node
+  op_fn run = nullptr;           ///< run unfused
+  tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  check_fn check = nullptr;      ///< value check; null when the op has none
+  bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+};
+
+/// The entry points of `op` for value operands of dtype `in` and a result of dtype
+/// `out`. Elementwise ops on strings are not fused (their elements are objects).
+inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
+  return std::visit(
+      [&](const auto& op) {
+        using Op = std::decay_t<decltype(op)>;
+        op_entry e;
+        e.op = &op;
+        e.run = &run_op<Op>;
+        e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+        if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+        if constexpr (ops::elementwise<Op>) {
+          if (in != string && out != string)
+            backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+              if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>)
+                e.tile = &run_tile<Op, In, Out>;
+            });
+        }
+        return e;
+      },
+      any);
+}
+
+}  // namespace kiln::detail::exec

@@ -1,0 +1,103 @@
+#pragma once
+/// \file
+/// The memory one run of a plan works in: a tensor per graph value, the reused
+/// buffers ("slots") of values that never leave the call, and the tile scratch of
+/// fused clusters. A workspace serves one run at a time and is kept for the next,
+/// so a call in steady state allocates only its outputs. Workspaces are shared by
+/// all plans of a graph: a slot grows to the largest size any plan asks for.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/core/allocator.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/exec/plan.hpp"
+#include "kiln/graph/graph.hpp"
+
+namespace kiln::detail::exec {
+
+/// 64-byte aligned bytes from kiln's host allocator, kept until a larger size is asked for.
+class scratch_buffer {
+ public:
+  scratch_buffer() = default;
+  scratch_buffer(const scratch_buffer&) = delete;
+  scratch_buffer& operator=(const scratch_buffer&) = delete;
+  ~scratch_buffer() { host_allocator().deallocate(data_, bytes_); }
+
+  /// At least `bytes` bytes; the previous contents are not kept.
+  char* reserve(std::size_t bytes) {
+    if (bytes > bytes_) {
+      host_allocator().deallocate(data_, bytes_);
+      data_ = nullptr;
+      bytes_ = 0;
+      data_ = static_cast<char*>(host_allocator().allocate(bytes));
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class workspace {
+ public:
+  /// The plan the values and slots are laid out for (execution_plan::id), 0 for none.
+  std::uint64_t bound_plan = 0;
+  /// One tensor per graph node: slot views, fresh buffers and evaluated results.
+  std::vector<tensor> values;
+  /// Where each value is: an argument, a constant of the graph, or `values[i]`.
+  std::vector<const tensor*> refs;
+  /// Input pointers of the op or check being run.
+  std::vector<const tensor*> inputs;
+  /// Base pointers of a cluster's operands in memory, by table entry.
+  std::vector<void*> bases;
+
+  /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
+  void bind(const graph& g, const execution_plan& p) {
+    const std::size_t n = p.values.size();
+    values.assign(n, tensor());
+    refs.assign(n, nullptr);
+    for (std::size_t i = 0; i < n; ++i) {
+      switch (p.values[i].home) {
+        case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
+        case value_home::slot:
+        case value_home::fresh:
+        case value_home::evaluated: refs[i] = &values[i]; break;
+        default: break;
+      }
+    }
+    for (int t = 0; t < dtype_count; ++t) {
+      const auto& need = p.slot_elements[std::size_t(t)];
+      auto& have = slots_[std::size_t(t)];
+      if (have.size() < need.size()) have.resize(need.size());
+      for (std::size_t k = 0; k < need.size(); ++k)
+        if (!have[k].defined() || have[k].size() < need[k]) have[k] = tensor(dtype(t), shape{need[k]});
+    }
+    for (int v : p.bound) {
+      const value_info& info = p.values[std::size_t(v)];
+      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.index)].share(info.dims);
+    }
+    inputs.resize(std::max(inputs.size(), p.max_inputs));
+    bases.resize(std::max(bases.size(), std::size_t(p.max_table)));
+    bound_plan = p.id;
+  }
+
+  /// Tile scratch for `chunks` chunks of cluster `c`: buffers, then pointer tables.
+  void reserve_chunks(const fused_cluster& c, std::int64_t chunks, char*& buffers, void**& tables) {
+    buffers = scratch_.reserve(std::size_t(chunks) * c.chunk_bytes());
+    const std::size_t entries = std::size_t(chunks) * std::size_t(c.table_size);
+    if (tables_.size() < entries) tables_.resize(entries);
+    tables = tables_.data();
+  }
+
+ private:
+  std::array<std::vector<tensor>, dtype_count> slots_;
+  scratch_buffer scratch_;
+  std::vector<void*> tables_;
+};
+
+}  // namespace kiln::detail::exec
