@@ -41,6 +41,9 @@
 
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"
+#include "kiln/exec/tile.hpp"
+#include "kiln/exec/plan.hpp"
+#include "kiln/exec/workspace.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/passes/optimize.hpp"
 #include "kiln/trace/spec.hpp"
