@@ -75,6 +75,11 @@ void register_matmul(int threads) {
 #if KILN_BENCH_HAS_TORCH
   register_case("matmul_1024", "libtorch", threads, [threads](benchmark::State& state) {
     at::set_num_threads(threads);
+#if KILN_BENCH_HAS_OPENBLAS
+    // Debian's torch multiplies through the same OpenBLAS, whose own thread count
+    // at::set_num_threads leaves alone.
+    openblas_set_num_threads(threads);
+#endif
     auto& m = matmul_operands::get();
     const at::Tensor a = at::from_blob(m.a.get(), {n, n}, at::kFloat);
     const at::Tensor b = at::from_blob(m.b.get(), {n, n}, at::kFloat);

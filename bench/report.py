@@ -91,14 +91,22 @@ def load(folder):
     return loaded
 
 
+def best_up_to(s, case, threads):
+    """The fastest result of a reference case on at most `threads` threads: more threads
+    can only add bandwidth, so a 2-thread figure below the 1-thread one is the busy
+    machine's doing, not the memory's."""
+    rows = [r for t in s.threads(case) if t <= threads for r in s.peers(case, t)]
+    return max(rows, key=lambda r: r.bytes_per_second) if rows else None
+
+
 def copy_bandwidth(s, threads):
-    """The best copy of the run at that thread count: the bar an elementwise op is held to."""
-    copies = s.peers("copy_64MiB", threads)
-    return max(copies, key=lambda r: r.bytes_per_second) if copies else None
+    """The machine's copy bandwidth: the bar an elementwise op is held to."""
+    return best_up_to(s, "copy_64MiB", threads)
 
 
 def read_bandwidth(s, threads):
-    return s.get("read_64MiB", "xsimd_sum", threads)
+    """The machine's read bandwidth: the bar a reduction is held to."""
+    return best_up_to(s, "read_64MiB", threads)
 
 
 def best_blas(s, threads):
@@ -200,7 +208,8 @@ def targets(s):
             checks.append(target(description, "not measured", None))
             return
         share = rate(kiln) / rate(ref)
-        checks.append(target(description, f"{100 * share:.0f} % (of {ref.peer})", share >= goal))
+        checks.append(target(description, f"{100 * share:.0f} % (of {ref.peer}, {ref.threads} thread(s))",
+                             share >= goal))
 
     for threads in (1, 2):
         share_target(f"add 16M, {threads} thread(s): kiln ≥ 85 % of copy bandwidth", "add_16M", "kiln", threads,

@@ -54,9 +54,10 @@ run_python_peer() {  # python library threads round
   local python="$1" library="$2" threads="$3" round="$4" pin=()
   [ -x "$python" ] || return 0
   "$python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$library') is None)" || return 0
-  # TensorFlow's and XLA's pools size themselves from the CPUs the process may use.
+  # TensorFlow's and XLA's pools size themselves from the CPUs the process may use;
+  # torch's matmul runs in OpenBLAS, which torch.set_num_threads does not reach.
   [ "$threads" = 1 ] && pin=(taskset -c 0)
-  "${pin[@]}" "$python" "$bench_dir/peers.py" --library "$library" --threads "$threads" \
+  OPENBLAS_NUM_THREADS="$threads" "${pin[@]}" "$python" "$bench_dir/peers.py" --library "$library" --threads "$threads" \
     --repetitions "$repetitions" --min-time "$min_time" \
     --out "$results/py_${library}_t${threads}_r${round}.json"
 }
