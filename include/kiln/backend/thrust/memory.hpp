@@ -10,7 +10,6 @@
 #include <string>
 
 #include "kiln/backend/thrust/system.hpp"
-#include "kiln/core/allocator.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/storage.hpp"
 

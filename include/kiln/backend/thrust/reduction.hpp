@@ -29,9 +29,10 @@
 namespace kiln::backend {
 namespace thrust_kernels {
 
-/// A double sum carrying the rounding error of its additions (Neumaier's TwoSum):
-/// a float sum of any length, added in any order, is then good to about one
-/// rounding, as the reference's wide sequential sum.
+/// A double sum carrying the rounding error of its additions (each found exactly by
+/// Knuth's TwoSum, as in Kahan-Babuska-Neumaier summation): a sum of any length,
+/// added in any order, is then about as accurate as one in twice the precision,
+/// like the reference's wide sequential sum.
 struct compensated_sum {
   double sum;
   double error;
@@ -192,7 +193,7 @@ void run_reduction(const reduction_axes& axes, const buffer_view& in, const buff
     ::thrust::reduce_by_key(::thrust::device, ::thrust::make_transform_iterator(first, output_of_element{count}),
                             ::thrust::make_transform_iterator(first + outputs * count, output_of_element{count}),
                             ::thrust::make_transform_iterator(first, element), ::thrust::make_discard_iterator(),
-                            ::thrust::make_transform_output_iterator(device_data<out_t>(out), finish_output<Kind, T>{element.reduce}),
+                            ::thrust::make_transform_output_iterator(out.as<out_t>(), finish_output<Kind, T>{element.reduce}),
                             ::thrust::equal_to<std::int64_t>(), element.reduce);
   }
 }

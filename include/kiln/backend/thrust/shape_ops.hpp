@@ -99,8 +99,7 @@ inline void join(std::string_view op, std::span<const buffer_view> in, std::span
       if (n > 0) {
         auto positions = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::int64_t>(0),
                                                            block_position{columns, total * inner, first_column});
-        ::thrust::copy_n(::thrust::device, device_data<const T>(in[k]), n,
-                         ::thrust::make_permutation_iterator(device_data<T>(out), positions));
+        ::thrust::copy_n(::thrust::device, in[k].as<const T>(), n, ::thrust::make_permutation_iterator(out.as<T>(), positions));
       }
       first_column += columns;
     }
