@@ -125,3 +125,17 @@ TEST_CASE("string tensors concatenate and compare") {
   REQUIRE((s == std::string("a")).to_vector<bool>() == std::vector<bool>{true, false});
   REQUIRE_THROWS_AS(s * s, type_error);
 }
+
+TEST_CASE("outputs large enough for non-temporal stores match the reference") {
+  // 2M + 5 elements: at least 8 MiB for every dtype below, and a length that is
+  // not a multiple of the SIMD width; one operand broadcast in the scalar case.
+  const shape big{(std::int64_t(1) << 21) + 5};
+  for (dtype t : {int32, int64, float32, float64}) {
+    INFO("dtype " << name(t));
+    tensor a = kiln::testing::random_tensor(t, big, 1), b = kiln::testing::random_tensor(t, big, 2);
+    tensor s = kiln::testing::random_tensor(t, shape{}, 3);
+    kiln::testing::check_backends(ops::add{}, {a, b});
+    kiln::testing::check_backends(ops::multiply{}, {a, s});
+    kiln::testing::check_backends(ops::negate{}, {a});
+  }
+}

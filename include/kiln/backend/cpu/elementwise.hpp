@@ -57,8 +57,40 @@ inline constexpr bool simd_type =
 
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
-/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition.
-template <unsigned Contig, class Op, class In, class Out, int Arity>
+/// Outputs at least this large are written with non-temporal stores: they do not fit
+/// in cache anyway, and streaming them saves reading each line before writing it.
+inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
+
+/// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
+template <class T, class A>
+KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(b) == 64) {
+    if constexpr (std::is_same_v<T, float>) return _mm512_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm512_stream_pd(p, b);
+    else return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(b) == 32) {
+    if constexpr (std::is_same_v<T, float>) return _mm256_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm256_stream_pd(p, b);
+    else return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (sizeof(b) == 16) {
+    if constexpr (std::is_same_v<T, float>) return _mm_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm_stream_pd(p, b);
+    else return _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
+  }
+#endif
+  b.store_aligned(p);
+}
+
+/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
+/// `Stream`, full batches go to memory with non-temporal stores.
+template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
 void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
   auto at = [&](int k, std::int64_t i) -> const In& {
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
@@ -71,11 +103,22 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
       const In* q = static_cast<const In*>(p[k]);
       return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
     };
-    for (; i + w <= len; i += w) {
+    auto compute = [&](std::int64_t j) {
       if constexpr (Arity == 1)
-        op(load(0, i)).store_unaligned(o + i);
+        return op(load(0, j));
       else
-        op(load(0, i), load(1, i)).store_unaligned(o + i);
+        return op(load(0, j), load(1, j));
+    };
+    if constexpr (Stream) {
+      for (; i < len && reinterpret_cast<std::uintptr_t>(o + i) % sizeof(B) != 0; ++i) {
+        if constexpr (Arity == 1)
+          o[i] = op(at(0, i));
+        else
+          o[i] = op(at(0, i), at(1, i));
+      }
+      for (; i + w <= len; i += w) store_streaming(compute(i), o + i);
+    } else {
+      for (; i + w <= len; i += w) compute(i).store_unaligned(o + i);
     }
   }
   for (; i < len; ++i) {
@@ -88,16 +131,20 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
   }
 }
 
-template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
   if constexpr (Contig == (1u << Arity)) {
     (void)contig, (void)op, (void)o, (void)p, (void)len;
   } else if (contig == Contig) {
-    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len);
+    inner_run<Contig, Op, In, Out, Arity, Stream>(op, o, p, len);
   } else {
-    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, Contig + 1, Stream>(contig, op, o, p, len);
   }
 }
+
+/// Whether one op's kernel can stream its output (a SIMD path writing its own type).
+template <class Op, class In, class Out>
+inline constexpr bool can_stream = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
 template <class Op, class In, class Out>
 void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
@@ -114,6 +161,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
+  const bool stream = can_stream<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -128,7 +176,10 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         for (int d = 0; d < r; ++d) off += idx[d] * nest.stride[k][d];
         p[k] = base(k) + off * std::int64_t(elem_size(k));
       }
-      dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
+      if (stream)
+        dispatch_run<Op, In, Out, arity, 0, can_stream<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
+      else
+        dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
       lo += len;
       idx[r - 1] += len;
       for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {
@@ -136,6 +187,10 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         ++idx[d - 1];
       }
     }
+    // Non-temporal stores are weakly ordered: fence before another thread reads them.
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
   });
 }
 
