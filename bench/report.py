@@ -33,6 +33,7 @@ class result:
     bytes_per_second: float = 0.0
     flops: float = 0.0
     samples: int = 0
+    spread: float = 0.0  # interquartile range of the times, as a fraction of the median
 
 
 @dataclass
@@ -81,9 +82,12 @@ def load(folder):
                 (entry["real_time"] * scale, entry.get("bytes_per_second", 0.0), entry.get("flops", 0.0))
             )
     for key, values in samples.items():
+        times = [v[0] for v in values]
+        quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
         loaded.results[key] = result(
             *key,
-            time_ns=statistics.median(v[0] for v in values),
+            time_ns=statistics.median(times),
+            spread=(quartiles[2] - quartiles[0]) / statistics.median(times),
             bytes_per_second=statistics.median(v[1] for v in values),
             flops=statistics.median(v[2] for v in values),
             samples=len(values),
@@ -114,6 +118,10 @@ def best_blas(s, threads):
     return max(blas, key=lambda r: r.flops) if blas else None
 
 
+def format_spread(r):
+    return f"±{50 * r.spread:.0f} %"
+
+
 def format_time(ns):
     if ns >= 1e6:
         return f"{ns / 1e6:.2f} ms"
@@ -139,9 +147,10 @@ def bandwidth_section(s):
     for case, unit in (("copy_64MiB", "read + written"), ("read_64MiB", "read")):
         for threads in s.threads(case):
             for r in s.peers(case, threads):
-                rows.append([case, r.peer, threads, format_time(r.time_ns), f"{r.bytes_per_second / GB:.1f}", unit])
+                rows.append([case, r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.bytes_per_second / GB:.1f}",
+                             unit])
     return "## 1. Bandwidth references (same run)\n\n" + table(
-        ["case", "method", "threads", "median time", "GB/s", "bytes counted"], rows
+        ["case", "method", "threads", "median time", "spread", "GB/s", "bytes counted"], rows
     )
 
 
@@ -151,10 +160,10 @@ def memory_bound_section(s, title, case, reference, reference_name):
         ref = reference(s, threads)
         for r in s.peers(case, threads):
             share = f"{100 * r.bytes_per_second / ref.bytes_per_second:.0f} %" if ref else "–"
-            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.bytes_per_second / GB:.1f}", share,
-                         speed_vs_kiln(s, r)])
+            rows.append([r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.bytes_per_second / GB:.1f}",
+                         share, speed_vs_kiln(s, r)])
     return f"## {title}\n\n" + table(
-        ["peer", "threads", "median time", "GB/s", f"% of {reference_name}", "peer time / kiln time"], rows
+        ["peer", "threads", "median time", "spread", "GB/s", f"% of {reference_name}", "peer time / kiln time"], rows
     )
 
 
@@ -164,9 +173,11 @@ def matmul_section(s):
         best = best_blas(s, threads)
         for r in s.peers("matmul_1024", threads):
             share = f"{100 * r.flops / best.flops:.0f} %" if best else "–"
-            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.flops / GB:.1f}", share, speed_vs_kiln(s, r)])
+            rows.append([r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.flops / GB:.1f}", share,
+                         speed_vs_kiln(s, r)])
     return "## 4. matmul 1024×1024×1024 float32\n\n" + table(
-        ["peer", "threads", "median time", "GFLOP/s", "% of best of OpenBLAS/Eigen", "peer time / kiln time"], rows
+        ["peer", "threads", "median time", "spread", "GFLOP/s", "% of best of OpenBLAS/Eigen",
+         "peer time / kiln time"], rows
     )
 
 
@@ -174,17 +185,19 @@ def conv_section(s):
     rows = []
     for threads in s.threads("conv2d_seed"):
         for r in s.peers("conv2d_seed", threads):
-            rows.append([r.peer, threads, format_time(r.time_ns), f"{r.flops / GB:.1f}", speed_vs_kiln(s, r)])
+            rows.append([r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.flops / GB:.1f}",
+                         speed_vs_kiln(s, r)])
     return (
         "## 5. conv2d of the seeds: 1×200×200×100 NHWC, 3×3×100→100 HWIO, VALID\n\n"
-        + table(["peer", "threads", "median time", "GFLOP/s", "peer time / kiln time"], rows)
+        + table(["peer", "threads", "median time", "spread", "GFLOP/s", "peer time / kiln time"], rows)
     )
 
 
 def overhead_section(s):
-    rows = [[r.peer, r.threads, format_time(r.time_ns), speed_vs_kiln(s, r)] for r in s.peers("add_10", 1)]
+    rows = [[r.peer, r.threads, format_time(r.time_ns), format_spread(r), speed_vs_kiln(s, r)]
+            for r in s.peers("add_10", 1)]
     return "## 6. Eager per-op overhead: a + b on 10 float32\n\n" + table(
-        ["peer", "threads", "median time per op", "peer time / kiln time"], rows
+        ["peer", "threads", "median time per op", "spread", "peer time / kiln time"], rows
     )
 
 
@@ -259,7 +272,8 @@ def markdown(s, checks, command, machine, png_name):
         f"Command: `{command}` (from the repository root, after `bench/setup.sh`).\n",
         f"Every figure is the median over all repetitions of all rounds ({samples} samples per "
         "benchmark); C++ repetitions run in random interleaved order, and "
-        "rounds alternate the C++ program with the Python peers. Times are wall-clock. "
+        "rounds alternate the C++ program with the Python peers. Times are wall-clock; *spread* is "
+        "half the interquartile range of a benchmark's times, relative to its median. "
         "GB = 10⁹ bytes.\n",
         "## Machine\n\n```\n" + machine.strip() + "\n```\n" + load_warning(machine),
         "## Targets\n\n" + table(["target", "measured", "result"],
