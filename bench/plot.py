@@ -51,9 +51,9 @@ def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
     axes = axes.flatten()
     bandwidth = lambda r: r.bytes_per_second  # noqa: E731
     _panel(axes[0], "a + b, 16M float32", _shares(s, "add_16M", copy_bandwidth, bandwidth), 85,
-           "% of best copy bandwidth (same threads); target 85 %")
+           "% of best copy bandwidth (≤ same threads); target 85 %")
     _panel(axes[1], "reduce_sum, 16M float32", _shares(s, "reduce_sum_16M", read_bandwidth, bandwidth), 85,
-           "% of read bandwidth (same threads); target 85 %")
+           "% of read bandwidth (≤ same threads); target 85 %")
     _panel(axes[2], "matmul 1024³ float32", _shares(s, "matmul_1024", best_blas, lambda r: r.flops), 90,
            "% of best of OpenBLAS/Eigen GFLOP/s (same threads); target 90 %")
     torch_conv = lambda s, t: s.get("conv2d_seed", "libtorch", t)  # noqa: E731
