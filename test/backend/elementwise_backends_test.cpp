@@ -139,3 +139,19 @@ TEST_CASE("outputs large enough for non-temporal stores match the reference") {
     kiln::testing::check_backends(ops::negate{}, {a});
   }
 }
+
+TEST_CASE("maximum and minimum propagate NaN on the SIMD path as on the scalar one") {
+  const float nan = std::nanf("");
+  std::vector<float> a(37, 1.f), b(37, 2.f);
+  a[3] = nan, b[20] = nan, a[36] = nan;
+  tensor x = kiln::testing::make_tensor(a, shape{37}), y = kiln::testing::make_tensor(b, shape{37});
+  std::vector<float> mx = kiln::maximum(x, y).to_vector<float>(), mn = kiln::minimum(x, y).to_vector<float>();
+  for (std::size_t i : {std::size_t(3), std::size_t(20), std::size_t(36)}) {
+    CHECK(std::isnan(mx[i]));
+    CHECK(std::isnan(mn[i]));
+  }
+  CHECK(mx[0] == 2.f);
+  CHECK(mn[0] == 1.f);
+  kiln::testing::check_backends(ops::maximum{}, {x, y});
+  kiln::testing::check_backends(ops::minimum{}, {x, y});
+}

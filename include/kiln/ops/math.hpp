@@ -170,14 +170,14 @@ xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
 template <class T, class A>
 xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a > b) | (a != a), a, b);
+    return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
   else
     return xsimd::max(a, b);
 }
 template <class T, class A>
 xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a < b) | (a != a), a, b);
+    return xsimd::select((a < b) | xsimd::isnan(a), a, b);
   else
     return xsimd::min(a, b);
 }
