@@ -1,0 +1,30 @@
+// The seeds' "Depending on Python global and free variables" (001 "Known issues"): a
+// captured C++ value is read while tracing and baked into the graph, so changing it
+// later changes nothing; a C++ argument is part of the signature, so a new value
+// retraces and is seen.
+
+#include <kiln/kiln.hpp>
+
+#include <iostream>
+
+int main() {
+  int foo = 1;
+
+  // @tf.function
+  // def buggy_add():
+  //   return 1 + foo
+  kiln::function buggy_add([&] { return 1 + foo; }, {.name = "buggy_add"});
+
+  // @tf.function
+  // def recommended_add(foo):
+  //   return 1 + foo
+  kiln::function recommended_add([](int value) { return 1 + value; }, {.name = "recommended_add", .arg_names = {"foo"}});
+
+  std::cout << "Buggy: " << buggy_add() << "\n";
+  std::cout << "Correct: " << recommended_add(foo) << "\n";
+
+  std::cout << "Updating the value of `foo` to 100!\n";
+  foo = 100;
+  std::cout << "Buggy: " << buggy_add() << "\n";  // Did not change!
+  std::cout << "Correct: " << recommended_add(foo) << "\n";
+}
