@@ -1784,14 +1784,14 @@ xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
 template <class T, class A>
 xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a > b) | (a != a), a, b);
+    return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
   else
     return xsimd::max(a, b);
 }
 template <class T, class A>
 xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a < b) | (a != a), a, b);
+    return xsimd::select((a < b) | xsimd::isnan(a), a, b);
   else
     return xsimd::min(a, b);
 }
@@ -3914,8 +3914,40 @@ inline constexpr bool simd_type =
 
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
-/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition.
-template <unsigned Contig, class Op, class In, class Out, int Arity>
+/// Outputs at least this large are written with non-temporal stores: they do not fit
+/// in cache anyway, and streaming them saves reading each line before writing it.
+inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
+
+/// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
+template <class T, class A>
+KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(b) == 64) {
+    if constexpr (std::is_same_v<T, float>) return _mm512_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm512_stream_pd(p, b);
+    else return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(b) == 32) {
+    if constexpr (std::is_same_v<T, float>) return _mm256_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm256_stream_pd(p, b);
+    else return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (sizeof(b) == 16) {
+    if constexpr (std::is_same_v<T, float>) return _mm_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm_stream_pd(p, b);
+    else return _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
+  }
+#endif
+  b.store_aligned(p);
+}
+
+/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
+/// `Stream`, full batches go to memory with non-temporal stores.
+template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
 void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
   auto at = [&](int k, std::int64_t i) -> const In& {
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
@@ -3928,11 +3960,22 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
       const In* q = static_cast<const In*>(p[k]);
       return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
     };
-    for (; i + w <= len; i += w) {
+    auto compute = [&](std::int64_t j) {
       if constexpr (Arity == 1)
-        op(load(0, i)).store_unaligned(o + i);
+        return op(load(0, j));
       else
-        op(load(0, i), load(1, i)).store_unaligned(o + i);
+        return op(load(0, j), load(1, j));
+    };
+    if constexpr (Stream) {
+      for (; i < len && reinterpret_cast<std::uintptr_t>(o + i) % sizeof(B) != 0; ++i) {
+        if constexpr (Arity == 1)
+          o[i] = op(at(0, i));
+        else
+          o[i] = op(at(0, i), at(1, i));
+      }
+      for (; i + w <= len; i += w) store_streaming(compute(i), o + i);
+    } else {
+      for (; i + w <= len; i += w) compute(i).store_unaligned(o + i);
     }
   }
   for (; i < len; ++i) {
@@ -3945,16 +3988,20 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
   }
 }
 
-template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
   if constexpr (Contig == (1u << Arity)) {
     (void)contig, (void)op, (void)o, (void)p, (void)len;
   } else if (contig == Contig) {
-    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len);
+    inner_run<Contig, Op, In, Out, Arity, Stream>(op, o, p, len);
   } else {
-    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, Contig + 1, Stream>(contig, op, o, p, len);
   }
 }
+
+/// Whether one op's kernel can stream its output (a SIMD path writing its own type).
+template <class Op, class In, class Out>
+inline constexpr bool can_stream = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
 template <class Op, class In, class Out>
 void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
@@ -3971,6 +4018,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
+  const bool stream = can_stream<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -3985,7 +4033,10 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         for (int d = 0; d < r; ++d) off += idx[d] * nest.stride[k][d];
         p[k] = base(k) + off * std::int64_t(elem_size(k));
       }
-      dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
+      if (stream)
+        dispatch_run<Op, In, Out, arity, 0, can_stream<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
+      else
+        dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
       lo += len;
       idx[r - 1] += len;
       for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {
@@ -3993,6 +4044,10 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         ++idx[d - 1];
       }
     }
+    // Non-temporal stores are weakly ordered: fence before another thread reads them.
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
   });
 }
 
@@ -5924,13 +5979,19 @@ inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_v
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_SYSTEM_HPP
 // ----- begin kiln/backend/thrust/system.hpp -----
 /// \file
-/// The Thrust device system the thrust_backend runs on, and what every Thrust
-/// kernel of kiln shares: typed device pointers over kernel views.
+/// The Thrust device system the thrust_backend runs on, and the transform over
+/// output elements that most Thrust kernels of kiln are.
 ///
 /// nvcc builds use Thrust's CUDA system. A host compiler cannot build that system,
 /// so when the build did not choose one (THRUST_DEVICE_SYSTEM, set by kiln's CMake
 /// to CPP or OMP) the "device" is the host's sequential CPP system; this keeps a
 /// plain `g++ -Iinclude` build working wherever Thrust headers are on the path.
+///
+/// Kernels hand Thrust raw pointers together with the `thrust::device` policy: the
+/// policy, not the pointer type, selects the device system. Wrapping them in
+/// `thrust::device_ptr` would make the host device systems write through
+/// `thrust::device_reference`, which Thrust implements by binding a reference to a
+/// null system pointer (undefined behaviour that UBSan reports).
 
 
 #if !defined(THRUST_DEVICE_SYSTEM) && !defined(__CUDACC__)
@@ -5939,7 +6000,6 @@ inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_v
 
 #include <cstdint>
 
-#include <thrust/device_ptr.h>
 #include <thrust/execution_policy.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform.h>
@@ -5954,21 +6014,13 @@ inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_v
 
 namespace kiln::backend::thrust_kernels {
 
-/// The elements of a kernel view as a Thrust device pointer, so that algorithms
-/// given `thrust::device` and these pointers run on the device system.
-/// \code auto p = device_data<float>(out); ::thrust::fill(::thrust::device, p, p + out.size(), 0.f); \endcode
-template <class T>
-::thrust::device_ptr<T> device_data(const buffer_view& v) {
-  return ::thrust::device_pointer_cast(v.as<T>());
-}
-
 /// Sets every element `i` of `out` (of type `T`) to `element(i)`: the one kernel
 /// shape of most gpu ops, a transform over the output's flat indices.
 /// \code fill_elements<float>(out, read_strided<float>{x, index}); \endcode
 template <class T, class Element>
 void fill_elements(const buffer_view& out, const Element& element) {
   ::thrust::counting_iterator<std::int64_t> first(0);
-  ::thrust::transform(::thrust::device, first, first + out.size(), device_data<T>(out), element);
+  ::thrust::transform(::thrust::device, first, first + out.size(), out.as<T>(), element);
 }
 
 }  // namespace kiln::backend::thrust_kernels
@@ -6182,9 +6234,10 @@ void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, cons
 namespace kiln::backend {
 namespace thrust_kernels {
 
-/// A double sum carrying the rounding error of its additions (Neumaier's TwoSum):
-/// a float sum of any length, added in any order, is then good to about one
-/// rounding, as the reference's wide sequential sum.
+/// A double sum carrying the rounding error of its additions (each found exactly by
+/// Knuth's TwoSum, as in Kahan-Babuska-Neumaier summation): a sum of any length,
+/// added in any order, is then about as accurate as one in twice the precision,
+/// like the reference's wide sequential sum.
 struct compensated_sum {
   double sum;
   double error;
@@ -6345,7 +6398,7 @@ void run_reduction(const reduction_axes& axes, const buffer_view& in, const buff
     ::thrust::reduce_by_key(::thrust::device, ::thrust::make_transform_iterator(first, output_of_element{count}),
                             ::thrust::make_transform_iterator(first + outputs * count, output_of_element{count}),
                             ::thrust::make_transform_iterator(first, element), ::thrust::make_discard_iterator(),
-                            ::thrust::make_transform_output_iterator(device_data<out_t>(out), finish_output<Kind, T>{element.reduce}),
+                            ::thrust::make_transform_output_iterator(out.as<out_t>(), finish_output<Kind, T>{element.reduce}),
                             ::thrust::equal_to<std::int64_t>(), element.reduce);
   }
 }
@@ -6458,8 +6511,7 @@ inline void join(std::string_view op, std::span<const buffer_view> in, std::span
       if (n > 0) {
         auto positions = ::thrust::make_transform_iterator(::thrust::counting_iterator<std::int64_t>(0),
                                                            block_position{columns, total * inner, first_column});
-        ::thrust::copy_n(::thrust::device, device_data<const T>(in[k]), n,
-                         ::thrust::make_permutation_iterator(device_data<T>(out), positions));
+        ::thrust::copy_n(::thrust::device, in[k].as<const T>(), n, ::thrust::make_permutation_iterator(out.as<T>(), positions));
       }
       first_column += columns;
     }
@@ -7031,72 +7083,1117 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 
 }  // namespace kiln::detail
 // ----- end kiln/trace/trace_context.hpp -----
+// ----- begin kiln/exec/tile.hpp -----
+/// \file
+/// The per-op entry points a plan calls, chosen once when the plan is built: one
+/// function pointer per graph node, so running a plan never visits the op variant,
+/// checks a rule or switches on a dtype.
+///
+/// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
+///   same kernel loop as eager execution (backend::cpu::dispatch_run);
+/// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
+/// - `check_fn` is an op's value check (integer division by zero, ...), run before
+///   the cluster that holds the op;
+/// - `op_fn` runs a node that is not fused: its value check, then its kernel into a
+///   preallocated output, or `evaluate` for ops that only re-describe a buffer.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+
+namespace kiln::detail::exec {
+
+/// Runs `len` elements of an elementwise op: bit k of `contig` says operand k
+/// advances by one element per output, otherwise it is one broadcast value.
+/// \code fn(&op, 0b01u, out, in, 1024); \endcode
+using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len);
+
+/// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
+using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
+
+/// Runs a non-fused op on eager inputs: `out` is preallocated with the op's dtype
+/// and shape for ops with a kernel; ops with `evaluate` assign it.
+using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
+
+/// How the elements of a broadcast operand follow the elements of a cluster: the
+/// cluster's loop nest after merging dims, with this operand's strides (0 where
+/// it is broadcast).
+struct broadcast_read {
+  int rank = 1;
+  std::array<std::int64_t, max_rank> size{};
+  std::array<std::int64_t, max_rank> stride{};
+  /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
+  void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
+
+  broadcast_read(dtype t, const shape& operand, const shape& cluster);
+};
+
+template <class T>
+void gather_tile(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) {
+  const T* s = static_cast<const T*>(src);
+  T* d = static_cast<T*>(dst);
+  const int r = b.rank;
+  std::array<std::int64_t, max_rank> idx{};
+  std::int64_t off = 0;
+  for (std::int64_t rest = lo, k = r - 1; k >= 0; --k) {
+    idx[std::size_t(k)] = rest % b.size[std::size_t(k)];
+    rest /= b.size[std::size_t(k)];
+    off += idx[std::size_t(k)] * b.stride[std::size_t(k)];
+  }
+  const std::int64_t inner = b.size[std::size_t(r - 1)], step = b.stride[std::size_t(r - 1)];
+  while (len > 0) {
+    std::int64_t run = std::min(inner - idx[std::size_t(r - 1)], len);
+    if (step == 1)
+      std::copy_n(s + off, run, d);
+    else if (step == 0)
+      std::fill_n(d, run, s[off]);
+    else
+      for (std::int64_t i = 0; i < run; ++i) d[i] = s[off + i * step];
+    d += run;
+    len -= run;
+    off += run * step;
+    idx[std::size_t(r - 1)] += run;
+    for (int k = r - 1; k > 0 && idx[std::size_t(k)] == b.size[std::size_t(k)]; --k) {
+      off += b.stride[std::size_t(k - 1)] - idx[std::size_t(k)] * b.stride[std::size_t(k)];
+      idx[std::size_t(k)] = 0;
+      ++idx[std::size_t(k - 1)];
+    }
+  }
+}
+
+inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
+  const buffer_view view{nullptr, t, operand};
+  const backend::cpu::loop_nest<1> nest(std::span<const buffer_view>(&view, 1), cluster);
+  rank = nest.rank;
+  size = nest.size;
+  stride = nest.stride[0];
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
+  });
+}
+
+template <class Op, class In, class Out>
+void run_tile(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len) {
+  std::array<const void*, Op::arity> operands;
+  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = in[k];
+  backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
+                                                     len);
+}
+
+template <class Op>
+void check_op(const void* op, std::span<const tensor* const> in) {
+  check_values(*static_cast<const Op*>(op), in);
+}
+
+template <class Op>
+void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  if constexpr (requires { op.evaluate(in); }) {
+    out = op.evaluate(in);
+  } else {
+    small_vector<buffer_view, 4> views;
+    views.reserve(in.size());
+    for (const tensor* t : in) views.emplace_back(t->view());
+    if (out.size() > 0) compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+  }
+}
+
+/// The entry points of one graph op, as a plan stores them.
+struct op_entry {
+  const void* op = nullptr;      ///< the op object inside the graph node
+  op_fn run = nullptr;           ///< run unfused
+  tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  check_fn check = nullptr;      ///< value check; null when the op has none
+  bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+};
+
+/// The entry points of `op` for value operands of dtype `in` and a result of dtype
+/// `out`. Elementwise ops on strings are not fused (their elements are objects).
+inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
+  return std::visit(
+      [&](const auto& op) {
+        using Op = std::decay_t<decltype(op)>;
+        op_entry e;
+        e.op = &op;
+        e.run = &run_op<Op>;
+        e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+        if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+        if constexpr (ops::elementwise<Op>) {
+          if (in != string && out != string)
+            backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+              if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>)
+                e.tile = &run_tile<Op, In, Out>;
+            });
+        }
+        return e;
+      },
+      any);
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/tile.hpp -----
+// ----- begin kiln/exec/plan.hpp -----
+/// \file
+/// Execution plans. A plan is what a graph does for one set of concrete argument
+/// dtypes, shapes and devices: every node's concrete dtype and shape (inferred with
+/// the ops' own rules), a schedule of only the nodes the outputs need, elementwise
+/// nodes of one shape fused into clusters that run tile by tile, the entry point of
+/// every op resolved to a function pointer, and a home for every value (reused
+/// workspace memory, or a fresh buffer for what leaves the call). A plan is
+/// immutable once built; several threads run it at once, each in its own workspace.
+///
+/// Fusion: a cluster grows along producer-to-consumer edges between elementwise
+/// nodes of the same result shape, in graph order. Once anything outside a cluster
+/// reads one of its values, the cluster is closed, so it can run as one step at
+/// the place of its last node without reordering a reader before it. Values that
+/// only the cluster reads live in per-tile scratch and never reach memory. An op
+/// with a value check (integer floordiv, floormod, pow) joins a cluster only as a
+/// node whose inputs come from outside it, so its check runs on real values before
+/// the cluster starts, as eager execution would run it.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <variant>
+#include <vector>
+
+
+namespace kiln::detail::exec {
+
+/// Where a value lives while a plan runs.
+enum class value_home : std::uint8_t {
+  unused,     ///< not needed by any output, or kept in a cluster's tile scratch only
+  argument,   ///< the caller's tensor
+  constant,   ///< the graph's captured tensor
+  slot,       ///< workspace memory reused across calls
+  fresh,      ///< a new buffer each call (outputs, strings, values an output may alias)
+  evaluated,  ///< assigned by the op itself (ops that re-describe a buffer)
+};
+
+struct value_info {
+  value_home home = value_home::unused;
+  dtype type = float32;
+  shape dims;
+  /// The argument index (argument), or the slot index among slots of this dtype (slot).
+  int index = -1;
+};
+
+/// One elementwise node of a cluster: operands and result are indices into the
+/// cluster's per-tile pointer table.
+struct instruction {
+  tile_fn fn = nullptr;
+  const void* op = nullptr;
+  unsigned contig = 0;
+  int arity = 0;
+  int out = 0;
+  std::array<int, 3> in{};
+};
+
+/// A value a cluster reads or writes in memory, with the table entry it fills.
+struct cluster_operand {
+  int value = 0;
+  int entry = 0;
+  std::size_t element_bytes = 0;
+};
+
+/// A value read by a cluster in the shape of another (a row or column vector):
+/// gathered per tile into a buffer of the tile scratch.
+struct gathered_operand {
+  int value = 0;
+  int entry = 0;
+  broadcast_read read;
+};
+
+/// A value check to run before a cluster.
+struct cluster_check {
+  check_fn fn = nullptr;
+  const void* op = nullptr;
+  std::vector<int> inputs;
+};
+
+/// Elementwise nodes of one result shape evaluated together, tile by tile.
+/// The pointer table of a tile holds, in order: `buffers` tile buffers (scratch of
+/// the cluster's intermediates, then gathered operands), then one entry per
+/// operand in memory.
+struct fused_cluster {
+  std::vector<int> nodes;  ///< the graph nodes fused, in order
+  shape dims;
+  std::int64_t size = 0;
+  std::int64_t tile = 0;         ///< elements per tile
+  std::size_t buffer_bytes = 0;  ///< bytes per tile buffer (a multiple of 64)
+  int buffers = 0;               ///< scratch buffers, gathered buffers included
+  int table_size = 0;
+  std::vector<instruction> code;
+  std::vector<cluster_operand> streamed;   ///< arguments or results of the cluster's shape: advance per tile
+  std::vector<cluster_operand> broadcast;  ///< one-element operands: read with stride 0
+  std::vector<gathered_operand> gathered;
+  std::vector<int> allocated;  ///< results with a fresh buffer, created before the cluster runs
+  std::vector<cluster_check> checks;
+
+  std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes; }
+};
+
+/// One step of a schedule: a fused cluster, or one op run through its `op_fn`.
+struct plan_step {
+  int cluster = -1;  ///< index into execution_plan::clusters, or -1 for an op
+  int value = -1;    ///< the op's node
+  op_fn run = nullptr;
+  const void* op = nullptr;
+  bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
+  std::vector<int> inputs;
+  std::vector<int> release;  ///< fresh values whose last reader is this step
+};
+
+/// Dtype, device and shape of one argument, as a plan's key holds them.
+struct argument_key {
+  dtype type = float32;
+  device place = device::cpu;
+  shape dims;
+  bool operator==(const argument_key&) const = default;
+};
+
+/// What a graph does for one set of argument dtypes, devices and shapes.
+struct execution_plan {
+  /// Distinguishes plans for the workspaces bound to them (never reused).
+  std::uint64_t id = next_id();
+  std::vector<argument_key> key;
+  /// Run node by node through detail::execute: some tensor is not on the CPU, or a
+  /// rule fails for these shapes (execution then raises the eager error in order).
+  bool interpreted = false;
+  std::vector<value_info> values;  ///< one per graph node
+  std::vector<plan_step> steps;
+  std::vector<fused_cluster> clusters;
+  std::vector<int> outputs;  ///< the value of each output
+  std::vector<int> fresh;    ///< values created during a call, cleared after it
+  std::vector<int> bound;    ///< values in slots: bound once per workspace
+  std::array<std::vector<std::int64_t>, dtype_count> slot_elements;  ///< per dtype, per slot
+  std::size_t max_inputs = 0;
+  int max_table = 0;
+  /// Interpreted plans for arguments on a GPU: the graph's CPU constants, copied
+  /// there once, since a trace records no device (`x + 1` on a GPU tensor traces a
+  /// CPU scalar 1).
+  std::vector<std::pair<int, tensor>> moved_constants;
+
+  /// True when the arguments have this plan's dtypes, devices and shapes.
+  bool accepts(std::span<const tensor> args) const {
+    if (args.size() != key.size()) return false;
+    for (std::size_t i = 0; i < args.size(); ++i)
+      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place || args[i].shape() != key[i].dims) return false;
+    return true;
+  }
+
+ private:
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+};
+
+/// The part of planning that does not depend on shapes: which nodes the outputs
+/// need, and where each output comes from.
+struct graph_outline {
+  explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
+    const auto& nodes = g.nodes();
+    for (int out : g.outputs()) {
+      int source = out;
+      while (nodes[std::size_t(source)].kind() == node_kind::identity) source = nodes[std::size_t(source)].input_ids()[0];
+      outputs.push_back(source);
+      needed[std::size_t(source)] = true;
+    }
+    for (std::size_t i = nodes.size(); i-- > 0;)
+      if (needed[i])
+        for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (needed[i] && nodes[i].kind() == node_kind::op) ops.push_back(int(i));
+    release.resize(ops.size());
+    std::vector<int> last_reader(nodes.size(), -1);
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      for (int in : nodes[std::size_t(ops[k])].input_ids()) last_reader[std::size_t(in)] = int(k);
+    for (int out : outputs) last_reader[std::size_t(out)] = -1;
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (last_reader[i] >= 0 && nodes[i].kind() == node_kind::op) release[std::size_t(last_reader[i])].push_back(int(i));
+  }
+  std::vector<bool> needed;
+  std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
+  std::vector<int> outputs;  ///< the value node of each output
+  /// For node by node execution: the op values whose last reader is ops[k].
+  std::vector<std::vector<int>> release;
+};
+
+/// Builds the plan of graph `g` for `args`.
+class plan_builder {
+ public:
+  /// Tile scratch per cluster and chunk stays around this size, to stay in L1/L2.
+  static constexpr std::size_t tile_budget_bytes = std::size_t(32) << 10;
+  static constexpr std::int64_t min_tile = 256, max_tile = 4096;
+
+  plan_builder(const graph& g, const graph_outline& outline, std::span<const tensor> args)
+      : g_(g), outline_(outline), args_(args), entries_(g.nodes().size()), cluster_of_(g.nodes().size(), -1) {}
+
+  std::unique_ptr<execution_plan> build() {
+    auto p = std::make_unique<execution_plan>();
+    plan_ = p.get();
+    for (const tensor& a : args_) p->key.push_back({a.dtype(), a.device(), a.shape()});
+    p->values.resize(g_.nodes().size());
+    p->outputs = outline_.outputs;
+    if (!infer_values()) {
+      p->interpreted = true;
+      move_constants();
+      return p;
+    }
+    form_clusters();
+    schedule();
+    place_values();
+    for (std::size_t c = 0; c < groups_.size(); ++c)
+      if (!groups_[c].members.empty()) lower_cluster(groups_[c]);
+    return p;
+  }
+
+ private:
+  const node& at(int id) const { return g_.nodes()[std::size_t(id)]; }
+  value_info& value(int id) { return plan_->values[std::size_t(id)]; }
+
+  // Concrete dtype and shape of every needed node, by the ops' own rules. False when
+  // the plan must interpret: a tensor off the CPU, a rule that fails for these
+  // shapes, or a shape the rules leave partly unknown.
+  bool infer_values() {
+    const auto& args = g_.arguments();
+    if (args.size() != args_.size()) return false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args_[i].device() != device::cpu) return false;
+      value_info& v = value(args[i]);
+      v = {value_home::argument, args_[i].dtype(), args_[i].shape(), int(i)};
+    }
+    for (std::size_t i = 0; i < g_.nodes().size(); ++i) {
+      const node& n = g_.nodes()[i];
+      if (!outline_.needed[i] || n.kind() != node_kind::constant) continue;
+      if (n.value().device() != device::cpu) return false;
+      plan_->values[i] = {value_home::constant, n.value().dtype(), n.value().shape(), -1};
+    }
+    std::vector<dtype> dtypes;
+    std::vector<shape> shapes;
+    for (int id : outline_.ops) {
+      const node& n = at(id);
+      dtypes.clear();
+      shapes.clear();
+      for (int in : n.input_ids()) {
+        dtypes.push_back(value(in).type);
+        shapes.push_back(value(in).dims);
+      }
+      bool ok = std::visit(
+          [&](const auto& op) {
+            dtype_result dt = op.result_dtype(dtypes);
+            shape_result sh = op.result_shape(shapes);
+            if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
+            value(id).type = dt.value;
+            value(id).dims = sh.value;
+            return true;
+          },
+          n.operation());
+      if (!ok) return false;
+      // Elementwise ops read values of one dtype (for `where`, the branches').
+      dtype in = dtypes.empty() ? value(id).type : dtypes[dtypes.size() == 3 ? 1 : 0];
+      bool text = value(id).type == string;
+      for (dtype t : dtypes) text = text || t == string;
+      entries_[std::size_t(id)] = entry_of(n.operation(), text ? string : in, value(id).type);
+    }
+    return true;
+  }
+
+  void move_constants() {
+    if (args_.empty()) return;
+    const device d = args_[0].device();
+    for (const tensor& a : args_)
+      if (a.device() != d) return;
+    if (d == device::cpu) return;
+    for (std::size_t i = 0; i < g_.nodes().size(); ++i) {
+      const node& n = g_.nodes()[i];
+      if (outline_.needed[i] && n.kind() == node_kind::constant && n.value().device() == device::cpu &&
+          n.value().dtype() != string)
+        plan_->moved_constants.emplace_back(int(i), n.value().to(d));
+    }
+  }
+
+  struct group {
+    shape dims;
+    std::vector<int> members;
+    bool open = true;
+  };
+
+  void close_reader_of(int input) {
+    int c = cluster_of_[std::size_t(input)];
+    if (c >= 0) groups_[std::size_t(c)].open = false;
+  }
+
+  void form_clusters() {
+    for (int id : outline_.ops) {
+      const node& n = at(id);
+      const op_entry& e = entries_[std::size_t(id)];
+      if (!e.tile) {
+        for (int in : n.input_ids()) close_reader_of(in);
+        continue;
+      }
+      // A checked op takes all its inputs from outside its cluster (see the file comment).
+      std::vector<int> joined;
+      for (int in : n.input_ids()) {
+        int c = cluster_of_[std::size_t(in)];
+        if (c < 0) continue;
+        group& gr = groups_[std::size_t(c)];
+        if (gr.open && !e.check && gr.dims == value(id).dims) {
+          if (std::find(joined.begin(), joined.end(), c) == joined.end()) joined.push_back(c);
+        } else {
+          gr.open = false;
+        }
+      }
+      int target;
+      if (joined.empty()) {
+        target = int(groups_.size());
+        groups_.push_back({value(id).dims, {}, true});
+      } else {
+        target = joined[0];
+        for (std::size_t k = 1; k < joined.size(); ++k) {
+          group& from = groups_[std::size_t(joined[k])];
+          for (int m : from.members) cluster_of_[std::size_t(m)] = target;
+          auto& to = groups_[std::size_t(target)].members;
+          to.insert(to.end(), from.members.begin(), from.members.end());
+          from.members.clear();
+        }
+      }
+      groups_[std::size_t(target)].members.push_back(id);
+      cluster_of_[std::size_t(id)] = target;
+    }
+    for (group& gr : groups_) std::sort(gr.members.begin(), gr.members.end());
+  }
+
+  // Ops run at their own place in graph order, a cluster at the place of its last node.
+  void schedule() {
+    std::vector<std::pair<int, int>> order;  // (place, op node or -1 - cluster)
+    for (int id : outline_.ops)
+      if (cluster_of_[std::size_t(id)] < 0) order.emplace_back(id, id);
+    for (std::size_t c = 0; c < groups_.size(); ++c)
+      if (!groups_[c].members.empty()) order.emplace_back(groups_[c].members.back(), -1 - int(c));
+    std::sort(order.begin(), order.end());
+    step_of_.assign(g_.nodes().size(), -1);
+    cluster_index_.assign(groups_.size(), -1);
+    for (auto [place, what] : order) {
+      plan_step s;
+      if (what >= 0) {
+        const op_entry& e = entries_[std::size_t(what)];
+        s.value = what;
+        s.run = e.run;
+        s.op = e.op;
+        s.inputs = at(what).input_ids();
+        plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
+        step_of_[std::size_t(what)] = int(plan_->steps.size());
+      } else {
+        int c = -1 - what;
+        cluster_index_[std::size_t(c)] = int(plan_->clusters.size());
+        s.cluster = int(plan_->clusters.size());
+        plan_->clusters.emplace_back();
+        for (int m : groups_[std::size_t(c)].members) step_of_[std::size_t(m)] = int(plan_->steps.size());
+      }
+      plan_->steps.push_back(std::move(s));
+    }
+  }
+
+  // The step that reads each value last (the end of the call for outputs), which
+  // values a cluster must write to memory, and a home for every value.
+  void place_values() {
+    const int end = int(plan_->steps.size());
+    const std::size_t n = g_.nodes().size();
+    last_use_.assign(n, -1);
+    materialized_.assign(n, false);
+    for (int id : outline_.ops)
+      for (int in : at(id).input_ids()) {
+        last_use_[std::size_t(in)] = std::max(last_use_[std::size_t(in)], step_of_[std::size_t(id)]);
+        int c = cluster_of_[std::size_t(in)];
+        if (c >= 0 && c != cluster_of_[std::size_t(id)]) materialized_[std::size_t(in)] = true;
+      }
+    std::vector<bool> is_output(n, false);
+    for (int out : outline_.outputs) {
+      last_use_[std::size_t(out)] = end;
+      materialized_[std::size_t(out)] = true;
+      is_output[std::size_t(out)] = true;
+    }
+
+    // Values linked through ops that re-describe buffers (reshape) may share memory:
+    // if one of them is an output, none of them may live in reused memory, and the
+    // memory of one lives as long as any of them is read.
+    std::vector<int> root(n);
+    std::iota(root.begin(), root.end(), 0);
+    auto find = [&](int v) {
+      while (root[std::size_t(v)] != v) v = root[std::size_t(v)] = root[std::size_t(root[std::size_t(v)])];
+      return v;
+    };
+    for (int id : outline_.ops)
+      if (entries_[std::size_t(id)].evaluates)
+        for (int in : at(id).input_ids()) root[std::size_t(find(in))] = find(id);
+    std::vector<bool> escapes(n, false);
+    std::vector<int> family_last_use(n, -1);
+    for (int id : outline_.ops) {
+      int r = find(id);
+      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)];
+      family_last_use[std::size_t(r)] = std::max(family_last_use[std::size_t(r)], last_use_[std::size_t(id)]);
+    }
+
+    for (int id : outline_.ops) {
+      value_info& v = value(id);
+      bool in_memory = cluster_of_[std::size_t(id)] < 0 || materialized_[std::size_t(id)];
+      if (!in_memory)
+        v.home = value_home::unused;
+      else if (entries_[std::size_t(id)].evaluates)
+        v.home = value_home::evaluated;
+      else if (v.type == string || escapes[std::size_t(find(id))])
+        v.home = value_home::fresh;
+      else
+        v.home = value_home::slot;
+      if (v.home == value_home::fresh || v.home == value_home::evaluated) plan_->fresh.push_back(id);
+      if (v.home == value_home::slot) plan_->bound.push_back(id);
+    }
+
+    // Fresh values are dropped after their last reader; outputs at the end of the call.
+    for (int id : plan_->fresh)
+      if (last_use_[std::size_t(id)] >= 0 && last_use_[std::size_t(id)] < end)
+        plan_->steps[std::size_t(last_use_[std::size_t(id)])].release.push_back(id);
+    for (plan_step& s : plan_->steps)
+      if (s.cluster < 0) s.allocate = value(s.value).home == value_home::fresh;
+
+    // Slots: a value takes a free slot of its dtype when its step runs and gives it
+    // back after the last read of its family, so no step writes where it reads.
+    struct live_slot {
+      int index;
+      int until;
+    };
+    std::array<std::vector<live_slot>, dtype_count> busy;
+    std::array<std::vector<int>, dtype_count> idle;
+    std::vector<std::vector<int>> defined(plan_->steps.size());
+    for (int id : plan_->bound) defined[std::size_t(step_of_[std::size_t(id)])].push_back(id);
+    for (std::size_t k = 0; k < plan_->steps.size(); ++k) {
+      for (int id : defined[k]) {
+        value_info& v = value(id);
+        const int t = int(v.type);
+        auto& sizes = plan_->slot_elements[std::size_t(t)];
+        auto& free = idle[std::size_t(t)];
+        const std::int64_t need = std::max<std::int64_t>(v.dims.num_elements(), 1);
+        // The smallest idle slot that fits, else the largest (which then grows).
+        auto best = free.end();
+        for (auto it = free.begin(); it != free.end(); ++it)
+          if (sizes[std::size_t(*it)] >= need && (best == free.end() || sizes[std::size_t(*it)] < sizes[std::size_t(*best)]))
+            best = it;
+        if (best == free.end())
+          best = std::max_element(free.begin(), free.end(),
+                                  [&](int a, int b) { return sizes[std::size_t(a)] < sizes[std::size_t(b)]; });
+        if (best == free.end()) {
+          v.index = int(sizes.size());
+          sizes.push_back(need);
+        } else {
+          v.index = *best;
+          free.erase(best);
+          sizes[std::size_t(v.index)] = std::max(sizes[std::size_t(v.index)], need);
+        }
+        int until = std::max(family_last_use[std::size_t(find(id))], int(k));
+        busy[std::size_t(t)].push_back({v.index, until});
+      }
+      for (int t = 0; t < dtype_count; ++t) {
+        auto& live = busy[std::size_t(t)];
+        for (std::size_t i = 0; i < live.size();) {
+          if (live[i].until <= int(k)) {
+            idle[std::size_t(t)].push_back(live[i].index);
+            live[i] = live.back();
+            live.pop_back();
+          } else {
+            ++i;
+          }
+        }
+      }
+    }
+  }
+
+  void lower_cluster(const group& gr) {
+    fused_cluster& c = plan_->clusters[std::size_t(cluster_index_[std::size_t(&gr - groups_.data())])];
+    c.nodes = gr.members;
+    c.dims = gr.dims;
+    c.size = gr.dims.num_elements();
+    const std::vector<int>& members = gr.members;
+    const int cluster_id = cluster_of_[std::size_t(members[0])];
+    auto inside = [&](int v) { return cluster_of_[std::size_t(v)] == cluster_id; };
+
+    // Last instruction (within the cluster) that reads each scratch value.
+    std::vector<int> last_read(g_.nodes().size(), -1);
+    for (std::size_t k = 0; k < members.size(); ++k)
+      for (int in : at(members[k]).input_ids()) last_read[std::size_t(in)] = int(k);
+
+    // Scratch buffers first (their number is known only after allocating them), so
+    // entries are assigned in two passes: scratch indices now, memory operands after.
+    std::vector<int> scratch_of(g_.nodes().size(), -1);
+    std::vector<int> free_scratch;
+    int scratch = 0;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      int id = members[k];
+      if (!materialized_[std::size_t(id)]) {
+        if (free_scratch.empty()) {
+          scratch_of[std::size_t(id)] = scratch++;
+        } else {
+          scratch_of[std::size_t(id)] = free_scratch.back();
+          free_scratch.pop_back();
+        }
+      }
+      for (int in : at(id).input_ids())
+        if (inside(in) && scratch_of[std::size_t(in)] >= 0 && last_read[std::size_t(in)] == int(k) &&
+            std::find(free_scratch.begin(), free_scratch.end(), scratch_of[std::size_t(in)]) == free_scratch.end())
+          free_scratch.push_back(scratch_of[std::size_t(in)]);
+    }
+
+    // Operands outside the cluster: streamed in place, broadcast, or gathered.
+    std::vector<int> externals;
+    for (int id : members)
+      for (int in : at(id).input_ids())
+        if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+    std::vector<int> gathered_values;
+    for (int in : externals) {
+      std::int64_t count = value(in).dims.num_elements();
+      if (count != c.size && count != 1) gathered_values.push_back(in);
+    }
+    c.buffers = scratch + int(gathered_values.size());
+    c.tile = choose_tile(c.size, c.buffers);
+    c.buffer_bytes = std::size_t(c.tile) * sizeof(double);
+
+    std::vector<int> entry_of_value(g_.nodes().size(), -1);
+    for (std::size_t i = 0; i < gathered_values.size(); ++i) {
+      int in = gathered_values[i];
+      entry_of_value[std::size_t(in)] = scratch + int(i);
+      c.gathered.push_back({in, scratch + int(i), broadcast_read(value(in).type, value(in).dims, c.dims)});
+    }
+    int next = c.buffers;
+    for (int in : externals) {
+      if (entry_of_value[std::size_t(in)] >= 0) continue;
+      entry_of_value[std::size_t(in)] = next;
+      cluster_operand op{in, next++, size_of(value(in).type)};
+      (value(in).dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
+    }
+    for (int id : members) {
+      if (scratch_of[std::size_t(id)] >= 0) {
+        entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
+      } else {
+        entry_of_value[std::size_t(id)] = next;
+        c.streamed.push_back({id, next++, size_of(value(id).type)});
+        if (value(id).home == value_home::fresh) c.allocated.push_back(id);
+      }
+    }
+    c.table_size = next;
+    plan_->max_table = std::max(plan_->max_table, c.table_size);
+
+    for (int id : members) {
+      const node& n = at(id);
+      const op_entry& e = entries_[std::size_t(id)];
+      instruction ins;
+      ins.fn = e.tile;
+      ins.op = e.op;
+      ins.arity = int(n.input_ids().size());
+      ins.out = entry_of_value[std::size_t(id)];
+      for (int k = 0; k < ins.arity; ++k) {
+        int in = n.input_ids()[std::size_t(k)];
+        ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];
+        bool one_value = !inside(in) && value(in).dims.num_elements() == 1 && c.size != 1;
+        if (!one_value) ins.contig |= 1u << k;
+      }
+      c.code.push_back(ins);
+      if (e.check) {
+        c.checks.push_back({e.check, e.op, n.input_ids()});
+        plan_->max_inputs = std::max(plan_->max_inputs, n.input_ids().size());
+      }
+    }
+  }
+
+  static std::int64_t choose_tile(std::int64_t size, int buffers) {
+    std::int64_t budget = std::int64_t(tile_budget_bytes / (sizeof(double) * std::size_t(std::max(buffers, 1))));
+    std::int64_t tile = std::clamp(budget, min_tile, max_tile) & ~std::int64_t(63);
+    // One tile for a small cluster, rounded up so every tile buffer stays 64-byte aligned.
+    if (size < tile) tile = std::max<std::int64_t>((size + 63) & ~std::int64_t(63), 64);
+    return tile;
+  }
+
+  const graph& g_;
+  const graph_outline& outline_;
+  std::span<const tensor> args_;
+  execution_plan* plan_ = nullptr;
+  std::vector<op_entry> entries_;
+  std::vector<int> cluster_of_;
+  std::vector<group> groups_;
+  std::vector<int> step_of_;
+  std::vector<int> cluster_index_;
+  std::vector<int> last_use_;
+  std::vector<bool> materialized_;
+};
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/plan.hpp -----
+// ----- begin kiln/exec/workspace.hpp -----
+/// \file
+/// The memory one run of a plan works in: a tensor per graph value, the reused
+/// buffers ("slots") of values that never leave the call, and the tile scratch of
+/// fused clusters. A workspace serves one run at a time and is kept for the next,
+/// so a call in steady state allocates only its outputs. Workspaces are shared by
+/// all plans of a graph: a slot grows to the largest size any plan asks for.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+
+namespace kiln::detail::exec {
+
+/// 64-byte aligned bytes from kiln's host allocator, kept until a larger size is asked for.
+class scratch_buffer {
+ public:
+  scratch_buffer() = default;
+  scratch_buffer(const scratch_buffer&) = delete;
+  scratch_buffer& operator=(const scratch_buffer&) = delete;
+  ~scratch_buffer() { host_allocator().deallocate(data_, bytes_); }
+
+  /// At least `bytes` bytes; the previous contents are not kept.
+  char* reserve(std::size_t bytes) {
+    if (bytes > bytes_) {
+      host_allocator().deallocate(data_, bytes_);
+      data_ = nullptr;
+      bytes_ = 0;
+      data_ = static_cast<char*>(host_allocator().allocate(bytes));
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class workspace {
+ public:
+  /// The plan the values and slots are laid out for (execution_plan::id), 0 for none.
+  std::uint64_t bound_plan = 0;
+  /// One tensor per graph node: slot views, fresh buffers and evaluated results.
+  std::vector<tensor> values;
+  /// Where each value is: an argument, a constant of the graph, or `values[i]`.
+  std::vector<const tensor*> refs;
+  /// Input pointers of the op or check being run.
+  std::vector<const tensor*> inputs;
+  /// Base pointers of a cluster's operands in memory, by table entry.
+  std::vector<void*> bases;
+
+  /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
+  void bind(const graph& g, const execution_plan& p) {
+    const std::size_t n = p.values.size();
+    values.assign(n, tensor());
+    refs.assign(n, nullptr);
+    for (std::size_t i = 0; i < n; ++i) {
+      switch (p.values[i].home) {
+        case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
+        case value_home::slot:
+        case value_home::fresh:
+        case value_home::evaluated: refs[i] = &values[i]; break;
+        default: break;
+      }
+    }
+    for (int t = 0; t < dtype_count; ++t) {
+      const auto& need = p.slot_elements[std::size_t(t)];
+      auto& have = slots_[std::size_t(t)];
+      if (have.size() < need.size()) have.resize(need.size());
+      for (std::size_t k = 0; k < need.size(); ++k)
+        if (!have[k].defined() || have[k].size() < need[k]) have[k] = tensor(dtype(t), shape{need[k]});
+    }
+    for (int v : p.bound) {
+      const value_info& info = p.values[std::size_t(v)];
+      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.index)].share(info.dims);
+    }
+    inputs.resize(std::max(inputs.size(), p.max_inputs));
+    bases.resize(std::max(bases.size(), std::size_t(p.max_table)));
+    bound_plan = p.id;
+  }
+
+  /// Tile scratch for `chunks` chunks of cluster `c`: buffers, then pointer tables.
+  void reserve_chunks(const fused_cluster& c, std::int64_t chunks, char*& buffers, void**& tables) {
+    buffers = scratch_.reserve(std::size_t(chunks) * c.chunk_bytes());
+    const std::size_t entries = std::size_t(chunks) * std::size_t(c.table_size);
+    if (tables_.size() < entries) tables_.resize(entries);
+    tables = tables_.data();
+  }
+
+ private:
+  std::array<std::vector<tensor>, dtype_count> slots_;
+  scratch_buffer scratch_;
+  std::vector<void*> tables_;
+};
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/workspace.hpp -----
 // ----- begin kiln/exec/executor.hpp -----
 /// \file
-/// Runs a graph on concrete tensors. The schedule is fixed once per graph: only the
-/// nodes that an output needs run (non-strict execution), in graph order, and each
-/// intermediate value is released right after its last use so its buffer is reused.
+/// Runs a graph on concrete tensors. The first call with new argument dtypes, devices
+/// and shapes builds a plan (kiln/exec/plan.hpp) and caches it; later calls find it
+/// with a few comparisons and run it in a workspace kept from earlier calls: fused
+/// clusters tile by tile (large ones over the thread pool), other ops through
+/// function pointers chosen at planning. Tensors off the CPU, and shapes a rule
+/// rejects, run node by node through detail::execute, which raises eager's errors.
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
 
 namespace kiln::detail {
 
+/// Runs one graph, from any number of threads at once.
+/// \code
+/// detail::graph_executor run(g);
+/// std::vector<tensor> out = run.run(std::vector<tensor>{kiln::constant(2.f)});
+/// \endcode
 class graph_executor {
  public:
-  explicit graph_executor(const graph& g) : graph_(&g) {
-    const auto& nodes = g.nodes();
-    std::vector<bool> needed(nodes.size(), false);
-    for (int out : g.outputs()) needed[std::size_t(out)] = true;
-    for (std::size_t i = nodes.size(); i-- > 0;)
-      if (needed[i])
-        for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
-    std::vector<int> last_use(nodes.size(), -1);
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (!needed[i] || nodes[i].kind() != node_kind::op) continue;
-      step s{int(i), {}};
-      for (int in : nodes[i].input_ids()) last_use[std::size_t(in)] = int(steps_.size());
-      steps_.push_back(s);
-    }
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (needed[i] && nodes[i].kind() == node_kind::constant) constants_.push_back(int(i));
-      // Arguments, constants and outputs' sources stay alive for the whole run.
-      bool pinned = nodes[i].kind() != node_kind::op;
-      for (int out : g.outputs()) pinned = pinned || nodes[std::size_t(out)].input_ids()[0] == int(i);
-      if (!pinned && last_use[i] >= 0) steps_[std::size_t(last_use[i])].release.push_back(int(i));
-    }
-  }
+  /// Plans kept per executor; calls with yet other shapes plan for themselves.
+  static constexpr int max_cached_plans = 32;
+
+  explicit graph_executor(const graph& g) : graph_(&g), outline_(g) {}
+  graph_executor(const graph_executor&) = delete;
+  graph_executor& operator=(const graph_executor&) = delete;
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
-    const graph& g = *graph_;
-    std::vector<tensor> values(g.nodes().size());
-    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
-    for (int c : constants_) values[std::size_t(c)] = g.nodes()[std::size_t(c)].value();
-    for (const step& s : steps_) {
-      const node& n = g.nodes()[std::size_t(s.node)];
-      small_vector<const tensor*, 4> inputs;
-      inputs.reserve(n.input_ids().size());
-      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      values[std::size_t(s.node)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
-      for (int r : s.release) values[std::size_t(r)] = tensor();
+    if (args.size() != graph_->arguments().size())
+      throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
+                                   std::to_string(args.size()));
+    for (const tensor& a : args)
+      if (!a.defined() || a.is_symbolic()) return interpret(args);
+    std::unique_ptr<exec::execution_plan> transient;
+    const exec::execution_plan& p = find_plan(args, transient);
+    if (p.interpreted) return interpret(args, &p);
+
+    lease ws(*this, p);
+    if (ws->bound_plan != p.id) ws->bind(*graph_, p);
+    const auto& arguments = graph_->arguments();
+    for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
+    for (const exec::plan_step& s : p.steps) {
+      if (s.cluster >= 0)
+        run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
+      else
+        run_op(s, p, *ws);
+      for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
-    outputs.reserve(g.outputs().size());
-    for (int out : g.outputs()) outputs.push_back(values[std::size_t(g.nodes()[std::size_t(out)].input_ids()[0])]);
+    outputs.reserve(p.outputs.size());
+    for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
     return outputs;
   }
 
+  /// How many plans this executor has cached (one per argument shape set seen).
+  int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
+
+  /// The schedule for `args`, one step per word: an op's name, or a fused cluster
+  /// as its ops in brackets; `interpreted` when the graph runs node by node.
+  /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
+  std::string schedule(std::span<const tensor> args) const {
+    std::unique_ptr<exec::execution_plan> transient;
+    const exec::execution_plan& p = find_plan(args, transient);
+    if (p.interpreted) return "interpreted";
+    std::string s;
+    for (const exec::plan_step& step : p.steps) {
+      if (!s.empty()) s += ' ';
+      if (step.cluster < 0) {
+        s += graph_->nodes()[std::size_t(step.value)].op();
+        continue;
+      }
+      s += '[';
+      for (int id : p.clusters[std::size_t(step.cluster)].nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      s.back() = ']';
+    }
+    return s;
+  }
+
  private:
-  struct step {
-    int node;
-    std::vector<int> release;  // values whose last reader is this step
+  // A workspace for one run: taken from the idle slot without locking in the common
+  // single-caller case, returned with the call's fresh values released.
+  class lease {
+   public:
+    lease(const graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() {
+      for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
+      owner_.give_back(ws_);
+    }
+    exec::workspace* operator->() const { return ws_; }
+    exec::workspace& operator*() const { return *ws_; }
+
+   private:
+    const graph_executor& owner_;
+    const exec::execution_plan& plan_;
+    exec::workspace* ws_;
   };
+
+  exec::workspace* acquire() const {
+    if (exec::workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
+    std::lock_guard lock(workspace_mutex_);
+    if (!spare_.empty()) {
+      exec::workspace* w = spare_.back();
+      spare_.pop_back();
+      return w;
+    }
+    return workspaces_.emplace_back(std::make_unique<exec::workspace>()).get();
+  }
+  void give_back(exec::workspace* w) const {
+    exec::workspace* empty = nullptr;
+    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
+    std::lock_guard lock(workspace_mutex_);
+    spare_.push_back(w);
+  }
+
+  const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
+    if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
+    if (const exec::execution_plan* p = find_cached(args, cached_count_.load(std::memory_order_acquire))) return *p;
+    std::lock_guard lock(plans_mutex_);
+    const int count = cached_count_.load(std::memory_order_relaxed);
+    if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
+    auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    if (count == max_cached_plans) {
+      transient = std::move(fresh);
+      return *transient;
+    }
+    const exec::execution_plan* p = owned_plans_.emplace_back(std::move(fresh)).get();
+    cached_[std::size_t(count)].store(p, std::memory_order_release);
+    cached_count_.store(count + 1, std::memory_order_release);
+    recent_.store(p, std::memory_order_release);
+    return *p;
+  }
+  const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const {
+    for (int i = 0; i < count; ++i) {
+      const exec::execution_plan* p = cached_[std::size_t(i)].load(std::memory_order_acquire);
+      if (p->accepts(args)) {
+        recent_.store(p, std::memory_order_release);
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  static std::span<const tensor* const> gather_inputs(const std::vector<int>& ids, exec::workspace& ws) {
+    for (std::size_t k = 0; k < ids.size(); ++k) ws.inputs[k] = ws.refs[std::size_t(ids[k])];
+    return {ws.inputs.data(), ids.size()};
+  }
+
+  static void run_op(const exec::plan_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+    tensor& out = ws.values[std::size_t(s.value)];
+    if (s.allocate) {
+      const exec::value_info& v = p.values[std::size_t(s.value)];
+      out = tensor(v.type, v.dims);
+    }
+    s.run(s.op, gather_inputs(s.inputs, ws), out);
+  }
+
+  static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
+    for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
+    for (int v : c.allocated) {
+      const exec::value_info& info = p.values[std::size_t(v)];
+      ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+    }
+    if (c.size == 0) return;
+    void** bases = ws.bases.data();
+    for (const auto* list : {&c.streamed, &c.broadcast})
+      for (const exec::cluster_operand& o : *list) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+    for (const exec::gathered_operand& o : c.gathered) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+
+    // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
+    std::int64_t chunks = 1;
+    if (c.size > backend::cpu::elementwise_grain)
+      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain,
+                        4 * std::int64_t(config::num_threads()));
+    const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
+    chunks = (c.size + per_chunk - 1) / per_chunk;
+    char* buffers = nullptr;
+    void** tables = nullptr;
+    ws.reserve_chunks(c, chunks, buffers, tables);
+    auto chunk = [&](std::int64_t k) {
+      run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_size, k * per_chunk,
+                std::min(c.size, (k + 1) * per_chunk));
+    };
+    if (chunks == 1) {
+      chunk(0);
+    } else {
+      parallel_for(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t k = lo; k < hi; ++k) chunk(k);
+      });
+    }
+  }
+
+  static void run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers, void** table, std::int64_t lo,
+                        std::int64_t hi) {
+    for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
+    for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
+    for (std::int64_t t = lo; t < hi; t += c.tile) {
+      const std::int64_t len = std::min(c.tile, hi - t);
+      for (const exec::cluster_operand& o : c.streamed)
+        table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+      for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
+      for (const exec::instruction& i : c.code) {
+        void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
+        i.fn(i.op, i.contig, table[i.out], in, len);
+      }
+    }
+  }
+
+  // Node by node on eager tensors, as eager execution runs them: the path for
+  // tensors off the CPU, and for calls whose shapes some op's rule rejects.
+  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr) const {
+    const graph& g = *graph_;
+    std::vector<tensor> values(g.nodes().size());
+    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
+    for (std::size_t i = 0; i < g.nodes().size(); ++i)
+      if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant) values[i] = g.nodes()[i].value();
+    if (p)
+      for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
+    for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
+      const node& n = g.nodes()[std::size_t(outline_.ops[k])];
+      small_vector<const tensor*, 4> inputs;
+      inputs.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
+      values[std::size_t(outline_.ops[k])] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
+    }
+    std::vector<tensor> outputs;
+    outputs.reserve(outline_.outputs.size());
+    for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
+    return outputs;
+  }
+
   const graph* graph_;
-  std::vector<step> steps_;
-  std::vector<int> constants_;
+  exec::graph_outline outline_;
+
+  mutable std::mutex plans_mutex_;  // guards owned_plans_ and publishing new plans
+  mutable std::vector<std::unique_ptr<exec::execution_plan>> owned_plans_;
+  mutable std::array<std::atomic<const exec::execution_plan*>, max_cached_plans> cached_{};
+  mutable std::atomic<int> cached_count_{0};
+  mutable std::atomic<const exec::execution_plan*> recent_{nullptr};
+
+  mutable std::mutex workspace_mutex_;  // guards workspaces_ and spare_
+  mutable std::vector<std::unique_ptr<exec::workspace>> workspaces_;
+  mutable std::vector<exec::workspace*> spare_;
+  mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
 
 }  // namespace kiln::detail
