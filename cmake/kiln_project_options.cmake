@@ -1,13 +1,12 @@
 # kiln::dev: kiln as kiln's own tests, examples and benchmarks use it: kiln::kiln plus
-# the project's compile flags, which are deliberately not part of kiln::kiln
-# (consumers choose their own warnings, -march and sanitizers).
+# the project's compile flags (kiln_dev_flags), which are deliberately not part of
+# kiln::kiln (consumers choose their own warnings, -march and sanitizers).
 
-add_library(kiln_dev INTERFACE)
-add_library(kiln::dev ALIAS kiln_dev)
-target_link_libraries(kiln_dev INTERFACE kiln)
+add_library(kiln_dev_flags INTERFACE)
+target_link_libraries(kiln_dev_flags INTERFACE kiln)
 
 set(for_cxx "$<COMPILE_LANGUAGE:CXX>")
-target_compile_options(kiln_dev INTERFACE
+target_compile_options(kiln_dev_flags INTERFACE
   "$<${for_cxx}:-Wall;-Wextra>"
   # GCC 12 + AVX-512 reports false maybe-uninitialized warnings inside xsimd (GCC PR105593).
   "$<$<AND:${for_cxx},$<CXX_COMPILER_ID:GNU>>:-Wno-maybe-uninitialized>"
@@ -20,6 +19,15 @@ target_compile_options(kiln_dev INTERFACE
 
 if(KILN_SANITIZE)
   set(sanitizer_flags -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
-  target_compile_options(kiln_dev INTERFACE "$<${for_cxx}:${sanitizer_flags}>")
-  target_link_options(kiln_dev INTERFACE ${sanitizer_flags})
+  target_compile_options(kiln_dev_flags INTERFACE "$<${for_cxx}:${sanitizer_flags}>")
+  target_link_options(kiln_dev_flags INTERFACE ${sanitizer_flags})
+endif()
+
+# kiln::dev itself: the kernels and runtime functions compiled once, in kiln_library,
+# rather than in every test, example and benchmark source file (include/kiln/kernels.hpp).
+if(KILN_SEPARATE_COMPILATION)
+  kiln_add_library(kiln_library LINK kiln_dev_flags)
+  add_library(kiln::dev ALIAS kiln_library)
+else()
+  add_library(kiln::dev ALIAS kiln_dev_flags)
 endif()

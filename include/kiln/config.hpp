@@ -29,6 +29,22 @@
 #  define KILN_HOST_DEVICE
 #endif
 
+// Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
+// the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
+// source file compiles kiln's kernels and heavy runtime functions once, in the one
+// source file that also defines KILN_LIBRARY_SOURCE. Such a function is declared
+// `KILN_LIBRARY_INLINE` and its definition sits in an `#if KILN_DEFINE_LIBRARY` block.
+#if !defined(KILN_SEPARATE_COMPILATION) || defined(KILN_LIBRARY_SOURCE)
+#  define KILN_DEFINE_LIBRARY 1
+#else
+#  define KILN_DEFINE_LIBRARY 0
+#endif
+#if defined(KILN_SEPARATE_COMPILATION)
+#  define KILN_LIBRARY_INLINE
+#else
+#  define KILN_LIBRARY_INLINE inline
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  define KILN_RESTRICT __restrict__

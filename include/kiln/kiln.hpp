@@ -49,3 +49,4 @@
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/kernels.hpp"

@@ -36,6 +36,22 @@
 #  define KILN_HOST_DEVICE
 #endif
 
+// Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
+// the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
+// source file compiles kiln's kernels and heavy runtime functions once, in the one
+// source file that also defines KILN_LIBRARY_SOURCE. Such a function is declared
+// `KILN_LIBRARY_INLINE` and its definition sits in an `#if KILN_DEFINE_LIBRARY` block.
+#if !defined(KILN_SEPARATE_COMPILATION) || defined(KILN_LIBRARY_SOURCE)
+#  define KILN_DEFINE_LIBRARY 1
+#else
+#  define KILN_DEFINE_LIBRARY 0
+#endif
+#if defined(KILN_SEPARATE_COMPILATION)
+#  define KILN_LIBRARY_INLINE
+#else
+#  define KILN_LIBRARY_INLINE inline
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  define KILN_RESTRICT __restrict__
@@ -1379,7 +1395,9 @@ enum class value_style {
 /// NumPy style pads elements to a shared width, wraps lines at 75 columns and shows
 /// `...` only past 1000 elements; the tf.print styles write each element unpadded.
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
-inline std::string format_values(const tensor& x, value_style style) {
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
   const bool numpy = style == value_style::numpy;
@@ -1403,6 +1421,7 @@ inline std::string format_values(const tensor& x, value_style style) {
     return array_writer(host.shape(), texts, layout).write();
   });
 }
+#endif
 
 /// The values of eager tensor `x` as tf.print writes them (used by kiln::print):
 /// `1`, `[1 2 3]`, `[[1 2] [3 4]]` with `single_line`, else each nested row on its
@@ -3147,7 +3166,7 @@ inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t st
 // ----- end kiln/ops/linalg.hpp -----
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
-/// The op registry: every op type, one row each, in one list. Graphs store an op as
+/// The op registry: every op type, one row each, in one list per family. Graphs store an op as
 /// a `std::variant` over this list, and the cross-backend suite walks it; the count
 /// `static_assert` makes adding an op without its row (or the reverse) a compile error.
 
@@ -3174,19 +3193,43 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
   using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
 };
 
-using elementwise_ops =
-    type_list<negate, abs, exp, log, sqrt, square, tanh, sigmoid, relu, logical_not, cast,                    //
-              add, subtract, multiply, divide, floordiv, floormod, pow, maximum, minimum,                      //
-              less, less_equal, greater, greater_equal, equal, not_equal, logical_and, logical_or, where>;
+// The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
+// which must name every op (kiln/kernels.hpp declares and instantiates each op's
+// kernels) expands them instead of repeating them.
+
+/// The elementwise ops with one input (`cast` included).
+#define KILN_UNARY_OPS(F) \
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+/// The elementwise ops with two or three inputs.
+#define KILN_BINARY_OPS(F)                                                                                       \
+  F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of)
+#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
+#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Every op kiln defines.
+#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
+
+template <class List>
+struct drop_front;
+template <class First, class... Rest>
+struct drop_front<type_list<First, Rest...>> {
+  using type = type_list<Rest...>;
+};
+#define KILN_DETAIL_LIST_ITEM(op) , op
+// type_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
+#define KILN_DETAIL_TYPE_LIST(LIST) typename drop_front<type_list<void LIST(KILN_DETAIL_LIST_ITEM)>>::type
+
+using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>::type;
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
-using shape_ops = type_list<reshape, transpose, concat, stack, gather, index, slice, shape_of>;
+using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
 static_assert(shape_ops::size == 8, "a shape op was added or removed: update the list and the tests");
 
-using reduction_ops = type_list<reduce_sum, reduce_mean, reduce_max, reduce_min, argmax>;
+using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
 static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
 
-using linalg_ops = type_list<matmul, conv2d>;
+using linalg_ops = KILN_DETAIL_TYPE_LIST(KILN_LINALG_OPS);
 static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
 
 /// Every op kiln defines.
@@ -6709,6 +6752,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
 }
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
+/// Not `inline`: kiln/kernels.hpp can compile it once per program.
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
@@ -6725,12 +6769,16 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else {
-    static_assert(backend::supports<B, Op>, "this backend has no kernel for the op");
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
     tensor out(dt, sh, dev);
-    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
+    if constexpr (backend::supports<B, Op>) {
+      if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
+    } else {
+      // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+      throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
+    }
     return out;
   }
 }
@@ -7216,25 +7264,27 @@ struct op_entry {
 
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
+/// One instantiation per op holds all of the op's CPU kernels as a plan uses them
+/// (not `inline`, so that kiln/kernels.hpp can compile it once per program).
+template <class Op>
+op_entry entry_for(const Op& op, dtype in, dtype out) {
+  op_entry e;
+  e.op = &op;
+  e.run = &run_op<Op>;
+  e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+  if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+  if constexpr (ops::elementwise<Op>) {
+    if (in != string && out != string)
+      backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+      });
+  }
+  return e;
+}
+
+/// The entry points of the op a graph node holds.
 inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
-  return std::visit(
-      [&](const auto& op) {
-        using Op = std::decay_t<decltype(op)>;
-        op_entry e;
-        e.op = &op;
-        e.run = &run_op<Op>;
-        e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
-        if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
-        if constexpr (ops::elementwise<Op>) {
-          if (in != string && out != string)
-            backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
-              if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>)
-                e.tile = &run_tile<Op, In, Out>;
-            });
-        }
-        return e;
-      },
-      any);
+  return std::visit([&](const auto& op) { return entry_for(op, in, out); }, any);
 }
 
 }  // namespace kiln::detail::exec
@@ -8747,26 +8797,47 @@ struct concrete_state {
     }
   }
 
+  concrete_state() = default;
+  concrete_state(const concrete_state&) = delete;
+  concrete_state& operator=(const concrete_state&) = delete;
+  KILN_LIBRARY_INLINE ~concrete_state();
+
+  /// Optimizes the traced graph and plans how to run it (after tracing).
+  KILN_LIBRARY_INLINE void compile();
+
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another).
-  std::vector<tensor> run(const call_signature& sig) const {
-    bool symbolic = false;
-    for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
-    std::vector<tensor> out;
-    if (symbolic) {
-      trace_context* outer = trace_context::current();
-      if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
-      std::vector<int> args;
-      for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
-      for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
-      return out;
-    }
-    small_vector<tensor, 4> args;
-    args.reserve(sig.tensors.size());
-    for (const tensor* t : sig.tensors) args.emplace_back(*t);
-    return executor->run(std::span<const tensor>(args.begin(), args.size()));
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(const call_signature& sig) const;
 };
+
+// The optimizer and the executor are reached only through these, so that a program
+// compiled with KILN_SEPARATE_COMPILATION compiles them once.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
+
+KILN_LIBRARY_INLINE void concrete_state::compile() {
+  optimized = optimize(graph);
+  executor = std::make_unique<graph_executor>(optimized);
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
+  bool symbolic = false;
+  for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+  std::vector<tensor> out;
+  if (symbolic) {
+    trace_context* outer = trace_context::current();
+    if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+    std::vector<int> args;
+    for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
+    for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
+    return out;
+  }
+  small_vector<tensor, 4> args;
+  args.reserve(sig.tensors.size());
+  for (const tensor* t : sig.tensors) args.emplace_back(*t);
+  return executor->run(std::span<const tensor>(args.begin(), args.size()));
+}
+#endif
 
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
@@ -9050,8 +9121,7 @@ class function {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
-    c->optimized = detail::optimize(c->graph);
-    c->executor = std::make_unique<detail::graph_executor>(c->optimized);
+    c->compile();
     return c;
   }
 
@@ -9066,4 +9136,59 @@ function(F, function_options) -> function<F>;
 
 }  // namespace kiln
 // ----- end kiln/trace/function.hpp -----
+// ----- begin kiln/kernels.hpp -----
+/// \file
+/// Separate compilation: kiln's kernels and heavy runtime functions compiled once per
+/// program rather than once per source file.
+///
+/// Header-only, every source file that runs ops compiles the kernels of every op it
+/// can reach, for every dtype and backend: running a kiln::function reaches them all,
+/// about 3 MB of machine code and minutes of -O3 per source file. A program of many
+/// source files can compile them in one place instead: define
+/// `KILN_SEPARATE_COMPILATION` in every source file, so that kiln only declares them,
+/// and compile them in one source file that also defines `KILN_LIBRARY_SOURCE` and
+/// instantiates the kernels with `KILN_INSTANTIATE_KERNELS(list)`, where `list` is one
+/// of the op lists of kiln/ops/registry.hpp (several source files may share the lists):
+/// \code
+///   // kiln.cpp, compiled with the same flags as the rest of the program
+///   #define KILN_LIBRARY_SOURCE
+///   #include <kiln/kiln.hpp>
+///   KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)
+/// \endcode
+/// The CMake function `kiln_add_library(<target>)` (cmake/kiln_library.cmake) builds
+/// such a library, one source file per op family so that they compile side by side,
+/// and defines `KILN_SEPARATE_COMPILATION` for whatever links it. Results are the same
+/// either way: the same code is compiled, in fewer places.
+
+#include <span>
+
+
+// An op's kernels are reached through two templates: eager execution on one backend
+// (kiln::detail::execute picks it from the inputs' device) and the entry points a
+// graph plan calls.
+#define KILN_DETAIL_RUN_ON(prefix, tag, op)                                                                \
+  prefix template ::kiln::tensor kiln::detail::run_on<::kiln::backend::tag, ::kiln::ops::op>(              \
+      const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);
+#if KILN_HAS_THRUST
+#define KILN_DETAIL_RUN_ON_THRUST(prefix, op) KILN_DETAIL_RUN_ON(prefix, thrust_backend, op)
+#else
+#define KILN_DETAIL_RUN_ON_THRUST(prefix, op)
+#endif
+#define KILN_DETAIL_KERNELS_OF(prefix, op)                                                                 \
+  KILN_DETAIL_RUN_ON(prefix, cpu_backend, op)                                                              \
+  KILN_DETAIL_RUN_ON_THRUST(prefix, op)                                                                    \
+  prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
+      const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);
+#define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
+#define KILN_DETAIL_INSTANTIATE_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(, op)
+
+/// Compiles, in this source file, the kernels of every op of `list` (an X-macro of
+/// kiln/ops/registry.hpp: KILN_ALL_OPS, KILN_UNARY_OPS, KILN_BINARY_OPS, ...).
+/// \code KILN_INSTANTIATE_KERNELS(KILN_REDUCTION_OPS) \endcode
+#define KILN_INSTANTIATE_KERNELS(list) list(KILN_DETAIL_INSTANTIATE_KERNELS_OF)
+
+#if defined(KILN_SEPARATE_COMPILATION)
+KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
+#endif
+// ----- end kiln/kernels.hpp -----
 // ----- end kiln/kiln.hpp -----

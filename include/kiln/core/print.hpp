@@ -24,6 +24,7 @@
 #include "kiln/core/error.hpp"
 #include "kiln/core/shape.hpp"
 #include "kiln/core/symbol.hpp"
+#include "kiln/config.hpp"
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
@@ -417,7 +418,9 @@ enum class value_style {
 /// NumPy style pads elements to a shared width, wraps lines at 75 columns and shows
 /// `...` only past 1000 elements; the tf.print styles write each element unpadded.
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
-inline std::string format_values(const tensor& x, value_style style) {
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
   const bool numpy = style == value_style::numpy;
@@ -441,6 +444,7 @@ inline std::string format_values(const tensor& x, value_style style) {
     return array_writer(host.shape(), texts, layout).write();
   });
 }
+#endif
 
 /// The values of eager tensor `x` as tf.print writes them (used by kiln::print):
 /// `1`, `[1 2 3]`, `[[1 2] [3 4]]` with `single_line`, else each nested row on its

@@ -46,6 +46,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
 }
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
+/// Not `inline`: kiln/kernels.hpp can compile it once per program.
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
@@ -62,12 +63,16 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else {
-    static_assert(backend::supports<B, Op>, "this backend has no kernel for the op");
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
     tensor out(dt, sh, dev);
-    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
+    if constexpr (backend::supports<B, Op>) {
+      if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
+    } else {
+      // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+      throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
+    }
     return out;
   }
 }

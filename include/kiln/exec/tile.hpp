@@ -135,25 +135,27 @@ struct op_entry {
 
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
+/// One instantiation per op holds all of the op's CPU kernels as a plan uses them
+/// (not `inline`, so that kiln/kernels.hpp can compile it once per program).
+template <class Op>
+op_entry entry_for(const Op& op, dtype in, dtype out) {
+  op_entry e;
+  e.op = &op;
+  e.run = &run_op<Op>;
+  e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+  if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+  if constexpr (ops::elementwise<Op>) {
+    if (in != string && out != string)
+      backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+      });
+  }
+  return e;
+}
+
+/// The entry points of the op a graph node holds.
 inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
-  return std::visit(
-      [&](const auto& op) {
-        using Op = std::decay_t<decltype(op)>;
-        op_entry e;
-        e.op = &op;
-        e.run = &run_op<Op>;
-        e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
-        if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
-        if constexpr (ops::elementwise<Op>) {
-          if (in != string && out != string)
-            backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
-              if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>)
-                e.tile = &run_tile<Op, In, Out>;
-            });
-        }
-        return e;
-      },
-      any);
+  return std::visit([&](const auto& op) { return entry_for(op, in, out); }, any);
 }
 
 }  // namespace kiln::detail::exec

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The op registry: every op type, one row each, in one list. Graphs store an op as
+/// The op registry: every op type, one row each, in one list per family. Graphs store an op as
 /// a `std::variant` over this list, and the cross-backend suite walks it; the count
 /// `static_assert` makes adding an op without its row (or the reverse) a compile error.
 
@@ -31,19 +31,43 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
   using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
 };
 
-using elementwise_ops =
-    type_list<negate, abs, exp, log, sqrt, square, tanh, sigmoid, relu, logical_not, cast,                    //
-              add, subtract, multiply, divide, floordiv, floormod, pow, maximum, minimum,                      //
-              less, less_equal, greater, greater_equal, equal, not_equal, logical_and, logical_or, where>;
+// The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
+// which must name every op (kiln/kernels.hpp declares and instantiates each op's
+// kernels) expands them instead of repeating them.
+
+/// The elementwise ops with one input (`cast` included).
+#define KILN_UNARY_OPS(F) \
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+/// The elementwise ops with two or three inputs.
+#define KILN_BINARY_OPS(F)                                                                                       \
+  F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of)
+#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
+#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Every op kiln defines.
+#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
+
+template <class List>
+struct drop_front;
+template <class First, class... Rest>
+struct drop_front<type_list<First, Rest...>> {
+  using type = type_list<Rest...>;
+};
+#define KILN_DETAIL_LIST_ITEM(op) , op
+// type_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
+#define KILN_DETAIL_TYPE_LIST(LIST) typename drop_front<type_list<void LIST(KILN_DETAIL_LIST_ITEM)>>::type
+
+using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>::type;
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
-using shape_ops = type_list<reshape, transpose, concat, stack, gather, index, slice, shape_of>;
+using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
 static_assert(shape_ops::size == 8, "a shape op was added or removed: update the list and the tests");
 
-using reduction_ops = type_list<reduce_sum, reduce_mean, reduce_max, reduce_min, argmax>;
+using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
 static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
 
-using linalg_ops = type_list<matmul, conv2d>;
+using linalg_ops = KILN_DETAIL_TYPE_LIST(KILN_LINALG_OPS);
 static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
 
 /// Every op kiln defines.

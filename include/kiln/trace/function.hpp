@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/config.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/passes/optimize.hpp"
 #include "kiln/trace/signature.hpp"
@@ -192,26 +193,47 @@ struct concrete_state {
     }
   }
 
+  concrete_state() = default;
+  concrete_state(const concrete_state&) = delete;
+  concrete_state& operator=(const concrete_state&) = delete;
+  KILN_LIBRARY_INLINE ~concrete_state();
+
+  /// Optimizes the traced graph and plans how to run it (after tracing).
+  KILN_LIBRARY_INLINE void compile();
+
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another).
-  std::vector<tensor> run(const call_signature& sig) const {
-    bool symbolic = false;
-    for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
-    std::vector<tensor> out;
-    if (symbolic) {
-      trace_context* outer = trace_context::current();
-      if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
-      std::vector<int> args;
-      for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
-      for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
-      return out;
-    }
-    small_vector<tensor, 4> args;
-    args.reserve(sig.tensors.size());
-    for (const tensor* t : sig.tensors) args.emplace_back(*t);
-    return executor->run(std::span<const tensor>(args.begin(), args.size()));
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(const call_signature& sig) const;
 };
+
+// The optimizer and the executor are reached only through these, so that a program
+// compiled with KILN_SEPARATE_COMPILATION compiles them once.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
+
+KILN_LIBRARY_INLINE void concrete_state::compile() {
+  optimized = optimize(graph);
+  executor = std::make_unique<graph_executor>(optimized);
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
+  bool symbolic = false;
+  for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+  std::vector<tensor> out;
+  if (symbolic) {
+    trace_context* outer = trace_context::current();
+    if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+    std::vector<int> args;
+    for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
+    for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
+    return out;
+  }
+  small_vector<tensor, 4> args;
+  args.reserve(sig.tensors.size());
+  for (const tensor* t : sig.tensors) args.emplace_back(*t);
+  return executor->run(std::span<const tensor>(args.begin(), args.size()));
+}
+#endif
 
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
@@ -495,8 +517,7 @@ class function {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
-    c->optimized = detail::optimize(c->graph);
-    c->executor = std::make_unique<detail::graph_executor>(c->optimized);
+    c->compile();
     return c;
   }
 
