@@ -135,16 +135,6 @@ void register_bandwidth(int threads) {
   });
 }
 
-/// kiln copies of the inputs of the streaming cases, made once.
-struct kiln_operands {
-  kiln::tensor a = to_kiln(large_arrays::get().a.get(), kiln::shape{large_size});
-  kiln::tensor b = to_kiln(large_arrays::get().b.get(), kiln::shape{large_size});
-  static kiln_operands& get() {
-    static kiln_operands operands;
-    return operands;
-  }
-};
-
 void register_add(int threads) {
   constexpr std::int64_t bytes = 3 * array_bytes;  // two reads and one write
   register_case("add_16M", "kiln", threads, [threads](benchmark::State& state) {

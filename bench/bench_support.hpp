@@ -87,6 +87,18 @@ struct large_arrays {
   }
 };
 
+/// kiln copies of the inputs of the streaming cases (`large_arrays`' a and b), made once
+/// and shared by every kiln benchmark.
+/// Example: `const kiln::tensor& a = kiln_operands::get().a;`
+struct kiln_operands {
+  kiln::tensor a = to_kiln(large_arrays::get().a.get(), kiln::shape{large_size});
+  kiln::tensor b = to_kiln(large_arrays::get().b.get(), kiln::shape{large_size});
+  static kiln_operands& get() {
+    static kiln_operands operands;
+    return operands;
+  }
+};
+
 /// Runs `body(begin, end)` over consecutive 64-byte aligned chunks covering [0, n),
 /// on `threads` OpenMP threads that take chunks as they finish (so a thread that the
 /// busy machine preempts does not hold the others up, as kiln's pool does not). The

@@ -29,10 +29,55 @@ ADD_BYTES = 3 * LARGE_SIZE * FLOAT_BYTES  # two reads and one write
 SUM_BYTES = LARGE_SIZE * FLOAT_BYTES
 MATMUL_FLOPS = 2.0 * MATMUL_SIZE ** 3
 CONV_FLOPS = 2.0 * CONV_OUTPUT[1] * CONV_OUTPUT[2] * CONV_OUTPUT[3] * 9 * CONV_INPUT[3]
+CHAIN_BYTES = 2 * LARGE_SIZE * FLOAT_BYTES  # one read and one write
+
+
+def function_cases(m):
+    """The functions of bench_function.cpp by case name, written once over a tensor
+    library `m` (torch, tensorflow, jax.numpy or numpy, which name these ops alike).
+    They are made anew on every call, so that a tracer that caches per function object
+    starts afresh."""
+
+    def call_x2(x):
+        return x * x + 2
+
+    def rounds_of_five_ops(x, y, rounds: int):
+        # Each round has its own constants: no common subexpression, no identity.
+        for i in range(rounds):
+            x = m.maximum(m.tanh(x * (0.9 - 0.02 * i) + y) - (0.1 + 0.01 * i), y)
+        return x
+
+    # Literal round counts: TorchScript does not read Python globals.
+    def ops50(x, y):
+        return rounds_of_five_ops(x, y, 10)
+
+    def ops20(x, y):
+        return rounds_of_five_ops(x, y, 4)
+
+    def chain(x):
+        return m.tanh(x * 0.5 + 1) * x - 0.25
+
+    return {"call_x2": call_x2, "ops50_10": ops50, "chain_16M": chain, "trace_20": ops20}
+
+
+def function_calls(peer, functions, inputs, wait=lambda result: result):
+    """The calls of call_x2, ops50_10 and chain_16M as (case, peer, fn, work): `functions`
+    and `inputs` map each case to its callable (compiled or eager) and its arguments;
+    `wait` returns a result once it is computed. work["expected"] computes the result
+    with NumPy, which main() checks the peer against before timing it."""
+    import numpy
+
+    for case, args in inputs.items():
+        f = functions[case]
+        work = {"bytes": CHAIN_BYTES} if case == "chain_16M" else {}
+        work["expected"] = lambda case=case, args=args: function_cases(numpy)[case](*map(numpy.asarray, args))
+        yield case, peer, lambda f=f, args=args: wait(f(*args)), work
 
 
 def torch_cases(threads):
-    """Eager PyTorch ops; conv2d runs channels-last, which oneDNN prefers."""
+    """Eager PyTorch ops (peer torch_py; conv2d runs channels-last, which oneDNN prefers),
+    and the function cases also through TorchScript: torch.jit.script compiled before
+    timing, and torch.jit.trace timed itself for trace_20."""
     import torch
 
     torch.set_num_threads(threads)
@@ -43,15 +88,25 @@ def torch_cases(threads):
     w = torch.rand(CONV_FILTERS).permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
     ta, tb = torch.rand(TINY_SIZE), torch.rand(TINY_SIZE)
     conv = torch.nn.functional.conv2d
-    yield "add_16M", lambda: torch.add(a, b), {"bytes": ADD_BYTES}
-    yield "reduce_sum_16M", lambda: torch.sum(a).item(), {"bytes": SUM_BYTES}
-    yield "matmul_1024", lambda: torch.matmul(ma, mb), {"flops": MATMUL_FLOPS}
-    yield "conv2d_seed", lambda: conv(x, w), {"flops": CONV_FLOPS}
-    yield "add_10", lambda: torch.add(ta, tb), {}
+    yield "add_16M", "torch_py", lambda: torch.add(a, b), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", "torch_py", lambda: torch.sum(a).item(), {"bytes": SUM_BYTES}
+    yield "matmul_1024", "torch_py", lambda: torch.matmul(ma, mb), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", "torch_py", lambda: conv(x, w), {"flops": CONV_FLOPS}
+    yield "add_10", "torch_py", lambda: torch.add(ta, tb), {}
+
+    inputs = {"call_x2": (torch.tensor(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
+    eager = function_cases(torch)
+    yield from function_calls("torch_py", eager, inputs)
+    yield from function_calls("torchscript", {case: torch.jit.script(eager[case]) for case in inputs}, inputs)
+    # check_trace=False: the check runs the traced function again, which kiln's trace does not.
+    trace = lambda: torch.jit.trace(function_cases(torch)["trace_20"], (ta, tb), check_trace=False)  # noqa: E731
+    yield "trace_20", "torchscript_trace", trace, {}
 
 
 def tensorflow_cases(threads):
-    """Eager TensorFlow ops (tf.function is not what kiln's eager ops are compared with)."""
+    """Eager TensorFlow ops for the op cases (tf.function is not what kiln's eager ops are
+    compared with), tf.function for the function cases: traced before timing, and
+    traced anew (get_concrete_function) in every call of trace_20."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -64,11 +119,18 @@ def tensorflow_cases(threads):
     ta, tb = rand([TINY_SIZE]), rand([TINY_SIZE])
     # .numpy() on a scalar, or a host sync, waits for the op; TF's eager CPU ops
     # already run synchronously, so the big results are not copied out.
-    yield "add_16M", lambda: tf.add(a, b), {"bytes": ADD_BYTES}
-    yield "reduce_sum_16M", lambda: tf.reduce_sum(a).numpy(), {"bytes": SUM_BYTES}
-    yield "matmul_1024", lambda: tf.linalg.matmul(ma, mb), {"flops": MATMUL_FLOPS}
-    yield "conv2d_seed", lambda: tf.nn.conv2d(x, w, strides=1, padding="VALID"), {"flops": CONV_FLOPS}
-    yield "add_10", lambda: tf.add(ta, tb), {}
+    yield "add_16M", "tensorflow", lambda: tf.add(a, b), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", "tensorflow", lambda: tf.reduce_sum(a).numpy(), {"bytes": SUM_BYTES}
+    yield "matmul_1024", "tensorflow", lambda: tf.linalg.matmul(ma, mb), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", "tensorflow", lambda: tf.nn.conv2d(x, w, strides=1, padding="VALID"), {"flops": CONV_FLOPS}
+    yield "add_10", "tensorflow", lambda: tf.add(ta, tb), {}
+
+    inputs = {"call_x2": (tf.constant(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
+    compiled = {case: tf.function(f) for case, f in function_cases(tf).items() if case in inputs}
+    yield from function_calls("tensorflow", compiled, inputs)
+    spec = tf.TensorSpec([TINY_SIZE], tf.float32)
+    trace = lambda: tf.function(function_cases(tf)["trace_20"]).get_concrete_function(spec, spec)  # noqa: E731
+    yield "trace_20", "tensorflow", trace, {}
 
 
 def jax_cases(threads):
@@ -89,23 +151,36 @@ def jax_cases(threads):
     conv = jax.jit(
         lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     )
-    yield "add_16M", lambda: add(a, b).block_until_ready(), {"bytes": ADD_BYTES}
-    yield "reduce_sum_16M", lambda: float(total(a)), {"bytes": SUM_BYTES}
-    yield "matmul_1024", lambda: matmul(ma, mb).block_until_ready(), {"flops": MATMUL_FLOPS}
-    yield "conv2d_seed", lambda: conv(x, w).block_until_ready(), {"flops": CONV_FLOPS}
-    yield "add_10", lambda: add(ta, tb).block_until_ready(), {}
+    yield "add_16M", "jax", lambda: add(a, b).block_until_ready(), {"bytes": ADD_BYTES}
+    yield "reduce_sum_16M", "jax", lambda: float(total(a)), {"bytes": SUM_BYTES}
+    yield "matmul_1024", "jax", lambda: matmul(ma, mb).block_until_ready(), {"flops": MATMUL_FLOPS}
+    yield "conv2d_seed", "jax", lambda: conv(x, w).block_until_ready(), {"flops": CONV_FLOPS}
+    yield "add_10", "jax", lambda: add(ta, tb).block_until_ready(), {}
+
+    inputs = {"call_x2": (jnp.float32(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
+    compiled = {case: jax.jit(f) for case, f in function_cases(jnp).items() if case in inputs}
+    yield from function_calls("jax", compiled, inputs, wait=lambda result: result.block_until_ready())
 
 
+# Each library's generator yields (case, peer, fn, work) for every case it runs.
 LIBRARIES = {
-    "torch": ("torch_py", torch_cases),
-    "tensorflow": ("tensorflow", tensorflow_cases),
-    "jax": ("jax", jax_cases),
+    "torch": torch_cases,
+    "tensorflow": tensorflow_cases,
+    "jax": jax_cases,
 }
 # The cases a thread count applies to, as in the C++ program.
 CASES_BY_THREADS = {
-    1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10"},
-    2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed"},
+    1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10", "call_x2", "ops50_10", "chain_16M", "trace_20"},
+    2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed", "chain_16M"},
 }
+
+
+def same_values(result, expected):
+    """Whether a peer's result equals NumPy's to within float32 rounding (vectorised
+    tanh approximations differ from NumPy's in the last bits)."""
+    import numpy
+
+    return numpy.allclose(numpy.asarray(result), expected, rtol=1e-5, atol=1e-5)
 
 
 def time_per_call(fn, repetitions, min_seconds):
@@ -127,13 +202,16 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    peer, cases = LIBRARIES[args.library]
+    cases = LIBRARIES[args.library]
     module = __import__(args.library)
     entries = []
-    for case, fn, work in cases(args.threads):
+    for case, peer, fn, work in cases(args.threads):
         if case not in CASES_BY_THREADS[args.threads]:
             continue
         name = f"{case}/{peer}/threads:{args.threads}"
+        if "expected" in work and not same_values(fn(), work["expected"]()):
+            print(f"{name}: result differs from NumPy's; not timed", file=sys.stderr)
+            continue
         for seconds in time_per_call(fn, args.repetitions, args.min_time):
             entry = {"name": name, "run_type": "iteration", "real_time": seconds * 1e9, "time_unit": "ns"}
             if "bytes" in work:

@@ -1,6 +1,6 @@
-"""The figure of bench/RESULTS.md: one panel per case, each peer's median as a share of
-the case's reference (the figure the case's target is stated in), kiln highlighted,
-the target drawn as a dashed line. Called by report.py."""
+"""The figure of bench/RESULTS.md: one panel per case, each peer's median in the figure
+the case's target is stated in (a share of the case's reference, or a time), kiln
+highlighted, the target drawn as a dashed line. Called by report.py."""
 
 import matplotlib
 
@@ -31,7 +31,7 @@ def _panel(ax, title, bars, goal, xlabel, log=False):
         ax.set_xscale("log")
         ax.set_xlim(left=min(values) / 3)
     for y, v in zip(positions, values):
-        ax.text(v, y, f" {v:.0f}" if log or v >= 10 else f" {v:.2f}", va="center", fontsize=7)
+        ax.text(v, y, f" {v:.0f}" if v >= 10 else f" {v:.2f}", va="center", fontsize=7)
 
 
 def _shares(s, case, reference, rate, scale=100.0):
@@ -45,9 +45,14 @@ def _shares(s, case, reference, rate, scale=100.0):
     return bars
 
 
+def _per_call(s, case, unit_ns=1.0):
+    """A one-thread case's times per call, in units of `unit_ns`."""
+    return [(f"{r.peer} (1t)", r.time_ns / unit_ns, r.peer.startswith("kiln")) for r in s.peers(case, 1)]
+
+
 def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
     """Writes the PNG at `path` from report.py's suite `s` and reference functions."""
-    fig, axes = plt.subplots(3, 2, figsize=(12, 13))
+    fig, axes = plt.subplots(5, 2, figsize=(12, 21))
     axes = axes.flatten()
     bandwidth = lambda r: r.bytes_per_second  # noqa: E731
     _panel(axes[0], "a + b, 16M float32", _shares(s, "add_16M", copy_bandwidth, bandwidth), 85,
@@ -59,11 +64,22 @@ def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
     torch_conv = lambda s, t: s.get("conv2d_seed", "libtorch", t)  # noqa: E731
     _panel(axes[3], "conv2d 1×200×200×100, 3×3×100→100", _shares(s, "conv2d_seed", torch_conv,
            lambda r: 1.0 / r.time_ns, scale=1.0), 1.0, "speed relative to libtorch (oneDNN); target ≥ 1")
-    overhead = [(f"{r.peer} (1t)", r.time_ns, r.peer.startswith("kiln")) for r in s.peers("add_10", 1)]
-    _panel(axes[4], "eager a + b, 10 float32", overhead, 500, "ns per op (log); target ≤ 500 ns", log=True)
+    _panel(axes[4], "eager a + b, 10 float32", _per_call(s, "add_10"), 500, "ns per op (log); target ≤ 500 ns",
+           log=True)
     bw = [(f"{r.case} {r.peer} ({t}t)", r.bytes_per_second / 1e9, False)
           for case in ("copy_64MiB", "read_64MiB") for t in s.threads(case) for r in s.peers(case, t)]
     _panel(axes[5], "bandwidth references", bw, None, "GB/s")
+    _panel(axes[6], "function call: x * x + 2 on a scalar", _per_call(s, "call_x2"), 1000,
+           "ns per call (log); target ≤ 1000 ns", log=True)
+    eager = s.get("ops50_10", "kiln_eager", 1)
+    _panel(axes[7], "function of 50 ops, 10 float32", _per_call(s, "ops50_10", 1e3),
+           eager.time_ns / 5e3 if eager else None, "µs per call (log); target: kiln ≤ kiln_eager / 5", log=True)
+    hand = lambda s, t: s.get("chain_16M", "hand_xsimd", t)  # noqa: E731
+    _panel(axes[8], "function: tanh(x * 0.5 + 1) * x - 0.25, 16M float32",
+           _shares(s, "chain_16M", hand, lambda r: r.time_ns, scale=1.0), 1.2,
+           "time relative to hand_xsimd (same threads, log); target ≤ 1.2", log=True)
+    _panel(axes[9], "tracing a 20-op function", _per_call(s, "trace_20", 1e3), 200,
+           "µs per trace (log); target ≤ 200 µs", log=True)
     fig.suptitle("kiln vs peers (medians; kiln in orange)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -193,11 +193,25 @@ def conv_section(s):
     )
 
 
-def overhead_section(s):
+def per_call_section(s, title, case, time_label):
+    """A case timed per call on one thread: each peer's median against kiln's."""
     rows = [[r.peer, r.threads, format_time(r.time_ns), format_spread(r), speed_vs_kiln(s, r)]
-            for r in s.peers("add_10", 1)]
-    return "## 6. Eager per-op overhead: a + b on 10 float32\n\n" + table(
-        ["peer", "threads", "median time per op", "spread", "peer time / kiln time"], rows
+            for r in s.peers(case, 1)]
+    return f"## {title}\n\n" + table(["peer", "threads", time_label, "spread", "peer time / kiln time"], rows)
+
+
+def chain_section(s):
+    rows = []
+    for threads in s.threads("chain_16M"):
+        hand = s.get("chain_16M", "hand_xsimd", threads)
+        for r in s.peers("chain_16M", threads):
+            vs_hand = f"{r.time_ns / hand.time_ns:.2f}×" if hand else "–"
+            rows.append([r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.bytes_per_second / GB:.1f}",
+                         speed_vs_kiln(s, r), vs_hand])
+    return (
+        "## 9. kiln::function: tanh(x * 0.5 + 1) * x - 0.25 on 16M float32 (1 read + 1 write counted)\n\n"
+        + table(["peer", "threads", "median time", "spread", "GB/s", "peer time / kiln time",
+                 "peer time / hand_xsimd time"], rows)
     )
 
 
@@ -224,6 +238,21 @@ def targets(s):
         checks.append(target(description, f"{100 * share:.0f} % (of {ref.peer}, {ref.threads} thread(s))",
                              share >= goal))
 
+    def time_target(description, case, limit_ns):
+        kiln = s.get(case, "kiln", 1)
+        checks.append(target(description, format_time(kiln.time_ns) if kiln else "not measured",
+                             kiln.time_ns <= limit_ns if kiln else None))
+
+    def time_ratio_target(description, case, peer, threads, at_most):
+        """kiln's time over `peer`'s must be at most `at_most` (below 1: kiln is faster)."""
+        kiln, other = s.get(case, "kiln", threads), s.get(case, peer, threads)
+        if kiln is None or other is None:
+            checks.append(target(description, "not measured", None))
+            return
+        ratio = kiln.time_ns / other.time_ns
+        measured = f"{1 / ratio:.2f}× faster than {peer}" if at_most < 1 else f"{ratio:.2f}× {peer}'s time"
+        checks.append(target(description, measured, ratio <= at_most))
+
     for threads in (1, 2):
         share_target(f"add 16M, {threads} thread(s): kiln ≥ 85 % of copy bandwidth", "add_16M", "kiln", threads,
                      copy_bandwidth, 0.85, lambda r: r.bytes_per_second)
@@ -238,16 +267,18 @@ def targets(s):
     for threads in (1, 2):
         share_target(f"matmul 1024, {threads} thread(s): kiln's xsimd kernel alone ≥ 75 % of best of OpenBLAS/Eigen",
                      "matmul_1024", kernel_peer, threads, best_blas, 0.75, lambda r: r.flops)
-    kiln, torch = s.get("conv2d_seed", "kiln", 2), s.get("conv2d_seed", "libtorch", 2)
-    if kiln and torch:
-        checks.append(target("conv2d seed, 2 threads: kiln at least as fast as libtorch (oneDNN, channels-last)",
-                             f"{torch.time_ns / kiln.time_ns:.2f}× libtorch's speed", kiln.time_ns <= torch.time_ns))
-    else:
-        checks.append(target("conv2d seed, 2 threads: kiln at least as fast as libtorch", "not measured", None))
-    kiln = s.get("add_10", "kiln", 1)
-    checks.append(target("eager a + b on 10 float32: kiln ≤ 500 ns per op",
-                         format_time(kiln.time_ns) if kiln else "not measured",
-                         kiln.time_ns <= 500 if kiln else None))
+    time_ratio_target("conv2d seed, 2 threads: kiln at least as fast as libtorch (oneDNN, channels-last)",
+                      "conv2d_seed", "libtorch", 2, 1.0)
+    time_target("eager a + b on 10 float32: kiln ≤ 500 ns per op", "add_10", 500)
+    time_target("kiln::function call of x * x + 2 on a scalar: kiln ≤ 1 µs per call", "call_x2", 1e3)
+    time_ratio_target("kiln::function of 50 ops on 10 float32: kiln ≥ 5× faster than eager", "ops50_10",
+                      "kiln_eager", 1, 1 / 5)
+    for threads in (1, 2):
+        time_ratio_target(f"kiln::function chain on 16M, {threads} thread(s): kiln ≥ 3× faster than eager",
+                          "chain_16M", "kiln_eager", threads, 1 / 3)
+        time_ratio_target(f"kiln::function chain on 16M, {threads} thread(s): kiln time ≤ 1.2 × hand_xsimd time",
+                          "chain_16M", "hand_xsimd", threads, 1.2)
+    time_target("tracing a 20-op function (trace + optimize + plan): kiln ≤ 200 µs", "trace_20", 200e3)
     return checks
 
 
@@ -285,7 +316,14 @@ def markdown(s, checks, command, machine, png_name):
         memory_bound_section(s, "3. reduce_sum, 16M float32", "reduce_sum_16M", read_bandwidth, "read bandwidth"),
         matmul_section(s),
         conv_section(s),
-        overhead_section(s),
+        per_call_section(s, "6. Eager per-op overhead: a + b on 10 float32", "add_10", "median time per op"),
+        per_call_section(s, "7. kiln::function call overhead: x * x + 2 on a scalar float32", "call_x2",
+                         "median time per call"),
+        per_call_section(s, "8. kiln::function of 50 elementwise ops on 10 float32", "ops50_10",
+                         "median time per call"),
+        chain_section(s),
+        per_call_section(s, "10. Tracing a 20-op elementwise function (trace + optimize + plan, no run)", "trace_20",
+                         "median time per trace"),
         peers_section(s),
     ]
     return "\n".join(parts)
@@ -304,12 +342,21 @@ def peers_section(s):
         lines.append("- kiln's matmul is its own xsimd kernel (`include/kiln/backend/cpu/gemm.hpp`; kiln calls no "
                      "BLAS), so both matmul targets are checked on the `kiln` row.")
     lines.append(
-        "- `hand_plain` / `hand_xsimd`: loops written here (`bench/bench_memory.cpp`), threads from OpenMP; "
-        "`hand_xsimd_stream` and `copy_64MiB/xsimd_stream` store with non-temporal (streaming) stores."
+        "- `hand_plain` / `hand_xsimd`: loops written here (`bench/bench_memory.cpp`, `bench/bench_function.cpp`), "
+        "threads from OpenMP; `hand_plain` in chain_16M calls glibc's scalar `std::tanh`. `hand_xsimd_stream` and "
+        "`copy_64MiB/xsimd_stream` store with non-temporal (streaming) stores."
+    )
+    lines.append(
+        "- Sections 7–10 (`bench/bench_function.cpp`): `kiln` is a `kiln::function` traced before timing (in "
+        "trace_20, a new `kiln::function` and `get_concrete_function` on `tensor_spec`s per iteration); `kiln_eager` "
+        "calls the same C++ callable directly, op by op. Every peer's result is checked once before timing: in C++ "
+        "against the scalar loop (chain_16M) or eager kiln, in Python against NumPy."
     )
     lines.append(
         "- `libtorch` and `torch_py` are eager and allocate their result, as kiln's eager ops do; "
-        "`libtorch_out` writes into a kept buffer (`at::add_out`)."
+        "`libtorch_out` writes into a kept buffer (`at::add_out`). `torchscript` is `torch.jit.script` of the same "
+        "Python function, compiled and warmed up before timing (Debian's TorchScript has no CPU fuser); "
+        "`torchscript_trace` is `torch.jit.trace` (without its re-running check) of a fresh function per call."
     )
     for library in ("torch", "tensorflow", "jax"):
         ctx = s.context.get(library)
@@ -319,7 +366,9 @@ def peers_section(s):
             lines.append(f"- Python {library}: not installed here, so not measured (see bench/setup.sh).")
     lines.append(
         "- 1-thread Python runs are pinned to one CPU (`taskset -c 0`) besides each library's own thread "
-        "setting; TensorFlow runs eagerly, JAX through `jax.jit`."
+        "setting. TensorFlow runs eagerly in sections 2–6 and through `tf.function` (traced before timing) in "
+        "sections 7–9; in section 10 it makes a new `tf.function` and calls `get_concrete_function` per call. "
+        "JAX runs through `jax.jit` everywhere."
     )
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,277 @@
+/// \file
+/// kiln::function (graph mode) against the same callable run eagerly, hand-written
+/// loops and libtorch: the cost of one call (`call_x2`), a long chain of ops on tiny
+/// tensors where per-op overhead dominates (`ops50_10`), a fused chain over 16M floats
+/// (`chain_16M`), and the cost of tracing itself (`trace_20`). The Python peers of the
+/// same cases (TorchScript, tf.function, jax.jit) are in peers.py.
+
+#include "bench_support.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#if KILN_BENCH_HAS_TORCH
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#endif
+
+namespace kiln::bench {
+namespace {
+
+// The functions under test are templates so that kiln (traced and eager) and libtorch
+// run the very same formula: unqualified `tanh` and `maximum` find kiln's ops for
+// kiln::tensor and ATen's (by argument-dependent lookup) for at::Tensor.
+
+/// `x * x + 2`: nothing but call overhead on a scalar.
+template <class T>
+T x_squared_plus_2(const T& x) {
+  return x * x + 2.f;
+}
+
+/// `rounds` rounds of five elementwise ops: x = maximum(tanh(x * scale + y) - shift, y).
+/// Each round has its own constants, so no round repeats another (no common
+/// subexpression) and none is an identity (x * 1, x + 0) that an optimizer may drop.
+template <class T>
+T rounds_of_five_ops(T x, const T& y, int rounds) {
+  for (int i = 0; i < rounds; ++i) {
+    const float scale = 0.9f - 0.02f * static_cast<float>(i);
+    const float shift = 0.1f + 0.01f * static_cast<float>(i);
+    x = maximum(tanh(x * scale + y) - shift, y);
+  }
+  return x;
+}
+
+constexpr int ops50_rounds = 10;
+constexpr int trace_20_rounds = 4;
+
+template <class T>
+T fifty_ops(const T& x, const T& y) {
+  return rounds_of_five_ops(x, y, ops50_rounds);
+}
+
+template <class T>
+T twenty_ops(const T& x, const T& y) {
+  return rounds_of_five_ops(x, y, trace_20_rounds);
+}
+
+constexpr float chain_scale = 0.5f;
+constexpr float chain_offset = 1.f;
+constexpr float chain_shift = 0.25f;
+
+/// `tanh(x * 0.5 + 1) * x - 0.25`: five ops that a fused loop computes in one pass.
+template <class T>
+T chain(const T& x) {
+  return tanh(x * chain_scale + chain_offset) * x - chain_shift;
+}
+
+using batch = xsimd::batch<float>;
+constexpr std::int64_t lanes = static_cast<std::int64_t>(batch::size);
+constexpr std::int64_t array_bytes = large_size * static_cast<std::int64_t>(sizeof(float));
+constexpr std::int64_t chain_bytes = 2 * array_bytes;  // one read and one write
+
+void chain_plain(const float* x, float* out, std::int64_t begin, std::int64_t end) {
+  for (std::int64_t i = begin; i < end; ++i) out[i] = std::tanh(x[i] * chain_scale + chain_offset) * x[i] - chain_shift;
+}
+
+// `begin` is 64-byte aligned (parallel_ranges' chunks are), so are the loads and stores.
+void chain_xsimd(const float* x, float* out, std::int64_t begin, std::int64_t end) {
+  const batch scale(chain_scale), offset(chain_offset), shift(chain_shift);
+  std::int64_t i = begin;
+  for (; i + lanes <= end; i += lanes) {
+    const batch v = batch::load_aligned(x + i);
+    xsimd::fms(xsimd::tanh(xsimd::fma(v, scale, offset)), v, shift).store_aligned(out + i);
+  }
+  chain_plain(x, out, i, end);
+}
+
+/// Whether `actual[0..n)` equals `expected[0..n)` to within `tolerance`, relative to
+/// the magnitude (vectorised and scalar tanh differ in the last bits). If not, the
+/// benchmark fails with the first difference, so a peer that computes something else
+/// is never timed.
+bool check_close(benchmark::State& state, const float* expected, const float* actual, std::int64_t n,
+                 float tolerance = 1e-5f) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Written so that a NaN fails.
+    if (!(std::fabs(actual[i] - expected[i]) <= tolerance * (1.f + std::fabs(expected[i])))) {
+      state.SkipWithError(("result differs from the reference at element " + std::to_string(i) + ": " +
+                           std::to_string(actual[i]) + " instead of " + std::to_string(expected[i]))
+                              .c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The two 10-element inputs of ops50_10 and trace_20, as raw arrays and kiln tensors.
+struct tiny_operands {
+  float_buffer x = make_filled(tiny_size, 0.f);
+  float_buffer y = make_filled(tiny_size, 0.f);
+  kiln::tensor kiln_x, kiln_y;
+  tiny_operands() {
+    fill_pattern(x.get(), tiny_size, 3);
+    fill_pattern(y.get(), tiny_size, 4);
+    kiln_x = to_kiln(x.get(), kiln::shape{tiny_size});
+    kiln_y = to_kiln(y.get(), kiln::shape{tiny_size});
+  }
+  static const tiny_operands& get() {
+    static const tiny_operands operands;
+    return operands;
+  }
+};
+
+/// ops50_10's result computed by eager kiln, the reference semantics that a traced
+/// function and the other peers must reproduce.
+const std::vector<float>& fifty_ops_reference() {
+  static const std::vector<float> reference = [] {
+    const auto& in = tiny_operands::get();
+    return fifty_ops(in.kiln_x, in.kiln_y).to_vector<float>();
+  }();
+  return reference;
+}
+
+/// chain_16M's result computed by the scalar loop, made once.
+const std::vector<float>& chain_reference() {
+  static const std::vector<float> reference = [] {
+    std::vector<float> out(static_cast<std::size_t>(large_size));
+    chain_plain(large_arrays::get().a.get(), out.data(), 0, large_size);
+    return out;
+  }();
+  return reference;
+}
+
+constexpr float x2_input = 3.f;
+constexpr float x2_expected = x2_input * x2_input + 2.f;
+
+void register_call_x2() {
+  register_case("call_x2", "kiln", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    kiln::function f(x_squared_plus_2<kiln::tensor>);
+    const kiln::tensor x = kiln::constant(x2_input);
+    const float first = f(x).item<float>();  // traces
+    if (!check_close(state, &x2_expected, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x));
+  })->Unit(benchmark::kNanosecond);
+  register_case("call_x2", "kiln_eager", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const kiln::tensor x = kiln::constant(x2_input);
+    const float first = x_squared_plus_2(x).item<float>();
+    if (!check_close(state, &x2_expected, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(x_squared_plus_2(x));
+  })->Unit(benchmark::kNanosecond);
+#if KILN_BENCH_HAS_TORCH
+  register_case("call_x2", "libtorch", 1, [](benchmark::State& state) {
+    at::set_num_threads(1);
+    const at::Tensor x = at::scalar_tensor(x2_input, at::kFloat);
+    const float first = x_squared_plus_2(x).item<float>();
+    if (!check_close(state, &x2_expected, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(x_squared_plus_2(x));
+  })->Unit(benchmark::kNanosecond);
+#endif
+}
+
+void register_ops50() {
+  register_case("ops50_10", "kiln", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = tiny_operands::get();
+    kiln::function f(fifty_ops<kiln::tensor>);
+    const kiln::tensor first = f(in.kiln_x, in.kiln_y);  // traces
+    if (!check_close(state, fifty_ops_reference().data(), first.data<float>(), tiny_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(in.kiln_x, in.kiln_y));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("ops50_10", "kiln_eager", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = tiny_operands::get();
+    for (auto _ : state) benchmark::DoNotOptimize(fifty_ops(in.kiln_x, in.kiln_y));
+  })->Unit(benchmark::kMicrosecond);
+#if KILN_BENCH_HAS_TORCH
+  register_case("ops50_10", "libtorch", 1, [](benchmark::State& state) {
+    at::set_num_threads(1);
+    const auto& in = tiny_operands::get();
+    const at::Tensor x = at::from_blob(in.x.get(), {tiny_size}, at::kFloat);
+    const at::Tensor y = at::from_blob(in.y.get(), {tiny_size}, at::kFloat);
+    const at::Tensor first = fifty_ops(x, y);
+    if (!check_close(state, fifty_ops_reference().data(), first.data_ptr<float>(), tiny_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(fifty_ops(x, y));
+  })->Unit(benchmark::kMicrosecond);
+#endif
+}
+
+void register_chain(int threads) {
+  register_case("chain_16M", "kiln", threads, [threads](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    const kiln::tensor& x = kiln_operands::get().a;
+    kiln::function f(chain<kiln::tensor>);
+    const kiln::tensor first = f(x);  // traces
+    if (!check_close(state, chain_reference().data(), first.data<float>(), large_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x));
+    set_bytes(state, chain_bytes);
+  });
+  register_case("chain_16M", "kiln_eager", threads, [threads](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    const kiln::tensor& x = kiln_operands::get().a;
+    const kiln::tensor first = chain(x);
+    if (!check_close(state, chain_reference().data(), first.data<float>(), large_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(chain(x));
+    set_bytes(state, chain_bytes);
+  });
+  const auto register_hand = [threads](const char* peer, auto loop) {
+    register_case("chain_16M", peer, threads, [threads, loop](benchmark::State& state) {
+      auto& m = large_arrays::get();
+      const auto run = [&] {
+        parallel_ranges(threads, large_size, [&](std::int64_t b, std::int64_t e) { loop(m.a.get(), m.c.get(), b, e); });
+      };
+      run();
+      if (!check_close(state, chain_reference().data(), m.c.get(), large_size)) return;
+      for (auto _ : state) {
+        run();
+        benchmark::ClobberMemory();
+      }
+      set_bytes(state, chain_bytes);
+    });
+  };
+  register_hand("hand_plain", chain_plain);
+  register_hand("hand_xsimd", chain_xsimd);
+#if KILN_BENCH_HAS_TORCH
+  register_case("chain_16M", "libtorch", threads, [threads](benchmark::State& state) {
+    at::set_num_threads(threads);
+    const at::Tensor x = at::from_blob(large_arrays::get().a.get(), {large_size}, at::kFloat);
+    const at::Tensor first = chain(x);
+    if (!check_close(state, chain_reference().data(), first.data_ptr<float>(), large_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(chain(x));
+    set_bytes(state, chain_bytes);
+  });
+#endif
+}
+
+void register_trace_20() {
+  register_case("trace_20", "kiln", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = tiny_operands::get();
+    const kiln::tensor_spec spec(kiln::shape{tiny_size}, kiln::float32);
+    {
+      // What the timed traces build is checked once: run, it agrees with eager kiln.
+      kiln::function f(twenty_ops<kiln::tensor>);
+      const kiln::tensor traced = f.get_concrete_function(spec, spec)(in.kiln_x, in.kiln_y);
+      const kiln::tensor eager = twenty_ops(in.kiln_x, in.kiln_y);
+      if (!check_close(state, eager.data<float>(), traced.data<float>(), tiny_size)) return;
+    }
+    for (auto _ : state) {
+      kiln::function f(twenty_ops<kiln::tensor>);
+      benchmark::DoNotOptimize(f.get_concrete_function(spec, spec));
+    }
+  })->Unit(benchmark::kMicrosecond);
+}
+
+const bool registered = [] {
+  register_call_x2();
+  register_ops50();
+  for (int threads : {1, 2}) register_chain(threads);
+  register_trace_20();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::bench
