@@ -8417,6 +8417,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return
 
 #include <boost/pfr.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -8447,9 +8448,22 @@ template <class T, class A>  // std::vector<bool> holds proxies, not values: it 
 struct is_vector<std::vector<T, A>> : std::bool_constant<!std::is_same_v<T, bool>> {};
 
 template <class T>
-inline constexpr bool is_string_like =
-    std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> || std::is_same_v<T, const char*> ||
-    std::is_same_v<T, char*>;
+struct is_char_array : std::false_type {};
+template <std::size_t N>
+struct is_char_array<char[N]> : std::true_type {};
+
+/// A C++ string: keyed by its text, whatever holds it (a literal `"relu"` is a `char[5]`).
+template <class T>
+inline constexpr bool is_string_like = std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> ||
+                                       std::is_same_v<T, const char*> || std::is_same_v<T, char*> ||
+                                       is_char_array<T>::value;
+
+/// The text of a C++ string; a char array holds it up to its first NUL.
+template <class T>
+std::string_view string_text(const T& s) {
+  if constexpr (is_char_array<T>::value) return std::string_view(s, std::find(s, s + std::extent_v<T>, '\0') - s);
+  else return std::string_view(s);
+}
 
 /// A C++ value that is part of a signature by its value.
 template <class T>
@@ -8475,7 +8489,7 @@ template <class T>
 std::pair<std::string, std::string> describe_leaf(const T& v) {
   std::ostringstream os;
   if constexpr (is_string_like<T>) {
-    os << '"' << std::string_view(v) << '"';
+    os << '"' << string_text(v) << '"';
     return {"string", os.str()};
   } else if constexpr (std::is_same_v<T, bool>) {
     return {"bool", v ? "true" : "false"};
@@ -8491,6 +8505,12 @@ std::pair<std::string, std::string> describe_leaf(const T& v) {
   }
 }
 
+inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
+  key.push_back(std::uint64_t(t));
+  key.push_back(std::uint64_t(std::int64_t(s.rank())));
+  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+}
+
 /// The flattened arguments of one call.
 struct call_signature {
   struct value_leaf {
@@ -8499,37 +8519,63 @@ struct call_signature {
     std::string kind;  ///< `int`, `string`, ...
     std::string text;  ///< `2`, `"a"`, ...
   };
+  /// Everything but the tensors' dtypes and shapes: nesting, C++ values, addresses,
+  /// and a marker where each tensor sits. input_signature and reduce_retracing
+  /// change the specs of a call, never its structure.
+  std::vector<std::uint64_t> structure;
+  /// The cache key: the structure, then each tensor's spec (see `seal`).
   std::vector<std::uint64_t> key;
   /// One entry per tensor leaf: the tensor (null for a tensor_spec), its spec and argument.
   std::vector<const tensor*> tensors;
   std::vector<tensor_spec> specs;
   std::vector<int> tensor_arg;
   std::vector<value_leaf> values;
+  /// Per argument: how a signature shows it when it holds no tensor (`2`, `[1, -1]`); else empty.
+  std::vector<std::string> bound_text;
 
-  std::size_t hash() const {
-    std::size_t h = key.size();
-    for (std::uint64_t w : key) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-    return h;
+  /// Computes `key` from the structure and the current specs.
+  void seal() {
+    key = structure;
+    for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
   }
 };
 
-inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
-  key.push_back(std::uint64_t(leaf::tensor));
-  key.push_back(std::uint64_t(t));
-  key.push_back(std::uint64_t(std::int64_t(s.rank())));
-  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+/// How a signature shows a C++ argument with no tensor in it, as Python shows the
+/// value: `2`, `"a"`, `[1, -1]` (sequences and aggregates as lists); empty when it
+/// holds a tensor or an object keyed by address.
+template <class T>
+std::string bound_text_of(const T& x) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (is_value_leaf<U>) {
+    return describe_leaf(x).second;
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+    std::string s = "[";
+    bool ok = true, first = true;
+    auto add = [&](const auto& e) {
+      std::string t = bound_text_of(e);
+      ok = ok && !t.empty();
+      s += (first ? "" : ", ") + t;
+      first = false;
+    };
+    if constexpr (is_tuple_like<U>::value) std::apply([&](const auto&... e) { (add(e), ...); }, x);
+    else if constexpr (is_vector<U>::value) for (const auto& e : x) add(e);
+    else boost::pfr::for_each_field(x, add);
+    return ok ? s + "]" : std::string();
+  } else {
+    return {};
+  }
 }
 
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_same_v<U, tensor>) {
-    add_shape(sig.key, x.dtype(), x.shape());
+    sig.structure.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(&x);
     sig.specs.emplace_back(x.shape(), x.dtype());
     sig.tensor_arg.push_back(arg);
   } else if constexpr (std::is_same_v<U, tensor_spec>) {
-    add_shape(sig.key, x.dtype, x.shape);
+    sig.structure.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(nullptr);
     sig.specs.push_back(x);
     sig.tensor_arg.push_back(arg);
@@ -8537,7 +8583,7 @@ void flatten(const T& x, call_signature& sig, int arg) {
     auto [kind, text] = describe_leaf(x);
     call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
     if constexpr (is_string_like<U>) {
-      std::string_view s(x);
+      std::string_view s = string_text(x);
       v.key.push_back(s.size());
       for (std::size_t i = 0; i < s.size(); i += 8) {
         std::uint64_t w = 0;
@@ -8550,26 +8596,26 @@ void flatten(const T& x, call_signature& sig, int arg) {
       std::memcpy(&bits, &x, sizeof(U));
       v.key.push_back(bits);
     }
-    sig.key.insert(sig.key.end(), v.key.begin(), v.key.end());
+    sig.structure.insert(sig.structure.end(), v.key.begin(), v.key.end());
     sig.values.push_back(std::move(v));
   } else if constexpr (is_tuple_like<U>::value) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(std::tuple_size_v<U>);
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(std::tuple_size_v<U>);
     std::apply([&](const auto&... e) { (flatten(e, sig, arg), ...); }, x);
   } else if constexpr (is_vector<U>::value) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(x.size());
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(x.size());
     for (const auto& e : x) flatten(e, sig, arg);
   } else if constexpr (is_flattened_aggregate<U>) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(boost::pfr::tuple_size_v<U>);
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(boost::pfr::tuple_size_v<U>);
     boost::pfr::for_each_field(x, [&](const auto& f) { flatten(f, sig, arg); });
   } else if constexpr (std::is_pointer_v<U>) {
-    sig.key.push_back(std::uint64_t(leaf::address));
-    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+    sig.structure.push_back(std::uint64_t(leaf::address));
+    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
   } else {
-    sig.key.push_back(std::uint64_t(leaf::address));
-    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
+    sig.structure.push_back(std::uint64_t(leaf::address));
+    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
   }
 }
 
@@ -8595,6 +8641,8 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
   using U = std::remove_cvref_t<A>;
   if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
     return tensor(*next++);
+  } else if constexpr (is_char_array<U>::value) {
+    return std::forward<A>(a);
   } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
     return U(a);
   } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
@@ -8736,6 +8784,8 @@ struct concrete_state {
   std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
+  std::vector<std::string> bound_text;            ///< per argument, as call_signature::bound_text
+  std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   std::vector<tensor_spec> outputs;
   kiln::graph graph;      ///< as traced
   kiln::graph optimized;  ///< as run
@@ -8749,15 +8799,15 @@ struct concrete_state {
     for (std::size_t i = 0; i < arg_names.size(); ++i) {
       if (i) s += ", ";
       s += arg_names[i];
-      for (const auto& v : bound)
-        if (v.arg == int(i)) s += "=" + v.text;
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
     }
     return s + ")";
   }
   /// The header with the Args/Returns block, as TensorFlow prints a signature.
   std::string signature_text() const {
     std::ostringstream os;
-    os << header() << "\n  Args:\n";
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
     for (const tensor_spec& in : inputs)
       os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
     os << "  Returns:\n";
@@ -8821,12 +8871,11 @@ KILN_LIBRARY_INLINE void concrete_state::compile() {
 }
 
 KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
-  bool symbolic = false;
-  for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+  // Called while another function is being traced, with symbolic inputs or not, the
+  // trace's ops join the outer graph, so that they run with every call of it.
+  trace_context* outer = trace_context::current();
   std::vector<tensor> out;
-  if (symbolic) {
-    trace_context* outer = trace_context::current();
-    if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+  if (outer) {
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
@@ -8834,7 +8883,10 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   }
   small_vector<tensor, 4> args;
   args.reserve(sig.tensors.size());
-  for (const tensor* t : sig.tensors) args.emplace_back(*t);
+  for (const tensor* t : sig.tensors) {
+    if (t->is_symbolic()) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+    args.emplace_back(*t);
+  }
   return executor->run(std::span<const tensor>(args.begin(), args.size()));
 }
 #endif
@@ -8867,9 +8919,11 @@ class concrete_function {
   explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
 
   /// Runs the graph; a function with one output returns it, use call_flat for several.
+  /// A callable that returns nothing gives an empty (undefined) tensor.
   template <class... Args>
   tensor operator()(const Args&... args) const {
     std::vector<tensor> out = call(args...);
+    if (state_->returns_void) return tensor();
     if (out.size() != 1)
       throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
     return out[0];
@@ -8976,7 +9030,9 @@ class function {
     detail::call_signature sig;
     int arg = 0;
     (detail::flatten(args, sig, arg++), ...);
+    (sig.bound_text.push_back(detail::bound_text_of(args)), ...);
     if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
+    sig.seal();
     return sig;
   }
 
@@ -8996,12 +9052,8 @@ class function {
       for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
       throw value_error(os.str());
     }
-    // Every call then has the input signature's key, so it reuses the one trace.
-    sig.key.clear();
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-      sig.specs[i].shape = expected[i].shape;
-      detail::add_shape(sig.key, expected[i].dtype, expected[i].shape);
-    }
+    // Every call then has the input signature's specs, so it reuses the one trace.
+    for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
   }
 
   template <class R, class... Args>
@@ -9058,21 +9110,16 @@ class function {
   // structure becomes None, and the call is keyed by the relaxed specs.
   void relax(detail::call_signature& sig) {
     for (const auto& t : state_->traces) {
-      if (t->inputs.size() != sig.specs.size() || t->bound.size() != sig.values.size()) continue;
-      bool same_structure = true;
-      for (std::size_t i = 0; same_structure && i < sig.values.size(); ++i) same_structure = t->bound[i].key == sig.values[i].key;
+      bool same_structure = t->structure == sig.structure;
       for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
         same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
       if (!same_structure) continue;
-      sig.key.clear();
-      std::size_t value = 0;
       for (std::size_t i = 0; i < sig.specs.size(); ++i) {
         shape& s = sig.specs[i].shape;
         for (int d = 0; d < s.rank(); ++d)
           if (t->inputs[i].shape[d] != s[d]) s[d] = none;
-        detail::add_shape(sig.key, sig.specs[i].dtype, s);
       }
-      for (; value < sig.values.size(); ++value) sig.key.insert(sig.key.end(), sig.values[value].key.begin(), sig.values[value].key.end());
+      sig.seal();
       return;
     }
   }
@@ -9085,6 +9132,8 @@ class function {
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;
+    c->bound_text = sig.bound_text;
+    c->structure = sig.structure;
     c->input_arg = sig.tensor_arg;
     detail::trace_context context(o.name);
     std::vector<tensor> placeholders;

@@ -30,7 +30,25 @@ void* counted_allocation(std::size_t bytes, std::size_t alignment) {
 // Not inlined: GCC would otherwise see `free` meet `operator new` and warn.
 [[gnu::noinline]] void* operator new(std::size_t bytes) { return counted_allocation(bytes, 0); }
 [[gnu::noinline]] void* operator new(std::size_t bytes, std::align_val_t a) { return counted_allocation(bytes, std::size_t(a)); }
+// The nothrow forms too: a sanitizer's runtime would otherwise allocate them, and
+// the replaced operator delete would free its blocks.
+[[gnu::noinline]] void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+  try {
+    return counted_allocation(bytes, 0);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+[[gnu::noinline]] void* operator new(std::size_t bytes, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return counted_allocation(bytes, std::size_t(a));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }

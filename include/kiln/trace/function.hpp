@@ -132,6 +132,8 @@ struct concrete_state {
   std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
+  std::vector<std::string> bound_text;            ///< per argument, as call_signature::bound_text
+  std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   std::vector<tensor_spec> outputs;
   kiln::graph graph;      ///< as traced
   kiln::graph optimized;  ///< as run
@@ -145,15 +147,15 @@ struct concrete_state {
     for (std::size_t i = 0; i < arg_names.size(); ++i) {
       if (i) s += ", ";
       s += arg_names[i];
-      for (const auto& v : bound)
-        if (v.arg == int(i)) s += "=" + v.text;
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
     }
     return s + ")";
   }
   /// The header with the Args/Returns block, as TensorFlow prints a signature.
   std::string signature_text() const {
     std::ostringstream os;
-    os << header() << "\n  Args:\n";
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
     for (const tensor_spec& in : inputs)
       os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
     os << "  Returns:\n";
@@ -217,12 +219,11 @@ KILN_LIBRARY_INLINE void concrete_state::compile() {
 }
 
 KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
-  bool symbolic = false;
-  for (const tensor* t : sig.tensors) symbolic = symbolic || t->is_symbolic();
+  // Called while another function is being traced, with symbolic inputs or not, the
+  // trace's ops join the outer graph, so that they run with every call of it.
+  trace_context* outer = trace_context::current();
   std::vector<tensor> out;
-  if (symbolic) {
-    trace_context* outer = trace_context::current();
-    if (!outer) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+  if (outer) {
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
@@ -230,7 +231,10 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   }
   small_vector<tensor, 4> args;
   args.reserve(sig.tensors.size());
-  for (const tensor* t : sig.tensors) args.emplace_back(*t);
+  for (const tensor* t : sig.tensors) {
+    if (t->is_symbolic()) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
+    args.emplace_back(*t);
+  }
   return executor->run(std::span<const tensor>(args.begin(), args.size()));
 }
 #endif
@@ -263,9 +267,11 @@ class concrete_function {
   explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
 
   /// Runs the graph; a function with one output returns it, use call_flat for several.
+  /// A callable that returns nothing gives an empty (undefined) tensor.
   template <class... Args>
   tensor operator()(const Args&... args) const {
     std::vector<tensor> out = call(args...);
+    if (state_->returns_void) return tensor();
     if (out.size() != 1)
       throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
     return out[0];
@@ -372,7 +378,9 @@ class function {
     detail::call_signature sig;
     int arg = 0;
     (detail::flatten(args, sig, arg++), ...);
+    (sig.bound_text.push_back(detail::bound_text_of(args)), ...);
     if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
+    sig.seal();
     return sig;
   }
 
@@ -392,12 +400,8 @@ class function {
       for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
       throw value_error(os.str());
     }
-    // Every call then has the input signature's key, so it reuses the one trace.
-    sig.key.clear();
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-      sig.specs[i].shape = expected[i].shape;
-      detail::add_shape(sig.key, expected[i].dtype, expected[i].shape);
-    }
+    // Every call then has the input signature's specs, so it reuses the one trace.
+    for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
   }
 
   template <class R, class... Args>
@@ -454,21 +458,16 @@ class function {
   // structure becomes None, and the call is keyed by the relaxed specs.
   void relax(detail::call_signature& sig) {
     for (const auto& t : state_->traces) {
-      if (t->inputs.size() != sig.specs.size() || t->bound.size() != sig.values.size()) continue;
-      bool same_structure = true;
-      for (std::size_t i = 0; same_structure && i < sig.values.size(); ++i) same_structure = t->bound[i].key == sig.values[i].key;
+      bool same_structure = t->structure == sig.structure;
       for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
         same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
       if (!same_structure) continue;
-      sig.key.clear();
-      std::size_t value = 0;
       for (std::size_t i = 0; i < sig.specs.size(); ++i) {
         shape& s = sig.specs[i].shape;
         for (int d = 0; d < s.rank(); ++d)
           if (t->inputs[i].shape[d] != s[d]) s[d] = none;
-        detail::add_shape(sig.key, sig.specs[i].dtype, s);
       }
-      for (; value < sig.values.size(); ++value) sig.key.insert(sig.key.end(), sig.values[value].key.begin(), sig.values[value].key.end());
+      sig.seal();
       return;
     }
   }
@@ -481,6 +480,8 @@ class function {
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;
+    c->bound_text = sig.bound_text;
+    c->structure = sig.structure;
     c->input_arg = sig.tensor_arg;
     detail::trace_context context(o.name);
     std::vector<tensor> placeholders;

@@ -8,6 +8,7 @@
 
 #include <boost/pfr.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -40,9 +41,22 @@ template <class T, class A>  // std::vector<bool> holds proxies, not values: it 
 struct is_vector<std::vector<T, A>> : std::bool_constant<!std::is_same_v<T, bool>> {};
 
 template <class T>
-inline constexpr bool is_string_like =
-    std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> || std::is_same_v<T, const char*> ||
-    std::is_same_v<T, char*>;
+struct is_char_array : std::false_type {};
+template <std::size_t N>
+struct is_char_array<char[N]> : std::true_type {};
+
+/// A C++ string: keyed by its text, whatever holds it (a literal `"relu"` is a `char[5]`).
+template <class T>
+inline constexpr bool is_string_like = std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> ||
+                                       std::is_same_v<T, const char*> || std::is_same_v<T, char*> ||
+                                       is_char_array<T>::value;
+
+/// The text of a C++ string; a char array holds it up to its first NUL.
+template <class T>
+std::string_view string_text(const T& s) {
+  if constexpr (is_char_array<T>::value) return std::string_view(s, std::find(s, s + std::extent_v<T>, '\0') - s);
+  else return std::string_view(s);
+}
 
 /// A C++ value that is part of a signature by its value.
 template <class T>
@@ -68,7 +82,7 @@ template <class T>
 std::pair<std::string, std::string> describe_leaf(const T& v) {
   std::ostringstream os;
   if constexpr (is_string_like<T>) {
-    os << '"' << std::string_view(v) << '"';
+    os << '"' << string_text(v) << '"';
     return {"string", os.str()};
   } else if constexpr (std::is_same_v<T, bool>) {
     return {"bool", v ? "true" : "false"};
@@ -84,6 +98,12 @@ std::pair<std::string, std::string> describe_leaf(const T& v) {
   }
 }
 
+inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
+  key.push_back(std::uint64_t(t));
+  key.push_back(std::uint64_t(std::int64_t(s.rank())));
+  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+}
+
 /// The flattened arguments of one call.
 struct call_signature {
   struct value_leaf {
@@ -92,37 +112,63 @@ struct call_signature {
     std::string kind;  ///< `int`, `string`, ...
     std::string text;  ///< `2`, `"a"`, ...
   };
+  /// Everything but the tensors' dtypes and shapes: nesting, C++ values, addresses,
+  /// and a marker where each tensor sits. input_signature and reduce_retracing
+  /// change the specs of a call, never its structure.
+  std::vector<std::uint64_t> structure;
+  /// The cache key: the structure, then each tensor's spec (see `seal`).
   std::vector<std::uint64_t> key;
   /// One entry per tensor leaf: the tensor (null for a tensor_spec), its spec and argument.
   std::vector<const tensor*> tensors;
   std::vector<tensor_spec> specs;
   std::vector<int> tensor_arg;
   std::vector<value_leaf> values;
+  /// Per argument: how a signature shows it when it holds no tensor (`2`, `[1, -1]`); else empty.
+  std::vector<std::string> bound_text;
 
-  std::size_t hash() const {
-    std::size_t h = key.size();
-    for (std::uint64_t w : key) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-    return h;
+  /// Computes `key` from the structure and the current specs.
+  void seal() {
+    key = structure;
+    for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
   }
 };
 
-inline void add_shape(std::vector<std::uint64_t>& key, dtype t, const shape& s) {
-  key.push_back(std::uint64_t(leaf::tensor));
-  key.push_back(std::uint64_t(t));
-  key.push_back(std::uint64_t(std::int64_t(s.rank())));
-  for (std::int64_t d : s.dims()) key.push_back(std::uint64_t(d));
+/// How a signature shows a C++ argument with no tensor in it, as Python shows the
+/// value: `2`, `"a"`, `[1, -1]` (sequences and aggregates as lists); empty when it
+/// holds a tensor or an object keyed by address.
+template <class T>
+std::string bound_text_of(const T& x) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (is_value_leaf<U>) {
+    return describe_leaf(x).second;
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+    std::string s = "[";
+    bool ok = true, first = true;
+    auto add = [&](const auto& e) {
+      std::string t = bound_text_of(e);
+      ok = ok && !t.empty();
+      s += (first ? "" : ", ") + t;
+      first = false;
+    };
+    if constexpr (is_tuple_like<U>::value) std::apply([&](const auto&... e) { (add(e), ...); }, x);
+    else if constexpr (is_vector<U>::value) for (const auto& e : x) add(e);
+    else boost::pfr::for_each_field(x, add);
+    return ok ? s + "]" : std::string();
+  } else {
+    return {};
+  }
 }
 
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_same_v<U, tensor>) {
-    add_shape(sig.key, x.dtype(), x.shape());
+    sig.structure.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(&x);
     sig.specs.emplace_back(x.shape(), x.dtype());
     sig.tensor_arg.push_back(arg);
   } else if constexpr (std::is_same_v<U, tensor_spec>) {
-    add_shape(sig.key, x.dtype, x.shape);
+    sig.structure.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(nullptr);
     sig.specs.push_back(x);
     sig.tensor_arg.push_back(arg);
@@ -130,7 +176,7 @@ void flatten(const T& x, call_signature& sig, int arg) {
     auto [kind, text] = describe_leaf(x);
     call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
     if constexpr (is_string_like<U>) {
-      std::string_view s(x);
+      std::string_view s = string_text(x);
       v.key.push_back(s.size());
       for (std::size_t i = 0; i < s.size(); i += 8) {
         std::uint64_t w = 0;
@@ -143,26 +189,26 @@ void flatten(const T& x, call_signature& sig, int arg) {
       std::memcpy(&bits, &x, sizeof(U));
       v.key.push_back(bits);
     }
-    sig.key.insert(sig.key.end(), v.key.begin(), v.key.end());
+    sig.structure.insert(sig.structure.end(), v.key.begin(), v.key.end());
     sig.values.push_back(std::move(v));
   } else if constexpr (is_tuple_like<U>::value) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(std::tuple_size_v<U>);
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(std::tuple_size_v<U>);
     std::apply([&](const auto&... e) { (flatten(e, sig, arg), ...); }, x);
   } else if constexpr (is_vector<U>::value) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(x.size());
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(x.size());
     for (const auto& e : x) flatten(e, sig, arg);
   } else if constexpr (is_flattened_aggregate<U>) {
-    sig.key.push_back(std::uint64_t(leaf::sequence));
-    sig.key.push_back(boost::pfr::tuple_size_v<U>);
+    sig.structure.push_back(std::uint64_t(leaf::sequence));
+    sig.structure.push_back(boost::pfr::tuple_size_v<U>);
     boost::pfr::for_each_field(x, [&](const auto& f) { flatten(f, sig, arg); });
   } else if constexpr (std::is_pointer_v<U>) {
-    sig.key.push_back(std::uint64_t(leaf::address));
-    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+    sig.structure.push_back(std::uint64_t(leaf::address));
+    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
   } else {
-    sig.key.push_back(std::uint64_t(leaf::address));
-    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
+    sig.structure.push_back(std::uint64_t(leaf::address));
+    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
   }
 }
 
@@ -188,6 +234,8 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
   using U = std::remove_cvref_t<A>;
   if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
     return tensor(*next++);
+  } else if constexpr (is_char_array<U>::value) {
+    return std::forward<A>(a);
   } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
     return U(a);
   } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
