@@ -6768,17 +6768,15 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
+  } else if constexpr (!backend::supports<B, Op>) {
+    // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+    throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
     tensor out(dt, sh, dev);
-    if constexpr (backend::supports<B, Op>) {
-      if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
-    } else {
-      // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-      throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
-    }
+    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
     return out;
   }
 }
@@ -8474,6 +8472,29 @@ template <class T>
 inline constexpr bool is_flattened_aggregate = std::is_aggregate_v<T> && !std::is_array_v<T> && std::is_class_v<T> &&
                                                std::is_copy_constructible_v<T> && !std::is_same_v<T, tensor_spec>;
 
+/// A structure kiln flattens element by element: tuple, pair, std::array, std::vector
+/// or aggregate.
+template <class T>
+inline constexpr bool is_sequence = is_tuple_like<T>::value || is_vector<T>::value || is_flattened_aggregate<T>;
+
+/// Calls `f(element)` for each element of sequence `x` (each field of an aggregate), in order.
+/// \code for_each_element(std::pair{1, 2.f}, [](const auto& e) { std::cout << e; });  // 12 \endcode
+template <class T, class F>
+void for_each_element(T& x, F&& f) {
+  using U = std::remove_const_t<T>;
+  if constexpr (is_tuple_like<U>::value) std::apply([&](auto&... e) { (f(e), ...); }, x);
+  else if constexpr (is_vector<U>::value) for (auto& e : x) f(e);
+  else boost::pfr::for_each_field(x, f);
+}
+
+/// How many elements sequence `x` has.
+template <class T>
+std::size_t sequence_size(const T& x) {
+  if constexpr (is_tuple_like<T>::value) return std::tuple_size_v<T>;
+  else if constexpr (is_vector<T>::value) return x.size();
+  else return boost::pfr::tuple_size_v<T>;
+}
+
 /// Which kind of leaf a key word sequence starts with.
 enum class leaf : std::uint64_t { tensor = 1, value, sequence, address };
 
@@ -8519,25 +8540,28 @@ struct call_signature {
     std::string kind;  ///< `int`, `string`, ...
     std::string text;  ///< `2`, `"a"`, ...
   };
-  /// Everything but the tensors' dtypes and shapes: nesting, C++ values, addresses,
-  /// and a marker where each tensor sits. input_signature and reduce_retracing
-  /// change the specs of a call, never its structure.
-  std::vector<std::uint64_t> structure;
-  /// The cache key: the structure, then each tensor's spec (see `seal`).
+  /// The cache key. Its first `structure_size` words are the call's structure: all but
+  /// the tensors' dtypes and shapes (nesting, C++ values, addresses, and a marker where
+  /// each tensor sits); `seal` appends each tensor's spec. input_signature and
+  /// reduce_retracing change the specs of a call, never its structure.
   std::vector<std::uint64_t> key;
+  std::size_t structure_size = 0;
+  bool sealed = false;
   /// One entry per tensor leaf: the tensor (null for a tensor_spec), its spec and argument.
   std::vector<const tensor*> tensors;
   std::vector<tensor_spec> specs;
   std::vector<int> tensor_arg;
   std::vector<value_leaf> values;
-  /// Per argument: how a signature shows it when it holds no tensor (`2`, `[1, -1]`); else empty.
-  std::vector<std::string> bound_text;
 
-  /// Computes `key` from the structure and the current specs.
+  /// Ends the structure (the first time, after flattening) or drops the specs an
+  /// earlier seal appended, then appends the current specs.
   void seal() {
-    key = structure;
+    if (!sealed) structure_size = key.size();
+    key.resize(structure_size);
+    sealed = true;
     for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
   }
+  std::span<const std::uint64_t> structure() const { return {key.data(), structure_size}; }
 };
 
 /// How a signature shows a C++ argument with no tensor in it, as Python shows the
@@ -8548,18 +8572,14 @@ std::string bound_text_of(const T& x) {
   using U = std::remove_cvref_t<T>;
   if constexpr (is_value_leaf<U>) {
     return describe_leaf(x).second;
-  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+  } else if constexpr (is_sequence<U>) {
     std::string s = "[";
-    bool ok = true, first = true;
-    auto add = [&](const auto& e) {
+    bool ok = true;
+    for_each_element(x, [&](const auto& e) {
       std::string t = bound_text_of(e);
       ok = ok && !t.empty();
-      s += (first ? "" : ", ") + t;
-      first = false;
-    };
-    if constexpr (is_tuple_like<U>::value) std::apply([&](const auto&... e) { (add(e), ...); }, x);
-    else if constexpr (is_vector<U>::value) for (const auto& e : x) add(e);
-    else boost::pfr::for_each_field(x, add);
+      s += (s.size() > 1 ? ", " : "") + t;
+    });
     return ok ? s + "]" : std::string();
   } else {
     return {};
@@ -8570,12 +8590,12 @@ template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_same_v<U, tensor>) {
-    sig.structure.push_back(std::uint64_t(leaf::tensor));
+    sig.key.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(&x);
     sig.specs.emplace_back(x.shape(), x.dtype());
     sig.tensor_arg.push_back(arg);
   } else if constexpr (std::is_same_v<U, tensor_spec>) {
-    sig.structure.push_back(std::uint64_t(leaf::tensor));
+    sig.key.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(nullptr);
     sig.specs.push_back(x);
     sig.tensor_arg.push_back(arg);
@@ -8596,26 +8616,18 @@ void flatten(const T& x, call_signature& sig, int arg) {
       std::memcpy(&bits, &x, sizeof(U));
       v.key.push_back(bits);
     }
-    sig.structure.insert(sig.structure.end(), v.key.begin(), v.key.end());
+    sig.key.insert(sig.key.end(), v.key.begin(), v.key.end());
     sig.values.push_back(std::move(v));
-  } else if constexpr (is_tuple_like<U>::value) {
-    sig.structure.push_back(std::uint64_t(leaf::sequence));
-    sig.structure.push_back(std::tuple_size_v<U>);
-    std::apply([&](const auto&... e) { (flatten(e, sig, arg), ...); }, x);
-  } else if constexpr (is_vector<U>::value) {
-    sig.structure.push_back(std::uint64_t(leaf::sequence));
-    sig.structure.push_back(x.size());
-    for (const auto& e : x) flatten(e, sig, arg);
-  } else if constexpr (is_flattened_aggregate<U>) {
-    sig.structure.push_back(std::uint64_t(leaf::sequence));
-    sig.structure.push_back(boost::pfr::tuple_size_v<U>);
-    boost::pfr::for_each_field(x, [&](const auto& f) { flatten(f, sig, arg); });
+  } else if constexpr (is_sequence<U>) {
+    sig.key.push_back(std::uint64_t(leaf::sequence));
+    sig.key.push_back(sequence_size(x));
+    for_each_element(x, [&](const auto& e) { flatten(e, sig, arg); });
   } else if constexpr (std::is_pointer_v<U>) {
-    sig.structure.push_back(std::uint64_t(leaf::address));
-    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
   } else {
-    sig.structure.push_back(std::uint64_t(leaf::address));
-    sig.structure.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
   }
 }
 
@@ -8624,12 +8636,8 @@ template <class T>
 void replace_tensors(T& x, const tensor*& next) {
   if constexpr (std::is_same_v<T, tensor>) {
     x = *next++;
-  } else if constexpr (is_tuple_like<T>::value) {
-    std::apply([&](auto&... e) { (replace_tensors(e, next), ...); }, x);
-  } else if constexpr (is_vector<T>::value) {
-    for (auto& e : x) replace_tensors(e, next);
-  } else if constexpr (is_flattened_aggregate<T> && !is_value_leaf<T>) {
-    boost::pfr::for_each_field(x, [&](auto& f) { replace_tensors(f, next); });
+  } else if constexpr (is_sequence<T>) {
+    for_each_element(x, [&](auto& e) { replace_tensors(e, next); });
   }
 }
 
@@ -8645,7 +8653,7 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
     return std::forward<A>(a);
   } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
     return U(a);
-  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value || is_flattened_aggregate<U>) {
+  } else if constexpr (is_sequence<U>) {
     U copy(a);
     replace_tensors(copy, next);
     return copy;
@@ -8661,6 +8669,7 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
 /// `kiln::function` and `kiln::concrete_function` (API.md section 3): a C++ callable
 /// traced into a graph once per input signature, and the cached traces it runs.
 
+#include <algorithm>
 #include <any>
 #include <atomic>
 #include <memory>
@@ -8753,10 +8762,8 @@ void for_each_output(const R& r, F&& f) {
   using U = std::remove_cvref_t<R>;
   if constexpr (std::is_same_v<U, tensor>) {
     f(r);
-  } else if constexpr (is_tuple_like<U>::value) {
-    std::apply([&](const auto&... e) { (for_each_output(e, f), ...); }, r);
-  } else if constexpr (is_vector<U>::value) {
-    for (const auto& e : r) for_each_output(e, f);
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    for_each_element(r, [&](const auto& e) { for_each_output(e, f); });
   } else {
     f(scalar_constant(r));
   }
@@ -8784,7 +8791,7 @@ struct concrete_state {
   std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
-  std::vector<std::string> bound_text;            ///< per argument, as call_signature::bound_text
+  std::vector<std::string> bound_text;            ///< per argument, as bound_text_of shows it
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   std::vector<tensor_spec> outputs;
   kiln::graph graph;      ///< as traced
@@ -9030,7 +9037,6 @@ class function {
     detail::call_signature sig;
     int arg = 0;
     (detail::flatten(args, sig, arg++), ...);
-    (sig.bound_text.push_back(detail::bound_text_of(args)), ...);
     if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
     sig.seal();
     return sig;
@@ -9110,7 +9116,7 @@ class function {
   // structure becomes None, and the call is keyed by the relaxed specs.
   void relax(detail::call_signature& sig) {
     for (const auto& t : state_->traces) {
-      bool same_structure = t->structure == sig.structure;
+      bool same_structure = std::ranges::equal(t->structure, sig.structure());
       for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
         same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
       if (!same_structure) continue;
@@ -9132,8 +9138,9 @@ class function {
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;
-    c->bound_text = sig.bound_text;
-    c->structure = sig.structure;
+    c->bound_text = {detail::bound_text_of(args)...};
+    const std::span<const std::uint64_t> structure = sig.structure();
+    c->structure.assign(structure.begin(), structure.end());
     c->input_arg = sig.tensor_arg;
     detail::trace_context context(o.name);
     std::vector<tensor> placeholders;

@@ -62,17 +62,15 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (requires { op.evaluate(in); }) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
+  } else if constexpr (!backend::supports<B, Op>) {
+    // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+    throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
     tensor out(dt, sh, dev);
-    if constexpr (backend::supports<B, Op>) {
-      if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
-    } else {
-      // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-      throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
-    }
+    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
     return out;
   }
 }

@@ -3,6 +3,7 @@
 /// `kiln::function` and `kiln::concrete_function` (API.md section 3): a C++ callable
 /// traced into a graph once per input signature, and the cached traces it runs.
 
+#include <algorithm>
 #include <any>
 #include <atomic>
 #include <memory>
@@ -101,10 +102,8 @@ void for_each_output(const R& r, F&& f) {
   using U = std::remove_cvref_t<R>;
   if constexpr (std::is_same_v<U, tensor>) {
     f(r);
-  } else if constexpr (is_tuple_like<U>::value) {
-    std::apply([&](const auto&... e) { (for_each_output(e, f), ...); }, r);
-  } else if constexpr (is_vector<U>::value) {
-    for (const auto& e : r) for_each_output(e, f);
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    for_each_element(r, [&](const auto& e) { for_each_output(e, f); });
   } else {
     f(scalar_constant(r));
   }
@@ -132,7 +131,7 @@ struct concrete_state {
   std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
-  std::vector<std::string> bound_text;            ///< per argument, as call_signature::bound_text
+  std::vector<std::string> bound_text;            ///< per argument, as bound_text_of shows it
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   std::vector<tensor_spec> outputs;
   kiln::graph graph;      ///< as traced
@@ -378,7 +377,6 @@ class function {
     detail::call_signature sig;
     int arg = 0;
     (detail::flatten(args, sig, arg++), ...);
-    (sig.bound_text.push_back(detail::bound_text_of(args)), ...);
     if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
     sig.seal();
     return sig;
@@ -458,7 +456,7 @@ class function {
   // structure becomes None, and the call is keyed by the relaxed specs.
   void relax(detail::call_signature& sig) {
     for (const auto& t : state_->traces) {
-      bool same_structure = t->structure == sig.structure;
+      bool same_structure = std::ranges::equal(t->structure, sig.structure());
       for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
         same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
       if (!same_structure) continue;
@@ -480,8 +478,9 @@ class function {
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;
-    c->bound_text = sig.bound_text;
-    c->structure = sig.structure;
+    c->bound_text = {detail::bound_text_of(args)...};
+    const std::span<const std::uint64_t> structure = sig.structure();
+    c->structure.assign(structure.begin(), structure.end());
     c->input_arg = sig.tensor_arg;
     detail::trace_context context(o.name);
     std::vector<tensor> placeholders;
