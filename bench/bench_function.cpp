@@ -173,14 +173,18 @@ void register_call_x2() {
 }
 
 void register_ops50() {
-  register_case("ops50_10", "kiln", 1, [](benchmark::State& state) {
-    kiln::config::set_num_threads(1);
-    const auto& in = tiny_operands::get();
-    kiln::function f(fifty_ops<kiln::tensor>);
-    const kiln::tensor first = f(in.kiln_x, in.kiln_y);  // traces
-    if (!check_close(state, fifty_ops_reference().data(), first.data<float>(), tiny_size)) return;
-    for (auto _ : state) benchmark::DoNotOptimize(f(in.kiln_x, in.kiln_y));
-  })->Unit(benchmark::kMicrosecond);
+  // `kiln_jit` compiles the fused cluster to a native loop (jit_compile); the compile
+  // happens in the first call, before timing.
+  for (const bool jit : {false, true}) {
+    register_case("ops50_10", jit ? "kiln_jit" : "kiln", 1, [jit](benchmark::State& state) {
+      kiln::config::set_num_threads(1);
+      const auto& in = tiny_operands::get();
+      kiln::function f(fifty_ops<kiln::tensor>, {.jit_compile = jit});
+      const kiln::tensor first = f(in.kiln_x, in.kiln_y);  // traces
+      if (!check_close(state, fifty_ops_reference().data(), first.data<float>(), tiny_size)) return;
+      for (auto _ : state) benchmark::DoNotOptimize(f(in.kiln_x, in.kiln_y));
+    })->Unit(benchmark::kMicrosecond);
+  }
   register_case("ops50_10", "kiln_eager", 1, [](benchmark::State& state) {
     kiln::config::set_num_threads(1);
     const auto& in = tiny_operands::get();
@@ -200,15 +204,17 @@ void register_ops50() {
 }
 
 void register_chain(int threads) {
-  register_case("chain_16M", "kiln", threads, [threads](benchmark::State& state) {
-    kiln::config::set_num_threads(threads);
-    const kiln::tensor& x = kiln_operands::get().a;
-    kiln::function f(chain<kiln::tensor>);
-    const kiln::tensor first = f(x);  // traces
-    if (!check_close(state, chain_reference().data(), first.data<float>(), large_size)) return;
-    for (auto _ : state) benchmark::DoNotOptimize(f(x));
-    set_bytes(state, chain_bytes);
-  });
+  for (const bool jit : {false, true}) {
+    register_case("chain_16M", jit ? "kiln_jit" : "kiln", threads, [threads, jit](benchmark::State& state) {
+      kiln::config::set_num_threads(threads);
+      const kiln::tensor& x = kiln_operands::get().a;
+      kiln::function f(chain<kiln::tensor>, {.jit_compile = jit});
+      const kiln::tensor first = f(x);  // traces
+      if (!check_close(state, chain_reference().data(), first.data<float>(), large_size)) return;
+      for (auto _ : state) benchmark::DoNotOptimize(f(x));
+      set_bytes(state, chain_bytes);
+    });
+  }
   register_case("chain_16M", "kiln_eager", threads, [threads](benchmark::State& state) {
     kiln::config::set_num_threads(threads);
     const kiln::tensor& x = kiln_operands::get().a;

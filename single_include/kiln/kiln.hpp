@@ -3210,6 +3210,16 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
 /// Every op kiln defines.
 #define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 
+/// The C++ name of op type `Op`, as generated source spells it (kiln/exec/jit.hpp).
+/// \code static_assert(kiln::ops::qualified_name<kiln::ops::tanh> == "kiln::ops::tanh"); \endcode
+template <class Op>
+inline constexpr std::string_view qualified_name{};
+#define KILN_DETAIL_QUALIFIED_NAME(op) \
+  template <>                          \
+  inline constexpr std::string_view qualified_name<op> = "kiln::ops::" #op;
+KILN_ALL_OPS(KILN_DETAIL_QUALIFIED_NAME)
+#undef KILN_DETAIL_QUALIFIED_NAME
+
 template <class List>
 struct drop_front;
 template <class First, class... Rest>
@@ -3913,6 +3923,72 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 #include <xsimd/xsimd.hpp>
 
+// ----- begin kiln/backend/cpu/streaming.hpp -----
+/// \file
+/// Non-temporal stores of xsimd batches, for outputs too large to stay in cache:
+/// streaming them saves reading each line before writing it. Used by the
+/// elementwise kernels and by native loops (kiln/exec/jit.hpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+
+namespace kiln::backend::cpu {
+
+/// Outputs at least this large are written with non-temporal stores: they do not fit
+/// in cache anyway, and streaming them saves reading each line before writing it.
+inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
+
+/// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
+template <class T, class A>
+KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(b) == 64) {
+    if constexpr (std::is_same_v<T, float>) return _mm512_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm512_stream_pd(p, b);
+    else return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(b) == 32) {
+    if constexpr (std::is_same_v<T, float>) return _mm256_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm256_stream_pd(p, b);
+    else return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (sizeof(b) == 16) {
+    if constexpr (std::is_same_v<T, float>) return _mm_stream_ps(p, b);
+    else if constexpr (std::is_same_v<T, double>) return _mm_stream_pd(p, b);
+    else return _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
+  }
+#endif
+  b.store_aligned(p);
+}
+
+/// Stores `b` at `p`: streaming when `Stream` (then `p` is aligned to the batch size).
+/// \code store_batch<true>(v, out + i); \endcode
+template <bool Stream, class T, class A>
+KILN_ALWAYS_INLINE void store_batch(const xsimd::batch<T, A>& b, T* p) {
+  if constexpr (Stream)
+    store_streaming(b, p);
+  else
+    b.store_unaligned(p);
+}
+
+/// Orders non-temporal stores (weakly ordered) before what follows, such as another
+/// thread reading them.
+inline void streaming_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace kiln::backend::cpu
+// ----- end kiln/backend/cpu/streaming.hpp -----
 
 namespace kiln::backend {
 namespace cpu {
@@ -3955,39 +4031,13 @@ template <class T>
 inline constexpr bool simd_type =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
 
+/// Whether an op's functor runs on xsimd batches for these dtypes: its kernel has a
+/// SIMD loop, can stream its output, and can join a native loop (kiln/exec/jit.hpp).
+template <class Op, class In, class Out>
+inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
+
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
-/// Outputs at least this large are written with non-temporal stores: they do not fit
-/// in cache anyway, and streaming them saves reading each line before writing it.
-inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
-
-/// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
-template <class T, class A>
-KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
-#if defined(__AVX512F__)
-  if constexpr (sizeof(b) == 64) {
-    if constexpr (std::is_same_v<T, float>) return _mm512_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm512_stream_pd(p, b);
-    else return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
-  }
-#endif
-#if defined(__AVX__)
-  if constexpr (sizeof(b) == 32) {
-    if constexpr (std::is_same_v<T, float>) return _mm256_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm256_stream_pd(p, b);
-    else return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
-  }
-#endif
-#if defined(__SSE2__)
-  if constexpr (sizeof(b) == 16) {
-    if constexpr (std::is_same_v<T, float>) return _mm_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm_stream_pd(p, b);
-    else return _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
-  }
-#endif
-  b.store_aligned(p);
-}
-
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
@@ -3996,7 +4046,7 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
   };
   std::int64_t i = 0;
-  if constexpr (std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Arity <= 2) {
+  if constexpr (simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
     constexpr std::int64_t w = B::size;
     auto load = [&](int k, std::int64_t j) {
@@ -4042,9 +4092,6 @@ void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const 
   }
 }
 
-/// Whether one op's kernel can stream its output (a SIMD path writing its own type).
-template <class Op, class In, class Out>
-inline constexpr bool can_stream = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
 template <class Op, class In, class Out>
 void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
@@ -4061,7 +4108,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
-  const bool stream = can_stream<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
+  const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -4077,7 +4124,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         p[k] = base(k) + off * std::int64_t(elem_size(k));
       }
       if (stream)
-        dispatch_run<Op, In, Out, arity, 0, can_stream<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
+        dispatch_run<Op, In, Out, arity, 0, simd_kernel<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
       else
         dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
       lo += len;
@@ -4087,10 +4134,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         ++idx[d - 1];
       }
     }
-    // Non-temporal stores are weakly ordered: fence before another thread reads them.
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();
-#endif
+    if (stream) streaming_fence();
   });
 }
 
@@ -7148,6 +7192,7 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -7173,6 +7218,7 @@ struct broadcast_read {
   int rank = 1;
   std::array<std::int64_t, max_rank> size{};
   std::array<std::int64_t, max_rank> stride{};
+  std::size_t element_bytes = 0;
   /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
   void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
 
@@ -7218,6 +7264,7 @@ inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape
   rank = nest.rank;
   size = nest.size;
   stride = nest.stride[0];
+  element_bytes = size_of(t);
   visit_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
@@ -7258,6 +7305,9 @@ struct op_entry {
   tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
   check_fn check = nullptr;      ///< value check; null when the op has none
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+  /// The op's C++ name when a native loop can call its functor on xsimd batches
+  /// (a SIMD kernel for these dtypes and no attributes); empty otherwise.
+  std::string_view native_name{};
 };
 
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
@@ -7275,6 +7325,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
     if (in != string && out != string)
       backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+        if constexpr (backend::cpu::simd_kernel<Op, In, Out> && std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
       });
   }
   return e;
@@ -7312,6 +7363,7 @@ inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
 #include <memory>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -7345,13 +7397,20 @@ struct instruction {
   int arity = 0;
   int out = 0;
   std::array<int, 3> in{};
+  dtype type = float32;             ///< of the result
+  std::string_view native_name{};  ///< op_entry::native_name
 };
+
+/// A cluster compiled to one native loop (kiln/exec/jit.hpp): runs `len` elements,
+/// a multiple of padded_elements, of the tile whose pointer table is `table`.
+using native_fn = void (*)(void* const* table, std::int64_t len);
 
 /// A value a cluster reads or writes in memory, with the table entry it fills.
 struct cluster_operand {
   int value = 0;
   int entry = 0;
   std::size_t element_bytes = 0;
+  bool written = false;  ///< a result of the cluster (else an input)
 };
 
 /// A value read by a cluster in the shape of another (a row or column vector):
@@ -7369,10 +7428,20 @@ struct cluster_check {
   std::vector<int> inputs;
 };
 
+/// Instructions always run on a multiple of this many elements, so that their SIMD
+/// loops never end in a scalar remainder (a scalar tanh costs as much as a batch).
+/// The last elements of a cluster that are not a multiple run in staging buffers,
+/// padded with copies of the last element, so padded lanes see only valid values
+/// (no integer division by garbage zero).
+inline constexpr std::int64_t padded_elements = 64 / sizeof(float);
+/// Bytes of one staging buffer: `padded_elements` of the widest dtype.
+inline constexpr std::size_t staging_bytes = padded_elements * sizeof(double);
+
 /// Elementwise nodes of one result shape evaluated together, tile by tile.
 /// The pointer table of a tile holds, in order: `buffers` tile buffers (scratch of
 /// the cluster's intermediates, then gathered operands), then one entry per
-/// operand in memory.
+/// operand in memory. A chunk's scratch holds the tile buffers, then one staging
+/// buffer per streamed operand.
 struct fused_cluster {
   std::vector<int> nodes;  ///< the graph nodes fused, in order
   shape dims;
@@ -7387,8 +7456,9 @@ struct fused_cluster {
   std::vector<gathered_operand> gathered;
   std::vector<int> allocated;  ///< results with a fresh buffer, created before the cluster runs
   std::vector<cluster_check> checks;
+  native_fn native = nullptr;  ///< set when the cluster was compiled (function_options::jit_compile)
 
-  std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes; }
+  std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 
 /// One step of a schedule: a fused cluster, or one op run through its `op_fn`.
@@ -7834,7 +7904,7 @@ class plan_builder {
         entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
       } else {
         entry_of_value[std::size_t(id)] = next;
-        c.streamed.push_back({id, next++, size_of(value(id).type)});
+        c.streamed.push_back({id, next++, size_of(value(id).type), true});
         if (value(id).home == value_home::fresh) c.allocated.push_back(id);
       }
     }
@@ -7849,6 +7919,8 @@ class plan_builder {
       ins.op = e.op;
       ins.arity = int(n.input_ids().size());
       ins.out = entry_of_value[std::size_t(id)];
+      ins.type = value(id).type;
+      ins.native_name = e.native_name;
       for (int k = 0; k < ins.arity; ++k) {
         int in = n.input_ids()[std::size_t(k)];
         ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];
@@ -7998,6 +8070,7 @@ class workspace {
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -8005,6 +8078,327 @@ class workspace {
 #include <variant>
 #include <vector>
 
+// ----- begin kiln/exec/jit.hpp -----
+/// \file
+/// Native loops for fused clusters, the code generation behind
+/// `function_options::jit_compile`. A tiled cluster runs one op at a time over a
+/// tile, storing every intermediate in a tile buffer; a native loop runs all of the
+/// cluster's ops on one xsimd batch after another, with the intermediates in
+/// registers, as a hand-written loop would. The loop calls the ops' own functors
+/// (kiln/ops/elementwise.hpp), so it computes what the tiled kernels compute.
+///
+/// The source of a loop is compiled by the system C++ compiler into a shared
+/// library, loaded with dlopen and kept on disk under a name derived from its text
+/// and kiln's headers, so a later process loads it without compiling. Settings come
+/// from the environment:
+/// - `KILN_JIT_CXX`: the compiler (default `c++`);
+/// - `KILN_JIT_FLAGS`: more flags, separated by spaces (say `-I` for xsimd);
+/// - `KILN_JIT_CACHE`: the directory (default `$XDG_CACHE_HOME/kiln/jit` or
+///   `~/.cache/kiln/jit`).
+/// When a loop cannot be compiled or loaded, its cluster runs tiled, and kiln says
+/// why once on stderr.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#if __has_include(<dlfcn.h>) && __has_include(<spawn.h>) && __has_include(<sys/wait.h>)
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define KILN_HAS_NATIVE_LOOPS 1
+extern char** environ;
+#else
+#define KILN_HAS_NATIVE_LOOPS 0
+#endif
+
+
+namespace kiln::detail::exec {
+
+/// The C++ element type of a dtype that native loops handle, or "" for others.
+inline std::string_view native_type_name(dtype t) {
+  switch (t) {
+    case float32: return "float";
+    case float64: return "double";
+    case int32: return "std::int32_t";
+    case int64: return "std::int64_t";
+    default: return {};
+  }
+}
+
+/// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
+/// used through its single header.
+inline std::string kiln_include_root() {
+  const std::string here = std::filesystem::absolute(__FILE__).string();
+  const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
+  return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
+}
+
+/// The lines a native loop's source starts with: kiln's op functors and xsimd. From
+/// kiln's own headers (found with `-I` kiln_include_root()), only the elementwise
+/// ops; from the single header, all of it, with the library parts declared only.
+inline std::string native_prelude() {
+  std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
+  if (!kiln_include_root().empty())
+    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/ops/elementwise.hpp\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + std::filesystem::absolute(__FILE__).string() + "\"\n";
+}
+
+/// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
+/// type native_fn; "" when the cluster has fewer than two ops (nothing to keep in
+/// registers) or an op has no SIMD functor for the cluster's one dtype. Like the
+/// elementwise kernels, a loop whose results are too large for the cache writes
+/// them with non-temporal stores.
+/// \code native_source(cluster) // "... const B v1 = kiln::ops::tanh{}(v0); ..." \endcode
+inline std::string native_source(const fused_cluster& c) {
+  if (c.code.size() < 2) return {};
+  const dtype type = c.code[0].type;
+  const std::string_view element = native_type_name(type);
+  if (element.empty()) return {};
+  for (const instruction& i : c.code)
+    if (i.native_name.empty() || i.type != type) return {};
+
+  // Table entries below `c.buffers` are tile buffers: the cluster's intermediates
+  // (kept in registers here) and gathered operands (loaded). Entries from
+  // `c.buffers` on are operands in memory: loaded, one broadcast value, or stored.
+  std::string setup, body, written;
+  std::vector<std::string> held(std::size_t(c.table_size));  // the register holding an entry's value
+  std::vector<bool> splat(std::size_t(c.table_size), false);
+  for (std::size_t k = 0; k < c.code.size(); ++k) {
+    const instruction& ins = c.code[k];
+    std::string call = std::string(ins.native_name) + "{}(";
+    for (int a = 0; a < ins.arity; ++a) {
+      const std::size_t e = std::size_t(ins.in[std::size_t(a)]);
+      const std::string n = std::to_string(e);
+      if (a) call += ", ";
+      if (!((ins.contig >> a) & 1u)) {
+        if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
+        splat[e] = true;
+        call += "s" + n;
+        continue;
+      }
+      if (held[e].empty()) {
+        setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
+        body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
+        held[e] = "m" + n;
+      }
+      call += held[e];
+    }
+    const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
+    body += "      const B " + v + " = " + call + ");\n";
+    held[std::size_t(ins.out)] = v;
+    if (ins.out >= c.buffers) {
+      setup += "  T* const w" + n + " = static_cast<T*>(table[" + n + "]);\n";
+      body += "      kiln::backend::cpu::store_batch<decltype(stream)::value>(" + v + ", w" + n + " + i);\n";
+      written += " && reinterpret_cast<std::uintptr_t>(w" + n + ") % sizeof(B) == 0";
+    }
+  }
+  const bool large = std::size_t(c.size) * size_of(type) >= backend::cpu::streaming_bytes;
+  std::string s = "// kiln native loop:";
+  for (const instruction& i : c.code) s += " " + std::string(i.native_name.substr(i.native_name.rfind(':') + 1));
+  s += "\n" + native_prelude();
+  s += "extern \"C\" void kiln_native_loop(void* const* table, std::int64_t len) {\n";
+  s += "  using T = " + std::string(element) + ";\n  using B = xsimd::batch<T>;\n";
+  s += "  static_assert(" + std::to_string(padded_elements) + " % B::size == 0, \"lengths are multiples of the padding\");\n";
+  s += setup;
+  s += "  const auto loop = [&](auto stream) {\n    for (std::int64_t i = 0; i < len; i += B::size) {\n" + body + "    }\n  };\n";
+  if (large) {
+    s += "  if (true" + written + ") {\n    loop(std::true_type{});\n    kiln::backend::cpu::streaming_fence();\n    return;\n  }\n";
+  }
+  s += "  loop(std::false_type{});\n}\n";
+  return s;
+}
+
+/// Compiles and loads native loops, once per source text per process (and once per
+/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded.
+class native_compiler {
+ public:
+  static native_compiler& instance() {
+    static native_compiler compiler;
+    return compiler;
+  }
+
+  /// The loop of `source` (from native_source), or nullptr when it cannot be had.
+  native_fn load(const std::string& source) {
+    std::lock_guard lock(mutex_);
+    if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
+    std::string why;
+    native_fn fn = compile_and_load(source, why);
+    if (!fn && !warned_) {
+      warned_ = true;
+      std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
+    }
+    loaded_.emplace(source, fn);
+    return fn;
+  }
+
+  /// How many loops were compiled (not found on disk) by this process.
+  int compiled_count() const {
+    std::lock_guard lock(mutex_);
+    return compiled_;
+  }
+
+ private:
+  static std::string setting(const char* name, std::string fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::string(v) : fallback;
+  }
+
+  static std::filesystem::path cache_directory() {
+    if (const char* d = std::getenv("KILN_JIT_CACHE"); d && *d) return d;
+    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "kiln" / "jit";
+    if (const char* d = std::getenv("HOME"); d && *d) return std::filesystem::path(d) / ".cache" / "kiln" / "jit";
+    return std::filesystem::temp_directory_path() / "kiln-jit";
+  }
+
+  // Sizes and times of kiln's headers, so that a loop compiled against other
+  // headers is not loaded.
+  static std::string headers_fingerprint() {
+    namespace fs = std::filesystem;
+    const fs::path here = fs::absolute(__FILE__);
+    const fs::path root = here.parent_path().parent_path();  // kiln/ (split headers)
+    std::error_code ec;
+    std::string s;
+    auto add = [&](const fs::path& p) {
+      s += p.string() + ':' + std::to_string(fs::file_size(p, ec)) + ':' +
+           std::to_string(fs::last_write_time(p, ec).time_since_epoch().count()) + ';';
+    };
+    if (here.filename() == "jit.hpp" && fs::is_directory(root / "ops", ec)) {
+      std::vector<fs::path> files;
+      for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) files.push_back(it->path());
+      std::sort(files.begin(), files.end());
+      for (const fs::path& p : files) add(p);
+    } else {
+      add(here);
+    }
+    return s;
+  }
+
+  static std::uint64_t fnv1a(std::string_view text) {
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    return h;
+  }
+
+  static std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  native_fn compile_and_load(const std::string& source, std::string& why) {
+#if KILN_HAS_NATIVE_LOOPS
+    namespace fs = std::filesystem;
+    const std::string cxx = setting("KILN_JIT_CXX", "c++");
+    std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
+    if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
+    std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
+    for (std::string flag; extra >> flag;) args.push_back(flag);
+
+    static const std::string fingerprint = headers_fingerprint();
+    std::string key_text = source + '\n' + fingerprint;
+    for (const std::string& a : args) key_text += '\n' + a;
+    char name[32];
+    std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
+    const fs::path dir = cache_directory();
+    const fs::path library = dir / (std::string(name) + ".so"), text = dir / (std::string(name) + ".cpp"),
+                   log = dir / (std::string(name) + ".log");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+
+    // The disk copy is used when its source is this one; otherwise compile under
+    // names of this process, then rename, so that concurrent processes never load
+    // a half-written library.
+    if (!(fs::exists(library, ec) && read_text(text) == source)) {
+      const std::string own = "." + std::to_string(::getpid());
+      const fs::path tmp_library = dir / (std::string(name) + own + ".so"), tmp_text = dir / (std::string(name) + own + ".cpp");
+      {
+        std::ofstream out(tmp_text, std::ios::binary);
+        out << source;
+        if (!out) {
+          why = "cannot write " + tmp_text.string();
+          return nullptr;
+        }
+      }
+      args.insert(args.end(), {"-o", tmp_library.string(), tmp_text.string()});
+      const int status = run(args, log);
+      if (status != 0) {
+        fs::remove(tmp_text, ec);
+        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
+              "), see " + log.string();
+        return nullptr;
+      }
+      fs::rename(tmp_library, library, ec);
+      if (!ec) fs::rename(tmp_text, text, ec);
+      if (ec) {
+        why = "cannot place " + library.string() + ": " + ec.message();
+        return nullptr;
+      }
+      ++compiled_;
+    }
+    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      why = std::string("dlopen: ") + ::dlerror();
+      return nullptr;
+    }
+    if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
+    why = library.string() + " has no kiln_native_loop";
+    return nullptr;
+#else
+    (void)source;
+    why = "no dlopen or posix_spawn on this platform";
+    return nullptr;
+#endif
+  }
+
+#if KILN_HAS_NATIVE_LOOPS
+  // Runs a command without a shell, its output into `log`; the exit status, or -1.
+  static int run(const std::vector<std::string>& args, const std::filesystem::path& log) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    pid_t pid = 0;
+    const int started = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (started != 0) return -1;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0)
+      if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+#endif
+
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, native_fn> loaded_;  // by source; nullptr for a failure
+  bool warned_ = false;
+  int compiled_ = 0;
+};
+
+/// Compiles the clusters of plan `p` that native loops handle.
+inline void compile_native_loops(execution_plan& p) {
+  for (fused_cluster& c : p.clusters)
+    if (std::string source = native_source(c); !source.empty()) c.native = native_compiler::instance().load(source);
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/jit.hpp -----
 
 namespace kiln::detail {
 
@@ -8018,7 +8412,8 @@ class graph_executor {
   /// Plans kept per executor; calls with yet other shapes plan for themselves.
   static constexpr int max_cached_plans = 32;
 
-  explicit graph_executor(const graph& g) : graph_(&g), outline_(g) {}
+  /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
+  explicit graph_executor(const graph& g, bool native_loops = false) : graph_(&g), outline_(g), native_(native_loops) {}
   graph_executor(const graph_executor&) = delete;
   graph_executor& operator=(const graph_executor&) = delete;
 
@@ -8054,7 +8449,8 @@ class graph_executor {
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
 
   /// The schedule for `args`, one step per word: an op's name, or a fused cluster
-  /// as its ops in brackets; `interpreted` when the graph runs node by node.
+  /// as its ops in brackets (braces for a native loop); `interpreted` when the graph
+  /// runs node by node.
   /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
   std::string schedule(std::span<const tensor> args) const {
     std::unique_ptr<exec::execution_plan> transient;
@@ -8067,9 +8463,10 @@ class graph_executor {
         s += graph_->nodes()[std::size_t(step.value)].op();
         continue;
       }
-      s += '[';
-      for (int id : p.clusters[std::size_t(step.cluster)].nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
-      s.back() = ']';
+      const exec::fused_cluster& c = p.clusters[std::size_t(step.cluster)];
+      s += c.native ? '{' : '[';
+      for (int id : c.nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      s.back() = c.native ? '}' : ']';
     }
     return s;
   }
@@ -8119,6 +8516,7 @@ class graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    if (native_) exec::compile_native_loops(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
       return *transient;
@@ -8195,13 +8593,51 @@ class graph_executor {
     for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
     for (std::int64_t t = lo; t < hi; t += c.tile) {
       const std::int64_t len = std::min(c.tile, hi - t);
-      for (const exec::cluster_operand& o : c.streamed)
-        table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
-      for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
-      for (const exec::instruction& i : c.code) {
-        void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
-        i.fn(i.op, i.contig, table[i.out], in, len);
+      const std::int64_t whole = len / exec::padded_elements * exec::padded_elements;
+      if (whole > 0) {
+        for (const exec::cluster_operand& o : c.streamed)
+          table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+        for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
+        run_code(c, table, whole);
       }
+      if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
+    }
+  }
+
+  static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
+    if (c.native) return c.native(table, len);
+    for (const exec::instruction& i : c.code) {
+      void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
+      i.fn(i.op, i.contig, table[i.out], in, len);
+    }
+  }
+
+  // The last `len` (< padded_elements) elements of a cluster, from `t` on: inputs are
+  // copied to staging buffers and padded with their last element, the code runs on
+  // padded_elements, and the results are copied back.
+  static void run_staged(const exec::fused_cluster& c, void* const* bases, char* staging, void** table, std::int64_t t,
+                         std::int64_t len) {
+    auto pad = [len](char* p, std::size_t bytes) {
+      for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+    };
+    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+      const exec::cluster_operand& o = c.streamed[k];
+      char* s = staging + k * exec::staging_bytes;
+      table[o.entry] = s;
+      if (o.written) continue;
+      std::memcpy(s, static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), std::size_t(len) * o.element_bytes);
+      pad(s, o.element_bytes);
+    }
+    for (const exec::gathered_operand& o : c.gathered) {
+      o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
+      pad(static_cast<char*>(table[o.entry]), o.read.element_bytes);
+    }
+    run_code(c, table, exec::padded_elements);
+    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+      const exec::cluster_operand& o = c.streamed[k];
+      if (o.written)
+        std::memcpy(static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), staging + k * exec::staging_bytes,
+                    std::size_t(len) * o.element_bytes);
     }
   }
 
@@ -8231,6 +8667,7 @@ class graph_executor {
 
   const graph* graph_;
   exec::graph_outline outline_;
+  bool native_ = false;
 
   mutable std::mutex plans_mutex_;  // guards owned_plans_ and publishing new plans
   mutable std::vector<std::unique_ptr<exec::execution_plan>> owned_plans_;
@@ -8711,7 +9148,10 @@ struct function_options {
   std::vector<std::string> arg_names = {};
   /// When set, the function traces at most once, for these specs, and rejects other inputs.
   std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
-  /// Fuse as aggressively as possible.
+  /// Compile each fused elementwise cluster to one native loop with the system C++
+  /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
+  /// call of a signature then costs a compile (about a second), unless an earlier
+  /// process left the loop in the cache on disk.
   bool jit_compile = false;
   /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
   bool reduce_retracing = false;
@@ -8799,6 +9239,7 @@ struct concrete_state {
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
+  bool jit_compile = false;  ///< function_options::jit_compile
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -8874,7 +9315,7 @@ KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
 
 KILN_LIBRARY_INLINE void concrete_state::compile() {
   optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized);
+  executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
 KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
@@ -9135,6 +9576,7 @@ class function {
     const function_options& o = state_->options;
     auto c = std::make_shared<detail::concrete_state>();
     c->name = o.name;
+    c->jit_compile = o.jit_compile;
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;

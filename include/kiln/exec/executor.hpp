@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -21,6 +22,7 @@
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/apply.hpp"
+#include "kiln/exec/jit.hpp"
 #include "kiln/exec/plan.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/graph/graph.hpp"
@@ -37,7 +39,8 @@ class graph_executor {
   /// Plans kept per executor; calls with yet other shapes plan for themselves.
   static constexpr int max_cached_plans = 32;
 
-  explicit graph_executor(const graph& g) : graph_(&g), outline_(g) {}
+  /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
+  explicit graph_executor(const graph& g, bool native_loops = false) : graph_(&g), outline_(g), native_(native_loops) {}
   graph_executor(const graph_executor&) = delete;
   graph_executor& operator=(const graph_executor&) = delete;
 
@@ -73,7 +76,8 @@ class graph_executor {
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
 
   /// The schedule for `args`, one step per word: an op's name, or a fused cluster
-  /// as its ops in brackets; `interpreted` when the graph runs node by node.
+  /// as its ops in brackets (braces for a native loop); `interpreted` when the graph
+  /// runs node by node.
   /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
   std::string schedule(std::span<const tensor> args) const {
     std::unique_ptr<exec::execution_plan> transient;
@@ -86,9 +90,10 @@ class graph_executor {
         s += graph_->nodes()[std::size_t(step.value)].op();
         continue;
       }
-      s += '[';
-      for (int id : p.clusters[std::size_t(step.cluster)].nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
-      s.back() = ']';
+      const exec::fused_cluster& c = p.clusters[std::size_t(step.cluster)];
+      s += c.native ? '{' : '[';
+      for (int id : c.nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      s.back() = c.native ? '}' : ']';
     }
     return s;
   }
@@ -138,6 +143,7 @@ class graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    if (native_) exec::compile_native_loops(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
       return *transient;
@@ -214,13 +220,51 @@ class graph_executor {
     for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
     for (std::int64_t t = lo; t < hi; t += c.tile) {
       const std::int64_t len = std::min(c.tile, hi - t);
-      for (const exec::cluster_operand& o : c.streamed)
-        table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
-      for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
-      for (const exec::instruction& i : c.code) {
-        void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
-        i.fn(i.op, i.contig, table[i.out], in, len);
+      const std::int64_t whole = len / exec::padded_elements * exec::padded_elements;
+      if (whole > 0) {
+        for (const exec::cluster_operand& o : c.streamed)
+          table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+        for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
+        run_code(c, table, whole);
       }
+      if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
+    }
+  }
+
+  static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
+    if (c.native) return c.native(table, len);
+    for (const exec::instruction& i : c.code) {
+      void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
+      i.fn(i.op, i.contig, table[i.out], in, len);
+    }
+  }
+
+  // The last `len` (< padded_elements) elements of a cluster, from `t` on: inputs are
+  // copied to staging buffers and padded with their last element, the code runs on
+  // padded_elements, and the results are copied back.
+  static void run_staged(const exec::fused_cluster& c, void* const* bases, char* staging, void** table, std::int64_t t,
+                         std::int64_t len) {
+    auto pad = [len](char* p, std::size_t bytes) {
+      for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+    };
+    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+      const exec::cluster_operand& o = c.streamed[k];
+      char* s = staging + k * exec::staging_bytes;
+      table[o.entry] = s;
+      if (o.written) continue;
+      std::memcpy(s, static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), std::size_t(len) * o.element_bytes);
+      pad(s, o.element_bytes);
+    }
+    for (const exec::gathered_operand& o : c.gathered) {
+      o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
+      pad(static_cast<char*>(table[o.entry]), o.read.element_bytes);
+    }
+    run_code(c, table, exec::padded_elements);
+    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+      const exec::cluster_operand& o = c.streamed[k];
+      if (o.written)
+        std::memcpy(static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), staging + k * exec::staging_bytes,
+                    std::size_t(len) * o.element_bytes);
     }
   }
 
@@ -250,6 +294,7 @@ class graph_executor {
 
   const graph* graph_;
   exec::graph_outline outline_;
+  bool native_ = false;
 
   mutable std::mutex plans_mutex_;  // guards owned_plans_ and publishing new plans
   mutable std::vector<std::unique_ptr<exec::execution_plan>> owned_plans_;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -58,13 +59,20 @@ struct instruction {
   int arity = 0;
   int out = 0;
   std::array<int, 3> in{};
+  dtype type = float32;             ///< of the result
+  std::string_view native_name{};  ///< op_entry::native_name
 };
+
+/// A cluster compiled to one native loop (kiln/exec/jit.hpp): runs `len` elements,
+/// a multiple of padded_elements, of the tile whose pointer table is `table`.
+using native_fn = void (*)(void* const* table, std::int64_t len);
 
 /// A value a cluster reads or writes in memory, with the table entry it fills.
 struct cluster_operand {
   int value = 0;
   int entry = 0;
   std::size_t element_bytes = 0;
+  bool written = false;  ///< a result of the cluster (else an input)
 };
 
 /// A value read by a cluster in the shape of another (a row or column vector):
@@ -82,10 +90,20 @@ struct cluster_check {
   std::vector<int> inputs;
 };
 
+/// Instructions always run on a multiple of this many elements, so that their SIMD
+/// loops never end in a scalar remainder (a scalar tanh costs as much as a batch).
+/// The last elements of a cluster that are not a multiple run in staging buffers,
+/// padded with copies of the last element, so padded lanes see only valid values
+/// (no integer division by garbage zero).
+inline constexpr std::int64_t padded_elements = 64 / sizeof(float);
+/// Bytes of one staging buffer: `padded_elements` of the widest dtype.
+inline constexpr std::size_t staging_bytes = padded_elements * sizeof(double);
+
 /// Elementwise nodes of one result shape evaluated together, tile by tile.
 /// The pointer table of a tile holds, in order: `buffers` tile buffers (scratch of
 /// the cluster's intermediates, then gathered operands), then one entry per
-/// operand in memory.
+/// operand in memory. A chunk's scratch holds the tile buffers, then one staging
+/// buffer per streamed operand.
 struct fused_cluster {
   std::vector<int> nodes;  ///< the graph nodes fused, in order
   shape dims;
@@ -100,8 +118,9 @@ struct fused_cluster {
   std::vector<gathered_operand> gathered;
   std::vector<int> allocated;  ///< results with a fresh buffer, created before the cluster runs
   std::vector<cluster_check> checks;
+  native_fn native = nullptr;  ///< set when the cluster was compiled (function_options::jit_compile)
 
-  std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes; }
+  std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 
 /// One step of a schedule: a fused cluster, or one op run through its `op_fn`.
@@ -547,7 +566,7 @@ class plan_builder {
         entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
       } else {
         entry_of_value[std::size_t(id)] = next;
-        c.streamed.push_back({id, next++, size_of(value(id).type)});
+        c.streamed.push_back({id, next++, size_of(value(id).type), true});
         if (value(id).home == value_home::fresh) c.allocated.push_back(id);
       }
     }
@@ -562,6 +581,8 @@ class plan_builder {
       ins.op = e.op;
       ins.arity = int(n.input_ids().size());
       ins.out = entry_of_value[std::size_t(id)];
+      ins.type = value(id).type;
+      ins.native_name = e.native_name;
       for (int k = 0; k < ins.arity; ++k) {
         int in = n.input_ids()[std::size_t(k)];
         ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];

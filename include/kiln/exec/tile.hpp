@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -46,6 +47,7 @@ struct broadcast_read {
   int rank = 1;
   std::array<std::int64_t, max_rank> size{};
   std::array<std::int64_t, max_rank> stride{};
+  std::size_t element_bytes = 0;
   /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
   void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
 
@@ -91,6 +93,7 @@ inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape
   rank = nest.rank;
   size = nest.size;
   stride = nest.stride[0];
+  element_bytes = size_of(t);
   visit_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
@@ -131,6 +134,9 @@ struct op_entry {
   tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
   check_fn check = nullptr;      ///< value check; null when the op has none
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+  /// The op's C++ name when a native loop can call its functor on xsimd batches
+  /// (a SIMD kernel for these dtypes and no attributes); empty otherwise.
+  std::string_view native_name{};
 };
 
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
@@ -148,6 +154,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
     if (in != string && out != string)
       backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+        if constexpr (backend::cpu::simd_kernel<Op, In, Out> && std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
       });
   }
   return e;

@@ -48,6 +48,16 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
 /// Every op kiln defines.
 #define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 
+/// The C++ name of op type `Op`, as generated source spells it (kiln/exec/jit.hpp).
+/// \code static_assert(kiln::ops::qualified_name<kiln::ops::tanh> == "kiln::ops::tanh"); \endcode
+template <class Op>
+inline constexpr std::string_view qualified_name{};
+#define KILN_DETAIL_QUALIFIED_NAME(op) \
+  template <>                          \
+  inline constexpr std::string_view qualified_name<op> = "kiln::ops::" #op;
+KILN_ALL_OPS(KILN_DETAIL_QUALIFIED_NAME)
+#undef KILN_DETAIL_QUALIFIED_NAME
+
 template <class List>
 struct drop_front;
 template <class First, class... Rest>

@@ -51,7 +51,10 @@ struct function_options {
   std::vector<std::string> arg_names = {};
   /// When set, the function traces at most once, for these specs, and rejects other inputs.
   std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
-  /// Fuse as aggressively as possible.
+  /// Compile each fused elementwise cluster to one native loop with the system C++
+  /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
+  /// call of a signature then costs a compile (about a second), unless an earlier
+  /// process left the loop in the cache on disk.
   bool jit_compile = false;
   /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
   bool reduce_retracing = false;
@@ -139,6 +142,7 @@ struct concrete_state {
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
+  bool jit_compile = false;  ///< function_options::jit_compile
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -214,7 +218,7 @@ KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
 
 KILN_LIBRARY_INLINE void concrete_state::compile() {
   optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized);
+  executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
 KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
@@ -475,6 +479,7 @@ class function {
     const function_options& o = state_->options;
     auto c = std::make_shared<detail::concrete_state>();
     c->name = o.name;
+    c->jit_compile = o.jit_compile;
     for (std::size_t i = 0; i < sizeof...(Args); ++i)
       c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
     c->bound = sig.values;

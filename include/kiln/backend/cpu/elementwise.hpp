@@ -11,6 +11,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/backend/cpu/streaming.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/ops/elementwise.hpp"
 
@@ -55,39 +56,13 @@ template <class T>
 inline constexpr bool simd_type =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
 
+/// Whether an op's functor runs on xsimd batches for these dtypes: its kernel has a
+/// SIMD loop, can stream its output, and can join a native loop (kiln/exec/jit.hpp).
+template <class Op, class In, class Out>
+inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
+
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
-/// Outputs at least this large are written with non-temporal stores: they do not fit
-/// in cache anyway, and streaming them saves reading each line before writing it.
-inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
-
-/// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
-template <class T, class A>
-KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
-#if defined(__AVX512F__)
-  if constexpr (sizeof(b) == 64) {
-    if constexpr (std::is_same_v<T, float>) return _mm512_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm512_stream_pd(p, b);
-    else return _mm512_stream_si512(reinterpret_cast<__m512i*>(p), b);
-  }
-#endif
-#if defined(__AVX__)
-  if constexpr (sizeof(b) == 32) {
-    if constexpr (std::is_same_v<T, float>) return _mm256_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm256_stream_pd(p, b);
-    else return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
-  }
-#endif
-#if defined(__SSE2__)
-  if constexpr (sizeof(b) == 16) {
-    if constexpr (std::is_same_v<T, float>) return _mm_stream_ps(p, b);
-    else if constexpr (std::is_same_v<T, double>) return _mm_stream_pd(p, b);
-    else return _mm_stream_si128(reinterpret_cast<__m128i*>(p), b);
-  }
-#endif
-  b.store_aligned(p);
-}
-
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
@@ -96,7 +71,7 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
   };
   std::int64_t i = 0;
-  if constexpr (std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Arity <= 2) {
+  if constexpr (simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
     constexpr std::int64_t w = B::size;
     auto load = [&](int k, std::int64_t j) {
@@ -142,9 +117,6 @@ void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const 
   }
 }
 
-/// Whether one op's kernel can stream its output (a SIMD path writing its own type).
-template <class Op, class In, class Out>
-inline constexpr bool can_stream = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
 template <class Op, class In, class Out>
 void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
@@ -161,7 +133,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
-  const bool stream = can_stream<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
+  const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -177,7 +149,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         p[k] = base(k) + off * std::int64_t(elem_size(k));
       }
       if (stream)
-        dispatch_run<Op, In, Out, arity, 0, can_stream<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
+        dispatch_run<Op, In, Out, arity, 0, simd_kernel<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
       else
         dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
       lo += len;
@@ -187,10 +159,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         ++idx[d - 1];
       }
     }
-    // Non-temporal stores are weakly ordered: fence before another thread reads them.
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();
-#endif
+    if (stream) streaming_fence();
   });
 }
 

@@ -1,0 +1,322 @@
+#pragma once
+/// \file
+/// Native loops for fused clusters, the code generation behind
+/// `function_options::jit_compile`. A tiled cluster runs one op at a time over a
+/// tile, storing every intermediate in a tile buffer; a native loop runs all of the
+/// cluster's ops on one xsimd batch after another, with the intermediates in
+/// registers, as a hand-written loop would. The loop calls the ops' own functors
+/// (kiln/ops/elementwise.hpp), so it computes what the tiled kernels compute.
+///
+/// The source of a loop is compiled by the system C++ compiler into a shared
+/// library, loaded with dlopen and kept on disk under a name derived from its text
+/// and kiln's headers, so a later process loads it without compiling. Settings come
+/// from the environment:
+/// - `KILN_JIT_CXX`: the compiler (default `c++`);
+/// - `KILN_JIT_FLAGS`: more flags, separated by spaces (say `-I` for xsimd);
+/// - `KILN_JIT_CACHE`: the directory (default `$XDG_CACHE_HOME/kiln/jit` or
+///   `~/.cache/kiln/jit`).
+/// When a loop cannot be compiled or loaded, its cluster runs tiled, and kiln says
+/// why once on stderr.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#if __has_include(<dlfcn.h>) && __has_include(<spawn.h>) && __has_include(<sys/wait.h>)
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define KILN_HAS_NATIVE_LOOPS 1
+extern char** environ;
+#else
+#define KILN_HAS_NATIVE_LOOPS 0
+#endif
+
+#include "kiln/backend/cpu/streaming.hpp"
+#include "kiln/exec/plan.hpp"
+
+namespace kiln::detail::exec {
+
+/// The C++ element type of a dtype that native loops handle, or "" for others.
+inline std::string_view native_type_name(dtype t) {
+  switch (t) {
+    case float32: return "float";
+    case float64: return "double";
+    case int32: return "std::int32_t";
+    case int64: return "std::int64_t";
+    default: return {};
+  }
+}
+
+/// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
+/// used through its single header.
+inline std::string kiln_include_root() {
+  const std::string here = std::filesystem::absolute(__FILE__).string();
+  const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
+  return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
+}
+
+/// The lines a native loop's source starts with: kiln's op functors and xsimd. From
+/// kiln's own headers (found with `-I` kiln_include_root()), only the elementwise
+/// ops; from the single header, all of it, with the library parts declared only.
+inline std::string native_prelude() {
+  std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
+  if (!kiln_include_root().empty())
+    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/ops/elementwise.hpp\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + std::filesystem::absolute(__FILE__).string() + "\"\n";
+}
+
+/// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
+/// type native_fn; "" when the cluster has fewer than two ops (nothing to keep in
+/// registers) or an op has no SIMD functor for the cluster's one dtype. Like the
+/// elementwise kernels, a loop whose results are too large for the cache writes
+/// them with non-temporal stores.
+/// \code native_source(cluster) // "... const B v1 = kiln::ops::tanh{}(v0); ..." \endcode
+inline std::string native_source(const fused_cluster& c) {
+  if (c.code.size() < 2) return {};
+  const dtype type = c.code[0].type;
+  const std::string_view element = native_type_name(type);
+  if (element.empty()) return {};
+  for (const instruction& i : c.code)
+    if (i.native_name.empty() || i.type != type) return {};
+
+  // Table entries below `c.buffers` are tile buffers: the cluster's intermediates
+  // (kept in registers here) and gathered operands (loaded). Entries from
+  // `c.buffers` on are operands in memory: loaded, one broadcast value, or stored.
+  std::string setup, body, written;
+  std::vector<std::string> held(std::size_t(c.table_size));  // the register holding an entry's value
+  std::vector<bool> splat(std::size_t(c.table_size), false);
+  for (std::size_t k = 0; k < c.code.size(); ++k) {
+    const instruction& ins = c.code[k];
+    std::string call = std::string(ins.native_name) + "{}(";
+    for (int a = 0; a < ins.arity; ++a) {
+      const std::size_t e = std::size_t(ins.in[std::size_t(a)]);
+      const std::string n = std::to_string(e);
+      if (a) call += ", ";
+      if (!((ins.contig >> a) & 1u)) {
+        if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
+        splat[e] = true;
+        call += "s" + n;
+        continue;
+      }
+      if (held[e].empty()) {
+        setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
+        body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
+        held[e] = "m" + n;
+      }
+      call += held[e];
+    }
+    const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
+    body += "      const B " + v + " = " + call + ");\n";
+    held[std::size_t(ins.out)] = v;
+    if (ins.out >= c.buffers) {
+      setup += "  T* const w" + n + " = static_cast<T*>(table[" + n + "]);\n";
+      body += "      kiln::backend::cpu::store_batch<decltype(stream)::value>(" + v + ", w" + n + " + i);\n";
+      written += " && reinterpret_cast<std::uintptr_t>(w" + n + ") % sizeof(B) == 0";
+    }
+  }
+  const bool large = std::size_t(c.size) * size_of(type) >= backend::cpu::streaming_bytes;
+  std::string s = "// kiln native loop:";
+  for (const instruction& i : c.code) s += " " + std::string(i.native_name.substr(i.native_name.rfind(':') + 1));
+  s += "\n" + native_prelude();
+  s += "extern \"C\" void kiln_native_loop(void* const* table, std::int64_t len) {\n";
+  s += "  using T = " + std::string(element) + ";\n  using B = xsimd::batch<T>;\n";
+  s += "  static_assert(" + std::to_string(padded_elements) + " % B::size == 0, \"lengths are multiples of the padding\");\n";
+  s += setup;
+  s += "  const auto loop = [&](auto stream) {\n    for (std::int64_t i = 0; i < len; i += B::size) {\n" + body + "    }\n  };\n";
+  if (large) {
+    s += "  if (true" + written + ") {\n    loop(std::true_type{});\n    kiln::backend::cpu::streaming_fence();\n    return;\n  }\n";
+  }
+  s += "  loop(std::false_type{});\n}\n";
+  return s;
+}
+
+/// Compiles and loads native loops, once per source text per process (and once per
+/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded.
+class native_compiler {
+ public:
+  static native_compiler& instance() {
+    static native_compiler compiler;
+    return compiler;
+  }
+
+  /// The loop of `source` (from native_source), or nullptr when it cannot be had.
+  native_fn load(const std::string& source) {
+    std::lock_guard lock(mutex_);
+    if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
+    std::string why;
+    native_fn fn = compile_and_load(source, why);
+    if (!fn && !warned_) {
+      warned_ = true;
+      std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
+    }
+    loaded_.emplace(source, fn);
+    return fn;
+  }
+
+  /// How many loops were compiled (not found on disk) by this process.
+  int compiled_count() const {
+    std::lock_guard lock(mutex_);
+    return compiled_;
+  }
+
+ private:
+  static std::string setting(const char* name, std::string fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::string(v) : fallback;
+  }
+
+  static std::filesystem::path cache_directory() {
+    if (const char* d = std::getenv("KILN_JIT_CACHE"); d && *d) return d;
+    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "kiln" / "jit";
+    if (const char* d = std::getenv("HOME"); d && *d) return std::filesystem::path(d) / ".cache" / "kiln" / "jit";
+    return std::filesystem::temp_directory_path() / "kiln-jit";
+  }
+
+  // Sizes and times of kiln's headers, so that a loop compiled against other
+  // headers is not loaded.
+  static std::string headers_fingerprint() {
+    namespace fs = std::filesystem;
+    const fs::path here = fs::absolute(__FILE__);
+    const fs::path root = here.parent_path().parent_path();  // kiln/ (split headers)
+    std::error_code ec;
+    std::string s;
+    auto add = [&](const fs::path& p) {
+      s += p.string() + ':' + std::to_string(fs::file_size(p, ec)) + ':' +
+           std::to_string(fs::last_write_time(p, ec).time_since_epoch().count()) + ';';
+    };
+    if (here.filename() == "jit.hpp" && fs::is_directory(root / "ops", ec)) {
+      std::vector<fs::path> files;
+      for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) files.push_back(it->path());
+      std::sort(files.begin(), files.end());
+      for (const fs::path& p : files) add(p);
+    } else {
+      add(here);
+    }
+    return s;
+  }
+
+  static std::uint64_t fnv1a(std::string_view text) {
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+    return h;
+  }
+
+  static std::string read_text(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  native_fn compile_and_load(const std::string& source, std::string& why) {
+#if KILN_HAS_NATIVE_LOOPS
+    namespace fs = std::filesystem;
+    const std::string cxx = setting("KILN_JIT_CXX", "c++");
+    std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
+    if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
+    std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
+    for (std::string flag; extra >> flag;) args.push_back(flag);
+
+    static const std::string fingerprint = headers_fingerprint();
+    std::string key_text = source + '\n' + fingerprint;
+    for (const std::string& a : args) key_text += '\n' + a;
+    char name[32];
+    std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
+    const fs::path dir = cache_directory();
+    const fs::path library = dir / (std::string(name) + ".so"), text = dir / (std::string(name) + ".cpp"),
+                   log = dir / (std::string(name) + ".log");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+
+    // The disk copy is used when its source is this one; otherwise compile under
+    // names of this process, then rename, so that concurrent processes never load
+    // a half-written library.
+    if (!(fs::exists(library, ec) && read_text(text) == source)) {
+      const std::string own = "." + std::to_string(::getpid());
+      const fs::path tmp_library = dir / (std::string(name) + own + ".so"), tmp_text = dir / (std::string(name) + own + ".cpp");
+      {
+        std::ofstream out(tmp_text, std::ios::binary);
+        out << source;
+        if (!out) {
+          why = "cannot write " + tmp_text.string();
+          return nullptr;
+        }
+      }
+      args.insert(args.end(), {"-o", tmp_library.string(), tmp_text.string()});
+      const int status = run(args, log);
+      if (status != 0) {
+        fs::remove(tmp_text, ec);
+        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
+              "), see " + log.string();
+        return nullptr;
+      }
+      fs::rename(tmp_library, library, ec);
+      if (!ec) fs::rename(tmp_text, text, ec);
+      if (ec) {
+        why = "cannot place " + library.string() + ": " + ec.message();
+        return nullptr;
+      }
+      ++compiled_;
+    }
+    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      why = std::string("dlopen: ") + ::dlerror();
+      return nullptr;
+    }
+    if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
+    why = library.string() + " has no kiln_native_loop";
+    return nullptr;
+#else
+    (void)source;
+    why = "no dlopen or posix_spawn on this platform";
+    return nullptr;
+#endif
+  }
+
+#if KILN_HAS_NATIVE_LOOPS
+  // Runs a command without a shell, its output into `log`; the exit status, or -1.
+  static int run(const std::vector<std::string>& args, const std::filesystem::path& log) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    pid_t pid = 0;
+    const int started = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (started != 0) return -1;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0)
+      if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+#endif
+
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, native_fn> loaded_;  // by source; nullptr for a failure
+  bool warned_ = false;
+  int compiled_ = 0;
+};
+
+/// Compiles the clusters of plan `p` that native loops handle.
+inline void compile_native_loops(execution_plan& p) {
+  for (fused_cluster& c : p.clusters)
+    if (std::string source = native_source(c); !source.empty()) c.native = native_compiler::instance().load(source);
+}
+
+}  // namespace kiln::detail::exec
