@@ -84,17 +84,36 @@ void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*,
       else
         return op(load(0, j), load(1, j));
     };
+    // Fewer than a batch of elements (an unaligned head, the tail) run as one batch
+    // of copies padded with the last of them, so every element goes through the
+    // same SIMD functor: results do not depend on an element's position, and a
+    // fused cluster, which pads the same way, computes the same bits.
+    auto partial = [&](std::int64_t j, std::int64_t count) {
+      alignas(sizeof(B)) std::array<In, std::size_t(w)> a;
+      [[maybe_unused]] alignas(sizeof(B)) std::array<In, std::size_t(w)> b;
+      alignas(sizeof(B)) std::array<Out, std::size_t(w)> r;
+      for (std::int64_t l = 0; l < w; ++l) {
+        a[std::size_t(l)] = at(0, j + std::min(l, count - 1));
+        if constexpr (Arity == 2) b[std::size_t(l)] = at(1, j + std::min(l, count - 1));
+      }
+      if constexpr (Arity == 1)
+        op(B::load_aligned(a.data())).store_aligned(r.data());
+      else
+        op(B::load_aligned(a.data()), B::load_aligned(b.data())).store_aligned(r.data());
+      std::copy_n(r.data(), count, o + j);
+    };
     if constexpr (Stream) {
-      for (; i < len && reinterpret_cast<std::uintptr_t>(o + i) % sizeof(B) != 0; ++i) {
-        if constexpr (Arity == 1)
-          o[i] = op(at(0, i));
-        else
-          o[i] = op(at(0, i), at(1, i));
+      const auto misaligned = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % sizeof(B) / sizeof(Out));
+      if (misaligned > 0) {
+        i = std::min(len, w - misaligned);
+        partial(0, i);
       }
       for (; i + w <= len; i += w) store_streaming(compute(i), o + i);
     } else {
       for (; i + w <= len; i += w) compute(i).store_unaligned(o + i);
     }
+    if (i < len) partial(i, len - i);
+    return;
   }
   for (; i < len; ++i) {
     if constexpr (Arity == 1)
