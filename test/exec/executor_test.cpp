@@ -61,21 +61,10 @@ using kiln::testing::require_same;
 using kiln::testing::value_range;
 using tensors = std::vector<tensor>;
 
-/// Calls `fn` as a kiln::function (twice: planning, then the cached plan) and
-/// eagerly, and requires the same outputs.
+/// kiln::testing::require_graph_matches_eager with default options.
 template <class F, class... Args>
 void require_graph_matches_eager(F fn, const Args&... args) {
-  kiln::function f(fn);
-  const tensors eager = fn(args...);
-  for (int call = 0; call < 2; ++call) {
-    INFO("call " << call);
-    const tensors graph = f(args...);
-    REQUIRE(graph.size() == eager.size());
-    for (std::size_t i = 0; i < eager.size(); ++i) {
-      INFO("output " << i);
-      require_same(graph[i], eager[i]);
-    }
-  }
+  kiln::testing::require_graph_matches_eager(fn, kiln::function_options{}, args...);
 }
 
 tensor floats(const kiln::shape& s, std::uint32_t seed) { return random_tensor(kiln::float32, s, seed); }

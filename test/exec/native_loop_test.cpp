@@ -16,7 +16,6 @@ namespace {
 
 using kiln::tensor;
 using kiln::testing::random_tensor;
-using kiln::testing::require_same;
 using tensors = std::vector<tensor>;
 namespace exec = kiln::detail::exec;
 
@@ -55,21 +54,10 @@ std::string first_cluster_source(F fn, const Args&... args) {
   return exec::native_source(plan->clusters[0]);
 }
 
-/// Runs `fn` with jit_compile (twice: planning, then the cached plan) and eagerly,
-/// and requires the same outputs.
+/// Runs `fn` with jit_compile and eagerly, and requires the same outputs.
 template <class F, class... Args>
 void require_native_matches_eager(F fn, const Args&... args) {
-  kiln::function f(fn, {.jit_compile = true});
-  const tensors eager = fn(args...);
-  for (int call = 0; call < 2; ++call) {
-    INFO("call " << call);
-    const tensors graph = f(args...);
-    REQUIRE(graph.size() == eager.size());
-    for (std::size_t i = 0; i < eager.size(); ++i) {
-      INFO("output " << i);
-      require_same(graph[i], eager[i]);
-    }
-  }
+  kiln::testing::require_graph_matches_eager(fn, {.jit_compile = true}, args...);
 }
 
 tensors chain(const tensor& x) { return {kiln::tanh(x * 0.5f + 1) * x - 0.25f}; }

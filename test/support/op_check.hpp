@@ -139,4 +139,21 @@ void check_backends(const Op& op, const std::vector<tensor>& inputs, double rtol
 #endif
 }
 
+/// Calls `fn` (returning a vector of tensors) as a kiln::function with `options`
+/// twice (planning, then the cached plan) and eagerly, and requires the same outputs.
+template <class F, class... Args>
+void require_graph_matches_eager(F fn, const function_options& options, const Args&... args) {
+  kiln::function f(fn, options);
+  const std::vector<tensor> eager = fn(args...);
+  for (int call = 0; call < 2; ++call) {
+    INFO("call " << call);
+    const std::vector<tensor> graph = f(args...);
+    REQUIRE(graph.size() == eager.size());
+    for (std::size_t i = 0; i < eager.size(); ++i) {
+      INFO("output " << i);
+      require_same(graph[i], eager[i]);
+    }
+  }
+}
+
 }  // namespace kiln::testing
