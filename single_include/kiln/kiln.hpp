@@ -8165,10 +8165,13 @@ inline std::string_view native_type_name(dtype t) {
   }
 }
 
+/// This header's path: under kiln's own headers, or the single header itself.
+inline std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
+
 /// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
 /// used through its single header.
 inline std::string kiln_include_root() {
-  const std::string here = std::filesystem::absolute(__FILE__).string();
+  const std::string here = jit_header().string();
   const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
 }
@@ -8180,7 +8183,7 @@ inline std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/ops/elementwise.hpp\"\n";
-  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + std::filesystem::absolute(__FILE__).string() + "\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header().string() + "\"\n";
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
@@ -8294,21 +8297,20 @@ class native_compiler {
   // headers is not loaded.
   static std::string headers_fingerprint() {
     namespace fs = std::filesystem;
-    const fs::path here = fs::absolute(__FILE__);
-    const fs::path root = here.parent_path().parent_path();  // kiln/ (split headers)
     std::error_code ec;
     std::string s;
     auto add = [&](const fs::path& p) {
       s += p.string() + ':' + std::to_string(fs::file_size(p, ec)) + ':' +
            std::to_string(fs::last_write_time(p, ec).time_since_epoch().count()) + ';';
     };
-    if (here.filename() == "jit.hpp" && fs::is_directory(root / "ops", ec)) {
+    if (const std::string root = kiln_include_root(); !root.empty()) {
       std::vector<fs::path> files;
-      for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) files.push_back(it->path());
+      for (fs::recursive_directory_iterator it(fs::path(root) / "kiln", ec), end; !ec && it != end; it.increment(ec))
+        files.push_back(it->path());
       std::sort(files.begin(), files.end());
       for (const fs::path& p : files) add(p);
     } else {
-      add(here);
+      add(jit_header());
     }
     return s;
   }
