@@ -3,6 +3,9 @@
 // that are not a multiple of the SIMD width, and outputs large enough to be split
 // over threads.
 
+#include <cstring>
+#include <limits>
+
 #include "../support/op_check.hpp"
 
 using namespace kiln;
@@ -154,4 +157,33 @@ TEST_CASE("maximum and minimum propagate NaN on the SIMD path as on the scalar o
   CHECK(mn[0] == 1.f);
   kiln::testing::check_backends(ops::maximum{}, {x, y});
   kiln::testing::check_backends(ops::minimum{}, {x, y});
+}
+
+TEST_CASE("float32 tanh stays within 6 ulp of the exact value and keeps the special values") {
+  // Every 97th float in [0, 10] plus their negatives: about 22M points, both sides of
+  // the saturation at 9 included. The reference is the double-precision tanh.
+  std::vector<float> values;
+  for (std::uint32_t bits = 0; bits <= 0x41200000u; bits += 97) {
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    values.push_back(v);
+    values.push_back(-v);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {9.f, -9.f, 8.9999995f, 1e30f, -1e30f, inf, -inf, 1e-30f, 0.f, -0.f}) values.push_back(v);
+  std::vector<float> result =
+      kiln::tanh(kiln::testing::make_tensor(values, shape{std::int64_t(values.size())})).to_vector<float>();
+  double worst = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double exact = std::tanh(double(values[i]));
+    const double error = exact == 0 ? std::fabs(double(result[i])) : std::fabs(result[i] - exact) / std::fabs(exact);
+    if (error > worst) worst = error;
+  }
+  CHECK(worst < 4e-7);
+  const std::size_t n = values.size();
+  CHECK(result[n - 5] == 1.f);   // tanh(inf)
+  CHECK(result[n - 4] == -1.f);  // tanh(-inf)
+  CHECK(result[n - 3] == 1e-30f);
+  CHECK(std::signbit(result[n - 1]));  // tanh(-0) is -0
+  CHECK(std::isnan(kiln::tanh(kiln::testing::make_tensor<float>({std::nanf("")}, shape{1})).to_vector<float>()[0]));
 }
