@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <span>
 #include <string>
 #include <variant>
@@ -62,6 +63,8 @@ class graph_executor {
     for (const exec::plan_step& s : p.steps) {
       if (s.cluster >= 0)
         run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
+      else if (s.special)
+        run_special(*s.special, gather_inputs(s.inputs, *ws), s.results, ws->values);
       else
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
@@ -179,6 +182,16 @@ class graph_executor {
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
 
+  // Runs special op `op` and stores its results in `values[results[k]]`.
+  static void run_special(const special_op& op, std::span<const tensor* const> inputs, std::span<const int> results,
+                          std::vector<tensor>& values) {
+    std::vector<tensor> out = op.run(inputs);
+    if (out.size() != results.size())
+      throw internal_error(std::string(op.name()) + " gave " + std::to_string(out.size()) + " results instead of " +
+                           std::to_string(results.size()));
+    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(results[k])] = std::move(out[k]);
+  }
+
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
     for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
     for (int v : c.allocated) {
@@ -279,11 +292,18 @@ class graph_executor {
     if (p)
       for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
     for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
-      const node& n = g.nodes()[std::size_t(outline_.ops[k])];
+      const int id = outline_.ops[k];
+      const node& n = g.nodes()[std::size_t(id)];
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      values[std::size_t(outline_.ops[k])] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      if (n.kind() == node_kind::special) {
+        std::vector<int> results(std::size_t(n.result_count()));
+        std::iota(results.begin(), results.end(), id);
+        run_special(n.special(), std::span<const tensor* const>(inputs.begin(), inputs.size()), results, values);
+      } else if (n.kind() == node_kind::op) {
+        values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      }
       for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;

@@ -123,12 +123,15 @@ struct fused_cluster {
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 
-/// One step of a schedule: a fused cluster, or one op run through its `op_fn`.
+/// One step of a schedule: a fused cluster, one op run through its `op_fn`, or a
+/// special op (a variable access, a print, a conditional, a loop).
 struct plan_step {
   int cluster = -1;  ///< index into execution_plan::clusters, or -1 for an op
   int value = -1;    ///< the op's node
   op_fn run = nullptr;
   const void* op = nullptr;
+  const special_op* special = nullptr;
+  std::vector<int> results;  ///< a special op's result values, in order
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
   std::vector<int> release;  ///< fresh values whose last reader is this step
@@ -179,8 +182,13 @@ struct execution_plan {
   }
 };
 
-/// The part of planning that does not depend on shapes: which nodes the outputs
-/// need, and where each output comes from.
+/// True for the nodes a schedule runs: registry ops, special ops and their results.
+inline bool computed(const node& n) {
+  return n.kind() == node_kind::op || n.kind() == node_kind::special || n.kind() == node_kind::result;
+}
+
+/// The part of planning that does not depend on shapes: which nodes the outputs and
+/// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const auto& nodes = g.nodes();
@@ -190,18 +198,20 @@ struct graph_outline {
       outputs.push_back(source);
       needed[std::size_t(source)] = true;
     }
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind() == node_kind::special && nodes[i].special().has_effects()) needed[i] = true;
     for (std::size_t i = nodes.size(); i-- > 0;)
       if (needed[i])
         for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (needed[i] && nodes[i].kind() == node_kind::op) ops.push_back(int(i));
+      if (needed[i] && computed(nodes[i])) ops.push_back(int(i));
     release.resize(ops.size());
     std::vector<int> last_reader(nodes.size(), -1);
     for (std::size_t k = 0; k < ops.size(); ++k)
       for (int in : nodes[std::size_t(ops[k])].input_ids()) last_reader[std::size_t(in)] = int(k);
     for (int out : outputs) last_reader[std::size_t(out)] = -1;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (last_reader[i] >= 0 && nodes[i].kind() == node_kind::op) release[std::size_t(last_reader[i])].push_back(int(i));
+      if (last_reader[i] >= 0 && computed(nodes[i])) release[std::size_t(last_reader[i])].push_back(int(i));
   }
   std::vector<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
@@ -264,6 +274,15 @@ class plan_builder {
     std::vector<shape> shapes;
     for (int id : outline_.ops) {
       const node& n = at(id);
+      if (n.kind() != node_kind::op) {
+        // A special op's results have the dtypes and shapes traced for them; it
+        // makes its own tensors, which may be its inputs (evaluated, like reshape).
+        if (!n.shape().is_fully_defined()) return false;
+        value(id).type = n.dtype();
+        value(id).dims = n.shape();
+        entries_[std::size_t(id)].evaluates = true;
+        continue;
+      }
       dtypes.clear();
       shapes.clear();
       for (int in : n.input_ids()) {
@@ -359,7 +378,7 @@ class plan_builder {
   void schedule() {
     std::vector<std::pair<int, int>> order;  // (place, op node or -1 - cluster)
     for (int id : outline_.ops)
-      if (cluster_of_[std::size_t(id)] < 0) order.emplace_back(id, id);
+      if (cluster_of_[std::size_t(id)] < 0 && at(id).kind() != node_kind::result) order.emplace_back(id, id);
     for (std::size_t c = 0; c < groups_.size(); ++c)
       if (!groups_[c].members.empty()) order.emplace_back(groups_[c].members.back(), -1 - int(c));
     std::sort(order.begin(), order.end());
@@ -373,6 +392,13 @@ class plan_builder {
         s.run = e.run;
         s.op = e.op;
         s.inputs = at(what).input_ids();
+        if (at(what).kind() == node_kind::special) {
+          s.special = &at(what).special();
+          for (int k = 0; k < at(what).result_count(); ++k) {
+            s.results.push_back(what + k);
+            step_of_[std::size_t(what + k)] = int(plan_->steps.size());
+          }
+        }
         plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
         step_of_[std::size_t(what)] = int(plan_->steps.size());
       } else {
@@ -422,7 +448,8 @@ class plan_builder {
     std::vector<int> family_last_use(n, -1);
     for (int id : outline_.ops) {
       int r = find(id);
-      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)];
+      // A special op may keep what it reads (a variable keeps what is assigned to it).
+      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)] || at(id).kind() == node_kind::special;
       family_last_use[std::size_t(r)] = std::max(family_last_use[std::size_t(r)], last_use_[std::size_t(id)]);
     }
 

@@ -2,11 +2,17 @@
 /// \file
 /// `kiln::graph`: the runtime IR a trace produces. A graph is a list of nodes in
 /// execution order; each node is a placeholder (an argument), a constant (a value
-/// captured at trace time), an op of the registry, or the Identity that marks an
-/// output. Nodes refer to their inputs by index; names are unique within a graph
-/// and are what a listing or Graphviz shows.
+/// captured at trace time), an op of the registry, a special op (a variable read or
+/// write, a print, a host callback, a conditional, a loop: kiln/exec/effects.hpp and
+/// kiln/exec/control_flow.hpp), or the Identity that marks an output. A special op
+/// with several results is followed by one `Result` node per result after the first.
+/// Nodes refer to their inputs by index; names are unique within a graph and are
+/// what a listing or Graphviz shows.
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -33,11 +39,33 @@ namespace ops {
 using any_op = typename detail::variant_of<all_ops>::type;
 }  // namespace ops
 
+class graph;
+
+/// An op that is not a pure function of its inputs or that runs graphs of its own:
+/// variable reads and writes, prints, host callbacks, conditionals and loops. The
+/// same object runs eagerly and as a graph node. Effects run in program order and
+/// are never pruned, folded or merged.
+class special_op {
+ public:
+  virtual ~special_op() = default;
+  /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
+  virtual std::string_view name() const = 0;
+  /// True when running it does more than compute its results (a write, a print, a
+  /// callback), so that it runs even when no output needs it.
+  virtual bool has_effects() const = 0;
+  /// Runs on eager inputs; one tensor per result.
+  virtual std::vector<tensor> run(std::span<const tensor* const> inputs) const = 0;
+  /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
+  virtual std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {}; }
+};
+
 /// What a graph node is.
 enum class node_kind : unsigned char {
   placeholder,  ///< an argument of the function
   constant,     ///< a value captured while tracing
   op,           ///< an op of the registry
+  special,      ///< a special_op; the node's value is its first result
+  result,       ///< a further result of the special node just before it
   identity,     ///< an output of the function
 };
 
@@ -47,12 +75,15 @@ class node {
  public:
   /// Unique within its graph: the argument name, or the op's name with a suffix (`add_1`).
   const std::string& name() const { return name_; }
-  /// The op: `Placeholder`, `Const`, `Identity`, or a registry op such as `add`.
+  /// The op: `Placeholder`, `Const`, `Identity`, `Result`, a special op such as
+  /// `cond`, or a registry op such as `add`.
   std::string_view op() const {
     switch (kind_) {
       case node_kind::placeholder: return "Placeholder";
       case node_kind::constant: return "Const";
       case node_kind::identity: return "Identity";
+      case node_kind::result: return "Result";
+      case node_kind::special: return special_->name();
       default: return std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op_);
     }
   }
@@ -68,6 +99,11 @@ class node {
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
   const tensor& value() const { return value_; }
+  /// The op of a special node.
+  const special_op& special() const { return *special_; }
+  const std::shared_ptr<const special_op>& special_ptr() const { return special_; }
+  /// How many results a special node has (its own value and the Result nodes after it).
+  int result_count() const { return result_count_; }
 
  private:
   friend class graph;
@@ -79,6 +115,8 @@ class node {
   kiln::dtype dtype_ = float32;
   kiln::shape shape_;
   tensor value_;
+  std::shared_ptr<const special_op> special_;
+  int result_count_ = 1;
 };
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
@@ -110,27 +148,69 @@ class graph {
     nodes_[id].op_ = op;
     return id;
   }
+  /// Adds special op `op` with one result per entry of `results`; returns the nodes
+  /// that hold them (the special node, then its Result nodes). With no results the
+  /// node has no value.
+  std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+    const std::string base(op->name());
+    int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+                 results.empty() ? kiln::shape{} : results[0].second);
+    nodes_[std::size_t(id)].special_ = std::move(op);
+    nodes_[std::size_t(id)].result_count_ = int(results.size());
+    std::vector<int> ids{id};
+    for (std::size_t k = 1; k < results.size(); ++k)
+      ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+                        results[k].second));
+    return ids;
+  }
+  /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
+  std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
+    for (const node& r : results.first(std::size_t(std::max(n.result_count_ - 1, 0)))) specs.emplace_back(r.dtype_, r.shape_);
+    return add_special(n.special_, std::move(inputs), specs);
+  }
+  /// True when some special node has effects (its graph must run even for no output).
+  bool has_effects() const {
+    for (const node& n : nodes_)
+      if (n.kind_ == node_kind::special && n.special_->has_effects()) return true;
+    return false;
+  }
   int add_output(int source) {
     int id = add(node_kind::identity, "Identity", {source}, nodes_[source].dtype_, nodes_[source].shape_);
     outputs_.push_back(id);
     return id;
   }
 
-  /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`.
+  /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
+  /// the branches and bodies of conditionals and loops as nested clusters.
   std::string to_dot() const {
     std::ostringstream os;
     os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      const node& n = nodes_[i];
-      os << "  n" << i << " [label=\"" << n.name() << "\\n" << n.op() << " " << name(n.dtype()) << " " << n.shape().str()
-         << "\"];\n";
-      for (int in : n.input_ids()) os << "  n" << in << " -> n" << i << ";\n";
-    }
+    write_dot(os, "n", "  ");
     os << "}\n";
     return os.str();
   }
 
  private:
+  void write_dot(std::ostringstream& os, const std::string& prefix, const std::string& indent) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const node& n = nodes_[i];
+      os << indent << prefix << i << " [label=\"" << n.name() << "\\n" << n.op() << " " << name(n.dtype()) << " "
+         << n.shape().str() << "\"];\n";
+      for (int in : n.input_ids()) os << indent << prefix << in << " -> " << prefix << i << ";\n";
+      if (n.kind_ != node_kind::special) continue;
+      for (const auto& [label, sub] : n.special_->subgraphs()) {
+        const std::string inner = prefix + std::to_string(i) + "_" + label + "_";
+        os << indent << "subgraph cluster_" << inner << " {\n" << indent << "  label=\"" << n.name() << " " << label
+           << "\";\n";
+        sub->write_dot(os, inner, indent + "  ");
+        os << indent << "}\n";
+      }
+    }
+  }
+
   int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
     node n;
     n.kind_ = kind;

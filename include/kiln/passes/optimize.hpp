@@ -43,12 +43,23 @@ class optimizer {
         case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
         case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
         case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::special: copy_special(i); break;
+        case node_kind::result: break;  // copied with its special node
       }
     }
     return std::move(out_);
   }
 
  private:
+  // Special ops are copied as they are: effects must not be folded or merged.
+  void copy_special(std::size_t i) {
+    const node& n = in_.nodes()[i];
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
+    for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
+  }
+
   int rewrite(const node& n) {
     std::vector<int> ins;
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);

@@ -518,12 +518,32 @@ class function {
         });
         c->traced_result = std::move(result);
       }
+      check_created_variables(context);
     } catch (const error&) {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
     c->compile();
     return c;
+  }
+
+  // Variables may be created by the first trace only, and must outlive it: a
+  // later trace would create another variable at each retrace, and a variable that
+  // dies with the trace would be created anew at every call in eager code.
+  void check_created_variables(const detail::trace_context& context) const {
+    const auto& created = context.created_variables();
+    if (created.empty()) return;
+    bool first;
+    {
+      std::lock_guard lock(state_->mutex);
+      first = state_->traces.empty();
+    }
+    const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
+    if (!first || dropped)
+      throw value_error("kiln::function only supports singleton variables created on the first call; " +
+                        std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
+                                            : "a variable was created while tracing a new signature") +
+                        ". Create variables once, outside the function or in state it keeps across calls");
   }
 
   F fn_;

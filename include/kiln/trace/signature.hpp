@@ -3,13 +3,15 @@
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
 /// following the contract: a tensor contributes its dtype and shape, a C++ number,
 /// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
-/// leaves, and any other object its address. The leaves give the cache key, the
-/// tensors the function runs on, and (when tracing) the placeholders the callable gets.
+/// leaves, a kiln::variable its identity, and any other object its address. The
+/// leaves give the cache key, the tensors the function runs on, and (when tracing)
+/// the placeholders the callable gets.
 
 #include <boost/pfr.hpp>
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -220,6 +222,10 @@ void flatten(const T& x, call_signature& sig, int arg) {
   } else if constexpr (std::is_pointer_v<U>) {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+  } else if constexpr (requires { { x.identity() } -> std::same_as<const void*>; }) {
+    // A handle (kiln::variable): every copy of it stands for the same object.
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x.identity())));
   } else {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));

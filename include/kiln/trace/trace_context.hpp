@@ -3,6 +3,8 @@
 /// The trace context: while a kiln::function traces its callable, every op that
 /// meets a symbolic tensor is recorded here, as a node of the graph being built.
 /// Contexts nest (a function traced while tracing another) through a per-thread stack.
+/// A subgraph context (a branch of kiln::cond, a loop's condition or body) captures
+/// the symbolic tensors of the traces around it as extra placeholders.
 
 #include <atomic>
 #include <cstdint>
@@ -25,6 +27,12 @@ class trace_context {
       : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
     current_slot() = this;
   }
+  /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
+  struct subgraph_t {};
+  static constexpr subgraph_t subgraph{};
+  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
+    capturing_ = previous_ != nullptr;
+  }
   trace_context(const trace_context&) = delete;
   trace_context& operator=(const trace_context&) = delete;
   ~trace_context() { current_slot() = previous_; }
@@ -41,14 +49,36 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.nodes()[std::size_t(id)];
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, n.name() + ":0"}));
+    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
+    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
   }
+
+  /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
+  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
+                                     const std::vector<std::pair<dtype, shape>>& results) {
+    std::vector<int> ids;
+    for (const tensor& t : inputs) ids.push_back(node_of(t));
+    std::vector<tensor> out;
+    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+    if (results.empty()) out.clear();
+    return out;
+  }
+
+  /// The outer tensors this subgraph captured, one per placeholder after the ones
+  /// the subgraph was given (in the order the subgraph first used them).
+  const std::vector<tensor>& captures() const { return captures_; }
+
+  /// Remembers a variable created while tracing, for the function to check that it
+  /// outlives the trace (kiln::function allows singleton variables only).
+  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
+  const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
   /// trace's symbolic tensors, a captured constant when `t` is eager.
   int node_of(const tensor& t) {
     if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
     if (t.is_symbolic()) {
+      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
       if (t.symbol()->trace_id != id_)
         throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
                          " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
@@ -83,6 +113,14 @@ class trace_context {
           mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
           break;
         }
+        case node_kind::special: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+          for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
+          break;
+        }
+        case node_kind::result: break;  // copied with its special node
       }
     }
     return outputs;
@@ -99,6 +137,30 @@ class trace_context {
   }
 
  private:
+  // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
+  bool encloses(std::uint64_t trace_id) const {
+    for (const trace_context* c = previous_; c; c = c->previous_) {
+      if (c->id_ == trace_id) return true;
+      if (!c->capturing_) return false;
+    }
+    return false;
+  }
+  int capture(const tensor& t) {
+    for (std::size_t k = 0; k < captures_.size(); ++k)
+      if (captures_[k].symbol()->trace_id == t.symbol()->trace_id && captures_[k].symbol()->node == t.symbol()->node)
+        return capture_ids_[k];
+    const std::string& name = t.symbol()->name;
+    int id = graph_.add_placeholder(name.substr(0, name.find(':')), t.dtype(), t.shape());
+    captures_.push_back(t);
+    capture_ids_.push_back(id);
+    return id;
+  }
+  trace_context& function_trace() {
+    trace_context* c = this;
+    while (c->capturing_) c = c->previous_;
+    return *c;
+  }
+
   static trace_context*& current_slot() {
     thread_local trace_context* current = nullptr;
     return current;
@@ -113,6 +175,10 @@ class trace_context {
   trace_context* previous_;
   kiln::graph graph_;
   std::vector<std::pair<tensor, int>> captured_;
+  bool capturing_ = false;
+  std::vector<tensor> captures_;
+  std::vector<int> capture_ids_;
+  std::vector<std::weak_ptr<const void>> created_;
 };
 
 template <class Op>

@@ -1,0 +1,225 @@
+#pragma once
+/// \file
+/// The special ops of state and effects (API.md section 4): reading and writing a
+/// variable, printing and calling back into C++. Each is one object that runs eagerly
+/// and as a graph node; the graph keeps effects in program order and never prunes them.
+
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/print.hpp"
+#include "kiln/eager/apply.hpp"
+#include "kiln/graph/graph.hpp"
+#include "kiln/ops/elementwise.hpp"
+
+namespace kiln {
+namespace config {
+namespace detail {
+inline std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cout};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln::print writes (std::cout unless set). The stream must outlive its use.
+/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
+inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+/// The stream kiln::print writes to.
+inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+}  // namespace config
+
+namespace detail {
+
+/// What a kiln::variable handle points to: its value, swapped (never written in
+/// place) by every assignment, so a value read earlier stays what it was.
+class variable_state {
+ public:
+  variable_state(std::string name, dtype type, shape dims) : name_(std::move(name)), type_(type), dims_(std::move(dims)) {}
+
+  const std::string& name() const { return name_; }
+  dtype type() const { return type_; }
+  /// As declared at creation; partial when the initial value was symbolic with None dims.
+  const shape& dims() const { return dims_; }
+
+  tensor read() const {
+    std::lock_guard lock(mutex_);
+    if (!value_.defined())
+      throw value_error("variable " + label() + " is read before its initial value is set (a variable created while "
+                        "tracing gets it when the function first runs)");
+    return value_;
+  }
+  bool initialized() const {
+    std::lock_guard lock(mutex_);
+    return value_.defined();
+  }
+  /// Replaces the value with `f(old value)` (the old value is undefined before
+  /// initialization) under the variable's lock; returns the new value.
+  template <class F>
+  tensor update(std::string_view op, F&& f) {
+    std::lock_guard lock(mutex_);
+    tensor next = f(value_);
+    check(op, next);
+    value_ = next;
+    return next;
+  }
+  /// `'name' float32 (2,)`, as messages show the variable.
+  std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
+
+  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and shape.
+  void check(std::string_view op, const tensor& x) const {
+    if (x.dtype() != type_ || !dims_.accepts(x.shape()))
+      throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
+                                   std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
+                                   " value; the dtype and shape of a variable are fixed");
+  }
+
+ private:
+  std::string name_;
+  dtype type_;
+  shape dims_;
+  mutable std::mutex mutex_;
+  tensor value_;
+};
+
+/// Reads a variable: its current value.
+class read_variable_op final : public special_op {
+ public:
+  explicit read_variable_op(std::shared_ptr<variable_state> v) : var_(std::move(v)) {}
+  std::string_view name() const override { return "ReadVariableOp"; }
+  bool has_effects() const override { return false; }
+  std::vector<tensor> run(std::span<const tensor* const>) const override { return {var_->read()}; }
+
+ private:
+  std::shared_ptr<variable_state> var_;
+};
+
+/// How an assignment combines the variable's value with its input.
+enum class assign_mode : unsigned char {
+  assign,      ///< `v.assign(x)`
+  add,         ///< `v.assign_add(x)`
+  subtract,    ///< `v.assign_sub(x)`
+  initialize,  ///< the initial value of a variable created while tracing: set on the first run only
+};
+
+/// Writes a variable; its result is the new value.
+class assign_variable_op final : public special_op {
+ public:
+  assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode) : var_(std::move(v)), mode_(mode) {}
+  std::string_view name() const override {
+    switch (mode_) {
+      case assign_mode::add: return "AssignAddVariableOp";
+      case assign_mode::subtract: return "AssignSubVariableOp";
+      case assign_mode::initialize: return "InitializeVariableOp";
+      default: return "AssignVariableOp";
+    }
+  }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override { return {apply(*in[0])}; }
+
+  /// The assignment on an eager value.
+  tensor apply(const tensor& x) const {
+    return var_->update(name(), [&](const tensor& old) {
+      switch (mode_) {
+        case assign_mode::add: return kiln::add(require(old), x);
+        case assign_mode::subtract: return kiln::subtract(require(old), x);
+        case assign_mode::initialize: return old.defined() ? old : x;
+        default: return x;
+      }
+    });
+  }
+
+ private:
+  const tensor& require(const tensor& old) const {
+    if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
+    var_->check(name(), old);
+    return old;
+  }
+  std::shared_ptr<variable_state> var_;
+  assign_mode mode_;
+};
+
+/// One piece of a print: a text, or the input whose values are printed there.
+struct print_piece {
+  std::string text;
+  int input = -1;
+};
+
+/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
+/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
+inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+/// Writes one line to config::print_stream() at every run.
+class print_op final : public special_op {
+ public:
+  explicit print_op(std::vector<print_piece> pieces) : pieces_(std::move(pieces)) {}
+  std::string_view name() const override { return "PrintV2"; }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    write(print_line(pieces_, in));
+    return {};
+  }
+  /// Writes `line` whole, so lines from several threads do not interleave.
+  static void write(const std::string& line) {
+    static std::mutex m;
+    std::lock_guard lock(m);
+    config::print_stream() << line << std::flush;
+  }
+
+ private:
+  std::vector<print_piece> pieces_;
+};
+
+/// Calls a C++ function on eager tensors at every run (kiln::host_callback).
+class host_callback_op final : public special_op {
+ public:
+  using callback = std::function<std::vector<tensor>(std::span<const tensor* const>)>;
+  host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
+      : fn_(std::move(fn)), results_(std::move(results)) {}
+  std::string_view name() const override { return "HostCallback"; }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    std::vector<tensor> out = fn_(in);
+    if (out.size() != results_.size())
+      throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
+                                   " tensors, but out_specs has " + std::to_string(results_.size()));
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const auto& [type, dims] = results_[k];
+      if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
+        throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
+                                     (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
+                                                       : std::string("an empty tensor")) +
+                                     ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
+    }
+    return out;
+  }
+  const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
+
+ private:
+  callback fn_;
+  std::vector<std::pair<dtype, shape>> results_;
+};
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,347 @@
+#pragma once
+/// \file
+/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
+/// flow on eager tensors; while tracing, branches, conditions and bodies are traced
+/// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
+/// with the tensors they use from the enclosing trace passed in as captures.
+
+#include <concepts>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/control_flow.hpp"
+#include "kiln/trace/function.hpp"
+#include "kiln/trace/trace_context.hpp"
+
+namespace kiln {
+
+/// What a loop body returns to stop early: `pred`, and the values to go on with.
+template <class Tuple>
+struct break_result {
+  tensor stop;
+  Tuple next;
+};
+
+/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
+/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
+/// it goes on with `next...`.
+/// \code
+/// kiln::while_loop([](auto i) { return i < 10; },
+///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
+/// \endcode
+template <class... Next>
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
+  return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+}
+
+namespace detail {
+
+template <class T>
+struct is_break_result : std::false_type {};
+template <class T>
+struct is_break_result<break_result<T>> : std::true_type {};
+
+using value_spec = std::pair<dtype, shape>;
+
+/// "float32 (2,)", as the errors of control flow show a value.
+inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+
+/// The leaves of a structure of tensors, in order.
+template <class S>
+std::vector<tensor> leaves_of(const S& s) {
+  std::vector<tensor> out;
+  for_each_output(s, [&](const tensor& t) { out.push_back(t); });
+  return out;
+}
+inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
+  std::vector<value_spec> out;
+  for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
+  return out;
+}
+
+/// A branch, condition or body as traced: its graph, the outer tensors it captured
+/// (its placeholders after the parameters) and the specs of its outputs.
+struct traced_subgraph {
+  graph g;
+  std::vector<tensor> captures;
+  std::vector<value_spec> outputs;
+};
+
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have `params`'
+/// specs; returns what `fn` returned (symbolic, for its structure).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+  trace_context context(trace_context::subgraph);
+  std::vector<tensor> placeholders;
+  for (const tensor& p : params) {
+    std::string name = p.is_symbolic() ? p.symbol()->name.substr(0, p.symbol()->name.find(':')) : "loop_var";
+    placeholders.push_back(context.placeholder(name, p.dtype(), p.shape()));
+  }
+  auto result = fn(std::span<const tensor>(placeholders));
+  auto record = [&](const auto& part) {
+    for_each_output(part, [&](const tensor& t) {
+      int id = context.graph().add_output(context.node_of(t));
+      const node& n = context.graph().nodes()[std::size_t(id)];
+      out.outputs.emplace_back(n.dtype(), n.shape());
+    });
+  };
+  if constexpr (is_break_result<decltype(result)>::value) {
+    record(result.stop);
+    record(result.next);
+  } else {
+    record(result);
+  }
+  out.g = std::move(context.graph());
+  out.captures = context.captures();
+  return result;
+}
+
+/// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
+inline int capture_index(std::vector<tensor>& all, const tensor& t) {
+  for (std::size_t k = 0; k < all.size(); ++k)
+    if (all[k].symbol()->trace_id == t.symbol()->trace_id && all[k].symbol()->node == t.symbol()->node) return int(k);
+  all.push_back(t);
+  return int(all.size()) - 1;
+}
+
+/// Loop variables `vars` as one value: the value itself for one, a tuple for several.
+template <class... Vars>
+auto loop_result(std::tuple<Vars...>&& vars) {
+  if constexpr (sizeof...(Vars) == 1)
+    return std::move(std::get<0>(vars));
+  else
+    return std::move(vars);
+}
+
+/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
+template <class V>
+output_t<V> as_output(const V& v) {
+  std::vector<tensor> leaves = leaves_of(v);
+  const tensor* next = leaves.data();
+  return rebuild_output(v, next);
+}
+
+/// Raises kiln::value_error unless a body's results keep the loop variables' specs.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected) {
+  if (got.size() != expected.size())
+    throw value_error("while_loop: the body returns " + std::to_string(got.size()) + " tensors for " +
+                      std::to_string(expected.size()) + " loop variables");
+  for (std::size_t k = 0; k < expected.size(); ++k)
+    if (got[k] != expected[k])
+      throw value_error("while_loop: loop variable " + std::to_string(k) + " enters the loop as " +
+                        spec_text(expected[k]) + " but is " + spec_text(got[k]) +
+                        " after one iteration; a loop variable must keep its dtype and shape");
+}
+
+/// The next loop state: `current`'s structure with the leaves of what a body returned.
+template <class State>
+State next_state(const State& current, std::span<const tensor> returned, std::span<const value_spec> expected) {
+  check_loop_specs(specs_of(returned), expected);
+  const tensor* next = returned.data();
+  return rebuild_output(current, next);
+}
+
+}  // namespace detail
+
+/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
+/// both branches are traced and the graph gets a `cond` node; the branches must then
+/// return the same structure, dtypes and shapes (or both nothing), else
+/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
+/// \code
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
+/// \endcode
+template <class Then, class Else>
+auto cond(const tensor& pred, Then then_fn, Else else_fn) {
+  using R = std::invoke_result_t<Then&>;
+  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
+                "kiln::cond: both branches must return the same type");
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    const bool taken = detail::truth_of(pred, "cond");
+    if constexpr (std::is_void_v<R>) {
+      taken ? then_fn() : else_fn();
+      return;
+    } else {
+      auto r = taken ? then_fn() : else_fn();
+      std::vector<tensor> leaves = detail::leaves_of(r);
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(r, next);
+    }
+  } else {
+    if (pred.dtype() != bool_ || pred.rank() != 0)
+      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
+                        pred.shape().str());
+    // A branch that returns nothing is traced as returning an empty tuple.
+    auto branch = [](auto& fn) {
+      return [&fn](std::span<const tensor>) {
+        if constexpr (std::is_void_v<R>) {
+          fn();
+          return std::tuple<>{};
+        } else {
+          return fn();
+        }
+      };
+    };
+    detail::traced_subgraph then_graph, else_graph;
+    auto traced = detail::trace_subgraph(branch(then_fn), {}, then_graph);
+    detail::trace_subgraph(branch(else_fn), {}, else_graph);
+    if (then_graph.outputs != else_graph.outputs) {
+      auto list = [](const std::vector<detail::value_spec>& specs) {
+        std::string s = "(";
+        for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + detail::spec_text(specs[k]);
+        return s + ")";
+      };
+      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                        list(then_graph.outputs) + " and the false branch " + list(else_graph.outputs));
+    }
+    std::vector<tensor> inputs{pred};
+    std::vector<int> then_args, else_args;
+    std::vector<tensor> captures;
+    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
+    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
+    inputs.insert(inputs.end(), captures.begin(), captures.end());
+    const std::vector<detail::value_spec> results = then_graph.outputs;
+    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                                std::move(else_args));
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
+    if constexpr (!std::is_void_v<R>) {
+      const tensor* next = out.data();
+      return detail::rebuild_output(traced, next);
+    }
+  }
+}
+
+/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
+/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
+/// kiln::break_if). Returns the final values in the same form. While tracing, the
+/// condition and body are traced once into a `while` node; a loop variable whose
+/// dtype or shape changes raises kiln::value_error naming it and both specs.
+/// \code
+/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
+///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
+///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  using state = std::tuple<detail::output_t<Vars>...>;
+  state initial{detail::as_output(vars)...};
+  const std::vector<tensor> initial_leaves = detail::leaves_of(initial);
+  const std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
+  using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
+  constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
+
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    state current = std::move(initial);
+    while (detail::truth_of(std::apply(cond_fn, current), "while_loop")) {
+      auto r = std::apply(body_fn, current);
+      if constexpr (breaks) {
+        if (detail::truth_of(r.stop, "break_if")) break;
+        current = detail::next_state(current, detail::leaves_of(r.next), specs);
+      } else {
+        current = detail::next_state(current, detail::leaves_of(r), specs);
+      }
+    }
+    return detail::loop_result(std::move(current));
+  } else {
+    auto as_state = [&](std::span<const tensor> leaves) {
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(initial, next);
+    };
+    detail::traced_subgraph cond_graph, body_graph;
+    detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
+                           initial_leaves, cond_graph);
+    if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+      throw value_error("while_loop: the condition must give a bool scalar, got " + detail::spec_text(cond_graph.outputs[0]));
+    detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
+                           body_graph);
+    std::span<const detail::value_spec> next_specs(body_graph.outputs);
+    if constexpr (breaks) {
+      if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+        throw value_error("break_if: the condition must be a bool scalar, got " + detail::spec_text(body_graph.outputs[0]));
+      next_specs = next_specs.subspan(1);
+    }
+    detail::check_loop_specs(next_specs, specs);
+
+    std::vector<tensor> inputs = initial_leaves;
+    inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
+    inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
+    auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
+                                                 int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+    return detail::loop_result(as_state(out));
+  }
+}
+
+namespace detail {
+template <class T>
+concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+
+inline tensor index_tensor(const tensor& t) { return t; }
+template <std::integral T>
+tensor index_tensor(T v) {
+  return kiln::constant(std::int32_t(v));
+}
+
+/// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
+template <class Body, class... Vars>
+auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const Vars&... vars) {
+  // Python's range length: ceil((limit - start) / delta), at least 0.
+  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
+  auto body = [&](const tensor& k, const auto&... v) {
+    const tensor i = start + k * delta;
+    using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
+    if constexpr (std::is_void_v<R>) {
+      body_fn(i, v...);
+      return k + 1;
+    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+      auto r = body_fn(i, v...);
+      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
+    } else {
+      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
+    }
+  };
+  auto out = while_loop(cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  if constexpr (sizeof...(Vars) == 0) {
+    return;
+  } else if constexpr (sizeof...(Vars) == 1) {
+    return std::get<1>(std::move(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
+  }
+}
+}  // namespace detail
+
+/// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
+/// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
+/// time instead). `body_fn(i, vars...)` gives the next values; with no loop
+/// variables it returns nothing.
+/// \code
+/// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
+/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
+  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
+                              body_fn, vars...);
+}
+/// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
+/// kiln::invalid_argument_error.
+/// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
+  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
+                              vars...);
+}
+
+}  // namespace kiln

@@ -1,0 +1,226 @@
+#pragma once
+/// \file
+/// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
+/// `kiln::host_callback`. Outside a trace they act at once; while tracing they
+/// record their special op (kiln/exec/effects.hpp) so that they act at every run.
+
+#include <concepts>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/effects.hpp"
+#include "kiln/ops/factories.hpp"
+#include "kiln/trace/spec.hpp"
+#include "kiln/trace/trace_context.hpp"
+
+namespace kiln {
+
+/// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
+/// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
+/// kiln::function, reads and writes run at every call, in program order; a variable
+/// may be created during the first trace only, and must outlive it (keep it in
+/// state the callable captured), else the call raises kiln::value_error.
+/// \code
+/// kiln::variable v(1.f);
+/// v.assign_add(kiln::constant(2.f));  // v is now 3
+/// kiln::tensor y = v * 2.f;            // 6
+/// \endcode
+class variable {
+ public:
+  /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
+  variable() = default;
+  /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
+  /// variable then takes its value when the function first runs.
+  explicit variable(const tensor& initial, std::string name = "Variable") {
+    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
+    handle_ = std::make_shared<handle>();
+    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
+    detail::trace_context* trace = detail::trace_context::current();
+    if (trace) trace->note_created_variable(handle_);
+    if (initial.is_symbolic()) {
+      record_write(detail::assign_mode::initialize, initial);
+    } else {
+      handle_->state->update("variable", [&](const tensor&) { return initial; });
+    }
+  }
+  /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  explicit variable(T initial, std::string name = "Variable") : variable(kiln::constant(initial), std::move(name)) {}
+
+  /// True when the handle holds a variable.
+  explicit operator bool() const { return handle_ != nullptr; }
+
+  /// The current value (while tracing, a read that runs at every call).
+  tensor read_value() const {
+    const auto& s = state();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0];
+    return s->read();
+  }
+  /// The value, as a tensor: what makes a variable usable wherever a tensor is.
+  operator tensor() const { return read_value(); }
+
+  /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
+  tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
+  /// Adds `x` to the value; returns the new value.
+  tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
+  /// Subtracts `x` from the value; returns the new value.
+  tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign(T x) const { return assign(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_add(T x) const { return assign_add(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
+
+  kiln::dtype dtype() const { return state()->type(); }
+  const kiln::shape& shape() const { return state()->dims(); }
+  const std::string& name() const { return state()->name(); }
+
+  /// What identifies the variable in a kiln::function signature: every copy of a
+  /// handle is the same variable.
+  const void* identity() const { return state().get(); }
+
+ private:
+  // What the caller's copies share: a variable created while tracing must keep one
+  // alive after the trace (the graph holds the state itself, not this).
+  struct handle {
+    std::shared_ptr<detail::variable_state> state;
+  };
+
+  const std::shared_ptr<detail::variable_state>& state() const {
+    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
+    return handle_->state;
+  }
+  template <class T>
+  tensor scalar(T x) const {
+    return kiln::constant(x, state()->type());
+  }
+  tensor write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
+    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
+    s->check("variable", x);
+    return detail::assign_variable_op(s, mode).apply(x);
+  }
+  tensor record_write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    detail::trace_context* trace = detail::trace_context::current();
+    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
+    s->check(mode == detail::assign_mode::initialize ? "variable" : "assign", x);
+    const tensor inputs[] = {x};
+    return trace->record_special(std::make_shared<detail::assign_variable_op>(s, mode), inputs, {{s->type(), s->dims()}})[0];
+  }
+
+  std::shared_ptr<handle> handle_;
+};
+
+namespace detail {
+
+/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
+/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
+template <class T>
+void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    pieces.push_back({std::string(std::string_view(x)), -1});
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable>) {
+    pieces.push_back({{}, int(inputs.size())});
+    inputs.push_back(tensor(x));
+  } else {
+    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
+    if constexpr (std::is_same_v<U, bool>) {
+      pieces.push_back({x ? "True" : "False", -1});
+    } else if constexpr (std::is_integral_v<U>) {
+      pieces.push_back({std::to_string(x), -1});
+    } else {
+      std::ostringstream os;
+      os << x;
+      pieces.push_back({os.str(), -1});
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Prints its arguments, separated by spaces, then a newline, to
+/// config::print_stream(), as tf.print does: strings as they are, tensors as their
+/// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
+/// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
+/// \code kiln::print("Executed with", x);  // Executed with [1 2] \endcode
+template <class... Args>
+void print(const Args&... args) {
+  std::vector<detail::print_piece> pieces;
+  std::vector<tensor> inputs;
+  (detail::add_print_piece(args, pieces, inputs), ...);
+  if (detail::trace_context* trace = detail::trace_context::current()) {
+    trace->record_special(std::make_shared<detail::print_op>(std::move(pieces)), inputs, {});
+    return;
+  }
+  std::vector<const tensor*> in;
+  for (const tensor& t : inputs) in.push_back(&t);
+  detail::print_op::write(detail::print_line(pieces, in));
+}
+
+namespace detail {
+// The callback's results as a list: nothing, one tensor, or a tuple of tensors.
+template <class R>
+std::vector<tensor> callback_results(R&& r) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    return {std::forward<R>(r)};
+  } else {
+    return std::apply([](auto&&... t) { return std::vector<tensor>{tensor(t)...}; }, std::forward<R>(r));
+  }
+}
+}  // namespace detail
+
+/// Runs C++ function `fn` on concrete tensors at every execution (TensorFlow's
+/// tf.py_function): `fn` takes one `const kiln::tensor&` per input and returns
+/// nothing (empty `out_specs`), a tensor (one spec) or a tuple of tensors. Returns
+/// one tensor per spec; results that do not match `out_specs` raise
+/// kiln::invalid_argument_error.
+/// \code
+/// std::vector<kiln::tensor> seen;
+/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, x);
+/// \endcode
+template <class F, class... Inputs>
+std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {
+  static_assert((std::is_convertible_v<const Inputs&, tensor> && ...), "kiln::host_callback: the inputs are tensors");
+  using R = std::invoke_result_t<F&, decltype((void(inputs), std::declval<const tensor&>()))...>;
+  auto call = [fn = std::move(fn)](std::span<const tensor* const> in) mutable -> std::vector<tensor> {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::vector<tensor> {
+      if constexpr (std::is_void_v<R>) {
+        fn(*in[I]...);
+        return {};
+      } else {
+        return detail::callback_results(fn(*in[I]...));
+      }
+    }(std::index_sequence_for<Inputs...>{});
+  };
+  std::vector<std::pair<dtype, shape>> results;
+  for (const tensor_spec& s : out_specs) results.emplace_back(s.dtype, s.shape);
+  auto op = std::make_shared<detail::host_callback_op>(std::move(call), std::move(results));
+  const tensor args[] = {tensor(inputs)..., tensor()};
+  std::span<const tensor> in(args, sizeof...(Inputs));
+  if (detail::trace_context* trace = detail::trace_context::current()) return trace->record_special(op, in, op->results());
+  std::vector<const tensor*> pointers;
+  for (const tensor& t : in) {
+    t.require_value("host_callback");
+    pointers.push_back(&t);
+  }
+  return op->run(pointers);
+}
+
+}  // namespace kiln
