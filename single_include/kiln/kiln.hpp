@@ -6940,11 +6940,17 @@ inline tensor::operator bool() const {
 /// \file
 /// `kiln::graph`: the runtime IR a trace produces. A graph is a list of nodes in
 /// execution order; each node is a placeholder (an argument), a constant (a value
-/// captured at trace time), an op of the registry, or the Identity that marks an
-/// output. Nodes refer to their inputs by index; names are unique within a graph
-/// and are what a listing or Graphviz shows.
+/// captured at trace time), an op of the registry, a special op (a variable read or
+/// write, a print, a host callback, a conditional, a loop: kiln/exec/effects.hpp and
+/// kiln/exec/control_flow.hpp), or the Identity that marks an output. A special op
+/// with several results is followed by one `Result` node per result after the first.
+/// Nodes refer to their inputs by index; names are unique within a graph and are
+/// what a listing or Graphviz shows.
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -6969,11 +6975,33 @@ namespace ops {
 using any_op = typename detail::variant_of<all_ops>::type;
 }  // namespace ops
 
+class graph;
+
+/// An op that is not a pure function of its inputs or that runs graphs of its own:
+/// variable reads and writes, prints, host callbacks, conditionals and loops. The
+/// same object runs eagerly and as a graph node. Effects run in program order and
+/// are never pruned, folded or merged.
+class special_op {
+ public:
+  virtual ~special_op() = default;
+  /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
+  virtual std::string_view name() const = 0;
+  /// True when running it does more than compute its results (a write, a print, a
+  /// callback), so that it runs even when no output needs it.
+  virtual bool has_effects() const = 0;
+  /// Runs on eager inputs; one tensor per result.
+  virtual std::vector<tensor> run(std::span<const tensor* const> inputs) const = 0;
+  /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
+  virtual std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {}; }
+};
+
 /// What a graph node is.
 enum class node_kind : unsigned char {
   placeholder,  ///< an argument of the function
   constant,     ///< a value captured while tracing
   op,           ///< an op of the registry
+  special,      ///< a special_op; the node's value is its first result
+  result,       ///< a further result of the special node just before it
   identity,     ///< an output of the function
 };
 
@@ -6983,12 +7011,15 @@ class node {
  public:
   /// Unique within its graph: the argument name, or the op's name with a suffix (`add_1`).
   const std::string& name() const { return name_; }
-  /// The op: `Placeholder`, `Const`, `Identity`, or a registry op such as `add`.
+  /// The op: `Placeholder`, `Const`, `Identity`, `Result`, a special op such as
+  /// `cond`, or a registry op such as `add`.
   std::string_view op() const {
     switch (kind_) {
       case node_kind::placeholder: return "Placeholder";
       case node_kind::constant: return "Const";
       case node_kind::identity: return "Identity";
+      case node_kind::result: return "Result";
+      case node_kind::special: return special_->name();
       default: return std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op_);
     }
   }
@@ -7004,6 +7035,11 @@ class node {
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
   const tensor& value() const { return value_; }
+  /// The op of a special node.
+  const special_op& special() const { return *special_; }
+  const std::shared_ptr<const special_op>& special_ptr() const { return special_; }
+  /// How many results a special node has (its own value and the Result nodes after it).
+  int result_count() const { return result_count_; }
 
  private:
   friend class graph;
@@ -7015,6 +7051,8 @@ class node {
   kiln::dtype dtype_ = float32;
   kiln::shape shape_;
   tensor value_;
+  std::shared_ptr<const special_op> special_;
+  int result_count_ = 1;
 };
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
@@ -7046,27 +7084,69 @@ class graph {
     nodes_[id].op_ = op;
     return id;
   }
+  /// Adds special op `op` with one result per entry of `results`; returns the nodes
+  /// that hold them (the special node, then its Result nodes). With no results the
+  /// node has no value.
+  std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+    const std::string base(op->name());
+    int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+                 results.empty() ? kiln::shape{} : results[0].second);
+    nodes_[std::size_t(id)].special_ = std::move(op);
+    nodes_[std::size_t(id)].result_count_ = int(results.size());
+    std::vector<int> ids{id};
+    for (std::size_t k = 1; k < results.size(); ++k)
+      ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+                        results[k].second));
+    return ids;
+  }
+  /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
+  std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
+    for (const node& r : results.first(std::size_t(std::max(n.result_count_ - 1, 0)))) specs.emplace_back(r.dtype_, r.shape_);
+    return add_special(n.special_, std::move(inputs), specs);
+  }
+  /// True when some special node has effects (its graph must run even for no output).
+  bool has_effects() const {
+    for (const node& n : nodes_)
+      if (n.kind_ == node_kind::special && n.special_->has_effects()) return true;
+    return false;
+  }
   int add_output(int source) {
     int id = add(node_kind::identity, "Identity", {source}, nodes_[source].dtype_, nodes_[source].shape_);
     outputs_.push_back(id);
     return id;
   }
 
-  /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`.
+  /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
+  /// the branches and bodies of conditionals and loops as nested clusters.
   std::string to_dot() const {
     std::ostringstream os;
     os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
-    for (std::size_t i = 0; i < nodes_.size(); ++i) {
-      const node& n = nodes_[i];
-      os << "  n" << i << " [label=\"" << n.name() << "\\n" << n.op() << " " << name(n.dtype()) << " " << n.shape().str()
-         << "\"];\n";
-      for (int in : n.input_ids()) os << "  n" << in << " -> n" << i << ";\n";
-    }
+    write_dot(os, "n", "  ");
     os << "}\n";
     return os.str();
   }
 
  private:
+  void write_dot(std::ostringstream& os, const std::string& prefix, const std::string& indent) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const node& n = nodes_[i];
+      os << indent << prefix << i << " [label=\"" << n.name() << "\\n" << n.op() << " " << name(n.dtype()) << " "
+         << n.shape().str() << "\"];\n";
+      for (int in : n.input_ids()) os << indent << prefix << in << " -> " << prefix << i << ";\n";
+      if (n.kind_ != node_kind::special) continue;
+      for (const auto& [label, sub] : n.special_->subgraphs()) {
+        const std::string inner = prefix + std::to_string(i) + "_" + label + "_";
+        os << indent << "subgraph cluster_" << inner << " {\n" << indent << "  label=\"" << n.name() << " " << label
+           << "\";\n";
+        sub->write_dot(os, inner, indent + "  ");
+        os << indent << "}\n";
+      }
+    }
+  }
+
   int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
     node n;
     n.kind_ = kind;
@@ -7101,6 +7181,8 @@ class graph {
 /// The trace context: while a kiln::function traces its callable, every op that
 /// meets a symbolic tensor is recorded here, as a node of the graph being built.
 /// Contexts nest (a function traced while tracing another) through a per-thread stack.
+/// A subgraph context (a branch of kiln::cond, a loop's condition or body) captures
+/// the symbolic tensors of the traces around it as extra placeholders.
 
 #include <atomic>
 #include <cstdint>
@@ -7119,6 +7201,12 @@ class trace_context {
       : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
     current_slot() = this;
   }
+  /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
+  struct subgraph_t {};
+  static constexpr subgraph_t subgraph{};
+  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
+    capturing_ = previous_ != nullptr;
+  }
   trace_context(const trace_context&) = delete;
   trace_context& operator=(const trace_context&) = delete;
   ~trace_context() { current_slot() = previous_; }
@@ -7135,14 +7223,36 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.nodes()[std::size_t(id)];
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, n.name() + ":0"}));
+    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
+    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
   }
+
+  /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
+  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
+                                     const std::vector<std::pair<dtype, shape>>& results) {
+    std::vector<int> ids;
+    for (const tensor& t : inputs) ids.push_back(node_of(t));
+    std::vector<tensor> out;
+    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+    if (results.empty()) out.clear();
+    return out;
+  }
+
+  /// The outer tensors this subgraph captured, one per placeholder after the ones
+  /// the subgraph was given (in the order the subgraph first used them).
+  const std::vector<tensor>& captures() const { return captures_; }
+
+  /// Remembers a variable created while tracing, for the function to check that it
+  /// outlives the trace (kiln::function allows singleton variables only).
+  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
+  const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
   /// trace's symbolic tensors, a captured constant when `t` is eager.
   int node_of(const tensor& t) {
     if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
     if (t.is_symbolic()) {
+      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
       if (t.symbol()->trace_id != id_)
         throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
                          " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
@@ -7177,6 +7287,14 @@ class trace_context {
           mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
           break;
         }
+        case node_kind::special: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+          for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
+          break;
+        }
+        case node_kind::result: break;  // copied with its special node
       }
     }
     return outputs;
@@ -7193,6 +7311,30 @@ class trace_context {
   }
 
  private:
+  // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
+  bool encloses(std::uint64_t trace_id) const {
+    for (const trace_context* c = previous_; c; c = c->previous_) {
+      if (c->id_ == trace_id) return true;
+      if (!c->capturing_) return false;
+    }
+    return false;
+  }
+  int capture(const tensor& t) {
+    for (std::size_t k = 0; k < captures_.size(); ++k)
+      if (captures_[k].symbol()->trace_id == t.symbol()->trace_id && captures_[k].symbol()->node == t.symbol()->node)
+        return capture_ids_[k];
+    const std::string& name = t.symbol()->name;
+    int id = graph_.add_placeholder(name.substr(0, name.find(':')), t.dtype(), t.shape());
+    captures_.push_back(t);
+    capture_ids_.push_back(id);
+    return id;
+  }
+  trace_context& function_trace() {
+    trace_context* c = this;
+    while (c->capturing_) c = c->previous_;
+    return *c;
+  }
+
   static trace_context*& current_slot() {
     thread_local trace_context* current = nullptr;
     return current;
@@ -7207,6 +7349,10 @@ class trace_context {
   trace_context* previous_;
   kiln::graph graph_;
   std::vector<std::pair<tensor, int>> captured_;
+  bool capturing_ = false;
+  std::vector<tensor> captures_;
+  std::vector<int> capture_ids_;
+  std::vector<std::weak_ptr<const void>> created_;
 };
 
 template <class Op>
@@ -7508,12 +7654,15 @@ struct fused_cluster {
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 
-/// One step of a schedule: a fused cluster, or one op run through its `op_fn`.
+/// One step of a schedule: a fused cluster, one op run through its `op_fn`, or a
+/// special op (a variable access, a print, a conditional, a loop).
 struct plan_step {
   int cluster = -1;  ///< index into execution_plan::clusters, or -1 for an op
   int value = -1;    ///< the op's node
   op_fn run = nullptr;
   const void* op = nullptr;
+  const special_op* special = nullptr;
+  std::vector<int> results;  ///< a special op's result values, in order
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
   std::vector<int> release;  ///< fresh values whose last reader is this step
@@ -7564,8 +7713,13 @@ struct execution_plan {
   }
 };
 
-/// The part of planning that does not depend on shapes: which nodes the outputs
-/// need, and where each output comes from.
+/// True for the nodes a schedule runs: registry ops, special ops and their results.
+inline bool computed(const node& n) {
+  return n.kind() == node_kind::op || n.kind() == node_kind::special || n.kind() == node_kind::result;
+}
+
+/// The part of planning that does not depend on shapes: which nodes the outputs and
+/// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const auto& nodes = g.nodes();
@@ -7575,18 +7729,20 @@ struct graph_outline {
       outputs.push_back(source);
       needed[std::size_t(source)] = true;
     }
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind() == node_kind::special && nodes[i].special().has_effects()) needed[i] = true;
     for (std::size_t i = nodes.size(); i-- > 0;)
       if (needed[i])
         for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (needed[i] && nodes[i].kind() == node_kind::op) ops.push_back(int(i));
+      if (needed[i] && computed(nodes[i])) ops.push_back(int(i));
     release.resize(ops.size());
     std::vector<int> last_reader(nodes.size(), -1);
     for (std::size_t k = 0; k < ops.size(); ++k)
       for (int in : nodes[std::size_t(ops[k])].input_ids()) last_reader[std::size_t(in)] = int(k);
     for (int out : outputs) last_reader[std::size_t(out)] = -1;
     for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (last_reader[i] >= 0 && nodes[i].kind() == node_kind::op) release[std::size_t(last_reader[i])].push_back(int(i));
+      if (last_reader[i] >= 0 && computed(nodes[i])) release[std::size_t(last_reader[i])].push_back(int(i));
   }
   std::vector<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
@@ -7649,6 +7805,15 @@ class plan_builder {
     std::vector<shape> shapes;
     for (int id : outline_.ops) {
       const node& n = at(id);
+      if (n.kind() != node_kind::op) {
+        // A special op's results have the dtypes and shapes traced for them; it
+        // makes its own tensors, which may be its inputs (evaluated, like reshape).
+        if (!n.shape().is_fully_defined()) return false;
+        value(id).type = n.dtype();
+        value(id).dims = n.shape();
+        entries_[std::size_t(id)].evaluates = true;
+        continue;
+      }
       dtypes.clear();
       shapes.clear();
       for (int in : n.input_ids()) {
@@ -7744,7 +7909,7 @@ class plan_builder {
   void schedule() {
     std::vector<std::pair<int, int>> order;  // (place, op node or -1 - cluster)
     for (int id : outline_.ops)
-      if (cluster_of_[std::size_t(id)] < 0) order.emplace_back(id, id);
+      if (cluster_of_[std::size_t(id)] < 0 && at(id).kind() != node_kind::result) order.emplace_back(id, id);
     for (std::size_t c = 0; c < groups_.size(); ++c)
       if (!groups_[c].members.empty()) order.emplace_back(groups_[c].members.back(), -1 - int(c));
     std::sort(order.begin(), order.end());
@@ -7758,6 +7923,13 @@ class plan_builder {
         s.run = e.run;
         s.op = e.op;
         s.inputs = at(what).input_ids();
+        if (at(what).kind() == node_kind::special) {
+          s.special = &at(what).special();
+          for (int k = 0; k < at(what).result_count(); ++k) {
+            s.results.push_back(what + k);
+            step_of_[std::size_t(what + k)] = int(plan_->steps.size());
+          }
+        }
         plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
         step_of_[std::size_t(what)] = int(plan_->steps.size());
       } else {
@@ -7807,7 +7979,8 @@ class plan_builder {
     std::vector<int> family_last_use(n, -1);
     for (int id : outline_.ops) {
       int r = find(id);
-      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)];
+      // A special op may keep what it reads (a variable keeps what is assigned to it).
+      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)] || at(id).kind() == node_kind::special;
       family_last_use[std::size_t(r)] = std::max(family_last_use[std::size_t(r)], last_use_[std::size_t(id)]);
     }
 
@@ -8120,6 +8293,7 @@ class workspace {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <span>
 #include <string>
 #include <variant>
@@ -8484,6 +8658,8 @@ class graph_executor {
     for (const exec::plan_step& s : p.steps) {
       if (s.cluster >= 0)
         run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
+      else if (s.special)
+        run_special(*s.special, gather_inputs(s.inputs, *ws), s.results, ws->values);
       else
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
@@ -8601,6 +8777,16 @@ class graph_executor {
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
 
+  // Runs special op `op` and stores its results in `values[results[k]]`.
+  static void run_special(const special_op& op, std::span<const tensor* const> inputs, std::span<const int> results,
+                          std::vector<tensor>& values) {
+    std::vector<tensor> out = op.run(inputs);
+    if (out.size() != results.size())
+      throw internal_error(std::string(op.name()) + " gave " + std::to_string(out.size()) + " results instead of " +
+                           std::to_string(results.size()));
+    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(results[k])] = std::move(out[k]);
+  }
+
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
     for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
     for (int v : c.allocated) {
@@ -8701,11 +8887,18 @@ class graph_executor {
     if (p)
       for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
     for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
-      const node& n = g.nodes()[std::size_t(outline_.ops[k])];
+      const int id = outline_.ops[k];
+      const node& n = g.nodes()[std::size_t(id)];
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      values[std::size_t(outline_.ops[k])] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      if (n.kind() == node_kind::special) {
+        std::vector<int> results(std::size_t(n.result_count()));
+        std::iota(results.begin(), results.end(), id);
+        run_special(n.special(), std::span<const tensor* const>(inputs.begin(), inputs.size()), results, values);
+      } else if (n.kind() == node_kind::op) {
+        values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+      }
       for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
@@ -8775,12 +8968,23 @@ class optimizer {
         case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
         case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
         case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::special: copy_special(i); break;
+        case node_kind::result: break;  // copied with its special node
       }
     }
     return std::move(out_);
   }
 
  private:
+  // Special ops are copied as they are: effects must not be folded or merged.
+  void copy_special(std::size_t i) {
+    const node& n = in_.nodes()[i];
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
+    for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
+  }
+
   int rewrite(const node& n) {
     std::vector<int> ins;
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
@@ -8856,6 +9060,346 @@ inline graph optimize(const graph& g) { return optimizer(g).run(); }
 
 }  // namespace kiln::detail
 // ----- end kiln/passes/optimize.hpp -----
+// ----- begin kiln/exec/effects.hpp -----
+/// \file
+/// The special ops of state and effects (API.md section 4): reading and writing a
+/// variable, printing and calling back into C++. Each is one object that runs eagerly
+/// and as a graph node; the graph keeps effects in program order and never prunes them.
+
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace config {
+namespace detail {
+inline std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cout};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln::print writes (std::cout unless set). The stream must outlive its use.
+/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
+inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+/// The stream kiln::print writes to.
+inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+}  // namespace config
+
+namespace detail {
+
+/// What a kiln::variable handle points to: its value, swapped (never written in
+/// place) by every assignment, so a value read earlier stays what it was.
+class variable_state {
+ public:
+  variable_state(std::string name, dtype type, shape dims) : name_(std::move(name)), type_(type), dims_(std::move(dims)) {}
+
+  const std::string& name() const { return name_; }
+  dtype type() const { return type_; }
+  /// As declared at creation; partial when the initial value was symbolic with None dims.
+  const shape& dims() const { return dims_; }
+
+  tensor read() const {
+    std::lock_guard lock(mutex_);
+    if (!value_.defined())
+      throw value_error("variable " + label() + " is read before its initial value is set (a variable created while "
+                        "tracing gets it when the function first runs)");
+    return value_;
+  }
+  bool initialized() const {
+    std::lock_guard lock(mutex_);
+    return value_.defined();
+  }
+  /// Replaces the value with `f(old value)` (the old value is undefined before
+  /// initialization) under the variable's lock; returns the new value.
+  template <class F>
+  tensor update(std::string_view op, F&& f) {
+    std::lock_guard lock(mutex_);
+    tensor next = f(value_);
+    check(op, next);
+    value_ = next;
+    return next;
+  }
+  /// `'name' float32 (2,)`, as messages show the variable.
+  std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
+
+  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and shape.
+  void check(std::string_view op, const tensor& x) const {
+    if (x.dtype() != type_ || !dims_.accepts(x.shape()))
+      throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
+                                   std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
+                                   " value; the dtype and shape of a variable are fixed");
+  }
+
+ private:
+  std::string name_;
+  dtype type_;
+  shape dims_;
+  mutable std::mutex mutex_;
+  tensor value_;
+};
+
+/// Reads a variable: its current value.
+class read_variable_op final : public special_op {
+ public:
+  explicit read_variable_op(std::shared_ptr<variable_state> v) : var_(std::move(v)) {}
+  std::string_view name() const override { return "ReadVariableOp"; }
+  bool has_effects() const override { return false; }
+  std::vector<tensor> run(std::span<const tensor* const>) const override { return {var_->read()}; }
+
+ private:
+  std::shared_ptr<variable_state> var_;
+};
+
+/// How an assignment combines the variable's value with its input.
+enum class assign_mode : unsigned char {
+  assign,      ///< `v.assign(x)`
+  add,         ///< `v.assign_add(x)`
+  subtract,    ///< `v.assign_sub(x)`
+  initialize,  ///< the initial value of a variable created while tracing: set on the first run only
+};
+
+/// Writes a variable; its result is the new value.
+class assign_variable_op final : public special_op {
+ public:
+  assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode) : var_(std::move(v)), mode_(mode) {}
+  std::string_view name() const override {
+    switch (mode_) {
+      case assign_mode::add: return "AssignAddVariableOp";
+      case assign_mode::subtract: return "AssignSubVariableOp";
+      case assign_mode::initialize: return "InitializeVariableOp";
+      default: return "AssignVariableOp";
+    }
+  }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override { return {apply(*in[0])}; }
+
+  /// The assignment on an eager value.
+  tensor apply(const tensor& x) const {
+    return var_->update(name(), [&](const tensor& old) {
+      switch (mode_) {
+        case assign_mode::add: return kiln::add(require(old), x);
+        case assign_mode::subtract: return kiln::subtract(require(old), x);
+        case assign_mode::initialize: return old.defined() ? old : x;
+        default: return x;
+      }
+    });
+  }
+
+ private:
+  const tensor& require(const tensor& old) const {
+    if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
+    var_->check(name(), old);
+    return old;
+  }
+  std::shared_ptr<variable_state> var_;
+  assign_mode mode_;
+};
+
+/// One piece of a print: a text, or the input whose values are printed there.
+struct print_piece {
+  std::string text;
+  int input = -1;
+};
+
+/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
+/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
+inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+/// Writes one line to config::print_stream() at every run.
+class print_op final : public special_op {
+ public:
+  explicit print_op(std::vector<print_piece> pieces) : pieces_(std::move(pieces)) {}
+  std::string_view name() const override { return "PrintV2"; }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    write(print_line(pieces_, in));
+    return {};
+  }
+  /// Writes `line` whole, so lines from several threads do not interleave.
+  static void write(const std::string& line) {
+    static std::mutex m;
+    std::lock_guard lock(m);
+    config::print_stream() << line << std::flush;
+  }
+
+ private:
+  std::vector<print_piece> pieces_;
+};
+
+/// Calls a C++ function on eager tensors at every run (kiln::host_callback).
+class host_callback_op final : public special_op {
+ public:
+  using callback = std::function<std::vector<tensor>(std::span<const tensor* const>)>;
+  host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
+      : fn_(std::move(fn)), results_(std::move(results)) {}
+  std::string_view name() const override { return "HostCallback"; }
+  bool has_effects() const override { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    std::vector<tensor> out = fn_(in);
+    if (out.size() != results_.size())
+      throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
+                                   " tensors, but out_specs has " + std::to_string(results_.size()));
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      const auto& [type, dims] = results_[k];
+      if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
+        throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
+                                     (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
+                                                       : std::string("an empty tensor")) +
+                                     ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
+    }
+    return out;
+  }
+  const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
+
+ private:
+  callback fn_;
+  std::vector<std::pair<dtype, shape>> results_;
+};
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/exec/effects.hpp -----
+// ----- begin kiln/exec/control_flow.hpp -----
+/// \file
+/// The special ops of control flow: a conditional that runs one of two traced
+/// branches, and a loop that runs a traced condition and body until the condition
+/// fails (or the body asks to stop). Each branch, condition and body is a graph of
+/// its own, optimized once and run by its own executor, with its plans and
+/// workspaces kept across calls like a function's.
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// A graph that a special op runs: the graph as traced (for listings and to_dot),
+/// its optimized form and the executor of that.
+class subgraph {
+ public:
+  explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
+  subgraph(const subgraph&) = delete;
+  subgraph& operator=(const subgraph&) = delete;
+
+  const graph& traced() const { return traced_; }
+  std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
+
+ private:
+  graph traced_;
+  graph optimized_;
+  graph_executor executor_;
+};
+
+/// The value of a scalar bool_ condition computed by a graph.
+inline bool truth_of(const tensor& pred, std::string_view op) {
+  if (pred.dtype() != bool_ || pred.size() != 1)
+    throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
+                                 std::string(name(pred.dtype())) + " " + pred.shape().str());
+  return pred.to(device::cpu).data<bool>()[0];
+}
+
+/// `kiln::cond`: inputs are the predicate, then the values the branches captured;
+/// each branch takes its own captures (`then_args`, `else_args` index the inputs
+/// after the predicate).
+class cond_op final : public special_op {
+ public:
+  cond_op(graph then_graph, std::vector<int> then_args, graph else_graph, std::vector<int> else_args)
+      : then_(std::move(then_graph)), else_(std::move(else_graph)), then_args_(std::move(then_args)),
+        else_args_(std::move(else_args)),
+        effects_(then_.traced().has_effects() || else_.traced().has_effects()) {}
+  std::string_view name() const override { return "cond"; }
+  bool has_effects() const override { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
+    return {{"then", &then_.traced()}, {"else", &else_.traced()}};
+  }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    const bool taken = truth_of(*in[0], "cond");
+    const std::vector<int>& picks = taken ? then_args_ : else_args_;
+    std::vector<tensor> args;
+    args.reserve(picks.size());
+    for (int k : picks) args.push_back(*in[std::size_t(k) + 1]);
+    return (taken ? then_ : else_).run(args);
+  }
+
+ private:
+  subgraph then_, else_;
+  std::vector<int> then_args_, else_args_;
+  bool effects_;
+};
+
+/// `kiln::while_loop`: inputs are the loop variables' initial values, then the values
+/// the condition captured, then those the body captured. The condition graph takes
+/// the loop variables and its captures and gives a bool scalar; the body graph takes
+/// the loop variables and its captures and gives the next values, led by a stop
+/// flag when it ends in kiln::break_if.
+class while_op final : public special_op {
+ public:
+  while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
+      : vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
+        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()) {}
+  std::string_view name() const override { return "while"; }
+  bool has_effects() const override { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
+    return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
+  }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    const std::size_t n = std::size_t(vars_);
+    // The argument lists of the condition and the body: loop variables, then captures.
+    std::vector<tensor> cond_args(n), body_args(n);
+    for (std::size_t k = 0; k < n; ++k) cond_args[k] = *in[k];
+    for (std::size_t k = n; k < n + std::size_t(cond_captures_); ++k) cond_args.push_back(*in[k]);
+    for (std::size_t k = n + std::size_t(cond_captures_); k < in.size(); ++k) body_args.push_back(*in[k]);
+    for (;;) {
+      if (!truth_of(cond_.run(cond_args)[0], "while_loop")) break;
+      for (std::size_t k = 0; k < n; ++k) body_args[k] = std::move(cond_args[k]);
+      std::vector<tensor> next = body_.run(body_args);
+      const std::size_t first = breaks_ ? 1 : 0;
+      if (breaks_ && truth_of(next[0], "break_if")) {
+        for (std::size_t k = 0; k < n; ++k) cond_args[k] = std::move(body_args[k]);
+        break;
+      }
+      for (std::size_t k = 0; k < n; ++k) cond_args[k] = std::move(next[k + first]);
+    }
+    cond_args.resize(n);
+    return cond_args;
+  }
+
+ private:
+  int vars_;
+  int cond_captures_;
+  bool breaks_;
+  subgraph cond_, body_;
+  bool effects_;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/control_flow.hpp -----
 // ----- begin kiln/trace/spec.hpp -----
 /// \file
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
@@ -8896,13 +9440,15 @@ inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
 /// following the contract: a tensor contributes its dtype and shape, a C++ number,
 /// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
-/// leaves, and any other object its address. The leaves give the cache key, the
-/// tensors the function runs on, and (when tracing) the placeholders the callable gets.
+/// leaves, a kiln::variable its identity, and any other object its address. The
+/// leaves give the cache key, the tensors the function runs on, and (when tracing)
+/// the placeholders the callable gets.
 
 #include <boost/pfr.hpp>
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -9111,6 +9657,10 @@ void flatten(const T& x, call_signature& sig, int arg) {
   } else if constexpr (std::is_pointer_v<U>) {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x)));
+  } else if constexpr (requires { { x.identity() } -> std::same_as<const void*>; }) {
+    // A handle (kiln::variable): every copy of it stands for the same object.
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(x.identity())));
   } else {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
@@ -9664,12 +10214,32 @@ class function {
         });
         c->traced_result = std::move(result);
       }
+      check_created_variables(context);
     } catch (const error&) {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
     c->compile();
     return c;
+  }
+
+  // Variables may be created by the first trace only, and must outlive it: a
+  // later trace would create another variable at each retrace, and a variable that
+  // dies with the trace would be created anew at every call in eager code.
+  void check_created_variables(const detail::trace_context& context) const {
+    const auto& created = context.created_variables();
+    if (created.empty()) return;
+    bool first;
+    {
+      std::lock_guard lock(state_->mutex);
+      first = state_->traces.empty();
+    }
+    const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
+    if (!first || dropped)
+      throw value_error("kiln::function only supports singleton variables created on the first call; " +
+                        std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
+                                            : "a variable was created while tracing a new signature") +
+                        ". Create variables once, outside the function or in state it keeps across calls");
   }
 
   F fn_;
@@ -9683,6 +10253,574 @@ function(F, function_options) -> function<F>;
 
 }  // namespace kiln
 // ----- end kiln/trace/function.hpp -----
+// ----- begin kiln/trace/effects.hpp -----
+/// \file
+/// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
+/// `kiln::host_callback`. Outside a trace they act at once; while tracing they
+/// record their special op (kiln/exec/effects.hpp) so that they act at every run.
+
+#include <concepts>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
+/// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
+/// kiln::function, reads and writes run at every call, in program order; a variable
+/// may be created during the first trace only, and must outlive it (keep it in
+/// state the callable captured), else the call raises kiln::value_error.
+/// \code
+/// kiln::variable v(1.f);
+/// v.assign_add(kiln::constant(2.f));  // v is now 3
+/// kiln::tensor y = v * 2.f;            // 6
+/// \endcode
+class variable {
+ public:
+  /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
+  variable() = default;
+  /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
+  /// variable then takes its value when the function first runs.
+  explicit variable(const tensor& initial, std::string name = "Variable") {
+    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
+    handle_ = std::make_shared<handle>();
+    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
+    detail::trace_context* trace = detail::trace_context::current();
+    if (trace) trace->note_created_variable(handle_);
+    if (initial.is_symbolic()) {
+      record_write(detail::assign_mode::initialize, initial);
+    } else {
+      handle_->state->update("variable", [&](const tensor&) { return initial; });
+    }
+  }
+  /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  explicit variable(T initial, std::string name = "Variable") : variable(kiln::constant(initial), std::move(name)) {}
+
+  /// True when the handle holds a variable.
+  explicit operator bool() const { return handle_ != nullptr; }
+
+  /// The current value (while tracing, a read that runs at every call).
+  tensor read_value() const {
+    const auto& s = state();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0];
+    return s->read();
+  }
+  /// The value, as a tensor: what makes a variable usable wherever a tensor is.
+  operator tensor() const { return read_value(); }
+
+  /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
+  tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
+  /// Adds `x` to the value; returns the new value.
+  tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
+  /// Subtracts `x` from the value; returns the new value.
+  tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign(T x) const { return assign(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_add(T x) const { return assign_add(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
+
+  kiln::dtype dtype() const { return state()->type(); }
+  const kiln::shape& shape() const { return state()->dims(); }
+  const std::string& name() const { return state()->name(); }
+
+  /// What identifies the variable in a kiln::function signature: every copy of a
+  /// handle is the same variable.
+  const void* identity() const { return state().get(); }
+
+ private:
+  // What the caller's copies share: a variable created while tracing must keep one
+  // alive after the trace (the graph holds the state itself, not this).
+  struct handle {
+    std::shared_ptr<detail::variable_state> state;
+  };
+
+  const std::shared_ptr<detail::variable_state>& state() const {
+    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
+    return handle_->state;
+  }
+  template <class T>
+  tensor scalar(T x) const {
+    return kiln::constant(x, state()->type());
+  }
+  tensor write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
+    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
+    s->check("variable", x);
+    return detail::assign_variable_op(s, mode).apply(x);
+  }
+  tensor record_write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    detail::trace_context* trace = detail::trace_context::current();
+    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
+    s->check(mode == detail::assign_mode::initialize ? "variable" : "assign", x);
+    const tensor inputs[] = {x};
+    return trace->record_special(std::make_shared<detail::assign_variable_op>(s, mode), inputs, {{s->type(), s->dims()}})[0];
+  }
+
+  std::shared_ptr<handle> handle_;
+};
+
+namespace detail {
+
+/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
+/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
+template <class T>
+void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    pieces.push_back({std::string(std::string_view(x)), -1});
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable>) {
+    pieces.push_back({{}, int(inputs.size())});
+    inputs.push_back(tensor(x));
+  } else {
+    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
+    if constexpr (std::is_same_v<U, bool>) {
+      pieces.push_back({x ? "True" : "False", -1});
+    } else if constexpr (std::is_integral_v<U>) {
+      pieces.push_back({std::to_string(x), -1});
+    } else {
+      std::ostringstream os;
+      os << x;
+      pieces.push_back({os.str(), -1});
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Prints its arguments, separated by spaces, then a newline, to
+/// config::print_stream(), as tf.print does: strings as they are, tensors as their
+/// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
+/// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
+/// \code kiln::print("Executed with", x);  // Executed with [1 2] \endcode
+template <class... Args>
+void print(const Args&... args) {
+  std::vector<detail::print_piece> pieces;
+  std::vector<tensor> inputs;
+  (detail::add_print_piece(args, pieces, inputs), ...);
+  if (detail::trace_context* trace = detail::trace_context::current()) {
+    trace->record_special(std::make_shared<detail::print_op>(std::move(pieces)), inputs, {});
+    return;
+  }
+  std::vector<const tensor*> in;
+  for (const tensor& t : inputs) in.push_back(&t);
+  detail::print_op::write(detail::print_line(pieces, in));
+}
+
+namespace detail {
+// The callback's results as a list: nothing, one tensor, or a tuple of tensors.
+template <class R>
+std::vector<tensor> callback_results(R&& r) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    return {std::forward<R>(r)};
+  } else {
+    return std::apply([](auto&&... t) { return std::vector<tensor>{tensor(t)...}; }, std::forward<R>(r));
+  }
+}
+}  // namespace detail
+
+/// Runs C++ function `fn` on concrete tensors at every execution (TensorFlow's
+/// tf.py_function): `fn` takes one `const kiln::tensor&` per input and returns
+/// nothing (empty `out_specs`), a tensor (one spec) or a tuple of tensors. Returns
+/// one tensor per spec; results that do not match `out_specs` raise
+/// kiln::invalid_argument_error.
+/// \code
+/// std::vector<kiln::tensor> seen;
+/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, x);
+/// \endcode
+template <class F, class... Inputs>
+std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {
+  static_assert((std::is_convertible_v<const Inputs&, tensor> && ...), "kiln::host_callback: the inputs are tensors");
+  using R = std::invoke_result_t<F&, decltype((void(inputs), std::declval<const tensor&>()))...>;
+  auto call = [fn = std::move(fn)](std::span<const tensor* const> in) mutable -> std::vector<tensor> {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::vector<tensor> {
+      if constexpr (std::is_void_v<R>) {
+        fn(*in[I]...);
+        return {};
+      } else {
+        return detail::callback_results(fn(*in[I]...));
+      }
+    }(std::index_sequence_for<Inputs...>{});
+  };
+  std::vector<std::pair<dtype, shape>> results;
+  for (const tensor_spec& s : out_specs) results.emplace_back(s.dtype, s.shape);
+  auto op = std::make_shared<detail::host_callback_op>(std::move(call), std::move(results));
+  const tensor args[] = {tensor(inputs)..., tensor()};
+  std::span<const tensor> in(args, sizeof...(Inputs));
+  if (detail::trace_context* trace = detail::trace_context::current()) return trace->record_special(op, in, op->results());
+  std::vector<const tensor*> pointers;
+  for (const tensor& t : in) {
+    t.require_value("host_callback");
+    pointers.push_back(&t);
+  }
+  return op->run(pointers);
+}
+
+}  // namespace kiln
+// ----- end kiln/trace/effects.hpp -----
+// ----- begin kiln/trace/control_flow.hpp -----
+/// \file
+/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
+/// flow on eager tensors; while tracing, branches, conditions and bodies are traced
+/// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
+/// with the tensors they use from the enclosing trace passed in as captures.
+
+#include <concepts>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// What a loop body returns to stop early: `pred`, and the values to go on with.
+template <class Tuple>
+struct break_result {
+  tensor stop;
+  Tuple next;
+};
+
+/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
+/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
+/// it goes on with `next...`.
+/// \code
+/// kiln::while_loop([](auto i) { return i < 10; },
+///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
+/// \endcode
+template <class... Next>
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
+  return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+}
+
+namespace detail {
+
+template <class T>
+struct is_break_result : std::false_type {};
+template <class T>
+struct is_break_result<break_result<T>> : std::true_type {};
+
+using value_spec = std::pair<dtype, shape>;
+
+/// "float32 (2,)", as the errors of control flow show a value.
+inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+
+/// The leaves of a structure of tensors, in order.
+template <class S>
+std::vector<tensor> leaves_of(const S& s) {
+  std::vector<tensor> out;
+  for_each_output(s, [&](const tensor& t) { out.push_back(t); });
+  return out;
+}
+inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
+  std::vector<value_spec> out;
+  for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
+  return out;
+}
+
+/// A branch, condition or body as traced: its graph, the outer tensors it captured
+/// (its placeholders after the parameters) and the specs of its outputs.
+struct traced_subgraph {
+  graph g;
+  std::vector<tensor> captures;
+  std::vector<value_spec> outputs;
+};
+
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have `params`'
+/// specs; returns what `fn` returned (symbolic, for its structure).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+  trace_context context(trace_context::subgraph);
+  std::vector<tensor> placeholders;
+  for (const tensor& p : params) {
+    std::string name = p.is_symbolic() ? p.symbol()->name.substr(0, p.symbol()->name.find(':')) : "loop_var";
+    placeholders.push_back(context.placeholder(name, p.dtype(), p.shape()));
+  }
+  auto result = fn(std::span<const tensor>(placeholders));
+  auto record = [&](const auto& part) {
+    for_each_output(part, [&](const tensor& t) {
+      int id = context.graph().add_output(context.node_of(t));
+      const node& n = context.graph().nodes()[std::size_t(id)];
+      out.outputs.emplace_back(n.dtype(), n.shape());
+    });
+  };
+  if constexpr (is_break_result<decltype(result)>::value) {
+    record(result.stop);
+    record(result.next);
+  } else {
+    record(result);
+  }
+  out.g = std::move(context.graph());
+  out.captures = context.captures();
+  return result;
+}
+
+/// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
+inline int capture_index(std::vector<tensor>& all, const tensor& t) {
+  for (std::size_t k = 0; k < all.size(); ++k)
+    if (all[k].symbol()->trace_id == t.symbol()->trace_id && all[k].symbol()->node == t.symbol()->node) return int(k);
+  all.push_back(t);
+  return int(all.size()) - 1;
+}
+
+/// Loop variables `vars` as one value: the value itself for one, a tuple for several.
+template <class... Vars>
+auto loop_result(std::tuple<Vars...>&& vars) {
+  if constexpr (sizeof...(Vars) == 1)
+    return std::move(std::get<0>(vars));
+  else
+    return std::move(vars);
+}
+
+/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
+template <class V>
+output_t<V> as_output(const V& v) {
+  std::vector<tensor> leaves = leaves_of(v);
+  const tensor* next = leaves.data();
+  return rebuild_output(v, next);
+}
+
+/// Raises kiln::value_error unless a body's results keep the loop variables' specs.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected) {
+  if (got.size() != expected.size())
+    throw value_error("while_loop: the body returns " + std::to_string(got.size()) + " tensors for " +
+                      std::to_string(expected.size()) + " loop variables");
+  for (std::size_t k = 0; k < expected.size(); ++k)
+    if (got[k] != expected[k])
+      throw value_error("while_loop: loop variable " + std::to_string(k) + " enters the loop as " +
+                        spec_text(expected[k]) + " but is " + spec_text(got[k]) +
+                        " after one iteration; a loop variable must keep its dtype and shape");
+}
+
+/// The next loop state: `current`'s structure with the leaves of what a body returned.
+template <class State>
+State next_state(const State& current, std::span<const tensor> returned, std::span<const value_spec> expected) {
+  check_loop_specs(specs_of(returned), expected);
+  const tensor* next = returned.data();
+  return rebuild_output(current, next);
+}
+
+}  // namespace detail
+
+/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
+/// both branches are traced and the graph gets a `cond` node; the branches must then
+/// return the same structure, dtypes and shapes (or both nothing), else
+/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
+/// \code
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
+/// \endcode
+template <class Then, class Else>
+auto cond(const tensor& pred, Then then_fn, Else else_fn) {
+  using R = std::invoke_result_t<Then&>;
+  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
+                "kiln::cond: both branches must return the same type");
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    const bool taken = detail::truth_of(pred, "cond");
+    if constexpr (std::is_void_v<R>) {
+      taken ? then_fn() : else_fn();
+      return;
+    } else {
+      auto r = taken ? then_fn() : else_fn();
+      std::vector<tensor> leaves = detail::leaves_of(r);
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(r, next);
+    }
+  } else {
+    if (pred.dtype() != bool_ || pred.rank() != 0)
+      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
+                        pred.shape().str());
+    // A branch that returns nothing is traced as returning an empty tuple.
+    auto branch = [](auto& fn) {
+      return [&fn](std::span<const tensor>) {
+        if constexpr (std::is_void_v<R>) {
+          fn();
+          return std::tuple<>{};
+        } else {
+          return fn();
+        }
+      };
+    };
+    detail::traced_subgraph then_graph, else_graph;
+    auto traced = detail::trace_subgraph(branch(then_fn), {}, then_graph);
+    detail::trace_subgraph(branch(else_fn), {}, else_graph);
+    if (then_graph.outputs != else_graph.outputs) {
+      auto list = [](const std::vector<detail::value_spec>& specs) {
+        std::string s = "(";
+        for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + detail::spec_text(specs[k]);
+        return s + ")";
+      };
+      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                        list(then_graph.outputs) + " and the false branch " + list(else_graph.outputs));
+    }
+    std::vector<tensor> inputs{pred};
+    std::vector<int> then_args, else_args;
+    std::vector<tensor> captures;
+    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
+    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
+    inputs.insert(inputs.end(), captures.begin(), captures.end());
+    const std::vector<detail::value_spec> results = then_graph.outputs;
+    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                                std::move(else_args));
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
+    if constexpr (!std::is_void_v<R>) {
+      const tensor* next = out.data();
+      return detail::rebuild_output(traced, next);
+    }
+  }
+}
+
+/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
+/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
+/// kiln::break_if). Returns the final values in the same form. While tracing, the
+/// condition and body are traced once into a `while` node; a loop variable whose
+/// dtype or shape changes raises kiln::value_error naming it and both specs.
+/// \code
+/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
+///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
+///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  using state = std::tuple<detail::output_t<Vars>...>;
+  state initial{detail::as_output(vars)...};
+  const std::vector<tensor> initial_leaves = detail::leaves_of(initial);
+  const std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
+  using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
+  constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
+
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    state current = std::move(initial);
+    while (detail::truth_of(std::apply(cond_fn, current), "while_loop")) {
+      auto r = std::apply(body_fn, current);
+      if constexpr (breaks) {
+        if (detail::truth_of(r.stop, "break_if")) break;
+        current = detail::next_state(current, detail::leaves_of(r.next), specs);
+      } else {
+        current = detail::next_state(current, detail::leaves_of(r), specs);
+      }
+    }
+    return detail::loop_result(std::move(current));
+  } else {
+    auto as_state = [&](std::span<const tensor> leaves) {
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(initial, next);
+    };
+    detail::traced_subgraph cond_graph, body_graph;
+    detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
+                           initial_leaves, cond_graph);
+    if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+      throw value_error("while_loop: the condition must give a bool scalar, got " + detail::spec_text(cond_graph.outputs[0]));
+    detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
+                           body_graph);
+    std::span<const detail::value_spec> next_specs(body_graph.outputs);
+    if constexpr (breaks) {
+      if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+        throw value_error("break_if: the condition must be a bool scalar, got " + detail::spec_text(body_graph.outputs[0]));
+      next_specs = next_specs.subspan(1);
+    }
+    detail::check_loop_specs(next_specs, specs);
+
+    std::vector<tensor> inputs = initial_leaves;
+    inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
+    inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
+    auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
+                                                 int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+    return detail::loop_result(as_state(out));
+  }
+}
+
+namespace detail {
+template <class T>
+concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+
+inline tensor index_tensor(const tensor& t) { return t; }
+template <std::integral T>
+tensor index_tensor(T v) {
+  return kiln::constant(std::int32_t(v));
+}
+
+/// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
+template <class Body, class... Vars>
+auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const Vars&... vars) {
+  // Python's range length: ceil((limit - start) / delta), at least 0.
+  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
+  auto body = [&](const tensor& k, const auto&... v) {
+    const tensor i = start + k * delta;
+    using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
+    if constexpr (std::is_void_v<R>) {
+      body_fn(i, v...);
+      return k + 1;
+    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+      auto r = body_fn(i, v...);
+      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
+    } else {
+      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
+    }
+  };
+  auto out = while_loop(cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  if constexpr (sizeof...(Vars) == 0) {
+    return;
+  } else if constexpr (sizeof...(Vars) == 1) {
+    return std::get<1>(std::move(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
+  }
+}
+}  // namespace detail
+
+/// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
+/// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
+/// time instead). `body_fn(i, vars...)` gives the next values; with no loop
+/// variables it returns nothing.
+/// \code
+/// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
+/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
+  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
+                              body_fn, vars...);
+}
+/// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
+/// kiln::invalid_argument_error.
+/// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
+  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
+                              vars...);
+}
+
+}  // namespace kiln
+// ----- end kiln/trace/control_flow.hpp -----
 // ----- begin kiln/kernels.hpp -----
 /// \file
 /// Separate compilation: kiln's kernels and heavy runtime functions compiled once per
