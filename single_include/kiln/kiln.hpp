@@ -10603,21 +10603,24 @@ output_t<V> as_output(const V& v) {
 }
 
 /// Raises kiln::value_error unless a body's results keep the loop variables' specs.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected) {
+/// The first `hidden` loop variables are kiln's own (for_range's counter): messages
+/// number the caller's variables from 0.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected, std::size_t hidden) {
   if (got.size() != expected.size())
-    throw value_error("while_loop: the body returns " + std::to_string(got.size()) + " tensors for " +
-                      std::to_string(expected.size()) + " loop variables");
+    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+                      std::to_string(expected.size() - hidden) + " loop variables");
   for (std::size_t k = 0; k < expected.size(); ++k)
     if (got[k] != expected[k])
-      throw value_error("while_loop: loop variable " + std::to_string(k) + " enters the loop as " +
+      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
                         spec_text(expected[k]) + " but is " + spec_text(got[k]) +
                         " after one iteration; a loop variable must keep its dtype and shape");
 }
 
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
-State next_state(const State& current, std::span<const tensor> returned, std::span<const value_spec> expected) {
-  check_loop_specs(specs_of(returned), expected);
+State next_state(const State& current, std::span<const tensor> returned, std::span<const value_spec> expected,
+                 std::size_t hidden) {
+  check_loop_specs(specs_of(returned), expected, hidden);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -10692,19 +10695,10 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
   }
 }
 
-/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
-/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
-/// kiln::break_if). Returns the final values in the same form. While tracing, the
-/// condition and body are traced once into a `while` node; a loop variable whose
-/// dtype or shape changes raises kiln::value_error naming it and both specs.
-/// \code
-/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
-///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
-///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
-/// \endcode
+namespace detail {
+/// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
 template <class Cond, class Body, class... Vars>
-auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
-  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
   const std::vector<tensor> initial_leaves = detail::leaves_of(initial);
@@ -10719,9 +10713,9 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
       auto r = std::apply(body_fn, current);
       if constexpr (breaks) {
         if (detail::truth_of(r.stop, "break_if")) break;
-        current = detail::next_state(current, detail::leaves_of(r.next), specs);
+        current = detail::next_state(current, detail::leaves_of(r.next), specs, hidden);
       } else {
-        current = detail::next_state(current, detail::leaves_of(r), specs);
+        current = detail::next_state(current, detail::leaves_of(r), specs, hidden);
       }
     }
     return detail::loop_result(std::move(current));
@@ -10743,7 +10737,7 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
         throw value_error("break_if: the condition must be a bool scalar, got " + detail::spec_text(body_graph.outputs[0]));
       next_specs = next_specs.subspan(1);
     }
-    detail::check_loop_specs(next_specs, specs);
+    detail::check_loop_specs(next_specs, specs, hidden);
 
     std::vector<tensor> inputs = initial_leaves;
     inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
@@ -10753,6 +10747,23 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
     std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
     return detail::loop_result(as_state(out));
   }
+}
+}  // namespace detail
+
+/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
+/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
+/// kiln::break_if). Returns the final values in the same form. While tracing, the
+/// condition and body are traced once into a `while` node; a loop variable whose
+/// dtype or shape changes raises kiln::value_error naming it and both specs.
+/// \code
+/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
+///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
+///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  return detail::while_loop(std::size_t(0), std::move(cond_fn), std::move(body_fn), vars...);
 }
 
 namespace detail {
@@ -10784,7 +10795,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
       return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
     }
   };
-  auto out = while_loop(cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  auto out = detail::while_loop(std::size_t(1), cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
   if constexpr (sizeof...(Vars) == 0) {
     return;
   } else if constexpr (sizeof...(Vars) == 1) {

@@ -1,0 +1,142 @@
+// The seeds' "Loops" (002 AutoGraph) and fizzbuzz (001): a C++ loop unrolls while
+// tracing; kiln::for_range and kiln::while_loop make one `while` node, whose body is
+// traced once and runs as often as the tensors say; kiln::break_if exits early; a
+// loop variable may not change its dtype.
+
+#include <kiln/kiln.hpp>
+
+#include <iostream>
+#include <string>
+
+namespace {
+
+// def test_dynamically_unrolled(f, *args): ... uses tf.while_loop / gets unrolled.
+template <class F, class... Args>
+void test_dynamically_unrolled(F& f, const std::string& call, const Args&... args) {
+  bool uses_while = false;
+  for (const kiln::node& n : f.get_concrete_function(args...).graph().nodes()) uses_while = uses_while || n.op() == "while";
+  std::cout << call << (uses_while ? " uses kiln::while_loop.\n" : " gets unrolled.\n");
+}
+
+}  // namespace
+
+int main() {
+  using kiln::tensor;
+
+  // def for_in_range(): x = 0; for i in range(5): x += i
+  kiln::function for_in_range(
+      [] {
+        tensor x = kiln::constant(0);
+        for (int i = 0; i < 5; ++i) x = x + i;
+        return x;
+      },
+      {.name = "for_in_range"});
+  // def for_in_tfrange(): x = tf.constant(0); for i in tf.range(5): x += i
+  kiln::function for_in_tfrange(
+      [] { return kiln::for_range(5, [](const tensor& i, const tensor& x) { return x + i; }, kiln::constant(0)); },
+      {.name = "for_in_tfrange"});
+  test_dynamically_unrolled(for_in_range, "for_in_range()");
+  test_dynamically_unrolled(for_in_tfrange, "for_in_tfrange()");
+
+  // def while_py_cond(): x = 5; while x > 0: x -= 1
+  kiln::function while_py_cond(
+      [] {
+        int x = 5;
+        while (x > 0) x -= 1;
+        return x;
+      },
+      {.name = "while_py_cond"});
+  // def while_tf_cond(): x = tf.constant(5); while x > 0: x -= 1
+  kiln::function while_tf_cond(
+      [] {
+        return kiln::while_loop([](const tensor& x) { return x > 0; }, [](const tensor& x) { return x - 1; },
+                                kiln::constant(5));
+      },
+      {.name = "while_tf_cond"});
+  test_dynamically_unrolled(while_py_cond, "while_py_cond()");
+  test_dynamically_unrolled(while_tf_cond, "while_tf_cond()");
+
+  // def while_tf_true_tf_break(x):
+  //   while tf.constant(True):
+  //     if tf.equal(x, 0): break
+  //     x -= 1
+  kiln::function while_tf_true_tf_break(
+      [](const tensor& x) {
+        return kiln::while_loop([](const tensor&) { return kiln::constant(true); },
+                                [](const tensor& v) { return kiln::break_if(kiln::equal(v, 0), v - 1); }, x);
+      },
+      {.name = "while_tf_true_tf_break"});
+  test_dynamically_unrolled(while_tf_true_tf_break, "while_tf_true_tf_break(5)", kiln::constant(5));
+  std::cout << "while_tf_true_tf_break(5) = " << while_tf_true_tf_break(kiln::constant(5)) << "\n";
+
+  // def tf_for_tf_break():
+  //   x = 0
+  //   for i in tf.range(5):
+  //     if tf.equal(i, 3): break
+  //     x += i
+  kiln::function tf_for_tf_break(
+      [] {
+        return kiln::for_range(
+            5, [](const tensor& i, const tensor& x) { return kiln::break_if(kiln::equal(i, 3), x + i); }, kiln::constant(0));
+      },
+      {.name = "tf_for_tf_break"});
+  test_dynamically_unrolled(tf_for_tf_break, "tf_for_tf_break()");
+  std::cout << "tf_for_tf_break() = " << tf_for_tf_break() << "\n";
+
+  // def buggy_loop_type_changes():
+  //   x = tf.constant(0, dtype=tf.float32)
+  //   for i in tf.range(3): x = i
+  kiln::function buggy_loop_type_changes(
+      [] { return kiln::for_range(3, [](const tensor& i, const tensor&) { return i; }, kiln::constant(0.f)); },
+      {.name = "buggy_loop_type_changes"});
+  try {
+    buggy_loop_type_changes();
+    return 1;
+  } catch (const kiln::value_error& e) {
+    std::cout << "Caught expected exception kiln::value_error:\n  " << e.what() << "\n";
+  }
+
+  // @tf.function
+  // def fizzbuzz(n):
+  //   for i in tf.range(1, n + 1):
+  //     print('Tracing for loop')
+  //     if i % 15 == 0: print('Tracing fizzbuzz branch'); tf.print('fizzbuzz')
+  //     elif i % 3 == 0: print('Tracing fizz branch'); tf.print('fizz')
+  //     elif i % 5 == 0: print('Tracing buzz branch'); tf.print('buzz')
+  //     else: print('Tracing default branch'); tf.print(i)
+  kiln::function fizzbuzz(
+      [](const tensor& n) {
+        kiln::for_range(1, n + 1, 1, [](const tensor& i) {
+          std::cout << "Tracing for loop\n";
+          kiln::cond(
+              i % 15 == 0,
+              [] {
+                std::cout << "Tracing fizzbuzz branch\n";
+                kiln::print("fizzbuzz");
+              },
+              [&] {
+                kiln::cond(
+                    i % 3 == 0,
+                    [] {
+                      std::cout << "Tracing fizz branch\n";
+                      kiln::print("fizz");
+                    },
+                    [&] {
+                      kiln::cond(
+                          i % 5 == 0,
+                          [] {
+                            std::cout << "Tracing buzz branch\n";
+                            kiln::print("buzz");
+                          },
+                          [&] {
+                            std::cout << "Tracing default branch\n";
+                            kiln::print(i);
+                          });
+                    });
+              });
+        });
+      },
+      {.name = "fizzbuzz"});
+  fizzbuzz(kiln::constant(5));
+  fizzbuzz(kiln::constant(20));
+}
