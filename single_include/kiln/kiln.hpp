@@ -1001,6 +1001,12 @@ struct symbol {
   std::string name;
 };
 
+/// The name of the node a symbol stands for: `while` for `while:1`.
+inline std::string node_name(const symbol& s) { return s.name.substr(0, s.name.find(':')); }
+
+/// True when `a` and `b` stand for the same value of the same trace.
+inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
+
 }  // namespace kiln::detail
 // ----- end kiln/core/symbol.hpp -----
 
@@ -7037,7 +7043,6 @@ class node {
   const tensor& value() const { return value_; }
   /// The op of a special node.
   const special_op& special() const { return *special_; }
-  const std::shared_ptr<const special_op>& special_ptr() const { return special_; }
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
@@ -7085,8 +7090,8 @@ class graph {
     return id;
   }
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
-  /// that hold them (the special node, then its Result nodes). With no results the
-  /// node has no value.
+  /// that hold them (the special node, then its Result nodes), none when it has no
+  /// results (the node then has no value).
   std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
     const std::string base(op->name());
@@ -7094,7 +7099,8 @@ class graph {
                  results.empty() ? kiln::shape{} : results[0].second);
     nodes_[std::size_t(id)].special_ = std::move(op);
     nodes_[std::size_t(id)].result_count_ = int(results.size());
-    std::vector<int> ids{id};
+    std::vector<int> ids;
+    if (!results.empty()) ids.push_back(id);
     for (std::size_t k = 1; k < results.size(); ++k)
       ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
                         results[k].second));
@@ -7234,9 +7240,11 @@ class trace_context {
     for (const tensor& t : inputs) ids.push_back(node_of(t));
     std::vector<tensor> out;
     for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
-    if (results.empty()) out.clear();
     return out;
   }
+
+  /// Makes `t` an output of the graph (an Identity node) and returns that node.
+  const node& add_output(const tensor& t) { return graph_.nodes()[std::size_t(graph_.add_output(node_of(t)))]; }
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).
@@ -7321,10 +7329,8 @@ class trace_context {
   }
   int capture(const tensor& t) {
     for (std::size_t k = 0; k < captures_.size(); ++k)
-      if (captures_[k].symbol()->trace_id == t.symbol()->trace_id && captures_[k].symbol()->node == t.symbol()->node)
-        return capture_ids_[k];
-    const std::string& name = t.symbol()->name;
-    int id = graph_.add_placeholder(name.substr(0, name.find(':')), t.dtype(), t.shape());
+      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
+    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
     captures_.push_back(t);
     capture_ids_.push_back(id);
     return id;
@@ -7661,8 +7667,7 @@ struct plan_step {
   int value = -1;    ///< the op's node
   op_fn run = nullptr;
   const void* op = nullptr;
-  const special_op* special = nullptr;
-  std::vector<int> results;  ///< a special op's result values, in order
+  const special_op* special = nullptr;  ///< its results are values `value`, `value + 1`, ...
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
   std::vector<int> release;  ///< fresh values whose last reader is this step
@@ -7925,10 +7930,7 @@ class plan_builder {
         s.inputs = at(what).input_ids();
         if (at(what).kind() == node_kind::special) {
           s.special = &at(what).special();
-          for (int k = 0; k < at(what).result_count(); ++k) {
-            s.results.push_back(what + k);
-            step_of_[std::size_t(what + k)] = int(plan_->steps.size());
-          }
+          for (int k = 0; k < at(what).result_count(); ++k) step_of_[std::size_t(what + k)] = int(plan_->steps.size());
         }
         plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
         step_of_[std::size_t(what)] = int(plan_->steps.size());
@@ -8293,7 +8295,6 @@ class workspace {
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <span>
 #include <string>
 #include <variant>
@@ -8659,7 +8660,7 @@ class graph_executor {
       if (s.cluster >= 0)
         run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
       else if (s.special)
-        run_special(*s.special, gather_inputs(s.inputs, *ws), s.results, ws->values);
+        run_special(s.value, gather_inputs(s.inputs, *ws), ws->values);
       else
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
@@ -8777,14 +8778,15 @@ class graph_executor {
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
 
-  // Runs special op `op` and stores its results in `values[results[k]]`.
-  static void run_special(const special_op& op, std::span<const tensor* const> inputs, std::span<const int> results,
-                          std::vector<tensor>& values) {
-    std::vector<tensor> out = op.run(inputs);
-    if (out.size() != results.size())
-      throw internal_error(std::string(op.name()) + " gave " + std::to_string(out.size()) + " results instead of " +
-                           std::to_string(results.size()));
-    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(results[k])] = std::move(out[k]);
+  // Runs the special op of node `id` and stores its results in the values of `id`
+  // and the Result nodes after it.
+  void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
+    const node& n = graph_->nodes()[std::size_t(id)];
+    std::vector<tensor> out = n.special().run(inputs);
+    if (out.size() != std::size_t(n.result_count()))
+      throw internal_error(std::string(n.op()) + " gave " + std::to_string(out.size()) + " results instead of " +
+                           std::to_string(n.result_count()));
+    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(id) + k] = std::move(out[k]);
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
@@ -8893,9 +8895,7 @@ class graph_executor {
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
       if (n.kind() == node_kind::special) {
-        std::vector<int> results(std::size_t(n.result_count()));
-        std::iota(results.begin(), results.end(), id);
-        run_special(n.special(), std::span<const tensor* const>(inputs.begin(), inputs.size()), results, values);
+        run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
       } else if (n.kind() == node_kind::op) {
         values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
       }
@@ -9112,19 +9112,13 @@ class variable_state {
                         "tracing gets it when the function first runs)");
     return value_;
   }
-  bool initialized() const {
-    std::lock_guard lock(mutex_);
-    return value_.defined();
-  }
   /// Replaces the value with `f(old value)` (the old value is undefined before
   /// initialization) under the variable's lock; returns the new value.
   template <class F>
-  tensor update(std::string_view op, F&& f) {
+  tensor update(F&& f) {
     std::lock_guard lock(mutex_);
-    tensor next = f(value_);
-    check(op, next);
-    value_ = next;
-    return next;
+    value_ = f(value_);
+    return value_;
   }
   /// `'name' float32 (2,)`, as messages show the variable.
   std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
@@ -9180,9 +9174,11 @@ class assign_variable_op final : public special_op {
   bool has_effects() const override { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const override { return {apply(*in[0])}; }
 
-  /// The assignment on an eager value.
+  /// The assignment on an eager value; a value of another dtype or shape raises
+  /// kiln::invalid_argument_error.
   tensor apply(const tensor& x) const {
-    return var_->update(name(), [&](const tensor& old) {
+    var_->check(name(), x);
+    return var_->update([&](const tensor& old) {
       switch (mode_) {
         case assign_mode::add: return kiln::add(require(old), x);
         case assign_mode::subtract: return kiln::subtract(require(old), x);
@@ -9195,7 +9191,6 @@ class assign_variable_op final : public special_op {
  private:
   const tensor& require(const tensor& old) const {
     if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
-    var_->check(name(), old);
     return old;
   }
   std::shared_ptr<variable_state> var_;
@@ -9321,7 +9316,7 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
   if (pred.dtype() != bool_ || pred.size() != 1)
     throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
                                  std::string(name(pred.dtype())) + " " + pred.shape().str());
-  return pred.to(device::cpu).data<bool>()[0];
+  return bool(pred);
 }
 
 /// `kiln::cond`: inputs are the predicate, then the values the branches captured;
@@ -10208,8 +10203,7 @@ class function {
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
         detail::for_each_output(result, [&](const tensor& t) {
-          int id = context.graph().add_output(context.node_of(t));
-          const node& n = context.graph().nodes()[std::size_t(id)];
+          const node& n = context.add_output(t);
           c->outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
         });
         c->traced_result = std::move(result);
@@ -10298,7 +10292,7 @@ class variable {
     if (initial.is_symbolic()) {
       record_write(detail::assign_mode::initialize, initial);
     } else {
-      handle_->state->update("variable", [&](const tensor&) { return initial; });
+      handle_->state->update([&](const tensor&) { return initial; });
     }
   }
   /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
@@ -10362,16 +10356,16 @@ class variable {
     const auto& s = state();
     if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
     if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
-    s->check("variable", x);
     return detail::assign_variable_op(s, mode).apply(x);
   }
   tensor record_write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     detail::trace_context* trace = detail::trace_context::current();
     if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
-    s->check(mode == detail::assign_mode::initialize ? "variable" : "assign", x);
+    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
+    s->check(op->name(), x);  // at trace time, as the op would at run time
     const tensor inputs[] = {x};
-    return trace->record_special(std::make_shared<detail::assign_variable_op>(s, mode), inputs, {{s->type(), s->dims()}})[0];
+    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
   }
 
   std::shared_ptr<handle> handle_;
@@ -10555,14 +10549,12 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
   for (const tensor& p : params) {
-    std::string name = p.is_symbolic() ? p.symbol()->name.substr(0, p.symbol()->name.find(':')) : "loop_var";
-    placeholders.push_back(context.placeholder(name, p.dtype(), p.shape()));
+    placeholders.push_back(context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", p.dtype(), p.shape()));
   }
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
     for_each_output(part, [&](const tensor& t) {
-      int id = context.graph().add_output(context.node_of(t));
-      const node& n = context.graph().nodes()[std::size_t(id)];
+      const node& n = context.add_output(t);
       out.outputs.emplace_back(n.dtype(), n.shape());
     });
   };
@@ -10580,7 +10572,7 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
 inline int capture_index(std::vector<tensor>& all, const tensor& t) {
   for (std::size_t k = 0; k < all.size(); ++k)
-    if (all[k].symbol()->trace_id == t.symbol()->trace_id && all[k].symbol()->node == t.symbol()->node) return int(k);
+    if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
   all.push_back(t);
   return int(all.size()) - 1;
 }
@@ -10646,10 +10638,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       taken ? then_fn() : else_fn();
       return;
     } else {
-      auto r = taken ? then_fn() : else_fn();
-      std::vector<tensor> leaves = detail::leaves_of(r);
-      const tensor* next = leaves.data();
-      return detail::rebuild_output(r, next);
+      return detail::as_output(taken ? then_fn() : else_fn());
     }
   } else {
     if (pred.dtype() != bool_ || pred.rank() != 0)

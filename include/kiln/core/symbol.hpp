@@ -17,4 +17,10 @@ struct symbol {
   std::string name;
 };
 
+/// The name of the node a symbol stands for: `while` for `while:1`.
+inline std::string node_name(const symbol& s) { return s.name.substr(0, s.name.find(':')); }
+
+/// True when `a` and `b` stand for the same value of the same trace.
+inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
+
 }  // namespace kiln::detail

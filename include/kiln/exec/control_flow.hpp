@@ -40,7 +40,7 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
   if (pred.dtype() != bool_ || pred.size() != 1)
     throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
                                  std::string(name(pred.dtype())) + " " + pred.shape().str());
-  return pred.to(device::cpu).data<bool>()[0];
+  return bool(pred);
 }
 
 /// `kiln::cond`: inputs are the predicate, then the values the branches captured;

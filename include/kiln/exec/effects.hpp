@@ -54,19 +54,13 @@ class variable_state {
                         "tracing gets it when the function first runs)");
     return value_;
   }
-  bool initialized() const {
-    std::lock_guard lock(mutex_);
-    return value_.defined();
-  }
   /// Replaces the value with `f(old value)` (the old value is undefined before
   /// initialization) under the variable's lock; returns the new value.
   template <class F>
-  tensor update(std::string_view op, F&& f) {
+  tensor update(F&& f) {
     std::lock_guard lock(mutex_);
-    tensor next = f(value_);
-    check(op, next);
-    value_ = next;
-    return next;
+    value_ = f(value_);
+    return value_;
   }
   /// `'name' float32 (2,)`, as messages show the variable.
   std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
@@ -122,9 +116,11 @@ class assign_variable_op final : public special_op {
   bool has_effects() const override { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const override { return {apply(*in[0])}; }
 
-  /// The assignment on an eager value.
+  /// The assignment on an eager value; a value of another dtype or shape raises
+  /// kiln::invalid_argument_error.
   tensor apply(const tensor& x) const {
-    return var_->update(name(), [&](const tensor& old) {
+    var_->check(name(), x);
+    return var_->update([&](const tensor& old) {
       switch (mode_) {
         case assign_mode::add: return kiln::add(require(old), x);
         case assign_mode::subtract: return kiln::subtract(require(old), x);
@@ -137,7 +133,6 @@ class assign_variable_op final : public special_op {
  private:
   const tensor& require(const tensor& old) const {
     if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
-    var_->check(name(), old);
     return old;
   }
   std::shared_ptr<variable_state> var_;

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <numeric>
 #include <span>
 #include <string>
 #include <variant>
@@ -64,7 +63,7 @@ class graph_executor {
       if (s.cluster >= 0)
         run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
       else if (s.special)
-        run_special(*s.special, gather_inputs(s.inputs, *ws), s.results, ws->values);
+        run_special(s.value, gather_inputs(s.inputs, *ws), ws->values);
       else
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
@@ -182,14 +181,15 @@ class graph_executor {
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
 
-  // Runs special op `op` and stores its results in `values[results[k]]`.
-  static void run_special(const special_op& op, std::span<const tensor* const> inputs, std::span<const int> results,
-                          std::vector<tensor>& values) {
-    std::vector<tensor> out = op.run(inputs);
-    if (out.size() != results.size())
-      throw internal_error(std::string(op.name()) + " gave " + std::to_string(out.size()) + " results instead of " +
-                           std::to_string(results.size()));
-    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(results[k])] = std::move(out[k]);
+  // Runs the special op of node `id` and stores its results in the values of `id`
+  // and the Result nodes after it.
+  void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
+    const node& n = graph_->nodes()[std::size_t(id)];
+    std::vector<tensor> out = n.special().run(inputs);
+    if (out.size() != std::size_t(n.result_count()))
+      throw internal_error(std::string(n.op()) + " gave " + std::to_string(out.size()) + " results instead of " +
+                           std::to_string(n.result_count()));
+    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(id) + k] = std::move(out[k]);
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
@@ -298,9 +298,7 @@ class graph_executor {
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
       if (n.kind() == node_kind::special) {
-        std::vector<int> results(std::size_t(n.result_count()));
-        std::iota(results.begin(), results.end(), id);
-        run_special(n.special(), std::span<const tensor* const>(inputs.begin(), inputs.size()), results, values);
+        run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
       } else if (n.kind() == node_kind::op) {
         values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
       }

@@ -130,8 +130,7 @@ struct plan_step {
   int value = -1;    ///< the op's node
   op_fn run = nullptr;
   const void* op = nullptr;
-  const special_op* special = nullptr;
-  std::vector<int> results;  ///< a special op's result values, in order
+  const special_op* special = nullptr;  ///< its results are values `value`, `value + 1`, ...
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
   std::vector<int> release;  ///< fresh values whose last reader is this step
@@ -394,10 +393,7 @@ class plan_builder {
         s.inputs = at(what).input_ids();
         if (at(what).kind() == node_kind::special) {
           s.special = &at(what).special();
-          for (int k = 0; k < at(what).result_count(); ++k) {
-            s.results.push_back(what + k);
-            step_of_[std::size_t(what + k)] = int(plan_->steps.size());
-          }
+          for (int k = 0; k < at(what).result_count(); ++k) step_of_[std::size_t(what + k)] = int(plan_->steps.size());
         }
         plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
         step_of_[std::size_t(what)] = int(plan_->steps.size());

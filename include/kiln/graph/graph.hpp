@@ -101,7 +101,6 @@ class node {
   const tensor& value() const { return value_; }
   /// The op of a special node.
   const special_op& special() const { return *special_; }
-  const std::shared_ptr<const special_op>& special_ptr() const { return special_; }
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
@@ -149,8 +148,8 @@ class graph {
     return id;
   }
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
-  /// that hold them (the special node, then its Result nodes). With no results the
-  /// node has no value.
+  /// that hold them (the special node, then its Result nodes), none when it has no
+  /// results (the node then has no value).
   std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
     const std::string base(op->name());
@@ -158,7 +157,8 @@ class graph {
                  results.empty() ? kiln::shape{} : results[0].second);
     nodes_[std::size_t(id)].special_ = std::move(op);
     nodes_[std::size_t(id)].result_count_ = int(results.size());
-    std::vector<int> ids{id};
+    std::vector<int> ids;
+    if (!results.empty()) ids.push_back(id);
     for (std::size_t k = 1; k < results.size(); ++k)
       ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
                         results[k].second));

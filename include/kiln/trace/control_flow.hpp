@@ -80,14 +80,12 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
   for (const tensor& p : params) {
-    std::string name = p.is_symbolic() ? p.symbol()->name.substr(0, p.symbol()->name.find(':')) : "loop_var";
-    placeholders.push_back(context.placeholder(name, p.dtype(), p.shape()));
+    placeholders.push_back(context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", p.dtype(), p.shape()));
   }
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
     for_each_output(part, [&](const tensor& t) {
-      int id = context.graph().add_output(context.node_of(t));
-      const node& n = context.graph().nodes()[std::size_t(id)];
+      const node& n = context.add_output(t);
       out.outputs.emplace_back(n.dtype(), n.shape());
     });
   };
@@ -105,7 +103,7 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
 inline int capture_index(std::vector<tensor>& all, const tensor& t) {
   for (std::size_t k = 0; k < all.size(); ++k)
-    if (all[k].symbol()->trace_id == t.symbol()->trace_id && all[k].symbol()->node == t.symbol()->node) return int(k);
+    if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
   all.push_back(t);
   return int(all.size()) - 1;
 }
@@ -171,10 +169,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       taken ? then_fn() : else_fn();
       return;
     } else {
-      auto r = taken ? then_fn() : else_fn();
-      std::vector<tensor> leaves = detail::leaves_of(r);
-      const tensor* next = leaves.data();
-      return detail::rebuild_output(r, next);
+      return detail::as_output(taken ? then_fn() : else_fn());
     }
   } else {
     if (pred.dtype() != bool_ || pred.rank() != 0)

@@ -47,7 +47,7 @@ class variable {
     if (initial.is_symbolic()) {
       record_write(detail::assign_mode::initialize, initial);
     } else {
-      handle_->state->update("variable", [&](const tensor&) { return initial; });
+      handle_->state->update([&](const tensor&) { return initial; });
     }
   }
   /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
@@ -111,16 +111,16 @@ class variable {
     const auto& s = state();
     if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
     if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
-    s->check("variable", x);
     return detail::assign_variable_op(s, mode).apply(x);
   }
   tensor record_write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     detail::trace_context* trace = detail::trace_context::current();
     if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
-    s->check(mode == detail::assign_mode::initialize ? "variable" : "assign", x);
+    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
+    s->check(op->name(), x);  // at trace time, as the op would at run time
     const tensor inputs[] = {x};
-    return trace->record_special(std::make_shared<detail::assign_variable_op>(s, mode), inputs, {{s->type(), s->dims()}})[0];
+    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
   }
 
   std::shared_ptr<handle> handle_;

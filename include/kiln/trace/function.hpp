@@ -512,8 +512,7 @@ class function {
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
         detail::for_each_output(result, [&](const tensor& t) {
-          int id = context.graph().add_output(context.node_of(t));
-          const node& n = context.graph().nodes()[std::size_t(id)];
+          const node& n = context.add_output(t);
           c->outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
         });
         c->traced_result = std::move(result);

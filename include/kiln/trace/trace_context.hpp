@@ -60,9 +60,11 @@ class trace_context {
     for (const tensor& t : inputs) ids.push_back(node_of(t));
     std::vector<tensor> out;
     for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
-    if (results.empty()) out.clear();
     return out;
   }
+
+  /// Makes `t` an output of the graph (an Identity node) and returns that node.
+  const node& add_output(const tensor& t) { return graph_.nodes()[std::size_t(graph_.add_output(node_of(t)))]; }
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).
@@ -147,10 +149,8 @@ class trace_context {
   }
   int capture(const tensor& t) {
     for (std::size_t k = 0; k < captures_.size(); ++k)
-      if (captures_[k].symbol()->trace_id == t.symbol()->trace_id && captures_[k].symbol()->node == t.symbol()->node)
-        return capture_ids_[k];
-    const std::string& name = t.symbol()->name;
-    int id = graph_.add_placeholder(name.substr(0, name.find(':')), t.dtype(), t.shape());
+      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
+    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
     captures_.push_back(t);
     capture_ids_.push_back(id);
     return id;
