@@ -18,6 +18,7 @@
 #include "kiln/ops/linalg.hpp"
 #include "kiln/ops/registry.hpp"
 #include "kiln/ops/factories.hpp"
+#include "kiln/ops/tensor_array.hpp"
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/reference/elementwise.hpp"
@@ -37,6 +38,7 @@
 #endif
 
 #include "kiln/eager/apply.hpp"
+#include "kiln/eager/check_numerics.hpp"
 #include "kiln/eager/truth_value.hpp"
 
 #include "kiln/graph/graph.hpp"

@@ -167,3 +167,29 @@ TEST_CASE("reshape, x[i] and shape_of give the same result on every backend") {
   check_all_dtypes(ops::shape_of{}, {{}});
   check_all_dtypes(ops::shape_of{}, {{0, 3, 5}});
 }
+
+TEST_CASE("set_item replaces one slice, on every dtype and device") {
+  std::vector<device> devices{device::cpu};
+#if KILN_HAS_THRUST
+  devices.push_back(device::gpu);
+#endif
+  std::uint32_t seed = 100;
+  for (dtype t : all_dtypes) {
+    for (device d : devices) {
+      if (d != device::cpu && t == string) continue;  // strings never live on the gpu
+      INFO("dtype " << name(t) << ", device " << name(d));
+      const tensor x = kiln::testing::random_tensor(t, {4, 3}, seed++).to(d);
+      const tensor value = kiln::testing::random_tensor(t, {3}, seed++).to(d);
+      for (std::int64_t i : {0, 2, 3}) {
+        const tensor out = kiln::set_item(x, kiln::constant(i).to(d), value).to(device::cpu);
+        REQUIRE(out.shape() == shape{4, 3});
+        for (std::int64_t row = 0; row < 4; ++row)
+          kiln::testing::require_same(out[row], (row == i ? value : x[row]).to(device::cpu));
+      }
+      // Scalar elements.
+      const tensor scalar = kiln::testing::random_tensor(t, {}, seed++);
+      const tensor column = kiln::set_item(kiln::testing::random_tensor(t, {1}, seed++).to(d), kiln::constant(0).to(d), scalar.to(d));
+      kiln::testing::require_same(column.to(device::cpu), kiln::reshape(scalar, {1}));
+    }
+  }
+}

@@ -284,3 +284,21 @@ TEST_CASE("reshape, x[i] and shape_of stay on the gpu") {
     SUCCEED("this build has no gpu backend");
   }
 }
+
+TEST_CASE("set_item writes one slice and rejects what does not fit") {
+  tensor x = iota({3, 2});
+  require_values<float>(set_item(x, make_tensor<std::int32_t>({1}, {}), make_tensor<float>({-1, -2}, {2})), {3, 2},
+                        {0, 1, -1, -2, 4, 5});
+  require_values<float>(x, {3, 2}, {0, 1, 2, 3, 4, 5});  // x itself is unchanged
+  require_values<float>(set_item(x, make_tensor<std::int64_t>({2}, {}), make_tensor<float>({9, 9}, {2})), {3, 2},
+                        {0, 1, 2, 3, 9, 9});
+  require_throws<invalid_argument_error>([&] { return set_item(x, make_tensor<std::int32_t>({3}, {}), x[0]); },
+                                         {"set_item", "index 3", "[0, 3)", "(3, 2)"});
+  require_throws<invalid_argument_error>([&] { return set_item(x, make_tensor<std::int32_t>({-1}, {}), x[0]); },
+                                         {"set_item", "index -1", "[0, 3)"});
+  require_throws<value_error>([&] { return set_item(x, make_tensor<std::int32_t>({0}, {}), make_tensor<float>({1}, {1})); },
+                              {"set_item", "float32 (3, 2)", "float32 (1,)"});
+  require_throws<type_error>([&] { return set_item(x, make_tensor<std::int32_t>({0}, {}), make_tensor<std::int32_t>({1, 2}, {2})); },
+                             {"set_item", "dtype", "int32 (2,)"});
+  require_throws<type_error>([&] { return set_item(x, make_tensor<float>({0}, {}), x[0]); }, {"set_item", "int32 or int64"});
+}

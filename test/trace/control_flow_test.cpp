@@ -206,3 +206,64 @@ TEST_CASE("a loop condition that is not a bool scalar raises value_error") {
       [] { return kiln::while_loop([](const tensor& v) { return v; }, [](const tensor& v) { return v; }, kiln::constant(1)); },
       {"while_loop", "bool scalar", "int32 ()"});
 }
+
+TEST_CASE("a tensor_array is written, read and stacked eagerly, and rejects bad writes") {
+  tensor_array squares(int32, 4);
+  REQUIRE(squares.size() == 4);
+  REQUIRE(squares.dtype() == int32);
+  REQUIRE(squares.unwritten());
+  tensor_array written = squares.write(1, kiln::constant(1)).write(kiln::constant(3), kiln::constant(9));
+  REQUIRE(squares.unwritten());  // write returns a new array
+  REQUIRE(ints(written.stack()) == std::vector<std::int32_t>{0, 1, 0, 9});  // unwritten elements are zeros
+  REQUIRE(ints(written.read(3)) == std::vector<std::int32_t>{9});
+  REQUIRE(written.read(kiln::constant(std::int64_t(0))).shape() == shape{});
+
+  require_throws<value_error>([&] { return squares.stack(); }, {"tensor_array.stack", "size 4", "element shape is unknown"});
+  require_throws<value_error>([&] { return squares.read(0); }, {"tensor_array.read"});
+  require_throws<type_error>([&] { return written.write(0, kiln::constant(1.f)); }, {"tensor_array.write", "int32", "float32"});
+  require_throws<value_error>([&] { return written.write(0, kiln::constant({1, 2})); }, {"tensor_array.write", "()", "(2,)"});
+  require_throws<invalid_argument_error>([&] { return written.write(4, kiln::constant(1)); }, {"set_item", "index 4", "[0, 4)"});
+  require_throws<invalid_argument_error>([&] { return tensor_array(float32, -1); }, {"tensor_array", "-1"});
+}
+
+TEST_CASE("a tensor_array first written inside a loop gets its element shape from that write") {
+  // Collects the running sum of the rows of x, as dynamic_rnn collects its states.
+  auto running_sums = [](const tensor& x) {
+    const std::int64_t steps = x.shape()[0];
+    auto [state, sums] = kiln::for_range(
+        steps,
+        [&](const tensor& i, const tensor& s, const tensor_array& out) {
+          tensor next = s + kiln::gather(x, i);
+          return std::tuple{next, out.write(i, next)};
+        },
+        kiln::zeros({x.shape()[1]}), tensor_array(float32, steps));
+    return std::vector<tensor>{sums.stack(), state};
+  };
+  const tensor x = kiln::constant({{1.f, 2.f}, {3.f, 4.f}, {5.f, 6.f}});
+  const std::vector<tensor> eager = running_sums(x);
+  require_same(eager[0], kiln::constant({{1.f, 2.f}, {4.f, 6.f}, {9.f, 12.f}}));
+  require_graph_matches_eager(running_sums, {.name = "running_sums"}, x);
+
+  function f(running_sums, {.name = "running_sums"});
+  REQUIRE(count_ops(f.get_concrete_function(x).graph(), "while") == 1);
+  require_same(f(kiln::constant({{1.f, 2.f}}))[0], kiln::constant({{1.f, 2.f}}));
+  // An array of size 0 is never written: it stacks to an empty tensor.
+  REQUIRE(running_sums(kiln::zeros({0, 2}))[0].shape() == shape{0});
+}
+
+TEST_CASE("a tensor_array written before a loop, or returned by a function, keeps its elements") {
+  auto reverse = [](const tensor& x) {
+    const std::int64_t n = x.shape()[0];
+    tensor_array out = tensor_array(float32, n).write(n - 1, kiln::gather(x, kiln::constant(0)));
+    out = kiln::for_range(1, n, 1, [&](const tensor& i, const tensor_array& a) { return a.write(std::int32_t(n - 1) - i, kiln::gather(x, i)); },
+                          out);
+    return out;
+  };
+  const tensor x = kiln::constant({1.f, 2.f, 3.f});
+  require_same(reverse(x).stack(), kiln::constant({3.f, 2.f, 1.f}));
+  function f(reverse, {.name = "reverse"});
+  const tensor_array traced = f(x);
+  REQUIRE(traced.size() == 3);
+  require_same(traced.stack(), kiln::constant({3.f, 2.f, 1.f}));
+  require_same(traced.read(0), kiln::constant(3.f));
+}

@@ -232,3 +232,47 @@ TEST_CASE("a host callback whose results do not match out_specs raises invalid_a
   }, {.name = "f"});
   require_throws<invalid_argument_error>([&] { return f(kiln::constant(1)); }, {"host_callback", "(2,)", "()"});
 }
+
+namespace {
+/// Turns check_numerics on while alive.
+struct checked_numerics {
+  checked_numerics() { debugging::enable_check_numerics(); }
+  ~checked_numerics() { debugging::disable_check_numerics(); }
+  checked_numerics(const checked_numerics&) = delete;
+  checked_numerics& operator=(const checked_numerics&) = delete;
+};
+
+/// log(x) is -Inf at 0; multiplying by 0 then makes a NaN the check must not get to.
+tensor log_times_zero(const tensor& x) { return kiln::log(x) * 0.f + 1.f; }
+}  // namespace
+
+TEST_CASE("check_numerics names the first op that makes a NaN or an Inf, eagerly and in graphs") {
+  const tensor zero = kiln::constant({1.f, 0.f});
+  function f(log_times_zero, {.name = "f"});
+  function jit(log_times_zero, {.name = "jit", .jit_compile = true});
+  // Off: the NaN flows through, as IEEE arithmetic makes it.
+  REQUIRE(std::isnan(log_times_zero(zero).to_vector<float>()[1]));
+  REQUIRE(std::isnan(f(zero).to_vector<float>()[1]));
+  {
+    checked_numerics on;
+    REQUIRE(debugging::check_numerics_enabled());
+    require_throws<invalid_argument_error>([&] { return log_times_zero(zero); }, {"check_numerics", "op log", "Inf"});
+    require_throws<invalid_argument_error>([&] { return f(zero); }, {"check_numerics", "op log", "Inf"});
+    require_throws<invalid_argument_error>([&] { return jit(zero); }, {"check_numerics", "op log", "Inf"});
+    require_throws<invalid_argument_error>([&] { return kiln::constant({0.f}) / 0.f; }, {"check_numerics", "div", "NaN"});
+    // Finite results, integer ops (whose division by zero has its own error) and
+    // tensors without elements pass.
+    require_same(f(kiln::constant({1.f, 1.f})), kiln::constant({1.f, 1.f}));
+    require_same(kiln::floordiv(kiln::constant({7}), 2), kiln::constant({3}));
+    REQUIRE(kiln::log(kiln::zeros({0}, float32)).size() == 0);
+    // Inside loop bodies too.
+    auto log_loop = [](const tensor& x) {
+      return kiln::while_loop([](const tensor& v) { return v > 1.f; },
+                              [](const tensor& v) { return kiln::log(v - v); }, x);
+    };
+    function loop(log_loop, {.name = "loop"});
+    require_throws<invalid_argument_error>([&] { return loop(kiln::constant(4.f)); }, {"check_numerics", "op log", "Inf"});
+  }
+  REQUIRE_FALSE(debugging::check_numerics_enabled());
+  REQUIRE(std::isnan(f(zero).to_vector<float>()[1]));
+}

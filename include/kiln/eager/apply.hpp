@@ -11,6 +11,7 @@
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/core/small_vector.hpp"
+#include "kiln/eager/check_numerics.hpp"
 #include "kiln/ops/dispatch.hpp"
 
 namespace kiln {
@@ -92,7 +93,9 @@ template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   for (const tensor* t : in)
     if (t->is_symbolic()) return record_symbolic(op, in);
-  return execute(op, in);
+  tensor out = execute(op, in);
+  if (debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  return out;
 }
 
 }  // namespace detail

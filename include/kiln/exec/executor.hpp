@@ -49,6 +49,9 @@ class graph_executor {
     if (args.size() != graph_->arguments().size())
       throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
                                    std::to_string(args.size()));
+    // check_numerics names the op that produced a NaN or an Inf, so every op's
+    // result must exist: node by node, no fusion.
+    if (debugging::check_numerics_enabled()) return interpret(args);
     for (const tensor& a : args)
       if (!a.defined() || a.is_symbolic()) return interpret(args);
     std::unique_ptr<exec::execution_plan> transient;
@@ -238,9 +241,24 @@ class graph_executor {
         for (const exec::cluster_operand& o : c.streamed)
           table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
         for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
+        if (t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
         run_code(c, table, whole);
       }
       if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
+    }
+  }
+
+  // Asks for the memory of the streamed operands of the tile from `t` on, `len`
+  // elements, while the current tile computes: the hardware prefetcher sees no
+  // stream during a compute-bound op, so without this every tile would start with
+  // a wait for memory. Written operands too, so their stores do not wait for the
+  // lines to be read for ownership.
+  static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
+    constexpr std::int64_t line = 64;
+    for (const exec::cluster_operand& o : c.streamed) {
+      const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+      const std::int64_t bytes = len * std::int64_t(o.element_bytes);
+      for (std::int64_t b = 0; b < bytes; b += line) __builtin_prefetch(p + b, 0, 3);
     }
   }
 
@@ -291,6 +309,12 @@ class graph_executor {
       if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant) values[i] = g.nodes()[i].value();
     if (p)
       for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
+    // A constant may be an op's result folded at trace time.
+    const bool checking = debugging::check_numerics_enabled();
+    if (checking)
+      for (std::size_t i = 0; i < g.nodes().size(); ++i)
+        if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant)
+          check_numerics(g.nodes()[i].op(), values[i], g.nodes()[i].name());
     for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
       const int id = outline_.ops[k];
       const node& n = g.nodes()[std::size_t(id)];
@@ -302,6 +326,8 @@ class graph_executor {
       } else if (n.kind() == node_kind::op) {
         values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
       }
+      if (checking)
+        for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
       for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;

@@ -272,6 +272,32 @@ struct index {
   constexpr bool operator==(const index&) const = default;
 };
 
+/// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
+/// `value` (TensorFlow's TensorListSetItem, behind kiln::tensor_array::write). It
+/// builds a new tensor from slices of `x` and `value` with slice and concat, so it
+/// runs on every backend those do.
+struct set_item {
+  static constexpr std::string_view name = "set_item";
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "the index must be int32 or int64"};
+    if (in[2] != in[0]) return {in[0], "the value must have the dtype of the tensor it is written to"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &i = in[1], &value = in[2];
+    if (i.has_known_rank() && i.rank() != 0) return {{}, "the index must be a scalar"};
+    if (!x.has_known_rank()) return {x};
+    if (x.rank() == 0) return {{}, "cannot write a slice of a scalar"};
+    const shape_result row = detail::merge_shapes(kiln::shape(x.dims().subspan(1)), value);
+    if (!row.ok()) return {{}, "the value must have the shape of one slice along the first dim"};
+    return {x};
+  }
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return ""; }
+  constexpr bool operator==(const set_item&) const = default;
+};
+
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
@@ -389,6 +415,16 @@ inline void check_values(const gather& op, std::span<const tensor* const> in) {
                                x.shape().str());
 }
 
+/// `set_item` needs 0 <= i < dim for the first dim.
+inline void check_values(const set_item&, std::span<const tensor* const> in) {
+  const std::int64_t rows = in[0]->shape()[0];
+  const tensor& index = *in[1];
+  const std::int64_t i = index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+  if (i < 0 || i >= rows)
+    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
+                                 ") for the first dim of a tensor of shape " + in[0]->shape().str());
+}
+
 }  // namespace ops
 
 namespace detail {
@@ -462,6 +498,28 @@ inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis =
 inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+}
+
+/// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
+/// (`i` an int32 or int64 scalar in [0, x.shape()[0])).
+/// \code kiln::set_item(kiln::zeros({3, 2}), kiln::constant(1), kiln::ones({2}));  // [[0 0] [1 1] [0 0]] \endcode
+inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
+  return detail::apply(ops::set_item{}, x, i, value);
+}
+
+inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
+  const tensor &x = *in[0], &value = *in[2];
+  const std::int64_t i = in[1]->dtype() == int64 ? in[1]->to_vector<std::int64_t>()[0] : in[1]->to_vector<std::int32_t>()[0];
+  int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
+  for (int d = 0; d < x.rank(); ++d) {
+    zero.push_back(0);
+    before.push_back(d == 0 ? i : -1);
+    begin.push_back(d == 0 ? i + 1 : 0);
+    after.push_back(-1);
+  }
+  kiln::shape row = x.shape();
+  row[0] = 1;
+  return kiln::concat({kiln::slice(x, zero, before), kiln::reshape(value, row), kiln::slice(x, begin, after)}, 0);
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).

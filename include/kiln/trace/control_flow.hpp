@@ -139,11 +139,46 @@ inline void check_loop_specs(std::span<const value_spec> got, std::span<const va
                         " after one iteration; a loop variable must keep its dtype and shape");
 }
 
+/// Appends, per leaf of `s`, whether it holds the elements of a tensor_array with
+/// no element written yet: such a leaf gets its shape from the first write.
+template <class S>
+void unwritten_leaves(const S& s, std::vector<bool>& out) {
+  using U = std::remove_cvref_t<S>;
+  if constexpr (std::is_same_v<U, tensor_array>)
+    out.push_back(s.unwritten());
+  else if constexpr (is_tuple_like<U>::value || is_vector<U>::value)
+    for_each_element(s, [&](const auto& e) { unwritten_leaves(e, out); });
+  else
+    out.push_back(false);
+}
+template <class S>
+std::vector<bool> unwritten_leaves(const S& s) {
+  std::vector<bool> out;
+  unwritten_leaves(s, out);
+  return out;
+}
+
+/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
+/// write) as their spec from now on; returns whether one changed.
+template <class State>
+bool settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  const std::vector<bool> unwritten = unwritten_leaves(state);
+  bool changed = false;
+  for (std::size_t k = 0; k < unwritten.size() && k < got.size(); ++k)
+    if (unwritten[k] && got[k].first == specs[k].first && got[k] != specs[k]) {
+      specs[k] = got[k];
+      changed = true;
+    }
+  return changed;
+}
+
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
-State next_state(const State& current, std::span<const tensor> returned, std::span<const value_spec> expected,
+State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
                  std::size_t hidden) {
-  check_loop_specs(specs_of(returned), expected, hidden);
+  const std::vector<value_spec> got = specs_of(returned);
+  settle_arrays(current, expected, got);
+  check_loop_specs(got, expected, hidden);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -221,8 +256,8 @@ template <class Cond, class Body, class... Vars>
 auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
-  const std::vector<tensor> initial_leaves = detail::leaves_of(initial);
-  const std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
+  std::vector<tensor> initial_leaves = detail::leaves_of(initial);
+  std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
   using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
   constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
 
@@ -245,17 +280,34 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
       return detail::rebuild_output(initial, next);
     };
     detail::traced_subgraph cond_graph, body_graph;
-    detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
-                           initial_leaves, cond_graph);
-    if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-      throw value_error("while_loop: the condition must give a bool scalar, got " + detail::spec_text(cond_graph.outputs[0]));
-    detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
-                           body_graph);
-    std::span<const detail::value_spec> next_specs(body_graph.outputs);
-    if constexpr (breaks) {
-      if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-        throw value_error("break_if: the condition must be a bool scalar, got " + detail::spec_text(body_graph.outputs[0]));
-      next_specs = next_specs.subspan(1);
+    auto trace_loop = [&] {
+      cond_graph = {};
+      body_graph = {};
+      detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
+                             initial_leaves, cond_graph);
+      if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+        throw value_error("while_loop: the condition must give a bool scalar, got " +
+                          detail::spec_text(cond_graph.outputs[0]));
+      detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
+                             body_graph);
+      std::span<const detail::value_spec> next_specs(body_graph.outputs);
+      if constexpr (breaks) {
+        if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+          throw value_error("break_if: the condition must be a bool scalar, got " +
+                            detail::spec_text(body_graph.outputs[0]));
+        next_specs = next_specs.subspan(1);
+      }
+      return next_specs;
+    };
+    std::span<const detail::value_spec> next_specs = trace_loop();
+    // A tensor_array first written in the body enters the loop holding zeros of
+    // the shape that write gave it; the body is traced again for that input.
+    if (detail::settle_arrays(initial, specs, next_specs)) {
+      for (std::size_t k = 0; k < specs.size(); ++k)
+        if (specs[k] != detail::value_spec{initial_leaves[k].dtype(), initial_leaves[k].shape()})
+          initial_leaves[k] = kiln::zeros(specs[k].second, specs[k].first);
+      initial = as_state(initial_leaves);
+      next_specs = trace_loop();
     }
     detail::check_loop_specs(next_specs, specs, hidden);
 

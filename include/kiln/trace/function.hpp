@@ -20,6 +20,7 @@
 
 #include "kiln/config.hpp"
 #include "kiln/exec/executor.hpp"
+#include "kiln/ops/tensor_array.hpp"
 #include "kiln/passes/optimize.hpp"
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/spec.hpp"
@@ -64,10 +65,14 @@ namespace detail {
 
 /// What a traced callable returned, as the function gives it back: tensors stay
 /// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
-/// their structure.
+/// their structure, a tensor_array stays one (its leaf is the tensor of its elements).
 template <class R>
 struct output_of {
   using type = tensor;  // tensor, or a C++ number that becomes one
+};
+template <>
+struct output_of<tensor_array> {
+  using type = tensor_array;
 };
 template <class... Ts>
 struct output_of<std::tuple<Ts...>> {
@@ -105,6 +110,8 @@ void for_each_output(const R& r, F&& f) {
   using U = std::remove_cvref_t<R>;
   if constexpr (std::is_same_v<U, tensor>) {
     f(r);
+  } else if constexpr (std::is_same_v<U, tensor_array>) {
+    f(r.elements());
   } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
     for_each_element(r, [&](const auto& e) { for_each_output(e, f); });
   } else {
@@ -122,6 +129,8 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
     output_t<R> out;
     for (const auto& e : traced) out.push_back(rebuild_output(e, next));
     return out;
+  } else if constexpr (std::is_same_v<U, tensor_array>) {
+    return traced.with_elements(*next++);
   } else {
     return *next++;
   }

@@ -6,7 +6,7 @@
 /// assignment. Dims that both sides walk contiguously are merged first, so a run is
 /// as long as it can be. A transpose that moves the innermost dim cannot copy runs;
 /// it goes tile by tile, so that reads and writes both stay in cache. Large outputs
-/// are split over the thread pool. (reshape, `x[i]` and shape_of need no kernel.)
+/// are split over the thread pool. (reshape, `x[i]`, shape_of and set_item need no kernel.)
 
 #include <algorithm>
 #include <array>

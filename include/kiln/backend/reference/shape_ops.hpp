@@ -2,7 +2,7 @@
 /// \file
 /// Reference kernels of the data-movement ops: for every output element, its
 /// multi-index, the input element it comes from, and one assignment. Slow and
-/// obviously right. (reshape, `x[i]` and shape_of need no kernel: they evaluate.)
+/// obviously right. (reshape, `x[i]`, shape_of and set_item need no kernel: they evaluate.)
 
 #include <array>
 #include <cstdint>

@@ -6,7 +6,7 @@
 /// the output: viewed as matrices with the joined axis and everything after it as
 /// columns, input k fills a block of columns of the output. Indices were checked
 /// on the host before any kernel runs (ops::check_values), so kernels read in
-/// bounds. String tensors never live on the gpu. (reshape, `x[i]` and shape_of
+/// bounds. String tensors never live on the gpu. (reshape, `x[i]`, shape_of and set_item
 /// need no kernel: they evaluate on any device.)
 
 #include <array>
