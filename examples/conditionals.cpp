@@ -1,6 +1,7 @@
 // The seeds' "Conditionals" (002 AutoGraph): a C++ `if` on a C++ value picks a branch
 // while tracing and leaves no cond node; kiln::cond on a tensor traces both branches
-// and chooses at run time. And simple_relu (003): a data-dependent branch in a graph.
+// and chooses at run time, so C++ code in both branches runs while tracing, and the
+// branches must agree. And simple_relu (003): a data-dependent branch in a graph.
 
 #include <kiln/kiln.hpp>
 
@@ -46,6 +47,46 @@ int main() {
   test_tf_cond(hyperparam_cond, "hyperparam_cond(tensor([1.]), true)", kiln::ones({1}, kiln::float32), true);
   test_tf_cond(maybe_tensor_cond, "maybe_tensor_cond(tensor(-1))", kiln::constant(-1));
   test_tf_cond(maybe_int_cond, "maybe_tensor_cond(-1)", -1);
+
+  // kiln::cond traces both branches, so C++ code in both runs while tracing.
+  // @tf.function
+  // def f():
+  //   x = tf.constant(0)
+  //   if tf.constant(True): x = x + 1; print("Tracing `then` branch")
+  //   else: x = x - 1; print("Tracing `else` branch")
+  //   return x
+  kiln::function both_branches(
+      [] {
+        const kiln::tensor x = kiln::constant(0);
+        return kiln::cond(
+            kiln::constant(true),
+            [&] {
+              std::cout << "Tracing `then` branch\n";
+              return x + 1;
+            },
+            [&] {
+              std::cout << "Tracing `else` branch\n";
+              return x - 1;
+            });
+      },
+      {.name = "f"});
+  std::cout << both_branches() << "\n";
+
+  // Both branches must give the same values: the seed's `x` defined in one branch
+  // only is, in C++, a branch that returns something else.
+  // @tf.function
+  // def f():
+  //   if tf.constant(True): x = tf.ones([3, 3])
+  //   return x
+  kiln::function one_branch_defines(
+      [] { return kiln::cond(kiln::constant(true), [] { return kiln::ones({3, 3}); }, [] { return kiln::ones({}); }); },
+      {.name = "f"});
+  try {
+    one_branch_defines();
+    return 1;
+  } catch (const kiln::value_error& e) {
+    std::cout << "Caught expected exception kiln::value_error:\n  " << e.what() << "\n";
+  }
 
   // @tf.function
   // def simple_relu(x):

@@ -1,10 +1,13 @@
 // The seeds' "Creating tf.Variables" (001) and "Automatic control dependencies" (002):
 // a variable created at every call is an error; the singleton pattern creates it on
-// the first trace only; reads and writes of variables run in program order.
+// the first trace only; reads and writes of variables run in program order; a
+// variable's initial value may come from the arguments and other variables (002
+// "Variables").
 
 #include <kiln/kiln.hpp>
 
 #include <iostream>
+#include <vector>
 
 int main() {
   // @tf.function
@@ -61,4 +64,26 @@ int main() {
       },
       {.name = "f"});
   std::cout << g(kiln::constant(1.f), kiln::constant(2.f)) << "\n";
+
+  // Variable initializers can depend on function arguments and on values of other
+  // variables; they run, in program order, when the graph first runs.
+  // state = []
+  // @tf.function
+  // def fn(x):
+  //   if not state:
+  //     state.append(tf.Variable(2.0 * x))
+  //     state.append(tf.Variable(state[0] * 3.0))
+  //   return state[0] * x * state[1]
+  std::vector<kiln::variable> variables;
+  kiln::function fn(
+      [&variables](const kiln::tensor& x) {
+        if (variables.empty()) {
+          variables.emplace_back(2.f * x);
+          variables.emplace_back(variables[0] * 3.f);
+        }
+        return variables[0] * x * variables[1];
+      },
+      {.name = "fn"});
+  std::cout << fn(kiln::constant(1.f)) << "\n";
+  std::cout << fn(kiln::constant(3.f)) << "\n";
 }

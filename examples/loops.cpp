@@ -1,7 +1,8 @@
 // The seeds' "Loops" (002 AutoGraph) and fizzbuzz (001): a C++ loop unrolls while
 // tracing; kiln::for_range and kiln::while_loop make one `while` node, whose body is
 // traced once and runs as often as the tensors say; kiln::break_if exits early; a
-// loop variable may not change its dtype.
+// loop variable may not change its dtype or shape. And 001's "A simple loop" (tanh
+// until the sum drops to 1).
 
 #include <kiln/kiln.hpp>
 
@@ -95,6 +96,62 @@ int main() {
   } catch (const kiln::value_error& e) {
     std::cout << "Caught expected exception kiln::value_error:\n  " << e.what() << "\n";
   }
+
+  // @tf.function
+  // def f():
+  //   x = tf.constant(0)
+  //   for i in tf.range(3): x = i
+  //   return x
+  // (x must be initialized above the loop, since a loop may run 0 times.)
+  kiln::function last_index([] { return kiln::for_range(3, [](const tensor& i, const tensor&) { return i; }, kiln::constant(0)); },
+                            {.name = "f"});
+  std::cout << "f() = " << last_index() << "\n";
+
+  // def buggy_concat():
+  //   x = tf.ones([0, 10])
+  //   for i in tf.range(5): x = tf.concat([x, tf.ones([1, 10])], axis=0)
+  kiln::function buggy_concat(
+      [] {
+        return kiln::for_range(
+            5, [](const tensor&, const tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+            kiln::ones({0, 10}));
+      },
+      {.name = "buggy_concat"});
+  try {
+    buggy_concat();
+    return 1;
+  } catch (const kiln::value_error& e) {
+    std::cout << "Caught expected exception kiln::value_error:\n  " << e.what() << "\n";
+  }
+  // def concat_with_padding(): the loop variable keeps its shape (5, 10); row i is
+  // written in place of the seed's x[:i] / concat / set_shape.
+  kiln::function concat_with_padding(
+      [] {
+        return kiln::for_range(
+            5, [](const tensor& i, const tensor& x) { return kiln::set_item(x, i, kiln::ones({10})); }, kiln::zeros({5, 10}));
+      },
+      {.name = "concat_with_padding"});
+  std::cout << "concat_with_padding() = " << concat_with_padding() << "\n";
+
+  // A simple loop (001 "AutoGraph transformations"):
+  // @tf.function
+  // def f(x):
+  //   while tf.reduce_sum(x) > 1:
+  //     tf.print(x)
+  //     x = tf.tanh(x)
+  //   return x
+  // f(tf.random.uniform([5]))  # here with a fixed seed
+  kiln::function tanh_loop(
+      [](const tensor& x) {
+        return kiln::while_loop([](const tensor& v) { return kiln::reduce_sum(v) > 1.f; },
+                                [](const tensor& v) {
+                                  kiln::print(v);
+                                  return kiln::tanh(v);
+                                },
+                                x);
+      },
+      {.name = "f"});
+  tanh_loop(kiln::random::uniform({5}, 0, 1, kiln::float32, 11));
 
   // @tf.function
   // def fizzbuzz(n):

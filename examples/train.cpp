@@ -1,28 +1,36 @@
 // The seeds' "C++ or tensor arguments?" examples: a new C++ value is a new signature,
 // so it retraces, while tensors are keyed by dtype and shape only, so new values reuse
-// the trace. 002 "Python or Tensor args?" (`train(num_steps)`) and 003 "When is a
-// Function tracing?" (`a_function_with_python_side_effect`).
-//
-// The seeds' train loops `for _ in tf.range(num_steps): train_one_step()` over a
-// train_one_step that does nothing; such a loop adds nothing to observe, so it is left
-// out here (kiln::for_range is its C++ form). 001's version of this example also
-// calls tf.print on every run ("Executing with num_steps = 10"), which needs kiln::print.
+// the trace. 001 and 002 "Python or Tensor args?" (`train(num_steps)`, whose loop
+// `for _ in tf.range(num_steps)` is kiln::for_range) and 003 "When is a Function
+// tracing?" (`a_function_with_python_side_effect`).
 
 #include <kiln/kiln.hpp>
 
 #include <iostream>
 
 int main() {
+  // def train_one_step(): pass
+  auto train_one_step = [] {};
+
   // @tf.function
   // def train(num_steps):
-  //   print("Tracing with num_steps = {}".format(num_steps))
-  kiln::function train([](const auto& num_steps) { std::cout << "Tracing with num_steps = " << num_steps << "\n"; },
-                       {.name = "train", .arg_names = {"num_steps"}});
+  //   print("Tracing with num_steps = ", num_steps)
+  //   tf.print("Executing with num_steps = ", num_steps)
+  //   for _ in tf.range(num_steps):
+  //     train_one_step()
+  kiln::function train(
+      [&](const auto& num_steps) {
+        std::cout << "Tracing with num_steps = " << num_steps << "\n";
+        kiln::print("Executing with num_steps =", num_steps);
+        kiln::for_range(num_steps, [&](const kiln::tensor&) { train_one_step(); });
+      },
+      {.name = "train", .arg_names = {"num_steps"}});
 
+  std::cout << "Retracing occurs for different C++ arguments.\n";
   train(10);
   train(20);
 
-  // The simple workaround: pass tensors when the values do not shape the graph.
+  std::cout << "\nTraces are reused for tensor arguments.\n";
   train(kiln::constant(10));
   train(kiln::constant(20));
 
