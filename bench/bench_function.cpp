@@ -2,8 +2,10 @@
 /// kiln::function (graph mode) against the same callable run eagerly, hand-written
 /// loops and libtorch: the cost of one call (`call_x2`), a long chain of ops on tiny
 /// tensors where per-op overhead dominates (`ops50_10`), a fused chain over 16M floats
-/// (`chain_16M`), and the cost of tracing itself (`trace_20`). The Python peers of the
-/// same cases (TorchScript, tf.function, jax.jit) are in peers.py.
+/// (`chain_16M`), the cost of tracing itself (`trace_20`), the seeds' `power(x, 100)`
+/// (100 matmuls of 10x10 int32 matrices, `power_100`) and a graph loop with a scalar
+/// body (`while_scalar`). The Python peers of the same cases (TorchScript,
+/// tf.function, jax.jit) are in peers.py.
 
 #include "bench_support.hpp"
 
@@ -272,11 +274,142 @@ void register_trace_20() {
   })->Unit(benchmark::kMicrosecond);
 }
 
+// The seeds' power(x, y): `result = x^y` by y matmuls of a 10x10 int32 matrix with
+// entries in {-1, 0, 1}. y is a C++ int, so a trace unrolls the loop into y matmul nodes.
+constexpr int power_size = 10, power_exponent = 100;
+
+/// The 10x10 input of power_100: a fixed pattern of -1, 0 and 1.
+std::vector<std::int32_t> power_input() {
+  std::vector<std::int32_t> x(power_size * power_size);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::int32_t((i * 7 + 3) % 3) - 1;
+  return x;
+}
+
+/// power_100's result by plain loops; products wrap modulo 2^32 as kiln's and
+/// libtorch's integer matmuls do.
+const std::vector<std::int32_t>& power_reference() {
+  static const std::vector<std::int32_t> reference = [] {
+    const std::vector<std::int32_t> x = power_input();
+    std::vector<std::uint32_t> result(x.size(), 0), next(x.size());
+    for (int i = 0; i < power_size; ++i) result[std::size_t(i * power_size + i)] = 1;
+    for (int step = 0; step < power_exponent; ++step) {
+      for (int i = 0; i < power_size; ++i)
+        for (int j = 0; j < power_size; ++j) {
+          std::uint32_t sum = 0;
+          for (int k = 0; k < power_size; ++k)
+            sum += std::uint32_t(x[std::size_t(i * power_size + k)]) * result[std::size_t(k * power_size + j)];
+          next[std::size_t(i * power_size + j)] = sum;
+        }
+      result.swap(next);
+    }
+    return std::vector<std::int32_t>(result.begin(), result.end());
+  }();
+  return reference;
+}
+
+bool check_equal(benchmark::State& state, const std::vector<std::int32_t>& expected, const std::int32_t* actual) {
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    if (actual[i] != expected[i]) {
+      state.SkipWithError(("result differs from the reference at element " + std::to_string(i)).c_str());
+      return false;
+    }
+  return true;
+}
+
+kiln::tensor kiln_power(const kiln::tensor& x, int y) {
+  kiln::tensor result = kiln::eye(power_size, power_size, kiln::int32);
+  for (int i = 0; i < y; ++i) result = kiln::matmul(x, result);
+  return result;
+}
+
+void register_power() {
+  const kiln::tensor x = kiln::constant(power_input(), kiln::shape{power_size, power_size});
+  register_case("power_100", "kiln", 1, [x](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    kiln::function power(kiln_power);
+    if (!check_equal(state, power_reference(), power(x, power_exponent).data<std::int32_t>())) return;  // traces
+    for (auto _ : state) benchmark::DoNotOptimize(power(x, power_exponent));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("power_100", "kiln_eager", 1, [x](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    if (!check_equal(state, power_reference(), kiln_power(x, power_exponent).data<std::int32_t>())) return;
+    for (auto _ : state) benchmark::DoNotOptimize(kiln_power(x, power_exponent));
+  })->Unit(benchmark::kMicrosecond);
+#if KILN_BENCH_HAS_TORCH
+  register_case("power_100", "libtorch", 1, [](benchmark::State& state) {
+    at::set_num_threads(1);
+    std::vector<std::int32_t> values = power_input();
+    const at::Tensor x = at::from_blob(values.data(), {power_size, power_size}, at::kInt).clone();
+    auto power = [&x] {
+      at::Tensor result = at::eye(power_size, at::kInt);
+      for (int i = 0; i < power_exponent; ++i) result = at::matmul(x, result);
+      return result;
+    };
+    if (!check_equal(state, power_reference(), power().contiguous().data_ptr<std::int32_t>())) return;
+    for (auto _ : state) benchmark::DoNotOptimize(power());
+  })->Unit(benchmark::kMicrosecond);
+#endif
+}
+
+// A graph loop whose body is a few scalar ops: `i, total = 0, 0; while i < n:
+// total += i * 0.5; i += 1`, timed per call of loop_trips iterations (report.py
+// divides). With n = 4096 every partial sum is a
+// multiple of 0.5 below 2^23, so float32 holds each exactly and every peer must
+// return the same total.
+constexpr std::int32_t loop_trips = 4096;
+constexpr float loop_total = 0.5f * float(loop_trips) * float(loop_trips - 1) / 2.f;
+
+kiln::tensor scalar_loop(const kiln::tensor& n) {
+  auto [i, total] = kiln::while_loop([&](const kiln::tensor& i, const kiln::tensor&) { return i < n; },
+                                     [](const kiln::tensor& i, const kiln::tensor& total) {
+                                       return std::tuple{i + 1, total + kiln::cast(i, kiln::float32) * 0.5f};
+                                     },
+                                     kiln::constant(0), kiln::constant(0.f));
+  return total;
+}
+
+void register_while_scalar() {
+  register_case("while_scalar", "kiln", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    kiln::function f(scalar_loop);
+    const kiln::tensor n = kiln::constant(loop_trips);
+    const float first = f(n).item<float>();  // traces
+    if (!check_close(state, &loop_total, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(n));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("while_scalar", "kiln_eager", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const kiln::tensor n = kiln::constant(loop_trips);
+    const float first = scalar_loop(n).item<float>();
+    if (!check_close(state, &loop_total, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(scalar_loop(n));
+  })->Unit(benchmark::kMicrosecond);
+#if KILN_BENCH_HAS_TORCH
+  register_case("while_scalar", "libtorch", 1, [](benchmark::State& state) {
+    at::set_num_threads(1);
+    const at::Tensor n = at::scalar_tensor(loop_trips, at::kInt);
+    auto loop = [&n] {
+      at::Tensor i = at::scalar_tensor(0, at::kInt), total = at::scalar_tensor(0.f, at::kFloat);
+      while ((i < n).item<bool>()) {
+        total = total + i.to(at::kFloat) * 0.5f;
+        i = i + 1;
+      }
+      return total;
+    };
+    const float first = loop().item<float>();
+    if (!check_close(state, &loop_total, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(loop());
+  })->Unit(benchmark::kMicrosecond);
+#endif
+}
+
 const bool registered = [] {
   register_call_x2();
   register_ops50();
   for (int threads : {1, 2}) register_chain(threads);
   register_trace_20();
+  register_power();
+  register_while_scalar();
   return true;
 }();
 

@@ -30,6 +30,8 @@ SUM_BYTES = LARGE_SIZE * FLOAT_BYTES
 MATMUL_FLOPS = 2.0 * MATMUL_SIZE ** 3
 CONV_FLOPS = 2.0 * CONV_OUTPUT[1] * CONV_OUTPUT[2] * CONV_OUTPUT[3] * 9 * CONV_INPUT[3]
 CHAIN_BYTES = 2 * LARGE_SIZE * FLOAT_BYTES  # one read and one write
+POWER_SIZE, POWER_EXPONENT = 10, 100
+LOOP_TRIPS = 4096  # while_scalar's iterations per call
 
 
 def function_cases(m):
@@ -57,7 +59,27 @@ def function_cases(m):
     def chain(x):
         return m.tanh(x * 0.5 + 1) * x - 0.25
 
-    return {"call_x2": call_x2, "ops50_10": ops50, "chain_16M": chain, "trace_20": ops20}
+    def power(x):
+        # The seeds' power(x, 100): an unrolled loop of int32 matmuls.
+        result = m.eye(POWER_SIZE, dtype=m.int32)
+        for _ in range(100):
+            result = m.matmul(x, result)
+        return result
+
+    return {"call_x2": call_x2, "ops50_10": ops50, "chain_16M": chain, "trace_20": ops20, "power_100": power}
+
+
+def power_input(m):
+    """power_100's 10x10 input, the pattern of bench_function.cpp: (i * 7 + 3) % 3 - 1."""
+    import numpy
+
+    values = (numpy.arange(POWER_SIZE * POWER_SIZE) * 7 + 3) % 3 - 1
+    return m.asarray(values.reshape(POWER_SIZE, POWER_SIZE).astype(numpy.int32))
+
+
+def loop_expected():
+    """while_scalar's total: 0.5 * (0 + 1 + ... + LOOP_TRIPS - 1), exact in float32."""
+    return 0.5 * LOOP_TRIPS * (LOOP_TRIPS - 1) / 2
 
 
 def function_calls(peer, functions, inputs, wait=lambda result: result):
@@ -96,7 +118,17 @@ def torch_cases(threads):
 
     inputs = {"call_x2": (torch.tensor(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
     eager = function_cases(torch)
-    yield from function_calls("torch_py", eager, inputs)
+    yield from function_calls("torch_py", eager, {**inputs, "power_100": (power_input(torch),)})
+
+    def scalar_loop(n):
+        i, total = torch.tensor(0), torch.tensor(0.0)
+        while i < n:
+            total = total + i.float() * 0.5
+            i = i + 1
+        return total
+
+    n = torch.tensor(LOOP_TRIPS)
+    yield "while_scalar", "torch_py", lambda: scalar_loop(n), {"expected": loop_expected}
     yield from function_calls("torchscript", {case: torch.jit.script(eager[case]) for case in inputs}, inputs)
     # check_trace=False: the check runs the traced function again, which kiln's trace does not.
     trace = lambda: torch.jit.trace(function_cases(torch)["trace_20"], (ta, tb), check_trace=False)  # noqa: E731
@@ -108,6 +140,7 @@ def tensorflow_cases(threads):
     compared with), tf.function for the function cases: traced before timing, and
     traced anew (get_concrete_function) in every call of trace_20."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -126,8 +159,20 @@ def tensorflow_cases(threads):
     yield "add_10", "tensorflow", lambda: tf.add(ta, tb), {}
 
     inputs = {"call_x2": (tf.constant(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
+    inputs["power_100"] = (tf.constant(power_input(numpy)),)
     compiled = {case: tf.function(f) for case, f in function_cases(tf).items() if case in inputs}
     yield from function_calls("tensorflow", compiled, inputs)
+
+    @tf.function
+    def scalar_loop(n):
+        i, total = tf.constant(0), tf.constant(0.0)
+        while i < n:  # AutoGraph makes this a tf.while_loop
+            total += tf.cast(i, tf.float32) * 0.5
+            i += 1
+        return total
+
+    n = tf.constant(LOOP_TRIPS)
+    yield "while_scalar", "tensorflow", lambda: scalar_loop(n).numpy(), {"expected": loop_expected}
     spec = tf.TensorSpec([TINY_SIZE], tf.float32)
     trace = lambda: tf.function(function_cases(tf)["trace_20"]).get_concrete_function(spec, spec)  # noqa: E731
     yield "trace_20", "tensorflow", trace, {}
@@ -158,8 +203,17 @@ def jax_cases(threads):
     yield "add_10", "jax", lambda: add(ta, tb).block_until_ready(), {}
 
     inputs = {"call_x2": (jnp.float32(3.0),), "ops50_10": (ta, tb), "chain_16M": (a,)}
+    inputs["power_100"] = (power_input(jnp),)
     compiled = {case: jax.jit(f) for case, f in function_cases(jnp).items() if case in inputs}
     yield from function_calls("jax", compiled, inputs, wait=lambda result: result.block_until_ready())
+
+    @jax.jit
+    def scalar_loop(n):
+        step = lambda state: (state[0] + 1, state[1] + state[0].astype(jnp.float32) * 0.5)  # noqa: E731
+        return jax.lax.while_loop(lambda state: state[0] < n, step, (jnp.int32(0), jnp.float32(0)))[1]
+
+    n = jnp.int32(LOOP_TRIPS)
+    yield "while_scalar", "jax", lambda: scalar_loop(n).block_until_ready(), {"expected": loop_expected}
 
 
 # Each library's generator yields (case, peer, fn, work) for every case it runs.
@@ -170,7 +224,8 @@ LIBRARIES = {
 }
 # The cases a thread count applies to, as in the C++ program.
 CASES_BY_THREADS = {
-    1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10", "call_x2", "ops50_10", "chain_16M", "trace_20"},
+    1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10", "call_x2", "ops50_10", "chain_16M", "trace_20", "power_100",
+        "while_scalar"},
     2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed", "chain_16M"},
 }
 

@@ -50,9 +50,9 @@ def _per_call(s, case, unit_ns=1.0):
     return [(f"{r.peer} (1t)", r.time_ns / unit_ns, r.peer.startswith("kiln")) for r in s.peers(case, 1)]
 
 
-def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
+def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas, loop_trips):
     """Writes the PNG at `path` from report.py's suite `s` and reference functions."""
-    fig, axes = plt.subplots(5, 2, figsize=(12, 21))
+    fig, axes = plt.subplots(6, 2, figsize=(12, 25))
     axes = axes.flatten()
     bandwidth = lambda r: r.bytes_per_second  # noqa: E731
     _panel(axes[0], "a + b, 16M float32", _shares(s, "add_16M", copy_bandwidth, bandwidth), 85,
@@ -80,6 +80,12 @@ def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas):
            "time relative to hand_xsimd (same threads, log); target ≤ 1.2", log=True)
     _panel(axes[9], "tracing a 20-op function", _per_call(s, "trace_20", 1e3), 200,
            "µs per trace (log); target ≤ 200 µs", log=True)
+    torch_power = s.get("power_100", "torch_py", 1)
+    _panel(axes[10], "power(x, 100): 100 matmuls, 10×10 int32", _per_call(s, "power_100", 1e3),
+           torch_power.time_ns / 10e3 if torch_power else None, "µs per call (log); target: kiln ≤ torch_py / 10",
+           log=True)
+    _panel(axes[11], "while_loop, scalar body", _per_call(s, "while_scalar", loop_trips), 200,
+           "ns per iteration (log); target ≤ 200 ns", log=True)
     fig.suptitle("kiln vs peers (medians; kiln in orange)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

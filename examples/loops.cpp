@@ -57,6 +57,27 @@ int main() {
   test_dynamically_unrolled(while_py_cond, "while_py_cond()");
   test_dynamically_unrolled(while_tf_cond, "while_tf_cond()");
 
+  // def buggy_while_py_true_tf_break(x):
+  //   while True:
+  //     if tf.equal(x, 0): break
+  //     x -= 1
+  // A C++ loop cannot test a symbolic tensor: the `if` raises kiln::type_error.
+  kiln::function buggy_while_py_true_tf_break(
+      [](kiln::tensor x) {
+        for (;;) {
+          if (kiln::equal(x, 0)) break;
+          x = x - 1;
+        }
+        return x;
+      },
+      {.name = "buggy_while_py_true_tf_break"});
+  try {
+    buggy_while_py_true_tf_break(kiln::constant(5));
+    return 1;
+  } catch (const kiln::type_error& e) {
+    std::cout << "Caught expected exception kiln::type_error:\n  " << e.what() << "\n";
+  }
+
   // def while_tf_true_tf_break(x):
   //   while tf.constant(True):
   //     if tf.equal(x, 0): break
@@ -69,6 +90,27 @@ int main() {
       {.name = "while_tf_true_tf_break"});
   test_dynamically_unrolled(while_tf_true_tf_break, "while_tf_true_tf_break(5)", kiln::constant(5));
   std::cout << "while_tf_true_tf_break(5) = " << while_tf_true_tf_break(kiln::constant(5)) << "\n";
+
+  // def buggy_py_for_tf_break():
+  //   x = 0
+  //   for i in range(5):
+  //     if tf.equal(i, 3): break
+  //     x += i
+  // Here `i` is a C++ int, so tf.equal(i, 3) is an eager tensor whose value the C++
+  // `if` reads while tracing: the loop unrolls (TensorFlow raises a TypeError, since
+  // there every op inside a tf.function is symbolic).
+  kiln::function buggy_py_for_tf_break(
+      [] {
+        kiln::tensor x = kiln::constant(0);
+        for (int i = 0; i < 5; ++i) {
+          if (kiln::equal(kiln::constant(i), 3)) break;
+          x = x + i;
+        }
+        return x;
+      },
+      {.name = "buggy_py_for_tf_break"});
+  test_dynamically_unrolled(buggy_py_for_tf_break, "buggy_py_for_tf_break()");
+  std::cout << "buggy_py_for_tf_break() = " << buggy_py_for_tf_break() << "\n";
 
   // def tf_for_tf_break():
   //   x = 0

@@ -7636,6 +7636,10 @@ namespace kiln::detail::exec {
 /// \code fn(&op, 0b01u, out, in, 1024); \endcode
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len);
 
+/// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
+/// \code fn(&op, &result, operands); \endcode
+using scalar_fn = void (*)(const void* op, void* out, const void* const* in);
+
 /// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
 using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 
@@ -7711,6 +7715,29 @@ void run_tile(const void* op, unsigned contig, void* out, void* const* in, std::
                                                      len);
 }
 
+// An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
+// element gets the bits it gets in a tile or eagerly (their kernels use the batch
+// functor for every element, kiln/backend/cpu/elementwise.hpp).
+template <class Op, class In, class Out>
+void run_scalar(const void* op, void* out, const void* const* in) {
+  const Op& o = *static_cast<const Op*>(op);
+  auto arg = [&](int k) { return *static_cast<const In*>(in[k]); };
+  Out* result = static_cast<Out*>(out);
+  if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
+    using B = xsimd::batch<In>;
+    if constexpr (Op::arity == 1)
+      *result = o(B(arg(0))).get(0);
+    else
+      *result = o(B(arg(0)), B(arg(1))).get(0);
+  } else if constexpr (Op::arity == 1) {
+    *result = kiln::math::convert<Out>(o(arg(0)));
+  } else if constexpr (Op::arity == 2) {
+    *result = kiln::math::convert<Out>(o(arg(0), arg(1)));
+  } else {
+    *result = o(*static_cast<const bool*>(in[0]), arg(1), arg(2));
+  }
+}
+
 template <class Op>
 void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
@@ -7735,6 +7762,7 @@ struct op_entry {
   const void* op = nullptr;      ///< the op object inside the graph node
   op_fn run = nullptr;           ///< run unfused
   tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
   check_fn check = nullptr;      ///< value check; null when the op has none
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
   /// The op's C++ name when a native loop can call its functor on xsimd batches
@@ -7756,7 +7784,10 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
       backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
-        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
+          e.tile = &run_tile<Op, In, Out>;
+          e.scalar = &run_scalar<Op, In, Out>;
+        }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out> && std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
       });
   }
@@ -9549,12 +9580,113 @@ class host_callback_op final : public special_op {
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+// ----- begin kiln/exec/scalar_program.hpp -----
+/// \file
+/// A graph of elementwise ops on one-element values, compiled to a flat list of
+/// scalar calls over a register file. A loop whose condition and body are such
+/// graphs (counters, accumulators, convergence tests) runs them with this instead of
+/// an executor, whose per-run bookkeeping (finding the plan, leasing a workspace,
+/// creating result tensors) costs several times a few scalar ops.
+
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <vector>
+
+
+namespace kiln::detail::exec {
+
+/// One value of any non-string dtype.
+struct scalar_value {
+  alignas(8) unsigned char bytes[8];
+};
+
+class scalar_program {
+ public:
+  /// The program of `g`, or nothing when some node is not a placeholder, a constant,
+  /// an output or an elementwise op of one element, or is an op that checks integer
+  /// values (division by zero), which the program could not report.
+  static std::optional<scalar_program> compile(const graph& g) {
+    scalar_program p;
+    const auto& nodes = g.nodes();
+    p.initial_.resize(nodes.size());
+    for (std::size_t id = 0; id < nodes.size(); ++id) {
+      const node& n = nodes[id];
+      if (n.dtype() == string || !n.shape().is_fully_defined() || n.shape().num_elements() != 1) return std::nullopt;
+      switch (n.kind()) {
+        case node_kind::placeholder:
+          break;
+        case node_kind::constant:
+          if (n.value().device() != kiln::device::cpu) return std::nullopt;
+          std::memcpy(p.initial_[id].bytes, n.value().raw_data(), size_of(n.dtype()));
+          break;
+        case node_kind::identity:
+          p.code_.push_back({copy_value, nullptr, int(id), {n.input_ids()[0], -1, -1}});
+          break;
+        case node_kind::op: {
+          const std::vector<int>& in = n.input_ids();
+          // Elementwise ops read values of one dtype (for `where`, the branches').
+          const dtype operand = nodes[std::size_t(in[in.size() == 3 ? 1 : 0])].dtype();
+          const op_entry e = entry_of(n.operation(), operand, n.dtype());
+          // Elementwise value checks reject integer operands only (division by zero,
+          // negative powers): on floats the op needs none.
+          if (!e.scalar || (e.check && !is_floating(operand)) || in.size() > 3) return std::nullopt;
+          instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
+          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = in[k];
+          p.code_.push_back(i);
+          break;
+        }
+        default:
+          return std::nullopt;
+      }
+    }
+    p.arguments_ = g.arguments();
+    p.outputs_ = g.outputs();
+    return p;
+  }
+
+  /// A register file holding the program's constants, for run().
+  std::vector<scalar_value> registers() const { return initial_; }
+  /// The register of argument `k`.
+  int argument(std::size_t k) const { return arguments_[k]; }
+  /// The register of output `k`.
+  int output(std::size_t k) const { return outputs_[k]; }
+
+  /// Runs the program on `r`, whose argument registers are set.
+  void run(std::vector<scalar_value>& r) const {
+    for (const instruction& i : code_) {
+      const void* const in[3] = {register_at(r, i.in[0]), register_at(r, i.in[1]), register_at(r, i.in[2])};
+      i.fn(i.op, r[std::size_t(i.out)].bytes, in);
+    }
+  }
+
+ private:
+  struct instruction {
+    scalar_fn fn;
+    const void* op;  ///< the op object in the graph node
+    int out;
+    int in[3];
+  };
+
+  static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
+  static void copy_value(const void*, void* out, const void* const* in) { std::memcpy(out, in[0], sizeof(scalar_value)); }
+
+  std::vector<scalar_value> initial_;
+  std::vector<instruction> code_;
+  std::vector<int> arguments_, outputs_;
+};
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/scalar_program.hpp -----
 
 namespace kiln::detail {
 
@@ -9567,6 +9699,7 @@ class subgraph {
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
+  const graph& optimized() const { return optimized_; }
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
 
  private:
@@ -9621,13 +9754,16 @@ class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
       : vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
-        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()) {}
+        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
+        cond_program_(exec::scalar_program::compile(cond_.optimized())),
+        body_program_(exec::scalar_program::compile(body_.optimized())) {}
   std::string_view name() const override { return "while"; }
   bool has_effects() const override { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
     return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
   }
   std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);
     // The argument lists of the condition and the body: loop variables, then captures.
     std::vector<tensor> cond_args(n), body_args(n);
@@ -9650,11 +9786,52 @@ class while_op final : public special_op {
   }
 
  private:
+  // Whether the condition and body compiled to scalar programs and the inputs are
+  // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
+  bool scalar_loop(std::span<const tensor* const> in) const {
+    if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
+    for (const tensor* t : in)
+      if (!t->defined() || t->is_symbolic() || t->device() != kiln::device::cpu || t->size() != 1) return false;
+    return true;
+  }
+
+  // The loop on scalar programs: loop variables and captures live in registers, and
+  // an iteration allocates nothing.
+  std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
+    const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);
+    auto load = [](const tensor& t, exec::scalar_value& r) { std::memcpy(r.bytes, t.raw_data(), size_of(t.dtype())); };
+    std::vector<exec::scalar_value> cond_registers = cond.registers(), body_registers = body.registers(), vars(n);
+    for (std::size_t k = 0; k < n; ++k) load(*in[k], vars[k]);
+    for (std::size_t k = n; k < cond_end; ++k) load(*in[k], cond_registers[std::size_t(cond.argument(k))]);
+    for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
+    const std::size_t first = breaks_ ? 1 : 0;
+    auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
+    for (;;) {
+      for (std::size_t k = 0; k < n; ++k) cond_registers[std::size_t(cond.argument(k))] = vars[k];
+      cond.run(cond_registers);
+      if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
+      for (std::size_t k = 0; k < n; ++k) body_registers[std::size_t(body.argument(k))] = vars[k];
+      body.run(body_registers);
+      if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
+      for (std::size_t k = 0; k < n; ++k) vars[k] = body_registers[std::size_t(body.output(k + first))];
+    }
+    std::vector<tensor> out;
+    out.reserve(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      tensor t(in[k]->dtype(), in[k]->shape());
+      std::memcpy(t.raw_data(), vars[k].bytes, size_of(t.dtype()));
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
   int vars_;
   int cond_captures_;
   bool breaks_;
   subgraph cond_, body_;
   bool effects_;
+  std::optional<exec::scalar_program> cond_program_, body_program_;
 };
 
 }  // namespace kiln::detail

@@ -267,3 +267,39 @@ TEST_CASE("a tensor_array written before a loop, or returned by a function, keep
   require_same(traced.stack(), kiln::constant({3.f, 2.f, 1.f}));
   require_same(traced.read(0), kiln::constant(3.f));
 }
+
+TEST_CASE("loops on scalars run as scalar programs with the executor's results") {
+  // Newton's square root with a step counter: captures in the condition and the body,
+  // a cast, a select, float division, an early exit.
+  auto newton = [](const tensor& a, const tensor& limit) {
+    auto [x, steps] = kiln::while_loop(
+        [&](const tensor& x, const tensor& steps) {
+          return kiln::logical_and(steps < limit, kiln::abs(x * x - a) > 1e-6f);
+        },
+        [&](const tensor& x, const tensor& steps) {
+          tensor next = 0.5f * (x + a / x);
+          next = kiln::where(next > 0.f, next, kiln::cast(steps + 1, float32));
+          return kiln::break_if(next > 1e6f, next, steps + 1);
+        },
+        a, kiln::constant(0));
+    return std::vector<tensor>{x, steps};
+  };
+  require_graph_matches_eager(newton, {.name = "newton"}, kiln::constant(2.f), kiln::constant(100));
+  require_graph_matches_eager(newton, {.name = "newton"}, kiln::constant(1e4f), kiln::constant(3));
+  const std::vector<tensor> root = function(newton, {.name = "newton"})(kiln::constant(9.f), kiln::constant(100));
+  REQUIRE(std::fabs(root[0].item<float>() - 3.f) < 1e-6f);
+  REQUIRE(ints(root[1])[0] > 2);
+
+  // Integer division keeps its check: the loop runs on the executor.
+  auto halving = [](const tensor& x) {
+    return std::vector<tensor>{
+        kiln::while_loop([](const tensor& v) { return v > 1; }, [](const tensor& v) { return kiln::floordiv(v, 2); }, x)};
+  };
+  require_graph_matches_eager(halving, {.name = "halving"}, kiln::constant(std::int64_t(1) << 40));
+  // So does a vector loop variable.
+  auto vector_halving = [](const tensor& x) {
+    return std::vector<tensor>{kiln::while_loop([](const tensor& v) { return kiln::reduce_max(v) > 1; },
+                                                [](const tensor& v) { return kiln::floordiv(v, 2); }, x)};
+  };
+  require_graph_matches_eager(vector_halving, {.name = "halving"}, kiln::constant({7, 900}));
+}

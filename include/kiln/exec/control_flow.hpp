@@ -6,13 +6,17 @@
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kiln/eager/check_numerics.hpp"
 #include "kiln/exec/executor.hpp"
+#include "kiln/exec/scalar_program.hpp"
 #include "kiln/graph/graph.hpp"
 #include "kiln/passes/optimize.hpp"
 
@@ -27,6 +31,7 @@ class subgraph {
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
+  const graph& optimized() const { return optimized_; }
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
 
  private:
@@ -81,13 +86,16 @@ class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
       : vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
-        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()) {}
+        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
+        cond_program_(exec::scalar_program::compile(cond_.optimized())),
+        body_program_(exec::scalar_program::compile(body_.optimized())) {}
   std::string_view name() const override { return "while"; }
   bool has_effects() const override { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
     return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
   }
   std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);
     // The argument lists of the condition and the body: loop variables, then captures.
     std::vector<tensor> cond_args(n), body_args(n);
@@ -110,11 +118,52 @@ class while_op final : public special_op {
   }
 
  private:
+  // Whether the condition and body compiled to scalar programs and the inputs are
+  // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
+  bool scalar_loop(std::span<const tensor* const> in) const {
+    if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
+    for (const tensor* t : in)
+      if (!t->defined() || t->is_symbolic() || t->device() != kiln::device::cpu || t->size() != 1) return false;
+    return true;
+  }
+
+  // The loop on scalar programs: loop variables and captures live in registers, and
+  // an iteration allocates nothing.
+  std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
+    const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);
+    auto load = [](const tensor& t, exec::scalar_value& r) { std::memcpy(r.bytes, t.raw_data(), size_of(t.dtype())); };
+    std::vector<exec::scalar_value> cond_registers = cond.registers(), body_registers = body.registers(), vars(n);
+    for (std::size_t k = 0; k < n; ++k) load(*in[k], vars[k]);
+    for (std::size_t k = n; k < cond_end; ++k) load(*in[k], cond_registers[std::size_t(cond.argument(k))]);
+    for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
+    const std::size_t first = breaks_ ? 1 : 0;
+    auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
+    for (;;) {
+      for (std::size_t k = 0; k < n; ++k) cond_registers[std::size_t(cond.argument(k))] = vars[k];
+      cond.run(cond_registers);
+      if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
+      for (std::size_t k = 0; k < n; ++k) body_registers[std::size_t(body.argument(k))] = vars[k];
+      body.run(body_registers);
+      if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
+      for (std::size_t k = 0; k < n; ++k) vars[k] = body_registers[std::size_t(body.output(k + first))];
+    }
+    std::vector<tensor> out;
+    out.reserve(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      tensor t(in[k]->dtype(), in[k]->shape());
+      std::memcpy(t.raw_data(), vars[k].bytes, size_of(t.dtype()));
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
   int vars_;
   int cond_captures_;
   bool breaks_;
   subgraph cond_, body_;
   bool effects_;
+  std::optional<exec::scalar_program> cond_program_, body_program_;
 };
 
 }  // namespace kiln::detail

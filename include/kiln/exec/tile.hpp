@@ -33,6 +33,10 @@ namespace kiln::detail::exec {
 /// \code fn(&op, 0b01u, out, in, 1024); \endcode
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len);
 
+/// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
+/// \code fn(&op, &result, operands); \endcode
+using scalar_fn = void (*)(const void* op, void* out, const void* const* in);
+
 /// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
 using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 
@@ -108,6 +112,29 @@ void run_tile(const void* op, unsigned contig, void* out, void* const* in, std::
                                                      len);
 }
 
+// An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
+// element gets the bits it gets in a tile or eagerly (their kernels use the batch
+// functor for every element, kiln/backend/cpu/elementwise.hpp).
+template <class Op, class In, class Out>
+void run_scalar(const void* op, void* out, const void* const* in) {
+  const Op& o = *static_cast<const Op*>(op);
+  auto arg = [&](int k) { return *static_cast<const In*>(in[k]); };
+  Out* result = static_cast<Out*>(out);
+  if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
+    using B = xsimd::batch<In>;
+    if constexpr (Op::arity == 1)
+      *result = o(B(arg(0))).get(0);
+    else
+      *result = o(B(arg(0)), B(arg(1))).get(0);
+  } else if constexpr (Op::arity == 1) {
+    *result = kiln::math::convert<Out>(o(arg(0)));
+  } else if constexpr (Op::arity == 2) {
+    *result = kiln::math::convert<Out>(o(arg(0), arg(1)));
+  } else {
+    *result = o(*static_cast<const bool*>(in[0]), arg(1), arg(2));
+  }
+}
+
 template <class Op>
 void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
@@ -132,6 +159,7 @@ struct op_entry {
   const void* op = nullptr;      ///< the op object inside the graph node
   op_fn run = nullptr;           ///< run unfused
   tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
   check_fn check = nullptr;      ///< value check; null when the op has none
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
   /// The op's C++ name when a native loop can call its functor on xsimd batches
@@ -153,7 +181,10 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
       backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
-        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) e.tile = &run_tile<Op, In, Out>;
+        if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
+          e.tile = &run_tile<Op, In, Out>;
+          e.scalar = &run_scalar<Op, In, Out>;
+        }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out> && std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
       });
   }
