@@ -8020,18 +8020,32 @@ struct graph_outline {
   std::vector<std::vector<int>> release;
 };
 
+/// Each op of an interpreted cluster passes over a whole tile before the next op
+/// starts, so a tile's memory traffic overlaps its compute only when the pass is
+/// short: at 256 elements (16 AVX-512 batches) the out-of-order core runs one op while
+/// the loads of the next tile, prefetched, arrive. Tiles of 2048 measured 1.5x slower
+/// on a chain of five ops over 16M floats.
+inline constexpr std::int64_t interpreted_max_tile = 256;
+/// A native loop (function_options::jit_compile) streams memory in one pass with its
+/// intermediates in registers: long tiles spare it calls (256 measured 1.8x slower).
+inline constexpr std::int64_t native_max_tile = 4096;
+
+/// Sets the tile of cluster `c` (at most `max_tile` elements) and its buffers' size:
+/// the tile scratch of a chunk stays within about 32 KiB, to stay in L1.
+inline void set_tile(fused_cluster& c, std::int64_t max_tile) {
+  constexpr std::size_t budget_bytes = std::size_t(32) << 10;
+  constexpr std::int64_t min_tile = 64;
+  const std::int64_t budget = std::int64_t(budget_bytes / (sizeof(double) * std::size_t(std::max(c.buffers, 1))));
+  std::int64_t tile = std::clamp(budget, min_tile, max_tile) & ~std::int64_t(63);
+  // One tile for a small cluster, rounded up so every tile buffer stays 64-byte aligned.
+  if (c.size < tile) tile = std::max<std::int64_t>((c.size + 63) & ~std::int64_t(63), min_tile);
+  c.tile = tile;
+  c.buffer_bytes = std::size_t(tile) * sizeof(double);
+}
+
 /// Builds the plan of graph `g` for `args`.
 class plan_builder {
  public:
-  /// Tile scratch per cluster and chunk stays around this size, to stay in L1.
-  static constexpr std::size_t tile_budget_bytes = std::size_t(32) << 10;
-  /// Each op passes over a whole tile before the next op starts, so a tile's memory
-  /// traffic overlaps its compute only when the pass is short: at 256 elements (16
-  /// AVX-512 batches) the out-of-order core runs one op while the loads of the next,
-  /// prefetched a tile ahead, arrive. Longer tiles measured up to 1.7x slower on a
-  /// chain of five ops over 16M floats.
-  static constexpr std::int64_t min_tile = 64, max_tile = 256;
-
   plan_builder(const graph& g, const graph_outline& outline, std::span<const tensor> args)
       : g_(g), outline_(outline), args_(args), entries_(g.nodes().size()), cluster_of_(g.nodes().size(), -1) {}
 
@@ -8374,8 +8388,7 @@ class plan_builder {
       if (count != c.size && count != 1) gathered_values.push_back(in);
     }
     c.buffers = scratch + int(gathered_values.size());
-    c.tile = choose_tile(c.size, c.buffers);
-    c.buffer_bytes = std::size_t(c.tile) * sizeof(double);
+    set_tile(c, interpreted_max_tile);
 
     std::vector<int> entry_of_value(g_.nodes().size(), -1);
     for (std::size_t i = 0; i < gathered_values.size(); ++i) {
@@ -8424,14 +8437,6 @@ class plan_builder {
         plan_->max_inputs = std::max(plan_->max_inputs, n.input_ids().size());
       }
     }
-  }
-
-  static std::int64_t choose_tile(std::int64_t size, int buffers) {
-    std::int64_t budget = std::int64_t(tile_budget_bytes / (sizeof(double) * std::size_t(std::max(buffers, 1))));
-    std::int64_t tile = std::clamp(budget, min_tile, max_tile) & ~std::int64_t(63);
-    // One tile for a small cluster, rounded up so every tile buffer stays 64-byte aligned.
-    if (size < tile) tile = std::max<std::int64_t>((size + 63) & ~std::int64_t(63), 64);
-    return tile;
   }
 
   const graph& g_;
@@ -8887,7 +8892,10 @@ class native_compiler {
 /// Compiles the clusters of plan `p` that native loops handle.
 inline void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
-    if (std::string source = native_source(c); !source.empty()) c.native = native_compiler::instance().load(source);
+    if (std::string source = native_source(c); !source.empty()) {
+      c.native = native_compiler::instance().load(source);
+      if (c.native) set_tile(c, native_max_tile);
+    }
 }
 
 }  // namespace kiln::detail::exec
@@ -9107,7 +9115,7 @@ class graph_executor {
         for (const exec::cluster_operand& o : c.streamed)
           table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
         for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
-        if (t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
+        if (!c.native && t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
         run_code(c, table, whole);
       }
       if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
@@ -9117,7 +9125,7 @@ class graph_executor {
   // Asks for the memory of the streamed operands of the tile from `t` on, `len`
   // elements, while the current tile computes: the hardware prefetcher sees no
   // stream during a compute-bound op, so without this every tile would start with
-  // a wait for memory. Written operands too, so their stores do not wait for the
+  // a wait for memory. (A native loop streams in one pass: the hardware keeps up.) Written operands too, so their stores do not wait for the
   // lines to be read for ownership.
   static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
     constexpr std::int64_t line = 64;

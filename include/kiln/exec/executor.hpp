@@ -241,7 +241,7 @@ class graph_executor {
         for (const exec::cluster_operand& o : c.streamed)
           table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
         for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
-        if (t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
+        if (!c.native && t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
         run_code(c, table, whole);
       }
       if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
@@ -251,7 +251,7 @@ class graph_executor {
   // Asks for the memory of the streamed operands of the tile from `t` on, `len`
   // elements, while the current tile computes: the hardware prefetcher sees no
   // stream during a compute-bound op, so without this every tile would start with
-  // a wait for memory. Written operands too, so their stores do not wait for the
+  // a wait for memory. (A native loop streams in one pass: the hardware keeps up.) Written operands too, so their stores do not wait for the
   // lines to be read for ownership.
   static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
     constexpr std::int64_t line = 64;

@@ -318,7 +318,10 @@ class native_compiler {
 /// Compiles the clusters of plan `p` that native loops handle.
 inline void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
-    if (std::string source = native_source(c); !source.empty()) c.native = native_compiler::instance().load(source);
+    if (std::string source = native_source(c); !source.empty()) {
+      c.native = native_compiler::instance().load(source);
+      if (c.native) set_tile(c, native_max_tile);
+    }
 }
 
 }  // namespace kiln::detail::exec
