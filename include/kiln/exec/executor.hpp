@@ -218,7 +218,7 @@ class graph_executor {
     void** tables = nullptr;
     ws.reserve_chunks(c, chunks, buffers, tables);
     auto chunk = [&](std::int64_t k) {
-      run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_size, k * per_chunk,
+      run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_stride(), k * per_chunk,
                 std::min(c.size, (k + 1) * per_chunk));
     };
     if (chunks == 1) {
@@ -241,33 +241,48 @@ class graph_executor {
         for (const exec::cluster_operand& o : c.streamed)
           table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
         for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
-        if (!c.native && t + c.tile < hi) prefetch_tile(c, bases, t + c.tile, std::min(c.tile, hi - t - c.tile));
+        if (const std::int64_t ahead = t + prefetch_distance * c.tile; !c.native && ahead < hi)
+          prefetch_tile(c, bases, ahead, std::min(c.tile, hi - ahead));
         run_code(c, table, whole);
       }
       if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
     }
   }
 
+  // Tiles ahead that prefetch_tile asks for: one tile of a five-op chain takes about
+  // as long as a trip to memory, and with two threads sharing the bus one tile ahead
+  // measured 1.45x the hand loop on 16M floats, two tiles 1.16x.
+  static constexpr std::int64_t prefetch_distance = 2;
+
   // Asks for the memory of the streamed operands of the tile from `t` on, `len`
   // elements, while the current tile computes: the hardware prefetcher sees no
   // stream during a compute-bound op, so without this every tile would start with
-  // a wait for memory. (A native loop streams in one pass: the hardware keeps up.) Written operands too, so their stores do not wait for the
-  // lines to be read for ownership.
+  // a wait for memory. (A native loop streams in one pass: the hardware keeps up.)
+  // Written operands too, so that their stores do not wait for the lines to be read
+  // for ownership.
   static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
     constexpr std::int64_t line = 64;
     for (const exec::cluster_operand& o : c.streamed) {
       const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
       const std::int64_t bytes = len * std::int64_t(o.element_bytes);
-      for (std::int64_t b = 0; b < bytes; b += line) __builtin_prefetch(p + b, 0, 3);
+      for (std::int64_t b = 0; b < bytes; b += line) prefetch_line(p + b);
     }
+  }
+
+  // GCC may delete a loop whose only effect is __builtin_prefetch (C++ loops are
+  // assumed to finish, and a prefetch is no side effect), so on x86 the prefetch is
+  // an asm statement the compiler must keep.
+  static void prefetch_line(const char* p) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht0 %0" : : "m"(*p));
+#else
+    __builtin_prefetch(p, 0, 3);
+#endif
   }
 
   static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
     if (c.native) return c.native(table, len);
-    for (const exec::instruction& i : c.code) {
-      void* const in[3] = {table[i.in[0]], table[i.in[1]], table[i.in[2]]};
-      i.fn(i.op, i.contig, table[i.out], in, len);
-    }
+    for (const exec::instruction& i : c.code) i.fn(i.op, i.contig, table[i.out], table, i.in.data(), len);
   }
 
   // The last `len` (< padded_elements) elements of a cluster, from `t` on: inputs are

@@ -120,6 +120,8 @@ struct fused_cluster {
   std::vector<cluster_check> checks;
   native_fn native = nullptr;  ///< set when the cluster was compiled (function_options::jit_compile)
 
+  /// Entries between the pointer tables of two chunks: whole cache lines.
+  int table_stride() const { return (table_size + 7) & ~7; }
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 

@@ -28,10 +28,11 @@
 
 namespace kiln::detail::exec {
 
-/// Runs `len` elements of an elementwise op: bit k of `contig` says operand k
-/// advances by one element per output, otherwise it is one broadcast value.
-/// \code fn(&op, 0b01u, out, in, 1024); \endcode
-using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len);
+/// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
+/// `contig` says it advances by one element per output, otherwise it is one
+/// broadcast value.
+/// \code fn(&op, 0b01u, out, table, in, 1024); \endcode
+using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// \code fn(&op, &result, operands); \endcode
@@ -104,10 +105,13 @@ inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape
   });
 }
 
+// The operands are read from the table one by one: a copy of an array the caller
+// has just written, in one wide load, cannot be forwarded from its stores and
+// waits for every older store, those of the tile to memory included.
 template <class Op, class In, class Out>
-void run_tile(const void* op, unsigned contig, void* out, void* const* in, std::int64_t len) {
+void run_tile(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len) {
   std::array<const void*, Op::arity> operands;
-  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = in[k];
+  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = table[in[k]];
   backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
                                                      len);
 }

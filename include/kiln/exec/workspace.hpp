@@ -89,9 +89,13 @@ class workspace {
   /// Tile scratch for `chunks` chunks of cluster `c`: buffers, then pointer tables.
   void reserve_chunks(const fused_cluster& c, std::int64_t chunks, char*& buffers, void**& tables) {
     buffers = scratch_.reserve(std::size_t(chunks) * c.chunk_bytes());
-    const std::size_t entries = std::size_t(chunks) * std::size_t(c.table_size);
+    // Whole cache lines per chunk: threads that write their tables for every tile
+    // must not share a line.
+    constexpr std::size_t line_entries = 64 / sizeof(void*);
+    const std::size_t entries = std::size_t(chunks) * std::size_t(c.table_stride()) + line_entries - 1;
     if (tables_.size() < entries) tables_.resize(entries);
-    tables = tables_.data();
+    const auto misaligned = reinterpret_cast<std::uintptr_t>(tables_.data()) / sizeof(void*) % line_entries;
+    tables = tables_.data() + (misaligned ? line_entries - misaligned : 0);
   }
 
  private:
