@@ -45,11 +45,16 @@
 #  define KILN_LIBRARY_INLINE inline
 #endif
 
+// KILN_FLATTEN: a kernel loop with every call in it inlined. In a large translation
+// unit GCC stops inlining even one-line functions, and a SIMD functor called once
+// per batch then costs a call and a round trip of its operands through memory.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
+#  define KILN_FLATTEN __attribute__((flatten))
 #  define KILN_RESTRICT __restrict__
 #else
 #  define KILN_ALWAYS_INLINE inline
+#  define KILN_FLATTEN
 #  define KILN_RESTRICT
 #endif
 

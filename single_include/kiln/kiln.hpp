@@ -52,11 +52,16 @@
 #  define KILN_LIBRARY_INLINE inline
 #endif
 
+// KILN_FLATTEN: a kernel loop with every call in it inlined. In a large translation
+// unit GCC stops inlining even one-line functions, and a SIMD functor called once
+// per batch then costs a call and a round trip of its operands through memory.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
+#  define KILN_FLATTEN __attribute__((flatten))
 #  define KILN_RESTRICT __restrict__
 #else
 #  define KILN_ALWAYS_INLINE inline
+#  define KILN_FLATTEN
 #  define KILN_RESTRICT
 #endif
 
@@ -1797,37 +1802,46 @@ KILN_HOST_DEVICE constexpr To convert(From v) {
 
 #if !defined(__CUDA_ARCH__)
 template <class T, class A>
-xsimd::batch<T, A> add(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a + b; }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> add(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a + b; }
 template <class T, class A>
-xsimd::batch<T, A> sub(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a - b; }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> sub(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a - b; }
 template <class T, class A>
-xsimd::batch<T, A> mul(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a * b; }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> mul(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a * b; }
 template <class T, class A>
-xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) { return -a; }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) {
+  // xsimd negates AVX-512 batches as 0 - a, which makes -(+0) +0: flip the sign bit.
+  if constexpr (std::is_floating_point_v<T>)
+    return a ^ xsimd::batch<T, A>(T(-0.0));
+  else
+    return -a;
+}
 template <class T, class A>
-xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
 template <class T, class A>
-xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+KILN_ALWAYS_INLINE xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
     return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
   else
     return xsimd::max(a, b);
 }
 template <class T, class A>
-xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+KILN_ALWAYS_INLINE xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (std::is_floating_point_v<T>)
     return xsimd::select((a < b) | xsimd::isnan(a), a, b);
   else
     return xsimd::min(a, b);
 }
 template <class T, class A>
-xsimd::batch<T, A> select(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+KILN_ALWAYS_INLINE xsimd::batch<T, A> select(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a,
+                                          const xsimd::batch<T, A>& b) {
   return xsimd::select(c, a, b);
 }
 template <class T, class A>
-xsimd::batch<T, A> floordiv(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return xsimd::floor(a / b); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> floordiv(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  return xsimd::floor(a / b);
+}
 template <class T, class A>
-xsimd::batch<T, A> floormod(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+KILN_ALWAYS_INLINE xsimd::batch<T, A> floormod(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   auto r = xsimd::fmod(a, b);
   auto zero = xsimd::batch<T, A>(T(0));
   return xsimd::select((r != zero) & ((r < zero) != (b < zero)), r + b, r);
@@ -1835,7 +1849,7 @@ xsimd::batch<T, A> floormod(const xsimd::batch<T, A>& a, const xsimd::batch<T, A
 /// Lane by lane through the scalar `pow`: xsimd's is several ulp off (10 ** 2 is not
 /// 100), and a result must not depend on whether an element ran in a batch.
 template <class T, class A>
-xsimd::batch<T, A> pow(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+KILN_ALWAYS_INLINE xsimd::batch<T, A> pow(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   alignas(A::alignment()) T x[xsimd::batch<T, A>::size], y[xsimd::batch<T, A>::size];
   a.store_aligned(x);
   b.store_aligned(y);
@@ -1843,18 +1857,18 @@ xsimd::batch<T, A> pow(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b)
   return xsimd::batch<T, A>::load_aligned(x);
 }
 template <class T, class A>
-xsimd::batch<T, A> exp(const xsimd::batch<T, A>& a) { return xsimd::exp(a); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> exp(const xsimd::batch<T, A>& a) { return xsimd::exp(a); }
 template <class T, class A>
-xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
-xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
 /// float32 tanh as x * P(x^2) / Q(x^2), a rational minimax fit of degrees 13/6 on
 /// [-9, 9]; beyond that tanh rounds to +-1. Within 3.4e-7 relative (6 ulp) of the exact
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's
 /// exp-based tanh, which leaves a fused chain of elementwise ops memory-bound. Near 0
 /// the quotient tends to 1, so small x keeps full relative accuracy; NaN stays NaN.
 template <class A>
-xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) {
+KILN_ALWAYS_INLINE xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) {
   using B = xsimd::batch<float, A>;
   const B t = x * x;
   B p = xsimd::fma(B(-8.4963495400e-14f), t, B(5.2809273136e-11f));
@@ -1869,7 +1883,7 @@ xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) {
   return xsimd::select(xsimd::abs(x) >= B(9.f), xsimd::copysign(B(1.f), x), x * p / q);
 }
 template <class A>
-xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a) { return xsimd::tanh(a); }
+KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a) { return xsimd::tanh(a); }
 #endif
 
 }  // namespace kiln::math
@@ -4243,7 +4257,7 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
-void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
   auto at = [&](int k, std::int64_t i) -> const In& {
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
   };
@@ -7613,6 +7627,8 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 ///
 /// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
 ///   same kernel loop as eager execution (backend::cpu::dispatch_run);
+/// - `compound_fn` runs one with the scalar arithmetic around it folded into its
+///   pass (folded_arithmetic);
 /// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
 /// - `check_fn` is an op's value check (integer division by zero, ...), run before
 ///   the cluster that holds the op;
@@ -7636,6 +7652,31 @@ namespace kiln::detail::exec {
 /// broadcast value.
 /// \code fn(&op, 0b01u, out, table, in, 1024); \endcode
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
+
+/// A scale or shift of folded_arithmetic: table entry `entry`, read as one broadcast
+/// value or element by element, and negated when `negated`. Entry -1 is the identity:
+/// 1 for a scale (-1 when negated), -0 for a shift (x + -0 is x for every x, -0 too).
+struct fold_operand {
+  int entry = -1;
+  bool contiguous = false;
+  bool negated = false;
+};
+
+/// Scalar arithmetic that runs in the pass of the op around it, on registers, instead
+/// of a pass of its own over the tile: the pass computes post(op(pre(x))) with
+/// pre(x) = x * pre_scale + pre_shift (unary ops only) and post(r) = r * scale + shift.
+/// Each product and sum is rounded on its own, as the separate ops round them, so
+/// folding changes no result. Only unary ops read a contiguous scale or shift.
+/// \code tanh(x * 0.5 + 1) * x - 0.25  // tanh; pre 0.5, 1; post scale x, shift 0.25 negated \endcode
+struct folded_arithmetic {
+  bool pre = false;
+  fold_operand pre_scale, pre_shift, scale, shift;
+};
+
+/// Runs an elementwise op with folded arithmetic on `len` elements, a multiple of
+/// padded_elements; the other arguments are those of tile_fn.
+using compound_fn = void (*)(const void* op, unsigned contig, const folded_arithmetic& fold, void* out, void* const* table,
+                             const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// \code fn(&op, &result, operands); \endcode
@@ -7719,6 +7760,111 @@ void run_tile(const void* op, unsigned contig, void* out, void* const* table, co
                                                      len);
 }
 
+/// Whether a compiler barrier can keep a product in a register of its own: without it
+/// GCC contracts `a * b + c` into one fused multiply-add, rounded once, and folded
+/// arithmetic would no longer compute eager's bits.
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+inline constexpr bool can_fold_arithmetic = true;
+#else
+inline constexpr bool can_fold_arithmetic = false;
+#endif
+
+template <class B>
+B rounded(B v) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm("" : "+v"(v.data));
+#elif defined(__aarch64__)
+  asm("" : "+w"(v.data));
+#endif
+  return v;
+}
+
+/// r * scale + shift, each rounded on its own.
+template <class B>
+B scale_and_shift(const B& r, const B& scale, const B& shift) {
+  return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
+}
+
+/// A broadcast fold operand as a batch.
+template <class T, class B = xsimd::batch<T>>
+B fold_splat(const fold_operand& o, void* const* table, T identity) {
+  if (o.entry < 0) return o.negated ? ops::negate{}(B(identity)) : B(identity);
+  const B v(*static_cast<const T*>(table[o.entry]));
+  return o.negated ? ops::negate{}(v) : v;
+}
+
+/// A contiguous fold operand at element `i`.
+template <class T, class B = xsimd::batch<T>>
+B fold_load(const T* p, bool negated, std::int64_t i) {
+  const B v = B::load_unaligned(p + i);
+  return negated ? ops::negate{}(v) : v;
+}
+
+template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
+KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
+                    std::int64_t len) {
+  using B = xsimd::batch<T>;
+  const T one = T(1), minus_zero = T(-0.0);
+  const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
+  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
+  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
+  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
+  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
+    B v = B::load_unaligned(x + i);
+    if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
+    B s = scale, c = shift;
+    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
+    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
+    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
+  }
+}
+
+template <unsigned Contig, class Op, class T>
+KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
+                     void* const* table, std::int64_t len) {
+  using B = xsimd::batch<T>;
+  const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
+  const B a0(a[0]), b0(b[0]);
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
+    const B r = op(Contig & 1u ? B::load_unaligned(a + i) : a0, Contig & 2u ? B::load_unaligned(b + i) : b0);
+    scale_and_shift(r, scale, shift).store_unaligned(out + i);
+  }
+}
+
+/// The compound_fn of an op with a SIMD kernel for T.
+template <class Op, class T>
+void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, void* out, void* const* table, const int* in,
+                  std::int64_t len) {
+  const Op& op = *static_cast<const Op*>(p);
+  T* o = static_cast<T*>(out);
+  auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
+  if constexpr (Op::arity == 1) {
+    auto run = [&]<bool Pre, bool ScaleContiguous>() {
+      if (f.shift.contiguous)
+        compound_unary<Pre, ScaleContiguous, true>(op, f, o, operand(0), table, len);
+      else
+        compound_unary<Pre, ScaleContiguous, false>(op, f, o, operand(0), table, len);
+    };
+    auto run_pre = [&]<bool Pre>() {
+      if (f.scale.contiguous)
+        run.template operator()<Pre, true>();
+      else
+        run.template operator()<Pre, false>();
+    };
+    if (f.pre)
+      run_pre.template operator()<true>();
+    else
+      run_pre.template operator()<false>();
+  } else if (contig == 3u) {
+    compound_binary<3u>(op, f, o, operand(0), operand(1), table, len);
+  } else if (contig == 1u) {
+    compound_binary<1u>(op, f, o, operand(0), operand(1), table, len);
+  } else {
+    compound_binary<2u>(op, f, o, operand(0), operand(1), table, len);
+  }
+}
+
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
 // element gets the bits it gets in a tile or eagerly (their kernels use the batch
 // functor for every element, kiln/backend/cpu/elementwise.hpp).
@@ -7766,6 +7912,8 @@ struct op_entry {
   const void* op = nullptr;      ///< the op object inside the graph node
   op_fn run = nullptr;           ///< run unfused
   tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  /// Run on a tile with folded arithmetic; null unless the op has a SIMD kernel.
+  compound_fn compound = nullptr;
   scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
   check_fn check = nullptr;      ///< value check; null when the op has none
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
@@ -7792,7 +7940,10 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
           e.tile = &run_tile<Op, In, Out>;
           e.scalar = &run_scalar<Op, In, Out>;
         }
-        if constexpr (backend::cpu::simd_kernel<Op, In, Out> && std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
+        if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
+          if constexpr (can_fold_arithmetic) e.compound = &run_compound<Op, In>;
+          if constexpr (std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
+        }
       });
   }
   return e;
@@ -7855,10 +8006,12 @@ struct value_info {
   int index = -1;
 };
 
-/// One elementwise node of a cluster: operands and result are indices into the
-/// cluster's per-tile pointer table.
+/// One elementwise node of a cluster, with the scalar arithmetic folded into its pass
+/// (the nodes of that arithmetic get no instruction of their own): operands, result
+/// and fold operands are indices into the cluster's per-tile pointer table.
 struct instruction {
   tile_fn fn = nullptr;
+  compound_fn compound = nullptr;  ///< set, and run instead of `fn`, when `fold` is not empty
   const void* op = nullptr;
   unsigned contig = 0;
   int arity = 0;
@@ -7866,6 +8019,8 @@ struct instruction {
   std::array<int, 3> in{};
   dtype type = float32;             ///< of the result
   std::string_view native_name{};  ///< op_entry::native_name
+  folded_arithmetic fold;
+  int folded_ops = 0;  ///< nodes folded into this one
 };
 
 /// A cluster compiled to one native loop (kiln/exec/jit.hpp): runs `len` elements,
@@ -7925,6 +8080,9 @@ struct fused_cluster {
   std::vector<cluster_check> checks;
   native_fn native = nullptr;  ///< set when the cluster was compiled (function_options::jit_compile)
 
+  /// Whether one pass over memory runs the whole cluster (a native loop, or one
+  /// instruction): its streams are then regular enough for the hardware prefetcher.
+  bool single_pass() const { return native || code.size() == 1; }
   /// Entries between the pointer tables of two chunks: whole cache lines.
   int table_stride() const { return (table_size + 7) & ~7; }
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
@@ -8032,9 +8190,10 @@ struct graph_outline {
 /// the loads of the next tile, prefetched, arrive. Tiles of 2048 measured 1.5x slower
 /// on a chain of five ops over 16M floats.
 inline constexpr std::int64_t interpreted_max_tile = 256;
-/// A native loop (function_options::jit_compile) streams memory in one pass with its
-/// intermediates in registers: long tiles spare it calls (256 measured 1.8x slower).
-inline constexpr std::int64_t native_max_tile = 4096;
+/// A native loop (function_options::jit_compile), or a cluster of one instruction once
+/// its arithmetic is folded, streams memory in one pass with its intermediates in
+/// registers: long tiles spare it calls (256 measured 1.8x slower for a native loop).
+inline constexpr std::int64_t single_pass_max_tile = 4096;
 
 /// Sets the tile of cluster `c` (at most `max_tile` elements) and its buffers' size:
 /// the tile scratch of a chunk stays within about 32 KiB, to stay in L1.
@@ -8077,6 +8236,7 @@ class plan_builder {
  private:
   const node& at(int id) const { return g_.nodes()[std::size_t(id)]; }
   value_info& value(int id) { return plan_->values[std::size_t(id)]; }
+  const value_info& value(int id) const { return plan_->values[std::size_t(id)]; }
 
   // Concrete dtype and shape of every needed node, by the ops' own rules. False when
   // the plan must interpret: a tensor off the CPU, a rule that fails for these
@@ -8348,6 +8508,116 @@ class plan_builder {
     }
   }
 
+  // Scalar arithmetic of a cluster folded into the passes of its other ops
+  // (folded_arithmetic): by node, whether it was folded, and for an op that runs, the
+  // value its pass reads instead of its input (pre), the value it defines (the last
+  // of its post arithmetic) and the folded arithmetic, with node ids for entries.
+  struct folds {
+    std::vector<bool> folded;
+    std::vector<int> input, result, count;
+    std::vector<folded_arithmetic> arithmetic;
+  };
+
+  enum class arithmetic { none, add, subtract, multiply };
+
+  // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
+  arithmetic arithmetic_of(int id, dtype t) const {
+    if (value(id).type != t || !entries_[std::size_t(id)].compound) return arithmetic::none;
+    for (int in : at(id).input_ids())
+      if (value(in).type != t) return arithmetic::none;
+    const ops::any_op& op = at(id).operation();
+    if (std::holds_alternative<ops::add>(op)) return arithmetic::add;
+    if (std::holds_alternative<ops::subtract>(op)) return arithmetic::subtract;
+    if (std::holds_alternative<ops::multiply>(op)) return arithmetic::multiply;
+    return arithmetic::none;
+  }
+
+  // Folds scalar arithmetic around the ops of a cluster whose members are `members`.
+  // A node folds when its value is read once, by the op it folds into (or is
+  // produced by it), and never reaches memory. Before a unary op: a product and a
+  // sum with one-element operands. After any op: a product, then a sum, with
+  // one-element operands, or after a unary op also with cluster-shaped operands
+  // computed before it, since the folded pass runs at the op's place.
+  folds fold_arithmetic(const std::vector<int>& members, auto inside) const {
+    const std::size_t n = g_.nodes().size();
+    folds f{std::vector<bool>(n, false), std::vector<int>(n, -1), std::vector<int>(n, -1), std::vector<int>(n, 0),
+            std::vector<folded_arithmetic>(n)};
+    if (!can_fold_arithmetic) return f;
+    std::vector<int> reads(n, 0), reader(n, -1), place(n, -1);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      place[std::size_t(members[k])] = int(k);
+      for (int in : at(members[k]).input_ids()) {
+        ++reads[std::size_t(in)];
+        reader[std::size_t(in)] = members[k];
+      }
+    }
+    auto read_once = [&](int v) { return inside(v) && !materialized_[std::size_t(v)] && reads[std::size_t(v)] == 1; };
+    auto one_element = [&](int v) { return !inside(v) && value(v).dims.num_elements() == 1; };
+
+    // Pre: the sum, then the product, that make a unary op's input.
+    for (int u : members) {
+      if (!entries_[std::size_t(u)].compound || at(u).input_ids().size() != 1) continue;
+      const dtype t = value(u).type;
+      folded_arithmetic& a = f.arithmetic[std::size_t(u)];
+      int x = at(u).input_ids()[0];
+      for (bool shift_open = true; read_once(x) && !f.folded[std::size_t(x)];) {
+        const arithmetic kind = arithmetic_of(x, t);
+        const auto& in = at(x).input_ids();
+        const int s = one_element(in[1]) ? 1 : one_element(in[0]) ? 0 : -1;
+        if (kind == arithmetic::none || s < 0 || (kind != arithmetic::multiply && !shift_open)) break;
+        if (kind == arithmetic::multiply) {
+          a.pre_scale.entry = in[std::size_t(s)];
+        } else {
+          a.pre_shift = {in[std::size_t(s)], false, kind == arithmetic::subtract && s == 1};
+          a.pre_scale.negated = kind == arithmetic::subtract && s == 0;  // s - v is (-v) + s
+          shift_open = false;
+        }
+        a.pre = true;
+        f.folded[std::size_t(x)] = true;
+        ++f.count[std::size_t(u)];
+        x = in[std::size_t(1 - s)];
+        if (kind == arithmetic::multiply) break;
+      }
+      if (a.pre) f.input[std::size_t(u)] = x;
+    }
+
+    // Post: the product, then the sum, that the op's result goes through.
+    for (int h : members) {
+      if (f.folded[std::size_t(h)] || !entries_[std::size_t(h)].compound) continue;
+      const auto& hin = at(h).input_ids();
+      const bool unary = hin.size() == 1;
+      if (!unary && (hin.size() != 2 || (one_element(hin[0]) && one_element(hin[1])))) continue;
+      const dtype t = value(h).type;
+      folded_arithmetic& a = f.arithmetic[std::size_t(h)];
+      int v = h;
+      bool scaled = false, shifted = false;
+      while (read_once(v) && !shifted) {
+        const int r = reader[std::size_t(v)];
+        const arithmetic kind = arithmetic_of(r, t);
+        if (kind == arithmetic::none || f.folded[std::size_t(r)] || (kind == arithmetic::multiply && scaled)) break;
+        const auto& in = at(r).input_ids();
+        const int k = in[0] == v ? 1 : 0;  // the other operand
+        const int o = in[std::size_t(k)];
+        const bool contiguous = !one_element(o);
+        if (contiguous && (!unary || (inside(o) && place[std::size_t(o)] >= place[std::size_t(h)]))) break;
+        if (kind == arithmetic::multiply) {
+          a.scale = {o, contiguous, a.scale.negated};
+          scaled = true;
+        } else {
+          a.shift = {o, contiguous, kind == arithmetic::subtract && k == 1};
+          if (kind == arithmetic::subtract && k == 0) a.scale.negated = !a.scale.negated;  // o - v is (-v) + o
+          shifted = true;
+        }
+        f.folded[std::size_t(r)] = true;
+        ++f.count[std::size_t(h)];
+        place[std::size_t(r)] = place[std::size_t(h)];
+        v = r;
+      }
+      if (v != h) f.result[std::size_t(h)] = v;
+    }
+    return f;
+  }
+
   void lower_cluster(const group& gr) {
     fused_cluster& c = plan_->clusters[std::size_t(cluster_index_[std::size_t(&gr - groups_.data())])];
     c.nodes = gr.members;
@@ -8356,19 +8626,40 @@ class plan_builder {
     const std::vector<int>& members = gr.members;
     const int cluster_id = cluster_of_[std::size_t(members[0])];
     auto inside = [&](int v) { return cluster_of_[std::size_t(v)] == cluster_id; };
+    const folds f = fold_arithmetic(members, inside);
+
+    // The ops that run, each with the values it reads and the value it defines.
+    struct lowered {
+      int op;
+      int result;
+      std::vector<int> reads;  // the op's operands, then its fold operands
+    };
+    std::vector<lowered> code;
+    for (int id : members) {
+      if (f.folded[std::size_t(id)]) continue;
+      lowered l{id, f.result[std::size_t(id)] >= 0 ? f.result[std::size_t(id)] : id, {}};
+      if (f.input[std::size_t(id)] >= 0)
+        l.reads.push_back(f.input[std::size_t(id)]);
+      else
+        for (int in : at(id).input_ids()) l.reads.push_back(in);
+      const folded_arithmetic& a = f.arithmetic[std::size_t(id)];
+      for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
+        if (o->entry >= 0) l.reads.push_back(o->entry);
+      code.push_back(std::move(l));
+    }
 
     // Last instruction (within the cluster) that reads each scratch value.
     std::vector<int> last_read(g_.nodes().size(), -1);
-    for (std::size_t k = 0; k < members.size(); ++k)
-      for (int in : at(members[k]).input_ids()) last_read[std::size_t(in)] = int(k);
+    for (std::size_t k = 0; k < code.size(); ++k)
+      for (int in : code[k].reads) last_read[std::size_t(in)] = int(k);
 
     // Scratch buffers first (their number is known only after allocating them), so
     // entries are assigned in two passes: scratch indices now, memory operands after.
     std::vector<int> scratch_of(g_.nodes().size(), -1);
     std::vector<int> free_scratch;
     int scratch = 0;
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      int id = members[k];
+    for (std::size_t k = 0; k < code.size(); ++k) {
+      const int id = code[k].result;
       if (!materialized_[std::size_t(id)]) {
         if (free_scratch.empty()) {
           scratch_of[std::size_t(id)] = scratch++;
@@ -8377,7 +8668,7 @@ class plan_builder {
           free_scratch.pop_back();
         }
       }
-      for (int in : at(id).input_ids())
+      for (int in : code[k].reads)
         if (inside(in) && scratch_of[std::size_t(in)] >= 0 && last_read[std::size_t(in)] == int(k) &&
             std::find(free_scratch.begin(), free_scratch.end(), scratch_of[std::size_t(in)]) == free_scratch.end())
           free_scratch.push_back(scratch_of[std::size_t(in)]);
@@ -8385,8 +8676,8 @@ class plan_builder {
 
     // Operands outside the cluster: streamed in place, broadcast, or gathered.
     std::vector<int> externals;
-    for (int id : members)
-      for (int in : at(id).input_ids())
+    for (const lowered& l : code)
+      for (int in : l.reads)
         if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
     std::vector<int> gathered_values;
     for (int in : externals) {
@@ -8394,7 +8685,6 @@ class plan_builder {
       if (count != c.size && count != 1) gathered_values.push_back(in);
     }
     c.buffers = scratch + int(gathered_values.size());
-    set_tile(c, interpreted_max_tile);
 
     std::vector<int> entry_of_value(g_.nodes().size(), -1);
     for (std::size_t i = 0; i < gathered_values.size(); ++i) {
@@ -8409,7 +8699,8 @@ class plan_builder {
       cluster_operand op{in, next++, size_of(value(in).type)};
       (value(in).dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
     }
-    for (int id : members) {
+    for (const lowered& l : code) {
+      const int id = l.result;
       if (scratch_of[std::size_t(id)] >= 0) {
         entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
       } else {
@@ -8421,26 +8712,37 @@ class plan_builder {
     c.table_size = next;
     plan_->max_table = std::max(plan_->max_table, c.table_size);
 
-    for (int id : members) {
-      const node& n = at(id);
-      const op_entry& e = entries_[std::size_t(id)];
+    for (const lowered& l : code) {
+      const op_entry& e = entries_[std::size_t(l.op)];
       instruction ins;
       ins.fn = e.tile;
       ins.op = e.op;
-      ins.arity = int(n.input_ids().size());
-      ins.out = entry_of_value[std::size_t(id)];
-      ins.type = value(id).type;
+      ins.arity = int(at(l.op).input_ids().size());
+      ins.out = entry_of_value[std::size_t(l.result)];
+      ins.type = value(l.result).type;
       ins.native_name = e.native_name;
       for (int k = 0; k < ins.arity; ++k) {
-        int in = n.input_ids()[std::size_t(k)];
+        int in = l.reads[std::size_t(k)];
         ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];
         bool one_value = !inside(in) && value(in).dims.num_elements() == 1 && c.size != 1;
         if (!one_value) ins.contig |= 1u << k;
       }
+      const folded_arithmetic& a = f.arithmetic[std::size_t(l.op)];
+      ins.folded_ops = f.count[std::size_t(l.op)];
+      if (a.pre || l.result != l.op) {
+        ins.compound = e.compound;
+        ins.fold = a;
+        for (fold_operand* o : {&ins.fold.pre_scale, &ins.fold.pre_shift, &ins.fold.scale, &ins.fold.shift})
+          if (o->entry >= 0) o->entry = entry_of_value[std::size_t(o->entry)];
+      }
       c.code.push_back(ins);
+    }
+    set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
+    for (int id : members) {
+      const op_entry& e = entries_[std::size_t(id)];
       if (e.check) {
-        c.checks.push_back({e.check, e.op, n.input_ids()});
-        plan_->max_inputs = std::max(plan_->max_inputs, n.input_ids().size());
+        c.checks.push_back({e.check, e.op, at(id).input_ids()});
+        plan_->max_inputs = std::max(plan_->max_inputs, at(id).input_ids().size());
       }
     }
   }
@@ -8666,13 +8968,15 @@ inline std::string native_prelude() {
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
-/// type native_fn; "" when the cluster has fewer than two ops (nothing to keep in
-/// registers) or an op has no SIMD functor for the cluster's one dtype. Like the
-/// elementwise kernels, a loop whose results are too large for the cache writes
-/// them with non-temporal stores.
-/// \code native_source(cluster) // "... const B v1 = kiln::ops::tanh{}(v0); ..." \endcode
+/// type native_fn; "" when the cluster has fewer than two ops, folded ones included
+/// (nothing to keep in registers), or an op has no SIMD functor for the cluster's
+/// one dtype. Like the elementwise kernels, a loop whose results are too large for
+/// the cache writes them with non-temporal stores.
+/// \code native_source(cluster) // "... const B v0 = kiln::ops::abs{}(m3); ..." \endcode
 inline std::string native_source(const fused_cluster& c) {
-  if (c.code.size() < 2) return {};
+  std::size_t ops = 0;
+  for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
+  if (ops < 2) return {};
   const dtype type = c.code[0].type;
   const std::string_view element = native_type_name(type);
   if (element.empty()) return {};
@@ -8685,28 +8989,42 @@ inline std::string native_source(const fused_cluster& c) {
   std::string setup, body, written;
   std::vector<std::string> held(std::size_t(c.table_size));  // the register holding an entry's value
   std::vector<bool> splat(std::size_t(c.table_size), false);
+  auto operand = [&](int entry, bool contiguous) {
+    const std::size_t e = std::size_t(entry);
+    const std::string n = std::to_string(e);
+    if (!contiguous) {
+      if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
+      splat[e] = true;
+      return "s" + n;
+    }
+    if (held[e].empty()) {
+      setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
+      body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
+      held[e] = "m" + n;
+    }
+    return held[e];
+  };
+  auto fold_value = [&](const fold_operand& o, const char* identity) {
+    const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
+    return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
+  };
+  auto scale_and_shift = [&](const std::string& x, const fold_operand& scale, const fold_operand& shift) {
+    return "kiln::ops::add{}(kiln::ops::multiply{}(" + x + ", " + fold_value(scale, "1") + "), " + fold_value(shift, "-0.0") +
+           ")";
+  };
   for (std::size_t k = 0; k < c.code.size(); ++k) {
     const instruction& ins = c.code[k];
+    const bool folded = ins.compound != nullptr;
     std::string call = std::string(ins.native_name) + "{}(";
     for (int a = 0; a < ins.arity; ++a) {
-      const std::size_t e = std::size_t(ins.in[std::size_t(a)]);
-      const std::string n = std::to_string(e);
-      if (a) call += ", ";
-      if (!((ins.contig >> a) & 1u)) {
-        if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
-        splat[e] = true;
-        call += "s" + n;
-        continue;
-      }
-      if (held[e].empty()) {
-        setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
-        body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
-        held[e] = "m" + n;
-      }
-      call += held[e];
+      std::string x = operand(ins.in[std::size_t(a)], (ins.contig >> a) & 1u);
+      if (folded && ins.fold.pre) x = scale_and_shift(x, ins.fold.pre_scale, ins.fold.pre_shift);
+      call += (a ? ", " : "") + x;
     }
+    call += ")";
+    if (folded) call = scale_and_shift(call, ins.fold.scale, ins.fold.shift);
     const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
-    body += "      const B " + v + " = " + call + ");\n";
+    body += "      const B " + v + " = " + call + ";\n";
     held[std::size_t(ins.out)] = v;
     if (ins.out >= c.buffers) {
       setup += "  T* const w" + n + " = static_cast<T*>(table[" + n + "]);\n";
@@ -8904,7 +9222,7 @@ inline void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
     if (std::string source = native_source(c); !source.empty()) {
       c.native = native_compiler::instance().load(source);
-      if (c.native) set_tile(c, native_max_tile);
+      if (c.native) set_tile(c, single_pass_max_tile);
     }
 }
 
@@ -9125,7 +9443,7 @@ class graph_executor {
         for (const exec::cluster_operand& o : c.streamed)
           table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
         for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
-        if (const std::int64_t ahead = t + prefetch_distance * c.tile; !c.native && ahead < hi)
+        if (const std::int64_t ahead = t + prefetch_distance * c.tile; !c.single_pass() && ahead < hi)
           prefetch_tile(c, bases, ahead, std::min(c.tile, hi - ahead));
         run_code(c, table, whole);
       }
@@ -9141,7 +9459,8 @@ class graph_executor {
   // Asks for the memory of the streamed operands of the tile from `t` on, `len`
   // elements, while the current tile computes: the hardware prefetcher sees no
   // stream during a compute-bound op, so without this every tile would start with
-  // a wait for memory. (A native loop streams in one pass: the hardware keeps up.)
+  // a wait for memory. (A single pass streams: the hardware keeps up, and on AMD Zen 4
+  // these prefetches made a folded chain 1.45x slower than none.)
   // Written operands too, so that their stores do not wait for the lines to be read
   // for ownership.
   static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
@@ -9166,7 +9485,12 @@ class graph_executor {
 
   static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
     if (c.native) return c.native(table, len);
-    for (const exec::instruction& i : c.code) i.fn(i.op, i.contig, table[i.out], table, i.in.data(), len);
+    for (const exec::instruction& i : c.code) {
+      if (i.compound)
+        i.compound(i.op, i.contig, i.fold, table[i.out], table, i.in.data(), len);
+      else
+        i.fn(i.op, i.contig, table[i.out], table, i.in.data(), len);
+    }
   }
 
   // The last `len` (< padded_elements) elements of a cluster, from `t` on: inputs are

@@ -159,6 +159,18 @@ TEST_CASE("maximum and minimum propagate NaN on the SIMD path as on the scalar o
   kiln::testing::check_backends(ops::minimum{}, {x, y});
 }
 
+TEST_CASE("negation flips the sign of zeros on the SIMD path as on the scalar one") {
+  for (dtype t : {float32, float64}) {
+    INFO(t);
+    std::vector<double> v(37, 0.0);
+    for (std::size_t i = 0; i < v.size(); i += 2) v[i] = -0.0;
+    const tensor x = kiln::cast(kiln::testing::make_tensor(v, shape{37}), t);
+    const std::vector<double> r = kiln::cast(-x, float64).to_vector<double>();
+    for (std::size_t i = 0; i < v.size(); ++i) CHECK(std::signbit(r[i]) != std::signbit(v[i]));
+    kiln::testing::check_backends(ops::negate{}, {x});
+  }
+}
+
 TEST_CASE("float32 tanh stays within 6 ulp of the exact value and keeps the special values") {
   // Every 97th float in [0, 10] plus their negatives: about 22M points, both sides of
   // the saturation at 9 included. The reference is the double-precision tanh.

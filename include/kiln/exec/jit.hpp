@@ -82,13 +82,15 @@ inline std::string native_prelude() {
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
-/// type native_fn; "" when the cluster has fewer than two ops (nothing to keep in
-/// registers) or an op has no SIMD functor for the cluster's one dtype. Like the
-/// elementwise kernels, a loop whose results are too large for the cache writes
-/// them with non-temporal stores.
-/// \code native_source(cluster) // "... const B v1 = kiln::ops::tanh{}(v0); ..." \endcode
+/// type native_fn; "" when the cluster has fewer than two ops, folded ones included
+/// (nothing to keep in registers), or an op has no SIMD functor for the cluster's
+/// one dtype. Like the elementwise kernels, a loop whose results are too large for
+/// the cache writes them with non-temporal stores.
+/// \code native_source(cluster) // "... const B v0 = kiln::ops::abs{}(m3); ..." \endcode
 inline std::string native_source(const fused_cluster& c) {
-  if (c.code.size() < 2) return {};
+  std::size_t ops = 0;
+  for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
+  if (ops < 2) return {};
   const dtype type = c.code[0].type;
   const std::string_view element = native_type_name(type);
   if (element.empty()) return {};
@@ -101,28 +103,42 @@ inline std::string native_source(const fused_cluster& c) {
   std::string setup, body, written;
   std::vector<std::string> held(std::size_t(c.table_size));  // the register holding an entry's value
   std::vector<bool> splat(std::size_t(c.table_size), false);
+  auto operand = [&](int entry, bool contiguous) {
+    const std::size_t e = std::size_t(entry);
+    const std::string n = std::to_string(e);
+    if (!contiguous) {
+      if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
+      splat[e] = true;
+      return "s" + n;
+    }
+    if (held[e].empty()) {
+      setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
+      body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
+      held[e] = "m" + n;
+    }
+    return held[e];
+  };
+  auto fold_value = [&](const fold_operand& o, const char* identity) {
+    const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
+    return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
+  };
+  auto scale_and_shift = [&](const std::string& x, const fold_operand& scale, const fold_operand& shift) {
+    return "kiln::ops::add{}(kiln::ops::multiply{}(" + x + ", " + fold_value(scale, "1") + "), " + fold_value(shift, "-0.0") +
+           ")";
+  };
   for (std::size_t k = 0; k < c.code.size(); ++k) {
     const instruction& ins = c.code[k];
+    const bool folded = ins.compound != nullptr;
     std::string call = std::string(ins.native_name) + "{}(";
     for (int a = 0; a < ins.arity; ++a) {
-      const std::size_t e = std::size_t(ins.in[std::size_t(a)]);
-      const std::string n = std::to_string(e);
-      if (a) call += ", ";
-      if (!((ins.contig >> a) & 1u)) {
-        if (!splat[e]) setup += "  const B s" + n + "(*static_cast<const T*>(table[" + n + "]));\n";
-        splat[e] = true;
-        call += "s" + n;
-        continue;
-      }
-      if (held[e].empty()) {
-        setup += "  const T* const p" + n + " = static_cast<const T*>(table[" + n + "]);\n";
-        body += "      const B m" + n + " = B::load_unaligned(p" + n + " + i);\n";
-        held[e] = "m" + n;
-      }
-      call += held[e];
+      std::string x = operand(ins.in[std::size_t(a)], (ins.contig >> a) & 1u);
+      if (folded && ins.fold.pre) x = scale_and_shift(x, ins.fold.pre_scale, ins.fold.pre_shift);
+      call += (a ? ", " : "") + x;
     }
+    call += ")";
+    if (folded) call = scale_and_shift(call, ins.fold.scale, ins.fold.shift);
     const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
-    body += "      const B " + v + " = " + call + ");\n";
+    body += "      const B " + v + " = " + call + ";\n";
     held[std::size_t(ins.out)] = v;
     if (ins.out >= c.buffers) {
       setup += "  T* const w" + n + " = static_cast<T*>(table[" + n + "]);\n";
@@ -320,7 +336,7 @@ inline void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
     if (std::string source = native_source(c); !source.empty()) {
       c.native = native_compiler::instance().load(source);
-      if (c.native) set_tile(c, native_max_tile);
+      if (c.native) set_tile(c, single_pass_max_tile);
     }
 }
 

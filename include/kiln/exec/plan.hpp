@@ -50,10 +50,12 @@ struct value_info {
   int index = -1;
 };
 
-/// One elementwise node of a cluster: operands and result are indices into the
-/// cluster's per-tile pointer table.
+/// One elementwise node of a cluster, with the scalar arithmetic folded into its pass
+/// (the nodes of that arithmetic get no instruction of their own): operands, result
+/// and fold operands are indices into the cluster's per-tile pointer table.
 struct instruction {
   tile_fn fn = nullptr;
+  compound_fn compound = nullptr;  ///< set, and run instead of `fn`, when `fold` is not empty
   const void* op = nullptr;
   unsigned contig = 0;
   int arity = 0;
@@ -61,6 +63,8 @@ struct instruction {
   std::array<int, 3> in{};
   dtype type = float32;             ///< of the result
   std::string_view native_name{};  ///< op_entry::native_name
+  folded_arithmetic fold;
+  int folded_ops = 0;  ///< nodes folded into this one
 };
 
 /// A cluster compiled to one native loop (kiln/exec/jit.hpp): runs `len` elements,
@@ -120,6 +124,9 @@ struct fused_cluster {
   std::vector<cluster_check> checks;
   native_fn native = nullptr;  ///< set when the cluster was compiled (function_options::jit_compile)
 
+  /// Whether one pass over memory runs the whole cluster (a native loop, or one
+  /// instruction): its streams are then regular enough for the hardware prefetcher.
+  bool single_pass() const { return native || code.size() == 1; }
   /// Entries between the pointer tables of two chunks: whole cache lines.
   int table_stride() const { return (table_size + 7) & ~7; }
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
@@ -227,9 +234,10 @@ struct graph_outline {
 /// the loads of the next tile, prefetched, arrive. Tiles of 2048 measured 1.5x slower
 /// on a chain of five ops over 16M floats.
 inline constexpr std::int64_t interpreted_max_tile = 256;
-/// A native loop (function_options::jit_compile) streams memory in one pass with its
-/// intermediates in registers: long tiles spare it calls (256 measured 1.8x slower).
-inline constexpr std::int64_t native_max_tile = 4096;
+/// A native loop (function_options::jit_compile), or a cluster of one instruction once
+/// its arithmetic is folded, streams memory in one pass with its intermediates in
+/// registers: long tiles spare it calls (256 measured 1.8x slower for a native loop).
+inline constexpr std::int64_t single_pass_max_tile = 4096;
 
 /// Sets the tile of cluster `c` (at most `max_tile` elements) and its buffers' size:
 /// the tile scratch of a chunk stays within about 32 KiB, to stay in L1.
@@ -272,6 +280,7 @@ class plan_builder {
  private:
   const node& at(int id) const { return g_.nodes()[std::size_t(id)]; }
   value_info& value(int id) { return plan_->values[std::size_t(id)]; }
+  const value_info& value(int id) const { return plan_->values[std::size_t(id)]; }
 
   // Concrete dtype and shape of every needed node, by the ops' own rules. False when
   // the plan must interpret: a tensor off the CPU, a rule that fails for these
@@ -543,6 +552,116 @@ class plan_builder {
     }
   }
 
+  // Scalar arithmetic of a cluster folded into the passes of its other ops
+  // (folded_arithmetic): by node, whether it was folded, and for an op that runs, the
+  // value its pass reads instead of its input (pre), the value it defines (the last
+  // of its post arithmetic) and the folded arithmetic, with node ids for entries.
+  struct folds {
+    std::vector<bool> folded;
+    std::vector<int> input, result, count;
+    std::vector<folded_arithmetic> arithmetic;
+  };
+
+  enum class arithmetic { none, add, subtract, multiply };
+
+  // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
+  arithmetic arithmetic_of(int id, dtype t) const {
+    if (value(id).type != t || !entries_[std::size_t(id)].compound) return arithmetic::none;
+    for (int in : at(id).input_ids())
+      if (value(in).type != t) return arithmetic::none;
+    const ops::any_op& op = at(id).operation();
+    if (std::holds_alternative<ops::add>(op)) return arithmetic::add;
+    if (std::holds_alternative<ops::subtract>(op)) return arithmetic::subtract;
+    if (std::holds_alternative<ops::multiply>(op)) return arithmetic::multiply;
+    return arithmetic::none;
+  }
+
+  // Folds scalar arithmetic around the ops of a cluster whose members are `members`.
+  // A node folds when its value is read once, by the op it folds into (or is
+  // produced by it), and never reaches memory. Before a unary op: a product and a
+  // sum with one-element operands. After any op: a product, then a sum, with
+  // one-element operands, or after a unary op also with cluster-shaped operands
+  // computed before it, since the folded pass runs at the op's place.
+  folds fold_arithmetic(const std::vector<int>& members, auto inside) const {
+    const std::size_t n = g_.nodes().size();
+    folds f{std::vector<bool>(n, false), std::vector<int>(n, -1), std::vector<int>(n, -1), std::vector<int>(n, 0),
+            std::vector<folded_arithmetic>(n)};
+    if (!can_fold_arithmetic) return f;
+    std::vector<int> reads(n, 0), reader(n, -1), place(n, -1);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      place[std::size_t(members[k])] = int(k);
+      for (int in : at(members[k]).input_ids()) {
+        ++reads[std::size_t(in)];
+        reader[std::size_t(in)] = members[k];
+      }
+    }
+    auto read_once = [&](int v) { return inside(v) && !materialized_[std::size_t(v)] && reads[std::size_t(v)] == 1; };
+    auto one_element = [&](int v) { return !inside(v) && value(v).dims.num_elements() == 1; };
+
+    // Pre: the sum, then the product, that make a unary op's input.
+    for (int u : members) {
+      if (!entries_[std::size_t(u)].compound || at(u).input_ids().size() != 1) continue;
+      const dtype t = value(u).type;
+      folded_arithmetic& a = f.arithmetic[std::size_t(u)];
+      int x = at(u).input_ids()[0];
+      for (bool shift_open = true; read_once(x) && !f.folded[std::size_t(x)];) {
+        const arithmetic kind = arithmetic_of(x, t);
+        const auto& in = at(x).input_ids();
+        const int s = one_element(in[1]) ? 1 : one_element(in[0]) ? 0 : -1;
+        if (kind == arithmetic::none || s < 0 || (kind != arithmetic::multiply && !shift_open)) break;
+        if (kind == arithmetic::multiply) {
+          a.pre_scale.entry = in[std::size_t(s)];
+        } else {
+          a.pre_shift = {in[std::size_t(s)], false, kind == arithmetic::subtract && s == 1};
+          a.pre_scale.negated = kind == arithmetic::subtract && s == 0;  // s - v is (-v) + s
+          shift_open = false;
+        }
+        a.pre = true;
+        f.folded[std::size_t(x)] = true;
+        ++f.count[std::size_t(u)];
+        x = in[std::size_t(1 - s)];
+        if (kind == arithmetic::multiply) break;
+      }
+      if (a.pre) f.input[std::size_t(u)] = x;
+    }
+
+    // Post: the product, then the sum, that the op's result goes through.
+    for (int h : members) {
+      if (f.folded[std::size_t(h)] || !entries_[std::size_t(h)].compound) continue;
+      const auto& hin = at(h).input_ids();
+      const bool unary = hin.size() == 1;
+      if (!unary && (hin.size() != 2 || (one_element(hin[0]) && one_element(hin[1])))) continue;
+      const dtype t = value(h).type;
+      folded_arithmetic& a = f.arithmetic[std::size_t(h)];
+      int v = h;
+      bool scaled = false, shifted = false;
+      while (read_once(v) && !shifted) {
+        const int r = reader[std::size_t(v)];
+        const arithmetic kind = arithmetic_of(r, t);
+        if (kind == arithmetic::none || f.folded[std::size_t(r)] || (kind == arithmetic::multiply && scaled)) break;
+        const auto& in = at(r).input_ids();
+        const int k = in[0] == v ? 1 : 0;  // the other operand
+        const int o = in[std::size_t(k)];
+        const bool contiguous = !one_element(o);
+        if (contiguous && (!unary || (inside(o) && place[std::size_t(o)] >= place[std::size_t(h)]))) break;
+        if (kind == arithmetic::multiply) {
+          a.scale = {o, contiguous, a.scale.negated};
+          scaled = true;
+        } else {
+          a.shift = {o, contiguous, kind == arithmetic::subtract && k == 1};
+          if (kind == arithmetic::subtract && k == 0) a.scale.negated = !a.scale.negated;  // o - v is (-v) + o
+          shifted = true;
+        }
+        f.folded[std::size_t(r)] = true;
+        ++f.count[std::size_t(h)];
+        place[std::size_t(r)] = place[std::size_t(h)];
+        v = r;
+      }
+      if (v != h) f.result[std::size_t(h)] = v;
+    }
+    return f;
+  }
+
   void lower_cluster(const group& gr) {
     fused_cluster& c = plan_->clusters[std::size_t(cluster_index_[std::size_t(&gr - groups_.data())])];
     c.nodes = gr.members;
@@ -551,19 +670,40 @@ class plan_builder {
     const std::vector<int>& members = gr.members;
     const int cluster_id = cluster_of_[std::size_t(members[0])];
     auto inside = [&](int v) { return cluster_of_[std::size_t(v)] == cluster_id; };
+    const folds f = fold_arithmetic(members, inside);
+
+    // The ops that run, each with the values it reads and the value it defines.
+    struct lowered {
+      int op;
+      int result;
+      std::vector<int> reads;  // the op's operands, then its fold operands
+    };
+    std::vector<lowered> code;
+    for (int id : members) {
+      if (f.folded[std::size_t(id)]) continue;
+      lowered l{id, f.result[std::size_t(id)] >= 0 ? f.result[std::size_t(id)] : id, {}};
+      if (f.input[std::size_t(id)] >= 0)
+        l.reads.push_back(f.input[std::size_t(id)]);
+      else
+        for (int in : at(id).input_ids()) l.reads.push_back(in);
+      const folded_arithmetic& a = f.arithmetic[std::size_t(id)];
+      for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
+        if (o->entry >= 0) l.reads.push_back(o->entry);
+      code.push_back(std::move(l));
+    }
 
     // Last instruction (within the cluster) that reads each scratch value.
     std::vector<int> last_read(g_.nodes().size(), -1);
-    for (std::size_t k = 0; k < members.size(); ++k)
-      for (int in : at(members[k]).input_ids()) last_read[std::size_t(in)] = int(k);
+    for (std::size_t k = 0; k < code.size(); ++k)
+      for (int in : code[k].reads) last_read[std::size_t(in)] = int(k);
 
     // Scratch buffers first (their number is known only after allocating them), so
     // entries are assigned in two passes: scratch indices now, memory operands after.
     std::vector<int> scratch_of(g_.nodes().size(), -1);
     std::vector<int> free_scratch;
     int scratch = 0;
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      int id = members[k];
+    for (std::size_t k = 0; k < code.size(); ++k) {
+      const int id = code[k].result;
       if (!materialized_[std::size_t(id)]) {
         if (free_scratch.empty()) {
           scratch_of[std::size_t(id)] = scratch++;
@@ -572,7 +712,7 @@ class plan_builder {
           free_scratch.pop_back();
         }
       }
-      for (int in : at(id).input_ids())
+      for (int in : code[k].reads)
         if (inside(in) && scratch_of[std::size_t(in)] >= 0 && last_read[std::size_t(in)] == int(k) &&
             std::find(free_scratch.begin(), free_scratch.end(), scratch_of[std::size_t(in)]) == free_scratch.end())
           free_scratch.push_back(scratch_of[std::size_t(in)]);
@@ -580,8 +720,8 @@ class plan_builder {
 
     // Operands outside the cluster: streamed in place, broadcast, or gathered.
     std::vector<int> externals;
-    for (int id : members)
-      for (int in : at(id).input_ids())
+    for (const lowered& l : code)
+      for (int in : l.reads)
         if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
     std::vector<int> gathered_values;
     for (int in : externals) {
@@ -589,7 +729,6 @@ class plan_builder {
       if (count != c.size && count != 1) gathered_values.push_back(in);
     }
     c.buffers = scratch + int(gathered_values.size());
-    set_tile(c, interpreted_max_tile);
 
     std::vector<int> entry_of_value(g_.nodes().size(), -1);
     for (std::size_t i = 0; i < gathered_values.size(); ++i) {
@@ -604,7 +743,8 @@ class plan_builder {
       cluster_operand op{in, next++, size_of(value(in).type)};
       (value(in).dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
     }
-    for (int id : members) {
+    for (const lowered& l : code) {
+      const int id = l.result;
       if (scratch_of[std::size_t(id)] >= 0) {
         entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
       } else {
@@ -616,26 +756,37 @@ class plan_builder {
     c.table_size = next;
     plan_->max_table = std::max(plan_->max_table, c.table_size);
 
-    for (int id : members) {
-      const node& n = at(id);
-      const op_entry& e = entries_[std::size_t(id)];
+    for (const lowered& l : code) {
+      const op_entry& e = entries_[std::size_t(l.op)];
       instruction ins;
       ins.fn = e.tile;
       ins.op = e.op;
-      ins.arity = int(n.input_ids().size());
-      ins.out = entry_of_value[std::size_t(id)];
-      ins.type = value(id).type;
+      ins.arity = int(at(l.op).input_ids().size());
+      ins.out = entry_of_value[std::size_t(l.result)];
+      ins.type = value(l.result).type;
       ins.native_name = e.native_name;
       for (int k = 0; k < ins.arity; ++k) {
-        int in = n.input_ids()[std::size_t(k)];
+        int in = l.reads[std::size_t(k)];
         ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];
         bool one_value = !inside(in) && value(in).dims.num_elements() == 1 && c.size != 1;
         if (!one_value) ins.contig |= 1u << k;
       }
+      const folded_arithmetic& a = f.arithmetic[std::size_t(l.op)];
+      ins.folded_ops = f.count[std::size_t(l.op)];
+      if (a.pre || l.result != l.op) {
+        ins.compound = e.compound;
+        ins.fold = a;
+        for (fold_operand* o : {&ins.fold.pre_scale, &ins.fold.pre_shift, &ins.fold.scale, &ins.fold.shift})
+          if (o->entry >= 0) o->entry = entry_of_value[std::size_t(o->entry)];
+      }
       c.code.push_back(ins);
+    }
+    set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
+    for (int id : members) {
+      const op_entry& e = entries_[std::size_t(id)];
       if (e.check) {
-        c.checks.push_back({e.check, e.op, n.input_ids()});
-        plan_->max_inputs = std::max(plan_->max_inputs, n.input_ids().size());
+        c.checks.push_back({e.check, e.op, at(id).input_ids()});
+        plan_->max_inputs = std::max(plan_->max_inputs, at(id).input_ids().size());
       }
     }
   }

@@ -66,7 +66,7 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
-void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
   auto at = [&](int k, std::int64_t i) -> const In& {
     return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
   };
