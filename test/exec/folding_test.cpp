@@ -116,6 +116,7 @@ TEST_CASE("scalar arithmetic folds into the pass of the op next to it", "[exec][
             },
             x) == "[multiply tanh+1]");
   CHECK(lowered_code([](const tensor& x) { return kiln::tanh(x / 3.f); }, x) == "[divide tanh]");
+  CHECK(lowered_code([](const tensor& x) { return kiln::exp(-kiln::abs(x)); }, x) == "[abs negate exp]");
   CHECK(lowered_code([](const tensor& x) { return (kiln::exp(x) + 1.f) * 2.f; }, x) == "[exp+1 multiply]");
 }
 

@@ -606,9 +606,10 @@ class plan_builder {
       int x = at(u).input_ids()[0];
       for (bool shift_open = true; read_once(x) && !f.folded[std::size_t(x)];) {
         const arithmetic kind = arithmetic_of(x, t);
-        const auto& in = at(x).input_ids();
+        if (kind == arithmetic::none || (kind != arithmetic::multiply && !shift_open)) break;
+        const auto& in = at(x).input_ids();  // two operands: add, subtract and multiply are binary
         const int s = one_element(in[1]) ? 1 : one_element(in[0]) ? 0 : -1;
-        if (kind == arithmetic::none || s < 0 || (kind != arithmetic::multiply && !shift_open)) break;
+        if (s < 0) break;
         if (kind == arithmetic::multiply) {
           a.pre_scale.entry = in[std::size_t(s)];
         } else {
