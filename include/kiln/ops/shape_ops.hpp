@@ -415,11 +415,15 @@ inline void check_values(const gather& op, std::span<const tensor* const> in) {
                                x.shape().str());
 }
 
+/// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
+inline std::int64_t scalar_index(const tensor& index) {
+  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+}
+
 /// `set_item` needs 0 <= i < dim for the first dim.
 inline void check_values(const set_item&, std::span<const tensor* const> in) {
   const std::int64_t rows = in[0]->shape()[0];
-  const tensor& index = *in[1];
-  const std::int64_t i = index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+  const std::int64_t i = scalar_index(*in[1]);
   if (i < 0 || i >= rows)
     throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
                                  ") for the first dim of a tensor of shape " + in[0]->shape().str());
@@ -509,7 +513,7 @@ inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
 
 inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
   const tensor &x = *in[0], &value = *in[2];
-  const std::int64_t i = in[1]->dtype() == int64 ? in[1]->to_vector<std::int64_t>()[0] : in[1]->to_vector<std::int32_t>()[0];
+  const std::int64_t i = scalar_index(*in[1]);
   int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
   for (int d = 0; d < x.rank(); ++d) {
     zero.push_back(0);
