@@ -31,5 +31,5 @@ int main() {
   std::cout << dbl(kiln::constant("b")) << "\n";
 
   // print(double.pretty_printed_concrete_signatures())
-  std::cout << dbl.pretty_printed_concrete_signatures();
+  std::cout << dbl.pretty_printed_concrete_signatures() << "\n";
 }

@@ -33,6 +33,9 @@ void assert_raises(const char* error_name, F&& f) {
 }  // namespace
 
 int main() {
+  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // streams in order, and so does this program, on standard output.
+  kiln::config::set_print_stream(std::cout);
   using kiln::tensor;
 
   // def for_in_range(): x = 0; for i in range(5): x += i
@@ -102,9 +105,9 @@ int main() {
   //   for i in range(5):
   //     if tf.equal(i, 3): break
   //     x += i
-  // Here `i` is a C++ int, so tf.equal(i, 3) is an eager tensor whose value the C++
-  // `if` reads while tracing: the loop unrolls (TensorFlow raises a TypeError, since
-  // there every op inside a tf.function is symbolic).
+  // Inside a function every op is recorded, so tf.equal(i, 3) is a symbolic tensor
+  // even though `i` is a C++ int, and a C++ `if` cannot test it: TensorFlow raises a
+  // TypeError, kiln a kiln::type_error.
   kiln::function buggy_py_for_tf_break(
       [] {
         kiln::tensor x = kiln::constant(0);
@@ -115,8 +118,9 @@ int main() {
         return x;
       },
       {.name = "buggy_py_for_tf_break"});
-  test_dynamically_unrolled(buggy_py_for_tf_break, "buggy_py_for_tf_break()");
-  std::cout << "buggy_py_for_tf_break() = " << buggy_py_for_tf_break() << "\n";
+  assert_raises<kiln::type_error>("kiln::type_error", [&] {
+    test_dynamically_unrolled(buggy_py_for_tf_break, "buggy_py_for_tf_break()");
+  });
 
   // def tf_for_tf_break():
   //   x = 0

@@ -32,8 +32,7 @@ int main() {
   std::cout << my_relu(kiln::constant(-2.5f)) << "\n";     // Signature matches `kiln::constant(5.5f)`.
   std::cout << my_relu(kiln::constant({-1.f, 1.f})) << "\n";  // Signature matches `kiln::constant({3.f, -3.f})`.
 
-  // The seed ends with print(my_relu.pretty_printed_concrete_signatures()), three
-  // signatures; kiln prints the C++ list's trace as `my_relu(x=1=-1)` with an empty
-  // Args block where the seed shows `my_relu(x=[1, -1])`, so that cell is left out
-  // until the tracing layer prints bound sequences as lists.
+  // There are three concrete functions (one for each graph) in `my_relu`.
+  // The concrete function also knows the return type and shape!
+  std::cout << my_relu.pretty_printed_concrete_signatures() << "\n";
 }

@@ -8,6 +8,9 @@
 #include <vector>
 
 int main() {
+  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // streams in order, and so does this program, on standard output.
+  kiln::config::set_print_stream(std::cout);
   // @tf.function
   // def f(x):
   //   print("Traced with", x)

@@ -9,6 +9,9 @@
 #include <iostream>
 
 int main() {
+  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // streams in order, and so does this program, on standard output.
+  kiln::config::set_print_stream(std::cout);
   // def train_one_step(): pass
   auto train_one_step = [] {};
 

@@ -54,5 +54,6 @@
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/function.hpp"
 #include "kiln/trace/effects.hpp"
+#include "kiln/trace/random.hpp"
 #include "kiln/trace/control_flow.hpp"
 #include "kiln/kernels.hpp"

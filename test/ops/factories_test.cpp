@@ -225,29 +225,59 @@ TEST_CASE("Philox 4x32-10 matches the published known answers", "[factories][ran
 TEST_CASE("random::uniform is seeded, in range and uniform", "[factories][random]") {
   SECTION("seed 0 draws the first Philox block (counter 0, key 0)") {
     // float32: the top 24 bits of each word; int32: each word modulo the range.
-    require_tensor<float>(kiln::random::uniform({4}, 0, 1, kiln::float32, 0), kiln::float32, {4},
+    require_tensor<float>(kiln::random::stateless_uniform({4}, 0, 0, 1, kiln::float32), kiln::float32, {4},
                           {0x6627e8p-24f, 0xe169c5p-24f, 0xbc57acp-24f, 0x9b00dbp-24f});
-    require_tensor<std::int32_t>(kiln::random::uniform({4}, 0, 10, kiln::int32, 0), kiln::int32, {4},
+    require_tensor<std::int32_t>(kiln::random::stateless_uniform({4}, 0, 0, 10, kiln::int32), kiln::int32, {4},
                                  {0x6627e8d5 % 10, 0xe169c58du % 10, 0xbc57ac4cu % 10, 0x9b00dbd8u % 10});
     // float64: the top 53 bits of each pair of words.
-    require_tensor<double>(kiln::random::uniform({2}, 0, 1, kiln::float64, 0), kiln::float64, {2},
+    require_tensor<double>(kiln::random::stateless_uniform({2}, 0, 0, 1, kiln::float64), kiln::float64, {2},
                            {double(0x6627e8d5e169c58dull >> 11) * 0x1p-53, double(0xbc57ac4c9b00dbd8ull >> 11) * 0x1p-53});
   }
-  SECTION("a seed fixes the numbers; other seeds and unseeded calls differ") {
-    auto a = kiln::random::uniform({1000}, 0, 1, kiln::float32, 42).to_vector<float>();
-    CHECK(kiln::random::uniform({1000}, 0, 1, kiln::float32, 42).to_vector<float>() == a);
-    CHECK(kiln::random::uniform({1000}, 0, 1, kiln::float32, 43).to_vector<float>() != a);
+  SECTION("a seed fixes the sequence of draws; each draw is new, as TensorFlow's op seeds") {
+    auto a = kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>();
+    auto b = kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>();
+    CHECK(b != a);
+    CHECK(kiln::random::uniform({1000}, 0, 1, kiln::float32, 4343).to_vector<float>() != a);
     CHECK(kiln::random::uniform({1000}).to_vector<float>() != kiln::random::uniform({1000}).to_vector<float>());
+    // Setting the global seed starts every sequence over: the same draws again.
+    kiln::random::set_seed(5);
+    auto first = kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>();
+    auto second = kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>();
+    auto unseeded = kiln::random::uniform({1000}).to_vector<float>();
+    kiln::random::set_seed(5);
+    CHECK(kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>() == first);
+    CHECK(kiln::random::uniform({1000}, 0, 1, kiln::float32, 4242).to_vector<float>() == second);
+    CHECK(kiln::random::uniform({1000}).to_vector<float>() == unseeded);
+    CHECK(first != second);
+  }
+  SECTION("stateless_uniform is a function of its seed") {
+    auto a = kiln::random::stateless_uniform({1000}, 42).to_vector<float>();
+    CHECK(kiln::random::stateless_uniform({1000}, 42).to_vector<float>() == a);
+    CHECK(kiln::random::stateless_uniform({1000}, 43).to_vector<float>() != a);
     // A longer draw with the same seed starts with the same numbers.
-    auto longer = kiln::random::uniform({1001}, 0, 1, kiln::float32, 42).to_vector<float>();
+    auto longer = kiln::random::stateless_uniform({1001}, 42).to_vector<float>();
     CHECK(std::equal(a.begin(), a.end(), longer.begin()));
   }
+  SECTION("a generator's draws differ, and its seed starts them over") {
+    auto g = kiln::random::generator::from_seed(1);
+    auto a = g.uniform({100}).to_vector<float>();
+    auto copy = g;  // copies share the state
+    auto b = copy.uniform({100}).to_vector<float>();
+    CHECK(a != b);
+    g.reset_from_seed(1);
+    CHECK(copy.uniform({100}).to_vector<float>() == a);
+    CHECK(g.uniform({100}).to_vector<float>() == b);
+    CHECK(kiln::random::generator::from_seed(2).uniform({100}).to_vector<float>() != a);
+    require_throws<kiln::invalid_argument_error>([&] { return g.uniform({2}, 3, 3, kiln::int32); },
+                                                 {"random::uniform", "maxval 3", "minval 3"});
+  }
   SECTION("the numbers do not depend on the thread count") {
+    // The draw of one seed and stream; stateful draws take such streams in turn.
     int threads = kiln::config::num_threads();
     kiln::config::set_num_threads(1);
-    auto one = kiln::random::uniform({1 << 18, 3}, -5, 5, kiln::float64, 7).to_vector<double>();
+    auto one = kiln::random::stateless_uniform({1 << 18, 3}, 7, -5, 5, kiln::float64).to_vector<double>();
     kiln::config::set_num_threads(4);
-    auto four = kiln::random::uniform({1 << 18, 3}, -5, 5, kiln::float64, 7).to_vector<double>();
+    auto four = kiln::random::stateless_uniform({1 << 18, 3}, 7, -5, 5, kiln::float64).to_vector<double>();
     kiln::config::set_num_threads(threads);
     CHECK(one == four);
   }

@@ -52,7 +52,7 @@ TEST_CASE("cond branches may return structures, nothing, or values captured from
   }, {.name = "f"});
   auto [a, b, c] = f(kiln::constant(1), kiln::constant(5));
   auto [a2, b2, c2] = f(kiln::constant(7), kiln::constant(-2));
-  config::set_print_stream(std::cout);
+  config::set_print_stream(std::cerr);
   REQUIRE(ints(a) == std::vector<std::int32_t>{5});
   REQUIRE(ints(b) == std::vector<std::int32_t>{1});
   REQUIRE(ints(c) == std::vector<std::int32_t>{6});
@@ -160,7 +160,7 @@ TEST_CASE("for_range with no loop variables runs its effects every iteration") {
   function f([](const tensor& n) { kiln::for_range(n, [](const tensor& i) { kiln::print("step", i); }); }, {.name = "f"});
   f(kiln::constant(3));
   f(kiln::constant(1));
-  config::set_print_stream(std::cout);
+  config::set_print_stream(std::cerr);
   REQUIRE(out.str() == "step 0\nstep 1\nstep 2\nstep 0\n");
 }
 

@@ -17,7 +17,7 @@ namespace {
 class captured_prints {
  public:
   captured_prints() { config::set_print_stream(out_); }
-  ~captured_prints() { config::set_print_stream(std::cout); }
+  ~captured_prints() { config::set_print_stream(std::cerr); }
   captured_prints(const captured_prints&) = delete;
   captured_prints& operator=(const captured_prints&) = delete;
   std::string text() const { return out_.str(); }

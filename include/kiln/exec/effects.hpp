@@ -23,11 +23,12 @@ namespace kiln {
 namespace config {
 namespace detail {
 inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cout};
+  static std::atomic<std::ostream*> stream{&std::cerr};
   return stream;
 }
 }  // namespace detail
-/// Where kiln::print writes (std::cout unless set). The stream must outlive its use.
+/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
+/// outlive its use.
 /// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
 inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
 /// The stream kiln::print writes to.

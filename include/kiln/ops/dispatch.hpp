@@ -21,10 +21,13 @@ namespace detail {
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
-/// Records `op` on `inputs`, some of them symbolic, into the trace in progress
-/// (defined by the tracer, kiln/trace/trace_context.hpp).
+/// Records `op` on `inputs` into the trace in progress (defined by the tracer,
+/// kiln/trace/trace_context.hpp).
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
+
+/// Whether a trace is in progress on this thread (defined by the tracer).
+inline bool tracing();
 
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {

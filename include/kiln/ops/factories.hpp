@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Tensors made from C++ values, and the factories of API.md section 1: constant,
-/// zeros, ones, fill, eye, range, zeros_like, ones_like and random::uniform. They are
+/// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
+/// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
 /// argument copies the result there).
 
@@ -301,9 +302,10 @@ inline std::uint64_t fresh_seed() {
 
 /// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
 /// element i takes words of block i / per_block (one word per 32-bit element, two
-/// per 64-bit one), so each element depends only on the seed and its index.
+/// per 64-bit one) of stream `stream`, so each element depends only on the seed, the
+/// stream and its index. A stateful random op takes the next stream at every draw.
 template <class T>
-void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, T lo, T hi) {
+void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, T lo, T hi) {
   constexpr int per_block = sizeof(T) == 4 ? 4 : 2;
   const std::array<std::uint32_t, 2> key{std::uint32_t(seed), std::uint32_t(seed >> 32)};
   // Element j of a block as 32 or 64 random bits.
@@ -331,7 +333,9 @@ void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, T lo, T hi) {
   };
   parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t block = begin / per_block; block * per_block < end; ++block) {
-      auto words = philox4x32_10({std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), 0, 0}, key);
+      auto words = philox4x32_10(
+          {std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), std::uint32_t(stream), std::uint32_t(stream >> 32)},
+          key);
       for (int j = 0; j < per_block; ++j) {
         std::int64_t i = block * per_block + j;
         if (i >= begin && i < end) out[i] = value(words, j);
@@ -495,44 +499,4 @@ inline tensor ones_like(const tensor& x) {
   return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
 }
 
-namespace random {
-
-/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
-/// and must be given for integers). With a `seed`, the result depends only on the
-/// seed, shape and dtype (a counter-based generator: not on thread count or call
-/// order); without one, each call draws a fresh seed. Bounds must be finite with
-/// minval < maxval, and whole numbers within range for integer dtypes (as doubles, so
-/// int64 bounds beyond 2^53 are not exact); else kiln::invalid_argument_error.
-/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
-/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same 5 numbers every run \endcode
-inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
-                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
-  if (!is_floating(t) && !is_integer(t))
-    throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(t)));
-  if (is_integer(t) && !maxval)
-    throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(t)) +
-                                 ") needs an explicit maxval");
-  detail::require_fully_defined("random::uniform", s);
-  const std::uint64_t key = seed ? *seed : detail::fresh_seed();
-  tensor out(t, s);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      T lo = detail::integer_bound<T>(minval, "minval", t), hi = detail::integer_bound<T>(*maxval, "maxval", t);
-      if (!(lo < hi))
-        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
-                                     std::to_string(lo));
-      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
-    } else if constexpr (std::is_floating_point_v<T>) {
-      T lo = T(minval), hi = T(maxval.value_or(1));
-      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
-                                     detail::describe_value(lo) + " and maxval " + detail::describe_value(hi));
-      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
-    }
-  });
-  return out;
-}
-
-}  // namespace random
 }  // namespace kiln

@@ -354,11 +354,16 @@ class function {
     return concrete_function(find_or_trace<R>(sig, std::forward<Args>(args)...));
   }
 
-  /// Every trace's signature, in the seeds' format, separated by blank lines.
+  /// Every trace's signature, in the seeds' format, separated by blank lines, with no
+  /// newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& c : state_->traces) s += (s.empty() ? "" : "\n") + c->signature_text();
+    for (const auto& c : state_->traces) {
+      std::string text = c->signature_text();
+      text.pop_back();  // its closing newline
+      s += (s.empty() ? "" : "\n\n") + text;
+    }
     return s;
   }
   /// How many times the callable has been traced.

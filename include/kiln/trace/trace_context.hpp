@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/symbol.hpp"
@@ -39,6 +40,9 @@ class trace_context {
 
   /// The innermost trace in progress on this thread, or null.
   static trace_context* current() { return current_slot(); }
+  /// Makes `c` the innermost trace of this thread and returns the one it replaces:
+  /// kiln::init_scope suspends tracing with it.
+  static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
 
   const std::string& function_name() const { return function_name_; }
   kiln::graph& graph() { return graph_; }
@@ -180,6 +184,37 @@ class trace_context {
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
 };
+
+inline bool tracing() { return trace_context::current() != nullptr; }
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+/// Lifts what runs in its scope out of the function being traced, as tf.init_scope:
+/// ops run at once on eager tensors and variables change now, once, while tracing,
+/// instead of becoming part of the graph. Outside a trace it changes nothing.
+/// \code
+/// if (!m.initialized) {
+///   kiln::init_scope lift;
+///   m.initialized = true;
+///   m.v.assign_add(1);  // runs once, while tracing
+/// }
+/// \endcode
+class init_scope {
+ public:
+  init_scope() : suspended_(detail::trace_context::exchange_current(nullptr)) {}
+  init_scope(const init_scope&) = delete;
+  init_scope& operator=(const init_scope&) = delete;
+  ~init_scope() { detail::trace_context::exchange_current(suspended_); }
+
+ private:
+  detail::trace_context* suspended_;
+};
+
+}  // namespace kiln
+
+namespace kiln::detail {
 
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {

@@ -1,0 +1,242 @@
+#pragma once
+/// \file
+/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
+/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
+/// records a special op that draws again at every run of the graph, instead of a
+/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
+/// `random::stateless_uniform` is the pure function of a seed.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph/graph.hpp"
+#include "kiln/ops/factories.hpp"
+#include "kiln/trace/trace_context.hpp"
+
+namespace kiln {
+namespace detail {
+
+/// What one uniform draw makes: a checked shape, dtype and bounds.
+struct uniform_spec {
+  shape dims;
+  dtype type;
+  double minval;
+  std::optional<double> maxval;
+
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  void check() const {
+    if (!is_floating(type) && !is_integer(type))
+      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
+    if (is_integer(type) && !maxval)
+      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
+                                   ") needs an explicit maxval");
+    require_fully_defined("random::uniform", dims);
+    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+  }
+
+  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  tensor draw(std::uint64_t key, std::uint64_t stream) const {
+    tensor out(type, dims);
+    visit_dtype(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
+        auto [lo, hi] = bounds<T>();
+        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
+      }
+    });
+    return out;
+  }
+
+ private:
+  template <class T>
+  std::pair<T, T> bounds() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      return {lo, hi};
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     describe_value(lo) + " and maxval " + describe_value(hi));
+      return {lo, hi};
+    } else {
+      return {};
+    }
+  }
+};
+
+/// The process's random state: the global seed (random::set_seed), the counter that
+/// gives ops without a seed of their own one under a global seed, and how many draws
+/// each seeded eager op has made (its next stream).
+struct random_state {
+  std::mutex mutex;
+  std::optional<std::uint64_t> global_seed;
+  std::uint64_t next_op_seed = 0;
+  std::map<std::uint64_t, std::uint64_t> eager_draws;
+
+  static random_state& get() {
+    static random_state s;
+    return s;
+  }
+
+  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
+  /// rules: an op seed alone keys the op; a global seed gives each op without one a
+  /// seed of its own in creation order, so a program draws the same numbers at every
+  /// run; with neither the key is fresh.
+  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
+    std::lock_guard lock(mutex);
+    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
+  }
+  /// The stream of the next eager draw with key `key`.
+  std::uint64_t next_eager_stream(std::uint64_t key) {
+    std::lock_guard lock(mutex);
+    return eager_draws[key]++;
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+  }
+};
+
+/// The state of a random::generator, shared by its copies and the graphs that draw
+/// from it: a key and the next stream.
+struct generator_state {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> next_stream{0};
+  explicit generator_state(std::uint64_t k) : key(k) {}
+  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+};
+
+/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
+/// own key, or of its generator's state. Never folded or merged, as a special op.
+class random_uniform_op final : public special_op {
+ public:
+  random_uniform_op(uniform_spec spec, std::uint64_t key) : spec_(std::move(spec)), key_(key) {}
+  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
+      : spec_(std::move(spec)), generator_(std::move(generator)) {}
+
+  std::string_view name() const override { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  // A generator's draw advances state that later draws see, so it runs even when
+  // its numbers are not needed, in program order; an op's own counter does not.
+  bool has_effects() const override { return generator_ != nullptr; }
+  std::vector<tensor> run(std::span<const tensor* const>) const override {
+    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
+    return {spec_.draw(key, stream)};
+  }
+  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+
+ private:
+  uniform_spec spec_;
+  std::uint64_t key_ = 0;
+  mutable std::atomic<std::uint64_t> next_stream_{0};
+  std::shared_ptr<generator_state> generator_;
+};
+
+/// Records `op` in the trace in progress and returns its symbolic result.
+inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace detail
+
+namespace random {
+
+/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
+/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
+/// at every run of the program. Setting it again starts the sequences over.
+/// \code kiln::random::set_seed(1234); \endcode
+inline void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
+/// new numbers, and inside a kiln::function every run of the graph does. With a
+/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
+/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
+/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
+/// 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
+inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
+                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  detail::random_state& state = detail::random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (detail::trace_context* trace = detail::trace_context::current())
+    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+}
+
+/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
+/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
+/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
+inline tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0,
+                                std::optional<double> maxval = std::nullopt, dtype t = float32) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// A random number generator with its own state, as tf.random.Generator: each draw
+/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
+/// draw happens at every run, in program order, from the state at that moment.
+/// \code
+/// auto g = kiln::random::generator::from_seed(1);
+/// kiln::tensor a = g.uniform({2, 3});
+/// kiln::tensor b = g.uniform({2, 3});  // new numbers
+/// g.reset_from_seed(1);                // a's numbers come again
+/// \endcode
+class generator {
+ public:
+  /// A generator whose draws depend on `seed` only.
+  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  /// A generator seeded from the operating system.
+  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+  /// Starts the sequence of `seed` over, for this generator and its copies.
+  void reset_from_seed(std::uint64_t seed) {
+    state_->key = seed;
+    state_->next_stream = 0;
+  }
+
+  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
+    detail::uniform_spec spec{s, t, minval, maxval};
+    spec.check();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
+    auto [key, stream] = state_->take();
+    return spec.draw(key, stream);
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  std::shared_ptr<detail::generator_state> state_;
+};
+
+}  // namespace random
+}  // namespace kiln
