@@ -80,6 +80,20 @@ TEST_CASE("x[i] indexes the first axis, shares the buffer and counts negative i 
   require_values<float>(make_tensor<float>({}, {2, 0})[1], {0}, {});
 }
 
+TEST_CASE("x[i] takes a scalar integer tensor, eager and symbolic") {
+  tensor x = iota({3, 2});
+  require_values<float>(x[constant(2)], {2}, {4, 5});
+  require_values<float>(x[constant(std::int64_t(0))], {2}, {0, 1});
+  // A loop counter inside a function: the sum of the rows.
+  kiln::function rows_sum([](const tensor& m) {
+    return for_range(3, [&](const tensor& i, const tensor& acc) { return acc + m[i]; }, zeros({2}));
+  });
+  require_values<float>(rows_sum(x), {2}, {0 + 2 + 4, 1 + 3 + 5});
+  require_throws<value_error>([&] { return x[constant({1})]; }, {"x[i]", "scalar", "int32 (1,)"});
+  require_throws<invalid_argument_error>([&] { return x[constant(3)]; }, {"gather", "3", "[0, 3)"});
+  require_throws<type_error>([&] { return x[constant(1.f)]; }, {"gather", "int32 or int64", "float32 ()"});
+}
+
 TEST_CASE("x[i] errors") {
   tensor x = iota({3, 2});
   require_throws<invalid_argument_error>([&] { return x[3]; }, {"strided_slice", "index 3", "[-3, 3)", "(3, 2)"});

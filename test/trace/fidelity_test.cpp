@@ -174,3 +174,45 @@ TEST_CASE("pretty_printed_concrete_signatures ends without a newline", "[trace][
         "f(x)\n  Args:\n    x: int32 Tensor, shape=()\n  Returns:\n    int32 Tensor, shape=()\n\n"
         "f(x)\n  Args:\n    x: float32 Tensor, shape=()\n  Returns:\n    float32 Tensor, shape=()");
 }
+
+TEST_CASE("reduce_retracing relaxes a changed rank to an unknown rank, as TensorFlow", "[trace][fidelity][retracing]") {
+  kiln::function f([](const kiln::tensor& x) { return kiln::reduce_sum(x); },
+                   {.name = "f", .arg_names = {"x"}, .reduce_retracing = true});
+  // TensorFlow traces 3 times: (2,), then (None,) for (3,) and (4,), then <unknown>
+  // for the rank-2 calls.
+  require_same(f(kiln::ones({2}, kiln::int32)), kiln::constant(2));
+  require_same(f(kiln::ones({3}, kiln::int32)), kiln::constant(3));
+  require_same(f(kiln::ones({4}, kiln::int32)), kiln::constant(4));
+  require_same(f(kiln::ones({1, 2}, kiln::int32)), kiln::constant(2));
+  require_same(f(kiln::ones({1, 3}, kiln::int32)), kiln::constant(3));
+  CHECK(f.tracing_count() == 3);
+  const std::string text = f.pretty_printed_concrete_signatures();
+  CHECK_THAT(text, Catch::Matchers::Contains("x: int32 Tensor, shape=(None,)"));
+  CHECK_THAT(text, Catch::Matchers::Contains("x: int32 Tensor, shape=<unknown>"));
+}
+
+TEST_CASE("a call reuses the most specific existing trace that accepts it", "[trace][fidelity][retracing]") {
+  // Each trace adds what it knew of the first dim, so the result tells which ran.
+  int traces = 0;
+  kiln::function f(
+      [&](const kiln::tensor& x) {
+        ++traces;
+        const std::int64_t known = x.shape().has_known_rank() ? x.shape()[0] : -2;
+        return x + kiln::cast(kiln::constant(std::int32_t(known == kiln::none ? -1 : known)), x.dtype());
+      },
+      {.name = "f", .arg_names = {"x"}});
+  f.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::int32));
+  f.get_concrete_function(kiln::tensor_spec({kiln::none}, kiln::int32));
+  require_same(f(kiln::constant({10, 20, 30})), kiln::constant({9, 19, 29}));  // (None,) over <unknown>
+  require_same(f(kiln::constant({{10}})), kiln::constant({{8}}));               // only <unknown> accepts (1, 1)
+  CHECK(traces == 2);
+  require_same(f(kiln::constant(std::vector<std::int32_t>{10, 20}, {2})), kiln::constant({9, 19}));
+  CHECK(traces == 2);
+  // An exact trace, once made, is the most specific.
+  f.get_concrete_function(kiln::tensor_spec({2}, kiln::int32));
+  require_same(f(kiln::constant({10, 20})), kiln::constant({12, 22}));
+  CHECK(f.tracing_count() == 3);
+  // Another dtype is another signature: no trace accepts it.
+  f(kiln::constant({1.f}));
+  CHECK(f.tracing_count() == 4);
+}

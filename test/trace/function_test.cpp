@@ -615,3 +615,30 @@ TEST_CASE("reduce_retracing keeps differently nested structures apart", "[trace]
   // Same leaves, another nesting: the first group now holds two tensors.
   require_same(first_group_sum(nested{{v(1, 3), v(2, 3)}, {v(3, 3)}}), v(3, 3));
 }
+
+TEST_CASE("a callable may take an object by non-const reference; it is keyed by address", "[trace][function]") {
+  struct model {
+    kiln::variable w{kiln::constant(2.f)};
+    int traces = 0;
+  };
+  model a, b;
+  kiln::function f([](auto& m, auto x) {
+    ++m.traces;  // changes the caller's object, not a copy
+    return m.w * x;
+  });
+  require_same(f(a, kiln::constant(3.f)), kiln::constant(6.f));
+  require_same(f(a, kiln::constant(4.f)), kiln::constant(8.f));
+  CHECK(a.traces == 1);
+  a.w.assign(kiln::constant(10.f));
+  require_same(f(a, kiln::constant(1.f)), kiln::constant(10.f));
+  require_same(f(b, kiln::constant(1.f)), kiln::constant(2.f));  // another address, another trace
+  CHECK(b.traces == 1);
+  CHECK(f.tracing_count() == 2);
+  CHECK(f.get_concrete_function(a, kiln::constant(1.f)).graph().nodes().size() > 0);
+  CHECK(a.traces == 1);
+  {
+    functions_run_eagerly_scope eager;
+    require_same(f(a, kiln::constant(1.f)), kiln::constant(10.f));
+    CHECK(a.traces == 2);
+  }
+}

@@ -114,6 +114,10 @@ class tensor {
 
   /// `x[i]`: the i-th slice along the first axis (negative i counts from the end).
   tensor operator[](std::int64_t i) const;
+  /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
+  /// symbolic (a loop counter inside a function): a `gather` on the first axis.
+  /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  tensor operator[](const tensor& i) const;
 
   /// The kernel view of an eager tensor.
   buffer_view view() const { return {const_cast<void*>(raw_data()), dtype_, shape_}; }

@@ -534,4 +534,11 @@ inline tensor tensor::operator[](std::int64_t i) const {
   return detail::apply_naming_attributes(ops::index{i}, in);
 }
 
+inline tensor tensor::operator[](const tensor& i) const {
+  if (i.defined() && i.rank() != 0)
+    throw value_error("x[i]: the index must be a scalar, got " + std::string(name(i.dtype())) + " " + i.shape().str() +
+                      "; use kiln::gather for several indices");
+  return gather(*this, i);
+}
+
 }  // namespace kiln

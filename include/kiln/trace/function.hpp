@@ -330,29 +330,29 @@ class function {
   explicit function(F fn, function_options options = {})
       : fn_(std::move(fn)), state_(std::make_shared<state>(std::move(options))) {}
 
-  /// Calls the function: traces on a new signature, then runs the graph.
+  /// Calls the function: traces on a new signature, then runs the graph. An object the
+  /// callable takes by non-const reference (`[](auto& model, auto x)`) is keyed by
+  /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
-    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
-    detail::call_signature sig = signature_of(args...);
-    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
-    std::vector<tensor> out = concrete->run(sig);
-    if constexpr (std::is_void_v<R>) {
-      return;
+    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+      return (*this)(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
-      const tensor* next = out.data();
-      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+      return call(std::forward<Args>(args)...);
     }
   }
 
   /// Traces for these arguments (values, tensor_specs or C++ values) without running.
   template <class... Args>
   concrete_function get_concrete_function(Args&&... args) {
-    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
-    detail::call_signature sig = signature_of(args...);
-    return concrete_function(find_or_trace<R>(sig, std::forward<Args>(args)...));
+    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+      return get_concrete_function(detail::reference_if_object(std::forward<Args>(args))...);
+    } else {
+      detail::call_signature sig = signature_of(args...);
+      return concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
+    }
   }
+
 
   /// Every trace's signature, in the seeds' format, separated by blank lines, with no
   /// newline at the end (as TensorFlow's string).
@@ -383,12 +383,33 @@ class function {
   struct state {
     explicit state(function_options o) : options(std::move(o)) {}
     function_options options;
-    mutable std::mutex mutex;        // guards traces and by_key
+    using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash>;
+    mutable std::mutex mutex;        // guards traces, by_key and dispatched
     std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
     std::vector<std::shared_ptr<detail::concrete_state>> traces;
-    std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash> by_key;
+    trace_map by_key;      // each trace under the key it was traced for
+    trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
     std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
   };
+
+  // What the callable returns when traced with `Args`.
+  template <class... Args>
+  using result_t = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+
+  template <class... Args>
+  auto call(Args&&... args) {
+    using R = result_t<Args...>;
+    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
+    detail::call_signature sig = signature_of(args...);
+    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
+    std::vector<tensor> out = concrete->run(sig);
+    if constexpr (std::is_void_v<R>) {
+      return;
+    } else {
+      const tensor* next = out.data();
+      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+    }
+  }
 
   template <class... Args>
   detail::call_signature signature_of(const Args&... args) const {
@@ -423,9 +444,9 @@ class function {
   template <class R, class... Args>
   auto run_eagerly(Args&&... args) {
     if constexpr (std::is_void_v<R>) {
-      fn_(std::forward<Args>(args)...);
+      fn_(detail::referenced(std::forward<Args>(args))...);
     } else {
-      auto r = fn_(std::forward<Args>(args)...);
+      auto r = fn_(detail::referenced(std::forward<Args>(args))...);
       std::vector<tensor> leaves;
       detail::for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
       const tensor* next = leaves.data();
@@ -437,22 +458,23 @@ class function {
   std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
     {
       std::lock_guard lock(state_->mutex);
-      auto it = state_->by_key.find(sig.key);
-      if (it != state_->by_key.end()) return it->second;
+      if (auto known = known_trace(sig)) return known;
     }
     std::lock_guard tracing(state_->tracing);
     {
       std::lock_guard lock(state_->mutex);
-      auto it = state_->by_key.find(sig.key);  // traced by another thread meanwhile
-      if (it != state_->by_key.end()) return it->second;
+      if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
       for (const auto& k : state_->tracing_keys)
         if (k == sig.key)
           throw value_error(state_->options.name +
                             " calls itself with the same signature while tracing, which would recurse forever; a "
                             "recursive kiln::function must change a C++ argument on every call");
+      if (auto general = most_specific_trace_accepting(sig)) {
+        state_->dispatched.emplace(sig.key, general);
+        return general;
+      }
       if (state_->options.reduce_retracing) relax(sig);
-      it = state_->by_key.find(sig.key);
-      if (it != state_->by_key.end()) return it->second;
+      if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
       state_->tracing_keys.push_back(sig.key);
     }
     std::shared_ptr<detail::concrete_state> traced;
@@ -467,21 +489,71 @@ class function {
     state_->tracing_keys.pop_back();
     state_->traces.push_back(traced);
     state_->by_key.emplace(sig.key, traced);
+    state_->dispatched.clear();  // the new trace may be more specific for some of them
     return traced;
   }
 
-  // reduce_retracing: a tensor dim that differs from an earlier trace with the same
-  // structure becomes None, and the call is keyed by the relaxed specs.
-  void relax(detail::call_signature& sig) {
+  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
+  // trace of those specs) rather than tensors only (a call).
+  static bool asks_for_specs(const detail::call_signature& sig) { return std::ranges::count(sig.tensors, nullptr) > 0; }
+
+  // The trace that serves `sig` when one is known: the one traced for its key, or for
+  // a call, the more general trace it was dispatched to before.
+  std::shared_ptr<detail::concrete_state> known_trace(const detail::call_signature& sig) const {
+    if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
+    if (asks_for_specs(sig)) return nullptr;
+    auto it = state_->dispatched.find(sig.key);
+    return it != state_->dispatched.end() ? it->second : nullptr;
+  }
+
+  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
+  static bool same_structure_and_dtypes(const detail::concrete_state& t, const detail::call_signature& sig) {
+    if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i)
+      if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
+    return true;
+  }
+
+  // A trace more general than the call (None dims, unknown ranks; made by
+  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
+  // the most specific trace that accepts a call: the one with the fewest unknowns.
+  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
+  std::shared_ptr<detail::concrete_state> most_specific_trace_accepting(const detail::call_signature& sig) const {
+    std::shared_ptr<detail::concrete_state> best;
+    if (asks_for_specs(sig)) return best;
+    int best_unknowns = 0;
     for (const auto& t : state_->traces) {
-      bool same_structure = std::ranges::equal(t->structure, sig.structure());
-      for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
-        same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
-      if (!same_structure) continue;
+      if (!same_structure_and_dtypes(*t, sig)) continue;
+      int unknowns = 0;
+      bool accepts = true;
+      for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
+        const shape& traced = t->inputs[i].shape;
+        accepts = traced.accepts(sig.specs[i].shape);
+        unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
+      }
+      if (accepts && (!best || unknowns < best_unknowns)) {
+        best = t;
+        best_unknowns = unknowns;
+      }
+    }
+    return best;
+  }
+
+  // reduce_retracing: the call is keyed by the most specific specs that accept both it
+  // and the latest trace of its structure and dtypes, as TensorFlow's common
+  // supertype: a dim that differs becomes None, a rank that differs unknown.
+  void relax(detail::call_signature& sig) {
+    for (auto t = state_->traces.rbegin(); t != state_->traces.rend(); ++t) {
+      if (!same_structure_and_dtypes(**t, sig)) continue;
       for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+        const shape& traced = (*t)->inputs[i].shape;
         shape& s = sig.specs[i].shape;
+        if (!traced.has_known_rank() || traced.rank() != s.rank()) {
+          s = unknown_rank;
+          continue;
+        }
         for (int d = 0; d < s.rank(); ++d)
-          if (t->inputs[i].shape[d] != s[d]) s[d] = none;
+          if (traced[d] != s[d]) s[d] = none;
       }
       sig.seal();
       return;

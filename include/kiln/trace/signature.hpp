@@ -183,10 +183,47 @@ std::string bound_text_of(const T& x) {
   }
 }
 
+/// An object that the callable takes by non-const reference (`auto& model`): keyed by
+/// address and passed through as itself, never flattened into a copy, so that what the
+/// callable changes in it while tracing is changed in the caller's object.
+template <class T>
+struct object_reference {
+  T& object;
+};
+template <class T>
+struct is_object_reference : std::false_type {};
+template <class T>
+struct is_object_reference<object_reference<T>> : std::true_type {};
+
+/// `a` as an object_reference when it is a non-const object (not a tensor, string or
+/// number) that the caller passed as an lvalue; else `a` itself.
+template <class A>
+decltype(auto) reference_if_object(A&& a) {
+  using U = std::remove_cvref_t<A>;
+  if constexpr (std::is_lvalue_reference_v<A> && !std::is_const_v<std::remove_reference_t<A>> && std::is_class_v<U> &&
+                !std::is_same_v<U, tensor> && !std::is_same_v<U, tensor_spec> && !is_string_like<U>)
+    return object_reference<U>{a};
+  else
+    return std::forward<A>(a);
+}
+
+/// What the callable receives for `a` when it runs eagerly: the object behind an
+/// object_reference, else `a` itself.
+template <class A>
+decltype(auto) referenced(A&& a) {
+  if constexpr (is_object_reference<std::remove_cvref_t<A>>::value)
+    return (a.object);
+  else
+    return std::forward<A>(a);
+}
+
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
-  if constexpr (std::is_same_v<U, tensor>) {
+  if constexpr (is_object_reference<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x.object))));
+  } else if constexpr (std::is_same_v<U, tensor>) {
     sig.key.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(&x);
     sig.specs.emplace_back(x.shape(), x.dtype());
@@ -243,12 +280,14 @@ void replace_tensors(T& x, const tensor*& next) {
 }
 
 /// The argument the callable receives while tracing: `a` with its tensors replaced
-/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address is
-/// passed through as itself.
+/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address (or
+/// an object_reference) is passed through as itself.
 template <class A>
 decltype(auto) traced_argument(A&& a, const tensor*& next) {
   using U = std::remove_cvref_t<A>;
-  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
+  if constexpr (is_object_reference<U>::value) {
+    return (a.object);
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
     return tensor(*next++);
   } else if constexpr (is_char_array<U>::value) {
     return std::forward<A>(a);
@@ -263,4 +302,18 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
   }
 }
 
+}  // namespace kiln::detail
+
+namespace kiln::detail {
+/// Whether `F` can be called with the arguments a trace of `Args` passes.
+template <class F, class... Args>
+concept takes_traced_arguments =
+    std::is_invocable_v<F&, decltype(traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+
+/// Whether `F` takes some of `Args` only as the caller's objects by reference: then
+/// those are passed as object_references (keyed by address) instead of flattened copies.
+template <class F, class... Args>
+concept takes_objects_by_reference =
+    !takes_traced_arguments<F, Args...> &&
+    takes_traced_arguments<F, decltype(reference_if_object(std::declval<Args>()))...>;
 }  // namespace kiln::detail
