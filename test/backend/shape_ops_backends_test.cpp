@@ -193,3 +193,22 @@ TEST_CASE("set_item replaces one slice, on every dtype and device") {
     }
   }
 }
+
+TEST_CASE("pad_rows appends rows of zeros, on every dtype and device") {
+  std::vector<device> devices{device::cpu};
+#if KILN_HAS_THRUST
+  devices.push_back(device::gpu);
+#endif
+  std::uint32_t seed = 200;
+  for (dtype t : all_dtypes) {
+    for (device d : devices) {
+      if (d != device::cpu && t == string) continue;  // strings never live on the gpu
+      INFO("dtype " << name(t) << ", device " << name(d));
+      const tensor x = kiln::testing::random_tensor(t, {2, 3}, seed++).to(d);
+      const tensor out = kiln::pad_rows(x, kiln::constant(4).to(d)).to(device::cpu);
+      REQUIRE(out.shape() == shape{4, 3});
+      for (std::int64_t row = 0; row < 4; ++row)
+        kiln::testing::require_same(out[row], row < 2 ? x[row].to(device::cpu) : kiln::zeros({3}, t));
+    }
+  }
+}
