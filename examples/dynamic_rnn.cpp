@@ -1,6 +1,7 @@
 // The seeds' "Accumulating values in a loop" (001): an RNN unrolled dynamically by
 // kiln::for_range collects its states in a kiln::tensor_array, since appending to a
-// C++ vector inside a graph loop would run only while tracing.
+// C++ vector inside a graph loop would run only while tracing. The array's size may
+// also be a tensor, known only when the graph runs.
 
 #include <kiln/kiln.hpp>
 
@@ -13,22 +14,27 @@ int main() {
   // def rnn_step(inp, state): return inp + state
   auto rnn_step = [](const tensor& inp, const tensor& state) { return inp + state; };
 
+  // The body of the seed's dynamic_rnn, for a sequence length that is a number (the
+  // seed's input_data.shape[0], a static dim) or a tensor (tf.shape(input_data)[0]).
+  auto unroll = [](auto step, const tensor& by_time, const tensor& initial_state, const auto& max_seq_len) {
+    kiln::tensor_array states(kiln::float32, max_seq_len);
+    auto [state, all] = kiln::for_range(
+        max_seq_len,
+        [&](const tensor& i, const tensor& state, const kiln::tensor_array& states) {
+          tensor next = step(kiln::gather(by_time, i), state);
+          return std::tuple{next, states.write(i, next)};
+        },
+        initial_state, states);
+    return kiln::transpose(all.stack(), {1, 0, 2});
+  };
+
   // @tf.function def dynamic_rnn(rnn_step, input_data, initial_state): ...
   kiln::function dynamic_rnn(
-      [](auto step, const tensor& input_data, const tensor& initial_state) {
+      [&](auto step, const tensor& input_data, const tensor& initial_state) {
         // [batch, time, features] -> [time, batch, features]
         const tensor by_time = kiln::transpose(input_data, {1, 0, 2});
         const std::int64_t max_seq_len = by_time.shape()[0];
-
-        kiln::tensor_array states(kiln::float32, max_seq_len);
-        auto [state, all] = kiln::for_range(
-            max_seq_len,
-            [&](const tensor& i, const tensor& state, const kiln::tensor_array& states) {
-              tensor next = step(kiln::gather(by_time, i), state);
-              return std::tuple{next, states.write(i, next)};
-            },
-            initial_state, states);
-        return kiln::transpose(all.stack(), {1, 0, 2});
+        return unroll(step, by_time, initial_state, max_seq_len);
       },
       {.name = "dynamic_rnn"});
 
@@ -52,4 +58,25 @@ int main() {
   };
   std::cout << "dynamic_rnn's graph has " << graph_size(seq_len) << " nodes for sequences of " << seq_len << " steps and "
             << graph_size(100) << " for sequences of 100\n";
+
+  // With the length a tensor, the array's size is known only when the graph runs:
+  // one trace serves sequences of every length (here the time dim is None).
+  kiln::function dynamic_rnn_any_length(
+      [&](const tensor& input_data, const tensor& initial_state) {
+        const tensor by_time = kiln::transpose(input_data, {1, 0, 2});
+        return unroll(rnn_step, by_time, initial_state, kiln::shape_of(by_time)[0]);
+      },
+      {.name = "dynamic_rnn_any_length",
+       .input_signature = std::vector<kiln::tensor_spec>{{{batch_size, kiln::none, feature_size}, kiln::float32},
+                                                         {{batch_size, feature_size}, kiln::float32}}});
+  auto same_values = [](const tensor& a, const tensor& b) {
+    return a.shape() == b.shape() && a.to_vector<float>() == b.to_vector<float>();
+  };
+  const tensor zero_state = kiln::zeros({batch_size, feature_size});
+  const tensor longer = kiln::random::uniform({batch_size, 100, feature_size}, 0, 1, kiln::float32, 7);
+  const bool same = same_values(dynamic_rnn_any_length(input_data, zero_state), result) &&
+                    same_values(dynamic_rnn_any_length(longer, zero_state), dynamic_rnn(rnn_step, longer, zero_state));
+  std::cout << "With the length a tensor (tf.shape(input_data)[0]), dynamic_rnn traces "
+            << dynamic_rnn_any_length.tracing_count() << " time for sequences of " << seq_len
+            << " and 100 steps, with the same results: " << (same ? "true" : "false") << "\n";
 }

@@ -1,8 +1,8 @@
 // The seeds' "Loops" (002 AutoGraph) and fizzbuzz (001): a C++ loop unrolls while
 // tracing; kiln::for_range and kiln::while_loop make one `while` node, whose body is
 // traced once and runs as often as the tensors say; kiln::break_if exits early; a
-// loop variable may not change its dtype or shape. And 001's "A simple loop" (tanh
-// until the sum drops to 1).
+// loop variable may not change its dtype, nor its shape unless a shape invariant
+// lets it. And 001's "A simple loop" (tanh until the sum drops to 1).
 
 #include <kiln/kiln.hpp>
 
@@ -174,6 +174,21 @@ int main() {
       },
       {.name = "concat_with_padding"});
   std::cout << "concat_with_padding() = " << concat_with_padding() << "\n";
+  // TensorFlow's own remedy: a shape invariant whose None dim lets x grow.
+  // def concat_with_shape_invariants():
+  //   x = tf.ones([0, 10])
+  //   for i in tf.range(5):
+  //     tf.autograph.experimental.set_loop_options(shape_invariants=[(x, tf.TensorShape([None, 10]))])
+  //     x = tf.concat([x, tf.ones([1, 10])], axis=0)
+  //   return x
+  kiln::function concat_with_shape_invariants(
+      [] {
+        return kiln::for_range(
+            5, [](const tensor&, const tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+            kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));
+      },
+      {.name = "concat_with_shape_invariants"});
+  std::cout << "concat_with_shape_invariants() = " << concat_with_shape_invariants() << "\n";
 
   // A simple loop (001 "AutoGraph transformations"):
   // @tf.function

@@ -22,6 +22,23 @@ void check_all_dtypes(const Op& op, const std::vector<shape>& shapes) {
   }
 }
 
+/// Calls `check(t, d)` for every dtype `t` on every device `d` of this build (strings
+/// only on the CPU: they never live on the GPU).
+template <class F>
+void for_each_dtype_and_device(F&& check) {
+  std::vector<device> devices{device::cpu};
+#if KILN_HAS_THRUST
+  devices.push_back(device::gpu);
+#endif
+  for (dtype t : all_dtypes) {
+    for (device d : devices) {
+      if (d != device::cpu && t == string) continue;
+      INFO("dtype " << name(t) << ", device " << name(d));
+      check(t, d);
+    }
+  }
+}
+
 /// Random indices in [0, limit) of dtype `t`, drawn without kiln's kernels.
 tensor random_indices(dtype t, const shape& s, std::int64_t limit, std::uint32_t seed) {
   std::mt19937 gen(seed);
@@ -169,27 +186,30 @@ TEST_CASE("reshape, x[i] and shape_of give the same result on every backend") {
 }
 
 TEST_CASE("set_item replaces one slice, on every dtype and device") {
-  std::vector<device> devices{device::cpu};
-#if KILN_HAS_THRUST
-  devices.push_back(device::gpu);
-#endif
   std::uint32_t seed = 100;
-  for (dtype t : all_dtypes) {
-    for (device d : devices) {
-      if (d != device::cpu && t == string) continue;  // strings never live on the gpu
-      INFO("dtype " << name(t) << ", device " << name(d));
-      const tensor x = kiln::testing::random_tensor(t, {4, 3}, seed++).to(d);
-      const tensor value = kiln::testing::random_tensor(t, {3}, seed++).to(d);
-      for (std::int64_t i : {0, 2, 3}) {
-        const tensor out = kiln::set_item(x, kiln::constant(i).to(d), value).to(device::cpu);
-        REQUIRE(out.shape() == shape{4, 3});
-        for (std::int64_t row = 0; row < 4; ++row)
-          kiln::testing::require_same(out[row], (row == i ? value : x[row]).to(device::cpu));
-      }
-      // Scalar elements.
-      const tensor scalar = kiln::testing::random_tensor(t, {}, seed++);
-      const tensor column = kiln::set_item(kiln::testing::random_tensor(t, {1}, seed++).to(d), kiln::constant(0).to(d), scalar.to(d));
-      kiln::testing::require_same(column.to(device::cpu), kiln::reshape(scalar, {1}));
+  for_each_dtype_and_device([&](dtype t, device d) {
+    const tensor x = kiln::testing::random_tensor(t, {4, 3}, seed++).to(d);
+    const tensor value = kiln::testing::random_tensor(t, {3}, seed++).to(d);
+    for (std::int64_t i : {0, 2, 3}) {
+      const tensor out = kiln::set_item(x, kiln::constant(i).to(d), value).to(device::cpu);
+      REQUIRE(out.shape() == shape{4, 3});
+      for (std::int64_t row = 0; row < 4; ++row)
+        kiln::testing::require_same(out[row], (row == i ? value : x[row]).to(device::cpu));
     }
-  }
+    // Scalar elements.
+    const tensor scalar = kiln::testing::random_tensor(t, {}, seed++);
+    const tensor column = kiln::set_item(kiln::testing::random_tensor(t, {1}, seed++).to(d), kiln::constant(0).to(d), scalar.to(d));
+    kiln::testing::require_same(column.to(device::cpu), kiln::reshape(scalar, {1}));
+  });
+}
+
+TEST_CASE("pad_rows appends rows of zeros, on every dtype and device") {
+  std::uint32_t seed = 200;
+  for_each_dtype_and_device([&](dtype t, device d) {
+    const tensor x = kiln::testing::random_tensor(t, {2, 3}, seed++).to(d);
+    const tensor out = kiln::pad_rows(x, kiln::constant(4).to(d)).to(device::cpu);
+    REQUIRE(out.shape() == shape{4, 3});
+    for (std::int64_t row = 0; row < 4; ++row)
+      kiln::testing::require_same(out[row], row < 2 ? x[row].to(device::cpu) : kiln::zeros({3}, t));
+  });
 }

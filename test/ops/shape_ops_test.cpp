@@ -316,3 +316,17 @@ TEST_CASE("set_item writes one slice and rejects what does not fit") {
                              {"set_item", "dtype", "int32 (2,)"});
   require_throws<type_error>([&] { return set_item(x, make_tensor<float>({0}, {}), x[0]); }, {"set_item", "int32 or int64"});
 }
+
+TEST_CASE("pad_rows appends rows of zeros up to a number of rows, which its rule leaves unknown") {
+  const tensor x = iota({2, 2});
+  require_values<float>(pad_rows(x, make_tensor<std::int32_t>({4}, {})), {4, 2}, {0, 1, 2, 3, 0, 0, 0, 0});
+  require_values<float>(pad_rows(x, make_tensor<std::int64_t>({1}, {})), {2, 2}, {0, 1, 2, 3});  // never shrinks
+  require_values<std::int32_t>(pad_rows(make_tensor<std::int32_t>({}, {0}), make_tensor<std::int32_t>({2}, {})), {2}, {0, 0});
+  REQUIRE(pad_rows(kiln::constant(std::vector<std::string>{"a"}, {1}), kiln::constant(2)).to_vector<std::string>() ==
+          std::vector<std::string>{"a", ""});
+  REQUIRE(rule(ops::pad_rows{}, {{3, 2}, {}}).value == shape{none, 2});
+  require_throws<invalid_argument_error>([&] { return pad_rows(x, make_tensor<std::int32_t>({-1}, {})); },
+                                         {"pad_rows", "-1", "(2, 2)"});
+  require_throws<value_error>([&] { return pad_rows(kiln::constant(1.f), kiln::constant(2)); }, {"pad_rows", "scalar"});
+  require_throws<type_error>([&] { return pad_rows(x, kiln::constant(2.f)); }, {"pad_rows", "int32 or int64"});
+}

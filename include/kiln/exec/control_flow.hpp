@@ -81,7 +81,10 @@ class cond_op final : public special_op {
 /// the condition captured, then those the body captured. The condition graph takes
 /// the loop variables and its captures and gives a bool scalar; the body graph takes
 /// the loop variables and its captures and gives the next values, led by a stop
-/// flag when it ends in kiln::break_if.
+/// flag when it ends in kiln::break_if. A loop variable traced with `None` dims (a
+/// shape invariant) may change shape from one iteration to the next: the executors
+/// plan per argument shapes, and such graphs never compile to scalar programs, whose
+/// values must be one element each.
 class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)

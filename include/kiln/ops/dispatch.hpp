@@ -35,6 +35,20 @@ tensor apply(const Op& op, const Ts&... inputs) {
   return apply_span(op, std::span<const tensor* const>(ptrs));
 }
 
+/// Runs `op` now on eager `inputs` with the kernels of their device (defined in
+/// kiln/eager/apply.hpp).
+template <class Op>
+tensor execute(const Op& op, std::span<const tensor* const> inputs);
+
+/// Runs `op` now on eager `inputs`, recording nothing even while a trace is in
+/// progress: how an op's `evaluate` uses other ops, since it computes a value, also
+/// when constant folding evaluates it during a trace.
+template <class Op, std::same_as<tensor>... Ts>
+tensor execute_now(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return execute(op, std::span<const tensor* const>(ptrs));
+}
+
 /// A scalar tensor holding `value` converted to dtype `t` on device `d`.
 template <class S>
 tensor make_scalar(kiln::dtype t, S value, kiln::device d) {

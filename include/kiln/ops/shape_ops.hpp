@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
-/// slice and shape_of. None computes new values, so each accepts every dtype,
+/// slice, shape_of, set_item and pad_rows. None computes new values, so each accepts every dtype,
 /// strings included. The rules handle `kiln::none` dims and unknown ranks (the
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
@@ -27,6 +27,7 @@
 #include "kiln/core/small_vector.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/factories.hpp"
 #include "kiln/ops/op.hpp"
 
 namespace kiln {
@@ -298,6 +299,32 @@ struct set_item {
   constexpr bool operator==(const set_item&) const = default;
 };
 
+/// `pad_rows(x, rows)`: `x` with rows of zeros appended along its first dim until it
+/// has `rows` (an int32 or int64 scalar), or `x` itself when it has that many
+/// already (TensorFlow's TensorListResize, growing only). It makes the elements of
+/// a kiln::tensor_array whose size is a tensor and grows one with dynamic_size; as
+/// the number of rows is a value, the result's first dim is known only when it runs.
+struct pad_rows {
+  static constexpr std::string_view name = "pad_rows";
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "the number of rows must be int32 or int64"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &rows = in[1];
+    if (rows.has_known_rank() && rows.rank() != 0) return {{}, "the number of rows must be a scalar"};
+    if (!x.has_known_rank()) return {x};
+    if (x.rank() == 0) return {{}, "cannot add rows to a scalar"};
+    kiln::shape out = x;
+    out[0] = none;
+    return {out};
+  }
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return ""; }
+  constexpr bool operator==(const pad_rows&) const = default;
+};
+
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
@@ -429,6 +456,13 @@ inline void check_values(const set_item&, std::span<const tensor* const> in) {
                                  ") for the first dim of a tensor of shape " + in[0]->shape().str());
 }
 
+/// `pad_rows` needs a number of rows that is not negative.
+inline void check_values(const pad_rows&, std::span<const tensor* const> in) {
+  if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
+    throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
+                                 " for a tensor of shape " + in[0]->shape().str());
+}
+
 }  // namespace ops
 
 namespace detail {
@@ -523,7 +557,22 @@ inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
   }
   kiln::shape row = x.shape();
   row[0] = 1;
-  return kiln::concat({kiln::slice(x, zero, before), kiln::reshape(value, row), kiln::slice(x, begin, after)}, 0);
+  return detail::execute_now(concat{0}, detail::execute_now(slice{zero, before}, x), detail::execute_now(reshape{row}, value),
+                             detail::execute_now(slice{begin, after}, x));
+}
+
+/// `kiln::pad_rows(x, rows)`: `x` with rows of zeros (`false`, `""`) appended along
+/// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
+/// itself when it has that many rows already.
+/// \code kiln::pad_rows(kiln::ones({1, 2}), kiln::constant(3));  // [[1 1] [0 0] [0 0]] \endcode
+inline tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
+
+inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
+  const tensor& x = *in[0];
+  kiln::shape missing = x.shape();
+  missing[0] = scalar_index(*in[1]) - x.shape()[0];
+  if (missing[0] <= 0) return x;
+  return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).

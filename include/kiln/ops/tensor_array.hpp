@@ -1,20 +1,32 @@
 #pragma once
 /// \file
-/// `kiln::tensor_array`: a fixed number of tensors of one dtype and shape, written
-/// one at a time, usually in a loop, and stacked at the end (TensorFlow's
-/// TensorArray). It is a value: `write` returns the updated array and leaves the
-/// one it was called on as it was, so that it can be a loop variable. It holds one
+/// `kiln::tensor_array`: a number of tensors of one dtype and shape, written one at
+/// a time, usually in a loop, and stacked at the end (TensorFlow's TensorArray). Its
+/// size is a number, or a tensor known only when a graph runs; with dynamic_size,
+/// writes past the end grow it. It is a value: `write` returns the updated array and
+/// leaves the one it was called on as it was, so that it can be a loop variable. It holds one
 /// tensor of shape `(size,) + element shape`, created at the first write, whose
-/// value gives the element shape; until then it holds an empty `(0,)` tensor.
+/// value gives the element shape; until then it holds an empty `(0,)` tensor. The
+/// size is the first dim of that tensor once written, so a loop or a function
+/// carries the array as that one tensor.
 
 #include <concepts>
 #include <cstdint>
 #include <string>
 
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/factories.hpp"
 #include "kiln/ops/shape_ops.hpp"
 
 namespace kiln {
+
+/// How a kiln::tensor_array may change, given after its size.
+/// \code kiln::tensor_array rows(kiln::float32, 0, {.dynamic_size = true}); \endcode
+struct tensor_array_options {
+  /// Whether a write past the end grows the array to hold it, the elements between
+  /// reading as zeros (TensorFlow's dynamic_size); a read past the end stays an error.
+  bool dynamic_size = false;
+};
 
 /// `size` tensors of dtype `type` and one shape, written by index.
 /// \code
@@ -26,28 +38,41 @@ class tensor_array {
  public:
   /// An array of `size` elements of dtype `type`, none written yet.
   /// \code kiln::tensor_array states(kiln::float32, 10); \endcode
-  tensor_array(kiln::dtype type, std::int64_t size) : type_(type), size_(size), elements_(kiln::zeros({0}, type)) {
+  tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {})
+      : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
     if (size < 0) throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
+  }
+  /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
+  /// at once; a symbolic one (inside a function) gives an array whose size is known
+  /// only when the graph runs: size() then raises and size_tensor() tells it.
+  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  tensor_array(kiln::dtype type, const tensor& size, tensor_array_options options = {})
+      : tensor_array(type, std::int64_t(0), options) {
+    if (!is_integer(size.dtype()))
+      throw type_error("tensor_array: the size must be int32 or int64, got " + std::string(name(size.dtype())));
+    if (size.rank() != 0) throw value_error("tensor_array: the size must be a scalar, got shape " + size.shape().str());
+    if (size.is_symbolic()) {
+      size_ = none;
+      size_tensor_ = size.dtype() == int32 ? size : kiln::cast(size, int32);
+    } else {
+      *this = tensor_array(type, ops::scalar_index(size), options);
+    }
   }
 
   /// The array with element `i` (an int32 or int64 scalar, or a C++ integer) set to
   /// `value`, which must have the array's dtype and the shape of earlier writes.
+  /// `i` must be below the size, unless the array has dynamic_size.
   /// \code states = states.write(i, state); \endcode
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
       throw type_error("tensor_array.write: the array holds " + std::string(name(type_)) + " elements, got a " +
                        std::string(name(value.dtype())) + " value");
-    tensor_array out = *this;
-    if (unwritten()) {
-      shape full{size_};
-      for (std::int64_t d : value.shape()) full.push_back(d);
-      out.elements_ = kiln::zeros(full, type_, value.device());
-    } else if (value.shape() != element_shape()) {
+    if (!unwritten() && value.shape() != element_shape())
       throw value_error("tensor_array.write: the array holds elements of shape " + element_shape().str() +
                         ", got a value of shape " + value.shape().str());
-    }
-    out.elements_ = kiln::set_item(out.elements_, i, value);
-    return out;
+    tensor elements = (unwritten() ? holding_zeros(value.shape(), value.device()) : *this).elements_;
+    if (dynamic_size_) elements = kiln::pad_rows(elements, i + 1);
+    return with_elements(kiln::set_item(elements, i, value));
   }
   template <std::integral I>
   tensor_array write(I i, const tensor& value) const {
@@ -55,7 +80,7 @@ class tensor_array {
   }
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
-  /// written reads as zeros.
+  /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
   /// \code tensor last = states.read(states.size() - 1); \endcode
   tensor read(const tensor& i) const {
     require_written("read");
@@ -73,38 +98,75 @@ class tensor_array {
     return elements_;
   }
 
-  /// The number of elements.
+  /// The number of elements, when it is known without running a graph: it is not
+  /// for a size given as a symbolic tensor, nor inside a function after a write to
+  /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
   /// \code states.size() == 10; \endcode
-  std::int64_t size() const { return size_; }
+  std::int64_t size() const {
+    if (size_ == none)
+      throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
+    return size_;
+  }
+  /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
+  /// symbolic inside a function when size() does not know it.
+  /// \code kiln::tensor n = states.size_tensor(); \endcode
+  tensor size_tensor() const {
+    if (size_ != none) return kiln::constant(std::int32_t(size_));
+    return unwritten() ? size_tensor_ : kiln::shape_of(elements_)[0];
+  }
+  /// Whether writes past the end grow the array (tensor_array_options::dynamic_size).
+  /// \code kiln::tensor_array(kiln::int32, 0, {.dynamic_size = true}).dynamic_size() == true; \endcode
+  bool dynamic_size() const { return dynamic_size_; }
   /// The elements' dtype.
   /// \code states.dtype() == kiln::float32; \endcode
   kiln::dtype dtype() const { return type_; }
 
   /// Whether no element has been written yet (so the element shape is not known).
   /// \code kiln::tensor_array(kiln::int32, 2).unwritten() == true; \endcode
-  bool unwritten() const { return size_ > 0 && elements_.rank() == 1 && elements_.shape()[0] == 0; }
+  bool unwritten() const {
+    return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
+  }
 
   /// The tensor that holds the elements: how loops and functions carry the array.
   /// \code const kiln::tensor& t = states.elements(); \endcode
   const tensor& elements() const { return elements_; }
-  /// The same array holding `elements` instead (of the same dtype and size).
+  /// The same array holding `elements` instead (of the same dtype); once written,
+  /// the array's size is the first dim of its elements.
   /// \code auto next = states.with_elements(t); \endcode
   tensor_array with_elements(tensor elements) const {
     tensor_array out = *this;
     out.elements_ = std::move(elements);
+    if (!out.unwritten()) {
+      out.size_ = out.elements_.shape()[0];
+      out.size_tensor_ = tensor();
+    }
     return out;
+  }
+  /// The array with every element zeros of `element_shape`, on device `d`: what a
+  /// first write starts from, and how an array first written in a loop body enters
+  /// the loop.
+  /// \code auto zeroed = kiln::tensor_array(kiln::float32, 3).holding_zeros({2});  // stack(): (3, 2) zeros \endcode
+  tensor_array holding_zeros(const shape& element_shape, device d = device::cpu) const {
+    shape rows{size_ == none ? 0 : size_};
+    for (std::int64_t dim : element_shape) rows.push_back(dim);
+    const tensor zeros = kiln::zeros(rows, type_, d);
+    return with_elements(size_ == none ? kiln::pad_rows(zeros, size_tensor_) : zeros);
   }
 
  private:
   shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  // An array of size 0 stacks to an empty tensor even though nothing was written.
   void require_written(const char* what) const {
-    if (unwritten())
+    if (unwritten() && size_ != 0)
       throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
-                        std::to_string(size_) + " was written, so its element shape is unknown");
+                        (size_ == none ? std::string("None") : std::to_string(size_)) +
+                        " was written, so its element shape is unknown");
   }
 
   kiln::dtype type_;
-  std::int64_t size_;
+  std::int64_t size_;  ///< kiln::none when known only when the graph runs
+  bool dynamic_size_;
+  tensor size_tensor_;  ///< the symbolic size of an unwritten array whose size_ is none
   tensor elements_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -39,6 +40,26 @@ template <class... Next>
 break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
   return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
 }
+
+/// Options of kiln::while_loop and kiln::for_range, given just before the loop
+/// variables.
+/// \code
+/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+struct loop_options {
+  /// The shapes the loop variables may take from one iteration to the next
+  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
+  /// order (a tuple or vector variable has one per tensor in it); entries left out
+  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
+  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
+  /// variable enters with and every value the body gives it, else kiln::value_error;
+  /// the loop's results have the invariant's shape. A tensor_array takes none: with
+  /// dynamic_size, the loop lets its size change by itself.
+  std::vector<std::optional<shape>> shape_invariants;
+};
 
 namespace detail {
 
@@ -73,14 +94,17 @@ struct traced_subgraph {
   std::vector<value_spec> outputs;
 };
 
-/// Traces `fn(parameters)` into a subgraph whose first placeholders have `params`'
-/// specs; returns what `fn` returned (symbolic, for its structure).
+/// Traces `fn(parameters)` into a subgraph whose first placeholders stand for
+/// `params` with `specs` (a loop variable's may be less specific than its value);
+/// returns what `fn` returned (symbolic, for its structure).
 template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
-  for (const tensor& p : params) {
-    placeholders.push_back(context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", p.dtype(), p.shape()));
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const tensor& p = params[k];
+    placeholders.push_back(
+        context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", specs[k].first, specs[k].second));
   }
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
@@ -125,60 +149,119 @@ output_t<V> as_output(const V& v) {
   return rebuild_output(v, next);
 }
 
-/// Raises kiln::value_error unless a body's results keep the loop variables' specs.
-/// The first `hidden` loop variables are kiln's own (for_range's counter): messages
-/// number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected, std::size_t hidden) {
-  if (got.size() != expected.size())
-    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
-                      std::to_string(expected.size() - hidden) + " loop variables");
-  for (std::size_t k = 0; k < expected.size(); ++k)
-    if (got[k] != expected[k])
-      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
-                        spec_text(expected[k]) + " but is " + spec_text(got[k]) +
-                        " after one iteration; a loop variable must keep its dtype and shape");
-}
-
-/// Appends, per leaf of `s`, whether it holds the elements of a tensor_array with
-/// no element written yet: such a leaf gets its shape from the first write.
+/// Appends, per leaf of `s`, the tensor_array whose elements it holds, or nullptr.
 template <class S>
-void unwritten_leaves(const S& s, std::vector<bool>& out) {
+void array_leaves(const S& s, std::vector<const tensor_array*>& out) {
   using U = std::remove_cvref_t<S>;
   if constexpr (std::is_same_v<U, tensor_array>)
-    out.push_back(s.unwritten());
+    out.push_back(&s);
   else if constexpr (is_tuple_like<U>::value || is_vector<U>::value)
-    for_each_element(s, [&](const auto& e) { unwritten_leaves(e, out); });
+    for_each_element(s, [&](const auto& e) { array_leaves(e, out); });
   else
-    out.push_back(false);
+    out.push_back(nullptr);
 }
 template <class S>
-std::vector<bool> unwritten_leaves(const S& s) {
-  std::vector<bool> out;
-  unwritten_leaves(s, out);
+std::vector<const tensor_array*> array_leaves(const S& s) {
+  std::vector<const tensor_array*> out;
+  array_leaves(s, out);
   return out;
 }
 
-/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
-/// write) as their spec from now on; returns whether one changed.
+/// `s` with its first dim `kiln::none`: the elements of an array that may grow.
+inline shape any_rows(shape s) {
+  s[0] = none;
+  return s;
+}
+
+/// The shape invariant of each leaf of the loop state `state`, whose first `hidden`
+/// leaves are kiln's own: those `options` gives, and for a written tensor_array with
+/// dynamic_size its elements with any number of rows. Raises kiln::value_error for
+/// more invariants than variables, and for an invariant given to a tensor_array.
 template <class State>
-bool settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  const std::vector<bool> unwritten = unwritten_leaves(state);
-  bool changed = false;
-  for (std::size_t k = 0; k < unwritten.size() && k < got.size(); ++k)
-    if (unwritten[k] && got[k].first == specs[k].first && got[k] != specs[k]) {
-      specs[k] = got[k];
-      changed = true;
+std::vector<std::optional<shape>> loop_invariants(const State& state, const loop_options& options, std::size_t hidden) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  const auto& given = options.shape_invariants;
+  if (given.size() > arrays.size() - hidden)
+    throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
+                      std::to_string(arrays.size() - hidden) + " loop variables");
+  std::vector<std::optional<shape>> out(arrays.size());
+  for (std::size_t k = hidden; k < arrays.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (k - hidden < given.size() && given[k - hidden]) {
+      if (array)
+        throw value_error("while_loop: loop variable " + std::to_string(k - hidden) +
+                          " is a tensor_array, which takes no shape invariant (with dynamic_size its size may change)");
+      out[k] = given[k - hidden];
+    } else if (array && array->dynamic_size() && !array->unwritten()) {
+      out[k] = any_rows(array->elements().shape());
     }
-  return changed;
+  }
+  return out;
+}
+
+/// The specs loop variables keep: the specs of the values they enter with, whose
+/// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
+/// not accept the value its variable enters with.
+inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
+                                          std::size_t hidden) {
+  std::vector<value_spec> specs = specs_of(entering);
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    if (!invariants[k]) continue;
+    if (!invariants[k]->accepts(specs[k].second))
+      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
+                        spec_text(specs[k]) + ", which its shape invariant " + invariants[k]->str() + " does not accept");
+    specs[k].second = *invariants[k];
+  }
+  return specs;
+}
+
+/// Raises kiln::value_error unless a body's results `got` fit the loop variables'
+/// specs: the same dtype, and a shape that the spec, exact or relaxed by the
+/// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
+/// own (for_range's counter): messages number the caller's variables from 0.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
+                             std::span<const std::optional<shape>> invariants, std::size_t hidden) {
+  if (got.size() != expected.size())
+    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+                      std::to_string(expected.size() - hidden) + " loop variables");
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    if (got[k].first == expected[k].first && expected[k].second.accepts(got[k].second)) continue;
+    const std::string variable = "while_loop: loop variable " + std::to_string(k - hidden);
+    if (got[k].first == expected[k].first && invariants[k])
+      throw value_error(variable + " has the shape invariant " + invariants[k]->str() + " but is " + spec_text(got[k]) +
+                        " after one iteration");
+    std::string message = variable + " enters the loop as " + spec_text(expected[k]) + " but is " + spec_text(got[k]) +
+                          " after one iteration; a loop variable must keep its dtype and shape";
+    if (got[k].first == expected[k].first)
+      message += "; to let its shape change, give the loop a shape invariant with kiln::none dims "
+                 "(kiln::loop_options{.shape_invariants = ...})";
+    throw value_error(message);
+  }
+}
+
+/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
+/// write) as their spec from now on, with any number of rows for one with
+/// dynamic_size; returns the leaves that changed.
+template <class State>
+std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  std::vector<std::size_t> settled;
+  for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (!array || !array->unwritten() || got[k].first != specs[k].first || got[k] == specs[k]) continue;
+    specs[k] = {got[k].first, array->dynamic_size() ? any_rows(got[k].second) : got[k].second};
+    settled.push_back(k);
+  }
+  return settled;
 }
 
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
 State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
-                 std::size_t hidden) {
+                 std::span<const std::optional<shape>> invariants, std::size_t hidden) {
   const std::vector<value_spec> got = specs_of(returned);
   settle_arrays(current, expected, got);
-  check_loop_specs(got, expected, hidden);
+  check_loop_specs(got, expected, invariants, hidden);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -222,8 +305,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       };
     };
     detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), {}, then_graph);
-    detail::trace_subgraph(branch(else_fn), {}, else_graph);
+    auto traced = detail::trace_subgraph(branch(then_fn), {}, {}, then_graph);
+    detail::trace_subgraph(branch(else_fn), {}, {}, else_graph);
     if (then_graph.outputs != else_graph.outputs) {
       auto list = [](const std::vector<detail::value_spec>& specs) {
         std::string s = "(";
@@ -253,11 +336,12 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
 namespace detail {
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
 template <class Cond, class Body, class... Vars>
-auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... vars) {
+auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
   std::vector<tensor> initial_leaves = detail::leaves_of(initial);
-  std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
+  const std::vector<std::optional<shape>> invariants = detail::loop_invariants(initial, options, hidden);
+  std::vector<detail::value_spec> specs = detail::loop_specs(initial_leaves, invariants, hidden);
   using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
   constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
 
@@ -268,9 +352,9 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
       auto r = std::apply(body_fn, current);
       if constexpr (breaks) {
         if (detail::truth_of(r.stop, "break_if")) break;
-        current = detail::next_state(current, detail::leaves_of(r.next), specs, hidden);
+        current = detail::next_state(current, detail::leaves_of(r.next), specs, invariants, hidden);
       } else {
-        current = detail::next_state(current, detail::leaves_of(r), specs, hidden);
+        current = detail::next_state(current, detail::leaves_of(r), specs, invariants, hidden);
       }
     }
     return detail::loop_result(std::move(current));
@@ -284,12 +368,12 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
       cond_graph = {};
       body_graph = {};
       detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
-                             initial_leaves, cond_graph);
+                             initial_leaves, specs, cond_graph);
       if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
         throw value_error("while_loop: the condition must give a bool scalar, got " +
                           detail::spec_text(cond_graph.outputs[0]));
       detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
-                             body_graph);
+                             specs, body_graph);
       std::span<const detail::value_spec> next_specs(body_graph.outputs);
       if constexpr (breaks) {
         if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
@@ -302,14 +386,16 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
     std::span<const detail::value_spec> next_specs = trace_loop();
     // A tensor_array first written in the body enters the loop holding zeros of
     // the shape that write gave it; the body is traced again for that input.
-    if (detail::settle_arrays(initial, specs, next_specs)) {
-      for (std::size_t k = 0; k < specs.size(); ++k)
-        if (specs[k] != detail::value_spec{initial_leaves[k].dtype(), initial_leaves[k].shape()})
-          initial_leaves[k] = kiln::zeros(specs[k].second, specs[k].first);
+    if (const std::vector<std::size_t> settled = detail::settle_arrays(initial, specs, next_specs); !settled.empty()) {
+      const std::vector<const tensor_array*> arrays = detail::array_leaves(initial);
+      for (std::size_t k : settled)
+        initial_leaves[k] = arrays[k]
+                                ->holding_zeros(shape(specs[k].second.dims().subspan(1)), initial_leaves[k].device())
+                                .elements();
       initial = as_state(initial_leaves);
       next_specs = trace_loop();
     }
-    detail::check_loop_specs(next_specs, specs, hidden);
+    detail::check_loop_specs(next_specs, specs, invariants, hidden);
 
     std::vector<tensor> inputs = initial_leaves;
     inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
@@ -320,22 +406,41 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
     return detail::loop_result(as_state(out));
   }
 }
+
+/// Loop variables given without kiln::loop_options first.
+template <class... Vars>
+concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
 }  // namespace detail
+
+/// kiln::while_loop with `options`: shape invariants let loop variables change shape.
+/// \code
+/// // Halves x's length until one element is left: the sum of its elements.
+/// kiln::tensor sum = kiln::while_loop(
+///     [](const kiln::tensor& x) { return kiln::shape_of(x)[0] > 1; },
+///     [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::reshape(x, {-1, 2}), 1); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::constant({1, 2, 3, 4}));  // [10]
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const loop_options& options, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  return detail::while_loop(std::size_t(0), options, std::move(cond_fn), std::move(body_fn), vars...);
+}
 
 /// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
 /// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
 /// kiln::break_if). Returns the final values in the same form. While tracing, the
 /// condition and body are traced once into a `while` node; a loop variable whose
-/// dtype or shape changes raises kiln::value_error naming it and both specs.
+/// dtype or shape changes raises kiln::value_error naming it and both specs (a shape
+/// may change where kiln::loop_options gives it a shape invariant).
 /// \code
 /// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
 ///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
 ///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
 /// \endcode
 template <class Cond, class Body, class... Vars>
+  requires detail::plain_loop_variables<Vars...>
 auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
-  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
-  return detail::while_loop(std::size_t(0), std::move(cond_fn), std::move(body_fn), vars...);
+  return while_loop(std::move(cond_fn), std::move(body_fn), loop_options{}, vars...);
 }
 
 namespace detail {
@@ -350,7 +455,8 @@ tensor index_tensor(T v) {
 
 /// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
 template <class Body, class... Vars>
-auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const Vars&... vars) {
+auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
+                  const Vars&... vars) {
   // Python's range length: ceil((limit - start) / delta), at least 0.
   const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
   auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
@@ -367,7 +473,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
       return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
     }
   };
-  auto out = detail::while_loop(std::size_t(1), cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
   if constexpr (sizeof...(Vars) == 0) {
     return;
   } else if constexpr (sizeof...(Vars) == 1) {
@@ -378,6 +484,18 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 }
 }  // namespace detail
 
+/// kiln::for_range with `options`: shape invariants let loop variables change shape.
+/// \code
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
+  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
+                              body_fn, options, vars...);
+}
 /// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
 /// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
 /// time instead). `body_fn(i, vars...)` gives the next values; with no loop
@@ -387,19 +505,31 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 /// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>) && detail::plain_loop_variables<Vars...>
 auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
-  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
-                              body_fn, vars...);
+  return for_range(limit, std::move(body_fn), loop_options{}, vars...);
 }
+/// `for i in range(start, limit, delta)` with `options` (see kiln::loop_options).
+/// \code
+/// kiln::tensor evens = kiln::for_range(0, 10, 2, [](const kiln::tensor& i, const kiln::tensor& x) {
+///   return kiln::concat({x, kiln::reshape(i, {1})}, 0);
+/// }, kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::zeros({0}, kiln::int32));  // [0 2 4 6 8]
+/// \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const loop_options& options,
+               const Vars&... vars) {
+  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
+                              options, vars...);
+}
+
 /// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
 /// kiln::invalid_argument_error.
 /// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
 template <class Start, class Limit, class Delta, class Body, class... Vars>
-  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta> &&
+           detail::plain_loop_variables<Vars...>
 auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
-  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
-                              vars...);
+  return for_range(start, limit, delta, std::move(body_fn), loop_options{}, vars...);
 }
-
 }  // namespace kiln

@@ -608,6 +608,8 @@ class function {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
+    // Constant folding runs ops on constants, which must compute, not be recorded.
+    kiln::init_scope outside_every_trace;
     c->compile();
     return c;
   }
