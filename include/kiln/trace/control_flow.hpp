@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -17,6 +18,7 @@
 
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -73,15 +75,13 @@ struct traced_subgraph {
   std::vector<value_spec> outputs;
 };
 
-/// Traces `fn(parameters)` into a subgraph whose first placeholders have `params`'
-/// specs; returns what `fn` returned (symbolic, for its structure).
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have the specs
+/// and names of `params`; returns what `fn` returned (symbolic, for its structure).
 template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgraph& out) {
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
-  for (const tensor& p : params) {
-    placeholders.push_back(context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", p.dtype(), p.shape()));
-  }
+  for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
     for_each_output(part, [&](const tensor& t) {
@@ -98,6 +98,17 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
   out.g = std::move(context.graph());
   out.captures = context.captures();
   return result;
+}
+/// The parameter of a subgraph that stands for `p`: its spec, named after its node.
+inline tensor_spec parameter_for(const tensor& p) {
+  return tensor_spec(p.shape(), p.dtype(), p.is_symbolic() ? node_name(*p.symbol()) : "loop_var");
+}
+/// trace_subgraph with parameters like the tensors `params`.
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+  std::vector<tensor_spec> specs;
+  for (const tensor& p : params) specs.push_back(parameter_for(p));
+  return trace_subgraph(std::forward<Fn>(fn), std::span<const tensor_spec>(specs), out);
 }
 
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
@@ -127,14 +138,15 @@ output_t<V> as_output(const V& v) {
 
 /// Raises kiln::value_error unless a body's results keep the loop variables' specs.
 /// The first `hidden` loop variables are kiln's own (for_range's counter): messages
-/// number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected, std::size_t hidden) {
+/// number the caller's variables from 0. `loop` names the loop in messages.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected, std::size_t hidden,
+                             std::string_view loop = "while_loop") {
   if (got.size() != expected.size())
-    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+    throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
                       std::to_string(expected.size() - hidden) + " loop variables");
   for (std::size_t k = 0; k < expected.size(); ++k)
     if (got[k] != expected[k])
-      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
+      throw value_error(std::string(loop) + ": loop variable " + std::to_string(k - hidden) + " enters the loop as " +
                         spec_text(expected[k]) + " but is " + spec_text(got[k]) +
                         " after one iteration; a loop variable must keep its dtype and shape");
 }
@@ -175,10 +187,10 @@ bool settle_arrays(const State& state, std::vector<value_spec>& specs, std::span
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
 State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
-                 std::size_t hidden) {
+                 std::size_t hidden, std::string_view loop = "while_loop") {
   const std::vector<value_spec> got = specs_of(returned);
   settle_arrays(current, expected, got);
-  check_loop_specs(got, expected, hidden);
+  check_loop_specs(got, expected, hidden, loop);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -222,8 +234,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       };
     };
     detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), {}, then_graph);
-    detail::trace_subgraph(branch(else_fn), {}, else_graph);
+    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
+    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
       auto list = [](const std::vector<detail::value_spec>& specs) {
         std::string s = "(";
