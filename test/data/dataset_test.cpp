@@ -282,6 +282,23 @@ TEST_CASE("a dataset argument is keyed by its element spec and each call reads i
       [&] { return concrete(dataset::from_tensor_slices(kiln::constant({1.f}))); }, {"ReduceDataset", "float32 ()", "int64 ()"});
 }
 
+TEST_CASE("a dataset loop inside a graph loop captures the dataset argument") {
+  function twice(
+      [](const dataset& ds) {
+        return kiln::for_range(
+            2,
+            [&ds](const tensor& i, const tensor& total) {
+              const tensor inner = kiln::for_each(ds, [](const tensor& x, const tensor& t) { return t + x; }, zero64());
+              return total + inner * kiln::cast(i + 1, int64);
+            },
+            zero64());
+      },
+      {.name = "twice"});
+  CHECK(twice(dataset::range(4)).item<std::int64_t>() == 6 * 1 + 6 * 2);
+  CHECK(twice(dataset::range(5)).item<std::int64_t>() == 10 * 1 + 10 * 2);
+  CHECK(twice.tracing_count() == 1);
+}
+
 TEST_CASE("from_generator is fetched at every call of a function, not at trace time") {
   int calls = 0;
   std::vector<std::int64_t> data{1, 2, 3};

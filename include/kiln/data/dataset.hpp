@@ -459,11 +459,13 @@ template <class Fn, class Before, class After>
 struct component_call;
 template <class Fn, class... Before, class... After>
 struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
+  /// Whether `fn` takes elements of `N` components.
   template <std::size_t N>
   static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
     return std::is_invocable_v<Fn&, const Before&..., component_argument<I>..., const After&...>;
   }(std::make_index_sequence<N>{});
 
+  // The smallest component count `fn` takes (0 for none): it gives the result type.
   template <std::size_t N = 1>
   static constexpr std::size_t first_accepted() {
     if constexpr (N > max_components) return 0;
@@ -478,7 +480,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
   }(std::make_index_sequence<arity>{}));
   using type = typename result::type;
 
-  /// The component counts `fn` accepts, as messages list them: "1", "1 or 2".
+  /// The component counts `fn` takes, as messages list them: "1", "1 or 2".
   static std::string accepted_counts() {
     std::string s;
     [&]<std::size_t... N>(std::index_sequence<N...>) {
@@ -493,10 +495,12 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
     [&]<std::size_t... N>(std::index_sequence<N...>) { ((ok = ok || (count == N + 1 && accepts<N + 1>)), ...); }(
         std::make_index_sequence<max_components>{});
     if (!ok)
-      throw value_error(std::string(who) + ": the function takes elements of " + accepted_counts() +
-                        " components, but the dataset's elements have " + std::to_string(count));
+      throw value_error(std::string(who) + ": the function takes " + accepted_counts() +
+                        " tensor(s) per element, but the dataset's elements have " + std::to_string(count));
   }
 
+  /// `fn(before..., element[0], ..., after...)`; check() tells beforehand whether
+  /// `fn` takes the element's component count.
   template <std::size_t N = 1>
   static type call(Fn& fn, std::span<const tensor> element, const Before&... before, const After&... after) {
     if constexpr (N > max_components) {

@@ -4,9 +4,9 @@
 /// following the contract: a tensor contributes its dtype and shape, a C++ number,
 /// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
 /// leaves, a kiln::variable its identity, a dataset its element spec (and its handle
-/// as a tensor), and any other object its address. The
-/// leaves give the cache key, the tensors the function runs on, and (when tracing)
-/// the placeholders the callable gets.
+/// as a tensor), and any other object its address. The leaves give the cache key,
+/// the tensors the function runs on, and (when tracing) the placeholders the
+/// callable gets.
 
 #include <boost/pfr.hpp>
 
