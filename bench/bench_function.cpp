@@ -3,9 +3,9 @@
 /// loops and libtorch: the cost of one call (`call_x2`), a long chain of ops on tiny
 /// tensors where per-op overhead dominates (`ops50_10`), a fused chain over 16M floats
 /// (`chain_16M`), the cost of tracing itself (`trace_20`), the seeds' `power(x, 100)`
-/// (100 matmuls of 10x10 int32 matrices, `power_100`) and a graph loop with a scalar
-/// body (`while_scalar`). The Python peers of the same cases (TorchScript,
-/// tf.function, jax.jit) are in peers.py.
+/// (100 matmuls of 10x10 int32 matrices, `power_100`), a graph loop with a scalar
+/// body (`while_scalar`) and a training loop fed by a dataset (`dataset_loop`). The
+/// Python peers of the same cases (TorchScript, tf.function, jax.jit) are in peers.py.
 
 #include "bench_support.hpp"
 
@@ -403,6 +403,63 @@ void register_while_scalar() {
 #endif
 }
 
+// A training-style loop: per batch of 256 rows of 64 float32 features, a few
+// elementwise ops and a mean, summed over 100 batches per call. `kiln` feeds the
+// batches from a kiln::data::dataset inside one kiln::function (one ReduceDataset
+// node); `kiln_per_batch` calls a kiln::function once per batch from a C++ loop;
+// `kiln_for_range` indexes a stacked tensor with kiln::for_range in one function.
+constexpr std::int64_t loop_batches = 100, batch_rows = 256, batch_features = 64;
+
+template <class T>
+T batch_loss(const T& x, const T& loss) {
+  return loss + kiln::reduce_mean(kiln::square(kiln::tanh(x * 0.5f + 0.25f) - 0.5f));
+}
+
+void register_dataset_loop() {
+  const kiln::tensor stacked = kiln::random::stateless_uniform({loop_batches, batch_rows, batch_features}, 11);
+  auto reference = [stacked] {
+    kiln::tensor loss = kiln::constant(0.f);
+    for (std::int64_t i = 0; i < loop_batches; ++i) loss = batch_loss(stacked[i], loss);
+    return loss.item<float>();
+  };
+  register_case("dataset_loop", "kiln", 1, [stacked, reference](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto batches = kiln::data::dataset::from_tensor_slices(stacked).prefetch(1);
+    kiln::function train([](const kiln::data::dataset& ds) {
+      return kiln::for_each(ds, [](const kiln::tensor& x, const kiln::tensor& loss) { return batch_loss(x, loss); },
+                            kiln::constant(0.f));
+    });
+    const float expected = reference(), first = train(batches).item<float>();  // traces
+    if (!check_close(state, &expected, &first, 1, 1e-4f)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(train(batches));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("dataset_loop", "kiln_per_batch", 1, [stacked, reference](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    std::vector<kiln::tensor> batches;
+    for (std::int64_t i = 0; i < loop_batches; ++i) batches.push_back(stacked[i]);
+    kiln::function step(batch_loss<kiln::tensor>);
+    auto run = [&] {
+      kiln::tensor loss = kiln::constant(0.f);
+      for (const kiln::tensor& x : batches) loss = step(x, loss);
+      return loss;
+    };
+    const float expected = reference(), first = run().item<float>();  // traces
+    if (!check_close(state, &expected, &first, 1, 1e-4f)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(run());
+  })->Unit(benchmark::kMicrosecond);
+  register_case("dataset_loop", "kiln_for_range", 1, [stacked, reference](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    kiln::function train([](const kiln::tensor& all) {
+      return kiln::for_range(
+          loop_batches, [&all](const kiln::tensor& i, const kiln::tensor& loss) { return batch_loss(kiln::gather(all, i), loss); },
+          kiln::constant(0.f));
+    });
+    const float expected = reference(), first = train(stacked).item<float>();  // traces
+    if (!check_close(state, &expected, &first, 1, 1e-4f)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(train(stacked));
+  })->Unit(benchmark::kMicrosecond);
+}
+
 const bool registered = [] {
   register_call_x2();
   register_ops50();
@@ -410,6 +467,7 @@ const bool registered = [] {
   register_trace_20();
   register_power();
   register_while_scalar();
+  register_dataset_loop();
   return true;
 }();
 

@@ -288,6 +288,8 @@ def targets(s):
     time_ratio_target("power(x, 100), 100 matmuls of 10×10 int32: kiln ≥ 10× faster than PyTorch eager",
                       "power_100", "torch_py", 1, 1 / 10)
     time_target("while_loop with a scalar body: kiln ≤ 200 ns per iteration", "while_scalar", 200, LOOP_TRIPS)
+    time_ratio_target("a loop over 100 batches fed by a dataset in one function: kiln time ≤ 1.1 × a C++ loop "
+                      "calling a function per batch", "dataset_loop", "kiln_per_batch", 1, 1.1)
     return checks
 
 
@@ -337,6 +339,8 @@ def markdown(s, checks, command, machine, png_name):
                          "median time per call"),
         per_call_section(s, f"12. A while_loop with a scalar body ({LOOP_TRIPS} iterations per call)", "while_scalar",
                          "median time per iteration", LOOP_TRIPS),
+        per_call_section(s, "13. A training loop over 100 batches of 256×64 float32 (dataset, C++ loop, for_range)",
+                         "dataset_loop", "median time per call"),
         peers_section(s),
     ]
     return "\n".join(parts)

@@ -1,8 +1,9 @@
 // The seeds' "Loops" (002 AutoGraph) and fizzbuzz (001): a C++ loop unrolls while
 // tracing; kiln::for_range and kiln::while_loop make one `while` node, whose body is
-// traced once and runs as often as the tensors say; kiln::break_if exits early; a
-// loop variable may not change its dtype, nor its shape unless a shape invariant
-// lets it. And 001's "A simple loop" (tanh until the sum drops to 1).
+// traced once and runs as often as the tensors say, and a loop over a dataset makes
+// one ReduceDataset node; kiln::break_if exits early; a loop variable may not change
+// its dtype, nor its shape unless a shape invariant lets it. And 001's "A simple
+// loop" (tanh until the sum drops to 1).
 
 #include <kiln/kiln.hpp>
 
@@ -11,12 +12,19 @@
 
 namespace {
 
-// def test_dynamically_unrolled(f, *args): ... uses tf.while_loop / gets unrolled.
+// def test_dynamically_unrolled(f, *args): ... uses tf.while_loop / uses
+// tf.data.Dataset.reduce / gets unrolled.
 template <class F, class... Args>
 void test_dynamically_unrolled(F& f, const std::string& call, const Args&... args) {
-  bool uses_while = false;
-  for (const kiln::node& n : f.get_concrete_function(args...).graph().nodes()) uses_while = uses_while || n.op() == "while";
-  std::cout << call << (uses_while ? " uses kiln::while_loop.\n" : " gets unrolled.\n");
+  bool uses_while = false, uses_reduce = false;
+  for (const kiln::node& n : f.get_concrete_function(args...).graph().nodes()) {
+    uses_while = uses_while || n.op() == "while";
+    uses_reduce = uses_reduce || n.op() == "ReduceDataset";
+  }
+  std::cout << call
+            << (uses_while    ? " uses kiln::while_loop.\n"
+                : uses_reduce ? " uses kiln::data::dataset::reduce.\n"
+                              : " gets unrolled.\n");
 }
 
 // with assert_raises(error_class): f()
@@ -50,8 +58,17 @@ int main() {
   kiln::function for_in_tfrange(
       [] { return kiln::for_range(5, [](const tensor& i, const tensor& x) { return x + i; }, kiln::constant(0)); },
       {.name = "for_in_tfrange"});
+  // def for_in_tfdataset(): x = tf.constant(0, dtype=tf.int64); for i in tf.data.Dataset.range(5): x += i
+  kiln::function for_in_tfdataset(
+      [] {
+        return kiln::for_each(kiln::data::dataset::range(5), [](const tensor& i, const tensor& x) { return x + i; },
+                              kiln::constant(std::int64_t(0)));
+      },
+      {.name = "for_in_tfdataset"});
   test_dynamically_unrolled(for_in_range, "for_in_range()");
   test_dynamically_unrolled(for_in_tfrange, "for_in_tfrange()");
+  test_dynamically_unrolled(for_in_tfdataset, "for_in_tfdataset()");
+  std::cout << "for_in_tfdataset() = " << for_in_tfdataset() << "\n";
 
   // def while_py_cond(): x = 5; while x > 0: x -= 1
   kiln::function while_py_cond(

@@ -56,4 +56,5 @@
 #include "kiln/trace/effects.hpp"
 #include "kiln/trace/random.hpp"
 #include "kiln/trace/control_flow.hpp"
+#include "kiln/data/dataset.hpp"
 #include "kiln/kernels.hpp"

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -18,6 +19,7 @@
 
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -94,18 +96,13 @@ struct traced_subgraph {
   std::vector<value_spec> outputs;
 };
 
-/// Traces `fn(parameters)` into a subgraph whose first placeholders stand for
-/// `params` with `specs` (a loop variable's may be less specific than its value);
-/// returns what `fn` returned (symbolic, for its structure).
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have the specs
+/// and names of `params`; returns what `fn` returned (symbolic, for its structure).
 template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
+auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgraph& out) {
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    const tensor& p = params[k];
-    placeholders.push_back(
-        context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", specs[k].first, specs[k].second));
-  }
+  for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
     for_each_output(part, [&](const tensor& t) {
@@ -122,6 +119,17 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const val
   out.g = std::move(context.graph());
   out.captures = context.captures();
   return result;
+}
+/// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
+inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
+/// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
+/// loop variable's may be less specific than its value).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
+  std::vector<tensor_spec> parameters;
+  for (std::size_t k = 0; k < params.size(); ++k)
+    parameters.emplace_back(specs[k].second, specs[k].first, parameter_name(params[k]));
+  return trace_subgraph(std::forward<Fn>(fn), std::span<const tensor_spec>(parameters), out);
 }
 
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
@@ -220,14 +228,15 @@ inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std:
 /// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
 /// own (for_range's counter): messages number the caller's variables from 0.
 inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
-                             std::span<const std::optional<shape>> invariants, std::size_t hidden) {
+                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                             std::string_view loop = "while_loop") {
   if (got.size() != expected.size())
-    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+    throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
                       std::to_string(expected.size() - hidden) + " loop variables");
   for (std::size_t k = 0; k < expected.size(); ++k) {
     if (got[k].first == expected[k].first && expected[k].second.accepts(got[k].second)) continue;
-    const std::string variable = "while_loop: loop variable " + std::to_string(k - hidden);
-    if (got[k].first == expected[k].first && invariants[k])
+    const std::string variable = std::string(loop) + ": loop variable " + std::to_string(k - hidden);
+    if (got[k].first == expected[k].first && k < invariants.size() && invariants[k])
       throw value_error(variable + " has the shape invariant " + invariants[k]->str() + " but is " + spec_text(got[k]) +
                         " after one iteration");
     std::string message = variable + " enters the loop as " + spec_text(expected[k]) + " but is " + spec_text(got[k]) +
@@ -258,10 +267,11 @@ std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spe
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
 State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
-                 std::span<const std::optional<shape>> invariants, std::size_t hidden) {
+                 std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                 std::string_view loop = "while_loop") {
   const std::vector<value_spec> got = specs_of(returned);
   settle_arrays(current, expected, got);
-  check_loop_specs(got, expected, invariants, hidden);
+  check_loop_specs(got, expected, invariants, hidden, loop);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -305,8 +315,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       };
     };
     detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), {}, {}, then_graph);
-    detail::trace_subgraph(branch(else_fn), {}, {}, else_graph);
+    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
+    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
       auto list = [](const std::vector<detail::value_spec>& specs) {
         std::string s = "(";

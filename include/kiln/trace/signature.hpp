@@ -3,9 +3,10 @@
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
 /// following the contract: a tensor contributes its dtype and shape, a C++ number,
 /// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
-/// leaves, a kiln::variable its identity, and any other object its address. The
-/// leaves give the cache key, the tensors the function runs on, and (when tracing)
-/// the placeholders the callable gets.
+/// leaves, a kiln::variable its identity, a dataset its element spec (and its handle
+/// as a tensor), and any other object its address. The leaves give the cache key,
+/// the tensors the function runs on, and (when tracing) the placeholders the
+/// callable gets.
 
 #include <boost/pfr.hpp>
 
@@ -93,7 +94,19 @@ std::size_t sequence_size(const T& x) {
 }
 
 /// Which kind of leaf a key word sequence starts with.
-enum class leaf : std::uint64_t { tensor = 1, value, sequence, address };
+enum class leaf : std::uint64_t { tensor = 1, value, sequence, address, handle };
+
+/// An object a function receives through a handle tensor (a kiln::data::dataset),
+/// as TensorFlow passes a dataset as a variant tensor: keyed by the spec it describes
+/// (`append_spec_key`), so objects of one spec share a trace, and given to the graph
+/// as `handle()`, so that every call runs on the object it was called with.
+/// \code static_assert(kiln::detail::handle_argument<kiln::data::dataset>); \endcode
+template <class T>
+concept handle_argument = requires(const T& x, std::vector<std::uint64_t>& key, const tensor& h) {
+  { x.handle() } -> std::same_as<const tensor&>;
+  x.append_spec_key(key);
+  { x.with_handle(h) } -> std::same_as<T>;
+};
 
 template <class T>
 std::uint64_t type_code() {
@@ -233,6 +246,10 @@ void flatten(const T& x, call_signature& sig, int arg) {
     sig.tensors.push_back(nullptr);
     sig.specs.push_back(x);
     sig.tensor_arg.push_back(arg);
+  } else if constexpr (handle_argument<U>) {
+    sig.key.push_back(std::uint64_t(leaf::handle));
+    x.append_spec_key(sig.key);
+    flatten(x.handle(), sig, arg);
   } else if constexpr (is_value_leaf<U>) {
     auto [kind, text] = describe_leaf(x);
     call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
@@ -274,6 +291,8 @@ template <class T>
 void replace_tensors(T& x, const tensor*& next) {
   if constexpr (std::is_same_v<T, tensor>) {
     x = *next++;
+  } else if constexpr (handle_argument<T>) {
+    x = x.with_handle(*next++);
   } else if constexpr (is_sequence<T>) {
     for_each_element(x, [&](auto& e) { replace_tensors(e, next); });
   }
@@ -289,6 +308,8 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
     return (a.object);
   } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
     return tensor(*next++);
+  } else if constexpr (handle_argument<U>) {
+    return a.with_handle(*next++);
   } else if constexpr (is_char_array<U>::value) {
     return std::forward<A>(a);
   } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
