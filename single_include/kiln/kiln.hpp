@@ -914,6 +914,10 @@ class tensor {
 
   /// `x[i]`: the i-th slice along the first axis (negative i counts from the end).
   tensor operator[](std::int64_t i) const;
+  /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
+  /// symbolic (a loop counter inside a function): a `gather` on the first axis.
+  /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  tensor operator[](const tensor& i) const;
 
   /// The kernel view of an eager tensor.
   buffer_view view() const { return {const_cast<void*>(raw_data()), dtype_, shape_}; }
@@ -1896,15 +1900,32 @@ namespace detail {
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
-/// Records `op` on `inputs`, some of them symbolic, into the trace in progress
-/// (defined by the tracer, kiln/trace/trace_context.hpp).
+/// Records `op` on `inputs` into the trace in progress (defined by the tracer,
+/// kiln/trace/trace_context.hpp).
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
+
+/// Whether a trace is in progress on this thread (defined by the tracer).
+inline bool tracing();
 
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {
   std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
   return apply_span(op, std::span<const tensor* const>(ptrs));
+}
+
+/// Runs `op` now on eager `inputs` with the kernels of their device (defined in
+/// kiln/eager/apply.hpp).
+template <class Op>
+tensor execute(const Op& op, std::span<const tensor* const> inputs);
+
+/// Runs `op` now on eager `inputs`, recording nothing even while a trace is in
+/// progress: how an op's `evaluate` uses other ops, since it computes a value, also
+/// when constant folding evaluates it during a trace.
+template <class Op, std::same_as<tensor>... Ts>
+tensor execute_now(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return execute(op, std::span<const tensor* const>(ptrs));
 }
 
 /// A scalar tensor holding `value` converted to dtype `t` on device `d`.
@@ -2529,7 +2550,7 @@ inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = 
 // ----- begin kiln/ops/shape_ops.hpp -----
 /// \file
 /// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
-/// slice and shape_of. None computes new values, so each accepts every dtype,
+/// slice, shape_of, set_item and pad_rows. None computes new values, so each accepts every dtype,
 /// strings included. The rules handle `kiln::none` dims and unknown ranks (the
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
@@ -2607,760 +2628,11 @@ class small_vector {
 
 }  // namespace kiln::detail
 // ----- end kiln/core/small_vector.hpp -----
-
-namespace kiln {
-namespace detail {
-
-/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
-constexpr std::int64_t checked_num_elements(const shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t d : s) {
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
-/// The most specific shape that both specs allow, or a failure when two known dims differ.
-constexpr shape_result merge_shapes(const shape& a, const shape& b) {
-  if (!a.has_known_rank()) return {b};
-  if (!b.has_known_rank()) return {a};
-  if (a.rank() != b.rank()) return {{}, "all inputs must have the same shape"};
-  shape out = a;
-  for (int d = 0; d < a.rank(); ++d) {
-    if (a[d] == none) out[d] = b[d];
-    else if (b[d] != none && b[d] != a[d]) return {{}, "all inputs must have the same shape"};
-  }
-  return {out};
-}
-
-/// The dtype rule of ops that join tensors: all of one dtype, kept.
-constexpr dtype_result same_dtype(std::span<const dtype> in) {
-  for (dtype t : in)
-    if (t != in[0]) return {in[0], "all inputs must have the same dtype"};
-  return {in.empty() ? float32 : in[0]};
-}
-
-/// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
-inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
-
-}  // namespace detail
-
-namespace ops {
-
-/// `reshape(x, new_shape)`: the same elements in another shape; one dim may be
-/// kiln::none (-1), inferred from the element count.
-struct reshape {
-  static constexpr std::string_view name = "reshape";
-  kiln::shape new_shape;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    if (!new_shape.has_known_rank()) return {{}, "the new shape must have a known rank"};
-    int inferred = -1;
-    kiln::shape known_dims;  // the new shape without its -1 dim
-    for (int d = 0; d < new_shape.rank(); ++d) {
-      if (new_shape[d] != none) {
-        known_dims.push_back(new_shape[d]);
-      } else if (inferred >= 0) {
-        return {{}, "only one dim of the new shape may be -1 (kiln::none)"};
-      } else {
-        inferred = d;
-      }
-    }
-    std::int64_t known = detail::checked_num_elements(known_dims);
-    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
-    if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
-    std::int64_t count = detail::checked_num_elements(in[0]);
-    if (count < 0) return {{}, "the input has more elements than int64 can count"};
-    if (inferred < 0) {
-      if (known != count) return {{}, "the new shape has a different number of elements"};
-      return {new_shape};
-    }
-    if (known == 0) {
-      if (count == 0) return {{}, "cannot infer the -1 dim of an empty tensor when another dim is 0"};
-      return {{}, "the new shape has a different number of elements"};
-    }
-    if (count % known != 0) return {{}, "the new shape has a different number of elements"};
-    kiln::shape out = new_shape;
-    out[inferred] = count / known;
-    return {out};
-  }
-  /// Shares the input's buffer: no element is copied.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
-  }
-  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
-  constexpr bool operator==(const reshape&) const = default;
-};
-
-/// `transpose(x, perm)`: dim i of the result is dim `perm[i]` of `x`; an empty
-/// `perm` reverses the dims.
-struct transpose {
-  static constexpr std::string_view name = "transpose";
-  int_list perm;
-
-  /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
-  constexpr int_list permutation(int rank) const {
-    if (!perm.empty()) return perm;
-    int_list reversed;
-    for (int d = rank - 1; d >= 0; --d) reversed.push_back(d);
-    return reversed;
-  }
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const kiln::shape& s = in[0];
-    if (!s.has_known_rank() && perm.empty()) return {kiln::shape(unknown_rank)};
-    const int rank = s.has_known_rank() ? s.rank() : perm.size();
-    if (perm.size() != rank && !perm.empty()) return {{}, "perm must have one entry per dim"};
-    const int_list p = permutation(rank);
-    std::array<bool, max_rank> seen{};
-    kiln::shape out;
-    for (int d = 0; d < rank; ++d) {
-      if (p[d] < 0 || p[d] >= rank || seen[p[d]]) return {{}, "perm must be a permutation of 0, 1, ..., rank - 1"};
-      seen[p[d]] = true;
-      out.push_back(s.has_known_rank() ? s[int(p[d])] : none);
-    }
-    return {out};
-  }
-  std::string attributes() const { return "perm=" + perm.str(); }
-  constexpr bool operator==(const transpose&) const = default;
-};
-
-/// `concat({a, b}, axis)`: the inputs joined along an existing dim.
-struct concat {
-  static constexpr std::string_view name = "concat";
-  std::int64_t axis = 0;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    if (in.empty()) return {{}, "needs at least one input"};
-    int rank = -1;
-    for (const kiln::shape& s : in)
-      if (s.has_known_rank()) rank = s.rank();
-    if (rank < 0) return {kiln::shape(unknown_rank)};
-    if (rank == 0) return {{}, "cannot concatenate scalars (use kiln::stack)"};
-    const int a = normalize_axis(axis, rank);
-    if (a < 0) return {{}, "axis is out of range for the inputs' rank"};
-    kiln::shape out;
-    for (int d = 0; d < rank; ++d) out.push_back(d == a ? 0 : none);
-    for (const kiln::shape& s : in) {
-      if (!s.has_known_rank()) {
-        out[a] = none;
-        continue;
-      }
-      if (s.rank() != rank) return {{}, "all inputs must have the same rank"};
-      for (int d = 0; d < rank; ++d) {
-        if (d == a) {
-          if (s[a] == none) out[a] = none;
-          else if (out[a] != none && out[a] > std::numeric_limits<std::int64_t>::max() - s[a])
-            return {{}, "the result would have more elements than int64 can count"};
-          else if (out[a] != none) out[a] += s[a];
-        } else if (out[d] == none) {
-          out[d] = s[d];
-        } else if (s[d] != none && s[d] != out[d]) {
-          return {{}, "all inputs must have the same dims except along the axis"};
-        }
-      }
-    }
-    return {out};
-  }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
-  constexpr bool operator==(const concat&) const = default;
-};
-
-/// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
-struct stack {
-  static constexpr std::string_view name = "stack";
-  std::int64_t axis = 0;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    if (in.empty()) return {{}, "needs at least one input"};
-    shape_result common{in[0]};
-    for (const kiln::shape& s : in.subspan(1)) {
-      common = detail::merge_shapes(common.value, s);
-      if (!common.ok()) return common;
-    }
-    if (!common.value.has_known_rank()) return {kiln::shape(unknown_rank)};
-    const int rank = common.value.rank();
-    if (rank == max_rank) return {{}, "the result would have more dims than kiln supports"};
-    const int a = normalize_axis(axis, rank + 1);
-    if (a < 0) return {{}, "axis is out of range for the result's rank"};
-    kiln::shape out;
-    for (int d = 0; d <= rank; ++d) {
-      if (d == a) out.push_back(std::int64_t(in.size()));
-      if (d < rank) out.push_back(common.value[d]);
-    }
-    return {out};
-  }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
-  constexpr bool operator==(const stack&) const = default;
-};
-
-/// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
-/// or int64, any shape) name; the result's shape is
-/// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
-struct gather {
-  static constexpr std::string_view name = "gather";
-  std::int64_t axis = 0;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
-    if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
-    return {in[0]};
-  }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const kiln::shape &x = in[0], &indices = in[1];
-    if (x.has_known_rank() && x.rank() == 0) return {{}, "cannot gather from a scalar"};
-    if (!x.has_known_rank() || !indices.has_known_rank()) return {kiln::shape(unknown_rank)};
-    const int a = normalize_axis(axis, x.rank());
-    if (a < 0) return {{}, "axis is out of range for the input's rank"};
-    if (x.rank() - 1 + indices.rank() > max_rank) return {{}, "the result would have more dims than kiln supports"};
-    kiln::shape out;
-    for (int d = 0; d < a; ++d) out.push_back(x[d]);
-    for (std::int64_t d : indices) out.push_back(d);
-    for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
-    return {out};
-  }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
-  constexpr bool operator==(const gather&) const = default;
-};
-
-/// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
-/// Named as TensorFlow names the node that indexing creates.
-struct index {
-  static constexpr std::string_view name = "strided_slice";
-  std::int64_t i = 0;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const kiln::shape& s = in[0];
-    if (!s.has_known_rank()) return {kiln::shape(unknown_rank)};
-    if (s.rank() == 0) return {{}, "a scalar cannot be indexed"};
-    return {kiln::shape(s.dims().subspan(1))};
-  }
-  /// Shares the input's buffer: the slice is one contiguous window of it.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    kiln::shape rest(s.dims().subspan(1));
-    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
-  }
-  std::string attributes() const { return "index=" + std::to_string(i); }
-  constexpr bool operator==(const index&) const = default;
-};
-
-/// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
-/// `value` (TensorFlow's TensorListSetItem, behind kiln::tensor_array::write). It
-/// builds a new tensor from slices of `x` and `value` with slice and concat, so it
-/// runs on every backend those do.
-struct set_item {
-  static constexpr std::string_view name = "set_item";
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
-    if (!is_integer(in[1])) return {in[0], "the index must be int32 or int64"};
-    if (in[2] != in[0]) return {in[0], "the value must have the dtype of the tensor it is written to"};
-    return {in[0]};
-  }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const kiln::shape &x = in[0], &i = in[1], &value = in[2];
-    if (i.has_known_rank() && i.rank() != 0) return {{}, "the index must be a scalar"};
-    if (!x.has_known_rank()) return {x};
-    if (x.rank() == 0) return {{}, "cannot write a slice of a scalar"};
-    const shape_result row = detail::merge_shapes(kiln::shape(x.dims().subspan(1)), value);
-    if (!row.ok()) return {{}, "the value must have the shape of one slice along the first dim"};
-    return {x};
-  }
-  tensor evaluate(std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
-  constexpr bool operator==(const set_item&) const = default;
-};
-
-/// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
-/// every dim d; a size of -1 takes everything to the end.
-struct slice {
-  static constexpr std::string_view name = "slice";
-  int_list begin;
-  int_list size;
-
-  /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
-  /// 0 here, and check_values rejects them before anything runs.
-  constexpr std::int64_t extent(int d, std::int64_t dim) const {
-    if (size[d] >= 0) return size[d];
-    if (dim == none) return none;
-    if (size[d] != -1 || begin[d] < 0 || begin[d] > dim) return 0;
-    return dim - begin[d];
-  }
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const kiln::shape& s = in[0];
-    if (begin.size() != size.size() || (s.has_known_rank() && begin.size() != s.rank()))
-      return {{}, "begin and size must have one entry per dim"};
-    kiln::shape out;
-    for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
-    return {out};
-  }
-  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
-  constexpr bool operator==(const slice&) const = default;
-};
-
-/// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
-struct shape_of {
-  static constexpr std::string_view name = "shape";
-
-  constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
-  }
-  /// Builds the dims on the host, then moves them to the input's device.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    tensor out(int32, kiln::shape{s.rank()});
-    auto* dims = out.view().as<std::int32_t>();
-    for (int d = 0; d < s.rank(); ++d) {
-      if (s[d] > std::numeric_limits<std::int32_t>::max())
-        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
-                                     " does not fit in int32");
-      dims[d] = std::int32_t(s[d]);
-    }
-    return out.to(in[0]->device());
-  }
-  constexpr bool operator==(const shape_of&) const = default;
-};
-
-// detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
-// result; these overloads, found by argument-dependent lookup, reject indices and
-// ranges that do not fit the (now concrete) input shapes.
-
-/// `x[i]` needs -dim <= i < dim for the first dim.
-inline void check_values(const index& op, std::span<const tensor* const> in) {
-  const shape& s = in[0]->shape();
-  if (op.i < -s[0] || op.i >= s[0])
-    throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
-                                 std::to_string(-s[0]) + ", " + std::to_string(s[0]) +
-                                 ") for the first dim of a tensor of shape " + s.str());
-}
-
-/// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
-inline void check_values(const slice& op, std::span<const tensor* const> in) {
-  const shape& s = in[0]->shape();
-  for (int d = 0; d < s.rank(); ++d) {
-    std::string problem;
-    if (op.begin[d] < 0 || op.begin[d] > s[d])
-      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
-                std::to_string(s[d]) + "]";
-    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
-      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
-                std::to_string(s[d] - op.begin[d]) + "]";
-    if (!problem.empty())
-      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
-                                   problem);
-  }
-}
-
-/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
-inline void check_values(const gather& op, std::span<const tensor* const> in) {
-  const tensor &x = *in[0], &indices = *in[1];
-  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
-  if (indices.size() == 0) return;
-  struct bad_index {
-    std::int64_t position = -1, value = 0;
-  };
-  auto first_bad = [&]<class T>(std::type_identity<T>) {
-    std::vector<T> copied;
-    const T* p = nullptr;
-    if (indices.device() == device::cpu) {
-      p = indices.data<T>();
-    } else {
-      copied = indices.to_vector<T>();
-      p = copied.data();
-    }
-    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
-      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
-    return bad_index{};
-  };
-  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
-                                                 : first_bad(std::type_identity<std::int32_t>{});
-  if (bad.position < 0) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
-    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices.shape()[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
-                               x.shape().str());
-}
-
-/// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
-inline std::int64_t scalar_index(const tensor& index) {
-  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
-}
-
-/// `set_item` needs 0 <= i < dim for the first dim.
-inline void check_values(const set_item&, std::span<const tensor* const> in) {
-  const std::int64_t rows = in[0]->shape()[0];
-  const std::int64_t i = scalar_index(*in[1]);
-  if (i < 0 || i >= rows)
-    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
-                                 ") for the first dim of a tensor of shape " + in[0]->shape().str());
-}
-
-}  // namespace ops
-
-namespace detail {
-
-/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
-/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
-template <class Op>
-tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
-  try {
-    return apply_span(op, in);
-  } catch (const value_error& e) {
-    throw value_error(std::string(e.what()) + " with " + op.attributes());
-  }
-}
-
-/// Runs an op on a list of tensors (concat, stack).
-template <class Op>
-tensor apply_to_list(const Op& op, std::span<const tensor> values) {
-  small_vector<const tensor*, 8> inputs;
-  inputs.reserve(values.size());
-  for (const tensor& t : values) inputs.emplace_back(&t);
-  return apply_naming_attributes(op, inputs);
-}
-
-}  // namespace detail
-
-/// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
-/// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
-inline tensor reshape(const tensor& x, const shape& new_shape) {
-  const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
-}
-
-/// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
-/// reverses the dims of any tensor.
-inline tensor transpose(const tensor& x, const int_list& perm = {}) {
-  const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::transpose{perm}, in);
-}
-
-/// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
-/// (negative axes count from the end); the other dims must match.
-inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
-  return detail::apply_to_list(ops::concat{axis}, values);
-}
-/// `kiln::concat({a, b}, -1)`.
-inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
-  return concat(std::span<const tensor>(values.begin(), values.size()), axis);
-}
-
-/// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
-/// (shape (2, 3) twice gives (2, 2, 3)).
-inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
-  return detail::apply_to_list(ops::stack{axis}, values);
-}
-/// `kiln::stack({a, b}, 1)`.
-inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
-  return stack(std::span<const tensor>(values.begin(), values.size()), axis);
-}
-
-/// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
-/// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
-/// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
-inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
-  const tensor* in[] = {&x, &indices};
-  return detail::apply_naming_attributes(ops::gather{axis}, in);
-}
-
-/// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
-/// takes everything to the end of its dim.
-inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
-  const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
-}
-
-/// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
-/// (`i` an int32 or int64 scalar in [0, x.shape()[0])).
-/// \code kiln::set_item(kiln::zeros({3, 2}), kiln::constant(1), kiln::ones({2}));  // [[0 0] [1 1] [0 0]] \endcode
-inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
-  return detail::apply(ops::set_item{}, x, i, value);
-}
-
-inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
-  const tensor &x = *in[0], &value = *in[2];
-  const std::int64_t i = scalar_index(*in[1]);
-  int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
-  for (int d = 0; d < x.rank(); ++d) {
-    zero.push_back(0);
-    before.push_back(d == 0 ? i : -1);
-    begin.push_back(d == 0 ? i + 1 : 0);
-    after.push_back(-1);
-  }
-  kiln::shape row = x.shape();
-  row[0] = 1;
-  return kiln::concat({kiln::slice(x, zero, before), kiln::reshape(value, row), kiln::slice(x, begin, after)}, 0);
-}
-
-/// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
-inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
-
-inline tensor tensor::operator[](std::int64_t i) const {
-  const tensor* in[] = {this};
-  return detail::apply_naming_attributes(ops::index{i}, in);
-}
-
-}  // namespace kiln
-// ----- end kiln/ops/shape_ops.hpp -----
-// ----- begin kiln/ops/linalg.hpp -----
-/// \file
-/// Linear algebra and NN ops: `matmul` (2-D and batched, batch dims broadcast) and
-/// `conv2d` (NHWC input, HWIO filters, strides, VALID or SAME padding).
-
-#include <array>
-#include <string_view>
-#include <utility>
-
-
-namespace kiln::ops {
-
-/// Shared dtype rule: two operands of one numeric dtype.
-constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
-  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
-  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
-  return {in[0]};
-}
-
-/// `a @ b` over the last two dims; leading (batch) dims broadcast.
-struct matmul {
-  static constexpr std::string_view name = "matmul";
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape &a = in[0], &b = in[1];
-    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
-    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
-    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
-    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
-    shape batch_a, batch_b;
-    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
-    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
-    shape_result out = broadcast_shapes(batch_a, batch_b);
-    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
-    out.value.push_back(a[a.rank() - 2]);
-    out.value.push_back(b[b.rank() - 1]);
-    return out;
-  }
-  constexpr bool operator==(const matmul&) const = default;
-};
-
-/// Sizes of a (batched) matmul and where each batch's operands start, shared by
-/// every backend's kernel.
-struct matmul_geometry {
-  std::int64_t m = 0, n = 0, k = 0, batches = 1;
-
-  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
-    const int r = out.rank();
-    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
-    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
-    batches = batch_.num_elements();
-    a_strides_ = leading_strides(a, batch_);
-    b_strides_ = leading_strides(b, batch_);
-  }
-  /// Element offsets of batch `i`'s matrices in a and in b.
-  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
-    std::int64_t oa = 0, ob = 0;
-    for (int d = batch_.rank() - 1; d >= 0; --d) {
-      oa += (i % batch_[d]) * a_strides_[d];
-      ob += (i % batch_[d]) * b_strides_[d];
-      i /= batch_[d];
-    }
-    return {oa * m * k, ob * k * n};
-  }
-
- private:
-  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
-  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
-    std::array<std::int64_t, max_rank> st{};
-    std::int64_t acc = 1;
-    int lead = x.rank() - 2, offset = batch.rank() - lead;
-    for (int i = lead - 1; i >= 0; --i) {
-      st[i + offset] = x[i] == 1 ? 0 : acc;
-      acc *= x[i];
-    }
-    return st;
-  }
-  shape batch_;
-  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
-};
-
-/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
-enum class padding : unsigned char { valid, same };
-
-/// The output size and leading padding of one spatial dim of a convolution.
-struct conv_dim {
-  std::int64_t out = 0;
-  std::int64_t pad_before = 0;
-};
-constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
-  if (in == none) return {none, 0};
-  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
-  std::int64_t out = (in + stride - 1) / stride;
-  std::int64_t total = (out - 1) * stride + filter - in;
-  return {out, total > 0 ? total / 2 : 0};
-}
-
-/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
-struct conv2d {
-  static constexpr std::string_view name = "conv2d";
-  std::int64_t stride_h = 1, stride_w = 1;
-  padding pad = padding::valid;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape &x = in[0], &f = in[1];
-    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
-    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
-    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
-    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
-    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
-    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
-      return {{}, "VALID padding needs the input to be at least as large as the filter"};
-    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
-      return {{}, "VALID padding needs the input to be at least as large as the filter"};
-    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
-  }
-  constexpr bool operator==(const conv2d&) const = default;
-};
-
-}  // namespace kiln::ops
-
-namespace kiln {
-
-/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
-/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
-inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
-
-/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
-inline ops::padding parse_padding(std::string_view p) {
-  if (p == "VALID") return ops::padding::valid;
-  if (p == "SAME") return ops::padding::same;
-  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
-}
-
-/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
-/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
-/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
-inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
-  ops::conv2d op;
-  op.pad = parse_padding(padding);
-  if (strides.size() == 1) {
-    op.stride_h = op.stride_w = strides[0];
-  } else if (strides.size() == 2) {
-    op.stride_h = strides[0], op.stride_w = strides[1];
-  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
-    op.stride_h = strides[1], op.stride_w = strides[2];
-  } else {
-    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
-  }
-  return detail::apply(op, input, filters);
-}
-/// 2-D convolution with the same stride along height and width.
-inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
-  return conv2d(input, filters, int_list{stride}, padding);
-}
-
-}  // namespace kiln
-// ----- end kiln/ops/linalg.hpp -----
-// ----- begin kiln/ops/registry.hpp -----
-/// \file
-/// The op registry: every op type, one row each, in one list per family. Graphs store an op as
-/// a `std::variant` over this list, and the cross-backend suite walks it; the count
-/// `static_assert` makes adding an op without its row (or the reverse) a compile error.
-
-#include <cstddef>
-#include <string_view>
-#include <variant>
-
-
-namespace kiln::ops {
-
-template <class... Ops>
-struct type_list {
-  static constexpr std::size_t size = sizeof...(Ops);
-};
-
-template <class... Lists>
-struct concat_lists;
-template <class... A>
-struct concat_lists<type_list<A...>> {
-  using type = type_list<A...>;
-};
-template <class... A, class... B, class... Rest>
-struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
-  using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
-};
-
-// The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
-// which must name every op (kiln/kernels.hpp declares and instantiates each op's
-// kernels) expands them instead of repeating them.
-
-/// The elementwise ops with one input (`cast` included).
-#define KILN_UNARY_OPS(F) \
-  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
-/// The elementwise ops with two or three inputs.
-#define KILN_BINARY_OPS(F)                                                                                       \
-  F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
-  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
-#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of) F(set_item)
-#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
-#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
-/// Every op kiln defines.
-#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
-
-/// The C++ name of op type `Op`, as generated source spells it (kiln/exec/jit.hpp).
-/// \code static_assert(kiln::ops::qualified_name<kiln::ops::tanh> == "kiln::ops::tanh"); \endcode
-template <class Op>
-inline constexpr std::string_view qualified_name{};
-#define KILN_DETAIL_QUALIFIED_NAME(op) \
-  template <>                          \
-  inline constexpr std::string_view qualified_name<op> = "kiln::ops::" #op;
-KILN_ALL_OPS(KILN_DETAIL_QUALIFIED_NAME)
-#undef KILN_DETAIL_QUALIFIED_NAME
-
-template <class List>
-struct drop_front;
-template <class First, class... Rest>
-struct drop_front<type_list<First, Rest...>> {
-  using type = type_list<Rest...>;
-};
-#define KILN_DETAIL_LIST_ITEM(op) , op
-// type_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
-#define KILN_DETAIL_TYPE_LIST(LIST) typename drop_front<type_list<void LIST(KILN_DETAIL_LIST_ITEM)>>::type
-
-using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>::type;
-static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
-
-using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
-static_assert(shape_ops::size == 9, "a shape op was added or removed: update the list and the tests");
-
-using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
-static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
-
-using linalg_ops = KILN_DETAIL_TYPE_LIST(KILN_LINALG_OPS);
-static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
-
-/// Every op kiln defines.
-using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
-
-}  // namespace kiln::ops
-// ----- end kiln/ops/registry.hpp -----
 // ----- begin kiln/ops/factories.hpp -----
 /// \file
 /// Tensors made from C++ values, and the factories of API.md section 1: constant,
-/// zeros, ones, fill, eye, range, zeros_like, ones_like and random::uniform. They are
+/// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
+/// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
 /// argument copies the result there).
 
@@ -3653,9 +2925,10 @@ inline std::uint64_t fresh_seed() {
 
 /// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
 /// element i takes words of block i / per_block (one word per 32-bit element, two
-/// per 64-bit one), so each element depends only on the seed and its index.
+/// per 64-bit one) of stream `stream`, so each element depends only on the seed, the
+/// stream and its index. A stateful random op takes the next stream at every draw.
 template <class T>
-void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, T lo, T hi) {
+void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, T lo, T hi) {
   constexpr int per_block = sizeof(T) == 4 ? 4 : 2;
   const std::array<std::uint32_t, 2> key{std::uint32_t(seed), std::uint32_t(seed >> 32)};
   // Element j of a block as 32 or 64 random bits.
@@ -3683,7 +2956,9 @@ void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, T lo, T hi) {
   };
   parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t block = begin / per_block; block * per_block < end; ++block) {
-      auto words = philox4x32_10({std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), 0, 0}, key);
+      auto words = philox4x32_10(
+          {std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), std::uint32_t(stream), std::uint32_t(stream >> 32)},
+          key);
       for (int j = 0; j < per_block; ++j) {
         std::int64_t i = block * per_block + j;
         if (i >= begin && i < end) out[i] = value(words, j);
@@ -3847,56 +3122,824 @@ inline tensor ones_like(const tensor& x) {
   return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
 }
 
-namespace random {
-
-/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
-/// and must be given for integers). With a `seed`, the result depends only on the
-/// seed, shape and dtype (a counter-based generator: not on thread count or call
-/// order); without one, each call draws a fresh seed. Bounds must be finite with
-/// minval < maxval, and whole numbers within range for integer dtypes (as doubles, so
-/// int64 bounds beyond 2^53 are not exact); else kiln::invalid_argument_error.
-/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
-/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same 5 numbers every run \endcode
-inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
-                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
-  if (!is_floating(t) && !is_integer(t))
-    throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(t)));
-  if (is_integer(t) && !maxval)
-    throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(t)) +
-                                 ") needs an explicit maxval");
-  detail::require_fully_defined("random::uniform", s);
-  const std::uint64_t key = seed ? *seed : detail::fresh_seed();
-  tensor out(t, s);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      T lo = detail::integer_bound<T>(minval, "minval", t), hi = detail::integer_bound<T>(*maxval, "maxval", t);
-      if (!(lo < hi))
-        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
-                                     std::to_string(lo));
-      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
-    } else if constexpr (std::is_floating_point_v<T>) {
-      T lo = T(minval), hi = T(maxval.value_or(1));
-      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
-                                     detail::describe_value(lo) + " and maxval " + detail::describe_value(hi));
-      detail::uniform_fill(out.view().as<T>(), out.size(), key, lo, hi);
-    }
-  });
-  return out;
-}
-
-}  // namespace random
 }  // namespace kiln
 // ----- end kiln/ops/factories.hpp -----
+
+namespace kiln {
+namespace detail {
+
+/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
+constexpr std::int64_t checked_num_elements(const shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) {
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+/// The most specific shape that both specs allow, or a failure when two known dims differ.
+constexpr shape_result merge_shapes(const shape& a, const shape& b) {
+  if (!a.has_known_rank()) return {b};
+  if (!b.has_known_rank()) return {a};
+  if (a.rank() != b.rank()) return {{}, "all inputs must have the same shape"};
+  shape out = a;
+  for (int d = 0; d < a.rank(); ++d) {
+    if (a[d] == none) out[d] = b[d];
+    else if (b[d] != none && b[d] != a[d]) return {{}, "all inputs must have the same shape"};
+  }
+  return {out};
+}
+
+/// The dtype rule of ops that join tensors: all of one dtype, kept.
+constexpr dtype_result same_dtype(std::span<const dtype> in) {
+  for (dtype t : in)
+    if (t != in[0]) return {in[0], "all inputs must have the same dtype"};
+  return {in.empty() ? float32 : in[0]};
+}
+
+/// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
+inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace detail
+
+namespace ops {
+
+/// `reshape(x, new_shape)`: the same elements in another shape; one dim may be
+/// kiln::none (-1), inferred from the element count.
+struct reshape {
+  static constexpr std::string_view name = "reshape";
+  kiln::shape new_shape;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (!new_shape.has_known_rank()) return {{}, "the new shape must have a known rank"};
+    int inferred = -1;
+    kiln::shape known_dims;  // the new shape without its -1 dim
+    for (int d = 0; d < new_shape.rank(); ++d) {
+      if (new_shape[d] != none) {
+        known_dims.push_back(new_shape[d]);
+      } else if (inferred >= 0) {
+        return {{}, "only one dim of the new shape may be -1 (kiln::none)"};
+      } else {
+        inferred = d;
+      }
+    }
+    std::int64_t known = detail::checked_num_elements(known_dims);
+    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
+    std::int64_t count = detail::checked_num_elements(in[0]);
+    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (inferred < 0) {
+      if (known != count) return {{}, "the new shape has a different number of elements"};
+      return {new_shape};
+    }
+    if (known == 0) {
+      if (count == 0) return {{}, "cannot infer the -1 dim of an empty tensor when another dim is 0"};
+      return {{}, "the new shape has a different number of elements"};
+    }
+    if (count % known != 0) return {{}, "the new shape has a different number of elements"};
+    kiln::shape out = new_shape;
+    out[inferred] = count / known;
+    return {out};
+  }
+  /// Shares the input's buffer: no element is copied.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+  }
+  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  constexpr bool operator==(const reshape&) const = default;
+};
+
+/// `transpose(x, perm)`: dim i of the result is dim `perm[i]` of `x`; an empty
+/// `perm` reverses the dims.
+struct transpose {
+  static constexpr std::string_view name = "transpose";
+  int_list perm;
+
+  /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
+  constexpr int_list permutation(int rank) const {
+    if (!perm.empty()) return perm;
+    int_list reversed;
+    for (int d = rank - 1; d >= 0; --d) reversed.push_back(d);
+    return reversed;
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank() && perm.empty()) return {kiln::shape(unknown_rank)};
+    const int rank = s.has_known_rank() ? s.rank() : perm.size();
+    if (perm.size() != rank && !perm.empty()) return {{}, "perm must have one entry per dim"};
+    const int_list p = permutation(rank);
+    std::array<bool, max_rank> seen{};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) {
+      if (p[d] < 0 || p[d] >= rank || seen[p[d]]) return {{}, "perm must be a permutation of 0, 1, ..., rank - 1"};
+      seen[p[d]] = true;
+      out.push_back(s.has_known_rank() ? s[int(p[d])] : none);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "perm=" + perm.str(); }
+  constexpr bool operator==(const transpose&) const = default;
+};
+
+/// `concat({a, b}, axis)`: the inputs joined along an existing dim.
+struct concat {
+  static constexpr std::string_view name = "concat";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    int rank = -1;
+    for (const kiln::shape& s : in)
+      if (s.has_known_rank()) rank = s.rank();
+    if (rank < 0) return {kiln::shape(unknown_rank)};
+    if (rank == 0) return {{}, "cannot concatenate scalars (use kiln::stack)"};
+    const int a = normalize_axis(axis, rank);
+    if (a < 0) return {{}, "axis is out of range for the inputs' rank"};
+    kiln::shape out;
+    for (int d = 0; d < rank; ++d) out.push_back(d == a ? 0 : none);
+    for (const kiln::shape& s : in) {
+      if (!s.has_known_rank()) {
+        out[a] = none;
+        continue;
+      }
+      if (s.rank() != rank) return {{}, "all inputs must have the same rank"};
+      for (int d = 0; d < rank; ++d) {
+        if (d == a) {
+          if (s[a] == none) out[a] = none;
+          else if (out[a] != none && out[a] > std::numeric_limits<std::int64_t>::max() - s[a])
+            return {{}, "the result would have more elements than int64 can count"};
+          else if (out[a] != none) out[a] += s[a];
+        } else if (out[d] == none) {
+          out[d] = s[d];
+        } else if (s[d] != none && s[d] != out[d]) {
+          return {{}, "all inputs must have the same dims except along the axis"};
+        }
+      }
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const concat&) const = default;
+};
+
+/// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
+struct stack {
+  static constexpr std::string_view name = "stack";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (in.empty()) return {{}, "needs at least one input"};
+    shape_result common{in[0]};
+    for (const kiln::shape& s : in.subspan(1)) {
+      common = detail::merge_shapes(common.value, s);
+      if (!common.ok()) return common;
+    }
+    if (!common.value.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int rank = common.value.rank();
+    if (rank == max_rank) return {{}, "the result would have more dims than kiln supports"};
+    const int a = normalize_axis(axis, rank + 1);
+    if (a < 0) return {{}, "axis is out of range for the result's rank"};
+    kiln::shape out;
+    for (int d = 0; d <= rank; ++d) {
+      if (d == a) out.push_back(std::int64_t(in.size()));
+      if (d < rank) out.push_back(common.value[d]);
+    }
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const stack&) const = default;
+};
+
+/// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
+/// or int64, any shape) name; the result's shape is
+/// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
+struct gather {
+  static constexpr std::string_view name = "gather";
+  std::int64_t axis = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &indices = in[1];
+    if (x.has_known_rank() && x.rank() == 0) return {{}, "cannot gather from a scalar"};
+    if (!x.has_known_rank() || !indices.has_known_rank()) return {kiln::shape(unknown_rank)};
+    const int a = normalize_axis(axis, x.rank());
+    if (a < 0) return {{}, "axis is out of range for the input's rank"};
+    if (x.rank() - 1 + indices.rank() > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    kiln::shape out;
+    for (int d = 0; d < a; ++d) out.push_back(x[d]);
+    for (std::int64_t d : indices) out.push_back(d);
+    for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
+    return {out};
+  }
+  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  constexpr bool operator==(const gather&) const = default;
+};
+
+/// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
+/// Named as TensorFlow names the node that indexing creates.
+struct index {
+  static constexpr std::string_view name = "strided_slice";
+  std::int64_t i = 0;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (!s.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (s.rank() == 0) return {{}, "a scalar cannot be indexed"};
+    return {kiln::shape(s.dims().subspan(1))};
+  }
+  /// Shares the input's buffer: the slice is one contiguous window of it.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    kiln::shape rest(s.dims().subspan(1));
+    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+  }
+  std::string attributes() const { return "index=" + std::to_string(i); }
+  constexpr bool operator==(const index&) const = default;
+};
+
+/// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
+/// `value` (TensorFlow's TensorListSetItem, behind kiln::tensor_array::write). It
+/// builds a new tensor from slices of `x` and `value` with slice and concat, so it
+/// runs on every backend those do.
+struct set_item {
+  static constexpr std::string_view name = "set_item";
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "the index must be int32 or int64"};
+    if (in[2] != in[0]) return {in[0], "the value must have the dtype of the tensor it is written to"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &i = in[1], &value = in[2];
+    if (i.has_known_rank() && i.rank() != 0) return {{}, "the index must be a scalar"};
+    if (!x.has_known_rank()) return {x};
+    if (x.rank() == 0) return {{}, "cannot write a slice of a scalar"};
+    const shape_result row = detail::merge_shapes(kiln::shape(x.dims().subspan(1)), value);
+    if (!row.ok()) return {{}, "the value must have the shape of one slice along the first dim"};
+    return {x};
+  }
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return ""; }
+  constexpr bool operator==(const set_item&) const = default;
+};
+
+/// `pad_rows(x, rows)`: `x` with rows of zeros appended along its first dim until it
+/// has `rows` (an int32 or int64 scalar), or `x` itself when it has that many
+/// already (TensorFlow's TensorListResize, growing only). It makes the elements of
+/// a kiln::tensor_array whose size is a tensor and grows one with dynamic_size; as
+/// the number of rows is a value, the result's first dim is known only when it runs.
+struct pad_rows {
+  static constexpr std::string_view name = "pad_rows";
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "the number of rows must be int32 or int64"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &rows = in[1];
+    if (rows.has_known_rank() && rows.rank() != 0) return {{}, "the number of rows must be a scalar"};
+    if (!x.has_known_rank()) return {x};
+    if (x.rank() == 0) return {{}, "cannot add rows to a scalar"};
+    kiln::shape out = x;
+    out[0] = none;
+    return {out};
+  }
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return ""; }
+  constexpr bool operator==(const pad_rows&) const = default;
+};
+
+/// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
+/// every dim d; a size of -1 takes everything to the end.
+struct slice {
+  static constexpr std::string_view name = "slice";
+  int_list begin;
+  int_list size;
+
+  /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
+  /// 0 here, and check_values rejects them before anything runs.
+  constexpr std::int64_t extent(int d, std::int64_t dim) const {
+    if (size[d] >= 0) return size[d];
+    if (dim == none) return none;
+    if (size[d] != -1 || begin[d] < 0 || begin[d] > dim) return 0;
+    return dim - begin[d];
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape& s = in[0];
+    if (begin.size() != size.size() || (s.has_known_rank() && begin.size() != s.rank()))
+      return {{}, "begin and size must have one entry per dim"};
+    kiln::shape out;
+    for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
+    return {out};
+  }
+  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  constexpr bool operator==(const slice&) const = default;
+};
+
+/// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
+struct shape_of {
+  static constexpr std::string_view name = "shape";
+
+  constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
+  }
+  /// Builds the dims on the host, then moves them to the input's device.
+  tensor evaluate(std::span<const tensor* const> in) const {
+    const kiln::shape& s = in[0]->shape();
+    tensor out(int32, kiln::shape{s.rank()});
+    auto* dims = out.view().as<std::int32_t>();
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] > std::numeric_limits<std::int32_t>::max())
+        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                     " does not fit in int32");
+      dims[d] = std::int32_t(s[d]);
+    }
+    return out.to(in[0]->device());
+  }
+  constexpr bool operator==(const shape_of&) const = default;
+};
+
+// detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
+// result; these overloads, found by argument-dependent lookup, reject indices and
+// ranges that do not fit the (now concrete) input shapes.
+
+/// `x[i]` needs -dim <= i < dim for the first dim.
+inline void check_values(const index& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  if (op.i < -s[0] || op.i >= s[0])
+    throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
+                                 std::to_string(-s[0]) + ", " + std::to_string(s[0]) +
+                                 ") for the first dim of a tensor of shape " + s.str());
+}
+
+/// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
+inline void check_values(const slice& op, std::span<const tensor* const> in) {
+  const shape& s = in[0]->shape();
+  for (int d = 0; d < s.rank(); ++d) {
+    std::string problem;
+    if (op.begin[d] < 0 || op.begin[d] > s[d])
+      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
+                std::to_string(s[d]) + "]";
+    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
+      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
+                std::to_string(s[d] - op.begin[d]) + "]";
+    if (!problem.empty())
+      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
+                                   problem);
+  }
+}
+
+/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
+inline void check_values(const gather& op, std::span<const tensor* const> in) {
+  const tensor &x = *in[0], &indices = *in[1];
+  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
+  if (indices.size() == 0) return;
+  struct bad_index {
+    std::int64_t position = -1, value = 0;
+  };
+  auto first_bad = [&]<class T>(std::type_identity<T>) {
+    std::vector<T> copied;
+    const T* p = nullptr;
+    if (indices.device() == device::cpu) {
+      p = indices.data<T>();
+    } else {
+      copied = indices.to_vector<T>();
+      p = copied.data();
+    }
+    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
+      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
+    return bad_index{};
+  };
+  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
+                                                 : first_bad(std::type_identity<std::int32_t>{});
+  if (bad.position < 0) return;
+  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
+  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
+    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= indices.shape()[int(d)];
+  }
+  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
+                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
+                               x.shape().str());
+}
+
+/// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
+inline std::int64_t scalar_index(const tensor& index) {
+  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+}
+
+/// `set_item` needs 0 <= i < dim for the first dim.
+inline void check_values(const set_item&, std::span<const tensor* const> in) {
+  const std::int64_t rows = in[0]->shape()[0];
+  const std::int64_t i = scalar_index(*in[1]);
+  if (i < 0 || i >= rows)
+    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
+                                 ") for the first dim of a tensor of shape " + in[0]->shape().str());
+}
+
+/// `pad_rows` needs a number of rows that is not negative.
+inline void check_values(const pad_rows&, std::span<const tensor* const> in) {
+  if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
+    throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
+                                 " for a tensor of shape " + in[0]->shape().str());
+}
+
+}  // namespace ops
+
+namespace detail {
+
+/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
+/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
+template <class Op>
+tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
+  try {
+    return apply_span(op, in);
+  } catch (const value_error& e) {
+    throw value_error(std::string(e.what()) + " with " + op.attributes());
+  }
+}
+
+/// Runs an op on a list of tensors (concat, stack).
+template <class Op>
+tensor apply_to_list(const Op& op, std::span<const tensor> values) {
+  small_vector<const tensor*, 8> inputs;
+  inputs.reserve(values.size());
+  for (const tensor& t : values) inputs.emplace_back(&t);
+  return apply_naming_attributes(op, inputs);
+}
+
+}  // namespace detail
+
+/// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
+/// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
+inline tensor reshape(const tensor& x, const shape& new_shape) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+}
+
+/// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
+/// reverses the dims of any tensor.
+inline tensor transpose(const tensor& x, const int_list& perm = {}) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+}
+
+/// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
+/// (negative axes count from the end); the other dims must match.
+inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
+  return detail::apply_to_list(ops::concat{axis}, values);
+}
+/// `kiln::concat({a, b}, -1)`.
+inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
+  return concat(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
+/// (shape (2, 3) twice gives (2, 2, 3)).
+inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
+  return detail::apply_to_list(ops::stack{axis}, values);
+}
+/// `kiln::stack({a, b}, 1)`.
+inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
+  return stack(std::span<const tensor>(values.begin(), values.size()), axis);
+}
+
+/// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
+/// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
+/// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
+inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
+  const tensor* in[] = {&x, &indices};
+  return detail::apply_naming_attributes(ops::gather{axis}, in);
+}
+
+/// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
+/// takes everything to the end of its dim.
+inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
+  const tensor* in[] = {&x};
+  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+}
+
+/// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
+/// (`i` an int32 or int64 scalar in [0, x.shape()[0])).
+/// \code kiln::set_item(kiln::zeros({3, 2}), kiln::constant(1), kiln::ones({2}));  // [[0 0] [1 1] [0 0]] \endcode
+inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
+  return detail::apply(ops::set_item{}, x, i, value);
+}
+
+inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
+  const tensor &x = *in[0], &value = *in[2];
+  const std::int64_t i = scalar_index(*in[1]);
+  int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
+  for (int d = 0; d < x.rank(); ++d) {
+    zero.push_back(0);
+    before.push_back(d == 0 ? i : -1);
+    begin.push_back(d == 0 ? i + 1 : 0);
+    after.push_back(-1);
+  }
+  kiln::shape row = x.shape();
+  row[0] = 1;
+  return detail::execute_now(concat{0}, detail::execute_now(slice{zero, before}, x), detail::execute_now(reshape{row}, value),
+                             detail::execute_now(slice{begin, after}, x));
+}
+
+/// `kiln::pad_rows(x, rows)`: `x` with rows of zeros (`false`, `""`) appended along
+/// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
+/// itself when it has that many rows already.
+/// \code kiln::pad_rows(kiln::ones({1, 2}), kiln::constant(3));  // [[1 1] [0 0] [0 0]] \endcode
+inline tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
+
+inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
+  const tensor& x = *in[0];
+  kiln::shape missing = x.shape();
+  missing[0] = scalar_index(*in[1]) - x.shape()[0];
+  if (missing[0] <= 0) return x;
+  return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+/// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
+inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
+
+inline tensor tensor::operator[](std::int64_t i) const {
+  const tensor* in[] = {this};
+  return detail::apply_naming_attributes(ops::index{i}, in);
+}
+
+inline tensor tensor::operator[](const tensor& i) const {
+  if (i.defined() && i.rank() != 0)
+    throw value_error("x[i]: the index must be a scalar, got " + std::string(name(i.dtype())) + " " + i.shape().str() +
+                      "; use kiln::gather for several indices");
+  return gather(*this, i);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/shape_ops.hpp -----
+// ----- begin kiln/ops/linalg.hpp -----
+/// \file
+/// Linear algebra and NN ops: `matmul` (2-D and batched, batch dims broadcast) and
+/// `conv2d` (NHWC input, HWIO filters, strides, VALID or SAME padding).
+
+#include <array>
+#include <string_view>
+#include <utility>
+
+
+namespace kiln::ops {
+
+/// Shared dtype rule: two operands of one numeric dtype.
+constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
+  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
+  return {in[0]};
+}
+
+/// `a @ b` over the last two dims; leading (batch) dims broadcast.
+struct matmul {
+  static constexpr std::string_view name = "matmul";
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &a = in[0], &b = in[1];
+    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
+    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
+    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
+    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
+    shape batch_a, batch_b;
+    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
+    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
+    shape_result out = broadcast_shapes(batch_a, batch_b);
+    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
+    out.value.push_back(a[a.rank() - 2]);
+    out.value.push_back(b[b.rank() - 1]);
+    return out;
+  }
+  constexpr bool operator==(const matmul&) const = default;
+};
+
+/// Sizes of a (batched) matmul and where each batch's operands start, shared by
+/// every backend's kernel.
+struct matmul_geometry {
+  std::int64_t m = 0, n = 0, k = 0, batches = 1;
+
+  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
+    const int r = out.rank();
+    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
+    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
+    batches = batch_.num_elements();
+    a_strides_ = leading_strides(a, batch_);
+    b_strides_ = leading_strides(b, batch_);
+  }
+  /// Element offsets of batch `i`'s matrices in a and in b.
+  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
+    std::int64_t oa = 0, ob = 0;
+    for (int d = batch_.rank() - 1; d >= 0; --d) {
+      oa += (i % batch_[d]) * a_strides_[d];
+      ob += (i % batch_[d]) * b_strides_[d];
+      i /= batch_[d];
+    }
+    return {oa * m * k, ob * k * n};
+  }
+
+ private:
+  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
+  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
+    std::array<std::int64_t, max_rank> st{};
+    std::int64_t acc = 1;
+    int lead = x.rank() - 2, offset = batch.rank() - lead;
+    for (int i = lead - 1; i >= 0; --i) {
+      st[i + offset] = x[i] == 1 ? 0 : acc;
+      acc *= x[i];
+    }
+    return st;
+  }
+  shape batch_;
+  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
+};
+
+/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
+enum class padding : unsigned char { valid, same };
+
+/// The output size and leading padding of one spatial dim of a convolution.
+struct conv_dim {
+  std::int64_t out = 0;
+  std::int64_t pad_before = 0;
+};
+constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
+  if (in == none) return {none, 0};
+  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
+  std::int64_t out = (in + stride - 1) / stride;
+  std::int64_t total = (out - 1) * stride + filter - in;
+  return {out, total > 0 ? total / 2 : 0};
+}
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
+struct conv2d {
+  static constexpr std::string_view name = "conv2d";
+  std::int64_t stride_h = 1, stride_w = 1;
+  padding pad = padding::valid;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &x = in[0], &f = in[1];
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
+    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
+    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
+  }
+  constexpr bool operator==(const conv2d&) const = default;
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
+/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
+inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+
+/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
+inline ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
+/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
+/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+  ops::conv2d op;
+  op.pad = parse_padding(padding);
+  if (strides.size() == 1) {
+    op.stride_h = op.stride_w = strides[0];
+  } else if (strides.size() == 2) {
+    op.stride_h = strides[0], op.stride_w = strides[1];
+  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
+    op.stride_h = strides[1], op.stride_w = strides[2];
+  } else {
+    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
+  }
+  return detail::apply(op, input, filters);
+}
+/// 2-D convolution with the same stride along height and width.
+inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+  return conv2d(input, filters, int_list{stride}, padding);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/linalg.hpp -----
+// ----- begin kiln/ops/registry.hpp -----
+/// \file
+/// The op registry: every op type, one row each, in one list per family. Graphs store an op as
+/// a `std::variant` over this list, and the cross-backend suite walks it; the count
+/// `static_assert` makes adding an op without its row (or the reverse) a compile error.
+
+#include <cstddef>
+#include <string_view>
+#include <variant>
+
+
+namespace kiln::ops {
+
+template <class... Ops>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(Ops);
+};
+
+template <class... Lists>
+struct concat_lists;
+template <class... A>
+struct concat_lists<type_list<A...>> {
+  using type = type_list<A...>;
+};
+template <class... A, class... B, class... Rest>
+struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
+  using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
+};
+
+// The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
+// which must name every op (kiln/kernels.hpp declares and instantiates each op's
+// kernels) expands them instead of repeating them.
+
+/// The elementwise ops with one input (`cast` included).
+#define KILN_UNARY_OPS(F) \
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+/// The elementwise ops with two or three inputs.
+#define KILN_BINARY_OPS(F)                                                                                       \
+  F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of) F(set_item) F(pad_rows)
+#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
+#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Every op kiln defines.
+#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
+
+/// The C++ name of op type `Op`, as generated source spells it (kiln/exec/jit.hpp).
+/// \code static_assert(kiln::ops::qualified_name<kiln::ops::tanh> == "kiln::ops::tanh"); \endcode
+template <class Op>
+inline constexpr std::string_view qualified_name{};
+#define KILN_DETAIL_QUALIFIED_NAME(op) \
+  template <>                          \
+  inline constexpr std::string_view qualified_name<op> = "kiln::ops::" #op;
+KILN_ALL_OPS(KILN_DETAIL_QUALIFIED_NAME)
+#undef KILN_DETAIL_QUALIFIED_NAME
+
+template <class List>
+struct drop_front;
+template <class First, class... Rest>
+struct drop_front<type_list<First, Rest...>> {
+  using type = type_list<Rest...>;
+};
+#define KILN_DETAIL_LIST_ITEM(op) , op
+// type_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
+#define KILN_DETAIL_TYPE_LIST(LIST) typename drop_front<type_list<void LIST(KILN_DETAIL_LIST_ITEM)>>::type
+
+using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>::type;
+static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
+
+using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
+static_assert(shape_ops::size == 10, "a shape op was added or removed: update the list and the tests");
+
+using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
+static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
+
+using linalg_ops = KILN_DETAIL_TYPE_LIST(KILN_LINALG_OPS);
+static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
+
+/// Every op kiln defines.
+using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
+
+}  // namespace kiln::ops
+// ----- end kiln/ops/registry.hpp -----
 // ----- begin kiln/ops/tensor_array.hpp -----
 /// \file
-/// `kiln::tensor_array`: a fixed number of tensors of one dtype and shape, written
-/// one at a time, usually in a loop, and stacked at the end (TensorFlow's
-/// TensorArray). It is a value: `write` returns the updated array and leaves the
-/// one it was called on as it was, so that it can be a loop variable. It holds one
+/// `kiln::tensor_array`: a number of tensors of one dtype and shape, written one at
+/// a time, usually in a loop, and stacked at the end (TensorFlow's TensorArray). Its
+/// size is a number, or a tensor known only when a graph runs; with dynamic_size,
+/// writes past the end grow it. It is a value: `write` returns the updated array and
+/// leaves the one it was called on as it was, so that it can be a loop variable. It holds one
 /// tensor of shape `(size,) + element shape`, created at the first write, whose
-/// value gives the element shape; until then it holds an empty `(0,)` tensor.
+/// value gives the element shape; until then it holds an empty `(0,)` tensor. The
+/// size is the first dim of that tensor once written, so a loop or a function
+/// carries the array as that one tensor.
 
 #include <concepts>
 #include <cstdint>
@@ -3904,6 +3947,14 @@ inline tensor uniform(const shape& s, double minval = 0, std::optional<double> m
 
 
 namespace kiln {
+
+/// How a kiln::tensor_array may change, given after its size.
+/// \code kiln::tensor_array rows(kiln::float32, 0, {.dynamic_size = true}); \endcode
+struct tensor_array_options {
+  /// Whether a write past the end grows the array to hold it, the elements between
+  /// reading as zeros (TensorFlow's dynamic_size); a read past the end stays an error.
+  bool dynamic_size = false;
+};
 
 /// `size` tensors of dtype `type` and one shape, written by index.
 /// \code
@@ -3915,28 +3966,41 @@ class tensor_array {
  public:
   /// An array of `size` elements of dtype `type`, none written yet.
   /// \code kiln::tensor_array states(kiln::float32, 10); \endcode
-  tensor_array(kiln::dtype type, std::int64_t size) : type_(type), size_(size), elements_(kiln::zeros({0}, type)) {
+  tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {})
+      : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
     if (size < 0) throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
+  }
+  /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
+  /// at once; a symbolic one (inside a function) gives an array whose size is known
+  /// only when the graph runs: size() then raises and size_tensor() tells it.
+  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  tensor_array(kiln::dtype type, const tensor& size, tensor_array_options options = {})
+      : tensor_array(type, std::int64_t(0), options) {
+    if (!is_integer(size.dtype()))
+      throw type_error("tensor_array: the size must be int32 or int64, got " + std::string(name(size.dtype())));
+    if (size.rank() != 0) throw value_error("tensor_array: the size must be a scalar, got shape " + size.shape().str());
+    if (size.is_symbolic()) {
+      size_ = none;
+      size_tensor_ = size.dtype() == int32 ? size : kiln::cast(size, int32);
+    } else {
+      *this = tensor_array(type, ops::scalar_index(size), options);
+    }
   }
 
   /// The array with element `i` (an int32 or int64 scalar, or a C++ integer) set to
   /// `value`, which must have the array's dtype and the shape of earlier writes.
+  /// `i` must be below the size, unless the array has dynamic_size.
   /// \code states = states.write(i, state); \endcode
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
       throw type_error("tensor_array.write: the array holds " + std::string(name(type_)) + " elements, got a " +
                        std::string(name(value.dtype())) + " value");
-    tensor_array out = *this;
-    if (unwritten()) {
-      shape full{size_};
-      for (std::int64_t d : value.shape()) full.push_back(d);
-      out.elements_ = kiln::zeros(full, type_, value.device());
-    } else if (value.shape() != element_shape()) {
+    if (!unwritten() && value.shape() != element_shape())
       throw value_error("tensor_array.write: the array holds elements of shape " + element_shape().str() +
                         ", got a value of shape " + value.shape().str());
-    }
-    out.elements_ = kiln::set_item(out.elements_, i, value);
-    return out;
+    tensor elements = (unwritten() ? holding_zeros(value.shape(), value.device()) : *this).elements_;
+    if (dynamic_size_) elements = kiln::pad_rows(elements, i + 1);
+    return with_elements(kiln::set_item(elements, i, value));
   }
   template <std::integral I>
   tensor_array write(I i, const tensor& value) const {
@@ -3944,7 +4008,7 @@ class tensor_array {
   }
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
-  /// written reads as zeros.
+  /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
   /// \code tensor last = states.read(states.size() - 1); \endcode
   tensor read(const tensor& i) const {
     require_written("read");
@@ -3962,38 +4026,75 @@ class tensor_array {
     return elements_;
   }
 
-  /// The number of elements.
+  /// The number of elements, when it is known without running a graph: it is not
+  /// for a size given as a symbolic tensor, nor inside a function after a write to
+  /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
   /// \code states.size() == 10; \endcode
-  std::int64_t size() const { return size_; }
+  std::int64_t size() const {
+    if (size_ == none)
+      throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
+    return size_;
+  }
+  /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
+  /// symbolic inside a function when size() does not know it.
+  /// \code kiln::tensor n = states.size_tensor(); \endcode
+  tensor size_tensor() const {
+    if (size_ != none) return kiln::constant(std::int32_t(size_));
+    return unwritten() ? size_tensor_ : kiln::shape_of(elements_)[0];
+  }
+  /// Whether writes past the end grow the array (tensor_array_options::dynamic_size).
+  /// \code kiln::tensor_array(kiln::int32, 0, {.dynamic_size = true}).dynamic_size() == true; \endcode
+  bool dynamic_size() const { return dynamic_size_; }
   /// The elements' dtype.
   /// \code states.dtype() == kiln::float32; \endcode
   kiln::dtype dtype() const { return type_; }
 
   /// Whether no element has been written yet (so the element shape is not known).
   /// \code kiln::tensor_array(kiln::int32, 2).unwritten() == true; \endcode
-  bool unwritten() const { return size_ > 0 && elements_.rank() == 1 && elements_.shape()[0] == 0; }
+  bool unwritten() const {
+    return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
+  }
 
   /// The tensor that holds the elements: how loops and functions carry the array.
   /// \code const kiln::tensor& t = states.elements(); \endcode
   const tensor& elements() const { return elements_; }
-  /// The same array holding `elements` instead (of the same dtype and size).
+  /// The same array holding `elements` instead (of the same dtype); once written,
+  /// the array's size is the first dim of its elements.
   /// \code auto next = states.with_elements(t); \endcode
   tensor_array with_elements(tensor elements) const {
     tensor_array out = *this;
     out.elements_ = std::move(elements);
+    if (!out.unwritten()) {
+      out.size_ = out.elements_.shape()[0];
+      out.size_tensor_ = tensor();
+    }
     return out;
+  }
+  /// The array with every element zeros of `element_shape`, on device `d`: what a
+  /// first write starts from, and how an array first written in a loop body enters
+  /// the loop.
+  /// \code auto zeroed = kiln::tensor_array(kiln::float32, 3).holding_zeros({2});  // stack(): (3, 2) zeros \endcode
+  tensor_array holding_zeros(const shape& element_shape, device d = device::cpu) const {
+    shape rows{size_ == none ? 0 : size_};
+    for (std::int64_t dim : element_shape) rows.push_back(dim);
+    const tensor zeros = kiln::zeros(rows, type_, d);
+    return with_elements(size_ == none ? kiln::pad_rows(zeros, size_tensor_) : zeros);
   }
 
  private:
   shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  // An array of size 0 stacks to an empty tensor even though nothing was written.
   void require_written(const char* what) const {
-    if (unwritten())
+    if (unwritten() && size_ != 0)
       throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
-                        std::to_string(size_) + " was written, so its element shape is unknown");
+                        (size_ == none ? std::string("None") : std::to_string(size_)) +
+                        " was written, so its element shape is unknown");
   }
 
   kiln::dtype type_;
-  std::int64_t size_;
+  std::int64_t size_;  ///< kiln::none when known only when the graph runs
+  bool dynamic_size_;
+  tensor size_tensor_;  ///< the symbolic size of an unwritten array whose size_ is none
   tensor elements_;
 };
 
@@ -7142,6 +7243,10 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
 
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
+  // ops on constants: folding them is the optimizer's pass, which leaves an op that
+  // fails in the graph, to fail only if it runs (non-strict execution).
+  if (tracing()) return record_symbolic(op, in);
   for (const tensor* t : in)
     if (t->is_symbolic()) return record_symbolic(op, in);
   tensor out = execute(op, in);
@@ -7446,6 +7551,7 @@ class graph {
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 
@@ -7470,6 +7576,9 @@ class trace_context {
 
   /// The innermost trace in progress on this thread, or null.
   static trace_context* current() { return current_slot(); }
+  /// Makes `c` the innermost trace of this thread and returns the one it replaces:
+  /// kiln::init_scope suspends tracing with it.
+  static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
 
   const std::string& function_name() const { return function_name_; }
   kiln::graph& graph() { return graph_; }
@@ -7611,6 +7720,37 @@ class trace_context {
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
 };
+
+inline bool tracing() { return trace_context::current() != nullptr; }
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+/// Lifts what runs in its scope out of the function being traced, as tf.init_scope:
+/// ops run at once on eager tensors and variables change now, once, while tracing,
+/// instead of becoming part of the graph. Outside a trace it changes nothing.
+/// \code
+/// if (!m.initialized) {
+///   kiln::init_scope lift;
+///   m.initialized = true;
+///   m.v.assign_add(1);  // runs once, while tracing
+/// }
+/// \endcode
+class init_scope {
+ public:
+  init_scope() : suspended_(detail::trace_context::exchange_current(nullptr)) {}
+  init_scope(const init_scope&) = delete;
+  init_scope& operator=(const init_scope&) = delete;
+  ~init_scope() { detail::trace_context::exchange_current(suspended_); }
+
+ private:
+  detail::trace_context* suspended_;
+};
+
+}  // namespace kiln
+
+namespace kiln::detail {
 
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
@@ -9738,11 +9878,12 @@ namespace kiln {
 namespace config {
 namespace detail {
 inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cout};
+  static std::atomic<std::ostream*> stream{&std::cerr};
   return stream;
 }
 }  // namespace detail
-/// Where kiln::print writes (std::cout unless set). The stream must outlive its use.
+/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
+/// outlive its use.
 /// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
 inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
 /// The stream kiln::print writes to.
@@ -10111,7 +10252,10 @@ class cond_op final : public special_op {
 /// the condition captured, then those the body captured. The condition graph takes
 /// the loop variables and its captures and gives a bool scalar; the body graph takes
 /// the loop variables and its captures and gives the next values, led by a stop
-/// flag when it ends in kiln::break_if.
+/// flag when it ends in kiln::break_if. A loop variable traced with `None` dims (a
+/// shape invariant) may change shape from one iteration to the next: the executors
+/// plan per argument shapes, and such graphs never compile to scalar programs, whose
+/// values must be one element each.
 class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
@@ -10238,9 +10382,10 @@ inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
 /// following the contract: a tensor contributes its dtype and shape, a C++ number,
 /// string or enum its value, a tuple, pair, std::array, std::vector or aggregate its
-/// leaves, a kiln::variable its identity, and any other object its address. The
-/// leaves give the cache key, the tensors the function runs on, and (when tracing)
-/// the placeholders the callable gets.
+/// leaves, a kiln::variable its identity, a dataset its element spec (and its handle
+/// as a tensor), and any other object its address. The leaves give the cache key,
+/// the tensors the function runs on, and (when tracing) the placeholders the
+/// callable gets.
 
 #include <boost/pfr.hpp>
 
@@ -10326,7 +10471,19 @@ std::size_t sequence_size(const T& x) {
 }
 
 /// Which kind of leaf a key word sequence starts with.
-enum class leaf : std::uint64_t { tensor = 1, value, sequence, address };
+enum class leaf : std::uint64_t { tensor = 1, value, sequence, address, handle };
+
+/// An object a function receives through a handle tensor (a kiln::data::dataset),
+/// as TensorFlow passes a dataset as a variant tensor: keyed by the spec it describes
+/// (`append_spec_key`), so objects of one spec share a trace, and given to the graph
+/// as `handle()`, so that every call runs on the object it was called with.
+/// \code static_assert(kiln::detail::handle_argument<kiln::data::dataset>); \endcode
+template <class T>
+concept handle_argument = requires(const T& x, std::vector<std::uint64_t>& key, const tensor& h) {
+  { x.handle() } -> std::same_as<const tensor&>;
+  x.append_spec_key(key);
+  { x.with_handle(h) } -> std::same_as<T>;
+};
 
 template <class T>
 std::uint64_t type_code() {
@@ -10416,10 +10573,47 @@ std::string bound_text_of(const T& x) {
   }
 }
 
+/// An object that the callable takes by non-const reference (`auto& model`): keyed by
+/// address and passed through as itself, never flattened into a copy, so that what the
+/// callable changes in it while tracing is changed in the caller's object.
+template <class T>
+struct object_reference {
+  T& object;
+};
+template <class T>
+struct is_object_reference : std::false_type {};
+template <class T>
+struct is_object_reference<object_reference<T>> : std::true_type {};
+
+/// `a` as an object_reference when it is a non-const object (not a tensor, string or
+/// number) that the caller passed as an lvalue; else `a` itself.
+template <class A>
+decltype(auto) reference_if_object(A&& a) {
+  using U = std::remove_cvref_t<A>;
+  if constexpr (std::is_lvalue_reference_v<A> && !std::is_const_v<std::remove_reference_t<A>> && std::is_class_v<U> &&
+                !std::is_same_v<U, tensor> && !std::is_same_v<U, tensor_spec> && !is_string_like<U>)
+    return object_reference<U>{a};
+  else
+    return std::forward<A>(a);
+}
+
+/// What the callable receives for `a` when it runs eagerly: the object behind an
+/// object_reference, else `a` itself.
+template <class A>
+decltype(auto) referenced(A&& a) {
+  if constexpr (is_object_reference<std::remove_cvref_t<A>>::value)
+    return (a.object);
+  else
+    return std::forward<A>(a);
+}
+
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
-  if constexpr (std::is_same_v<U, tensor>) {
+  if constexpr (is_object_reference<U>::value) {
+    sig.key.push_back(std::uint64_t(leaf::address));
+    sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x.object))));
+  } else if constexpr (std::is_same_v<U, tensor>) {
     sig.key.push_back(std::uint64_t(leaf::tensor));
     sig.tensors.push_back(&x);
     sig.specs.emplace_back(x.shape(), x.dtype());
@@ -10429,6 +10623,10 @@ void flatten(const T& x, call_signature& sig, int arg) {
     sig.tensors.push_back(nullptr);
     sig.specs.push_back(x);
     sig.tensor_arg.push_back(arg);
+  } else if constexpr (handle_argument<U>) {
+    sig.key.push_back(std::uint64_t(leaf::handle));
+    x.append_spec_key(sig.key);
+    flatten(x.handle(), sig, arg);
   } else if constexpr (is_value_leaf<U>) {
     auto [kind, text] = describe_leaf(x);
     call_signature::value_leaf v{arg, {std::uint64_t(leaf::value)}, kind, text};
@@ -10470,19 +10668,25 @@ template <class T>
 void replace_tensors(T& x, const tensor*& next) {
   if constexpr (std::is_same_v<T, tensor>) {
     x = *next++;
+  } else if constexpr (handle_argument<T>) {
+    x = x.with_handle(*next++);
   } else if constexpr (is_sequence<T>) {
     for_each_element(x, [&](auto& e) { replace_tensors(e, next); });
   }
 }
 
 /// The argument the callable receives while tracing: `a` with its tensors replaced
-/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address is
-/// passed through as itself.
+/// by placeholders (a tensor_spec becomes a tensor); an object keyed by address (or
+/// an object_reference) is passed through as itself.
 template <class A>
 decltype(auto) traced_argument(A&& a, const tensor*& next) {
   using U = std::remove_cvref_t<A>;
-  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
+  if constexpr (is_object_reference<U>::value) {
+    return (a.object);
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec>) {
     return tensor(*next++);
+  } else if constexpr (handle_argument<U>) {
+    return a.with_handle(*next++);
   } else if constexpr (is_char_array<U>::value) {
     return std::forward<A>(a);
   } else if constexpr (is_value_leaf<U> || std::is_pointer_v<U>) {
@@ -10496,6 +10700,20 @@ decltype(auto) traced_argument(A&& a, const tensor*& next) {
   }
 }
 
+}  // namespace kiln::detail
+
+namespace kiln::detail {
+/// Whether `F` can be called with the arguments a trace of `Args` passes.
+template <class F, class... Args>
+concept takes_traced_arguments =
+    std::is_invocable_v<F&, decltype(traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+
+/// Whether `F` takes some of `Args` only as the caller's objects by reference: then
+/// those are passed as object_references (keyed by address) instead of flattened copies.
+template <class F, class... Args>
+concept takes_objects_by_reference =
+    !takes_traced_arguments<F, Args...> &&
+    takes_traced_arguments<F, decltype(reference_if_object(std::declval<Args>()))...>;
 }  // namespace kiln::detail
 // ----- end kiln/trace/signature.hpp -----
 // ----- begin kiln/trace/function.hpp -----
@@ -10823,35 +11041,40 @@ class function {
   explicit function(F fn, function_options options = {})
       : fn_(std::move(fn)), state_(std::make_shared<state>(std::move(options))) {}
 
-  /// Calls the function: traces on a new signature, then runs the graph.
+  /// Calls the function: traces on a new signature, then runs the graph. An object the
+  /// callable takes by non-const reference (`[](auto& model, auto x)`) is keyed by
+  /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
-    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
-    detail::call_signature sig = signature_of(args...);
-    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
-    std::vector<tensor> out = concrete->run(sig);
-    if constexpr (std::is_void_v<R>) {
-      return;
+    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+      return (*this)(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
-      const tensor* next = out.data();
-      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+      return call(std::forward<Args>(args)...);
     }
   }
 
   /// Traces for these arguments (values, tensor_specs or C++ values) without running.
   template <class... Args>
   concrete_function get_concrete_function(Args&&... args) {
-    using R = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
-    detail::call_signature sig = signature_of(args...);
-    return concrete_function(find_or_trace<R>(sig, std::forward<Args>(args)...));
+    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+      return get_concrete_function(detail::reference_if_object(std::forward<Args>(args))...);
+    } else {
+      detail::call_signature sig = signature_of(args...);
+      return concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
+    }
   }
 
-  /// Every trace's signature, in the seeds' format, separated by blank lines.
+
+  /// Every trace's signature, in the seeds' format, separated by blank lines, with no
+  /// newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& c : state_->traces) s += (s.empty() ? "" : "\n") + c->signature_text();
+    for (const auto& c : state_->traces) {
+      std::string text = c->signature_text();
+      text.pop_back();  // its closing newline
+      s += (s.empty() ? "" : "\n\n") + text;
+    }
     return s;
   }
   /// How many times the callable has been traced.
@@ -10871,12 +11094,33 @@ class function {
   struct state {
     explicit state(function_options o) : options(std::move(o)) {}
     function_options options;
-    mutable std::mutex mutex;        // guards traces and by_key
+    using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash>;
+    mutable std::mutex mutex;        // guards traces, by_key and dispatched
     std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
     std::vector<std::shared_ptr<detail::concrete_state>> traces;
-    std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash> by_key;
+    trace_map by_key;      // each trace under the key it was traced for
+    trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
     std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
   };
+
+  // What the callable returns when traced with `Args`.
+  template <class... Args>
+  using result_t = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+
+  template <class... Args>
+  auto call(Args&&... args) {
+    using R = result_t<Args...>;
+    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
+    detail::call_signature sig = signature_of(args...);
+    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
+    std::vector<tensor> out = concrete->run(sig);
+    if constexpr (std::is_void_v<R>) {
+      return;
+    } else {
+      const tensor* next = out.data();
+      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+    }
+  }
 
   template <class... Args>
   detail::call_signature signature_of(const Args&... args) const {
@@ -10911,9 +11155,9 @@ class function {
   template <class R, class... Args>
   auto run_eagerly(Args&&... args) {
     if constexpr (std::is_void_v<R>) {
-      fn_(std::forward<Args>(args)...);
+      fn_(detail::referenced(std::forward<Args>(args))...);
     } else {
-      auto r = fn_(std::forward<Args>(args)...);
+      auto r = fn_(detail::referenced(std::forward<Args>(args))...);
       std::vector<tensor> leaves;
       detail::for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
       const tensor* next = leaves.data();
@@ -10925,22 +11169,23 @@ class function {
   std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
     {
       std::lock_guard lock(state_->mutex);
-      auto it = state_->by_key.find(sig.key);
-      if (it != state_->by_key.end()) return it->second;
+      if (auto known = known_trace(sig)) return known;
     }
     std::lock_guard tracing(state_->tracing);
     {
       std::lock_guard lock(state_->mutex);
-      auto it = state_->by_key.find(sig.key);  // traced by another thread meanwhile
-      if (it != state_->by_key.end()) return it->second;
+      if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
       for (const auto& k : state_->tracing_keys)
         if (k == sig.key)
           throw value_error(state_->options.name +
                             " calls itself with the same signature while tracing, which would recurse forever; a "
                             "recursive kiln::function must change a C++ argument on every call");
+      if (auto general = most_specific_trace_accepting(sig)) {
+        state_->dispatched.emplace(sig.key, general);
+        return general;
+      }
       if (state_->options.reduce_retracing) relax(sig);
-      it = state_->by_key.find(sig.key);
-      if (it != state_->by_key.end()) return it->second;
+      if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
       state_->tracing_keys.push_back(sig.key);
     }
     std::shared_ptr<detail::concrete_state> traced;
@@ -10955,21 +11200,71 @@ class function {
     state_->tracing_keys.pop_back();
     state_->traces.push_back(traced);
     state_->by_key.emplace(sig.key, traced);
+    state_->dispatched.clear();  // the new trace may be more specific for some of them
     return traced;
   }
 
-  // reduce_retracing: a tensor dim that differs from an earlier trace with the same
-  // structure becomes None, and the call is keyed by the relaxed specs.
-  void relax(detail::call_signature& sig) {
+  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
+  // trace of those specs) rather than tensors only (a call).
+  static bool asks_for_specs(const detail::call_signature& sig) { return std::ranges::count(sig.tensors, nullptr) > 0; }
+
+  // The trace that serves `sig` when one is known: the one traced for its key, or for
+  // a call, the more general trace it was dispatched to before.
+  std::shared_ptr<detail::concrete_state> known_trace(const detail::call_signature& sig) const {
+    if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
+    if (asks_for_specs(sig)) return nullptr;
+    auto it = state_->dispatched.find(sig.key);
+    return it != state_->dispatched.end() ? it->second : nullptr;
+  }
+
+  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
+  static bool same_structure_and_dtypes(const detail::concrete_state& t, const detail::call_signature& sig) {
+    if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i)
+      if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
+    return true;
+  }
+
+  // A trace more general than the call (None dims, unknown ranks; made by
+  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
+  // the most specific trace that accepts a call: the one with the fewest unknowns.
+  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
+  std::shared_ptr<detail::concrete_state> most_specific_trace_accepting(const detail::call_signature& sig) const {
+    std::shared_ptr<detail::concrete_state> best;
+    if (asks_for_specs(sig)) return best;
+    int best_unknowns = 0;
     for (const auto& t : state_->traces) {
-      bool same_structure = std::ranges::equal(t->structure, sig.structure());
-      for (std::size_t i = 0; same_structure && i < sig.specs.size(); ++i)
-        same_structure = t->inputs[i].dtype == sig.specs[i].dtype && t->inputs[i].shape.rank() == sig.specs[i].shape.rank();
-      if (!same_structure) continue;
+      if (!same_structure_and_dtypes(*t, sig)) continue;
+      int unknowns = 0;
+      bool accepts = true;
+      for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
+        const shape& traced = t->inputs[i].shape;
+        accepts = traced.accepts(sig.specs[i].shape);
+        unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
+      }
+      if (accepts && (!best || unknowns < best_unknowns)) {
+        best = t;
+        best_unknowns = unknowns;
+      }
+    }
+    return best;
+  }
+
+  // reduce_retracing: the call is keyed by the most specific specs that accept both it
+  // and the latest trace of its structure and dtypes, as TensorFlow's common
+  // supertype: a dim that differs becomes None, a rank that differs unknown.
+  void relax(detail::call_signature& sig) {
+    for (auto t = state_->traces.rbegin(); t != state_->traces.rend(); ++t) {
+      if (!same_structure_and_dtypes(**t, sig)) continue;
       for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+        const shape& traced = (*t)->inputs[i].shape;
         shape& s = sig.specs[i].shape;
+        if (!traced.has_known_rank() || traced.rank() != s.rank()) {
+          s = unknown_rank;
+          continue;
+        }
         for (int d = 0; d < s.rank(); ++d)
-          if (t->inputs[i].shape[d] != s[d]) s[d] = none;
+          if (traced[d] != s[d]) s[d] = none;
       }
       sig.seal();
       return;
@@ -11024,6 +11319,8 @@ class function {
       detail::rethrow_with_function_name(o.name);
     }
     c->graph = std::move(context.graph());
+    // Constant folding runs ops on constants, which must compute, not be recorded.
+    kiln::init_scope outside_every_trace;
     c->compile();
     return c;
   }
@@ -11281,6 +11578,246 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 
 }  // namespace kiln
 // ----- end kiln/trace/effects.hpp -----
+// ----- begin kiln/trace/random.hpp -----
+/// \file
+/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
+/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
+/// records a special op that draws again at every run of the graph, instead of a
+/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
+/// `random::stateless_uniform` is the pure function of a seed.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+/// What one uniform draw makes: a checked shape, dtype and bounds.
+struct uniform_spec {
+  shape dims;
+  dtype type;
+  double minval;
+  std::optional<double> maxval;
+
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  void check() const {
+    if (!is_floating(type) && !is_integer(type))
+      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
+    if (is_integer(type) && !maxval)
+      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
+                                   ") needs an explicit maxval");
+    require_fully_defined("random::uniform", dims);
+    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+  }
+
+  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  tensor draw(std::uint64_t key, std::uint64_t stream) const {
+    tensor out(type, dims);
+    visit_dtype(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
+        auto [lo, hi] = bounds<T>();
+        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
+      }
+    });
+    return out;
+  }
+
+ private:
+  template <class T>
+  std::pair<T, T> bounds() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      return {lo, hi};
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     describe_value(lo) + " and maxval " + describe_value(hi));
+      return {lo, hi};
+    } else {
+      return {};
+    }
+  }
+};
+
+/// The process's random state: the global seed (random::set_seed), the counter that
+/// gives ops without a seed of their own one under a global seed, and how many draws
+/// each seeded eager op has made (its next stream).
+struct random_state {
+  std::mutex mutex;
+  std::optional<std::uint64_t> global_seed;
+  std::uint64_t next_op_seed = 0;
+  std::map<std::uint64_t, std::uint64_t> eager_draws;
+
+  static random_state& get() {
+    static random_state s;
+    return s;
+  }
+
+  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
+  /// rules: an op seed alone keys the op; a global seed gives each op without one a
+  /// seed of its own in creation order, so a program draws the same numbers at every
+  /// run; with neither the key is fresh.
+  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
+    std::lock_guard lock(mutex);
+    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
+  }
+  /// The stream of the next eager draw with key `key`.
+  std::uint64_t next_eager_stream(std::uint64_t key) {
+    std::lock_guard lock(mutex);
+    return eager_draws[key]++;
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+  }
+};
+
+/// The state of a random::generator, shared by its copies and the graphs that draw
+/// from it: a key and the next stream.
+struct generator_state {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> next_stream{0};
+  explicit generator_state(std::uint64_t k) : key(k) {}
+  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+};
+
+/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
+/// own key, or of its generator's state. Never folded or merged, as a special op.
+class random_uniform_op final : public special_op {
+ public:
+  random_uniform_op(uniform_spec spec, std::uint64_t key) : spec_(std::move(spec)), key_(key) {}
+  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
+      : spec_(std::move(spec)), generator_(std::move(generator)) {}
+
+  std::string_view name() const override { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  // A generator's draw advances state that later draws see, so it runs even when
+  // its numbers are not needed, in program order; an op's own counter does not.
+  bool has_effects() const override { return generator_ != nullptr; }
+  std::vector<tensor> run(std::span<const tensor* const>) const override {
+    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
+    return {spec_.draw(key, stream)};
+  }
+  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+
+ private:
+  uniform_spec spec_;
+  std::uint64_t key_ = 0;
+  mutable std::atomic<std::uint64_t> next_stream_{0};
+  std::shared_ptr<generator_state> generator_;
+};
+
+/// Records `op` in the trace in progress and returns its symbolic result.
+inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace detail
+
+namespace random {
+
+/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
+/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
+/// at every run of the program. Setting it again starts the sequences over.
+/// \code kiln::random::set_seed(1234); \endcode
+inline void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
+/// new numbers, and inside a kiln::function every run of the graph does. With a
+/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
+/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
+/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
+/// 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
+inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
+                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  detail::random_state& state = detail::random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (detail::trace_context* trace = detail::trace_context::current())
+    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+}
+
+/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
+/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
+/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
+inline tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0,
+                                std::optional<double> maxval = std::nullopt, dtype t = float32) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// A random number generator with its own state, as tf.random.Generator: each draw
+/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
+/// draw happens at every run, in program order, from the state at that moment.
+/// \code
+/// auto g = kiln::random::generator::from_seed(1);
+/// kiln::tensor a = g.uniform({2, 3});
+/// kiln::tensor b = g.uniform({2, 3});  // new numbers
+/// g.reset_from_seed(1);                // a's numbers come again
+/// \endcode
+class generator {
+ public:
+  /// A generator whose draws depend on `seed` only.
+  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  /// A generator seeded from the operating system.
+  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+  /// Starts the sequence of `seed` over, for this generator and its copies.
+  void reset_from_seed(std::uint64_t seed) {
+    state_->key = seed;
+    state_->next_stream = 0;
+  }
+
+  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
+    detail::uniform_spec spec{s, t, minval, maxval};
+    spec.check();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
+    auto [key, stream] = state_->take();
+    return spec.draw(key, stream);
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  std::shared_ptr<detail::generator_state> state_;
+};
+
+}  // namespace random
+}  // namespace kiln
+// ----- end kiln/trace/random.hpp -----
 // ----- begin kiln/trace/control_flow.hpp -----
 /// \file
 /// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
@@ -11291,8 +11828,10 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -11319,6 +11858,26 @@ template <class... Next>
 break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
   return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
 }
+
+/// Options of kiln::while_loop and kiln::for_range, given just before the loop
+/// variables.
+/// \code
+/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+struct loop_options {
+  /// The shapes the loop variables may take from one iteration to the next
+  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
+  /// order (a tuple or vector variable has one per tensor in it); entries left out
+  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
+  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
+  /// variable enters with and every value the body gives it, else kiln::value_error;
+  /// the loop's results have the invariant's shape. A tensor_array takes none: with
+  /// dynamic_size, the loop lets its size change by itself.
+  std::vector<std::optional<shape>> shape_invariants;
+};
 
 namespace detail {
 
@@ -11353,15 +11912,13 @@ struct traced_subgraph {
   std::vector<value_spec> outputs;
 };
 
-/// Traces `fn(parameters)` into a subgraph whose first placeholders have `params`'
-/// specs; returns what `fn` returned (symbolic, for its structure).
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have the specs
+/// and names of `params`; returns what `fn` returned (symbolic, for its structure).
 template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& out) {
+auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgraph& out) {
   trace_context context(trace_context::subgraph);
   std::vector<tensor> placeholders;
-  for (const tensor& p : params) {
-    placeholders.push_back(context.placeholder(p.is_symbolic() ? node_name(*p.symbol()) : "loop_var", p.dtype(), p.shape()));
-  }
+  for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
   auto result = fn(std::span<const tensor>(placeholders));
   auto record = [&](const auto& part) {
     for_each_output(part, [&](const tensor& t) {
@@ -11378,6 +11935,17 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, traced_subgraph& ou
   out.g = std::move(context.graph());
   out.captures = context.captures();
   return result;
+}
+/// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
+inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
+/// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
+/// loop variable's may be less specific than its value).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
+  std::vector<tensor_spec> parameters;
+  for (std::size_t k = 0; k < params.size(); ++k)
+    parameters.emplace_back(specs[k].second, specs[k].first, parameter_name(params[k]));
+  return trace_subgraph(std::forward<Fn>(fn), std::span<const tensor_spec>(parameters), out);
 }
 
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
@@ -11405,60 +11973,121 @@ output_t<V> as_output(const V& v) {
   return rebuild_output(v, next);
 }
 
-/// Raises kiln::value_error unless a body's results keep the loop variables' specs.
-/// The first `hidden` loop variables are kiln's own (for_range's counter): messages
-/// number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected, std::size_t hidden) {
-  if (got.size() != expected.size())
-    throw value_error("while_loop: the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
-                      std::to_string(expected.size() - hidden) + " loop variables");
-  for (std::size_t k = 0; k < expected.size(); ++k)
-    if (got[k] != expected[k])
-      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
-                        spec_text(expected[k]) + " but is " + spec_text(got[k]) +
-                        " after one iteration; a loop variable must keep its dtype and shape");
-}
-
-/// Appends, per leaf of `s`, whether it holds the elements of a tensor_array with
-/// no element written yet: such a leaf gets its shape from the first write.
+/// Appends, per leaf of `s`, the tensor_array whose elements it holds, or nullptr.
 template <class S>
-void unwritten_leaves(const S& s, std::vector<bool>& out) {
+void array_leaves(const S& s, std::vector<const tensor_array*>& out) {
   using U = std::remove_cvref_t<S>;
   if constexpr (std::is_same_v<U, tensor_array>)
-    out.push_back(s.unwritten());
+    out.push_back(&s);
   else if constexpr (is_tuple_like<U>::value || is_vector<U>::value)
-    for_each_element(s, [&](const auto& e) { unwritten_leaves(e, out); });
+    for_each_element(s, [&](const auto& e) { array_leaves(e, out); });
   else
-    out.push_back(false);
+    out.push_back(nullptr);
 }
 template <class S>
-std::vector<bool> unwritten_leaves(const S& s) {
-  std::vector<bool> out;
-  unwritten_leaves(s, out);
+std::vector<const tensor_array*> array_leaves(const S& s) {
+  std::vector<const tensor_array*> out;
+  array_leaves(s, out);
   return out;
 }
 
-/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
-/// write) as their spec from now on; returns whether one changed.
+/// `s` with its first dim `kiln::none`: the elements of an array that may grow.
+inline shape any_rows(shape s) {
+  s[0] = none;
+  return s;
+}
+
+/// The shape invariant of each leaf of the loop state `state`, whose first `hidden`
+/// leaves are kiln's own: those `options` gives, and for a written tensor_array with
+/// dynamic_size its elements with any number of rows. Raises kiln::value_error for
+/// more invariants than variables, and for an invariant given to a tensor_array.
 template <class State>
-bool settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  const std::vector<bool> unwritten = unwritten_leaves(state);
-  bool changed = false;
-  for (std::size_t k = 0; k < unwritten.size() && k < got.size(); ++k)
-    if (unwritten[k] && got[k].first == specs[k].first && got[k] != specs[k]) {
-      specs[k] = got[k];
-      changed = true;
+std::vector<std::optional<shape>> loop_invariants(const State& state, const loop_options& options, std::size_t hidden) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  const auto& given = options.shape_invariants;
+  if (given.size() > arrays.size() - hidden)
+    throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
+                      std::to_string(arrays.size() - hidden) + " loop variables");
+  std::vector<std::optional<shape>> out(arrays.size());
+  for (std::size_t k = hidden; k < arrays.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (k - hidden < given.size() && given[k - hidden]) {
+      if (array)
+        throw value_error("while_loop: loop variable " + std::to_string(k - hidden) +
+                          " is a tensor_array, which takes no shape invariant (with dynamic_size its size may change)");
+      out[k] = given[k - hidden];
+    } else if (array && array->dynamic_size() && !array->unwritten()) {
+      out[k] = any_rows(array->elements().shape());
     }
-  return changed;
+  }
+  return out;
+}
+
+/// The specs loop variables keep: the specs of the values they enter with, whose
+/// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
+/// not accept the value its variable enters with.
+inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
+                                          std::size_t hidden) {
+  std::vector<value_spec> specs = specs_of(entering);
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    if (!invariants[k]) continue;
+    if (!invariants[k]->accepts(specs[k].second))
+      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
+                        spec_text(specs[k]) + ", which its shape invariant " + invariants[k]->str() + " does not accept");
+    specs[k].second = *invariants[k];
+  }
+  return specs;
+}
+
+/// Raises kiln::value_error unless a body's results `got` fit the loop variables'
+/// specs: the same dtype, and a shape that the spec, exact or relaxed by the
+/// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
+/// own (for_range's counter): messages number the caller's variables from 0.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
+                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                             std::string_view loop = "while_loop") {
+  if (got.size() != expected.size())
+    throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+                      std::to_string(expected.size() - hidden) + " loop variables");
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    if (got[k].first == expected[k].first && expected[k].second.accepts(got[k].second)) continue;
+    const std::string variable = std::string(loop) + ": loop variable " + std::to_string(k - hidden);
+    if (got[k].first == expected[k].first && k < invariants.size() && invariants[k])
+      throw value_error(variable + " has the shape invariant " + invariants[k]->str() + " but is " + spec_text(got[k]) +
+                        " after one iteration");
+    std::string message = variable + " enters the loop as " + spec_text(expected[k]) + " but is " + spec_text(got[k]) +
+                          " after one iteration; a loop variable must keep its dtype and shape";
+    if (got[k].first == expected[k].first)
+      message += "; to let its shape change, give the loop a shape invariant with kiln::none dims "
+                 "(kiln::loop_options{.shape_invariants = ...})";
+    throw value_error(message);
+  }
+}
+
+/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
+/// write) as their spec from now on, with any number of rows for one with
+/// dynamic_size; returns the leaves that changed.
+template <class State>
+std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  std::vector<std::size_t> settled;
+  for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (!array || !array->unwritten() || got[k].first != specs[k].first || got[k] == specs[k]) continue;
+    specs[k] = {got[k].first, array->dynamic_size() ? any_rows(got[k].second) : got[k].second};
+    settled.push_back(k);
+  }
+  return settled;
 }
 
 /// The next loop state: `current`'s structure with the leaves of what a body returned.
 template <class State>
 State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
-                 std::size_t hidden) {
+                 std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                 std::string_view loop = "while_loop") {
   const std::vector<value_spec> got = specs_of(returned);
   settle_arrays(current, expected, got);
-  check_loop_specs(got, expected, hidden);
+  check_loop_specs(got, expected, invariants, hidden, loop);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
 }
@@ -11502,8 +12131,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
       };
     };
     detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), {}, then_graph);
-    detail::trace_subgraph(branch(else_fn), {}, else_graph);
+    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
+    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
       auto list = [](const std::vector<detail::value_spec>& specs) {
         std::string s = "(";
@@ -11533,11 +12162,12 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
 namespace detail {
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
 template <class Cond, class Body, class... Vars>
-auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... vars) {
+auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
   std::vector<tensor> initial_leaves = detail::leaves_of(initial);
-  std::vector<detail::value_spec> specs = detail::specs_of(initial_leaves);
+  const std::vector<std::optional<shape>> invariants = detail::loop_invariants(initial, options, hidden);
+  std::vector<detail::value_spec> specs = detail::loop_specs(initial_leaves, invariants, hidden);
   using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
   constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
 
@@ -11548,9 +12178,9 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
       auto r = std::apply(body_fn, current);
       if constexpr (breaks) {
         if (detail::truth_of(r.stop, "break_if")) break;
-        current = detail::next_state(current, detail::leaves_of(r.next), specs, hidden);
+        current = detail::next_state(current, detail::leaves_of(r.next), specs, invariants, hidden);
       } else {
-        current = detail::next_state(current, detail::leaves_of(r), specs, hidden);
+        current = detail::next_state(current, detail::leaves_of(r), specs, invariants, hidden);
       }
     }
     return detail::loop_result(std::move(current));
@@ -11564,12 +12194,12 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
       cond_graph = {};
       body_graph = {};
       detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
-                             initial_leaves, cond_graph);
+                             initial_leaves, specs, cond_graph);
       if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
         throw value_error("while_loop: the condition must give a bool scalar, got " +
                           detail::spec_text(cond_graph.outputs[0]));
       detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
-                             body_graph);
+                             specs, body_graph);
       std::span<const detail::value_spec> next_specs(body_graph.outputs);
       if constexpr (breaks) {
         if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
@@ -11582,14 +12212,16 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
     std::span<const detail::value_spec> next_specs = trace_loop();
     // A tensor_array first written in the body enters the loop holding zeros of
     // the shape that write gave it; the body is traced again for that input.
-    if (detail::settle_arrays(initial, specs, next_specs)) {
-      for (std::size_t k = 0; k < specs.size(); ++k)
-        if (specs[k] != detail::value_spec{initial_leaves[k].dtype(), initial_leaves[k].shape()})
-          initial_leaves[k] = kiln::zeros(specs[k].second, specs[k].first);
+    if (const std::vector<std::size_t> settled = detail::settle_arrays(initial, specs, next_specs); !settled.empty()) {
+      const std::vector<const tensor_array*> arrays = detail::array_leaves(initial);
+      for (std::size_t k : settled)
+        initial_leaves[k] = arrays[k]
+                                ->holding_zeros(shape(specs[k].second.dims().subspan(1)), initial_leaves[k].device())
+                                .elements();
       initial = as_state(initial_leaves);
       next_specs = trace_loop();
     }
-    detail::check_loop_specs(next_specs, specs, hidden);
+    detail::check_loop_specs(next_specs, specs, invariants, hidden);
 
     std::vector<tensor> inputs = initial_leaves;
     inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
@@ -11600,22 +12232,41 @@ auto while_loop(std::size_t hidden, Cond cond_fn, Body body_fn, const Vars&... v
     return detail::loop_result(as_state(out));
   }
 }
+
+/// Loop variables given without kiln::loop_options first.
+template <class... Vars>
+concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
 }  // namespace detail
+
+/// kiln::while_loop with `options`: shape invariants let loop variables change shape.
+/// \code
+/// // Halves x's length until one element is left: the sum of its elements.
+/// kiln::tensor sum = kiln::while_loop(
+///     [](const kiln::tensor& x) { return kiln::shape_of(x)[0] > 1; },
+///     [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::reshape(x, {-1, 2}), 1); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::constant({1, 2, 3, 4}));  // [10]
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const loop_options& options, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  return detail::while_loop(std::size_t(0), options, std::move(cond_fn), std::move(body_fn), vars...);
+}
 
 /// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
 /// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
 /// kiln::break_if). Returns the final values in the same form. While tracing, the
 /// condition and body are traced once into a `while` node; a loop variable whose
-/// dtype or shape changes raises kiln::value_error naming it and both specs.
+/// dtype or shape changes raises kiln::value_error naming it and both specs (a shape
+/// may change where kiln::loop_options gives it a shape invariant).
 /// \code
 /// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
 ///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
 ///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
 /// \endcode
 template <class Cond, class Body, class... Vars>
+  requires detail::plain_loop_variables<Vars...>
 auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
-  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
-  return detail::while_loop(std::size_t(0), std::move(cond_fn), std::move(body_fn), vars...);
+  return while_loop(std::move(cond_fn), std::move(body_fn), loop_options{}, vars...);
 }
 
 namespace detail {
@@ -11630,7 +12281,8 @@ tensor index_tensor(T v) {
 
 /// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
 template <class Body, class... Vars>
-auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const Vars&... vars) {
+auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
+                  const Vars&... vars) {
   // Python's range length: ceil((limit - start) / delta), at least 0.
   const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
   auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
@@ -11647,7 +12299,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
       return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
     }
   };
-  auto out = detail::while_loop(std::size_t(1), cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
   if constexpr (sizeof...(Vars) == 0) {
     return;
   } else if constexpr (sizeof...(Vars) == 1) {
@@ -11658,6 +12310,18 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 }
 }  // namespace detail
 
+/// kiln::for_range with `options`: shape invariants let loop variables change shape.
+/// \code
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
+  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
+                              body_fn, options, vars...);
+}
 /// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
 /// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
 /// time instead). `body_fn(i, vars...)` gives the next values; with no loop
@@ -11667,23 +12331,968 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 /// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+  requires detail::loop_index<Limit> && (!detail::loop_index<Body>) && detail::plain_loop_variables<Vars...>
 auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
-  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
-                              body_fn, vars...);
+  return for_range(limit, std::move(body_fn), loop_options{}, vars...);
 }
+/// `for i in range(start, limit, delta)` with `options` (see kiln::loop_options).
+/// \code
+/// kiln::tensor evens = kiln::for_range(0, 10, 2, [](const kiln::tensor& i, const kiln::tensor& x) {
+///   return kiln::concat({x, kiln::reshape(i, {1})}, 0);
+/// }, kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::zeros({0}, kiln::int32));  // [0 2 4 6 8]
+/// \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const loop_options& options,
+               const Vars&... vars) {
+  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
+                              options, vars...);
+}
+
 /// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
 /// kiln::invalid_argument_error.
 /// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
 template <class Start, class Limit, class Delta, class Body, class... Vars>
-  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta> &&
+           detail::plain_loop_variables<Vars...>
 auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
-  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
-                              vars...);
+  return for_range(start, limit, delta, std::move(body_fn), loop_options{}, vars...);
+}
+}  // namespace kiln
+// ----- end kiln/trace/control_flow.hpp -----
+// ----- begin kiln/data/dataset.hpp -----
+/// \file
+/// `kiln::data::dataset`, a small tf.data: a pipeline of elements (each a tuple of
+/// tensors) built from sources (`range`, `from_tensor_slices`, `from_tensors`,
+/// `from_generator`) and transformations (`map`, `batch`, `shuffle`, `prefetch`,
+/// `take`). Outside a function it is a C++ range; inside one, `kiln::for_each` and
+/// `dataset::reduce` record one `ReduceDataset` node whose body is traced once, as
+/// AutoGraph turns `for x in dataset` into `dataset.reduce`, instead of unrolling.
+///
+/// A dataset reaches a graph through its *handle*, an int64 scalar naming its
+/// pipeline in a registry of live pipelines (TensorFlow's variant tensor): a dataset
+/// argument of a kiln::function is keyed by its element spec and its handle becomes
+/// an argument of the graph, so a trace runs on whichever dataset a call passes.
+
+#include <atomic>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// One element of a dataset: its components, in order.
+using dataset_element = std::vector<tensor>;
+
+/// "(int32 (), float32 (2,))", as errors show an element or a spec.
+inline std::string components_text(std::span<const value_spec> specs) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
+  return s + ")";
+}
+inline std::string components_text(std::span<const tensor_spec> specs) {
+  std::vector<value_spec> v;
+  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
+  return components_text(v);
+}
+
+/// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
+inline void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec) {
+  bool fits = element.size() == spec.size();
+  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
+  if (!fits)
+    throw invalid_argument_error(std::string(stage) + ": an element is " + components_text(specs_of(element)) +
+                                 " but the dataset's element spec is " + components_text(spec));
+}
+
+/// One pass over a dataset: pulls its elements in order.
+class element_iterator {
+ public:
+  virtual ~element_iterator() = default;
+  /// The next element, or nothing at the end of the pass.
+  virtual std::optional<dataset_element> next() = 0;
+};
+
+/// One stage of a pipeline: a source, or a transformation of the stage before it.
+/// Immutable once built, so every copy of a dataset and every graph shares it; each
+/// pass has its own element_iterator.
+class dataset_stage {
+ public:
+  dataset_stage(std::string kind, std::vector<tensor_spec> spec) : kind_(std::move(kind)), spec_(std::move(spec)) {}
+  dataset_stage(const dataset_stage&) = delete;
+  dataset_stage& operator=(const dataset_stage&) = delete;
+  virtual ~dataset_stage() = default;
+
+  /// TensorFlow's name of the stage's op: `RangeDataset`, `MapDataset`, ...
+  const std::string& kind() const { return kind_; }
+  /// One spec per component; `none` dims (or an unknown rank) where elements differ.
+  const std::vector<tensor_spec>& element_spec() const { return spec_; }
+  /// Starts a pass over the elements.
+  virtual std::unique_ptr<element_iterator> iterate() const = 0;
+  /// True when a pass calls C++ code that may have effects (a generator), so that a
+  /// graph runs its loop even when no output needs it, as TensorFlow keeps a
+  /// py_function.
+  virtual bool has_effects() const { return false; }
+
+ private:
+  std::string kind_;
+  std::vector<tensor_spec> spec_;
+};
+
+/// The pipelines that dataset handles name: a handle's value is its key here. Weak,
+/// so that a handle never keeps a pipeline alive; a ReduceDataset node holds the
+/// pipeline it was traced with itself.
+class dataset_registry {
+ public:
+  static dataset_registry& get() {
+    static dataset_registry r;
+    return r;
+  }
+  /// Registers `stage` and returns its key.
+  std::int64_t add(const std::shared_ptr<const dataset_stage>& stage) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(stages_, [](const auto& entry) { return entry.second.expired(); });
+    stages_.emplace(next_key_, stage);
+    return next_key_++;
+  }
+  /// The pipeline that `handle` names; kiln::invalid_argument_error when it is gone.
+  std::shared_ptr<const dataset_stage> find(const tensor& handle) {
+    const std::int64_t key = handle.item<std::int64_t>();
+    std::lock_guard lock(mutex_);
+    auto it = stages_.find(key);
+    std::shared_ptr<const dataset_stage> stage = it == stages_.end() ? nullptr : it->second.lock();
+    if (!stage)
+      throw invalid_argument_error("ReduceDataset: dataset handle " + std::to_string(key) +
+                                   " names no live dataset; keep a dataset alive while a function runs on it");
+    return stage;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::int64_t, std::weak_ptr<const dataset_stage>> stages_;
+  std::int64_t next_key_ = 1;
+};
+
+/// The pass of a stage whose elements are computed from their position.
+template <class Element>
+class indexed_iterator final : public element_iterator {
+ public:
+  indexed_iterator(std::int64_t count, Element element) : count_(count), element_(std::move(element)) {}
+  std::optional<dataset_element> next() override {
+    if (position_ >= count_) return std::nullopt;
+    return element_(position_++);
+  }
+
+ private:
+  std::int64_t count_;
+  Element element_;
+  std::int64_t position_ = 0;
+};
+template <class Element>
+std::unique_ptr<element_iterator> make_indexed_iterator(std::int64_t count, Element element) {
+  return std::make_unique<indexed_iterator<Element>>(count, std::move(element));
+}
+
+/// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
+class range_stage final : public dataset_stage {
+ public:
+  range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
+      : dataset_stage("RangeDataset", {tensor_spec(shape{}, int64)}), start_(start), delta_(delta) {
+    if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
+    // Python's range length: ceil((limit - start) / delta), at least 0.
+    const std::int64_t span = delta > 0 ? limit - start : start - limit;
+    const std::int64_t step = delta > 0 ? delta : -delta;
+    count_ = span <= 0 ? 0 : (span + step - 1) / step;
+  }
+  std::unique_ptr<element_iterator> iterate() const override {
+    return make_indexed_iterator(count_, [start = start_, delta = delta_](std::int64_t i) {
+      return dataset_element{kiln::constant(start + i * delta)};
+    });
+  }
+
+ private:
+  std::int64_t start_, delta_, count_ = 0;
+};
+
+/// The spec of one slice along the first dim of each of `components`, which must
+/// be eager tensors of rank 1 or more that agree in their first dim.
+inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
+  if (components.empty()) throw value_error("dataset::from_tensor_slices: give at least one tensor");
+  std::vector<tensor_spec> out;
+  for (const tensor& c : components) {
+    c.require_value("dataset::from_tensor_slices");
+    if (c.rank() < 1) throw value_error("dataset::from_tensor_slices: slicing needs tensors of rank 1 or more, got a scalar");
+    if (c.shape()[0] != components[0].shape()[0])
+      throw value_error("dataset::from_tensor_slices: the components must have the same first dim, got " +
+                        components[0].shape().str() + " and " + c.shape().str());
+    out.emplace_back(shape(c.shape().dims().subspan(1)), c.dtype());
+  }
+  return out;
+}
+
+/// `dataset::from_tensor_slices`: element i is slice i of every component.
+class slices_stage final : public dataset_stage {
+ public:
+  explicit slices_stage(std::vector<tensor> components)
+      : dataset_stage("TensorSliceDataset", slice_spec(components)), count_(components[0].shape()[0]),
+        components_(std::move(components)) {}
+  std::unique_ptr<element_iterator> iterate() const override {
+    return make_indexed_iterator(count_, [this](std::int64_t i) {
+      dataset_element e;
+      for (const tensor& c : components_) e.push_back(c[i]);
+      return e;
+    });
+  }
+
+ private:
+  std::int64_t count_;
+  std::vector<tensor> components_;
+};
+
+/// `dataset::from_tensors`: one element, the components themselves.
+class tensors_stage final : public dataset_stage {
+ public:
+  explicit tensors_stage(std::vector<tensor> components)
+      : dataset_stage("TensorDataset", spec_of(components)), components_(std::move(components)) {}
+  std::unique_ptr<element_iterator> iterate() const override {
+    return make_indexed_iterator(1, [this](std::int64_t) { return components_; });
+  }
+
+ private:
+  static std::vector<tensor_spec> spec_of(std::span<const tensor> components) {
+    if (components.empty()) throw value_error("dataset::from_tensors: give at least one tensor");
+    std::vector<tensor_spec> out;
+    for (const tensor& c : components) {
+      c.require_value("dataset::from_tensors");
+      out.emplace_back(c.shape(), c.dtype());
+    }
+    return out;
+  }
+  std::vector<tensor> components_;
+};
+
+/// `dataset::from_generator`: each pass calls `start()` for a fresh source of
+/// elements and checks each against the output specs.
+class generator_stage final : public dataset_stage {
+ public:
+  using next_element = std::function<std::optional<dataset_element>()>;
+  generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
+      : dataset_stage("FlatMapDataset", std::move(spec)), start_(std::move(start)) {
+    if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
+  }
+  std::unique_ptr<element_iterator> iterate() const override {
+    struct pass final : element_iterator {
+      next_element source;
+      const generator_stage* stage;
+      std::optional<dataset_element> next() override {
+        std::optional<dataset_element> e = source();
+        if (e) check_element("dataset::from_generator", *e, stage->element_spec());
+        return e;
+      }
+    };
+    auto p = std::make_unique<pass>();
+    p->source = start_();
+    p->stage = this;
+    return p;
+  }
+  bool has_effects() const override { return true; }
+
+ private:
+  std::function<next_element()> start_;
+};
+
+/// A transformation: a stage that reads the elements of `input`.
+class transform_stage : public dataset_stage {
+ public:
+  transform_stage(std::string kind, std::vector<tensor_spec> spec, std::shared_ptr<const dataset_stage> input)
+      : dataset_stage(std::move(kind), std::move(spec)), input_(std::move(input)) {}
+  bool has_effects() const override { return input_->has_effects(); }
+
+ protected:
+  /// A pass whose elements are `step(input pass)`, pulled one output at a time.
+  template <class Step>
+  std::unique_ptr<element_iterator> transformed(Step step) const {
+    struct pass final : element_iterator {
+      std::unique_ptr<element_iterator> input;
+      Step step;
+      pass(std::unique_ptr<element_iterator> in, Step s) : input(std::move(in)), step(std::move(s)) {}
+      std::optional<dataset_element> next() override { return step(*input); }
+    };
+    return std::make_unique<pass>(input_->iterate(), std::move(step));
+  }
+  const std::shared_ptr<const dataset_stage>& input() const { return input_; }
+
+ private:
+  std::shared_ptr<const dataset_stage> input_;
+};
+
+/// `dataset::map`: each element through a function traced once into a subgraph.
+class map_stage final : public transform_stage {
+ public:
+  map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
+      : transform_stage("MapDataset", std::move(spec), std::move(input)), fn_(std::move(fn)),
+        effects_(fn_.traced().has_effects()) {}
+  std::unique_ptr<element_iterator> iterate() const override {
+    return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
+      std::optional<dataset_element> e = in.next();
+      if (!e) return std::nullopt;
+      return fn_.run(*e);
+    });
+  }
+  bool has_effects() const override { return effects_ || transform_stage::has_effects(); }
+
+ private:
+  subgraph fn_;
+  bool effects_;
+};
+
+/// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
+/// last batch may be smaller unless `drop_remainder`.
+class batch_stage final : public transform_stage {
+ public:
+  batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
+      : transform_stage("BatchDataset", batched_spec(input->element_spec(), size, drop_remainder), input), size_(size),
+        drop_remainder_(drop_remainder) {}
+  std::unique_ptr<element_iterator> iterate() const override {
+    return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
+      std::vector<dataset_element> rows;
+      while (std::int64_t(rows.size()) < size_) {
+        std::optional<dataset_element> e = in.next();
+        if (!e) break;
+        rows.push_back(std::move(*e));
+      }
+      if (rows.empty() || (drop_remainder_ && std::int64_t(rows.size()) < size_)) return std::nullopt;
+      dataset_element batch;
+      for (std::size_t k = 0; k < rows[0].size(); ++k) {
+        std::vector<tensor> column;
+        for (const dataset_element& row : rows) {
+          if (row[k].shape() != rows[0][k].shape())
+            throw invalid_argument_error("dataset::batch: cannot batch component " + std::to_string(k) +
+                                         " of shapes " + rows[0][k].shape().str() + " and " + row[k].shape().str() +
+                                         " (map the elements to one shape first)");
+          column.push_back(row[k]);
+        }
+        batch.push_back(kiln::stack(column));
+      }
+      return batch;
+    });
+  }
+
+ private:
+  static std::vector<tensor_spec> batched_spec(std::vector<tensor_spec> spec, std::int64_t size, bool drop_remainder) {
+    if (size <= 0) throw invalid_argument_error("dataset::batch: batch_size must be positive, got " + std::to_string(size));
+    for (tensor_spec& s : spec) {
+      if (!s.shape.has_known_rank()) continue;
+      shape batched{drop_remainder ? size : none};
+      for (std::int64_t d : s.shape.dims()) batched.push_back(d);
+      s.shape = batched;
+    }
+    return spec;
+  }
+  std::int64_t size_;
+  bool drop_remainder_;
+};
+
+/// `dataset::shuffle`: TensorFlow's buffer shuffle: fill a buffer of `buffer_size`
+/// elements, then repeatedly hand out a random one and refill its place. Each pass
+/// draws from its own stream (the pass number mixed into the seed), so passes differ
+/// and the sequence of passes is the same at every run of a program.
+class shuffle_stage final : public transform_stage {
+ public:
+  shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
+                bool reshuffle_each_iteration)
+      : transform_stage("ShuffleDataset", input->element_spec(), input), buffer_size_(buffer_size), seed_(seed),
+        reshuffle_(reshuffle_each_iteration) {
+    if (buffer_size <= 0)
+      throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
+  }
+  std::unique_ptr<element_iterator> iterate() const override {
+    const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
+    // std::mt19937_64's output is fixed by the standard; the index is taken by
+    // modulo rather than a std:: distribution, whose algorithm is not.
+    std::mt19937_64 engine(seed_ + pass * 0x9E3779B97F4A7C15u);
+    return transformed([this, engine, buffer = std::vector<dataset_element>()](
+                           element_iterator& in) mutable -> std::optional<dataset_element> {
+      while (std::int64_t(buffer.size()) < buffer_size_) {
+        std::optional<dataset_element> e = in.next();
+        if (!e) break;
+        buffer.push_back(std::move(*e));
+      }
+      if (buffer.empty()) return std::nullopt;
+      const std::size_t pick = std::size_t(engine() % buffer.size());
+      std::swap(buffer[pick], buffer.back());
+      dataset_element out = std::move(buffer.back());
+      buffer.pop_back();
+      return out;
+    });
+  }
+
+ private:
+  std::int64_t buffer_size_;
+  std::uint64_t seed_;
+  bool reshuffle_;
+  mutable std::atomic<std::uint64_t> passes_{0};
+};
+
+/// `dataset::take`: the first `count` elements (all of them for a negative count).
+class take_stage final : public transform_stage {
+ public:
+  take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
+      : transform_stage("TakeDataset", input->element_spec(), input), count_(count) {}
+  std::unique_ptr<element_iterator> iterate() const override {
+    return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
+      if (count >= 0 && taken >= count) return std::optional<dataset_element>();
+      ++taken;
+      return in.next();
+    });
+  }
+
+ private:
+  std::int64_t count_;
+};
+
+/// `dataset::prefetch`: the elements of its input, unchanged. kiln produces elements
+/// on the thread that consumes them, so prefetching has nothing to overlap with; the
+/// stage keeps pipelines written for TensorFlow as they are.
+class prefetch_stage final : public transform_stage {
+ public:
+  prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
+      : transform_stage("PrefetchDataset", input->element_spec(), input) {
+    if (buffer_size < 0)
+      throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
+  }
+  std::unique_ptr<element_iterator> iterate() const override { return input()->iterate(); }
+};
+
+/// The component tensors of `value`: a tensor, or a tuple, pair, array or vector of
+/// them; C++ numbers become tensors of `spec`'s dtypes when a spec is given.
+template <class V>
+void append_components(const V& value, dataset_element& out, std::span<const tensor_spec> spec) {
+  using U = std::remove_cvref_t<V>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    out.push_back(value);
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    const std::size_t k = out.size();
+    out.push_back(k < spec.size() ? kiln::constant(value, spec[k].dtype) : kiln::constant(value));
+  } else {
+    static_assert(is_tuple_like<U>::value || is_vector<U>::value,
+                  "a dataset element is a tensor, a C++ number, or a tuple, pair, array or vector of those");
+    for_each_element(value, [&](const auto& e) { append_components(e, out, spec); });
+  }
+}
+template <class V>
+dataset_element components_of(const V& value, std::span<const tensor_spec> spec = {}) {
+  dataset_element out;
+  append_components(value, out, spec);
+  return out;
+}
+
+/// How many element components kiln passes to a function as separate arguments.
+inline constexpr std::size_t max_components = 8;
+template <std::size_t>
+using component_argument = const tensor&;
+
+/// Calls a function with the components of an element as separate arguments:
+/// `fn(before..., components..., after...)`, for whichever component counts `fn`
+/// accepts (a C++ call's arity is fixed; an element's is not until run time).
+template <class Fn, class Before, class After>
+struct component_call;
+template <class Fn, class... Before, class... After>
+struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
+  /// Whether `fn` takes elements of `N` components.
+  template <std::size_t N>
+  static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::is_invocable_v<Fn&, const Before&..., component_argument<I>..., const After&...>;
+  }(std::make_index_sequence<N>{});
+
+  // The smallest component count `fn` takes (0 for none): it gives the result type.
+  template <std::size_t N = 1>
+  static constexpr std::size_t first_accepted() {
+    if constexpr (N > max_components) return 0;
+    else if constexpr (accepts<N>) return N;
+    else return first_accepted<N + 1>();
+  }
+  static constexpr std::size_t arity = first_accepted();
+  static_assert(arity != 0, "kiln::data: the function must take the components of a dataset element as separate "
+                            "kiln::tensor arguments (at most 8), with the loop or reduce state around them");
+  using result = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., component_argument<I>..., const After&...>>{};
+  }(std::make_index_sequence<arity>{}));
+  using type = typename result::type;
+
+  /// The component counts `fn` takes, as messages list them: "1", "1 or 2".
+  static std::string accepted_counts() {
+    std::string s;
+    [&]<std::size_t... N>(std::index_sequence<N...>) {
+      ((accepts<N + 1> ? (void)(s += (s.empty() ? "" : " or ") + std::to_string(N + 1)) : void()), ...);
+    }(std::make_index_sequence<max_components>{});
+    return s;
+  }
+
+  /// Raises kiln::value_error unless `fn` accepts `count` components, naming both.
+  static void check(std::size_t count, std::string_view who) {
+    bool ok = false;
+    [&]<std::size_t... N>(std::index_sequence<N...>) { ((ok = ok || (count == N + 1 && accepts<N + 1>)), ...); }(
+        std::make_index_sequence<max_components>{});
+    if (!ok)
+      throw value_error(std::string(who) + ": the function takes " + accepted_counts() +
+                        " tensor(s) per element, but the dataset's elements have " + std::to_string(count));
+  }
+
+  /// `fn(before..., element[0], ..., after...)`; check() tells beforehand whether
+  /// `fn` takes the element's component count.
+  template <std::size_t N = 1>
+  static type call(Fn& fn, std::span<const tensor> element, const Before&... before, const After&... after) {
+    if constexpr (N > max_components) {
+      throw internal_error("kiln::data: an element of " + std::to_string(element.size()) + " components");
+    } else {
+      if constexpr (accepts<N>) {
+        if (element.size() == N)
+          return [&]<std::size_t... I>(std::index_sequence<I...>) -> type {
+            return fn(before..., element[I]..., after...);
+          }(std::make_index_sequence<N>{});
+      }
+      return call<N + 1>(fn, element, before..., after...);
+    }
+  }
+};
+
+/// The loop of a ReduceDataset node: inputs are the dataset's handle, the loop
+/// state's initial values, then the tensors the body captured. The body graph takes
+/// an element's components, the state and the captures, and gives the next state.
+/// The pipeline comes from the handle at every run, so a trace given a dataset as an
+/// argument runs on the dataset of each call; the op also holds the pipeline it was
+/// traced with, which keeps a dataset made or captured while tracing alive.
+class reduce_dataset_op final : public special_op {
+ public:
+  reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
+      : traced_(std::move(traced)), state_size_(state_size), body_(std::move(body)),
+        effects_(body_.traced().has_effects() || traced_->has_effects()) {}
+  std::string_view name() const override { return "ReduceDataset"; }
+  bool has_effects() const override { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const override { return {{"body", &body_.traced()}}; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
+    check_spec(stage->element_spec());
+    const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
+    // The body's arguments: an element's components, the state, the captures.
+    std::vector<tensor> args(components);
+    for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
+    std::unique_ptr<element_iterator> pass = stage->iterate();
+    while (std::optional<dataset_element> e = pass->next()) {
+      for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
+      std::vector<tensor> next = body_.run(args);
+      for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
+    }
+    return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+  }
+
+ private:
+  // A dataset passed at run time must give elements the body was traced for.
+  void check_spec(std::span<const tensor_spec> got) const {
+    std::span<const tensor_spec> traced = traced_->element_spec();
+    bool fits = got.size() == traced.size();
+    for (std::size_t k = 0; fits && k < got.size(); ++k)
+      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+    if (!fits)
+      throw invalid_argument_error("ReduceDataset: the dataset's elements are " + components_text(got) +
+                                   " but the function was traced for " + components_text(traced));
+  }
+
+  std::shared_ptr<const dataset_stage> traced_;
+  int state_size_;
+  subgraph body_;
+  bool effects_;
+};
+
+/// The parameters of a function traced for an element of `spec`: `args_0`, ...
+inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
+  std::vector<tensor_spec> out;
+  for (std::size_t k = 0; k < spec.size(); ++k) out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
+  return out;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::data {
+class dataset;
+}
+
+namespace kiln::detail {
+template <class State, class Invoke>
+State fold_dataset(const data::dataset& ds, State initial, Invoke invoke, std::string_view loop);
+}
+
+namespace kiln::data {
+
+/// A tf.data pipeline: a value (copies share one immutable pipeline) whose elements
+/// are tuples of tensors, described by `element_spec()`. Iterate it with a C++ `for`
+/// outside a function; inside one, `kiln::for_each(ds, ...)` and `ds.reduce(...)`
+/// become one `ReduceDataset` node. As a kiln::function argument it is keyed by its
+/// element spec: datasets of one spec share a trace, and each call runs on its own.
+/// \code
+/// auto ds = kiln::data::dataset::range(10).map([](auto x) { return x * 2; }).batch(4);
+/// for (const auto& element : ds) std::cout << element[0] << "\n";  // [0 2 4 6], [8 10 12 14], [16 18]
+/// \endcode
+class dataset {
+ public:
+  /// An element: one tensor per component.
+  using element = detail::dataset_element;
+
+  /// int64 scalars `start, start + delta, ...` up to `limit` (excluded), as
+  /// tf.data.Dataset.range; a zero `delta` raises kiln::invalid_argument_error.
+  /// \code kiln::data::dataset::range(1, 8, 3);  // 1, 4, 7 \endcode
+  static dataset range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1) {
+    return dataset(std::make_shared<detail::range_stage>(start, limit, delta));
+  }
+  /// `0, 1, ..., limit - 1`.
+  /// \code kiln::data::dataset::range(5);  // 0, 1, 2, 3, 4 \endcode
+  static dataset range(std::int64_t limit) { return range(0, limit); }
+
+  /// One element per index of the first dim: element `i` holds `c[i]` of every
+  /// component `c` (a tensor, or a tuple, pair, array or vector of tensors, which
+  /// must agree in their first dim).
+  /// \code
+  /// auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3.f, 4.f})});
+  /// // (1, 3.f), (2, 4.f)
+  /// \endcode
+  template <class Components>
+  static dataset from_tensor_slices(const Components& components) {
+    return dataset(std::make_shared<detail::slices_stage>(detail::components_of(components)));
+  }
+
+  /// One element: the components themselves (a tensor, or a tuple, pair, array or
+  /// vector of tensors), as tf.data.Dataset.from_tensors.
+  /// \code kiln::data::dataset::from_tensors(kiln::constant({1, 2, 3}));  // one element, [1 2 3] \endcode
+  template <class Components>
+  static dataset from_tensors(const Components& components) {
+    return dataset(std::make_shared<detail::tensors_stage>(detail::components_of(components)));
+  }
+
+  /// Elements that C++ code makes at run time, as tf.data.Dataset.from_generator:
+  /// each pass calls `generator()`, which returns either a range of elements (a
+  /// std::vector) or a callable giving one std::optional element per call, empty at
+  /// the end. An element is a tensor, a C++ number, or a tuple of those; C++ numbers
+  /// take the dtypes of `output_specs`. Elements that do not fit the specs raise
+  /// kiln::invalid_argument_error. Inside a function the generator runs at every
+  /// call, never at trace time.
+  /// \code
+  /// auto ds = kiln::data::dataset::from_generator(
+  ///     [] { return std::vector<std::pair<int, int>>{{1, 1}, {2, 3}}; },
+  ///     {kiln::tensor_spec({}, kiln::int32), kiln::tensor_spec({}, kiln::int32)});
+  /// \endcode
+  template <class Generator>
+  static dataset from_generator(Generator generator, std::vector<tensor_spec> output_specs) {
+    using R = std::invoke_result_t<Generator&>;
+    auto start = [generator = std::move(generator), specs = output_specs]() mutable -> detail::generator_stage::next_element {
+      if constexpr (std::is_invocable_v<R&>) {
+        return [source = generator(), specs]() mutable -> std::optional<element> {
+          auto e = source();
+          if (!e) return std::nullopt;
+          return detail::components_of(*e, specs);
+        };
+      } else {
+        return [items = std::make_shared<const R>(generator()), index = std::size_t(0), specs]() mutable
+               -> std::optional<element> {
+          if (index == items->size()) return std::nullopt;
+          return detail::components_of((*items)[index++], specs);
+        };
+      }
+    };
+    return dataset(std::make_shared<detail::generator_stage>(std::move(start), std::move(output_specs)));
+  }
+
+  /// from_generator with elements of dtypes `output_types` and any shapes, as
+  /// `from_generator(gen, (tf.int32, tf.int32))`.
+  /// \code kiln::data::dataset::from_generator([] { return std::vector<int>{1, 2}; }, {kiln::int32}); \endcode
+  template <class Generator>
+  static dataset from_generator(Generator generator, const std::vector<dtype>& output_types) {
+    std::vector<tensor_spec> specs;
+    for (dtype t : output_types) specs.emplace_back(unknown_rank, t);
+    return from_generator(std::move(generator), std::move(specs));
+  }
+
+  /// Each element through `fn(components...)`, which returns a tensor or a tuple of
+  /// tensors. `fn` is traced once, here, into a graph that runs per element (C++
+  /// side effects in it happen once); it may use eager tensors it captures, not
+  /// symbolic ones of a function being traced.
+  /// \code auto squares = kiln::data::dataset::range(4).map([](auto x) { return x * x; });  // 0, 1, 4, 9 \endcode
+  template <class Fn>
+  dataset map(Fn fn) const {
+    using call = detail::component_call<Fn, std::tuple<>, std::tuple<>>;
+    static_assert(!std::is_void_v<typename call::type>, "dataset::map: the function must return a tensor or a tuple of tensors");
+    call::check(element_spec().size(), "dataset::map");
+    init_scope outside_any_trace;  // the pipeline holds values, not symbols of the trace in progress
+    detail::traced_subgraph traced;
+    const std::vector<tensor_spec> params = detail::element_parameters(element_spec());
+    detail::trace_subgraph([&](std::span<const tensor> p) { return call::call(fn, p); }, std::span<const tensor_spec>(params),
+                           traced);
+    if (traced.outputs.empty()) throw value_error("dataset::map: the function must return at least one tensor");
+    std::vector<tensor_spec> spec;
+    for (const auto& [type, dims] : traced.outputs) spec.emplace_back(dims, type);
+    return dataset(std::make_shared<detail::map_stage>(stage_, std::move(traced.g), std::move(spec)));
+  }
+
+  /// `batch_size` consecutive elements stacked along a new first dim; the last batch
+  /// is smaller unless `drop_remainder` (then the batch dim of the spec is known).
+  /// A batch_size below 1 raises kiln::invalid_argument_error.
+  /// \code kiln::data::dataset::range(5).batch(2);  // [0 1], [2 3], [4] \endcode
+  dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
+    return dataset(std::make_shared<detail::batch_stage>(stage_, batch_size, drop_remainder));
+  }
+
+  /// The elements in random order, from a buffer of `buffer_size` (TensorFlow's
+  /// algorithm). With a `seed` the order is the same at every run of the program;
+  /// with `reshuffle_each_iteration` each pass (each epoch, each function call)
+  /// draws a new order, reproducibly.
+  /// \code kiln::data::dataset::range(10).shuffle(10, 42); \endcode
+  dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
+                  bool reshuffle_each_iteration = true) const {
+    return dataset(std::make_shared<detail::shuffle_stage>(stage_, buffer_size, seed ? *seed : detail::fresh_seed(),
+                                                           reshuffle_each_iteration));
+  }
+
+  /// The same elements: kiln makes elements on the thread that consumes them, so
+  /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
+  /// \code ds.prefetch(1); \endcode
+  dataset prefetch(std::int64_t buffer_size) const {
+    return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
+  }
+
+  /// The first `count` elements (all of them for a negative count).
+  /// \code kiln::data::dataset::range(10).take(3);  // 0, 1, 2 \endcode
+  dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
+
+  /// One spec per component of an element.
+  /// \code kiln::data::dataset::range(3).element_spec()[0].dtype == kiln::int64 \endcode
+  const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
+
+  /// Folds the elements into a state, as tf.data.Dataset.reduce: `fn(state,
+  /// components...)` gives the next state, which must keep its dtypes and shapes.
+  /// Inside a function this is one `ReduceDataset` node.
+  /// \code kiln::data::dataset::range(5).reduce(kiln::constant(std::int64_t(0)), [](auto s, auto x) { return s + x; });  // 10 \endcode
+  template <class State, class Fn>
+  auto reduce(const State& initial, Fn fn) const {
+    using S = detail::output_t<State>;
+    using call = detail::component_call<Fn, std::tuple<S>, std::tuple<>>;
+    call::check(element_spec().size(), "dataset::reduce");
+    auto invoke = [&fn](std::span<const tensor> e, const std::tuple<S>& s) { return call::call(fn, e, std::get<0>(s)); };
+    return std::get<0>(detail::fold_dataset(*this, std::tuple<S>{detail::as_output(initial)}, invoke, "dataset::reduce"));
+  }
+
+  /// A pass over the elements, for a C++ `for`. Inside a function being traced it
+  /// reads the dataset at trace time and the loop unrolls, as a C++ loop does; use
+  /// kiln::for_each for a loop in the graph.
+  class iterator {
+   public:
+    using value_type = element;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    const element& operator*() const { return *current_; }
+    const element* operator->() const { return &*current_; }
+    iterator& operator++() {
+      init_scope eager;
+      current_ = pass_->next();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return !current_; }
+
+   private:
+    friend class dataset;
+    explicit iterator(std::shared_ptr<detail::element_iterator> pass) : pass_(std::move(pass)) { ++*this; }
+    std::shared_ptr<detail::element_iterator> pass_;
+    std::optional<element> current_;
+  };
+  /// Starts a pass over the elements.
+  /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
+  iterator begin() const {
+    init_scope eager;
+    return iterator(stage_->iterate());
+  }
+  std::default_sentinel_t end() const { return {}; }
+
+  /// The int64 scalar naming the pipeline at run time; symbolic inside a function
+  /// that takes the dataset as an argument.
+  const tensor& handle() const { return handle_; }
+  /// Appends the element spec to a kiln::function's cache key.
+  void append_spec_key(std::vector<std::uint64_t>& key) const {
+    key.push_back(element_spec().size());
+    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+  }
+  /// This dataset, reached through `handle` (a function's placeholder for it).
+  dataset with_handle(const tensor& handle) const {
+    dataset d = *this;
+    d.handle_ = handle;
+    return d;
+  }
+  /// The pipeline as traced: what a ReduceDataset node keeps.
+  const std::shared_ptr<const detail::dataset_stage>& pipeline() const { return stage_; }
+
+  /// `<RangeDataset shapes: (), types: int64>`, `<FlatMapDataset shapes: ((), ()),
+  /// types: (int32, int32)>`: TensorFlow's text, with kiln's dtype names.
+  friend std::ostream& operator<<(std::ostream& os, const dataset& d) {
+    const auto& spec = d.element_spec();
+    auto list = [&](auto text_of) {
+      if (spec.size() == 1) return text_of(spec[0]);
+      std::string s = "(";
+      for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + text_of(spec[k]);
+      return s + ")";
+    };
+    return os << "<" << d.stage_->kind() << " shapes: " << list([](const tensor_spec& s) { return s.shape.str(); })
+              << ", types: " << list([](const tensor_spec& s) { return std::string(name(s.dtype)); }) << ">";
+  }
+
+ private:
+  explicit dataset(std::shared_ptr<const detail::dataset_stage> stage)
+      : stage_(std::move(stage)), handle_(kiln::constant(detail::dataset_registry::get().add(stage_))) {}
+
+  std::shared_ptr<const detail::dataset_stage> stage_;
+  tensor handle_;
+};
+
+}  // namespace kiln::data
+
+namespace kiln::detail {
+
+/// As tf.data's reduce: a loop variable that the body makes less specific (a dim, or
+/// the rank, that depends on the elements) takes the body's spec, and the body is
+/// traced again for it; returns whether one did. Anything else is left for
+/// check_loop_specs to reject.
+inline bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  bool relaxed = false;
+  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
+    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
+      specs[k].second = got[k].second;
+      relaxed = true;
+    }
+  return relaxed;
+}
+
+/// Runs `invoke(element, state)` over the elements of `ds` from `initial`, each
+/// result the next state (nothing when the state is empty); `loop` names the loop in
+/// errors. Eagerly a C++ loop; while tracing, one ReduceDataset node whose body is
+/// `invoke` traced once.
+template <class State, class Invoke>
+State fold_dataset(const data::dataset& ds, State initial, Invoke invoke, std::string_view loop) {
+  constexpr bool stateless = std::tuple_size_v<State> == 0;
+  std::vector<tensor> initial_leaves = leaves_of(initial);
+  std::vector<value_spec> specs = specs_of(initial_leaves);
+  trace_context* trace = trace_context::current();
+  if (!trace) {
+    State current = std::move(initial);
+    for (const data::dataset::element& e : ds) {
+      if constexpr (stateless) invoke(e, current);
+      else current = next_state(current, leaves_of(invoke(e, current)), specs, {}, 0, loop);
+    }
+    return current;
+  }
+  const std::size_t components = ds.element_spec().size();
+  traced_subgraph body;
+  auto trace_body = [&] {
+    std::vector<tensor_spec> params = element_parameters(ds.element_spec());
+    for (std::size_t k = 0; k < initial_leaves.size(); ++k)
+      params.emplace_back(specs[k].second, specs[k].first, parameter_name(initial_leaves[k]));
+    body = {};
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          const tensor* next = p.data() + components;
+          const State state = rebuild_output(initial, next);
+          if constexpr (stateless) {
+            invoke(p.first(components), state);
+            return std::tuple<>{};
+          } else {
+            return invoke(p.first(components), state);
+          }
+        },
+        std::span<const tensor_spec>(params), body);
+  };
+  trace_body();
+  while (relax_loop_specs(specs, body.outputs)) trace_body();
+  check_loop_specs(body.outputs, specs, {}, 0, loop);
+  std::vector<tensor> inputs{ds.handle()};
+  inputs.insert(inputs.end(), initial_leaves.begin(), initial_leaves.end());
+  inputs.insert(inputs.end(), body.captures.begin(), body.captures.end());
+  auto op = std::make_shared<reduce_dataset_op>(ds.pipeline(), int(initial_leaves.size()), std::move(body.g));
+  std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+  const tensor* next = out.data();
+  return rebuild_output(initial, next);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+/// `for element in dataset` with loop variables: `body(components..., vars...)` gives
+/// the next values (one value, or a std::tuple for several; nothing when there are
+/// no loop variables). Returns the final values like kiln::for_range. Inside a
+/// function it is one `ReduceDataset` node whose body is traced once, as AutoGraph
+/// turns the loop into `dataset.reduce`. A loop variable whose shape the body makes
+/// less specific (it depends on elements of unknown shape) takes that shape, as in
+/// tf.data; any other change of dtype or shape raises kiln::value_error naming both
+/// specs.
+/// \code
+/// auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({1, 5})});
+/// kiln::tensor loss = kiln::for_each(ds, [](auto x, auto y, auto loss) { return loss + kiln::abs(y - x); },
+///                                    kiln::constant(0));  // 3
+/// \endcode
+template <class Body, class... Vars>
+auto for_each(const data::dataset& ds, Body body, const Vars&... vars) {
+  using state = std::tuple<detail::output_t<Vars>...>;
+  using call = detail::component_call<Body, std::tuple<>, state>;
+  call::check(ds.element_spec().size(), "for_each");
+  auto invoke = [&body](std::span<const tensor> e, const state& s) {
+    return std::apply([&](const auto&... v) { return call::call(body, e, v...); }, s);
+  };
+  auto out = detail::fold_dataset(ds, state{detail::as_output(vars)...}, invoke, "for_each");
+  if constexpr (sizeof...(Vars) > 0) return detail::loop_result(std::move(out));
+}
+
+/// `for element in values` over a C++ range: a C++ loop, which unrolls while tracing
+/// (AutoGraph's loop over Python data). `body(element parts..., vars...)`, a tuple or
+/// pair element passed as its parts, gives the next values as for a dataset.
+/// \code
+/// std::vector<std::pair<int, int>> data{{1, 1}, {2, 3}};
+/// kiln::for_each(data, [](int x, int y, auto loss) { return loss + (y - x); }, kiln::constant(0));  // 1
+/// \endcode
+template <std::ranges::input_range Range, class Body, class... Vars>
+  requires(!std::same_as<std::remove_cvref_t<Range>, data::dataset>)
+auto for_each(const Range& values, Body body, const Vars&... vars) {
+  using state = std::tuple<detail::output_t<Vars>...>;
+  state current{detail::as_output(vars)...};
+  std::vector<detail::value_spec> specs = detail::specs_of(detail::leaves_of(current));
+  for (const auto& value : values) {
+    auto step = [&](const auto&... parts) {
+      return std::apply([&](const auto&... v) { return body(parts..., v...); }, current);
+    };
+    auto call = [&] {
+      if constexpr (detail::is_tuple_like<std::remove_cvref_t<decltype(value)>>::value) return std::apply(step, value);
+      else return step(value);
+    };
+    if constexpr (sizeof...(Vars) == 0) call();
+    else current = detail::next_state(current, detail::leaves_of(call()), specs, {}, 0, "for_each");
+  }
+  if constexpr (sizeof...(Vars) > 0) return detail::loop_result(std::move(current));
 }
 
 }  // namespace kiln
-// ----- end kiln/trace/control_flow.hpp -----
+// ----- end kiln/data/dataset.hpp -----
 // ----- begin kiln/kernels.hpp -----
 /// \file
 /// Separate compilation: kiln's kernels and heavy runtime functions compiled once per
