@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Measures what a source file that uses kiln header-only costs to compile: wall time
+# and peak memory of one g++ run per program, as a new user compiles it (-std=c++20
+# -O2 -march=native, -I single_include, Thrust's CPP system when Thrust is found).
+# Prints a Markdown table; CI does not run it.
+#
+#   bench/compile_cost.sh [--repeat N] [--examples]
+#
+# --repeat N   compile each program N times and report the fastest (default 1)
+# --examples   also compile every program in examples/
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repeat=1
+examples=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --repeat) repeat="$2"; shift 2 ;;
+    --examples) examples=true; shift ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples]" >&2; exit 2 ;;
+  esac
+done
+
+flags=(-std=c++20 -O2 -march=native -I "$repo/single_include")
+if [ -e /usr/local/cuda/include/cccl/thrust/version.h ]; then
+  flags+=(-I /usr/local/cuda/include/cccl -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+elif [ -e /usr/include/thrust/version.h ]; then
+  flags+=(-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
+else
+  flags+=(-DKILN_NO_THRUST)
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+cat >"$work/include_only.cpp" <<'EOF'
+#include <kiln/kiln.hpp>
+int main() {}
+EOF
+cat >"$work/one_eager_op.cpp" <<'EOF'
+#include <kiln/kiln.hpp>
+#include <iostream>
+int main() { std::cout << kiln::ones({2, 2}) + kiln::ones({2, 2}) << "\n"; }
+EOF
+cat >"$work/three_op_function.cpp" <<'EOF'
+#include <kiln/kiln.hpp>
+#include <iostream>
+int main() {
+  kiln::function f([](const kiln::tensor& x, const kiln::tensor& y) { return kiln::tanh(x * y + 2.f); });
+  std::cout << f(kiln::ones({2, 2}), kiln::ones({2, 2})) << "\n";
+}
+EOF
+
+programs=("$work/include_only.cpp" "$work/one_eager_op.cpp" "$work/three_op_function.cpp")
+if $examples; then programs+=("$repo"/examples/*.cpp); fi
+
+echo "compiler: $(g++ --version | head -1); flags: ${flags[*]}"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| program | wall (s) | peak memory (MB) |"
+echo "|---|---|---|"
+for source in "${programs[@]}"; do
+  best_wall=""
+  best_memory=""
+  for ((run = 0; run < repeat; ++run)); do
+    /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" -c "$source" -o "$work/out.o"
+    read -r wall kilobytes <"$work/time"
+    if [ -z "$best_wall" ] || awk "BEGIN { exit !($wall < $best_wall) }"; then
+      best_wall="$wall"
+      best_memory=$((kilobytes / 1024))
+    fi
+  done
+  echo "| $(basename "$source" .cpp) | $best_wall | $best_memory |"
+done
