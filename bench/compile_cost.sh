@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Measures what a source file that uses kiln header-only costs to compile: wall time
 # and peak memory of one g++ run per program, as a new user compiles it (-std=c++20
-# -O2 -march=native, -I single_include, Thrust's CPP system when Thrust is found).
-# Prints a Markdown table; CI does not run it.
+# -O2 -march=native, -I single_include, Thrust's headers and CPP system on the path
+# when Thrust is installed). Prints a Markdown table; CI does not run it.
 #
-#   bench/compile_cost.sh [--repeat N] [--examples]
+#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust]
 #
 # --repeat N   compile each program N times and report the fastest (default 1)
 # --examples   also compile every program in examples/
+# --thrust     turn the Thrust backend on (-DKILN_HAS_THRUST=1), off by default in
+#              host compiles
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 repeat=1
 examples=false
+thrust=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat="$2"; shift 2 ;;
     --examples) examples=true; shift ;;
-    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples]" >&2; exit 2 ;;
+    --thrust) thrust=true; shift ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust]" >&2; exit 2 ;;
   esac
 done
 
@@ -26,9 +30,11 @@ if [ -e /usr/local/cuda/include/cccl/thrust/version.h ]; then
   flags+=(-I /usr/local/cuda/include/cccl -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
 elif [ -e /usr/include/thrust/version.h ]; then
   flags+=(-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
-else
-  flags+=(-DKILN_NO_THRUST)
+elif $thrust; then
+  echo "--thrust: no Thrust headers found" >&2
+  exit 2
 fi
+if $thrust; then flags+=(-DKILN_HAS_THRUST=1); fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -7,10 +7,13 @@
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
 
-// The Thrust backend is on when Thrust headers are reachable, unless the user
-// opts out with KILN_NO_THRUST. nvcc builds run it on the GPU; host compilers
-// run it on THRUST_DEVICE_SYSTEM (CPP or OMP), which is how CI exercises it.
-#if !defined(KILN_NO_THRUST) && !defined(KILN_HAS_THRUST)
+// The Thrust backend: nvcc builds turn it on when Thrust is reachable (unless the
+// user opts out with KILN_NO_THRUST) and run it on the GPU. Host compilers run it on
+// THRUST_DEVICE_SYSTEM (CPP or OMP), which is how CI exercises it, only when asked
+// with KILN_HAS_THRUST=1 (kiln's CMake package does when Thrust is found): on the
+// host it adds nothing a program needs, and its headers cost every source file about
+// two seconds of compiling.
+#if !defined(KILN_NO_THRUST) && !defined(KILN_HAS_THRUST) && defined(__CUDACC__)
 #  if defined(__has_include)
 #    if __has_include(<thrust/version.h>)
 #      define KILN_HAS_THRUST 1

@@ -27,6 +27,7 @@
 #include "kiln/config.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/ops/registry.hpp"
 
@@ -47,7 +48,11 @@
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
       const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);
 #define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
-#define KILN_DETAIL_INSTANTIATE_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(, op)
+// Instantiating the kernels also registers them, so that graphs of a program linking
+// them reach every op, whether the program calls it or not.
+#define KILN_DETAIL_INSTANTIATE_KERNELS_OF(op) \
+  KILN_DETAIL_KERNELS_OF(, op)                  \
+  template const bool kiln::detail::kernels_registered<::kiln::ops::op>;
 
 /// Compiles, in this source file, the kernels of every op of `list` (an X-macro of
 /// kiln/ops/registry.hpp: KILN_ALL_OPS, KILN_UNARY_OPS, KILN_BINARY_OPS, ...).

@@ -44,6 +44,7 @@
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"
 #include "kiln/exec/tile.hpp"
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/plan.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/exec/executor.hpp"

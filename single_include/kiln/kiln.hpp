@@ -14,10 +14,13 @@
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
 
-// The Thrust backend is on when Thrust headers are reachable, unless the user
-// opts out with KILN_NO_THRUST. nvcc builds run it on the GPU; host compilers
-// run it on THRUST_DEVICE_SYSTEM (CPP or OMP), which is how CI exercises it.
-#if !defined(KILN_NO_THRUST) && !defined(KILN_HAS_THRUST)
+// The Thrust backend: nvcc builds turn it on when Thrust is reachable (unless the
+// user opts out with KILN_NO_THRUST) and run it on the GPU. Host compilers run it on
+// THRUST_DEVICE_SYSTEM (CPP or OMP), which is how CI exercises it, only when asked
+// with KILN_HAS_THRUST=1 (kiln's CMake package does when Thrust is found): on the
+// host it adds nothing a program needs, and its headers cost every source file about
+// two seconds of compiling.
+#if !defined(KILN_NO_THRUST) && !defined(KILN_HAS_THRUST) && defined(__CUDACC__)
 #  if defined(__has_include)
 #    if __has_include(<thrust/version.h>)
 #      define KILN_HAS_THRUST 1
@@ -1908,6 +1911,11 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 /// Whether a trace is in progress on this thread (defined by the tracer).
 inline bool tracing();
 
+/// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
+/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+template <class Op>
+void register_kernels_on_use();
+
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {
   std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
@@ -2145,11 +2153,15 @@ void check_values(const Op&, std::span<const tensor* const> in) {
 namespace kiln {
 
 // Each function builds its op and hands it to detail::apply. The operators take a
-// C++ scalar on either side and convert it to the tensor operand's dtype.
+// C++ scalar on either side and convert it to the tensor operand's dtype. Every op
+// function is a template, even where nothing is deduced, so that its body, and with
+// it the op's kernels, is compiled only in programs that call it.
 #define KILN_UNARY_FUNCTION(fn, op)                                                  \
-  inline tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
+  template <class = void>                                                            \
+  tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
 #define KILN_BINARY_FUNCTION(fn, op)                                                 \
-  inline tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
+  template <class = void>                                                            \
+  tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
   template <promotable_scalar S>                                                     \
   tensor fn(const tensor& x, const S& y) {                                           \
     return detail::apply(ops::op{}, x, detail::make_scalar(x.dtype(), y, x.device())); \
@@ -2220,10 +2232,12 @@ KILN_BINARY_FUNCTION(logical_or, logical_or)
 
 /// `kiln::cast(x, kiln::int32)`: converts elements (floats to integers truncate
 /// toward zero and saturate; NaN becomes 0).
-inline tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
+template <class = void>
+tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
 
 /// `kiln::where(x > 0, x, 0.f)`: picks from `a` where `cond` holds, else from `b`.
-inline tensor where(const tensor& cond, const tensor& a, const tensor& b) { return detail::apply(ops::where{}, cond, a, b); }
+template <class = void>
+tensor where(const tensor& cond, const tensor& a, const tensor& b) { return detail::apply(ops::where{}, cond, a, b); }
 template <promotable_scalar S>
 tensor where(const tensor& cond, const tensor& a, const S& b) {
   return where(cond, a, detail::make_scalar(a.dtype(), b, a.device()));
@@ -2233,10 +2247,12 @@ tensor where(const tensor& cond, const S& a, const tensor& b) {
   return where(cond, detail::make_scalar(b.dtype(), a, b.device()), b);
 }
 
-inline tensor operator-(const tensor& x) { return negative(x); }
+template <class = void>
+tensor operator-(const tensor& x) { return negative(x); }
 
 #define KILN_BINARY_OPERATOR(sym, fn)                                                \
-  inline tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); } \
+  template <class = void>                                                            \
+  tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); }        \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const tensor& x, const S& y) { return fn(x, y); }              \
   template <promotable_scalar S>                                                     \
@@ -2505,28 +2521,32 @@ tensor reduce(const Op& op, const tensor& x) {
 /// kiln::reduce_sum(x, -1, true);    // [[6] [15]]
 /// kiln::reduce_sum(x, {0, 1});      // 21
 /// \endcode
-inline tensor reduce_sum(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_sum(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_sum(axis, keepdims), x);
 }
 
 /// Mean over `axis` (every axis by default), in the input's dtype: integer means
 /// truncate toward zero, an empty float mean is NaN and an empty integer mean 0.
 /// \code kiln::reduce_mean(kiln::constant({1.f, 2.f})) // 1.5 \endcode
-inline tensor reduce_mean(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_mean(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_mean(axis, keepdims), x);
 }
 
 /// Largest element over `axis` (every axis by default). NaN propagates; an empty
 /// max is -inf for floats and the lowest value for integers.
 /// \code kiln::reduce_max(kiln::constant({{1, 5}, {7, 2}}), 1) // [5 7] \endcode
-inline tensor reduce_max(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_max(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_max(axis, keepdims), x);
 }
 
 /// Smallest element over `axis` (every axis by default). NaN propagates; an empty
 /// min is +inf for floats and the largest value for integers.
 /// \code kiln::reduce_min(kiln::constant({{1, 5}, {7, 2}}), 0) // [1 2] \endcode
-inline tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_min(axis, keepdims), x);
 }
 
@@ -2541,7 +2561,8 @@ inline tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdim
 /// kiln::argmax(x, 0);  // [1 0 0]
 /// kiln::argmax(x);     // 1
 /// \endcode
-inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::argmax(axis, keepdims), x);
 }
 
@@ -3586,49 +3607,57 @@ tensor apply_to_list(const Op& op, std::span<const tensor> values) {
 
 /// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
 /// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
-inline tensor reshape(const tensor& x, const shape& new_shape) {
+template <class = void>
+tensor reshape(const tensor& x, const shape& new_shape) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
 }
 
 /// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
 /// reverses the dims of any tensor.
-inline tensor transpose(const tensor& x, const int_list& perm = {}) {
+template <class = void>
+tensor transpose(const tensor& x, const int_list& perm = {}) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::transpose{perm}, in);
 }
 
 /// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
 /// (negative axes count from the end); the other dims must match.
-inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
+template <class = void>
+tensor concat(std::span<const tensor> values, std::int64_t axis) {
   return detail::apply_to_list(ops::concat{axis}, values);
 }
 /// `kiln::concat({a, b}, -1)`.
-inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
+template <class = void>
+tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
   return concat(std::span<const tensor>(values.begin(), values.size()), axis);
 }
 
 /// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
 /// (shape (2, 3) twice gives (2, 2, 3)).
-inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
+template <class = void>
+tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
   return detail::apply_to_list(ops::stack{axis}, values);
 }
 /// `kiln::stack({a, b}, 1)`.
-inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
+template <class = void>
+tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
   return stack(std::span<const tensor>(values.begin(), values.size()), axis);
 }
 
 /// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
 /// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
 /// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
-inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
+template <class = void>
+tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
   return detail::apply_naming_attributes(ops::gather{axis}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
 /// takes everything to the end of its dim.
-inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
+template <class = void>
+tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::slice{begin, size}, in);
 }
@@ -3636,7 +3665,8 @@ inline tensor slice(const tensor& x, const int_list& begin, const int_list& size
 /// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
 /// (`i` an int32 or int64 scalar in [0, x.shape()[0])).
 /// \code kiln::set_item(kiln::zeros({3, 2}), kiln::constant(1), kiln::ones({2}));  // [[0 0] [1 1] [0 0]] \endcode
-inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
+template <class = void>
+tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
   return detail::apply(ops::set_item{}, x, i, value);
 }
 
@@ -3660,7 +3690,8 @@ inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
 /// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
 /// itself when it has that many rows already.
 /// \code kiln::pad_rows(kiln::ones({1, 2}), kiln::constant(3));  // [[1 1] [0 0] [0 0]] \endcode
-inline tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
+template <class = void>
+tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
 
 inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   const tensor& x = *in[0];
@@ -3671,7 +3702,8 @@ inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
-inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
+template <class = void>
+tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 
 inline tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
@@ -3813,7 +3845,8 @@ namespace kiln {
 
 /// Matrix product over the last two dims; leading dims are batch dims and broadcast.
 /// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
-inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+template <class = void>
+tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
 
 /// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
 inline ops::padding parse_padding(std::string_view p) {
@@ -3825,7 +3858,8 @@ inline ops::padding parse_padding(std::string_view p) {
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
 /// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
-inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
   ops::conv2d op;
   op.pad = parse_padding(padding);
   if (strides.size() == 1) {
@@ -3840,7 +3874,8 @@ inline tensor conv2d(const tensor& input, const tensor& filters, const int_list&
   return detail::apply(op, input, filters);
 }
 /// 2-D convolution with the same stride along height and width.
-inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
   return conv2d(input, filters, int_list{stride}, padding);
 }
 
@@ -7243,6 +7278,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
 
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  register_kernels_on_use<Op>();
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).
@@ -8093,13 +8129,118 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   return e;
 }
 
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/tile.hpp -----
+// ----- begin kiln/exec/kernel_table.hpp -----
+/// \file
+/// The kernels this program compiled, one row per op of the registry: how graphs
+/// reach kernels without compiling every op of the library.
+///
+/// A graph can hold any op, so a plan or the optimizer that dispatched over every op
+/// of the registry would compile the kernels of all of them, for every dtype and
+/// backend, in each source file that runs a kiln::function. Instead an op's row is
+/// filled when the program first runs the op (`detail::apply`, the one entry point of
+/// every op function, eager or traced, registers it): a source file pays for the ops
+/// it calls. A graph that meets an op whose row is empty (one made
+/// by another program, or by ops inlined from a library) raises
+/// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// registers every op it instantiates.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+
+namespace kiln::detail {
+
+/// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
+/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
+/// a graph that holds it.
+struct op_kernels {
+  using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
+  using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
+  /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
+  std::atomic<execute_fn> execute{nullptr};
+  /// The entry points a plan calls (exec::entry_for); set before `execute`.
+  std::atomic<entry_fn> entry{nullptr};
+};
+
+/// Position of `Op` in the op variant.
+template <class Op, class Variant>
+struct op_position;
+template <class Op, class... Ops>
+struct op_position<Op, std::variant<Ops...>> {
+  static constexpr std::size_t value = [] {
+    std::size_t i = 0;
+    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+    return i;
+  }();
+};
+
+/// One row per op of the registry; a row is empty until its op registers.
+inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() {
+  static std::array<op_kernels, std::variant_size_v<ops::any_op>> table{};
+  return table;
+}
+
+template <class Op>
+bool register_kernels() {
+  op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
+                  std::memory_order_release);
+  row.execute.store(
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
+      std::memory_order_release);
+  return true;
+}
+
+/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
+/// instantiates.
+template <class Op>
+inline const bool kernels_registered = register_kernels<Op>();
+
+/// Fills `Op`'s row at its first call (before its first node can be recorded). At
+/// run time rather than before main, so that an op function that a source file
+/// compiles but never runs costs no machine code for its kernels.
+template <class Op>
+void register_kernels_on_use() {
+  static const bool registered = register_kernels<Op>();
+  (void)registered;
+}
+
+/// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
+inline const op_kernels& kernels_of(const ops::any_op& op) {
+  const op_kernels& row = kernel_table()[op.index()];
+  if (!row.execute.load(std::memory_order_acquire)) {
+    const std::string_view name = std::visit([](const auto& o) { return std::decay_t<decltype(o)>::name; }, op);
+    throw unavailable_error(std::string(name) +
+                            ": this program compiled no kernel for this op, since it never calls the op itself; call "
+                            "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                            "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+  }
+  return row;
+}
+
+/// Runs the op a graph node holds now, on eager inputs.
+inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
+  return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::detail::exec {
+
 /// The entry points of the op a graph node holds.
-inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
-  return std::visit([&](const auto& op) { return entry_for(op, in, out); }, any);
+inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
+  return kernels_of(op).entry.load(std::memory_order_acquire)(op, in, out);
 }
 
 }  // namespace kiln::detail::exec
-// ----- end kiln/exec/tile.hpp -----
+// ----- end kiln/exec/kernel_table.hpp -----
 // ----- begin kiln/exec/plan.hpp -----
 /// \file
 /// Execution plans. A plan is what a graph does for one set of concrete argument
@@ -9692,7 +9833,7 @@ class graph_executor {
       if (n.kind() == node_kind::special) {
         run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
       } else if (n.kind() == node_kind::op) {
-        values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+        values[std::size_t(id)] = execute_any(n.operation(), inputs);
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
@@ -9839,7 +9980,7 @@ class optimizer {
     }
     if (ins.empty()) return -1;
     try {
-      tensor v = std::visit([&](const auto& op) { return execute(op, values); }, n.operation());
+      tensor v = execute_any(n.operation(), values);
       return out_.add_constant(v);
     } catch (const error&) {
       return -1;
@@ -13337,7 +13478,11 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
       const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);
 #define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
-#define KILN_DETAIL_INSTANTIATE_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(, op)
+// Instantiating the kernels also registers them, so that graphs of a program linking
+// them reach every op, whether the program calls it or not.
+#define KILN_DETAIL_INSTANTIATE_KERNELS_OF(op) \
+  KILN_DETAIL_KERNELS_OF(, op)                  \
+  template const bool kiln::detail::kernels_registered<::kiln::ops::op>;
 
 /// Compiles, in this source file, the kernels of every op of `list` (an X-macro of
 /// kiln/ops/registry.hpp: KILN_ALL_OPS, KILN_UNARY_OPS, KILN_BINARY_OPS, ...).

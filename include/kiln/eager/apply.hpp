@@ -91,6 +91,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
 
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
+  register_kernels_on_use<Op>();
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).

@@ -23,6 +23,7 @@
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/exec/jit.hpp"
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/plan.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/graph/graph.hpp"
@@ -345,7 +346,7 @@ class graph_executor {
       if (n.kind() == node_kind::special) {
         run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
       } else if (n.kind() == node_kind::op) {
-        values[std::size_t(id)] = std::visit([&](const auto& op) { return execute(op, inputs); }, n.operation());
+        values[std::size_t(id)] = execute_any(n.operation(), inputs);
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());

@@ -27,6 +27,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/graph/graph.hpp"
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/graph/graph.hpp"
 

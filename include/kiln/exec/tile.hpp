@@ -332,9 +332,4 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   return e;
 }
 
-/// The entry points of the op a graph node holds.
-inline op_entry entry_of(const ops::any_op& any, dtype in, dtype out) {
-  return std::visit([&](const auto& op) { return entry_for(op, in, out); }, any);
-}
-
 }  // namespace kiln::detail::exec

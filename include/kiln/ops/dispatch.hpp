@@ -29,6 +29,11 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 /// Whether a trace is in progress on this thread (defined by the tracer).
 inline bool tracing();
 
+/// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
+/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+template <class Op>
+void register_kernels_on_use();
+
 template <class Op, std::same_as<tensor>... Ts>
 tensor apply(const Op& op, const Ts&... inputs) {
   std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};

@@ -198,11 +198,15 @@ void check_values(const Op&, std::span<const tensor* const> in) {
 namespace kiln {
 
 // Each function builds its op and hands it to detail::apply. The operators take a
-// C++ scalar on either side and convert it to the tensor operand's dtype.
+// C++ scalar on either side and convert it to the tensor operand's dtype. Every op
+// function is a template, even where nothing is deduced, so that its body, and with
+// it the op's kernels, is compiled only in programs that call it.
 #define KILN_UNARY_FUNCTION(fn, op)                                                  \
-  inline tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
+  template <class = void>                                                            \
+  tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
 #define KILN_BINARY_FUNCTION(fn, op)                                                 \
-  inline tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
+  template <class = void>                                                            \
+  tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
   template <promotable_scalar S>                                                     \
   tensor fn(const tensor& x, const S& y) {                                           \
     return detail::apply(ops::op{}, x, detail::make_scalar(x.dtype(), y, x.device())); \
@@ -273,10 +277,12 @@ KILN_BINARY_FUNCTION(logical_or, logical_or)
 
 /// `kiln::cast(x, kiln::int32)`: converts elements (floats to integers truncate
 /// toward zero and saturate; NaN becomes 0).
-inline tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
+template <class = void>
+tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
 
 /// `kiln::where(x > 0, x, 0.f)`: picks from `a` where `cond` holds, else from `b`.
-inline tensor where(const tensor& cond, const tensor& a, const tensor& b) { return detail::apply(ops::where{}, cond, a, b); }
+template <class = void>
+tensor where(const tensor& cond, const tensor& a, const tensor& b) { return detail::apply(ops::where{}, cond, a, b); }
 template <promotable_scalar S>
 tensor where(const tensor& cond, const tensor& a, const S& b) {
   return where(cond, a, detail::make_scalar(a.dtype(), b, a.device()));
@@ -286,10 +292,12 @@ tensor where(const tensor& cond, const S& a, const tensor& b) {
   return where(cond, detail::make_scalar(b.dtype(), a, b.device()), b);
 }
 
-inline tensor operator-(const tensor& x) { return negative(x); }
+template <class = void>
+tensor operator-(const tensor& x) { return negative(x); }
 
 #define KILN_BINARY_OPERATOR(sym, fn)                                                \
-  inline tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); } \
+  template <class = void>                                                            \
+  tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); }        \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const tensor& x, const S& y) { return fn(x, y); }              \
   template <promotable_scalar S>                                                     \

@@ -126,7 +126,8 @@ namespace kiln {
 
 /// Matrix product over the last two dims; leading dims are batch dims and broadcast.
 /// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
-inline tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+template <class = void>
+tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
 
 /// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
 inline ops::padding parse_padding(std::string_view p) {
@@ -138,7 +139,8 @@ inline ops::padding parse_padding(std::string_view p) {
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
 /// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
-inline tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
   ops::conv2d op;
   op.pad = parse_padding(padding);
   if (strides.size() == 1) {
@@ -153,7 +155,8 @@ inline tensor conv2d(const tensor& input, const tensor& filters, const int_list&
   return detail::apply(op, input, filters);
 }
 /// 2-D convolution with the same stride along height and width.
-inline tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
   return conv2d(input, filters, int_list{stride}, padding);
 }
 

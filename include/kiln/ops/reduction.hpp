@@ -253,28 +253,32 @@ tensor reduce(const Op& op, const tensor& x) {
 /// kiln::reduce_sum(x, -1, true);    // [[6] [15]]
 /// kiln::reduce_sum(x, {0, 1});      // 21
 /// \endcode
-inline tensor reduce_sum(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_sum(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_sum(axis, keepdims), x);
 }
 
 /// Mean over `axis` (every axis by default), in the input's dtype: integer means
 /// truncate toward zero, an empty float mean is NaN and an empty integer mean 0.
 /// \code kiln::reduce_mean(kiln::constant({1.f, 2.f})) // 1.5 \endcode
-inline tensor reduce_mean(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_mean(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_mean(axis, keepdims), x);
 }
 
 /// Largest element over `axis` (every axis by default). NaN propagates; an empty
 /// max is -inf for floats and the lowest value for integers.
 /// \code kiln::reduce_max(kiln::constant({{1, 5}, {7, 2}}), 1) // [5 7] \endcode
-inline tensor reduce_max(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_max(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_max(axis, keepdims), x);
 }
 
 /// Smallest element over `axis` (every axis by default). NaN propagates; an empty
 /// min is +inf for floats and the largest value for integers.
 /// \code kiln::reduce_min(kiln::constant({{1, 5}, {7, 2}}), 0) // [1 2] \endcode
-inline tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::reduce_min(axis, keepdims), x);
 }
 
@@ -289,7 +293,8 @@ inline tensor reduce_min(const tensor& x, reduction_axes axis = {}, bool keepdim
 /// kiln::argmax(x, 0);  // [1 0 0]
 /// kiln::argmax(x);     // 1
 /// \endcode
-inline tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+template <class = void>
+tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
   return detail::reduce(ops::argmax(axis, keepdims), x);
 }
 

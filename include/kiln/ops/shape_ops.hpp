@@ -491,49 +491,57 @@ tensor apply_to_list(const Op& op, std::span<const tensor> values) {
 
 /// `kiln::reshape(x, {2, -1})`: the elements of `x` in a new shape; one dim may be -1
 /// (kiln::none) and is inferred. An eager result shares `x`'s buffer.
-inline tensor reshape(const tensor& x, const shape& new_shape) {
+template <class = void>
+tensor reshape(const tensor& x, const shape& new_shape) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
 }
 
 /// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
 /// reverses the dims of any tensor.
-inline tensor transpose(const tensor& x, const int_list& perm = {}) {
+template <class = void>
+tensor transpose(const tensor& x, const int_list& perm = {}) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::transpose{perm}, in);
 }
 
 /// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
 /// (negative axes count from the end); the other dims must match.
-inline tensor concat(std::span<const tensor> values, std::int64_t axis) {
+template <class = void>
+tensor concat(std::span<const tensor> values, std::int64_t axis) {
   return detail::apply_to_list(ops::concat{axis}, values);
 }
 /// `kiln::concat({a, b}, -1)`.
-inline tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
+template <class = void>
+tensor concat(std::initializer_list<tensor> values, std::int64_t axis) {
   return concat(std::span<const tensor>(values.begin(), values.size()), axis);
 }
 
 /// `kiln::stack({a, b})`: joins tensors of one shape along a new dim `axis`
 /// (shape (2, 3) twice gives (2, 2, 3)).
-inline tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
+template <class = void>
+tensor stack(std::span<const tensor> values, std::int64_t axis = 0) {
   return detail::apply_to_list(ops::stack{axis}, values);
 }
 /// `kiln::stack({a, b}, 1)`.
-inline tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
+template <class = void>
+tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
   return stack(std::span<const tensor>(values.begin(), values.size()), axis);
 }
 
 /// `kiln::gather(x, indices, axis)`: the slices of `x` along `axis` at `indices`
 /// (an int32 or int64 tensor of any shape); gathering rows {2, 0} of a (3, 4)
 /// matrix gives a (2, 4) one. An index outside [0, dim) raises kiln::invalid_argument_error.
-inline tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
+template <class = void>
+tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
   return detail::apply_naming_attributes(ops::gather{axis}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
 /// takes everything to the end of its dim.
-inline tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
+template <class = void>
+tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
   return detail::apply_naming_attributes(ops::slice{begin, size}, in);
 }
@@ -541,7 +549,8 @@ inline tensor slice(const tensor& x, const int_list& begin, const int_list& size
 /// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
 /// (`i` an int32 or int64 scalar in [0, x.shape()[0])).
 /// \code kiln::set_item(kiln::zeros({3, 2}), kiln::constant(1), kiln::ones({2}));  // [[0 0] [1 1] [0 0]] \endcode
-inline tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
+template <class = void>
+tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
   return detail::apply(ops::set_item{}, x, i, value);
 }
 
@@ -565,7 +574,8 @@ inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
 /// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
 /// itself when it has that many rows already.
 /// \code kiln::pad_rows(kiln::ones({1, 2}), kiln::constant(3));  // [[1 1] [0 0] [0 0]] \endcode
-inline tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
+template <class = void>
+tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
 
 inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   const tensor& x = *in[0];
@@ -576,7 +586,8 @@ inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
-inline tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
+template <class = void>
+tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 
 inline tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/eager/apply.hpp"
+#include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
 
 namespace kiln::detail {
@@ -117,7 +118,7 @@ class optimizer {
     }
     if (ins.empty()) return -1;
     try {
-      tensor v = std::visit([&](const auto& op) { return execute(op, values); }, n.operation());
+      tensor v = execute_any(n.operation(), values);
       return out_.add_constant(v);
     } catch (const error&) {
       return -1;

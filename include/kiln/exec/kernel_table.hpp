@@ -1,0 +1,114 @@
+#pragma once
+/// \file
+/// The kernels this program compiled, one row per op of the registry: how graphs
+/// reach kernels without compiling every op of the library.
+///
+/// A graph can hold any op, so a plan or the optimizer that dispatched over every op
+/// of the registry would compile the kernels of all of them, for every dtype and
+/// backend, in each source file that runs a kiln::function. Instead an op's row is
+/// filled when the program first runs the op (`detail::apply`, the one entry point of
+/// every op function, eager or traced, registers it): a source file pays for the ops
+/// it calls. A graph that meets an op whose row is empty (one made
+/// by another program, or by ops inlined from a library) raises
+/// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// registers every op it instantiates.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/eager/apply.hpp"
+#include "kiln/exec/tile.hpp"
+#include "kiln/graph/graph.hpp"
+
+namespace kiln::detail {
+
+/// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
+/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
+/// a graph that holds it.
+struct op_kernels {
+  using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
+  using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
+  /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
+  std::atomic<execute_fn> execute{nullptr};
+  /// The entry points a plan calls (exec::entry_for); set before `execute`.
+  std::atomic<entry_fn> entry{nullptr};
+};
+
+/// Position of `Op` in the op variant.
+template <class Op, class Variant>
+struct op_position;
+template <class Op, class... Ops>
+struct op_position<Op, std::variant<Ops...>> {
+  static constexpr std::size_t value = [] {
+    std::size_t i = 0;
+    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+    return i;
+  }();
+};
+
+/// One row per op of the registry; a row is empty until its op registers.
+inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() {
+  static std::array<op_kernels, std::variant_size_v<ops::any_op>> table{};
+  return table;
+}
+
+template <class Op>
+bool register_kernels() {
+  op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
+                  std::memory_order_release);
+  row.execute.store(
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
+      std::memory_order_release);
+  return true;
+}
+
+/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
+/// instantiates.
+template <class Op>
+inline const bool kernels_registered = register_kernels<Op>();
+
+/// Fills `Op`'s row at its first call (before its first node can be recorded). At
+/// run time rather than before main, so that an op function that a source file
+/// compiles but never runs costs no machine code for its kernels.
+template <class Op>
+void register_kernels_on_use() {
+  static const bool registered = register_kernels<Op>();
+  (void)registered;
+}
+
+/// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
+inline const op_kernels& kernels_of(const ops::any_op& op) {
+  const op_kernels& row = kernel_table()[op.index()];
+  if (!row.execute.load(std::memory_order_acquire)) {
+    const std::string_view name = std::visit([](const auto& o) { return std::decay_t<decltype(o)>::name; }, op);
+    throw unavailable_error(std::string(name) +
+                            ": this program compiled no kernel for this op, since it never calls the op itself; call "
+                            "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                            "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+  }
+  return row;
+}
+
+/// Runs the op a graph node holds now, on eager inputs.
+inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
+  return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::detail::exec {
+
+/// The entry points of the op a graph node holds.
+inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
+  return kernels_of(op).entry.load(std::memory_order_acquire)(op, in, out);
+}
+
+}  // namespace kiln::detail::exec
