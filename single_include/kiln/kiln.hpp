@@ -12031,6 +12031,12 @@ using value_spec = std::pair<dtype, shape>;
 
 /// "float32 (2,)", as the errors of control flow show a value.
 inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+/// "(int32 (), float32 (2,))": several specs as a message shows them.
+inline std::string specs_text(std::span<const value_spec> specs) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
+  return s + ")";
+}
 
 /// The leaves of a structure of tensors, in order.
 template <class S>
@@ -12275,13 +12281,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
-      auto list = [](const std::vector<detail::value_spec>& specs) {
-        std::string s = "(";
-        for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + detail::spec_text(specs[k]);
-        return s + ")";
-      };
       throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        list(then_graph.outputs) + " and the false branch " + list(else_graph.outputs));
+                        detail::specs_text(then_graph.outputs) + " and the false branch " + detail::specs_text(else_graph.outputs));
     }
     std::vector<tensor> inputs{pred};
     std::vector<int> then_args, else_args;
@@ -12541,16 +12542,11 @@ namespace kiln::detail {
 /// One element of a dataset: its components, in order.
 using dataset_element = std::vector<tensor>;
 
-/// "(int32 (), float32 (2,))", as errors show an element or a spec.
-inline std::string components_text(std::span<const value_spec> specs) {
-  std::string s = "(";
-  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
-  return s + ")";
-}
+/// "(int32 (), float32 (2,))", as errors show an element spec.
 inline std::string components_text(std::span<const tensor_spec> specs) {
   std::vector<value_spec> v;
   for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
-  return components_text(v);
+  return specs_text(v);
 }
 
 /// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
@@ -12558,7 +12554,7 @@ inline void check_element(std::string_view stage, const dataset_element& element
   bool fits = element.size() == spec.size();
   for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
   if (!fits)
-    throw invalid_argument_error(std::string(stage) + ": an element is " + components_text(specs_of(element)) +
+    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
                                  " but the dataset's element spec is " + components_text(spec));
 }
 

@@ -44,16 +44,11 @@ namespace kiln::detail {
 /// One element of a dataset: its components, in order.
 using dataset_element = std::vector<tensor>;
 
-/// "(int32 (), float32 (2,))", as errors show an element or a spec.
-inline std::string components_text(std::span<const value_spec> specs) {
-  std::string s = "(";
-  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
-  return s + ")";
-}
+/// "(int32 (), float32 (2,))", as errors show an element spec.
 inline std::string components_text(std::span<const tensor_spec> specs) {
   std::vector<value_spec> v;
   for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
-  return components_text(v);
+  return specs_text(v);
 }
 
 /// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
@@ -61,7 +56,7 @@ inline void check_element(std::string_view stage, const dataset_element& element
   bool fits = element.size() == spec.size();
   for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
   if (!fits)
-    throw invalid_argument_error(std::string(stage) + ": an element is " + components_text(specs_of(element)) +
+    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
                                  " but the dataset's element spec is " + components_text(spec));
 }
 

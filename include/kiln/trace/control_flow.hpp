@@ -74,6 +74,12 @@ using value_spec = std::pair<dtype, shape>;
 
 /// "float32 (2,)", as the errors of control flow show a value.
 inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+/// "(int32 (), float32 (2,))": several specs as a message shows them.
+inline std::string specs_text(std::span<const value_spec> specs) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
+  return s + ")";
+}
 
 /// The leaves of a structure of tensors, in order.
 template <class S>
@@ -318,13 +324,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
-      auto list = [](const std::vector<detail::value_spec>& specs) {
-        std::string s = "(";
-        for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + detail::spec_text(specs[k]);
-        return s + ")";
-      };
       throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        list(then_graph.outputs) + " and the false branch " + list(else_graph.outputs));
+                        detail::specs_text(then_graph.outputs) + " and the false branch " + detail::specs_text(else_graph.outputs));
     }
     std::vector<tensor> inputs{pred};
     std::vector<int> then_args, else_args;
