@@ -60,38 +60,57 @@ inline void check_element(std::string_view stage, const dataset_element& element
                                  " but the dataset's element spec is " + components_text(spec));
 }
 
-/// One pass over a dataset: pulls its elements in order.
+/// One pass over a dataset: pulls its elements in order. Holds any callable that
+/// gives the next element, or nothing at the end of the pass. Type-erased through
+/// function pointers rather than virtual functions, for special_op's reason.
 class element_iterator {
  public:
-  virtual ~element_iterator() = default;
+  template <class Next>
+    requires std::is_invocable_r_v<std::optional<dataset_element>, Next&>
+  explicit element_iterator(Next next)
+      : state_(new Next(std::move(next)), [](void* p) { delete static_cast<Next*>(p); }),
+        next_([](void* p) -> std::optional<dataset_element> { return (*static_cast<Next*>(p))(); }) {}
   /// The next element, or nothing at the end of the pass.
-  virtual std::optional<dataset_element> next() = 0;
+  std::optional<dataset_element> next() { return next_(state_.get()); }
+
+ private:
+  std::unique_ptr<void, void (*)(void*)> state_;
+  std::optional<dataset_element> (*next_)(void*);
 };
 
 /// One stage of a pipeline: a source, or a transformation of the stage before it.
 /// Immutable once built, so every copy of a dataset and every graph shares it; each
-/// pass has its own element_iterator.
+/// pass has its own element_iterator. A derived stage defines `iterate()` and passes
+/// `std::type_identity<itself>` to this base (a table entry, as special_op does).
 class dataset_stage {
  public:
-  dataset_stage(std::string kind, std::vector<tensor_spec> spec) : kind_(std::move(kind)), spec_(std::move(spec)) {}
   dataset_stage(const dataset_stage&) = delete;
   dataset_stage& operator=(const dataset_stage&) = delete;
-  virtual ~dataset_stage() = default;
 
   /// TensorFlow's name of the stage's op: `RangeDataset`, `MapDataset`, ...
   const std::string& kind() const { return kind_; }
   /// One spec per component; `none` dims (or an unknown rank) where elements differ.
   const std::vector<tensor_spec>& element_spec() const { return spec_; }
   /// Starts a pass over the elements.
-  virtual std::unique_ptr<element_iterator> iterate() const = 0;
+  element_iterator iterate() const { return iterate_(*this); }
   /// True when a pass calls C++ code that may have effects (a generator), so that a
   /// graph runs its loop even when no output needs it, as TensorFlow keeps a
   /// py_function.
-  virtual bool has_effects() const { return false; }
+  bool has_effects() const { return effects_; }
+
+ protected:
+  template <class Stage>
+  dataset_stage(std::type_identity<Stage>, std::string kind, std::vector<tensor_spec> spec, bool effects)
+      : kind_(std::move(kind)), spec_(std::move(spec)), effects_(effects),
+        iterate_([](const dataset_stage& s) { return static_cast<const Stage&>(s).iterate(); }) {}
+  // Owners hold the derived type (std::make_shared), so no virtual destructor.
+  ~dataset_stage() = default;
 
  private:
   std::string kind_;
   std::vector<tensor_spec> spec_;
+  bool effects_;
+  element_iterator (*iterate_)(const dataset_stage&);
 };
 
 /// The pipelines that dataset handles name: a handle's value is its key here. Weak,
@@ -130,37 +149,26 @@ class dataset_registry {
 
 /// The pass of a stage whose elements are computed from their position.
 template <class Element>
-class indexed_iterator final : public element_iterator {
- public:
-  indexed_iterator(std::int64_t count, Element element) : count_(count), element_(std::move(element)) {}
-  std::optional<dataset_element> next() override {
-    if (position_ >= count_) return std::nullopt;
-    return element_(position_++);
-  }
-
- private:
-  std::int64_t count_;
-  Element element_;
-  std::int64_t position_ = 0;
-};
-template <class Element>
-std::unique_ptr<element_iterator> make_indexed_iterator(std::int64_t count, Element element) {
-  return std::make_unique<indexed_iterator<Element>>(count, std::move(element));
+element_iterator indexed_elements(std::int64_t count, Element element) {
+  return element_iterator([count, element = std::move(element), position = std::int64_t(0)]() mutable {
+    return position < count ? std::optional<dataset_element>(element(position++)) : std::nullopt;
+  });
 }
 
 /// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
 class range_stage final : public dataset_stage {
  public:
   range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
-      : dataset_stage("RangeDataset", {tensor_spec(shape{}, int64)}), start_(start), delta_(delta) {
+      : dataset_stage(std::type_identity<range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
+        start_(start), delta_(delta) {
     if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
     // Python's range length: ceil((limit - start) / delta), at least 0.
     const std::int64_t span = delta > 0 ? limit - start : start - limit;
     const std::int64_t step = delta > 0 ? delta : -delta;
     count_ = span <= 0 ? 0 : (span + step - 1) / step;
   }
-  std::unique_ptr<element_iterator> iterate() const override {
-    return make_indexed_iterator(count_, [start = start_, delta = delta_](std::int64_t i) {
+  element_iterator iterate() const {
+    return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
       return dataset_element{kiln::constant(start + i * delta)};
     });
   }
@@ -189,10 +197,11 @@ inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
 class slices_stage final : public dataset_stage {
  public:
   explicit slices_stage(std::vector<tensor> components)
-      : dataset_stage("TensorSliceDataset", slice_spec(components)), count_(components[0].shape()[0]),
+      : dataset_stage(std::type_identity<slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
+        count_(components[0].shape()[0]),
         components_(std::move(components)) {}
-  std::unique_ptr<element_iterator> iterate() const override {
-    return make_indexed_iterator(count_, [this](std::int64_t i) {
+  element_iterator iterate() const {
+    return indexed_elements(count_, [this](std::int64_t i) {
       dataset_element e;
       for (const tensor& c : components_) e.push_back(c[i]);
       return e;
@@ -208,9 +217,10 @@ class slices_stage final : public dataset_stage {
 class tensors_stage final : public dataset_stage {
  public:
   explicit tensors_stage(std::vector<tensor> components)
-      : dataset_stage("TensorDataset", spec_of(components)), components_(std::move(components)) {}
-  std::unique_ptr<element_iterator> iterate() const override {
-    return make_indexed_iterator(1, [this](std::int64_t) { return components_; });
+      : dataset_stage(std::type_identity<tensors_stage>(), "TensorDataset", spec_of(components), false),
+        components_(std::move(components)) {}
+  element_iterator iterate() const {
+    return indexed_elements(1, [this](std::int64_t) { return components_; });
   }
 
  private:
@@ -232,25 +242,17 @@ class generator_stage final : public dataset_stage {
  public:
   using next_element = std::function<std::optional<dataset_element>()>;
   generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
-      : dataset_stage("FlatMapDataset", std::move(spec)), start_(std::move(start)) {
+      : dataset_stage(std::type_identity<generator_stage>(), "FlatMapDataset", std::move(spec), true),
+        start_(std::move(start)) {
     if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
   }
-  std::unique_ptr<element_iterator> iterate() const override {
-    struct pass final : element_iterator {
-      next_element source;
-      const generator_stage* stage;
-      std::optional<dataset_element> next() override {
-        std::optional<dataset_element> e = source();
-        if (e) check_element("dataset::from_generator", *e, stage->element_spec());
-        return e;
-      }
-    };
-    auto p = std::make_unique<pass>();
-    p->source = start_();
-    p->stage = this;
-    return p;
+  element_iterator iterate() const {
+    return element_iterator([source = start_(), this] {
+      std::optional<dataset_element> e = source();
+      if (e) check_element("dataset::from_generator", *e, element_spec());
+      return e;
+    });
   }
-  bool has_effects() const override { return true; }
 
  private:
   std::function<next_element()> start_;
@@ -258,22 +260,20 @@ class generator_stage final : public dataset_stage {
 
 /// A transformation: a stage that reads the elements of `input`.
 class transform_stage : public dataset_stage {
- public:
-  transform_stage(std::string kind, std::vector<tensor_spec> spec, std::shared_ptr<const dataset_stage> input)
-      : dataset_stage(std::move(kind), std::move(spec)), input_(std::move(input)) {}
-  bool has_effects() const override { return input_->has_effects(); }
-
  protected:
+  /// A stage with effects when its input has them or `effects`.
+  template <class Stage>
+  transform_stage(std::type_identity<Stage> self, std::string kind, std::vector<tensor_spec> spec,
+                  std::shared_ptr<const dataset_stage> input, bool effects = false)
+      : dataset_stage(self, std::move(kind), std::move(spec), effects || input->has_effects()), input_(std::move(input)) {}
+
   /// A pass whose elements are `step(input pass)`, pulled one output at a time.
   template <class Step>
-  std::unique_ptr<element_iterator> transformed(Step step) const {
-    struct pass final : element_iterator {
-      std::unique_ptr<element_iterator> input;
-      Step step;
-      pass(std::unique_ptr<element_iterator> in, Step s) : input(std::move(in)), step(std::move(s)) {}
-      std::optional<dataset_element> next() override { return step(*input); }
-    };
-    return std::make_unique<pass>(input_->iterate(), std::move(step));
+  element_iterator transformed(Step step) const {
+    return element_iterator(
+        [input = input_->iterate(), step = std::move(step)]() mutable -> std::optional<dataset_element> {
+          return step(input);
+        });
   }
   const std::shared_ptr<const dataset_stage>& input() const { return input_; }
 
@@ -285,20 +285,19 @@ class transform_stage : public dataset_stage {
 class map_stage final : public transform_stage {
  public:
   map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
-      : transform_stage("MapDataset", std::move(spec), std::move(input)), fn_(std::move(fn)),
-        effects_(fn_.traced().has_effects()) {}
-  std::unique_ptr<element_iterator> iterate() const override {
+      : transform_stage(std::type_identity<map_stage>(), "MapDataset", std::move(spec), std::move(input),
+                        fn.has_effects()),
+        fn_(std::move(fn)) {}
+  element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::optional<dataset_element> e = in.next();
       if (!e) return std::nullopt;
       return fn_.run(*e);
     });
   }
-  bool has_effects() const override { return effects_ || transform_stage::has_effects(); }
 
  private:
   subgraph fn_;
-  bool effects_;
 };
 
 /// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
@@ -306,9 +305,11 @@ class map_stage final : public transform_stage {
 class batch_stage final : public transform_stage {
  public:
   batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
-      : transform_stage("BatchDataset", batched_spec(input->element_spec(), size, drop_remainder), input), size_(size),
+      : transform_stage(std::type_identity<batch_stage>(), "BatchDataset",
+                        batched_spec(input->element_spec(), size, drop_remainder), input),
+        size_(size),
         drop_remainder_(drop_remainder) {}
-  std::unique_ptr<element_iterator> iterate() const override {
+  element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::vector<dataset_element> rows;
       while (std::int64_t(rows.size()) < size_) {
@@ -356,12 +357,13 @@ class shuffle_stage final : public transform_stage {
  public:
   shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
                 bool reshuffle_each_iteration)
-      : transform_stage("ShuffleDataset", input->element_spec(), input), buffer_size_(buffer_size), seed_(seed),
+      : transform_stage(std::type_identity<shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
+        buffer_size_(buffer_size), seed_(seed),
         reshuffle_(reshuffle_each_iteration) {
     if (buffer_size <= 0)
       throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
   }
-  std::unique_ptr<element_iterator> iterate() const override {
+  element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
     // std::mt19937_64's output is fixed by the standard; the index is taken by
     // modulo rather than a std:: distribution, whose algorithm is not.
@@ -393,8 +395,8 @@ class shuffle_stage final : public transform_stage {
 class take_stage final : public transform_stage {
  public:
   take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
-      : transform_stage("TakeDataset", input->element_spec(), input), count_(count) {}
-  std::unique_ptr<element_iterator> iterate() const override {
+      : transform_stage(std::type_identity<take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
+  element_iterator iterate() const {
     return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
       if (count >= 0 && taken >= count) return std::optional<dataset_element>();
       ++taken;
@@ -412,11 +414,11 @@ class take_stage final : public transform_stage {
 class prefetch_stage final : public transform_stage {
  public:
   prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
-      : transform_stage("PrefetchDataset", input->element_spec(), input) {
+      : transform_stage(std::type_identity<prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
     if (buffer_size < 0)
       throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
   }
-  std::unique_ptr<element_iterator> iterate() const override { return input()->iterate(); }
+  element_iterator iterate() const { return input()->iterate(); }
 };
 
 /// The component tensors of `value`: a tensor, or a tuple, pair, array or vector of
@@ -521,20 +523,21 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
 class reduce_dataset_op final : public special_op {
  public:
   reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
-      : traced_(std::move(traced)), state_size_(state_size), body_(std::move(body)),
+      : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
+        body_(std::move(body)),
         effects_(body_.traced().has_effects() || traced_->has_effects()) {}
-  std::string_view name() const override { return "ReduceDataset"; }
-  bool has_effects() const override { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const override { return {{"body", &body_.traced()}}; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+  std::string_view name() const { return "ReduceDataset"; }
+  bool has_effects() const { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
     check_spec(stage->element_spec());
     const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
     // The body's arguments: an element's components, the state, the captures.
     std::vector<tensor> args(components);
     for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
-    std::unique_ptr<element_iterator> pass = stage->iterate();
-    while (std::optional<dataset_element> e = pass->next()) {
+    element_iterator pass = stage->iterate();
+    while (std::optional<dataset_element> e = pass.next()) {
       for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
       std::vector<tensor> next = body_.run(args);
       for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
@@ -763,7 +766,7 @@ class dataset {
   /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
   iterator begin() const {
     init_scope eager;
-    return iterator(stage_->iterate());
+    return iterator(std::make_shared<detail::element_iterator>(stage_->iterate()));
   }
   std::default_sentinel_t end() const { return {}; }
 

@@ -54,15 +54,15 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
 class cond_op final : public special_op {
  public:
   cond_op(graph then_graph, std::vector<int> then_args, graph else_graph, std::vector<int> else_args)
-      : then_(std::move(then_graph)), else_(std::move(else_graph)), then_args_(std::move(then_args)),
+      : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)), then_args_(std::move(then_args)),
         else_args_(std::move(else_args)),
         effects_(then_.traced().has_effects() || else_.traced().has_effects()) {}
-  std::string_view name() const override { return "cond"; }
-  bool has_effects() const override { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
+  std::string_view name() const { return "cond"; }
+  bool has_effects() const { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
     return {{"then", &then_.traced()}, {"else", &else_.traced()}};
   }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
     const bool taken = truth_of(*in[0], "cond");
     const std::vector<int>& picks = taken ? then_args_ : else_args_;
     std::vector<tensor> args;
@@ -88,16 +88,16 @@ class cond_op final : public special_op {
 class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
-      : vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
+      : special_op(std::type_identity<while_op>()), vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
         body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
         cond_program_(exec::scalar_program::compile(cond_.optimized())),
         body_program_(exec::scalar_program::compile(body_.optimized())) {}
-  std::string_view name() const override { return "while"; }
-  bool has_effects() const override { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const override {
+  std::string_view name() const { return "while"; }
+  bool has_effects() const { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
     return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
   }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);
     // The argument lists of the condition and the body: loop variables, then captures.

@@ -85,10 +85,11 @@ class variable_state {
 /// Reads a variable: its current value.
 class read_variable_op final : public special_op {
  public:
-  explicit read_variable_op(std::shared_ptr<variable_state> v) : var_(std::move(v)) {}
-  std::string_view name() const override { return "ReadVariableOp"; }
-  bool has_effects() const override { return false; }
-  std::vector<tensor> run(std::span<const tensor* const>) const override { return {var_->read()}; }
+  explicit read_variable_op(std::shared_ptr<variable_state> v)
+      : special_op(std::type_identity<read_variable_op>()), var_(std::move(v)) {}
+  std::string_view name() const { return "ReadVariableOp"; }
+  bool has_effects() const { return false; }
+  std::vector<tensor> run(std::span<const tensor* const>) const { return {var_->read()}; }
 
  private:
   std::shared_ptr<variable_state> var_;
@@ -105,8 +106,9 @@ enum class assign_mode : unsigned char {
 /// Writes a variable; its result is the new value.
 class assign_variable_op final : public special_op {
  public:
-  assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode) : var_(std::move(v)), mode_(mode) {}
-  std::string_view name() const override {
+  assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
+      : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
+  std::string_view name() const {
     switch (mode_) {
       case assign_mode::add: return "AssignAddVariableOp";
       case assign_mode::subtract: return "AssignSubVariableOp";
@@ -114,8 +116,8 @@ class assign_variable_op final : public special_op {
       default: return "AssignVariableOp";
     }
   }
-  bool has_effects() const override { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override { return {apply(*in[0])}; }
+  bool has_effects() const { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error.
@@ -169,10 +171,11 @@ inline std::string print_line(std::span<const print_piece> pieces, std::span<con
 /// Writes one line to config::print_stream() at every run.
 class print_op final : public special_op {
  public:
-  explicit print_op(std::vector<print_piece> pieces) : pieces_(std::move(pieces)) {}
-  std::string_view name() const override { return "PrintV2"; }
-  bool has_effects() const override { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+  explicit print_op(std::vector<print_piece> pieces)
+      : special_op(std::type_identity<print_op>()), pieces_(std::move(pieces)) {}
+  std::string_view name() const { return "PrintV2"; }
+  bool has_effects() const { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
     write(print_line(pieces_, in));
     return {};
   }
@@ -192,10 +195,10 @@ class host_callback_op final : public special_op {
  public:
   using callback = std::function<std::vector<tensor>(std::span<const tensor* const>)>;
   host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
-      : fn_(std::move(fn)), results_(std::move(results)) {}
-  std::string_view name() const override { return "HostCallback"; }
-  bool has_effects() const override { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const override {
+      : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
+  std::string_view name() const { return "HostCallback"; }
+  bool has_effects() const { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
     std::vector<tensor> out = fn_(in);
     if (out.size() != results_.size())
       throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -45,18 +46,52 @@ class graph;
 /// variable reads and writes, prints, host callbacks, conditionals and loops. The
 /// same object runs eagerly and as a graph node. Effects run in program order and
 /// are never pruned, folded or merged.
+///
+/// A derived op defines `name()`, `has_effects()`, `run(inputs)` and optionally
+/// `subgraphs()`, and passes `std::type_identity<itself>` to this base. Calls reach
+/// them through a table of function pointers made where the op is constructed, not
+/// through virtual functions: a compiler treats every override of a virtual function
+/// as reachable wherever the base is used, so each program that ran any graph, or
+/// just freed a tensor, would compile the loops, conditionals and datasets too.
 class special_op {
  public:
-  virtual ~special_op() = default;
   /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
-  virtual std::string_view name() const = 0;
+  std::string_view name() const { return table_->name(*this); }
   /// True when running it does more than compute its results (a write, a print, a
   /// callback), so that it runs even when no output needs it.
-  virtual bool has_effects() const = 0;
+  bool has_effects() const { return table_->has_effects(*this); }
   /// Runs on eager inputs; one tensor per result.
-  virtual std::vector<tensor> run(std::span<const tensor* const> inputs) const = 0;
+  std::vector<tensor> run(std::span<const tensor* const> inputs) const { return table_->run(*this, inputs); }
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
-  virtual std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {}; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
+
+ protected:
+  template <class Op>
+  explicit special_op(std::type_identity<Op>) : table_(&table_of<Op>) {}
+  special_op(const special_op&) = default;
+  special_op& operator=(const special_op&) = default;
+  // Owners hold the derived type (std::make_shared), so no virtual destructor.
+  ~special_op() = default;
+
+ private:
+  struct operations {
+    std::string_view (*name)(const special_op&);
+    bool (*has_effects)(const special_op&);
+    std::vector<tensor> (*run)(const special_op&, std::span<const tensor* const>);
+    std::vector<std::pair<std::string, const graph*>> (*subgraphs)(const special_op&);
+  };
+  template <class Op>
+  static constexpr operations table_of{
+      [](const special_op& op) { return std::string_view(static_cast<const Op&>(op).name()); },
+      [](const special_op& op) { return static_cast<const Op&>(op).has_effects(); },
+      [](const special_op& op, std::span<const tensor* const> in) { return static_cast<const Op&>(op).run(in); },
+      [](const special_op& op) -> std::vector<std::pair<std::string, const graph*>> {
+        if constexpr (requires(const Op& o) { o.subgraphs(); })
+          return static_cast<const Op&>(op).subgraphs();
+        else
+          return {};
+      }};
+  const operations* table_;
 };
 
 /// What a graph node is.

@@ -129,15 +129,16 @@ struct generator_state {
 /// own key, or of its generator's state. Never folded or merged, as a special op.
 class random_uniform_op final : public special_op {
  public:
-  random_uniform_op(uniform_spec spec, std::uint64_t key) : spec_(std::move(spec)), key_(key) {}
+  random_uniform_op(uniform_spec spec, std::uint64_t key)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
-      : spec_(std::move(spec)), generator_(std::move(generator)) {}
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const override { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
-  bool has_effects() const override { return generator_ != nullptr; }
-  std::vector<tensor> run(std::span<const tensor* const>) const override {
+  bool has_effects() const { return generator_ != nullptr; }
+  std::vector<tensor> run(std::span<const tensor* const>) const {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
     return {spec_.draw(key, stream)};
   }
