@@ -916,10 +916,13 @@ class tensor {
   explicit operator bool() const;
 
   /// `x[i]`: the i-th slice along the first axis (negative i counts from the end).
+  /// (A template, as op functions are, so that its kernels compile only where used.)
+  template <class = void>
   tensor operator[](std::int64_t i) const;
   /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
   /// symbolic (a loop counter inside a function): a `gather` on the first axis.
   /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  template <class = void>
   tensor operator[](const tensor& i) const;
 
   /// The kernel view of an eager tensor.
@@ -1944,7 +1947,7 @@ tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
       if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
-        *out.view().template as<T>() = std::string(value);
+        *out.view().template as<T>() = T(value);  // T, not std::string: dependent, so only checked where S converts
       else
         throw type_error("cannot combine a " + std::string(name(t)) + " tensor with a " +
                          (std::is_convertible_v<S, std::string> ? std::string("string") : std::string("numeric")) +
@@ -3410,6 +3413,7 @@ struct set_item {
     if (!row.ok()) return {{}, "the value must have the shape of one slice along the first dim"};
     return {x};
   }
+  template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
@@ -3436,6 +3440,7 @@ struct pad_rows {
     out[0] = none;
     return {out};
   }
+  template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
@@ -3670,7 +3675,8 @@ tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
   return detail::apply(ops::set_item{}, x, i, value);
 }
 
-inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
+template <class>
+tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
   const tensor &x = *in[0], &value = *in[2];
   const std::int64_t i = scalar_index(*in[1]);
   int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
@@ -3693,7 +3699,8 @@ inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
 
-inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
+template <class>
+tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   const tensor& x = *in[0];
   kiln::shape missing = x.shape();
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
@@ -3705,12 +3712,14 @@ inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 
-inline tensor tensor::operator[](std::int64_t i) const {
+template <class>
+tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
   return detail::apply_naming_attributes(ops::index{i}, in);
 }
 
-inline tensor tensor::operator[](const tensor& i) const {
+template <class>
+tensor tensor::operator[](const tensor& i) const {
   if (i.defined() && i.rank() != 0)
     throw value_error("x[i]: the index must be a scalar, got " + std::string(name(i.dtype())) + " " + i.shape().str() +
                       "; use kiln::gather for several indices");
@@ -4009,6 +4018,9 @@ class tensor_array {
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
   /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  // The members that call ops are templates, as op functions are, so that the ops'
+  // kernels compile only where the members are used.
+  template <class = void>
   tensor_array(kiln::dtype type, const tensor& size, tensor_array_options options = {})
       : tensor_array(type, std::int64_t(0), options) {
     if (!is_integer(size.dtype()))
@@ -4026,6 +4038,7 @@ class tensor_array {
   /// `value`, which must have the array's dtype and the shape of earlier writes.
   /// `i` must be below the size, unless the array has dynamic_size.
   /// \code states = states.write(i, state); \endcode
+  template <class = void>
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
       throw type_error("tensor_array.write: the array holds " + std::string(name(type_)) + " elements, got a " +
@@ -4045,6 +4058,7 @@ class tensor_array {
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
   /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
   /// \code tensor last = states.read(states.size() - 1); \endcode
+  template <class = void>
   tensor read(const tensor& i) const {
     require_written("read");
     return kiln::gather(elements_, i);
@@ -4073,6 +4087,7 @@ class tensor_array {
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
   /// \code kiln::tensor n = states.size_tensor(); \endcode
+  template <class = void>
   tensor size_tensor() const {
     if (size_ != none) return kiln::constant(std::int32_t(size_));
     return unwritten() ? size_tensor_ : kiln::shape_of(elements_)[0];
@@ -4109,6 +4124,7 @@ class tensor_array {
   /// first write starts from, and how an array first written in a loop body enters
   /// the loop.
   /// \code auto zeroed = kiln::tensor_array(kiln::float32, 3).holding_zeros({2});  // stack(): (3, 2) zeros \endcode
+  template <class = void>
   tensor_array holding_zeros(const shape& element_shape, device d = device::cpu) const {
     shape rows{size_ == none ? 0 : size_};
     for (std::int64_t dim : element_shape) rows.push_back(dim);
@@ -4142,6 +4158,9 @@ class tensor_array {
 ///   void compute(Tag, const Op&, std::span<const buffer_view> inputs, const buffer_view& output);
 /// found by argument-dependent lookup; `supports<Tag, Op>` asks whether one exists.
 /// The output is preallocated with the dtype and shape the op's rules gave.
+/// An overload for one op is a template all the same (`template <class = void>`): a
+/// plain inline function would compile its kernels, for every dtype, in every source
+/// file that includes kiln, whether or not it calls the op.
 
 #include <array>
 #include <concepts>
@@ -4456,9 +4475,22 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
   }
 }
 
+/// A run in which every operand is broadcast: one value, computed as a full run
+/// computes it (kiln::backend::cpu::inner_run on one element) and copied.
+template <class Op, class In, class Out, int Arity>
+void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  inner_run<(1u << Arity) - 1, Op, In, Out, Arity>(op, o, p, 1);
+  std::fill_n(o + 1, len - 1, o[0]);
+}
+
 template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  if constexpr (Contig == (1u << Arity)) {
+  if constexpr (Contig == 0) {
+    // Rare (every operand broadcast along the innermost dim), so it shares the
+    // all-contiguous kernel rather than having SIMD loops of its own.
+    if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, 1, Stream>(contig, op, o, p, len);
+  } else if constexpr (Contig == (1u << Arity)) {
     (void)contig, (void)op, (void)o, (void)p, (void)len;
   } else if (contig == Contig) {
     inner_run<Contig, Op, In, Out, Arity, Stream>(op, o, p, len);
@@ -5228,7 +5260,8 @@ inline std::int64_t read_index(const buffer_view& indices, std::int64_t i) {
 
 }  // namespace reference
 
-inline void compute(reference_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
@@ -5238,7 +5271,8 @@ inline void compute(reference_backend, const ops::transpose& op, std::span<const
   });
 }
 
-inline void compute(reference_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index idx = reference::unravel(i, out.shape);
@@ -5248,7 +5282,8 @@ inline void compute(reference_backend, const ops::concat& op, std::span<const bu
   });
 }
 
-inline void compute(reference_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index o = reference::unravel(i, out.shape), x{};
@@ -5258,7 +5293,8 @@ inline void compute(reference_backend, const ops::stack& op, std::span<const buf
   });
 }
 
-inline void compute(reference_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &is = in[1].shape;
   const int a = ops::normalize_axis(op.axis, xs.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
@@ -5271,7 +5307,8 @@ inline void compute(reference_backend, const ops::gather& op, std::span<const bu
   });
 }
 
-inline void compute(reference_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index idx = reference::unravel(i, out.shape);
     for (int d = 0; d < out.shape.rank(); ++d) idx[d] += op.begin[d];
@@ -5564,7 +5601,8 @@ void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axi
 
 }  // namespace cpu
 
-inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   const std::array<std::int64_t, max_rank> x_stride = row_major_strides(xs);
@@ -5581,7 +5619,8 @@ inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffe
   });
 }
 
-inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   const std::array<std::int64_t, max_rank> stride = row_major_strides(in[0].shape);
   std::int64_t base = 0;
   for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
@@ -5589,7 +5628,8 @@ inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_vi
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
 }
 
-inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
@@ -5597,7 +5637,8 @@ inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_v
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
-inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
@@ -5605,7 +5646,8 @@ inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_vi
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
-inline void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
   const std::int64_t m = in[1].size();
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
@@ -5638,7 +5680,8 @@ void visit_numeric(dtype t, F&& f) {
 }
 }  // namespace reference
 
-inline void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
   reference::visit_numeric(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -5657,7 +5700,8 @@ inline void compute(reference_backend, const ops::matmul&, std::span<const buffe
   });
 }
 
-inline void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
@@ -6399,7 +6443,8 @@ void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t 
 
 namespace kiln::backend {
 
-inline void compute(cpu_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
   reference::visit_numeric(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -6410,7 +6455,8 @@ inline void compute(cpu_backend, const ops::matmul&, std::span<const buffer_view
   });
 }
 
-inline void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
@@ -6989,7 +7035,8 @@ inline std::int64_t dims_product(const shape& s, int from, int to) {
 
 }  // namespace thrust_kernels
 
-inline void compute(thrust_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   const auto x_strides = row_major_strides(xs);
@@ -6998,14 +7045,16 @@ inline void compute(thrust_backend, const ops::transpose& op, std::span<const bu
   thrust_kernels::copy_strided(ops::transpose::name, in[0], 0, strides, out);
 }
 
-inline void compute(thrust_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   const auto strides = row_major_strides(in[0].shape);
   std::int64_t first = 0;
   for (int d = 0; d < in[0].shape.rank(); ++d) first += op.begin[d] * strides[d];
   thrust_kernels::copy_strided(ops::slice::name, in[0], first, strides, out);
 }
 
-inline void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int a = ops::normalize_axis(op.axis, xs.rank());
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
@@ -7015,7 +7064,8 @@ inline void compute(thrust_backend, const ops::gather& op, std::span<const buffe
   });
 }
 
-inline void compute(thrust_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   detail::small_vector<std::int64_t, 8> lengths;
   for (const buffer_view& v : in) lengths.emplace_back(v.shape[a]);
@@ -7023,7 +7073,8 @@ inline void compute(thrust_backend, const ops::concat& op, std::span<const buffe
                        thrust_kernels::dims_product(out.shape, a + 1, out.shape.rank()), out);
 }
 
-inline void compute(thrust_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   detail::small_vector<std::int64_t, 8> lengths;  // each input is one slice along the new axis
   for (std::size_t k = 0; k < in.size(); ++k) lengths.emplace_back(1);
@@ -7103,14 +7154,16 @@ struct conv2d_element {
 
 }  // namespace thrust_kernels
 
-inline void compute(thrust_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry geometry(in[0].shape, in[1].shape, out.shape);
   ops::visit_numeric(out.dtype, [&]<class T>() {
     thrust_kernels::fill_elements<T>(out, thrust_kernels::matmul_element<T>{in[0].as<const T>(), in[1].as<const T>(), geometry});
   });
 }
 
-inline void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
@@ -7346,6 +7399,7 @@ inline tensor::operator bool() const {
 /// what a listing or Graphviz shows.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -7354,6 +7408,7 @@ inline tensor::operator bool() const {
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -7372,6 +7427,35 @@ struct variant_of<ops::type_list<Ops...>> {
 namespace ops {
 /// Any op of the registry, as a graph node stores it.
 using any_op = typename detail::variant_of<all_ops>::type;
+
+/// `f(the op that op holds)`, as std::visit, through one table of function pointers
+/// per visitor type. libstdc++'s std::visit builds its table by recursive template
+/// instantiation, which over the registry's ops made std::visit alone the largest
+/// share of compiling a source file that includes kiln.
+/// \code kiln::ops::visit([](const auto& o) { return o.arity; }, node.operation()) \endcode
+template <class F>
+decltype(auto) visit(F&& f, const any_op& op) {
+  using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
+  return [&]<std::size_t... I>(std::index_sequence<I...>) -> result {
+    static constexpr result (*table[])(F&, const any_op&) = {
+        [](F& g, const any_op& o) -> result { return g(*std::get_if<I>(&o)); }...};
+    return table[op.index()](f, op);
+  }(std::make_index_sequence<std::variant_size_v<any_op>>{});
+}
+
+/// The registry name of the op that `op` holds: `add`, `matmul`.
+inline std::string_view name_of(const any_op& op) {
+  static constexpr auto names = []<class... Ops>(std::variant<Ops...>*) {
+    return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
+  }(static_cast<any_op*>(nullptr));
+  return names[op.index()];
+}
+
+/// Whether `a` and `b` are the same op with the same attributes.
+inline bool same_op(const any_op& a, const any_op& b) {
+  if (a.index() != b.index()) return false;
+  return visit([&](const auto& x) { return x == *std::get_if<std::remove_cvref_t<decltype(x)>>(&b); }, a);
+}
 }  // namespace ops
 
 class graph;
@@ -7453,7 +7537,7 @@ class node {
       case node_kind::identity: return "Identity";
       case node_kind::result: return "Result";
       case node_kind::special: return special_->name();
-      default: return std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op_);
+      default: return ops::name_of(op_);
     }
   }
   /// Names of the nodes whose outputs this node reads, in order.
@@ -7511,7 +7595,7 @@ class graph {
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
-    std::string base(std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op));
+    std::string base(ops::name_of(op));
     int id = add(node_kind::op, base, std::move(inputs), t, s);
     nodes_[id].op_ = op;
     return id;
@@ -8156,7 +8240,9 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
           e.scalar = &run_scalar<Op, In, Out>;
         }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
-          if constexpr (can_fold_arithmetic) e.compound = &run_compound<Op, In>;
+          // Folding pays where chains of float arithmetic run; integer chains run
+          // unfolded, which spares every program two dtypes' folded kernels.
+          if constexpr (can_fold_arithmetic && std::is_floating_point_v<In>) e.compound = &run_compound<Op, In>;
           if constexpr (std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
         }
       });
@@ -8251,8 +8337,7 @@ void register_kernels_on_use() {
 inline const op_kernels& kernels_of(const ops::any_op& op) {
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
-    const std::string_view name = std::visit([](const auto& o) { return std::decay_t<decltype(o)>::name; }, op);
-    throw unavailable_error(std::string(name) +
+    throw unavailable_error(std::string(ops::name_of(op)) +
                             ": this program compiled no kernel for this op, since it never calls the op itself; call "
                             "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
                             "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
@@ -8594,7 +8679,7 @@ class plan_builder {
         dtypes.push_back(value(in).type);
         shapes.push_back(value(in).dims);
       }
-      bool ok = std::visit(
+      bool ok = ops::visit(
           [&](const auto& op) {
             dtype_result dt = op.result_dtype(dtypes);
             shape_result sh = op.result_shape(shapes);
@@ -9966,7 +10051,7 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (out_.nodes()[std::size_t(it->second)].operation() == n.operation()) return it->second;
+      if (ops::same_op(out_.nodes()[std::size_t(it->second)].operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;
@@ -9979,7 +10064,7 @@ class optimizer {
 
   /// The node `n` reduces to, or -1.
   int simplify(const node& n, const std::vector<int>& ins) const {
-    return std::visit(
+    return ops::visit(
         [&](const auto& op) -> int {
           using Op = std::decay_t<decltype(op)>;
           auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
@@ -10134,9 +10219,11 @@ enum class assign_mode : unsigned char {
   initialize,  ///< the initial value of a variable created while tracing: set on the first run only
 };
 
-/// Writes a variable; its result is the new value.
+/// Writes a variable; its result is the new value. The members that run the
+/// assignment are templates, compiled only where a program writes a variable.
 class assign_variable_op final : public special_op {
  public:
+  template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
   std::string_view name() const {
@@ -10148,10 +10235,12 @@ class assign_variable_op final : public special_op {
     }
   }
   bool has_effects() const { return true; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error.
+  template <class = void>
   tensor apply(const tensor& x) const {
     var_->check(name(), x);
     return var_->update([&](const tensor& old) {
@@ -11569,7 +11658,10 @@ class variable {
   /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
   variable() = default;
   /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
-  /// variable then takes its value when the function first runs.
+  /// variable then takes its value when the function first runs. (The members that
+  /// write are templates, as op functions are, so that the kernels of the arithmetic
+  /// assignments compile only where a program writes a variable.)
+  template <class = void>
   explicit variable(const tensor& initial, std::string name = "Variable") {
     if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
     handle_ = std::make_shared<handle>();
@@ -11601,10 +11693,13 @@ class variable {
   operator tensor() const { return read_value(); }
 
   /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
+  template <class = void>
   tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
   /// Adds `x` to the value; returns the new value.
+  template <class = void>
   tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
   /// Subtracts `x` from the value; returns the new value.
+  template <class = void>
   tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
   template <class T>
     requires std::is_arithmetic_v<T>
@@ -11639,12 +11734,14 @@ class variable {
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
   }
+  template <class = void>
   tensor write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
     if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
     return detail::assign_variable_op(s, mode).apply(x);
   }
+  template <class = void>
   tensor record_write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     detail::trace_context* trace = detail::trace_context::current();
@@ -11801,6 +11898,9 @@ struct uniform_spec {
   }
 
   /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  /// (This and every function that draws is a template, as op functions are, so that
+  /// the fill kernels compile only in programs that draw.)
+  template <class = void>
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
     visit_dtype(type, [&](auto tag) {
@@ -11885,8 +11985,10 @@ struct generator_state {
 /// own key, or of its generator's state. Never folded or merged, as a special op.
 class random_uniform_op final : public special_op {
  public:
+  template <class = void>
   random_uniform_op(uniform_spec spec, std::uint64_t key)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
+  template <class = void>
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
@@ -11894,6 +11996,7 @@ class random_uniform_op final : public special_op {
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const>) const {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
     return {spec_.draw(key, stream)};
@@ -11937,8 +12040,9 @@ inline void set_seed(std::uint64_t seed) {
 /// 2^53 are not exact); else kiln::invalid_argument_error.
 /// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
 /// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
-                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
+template <class = void>
+tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
+               std::optional<std::uint64_t> seed = std::nullopt) {
   detail::uniform_spec spec{s, t, minval, maxval};
   spec.check();
   detail::random_state& state = detail::random_state::get();
@@ -11951,8 +12055,9 @@ inline tensor uniform(const shape& s, double minval = 0, std::optional<double> m
 /// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
 /// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
 /// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
-inline tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0,
-                                std::optional<double> maxval = std::nullopt, dtype t = float32) {
+template <class = void>
+tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
+                         dtype t = float32) {
   detail::uniform_spec spec{s, t, minval, maxval};
   spec.check();
   return spec.draw(seed, 0);
@@ -11981,6 +12086,7 @@ class generator {
   }
 
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  template <class = void>
   tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
     detail::uniform_spec spec{s, t, minval, maxval};
     spec.check();

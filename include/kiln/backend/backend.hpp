@@ -4,6 +4,9 @@
 ///   void compute(Tag, const Op&, std::span<const buffer_view> inputs, const buffer_view& output);
 /// found by argument-dependent lookup; `supports<Tag, Op>` asks whether one exists.
 /// The output is preallocated with the dtype and shape the op's rules gave.
+/// An overload for one op is a template all the same (`template <class = void>`): a
+/// plain inline function would compile its kernels, for every dtype, in every source
+/// file that includes kiln, whether or not it calls the op.
 
 #include <array>
 #include <concepts>

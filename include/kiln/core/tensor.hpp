@@ -113,10 +113,13 @@ class tensor {
   explicit operator bool() const;
 
   /// `x[i]`: the i-th slice along the first axis (negative i counts from the end).
+  /// (A template, as op functions are, so that its kernels compile only where used.)
+  template <class = void>
   tensor operator[](std::int64_t i) const;
   /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
   /// symbolic (a loop counter inside a function): a `gather` on the first axis.
   /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  template <class = void>
   tensor operator[](const tensor& i) const;
 
   /// The kernel view of an eager tensor.

@@ -103,9 +103,11 @@ enum class assign_mode : unsigned char {
   initialize,  ///< the initial value of a variable created while tracing: set on the first run only
 };
 
-/// Writes a variable; its result is the new value.
+/// Writes a variable; its result is the new value. The members that run the
+/// assignment are templates, compiled only where a program writes a variable.
 class assign_variable_op final : public special_op {
  public:
+  template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
   std::string_view name() const {
@@ -117,10 +119,12 @@ class assign_variable_op final : public special_op {
     }
   }
   bool has_effects() const { return true; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error.
+  template <class = void>
   tensor apply(const tensor& x) const {
     var_->check(name(), x);
     return var_->update([&](const tensor& old) {

@@ -88,8 +88,7 @@ void register_kernels_on_use() {
 inline const op_kernels& kernels_of(const ops::any_op& op) {
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
-    const std::string_view name = std::visit([](const auto& o) { return std::decay_t<decltype(o)>::name; }, op);
-    throw unavailable_error(std::string(name) +
+    throw unavailable_error(std::string(ops::name_of(op)) +
                             ": this program compiled no kernel for this op, since it never calls the op itself; call "
                             "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
                             "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");

@@ -319,7 +319,7 @@ class plan_builder {
         dtypes.push_back(value(in).type);
         shapes.push_back(value(in).dims);
       }
-      bool ok = std::visit(
+      bool ok = ops::visit(
           [&](const auto& op) {
             dtype_result dt = op.result_dtype(dtypes);
             shape_result sh = op.result_shape(shapes);

@@ -324,7 +324,9 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
           e.scalar = &run_scalar<Op, In, Out>;
         }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
-          if constexpr (can_fold_arithmetic) e.compound = &run_compound<Op, In>;
+          // Folding pays where chains of float arithmetic run; integer chains run
+          // unfolded, which spares every program two dtypes' folded kernels.
+          if constexpr (can_fold_arithmetic && std::is_floating_point_v<In>) e.compound = &run_compound<Op, In>;
           if constexpr (std::is_empty_v<Op>) e.native_name = ops::qualified_name<Op>;
         }
       });

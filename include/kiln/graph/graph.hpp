@@ -10,6 +10,7 @@
 /// what a listing or Graphviz shows.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -18,6 +19,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -38,6 +40,35 @@ struct variant_of<ops::type_list<Ops...>> {
 namespace ops {
 /// Any op of the registry, as a graph node stores it.
 using any_op = typename detail::variant_of<all_ops>::type;
+
+/// `f(the op that op holds)`, as std::visit, through one table of function pointers
+/// per visitor type. libstdc++'s std::visit builds its table by recursive template
+/// instantiation, which over the registry's ops made std::visit alone the largest
+/// share of compiling a source file that includes kiln.
+/// \code kiln::ops::visit([](const auto& o) { return o.arity; }, node.operation()) \endcode
+template <class F>
+decltype(auto) visit(F&& f, const any_op& op) {
+  using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
+  return [&]<std::size_t... I>(std::index_sequence<I...>) -> result {
+    static constexpr result (*table[])(F&, const any_op&) = {
+        [](F& g, const any_op& o) -> result { return g(*std::get_if<I>(&o)); }...};
+    return table[op.index()](f, op);
+  }(std::make_index_sequence<std::variant_size_v<any_op>>{});
+}
+
+/// The registry name of the op that `op` holds: `add`, `matmul`.
+inline std::string_view name_of(const any_op& op) {
+  static constexpr auto names = []<class... Ops>(std::variant<Ops...>*) {
+    return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
+  }(static_cast<any_op*>(nullptr));
+  return names[op.index()];
+}
+
+/// Whether `a` and `b` are the same op with the same attributes.
+inline bool same_op(const any_op& a, const any_op& b) {
+  if (a.index() != b.index()) return false;
+  return visit([&](const auto& x) { return x == *std::get_if<std::remove_cvref_t<decltype(x)>>(&b); }, a);
+}
 }  // namespace ops
 
 class graph;
@@ -119,7 +150,7 @@ class node {
       case node_kind::identity: return "Identity";
       case node_kind::result: return "Result";
       case node_kind::special: return special_->name();
-      default: return std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op_);
+      default: return ops::name_of(op_);
     }
   }
   /// Names of the nodes whose outputs this node reads, in order.
@@ -177,7 +208,7 @@ class graph {
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
-    std::string base(std::visit([](const auto& o) { return std::string_view(std::decay_t<decltype(o)>::name); }, op));
+    std::string base(ops::name_of(op));
     int id = add(node_kind::op, base, std::move(inputs), t, s);
     nodes_[id].op_ = op;
     return id;

@@ -62,7 +62,7 @@ tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
       if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
-        *out.view().template as<T>() = std::string(value);
+        *out.view().template as<T>() = T(value);  // T, not std::string: dependent, so only checked where S converts
       else
         throw type_error("cannot combine a " + std::string(name(t)) + " tensor with a " +
                          (std::is_convertible_v<S, std::string> ? std::string("string") : std::string("numeric")) +

@@ -294,6 +294,7 @@ struct set_item {
     if (!row.ok()) return {{}, "the value must have the shape of one slice along the first dim"};
     return {x};
   }
+  template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
@@ -320,6 +321,7 @@ struct pad_rows {
     out[0] = none;
     return {out};
   }
+  template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
@@ -554,7 +556,8 @@ tensor set_item(const tensor& x, const tensor& i, const tensor& value) {
   return detail::apply(ops::set_item{}, x, i, value);
 }
 
-inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
+template <class>
+tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
   const tensor &x = *in[0], &value = *in[2];
   const std::int64_t i = scalar_index(*in[1]);
   int_list zero, before, begin, after;  // x[:i] is slice(x, zero, before); x[i + 1:] is slice(x, begin, after)
@@ -577,7 +580,8 @@ inline tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor pad_rows(const tensor& x, const tensor& rows) { return detail::apply(ops::pad_rows{}, x, rows); }
 
-inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
+template <class>
+tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   const tensor& x = *in[0];
   kiln::shape missing = x.shape();
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
@@ -589,12 +593,14 @@ inline tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 
-inline tensor tensor::operator[](std::int64_t i) const {
+template <class>
+tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
   return detail::apply_naming_attributes(ops::index{i}, in);
 }
 
-inline tensor tensor::operator[](const tensor& i) const {
+template <class>
+tensor tensor::operator[](const tensor& i) const {
   if (i.defined() && i.rank() != 0)
     throw value_error("x[i]: the index must be a scalar, got " + std::string(name(i.dtype())) + " " + i.shape().str() +
                       "; use kiln::gather for several indices");

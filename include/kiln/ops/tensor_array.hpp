@@ -46,6 +46,9 @@ class tensor_array {
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
   /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  // The members that call ops are templates, as op functions are, so that the ops'
+  // kernels compile only where the members are used.
+  template <class = void>
   tensor_array(kiln::dtype type, const tensor& size, tensor_array_options options = {})
       : tensor_array(type, std::int64_t(0), options) {
     if (!is_integer(size.dtype()))
@@ -63,6 +66,7 @@ class tensor_array {
   /// `value`, which must have the array's dtype and the shape of earlier writes.
   /// `i` must be below the size, unless the array has dynamic_size.
   /// \code states = states.write(i, state); \endcode
+  template <class = void>
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
       throw type_error("tensor_array.write: the array holds " + std::string(name(type_)) + " elements, got a " +
@@ -82,6 +86,7 @@ class tensor_array {
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
   /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
   /// \code tensor last = states.read(states.size() - 1); \endcode
+  template <class = void>
   tensor read(const tensor& i) const {
     require_written("read");
     return kiln::gather(elements_, i);
@@ -110,6 +115,7 @@ class tensor_array {
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
   /// \code kiln::tensor n = states.size_tensor(); \endcode
+  template <class = void>
   tensor size_tensor() const {
     if (size_ != none) return kiln::constant(std::int32_t(size_));
     return unwritten() ? size_tensor_ : kiln::shape_of(elements_)[0];
@@ -146,6 +152,7 @@ class tensor_array {
   /// first write starts from, and how an array first written in a loop body enters
   /// the loop.
   /// \code auto zeroed = kiln::tensor_array(kiln::float32, 3).holding_zeros({2});  // stack(): (3, 2) zeros \endcode
+  template <class = void>
   tensor_array holding_zeros(const shape& element_shape, device d = device::cpu) const {
     shape rows{size_ == none ? 0 : size_};
     for (std::int64_t dim : element_shape) rows.push_back(dim);

@@ -69,7 +69,7 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (out_.nodes()[std::size_t(it->second)].operation() == n.operation()) return it->second;
+      if (ops::same_op(out_.nodes()[std::size_t(it->second)].operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;
@@ -82,7 +82,7 @@ class optimizer {
 
   /// The node `n` reduces to, or -1.
   int simplify(const node& n, const std::vector<int>& ins) const {
-    return std::visit(
+    return ops::visit(
         [&](const auto& op) -> int {
           using Op = std::decay_t<decltype(op)>;
           auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };

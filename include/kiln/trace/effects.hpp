@@ -37,7 +37,10 @@ class variable {
   /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
   variable() = default;
   /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
-  /// variable then takes its value when the function first runs.
+  /// variable then takes its value when the function first runs. (The members that
+  /// write are templates, as op functions are, so that the kernels of the arithmetic
+  /// assignments compile only where a program writes a variable.)
+  template <class = void>
   explicit variable(const tensor& initial, std::string name = "Variable") {
     if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
     handle_ = std::make_shared<handle>();
@@ -69,10 +72,13 @@ class variable {
   operator tensor() const { return read_value(); }
 
   /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
+  template <class = void>
   tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
   /// Adds `x` to the value; returns the new value.
+  template <class = void>
   tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
   /// Subtracts `x` from the value; returns the new value.
+  template <class = void>
   tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
   template <class T>
     requires std::is_arithmetic_v<T>
@@ -107,12 +113,14 @@ class variable {
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
   }
+  template <class = void>
   tensor write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
     if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
     return detail::assign_variable_op(s, mode).apply(x);
   }
+  template <class = void>
   tensor record_write(detail::assign_mode mode, const tensor& x) const {
     const auto& s = state();
     detail::trace_context* trace = detail::trace_context::current();

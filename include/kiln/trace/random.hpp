@@ -45,6 +45,9 @@ struct uniform_spec {
   }
 
   /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  /// (This and every function that draws is a template, as op functions are, so that
+  /// the fill kernels compile only in programs that draw.)
+  template <class = void>
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
     visit_dtype(type, [&](auto tag) {
@@ -129,8 +132,10 @@ struct generator_state {
 /// own key, or of its generator's state. Never folded or merged, as a special op.
 class random_uniform_op final : public special_op {
  public:
+  template <class = void>
   random_uniform_op(uniform_spec spec, std::uint64_t key)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
+  template <class = void>
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
@@ -138,6 +143,7 @@ class random_uniform_op final : public special_op {
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const>) const {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
     return {spec_.draw(key, stream)};
@@ -181,8 +187,9 @@ inline void set_seed(std::uint64_t seed) {
 /// 2^53 are not exact); else kiln::invalid_argument_error.
 /// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
 /// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-inline tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt,
-                      dtype t = float32, std::optional<std::uint64_t> seed = std::nullopt) {
+template <class = void>
+tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
+               std::optional<std::uint64_t> seed = std::nullopt) {
   detail::uniform_spec spec{s, t, minval, maxval};
   spec.check();
   detail::random_state& state = detail::random_state::get();
@@ -195,8 +202,9 @@ inline tensor uniform(const shape& s, double minval = 0, std::optional<double> m
 /// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
 /// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
 /// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
-inline tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0,
-                                std::optional<double> maxval = std::nullopt, dtype t = float32) {
+template <class = void>
+tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
+                         dtype t = float32) {
   detail::uniform_spec spec{s, t, minval, maxval};
   spec.check();
   return spec.draw(seed, 0);
@@ -225,6 +233,7 @@ class generator {
   }
 
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  template <class = void>
   tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
     detail::uniform_spec spec{s, t, minval, maxval};
     spec.check();

@@ -125,9 +125,22 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
   }
 }
 
+/// A run in which every operand is broadcast: one value, computed as a full run
+/// computes it (kiln::backend::cpu::inner_run on one element) and copied.
+template <class Op, class In, class Out, int Arity>
+void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  inner_run<(1u << Arity) - 1, Op, In, Out, Arity>(op, o, p, 1);
+  std::fill_n(o + 1, len - 1, o[0]);
+}
+
 template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  if constexpr (Contig == (1u << Arity)) {
+  if constexpr (Contig == 0) {
+    // Rare (every operand broadcast along the innermost dim), so it shares the
+    // all-contiguous kernel rather than having SIMD loops of its own.
+    if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, 1, Stream>(contig, op, o, p, len);
+  } else if constexpr (Contig == (1u << Arity)) {
     (void)contig, (void)op, (void)o, (void)p, (void)len;
   } else if (contig == Contig) {
     inner_run<Contig, Op, In, Out, Arity, Stream>(op, o, p, len);

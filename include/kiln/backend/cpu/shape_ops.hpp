@@ -284,7 +284,8 @@ void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axi
 
 }  // namespace cpu
 
-inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   const std::array<std::int64_t, max_rank> x_stride = row_major_strides(xs);
@@ -301,7 +302,8 @@ inline void compute(cpu_backend, const ops::transpose& op, std::span<const buffe
   });
 }
 
-inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   const std::array<std::int64_t, max_rank> stride = row_major_strides(in[0].shape);
   std::int64_t base = 0;
   for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
@@ -309,7 +311,8 @@ inline void compute(cpu_backend, const ops::slice& op, std::span<const buffer_vi
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
 }
 
-inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
@@ -317,7 +320,8 @@ inline void compute(cpu_backend, const ops::concat& op, std::span<const buffer_v
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
-inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
@@ -325,7 +329,8 @@ inline void compute(cpu_backend, const ops::stack& op, std::span<const buffer_vi
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
 
-inline void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
   const std::int64_t m = in[1].size();
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {

@@ -20,7 +20,8 @@ void visit_numeric(dtype t, F&& f) {
 }
 }  // namespace reference
 
-inline void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
   reference::visit_numeric(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -39,7 +40,8 @@ inline void compute(reference_backend, const ops::matmul&, std::span<const buffe
   });
 }
 
-inline void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;

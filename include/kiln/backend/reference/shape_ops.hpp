@@ -52,7 +52,8 @@ inline std::int64_t read_index(const buffer_view& indices, std::int64_t i) {
 
 }  // namespace reference
 
-inline void compute(reference_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
@@ -62,7 +63,8 @@ inline void compute(reference_backend, const ops::transpose& op, std::span<const
   });
 }
 
-inline void compute(reference_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index idx = reference::unravel(i, out.shape);
@@ -72,7 +74,8 @@ inline void compute(reference_backend, const ops::concat& op, std::span<const bu
   });
 }
 
-inline void compute(reference_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index o = reference::unravel(i, out.shape), x{};
@@ -82,7 +85,8 @@ inline void compute(reference_backend, const ops::stack& op, std::span<const buf
   });
 }
 
-inline void compute(reference_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &is = in[1].shape;
   const int a = ops::normalize_axis(op.axis, xs.rank());
   reference::copy_from(in, out, [&](std::int64_t i) {
@@ -95,7 +99,8 @@ inline void compute(reference_backend, const ops::gather& op, std::span<const bu
   });
 }
 
-inline void compute(reference_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(reference_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   reference::copy_from(in, out, [&](std::int64_t i) {
     reference::multi_index idx = reference::unravel(i, out.shape);
     for (int d = 0; d < out.shape.rank(); ++d) idx[d] += op.begin[d];

@@ -70,14 +70,16 @@ struct conv2d_element {
 
 }  // namespace thrust_kernels
 
-inline void compute(thrust_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry geometry(in[0].shape, in[1].shape, out.shape);
   ops::visit_numeric(out.dtype, [&]<class T>() {
     thrust_kernels::fill_elements<T>(out, thrust_kernels::matmul_element<T>{in[0].as<const T>(), in[1].as<const T>(), geometry});
   });
 }
 
-inline void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;

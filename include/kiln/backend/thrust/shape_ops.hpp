@@ -115,7 +115,8 @@ inline std::int64_t dims_product(const shape& s, int from, int to) {
 
 }  // namespace thrust_kernels
 
-inline void compute(thrust_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int_list perm = op.permutation(xs.rank());
   const auto x_strides = row_major_strides(xs);
@@ -124,14 +125,16 @@ inline void compute(thrust_backend, const ops::transpose& op, std::span<const bu
   thrust_kernels::copy_strided(ops::transpose::name, in[0], 0, strides, out);
 }
 
-inline void compute(thrust_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::slice& op, std::span<const buffer_view> in, const buffer_view& out) {
   const auto strides = row_major_strides(in[0].shape);
   std::int64_t first = 0;
   for (int d = 0; d < in[0].shape.rank(); ++d) first += op.begin[d] * strides[d];
   thrust_kernels::copy_strided(ops::slice::name, in[0], first, strides, out);
 }
 
-inline void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& xs = in[0].shape;
   const int a = ops::normalize_axis(op.axis, xs.rank());
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
@@ -141,7 +144,8 @@ inline void compute(thrust_backend, const ops::gather& op, std::span<const buffe
   });
 }
 
-inline void compute(thrust_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   detail::small_vector<std::int64_t, 8> lengths;
   for (const buffer_view& v : in) lengths.emplace_back(v.shape[a]);
@@ -149,7 +153,8 @@ inline void compute(thrust_backend, const ops::concat& op, std::span<const buffe
                        thrust_kernels::dims_product(out.shape, a + 1, out.shape.rank()), out);
 }
 
-inline void compute(thrust_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
+template <class = void>
+void compute(thrust_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int a = ops::normalize_axis(op.axis, out.shape.rank());
   detail::small_vector<std::int64_t, 8> lengths;  // each input is one slice along the new axis
   for (std::size_t k = 0; k < in.size(); ++k) lengths.emplace_back(1);
