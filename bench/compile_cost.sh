@@ -4,28 +4,43 @@
 # -O2 -march=native, -I single_include, Thrust's headers and CPP system on the path
 # when Thrust is installed). Prints a Markdown table; CI does not run it.
 #
-#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust]
+#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch]
 #
 # --repeat N   compile each program N times and report the fastest (default 1)
 # --examples   also compile every program in examples/
 # --thrust     turn the Thrust backend on (-DKILN_HAS_THRUST=1), off by default in
 #              host compiles
+# --pch        compile kiln.hpp once as a precompiled header (its cost is the first
+#              row) and the programs with it
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 repeat=1
 examples=false
 thrust=false
+pch=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat="$2"; shift 2 ;;
     --examples) examples=true; shift ;;
     --thrust) thrust=true; shift ;;
-    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust]" >&2; exit 2 ;;
+    --pch) pch=true; shift ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch]" >&2; exit 2 ;;
   esac
 done
 
-flags=(-std=c++20 -O2 -march=native -I "$repo/single_include")
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+flags=(-std=c++20 -O2 -march=native)
+if $pch; then
+  # GCC uses kiln.hpp.gch in place of kiln.hpp when the flags match.
+  mkdir -p "$work/pch/kiln"
+  cp "$repo/single_include/kiln/kiln.hpp" "$work/pch/kiln/"
+  flags+=(-I "$work/pch")
+else
+  flags+=(-I "$repo/single_include")
+fi
 if [ -e /usr/local/cuda/include/cccl/thrust/version.h ]; then
   flags+=(-I /usr/local/cuda/include/cccl -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_CPP)
 elif [ -e /usr/include/thrust/version.h ]; then
@@ -35,9 +50,6 @@ elif $thrust; then
   exit 2
 fi
 if $thrust; then flags+=(-DKILN_HAS_THRUST=1); fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 
 cat >"$work/include_only.cpp" <<'EOF'
 #include <kiln/kiln.hpp>
@@ -65,6 +77,12 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); 
 echo
 echo "| program | wall (s) | peak memory (MB) |"
 echo "|---|---|---|"
+if $pch; then
+  /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" -x c++-header "$work/pch/kiln/kiln.hpp" \
+    -o "$work/pch/kiln/kiln.hpp.gch"
+  read -r wall kilobytes <"$work/time"
+  echo "| (precompiling kiln.hpp, once) | $wall | $((kilobytes / 1024)) |"
+fi
 for source in "${programs[@]}"; do
   best_wall=""
   best_memory=""

@@ -44,7 +44,7 @@ enum class trim_mode {
 };
 
 /// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
-inline int fraction_digits(std::string_view text) {
+KILN_NOINLINE inline int fraction_digits(std::string_view text) {
   std::size_t point = text.find('.');
   if (point == std::string_view::npos) return 0;
   std::size_t end = std::min(text.find('e'), text.size());
@@ -56,7 +56,7 @@ inline int fraction_digits(std::string_view text) {
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
 /// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
-std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
+KILN_NOINLINE std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
@@ -70,7 +70,7 @@ std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fract
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
 /// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
-inline std::string trimmed(std::string_view text, trim_mode mode) {
+KILN_NOINLINE inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
   if (mantissa.find('.') == std::string::npos) {
@@ -85,7 +85,7 @@ inline std::string trimmed(std::string_view text, trim_mode mode) {
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
 /// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
-inline std::string python_bytes_repr(std::string_view bytes) {
+KILN_NOINLINE inline std::string python_bytes_repr(std::string_view bytes) {
   bool has_single = bytes.find('\'') != std::string_view::npos;
   bool has_double = bytes.find('"') != std::string_view::npos;
   char quote = has_single && !has_double ? '"' : '\'';
@@ -118,7 +118,7 @@ inline std::string python_bytes_repr(std::string_view bytes) {
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
 /// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
-inline std::string c_escaped(std::string_view text) {
+KILN_NOINLINE inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
     auto u = static_cast<unsigned char>(c);
@@ -147,7 +147,7 @@ inline std::string c_escaped(std::string_view text) {
 /// rank-0 tensor: `2`, `True`, `b'aa'`, and floats as Python writes them (`2.2`,
 /// `20.0`, `1e+16`, `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
 template <class T>
-std::string numpy_scalar_text(const T& x) {
+KILN_NOINLINE std::string numpy_scalar_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "True" : "False";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -169,7 +169,7 @@ std::string numpy_scalar_text(const T& x) {
 /// `1`/`0`, strings quoted and escaped, floats with 6 significant digits (15 for
 /// float64) when those read back exactly, else 9 (17): `0.405638`, `0.666458249`.
 template <class T>
-std::string tf_print_text(const T& x) {
+KILN_NOINLINE std::string tf_print_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "1" : "0";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -192,7 +192,7 @@ std::string tf_print_text(const T& x) {
 // ---- the elements of an array, NumPy style -------------------------------------------
 
 /// `text` right-aligned in `width` columns.
-inline std::string padded_left(std::string text, std::size_t width) {
+KILN_NOINLINE inline std::string padded_left(std::string text, std::size_t width) {
   if (text.size() < width) text.insert(0, width - text.size(), ' ');
   return text;
 }
@@ -203,7 +203,7 @@ inline std::string padded_left(std::string text, std::size_t width) {
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
 /// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
 template <class T>
-std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
+KILN_NOINLINE std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
   bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
   T largest = 0, smallest = std::numeric_limits<T>::infinity();
@@ -273,7 +273,7 @@ std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
 /// to a shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings
 /// as Python bytes, unpadded.
 template <class T>
-std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
+KILN_NOINLINE std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
   if constexpr (std::is_floating_point_v<T>) {
     return numpy_float_texts(values);
   } else {

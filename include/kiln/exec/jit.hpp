@@ -45,6 +45,7 @@ extern char** environ;
 #endif
 
 #include "kiln/backend/cpu/streaming.hpp"
+#include "kiln/config.hpp"
 #include "kiln/exec/plan.hpp"
 
 namespace kiln::detail::exec {
@@ -87,7 +88,7 @@ inline std::string native_prelude() {
 /// one dtype. Like the elementwise kernels, a loop whose results are too large for
 /// the cache writes them with non-temporal stores.
 /// \code native_source(cluster) // "... const B v0 = kiln::ops::abs{}(m3); ..." \endcode
-inline std::string native_source(const fused_cluster& c) {
+KILN_COLD inline std::string native_source(const fused_cluster& c) {
   std::size_t ops = 0;
   for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
   if (ops < 2) return {};
@@ -206,7 +207,7 @@ class native_compiler {
 
   // Sizes and times of kiln's headers, so that a loop compiled against other
   // headers is not loaded.
-  static std::string headers_fingerprint() {
+  KILN_COLD static std::string headers_fingerprint() {
     namespace fs = std::filesystem;
     std::error_code ec;
     std::string s;
@@ -239,7 +240,7 @@ class native_compiler {
     return s.str();
   }
 
-  native_fn compile_and_load(const std::string& source, std::string& why) {
+  KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why) {
 #if KILN_HAS_NATIVE_LOOPS
     namespace fs = std::filesystem;
     const std::string cxx = setting("KILN_JIT_CXX", "c++");
@@ -332,7 +333,7 @@ class native_compiler {
 };
 
 /// Compiles the clusters of plan `p` that native loops handle.
-inline void compile_native_loops(execution_plan& p) {
+KILN_COLD inline void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
     if (std::string source = native_source(c); !source.empty()) {
       c.native = native_compiler::instance().load(source);
