@@ -78,8 +78,9 @@ echo
 echo "| program | wall (s) | peak memory (MB) |"
 echo "|---|---|---|"
 if $pch; then
+  # (GCC warns of the header's #pragma once when it is the file compiled.)
   /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" -x c++-header "$work/pch/kiln/kiln.hpp" \
-    -o "$work/pch/kiln/kiln.hpp.gch"
+    -o "$work/pch/kiln/kiln.hpp.gch" 2>/dev/null
   read -r wall kilobytes <"$work/time"
   echo "| (precompiling kiln.hpp, once) | $wall | $((kilobytes / 1024)) |"
 fi

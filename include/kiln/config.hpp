@@ -51,21 +51,18 @@
 // KILN_FLATTEN: a kernel loop with every call in it inlined. In a large translation
 // unit GCC stops inlining even one-line functions, and a SIMD functor called once
 // per batch then costs a call and a round trip of its operands through memory.
-// KILN_NOINLINE: a helper off every hot path (formatting text) kept as one copy, so
-// that the compiler does not optimize it again inside each caller.
-// KILN_COLD: code that runs rarely and next to something far slower (the native-loop
-// compiler, which waits for a compiler process), optimized for size: it compiles in a
-// fraction of the time in every program that can reach it.
+// KILN_COLD: code off every hot path and next to something far slower (formatting
+// text for a stream; the native-loop compiler, which waits for a compiler process),
+// optimized for size: it compiles in a fraction of the time in every program that
+// can reach it.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  define KILN_FLATTEN __attribute__((flatten))
-#  define KILN_NOINLINE __attribute__((noinline))
 #  define KILN_COLD __attribute__((cold))
 #  define KILN_RESTRICT __restrict__
 #else
 #  define KILN_ALWAYS_INLINE inline
 #  define KILN_FLATTEN
-#  define KILN_NOINLINE
 #  define KILN_COLD
 #  define KILN_RESTRICT
 #endif

@@ -58,21 +58,18 @@
 // KILN_FLATTEN: a kernel loop with every call in it inlined. In a large translation
 // unit GCC stops inlining even one-line functions, and a SIMD functor called once
 // per batch then costs a call and a round trip of its operands through memory.
-// KILN_NOINLINE: a helper off every hot path (formatting text) kept as one copy, so
-// that the compiler does not optimize it again inside each caller.
-// KILN_COLD: code that runs rarely and next to something far slower (the native-loop
-// compiler, which waits for a compiler process), optimized for size: it compiles in a
-// fraction of the time in every program that can reach it.
+// KILN_COLD: code off every hot path and next to something far slower (formatting
+// text for a stream; the native-loop compiler, which waits for a compiler process),
+// optimized for size: it compiles in a fraction of the time in every program that
+// can reach it.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  define KILN_FLATTEN __attribute__((flatten))
-#  define KILN_NOINLINE __attribute__((noinline))
 #  define KILN_COLD __attribute__((cold))
 #  define KILN_RESTRICT __restrict__
 #else
 #  define KILN_ALWAYS_INLINE inline
 #  define KILN_FLATTEN
-#  define KILN_NOINLINE
 #  define KILN_COLD
 #  define KILN_RESTRICT
 #endif
@@ -993,6 +990,8 @@ class tensor {
 /// `detail::format_values` gives the values alone, as `tf.print` writes them.
 /// Both share one layout engine (which elements show, where rows and lines break)
 /// and differ only in how one element is written.
+/// Formatting is optimized for size (KILN_COLD): writing text is never the hot path,
+/// and every program that prints compiles it.
 
 #include <algorithm>
 #include <charconv>
@@ -1051,7 +1050,7 @@ enum class trim_mode {
 };
 
 /// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
-KILN_NOINLINE inline int fraction_digits(std::string_view text) {
+KILN_COLD inline int fraction_digits(std::string_view text) {
   std::size_t point = text.find('.');
   if (point == std::string_view::npos) return 0;
   std::size_t end = std::min(text.find('e'), text.size());
@@ -1063,7 +1062,7 @@ KILN_NOINLINE inline int fraction_digits(std::string_view text) {
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
 /// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
-KILN_NOINLINE std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
+KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
@@ -1077,7 +1076,7 @@ KILN_NOINLINE std::string shortest_digits(T x, notation n, int min_fraction = 0,
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
 /// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
-KILN_NOINLINE inline std::string trimmed(std::string_view text, trim_mode mode) {
+KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
   if (mantissa.find('.') == std::string::npos) {
@@ -1092,7 +1091,7 @@ KILN_NOINLINE inline std::string trimmed(std::string_view text, trim_mode mode) 
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
 /// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
-KILN_NOINLINE inline std::string python_bytes_repr(std::string_view bytes) {
+KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
   bool has_single = bytes.find('\'') != std::string_view::npos;
   bool has_double = bytes.find('"') != std::string_view::npos;
   char quote = has_single && !has_double ? '"' : '\'';
@@ -1125,7 +1124,7 @@ KILN_NOINLINE inline std::string python_bytes_repr(std::string_view bytes) {
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
 /// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
-KILN_NOINLINE inline std::string c_escaped(std::string_view text) {
+KILN_COLD inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
     auto u = static_cast<unsigned char>(c);
@@ -1154,7 +1153,7 @@ KILN_NOINLINE inline std::string c_escaped(std::string_view text) {
 /// rank-0 tensor: `2`, `True`, `b'aa'`, and floats as Python writes them (`2.2`,
 /// `20.0`, `1e+16`, `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
 template <class T>
-KILN_NOINLINE std::string numpy_scalar_text(const T& x) {
+KILN_COLD std::string numpy_scalar_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "True" : "False";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -1176,7 +1175,7 @@ KILN_NOINLINE std::string numpy_scalar_text(const T& x) {
 /// `1`/`0`, strings quoted and escaped, floats with 6 significant digits (15 for
 /// float64) when those read back exactly, else 9 (17): `0.405638`, `0.666458249`.
 template <class T>
-KILN_NOINLINE std::string tf_print_text(const T& x) {
+KILN_COLD std::string tf_print_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "1" : "0";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -1199,7 +1198,7 @@ KILN_NOINLINE std::string tf_print_text(const T& x) {
 // ---- the elements of an array, NumPy style -------------------------------------------
 
 /// `text` right-aligned in `width` columns.
-KILN_NOINLINE inline std::string padded_left(std::string text, std::size_t width) {
+KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
   if (text.size() < width) text.insert(0, width - text.size(), ' ');
   return text;
 }
@@ -1210,7 +1209,7 @@ KILN_NOINLINE inline std::string padded_left(std::string text, std::size_t width
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
 /// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
 template <class T>
-KILN_NOINLINE std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
+KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
   bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
   T largest = 0, smallest = std::numeric_limits<T>::infinity();
@@ -1280,7 +1279,7 @@ KILN_NOINLINE std::vector<std::string> numpy_float_texts(const std::vector<T>& v
 /// to a shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings
 /// as Python bytes, unpadded.
 template <class T>
-KILN_NOINLINE std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
+KILN_COLD std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
   if constexpr (std::is_floating_point_v<T>) {
     return numpy_float_texts(values);
   } else {
@@ -1317,7 +1316,7 @@ inline bool summarized(std::int64_t length, const value_layout& layout) {
 
 /// The row-major flat indices of the elements `layout` shows of a tensor of shape `s`,
 /// in the order they are written.
-inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
+KILN_COLD inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
   const int rank = s.rank();
   const auto strides = row_major_strides(s);
   std::vector<std::vector<std::int64_t>> positions(static_cast<std::size_t>(rank));
@@ -1356,14 +1355,14 @@ class array_writer {
   array_writer(const shape& s, const std::vector<std::string>& items, const value_layout& layout)
       : shape_(s), items_(items), layout_(layout) {}
 
-  std::string write() {
+  KILN_COLD std::string write() {
     next_ = 0;
     // The indent stands in for the opening bracket, which replaces it at the end.
     return block(0, layout_.single_line ? "" : " ", static_cast<std::int64_t>(layout_.line_width));
   }
 
  private:
-  std::string block(int axis, const std::string& indent, std::int64_t width) {
+  KILN_COLD std::string block(int axis, const std::string& indent, std::int64_t width) {
     const std::int64_t length = shape_[axis];
     const bool cut = summarized(length, layout_);
     const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
@@ -1395,7 +1394,7 @@ class array_writer {
 
   // Appends `word` to `line`, first moving a full line into `text` when wrapping is on
   // and the word would pass `width` (a line holding only the indent never wraps).
-  void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
+  KILN_COLD void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
                 const std::string& indent) const {
     bool wrap = layout_.line_width > 0 && std::int64_t(line.size() + word.size()) > width && line.size() > indent.size();
     if (wrap) {
@@ -1427,7 +1426,7 @@ enum class value_style {
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
+KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
   const bool numpy = style == value_style::numpy;
@@ -1459,7 +1458,7 @@ KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
 /// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
-inline std::string format_values(const tensor& x, bool single_line) {
+KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
 
@@ -4303,6 +4302,7 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 /// the thread pool.
 
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -4420,6 +4420,22 @@ inline constexpr bool simd_type =
 template <class Op, class In, class Out>
 inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
+/// Outputs [from, len) one element at a time; operand k's element for output i is
+/// at offset `offset(k, i)`. For `where`, operand 0 is the bool condition.
+template <class In, class Out, int Arity, class Op, class Offset>
+void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
+                  Offset offset) {
+  auto at = [&](int k, std::int64_t i) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; };
+  for (std::int64_t i = from; i < len; ++i) {
+    if constexpr (Arity == 1)
+      o[i] = math::convert<Out>(op(at(0, i)));
+    else if constexpr (Arity == 2)
+      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
+    else
+      o[i] = op(static_cast<const bool*>(p[0])[offset(0, i)], at(1, i), at(2, i));
+  }
+}
+
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
@@ -4474,14 +4490,15 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     if (i < len) partial(i, len - i);
     return;
   }
-  for (; i < len; ++i) {
-    if constexpr (Arity == 1)
-      o[i] = math::convert<Out>(op(at(0, i)));
-    else if constexpr (Arity == 2)
-      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
-    else
-      o[i] = op(static_cast<const bool*>(p[0])[(Contig & 1u) ? i : 0], at(1, i), at(2, i));
-  }
+  element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
+}
+
+/// A run of elements that are objects (strings): never vectorized, so one loop reads
+/// each operand's contiguity at run time instead of a loop per combination.
+template <class Op, class In, class Out, int Arity>
+void object_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  element_loop<In, Out, Arity>(op, o, p, 0, len,
+                               [contig](int k, std::int64_t j) { return (contig >> k) & 1u ? j : std::int64_t(0); });
 }
 
 /// A run in which every operand is broadcast: one value, computed as a full run
@@ -4494,7 +4511,9 @@ void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p
 
 template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  if constexpr (Contig == 0) {
+  if constexpr (std::is_same_v<In, std::string>) {
+    object_run<Op, In, Out, Arity>(contig, op, o, p, len);
+  } else if constexpr (Contig == 0) {
     // Rare (every operand broadcast along the innermost dim), so it shares the
     // all-contiguous kernel rather than having SIMD loops of its own.
     if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);

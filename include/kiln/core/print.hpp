@@ -6,6 +6,8 @@
 /// `detail::format_values` gives the values alone, as `tf.print` writes them.
 /// Both share one layout engine (which elements show, where rows and lines break)
 /// and differ only in how one element is written.
+/// Formatting is optimized for size (KILN_COLD): writing text is never the hot path,
+/// and every program that prints compiles it.
 
 #include <algorithm>
 #include <charconv>
@@ -44,7 +46,7 @@ enum class trim_mode {
 };
 
 /// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
-KILN_NOINLINE inline int fraction_digits(std::string_view text) {
+KILN_COLD inline int fraction_digits(std::string_view text) {
   std::size_t point = text.find('.');
   if (point == std::string_view::npos) return 0;
   std::size_t end = std::min(text.find('e'), text.size());
@@ -56,7 +58,7 @@ KILN_NOINLINE inline int fraction_digits(std::string_view text) {
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
 /// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
-KILN_NOINLINE std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
+KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
@@ -70,7 +72,7 @@ KILN_NOINLINE std::string shortest_digits(T x, notation n, int min_fraction = 0,
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
 /// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
-KILN_NOINLINE inline std::string trimmed(std::string_view text, trim_mode mode) {
+KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
   if (mantissa.find('.') == std::string::npos) {
@@ -85,7 +87,7 @@ KILN_NOINLINE inline std::string trimmed(std::string_view text, trim_mode mode) 
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
 /// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
-KILN_NOINLINE inline std::string python_bytes_repr(std::string_view bytes) {
+KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
   bool has_single = bytes.find('\'') != std::string_view::npos;
   bool has_double = bytes.find('"') != std::string_view::npos;
   char quote = has_single && !has_double ? '"' : '\'';
@@ -118,7 +120,7 @@ KILN_NOINLINE inline std::string python_bytes_repr(std::string_view bytes) {
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
 /// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
-KILN_NOINLINE inline std::string c_escaped(std::string_view text) {
+KILN_COLD inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
     auto u = static_cast<unsigned char>(c);
@@ -147,7 +149,7 @@ KILN_NOINLINE inline std::string c_escaped(std::string_view text) {
 /// rank-0 tensor: `2`, `True`, `b'aa'`, and floats as Python writes them (`2.2`,
 /// `20.0`, `1e+16`, `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
 template <class T>
-KILN_NOINLINE std::string numpy_scalar_text(const T& x) {
+KILN_COLD std::string numpy_scalar_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "True" : "False";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -169,7 +171,7 @@ KILN_NOINLINE std::string numpy_scalar_text(const T& x) {
 /// `1`/`0`, strings quoted and escaped, floats with 6 significant digits (15 for
 /// float64) when those read back exactly, else 9 (17): `0.405638`, `0.666458249`.
 template <class T>
-KILN_NOINLINE std::string tf_print_text(const T& x) {
+KILN_COLD std::string tf_print_text(const T& x) {
   if constexpr (std::is_same_v<T, bool>) {
     return x ? "1" : "0";
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -192,7 +194,7 @@ KILN_NOINLINE std::string tf_print_text(const T& x) {
 // ---- the elements of an array, NumPy style -------------------------------------------
 
 /// `text` right-aligned in `width` columns.
-KILN_NOINLINE inline std::string padded_left(std::string text, std::size_t width) {
+KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
   if (text.size() < width) text.insert(0, width - text.size(), ' ');
   return text;
 }
@@ -203,7 +205,7 @@ KILN_NOINLINE inline std::string padded_left(std::string text, std::size_t width
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
 /// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
 template <class T>
-KILN_NOINLINE std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
+KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
   bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
   T largest = 0, smallest = std::numeric_limits<T>::infinity();
@@ -273,7 +275,7 @@ KILN_NOINLINE std::vector<std::string> numpy_float_texts(const std::vector<T>& v
 /// to a shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings
 /// as Python bytes, unpadded.
 template <class T>
-KILN_NOINLINE std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
+KILN_COLD std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
   if constexpr (std::is_floating_point_v<T>) {
     return numpy_float_texts(values);
   } else {
@@ -310,7 +312,7 @@ inline bool summarized(std::int64_t length, const value_layout& layout) {
 
 /// The row-major flat indices of the elements `layout` shows of a tensor of shape `s`,
 /// in the order they are written.
-inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
+KILN_COLD inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
   const int rank = s.rank();
   const auto strides = row_major_strides(s);
   std::vector<std::vector<std::int64_t>> positions(static_cast<std::size_t>(rank));
@@ -349,14 +351,14 @@ class array_writer {
   array_writer(const shape& s, const std::vector<std::string>& items, const value_layout& layout)
       : shape_(s), items_(items), layout_(layout) {}
 
-  std::string write() {
+  KILN_COLD std::string write() {
     next_ = 0;
     // The indent stands in for the opening bracket, which replaces it at the end.
     return block(0, layout_.single_line ? "" : " ", static_cast<std::int64_t>(layout_.line_width));
   }
 
  private:
-  std::string block(int axis, const std::string& indent, std::int64_t width) {
+  KILN_COLD std::string block(int axis, const std::string& indent, std::int64_t width) {
     const std::int64_t length = shape_[axis];
     const bool cut = summarized(length, layout_);
     const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
@@ -388,7 +390,7 @@ class array_writer {
 
   // Appends `word` to `line`, first moving a full line into `text` when wrapping is on
   // and the word would pass `width` (a line holding only the indent never wraps).
-  void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
+  KILN_COLD void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
                 const std::string& indent) const {
     bool wrap = layout_.line_width > 0 && std::int64_t(line.size() + word.size()) > width && line.size() > indent.size();
     if (wrap) {
@@ -420,7 +422,7 @@ enum class value_style {
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
+KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
   const bool numpy = style == value_style::numpy;
@@ -452,7 +454,7 @@ KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
 /// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
-inline std::string format_values(const tensor& x, bool single_line) {
+KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
 

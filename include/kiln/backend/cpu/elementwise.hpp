@@ -6,6 +6,7 @@
 /// the thread pool.
 
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -61,6 +62,22 @@ inline constexpr bool simd_type =
 template <class Op, class In, class Out>
 inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && Op::simd.contains(dtype_of<In>) && Op::arity <= 2;
 
+/// Outputs [from, len) one element at a time; operand k's element for output i is
+/// at offset `offset(k, i)`. For `where`, operand 0 is the bool condition.
+template <class In, class Out, int Arity, class Op, class Offset>
+void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
+                  Offset offset) {
+  auto at = [&](int k, std::int64_t i) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; };
+  for (std::int64_t i = from; i < len; ++i) {
+    if constexpr (Arity == 1)
+      o[i] = math::convert<Out>(op(at(0, i)));
+    else if constexpr (Arity == 2)
+      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
+    else
+      o[i] = op(static_cast<const bool*>(p[0])[offset(0, i)], at(1, i), at(2, i));
+  }
+}
+
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
@@ -115,14 +132,15 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     if (i < len) partial(i, len - i);
     return;
   }
-  for (; i < len; ++i) {
-    if constexpr (Arity == 1)
-      o[i] = math::convert<Out>(op(at(0, i)));
-    else if constexpr (Arity == 2)
-      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
-    else
-      o[i] = op(static_cast<const bool*>(p[0])[(Contig & 1u) ? i : 0], at(1, i), at(2, i));
-  }
+  element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
+}
+
+/// A run of elements that are objects (strings): never vectorized, so one loop reads
+/// each operand's contiguity at run time instead of a loop per combination.
+template <class Op, class In, class Out, int Arity>
+void object_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  element_loop<In, Out, Arity>(op, o, p, 0, len,
+                               [contig](int k, std::int64_t j) { return (contig >> k) & 1u ? j : std::int64_t(0); });
 }
 
 /// A run in which every operand is broadcast: one value, computed as a full run
@@ -135,7 +153,9 @@ void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p
 
 template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  if constexpr (Contig == 0) {
+  if constexpr (std::is_same_v<In, std::string>) {
+    object_run<Op, In, Out, Arity>(contig, op, o, p, len);
+  } else if constexpr (Contig == 0) {
     // Rare (every operand broadcast along the innermost dim), so it shares the
     // all-contiguous kernel rather than having SIMD loops of its own.
     if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
