@@ -438,14 +438,30 @@ class thread_pool {
   /// Calls `fn(i)` once for every i in [0, chunks), spread over the pool.
   template <class F>
   void run(std::int64_t chunks, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    run_erased(
+        chunks, [](void* f, std::int64_t i) { (*static_cast<Fn*>(f))(i); },
+        const_cast<std::remove_const_t<Fn>*>(std::addressof(fn)));
+  }
+
+ private:
+  struct job {
+    void (*call)(void*, std::int64_t);
+    void* fn;
+    std::int64_t chunks;
+    std::atomic<std::int64_t> next{0};
+    std::atomic<std::int64_t> finished{0};
+  };
+
+  // run() for any callable: compiled once, not once per kernel that runs in parallel.
+  void run_erased(std::int64_t chunks, void (*call)(void*, std::int64_t), void* fn) {
     if (chunks <= 0) return;
     std::unique_lock busy(run_mutex_, std::try_to_lock);
     if (chunks == 1 || size_ == 1 || inside_worker() || !busy.owns_lock()) {
-      for (std::int64_t i = 0; i < chunks; ++i) fn(i);
+      for (std::int64_t i = 0; i < chunks; ++i) call(fn, i);
       return;
     }
-    using Fn = std::remove_reference_t<F>;
-    job j{[](void* f, std::int64_t i) { (*static_cast<Fn*>(f))(i); }, &fn, chunks};
+    job j{call, fn, chunks};
     {
       std::lock_guard lock(mutex_);
       job_ = &j;
@@ -460,15 +476,6 @@ class thread_pool {
     job_ = nullptr;
     done_.wait(lock, [&] { return j.finished.load(std::memory_order_acquire) == j.chunks && active_ == 0; });
   }
-
- private:
-  struct job {
-    void (*call)(void*, std::int64_t);
-    void* fn;
-    std::int64_t chunks;
-    std::atomic<std::int64_t> next{0};
-    std::atomic<std::int64_t> finished{0};
-  };
 
   static bool& inside_worker() {
     thread_local bool flag = false;
@@ -535,6 +542,18 @@ inline std::shared_ptr<thread_pool> current_pool() {
   return s.pool;
 }
 
+/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
+inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+  auto pool = current_pool();
+  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * std::int64_t(pool->size()));
+  if (pool->size() == 1) chunks = 1;
+  const std::int64_t step = (n + chunks - 1) / chunks;
+  pool->run(chunks, [&](std::int64_t c) {
+    const std::int64_t lo = c * step, hi = std::min(n, lo + step);
+    if (lo < hi) call(fn, lo, hi);
+  });
+}
+
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
 /// \code parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { ... }); \endcode
@@ -546,14 +565,10 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
     fn(std::int64_t(0), n);
     return;
   }
-  auto pool = current_pool();
-  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * std::int64_t(pool->size()));
-  if (pool->size() == 1) chunks = 1;
-  std::int64_t step = (n + chunks - 1) / chunks;
-  pool->run(chunks, [&](std::int64_t c) {
-    std::int64_t lo = c * step, hi = std::min(n, lo + step);
-    if (lo < hi) fn(lo, hi);
-  });
+  using Fn = std::remove_reference_t<F>;
+  parallel_ranges(
+      n, grain, [](void* f, std::int64_t lo, std::int64_t hi) { (*static_cast<Fn*>(f))(lo, hi); },
+      const_cast<std::remove_const_t<Fn>*>(std::addressof(fn)));
 }
 
 }  // namespace detail
