@@ -341,9 +341,32 @@ def markdown(s, checks, command, machine, png_name):
                          "median time per iteration", LOOP_TRIPS),
         per_call_section(s, "13. A training loop over 100 batches of 256×64 float32 (dataset, C++ loop, for_range)",
                          "dataset_loop", "median time per call"),
+        compile_section(),
         peers_section(s),
     ]
     return "\n".join(parts)
+
+
+# What the programs of bench/compile_cost.sh cost before kiln compiled only the ops a
+# file calls (issue "Header-only use that compiles fast"; Thrust on, CPP system).
+COMPILE_BEFORE = [
+    ("include_only", "8.4", "695"),
+    ("one_eager_op", "11.9", "804"),
+    ("three_op_function", "77.7", "1660"),
+]
+
+
+def compile_section():
+    """Section 14 from bench/compile_cost.md (bench/compile_cost.sh's table), if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_cost.md")
+    if not os.path.exists(path):
+        return "## 14. Compile time, header-only\n\nNot measured: run `bench/compile_cost.sh` (see its header).\n"
+    before = table(["program", "wall (s)", "peak memory (MB)"], [list(r) for r in COMPILE_BEFORE])
+    return ("## 14. Compile time, header-only\n\n"
+            "Wall time and peak memory of `g++ -std=c++20 -O2 -march=native -c` on one source file that includes "
+            "`single_include/kiln/kiln.hpp`; not part of the runs above. Before (the same programs when every file "
+            "compiled every kernel, Thrust on):\n\n" + before + "\nNow (`bench/compile_cost.md`):\n\n" +
+            open(path).read().strip() + "\n")
 
 
 def peers_section(s):
