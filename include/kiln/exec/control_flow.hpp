@@ -54,8 +54,8 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
 class cond_op final : public special_op {
  public:
   cond_op(graph then_graph, std::vector<int> then_args, graph else_graph, std::vector<int> else_args)
-      : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)), then_args_(std::move(then_args)),
-        else_args_(std::move(else_args)),
+      : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)),
+        then_args_(std::move(then_args)), else_args_(std::move(else_args)),
         effects_(then_.traced().has_effects() || else_.traced().has_effects()) {}
   std::string_view name() const { return "cond"; }
   bool has_effects() const { return effects_; }
@@ -88,8 +88,9 @@ class cond_op final : public special_op {
 class while_op final : public special_op {
  public:
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
-      : special_op(std::type_identity<while_op>()), vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks), cond_(std::move(cond_graph)),
-        body_(std::move(body_graph)), effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
+      : special_op(std::type_identity<while_op>()), vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks),
+        cond_(std::move(cond_graph)), body_(std::move(body_graph)),
+        effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
         cond_program_(exec::scalar_program::compile(cond_.optimized())),
         body_program_(exec::scalar_program::compile(body_.optimized())) {}
   std::string_view name() const { return "while"; }

@@ -325,7 +325,8 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
     if (then_graph.outputs != else_graph.outputs) {
       throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        detail::specs_text(then_graph.outputs) + " and the false branch " + detail::specs_text(else_graph.outputs));
+                        detail::specs_text(then_graph.outputs) + " and the false branch " +
+                        detail::specs_text(else_graph.outputs));
     }
     std::vector<tensor> inputs{pred};
     std::vector<int> then_args, else_args;
