@@ -4687,11 +4687,15 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -4817,59 +4821,96 @@ auto finish(const typename R::partial& p) {
 }
 
 // ---- the pairwise tree -----------------------------------------------------------
+// The tree's recursion and its parallel split are compiled once for every
+// reduction: they see partial results as `size` bytes and reach the leaves and
+// the combine through function pointers, one indirect call per leaf of thousands
+// of elements.
 
-/// Combines leaves [lo, hi) as a binary tree split at the middle, so its shape
-/// depends only on the number of leaves.
-template <class P, class Leaf, class Combine>
-P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& combine) {
-  if (hi - lo == 1) return leaf(lo);
+/// How a tree makes and combines partial results of `size` bytes.
+struct tree_steps {
+  const void* context;
+  void (*leaf)(const void* context, std::int64_t index, std::byte* out);
+  void (*combine)(const void* context, std::byte* left, const std::byte* right);  ///< left = left (+) right
+  std::size_t size;
+};
+
+/// Combines leaves [lo, hi) into `out` as a binary tree split at the middle, so its
+/// shape depends only on the number of leaves. `scratch` holds a partial per level.
+inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std::byte* out, std::byte* scratch) {
+  if (hi - lo == 1) return s.leaf(s.context, lo, out);
   const std::int64_t mid = lo + (hi - lo) / 2;
-  P left = pairwise<P>(lo, mid, leaf, combine);
-  return combine(left, pairwise<P>(mid, hi, leaf, combine));
+  pairwise(s, lo, mid, out, scratch);
+  pairwise(s, mid, hi, scratch, scratch + s.size);
+  s.combine(s.context, out, scratch);
 }
 
-/// The same tree as `pairwise(0, leaves, ...)`, with its subtrees a few levels down
-/// evaluated in parallel and combined above in the same order.
-template <class P, class Leaf, class Combine>
-P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
-  // Up to 32 subtrees, enough to balance a pool; fewer for large partial results,
-  // which all live on this stack.
-  constexpr int split_depth = sizeof(P) <= 2048 ? 5 : 3;
+/// Room for the partials of a tree's levels: one per level of 2^63 leaves.
+inline std::vector<std::byte> tree_scratch(const tree_steps& s) { return std::vector<std::byte>(64 * s.size); }
+
+/// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
+/// down evaluated in parallel and combined above in the same order.
+inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byte* out) {
+  constexpr int split_depth = 5;  // up to 32 subtrees, enough to balance a pool
   struct range {
     std::int64_t lo, hi;
   };
-  std::array<range, 1 << split_depth> subtrees{};
-  int count = 0;
+  std::vector<range> subtrees;
   auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
-    if (depth == split_depth || hi - lo == 1) {
-      subtrees[count++] = {lo, hi};
-      return;
-    }
+    if (depth == split_depth || hi - lo == 1) return subtrees.push_back({lo, hi});
     const std::int64_t mid = lo + (hi - lo) / 2;
     self(self, lo, mid, depth + 1);
     self(self, mid, hi, depth + 1);
   };
   collect(collect, 0, leaves, 0);
 
-  std::array<P, 1 << split_depth> values;
-  detail::parallel_for(count, 1, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t i = lo; i < hi; ++i) values[i] = pairwise<P>(subtrees[i].lo, subtrees[i].hi, leaf, combine);
+  std::vector<std::byte> values(subtrees.size() * s.size);
+  detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<std::byte> scratch = tree_scratch(s);
+    for (std::int64_t i = lo; i < hi; ++i)
+      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.data());
   });
 
-  int next = 0;
-  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> P {
-    if (depth == split_depth || hi - lo == 1) return values[next++];
+  std::vector<std::byte> scratch = tree_scratch(s);
+  std::size_t next = 0;
+  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
+    if (depth == split_depth || hi - lo == 1) {
+      std::memcpy(into, values.data() + next++ * s.size, s.size);
+      return;
+    }
     const std::int64_t mid = lo + (hi - lo) / 2;
-    P left = self(self, lo, mid, depth + 1);
-    return combine(left, self(self, mid, hi, depth + 1));
+    self(self, lo, mid, depth + 1, into, below);
+    self(self, mid, hi, depth + 1, below, below + s.size);
+    s.combine(s.context, into, below);
   };
-  return fold(fold, 0, leaves, 0);
+  fold(fold, 0, leaves, 0, out, scratch.data());
 }
 
+/// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
+/// joins neighbours. `P` is trivially copyable.
 template <class P, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  static_assert(std::is_trivially_copyable_v<P>);
   if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
-  return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
+  struct steps_context {
+    const Leaf& leaf;
+    const Combine& combine;
+  } context{leaf, combine};
+  const tree_steps s{
+      &context,
+      [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
+      [](const void* c, std::byte* left, const std::byte* right) {
+        P& l = *std::launder(reinterpret_cast<P*>(left));
+        l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
+      },
+      sizeof(P)};
+  P result;
+  if (parallel) {
+    pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+  } else {
+    std::vector<std::byte> scratch = tree_scratch(s);
+    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
+  }
+  return result;
 }
 
 /// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
@@ -7231,6 +7272,7 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 // ----- begin kiln/eager/check_numerics.hpp -----
@@ -7310,23 +7352,68 @@ inline std::string describe_inputs(std::span<const tensor* const> in) {
   return s;
 }
 
+/// The dtypes and shapes of an op's inputs, or the error for an empty input.
+struct input_types {
+  small_vector<dtype, 4> dtypes;
+  small_vector<shape, 4> shapes;
+
+  input_types(std::string_view op, std::span<const tensor* const> in) {
+    dtypes.reserve(in.size());
+    shapes.reserve(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (!in[i]->defined()) throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
+      dtypes.emplace_back(in[i]->dtype());
+      shapes.emplace_back(in[i]->shape());
+    }
+  }
+};
+
+/// The dtype an op's rule gave, or its `type_error`.
+inline dtype checked(std::string_view op, std::span<const tensor* const> in, const dtype_result& dt) {
+  if (!dt.ok()) throw type_error(std::string(op) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
+  return dt.value;
+}
+
+/// The shape an op's rule gave, or its `value_error`.
+inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
+  if (!sh.ok()) throw value_error(std::string(op) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  return sh.value;
+}
+
 /// The dtype and shape `op` gives for `inputs`, or the contract's error.
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  small_vector<dtype, 4> d;
-  small_vector<shape, 4> s;
-  d.reserve(in.size());
-  s.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (!in[i]->defined()) throw invalid_argument_error(std::string(Op::name) + ": input " + std::to_string(i) + " is an empty tensor");
-    d.emplace_back(in[i]->dtype());
-    s.emplace_back(in[i]->shape());
+  const input_types types(Op::name, in);
+  const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
+  return {dt, checked(Op::name, in, op.result_shape(types.shapes))};
+}
+
+/// The device all of an op's inputs are on (the CPU for none), or the error for
+/// inputs that are symbolic or on different devices.
+inline kiln::device input_device(std::string_view op, std::span<const tensor* const> in) {
+  const kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
+  for (const tensor* t : in) {
+    t->require_value(op);
+    if (t->device() != dev)
+      throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(dev)) +
+                                   " and " + std::string(name(t->device())) + ")");
   }
-  dtype_result dt = op.result_dtype(d);
-  if (!dt.ok()) throw type_error(std::string(Op::name) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
-  shape_result sh = op.result_shape(s);
-  if (!sh.ok()) throw value_error(std::string(Op::name) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
-  return {dt.value, sh.value};
+  return dev;
+}
+
+/// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
+using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
+
+/// Allocates a `dt` `sh` result on `dev` and runs `kernel` into it, so that what
+/// every op does around its kernel is compiled once.
+inline tensor run_kernel(dtype dt, const shape& sh, kiln::device dev, std::span<const tensor* const> in, kernel_call kernel,
+                         const void* op) {
+  small_vector<buffer_view, 4> views;
+  views.reserve(in.size());
+  for (const tensor* t : in) views.emplace_back(t->view());
+  tensor out(dt, sh, dev);
+  if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
+  return out;
 }
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
@@ -7334,13 +7421,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
-  kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
-  for (const tensor* t : in) {
-    t->require_value(Op::name);
-    if (t->device() != dev)
-      throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
-                                   " and " + std::string(name(t->device())) + ")");
-  }
+  const kiln::device dev = input_device(Op::name, in);
   // An op whose values can be wrong for its kernel (an index out of range, an
   // integer division by zero) provides `check_values`, found by argument-dependent lookup.
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
@@ -7350,12 +7431,11 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
-    small_vector<buffer_view, 4> views;
-    views.reserve(in.size());
-    for (const tensor* t : in) views.emplace_back(t->view());
-    tensor out(dt, sh, dev);
-    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
-    return out;
+    return run_kernel(dt, sh, dev, in,
+                      [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
+                        compute(B{}, *static_cast<const Op*>(o), views, out);
+                      },
+                      &op);
   }
 }
 
@@ -7866,14 +7946,13 @@ class trace_context {
     return outputs;
   }
 
-  /// Records `op` applied to `inputs` and returns its symbolic result.
-  template <class Op>
-  tensor record(const Op& op, std::span<const tensor* const> inputs) {
-    auto [dt, sh] = infer(op, inputs);
+  /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
+  /// symbolic result.
+  tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
     std::vector<int> ids;
     ids.reserve(inputs.size());
     for (const tensor* t : inputs) ids.push_back(node_of(*t));
-    return symbolic(graph_.add_op(ops::any_op(op), std::move(ids), dt, sh));
+    return symbolic(graph_.add_op(std::move(op), std::move(ids), dt, sh));
   }
 
  private:
@@ -7950,13 +8029,17 @@ class init_scope {
 
 namespace kiln::detail {
 
+[[noreturn]] inline void throw_outside_trace(std::string_view op) {
+  throw type_error(std::string(op) +
+                   ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
+}
+
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
-  if (!trace)
-    throw type_error(std::string(Op::name) +
-                     ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
-  return trace->record(op, inputs);
+  if (!trace) throw_outside_trace(Op::name);
+  auto [dt, sh] = infer(op, inputs);
+  return trace->record(ops::any_op(op), inputs, dt, sh);
 }
 
 }  // namespace kiln::detail

@@ -7,6 +7,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/backend/backend.hpp"
@@ -27,23 +28,68 @@ inline std::string describe_inputs(std::span<const tensor* const> in) {
   return s;
 }
 
+/// The dtypes and shapes of an op's inputs, or the error for an empty input.
+struct input_types {
+  small_vector<dtype, 4> dtypes;
+  small_vector<shape, 4> shapes;
+
+  input_types(std::string_view op, std::span<const tensor* const> in) {
+    dtypes.reserve(in.size());
+    shapes.reserve(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (!in[i]->defined()) throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
+      dtypes.emplace_back(in[i]->dtype());
+      shapes.emplace_back(in[i]->shape());
+    }
+  }
+};
+
+/// The dtype an op's rule gave, or its `type_error`.
+inline dtype checked(std::string_view op, std::span<const tensor* const> in, const dtype_result& dt) {
+  if (!dt.ok()) throw type_error(std::string(op) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
+  return dt.value;
+}
+
+/// The shape an op's rule gave, or its `value_error`.
+inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
+  if (!sh.ok()) throw value_error(std::string(op) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  return sh.value;
+}
+
 /// The dtype and shape `op` gives for `inputs`, or the contract's error.
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  small_vector<dtype, 4> d;
-  small_vector<shape, 4> s;
-  d.reserve(in.size());
-  s.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (!in[i]->defined()) throw invalid_argument_error(std::string(Op::name) + ": input " + std::to_string(i) + " is an empty tensor");
-    d.emplace_back(in[i]->dtype());
-    s.emplace_back(in[i]->shape());
+  const input_types types(Op::name, in);
+  const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
+  return {dt, checked(Op::name, in, op.result_shape(types.shapes))};
+}
+
+/// The device all of an op's inputs are on (the CPU for none), or the error for
+/// inputs that are symbolic or on different devices.
+inline kiln::device input_device(std::string_view op, std::span<const tensor* const> in) {
+  const kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
+  for (const tensor* t : in) {
+    t->require_value(op);
+    if (t->device() != dev)
+      throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(dev)) +
+                                   " and " + std::string(name(t->device())) + ")");
   }
-  dtype_result dt = op.result_dtype(d);
-  if (!dt.ok()) throw type_error(std::string(Op::name) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
-  shape_result sh = op.result_shape(s);
-  if (!sh.ok()) throw value_error(std::string(Op::name) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
-  return {dt.value, sh.value};
+  return dev;
+}
+
+/// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
+using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
+
+/// Allocates a `dt` `sh` result on `dev` and runs `kernel` into it, so that what
+/// every op does around its kernel is compiled once.
+inline tensor run_kernel(dtype dt, const shape& sh, kiln::device dev, std::span<const tensor* const> in, kernel_call kernel,
+                         const void* op) {
+  small_vector<buffer_view, 4> views;
+  views.reserve(in.size());
+  for (const tensor* t : in) views.emplace_back(t->view());
+  tensor out(dt, sh, dev);
+  if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
+  return out;
 }
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
@@ -51,13 +97,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
 template <class B, class Op>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
-  kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
-  for (const tensor* t : in) {
-    t->require_value(Op::name);
-    if (t->device() != dev)
-      throw invalid_argument_error(std::string(Op::name) + ": inputs are on different devices (" + std::string(name(dev)) +
-                                   " and " + std::string(name(t->device())) + ")");
-  }
+  const kiln::device dev = input_device(Op::name, in);
   // An op whose values can be wrong for its kernel (an index out of range, an
   // integer division by zero) provides `check_values`, found by argument-dependent lookup.
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
@@ -67,12 +107,11 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
-    small_vector<buffer_view, 4> views;
-    views.reserve(in.size());
-    for (const tensor* t : in) views.emplace_back(t->view());
-    tensor out(dt, sh, dev);
-    if (out.size() > 0) compute(B{}, op, std::span<const buffer_view>(views), out.view());
-    return out;
+    return run_kernel(dt, sh, dev, in,
+                      [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
+                        compute(B{}, *static_cast<const Op*>(o), views, out);
+                      },
+                      &op);
   }
 }
 

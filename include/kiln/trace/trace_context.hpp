@@ -132,14 +132,13 @@ class trace_context {
     return outputs;
   }
 
-  /// Records `op` applied to `inputs` and returns its symbolic result.
-  template <class Op>
-  tensor record(const Op& op, std::span<const tensor* const> inputs) {
-    auto [dt, sh] = infer(op, inputs);
+  /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
+  /// symbolic result.
+  tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
     std::vector<int> ids;
     ids.reserve(inputs.size());
     for (const tensor* t : inputs) ids.push_back(node_of(*t));
-    return symbolic(graph_.add_op(ops::any_op(op), std::move(ids), dt, sh));
+    return symbolic(graph_.add_op(std::move(op), std::move(ids), dt, sh));
   }
 
  private:
@@ -216,13 +215,17 @@ class init_scope {
 
 namespace kiln::detail {
 
+[[noreturn]] inline void throw_outside_trace(std::string_view op) {
+  throw type_error(std::string(op) +
+                   ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
+}
+
 template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
-  if (!trace)
-    throw type_error(std::string(Op::name) +
-                     ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
-  return trace->record(op, inputs);
+  if (!trace) throw_outside_trace(Op::name);
+  auto [dt, sh] = infer(op, inputs);
+  return trace->record(ops::any_op(op), inputs, dt, sh);
 }
 
 }  // namespace kiln::detail

@@ -11,11 +11,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -147,59 +151,96 @@ auto finish(const typename R::partial& p) {
 }
 
 // ---- the pairwise tree -----------------------------------------------------------
+// The tree's recursion and its parallel split are compiled once for every
+// reduction: they see partial results as `size` bytes and reach the leaves and
+// the combine through function pointers, one indirect call per leaf of thousands
+// of elements.
 
-/// Combines leaves [lo, hi) as a binary tree split at the middle, so its shape
-/// depends only on the number of leaves.
-template <class P, class Leaf, class Combine>
-P pairwise(std::int64_t lo, std::int64_t hi, const Leaf& leaf, const Combine& combine) {
-  if (hi - lo == 1) return leaf(lo);
+/// How a tree makes and combines partial results of `size` bytes.
+struct tree_steps {
+  const void* context;
+  void (*leaf)(const void* context, std::int64_t index, std::byte* out);
+  void (*combine)(const void* context, std::byte* left, const std::byte* right);  ///< left = left (+) right
+  std::size_t size;
+};
+
+/// Combines leaves [lo, hi) into `out` as a binary tree split at the middle, so its
+/// shape depends only on the number of leaves. `scratch` holds a partial per level.
+inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std::byte* out, std::byte* scratch) {
+  if (hi - lo == 1) return s.leaf(s.context, lo, out);
   const std::int64_t mid = lo + (hi - lo) / 2;
-  P left = pairwise<P>(lo, mid, leaf, combine);
-  return combine(left, pairwise<P>(mid, hi, leaf, combine));
+  pairwise(s, lo, mid, out, scratch);
+  pairwise(s, mid, hi, scratch, scratch + s.size);
+  s.combine(s.context, out, scratch);
 }
 
-/// The same tree as `pairwise(0, leaves, ...)`, with its subtrees a few levels down
-/// evaluated in parallel and combined above in the same order.
-template <class P, class Leaf, class Combine>
-P pairwise_parallel(std::int64_t leaves, const Leaf& leaf, const Combine& combine) {
-  // Up to 32 subtrees, enough to balance a pool; fewer for large partial results,
-  // which all live on this stack.
-  constexpr int split_depth = sizeof(P) <= 2048 ? 5 : 3;
+/// Room for the partials of a tree's levels: one per level of 2^63 leaves.
+inline std::vector<std::byte> tree_scratch(const tree_steps& s) { return std::vector<std::byte>(64 * s.size); }
+
+/// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
+/// down evaluated in parallel and combined above in the same order.
+inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byte* out) {
+  constexpr int split_depth = 5;  // up to 32 subtrees, enough to balance a pool
   struct range {
     std::int64_t lo, hi;
   };
-  std::array<range, 1 << split_depth> subtrees{};
-  int count = 0;
+  std::vector<range> subtrees;
   auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
-    if (depth == split_depth || hi - lo == 1) {
-      subtrees[count++] = {lo, hi};
-      return;
-    }
+    if (depth == split_depth || hi - lo == 1) return subtrees.push_back({lo, hi});
     const std::int64_t mid = lo + (hi - lo) / 2;
     self(self, lo, mid, depth + 1);
     self(self, mid, hi, depth + 1);
   };
   collect(collect, 0, leaves, 0);
 
-  std::array<P, 1 << split_depth> values;
-  detail::parallel_for(count, 1, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t i = lo; i < hi; ++i) values[i] = pairwise<P>(subtrees[i].lo, subtrees[i].hi, leaf, combine);
+  std::vector<std::byte> values(subtrees.size() * s.size);
+  detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<std::byte> scratch = tree_scratch(s);
+    for (std::int64_t i = lo; i < hi; ++i)
+      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.data());
   });
 
-  int next = 0;
-  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> P {
-    if (depth == split_depth || hi - lo == 1) return values[next++];
+  std::vector<std::byte> scratch = tree_scratch(s);
+  std::size_t next = 0;
+  auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
+    if (depth == split_depth || hi - lo == 1) {
+      std::memcpy(into, values.data() + next++ * s.size, s.size);
+      return;
+    }
     const std::int64_t mid = lo + (hi - lo) / 2;
-    P left = self(self, lo, mid, depth + 1);
-    return combine(left, self(self, mid, hi, depth + 1));
+    self(self, lo, mid, depth + 1, into, below);
+    self(self, mid, hi, depth + 1, below, below + s.size);
+    s.combine(s.context, into, below);
   };
-  return fold(fold, 0, leaves, 0);
+  fold(fold, 0, leaves, 0, out, scratch.data());
 }
 
+/// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
+/// joins neighbours. `P` is trivially copyable.
 template <class P, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
+  static_assert(std::is_trivially_copyable_v<P>);
   if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
-  return parallel ? pairwise_parallel<P>(leaves, leaf, combine) : pairwise<P>(0, leaves, leaf, combine);
+  struct steps_context {
+    const Leaf& leaf;
+    const Combine& combine;
+  } context{leaf, combine};
+  const tree_steps s{
+      &context,
+      [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
+      [](const void* c, std::byte* left, const std::byte* right) {
+        P& l = *std::launder(reinterpret_cast<P*>(left));
+        l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
+      },
+      sizeof(P)};
+  P result;
+  if (parallel) {
+    pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+  } else {
+    std::vector<std::byte> scratch = tree_scratch(s);
+    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
+  }
+  return result;
 }
 
 /// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
