@@ -41,6 +41,12 @@
 #include "kiln/eager/check_numerics.hpp"
 #include "kiln/eager/truth_value.hpp"
 
+#include "kiln/typed/fixed.hpp"
+#include "kiln/typed/expr.hpp"
+#include "kiln/typed/ops.hpp"
+#include "kiln/typed/trace.hpp"
+#include "kiln/typed/kernels.hpp"
+
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"
 #include "kiln/exec/tile.hpp"

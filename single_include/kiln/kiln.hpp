@@ -2260,6 +2260,11 @@ KILN_BINARY_FUNCTION(logical_or, logical_or)
 /// toward zero and saturate; NaN becomes 0).
 template <class = void>
 tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
+/// `kiln::cast<double>(x)`: the same with the target as a C++ type, as the
+/// compile-time tier spells it, so that one generic callable serves both tiers.
+template <class T>
+  requires has_dtype<T>
+tensor cast(const tensor& x) { return cast(x, dtype_of<T>); }
 
 /// `kiln::where(x > 0, x, 0.f)`: picks from `a` where `cond` holds, else from `b`.
 template <class = void>
@@ -7510,6 +7515,1437 @@ inline tensor::operator bool() const {
 }  // namespace kiln
 // ----- end kiln/eager/truth_value.hpp -----
 
+// ----- begin kiln/typed/fixed.hpp -----
+/// \file
+/// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
+/// type, the values of the compile-time tier (API.md section 1). It owns its data,
+/// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
+/// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln {
+namespace typed {
+
+/// The element types a `fixed` may hold: every dtype but string.
+template <class T>
+inline constexpr bool element_type = std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> ||
+                                     std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
+                                     std::is_same_v<T, double>;
+
+/// A shape known at compile time. Dims are positive.
+/// \code static_assert(kiln::typed::dims<2, 3>::size == 6); \endcode
+template <std::int64_t... D>
+struct dims {
+  static constexpr int rank = int(sizeof...(D));
+  static constexpr std::int64_t size = (std::int64_t(1) * ... * D);
+  static constexpr std::array<std::int64_t, sizeof...(D)> values{D...};
+  /// The last dim (1 for a scalar): what an evaluation loop runs SIMD across.
+  static constexpr std::int64_t inner = rank == 0 ? 1 : values[std::size_t(rank - 1)];
+  static constexpr kiln::shape shape() { return kiln::shape{D...}; }
+};
+
+/// The `dims` of the shape `S::value`, a `static constexpr kiln::shape` (a shape
+/// rule's result, computed at compile time).
+template <class S, class = std::make_integer_sequence<int, S::value.rank()>>
+struct dims_of_shape;
+template <class S, int... I>
+struct dims_of_shape<S, std::integer_sequence<int, I...>> {
+  using type = dims<S::value[I]...>;
+};
+template <class S>
+using dims_from = typename dims_of_shape<S>::type;
+
+/// Where a `fixed` keeps `N` elements: past this many bytes, on the heap.
+inline constexpr std::size_t inline_bytes = 16384;
+
+/// A `fixed`'s elements: an inline aligned array, or a heap one for large sizes.
+template <class T, std::int64_t N, bool Inline = (std::size_t(N) * sizeof(T) <= inline_bytes)>
+struct storage {
+  alignas(64) T values[N];
+  T* data() { return values; }
+  const T* data() const { return values; }
+};
+
+template <class T, std::int64_t N>
+struct storage<T, N, false> {
+  struct aligned_delete {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<T[], aligned_delete> values{static_cast<T*>(::operator new[](std::size_t(N) * sizeof(T), std::align_val_t(64)))};
+
+  storage() = default;
+  storage(const storage& o) { std::copy_n(o.data(), N, data()); }
+  storage(storage&&) noexcept = default;
+  storage& operator=(const storage& o) {
+    std::copy_n(o.data(), N, data());
+    return *this;
+  }
+  storage& operator=(storage&&) noexcept = default;
+  T* data() { return values.get(); }
+  const T* data() const { return values.get(); }
+};
+
+/// Tag: a `fixed` whose elements are left unset, to be written at once.
+struct uninitialized_t {
+  explicit constexpr uninitialized_t() = default;
+};
+inline constexpr uninitialized_t uninitialized{};
+
+}  // namespace typed
+
+/// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
+/// 2 x 3 floats, `fixed<int>` is a scalar. Ops on `fixed` values compute at once and
+/// give `fixed` values whose shape the compiler worked out; shape and dtype errors are
+/// compile errors. Called with `fixed` arguments, a kiln::function traces once per
+/// argument *type*.
+/// \code
+/// auto x = kiln::fixed<float, 2, 2>::ones();
+/// x(0, 1) = 3.f;
+/// std::cout << x * 2.f;  // tensor(\n[[2. 6.]\n [2. 2.]], shape=(2, 2), dtype=float32)
+/// \endcode
+template <class T, std::int64_t... Dims>
+class fixed {
+  static_assert(typed::element_type<T>, "kiln::fixed: the element type must be bool, std::int32_t, std::int64_t, float or double");
+  static_assert(((Dims > 0) && ...), "kiln::fixed: every dim must be positive");
+  static_assert(sizeof...(Dims) <= std::size_t(max_rank), "kiln::fixed: at most 8 dims");
+
+ public:
+  using value_type = T;
+  using dims_type = typed::dims<Dims...>;
+  static constexpr int rank = dims_type::rank;
+  static constexpr std::int64_t size = dims_type::size;
+  static constexpr std::array<std::int64_t, sizeof...(Dims)> dims = dims_type::values;
+  static constexpr kiln::dtype dtype = dtype_of<T>;
+
+  /// Zeros.
+  fixed() { std::fill_n(data(), size, T(0)); }
+  /// Unset elements, for code that writes them all at once.
+  explicit fixed(typed::uninitialized_t) {}
+  /// A scalar from its value: `kiln::fixed<float> x = 2.f;`.
+  fixed(T value)
+    requires(rank == 0)
+  {
+    *data() = value;
+  }
+  /// The elements in row-major order: `kiln::fixed<int, 3>{1, 2, 3}`. A list of the
+  /// wrong length raises kiln::value_error.
+  fixed(std::initializer_list<T> values)
+    requires(rank > 0)
+  {
+    if (std::int64_t(values.size()) != size)
+      throw value_error("kiln::fixed: " + std::to_string(values.size()) + " values given for shape " + shape().str() + " (" +
+                        std::to_string(size) + " elements)");
+    std::copy(values.begin(), values.end(), data());
+  }
+  /// The values of eager tensor `t`, whose dtype and shape must be this type's; else
+  /// kiln::value_error naming both.
+  explicit fixed(const tensor& t) {
+    if (t.is_symbolic() || !t.defined() || t.dtype() != dtype || t.shape() != shape())
+      throw value_error("kiln::fixed: cannot hold " +
+                        (t.defined() ? std::string(name(t.dtype())) + " " + t.shape().str() : std::string("an empty tensor")) +
+                        (t.is_symbolic() ? " (symbolic)" : "") + " as " + std::string(name(dtype)) + " " + shape().str());
+    const std::vector<T> values = t.to_vector<T>();
+    std::copy(values.begin(), values.end(), data());
+  }
+
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  static constexpr kiln::shape shape() { return dims_type::shape(); }
+
+  /// Element `(i, j, ...)`, one index per dim.
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  T& operator()(I... i) {
+    return data()[offset(i...)];
+  }
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  const T& operator()(I... i) const {
+    return data()[offset(i...)];
+  }
+  /// A scalar's value.
+  T item() const
+    requires(rank == 0)
+  {
+    return *data();
+  }
+
+  /// Every element `value`.
+  static fixed fill(T value) {
+    fixed x(typed::uninitialized);
+    std::fill_n(x.data(), size, value);
+    return x;
+  }
+  static fixed zeros() { return fill(T(0)); }
+  static fixed ones() { return fill(T(1)); }
+  /// The identity matrix (ones on the diagonal of a rank-2 type).
+  static fixed eye()
+    requires(rank == 2)
+  {
+    fixed x = zeros();
+    for (std::int64_t i = 0; i < std::min(dims[0], dims[1]); ++i) x(i, i) = T(1);
+    return x;
+  }
+  /// `start, start + delta, ...` along a rank-1 type, as kiln::range.
+  static fixed range(T start = T(0), T delta = T(1))
+    requires(rank == 1 && !std::is_same_v<T, bool>)
+  {
+    fixed x(typed::uninitialized);
+    for (std::int64_t i = 0; i < size; ++i) x.data()[i] = T(start + T(i) * delta);
+    return x;
+  }
+  /// Numbers uniform in [minval, maxval) as a pure function of `seed`: the numbers
+  /// kiln::random::stateless_uniform(shape(), seed, minval, maxval, dtype) gives.
+  static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
+    requires(!std::is_same_v<T, bool>)
+  {
+    if (!(minval < maxval))
+      throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
+                                   std::to_string(minval));
+    fixed x(typed::uninitialized);
+    detail::uniform_fill(x.data(), size, seed, 0, minval, maxval);
+    return x;
+  }
+
+  /// An eager kiln::tensor with a copy of the values.
+  operator tensor() const {
+    tensor t(dtype, shape());
+    std::copy_n(data(), size, static_cast<T*>(t.view().data));
+    return t;
+  }
+
+  /// Printed exactly as the kiln::tensor of the same values.
+  friend std::ostream& operator<<(std::ostream& os, const fixed& x) { return os << tensor(x); }
+
+ private:
+  template <class... I>
+  static std::int64_t offset(I... i) {
+    std::int64_t off = 0;
+    std::size_t d = 0;
+    ((off = off * dims[d++] + std::int64_t(i)), ...);
+    return off;
+  }
+
+  typed::storage<T, size> storage_;
+};
+
+/// The compile-time spec of a `fixed<T, Dims...>` argument, for
+/// `get_concrete_function`: `kiln::spec<float, 2, 3>{}`.
+template <class T, std::int64_t... Dims>
+struct spec {
+  using value_type = fixed<T, Dims...>;
+  /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
+  static std::string str() { return std::string(name(dtype_of<T>)) + " Tensor, shape=" + kiln::shape{Dims...}.str(); }
+};
+
+namespace typed {
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// The `fixed` type of element type `T` over `dims` `D`.
+template <class T, class D>
+struct fixed_for;
+template <class T, std::int64_t... D>
+struct fixed_for<T, dims<D...>> {
+  using type = fixed<T, D...>;
+};
+template <class T, class D>
+using fixed_t = typename fixed_for<T, D>::type;
+}  // namespace typed
+
+}  // namespace kiln
+// ----- end kiln/typed/fixed.hpp -----
+// ----- begin kiln/typed/expr.hpp -----
+/// \file
+/// Expression templates of the compile-time tier. An elementwise op on typed values
+/// builds a `node` whose type carries the op, the element type and the dims its
+/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
+/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
+/// SIMD batch at a time through the op's own functor, so each element gets the bits
+/// that the eager kiln::tensor kernels give it.
+///
+/// Operands read their elements at (row, col) of the result: `row` counts the
+/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
+/// data pointers (eager), slots of a trace's frame (traced arguments and results),
+/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
+/// other dims.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+
+namespace kiln {
+
+/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
+/// kiln among their associated namespaces, where their operators are.
+struct typed_expression {};
+
+namespace typed {
+
+/// The data of a trace's values by slot: its arguments, then the results of its steps.
+/// Eager evaluation has none.
+using frame = void* const*;
+
+/// Whether `T` has SIMD batches (as the CPU kernels' `simd_type`).
+template <class T>
+inline constexpr bool simd_type =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+
+template <class T>
+using batch = xsimd::batch<T>;
+
+/// `V` (a batch or `T` itself) holding element `p[0]` in every lane.
+template <class V, class T>
+V splat(const T* p) {
+  return V(*p);
+}
+
+/// A batch of `count` elements from `p` (or every `step`-th), padded with copies of
+/// the last, as the CPU kernels pad a run's head and tail: every element then goes
+/// through the batch functor, wherever it sits.
+template <class T>
+batch<T> padded(const T* p, std::int64_t count) {
+  alignas(64) std::array<T, batch<T>::size> lanes;
+  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < count ? l : count - 1];
+  return batch<T>::load_aligned(lanes.data());
+}
+
+// ---- leaves ------------------------------------------------------------------------
+
+/// Elements at a data pointer, laid out as `D` (eager operands).
+template <class T, class D>
+struct data_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  const T* p;
+
+  template <class V>
+  V load(frame, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, T>)
+      return p[row * D::inner + col];
+    else
+      return V::load_unaligned(p + row * D::inner + col);
+  }
+  template <class V>
+  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(p + row * D::inner + col, count);
+  }
+};
+
+/// Elements of slot `index` of the frame, laid out as `D` (traced values).
+template <class T, class D>
+struct slot_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  int index;
+
+  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(at(f) + row * D::inner + col, count);
+  }
+};
+
+/// A C++ scalar, converted to the other operand's element type.
+template <class T>
+struct scalar_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = dims<>;
+  static constexpr bool simd = simd_type<T>;
+  T value;
+
+  template <class V>
+  V load(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  template <class V>
+  V partial(frame, std::int64_t, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+};
+
+/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
+/// that holds it are cheap).
+template <class T, class D>
+struct constant_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  std::shared_ptr<const fixed_t<T, D>> value;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
+  }
+  template <class V>
+  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(value->data() + row * D::inner + col, count);
+  }
+};
+
+// ---- broadcasting ------------------------------------------------------------------
+
+/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
+template <class E, class Out>
+struct broadcast : typed_expression {
+  using value_type = typename E::value_type;
+  using dims_type = Out;
+  using in_dims = typename E::dims_type;
+  static constexpr bool simd = E::simd;
+  /// Whether `E` repeats one value along the result's last dim.
+  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
+  E operand;
+
+  /// `E`'s row for the result's `row`.
+  static std::int64_t map_row(std::int64_t row) {
+    constexpr int ro = Out::rank, re = in_dims::rank;
+    if constexpr (re <= 1) {
+      return 0;
+    } else {
+      std::int64_t in_row = 0, in_stride = 1;
+      // Walk the result's row dims from the last (dim ro - 2) to the first.
+      for (int d = ro - 2; d >= 0; --d) {
+        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
+        row /= size;
+        const int e = d - (ro - re);
+        if (e < 0) break;
+        const std::int64_t in_size = in_dims::values[std::size_t(e)];
+        if (in_size != 1) in_row += index * in_stride;
+        in_stride *= in_size;
+      }
+      return in_row;
+    }
+  }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols) {
+      if constexpr (std::is_same_v<V, value_type>)
+        return operand.template load<V>(f, map_row(row), 0);
+      else
+        return V(first_lane(operand.template partial<V>(f, map_row(row), 0, 1)));
+    } else {
+      return operand.template load<V>(f, map_row(row), col);
+    }
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    if constexpr (splat_cols)
+      return load<V>(f, row, col);
+    else
+      return operand.template partial<V>(f, map_row(row), col, count);
+  }
+
+ private:
+  template <class V>
+  static value_type first_lane(const V& v) {
+    alignas(64) std::array<value_type, V::size> lanes;
+    v.store_aligned(lanes.data());
+    return lanes[0];
+  }
+};
+
+/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
+template <class E, class Out>
+using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
+
+template <class Out, class E>
+operand_as<E, Out> broadcast_to(const E& e) {
+  if constexpr (std::is_same_v<typename E::dims_type, Out>)
+    return e;
+  else
+    return broadcast<E, Out>{{}, e};
+}
+
+// ---- the rules, at compile time ------------------------------------------------------
+
+/// `Op`'s rules applied at compile time to operands of element types `T...` and
+/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
+template <class Made, class... X>
+struct op_rule {
+  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
+  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
+  static constexpr kiln::shape value = shapes.value;
+};
+
+/// A default-constructed op, for op_rule.
+template <class Op>
+struct made {
+  static constexpr Op op{};
+};
+
+/// What make_node gives when a rule fails, after its static_assert.
+struct rule_error {};
+
+template <class Op, class... D>
+struct broadcast_shapes_error : rule_error {
+  static_assert(sizeof(Op) == 0, "the shapes of this kiln op's operands do not broadcast (see the dims in 'broadcast_shapes_error<op, dims<...>...>')");
+};
+template <class Op, class... T>
+struct operand_dtypes_error : rule_error {
+  static_assert(sizeof(Op) == 0, "this kiln op does not take these element types (see 'operand_dtypes_error<op, types...>')");
+};
+
+// ---- elementwise nodes ------------------------------------------------------------------
+
+/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
+template <class Op, class D, class... E>
+struct node : typed_expression {
+  /// The operands' element type (for `where`, its branches').
+  using input_type = typename std::tuple_element_t<sizeof...(E) == 3 ? 1 : 0, std::tuple<E...>>::value_type;
+  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
+  using dims_type = D;
+  /// Batches throughout when the CPU kernel of this op would use them (one input
+  /// type, the same output type, at most two operands) and every operand does.
+  static constexpr bool simd = std::is_same_v<input_type, value_type> && simd_type<value_type> &&
+                               Op::simd.contains(dtype_of<value_type>) && Op::arity <= 2 && (E::simd && ...);
+  Op op;
+  std::tuple<E...> operands;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V>(f, row, col, count)...); }, operands);
+  }
+
+ private:
+  template <class... A>
+  value_type apply_scalar(const A&... a) const {
+    return math::convert<value_type>(op(a...));
+  }
+};
+
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`.
+template <class E>
+void evaluate(const E& e, frame f, typename E::value_type* out) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      T* o = out + row * inner;
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
+      if constexpr (inner % w != 0) {
+        alignas(64) std::array<T, std::size_t(w)> lanes;
+        e.template partial<B>(f, row, col, inner - col).store_aligned(lanes.data());
+        std::copy_n(lanes.data(), inner - col, o + col);
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// The `fixed` value of expression `e` (eager).
+template <class E>
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
+  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
+  evaluate(e, nullptr, out.data());
+  return out;
+}
+
+/// The node of `op` on expressions `e...`, or a compile error naming the op and the
+/// operands' dims or types.
+template <class Op, class... E>
+auto make_node(const Op& op, const E&... e) {
+  using rule = op_rule<made<Op>, E...>;
+  if constexpr (!rule::dtypes.ok()) {
+    return operand_dtypes_error<Op, typename E::value_type...>{};
+  } else if constexpr (!rule::shapes.ok()) {
+    return broadcast_shapes_error<Op, typename E::dims_type...>{};
+  } else {
+    using D = dims_from<rule>;
+    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
+  }
+}
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/expr.hpp -----
+// ----- begin kiln/typed/ops.hpp -----
+/// \file
+/// The elementwise ops on typed values, from the op library's definitions
+/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
+/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
+/// an expression, fused with its neighbours until something needs its value.
+
+#include <concepts>
+#include <memory>
+#include <type_traits>
+
+
+namespace kiln {
+namespace typed {
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+
+/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
+template <class... X>
+inline constexpr bool eager = ((!lazy<X>) && ...);
+
+/// The element type of a typed operand.
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <operand X>
+struct element_of<X> {
+  using type = typename std::remove_cvref_t<X>::value_type;
+};
+
+/// The element type a C++ scalar among `X...` is converted to: the first typed
+/// operand's (for `where`, the first branch's).
+template <class... X>
+struct promoted {
+  using type = void;
+};
+template <class X, class... Rest>
+struct promoted<X, Rest...> {
+  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
+};
+
+/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`.
+template <class T, bool Eager, class X>
+auto expression_of(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (fixed_value<V>) {
+    using D = typename V::dims_type;
+    if constexpr (Eager)
+      return data_leaf<typename V::value_type, D>{{}, x.data()};
+    else
+      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
+  } else if constexpr (lazy<V>) {
+    if constexpr (requires { x.expression(); })
+      return x.expression();
+    else
+      return x;
+  } else {
+    return scalar_leaf<T>{{}, T(x)};
+  }
+}
+
+/// ops::cast to `T`, with the target in its type, where the rules read it.
+template <class T>
+struct cast_to : ops::cast {
+  constexpr cast_to() : ops::cast(dtype_of<T>) {}
+};
+
+/// Hook of the tracer (kiln/typed/trace.hpp): what a lazy op gives for its node.
+template <class E>
+auto lazy_result(E e);
+
+/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
+/// expression.
+template <class T, class Op, class... X>
+auto apply_as(const Op& op, const X&... x) {
+  constexpr bool now = eager<X...>;
+  auto e = make_node(op, expression_of<T, now>(x)...);
+  if constexpr (std::is_base_of_v<rule_error, decltype(e)>)
+    return e;  // the static_assert has spoken; no further errors
+  else if constexpr (now)
+    return materialize(e);
+  else
+    return lazy_result(std::move(e));
+}
+
+template <class Op, class... X>
+auto apply(const Op& op, const X&... x) {
+  return apply_as<typename promoted<X...>::type>(op, x...);
+}
+
+}  // namespace typed
+
+/// Ops between a typed operand and a C++ scalar or another typed operand.
+template <class X, class Y>
+concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
+                         (std::is_arithmetic_v<X> && typed::operand<Y>);
+
+#define KILN_TYPED_UNARY(fn, op)                                                       \
+  template <typed::operand X>                                                          \
+  auto fn(const X& x) {                                                                \
+    return typed::apply(ops::op{}, x);                                                 \
+  }
+#define KILN_TYPED_BINARY(fn, op)                                                      \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto fn(const X& x, const Y& y) {                                                    \
+    return typed::apply(ops::op{}, x, y);                                              \
+  }
+
+KILN_TYPED_UNARY(negative, negate)
+KILN_TYPED_UNARY(abs, abs)
+KILN_TYPED_UNARY(exp, exp)
+KILN_TYPED_UNARY(log, log)
+KILN_TYPED_UNARY(sqrt, sqrt)
+KILN_TYPED_UNARY(square, square)
+KILN_TYPED_UNARY(tanh, tanh)
+KILN_TYPED_UNARY(sigmoid, sigmoid)
+KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(logical_not, logical_not)
+KILN_TYPED_BINARY(add, add)
+KILN_TYPED_BINARY(subtract, subtract)
+KILN_TYPED_BINARY(multiply, multiply)
+KILN_TYPED_BINARY(divide, divide)
+KILN_TYPED_BINARY(floordiv, floordiv)
+KILN_TYPED_BINARY(floormod, floormod)
+KILN_TYPED_BINARY(pow, pow)
+KILN_TYPED_BINARY(maximum, maximum)
+KILN_TYPED_BINARY(minimum, minimum)
+KILN_TYPED_BINARY(equal, equal)
+KILN_TYPED_BINARY(not_equal, not_equal)
+KILN_TYPED_BINARY(less, less)
+KILN_TYPED_BINARY(less_equal, less_equal)
+KILN_TYPED_BINARY(greater, greater)
+KILN_TYPED_BINARY(greater_equal, greater_equal)
+KILN_TYPED_BINARY(logical_and, logical_and)
+KILN_TYPED_BINARY(logical_or, logical_or)
+#undef KILN_TYPED_UNARY
+#undef KILN_TYPED_BINARY
+
+/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
+template <typed::operand C, class A, class B>
+  requires(typed::operand<A> || typed::operand<B>)
+auto where(const C& cond, const A& a, const B& b) {
+  return typed::apply_as<typename typed::promoted<A, B>::type>(ops::where{}, cond, a, b);
+}
+
+/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
+template <class T, typed::operand X>
+auto cast(const X& x) {
+  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
+  return typed::apply(typed::cast_to<T>{}, x);
+}
+
+template <typed::operand X>
+auto operator-(const X& x) {
+  return negative(x);
+}
+
+#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto operator sym(const X& x, const Y& y) {                                          \
+    return fn(x, y);                                                                   \
+  }
+KILN_TYPED_OPERATOR(+, add)
+KILN_TYPED_OPERATOR(-, subtract)
+KILN_TYPED_OPERATOR(*, multiply)
+KILN_TYPED_OPERATOR(/, divide)
+KILN_TYPED_OPERATOR(%, floormod)
+KILN_TYPED_OPERATOR(==, equal)
+KILN_TYPED_OPERATOR(!=, not_equal)
+KILN_TYPED_OPERATOR(<, less)
+KILN_TYPED_OPERATOR(<=, less_equal)
+KILN_TYPED_OPERATOR(>, greater)
+KILN_TYPED_OPERATOR(>=, greater_equal)
+#undef KILN_TYPED_OPERATOR
+
+}  // namespace kiln
+// ----- end kiln/typed/ops.hpp -----
+// ----- begin kiln/typed/trace.hpp -----
+/// \file
+/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
+///
+/// The callable runs once per signature *type* (and per value of its C++ arguments)
+/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
+/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
+/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
+/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
+/// one fused loop compiled from the expression's type, that writes a slot of the
+/// trace's frame. A call runs the steps in order, then the returned expression,
+/// straight into the result: a callable that is one expression is one inlined loop.
+///
+/// Each signature type has a slot in its function's trace table, found by an index
+/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace typed {
+
+template <class>
+inline constexpr bool always_false = false;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame.
+struct step {
+  void (*run)(const void* data, frame f);
+  std::shared_ptr<const void> data;
+};
+
+/// What a trace being recorded collects: the slots of its frame (its arguments
+/// first) and its steps, in program order.
+struct recorder {
+  std::vector<std::size_t> slot_bytes;
+  std::vector<step> steps;
+
+  int add_slot(std::size_t bytes) {
+    slot_bytes.push_back(bytes);
+    return int(slot_bytes.size()) - 1;
+  }
+  /// The recorder of the trace in progress on this thread, if any.
+  static recorder*& current() {
+    thread_local recorder* r = nullptr;
+    return r;
+  }
+};
+
+/// A step that evaluates expression `E` into slot `out`.
+template <class E>
+struct evaluation {
+  E expression;
+  int out;
+  static void run(const void* data, frame f) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+  }
+};
+
+/// Records a step writing `e` to a new slot, and returns the slot.
+template <class E>
+int record(E e) {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  const int slot = r->add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
+  r->steps.push_back({&evaluation<E>::run, std::move(s)});
+  return slot;
+}
+
+/// A symbolic value of the compile-time tier: what a callable traced with a
+/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
+/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
+/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
+template <class T, class D>
+class symbol : public typed_expression {
+ public:
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+
+  /// The value in slot `slot` of the frame (an argument).
+  explicit symbol(int slot) : slot_(slot) {}
+  /// The value of expression `e`, computed at this point of the trace.
+  template <lazy E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
+  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
+  /// A constant.
+  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
+
+  symbol(const symbol&) = default;
+  symbol& operator=(const symbol&) = default;
+  /// Rebinds to the value of `e`: `y = y * 2.f;`.
+  template <class E>
+    requires(lazy<E> || fixed_value<E>)
+  symbol& operator=(const E& e) {
+    return *this = symbol(e);
+  }
+
+  slot_leaf<T, D> expression() const { return {{}, slot_}; }
+  int slot() const { return slot_; }
+
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+
+ private:
+  template <class E>
+  static const E& checked(const E& e) {
+    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
+                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
+                  "(kiln::cast or kiln::reshape change them)");
+    return e;
+  }
+
+  int slot_;
+};
+
+template <class E>
+auto lazy_result(E e) {
+  return e;
+}
+
+template <class V>
+struct is_symbol : std::false_type {};
+template <class T, class D>
+struct is_symbol<symbol<T, D>> : std::true_type {};
+
+/// The symbol a traced `fixed` argument becomes.
+template <class X>
+using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
+
+// ---- signatures --------------------------------------------------------------------
+
+/// C++ values a typed call keys by value: arithmetic values, enums and strings.
+template <class X>
+concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
+                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
+
+template <class X>
+struct is_spec : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_spec<spec<T, D...>> : std::true_type {};
+
+/// A `fixed` value, or its `spec` (for get_concrete_function).
+template <class X>
+concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
+
+/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
+/// argument, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// The `fixed` type of a typed argument.
+template <class X>
+struct fixed_of {
+  using type = std::remove_cvref_t<X>;
+};
+template <class T, std::int64_t... D>
+struct fixed_of<spec<T, D...>> {
+  using type = fixed<T, D...>;
+};
+
+/// What the callable receives for argument `X` while tracing.
+template <class X>
+struct traced {
+  using type = std::remove_cvref_t<X>;
+};
+template <typed_argument X>
+struct traced<X> {
+  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
+};
+template <class X>
+using traced_t = typename traced<X>::type;
+
+/// The C++ values of a call, its key within the slot of its signature type.
+template <class... Args>
+using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
+
+template <class... Args>
+values_of<Args...> values(const Args&... args) {
+  return std::tuple_cat([](const auto& a) {
+    if constexpr (typed_argument<decltype(a)>)
+      return std::tuple<>();
+    else
+      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
+  }(args)...);
+}
+
+// ---- results -----------------------------------------------------------------------
+
+/// What a call returns for the traced result `R`: `fixed` values for expressions, in
+/// the same structure.
+template <class R>
+struct output {
+  using type = R;  // C++ values and `fixed` constants come back as they are
+};
+template <lazy R>
+struct output<R> {
+  using type = fixed_t<typename R::value_type, typename R::dims_type>;
+};
+template <class... R>
+struct output<std::tuple<R...>> {
+  using type = std::tuple<typename output<R>::type...>;
+};
+template <class A, class B>
+struct output<std::pair<A, B>> {
+  using type = std::pair<typename output<A>::type, typename output<B>::type>;
+};
+template <class R>
+using output_t = typename output<std::remove_cvref_t<R>>::type;
+
+template <class R>
+output_t<R> evaluate_output(const R& r, frame f) {
+  if constexpr (lazy<R>) {
+    output_t<R> out(uninitialized);
+    evaluate(expression_of<void, false>(r), f, out.data());
+    return out;
+  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
+    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
+  } else {
+    return r;
+  }
+}
+
+/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
+/// run inside another).
+template <class Fn>
+decltype(auto) with_recorder(recorder& r, Fn&& fn) {
+  struct restore {
+    recorder* previous;
+    ~restore() { recorder::current() = previous; }
+  } guard{std::exchange(recorder::current(), &r)};
+  return fn();
+}
+
+/// One typed trace: its steps, the size of its frame, and the expression(s) it
+/// returns (`R`; none for `void`).
+template <class R>
+struct trace {
+  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
+  std::vector<step> steps;
+  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
+  int arguments = 0;
+  std::size_t workspace_bytes = 0;
+  std::optional<stored> result;
+
+  /// Runs the trace on the data of its arguments.
+  template <std::size_t N>
+  output_t<stored> run(const std::array<void*, N>& args) const {
+    const std::size_t slots = std::size_t(arguments) + offsets.size();
+    if (slots == N) return evaluate_output(*result, args.data());  // one expression: no frame to build
+    constexpr std::size_t local_slots = 64, local_bytes = 4096;
+    std::array<void*, local_slots> local_frame;
+    std::vector<void*> heap_frame;
+    void** f = local_frame.data();
+    if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
+    alignas(64) std::byte local[local_bytes];
+    std::unique_ptr<std::byte[]> heap;
+    std::byte* workspace = local;
+    if (workspace_bytes > local_bytes) workspace = (heap.reset(new (std::align_val_t(64)) std::byte[workspace_bytes]), heap.get());
+    std::copy(args.begin(), args.end(), f);
+    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
+    for (const step& s : steps) s.run(s.data.get(), f);
+    return evaluate_output(*result, f);
+  }
+};
+
+/// Traces `fn` for `args` (fixed values or specs, and C++ values).
+template <class R, class F, class... Args>
+std::unique_ptr<trace<R>> trace_now(F& fn, const Args&... args) {
+  recorder rec;
+  int slot = 0;
+  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
+    if constexpr (typed_argument<decltype(a)>) {
+      rec.add_slot(0);  // arguments live in the caller's values
+      return traced_t<decltype(a)>(slot++);
+    } else {
+      return a;
+    }
+  };
+  // Braces: the arguments take their slots from left to right.
+  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
+  auto t = std::make_unique<trace<R>>();
+  if constexpr (std::is_void_v<R>) {
+    with_recorder(rec, [&] { std::apply(fn, traced_args); });
+    t->result.emplace();
+  } else {
+    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
+  }
+  t->arguments = slot;
+  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
+    t->offsets.push_back(t->workspace_bytes);
+    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
+  }
+  t->steps = std::move(rec.steps);
+  return t;
+}
+
+// ---- the table of a function's traces ----------------------------------------------
+
+/// A process-wide index per signature type, fixed when the program starts.
+inline std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+template <class Signature>
+inline const std::size_t signature_index = next_signature_index();
+
+/// The traces of one signature type, by the values of its C++ arguments.
+template <class R, class Values>
+struct signature_traces {
+  std::mutex mutex;  // guards by_value
+  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
+  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
+  std::unique_ptr<trace<R>> only_owner;
+};
+
+/// A function's typed traces: one slot per signature type, found by its index.
+class trace_table {
+ public:
+  /// The traces of signature type `Sig`, made on first use.
+  template <class Sig, class Entry>
+  Entry& entry() {
+    const std::size_t i = signature_index<Sig>;
+    if (i < direct) {
+      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& [index, e] : entries_)
+      if (index == i) return *static_cast<Entry*>(e.get());
+    entries_.emplace_back(i, std::shared_ptr<void>(std::make_shared<Entry>()));
+    void* e = entries_.back().second.get();
+    if (i < direct) direct_[i].store(e, std::memory_order_release);
+    return *static_cast<Entry*>(e);
+  }
+
+  /// Signature texts of the traces so far, in the order they were made.
+  std::vector<std::string> signatures() const {
+    std::lock_guard lock(mutex_);
+    return signatures_;
+  }
+  void add_signature(std::string text) {
+    std::lock_guard lock(mutex_);
+    signatures_.push_back(std::move(text));
+  }
+  int count() const {
+    std::lock_guard lock(mutex_);
+    return int(signatures_.size());
+  }
+  /// One typed trace at a time (a trace of one function may call another).
+  std::recursive_mutex tracing;
+
+ private:
+  static constexpr std::size_t direct = 32;
+  std::array<std::atomic<void*>, direct> direct_{};
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
+  std::vector<std::string> signatures_;
+};
+
+/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
+template <class X>
+std::string describe() {
+  using V = std::remove_cvref_t<X>;
+  return std::string(name(dtype_of<typename V::value_type>)) + " Tensor, shape=" + V::dims_type::shape().str();
+}
+
+/// The Returns block of a signature for the traced result `R`.
+template <class R>
+std::string describe_returns() {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+    return "    None\n";
+  } else if constexpr (lazy<V> || fixed_value<V>) {
+    return "    " + describe<V>() + "\n";
+  } else if constexpr (requires { std::tuple_size<V>::value; }) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else if constexpr (has_dtype<V>) {
+    return "    " + std::string(name(dtype_of<V>)) + " Tensor, shape=()\n";
+  } else {
+    return "    " + std::string(name(int64)) + " Tensor, shape=()\n";
+  }
+}
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/trace.hpp -----
+// ----- begin kiln/typed/kernels.hpp -----
+/// \file
+/// Typed ops that end a fused expression: reductions (axes as template arguments),
+/// matmul, transpose and reshape. Each runs the CPU backend's kernel for its one
+/// element type, so its values are the eager kiln::tensor's bits, and its result's
+/// type comes from the op's constexpr shape rule. On `fixed` values an op computes
+/// at once; in a typed trace it is a step that reads its operands' slots (an
+/// operand expression is evaluated into a slot first) and writes a new one.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+
+namespace kiln {
+namespace typed {
+
+/// A reduction op over `Axes` (all when none).
+template <class Op, bool KeepDims, std::int64_t... Axes>
+struct made_reduction {
+  static constexpr Op op = sizeof...(Axes) == 0 ? Op(reduction_axes(), KeepDims) : Op(reduction_axes(int_list{Axes...}), KeepDims);
+};
+
+/// Dims `D` permuted by `Perm` (reversed when empty).
+template <class D, std::int64_t... Perm>
+struct transposed {
+  static constexpr std::array<int, std::size_t(D::rank)> perm = [] {
+    std::array<int, std::size_t(D::rank)> p{};
+    if constexpr (sizeof...(Perm) == 0) {
+      for (int d = 0; d < D::rank; ++d) p[std::size_t(d)] = D::rank - 1 - d;
+    } else {
+      int d = 0;
+      ((p[std::size_t(d++)] = int(Perm)), ...);
+    }
+    return p;
+  }();
+  static constexpr kiln::shape value = [] {
+    kiln::shape s;
+    for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
+    return s;
+  }();
+};
+
+/// The slot holding the value of operand `x` in the trace being recorded.
+template <class X>
+int slot_of(const X& x) {
+  if constexpr (is_symbol<std::remove_cvref_t<X>>::value) {
+    return x.slot();
+  } else {
+    using E = decltype(expression_of<void, false>(x));
+    return symbol<typename E::value_type, typename E::dims_type>(expression_of<void, false>(x)).slot();
+  }
+}
+
+/// A step running `Kernel` on the slots `in` into slot `out`.
+template <class Kernel, class Out, class... In>
+struct kernel_step {
+  Kernel kernel;
+  int out;
+  std::array<int, sizeof...(In)> in;
+  static void run(const void* data, frame f) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
+    }(std::index_sequence_for<In...>());
+  }
+};
+
+/// `kernel(out, in...)` on the values of `x...`, giving a value of type `OutT`
+/// and dims `OutD`: a `fixed` now, or a symbol written by a step of the trace.
+template <class OutT, class OutD, class Kernel, class... X>
+auto apply_kernel(Kernel kernel, const X&... x) {
+  if constexpr (eager<X...>) {
+    fixed_t<OutT, OutD> out(uninitialized);
+    kernel(out.data(), x.data()...);
+    return out;
+  } else {
+    recorder* r = recorder::current();
+    if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+    using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
+    const std::array<int, sizeof...(X)> in{slot_of(x)...};
+    const int out = r->add_slot(sizeof(OutT) * std::size_t(OutD::size));
+    r->steps.push_back({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    return symbol<OutT, OutD>(out);
+  }
+}
+
+template <class Op, class... D>
+struct shape_rule_error : rule_error {
+  static_assert(sizeof(Op) == 0, "this kiln op's shape rule rejects these operands (see 'shape_rule_error<op, dims<...>...>')");
+};
+
+/// Reduction `Op` over `Axes` (all when none) of `x`.
+template <class Op, bool KeepDims, std::int64_t... Axes, class X>
+auto reduce(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  using T = typename V::value_type;
+  using D = typename V::dims_type;
+  using made_op = made_reduction<Op, KeepDims, Axes...>;
+  using rule = op_rule<made_op, V>;
+  if constexpr (!rule::dtypes.ok()) {
+    return operand_dtypes_error<Op, T>{};
+  } else if constexpr (!rule::shapes.ok()) {
+    return shape_rule_error<Op, D, dims<Axes...>>{};
+  } else {
+    using Out = element_t<rule::dtypes.value>;
+    using OutD = dims_from<rule>;
+    return apply_kernel<Out, OutD>(
+        [](Out* out, const T* in) {
+          constexpr auto axis = made_op::op.axis;
+          constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
+          using R = backend::cpu::reducer_for<Op::kind, T>;
+          backend::cpu::reduce<R>(in, out, backend::cpu::reduction_layout(D::shape(), ops::reduced_dims(axis, D::rank)),
+                                  OutD::size, count);
+          if constexpr (Op::kind == ops::reduction_kind::mean)
+            for (std::int64_t i = 0; i < OutD::size; ++i) out[i] = ops::mean_of<T>(out[i], count);
+        },
+        x);
+  }
+}
+
+}  // namespace typed
+
+/// Tag: reduced dims stay in a typed reduction's result with size 1.
+struct keep_dims_t {
+  explicit constexpr keep_dims_t() = default;
+};
+inline constexpr keep_dims_t keep_dims{};
+
+#define KILN_TYPED_REDUCTION(fn)                                                                 \
+  template <std::int64_t... Axes, typed::operand X>                                              \
+  auto fn(const X& x) {                                                                          \
+    return typed::reduce<ops::fn, false, Axes...>(x);                                            \
+  }                                                                                              \
+  template <std::int64_t... Axes, typed::operand X>                                              \
+  auto fn(const X& x, keep_dims_t) {                                                             \
+    return typed::reduce<ops::fn, true, Axes...>(x);                                             \
+  }                                                                                              \
+  template <std::int64_t Axis, std::int64_t... More>                                             \
+  tensor fn(const tensor& x) {                                                                   \
+    return fn(x, reduction_axes(int_list{Axis, More...}));                                       \
+  }
+/// `kiln::reduce_sum<1>(x)`: typed reductions take their axes as template arguments
+/// (all axes when none), and `kiln::keep_dims` to keep reduced dims; the same
+/// spelling works on a kiln::tensor.
+KILN_TYPED_REDUCTION(reduce_sum)
+KILN_TYPED_REDUCTION(reduce_mean)
+KILN_TYPED_REDUCTION(reduce_max)
+KILN_TYPED_REDUCTION(reduce_min)
+KILN_TYPED_REDUCTION(argmax)
+#undef KILN_TYPED_REDUCTION
+
+/// `kiln::matmul(a, b)` on typed operands: a (batched) matrix product whose inner
+/// dims must agree at compile time.
+template <typed::operand A, typed::operand B>
+auto matmul(const A& a, const B& b) {
+  using Va = std::remove_cvref_t<A>;
+  using Vb = std::remove_cvref_t<B>;
+  using T = typename Va::value_type;
+  using Da = typename Va::dims_type;
+  using Db = typename Vb::dims_type;
+  using rule = typed::op_rule<typed::made<ops::matmul>, Va, Vb>;
+  if constexpr (!rule::dtypes.ok()) {
+    return typed::operand_dtypes_error<ops::matmul, T, typename Vb::value_type>{};
+  } else if constexpr (!rule::shapes.ok()) {
+    return typed::shape_rule_error<ops::matmul, Da, Db>{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    return typed::apply_kernel<T, OutD>(
+        [](T* out, const T* x, const T* y) {
+          constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
+          for (std::int64_t bi = 0; bi < g.batches; ++bi) {
+            const auto [oa, ob] = g.operand_offsets(bi);
+            backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
+          }
+        },
+        a, b);
+  }
+}
+
+/// `kiln::transpose<1, 0>(x)` on a typed operand: dims permuted by `Perm` (reversed
+/// when empty).
+template <std::int64_t... Perm, typed::operand X>
+auto transpose(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  static_assert(sizeof...(Perm) == 0 || sizeof...(Perm) == std::size_t(D::rank),
+                "kiln::transpose: the permutation must list every dim once");
+  using rule = typed::transposed<D, Perm...>;
+  using OutD = typed::dims_from<rule>;
+  return typed::apply_kernel<T, OutD>(
+      [](T* out, const T* in) {
+        constexpr auto in_strides = row_major_strides(D::shape());
+        std::array<std::int64_t, max_rank> index{};  // the output's multi-index
+        for (std::int64_t i = 0; i < OutD::size; ++i) {
+          std::int64_t from = 0;
+          for (int d = 0; d < D::rank; ++d) from += index[std::size_t(d)] * in_strides[std::size_t(rule::perm[std::size_t(d)])];
+          out[i] = in[from];
+          for (int d = D::rank - 1; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
+            index[std::size_t(d)] = 0;
+        }
+      },
+      x);
+}
+
+/// The typed spellings on a kiln::tensor, so that one generic callable serves both
+/// tiers: `kiln::transpose<1, 0>(t)`, `kiln::reshape<3, 2>(t)`.
+template <std::int64_t P, std::int64_t... More>
+tensor transpose(const tensor& x) {
+  return transpose(x, int_list{P, More...});
+}
+template <std::int64_t D, std::int64_t... More>
+tensor reshape(const tensor& x) {
+  return reshape(x, shape{D, More...});
+}
+
+#define KILN_TYPED_LIKE(fn, factory)                                                            \
+  template <typed::operand X>                                                                   \
+  auto fn(const X& x) {                                                                         \
+    using V = std::remove_cvref_t<X>;                                                           \
+    using F = typed::fixed_t<typename V::value_type, typename V::dims_type>;                    \
+    if constexpr (typed::eager<X>)                                                              \
+      return F::factory();                                                                      \
+    else                                                                                        \
+      return typed::symbol<typename V::value_type, typename V::dims_type>(F::factory());         \
+  }
+/// `kiln::ones_like(x)` of a typed operand: its type, all ones; a symbolic value in
+/// a trace, so that a loop can rebind it (`auto c = kiln::ones_like(a); c = c * a;`).
+KILN_TYPED_LIKE(ones_like, ones)
+/// `kiln::zeros_like(x)` of a typed operand: its type, all zeros.
+KILN_TYPED_LIKE(zeros_like, zeros)
+#undef KILN_TYPED_LIKE
+
+/// `kiln::reshape<3, 2>(x)` on a typed operand: the same elements in row-major order
+/// as new dims with as many elements.
+template <std::int64_t... Dims, typed::operand X>
+auto reshape(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  static_assert(typed::dims<Dims...>::size == D::size, "kiln::reshape: the new dims must hold as many elements as the old");
+  using OutD = typed::dims<Dims...>;
+  if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
+    return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
+  else
+    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
+}
+
+}  // namespace kiln
+// ----- end kiln/typed/kernels.hpp -----
+
 // ----- begin kiln/graph/graph.hpp -----
 /// \file
 /// `kiln::graph`: the runtime IR a trace produces. A graph is a list of nodes in
@@ -11441,7 +12877,12 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+    if constexpr (typed::typed_call<Args...>) {
+      return typed_call(args...);
+    } else if constexpr ((typed::fixed_value<Args> || ...)) {
+      // `fixed` beside runtime arguments: the runtime tier, with the values as tensors.
+      return (*this)(runtime_argument(std::forward<Args>(args))...);
+    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
       return (*this)(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
       return call(std::forward<Args>(args)...);
@@ -11464,18 +12905,20 @@ class function {
   /// newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
+    std::vector<std::string> texts;
+    for (const auto& c : state_->traces) texts.push_back(c->signature_text());
+    for (std::string& t : state_->typed.signatures()) texts.push_back(std::move(t));
     std::string s;
-    for (const auto& c : state_->traces) {
-      std::string text = c->signature_text();
+    for (std::string& text : texts) {
       text.pop_back();  // its closing newline
       s += (s.empty() ? "" : "\n\n") + text;
     }
     return s;
   }
-  /// How many times the callable has been traced.
+  /// How many times the callable has been traced, in either tier.
   int tracing_count() const {
     std::lock_guard lock(state_->mutex);
-    return int(state_->traces.size());
+    return int(state_->traces.size()) + state_->typed.count();
   }
 
  private:
@@ -11496,7 +12939,86 @@ class function {
     trace_map by_key;      // each trace under the key it was traced for
     trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
     std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+    typed::trace_table typed;  // traces of calls with `fixed` arguments
   };
+
+  template <class A>
+  static decltype(auto) runtime_argument(A&& a) {
+    if constexpr (typed::fixed_value<A>)
+      return tensor(a);
+    else
+      return std::forward<A>(a);
+  }
+
+  // A call in the compile-time tier (kiln/typed/trace.hpp): the trace of this
+  // signature type, found by its index, then the trace of these C++ values.
+  template <class... Args>
+  auto typed_call(const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    entry& e = state_->typed.template entry<std::tuple<std::remove_cvref_t<Args>...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(state_->typed.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace_typed<R>(args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(state_->typed.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
+    }
+    if constexpr (std::is_void_v<R>)
+      t->run(typed_data(args...));
+    else
+      return t->run(typed_data(args...));
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto typed_data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
+    auto t = typed::trace_now<R>(fn_, args...);
+    const function_options& o = state_->options;
+    std::string text = o.name + "(";
+    std::string arg_lines;
+    std::size_t i = 0;
+    auto describe_arg = [&](const auto& a) {
+      const std::string arg = i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i);
+      text += (i++ ? ", " : "") + arg;
+      if constexpr (typed::typed_argument<decltype(a)>) {
+        arg_lines += "    " + arg + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+      } else {
+        std::ostringstream os;
+        os << a;
+        text += "=" + os.str();
+      }
+    };
+    (describe_arg(args), ...);
+    text += ")\n";
+    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
+    text += "  Returns:\n" + typed::describe_returns<R>();
+    state_->typed.add_signature(std::move(text));
+    return t;
+  }
 
   // What the callable returns when traced with `Args`.
   template <class... Args>

@@ -279,6 +279,11 @@ KILN_BINARY_FUNCTION(logical_or, logical_or)
 /// toward zero and saturate; NaN becomes 0).
 template <class = void>
 tensor cast(const tensor& x, dtype to) { return detail::apply(ops::cast(to), x); }
+/// `kiln::cast<double>(x)`: the same with the target as a C++ type, as the
+/// compile-time tier spells it, so that one generic callable serves both tiers.
+template <class T>
+  requires has_dtype<T>
+tensor cast(const tensor& x) { return cast(x, dtype_of<T>); }
 
 /// `kiln::where(x > 0, x, 0.f)`: picks from `a` where `cond` holds, else from `b`.
 template <class = void>

@@ -25,6 +25,7 @@
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
+#include "kiln/typed/trace.hpp"
 
 namespace kiln {
 
@@ -335,7 +336,12 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+    if constexpr (typed::typed_call<Args...>) {
+      return typed_call(args...);
+    } else if constexpr ((typed::fixed_value<Args> || ...)) {
+      // `fixed` beside runtime arguments: the runtime tier, with the values as tensors.
+      return (*this)(runtime_argument(std::forward<Args>(args))...);
+    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
       return (*this)(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
       return call(std::forward<Args>(args)...);
@@ -358,18 +364,20 @@ class function {
   /// newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
+    std::vector<std::string> texts;
+    for (const auto& c : state_->traces) texts.push_back(c->signature_text());
+    for (std::string& t : state_->typed.signatures()) texts.push_back(std::move(t));
     std::string s;
-    for (const auto& c : state_->traces) {
-      std::string text = c->signature_text();
+    for (std::string& text : texts) {
       text.pop_back();  // its closing newline
       s += (s.empty() ? "" : "\n\n") + text;
     }
     return s;
   }
-  /// How many times the callable has been traced.
+  /// How many times the callable has been traced, in either tier.
   int tracing_count() const {
     std::lock_guard lock(state_->mutex);
-    return int(state_->traces.size());
+    return int(state_->traces.size()) + state_->typed.count();
   }
 
  private:
@@ -390,7 +398,86 @@ class function {
     trace_map by_key;      // each trace under the key it was traced for
     trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
     std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+    typed::trace_table typed;  // traces of calls with `fixed` arguments
   };
+
+  template <class A>
+  static decltype(auto) runtime_argument(A&& a) {
+    if constexpr (typed::fixed_value<A>)
+      return tensor(a);
+    else
+      return std::forward<A>(a);
+  }
+
+  // A call in the compile-time tier (kiln/typed/trace.hpp): the trace of this
+  // signature type, found by its index, then the trace of these C++ values.
+  template <class... Args>
+  auto typed_call(const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    entry& e = state_->typed.template entry<std::tuple<std::remove_cvref_t<Args>...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(state_->typed.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace_typed<R>(args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(state_->typed.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
+    }
+    if constexpr (std::is_void_v<R>)
+      t->run(typed_data(args...));
+    else
+      return t->run(typed_data(args...));
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto typed_data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
+    auto t = typed::trace_now<R>(fn_, args...);
+    const function_options& o = state_->options;
+    std::string text = o.name + "(";
+    std::string arg_lines;
+    std::size_t i = 0;
+    auto describe_arg = [&](const auto& a) {
+      const std::string arg = i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i);
+      text += (i++ ? ", " : "") + arg;
+      if constexpr (typed::typed_argument<decltype(a)>) {
+        arg_lines += "    " + arg + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+      } else {
+        std::ostringstream os;
+        os << a;
+        text += "=" + os.str();
+      }
+    };
+    (describe_arg(args), ...);
+    text += ")\n";
+    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
+    text += "  Returns:\n" + typed::describe_returns<R>();
+    state_->typed.add_signature(std::move(text));
+    return t;
+  }
 
   // What the callable returns when traced with `Args`.
   template <class... Args>

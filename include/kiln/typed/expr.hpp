@@ -1,0 +1,330 @@
+#pragma once
+/// \file
+/// Expression templates of the compile-time tier. An elementwise op on typed values
+/// builds a `node` whose type carries the op, the element type and the dims its
+/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
+/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
+/// SIMD batch at a time through the op's own functor, so each element gets the bits
+/// that the eager kiln::tensor kernels give it.
+///
+/// Operands read their elements at (row, col) of the result: `row` counts the
+/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
+/// data pointers (eager), slots of a trace's frame (traced arguments and results),
+/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
+/// other dims.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/math.hpp"
+#include "kiln/typed/fixed.hpp"
+
+namespace kiln {
+
+/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
+/// kiln among their associated namespaces, where their operators are.
+struct typed_expression {};
+
+namespace typed {
+
+/// The data of a trace's values by slot: its arguments, then the results of its steps.
+/// Eager evaluation has none.
+using frame = void* const*;
+
+/// Whether `T` has SIMD batches (as the CPU kernels' `simd_type`).
+template <class T>
+inline constexpr bool simd_type =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+
+template <class T>
+using batch = xsimd::batch<T>;
+
+/// `V` (a batch or `T` itself) holding element `p[0]` in every lane.
+template <class V, class T>
+V splat(const T* p) {
+  return V(*p);
+}
+
+/// A batch of `count` elements from `p` (or every `step`-th), padded with copies of
+/// the last, as the CPU kernels pad a run's head and tail: every element then goes
+/// through the batch functor, wherever it sits.
+template <class T>
+batch<T> padded(const T* p, std::int64_t count) {
+  alignas(64) std::array<T, batch<T>::size> lanes;
+  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < count ? l : count - 1];
+  return batch<T>::load_aligned(lanes.data());
+}
+
+// ---- leaves ------------------------------------------------------------------------
+
+/// Elements at a data pointer, laid out as `D` (eager operands).
+template <class T, class D>
+struct data_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  const T* p;
+
+  template <class V>
+  V load(frame, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, T>)
+      return p[row * D::inner + col];
+    else
+      return V::load_unaligned(p + row * D::inner + col);
+  }
+  template <class V>
+  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(p + row * D::inner + col, count);
+  }
+};
+
+/// Elements of slot `index` of the frame, laid out as `D` (traced values).
+template <class T, class D>
+struct slot_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  int index;
+
+  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(at(f) + row * D::inner + col, count);
+  }
+};
+
+/// A C++ scalar, converted to the other operand's element type.
+template <class T>
+struct scalar_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = dims<>;
+  static constexpr bool simd = simd_type<T>;
+  T value;
+
+  template <class V>
+  V load(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  template <class V>
+  V partial(frame, std::int64_t, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+};
+
+/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
+/// that holds it are cheap).
+template <class T, class D>
+struct constant_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  std::shared_ptr<const fixed_t<T, D>> value;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
+  }
+  template <class V>
+  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return padded(value->data() + row * D::inner + col, count);
+  }
+};
+
+// ---- broadcasting ------------------------------------------------------------------
+
+/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
+template <class E, class Out>
+struct broadcast : typed_expression {
+  using value_type = typename E::value_type;
+  using dims_type = Out;
+  using in_dims = typename E::dims_type;
+  static constexpr bool simd = E::simd;
+  /// Whether `E` repeats one value along the result's last dim.
+  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
+  E operand;
+
+  /// `E`'s row for the result's `row`.
+  static std::int64_t map_row(std::int64_t row) {
+    constexpr int ro = Out::rank, re = in_dims::rank;
+    if constexpr (re <= 1) {
+      return 0;
+    } else {
+      std::int64_t in_row = 0, in_stride = 1;
+      // Walk the result's row dims from the last (dim ro - 2) to the first.
+      for (int d = ro - 2; d >= 0; --d) {
+        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
+        row /= size;
+        const int e = d - (ro - re);
+        if (e < 0) break;
+        const std::int64_t in_size = in_dims::values[std::size_t(e)];
+        if (in_size != 1) in_row += index * in_stride;
+        in_stride *= in_size;
+      }
+      return in_row;
+    }
+  }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols) {
+      if constexpr (std::is_same_v<V, value_type>)
+        return operand.template load<V>(f, map_row(row), 0);
+      else
+        return V(first_lane(operand.template partial<V>(f, map_row(row), 0, 1)));
+    } else {
+      return operand.template load<V>(f, map_row(row), col);
+    }
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    if constexpr (splat_cols)
+      return load<V>(f, row, col);
+    else
+      return operand.template partial<V>(f, map_row(row), col, count);
+  }
+
+ private:
+  template <class V>
+  static value_type first_lane(const V& v) {
+    alignas(64) std::array<value_type, V::size> lanes;
+    v.store_aligned(lanes.data());
+    return lanes[0];
+  }
+};
+
+/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
+template <class E, class Out>
+using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
+
+template <class Out, class E>
+operand_as<E, Out> broadcast_to(const E& e) {
+  if constexpr (std::is_same_v<typename E::dims_type, Out>)
+    return e;
+  else
+    return broadcast<E, Out>{{}, e};
+}
+
+// ---- the rules, at compile time ------------------------------------------------------
+
+/// `Op`'s rules applied at compile time to operands of element types `T...` and
+/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
+template <class Made, class... X>
+struct op_rule {
+  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
+  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
+  static constexpr kiln::shape value = shapes.value;
+};
+
+/// A default-constructed op, for op_rule.
+template <class Op>
+struct made {
+  static constexpr Op op{};
+};
+
+/// What make_node gives when a rule fails, after its static_assert.
+struct rule_error {};
+
+template <class Op, class... D>
+struct broadcast_shapes_error : rule_error {
+  static_assert(sizeof(Op) == 0, "the shapes of this kiln op's operands do not broadcast (see the dims in 'broadcast_shapes_error<op, dims<...>...>')");
+};
+template <class Op, class... T>
+struct operand_dtypes_error : rule_error {
+  static_assert(sizeof(Op) == 0, "this kiln op does not take these element types (see 'operand_dtypes_error<op, types...>')");
+};
+
+// ---- elementwise nodes ------------------------------------------------------------------
+
+/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
+template <class Op, class D, class... E>
+struct node : typed_expression {
+  /// The operands' element type (for `where`, its branches').
+  using input_type = typename std::tuple_element_t<sizeof...(E) == 3 ? 1 : 0, std::tuple<E...>>::value_type;
+  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
+  using dims_type = D;
+  /// Batches throughout when the CPU kernel of this op would use them (one input
+  /// type, the same output type, at most two operands) and every operand does.
+  static constexpr bool simd = std::is_same_v<input_type, value_type> && simd_type<value_type> &&
+                               Op::simd.contains(dtype_of<value_type>) && Op::arity <= 2 && (E::simd && ...);
+  Op op;
+  std::tuple<E...> operands;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
+  }
+  template <class V>
+  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V>(f, row, col, count)...); }, operands);
+  }
+
+ private:
+  template <class... A>
+  value_type apply_scalar(const A&... a) const {
+    return math::convert<value_type>(op(a...));
+  }
+};
+
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`.
+template <class E>
+void evaluate(const E& e, frame f, typename E::value_type* out) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      T* o = out + row * inner;
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
+      if constexpr (inner % w != 0) {
+        alignas(64) std::array<T, std::size_t(w)> lanes;
+        e.template partial<B>(f, row, col, inner - col).store_aligned(lanes.data());
+        std::copy_n(lanes.data(), inner - col, o + col);
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// The `fixed` value of expression `e` (eager).
+template <class E>
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
+  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
+  evaluate(e, nullptr, out.data());
+  return out;
+}
+
+/// The node of `op` on expressions `e...`, or a compile error naming the op and the
+/// operands' dims or types.
+template <class Op, class... E>
+auto make_node(const Op& op, const E&... e) {
+  using rule = op_rule<made<Op>, E...>;
+  if constexpr (!rule::dtypes.ok()) {
+    return operand_dtypes_error<Op, typename E::value_type...>{};
+  } else if constexpr (!rule::shapes.ok()) {
+    return broadcast_shapes_error<Op, typename E::dims_type...>{};
+  } else {
+    using D = dims_from<rule>;
+    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
+  }
+}
+
+}  // namespace typed
+}  // namespace kiln

@@ -1,0 +1,187 @@
+#pragma once
+/// \file
+/// The elementwise ops on typed values, from the op library's definitions
+/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
+/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
+/// an expression, fused with its neighbours until something needs its value.
+
+#include <concepts>
+#include <memory>
+#include <type_traits>
+
+#include "kiln/typed/expr.hpp"
+
+namespace kiln {
+namespace typed {
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+
+/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
+template <class... X>
+inline constexpr bool eager = ((!lazy<X>) && ...);
+
+/// The element type of a typed operand.
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <operand X>
+struct element_of<X> {
+  using type = typename std::remove_cvref_t<X>::value_type;
+};
+
+/// The element type a C++ scalar among `X...` is converted to: the first typed
+/// operand's (for `where`, the first branch's).
+template <class... X>
+struct promoted {
+  using type = void;
+};
+template <class X, class... Rest>
+struct promoted<X, Rest...> {
+  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
+};
+
+/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`.
+template <class T, bool Eager, class X>
+auto expression_of(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (fixed_value<V>) {
+    using D = typename V::dims_type;
+    if constexpr (Eager)
+      return data_leaf<typename V::value_type, D>{{}, x.data()};
+    else
+      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
+  } else if constexpr (lazy<V>) {
+    if constexpr (requires { x.expression(); })
+      return x.expression();
+    else
+      return x;
+  } else {
+    return scalar_leaf<T>{{}, T(x)};
+  }
+}
+
+/// ops::cast to `T`, with the target in its type, where the rules read it.
+template <class T>
+struct cast_to : ops::cast {
+  constexpr cast_to() : ops::cast(dtype_of<T>) {}
+};
+
+/// Hook of the tracer (kiln/typed/trace.hpp): what a lazy op gives for its node.
+template <class E>
+auto lazy_result(E e);
+
+/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
+/// expression.
+template <class T, class Op, class... X>
+auto apply_as(const Op& op, const X&... x) {
+  constexpr bool now = eager<X...>;
+  auto e = make_node(op, expression_of<T, now>(x)...);
+  if constexpr (std::is_base_of_v<rule_error, decltype(e)>)
+    return e;  // the static_assert has spoken; no further errors
+  else if constexpr (now)
+    return materialize(e);
+  else
+    return lazy_result(std::move(e));
+}
+
+template <class Op, class... X>
+auto apply(const Op& op, const X&... x) {
+  return apply_as<typename promoted<X...>::type>(op, x...);
+}
+
+}  // namespace typed
+
+/// Ops between a typed operand and a C++ scalar or another typed operand.
+template <class X, class Y>
+concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
+                         (std::is_arithmetic_v<X> && typed::operand<Y>);
+
+#define KILN_TYPED_UNARY(fn, op)                                                       \
+  template <typed::operand X>                                                          \
+  auto fn(const X& x) {                                                                \
+    return typed::apply(ops::op{}, x);                                                 \
+  }
+#define KILN_TYPED_BINARY(fn, op)                                                      \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto fn(const X& x, const Y& y) {                                                    \
+    return typed::apply(ops::op{}, x, y);                                              \
+  }
+
+KILN_TYPED_UNARY(negative, negate)
+KILN_TYPED_UNARY(abs, abs)
+KILN_TYPED_UNARY(exp, exp)
+KILN_TYPED_UNARY(log, log)
+KILN_TYPED_UNARY(sqrt, sqrt)
+KILN_TYPED_UNARY(square, square)
+KILN_TYPED_UNARY(tanh, tanh)
+KILN_TYPED_UNARY(sigmoid, sigmoid)
+KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(logical_not, logical_not)
+KILN_TYPED_BINARY(add, add)
+KILN_TYPED_BINARY(subtract, subtract)
+KILN_TYPED_BINARY(multiply, multiply)
+KILN_TYPED_BINARY(divide, divide)
+KILN_TYPED_BINARY(floordiv, floordiv)
+KILN_TYPED_BINARY(floormod, floormod)
+KILN_TYPED_BINARY(pow, pow)
+KILN_TYPED_BINARY(maximum, maximum)
+KILN_TYPED_BINARY(minimum, minimum)
+KILN_TYPED_BINARY(equal, equal)
+KILN_TYPED_BINARY(not_equal, not_equal)
+KILN_TYPED_BINARY(less, less)
+KILN_TYPED_BINARY(less_equal, less_equal)
+KILN_TYPED_BINARY(greater, greater)
+KILN_TYPED_BINARY(greater_equal, greater_equal)
+KILN_TYPED_BINARY(logical_and, logical_and)
+KILN_TYPED_BINARY(logical_or, logical_or)
+#undef KILN_TYPED_UNARY
+#undef KILN_TYPED_BINARY
+
+/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
+template <typed::operand C, class A, class B>
+  requires(typed::operand<A> || typed::operand<B>)
+auto where(const C& cond, const A& a, const B& b) {
+  return typed::apply_as<typename typed::promoted<A, B>::type>(ops::where{}, cond, a, b);
+}
+
+/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
+template <class T, typed::operand X>
+auto cast(const X& x) {
+  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
+  return typed::apply(typed::cast_to<T>{}, x);
+}
+
+template <typed::operand X>
+auto operator-(const X& x) {
+  return negative(x);
+}
+
+#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto operator sym(const X& x, const Y& y) {                                          \
+    return fn(x, y);                                                                   \
+  }
+KILN_TYPED_OPERATOR(+, add)
+KILN_TYPED_OPERATOR(-, subtract)
+KILN_TYPED_OPERATOR(*, multiply)
+KILN_TYPED_OPERATOR(/, divide)
+KILN_TYPED_OPERATOR(%, floormod)
+KILN_TYPED_OPERATOR(==, equal)
+KILN_TYPED_OPERATOR(!=, not_equal)
+KILN_TYPED_OPERATOR(<, less)
+KILN_TYPED_OPERATOR(<=, less_equal)
+KILN_TYPED_OPERATOR(>, greater)
+KILN_TYPED_OPERATOR(>=, greater_equal)
+#undef KILN_TYPED_OPERATOR
+
+}  // namespace kiln

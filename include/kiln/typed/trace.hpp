@@ -1,0 +1,409 @@
+#pragma once
+/// \file
+/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
+///
+/// The callable runs once per signature *type* (and per value of its C++ arguments)
+/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
+/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
+/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
+/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
+/// one fused loop compiled from the expression's type, that writes a slot of the
+/// trace's frame. A call runs the steps in order, then the returned expression,
+/// straight into the result: a callable that is one expression is one inlined loop.
+///
+/// Each signature type has a slot in its function's trace table, found by an index
+/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/typed/ops.hpp"
+
+namespace kiln {
+namespace typed {
+
+template <class>
+inline constexpr bool always_false = false;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame.
+struct step {
+  void (*run)(const void* data, frame f);
+  std::shared_ptr<const void> data;
+};
+
+/// What a trace being recorded collects: the slots of its frame (its arguments
+/// first) and its steps, in program order.
+struct recorder {
+  std::vector<std::size_t> slot_bytes;
+  std::vector<step> steps;
+
+  int add_slot(std::size_t bytes) {
+    slot_bytes.push_back(bytes);
+    return int(slot_bytes.size()) - 1;
+  }
+  /// The recorder of the trace in progress on this thread, if any.
+  static recorder*& current() {
+    thread_local recorder* r = nullptr;
+    return r;
+  }
+};
+
+/// A step that evaluates expression `E` into slot `out`.
+template <class E>
+struct evaluation {
+  E expression;
+  int out;
+  static void run(const void* data, frame f) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+  }
+};
+
+/// Records a step writing `e` to a new slot, and returns the slot.
+template <class E>
+int record(E e) {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  const int slot = r->add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
+  r->steps.push_back({&evaluation<E>::run, std::move(s)});
+  return slot;
+}
+
+/// A symbolic value of the compile-time tier: what a callable traced with a
+/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
+/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
+/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
+template <class T, class D>
+class symbol : public typed_expression {
+ public:
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+
+  /// The value in slot `slot` of the frame (an argument).
+  explicit symbol(int slot) : slot_(slot) {}
+  /// The value of expression `e`, computed at this point of the trace.
+  template <lazy E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
+  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
+  /// A constant.
+  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
+
+  symbol(const symbol&) = default;
+  symbol& operator=(const symbol&) = default;
+  /// Rebinds to the value of `e`: `y = y * 2.f;`.
+  template <class E>
+    requires(lazy<E> || fixed_value<E>)
+  symbol& operator=(const E& e) {
+    return *this = symbol(e);
+  }
+
+  slot_leaf<T, D> expression() const { return {{}, slot_}; }
+  int slot() const { return slot_; }
+
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+
+ private:
+  template <class E>
+  static const E& checked(const E& e) {
+    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
+                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
+                  "(kiln::cast or kiln::reshape change them)");
+    return e;
+  }
+
+  int slot_;
+};
+
+template <class E>
+auto lazy_result(E e) {
+  return e;
+}
+
+template <class V>
+struct is_symbol : std::false_type {};
+template <class T, class D>
+struct is_symbol<symbol<T, D>> : std::true_type {};
+
+/// The symbol a traced `fixed` argument becomes.
+template <class X>
+using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
+
+// ---- signatures --------------------------------------------------------------------
+
+/// C++ values a typed call keys by value: arithmetic values, enums and strings.
+template <class X>
+concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
+                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
+
+template <class X>
+struct is_spec : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_spec<spec<T, D...>> : std::true_type {};
+
+/// A `fixed` value, or its `spec` (for get_concrete_function).
+template <class X>
+concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
+
+/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
+/// argument, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// The `fixed` type of a typed argument.
+template <class X>
+struct fixed_of {
+  using type = std::remove_cvref_t<X>;
+};
+template <class T, std::int64_t... D>
+struct fixed_of<spec<T, D...>> {
+  using type = fixed<T, D...>;
+};
+
+/// What the callable receives for argument `X` while tracing.
+template <class X>
+struct traced {
+  using type = std::remove_cvref_t<X>;
+};
+template <typed_argument X>
+struct traced<X> {
+  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
+};
+template <class X>
+using traced_t = typename traced<X>::type;
+
+/// The C++ values of a call, its key within the slot of its signature type.
+template <class... Args>
+using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
+
+template <class... Args>
+values_of<Args...> values(const Args&... args) {
+  return std::tuple_cat([](const auto& a) {
+    if constexpr (typed_argument<decltype(a)>)
+      return std::tuple<>();
+    else
+      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
+  }(args)...);
+}
+
+// ---- results -----------------------------------------------------------------------
+
+/// What a call returns for the traced result `R`: `fixed` values for expressions, in
+/// the same structure.
+template <class R>
+struct output {
+  using type = R;  // C++ values and `fixed` constants come back as they are
+};
+template <lazy R>
+struct output<R> {
+  using type = fixed_t<typename R::value_type, typename R::dims_type>;
+};
+template <class... R>
+struct output<std::tuple<R...>> {
+  using type = std::tuple<typename output<R>::type...>;
+};
+template <class A, class B>
+struct output<std::pair<A, B>> {
+  using type = std::pair<typename output<A>::type, typename output<B>::type>;
+};
+template <class R>
+using output_t = typename output<std::remove_cvref_t<R>>::type;
+
+template <class R>
+output_t<R> evaluate_output(const R& r, frame f) {
+  if constexpr (lazy<R>) {
+    output_t<R> out(uninitialized);
+    evaluate(expression_of<void, false>(r), f, out.data());
+    return out;
+  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
+    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
+  } else {
+    return r;
+  }
+}
+
+/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
+/// run inside another).
+template <class Fn>
+decltype(auto) with_recorder(recorder& r, Fn&& fn) {
+  struct restore {
+    recorder* previous;
+    ~restore() { recorder::current() = previous; }
+  } guard{std::exchange(recorder::current(), &r)};
+  return fn();
+}
+
+/// One typed trace: its steps, the size of its frame, and the expression(s) it
+/// returns (`R`; none for `void`).
+template <class R>
+struct trace {
+  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
+  std::vector<step> steps;
+  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
+  int arguments = 0;
+  std::size_t workspace_bytes = 0;
+  std::optional<stored> result;
+
+  /// Runs the trace on the data of its arguments.
+  template <std::size_t N>
+  output_t<stored> run(const std::array<void*, N>& args) const {
+    const std::size_t slots = std::size_t(arguments) + offsets.size();
+    if (slots == N) return evaluate_output(*result, args.data());  // one expression: no frame to build
+    constexpr std::size_t local_slots = 64, local_bytes = 4096;
+    std::array<void*, local_slots> local_frame;
+    std::vector<void*> heap_frame;
+    void** f = local_frame.data();
+    if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
+    alignas(64) std::byte local[local_bytes];
+    std::unique_ptr<std::byte[]> heap;
+    std::byte* workspace = local;
+    if (workspace_bytes > local_bytes) workspace = (heap.reset(new (std::align_val_t(64)) std::byte[workspace_bytes]), heap.get());
+    std::copy(args.begin(), args.end(), f);
+    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
+    for (const step& s : steps) s.run(s.data.get(), f);
+    return evaluate_output(*result, f);
+  }
+};
+
+/// Traces `fn` for `args` (fixed values or specs, and C++ values).
+template <class R, class F, class... Args>
+std::unique_ptr<trace<R>> trace_now(F& fn, const Args&... args) {
+  recorder rec;
+  int slot = 0;
+  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
+    if constexpr (typed_argument<decltype(a)>) {
+      rec.add_slot(0);  // arguments live in the caller's values
+      return traced_t<decltype(a)>(slot++);
+    } else {
+      return a;
+    }
+  };
+  // Braces: the arguments take their slots from left to right.
+  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
+  auto t = std::make_unique<trace<R>>();
+  if constexpr (std::is_void_v<R>) {
+    with_recorder(rec, [&] { std::apply(fn, traced_args); });
+    t->result.emplace();
+  } else {
+    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
+  }
+  t->arguments = slot;
+  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
+    t->offsets.push_back(t->workspace_bytes);
+    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
+  }
+  t->steps = std::move(rec.steps);
+  return t;
+}
+
+// ---- the table of a function's traces ----------------------------------------------
+
+/// A process-wide index per signature type, fixed when the program starts.
+inline std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+template <class Signature>
+inline const std::size_t signature_index = next_signature_index();
+
+/// The traces of one signature type, by the values of its C++ arguments.
+template <class R, class Values>
+struct signature_traces {
+  std::mutex mutex;  // guards by_value
+  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
+  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
+  std::unique_ptr<trace<R>> only_owner;
+};
+
+/// A function's typed traces: one slot per signature type, found by its index.
+class trace_table {
+ public:
+  /// The traces of signature type `Sig`, made on first use.
+  template <class Sig, class Entry>
+  Entry& entry() {
+    const std::size_t i = signature_index<Sig>;
+    if (i < direct) {
+      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& [index, e] : entries_)
+      if (index == i) return *static_cast<Entry*>(e.get());
+    entries_.emplace_back(i, std::shared_ptr<void>(std::make_shared<Entry>()));
+    void* e = entries_.back().second.get();
+    if (i < direct) direct_[i].store(e, std::memory_order_release);
+    return *static_cast<Entry*>(e);
+  }
+
+  /// Signature texts of the traces so far, in the order they were made.
+  std::vector<std::string> signatures() const {
+    std::lock_guard lock(mutex_);
+    return signatures_;
+  }
+  void add_signature(std::string text) {
+    std::lock_guard lock(mutex_);
+    signatures_.push_back(std::move(text));
+  }
+  int count() const {
+    std::lock_guard lock(mutex_);
+    return int(signatures_.size());
+  }
+  /// One typed trace at a time (a trace of one function may call another).
+  std::recursive_mutex tracing;
+
+ private:
+  static constexpr std::size_t direct = 32;
+  std::array<std::atomic<void*>, direct> direct_{};
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
+  std::vector<std::string> signatures_;
+};
+
+/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
+template <class X>
+std::string describe() {
+  using V = std::remove_cvref_t<X>;
+  return std::string(name(dtype_of<typename V::value_type>)) + " Tensor, shape=" + V::dims_type::shape().str();
+}
+
+/// The Returns block of a signature for the traced result `R`.
+template <class R>
+std::string describe_returns() {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+    return "    None\n";
+  } else if constexpr (lazy<V> || fixed_value<V>) {
+    return "    " + describe<V>() + "\n";
+  } else if constexpr (requires { std::tuple_size<V>::value; }) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else if constexpr (has_dtype<V>) {
+    return "    " + std::string(name(dtype_of<V>)) + " Tensor, shape=()\n";
+  } else {
+    return "    " + std::string(name(int64)) + " Tensor, shape=()\n";
+  }
+}
+
+}  // namespace typed
+}  // namespace kiln

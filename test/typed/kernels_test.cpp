@@ -1,0 +1,85 @@
+// The typed ops that end a fused expression (reductions, matmul, transpose,
+// reshape) against the runtime tier: on `fixed` values and traced with `fixed`
+// arguments they must give the bits of the same generic lambda on kiln::tensors.
+
+#include "../support/op_check.hpp"
+
+using namespace kiln;
+using kiln::testing::random_tensor;
+using kiln::testing::require_same;
+
+namespace {
+
+template <class X>
+X random_fixed(std::uint32_t seed) {
+  return X(random_tensor(X::dtype, X::shape(), seed));
+}
+
+template <class Fn, class... X>
+void check(Fn fn, const X&... args) {
+  INFO("shapes " << (X::shape().str() + ...));
+  const tensor expected = fn(tensor(args)...);
+  require_same(tensor(fn(args...)), expected, 0);
+  kiln::function traced(fn);
+  require_same(tensor(traced(args...)), expected, 0);
+  require_same(tensor(traced(args...)), expected, 0);
+}
+
+template <class T>
+void check_reductions() {
+  const auto x = random_fixed<fixed<T, 3, 5, 33>>(1);
+  check([](const auto& a) { return kiln::reduce_sum(a); }, x);
+  check([](const auto& a) { return kiln::reduce_sum<0>(a); }, x);
+  check([](const auto& a) { return kiln::reduce_mean<2>(a); }, x);
+  check([](const auto& a) { return kiln::reduce_max<0, 2>(a); }, x);
+  check([](const auto& a) { return kiln::reduce_min<-1>(a); }, x);
+  check([](const auto& a) { return kiln::argmax<1>(a); }, x);
+  check([](const auto& a) { return kiln::argmax(a); }, x);
+}
+
+}  // namespace
+
+TEST_CASE("typed reductions take axes as template arguments and give the tensor's bits") {
+  check_reductions<float>();
+  check_reductions<double>();
+  check_reductions<std::int32_t>();
+  check_reductions<std::int64_t>();
+  const auto big = random_fixed<fixed<float, 70000>>(2);  // several leaves of the pairwise tree
+  check([](const auto& a) { return kiln::reduce_sum(a); }, big);
+}
+
+TEST_CASE("keep_dims keeps reduced dims with size 1") {
+  const auto x = random_fixed<fixed<float, 4, 6>>(3);
+  const auto kept = kiln::reduce_sum<1>(x, kiln::keep_dims);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(kept)>, fixed<float, 4, 1>>);
+  require_same(tensor(kept), kiln::reduce_sum(tensor(x), 1, true), 0);
+}
+
+TEST_CASE("typed reductions of expressions fuse the expression, then reduce") {
+  const auto x = random_fixed<fixed<float, 8, 40>>(4);
+  check([](const auto& a) { return kiln::reduce_sum<1>(a * a + 1.f) / kiln::reduce_max(kiln::abs(a)); }, x);
+}
+
+TEST_CASE("typed matmul gives the tensor's bits, batched and broadcast") {
+  check([](const auto& a, const auto& b) { return kiln::matmul(a, b); }, random_fixed<fixed<float, 8, 64>>(5),
+        random_fixed<fixed<float, 64, 32>>(6));
+  check([](const auto& a, const auto& b) { return kiln::matmul(a, b); }, random_fixed<fixed<std::int32_t, 10, 10>>(7),
+        random_fixed<fixed<std::int32_t, 10, 10>>(8));
+  check([](const auto& a, const auto& b) { return kiln::matmul(a, b); }, random_fixed<fixed<double, 2, 3, 5>>(9),
+        random_fixed<fixed<double, 5, 4>>(10));
+  check([](const auto& a, const auto& w, const auto& b) { return kiln::tanh(kiln::matmul(a, w) + b); },
+        random_fixed<fixed<float, 8, 64>>(11), random_fixed<fixed<float, 64, 32>>(12), random_fixed<fixed<float, 32>>(13));
+}
+
+TEST_CASE("typed transpose and reshape") {
+  const auto x = random_fixed<fixed<std::int64_t, 2, 3, 4>>(14);
+  check([](const auto& a) { return kiln::transpose(a); }, x);
+  check([](const auto& a) { return kiln::transpose<1, 0, 2>(a); }, x);
+  check([](const auto& a) { return kiln::transpose<2, 0, 1>(a * 3) - 1; }, x);
+  const auto y = random_fixed<fixed<float, 6, 4>>(15);
+  const auto r = kiln::reshape<3, 8>(y);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(r)>, fixed<float, 3, 8>>);
+  require_same(tensor(r), kiln::reshape(tensor(y), {3, 8}), 0);
+  kiln::function f([](auto a) { return kiln::reshape<24>(a) * 2.f; });
+  require_same(tensor(f(y)), kiln::reshape(tensor(y), {24}) * 2.f, 0);
+}
