@@ -28,9 +28,23 @@
 
 namespace kiln {
 
+namespace typed {
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace typed
+
 /// Base of the compile-time tier's symbolic values and expressions: it puts namespace
 /// kiln among their associated namespaces, where their operators are.
-struct typed_expression {};
+struct typed_expression {
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(typed::always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+};
 
 namespace typed {
 
@@ -231,17 +245,9 @@ struct made {
   static constexpr Op op{};
 };
 
-/// What make_node gives when a rule fails, after its static_assert.
+/// What a typed op gives when its rules reject its operands, after the op's
+/// `static_assert` has said why (naming the op), so that nothing else is reported.
 struct rule_error {};
-
-template <class Op, class... D>
-struct broadcast_shapes_error : rule_error {
-  static_assert(sizeof(Op) == 0, "the shapes of this kiln op's operands do not broadcast (see the dims in 'broadcast_shapes_error<op, dims<...>...>')");
-};
-template <class Op, class... T>
-struct operand_dtypes_error : rule_error {
-  static_assert(sizeof(Op) == 0, "this kiln op does not take these element types (see 'operand_dtypes_error<op, types...>')");
-};
 
 // ---- elementwise nodes ------------------------------------------------------------------
 
@@ -258,6 +264,17 @@ struct node : typed_expression {
                                Op::simd.contains(dtype_of<value_type>) && Op::arity <= 2 && (E::simd && ...);
   Op op;
   std::tuple<E...> operands;
+
+  /// An expression's type changes with each op, so a variable holding one cannot be
+  /// rebound; a symbolic value can.
+  template <class Other>
+  node& operator=(const Other&) {
+    static_assert(always_false<Other>,
+                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
+                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
+                  "a symbolic value (`auto y = x;`)");
+    return *this;
+  }
 
   template <class V>
   V load(frame f, std::int64_t row, std::int64_t col) const {
@@ -311,15 +328,12 @@ fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
   return out;
 }
 
-/// The node of `op` on expressions `e...`, or a compile error naming the op and the
-/// operands' dims or types.
+/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
 template <class Op, class... E>
 auto make_node(const Op& op, const E&... e) {
   using rule = op_rule<made<Op>, E...>;
-  if constexpr (!rule::dtypes.ok()) {
-    return operand_dtypes_error<Op, typename E::value_type...>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return broadcast_shapes_error<Op, typename E::dims_type...>{};
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
   } else {
     using D = dims_from<rule>;
     return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};

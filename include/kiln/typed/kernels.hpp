@@ -91,11 +91,6 @@ auto apply_kernel(Kernel kernel, const X&... x) {
   }
 }
 
-template <class Op, class... D>
-struct shape_rule_error : rule_error {
-  static_assert(sizeof(Op) == 0, "this kiln op's shape rule rejects these operands (see 'shape_rule_error<op, dims<...>...>')");
-};
-
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -104,10 +99,8 @@ auto reduce(const X& x) {
   using D = typename V::dims_type;
   using made_op = made_reduction<Op, KeepDims, Axes...>;
   using rule = op_rule<made_op, V>;
-  if constexpr (!rule::dtypes.ok()) {
-    return operand_dtypes_error<Op, T>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return shape_rule_error<Op, D, dims<Axes...>>{};
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
   } else {
     using Out = element_t<rule::dtypes.value>;
     using OutD = dims_from<rule>;
@@ -133,14 +126,18 @@ struct keep_dims_t {
 };
 inline constexpr keep_dims_t keep_dims{};
 
+// The checks name the op in the first error line (see KILN_TYPED_CHECKS).
 #define KILN_TYPED_REDUCTION(fn)                                                                 \
   template <std::int64_t... Axes, typed::operand X>                                              \
   auto fn(const X& x) {                                                                          \
-    return typed::reduce<ops::fn, false, Axes...>(x);                                            \
+    return fn<Axes...>(x, keep_dims_t(), std::false_type());                                     \
   }                                                                                              \
-  template <std::int64_t... Axes, typed::operand X>                                              \
-  auto fn(const X& x, keep_dims_t) {                                                             \
-    return typed::reduce<ops::fn, true, Axes...>(x);                                             \
+  template <std::int64_t... Axes, typed::operand X, class Keep = std::true_type>                 \
+  auto fn(const X& x, keep_dims_t, Keep = {}) {                                                  \
+    using rule = typed::op_rule<typed::made_reduction<ops::fn, Keep::value, Axes...>, std::remove_cvref_t<X>>; \
+    static_assert(rule::dtypes.ok(), "kiln::" #fn ": reductions take int32, int64, float32 or float64 values"); \
+    static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": an axis is out of range or listed twice"); \
+    return typed::reduce<ops::fn, Keep::value, Axes...>(x);                                      \
   }                                                                                              \
   template <std::int64_t Axis, std::int64_t... More>                                             \
   tensor fn(const tensor& x) {                                                                   \
@@ -166,10 +163,11 @@ auto matmul(const A& a, const B& b) {
   using Da = typename Va::dims_type;
   using Db = typename Vb::dims_type;
   using rule = typed::op_rule<typed::made<ops::matmul>, Va, Vb>;
-  if constexpr (!rule::dtypes.ok()) {
-    return typed::operand_dtypes_error<ops::matmul, T, typename Vb::value_type>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return typed::shape_rule_error<ops::matmul, Da, Db>{};
+  static_assert(rule::dtypes.ok(), "kiln::matmul: both operands must hold one of int32, int64, float32 or float64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::matmul: the inner dimensions must match (and batch dimensions broadcast)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
   } else {
     using OutD = typed::dims_from<rule>;
     return typed::apply_kernel<T, OutD>(

@@ -84,8 +84,8 @@ template <class T, class Op, class... X>
 auto apply_as(const Op& op, const X&... x) {
   constexpr bool now = eager<X...>;
   auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (std::is_base_of_v<rule_error, decltype(e)>)
-    return e;  // the static_assert has spoken; no further errors
+  if constexpr (std::is_same_v<decltype(e), rule_error>)
+    return e;  // the op's static_assert has said why
   else if constexpr (now)
     return materialize(e);
   else
@@ -97,6 +97,25 @@ auto apply(const Op& op, const X&... x) {
   return apply_as<typename promoted<X...>::type>(op, x...);
 }
 
+/// The expression type of operand `X` (C++ scalars as `T`).
+template <class T, class X>
+using expression_t = decltype(expression_of<T, true>(std::declval<const X&>()));
+
+/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
+template <class T, class Op, class... X>
+using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
+
+}  // namespace typed
+
+// A typed op checks its operands with static_asserts whose messages name it (the
+// first error line g++ prints); the operands' types, and so their dims, are in the
+// "In instantiation of" lines just above.
+#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
+  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
+
+namespace typed {
+
 }  // namespace typed
 
 /// Ops between a typed operand and a C++ scalar or another typed operand.
@@ -104,16 +123,20 @@ template <class X, class Y>
 concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
                          (std::is_arithmetic_v<X> && typed::operand<Y>);
 
-#define KILN_TYPED_UNARY(fn, op)                                                       \
-  template <typed::operand X>                                                          \
-  auto fn(const X& x) {                                                                \
-    return typed::apply(ops::op{}, x);                                                 \
+#define KILN_TYPED_UNARY(fn, op)                                                                     \
+  template <typed::operand X>                                                                        \
+  auto fn(const X& x) {                                                                              \
+    using rule = typed::rule_for<void, ops::op, X>;                                                  \
+    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
+    return typed::apply(ops::op{}, x);                                                               \
   }
-#define KILN_TYPED_BINARY(fn, op)                                                      \
-  template <class X, class Y>                                                          \
-    requires typed_operands<X, Y>                                                      \
-  auto fn(const X& x, const Y& y) {                                                    \
-    return typed::apply(ops::op{}, x, y);                                              \
+#define KILN_TYPED_BINARY(fn, op)                                                                    \
+  template <class X, class Y>                                                                        \
+    requires typed_operands<X, Y>                                                                    \
+  auto fn(const X& x, const Y& y) {                                                                  \
+    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
+    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
+    return typed::apply(ops::op{}, x, y);                                                            \
   }
 
 KILN_TYPED_UNARY(negative, negate)
@@ -145,12 +168,17 @@ KILN_TYPED_BINARY(logical_and, logical_and)
 KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
+#undef KILN_TYPED_CHECKS
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>
   requires(typed::operand<A> || typed::operand<B>)
 auto where(const C& cond, const A& a, const B& b) {
-  return typed::apply_as<typename typed::promoted<A, B>::type>(ops::where{}, cond, a, b);
+  using T = typename typed::promoted<A, B>::type;
+  using rule = typed::rule_for<T, ops::where, C, A, B>;
+  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
+  return typed::apply_as<T>(ops::where{}, cond, a, b);
 }
 
 /// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.

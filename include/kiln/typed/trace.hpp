@@ -35,9 +35,6 @@
 namespace kiln {
 namespace typed {
 
-template <class>
-inline constexpr bool always_false = false;
-
 /// A recorded step: `run(data, frame)` writes one slot of the frame.
 struct step {
   void (*run)(const void* data, frame f);
@@ -114,15 +111,6 @@ class symbol : public typed_expression {
 
   slot_leaf<T, D> expression() const { return {{}, slot_}; }
   int slot() const { return slot_; }
-
-  /// A symbolic value has no truth value while tracing.
-  template <class U = void>
-  explicit operator bool() const {
-    static_assert(always_false<U>,
-                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
-                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
-    return false;
-  }
 
  private:
   template <class E>
