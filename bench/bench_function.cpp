@@ -90,24 +90,6 @@ void chain_xsimd(const float* x, float* out, std::int64_t begin, std::int64_t en
   chain_plain(x, out, i, end);
 }
 
-/// Whether `actual[0..n)` equals `expected[0..n)` to within `tolerance`, relative to
-/// the magnitude (vectorised and scalar tanh differ in the last bits). If not, the
-/// benchmark fails with the first difference, so a peer that computes something else
-/// is never timed.
-bool check_close(benchmark::State& state, const float* expected, const float* actual, std::int64_t n,
-                 float tolerance = 1e-5f) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    // Written so that a NaN fails.
-    if (!(std::fabs(actual[i] - expected[i]) <= tolerance * (1.f + std::fabs(expected[i])))) {
-      state.SkipWithError(("result differs from the reference at element " + std::to_string(i) + ": " +
-                           std::to_string(actual[i]) + " instead of " + std::to_string(expected[i]))
-                              .c_str());
-      return false;
-    }
-  }
-  return true;
-}
-
 /// The two 10-element inputs of ops50_10 and trace_20, as raw arrays and kiln tensors.
 struct tiny_operands {
   float_buffer x = make_filled(tiny_size, 0.f);
@@ -305,15 +287,6 @@ const std::vector<std::int32_t>& power_reference() {
     return std::vector<std::int32_t>(result.begin(), result.end());
   }();
   return reference;
-}
-
-bool check_equal(benchmark::State& state, const std::vector<std::int32_t>& expected, const std::int32_t* actual) {
-  for (std::size_t i = 0; i < expected.size(); ++i)
-    if (actual[i] != expected[i]) {
-      state.SkipWithError(("result differs from the reference at element " + std::to_string(i)).c_str());
-      return false;
-    }
-  return true;
 }
 
 kiln::tensor kiln_power(const kiln::tensor& x, int y) {

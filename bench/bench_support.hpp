@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -156,5 +157,35 @@ inline void set_flops(benchmark::State& state, double flops_per_iteration) {
   state.counters["flops"] = benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
                                                benchmark::Counter::kIs1000);
 }
+
+/// Whether `actual[0..n)` equals `expected[0..n)` to within `tolerance`, relative to
+/// the magnitude (vectorised and scalar tanh differ in the last bits). If not, the
+/// benchmark fails with the first difference, so a peer that computes something else
+/// is never timed.
+inline bool check_close(benchmark::State& state, const float* expected, const float* actual, std::int64_t n,
+                 float tolerance = 1e-5f) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Written so that a NaN fails.
+    if (!(std::fabs(actual[i] - expected[i]) <= tolerance * (1.f + std::fabs(expected[i])))) {
+      state.SkipWithError(("result differs from the reference at element " + std::to_string(i) + ": " +
+                           std::to_string(actual[i]) + " instead of " + std::to_string(expected[i]))
+                              .c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Whether `actual` equals `expected` element for element; if not, the benchmark
+/// fails, so a peer that computes something else is never timed.
+inline bool check_equal(benchmark::State& state, const std::vector<std::int32_t>& expected, const std::int32_t* actual) {
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    if (actual[i] != expected[i]) {
+      state.SkipWithError(("result differs from the reference at element " + std::to_string(i)).c_str());
+      return false;
+    }
+  return true;
+}
+
 
 }  // namespace kiln::bench

@@ -4,7 +4,7 @@
 # -O2 -march=native, -I single_include, Thrust's headers and CPP system on the path
 # when Thrust is installed). Prints a Markdown table; CI does not run it.
 #
-#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch]
+#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--typed]
 #
 # --repeat N   compile each program N times and report the fastest (default 1)
 # --examples   also compile every program in examples/
@@ -12,6 +12,9 @@
 #              host compiles
 # --pch        compile kiln.hpp once as a precompiled header (its cost is the first
 #              row) and the programs with it
+# --typed      also compile bench/compile/typed_model.cpp (a 20-op model on the
+#              compile-time tier) and bench/compile/eigen_model.cpp (the same model on
+#              Eigen's fixed-size matrices, -I /usr/include/eigen3) beside it
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,13 +22,15 @@ repeat=1
 examples=false
 thrust=false
 pch=false
+typed=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat="$2"; shift 2 ;;
     --examples) examples=true; shift ;;
     --thrust) thrust=true; shift ;;
     --pch) pch=true; shift ;;
-    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch]" >&2; exit 2 ;;
+    --typed) typed=true; shift ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--typed]" >&2; exit 2 ;;
   esac
 done
 
@@ -71,6 +76,7 @@ EOF
 
 programs=("$work/include_only.cpp" "$work/one_eager_op.cpp" "$work/three_op_function.cpp")
 if $examples; then programs+=("$repo"/examples/*.cpp); fi
+if $typed; then programs+=("$repo/bench/compile/typed_model.cpp" "$repo/bench/compile/eigen_model.cpp"); fi
 
 echo "compiler: $(g++ --version | head -1); flags: ${flags[*]}"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -88,7 +94,9 @@ for source in "${programs[@]}"; do
   best_wall=""
   best_memory=""
   for ((run = 0; run < repeat; ++run)); do
-    /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" -c "$source" -o "$work/out.o"
+    extra=()
+    if [ "$(basename "$source")" = eigen_model.cpp ]; then extra=(-I /usr/include/eigen3); fi
+    /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" "${extra[@]}" -c "$source" -o "$work/out.o"
     read -r wall kilobytes <"$work/time"
     if [ -z "$best_wall" ] || awk "BEGIN { exit !($wall < $best_wall) }"; then
       best_wall="$wall"

@@ -217,6 +217,33 @@ def chain_section(s):
     )
 
 
+TYPED_CASES = [
+    ("fixed_x2", "x * x + 2 on fixed<float> (a call)"),
+    ("fixed_ops50", "50 elementwise ops on fixed<float, 10>"),
+    ("fixed_dense", "tanh(x · w + b), 8×64 · 64×32 float32"),
+    ("fixed_power", "power(x, 100): 100 matmuls of fixed<int32_t, 10, 10>"),
+    ("fixed_chain_1M", "tanh(x * 0.5 + 1) * x - 0.25 on fixed<float, 2^20>"),
+]
+
+
+def typed_section(s):
+    """The compile-time tier (kiln_fixed) against its peers, case by case."""
+    rows = []
+    for case, description in TYPED_CASES:
+        typed = s.get(case, "kiln_fixed", 1)
+        for r in s.peers(case, 1):
+            ratio = f"{r.time_ns / typed.time_ns:.2f}" if typed else "–"
+            rows.append([description, r.peer, format_time(r.time_ns), format_spread(r), ratio])
+    return (
+        "## 15. The compile-time tier: kiln::function on kiln::fixed arguments\n\n"
+        "`kiln_fixed` is the typed trace; `kiln_fixed_rebound` the same 50 ops written as a C++ loop that rebinds "
+        "its variable (a step per assignment); `kiln` is the runtime tier's kiln::function on kiln::tensor "
+        "arguments; `hand_plain` plain loops (std::tanh); `hand_xsimd` the xsimd loop of section 9; `eigen` "
+        "Eigen 3.4's fixed-size matrices.\n\n"
+        + table(["case", "peer", "median time", "spread", "peer time / kiln_fixed time"], rows)
+    )
+
+
 def kiln_calls_blas():
     """Whether kiln's headers call a BLAS (then the C++ program must time its kernel apart)."""
     include = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "kiln")
@@ -240,8 +267,8 @@ def targets(s):
         checks.append(target(description, f"{100 * share:.0f} % (of {ref.peer}, {ref.threads} thread(s))",
                              share >= goal))
 
-    def time_target(description, case, limit_ns, calls_per_time=1):
-        kiln = s.get(case, "kiln", 1)
+    def time_target(description, case, limit_ns, calls_per_time=1, subject="kiln"):
+        kiln = s.get(case, subject, 1)
         per_call = kiln.time_ns / calls_per_time if kiln else None
         checks.append(target(description, format_time(per_call) if kiln else "not measured",
                              per_call <= limit_ns if kiln else None))
@@ -290,6 +317,19 @@ def targets(s):
     time_target("while_loop with a scalar body: kiln ≤ 200 ns per iteration", "while_scalar", 200, LOOP_TRIPS)
     time_ratio_target("a loop over 100 batches fed by a dataset in one function: kiln time ≤ 1.1 × a C++ loop "
                       "calling a function per batch", "dataset_loop", "kiln_per_batch", 1, 1.1)
+    time_target("compile-time tier: a call of x * x + 2 on fixed<float> ≤ 10 ns", "fixed_x2", 10, 1, "kiln_fixed")
+    time_ratio_target("compile-time tier: 50 ops on fixed<float, 10> ≤ 1.5 × a hand-written loop", "fixed_ops50",
+                      "hand_plain", 1, 1.5, "kiln_fixed")
+    time_ratio_target("compile-time tier: 50 ops on fixed<float, 10> ≥ 10× faster than the runtime tier's graph",
+                      "fixed_ops50", "kiln", 1, 1 / 10, "kiln_fixed")
+    time_ratio_target("compile-time tier: tanh(x · w + b), 8×64 · 64×32: no slower than Eigen fixed-size",
+                      "fixed_dense", "eigen", 1, 1.0, "kiln_fixed")
+    time_ratio_target("compile-time tier: power(x, 100) on fixed<int32_t, 10, 10> ≤ 1.2 × a hand-written triple loop",
+                      "fixed_power", "hand_plain", 1, 1.2, "kiln_fixed")
+    time_ratio_target("compile-time tier: power(x, 100) on fixed<int32_t, 10, 10>: no slower than Eigen fixed-size",
+                      "fixed_power", "eigen", 1, 1.0, "kiln_fixed")
+    time_ratio_target("compile-time tier: the chain on fixed<float, 2^20> ≤ 1.1 × a hand-written xsimd loop",
+                      "fixed_chain_1M", "hand_xsimd", 1, 1.1, "kiln_fixed")
     return checks
 
 
@@ -342,6 +382,7 @@ def markdown(s, checks, command, machine, png_name):
         per_call_section(s, "13. A training loop over 100 batches of 256×64 float32 (dataset, C++ loop, for_range)",
                          "dataset_loop", "median time per call"),
         compile_section(),
+        typed_section(s),
         peers_section(s),
     ]
     return "\n".join(parts)

@@ -7578,12 +7578,14 @@ struct storage {
   const T* data() const { return values; }
 };
 
+/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
+/// buffer would cost a page fault per 4 KiB each time a result is made.
 template <class T, std::int64_t N>
 struct storage<T, N, false> {
-  struct aligned_delete {
-    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  struct release {
+    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
   };
-  std::unique_ptr<T[], aligned_delete> values{static_cast<T*>(::operator new[](std::size_t(N) * sizeof(T), std::align_val_t(64)))};
+  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
 
   storage() = default;
   storage(const storage& o) { std::copy_n(o.data(), N, data()); }
@@ -7799,9 +7801,23 @@ using fixed_t = typename fixed_for<T, D>::type;
 
 namespace kiln {
 
+namespace typed {
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace typed
+
 /// Base of the compile-time tier's symbolic values and expressions: it puts namespace
 /// kiln among their associated namespaces, where their operators are.
-struct typed_expression {};
+struct typed_expression {
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(typed::always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+};
 
 namespace typed {
 
@@ -7823,13 +7839,13 @@ V splat(const T* p) {
   return V(*p);
 }
 
-/// A batch of `count` elements from `p` (or every `step`-th), padded with copies of
-/// the last, as the CPU kernels pad a run's head and tail: every element then goes
-/// through the batch functor, wherever it sits.
-template <class T>
-batch<T> padded(const T* p, std::int64_t count) {
+/// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
+/// kernels pad a run's head and tail: every element then goes through the batch
+/// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
+template <std::int64_t Count, class T>
+batch<T> padded(const T* p) {
   alignas(64) std::array<T, batch<T>::size> lanes;
-  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < count ? l : count - 1];
+  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < Count ? l : Count - 1];
   return batch<T>::load_aligned(lanes.data());
 }
 
@@ -7850,9 +7866,9 @@ struct data_leaf : typed_expression {
     else
       return V::load_unaligned(p + row * D::inner + col);
   }
-  template <class V>
-  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(p + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(p + row * D::inner + col);
   }
 };
 
@@ -7869,9 +7885,9 @@ struct slot_leaf : typed_expression {
   V load(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(at(f) + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(at(f) + row * D::inner + col);
   }
 };
 
@@ -7887,8 +7903,8 @@ struct scalar_leaf : typed_expression {
   V load(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
-  template <class V>
-  V partial(frame, std::int64_t, std::int64_t, std::int64_t) const {
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
 };
@@ -7906,9 +7922,9 @@ struct constant_leaf : typed_expression {
   V load(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
   }
-  template <class V>
-  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(value->data() + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(value->data() + row * D::inner + col);
   }
 };
 
@@ -7951,17 +7967,17 @@ struct broadcast : typed_expression {
       if constexpr (std::is_same_v<V, value_type>)
         return operand.template load<V>(f, map_row(row), 0);
       else
-        return V(first_lane(operand.template partial<V>(f, map_row(row), 0, 1)));
+        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
     } else {
       return operand.template load<V>(f, map_row(row), col);
     }
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
     if constexpr (splat_cols)
       return load<V>(f, row, col);
     else
-      return operand.template partial<V>(f, map_row(row), col, count);
+      return operand.template partial<V, Count>(f, map_row(row), col);
   }
 
  private:
@@ -8002,17 +8018,9 @@ struct made {
   static constexpr Op op{};
 };
 
-/// What make_node gives when a rule fails, after its static_assert.
+/// What a typed op gives when its rules reject its operands, after the op's
+/// `static_assert` has said why (naming the op), so that nothing else is reported.
 struct rule_error {};
-
-template <class Op, class... D>
-struct broadcast_shapes_error : rule_error {
-  static_assert(sizeof(Op) == 0, "the shapes of this kiln op's operands do not broadcast (see the dims in 'broadcast_shapes_error<op, dims<...>...>')");
-};
-template <class Op, class... T>
-struct operand_dtypes_error : rule_error {
-  static_assert(sizeof(Op) == 0, "this kiln op does not take these element types (see 'operand_dtypes_error<op, types...>')");
-};
 
 // ---- elementwise nodes ------------------------------------------------------------------
 
@@ -8030,6 +8038,17 @@ struct node : typed_expression {
   Op op;
   std::tuple<E...> operands;
 
+  /// An expression's type changes with each op, so a variable holding one cannot be
+  /// rebound; a symbolic value can.
+  template <class Other>
+  node& operator=(const Other&) {
+    static_assert(always_false<Other>,
+                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
+                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
+                  "a symbolic value (`auto y = x;`)");
+    return *this;
+  }
+
   template <class V>
   V load(frame f, std::int64_t row, std::int64_t col) const {
     if constexpr (std::is_same_v<V, value_type>)
@@ -8037,9 +8056,9 @@ struct node : typed_expression {
     else
       return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial<V>(f, row, col, count)...); }, operands);
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
 
  private:
@@ -8049,9 +8068,11 @@ struct node : typed_expression {
   }
 };
 
-/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`.
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
+/// restrict: stores to it do not change the frame, so a loop reads each slot's
+/// pointer once.)
 template <class E>
-void evaluate(const E& e, frame f, typename E::value_type* out) {
+void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   using T = typename E::value_type;
   using D = typename E::dims_type;
   constexpr std::int64_t inner = D::inner, rows = D::size / inner;
@@ -8064,8 +8085,8 @@ void evaluate(const E& e, frame f, typename E::value_type* out) {
       for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
       if constexpr (inner % w != 0) {
         alignas(64) std::array<T, std::size_t(w)> lanes;
-        e.template partial<B>(f, row, col, inner - col).store_aligned(lanes.data());
-        std::copy_n(lanes.data(), inner - col, o + col);
+        e.template partial<B, inner % w>(f, row, col).store_aligned(lanes.data());
+        std::copy_n(lanes.data(), inner % w, o + col);
       }
     }
   } else {
@@ -8082,15 +8103,12 @@ fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
   return out;
 }
 
-/// The node of `op` on expressions `e...`, or a compile error naming the op and the
-/// operands' dims or types.
+/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
 template <class Op, class... E>
 auto make_node(const Op& op, const E&... e) {
   using rule = op_rule<made<Op>, E...>;
-  if constexpr (!rule::dtypes.ok()) {
-    return operand_dtypes_error<Op, typename E::value_type...>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return broadcast_shapes_error<Op, typename E::dims_type...>{};
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
   } else {
     using D = dims_from<rule>;
     return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
@@ -8185,8 +8203,8 @@ template <class T, class Op, class... X>
 auto apply_as(const Op& op, const X&... x) {
   constexpr bool now = eager<X...>;
   auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (std::is_base_of_v<rule_error, decltype(e)>)
-    return e;  // the static_assert has spoken; no further errors
+  if constexpr (std::is_same_v<decltype(e), rule_error>)
+    return e;  // the op's static_assert has said why
   else if constexpr (now)
     return materialize(e);
   else
@@ -8198,6 +8216,25 @@ auto apply(const Op& op, const X&... x) {
   return apply_as<typename promoted<X...>::type>(op, x...);
 }
 
+/// The expression type of operand `X` (C++ scalars as `T`).
+template <class T, class X>
+using expression_t = decltype(expression_of<T, true>(std::declval<const X&>()));
+
+/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
+template <class T, class Op, class... X>
+using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
+
+}  // namespace typed
+
+// A typed op checks its operands with static_asserts whose messages name it (the
+// first error line g++ prints); the operands' types, and so their dims, are in the
+// "In instantiation of" lines just above.
+#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
+  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
+
+namespace typed {
+
 }  // namespace typed
 
 /// Ops between a typed operand and a C++ scalar or another typed operand.
@@ -8205,16 +8242,20 @@ template <class X, class Y>
 concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
                          (std::is_arithmetic_v<X> && typed::operand<Y>);
 
-#define KILN_TYPED_UNARY(fn, op)                                                       \
-  template <typed::operand X>                                                          \
-  auto fn(const X& x) {                                                                \
-    return typed::apply(ops::op{}, x);                                                 \
+#define KILN_TYPED_UNARY(fn, op)                                                                     \
+  template <typed::operand X>                                                                        \
+  auto fn(const X& x) {                                                                              \
+    using rule = typed::rule_for<void, ops::op, X>;                                                  \
+    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
+    return typed::apply(ops::op{}, x);                                                               \
   }
-#define KILN_TYPED_BINARY(fn, op)                                                      \
-  template <class X, class Y>                                                          \
-    requires typed_operands<X, Y>                                                      \
-  auto fn(const X& x, const Y& y) {                                                    \
-    return typed::apply(ops::op{}, x, y);                                              \
+#define KILN_TYPED_BINARY(fn, op)                                                                    \
+  template <class X, class Y>                                                                        \
+    requires typed_operands<X, Y>                                                                    \
+  auto fn(const X& x, const Y& y) {                                                                  \
+    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
+    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
+    return typed::apply(ops::op{}, x, y);                                                            \
   }
 
 KILN_TYPED_UNARY(negative, negate)
@@ -8246,12 +8287,17 @@ KILN_TYPED_BINARY(logical_and, logical_and)
 KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
+#undef KILN_TYPED_CHECKS
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>
   requires(typed::operand<A> || typed::operand<B>)
 auto where(const C& cond, const A& a, const B& b) {
-  return typed::apply_as<typename typed::promoted<A, B>::type>(ops::where{}, cond, a, b);
+  using T = typename typed::promoted<A, B>::type;
+  using rule = typed::rule_for<T, ops::where, C, A, B>;
+  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
+  return typed::apply_as<T>(ops::where{}, cond, a, b);
 }
 
 /// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
@@ -8312,6 +8358,7 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -8321,9 +8368,6 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 
 namespace kiln {
 namespace typed {
-
-template <class>
-inline constexpr bool always_false = false;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame.
 struct step {
@@ -8336,6 +8380,7 @@ struct step {
 struct recorder {
   std::vector<std::size_t> slot_bytes;
   std::vector<step> steps;
+  std::vector<std::string> argument_names;  ///< as the function's signature names them
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
@@ -8402,13 +8447,13 @@ class symbol : public typed_expression {
   slot_leaf<T, D> expression() const { return {{}, slot_}; }
   int slot() const { return slot_; }
 
-  /// A symbolic value has no truth value while tracing.
-  template <class U = void>
-  explicit operator bool() const {
-    static_assert(always_false<U>,
-                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
-                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
-    return false;
+  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
+  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
+  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
+    const recorder* r = recorder::current();
+    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
+                                                                                   : "value_" + std::to_string(x.slot_);
+    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
   }
 
  private:
@@ -8573,10 +8618,12 @@ struct trace {
   }
 };
 
-/// Traces `fn` for `args` (fixed values or specs, and C++ values).
+/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
+/// typed arguments, in order, for printing.
 template <class R, class F, class... Args>
-std::unique_ptr<trace<R>> trace_now(F& fn, const Args&... args) {
+std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
   recorder rec;
+  rec.argument_names = std::move(names);
   int slot = 0;
   auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
     if constexpr (typed_argument<decltype(a)>) {
@@ -8783,10 +8830,18 @@ auto apply_kernel(Kernel kernel, const X&... x) {
   }
 }
 
-template <class Op, class... D>
-struct shape_rule_error : rule_error {
-  static_assert(sizeof(Op) == 0, "this kiln op's shape rule rejects these operands (see 'shape_rule_error<op, dims<...>...>')");
-};
+/// An integer product small enough for loops whose sizes the compiler knows: integer
+/// sums wrap, so their order does not change them, and this gives gemm's values.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  using U = std::make_unsigned_t<T>;  // wraps
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      U sum = 0;
+      for (std::int64_t k = 0; k < K; ++k) sum += U(a[i * K + k]) * U(b[k * N + j]);
+      c[i * N + j] = T(sum);
+    }
+}
 
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
@@ -8796,10 +8851,8 @@ auto reduce(const X& x) {
   using D = typename V::dims_type;
   using made_op = made_reduction<Op, KeepDims, Axes...>;
   using rule = op_rule<made_op, V>;
-  if constexpr (!rule::dtypes.ok()) {
-    return operand_dtypes_error<Op, T>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return shape_rule_error<Op, D, dims<Axes...>>{};
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
   } else {
     using Out = element_t<rule::dtypes.value>;
     using OutD = dims_from<rule>;
@@ -8825,14 +8878,18 @@ struct keep_dims_t {
 };
 inline constexpr keep_dims_t keep_dims{};
 
+// The checks name the op in the first error line (see KILN_TYPED_CHECKS).
 #define KILN_TYPED_REDUCTION(fn)                                                                 \
   template <std::int64_t... Axes, typed::operand X>                                              \
   auto fn(const X& x) {                                                                          \
-    return typed::reduce<ops::fn, false, Axes...>(x);                                            \
+    return fn<Axes...>(x, keep_dims_t(), std::false_type());                                     \
   }                                                                                              \
-  template <std::int64_t... Axes, typed::operand X>                                              \
-  auto fn(const X& x, keep_dims_t) {                                                             \
-    return typed::reduce<ops::fn, true, Axes...>(x);                                             \
+  template <std::int64_t... Axes, typed::operand X, class Keep = std::true_type>                 \
+  auto fn(const X& x, keep_dims_t, Keep = {}) {                                                  \
+    using rule = typed::op_rule<typed::made_reduction<ops::fn, Keep::value, Axes...>, std::remove_cvref_t<X>>; \
+    static_assert(rule::dtypes.ok(), "kiln::" #fn ": reductions take int32, int64, float32 or float64 values"); \
+    static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": an axis is out of range or listed twice"); \
+    return typed::reduce<ops::fn, Keep::value, Axes...>(x);                                      \
   }                                                                                              \
   template <std::int64_t Axis, std::int64_t... More>                                             \
   tensor fn(const tensor& x) {                                                                   \
@@ -8858,10 +8915,11 @@ auto matmul(const A& a, const B& b) {
   using Da = typename Va::dims_type;
   using Db = typename Vb::dims_type;
   using rule = typed::op_rule<typed::made<ops::matmul>, Va, Vb>;
-  if constexpr (!rule::dtypes.ok()) {
-    return typed::operand_dtypes_error<ops::matmul, T, typename Vb::value_type>{};
-  } else if constexpr (!rule::shapes.ok()) {
-    return typed::shape_rule_error<ops::matmul, Da, Db>{};
+  static_assert(rule::dtypes.ok(), "kiln::matmul: both operands must hold one of int32, int64, float32 or float64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::matmul: the inner dimensions must match (and batch dimensions broadcast)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
   } else {
     using OutD = typed::dims_from<rule>;
     return typed::apply_kernel<T, OutD>(
@@ -8869,7 +8927,10 @@ auto matmul(const A& a, const B& b) {
           constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
           for (std::int64_t bi = 0; bi < g.batches; ++bi) {
             const auto [oa, ob] = g.operand_offsets(bi);
-            backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
+            if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
+              typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else
+              backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
           }
         },
         a, b);
@@ -12996,8 +13057,17 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    auto t = typed::trace_now<R>(fn_, args...);
     const function_options& o = state_->options;
+    std::vector<std::string> names;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>)
+            names.push_back(position < o.arg_names.size() ? o.arg_names[position] : "x" + std::to_string(position));
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(fn_, std::move(names), args...);
     std::string text = o.name + "(";
     std::string arg_lines;
     std::size_t i = 0;

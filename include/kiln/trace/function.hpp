@@ -455,8 +455,17 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    auto t = typed::trace_now<R>(fn_, args...);
     const function_options& o = state_->options;
+    std::vector<std::string> names;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>)
+            names.push_back(position < o.arg_names.size() ? o.arg_names[position] : "x" + std::to_string(position));
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(fn_, std::move(names), args...);
     std::string text = o.name + "(";
     std::string arg_lines;
     std::size_t i = 0;

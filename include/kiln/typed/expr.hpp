@@ -66,13 +66,13 @@ V splat(const T* p) {
   return V(*p);
 }
 
-/// A batch of `count` elements from `p` (or every `step`-th), padded with copies of
-/// the last, as the CPU kernels pad a run's head and tail: every element then goes
-/// through the batch functor, wherever it sits.
-template <class T>
-batch<T> padded(const T* p, std::int64_t count) {
+/// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
+/// kernels pad a run's head and tail: every element then goes through the batch
+/// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
+template <std::int64_t Count, class T>
+batch<T> padded(const T* p) {
   alignas(64) std::array<T, batch<T>::size> lanes;
-  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < count ? l : count - 1];
+  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < Count ? l : Count - 1];
   return batch<T>::load_aligned(lanes.data());
 }
 
@@ -93,9 +93,9 @@ struct data_leaf : typed_expression {
     else
       return V::load_unaligned(p + row * D::inner + col);
   }
-  template <class V>
-  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(p + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(p + row * D::inner + col);
   }
 };
 
@@ -112,9 +112,9 @@ struct slot_leaf : typed_expression {
   V load(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(at(f) + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(at(f) + row * D::inner + col);
   }
 };
 
@@ -130,8 +130,8 @@ struct scalar_leaf : typed_expression {
   V load(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
-  template <class V>
-  V partial(frame, std::int64_t, std::int64_t, std::int64_t) const {
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
 };
@@ -149,9 +149,9 @@ struct constant_leaf : typed_expression {
   V load(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
   }
-  template <class V>
-  V partial(frame, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return padded(value->data() + row * D::inner + col, count);
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    return padded<Count>(value->data() + row * D::inner + col);
   }
 };
 
@@ -194,17 +194,17 @@ struct broadcast : typed_expression {
       if constexpr (std::is_same_v<V, value_type>)
         return operand.template load<V>(f, map_row(row), 0);
       else
-        return V(first_lane(operand.template partial<V>(f, map_row(row), 0, 1)));
+        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
     } else {
       return operand.template load<V>(f, map_row(row), col);
     }
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
     if constexpr (splat_cols)
       return load<V>(f, row, col);
     else
-      return operand.template partial<V>(f, map_row(row), col, count);
+      return operand.template partial<V, Count>(f, map_row(row), col);
   }
 
  private:
@@ -283,9 +283,9 @@ struct node : typed_expression {
     else
       return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
   }
-  template <class V>
-  V partial(frame f, std::int64_t row, std::int64_t col, std::int64_t count) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial<V>(f, row, col, count)...); }, operands);
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
 
  private:
@@ -295,9 +295,11 @@ struct node : typed_expression {
   }
 };
 
-/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`.
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
+/// restrict: stores to it do not change the frame, so a loop reads each slot's
+/// pointer once.)
 template <class E>
-void evaluate(const E& e, frame f, typename E::value_type* out) {
+void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   using T = typename E::value_type;
   using D = typename E::dims_type;
   constexpr std::int64_t inner = D::inner, rows = D::size / inner;
@@ -310,8 +312,8 @@ void evaluate(const E& e, frame f, typename E::value_type* out) {
       for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
       if constexpr (inner % w != 0) {
         alignas(64) std::array<T, std::size_t(w)> lanes;
-        e.template partial<B>(f, row, col, inner - col).store_aligned(lanes.data());
-        std::copy_n(lanes.data(), inner - col, o + col);
+        e.template partial<B, inner % w>(f, row, col).store_aligned(lanes.data());
+        std::copy_n(lanes.data(), inner % w, o + col);
       }
     }
   } else {

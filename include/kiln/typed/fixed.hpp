@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kiln/core/allocator.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/print.hpp"
@@ -67,12 +68,14 @@ struct storage {
   const T* data() const { return values; }
 };
 
+/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
+/// buffer would cost a page fault per 4 KiB each time a result is made.
 template <class T, std::int64_t N>
 struct storage<T, N, false> {
-  struct aligned_delete {
-    void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  struct release {
+    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
   };
-  std::unique_ptr<T[], aligned_delete> values{static_cast<T*>(::operator new[](std::size_t(N) * sizeof(T), std::align_val_t(64)))};
+  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
 
   storage() = default;
   storage(const storage& o) { std::copy_n(o.data(), N, data()); }

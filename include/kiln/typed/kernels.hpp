@@ -91,6 +91,19 @@ auto apply_kernel(Kernel kernel, const X&... x) {
   }
 }
 
+/// An integer product small enough for loops whose sizes the compiler knows: integer
+/// sums wrap, so their order does not change them, and this gives gemm's values.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  using U = std::make_unsigned_t<T>;  // wraps
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      U sum = 0;
+      for (std::int64_t k = 0; k < K; ++k) sum += U(a[i * K + k]) * U(b[k * N + j]);
+      c[i * N + j] = T(sum);
+    }
+}
+
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -175,7 +188,10 @@ auto matmul(const A& a, const B& b) {
           constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
           for (std::int64_t bi = 0; bi < g.batches; ++bi) {
             const auto [oa, ob] = g.operand_offsets(bi);
-            backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
+            if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
+              typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else
+              backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
           }
         },
         a, b);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -46,6 +47,7 @@ struct step {
 struct recorder {
   std::vector<std::size_t> slot_bytes;
   std::vector<step> steps;
+  std::vector<std::string> argument_names;  ///< as the function's signature names them
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
@@ -111,6 +113,15 @@ class symbol : public typed_expression {
 
   slot_leaf<T, D> expression() const { return {{}, slot_}; }
   int slot() const { return slot_; }
+
+  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
+  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
+  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
+    const recorder* r = recorder::current();
+    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
+                                                                                   : "value_" + std::to_string(x.slot_);
+    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
+  }
 
  private:
   template <class E>
@@ -274,10 +285,12 @@ struct trace {
   }
 };
 
-/// Traces `fn` for `args` (fixed values or specs, and C++ values).
+/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
+/// typed arguments, in order, for printing.
 template <class R, class F, class... Args>
-std::unique_ptr<trace<R>> trace_now(F& fn, const Args&... args) {
+std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
   recorder rec;
+  rec.argument_names = std::move(names);
   int slot = 0;
   auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
     if constexpr (typed_argument<decltype(a)>) {

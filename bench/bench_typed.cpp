@@ -1,0 +1,348 @@
+/// \file
+/// The compile-time tier (kiln::function called with kiln::fixed arguments) against
+/// hand-written loops, Eigen's fixed-size matrices and kiln's runtime tier, in the
+/// cases its issue sets targets for: a call of `x * x + 2` on a scalar (`fixed_x2`),
+/// 50 elementwise ops on 10 floats (`fixed_ops50`), a dense layer
+/// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), the seeds' `power(x, 100)` as
+/// 100 matmuls of 10x10 int32 (`fixed_power`) and the chain
+/// `tanh(x * 0.5 + 1) * x - 0.25` on 2^20 floats (`fixed_chain_1M`). Peers named
+/// `kiln` are the runtime tier's kiln::function on kiln::tensor arguments.
+
+#include "bench_support.hpp"
+
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#if KILN_BENCH_HAS_EIGEN
+#include <Eigen/Core>
+#endif
+
+namespace kiln::bench {
+namespace {
+
+void register_x2() {
+  static constexpr float input = 3.f, expected = input * input + 2.f;
+  const auto formula = [](const auto& x) { return x * x + 2.f; };
+  register_case("fixed_x2", "kiln_fixed", 1, [formula](benchmark::State& state) {
+    kiln::function f(formula);
+    const kiln::fixed<float> x = input;
+    const float first = f(x).item();  // traces
+    if (!check_close(state, &expected, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_x2", "kiln", 1, [formula](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    kiln::function f(formula);
+    const kiln::tensor x = kiln::constant(input);
+    const float first = f(x).item<float>();
+    if (!check_close(state, &expected, &first, 1)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x));
+  })->Unit(benchmark::kNanosecond);
+}
+
+// ---- 50 elementwise ops on 10 floats --------------------------------------------------
+
+constexpr int rounds = 10;  // of five ops: x = maximum(tanh(x * scale + y) - shift, y)
+constexpr float scale_of(int i) { return 0.9f - 0.02f * float(i); }
+constexpr float shift_of(int i) { return 0.1f + 0.01f * float(i); }
+
+/// The rounds as one expression: round `I` applied to the expression of the ones
+/// before, so a typed trace is one fused loop.
+template <int I = 0, class X, class Y>
+auto fused_rounds(const X& x, const Y& y) {
+  if constexpr (I == rounds)
+    return x;
+  else
+    return fused_rounds<I + 1>(kiln::maximum(kiln::tanh(x * scale_of(I) + y) - shift_of(I), y), y);
+}
+
+/// The rounds as a C++ loop that rebinds `x`, as the runtime tier's benchmark writes
+/// them: a typed trace evaluates at each assignment.
+template <class X, class Y>
+X looped_rounds(X x, const Y& y) {
+  for (int i = 0; i < rounds; ++i) x = kiln::maximum(kiln::tanh(x * scale_of(i) + y) - shift_of(i), y);
+  return x;
+}
+
+using ten = kiln::fixed<float, 10>;
+
+struct ops50_inputs {
+  ten x, y;
+  std::vector<float> expected;
+  ops50_inputs() {
+    fill_pattern(x.data(), 10, 3);
+    fill_pattern(y.data(), 10, 4);
+    expected = looped_rounds(kiln::tensor(x), kiln::tensor(y)).to_vector<float>();
+  }
+  static const ops50_inputs& get() {
+    static const ops50_inputs inputs;
+    return inputs;
+  }
+};
+
+void hand_ops50(const float* x, const float* y, float* out) {
+  for (int e = 0; e < 10; ++e) {
+    float v = x[e];
+    for (int i = 0; i < rounds; ++i) v = std::max(std::tanh(v * scale_of(i) + y[e]) - shift_of(i), y[e]);
+    out[e] = v;
+  }
+}
+
+void register_ops50() {
+  register_case("fixed_ops50", "kiln_fixed", 1, [](benchmark::State& state) {
+    const auto& in = ops50_inputs::get();
+    kiln::function f([](const auto& x, const auto& y) { return fused_rounds(x, y); });
+    if (!check_close(state, in.expected.data(), f(in.x, in.y).data(), 10)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(in.x, in.y));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_ops50", "kiln_fixed_rebound", 1, [](benchmark::State& state) {
+    const auto& in = ops50_inputs::get();
+    kiln::function f([](auto x, const auto& y) { return looped_rounds(x, y); });
+    if (!check_close(state, in.expected.data(), f(in.x, in.y).data(), 10)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(in.x, in.y));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_ops50", "kiln", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = ops50_inputs::get();
+    kiln::function f([](const kiln::tensor& x, const kiln::tensor& y) { return looped_rounds(x, y); });
+    const kiln::tensor x(in.x), y(in.y);
+    if (!check_close(state, in.expected.data(), f(x, y).to_vector<float>().data(), 10)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x, y));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_ops50", "hand_plain", 1, [](benchmark::State& state) {
+    const auto& in = ops50_inputs::get();
+    std::array<float, 10> out{};
+    hand_ops50(in.x.data(), in.y.data(), out.data());
+    if (!check_close(state, in.expected.data(), out.data(), 10)) return;
+    for (auto _ : state) {
+      hand_ops50(in.x.data(), in.y.data(), out.data());
+      benchmark::DoNotOptimize(out);
+    }
+  })->Unit(benchmark::kNanosecond);
+}
+
+// ---- a dense layer: tanh(x · w + b) on 8x64 · 64x32 -----------------------------------
+
+constexpr int dense_m = 8, dense_k = 64, dense_n = 32;
+
+struct dense_inputs {
+  kiln::fixed<float, dense_m, dense_k> x;
+  kiln::fixed<float, dense_k, dense_n> w;
+  kiln::fixed<float, dense_n> b;
+  std::vector<float> expected;
+  dense_inputs() {
+    fill_pattern(x.data(), x.size, 5);
+    fill_pattern(w.data(), w.size, 6);
+    fill_pattern(b.data(), b.size, 7);
+    expected = kiln::tanh(kiln::matmul(kiln::tensor(x), kiln::tensor(w)) + kiln::tensor(b)).to_vector<float>();
+  }
+  static const dense_inputs& get() {
+    static const dense_inputs inputs;
+    return inputs;
+  }
+};
+
+void hand_dense(const float* x, const float* w, const float* b, float* out) {
+  for (int i = 0; i < dense_m; ++i) {
+    float row[dense_n];
+    for (int j = 0; j < dense_n; ++j) row[j] = b[j];
+    for (int k = 0; k < dense_k; ++k)
+      for (int j = 0; j < dense_n; ++j) row[j] += x[i * dense_k + k] * w[k * dense_n + j];
+    for (int j = 0; j < dense_n; ++j) out[i * dense_n + j] = std::tanh(row[j]);
+  }
+}
+
+void register_dense() {
+  const auto layer = [](const auto& x, const auto& w, const auto& b) { return kiln::tanh(kiln::matmul(x, w) + b); };
+  register_case("fixed_dense", "kiln_fixed", 1, [layer](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = dense_inputs::get();
+    kiln::function f(layer);
+    if (!check_close(state, in.expected.data(), f(in.x, in.w, in.b).data(), dense_m * dense_n)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(in.x, in.w, in.b));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_dense", "kiln", 1, [layer](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = dense_inputs::get();
+    kiln::function f(layer);
+    const kiln::tensor x(in.x), w(in.w), b(in.b);
+    if (!check_close(state, in.expected.data(), f(x, w, b).to_vector<float>().data(), dense_m * dense_n)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x, w, b));
+  })->Unit(benchmark::kNanosecond);
+  register_case("fixed_dense", "hand_plain", 1, [](benchmark::State& state) {
+    const auto& in = dense_inputs::get();
+    std::array<float, dense_m * dense_n> out{};
+    hand_dense(in.x.data(), in.w.data(), in.b.data(), out.data());
+    if (!check_close(state, in.expected.data(), out.data(), dense_m * dense_n)) return;
+    for (auto _ : state) {
+      hand_dense(in.x.data(), in.w.data(), in.b.data(), out.data());
+      benchmark::DoNotOptimize(out);
+    }
+  })->Unit(benchmark::kNanosecond);
+#if KILN_BENCH_HAS_EIGEN
+  register_case("fixed_dense", "eigen", 1, [](benchmark::State& state) {
+    const auto& in = dense_inputs::get();
+    using x_t = Eigen::Matrix<float, dense_m, dense_k, Eigen::RowMajor>;
+    using w_t = Eigen::Matrix<float, dense_k, dense_n, Eigen::RowMajor>;
+    using out_t = Eigen::Matrix<float, dense_m, dense_n, Eigen::RowMajor>;
+    const x_t x = Eigen::Map<const x_t>(in.x.data());
+    const w_t w = Eigen::Map<const w_t>(in.w.data());
+    const Eigen::Matrix<float, 1, dense_n> b = Eigen::Map<const Eigen::Matrix<float, 1, dense_n>>(in.b.data());
+    auto layer = [&] {
+      out_t out = ((x * w).rowwise() + b).array().tanh().matrix();
+      return out;
+    };
+    const out_t first = layer();
+    if (!check_close(state, in.expected.data(), first.data(), dense_m * dense_n)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(layer());
+  })->Unit(benchmark::kNanosecond);
+#endif
+}
+
+// ---- the seeds' power(x, 100): 100 matmuls of 10x10 int32 ----------------------------
+
+constexpr int power_n = 10, power_y = 100;
+using power_matrix = kiln::fixed<std::int32_t, power_n, power_n>;
+
+struct power_inputs {
+  power_matrix x;
+  std::vector<std::int32_t> expected;
+  power_inputs() {
+    for (int i = 0; i < power_n * power_n; ++i) x.data()[i] = std::int32_t((i * 7 + 3) % 3) - 1;
+    kiln::tensor result = kiln::eye(power_n, power_n, kiln::int32);
+    for (int i = 0; i < power_y; ++i) result = kiln::matmul(kiln::tensor(x), result);
+    expected = result.to_vector<std::int32_t>();
+  }
+  static const power_inputs& get() {
+    static const power_inputs inputs;
+    return inputs;
+  }
+};
+
+/// The hand-written triple loop; products wrap modulo 2^32, as kiln's do.
+void hand_power(const std::int32_t* x, std::int32_t* result) {
+  std::array<std::uint32_t, power_n * power_n> r{}, next{};
+  for (int i = 0; i < power_n; ++i) r[std::size_t(i * power_n + i)] = 1;
+  for (int step = 0; step < power_y; ++step) {
+    for (int i = 0; i < power_n; ++i)
+      for (int j = 0; j < power_n; ++j) {
+        std::uint32_t sum = 0;
+        for (int k = 0; k < power_n; ++k) sum += std::uint32_t(x[i * power_n + k]) * r[std::size_t(k * power_n + j)];
+        next[std::size_t(i * power_n + j)] = sum;
+      }
+    r = next;
+  }
+  for (int i = 0; i < power_n * power_n; ++i) result[i] = std::int32_t(r[std::size_t(i)]);
+}
+
+void register_power() {
+  register_case("fixed_power", "kiln_fixed", 1, [](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = power_inputs::get();
+    kiln::function power([](const auto& x, int y) {
+      typename kiln::typed::traced_t<power_matrix> result = power_matrix::eye();
+      for (int i = 0; i < y; ++i) result = kiln::matmul(x, result);
+      return result;
+    });
+    if (!check_equal(state, in.expected, power(in.x, power_y).data())) return;
+    for (auto _ : state) benchmark::DoNotOptimize(power(in.x, power_y));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("fixed_power", "hand_plain", 1, [](benchmark::State& state) {
+    const auto& in = power_inputs::get();
+    power_matrix out;
+    hand_power(in.x.data(), out.data());
+    if (!check_equal(state, in.expected, out.data())) return;
+    for (auto _ : state) {
+      hand_power(in.x.data(), out.data());
+      benchmark::DoNotOptimize(out);
+    }
+  })->Unit(benchmark::kMicrosecond);
+#if KILN_BENCH_HAS_EIGEN
+  register_case("fixed_power", "eigen", 1, [](benchmark::State& state) {
+    const auto& in = power_inputs::get();
+    using matrix = Eigen::Matrix<std::int32_t, power_n, power_n, Eigen::RowMajor>;
+    const matrix x = Eigen::Map<const matrix>(in.x.data());
+    auto power = [&] {
+      matrix result = matrix::Identity();
+      for (int i = 0; i < power_y; ++i) result = (x * result).eval();
+      return result;
+    };
+    const matrix first = power();
+    if (!check_equal(state, in.expected, first.data())) return;
+    for (auto _ : state) benchmark::DoNotOptimize(power());
+  })->Unit(benchmark::kMicrosecond);
+#endif
+}
+
+// ---- tanh(x * 0.5 + 1) * x - 0.25 on 2^20 floats -------------------------------------
+
+constexpr std::int64_t chain_size = std::int64_t(1) << 20;
+using chain_vector = kiln::fixed<float, chain_size>;
+
+struct chain_inputs {
+  chain_vector x;
+  std::vector<float> expected;
+  chain_inputs() {
+    fill_pattern(x.data(), chain_size, 8);
+    expected = (kiln::tanh(kiln::tensor(x) * 0.5f + 1.f) * kiln::tensor(x) - 0.25f).to_vector<float>();
+  }
+  static const chain_inputs& get() {
+    static const chain_inputs inputs;
+    return inputs;
+  }
+};
+
+void hand_chain_xsimd(const float* x, float* out) {
+  using batch = xsimd::batch<float>;
+  constexpr std::int64_t w = batch::size;
+  const batch scale(0.5f), offset(1.f), shift(0.25f);
+  std::int64_t i = 0;
+  for (; i + w <= chain_size; i += w) {
+    const batch v = batch::load_aligned(x + i);
+    xsimd::fms(kiln::math::tanh(xsimd::fma(v, scale, offset)), v, shift).store_aligned(out + i);
+  }
+  for (; i < chain_size; ++i) out[i] = std::tanh(x[i] * 0.5f + 1.f) * x[i] - 0.25f;
+}
+
+void register_chain_1m() {
+  const auto chain = [](const auto& x) { return kiln::tanh(x * 0.5f + 1.f) * x - 0.25f; };
+  register_case("fixed_chain_1M", "kiln_fixed", 1, [chain](benchmark::State& state) {
+    const auto& in = chain_inputs::get();
+    kiln::function f(chain);
+    if (!check_close(state, in.expected.data(), f(in.x).data(), chain_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(in.x));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("fixed_chain_1M", "kiln", 1, [chain](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const auto& in = chain_inputs::get();
+    kiln::function f(chain);
+    const kiln::tensor x(in.x);
+    if (!check_close(state, in.expected.data(), f(x).to_vector<float>().data(), chain_size)) return;
+    for (auto _ : state) benchmark::DoNotOptimize(f(x));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("fixed_chain_1M", "hand_xsimd", 1, [](benchmark::State& state) {
+    const auto& in = chain_inputs::get();
+    chain_vector out;
+    hand_chain_xsimd(in.x.data(), out.data());
+    if (!check_close(state, in.expected.data(), out.data(), chain_size)) return;
+    for (auto _ : state) {
+      hand_chain_xsimd(in.x.data(), out.data());
+      benchmark::DoNotOptimize(out.data());
+    }
+  })->Unit(benchmark::kMicrosecond);
+}
+
+const bool registered = [] {
+  register_x2();
+  register_ops50();
+  register_dense();
+  register_power();
+  register_chain_1m();
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::bench
