@@ -69,6 +69,20 @@ int main() {
             << "\n";
   std::cout << "power traced " << power.tracing_count() << " times (one per value of y)\n\n";
 
+  // @tf.function
+  // def f(x):
+  //   while tf.reduce_sum(x) > 1:
+  //     tf.print(x)          (here: the number of iterations, from a second loop variable)
+  //     x = tf.tanh(x)
+  //   return x
+  kiln::function tanh_loop([](const auto& x) {
+    return kiln::while_loop([](const auto& v, const auto&) { return kiln::reduce_sum(v) > 1.f; },
+                            [](const auto& v, const auto& n) { return std::tuple(kiln::tanh(v), n + 1); }, x,
+                            kiln::fixed<std::int32_t>(0));
+  });
+  const auto [settled, iterations] = tanh_loop(kiln::fixed<float, 5>::ones());
+  std::cout << settled << " after " << iterations.item() << " iterations\n\n";
+
   // A compile-time checked model: a two-layer perceptron's forward pass.
   kiln::function mlp(
       [](const auto& x, const auto& w1, const auto& b1, const auto& w2, const auto& b2) {

@@ -5196,7 +5196,7 @@ struct reduction_layout {
   std::array<std::int64_t, max_rank> size{};
   std::array<bool, max_rank> reduced{};
 
-  reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
+  constexpr reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
     for (int d = 0; d < s.rank(); ++d) {
       if (s[d] == 1) continue;
       if (rank > 0 && reduced[rank - 1] == reduced_dims[d]) {
@@ -5209,7 +5209,7 @@ struct reduction_layout {
     }
   }
   /// The kept dims (`role` false) or the reduced dims (`role` true) with their strides.
-  strided_dims dims(bool role) const {
+  constexpr strided_dims dims(bool role) const {
     strided_dims out;
     std::int64_t stride = 1;
     std::array<std::int64_t, max_rank> strides{};
@@ -5244,10 +5244,40 @@ void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::i
   });
 }
 
-/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
-template <class R, class T, class Out>
-void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
-  if (count <= 1) {  // nothing to combine: the identity, or each element itself
+/// Which kernel reduces a layout: every output is one element (or none), the reduced
+/// dims are interleaved with kept ones (strided), a kept contiguous dim follows the
+/// reduced one (columns), or the reduced elements are contiguous: rows shorter than a
+/// batch, or rows. `outer` and `inner` are the kept sizes before and after the
+/// reduced run.
+struct reduction_plan {
+  enum kind_t { identity, strided, columns, short_rows, rows } kind = identity;
+  std::int64_t outer = 1, inner = 1;
+};
+
+/// The plan for `count` elements per output of `layout`, with `lanes` per SIMD batch.
+constexpr reduction_plan plan_reduction(const reduction_layout& layout, std::int64_t count, std::int64_t lanes) {
+  if (count <= 1) return {reduction_plan::identity};
+  int runs = 0, run = 0;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (layout.reduced[d]) {
+      ++runs;
+      run = d;
+    }
+  }
+  if (runs > 1) return {reduction_plan::strided};
+  reduction_plan plan;
+  for (int d = 0; d < run; ++d) plan.outer *= layout.size[d];
+  for (int d = run + 1; d < layout.rank; ++d) plan.inner *= layout.size[d];
+  plan.kind = plan.inner > 1 ? reduction_plan::columns : count < lanes ? reduction_plan::short_rows : reduction_plan::rows;
+  return plan;
+}
+
+/// Runs plan `plan`, of kind `K`: the compile-time tier, which knows its plan at
+/// compile time, instantiates one kernel; `reduce` dispatches at run time.
+template <reduction_plan::kind_t K, class R, class T, class Out>
+void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
+                    std::int64_t count) {
+  if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
     detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
@@ -5256,22 +5286,29 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
           out[i] = count == 0 ? R::identity() : x[i];
       }
     });
-    return;
+  } else if constexpr (K == reduction_plan::strided) {
+    reduce_strided<R>(x, out, layout, outputs, count);
+  } else if constexpr (K == reduction_plan::columns) {
+    reduce_columns<R>(x, out, plan.outer, count, plan.inner);
+  } else if constexpr (K == reduction_plan::short_rows) {
+    reduce_short_rows<R>(x, out, plan.outer, count);
+  } else {
+    reduce_rows<R>(x, out, plan.outer, count);
   }
-  int runs = 0, run = 0;
-  for (int d = 0; d < layout.rank; ++d) {
-    if (layout.reduced[d]) {
-      ++runs;
-      run = d;
-    }
+}
+
+/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+template <class R, class T, class Out>
+void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  const reduction_plan plan = plan_reduction(layout, count, std::int64_t(xsimd::batch<T>::size));
+  switch (plan.kind) {
+    case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::short_rows:
+      return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
   }
-  if (runs > 1) return reduce_strided<R>(x, out, layout, outputs, count);
-  std::int64_t outer = 1, inner = 1;
-  for (int d = 0; d < run; ++d) outer *= layout.size[d];
-  for (int d = run + 1; d < layout.rank; ++d) inner *= layout.size[d];
-  if (inner > 1) return reduce_columns<R>(x, out, outer, count, inner);
-  if (count < std::int64_t(xsimd::batch<T>::size)) return reduce_short_rows<R>(x, out, outer, count);
-  reduce_rows<R>(x, out, outer, count);
 }
 
 }  // namespace cpu
@@ -8381,11 +8418,15 @@ struct recorder {
   std::vector<std::size_t> slot_bytes;
   std::vector<step> steps;
   std::vector<std::string> argument_names;  ///< as the function's signature names them
+  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
+  /// traced.
+  std::vector<step>* target = &steps;
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
     return int(slot_bytes.size()) - 1;
   }
+  void push(step s) { target->push_back(std::move(s)); }
   /// The recorder of the trace in progress on this thread, if any.
   static recorder*& current() {
     thread_local recorder* r = nullptr;
@@ -8404,14 +8445,26 @@ struct evaluation {
   }
 };
 
+/// The recorder of the trace in progress, or the error for a symbolic value used
+/// outside its trace.
+inline recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+/// Records a step writing `e` to slot `slot`.
+template <class E>
+void record_into(E e, int slot) {
+  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
+  current_recorder().push({&evaluation<E>::run, std::move(s)});
+}
+
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
 int record(E e) {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  const int slot = r->add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
-  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
-  r->steps.push_back({&evaluation<E>::run, std::move(s)});
+  const int slot = current_recorder().add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  record_into(std::move(e), slot);
   return slot;
 }
 
@@ -8502,6 +8555,11 @@ concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::valu
 /// argument, and otherwise only C++ values.
 template <class... Args>
 inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
+/// specs, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
 
 /// The `fixed` type of a typed argument.
 template <class X>
@@ -8596,6 +8654,7 @@ struct trace {
   int arguments = 0;
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
+  std::string signature;  ///< as pretty_printed_concrete_signatures shows it
 
   /// Runs the trace on the data of its arguments.
   template <std::size_t N>
@@ -8608,9 +8667,14 @@ struct trace {
     void** f = local_frame.data();
     if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
     alignas(64) std::byte local[local_bytes];
-    std::unique_ptr<std::byte[]> heap;
-    std::byte* workspace = local;
-    if (workspace_bytes > local_bytes) workspace = (heap.reset(new (std::align_val_t(64)) std::byte[workspace_bytes]), heap.get());
+    struct heap_workspace {  // from the caching allocator, as tensors' buffers
+      std::size_t bytes;
+      void* p = bytes ? detail::host_allocator().allocate(bytes) : nullptr;
+      ~heap_workspace() {
+        if (p) detail::host_allocator().deallocate(p, bytes);
+      }
+    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
+    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
     std::copy(args.begin(), args.end(), f);
     for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
     for (const step& s : steps) s.run(s.data.get(), f);
@@ -8650,6 +8714,39 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
   t->steps = std::move(rec.steps);
   return t;
 }
+
+/// A typed trace as a concrete function: called with the `fixed` values its signature
+/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
+/// \code
+/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
+/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
+/// \endcode
+template <class R, class... Fixed>
+class concrete_function {
+ public:
+  concrete_function(const trace<R>* t, std::shared_ptr<const void> owner) : trace_(t), owner_(std::move(owner)) {}
+  auto operator()(const Fixed&... args) const {
+    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
+  }
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
+    return os << "ConcreteFunction " << c.trace_->signature;
+  }
+
+ private:
+  const trace<R>* trace_;
+  std::shared_ptr<const void> owner_;  // the function's traces
+};
+
+/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
+template <class R, class... Args>
+struct concrete_for {
+  template <class... F>
+  static concrete_function<R, F...> make(std::tuple<F...>*);
+  using fixed_arguments = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
+                                       std::tuple<>>>()...));
+  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
+};
 
 // ---- the table of a function's traces ----------------------------------------------
 
@@ -8713,11 +8810,17 @@ class trace_table {
   std::vector<std::string> signatures_;
 };
 
-/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
+/// "float32 Tensor, shape=(2, 3)": a value as a signature shows it.
+KILN_COLD inline std::string describe(kiln::dtype t, const kiln::shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
 template <class X>
 std::string describe() {
   using V = std::remove_cvref_t<X>;
-  return std::string(name(dtype_of<typename V::value_type>)) + " Tensor, shape=" + V::dims_type::shape().str();
+  return describe(dtype_of<typename V::value_type>, V::dims_type::shape());
 }
 
 /// The Returns block of a signature for the traced result `R`.
@@ -8733,9 +8836,9 @@ std::string describe_returns() {
       return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
     }(std::make_index_sequence<std::tuple_size_v<V>>());
   } else if constexpr (has_dtype<V>) {
-    return "    " + std::string(name(dtype_of<V>)) + " Tensor, shape=()\n";
+    return "    " + describe(dtype_of<V>, kiln::shape{}) + "\n";
   } else {
-    return "    " + std::string(name(int64)) + " Tensor, shape=()\n";
+    return "    " + describe(int64, kiln::shape{}) + "\n";
   }
 }
 
@@ -8820,12 +8923,11 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     kernel(out.data(), x.data()...);
     return out;
   } else {
-    recorder* r = recorder::current();
-    if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+    recorder& r = current_recorder();
     using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
-    const int out = r->add_slot(sizeof(OutT) * std::size_t(OutD::size));
-    r->steps.push_back({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
+    r.push({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
     return symbol<OutT, OutD>(out);
   }
 }
@@ -8843,6 +8945,51 @@ void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T*
     }
 }
 
+/// A float product that the CPU gemm computes without packing and on one thread: each
+/// element is one fused multiply-add chain over k, from zero and in order, as in its
+/// micro-kernel, so the values are gemm's; with the sizes known at compile time only
+/// this loop is compiled. Tiles of rows keep their accumulators in registers.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  namespace cpu = backend::cpu::detail;
+  using B = batch<T>;
+  constexpr std::int64_t w = B::size, vectors = (N + w - 1) / w, tail = N - (vectors - 1) * w;
+  constexpr std::int64_t rows = std::max<std::int64_t>(1, std::min<std::int64_t>(M, 16 / vectors));
+  auto tile = [&]<std::int64_t H>(std::integral_constant<std::int64_t, H>, std::int64_t i0) {
+    B acc[H][vectors];
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = B(T(0));
+    for (std::int64_t p = 0; p < K; ++p) {
+      B b_row[vectors];
+      for (std::int64_t v = 0; v < vectors; ++v)
+        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : cpu::load_partial(b + p * N + v * w, tail);
+      for (std::int64_t r = 0; r < H; ++r) {
+        const B a_value(a[(i0 + r) * K + p]);
+        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
+      }
+    }
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        T* dst = c + (i0 + r) * N + v * w;
+        if (v + 1 < vectors || tail == w)
+          acc[r][v].store_unaligned(dst);
+        else
+          cpu::store_partial(acc[r][v], dst, tail);
+      }
+  };
+  std::int64_t i0 = 0;
+  for (; i0 + rows <= M; i0 += rows) tile(std::integral_constant<std::int64_t, rows>(), i0);
+  if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
+}
+
+/// Whether the CPU gemm computes an m x n x k float product as direct_matmul does:
+/// without packing (gemm_compute's rule), more than one column, on one thread.
+constexpr bool gemm_is_direct(std::int64_t m, std::int64_t n, std::int64_t k, int tile_rows) {
+  const double work = double(m) * double(n) * double(k);
+  return n > 1 && k > 0 && work < backend::cpu::detail::gemm_parallel_work &&
+         (m <= 2 || work <= backend::cpu::detail::gemm_direct_work || m <= 2 * tile_rows);
+}
+
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -8858,11 +9005,12 @@ auto reduce(const X& x) {
     using OutD = dims_from<rule>;
     return apply_kernel<Out, OutD>(
         [](Out* out, const T* in) {
+          namespace cpu = backend::cpu;
           constexpr auto axis = made_op::op.axis;
           constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
-          using R = backend::cpu::reducer_for<Op::kind, T>;
-          backend::cpu::reduce<R>(in, out, backend::cpu::reduction_layout(D::shape(), ops::reduced_dims(axis, D::rank)),
-                                  OutD::size, count);
+          constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
+          constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
+          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
           if constexpr (Op::kind == ops::reduction_kind::mean)
             for (std::int64_t i = 0; i < OutD::size; ++i) out[i] = ops::mean_of<T>(out[i], count);
         },
@@ -8929,6 +9077,9 @@ auto matmul(const A& a, const B& b) {
             const auto [oa, ob] = g.operand_offsets(bi);
             if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
               typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else if constexpr (std::is_floating_point_v<T> &&
+                               typed::gemm_is_direct(g.m, g.n, g.k, backend::cpu::detail::gemm_blocking<T>::rows))
+              typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
             else
               backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
           }
@@ -8960,6 +9111,80 @@ auto transpose(const X& x) {
         }
       },
       x);
+}
+
+namespace typed {
+
+/// `Op` (concat or stack) along `Axis`, for op_rule.
+template <class Op, std::int64_t Axis>
+struct made_along {
+  static constexpr Op op{Axis};
+};
+
+/// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
+/// operand k in turn (concat and stack differ only in their chunks).
+template <std::int64_t Outer, std::int64_t... Chunk, class T, class... In>
+void join(T* out, const In*... in) {
+  for (std::int64_t o = 0; o < Outer; ++o) ((out = std::copy_n(in + o * Chunk, Chunk, out)), ...);
+}
+
+template <class Op, std::int64_t Axis, class... X>
+auto join_along(const X&... x) {
+  using T = typename typed::element_of<std::tuple_element_t<0, std::tuple<X...>>>::type;
+  using rule = typed::op_rule<typed::made_along<Op, Axis>, std::remove_cvref_t<X>...>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    using first = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<X...>>>::dims_type;
+    // Dims before the axis make the rows; concat's axis is one of its operands' dims,
+    // stack's a new one.
+    constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
+    constexpr std::int64_t outer = [] {
+      std::int64_t n = 1;
+      for (int d = 0; d < axis; ++d) n *= first::values[std::size_t(d)];
+      return n;
+    }();
+    return apply_kernel<T, OutD>(
+        [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
+        x...);
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::concat<1>(a, b, ...)` on typed operands: joined along an existing dim, the
+/// others equal (checked at compile time).
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto concat(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::concat, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::concat: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::concat: the operands' dims must be equal but along the axis");
+  return typed::join_along<ops::concat, Axis>(x...);
+}
+
+/// `kiln::stack<0>(a, b, ...)` on typed operands of one type: joined along a new dim.
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto stack(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::stack, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::stack: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::stack: the operands must have the same dims");
+  return typed::join_along<ops::stack, Axis>(x...);
+}
+
+/// `kiln::concat<Axis>(a, b)` and `kiln::stack<Axis>(a, b)` on kiln::tensors, so that
+/// one generic callable serves both tiers.
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor concat(const T&... x) {
+  return concat({x...}, Axis);
+}
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor stack(const T&... x) {
+  return stack({x...}, Axis);
 }
 
 /// The typed spellings on a kiln::tensor, so that one generic callable serves both
@@ -12951,13 +13176,19 @@ class function {
   }
 
   /// Traces for these arguments (values, tensor_specs or C++ values) without running.
+  /// With `fixed` values or kiln::spec<T, Dims...> the trace is a typed one, and the
+  /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
-  concrete_function get_concrete_function(Args&&... args) {
-    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+  auto get_concrete_function(Args&&... args) {
+    if constexpr (typed::typed_request<Args...>) {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(typed_trace_for(args...), state_);
+    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
       detail::call_signature sig = signature_of(args...);
-      return concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
+      return kiln::concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
     }
   }
 
@@ -13011,13 +13242,24 @@ class function {
       return std::forward<A>(a);
   }
 
-  // A call in the compile-time tier (kiln/typed/trace.hpp): the trace of this
-  // signature type, found by its index, then the trace of these C++ values.
+  // A call in the compile-time tier (kiln/typed/trace.hpp).
   template <class... Args>
   auto typed_call(const Args&... args) {
+    const auto* t = typed_trace_for(args...);
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+      t->run(typed_data(args...));
+    else
+      return t->run(typed_data(args...));
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  auto typed_trace_for(const Args&... args) {
     using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
     using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<std::remove_cvref_t<Args>...>, entry>();
+    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
     const typed::trace<R>* t = nullptr;
     if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
       t = e.only.load(std::memory_order_acquire);
@@ -13036,10 +13278,7 @@ class function {
         if (k == key) t = known.get();
       if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
     }
-    if constexpr (std::is_void_v<R>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
+    return t;
   }
 
   // The data of a typed call's `fixed` arguments, in order.
@@ -13086,6 +13325,7 @@ class function {
     text += ")\n";
     if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
     text += "  Returns:\n" + typed::describe_returns<R>();
+    t->signature = text;
     state_->typed.add_signature(std::move(text));
     return t;
   }
@@ -13483,7 +13723,7 @@ void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<t
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_convertible_v<const U&, std::string_view>) {
     pieces.push_back({std::string(std::string_view(x)), -1});
-  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable>) {
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
     pieces.push_back({{}, int(inputs.size())});
     inputs.push_back(tensor(x));
   } else {
@@ -13573,256 +13813,39 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 
 }  // namespace kiln
 // ----- end kiln/trace/effects.hpp -----
-// ----- begin kiln/trace/random.hpp -----
+// ----- begin kiln/typed/effects.hpp -----
 /// \file
-/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
-/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
-/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
-/// records a special op that draws again at every run of the graph, instead of a
-/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
-/// `random::stateless_uniform` is the pure function of a seed.
+/// State and effects of the compile-time tier: `kiln::fixed_variable<T, Dims...>` and
+/// kiln::print of typed values. In a typed trace they are steps, so they happen at
+/// every call, in program order. A plain kiln::variable used with typed values is a
+/// compile error that names fixed_variable.
 
-#include <atomic>
-#include <cstdint>
-#include <map>
+#include <cstring>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
+// ----- begin kiln/typed/control_flow.hpp -----
+/// \file
+/// kiln::cond, kiln::while_loop and kiln::for_range on typed values. In a typed trace a
+/// branch, a loop's condition and its body are each traced once, into step lists of
+/// their own that one step of the trace runs: the branch the condition picks, or the
+/// body while the condition holds. Loop variables are slots of the frame; the body's
+/// next values are written to slots of their own and then copied into the loop
+/// variables, so that each is computed from the values the iteration started with.
+/// That both branches, or the body, keep every value's element type and dims is
+/// checked at compile time. On `fixed` values (outside a function) they run at once,
+/// as C++ control flow.
 
-namespace kiln {
-namespace detail {
+#include <array>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
-/// What one uniform draw makes: a checked shape, dtype and bounds.
-struct uniform_spec {
-  shape dims;
-  dtype type;
-  double minval;
-  std::optional<double> maxval;
-
-  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
-  void check() const {
-    if (!is_floating(type) && !is_integer(type))
-      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
-    if (is_integer(type) && !maxval)
-      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
-                                   ") needs an explicit maxval");
-    require_fully_defined("random::uniform", dims);
-    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
-  }
-
-  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
-  /// (This and every function that draws is a template, as op functions are, so that
-  /// the fill kernels compile only in programs that draw.)
-  template <class = void>
-  tensor draw(std::uint64_t key, std::uint64_t stream) const {
-    tensor out(type, dims);
-    visit_dtype(type, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
-        auto [lo, hi] = bounds<T>();
-        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
-      }
-    });
-    return out;
-  }
-
- private:
-  template <class T>
-  std::pair<T, T> bounds() const {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
-      if (!(lo < hi))
-        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
-                                     std::to_string(lo));
-      return {lo, hi};
-    } else if constexpr (std::is_floating_point_v<T>) {
-      T lo = T(minval), hi = T(maxval.value_or(1));
-      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
-                                     describe_value(lo) + " and maxval " + describe_value(hi));
-      return {lo, hi};
-    } else {
-      return {};
-    }
-  }
-};
-
-/// The process's random state: the global seed (random::set_seed), the counter that
-/// gives ops without a seed of their own one under a global seed, and how many draws
-/// each seeded eager op has made (its next stream).
-struct random_state {
-  std::mutex mutex;
-  std::optional<std::uint64_t> global_seed;
-  std::uint64_t next_op_seed = 0;
-  std::map<std::uint64_t, std::uint64_t> eager_draws;
-
-  static random_state& get() {
-    static random_state s;
-    return s;
-  }
-
-  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
-  /// rules: an op seed alone keys the op; a global seed gives each op without one a
-  /// seed of its own in creation order, so a program draws the same numbers at every
-  /// run; with neither the key is fresh.
-  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
-    std::lock_guard lock(mutex);
-    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
-    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
-  }
-  /// The stream of the next eager draw with key `key`.
-  std::uint64_t next_eager_stream(std::uint64_t key) {
-    std::lock_guard lock(mutex);
-    return eager_draws[key]++;
-  }
-
- private:
-  static std::uint64_t mix(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-  }
-};
-
-/// The state of a random::generator, shared by its copies and the graphs that draw
-/// from it: a key and the next stream.
-struct generator_state {
-  std::atomic<std::uint64_t> key;
-  std::atomic<std::uint64_t> next_stream{0};
-  explicit generator_state(std::uint64_t k) : key(k) {}
-  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
-};
-
-/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
-/// own key, or of its generator's state. Never folded or merged, as a special op.
-class random_uniform_op final : public special_op {
- public:
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::uint64_t key)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
-
-  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
-  // A generator's draw advances state that later draws see, so it runs even when
-  // its numbers are not needed, in program order; an op's own counter does not.
-  bool has_effects() const { return generator_ != nullptr; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const>) const {
-    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
-    return {spec_.draw(key, stream)};
-  }
-  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
-
- private:
-  uniform_spec spec_;
-  std::uint64_t key_ = 0;
-  mutable std::atomic<std::uint64_t> next_stream_{0};
-  std::shared_ptr<generator_state> generator_;
-};
-
-/// Records `op` in the trace in progress and returns its symbolic result.
-inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
-  return trace.record_special(op, {}, op->results())[0];
-}
-
-}  // namespace detail
-
-namespace random {
-
-/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
-/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
-/// at every run of the program. Setting it again starts the sequences over.
-/// \code kiln::random::set_seed(1234); \endcode
-inline void set_seed(std::uint64_t seed) {
-  detail::random_state& s = detail::random_state::get();
-  std::lock_guard lock(s.mutex);
-  s.global_seed = seed;
-  s.next_op_seed = 0;
-  s.eager_draws.clear();
-}
-
-/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
-/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
-/// new numbers, and inside a kiln::function every run of the graph does. With a
-/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
-/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
-/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
-/// 2^53 are not exact); else kiln::invalid_argument_error.
-/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
-/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-template <class = void>
-tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
-               std::optional<std::uint64_t> seed = std::nullopt) {
-  detail::uniform_spec spec{s, t, minval, maxval};
-  spec.check();
-  detail::random_state& state = detail::random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (detail::trace_context* trace = detail::trace_context::current())
-    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
-}
-
-/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
-/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
-/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
-template <class = void>
-tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
-                         dtype t = float32) {
-  detail::uniform_spec spec{s, t, minval, maxval};
-  spec.check();
-  return spec.draw(seed, 0);
-}
-
-/// A random number generator with its own state, as tf.random.Generator: each draw
-/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
-/// draw happens at every run, in program order, from the state at that moment.
-/// \code
-/// auto g = kiln::random::generator::from_seed(1);
-/// kiln::tensor a = g.uniform({2, 3});
-/// kiln::tensor b = g.uniform({2, 3});  // new numbers
-/// g.reset_from_seed(1);                // a's numbers come again
-/// \endcode
-class generator {
- public:
-  /// A generator whose draws depend on `seed` only.
-  static generator from_seed(std::uint64_t seed) { return generator(seed); }
-  /// A generator seeded from the operating system.
-  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
-
-  /// Starts the sequence of `seed` over, for this generator and its copies.
-  void reset_from_seed(std::uint64_t seed) {
-    state_->key = seed;
-    state_->next_stream = 0;
-  }
-
-  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
-  template <class = void>
-  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    detail::uniform_spec spec{s, t, minval, maxval};
-    spec.check();
-    if (detail::trace_context* trace = detail::trace_context::current())
-      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
-    auto [key, stream] = state_->take();
-    return spec.draw(key, stream);
-  }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
-  std::shared_ptr<detail::generator_state> state_;
-};
-
-}  // namespace random
-}  // namespace kiln
-// ----- end kiln/trace/random.hpp -----
 // ----- begin kiln/trace/control_flow.hpp -----
 /// \file
 /// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
@@ -14279,6 +14302,10 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
 namespace detail {
 template <class T>
 concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+/// A loop body, told apart from a loop index (a concept, so that overloads for other
+/// loop variables can add to the constraints that use it).
+template <class T>
+concept loop_body = !loop_index<T>;
 
 inline tensor index_tensor(const tensor& t) { return t; }
 template <std::integral T>
@@ -14324,7 +14351,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 ///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+  requires detail::loop_index<Limit> && detail::loop_body<Body>
 auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
   return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
                               body_fn, options, vars...);
@@ -14338,7 +14365,7 @@ auto for_range(const Limit& limit, Body body_fn, const loop_options& options, co
 /// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>) && detail::plain_loop_variables<Vars...>
+  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>
 auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
   return for_range(limit, std::move(body_fn), loop_options{}, vars...);
 }
@@ -14367,6 +14394,633 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 }
 }  // namespace kiln
 // ----- end kiln/trace/control_flow.hpp -----
+
+namespace kiln {
+namespace typed {
+
+/// The `fixed` type of a typed operand's value.
+template <class X>
+using value_of = fixed_t<typename std::remove_cvref_t<X>::value_type, typename std::remove_cvref_t<X>::dims_type>;
+
+template <class R>
+struct is_tuple : std::false_type {};
+template <class... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+
+/// A branch's or body's result as a tuple: one value, or a std::tuple of them.
+template <class R>
+auto as_tuple(R&& r) {
+  if constexpr (is_tuple<std::remove_cvref_t<R>>::value)
+    return std::forward<R>(r);
+  else
+    return std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r));
+}
+
+/// A tuple of one value as the value, of several as the tuple.
+template <class Tuple>
+auto unwrap(Tuple&& t) {
+  if constexpr (std::tuple_size_v<std::remove_cvref_t<Tuple>> == 1)
+    return std::get<0>(std::forward<Tuple>(t));
+  else
+    return std::forward<Tuple>(t);
+}
+
+/// Whether the values of tuple types `A` and `B` have the same element types and dims.
+template <class A, class B>
+struct same_values : std::false_type {};
+template <class... A, class... B>
+  requires(sizeof...(A) == sizeof...(B))
+struct same_values<std::tuple<A...>, std::tuple<B...>>
+    : std::bool_constant<(std::is_same_v<value_of<A>, value_of<B>> && ...)> {};
+
+/// Whether a tuple type holds a symbolic value or expression.
+template <class Tuple>
+struct holds_lazy : std::false_type {};
+template <class... T>
+struct holds_lazy<std::tuple<T...>> : std::bool_constant<(lazy<T> || ...)> {};
+
+/// Whether typed operand `P` is a bool scalar.
+template <class P>
+inline constexpr bool bool_scalar =
+    std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
+
+inline void run_steps(const std::vector<step>& steps, frame f) {
+  for (const step& s : steps) s.run(s.data.get(), f);
+}
+
+/// Traces `fn()` with the steps it records going to `steps`.
+template <class Fn>
+decltype(auto) trace_into(std::vector<step>& steps, Fn&& fn) {
+  recorder& r = current_recorder();
+  struct restore {
+    recorder& r;
+    std::vector<step>* previous;
+    ~restore() { r.target = previous; }
+  } guard{r, std::exchange(r.target, &steps)};
+  return fn();
+}
+
+/// A symbol of its own slot holding the value of typed operand `x` (a copy).
+template <class X>
+symbol_for<value_of<X>> fresh_symbol(const X& x) {
+  return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
+}
+
+/// A `cond` step: the steps of the branch that slot `pred` picks.
+struct cond_step {
+  int pred;
+  std::vector<step> then_steps, else_steps;
+  static void run(const void* data, frame f) {
+    const auto& c = *static_cast<const cond_step*>(data);
+    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
+  }
+};
+
+/// A loop step: the condition's steps, then while slot `pred` holds the body's, each
+/// iteration ending with the copies of next values into the loop variables.
+struct loop_step {
+  struct copy {
+    int from, to;
+    std::size_t bytes;
+  };
+  std::vector<step> cond_steps, body_steps;
+  int pred = -1;
+  std::vector<copy> copies;
+  static void run(const void* data, frame f) {
+    const auto& l = *static_cast<const loop_step*>(data);
+    for (;;) {
+      run_steps(l.cond_steps, f);
+      if (!*static_cast<const bool*>(f[l.pred])) return;
+      run_steps(l.body_steps, f);
+      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
+    }
+  }
+};
+
+/// Writes the values of `values` to slots `slots`, in the steps being recorded.
+template <class Tuple, std::size_t N>
+void record_values(const Tuple& values, const std::array<int, N>& slots) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (record_into(expression_of<void, false>(std::get<I>(values)), slots[I]), ...);
+  }(std::make_index_sequence<N>());
+}
+
+/// while_loop and for_range on typed values; `ForRange` picks the messages.
+template <bool ForRange, class Cond, class Body, class... Vars>
+auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
+  using var_values = std::tuple<value_of<Vars>...>;
+  using pred_t = std::invoke_result_t<Cond&, const value_of<Vars>&...>;
+  using next_t = decltype(as_tuple(std::declval<std::invoke_result_t<Body&, const value_of<Vars>&...>>()));
+  static_assert(bool_scalar<pred_t>, "kiln::while_loop: the condition must give a bool scalar");
+  if constexpr (ForRange)
+    static_assert(same_values<var_values, next_t>::value,
+                  "kiln::for_range: the body must give each loop variable its element type and dims");
+  else
+    static_assert(same_values<var_values, next_t>::value,
+                  "kiln::while_loop: the body must give each loop variable its element type and dims");
+  if constexpr (!bool_scalar<pred_t> || !same_values<var_values, next_t>::value) {
+    return rule_error{};
+  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value) {
+    // `fixed` values, and a condition and body that read no symbolic value: now.
+    var_values v{vars...};
+    while (std::apply(cond_fn, v).data()[0]) v = var_values(as_tuple(std::apply(body_fn, v)));
+    return unwrap(std::move(v));
+  } else {
+    std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
+    auto data = std::make_shared<loop_step>();
+    trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
+    trace_into(data->body_steps, [&] {
+      const auto next = as_tuple(std::apply(body_fn, loop_vars));
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
+                                 sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
+         ...);
+      }(std::index_sequence_for<Vars...>());
+    });
+    current_recorder().push({&loop_step::run, std::move(data)});
+    return unwrap(std::move(loop_vars));
+  }
+}
+
+}  // namespace typed
+
+/// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
+/// in a typed trace both branches are traced, must give values of the same element
+/// types and dims (checked at compile time), and the one the condition picks runs.
+/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
+template <typed::operand P, class Then, class Else>
+auto cond(const P& pred, Then then_fn, Else else_fn) {
+  using then_t = decltype(typed::as_tuple(then_fn()));
+  using else_t = decltype(typed::as_tuple(else_fn()));
+  static_assert(typed::bool_scalar<P>, "kiln::cond: the condition must be a bool scalar");
+  static_assert(typed::same_values<then_t, else_t>::value,
+                "kiln::cond: both branches must give values of the same element types and dims");
+  if constexpr (!typed::bool_scalar<P> || !typed::same_values<then_t, else_t>::value) {
+    return typed::rule_error{};
+  } else if constexpr (typed::eager<P> && !typed::holds_lazy<then_t>::value && !typed::holds_lazy<else_t>::value) {
+    using result = decltype(typed::unwrap(std::declval<then_t>()));
+    return pred.data()[0] ? result(typed::unwrap(typed::as_tuple(then_fn()))) : result(typed::unwrap(typed::as_tuple(else_fn())));
+  } else {
+    typed::recorder& r = typed::current_recorder();
+    auto data = std::make_shared<typed::cond_step>();
+    data->pred = typed::slot_of(pred);
+    std::array<int, std::tuple_size_v<then_t>> slots{};
+    auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple{typed::symbol_for<typed::value_of<std::tuple_element_t<I, then_t>>>(
+          slots[I] = r.add_slot(sizeof(typename typed::value_of<std::tuple_element_t<I, then_t>>::value_type) *
+                                std::size_t(typed::value_of<std::tuple_element_t<I, then_t>>::size)))...};
+    }(std::make_index_sequence<std::tuple_size_v<then_t>>());
+    typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
+    typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
+    r.push({&typed::cond_step::run, std::move(data)});
+    return typed::unwrap(std::move(results));
+  }
+}
+
+/// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
+/// trace the condition and the body are traced once, and the body must give each
+/// variable its element type and dims (checked at compile time).
+/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
+template <class Cond, class Body, class... Vars>
+  requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  return typed::loop<false>(cond_fn, body_fn, vars...);
+}
+
+/// kiln::for_range on typed loop variables, `i` an int32 scalar of the same tier.
+/// \code auto total = kiln::for_range(10, [](const auto& i, const auto& t) { return t + kiln::cast<float>(i); }, kiln::fixed<float>(0.f)); \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...> &&
+           (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
+auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
+  static_assert(std::is_integral_v<Limit>, "kiln::for_range: on typed loop variables the limit is a C++ integer");
+  const std::int32_t n = std::int32_t(limit);
+  auto cond_fn = [n](const auto& i, const auto&...) { return i < n; };
+  auto body = [&body_fn](const auto& i, const auto&... v) {
+    return std::tuple_cat(std::tuple(i + 1), typed::as_tuple(body_fn(i, v...)));
+  };
+  auto out = typed::as_tuple(typed::loop<true>(cond_fn, body, fixed<std::int32_t>(0), vars...));
+  return typed::unwrap(std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out)));
+}
+
+}  // namespace kiln
+// ----- end kiln/typed/control_flow.hpp -----
+
+namespace kiln {
+
+/// A variable whose element type and shape are compile-time, for functions called with
+/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
+/// order, and give the value read or written; outside one, `value()` reads it and
+/// `set(x)` writes it.
+/// \code
+/// kiln::fixed_variable<float, 3> total;
+/// kiln::function add_to([&](const auto& x) { return total.assign_add(x); });
+/// add_to(kiln::fixed<float, 3>::ones());
+/// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
+/// \endcode
+template <class T, std::int64_t... Dims>
+class fixed_variable {
+ public:
+  using value_type = fixed<T, Dims...>;
+  using symbol_type = typed::symbol_for<value_type>;
+
+  /// A variable holding `initial` (zeros by default).
+  explicit fixed_variable(const value_type& initial = value_type(), std::string name = "Variable")
+      : state_(std::make_shared<state>(state{initial, std::move(name)})) {}
+
+  /// The value now (outside a function).
+  value_type value() const { return state_->value; }
+  /// Sets the value now (outside a function).
+  void set(const value_type& x) { state_->value = x; }
+  const std::string& name() const { return state_->name; }
+
+  /// The value at this point of every run of the trace.
+  symbol_type read_value() const {
+    typed::recorder& r = recorder_for("read_value");
+    const int out = r.add_slot(bytes);
+    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
+    return symbol_type(out);
+  }
+  /// Writes `x` (a typed operand of this type) and gives the value written.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign(const X& x) {
+    recorder_for("assign");
+    const symbol_type written(typed::expression_of<T, false>(x));
+    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
+    return written;
+  }
+  /// Adds `x` to the value and gives the sum.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign_add(const X& x) {
+    recorder_for("assign_add");
+    return assign(read_value() + x);
+  }
+  /// Subtracts `x` from the value and gives the difference.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign_sub(const X& x) {
+    recorder_for("assign_sub");
+    return assign(read_value() - x);
+  }
+
+ private:
+  static constexpr std::size_t bytes = sizeof(T) * std::size_t(value_type::size);
+  struct state {
+    value_type value;
+    std::string name;
+  };
+  /// A read or write of the variable from or to slot `slot`; holds the state, so the
+  /// trace keeps the variable alive.
+  struct access {
+    std::shared_ptr<state> target;
+    int slot;
+    static void read(const void* data, typed::frame f) {
+      const auto& a = *static_cast<const access*>(data);
+      std::memcpy(f[a.slot], a.target->value.data(), bytes);
+    }
+    static void write(const void* data, typed::frame f) {
+      const auto& a = *static_cast<const access*>(data);
+      std::memcpy(a.target->value.data(), f[a.slot], bytes);
+    }
+  };
+  static typed::recorder& recorder_for(const char* member) {
+    typed::recorder* r = typed::recorder::current();
+    if (!r)
+      throw type_error(std::string("kiln::fixed_variable::") + member +
+                       ": only inside a function called with fixed arguments; outside one, read with value() and write "
+                       "with set()");
+    return *r;
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+namespace typed {
+
+/// A print step: the line of `pieces`, whose inputs are read from slots as tensors.
+struct print_step {
+  struct input {
+    int slot;
+    kiln::dtype dtype;
+    kiln::shape shape;
+  };
+  std::vector<detail::print_piece> pieces;
+  std::vector<input> inputs;
+  static void run(const void* data, frame f) {
+    const auto& p = *static_cast<const print_step*>(data);
+    std::vector<tensor> values;
+    std::vector<const tensor*> in;
+    values.reserve(p.inputs.size());
+    for (const input& i : p.inputs) {
+      tensor& t = values.emplace_back(i.dtype, i.shape);
+      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
+    }
+    for (const tensor& t : values) in.push_back(&t);
+    detail::print_op::write(detail::print_line(p.pieces, in));
+  }
+};
+
+}  // namespace typed
+
+/// kiln::print in a typed trace: typed values are printed as they are at every call.
+/// \code kiln::function f([](const auto& x) { kiln::print("x is", x); return x * 2; }); \endcode
+template <class... Args>
+  requires(typed::lazy<Args> || ...)
+void print(const Args&... args) {
+  auto data = std::make_shared<typed::print_step>();
+  std::vector<tensor> unused;
+  (
+      [&](const auto& a) {
+        using A = std::remove_cvref_t<decltype(a)>;
+        if constexpr (typed::operand<A>) {
+          using V = typed::value_of<A>;
+          data->pieces.push_back({{}, int(data->inputs.size())});
+          data->inputs.push_back({typed::slot_of(a), V::dtype, V::shape()});
+        } else {
+          detail::add_print_piece(a, data->pieces, unused);
+        }
+      }(args),
+      ...);
+  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+}
+
+// A kiln::variable holds a runtime kiln::tensor; typed values take a fixed_variable.
+#define KILN_VARIABLE_WITH_TYPED(sym)                                                                          \
+  template <typed::operand X>                                                                                  \
+  auto operator sym(const variable&, const X&) {                                                               \
+    static_assert(typed::always_false<X>,                                                                      \
+                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
+    return typed::rule_error{};                                                                                \
+  }                                                                                                            \
+  template <typed::operand X>                                                                                  \
+  auto operator sym(const X&, const variable&) {                                                               \
+    static_assert(typed::always_false<X>,                                                                      \
+                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
+    return typed::rule_error{};                                                                                \
+  }
+KILN_VARIABLE_WITH_TYPED(+)
+KILN_VARIABLE_WITH_TYPED(-)
+KILN_VARIABLE_WITH_TYPED(*)
+KILN_VARIABLE_WITH_TYPED(/)
+KILN_VARIABLE_WITH_TYPED(<)
+KILN_VARIABLE_WITH_TYPED(>)
+#undef KILN_VARIABLE_WITH_TYPED
+
+}  // namespace kiln
+// ----- end kiln/typed/effects.hpp -----
+// ----- begin kiln/trace/random.hpp -----
+/// \file
+/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
+/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
+/// records a special op that draws again at every run of the graph, instead of a
+/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
+/// `random::stateless_uniform` is the pure function of a seed.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+/// What one uniform draw makes: a checked shape, dtype and bounds.
+struct uniform_spec {
+  shape dims;
+  dtype type;
+  double minval;
+  std::optional<double> maxval;
+
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  void check() const {
+    if (!is_floating(type) && !is_integer(type))
+      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
+    if (is_integer(type) && !maxval)
+      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
+                                   ") needs an explicit maxval");
+    require_fully_defined("random::uniform", dims);
+    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+  }
+
+  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  /// (This and every function that draws is a template, as op functions are, so that
+  /// the fill kernels compile only in programs that draw.)
+  template <class = void>
+  tensor draw(std::uint64_t key, std::uint64_t stream) const {
+    tensor out(type, dims);
+    visit_dtype(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
+        auto [lo, hi] = bounds<T>();
+        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
+      }
+    });
+    return out;
+  }
+
+ private:
+  template <class T>
+  std::pair<T, T> bounds() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      return {lo, hi};
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     describe_value(lo) + " and maxval " + describe_value(hi));
+      return {lo, hi};
+    } else {
+      return {};
+    }
+  }
+};
+
+/// The process's random state: the global seed (random::set_seed), the counter that
+/// gives ops without a seed of their own one under a global seed, and how many draws
+/// each seeded eager op has made (its next stream).
+struct random_state {
+  std::mutex mutex;
+  std::optional<std::uint64_t> global_seed;
+  std::uint64_t next_op_seed = 0;
+  std::map<std::uint64_t, std::uint64_t> eager_draws;
+
+  static random_state& get() {
+    static random_state s;
+    return s;
+  }
+
+  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
+  /// rules: an op seed alone keys the op; a global seed gives each op without one a
+  /// seed of its own in creation order, so a program draws the same numbers at every
+  /// run; with neither the key is fresh.
+  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
+    std::lock_guard lock(mutex);
+    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
+  }
+  /// The stream of the next eager draw with key `key`.
+  std::uint64_t next_eager_stream(std::uint64_t key) {
+    std::lock_guard lock(mutex);
+    return eager_draws[key]++;
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+  }
+};
+
+/// The state of a random::generator, shared by its copies and the graphs that draw
+/// from it: a key and the next stream.
+struct generator_state {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> next_stream{0};
+  explicit generator_state(std::uint64_t k) : key(k) {}
+  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+};
+
+/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
+/// own key, or of its generator's state. Never folded or merged, as a special op.
+class random_uniform_op final : public special_op {
+ public:
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::uint64_t key)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
+
+  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  // A generator's draw advances state that later draws see, so it runs even when
+  // its numbers are not needed, in program order; an op's own counter does not.
+  bool has_effects() const { return generator_ != nullptr; }
+  template <class = void>
+  std::vector<tensor> run(std::span<const tensor* const>) const {
+    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
+    return {spec_.draw(key, stream)};
+  }
+  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+
+ private:
+  uniform_spec spec_;
+  std::uint64_t key_ = 0;
+  mutable std::atomic<std::uint64_t> next_stream_{0};
+  std::shared_ptr<generator_state> generator_;
+};
+
+/// Records `op` in the trace in progress and returns its symbolic result.
+inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace detail
+
+namespace random {
+
+/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
+/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
+/// at every run of the program. Setting it again starts the sequences over.
+/// \code kiln::random::set_seed(1234); \endcode
+inline void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
+/// new numbers, and inside a kiln::function every run of the graph does. With a
+/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
+/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
+/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
+/// 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
+template <class = void>
+tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
+               std::optional<std::uint64_t> seed = std::nullopt) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  detail::random_state& state = detail::random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (detail::trace_context* trace = detail::trace_context::current())
+    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+}
+
+/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
+/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
+/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
+template <class = void>
+tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
+                         dtype t = float32) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// A random number generator with its own state, as tf.random.Generator: each draw
+/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
+/// draw happens at every run, in program order, from the state at that moment.
+/// \code
+/// auto g = kiln::random::generator::from_seed(1);
+/// kiln::tensor a = g.uniform({2, 3});
+/// kiln::tensor b = g.uniform({2, 3});  // new numbers
+/// g.reset_from_seed(1);                // a's numbers come again
+/// \endcode
+class generator {
+ public:
+  /// A generator whose draws depend on `seed` only.
+  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  /// A generator seeded from the operating system.
+  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+  /// Starts the sequence of `seed` over, for this generator and its copies.
+  void reset_from_seed(std::uint64_t seed) {
+    state_->key = seed;
+    state_->next_stream = 0;
+  }
+
+  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  template <class = void>
+  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
+    detail::uniform_spec spec{s, t, minval, maxval};
+    spec.check();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
+    auto [key, stream] = state_->take();
+    return spec.draw(key, stream);
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  std::shared_ptr<detail::generator_state> state_;
+};
+
+}  // namespace random
+}  // namespace kiln
+// ----- end kiln/trace/random.hpp -----
 // ----- begin kiln/data/dataset.hpp -----
 /// \file
 /// `kiln::data::dataset`, a small tf.data: a pipeline of elements (each a tuple of

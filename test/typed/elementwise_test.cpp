@@ -3,11 +3,9 @@
 // same generic lambda gives on eager kiln::tensors, for every element type it takes,
 // at sizes below, at and past a SIMD batch, and broadcasting.
 
-#include "../support/op_check.hpp"
+#include "../support/typed_check.hpp"
 
 using namespace kiln;
-using kiln::testing::random_tensor;
-using kiln::testing::require_same;
 using kiln::testing::value_range;
 
 namespace {
@@ -19,23 +17,12 @@ std::uint32_t next_seed() {
 
 template <class X>
 X random_fixed(value_range range = value_range::any) {
-  return X(random_tensor(X::dtype, X::shape(), next_seed(), range));
+  return kiln::testing::random_fixed<X>(next_seed(), range);
 }
 
-/// `fn` on `args` as `fixed` values, traced with `fixed` arguments, and on tensors.
-/// Eager ops give the tensor's bits. A fused trace may differ in the last bits: the
-/// compiler may contract a multiply and an add into one fused multiply-add, as it
-/// does in hand-written loops.
 template <class Fn, class... X>
 void check(Fn fn, const X&... args) {
-  INFO("shapes " << (X::shape().str() + ...));
-  const tensor expected = fn(tensor(args)...);
-  require_same(tensor(fn(args...)), expected, 0);
-  kiln::function traced(fn);
-  const double contracted = expected.dtype() == float32 ? 1e-6 : 1e-14;
-  require_same(tensor(traced(args...)), expected, contracted);
-  require_same(tensor(traced(args...)), expected, contracted);  // the trace, run again
-  REQUIRE(traced.tracing_count() == 1);
+  kiln::testing::check_both_tiers(fn, args...);
 }
 
 template <class T, class Fn>

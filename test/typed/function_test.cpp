@@ -5,6 +5,8 @@
 
 #include "../support/op_check.hpp"
 
+#include <sstream>
+
 using namespace kiln;
 using kiln::testing::require_same;
 
@@ -96,4 +98,30 @@ TEST_CASE("one generic lambda serves both tiers with the same values") {
   const auto b = fixed<float, 8>::uniform(3, -1.f, 1.f);
   require_same(tensor(f(x, w, b)), f(tensor(x), tensor(w), tensor(b)), 1e-6);
   REQUIRE(f.tracing_count() == 2);  // one typed trace, one runtime trace
+}
+
+TEST_CASE("get_concrete_function with kiln::spec traces without running, and shares the trace with calls") {
+  int traced = 0;
+  kiln::function dbl(
+      [&](const auto& a) {
+        ++traced;
+        return a + a;
+      },
+      {.name = "double", .arg_names = {"a"}});
+  const auto concrete = dbl.get_concrete_function(kiln::spec<std::int32_t, 3>{});
+  REQUIRE(traced == 1);
+  std::ostringstream printed;
+  printed << concrete;
+  REQUIRE(printed.str() == "ConcreteFunction double(a)\n  Args:\n    a: int32 Tensor, shape=(3,)\n  Returns:\n    int32 Tensor, shape=(3,)\n");
+  REQUIRE(concrete(fixed<std::int32_t, 3>{1, 2, 3})(2) == 6);
+  REQUIRE(dbl(fixed<std::int32_t, 3>{4, 5, 6})(0) == 8);  // the same trace
+  REQUIRE(traced == 1);
+  REQUIRE(dbl.tracing_count() == 1);
+  kiln::function power([](auto a, int b) {
+    auto c = a;
+    for (int i = 1; i < b; ++i) c = c * a;
+    return c;
+  });
+  const auto square = power.get_concrete_function(kiln::spec<float, 2>{}, 2);  // b bound to 2
+  REQUIRE(square(fixed<float, 2>{3.f, 4.f})(1) == 16.f);
 }

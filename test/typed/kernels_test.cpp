@@ -2,27 +2,18 @@
 // reshape) against the runtime tier: on `fixed` values and traced with `fixed`
 // arguments they must give the bits of the same generic lambda on kiln::tensors.
 
-#include "../support/op_check.hpp"
+#include "../support/typed_check.hpp"
 
 using namespace kiln;
-using kiln::testing::random_tensor;
 using kiln::testing::require_same;
 
 namespace {
 
-template <class X>
-X random_fixed(std::uint32_t seed) {
-  return X(random_tensor(X::dtype, X::shape(), seed));
-}
+using kiln::testing::random_fixed;
 
 template <class Fn, class... X>
 void check(Fn fn, const X&... args) {
-  INFO("shapes " << (X::shape().str() + ...));
-  const tensor expected = fn(tensor(args)...);
-  require_same(tensor(fn(args...)), expected, 0);
-  kiln::function traced(fn);
-  require_same(tensor(traced(args...)), expected, 0);
-  require_same(tensor(traced(args...)), expected, 0);
+  kiln::testing::check_both_tiers(fn, args...);
 }
 
 template <class T>
@@ -82,4 +73,16 @@ TEST_CASE("typed transpose and reshape") {
   require_same(tensor(r), kiln::reshape(tensor(y), {3, 8}), 0);
   kiln::function f([](auto a) { return kiln::reshape<24>(a) * 2.f; });
   require_same(tensor(f(y)), kiln::reshape(tensor(y), {24}) * 2.f, 0);
+}
+
+TEST_CASE("typed concat and stack join along a dim, checked at compile time") {
+  const auto a = random_fixed<fixed<float, 2, 3>>(16);
+  const auto b = random_fixed<fixed<float, 2, 1>>(17);
+  check([](const auto& x, const auto& y) { return kiln::concat<1>(x, y); }, a, b);
+  check([](const auto& x, const auto& y) { return kiln::concat<-1>(x * 2.f, y, x); }, a, b);
+  check([](const auto& x) { return kiln::concat<0>(x, x); }, a);
+  check([](const auto& x) { return kiln::stack<0>(x, x + 1.f); }, a);
+  check([](const auto& x) { return kiln::stack<2>(x, x, -x); }, a);
+  const auto joined = kiln::concat<1>(a, b);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(joined)>, fixed<float, 2, 4>>);
 }

@@ -458,6 +458,10 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
 namespace detail {
 template <class T>
 concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+/// A loop body, told apart from a loop index (a concept, so that overloads for other
+/// loop variables can add to the constraints that use it).
+template <class T>
+concept loop_body = !loop_index<T>;
 
 inline tensor index_tensor(const tensor& t) { return t; }
 template <std::integral T>
@@ -503,7 +507,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
 ///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>)
+  requires detail::loop_index<Limit> && detail::loop_body<Body>
 auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
   return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
                               body_fn, options, vars...);
@@ -517,7 +521,7 @@ auto for_range(const Limit& limit, Body body_fn, const loop_options& options, co
 /// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
 /// \endcode
 template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && (!detail::loop_index<Body>) && detail::plain_loop_variables<Vars...>
+  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>
 auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
   return for_range(limit, std::move(body_fn), loop_options{}, vars...);
 }

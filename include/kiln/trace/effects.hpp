@@ -143,7 +143,7 @@ void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<t
   using U = std::remove_cvref_t<T>;
   if constexpr (std::is_convertible_v<const U&, std::string_view>) {
     pieces.push_back({std::string(std::string_view(x)), -1});
-  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable>) {
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
     pieces.push_back({{}, int(inputs.size())});
     inputs.push_back(tensor(x));
   } else {

@@ -349,13 +349,19 @@ class function {
   }
 
   /// Traces for these arguments (values, tensor_specs or C++ values) without running.
+  /// With `fixed` values or kiln::spec<T, Dims...> the trace is a typed one, and the
+  /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
-  concrete_function get_concrete_function(Args&&... args) {
-    if constexpr (detail::takes_objects_by_reference<F, Args...>) {
+  auto get_concrete_function(Args&&... args) {
+    if constexpr (typed::typed_request<Args...>) {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(typed_trace_for(args...), state_);
+    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(detail::reference_if_object(std::forward<Args>(args))...);
     } else {
       detail::call_signature sig = signature_of(args...);
-      return concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
+      return kiln::concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
     }
   }
 
@@ -409,13 +415,24 @@ class function {
       return std::forward<A>(a);
   }
 
-  // A call in the compile-time tier (kiln/typed/trace.hpp): the trace of this
-  // signature type, found by its index, then the trace of these C++ values.
+  // A call in the compile-time tier (kiln/typed/trace.hpp).
   template <class... Args>
   auto typed_call(const Args&... args) {
+    const auto* t = typed_trace_for(args...);
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+      t->run(typed_data(args...));
+    else
+      return t->run(typed_data(args...));
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  auto typed_trace_for(const Args&... args) {
     using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
     using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<std::remove_cvref_t<Args>...>, entry>();
+    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
     const typed::trace<R>* t = nullptr;
     if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
       t = e.only.load(std::memory_order_acquire);
@@ -434,10 +451,7 @@ class function {
         if (k == key) t = known.get();
       if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
     }
-    if constexpr (std::is_void_v<R>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
+    return t;
   }
 
   // The data of a typed call's `fixed` arguments, in order.
@@ -484,6 +498,7 @@ class function {
     text += ")\n";
     if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
     text += "  Returns:\n" + typed::describe_returns<R>();
+    t->signature = text;
     state_->typed.add_signature(std::move(text));
     return t;
   }

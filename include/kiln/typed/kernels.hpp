@@ -81,12 +81,11 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     kernel(out.data(), x.data()...);
     return out;
   } else {
-    recorder* r = recorder::current();
-    if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+    recorder& r = current_recorder();
     using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
-    const int out = r->add_slot(sizeof(OutT) * std::size_t(OutD::size));
-    r->steps.push_back({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
+    r.push({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
     return symbol<OutT, OutD>(out);
   }
 }
@@ -104,6 +103,51 @@ void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T*
     }
 }
 
+/// A float product that the CPU gemm computes without packing and on one thread: each
+/// element is one fused multiply-add chain over k, from zero and in order, as in its
+/// micro-kernel, so the values are gemm's; with the sizes known at compile time only
+/// this loop is compiled. Tiles of rows keep their accumulators in registers.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  namespace cpu = backend::cpu::detail;
+  using B = batch<T>;
+  constexpr std::int64_t w = B::size, vectors = (N + w - 1) / w, tail = N - (vectors - 1) * w;
+  constexpr std::int64_t rows = std::max<std::int64_t>(1, std::min<std::int64_t>(M, 16 / vectors));
+  auto tile = [&]<std::int64_t H>(std::integral_constant<std::int64_t, H>, std::int64_t i0) {
+    B acc[H][vectors];
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = B(T(0));
+    for (std::int64_t p = 0; p < K; ++p) {
+      B b_row[vectors];
+      for (std::int64_t v = 0; v < vectors; ++v)
+        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : cpu::load_partial(b + p * N + v * w, tail);
+      for (std::int64_t r = 0; r < H; ++r) {
+        const B a_value(a[(i0 + r) * K + p]);
+        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
+      }
+    }
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        T* dst = c + (i0 + r) * N + v * w;
+        if (v + 1 < vectors || tail == w)
+          acc[r][v].store_unaligned(dst);
+        else
+          cpu::store_partial(acc[r][v], dst, tail);
+      }
+  };
+  std::int64_t i0 = 0;
+  for (; i0 + rows <= M; i0 += rows) tile(std::integral_constant<std::int64_t, rows>(), i0);
+  if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
+}
+
+/// Whether the CPU gemm computes an m x n x k float product as direct_matmul does:
+/// without packing (gemm_compute's rule), more than one column, on one thread.
+constexpr bool gemm_is_direct(std::int64_t m, std::int64_t n, std::int64_t k, int tile_rows) {
+  const double work = double(m) * double(n) * double(k);
+  return n > 1 && k > 0 && work < backend::cpu::detail::gemm_parallel_work &&
+         (m <= 2 || work <= backend::cpu::detail::gemm_direct_work || m <= 2 * tile_rows);
+}
+
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -119,11 +163,12 @@ auto reduce(const X& x) {
     using OutD = dims_from<rule>;
     return apply_kernel<Out, OutD>(
         [](Out* out, const T* in) {
+          namespace cpu = backend::cpu;
           constexpr auto axis = made_op::op.axis;
           constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
-          using R = backend::cpu::reducer_for<Op::kind, T>;
-          backend::cpu::reduce<R>(in, out, backend::cpu::reduction_layout(D::shape(), ops::reduced_dims(axis, D::rank)),
-                                  OutD::size, count);
+          constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
+          constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
+          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
           if constexpr (Op::kind == ops::reduction_kind::mean)
             for (std::int64_t i = 0; i < OutD::size; ++i) out[i] = ops::mean_of<T>(out[i], count);
         },
@@ -190,6 +235,9 @@ auto matmul(const A& a, const B& b) {
             const auto [oa, ob] = g.operand_offsets(bi);
             if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
               typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else if constexpr (std::is_floating_point_v<T> &&
+                               typed::gemm_is_direct(g.m, g.n, g.k, backend::cpu::detail::gemm_blocking<T>::rows))
+              typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
             else
               backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
           }
@@ -221,6 +269,80 @@ auto transpose(const X& x) {
         }
       },
       x);
+}
+
+namespace typed {
+
+/// `Op` (concat or stack) along `Axis`, for op_rule.
+template <class Op, std::int64_t Axis>
+struct made_along {
+  static constexpr Op op{Axis};
+};
+
+/// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
+/// operand k in turn (concat and stack differ only in their chunks).
+template <std::int64_t Outer, std::int64_t... Chunk, class T, class... In>
+void join(T* out, const In*... in) {
+  for (std::int64_t o = 0; o < Outer; ++o) ((out = std::copy_n(in + o * Chunk, Chunk, out)), ...);
+}
+
+template <class Op, std::int64_t Axis, class... X>
+auto join_along(const X&... x) {
+  using T = typename typed::element_of<std::tuple_element_t<0, std::tuple<X...>>>::type;
+  using rule = typed::op_rule<typed::made_along<Op, Axis>, std::remove_cvref_t<X>...>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    using first = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<X...>>>::dims_type;
+    // Dims before the axis make the rows; concat's axis is one of its operands' dims,
+    // stack's a new one.
+    constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
+    constexpr std::int64_t outer = [] {
+      std::int64_t n = 1;
+      for (int d = 0; d < axis; ++d) n *= first::values[std::size_t(d)];
+      return n;
+    }();
+    return apply_kernel<T, OutD>(
+        [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
+        x...);
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::concat<1>(a, b, ...)` on typed operands: joined along an existing dim, the
+/// others equal (checked at compile time).
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto concat(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::concat, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::concat: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::concat: the operands' dims must be equal but along the axis");
+  return typed::join_along<ops::concat, Axis>(x...);
+}
+
+/// `kiln::stack<0>(a, b, ...)` on typed operands of one type: joined along a new dim.
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto stack(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::stack, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::stack: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::stack: the operands must have the same dims");
+  return typed::join_along<ops::stack, Axis>(x...);
+}
+
+/// `kiln::concat<Axis>(a, b)` and `kiln::stack<Axis>(a, b)` on kiln::tensors, so that
+/// one generic callable serves both tiers.
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor concat(const T&... x) {
+  return concat({x...}, Axis);
+}
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor stack(const T&... x) {
+  return stack({x...}, Axis);
 }
 
 /// The typed spellings on a kiln::tensor, so that one generic callable serves both

@@ -48,11 +48,15 @@ struct recorder {
   std::vector<std::size_t> slot_bytes;
   std::vector<step> steps;
   std::vector<std::string> argument_names;  ///< as the function's signature names them
+  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
+  /// traced.
+  std::vector<step>* target = &steps;
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
     return int(slot_bytes.size()) - 1;
   }
+  void push(step s) { target->push_back(std::move(s)); }
   /// The recorder of the trace in progress on this thread, if any.
   static recorder*& current() {
     thread_local recorder* r = nullptr;
@@ -71,14 +75,26 @@ struct evaluation {
   }
 };
 
+/// The recorder of the trace in progress, or the error for a symbolic value used
+/// outside its trace.
+inline recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+/// Records a step writing `e` to slot `slot`.
+template <class E>
+void record_into(E e, int slot) {
+  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
+  current_recorder().push({&evaluation<E>::run, std::move(s)});
+}
+
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
 int record(E e) {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  const int slot = r->add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
-  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
-  r->steps.push_back({&evaluation<E>::run, std::move(s)});
+  const int slot = current_recorder().add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  record_into(std::move(e), slot);
   return slot;
 }
 
@@ -169,6 +185,11 @@ concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::valu
 /// argument, and otherwise only C++ values.
 template <class... Args>
 inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
+/// specs, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
 
 /// The `fixed` type of a typed argument.
 template <class X>
@@ -263,6 +284,7 @@ struct trace {
   int arguments = 0;
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
+  std::string signature;  ///< as pretty_printed_concrete_signatures shows it
 
   /// Runs the trace on the data of its arguments.
   template <std::size_t N>
@@ -275,9 +297,14 @@ struct trace {
     void** f = local_frame.data();
     if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
     alignas(64) std::byte local[local_bytes];
-    std::unique_ptr<std::byte[]> heap;
-    std::byte* workspace = local;
-    if (workspace_bytes > local_bytes) workspace = (heap.reset(new (std::align_val_t(64)) std::byte[workspace_bytes]), heap.get());
+    struct heap_workspace {  // from the caching allocator, as tensors' buffers
+      std::size_t bytes;
+      void* p = bytes ? detail::host_allocator().allocate(bytes) : nullptr;
+      ~heap_workspace() {
+        if (p) detail::host_allocator().deallocate(p, bytes);
+      }
+    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
+    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
     std::copy(args.begin(), args.end(), f);
     for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
     for (const step& s : steps) s.run(s.data.get(), f);
@@ -317,6 +344,39 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
   t->steps = std::move(rec.steps);
   return t;
 }
+
+/// A typed trace as a concrete function: called with the `fixed` values its signature
+/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
+/// \code
+/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
+/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
+/// \endcode
+template <class R, class... Fixed>
+class concrete_function {
+ public:
+  concrete_function(const trace<R>* t, std::shared_ptr<const void> owner) : trace_(t), owner_(std::move(owner)) {}
+  auto operator()(const Fixed&... args) const {
+    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
+  }
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
+    return os << "ConcreteFunction " << c.trace_->signature;
+  }
+
+ private:
+  const trace<R>* trace_;
+  std::shared_ptr<const void> owner_;  // the function's traces
+};
+
+/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
+template <class R, class... Args>
+struct concrete_for {
+  template <class... F>
+  static concrete_function<R, F...> make(std::tuple<F...>*);
+  using fixed_arguments = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
+                                       std::tuple<>>>()...));
+  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
+};
 
 // ---- the table of a function's traces ----------------------------------------------
 
@@ -380,11 +440,17 @@ class trace_table {
   std::vector<std::string> signatures_;
 };
 
-/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
+/// "float32 Tensor, shape=(2, 3)": a value as a signature shows it.
+KILN_COLD inline std::string describe(kiln::dtype t, const kiln::shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
 template <class X>
 std::string describe() {
   using V = std::remove_cvref_t<X>;
-  return std::string(name(dtype_of<typename V::value_type>)) + " Tensor, shape=" + V::dims_type::shape().str();
+  return describe(dtype_of<typename V::value_type>, V::dims_type::shape());
 }
 
 /// The Returns block of a signature for the traced result `R`.
@@ -400,9 +466,9 @@ std::string describe_returns() {
       return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
     }(std::make_index_sequence<std::tuple_size_v<V>>());
   } else if constexpr (has_dtype<V>) {
-    return "    " + std::string(name(dtype_of<V>)) + " Tensor, shape=()\n";
+    return "    " + describe(dtype_of<V>, kiln::shape{}) + "\n";
   } else {
-    return "    " + std::string(name(int64)) + " Tensor, shape=()\n";
+    return "    " + describe(int64, kiln::shape{}) + "\n";
   }
 }
 

@@ -521,7 +521,7 @@ struct reduction_layout {
   std::array<std::int64_t, max_rank> size{};
   std::array<bool, max_rank> reduced{};
 
-  reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
+  constexpr reduction_layout(const shape& s, const std::array<bool, max_rank>& reduced_dims) {
     for (int d = 0; d < s.rank(); ++d) {
       if (s[d] == 1) continue;
       if (rank > 0 && reduced[rank - 1] == reduced_dims[d]) {
@@ -534,7 +534,7 @@ struct reduction_layout {
     }
   }
   /// The kept dims (`role` false) or the reduced dims (`role` true) with their strides.
-  strided_dims dims(bool role) const {
+  constexpr strided_dims dims(bool role) const {
     strided_dims out;
     std::int64_t stride = 1;
     std::array<std::int64_t, max_rank> strides{};
@@ -569,10 +569,40 @@ void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::i
   });
 }
 
-/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
-template <class R, class T, class Out>
-void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
-  if (count <= 1) {  // nothing to combine: the identity, or each element itself
+/// Which kernel reduces a layout: every output is one element (or none), the reduced
+/// dims are interleaved with kept ones (strided), a kept contiguous dim follows the
+/// reduced one (columns), or the reduced elements are contiguous: rows shorter than a
+/// batch, or rows. `outer` and `inner` are the kept sizes before and after the
+/// reduced run.
+struct reduction_plan {
+  enum kind_t { identity, strided, columns, short_rows, rows } kind = identity;
+  std::int64_t outer = 1, inner = 1;
+};
+
+/// The plan for `count` elements per output of `layout`, with `lanes` per SIMD batch.
+constexpr reduction_plan plan_reduction(const reduction_layout& layout, std::int64_t count, std::int64_t lanes) {
+  if (count <= 1) return {reduction_plan::identity};
+  int runs = 0, run = 0;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (layout.reduced[d]) {
+      ++runs;
+      run = d;
+    }
+  }
+  if (runs > 1) return {reduction_plan::strided};
+  reduction_plan plan;
+  for (int d = 0; d < run; ++d) plan.outer *= layout.size[d];
+  for (int d = run + 1; d < layout.rank; ++d) plan.inner *= layout.size[d];
+  plan.kind = plan.inner > 1 ? reduction_plan::columns : count < lanes ? reduction_plan::short_rows : reduction_plan::rows;
+  return plan;
+}
+
+/// Runs plan `plan`, of kind `K`: the compile-time tier, which knows its plan at
+/// compile time, instantiates one kernel; `reduce` dispatches at run time.
+template <reduction_plan::kind_t K, class R, class T, class Out>
+void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
+                    std::int64_t count) {
+  if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
     detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
@@ -581,22 +611,29 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
           out[i] = count == 0 ? R::identity() : x[i];
       }
     });
-    return;
+  } else if constexpr (K == reduction_plan::strided) {
+    reduce_strided<R>(x, out, layout, outputs, count);
+  } else if constexpr (K == reduction_plan::columns) {
+    reduce_columns<R>(x, out, plan.outer, count, plan.inner);
+  } else if constexpr (K == reduction_plan::short_rows) {
+    reduce_short_rows<R>(x, out, plan.outer, count);
+  } else {
+    reduce_rows<R>(x, out, plan.outer, count);
   }
-  int runs = 0, run = 0;
-  for (int d = 0; d < layout.rank; ++d) {
-    if (layout.reduced[d]) {
-      ++runs;
-      run = d;
-    }
+}
+
+/// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+template <class R, class T, class Out>
+void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
+  const reduction_plan plan = plan_reduction(layout, count, std::int64_t(xsimd::batch<T>::size));
+  switch (plan.kind) {
+    case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::short_rows:
+      return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
   }
-  if (runs > 1) return reduce_strided<R>(x, out, layout, outputs, count);
-  std::int64_t outer = 1, inner = 1;
-  for (int d = 0; d < run; ++d) outer *= layout.size[d];
-  for (int d = run + 1; d < layout.rank; ++d) inner *= layout.size[d];
-  if (inner > 1) return reduce_columns<R>(x, out, outer, count, inner);
-  if (count < std::int64_t(xsimd::batch<T>::size)) return reduce_short_rows<R>(x, out, outer, count);
-  reduce_rows<R>(x, out, outer, count);
 }
 
 }  // namespace cpu
