@@ -55,15 +55,19 @@
 // text for a stream; the native-loop compiler, which waits for a compiler process),
 // optimized for size: it compiles in a fraction of the time in every program that
 // can reach it.
+// KILN_NOINLINE: error paths kept out of their callers, so that building a message
+// neither bloats nor (with GCC 12's string warnings) warns in every caller.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  define KILN_FLATTEN __attribute__((flatten))
 #  define KILN_COLD __attribute__((cold))
+#  define KILN_NOINLINE __attribute__((noinline))
 #  define KILN_RESTRICT __restrict__
 #else
 #  define KILN_ALWAYS_INLINE inline
 #  define KILN_FLATTEN
 #  define KILN_COLD
+#  define KILN_NOINLINE
 #  define KILN_RESTRICT
 #endif
 

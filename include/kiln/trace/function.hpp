@@ -252,6 +252,229 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
 }
 #endif
 
+/// What a kiln::function and its copies share: its options and traces. Not a
+/// template, so that what does not depend on the callable is compiled once per
+/// program, not once per function.
+struct function_state {
+  explicit function_state(function_options o) : options(std::move(o)) {}
+
+  struct key_hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
+      std::size_t h = k.size();
+      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+      return h;
+    }
+  };
+  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
+
+  function_options options;
+  mutable std::mutex mutex;        // guards traces, by_key and dispatched
+  std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
+  std::vector<std::shared_ptr<concrete_state>> traces;
+  trace_map by_key;      // each trace under the key it was traced for
+  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
+  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  typed::trace_table typed;  // traces of calls with `fixed` arguments
+
+  void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
+    bool ok = sig.values.empty() && sig.specs.size() == expected.size();
+    for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
+    if (!ok) throw_input_signature_mismatch(sig, expected);
+    // Every call then has the input signature's specs, so it reuses the one trace.
+    for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
+  }
+
+  /// The kiln::value_error for a call that `expected` does not accept (out of line: it
+  /// formats tensors).
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_input_signature_mismatch(const call_signature& sig,
+                                                                                  const std::vector<tensor_spec>& expected) {
+    {
+      std::ostringstream os;
+      os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
+      for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
+        os << "    ";
+        if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
+        os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
+      }
+      for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
+      os << "  input_signature: (\n";
+      for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
+      throw value_error(os.str());
+    }
+  }
+
+  /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
+  /// makes, registered under sig's key (one trace at a time; a recursion with the same
+  /// signature is an error).
+  std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
+                                                      std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
+                                                      void* context) {
+    {
+      std::lock_guard lock(mutex);
+      if (auto known = known_trace(sig)) return known;
+    }
+    std::lock_guard one_trace_at_a_time(tracing);
+    {
+      std::lock_guard lock(mutex);
+      if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
+      for (const auto& k : tracing_keys)
+        if (k == sig.key)
+          throw value_error(options.name +
+                            " calls itself with the same signature while tracing, which would recurse forever; a "
+                            "recursive kiln::function must change a C++ argument on every call");
+      if (auto general = most_specific_trace_accepting(sig)) {
+        dispatched.emplace(sig.key, general);
+        return general;
+      }
+      if (options.reduce_retracing) relax(sig);
+      if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
+      tracing_keys.push_back(sig.key);
+    }
+    std::shared_ptr<concrete_state> traced;
+    try {
+      traced = trace_now(context, sig);
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      tracing_keys.pop_back();
+      throw;
+    }
+    std::lock_guard lock(mutex);
+    tracing_keys.pop_back();
+    traces.push_back(traced);
+    by_key.emplace(sig.key, traced);
+    dispatched.clear();  // the new trace may be more specific for some of them
+    return traced;
+  }
+
+  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
+  /// names and signature, and a placeholder in `context` per tensor leaf.
+  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
+                                              trace_context& context, std::vector<tensor>& placeholders) const {
+    auto c = std::make_shared<concrete_state>();
+    c->name = options.name;
+    c->jit_compile = options.jit_compile;
+    for (std::size_t i = 0; i < bound_text.size(); ++i) {
+      std::string& name = c->arg_names.emplace_back("x");  // x0, x1, ... where not named
+      if (i < options.arg_names.size())
+        name = options.arg_names[i];
+      else
+        name += std::to_string(i);
+    }
+    c->bound = sig.values;
+    c->bound_text = std::move(bound_text);
+    const std::span<const std::uint64_t> structure = sig.structure();
+    c->structure.assign(structure.begin(), structure.end());
+    c->input_arg = sig.tensor_arg;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+      placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
+                                                 sig.specs[i].shape));
+      c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
+    }
+    return c;
+  }
+
+  /// Makes `t` an output of trace `c`.
+  static void add_output(concrete_state& c, trace_context& context, const tensor& t) {
+    const node& n = context.add_output(t);
+    c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
+  }
+
+  /// Ends trace `c`: its graph, optimized and planned.
+  static void finish_trace(concrete_state& c, trace_context& context) {
+    c.graph = std::move(context.graph());
+    // Constant folding runs ops on constants, which must compute, not be recorded.
+    kiln::init_scope outside_every_trace;
+    c.compile();
+  }
+
+  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
+  // trace of those specs) rather than tensors only (a call).
+  static bool asks_for_specs(const call_signature& sig) { return std::ranges::count(sig.tensors, nullptr) > 0; }
+
+  // The trace that serves `sig` when one is known: the one traced for its key, or for
+  // a call, the more general trace it was dispatched to before.
+  std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const {
+    if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
+    if (asks_for_specs(sig)) return nullptr;
+    auto it = dispatched.find(sig.key);
+    return it != dispatched.end() ? it->second : nullptr;
+  }
+
+  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
+  static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+    if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
+    for (std::size_t i = 0; i < sig.specs.size(); ++i)
+      if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
+    return true;
+  }
+
+  // A trace more general than the call (None dims, unknown ranks; made by
+  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
+  // the most specific trace that accepts a call: the one with the fewest unknowns.
+  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
+  std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const {
+    std::shared_ptr<concrete_state> best;
+    if (asks_for_specs(sig)) return best;
+    int best_unknowns = 0;
+    for (const auto& t : traces) {
+      if (!same_structure_and_dtypes(*t, sig)) continue;
+      int unknowns = 0;
+      bool accepts = true;
+      for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
+        const shape& traced = t->inputs[i].shape;
+        accepts = traced.accepts(sig.specs[i].shape);
+        unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
+      }
+      if (accepts && (!best || unknowns < best_unknowns)) {
+        best = t;
+        best_unknowns = unknowns;
+      }
+    }
+    return best;
+  }
+
+  // reduce_retracing: the call is keyed by the most specific specs that accept both it
+  // and the latest trace of its structure and dtypes, as TensorFlow's common
+  // supertype: a dim that differs becomes None, a rank that differs unknown.
+  void relax(call_signature& sig) {
+    for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
+      if (!same_structure_and_dtypes(**t, sig)) continue;
+      for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+        const shape& traced = (*t)->inputs[i].shape;
+        shape& s = sig.specs[i].shape;
+        if (!traced.has_known_rank() || traced.rank() != s.rank()) {
+          s = unknown_rank;
+          continue;
+        }
+        for (int d = 0; d < s.rank(); ++d)
+          if (traced[d] != s[d]) s[d] = none;
+      }
+      sig.seal();
+      return;
+    }
+  }
+
+  // Variables may be created by the first trace only, and must outlive it: a
+  // later trace would create another variable at each retrace, and a variable that
+  // dies with the trace would be created anew at every call in eager code.
+  void check_created_variables(const trace_context& context) const {
+    const auto& created = context.created_variables();
+    if (created.empty()) return;
+    bool first;
+    {
+      std::lock_guard lock(mutex);
+      first = traces.empty();
+    }
+    const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
+    if (!first || dropped)
+      throw value_error("kiln::function only supports singleton variables created on the first call; " +
+                        std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
+                                            : "a variable was created while tracing a new signature") +
+                        ". Create variables once, outside the function or in state it keeps across calls");
+  }
+
+};
+
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
   try {
@@ -329,7 +552,7 @@ template <class F>
 class function {
  public:
   explicit function(F fn, function_options options = {})
-      : fn_(std::move(fn)), state_(std::make_shared<state>(std::move(options))) {}
+      : fn_(std::move(fn)), state_(std::make_shared<detail::function_state>(std::move(options))) {}
 
   /// Calls the function: traces on a new signature, then runs the graph. An object the
   /// callable takes by non-const reference (`[](auto& model, auto x)`) is keyed by
@@ -387,26 +610,6 @@ class function {
   }
 
  private:
-  struct key_hash {
-    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
-      std::size_t h = k.size();
-      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-      return h;
-    }
-  };
-  struct state {
-    explicit state(function_options o) : options(std::move(o)) {}
-    function_options options;
-    using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<detail::concrete_state>, key_hash>;
-    mutable std::mutex mutex;        // guards traces, by_key and dispatched
-    std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
-    std::vector<std::shared_ptr<detail::concrete_state>> traces;
-    trace_map by_key;      // each trace under the key it was traced for
-    trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
-    std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
-    typed::trace_table typed;  // traces of calls with `fixed` arguments
-  };
-
   template <class A>
   static decltype(auto) runtime_argument(A&& a) {
     if constexpr (typed::fixed_value<A>)
@@ -527,29 +730,9 @@ class function {
     detail::call_signature sig;
     int arg = 0;
     (detail::flatten(args, sig, arg++), ...);
-    if (const auto& expected = state_->options.input_signature) check_input_signature(sig, *expected);
+    if (const auto& expected = state_->options.input_signature) state_->check_input_signature(sig, *expected);
     sig.seal();
     return sig;
-  }
-
-  void check_input_signature(detail::call_signature& sig, const std::vector<tensor_spec>& expected) const {
-    bool ok = sig.values.empty() && sig.specs.size() == expected.size();
-    for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
-    if (!ok) {
-      std::ostringstream os;
-      os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
-      for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
-        os << "    ";
-        if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
-        os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
-      }
-      for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
-      os << "  input_signature: (\n";
-      for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
-      throw value_error(os.str());
-    }
-    // Every call then has the input signature's specs, so it reuses the one trace.
-    for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
   }
 
   template <class R, class... Args>
@@ -567,130 +750,17 @@ class function {
 
   template <class R, class... Args>
   std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
-    {
-      std::lock_guard lock(state_->mutex);
-      if (auto known = known_trace(sig)) return known;
-    }
-    std::lock_guard tracing(state_->tracing);
-    {
-      std::lock_guard lock(state_->mutex);
-      if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
-      for (const auto& k : state_->tracing_keys)
-        if (k == sig.key)
-          throw value_error(state_->options.name +
-                            " calls itself with the same signature while tracing, which would recurse forever; a "
-                            "recursive kiln::function must change a C++ argument on every call");
-      if (auto general = most_specific_trace_accepting(sig)) {
-        state_->dispatched.emplace(sig.key, general);
-        return general;
-      }
-      if (state_->options.reduce_retracing) relax(sig);
-      if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
-      state_->tracing_keys.push_back(sig.key);
-    }
-    std::shared_ptr<detail::concrete_state> traced;
-    try {
-      traced = trace<R>(sig, std::forward<Args>(args)...);
-    } catch (...) {
-      std::lock_guard lock(state_->mutex);
-      state_->tracing_keys.pop_back();
-      throw;
-    }
-    std::lock_guard lock(state_->mutex);
-    state_->tracing_keys.pop_back();
-    state_->traces.push_back(traced);
-    state_->by_key.emplace(sig.key, traced);
-    state_->dispatched.clear();  // the new trace may be more specific for some of them
-    return traced;
-  }
-
-  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
-  // trace of those specs) rather than tensors only (a call).
-  static bool asks_for_specs(const detail::call_signature& sig) { return std::ranges::count(sig.tensors, nullptr) > 0; }
-
-  // The trace that serves `sig` when one is known: the one traced for its key, or for
-  // a call, the more general trace it was dispatched to before.
-  std::shared_ptr<detail::concrete_state> known_trace(const detail::call_signature& sig) const {
-    if (auto it = state_->by_key.find(sig.key); it != state_->by_key.end()) return it->second;
-    if (asks_for_specs(sig)) return nullptr;
-    auto it = state_->dispatched.find(sig.key);
-    return it != state_->dispatched.end() ? it->second : nullptr;
-  }
-
-  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
-  static bool same_structure_and_dtypes(const detail::concrete_state& t, const detail::call_signature& sig) {
-    if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
-    for (std::size_t i = 0; i < sig.specs.size(); ++i)
-      if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
-    return true;
-  }
-
-  // A trace more general than the call (None dims, unknown ranks; made by
-  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
-  // the most specific trace that accepts a call: the one with the fewest unknowns.
-  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
-  std::shared_ptr<detail::concrete_state> most_specific_trace_accepting(const detail::call_signature& sig) const {
-    std::shared_ptr<detail::concrete_state> best;
-    if (asks_for_specs(sig)) return best;
-    int best_unknowns = 0;
-    for (const auto& t : state_->traces) {
-      if (!same_structure_and_dtypes(*t, sig)) continue;
-      int unknowns = 0;
-      bool accepts = true;
-      for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
-        const shape& traced = t->inputs[i].shape;
-        accepts = traced.accepts(sig.specs[i].shape);
-        unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
-      }
-      if (accepts && (!best || unknowns < best_unknowns)) {
-        best = t;
-        best_unknowns = unknowns;
-      }
-    }
-    return best;
-  }
-
-  // reduce_retracing: the call is keyed by the most specific specs that accept both it
-  // and the latest trace of its structure and dtypes, as TensorFlow's common
-  // supertype: a dim that differs becomes None, a rank that differs unknown.
-  void relax(detail::call_signature& sig) {
-    for (auto t = state_->traces.rbegin(); t != state_->traces.rend(); ++t) {
-      if (!same_structure_and_dtypes(**t, sig)) continue;
-      for (std::size_t i = 0; i < sig.specs.size(); ++i) {
-        const shape& traced = (*t)->inputs[i].shape;
-        shape& s = sig.specs[i].shape;
-        if (!traced.has_known_rank() || traced.rank() != s.rank()) {
-          s = unknown_rank;
-          continue;
-        }
-        for (int d = 0; d < s.rank(); ++d)
-          if (traced[d] != s[d]) s[d] = none;
-      }
-      sig.seal();
-      return;
-    }
+    auto trace_it = [&](const detail::call_signature& s) { return trace<R>(s, std::forward<Args>(args)...); };
+    return state_->find_or_trace(
+        sig, [](void* it, const detail::call_signature& s) { return (*static_cast<decltype(trace_it)*>(it))(s); }, &trace_it);
   }
 
   template <class R, class... Args>
   std::shared_ptr<detail::concrete_state> trace(const detail::call_signature& sig, Args&&... args) {
-    const function_options& o = state_->options;
-    auto c = std::make_shared<detail::concrete_state>();
-    c->name = o.name;
-    c->jit_compile = o.jit_compile;
-    for (std::size_t i = 0; i < sizeof...(Args); ++i)
-      c->arg_names.push_back(i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i));
-    c->bound = sig.values;
-    c->bound_text = {detail::bound_text_of(args)...};
-    const std::span<const std::uint64_t> structure = sig.structure();
-    c->structure.assign(structure.begin(), structure.end());
-    c->input_arg = sig.tensor_arg;
-    detail::trace_context context(o.name);
+    detail::trace_context context(state_->options.name);
     std::vector<tensor> placeholders;
-    for (std::size_t i = 0; i < sig.specs.size(); ++i) {
-      placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
-                                                 sig.specs[i].shape));
-      c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
-    }
+    std::shared_ptr<detail::concrete_state> c =
+        state_->start_trace(sig, {detail::bound_text_of(args)...}, context, placeholders);
     try {
       const tensor* next = placeholders.data();
       auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
@@ -708,44 +778,19 @@ class function {
         c->returns_void = true;
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
-        detail::for_each_output(result, [&](const tensor& t) {
-          const node& n = context.add_output(t);
-          c->outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
-        });
+        detail::for_each_output(result, [&](const tensor& t) { detail::function_state::add_output(*c, context, t); });
         c->traced_result = std::move(result);
       }
-      check_created_variables(context);
+      state_->check_created_variables(context);
     } catch (const error&) {
-      detail::rethrow_with_function_name(o.name);
+      detail::rethrow_with_function_name(state_->options.name);
     }
-    c->graph = std::move(context.graph());
-    // Constant folding runs ops on constants, which must compute, not be recorded.
-    kiln::init_scope outside_every_trace;
-    c->compile();
+    state_->finish_trace(*c, context);
     return c;
   }
 
-  // Variables may be created by the first trace only, and must outlive it: a
-  // later trace would create another variable at each retrace, and a variable that
-  // dies with the trace would be created anew at every call in eager code.
-  void check_created_variables(const detail::trace_context& context) const {
-    const auto& created = context.created_variables();
-    if (created.empty()) return;
-    bool first;
-    {
-      std::lock_guard lock(state_->mutex);
-      first = state_->traces.empty();
-    }
-    const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
-    if (!first || dropped)
-      throw value_error("kiln::function only supports singleton variables created on the first call; " +
-                        std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
-                                            : "a variable was created while tracing a new signature") +
-                        ". Create variables once, outside the function or in state it keeps across calls");
-  }
-
   F fn_;
-  std::shared_ptr<state> state_;
+  std::shared_ptr<detail::function_state> state_;
 };
 
 template <class F>
