@@ -4696,10 +4696,12 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 #include <span>
@@ -4853,8 +4855,10 @@ inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std:
   s.combine(s.context, out, scratch);
 }
 
-/// Room for the partials of a tree's levels: one per level of 2^63 leaves.
-inline std::vector<std::byte> tree_scratch(const tree_steps& s) { return std::vector<std::byte>(64 * s.size); }
+/// Room for one partial per level of a tree of `leaves` leaves, left unset.
+inline std::unique_ptr<std::byte[]> tree_scratch(const tree_steps& s, std::int64_t leaves) {
+  return std::unique_ptr<std::byte[]>(new std::byte[std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size]);
+}
 
 /// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
 /// down evaluated in parallel and combined above in the same order.
@@ -4874,12 +4878,12 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
 
   std::vector<std::byte> values(subtrees.size() * s.size);
   detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
-    std::vector<std::byte> scratch = tree_scratch(s);
+    const auto scratch = tree_scratch(s, leaves);
     for (std::int64_t i = lo; i < hi; ++i)
-      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.data());
+      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
   });
 
-  std::vector<std::byte> scratch = tree_scratch(s);
+  const auto scratch = tree_scratch(s, leaves);
   std::size_t next = 0;
   auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
     if (depth == split_depth || hi - lo == 1) {
@@ -4891,7 +4895,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
     self(self, mid, hi, depth + 1, below, below + s.size);
     s.combine(s.context, into, below);
   };
-  fold(fold, 0, leaves, 0, out, scratch.data());
+  fold(fold, 0, leaves, 0, out, scratch.get());
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
@@ -4916,8 +4920,8 @@ P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& comb
   if (parallel) {
     pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
   } else {
-    std::vector<std::byte> scratch = tree_scratch(s);
-    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
+    const auto scratch = tree_scratch(s, leaves);
+    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
   }
   return result;
 }
@@ -5315,6 +5319,14 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
   }
 }
 
+/// Turns `outputs` sums of `count` elements each, at `out`, into means.
+template <class T>
+void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
+  detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
+  });
+}
+
 }  // namespace cpu
 
 template <ops::reduction Op>
@@ -5327,12 +5339,7 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
     using R = cpu::reducer_for<Op::kind, T>;
     using Out = std::conditional_t<R::indexed, std::int64_t, T>;
     cpu::reduce<R>(in[0].as<T>(), out.as<Out>(), layout, outputs, count);
-    if constexpr (Op::kind == kind::mean) {
-      T* o = out.as<T>();
-      detail::parallel_for(outputs, cpu::reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t i = lo; i < hi; ++i) o[i] = ops::mean_of<T>(o[i], count);
-      });
-    }
+    if constexpr (Op::kind == kind::mean) cpu::sums_to_means(out.as<T>(), outputs, count);
   });
 }
 
@@ -6341,6 +6348,15 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
   });
 }
 
+/// Whether gemm computes an m x n x k product without packing B (gemm_direct): each
+/// element is then one fused multiply-add chain over k, from zero and in order.
+template <class V>
+constexpr bool gemm_unpacked(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const double work = double(m) * double(n) * double(k);  // m * n * k may not fit 64 bits
+  // One or two rows stream B once; packing B pays off only when many rows reuse it.
+  return n != 1 && k > 0 && (m <= 2 || work <= gemm_direct_work || m <= 2 * gemm_blocking<V>::rows);
+}
+
 /// gemm on compute types (see gemm_compute_t).
 template <class V>
 void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
@@ -6359,12 +6375,10 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     if (held->size() > 1) pool = held.get();
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
-  // One or two rows stream B once: wide panels read long contiguous runs of its rows.
+  if (!gemm_unpacked<V>(m, n, k)) return gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  // One or two rows: wide panels read long contiguous runs of B's rows.
   if (m <= 2) return gemm_direct<2, 4 * blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
-  // Packing B pays off only when many rows reuse it.
-  if (work <= gemm_direct_work || m <= 2 * blocking::rows)
-    return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
-  gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
 }  // namespace detail
@@ -7575,6 +7589,52 @@ inline tensor::operator bool() const {
 #include <type_traits>
 #include <utility>
 
+// ----- begin kiln/trace/spec.hpp -----
+/// \file
+/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
+
+#include <ostream>
+#include <string>
+
+
+namespace kiln {
+
+namespace detail {
+/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
+/// signature shows it.
+KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+}  // namespace detail
+
+/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
+/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
+struct tensor_spec {
+  kiln::shape shape;
+  kiln::dtype dtype = float32;
+  std::string name;
+
+  tensor_spec() = default;
+  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
+
+  /// True when a tensor of dtype `t` and shape `s` fits this spec.
+  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  bool operator==(const tensor_spec&) const = default;
+
+  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
+  std::string str() const {
+    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+}  // namespace kiln
+// ----- end kiln/trace/spec.hpp -----
 
 namespace kiln {
 namespace typed {
@@ -7790,7 +7850,7 @@ template <class T, std::int64_t... Dims>
 struct spec {
   using value_type = fixed<T, Dims...>;
   /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
-  static std::string str() { return std::string(name(dtype_of<T>)) + " Tensor, shape=" + kiln::shape{Dims...}.str(); }
+  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
 };
 
 namespace typed {
@@ -7866,19 +7926,13 @@ namespace typed {
 /// Eager evaluation has none.
 using frame = void* const*;
 
-/// Whether `T` has SIMD batches (as the CPU kernels' `simd_type`).
+/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
+/// batches exactly where the kernels do.
 template <class T>
-inline constexpr bool simd_type =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+inline constexpr bool simd_type = backend::cpu::simd_type<T>;
 
 template <class T>
 using batch = xsimd::batch<T>;
-
-/// `V` (a batch or `T` itself) holding element `p[0]` in every lane.
-template <class V, class T>
-V splat(const T* p) {
-  return V(*p);
-}
 
 /// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
 /// kernels pad a run's head and tail: every element then goes through the batch
@@ -8074,8 +8128,7 @@ struct node : typed_expression {
   using dims_type = D;
   /// Batches throughout when the CPU kernel of this op would use them (one input
   /// type, the same output type, at most two operands) and every operand does.
-  static constexpr bool simd = std::is_same_v<input_type, value_type> && simd_type<value_type> &&
-                               Op::simd.contains(dtype_of<value_type>) && Op::arity <= 2 && (E::simd && ...);
+  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
   Op op;
   std::tuple<E...> operands;
 
@@ -8234,22 +8287,16 @@ struct cast_to : ops::cast {
   constexpr cast_to() : ops::cast(dtype_of<T>) {}
 };
 
-/// Hook of the tracer (kiln/typed/trace.hpp): what a lazy op gives for its node.
-template <class E>
-auto lazy_result(E e);
-
 /// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
 /// expression.
 template <class T, class Op, class... X>
 auto apply_as(const Op& op, const X&... x) {
   constexpr bool now = eager<X...>;
   auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (std::is_same_v<decltype(e), rule_error>)
-    return e;  // the op's static_assert has said why
-  else if constexpr (now)
+  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
     return materialize(e);
   else
-    return lazy_result(std::move(e));
+    return e;  // an expression, or the rule_error after the op's static_assert
 }
 
 template <class Op, class... X>
@@ -8524,11 +8571,6 @@ class symbol : public typed_expression {
 
   int slot_;
 };
-
-template <class E>
-auto lazy_result(E e) {
-  return e;
-}
 
 template <class V>
 struct is_symbol : std::false_type {};
@@ -8814,17 +8856,11 @@ class trace_table {
   std::vector<std::string> signatures_;
 };
 
-/// "float32 Tensor, shape=(2, 3)": a value as a signature shows it.
-KILN_COLD inline std::string describe(kiln::dtype t, const kiln::shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
+/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
 template <class X>
 std::string describe() {
   using V = std::remove_cvref_t<X>;
-  return describe(dtype_of<typename V::value_type>, V::dims_type::shape());
+  return detail::signature_entry(dtype_of<typename V::value_type>, V::dims_type::shape());
 }
 
 /// The Returns block of a signature for the traced result `R`.
@@ -8840,9 +8876,9 @@ std::string describe_returns() {
       return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
     }(std::make_index_sequence<std::tuple_size_v<V>>());
   } else if constexpr (has_dtype<V>) {
-    return "    " + describe(dtype_of<V>, kiln::shape{}) + "\n";
+    return "    " + detail::signature_entry(dtype_of<V>, kiln::shape{}) + "\n";
   } else {
-    return "    " + describe(int64, kiln::shape{}) + "\n";
+    return "    " + detail::signature_entry(int64, kiln::shape{}) + "\n";
   }
 }
 
@@ -8986,14 +9022,6 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
   if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
 }
 
-/// Whether the CPU gemm computes an m x n x k float product as direct_matmul does:
-/// without packing (gemm_compute's rule), more than one column, on one thread.
-constexpr bool gemm_is_direct(std::int64_t m, std::int64_t n, std::int64_t k, int tile_rows) {
-  const double work = double(m) * double(n) * double(k);
-  return n > 1 && k > 0 && work < backend::cpu::detail::gemm_parallel_work &&
-         (m <= 2 || work <= backend::cpu::detail::gemm_direct_work || m <= 2 * tile_rows);
-}
-
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -9015,8 +9043,7 @@ auto reduce(const X& x) {
           constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
           constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
           cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
-          if constexpr (Op::kind == ops::reduction_kind::mean)
-            for (std::int64_t i = 0; i < OutD::size; ++i) out[i] = ops::mean_of<T>(out[i], count);
+          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means(out, OutD::size, count);
         },
         x);
   }
@@ -9081,8 +9108,8 @@ auto matmul(const A& a, const B& b) {
             const auto [oa, ob] = g.operand_offsets(bi);
             if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
               typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
-            else if constexpr (std::is_floating_point_v<T> &&
-                               typed::gemm_is_direct(g.m, g.n, g.k, backend::cpu::detail::gemm_blocking<T>::rows))
+            else if constexpr (std::is_floating_point_v<T> && backend::cpu::detail::gemm_unpacked<T>(g.m, g.n, g.k) &&
+                               double(g.m) * double(g.n) * double(g.k) < backend::cpu::detail::gemm_parallel_work)
               typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
             else
               backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
@@ -12463,41 +12490,6 @@ class while_op final : public special_op {
 
 }  // namespace kiln::detail
 // ----- end kiln/exec/control_flow.hpp -----
-// ----- begin kiln/trace/spec.hpp -----
-/// \file
-/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
-
-#include <ostream>
-#include <string>
-
-
-namespace kiln {
-
-/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
-/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
-struct tensor_spec {
-  kiln::shape shape;
-  kiln::dtype dtype = float32;
-  std::string name;
-
-  tensor_spec() = default;
-  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
-
-  /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
-  bool operator==(const tensor_spec&) const = default;
-
-  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
-};
-
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
-
-}  // namespace kiln
-// ----- end kiln/trace/spec.hpp -----
 // ----- begin kiln/trace/signature.hpp -----
 /// \file
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
@@ -13000,12 +12992,10 @@ struct concrete_state {
     std::ostringstream os;
     os << header() << "\n";
     if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs)
-      os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
+    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
     os << "  Returns:\n";
     if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs)
-      os << "    " << kiln::name(out.dtype) << " Tensor, shape=" << out.shape.str() << "\n";
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
     return os.str();
   }
 
@@ -13177,6 +13167,14 @@ struct function_state {
     return traced;
   }
 
+  /// The name of argument `i`: as the options give it, else x0, x1, ...
+  std::string arg_name(std::size_t i) const {
+    if (i < options.arg_names.size()) return options.arg_names[i];
+    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+    name += std::to_string(i);
+    return name;
+  }
+
   /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
   /// names and signature, and a placeholder in `context` per tensor leaf.
   std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
@@ -13184,13 +13182,7 @@ struct function_state {
     auto c = std::make_shared<concrete_state>();
     c->name = options.name;
     c->jit_compile = options.jit_compile;
-    for (std::size_t i = 0; i < bound_text.size(); ++i) {
-      std::string& name = c->arg_names.emplace_back("x");  // x0, x1, ... where not named
-      if (i < options.arg_names.size())
-        name = options.arg_names[i];
-      else
-        name += std::to_string(i);
-    }
+    for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
     c->bound = sig.values;
     c->bound_text = std::move(bound_text);
     const std::span<const std::uint64_t> structure = sig.structure();
@@ -13503,39 +13495,35 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    const function_options& o = state_->options;
-    std::vector<std::string> names;
+    // Each argument's name, and its line in the signature: typed arguments are listed
+    // under Args, C++ values bound in the header (`power(a, b=3)`).
+    std::vector<std::string> typed_names;
+    std::string header = state_->options.name + "(", arg_lines;
     std::size_t position = 0;
     (
         [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>)
-            names.push_back(position < o.arg_names.size() ? o.arg_names[position] : "x" + std::to_string(position));
-          ++position;
+          const std::string name = state_->arg_name(position);
+          if (position++) header += ", ";
+          header += name;
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(name);
+            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+          } else {
+            std::ostringstream os;
+            os << a;
+            header += "=" + os.str();
+          }
         }(args),
         ...);
-    auto t = typed::trace_now<R>(fn_, std::move(names), args...);
-    std::string text = o.name + "(";
-    std::string arg_lines;
-    std::size_t i = 0;
-    auto describe_arg = [&](const auto& a) {
-      const std::string arg = i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i);
-      text += (i++ ? ", " : "") + arg;
-      if constexpr (typed::typed_argument<decltype(a)>) {
-        arg_lines += "    " + arg + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
-      } else {
-        std::ostringstream os;
-        os << a;
-        text += "=" + os.str();
-      }
-    };
-    (describe_arg(args), ...);
-    text += ")\n";
+    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
+    std::string text = header + ")\n";
     if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
     text += "  Returns:\n" + typed::describe_returns<R>();
     t->signature = text;
     state_->typed.add_signature(std::move(text));
     return t;
   }
+
 
   // What the callable returns when traced with `Args`.
   template <class... Args>

@@ -169,12 +169,10 @@ struct concrete_state {
     std::ostringstream os;
     os << header() << "\n";
     if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs)
-      os << "    " << in.name << ": " << kiln::name(in.dtype) << " Tensor, shape=" << in.shape.str() << "\n";
+    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
     os << "  Returns:\n";
     if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs)
-      os << "    " << kiln::name(out.dtype) << " Tensor, shape=" << out.shape.str() << "\n";
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
     return os.str();
   }
 
@@ -346,6 +344,14 @@ struct function_state {
     return traced;
   }
 
+  /// The name of argument `i`: as the options give it, else x0, x1, ...
+  std::string arg_name(std::size_t i) const {
+    if (i < options.arg_names.size()) return options.arg_names[i];
+    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+    name += std::to_string(i);
+    return name;
+  }
+
   /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
   /// names and signature, and a placeholder in `context` per tensor leaf.
   std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
@@ -353,13 +359,7 @@ struct function_state {
     auto c = std::make_shared<concrete_state>();
     c->name = options.name;
     c->jit_compile = options.jit_compile;
-    for (std::size_t i = 0; i < bound_text.size(); ++i) {
-      std::string& name = c->arg_names.emplace_back("x");  // x0, x1, ... where not named
-      if (i < options.arg_names.size())
-        name = options.arg_names[i];
-      else
-        name += std::to_string(i);
-    }
+    for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
     c->bound = sig.values;
     c->bound_text = std::move(bound_text);
     const std::span<const std::uint64_t> structure = sig.structure();
@@ -672,39 +672,35 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    const function_options& o = state_->options;
-    std::vector<std::string> names;
+    // Each argument's name, and its line in the signature: typed arguments are listed
+    // under Args, C++ values bound in the header (`power(a, b=3)`).
+    std::vector<std::string> typed_names;
+    std::string header = state_->options.name + "(", arg_lines;
     std::size_t position = 0;
     (
         [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>)
-            names.push_back(position < o.arg_names.size() ? o.arg_names[position] : "x" + std::to_string(position));
-          ++position;
+          const std::string name = state_->arg_name(position);
+          if (position++) header += ", ";
+          header += name;
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(name);
+            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+          } else {
+            std::ostringstream os;
+            os << a;
+            header += "=" + os.str();
+          }
         }(args),
         ...);
-    auto t = typed::trace_now<R>(fn_, std::move(names), args...);
-    std::string text = o.name + "(";
-    std::string arg_lines;
-    std::size_t i = 0;
-    auto describe_arg = [&](const auto& a) {
-      const std::string arg = i < o.arg_names.size() ? o.arg_names[i] : "x" + std::to_string(i);
-      text += (i++ ? ", " : "") + arg;
-      if constexpr (typed::typed_argument<decltype(a)>) {
-        arg_lines += "    " + arg + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
-      } else {
-        std::ostringstream os;
-        os << a;
-        text += "=" + os.str();
-      }
-    };
-    (describe_arg(args), ...);
-    text += ")\n";
+    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
+    std::string text = header + ")\n";
     if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
     text += "  Returns:\n" + typed::describe_returns<R>();
     t->signature = text;
     state_->typed.add_signature(std::move(text));
     return t;
   }
+
 
   // What the callable returns when traced with `Args`.
   template <class... Args>

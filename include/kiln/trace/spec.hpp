@@ -5,11 +5,23 @@
 #include <ostream>
 #include <string>
 
+#include "kiln/config.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/shape.hpp"
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
+
+namespace detail {
+/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
+/// signature shows it.
+KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+}  // namespace detail
 
 /// Describes a tensor argument without a value; `kiln::none` dims accept any size.
 /// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode

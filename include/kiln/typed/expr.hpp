@@ -22,6 +22,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "kiln/backend/cpu/elementwise.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/math.hpp"
 #include "kiln/typed/fixed.hpp"
@@ -52,19 +53,13 @@ namespace typed {
 /// Eager evaluation has none.
 using frame = void* const*;
 
-/// Whether `T` has SIMD batches (as the CPU kernels' `simd_type`).
+/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
+/// batches exactly where the kernels do.
 template <class T>
-inline constexpr bool simd_type =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+inline constexpr bool simd_type = backend::cpu::simd_type<T>;
 
 template <class T>
 using batch = xsimd::batch<T>;
-
-/// `V` (a batch or `T` itself) holding element `p[0]` in every lane.
-template <class V, class T>
-V splat(const T* p) {
-  return V(*p);
-}
 
 /// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
 /// kernels pad a run's head and tail: every element then goes through the batch
@@ -260,8 +255,7 @@ struct node : typed_expression {
   using dims_type = D;
   /// Batches throughout when the CPU kernel of this op would use them (one input
   /// type, the same output type, at most two operands) and every operand does.
-  static constexpr bool simd = std::is_same_v<input_type, value_type> && simd_type<value_type> &&
-                               Op::simd.contains(dtype_of<value_type>) && Op::arity <= 2 && (E::simd && ...);
+  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
   Op op;
   std::tuple<E...> operands;
 

@@ -24,6 +24,7 @@
 #include "kiln/core/shape.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/factories.hpp"
+#include "kiln/trace/spec.hpp"
 
 namespace kiln {
 namespace typed {
@@ -239,7 +240,7 @@ template <class T, std::int64_t... Dims>
 struct spec {
   using value_type = fixed<T, Dims...>;
   /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
-  static std::string str() { return std::string(name(dtype_of<T>)) + " Tensor, shape=" + kiln::shape{Dims...}.str(); }
+  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
 };
 
 namespace typed {

@@ -140,14 +140,6 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
   if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
 }
 
-/// Whether the CPU gemm computes an m x n x k float product as direct_matmul does:
-/// without packing (gemm_compute's rule), more than one column, on one thread.
-constexpr bool gemm_is_direct(std::int64_t m, std::int64_t n, std::int64_t k, int tile_rows) {
-  const double work = double(m) * double(n) * double(k);
-  return n > 1 && k > 0 && work < backend::cpu::detail::gemm_parallel_work &&
-         (m <= 2 || work <= backend::cpu::detail::gemm_direct_work || m <= 2 * tile_rows);
-}
-
 /// Reduction `Op` over `Axes` (all when none) of `x`.
 template <class Op, bool KeepDims, std::int64_t... Axes, class X>
 auto reduce(const X& x) {
@@ -169,8 +161,7 @@ auto reduce(const X& x) {
           constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
           constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
           cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
-          if constexpr (Op::kind == ops::reduction_kind::mean)
-            for (std::int64_t i = 0; i < OutD::size; ++i) out[i] = ops::mean_of<T>(out[i], count);
+          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means(out, OutD::size, count);
         },
         x);
   }
@@ -235,8 +226,8 @@ auto matmul(const A& a, const B& b) {
             const auto [oa, ob] = g.operand_offsets(bi);
             if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
               typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
-            else if constexpr (std::is_floating_point_v<T> &&
-                               typed::gemm_is_direct(g.m, g.n, g.k, backend::cpu::detail::gemm_blocking<T>::rows))
+            else if constexpr (std::is_floating_point_v<T> && backend::cpu::detail::gemm_unpacked<T>(g.m, g.n, g.k) &&
+                               double(g.m) * double(g.n) * double(g.k) < backend::cpu::detail::gemm_parallel_work)
               typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
             else
               backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);

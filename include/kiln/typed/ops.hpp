@@ -74,22 +74,16 @@ struct cast_to : ops::cast {
   constexpr cast_to() : ops::cast(dtype_of<T>) {}
 };
 
-/// Hook of the tracer (kiln/typed/trace.hpp): what a lazy op gives for its node.
-template <class E>
-auto lazy_result(E e);
-
 /// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
 /// expression.
 template <class T, class Op, class... X>
 auto apply_as(const Op& op, const X&... x) {
   constexpr bool now = eager<X...>;
   auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (std::is_same_v<decltype(e), rule_error>)
-    return e;  // the op's static_assert has said why
-  else if constexpr (now)
+  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
     return materialize(e);
   else
-    return lazy_result(std::move(e));
+    return e;  // an expression, or the rule_error after the op's static_assert
 }
 
 template <class Op, class... X>

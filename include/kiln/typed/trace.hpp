@@ -151,11 +151,6 @@ class symbol : public typed_expression {
   int slot_;
 };
 
-template <class E>
-auto lazy_result(E e) {
-  return e;
-}
-
 template <class V>
 struct is_symbol : std::false_type {};
 template <class T, class D>
@@ -440,17 +435,11 @@ class trace_table {
   std::vector<std::string> signatures_;
 };
 
-/// "float32 Tensor, shape=(2, 3)": a value as a signature shows it.
-KILN_COLD inline std::string describe(kiln::dtype t, const kiln::shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
+/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
 template <class X>
 std::string describe() {
   using V = std::remove_cvref_t<X>;
-  return describe(dtype_of<typename V::value_type>, V::dims_type::shape());
+  return detail::signature_entry(dtype_of<typename V::value_type>, V::dims_type::shape());
 }
 
 /// The Returns block of a signature for the traced result `R`.
@@ -466,9 +455,9 @@ std::string describe_returns() {
       return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
     }(std::make_index_sequence<std::tuple_size_v<V>>());
   } else if constexpr (has_dtype<V>) {
-    return "    " + describe(dtype_of<V>, kiln::shape{}) + "\n";
+    return "    " + detail::signature_entry(dtype_of<V>, kiln::shape{}) + "\n";
   } else {
-    return "    " + describe(int64, kiln::shape{}) + "\n";
+    return "    " + detail::signature_entry(int64, kiln::shape{}) + "\n";
   }
 }
 

@@ -456,6 +456,15 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
   });
 }
 
+/// Whether gemm computes an m x n x k product without packing B (gemm_direct): each
+/// element is then one fused multiply-add chain over k, from zero and in order.
+template <class V>
+constexpr bool gemm_unpacked(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const double work = double(m) * double(n) * double(k);  // m * n * k may not fit 64 bits
+  // One or two rows stream B once; packing B pays off only when many rows reuse it.
+  return n != 1 && k > 0 && (m <= 2 || work <= gemm_direct_work || m <= 2 * gemm_blocking<V>::rows);
+}
+
 /// gemm on compute types (see gemm_compute_t).
 template <class V>
 void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, std::int64_t lda, const V* b,
@@ -474,12 +483,10 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
     if (held->size() > 1) pool = held.get();
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
-  // One or two rows stream B once: wide panels read long contiguous runs of its rows.
+  if (!gemm_unpacked<V>(m, n, k)) return gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  // One or two rows: wide panels read long contiguous runs of B's rows.
   if (m <= 2) return gemm_direct<2, 4 * blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
-  // Packing B pays off only when many rows reuse it.
-  if (work <= gemm_direct_work || m <= 2 * blocking::rows)
-    return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
-  gemm_packed(m, n, k, a, lda, b, ldb, c, ldc, pool);
+  gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
 }  // namespace detail

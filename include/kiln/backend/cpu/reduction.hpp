@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 #include <span>
@@ -174,8 +176,10 @@ inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std:
   s.combine(s.context, out, scratch);
 }
 
-/// Room for the partials of a tree's levels: one per level of 2^63 leaves.
-inline std::vector<std::byte> tree_scratch(const tree_steps& s) { return std::vector<std::byte>(64 * s.size); }
+/// Room for one partial per level of a tree of `leaves` leaves, left unset.
+inline std::unique_ptr<std::byte[]> tree_scratch(const tree_steps& s, std::int64_t leaves) {
+  return std::unique_ptr<std::byte[]>(new std::byte[std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size]);
+}
 
 /// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
 /// down evaluated in parallel and combined above in the same order.
@@ -195,12 +199,12 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
 
   std::vector<std::byte> values(subtrees.size() * s.size);
   detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
-    std::vector<std::byte> scratch = tree_scratch(s);
+    const auto scratch = tree_scratch(s, leaves);
     for (std::int64_t i = lo; i < hi; ++i)
-      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.data());
+      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
   });
 
-  std::vector<std::byte> scratch = tree_scratch(s);
+  const auto scratch = tree_scratch(s, leaves);
   std::size_t next = 0;
   auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
     if (depth == split_depth || hi - lo == 1) {
@@ -212,7 +216,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
     self(self, mid, hi, depth + 1, below, below + s.size);
     s.combine(s.context, into, below);
   };
-  fold(fold, 0, leaves, 0, out, scratch.data());
+  fold(fold, 0, leaves, 0, out, scratch.get());
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
@@ -237,8 +241,8 @@ P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& comb
   if (parallel) {
     pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
   } else {
-    std::vector<std::byte> scratch = tree_scratch(s);
-    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
+    const auto scratch = tree_scratch(s, leaves);
+    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
   }
   return result;
 }
@@ -636,6 +640,14 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
   }
 }
 
+/// Turns `outputs` sums of `count` elements each, at `out`, into means.
+template <class T>
+void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
+  detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
+  });
+}
+
 }  // namespace cpu
 
 template <ops::reduction Op>
@@ -648,12 +660,7 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
     using R = cpu::reducer_for<Op::kind, T>;
     using Out = std::conditional_t<R::indexed, std::int64_t, T>;
     cpu::reduce<R>(in[0].as<T>(), out.as<Out>(), layout, outputs, count);
-    if constexpr (Op::kind == kind::mean) {
-      T* o = out.as<T>();
-      detail::parallel_for(outputs, cpu::reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t i = lo; i < hi; ++i) o[i] = ops::mean_of<T>(o[i], count);
-      });
-    }
+    if constexpr (Op::kind == kind::mean) cpu::sums_to_means(out.as<T>(), outputs, count);
   });
 }
 
