@@ -12,9 +12,10 @@
 #              host compiles
 # --pch        compile kiln.hpp once as a precompiled header (its cost is the first
 #              row) and the programs with it
-# --typed      also compile bench/compile/typed_model.cpp (a 20-op model on the
-#              compile-time tier) and bench/compile/eigen_model.cpp (the same model on
-#              Eigen's fixed-size matrices, -I /usr/include/eigen3) beside it
+# --typed      also compile kiln/fixed.hpp alone, bench/compile/typed_model.cpp (a
+#              20-op model on the compile-time tier, which includes kiln/fixed.hpp) and
+#              bench/compile/eigen_model.cpp (the same model on Eigen's fixed-size
+#              matrices, -I /usr/include/eigen3) beside it
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,7 +42,7 @@ flags=(-std=c++20 -O2 -march=native)
 if $pch; then
   # GCC uses kiln.hpp.gch in place of kiln.hpp when the flags match.
   mkdir -p "$work/pch/kiln"
-  cp "$repo/single_include/kiln/kiln.hpp" "$work/pch/kiln/"
+  cp "$repo/single_include/kiln/kiln.hpp" "$repo/single_include/kiln/fixed.hpp" "$work/pch/kiln/"
   flags+=(-I "$work/pch")
 else
   flags+=(-I "$repo/single_include")
@@ -74,9 +75,16 @@ int main() {
 }
 EOF
 
+cat >"$work/include_fixed_only.cpp" <<'EOF'
+#include <kiln/fixed.hpp>
+int main() {}
+EOF
+
 programs=("$work/include_only.cpp" "$work/one_eager_op.cpp" "$work/three_op_function.cpp")
 if $examples; then programs+=("$repo"/examples/*.cpp); fi
-if $typed; then programs+=("$repo/bench/compile/typed_model.cpp" "$repo/bench/compile/eigen_model.cpp"); fi
+if $typed; then
+  programs+=("$work/include_fixed_only.cpp" "$repo/bench/compile/typed_model.cpp" "$repo/bench/compile/eigen_model.cpp")
+fi
 
 echo "compiler: $(g++ --version | head -1); flags: ${flags[*]}"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp.
+"""Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp, and
+single_include/kiln/fixed.hpp (the compile-time tier alone) from include/kiln/fixed.hpp.
 
 Every `#include "kiln/..."` is replaced by the text of that header the first time it
 is met, so each header appears once, after the headers it includes; later includes of
 it are dropped. System includes stay as they are. The output depends only on the
 headers, never on time or machine, so CI can regenerate it and compare.
 
+Each header's text is wrapped in an include guard named after it, so that both
+single headers can be included in one file: the second skips what the first gave.
 A header first met inside a conditional block (`#if KILN_HAS_THRUST ... #endif`) is
 only there when the condition holds, so it is inlined again where a later include
-needs it outside that block; such copies are wrapped in an include guard.
+needs it outside that block.
 
     python3 scripts/amalgamate.py            # rewrite the single header
     python3 scripts/amalgamate.py --check    # exit 1 if it is out of date
@@ -21,8 +24,8 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE_DIR = REPO / "include"
-ROOT_HEADER = "kiln/kiln.hpp"
-OUTPUT = REPO / "single_include" / "kiln" / "kiln.hpp"
+ROOT_HEADERS = ["kiln/kiln.hpp", "kiln/fixed.hpp"]
+OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"
 
 KILN_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](kiln/[^">]+)[">]')
@@ -42,7 +45,8 @@ class Amalgamator:
     enclosing it; () is unconditional. Text emitted on path P is visible from path Q
     exactly when P is a prefix of Q."""
 
-    def __init__(self):
+    def __init__(self, root):
+        self.root = root
         self.lines = []
         self.emitted_on = {}  # header -> branch paths where its text was emitted
         self.branch_count = 0
@@ -58,10 +62,8 @@ class Amalgamator:
         source = INCLUDE_DIR / header
         if not source.is_file():
             raise AmalgamationError(f"{included_from}: cannot find {header} under include/")
-        guard = None
-        if path or header in self.emitted_on:
-            guard = "KILN_SINGLE_INCLUDE_" + re.sub(r"[^A-Za-z0-9]", "_", header).upper()
-            self.lines += [f"#ifndef {guard}", f"#define {guard}"]
+        guard = "KILN_SINGLE_INCLUDE_" + re.sub(r"[^A-Za-z0-9]", "_", header).upper()
+        self.lines += [f"#ifndef {guard}", f"#define {guard}"]
         self.emitted_on.setdefault(header, []).append(path)
         self.lines.append(f"// ----- begin {header} -----")
         branches = []
@@ -82,12 +84,11 @@ class Amalgamator:
             if not self.visible(match.group(1), dependency_path):
                 self.inline(match.group(1), dependency_path, f"{header}:{number}")
         self.lines.append(f"// ----- end {header} -----")
-        if guard:
-            self.lines.append(f"#endif  // {guard}")
+        self.lines.append(f"#endif  // {guard}")
 
     def text(self):
         header = [
-            f"// kiln single header, generated from include/{ROOT_HEADER} by `{COMMAND}`.",
+            f"// kiln single header, generated from include/{self.root} by `{COMMAND}`.",
             "// Do not edit: change the headers under include/ and regenerate.",
             "#pragma once",
         ]
@@ -100,25 +101,26 @@ def main():
                         help="do not write; exit 1 when the checked-in file differs")
     args = parser.parse_args()
 
-    amalgamator = Amalgamator()
-    try:
-        amalgamator.inline(ROOT_HEADER, (), "command line")
-    except AmalgamationError as error:
-        sys.exit(f"amalgamate.py: {error}")
-    text = amalgamator.text()
+    for root in ROOT_HEADERS:
+        amalgamator = Amalgamator(root)
+        try:
+            amalgamator.inline(root, (), "command line")
+        except AmalgamationError as error:
+            sys.exit(f"amalgamate.py: {error}")
+        text = amalgamator.text()
+        output = OUTPUT_DIR / root
 
-    if args.check:
-        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.is_file() else None
-        if current != text:
-            sys.exit(f"{OUTPUT.relative_to(REPO)} is out of date; run `{COMMAND}`")
-        return
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    # newline="\n" keeps the output byte-identical on every platform.
-    with open(OUTPUT, "w", encoding="utf-8", newline="\n") as out:
-        out.write(text)
-    print(f"wrote {OUTPUT.relative_to(REPO)} ({len(amalgamator.emitted_on)} headers, "
-          f"{text.count(chr(10))} lines)")
-
+        if args.check:
+            current = output.read_text(encoding="utf-8") if output.is_file() else None
+            if current != text:
+                sys.exit(f"{output.relative_to(REPO)} is out of date; run `{COMMAND}`")
+            continue
+        output.parent.mkdir(parents=True, exist_ok=True)
+        # newline="\n" keeps the output byte-identical on every platform.
+        with open(output, "w", encoding="utf-8", newline="\n") as out:
+            out.write(text)
+        print(f"wrote {output.relative_to(REPO)} ({len(amalgamator.emitted_on)} headers, "
+              f"{text.count(chr(10))} lines)")
 
 if __name__ == "__main__":
     main()

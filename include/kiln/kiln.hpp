@@ -60,6 +60,7 @@
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/signature.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/trace/runtime_tier.hpp"
 #include "kiln/trace/effects.hpp"
 #include "kiln/typed/effects.hpp"
 #include "kiln/trace/random.hpp"

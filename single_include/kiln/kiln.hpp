@@ -1,10 +1,14 @@
 // kiln single header, generated from include/kiln/kiln.hpp by `python3 scripts/amalgamate.py`.
 // Do not edit: change the headers under include/ and regenerate.
 #pragma once
+#ifndef KILN_SINGLE_INCLUDE_KILN_KILN_HPP
+#define KILN_SINGLE_INCLUDE_KILN_KILN_HPP
 // ----- begin kiln/kiln.hpp -----
 /// \file
 /// The umbrella header: `#include <kiln/kiln.hpp>` gives the whole public API.
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CONFIG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CONFIG_HPP
 // ----- begin kiln/config.hpp -----
 #include <cstddef>
 /// \file
@@ -83,6 +87,9 @@ namespace kiln {
 inline constexpr std::size_t buffer_alignment = 64;
 }  // namespace kiln
 // ----- end kiln/config.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CONFIG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
 // ----- begin kiln/core/error.hpp -----
 /// \file
 /// The exception hierarchy of API.md section 7.
@@ -133,6 +140,9 @@ class internal_error : public error {
 
 }  // namespace kiln
 // ----- end kiln/core/error.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_DTYPE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_DTYPE_HPP
 // ----- begin kiln/core/dtype.hpp -----
 /// \file
 /// Element types: the runtime `kiln::dtype` and its mapping to C++ types.
@@ -258,6 +268,9 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
 
 }  // namespace kiln
 // ----- end kiln/core/dtype.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_DTYPE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SHAPE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SHAPE_HPP
 // ----- begin kiln/core/shape.hpp -----
 /// \file
 /// `kiln::shape`: a fixed-capacity, constexpr list of dims. Because it is a literal
@@ -382,6 +395,9 @@ constexpr std::array<std::int64_t, max_rank> row_major_strides(const shape& s) {
 
 }  // namespace kiln
 // ----- end kiln/core/shape.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SHAPE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_DEVICE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_DEVICE_HPP
 // ----- begin kiln/core/device.hpp -----
 /// \file
 /// Where a tensor's buffer lives and its ops run.
@@ -401,6 +417,9 @@ inline std::ostream& operator<<(std::ostream& os, device d) { return os << name(
 
 }  // namespace kiln
 // ----- end kiln/core/device.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_DEVICE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_PARALLEL_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_PARALLEL_HPP
 // ----- begin kiln/core/parallel.hpp -----
 /// \file
 /// A small fork-join thread pool for kernels over large tensors. The calling thread
@@ -582,17 +601,20 @@ namespace config {
 /// or the KILN_NUM_THREADS environment variable).
 /// \code kiln::config::set_num_threads(1); \endcode
 inline void set_num_threads(int n) {
-  auto& s = detail::pool_state();
-  auto fresh = std::make_shared<detail::thread_pool>(std::max(1, n));
+  auto& s = kiln::detail::pool_state();
+  auto fresh = std::make_shared<kiln::detail::thread_pool>(std::max(1, n));
   std::lock_guard lock(s.mutex);
   s.pool = std::move(fresh);
 }
 /// The number of threads kernels use.
-inline int num_threads() { return detail::current_pool()->size(); }
+inline int num_threads() { return kiln::detail::current_pool()->size(); }
 }  // namespace config
 
 }  // namespace kiln
 // ----- end kiln/core/parallel.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PARALLEL_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
 // ----- begin kiln/core/tensor.hpp -----
 /// \file
 /// `kiln::tensor`: the runtime-typed tensor of API.md section 1. Eager tensors own a
@@ -606,6 +628,8 @@ inline int num_threads() { return detail::current_pool()->size(); }
 #include <type_traits>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_STORAGE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_STORAGE_HPP
 // ----- begin kiln/core/storage.hpp -----
 /// \file
 /// `storage`: one reference-counted, immutable-after-creation buffer of elements on
@@ -618,6 +642,8 @@ inline int num_threads() { return detail::current_pool()->size(); }
 #include <new>
 #include <string>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_ALLOCATOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_ALLOCATOR_HPP
 // ----- begin kiln/core/allocator.hpp -----
 /// \file
 /// The host buffer allocator: 64-byte aligned, and caching. Large blocks are kept
@@ -772,6 +798,7 @@ inline caching_allocator& host_allocator() {
 
 }  // namespace kiln::detail
 // ----- end kiln/core/allocator.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_ALLOCATOR_HPP
 
 namespace kiln::detail {
 
@@ -844,6 +871,7 @@ class storage {
 
 }  // namespace kiln::detail
 // ----- end kiln/core/storage.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_STORAGE_HPP
 
 namespace kiln {
 
@@ -1001,6 +1029,9 @@ class tensor {
 
 }  // namespace kiln
 // ----- end kiln/core/tensor.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
 // ----- begin kiln/core/print.hpp -----
 /// \file
 /// Printing tensors as TensorFlow does. `std::cout << x` writes what Python's
@@ -1013,17 +1044,24 @@ class tensor {
 /// and every program that prints compiles it.
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <limits>
+#include <mutex>
 #include <ostream>
+#include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SYMBOL_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SYMBOL_HPP
 // ----- begin kiln/core/symbol.hpp -----
 /// \file
 /// What a symbolic tensor points to: one value of a graph being traced.
@@ -1051,8 +1089,27 @@ inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == 
 
 }  // namespace kiln::detail
 // ----- end kiln/core/symbol.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SYMBOL_HPP
 
 namespace kiln {
+
+class variable;
+
+namespace config {
+namespace detail {
+inline std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
+/// outlive its use.
+/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
+inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+/// The stream kiln::print writes to.
+inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+}  // namespace config
+
 namespace detail {
 
 // ---- one number as text ----------------------------------------------------------
@@ -1439,34 +1496,40 @@ enum class value_style {
   tf_print_line,  ///< tf.print with nested rows on one line: `[[1 2] [3 4]]`
 };
 
+/// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
+/// elements to a shared width, wraps lines at 75 columns and shows `...` only past
+/// 1000 elements; the tf.print styles write each element unpadded.
+/// \code format_values_of(data, kiln::shape{2}, value_style::numpy) == "[1.5 2. ]" \endcode
+template <class T>
+KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
+  const bool numpy = style == value_style::numpy;
+  if (s.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
+  if (s.num_elements() == 0) return std::string("[]");
+  value_layout layout;
+  layout.summarize = numpy ? s.num_elements() > 1000 : true;
+  layout.line_width = numpy ? 75 : 0;
+  layout.single_line = style == value_style::tf_print_line;
+  std::vector<T> shown;
+  for (std::int64_t i : shown_indices(s, layout)) shown.push_back(data[i]);
+  std::vector<std::string> texts;
+  if (numpy) {
+    texts = numpy_element_texts(shown);
+  } else {
+    for (const T& v : shown) texts.push_back(tf_print_text(v));
+  }
+  return array_writer(s, texts, layout).write();
+}
+
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
-/// NumPy style pads elements to a shared width, wraps lines at 75 columns and shows
-/// `...` only past 1000 elements; the tf.print styles write each element unpadded.
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  const bool numpy = style == value_style::numpy;
   return visit_dtype(host.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* data = host.template data<T>();
-    if (host.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
-    if (host.size() == 0) return std::string("[]");
-    value_layout layout;
-    layout.summarize = numpy ? host.size() > 1000 : true;
-    layout.line_width = numpy ? 75 : 0;
-    layout.single_line = style == value_style::tf_print_line;
-    std::vector<T> shown;
-    for (std::int64_t i : shown_indices(host.shape(), layout)) shown.push_back(data[i]);
-    std::vector<std::string> texts;
-    if (numpy) {
-      texts = numpy_element_texts(shown);
-    } else {
-      for (const T& v : shown) texts.push_back(tf_print_text(v));
-    }
-    return array_writer(host.shape(), texts, layout).write();
+    return format_values_of(host.template data<T>(), host.shape(), style);
   });
 }
 #endif
@@ -1481,6 +1544,73 @@ KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
 
+/// One piece of a print: a text, or the input whose values are printed there.
+struct print_piece {
+  std::string text;
+  int input = -1;
+};
+
+/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
+/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
+inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+/// Writes `line` whole to config::print_stream(), so that lines from several threads
+/// do not interleave.
+inline void write_print_line(const std::string& line) {
+  static std::mutex m;
+  std::lock_guard lock(m);
+  config::print_stream() << line << std::flush;
+}
+
+/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
+/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
+template <class T>
+void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    pieces.push_back({std::string(std::string_view(x)), -1});
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
+    pieces.push_back({{}, int(inputs.size())});
+    inputs.push_back(tensor(x));
+  } else {
+    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
+    if constexpr (std::is_same_v<U, bool>) {
+      pieces.push_back({x ? "True" : "False", -1});
+    } else if constexpr (std::is_integral_v<U>) {
+      pieces.push_back({std::to_string(x), -1});
+    } else {
+      std::ostringstream os;
+      os << x;
+      pieces.push_back({os.str(), -1});
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace detail {
+/// Writes an eager value as `tensor(values, shape=..., dtype=...)`, values laid out
+/// over several lines starting on a line of their own.
+KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
+  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
+  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
+}
 }  // namespace detail
 
 /// Writes `x` as Python's `print` writes an eager `tf.Tensor`, with `tensor(` for
@@ -1494,14 +1624,15 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
     return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
-  std::string values = detail::format_values(x, detail::value_style::numpy);
-  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
-  return os << "tensor(" << values << ", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+  return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
 }  // namespace kiln
 // ----- end kiln/core/print.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
 // ----- begin kiln/ops/op.hpp -----
 /// \file
 /// What every op definition provides, and the rules shared between op families.
@@ -1657,6 +1788,9 @@ concept elementwise = requires {
 }  // namespace ops
 }  // namespace kiln
 // ----- end kiln/ops/op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
 // ----- begin kiln/ops/elementwise.hpp -----
 /// \file
 /// Elementwise ops: one functor each, written once in kiln::math so that it runs
@@ -1667,6 +1801,8 @@ concept elementwise = requires {
 #include <string>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_DISPATCH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_DISPATCH_HPP
 // ----- begin kiln/ops/dispatch.hpp -----
 /// \file
 /// The single entry point through which every op function of the library runs:
@@ -1680,6 +1816,8 @@ concept elementwise = requires {
 #include <string>
 #include <type_traits>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_MATH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_MATH_HPP
 // ----- begin kiln/ops/math.hpp -----
 /// \file
 /// The scalar arithmetic that elementwise functors are written in. Each function
@@ -1925,6 +2063,7 @@ KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a
 
 }  // namespace kiln::math
 // ----- end kiln/ops/math.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_MATH_HPP
 
 namespace kiln {
 namespace detail {
@@ -1995,6 +2134,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 
 }  // namespace kiln
 // ----- end kiln/ops/dispatch.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_DISPATCH_HPP
 
 namespace kiln::ops {
 
@@ -2307,6 +2447,9 @@ KILN_BINARY_OPERATOR(>=, greater_equal)
 
 }  // namespace kiln
 // ----- end kiln/ops/elementwise.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
 // ----- begin kiln/ops/reduction.hpp -----
 /// \file
 /// Reductions: `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min` and `argmax`
@@ -2603,6 +2746,9 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 
 }  // namespace kiln
 // ----- end kiln/ops/reduction.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
 // ----- begin kiln/ops/shape_ops.hpp -----
 /// \file
 /// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
@@ -2625,6 +2771,8 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 #include <type_traits>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
 // ----- begin kiln/core/small_vector.hpp -----
 /// \file
 /// `small_vector`: a vector that keeps up to N elements inline, so the per-op
@@ -2684,6 +2832,9 @@ class small_vector {
 
 }  // namespace kiln::detail
 // ----- end kiln/core/small_vector.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SMALL_VECTOR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 // ----- begin kiln/ops/factories.hpp -----
 /// \file
 /// Tensors made from C++ values, and the factories of API.md section 1: constant,
@@ -3180,6 +3331,7 @@ inline tensor ones_like(const tensor& x) {
 
 }  // namespace kiln
 // ----- end kiln/ops/factories.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 
 namespace kiln {
 namespace detail {
@@ -3760,6 +3912,9 @@ tensor tensor::operator[](const tensor& i) const {
 
 }  // namespace kiln
 // ----- end kiln/ops/shape_ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
 // ----- begin kiln/ops/linalg.hpp -----
 /// \file
 /// Linear algebra and NN ops: `matmul` (2-D and batched, batch dims broadcast) and
@@ -3922,6 +4077,9 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 
 }  // namespace kiln
 // ----- end kiln/ops/linalg.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
 /// The op registry: every op type, one row each, in one list per family. Graphs store an op as
@@ -4005,6 +4163,9 @@ using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops,
 
 }  // namespace kiln::ops
 // ----- end kiln/ops/registry.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_TENSOR_ARRAY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_TENSOR_ARRAY_HPP
 // ----- begin kiln/ops/tensor_array.hpp -----
 /// \file
 /// `kiln::tensor_array`: a number of tensors of one dtype and shape, written one at
@@ -4183,7 +4344,10 @@ class tensor_array {
 
 }  // namespace kiln
 // ----- end kiln/ops/tensor_array.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_TENSOR_ARRAY_HPP
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_BACKEND_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_BACKEND_HPP
 // ----- begin kiln/backend/backend.hpp -----
 /// \file
 /// Backends are tag types. A backend implements op `Op` by providing an overload
@@ -4279,6 +4443,9 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/backend.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_BACKEND_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_ELEMENTWISE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_ELEMENTWISE_HPP
 // ----- begin kiln/backend/reference/elementwise.hpp -----
 /// \file
 /// Reference elementwise kernel: one output element at a time, each input index
@@ -4318,6 +4485,9 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/reference/elementwise.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_ELEMENTWISE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_ELEMENTWISE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_ELEMENTWISE_HPP
 // ----- begin kiln/backend/cpu/elementwise.hpp -----
 /// \file
 /// CPU elementwise kernel. Broadcast dims are collapsed so the loop nest is as
@@ -4331,6 +4501,8 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 #include <xsimd/xsimd.hpp>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP
 // ----- begin kiln/backend/cpu/streaming.hpp -----
 /// \file
 /// Non-temporal stores of xsimd batches, for outputs too large to stay in cache:
@@ -4397,6 +4569,7 @@ inline void streaming_fence() {
 
 }  // namespace kiln::backend::cpu
 // ----- end kiln/backend/cpu/streaming.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP
 
 namespace kiln::backend {
 namespace cpu {
@@ -4568,7 +4741,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
   const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
-  detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
       idx[d] = rest % nest.size[d];
@@ -4608,6 +4781,9 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/elementwise.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_ELEMENTWISE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_REDUCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_REDUCTION_HPP
 // ----- begin kiln/backend/reference/reduction.hpp -----
 /// \file
 /// Reference reduction kernel: one pass over the input in row-major order, each
@@ -4683,6 +4859,9 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/reference/reduction.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_REDUCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_REDUCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_REDUCTION_HPP
 // ----- begin kiln/backend/cpu/reduction.hpp -----
 /// \file
 /// CPU reduction kernels. Size-1 dims are dropped and neighbouring dims with the
@@ -4877,7 +5056,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
   collect(collect, 0, leaves, 0);
 
   std::vector<std::byte> values(subtrees.size() * s.size);
-  detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
     const auto scratch = tree_scratch(s, leaves);
     for (std::int64_t i = lo; i < hi; ++i)
       pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
@@ -4933,7 +5112,7 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
   if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
-    detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
+    kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
                          [&](std::int64_t lo, std::int64_t hi) {
                            for (std::int64_t u = lo; u < hi; ++u) task(u, false);
                          });
@@ -5148,7 +5327,7 @@ void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows,
 /// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
 template <class R, class T, class Out>
 void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
-  detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
   });
 }
@@ -5286,7 +5465,7 @@ template <reduction_plan::kind_t K, class R, class T, class Out>
 void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
                     std::int64_t count) {
   if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
-    detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
           out[i] = 0;
@@ -5322,7 +5501,7 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
 /// Turns `outputs` sums of `count` elements each, at `out`, into means.
 template <class T>
 void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
-  detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
   });
 }
@@ -5345,6 +5524,9 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/reduction.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_REDUCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_SHAPE_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_SHAPE_OPS_HPP
 // ----- begin kiln/backend/reference/shape_ops.hpp -----
 /// \file
 /// Reference kernels of the data-movement ops: for every output element, its
@@ -5455,6 +5637,9 @@ void compute(reference_backend, const ops::slice& op, std::span<const buffer_vie
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/reference/shape_ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_SHAPE_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_SHAPE_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_SHAPE_OPS_HPP
 // ----- begin kiln/backend/cpu/shape_ops.hpp -----
 /// \file
 /// CPU kernels of the data-movement ops. Every kernel copies contiguous runs of
@@ -5596,7 +5781,7 @@ template <class Mover>
 void copy_walk(const strided_walk& w, const void* src, void* dst) {
   const int r = w.rank;
   const std::int64_t run = w.dims[r - 1], step = w.stride[r - 1];
-  detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     std::int64_t from = w.base;
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -5653,7 +5838,7 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
   constexpr std::int64_t t = transpose_tile_side;
   const std::int64_t tiles_q = (w.dims[q] + t - 1) / t, tiles_last = (w.dims[last] + t - 1) / t;
   const std::int64_t tasks = w.size() / (w.dims[q] * w.dims[last]) * tiles_q * tiles_last;
-  detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t task = lo; task < hi; ++task) {
       std::int64_t rest = task;
       const std::int64_t l0 = rest % tiles_last * t;
@@ -5678,7 +5863,7 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
 template <class Mover, class Run>
 void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const buffer_view& out) {
   const std::int64_t row = out.size() / outer;
-  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     const std::size_t inputs = in.size();
     std::int64_t o = lo / row, p = lo % row, start = 0;  // row o, position p in it, input k starts at `start`
     std::size_t k = 0;
@@ -5713,7 +5898,7 @@ inline std::int64_t elements_between(const shape& s, int first, int last) {
 template <class Mover, class I>
 void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axis, const buffer_view& out) {
   const std::int64_t n = x.shape[axis], inner = elements_between(x.shape, axis + 1, x.shape.rank());
-  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     std::int64_t col = lo % inner, j = lo / inner % m, row_base = lo / inner / m * n;  // row_base: o * n
     for (std::int64_t to = lo; to < hi;) {
       if (inner == 1) {  // one element per index: copy the elements of a run of indices
@@ -5797,6 +5982,9 @@ void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/shape_ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_SHAPE_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_LINALG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_LINALG_HPP
 // ----- begin kiln/backend/reference/linalg.hpp -----
 /// \file
 /// Reference matmul and conv2d: the textbook loops.
@@ -5867,6 +6055,9 @@ void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_vi
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/reference/linalg.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_LINALG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_LINALG_HPP
 // ----- begin kiln/backend/cpu/linalg.hpp -----
 /// \file
 /// CPU matmul and conv2d: the op-library side of the packed GEMM and convolution
@@ -5874,6 +6065,8 @@ void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_vi
 
 #include <span>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_CONV2D_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_CONV2D_HPP
 // ----- begin kiln/backend/cpu/conv2d.hpp -----
 /// \file
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d) on the CPU for NHWC
@@ -5892,6 +6085,8 @@ void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_vi
 
 #include <xsimd/xsimd.hpp>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_GEMM_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_GEMM_HPP
 // ----- begin kiln/backend/cpu/gemm.hpp -----
 /// \file
 /// Dense matrix product on the CPU, C = A * B, for row-major float, double, int32 and
@@ -6403,6 +6598,7 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64
 
 }  // namespace kiln::backend::cpu
 // ----- end kiln/backend/cpu/gemm.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_GEMM_HPP
 
 namespace kiln::backend::cpu {
 namespace detail {
@@ -6584,6 +6780,7 @@ void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t 
 
 }  // namespace kiln::backend::cpu
 // ----- end kiln/backend/cpu/conv2d.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_CONV2D_HPP
 
 namespace kiln::backend {
 
@@ -6613,6 +6810,7 @@ void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/linalg.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_LINALG_HPP
 #if KILN_HAS_THRUST
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
@@ -7323,6 +7521,8 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
 #endif
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
 // ----- begin kiln/eager/apply.hpp -----
 /// \file
 /// Eager execution of one op: check the inputs against the op's dtype and shape
@@ -7335,6 +7535,8 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 #include <string_view>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_CHECK_NUMERICS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EAGER_CHECK_NUMERICS_HPP
 // ----- begin kiln/eager/check_numerics.hpp -----
 /// \file
 /// `kiln::debugging::enable_check_numerics()`: while on, every op's float result is
@@ -7398,6 +7600,7 @@ inline bool check_numerics_enabled() { return detail::check_numerics_flag().load
 
 }  // namespace kiln
 // ----- end kiln/eager/check_numerics.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_CHECK_NUMERICS_HPP
 
 namespace kiln {
 namespace detail {
@@ -7529,6 +7732,9 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
 }  // namespace detail
 }  // namespace kiln
 // ----- end kiln/eager/apply.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
 // ----- begin kiln/eager/truth_value.hpp -----
 /// \file
 /// `kiln::tensor::operator bool`: the truth value of an eager tensor, as Python's
@@ -7569,7 +7775,10 @@ inline tensor::operator bool() const {
 
 }  // namespace kiln
 // ----- end kiln/eager/truth_value.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
 // ----- begin kiln/typed/fixed.hpp -----
 /// \file
 /// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
@@ -7589,6 +7798,8 @@ inline tensor::operator bool() const {
 #include <type_traits>
 #include <utility>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
 // ----- begin kiln/trace/spec.hpp -----
 /// \file
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
@@ -7635,6 +7846,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return
 
 }  // namespace kiln
 // ----- end kiln/trace/spec.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
 
 namespace kiln {
 namespace typed {
@@ -7830,7 +8042,9 @@ class fixed {
   }
 
   /// Printed exactly as the kiln::tensor of the same values.
-  friend std::ostream& operator<<(std::ostream& os, const fixed& x) { return os << tensor(x); }
+  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
+    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
+  }
 
  private:
   template <class... I>
@@ -7875,6 +8089,9 @@ using fixed_t = typename fixed_for<T, D>::type;
 
 }  // namespace kiln
 // ----- end kiln/typed/fixed.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
 // ----- begin kiln/typed/expr.hpp -----
 /// \file
 /// Expression templates of the compile-time tier. An elementwise op on typed values
@@ -8212,6 +8429,9 @@ auto make_node(const Op& op, const E&... e) {
 }  // namespace typed
 }  // namespace kiln
 // ----- end kiln/typed/expr.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
 // ----- begin kiln/typed/ops.hpp -----
 /// \file
 /// The elementwise ops on typed values, from the op library's definitions
@@ -8421,6 +8641,9 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 
 }  // namespace kiln
 // ----- end kiln/typed/ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
 // ----- begin kiln/typed/trace.hpp -----
 /// \file
 /// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
@@ -8832,19 +9055,6 @@ class trace_table {
     return *static_cast<Entry*>(e);
   }
 
-  /// Signature texts of the traces so far, in the order they were made.
-  std::vector<std::string> signatures() const {
-    std::lock_guard lock(mutex_);
-    return signatures_;
-  }
-  void add_signature(std::string text) {
-    std::lock_guard lock(mutex_);
-    signatures_.push_back(std::move(text));
-  }
-  int count() const {
-    std::lock_guard lock(mutex_);
-    return int(signatures_.size());
-  }
   /// One typed trace at a time (a trace of one function may call another).
   std::recursive_mutex tracing;
 
@@ -8853,7 +9063,6 @@ class trace_table {
   std::array<std::atomic<void*>, direct> direct_{};
   mutable std::mutex mutex_;
   std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
-  std::vector<std::string> signatures_;
 };
 
 /// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
@@ -8885,6 +9094,9 @@ std::string describe_returns() {
 }  // namespace typed
 }  // namespace kiln
 // ----- end kiln/typed/trace.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_KERNELS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_KERNELS_HPP
 // ----- begin kiln/typed/kernels.hpp -----
 /// \file
 /// Typed ops that end a fused expression: reductions (axes as template arguments),
@@ -9262,7 +9474,10 @@ auto reshape(const X& x) {
 
 }  // namespace kiln
 // ----- end kiln/typed/kernels.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_KERNELS_HPP
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
 // ----- begin kiln/graph/graph.hpp -----
 /// \file
 /// `kiln::graph`: the runtime IR a trace produces. A graph is a list of nodes in
@@ -9569,6 +9784,9 @@ class graph {
 
 }  // namespace kiln
 // ----- end kiln/graph/graph.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
 // ----- begin kiln/trace/trace_context.hpp -----
 /// \file
 /// The trace context: while a kiln::function traces its callable, every op that
@@ -9797,6 +10015,9 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 
 }  // namespace kiln::detail
 // ----- end kiln/trace/trace_context.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
 // ----- begin kiln/exec/tile.hpp -----
 /// \file
 /// The per-op entry points a plan calls, chosen once when the plan is built: one
@@ -10131,6 +10352,9 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/tile.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
 // ----- begin kiln/exec/kernel_table.hpp -----
 /// \file
 /// The kernels this program compiled, one row per op of the registry: how graphs
@@ -10240,6 +10464,9 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/kernel_table.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
 // ----- begin kiln/exec/plan.hpp -----
 /// \file
 /// Execution plans. A plan is what a graph does for one set of concrete argument
@@ -11047,6 +11274,9 @@ class plan_builder {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/plan.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_WORKSPACE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_WORKSPACE_HPP
 // ----- begin kiln/exec/workspace.hpp -----
 /// \file
 /// The memory one run of a plan works in: a tensor per graph value, the reused
@@ -11151,6 +11381,9 @@ class workspace {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/workspace.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_WORKSPACE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_EXECUTOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_EXECUTOR_HPP
 // ----- begin kiln/exec/executor.hpp -----
 /// \file
 /// Runs a graph on concrete tensors. The first call with new argument dtypes, devices
@@ -11171,6 +11404,8 @@ class workspace {
 #include <variant>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_HPP
 // ----- begin kiln/exec/jit.hpp -----
 /// \file
 /// Native loops for fused clusters, the code generation behind
@@ -11513,6 +11748,7 @@ KILN_COLD inline void compile_native_loops(execution_plan& p) {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/jit.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_HPP
 
 namespace kiln::detail {
 
@@ -11862,6 +12098,9 @@ class graph_executor {
 
 }  // namespace kiln::detail
 // ----- end kiln/exec/executor.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_EXECUTOR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
 // ----- begin kiln/passes/optimize.hpp -----
 /// \file
 /// Graph optimizations, run once per trace before planning: constant folding,
@@ -11997,6 +12236,9 @@ inline graph optimize(const graph& g) { return optimizer(g).run(); }
 
 }  // namespace kiln::detail
 // ----- end kiln/passes/optimize.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 // ----- begin kiln/exec/effects.hpp -----
 /// \file
 /// The special ops of state and effects (API.md section 4): reading and writing a
@@ -12015,21 +12257,6 @@ inline graph optimize(const graph& g) { return optimizer(g).run(); }
 
 
 namespace kiln {
-namespace config {
-namespace detail {
-inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
-}  // namespace detail
-/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
-/// outlive its use.
-/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
-inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
-/// The stream kiln::print writes to.
-inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
-}  // namespace config
-
 namespace detail {
 
 /// What a kiln::variable handle points to: its value, swapped (never written in
@@ -12141,32 +12368,6 @@ class assign_variable_op final : public special_op {
   assign_mode mode_;
 };
 
-/// One piece of a print: a text, or the input whose values are printed there.
-struct print_piece {
-  std::string text;
-  int input = -1;
-};
-
-/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
-/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
-inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
-  std::string line;
-  for (std::size_t k = 0; k < pieces.size(); ++k) {
-    if (k) line += ' ';
-    const print_piece& p = pieces[k];
-    if (p.input < 0) {
-      line += p.text;
-      continue;
-    }
-    const tensor& x = *inputs[std::size_t(p.input)];
-    if (x.dtype() == string && x.rank() == 0)
-      line += x.to(device::cpu).data<std::string>()[0];
-    else
-      line += format_values(x, false);
-  }
-  return line + '\n';
-}
-
 /// Writes one line to config::print_stream() at every run.
 class print_op final : public special_op {
  public:
@@ -12175,14 +12376,8 @@ class print_op final : public special_op {
   std::string_view name() const { return "PrintV2"; }
   bool has_effects() const { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const {
-    write(print_line(pieces_, in));
+    write_print_line(print_line(pieces_, in));
     return {};
-  }
-  /// Writes `line` whole, so lines from several threads do not interleave.
-  static void write(const std::string& line) {
-    static std::mutex m;
-    std::lock_guard lock(m);
-    config::print_stream() << line << std::flush;
   }
 
  private:
@@ -12222,6 +12417,9 @@ class host_callback_op final : public special_op {
 }  // namespace detail
 }  // namespace kiln
 // ----- end kiln/exec/effects.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
 // ----- begin kiln/exec/control_flow.hpp -----
 /// \file
 /// The special ops of control flow: a conditional that runs one of two traced
@@ -12238,6 +12436,8 @@ class host_callback_op final : public special_op {
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_SCALAR_PROGRAM_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_SCALAR_PROGRAM_HPP
 // ----- begin kiln/exec/scalar_program.hpp -----
 /// \file
 /// A graph of elementwise ops on one-element values, compiled to a flat list of
@@ -12337,6 +12537,7 @@ class scalar_program {
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/scalar_program.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_SCALAR_PROGRAM_HPP
 
 namespace kiln::detail {
 
@@ -12490,6 +12691,9 @@ class while_op final : public special_op {
 
 }  // namespace kiln::detail
 // ----- end kiln/exec/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
 // ----- begin kiln/trace/signature.hpp -----
 /// \file
 /// Signatures of kiln::function calls. A call's arguments are flattened to leaves,
@@ -12829,10 +13033,332 @@ concept takes_objects_by_reference =
     takes_traced_arguments<F, decltype(reference_if_object(std::declval<Args>()))...>;
 }  // namespace kiln::detail
 // ----- end kiln/trace/signature.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 // ----- begin kiln/trace/function.hpp -----
 /// \file
-/// `kiln::function` and `kiln::concrete_function` (API.md section 3): a C++ callable
-/// traced into a graph once per input signature, and the cached traces it runs.
+/// kiln::function: its options, its state, and its calls in the compile-time tier
+/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
+/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
+/// includes and kiln/fixed.hpp does not.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// Options of a kiln::function.
+/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+struct function_options {
+  /// Shown in signatures and errors.
+  std::string name = "function";
+  /// Names of the arguments; `x0`, `x1`, ... where not given.
+  std::vector<std::string> arg_names = {};
+  /// When set, the function traces at most once, for these specs, and rejects other inputs.
+  std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
+  /// Compile each fused elementwise cluster to one native loop with the system C++
+  /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
+  /// call of a signature then costs a compile (about a second), unless an earlier
+  /// process left the loop in the cache on disk.
+  bool jit_compile = false;
+  /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
+  bool reduce_retracing = false;
+};
+
+namespace detail {
+
+struct call_signature;
+struct concrete_state;
+class trace_context;
+
+/// kiln::function's calls with kiln::tensor arguments, defined in
+/// kiln/trace/runtime_tier.hpp. A program that includes kiln/fixed.hpp alone has the
+/// compile-time tier only; calling a function with tensors there fails to compile
+/// here: include <kiln/kiln.hpp> for the runtime tier.
+template <class F>
+struct runtime_tier;
+
+/// Whether the runtime tier is there: kiln/kiln.hpp has been included.
+template <class F>
+concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
+
+/// What a kiln::function and its copies share: its options and traces. Not a
+/// template, so that what does not depend on the callable is compiled once per
+/// program, not once per function. The members that trace and dispatch calls with
+/// tensor arguments are defined with the runtime tier (kiln/trace/runtime_tier.hpp).
+struct function_state {
+  explicit function_state(function_options o) : options(std::move(o)) {}
+
+  struct key_hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
+      std::size_t h = k.size();
+      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+      return h;
+    }
+  };
+  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
+
+  function_options options;
+  mutable std::mutex mutex;        // guards signatures, traces, by_key and dispatched
+  std::vector<std::string> signatures;  // of every trace, in either tier, in the order they were made
+  std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
+  std::vector<std::shared_ptr<concrete_state>> traces;
+  trace_map by_key;      // each trace under the key it was traced for
+  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
+  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  typed::trace_table typed;  // traces of calls with `fixed` arguments
+
+  /// Adds a new trace's signature text.
+  void add_signature(std::string text) {
+    std::lock_guard lock(mutex);
+    signatures.push_back(std::move(text));
+  }
+
+  void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
+
+  /// The kiln::value_error for a call that `expected` does not accept (out of line: it
+  /// formats tensors).
+  [[noreturn]] KILN_COLD KILN_NOINLINE static inline void throw_input_signature_mismatch(
+      const call_signature& sig, const std::vector<tensor_spec>& expected);
+
+  /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
+  /// makes, registered under sig's key (one trace at a time; a recursion with the same
+  /// signature is an error).
+  std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
+                                                      std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
+                                                      void* context);
+
+  /// The name of argument `i`: as the options give it, else x0, x1, ...
+  std::string arg_name(std::size_t i) const {
+    if (i < options.arg_names.size()) return options.arg_names[i];
+    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+    name += std::to_string(i);
+    return name;
+  }
+
+  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
+  /// names and signature, and a placeholder in `context` per tensor leaf.
+  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
+                                              trace_context& context, std::vector<tensor>& placeholders) const;
+
+  /// Makes `t` an output of trace `c`.
+  static void add_output(concrete_state& c, trace_context& context, const tensor& t);
+
+  /// Ends trace `c`: its graph, optimized and planned.
+  static void finish_trace(concrete_state& c, trace_context& context);
+
+  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
+  // trace of those specs) rather than tensors only (a call).
+  static bool asks_for_specs(const call_signature& sig);
+
+  // The trace that serves `sig` when one is known: the one traced for its key, or for
+  // a call, the more general trace it was dispatched to before.
+  std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const;
+
+  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
+  static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig);
+
+  // A trace more general than the call (None dims, unknown ranks; made by
+  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
+  // the most specific trace that accepts a call: the one with the fewest unknowns.
+  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
+  std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const;
+
+  // reduce_retracing: the call is keyed by the most specific specs that accept both it
+  // and the latest trace of its structure and dtypes, as TensorFlow's common
+  // supertype: a dim that differs becomes None, a rank that differs unknown.
+  void relax(call_signature& sig);
+
+  // Variables may be created by the first trace only, and must outlive it: a
+  // later trace would create another variable at each retrace, and a variable that
+  // dies with the trace would be created anew at every call in eager code.
+  void check_created_variables(const trace_context& context) const;
+};
+
+}  // namespace detail
+
+/// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
+/// on later calls with that signature. Called with kiln::tensor arguments, the trace
+/// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
+/// made at compile time (the compile-time tier).
+/// \code
+/// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+/// dbl(kiln::constant(1));    // traces, then runs: tensor(2, shape=(), dtype=int32)
+/// dbl(kiln::constant(2));    // runs the same graph
+/// \endcode
+template <class F>
+class function {
+ public:
+  explicit function(F fn, function_options options = {})
+      : fn_(std::move(fn)), state_(std::make_shared<detail::function_state>(std::move(options))) {}
+
+  /// Calls the function: traces on a new signature, then runs the trace. An object the
+  /// callable takes by non-const reference (`[](auto& model, auto x)`) is keyed by
+  /// address and passed as itself.
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    if constexpr (typed::typed_call<Args...>) {
+      return typed_call(args...);
+    } else if constexpr (!detail::has_runtime_tier<F>) {
+      static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
+                                                 "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
+    } else {
+      return detail::runtime_tier<F>::call(*this, std::forward<Args>(args)...);
+    }
+  }
+
+  /// Traces for these arguments (values, tensor_specs or C++ values) without running.
+  /// With `fixed` values or kiln::spec<T, Dims...> the trace is a typed one, and the
+  /// result a typed::concrete_function taking the `fixed` arguments.
+  template <class... Args>
+  auto get_concrete_function(Args&&... args) {
+    if constexpr (typed::typed_request<Args...>) {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(typed_trace_for(args...), state_);
+    } else if constexpr (!detail::has_runtime_tier<F>) {
+      static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
+                                                 "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
+    } else {
+      return detail::runtime_tier<F>::get_concrete_function(*this, std::forward<Args>(args)...);
+    }
+  }
+
+  /// Every trace's signature, in the seeds' format, in the order they were made,
+  /// separated by blank lines, with no newline at the end (as TensorFlow's string).
+  std::string pretty_printed_concrete_signatures() const {
+    std::lock_guard lock(state_->mutex);
+    std::string s;
+    for (const std::string& text : state_->signatures) {
+      if (!s.empty()) s += "\n\n";
+      s.append(text, 0, text.size() - 1);  // without its closing newline
+    }
+    return s;
+  }
+  /// How many times the callable has been traced, in either tier.
+  int tracing_count() const {
+    std::lock_guard lock(state_->mutex);
+    return int(state_->signatures.size());
+  }
+
+ private:
+  friend struct detail::runtime_tier<F>;
+
+  // A call in the compile-time tier (kiln/typed/trace.hpp).
+  template <class... Args>
+  auto typed_call(const Args&... args) {
+    const auto* t = typed_trace_for(args...);
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+      t->run(typed_data(args...));
+    else
+      return t->run(typed_data(args...));
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  auto typed_trace_for(const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(state_->typed.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace_typed<R>(args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(state_->typed.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
+    }
+    return t;
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto typed_data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
+    // Each argument's name, and its line in the signature: typed arguments are listed
+    // under Args, C++ values bound in the header (`power(a, b=3)`).
+    std::vector<std::string> typed_names;
+    std::string header = state_->options.name + "(", arg_lines;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          const std::string name = state_->arg_name(position);
+          if (position++) header += ", ";
+          header += name;
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(name);
+            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+          } else {
+            std::ostringstream os;
+            os << a;
+            header += "=" + os.str();
+          }
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
+    std::string text = header + ")\n";
+    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
+    text += "  Returns:\n" + typed::describe_returns<R>();
+    t->signature = text;
+    state_->add_signature(std::move(text));
+    return t;
+  }
+
+  F fn_;
+  std::shared_ptr<detail::function_state> state_;
+};
+
+template <class F>
+function(F) -> function<F>;
+template <class F>
+function(F, function_options) -> function<F>;
+
+}  // namespace kiln
+// ----- end kiln/trace/function.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
+// ----- begin kiln/trace/runtime_tier.hpp -----
+/// \file
+/// kiln::function's runtime tier (API.md section 3): calls with kiln::tensor
+/// arguments traced into a graph once per input signature, and
+/// `kiln::concrete_function`, one such trace.
 
 #include <algorithm>
 #include <any>
@@ -12866,24 +13392,6 @@ inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
 /// Whether kiln::function calls run their callables eagerly.
 inline bool functions_run_eagerly() { return detail::eager_functions(); }
 }  // namespace config
-
-/// Options of a kiln::function.
-/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
-struct function_options {
-  /// Shown in signatures and errors.
-  std::string name = "function";
-  /// Names of the arguments; `x0`, `x1`, ... where not given.
-  std::vector<std::string> arg_names = {};
-  /// When set, the function traces at most once, for these specs, and rejects other inputs.
-  std::optional<std::vector<tensor_spec>> input_signature = std::nullopt;
-  /// Compile each fused elementwise cluster to one native loop with the system C++
-  /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
-  /// call of a signature then costs a compile (about a second), unless an earlier
-  /// process left the loop in the cache on disk.
-  bool jit_compile = false;
-  /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
-  bool reduce_retracing = false;
-};
 
 namespace detail {
 
@@ -13073,230 +13581,178 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
 }
 #endif
 
-/// What a kiln::function and its copies share: its options and traces. Not a
-/// template, so that what does not depend on the callable is compiled once per
-/// program, not once per function.
-struct function_state {
-  explicit function_state(function_options o) : options(std::move(o)) {}
+// ---- function_state: the runtime tier's members ------------------------------------
 
-  struct key_hash {
-    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
-      std::size_t h = k.size();
-      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-      return h;
+inline void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
+  bool ok = sig.values.empty() && sig.specs.size() == expected.size();
+  for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
+  if (!ok) throw_input_signature_mismatch(sig, expected);
+  // Every call then has the input signature's specs, so it reuses the one trace.
+  for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
+}
+
+[[noreturn]] void function_state::throw_input_signature_mismatch(const call_signature& sig,
+                                                                 const std::vector<tensor_spec>& expected) {
+  {
+    std::ostringstream os;
+    os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
+    for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
+      os << "    ";
+      if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
+      os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
     }
-  };
-  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
-
-  function_options options;
-  mutable std::mutex mutex;        // guards traces, by_key and dispatched
-  std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
-  std::vector<std::shared_ptr<concrete_state>> traces;
-  trace_map by_key;      // each trace under the key it was traced for
-  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
-  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
-
-  void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
-    bool ok = sig.values.empty() && sig.specs.size() == expected.size();
-    for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
-    if (!ok) throw_input_signature_mismatch(sig, expected);
-    // Every call then has the input signature's specs, so it reuses the one trace.
-    for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
+    for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
+    os << "  input_signature: (\n";
+    for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
+    throw value_error(os.str());
   }
+}
 
-  /// The kiln::value_error for a call that `expected` does not accept (out of line: it
-  /// formats tensors).
-  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_input_signature_mismatch(const call_signature& sig,
-                                                                                  const std::vector<tensor_spec>& expected) {
-    {
-      std::ostringstream os;
-      os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
-      for (std::size_t i = 0; i < sig.tensors.size(); ++i) {
-        os << "    ";
-        if (sig.tensors[i]) os << *sig.tensors[i]; else os << sig.specs[i];
-        os << (i + 1 < sig.tensors.size() ? ",\n" : ")\n");
-      }
-      for (const auto& v : sig.values) os << "    " << v.kind << " value " << v.text << "\n";
-      os << "  input_signature: (\n";
-      for (std::size_t i = 0; i < expected.size(); ++i) os << "    " << expected[i] << (i + 1 < expected.size() ? ",\n" : ").");
-      throw value_error(os.str());
-    }
+inline std::shared_ptr<const concrete_state> function_state::find_or_trace(
+    call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
+  {
+    std::lock_guard lock(mutex);
+    if (auto known = known_trace(sig)) return known;
   }
-
-  /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
-  /// makes, registered under sig's key (one trace at a time; a recursion with the same
-  /// signature is an error).
-  std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
-                                                      std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
-                                                      void* context) {
-    {
-      std::lock_guard lock(mutex);
-      if (auto known = known_trace(sig)) return known;
+  std::lock_guard one_trace_at_a_time(tracing);
+  {
+    std::lock_guard lock(mutex);
+    if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
+    for (const auto& k : tracing_keys)
+      if (k == sig.key)
+        throw value_error(options.name +
+                          " calls itself with the same signature while tracing, which would recurse forever; a "
+                          "recursive kiln::function must change a C++ argument on every call");
+    if (auto general = most_specific_trace_accepting(sig)) {
+      dispatched.emplace(sig.key, general);
+      return general;
     }
-    std::lock_guard one_trace_at_a_time(tracing);
-    {
-      std::lock_guard lock(mutex);
-      if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
-      for (const auto& k : tracing_keys)
-        if (k == sig.key)
-          throw value_error(options.name +
-                            " calls itself with the same signature while tracing, which would recurse forever; a "
-                            "recursive kiln::function must change a C++ argument on every call");
-      if (auto general = most_specific_trace_accepting(sig)) {
-        dispatched.emplace(sig.key, general);
-        return general;
-      }
-      if (options.reduce_retracing) relax(sig);
-      if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
-      tracing_keys.push_back(sig.key);
-    }
-    std::shared_ptr<concrete_state> traced;
-    try {
-      traced = trace_now(context, sig);
-    } catch (...) {
-      std::lock_guard lock(mutex);
-      tracing_keys.pop_back();
-      throw;
-    }
+    if (options.reduce_retracing) relax(sig);
+    if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
+    tracing_keys.push_back(sig.key);
+  }
+  std::shared_ptr<concrete_state> traced;
+  try {
+    traced = trace_now(context, sig);
+  } catch (...) {
     std::lock_guard lock(mutex);
     tracing_keys.pop_back();
-    traces.push_back(traced);
-    by_key.emplace(sig.key, traced);
-    dispatched.clear();  // the new trace may be more specific for some of them
-    return traced;
+    throw;
   }
+  std::lock_guard lock(mutex);
+  tracing_keys.pop_back();
+  traces.push_back(traced);
+  signatures.push_back(traced->signature_text());
+  by_key.emplace(sig.key, traced);
+  dispatched.clear();  // the new trace may be more specific for some of them
+  return traced;
+}
 
-  /// The name of argument `i`: as the options give it, else x0, x1, ...
-  std::string arg_name(std::size_t i) const {
-    if (i < options.arg_names.size()) return options.arg_names[i];
-    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
-    name += std::to_string(i);
-    return name;
+inline std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
+                                                                   std::vector<std::string> bound_text,
+                                                                   trace_context& context,
+                                                                   std::vector<tensor>& placeholders) const {
+  auto c = std::make_shared<concrete_state>();
+  c->name = options.name;
+  c->jit_compile = options.jit_compile;
+  for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
+  c->bound = sig.values;
+  c->bound_text = std::move(bound_text);
+  const std::span<const std::uint64_t> structure = sig.structure();
+  c->structure.assign(structure.begin(), structure.end());
+  c->input_arg = sig.tensor_arg;
+  for (std::size_t i = 0; i < sig.specs.size(); ++i) {
+    placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
+                                               sig.specs[i].shape));
+    c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
   }
+  return c;
+}
 
-  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
-  /// names and signature, and a placeholder in `context` per tensor leaf.
-  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
-                                              trace_context& context, std::vector<tensor>& placeholders) const {
-    auto c = std::make_shared<concrete_state>();
-    c->name = options.name;
-    c->jit_compile = options.jit_compile;
-    for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
-    c->bound = sig.values;
-    c->bound_text = std::move(bound_text);
-    const std::span<const std::uint64_t> structure = sig.structure();
-    c->structure.assign(structure.begin(), structure.end());
-    c->input_arg = sig.tensor_arg;
+inline void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+  const node& n = context.add_output(t);
+  c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
+}
+
+inline void function_state::finish_trace(concrete_state& c, trace_context& context) {
+  c.graph = std::move(context.graph());
+  // Constant folding runs ops on constants, which must compute, not be recorded.
+  kiln::init_scope outside_every_trace;
+  c.compile();
+}
+
+inline bool function_state::asks_for_specs(const call_signature& sig) {
+  return std::ranges::count(sig.tensors, nullptr) > 0;
+}
+
+inline std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+  if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
+  if (asks_for_specs(sig)) return nullptr;
+  auto it = dispatched.find(sig.key);
+  return it != dispatched.end() ? it->second : nullptr;
+}
+
+inline bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+  if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
+  for (std::size_t i = 0; i < sig.specs.size(); ++i)
+    if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
+  return true;
+}
+
+inline std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+  std::shared_ptr<concrete_state> best;
+  if (asks_for_specs(sig)) return best;
+  int best_unknowns = 0;
+  for (const auto& t : traces) {
+    if (!same_structure_and_dtypes(*t, sig)) continue;
+    int unknowns = 0;
+    bool accepts = true;
+    for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
+      const shape& traced = t->inputs[i].shape;
+      accepts = traced.accepts(sig.specs[i].shape);
+      unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
+    }
+    if (accepts && (!best || unknowns < best_unknowns)) {
+      best = t;
+      best_unknowns = unknowns;
+    }
+  }
+  return best;
+}
+
+inline void function_state::relax(call_signature& sig) {
+  for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
+    if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
-      placeholders.push_back(context.placeholder(c->arg_names[std::size_t(sig.tensor_arg[i])], sig.specs[i].dtype,
-                                                 sig.specs[i].shape));
-      c->inputs.emplace_back(sig.specs[i].shape, sig.specs[i].dtype, context.graph().nodes().back().name());
-    }
-    return c;
-  }
-
-  /// Makes `t` an output of trace `c`.
-  static void add_output(concrete_state& c, trace_context& context, const tensor& t) {
-    const node& n = context.add_output(t);
-    c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
-  }
-
-  /// Ends trace `c`: its graph, optimized and planned.
-  static void finish_trace(concrete_state& c, trace_context& context) {
-    c.graph = std::move(context.graph());
-    // Constant folding runs ops on constants, which must compute, not be recorded.
-    kiln::init_scope outside_every_trace;
-    c.compile();
-  }
-
-  // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
-  // trace of those specs) rather than tensors only (a call).
-  static bool asks_for_specs(const call_signature& sig) { return std::ranges::count(sig.tensors, nullptr) > 0; }
-
-  // The trace that serves `sig` when one is known: the one traced for its key, or for
-  // a call, the more general trace it was dispatched to before.
-  std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const {
-    if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
-    if (asks_for_specs(sig)) return nullptr;
-    auto it = dispatched.find(sig.key);
-    return it != dispatched.end() ? it->second : nullptr;
-  }
-
-  // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
-  static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
-    if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
-    for (std::size_t i = 0; i < sig.specs.size(); ++i)
-      if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
-    return true;
-  }
-
-  // A trace more general than the call (None dims, unknown ranks; made by
-  // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
-  // the most specific trace that accepts a call: the one with the fewest unknowns.
-  // get_concrete_function with tensor_specs asks for a trace of those specs instead.
-  std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const {
-    std::shared_ptr<concrete_state> best;
-    if (asks_for_specs(sig)) return best;
-    int best_unknowns = 0;
-    for (const auto& t : traces) {
-      if (!same_structure_and_dtypes(*t, sig)) continue;
-      int unknowns = 0;
-      bool accepts = true;
-      for (std::size_t i = 0; accepts && i < sig.specs.size(); ++i) {
-        const shape& traced = t->inputs[i].shape;
-        accepts = traced.accepts(sig.specs[i].shape);
-        unknowns += traced.has_known_rank() ? int(std::ranges::count(traced.dims(), none)) : max_rank + 1;
+      const shape& traced = (*t)->inputs[i].shape;
+      shape& s = sig.specs[i].shape;
+      if (!traced.has_known_rank() || traced.rank() != s.rank()) {
+        s = unknown_rank;
+        continue;
       }
-      if (accepts && (!best || unknowns < best_unknowns)) {
-        best = t;
-        best_unknowns = unknowns;
-      }
+      for (int d = 0; d < s.rank(); ++d)
+        if (traced[d] != s[d]) s[d] = none;
     }
-    return best;
+    sig.seal();
+    return;
   }
+}
 
-  // reduce_retracing: the call is keyed by the most specific specs that accept both it
-  // and the latest trace of its structure and dtypes, as TensorFlow's common
-  // supertype: a dim that differs becomes None, a rank that differs unknown.
-  void relax(call_signature& sig) {
-    for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
-      if (!same_structure_and_dtypes(**t, sig)) continue;
-      for (std::size_t i = 0; i < sig.specs.size(); ++i) {
-        const shape& traced = (*t)->inputs[i].shape;
-        shape& s = sig.specs[i].shape;
-        if (!traced.has_known_rank() || traced.rank() != s.rank()) {
-          s = unknown_rank;
-          continue;
-        }
-        for (int d = 0; d < s.rank(); ++d)
-          if (traced[d] != s[d]) s[d] = none;
-      }
-      sig.seal();
-      return;
-    }
+inline void function_state::check_created_variables(const trace_context& context) const {
+  const auto& created = context.created_variables();
+  if (created.empty()) return;
+  bool first;
+  {
+    std::lock_guard lock(mutex);
+    first = traces.empty();
   }
-
-  // Variables may be created by the first trace only, and must outlive it: a
-  // later trace would create another variable at each retrace, and a variable that
-  // dies with the trace would be created anew at every call in eager code.
-  void check_created_variables(const trace_context& context) const {
-    const auto& created = context.created_variables();
-    if (created.empty()) return;
-    bool first;
-    {
-      std::lock_guard lock(mutex);
-      first = traces.empty();
-    }
-    const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
-    if (!first || dropped)
-      throw value_error("kiln::function only supports singleton variables created on the first call; " +
-                        std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
-                                            : "a variable was created while tracing a new signature") +
-                        ". Create variables once, outside the function or in state it keeps across calls");
-  }
-
-};
+  const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
+  if (!first || dropped)
+    throw value_error("kiln::function only supports singleton variables created on the first call; " +
+                      std::string(dropped ? "a variable created while tracing was dropped at the end of the trace"
+                                          : "a variable was created while tracing a new signature") +
+                      ". Create variables once, outside the function or in state it keeps across calls");
+}
 
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
@@ -13364,72 +13820,42 @@ class concrete_function {
   std::shared_ptr<const detail::concrete_state> state_;
 };
 
-/// TensorFlow's tf.function: traces `fn` into a graph once per input signature and
-/// runs the graph on later calls with that signature.
-/// \code
-/// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
-/// dbl(kiln::constant(1));    // traces, then runs: tensor(2, shape=(), dtype=int32)
-/// dbl(kiln::constant(2));    // runs the same graph
-/// \endcode
+namespace detail {
+
+/// kiln::function's calls with kiln::tensor arguments (and C++ values): each new
+/// signature is traced into a graph, which later calls with that signature run.
 template <class F>
-class function {
- public:
-  explicit function(F fn, function_options options = {})
-      : fn_(std::move(fn)), state_(std::make_shared<detail::function_state>(std::move(options))) {}
-
-  /// Calls the function: traces on a new signature, then runs the graph. An object the
-  /// callable takes by non-const reference (`[](auto& model, auto x)`) is keyed by
-  /// address and passed as itself.
+struct runtime_tier {
   template <class... Args>
-  auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      return typed_call(args...);
-    } else if constexpr ((typed::fixed_value<Args> || ...)) {
+  static auto call(function<F>& f, Args&&... args) {
+    if constexpr ((typed::fixed_value<Args> || ...)) {
       // `fixed` beside runtime arguments: the runtime tier, with the values as tensors.
-      return (*this)(runtime_argument(std::forward<Args>(args))...);
-    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
-      return (*this)(detail::reference_if_object(std::forward<Args>(args))...);
+      return call(f, runtime_argument(std::forward<Args>(args))...);
+    } else if constexpr (takes_objects_by_reference<F, Args...>) {
+      return call(f, reference_if_object(std::forward<Args>(args))...);
     } else {
-      return call(std::forward<Args>(args)...);
+      using R = result_t<Args...>;
+      if (config::functions_run_eagerly()) return run_eagerly<R>(f, std::forward<Args>(args)...);
+      call_signature sig = signature_of(f, args...);
+      auto concrete = find_or_trace<R>(f, sig, std::forward<Args>(args)...);
+      std::vector<tensor> out = concrete->run(sig);
+      if constexpr (std::is_void_v<R>) {
+        return;
+      } else {
+        const tensor* next = out.data();
+        return rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
+      }
     }
   }
 
-  /// Traces for these arguments (values, tensor_specs or C++ values) without running.
-  /// With `fixed` values or kiln::spec<T, Dims...> the trace is a typed one, and the
-  /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
-  auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-      using concrete = typename typed::concrete_for<R, Args...>::type;
-      return concrete(typed_trace_for(args...), state_);
-    } else if constexpr (detail::takes_objects_by_reference<F, Args...>) {
-      return get_concrete_function(detail::reference_if_object(std::forward<Args>(args))...);
+  static kiln::concrete_function get_concrete_function(function<F>& f, Args&&... args) {
+    if constexpr (takes_objects_by_reference<F, Args...>) {
+      return get_concrete_function(f, reference_if_object(std::forward<Args>(args))...);
     } else {
-      detail::call_signature sig = signature_of(args...);
-      return kiln::concrete_function(find_or_trace<result_t<Args...>>(sig, std::forward<Args>(args)...));
+      call_signature sig = signature_of(f, args...);
+      return kiln::concrete_function(find_or_trace<result_t<Args...>>(f, sig, std::forward<Args>(args)...));
     }
-  }
-
-
-  /// Every trace's signature, in the seeds' format, separated by blank lines, with no
-  /// newline at the end (as TensorFlow's string).
-  std::string pretty_printed_concrete_signatures() const {
-    std::lock_guard lock(state_->mutex);
-    std::vector<std::string> texts;
-    for (const auto& c : state_->traces) texts.push_back(c->signature_text());
-    for (std::string& t : state_->typed.signatures()) texts.push_back(std::move(t));
-    std::string s;
-    for (std::string& text : texts) {
-      text.pop_back();  // its closing newline
-      s += (s.empty() ? "" : "\n\n") + text;
-    }
-    return s;
-  }
-  /// How many times the callable has been traced, in either tier.
-  int tracing_count() const {
-    std::lock_guard lock(state_->mutex);
-    return int(state_->traces.size()) + state_->typed.count();
   }
 
  private:
@@ -13441,145 +13867,46 @@ class function {
       return std::forward<A>(a);
   }
 
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // Each argument's name, and its line in the signature: typed arguments are listed
-    // under Args, C++ values bound in the header (`power(a, b=3)`).
-    std::vector<std::string> typed_names;
-    std::string header = state_->options.name + "(", arg_lines;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          const std::string name = state_->arg_name(position);
-          if (position++) header += ", ";
-          header += name;
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(name);
-            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
-          } else {
-            std::ostringstream os;
-            os << a;
-            header += "=" + os.str();
-          }
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    std::string text = header + ")\n";
-    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
-    text += "  Returns:\n" + typed::describe_returns<R>();
-    t->signature = text;
-    state_->typed.add_signature(std::move(text));
-    return t;
-  }
-
-
   // What the callable returns when traced with `Args`.
   template <class... Args>
-  using result_t = std::invoke_result_t<F&, decltype(detail::traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
+  using result_t = std::invoke_result_t<F&, decltype(traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
 
   template <class... Args>
-  auto call(Args&&... args) {
-    using R = result_t<Args...>;
-    if (config::functions_run_eagerly()) return run_eagerly<R>(std::forward<Args>(args)...);
-    detail::call_signature sig = signature_of(args...);
-    auto concrete = find_or_trace<R>(sig, std::forward<Args>(args)...);
-    std::vector<tensor> out = concrete->run(sig);
-    if constexpr (std::is_void_v<R>) {
-      return;
-    } else {
-      const tensor* next = out.data();
-      return detail::rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
-    }
-  }
-
-  template <class... Args>
-  detail::call_signature signature_of(const Args&... args) const {
-    detail::call_signature sig;
+  static call_signature signature_of(const function<F>& f, const Args&... args) {
+    call_signature sig;
     int arg = 0;
-    (detail::flatten(args, sig, arg++), ...);
-    if (const auto& expected = state_->options.input_signature) state_->check_input_signature(sig, *expected);
+    (flatten(args, sig, arg++), ...);
+    if (const auto& expected = f.state_->options.input_signature) f.state_->check_input_signature(sig, *expected);
     sig.seal();
     return sig;
   }
 
   template <class R, class... Args>
-  auto run_eagerly(Args&&... args) {
+  static auto run_eagerly(function<F>& f, Args&&... args) {
     if constexpr (std::is_void_v<R>) {
-      fn_(detail::referenced(std::forward<Args>(args))...);
+      f.fn_(referenced(std::forward<Args>(args))...);
     } else {
-      auto r = fn_(detail::referenced(std::forward<Args>(args))...);
+      auto r = f.fn_(referenced(std::forward<Args>(args))...);
       std::vector<tensor> leaves;
-      detail::for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
+      for_each_output(r, [&](const tensor& t) { leaves.push_back(t); });
       const tensor* next = leaves.data();
-      return detail::rebuild_output(r, next);
+      return rebuild_output(r, next);
     }
   }
 
   template <class R, class... Args>
-  std::shared_ptr<const detail::concrete_state> find_or_trace(detail::call_signature& sig, Args&&... args) {
-    auto trace_it = [&](const detail::call_signature& s) { return trace<R>(s, std::forward<Args>(args)...); };
-    return state_->find_or_trace(
-        sig, [](void* it, const detail::call_signature& s) { return (*static_cast<decltype(trace_it)*>(it))(s); }, &trace_it);
+  static std::shared_ptr<const concrete_state> find_or_trace(function<F>& f, call_signature& sig, Args&&... args) {
+    auto trace_it = [&](const call_signature& s) { return trace<R>(f, s, std::forward<Args>(args)...); };
+    return f.state_->find_or_trace(
+        sig, [](void* it, const call_signature& s) { return (*static_cast<decltype(trace_it)*>(it))(s); }, &trace_it);
   }
 
   template <class R, class... Args>
-  std::shared_ptr<detail::concrete_state> trace(const detail::call_signature& sig, Args&&... args) {
-    detail::trace_context context(state_->options.name);
+  static std::shared_ptr<concrete_state> trace(function<F>& f, const call_signature& sig, Args&&... args) {
+    function_state& state = *f.state_;
+    trace_context context(state.options.name);
     std::vector<tensor> placeholders;
-    std::shared_ptr<detail::concrete_state> c =
-        state_->start_trace(sig, {detail::bound_text_of(args)...}, context, placeholders);
+    std::shared_ptr<concrete_state> c = state.start_trace(sig, {bound_text_of(args)...}, context, placeholders);
     try {
       const tensor* next = placeholders.data();
       auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
@@ -13590,35 +13917,32 @@ class function {
           starts[a] = next + k;
           while (k < sig.tensor_arg.size() && sig.tensor_arg[k] == int(a)) ++k;
         }
-        return fn_(detail::traced_argument(std::forward<Args>(args), starts[I])...);
+        return f.fn_(traced_argument(std::forward<Args>(args), starts[I])...);
       };
       if constexpr (std::is_void_v<R>) {
         call(std::index_sequence_for<Args...>{});
         c->returns_void = true;
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
-        detail::for_each_output(result, [&](const tensor& t) { detail::function_state::add_output(*c, context, t); });
+        for_each_output(result, [&](const tensor& t) { function_state::add_output(*c, context, t); });
         c->traced_result = std::move(result);
       }
-      state_->check_created_variables(context);
+      state.check_created_variables(context);
     } catch (const error&) {
-      detail::rethrow_with_function_name(state_->options.name);
+      rethrow_with_function_name(state.options.name);
     }
-    state_->finish_trace(*c, context);
+    state.finish_trace(*c, context);
     return c;
   }
-
-  F fn_;
-  std::shared_ptr<detail::function_state> state_;
 };
 
-template <class F>
-function(F) -> function<F>;
-template <class F>
-function(F, function_options) -> function<F>;
+}  // namespace detail
 
 }  // namespace kiln
-// ----- end kiln/trace/function.hpp -----
+// ----- end kiln/trace/runtime_tier.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 // ----- begin kiln/trace/effects.hpp -----
 /// \file
 /// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
@@ -13751,34 +14075,6 @@ class variable {
   std::shared_ptr<handle> handle_;
 };
 
-namespace detail {
-
-/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
-/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
-template <class T>
-void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
-  using U = std::remove_cvref_t<T>;
-  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
-    pieces.push_back({std::string(std::string_view(x)), -1});
-  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
-    pieces.push_back({{}, int(inputs.size())});
-    inputs.push_back(tensor(x));
-  } else {
-    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
-    if constexpr (std::is_same_v<U, bool>) {
-      pieces.push_back({x ? "True" : "False", -1});
-    } else if constexpr (std::is_integral_v<U>) {
-      pieces.push_back({std::to_string(x), -1});
-    } else {
-      std::ostringstream os;
-      os << x;
-      pieces.push_back({os.str(), -1});
-    }
-  }
-}
-
-}  // namespace detail
-
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
 /// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
@@ -13795,7 +14091,7 @@ void print(const Args&... args) {
   }
   std::vector<const tensor*> in;
   for (const tensor& t : inputs) in.push_back(&t);
-  detail::print_op::write(detail::print_line(pieces, in));
+  detail::write_print_line(detail::print_line(pieces, in));
 }
 
 namespace detail {
@@ -13850,6 +14146,9 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 
 }  // namespace kiln
 // ----- end kiln/trace/effects.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
 // ----- begin kiln/typed/effects.hpp -----
 /// \file
 /// State and effects of the compile-time tier: `kiln::fixed_variable<T, Dims...>` and
@@ -13863,6 +14162,8 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_CONTROL_FLOW_HPP
 // ----- begin kiln/typed/control_flow.hpp -----
 /// \file
 /// kiln::cond, kiln::while_loop and kiln::for_range on typed values. In a typed trace a
@@ -13883,6 +14184,674 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+// ----- begin kiln/ops/control_flow.hpp -----
+/// \file
+/// What both tiers' control flow share: the concepts that tell loop variables, loop
+/// options, loop indices and loop bodies apart. kiln::while_loop and kiln::for_range
+/// have overloads in each tier; they constrain with these same concepts, so that the
+/// typed overloads, which add constraints, are the more specialized ones.
+
+#include <concepts>
+
+namespace kiln {
+
+class tensor;
+struct loop_options;
+
+namespace detail {
+
+/// Loop variables given without kiln::loop_options first.
+template <class... Vars>
+concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
+
+/// A loop's index or bound: a C++ integer, or an int32 scalar tensor.
+template <class T>
+concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+
+/// A loop body, told apart from a loop index.
+template <class T>
+concept loop_body = !loop_index<T>;
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/ops/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+
+namespace kiln {
+namespace typed {
+
+/// The `fixed` type of a typed operand's value.
+template <class X>
+using value_of = fixed_t<typename std::remove_cvref_t<X>::value_type, typename std::remove_cvref_t<X>::dims_type>;
+
+template <class R>
+struct is_tuple : std::false_type {};
+template <class... T>
+struct is_tuple<std::tuple<T...>> : std::true_type {};
+
+/// A branch's or body's result as a tuple: one value, or a std::tuple of them.
+template <class R>
+auto as_tuple(R&& r) {
+  if constexpr (is_tuple<std::remove_cvref_t<R>>::value)
+    return std::forward<R>(r);
+  else
+    return std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r));
+}
+
+/// A tuple of one value as the value, of several as the tuple.
+template <class Tuple>
+auto unwrap(Tuple&& t) {
+  if constexpr (std::tuple_size_v<std::remove_cvref_t<Tuple>> == 1)
+    return std::get<0>(std::forward<Tuple>(t));
+  else
+    return std::forward<Tuple>(t);
+}
+
+/// Whether the values of tuple types `A` and `B` have the same element types and dims.
+template <class A, class B>
+struct same_values : std::false_type {};
+template <class... A, class... B>
+  requires(sizeof...(A) == sizeof...(B))
+struct same_values<std::tuple<A...>, std::tuple<B...>>
+    : std::bool_constant<(std::is_same_v<value_of<A>, value_of<B>> && ...)> {};
+
+/// Whether a tuple type holds a symbolic value or expression.
+template <class Tuple>
+struct holds_lazy : std::false_type {};
+template <class... T>
+struct holds_lazy<std::tuple<T...>> : std::bool_constant<(lazy<T> || ...)> {};
+
+/// Whether typed operand `P` is a bool scalar.
+template <class P>
+inline constexpr bool bool_scalar =
+    std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
+
+inline void run_steps(const std::vector<step>& steps, frame f) {
+  for (const step& s : steps) s.run(s.data.get(), f);
+}
+
+/// Traces `fn()` with the steps it records going to `steps`.
+template <class Fn>
+decltype(auto) trace_into(std::vector<step>& steps, Fn&& fn) {
+  recorder& r = current_recorder();
+  struct restore {
+    recorder& r;
+    std::vector<step>* previous;
+    ~restore() { r.target = previous; }
+  } guard{r, std::exchange(r.target, &steps)};
+  return fn();
+}
+
+/// A symbol of its own slot holding the value of typed operand `x` (a copy).
+template <class X>
+symbol_for<value_of<X>> fresh_symbol(const X& x) {
+  return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
+}
+
+/// A `cond` step: the steps of the branch that slot `pred` picks.
+struct cond_step {
+  int pred;
+  std::vector<step> then_steps, else_steps;
+  static void run(const void* data, frame f) {
+    const auto& c = *static_cast<const cond_step*>(data);
+    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
+  }
+};
+
+/// A loop step: the condition's steps, then while slot `pred` holds the body's, each
+/// iteration ending with the copies of next values into the loop variables.
+struct loop_step {
+  struct copy {
+    int from, to;
+    std::size_t bytes;
+  };
+  std::vector<step> cond_steps, body_steps;
+  int pred = -1;
+  std::vector<copy> copies;
+  static void run(const void* data, frame f) {
+    const auto& l = *static_cast<const loop_step*>(data);
+    for (;;) {
+      run_steps(l.cond_steps, f);
+      if (!*static_cast<const bool*>(f[l.pred])) return;
+      run_steps(l.body_steps, f);
+      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
+    }
+  }
+};
+
+/// Writes the values of `values` to slots `slots`, in the steps being recorded.
+template <class Tuple, std::size_t N>
+void record_values(const Tuple& values, const std::array<int, N>& slots) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (record_into(expression_of<void, false>(std::get<I>(values)), slots[I]), ...);
+  }(std::make_index_sequence<N>());
+}
+
+/// while_loop and for_range on typed values; `ForRange` picks the messages.
+template <bool ForRange, class Cond, class Body, class... Vars>
+auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
+  using var_values = std::tuple<value_of<Vars>...>;
+  using pred_t = std::invoke_result_t<Cond&, const value_of<Vars>&...>;
+  using next_t = decltype(as_tuple(std::declval<std::invoke_result_t<Body&, const value_of<Vars>&...>>()));
+  static_assert(bool_scalar<pred_t>, "kiln::while_loop: the condition must give a bool scalar");
+  if constexpr (ForRange)
+    static_assert(same_values<var_values, next_t>::value,
+                  "kiln::for_range: the body must give each loop variable its element type and dims");
+  else
+    static_assert(same_values<var_values, next_t>::value,
+                  "kiln::while_loop: the body must give each loop variable its element type and dims");
+  if constexpr (!bool_scalar<pred_t> || !same_values<var_values, next_t>::value) {
+    return rule_error{};
+  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value) {
+    // `fixed` values, and a condition and body that read no symbolic value: now.
+    var_values v{vars...};
+    while (std::apply(cond_fn, v).data()[0]) v = var_values(as_tuple(std::apply(body_fn, v)));
+    return unwrap(std::move(v));
+  } else {
+    std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
+    auto data = std::make_shared<loop_step>();
+    trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
+    trace_into(data->body_steps, [&] {
+      const auto next = as_tuple(std::apply(body_fn, loop_vars));
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
+                                 sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
+         ...);
+      }(std::index_sequence_for<Vars...>());
+    });
+    current_recorder().push({&loop_step::run, std::move(data)});
+    return unwrap(std::move(loop_vars));
+  }
+}
+
+}  // namespace typed
+
+/// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
+/// in a typed trace both branches are traced, must give values of the same element
+/// types and dims (checked at compile time), and the one the condition picks runs.
+/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
+template <typed::operand P, class Then, class Else>
+auto cond(const P& pred, Then then_fn, Else else_fn) {
+  using then_t = decltype(typed::as_tuple(then_fn()));
+  using else_t = decltype(typed::as_tuple(else_fn()));
+  static_assert(typed::bool_scalar<P>, "kiln::cond: the condition must be a bool scalar");
+  static_assert(typed::same_values<then_t, else_t>::value,
+                "kiln::cond: both branches must give values of the same element types and dims");
+  if constexpr (!typed::bool_scalar<P> || !typed::same_values<then_t, else_t>::value) {
+    return typed::rule_error{};
+  } else if constexpr (typed::eager<P> && !typed::holds_lazy<then_t>::value && !typed::holds_lazy<else_t>::value) {
+    using result = decltype(typed::unwrap(std::declval<then_t>()));
+    return pred.data()[0] ? result(typed::unwrap(typed::as_tuple(then_fn()))) : result(typed::unwrap(typed::as_tuple(else_fn())));
+  } else {
+    typed::recorder& r = typed::current_recorder();
+    auto data = std::make_shared<typed::cond_step>();
+    data->pred = typed::slot_of(pred);
+    std::array<int, std::tuple_size_v<then_t>> slots{};
+    auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple{typed::symbol_for<typed::value_of<std::tuple_element_t<I, then_t>>>(
+          slots[I] = r.add_slot(sizeof(typename typed::value_of<std::tuple_element_t<I, then_t>>::value_type) *
+                                std::size_t(typed::value_of<std::tuple_element_t<I, then_t>>::size)))...};
+    }(std::make_index_sequence<std::tuple_size_v<then_t>>());
+    typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
+    typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
+    r.push({&typed::cond_step::run, std::move(data)});
+    return typed::unwrap(std::move(results));
+  }
+}
+
+/// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
+/// trace the condition and the body are traced once, and the body must give each
+/// variable its element type and dims (checked at compile time).
+/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
+template <class Cond, class Body, class... Vars>
+  requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  return typed::loop<false>(cond_fn, body_fn, vars...);
+}
+
+/// kiln::for_range on typed loop variables, `i` an int32 scalar of the same tier.
+/// \code auto total = kiln::for_range(10, [](const auto& i, const auto& t) { return t + kiln::cast<float>(i); }, kiln::fixed<float>(0.f)); \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...> &&
+           (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
+auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
+  static_assert(std::is_integral_v<Limit>, "kiln::for_range: on typed loop variables the limit is a C++ integer");
+  const std::int32_t n = std::int32_t(limit);
+  auto cond_fn = [n](const auto& i, const auto&...) { return i < n; };
+  auto body = [&body_fn](const auto& i, const auto&... v) {
+    return std::tuple_cat(std::tuple(i + 1), typed::as_tuple(body_fn(i, v...)));
+  };
+  auto out = typed::as_tuple(typed::loop<true>(cond_fn, body, fixed<std::int32_t>(0), vars...));
+  return typed::unwrap(std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out)));
+}
+
+}  // namespace kiln
+// ----- end kiln/typed/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_CONTROL_FLOW_HPP
+
+namespace kiln {
+
+/// A variable whose element type and shape are compile-time, for functions called with
+/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
+/// order, and give the value read or written; outside one, `value()` reads it and
+/// `set(x)` writes it.
+/// \code
+/// kiln::fixed_variable<float, 3> total;
+/// kiln::function add_to([&](const auto& x) { return total.assign_add(x); });
+/// add_to(kiln::fixed<float, 3>::ones());
+/// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
+/// \endcode
+template <class T, std::int64_t... Dims>
+class fixed_variable {
+ public:
+  using value_type = fixed<T, Dims...>;
+  using symbol_type = typed::symbol_for<value_type>;
+
+  /// A variable holding `initial` (zeros by default).
+  explicit fixed_variable(const value_type& initial = value_type(), std::string name = "Variable")
+      : state_(std::make_shared<state>(state{initial, std::move(name)})) {}
+
+  /// The value now (outside a function).
+  value_type value() const { return state_->value; }
+  /// Sets the value now (outside a function).
+  void set(const value_type& x) { state_->value = x; }
+  const std::string& name() const { return state_->name; }
+
+  /// The value at this point of every run of the trace.
+  symbol_type read_value() const {
+    typed::recorder& r = recorder_for("read_value");
+    const int out = r.add_slot(bytes);
+    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
+    return symbol_type(out);
+  }
+  /// Writes `x` (a typed operand of this type) and gives the value written.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign(const X& x) {
+    recorder_for("assign");
+    const symbol_type written(typed::expression_of<T, false>(x));
+    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
+    return written;
+  }
+  /// Adds `x` to the value and gives the sum.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign_add(const X& x) {
+    recorder_for("assign_add");
+    return assign(read_value() + x);
+  }
+  /// Subtracts `x` from the value and gives the difference.
+  template <class X>
+    requires typed::operand<X>
+  symbol_type assign_sub(const X& x) {
+    recorder_for("assign_sub");
+    return assign(read_value() - x);
+  }
+
+ private:
+  static constexpr std::size_t bytes = sizeof(T) * std::size_t(value_type::size);
+  struct state {
+    value_type value;
+    std::string name;
+  };
+  /// A read or write of the variable from or to slot `slot`; holds the state, so the
+  /// trace keeps the variable alive.
+  struct access {
+    std::shared_ptr<state> target;
+    int slot;
+    static void read(const void* data, typed::frame f) {
+      const auto& a = *static_cast<const access*>(data);
+      std::memcpy(f[a.slot], a.target->value.data(), bytes);
+    }
+    static void write(const void* data, typed::frame f) {
+      const auto& a = *static_cast<const access*>(data);
+      std::memcpy(a.target->value.data(), f[a.slot], bytes);
+    }
+  };
+  static typed::recorder& recorder_for(const char* member) {
+    typed::recorder* r = typed::recorder::current();
+    if (!r)
+      throw type_error(std::string("kiln::fixed_variable::") + member +
+                       ": only inside a function called with fixed arguments; outside one, read with value() and write "
+                       "with set()");
+    return *r;
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+namespace typed {
+
+/// A print step: the line of `pieces`, whose inputs are read from slots as tensors.
+struct print_step {
+  struct input {
+    int slot;
+    kiln::dtype dtype;
+    kiln::shape shape;
+  };
+  std::vector<detail::print_piece> pieces;
+  std::vector<input> inputs;
+  static void run(const void* data, frame f) {
+    const auto& p = *static_cast<const print_step*>(data);
+    std::vector<tensor> values;
+    std::vector<const tensor*> in;
+    values.reserve(p.inputs.size());
+    for (const input& i : p.inputs) {
+      tensor& t = values.emplace_back(i.dtype, i.shape);
+      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
+    }
+    for (const tensor& t : values) in.push_back(&t);
+    detail::write_print_line(detail::print_line(p.pieces, in));
+  }
+};
+
+}  // namespace typed
+
+/// kiln::print in a typed trace: typed values are printed as they are at every call.
+/// \code kiln::function f([](const auto& x) { kiln::print("x is", x); return x * 2; }); \endcode
+template <class... Args>
+  requires(typed::lazy<Args> || ...)
+void print(const Args&... args) {
+  auto data = std::make_shared<typed::print_step>();
+  std::vector<tensor> unused;
+  (
+      [&](const auto& a) {
+        using A = std::remove_cvref_t<decltype(a)>;
+        if constexpr (typed::operand<A>) {
+          using V = typed::value_of<A>;
+          data->pieces.push_back({{}, int(data->inputs.size())});
+          data->inputs.push_back({typed::slot_of(a), V::dtype, V::shape()});
+        } else {
+          detail::add_print_piece(a, data->pieces, unused);
+        }
+      }(args),
+      ...);
+  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+}
+
+// A kiln::variable holds a runtime kiln::tensor; typed values take a fixed_variable.
+#define KILN_VARIABLE_WITH_TYPED(sym)                                                                          \
+  template <typed::operand X>                                                                                  \
+  auto operator sym(const variable&, const X&) {                                                               \
+    static_assert(typed::always_false<X>,                                                                      \
+                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
+    return typed::rule_error{};                                                                                \
+  }                                                                                                            \
+  template <typed::operand X>                                                                                  \
+  auto operator sym(const X&, const variable&) {                                                               \
+    static_assert(typed::always_false<X>,                                                                      \
+                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
+    return typed::rule_error{};                                                                                \
+  }
+KILN_VARIABLE_WITH_TYPED(+)
+KILN_VARIABLE_WITH_TYPED(-)
+KILN_VARIABLE_WITH_TYPED(*)
+KILN_VARIABLE_WITH_TYPED(/)
+KILN_VARIABLE_WITH_TYPED(<)
+KILN_VARIABLE_WITH_TYPED(>)
+#undef KILN_VARIABLE_WITH_TYPED
+
+}  // namespace kiln
+// ----- end kiln/typed/effects.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
+// ----- begin kiln/trace/random.hpp -----
+/// \file
+/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
+/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
+/// records a special op that draws again at every run of the graph, instead of a
+/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
+/// `random::stateless_uniform` is the pure function of a seed.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+/// What one uniform draw makes: a checked shape, dtype and bounds.
+struct uniform_spec {
+  shape dims;
+  dtype type;
+  double minval;
+  std::optional<double> maxval;
+
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  void check() const {
+    if (!is_floating(type) && !is_integer(type))
+      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
+    if (is_integer(type) && !maxval)
+      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
+                                   ") needs an explicit maxval");
+    require_fully_defined("random::uniform", dims);
+    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+  }
+
+  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  /// (This and every function that draws is a template, as op functions are, so that
+  /// the fill kernels compile only in programs that draw.)
+  template <class = void>
+  tensor draw(std::uint64_t key, std::uint64_t stream) const {
+    tensor out(type, dims);
+    visit_dtype(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
+        auto [lo, hi] = bounds<T>();
+        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
+      }
+    });
+    return out;
+  }
+
+ private:
+  template <class T>
+  std::pair<T, T> bounds() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      return {lo, hi};
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     describe_value(lo) + " and maxval " + describe_value(hi));
+      return {lo, hi};
+    } else {
+      return {};
+    }
+  }
+};
+
+/// The process's random state: the global seed (random::set_seed), the counter that
+/// gives ops without a seed of their own one under a global seed, and how many draws
+/// each seeded eager op has made (its next stream).
+struct random_state {
+  std::mutex mutex;
+  std::optional<std::uint64_t> global_seed;
+  std::uint64_t next_op_seed = 0;
+  std::map<std::uint64_t, std::uint64_t> eager_draws;
+
+  static random_state& get() {
+    static random_state s;
+    return s;
+  }
+
+  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
+  /// rules: an op seed alone keys the op; a global seed gives each op without one a
+  /// seed of its own in creation order, so a program draws the same numbers at every
+  /// run; with neither the key is fresh.
+  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
+    std::lock_guard lock(mutex);
+    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
+  }
+  /// The stream of the next eager draw with key `key`.
+  std::uint64_t next_eager_stream(std::uint64_t key) {
+    std::lock_guard lock(mutex);
+    return eager_draws[key]++;
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+  }
+};
+
+/// The state of a random::generator, shared by its copies and the graphs that draw
+/// from it: a key and the next stream.
+struct generator_state {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> next_stream{0};
+  explicit generator_state(std::uint64_t k) : key(k) {}
+  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+};
+
+/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
+/// own key, or of its generator's state. Never folded or merged, as a special op.
+class random_uniform_op final : public special_op {
+ public:
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::uint64_t key)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
+
+  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  // A generator's draw advances state that later draws see, so it runs even when
+  // its numbers are not needed, in program order; an op's own counter does not.
+  bool has_effects() const { return generator_ != nullptr; }
+  template <class = void>
+  std::vector<tensor> run(std::span<const tensor* const>) const {
+    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
+    return {spec_.draw(key, stream)};
+  }
+  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+
+ private:
+  uniform_spec spec_;
+  std::uint64_t key_ = 0;
+  mutable std::atomic<std::uint64_t> next_stream_{0};
+  std::shared_ptr<generator_state> generator_;
+};
+
+/// Records `op` in the trace in progress and returns its symbolic result.
+inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace detail
+
+namespace random {
+
+/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
+/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
+/// at every run of the program. Setting it again starts the sequences over.
+/// \code kiln::random::set_seed(1234); \endcode
+inline void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
+/// new numbers, and inside a kiln::function every run of the graph does. With a
+/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
+/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
+/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
+/// 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
+template <class = void>
+tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
+               std::optional<std::uint64_t> seed = std::nullopt) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  detail::random_state& state = detail::random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (detail::trace_context* trace = detail::trace_context::current())
+    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+}
+
+/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
+/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
+/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
+template <class = void>
+tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
+                         dtype t = float32) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// A random number generator with its own state, as tf.random.Generator: each draw
+/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
+/// draw happens at every run, in program order, from the state at that moment.
+/// \code
+/// auto g = kiln::random::generator::from_seed(1);
+/// kiln::tensor a = g.uniform({2, 3});
+/// kiln::tensor b = g.uniform({2, 3});  // new numbers
+/// g.reset_from_seed(1);                // a's numbers come again
+/// \endcode
+class generator {
+ public:
+  /// A generator whose draws depend on `seed` only.
+  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  /// A generator seeded from the operating system.
+  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+  /// Starts the sequence of `seed` over, for this generator and its copies.
+  void reset_from_seed(std::uint64_t seed) {
+    state_->key = seed;
+    state_->next_stream = 0;
+  }
+
+  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  template <class = void>
+  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
+    detail::uniform_spec spec{s, t, minval, maxval};
+    spec.check();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
+    auto [key, stream] = state_->take();
+    return spec.draw(key, stream);
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  std::shared_ptr<detail::generator_state> state_;
+};
+
+}  // namespace random
+}  // namespace kiln
+// ----- end kiln/trace/random.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 // ----- begin kiln/trace/control_flow.hpp -----
 /// \file
 /// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
@@ -14299,10 +15268,6 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
     return detail::loop_result(as_state(out));
   }
 }
-
-/// Loop variables given without kiln::loop_options first.
-template <class... Vars>
-concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
 }  // namespace detail
 
 /// kiln::while_loop with `options`: shape invariants let loop variables change shape.
@@ -14337,13 +15302,6 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
 }
 
 namespace detail {
-template <class T>
-concept loop_index = std::integral<T> || std::same_as<T, tensor>;
-/// A loop body, told apart from a loop index (a concept, so that overloads for other
-/// loop variables can add to the constraints that use it).
-template <class T>
-concept loop_body = !loop_index<T>;
-
 inline tensor index_tensor(const tensor& t) { return t; }
 template <std::integral T>
 tensor index_tensor(T v) {
@@ -14431,633 +15389,9 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 }
 }  // namespace kiln
 // ----- end kiln/trace/control_flow.hpp -----
-
-namespace kiln {
-namespace typed {
-
-/// The `fixed` type of a typed operand's value.
-template <class X>
-using value_of = fixed_t<typename std::remove_cvref_t<X>::value_type, typename std::remove_cvref_t<X>::dims_type>;
-
-template <class R>
-struct is_tuple : std::false_type {};
-template <class... T>
-struct is_tuple<std::tuple<T...>> : std::true_type {};
-
-/// A branch's or body's result as a tuple: one value, or a std::tuple of them.
-template <class R>
-auto as_tuple(R&& r) {
-  if constexpr (is_tuple<std::remove_cvref_t<R>>::value)
-    return std::forward<R>(r);
-  else
-    return std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r));
-}
-
-/// A tuple of one value as the value, of several as the tuple.
-template <class Tuple>
-auto unwrap(Tuple&& t) {
-  if constexpr (std::tuple_size_v<std::remove_cvref_t<Tuple>> == 1)
-    return std::get<0>(std::forward<Tuple>(t));
-  else
-    return std::forward<Tuple>(t);
-}
-
-/// Whether the values of tuple types `A` and `B` have the same element types and dims.
-template <class A, class B>
-struct same_values : std::false_type {};
-template <class... A, class... B>
-  requires(sizeof...(A) == sizeof...(B))
-struct same_values<std::tuple<A...>, std::tuple<B...>>
-    : std::bool_constant<(std::is_same_v<value_of<A>, value_of<B>> && ...)> {};
-
-/// Whether a tuple type holds a symbolic value or expression.
-template <class Tuple>
-struct holds_lazy : std::false_type {};
-template <class... T>
-struct holds_lazy<std::tuple<T...>> : std::bool_constant<(lazy<T> || ...)> {};
-
-/// Whether typed operand `P` is a bool scalar.
-template <class P>
-inline constexpr bool bool_scalar =
-    std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
-
-inline void run_steps(const std::vector<step>& steps, frame f) {
-  for (const step& s : steps) s.run(s.data.get(), f);
-}
-
-/// Traces `fn()` with the steps it records going to `steps`.
-template <class Fn>
-decltype(auto) trace_into(std::vector<step>& steps, Fn&& fn) {
-  recorder& r = current_recorder();
-  struct restore {
-    recorder& r;
-    std::vector<step>* previous;
-    ~restore() { r.target = previous; }
-  } guard{r, std::exchange(r.target, &steps)};
-  return fn();
-}
-
-/// A symbol of its own slot holding the value of typed operand `x` (a copy).
-template <class X>
-symbol_for<value_of<X>> fresh_symbol(const X& x) {
-  return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
-}
-
-/// A `cond` step: the steps of the branch that slot `pred` picks.
-struct cond_step {
-  int pred;
-  std::vector<step> then_steps, else_steps;
-  static void run(const void* data, frame f) {
-    const auto& c = *static_cast<const cond_step*>(data);
-    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
-  }
-};
-
-/// A loop step: the condition's steps, then while slot `pred` holds the body's, each
-/// iteration ending with the copies of next values into the loop variables.
-struct loop_step {
-  struct copy {
-    int from, to;
-    std::size_t bytes;
-  };
-  std::vector<step> cond_steps, body_steps;
-  int pred = -1;
-  std::vector<copy> copies;
-  static void run(const void* data, frame f) {
-    const auto& l = *static_cast<const loop_step*>(data);
-    for (;;) {
-      run_steps(l.cond_steps, f);
-      if (!*static_cast<const bool*>(f[l.pred])) return;
-      run_steps(l.body_steps, f);
-      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
-    }
-  }
-};
-
-/// Writes the values of `values` to slots `slots`, in the steps being recorded.
-template <class Tuple, std::size_t N>
-void record_values(const Tuple& values, const std::array<int, N>& slots) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (record_into(expression_of<void, false>(std::get<I>(values)), slots[I]), ...);
-  }(std::make_index_sequence<N>());
-}
-
-/// while_loop and for_range on typed values; `ForRange` picks the messages.
-template <bool ForRange, class Cond, class Body, class... Vars>
-auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
-  using var_values = std::tuple<value_of<Vars>...>;
-  using pred_t = std::invoke_result_t<Cond&, const value_of<Vars>&...>;
-  using next_t = decltype(as_tuple(std::declval<std::invoke_result_t<Body&, const value_of<Vars>&...>>()));
-  static_assert(bool_scalar<pred_t>, "kiln::while_loop: the condition must give a bool scalar");
-  if constexpr (ForRange)
-    static_assert(same_values<var_values, next_t>::value,
-                  "kiln::for_range: the body must give each loop variable its element type and dims");
-  else
-    static_assert(same_values<var_values, next_t>::value,
-                  "kiln::while_loop: the body must give each loop variable its element type and dims");
-  if constexpr (!bool_scalar<pred_t> || !same_values<var_values, next_t>::value) {
-    return rule_error{};
-  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value) {
-    // `fixed` values, and a condition and body that read no symbolic value: now.
-    var_values v{vars...};
-    while (std::apply(cond_fn, v).data()[0]) v = var_values(as_tuple(std::apply(body_fn, v)));
-    return unwrap(std::move(v));
-  } else {
-    std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
-    auto data = std::make_shared<loop_step>();
-    trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
-    trace_into(data->body_steps, [&] {
-      const auto next = as_tuple(std::apply(body_fn, loop_vars));
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
-                                 sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
-         ...);
-      }(std::index_sequence_for<Vars...>());
-    });
-    current_recorder().push({&loop_step::run, std::move(data)});
-    return unwrap(std::move(loop_vars));
-  }
-}
-
-}  // namespace typed
-
-/// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
-/// in a typed trace both branches are traced, must give values of the same element
-/// types and dims (checked at compile time), and the one the condition picks runs.
-/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
-template <typed::operand P, class Then, class Else>
-auto cond(const P& pred, Then then_fn, Else else_fn) {
-  using then_t = decltype(typed::as_tuple(then_fn()));
-  using else_t = decltype(typed::as_tuple(else_fn()));
-  static_assert(typed::bool_scalar<P>, "kiln::cond: the condition must be a bool scalar");
-  static_assert(typed::same_values<then_t, else_t>::value,
-                "kiln::cond: both branches must give values of the same element types and dims");
-  if constexpr (!typed::bool_scalar<P> || !typed::same_values<then_t, else_t>::value) {
-    return typed::rule_error{};
-  } else if constexpr (typed::eager<P> && !typed::holds_lazy<then_t>::value && !typed::holds_lazy<else_t>::value) {
-    using result = decltype(typed::unwrap(std::declval<then_t>()));
-    return pred.data()[0] ? result(typed::unwrap(typed::as_tuple(then_fn()))) : result(typed::unwrap(typed::as_tuple(else_fn())));
-  } else {
-    typed::recorder& r = typed::current_recorder();
-    auto data = std::make_shared<typed::cond_step>();
-    data->pred = typed::slot_of(pred);
-    std::array<int, std::tuple_size_v<then_t>> slots{};
-    auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple{typed::symbol_for<typed::value_of<std::tuple_element_t<I, then_t>>>(
-          slots[I] = r.add_slot(sizeof(typename typed::value_of<std::tuple_element_t<I, then_t>>::value_type) *
-                                std::size_t(typed::value_of<std::tuple_element_t<I, then_t>>::size)))...};
-    }(std::make_index_sequence<std::tuple_size_v<then_t>>());
-    typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
-    typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
-    r.push({&typed::cond_step::run, std::move(data)});
-    return typed::unwrap(std::move(results));
-  }
-}
-
-/// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
-/// trace the condition and the body are traced once, and the body must give each
-/// variable its element type and dims (checked at compile time).
-/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
-template <class Cond, class Body, class... Vars>
-  requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
-auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
-  return typed::loop<false>(cond_fn, body_fn, vars...);
-}
-
-/// kiln::for_range on typed loop variables, `i` an int32 scalar of the same tier.
-/// \code auto total = kiln::for_range(10, [](const auto& i, const auto& t) { return t + kiln::cast<float>(i); }, kiln::fixed<float>(0.f)); \endcode
-template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...> &&
-           (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
-auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
-  static_assert(std::is_integral_v<Limit>, "kiln::for_range: on typed loop variables the limit is a C++ integer");
-  const std::int32_t n = std::int32_t(limit);
-  auto cond_fn = [n](const auto& i, const auto&...) { return i < n; };
-  auto body = [&body_fn](const auto& i, const auto&... v) {
-    return std::tuple_cat(std::tuple(i + 1), typed::as_tuple(body_fn(i, v...)));
-  };
-  auto out = typed::as_tuple(typed::loop<true>(cond_fn, body, fixed<std::int32_t>(0), vars...));
-  return typed::unwrap(std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out)));
-}
-
-}  // namespace kiln
-// ----- end kiln/typed/control_flow.hpp -----
-
-namespace kiln {
-
-/// A variable whose element type and shape are compile-time, for functions called with
-/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
-/// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
-/// order, and give the value read or written; outside one, `value()` reads it and
-/// `set(x)` writes it.
-/// \code
-/// kiln::fixed_variable<float, 3> total;
-/// kiln::function add_to([&](const auto& x) { return total.assign_add(x); });
-/// add_to(kiln::fixed<float, 3>::ones());
-/// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
-/// \endcode
-template <class T, std::int64_t... Dims>
-class fixed_variable {
- public:
-  using value_type = fixed<T, Dims...>;
-  using symbol_type = typed::symbol_for<value_type>;
-
-  /// A variable holding `initial` (zeros by default).
-  explicit fixed_variable(const value_type& initial = value_type(), std::string name = "Variable")
-      : state_(std::make_shared<state>(state{initial, std::move(name)})) {}
-
-  /// The value now (outside a function).
-  value_type value() const { return state_->value; }
-  /// Sets the value now (outside a function).
-  void set(const value_type& x) { state_->value = x; }
-  const std::string& name() const { return state_->name; }
-
-  /// The value at this point of every run of the trace.
-  symbol_type read_value() const {
-    typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(bytes);
-    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
-    return symbol_type(out);
-  }
-  /// Writes `x` (a typed operand of this type) and gives the value written.
-  template <class X>
-    requires typed::operand<X>
-  symbol_type assign(const X& x) {
-    recorder_for("assign");
-    const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
-    return written;
-  }
-  /// Adds `x` to the value and gives the sum.
-  template <class X>
-    requires typed::operand<X>
-  symbol_type assign_add(const X& x) {
-    recorder_for("assign_add");
-    return assign(read_value() + x);
-  }
-  /// Subtracts `x` from the value and gives the difference.
-  template <class X>
-    requires typed::operand<X>
-  symbol_type assign_sub(const X& x) {
-    recorder_for("assign_sub");
-    return assign(read_value() - x);
-  }
-
- private:
-  static constexpr std::size_t bytes = sizeof(T) * std::size_t(value_type::size);
-  struct state {
-    value_type value;
-    std::string name;
-  };
-  /// A read or write of the variable from or to slot `slot`; holds the state, so the
-  /// trace keeps the variable alive.
-  struct access {
-    std::shared_ptr<state> target;
-    int slot;
-    static void read(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(f[a.slot], a.target->value.data(), bytes);
-    }
-    static void write(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(a.target->value.data(), f[a.slot], bytes);
-    }
-  };
-  static typed::recorder& recorder_for(const char* member) {
-    typed::recorder* r = typed::recorder::current();
-    if (!r)
-      throw type_error(std::string("kiln::fixed_variable::") + member +
-                       ": only inside a function called with fixed arguments; outside one, read with value() and write "
-                       "with set()");
-    return *r;
-  }
-
-  std::shared_ptr<state> state_;
-};
-
-namespace typed {
-
-/// A print step: the line of `pieces`, whose inputs are read from slots as tensors.
-struct print_step {
-  struct input {
-    int slot;
-    kiln::dtype dtype;
-    kiln::shape shape;
-  };
-  std::vector<detail::print_piece> pieces;
-  std::vector<input> inputs;
-  static void run(const void* data, frame f) {
-    const auto& p = *static_cast<const print_step*>(data);
-    std::vector<tensor> values;
-    std::vector<const tensor*> in;
-    values.reserve(p.inputs.size());
-    for (const input& i : p.inputs) {
-      tensor& t = values.emplace_back(i.dtype, i.shape);
-      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
-    }
-    for (const tensor& t : values) in.push_back(&t);
-    detail::print_op::write(detail::print_line(p.pieces, in));
-  }
-};
-
-}  // namespace typed
-
-/// kiln::print in a typed trace: typed values are printed as they are at every call.
-/// \code kiln::function f([](const auto& x) { kiln::print("x is", x); return x * 2; }); \endcode
-template <class... Args>
-  requires(typed::lazy<Args> || ...)
-void print(const Args&... args) {
-  auto data = std::make_shared<typed::print_step>();
-  std::vector<tensor> unused;
-  (
-      [&](const auto& a) {
-        using A = std::remove_cvref_t<decltype(a)>;
-        if constexpr (typed::operand<A>) {
-          using V = typed::value_of<A>;
-          data->pieces.push_back({{}, int(data->inputs.size())});
-          data->inputs.push_back({typed::slot_of(a), V::dtype, V::shape()});
-        } else {
-          detail::add_print_piece(a, data->pieces, unused);
-        }
-      }(args),
-      ...);
-  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
-}
-
-// A kiln::variable holds a runtime kiln::tensor; typed values take a fixed_variable.
-#define KILN_VARIABLE_WITH_TYPED(sym)                                                                          \
-  template <typed::operand X>                                                                                  \
-  auto operator sym(const variable&, const X&) {                                                               \
-    static_assert(typed::always_false<X>,                                                                      \
-                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
-    return typed::rule_error{};                                                                                \
-  }                                                                                                            \
-  template <typed::operand X>                                                                                  \
-  auto operator sym(const X&, const variable&) {                                                               \
-    static_assert(typed::always_false<X>,                                                                      \
-                  "kiln: a kiln::variable cannot be used with fixed arguments; use kiln::fixed_variable<T, Dims...>"); \
-    return typed::rule_error{};                                                                                \
-  }
-KILN_VARIABLE_WITH_TYPED(+)
-KILN_VARIABLE_WITH_TYPED(-)
-KILN_VARIABLE_WITH_TYPED(*)
-KILN_VARIABLE_WITH_TYPED(/)
-KILN_VARIABLE_WITH_TYPED(<)
-KILN_VARIABLE_WITH_TYPED(>)
-#undef KILN_VARIABLE_WITH_TYPED
-
-}  // namespace kiln
-// ----- end kiln/typed/effects.hpp -----
-// ----- begin kiln/trace/random.hpp -----
-/// \file
-/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
-/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
-/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
-/// records a special op that draws again at every run of the graph, instead of a
-/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
-/// `random::stateless_uniform` is the pure function of a seed.
-
-#include <atomic>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-namespace kiln {
-namespace detail {
-
-/// What one uniform draw makes: a checked shape, dtype and bounds.
-struct uniform_spec {
-  shape dims;
-  dtype type;
-  double minval;
-  std::optional<double> maxval;
-
-  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
-  void check() const {
-    if (!is_floating(type) && !is_integer(type))
-      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
-    if (is_integer(type) && !maxval)
-      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
-                                   ") needs an explicit maxval");
-    require_fully_defined("random::uniform", dims);
-    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
-  }
-
-  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
-  /// (This and every function that draws is a template, as op functions are, so that
-  /// the fill kernels compile only in programs that draw.)
-  template <class = void>
-  tensor draw(std::uint64_t key, std::uint64_t stream) const {
-    tensor out(type, dims);
-    visit_dtype(type, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
-        auto [lo, hi] = bounds<T>();
-        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
-      }
-    });
-    return out;
-  }
-
- private:
-  template <class T>
-  std::pair<T, T> bounds() const {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
-      if (!(lo < hi))
-        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
-                                     std::to_string(lo));
-      return {lo, hi};
-    } else if constexpr (std::is_floating_point_v<T>) {
-      T lo = T(minval), hi = T(maxval.value_or(1));
-      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
-                                     describe_value(lo) + " and maxval " + describe_value(hi));
-      return {lo, hi};
-    } else {
-      return {};
-    }
-  }
-};
-
-/// The process's random state: the global seed (random::set_seed), the counter that
-/// gives ops without a seed of their own one under a global seed, and how many draws
-/// each seeded eager op has made (its next stream).
-struct random_state {
-  std::mutex mutex;
-  std::optional<std::uint64_t> global_seed;
-  std::uint64_t next_op_seed = 0;
-  std::map<std::uint64_t, std::uint64_t> eager_draws;
-
-  static random_state& get() {
-    static random_state s;
-    return s;
-  }
-
-  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
-  /// rules: an op seed alone keys the op; a global seed gives each op without one a
-  /// seed of its own in creation order, so a program draws the same numbers at every
-  /// run; with neither the key is fresh.
-  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
-    std::lock_guard lock(mutex);
-    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
-    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
-  }
-  /// The stream of the next eager draw with key `key`.
-  std::uint64_t next_eager_stream(std::uint64_t key) {
-    std::lock_guard lock(mutex);
-    return eager_draws[key]++;
-  }
-
- private:
-  static std::uint64_t mix(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-  }
-};
-
-/// The state of a random::generator, shared by its copies and the graphs that draw
-/// from it: a key and the next stream.
-struct generator_state {
-  std::atomic<std::uint64_t> key;
-  std::atomic<std::uint64_t> next_stream{0};
-  explicit generator_state(std::uint64_t k) : key(k) {}
-  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
-};
-
-/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
-/// own key, or of its generator's state. Never folded or merged, as a special op.
-class random_uniform_op final : public special_op {
- public:
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::uint64_t key)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
-
-  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
-  // A generator's draw advances state that later draws see, so it runs even when
-  // its numbers are not needed, in program order; an op's own counter does not.
-  bool has_effects() const { return generator_ != nullptr; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const>) const {
-    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
-    return {spec_.draw(key, stream)};
-  }
-  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
-
- private:
-  uniform_spec spec_;
-  std::uint64_t key_ = 0;
-  mutable std::atomic<std::uint64_t> next_stream_{0};
-  std::shared_ptr<generator_state> generator_;
-};
-
-/// Records `op` in the trace in progress and returns its symbolic result.
-inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
-  return trace.record_special(op, {}, op->results())[0];
-}
-
-}  // namespace detail
-
-namespace random {
-
-/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
-/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
-/// at every run of the program. Setting it again starts the sequences over.
-/// \code kiln::random::set_seed(1234); \endcode
-inline void set_seed(std::uint64_t seed) {
-  detail::random_state& s = detail::random_state::get();
-  std::lock_guard lock(s.mutex);
-  s.global_seed = seed;
-  s.next_op_seed = 0;
-  s.eager_draws.clear();
-}
-
-/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
-/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
-/// new numbers, and inside a kiln::function every run of the graph does. With a
-/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
-/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
-/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
-/// 2^53 are not exact); else kiln::invalid_argument_error.
-/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
-/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-template <class = void>
-tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
-               std::optional<std::uint64_t> seed = std::nullopt) {
-  detail::uniform_spec spec{s, t, minval, maxval};
-  spec.check();
-  detail::random_state& state = detail::random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (detail::trace_context* trace = detail::trace_context::current())
-    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
-}
-
-/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
-/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
-/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
-template <class = void>
-tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
-                         dtype t = float32) {
-  detail::uniform_spec spec{s, t, minval, maxval};
-  spec.check();
-  return spec.draw(seed, 0);
-}
-
-/// A random number generator with its own state, as tf.random.Generator: each draw
-/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
-/// draw happens at every run, in program order, from the state at that moment.
-/// \code
-/// auto g = kiln::random::generator::from_seed(1);
-/// kiln::tensor a = g.uniform({2, 3});
-/// kiln::tensor b = g.uniform({2, 3});  // new numbers
-/// g.reset_from_seed(1);                // a's numbers come again
-/// \endcode
-class generator {
- public:
-  /// A generator whose draws depend on `seed` only.
-  static generator from_seed(std::uint64_t seed) { return generator(seed); }
-  /// A generator seeded from the operating system.
-  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
-
-  /// Starts the sequence of `seed` over, for this generator and its copies.
-  void reset_from_seed(std::uint64_t seed) {
-    state_->key = seed;
-    state_->next_stream = 0;
-  }
-
-  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
-  template <class = void>
-  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    detail::uniform_spec spec{s, t, minval, maxval};
-    spec.check();
-    if (detail::trace_context* trace = detail::trace_context::current())
-      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
-    auto [key, stream] = state_->take();
-    return spec.draw(key, stream);
-  }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
-  std::shared_ptr<detail::generator_state> state_;
-};
-
-}  // namespace random
-}  // namespace kiln
-// ----- end kiln/trace/random.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 // ----- begin kiln/data/dataset.hpp -----
 /// \file
 /// `kiln::data::dataset`, a small tf.data: a pipeline of elements (each a tuple of
@@ -15989,6 +16323,9 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 
 }  // namespace kiln
 // ----- end kiln/data/dataset.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- begin kiln/kernels.hpp -----
 /// \file
 /// Separate compilation: kiln's kernels and heavy runtime functions compiled once per
@@ -16048,4 +16385,6 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
 #endif
 // ----- end kiln/kernels.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- end kiln/kiln.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_KILN_HPP

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "kiln/core/tensor.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/op.hpp"
 
 namespace kiln::backend {

@@ -179,13 +179,13 @@ namespace config {
 /// or the KILN_NUM_THREADS environment variable).
 /// \code kiln::config::set_num_threads(1); \endcode
 inline void set_num_threads(int n) {
-  auto& s = detail::pool_state();
-  auto fresh = std::make_shared<detail::thread_pool>(std::max(1, n));
+  auto& s = kiln::detail::pool_state();
+  auto fresh = std::make_shared<kiln::detail::thread_pool>(std::max(1, n));
   std::lock_guard lock(s.mutex);
   s.pool = std::move(fresh);
 }
 /// The number of threads kernels use.
-inline int num_threads() { return detail::current_pool()->size(); }
+inline int num_threads() { return kiln::detail::current_pool()->size(); }
 }  // namespace config
 
 }  // namespace kiln

@@ -10,11 +10,16 @@
 /// and every program that prints compiles it.
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <limits>
+#include <mutex>
 #include <ostream>
+#include <span>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -30,6 +35,24 @@
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
+
+class variable;
+
+namespace config {
+namespace detail {
+inline std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
+/// outlive its use.
+/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
+inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+/// The stream kiln::print writes to.
+inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+}  // namespace config
+
 namespace detail {
 
 // ---- one number as text ----------------------------------------------------------
@@ -416,34 +439,40 @@ enum class value_style {
   tf_print_line,  ///< tf.print with nested rows on one line: `[[1 2] [3 4]]`
 };
 
+/// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
+/// elements to a shared width, wraps lines at 75 columns and shows `...` only past
+/// 1000 elements; the tf.print styles write each element unpadded.
+/// \code format_values_of(data, kiln::shape{2}, value_style::numpy) == "[1.5 2. ]" \endcode
+template <class T>
+KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
+  const bool numpy = style == value_style::numpy;
+  if (s.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
+  if (s.num_elements() == 0) return std::string("[]");
+  value_layout layout;
+  layout.summarize = numpy ? s.num_elements() > 1000 : true;
+  layout.line_width = numpy ? 75 : 0;
+  layout.single_line = style == value_style::tf_print_line;
+  std::vector<T> shown;
+  for (std::int64_t i : shown_indices(s, layout)) shown.push_back(data[i]);
+  std::vector<std::string> texts;
+  if (numpy) {
+    texts = numpy_element_texts(shown);
+  } else {
+    for (const T& v : shown) texts.push_back(tf_print_text(v));
+  }
+  return array_writer(s, texts, layout).write();
+}
+
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
-/// NumPy style pads elements to a shared width, wraps lines at 75 columns and shows
-/// `...` only past 1000 elements; the tf.print styles write each element unpadded.
 /// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  const bool numpy = style == value_style::numpy;
   return visit_dtype(host.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* data = host.template data<T>();
-    if (host.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
-    if (host.size() == 0) return std::string("[]");
-    value_layout layout;
-    layout.summarize = numpy ? host.size() > 1000 : true;
-    layout.line_width = numpy ? 75 : 0;
-    layout.single_line = style == value_style::tf_print_line;
-    std::vector<T> shown;
-    for (std::int64_t i : shown_indices(host.shape(), layout)) shown.push_back(data[i]);
-    std::vector<std::string> texts;
-    if (numpy) {
-      texts = numpy_element_texts(shown);
-    } else {
-      for (const T& v : shown) texts.push_back(tf_print_text(v));
-    }
-    return array_writer(host.shape(), texts, layout).write();
+    return format_values_of(host.template data<T>(), host.shape(), style);
   });
 }
 #endif
@@ -458,6 +487,73 @@ KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
 
+/// One piece of a print: a text, or the input whose values are printed there.
+struct print_piece {
+  std::string text;
+  int input = -1;
+};
+
+/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
+/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
+inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+/// Writes `line` whole to config::print_stream(), so that lines from several threads
+/// do not interleave.
+inline void write_print_line(const std::string& line) {
+  static std::mutex m;
+  std::lock_guard lock(m);
+  config::print_stream() << line << std::flush;
+}
+
+/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
+/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
+template <class T>
+void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    pieces.push_back({std::string(std::string_view(x)), -1});
+  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
+    pieces.push_back({{}, int(inputs.size())});
+    inputs.push_back(tensor(x));
+  } else {
+    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
+    if constexpr (std::is_same_v<U, bool>) {
+      pieces.push_back({x ? "True" : "False", -1});
+    } else if constexpr (std::is_integral_v<U>) {
+      pieces.push_back({std::to_string(x), -1});
+    } else {
+      std::ostringstream os;
+      os << x;
+      pieces.push_back({os.str(), -1});
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace detail {
+/// Writes an eager value as `tensor(values, shape=..., dtype=...)`, values laid out
+/// over several lines starting on a line of their own.
+KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
+  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
+  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
+}
 }  // namespace detail
 
 /// Writes `x` as Python's `print` writes an eager `tf.Tensor`, with `tensor(` for
@@ -471,9 +567,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
     return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
-  std::string values = detail::format_values(x, detail::value_style::numpy);
-  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
-  return os << "tensor(" << values << ", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+  return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
 }  // namespace kiln

@@ -20,21 +20,6 @@
 #include "kiln/ops/elementwise.hpp"
 
 namespace kiln {
-namespace config {
-namespace detail {
-inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
-}  // namespace detail
-/// Where kiln::print writes: standard error unless set, as tf.print. The stream must
-/// outlive its use.
-/// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
-inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
-/// The stream kiln::print writes to.
-inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
-}  // namespace config
-
 namespace detail {
 
 /// What a kiln::variable handle points to: its value, swapped (never written in
@@ -146,32 +131,6 @@ class assign_variable_op final : public special_op {
   assign_mode mode_;
 };
 
-/// One piece of a print: a text, or the input whose values are printed there.
-struct print_piece {
-  std::string text;
-  int input = -1;
-};
-
-/// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
-/// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
-inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
-  std::string line;
-  for (std::size_t k = 0; k < pieces.size(); ++k) {
-    if (k) line += ' ';
-    const print_piece& p = pieces[k];
-    if (p.input < 0) {
-      line += p.text;
-      continue;
-    }
-    const tensor& x = *inputs[std::size_t(p.input)];
-    if (x.dtype() == string && x.rank() == 0)
-      line += x.to(device::cpu).data<std::string>()[0];
-    else
-      line += format_values(x, false);
-  }
-  return line + '\n';
-}
-
 /// Writes one line to config::print_stream() at every run.
 class print_op final : public special_op {
  public:
@@ -180,14 +139,8 @@ class print_op final : public special_op {
   std::string_view name() const { return "PrintV2"; }
   bool has_effects() const { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const {
-    write(print_line(pieces_, in));
+    write_print_line(print_line(pieces_, in));
     return {};
-  }
-  /// Writes `line` whole, so lines from several threads do not interleave.
-  static void write(const std::string& line) {
-    static std::mutex m;
-    std::lock_guard lock(m);
-    config::print_stream() << line << std::flush;
   }
 
  private:

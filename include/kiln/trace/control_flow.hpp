@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "kiln/exec/control_flow.hpp"
-#include "kiln/trace/function.hpp"
+#include "kiln/ops/control_flow.hpp"
+#include "kiln/trace/runtime_tier.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 
@@ -418,10 +419,6 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
     return detail::loop_result(as_state(out));
   }
 }
-
-/// Loop variables given without kiln::loop_options first.
-template <class... Vars>
-concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
 }  // namespace detail
 
 /// kiln::while_loop with `options`: shape invariants let loop variables change shape.
@@ -456,13 +453,6 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
 }
 
 namespace detail {
-template <class T>
-concept loop_index = std::integral<T> || std::same_as<T, tensor>;
-/// A loop body, told apart from a loop index (a concept, so that overloads for other
-/// loop variables can add to the constraints that use it).
-template <class T>
-concept loop_body = !loop_index<T>;
-
 inline tensor index_tensor(const tensor& t) { return t; }
 template <std::integral T>
 tensor index_tensor(T v) {

@@ -134,34 +134,6 @@ class variable {
   std::shared_ptr<handle> handle_;
 };
 
-namespace detail {
-
-/// One argument of kiln::print as a piece of the line: C++ strings and numbers are
-/// texts fixed now; tensors (and variables) are inputs printed when the print runs.
-template <class T>
-void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<tensor>& inputs) {
-  using U = std::remove_cvref_t<T>;
-  if constexpr (std::is_convertible_v<const U&, std::string_view>) {
-    pieces.push_back({std::string(std::string_view(x)), -1});
-  } else if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, variable> || std::is_convertible_v<const U&, tensor>) {
-    pieces.push_back({{}, int(inputs.size())});
-    inputs.push_back(tensor(x));
-  } else {
-    static_assert(std::is_arithmetic_v<U>, "kiln::print takes tensors, variables, C++ strings and C++ numbers");
-    if constexpr (std::is_same_v<U, bool>) {
-      pieces.push_back({x ? "True" : "False", -1});
-    } else if constexpr (std::is_integral_v<U>) {
-      pieces.push_back({std::to_string(x), -1});
-    } else {
-      std::ostringstream os;
-      os << x;
-      pieces.push_back({os.str(), -1});
-    }
-  }
-}
-
-}  // namespace detail
-
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
 /// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
@@ -178,7 +150,7 @@ void print(const Args&... args) {
   }
   std::vector<const tensor*> in;
   for (const tensor& t : inputs) in.push_back(&t);
-  detail::print_op::write(detail::print_line(pieces, in));
+  detail::write_print_line(detail::print_line(pieces, in));
 }
 
 namespace detail {

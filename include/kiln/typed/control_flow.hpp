@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/trace/control_flow.hpp"
+#include "kiln/ops/control_flow.hpp"
 #include "kiln/typed/trace.hpp"
 
 namespace kiln {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/trace/effects.hpp"
+#include "kiln/core/print.hpp"
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/kernels.hpp"
 
@@ -128,7 +128,7 @@ struct print_step {
       std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
     }
     for (const tensor& t : values) in.push_back(&t);
-    detail::print_op::write(detail::print_line(p.pieces, in));
+    detail::write_print_line(detail::print_line(p.pieces, in));
   }
 };
 

@@ -220,7 +220,9 @@ class fixed {
   }
 
   /// Printed exactly as the kiln::tensor of the same values.
-  friend std::ostream& operator<<(std::ostream& os, const fixed& x) { return os << tensor(x); }
+  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
+    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
+  }
 
  private:
   template <class... I>

@@ -16,6 +16,7 @@
 #include "kiln/backend/cpu/reduction.hpp"
 #include "kiln/ops/linalg.hpp"
 #include "kiln/ops/reduction.hpp"
+#include "kiln/ops/shape_ops.hpp"
 #include "kiln/typed/trace.hpp"
 
 namespace kiln {

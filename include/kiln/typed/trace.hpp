@@ -411,19 +411,6 @@ class trace_table {
     return *static_cast<Entry*>(e);
   }
 
-  /// Signature texts of the traces so far, in the order they were made.
-  std::vector<std::string> signatures() const {
-    std::lock_guard lock(mutex_);
-    return signatures_;
-  }
-  void add_signature(std::string text) {
-    std::lock_guard lock(mutex_);
-    signatures_.push_back(std::move(text));
-  }
-  int count() const {
-    std::lock_guard lock(mutex_);
-    return int(signatures_.size());
-  }
   /// One typed trace at a time (a trace of one function may call another).
   std::recursive_mutex tracing;
 
@@ -432,7 +419,6 @@ class trace_table {
   std::array<std::atomic<void*>, direct> direct_{};
   mutable std::mutex mutex_;
   std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
-  std::vector<std::string> signatures_;
 };
 
 /// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.

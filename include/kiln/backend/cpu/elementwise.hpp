@@ -186,7 +186,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
 
   const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
-  detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
       idx[d] = rest % nest.size[d];

@@ -198,7 +198,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
   collect(collect, 0, leaves, 0);
 
   std::vector<std::byte> values(subtrees.size() * s.size);
-  detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
     const auto scratch = tree_scratch(s, leaves);
     for (std::int64_t i = lo; i < hi; ++i)
       pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
@@ -254,7 +254,7 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
   if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
-    detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
+    kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
                          [&](std::int64_t lo, std::int64_t hi) {
                            for (std::int64_t u = lo; u < hi; ++u) task(u, false);
                          });
@@ -469,7 +469,7 @@ void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows,
 /// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
 template <class R, class T, class Out>
 void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
-  detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
   });
 }
@@ -607,7 +607,7 @@ template <reduction_plan::kind_t K, class R, class T, class Out>
 void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
                     std::int64_t count) {
   if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
-    detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
           out[i] = 0;
@@ -643,7 +643,7 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
 /// Turns `outputs` sums of `count` elements each, at `out`, into means.
 template <class T>
 void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
-  detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
   });
 }

@@ -142,7 +142,7 @@ template <class Mover>
 void copy_walk(const strided_walk& w, const void* src, void* dst) {
   const int r = w.rank;
   const std::int64_t run = w.dims[r - 1], step = w.stride[r - 1];
-  detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(w.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     std::int64_t from = w.base;
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -199,7 +199,7 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
   constexpr std::int64_t t = transpose_tile_side;
   const std::int64_t tiles_q = (w.dims[q] + t - 1) / t, tiles_last = (w.dims[last] + t - 1) / t;
   const std::int64_t tasks = w.size() / (w.dims[q] * w.dims[last]) * tiles_q * tiles_last;
-  detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(tasks, std::max<std::int64_t>(1, Mover::grain / (t * t)), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t task = lo; task < hi; ++task) {
       std::int64_t rest = task;
       const std::int64_t l0 = rest % tiles_last * t;
@@ -224,7 +224,7 @@ void copy_walk_tiled(const strided_walk& w, int q, const void* src, void* dst) {
 template <class Mover, class Run>
 void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const buffer_view& out) {
   const std::int64_t row = out.size() / outer;
-  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     const std::size_t inputs = in.size();
     std::int64_t o = lo / row, p = lo % row, start = 0;  // row o, position p in it, input k starts at `start`
     std::size_t k = 0;
@@ -259,7 +259,7 @@ inline std::int64_t elements_between(const shape& s, int first, int last) {
 template <class Mover, class I>
 void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axis, const buffer_view& out) {
   const std::int64_t n = x.shape[axis], inner = elements_between(x.shape, axis + 1, x.shape.rank());
-  detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::parallel_for(out.size(), Mover::grain, [&](std::int64_t lo, std::int64_t hi) {
     std::int64_t col = lo % inner, j = lo / inner % m, row_base = lo / inner / m * n;  // row_base: o * n
     for (std::int64_t to = lo; to < hi;) {
       if (inner == 1) {  // one element per index: copy the elements of a run of indices
