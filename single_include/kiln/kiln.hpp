@@ -2852,7 +2852,6 @@ class small_vector {
 #include <initializer_list>
 #include <limits>
 #include <optional>
-#include <random>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -3118,16 +3117,6 @@ KILN_HOST_DEVICE constexpr std::array<std::uint32_t, 4> philox4x32_10(std::array
     key = {key[0] + weyl0, key[1] + weyl1};
   }
   return counter;
-}
-
-/// A seed for an unseeded random call: distinct per call and per process run.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  // splitmix64's finalizer, so that consecutive calls get unrelated keys
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
 }
 
 /// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
@@ -14614,6 +14603,7 @@ KILN_VARIABLE_WITH_TYPED(>)
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14623,6 +14613,17 @@ KILN_VARIABLE_WITH_TYPED(>)
 
 namespace kiln {
 namespace detail {
+
+/// A seed for an unseeded random call: distinct per call and per process run.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  // splitmix64's finalizer, so that consecutive calls get unrelated keys
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
 
 /// What one uniform draw makes: a checked shape, dtype and bounds.
 struct uniform_spec {

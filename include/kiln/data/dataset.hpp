@@ -36,6 +36,7 @@
 #include "kiln/ops/factories.hpp"
 #include "kiln/ops/shape_ops.hpp"
 #include "kiln/trace/control_flow.hpp"
+#include "kiln/trace/random.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 

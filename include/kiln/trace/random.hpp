@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +26,17 @@
 
 namespace kiln {
 namespace detail {
+
+/// A seed for an unseeded random call: distinct per call and per process run.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  // splitmix64's finalizer, so that consecutive calls get unrelated keys
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
 
 /// What one uniform draw makes: a checked shape, dtype and bounds.
 struct uniform_spec {
