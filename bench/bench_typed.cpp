@@ -2,7 +2,8 @@
 /// The compile-time tier (kiln::function called with kiln::fixed arguments) against
 /// hand-written loops, Eigen's fixed-size matrices and kiln's runtime tier, in the
 /// cases its issue sets targets for: a call of `x * x + 2` on a scalar (`fixed_x2`),
-/// 50 elementwise ops on 10 floats (`fixed_ops50`), a dense layer
+/// 50 elementwise ops on 10 floats (`fixed_ops50` with ten tanh among them,
+/// `fixed_arith50` arithmetic only), a dense layer
 /// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), the seeds' `power(x, 100)` as
 /// 100 matmuls of 10x10 int32 (`fixed_power`) and the chain
 /// `tanh(x * 0.5 + 1) * x - 0.25` on 2^20 floats (`fixed_chain_1M`). Peers named
@@ -10,6 +11,7 @@
 
 #include "bench_support.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -44,81 +46,105 @@ void register_x2() {
 }
 
 // ---- 50 elementwise ops on 10 floats --------------------------------------------------
+// Ten rounds of five ops, in two mixes: `tanh_round`, whose time is mostly its ten
+// tanh, and `arithmetic_round`, whose time is mostly what a call itself costs.
 
-constexpr int rounds = 10;  // of five ops: x = maximum(tanh(x * scale + y) - shift, y)
+constexpr int rounds = 10;
 constexpr float scale_of(int i) { return 0.9f - 0.02f * float(i); }
 constexpr float shift_of(int i) { return 0.1f + 0.01f * float(i); }
 
+/// x = maximum(tanh(x * scale + y) - shift, y)
+struct tanh_round {
+  template <class X, class Y>
+  static auto apply(const X& x, const Y& y, int i) {
+    return kiln::maximum(kiln::tanh(x * scale_of(i) + y) - shift_of(i), y);
+  }
+  static float hand(float x, float y, int i) { return std::max(std::tanh(x * scale_of(i) + y) - shift_of(i), y); }
+};
+
+/// x = maximum(x * scale + y - shift, y * 0.5)
+struct arithmetic_round {
+  template <class X, class Y>
+  static auto apply(const X& x, const Y& y, int i) {
+    return kiln::maximum(x * scale_of(i) + y - shift_of(i), y * 0.5f);
+  }
+  static float hand(float x, float y, int i) { return std::max(x * scale_of(i) + y - shift_of(i), y * 0.5f); }
+};
+
 /// The rounds as one expression: round `I` applied to the expression of the ones
 /// before, so a typed trace is one fused loop.
-template <int I = 0, class X, class Y>
+template <class Round, int I = 0, class X, class Y>
 auto fused_rounds(const X& x, const Y& y) {
   if constexpr (I == rounds)
     return x;
   else
-    return fused_rounds<I + 1>(kiln::maximum(kiln::tanh(x * scale_of(I) + y) - shift_of(I), y), y);
+    return fused_rounds<Round, I + 1>(Round::apply(x, y, I), y);
 }
 
 /// The rounds as a C++ loop that rebinds `x`, as the runtime tier's benchmark writes
 /// them: a typed trace evaluates at each assignment.
-template <class X, class Y>
+template <class Round, class X, class Y>
 X looped_rounds(X x, const Y& y) {
-  for (int i = 0; i < rounds; ++i) x = kiln::maximum(kiln::tanh(x * scale_of(i) + y) - shift_of(i), y);
+  for (int i = 0; i < rounds; ++i) x = Round::apply(x, y, i);
   return x;
 }
 
 using ten = kiln::fixed<float, 10>;
 
-struct ops50_inputs {
+template <class Round>
+struct rounds_inputs {
   ten x, y;
   std::vector<float> expected;
-  ops50_inputs() {
+  rounds_inputs() {
     fill_pattern(x.data(), 10, 3);
     fill_pattern(y.data(), 10, 4);
-    expected = looped_rounds(kiln::tensor(x), kiln::tensor(y)).to_vector<float>();
+    expected = looped_rounds<Round>(kiln::tensor(x), kiln::tensor(y)).template to_vector<float>();
   }
-  static const ops50_inputs& get() {
-    static const ops50_inputs inputs;
+  static const rounds_inputs& get() {
+    static const rounds_inputs inputs;
     return inputs;
   }
 };
 
-void hand_ops50(const float* x, const float* y, float* out) {
+template <class Round>
+void hand_rounds(const float* x, const float* y, float* out) {
   for (int e = 0; e < 10; ++e) {
     float v = x[e];
-    for (int i = 0; i < rounds; ++i) v = std::max(std::tanh(v * scale_of(i) + y[e]) - shift_of(i), y[e]);
+    for (int i = 0; i < rounds; ++i) v = Round::hand(v, y[e], i);
     out[e] = v;
   }
 }
 
-void register_ops50() {
-  register_case("fixed_ops50", "kiln_fixed", 1, [](benchmark::State& state) {
-    const auto& in = ops50_inputs::get();
-    kiln::function f([](const auto& x, const auto& y) { return fused_rounds(x, y); });
+template <class Round>
+void register_rounds(const char* name) {
+  using inputs = rounds_inputs<Round>;
+  register_case(name, "kiln_fixed", 1, [](benchmark::State& state) {
+    const auto& in = inputs::get();
+    kiln::function f([](const auto& x, const auto& y) { return fused_rounds<Round>(x, y); });
     if (!check_close(state, in.expected.data(), f(in.x, in.y).data(), 10)) return;
     for (auto _ : state) benchmark::DoNotOptimize(f(in.x, in.y));
   })->Unit(benchmark::kNanosecond);
-  register_case("fixed_ops50", "kiln_fixed_rebound", 1, [](benchmark::State& state) {
-    const auto& in = ops50_inputs::get();
-    kiln::function f([](auto x, const auto& y) { return looped_rounds(x, y); });
+  register_case(name, "kiln_fixed_rebound", 1, [](benchmark::State& state) {
+    const auto& in = inputs::get();
+    kiln::function f([](auto x, const auto& y) { return looped_rounds<Round>(x, y); });
     if (!check_close(state, in.expected.data(), f(in.x, in.y).data(), 10)) return;
     for (auto _ : state) benchmark::DoNotOptimize(f(in.x, in.y));
   })->Unit(benchmark::kNanosecond);
-  register_case("fixed_ops50", "kiln", 1, [](benchmark::State& state) {
+  register_case(name, "kiln", 1, [](benchmark::State& state) {
     kiln::config::set_num_threads(1);
-    const auto& in = ops50_inputs::get();
-    kiln::function f([](const kiln::tensor& x, const kiln::tensor& y) { return looped_rounds(x, y); });
+    const auto& in = inputs::get();
+    kiln::function f([](const kiln::tensor& x, const kiln::tensor& y) { return looped_rounds<Round>(x, y); });
     const kiln::tensor x(in.x), y(in.y);
-    if (!check_close(state, in.expected.data(), f(x, y).to_vector<float>().data(), 10)) return;
+    if (!check_close(state, in.expected.data(), f(x, y).template to_vector<float>().data(), 10)) return;
     for (auto _ : state) benchmark::DoNotOptimize(f(x, y));
   })->Unit(benchmark::kNanosecond);
-  register_case("fixed_ops50", "hand_plain", 1, [](benchmark::State& state) {
-    const auto& in = ops50_inputs::get();
+  register_case(name, "hand_plain", 1, [](benchmark::State& state) {
+    const auto& in = inputs::get();
     std::array<float, 10> out{};
-    hand_ops50(in.x.data(), in.y.data(), out.data());
+    hand_rounds<Round>(in.x.data(), in.y.data(), out.data());
     if (!check_close(state, in.expected.data(), out.data(), 10)) return;
     for (auto _ : state) {
-      hand_ops50(in.x.data(), in.y.data(), out.data());
+      hand_rounds<Round>(in.x.data(), in.y.data(), out.data());
       benchmark::DoNotOptimize(out);
     }
   })->Unit(benchmark::kNanosecond);
@@ -337,7 +363,8 @@ void register_chain_1m() {
 
 const bool registered = [] {
   register_x2();
-  register_ops50();
+  register_rounds<tanh_round>("fixed_ops50");
+  register_rounds<arithmetic_round>("fixed_arith50");
   register_dense();
   register_power();
   register_chain_1m();

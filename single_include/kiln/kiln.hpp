@@ -594,6 +594,17 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
       const_cast<std::remove_const_t<Fn>*>(std::addressof(fn)));
 }
 
+/// parallel_for, or with `Serial` (a range known at compile time to be no longer than
+/// the grain) the one call parallel_for would make, without the thread pool compiled in.
+template <bool Serial, class F>
+void ranges_for(std::int64_t n, std::int64_t grain, F&& fn) {
+  if constexpr (Serial) {
+    if (n > 0) fn(std::int64_t(0), n);
+  } else {
+    parallel_for(n, grain, fn);
+  }
+}
+
 }  // namespace detail
 
 namespace config {
@@ -3119,11 +3130,15 @@ KILN_HOST_DEVICE constexpr std::array<std::uint32_t, 4> philox4x32_10(std::array
   return counter;
 }
 
+/// Elements per parallel task of uniform_fill.
+inline constexpr std::int64_t uniform_fill_grain = 1 << 14;
+
 /// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
 /// element i takes words of block i / per_block (one word per 32-bit element, two
 /// per 64-bit one) of stream `stream`, so each element depends only on the seed, the
 /// stream and its index. A stateful random op takes the next stream at every draw.
-template <class T>
+/// `Serial` says n is at most uniform_fill_grain (known at compile time).
+template <bool Serial = false, class T>
 void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, T lo, T hi) {
   constexpr int per_block = sizeof(T) == 4 ? 4 : 2;
   const std::array<std::uint32_t, 2> key{std::uint32_t(seed), std::uint32_t(seed >> 32)};
@@ -3150,7 +3165,7 @@ void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stre
       return v < hi ? v : std::nextafter(hi, lo);  // rounding may reach hi, which is excluded
     }
   };
-  parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+  ranges_for<Serial>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t block = begin / per_block; block * per_block < end; ++block) {
       auto words = philox4x32_10(
           {std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), std::uint32_t(stream), std::uint32_t(stream >> 32)},
@@ -3644,6 +3659,13 @@ struct slice {
     for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
     return {out};
   }
+  /// The first dim of `s` that begin and size do not fit (begin in [0, dim], size -1
+  /// or in [0, dim - begin]), or -1 when they fit every dim.
+  constexpr int first_unfit_dim(const kiln::shape& s) const {
+    for (int d = 0; d < s.rank(); ++d)
+      if (begin[d] < 0 || begin[d] > s[d] || size[d] < -1 || size[d] > s[d] - begin[d]) return d;
+    return -1;
+  }
   std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
   constexpr bool operator==(const slice&) const = default;
 };
@@ -3688,52 +3710,49 @@ inline void check_values(const index& op, std::span<const tensor* const> in) {
 /// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
 inline void check_values(const slice& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
-  for (int d = 0; d < s.rank(); ++d) {
-    std::string problem;
-    if (op.begin[d] < 0 || op.begin[d] > s[d])
-      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
-                std::to_string(s[d]) + "]";
-    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
-      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
+  const int d = op.first_unfit_dim(s);
+  if (d < 0) return;
+  const std::string problem =
+      op.begin[d] < 0 || op.begin[d] > s[d]
+          ? "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " + std::to_string(s[d]) + "]"
+          : "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
                 std::to_string(s[d] - op.begin[d]) + "]";
-    if (!problem.empty())
-      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
-                                   problem);
-  }
+  throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " + problem);
 }
 
-/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
+/// Raises kiln::invalid_argument_error, as TensorFlow's CPU kernel, when one of the
+/// indices at `p` (of shape `indices`) is outside [0, dim) for `axis` of shape `x`.
+template <class I>
+void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, const shape& x) {
+  const std::int64_t dim = x[normalize_axis(axis, x.rank())];
+  std::int64_t k = 0;
+  const std::int64_t n = indices.num_elements();
+  while (k < n && p[k] >= 0 && p[k] < dim) ++k;
+  if (k == n) return;
+  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
+  for (std::int64_t d = indices.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % indices[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= indices[int(d)];
+  }
+  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(p[k]) + " is not in [0, " +
+                               std::to_string(dim) + ") for axis " + std::to_string(axis) + " of shape " + x.str());
+}
+
+/// `gather` needs every index in [0, dim) for the gathered dim.
 inline void check_values(const gather& op, std::span<const tensor* const> in) {
   const tensor &x = *in[0], &indices = *in[1];
-  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
-  if (indices.size() == 0) return;
-  struct bad_index {
-    std::int64_t position = -1, value = 0;
-  };
-  auto first_bad = [&]<class T>(std::type_identity<T>) {
-    std::vector<T> copied;
-    const T* p = nullptr;
+  auto check = [&]<class T>(std::type_identity<T>) {
     if (indices.device() == device::cpu) {
-      p = indices.data<T>();
+      check_gather_indices(indices.data<T>(), indices.shape(), op.axis, x.shape());
     } else {
-      copied = indices.to_vector<T>();
-      p = copied.data();
+      const std::vector<T> copied = indices.to_vector<T>();
+      check_gather_indices(copied.data(), indices.shape(), op.axis, x.shape());
     }
-    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
-      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
-    return bad_index{};
   };
-  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
-                                                 : first_bad(std::type_identity<std::int32_t>{});
-  if (bad.position < 0) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
-    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices.shape()[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
-                               x.shape().str());
+  if (indices.dtype() == int64)
+    check(std::type_identity<std::int64_t>{});
+  else
+    check(std::type_identity<std::int32_t>{});
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
@@ -4027,6 +4046,9 @@ struct conv2d {
 }  // namespace kiln::ops
 
 namespace kiln {
+
+/// Padding of a convolution: `kiln::padding::valid` or `kiln::padding::same`.
+using ops::padding;
 
 /// Matrix product over the last two dims; leading dims are batch dims and broadcast.
 /// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
@@ -5067,38 +5089,46 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
-/// joins neighbours. `P` is trivially copyable.
-template <class P, class Leaf, class Combine>
+/// joins neighbours. `P` is trivially copyable. With `OneLeaf` the caller knows at
+/// compile time that there is one leaf, and no tree is compiled.
+template <class P, bool OneLeaf = false, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
   static_assert(std::is_trivially_copyable_v<P>);
-  if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
-  struct steps_context {
-    const Leaf& leaf;
-    const Combine& combine;
-  } context{leaf, combine};
-  const tree_steps s{
-      &context,
-      [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
-      [](const void* c, std::byte* left, const std::byte* right) {
-        P& l = *std::launder(reinterpret_cast<P*>(left));
-        l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
-      },
-      sizeof(P)};
-  P result;
-  if (parallel) {
-    pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+  if constexpr (OneLeaf) {
+    return leaf(0);
   } else {
-    const auto scratch = tree_scratch(s, leaves);
-    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+    if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
+    struct steps_context {
+      const Leaf& leaf;
+      const Combine& combine;
+    } context{leaf, combine};
+    const tree_steps s{
+        &context,
+        [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
+        [](const void* c, std::byte* left, const std::byte* right) {
+          P& l = *std::launder(reinterpret_cast<P*>(left));
+          l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
+        },
+        sizeof(P)};
+    P result;
+    if (parallel) {
+      pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+    } else {
+      const auto scratch = tree_scratch(s, leaves);
+      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+    }
+    return result;
   }
-  return result;
 }
 
 /// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
-/// many units are spread over the threads, a few large ones are split inside.
-template <class F>
+/// many units are spread over the threads, a few large ones are split inside. With
+/// `Serial`, all on the calling thread.
+template <bool Serial = false, class F>
 void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
-  if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
+  if constexpr (Serial) {
+    for (std::int64_t u = 0; u < units; ++u) task(u, false);
+  } else if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
     kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
@@ -5206,18 +5236,18 @@ typename R::partial contiguous_leaf(const T* p, std::int64_t n, std::int64_t fir
     return row_leaf<R>(p, n);
 }
 
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
   using P = typename R::partial;
   const std::int64_t leaves = (n + reduction_leaf - 1) / reduction_leaf;
   auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
-  for_each_unit(rows, n, [&](std::int64_t row, bool parallel) {
+  for_each_unit<Small>(rows, n, [&](std::int64_t row, bool parallel) {
     const T* p = x + row * n;
     auto leaf = [&](std::int64_t b) {
       const std::int64_t lo = b * reduction_leaf;
       return contiguous_leaf<R>(p + lo, std::min(reduction_leaf, n - lo), lo);
     };
-    out[row] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+    out[row] = finish<R>(tree<P, Small>(leaves, parallel, leaf, combine));
   });
 }
 
@@ -5270,7 +5300,7 @@ void column_chunk_leaf(const T* p, std::int64_t stride, std::int64_t r0, std::in
 /// Reduces `rows` rows (`stride` elements apart) of `vectors` (at most NB x Chunks)
 /// vectors of columns starting at `p`, and writes their results to `out`: a
 /// pairwise tree over leaves of rows, each leaf a chunk of registers at a time.
-template <class R, class V, int NB, int Chunks, class T, class Out>
+template <class R, class V, int NB, int Chunks, bool Small, class T, class Out>
 void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors, bool parallel, Out* out) {
   using P = std::array<typename R::partial, NB * Chunks * lanes_of<V>>;
   const int used = vectors * lanes_of<V>;
@@ -5287,36 +5317,36 @@ void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors
     for (int j = 0; j < used; ++j) c[j] = R::combine(a[j], b[j]);
     return c;
   };
-  const P result = tree<P>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
+  const P result = tree<P, Small>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
   for (int j = 0; j < used; ++j) out[j] = finish<R>(result[j]);
 }
 
 /// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
 /// tiles of batches of columns, then one tile of the last few columns one by one.
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
   using B = xsimd::batch<T>;
   constexpr int w = int(B::size), tile = column_chunk * column_chunks;
   const std::int64_t batches = inner / w, batch_tiles = (batches + tile - 1) / tile;
   const int rest = int(inner % w);
   const std::int64_t tiles = batch_tiles + (rest > 0);
-  for_each_unit(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
+  for_each_unit<Small>(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
     const std::int64_t o = unit / tiles, t = unit % tiles, column = t < batch_tiles ? t * tile * w : batches * w;
     const T* p = x + o * rows * inner + column;
     Out* dst = out + o * inner + column;
     if (t < batch_tiles)
-      reduce_tile<R, B, column_chunk, column_chunks>(p, inner, rows, int(std::min<std::int64_t>(tile, batches - t * tile)),
-                                                     parallel, dst);
+      reduce_tile<R, B, column_chunk, column_chunks, Small>(p, inner, rows,
+                                                            int(std::min<std::int64_t>(tile, batches - t * tile)), parallel, dst);
     else
-      reduce_tile<R, T, w, 1>(p, inner, rows, rest, parallel, dst);
+      reduce_tile<R, T, w, 1, Small>(p, inner, rows, rest, parallel, dst);
   });
 }
 
 /// Reduces rows shorter than a batch one element at a time: a row is too short for
 /// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
-  kiln::detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::ranges_for<Small>(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
   });
 }
@@ -5403,20 +5433,20 @@ struct reduction_layout {
   }
 };
 
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
   using P = typename R::partial;
   const strided_dims kept = layout.dims(false), walk = layout.dims(true);
   const std::int64_t leaves = (count + reduction_leaf - 1) / reduction_leaf;
   auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
-  for_each_unit(outputs, count, [&](std::int64_t o, bool parallel) {
+  for_each_unit<Small>(outputs, count, [&](std::int64_t o, bool parallel) {
     std::array<std::int64_t, max_rank> idx{};
     const T* base = x + kept.offset(o, idx);
     auto leaf = [&](std::int64_t b) {
       const std::int64_t k0 = b * reduction_leaf;
       return strided_leaf<R>(base, walk, k0, std::min(count, k0 + reduction_leaf));
     };
-    out[o] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+    out[o] = finish<R>(tree<P, Small>(leaves, parallel, leaf, combine));
   });
 }
 
@@ -5448,13 +5478,21 @@ constexpr reduction_plan plan_reduction(const reduction_layout& layout, std::int
   return plan;
 }
 
+/// Whether a reduction of `elements` elements in all, `count` per output, planned as
+/// `plan`, is below the parallel grain with one leaf per output: it then runs on the
+/// calling thread without a tree, as the general path would run it.
+constexpr bool one_small_task(const reduction_plan& plan, std::int64_t elements, std::int64_t count) {
+  return elements <= reduction_grain && count <= (plan.kind == reduction_plan::columns ? column_leaf_rows : reduction_leaf);
+}
+
 /// Runs plan `plan`, of kind `K`: the compile-time tier, which knows its plan at
-/// compile time, instantiates one kernel; `reduce` dispatches at run time.
-template <reduction_plan::kind_t K, class R, class T, class Out>
+/// compile time, instantiates one kernel, and with `Small` (one_small_task) neither
+/// the tree nor the thread pool; `reduce` dispatches at run time.
+template <reduction_plan::kind_t K, class R, bool Small = false, class T, class Out>
 void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
                     std::int64_t count) {
   if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
-    kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    kiln::detail::ranges_for<Small>(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
           out[i] = 0;
@@ -5463,13 +5501,13 @@ void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const 
       }
     });
   } else if constexpr (K == reduction_plan::strided) {
-    reduce_strided<R>(x, out, layout, outputs, count);
+    reduce_strided<R, Small>(x, out, layout, outputs, count);
   } else if constexpr (K == reduction_plan::columns) {
-    reduce_columns<R>(x, out, plan.outer, count, plan.inner);
+    reduce_columns<R, Small>(x, out, plan.outer, count, plan.inner);
   } else if constexpr (K == reduction_plan::short_rows) {
-    reduce_short_rows<R>(x, out, plan.outer, count);
+    reduce_short_rows<R, Small>(x, out, plan.outer, count);
   } else {
-    reduce_rows<R>(x, out, plan.outer, count);
+    reduce_rows<R, Small>(x, out, plan.outer, count);
   }
 }
 
@@ -5488,9 +5526,9 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
 }
 
 /// Turns `outputs` sums of `count` elements each, at `out`, into means.
-template <class T>
+template <bool Small = false, class T>
 void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
-  kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::ranges_for<Small>(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
   });
 }
@@ -8019,7 +8057,7 @@ class fixed {
       throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
                                    std::to_string(minval));
     fixed x(typed::uninitialized);
-    detail::uniform_fill(x.data(), size, seed, 0, minval, maxval);
+    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
     return x;
   }
 
@@ -9243,8 +9281,9 @@ auto reduce(const X& x) {
           constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
           constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
           constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
-          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
-          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means(out, OutD::size, count);
+          constexpr bool small = cpu::one_small_task(plan, D::size, count);
+          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>, small>(in, out, layout, plan, OutD::size, count);
+          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means<small>(out, OutD::size, count);
         },
         x);
   }
@@ -9347,11 +9386,159 @@ auto transpose(const X& x) {
 
 namespace typed {
 
-/// `Op` (concat or stack) along `Axis`, for op_rule.
+/// A list of integers given as a template argument (`std::array{1, 0}`) as an int_list.
+template <auto List>
+constexpr int_list int_list_of() {
+  int_list l;
+  for (auto v : List) l.push_back(std::int64_t(v));
+  return l;
+}
+
+/// `Op` (concat, stack or gather) along `Axis`, for op_rule.
 template <class Op, std::int64_t Axis>
 struct made_along {
   static constexpr Op op{Axis};
 };
+
+/// `ops::slice` of `Begin` and `Size`, for op_rule.
+template <auto Begin, auto Size>
+struct made_slice {
+  static constexpr ops::slice op{int_list_of<Begin>(), int_list_of<Size>()};
+};
+
+/// Copies the block of `OutD` that starts at row-major offset `base` of an input of
+/// dims `D` (a slice).
+template <class D, class OutD, std::int64_t Base, class T>
+void copy_block(T* KILN_RESTRICT out, const T* KILN_RESTRICT in) {
+  constexpr auto strides = row_major_strides(D::shape());
+  constexpr std::int64_t row = OutD::rank == 0 ? 1 : OutD::values[std::size_t(OutD::rank - 1)];
+  std::array<std::int64_t, max_rank> index{};  // the output's multi-index, but for its last dim
+  for (std::int64_t i = 0; i < OutD::size; i += row) {
+    std::int64_t from = Base;
+    for (int d = 0; d + 1 < OutD::rank; ++d) from += index[std::size_t(d)] * strides[std::size_t(d)];
+    std::copy_n(in + from, row, out + i);
+    for (int d = OutD::rank - 2; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
+      index[std::size_t(d)] = 0;
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::slice<std::array{1, 0}, std::array{2, -1}>(x)` on a typed operand: the block
+/// of `Size[d]` elements from `Begin[d]` along every dim d (-1: to the end of it);
+/// that it lies within `x` is checked at compile time.
+template <auto Begin, auto Size, typed::operand X>
+auto slice(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using made = typed::made_slice<Begin, Size>;
+  using rule = typed::op_rule<made, std::remove_cvref_t<X>>;
+  static_assert(rule::shapes.ok(), "kiln::slice: begin and size must have one entry per dim");
+  static_assert(!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) < 0,
+                "kiln::slice: begin and size must lie within the operand's dims");
+  if constexpr (!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) >= 0) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr std::int64_t base = [] {
+      const auto strides = row_major_strides(D::shape());
+      std::int64_t b = 0;
+      for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
+      return b;
+    }();
+    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+  }
+}
+
+/// `kiln::gather<Axis>(x, indices)` on typed operands: the slices of `x` along `Axis`
+/// at `indices` (int32 or int64, any dims; their values are checked when it runs,
+/// raising kiln::invalid_argument_error as the runtime tier does).
+template <std::int64_t Axis = 0, typed::operand X, typed::operand I>
+auto gather(const X& x, const I& indices) {
+  using T = typename typed::element_of<X>::type;
+  using Index = typename typed::element_of<I>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using ID = typename std::remove_cvref_t<I>::dims_type;
+  using rule = typed::op_rule<typed::made_along<ops::gather, Axis>, std::remove_cvref_t<X>, std::remove_cvref_t<I>>;
+  static_assert(rule::dtypes.ok(), "kiln::gather: the indices must be int32 or int64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::gather: the axis must be one of the operand's dims");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr int axis = ops::normalize_axis(Axis, D::rank);
+    constexpr auto product = [](int from, int to) {
+      std::int64_t p = 1;
+      for (int d = from; d < to; ++d) p *= D::values[std::size_t(d)];
+      return p;
+    };
+    constexpr std::int64_t outer = product(0, axis), n = D::values[std::size_t(axis)], inner = product(axis + 1, D::rank),
+                           m = ID::size;
+    return typed::apply_kernel<T, OutD>(
+        [](T* out, const T* in, const Index* index) {
+          ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
+          for (std::int64_t o = 0; o < outer; ++o)
+            for (std::int64_t j = 0; j < m; ++j) out = std::copy_n(in + (o * n + std::int64_t(index[j])) * inner, inner, out);
+        },
+        x, indices);
+  }
+}
+
+namespace typed {
+/// `ops::conv2d` with its strides and padding, for op_rule.
+template <ops::padding Pad, std::int64_t StrideH, std::int64_t StrideW>
+struct made_conv2d {
+  static constexpr ops::conv2d op{StrideH, StrideW, Pad};
+};
+}  // namespace typed
+
+/// `kiln::conv2d<kiln::padding::same, 2>(x, filters)` on typed operands: the 2-D
+/// convolution of an NHWC input with HWIO filters, strides `StrideH` and `StrideW`,
+/// shapes checked at compile time. It runs the runtime tier's CPU kernel, so it
+/// gives its values.
+template <ops::padding Pad = ops::padding::valid, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH,
+          typed::operand X, typed::operand F>
+auto conv2d(const X& x, const F& filters) {
+  using rule = typed::op_rule<typed::made_conv2d<Pad, StrideH, StrideW>, std::remove_cvref_t<X>, std::remove_cvref_t<F>>;
+  static_assert(rule::dtypes.ok(), "kiln::conv2d: the input and filters must have one numeric element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::conv2d: the input (NHWC) and filters (HWIO) do not fit (ranks, channels or VALID sizes)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using T = typename typed::element_of<X>::type;
+    using XD = typename std::remove_cvref_t<X>::dims_type;
+    using FD = typename std::remove_cvref_t<F>::dims_type;
+    using OutD = typed::dims_from<rule>;
+    return typed::apply_kernel<T, OutD>(
+        [](T* out, const T* in, const T* f) {
+          constexpr auto& xs = XD::values;
+          constexpr auto& fs = FD::values;
+          constexpr std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], StrideH, Pad).pad_before;
+          constexpr std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], StrideW, Pad).pad_before;
+          backend::cpu::conv2d<T>(in, xs[0], xs[1], xs[2], xs[3], f, fs[0], fs[1], fs[3], StrideH, StrideW, pad_h, pad_w, out,
+                                  OutD::values[1], OutD::values[2]);
+        },
+        x, filters);
+  }
+}
+
+/// The typed spellings of slice, gather and conv2d on kiln::tensors, so that one
+/// generic callable serves both tiers.
+template <auto Begin, auto Size>
+tensor slice(const tensor& x) {
+  return slice(x, typed::int_list_of<Begin>(), typed::int_list_of<Size>());
+}
+template <std::int64_t Axis>
+tensor gather(const tensor& x, const tensor& indices) {
+  return gather(x, indices, Axis);
+}
+template <ops::padding Pad, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH>
+tensor conv2d(const tensor& x, const tensor& filters) {
+  return conv2d(x, filters, int_list{StrideH, StrideW}, Pad == ops::padding::valid ? "VALID" : "SAME");
+}
+
+namespace typed {
 
 /// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
 /// operand k in turn (concat and stack differ only in their chunks).
@@ -14257,6 +14444,32 @@ template <class P>
 inline constexpr bool bool_scalar =
     std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
 
+/// What a typed loop body returns to stop early (kiln::break_if): the condition, and
+/// the values to go on with.
+template <class P, class Tuple>
+struct break_result {
+  P stop;
+  Tuple next;
+};
+template <class R>
+struct is_break : std::false_type {};
+template <class P, class Tuple>
+struct is_break<break_result<P, Tuple>> : std::true_type {};
+/// Whether a body's result stops on a symbolic condition.
+template <class R>
+inline constexpr bool stops_lazily = false;
+template <class P, class Tuple>
+inline constexpr bool stops_lazily<break_result<P, Tuple>> = lazy<P>;
+
+/// A loop body's next values as a tuple, with or without kiln::break_if.
+template <class R>
+auto next_values(R&& r) {
+  if constexpr (is_break<std::remove_cvref_t<R>>::value)
+    return as_tuple(std::forward<R>(r).next);
+  else
+    return as_tuple(std::forward<R>(r));
+}
+
 inline void run_steps(const std::vector<step>& steps, frame f) {
   for (const step& s : steps) s.run(s.data.get(), f);
 }
@@ -14290,14 +14503,15 @@ struct cond_step {
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
-/// iteration ending with the copies of next values into the loop variables.
+/// iteration ending with the copies of next values into the loop variables, unless
+/// slot `stop` (kiln::break_if's condition, when the body has one) holds.
 struct loop_step {
   struct copy {
     int from, to;
     std::size_t bytes;
   };
   std::vector<step> cond_steps, body_steps;
-  int pred = -1;
+  int pred = -1, stop = -1;
   std::vector<copy> copies;
   static void run(const void* data, frame f) {
     const auto& l = *static_cast<const loop_step*>(data);
@@ -14305,6 +14519,7 @@ struct loop_step {
       run_steps(l.cond_steps, f);
       if (!*static_cast<const bool*>(f[l.pred])) return;
       run_steps(l.body_steps, f);
+      if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
       for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
     }
   }
@@ -14323,7 +14538,9 @@ template <bool ForRange, class Cond, class Body, class... Vars>
 auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
   using var_values = std::tuple<value_of<Vars>...>;
   using pred_t = std::invoke_result_t<Cond&, const value_of<Vars>&...>;
-  using next_t = decltype(as_tuple(std::declval<std::invoke_result_t<Body&, const value_of<Vars>&...>>()));
+  using body_t = std::invoke_result_t<Body&, const value_of<Vars>&...>;
+  using next_t = decltype(next_values(std::declval<body_t>()));
+  constexpr bool breaks = is_break<body_t>::value;
   static_assert(bool_scalar<pred_t>, "kiln::while_loop: the condition must give a bool scalar");
   if constexpr (ForRange)
     static_assert(same_values<var_values, next_t>::value,
@@ -14333,17 +14550,25 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
                   "kiln::while_loop: the body must give each loop variable its element type and dims");
   if constexpr (!bool_scalar<pred_t> || !same_values<var_values, next_t>::value) {
     return rule_error{};
-  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value) {
+  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value && !stops_lazily<body_t>) {
     // `fixed` values, and a condition and body that read no symbolic value: now.
     var_values v{vars...};
-    while (std::apply(cond_fn, v).data()[0]) v = var_values(as_tuple(std::apply(body_fn, v)));
+    while (std::apply(cond_fn, v).data()[0]) {
+      auto r = std::apply(body_fn, v);
+      if constexpr (breaks) {
+        if (r.stop.data()[0]) break;
+      }
+      v = var_values(next_values(std::move(r)));
+    }
     return unwrap(std::move(v));
   } else {
     std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
     auto data = std::make_shared<loop_step>();
     trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
     trace_into(data->body_steps, [&] {
-      const auto next = as_tuple(std::apply(body_fn, loop_vars));
+      auto r = std::apply(body_fn, loop_vars);
+      if constexpr (breaks) data->stop = slot_of(r.stop);
+      const auto next = next_values(std::move(r));
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
                                  sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
@@ -14390,6 +14615,16 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
   }
 }
 
+/// kiln::break_if on a typed bool scalar, ending the body of a typed while_loop or
+/// for_range: when `pred` holds the loop stops, keeping the values this iteration
+/// started with; otherwise it goes on with `next...`.
+/// \code auto i = kiln::while_loop([](const auto& i) { return i < 10; }, [](const auto& i) { return kiln::break_if(i == 3, i + 1); }, kiln::fixed<int>(0)); \endcode
+template <typed::operand P, class... Next>
+auto break_if(const P& pred, const Next&... next) {
+  static_assert(typed::bool_scalar<P>, "kiln::break_if: the condition must be a bool scalar");
+  return typed::break_result<P, std::tuple<Next...>>{pred, std::tuple<Next...>(next...)};
+}
+
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
 /// trace the condition and the body are traced once, and the body must give each
 /// variable its element type and dims (checked at compile time).
@@ -14410,7 +14645,12 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
   const std::int32_t n = std::int32_t(limit);
   auto cond_fn = [n](const auto& i, const auto&...) { return i < n; };
   auto body = [&body_fn](const auto& i, const auto&... v) {
-    return std::tuple_cat(std::tuple(i + 1), typed::as_tuple(body_fn(i, v...)));
+    auto r = body_fn(i, v...);
+    auto next = std::tuple_cat(std::tuple(i + 1), typed::next_values(std::move(r)));
+    if constexpr (typed::is_break<decltype(r)>::value)
+      return typed::break_result<decltype(r.stop), decltype(next)>{r.stop, std::move(next)};
+    else
+      return next;
   };
   auto out = typed::as_tuple(typed::loop<true>(cond_fn, body, fixed<std::int32_t>(0), vars...));
   return typed::unwrap(std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out)));
@@ -14559,6 +14799,93 @@ void print(const Args&... args) {
       }(args),
       ...);
   typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+}
+
+namespace typed {
+
+/// Whether `R` is what a typed host callback may return: nothing, a `fixed`, or a
+/// std::tuple of them.
+template <class R>
+inline constexpr bool callback_result = std::is_void_v<R> || fixed_value<R>;
+template <class... R>
+inline constexpr bool callback_result<std::tuple<R...>> = (fixed_value<R> && ...);
+
+/// How many values a callback's result `R` holds.
+template <class R>
+inline constexpr std::size_t result_count = 1;
+template <>
+inline constexpr std::size_t result_count<void> = 0;
+template <class... R>
+inline constexpr std::size_t result_count<std::tuple<R...>> = sizeof...(R);
+
+/// A `fixed` of type `V` holding a copy of the value at `p`.
+template <class V>
+V copy_of(const void* p) {
+  V v(uninitialized);
+  std::memcpy(v.data(), p, sizeof(typename V::value_type) * std::size_t(V::size));
+  return v;
+}
+
+/// A host callback step: `fn` on copies of the slots `in` as `fixed` values, its
+/// results written to the slots `out`.
+template <class F, class R, class... In>
+struct callback_step {
+  static constexpr std::size_t results = result_count<R>;
+  mutable F fn;  // a callback may keep state of its own, as a C++ function may
+  std::array<int, sizeof...(In)> in;
+  std::array<int, results> out;
+  static void run(const void* data, frame f) {
+    const auto& c = *static_cast<const callback_step*>(data);
+    auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> R { return c.fn(copy_of<In>(f[c.in[I]])...); };
+    if constexpr (results == 0) {
+      call(std::index_sequence_for<In...>());
+    } else {
+      const auto values = as_tuple(call(std::index_sequence_for<In...>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), sizeof(std::get<K>(values).data()[0]) * std::size_t(std::get<K>(values).size)), ...);
+      }(std::make_index_sequence<results>());
+    }
+  }
+};
+
+}  // namespace typed
+
+/// kiln::host_callback on typed values (TensorFlow's tf.py_function): C++ function
+/// `fn` runs at every call of the trace, in program order, on `fixed` copies of the
+/// inputs' values, and returns nothing, a `fixed` or a std::tuple of them, which the
+/// trace goes on with. On `fixed` values outside a function it runs at once.
+/// \code
+/// kiln::function f([&](const auto& x) {
+///   return kiln::host_callback([](const kiln::fixed<float, 3>& v) { return v * 2.f; }, x + 1.f);
+/// });
+/// \endcode
+template <class F, typed::operand... Inputs>
+  requires(sizeof...(Inputs) > 0)
+auto host_callback(F fn, const Inputs&... inputs) {
+  using R = std::invoke_result_t<F&, const typed::value_of<Inputs>&...>;
+  static_assert(typed::callback_result<R>,
+                "kiln::host_callback: on typed values the callback returns nothing, a kiln::fixed or a std::tuple of them");
+  if constexpr (!typed::callback_result<R>) {
+    return typed::rule_error{};
+  } else if constexpr (typed::eager<Inputs...>) {
+    return fn(typed::value_of<Inputs>(inputs)...);
+  } else {
+    using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
+    typed::recorder& r = typed::current_recorder();
+    auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    if constexpr (step_t::results == 0) {
+      r.push({&step_t::run, std::move(data)});
+    } else {
+      using results_t = decltype(typed::as_tuple(std::declval<R>()));
+      auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
+            data->out[K] = r.add_slot(sizeof(typename std::tuple_element_t<K, results_t>::value_type) *
+                                      std::size_t(std::tuple_element_t<K, results_t>::size)))...};
+      }(std::make_index_sequence<step_t::results>());
+      r.push({&step_t::run, std::move(data)});
+      return typed::unwrap(std::move(symbols));
+    }
+  }
 }
 
 // A kiln::variable holds a runtime kiln::tensor; typed values take a fixed_variable.

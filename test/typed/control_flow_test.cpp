@@ -74,6 +74,26 @@ TEST_CASE("typed for_range gives the body an int32 index") {
   REQUIRE(total.item() == 6);
 }
 
+TEST_CASE("typed break_if stops a loop with the values its iteration started with") {
+  const auto stop_at_3 = [](const auto& x) {
+    return kiln::while_loop([](const auto& i) { return i < 10; }, [](const auto& i) { return kiln::break_if(i == 3, i + 1); },
+                            x);
+  };
+  kiln::function f(stop_at_3);
+  REQUIRE(f(fixed<std::int32_t>(0)).item() == 3);
+  REQUIRE(f(fixed<std::int32_t>(5)).item() == 10);  // the condition ends it first
+  REQUIRE(stop_at_3(fixed<std::int32_t>(0)).item() == 3);
+  REQUIRE(f.tracing_count() == 1);
+  // for_range and a condition on a reduction, against the runtime tier.
+  check_both_tiers(
+      [](const auto& x) {
+        return kiln::for_range(
+            10, [](const auto& i, const auto& t) { return kiln::break_if(kiln::reduce_sum(t) > 20.f, t + kiln::cast<float>(i)); },
+            x);
+      },
+      fixed<float, 2>{1.f, 2.f});
+}
+
 TEST_CASE("fixed_variable reads and writes run at every call, in program order") {
   kiln::fixed_variable<float, 3> total;
   kiln::function add_to([&](const auto& x) { return total.assign_add(x); });
@@ -115,4 +135,30 @@ TEST_CASE("kiln::print of typed values prints at every call, inside loops too") 
   kiln::config::set_print_stream(std::cout);
   REQUIRE(out.str() == "x is [1 2 3] and twice [2 4 6]\ni = 0\ni = 1\nx is [4 5 6] and twice [8 10 12]\ni = 0\ni = 1\n");
   REQUIRE(f.tracing_count() == 1);
+}
+
+TEST_CASE("typed host_callback runs its C++ function at every call, in program order") {
+  std::vector<float> seen;
+  kiln::function f([&](const auto& x) {
+    const auto y = kiln::host_callback(
+        [&](const fixed<float, 3>& v) {
+          seen.push_back(v(0));
+          return v * 2.f;
+        },
+        x + 1.f);
+    kiln::host_callback([&](const fixed<float, 3>& v, const fixed<float, 3>& w) { seen.push_back(v(1) + w(1)); }, y, x);
+    const auto [a, b] = kiln::host_callback([](const fixed<float, 3>& v) { return std::tuple(v, kiln::reduce_sum(v)); }, y);
+    return a + b;
+  });
+  const auto x = fixed<float, 3>{1, 2, 3};
+  // y = (x + 1) * 2 = [4 6 8]; the result y + sum(y).
+  for (int call = 0; call < 2; ++call) {
+    const fixed<float, 3> r = f(x);
+    REQUIRE(r(0) == 22.f);
+    REQUIRE(r(2) == 26.f);
+  }
+  REQUIRE(seen == std::vector<float>{2, 8, 2, 8});
+  REQUIRE(f.tracing_count() == 1);
+  // On fixed values outside a function it runs at once.
+  REQUIRE(kiln::host_callback([](const fixed<float, 3>& v) { return v + 1.f; }, x)(2) == 4.f);
 }

@@ -86,3 +86,50 @@ TEST_CASE("typed concat and stack join along a dim, checked at compile time") {
   const auto joined = kiln::concat<1>(a, b);
   STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(joined)>, fixed<float, 2, 4>>);
 }
+
+TEST_CASE("typed slice takes begin and size as template arguments, checked at compile time") {
+  const auto x = random_fixed<fixed<std::int32_t, 3, 4, 5>>(18);
+  check([](const auto& a) { return kiln::slice<std::array{1, 0, 2}, std::array{2, 4, 3}>(a); }, x);
+  check([](const auto& a) { return kiln::slice<std::array{0, 3, 0}, std::array{-1, -1, 1}>(a * 2); }, x);
+  const auto s = kiln::slice<std::array{1, 1, 1}, std::array{1, -1, 2}>(x);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(s)>, fixed<std::int32_t, 1, 3, 2>>);
+  REQUIRE(s(0, 2, 1) == x(1, 3, 2));
+}
+
+TEST_CASE("typed gather takes its axis as a template argument and checks indices when it runs") {
+  const auto x = random_fixed<fixed<double, 4, 3>>(19);
+  const auto rows = fixed<std::int32_t, 2, 2>{3, 0, 1, 1};
+  const auto columns = fixed<std::int64_t, 3>{2, 2, 0};
+  check([](const auto& a, const auto& i) { return kiln::gather(a, i); }, x, rows);
+  check([](const auto& a, const auto& i) { return kiln::gather<1>(a * 2., i); }, x, columns);
+  check([](const auto& a, const auto& i) { return kiln::gather<-1>(a, i); }, x, columns);
+  const auto g = kiln::gather(x, rows);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(g)>, fixed<double, 2, 2, 3>>);
+  REQUIRE(g(0, 0, 1) == x(3, 1));
+  // An index out of range raises the runtime tier's error, eagerly and in a trace.
+  const auto bad = fixed<std::int32_t, 2>{1, 4};
+  std::string expected;
+  try {
+    kiln::gather(tensor(x), tensor(bad));
+  } catch (const invalid_argument_error& e) {
+    expected = e.what();
+  }
+  REQUIRE(expected == "gather: indices[1] = 4 is not in [0, 4) for axis 0 of shape (4, 3)");
+  REQUIRE_THROWS_WITH(kiln::gather(x, bad), expected);
+  kiln::function f([](const auto& a, const auto& i) { return kiln::gather(a, i); });
+  REQUIRE_THROWS_WITH(f(x, bad), expected);
+}
+
+TEST_CASE("typed conv2d takes padding and strides as template arguments and gives the kernel's values") {
+  const auto image = random_fixed<fixed<float, 2, 6, 5, 3>>(20);
+  const auto filters = random_fixed<fixed<float, 3, 2, 3, 4>>(21);
+  check([](const auto& x, const auto& f) { return kiln::conv2d<kiln::padding::valid>(x, f); }, image, filters);
+  check([](const auto& x, const auto& f) { return kiln::conv2d<kiln::padding::same, 2>(x, f); }, image, filters);
+  check([](const auto& x, const auto& f) { return kiln::conv2d<kiln::padding::same, 1, 3>(x * 0.5f, f) + 1.f; }, image,
+        filters);
+  const auto ints = random_fixed<fixed<std::int32_t, 1, 4, 4, 1>>(22);
+  const auto int_filters = random_fixed<fixed<std::int32_t, 2, 2, 1, 2>>(23);
+  check([](const auto& x, const auto& f) { return kiln::conv2d<kiln::padding::valid, 2>(x, f); }, ints, int_filters);
+  const auto y = kiln::conv2d<kiln::padding::same, 2>(image, filters);
+  STATIC_REQUIRE(std::is_same_v<std::remove_const_t<decltype(y)>, fixed<float, 2, 3, 3, 4>>);
+}

@@ -172,6 +172,17 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
       const_cast<std::remove_const_t<Fn>*>(std::addressof(fn)));
 }
 
+/// parallel_for, or with `Serial` (a range known at compile time to be no longer than
+/// the grain) the one call parallel_for would make, without the thread pool compiled in.
+template <bool Serial, class F>
+void ranges_for(std::int64_t n, std::int64_t grain, F&& fn) {
+  if constexpr (Serial) {
+    if (n > 0) fn(std::int64_t(0), n);
+  } else {
+    parallel_for(n, grain, fn);
+  }
+}
+
 }  // namespace detail
 
 namespace config {

@@ -289,11 +289,15 @@ KILN_HOST_DEVICE constexpr std::array<std::uint32_t, 4> philox4x32_10(std::array
   return counter;
 }
 
+/// Elements per parallel task of uniform_fill.
+inline constexpr std::int64_t uniform_fill_grain = 1 << 14;
+
 /// Fills `out[0, n)` with numbers uniform in [lo, hi) from Philox keyed by `seed`:
 /// element i takes words of block i / per_block (one word per 32-bit element, two
 /// per 64-bit one) of stream `stream`, so each element depends only on the seed, the
 /// stream and its index. A stateful random op takes the next stream at every draw.
-template <class T>
+/// `Serial` says n is at most uniform_fill_grain (known at compile time).
+template <bool Serial = false, class T>
 void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, T lo, T hi) {
   constexpr int per_block = sizeof(T) == 4 ? 4 : 2;
   const std::array<std::uint32_t, 2> key{std::uint32_t(seed), std::uint32_t(seed >> 32)};
@@ -320,7 +324,7 @@ void uniform_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stre
       return v < hi ? v : std::nextafter(hi, lo);  // rounding may reach hi, which is excluded
     }
   };
-  parallel_for(n, 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+  ranges_for<Serial>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t block = begin / per_block; block * per_block < end; ++block) {
       auto words = philox4x32_10(
           {std::uint32_t(block), std::uint32_t(std::uint64_t(block) >> 32), std::uint32_t(stream), std::uint32_t(stream >> 32)},

@@ -124,6 +124,9 @@ struct conv2d {
 
 namespace kiln {
 
+/// Padding of a convolution: `kiln::padding::valid` or `kiln::padding::same`.
+using ops::padding;
+
 /// Matrix product over the last two dims; leading dims are batch dims and broadcast.
 /// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
 template <class = void>

@@ -352,6 +352,13 @@ struct slice {
     for (int d = 0; d < begin.size(); ++d) out.push_back(extent(d, s.has_known_rank() ? s[d] : none));
     return {out};
   }
+  /// The first dim of `s` that begin and size do not fit (begin in [0, dim], size -1
+  /// or in [0, dim - begin]), or -1 when they fit every dim.
+  constexpr int first_unfit_dim(const kiln::shape& s) const {
+    for (int d = 0; d < s.rank(); ++d)
+      if (begin[d] < 0 || begin[d] > s[d] || size[d] < -1 || size[d] > s[d] - begin[d]) return d;
+    return -1;
+  }
   std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
   constexpr bool operator==(const slice&) const = default;
 };
@@ -396,52 +403,49 @@ inline void check_values(const index& op, std::span<const tensor* const> in) {
 /// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
 inline void check_values(const slice& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
-  for (int d = 0; d < s.rank(); ++d) {
-    std::string problem;
-    if (op.begin[d] < 0 || op.begin[d] > s[d])
-      problem = "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " +
-                std::to_string(s[d]) + "]";
-    else if (op.size[d] < -1 || op.size[d] > s[d] - op.begin[d])
-      problem = "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
+  const int d = op.first_unfit_dim(s);
+  if (d < 0) return;
+  const std::string problem =
+      op.begin[d] < 0 || op.begin[d] > s[d]
+          ? "begin[" + std::to_string(d) + "] = " + std::to_string(op.begin[d]) + " is not in [0, " + std::to_string(s[d]) + "]"
+          : "size[" + std::to_string(d) + "] = " + std::to_string(op.size[d]) + " is not -1 or in [0, " +
                 std::to_string(s[d] - op.begin[d]) + "]";
-    if (!problem.empty())
-      throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " +
-                                   problem);
-  }
+  throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " + problem);
 }
 
-/// `gather` needs every index in [0, dim) for the gathered dim, as TensorFlow's CPU kernel.
+/// Raises kiln::invalid_argument_error, as TensorFlow's CPU kernel, when one of the
+/// indices at `p` (of shape `indices`) is outside [0, dim) for `axis` of shape `x`.
+template <class I>
+void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, const shape& x) {
+  const std::int64_t dim = x[normalize_axis(axis, x.rank())];
+  std::int64_t k = 0;
+  const std::int64_t n = indices.num_elements();
+  while (k < n && p[k] >= 0 && p[k] < dim) ++k;
+  if (k == n) return;
+  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
+  for (std::int64_t d = indices.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % indices[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= indices[int(d)];
+  }
+  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(p[k]) + " is not in [0, " +
+                               std::to_string(dim) + ") for axis " + std::to_string(axis) + " of shape " + x.str());
+}
+
+/// `gather` needs every index in [0, dim) for the gathered dim.
 inline void check_values(const gather& op, std::span<const tensor* const> in) {
   const tensor &x = *in[0], &indices = *in[1];
-  const std::int64_t dim = x.shape()[normalize_axis(op.axis, x.rank())];
-  if (indices.size() == 0) return;
-  struct bad_index {
-    std::int64_t position = -1, value = 0;
-  };
-  auto first_bad = [&]<class T>(std::type_identity<T>) {
-    std::vector<T> copied;
-    const T* p = nullptr;
+  auto check = [&]<class T>(std::type_identity<T>) {
     if (indices.device() == device::cpu) {
-      p = indices.data<T>();
+      check_gather_indices(indices.data<T>(), indices.shape(), op.axis, x.shape());
     } else {
-      copied = indices.to_vector<T>();
-      p = copied.data();
+      const std::vector<T> copied = indices.to_vector<T>();
+      check_gather_indices(copied.data(), indices.shape(), op.axis, x.shape());
     }
-    for (std::int64_t k = 0, n = indices.size(); k < n; ++k)
-      if (p[k] < 0 || p[k] >= dim) return bad_index{k, p[k]};
-    return bad_index{};
   };
-  const bad_index bad = indices.dtype() == int64 ? first_bad(std::type_identity<std::int64_t>{})
-                                                 : first_bad(std::type_identity<std::int32_t>{});
-  if (bad.position < 0) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = bad.position; d >= 0; --d) {
-    position = std::to_string(rest % indices.shape()[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices.shape()[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(bad.value) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(op.axis) + " of shape " +
-                               x.shape().str());
+  if (indices.dtype() == int64)
+    check(std::type_identity<std::int64_t>{});
+  else
+    check(std::type_identity<std::int32_t>{});
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.

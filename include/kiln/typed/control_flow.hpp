@@ -70,6 +70,32 @@ template <class P>
 inline constexpr bool bool_scalar =
     std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
 
+/// What a typed loop body returns to stop early (kiln::break_if): the condition, and
+/// the values to go on with.
+template <class P, class Tuple>
+struct break_result {
+  P stop;
+  Tuple next;
+};
+template <class R>
+struct is_break : std::false_type {};
+template <class P, class Tuple>
+struct is_break<break_result<P, Tuple>> : std::true_type {};
+/// Whether a body's result stops on a symbolic condition.
+template <class R>
+inline constexpr bool stops_lazily = false;
+template <class P, class Tuple>
+inline constexpr bool stops_lazily<break_result<P, Tuple>> = lazy<P>;
+
+/// A loop body's next values as a tuple, with or without kiln::break_if.
+template <class R>
+auto next_values(R&& r) {
+  if constexpr (is_break<std::remove_cvref_t<R>>::value)
+    return as_tuple(std::forward<R>(r).next);
+  else
+    return as_tuple(std::forward<R>(r));
+}
+
 inline void run_steps(const std::vector<step>& steps, frame f) {
   for (const step& s : steps) s.run(s.data.get(), f);
 }
@@ -103,14 +129,15 @@ struct cond_step {
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
-/// iteration ending with the copies of next values into the loop variables.
+/// iteration ending with the copies of next values into the loop variables, unless
+/// slot `stop` (kiln::break_if's condition, when the body has one) holds.
 struct loop_step {
   struct copy {
     int from, to;
     std::size_t bytes;
   };
   std::vector<step> cond_steps, body_steps;
-  int pred = -1;
+  int pred = -1, stop = -1;
   std::vector<copy> copies;
   static void run(const void* data, frame f) {
     const auto& l = *static_cast<const loop_step*>(data);
@@ -118,6 +145,7 @@ struct loop_step {
       run_steps(l.cond_steps, f);
       if (!*static_cast<const bool*>(f[l.pred])) return;
       run_steps(l.body_steps, f);
+      if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
       for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
     }
   }
@@ -136,7 +164,9 @@ template <bool ForRange, class Cond, class Body, class... Vars>
 auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
   using var_values = std::tuple<value_of<Vars>...>;
   using pred_t = std::invoke_result_t<Cond&, const value_of<Vars>&...>;
-  using next_t = decltype(as_tuple(std::declval<std::invoke_result_t<Body&, const value_of<Vars>&...>>()));
+  using body_t = std::invoke_result_t<Body&, const value_of<Vars>&...>;
+  using next_t = decltype(next_values(std::declval<body_t>()));
+  constexpr bool breaks = is_break<body_t>::value;
   static_assert(bool_scalar<pred_t>, "kiln::while_loop: the condition must give a bool scalar");
   if constexpr (ForRange)
     static_assert(same_values<var_values, next_t>::value,
@@ -146,17 +176,25 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
                   "kiln::while_loop: the body must give each loop variable its element type and dims");
   if constexpr (!bool_scalar<pred_t> || !same_values<var_values, next_t>::value) {
     return rule_error{};
-  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value) {
+  } else if constexpr (eager<Vars...> && !lazy<pred_t> && !holds_lazy<next_t>::value && !stops_lazily<body_t>) {
     // `fixed` values, and a condition and body that read no symbolic value: now.
     var_values v{vars...};
-    while (std::apply(cond_fn, v).data()[0]) v = var_values(as_tuple(std::apply(body_fn, v)));
+    while (std::apply(cond_fn, v).data()[0]) {
+      auto r = std::apply(body_fn, v);
+      if constexpr (breaks) {
+        if (r.stop.data()[0]) break;
+      }
+      v = var_values(next_values(std::move(r)));
+    }
     return unwrap(std::move(v));
   } else {
     std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
     auto data = std::make_shared<loop_step>();
     trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
     trace_into(data->body_steps, [&] {
-      const auto next = as_tuple(std::apply(body_fn, loop_vars));
+      auto r = std::apply(body_fn, loop_vars);
+      if constexpr (breaks) data->stop = slot_of(r.stop);
+      const auto next = next_values(std::move(r));
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
                                  sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
@@ -203,6 +241,16 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
   }
 }
 
+/// kiln::break_if on a typed bool scalar, ending the body of a typed while_loop or
+/// for_range: when `pred` holds the loop stops, keeping the values this iteration
+/// started with; otherwise it goes on with `next...`.
+/// \code auto i = kiln::while_loop([](const auto& i) { return i < 10; }, [](const auto& i) { return kiln::break_if(i == 3, i + 1); }, kiln::fixed<int>(0)); \endcode
+template <typed::operand P, class... Next>
+auto break_if(const P& pred, const Next&... next) {
+  static_assert(typed::bool_scalar<P>, "kiln::break_if: the condition must be a bool scalar");
+  return typed::break_result<P, std::tuple<Next...>>{pred, std::tuple<Next...>(next...)};
+}
+
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
 /// trace the condition and the body are traced once, and the body must give each
 /// variable its element type and dims (checked at compile time).
@@ -223,7 +271,12 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
   const std::int32_t n = std::int32_t(limit);
   auto cond_fn = [n](const auto& i, const auto&...) { return i < n; };
   auto body = [&body_fn](const auto& i, const auto&... v) {
-    return std::tuple_cat(std::tuple(i + 1), typed::as_tuple(body_fn(i, v...)));
+    auto r = body_fn(i, v...);
+    auto next = std::tuple_cat(std::tuple(i + 1), typed::next_values(std::move(r)));
+    if constexpr (typed::is_break<decltype(r)>::value)
+      return typed::break_result<decltype(r.stop), decltype(next)>{r.stop, std::move(next)};
+    else
+      return next;
   };
   auto out = typed::as_tuple(typed::loop<true>(cond_fn, body, fixed<std::int32_t>(0), vars...));
   return typed::unwrap(std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out)));

@@ -156,6 +156,93 @@ void print(const Args&... args) {
   typed::current_recorder().push({&typed::print_step::run, std::move(data)});
 }
 
+namespace typed {
+
+/// Whether `R` is what a typed host callback may return: nothing, a `fixed`, or a
+/// std::tuple of them.
+template <class R>
+inline constexpr bool callback_result = std::is_void_v<R> || fixed_value<R>;
+template <class... R>
+inline constexpr bool callback_result<std::tuple<R...>> = (fixed_value<R> && ...);
+
+/// How many values a callback's result `R` holds.
+template <class R>
+inline constexpr std::size_t result_count = 1;
+template <>
+inline constexpr std::size_t result_count<void> = 0;
+template <class... R>
+inline constexpr std::size_t result_count<std::tuple<R...>> = sizeof...(R);
+
+/// A `fixed` of type `V` holding a copy of the value at `p`.
+template <class V>
+V copy_of(const void* p) {
+  V v(uninitialized);
+  std::memcpy(v.data(), p, sizeof(typename V::value_type) * std::size_t(V::size));
+  return v;
+}
+
+/// A host callback step: `fn` on copies of the slots `in` as `fixed` values, its
+/// results written to the slots `out`.
+template <class F, class R, class... In>
+struct callback_step {
+  static constexpr std::size_t results = result_count<R>;
+  mutable F fn;  // a callback may keep state of its own, as a C++ function may
+  std::array<int, sizeof...(In)> in;
+  std::array<int, results> out;
+  static void run(const void* data, frame f) {
+    const auto& c = *static_cast<const callback_step*>(data);
+    auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> R { return c.fn(copy_of<In>(f[c.in[I]])...); };
+    if constexpr (results == 0) {
+      call(std::index_sequence_for<In...>());
+    } else {
+      const auto values = as_tuple(call(std::index_sequence_for<In...>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), sizeof(std::get<K>(values).data()[0]) * std::size_t(std::get<K>(values).size)), ...);
+      }(std::make_index_sequence<results>());
+    }
+  }
+};
+
+}  // namespace typed
+
+/// kiln::host_callback on typed values (TensorFlow's tf.py_function): C++ function
+/// `fn` runs at every call of the trace, in program order, on `fixed` copies of the
+/// inputs' values, and returns nothing, a `fixed` or a std::tuple of them, which the
+/// trace goes on with. On `fixed` values outside a function it runs at once.
+/// \code
+/// kiln::function f([&](const auto& x) {
+///   return kiln::host_callback([](const kiln::fixed<float, 3>& v) { return v * 2.f; }, x + 1.f);
+/// });
+/// \endcode
+template <class F, typed::operand... Inputs>
+  requires(sizeof...(Inputs) > 0)
+auto host_callback(F fn, const Inputs&... inputs) {
+  using R = std::invoke_result_t<F&, const typed::value_of<Inputs>&...>;
+  static_assert(typed::callback_result<R>,
+                "kiln::host_callback: on typed values the callback returns nothing, a kiln::fixed or a std::tuple of them");
+  if constexpr (!typed::callback_result<R>) {
+    return typed::rule_error{};
+  } else if constexpr (typed::eager<Inputs...>) {
+    return fn(typed::value_of<Inputs>(inputs)...);
+  } else {
+    using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
+    typed::recorder& r = typed::current_recorder();
+    auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    if constexpr (step_t::results == 0) {
+      r.push({&step_t::run, std::move(data)});
+    } else {
+      using results_t = decltype(typed::as_tuple(std::declval<R>()));
+      auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
+            data->out[K] = r.add_slot(sizeof(typename std::tuple_element_t<K, results_t>::value_type) *
+                                      std::size_t(std::tuple_element_t<K, results_t>::size)))...};
+      }(std::make_index_sequence<step_t::results>());
+      r.push({&step_t::run, std::move(data)});
+      return typed::unwrap(std::move(symbols));
+    }
+  }
+}
+
 // A kiln::variable holds a runtime kiln::tensor; typed values take a fixed_variable.
 #define KILN_VARIABLE_WITH_TYPED(sym)                                                                          \
   template <typed::operand X>                                                                                  \

@@ -208,7 +208,7 @@ class fixed {
       throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
                                    std::to_string(minval));
     fixed x(typed::uninitialized);
-    detail::uniform_fill(x.data(), size, seed, 0, minval, maxval);
+    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
     return x;
   }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "kiln/backend/cpu/conv2d.hpp"
 #include "kiln/backend/cpu/gemm.hpp"
 #include "kiln/backend/cpu/reduction.hpp"
 #include "kiln/ops/linalg.hpp"
@@ -161,8 +162,9 @@ auto reduce(const X& x) {
           constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
           constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
           constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
-          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>>(in, out, layout, plan, OutD::size, count);
-          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means(out, OutD::size, count);
+          constexpr bool small = cpu::one_small_task(plan, D::size, count);
+          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>, small>(in, out, layout, plan, OutD::size, count);
+          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means<small>(out, OutD::size, count);
         },
         x);
   }
@@ -265,11 +267,159 @@ auto transpose(const X& x) {
 
 namespace typed {
 
-/// `Op` (concat or stack) along `Axis`, for op_rule.
+/// A list of integers given as a template argument (`std::array{1, 0}`) as an int_list.
+template <auto List>
+constexpr int_list int_list_of() {
+  int_list l;
+  for (auto v : List) l.push_back(std::int64_t(v));
+  return l;
+}
+
+/// `Op` (concat, stack or gather) along `Axis`, for op_rule.
 template <class Op, std::int64_t Axis>
 struct made_along {
   static constexpr Op op{Axis};
 };
+
+/// `ops::slice` of `Begin` and `Size`, for op_rule.
+template <auto Begin, auto Size>
+struct made_slice {
+  static constexpr ops::slice op{int_list_of<Begin>(), int_list_of<Size>()};
+};
+
+/// Copies the block of `OutD` that starts at row-major offset `base` of an input of
+/// dims `D` (a slice).
+template <class D, class OutD, std::int64_t Base, class T>
+void copy_block(T* KILN_RESTRICT out, const T* KILN_RESTRICT in) {
+  constexpr auto strides = row_major_strides(D::shape());
+  constexpr std::int64_t row = OutD::rank == 0 ? 1 : OutD::values[std::size_t(OutD::rank - 1)];
+  std::array<std::int64_t, max_rank> index{};  // the output's multi-index, but for its last dim
+  for (std::int64_t i = 0; i < OutD::size; i += row) {
+    std::int64_t from = Base;
+    for (int d = 0; d + 1 < OutD::rank; ++d) from += index[std::size_t(d)] * strides[std::size_t(d)];
+    std::copy_n(in + from, row, out + i);
+    for (int d = OutD::rank - 2; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
+      index[std::size_t(d)] = 0;
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::slice<std::array{1, 0}, std::array{2, -1}>(x)` on a typed operand: the block
+/// of `Size[d]` elements from `Begin[d]` along every dim d (-1: to the end of it);
+/// that it lies within `x` is checked at compile time.
+template <auto Begin, auto Size, typed::operand X>
+auto slice(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using made = typed::made_slice<Begin, Size>;
+  using rule = typed::op_rule<made, std::remove_cvref_t<X>>;
+  static_assert(rule::shapes.ok(), "kiln::slice: begin and size must have one entry per dim");
+  static_assert(!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) < 0,
+                "kiln::slice: begin and size must lie within the operand's dims");
+  if constexpr (!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) >= 0) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr std::int64_t base = [] {
+      const auto strides = row_major_strides(D::shape());
+      std::int64_t b = 0;
+      for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
+      return b;
+    }();
+    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+  }
+}
+
+/// `kiln::gather<Axis>(x, indices)` on typed operands: the slices of `x` along `Axis`
+/// at `indices` (int32 or int64, any dims; their values are checked when it runs,
+/// raising kiln::invalid_argument_error as the runtime tier does).
+template <std::int64_t Axis = 0, typed::operand X, typed::operand I>
+auto gather(const X& x, const I& indices) {
+  using T = typename typed::element_of<X>::type;
+  using Index = typename typed::element_of<I>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using ID = typename std::remove_cvref_t<I>::dims_type;
+  using rule = typed::op_rule<typed::made_along<ops::gather, Axis>, std::remove_cvref_t<X>, std::remove_cvref_t<I>>;
+  static_assert(rule::dtypes.ok(), "kiln::gather: the indices must be int32 or int64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::gather: the axis must be one of the operand's dims");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr int axis = ops::normalize_axis(Axis, D::rank);
+    constexpr auto product = [](int from, int to) {
+      std::int64_t p = 1;
+      for (int d = from; d < to; ++d) p *= D::values[std::size_t(d)];
+      return p;
+    };
+    constexpr std::int64_t outer = product(0, axis), n = D::values[std::size_t(axis)], inner = product(axis + 1, D::rank),
+                           m = ID::size;
+    return typed::apply_kernel<T, OutD>(
+        [](T* out, const T* in, const Index* index) {
+          ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
+          for (std::int64_t o = 0; o < outer; ++o)
+            for (std::int64_t j = 0; j < m; ++j) out = std::copy_n(in + (o * n + std::int64_t(index[j])) * inner, inner, out);
+        },
+        x, indices);
+  }
+}
+
+namespace typed {
+/// `ops::conv2d` with its strides and padding, for op_rule.
+template <ops::padding Pad, std::int64_t StrideH, std::int64_t StrideW>
+struct made_conv2d {
+  static constexpr ops::conv2d op{StrideH, StrideW, Pad};
+};
+}  // namespace typed
+
+/// `kiln::conv2d<kiln::padding::same, 2>(x, filters)` on typed operands: the 2-D
+/// convolution of an NHWC input with HWIO filters, strides `StrideH` and `StrideW`,
+/// shapes checked at compile time. It runs the runtime tier's CPU kernel, so it
+/// gives its values.
+template <ops::padding Pad = ops::padding::valid, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH,
+          typed::operand X, typed::operand F>
+auto conv2d(const X& x, const F& filters) {
+  using rule = typed::op_rule<typed::made_conv2d<Pad, StrideH, StrideW>, std::remove_cvref_t<X>, std::remove_cvref_t<F>>;
+  static_assert(rule::dtypes.ok(), "kiln::conv2d: the input and filters must have one numeric element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::conv2d: the input (NHWC) and filters (HWIO) do not fit (ranks, channels or VALID sizes)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using T = typename typed::element_of<X>::type;
+    using XD = typename std::remove_cvref_t<X>::dims_type;
+    using FD = typename std::remove_cvref_t<F>::dims_type;
+    using OutD = typed::dims_from<rule>;
+    return typed::apply_kernel<T, OutD>(
+        [](T* out, const T* in, const T* f) {
+          constexpr auto& xs = XD::values;
+          constexpr auto& fs = FD::values;
+          constexpr std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], StrideH, Pad).pad_before;
+          constexpr std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], StrideW, Pad).pad_before;
+          backend::cpu::conv2d<T>(in, xs[0], xs[1], xs[2], xs[3], f, fs[0], fs[1], fs[3], StrideH, StrideW, pad_h, pad_w, out,
+                                  OutD::values[1], OutD::values[2]);
+        },
+        x, filters);
+  }
+}
+
+/// The typed spellings of slice, gather and conv2d on kiln::tensors, so that one
+/// generic callable serves both tiers.
+template <auto Begin, auto Size>
+tensor slice(const tensor& x) {
+  return slice(x, typed::int_list_of<Begin>(), typed::int_list_of<Size>());
+}
+template <std::int64_t Axis>
+tensor gather(const tensor& x, const tensor& indices) {
+  return gather(x, indices, Axis);
+}
+template <ops::padding Pad, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH>
+tensor conv2d(const tensor& x, const tensor& filters) {
+  return conv2d(x, filters, int_list{StrideH, StrideW}, Pad == ops::padding::valid ? "VALID" : "SAME");
+}
+
+namespace typed {
 
 /// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
 /// operand k in turn (concat and stack differ only in their chunks).

@@ -220,38 +220,46 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
-/// joins neighbours. `P` is trivially copyable.
-template <class P, class Leaf, class Combine>
+/// joins neighbours. `P` is trivially copyable. With `OneLeaf` the caller knows at
+/// compile time that there is one leaf, and no tree is compiled.
+template <class P, bool OneLeaf = false, class Leaf, class Combine>
 P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& combine) {
   static_assert(std::is_trivially_copyable_v<P>);
-  if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
-  struct steps_context {
-    const Leaf& leaf;
-    const Combine& combine;
-  } context{leaf, combine};
-  const tree_steps s{
-      &context,
-      [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
-      [](const void* c, std::byte* left, const std::byte* right) {
-        P& l = *std::launder(reinterpret_cast<P*>(left));
-        l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
-      },
-      sizeof(P)};
-  P result;
-  if (parallel) {
-    pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+  if constexpr (OneLeaf) {
+    return leaf(0);
   } else {
-    const auto scratch = tree_scratch(s, leaves);
-    pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+    if (leaves == 1) return leaf(0);  // the common case of short rows and columns, inlined
+    struct steps_context {
+      const Leaf& leaf;
+      const Combine& combine;
+    } context{leaf, combine};
+    const tree_steps s{
+        &context,
+        [](const void* c, std::int64_t i, std::byte* out) { ::new (out) P(static_cast<const steps_context*>(c)->leaf(i)); },
+        [](const void* c, std::byte* left, const std::byte* right) {
+          P& l = *std::launder(reinterpret_cast<P*>(left));
+          l = static_cast<const steps_context*>(c)->combine(l, *std::launder(reinterpret_cast<const P*>(right)));
+        },
+        sizeof(P)};
+    P result;
+    if (parallel) {
+      pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
+    } else {
+      const auto scratch = tree_scratch(s, leaves);
+      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+    }
+    return result;
   }
-  return result;
 }
 
 /// Runs `task(unit, parallel_inside)` for units [0, units) of `work` elements each:
-/// many units are spread over the threads, a few large ones are split inside.
-template <class F>
+/// many units are spread over the threads, a few large ones are split inside. With
+/// `Serial`, all on the calling thread.
+template <bool Serial = false, class F>
 void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
-  if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
+  if constexpr (Serial) {
+    for (std::int64_t u = 0; u < units; ++u) task(u, false);
+  } else if (units < 4 * std::int64_t(config::num_threads()) && work >= 2 * reduction_grain) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
     kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
@@ -359,18 +367,18 @@ typename R::partial contiguous_leaf(const T* p, std::int64_t n, std::int64_t fir
     return row_leaf<R>(p, n);
 }
 
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
   using P = typename R::partial;
   const std::int64_t leaves = (n + reduction_leaf - 1) / reduction_leaf;
   auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
-  for_each_unit(rows, n, [&](std::int64_t row, bool parallel) {
+  for_each_unit<Small>(rows, n, [&](std::int64_t row, bool parallel) {
     const T* p = x + row * n;
     auto leaf = [&](std::int64_t b) {
       const std::int64_t lo = b * reduction_leaf;
       return contiguous_leaf<R>(p + lo, std::min(reduction_leaf, n - lo), lo);
     };
-    out[row] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+    out[row] = finish<R>(tree<P, Small>(leaves, parallel, leaf, combine));
   });
 }
 
@@ -423,7 +431,7 @@ void column_chunk_leaf(const T* p, std::int64_t stride, std::int64_t r0, std::in
 /// Reduces `rows` rows (`stride` elements apart) of `vectors` (at most NB x Chunks)
 /// vectors of columns starting at `p`, and writes their results to `out`: a
 /// pairwise tree over leaves of rows, each leaf a chunk of registers at a time.
-template <class R, class V, int NB, int Chunks, class T, class Out>
+template <class R, class V, int NB, int Chunks, bool Small, class T, class Out>
 void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors, bool parallel, Out* out) {
   using P = std::array<typename R::partial, NB * Chunks * lanes_of<V>>;
   const int used = vectors * lanes_of<V>;
@@ -440,36 +448,36 @@ void reduce_tile(const T* p, std::int64_t stride, std::int64_t rows, int vectors
     for (int j = 0; j < used; ++j) c[j] = R::combine(a[j], b[j]);
     return c;
   };
-  const P result = tree<P>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
+  const P result = tree<P, Small>((rows + column_leaf_rows - 1) / column_leaf_rows, parallel, leaf, combine);
   for (int j = 0; j < used; ++j) out[j] = finish<R>(result[j]);
 }
 
 /// Reduces the middle dim of an (outer, rows, inner) input into (outer, inner):
 /// tiles of batches of columns, then one tile of the last few columns one by one.
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_columns(const T* x, Out* out, std::int64_t outer, std::int64_t rows, std::int64_t inner) {
   using B = xsimd::batch<T>;
   constexpr int w = int(B::size), tile = column_chunk * column_chunks;
   const std::int64_t batches = inner / w, batch_tiles = (batches + tile - 1) / tile;
   const int rest = int(inner % w);
   const std::int64_t tiles = batch_tiles + (rest > 0);
-  for_each_unit(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
+  for_each_unit<Small>(outer * tiles, rows * tile * w, [&](std::int64_t unit, bool parallel) {
     const std::int64_t o = unit / tiles, t = unit % tiles, column = t < batch_tiles ? t * tile * w : batches * w;
     const T* p = x + o * rows * inner + column;
     Out* dst = out + o * inner + column;
     if (t < batch_tiles)
-      reduce_tile<R, B, column_chunk, column_chunks>(p, inner, rows, int(std::min<std::int64_t>(tile, batches - t * tile)),
-                                                     parallel, dst);
+      reduce_tile<R, B, column_chunk, column_chunks, Small>(p, inner, rows,
+                                                            int(std::min<std::int64_t>(tile, batches - t * tile)), parallel, dst);
     else
-      reduce_tile<R, T, w, 1>(p, inner, rows, rest, parallel, dst);
+      reduce_tile<R, T, w, 1, Small>(p, inner, rows, rest, parallel, dst);
   });
 }
 
 /// Reduces rows shorter than a batch one element at a time: a row is too short for
 /// SIMD to pay, and neighbouring rows' independent chains keep the core busy.
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_short_rows(const T* x, Out* out, std::int64_t rows, std::int64_t n) {
-  kiln::detail::parallel_for(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::ranges_for<Small>(rows, std::max<std::int64_t>(1, reduction_grain / n), [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t r = lo; r < hi; ++r) out[r] = finish<R>(scalar_leaf<R>(x + r * n, n, 1, 0));
   });
 }
@@ -556,20 +564,20 @@ struct reduction_layout {
   }
 };
 
-template <class R, class T, class Out>
+template <class R, bool Small = false, class T, class Out>
 void reduce_strided(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
   using P = typename R::partial;
   const strided_dims kept = layout.dims(false), walk = layout.dims(true);
   const std::int64_t leaves = (count + reduction_leaf - 1) / reduction_leaf;
   auto combine = [](const P& a, const P& b) { return R::combine(a, b); };
-  for_each_unit(outputs, count, [&](std::int64_t o, bool parallel) {
+  for_each_unit<Small>(outputs, count, [&](std::int64_t o, bool parallel) {
     std::array<std::int64_t, max_rank> idx{};
     const T* base = x + kept.offset(o, idx);
     auto leaf = [&](std::int64_t b) {
       const std::int64_t k0 = b * reduction_leaf;
       return strided_leaf<R>(base, walk, k0, std::min(count, k0 + reduction_leaf));
     };
-    out[o] = finish<R>(tree<P>(leaves, parallel, leaf, combine));
+    out[o] = finish<R>(tree<P, Small>(leaves, parallel, leaf, combine));
   });
 }
 
@@ -601,13 +609,21 @@ constexpr reduction_plan plan_reduction(const reduction_layout& layout, std::int
   return plan;
 }
 
+/// Whether a reduction of `elements` elements in all, `count` per output, planned as
+/// `plan`, is below the parallel grain with one leaf per output: it then runs on the
+/// calling thread without a tree, as the general path would run it.
+constexpr bool one_small_task(const reduction_plan& plan, std::int64_t elements, std::int64_t count) {
+  return elements <= reduction_grain && count <= (plan.kind == reduction_plan::columns ? column_leaf_rows : reduction_leaf);
+}
+
 /// Runs plan `plan`, of kind `K`: the compile-time tier, which knows its plan at
-/// compile time, instantiates one kernel; `reduce` dispatches at run time.
-template <reduction_plan::kind_t K, class R, class T, class Out>
+/// compile time, instantiates one kernel, and with `Small` (one_small_task) neither
+/// the tree nor the thread pool; `reduce` dispatches at run time.
+template <reduction_plan::kind_t K, class R, bool Small = false, class T, class Out>
 void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const reduction_plan& plan, std::int64_t outputs,
                     std::int64_t count) {
   if constexpr (K == reduction_plan::identity) {  // nothing to combine: the identity, or each element itself
-    kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+    kiln::detail::ranges_for<Small>(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         if constexpr (R::indexed)
           out[i] = 0;
@@ -616,13 +632,13 @@ void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const 
       }
     });
   } else if constexpr (K == reduction_plan::strided) {
-    reduce_strided<R>(x, out, layout, outputs, count);
+    reduce_strided<R, Small>(x, out, layout, outputs, count);
   } else if constexpr (K == reduction_plan::columns) {
-    reduce_columns<R>(x, out, plan.outer, count, plan.inner);
+    reduce_columns<R, Small>(x, out, plan.outer, count, plan.inner);
   } else if constexpr (K == reduction_plan::short_rows) {
-    reduce_short_rows<R>(x, out, plan.outer, count);
+    reduce_short_rows<R, Small>(x, out, plan.outer, count);
   } else {
-    reduce_rows<R>(x, out, plan.outer, count);
+    reduce_rows<R, Small>(x, out, plan.outer, count);
   }
 }
 
@@ -641,9 +657,9 @@ void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t o
 }
 
 /// Turns `outputs` sums of `count` elements each, at `out`, into means.
-template <class T>
+template <bool Small = false, class T>
 void sums_to_means(T* out, std::int64_t outputs, std::int64_t count) {
-  kiln::detail::parallel_for(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
+  kiln::detail::ranges_for<Small>(outputs, reduction_grain, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t i = lo; i < hi; ++i) out[i] = ops::mean_of<T>(out[i], count);
   });
 }
