@@ -4516,18 +4516,92 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP
 // ----- begin kiln/backend/cpu/streaming.hpp -----
 /// \file
-/// Non-temporal stores of xsimd batches, for outputs too large to stay in cache:
-/// streaming them saves reading each line before writing it. Used by the
-/// elementwise kernels and by native loops (kiln/exec/jit.hpp).
+/// Loads and stores of xsimd batches that are not one plain full batch: partial ones
+/// (a run's head or tail, touching nothing past its end; masked on AVX-512) and
+/// non-temporal stores, for outputs too large to stay in cache (streaming them saves
+/// reading each line before writing it). Used by the elementwise and matmul kernels,
+/// the compile-time tier and native loops (kiln/exec/jit.hpp).
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
 
 namespace kiln::backend::cpu {
+
+/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
+/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
+template <class V>
+KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size] = {};
+  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return batch::load_aligned(lanes);
+}
+
+/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
+/// p + count.
+template <class V>
+KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  x.store_aligned(lanes);
+  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
+/// The `count` (1 to width) elements at `p` followed by copies of the last, as the
+/// kernels pad a run's head and tail so that every element goes through the same
+/// SIMD functor; nothing past p + count is read. On AVX-512 one masked load merges
+/// them into a broadcast of the last, with no store to memory and load back.
+template <class V>
+KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64 && std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_loadu_ps(_mm512_set1_ps(p[count - 1]), __mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_loadu_pd(_mm512_set1_pd(p[count - 1]), __mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_loadu_epi32(_mm512_set1_epi32(int(p[count - 1])), __mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_loadu_epi64(_mm512_set1_epi64((long long)(p[count - 1])), __mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  for (std::int64_t l = 0; l < std::int64_t(batch::size); ++l) lanes[l] = p[l < count ? l : count - 1];
+  return batch::load_aligned(lanes);
+}
 
 /// Outputs at least this large are written with non-temporal stores: they do not fit
 /// in cache anyway, and streaming them saves reading each line before writing it.
@@ -6232,52 +6306,6 @@ KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, 
 #else
   return xsimd::fma(x, y, z);
 #endif
-}
-
-/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
-/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
-template <class V>
-KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
-  using batch = xsimd::batch<V>;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(batch) == 64) {
-    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
-    if constexpr (std::is_same_v<V, float>)
-      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
-    else if constexpr (std::is_same_v<V, double>)
-      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
-    else if constexpr (sizeof(V) == 4)
-      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
-    else if constexpr (sizeof(V) == 8)
-      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
-  }
-#endif
-  alignas(64) V lanes[batch::size] = {};
-  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
-  return batch::load_aligned(lanes);
-}
-
-/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
-/// p + count.
-template <class V>
-KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
-  using batch = xsimd::batch<V>;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(batch) == 64) {
-    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
-    if constexpr (std::is_same_v<V, float>)
-      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
-    else if constexpr (std::is_same_v<V, double>)
-      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
-    else if constexpr (sizeof(V) == 4)
-      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
-    else if constexpr (sizeof(V) == 8)
-      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
-  }
-#endif
-  alignas(64) V lanes[batch::size];
-  x.store_aligned(lanes);
-  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
 }
 
 /// Reads rows of A in place through one pointer per row (rows of a tile need not be
@@ -8183,9 +8211,7 @@ using batch = xsimd::batch<T>;
 /// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
 template <std::int64_t Count, class T>
 batch<T> padded(const T* p) {
-  alignas(64) std::array<T, batch<T>::size> lanes;
-  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < Count ? l : Count - 1];
-  return batch<T>::load_aligned(lanes.data());
+  return backend::cpu::load_padded(p, Count);
 }
 
 // ---- leaves ------------------------------------------------------------------------
@@ -8421,11 +8447,7 @@ void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
       T* o = out + row * inner;
       std::int64_t col = 0;
       for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
-      if constexpr (inner % w != 0) {
-        alignas(64) std::array<T, std::size_t(w)> lanes;
-        e.template partial<B, inner % w>(f, row, col).store_aligned(lanes.data());
-        std::copy_n(lanes.data(), inner % w, o + col);
-      }
+      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
     }
   } else {
     for (std::int64_t row = 0; row < rows; ++row)
@@ -9241,7 +9263,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
     for (std::int64_t p = 0; p < K; ++p) {
       B b_row[vectors];
       for (std::int64_t v = 0; v < vectors; ++v)
-        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : cpu::load_partial(b + p * N + v * w, tail);
+        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
       for (std::int64_t r = 0; r < H; ++r) {
         const B a_value(a[(i0 + r) * K + p]);
         for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
@@ -9253,7 +9275,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
         if (v + 1 < vectors || tail == w)
           acc[r][v].store_unaligned(dst);
         else
-          cpu::store_partial(acc[r][v], dst, tail);
+          backend::cpu::store_partial(acc[r][v], dst, tail);
       }
   };
   std::int64_t i0 = 0;

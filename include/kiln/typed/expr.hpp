@@ -66,9 +66,7 @@ using batch = xsimd::batch<T>;
 /// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
 template <std::int64_t Count, class T>
 batch<T> padded(const T* p) {
-  alignas(64) std::array<T, batch<T>::size> lanes;
-  for (std::int64_t l = 0; l < std::int64_t(lanes.size()); ++l) lanes[std::size_t(l)] = p[l < Count ? l : Count - 1];
-  return batch<T>::load_aligned(lanes.data());
+  return backend::cpu::load_padded(p, Count);
 }
 
 // ---- leaves ------------------------------------------------------------------------
@@ -304,11 +302,7 @@ void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
       T* o = out + row * inner;
       std::int64_t col = 0;
       for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
-      if constexpr (inner % w != 0) {
-        alignas(64) std::array<T, std::size_t(w)> lanes;
-        e.template partial<B, inner % w>(f, row, col).store_aligned(lanes.data());
-        std::copy_n(lanes.data(), inner % w, o + col);
-      }
+      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
     }
   } else {
     for (std::int64_t row = 0; row < rows; ++row)

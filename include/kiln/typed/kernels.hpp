@@ -122,7 +122,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
     for (std::int64_t p = 0; p < K; ++p) {
       B b_row[vectors];
       for (std::int64_t v = 0; v < vectors; ++v)
-        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : cpu::load_partial(b + p * N + v * w, tail);
+        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
       for (std::int64_t r = 0; r < H; ++r) {
         const B a_value(a[(i0 + r) * K + p]);
         for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
@@ -134,7 +134,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
         if (v + 1 < vectors || tail == w)
           acc[r][v].store_unaligned(dst);
         else
-          cpu::store_partial(acc[r][v], dst, tail);
+          backend::cpu::store_partial(acc[r][v], dst, tail);
       }
   };
   std::int64_t i0 = 0;

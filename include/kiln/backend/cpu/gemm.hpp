@@ -18,6 +18,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "kiln/backend/cpu/streaming.hpp"
 #include "kiln/config.hpp"
 #include "kiln/core/parallel.hpp"
 
@@ -118,52 +119,6 @@ KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, 
 #else
   return xsimd::fma(x, y, z);
 #endif
-}
-
-/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
-/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
-template <class V>
-KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
-  using batch = xsimd::batch<V>;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(batch) == 64) {
-    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
-    if constexpr (std::is_same_v<V, float>)
-      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
-    else if constexpr (std::is_same_v<V, double>)
-      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
-    else if constexpr (sizeof(V) == 4)
-      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
-    else if constexpr (sizeof(V) == 8)
-      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
-  }
-#endif
-  alignas(64) V lanes[batch::size] = {};
-  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
-  return batch::load_aligned(lanes);
-}
-
-/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
-/// p + count.
-template <class V>
-KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
-  using batch = xsimd::batch<V>;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(batch) == 64) {
-    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
-    if constexpr (std::is_same_v<V, float>)
-      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
-    else if constexpr (std::is_same_v<V, double>)
-      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
-    else if constexpr (sizeof(V) == 4)
-      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
-    else if constexpr (sizeof(V) == 8)
-      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
-  }
-#endif
-  alignas(64) V lanes[batch::size];
-  x.store_aligned(lanes);
-  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
 }
 
 /// Reads rows of A in place through one pointer per row (rows of a tile need not be

@@ -1,11 +1,14 @@
 #pragma once
 /// \file
-/// Non-temporal stores of xsimd batches, for outputs too large to stay in cache:
-/// streaming them saves reading each line before writing it. Used by the
-/// elementwise kernels and by native loops (kiln/exec/jit.hpp).
+/// Loads and stores of xsimd batches that are not one plain full batch: partial ones
+/// (a run's head or tail, touching nothing past its end; masked on AVX-512) and
+/// non-temporal stores, for outputs too large to stay in cache (streaming them saves
+/// reading each line before writing it). Used by the elementwise and matmul kernels,
+/// the compile-time tier and native loops (kiln/exec/jit.hpp).
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -13,6 +16,77 @@
 #include "kiln/config.hpp"
 
 namespace kiln::backend::cpu {
+
+/// The first `count` (0 to width) elements at `p` in the low lanes, zeros above;
+/// nothing past p + count is read (AVX-512 masks the load; elsewhere a copy does).
+template <class V>
+KILN_ALWAYS_INLINE xsimd::batch<V> load_partial(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_maskz_loadu_ps(__mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_maskz_loadu_pd(__mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_maskz_loadu_epi32(__mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_maskz_loadu_epi64(__mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size] = {};
+  for (std::int64_t i = 0; i < count; ++i) lanes[i] = p[i];
+  return batch::load_aligned(lanes);
+}
+
+/// Stores the low `count` (0 to width) lanes of `x` at `p`, touching nothing past
+/// p + count.
+template <class V>
+KILN_ALWAYS_INLINE void store_partial(const xsimd::batch<V>& x, V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_storeu_ps(p, __mmask16(mask), x);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_storeu_pd(p, __mmask8(mask), x);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_storeu_epi32(p, __mmask16(mask), x);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_storeu_epi64(p, __mmask8(mask), x);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  x.store_aligned(lanes);
+  for (std::int64_t i = 0; i < count; ++i) p[i] = lanes[i];
+}
+
+/// The `count` (1 to width) elements at `p` followed by copies of the last, as the
+/// kernels pad a run's head and tail so that every element goes through the same
+/// SIMD functor; nothing past p + count is read. On AVX-512 one masked load merges
+/// them into a broadcast of the last, with no store to memory and load back.
+template <class V>
+KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
+  using batch = xsimd::batch<V>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(batch) == 64 && std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+    const auto mask = static_cast<std::uint32_t>((std::uint64_t(1) << count) - 1);
+    if constexpr (std::is_same_v<V, float>)
+      return _mm512_mask_loadu_ps(_mm512_set1_ps(p[count - 1]), __mmask16(mask), p);
+    else if constexpr (std::is_same_v<V, double>)
+      return _mm512_mask_loadu_pd(_mm512_set1_pd(p[count - 1]), __mmask8(mask), p);
+    else if constexpr (sizeof(V) == 4)
+      return _mm512_mask_loadu_epi32(_mm512_set1_epi32(int(p[count - 1])), __mmask16(mask), p);
+    else if constexpr (sizeof(V) == 8)
+      return _mm512_mask_loadu_epi64(_mm512_set1_epi64((long long)(p[count - 1])), __mmask8(mask), p);
+  }
+#endif
+  alignas(64) V lanes[batch::size];
+  for (std::int64_t l = 0; l < std::int64_t(batch::size); ++l) lanes[l] = p[l < count ? l : count - 1];
+  return batch::load_aligned(lanes);
+}
 
 /// Outputs at least this large are written with non-temporal stores: they do not fit
 /// in cache anyway, and streaming them saves reading each line before writing it.
