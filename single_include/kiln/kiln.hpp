@@ -2003,19 +2003,31 @@ KILN_ALWAYS_INLINE xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) {
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
+// x86's max and min instructions give (a > b ? a : b) and (a < b ? a : b), and b when
+// either is NaN: with a NaN `a` put back, the scalar functors' values, in fewer
+// instructions on the dependency chain than a compare, an or and a blend.
+#if defined(__x86_64__) || defined(__i386__)
+inline constexpr bool x86_max_min = true;
+#else
+inline constexpr bool x86_max_min = false;
+#endif
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
-  if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
-  else
+  if constexpr (!std::is_floating_point_v<T>)
     return xsimd::max(a, b);
+  else if constexpr (x86_max_min)
+    return xsimd::select(xsimd::isnan(a), a, xsimd::max(a, b));
+  else
+    return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
-  if constexpr (std::is_floating_point_v<T>)
-    return xsimd::select((a < b) | xsimd::isnan(a), a, b);
-  else
+  if constexpr (!std::is_floating_point_v<T>)
     return xsimd::min(a, b);
+  else if constexpr (x86_max_min)
+    return xsimd::select(xsimd::isnan(a), a, xsimd::min(a, b));
+  else
+    return xsimd::select((a < b) | xsimd::isnan(a), a, b);
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> select(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a,
@@ -4724,9 +4736,6 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
 KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  auto at = [&](int k, std::int64_t i) -> const In& {
-    return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
-  };
   std::int64_t i = 0;
   if constexpr (simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
@@ -4745,19 +4754,15 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     // of copies padded with the last of them, so every element goes through the
     // same SIMD functor: results do not depend on an element's position, and a
     // fused cluster, which pads the same way, computes the same bits.
+    auto padded = [&](int k, std::int64_t j, std::int64_t count) {
+      const In* q = static_cast<const In*>(p[k]);
+      return (Contig >> k) & 1u ? load_padded(q + j, count) : B(q[0]);
+    };
     auto partial = [&](std::int64_t j, std::int64_t count) {
-      alignas(sizeof(B)) std::array<In, std::size_t(w)> a;
-      [[maybe_unused]] alignas(sizeof(B)) std::array<In, std::size_t(w)> b;
-      alignas(sizeof(B)) std::array<Out, std::size_t(w)> r;
-      for (std::int64_t l = 0; l < w; ++l) {
-        a[std::size_t(l)] = at(0, j + std::min(l, count - 1));
-        if constexpr (Arity == 2) b[std::size_t(l)] = at(1, j + std::min(l, count - 1));
-      }
       if constexpr (Arity == 1)
-        op(B::load_aligned(a.data())).store_aligned(r.data());
+        store_partial(op(padded(0, j, count)), o + j, count);
       else
-        op(B::load_aligned(a.data()), B::load_aligned(b.data())).store_aligned(r.data());
-      std::copy_n(r.data(), count, o + j);
+        store_partial(op(padded(0, j, count), padded(1, j, count)), o + j, count);
     };
     if constexpr (Stream) {
       const auto misaligned = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % sizeof(B) / sizeof(Out));
@@ -5206,9 +5211,9 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
     kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
-                         [&](std::int64_t lo, std::int64_t hi) {
-                           for (std::int64_t u = lo; u < hi; ++u) task(u, false);
-                         });
+                               [&](std::int64_t lo, std::int64_t hi) {
+                                 for (std::int64_t u = lo; u < hi; ++u) task(u, false);
+                               });
   }
 }
 
@@ -8783,10 +8788,14 @@ void record_into(E e, int slot) {
   current_recorder().push({&evaluation<E>::run, std::move(s)});
 }
 
+/// The bytes of a value of typed operand type `X` (a slot's size).
+template <class X>
+inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
+
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
 int record(E e) {
-  const int slot = current_recorder().add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  const int slot = current_recorder().add_slot(bytes_of<E>);
   record_into(std::move(e), slot);
   return slot;
 }
@@ -14593,7 +14602,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
       const auto next = next_values(std::move(r));
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
-                                 sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
+                                 bytes_of<value_of<Vars>>}),
          ...);
       }(std::index_sequence_for<Vars...>());
     });
@@ -14627,8 +14636,7 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     std::array<int, std::tuple_size_v<then_t>> slots{};
     auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::tuple{typed::symbol_for<typed::value_of<std::tuple_element_t<I, then_t>>>(
-          slots[I] = r.add_slot(sizeof(typename typed::value_of<std::tuple_element_t<I, then_t>>::value_type) *
-                                std::size_t(typed::value_of<std::tuple_element_t<I, then_t>>::size)))...};
+          slots[I] = r.add_slot(typed::bytes_of<typed::value_of<std::tuple_element_t<I, then_t>>>))...};
     }(std::make_index_sequence<std::tuple_size_v<then_t>>());
     typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
     typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
@@ -14743,7 +14751,7 @@ class fixed_variable {
   }
 
  private:
-  static constexpr std::size_t bytes = sizeof(T) * std::size_t(value_type::size);
+  static constexpr std::size_t bytes = typed::bytes_of<value_type>;
   struct state {
     value_type value;
     std::string name;
@@ -14844,7 +14852,7 @@ inline constexpr std::size_t result_count<std::tuple<R...>> = sizeof...(R);
 template <class V>
 V copy_of(const void* p) {
   V v(uninitialized);
-  std::memcpy(v.data(), p, sizeof(typename V::value_type) * std::size_t(V::size));
+  std::memcpy(v.data(), p, bytes_of<V>);
   return v;
 }
 
@@ -14864,7 +14872,7 @@ struct callback_step {
     } else {
       const auto values = as_tuple(call(std::index_sequence_for<In...>()));
       [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), sizeof(std::get<K>(values).data()[0]) * std::size_t(std::get<K>(values).size)), ...);
+        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), bytes_of<std::tuple_element_t<K, std::remove_cvref_t<decltype(values)>>>), ...);
       }(std::make_index_sequence<results>());
     }
   }
@@ -14901,8 +14909,7 @@ auto host_callback(F fn, const Inputs&... inputs) {
       using results_t = decltype(typed::as_tuple(std::declval<R>()));
       auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
-            data->out[K] = r.add_slot(sizeof(typename std::tuple_element_t<K, results_t>::value_type) *
-                                      std::size_t(std::tuple_element_t<K, results_t>::size)))...};
+            data->out[K] = r.add_slot(typed::bytes_of<std::tuple_element_t<K, results_t>>))...};
       }(std::make_index_sequence<step_t::results>());
       r.push({&step_t::run, std::move(data)});
       return typed::unwrap(std::move(symbols));
@@ -15238,9 +15245,10 @@ struct break_result {
 /// kiln::while_loop([](auto i) { return i < 10; },
 ///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
 /// \endcode
-template <class... Next>
-break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
-  return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+template <class P, class... Next>
+  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
+  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
 }
 
 /// Options of kiln::while_loop and kiln::for_range, given just before the loop

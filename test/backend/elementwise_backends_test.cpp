@@ -159,6 +159,21 @@ TEST_CASE("maximum and minimum propagate NaN on the SIMD path as on the scalar o
   kiln::testing::check_backends(ops::minimum{}, {x, y});
 }
 
+TEST_CASE("maximum and minimum of zeros of both signs give the scalar functors' zero on the SIMD path") {
+  // (a > b ? a : b) and (a < b ? a : b): equal zeros give b, whatever their signs.
+  std::vector<float> a(37), b(37);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = i % 2 ? -0.f : 0.f;
+    b[i] = i % 2 ? 0.f : -0.f;
+  }
+  const tensor x = kiln::testing::make_tensor(a, shape{37}), y = kiln::testing::make_tensor(b, shape{37});
+  const std::vector<float> mx = kiln::maximum(x, y).to_vector<float>(), mn = kiln::minimum(x, y).to_vector<float>();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(std::signbit(mx[i]) == std::signbit(b[i]));
+    CHECK(std::signbit(mn[i]) == std::signbit(b[i]));
+  }
+}
+
 TEST_CASE("negation flips the sign of zeros on the SIMD path as on the scalar one") {
   for (dtype t : {float32, float64}) {
     INFO(t);

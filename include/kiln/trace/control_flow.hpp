@@ -39,9 +39,10 @@ struct break_result {
 /// kiln::while_loop([](auto i) { return i < 10; },
 ///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
 /// \endcode
-template <class... Next>
-break_result<std::tuple<std::decay_t<Next>...>> break_if(const tensor& pred, Next&&... next) {
-  return {pred, std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+template <class P, class... Next>
+  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
+  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
 }
 
 /// Options of kiln::while_loop and kiln::for_range, given just before the loop

@@ -197,7 +197,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
       const auto next = next_values(std::move(r));
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (data->copies.push_back({fresh_symbol(std::get<I>(next)).slot(), std::get<I>(loop_vars).slot(),
-                                 sizeof(typename value_of<Vars>::value_type) * std::size_t(value_of<Vars>::size)}),
+                                 bytes_of<value_of<Vars>>}),
          ...);
       }(std::index_sequence_for<Vars...>());
     });
@@ -231,8 +231,7 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     std::array<int, std::tuple_size_v<then_t>> slots{};
     auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::tuple{typed::symbol_for<typed::value_of<std::tuple_element_t<I, then_t>>>(
-          slots[I] = r.add_slot(sizeof(typename typed::value_of<std::tuple_element_t<I, then_t>>::value_type) *
-                                std::size_t(typed::value_of<std::tuple_element_t<I, then_t>>::size)))...};
+          slots[I] = r.add_slot(typed::bytes_of<typed::value_of<std::tuple_element_t<I, then_t>>>))...};
     }(std::make_index_sequence<std::tuple_size_v<then_t>>());
     typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
     typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });

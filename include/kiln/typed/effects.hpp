@@ -76,7 +76,7 @@ class fixed_variable {
   }
 
  private:
-  static constexpr std::size_t bytes = sizeof(T) * std::size_t(value_type::size);
+  static constexpr std::size_t bytes = typed::bytes_of<value_type>;
   struct state {
     value_type value;
     std::string name;
@@ -177,7 +177,7 @@ inline constexpr std::size_t result_count<std::tuple<R...>> = sizeof...(R);
 template <class V>
 V copy_of(const void* p) {
   V v(uninitialized);
-  std::memcpy(v.data(), p, sizeof(typename V::value_type) * std::size_t(V::size));
+  std::memcpy(v.data(), p, bytes_of<V>);
   return v;
 }
 
@@ -197,7 +197,7 @@ struct callback_step {
     } else {
       const auto values = as_tuple(call(std::index_sequence_for<In...>()));
       [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), sizeof(std::get<K>(values).data()[0]) * std::size_t(std::get<K>(values).size)), ...);
+        (std::memcpy(f[c.out[K]], std::get<K>(values).data(), bytes_of<std::tuple_element_t<K, std::remove_cvref_t<decltype(values)>>>), ...);
       }(std::make_index_sequence<results>());
     }
   }
@@ -234,8 +234,7 @@ auto host_callback(F fn, const Inputs&... inputs) {
       using results_t = decltype(typed::as_tuple(std::declval<R>()));
       auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
-            data->out[K] = r.add_slot(sizeof(typename std::tuple_element_t<K, results_t>::value_type) *
-                                      std::size_t(std::tuple_element_t<K, results_t>::size)))...};
+            data->out[K] = r.add_slot(typed::bytes_of<std::tuple_element_t<K, results_t>>))...};
       }(std::make_index_sequence<step_t::results>());
       r.push({&step_t::run, std::move(data)});
       return typed::unwrap(std::move(symbols));

@@ -90,10 +90,14 @@ void record_into(E e, int slot) {
   current_recorder().push({&evaluation<E>::run, std::move(s)});
 }
 
+/// The bytes of a value of typed operand type `X` (a slot's size).
+template <class X>
+inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
+
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
 int record(E e) {
-  const int slot = current_recorder().add_slot(sizeof(typename E::value_type) * std::size_t(E::dims_type::size));
+  const int slot = current_recorder().add_slot(bytes_of<E>);
   record_into(std::move(e), slot);
   return slot;
 }

@@ -84,9 +84,6 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
 /// `Stream`, full batches go to memory with non-temporal stores.
 template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
 KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  auto at = [&](int k, std::int64_t i) -> const In& {
-    return static_cast<const In*>(p[k])[(Contig >> k) & 1u ? i : 0];
-  };
   std::int64_t i = 0;
   if constexpr (simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
@@ -105,19 +102,15 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     // of copies padded with the last of them, so every element goes through the
     // same SIMD functor: results do not depend on an element's position, and a
     // fused cluster, which pads the same way, computes the same bits.
+    auto padded = [&](int k, std::int64_t j, std::int64_t count) {
+      const In* q = static_cast<const In*>(p[k]);
+      return (Contig >> k) & 1u ? load_padded(q + j, count) : B(q[0]);
+    };
     auto partial = [&](std::int64_t j, std::int64_t count) {
-      alignas(sizeof(B)) std::array<In, std::size_t(w)> a;
-      [[maybe_unused]] alignas(sizeof(B)) std::array<In, std::size_t(w)> b;
-      alignas(sizeof(B)) std::array<Out, std::size_t(w)> r;
-      for (std::int64_t l = 0; l < w; ++l) {
-        a[std::size_t(l)] = at(0, j + std::min(l, count - 1));
-        if constexpr (Arity == 2) b[std::size_t(l)] = at(1, j + std::min(l, count - 1));
-      }
       if constexpr (Arity == 1)
-        op(B::load_aligned(a.data())).store_aligned(r.data());
+        store_partial(op(padded(0, j, count)), o + j, count);
       else
-        op(B::load_aligned(a.data()), B::load_aligned(b.data())).store_aligned(r.data());
-      std::copy_n(r.data(), count, o + j);
+        store_partial(op(padded(0, j, count), padded(1, j, count)), o + j, count);
     };
     if constexpr (Stream) {
       const auto misaligned = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % sizeof(B) / sizeof(Out));

@@ -263,9 +263,9 @@ void for_each_unit(std::int64_t units, std::int64_t work, F&& task) {
     for (std::int64_t u = 0; u < units; ++u) task(u, true);
   } else {
     kiln::detail::parallel_for(units, std::max<std::int64_t>(1, reduction_grain / std::max<std::int64_t>(work, 1)),
-                         [&](std::int64_t lo, std::int64_t hi) {
-                           for (std::int64_t u = lo; u < hi; ++u) task(u, false);
-                         });
+                               [&](std::int64_t lo, std::int64_t hi) {
+                                 for (std::int64_t u = lo; u < hi; ++u) task(u, false);
+                               });
   }
 }
 
