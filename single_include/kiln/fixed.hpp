@@ -633,6 +633,14 @@ constexpr std::array<std::int64_t, max_rank> row_major_strides(const shape& s) {
   return st;
 }
 
+/// The product of dims [first, last) of `s`: the rows before a dim, or the elements
+/// after it.
+constexpr std::int64_t elements_between(const shape& s, int first, int last) {
+  std::int64_t n = 1;
+  for (int d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
 }  // namespace kiln
 // ----- end kiln/core/shape.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SHAPE_HPP
@@ -3436,7 +3444,6 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -3807,14 +3814,6 @@ inline constexpr bool simd_type = backend::cpu::simd_type<T>;
 template <class T>
 using batch = xsimd::batch<T>;
 
-/// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
-/// kernels pad a run's head and tail: every element then goes through the batch
-/// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
-template <std::int64_t Count, class T>
-batch<T> padded(const T* p) {
-  return backend::cpu::load_padded(p, Count);
-}
-
 // ---- leaves ------------------------------------------------------------------------
 
 /// Elements at a data pointer, laid out as `D` (eager operands).
@@ -3834,7 +3833,9 @@ struct data_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(p + row * D::inner + col);
+    // `Count` elements padded with copies of the last, as the CPU kernels pad a run's
+    // tail: every element goes through the batch functor, wherever it sits.
+    return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
 };
 
@@ -3853,7 +3854,7 @@ struct slot_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(at(f) + row * D::inner + col);
+    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
 };
 
@@ -3889,8 +3890,8 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
   }
   template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(value->data() + row * D::inner + col);
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
 };
 
@@ -7583,13 +7584,8 @@ auto gather(const X& x, const I& indices) {
   } else {
     using OutD = typed::dims_from<rule>;
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
-    constexpr auto product = [](int from, int to) {
-      std::int64_t p = 1;
-      for (int d = from; d < to; ++d) p *= D::values[std::size_t(d)];
-      return p;
-    };
-    constexpr std::int64_t outer = product(0, axis), n = D::values[std::size_t(axis)], inner = product(axis + 1, D::rank),
-                           m = ID::size;
+    constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
+                           inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
     return typed::apply_kernel<T, OutD>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
@@ -7675,11 +7671,7 @@ auto join_along(const X&... x) {
     // Dims before the axis make the rows; concat's axis is one of its operands' dims,
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
-    constexpr std::int64_t outer = [] {
-      std::int64_t n = 1;
-      for (int d = 0; d < axis; ++d) n *= first::values[std::size_t(d)];
-      return n;
-    }();
+    constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
     return apply_kernel<T, OutD>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);

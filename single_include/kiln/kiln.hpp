@@ -393,6 +393,14 @@ constexpr std::array<std::int64_t, max_rank> row_major_strides(const shape& s) {
   return st;
 }
 
+/// The product of dims [first, last) of `s`: the rows before a dim, or the elements
+/// after it.
+constexpr std::int64_t elements_between(const shape& s, int first, int last) {
+  std::int64_t n = 1;
+  for (int d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
 }  // namespace kiln
 // ----- end kiln/core/shape.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SHAPE_HPP
@@ -4536,7 +4544,6 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -5991,13 +5998,6 @@ void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const bu
   });
 }
 
-/// The product of dims [first, last) of `s`.
-inline std::int64_t elements_between(const shape& s, int first, int last) {
-  std::int64_t n = 1;
-  for (int d = first; d < last; ++d) n *= s[d];
-  return n;
-}
-
 /// Gather as `outer x m` rows of `inner` elements: row (o, j) of the output is row
 /// (o, indices[j]) of the input, viewed as `outer x n x inner`. The indices were
 /// checked by ops::check_values.
@@ -6060,7 +6060,7 @@ template <class = void>
 void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
-  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
@@ -6069,7 +6069,7 @@ template <class = void>
 void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
-  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [inner](std::size_t) { return inner; };
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
@@ -8211,14 +8211,6 @@ inline constexpr bool simd_type = backend::cpu::simd_type<T>;
 template <class T>
 using batch = xsimd::batch<T>;
 
-/// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
-/// kernels pad a run's head and tail: every element then goes through the batch
-/// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
-template <std::int64_t Count, class T>
-batch<T> padded(const T* p) {
-  return backend::cpu::load_padded(p, Count);
-}
-
 // ---- leaves ------------------------------------------------------------------------
 
 /// Elements at a data pointer, laid out as `D` (eager operands).
@@ -8238,7 +8230,9 @@ struct data_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(p + row * D::inner + col);
+    // `Count` elements padded with copies of the last, as the CPU kernels pad a run's
+    // tail: every element goes through the batch functor, wherever it sits.
+    return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
 };
 
@@ -8257,7 +8251,7 @@ struct slot_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(at(f) + row * D::inner + col);
+    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
 };
 
@@ -8293,8 +8287,8 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
   }
   template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(value->data() + row * D::inner + col);
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
 };
 
@@ -9498,13 +9492,8 @@ auto gather(const X& x, const I& indices) {
   } else {
     using OutD = typed::dims_from<rule>;
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
-    constexpr auto product = [](int from, int to) {
-      std::int64_t p = 1;
-      for (int d = from; d < to; ++d) p *= D::values[std::size_t(d)];
-      return p;
-    };
-    constexpr std::int64_t outer = product(0, axis), n = D::values[std::size_t(axis)], inner = product(axis + 1, D::rank),
-                           m = ID::size;
+    constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
+                           inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
     return typed::apply_kernel<T, OutD>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
@@ -9590,11 +9579,7 @@ auto join_along(const X&... x) {
     // Dims before the axis make the rows; concat's axis is one of its operands' dims,
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
-    constexpr std::int64_t outer = [] {
-      std::int64_t n = 1;
-      for (int d = 0; d < axis; ++d) n *= first::values[std::size_t(d)];
-      return n;
-    }();
+    constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
     return apply_kernel<T, OutD>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);

@@ -121,4 +121,12 @@ constexpr std::array<std::int64_t, max_rank> row_major_strides(const shape& s) {
   return st;
 }
 
+/// The product of dims [first, last) of `s`: the rows before a dim, or the elements
+/// after it.
+constexpr std::int64_t elements_between(const shape& s, int first, int last) {
+  std::int64_t n = 1;
+  for (int d = first; d < last; ++d) n *= s[d];
+  return n;
+}
+
 }  // namespace kiln

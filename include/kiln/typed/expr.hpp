@@ -61,14 +61,6 @@ inline constexpr bool simd_type = backend::cpu::simd_type<T>;
 template <class T>
 using batch = xsimd::batch<T>;
 
-/// A batch of `Count` elements from `p`, padded with copies of the last, as the CPU
-/// kernels pad a run's head and tail: every element then goes through the batch
-/// functor, wherever it sits. (`Count` is known at compile time: the copies unroll.)
-template <std::int64_t Count, class T>
-batch<T> padded(const T* p) {
-  return backend::cpu::load_padded(p, Count);
-}
-
 // ---- leaves ------------------------------------------------------------------------
 
 /// Elements at a data pointer, laid out as `D` (eager operands).
@@ -88,7 +80,9 @@ struct data_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(p + row * D::inner + col);
+    // `Count` elements padded with copies of the last, as the CPU kernels pad a run's
+    // tail: every element goes through the batch functor, wherever it sits.
+    return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
 };
 
@@ -107,7 +101,7 @@ struct slot_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(at(f) + row * D::inner + col);
+    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
 };
 
@@ -143,8 +137,8 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
   }
   template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t row, std::int64_t col) const {
-    return padded<Count>(value->data() + row * D::inner + col);
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
 };
 

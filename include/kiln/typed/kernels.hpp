@@ -348,13 +348,8 @@ auto gather(const X& x, const I& indices) {
   } else {
     using OutD = typed::dims_from<rule>;
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
-    constexpr auto product = [](int from, int to) {
-      std::int64_t p = 1;
-      for (int d = from; d < to; ++d) p *= D::values[std::size_t(d)];
-      return p;
-    };
-    constexpr std::int64_t outer = product(0, axis), n = D::values[std::size_t(axis)], inner = product(axis + 1, D::rank),
-                           m = ID::size;
+    constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
+                           inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
     return typed::apply_kernel<T, OutD>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
@@ -440,11 +435,7 @@ auto join_along(const X&... x) {
     // Dims before the axis make the rows; concat's axis is one of its operands' dims,
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
-    constexpr std::int64_t outer = [] {
-      std::int64_t n = 1;
-      for (int d = 0; d < axis; ++d) n *= first::values[std::size_t(d)];
-      return n;
-    }();
+    constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
     return apply_kernel<T, OutD>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);

@@ -246,13 +246,6 @@ void join(std::span<const buffer_view> in, std::int64_t outer, Run run, const bu
   });
 }
 
-/// The product of dims [first, last) of `s`.
-inline std::int64_t elements_between(const shape& s, int first, int last) {
-  std::int64_t n = 1;
-  for (int d = first; d < last; ++d) n *= s[d];
-  return n;
-}
-
 /// Gather as `outer x m` rows of `inner` elements: row (o, j) of the output is row
 /// (o, indices[j]) of the input, viewed as `outer x n x inner`. The indices were
 /// checked by ops::check_values.
@@ -315,7 +308,7 @@ template <class = void>
 void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
-  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
@@ -324,7 +317,7 @@ template <class = void>
 void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in, const buffer_view& out) {
   const shape& os = out.shape;
   const int a = ops::normalize_axis(op.axis, os.rank());
-  const std::int64_t outer = cpu::elements_between(os, 0, a), inner = cpu::elements_between(os, a + 1, os.rank());
+  const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [inner](std::size_t) { return inner; };
   cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
 }
