@@ -66,5 +66,6 @@
 #include "kiln/trace/random.hpp"
 #include "kiln/trace/control_flow.hpp"
 #include "kiln/typed/control_flow.hpp"
+#include "kiln/typed/graph.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/kernels.hpp"

@@ -4331,11 +4331,30 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 namespace kiln {
 namespace typed {
 
-/// A recorded step: `run(data, frame)` writes one slot of the frame.
+class graph_writer;
+
+/// How a step of type `Step` adds itself to a kiln::graph: defined by
+/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
+/// alone compiles no descriptions.
+template <class Step>
+struct describer;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
+/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
+  void (*describe)(const void* data, graph_writer& w) = nullptr;
 };
+
+/// The step that runs `data` with `Step::run`.
+template <class Step>
+step step_of(std::shared_ptr<Step> data) {
+  using S = std::remove_const_t<Step>;
+  step s{&S::run, std::move(data)};
+  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
+  return s;
+}
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -4381,8 +4400,7 @@ inline recorder& current_recorder() {
 /// Records a step writing `e` to slot `slot`.
 template <class E>
 void record_into(E e, int slot) {
-  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
-  current_recorder().push({&evaluation<E>::run, std::move(s)});
+  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot})));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -4579,6 +4597,7 @@ struct trace {
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
   std::string signature;  ///< as pretty_printed_concrete_signatures shows it
+  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
 
   /// Runs the trace on the data of its arguments.
   template <std::size_t N>
@@ -4636,6 +4655,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
     t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
   }
   t->steps = std::move(rec.steps);
+  t->argument_names = std::move(rec.argument_names);
   return t;
 }
 
@@ -4654,6 +4674,22 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
+  }
+  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
+  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
+  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  template <class Writer = graph_writer>
+  auto graph() const {
+    if constexpr (requires { sizeof(Writer); })
+      return Writer::template graph_of<Fixed...>(*trace_);
+    else
+      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
+  }
+  /// graph() in Graphviz's dot language.
+  template <class Writer = graph_writer>
+  std::string to_dot() const {
+    return graph<Writer>().to_dot();
   }
 
  private:
@@ -7283,6 +7319,17 @@ struct transposed {
     for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
     return s;
   }();
+  static constexpr ops::transpose op{[] {
+    int_list l;
+    for (int p : perm) l.push_back(p);
+    return l;
+  }()};
+};
+
+/// `ops::reshape` to `Dims`.
+template <std::int64_t... Dims>
+struct made_reshape {
+  static constexpr ops::reshape op{dims<Dims...>::shape()};
 };
 
 /// The slot holding the value of operand `x` in the trace being recorded.
@@ -7296,8 +7343,9 @@ int slot_of(const X& x) {
   }
 }
 
-/// A step running `Kernel` on the slots `in` into slot `out`.
-template <class Kernel, class Out, class... In>
+/// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
+/// dims `OutD`, on the slots `in` into slot `out`.
+template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
   int out;
@@ -7310,9 +7358,10 @@ struct kernel_step {
   }
 };
 
-/// `kernel(out, in...)` on the values of `x...`, giving a value of type `OutT`
-/// and dims `OutD`: a `fixed` now, or a symbol written by a step of the trace.
-template <class OutT, class OutD, class Kernel, class... X>
+/// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
+/// of type `OutT` and dims `OutD`: a `fixed` now, or a symbol written by a step of the
+/// trace.
+template <class OutT, class OutD, class Made, class Kernel, class... X>
 auto apply_kernel(Kernel kernel, const X&... x) {
   if constexpr (eager<X...>) {
     fixed_t<OutT, OutD> out(uninitialized);
@@ -7320,10 +7369,10 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
-    r.push({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
 }
@@ -7391,7 +7440,7 @@ auto reduce(const X& x) {
   } else {
     using Out = element_t<rule::dtypes.value>;
     using OutD = dims_from<rule>;
-    return apply_kernel<Out, OutD>(
+    return apply_kernel<Out, OutD, made_op>(
         [](Out* out, const T* in) {
           namespace cpu = backend::cpu;
           constexpr auto axis = made_op::op.axis;
@@ -7458,7 +7507,7 @@ auto matmul(const A& a, const B& b) {
     return typed::rule_error{};
   } else {
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made<ops::matmul>>(
         [](T* out, const T* x, const T* y) {
           constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
           for (std::int64_t bi = 0; bi < g.batches; ++bi) {
@@ -7486,7 +7535,7 @@ auto transpose(const X& x) {
                 "kiln::transpose: the permutation must list every dim once");
   using rule = typed::transposed<D, Perm...>;
   using OutD = typed::dims_from<rule>;
-  return typed::apply_kernel<T, OutD>(
+  return typed::apply_kernel<T, OutD, rule>(
       [](T* out, const T* in) {
         constexpr auto in_strides = row_major_strides(D::shape());
         std::array<std::int64_t, max_rank> index{};  // the output's multi-index
@@ -7563,7 +7612,7 @@ auto slice(const X& x) {
       for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
       return b;
     }();
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+    return typed::apply_kernel<T, OutD, made>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
   }
 }
 
@@ -7586,7 +7635,7 @@ auto gather(const X& x, const I& indices) {
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
     constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
                            inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_along<ops::gather, Axis>>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
           for (std::int64_t o = 0; o < outer; ++o)
@@ -7622,7 +7671,7 @@ auto conv2d(const X& x, const F& filters) {
     using XD = typename std::remove_cvref_t<X>::dims_type;
     using FD = typename std::remove_cvref_t<F>::dims_type;
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_conv2d<Pad, StrideH, StrideW>>(
         [](T* out, const T* in, const T* f) {
           constexpr auto& xs = XD::values;
           constexpr auto& fs = FD::values;
@@ -7672,7 +7721,7 @@ auto join_along(const X&... x) {
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
     constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
-    return apply_kernel<T, OutD>(
+    return apply_kernel<T, OutD, made_along<Op, Axis>>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);
   }
@@ -7753,7 +7802,7 @@ auto reshape(const X& x) {
   if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
     return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
   else
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
+    return typed::apply_kernel<T, OutD, typed::made_reshape<Dims...>>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
 }
 
 }  // namespace kiln
@@ -7913,10 +7962,12 @@ symbol_for<value_of<X>> fresh_symbol(const X& x) {
   return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
 }
 
-/// A `cond` step: the steps of the branch that slot `pred` picks.
+/// A `cond` step: the steps of the branch that slot `pred` picks, which write the
+/// slots `results`.
 struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
+  std::vector<int> results;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
@@ -7996,7 +8047,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
          ...);
       }(std::index_sequence_for<Vars...>());
     });
-    current_recorder().push({&loop_step::run, std::move(data)});
+    current_recorder().push(step_of(std::move(data)));
     return unwrap(std::move(loop_vars));
   }
 }
@@ -8030,7 +8081,8 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     }(std::make_index_sequence<std::tuple_size_v<then_t>>());
     typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
     typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
-    r.push({&typed::cond_step::run, std::move(data)});
+    data->results.assign(slots.begin(), slots.end());
+    r.push(typed::step_of(std::move(data)));
     return typed::unwrap(std::move(results));
   }
 }
@@ -8108,6 +8160,33 @@ namespace kiln {
 /// add_to(kiln::fixed<float, 3>::ones());
 /// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
 /// \endcode
+namespace typed {
+
+/// A fixed_variable's value and name, shared by its copies and the traces using it.
+template <class V>
+struct variable_state {
+  V value;
+  std::string name;
+};
+
+/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
+/// the state, so the trace keeps the variable alive.
+template <class V, bool Write>
+struct variable_access {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+    else
+      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+  }
+};
+
+}  // namespace typed
+
 template <class T, std::int64_t... Dims>
 class fixed_variable {
  public:
@@ -8127,8 +8206,8 @@ class fixed_variable {
   /// The value at this point of every run of the trace.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(bytes);
-    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
+    const int out = r.add_slot(typed::bytes_of<value_type>);
+    r.push(typed::step_of(std::make_shared<const typed::variable_access<value_type, false>>(state_, out)));
     return symbol_type(out);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
@@ -8137,7 +8216,8 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
+    typed::current_recorder().push(
+        typed::step_of(std::make_shared<const typed::variable_access<value_type, true>>(state_, written.slot())));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
@@ -8156,25 +8236,7 @@ class fixed_variable {
   }
 
  private:
-  static constexpr std::size_t bytes = typed::bytes_of<value_type>;
-  struct state {
-    value_type value;
-    std::string name;
-  };
-  /// A read or write of the variable from or to slot `slot`; holds the state, so the
-  /// trace keeps the variable alive.
-  struct access {
-    std::shared_ptr<state> target;
-    int slot;
-    static void read(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(f[a.slot], a.target->value.data(), bytes);
-    }
-    static void write(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(a.target->value.data(), f[a.slot], bytes);
-    }
-  };
+  using state = typed::variable_state<value_type>;
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -8233,7 +8295,7 @@ void print(const Args&... args) {
         }
       }(args),
       ...);
-  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+  typed::current_recorder().push(typed::step_of(std::move(data)));
 }
 
 namespace typed {
@@ -8309,14 +8371,14 @@ auto host_callback(F fn, const Inputs&... inputs) {
     typed::recorder& r = typed::current_recorder();
     auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
     if constexpr (step_t::results == 0) {
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
     } else {
       using results_t = decltype(typed::as_tuple(std::declval<R>()));
       auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
             data->out[K] = r.add_slot(typed::bytes_of<std::tuple_element_t<K, results_t>>))...};
       }(std::make_index_sequence<step_t::results>());
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
       return typed::unwrap(std::move(symbols));
     }
   }

@@ -8728,11 +8728,30 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 namespace kiln {
 namespace typed {
 
-/// A recorded step: `run(data, frame)` writes one slot of the frame.
+class graph_writer;
+
+/// How a step of type `Step` adds itself to a kiln::graph: defined by
+/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
+/// alone compiles no descriptions.
+template <class Step>
+struct describer;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
+/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
+  void (*describe)(const void* data, graph_writer& w) = nullptr;
 };
+
+/// The step that runs `data` with `Step::run`.
+template <class Step>
+step step_of(std::shared_ptr<Step> data) {
+  using S = std::remove_const_t<Step>;
+  step s{&S::run, std::move(data)};
+  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
+  return s;
+}
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -8778,8 +8797,7 @@ inline recorder& current_recorder() {
 /// Records a step writing `e` to slot `slot`.
 template <class E>
 void record_into(E e, int slot) {
-  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
-  current_recorder().push({&evaluation<E>::run, std::move(s)});
+  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot})));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -8976,6 +8994,7 @@ struct trace {
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
   std::string signature;  ///< as pretty_printed_concrete_signatures shows it
+  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
 
   /// Runs the trace on the data of its arguments.
   template <std::size_t N>
@@ -9033,6 +9052,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
     t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
   }
   t->steps = std::move(rec.steps);
+  t->argument_names = std::move(rec.argument_names);
   return t;
 }
 
@@ -9051,6 +9071,22 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
+  }
+  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
+  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
+  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  template <class Writer = graph_writer>
+  auto graph() const {
+    if constexpr (requires { sizeof(Writer); })
+      return Writer::template graph_of<Fixed...>(*trace_);
+    else
+      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
+  }
+  /// graph() in Graphviz's dot language.
+  template <class Writer = graph_writer>
+  std::string to_dot() const {
+    return graph<Writer>().to_dot();
   }
 
  private:
@@ -9191,6 +9227,17 @@ struct transposed {
     for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
     return s;
   }();
+  static constexpr ops::transpose op{[] {
+    int_list l;
+    for (int p : perm) l.push_back(p);
+    return l;
+  }()};
+};
+
+/// `ops::reshape` to `Dims`.
+template <std::int64_t... Dims>
+struct made_reshape {
+  static constexpr ops::reshape op{dims<Dims...>::shape()};
 };
 
 /// The slot holding the value of operand `x` in the trace being recorded.
@@ -9204,8 +9251,9 @@ int slot_of(const X& x) {
   }
 }
 
-/// A step running `Kernel` on the slots `in` into slot `out`.
-template <class Kernel, class Out, class... In>
+/// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
+/// dims `OutD`, on the slots `in` into slot `out`.
+template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
   int out;
@@ -9218,9 +9266,10 @@ struct kernel_step {
   }
 };
 
-/// `kernel(out, in...)` on the values of `x...`, giving a value of type `OutT`
-/// and dims `OutD`: a `fixed` now, or a symbol written by a step of the trace.
-template <class OutT, class OutD, class Kernel, class... X>
+/// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
+/// of type `OutT` and dims `OutD`: a `fixed` now, or a symbol written by a step of the
+/// trace.
+template <class OutT, class OutD, class Made, class Kernel, class... X>
 auto apply_kernel(Kernel kernel, const X&... x) {
   if constexpr (eager<X...>) {
     fixed_t<OutT, OutD> out(uninitialized);
@@ -9228,10 +9277,10 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
-    r.push({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
 }
@@ -9299,7 +9348,7 @@ auto reduce(const X& x) {
   } else {
     using Out = element_t<rule::dtypes.value>;
     using OutD = dims_from<rule>;
-    return apply_kernel<Out, OutD>(
+    return apply_kernel<Out, OutD, made_op>(
         [](Out* out, const T* in) {
           namespace cpu = backend::cpu;
           constexpr auto axis = made_op::op.axis;
@@ -9366,7 +9415,7 @@ auto matmul(const A& a, const B& b) {
     return typed::rule_error{};
   } else {
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made<ops::matmul>>(
         [](T* out, const T* x, const T* y) {
           constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
           for (std::int64_t bi = 0; bi < g.batches; ++bi) {
@@ -9394,7 +9443,7 @@ auto transpose(const X& x) {
                 "kiln::transpose: the permutation must list every dim once");
   using rule = typed::transposed<D, Perm...>;
   using OutD = typed::dims_from<rule>;
-  return typed::apply_kernel<T, OutD>(
+  return typed::apply_kernel<T, OutD, rule>(
       [](T* out, const T* in) {
         constexpr auto in_strides = row_major_strides(D::shape());
         std::array<std::int64_t, max_rank> index{};  // the output's multi-index
@@ -9471,7 +9520,7 @@ auto slice(const X& x) {
       for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
       return b;
     }();
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+    return typed::apply_kernel<T, OutD, made>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
   }
 }
 
@@ -9494,7 +9543,7 @@ auto gather(const X& x, const I& indices) {
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
     constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
                            inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_along<ops::gather, Axis>>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
           for (std::int64_t o = 0; o < outer; ++o)
@@ -9530,7 +9579,7 @@ auto conv2d(const X& x, const F& filters) {
     using XD = typename std::remove_cvref_t<X>::dims_type;
     using FD = typename std::remove_cvref_t<F>::dims_type;
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_conv2d<Pad, StrideH, StrideW>>(
         [](T* out, const T* in, const T* f) {
           constexpr auto& xs = XD::values;
           constexpr auto& fs = FD::values;
@@ -9580,7 +9629,7 @@ auto join_along(const X&... x) {
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
     constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
-    return apply_kernel<T, OutD>(
+    return apply_kernel<T, OutD, made_along<Op, Axis>>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);
   }
@@ -9661,7 +9710,7 @@ auto reshape(const X& x) {
   if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
     return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
   else
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
+    return typed::apply_kernel<T, OutD, typed::made_reshape<Dims...>>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
 }
 
 }  // namespace kiln
@@ -14508,10 +14557,12 @@ symbol_for<value_of<X>> fresh_symbol(const X& x) {
   return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
 }
 
-/// A `cond` step: the steps of the branch that slot `pred` picks.
+/// A `cond` step: the steps of the branch that slot `pred` picks, which write the
+/// slots `results`.
 struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
+  std::vector<int> results;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
@@ -14591,7 +14642,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
          ...);
       }(std::index_sequence_for<Vars...>());
     });
-    current_recorder().push({&loop_step::run, std::move(data)});
+    current_recorder().push(step_of(std::move(data)));
     return unwrap(std::move(loop_vars));
   }
 }
@@ -14625,7 +14676,8 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     }(std::make_index_sequence<std::tuple_size_v<then_t>>());
     typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
     typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
-    r.push({&typed::cond_step::run, std::move(data)});
+    data->results.assign(slots.begin(), slots.end());
+    r.push(typed::step_of(std::move(data)));
     return typed::unwrap(std::move(results));
   }
 }
@@ -14688,6 +14740,33 @@ namespace kiln {
 /// add_to(kiln::fixed<float, 3>::ones());
 /// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
 /// \endcode
+namespace typed {
+
+/// A fixed_variable's value and name, shared by its copies and the traces using it.
+template <class V>
+struct variable_state {
+  V value;
+  std::string name;
+};
+
+/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
+/// the state, so the trace keeps the variable alive.
+template <class V, bool Write>
+struct variable_access {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+    else
+      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+  }
+};
+
+}  // namespace typed
+
 template <class T, std::int64_t... Dims>
 class fixed_variable {
  public:
@@ -14707,8 +14786,8 @@ class fixed_variable {
   /// The value at this point of every run of the trace.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(bytes);
-    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
+    const int out = r.add_slot(typed::bytes_of<value_type>);
+    r.push(typed::step_of(std::make_shared<const typed::variable_access<value_type, false>>(state_, out)));
     return symbol_type(out);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
@@ -14717,7 +14796,8 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
+    typed::current_recorder().push(
+        typed::step_of(std::make_shared<const typed::variable_access<value_type, true>>(state_, written.slot())));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
@@ -14736,25 +14816,7 @@ class fixed_variable {
   }
 
  private:
-  static constexpr std::size_t bytes = typed::bytes_of<value_type>;
-  struct state {
-    value_type value;
-    std::string name;
-  };
-  /// A read or write of the variable from or to slot `slot`; holds the state, so the
-  /// trace keeps the variable alive.
-  struct access {
-    std::shared_ptr<state> target;
-    int slot;
-    static void read(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(f[a.slot], a.target->value.data(), bytes);
-    }
-    static void write(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(a.target->value.data(), f[a.slot], bytes);
-    }
-  };
+  using state = typed::variable_state<value_type>;
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -14813,7 +14875,7 @@ void print(const Args&... args) {
         }
       }(args),
       ...);
-  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+  typed::current_recorder().push(typed::step_of(std::move(data)));
 }
 
 namespace typed {
@@ -14889,14 +14951,14 @@ auto host_callback(F fn, const Inputs&... inputs) {
     typed::recorder& r = typed::current_recorder();
     auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
     if constexpr (step_t::results == 0) {
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
     } else {
       using results_t = decltype(typed::as_tuple(std::declval<R>()));
       auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
             data->out[K] = r.add_slot(typed::bytes_of<std::tuple_element_t<K, results_t>>))...};
       }(std::make_index_sequence<step_t::results>());
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
       return typed::unwrap(std::move(symbols));
     }
   }
@@ -15733,6 +15795,268 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 }  // namespace kiln
 // ----- end kiln/trace/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
+// ----- begin kiln/typed/graph.hpp -----
+/// \file
+/// The graph of a typed trace (typed::concrete_function::graph()): the kiln::graph the
+/// runtime tier gives for the same callable, read off the trace's steps. An
+/// expression's nodes become op nodes (broadcasts are implicit, as in the runtime
+/// tier), a kernel step the node of its op, a `cond` or loop step a `cond` or `while`
+/// node whose branches or condition and body are graphs of their own (values they
+/// read from outside are their placeholders and the node's inputs), and effects the
+/// runtime tier's effect nodes.
+///
+/// Each step type's description is compiled where this header is included (it comes
+/// with kiln/kiln.hpp), so a program of kiln/fixed.hpp alone pays nothing for it.
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace typed {
+
+/// A node of a typed trace's graph that stands for a step with effects or graphs of
+/// its own: it has the runtime tier's name for it (`cond`, `while`, `PrintV2`, ...),
+/// and its branches or body as subgraphs, but runs only as part of its trace.
+class described_op final : public special_op {
+ public:
+  using labelled_graphs = std::vector<std::pair<std::string, std::shared_ptr<const graph>>>;
+  described_op(std::string name, bool effects, labelled_graphs subgraphs = {})
+      : special_op(std::type_identity<described_op>()), name_(std::move(name)), effects_(effects),
+        subgraphs_(std::move(subgraphs)) {}
+  std::string_view name() const { return name_; }
+  bool has_effects() const { return effects_; }
+  std::vector<tensor> run(std::span<const tensor* const>) const {
+    throw unavailable_error("kiln: node " + name_ +
+                            " of a typed trace's graph describes a step of the trace; call the function to run it");
+  }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
+    std::vector<std::pair<std::string, const graph*>> out;
+    for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
+    return out;
+  }
+
+ private:
+  std::string name_;
+  bool effects_;
+  labelled_graphs subgraphs_;
+};
+
+/// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
+/// `outer` is the graph that runs it).
+class graph_writer {
+ public:
+  explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
+
+  /// The graph of trace `t`, whose typed arguments are `fixed` values of types `Fixed`.
+  template <class... Fixed, class R>
+  static kiln::graph graph_of(const trace<R>& t) {
+    graph_writer w;
+    int slot = 0;
+    ((w.bind(slot, w.graph_.add_placeholder(t.argument_names[std::size_t(slot)], Fixed::dtype, Fixed::shape())), ++slot),
+     ...);
+    w.add_steps(t.steps);
+    if constexpr (!std::is_void_v<R>) {
+      // The results' nodes first, then their Identity nodes, as the runtime tier adds them.
+      std::vector<int> results;
+      w.add_results(*t.result, results);
+      for (int id : results) w.graph_.add_output(id);
+    }
+    return std::move(w.graph_);
+  }
+
+  void add_steps(const std::vector<step>& steps) {
+    for (const step& s : steps) {
+      if (!s.describe)
+        throw unavailable_error(
+            "kiln: graph(): this typed trace was compiled without the runtime tier; include <kiln/kiln.hpp> before "
+            "the code that calls the function");
+      s.describe(s.data.get(), *this);
+    }
+  }
+
+  // ---- one overload per step type (describer<Step> calls them) ------------------------
+
+  template <class E>
+  void add(const evaluation<E>& s) {
+    bind(s.out, expression(s.expression));
+  }
+
+  template <class Made, class Kernel, class Out, class OutD, class... In>
+  void add(const kernel_step<Made, Kernel, Out, OutD, In...>& s) {
+    std::vector<int> inputs;
+    for (int slot : s.in) inputs.push_back(value(slot));
+    bind(s.out, graph_.add_op(ops::any_op(Made::op), std::move(inputs), dtype_of<Out>, OutD::shape()));
+  }
+
+  void add(const cond_step& c) {
+    graph_writer then_branch(this), else_branch(this);
+    for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
+      branch->add_steps(*steps);
+      for (int slot : c.results) branch->graph_.add_output(branch->value(slot));
+    }
+    std::vector<int> inputs{value(c.pred)};
+    inputs.insert(inputs.end(), then_branch.captures_.begin(), then_branch.captures_.end());
+    inputs.insert(inputs.end(), else_branch.captures_.begin(), else_branch.captures_.end());
+    const auto results = then_branch.output_specs();
+    const bool effects = then_branch.graph_.has_effects() || else_branch.graph_.has_effects();
+    bind_results(c.results, add_special("cond", effects, std::move(inputs), results,
+                                        {{"then", then_branch.finish()}, {"else", else_branch.finish()}}));
+  }
+
+  void add(const loop_step& l) {
+    graph_writer cond(this), body(this);
+    std::vector<int> inputs, variables;
+    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
+    for (const loop_step::copy& c : l.copies) {
+      const int initial = value(c.to);
+      const kiln::node& n = graph_.nodes()[std::size_t(initial)];
+      for (graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
+      inputs.push_back(initial);
+      variables.push_back(c.to);
+      results.emplace_back(n.dtype(), n.shape());
+    }
+    cond.add_steps(l.cond_steps);
+    cond.graph_.add_output(cond.value(l.pred));
+    body.add_steps(l.body_steps);
+    if (l.stop >= 0) body.graph_.add_output(body.value(l.stop));  // the stop flag leads, as in the runtime tier
+    for (const loop_step::copy& c : l.copies) body.graph_.add_output(body.value(c.from));
+    inputs.insert(inputs.end(), cond.captures_.begin(), cond.captures_.end());
+    inputs.insert(inputs.end(), body.captures_.begin(), body.captures_.end());
+    const bool effects = cond.graph_.has_effects() || body.graph_.has_effects();
+    bind_results(variables, add_special("while", effects, std::move(inputs), results,
+                                        {{"cond", cond.finish()}, {"body", body.finish()}}));
+  }
+
+  void add(const print_step& p) {
+    std::vector<int> inputs;
+    for (const print_step::input& i : p.inputs) inputs.push_back(value(i.slot));
+    add_special("PrintV2", true, std::move(inputs), {});
+  }
+
+  template <class F, class R, class... In>
+  void add(const callback_step<F, R, In...>& c) {
+    std::vector<int> inputs;
+    for (int slot : c.in) inputs.push_back(value(slot));
+    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
+    if constexpr (!std::is_void_v<R>) {
+      using values = decltype(as_tuple(std::declval<R>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (results.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
+      }(std::make_index_sequence<std::tuple_size_v<values>>());
+    }
+    bind_results(c.out, add_special("HostCallback", true, std::move(inputs), results));
+  }
+
+  template <class V, bool Write>
+  void add(const variable_access<V, Write>& a) {
+    if constexpr (Write)
+      add_special("AssignVariableOp", true, {value(a.slot)}, {{V::dtype, V::shape()}});
+    else
+      bind(a.slot, add_special("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
+
+ private:
+  // ---- expressions: one node per op; leaves are the nodes of slots, or constants ------
+
+  template <class T, class D>
+  int expression(const slot_leaf<T, D>& e) {
+    return value(e.index);
+  }
+  template <class T, class D>
+  int expression(const constant_leaf<T, D>& e) {
+    return graph_.add_constant(tensor(*e.value));
+  }
+  template <class T, class D>
+  int expression(const data_leaf<T, D>& e) {
+    fixed_t<T, D> copy(uninitialized);
+    std::copy_n(e.p, D::size, copy.data());
+    return graph_.add_constant(tensor(copy));
+  }
+  template <class T>
+  int expression(const scalar_leaf<T>& e) {
+    return graph_.add_constant(kiln::constant(e.value));
+  }
+  template <class E, class Out>
+  int expression(const broadcast<E, Out>& e) {
+    return expression(e.operand);
+  }
+  template <class Op, class D, class... E>
+  int expression(const node<Op, D, E...>& n) {
+    // Braces: the operands' nodes are added from left to right.
+    std::vector<int> inputs = std::apply([&](const auto&... e) { return std::vector<int>{expression(e)...}; }, n.operands);
+    return graph_.add_op(ops::any_op(n.op), std::move(inputs), dtype_of<typename node<Op, D, E...>::value_type>, D::shape());
+  }
+
+  /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
+  template <class R>
+  void add_results(const R& r, std::vector<int>& ids) {
+    if constexpr (lazy<R>)
+      ids.push_back(expression(expression_of<void, false>(r)));
+    else if constexpr (fixed_value<R>)
+      ids.push_back(graph_.add_constant(tensor(r)));
+    else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>)
+      std::apply([&](const auto&... e) { (add_results(e, ids), ...); }, r);
+    else if constexpr (has_dtype<R>)
+      ids.push_back(graph_.add_constant(kiln::constant(r)));
+  }
+
+  /// The node holding slot `slot`'s value here: a placeholder for a value of an
+  /// enclosing graph, which becomes an input of the node that runs this one.
+  int value(int slot) {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+  void bind(int slot, int node_id) { slots_[slot] = node_id; }
+  template <class Slots>
+  void bind_results(const Slots& slots, const std::vector<int>& ids) {
+    std::size_t k = 0;
+    for (int slot : slots) bind(slot, ids[k++]);
+  }
+
+  std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
+                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
+                               described_op::labelled_graphs subgraphs = {}) {
+    return graph_.add_special(std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs)),
+                              std::move(inputs), results);
+  }
+  std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    for (int id : graph_.outputs()) specs.emplace_back(graph_.nodes()[std::size_t(id)].dtype(), graph_.nodes()[std::size_t(id)].shape());
+    return specs;
+  }
+  std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }
+
+  graph_writer* outer_;
+  kiln::graph graph_;
+  std::map<int, int> slots_;   // slot -> node
+  std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
+};
+
+/// Every step type describes itself through graph_writer::add.
+template <class Step>
+struct describer {
+  static void describe(const void* data, graph_writer& w) { w.add(*static_cast<const Step*>(data)); }
+};
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/graph.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 #define KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 // ----- begin kiln/data/dataset.hpp -----

@@ -118,10 +118,12 @@ symbol_for<value_of<X>> fresh_symbol(const X& x) {
   return symbol_for<value_of<X>>(record(expression_of<void, false>(x)));
 }
 
-/// A `cond` step: the steps of the branch that slot `pred` picks.
+/// A `cond` step: the steps of the branch that slot `pred` picks, which write the
+/// slots `results`.
 struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
+  std::vector<int> results;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
@@ -201,7 +203,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
          ...);
       }(std::index_sequence_for<Vars...>());
     });
-    current_recorder().push({&loop_step::run, std::move(data)});
+    current_recorder().push(step_of(std::move(data)));
     return unwrap(std::move(loop_vars));
   }
 }
@@ -235,7 +237,8 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     }(std::make_index_sequence<std::tuple_size_v<then_t>>());
     typed::trace_into(data->then_steps, [&] { typed::record_values(typed::as_tuple(then_fn()), slots); });
     typed::trace_into(data->else_steps, [&] { typed::record_values(typed::as_tuple(else_fn()), slots); });
-    r.push({&typed::cond_step::run, std::move(data)});
+    data->results.assign(slots.begin(), slots.end());
+    r.push(typed::step_of(std::move(data)));
     return typed::unwrap(std::move(results));
   }
 }

@@ -28,6 +28,33 @@ namespace kiln {
 /// add_to(kiln::fixed<float, 3>::ones());
 /// add_to(kiln::fixed<float, 3>::ones());  // total.value() is [2 2 2]
 /// \endcode
+namespace typed {
+
+/// A fixed_variable's value and name, shared by its copies and the traces using it.
+template <class V>
+struct variable_state {
+  V value;
+  std::string name;
+};
+
+/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
+/// the state, so the trace keeps the variable alive.
+template <class V, bool Write>
+struct variable_access {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+    else
+      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+  }
+};
+
+}  // namespace typed
+
 template <class T, std::int64_t... Dims>
 class fixed_variable {
  public:
@@ -47,8 +74,8 @@ class fixed_variable {
   /// The value at this point of every run of the trace.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(bytes);
-    r.push({&access::read, std::make_shared<const access>(access{state_, out})});
+    const int out = r.add_slot(typed::bytes_of<value_type>);
+    r.push(typed::step_of(std::make_shared<const typed::variable_access<value_type, false>>(state_, out)));
     return symbol_type(out);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
@@ -57,7 +84,8 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push({&access::write, std::make_shared<const access>(access{state_, written.slot()})});
+    typed::current_recorder().push(
+        typed::step_of(std::make_shared<const typed::variable_access<value_type, true>>(state_, written.slot())));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
@@ -76,25 +104,7 @@ class fixed_variable {
   }
 
  private:
-  static constexpr std::size_t bytes = typed::bytes_of<value_type>;
-  struct state {
-    value_type value;
-    std::string name;
-  };
-  /// A read or write of the variable from or to slot `slot`; holds the state, so the
-  /// trace keeps the variable alive.
-  struct access {
-    std::shared_ptr<state> target;
-    int slot;
-    static void read(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(f[a.slot], a.target->value.data(), bytes);
-    }
-    static void write(const void* data, typed::frame f) {
-      const auto& a = *static_cast<const access*>(data);
-      std::memcpy(a.target->value.data(), f[a.slot], bytes);
-    }
-  };
+  using state = typed::variable_state<value_type>;
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -153,7 +163,7 @@ void print(const Args&... args) {
         }
       }(args),
       ...);
-  typed::current_recorder().push({&typed::print_step::run, std::move(data)});
+  typed::current_recorder().push(typed::step_of(std::move(data)));
 }
 
 namespace typed {
@@ -229,14 +239,14 @@ auto host_callback(F fn, const Inputs&... inputs) {
     typed::recorder& r = typed::current_recorder();
     auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
     if constexpr (step_t::results == 0) {
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
     } else {
       using results_t = decltype(typed::as_tuple(std::declval<R>()));
       auto symbols = [&]<std::size_t... K>(std::index_sequence<K...>) {
         return std::tuple{typed::symbol_for<std::tuple_element_t<K, results_t>>(
             data->out[K] = r.add_slot(typed::bytes_of<std::tuple_element_t<K, results_t>>))...};
       }(std::make_index_sequence<step_t::results>());
-      r.push({&step_t::run, std::move(data)});
+      r.push(typed::step_of(std::move(data)));
       return typed::unwrap(std::move(symbols));
     }
   }

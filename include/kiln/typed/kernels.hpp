@@ -47,6 +47,17 @@ struct transposed {
     for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
     return s;
   }();
+  static constexpr ops::transpose op{[] {
+    int_list l;
+    for (int p : perm) l.push_back(p);
+    return l;
+  }()};
+};
+
+/// `ops::reshape` to `Dims`.
+template <std::int64_t... Dims>
+struct made_reshape {
+  static constexpr ops::reshape op{dims<Dims...>::shape()};
 };
 
 /// The slot holding the value of operand `x` in the trace being recorded.
@@ -60,8 +71,9 @@ int slot_of(const X& x) {
   }
 }
 
-/// A step running `Kernel` on the slots `in` into slot `out`.
-template <class Kernel, class Out, class... In>
+/// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
+/// dims `OutD`, on the slots `in` into slot `out`.
+template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
   int out;
@@ -74,9 +86,10 @@ struct kernel_step {
   }
 };
 
-/// `kernel(out, in...)` on the values of `x...`, giving a value of type `OutT`
-/// and dims `OutD`: a `fixed` now, or a symbol written by a step of the trace.
-template <class OutT, class OutD, class Kernel, class... X>
+/// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
+/// of type `OutT` and dims `OutD`: a `fixed` now, or a symbol written by a step of the
+/// trace.
+template <class OutT, class OutD, class Made, class Kernel, class... X>
 auto apply_kernel(Kernel kernel, const X&... x) {
   if constexpr (eager<X...>) {
     fixed_t<OutT, OutD> out(uninitialized);
@@ -84,10 +97,10 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Kernel, OutT, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
-    r.push({&step_t::run, std::make_shared<const step_t>(step_t{kernel, out, in})});
+    r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
 }
@@ -155,7 +168,7 @@ auto reduce(const X& x) {
   } else {
     using Out = element_t<rule::dtypes.value>;
     using OutD = dims_from<rule>;
-    return apply_kernel<Out, OutD>(
+    return apply_kernel<Out, OutD, made_op>(
         [](Out* out, const T* in) {
           namespace cpu = backend::cpu;
           constexpr auto axis = made_op::op.axis;
@@ -222,7 +235,7 @@ auto matmul(const A& a, const B& b) {
     return typed::rule_error{};
   } else {
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made<ops::matmul>>(
         [](T* out, const T* x, const T* y) {
           constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
           for (std::int64_t bi = 0; bi < g.batches; ++bi) {
@@ -250,7 +263,7 @@ auto transpose(const X& x) {
                 "kiln::transpose: the permutation must list every dim once");
   using rule = typed::transposed<D, Perm...>;
   using OutD = typed::dims_from<rule>;
-  return typed::apply_kernel<T, OutD>(
+  return typed::apply_kernel<T, OutD, rule>(
       [](T* out, const T* in) {
         constexpr auto in_strides = row_major_strides(D::shape());
         std::array<std::int64_t, max_rank> index{};  // the output's multi-index
@@ -327,7 +340,7 @@ auto slice(const X& x) {
       for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
       return b;
     }();
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+    return typed::apply_kernel<T, OutD, made>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
   }
 }
 
@@ -350,7 +363,7 @@ auto gather(const X& x, const I& indices) {
     constexpr int axis = ops::normalize_axis(Axis, D::rank);
     constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
                            inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_along<ops::gather, Axis>>(
         [](T* out, const T* in, const Index* index) {
           ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
           for (std::int64_t o = 0; o < outer; ++o)
@@ -386,7 +399,7 @@ auto conv2d(const X& x, const F& filters) {
     using XD = typename std::remove_cvref_t<X>::dims_type;
     using FD = typename std::remove_cvref_t<F>::dims_type;
     using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD>(
+    return typed::apply_kernel<T, OutD, typed::made_conv2d<Pad, StrideH, StrideW>>(
         [](T* out, const T* in, const T* f) {
           constexpr auto& xs = XD::values;
           constexpr auto& fs = FD::values;
@@ -436,7 +449,7 @@ auto join_along(const X&... x) {
     // stack's a new one.
     constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
     constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
-    return apply_kernel<T, OutD>(
+    return apply_kernel<T, OutD, made_along<Op, Axis>>(
         [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
         x...);
   }
@@ -517,7 +530,7 @@ auto reshape(const X& x) {
   if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
     return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
   else
-    return typed::apply_kernel<T, OutD>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
+    return typed::apply_kernel<T, OutD, typed::made_reshape<Dims...>>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
 }
 
 }  // namespace kiln

@@ -36,11 +36,30 @@
 namespace kiln {
 namespace typed {
 
-/// A recorded step: `run(data, frame)` writes one slot of the frame.
+class graph_writer;
+
+/// How a step of type `Step` adds itself to a kiln::graph: defined by
+/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
+/// alone compiles no descriptions.
+template <class Step>
+struct describer;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
+/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
+  void (*describe)(const void* data, graph_writer& w) = nullptr;
 };
+
+/// The step that runs `data` with `Step::run`.
+template <class Step>
+step step_of(std::shared_ptr<Step> data) {
+  using S = std::remove_const_t<Step>;
+  step s{&S::run, std::move(data)};
+  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
+  return s;
+}
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -86,8 +105,7 @@ inline recorder& current_recorder() {
 /// Records a step writing `e` to slot `slot`.
 template <class E>
 void record_into(E e, int slot) {
-  auto s = std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot});
-  current_recorder().push({&evaluation<E>::run, std::move(s)});
+  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot})));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -284,6 +302,7 @@ struct trace {
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
   std::string signature;  ///< as pretty_printed_concrete_signatures shows it
+  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
 
   /// Runs the trace on the data of its arguments.
   template <std::size_t N>
@@ -341,6 +360,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
     t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
   }
   t->steps = std::move(rec.steps);
+  t->argument_names = std::move(rec.argument_names);
   return t;
 }
 
@@ -359,6 +379,22 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
+  }
+  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
+  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
+  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  template <class Writer = graph_writer>
+  auto graph() const {
+    if constexpr (requires { sizeof(Writer); })
+      return Writer::template graph_of<Fixed...>(*trace_);
+    else
+      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
+  }
+  /// graph() in Graphviz's dot language.
+  template <class Writer = graph_writer>
+  std::string to_dot() const {
+    return graph<Writer>().to_dot();
   }
 
  private:

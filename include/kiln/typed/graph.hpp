@@ -1,0 +1,264 @@
+#pragma once
+/// \file
+/// The graph of a typed trace (typed::concrete_function::graph()): the kiln::graph the
+/// runtime tier gives for the same callable, read off the trace's steps. An
+/// expression's nodes become op nodes (broadcasts are implicit, as in the runtime
+/// tier), a kernel step the node of its op, a `cond` or loop step a `cond` or `while`
+/// node whose branches or condition and body are graphs of their own (values they
+/// read from outside are their placeholders and the node's inputs), and effects the
+/// runtime tier's effect nodes.
+///
+/// Each step type's description is compiled where this header is included (it comes
+/// with kiln/kiln.hpp), so a program of kiln/fixed.hpp alone pays nothing for it.
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/graph/graph.hpp"
+#include "kiln/ops/factories.hpp"
+#include "kiln/typed/control_flow.hpp"
+#include "kiln/typed/effects.hpp"
+#include "kiln/typed/kernels.hpp"
+
+namespace kiln {
+namespace typed {
+
+/// A node of a typed trace's graph that stands for a step with effects or graphs of
+/// its own: it has the runtime tier's name for it (`cond`, `while`, `PrintV2`, ...),
+/// and its branches or body as subgraphs, but runs only as part of its trace.
+class described_op final : public special_op {
+ public:
+  using labelled_graphs = std::vector<std::pair<std::string, std::shared_ptr<const graph>>>;
+  described_op(std::string name, bool effects, labelled_graphs subgraphs = {})
+      : special_op(std::type_identity<described_op>()), name_(std::move(name)), effects_(effects),
+        subgraphs_(std::move(subgraphs)) {}
+  std::string_view name() const { return name_; }
+  bool has_effects() const { return effects_; }
+  std::vector<tensor> run(std::span<const tensor* const>) const {
+    throw unavailable_error("kiln: node " + name_ +
+                            " of a typed trace's graph describes a step of the trace; call the function to run it");
+  }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
+    std::vector<std::pair<std::string, const graph*>> out;
+    for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
+    return out;
+  }
+
+ private:
+  std::string name_;
+  bool effects_;
+  labelled_graphs subgraphs_;
+};
+
+/// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
+/// `outer` is the graph that runs it).
+class graph_writer {
+ public:
+  explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
+
+  /// The graph of trace `t`, whose typed arguments are `fixed` values of types `Fixed`.
+  template <class... Fixed, class R>
+  static kiln::graph graph_of(const trace<R>& t) {
+    graph_writer w;
+    int slot = 0;
+    ((w.bind(slot, w.graph_.add_placeholder(t.argument_names[std::size_t(slot)], Fixed::dtype, Fixed::shape())), ++slot),
+     ...);
+    w.add_steps(t.steps);
+    if constexpr (!std::is_void_v<R>) {
+      // The results' nodes first, then their Identity nodes, as the runtime tier adds them.
+      std::vector<int> results;
+      w.add_results(*t.result, results);
+      for (int id : results) w.graph_.add_output(id);
+    }
+    return std::move(w.graph_);
+  }
+
+  void add_steps(const std::vector<step>& steps) {
+    for (const step& s : steps) {
+      if (!s.describe)
+        throw unavailable_error(
+            "kiln: graph(): this typed trace was compiled without the runtime tier; include <kiln/kiln.hpp> before "
+            "the code that calls the function");
+      s.describe(s.data.get(), *this);
+    }
+  }
+
+  // ---- one overload per step type (describer<Step> calls them) ------------------------
+
+  template <class E>
+  void add(const evaluation<E>& s) {
+    bind(s.out, expression(s.expression));
+  }
+
+  template <class Made, class Kernel, class Out, class OutD, class... In>
+  void add(const kernel_step<Made, Kernel, Out, OutD, In...>& s) {
+    std::vector<int> inputs;
+    for (int slot : s.in) inputs.push_back(value(slot));
+    bind(s.out, graph_.add_op(ops::any_op(Made::op), std::move(inputs), dtype_of<Out>, OutD::shape()));
+  }
+
+  void add(const cond_step& c) {
+    graph_writer then_branch(this), else_branch(this);
+    for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
+      branch->add_steps(*steps);
+      for (int slot : c.results) branch->graph_.add_output(branch->value(slot));
+    }
+    std::vector<int> inputs{value(c.pred)};
+    inputs.insert(inputs.end(), then_branch.captures_.begin(), then_branch.captures_.end());
+    inputs.insert(inputs.end(), else_branch.captures_.begin(), else_branch.captures_.end());
+    const auto results = then_branch.output_specs();
+    const bool effects = then_branch.graph_.has_effects() || else_branch.graph_.has_effects();
+    bind_results(c.results, add_special("cond", effects, std::move(inputs), results,
+                                        {{"then", then_branch.finish()}, {"else", else_branch.finish()}}));
+  }
+
+  void add(const loop_step& l) {
+    graph_writer cond(this), body(this);
+    std::vector<int> inputs, variables;
+    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
+    for (const loop_step::copy& c : l.copies) {
+      const int initial = value(c.to);
+      const kiln::node& n = graph_.nodes()[std::size_t(initial)];
+      for (graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
+      inputs.push_back(initial);
+      variables.push_back(c.to);
+      results.emplace_back(n.dtype(), n.shape());
+    }
+    cond.add_steps(l.cond_steps);
+    cond.graph_.add_output(cond.value(l.pred));
+    body.add_steps(l.body_steps);
+    if (l.stop >= 0) body.graph_.add_output(body.value(l.stop));  // the stop flag leads, as in the runtime tier
+    for (const loop_step::copy& c : l.copies) body.graph_.add_output(body.value(c.from));
+    inputs.insert(inputs.end(), cond.captures_.begin(), cond.captures_.end());
+    inputs.insert(inputs.end(), body.captures_.begin(), body.captures_.end());
+    const bool effects = cond.graph_.has_effects() || body.graph_.has_effects();
+    bind_results(variables, add_special("while", effects, std::move(inputs), results,
+                                        {{"cond", cond.finish()}, {"body", body.finish()}}));
+  }
+
+  void add(const print_step& p) {
+    std::vector<int> inputs;
+    for (const print_step::input& i : p.inputs) inputs.push_back(value(i.slot));
+    add_special("PrintV2", true, std::move(inputs), {});
+  }
+
+  template <class F, class R, class... In>
+  void add(const callback_step<F, R, In...>& c) {
+    std::vector<int> inputs;
+    for (int slot : c.in) inputs.push_back(value(slot));
+    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
+    if constexpr (!std::is_void_v<R>) {
+      using values = decltype(as_tuple(std::declval<R>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (results.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
+      }(std::make_index_sequence<std::tuple_size_v<values>>());
+    }
+    bind_results(c.out, add_special("HostCallback", true, std::move(inputs), results));
+  }
+
+  template <class V, bool Write>
+  void add(const variable_access<V, Write>& a) {
+    if constexpr (Write)
+      add_special("AssignVariableOp", true, {value(a.slot)}, {{V::dtype, V::shape()}});
+    else
+      bind(a.slot, add_special("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
+
+ private:
+  // ---- expressions: one node per op; leaves are the nodes of slots, or constants ------
+
+  template <class T, class D>
+  int expression(const slot_leaf<T, D>& e) {
+    return value(e.index);
+  }
+  template <class T, class D>
+  int expression(const constant_leaf<T, D>& e) {
+    return graph_.add_constant(tensor(*e.value));
+  }
+  template <class T, class D>
+  int expression(const data_leaf<T, D>& e) {
+    fixed_t<T, D> copy(uninitialized);
+    std::copy_n(e.p, D::size, copy.data());
+    return graph_.add_constant(tensor(copy));
+  }
+  template <class T>
+  int expression(const scalar_leaf<T>& e) {
+    return graph_.add_constant(kiln::constant(e.value));
+  }
+  template <class E, class Out>
+  int expression(const broadcast<E, Out>& e) {
+    return expression(e.operand);
+  }
+  template <class Op, class D, class... E>
+  int expression(const node<Op, D, E...>& n) {
+    // Braces: the operands' nodes are added from left to right.
+    std::vector<int> inputs = std::apply([&](const auto&... e) { return std::vector<int>{expression(e)...}; }, n.operands);
+    return graph_.add_op(ops::any_op(n.op), std::move(inputs), dtype_of<typename node<Op, D, E...>::value_type>, D::shape());
+  }
+
+  /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
+  template <class R>
+  void add_results(const R& r, std::vector<int>& ids) {
+    if constexpr (lazy<R>)
+      ids.push_back(expression(expression_of<void, false>(r)));
+    else if constexpr (fixed_value<R>)
+      ids.push_back(graph_.add_constant(tensor(r)));
+    else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>)
+      std::apply([&](const auto&... e) { (add_results(e, ids), ...); }, r);
+    else if constexpr (has_dtype<R>)
+      ids.push_back(graph_.add_constant(kiln::constant(r)));
+  }
+
+  /// The node holding slot `slot`'s value here: a placeholder for a value of an
+  /// enclosing graph, which becomes an input of the node that runs this one.
+  int value(int slot) {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+  void bind(int slot, int node_id) { slots_[slot] = node_id; }
+  template <class Slots>
+  void bind_results(const Slots& slots, const std::vector<int>& ids) {
+    std::size_t k = 0;
+    for (int slot : slots) bind(slot, ids[k++]);
+  }
+
+  std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
+                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
+                               described_op::labelled_graphs subgraphs = {}) {
+    return graph_.add_special(std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs)),
+                              std::move(inputs), results);
+  }
+  std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    for (int id : graph_.outputs()) specs.emplace_back(graph_.nodes()[std::size_t(id)].dtype(), graph_.nodes()[std::size_t(id)].shape());
+    return specs;
+  }
+  std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }
+
+  graph_writer* outer_;
+  kiln::graph graph_;
+  std::map<int, int> slots_;   // slot -> node
+  std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
+};
+
+/// Every step type describes itself through graph_writer::add.
+template <class Step>
+struct describer {
+  static void describe(const void* data, graph_writer& w) { w.add(*static_cast<const Step*>(data)); }
+};
+
+}  // namespace typed
+}  // namespace kiln
