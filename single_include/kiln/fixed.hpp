@@ -2485,8 +2485,11 @@ using fixed_t = typename fixed_for<T, D>::type;
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -3806,6 +3809,38 @@ namespace typed {
 /// Eager evaluation has none.
 using frame = void* const*;
 
+struct cond_step;
+struct loop_step;
+
+/// Where the steps of a typed trace describe themselves, for
+/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
+/// Every step can describe itself, in every program, so that a step type means the
+/// same in each file of a program; what builds the graph comes with the runtime tier.
+class description_sink {
+ public:
+  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
+  /// a value from outside, which becomes an input of the node that runs it).
+  virtual int value(int slot) = 0;
+  /// Slot `slot` holds the value of node `node` from here on.
+  virtual void bind(int slot, int node) = 0;
+  /// A node of the registry op named `name`, at `op`, whose value has element type
+  /// `t` and dims `dims`.
+  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+                 std::span<const std::int64_t> dims) = 0;
+  /// A constant node holding a copy of the elements at `data`.
+  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
+  /// A node with effects (a print, a callback, a variable's read or write); the nodes
+  /// of its results.
+  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
+  /// A conditional or a loop, with its branches or condition and body.
+  virtual void control_flow(const cond_step& c) = 0;
+  virtual void control_flow(const loop_step& l) = 0;
+
+ protected:
+  ~description_sink() = default;
+};
+
 /// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
 /// batches exactly where the kernels do.
 template <class T>
@@ -3837,6 +3872,7 @@ struct data_leaf : typed_expression {
     // tail: every element goes through the batch functor, wherever it sits.
     return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -3856,6 +3892,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.value(index); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -3874,6 +3911,7 @@ struct scalar_leaf : typed_expression {
   V partial(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -3893,6 +3931,7 @@ struct constant_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
 };
 
 // ---- broadcasting ------------------------------------------------------------------
@@ -3946,6 +3985,8 @@ struct broadcast : typed_expression {
     else
       return operand.template partial<V, Count>(f, map_row(row), col);
   }
+  /// Broadcasting is implicit in a graph, as in the runtime tier's.
+  int describe(description_sink& sink) const { return operand.describe(sink); }
 
  private:
   template <class V>
@@ -4026,11 +4067,20 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  /// Adds the operands' nodes, left to right, then this op's.
+  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
  private:
   template <class... A>
   value_type apply_scalar(const A&... a) const {
     return math::convert<value_type>(op(a...));
+  }
+  template <std::size_t... I>
+  int describe(description_sink& sink, std::index_sequence<I...>) const {
+    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
+    // A typed cast carries its target in its type; the registry knows it as ops::cast.
+    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
+    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
   }
 };
 
@@ -4333,27 +4383,19 @@ namespace typed {
 
 class graph_writer;
 
-/// How a step of type `Step` adds itself to a kiln::graph: defined by
-/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
-/// alone compiles no descriptions.
-template <class Step>
-struct describer;
-
-/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
-/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
+/// sink)` adds the step to a graph.
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
-  void (*describe)(const void* data, graph_writer& w) = nullptr;
+  void (*describe)(const void* data, description_sink& sink);
 };
 
 /// The step that runs `data` with `Step::run`.
 template <class Step>
 step step_of(std::shared_ptr<Step> data) {
   using S = std::remove_const_t<Step>;
-  step s{&S::run, std::move(data)};
-  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
-  return s;
+  return {&S::run, std::move(data), &S::describe};
 }
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
@@ -4386,6 +4428,10 @@ struct evaluation {
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
     evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    sink.bind(self.out, self.expression.describe(sink));
   }
 };
 
@@ -4675,7 +4721,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
   }
-  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
   /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
@@ -7356,6 +7402,12 @@ struct kernel_step {
       s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
   }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    std::array<int, sizeof...(In)> inputs;
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
+  }
 };
 
 /// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
@@ -7972,6 +8024,7 @@ struct cond_step {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -7995,6 +8048,7 @@ struct loop_step {
       for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
     }
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.
@@ -8183,6 +8237,13 @@ struct variable_access {
     else
       std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
   }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+    else
+      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
 };
 
 }  // namespace typed
@@ -8272,6 +8333,11 @@ struct print_step {
     for (const tensor& t : values) in.push_back(&t);
     detail::write_print_line(detail::print_line(p.pieces, in));
   }
+  static void describe(const void* data, description_sink& sink) {
+    std::vector<int> inputs;
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    sink.effect("PrintV2", true, std::move(inputs), {});
+  }
 };
 
 }  // namespace typed
@@ -8342,6 +8408,20 @@ struct callback_step {
         (std::memcpy(f[c.out[K]], std::get<K>(values).data(), bytes_of<std::tuple_element_t<K, std::remove_cvref_t<decltype(values)>>>), ...);
       }(std::make_index_sequence<results>());
     }
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& c = *static_cast<const callback_step*>(data);
+    std::vector<int> inputs;
+    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    if constexpr (results > 0) {
+      using values = decltype(as_tuple(std::declval<R>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
+      }(std::make_index_sequence<results>());
+    }
+    const std::vector<int> ids = sink.effect("HostCallback", true, std::move(inputs), specs);
+    for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
 

@@ -8171,8 +8171,11 @@ using fixed_t = typename fixed_for<T, D>::type;
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -8202,6 +8205,38 @@ namespace typed {
 /// The data of a trace's values by slot: its arguments, then the results of its steps.
 /// Eager evaluation has none.
 using frame = void* const*;
+
+struct cond_step;
+struct loop_step;
+
+/// Where the steps of a typed trace describe themselves, for
+/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
+/// Every step can describe itself, in every program, so that a step type means the
+/// same in each file of a program; what builds the graph comes with the runtime tier.
+class description_sink {
+ public:
+  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
+  /// a value from outside, which becomes an input of the node that runs it).
+  virtual int value(int slot) = 0;
+  /// Slot `slot` holds the value of node `node` from here on.
+  virtual void bind(int slot, int node) = 0;
+  /// A node of the registry op named `name`, at `op`, whose value has element type
+  /// `t` and dims `dims`.
+  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+                 std::span<const std::int64_t> dims) = 0;
+  /// A constant node holding a copy of the elements at `data`.
+  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
+  /// A node with effects (a print, a callback, a variable's read or write); the nodes
+  /// of its results.
+  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
+  /// A conditional or a loop, with its branches or condition and body.
+  virtual void control_flow(const cond_step& c) = 0;
+  virtual void control_flow(const loop_step& l) = 0;
+
+ protected:
+  ~description_sink() = default;
+};
 
 /// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
 /// batches exactly where the kernels do.
@@ -8234,6 +8269,7 @@ struct data_leaf : typed_expression {
     // tail: every element goes through the batch functor, wherever it sits.
     return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -8253,6 +8289,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.value(index); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -8271,6 +8308,7 @@ struct scalar_leaf : typed_expression {
   V partial(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -8290,6 +8328,7 @@ struct constant_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
 };
 
 // ---- broadcasting ------------------------------------------------------------------
@@ -8343,6 +8382,8 @@ struct broadcast : typed_expression {
     else
       return operand.template partial<V, Count>(f, map_row(row), col);
   }
+  /// Broadcasting is implicit in a graph, as in the runtime tier's.
+  int describe(description_sink& sink) const { return operand.describe(sink); }
 
  private:
   template <class V>
@@ -8423,11 +8464,20 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  /// Adds the operands' nodes, left to right, then this op's.
+  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
  private:
   template <class... A>
   value_type apply_scalar(const A&... a) const {
     return math::convert<value_type>(op(a...));
+  }
+  template <std::size_t... I>
+  int describe(description_sink& sink, std::index_sequence<I...>) const {
+    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
+    // A typed cast carries its target in its type; the registry knows it as ops::cast.
+    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
+    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
   }
 };
 
@@ -8730,27 +8780,19 @@ namespace typed {
 
 class graph_writer;
 
-/// How a step of type `Step` adds itself to a kiln::graph: defined by
-/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
-/// alone compiles no descriptions.
-template <class Step>
-struct describer;
-
-/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
-/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
+/// sink)` adds the step to a graph.
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
-  void (*describe)(const void* data, graph_writer& w) = nullptr;
+  void (*describe)(const void* data, description_sink& sink);
 };
 
 /// The step that runs `data` with `Step::run`.
 template <class Step>
 step step_of(std::shared_ptr<Step> data) {
   using S = std::remove_const_t<Step>;
-  step s{&S::run, std::move(data)};
-  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
-  return s;
+  return {&S::run, std::move(data), &S::describe};
 }
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
@@ -8783,6 +8825,10 @@ struct evaluation {
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
     evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    sink.bind(self.out, self.expression.describe(sink));
   }
 };
 
@@ -9072,7 +9118,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
   }
-  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
   /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
@@ -9263,6 +9309,12 @@ struct kernel_step {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    std::array<int, sizeof...(In)> inputs;
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
   }
 };
 
@@ -14567,6 +14619,7 @@ struct cond_step {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -14590,6 +14643,7 @@ struct loop_step {
       for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
     }
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.
@@ -14763,6 +14817,13 @@ struct variable_access {
     else
       std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
   }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+    else
+      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
 };
 
 }  // namespace typed
@@ -14852,6 +14913,11 @@ struct print_step {
     for (const tensor& t : values) in.push_back(&t);
     detail::write_print_line(detail::print_line(p.pieces, in));
   }
+  static void describe(const void* data, description_sink& sink) {
+    std::vector<int> inputs;
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    sink.effect("PrintV2", true, std::move(inputs), {});
+  }
 };
 
 }  // namespace typed
@@ -14922,6 +14988,20 @@ struct callback_step {
         (std::memcpy(f[c.out[K]], std::get<K>(values).data(), bytes_of<std::tuple_element_t<K, std::remove_cvref_t<decltype(values)>>>), ...);
       }(std::make_index_sequence<results>());
     }
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& c = *static_cast<const callback_step*>(data);
+    std::vector<int> inputs;
+    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    if constexpr (results > 0) {
+      using values = decltype(as_tuple(std::declval<R>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
+      }(std::make_index_sequence<results>());
+    }
+    const std::vector<int> ids = sink.effect("HostCallback", true, std::move(inputs), specs);
+    for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
 
@@ -15800,16 +15880,16 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 // ----- begin kiln/typed/graph.hpp -----
 /// \file
 /// The graph of a typed trace (typed::concrete_function::graph()): the kiln::graph the
-/// runtime tier gives for the same callable, read off the trace's steps. An
-/// expression's nodes become op nodes (broadcasts are implicit, as in the runtime
+/// runtime tier traces from the same callable, built from the trace's steps, each of
+/// which describes itself to a `typed::description_sink` (kiln/typed/expr.hpp). An
+/// expression gives one op node per op (broadcasts are implicit, as in the runtime
 /// tier), a kernel step the node of its op, a `cond` or loop step a `cond` or `while`
-/// node whose branches or condition and body are graphs of their own (values they
-/// read from outside are their placeholders and the node's inputs), and effects the
-/// runtime tier's effect nodes.
-///
-/// Each step type's description is compiled where this header is included (it comes
-/// with kiln/kiln.hpp), so a program of kiln/fixed.hpp alone pays nothing for it.
+/// node whose branches or condition and body are graphs of their own (values they read
+/// from outside are their placeholders and the node's inputs), and effects the runtime
+/// tier's effect nodes. It comes with kiln/kiln.hpp: kiln/fixed.hpp has no kiln::graph.
 
+#include <array>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -15853,7 +15933,7 @@ class described_op final : public special_op {
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
 /// `outer` is the graph that runs it).
-class graph_writer {
+class graph_writer final : public description_sink {
  public:
   explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
 
@@ -15875,30 +15955,36 @@ class graph_writer {
   }
 
   void add_steps(const std::vector<step>& steps) {
-    for (const step& s : steps) {
-      if (!s.describe)
-        throw unavailable_error(
-            "kiln: graph(): this typed trace was compiled without the runtime tier; include <kiln/kiln.hpp> before "
-            "the code that calls the function");
-      s.describe(s.data.get(), *this);
-    }
+    for (const step& s : steps) s.describe(s.data.get(), *this);
   }
 
-  // ---- one overload per step type (describer<Step> calls them) ------------------------
+  // ---- description_sink ----------------------------------------------------------------
 
-  template <class E>
-  void add(const evaluation<E>& s) {
-    bind(s.out, expression(s.expression));
+  int value(int slot) override {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+  void bind(int slot, int node_id) override { slots_[slot] = node_id; }
+  int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+         std::span<const std::int64_t> dims) override {
+    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, shape_of(dims));
+  }
+  int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
+    tensor value(t, shape_of(dims));
+    std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
+    return graph_.add_constant(value);
+  }
+  std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                          const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) override {
+    return add_special(std::string(name), writes, std::move(inputs), results);
   }
 
-  template <class Made, class Kernel, class Out, class OutD, class... In>
-  void add(const kernel_step<Made, Kernel, Out, OutD, In...>& s) {
-    std::vector<int> inputs;
-    for (int slot : s.in) inputs.push_back(value(slot));
-    bind(s.out, graph_.add_op(ops::any_op(Made::op), std::move(inputs), dtype_of<Out>, OutD::shape()));
-  }
-
-  void add(const cond_step& c) {
+  void control_flow(const cond_step& c) override {
     graph_writer then_branch(this), else_branch(this);
     for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
       branch->add_steps(*steps);
@@ -15913,7 +15999,7 @@ class graph_writer {
                                         {{"then", then_branch.finish()}, {"else", else_branch.finish()}}));
   }
 
-  void add(const loop_step& l) {
+  void control_flow(const loop_step& l) override {
     graph_writer cond(this), body(this);
     std::vector<int> inputs, variables;
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
@@ -15937,97 +16023,42 @@ class graph_writer {
                                         {{"cond", cond.finish()}, {"body", body.finish()}}));
   }
 
-  void add(const print_step& p) {
-    std::vector<int> inputs;
-    for (const print_step::input& i : p.inputs) inputs.push_back(value(i.slot));
-    add_special("PrintV2", true, std::move(inputs), {});
-  }
-
-  template <class F, class R, class... In>
-  void add(const callback_step<F, R, In...>& c) {
-    std::vector<int> inputs;
-    for (int slot : c.in) inputs.push_back(value(slot));
-    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
-    if constexpr (!std::is_void_v<R>) {
-      using values = decltype(as_tuple(std::declval<R>()));
-      [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (results.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
-      }(std::make_index_sequence<std::tuple_size_v<values>>());
-    }
-    bind_results(c.out, add_special("HostCallback", true, std::move(inputs), results));
-  }
-
-  template <class V, bool Write>
-  void add(const variable_access<V, Write>& a) {
-    if constexpr (Write)
-      add_special("AssignVariableOp", true, {value(a.slot)}, {{V::dtype, V::shape()}});
-    else
-      bind(a.slot, add_special("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
-  }
-
  private:
-  // ---- expressions: one node per op; leaves are the nodes of slots, or constants ------
-
-  template <class T, class D>
-  int expression(const slot_leaf<T, D>& e) {
-    return value(e.index);
-  }
-  template <class T, class D>
-  int expression(const constant_leaf<T, D>& e) {
-    return graph_.add_constant(tensor(*e.value));
-  }
-  template <class T, class D>
-  int expression(const data_leaf<T, D>& e) {
-    fixed_t<T, D> copy(uninitialized);
-    std::copy_n(e.p, D::size, copy.data());
-    return graph_.add_constant(tensor(copy));
-  }
-  template <class T>
-  int expression(const scalar_leaf<T>& e) {
-    return graph_.add_constant(kiln::constant(e.value));
-  }
-  template <class E, class Out>
-  int expression(const broadcast<E, Out>& e) {
-    return expression(e.operand);
-  }
-  template <class Op, class D, class... E>
-  int expression(const node<Op, D, E...>& n) {
-    // Braces: the operands' nodes are added from left to right.
-    std::vector<int> inputs = std::apply([&](const auto&... e) { return std::vector<int>{expression(e)...}; }, n.operands);
-    return graph_.add_op(ops::any_op(n.op), std::move(inputs), dtype_of<typename node<Op, D, E...>::value_type>, D::shape());
-  }
-
   /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
   template <class R>
   void add_results(const R& r, std::vector<int>& ids) {
     if constexpr (lazy<R>)
-      ids.push_back(expression(expression_of<void, false>(r)));
+      ids.push_back(expression_of<void, false>(r).describe(*this));
     else if constexpr (fixed_value<R>)
-      ids.push_back(graph_.add_constant(tensor(r)));
+      ids.push_back(constant(R::dtype, R::dims_type::values, r.data()));
     else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>)
       std::apply([&](const auto&... e) { (add_results(e, ids), ...); }, r);
     else if constexpr (has_dtype<R>)
       ids.push_back(graph_.add_constant(kiln::constant(r)));
   }
 
-  /// The node holding slot `slot`'s value here: a placeholder for a value of an
-  /// enclosing graph, which becomes an input of the node that runs this one.
-  int value(int slot) {
-    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
-    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
-    const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
-    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
-    captures_.push_back(from);
-    return slots_[slot] = id;
+  static kiln::shape shape_of(std::span<const std::int64_t> dims) {
+    kiln::shape s;
+    for (std::int64_t d : dims) s.push_back(d);
+    return s;
   }
-  void bind(int slot, int node_id) { slots_[slot] = node_id; }
   template <class Slots>
   void bind_results(const Slots& slots, const std::vector<int>& ids) {
     std::size_t k = 0;
     for (int slot : slots) bind(slot, ids[k++]);
   }
 
+  /// The registry op named `name`, copied from `op`.
+  static ops::any_op registry_op(std::string_view name, const void* op) {
+    using copy = ops::any_op (*)(const void*);
+    static constexpr auto table = []<class... Ops>(std::variant<Ops...>*) {
+      return std::array<std::pair<std::string_view, copy>, sizeof...(Ops)>{
+          std::pair<std::string_view, copy>{Ops::name, [](const void* p) { return ops::any_op(*static_cast<const Ops*>(p)); }}...};
+    }(static_cast<ops::any_op*>(nullptr));
+    for (const auto& [op_name, make] : table)
+      if (op_name == name) return make(op);
+    throw internal_error("kiln: graph(): no op named " + std::string(name) + " in the registry");
+  }
   std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
                                described_op::labelled_graphs subgraphs = {}) {
@@ -16045,12 +16076,6 @@ class graph_writer {
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
   std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
-};
-
-/// Every step type describes itself through graph_writer::add.
-template <class Step>
-struct describer {
-  static void describe(const void* data, graph_writer& w) { w.add(*static_cast<const Step*>(data)); }
 };
 
 }  // namespace typed

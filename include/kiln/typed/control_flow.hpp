@@ -128,6 +128,7 @@ struct cond_step {
     const auto& c = *static_cast<const cond_step*>(data);
     run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -151,6 +152,7 @@ struct loop_step {
       for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
     }
   }
+  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.

@@ -51,6 +51,13 @@ struct variable_access {
     else
       std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
   }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_access*>(data);
+    if constexpr (Write)
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+    else
+      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
 };
 
 }  // namespace typed
@@ -140,6 +147,11 @@ struct print_step {
     for (const tensor& t : values) in.push_back(&t);
     detail::write_print_line(detail::print_line(p.pieces, in));
   }
+  static void describe(const void* data, description_sink& sink) {
+    std::vector<int> inputs;
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    sink.effect("PrintV2", true, std::move(inputs), {});
+  }
 };
 
 }  // namespace typed
@@ -210,6 +222,20 @@ struct callback_step {
         (std::memcpy(f[c.out[K]], std::get<K>(values).data(), bytes_of<std::tuple_element_t<K, std::remove_cvref_t<decltype(values)>>>), ...);
       }(std::make_index_sequence<results>());
     }
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& c = *static_cast<const callback_step*>(data);
+    std::vector<int> inputs;
+    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+    if constexpr (results > 0) {
+      using values = decltype(as_tuple(std::declval<R>()));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
+      }(std::make_index_sequence<results>());
+    }
+    const std::vector<int> ids = sink.effect("HostCallback", true, std::move(inputs), specs);
+    for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
 

@@ -17,8 +17,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <xsimd/xsimd.hpp>
 
@@ -53,6 +56,38 @@ namespace typed {
 /// Eager evaluation has none.
 using frame = void* const*;
 
+struct cond_step;
+struct loop_step;
+
+/// Where the steps of a typed trace describe themselves, for
+/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
+/// Every step can describe itself, in every program, so that a step type means the
+/// same in each file of a program; what builds the graph comes with the runtime tier.
+class description_sink {
+ public:
+  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
+  /// a value from outside, which becomes an input of the node that runs it).
+  virtual int value(int slot) = 0;
+  /// Slot `slot` holds the value of node `node` from here on.
+  virtual void bind(int slot, int node) = 0;
+  /// A node of the registry op named `name`, at `op`, whose value has element type
+  /// `t` and dims `dims`.
+  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+                 std::span<const std::int64_t> dims) = 0;
+  /// A constant node holding a copy of the elements at `data`.
+  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
+  /// A node with effects (a print, a callback, a variable's read or write); the nodes
+  /// of its results.
+  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
+  /// A conditional or a loop, with its branches or condition and body.
+  virtual void control_flow(const cond_step& c) = 0;
+  virtual void control_flow(const loop_step& l) = 0;
+
+ protected:
+  ~description_sink() = default;
+};
+
 /// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
 /// batches exactly where the kernels do.
 template <class T>
@@ -84,6 +119,7 @@ struct data_leaf : typed_expression {
     // tail: every element goes through the batch functor, wherever it sits.
     return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -103,6 +139,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.value(index); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -121,6 +158,7 @@ struct scalar_leaf : typed_expression {
   V partial(frame, std::int64_t, std::int64_t) const {
     return V(value);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -140,6 +178,7 @@ struct constant_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
 };
 
 // ---- broadcasting ------------------------------------------------------------------
@@ -193,6 +232,8 @@ struct broadcast : typed_expression {
     else
       return operand.template partial<V, Count>(f, map_row(row), col);
   }
+  /// Broadcasting is implicit in a graph, as in the runtime tier's.
+  int describe(description_sink& sink) const { return operand.describe(sink); }
 
  private:
   template <class V>
@@ -273,11 +314,20 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  /// Adds the operands' nodes, left to right, then this op's.
+  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
  private:
   template <class... A>
   value_type apply_scalar(const A&... a) const {
     return math::convert<value_type>(op(a...));
+  }
+  template <std::size_t... I>
+  int describe(description_sink& sink, std::index_sequence<I...>) const {
+    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
+    // A typed cast carries its target in its type; the registry knows it as ops::cast.
+    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
+    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
   }
 };
 

@@ -1,16 +1,16 @@
 #pragma once
 /// \file
 /// The graph of a typed trace (typed::concrete_function::graph()): the kiln::graph the
-/// runtime tier gives for the same callable, read off the trace's steps. An
-/// expression's nodes become op nodes (broadcasts are implicit, as in the runtime
+/// runtime tier traces from the same callable, built from the trace's steps, each of
+/// which describes itself to a `typed::description_sink` (kiln/typed/expr.hpp). An
+/// expression gives one op node per op (broadcasts are implicit, as in the runtime
 /// tier), a kernel step the node of its op, a `cond` or loop step a `cond` or `while`
-/// node whose branches or condition and body are graphs of their own (values they
-/// read from outside are their placeholders and the node's inputs), and effects the
-/// runtime tier's effect nodes.
-///
-/// Each step type's description is compiled where this header is included (it comes
-/// with kiln/kiln.hpp), so a program of kiln/fixed.hpp alone pays nothing for it.
+/// node whose branches or condition and body are graphs of their own (values they read
+/// from outside are their placeholders and the node's inputs), and effects the runtime
+/// tier's effect nodes. It comes with kiln/kiln.hpp: kiln/fixed.hpp has no kiln::graph.
 
+#include <array>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -60,7 +60,7 @@ class described_op final : public special_op {
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
 /// `outer` is the graph that runs it).
-class graph_writer {
+class graph_writer final : public description_sink {
  public:
   explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
 
@@ -82,30 +82,36 @@ class graph_writer {
   }
 
   void add_steps(const std::vector<step>& steps) {
-    for (const step& s : steps) {
-      if (!s.describe)
-        throw unavailable_error(
-            "kiln: graph(): this typed trace was compiled without the runtime tier; include <kiln/kiln.hpp> before "
-            "the code that calls the function");
-      s.describe(s.data.get(), *this);
-    }
+    for (const step& s : steps) s.describe(s.data.get(), *this);
   }
 
-  // ---- one overload per step type (describer<Step> calls them) ------------------------
+  // ---- description_sink ----------------------------------------------------------------
 
-  template <class E>
-  void add(const evaluation<E>& s) {
-    bind(s.out, expression(s.expression));
+  int value(int slot) override {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+  void bind(int slot, int node_id) override { slots_[slot] = node_id; }
+  int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+         std::span<const std::int64_t> dims) override {
+    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, shape_of(dims));
+  }
+  int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
+    tensor value(t, shape_of(dims));
+    std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
+    return graph_.add_constant(value);
+  }
+  std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                          const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) override {
+    return add_special(std::string(name), writes, std::move(inputs), results);
   }
 
-  template <class Made, class Kernel, class Out, class OutD, class... In>
-  void add(const kernel_step<Made, Kernel, Out, OutD, In...>& s) {
-    std::vector<int> inputs;
-    for (int slot : s.in) inputs.push_back(value(slot));
-    bind(s.out, graph_.add_op(ops::any_op(Made::op), std::move(inputs), dtype_of<Out>, OutD::shape()));
-  }
-
-  void add(const cond_step& c) {
+  void control_flow(const cond_step& c) override {
     graph_writer then_branch(this), else_branch(this);
     for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
       branch->add_steps(*steps);
@@ -120,7 +126,7 @@ class graph_writer {
                                         {{"then", then_branch.finish()}, {"else", else_branch.finish()}}));
   }
 
-  void add(const loop_step& l) {
+  void control_flow(const loop_step& l) override {
     graph_writer cond(this), body(this);
     std::vector<int> inputs, variables;
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
@@ -144,97 +150,42 @@ class graph_writer {
                                         {{"cond", cond.finish()}, {"body", body.finish()}}));
   }
 
-  void add(const print_step& p) {
-    std::vector<int> inputs;
-    for (const print_step::input& i : p.inputs) inputs.push_back(value(i.slot));
-    add_special("PrintV2", true, std::move(inputs), {});
-  }
-
-  template <class F, class R, class... In>
-  void add(const callback_step<F, R, In...>& c) {
-    std::vector<int> inputs;
-    for (int slot : c.in) inputs.push_back(value(slot));
-    std::vector<std::pair<kiln::dtype, kiln::shape>> results;
-    if constexpr (!std::is_void_v<R>) {
-      using values = decltype(as_tuple(std::declval<R>()));
-      [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (results.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
-      }(std::make_index_sequence<std::tuple_size_v<values>>());
-    }
-    bind_results(c.out, add_special("HostCallback", true, std::move(inputs), results));
-  }
-
-  template <class V, bool Write>
-  void add(const variable_access<V, Write>& a) {
-    if constexpr (Write)
-      add_special("AssignVariableOp", true, {value(a.slot)}, {{V::dtype, V::shape()}});
-    else
-      bind(a.slot, add_special("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
-  }
-
  private:
-  // ---- expressions: one node per op; leaves are the nodes of slots, or constants ------
-
-  template <class T, class D>
-  int expression(const slot_leaf<T, D>& e) {
-    return value(e.index);
-  }
-  template <class T, class D>
-  int expression(const constant_leaf<T, D>& e) {
-    return graph_.add_constant(tensor(*e.value));
-  }
-  template <class T, class D>
-  int expression(const data_leaf<T, D>& e) {
-    fixed_t<T, D> copy(uninitialized);
-    std::copy_n(e.p, D::size, copy.data());
-    return graph_.add_constant(tensor(copy));
-  }
-  template <class T>
-  int expression(const scalar_leaf<T>& e) {
-    return graph_.add_constant(kiln::constant(e.value));
-  }
-  template <class E, class Out>
-  int expression(const broadcast<E, Out>& e) {
-    return expression(e.operand);
-  }
-  template <class Op, class D, class... E>
-  int expression(const node<Op, D, E...>& n) {
-    // Braces: the operands' nodes are added from left to right.
-    std::vector<int> inputs = std::apply([&](const auto&... e) { return std::vector<int>{expression(e)...}; }, n.operands);
-    return graph_.add_op(ops::any_op(n.op), std::move(inputs), dtype_of<typename node<Op, D, E...>::value_type>, D::shape());
-  }
-
   /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
   template <class R>
   void add_results(const R& r, std::vector<int>& ids) {
     if constexpr (lazy<R>)
-      ids.push_back(expression(expression_of<void, false>(r)));
+      ids.push_back(expression_of<void, false>(r).describe(*this));
     else if constexpr (fixed_value<R>)
-      ids.push_back(graph_.add_constant(tensor(r)));
+      ids.push_back(constant(R::dtype, R::dims_type::values, r.data()));
     else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>)
       std::apply([&](const auto&... e) { (add_results(e, ids), ...); }, r);
     else if constexpr (has_dtype<R>)
       ids.push_back(graph_.add_constant(kiln::constant(r)));
   }
 
-  /// The node holding slot `slot`'s value here: a placeholder for a value of an
-  /// enclosing graph, which becomes an input of the node that runs this one.
-  int value(int slot) {
-    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
-    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
-    const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
-    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
-    captures_.push_back(from);
-    return slots_[slot] = id;
+  static kiln::shape shape_of(std::span<const std::int64_t> dims) {
+    kiln::shape s;
+    for (std::int64_t d : dims) s.push_back(d);
+    return s;
   }
-  void bind(int slot, int node_id) { slots_[slot] = node_id; }
   template <class Slots>
   void bind_results(const Slots& slots, const std::vector<int>& ids) {
     std::size_t k = 0;
     for (int slot : slots) bind(slot, ids[k++]);
   }
 
+  /// The registry op named `name`, copied from `op`.
+  static ops::any_op registry_op(std::string_view name, const void* op) {
+    using copy = ops::any_op (*)(const void*);
+    static constexpr auto table = []<class... Ops>(std::variant<Ops...>*) {
+      return std::array<std::pair<std::string_view, copy>, sizeof...(Ops)>{
+          std::pair<std::string_view, copy>{Ops::name, [](const void* p) { return ops::any_op(*static_cast<const Ops*>(p)); }}...};
+    }(static_cast<ops::any_op*>(nullptr));
+    for (const auto& [op_name, make] : table)
+      if (op_name == name) return make(op);
+    throw internal_error("kiln: graph(): no op named " + std::string(name) + " in the registry");
+  }
   std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
                                described_op::labelled_graphs subgraphs = {}) {
@@ -252,12 +203,6 @@ class graph_writer {
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
   std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
-};
-
-/// Every step type describes itself through graph_writer::add.
-template <class Step>
-struct describer {
-  static void describe(const void* data, graph_writer& w) { w.add(*static_cast<const Step*>(data)); }
 };
 
 }  // namespace typed

@@ -84,6 +84,12 @@ struct kernel_step {
       s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
   }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    std::array<int, sizeof...(In)> inputs;
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
+  }
 };
 
 /// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value

@@ -38,27 +38,19 @@ namespace typed {
 
 class graph_writer;
 
-/// How a step of type `Step` adds itself to a kiln::graph: defined by
-/// kiln/typed/graph.hpp with the runtime tier, so that a program of kiln/fixed.hpp
-/// alone compiles no descriptions.
-template <class Step>
-struct describer;
-
-/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe`, when
-/// the runtime tier is included, adds it to a graph (concrete_function::graph()).
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
+/// sink)` adds the step to a graph.
 struct step {
   void (*run)(const void* data, frame f);
   std::shared_ptr<const void> data;
-  void (*describe)(const void* data, graph_writer& w) = nullptr;
+  void (*describe)(const void* data, description_sink& sink);
 };
 
 /// The step that runs `data` with `Step::run`.
 template <class Step>
 step step_of(std::shared_ptr<Step> data) {
   using S = std::remove_const_t<Step>;
-  step s{&S::run, std::move(data)};
-  if constexpr (requires { &describer<S>::describe; }) s.describe = &describer<S>::describe;
-  return s;
+  return {&S::run, std::move(data), &S::describe};
 }
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
@@ -91,6 +83,10 @@ struct evaluation {
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
     evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    sink.bind(self.out, self.expression.describe(sink));
   }
 };
 
@@ -380,7 +376,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << c.trace_->signature;
   }
-  /// The trace as a kiln::graph, as the runtime tier gives it for the same callable:
+  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
   /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
