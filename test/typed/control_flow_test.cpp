@@ -137,6 +137,25 @@ TEST_CASE("kiln::print of typed values prints at every call, inside loops too") 
   REQUIRE(f.tracing_count() == 1);
 }
 
+TEST_CASE("effects on the arguments alone run at every call of a one-expression trace") {
+  // Neither a print of an argument nor a callback that returns nothing adds a value to
+  // the trace: they must run all the same.
+  std::ostringstream out;
+  kiln::config::set_print_stream(out);
+  int callbacks = 0;
+  kiln::function f([&](const auto& x) {
+    kiln::print("x is", x);
+    kiln::host_callback([&](const fixed<float, 2>&) { ++callbacks; }, x);
+    return x * 2.f;
+  });
+  const fixed<float, 2> first = f(fixed<float, 2>{1, 2});
+  f(fixed<float, 2>{3, 4});
+  kiln::config::set_print_stream(std::cout);
+  CHECK(first(1) == 4.f);
+  CHECK(out.str() == "x is [1 2]\nx is [3 4]\n");
+  CHECK(callbacks == 2);
+}
+
 TEST_CASE("typed host_callback runs its C++ function at every call, in program order") {
   std::vector<float> seen;
   kiln::function f([&](const auto& x) {

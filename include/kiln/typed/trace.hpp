@@ -304,7 +304,9 @@ struct trace {
   template <std::size_t N>
   output_t<stored> run(const std::array<void*, N>& args) const {
     const std::size_t slots = std::size_t(arguments) + offsets.size();
-    if (slots == N) return evaluate_output(*result, args.data());  // one expression: no frame to build
+    // One expression: no frame to build. Steps run even when they add no slot (a print
+    // of an argument).
+    if (steps.empty()) return evaluate_output(*result, args.data());
     constexpr std::size_t local_slots = 64, local_bytes = 4096;
     std::array<void*, local_slots> local_frame;
     std::vector<void*> heap_frame;
