@@ -3818,9 +3818,10 @@ struct loop_step;
 /// same in each file of a program; what builds the graph comes with the runtime tier.
 class description_sink {
  public:
-  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
-  /// a value from outside, which becomes an input of the node that runs it).
-  virtual int value(int slot) = 0;
+  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
+  /// body, a placeholder for a value from outside, which becomes an input of the node
+  /// that runs it; a reshape node where the slot is read with other dims).
+  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
   /// Slot `slot` holds the value of node `node` from here on.
   virtual void bind(int slot, int node) = 0;
   /// A node of the registry op named `name`, at `op`, whose value has element type
@@ -3892,7 +3893,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
-  int describe(description_sink& sink) const { return sink.value(index); }
+  int describe(description_sink& sink) const { return sink.value(index, D::values); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -7392,7 +7393,7 @@ int slot_of(const X& x) {
 }
 
 /// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
-/// dims `OutD`, on the slots `in` into slot `out`.
+/// dims `OutD`, on the slots `in` (values of `fixed` types `In`) into slot `out`.
 template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
@@ -7401,13 +7402,14 @@ struct kernel_step {
   static void run(const void* data, frame f) {
     const auto& s = *static_cast<const kernel_step*>(data);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
+      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const typename In::value_type*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& s = *static_cast<const kernel_step*>(data);
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
     std::array<int, sizeof...(In)> inputs;
-    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k], dims[k]);
     sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
   }
 };
@@ -7423,7 +7425,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
     r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
@@ -8242,7 +8244,7 @@ struct variable_access {
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_access*>(data);
     if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
     else
       sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
   }
@@ -8337,7 +8339,7 @@ struct print_step {
   }
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
     sink.effect("PrintV2", true, std::move(inputs), {});
   }
 };
@@ -8414,7 +8416,8 @@ struct callback_step {
   static void describe(const void* data, description_sink& sink) {
     const auto& c = *static_cast<const callback_step*>(data);
     std::vector<int> inputs;
-    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
+    for (std::size_t k = 0; k < c.in.size(); ++k) inputs.push_back(sink.value(c.in[k], dims[k]));
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if constexpr (results > 0) {
       using values = decltype(as_tuple(std::declval<R>()));

@@ -8215,9 +8215,10 @@ struct loop_step;
 /// same in each file of a program; what builds the graph comes with the runtime tier.
 class description_sink {
  public:
-  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
-  /// a value from outside, which becomes an input of the node that runs it).
-  virtual int value(int slot) = 0;
+  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
+  /// body, a placeholder for a value from outside, which becomes an input of the node
+  /// that runs it; a reshape node where the slot is read with other dims).
+  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
   /// Slot `slot` holds the value of node `node` from here on.
   virtual void bind(int slot, int node) = 0;
   /// A node of the registry op named `name`, at `op`, whose value has element type
@@ -8289,7 +8290,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
-  int describe(description_sink& sink) const { return sink.value(index); }
+  int describe(description_sink& sink) const { return sink.value(index, D::values); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -9300,7 +9301,7 @@ int slot_of(const X& x) {
 }
 
 /// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
-/// dims `OutD`, on the slots `in` into slot `out`.
+/// dims `OutD`, on the slots `in` (values of `fixed` types `In`) into slot `out`.
 template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
@@ -9309,13 +9310,14 @@ struct kernel_step {
   static void run(const void* data, frame f) {
     const auto& s = *static_cast<const kernel_step*>(data);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
+      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const typename In::value_type*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& s = *static_cast<const kernel_step*>(data);
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
     std::array<int, sizeof...(In)> inputs;
-    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k], dims[k]);
     sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
   }
 };
@@ -9331,7 +9333,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
     r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
@@ -14822,7 +14824,7 @@ struct variable_access {
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_access*>(data);
     if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
     else
       sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
   }
@@ -14917,7 +14919,7 @@ struct print_step {
   }
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
     sink.effect("PrintV2", true, std::move(inputs), {});
   }
 };
@@ -14994,7 +14996,8 @@ struct callback_step {
   static void describe(const void* data, description_sink& sink) {
     const auto& c = *static_cast<const callback_step*>(data);
     std::vector<int> inputs;
-    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
+    for (std::size_t k = 0; k < c.in.size(); ++k) inputs.push_back(sink.value(c.in[k], dims[k]));
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if constexpr (results > 0) {
       using values = decltype(as_tuple(std::declval<R>()));
@@ -15890,6 +15893,7 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 /// from outside are their placeholders and the node's inputs), and effects the runtime
 /// tier's effect nodes. It comes with kiln/kiln.hpp: kiln/fixed.hpp has no kiln::graph.
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -15962,14 +15966,16 @@ class graph_writer final : public description_sink {
 
   // ---- description_sink ----------------------------------------------------------------
 
-  int value(int slot) override {
-    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
-    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
-    const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
-    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
-    captures_.push_back(from);
-    return slots_[slot] = id;
+  int value(int slot, std::span<const std::int64_t> dims) override {
+    const int id = value(slot);
+    const kiln::node& n = graph_.nodes()[std::size_t(id)];
+    if (std::ranges::equal(n.shape().dims(), dims)) return id;
+    // A reshaped symbolic value is a view of its slot: its reshape node appears where
+    // it is first read with the new dims.
+    const kiln::shape s = shape_of(dims);
+    const auto key = std::pair{slot, s.str()};
+    if (auto it = views_.find(key); it != views_.end()) return it->second;
+    return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
   }
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
@@ -16026,6 +16032,18 @@ class graph_writer final : public description_sink {
   }
 
  private:
+  /// The node holding slot `slot`'s value here: a placeholder for a value of an
+  /// enclosing graph, which becomes an input of the node that runs this one.
+  int value(int slot) {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+
   /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
   template <class R>
   void add_results(const R& r, std::vector<int>& ids) {
@@ -16077,6 +16095,7 @@ class graph_writer final : public description_sink {
   graph_writer* outer_;
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
+  std::map<std::pair<int, std::string>, int> views_;  // (slot, dims) -> its reshape node
   std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
 };
 

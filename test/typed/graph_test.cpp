@@ -81,6 +81,25 @@ TEST_CASE("slice, gather, concat and reshape are nodes of their ops in a typed g
                                                      "mul", "reshape", "Identity"});
 }
 
+TEST_CASE("a reshaped symbolic value is a reshape node where it is read") {
+  // A typed reshape of a traced value is a view of its slot, computed nowhere; its
+  // graph still shows the reshape the runtime tier traces.
+  auto fn = [](const auto& x, const auto& w) {
+    auto m = kiln::matmul(kiln::reshape<3, 2>(x), w);
+    return kiln::reduce_sum<1>(kiln::reshape<4, 3>(m) * 2.f);
+  };
+  kiln::function typed_fn(fn, {.arg_names = {"x", "w"}});
+  kiln::function runtime_fn(fn, {.arg_names = {"x", "w"}});
+  const kiln::graph typed = typed_fn.get_concrete_function(kiln::spec<float, 2, 3>{}, kiln::spec<float, 2, 4>{}).graph();
+  const kiln::graph runtime =
+      runtime_fn.get_concrete_function(kiln::tensor_spec({2, 3}, float32), kiln::tensor_spec({2, 4}, float32)).graph();
+  CHECK(node_details(typed) == node_details(runtime));
+  CHECK(graph_listing(typed) == std::vector<std::string>{"[] -> x", "[] -> w", "['x'] -> reshape", "['reshape', 'w'] -> matmul",
+                                                         "['matmul'] -> reshape_1", "[] -> Const",
+                                                         "['reshape_1', 'Const'] -> mul", "['mul'] -> reduce_sum",
+                                                         "['reduce_sum'] -> Identity"});
+}
+
 TEST_CASE("a typed cond is a cond node with both branches as subgraphs") {
   kiln::function f(
       [](const auto& x, const auto& y) {

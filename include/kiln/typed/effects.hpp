@@ -54,7 +54,7 @@ struct variable_access {
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_access*>(data);
     if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot)}, {{V::dtype, V::shape()}});
+      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
     else
       sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
   }
@@ -149,7 +149,7 @@ struct print_step {
   }
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot));
+    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
     sink.effect("PrintV2", true, std::move(inputs), {});
   }
 };
@@ -226,7 +226,8 @@ struct callback_step {
   static void describe(const void* data, description_sink& sink) {
     const auto& c = *static_cast<const callback_step*>(data);
     std::vector<int> inputs;
-    for (int slot : c.in) inputs.push_back(sink.value(slot));
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
+    for (std::size_t k = 0; k < c.in.size(); ++k) inputs.push_back(sink.value(c.in[k], dims[k]));
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if constexpr (results > 0) {
       using values = decltype(as_tuple(std::declval<R>()));

@@ -65,9 +65,10 @@ struct loop_step;
 /// same in each file of a program; what builds the graph comes with the runtime tier.
 class description_sink {
  public:
-  /// The node holding slot `slot`'s value (in a branch or loop body, a placeholder for
-  /// a value from outside, which becomes an input of the node that runs it).
-  virtual int value(int slot) = 0;
+  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
+  /// body, a placeholder for a value from outside, which becomes an input of the node
+  /// that runs it; a reshape node where the slot is read with other dims).
+  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
   /// Slot `slot` holds the value of node `node` from here on.
   virtual void bind(int slot, int node) = 0;
   /// A node of the registry op named `name`, at `op`, whose value has element type
@@ -139,7 +140,7 @@ struct slot_leaf : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
-  int describe(description_sink& sink) const { return sink.value(index); }
+  int describe(description_sink& sink) const { return sink.value(index, D::values); }
 };
 
 /// A C++ scalar, converted to the other operand's element type.

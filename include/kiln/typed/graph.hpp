@@ -9,6 +9,7 @@
 /// from outside are their placeholders and the node's inputs), and effects the runtime
 /// tier's effect nodes. It comes with kiln/kiln.hpp: kiln/fixed.hpp has no kiln::graph.
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -87,14 +88,16 @@ class graph_writer final : public description_sink {
 
   // ---- description_sink ----------------------------------------------------------------
 
-  int value(int slot) override {
-    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
-    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
-    const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
-    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
-    captures_.push_back(from);
-    return slots_[slot] = id;
+  int value(int slot, std::span<const std::int64_t> dims) override {
+    const int id = value(slot);
+    const kiln::node& n = graph_.nodes()[std::size_t(id)];
+    if (std::ranges::equal(n.shape().dims(), dims)) return id;
+    // A reshaped symbolic value is a view of its slot: its reshape node appears where
+    // it is first read with the new dims.
+    const kiln::shape s = shape_of(dims);
+    const auto key = std::pair{slot, s.str()};
+    if (auto it = views_.find(key); it != views_.end()) return it->second;
+    return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
   }
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
@@ -151,6 +154,18 @@ class graph_writer final : public description_sink {
   }
 
  private:
+  /// The node holding slot `slot`'s value here: a placeholder for a value of an
+  /// enclosing graph, which becomes an input of the node that runs this one.
+  int value(int slot) {
+    if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
+    if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
+    const int from = outer_->value(slot);
+    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
+    captures_.push_back(from);
+    return slots_[slot] = id;
+  }
+
   /// Adds the nodes of the trace's result `r` (C++ values as constants) to `ids`.
   template <class R>
   void add_results(const R& r, std::vector<int>& ids) {
@@ -202,6 +217,7 @@ class graph_writer final : public description_sink {
   graph_writer* outer_;
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
+  std::map<std::pair<int, std::string>, int> views_;  // (slot, dims) -> its reshape node
   std::vector<int> captures_;  // the outer nodes this graph's capture placeholders stand for
 };
 

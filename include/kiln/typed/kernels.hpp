@@ -72,7 +72,7 @@ int slot_of(const X& x) {
 }
 
 /// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
-/// dims `OutD`, on the slots `in` into slot `out`.
+/// dims `OutD`, on the slots `in` (values of `fixed` types `In`) into slot `out`.
 template <class Made, class Kernel, class Out, class OutD, class... In>
 struct kernel_step {
   Kernel kernel;
@@ -81,13 +81,14 @@ struct kernel_step {
   static void run(const void* data, frame f) {
     const auto& s = *static_cast<const kernel_step*>(data);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const In*>(f[s.in[I]])...);
+      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const typename In::value_type*>(f[s.in[I]])...);
     }(std::index_sequence_for<In...>());
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& s = *static_cast<const kernel_step*>(data);
+    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
     std::array<int, sizeof...(In)> inputs;
-    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k]);
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k], dims[k]);
     sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
   }
 };
@@ -103,7 +104,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     return out;
   } else {
     recorder& r = current_recorder();
-    using step_t = kernel_step<Made, Kernel, OutT, OutD, typename element_of<X>::type...>;
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
     r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
