@@ -3,7 +3,7 @@
 // expect-first-error: static assertion failed: kiln::add: the operands' shapes do not broadcast
 // expect-early: X = typed::symbol<float, typed::dims<2, 3> >; Y = typed::symbol<float, typed::dims<3, 2> >
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   kiln::function f([](const auto& x, const auto& y) { return x + y; });

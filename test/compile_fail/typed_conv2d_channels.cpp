@@ -2,7 +2,7 @@
 // expect-first-error: static assertion failed: kiln::conv2d: the input \(NHWC\) and filters \(HWIO\) do not fit
 // expect-early: fixed<float, 3, 3, 2, 4>
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   const auto x = kiln::fixed<float, 1, 5, 5, 3>::ones();

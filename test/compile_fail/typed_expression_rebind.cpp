@@ -2,7 +2,7 @@
 // rebound, and the message says what to write instead.
 // expect-first-error: static assertion failed: kiln: this variable holds an expression, whose type changes with every op, so it cannot be reassigned; declare it with the argument's type
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   kiln::function f([](auto x) {

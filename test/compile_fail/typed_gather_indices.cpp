@@ -2,7 +2,7 @@
 // expect-first-error: static assertion failed: kiln::gather: the indices must be int32 or int64
 // expect-early: fixed<float, 2>
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   const auto x = kiln::fixed<float, 3, 4>::ones();

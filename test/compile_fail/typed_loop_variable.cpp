@@ -2,7 +2,7 @@
 // expect-first-error: static assertion failed: kiln::while_loop: the body must give each loop variable its element type and dims
 // expect-early: with auto:[0-9]+ = kiln::typed::symbol<float, kiln::typed::dims<3> >
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   kiln::function f([](const auto& x) {

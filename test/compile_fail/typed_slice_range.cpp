@@ -2,7 +2,7 @@
 // expect-first-error: static assertion failed: kiln::slice: begin and size must lie within the operand's dims
 // expect-early: fixed<float, 3, 4>
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   const auto x = kiln::fixed<float, 3, 4>::ones();

@@ -2,7 +2,7 @@
 // expect-first-error: static assertion failed: kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or kiln::while_loop
 // expect-early: with auto:[0-9]+ = kiln::typed::symbol<float, kiln::typed::dims<3> >
 // max-lines: 40
-#include <kiln/kiln.hpp>
+#include <kiln/fixed.hpp>
 
 int main() {
   kiln::function f([](auto x) {
