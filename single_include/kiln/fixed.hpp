@@ -4399,6 +4399,13 @@ step step_of(std::shared_ptr<Step> data) {
   return {&S::run, std::move(data), &S::describe};
 }
 
+/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
+template <class... V>
+std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
+  std::size_t k = 0;
+  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
@@ -7407,10 +7414,7 @@ struct kernel_step {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& s = *static_cast<const kernel_step*>(data);
-    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
-    std::array<int, sizeof...(In)> inputs;
-    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k], dims[k]);
-    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, slot_values<In...>(sink, s.in), dtype_of<Out>, OutD::values));
   }
 };
 
@@ -7427,7 +7431,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     recorder& r = current_recorder();
     using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
-    const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
+    const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
     r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
@@ -8415,9 +8419,7 @@ struct callback_step {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& c = *static_cast<const callback_step*>(data);
-    std::vector<int> inputs;
-    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
-    for (std::size_t k = 0; k < c.in.size(); ++k) inputs.push_back(sink.value(c.in[k], dims[k]));
+    const auto nodes = slot_values<In...>(sink, c.in);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if constexpr (results > 0) {
       using values = decltype(as_tuple(std::declval<R>()));
@@ -8425,7 +8427,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, std::move(inputs), specs);
+    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };

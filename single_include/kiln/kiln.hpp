@@ -8796,6 +8796,13 @@ step step_of(std::shared_ptr<Step> data) {
   return {&S::run, std::move(data), &S::describe};
 }
 
+/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
+template <class... V>
+std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
+  std::size_t k = 0;
+  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
@@ -9315,10 +9322,7 @@ struct kernel_step {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& s = *static_cast<const kernel_step*>(data);
-    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
-    std::array<int, sizeof...(In)> inputs;
-    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = sink.value(s.in[k], dims[k]);
-    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, inputs, dtype_of<Out>, OutD::values));
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, slot_values<In...>(sink, s.in), dtype_of<Out>, OutD::values));
   }
 };
 
@@ -9335,7 +9339,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     recorder& r = current_recorder();
     using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
-    const int out = r.add_slot(sizeof(OutT) * std::size_t(OutD::size));
+    const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
     r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
@@ -14995,9 +14999,7 @@ struct callback_step {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& c = *static_cast<const callback_step*>(data);
-    std::vector<int> inputs;
-    const std::array<std::span<const std::int64_t>, sizeof...(In)> dims{std::span<const std::int64_t>(In::dims_type::values)...};
-    for (std::size_t k = 0; k < c.in.size(); ++k) inputs.push_back(sink.value(c.in[k], dims[k]));
+    const auto nodes = slot_values<In...>(sink, c.in);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if constexpr (results > 0) {
       using values = decltype(as_tuple(std::declval<R>()));
@@ -15005,7 +15007,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, std::move(inputs), specs);
+    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
@@ -15972,7 +15974,7 @@ class graph_writer final : public description_sink {
     if (std::ranges::equal(n.shape().dims(), dims)) return id;
     // A reshaped symbolic value is a view of its slot: its reshape node appears where
     // it is first read with the new dims.
-    const kiln::shape s = shape_of(dims);
+    const kiln::shape s = kiln::shape(dims);
     const auto key = std::pair{slot, s.str()};
     if (auto it = views_.find(key); it != views_.end()) return it->second;
     return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
@@ -15980,10 +15982,10 @@ class graph_writer final : public description_sink {
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
          std::span<const std::int64_t> dims) override {
-    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, shape_of(dims));
+    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, kiln::shape(dims));
   }
   int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
-    tensor value(t, shape_of(dims));
+    tensor value(t, kiln::shape(dims));
     std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
     return graph_.add_constant(value);
   }
@@ -16057,11 +16059,6 @@ class graph_writer final : public description_sink {
       ids.push_back(graph_.add_constant(kiln::constant(r)));
   }
 
-  static kiln::shape shape_of(std::span<const std::int64_t> dims) {
-    kiln::shape s;
-    for (std::int64_t d : dims) s.push_back(d);
-    return s;
-  }
   template <class Slots>
   void bind_results(const Slots& slots, const std::vector<int>& ids) {
     std::size_t k = 0;

@@ -94,7 +94,7 @@ class graph_writer final : public description_sink {
     if (std::ranges::equal(n.shape().dims(), dims)) return id;
     // A reshaped symbolic value is a view of its slot: its reshape node appears where
     // it is first read with the new dims.
-    const kiln::shape s = shape_of(dims);
+    const kiln::shape s = kiln::shape(dims);
     const auto key = std::pair{slot, s.str()};
     if (auto it = views_.find(key); it != views_.end()) return it->second;
     return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
@@ -102,10 +102,10 @@ class graph_writer final : public description_sink {
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
          std::span<const std::int64_t> dims) override {
-    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, shape_of(dims));
+    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, kiln::shape(dims));
   }
   int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
-    tensor value(t, shape_of(dims));
+    tensor value(t, kiln::shape(dims));
     std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
     return graph_.add_constant(value);
   }
@@ -179,11 +179,6 @@ class graph_writer final : public description_sink {
       ids.push_back(graph_.add_constant(kiln::constant(r)));
   }
 
-  static kiln::shape shape_of(std::span<const std::int64_t> dims) {
-    kiln::shape s;
-    for (std::int64_t d : dims) s.push_back(d);
-    return s;
-  }
   template <class Slots>
   void bind_results(const Slots& slots, const std::vector<int>& ids) {
     std::size_t k = 0;

@@ -53,6 +53,13 @@ step step_of(std::shared_ptr<Step> data) {
   return {&S::run, std::move(data), &S::describe};
 }
 
+/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
+template <class... V>
+std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
+  std::size_t k = 0;
+  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
