@@ -2620,16 +2620,16 @@ KILN_HOST_DEVICE constexpr T abs(T a) {
 template <class T>
 KILN_HOST_DEVICE constexpr T max(T a, T b) {
   if constexpr (std::is_floating_point_v<T>)
-    return (a > b || a != a) ? a : b;  // NaN propagates, as in TensorFlow
+    return (b > a || b != b) ? b : a;  // ties give a, as std::max and TensorFlow; NaN propagates
   else
-    return a > b ? a : b;
+    return b > a ? b : a;
 }
 template <class T>
 KILN_HOST_DEVICE constexpr T min(T a, T b) {
   if constexpr (std::is_floating_point_v<T>)
-    return (a < b || a != a) ? a : b;
+    return (b < a || b != b) ? b : a;
   else
-    return a < b ? a : b;
+    return b < a ? b : a;
 }
 template <class T>
 KILN_HOST_DEVICE constexpr T select(bool c, T a, T b) {
@@ -2732,9 +2732,11 @@ KILN_ALWAYS_INLINE xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) {
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> abs(const xsimd::batch<T, A>& a) { return xsimd::abs(a); }
-// x86's max and min instructions give (a > b ? a : b) and (a < b ? a : b), and b when
-// either is NaN: with a NaN `a` put back, the scalar functors' values, in fewer
-// instructions on the dependency chain than a compare, an or and a blend.
+// x86's max and min instructions give (b > a ? b : a) and (b < a ? b : a) for
+// max(b, a) and min(b, a), and a when either is NaN: with a NaN `b` put back, the scalar
+// functors' values. The NaN test reads `b` only, so a chain of ops through `a` (the
+// `x` of relu's `maximum(x, 0)`) waits for one instruction and a blend, and a constant
+// `b` needs no test at all.
 #if defined(__x86_64__) || defined(__i386__)
 inline constexpr bool x86_max_min = true;
 #else
@@ -2745,18 +2747,18 @@ KILN_ALWAYS_INLINE xsimd::batch<T, A> max(const xsimd::batch<T, A>& a, const xsi
   if constexpr (!std::is_floating_point_v<T>)
     return xsimd::max(a, b);
   else if constexpr (x86_max_min)
-    return xsimd::select(xsimd::isnan(a), a, xsimd::max(a, b));
+    return xsimd::select(xsimd::isnan(b), b, xsimd::max(b, a));
   else
-    return xsimd::select((a > b) | xsimd::isnan(a), a, b);  // `a != a` is an ordered compare on AVX-512
+    return xsimd::select((b > a) | xsimd::isnan(b), b, a);  // `b != b` is an ordered compare on AVX-512
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> min(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   if constexpr (!std::is_floating_point_v<T>)
     return xsimd::min(a, b);
   else if constexpr (x86_max_min)
-    return xsimd::select(xsimd::isnan(a), a, xsimd::min(a, b));
+    return xsimd::select(xsimd::isnan(b), b, xsimd::min(b, a));
   else
-    return xsimd::select((a < b) | xsimd::isnan(a), a, b);
+    return xsimd::select((b < a) | xsimd::isnan(b), b, a);
 }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> select(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a,
@@ -2794,20 +2796,20 @@ KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's
 /// exp-based tanh, which leaves a fused chain of elementwise ops memory-bound. Near 0
 /// the quotient tends to 1, so small x keeps full relative accuracy; NaN stays NaN.
+/// The polynomials are evaluated by Estrin's scheme and 1 / Q(x^2) alongside P(x^2),
+/// so that a chain of dependent tanh (an RNN's steps, a small fused trace) waits for
+/// about two thirds of Horner's latency.
 template <class A>
 KILN_ALWAYS_INLINE xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) {
   using B = xsimd::batch<float, A>;
-  const B t = x * x;
-  B p = xsimd::fma(B(-8.4963495400e-14f), t, B(5.2809273136e-11f));
-  p = xsimd::fma(p, t, B(-2.0231422830e-8f));
-  p = xsimd::fma(p, t, B(1.1155838896e-5f));
-  p = xsimd::fma(p, t, B(3.1041028304e-3f));
-  p = xsimd::fma(p, t, B(1.3084141490e-1f));
-  p = xsimd::fma(p, t, B(1.f));
-  B q = xsimd::fma(B(2.5463585354e-4f), t, B(2.4495762646e-2f));
-  q = xsimd::fma(q, t, B(4.6417468630e-1f));
-  q = xsimd::fma(q, t, B(1.f));
-  return xsimd::select(xsimd::abs(x) >= B(9.f), xsimd::copysign(B(1.f), x), x * p / q);
+  const B t = x * x, t2 = t * t, t4 = t2 * t2;
+  const B p01 = xsimd::fma(B(1.3084141490e-1f), t, B(1.f));
+  const B p23 = xsimd::fma(B(1.1155838896e-5f), t, B(3.1041028304e-3f));
+  const B p45 = xsimd::fma(B(5.2809273136e-11f), t, B(-2.0231422830e-8f));
+  const B p = xsimd::fma(xsimd::fma(B(-8.4963495400e-14f), t2, p45), t4, xsimd::fma(p23, t2, p01));
+  const B q = xsimd::fma(xsimd::fma(B(2.5463585354e-4f), t, B(2.4495762646e-2f)), t2,
+                         xsimd::fma(B(4.6417468630e-1f), t, B(1.f)));
+  return xsimd::select(xsimd::abs(x) >= B(9.f), xsimd::copysign(B(1.f), x), (x * p) * (B(1.f) / q));
 }
 template <class A>
 KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a) { return xsimd::tanh(a); }
@@ -4089,7 +4091,7 @@ struct node : typed_expression {
 /// restrict: stores to it do not change the frame, so a loop reads each slot's
 /// pointer once.)
 template <class E>
-void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
+KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   using T = typename E::value_type;
   using D = typename E::dims_type;
   constexpr std::int64_t inner = D::inner, rows = D::size / inner;
@@ -4108,11 +4110,11 @@ void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   }
 }
 
-/// The `fixed` value of expression `e` (eager).
+/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
 template <class E>
-fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
   fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
-  evaluate(e, nullptr, out.data());
+  evaluate(e, f, out.data());
   return out;
 }
 
@@ -4619,9 +4621,10 @@ using output_t = typename output<std::remove_cvref_t<R>>::type;
 template <class R>
 output_t<R> evaluate_output(const R& r, frame f) {
   if constexpr (lazy<R>) {
-    output_t<R> out(uninitialized);
-    evaluate(expression_of<void, false>(r), f, out.data());
-    return out;
+    if constexpr (requires { r.expression(); })
+      return materialize(r.expression(), f);
+    else
+      return materialize(r, f);  // in place: an expression can be large
   } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
     return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
   } else {

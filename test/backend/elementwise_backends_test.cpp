@@ -159,8 +159,8 @@ TEST_CASE("maximum and minimum propagate NaN on the SIMD path as on the scalar o
   kiln::testing::check_backends(ops::minimum{}, {x, y});
 }
 
-TEST_CASE("maximum and minimum of zeros of both signs give the scalar functors' zero on the SIMD path") {
-  // (a > b ? a : b) and (a < b ? a : b): equal zeros give b, whatever their signs.
+TEST_CASE("maximum and minimum of zeros of both signs give the first operand, as std::max and TensorFlow") {
+  // Equal zeros give a, whatever their signs, on the SIMD path as on the scalar one.
   std::vector<float> a(37), b(37);
   for (std::size_t i = 0; i < a.size(); ++i) {
     a[i] = i % 2 ? -0.f : 0.f;
@@ -169,8 +169,8 @@ TEST_CASE("maximum and minimum of zeros of both signs give the scalar functors' 
   const tensor x = kiln::testing::make_tensor(a, shape{37}), y = kiln::testing::make_tensor(b, shape{37});
   const std::vector<float> mx = kiln::maximum(x, y).to_vector<float>(), mn = kiln::minimum(x, y).to_vector<float>();
   for (std::size_t i = 0; i < a.size(); ++i) {
-    CHECK(std::signbit(mx[i]) == std::signbit(b[i]));
-    CHECK(std::signbit(mn[i]) == std::signbit(b[i]));
+    CHECK(std::signbit(mx[i]) == std::signbit(a[i]));
+    CHECK(std::signbit(mn[i]) == std::signbit(a[i]));
   }
 }
 

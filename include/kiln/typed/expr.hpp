@@ -336,7 +336,7 @@ struct node : typed_expression {
 /// restrict: stores to it do not change the frame, so a loop reads each slot's
 /// pointer once.)
 template <class E>
-void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
+KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   using T = typename E::value_type;
   using D = typename E::dims_type;
   constexpr std::int64_t inner = D::inner, rows = D::size / inner;
@@ -355,11 +355,11 @@ void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
   }
 }
 
-/// The `fixed` value of expression `e` (eager).
+/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
 template <class E>
-fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e) {
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
   fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
-  evaluate(e, nullptr, out.data());
+  evaluate(e, f, out.data());
   return out;
 }
 

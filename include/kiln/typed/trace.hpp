@@ -273,9 +273,10 @@ using output_t = typename output<std::remove_cvref_t<R>>::type;
 template <class R>
 output_t<R> evaluate_output(const R& r, frame f) {
   if constexpr (lazy<R>) {
-    output_t<R> out(uninitialized);
-    evaluate(expression_of<void, false>(r), f, out.data());
-    return out;
+    if constexpr (requires { r.expression(); })
+      return materialize(r.expression(), f);
+    else
+      return materialize(r, f);  // in place: an expression can be large
   } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
     return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
   } else {
