@@ -116,9 +116,13 @@ struct data_leaf : typed_expression {
   }
   template <class V, std::int64_t Count>
   V partial(frame, std::int64_t row, std::int64_t col) const {
-    // `Count` elements padded with copies of the last, as the CPU kernels pad a run's
-    // tail: every element goes through the batch functor, wherever it sits.
-    return backend::cpu::load_padded(p + row * D::inner + col, Count);
+    // Every element goes through the batch functor, wherever it sits, as in the CPU
+    // kernels. Floats pad with zeros, one masked load; integers with copies of the
+    // last element, so that no padding lane divides by zero.
+    if constexpr (std::is_floating_point_v<T>)
+      return backend::cpu::load_partial(p + row * D::inner + col, Count);
+    else
+      return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
 };
