@@ -51,6 +51,7 @@
 #include "kiln/trace/trace_context.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/exec/kernel_table.hpp"
+#include "kiln/autodiff/tape.hpp"
 #include "kiln/exec/plan.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/exec/executor.hpp"

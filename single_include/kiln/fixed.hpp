@@ -3060,38 +3060,49 @@ inline constexpr dtype_set logical{bool_};
 struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "neg";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
+  template <class G> void gradient(G& g) const { g.give(0, -g.dy()); }
 };
 struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "abs";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
+  /// dy * sign(x), 0 at 0 as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct exp : elementwise_op<1, floating> {
   static constexpr std::string_view name = "exp";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.y()); }
 };
 struct log : elementwise_op<1, floating> {
   static constexpr std::string_view name = "log";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() / g.x(0)); }
 };
 struct sqrt : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sqrt";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * 0.5 / g.y()); }
 };
 struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "square";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::mul(a, a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (2.0 * g.x(0))); }
 };
 struct tanh : elementwise_op<1, floating> {
   static constexpr std::string_view name = "tanh";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
 };
 struct sigmoid : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sigmoid";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (g.y() * (1.0 - g.y()))); }
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
+  /// dy where the result is positive, as TensorFlow's ReluGrad.
+  template <class G> void gradient(G& g) const;
 };
 struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_not";
@@ -3109,6 +3120,10 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   }
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return a; }
   constexpr bool operator==(const cast&) const = default;
+  /// Between floating-point dtypes only: an integer path has no gradient.
+  template <class G> void gradient(G& g) const {
+    if (is_floating(g.x(0).t.dtype()) && is_floating(to)) g.give(0, G::run(cast(g.x(0).t.dtype()), g.dy()));
+  }
 };
 
 // ---- binary -----------------------------------------------------------------
@@ -3120,14 +3135,17 @@ struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
     else
       return math::add(a, b);
   }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, g.dy()); }
 };
 struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
 };
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
@@ -3137,6 +3155,10 @@ struct divide : elementwise_op<2, numeric, result_rule::true_division> {
       return double(a) / double(b);
     else
       return a / b;
+  }
+  template <class G> void gradient(G& g) const {
+    g.give(0, g.dy() / g.x(1));
+    g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
   }
 };
 struct floordiv : elementwise_op<2, numeric> {
@@ -3153,14 +3175,20 @@ struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
   static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
+  /// As TensorFlow: the exponent's gradient is 0 where the base is not positive.
+  template <class G> void gradient(G& g) const;
 };
 struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "maximum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
+  /// dy goes to the first operand where it is the larger or they tie (the one the
+  /// result is), as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "minimum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
+  template <class G> void gradient(G& g) const;
 };
 struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less";
@@ -3205,7 +3233,45 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
     return {in[1]};
   }
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
+  template <class G> void gradient(G& g) const {
+    const auto zero = g.dy().scalar(0);
+    g.give(1, G::run(where{}, g.x(0), g.dy(), zero)), g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
+  }
 };
+
+// ---- gradients of the ops above that use ops defined after them -------------
+
+template <class G>
+void abs::gradient(G& g) const {
+  const auto zero = g.x(0).scalar(0), dy = g.dy();
+  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, G::run(less{}, g.x(0), zero), -dy, zero)));
+}
+
+template <class G>
+void relu::gradient(G& g) const {
+  const auto zero = g.y().scalar(0);
+  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void pow::gradient(G& g) const {
+  const auto x = g.x(0), y = g.x(1), zero = x.scalar(0);
+  g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  const auto positive = G::run(greater{}, x, zero);
+  g.give(1, G::run(where{}, positive, g.dy() * g.y() * G::run(log{}, G::run(where{}, positive, x, x.scalar(1))), zero));
+}
+
+template <class G>
+void maximum::gradient(G& g) const {
+  const auto first = G::run(greater_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
+
+template <class G>
+void minimum::gradient(G& g) const {
+  const auto first = G::run(less_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
 
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
@@ -5674,6 +5740,16 @@ struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
 
+  /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
+  /// input (for the formulas of sum and mean).
+  template <class G> auto spread(G& g) const {
+    const shape in = g.x(0).t.shape();
+    const auto reduced = reduced_dims(axis, in.rank());
+    shape kept;
+    for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
+    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+  }
+
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
 
@@ -5711,12 +5787,18 @@ struct reduce_sum : reduction_op {
   static constexpr std::string_view name = "reduce_sum";
   static constexpr reduction_kind kind = reduction_kind::sum;
   using reduction_op::reduction_op;
+  /// dy, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
   using reduction_op::reduction_op;
+  /// dy / count, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const {
+    g.give(0, spread(g) / double(reduced_count(g.x(0).t.shape(), axis)));
+  }
 };
 /// Largest element; NaN wins over any number.
 struct reduce_max : reduction_op {
@@ -6557,6 +6639,19 @@ struct matmul {
     return out;
   }
   constexpr bool operator==(const matmul&) const = default;
+  /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
+  template <class G> void gradient(G& g) const {
+    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+  }
+  /// The permutation that swaps the last two of `rank` dims.
+  static constexpr int_list swap_last_two(int rank) {
+    int_list p;
+    for (int d = 0; d < rank - 2; ++d) p.push_back(d);
+    p.push_back(rank - 1);
+    p.push_back(rank - 2);
+    return p;
+  }
 };
 
 /// Sizes of a (batched) matmul and where each batch's operands start, shared by
@@ -6855,6 +6950,7 @@ struct reshape {
     return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
   }
   std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
 
@@ -6889,6 +6985,16 @@ struct transpose {
     return {out};
   }
   std::string attributes() const { return "perm=" + perm.str(); }
+  /// The gradient goes back through the inverse permutation.
+  template <class G> void gradient(G& g) const {
+    const int rank = g.x(0).t.rank();
+    const int_list p = permutation(rank);
+    int_list inverse;  // inverse[p[j]] == j
+    for (int d = 0; d < rank; ++d)
+      for (int j = 0; j < rank; ++j)
+        if (p[j] == d) inverse.push_back(j);
+    g.give(0, G::transpose(g.dy(), inverse));
+  }
   constexpr bool operator==(const transpose&) const = default;
 };
 

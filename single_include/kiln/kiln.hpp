@@ -2181,38 +2181,49 @@ inline constexpr dtype_set logical{bool_};
 struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "neg";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
+  template <class G> void gradient(G& g) const { g.give(0, -g.dy()); }
 };
 struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "abs";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
+  /// dy * sign(x), 0 at 0 as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct exp : elementwise_op<1, floating> {
   static constexpr std::string_view name = "exp";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.y()); }
 };
 struct log : elementwise_op<1, floating> {
   static constexpr std::string_view name = "log";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() / g.x(0)); }
 };
 struct sqrt : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sqrt";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * 0.5 / g.y()); }
 };
 struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "square";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::mul(a, a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (2.0 * g.x(0))); }
 };
 struct tanh : elementwise_op<1, floating> {
   static constexpr std::string_view name = "tanh";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
 };
 struct sigmoid : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sigmoid";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (g.y() * (1.0 - g.y()))); }
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
+  /// dy where the result is positive, as TensorFlow's ReluGrad.
+  template <class G> void gradient(G& g) const;
 };
 struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_not";
@@ -2230,6 +2241,10 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   }
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return a; }
   constexpr bool operator==(const cast&) const = default;
+  /// Between floating-point dtypes only: an integer path has no gradient.
+  template <class G> void gradient(G& g) const {
+    if (is_floating(g.x(0).t.dtype()) && is_floating(to)) g.give(0, G::run(cast(g.x(0).t.dtype()), g.dy()));
+  }
 };
 
 // ---- binary -----------------------------------------------------------------
@@ -2241,14 +2256,17 @@ struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
     else
       return math::add(a, b);
   }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, g.dy()); }
 };
 struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
 };
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
@@ -2258,6 +2276,10 @@ struct divide : elementwise_op<2, numeric, result_rule::true_division> {
       return double(a) / double(b);
     else
       return a / b;
+  }
+  template <class G> void gradient(G& g) const {
+    g.give(0, g.dy() / g.x(1));
+    g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
   }
 };
 struct floordiv : elementwise_op<2, numeric> {
@@ -2274,14 +2296,20 @@ struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
   static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
+  /// As TensorFlow: the exponent's gradient is 0 where the base is not positive.
+  template <class G> void gradient(G& g) const;
 };
 struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "maximum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
+  /// dy goes to the first operand where it is the larger or they tie (the one the
+  /// result is), as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "minimum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
+  template <class G> void gradient(G& g) const;
 };
 struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less";
@@ -2326,7 +2354,45 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
     return {in[1]};
   }
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
+  template <class G> void gradient(G& g) const {
+    const auto zero = g.dy().scalar(0);
+    g.give(1, G::run(where{}, g.x(0), g.dy(), zero)), g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
+  }
 };
+
+// ---- gradients of the ops above that use ops defined after them -------------
+
+template <class G>
+void abs::gradient(G& g) const {
+  const auto zero = g.x(0).scalar(0), dy = g.dy();
+  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, G::run(less{}, g.x(0), zero), -dy, zero)));
+}
+
+template <class G>
+void relu::gradient(G& g) const {
+  const auto zero = g.y().scalar(0);
+  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void pow::gradient(G& g) const {
+  const auto x = g.x(0), y = g.x(1), zero = x.scalar(0);
+  g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  const auto positive = G::run(greater{}, x, zero);
+  g.give(1, G::run(where{}, positive, g.dy() * g.y() * G::run(log{}, G::run(where{}, positive, x, x.scalar(1))), zero));
+}
+
+template <class G>
+void maximum::gradient(G& g) const {
+  const auto first = G::run(greater_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
+
+template <class G>
+void minimum::gradient(G& g) const {
+  const auto first = G::run(less_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
 
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
@@ -2590,6 +2656,16 @@ struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
 
+  /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
+  /// input (for the formulas of sum and mean).
+  template <class G> auto spread(G& g) const {
+    const shape in = g.x(0).t.shape();
+    const auto reduced = reduced_dims(axis, in.rank());
+    shape kept;
+    for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
+    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+  }
+
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
 
@@ -2627,12 +2703,18 @@ struct reduce_sum : reduction_op {
   static constexpr std::string_view name = "reduce_sum";
   static constexpr reduction_kind kind = reduction_kind::sum;
   using reduction_op::reduction_op;
+  /// dy, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
   using reduction_op::reduction_op;
+  /// dy / count, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const {
+    g.give(0, spread(g) / double(reduced_count(g.x(0).t.shape(), axis)));
+  }
 };
 /// Largest element; NaN wins over any number.
 struct reduce_max : reduction_op {
@@ -3443,6 +3525,7 @@ struct reshape {
     return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
   }
   std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
 
@@ -3477,6 +3560,16 @@ struct transpose {
     return {out};
   }
   std::string attributes() const { return "perm=" + perm.str(); }
+  /// The gradient goes back through the inverse permutation.
+  template <class G> void gradient(G& g) const {
+    const int rank = g.x(0).t.rank();
+    const int_list p = permutation(rank);
+    int_list inverse;  // inverse[p[j]] == j
+    for (int d = 0; d < rank; ++d)
+      for (int j = 0; j < rank; ++j)
+        if (p[j] == d) inverse.push_back(j);
+    g.give(0, G::transpose(g.dy(), inverse));
+  }
   constexpr bool operator==(const transpose&) const = default;
 };
 
@@ -3984,6 +4077,19 @@ struct matmul {
     return out;
   }
   constexpr bool operator==(const matmul&) const = default;
+  /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
+  template <class G> void gradient(G& g) const {
+    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+  }
+  /// The permutation that swaps the last two of `rank` dims.
+  static constexpr int_list swap_last_two(int rank) {
+    int_list p;
+    for (int d = 0; d < rank - 2; ++d) p.push_back(d);
+    p.push_back(rank - 1);
+    p.push_back(rank - 2);
+    return p;
+  }
 };
 
 /// Sizes of a (batched) matmul and where each batch's operands start, shared by
@@ -7777,6 +7883,17 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
   return run_on<backend::cpu_backend>(op, in);
 }
 
+/// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
+inline int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
+
+/// Records an eager op on the gradient tapes of this thread (defined with the kernel
+/// table, kiln/exec/kernel_table.hpp).
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   register_kernels_on_use<Op>();
@@ -7788,6 +7905,7 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     if (t->is_symbolic()) return record_symbolic(op, in);
   tensor out = execute(op, in);
   if (debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  if (recording_tapes() > 0) record_on_tapes(op, in, out);
   return out;
 }
 
@@ -10687,6 +10805,120 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 #include <type_traits>
 #include <variant>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
+// ----- begin kiln/autodiff/backward.hpp -----
+/// \file
+/// How an op's gradient formula runs: `detail::gradient_builder`, the one argument of
+/// every op's `gradient` member (written beside the op, in kiln/ops/), and
+/// `detail::backward_of<Op>`, which kiln/exec/kernel_table.hpp puts in the op's row.
+///
+/// A formula calls ops through the kernel table (`run_registered`), never through
+/// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
+/// the kernels of the ops the formula uses. A gradient tape registers those when it is
+/// made (kiln/autodiff/tape.hpp), so that only programs with tapes compile them.
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+
+namespace kiln::detail {
+
+/// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
+/// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
+tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
+
+/// A floating-point tensor of `like`'s dtype, shape and device holding `value` everywhere.
+inline tensor filled_like(const tensor& like, double value) {
+  const tensor one = make_scalar(like.dtype(), value, kiln::device::cpu);
+  tensor out(like.dtype(), like.shape());
+  const std::size_t bytes = size_of(like.dtype());
+  for (std::int64_t i = 0; i < out.size(); ++i)
+    std::memcpy(static_cast<char*>(out.raw_data()) + std::size_t(i) * bytes, one.raw_data(), bytes);
+  return like.device() == kiln::device::cpu ? out : out.to(like.device());
+}
+
+/// What an op's gradient formula reads (its inputs, its result, the gradient of the
+/// result) and gives (the gradient of each input it is differentiable in).
+/// \code
+/// template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }  // tanh
+/// \endcode
+class gradient_builder {
+ public:
+  /// A tensor of the formula; its arithmetic runs through the kernel table.
+  struct value {
+    tensor t;
+
+    friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
+    friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
+    friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
+    friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
+    friend value operator-(const value& a) { return run(ops::negate{}, a); }
+    friend value operator+(const value& a, double s) { return a + a.scalar(s); }
+    friend value operator-(const value& a, double s) { return a - a.scalar(s); }
+    friend value operator*(const value& a, double s) { return a * a.scalar(s); }
+    friend value operator/(const value& a, double s) { return a / a.scalar(s); }
+    friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
+    friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
+    friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
+    /// `s` as a scalar of this value's dtype.
+    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
+  };
+
+  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
+      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
+
+  /// Input `i` of the op.
+  value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  /// The op's result.
+  value y() const { return {output_}; }
+  /// The gradient of the target with respect to the result.
+  value dy() const { return {upstream_}; }
+  /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
+  value zeros_like(int i) const { return {filled_like(inputs_[std::size_t(i)], 0.0)}; }
+  /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
+  /// broadcast dims), as the gradient of input `i`.
+  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+
+  static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
+  static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
+  static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
+
+  /// `op` on `operands`.
+  template <class Op, std::same_as<value>... V>
+  KILN_COLD static value run(const Op& op, const V&... operands) {
+    const tensor* in[] = {&operands.t...};
+    return {run_registered(ops::any_op(op), std::span<const tensor* const>(in))};
+  }
+
+ private:
+  std::span<const tensor> inputs_;
+  const tensor& output_;
+  const tensor& upstream_;
+  std::span<tensor> grads_;
+};
+
+/// Whether `Op` has a gradient formula.
+template <class Op>
+inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
+
+/// Runs the formula of the `Op` that `op` holds: writes the gradient of each
+/// differentiable input to `grads` (left undefined for the others).
+template <class Op>
+KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                 std::span<tensor> grads) {
+  if constexpr (differentiable<Op>) {
+    gradient_builder g(inputs, output, upstream, grads);
+    std::get<Op>(op).gradient(g);
+  }
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/backward.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
 
 namespace kiln::detail {
 
@@ -10700,6 +10932,10 @@ struct op_kernels {
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
+  using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
+                               std::span<tensor>);
+  /// The op's gradient formula (detail::backward_of); set before `execute`.
+  std::atomic<backward_fn> backward{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -10725,6 +10961,7 @@ bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
   row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                   std::memory_order_release);
+  row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -10762,6 +10999,26 @@ inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> 
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }
 
+/// How eager ops reach the gradient tapes of their thread: a function set when the
+/// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
+/// tapes compiles nothing of them.
+using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline std::atomic<tape_recorder>& tape_hook() {
+  static std::atomic<tape_recorder> hook{nullptr};
+  return hook;
+}
+
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
+  tape_hook().load(std::memory_order_relaxed)(ops::any_op(op), in, out);
+}
+
+inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
+  tensor out = execute_any(op, in);
+  if (recording_tapes() > 0) tape_hook().load(std::memory_order_relaxed)(op, in, out);
+  return out;
+}
+
 }  // namespace kiln::detail
 
 namespace kiln::detail::exec {
@@ -10774,6 +11031,252 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/kernel_table.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+// ----- begin kiln/autodiff/tape.hpp -----
+/// \file
+/// Reverse-mode gradients of eager code: kiln::gradient_tape records the eager ops
+/// that read watched tensors (or results of recorded ops) while it is alive, and
+/// `gradient` runs each recorded op's formula (kiln/autodiff/backward.hpp) from the
+/// target back to the sources, as TensorFlow's GradientTape does.
+///
+/// A tape knows a tensor by its elements' address, dtype and shape: the tape holds
+/// every tensor it recorded, so no recorded buffer is reused while it lives. The ops
+/// a tape runs to compute gradients go through the kernel table and are recorded by
+/// the other tapes of the thread, which is how nested tapes give higher-order
+/// gradients.
+
+#include <cstring>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+
+namespace kiln {
+
+/// What `gradient_tape::gradient` gives for a source the target does not depend on:
+/// an undefined tensor (`none`, TensorFlow's default) or zeros of the source's shape.
+enum class unconnected_gradients { none, zero };
+
+/// Options of a gradient_tape: a persistent tape may compute gradients more than once.
+struct gradient_tape_options {
+  bool persistent = false;
+};
+
+class gradient_tape;
+
+namespace detail {
+
+/// A tensor as a tape knows it.
+struct tape_key {
+  const void* data;
+  dtype type;
+  std::vector<std::int64_t> dims;
+  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()) {
+    for (int d = 0; d < t.rank(); ++d) dims.push_back(t.shape()[d]);
+  }
+  friend bool operator<(const tape_key& a, const tape_key& b) {
+    return std::tie(a.data, a.type, a.dims) < std::tie(b.data, b.type, b.dims);
+  }
+};
+
+/// The tapes recording on this thread, innermost last.
+inline std::vector<gradient_tape*>& active_tapes() {
+  thread_local std::vector<gradient_tape*> tapes;
+  return tapes;
+}
+
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+
+/// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
+inline tensor unbroadcast(const tensor& g, const shape& to) {
+  if (g.shape() == to) return g;
+  const int lead = g.rank() - to.rank();
+  int_list axes;
+  for (int d = 0; d < g.rank(); ++d)
+    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  tensor summed = g;
+  if (!axes.empty()) {
+    const tensor* in[] = {&g};
+    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
+  }
+  const tensor* in[] = {&summed};
+  return run_registered(ops::reshape{to}, in);
+}
+
+/// The ops the gradient formulas run, registered when a tape is made.
+template <class = void>
+void register_gradient_ops() {
+  register_kernels_on_use<ops::add>();
+  register_kernels_on_use<ops::subtract>();
+  register_kernels_on_use<ops::multiply>();
+  register_kernels_on_use<ops::divide>();
+  register_kernels_on_use<ops::negate>();
+  register_kernels_on_use<ops::log>();
+  register_kernels_on_use<ops::pow>();
+  register_kernels_on_use<ops::cast>();
+  register_kernels_on_use<ops::greater>();
+  register_kernels_on_use<ops::greater_equal>();
+  register_kernels_on_use<ops::less>();
+  register_kernels_on_use<ops::less_equal>();
+  register_kernels_on_use<ops::where>();
+  register_kernels_on_use<ops::reshape>();
+  register_kernels_on_use<ops::transpose>();
+  register_kernels_on_use<ops::matmul>();
+  register_kernels_on_use<ops::reduce_sum>();
+}
+
+}  // namespace detail
+
+/// Records eager ops on watched tensors while alive; `gradient` differentiates a
+/// target with respect to sources, as TensorFlow's `tf.GradientTape`.
+/// \code
+/// kiln::tensor x = kiln::constant(3.f);
+/// kiln::gradient_tape tape;
+/// tape.watch(x);
+/// kiln::tensor y = x * x;
+/// std::cout << tape.gradient(y, x);  // tensor(6.0, shape=(), dtype=float32)
+/// \endcode
+class gradient_tape {
+ public:
+  template <class = void>
+  explicit gradient_tape(gradient_tape_options options = {}) : persistent_(options.persistent) {
+    detail::register_gradient_ops();
+    detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
+    detail::active_tapes().push_back(this);
+    ++detail::recording_tapes();
+  }
+  gradient_tape(const gradient_tape&) = delete;
+  gradient_tape& operator=(const gradient_tape&) = delete;
+  ~gradient_tape() {
+    auto& tapes = detail::active_tapes();
+    std::erase(tapes, this);
+    if (recording_) --detail::recording_tapes();
+  }
+
+  /// Records the ops that read `t` from now on (floating-point tensors only).
+  void watch(const tensor& t) {
+    if (t.defined() && !t.is_symbolic() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+  }
+
+  /// The gradient of `target` (summed when it is not a scalar) with respect to
+  /// `source`: a tensor of the source's shape, or per `unconnected` when the target
+  /// does not depend on it (an undefined tensor by default; integer sources never do).
+  tensor gradient(const tensor& target, const tensor& source,
+                  unconnected_gradients unconnected = unconnected_gradients::none) {
+    return gradient(target, std::vector<tensor>{source}, unconnected)[0];
+  }
+  /// Gradients of `target` with respect to each of `sources`.
+  std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
+                               unconnected_gradients unconnected = unconnected_gradients::none) {
+    if (used_ && !persistent_)
+      throw invalid_argument_error(
+          "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
+    used_ = true;
+    if (target.is_symbolic())
+      throw unavailable_error("gradient_tape: the target is symbolic; tapes inside a kiln::function are not supported yet");
+    std::map<detail::tape_key, tensor> grads;
+    {
+      // The ops that compute gradients are not this tape's to record (the other tapes
+      // of the thread record them).
+      struct paused {
+        gradient_tape& tape;
+        ~paused() { tape.resume(); }
+      } guard{(pause(), *this)};
+      if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+    }
+    std::vector<tensor> out;
+    for (const tensor& s : sources) {
+      auto it = s.defined() && !s.is_symbolic() ? grads.find(detail::tape_key(s)) : grads.end();
+      if (it != grads.end() && tracked_.count(it->first))
+        out.push_back(it->second);
+      else if (unconnected == unconnected_gradients::zero && s.defined() && is_floating(s.dtype()))
+        out.push_back(detail::filled_like(s, 0.0));
+      else
+        out.emplace_back();
+    }
+    if (!persistent_) entries_.clear(), tracked_.clear();
+    return out;
+  }
+
+ private:
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
+
+  struct entry {
+    ops::any_op op;
+    std::vector<tensor> inputs;
+    tensor output;
+  };
+
+  void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+    if (!recording_ || !is_floating(out.dtype())) return;
+    bool reads_tracked = false;
+    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
+    if (!reads_tracked) return;
+    entry e{op, {}, out};
+    for (const tensor* t : in) e.inputs.push_back(*t);
+    entries_.push_back(std::move(e));
+    tracked_.emplace(detail::tape_key(out), out);
+  }
+
+  void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
+    grads.emplace(detail::tape_key(target), detail::filled_like(target, 1.0));
+    for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
+      auto it = grads.find(detail::tape_key(e->output));
+      if (it == grads.end()) continue;
+      const tensor dy = it->second;
+      std::vector<tensor> in_grads(e->inputs.size());
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->output, dy, in_grads);
+      for (std::size_t i = 0; i < e->inputs.size(); ++i) {
+        const tensor& x = e->inputs[i];
+        if (!in_grads[i].defined() || !is_floating(x.dtype())) continue;
+        tensor g = detail::unbroadcast(in_grads[i], x.shape());
+        auto [at, fresh] = grads.emplace(detail::tape_key(x), g);
+        if (!fresh) {
+          const tensor* sum[] = {&at->second, &g};
+          at->second = detail::run_registered(ops::add{}, sum);
+        }
+      }
+    }
+  }
+
+  void pause() {
+    if (recording_) --detail::recording_tapes(), recording_ = false;
+  }
+  void resume() {
+    if (!recording_) ++detail::recording_tapes(), recording_ = true;
+  }
+
+  bool persistent_ = false;
+  bool used_ = false;
+  bool recording_ = true;
+  std::vector<entry> entries_;
+  std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+};
+
+namespace detail {
+
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+  for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
+}
+
+}  // namespace detail
+
+/// `x`, cut off from every gradient tape: gradients do not flow through the result.
+/// \code kiln::tensor frozen = kiln::stop_gradient(x); \endcode
+inline tensor stop_gradient(const tensor& x) {
+  if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == kiln::device::cpu ? copy : copy.to(x.device());
+}
+
+}  // namespace kiln
+// ----- end kiln/autodiff/tape.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
 // ----- begin kiln/exec/plan.hpp -----

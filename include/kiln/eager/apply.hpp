@@ -128,6 +128,17 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
   return run_on<backend::cpu_backend>(op, in);
 }
 
+/// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
+inline int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
+
+/// Records an eager op on the gradient tapes of this thread (defined with the kernel
+/// table, kiln/exec/kernel_table.hpp).
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   register_kernels_on_use<Op>();
@@ -139,6 +150,7 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     if (t->is_symbolic()) return record_symbolic(op, in);
   tensor out = execute(op, in);
   if (debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  if (recording_tapes() > 0) record_on_tapes(op, in, out);
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "kiln/autodiff/backward.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
@@ -39,6 +40,10 @@ struct op_kernels {
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
+  using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
+                               std::span<tensor>);
+  /// The op's gradient formula (detail::backward_of); set before `execute`.
+  std::atomic<backward_fn> backward{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -64,6 +69,7 @@ bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
   row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                   std::memory_order_release);
+  row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -99,6 +105,26 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
 /// Runs the op a graph node holds now, on eager inputs.
 inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
+}
+
+/// How eager ops reach the gradient tapes of their thread: a function set when the
+/// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
+/// tapes compiles nothing of them.
+using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline std::atomic<tape_recorder>& tape_hook() {
+  static std::atomic<tape_recorder> hook{nullptr};
+  return hook;
+}
+
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
+  tape_hook().load(std::memory_order_relaxed)(ops::any_op(op), in, out);
+}
+
+inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
+  tensor out = execute_any(op, in);
+  if (recording_tapes() > 0) tape_hook().load(std::memory_order_relaxed)(op, in, out);
+  return out;
 }
 
 }  // namespace kiln::detail

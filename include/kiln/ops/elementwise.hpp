@@ -23,38 +23,49 @@ inline constexpr dtype_set logical{bool_};
 struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "neg";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
+  template <class G> void gradient(G& g) const { g.give(0, -g.dy()); }
 };
 struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "abs";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
+  /// dy * sign(x), 0 at 0 as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct exp : elementwise_op<1, floating> {
   static constexpr std::string_view name = "exp";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.y()); }
 };
 struct log : elementwise_op<1, floating> {
   static constexpr std::string_view name = "log";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() / g.x(0)); }
 };
 struct sqrt : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sqrt";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * 0.5 / g.y()); }
 };
 struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "square";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::mul(a, a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (2.0 * g.x(0))); }
 };
 struct tanh : elementwise_op<1, floating> {
   static constexpr std::string_view name = "tanh";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
 };
 struct sigmoid : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sigmoid";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * (g.y() * (1.0 - g.y()))); }
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
+  /// dy where the result is positive, as TensorFlow's ReluGrad.
+  template <class G> void gradient(G& g) const;
 };
 struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_not";
@@ -72,6 +83,10 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   }
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return a; }
   constexpr bool operator==(const cast&) const = default;
+  /// Between floating-point dtypes only: an integer path has no gradient.
+  template <class G> void gradient(G& g) const {
+    if (is_floating(g.x(0).t.dtype()) && is_floating(to)) g.give(0, G::run(cast(g.x(0).t.dtype()), g.dy()));
+  }
 };
 
 // ---- binary -----------------------------------------------------------------
@@ -83,14 +98,17 @@ struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
     else
       return math::add(a, b);
   }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, g.dy()); }
 };
 struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
+  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
 };
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
@@ -100,6 +118,10 @@ struct divide : elementwise_op<2, numeric, result_rule::true_division> {
       return double(a) / double(b);
     else
       return a / b;
+  }
+  template <class G> void gradient(G& g) const {
+    g.give(0, g.dy() / g.x(1));
+    g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
   }
 };
 struct floordiv : elementwise_op<2, numeric> {
@@ -116,14 +138,20 @@ struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
   static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
+  /// As TensorFlow: the exponent's gradient is 0 where the base is not positive.
+  template <class G> void gradient(G& g) const;
 };
 struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "maximum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
+  /// dy goes to the first operand where it is the larger or they tie (the one the
+  /// result is), as TensorFlow.
+  template <class G> void gradient(G& g) const;
 };
 struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "minimum";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
+  template <class G> void gradient(G& g) const;
 };
 struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less";
@@ -168,7 +196,45 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
     return {in[1]};
   }
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
+  template <class G> void gradient(G& g) const {
+    const auto zero = g.dy().scalar(0);
+    g.give(1, G::run(where{}, g.x(0), g.dy(), zero)), g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
+  }
 };
+
+// ---- gradients of the ops above that use ops defined after them -------------
+
+template <class G>
+void abs::gradient(G& g) const {
+  const auto zero = g.x(0).scalar(0), dy = g.dy();
+  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, G::run(less{}, g.x(0), zero), -dy, zero)));
+}
+
+template <class G>
+void relu::gradient(G& g) const {
+  const auto zero = g.y().scalar(0);
+  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void pow::gradient(G& g) const {
+  const auto x = g.x(0), y = g.x(1), zero = x.scalar(0);
+  g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  const auto positive = G::run(greater{}, x, zero);
+  g.give(1, G::run(where{}, positive, g.dy() * g.y() * G::run(log{}, G::run(where{}, positive, x, x.scalar(1))), zero));
+}
+
+template <class G>
+void maximum::gradient(G& g) const {
+  const auto first = G::run(greater_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
+
+template <class G>
+void minimum::gradient(G& g) const {
+  const auto first = G::run(less_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+}
 
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).

@@ -39,6 +39,19 @@ struct matmul {
     return out;
   }
   constexpr bool operator==(const matmul&) const = default;
+  /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
+  template <class G> void gradient(G& g) const {
+    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+  }
+  /// The permutation that swaps the last two of `rank` dims.
+  static constexpr int_list swap_last_two(int rank) {
+    int_list p;
+    for (int d = 0; d < rank - 2; ++d) p.push_back(d);
+    p.push_back(rank - 1);
+    p.push_back(rank - 2);
+    return p;
+  }
 };
 
 /// Sizes of a (batched) matmul and where each batch's operands start, shared by

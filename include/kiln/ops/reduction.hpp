@@ -111,6 +111,16 @@ struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
 
+  /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
+  /// input (for the formulas of sum and mean).
+  template <class G> auto spread(G& g) const {
+    const shape in = g.x(0).t.shape();
+    const auto reduced = reduced_dims(axis, in.rank());
+    shape kept;
+    for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
+    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+  }
+
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
 
@@ -148,12 +158,18 @@ struct reduce_sum : reduction_op {
   static constexpr std::string_view name = "reduce_sum";
   static constexpr reduction_kind kind = reduction_kind::sum;
   using reduction_op::reduction_op;
+  /// dy, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
   using reduction_op::reduction_op;
+  /// dy / count, spread back over the reduced dims.
+  template <class G> void gradient(G& g) const {
+    g.give(0, spread(g) / double(reduced_count(g.x(0).t.shape(), axis)));
+  }
 };
 /// Largest element; NaN wins over any number.
 struct reduce_max : reduction_op {

@@ -114,6 +114,7 @@ struct reshape {
     return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
   }
   std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
 
@@ -148,6 +149,16 @@ struct transpose {
     return {out};
   }
   std::string attributes() const { return "perm=" + perm.str(); }
+  /// The gradient goes back through the inverse permutation.
+  template <class G> void gradient(G& g) const {
+    const int rank = g.x(0).t.rank();
+    const int_list p = permutation(rank);
+    int_list inverse;  // inverse[p[j]] == j
+    for (int d = 0; d < rank; ++d)
+      for (int j = 0; j < rank; ++j)
+        if (p[j] == d) inverse.push_back(j);
+    g.give(0, G::transpose(g.dy(), inverse));
+  }
   constexpr bool operator==(const transpose&) const = default;
 };
 

@@ -1,0 +1,114 @@
+#pragma once
+/// \file
+/// How an op's gradient formula runs: `detail::gradient_builder`, the one argument of
+/// every op's `gradient` member (written beside the op, in kiln/ops/), and
+/// `detail::backward_of<Op>`, which kiln/exec/kernel_table.hpp puts in the op's row.
+///
+/// A formula calls ops through the kernel table (`run_registered`), never through
+/// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
+/// the kernels of the ops the formula uses. A gradient tape registers those when it is
+/// made (kiln/autodiff/tape.hpp), so that only programs with tapes compile them.
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "kiln/core/error.hpp"
+#include "kiln/core/tensor.hpp"
+#include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/registry.hpp"
+
+namespace kiln::detail {
+
+/// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
+/// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
+tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
+
+/// A floating-point tensor of `like`'s dtype, shape and device holding `value` everywhere.
+inline tensor filled_like(const tensor& like, double value) {
+  const tensor one = make_scalar(like.dtype(), value, kiln::device::cpu);
+  tensor out(like.dtype(), like.shape());
+  const std::size_t bytes = size_of(like.dtype());
+  for (std::int64_t i = 0; i < out.size(); ++i)
+    std::memcpy(static_cast<char*>(out.raw_data()) + std::size_t(i) * bytes, one.raw_data(), bytes);
+  return like.device() == kiln::device::cpu ? out : out.to(like.device());
+}
+
+/// What an op's gradient formula reads (its inputs, its result, the gradient of the
+/// result) and gives (the gradient of each input it is differentiable in).
+/// \code
+/// template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }  // tanh
+/// \endcode
+class gradient_builder {
+ public:
+  /// A tensor of the formula; its arithmetic runs through the kernel table.
+  struct value {
+    tensor t;
+
+    friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
+    friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
+    friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
+    friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
+    friend value operator-(const value& a) { return run(ops::negate{}, a); }
+    friend value operator+(const value& a, double s) { return a + a.scalar(s); }
+    friend value operator-(const value& a, double s) { return a - a.scalar(s); }
+    friend value operator*(const value& a, double s) { return a * a.scalar(s); }
+    friend value operator/(const value& a, double s) { return a / a.scalar(s); }
+    friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
+    friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
+    friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
+    /// `s` as a scalar of this value's dtype.
+    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
+  };
+
+  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
+      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
+
+  /// Input `i` of the op.
+  value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  /// The op's result.
+  value y() const { return {output_}; }
+  /// The gradient of the target with respect to the result.
+  value dy() const { return {upstream_}; }
+  /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
+  value zeros_like(int i) const { return {filled_like(inputs_[std::size_t(i)], 0.0)}; }
+  /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
+  /// broadcast dims), as the gradient of input `i`.
+  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+
+  static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
+  static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
+  static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
+
+  /// `op` on `operands`.
+  template <class Op, std::same_as<value>... V>
+  KILN_COLD static value run(const Op& op, const V&... operands) {
+    const tensor* in[] = {&operands.t...};
+    return {run_registered(ops::any_op(op), std::span<const tensor* const>(in))};
+  }
+
+ private:
+  std::span<const tensor> inputs_;
+  const tensor& output_;
+  const tensor& upstream_;
+  std::span<tensor> grads_;
+};
+
+/// Whether `Op` has a gradient formula.
+template <class Op>
+inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
+
+/// Runs the formula of the `Op` that `op` holds: writes the gradient of each
+/// differentiable input to `grads` (left undefined for the others).
+template <class Op>
+KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                 std::span<tensor> grads) {
+  if constexpr (differentiable<Op>) {
+    gradient_builder g(inputs, output, upstream, grads);
+    std::get<Op>(op).gradient(g);
+  }
+}
+
+}  // namespace kiln::detail
