@@ -33,7 +33,7 @@
 
 // An op's kernels are reached through two templates: eager execution on one backend
 // (kiln::detail::execute picks it from the inputs' device) and the entry points a
-// graph plan calls.
+// graph plan calls; its gradient formula through a third.
 #define KILN_DETAIL_RUN_ON(prefix, tag, op)                                                                \
   prefix template ::kiln::tensor kiln::detail::run_on<::kiln::backend::tag, ::kiln::ops::op>(              \
       const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);
@@ -46,7 +46,10 @@
   KILN_DETAIL_RUN_ON(prefix, cpu_backend, op)                                                              \
   KILN_DETAIL_RUN_ON_THRUST(prefix, op)                                                                    \
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
-      const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);
+      const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);                                               \
+  prefix template void kiln::detail::backward_of<::kiln::ops::op>(                                         \
+      const ::kiln::ops::any_op&, std::span<const ::kiln::tensor>, const ::kiln::tensor&,                  \
+      const ::kiln::tensor&, std::span<::kiln::tensor>);
 #define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
 // Instantiating the kernels also registers them, so that graphs of a program linking
 // them reach every op, whether the program calls it or not.
