@@ -10818,7 +10818,6 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 /// the kernels of the ops the formula uses. A gradient tape registers those when it is
 /// made (kiln/autodiff/tape.hpp), so that only programs with tapes compile them.
 
-#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -10830,16 +10829,6 @@ namespace kiln::detail {
 /// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
 /// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
 tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
-
-/// A floating-point tensor of `like`'s dtype, shape and device holding `value` everywhere.
-inline tensor filled_like(const tensor& like, double value) {
-  const tensor one = make_scalar(like.dtype(), value, kiln::device::cpu);
-  tensor out(like.dtype(), like.shape());
-  const std::size_t bytes = size_of(like.dtype());
-  for (std::int64_t i = 0; i < out.size(); ++i)
-    std::memcpy(static_cast<char*>(out.raw_data()) + std::size_t(i) * bytes, one.raw_data(), bytes);
-  return like.device() == kiln::device::cpu ? out : out.to(like.device());
-}
 
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
@@ -10878,7 +10867,10 @@ class gradient_builder {
   /// The gradient of the target with respect to the result.
   value dy() const { return {upstream_}; }
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const { return {filled_like(inputs_[std::size_t(i)], 0.0)}; }
+  value zeros_like(int i) const {
+    const tensor& x = inputs_[std::size_t(i)];
+    return {zero_filled("gradient", x.shape(), x.dtype(), x.device())};
+  }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
@@ -11008,14 +11000,18 @@ inline std::atomic<tape_recorder>& tape_hook() {
   return hook;
 }
 
+inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+  tape_hook().load(std::memory_order_relaxed)(op, in, out);
+}
+
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
-  tape_hook().load(std::memory_order_relaxed)(ops::any_op(op), in, out);
+  record_any_on_tapes(ops::any_op(op), in, out);
 }
 
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = execute_any(op, in);
-  if (recording_tapes() > 0) tape_hook().load(std::memory_order_relaxed)(op, in, out);
+  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
 
@@ -11047,6 +11043,7 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 /// gradients.
 
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <span>
 #include <string>
@@ -11073,12 +11070,11 @@ namespace detail {
 struct tape_key {
   const void* data;
   dtype type;
-  std::vector<std::int64_t> dims;
-  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()) {
-    for (int d = 0; d < t.rank(); ++d) dims.push_back(t.shape()[d]);
-  }
+  shape dims;
+  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()), dims(t.shape()) {}
   friend bool operator<(const tape_key& a, const tape_key& b) {
-    return std::tie(a.data, a.type, a.dims) < std::tie(b.data, b.type, b.dims);
+    if (a.data != b.data || a.type != b.type) return std::tie(a.data, a.type) < std::tie(b.data, b.type);
+    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
 };
 
@@ -11193,7 +11189,7 @@ class gradient_tape {
       if (it != grads.end() && tracked_.count(it->first))
         out.push_back(it->second);
       else if (unconnected == unconnected_gradients::zero && s.defined() && is_floating(s.dtype()))
-        out.push_back(detail::filled_like(s, 0.0));
+        out.push_back(detail::zero_filled("gradient", s.shape(), s.dtype(), s.device()));
       else
         out.emplace_back();
     }
@@ -11222,7 +11218,7 @@ class gradient_tape {
   }
 
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
-    grads.emplace(detail::tape_key(target), detail::filled_like(target, 1.0));
+    grads.emplace(detail::tape_key(target), detail::one_filled("gradient", target.shape(), target.dtype(), target.device()));
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
       auto it = grads.find(detail::tape_key(e->output));
       if (it == grads.end()) continue;

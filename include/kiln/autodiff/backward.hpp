@@ -9,7 +9,6 @@
 /// the kernels of the ops the formula uses. A gradient tape registers those when it is
 /// made (kiln/autodiff/tape.hpp), so that only programs with tapes compile them.
 
-#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -18,6 +17,7 @@
 #include "kiln/core/error.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/factories.hpp"
 #include "kiln/ops/registry.hpp"
 
 namespace kiln::detail {
@@ -25,16 +25,6 @@ namespace kiln::detail {
 /// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
 /// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
 tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
-
-/// A floating-point tensor of `like`'s dtype, shape and device holding `value` everywhere.
-inline tensor filled_like(const tensor& like, double value) {
-  const tensor one = make_scalar(like.dtype(), value, kiln::device::cpu);
-  tensor out(like.dtype(), like.shape());
-  const std::size_t bytes = size_of(like.dtype());
-  for (std::int64_t i = 0; i < out.size(); ++i)
-    std::memcpy(static_cast<char*>(out.raw_data()) + std::size_t(i) * bytes, one.raw_data(), bytes);
-  return like.device() == kiln::device::cpu ? out : out.to(like.device());
-}
 
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
@@ -73,7 +63,10 @@ class gradient_builder {
   /// The gradient of the target with respect to the result.
   value dy() const { return {upstream_}; }
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const { return {filled_like(inputs_[std::size_t(i)], 0.0)}; }
+  value zeros_like(int i) const {
+    const tensor& x = inputs_[std::size_t(i)];
+    return {zero_filled("gradient", x.shape(), x.dtype(), x.device())};
+  }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }

@@ -12,6 +12,7 @@
 /// gradients.
 
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <span>
 #include <string>
@@ -43,12 +44,11 @@ namespace detail {
 struct tape_key {
   const void* data;
   dtype type;
-  std::vector<std::int64_t> dims;
-  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()) {
-    for (int d = 0; d < t.rank(); ++d) dims.push_back(t.shape()[d]);
-  }
+  shape dims;
+  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()), dims(t.shape()) {}
   friend bool operator<(const tape_key& a, const tape_key& b) {
-    return std::tie(a.data, a.type, a.dims) < std::tie(b.data, b.type, b.dims);
+    if (a.data != b.data || a.type != b.type) return std::tie(a.data, a.type) < std::tie(b.data, b.type);
+    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
 };
 
@@ -163,7 +163,7 @@ class gradient_tape {
       if (it != grads.end() && tracked_.count(it->first))
         out.push_back(it->second);
       else if (unconnected == unconnected_gradients::zero && s.defined() && is_floating(s.dtype()))
-        out.push_back(detail::filled_like(s, 0.0));
+        out.push_back(detail::zero_filled("gradient", s.shape(), s.dtype(), s.device()));
       else
         out.emplace_back();
     }
@@ -192,7 +192,7 @@ class gradient_tape {
   }
 
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
-    grads.emplace(detail::tape_key(target), detail::filled_like(target, 1.0));
+    grads.emplace(detail::tape_key(target), detail::one_filled("gradient", target.shape(), target.dtype(), target.device()));
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
       auto it = grads.find(detail::tape_key(e->output));
       if (it == grads.end()) continue;

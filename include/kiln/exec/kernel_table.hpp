@@ -116,14 +116,18 @@ inline std::atomic<tape_recorder>& tape_hook() {
   return hook;
 }
 
+inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+  tape_hook().load(std::memory_order_relaxed)(op, in, out);
+}
+
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
-  tape_hook().load(std::memory_order_relaxed)(ops::any_op(op), in, out);
+  record_any_on_tapes(ops::any_op(op), in, out);
 }
 
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = execute_any(op, in);
-  if (recording_tapes() > 0) tape_hook().load(std::memory_order_relaxed)(op, in, out);
+  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
 
