@@ -1,8 +1,8 @@
 // The seeds' first tf.function examples (001 "Basics / Usage", 002 "A function is
 // like an op" and "You can use functions inside functions"): `add` is a function like
 // any op, and `dense_layer` calls it while it is traced itself, so the graph of
-// dense_layer holds add's ops.
-// (The GradientTape part of that section waits for kiln::gradient_tape.)
+// dense_layer holds add's ops. Called under a gradient tape, `add` is differentiable
+// like an op ("Functions have gradients").
 
 #include <kiln/kiln.hpp>
 
@@ -16,6 +16,15 @@ int main() {
                      {.name = "add", .arg_names = {"a", "b"}});
 
   std::cout << add(kiln::ones({2, 2}), kiln::ones({2, 2})) << "\n";  //  [[2., 2.], [2., 2.]]
+
+  // v = tf.Variable(1.0)
+  // with tf.GradientTape() as tape:
+  //   result = add(v, 1.0)
+  // tape.gradient(result, v)
+  kiln::variable v(1.f);
+  kiln::gradient_tape tape;
+  kiln::tensor result = add(v, kiln::constant(1.f));
+  std::cout << tape.gradient(result, v) << "\n";  // 1.0
 
   // @tf.function
   // def dense_layer(x, w, b):

@@ -4455,7 +4455,9 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 namespace kiln {
 namespace typed {
 
-class graph_writer;
+template <class>
+class basic_graph_writer;
+using graph_writer = basic_graph_writer<void>;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
 /// sink)` adds the step to a graph.
@@ -5742,13 +5744,21 @@ struct reduction_op {
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).
-  template <class G> auto spread(G& g) const {
+  template <class G> auto spread(G& g) const { return G::reshape(g.dy(), kept_shape(g)) + g.zeros_like(0); }
+
+  /// The input's shape with the reduced dims kept as size 1: the result's shape with
+  /// keepdims, what dy is reshaped to before it is spread back.
+  template <class G> shape kept_shape(G& g) const {
     const shape in = g.x(0).t.shape();
     const auto reduced = reduced_dims(axis, in.rank());
     shape kept;
     for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
-    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+    return kept;
   }
+
+  /// The gradient of max and min, as TensorFlow's: dy shared equally by the elements
+  /// equal to the result.
+  template <class G> auto extreme_gradient(G& g) const;
 
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
@@ -5791,6 +5801,14 @@ struct reduce_sum : reduction_op {
   template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
+template <class G>
+auto reduction_op::extreme_gradient(G& g) const {
+  const shape kept = kept_shape(g);
+  const auto chosen = G::run(cast(g.x(0).t.dtype()), G::run(equal{}, G::reshape(g.y(), kept), g.x(0)));
+  const auto count = G::run(reduce_sum(axis, true), chosen);
+  return chosen / count * G::reshape(g.dy(), kept);
+}
+
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
@@ -5805,12 +5823,14 @@ struct reduce_max : reduction_op {
   static constexpr std::string_view name = "reduce_max";
   static constexpr reduction_kind kind = reduction_kind::max;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Smallest element; NaN wins over any number.
 struct reduce_min : reduction_op {
   static constexpr std::string_view name = "reduce_min";
   static constexpr reduction_kind kind = reduction_kind::min;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Index (int64) of the first largest element, counting the reduced positions in
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.
@@ -7038,6 +7058,8 @@ struct concat {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const concat&) const = default;
+  /// Each input's gradient is its slice of dy along the axis.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
@@ -7067,6 +7089,8 @@ struct stack {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const stack&) const = default;
+  /// Input i's gradient is dy at i along the new dim.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
@@ -7208,7 +7232,74 @@ struct slice {
   }
   std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
   constexpr bool operator==(const slice&) const = default;
+  /// dy in place of the slice, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
+
+// ---- gradients of the ops above, which run each other -------------------------
+
+/// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
+/// zeros with it).
+template <class G, class V>
+V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
+  int_list sizes;
+  for (std::int64_t d : size) sizes.push_back(int(d));
+  return G::run(slice{begin, sizes}, x);
+}
+
+template <class G>
+void concat::gradient(G& g) const {
+  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank);
+  std::int64_t offset = 0;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    const kiln::shape s = g.x(i).t.shape();
+    int_list begin;
+    for (int d = 0; d < rank; ++d) begin.push_back(d == a ? int(offset) : 0);
+    g.give(i, slice_of<G>(g.dy(), begin, s));
+    offset += s[a];
+  }
+}
+
+template <class G>
+void stack::gradient(G& g) const {
+  const kiln::shape out = g.y().t.shape();
+  const int a = normalize_axis(axis, out.rank());
+  kiln::shape one = out;
+  one[a] = 1;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    int_list begin;
+    for (int d = 0; d < out.rank(); ++d) begin.push_back(d == a ? i : 0);
+    g.give(i, G::reshape(slice_of<G>(g.dy(), begin, one), g.x(i).t.shape()));
+  }
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  // Pads dy with zeros dim by dim: before the slice, then after it.
+  const kiln::shape in = g.x(0).t.shape();
+  const auto zeros = g.zeros_like(0);
+  auto padded = g.dy();
+  kiln::shape current = g.y().t.shape();
+  const int_list origin = [&] {
+    int_list o;
+    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
+    return o;
+  }();
+  for (int d = 0; d < in.rank(); ++d) {
+    const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
+    kiln::shape block = current;
+    if (before > 0) {
+      block[d] = before;
+      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+    }
+    if (after > 0) {
+      block[d] = after;
+      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+    }
+    current[d] = in[d];
+  }
+  g.give(0, padded);
+}
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {

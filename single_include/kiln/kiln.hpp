@@ -2658,13 +2658,21 @@ struct reduction_op {
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).
-  template <class G> auto spread(G& g) const {
+  template <class G> auto spread(G& g) const { return G::reshape(g.dy(), kept_shape(g)) + g.zeros_like(0); }
+
+  /// The input's shape with the reduced dims kept as size 1: the result's shape with
+  /// keepdims, what dy is reshaped to before it is spread back.
+  template <class G> shape kept_shape(G& g) const {
     const shape in = g.x(0).t.shape();
     const auto reduced = reduced_dims(axis, in.rank());
     shape kept;
     for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
-    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+    return kept;
   }
+
+  /// The gradient of max and min, as TensorFlow's: dy shared equally by the elements
+  /// equal to the result.
+  template <class G> auto extreme_gradient(G& g) const;
 
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
@@ -2707,6 +2715,14 @@ struct reduce_sum : reduction_op {
   template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
+template <class G>
+auto reduction_op::extreme_gradient(G& g) const {
+  const shape kept = kept_shape(g);
+  const auto chosen = G::run(cast(g.x(0).t.dtype()), G::run(equal{}, G::reshape(g.y(), kept), g.x(0)));
+  const auto count = G::run(reduce_sum(axis, true), chosen);
+  return chosen / count * G::reshape(g.dy(), kept);
+}
+
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
@@ -2721,12 +2737,14 @@ struct reduce_max : reduction_op {
   static constexpr std::string_view name = "reduce_max";
   static constexpr reduction_kind kind = reduction_kind::max;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Smallest element; NaN wins over any number.
 struct reduce_min : reduction_op {
   static constexpr std::string_view name = "reduce_min";
   static constexpr reduction_kind kind = reduction_kind::min;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Index (int64) of the first largest element, counting the reduced positions in
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.
@@ -3613,6 +3631,8 @@ struct concat {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const concat&) const = default;
+  /// Each input's gradient is its slice of dy along the axis.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
@@ -3642,6 +3662,8 @@ struct stack {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const stack&) const = default;
+  /// Input i's gradient is dy at i along the new dim.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
@@ -3783,7 +3805,74 @@ struct slice {
   }
   std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
   constexpr bool operator==(const slice&) const = default;
+  /// dy in place of the slice, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
+
+// ---- gradients of the ops above, which run each other -------------------------
+
+/// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
+/// zeros with it).
+template <class G, class V>
+V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
+  int_list sizes;
+  for (std::int64_t d : size) sizes.push_back(int(d));
+  return G::run(slice{begin, sizes}, x);
+}
+
+template <class G>
+void concat::gradient(G& g) const {
+  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank);
+  std::int64_t offset = 0;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    const kiln::shape s = g.x(i).t.shape();
+    int_list begin;
+    for (int d = 0; d < rank; ++d) begin.push_back(d == a ? int(offset) : 0);
+    g.give(i, slice_of<G>(g.dy(), begin, s));
+    offset += s[a];
+  }
+}
+
+template <class G>
+void stack::gradient(G& g) const {
+  const kiln::shape out = g.y().t.shape();
+  const int a = normalize_axis(axis, out.rank());
+  kiln::shape one = out;
+  one[a] = 1;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    int_list begin;
+    for (int d = 0; d < out.rank(); ++d) begin.push_back(d == a ? i : 0);
+    g.give(i, G::reshape(slice_of<G>(g.dy(), begin, one), g.x(i).t.shape()));
+  }
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  // Pads dy with zeros dim by dim: before the slice, then after it.
+  const kiln::shape in = g.x(0).t.shape();
+  const auto zeros = g.zeros_like(0);
+  auto padded = g.dy();
+  kiln::shape current = g.y().t.shape();
+  const int_list origin = [&] {
+    int_list o;
+    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
+    return o;
+  }();
+  for (int d = 0; d < in.rank(); ++d) {
+    const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
+    kiln::shape block = current;
+    if (before > 0) {
+      block[d] = before;
+      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+    }
+    if (after > 0) {
+      block[d] = after;
+      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+    }
+    current[d] = in[d];
+  }
+  g.give(0, padded);
+}
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
@@ -4217,6 +4306,104 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 }  // namespace kiln
 // ----- end kiln/ops/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
+// ----- begin kiln/ops/nn.hpp -----
+/// \file
+/// What classifiers need: `softmax`, `log_softmax`, `reduce_logsumexp` and the
+/// softmax cross-entropy with integer labels, as TensorFlow's `tf.nn` functions. Each
+/// is written with the registry's ops (max-shifted for stability, as TensorFlow's
+/// kernels are), so it runs on every backend, eagerly and in graphs, fuses with its
+/// neighbours and has the gradient those ops give; no kernel of its own.
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+
+namespace kiln {
+
+inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp
+
+namespace detail {
+
+/// Raises kiln::type_error unless `x` holds floating-point values (`fn` names the function).
+inline void require_floating(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  if (!is_floating(x.dtype()))
+    throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
+}
+
+/// The largest element along `axis` (kept as size 1), 0 where it is not finite (an
+/// axis of -inf only), and cut off from gradient tapes: what stable softmaxes
+/// subtract, as TensorFlow's reduce_logsumexp does.
+template <class = void>
+tensor shift_of(const tensor& x, reduction_axes axis) {
+  const tensor m = stop_gradient(reduce_max(x, axis, true));
+  return where(abs(m) < std::numeric_limits<double>::infinity(), m, 0.0);
+}
+
+}  // namespace detail
+
+/// log(sum(exp(x))) over `axis` (every axis by default), computed without overflow.
+/// \code kiln::reduce_logsumexp(kiln::constant({0.f, 0.f}));  // log 2 = 0.6931472 \endcode
+template <class = void>
+tensor reduce_logsumexp(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
+  detail::require_floating("reduce_logsumexp", x);
+  const tensor m = detail::shift_of(x, axis);
+  const tensor kept = log(reduce_sum(exp(x - m), axis, true)) + m;
+  return keepdims ? kept : reduce_sum(kept, axis, false);  // drops the size-1 dims
+}
+
+/// exp(x) / sum(exp(x)) along `axis` (the last by default), as tf.nn.softmax.
+/// \code kiln::softmax(kiln::constant({1.0, 1.0}));  // [0.5 0.5] \endcode
+template <class = void>
+tensor softmax(const tensor& logits, std::int64_t axis = -1) {
+  detail::require_floating("softmax", logits);
+  const tensor e = exp(logits - detail::shift_of(logits, reduction_axes{axis}));
+  return e / reduce_sum(e, reduction_axes{axis}, true);
+}
+
+/// log(softmax(logits)) along `axis` (the last by default), computed without
+/// overflow or log(0), as tf.nn.log_softmax.
+/// \code kiln::log_softmax(kiln::constant({0.f, 0.f}));  // [-0.6931472 -0.6931472] \endcode
+template <class = void>
+tensor log_softmax(const tensor& logits, std::int64_t axis = -1) {
+  detail::require_floating("log_softmax", logits);
+  const tensor shifted = logits - detail::shift_of(logits, reduction_axes{axis});
+  return shifted - log(reduce_sum(exp(shifted), reduction_axes{axis}, true));
+}
+
+/// The cross-entropy of softmax(logits) against class indices, one loss per label, as
+/// tf.nn.sparse_softmax_cross_entropy_with_logits: `logits` is (..., classes) of
+/// float32 or float64, `labels` int32 or int64 of the leading dims. A label outside
+/// [0, classes) raises kiln::invalid_argument_error when it is used, eagerly or in a graph.
+/// \code
+/// auto loss = kiln::sparse_softmax_cross_entropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}));  // [0.6931472]
+/// \endcode
+template <class = void>
+tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) {
+  detail::require_floating("sparse_softmax_cross_entropy", logits);
+  if (!labels.defined() || !is_integer(labels.dtype()))
+    throw type_error("sparse_softmax_cross_entropy: labels are int32 or int64 class indices, got " +
+                     std::string(labels.defined() ? name(labels.dtype()) : "an empty tensor"));
+  const shape& s = logits.shape();
+  if (!s.has_known_rank() || s.rank() < 1 || s[s.rank() - 1] == none)
+    throw value_error("sparse_softmax_cross_entropy: logits need a known last dim (the classes), got " + s.str());
+  const std::int64_t classes = s[s.rank() - 1];
+  const tensor class_ids = cast(range(classes), labels.dtype());
+  // Gathering the labels from the class ids checks each against the classes (the
+  // gather's own index check, eager or in a graph) and gives the labels themselves.
+  const tensor checked = gather(class_ids, labels);
+  shape column = labels.shape();
+  column.push_back(1);
+  const tensor one_hot = cast(equal(reshape(checked, column), class_ids), logits.dtype());
+  return -reduce_sum(one_hot * log_softmax(logits), -1);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/nn.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
@@ -7697,6 +7884,7 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 /// rules (raising the contract's errors with both sides in the message), allocate
 /// the result on the inputs' device and run the device's backend kernel.
 
+#include <atomic>
 #include <span>
 #include <sstream>
 #include <string>
@@ -7889,7 +8077,17 @@ inline int& recording_tapes() {
   return count;
 }
 
-/// Records an eager op on the gradient tapes of this thread (defined with the kernel
+/// How reads of a kiln::variable reach the gradient tapes of their thread, which
+/// watch them as TensorFlow's tapes watch trainable variables: a function set when the
+/// first tape is made (kiln/autodiff/tape.hpp), called with the variable's identity
+/// and the value read.
+using variable_read_recorder = void (*)(const void* variable, const tensor& value);
+inline std::atomic<variable_read_recorder>& variable_read_hook() {
+  static std::atomic<variable_read_recorder> hook{nullptr};
+  return hook;
+}
+
+/// Records an op on the gradient tapes of this thread (defined with the kernel
 /// table, kiln/exec/kernel_table.hpp).
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
@@ -7900,11 +8098,12 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).
-  if (tracing()) return record_symbolic(op, in);
-  for (const tensor* t : in)
-    if (t->is_symbolic()) return record_symbolic(op, in);
-  tensor out = execute(op, in);
-  if (debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+  if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
+  // trace, its backward pass joining the same graph.
   if (recording_tapes() > 0) record_on_tapes(op, in, out);
   return out;
 }
@@ -8904,7 +9103,9 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 namespace kiln {
 namespace typed {
 
-class graph_writer;
+template <class>
+class basic_graph_writer;
+using graph_writer = basic_graph_writer<void>;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
 /// sink)` adds the step to a graph.
@@ -10000,6 +10201,11 @@ class special_op {
   std::vector<tensor> run(std::span<const tensor* const> inputs) const { return table_->run(*this, inputs); }
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
+  /// This op as an `Op`, or null when it is another kind of special op.
+  template <class Op>
+  const Op* as() const {
+    return table_ == &table_of<Op> ? static_cast<const Op*>(this) : nullptr;
+  }
 
  protected:
   template <class Op>
@@ -10257,6 +10463,8 @@ class trace_context {
   static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
 
   const std::string& function_name() const { return function_name_; }
+  /// What the symbolic tensors of this trace carry as their `trace_id`.
+  std::uint64_t id() const { return id_; }
   kiln::graph& graph() { return graph_; }
 
   /// A new argument of the function, as the symbolic tensor the callable receives.
@@ -10797,6 +11005,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 /// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -10862,6 +11071,8 @@ class gradient_builder {
 
   /// Input `i` of the op.
   value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  /// How many inputs the op has.
+  std::size_t arity() const { return inputs_.size(); }
   /// The op's result.
   value y() const { return {output_}; }
   /// The gradient of the target with respect to the result.
@@ -10928,6 +11139,9 @@ struct op_kernels {
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
   std::atomic<backward_fn> backward{nullptr};
+  /// Records the op into the trace in progress (a gradient formula run while tracing,
+  /// by a tape inside a kiln::function); set before `execute`.
+  std::atomic<execute_fn> record{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -10954,6 +11168,9 @@ bool register_kernels() {
   row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                   std::memory_order_release);
   row.backward.store(&backward_of<Op>, std::memory_order_release);
+  row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
+    return record_symbolic(std::get<Op>(op), in);
+  }, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -11009,8 +11226,11 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
   record_any_on_tapes(ops::any_op(op), in, out);
 }
 
+/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
+/// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  tensor out = execute_any(op, in);
+  const bool symbolic = tracing() || std::ranges::any_of(in, [](const tensor* t) { return t->is_symbolic(); });
+  tensor out = symbolic ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
@@ -11036,15 +11256,21 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 /// `gradient` runs each recorded op's formula (kiln/autodiff/backward.hpp) from the
 /// target back to the sources, as TensorFlow's GradientTape does.
 ///
-/// A tape knows a tensor by its elements' address, dtype and shape: the tape holds
-/// every tensor it recorded, so no recorded buffer is reused while it lives. The ops
-/// a tape runs to compute gradients go through the kernel table and are recorded by
-/// the other tapes of the thread, which is how nested tapes give higher-order
-/// gradients.
+/// A tape knows an eager tensor by its elements' address, dtype and shape: the tape
+/// holds every tensor it recorded, so no recorded buffer is reused while it lives. It
+/// knows a symbolic tensor by its trace and node: a tape made inside a kiln::function
+/// records the ops the trace records, and `gradient` adds the backward pass to the same
+/// graph. Reading a kiln::variable while a tape records watches the value read, as
+/// TensorFlow's tapes watch trainable variables. The ops a tape runs to compute
+/// gradients go through the kernel table and are recorded by the other tapes of the
+/// thread, which is how nested tapes give higher-order gradients.
 
-#include <cstring>
 #include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -11063,19 +11289,67 @@ struct gradient_tape_options {
 };
 
 class gradient_tape;
+class variable;
 
 namespace detail {
 
-/// A tensor as a tape knows it.
+struct concrete_state;
+
+/// A kiln::function call as the tapes record it: the backward pass of its trace
+/// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
+struct differentiable_call {
+  /// Owns what `backward` needs (the trace's backward function).
+  std::shared_ptr<const void> self;
+  /// Gives the gradients of the call's floating-point inputs and of each variable in
+  /// `variables`, in that order, from the call's `inputs` and one gradient per
+  /// floating-point output.
+  std::vector<tensor> (*backward)(const void* self, std::span<const tensor> inputs, std::span<const tensor> output_grads);
+  /// The variables the trace reads (their identities), with their dtypes and shapes.
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+};
+
+/// How kiln::function calls reach the tapes of their thread: a function set when the
+/// first tape is made, so that a program without tapes compiles no backward pass.
+using call_recorder = void (*)(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<call_recorder>& call_hook() {
+  static std::atomic<call_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a call of concrete function `c` on the tapes of this thread (defined in
+/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
+template <class = void>
+void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+
+/// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
+/// value of the trace it stands for; or a variable read inside a kiln::function call.
 struct tape_key {
-  const void* data;
+  const void* data = nullptr;
+  std::uint64_t trace_id = 0;
+  int node = -1;
   dtype type;
   shape dims;
-  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()), dims(t.shape()) {}
+  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
+    if (t.is_symbolic())
+      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
+    else
+      data = t.raw_data();
+  }
+  /// The reads of the variable with identity `variable` inside function calls.
+  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
+    tape_key k(t, s);
+    k.data = variable;
+    k.trace_id = ~std::uint64_t{0};
+    return k;
+  }
   friend bool operator<(const tape_key& a, const tape_key& b) {
-    if (a.data != b.data || a.type != b.type) return std::tie(a.data, a.type) < std::tie(b.data, b.type);
+    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
+      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
     return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
+  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
+
+ private:
+  tape_key(dtype t, const shape& s) : type(t), dims(s) {}
 };
 
 /// The tapes recording on this thread, innermost last.
@@ -11085,6 +11359,9 @@ inline std::vector<gradient_tape*>& active_tapes() {
 }
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline void watch_on_active_tapes(const void* variable, const tensor& value);
+inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                        std::span<const tensor> out);
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -11101,6 +11378,17 @@ inline tensor unbroadcast(const tensor& g, const shape& to) {
   const tensor* in[] = {&summed};
   return run_registered(ops::reshape{to}, in);
 }
+
+/// `a + b`, or whichever is defined.
+inline tensor sum_defined(const tensor& a, const tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  const tensor* in[] = {&a, &b};
+  return run_registered(ops::add{}, in);
+}
+
+template <class>
+struct call_backward;
 
 /// The ops the gradient formulas run, registered when a tape is made.
 template <class = void>
@@ -11122,6 +11410,9 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::transpose>();
   register_kernels_on_use<ops::matmul>();
   register_kernels_on_use<ops::reduce_sum>();
+  register_kernels_on_use<ops::equal>();
+  register_kernels_on_use<ops::slice>();
+  register_kernels_on_use<ops::concat>();
 }
 
 }  // namespace detail
@@ -11138,9 +11429,13 @@ void register_gradient_ops() {
 class gradient_tape {
  public:
   template <class = void>
-  explicit gradient_tape(gradient_tape_options options = {}) : persistent_(options.persistent) {
+  explicit gradient_tape(gradient_tape_options options = {})
+      : persistent_(options.persistent),
+        trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
     detail::register_gradient_ops();
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
+    detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::call_hook().store(&detail::record_function_call<>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -11152,9 +11447,10 @@ class gradient_tape {
     if (recording_) --detail::recording_tapes();
   }
 
-  /// Records the ops that read `t` from now on (floating-point tensors only).
+  /// Records the ops that read `t` from now on (floating-point tensors only; inside a
+  /// kiln::function, symbolic ones too).
   void watch(const tensor& t) {
-    if (t.defined() && !t.is_symbolic() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+    if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
 
   /// The gradient of `target` (summed when it is not a scalar) with respect to
@@ -11167,12 +11463,74 @@ class gradient_tape {
   /// Gradients of `target` with respect to each of `sources`.
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<tensor> out = gradients_of(target, sources);
+    for (std::size_t k = 0; k < sources.size(); ++k)
+      if (!out[k].defined() && sources[k].defined())
+        out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
+    return out;
+  }
+
+  /// The gradient of `target` with respect to variable `v`: the sum over the values
+  /// of `v` read while the tape recorded (variables are watched when read).
+  /// \code
+  /// kiln::variable v(3.f);
+  /// kiln::gradient_tape tape;
+  /// kiln::tensor y = v * v;
+  /// tape.gradient(y, v);  // tensor(6.0, shape=(), dtype=float32)
+  /// \endcode
+  template <std::same_as<variable> Variable>
+  tensor gradient(const tensor& target, const Variable& v, unconnected_gradients unconnected = unconnected_gradients::none) {
+    return gradient(target, std::vector<Variable>{v}, unconnected)[0];
+  }
+  /// Gradients of `target` with respect to each of `vars`, as `apply_gradients` takes them.
+  template <std::same_as<variable> Variable>
+  std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
+                               unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<std::tuple<const void*, dtype, shape>> ids;
+    for (const Variable& v : vars) ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    for (std::size_t k = 0; k < vars.size(); ++k)
+      if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
+    return out;
+  }
+
+ private:
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
+  friend void detail::watch_on_active_tapes(const void*, const tensor&);
+  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
+                                                 std::span<const tensor>, std::span<const tensor>);
+  template <class>
+  friend struct detail::call_backward;
+
+  // The gradients of `target` with respect to `sources`, then to each variable of
+  // `ids`: the sum over its values read while recording and its reads inside recorded
+  // function calls (undefined where the target depends on none).
+  std::vector<tensor> gradients_with_variables(const tensor& target, std::vector<tensor> sources,
+                                               const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+    const std::size_t given = sources.size();
+    std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
+    for (const auto& [id, t, s] : ids) {
+      auto [begin, end] = variable_reads_.equal_range(id);
+      for (auto it = begin; it != end; ++it) sources.push_back(it->second);
+      first.push_back(sources.size());
+    }
+    std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+    std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      tensor sum = per_source[sources.size() + k];  // the reads inside function calls
+      for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
+      out.push_back(sum);
+    }
+    return out;
+  }
+  // `variables`, when given, adds the gradient of each variable's reads inside function
+  // calls after those of `sources`.
+  std::vector<tensor> gradients_of(const tensor& target, const std::vector<tensor>& sources,
+                                   const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr) {
     if (used_ && !persistent_)
       throw invalid_argument_error(
           "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
     used_ = true;
-    if (target.is_symbolic())
-      throw unavailable_error("gradient_tape: the target is symbolic; tapes inside a kiln::function are not supported yet");
     std::map<detail::tape_key, tensor> grads;
     {
       // The ops that compute gradients are not this tape's to record (the other tapes
@@ -11185,55 +11543,109 @@ class gradient_tape {
     }
     std::vector<tensor> out;
     for (const tensor& s : sources) {
-      auto it = s.defined() && !s.is_symbolic() ? grads.find(detail::tape_key(s)) : grads.end();
-      if (it != grads.end() && tracked_.count(it->first))
-        out.push_back(it->second);
-      else if (unconnected == unconnected_gradients::zero && s.defined() && is_floating(s.dtype()))
-        out.push_back(detail::zero_filled("gradient", s.shape(), s.dtype(), s.device()));
-      else
-        out.emplace_back();
+      auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
+      out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
     }
-    if (!persistent_) entries_.clear(), tracked_.clear();
+    if (variables)
+      for (const auto& [id, t, s] : *variables) {
+        auto it = grads.find(detail::tape_key::of_variable(id, t, s));
+        out.push_back(it != grads.end() ? it->second : tensor());
+      }
+    if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
     return out;
   }
+  // A source the target does not depend on: zeros on request, else an undefined tensor.
+  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
+    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
+    return {};
+  }
+  void watch_read(const void* variable, const tensor& value) {
+    if (!records(value)) return;
+    const detail::tape_key key(value);
+    auto [begin, end] = variable_reads_.equal_range(variable);
+    if (std::none_of(begin, end, [&](const auto& read) { return detail::tape_key(read.second) == key; }))
+      variable_reads_.emplace(variable, value);
+    watch(value);
+  }
 
- private:
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
-
+  // A recorded op, or a recorded function call (`call` set, `op` unused).
   struct entry {
     ops::any_op op;
     std::vector<tensor> inputs;
-    tensor output;
+    std::vector<tensor> outputs;
+    std::shared_ptr<const detail::differentiable_call> call;
   };
 
+  // A tape records the values of where it was made: eager ones outside a function,
+  // the trace's own inside one (not those of a function traced while it records).
+  bool records(const tensor& t) const {
+    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
+  }
+
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
-    if (!recording_ || !is_floating(out.dtype())) return;
+    if (!records(out)) return;
     bool reads_tracked = false;
     for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
     if (!reads_tracked) return;
-    entry e{op, {}, out};
+    entry e{op, {}, {out}, nullptr};
     for (const tensor* t : in) e.inputs.push_back(*t);
     entries_.push_back(std::move(e));
     tracked_.emplace(detail::tape_key(out), out);
   }
 
+  // A kiln::function call: recorded when it reads a tracked tensor or a variable
+  // (variables are watched when read).
+  void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
+                   std::span<const tensor> out) {
+    if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
+    bool reads_tracked = !call->variables.empty();
+    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
+    if (!reads_tracked) return;
+    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
+    for (const tensor& t : out)
+      if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+  }
+
+  // Adds `g` to the gradient kept under `key`.
+  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+    auto [at, fresh] = grads.emplace(key, g);
+    if (!fresh) at->second = detail::sum_defined(at->second, g);
+  }
+
+  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+    std::vector<tensor> dys;
+    bool any = false;
+    for (const tensor& y : e.outputs) {
+      if (!is_floating(y.dtype())) continue;
+      auto it = grads.find(detail::tape_key(y));
+      any = any || it != grads.end();
+      dys.push_back(it != grads.end() ? it->second : detail::zero_filled("gradient", y.shape(), y.dtype(), y.device()));
+    }
+    if (!any) return;
+    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
+    std::size_t k = 0;
+    for (const tensor& x : e.inputs)
+      if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
+    for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
+  }
+
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
-    grads.emplace(detail::tape_key(target), detail::one_filled("gradient", target.shape(), target.dtype(), target.device()));
+    grads.emplace(detail::tape_key(target),
+                  detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
-      auto it = grads.find(detail::tape_key(e->output));
+      if (e->call) {
+        backpropagate_call(*e, grads);
+        continue;
+      }
+      auto it = grads.find(detail::tape_key(e->outputs[0]));
       if (it == grads.end()) continue;
       const tensor dy = it->second;
       std::vector<tensor> in_grads(e->inputs.size());
-      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->output, dy, in_grads);
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
       for (std::size_t i = 0; i < e->inputs.size(); ++i) {
         const tensor& x = e->inputs[i];
-        if (!in_grads[i].defined() || !is_floating(x.dtype())) continue;
-        tensor g = detail::unbroadcast(in_grads[i], x.shape());
-        auto [at, fresh] = grads.emplace(detail::tape_key(x), g);
-        if (!fresh) {
-          const tensor* sum[] = {&at->second, &g};
-          at->second = detail::run_registered(ops::add{}, sum);
-        }
+        if (in_grads[i].defined() && is_floating(x.dtype()))
+          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
       }
     }
   }
@@ -11246,16 +11658,28 @@ class gradient_tape {
   }
 
   bool persistent_ = false;
+  std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
   bool used_ = false;
   bool recording_ = true;
   std::vector<entry> entries_;
   std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+  std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
 
 namespace detail {
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
+}
+
+inline void watch_on_active_tapes(const void* variable, const tensor& value) {
+  for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
+}
+
+/// Records a call described by `call` on the tapes of this thread.
+inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                        std::span<const tensor> out) {
+  for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 
 }  // namespace detail
@@ -13120,6 +13544,8 @@ class read_variable_op final : public special_op {
   std::string_view name() const { return "ReadVariableOp"; }
   bool has_effects() const { return false; }
   std::vector<tensor> run(std::span<const tensor* const>) const { return {var_->read()}; }
+  /// The variable it reads (whose address is the kiln::variable's identity).
+  const std::shared_ptr<variable_state>& state() const { return var_; }
 
  private:
   std::shared_ptr<variable_state> var_;
@@ -14183,6 +14609,62 @@ function(F, function_options) -> function<F>;
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+// ----- begin kiln/autodiff/replay.hpp -----
+/// \file
+/// Replaying a trace into the trace in progress node by node, so that the gradient
+/// tapes recording there see its ops: how a kiln::function called while another is
+/// traced joins a tape of the outer trace, and how a function's backward pass is
+/// traced (kiln/autodiff/function_gradient.hpp).
+
+#include <span>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// Adds graph `g`, its arguments bound to `args`, to the trace in progress and returns
+/// its outputs. Ops run through the kernel table (detail::run_registered), so the
+/// tapes of the trace record them, and variable reads are handed to those tapes as
+/// kiln::variable's own reads are; special ops (effects, control flow) are copied.
+template <class = void>
+std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
+  trace_context& trace = *trace_context::current();
+  std::vector<tensor> value(g.nodes().size());
+  for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];
+  std::vector<tensor> outputs;
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const node& n = g.nodes()[i];
+    switch (n.kind()) {
+      case node_kind::placeholder:
+      case node_kind::result:  // set with its special node
+        break;
+      case node_kind::constant: value[i] = n.value(); break;
+      case node_kind::identity: outputs.push_back(value[std::size_t(n.input_ids()[0])]); break;
+      case node_kind::op: {
+        std::vector<const tensor*> in;
+        for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+        value[i] = run_registered(n.operation(), in);
+        break;
+      }
+      case node_kind::special: {
+        std::vector<int> ins;
+        for (int id : n.input_ids()) ins.push_back(trace.node_of(value[std::size_t(id)]));
+        const std::vector<int> ids = trace.graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+        for (std::size_t k = 0; k < ids.size(); ++k) value[i + k] = trace.symbolic(ids[k]);
+        if (const auto* read = n.special().as<read_variable_op>(); read && recording_tapes() > 0)
+          watch_on_active_tapes(read->state().get(), value[i]);
+        break;
+      }
+    }
+  }
+  return outputs;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/replay.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
 
 namespace kiln {
 
@@ -14292,6 +14774,10 @@ struct concrete_state {
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
   bool jit_compile = false;  ///< function_options::jit_compile
+  /// The backward pass, described on the first call under a gradient tape
+  /// (kiln/autodiff/function_gradient.hpp).
+  mutable std::once_flag backward_once;
+  mutable std::shared_ptr<const differentiable_call> backward;
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -14374,6 +14860,12 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   trace_context* outer = trace_context::current();
   std::vector<tensor> out;
   if (outer) {
+    // A tape recording in the outer trace sees the ops one by one.
+    if (recording_tapes() > 0) {
+      std::vector<tensor> args;
+      for (const tensor* t : sig.tensors) args.push_back(*t);
+      return replay(graph, args);
+    }
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
@@ -14385,7 +14877,11 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
     if (t->is_symbolic()) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
     args.emplace_back(*t);
   }
-  return executor->run(std::span<const tensor>(args.begin(), args.size()));
+  const std::span<const tensor> inputs(args.begin(), args.size());
+  out = executor->run(inputs);
+  // Under a gradient tape the call is one differentiable op.
+  if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
+  return out;
 }
 #endif
 
@@ -14749,6 +15245,98 @@ struct runtime_tier {
 }  // namespace kiln
 // ----- end kiln/trace/runtime_tier.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
+// ----- begin kiln/autodiff/function_gradient.hpp -----
+/// \file
+/// A kiln::function as a differentiable op. A call made while an eager gradient tape
+/// records is recorded as one entry; its backward pass is a kiln::function of its own,
+/// traced once per signature of the trace's inputs and output gradients and run as an
+/// optimized graph: its body replays the forward trace under a tape and differentiates
+/// the sum of each floating-point output times its gradient, which gives the inputs'
+/// gradients and those of the variables the trace reads. (The forward values are
+/// computed again in the backward graph rather than kept from the call.)
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <tuple>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// The floating-point variables graph `g` reads, each once, in order of first read.
+inline std::vector<std::tuple<const void*, dtype, shape>> variables_read(const graph& g) {
+  std::vector<std::tuple<const void*, dtype, shape>> out;
+  for (const node& n : g.nodes()) {
+    if (n.kind() != node_kind::special) continue;
+    const auto* read = n.special().as<read_variable_op>();
+    if (!read || !is_floating(read->state()->type())) continue;
+    const void* id = read->state().get();
+    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
+      out.emplace_back(id, read->state()->type(), read->state()->dims());
+  }
+  return out;
+}
+
+/// The backward pass of one trace.
+template <class>
+struct call_backward {
+  struct body {
+    std::shared_ptr<const graph> forward;
+    std::vector<std::tuple<const void*, dtype, shape>> variables;
+
+    /// The gradients of the floating-point `inputs`, then of each variable read, given
+    /// one gradient per floating-point output (zeros where unconnected).
+    std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
+      gradient_tape tape;
+      std::vector<tensor> sources;
+      for (const tensor& x : inputs)
+        if (is_floating(x.dtype())) tape.watch(x), sources.push_back(x);
+      tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
+      std::size_t k = 0;
+      for (const tensor& y : replay(*forward, inputs))
+        if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
+      std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (grads[i].defined()) continue;
+        const bool input = i < sources.size();
+        const dtype t = input ? sources[i].dtype() : std::get<1>(variables[i - sources.size()]);
+        const shape& s = input ? sources[i].shape() : std::get<2>(variables[i - sources.size()]);
+        require_fully_defined("gradient", s);
+        grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+      }
+      return grads;
+    }
+  };
+  mutable kiln::function<body> fn;  // a call traces on a new signature
+};
+
+/// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
+/// on its first call under a tape.
+template <class>
+void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  std::call_once(c.backward_once, [&] {
+    auto call = std::make_shared<differentiable_call>();
+    call->variables = variables_read(c.graph);
+    // The backward pass keeps a copy of the graph, so that it outlives the function.
+    auto backward = std::make_shared<call_backward<void>>(call_backward<void>{kiln::function(
+        typename call_backward<void>::body{std::make_shared<const graph>(c.graph), call->variables},
+        function_options{.name = c.name + "_grad"})});
+    call->self = backward;
+    call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
+      return static_cast<const call_backward<void>*>(self)->fn(std::vector<tensor>(in.begin(), in.end()),
+                                                               std::vector<tensor>(dys.begin(), dys.end()));
+    };
+    c.backward = std::move(call);
+  });
+  record_call_on_active_tapes(c.backward, inputs, outputs);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/function_gradient.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 // ----- begin kiln/trace/effects.hpp -----
@@ -14810,12 +15398,15 @@ class variable {
   /// True when the handle holds a variable.
   explicit operator bool() const { return handle_ != nullptr; }
 
-  /// The current value (while tracing, a read that runs at every call).
+  /// The current value (while tracing, a read that runs at every call). The gradient
+  /// tapes recording on this thread watch the value read.
   tensor read_value() const {
     const auto& s = state();
-    if (detail::trace_context* trace = detail::trace_context::current())
-      return trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0];
-    return s->read();
+    detail::trace_context* trace = detail::trace_context::current();
+    tensor value = trace ? trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0]
+                         : s->read();
+    if (detail::recording_tapes() > 0) detail::variable_read_hook().load(std::memory_order_relaxed)(identity(), value);
+    return value;
   }
   /// The value, as a tensor: what makes a variable usable wherever a tensor is.
   operator tensor() const { return read_value(); }
@@ -16447,15 +17038,18 @@ class described_op final : public special_op {
 };
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
-/// `outer` is the graph that runs it).
-class graph_writer final : public description_sink {
+/// `outer` is the graph that runs it). A template only so that a program compiles it
+/// where it asks for a typed trace's graph (its table of the registry's ops cost every
+/// source file including kiln/kiln.hpp about 0.9 s); `graph_writer` names it.
+template <class>
+class basic_graph_writer final : public description_sink {
  public:
-  explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
+  explicit basic_graph_writer(basic_graph_writer* outer = nullptr) : outer_(outer) {}
 
   /// The graph of trace `t`, whose typed arguments are `fixed` values of types `Fixed`.
   template <class... Fixed, class R>
   static kiln::graph graph_of(const trace<R>& t) {
-    graph_writer w;
+    basic_graph_writer w;
     int slot = 0;
     ((w.bind(slot, w.graph_.add_placeholder(t.argument_names[std::size_t(slot)], Fixed::dtype, Fixed::shape())), ++slot),
      ...);
@@ -16502,7 +17096,7 @@ class graph_writer final : public description_sink {
   }
 
   void control_flow(const cond_step& c) override {
-    graph_writer then_branch(this), else_branch(this);
+    basic_graph_writer then_branch(this), else_branch(this);
     for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
       branch->add_steps(*steps);
       for (int slot : c.results) branch->graph_.add_output(branch->value(slot));
@@ -16517,13 +17111,13 @@ class graph_writer final : public description_sink {
   }
 
   void control_flow(const loop_step& l) override {
-    graph_writer cond(this), body(this);
+    basic_graph_writer cond(this), body(this);
     std::vector<int> inputs, variables;
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
     for (const loop_step::copy& c : l.copies) {
       const int initial = value(c.to);
       const kiln::node& n = graph_.nodes()[std::size_t(initial)];
-      for (graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
+      for (basic_graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
       inputs.push_back(initial);
       variables.push_back(c.to);
       results.emplace_back(n.dtype(), n.shape());
@@ -16596,7 +17190,7 @@ class graph_writer final : public description_sink {
   }
   std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }
 
-  graph_writer* outer_;
+  basic_graph_writer* outer_;
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
   std::map<std::pair<int, std::string>, int> views_;  // (slot, dims) -> its reshape node
@@ -17541,6 +18135,178 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 }  // namespace kiln
 // ----- end kiln/data/dataset.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
+// ----- begin kiln/train/optimizers.hpp -----
+/// \file
+/// Keras' optimizers: `kiln::optimizers::sgd` and `adam`, with Keras' arguments and
+/// update rules. `apply_gradients(grads, vars)` updates each variable from its
+/// gradient (eagerly, or as variable writes of the function being traced), creating
+/// the optimizer's slot variables (momentums, Adam's moments) on first use, as Keras
+/// does: inside a kiln::function traced before, that creation is the singleton-
+/// variable kiln::value_error, and one function (or concrete function) per optimizer
+/// is the way around it. The members that run ops are templates, as op functions are,
+/// so that a program compiles them only where it trains.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::optimizers {
+
+/// Options of kiln::optimizers::sgd (Keras' `SGD`).
+struct sgd_options {
+  double learning_rate = 0.01;
+  double momentum = 0.0;  ///< 0 for plain gradient descent; in [0, 1]
+  bool nesterov = false;
+};
+
+/// Options of kiln::optimizers::adam (Keras' `Adam`).
+struct adam_options {
+  double learning_rate = 1e-3;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+};
+
+namespace detail {
+
+/// What every optimizer has: the step count and, per variable, its slot variables.
+class optimizer_state {
+ public:
+  /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
+  const variable& iterations() const { return iterations_; }
+
+ protected:
+  explicit optimizer_state(std::string name) : name_(std::move(name)) {
+    // Made at once, never as part of a function being traced (tf.init_scope).
+    init_scope lift;
+    iterations_ = variable(kiln::constant(std::int64_t{0}), name_ + "/iterations");
+  }
+
+  /// The (gradient, variable) pairs to update: those with a gradient, checked to
+  /// match. Raises kiln::invalid_argument_error for lists of different lengths and
+  /// kiln::value_error when no variable has a gradient, as Keras does.
+  template <class = void>
+  std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
+    if (grads.size() != vars.size())
+      throw invalid_argument_error(name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                   std::to_string(vars.size()) + " variables");
+    std::vector<std::pair<tensor, variable>> out;
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+      if (!is_floating(vars[k].dtype()))
+        throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      out.emplace_back(grads[k], vars[k]);
+    }
+    if (out.empty() && !vars.empty())
+      throw value_error(name_ + ".apply_gradients: no gradients provided for any variable");
+    return out;
+  }
+
+  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
+  /// first call for `v`. Created while tracing a function traced before, they make
+  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
+  template <class = void>
+  const std::vector<variable>& slots(const variable& v, const std::vector<std::string>& kinds) {
+    for (auto& [identity, vars] : slots_)
+      if (identity == v.identity()) return vars;
+    std::vector<variable> made;
+    for (const std::string& kind : kinds)
+      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), name_ + "/" + v.name() + "/" + kind);
+    slots_.emplace_back(v.identity(), std::move(made));
+    return slots_.back().second;
+  }
+
+  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
+  static tensor scalar(double x, dtype t) { return kiln::constant(x, t); }
+
+  std::string name_;
+  variable iterations_;
+
+ private:
+  std::vector<std::pair<const void*, std::vector<variable>>> slots_;
+};
+
+}  // namespace detail
+
+/// Gradient descent with optional (Nesterov) momentum, as Keras' `SGD`:
+/// `v -= lr * g`, or with momentum `m = momentum * m - lr * g; v += m`
+/// (`v += momentum * m - lr * g` with Nesterov).
+/// \code
+/// kiln::variable w(2.f);
+/// kiln::optimizers::sgd opt({.learning_rate = 0.1});
+/// opt.apply_gradients({kiln::constant(1.f)}, {w});  // w is 1.9
+/// \endcode
+class sgd : public detail::optimizer_state {
+ public:
+  explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
+    if (options.momentum < 0 || options.momentum > 1)
+      throw invalid_argument_error("SGD: momentum must be in [0, 1], got " + std::to_string(options.momentum));
+  }
+  const sgd_options& options() const { return options_; }
+
+  /// Updates each variable from its gradient (variables without one are skipped), then
+  /// counts the step; inside a kiln::function, as writes of the function.
+  template <class = void>
+  void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
+    for (const auto& [g, v] : pairs(grads, vars)) {
+      const tensor lr = scalar(options_.learning_rate, v.dtype());
+      if (options_.momentum == 0) {
+        v.assign_add(-g * lr);
+        continue;
+      }
+      const tensor momentum = scalar(options_.momentum, v.dtype());
+      const variable& m = slots(v, {"momentum"})[0];
+      const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
+      v.assign_add(options_.nesterov ? -g * lr + velocity * momentum : velocity);
+    }
+    iterations_.assign_add(std::int64_t{1});
+  }
+
+ private:
+  sgd_options options_;
+};
+
+/// Adam, as Keras' `Adam`: with step `t` (iterations + 1),
+/// `m += (g - m) * (1 - beta_1)`, `u += (g² - u) * (1 - beta_2)`,
+/// `v -= m * lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) / (sqrt(u) + epsilon)`.
+/// \code
+/// kiln::optimizers::adam opt({.learning_rate = 1e-2});
+/// opt.apply_gradients(tape.gradient(loss, vars), vars);
+/// \endcode
+class adam : public detail::optimizer_state {
+ public:
+  explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
+  const adam_options& options() const { return options_; }
+
+  /// As sgd::apply_gradients.
+  template <class = void>
+  void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
+    for (const auto& [g, v] : pairs(grads, vars)) {
+      const dtype t = v.dtype();
+      const tensor one = scalar(1, t), beta_1 = scalar(options_.beta_1, t), beta_2 = scalar(options_.beta_2, t);
+      const tensor step = kiln::cast(iterations_.read_value() + std::int64_t{1}, t);
+      const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
+      const std::vector<variable>& moments = slots(v, {"m", "v"});
+      const tensor m = moments[0].assign_add((g - moments[0].read_value()) * (one - beta_1));
+      const tensor u = moments[1].assign_add((kiln::square(g) - moments[1].read_value()) * (one - beta_2));
+      const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+      v.assign_sub(m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
+    }
+    iterations_.assign_add(std::int64_t{1});
+  }
+
+ private:
+  adam_options options_;
+};
+
+}  // namespace kiln::optimizers
+// ----- end kiln/train/optimizers.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- begin kiln/kernels.hpp -----

@@ -109,6 +109,30 @@ TEST_CASE("matmul, reductions and shape ops' gradients match finite differences"
   check_gradient([&](const tensor& x) { return kiln::reshape(x, {3, 2}) * kiln::constant({1.0, 2.0}); }, a);
   check_gradient([&](const tensor& x) { return kiln::transpose(x) * kiln::constant({1.0, 2.0}); }, a);
   check_gradient([&](const tensor& x) { return kiln::transpose(x, {1, 2, 0}) * kiln::constant({1.0, -1.0}); }, batched);
+  check_gradient([&](const tensor& x) { return kiln::reduce_max(x, 1) * kiln::constant({1.0, -2.0}); }, a);
+  check_gradient([&](const tensor& x) { return kiln::reduce_min(x, 0, true) * kiln::constant({1.0, -2.0, 3.0}); }, a);
+  check_gradient([&](const tensor& x) { return kiln::reduce_max(kiln::square(x)); }, batched);
+  const tensor weights = kiln::constant({1.0, -2.0, 3.0});
+  const tensor other = randoms({2, 3}, 9);
+  check_gradient([&](const tensor& x) { return kiln::concat({x, kiln::square(x), other}, 0) * weights; }, a);
+  check_gradient([&](const tensor& x) { return kiln::concat({kiln::tanh(x), x}, -1) * kiln::constant({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}); }, a);
+  check_gradient([&](const tensor& x) { return kiln::stack({x, kiln::square(x)}, 1) * weights; }, a);
+  check_gradient([&](const tensor& x) { return kiln::stack({kiln::square(x), x}) * weights; }, a);
+  check_gradient([&](const tensor& x) { return kiln::square(kiln::slice(x, {0, 1}, {2, 2})); }, a);
+  check_gradient([&](const tensor& x) { return kiln::slice(x, {1, 0, 1}, {1, -1, 2}) * kiln::constant({3.0, -1.0}); }, batched);
+}
+
+TEST_CASE("max and min share the gradient among tied elements, as TensorFlow") {
+  const tensor x = kiln::constant({1.f, 3.f, 3.f, -2.f});
+  {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    CHECK(tape.gradient(kiln::reduce_max(x), x).to_vector<float>() == std::vector<float>{0, 0.5f, 0.5f, 0});
+  }
+  const tensor y = kiln::constant({{1.f, -2.f, -2.f}, {4.f, 0.f, 4.f}});
+  kiln::gradient_tape tape;
+  tape.watch(y);
+  CHECK(tape.gradient(kiln::reduce_min(y, 1), y).to_vector<float>() == std::vector<float>{0, 0.5f, 0.5f, 0, 1, 0});
 }
 
 TEST_CASE("a gradient tape follows TensorFlow's GradientTape") {

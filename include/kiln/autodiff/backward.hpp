@@ -58,6 +58,8 @@ class gradient_builder {
 
   /// Input `i` of the op.
   value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  /// How many inputs the op has.
+  std::size_t arity() const { return inputs_.size(); }
   /// The op's result.
   value y() const { return {output_}; }
   /// The gradient of the target with respect to the result.

@@ -5,15 +5,21 @@
 /// `gradient` runs each recorded op's formula (kiln/autodiff/backward.hpp) from the
 /// target back to the sources, as TensorFlow's GradientTape does.
 ///
-/// A tape knows a tensor by its elements' address, dtype and shape: the tape holds
-/// every tensor it recorded, so no recorded buffer is reused while it lives. The ops
-/// a tape runs to compute gradients go through the kernel table and are recorded by
-/// the other tapes of the thread, which is how nested tapes give higher-order
-/// gradients.
+/// A tape knows an eager tensor by its elements' address, dtype and shape: the tape
+/// holds every tensor it recorded, so no recorded buffer is reused while it lives. It
+/// knows a symbolic tensor by its trace and node: a tape made inside a kiln::function
+/// records the ops the trace records, and `gradient` adds the backward pass to the same
+/// graph. Reading a kiln::variable while a tape records watches the value read, as
+/// TensorFlow's tapes watch trainable variables. The ops a tape runs to compute
+/// gradients go through the kernel table and are recorded by the other tapes of the
+/// thread, which is how nested tapes give higher-order gradients.
 
-#include <cstring>
 #include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -24,6 +30,7 @@
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/exec/kernel_table.hpp"
+#include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
 
@@ -37,19 +44,67 @@ struct gradient_tape_options {
 };
 
 class gradient_tape;
+class variable;
 
 namespace detail {
 
-/// A tensor as a tape knows it.
+struct concrete_state;
+
+/// A kiln::function call as the tapes record it: the backward pass of its trace
+/// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
+struct differentiable_call {
+  /// Owns what `backward` needs (the trace's backward function).
+  std::shared_ptr<const void> self;
+  /// Gives the gradients of the call's floating-point inputs and of each variable in
+  /// `variables`, in that order, from the call's `inputs` and one gradient per
+  /// floating-point output.
+  std::vector<tensor> (*backward)(const void* self, std::span<const tensor> inputs, std::span<const tensor> output_grads);
+  /// The variables the trace reads (their identities), with their dtypes and shapes.
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+};
+
+/// How kiln::function calls reach the tapes of their thread: a function set when the
+/// first tape is made, so that a program without tapes compiles no backward pass.
+using call_recorder = void (*)(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<call_recorder>& call_hook() {
+  static std::atomic<call_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a call of concrete function `c` on the tapes of this thread (defined in
+/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
+template <class = void>
+void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+
+/// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
+/// value of the trace it stands for; or a variable read inside a kiln::function call.
 struct tape_key {
-  const void* data;
+  const void* data = nullptr;
+  std::uint64_t trace_id = 0;
+  int node = -1;
   dtype type;
   shape dims;
-  explicit tape_key(const tensor& t) : data(t.raw_data()), type(t.dtype()), dims(t.shape()) {}
+  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
+    if (t.is_symbolic())
+      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
+    else
+      data = t.raw_data();
+  }
+  /// The reads of the variable with identity `variable` inside function calls.
+  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
+    tape_key k(t, s);
+    k.data = variable;
+    k.trace_id = ~std::uint64_t{0};
+    return k;
+  }
   friend bool operator<(const tape_key& a, const tape_key& b) {
-    if (a.data != b.data || a.type != b.type) return std::tie(a.data, a.type) < std::tie(b.data, b.type);
+    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
+      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
     return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
+  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
+
+ private:
+  tape_key(dtype t, const shape& s) : type(t), dims(s) {}
 };
 
 /// The tapes recording on this thread, innermost last.
@@ -59,6 +114,9 @@ inline std::vector<gradient_tape*>& active_tapes() {
 }
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline void watch_on_active_tapes(const void* variable, const tensor& value);
+inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                        std::span<const tensor> out);
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -75,6 +133,17 @@ inline tensor unbroadcast(const tensor& g, const shape& to) {
   const tensor* in[] = {&summed};
   return run_registered(ops::reshape{to}, in);
 }
+
+/// `a + b`, or whichever is defined.
+inline tensor sum_defined(const tensor& a, const tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  const tensor* in[] = {&a, &b};
+  return run_registered(ops::add{}, in);
+}
+
+template <class>
+struct call_backward;
 
 /// The ops the gradient formulas run, registered when a tape is made.
 template <class = void>
@@ -96,6 +165,9 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::transpose>();
   register_kernels_on_use<ops::matmul>();
   register_kernels_on_use<ops::reduce_sum>();
+  register_kernels_on_use<ops::equal>();
+  register_kernels_on_use<ops::slice>();
+  register_kernels_on_use<ops::concat>();
 }
 
 }  // namespace detail
@@ -112,9 +184,13 @@ void register_gradient_ops() {
 class gradient_tape {
  public:
   template <class = void>
-  explicit gradient_tape(gradient_tape_options options = {}) : persistent_(options.persistent) {
+  explicit gradient_tape(gradient_tape_options options = {})
+      : persistent_(options.persistent),
+        trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
     detail::register_gradient_ops();
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
+    detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::call_hook().store(&detail::record_function_call<>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -126,9 +202,10 @@ class gradient_tape {
     if (recording_) --detail::recording_tapes();
   }
 
-  /// Records the ops that read `t` from now on (floating-point tensors only).
+  /// Records the ops that read `t` from now on (floating-point tensors only; inside a
+  /// kiln::function, symbolic ones too).
   void watch(const tensor& t) {
-    if (t.defined() && !t.is_symbolic() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+    if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
 
   /// The gradient of `target` (summed when it is not a scalar) with respect to
@@ -141,12 +218,74 @@ class gradient_tape {
   /// Gradients of `target` with respect to each of `sources`.
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<tensor> out = gradients_of(target, sources);
+    for (std::size_t k = 0; k < sources.size(); ++k)
+      if (!out[k].defined() && sources[k].defined())
+        out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
+    return out;
+  }
+
+  /// The gradient of `target` with respect to variable `v`: the sum over the values
+  /// of `v` read while the tape recorded (variables are watched when read).
+  /// \code
+  /// kiln::variable v(3.f);
+  /// kiln::gradient_tape tape;
+  /// kiln::tensor y = v * v;
+  /// tape.gradient(y, v);  // tensor(6.0, shape=(), dtype=float32)
+  /// \endcode
+  template <std::same_as<variable> Variable>
+  tensor gradient(const tensor& target, const Variable& v, unconnected_gradients unconnected = unconnected_gradients::none) {
+    return gradient(target, std::vector<Variable>{v}, unconnected)[0];
+  }
+  /// Gradients of `target` with respect to each of `vars`, as `apply_gradients` takes them.
+  template <std::same_as<variable> Variable>
+  std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
+                               unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<std::tuple<const void*, dtype, shape>> ids;
+    for (const Variable& v : vars) ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    for (std::size_t k = 0; k < vars.size(); ++k)
+      if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
+    return out;
+  }
+
+ private:
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
+  friend void detail::watch_on_active_tapes(const void*, const tensor&);
+  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
+                                                 std::span<const tensor>, std::span<const tensor>);
+  template <class>
+  friend struct detail::call_backward;
+
+  // The gradients of `target` with respect to `sources`, then to each variable of
+  // `ids`: the sum over its values read while recording and its reads inside recorded
+  // function calls (undefined where the target depends on none).
+  std::vector<tensor> gradients_with_variables(const tensor& target, std::vector<tensor> sources,
+                                               const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+    const std::size_t given = sources.size();
+    std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
+    for (const auto& [id, t, s] : ids) {
+      auto [begin, end] = variable_reads_.equal_range(id);
+      for (auto it = begin; it != end; ++it) sources.push_back(it->second);
+      first.push_back(sources.size());
+    }
+    std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+    std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      tensor sum = per_source[sources.size() + k];  // the reads inside function calls
+      for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
+      out.push_back(sum);
+    }
+    return out;
+  }
+  // `variables`, when given, adds the gradient of each variable's reads inside function
+  // calls after those of `sources`.
+  std::vector<tensor> gradients_of(const tensor& target, const std::vector<tensor>& sources,
+                                   const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr) {
     if (used_ && !persistent_)
       throw invalid_argument_error(
           "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
     used_ = true;
-    if (target.is_symbolic())
-      throw unavailable_error("gradient_tape: the target is symbolic; tapes inside a kiln::function are not supported yet");
     std::map<detail::tape_key, tensor> grads;
     {
       // The ops that compute gradients are not this tape's to record (the other tapes
@@ -159,55 +298,109 @@ class gradient_tape {
     }
     std::vector<tensor> out;
     for (const tensor& s : sources) {
-      auto it = s.defined() && !s.is_symbolic() ? grads.find(detail::tape_key(s)) : grads.end();
-      if (it != grads.end() && tracked_.count(it->first))
-        out.push_back(it->second);
-      else if (unconnected == unconnected_gradients::zero && s.defined() && is_floating(s.dtype()))
-        out.push_back(detail::zero_filled("gradient", s.shape(), s.dtype(), s.device()));
-      else
-        out.emplace_back();
+      auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
+      out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
     }
-    if (!persistent_) entries_.clear(), tracked_.clear();
+    if (variables)
+      for (const auto& [id, t, s] : *variables) {
+        auto it = grads.find(detail::tape_key::of_variable(id, t, s));
+        out.push_back(it != grads.end() ? it->second : tensor());
+      }
+    if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
     return out;
   }
+  // A source the target does not depend on: zeros on request, else an undefined tensor.
+  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
+    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
+    return {};
+  }
+  void watch_read(const void* variable, const tensor& value) {
+    if (!records(value)) return;
+    const detail::tape_key key(value);
+    auto [begin, end] = variable_reads_.equal_range(variable);
+    if (std::none_of(begin, end, [&](const auto& read) { return detail::tape_key(read.second) == key; }))
+      variable_reads_.emplace(variable, value);
+    watch(value);
+  }
 
- private:
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
-
+  // A recorded op, or a recorded function call (`call` set, `op` unused).
   struct entry {
     ops::any_op op;
     std::vector<tensor> inputs;
-    tensor output;
+    std::vector<tensor> outputs;
+    std::shared_ptr<const detail::differentiable_call> call;
   };
 
+  // A tape records the values of where it was made: eager ones outside a function,
+  // the trace's own inside one (not those of a function traced while it records).
+  bool records(const tensor& t) const {
+    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
+  }
+
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
-    if (!recording_ || !is_floating(out.dtype())) return;
+    if (!records(out)) return;
     bool reads_tracked = false;
     for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
     if (!reads_tracked) return;
-    entry e{op, {}, out};
+    entry e{op, {}, {out}, nullptr};
     for (const tensor* t : in) e.inputs.push_back(*t);
     entries_.push_back(std::move(e));
     tracked_.emplace(detail::tape_key(out), out);
   }
 
+  // A kiln::function call: recorded when it reads a tracked tensor or a variable
+  // (variables are watched when read).
+  void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
+                   std::span<const tensor> out) {
+    if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
+    bool reads_tracked = !call->variables.empty();
+    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
+    if (!reads_tracked) return;
+    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
+    for (const tensor& t : out)
+      if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+  }
+
+  // Adds `g` to the gradient kept under `key`.
+  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+    auto [at, fresh] = grads.emplace(key, g);
+    if (!fresh) at->second = detail::sum_defined(at->second, g);
+  }
+
+  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+    std::vector<tensor> dys;
+    bool any = false;
+    for (const tensor& y : e.outputs) {
+      if (!is_floating(y.dtype())) continue;
+      auto it = grads.find(detail::tape_key(y));
+      any = any || it != grads.end();
+      dys.push_back(it != grads.end() ? it->second : detail::zero_filled("gradient", y.shape(), y.dtype(), y.device()));
+    }
+    if (!any) return;
+    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
+    std::size_t k = 0;
+    for (const tensor& x : e.inputs)
+      if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
+    for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
+  }
+
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
-    grads.emplace(detail::tape_key(target), detail::one_filled("gradient", target.shape(), target.dtype(), target.device()));
+    grads.emplace(detail::tape_key(target),
+                  detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
-      auto it = grads.find(detail::tape_key(e->output));
+      if (e->call) {
+        backpropagate_call(*e, grads);
+        continue;
+      }
+      auto it = grads.find(detail::tape_key(e->outputs[0]));
       if (it == grads.end()) continue;
       const tensor dy = it->second;
       std::vector<tensor> in_grads(e->inputs.size());
-      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->output, dy, in_grads);
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
       for (std::size_t i = 0; i < e->inputs.size(); ++i) {
         const tensor& x = e->inputs[i];
-        if (!in_grads[i].defined() || !is_floating(x.dtype())) continue;
-        tensor g = detail::unbroadcast(in_grads[i], x.shape());
-        auto [at, fresh] = grads.emplace(detail::tape_key(x), g);
-        if (!fresh) {
-          const tensor* sum[] = {&at->second, &g};
-          at->second = detail::run_registered(ops::add{}, sum);
-        }
+        if (in_grads[i].defined() && is_floating(x.dtype()))
+          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
       }
     }
   }
@@ -220,16 +413,28 @@ class gradient_tape {
   }
 
   bool persistent_ = false;
+  std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
   bool used_ = false;
   bool recording_ = true;
   std::vector<entry> entries_;
   std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+  std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
 
 namespace detail {
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
+}
+
+inline void watch_on_active_tapes(const void* variable, const tensor& value) {
+  for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
+}
+
+/// Records a call described by `call` on the tapes of this thread.
+inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                        std::span<const tensor> out) {
+  for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 
 }  // namespace detail

@@ -4,6 +4,7 @@
 /// rules (raising the contract's errors with both sides in the message), allocate
 /// the result on the inputs' device and run the device's backend kernel.
 
+#include <atomic>
 #include <span>
 #include <sstream>
 #include <string>
@@ -134,7 +135,17 @@ inline int& recording_tapes() {
   return count;
 }
 
-/// Records an eager op on the gradient tapes of this thread (defined with the kernel
+/// How reads of a kiln::variable reach the gradient tapes of their thread, which
+/// watch them as TensorFlow's tapes watch trainable variables: a function set when the
+/// first tape is made (kiln/autodiff/tape.hpp), called with the variable's identity
+/// and the value read.
+using variable_read_recorder = void (*)(const void* variable, const tensor& value);
+inline std::atomic<variable_read_recorder>& variable_read_hook() {
+  static std::atomic<variable_read_recorder> hook{nullptr};
+  return hook;
+}
+
+/// Records an op on the gradient tapes of this thread (defined with the kernel
 /// table, kiln/exec/kernel_table.hpp).
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
@@ -145,11 +156,12 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).
-  if (tracing()) return record_symbolic(op, in);
-  for (const tensor* t : in)
-    if (t->is_symbolic()) return record_symbolic(op, in);
-  tensor out = execute(op, in);
-  if (debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+  if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+  // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
+  // trace, its backward pass joining the same graph.
   if (recording_tapes() > 0) record_on_tapes(op, in, out);
   return out;
 }

@@ -75,6 +75,8 @@ class read_variable_op final : public special_op {
   std::string_view name() const { return "ReadVariableOp"; }
   bool has_effects() const { return false; }
   std::vector<tensor> run(std::span<const tensor* const>) const { return {var_->read()}; }
+  /// The variable it reads (whose address is the kiln::variable's identity).
+  const std::shared_ptr<variable_state>& state() const { return var_; }
 
  private:
   std::shared_ptr<variable_state> var_;

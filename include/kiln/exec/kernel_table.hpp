@@ -13,6 +13,7 @@
 /// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -44,6 +45,9 @@ struct op_kernels {
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
   std::atomic<backward_fn> backward{nullptr};
+  /// Records the op into the trace in progress (a gradient formula run while tracing,
+  /// by a tape inside a kiln::function); set before `execute`.
+  std::atomic<execute_fn> record{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -70,6 +74,9 @@ bool register_kernels() {
   row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                   std::memory_order_release);
   row.backward.store(&backward_of<Op>, std::memory_order_release);
+  row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
+    return record_symbolic(std::get<Op>(op), in);
+  }, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -125,8 +132,11 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
   record_any_on_tapes(ops::any_op(op), in, out);
 }
 
+/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
+/// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  tensor out = execute_any(op, in);
+  const bool symbolic = tracing() || std::ranges::any_of(in, [](const tensor* t) { return t->is_symbolic(); });
+  tensor out = symbolic ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }

@@ -95,6 +95,11 @@ class special_op {
   std::vector<tensor> run(std::span<const tensor* const> inputs) const { return table_->run(*this, inputs); }
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
+  /// This op as an `Op`, or null when it is another kind of special op.
+  template <class Op>
+  const Op* as() const {
+    return table_ == &table_of<Op> ? static_cast<const Op*>(this) : nullptr;
+  }
 
  protected:
   template <class Op>

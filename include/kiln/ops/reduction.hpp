@@ -20,6 +20,7 @@
 #include "kiln/core/shape.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/op.hpp"
 
 namespace kiln {
@@ -113,13 +114,21 @@ struct reduction_op {
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).
-  template <class G> auto spread(G& g) const {
+  template <class G> auto spread(G& g) const { return G::reshape(g.dy(), kept_shape(g)) + g.zeros_like(0); }
+
+  /// The input's shape with the reduced dims kept as size 1: the result's shape with
+  /// keepdims, what dy is reshaped to before it is spread back.
+  template <class G> shape kept_shape(G& g) const {
     const shape in = g.x(0).t.shape();
     const auto reduced = reduced_dims(axis, in.rank());
     shape kept;
     for (int d = 0; d < in.rank(); ++d) kept.push_back(reduced[std::size_t(d)] ? 1 : in[d]);
-    return G::reshape(g.dy(), kept) + g.zeros_like(0);
+    return kept;
   }
+
+  /// The gradient of max and min, as TensorFlow's: dy shared equally by the elements
+  /// equal to the result.
+  template <class G> auto extreme_gradient(G& g) const;
 
   constexpr reduction_op() = default;
   constexpr explicit reduction_op(reduction_axes axes, bool keep = false) : axis(axes), keepdims(keep) {}
@@ -162,6 +171,14 @@ struct reduce_sum : reduction_op {
   template <class G> void gradient(G& g) const { g.give(0, spread(g)); }
 };
 /// Mean; integer means truncate toward zero (of the wrapped sum, as TensorFlow).
+template <class G>
+auto reduction_op::extreme_gradient(G& g) const {
+  const shape kept = kept_shape(g);
+  const auto chosen = G::run(cast(g.x(0).t.dtype()), G::run(equal{}, G::reshape(g.y(), kept), g.x(0)));
+  const auto count = G::run(reduce_sum(axis, true), chosen);
+  return chosen / count * G::reshape(g.dy(), kept);
+}
+
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
   static constexpr reduction_kind kind = reduction_kind::mean;
@@ -176,12 +193,14 @@ struct reduce_max : reduction_op {
   static constexpr std::string_view name = "reduce_max";
   static constexpr reduction_kind kind = reduction_kind::max;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Smallest element; NaN wins over any number.
 struct reduce_min : reduction_op {
   static constexpr std::string_view name = "reduce_min";
   static constexpr reduction_kind kind = reduction_kind::min;
   using reduction_op::reduction_op;
+  template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
 };
 /// Index (int64) of the first largest element, counting the reduced positions in
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.

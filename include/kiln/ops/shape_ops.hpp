@@ -202,6 +202,8 @@ struct concat {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const concat&) const = default;
+  /// Each input's gradient is its slice of dy along the axis.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
@@ -231,6 +233,8 @@ struct stack {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const stack&) const = default;
+  /// Input i's gradient is dy at i along the new dim.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `gather(x, indices, axis)`: the slices of `x` along `axis` that `indices` (int32
@@ -372,7 +376,74 @@ struct slice {
   }
   std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
   constexpr bool operator==(const slice&) const = default;
+  /// dy in place of the slice, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
+
+// ---- gradients of the ops above, which run each other -------------------------
+
+/// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
+/// zeros with it).
+template <class G, class V>
+V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
+  int_list sizes;
+  for (std::int64_t d : size) sizes.push_back(int(d));
+  return G::run(slice{begin, sizes}, x);
+}
+
+template <class G>
+void concat::gradient(G& g) const {
+  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank);
+  std::int64_t offset = 0;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    const kiln::shape s = g.x(i).t.shape();
+    int_list begin;
+    for (int d = 0; d < rank; ++d) begin.push_back(d == a ? int(offset) : 0);
+    g.give(i, slice_of<G>(g.dy(), begin, s));
+    offset += s[a];
+  }
+}
+
+template <class G>
+void stack::gradient(G& g) const {
+  const kiln::shape out = g.y().t.shape();
+  const int a = normalize_axis(axis, out.rank());
+  kiln::shape one = out;
+  one[a] = 1;
+  for (int i = 0; i < int(g.arity()); ++i) {
+    int_list begin;
+    for (int d = 0; d < out.rank(); ++d) begin.push_back(d == a ? i : 0);
+    g.give(i, G::reshape(slice_of<G>(g.dy(), begin, one), g.x(i).t.shape()));
+  }
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  // Pads dy with zeros dim by dim: before the slice, then after it.
+  const kiln::shape in = g.x(0).t.shape();
+  const auto zeros = g.zeros_like(0);
+  auto padded = g.dy();
+  kiln::shape current = g.y().t.shape();
+  const int_list origin = [&] {
+    int_list o;
+    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
+    return o;
+  }();
+  for (int d = 0; d < in.rank(); ++d) {
+    const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
+    kiln::shape block = current;
+    if (before > 0) {
+      block[d] = before;
+      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+    }
+    if (after > 0) {
+      block[d] = after;
+      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+    }
+    current[d] = in[d];
+  }
+  g.give(0, padded);
+}
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {

@@ -61,12 +61,15 @@ class variable {
   /// True when the handle holds a variable.
   explicit operator bool() const { return handle_ != nullptr; }
 
-  /// The current value (while tracing, a read that runs at every call).
+  /// The current value (while tracing, a read that runs at every call). The gradient
+  /// tapes recording on this thread watch the value read.
   tensor read_value() const {
     const auto& s = state();
-    if (detail::trace_context* trace = detail::trace_context::current())
-      return trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0];
-    return s->read();
+    detail::trace_context* trace = detail::trace_context::current();
+    tensor value = trace ? trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0]
+                         : s->read();
+    if (detail::recording_tapes() > 0) detail::variable_read_hook().load(std::memory_order_relaxed)(identity(), value);
+    return value;
   }
   /// The value, as a tensor: what makes a variable usable wherever a tensor is.
   operator tensor() const { return read_value(); }

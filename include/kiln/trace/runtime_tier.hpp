@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autodiff/replay.hpp"
+#include "kiln/autodiff/tape.hpp"
 #include "kiln/config.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/ops/tensor_array.hpp"
@@ -135,6 +137,10 @@ struct concrete_state {
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
   bool jit_compile = false;  ///< function_options::jit_compile
+  /// The backward pass, described on the first call under a gradient tape
+  /// (kiln/autodiff/function_gradient.hpp).
+  mutable std::once_flag backward_once;
+  mutable std::shared_ptr<const differentiable_call> backward;
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -217,6 +223,12 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   trace_context* outer = trace_context::current();
   std::vector<tensor> out;
   if (outer) {
+    // A tape recording in the outer trace sees the ops one by one.
+    if (recording_tapes() > 0) {
+      std::vector<tensor> args;
+      for (const tensor* t : sig.tensors) args.push_back(*t);
+      return replay(graph, args);
+    }
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
@@ -228,7 +240,11 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
     if (t->is_symbolic()) throw type_error(name + ": a symbolic tensor was used outside the trace that made it");
     args.emplace_back(*t);
   }
-  return executor->run(std::span<const tensor>(args.begin(), args.size()));
+  const std::span<const tensor> inputs(args.begin(), args.size());
+  out = executor->run(inputs);
+  // Under a gradient tape the call is one differentiable op.
+  if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
+  return out;
 }
 #endif
 

@@ -45,6 +45,8 @@ class trace_context {
   static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
 
   const std::string& function_name() const { return function_name_; }
+  /// What the symbolic tensors of this trace carry as their `trace_id`.
+  std::uint64_t id() const { return id_; }
   kiln::graph& graph() { return graph_; }
 
   /// A new argument of the function, as the symbolic tensor the callable receives.

@@ -60,15 +60,18 @@ class described_op final : public special_op {
 };
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
-/// `outer` is the graph that runs it).
-class graph_writer final : public description_sink {
+/// `outer` is the graph that runs it). A template only so that a program compiles it
+/// where it asks for a typed trace's graph (its table of the registry's ops cost every
+/// source file including kiln/kiln.hpp about 0.9 s); `graph_writer` names it.
+template <class>
+class basic_graph_writer final : public description_sink {
  public:
-  explicit graph_writer(graph_writer* outer = nullptr) : outer_(outer) {}
+  explicit basic_graph_writer(basic_graph_writer* outer = nullptr) : outer_(outer) {}
 
   /// The graph of trace `t`, whose typed arguments are `fixed` values of types `Fixed`.
   template <class... Fixed, class R>
   static kiln::graph graph_of(const trace<R>& t) {
-    graph_writer w;
+    basic_graph_writer w;
     int slot = 0;
     ((w.bind(slot, w.graph_.add_placeholder(t.argument_names[std::size_t(slot)], Fixed::dtype, Fixed::shape())), ++slot),
      ...);
@@ -115,7 +118,7 @@ class graph_writer final : public description_sink {
   }
 
   void control_flow(const cond_step& c) override {
-    graph_writer then_branch(this), else_branch(this);
+    basic_graph_writer then_branch(this), else_branch(this);
     for (auto [branch, steps] : {std::pair{&then_branch, &c.then_steps}, std::pair{&else_branch, &c.else_steps}}) {
       branch->add_steps(*steps);
       for (int slot : c.results) branch->graph_.add_output(branch->value(slot));
@@ -130,13 +133,13 @@ class graph_writer final : public description_sink {
   }
 
   void control_flow(const loop_step& l) override {
-    graph_writer cond(this), body(this);
+    basic_graph_writer cond(this), body(this);
     std::vector<int> inputs, variables;
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
     for (const loop_step::copy& c : l.copies) {
       const int initial = value(c.to);
       const kiln::node& n = graph_.nodes()[std::size_t(initial)];
-      for (graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
+      for (basic_graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
       inputs.push_back(initial);
       variables.push_back(c.to);
       results.emplace_back(n.dtype(), n.shape());
@@ -209,7 +212,7 @@ class graph_writer final : public description_sink {
   }
   std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }
 
-  graph_writer* outer_;
+  basic_graph_writer* outer_;
   kiln::graph graph_;
   std::map<int, int> slots_;   // slot -> node
   std::map<std::pair<int, std::string>, int> views_;  // (slot, dims) -> its reshape node

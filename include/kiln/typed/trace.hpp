@@ -36,7 +36,9 @@
 namespace kiln {
 namespace typed {
 
-class graph_writer;
+template <class>
+class basic_graph_writer;
+using graph_writer = basic_graph_writer<void>;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
 /// sink)` adds the step to a graph.

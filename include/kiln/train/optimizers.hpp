@@ -1,0 +1,173 @@
+#pragma once
+/// \file
+/// Keras' optimizers: `kiln::optimizers::sgd` and `adam`, with Keras' arguments and
+/// update rules. `apply_gradients(grads, vars)` updates each variable from its
+/// gradient (eagerly, or as variable writes of the function being traced), creating
+/// the optimizer's slot variables (momentums, Adam's moments) on first use, as Keras
+/// does: inside a kiln::function traced before, that creation is the singleton-
+/// variable kiln::value_error, and one function (or concrete function) per optimizer
+/// is the way around it. The members that run ops are templates, as op functions are,
+/// so that a program compiles them only where it trains.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/error.hpp"
+#include "kiln/ops/elementwise.hpp"
+#include "kiln/ops/factories.hpp"
+#include "kiln/trace/effects.hpp"
+#include "kiln/trace/trace_context.hpp"
+
+namespace kiln::optimizers {
+
+/// Options of kiln::optimizers::sgd (Keras' `SGD`).
+struct sgd_options {
+  double learning_rate = 0.01;
+  double momentum = 0.0;  ///< 0 for plain gradient descent; in [0, 1]
+  bool nesterov = false;
+};
+
+/// Options of kiln::optimizers::adam (Keras' `Adam`).
+struct adam_options {
+  double learning_rate = 1e-3;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+};
+
+namespace detail {
+
+/// What every optimizer has: the step count and, per variable, its slot variables.
+class optimizer_state {
+ public:
+  /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
+  const variable& iterations() const { return iterations_; }
+
+ protected:
+  explicit optimizer_state(std::string name) : name_(std::move(name)) {
+    // Made at once, never as part of a function being traced (tf.init_scope).
+    init_scope lift;
+    iterations_ = variable(kiln::constant(std::int64_t{0}), name_ + "/iterations");
+  }
+
+  /// The (gradient, variable) pairs to update: those with a gradient, checked to
+  /// match. Raises kiln::invalid_argument_error for lists of different lengths and
+  /// kiln::value_error when no variable has a gradient, as Keras does.
+  template <class = void>
+  std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
+    if (grads.size() != vars.size())
+      throw invalid_argument_error(name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                   std::to_string(vars.size()) + " variables");
+    std::vector<std::pair<tensor, variable>> out;
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+      if (!is_floating(vars[k].dtype()))
+        throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      out.emplace_back(grads[k], vars[k]);
+    }
+    if (out.empty() && !vars.empty())
+      throw value_error(name_ + ".apply_gradients: no gradients provided for any variable");
+    return out;
+  }
+
+  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
+  /// first call for `v`. Created while tracing a function traced before, they make
+  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
+  template <class = void>
+  const std::vector<variable>& slots(const variable& v, const std::vector<std::string>& kinds) {
+    for (auto& [identity, vars] : slots_)
+      if (identity == v.identity()) return vars;
+    std::vector<variable> made;
+    for (const std::string& kind : kinds)
+      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), name_ + "/" + v.name() + "/" + kind);
+    slots_.emplace_back(v.identity(), std::move(made));
+    return slots_.back().second;
+  }
+
+  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
+  static tensor scalar(double x, dtype t) { return kiln::constant(x, t); }
+
+  std::string name_;
+  variable iterations_;
+
+ private:
+  std::vector<std::pair<const void*, std::vector<variable>>> slots_;
+};
+
+}  // namespace detail
+
+/// Gradient descent with optional (Nesterov) momentum, as Keras' `SGD`:
+/// `v -= lr * g`, or with momentum `m = momentum * m - lr * g; v += m`
+/// (`v += momentum * m - lr * g` with Nesterov).
+/// \code
+/// kiln::variable w(2.f);
+/// kiln::optimizers::sgd opt({.learning_rate = 0.1});
+/// opt.apply_gradients({kiln::constant(1.f)}, {w});  // w is 1.9
+/// \endcode
+class sgd : public detail::optimizer_state {
+ public:
+  explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
+    if (options.momentum < 0 || options.momentum > 1)
+      throw invalid_argument_error("SGD: momentum must be in [0, 1], got " + std::to_string(options.momentum));
+  }
+  const sgd_options& options() const { return options_; }
+
+  /// Updates each variable from its gradient (variables without one are skipped), then
+  /// counts the step; inside a kiln::function, as writes of the function.
+  template <class = void>
+  void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
+    for (const auto& [g, v] : pairs(grads, vars)) {
+      const tensor lr = scalar(options_.learning_rate, v.dtype());
+      if (options_.momentum == 0) {
+        v.assign_add(-g * lr);
+        continue;
+      }
+      const tensor momentum = scalar(options_.momentum, v.dtype());
+      const variable& m = slots(v, {"momentum"})[0];
+      const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
+      v.assign_add(options_.nesterov ? -g * lr + velocity * momentum : velocity);
+    }
+    iterations_.assign_add(std::int64_t{1});
+  }
+
+ private:
+  sgd_options options_;
+};
+
+/// Adam, as Keras' `Adam`: with step `t` (iterations + 1),
+/// `m += (g - m) * (1 - beta_1)`, `u += (g² - u) * (1 - beta_2)`,
+/// `v -= m * lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) / (sqrt(u) + epsilon)`.
+/// \code
+/// kiln::optimizers::adam opt({.learning_rate = 1e-2});
+/// opt.apply_gradients(tape.gradient(loss, vars), vars);
+/// \endcode
+class adam : public detail::optimizer_state {
+ public:
+  explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
+  const adam_options& options() const { return options_; }
+
+  /// As sgd::apply_gradients.
+  template <class = void>
+  void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
+    for (const auto& [g, v] : pairs(grads, vars)) {
+      const dtype t = v.dtype();
+      const tensor one = scalar(1, t), beta_1 = scalar(options_.beta_1, t), beta_2 = scalar(options_.beta_2, t);
+      const tensor step = kiln::cast(iterations_.read_value() + std::int64_t{1}, t);
+      const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
+      const std::vector<variable>& moments = slots(v, {"m", "v"});
+      const tensor m = moments[0].assign_add((g - moments[0].read_value()) * (one - beta_1));
+      const tensor u = moments[1].assign_add((kiln::square(g) - moments[1].read_value()) * (one - beta_2));
+      const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+      v.assign_sub(m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
+    }
+    iterations_.assign_add(std::int64_t{1});
+  }
+
+ private:
+  adam_options options_;
+};
+
+}  // namespace kiln::optimizers

@@ -1,0 +1,271 @@
+// Gradients of variables, tapes inside kiln::function and Keras' optimizers. Expected
+// values come from the update rules written out here in double, independently of
+// kiln's ops.
+
+#include <catch2/catch.hpp>
+
+#include <kiln/kiln.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+float value_of(const kiln::tensor& t) { return t.item<float>(); }
+
+}  // namespace
+
+TEST_CASE("a tape watches the variables read while it records") {
+  kiln::variable v(3.f, "v");
+  kiln::variable unused(1.f, "unused");
+  kiln::gradient_tape tape({.persistent = true});
+  kiln::tensor y = v * v + v;  // two reads of one value: dy/dv = 2v + 1
+  CHECK(value_of(tape.gradient(y, v)) == 7.f);
+  const std::vector<kiln::tensor> both = tape.gradient(y, std::vector{v, unused});
+  REQUIRE(both.size() == 2);
+  CHECK(value_of(both[0]) == 7.f);
+  CHECK_FALSE(both[1].defined());
+  CHECK(value_of(tape.gradient(y, unused, kiln::unconnected_gradients::zero)) == 0.f);
+}
+
+TEST_CASE("a variable read before the tape exists is not watched") {
+  kiln::variable v(2.f);
+  kiln::tensor early = v.read_value() * 1.f;
+  kiln::gradient_tape tape;
+  kiln::tensor y = early * 3.f;
+  CHECK_FALSE(tape.gradient(y, v).defined());
+}
+
+TEST_CASE("a tape inside a kiln::function adds the backward pass to the graph") {
+  kiln::function derivative([](const kiln::tensor& x) {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    kiln::tensor y = x * x * x + kiln::tanh(x);
+    return tape.gradient(y, x);
+  });
+  const double x = 0.5;
+  const double expected = 3 * x * x + (1 - std::tanh(x) * std::tanh(x));
+  CHECK(derivative(kiln::constant(x)).item<double>() == Approx(expected).epsilon(1e-12));
+  // The same tape eagerly gives the same value.
+  kiln::tensor xe = kiln::constant(x);
+  kiln::gradient_tape tape;
+  tape.watch(xe);
+  kiln::tensor ye = xe * xe * xe + kiln::tanh(xe);
+  CHECK(tape.gradient(ye, xe).item<double>() == Approx(expected).epsilon(1e-12));
+  // One trace; the backward ops are nodes of it.
+  CHECK(derivative(kiln::constant(1.5)).item<double>() ==
+        Approx(3 * 1.5 * 1.5 + 1 - std::tanh(1.5) * std::tanh(1.5)).epsilon(1e-12));
+  CHECK(derivative.tracing_count() == 1);
+  const kiln::graph g = derivative.get_concrete_function(kiln::constant(x)).graph();
+  int multiplies = 0;
+  for (const auto& n : g.nodes()) multiplies += n.op() == "mul";
+  CHECK(multiplies > 2);  // x * x * x has two; its gradient adds more
+}
+
+TEST_CASE("variables read inside a kiln::function get gradients there, with broadcasting") {
+  kiln::variable w(kiln::constant({1.f, 2.f}), "w");
+  kiln::function grad_of_w([&](const kiln::tensor& x) {
+    kiln::gradient_tape tape;
+    kiln::tensor loss = kiln::reduce_sum(kiln::square(w * x - 1.f));  // x: (3, 2) broadcasts against w: (2,)
+    return tape.gradient(loss, w);
+  });
+  const std::vector<float> xs = {1, 2, 3, 4, 5, 6};
+  kiln::tensor g = grad_of_w(kiln::constant(xs, kiln::shape{3, 2}));
+  // d/dw_j sum_i (w_j x_ij - 1)^2 = sum_i 2 (w_j x_ij - 1) x_ij
+  const float wv[] = {1, 2};
+  for (int j = 0; j < 2; ++j) {
+    double expected = 0;
+    for (int i = 0; i < 3; ++i) expected += 2 * (wv[j] * xs[i * 2 + j] - 1) * xs[i * 2 + j];
+    CHECK(g.to_vector<float>()[std::size_t(j)] == Approx(expected));
+  }
+}
+
+TEST_CASE("sgd follows Keras' update rules") {
+  const double lr = 0.1, momentum = 0.9;
+  for (const bool nesterov : {false, true}) {
+    for (const double mom : {0.0, momentum}) {
+      kiln::variable w(2.f);
+      kiln::optimizers::sgd opt({.learning_rate = lr, .momentum = mom, .nesterov = nesterov});
+      double wd = 2, m = 0;
+      for (const double g : {1.0, -0.5, 2.0}) {
+        opt.apply_gradients({kiln::constant(float(g))}, {w});
+        if (mom == 0) {
+          wd -= lr * g;
+        } else {
+          m = mom * m - lr * g;
+          wd += nesterov ? mom * m - lr * g : m;
+        }
+        CHECK(value_of(w.read_value()) == Approx(wd).epsilon(1e-6));
+      }
+      CHECK(opt.iterations().read_value().item<std::int64_t>() == 3);
+    }
+  }
+}
+
+TEST_CASE("adam follows Keras' update rules") {
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-7;
+  kiln::variable w(kiln::constant({2.f, -1.f}));
+  kiln::optimizers::adam opt({.learning_rate = lr});
+  double wd[] = {2, -1}, m[] = {0, 0}, u[] = {0, 0};
+  const double grads[][2] = {{1, -3}, {0.5, 0.25}, {-2, 1}};
+  for (int t = 1; t <= 3; ++t) {
+    opt.apply_gradients({kiln::constant({float(grads[t - 1][0]), float(grads[t - 1][1])})}, {w});
+    for (int j = 0; j < 2; ++j) {
+      const double g = grads[t - 1][j];
+      m[j] += (g - m[j]) * (1 - b1);
+      u[j] += (g * g - u[j]) * (1 - b2);
+      const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+      wd[j] -= m[j] * alpha / (std::sqrt(u[j]) + eps);
+      CHECK(w.read_value().to_vector<float>()[std::size_t(j)] == Approx(wd[j]).epsilon(1e-5));
+    }
+  }
+  CHECK(opt.iterations().read_value().item<std::int64_t>() == 3);
+}
+
+TEST_CASE("a train step traced once per optimizer, as the seeds show") {
+  auto train_step = [](const kiln::variable& w, const kiln::tensor& x, const kiln::tensor& y, auto& optimizer) {
+    kiln::gradient_tape tape;
+    kiln::tensor loss = kiln::reduce_sum(kiln::square(w * x - y));
+    optimizer.apply_gradients(tape.gradient(loss, std::vector{w}), {w});
+  };
+  const kiln::tensor x = kiln::constant({-1.f}), y = kiln::constant({2.f});
+
+  // Eagerly, then traced: the same values.
+  kiln::variable eager_w(2.f), traced_w(2.f);
+  kiln::optimizers::sgd eager_opt({.learning_rate = 0.1, .momentum = 0.5}), traced_opt({.learning_rate = 0.1, .momentum = 0.5});
+  kiln::function step(train_step);
+  for (int i = 0; i < 4; ++i) {
+    train_step(eager_w, x, y, eager_opt);
+    step(traced_w, x, y, traced_opt);
+    CHECK(value_of(traced_w.read_value()) == Approx(value_of(eager_w.read_value())).epsilon(1e-6));
+  }
+  CHECK(step.tracing_count() == 1);
+  CHECK(traced_opt.iterations().read_value().item<std::int64_t>() == 4);
+
+  // A second optimizer would create its slots in a later trace.
+  kiln::optimizers::sgd second({.learning_rate = 0.1, .momentum = 0.5});
+  try {
+    step(traced_w, x, y, second);
+    FAIL("a second optimizer's slot variables were created by a later trace");
+  } catch (const kiln::value_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("only supports singleton variables created on the first call"));
+  }
+
+  // One concrete function per optimizer works: w moves towards y / x = -2.
+  kiln::optimizers::adam a({.learning_rate = 0.1}), b({.learning_rate = 0.05});
+  kiln::variable w(2.f);
+  auto step_a = kiln::function(train_step).get_concrete_function(w, x, y, a);
+  auto step_b = kiln::function(train_step).get_concrete_function(w, x, y, b);
+  for (int i = 0; i < 10; ++i) (i % 2 == 0 ? step_a : step_b)(w, x, y);
+  CHECK(a.iterations().read_value().item<std::int64_t>() == 5);
+  CHECK(b.iterations().read_value().item<std::int64_t>() == 5);
+  CHECK(value_of(w.read_value()) < 2.f - 0.5f);
+}
+
+TEST_CASE("apply_gradients checks its arguments") {
+  kiln::variable w(1.f), n(1);
+  kiln::optimizers::sgd opt;
+  CHECK_THROWS_AS(opt.apply_gradients({kiln::constant(1.f), kiln::constant(1.f)}, {w}), kiln::invalid_argument_error);
+  CHECK_THROWS_AS(opt.apply_gradients({kiln::tensor()}, {w}), kiln::value_error);
+  CHECK_THROWS_AS(opt.apply_gradients({kiln::constant(1)}, {n}), kiln::type_error);
+  CHECK_THROWS_AS(opt.apply_gradients({kiln::constant({1.f, 2.f})}, {w}), kiln::invalid_argument_error);
+  CHECK_THROWS_AS(kiln::optimizers::sgd({.momentum = 1.5}), kiln::invalid_argument_error);
+}
+
+TEST_CASE("a kiln::function called under a tape is differentiable, its backward pass traced once") {
+  // The seeds' "Functions have gradients": tape.gradient(add(v, 1.0), v) is 1.
+  kiln::function add([](const kiln::tensor& a, const kiln::tensor& b) { return a + b; }, {.name = "add"});
+  kiln::variable v(1.f);
+  {
+    kiln::gradient_tape tape;
+    kiln::tensor result = add(v, kiln::constant(1.f));
+    CHECK(value_of(tape.gradient(result, v)) == 1.f);
+  }
+
+  // A dense layer's input, weights and a variable it reads, against the formulas.
+  kiln::variable scale(2.0, "scale");
+  kiln::function layer([&](const kiln::tensor& x, const kiln::tensor& w) { return kiln::tanh(kiln::matmul(x, w)) * scale; },
+                       {.name = "layer"});
+  const std::vector<double> xv = {0.5, -1.0, 0.25, 2.0}, wv = {0.1, 0.2, -0.3, 0.4};  // x: (2, 2), w: (2, 2)
+  for (int round = 0; round < 2; ++round) {
+    kiln::tensor x = kiln::constant(xv, kiln::shape{2, 2}), w = kiln::constant(wv, kiln::shape{2, 2});
+    kiln::gradient_tape tape({.persistent = true});
+    tape.watch(x);
+    tape.watch(w);
+    kiln::tensor loss = kiln::reduce_sum(layer(x, w) * 3.0);
+    const std::vector<double> gx = tape.gradient(loss, x).to_vector<double>();
+    const std::vector<double> gw = tape.gradient(loss, w).to_vector<double>();
+    const double gs = tape.gradient(loss, scale).item<double>();
+    // z = x w, loss = sum(3 * scale * tanh(z)): d loss / d z = 6 (1 - tanh(z)^2).
+    auto z = [&](int r, int c) { return xv[std::size_t(r * 2)] * wv[std::size_t(c)] + xv[std::size_t(r * 2 + 1)] * wv[std::size_t(2 + c)]; };
+    auto dz = [&](int r, int c) { return 6.0 * (1 - std::tanh(z(r, c)) * std::tanh(z(r, c))); };
+    double expected_gs = 0;
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        expected_gs += 3.0 * std::tanh(z(r, c));
+        double ex = 0, ew = 0;  // d/dx_rc = sum_j dz_rj w_cj; d/dw_rc = sum_i x_ir dz_ic
+        for (int j = 0; j < 2; ++j) ex += dz(r, j) * wv[std::size_t(c * 2 + j)];
+        for (int i = 0; i < 2; ++i) ew += xv[std::size_t(i * 2 + r)] * dz(i, c);
+        CHECK(gx[std::size_t(r * 2 + c)] == Approx(ex).epsilon(1e-12));
+        CHECK(gw[std::size_t(r * 2 + c)] == Approx(ew).epsilon(1e-12));
+      }
+    CHECK(gs == Approx(expected_gs).epsilon(1e-12));
+  }
+  CHECK(layer.tracing_count() == 1);
+}
+
+TEST_CASE("a tape inside a function differentiates through a function it calls") {
+  kiln::function cube([](const kiln::tensor& x) { return x * x * x; }, {.name = "cube"});
+  kiln::function slope([&](const kiln::tensor& x) {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    return tape.gradient(cube(x) + x, x);
+  });
+  CHECK(value_of(slope(kiln::constant(2.f))) == Approx(3 * 4 + 1));
+}
+
+TEST_CASE("nested tapes give second derivatives through a function") {
+  kiln::function cube([](const kiln::tensor& x) { return x * x * x; }, {.name = "cube"});
+  kiln::tensor x = kiln::constant(1.5);
+  kiln::gradient_tape outer;
+  outer.watch(x);
+  kiln::tensor dy;
+  {
+    kiln::gradient_tape inner;
+    inner.watch(x);
+    dy = inner.gradient(cube(x), x);
+  }
+  CHECK(dy.item<double>() == Approx(3 * 1.5 * 1.5));
+  CHECK(outer.gradient(dy, x).item<double>() == Approx(6 * 1.5));
+}
+
+TEST_CASE("gradients inside a function equal eager gradients, op for op") {
+  // Each formula runs eagerly under a tape and as backward nodes of a trace.
+  const std::vector<std::function<kiln::tensor(const kiln::tensor&)>> models = {
+      [](const kiln::tensor& x) { return kiln::reduce_max(kiln::square(x), 1); },
+      [](const kiln::tensor& x) { return kiln::reduce_min(x * x * 0.5, 0); },
+      [](const kiln::tensor& x) { return kiln::concat({kiln::tanh(x), x * 2.0}, 1); },
+      [](const kiln::tensor& x) { return kiln::stack({x, kiln::sigmoid(x)}, 0); },
+      [](const kiln::tensor& x) { return kiln::slice(kiln::exp(x), {1, 0}, {1, -1}); },
+      [](const kiln::tensor& x) { return kiln::matmul(x, kiln::transpose(x)) / kiln::reduce_mean(x * x); },
+      [](const kiln::tensor& x) { return kiln::reshape(kiln::maximum(x, 0.25) - kiln::pow(kiln::abs(x) + 1.0, 1.5), {3, 2}); },
+  };
+  const kiln::tensor x = kiln::constant({{0.5, -1.25, 2.0}, {1.5, 0.75, -0.3}});
+  for (std::size_t m = 0; m < models.size(); ++m) {
+    INFO("model " << m);
+    const auto& f = models[m];
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    const std::vector<double> eager = tape.gradient(f(x), x).to_vector<double>();
+    kiln::function traced([&](const kiln::tensor& v) {
+      kiln::gradient_tape inner;
+      inner.watch(v);
+      return inner.gradient(f(v), v);
+    });
+    const std::vector<double> graph = traced(x).to_vector<double>();
+    REQUIRE(graph.size() == eager.size());
+    for (std::size_t i = 0; i < eager.size(); ++i) CHECK(graph[i] == Approx(eager[i]).epsilon(1e-14));
+  }
+}
