@@ -73,19 +73,20 @@ struct call_backward {
 
 /// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
 /// on its first call under a tape.
-template <class>
+template <class Lazy>
 void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
   std::call_once(c.backward_once, [&] {
     auto call = std::make_shared<differentiable_call>();
     call->variables = variables_read(c.graph);
     // The backward pass keeps a copy of the graph, so that it outlives the function.
-    auto backward = std::make_shared<call_backward<void>>(call_backward<void>{kiln::function(
-        typename call_backward<void>::body{std::make_shared<const graph>(c.graph), call->variables},
+    auto backward = std::make_shared<backward_t>(backward_t{kiln::function(
+        typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables},
         function_options{.name = c.name + "_grad"})});
     call->self = backward;
     call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
-      return static_cast<const call_backward<void>*>(self)->fn(std::vector<tensor>(in.begin(), in.end()),
-                                                               std::vector<tensor>(dys.begin(), dys.end()));
+      return static_cast<const backward_t*>(self)->fn(std::vector<tensor>(in.begin(), in.end()),
+                                                      std::vector<tensor>(dys.begin(), dys.end()));
     };
     c.backward = std::move(call);
   });

@@ -183,14 +183,16 @@ void register_gradient_ops() {
 /// \endcode
 class gradient_tape {
  public:
-  template <class = void>
+  // A template, and what it names depends on `Lazy`, so that only a program that makes
+  // a tape compiles the formulas' ops and the backward pass of functions.
+  template <class Lazy = void>
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_gradient_ops();
+    detail::register_gradient_ops<Lazy>();
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
-    detail::call_hook().store(&detail::record_function_call<>, std::memory_order_relaxed);
+    detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
