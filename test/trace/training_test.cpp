@@ -269,3 +269,40 @@ TEST_CASE("gradients inside a function equal eager gradients, op for op") {
     for (std::size_t i = 0; i < eager.size(); ++i) CHECK(graph[i] == Approx(eager[i]).epsilon(1e-14));
   }
 }
+
+TEST_CASE("a function with effects called under a tape runs them once, in program order") {
+  kiln::variable counter(0.0, "counter"), scale(2.0, "scale");
+  kiln::function step([&](const kiln::tensor& x) {
+    counter.assign_add(1.0);
+    const kiln::tensor before = scale.read_value();
+    scale.assign(before * 3.0);
+    return x * before * scale.read_value();  // x * 2 * 6
+  });
+  const kiln::tensor x = kiln::constant(0.5);
+  kiln::gradient_tape tape({.persistent = true});
+  tape.watch(x);
+  const kiln::tensor y = step(x);
+  CHECK(y.item<double>() == 6.0);
+  CHECK(counter.read_value().item<double>() == 1.0);
+  CHECK(scale.read_value().item<double>() == 6.0);
+  CHECK(tape.gradient(y, x).item<double>() == 12.0);
+  // Two reads of scale feed y: x * 6 through the first, x * 2 through the last.
+  CHECK(tape.gradient(y, scale).item<double>() == 4.0);
+  step(x);
+  CHECK(counter.read_value().item<double>() == 2.0);
+  CHECK(step.tracing_count() == 1);
+}
+
+TEST_CASE("gradients do not flow through an assignment, as in TensorFlow") {
+  const kiln::tensor x = kiln::constant(1.5);
+  kiln::variable v(0.0, "v"), w(1.0, "w");
+  kiln::gradient_tape tape({.persistent = true});
+  tape.watch(x);
+  v.assign(x * 3.0);
+  w.assign_add(x);
+  const kiln::tensor y = v * 2.0 + w * 5.0;
+  CHECK(y.item<double>() == 4.5 * 2 + 2.5 * 5);
+  CHECK_FALSE(tape.gradient(y, x).defined());
+  CHECK(tape.gradient(y, v).item<double>() == 2.0);
+  CHECK(tape.gradient(y, w).item<double>() == 5.0);
+}

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
-/// Replaying a trace into the trace in progress node by node, so that the gradient
-/// tapes recording there see its ops: how a kiln::function called while another is
-/// traced joins a tape of the outer trace, and how a function's backward pass is
-/// traced (kiln/autodiff/function_gradient.hpp).
+/// Replaying a trace node by node, so that the gradient tapes recording see its ops:
+/// how a kiln::function called while another is traced joins a tape of the outer
+/// trace, how a function with effects runs under an eager tape (its writes and prints
+/// happen once, in order, and its reads are the values of the moment), and how a
+/// function's backward pass is traced (kiln/autodiff/function_gradient.hpp).
 
 #include <span>
 #include <vector>
@@ -16,13 +17,14 @@
 
 namespace kiln::detail {
 
-/// Adds graph `g`, its arguments bound to `args`, to the trace in progress and returns
-/// its outputs. Ops run through the kernel table (detail::run_registered), so the
-/// tapes of the trace record them, and variable reads are handed to those tapes as
-/// kiln::variable's own reads are; special ops (effects, control flow) are copied.
+/// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
+/// progress when there is one, else eagerly. Ops run through the kernel table
+/// (detail::run_registered), so the tapes recording there record them, and variable
+/// reads are handed to those tapes as kiln::variable's own reads are. Special ops
+/// (effects, control flow) are copied into the trace, or run, in program order.
 template <class = void>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
-  trace_context& trace = *trace_context::current();
+  trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());
   for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];
   std::vector<tensor> outputs;
@@ -41,10 +43,18 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         break;
       }
       case node_kind::special: {
-        std::vector<int> ins;
-        for (int id : n.input_ids()) ins.push_back(trace.node_of(value[std::size_t(id)]));
-        const std::vector<int> ids = trace.graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
-        for (std::size_t k = 0; k < ids.size(); ++k) value[i + k] = trace.symbolic(ids[k]);
+        std::vector<tensor> results;
+        if (trace) {
+          std::vector<int> ins;
+          for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
+          for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
+            results.push_back(trace->symbolic(id));
+        } else {
+          std::vector<const tensor*> in;
+          for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+          results = n.special().run(in);
+        }
+        for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
         if (const auto* read = n.special().as<read_variable_op>(); read && recording_tapes() > 0)
           watch_on_active_tapes(read->state().get(), value[i]);
         break;

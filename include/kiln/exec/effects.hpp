@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/autodiff/tape.hpp"
 #include "kiln/core/print.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/graph/graph.hpp"
@@ -110,16 +111,20 @@ class assign_variable_op final : public special_op {
   std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
-  /// kiln::invalid_argument_error.
+  /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
+  /// tape tracks (as in TensorFlow, gradients do not flow through an assignment): the
+  /// sums run their kernels directly, unseen by tapes, and an assigned value is copied
+  /// while a tape records on this thread.
   template <class = void>
   tensor apply(const tensor& x) const {
     var_->check(name(), x);
     return var_->update([&](const tensor& old) {
+      const tensor* in[] = {&old, &x};
       switch (mode_) {
-        case assign_mode::add: return kiln::add(require(old), x);
-        case assign_mode::subtract: return kiln::subtract(require(old), x);
+        case assign_mode::add: return (void)require(old), execute(ops::add{}, in);
+        case assign_mode::subtract: return (void)require(old), execute(ops::subtract{}, in);
         case assign_mode::initialize: return old.defined() ? old : x;
-        default: return x;
+        default: return recording_tapes() > 0 ? stop_gradient(x) : x;
       }
     });
   }

@@ -241,8 +241,13 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
     args.emplace_back(*t);
   }
   const std::span<const tensor> inputs(args.begin(), args.size());
+  if (recording_tapes() > 0 && graph.has_effects()) {
+    // Under a gradient tape, a function with effects runs op by op, recorded as eager
+    // code is: its backward pass cannot run it again.
+    return replay(graph, inputs);
+  }
   out = executor->run(inputs);
-  // Under a gradient tape the call is one differentiable op.
+  // Under a gradient tape, a function without effects is one differentiable op.
   if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
   return out;
 }
