@@ -11315,6 +11315,27 @@ inline std::atomic<call_recorder>& call_hook() {
   static std::atomic<call_recorder> hook{nullptr};
   return hook;
 }
+/// The branches of a `cond` node and each one's arguments (indices into the node's
+/// captures), as a tape keeps them to differentiate the node.
+struct cond_branches {
+  graph then_graph;
+  std::vector<int> then_args;
+  graph else_graph;
+  std::vector<int> else_args;
+};
+/// How `cond` nodes reach the tapes recording in their trace: a function set when the
+/// first tape is made, as for calls.
+using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                               std::span<const tensor> outputs);
+inline std::atomic<cond_recorder>& cond_hook() {
+  static std::atomic<cond_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                          std::span<const tensor> outputs);
+
 /// Records a call of concrete function `c` on the tapes of this thread (defined in
 /// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
 template <class = void>
@@ -11387,8 +11408,11 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
   return run_registered(ops::add{}, in);
 }
 
-template <class>
-struct call_backward;
+/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+                                            std::span<const tensor> output_grads,
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables);
 
 /// The ops the gradient formulas run, registered when a tape is made.
 template <class = void>
@@ -11438,6 +11462,7 @@ class gradient_tape {
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
+    detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -11502,7 +11527,9 @@ class gradient_tape {
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
   template <class>
-  friend struct detail::call_backward;
+  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
+                                                             std::span<const tensor>,
+                                                             const std::vector<std::tuple<const void*, dtype, shape>>&);
 
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
@@ -15276,7 +15303,8 @@ struct runtime_tier {
 /// optimized graph: its body replays the forward trace under a tape and differentiates
 /// the sum of each floating-point output times its gradient, which gives the inputs'
 /// gradients and those of the variables the trace reads. (The forward values are
-/// computed again in the backward graph rather than kept from the call.)
+/// computed again in the backward graph rather than kept from the call.) A `cond` node
+/// recorded under a tape in its trace is differentiated the same way, branch by branch.
 
 #include <memory>
 #include <mutex>
@@ -15284,6 +15312,586 @@ struct runtime_tier {
 #include <tuple>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
+// ----- begin kiln/trace/control_flow.hpp -----
+/// \file
+/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
+/// flow on eager tensors; while tracing, branches, conditions and bodies are traced
+/// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
+/// with the tensors they use from the enclosing trace passed in as captures.
+
+#include <concepts>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+// ----- begin kiln/ops/control_flow.hpp -----
+/// \file
+/// What both tiers' control flow share: the concepts that tell loop variables, loop
+/// options, loop indices and loop bodies apart. kiln::while_loop and kiln::for_range
+/// have overloads in each tier; they constrain with these same concepts, so that the
+/// typed overloads, which add constraints, are the more specialized ones.
+
+#include <concepts>
+
+namespace kiln {
+
+class tensor;
+struct loop_options;
+
+namespace detail {
+
+/// Loop variables given without kiln::loop_options first.
+template <class... Vars>
+concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
+
+/// A loop's index or bound: a C++ integer, or an int32 scalar tensor.
+template <class T>
+concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+
+/// A loop body, told apart from a loop index.
+template <class T>
+concept loop_body = !loop_index<T>;
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/ops/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+
+namespace kiln {
+
+/// What a loop body returns to stop early: `pred`, and the values to go on with.
+template <class Tuple>
+struct break_result {
+  tensor stop;
+  Tuple next;
+};
+
+/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
+/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
+/// it goes on with `next...`.
+/// \code
+/// kiln::while_loop([](auto i) { return i < 10; },
+///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
+/// \endcode
+template <class P, class... Next>
+  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
+  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+}
+
+/// Options of kiln::while_loop and kiln::for_range, given just before the loop
+/// variables.
+/// \code
+/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+struct loop_options {
+  /// The shapes the loop variables may take from one iteration to the next
+  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
+  /// order (a tuple or vector variable has one per tensor in it); entries left out
+  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
+  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
+  /// variable enters with and every value the body gives it, else kiln::value_error;
+  /// the loop's results have the invariant's shape. A tensor_array takes none: with
+  /// dynamic_size, the loop lets its size change by itself.
+  std::vector<std::optional<shape>> shape_invariants;
+};
+
+namespace detail {
+
+template <class T>
+struct is_break_result : std::false_type {};
+template <class T>
+struct is_break_result<break_result<T>> : std::true_type {};
+
+using value_spec = std::pair<dtype, shape>;
+
+/// "float32 (2,)", as the errors of control flow show a value.
+inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+/// "(int32 (), float32 (2,))": several specs as a message shows them.
+inline std::string specs_text(std::span<const value_spec> specs) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
+  return s + ")";
+}
+
+/// The leaves of a structure of tensors, in order.
+template <class S>
+std::vector<tensor> leaves_of(const S& s) {
+  std::vector<tensor> out;
+  for_each_output(s, [&](const tensor& t) { out.push_back(t); });
+  return out;
+}
+inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
+  std::vector<value_spec> out;
+  for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
+  return out;
+}
+
+/// A branch, condition or body as traced: its graph, the outer tensors it captured
+/// (its placeholders after the parameters) and the specs of its outputs.
+struct traced_subgraph {
+  graph g;
+  std::vector<tensor> captures;
+  std::vector<value_spec> outputs;
+};
+
+/// Traces `fn(parameters)` into a subgraph whose first placeholders have the specs
+/// and names of `params`; returns what `fn` returned (symbolic, for its structure).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgraph& out) {
+  trace_context context(trace_context::subgraph);
+  std::vector<tensor> placeholders;
+  for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
+  auto result = fn(std::span<const tensor>(placeholders));
+  auto record = [&](const auto& part) {
+    for_each_output(part, [&](const tensor& t) {
+      const node& n = context.add_output(t);
+      out.outputs.emplace_back(n.dtype(), n.shape());
+    });
+  };
+  if constexpr (is_break_result<decltype(result)>::value) {
+    record(result.stop);
+    record(result.next);
+  } else {
+    record(result);
+  }
+  out.g = std::move(context.graph());
+  out.captures = context.captures();
+  return result;
+}
+/// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
+inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
+/// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
+/// loop variable's may be less specific than its value).
+template <class Fn>
+auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
+  std::vector<tensor_spec> parameters;
+  for (std::size_t k = 0; k < params.size(); ++k)
+    parameters.emplace_back(specs[k].second, specs[k].first, parameter_name(params[k]));
+  return trace_subgraph(std::forward<Fn>(fn), std::span<const tensor_spec>(parameters), out);
+}
+
+/// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
+inline int capture_index(std::vector<tensor>& all, const tensor& t) {
+  for (std::size_t k = 0; k < all.size(); ++k)
+    if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
+  all.push_back(t);
+  return int(all.size()) - 1;
+}
+
+/// Loop variables `vars` as one value: the value itself for one, a tuple for several.
+template <class... Vars>
+auto loop_result(std::tuple<Vars...>&& vars) {
+  if constexpr (sizeof...(Vars) == 1)
+    return std::move(std::get<0>(vars));
+  else
+    return std::move(vars);
+}
+
+/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
+template <class V>
+output_t<V> as_output(const V& v) {
+  std::vector<tensor> leaves = leaves_of(v);
+  const tensor* next = leaves.data();
+  return rebuild_output(v, next);
+}
+
+/// Appends, per leaf of `s`, the tensor_array whose elements it holds, or nullptr.
+template <class S>
+void array_leaves(const S& s, std::vector<const tensor_array*>& out) {
+  using U = std::remove_cvref_t<S>;
+  if constexpr (std::is_same_v<U, tensor_array>)
+    out.push_back(&s);
+  else if constexpr (is_tuple_like<U>::value || is_vector<U>::value)
+    for_each_element(s, [&](const auto& e) { array_leaves(e, out); });
+  else
+    out.push_back(nullptr);
+}
+template <class S>
+std::vector<const tensor_array*> array_leaves(const S& s) {
+  std::vector<const tensor_array*> out;
+  array_leaves(s, out);
+  return out;
+}
+
+/// `s` with its first dim `kiln::none`: the elements of an array that may grow.
+inline shape any_rows(shape s) {
+  s[0] = none;
+  return s;
+}
+
+/// The shape invariant of each leaf of the loop state `state`, whose first `hidden`
+/// leaves are kiln's own: those `options` gives, and for a written tensor_array with
+/// dynamic_size its elements with any number of rows. Raises kiln::value_error for
+/// more invariants than variables, and for an invariant given to a tensor_array.
+template <class State>
+std::vector<std::optional<shape>> loop_invariants(const State& state, const loop_options& options, std::size_t hidden) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  const auto& given = options.shape_invariants;
+  if (given.size() > arrays.size() - hidden)
+    throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
+                      std::to_string(arrays.size() - hidden) + " loop variables");
+  std::vector<std::optional<shape>> out(arrays.size());
+  for (std::size_t k = hidden; k < arrays.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (k - hidden < given.size() && given[k - hidden]) {
+      if (array)
+        throw value_error("while_loop: loop variable " + std::to_string(k - hidden) +
+                          " is a tensor_array, which takes no shape invariant (with dynamic_size its size may change)");
+      out[k] = given[k - hidden];
+    } else if (array && array->dynamic_size() && !array->unwritten()) {
+      out[k] = any_rows(array->elements().shape());
+    }
+  }
+  return out;
+}
+
+/// The specs loop variables keep: the specs of the values they enter with, whose
+/// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
+/// not accept the value its variable enters with.
+inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
+                                          std::size_t hidden) {
+  std::vector<value_spec> specs = specs_of(entering);
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    if (!invariants[k]) continue;
+    if (!invariants[k]->accepts(specs[k].second))
+      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
+                        spec_text(specs[k]) + ", which its shape invariant " + invariants[k]->str() + " does not accept");
+    specs[k].second = *invariants[k];
+  }
+  return specs;
+}
+
+/// Raises kiln::value_error unless a body's results `got` fit the loop variables'
+/// specs: the same dtype, and a shape that the spec, exact or relaxed by the
+/// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
+/// own (for_range's counter): messages number the caller's variables from 0.
+inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
+                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                             std::string_view loop = "while_loop") {
+  if (got.size() != expected.size())
+    throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
+                      std::to_string(expected.size() - hidden) + " loop variables");
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    if (got[k].first == expected[k].first && expected[k].second.accepts(got[k].second)) continue;
+    const std::string variable = std::string(loop) + ": loop variable " + std::to_string(k - hidden);
+    if (got[k].first == expected[k].first && k < invariants.size() && invariants[k])
+      throw value_error(variable + " has the shape invariant " + invariants[k]->str() + " but is " + spec_text(got[k]) +
+                        " after one iteration");
+    std::string message = variable + " enters the loop as " + spec_text(expected[k]) + " but is " + spec_text(got[k]) +
+                          " after one iteration; a loop variable must keep its dtype and shape";
+    if (got[k].first == expected[k].first)
+      message += "; to let its shape change, give the loop a shape invariant with kiln::none dims "
+                 "(kiln::loop_options{.shape_invariants = ...})";
+    throw value_error(message);
+  }
+}
+
+/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
+/// write) as their spec from now on, with any number of rows for one with
+/// dynamic_size; returns the leaves that changed.
+template <class State>
+std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  const std::vector<const tensor_array*> arrays = array_leaves(state);
+  std::vector<std::size_t> settled;
+  for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
+    const tensor_array* array = arrays[k];
+    if (!array || !array->unwritten() || got[k].first != specs[k].first || got[k] == specs[k]) continue;
+    specs[k] = {got[k].first, array->dynamic_size() ? any_rows(got[k].second) : got[k].second};
+    settled.push_back(k);
+  }
+  return settled;
+}
+
+/// The next loop state: `current`'s structure with the leaves of what a body returned.
+template <class State>
+State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
+                 std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                 std::string_view loop = "while_loop") {
+  const std::vector<value_spec> got = specs_of(returned);
+  settle_arrays(current, expected, got);
+  check_loop_specs(got, expected, invariants, hidden, loop);
+  const tensor* next = returned.data();
+  return rebuild_output(current, next);
+}
+
+}  // namespace detail
+
+/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
+/// both branches are traced and the graph gets a `cond` node; the branches must then
+/// return the same structure, dtypes and shapes (or both nothing), else
+/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
+/// \code
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
+/// \endcode
+template <class Then, class Else>
+auto cond(const tensor& pred, Then then_fn, Else else_fn) {
+  using R = std::invoke_result_t<Then&>;
+  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
+                "kiln::cond: both branches must return the same type");
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    const bool taken = detail::truth_of(pred, "cond");
+    if constexpr (std::is_void_v<R>) {
+      taken ? then_fn() : else_fn();
+      return;
+    } else {
+      return detail::as_output(taken ? then_fn() : else_fn());
+    }
+  } else {
+    if (pred.dtype() != bool_ || pred.rank() != 0)
+      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
+                        pred.shape().str());
+    // A branch that returns nothing is traced as returning an empty tuple.
+    auto branch = [](auto& fn) {
+      return [&fn](std::span<const tensor>) {
+        if constexpr (std::is_void_v<R>) {
+          fn();
+          return std::tuple<>{};
+        } else {
+          return fn();
+        }
+      };
+    };
+    detail::traced_subgraph then_graph, else_graph;
+    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
+    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
+    if (then_graph.outputs != else_graph.outputs) {
+      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                        detail::specs_text(then_graph.outputs) + " and the false branch " +
+                        detail::specs_text(else_graph.outputs));
+    }
+    std::vector<tensor> inputs{pred};
+    std::vector<int> then_args, else_args;
+    std::vector<tensor> captures;
+    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
+    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
+    inputs.insert(inputs.end(), captures.begin(), captures.end());
+    const std::vector<detail::value_spec> results = then_graph.outputs;
+    // A gradient tape recording in this trace differentiates the node: it keeps the
+    // branches (copied before they move into the node).
+    std::optional<detail::cond_branches> for_tapes;
+    if (detail::recording_tapes() > 0) for_tapes = detail::cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                                std::move(else_args));
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
+    if (for_tapes) detail::cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+    if constexpr (!std::is_void_v<R>) {
+      const tensor* next = out.data();
+      return detail::rebuild_output(traced, next);
+    }
+  }
+}
+
+namespace detail {
+/// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
+template <class Cond, class Body, class... Vars>
+auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
+  using state = std::tuple<detail::output_t<Vars>...>;
+  state initial{detail::as_output(vars)...};
+  std::vector<tensor> initial_leaves = detail::leaves_of(initial);
+  const std::vector<std::optional<shape>> invariants = detail::loop_invariants(initial, options, hidden);
+  std::vector<detail::value_spec> specs = detail::loop_specs(initial_leaves, invariants, hidden);
+  using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
+  constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
+
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    state current = std::move(initial);
+    while (detail::truth_of(std::apply(cond_fn, current), "while_loop")) {
+      auto r = std::apply(body_fn, current);
+      if constexpr (breaks) {
+        if (detail::truth_of(r.stop, "break_if")) break;
+        current = detail::next_state(current, detail::leaves_of(r.next), specs, invariants, hidden);
+      } else {
+        current = detail::next_state(current, detail::leaves_of(r), specs, invariants, hidden);
+      }
+    }
+    return detail::loop_result(std::move(current));
+  } else {
+    auto as_state = [&](std::span<const tensor> leaves) {
+      const tensor* next = leaves.data();
+      return detail::rebuild_output(initial, next);
+    };
+    detail::traced_subgraph cond_graph, body_graph;
+    auto trace_loop = [&] {
+      cond_graph = {};
+      body_graph = {};
+      detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
+                             initial_leaves, specs, cond_graph);
+      if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+        throw value_error("while_loop: the condition must give a bool scalar, got " +
+                          detail::spec_text(cond_graph.outputs[0]));
+      detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
+                             specs, body_graph);
+      std::span<const detail::value_spec> next_specs(body_graph.outputs);
+      if constexpr (breaks) {
+        if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
+          throw value_error("break_if: the condition must be a bool scalar, got " +
+                            detail::spec_text(body_graph.outputs[0]));
+        next_specs = next_specs.subspan(1);
+      }
+      return next_specs;
+    };
+    std::span<const detail::value_spec> next_specs = trace_loop();
+    // A tensor_array first written in the body enters the loop holding zeros of
+    // the shape that write gave it; the body is traced again for that input.
+    if (const std::vector<std::size_t> settled = detail::settle_arrays(initial, specs, next_specs); !settled.empty()) {
+      const std::vector<const tensor_array*> arrays = detail::array_leaves(initial);
+      for (std::size_t k : settled)
+        initial_leaves[k] = arrays[k]
+                                ->holding_zeros(shape(specs[k].second.dims().subspan(1)), initial_leaves[k].device())
+                                .elements();
+      initial = as_state(initial_leaves);
+      next_specs = trace_loop();
+    }
+    detail::check_loop_specs(next_specs, specs, invariants, hidden);
+
+    std::vector<tensor> inputs = initial_leaves;
+    inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
+    inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
+    auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
+                                                 int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
+    std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+    return detail::loop_result(as_state(out));
+  }
+}
+}  // namespace detail
+
+/// kiln::while_loop with `options`: shape invariants let loop variables change shape.
+/// \code
+/// // Halves x's length until one element is left: the sum of its elements.
+/// kiln::tensor sum = kiln::while_loop(
+///     [](const kiln::tensor& x) { return kiln::shape_of(x)[0] > 1; },
+///     [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::reshape(x, {-1, 2}), 1); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::constant({1, 2, 3, 4}));  // [10]
+/// \endcode
+template <class Cond, class Body, class... Vars>
+auto while_loop(Cond cond_fn, Body body_fn, const loop_options& options, const Vars&... vars) {
+  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
+  return detail::while_loop(std::size_t(0), options, std::move(cond_fn), std::move(body_fn), vars...);
+}
+
+/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
+/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
+/// kiln::break_if). Returns the final values in the same form. While tracing, the
+/// condition and body are traced once into a `while` node; a loop variable whose
+/// dtype or shape changes raises kiln::value_error naming it and both specs (a shape
+/// may change where kiln::loop_options gives it a shape invariant).
+/// \code
+/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
+///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
+///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
+/// \endcode
+template <class Cond, class Body, class... Vars>
+  requires detail::plain_loop_variables<Vars...>
+auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
+  return while_loop(std::move(cond_fn), std::move(body_fn), loop_options{}, vars...);
+}
+
+namespace detail {
+inline tensor index_tensor(const tensor& t) { return t; }
+template <std::integral T>
+tensor index_tensor(T v) {
+  return kiln::constant(std::int32_t(v));
+}
+
+/// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
+template <class Body, class... Vars>
+auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
+                  const Vars&... vars) {
+  // Python's range length: ceil((limit - start) / delta), at least 0.
+  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
+  auto body = [&](const tensor& k, const auto&... v) {
+    const tensor i = start + k * delta;
+    using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
+    if constexpr (std::is_void_v<R>) {
+      body_fn(i, v...);
+      return k + 1;
+    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+      auto r = body_fn(i, v...);
+      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
+    } else {
+      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
+    }
+  };
+  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
+  if constexpr (sizeof...(Vars) == 0) {
+    return;
+  } else if constexpr (sizeof...(Vars) == 1) {
+    return std::get<1>(std::move(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
+  }
+}
+}  // namespace detail
+
+/// kiln::for_range with `options`: shape invariants let loop variables change shape.
+/// \code
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && detail::loop_body<Body>
+auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
+  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
+                              body_fn, options, vars...);
+}
+/// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
+/// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
+/// time instead). `body_fn(i, vars...)` gives the next values; with no loop
+/// variables it returns nothing.
+/// \code
+/// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
+/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
+/// \endcode
+template <class Limit, class Body, class... Vars>
+  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>
+auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
+  return for_range(limit, std::move(body_fn), loop_options{}, vars...);
+}
+/// `for i in range(start, limit, delta)` with `options` (see kiln::loop_options).
+/// \code
+/// kiln::tensor evens = kiln::for_range(0, 10, 2, [](const kiln::tensor& i, const kiln::tensor& x) {
+///   return kiln::concat({x, kiln::reshape(i, {1})}, 0);
+/// }, kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::zeros({0}, kiln::int32));  // [0 2 4 6 8]
+/// \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const loop_options& options,
+               const Vars&... vars) {
+  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
+                              options, vars...);
+}
+
+/// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
+/// kiln::invalid_argument_error.
+/// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
+template <class Start, class Limit, class Delta, class Body, class... Vars>
+  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta> &&
+           detail::plain_loop_variables<Vars...>
+auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
+  return for_range(start, limit, delta, std::move(body_fn), loop_options{}, vars...);
+}
+}  // namespace kiln
+// ----- end kiln/trace/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 
 namespace kiln::detail {
 
@@ -15301,6 +15909,41 @@ inline std::vector<std::tuple<const void*, dtype, shape>> variables_read(const g
   return out;
 }
 
+/// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
+/// of each floating-point output times its gradient in `output_grads`, with respect
+/// to each of `sources` (tensors among `args`, or values they were made from), then
+/// to each of `variables` (its reads in `g`); zeros where unconnected. It replays `g`
+/// under a tape into the trace in progress: how backward passes are traced.
+template <class>
+std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+                                            std::span<const tensor> output_grads,
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables) {
+  gradient_tape tape;
+  for (const tensor& x : sources) tape.watch(x);
+  tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
+  std::size_t k = 0;
+  for (const tensor& y : replay(g, args))
+    if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
+  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined()) continue;
+    const bool input = i < sources.size();
+    const dtype t = input ? sources[i].dtype() : std::get<1>(variables[i - sources.size()]);
+    const shape& s = input ? sources[i].shape() : std::get<2>(variables[i - sources.size()]);
+    require_fully_defined("gradient", s);
+    grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+  }
+  return grads;
+}
+
+/// The floating-point tensors of `values`.
+inline std::vector<tensor> floating_only(std::span<const tensor> values) {
+  std::vector<tensor> out;
+  for (const tensor& x : values)
+    if (is_floating(x.dtype())) out.push_back(x);
+  return out;
+}
+
 /// The backward pass of one trace.
 template <class>
 struct call_backward {
@@ -15309,26 +15952,9 @@ struct call_backward {
     std::vector<std::tuple<const void*, dtype, shape>> variables;
 
     /// The gradients of the floating-point `inputs`, then of each variable read, given
-    /// one gradient per floating-point output (zeros where unconnected).
+    /// one gradient per floating-point output.
     std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
-      gradient_tape tape;
-      std::vector<tensor> sources;
-      for (const tensor& x : inputs)
-        if (is_floating(x.dtype())) tape.watch(x), sources.push_back(x);
-      tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
-      std::size_t k = 0;
-      for (const tensor& y : replay(*forward, inputs))
-        if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
-      std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
-      for (std::size_t i = 0; i < grads.size(); ++i) {
-        if (grads[i].defined()) continue;
-        const bool input = i < sources.size();
-        const dtype t = input ? sources[i].dtype() : std::get<1>(variables[i - sources.size()]);
-        const shape& s = input ? sources[i].shape() : std::get<2>(variables[i - sources.size()]);
-        require_fully_defined("gradient", s);
-        grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
-      }
-      return grads;
+      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables);
     }
   };
   mutable kiln::function<body> fn;  // a call traces on a new signature
@@ -15354,6 +15980,47 @@ void record_function_call(const concrete_state& c, std::span<const tensor> input
     c.backward = std::move(call);
   });
   record_call_on_active_tapes(c.backward, inputs, outputs);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::detail {
+
+/// A `cond` node recorded while a tape records in its trace: its backward pass is a
+/// `cond` on the same predicate whose branches are the vector-Jacobian products of the
+/// two branches, each with respect to every floating-point value the node captured
+/// (zeros for those its branch does not read) and every variable the branches read.
+struct cond_backward {
+  tensor pred;
+  cond_branches branches;
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+};
+
+template <class Lazy>
+void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                          std::span<const tensor> outputs) {
+  auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
+  state->variables = variables_read(state->branches.then_graph);
+  for (const auto& v : variables_read(state->branches.else_graph))
+    if (std::ranges::none_of(state->variables, [&](const auto& w) { return std::get<0>(w) == std::get<0>(v); }))
+      state->variables.push_back(v);
+  auto call = std::make_shared<differentiable_call>();
+  call->variables = state->variables;
+  call->self = state;
+  call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
+    const auto& c = *static_cast<const cond_backward*>(self);
+    const std::vector<tensor> sources = floating_only(captured);
+    auto branch = [&](const graph& g, const std::vector<int>& picks) {
+      return [&] {
+        std::vector<tensor> args;
+        for (int k : picks) args.push_back(captured[std::size_t(k)]);
+        return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
+      };
+    };
+    return kiln::cond(c.pred, branch(c.branches.then_graph, c.branches.then_args),
+                      branch(c.branches.else_graph, c.branches.else_args));
+  };
+  record_call_on_active_tapes(call, captures, outputs);
 }
 
 }  // namespace kiln::detail
@@ -15605,40 +16272,6 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 #include <utility>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
-#define KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
-// ----- begin kiln/ops/control_flow.hpp -----
-/// \file
-/// What both tiers' control flow share: the concepts that tell loop variables, loop
-/// options, loop indices and loop bodies apart. kiln::while_loop and kiln::for_range
-/// have overloads in each tier; they constrain with these same concepts, so that the
-/// typed overloads, which add constraints, are the more specialized ones.
-
-#include <concepts>
-
-namespace kiln {
-
-class tensor;
-struct loop_options;
-
-namespace detail {
-
-/// Loop variables given without kiln::loop_options first.
-template <class... Vars>
-concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
-
-/// A loop's index or bound: a C++ integer, or an int32 scalar tensor.
-template <class T>
-concept loop_index = std::integral<T> || std::same_as<T, tensor>;
-
-/// A loop body, told apart from a loop index.
-template <class T>
-concept loop_body = !loop_index<T>;
-
-}  // namespace detail
-}  // namespace kiln
-// ----- end kiln/ops/control_flow.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
 
 namespace kiln {
 namespace typed {
@@ -16461,547 +17094,6 @@ class generator {
 }  // namespace kiln
 // ----- end kiln/trace/random.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
-// ----- begin kiln/trace/control_flow.hpp -----
-/// \file
-/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
-/// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
-/// flow on eager tensors; while tracing, branches, conditions and bodies are traced
-/// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
-/// with the tensors they use from the enclosing trace passed in as captures.
-
-#include <concepts>
-#include <memory>
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-
-namespace kiln {
-
-/// What a loop body returns to stop early: `pred`, and the values to go on with.
-template <class Tuple>
-struct break_result {
-  tensor stop;
-  Tuple next;
-};
-
-/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
-/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
-/// it goes on with `next...`.
-/// \code
-/// kiln::while_loop([](auto i) { return i < 10; },
-///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
-/// \endcode
-template <class P, class... Next>
-  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
-break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
-  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
-}
-
-/// Options of kiln::while_loop and kiln::for_range, given just before the loop
-/// variables.
-/// \code
-/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
-/// kiln::tensor x = kiln::for_range(
-///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
-///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
-/// \endcode
-struct loop_options {
-  /// The shapes the loop variables may take from one iteration to the next
-  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
-  /// order (a tuple or vector variable has one per tensor in it); entries left out
-  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
-  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
-  /// variable enters with and every value the body gives it, else kiln::value_error;
-  /// the loop's results have the invariant's shape. A tensor_array takes none: with
-  /// dynamic_size, the loop lets its size change by itself.
-  std::vector<std::optional<shape>> shape_invariants;
-};
-
-namespace detail {
-
-template <class T>
-struct is_break_result : std::false_type {};
-template <class T>
-struct is_break_result<break_result<T>> : std::true_type {};
-
-using value_spec = std::pair<dtype, shape>;
-
-/// "float32 (2,)", as the errors of control flow show a value.
-inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
-/// "(int32 (), float32 (2,))": several specs as a message shows them.
-inline std::string specs_text(std::span<const value_spec> specs) {
-  std::string s = "(";
-  for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
-  return s + ")";
-}
-
-/// The leaves of a structure of tensors, in order.
-template <class S>
-std::vector<tensor> leaves_of(const S& s) {
-  std::vector<tensor> out;
-  for_each_output(s, [&](const tensor& t) { out.push_back(t); });
-  return out;
-}
-inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
-  std::vector<value_spec> out;
-  for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
-  return out;
-}
-
-/// A branch, condition or body as traced: its graph, the outer tensors it captured
-/// (its placeholders after the parameters) and the specs of its outputs.
-struct traced_subgraph {
-  graph g;
-  std::vector<tensor> captures;
-  std::vector<value_spec> outputs;
-};
-
-/// Traces `fn(parameters)` into a subgraph whose first placeholders have the specs
-/// and names of `params`; returns what `fn` returned (symbolic, for its structure).
-template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgraph& out) {
-  trace_context context(trace_context::subgraph);
-  std::vector<tensor> placeholders;
-  for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
-  auto result = fn(std::span<const tensor>(placeholders));
-  auto record = [&](const auto& part) {
-    for_each_output(part, [&](const tensor& t) {
-      const node& n = context.add_output(t);
-      out.outputs.emplace_back(n.dtype(), n.shape());
-    });
-  };
-  if constexpr (is_break_result<decltype(result)>::value) {
-    record(result.stop);
-    record(result.next);
-  } else {
-    record(result);
-  }
-  out.g = std::move(context.graph());
-  out.captures = context.captures();
-  return result;
-}
-/// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
-inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
-/// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
-/// loop variable's may be less specific than its value).
-template <class Fn>
-auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const value_spec> specs, traced_subgraph& out) {
-  std::vector<tensor_spec> parameters;
-  for (std::size_t k = 0; k < params.size(); ++k)
-    parameters.emplace_back(specs[k].second, specs[k].first, parameter_name(params[k]));
-  return trace_subgraph(std::forward<Fn>(fn), std::span<const tensor_spec>(parameters), out);
-}
-
-/// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
-inline int capture_index(std::vector<tensor>& all, const tensor& t) {
-  for (std::size_t k = 0; k < all.size(); ++k)
-    if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
-  all.push_back(t);
-  return int(all.size()) - 1;
-}
-
-/// Loop variables `vars` as one value: the value itself for one, a tuple for several.
-template <class... Vars>
-auto loop_result(std::tuple<Vars...>&& vars) {
-  if constexpr (sizeof...(Vars) == 1)
-    return std::move(std::get<0>(vars));
-  else
-    return std::move(vars);
-}
-
-/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
-template <class V>
-output_t<V> as_output(const V& v) {
-  std::vector<tensor> leaves = leaves_of(v);
-  const tensor* next = leaves.data();
-  return rebuild_output(v, next);
-}
-
-/// Appends, per leaf of `s`, the tensor_array whose elements it holds, or nullptr.
-template <class S>
-void array_leaves(const S& s, std::vector<const tensor_array*>& out) {
-  using U = std::remove_cvref_t<S>;
-  if constexpr (std::is_same_v<U, tensor_array>)
-    out.push_back(&s);
-  else if constexpr (is_tuple_like<U>::value || is_vector<U>::value)
-    for_each_element(s, [&](const auto& e) { array_leaves(e, out); });
-  else
-    out.push_back(nullptr);
-}
-template <class S>
-std::vector<const tensor_array*> array_leaves(const S& s) {
-  std::vector<const tensor_array*> out;
-  array_leaves(s, out);
-  return out;
-}
-
-/// `s` with its first dim `kiln::none`: the elements of an array that may grow.
-inline shape any_rows(shape s) {
-  s[0] = none;
-  return s;
-}
-
-/// The shape invariant of each leaf of the loop state `state`, whose first `hidden`
-/// leaves are kiln's own: those `options` gives, and for a written tensor_array with
-/// dynamic_size its elements with any number of rows. Raises kiln::value_error for
-/// more invariants than variables, and for an invariant given to a tensor_array.
-template <class State>
-std::vector<std::optional<shape>> loop_invariants(const State& state, const loop_options& options, std::size_t hidden) {
-  const std::vector<const tensor_array*> arrays = array_leaves(state);
-  const auto& given = options.shape_invariants;
-  if (given.size() > arrays.size() - hidden)
-    throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
-                      std::to_string(arrays.size() - hidden) + " loop variables");
-  std::vector<std::optional<shape>> out(arrays.size());
-  for (std::size_t k = hidden; k < arrays.size(); ++k) {
-    const tensor_array* array = arrays[k];
-    if (k - hidden < given.size() && given[k - hidden]) {
-      if (array)
-        throw value_error("while_loop: loop variable " + std::to_string(k - hidden) +
-                          " is a tensor_array, which takes no shape invariant (with dynamic_size its size may change)");
-      out[k] = given[k - hidden];
-    } else if (array && array->dynamic_size() && !array->unwritten()) {
-      out[k] = any_rows(array->elements().shape());
-    }
-  }
-  return out;
-}
-
-/// The specs loop variables keep: the specs of the values they enter with, whose
-/// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
-/// not accept the value its variable enters with.
-inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
-                                          std::size_t hidden) {
-  std::vector<value_spec> specs = specs_of(entering);
-  for (std::size_t k = 0; k < specs.size(); ++k) {
-    if (!invariants[k]) continue;
-    if (!invariants[k]->accepts(specs[k].second))
-      throw value_error("while_loop: loop variable " + std::to_string(k - hidden) + " enters the loop as " +
-                        spec_text(specs[k]) + ", which its shape invariant " + invariants[k]->str() + " does not accept");
-    specs[k].second = *invariants[k];
-  }
-  return specs;
-}
-
-/// Raises kiln::value_error unless a body's results `got` fit the loop variables'
-/// specs: the same dtype, and a shape that the spec, exact or relaxed by the
-/// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
-/// own (for_range's counter): messages number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
-                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
-                             std::string_view loop = "while_loop") {
-  if (got.size() != expected.size())
-    throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
-                      std::to_string(expected.size() - hidden) + " loop variables");
-  for (std::size_t k = 0; k < expected.size(); ++k) {
-    if (got[k].first == expected[k].first && expected[k].second.accepts(got[k].second)) continue;
-    const std::string variable = std::string(loop) + ": loop variable " + std::to_string(k - hidden);
-    if (got[k].first == expected[k].first && k < invariants.size() && invariants[k])
-      throw value_error(variable + " has the shape invariant " + invariants[k]->str() + " but is " + spec_text(got[k]) +
-                        " after one iteration");
-    std::string message = variable + " enters the loop as " + spec_text(expected[k]) + " but is " + spec_text(got[k]) +
-                          " after one iteration; a loop variable must keep its dtype and shape";
-    if (got[k].first == expected[k].first)
-      message += "; to let its shape change, give the loop a shape invariant with kiln::none dims "
-                 "(kiln::loop_options{.shape_invariants = ...})";
-    throw value_error(message);
-  }
-}
-
-/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
-/// write) as their spec from now on, with any number of rows for one with
-/// dynamic_size; returns the leaves that changed.
-template <class State>
-std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  const std::vector<const tensor_array*> arrays = array_leaves(state);
-  std::vector<std::size_t> settled;
-  for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
-    const tensor_array* array = arrays[k];
-    if (!array || !array->unwritten() || got[k].first != specs[k].first || got[k] == specs[k]) continue;
-    specs[k] = {got[k].first, array->dynamic_size() ? any_rows(got[k].second) : got[k].second};
-    settled.push_back(k);
-  }
-  return settled;
-}
-
-/// The next loop state: `current`'s structure with the leaves of what a body returned.
-template <class State>
-State next_state(const State& current, std::span<const tensor> returned, std::vector<value_spec>& expected,
-                 std::span<const std::optional<shape>> invariants, std::size_t hidden,
-                 std::string_view loop = "while_loop") {
-  const std::vector<value_spec> got = specs_of(returned);
-  settle_arrays(current, expected, got);
-  check_loop_specs(got, expected, invariants, hidden, loop);
-  const tensor* next = returned.data();
-  return rebuild_output(current, next);
-}
-
-}  // namespace detail
-
-/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
-/// both branches are traced and the graph gets a `cond` node; the branches must then
-/// return the same structure, dtypes and shapes (or both nothing), else
-/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
-/// \code
-/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
-/// \endcode
-template <class Then, class Else>
-auto cond(const tensor& pred, Then then_fn, Else else_fn) {
-  using R = std::invoke_result_t<Then&>;
-  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
-                "kiln::cond: both branches must return the same type");
-  detail::trace_context* trace = detail::trace_context::current();
-  if (!trace) {
-    const bool taken = detail::truth_of(pred, "cond");
-    if constexpr (std::is_void_v<R>) {
-      taken ? then_fn() : else_fn();
-      return;
-    } else {
-      return detail::as_output(taken ? then_fn() : else_fn());
-    }
-  } else {
-    if (pred.dtype() != bool_ || pred.rank() != 0)
-      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
-                        pred.shape().str());
-    // A branch that returns nothing is traced as returning an empty tuple.
-    auto branch = [](auto& fn) {
-      return [&fn](std::span<const tensor>) {
-        if constexpr (std::is_void_v<R>) {
-          fn();
-          return std::tuple<>{};
-        } else {
-          return fn();
-        }
-      };
-    };
-    detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
-    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    if (then_graph.outputs != else_graph.outputs) {
-      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        detail::specs_text(then_graph.outputs) + " and the false branch " +
-                        detail::specs_text(else_graph.outputs));
-    }
-    std::vector<tensor> inputs{pred};
-    std::vector<int> then_args, else_args;
-    std::vector<tensor> captures;
-    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
-    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
-    inputs.insert(inputs.end(), captures.begin(), captures.end());
-    const std::vector<detail::value_spec> results = then_graph.outputs;
-    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
-                                                std::move(else_args));
-    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
-    if constexpr (!std::is_void_v<R>) {
-      const tensor* next = out.data();
-      return detail::rebuild_output(traced, next);
-    }
-  }
-}
-
-namespace detail {
-/// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
-template <class Cond, class Body, class... Vars>
-auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
-  using state = std::tuple<detail::output_t<Vars>...>;
-  state initial{detail::as_output(vars)...};
-  std::vector<tensor> initial_leaves = detail::leaves_of(initial);
-  const std::vector<std::optional<shape>> invariants = detail::loop_invariants(initial, options, hidden);
-  std::vector<detail::value_spec> specs = detail::loop_specs(initial_leaves, invariants, hidden);
-  using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
-  constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
-
-  detail::trace_context* trace = detail::trace_context::current();
-  if (!trace) {
-    state current = std::move(initial);
-    while (detail::truth_of(std::apply(cond_fn, current), "while_loop")) {
-      auto r = std::apply(body_fn, current);
-      if constexpr (breaks) {
-        if (detail::truth_of(r.stop, "break_if")) break;
-        current = detail::next_state(current, detail::leaves_of(r.next), specs, invariants, hidden);
-      } else {
-        current = detail::next_state(current, detail::leaves_of(r), specs, invariants, hidden);
-      }
-    }
-    return detail::loop_result(std::move(current));
-  } else {
-    auto as_state = [&](std::span<const tensor> leaves) {
-      const tensor* next = leaves.data();
-      return detail::rebuild_output(initial, next);
-    };
-    detail::traced_subgraph cond_graph, body_graph;
-    auto trace_loop = [&] {
-      cond_graph = {};
-      body_graph = {};
-      detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
-                             initial_leaves, specs, cond_graph);
-      if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-        throw value_error("while_loop: the condition must give a bool scalar, got " +
-                          detail::spec_text(cond_graph.outputs[0]));
-      detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
-                             specs, body_graph);
-      std::span<const detail::value_spec> next_specs(body_graph.outputs);
-      if constexpr (breaks) {
-        if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-          throw value_error("break_if: the condition must be a bool scalar, got " +
-                            detail::spec_text(body_graph.outputs[0]));
-        next_specs = next_specs.subspan(1);
-      }
-      return next_specs;
-    };
-    std::span<const detail::value_spec> next_specs = trace_loop();
-    // A tensor_array first written in the body enters the loop holding zeros of
-    // the shape that write gave it; the body is traced again for that input.
-    if (const std::vector<std::size_t> settled = detail::settle_arrays(initial, specs, next_specs); !settled.empty()) {
-      const std::vector<const tensor_array*> arrays = detail::array_leaves(initial);
-      for (std::size_t k : settled)
-        initial_leaves[k] = arrays[k]
-                                ->holding_zeros(shape(specs[k].second.dims().subspan(1)), initial_leaves[k].device())
-                                .elements();
-      initial = as_state(initial_leaves);
-      next_specs = trace_loop();
-    }
-    detail::check_loop_specs(next_specs, specs, invariants, hidden);
-
-    std::vector<tensor> inputs = initial_leaves;
-    inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
-    inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
-    auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
-                                                 int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
-    std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
-    return detail::loop_result(as_state(out));
-  }
-}
-}  // namespace detail
-
-/// kiln::while_loop with `options`: shape invariants let loop variables change shape.
-/// \code
-/// // Halves x's length until one element is left: the sum of its elements.
-/// kiln::tensor sum = kiln::while_loop(
-///     [](const kiln::tensor& x) { return kiln::shape_of(x)[0] > 1; },
-///     [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::reshape(x, {-1, 2}), 1); },
-///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::constant({1, 2, 3, 4}));  // [10]
-/// \endcode
-template <class Cond, class Body, class... Vars>
-auto while_loop(Cond cond_fn, Body body_fn, const loop_options& options, const Vars&... vars) {
-  static_assert(sizeof...(Vars) > 0, "kiln::while_loop: give at least one loop variable");
-  return detail::while_loop(std::size_t(0), options, std::move(cond_fn), std::move(body_fn), vars...);
-}
-
-/// Runs `body_fn` while `cond_fn` holds: `cond_fn(vars...)` gives a bool scalar,
-/// `body_fn(vars...)` the next values (one value, a std::tuple for several, or
-/// kiln::break_if). Returns the final values in the same form. While tracing, the
-/// condition and body are traced once into a `while` node; a loop variable whose
-/// dtype or shape changes raises kiln::value_error naming it and both specs (a shape
-/// may change where kiln::loop_options gives it a shape invariant).
-/// \code
-/// auto [i, total] = kiln::while_loop([](auto i, auto) { return i < 10; },
-///                                    [](auto i, auto t) { return std::tuple{i + 1, t + i}; },
-///                                    kiln::constant(0), kiln::constant(0));  // 10, 45
-/// \endcode
-template <class Cond, class Body, class... Vars>
-  requires detail::plain_loop_variables<Vars...>
-auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
-  return while_loop(std::move(cond_fn), std::move(body_fn), loop_options{}, vars...);
-}
-
-namespace detail {
-inline tensor index_tensor(const tensor& t) { return t; }
-template <std::integral T>
-tensor index_tensor(T v) {
-  return kiln::constant(std::int32_t(v));
-}
-
-/// kiln::for_range as a while loop over a counter `k < n` with `i = start + k * delta`.
-template <class Body, class... Vars>
-auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
-                  const Vars&... vars) {
-  // Python's range length: ceil((limit - start) / delta), at least 0.
-  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
-  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
-  auto body = [&](const tensor& k, const auto&... v) {
-    const tensor i = start + k * delta;
-    using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
-    if constexpr (std::is_void_v<R>) {
-      body_fn(i, v...);
-      return k + 1;
-    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
-      auto r = body_fn(i, v...);
-      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
-    } else {
-      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
-    }
-  };
-  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
-  if constexpr (sizeof...(Vars) == 0) {
-    return;
-  } else if constexpr (sizeof...(Vars) == 1) {
-    return std::get<1>(std::move(out));
-  } else {
-    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
-  }
-}
-}  // namespace detail
-
-/// kiln::for_range with `options`: shape invariants let loop variables change shape.
-/// \code
-/// kiln::tensor x = kiln::for_range(
-///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
-///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
-/// \endcode
-template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && detail::loop_body<Body>
-auto for_range(const Limit& limit, Body body_fn, const loop_options& options, const Vars&... vars) {
-  return detail::counted_loop(kiln::constant(std::int32_t(0)), detail::index_tensor(limit), kiln::constant(std::int32_t(1)),
-                              body_fn, options, vars...);
-}
-/// A loop over `i = 0, 1, ..., limit - 1` (an int32 scalar tensor): a `while` node
-/// in a graph whatever `limit` is (a plain C++ loop in the callable unrolls at trace
-/// time instead). `body_fn(i, vars...)` gives the next values; with no loop
-/// variables it returns nothing.
-/// \code
-/// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
-/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
-/// \endcode
-template <class Limit, class Body, class... Vars>
-  requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>
-auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
-  return for_range(limit, std::move(body_fn), loop_options{}, vars...);
-}
-/// `for i in range(start, limit, delta)` with `options` (see kiln::loop_options).
-/// \code
-/// kiln::tensor evens = kiln::for_range(0, 10, 2, [](const kiln::tensor& i, const kiln::tensor& x) {
-///   return kiln::concat({x, kiln::reshape(i, {1})}, 0);
-/// }, kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none}}}, kiln::zeros({0}, kiln::int32));  // [0 2 4 6 8]
-/// \endcode
-template <class Start, class Limit, class Delta, class Body, class... Vars>
-  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta>
-auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const loop_options& options,
-               const Vars&... vars) {
-  return detail::counted_loop(detail::index_tensor(start), detail::index_tensor(limit), detail::index_tensor(delta), body_fn,
-                              options, vars...);
-}
-
-/// `for i in range(start, limit, delta)` as a graph loop; a zero `delta` raises
-/// kiln::invalid_argument_error.
-/// \code kiln::for_range(10, 0, -2, [](const kiln::tensor& i) { kiln::print(i); });  // 10 8 6 4 2 \endcode
-template <class Start, class Limit, class Delta, class Body, class... Vars>
-  requires detail::loop_index<Start> && detail::loop_index<Limit> && detail::loop_index<Delta> &&
-           detail::plain_loop_variables<Vars...>
-auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
-  return for_range(start, limit, delta, std::move(body_fn), loop_options{}, vars...);
-}
-}  // namespace kiln
-// ----- end kiln/trace/control_flow.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 // ----- begin kiln/typed/graph.hpp -----

@@ -306,3 +306,26 @@ TEST_CASE("gradients do not flow through an assignment, as in TensorFlow") {
   CHECK(tape.gradient(y, v).item<double>() == 2.0);
   CHECK(tape.gradient(y, w).item<double>() == 5.0);
 }
+
+TEST_CASE("gradients flow through kiln::cond, through the branch taken") {
+  kiln::variable w(3.0, "w");
+  kiln::function slope([&](const kiln::tensor& x) {
+    kiln::gradient_tape tape({.persistent = true});
+    tape.watch(x);
+    // x > 0: w * x * x; else: sin-free -x * 2 (w unused there)
+    kiln::tensor y = kiln::cond(x > 0.0, [&] { return w * x * x; }, [&] { return x * -2.0; });
+    kiln::tensor z = y * 0.5 + x;
+    return std::tuple{tape.gradient(z, x), tape.gradient(z, w, kiln::unconnected_gradients::zero)};
+  });
+  {
+    const auto [dx, dw] = slope(kiln::constant(2.0));
+    CHECK(dx.item<double>() == Approx(0.5 * 2 * 3.0 * 2.0 + 1));  // d/dx (w x^2 / 2 + x)
+    CHECK(dw.item<double>() == Approx(0.5 * 2.0 * 2.0));           // d/dw (w x^2 / 2)
+  }
+  {
+    const auto [dx, dw] = slope(kiln::constant(-1.5));
+    CHECK(dx.item<double>() == Approx(0.5 * -2.0 + 1));
+    CHECK(dw.item<double>() == 0.0);
+  }
+  CHECK(slope.tracing_count() == 1);
+}

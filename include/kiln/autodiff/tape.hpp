@@ -70,6 +70,27 @@ inline std::atomic<call_recorder>& call_hook() {
   static std::atomic<call_recorder> hook{nullptr};
   return hook;
 }
+/// The branches of a `cond` node and each one's arguments (indices into the node's
+/// captures), as a tape keeps them to differentiate the node.
+struct cond_branches {
+  graph then_graph;
+  std::vector<int> then_args;
+  graph else_graph;
+  std::vector<int> else_args;
+};
+/// How `cond` nodes reach the tapes recording in their trace: a function set when the
+/// first tape is made, as for calls.
+using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                               std::span<const tensor> outputs);
+inline std::atomic<cond_recorder>& cond_hook() {
+  static std::atomic<cond_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                          std::span<const tensor> outputs);
+
 /// Records a call of concrete function `c` on the tapes of this thread (defined in
 /// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
 template <class = void>
@@ -142,8 +163,11 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
   return run_registered(ops::add{}, in);
 }
 
-template <class>
-struct call_backward;
+/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+                                            std::span<const tensor> output_grads,
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables);
 
 /// The ops the gradient formulas run, registered when a tape is made.
 template <class = void>
@@ -193,6 +217,7 @@ class gradient_tape {
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
+    detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -257,7 +282,9 @@ class gradient_tape {
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
   template <class>
-  friend struct detail::call_backward;
+  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
+                                                             std::span<const tensor>,
+                                                             const std::vector<std::tuple<const void*, dtype, shape>>&);
 
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded

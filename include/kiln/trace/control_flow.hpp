@@ -337,9 +337,14 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
     inputs.insert(inputs.end(), captures.begin(), captures.end());
     const std::vector<detail::value_spec> results = then_graph.outputs;
+    // A gradient tape recording in this trace differentiates the node: it keeps the
+    // branches (copied before they move into the node).
+    std::optional<detail::cond_branches> for_tapes;
+    if (detail::recording_tapes() > 0) for_tapes = detail::cond_branches{then_graph.g, then_args, else_graph.g, else_args};
     auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
                                                 std::move(else_args));
     std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
+    if (for_tapes) detail::cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
     if constexpr (!std::is_void_v<R>) {
       const tensor* next = out.data();
       return detail::rebuild_output(traced, next);
