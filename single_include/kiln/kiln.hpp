@@ -15895,9 +15895,9 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 
 namespace kiln::detail {
 
-/// The floating-point variables graph `g` reads, each once, in order of first read.
-inline std::vector<std::tuple<const void*, dtype, shape>> variables_read(const graph& g) {
-  std::vector<std::tuple<const void*, dtype, shape>> out;
+/// Adds the floating-point variables graph `g` reads to `out`, each once, in order of
+/// first read.
+inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
   for (const node& n : g.nodes()) {
     if (n.kind() != node_kind::special) continue;
     const auto* read = n.special().as<read_variable_op>();
@@ -15906,7 +15906,6 @@ inline std::vector<std::tuple<const void*, dtype, shape>> variables_read(const g
     if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
       out.emplace_back(id, read->state()->type(), read->state()->dims());
   }
-  return out;
 }
 
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
@@ -15967,7 +15966,7 @@ void record_function_call(const concrete_state& c, std::span<const tensor> input
   using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
   std::call_once(c.backward_once, [&] {
     auto call = std::make_shared<differentiable_call>();
-    call->variables = variables_read(c.graph);
+    add_variables_read(c.graph, call->variables);
     // The backward pass keeps a copy of the graph, so that it outlives the function.
     auto backward = std::make_shared<backward_t>(backward_t{kiln::function(
         typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables},
@@ -15981,10 +15980,6 @@ void record_function_call(const concrete_state& c, std::span<const tensor> input
   });
   record_call_on_active_tapes(c.backward, inputs, outputs);
 }
-
-}  // namespace kiln::detail
-
-namespace kiln::detail {
 
 /// A `cond` node recorded while a tape records in its trace: its backward pass is a
 /// `cond` on the same predicate whose branches are the vector-Jacobian products of the
@@ -16000,10 +15995,8 @@ template <class Lazy>
 void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
                           std::span<const tensor> outputs) {
   auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
-  state->variables = variables_read(state->branches.then_graph);
-  for (const auto& v : variables_read(state->branches.else_graph))
-    if (std::ranges::none_of(state->variables, [&](const auto& w) { return std::get<0>(w) == std::get<0>(v); }))
-      state->variables.push_back(v);
+  add_variables_read(state->branches.then_graph, state->variables);
+  add_variables_read(state->branches.else_graph, state->variables);
   auto call = std::make_shared<differentiable_call>();
   call->variables = state->variables;
   call->self = state;
