@@ -8092,14 +8092,21 @@ inline std::atomic<variable_read_recorder>& variable_read_hook() {
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
 
+/// True when an op on `in` is recorded rather than run: while tracing, or when an
+/// input is symbolic.
+inline bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   register_kernels_on_use<Op>();
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  const bool symbolic = records_symbolically(in);
   tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
   if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
   // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
@@ -11005,7 +11012,6 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 /// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -11229,8 +11235,7 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
 /// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  const bool symbolic = tracing() || std::ranges::any_of(in, [](const tensor* t) { return t->is_symbolic(); });
-  tensor out = symbolic ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
+  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }

@@ -150,14 +150,21 @@ inline std::atomic<variable_read_recorder>& variable_read_hook() {
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
 
+/// True when an op on `in` is recorded rather than run: while tracing, or when an
+/// input is symbolic.
+inline bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   register_kernels_on_use<Op>();
   // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
   // ops on constants: folding them is the optimizer's pass, which leaves an op that
   // fails in the graph, to fail only if it runs (non-strict execution).
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  const bool symbolic = records_symbolically(in);
   tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
   if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
   // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the

@@ -13,7 +13,6 @@
 /// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -135,8 +134,7 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
 /// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  const bool symbolic = tracing() || std::ranges::any_of(in, [](const tensor* t) { return t->is_symbolic(); });
-  tensor out = symbolic ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
+  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
