@@ -3170,6 +3170,8 @@ struct floormod : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "floormod";
   static constexpr bool integer_divisor = true;
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::floormod(a, b); }
+  /// As TensorFlow: dy for the dividend, -dy * floor(x / y) for the divisor.
+  template <class G> void gradient(G& g) const;
 };
 struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
@@ -3251,6 +3253,12 @@ template <class G>
 void relu::gradient(G& g) const {
   const auto zero = g.y().scalar(0);
   g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void floormod::gradient(G& g) const {
+  g.give(0, g.dy());
+  g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
 }
 
 template <class G>
@@ -6629,176 +6637,6 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 #include <string_view>
 #include <utility>
 
-
-namespace kiln::ops {
-
-/// Shared dtype rule: two operands of one numeric dtype.
-constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
-  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
-  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
-  return {in[0]};
-}
-
-/// `a @ b` over the last two dims; leading (batch) dims broadcast.
-struct matmul {
-  static constexpr std::string_view name = "matmul";
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape &a = in[0], &b = in[1];
-    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
-    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
-    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
-    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
-    shape batch_a, batch_b;
-    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
-    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
-    shape_result out = broadcast_shapes(batch_a, batch_b);
-    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
-    out.value.push_back(a[a.rank() - 2]);
-    out.value.push_back(b[b.rank() - 1]);
-    return out;
-  }
-  constexpr bool operator==(const matmul&) const = default;
-  /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
-  template <class G> void gradient(G& g) const {
-    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
-    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
-  }
-  /// The permutation that swaps the last two of `rank` dims.
-  static constexpr int_list swap_last_two(int rank) {
-    int_list p;
-    for (int d = 0; d < rank - 2; ++d) p.push_back(d);
-    p.push_back(rank - 1);
-    p.push_back(rank - 2);
-    return p;
-  }
-};
-
-/// Sizes of a (batched) matmul and where each batch's operands start, shared by
-/// every backend's kernel.
-struct matmul_geometry {
-  std::int64_t m = 0, n = 0, k = 0, batches = 1;
-
-  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
-    const int r = out.rank();
-    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
-    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
-    batches = batch_.num_elements();
-    a_strides_ = leading_strides(a, batch_);
-    b_strides_ = leading_strides(b, batch_);
-  }
-  /// Element offsets of batch `i`'s matrices in a and in b.
-  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
-    std::int64_t oa = 0, ob = 0;
-    for (int d = batch_.rank() - 1; d >= 0; --d) {
-      oa += (i % batch_[d]) * a_strides_[d];
-      ob += (i % batch_[d]) * b_strides_[d];
-      i /= batch_[d];
-    }
-    return {oa * m * k, ob * k * n};
-  }
-
- private:
-  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
-  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
-    std::array<std::int64_t, max_rank> st{};
-    std::int64_t acc = 1;
-    int lead = x.rank() - 2, offset = batch.rank() - lead;
-    for (int i = lead - 1; i >= 0; --i) {
-      st[i + offset] = x[i] == 1 ? 0 : acc;
-      acc *= x[i];
-    }
-    return st;
-  }
-  shape batch_;
-  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
-};
-
-/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
-enum class padding : unsigned char { valid, same };
-
-/// The output size and leading padding of one spatial dim of a convolution.
-struct conv_dim {
-  std::int64_t out = 0;
-  std::int64_t pad_before = 0;
-};
-constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
-  if (in == none) return {none, 0};
-  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
-  std::int64_t out = (in + stride - 1) / stride;
-  std::int64_t total = (out - 1) * stride + filter - in;
-  return {out, total > 0 ? total / 2 : 0};
-}
-
-/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
-struct conv2d {
-  static constexpr std::string_view name = "conv2d";
-  std::int64_t stride_h = 1, stride_w = 1;
-  padding pad = padding::valid;
-
-  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape &x = in[0], &f = in[1];
-    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
-    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
-    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
-    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
-    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
-    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
-      return {{}, "VALID padding needs the input to be at least as large as the filter"};
-    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
-      return {{}, "VALID padding needs the input to be at least as large as the filter"};
-    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
-  }
-  constexpr bool operator==(const conv2d&) const = default;
-};
-
-}  // namespace kiln::ops
-
-namespace kiln {
-
-/// Padding of a convolution: `kiln::padding::valid` or `kiln::padding::same`.
-using ops::padding;
-
-/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
-/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
-template <class = void>
-tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
-
-/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
-inline ops::padding parse_padding(std::string_view p) {
-  if (p == "VALID") return ops::padding::valid;
-  if (p == "SAME") return ops::padding::same;
-  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
-}
-
-/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
-/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
-/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
-template <class = void>
-tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
-  ops::conv2d op;
-  op.pad = parse_padding(padding);
-  if (strides.size() == 1) {
-    op.stride_h = op.stride_w = strides[0];
-  } else if (strides.size() == 2) {
-    op.stride_h = strides[0], op.stride_w = strides[1];
-  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
-    op.stride_h = strides[1], op.stride_w = strides[2];
-  } else {
-    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
-  }
-  return detail::apply(op, input, filters);
-}
-/// 2-D convolution with the same stride along height and width.
-template <class = void>
-tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
-  return conv2d(input, filters, int_list{stride}, padding);
-}
-
-}  // namespace kiln
-// ----- end kiln/ops/linalg.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
 // ----- begin kiln/ops/shape_ops.hpp -----
@@ -7119,6 +6957,50 @@ struct gather {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const gather&) const = default;
+  /// dy summed into the rows it was gathered from (unsorted_segment_sum).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `unsorted_segment_sum(data, segment_ids, num_segments)`: the sum of the slices of
+/// `data` that share a segment id, one per segment in [0, num_segments) (0 where no id
+/// names it; negative ids are dropped, as TensorFlow drops them). `segment_ids`
+/// (int32 or int64) has the shape of `data`'s dims from `axis` on; the result's shape
+/// is `data.shape[:axis] + (num_segments,) + data.shape[axis + ids.rank:]`. The adjoint
+/// of gather, whose gradient it is. Each segment sums its slices in the order of
+/// their ids, on every backend, so every backend gives the same bits.
+struct unsorted_segment_sum {
+  static constexpr std::string_view name = "unsorted_segment_sum";
+  std::int64_t num_segments = 0;
+  std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
+    if (in[0] == bool_ || in[0] == string) return {in[0], "data must be numbers"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &data = in[0], &ids = in[1];
+    if (num_segments < 0) return {{}, "num_segments must not be negative"};
+    if (!data.has_known_rank() || !ids.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (axis < 0 || axis + ids.rank() > data.rank()) return {{}, "segment ids have more dims than data has from the axis on"};
+    if (data.rank() - ids.rank() + 1 > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    for (int d = 0; d < ids.rank(); ++d) {
+      const std::int64_t want = data[int(axis) + d];
+      if (want != none && ids[d] != none && want != ids[d])
+        return {{}, "segment ids must have the shape of data's dims from the axis on"};
+    }
+    kiln::shape out;
+    for (int d = 0; d < axis; ++d) out.push_back(data[d]);
+    out.push_back(num_segments);
+    for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
+    return {out};
+  }
+  std::string attributes() const {
+    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+  }
+  constexpr bool operator==(const unsorted_segment_sum&) const = default;
+  /// dy gathered at the ids.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
@@ -7142,6 +7024,8 @@ struct index {
   }
   std::string attributes() const { return "index=" + std::to_string(i); }
   constexpr bool operator==(const index&) const = default;
+  /// dy in place of the row, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
@@ -7169,6 +7053,8 @@ struct set_item {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
+  /// dy with zeros in place of the row for `x`; dy's row for `value`.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `pad_rows(x, rows)`: `x` with rows of zeros appended along its first dim until it
@@ -7196,6 +7082,8 @@ struct pad_rows {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
+  /// dy without the added rows.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
@@ -7274,31 +7162,74 @@ void stack::gradient(G& g) const {
 }
 
 template <class G>
-void slice::gradient(G& g) const {
-  // Pads dy with zeros dim by dim: before the slice, then after it.
-  const kiln::shape in = g.x(0).t.shape();
-  const auto zeros = g.zeros_like(0);
-  auto padded = g.dy();
-  kiln::shape current = g.y().t.shape();
-  const int_list origin = [&] {
-    int_list o;
-    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
-    return o;
-  }();
+void gather::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  const int a = normalize_axis(axis, x.rank());
+  g.give(0, G::run(unsorted_segment_sum{x[a], a}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void unsorted_segment_sum::gradient(G& g) const {
+  // TensorFlow's _GatherDropNegatives: a dropped (negative) id's slice gets zeros.
+  const auto ids = g.x(1), kept = G::run(greater_equal{}, ids, ids.scalar(0));
+  const auto rows = G::run(gather{axis}, g.dy(), G::run(where{}, kept, ids, ids.scalar(0)));
+  kiln::shape mask = ids.t.shape();  // the ids' dims, then ones: broadcasts against rows
+  for (int d = int(axis) + ids.t.rank(); d < rows.t.rank(); ++d) mask.push_back(1);
+  g.give(0, G::run(where{}, G::reshape(kept, mask), rows, rows.scalar(0)));
+}
+
+template <class G>
+void set_item::gradient(G& g) const {
+  g.give(0, G::run(set_item{}, g.dy(), g.x(1), g.zeros_like(2)));
+  g.give(2, G::run(gather{}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void pad_rows::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  if (x[0] == none)
+    throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
+  int_list origin;
+  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
+  g.give(0, slice_of<G>(g.dy(), origin, x));
+}
+
+/// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
+/// shape `in`) around it: the gradient of the slice, built dim by dim.
+template <class G, class V>
+V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
+  kiln::shape current = block.t.shape();
+  int_list origin;
+  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
-    kiln::shape block = current;
+    kiln::shape part = current;
     if (before > 0) {
-      block[d] = before;
-      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+      part[d] = before;
+      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
     }
     if (after > 0) {
-      block[d] = after;
-      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+      part[d] = after;
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
     }
     current[d] = in[d];
   }
-  g.give(0, padded);
+  return block;
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  g.give(0, zeros_around<G>(g.dy(), g.x(0).t.shape(), begin, g.zeros_like(0)));
+}
+
+template <class G>
+void index::gradient(G& g) const {
+  const kiln::shape in = g.x(0).t.shape();
+  kiln::shape row = in;
+  row[0] = 1;
+  int_list begin;
+  for (int d = 0; d < in.rank(); ++d) begin.push_back(d > 0 ? 0 : int(i < 0 ? i + in[0] : i));
+  g.give(0, zeros_around<G>(G::reshape(g.dy(), row), in, begin, g.zeros_like(0)));
 }
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
@@ -7351,39 +7282,64 @@ inline void check_values(const slice& op, std::span<const tensor* const> in) {
   throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " + problem);
 }
 
+/// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
+inline std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+/// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
+/// any device).
+template <class F>
+void with_host_indices(const tensor& indices, F&& f) {
+  auto read = [&]<class T>(std::type_identity<T>) {
+    if (indices.device() == device::cpu) {
+      f(indices.data<T>());
+    } else {
+      const std::vector<T> copied = indices.to_vector<T>();
+      f(copied.data());
+    }
+  };
+  if (indices.dtype() == int64)
+    read(std::type_identity<std::int64_t>{});
+  else
+    read(std::type_identity<std::int32_t>{});
+}
+
 /// Raises kiln::invalid_argument_error, as TensorFlow's CPU kernel, when one of the
 /// indices at `p` (of shape `indices`) is outside [0, dim) for `axis` of shape `x`.
 template <class I>
 void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, const shape& x) {
-  const std::int64_t dim = x[normalize_axis(axis, x.rank())];
+  const std::int64_t dim = x[normalize_axis(axis, x.rank())], n = indices.num_elements();
   std::int64_t k = 0;
-  const std::int64_t n = indices.num_elements();
   while (k < n && p[k] >= 0 && p[k] < dim) ++k;
   if (k == n) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % indices[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(p[k]) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(axis) + " of shape " + x.str());
+  throw invalid_argument_error("gather: indices[" + position_text(k, indices) + "] = " + std::to_string(p[k]) +
+                               " is not in [0, " + std::to_string(dim) + ") for axis " + std::to_string(axis) +
+                               " of shape " + x.str());
 }
 
 /// `gather` needs every index in [0, dim) for the gathered dim.
 inline void check_values(const gather& op, std::span<const tensor* const> in) {
-  const tensor &x = *in[0], &indices = *in[1];
-  auto check = [&]<class T>(std::type_identity<T>) {
-    if (indices.device() == device::cpu) {
-      check_gather_indices(indices.data<T>(), indices.shape(), op.axis, x.shape());
-    } else {
-      const std::vector<T> copied = indices.to_vector<T>();
-      check_gather_indices(copied.data(), indices.shape(), op.axis, x.shape());
-    }
-  };
-  if (indices.dtype() == int64)
-    check(std::type_identity<std::int64_t>{});
-  else
-    check(std::type_identity<std::int32_t>{});
+  with_host_indices(*in[1], [&](const auto* p) { check_gather_indices(p, in[1]->shape(), op.axis, in[0]->shape()); });
+}
+
+/// `unsorted_segment_sum` needs every segment id below num_segments (negative ones
+/// are dropped), as TensorFlow's CPU kernel does.
+inline void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
+  const shape& ids = in[1]->shape();
+  const std::int64_t n = ids.num_elements();
+  with_host_indices(*in[1], [&](const auto* p) {
+    std::int64_t k = 0;
+    while (k < n && p[k] < op.num_segments) ++k;
+    if (k == n) return;
+    throw invalid_argument_error("unsorted_segment_sum: segment_ids[" + position_text(k, ids) + "] = " +
+                                 std::to_string(p[k]) + " is not below num_segments = " + std::to_string(op.num_segments));
+  });
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
@@ -7482,6 +7438,18 @@ tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   return detail::apply_naming_attributes(ops::gather{axis}, in);
 }
 
+/// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
+/// in [0, num_segments), the sum of the slices `data[j]` whose id `segment_ids[j]` is
+/// s (TensorFlow's tf.math.unsorted_segment_sum: `segment_ids`, int32 or int64, has
+/// the shape of `data`'s leading dims; a segment no id names is 0, a negative id is
+/// dropped, an id of num_segments or more raises kiln::invalid_argument_error).
+/// \code kiln::unsorted_segment_sum(kiln::constant({1.f, 2.f, 3.f}), kiln::constant({1, 0, 1}), 2);  // [2 4] \endcode
+template <class = void>
+tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
+  const tensor* in[] = {&data, &segment_ids};
+  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
+}
+
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
 /// takes everything to the end of its dim.
 template <class = void>
@@ -7552,6 +7520,248 @@ tensor tensor::operator[](const tensor& i) const {
 }  // namespace kiln
 // ----- end kiln/ops/shape_ops.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
+
+namespace kiln::ops {
+
+/// Shared dtype rule: two operands of one numeric dtype.
+constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
+  if (in[0] != in[1]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::numeric.contains(in[0])) return {in[0], "dtype not supported"};
+  return {in[0]};
+}
+
+/// `a @ b` over the last two dims; leading (batch) dims broadcast.
+struct matmul {
+  static constexpr std::string_view name = "matmul";
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &a = in[0], &b = in[1];
+    if (!a.has_known_rank() || !b.has_known_rank()) return {shape(unknown_rank)};
+    if (a.rank() < 2 || b.rank() < 2) return {{}, "operands must have rank >= 2"};
+    std::int64_t ka = a[a.rank() - 1], kb = b[b.rank() - 2];
+    if (ka != kb && ka != none && kb != none) return {{}, "inner dimensions do not match"};
+    shape batch_a, batch_b;
+    for (int i = 0; i < a.rank() - 2; ++i) batch_a.push_back(a[i]);
+    for (int i = 0; i < b.rank() - 2; ++i) batch_b.push_back(b[i]);
+    shape_result out = broadcast_shapes(batch_a, batch_b);
+    if (!out.ok()) return {{}, "batch dimensions are not broadcast-compatible"};
+    out.value.push_back(a[a.rank() - 2]);
+    out.value.push_back(b[b.rank() - 1]);
+    return out;
+  }
+  constexpr bool operator==(const matmul&) const = default;
+  /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
+  template <class G> void gradient(G& g) const {
+    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+  }
+  /// The permutation that swaps the last two of `rank` dims.
+  static constexpr int_list swap_last_two(int rank) {
+    int_list p;
+    for (int d = 0; d < rank - 2; ++d) p.push_back(d);
+    p.push_back(rank - 1);
+    p.push_back(rank - 2);
+    return p;
+  }
+};
+
+/// Sizes of a (batched) matmul and where each batch's operands start, shared by
+/// every backend's kernel.
+struct matmul_geometry {
+  std::int64_t m = 0, n = 0, k = 0, batches = 1;
+
+  constexpr matmul_geometry(const shape& a, const shape& b, const shape& out) {
+    const int r = out.rank();
+    m = out[r - 2], n = out[r - 1], k = a[a.rank() - 1];
+    for (int i = 0; i < r - 2; ++i) batch_.push_back(out[i]);
+    batches = batch_.num_elements();
+    a_strides_ = leading_strides(a, batch_);
+    b_strides_ = leading_strides(b, batch_);
+  }
+  /// Element offsets of batch `i`'s matrices in a and in b.
+  constexpr std::pair<std::int64_t, std::int64_t> operand_offsets(std::int64_t i) const {
+    std::int64_t oa = 0, ob = 0;
+    for (int d = batch_.rank() - 1; d >= 0; --d) {
+      oa += (i % batch_[d]) * a_strides_[d];
+      ob += (i % batch_[d]) * b_strides_[d];
+      i /= batch_[d];
+    }
+    return {oa * m * k, ob * k * n};
+  }
+
+ private:
+  // Broadcast strides, in matrices, of an operand's batch dims against the output's.
+  static constexpr std::array<std::int64_t, max_rank> leading_strides(const shape& x, const shape& batch) {
+    std::array<std::int64_t, max_rank> st{};
+    std::int64_t acc = 1;
+    int lead = x.rank() - 2, offset = batch.rank() - lead;
+    for (int i = lead - 1; i >= 0; --i) {
+      st[i + offset] = x[i] == 1 ? 0 : acc;
+      acc *= x[i];
+    }
+    return st;
+  }
+  shape batch_;
+  std::array<std::int64_t, max_rank> a_strides_{}, b_strides_{};
+};
+
+/// Padding of a convolution, as TensorFlow's "VALID" and "SAME".
+enum class padding : unsigned char { valid, same };
+
+/// The output size and leading padding of one spatial dim of a convolution.
+struct conv_dim {
+  std::int64_t out = 0;
+  std::int64_t pad_before = 0;
+};
+constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::int64_t stride, padding p) {
+  if (in == none) return {none, 0};
+  if (p == padding::valid) return {in >= filter ? (in - filter) / stride + 1 : 0, 0};
+  std::int64_t out = (in + stride - 1) / stride;
+  std::int64_t total = (out - 1) * stride + filter - in;
+  return {out, total > 0 ? total / 2 : 0};
+}
+
+/// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
+struct conv2d {
+  static constexpr std::string_view name = "conv2d";
+  std::int64_t stride_h = 1, stride_w = 1;
+  padding pad = padding::valid;
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape &x = in[0], &f = in[1];
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank() || !f.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (f.rank() != 4) return {{}, "the filters must have rank 4 (HWIO)"};
+    if (x[3] != f[2] && x[3] != none && f[2] != none) return {{}, "input channels do not match the filters' in-channels"};
+    if (pad == padding::valid && x[1] != none && f[0] != none && x[1] < f[0])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    if (pad == padding::valid && x[2] != none && f[1] != none && x[2] < f[1])
+      return {{}, "VALID padding needs the input to be at least as large as the filter"};
+    return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
+  }
+  constexpr bool operator==(const conv2d&) const = default;
+  /// Both are stride-1 convolutions of dy spread out by the strides: the input's is a
+  /// full correlation with the filters turned by 180° (TensorFlow's
+  /// Conv2DBackpropInput), the filters' a correlation of the padded input with dy,
+  /// the batch taking the place of the channels (Conv2DBackpropFilter).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `v` with `step - 1` zeros after each element along `axis` but the last: a strided
+/// convolution's output spread over the positions a stride-1 one would have.
+template <class G, class V>
+V spread_out(const V& v, int axis, std::int64_t step) {
+  const shape s = v.t.shape();
+  if (step == 1 || s[axis] == 0) return v;
+  shape column, gap, spread = s;  // one more dim after `axis`: each element, then its gap
+  for (int d = 0; d < s.rank(); ++d) {
+    column.push_back(s[d]);
+    gap.push_back(s[d]);
+    if (d == axis) column.push_back(1), gap.push_back(step - 1);
+  }
+  spread[axis] = s[axis] * step;
+  const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
+  int_list begin, size;
+  for (int d = 0; d < s.rank(); ++d) {
+    begin.push_back(0);
+    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
+  }
+  return G::run(slice{begin, size}, G::reshape(joined, spread));
+}
+
+/// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
+/// so that the dim has `length` elements.
+template <class G, class V>
+V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
+  shape s = v.t.shape();
+  if (before > 0) {
+    s[axis] = before;
+    v = G::run(concat{axis}, G::zeros(s, v), v);
+  }
+  s = v.t.shape();
+  if (s[axis] < length) {
+    s[axis] = length - s[axis];
+    v = G::run(concat{axis}, v, G::zeros(s, v));
+  } else if (s[axis] > length) {
+    int_list begin, size;
+    for (int d = 0; d < s.rank(); ++d) {
+      begin.push_back(0);
+      size.push_back(d == axis ? int(length) : -1);
+    }
+    v = G::run(slice{begin, size}, v);
+  }
+  return v;
+}
+
+template <class G>
+void conv2d::gradient(G& g) const {
+  const shape x = g.x(0).t.shape(), f = g.x(1).t.shape(), y = g.y().t.shape();
+  const std::int64_t top = conv_output_dim(x[1], f[0], stride_h, pad).pad_before,
+                     left = conv_output_dim(x[2], f[1], stride_w, pad).pad_before;
+  const auto spread = spread_out<G>(spread_out<G>(g.dy(), 1, stride_h), 2, stride_w);
+  // Input: every input pixel meets each filter tap that read it.
+  const auto turned = G::transpose(
+      G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
+      {0, 1, 3, 2});
+  const auto framed_dy = fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2,
+                                            f[1] - 1 - left, x[2] + f[1] - 1);
+  g.give(0, G::run(conv2d{}, framed_dy, turned));
+  // Filters: the input as the forward pass saw it (padded, rows no output reached
+  // cut), with images and channels swapped, correlated with the spread dy.
+  const auto framed_x = fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left,
+                                           (y[2] - 1) * stride_w + f[1]);
+  g.give(1, G::transpose(G::run(conv2d{}, G::transpose(framed_x, {3, 1, 2, 0}), G::transpose(spread, {1, 2, 0, 3})),
+                         {1, 2, 0, 3}));
+}
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// Padding of a convolution: `kiln::padding::valid` or `kiln::padding::same`.
+using ops::padding;
+
+/// Matrix product over the last two dims; leading dims are batch dims and broadcast.
+/// \code kiln::matmul(kiln::ones({2, 3}), kiln::ones({3, 4})).shape() == kiln::shape{2, 4} \endcode
+template <class = void>
+tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
+
+/// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
+inline ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+/// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
+/// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
+/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
+  ops::conv2d op;
+  op.pad = parse_padding(padding);
+  if (strides.size() == 1) {
+    op.stride_h = op.stride_w = strides[0];
+  } else if (strides.size() == 2) {
+    op.stride_h = strides[0], op.stride_w = strides[1];
+  } else if (strides.size() == 4 && strides[0] == 1 && strides[3] == 1) {
+    op.stride_h = strides[1], op.stride_w = strides[2];
+  } else {
+    throw value_error("conv2d: strides must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + strides.str());
+  }
+  return detail::apply(op, input, filters);
+}
+/// 2-D convolution with the same stride along height and width.
+template <class = void>
+tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, std::string_view padding) {
+  return conv2d(input, filters, int_list{stride}, padding);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/linalg.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
 
 namespace kiln {
 namespace typed {

@@ -2291,6 +2291,8 @@ struct floormod : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "floormod";
   static constexpr bool integer_divisor = true;
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::floormod(a, b); }
+  /// As TensorFlow: dy for the dividend, -dy * floor(x / y) for the divisor.
+  template <class G> void gradient(G& g) const;
 };
 struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
@@ -2372,6 +2374,12 @@ template <class G>
 void relu::gradient(G& g) const {
   const auto zero = g.y().scalar(0);
   g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void floormod::gradient(G& g) const {
+  g.give(0, g.dy());
+  g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
 }
 
 template <class G>
@@ -3692,6 +3700,50 @@ struct gather {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const gather&) const = default;
+  /// dy summed into the rows it was gathered from (unsorted_segment_sum).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `unsorted_segment_sum(data, segment_ids, num_segments)`: the sum of the slices of
+/// `data` that share a segment id, one per segment in [0, num_segments) (0 where no id
+/// names it; negative ids are dropped, as TensorFlow drops them). `segment_ids`
+/// (int32 or int64) has the shape of `data`'s dims from `axis` on; the result's shape
+/// is `data.shape[:axis] + (num_segments,) + data.shape[axis + ids.rank:]`. The adjoint
+/// of gather, whose gradient it is. Each segment sums its slices in the order of
+/// their ids, on every backend, so every backend gives the same bits.
+struct unsorted_segment_sum {
+  static constexpr std::string_view name = "unsorted_segment_sum";
+  std::int64_t num_segments = 0;
+  std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
+    if (in[0] == bool_ || in[0] == string) return {in[0], "data must be numbers"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &data = in[0], &ids = in[1];
+    if (num_segments < 0) return {{}, "num_segments must not be negative"};
+    if (!data.has_known_rank() || !ids.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (axis < 0 || axis + ids.rank() > data.rank()) return {{}, "segment ids have more dims than data has from the axis on"};
+    if (data.rank() - ids.rank() + 1 > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    for (int d = 0; d < ids.rank(); ++d) {
+      const std::int64_t want = data[int(axis) + d];
+      if (want != none && ids[d] != none && want != ids[d])
+        return {{}, "segment ids must have the shape of data's dims from the axis on"};
+    }
+    kiln::shape out;
+    for (int d = 0; d < axis; ++d) out.push_back(data[d]);
+    out.push_back(num_segments);
+    for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
+    return {out};
+  }
+  std::string attributes() const {
+    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+  }
+  constexpr bool operator==(const unsorted_segment_sum&) const = default;
+  /// dy gathered at the ids.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
@@ -3715,6 +3767,8 @@ struct index {
   }
   std::string attributes() const { return "index=" + std::to_string(i); }
   constexpr bool operator==(const index&) const = default;
+  /// dy in place of the row, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
@@ -3742,6 +3796,8 @@ struct set_item {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
+  /// dy with zeros in place of the row for `x`; dy's row for `value`.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `pad_rows(x, rows)`: `x` with rows of zeros appended along its first dim until it
@@ -3769,6 +3825,8 @@ struct pad_rows {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
+  /// dy without the added rows.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
@@ -3847,31 +3905,74 @@ void stack::gradient(G& g) const {
 }
 
 template <class G>
-void slice::gradient(G& g) const {
-  // Pads dy with zeros dim by dim: before the slice, then after it.
-  const kiln::shape in = g.x(0).t.shape();
-  const auto zeros = g.zeros_like(0);
-  auto padded = g.dy();
-  kiln::shape current = g.y().t.shape();
-  const int_list origin = [&] {
-    int_list o;
-    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
-    return o;
-  }();
+void gather::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  const int a = normalize_axis(axis, x.rank());
+  g.give(0, G::run(unsorted_segment_sum{x[a], a}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void unsorted_segment_sum::gradient(G& g) const {
+  // TensorFlow's _GatherDropNegatives: a dropped (negative) id's slice gets zeros.
+  const auto ids = g.x(1), kept = G::run(greater_equal{}, ids, ids.scalar(0));
+  const auto rows = G::run(gather{axis}, g.dy(), G::run(where{}, kept, ids, ids.scalar(0)));
+  kiln::shape mask = ids.t.shape();  // the ids' dims, then ones: broadcasts against rows
+  for (int d = int(axis) + ids.t.rank(); d < rows.t.rank(); ++d) mask.push_back(1);
+  g.give(0, G::run(where{}, G::reshape(kept, mask), rows, rows.scalar(0)));
+}
+
+template <class G>
+void set_item::gradient(G& g) const {
+  g.give(0, G::run(set_item{}, g.dy(), g.x(1), g.zeros_like(2)));
+  g.give(2, G::run(gather{}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void pad_rows::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  if (x[0] == none)
+    throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
+  int_list origin;
+  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
+  g.give(0, slice_of<G>(g.dy(), origin, x));
+}
+
+/// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
+/// shape `in`) around it: the gradient of the slice, built dim by dim.
+template <class G, class V>
+V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
+  kiln::shape current = block.t.shape();
+  int_list origin;
+  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
-    kiln::shape block = current;
+    kiln::shape part = current;
     if (before > 0) {
-      block[d] = before;
-      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+      part[d] = before;
+      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
     }
     if (after > 0) {
-      block[d] = after;
-      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+      part[d] = after;
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
     }
     current[d] = in[d];
   }
-  g.give(0, padded);
+  return block;
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  g.give(0, zeros_around<G>(g.dy(), g.x(0).t.shape(), begin, g.zeros_like(0)));
+}
+
+template <class G>
+void index::gradient(G& g) const {
+  const kiln::shape in = g.x(0).t.shape();
+  kiln::shape row = in;
+  row[0] = 1;
+  int_list begin;
+  for (int d = 0; d < in.rank(); ++d) begin.push_back(d > 0 ? 0 : int(i < 0 ? i + in[0] : i));
+  g.give(0, zeros_around<G>(G::reshape(g.dy(), row), in, begin, g.zeros_like(0)));
 }
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
@@ -3924,39 +4025,64 @@ inline void check_values(const slice& op, std::span<const tensor* const> in) {
   throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " + problem);
 }
 
+/// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
+inline std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+/// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
+/// any device).
+template <class F>
+void with_host_indices(const tensor& indices, F&& f) {
+  auto read = [&]<class T>(std::type_identity<T>) {
+    if (indices.device() == device::cpu) {
+      f(indices.data<T>());
+    } else {
+      const std::vector<T> copied = indices.to_vector<T>();
+      f(copied.data());
+    }
+  };
+  if (indices.dtype() == int64)
+    read(std::type_identity<std::int64_t>{});
+  else
+    read(std::type_identity<std::int32_t>{});
+}
+
 /// Raises kiln::invalid_argument_error, as TensorFlow's CPU kernel, when one of the
 /// indices at `p` (of shape `indices`) is outside [0, dim) for `axis` of shape `x`.
 template <class I>
 void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, const shape& x) {
-  const std::int64_t dim = x[normalize_axis(axis, x.rank())];
+  const std::int64_t dim = x[normalize_axis(axis, x.rank())], n = indices.num_elements();
   std::int64_t k = 0;
-  const std::int64_t n = indices.num_elements();
   while (k < n && p[k] >= 0 && p[k] < dim) ++k;
   if (k == n) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % indices[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(p[k]) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(axis) + " of shape " + x.str());
+  throw invalid_argument_error("gather: indices[" + position_text(k, indices) + "] = " + std::to_string(p[k]) +
+                               " is not in [0, " + std::to_string(dim) + ") for axis " + std::to_string(axis) +
+                               " of shape " + x.str());
 }
 
 /// `gather` needs every index in [0, dim) for the gathered dim.
 inline void check_values(const gather& op, std::span<const tensor* const> in) {
-  const tensor &x = *in[0], &indices = *in[1];
-  auto check = [&]<class T>(std::type_identity<T>) {
-    if (indices.device() == device::cpu) {
-      check_gather_indices(indices.data<T>(), indices.shape(), op.axis, x.shape());
-    } else {
-      const std::vector<T> copied = indices.to_vector<T>();
-      check_gather_indices(copied.data(), indices.shape(), op.axis, x.shape());
-    }
-  };
-  if (indices.dtype() == int64)
-    check(std::type_identity<std::int64_t>{});
-  else
-    check(std::type_identity<std::int32_t>{});
+  with_host_indices(*in[1], [&](const auto* p) { check_gather_indices(p, in[1]->shape(), op.axis, in[0]->shape()); });
+}
+
+/// `unsorted_segment_sum` needs every segment id below num_segments (negative ones
+/// are dropped), as TensorFlow's CPU kernel does.
+inline void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
+  const shape& ids = in[1]->shape();
+  const std::int64_t n = ids.num_elements();
+  with_host_indices(*in[1], [&](const auto* p) {
+    std::int64_t k = 0;
+    while (k < n && p[k] < op.num_segments) ++k;
+    if (k == n) return;
+    throw invalid_argument_error("unsorted_segment_sum: segment_ids[" + position_text(k, ids) + "] = " +
+                                 std::to_string(p[k]) + " is not below num_segments = " + std::to_string(op.num_segments));
+  });
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
@@ -4053,6 +4179,18 @@ template <class = void>
 tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
   return detail::apply_naming_attributes(ops::gather{axis}, in);
+}
+
+/// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
+/// in [0, num_segments), the sum of the slices `data[j]` whose id `segment_ids[j]` is
+/// s (TensorFlow's tf.math.unsorted_segment_sum: `segment_ids`, int32 or int64, has
+/// the shape of `data`'s leading dims; a segment no id names is 0, a negative id is
+/// dropped, an id of num_segments or more raises kiln::invalid_argument_error).
+/// \code kiln::unsorted_segment_sum(kiln::constant({1.f, 2.f, 3.f}), kiln::constant({1, 0, 1}), 2);  // [2 4] \endcode
+template <class = void>
+tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
+  const tensor* in[] = {&data, &segment_ids};
+  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
@@ -4258,7 +4396,79 @@ struct conv2d {
     return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
   }
   constexpr bool operator==(const conv2d&) const = default;
+  /// Both are stride-1 convolutions of dy spread out by the strides: the input's is a
+  /// full correlation with the filters turned by 180° (TensorFlow's
+  /// Conv2DBackpropInput), the filters' a correlation of the padded input with dy,
+  /// the batch taking the place of the channels (Conv2DBackpropFilter).
+  template <class G> void gradient(G& g) const;
 };
+
+/// `v` with `step - 1` zeros after each element along `axis` but the last: a strided
+/// convolution's output spread over the positions a stride-1 one would have.
+template <class G, class V>
+V spread_out(const V& v, int axis, std::int64_t step) {
+  const shape s = v.t.shape();
+  if (step == 1 || s[axis] == 0) return v;
+  shape column, gap, spread = s;  // one more dim after `axis`: each element, then its gap
+  for (int d = 0; d < s.rank(); ++d) {
+    column.push_back(s[d]);
+    gap.push_back(s[d]);
+    if (d == axis) column.push_back(1), gap.push_back(step - 1);
+  }
+  spread[axis] = s[axis] * step;
+  const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
+  int_list begin, size;
+  for (int d = 0; d < s.rank(); ++d) {
+    begin.push_back(0);
+    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
+  }
+  return G::run(slice{begin, size}, G::reshape(joined, spread));
+}
+
+/// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
+/// so that the dim has `length` elements.
+template <class G, class V>
+V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
+  shape s = v.t.shape();
+  if (before > 0) {
+    s[axis] = before;
+    v = G::run(concat{axis}, G::zeros(s, v), v);
+  }
+  s = v.t.shape();
+  if (s[axis] < length) {
+    s[axis] = length - s[axis];
+    v = G::run(concat{axis}, v, G::zeros(s, v));
+  } else if (s[axis] > length) {
+    int_list begin, size;
+    for (int d = 0; d < s.rank(); ++d) {
+      begin.push_back(0);
+      size.push_back(d == axis ? int(length) : -1);
+    }
+    v = G::run(slice{begin, size}, v);
+  }
+  return v;
+}
+
+template <class G>
+void conv2d::gradient(G& g) const {
+  const shape x = g.x(0).t.shape(), f = g.x(1).t.shape(), y = g.y().t.shape();
+  const std::int64_t top = conv_output_dim(x[1], f[0], stride_h, pad).pad_before,
+                     left = conv_output_dim(x[2], f[1], stride_w, pad).pad_before;
+  const auto spread = spread_out<G>(spread_out<G>(g.dy(), 1, stride_h), 2, stride_w);
+  // Input: every input pixel meets each filter tap that read it.
+  const auto turned = G::transpose(
+      G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
+      {0, 1, 3, 2});
+  const auto framed_dy = fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2,
+                                            f[1] - 1 - left, x[2] + f[1] - 1);
+  g.give(0, G::run(conv2d{}, framed_dy, turned));
+  // Filters: the input as the forward pass saw it (padded, rows no output reached
+  // cut), with images and channels swapped, correlated with the spread dy.
+  const auto framed_x = fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left,
+                                           (y[2] - 1) * stride_w + f[1]);
+  g.give(1, G::transpose(G::run(conv2d{}, G::transpose(framed_x, {3, 1, 2, 0}), G::transpose(spread, {1, 2, 0, 3})),
+                         {1, 2, 0, 3}));
+}
 
 }  // namespace kiln::ops
 
@@ -4446,7 +4656,9 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
   F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
-#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of) F(set_item) F(pad_rows)
+#define KILN_SHAPE_OPS(F)                                                                                        \
+  F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
+  F(set_item) F(pad_rows)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
 #define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
 /// Every op kiln defines.
@@ -4476,7 +4688,7 @@ using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_O
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
 using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
-static_assert(shape_ops::size == 10, "a shape op was added or removed: update the list and the tests");
+static_assert(shape_ops::size == 11, "a shape op was added or removed: update the list and the tests");
 
 using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
 static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
@@ -5941,6 +6153,7 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 /// multi-index, the input element it comes from, and one assignment. Slow and
 /// obviously right. (reshape, `x[i]`, shape_of and set_item need no kernel: they evaluate.)
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -6031,6 +6244,30 @@ void compute(reference_backend, const ops::gather& op, std::span<const buffer_vi
     x[a] = reference::read_index(in[1], reference::ravel(j, is));
     for (int d = a + 1; d < xs.rank(); ++d) x[d] = o[d - 1 + is.rank()];
     return std::pair{std::size_t(0), reference::ravel(x, xs)};
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in,
+             const buffer_view& out) {
+  const shape &ds = in[0].shape, &ids = in[1].shape;
+  const int a = int(op.axis);
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    T* o = out.as<T>();
+    std::fill_n(o, out.size(), T(0));
+    for (std::int64_t i = 0, n = ds.num_elements(); i < n; ++i) {  // in order, so each segment sums its ids in order
+      const reference::multi_index x = reference::unravel(i, ds);
+      std::int64_t j = 0;
+      for (int d = 0; d < ids.rank(); ++d) j = j * ids[d] + x[a + d];
+      const std::int64_t segment = reference::read_index(in[1], j);
+      if (segment < 0) continue;
+      reference::multi_index y{};
+      for (int d = 0; d < a; ++d) y[d] = x[d];
+      y[a] = segment;
+      for (int d = a + ids.rank(); d < ds.rank(); ++d) y[d - ids.rank() + 1] = x[d];
+      T& sum = o[reference::ravel(y, out.shape)];
+      sum = math::add(sum, in[0].as<const T>()[i]);
+    }
   });
 }
 
@@ -6322,7 +6559,44 @@ void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axi
   });
 }
 
+/// unsorted_segment_sum as `outer` blocks: row j of block b of `data` (m rows of
+/// `inner` elements) is added to row ids[j] of block b of `out` (`segments` rows).
+/// Threads split the (block, column) pairs, so each output element is one thread's
+/// sum of its rows in the order of j, whatever the split.
+template <class T, class I>
+void segment_sum_rows(const T* data, const I* ids, std::int64_t m, std::int64_t segments, std::int64_t outer,
+                      std::int64_t inner, T* out) {
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t(1) << 15) / std::max<std::int64_t>(m + segments, 1));
+  kiln::detail::parallel_for(outer * inner, grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t at = lo; at < hi;) {
+      const std::int64_t b = at / inner, first = at % inner, last = std::min(inner, first + (hi - at));
+      T* block = out + b * segments * inner;
+      for (std::int64_t s = 0; s < segments; ++s) std::fill(block + s * inner + first, block + s * inner + last, T(0));
+      for (std::int64_t j = 0; j < m; ++j) {
+        if (ids[j] < 0) continue;  // dropped, as TensorFlow drops negative ids
+        T* sum = block + std::int64_t(ids[j]) * inner;
+        const T* row = data + (b * m + j) * inner;
+        for (std::int64_t c = first; c < last; ++c) sum[c] = math::add(sum[c], row[c]);
+      }
+      at += last - first;
+    }
+  });
+}
+
 }  // namespace cpu
+
+template <class = void>
+void compute(cpu_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& ds = in[0].shape;
+  const int a = int(op.axis), ids_end = a + in[1].shape.rank();
+  const std::int64_t outer = elements_between(ds, 0, a), inner = elements_between(ds, ids_end, ds.rank()), m = in[1].size();
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    if (in[1].dtype == int64)
+      cpu::segment_sum_rows(in[0].as<const T>(), in[1].as<const std::int64_t>(), m, op.num_segments, outer, inner, out.as<T>());
+    else
+      cpu::segment_sum_rows(in[0].as<const T>(), in[1].as<const std::int32_t>(), m, op.num_segments, outer, inner, out.as<T>());
+  });
+}
 
 template <class = void>
 void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {
@@ -7637,10 +7911,14 @@ void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, cons
 #include <string>
 #include <type_traits>
 
+#include <thrust/binary_search.h>
 #include <thrust/copy.h>
+#include <thrust/device_vector.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/permutation_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
+#include <thrust/sequence.h>
+#include <thrust/sort.h>
 
 
 namespace kiln::backend {
@@ -7691,6 +7969,24 @@ struct gather_element {
     const std::int64_t row = wide_indices ? static_cast<const std::int64_t*>(indices)[j]
                                           : std::int64_t(static_cast<const std::int32_t*>(indices)[j]);
     return x[(o * dim + row) * inner + r];
+  }
+};
+
+/// Output element `i` of an unsorted_segment_sum, seen as (outer, segment, inner):
+/// the sum, in order, of the data rows (outer, order[k], inner) for k from
+/// starts[segment] to starts[segment + 1], the rows of that segment.
+template <class T>
+struct segment_sum_element {
+  const T* data;
+  const std::int64_t* order;   // data's row numbers sorted stably by segment id
+  const std::int64_t* starts;  // segments + 1 positions in `order`
+  std::int64_t rows, segments, inner;
+
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const std::int64_t r = i % inner, rest = i / inner, s = rest % segments, o = rest / segments;
+    T sum = T(0);
+    for (std::int64_t k = starts[s]; k < starts[s + 1]; ++k) sum = math::add(sum, data[(o * rows + order[k]) * inner + r]);
+    return sum;
   }
 };
 
@@ -7757,6 +8053,32 @@ void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view>
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
     const thrust_kernels::gather_element<T> element{in[0].as<const T>(), in[1].data, in[1].dtype == int64, in[1].size(),
                                                     xs[a], thrust_kernels::dims_product(xs, a + 1, xs.rank())};
+    thrust_kernels::fill_elements<T>(out, element);
+  });
+}
+
+template <class = void>
+void compute(thrust_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in,
+             const buffer_view& out) {
+  const shape& ds = in[0].shape;
+  const int ids_end = int(op.axis) + in[1].shape.rank();
+  const std::int64_t rows = in[1].size();
+  // Each output element sums its segment's rows: the row numbers sorted stably by id,
+  // and where each segment starts among them (negative ids sort first, before segment 0).
+  ::thrust::device_vector<std::int64_t> ids(static_cast<std::size_t>(rows)), order(static_cast<std::size_t>(rows)),
+      starts(static_cast<std::size_t>(op.num_segments + 1));
+  if (in[1].dtype == int64)
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int64_t>(), rows, ids.begin());
+  else
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int32_t>(), rows, ids.begin());
+  ::thrust::sequence(::thrust::device, order.begin(), order.end());
+  ::thrust::stable_sort_by_key(::thrust::device, ids.begin(), ids.end(), order.begin());
+  const ::thrust::counting_iterator<std::int64_t> segment(0);
+  ::thrust::lower_bound(::thrust::device, ids.begin(), ids.end(), segment, segment + op.num_segments + 1, starts.begin());
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    const thrust_kernels::segment_sum_element<T> element{
+        in[0].as<const T>(), ::thrust::raw_pointer_cast(order.data()), ::thrust::raw_pointer_cast(starts.data()), rows,
+        op.num_segments, thrust_kernels::dims_product(ds, ids_end, ds.rank())};
     thrust_kernels::fill_elements<T>(out, element);
   });
 }
@@ -10235,7 +10557,8 @@ class special_op {
       [](const special_op& op) { return static_cast<const Op&>(op).has_effects(); },
       [](const special_op& op, std::span<const tensor* const> in) { return static_cast<const Op&>(op).run(in); },
       [](const special_op& op) -> std::vector<std::pair<std::string, const graph*>> {
-        if constexpr (requires(const Op& o) { o.subgraphs(); })
+        // (Op's own subgraphs(), not this base's, which would call itself)
+        if constexpr (!std::is_same_v<decltype(&Op::subgraphs), decltype(&special_op::subgraphs)>)
           return static_cast<const Op&>(op).subgraphs();
         else
           return {};
@@ -11037,6 +11360,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 
 namespace kiln::detail {
@@ -11092,6 +11416,17 @@ class gradient_builder {
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
 
+  /// Zeros of `like`'s dtype, on its device, in shape `s`.
+  static value zeros(const shape& s, const value& like) {
+    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
+  }
+  /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
+  /// of n elements comes out reversed.
+  static value reversed_indices(std::int64_t n, const value& like) {
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
+    return {constant(indices, std::nullopt, like.t.device())};
+  }
   static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
   static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
   static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
@@ -11336,6 +11671,15 @@ inline std::atomic<cond_recorder>& cond_hook() {
   static std::atomic<cond_recorder> hook{nullptr};
   return hook;
 }
+/// How `while` nodes reach the tapes recording in their trace, as `cond` nodes do.
+using loop_recorder = void (*)(std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<loop_recorder>& loop_hook() {
+  static std::atomic<loop_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
@@ -11426,6 +11770,7 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::subtract>();
   register_kernels_on_use<ops::multiply>();
   register_kernels_on_use<ops::divide>();
+  register_kernels_on_use<ops::floordiv>();
   register_kernels_on_use<ops::negate>();
   register_kernels_on_use<ops::log>();
   register_kernels_on_use<ops::pow>();
@@ -11442,6 +11787,9 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::equal>();
   register_kernels_on_use<ops::slice>();
   register_kernels_on_use<ops::concat>();
+  register_kernels_on_use<ops::gather>();
+  register_kernels_on_use<ops::unsorted_segment_sum>();
+  register_kernels_on_use<ops::set_item>();
 }
 
 }  // namespace detail
@@ -11468,6 +11816,7 @@ class gradient_tape {
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -13861,6 +14210,11 @@ class cond_op final : public special_op {
     for (int k : picks) args.push_back(*in[std::size_t(k) + 1]);
     return (taken ? then_ : else_).run(args);
   }
+  /// The branches as traced, and the captures (indices after the predicate) each takes.
+  const graph& then_graph() const { return then_.traced(); }
+  const graph& else_graph() const { return else_.traced(); }
+  const std::vector<int>& then_args() const { return then_args_; }
+  const std::vector<int>& else_args() const { return else_args_; }
 
  private:
   subgraph then_, else_;
@@ -14663,6 +15017,24 @@ function(F, function_options) -> function<F>;
 
 namespace kiln::detail {
 
+/// Hands special node `n` (its inputs and `count` results in `value`, the results from
+/// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
+/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
+inline void notify_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+  std::vector<tensor> inputs;
+  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
+  const std::span<const tensor> results = value.subspan(at, count);
+  if (const auto* read = n.special().as<read_variable_op>()) {
+    watch_on_active_tapes(read->state().get(), value[at]);
+  } else if (const auto* c = n.special().as<cond_op>()) {
+    cond_hook().load(std::memory_order_relaxed)(
+        inputs[0], cond_branches{c->then_graph(), c->then_args(), c->else_graph(), c->else_args()},
+        std::span<const tensor>(inputs).subspan(1), results);
+  } else if (n.special().as<while_op>()) {
+    loop_hook().load(std::memory_order_relaxed)(inputs, results);
+  }
+}
+
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
 /// progress when there is one, else eagerly. Ops run through the kernel table
 /// (detail::run_registered), so the tapes recording there record them, and variable
@@ -14701,8 +15073,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           results = n.special().run(in);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (const auto* read = n.special().as<read_variable_op>(); read && recording_tapes() > 0)
-          watch_on_active_tapes(read->state().get(), value[i]);
+        if (recording_tapes() > 0) notify_tapes(n, value, i, results.size());
         break;
       }
     }
@@ -15772,6 +16143,7 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
     auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
                                                  int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
     std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+    if (detail::recording_tapes() > 0) detail::loop_hook().load(std::memory_order_relaxed)(inputs, out);
     return detail::loop_result(as_state(out));
   }
 }
@@ -15905,6 +16277,7 @@ namespace kiln::detail {
 inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
   for (const node& n : g.nodes()) {
     if (n.kind() != node_kind::special) continue;
+    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
     const auto* read = n.special().as<read_variable_op>();
     if (!read || !is_floating(read->state()->type())) continue;
     const void* id = read->state().get();
@@ -16019,6 +16392,20 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
                       branch(c.branches.else_graph, c.branches.else_args));
   };
   record_call_on_active_tapes(call, captures, outputs);
+}
+
+/// A `while` node recorded while a tape records in its trace. Its outputs depend on
+/// what it reads, so a gradient that reaches them raises kiln::unavailable_error
+/// rather than passing for unconnected: loops in graphs have no backward pass yet.
+template <class>
+void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  auto call = std::make_shared<differentiable_call>();
+  call->backward = [](const void*, std::span<const tensor>, std::span<const tensor>) -> std::vector<tensor> {
+    throw unavailable_error(
+        "while_loop: no gradient through a loop in a graph yet (a while_loop or for_range traced in a "
+        "kiln::function); differentiate the loop eagerly, where a tape records each iteration's ops");
+  };
+  record_call_on_active_tapes(call, inputs, outputs);
 }
 
 }  // namespace kiln::detail

@@ -39,11 +39,11 @@ void for_each_dtype_and_device(F&& check) {
   }
 }
 
-/// Random indices in [0, limit) of dtype `t`, drawn without kiln's kernels.
-tensor random_indices(dtype t, const shape& s, std::int64_t limit, std::uint32_t seed) {
+/// Random indices in [lowest, limit) of dtype `t`, drawn without kiln's kernels.
+tensor random_indices(dtype t, const shape& s, std::int64_t limit, std::uint32_t seed, std::int64_t lowest = 0) {
   std::mt19937 gen(seed);
   std::vector<std::int64_t> values(std::size_t(s.num_elements()));
-  for (auto& v : values) v = std::int64_t(gen() % std::uint64_t(limit));
+  for (auto& v : values) v = lowest + std::int64_t(gen() % std::uint64_t(limit - lowest));
   if (t == int64) return kiln::testing::make_tensor(values, s);
   return kiln::testing::make_tensor(std::vector<std::int32_t>(values.begin(), values.end()), s);
 }
@@ -141,6 +141,37 @@ TEST_CASE("gather matches the reference on every backend") {
         INFO("dtype " << name(t) << ", indices " << name(index_type));
         kiln::testing::check_backends(ops::gather{c.axis}, {kiln::testing::random_tensor(t, c.x, seed),
                                                            random_indices(index_type, c.indices, limit, seed + 1)});
+        seed += 2;
+      }
+    }
+  }
+}
+
+TEST_CASE("unsorted_segment_sum matches the reference on every backend") {
+  struct test_case {
+    shape data;
+    int ids_rank;
+    std::int64_t axis, num_segments;
+  };
+  // Ids of the leading dims or of dims after `axis` (gather's gradient), scalar ids,
+  // empty data, more segments than rows, and sizes split over threads.
+  const std::vector<test_case> cases = {
+      {{5}, 1, 0, 3},        {{5, 3}, 1, 0, 4},         {{4, 6}, 2, 0, 5},      {{2, 3, 4}, 1, 1, 3},
+      {{2, 3, 4}, 1, 2, 7},  {{3, 4}, 0, 0, 2},         {{0, 4}, 1, 0, 3},      {{3, 0}, 1, 0, 2},
+      {{1000, 300}, 1, 0, 90}, {{300, 1000}, 1, 1, 700}, {{7, 300, 9}, 1, 1, 40}, {{4000}, 1, 0, 1},
+  };
+  for (const test_case& c : cases) {
+    INFO("data " << c.data << ", ids rank " << c.ids_rank << ", axis " << c.axis << ", segments " << c.num_segments);
+    kiln::shape ids;
+    for (int d = 0; d < c.ids_rank; ++d) ids.push_back(c.data[int(c.axis) + d]);
+    for (dtype index_type : {int32, int64}) {
+      std::uint32_t seed = 1;
+      for (dtype t : {int32, int64, float32, float64}) {
+        INFO("dtype " << name(t) << ", ids " << name(index_type));
+        // Ids from -1 (dropped) to num_segments - 1.
+        const tensor segment_ids = random_indices(index_type, ids, c.num_segments, seed + 1, -1);
+        kiln::testing::check_backends(ops::unsorted_segment_sum{c.num_segments, c.axis},
+                                      {kiln::testing::random_tensor(t, c.data, seed), segment_ids});
         seed += 2;
       }
     }

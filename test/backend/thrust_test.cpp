@@ -33,7 +33,8 @@ TEST_CASE("the thrust backend has a kernel for every op that computes values") {
   STATIC_REQUIRE(thrust_supports_all(ops::elementwise_ops{}));
   STATIC_REQUIRE(thrust_supports_all(ops::reduction_ops{}));
   STATIC_REQUIRE(thrust_supports_all(ops::linalg_ops{}));
-  STATIC_REQUIRE(thrust_supports_all(ops::type_list<ops::transpose, ops::concat, ops::stack, ops::gather, ops::slice>{}));
+  STATIC_REQUIRE(thrust_supports_all(
+      ops::type_list<ops::transpose, ops::concat, ops::stack, ops::gather, ops::unsorted_segment_sum, ops::slice>{}));
   REQUIRE(detail::gpu_memory_slot() != nullptr);
 }
 

@@ -1,11 +1,18 @@
-// kiln::gradient_tape on eager ops: every op's gradient formula against central
-// finite differences in float64, broadcasting, several sources, persistent and
-// nested tapes, stop_gradient, unconnected and integer sources.
+// kiln::gradient_tape on eager ops and inside kiln::function: a walk of the op
+// registry that checks every op's gradient formula against central finite
+// differences in float64, eagerly and in a graph, broadcasting included; then ties,
+// several sources, persistent and nested tapes, stop_gradient, unconnected and
+// integer sources.
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -34,92 +41,179 @@ tensor numeric_gradient(const std::function<tensor(const tensor&)>& f, const ten
   return kiln::testing::make_tensor(grad, x.shape());
 }
 
-/// Requires the tape's gradient of reduce_sum(f(x)) at `x` to match finite differences.
-void check_gradient(const std::function<tensor(const tensor&)>& f, const tensor& x) {
+using unary_function = std::function<tensor(const tensor&)>;
+
+/// The gradient of f(x) (summed, as a tape sums a target that is not a scalar) at `x`
+/// from an eager tape and from a tape inside a kiln::function; both must match finite
+/// differences (or `exact`, where given), and the graph's must equal the eager one.
+void check_gradient(const unary_function& f, const tensor& x, const tensor& exact = {}) {
   kiln::gradient_tape tape;
   tape.watch(x);
-  const tensor y = f(x);
-  const tensor g = tape.gradient(y, x);
-  REQUIRE(g.defined());
-  kiln::testing::require_same(g, numeric_gradient([&](const tensor& v) { return kiln::reduce_sum(f(v)); }, x), 1e-6);
+  const tensor eager = tape.gradient(f(x), x);
+  REQUIRE(eager.defined());
+  if (exact.defined())
+    kiln::testing::require_same(eager, exact, 0);
+  else
+    kiln::testing::require_same(eager, numeric_gradient([&](const tensor& v) { return kiln::reduce_sum(f(v)); }, x), 1e-6);
+
+  kiln::function traced([&](const tensor& v) {
+    kiln::gradient_tape inner;
+    inner.watch(v);
+    return inner.gradient(f(v), v);
+  });
+  kiln::testing::require_same(traced(x), eager, 1e-12);
 }
 
 tensor randoms(const shape& s, std::uint32_t seed, value_range range = value_range::any) {
   return random_tensor(kiln::float64, s, seed, range);
 }
 
+/// A function of one float64 tensor whose gradient exercises an op, the point at
+/// which to check it, and the exact gradient where finite differences cannot tell it.
+struct gradient_case {
+  unary_function f;
+  tensor at;
+  tensor exact = {};
+};
+
+/// The finite-difference cases of each differentiable op of the registry, by the op's
+/// name: each operand the op is differentiable in, broadcasting where the op does.
+std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
+  using kiln::constant;
+  const tensor x = randoms({2, 3}, 1, value_range::nonzero), p = randoms({2, 3}, 2, value_range::positive);
+  const tensor a = randoms({2, 3}, 3, value_range::nonzero), b = randoms({3}, 4, value_range::nonzero);
+  const tensor m = randoms({2, 3}, 6), n = randoms({3, 4}, 7), batched = randoms({2, 2, 3}, 8);
+  const tensor other = randoms({2, 3}, 9), weights = constant({1.0, -2.0, 3.0});
+  const tensor image = randoms({2, 7, 6, 3}, 10), filters = randoms({3, 2, 3, 4}, 11);
+  // Binary ops: the gradient of each operand, the second broadcast along the rows.
+  auto both_operands = [&](std::function<tensor(const tensor&, const tensor&)> op, const tensor& first) {
+    return std::vector<gradient_case>{{[=](const tensor& v) { return op(v, b); }, first},
+                                      {[=](const tensor& v) { return op(first, v); }, b}};
+  };
+  // (dividends and divisors whose quotients stay away from the integers, where
+  // floormod jumps)
+  const tensor dividend = constant({{5.3, -2.7, 7.9}, {0.4, 3.3, -5.9}}), divisor = constant({2.0, 1.5, -3.1});
+  return {
+      {"neg", {{[](const tensor& v) { return -v; }, x}}},
+      {"abs", {{[](const tensor& v) { return kiln::abs(v); }, x}}},
+      {"exp", {{[](const tensor& v) { return kiln::exp(v); }, x}}},
+      {"log", {{[](const tensor& v) { return kiln::log(v); }, p}}},
+      {"sqrt", {{[](const tensor& v) { return kiln::sqrt(v); }, p}}},
+      {"square", {{[](const tensor& v) { return kiln::square(v); }, x}}},
+      {"tanh", {{[](const tensor& v) { return kiln::tanh(v); }, x}}},
+      {"sigmoid", {{[](const tensor& v) { return kiln::sigmoid(v); }, x}}},
+      {"relu", {{[](const tensor& v) { return kiln::relu(v); }, x}}},
+      // Between floats the gradient comes back in the source's dtype. (Finite
+      // differences through float32 would measure its rounding, not the slope.)
+      {"cast",
+       {{[](const tensor& v) { return kiln::cast(v, kiln::float32) * 3.f; }, x,
+         kiln::testing::make_tensor(std::vector<double>(6, 3.0), x.shape())}}},
+      {"add", both_operands([](const tensor& u, const tensor& v) { return u + v; }, a)},
+      {"sub", both_operands([](const tensor& u, const tensor& v) { return u - v; }, a)},
+      {"mul", both_operands([](const tensor& u, const tensor& v) { return u * v; }, a)},
+      {"truediv", both_operands([](const tensor& u, const tensor& v) { return u / v; }, a)},
+      {"maximum", both_operands([](const tensor& u, const tensor& v) { return kiln::maximum(u, v); }, a)},
+      {"minimum", both_operands([](const tensor& u, const tensor& v) { return kiln::minimum(u, v); }, a)},
+      {"pow", {{[=](const tensor& v) { return kiln::pow(v, b); }, p}, {[=](const tensor& v) { return kiln::pow(p, v); }, b}}},
+      {"floormod",
+       {{[=](const tensor& v) { return kiln::floormod(v, divisor); }, dividend},
+        {[=](const tensor& v) { return kiln::floormod(dividend, v); }, divisor}}},
+      {"select",
+       {{[=](const tensor& v) { return kiln::where(a > 0.0, v, b); }, p},
+        {[=](const tensor& v) { return kiln::where(a > 0.0, p, v); }, b}}},
+      {"matmul",
+       {{[=](const tensor& v) { return kiln::matmul(v, n); }, m},
+        {[=](const tensor& v) { return kiln::matmul(m, v); }, n},
+        {[=](const tensor& v) { return kiln::tanh(kiln::matmul(batched, v)); }, n}}},  // summed over the batch
+      // Strides that leave input rows no output reads, and SAME padding on both sides.
+      {"conv2d",
+       {{[=](const tensor& v) { return kiln::square(kiln::conv2d(v, filters, {2, 2}, "VALID")); }, image},
+        {[=](const tensor& v) { return kiln::square(kiln::conv2d(v, filters, {2, 3}, "SAME")); }, image},
+        {[=](const tensor& v) { return kiln::square(kiln::conv2d(image, v, {1, 1}, "SAME")); }, filters},
+        {[=](const tensor& v) { return kiln::square(kiln::conv2d(image, v, {3, 2}, "VALID")); }, filters}}},
+      {"reduce_sum", {{[](const tensor& v) { return kiln::reduce_sum(v, 1) * kiln::constant({1.0, -2.0}); }, m}}},
+      {"reduce_mean",
+       {{[](const tensor& v) { return kiln::square(kiln::reduce_mean(v, 0, true)); }, m},
+        {[](const tensor& v) { return kiln::reduce_mean(kiln::square(v)); }, m}}},
+      {"reduce_max",
+       {{[](const tensor& v) { return kiln::reduce_max(v, 1) * kiln::constant({1.0, -2.0}); }, m},
+        {[](const tensor& v) { return kiln::reduce_max(kiln::square(v)); }, batched}}},
+      {"reduce_min", {{[](const tensor& v) { return kiln::reduce_min(v, 0, true) * kiln::constant({1.0, -2.0, 3.0}); }, m}}},
+      {"reshape", {{[](const tensor& v) { return kiln::reshape(v, {3, 2}) * kiln::constant({1.0, 2.0}); }, m}}},
+      {"transpose",
+       {{[](const tensor& v) { return kiln::transpose(v) * kiln::constant({1.0, 2.0}); }, m},
+        {[](const tensor& v) { return kiln::transpose(v, {1, 2, 0}) * kiln::constant({1.0, -1.0}); }, batched}}},
+      {"concat",
+       {{[=](const tensor& v) { return kiln::concat({v, kiln::square(v), other}, 0) * weights; }, m},
+        {[](const tensor& v) {
+           return kiln::concat({kiln::tanh(v), v}, -1) * kiln::constant({1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
+         },
+         m}}},
+      {"stack",
+       {{[=](const tensor& v) { return kiln::stack({v, kiln::square(v)}, 1) * weights; }, m},
+        {[=](const tensor& v) { return kiln::stack({kiln::square(v), v}) * weights; }, m}}},
+      {"slice",
+       {{[](const tensor& v) { return kiln::square(kiln::slice(v, {0, 1}, {2, 2})); }, m},
+        {[](const tensor& v) { return kiln::slice(v, {1, 0, 1}, {1, -1, 2}) * kiln::constant({3.0, -1.0}); }, batched}}},
+      {"strided_slice",
+       {{[](const tensor& v) { return kiln::square(v[1]); }, m},
+        {[](const tensor& v) { return v[-2] * kiln::constant({1.0, -1.0, 2.0}); }, batched}}},
+      // (a tensor array's write and growth)
+      {"set_item",
+       {{[](const tensor& v) { return kiln::square(kiln::set_item(v, kiln::constant(1), kiln::constant({1.0, 2.0, 3.0}))); },
+         m},
+        {[=](const tensor& v) { return kiln::square(kiln::set_item(m, kiln::constant(0), v)); }, b}}},
+      {"pad_rows", {{[=](const tensor& v) { return kiln::pad_rows(v, kiln::constant(4)) * randoms({4, 3}, 12); }, m}}},
+      // Repeated indices add their rows' gradients.
+      {"gather",
+       {{[](const tensor& v) { return kiln::square(kiln::gather(v, kiln::constant({1, 0, 1}))); }, m},
+        {[](const tensor& v) { return kiln::square(kiln::gather(v, kiln::constant({{2, 0}, {2, 2}}), -1)); }, batched}}},
+      // A negative id drops its row: that row's gradient is zero.
+      {"unsorted_segment_sum",
+       {{[](const tensor& v) { return kiln::square(kiln::unsorted_segment_sum(v, kiln::constant({2, -1}), 3)); }, m},
+        {[](const tensor& v) {
+           return kiln::square(kiln::unsorted_segment_sum(v, kiln::constant({{0, 1}, {1, 1}}), 2));
+         },
+         batched}}},
+  };
+}
+
+/// Ops without a gradient, as in TensorFlow: integer, boolean and index results.
+const std::set<std::string_view> not_differentiable = {
+    "logical_not", "floordiv", "less", "less_equal", "greater", "greater_equal", "equal",
+    "not_equal",   "logical_and", "logical_or", "shape", "argmax"};
+
+/// Calls `f.template operator()<Op>()` for every op type of the registry.
+template <class F>
+void for_each_op(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (f.template operator()<std::variant_alternative_t<I, kiln::ops::any_op>>(), ...);
+  }(std::make_index_sequence<std::variant_size_v<kiln::ops::any_op>>{});
+}
+
 }  // namespace
 
-TEST_CASE("unary ops' gradients match finite differences") {
-  const tensor x = randoms({2, 3}, 1, value_range::nonzero), p = randoms({2, 3}, 2, value_range::positive);
-  SECTION("negative") { check_gradient([](const tensor& v) { return -v; }, x); }
-  SECTION("abs") { check_gradient([](const tensor& v) { return kiln::abs(v); }, x); }
-  SECTION("exp") { check_gradient([](const tensor& v) { return kiln::exp(v); }, x); }
-  SECTION("log") { check_gradient([](const tensor& v) { return kiln::log(v); }, p); }
-  SECTION("sqrt") { check_gradient([](const tensor& v) { return kiln::sqrt(v); }, p); }
-  SECTION("square") { check_gradient([](const tensor& v) { return kiln::square(v); }, x); }
-  SECTION("tanh") { check_gradient([](const tensor& v) { return kiln::tanh(v); }, x); }
-  SECTION("sigmoid") { check_gradient([](const tensor& v) { return kiln::sigmoid(v); }, x); }
-  SECTION("relu") { check_gradient([](const tensor& v) { return kiln::relu(v); }, x); }
-  SECTION("cast between floats: the gradient comes back in the source's dtype") {
-    // (Finite differences through float32 would measure its rounding, not the slope.)
-    kiln::gradient_tape tape;
-    tape.watch(x);
-    const tensor g = tape.gradient(kiln::cast(x, kiln::float32) * 3.f, x);
-    kiln::testing::require_same(g, kiln::testing::make_tensor(std::vector<double>(6, 3.0), x.shape()));
+TEST_CASE("every differentiable op of the registry matches finite differences, eagerly and in a graph") {
+  const auto cases = cases_by_op();
+  std::set<std::string_view> differentiable;
+  for_each_op([&]<class Op>() {
+    INFO("op " << Op::name);
+    if constexpr (kiln::detail::differentiable<Op>) {
+      differentiable.insert(Op::name);
+      const auto found = cases.find(Op::name);
+      REQUIRE(found != cases.end());
+      for (std::size_t i = 0; i < found->second.size(); ++i) {
+        INFO("case " << i);
+        check_gradient(found->second[i].f, found->second[i].at, found->second[i].exact);
+      }
+    } else {
+      CHECK(not_differentiable.contains(Op::name));
+    }
+  });
+  for (const auto& [name, op_cases] : cases) {
+    INFO("the cases of " << name << " are for an op with a formula");
+    CHECK(differentiable.contains(name));
   }
-}
-
-TEST_CASE("binary ops' gradients match finite differences in each operand, broadcasting included") {
-  const tensor a = randoms({2, 3}, 3, value_range::nonzero), b = randoms({3}, 4, value_range::nonzero);
-  const tensor pa = randoms({2, 3}, 5, value_range::positive);
-  using binary = std::function<tensor(const tensor&, const tensor&)>;
-  const std::vector<std::pair<const char*, binary>> ops = {
-      {"add", [](const tensor& x, const tensor& y) { return x + y; }},
-      {"subtract", [](const tensor& x, const tensor& y) { return x - y; }},
-      {"multiply", [](const tensor& x, const tensor& y) { return x * y; }},
-      {"divide", [](const tensor& x, const tensor& y) { return x / y; }},
-      {"maximum", [](const tensor& x, const tensor& y) { return kiln::maximum(x, y); }},
-      {"minimum", [](const tensor& x, const tensor& y) { return kiln::minimum(x, y); }},
-  };
-  for (const auto& [name, op] : ops) {
-    INFO(name);
-    check_gradient([&](const tensor& x) { return op(x, b); }, a);
-    check_gradient([&](const tensor& y) { return op(a, y); }, b);
-  }
-  SECTION("pow in the base and the exponent") {
-    check_gradient([&](const tensor& x) { return kiln::pow(x, b); }, pa);
-    check_gradient([&](const tensor& y) { return kiln::pow(pa, y); }, b);
-  }
-  SECTION("where in each branch") {
-    const tensor cond = a > 0.0;
-    check_gradient([&](const tensor& x) { return kiln::where(cond, x, b); }, pa);
-    check_gradient([&](const tensor& y) { return kiln::where(cond, pa, y); }, b);
-  }
-}
-
-TEST_CASE("matmul, reductions and shape ops' gradients match finite differences") {
-  const tensor a = randoms({2, 3}, 6), b = randoms({3, 4}, 7), batched = randoms({2, 2, 3}, 8);
-  check_gradient([&](const tensor& x) { return kiln::matmul(x, b); }, a);
-  check_gradient([&](const tensor& y) { return kiln::matmul(a, y); }, b);
-  check_gradient([&](const tensor& y) { return kiln::tanh(kiln::matmul(batched, y)); }, b);  // summed over the batch
-  check_gradient([&](const tensor& x) { return kiln::reduce_sum(x, 1) * kiln::constant({1.0, -2.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::square(kiln::reduce_mean(x, 0, true)); }, a);
-  check_gradient([&](const tensor& x) { return kiln::reduce_mean(kiln::square(x)); }, a);
-  check_gradient([&](const tensor& x) { return kiln::reshape(x, {3, 2}) * kiln::constant({1.0, 2.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::transpose(x) * kiln::constant({1.0, 2.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::transpose(x, {1, 2, 0}) * kiln::constant({1.0, -1.0}); }, batched);
-  check_gradient([&](const tensor& x) { return kiln::reduce_max(x, 1) * kiln::constant({1.0, -2.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::reduce_min(x, 0, true) * kiln::constant({1.0, -2.0, 3.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::reduce_max(kiln::square(x)); }, batched);
-  const tensor weights = kiln::constant({1.0, -2.0, 3.0});
-  const tensor other = randoms({2, 3}, 9);
-  check_gradient([&](const tensor& x) { return kiln::concat({x, kiln::square(x), other}, 0) * weights; }, a);
-  check_gradient([&](const tensor& x) { return kiln::concat({kiln::tanh(x), x}, -1) * kiln::constant({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}); }, a);
-  check_gradient([&](const tensor& x) { return kiln::stack({x, kiln::square(x)}, 1) * weights; }, a);
-  check_gradient([&](const tensor& x) { return kiln::stack({kiln::square(x), x}) * weights; }, a);
-  check_gradient([&](const tensor& x) { return kiln::square(kiln::slice(x, {0, 1}, {2, 2})); }, a);
-  check_gradient([&](const tensor& x) { return kiln::slice(x, {1, 0, 1}, {1, -1, 2}) * kiln::constant({3.0, -1.0}); }, batched);
 }
 
 TEST_CASE("max and min share the gradient among tied elements, as TensorFlow") {

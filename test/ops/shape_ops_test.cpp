@@ -220,6 +220,40 @@ TEST_CASE("gather errors") {
                               {"gather", "scalar"});
 }
 
+TEST_CASE("unsorted_segment_sum adds the slices that share a segment id") {
+  tensor x = iota({3, 4});
+  // Rows 0 and 2 go to segment 1, row 1 to segment 0; segment 2 has no row.
+  require_values<float>(unsorted_segment_sum(x, make_tensor<std::int32_t>({1, 0, 1}, {3}), 3), {3, 4},
+                        {4, 5, 6, 7, 8, 10, 12, 14, 0, 0, 0, 0});
+  // Negative ids are dropped, as TensorFlow drops them.
+  require_values<float>(unsorted_segment_sum(x, make_tensor<std::int64_t>({-1, 1, 1}, {3}), 2), {2, 4},
+                        {0, 0, 0, 0, 12, 14, 16, 18});
+  // Ids of the data's two leading dims: every element is its own slice.
+  require_values<float>(unsorted_segment_sum(x, make_tensor<std::int32_t>({0, 1, 0, 1, 2, 2, 2, 2, 1, 0, 0, 0}, {3, 4}), 3),
+                        {3}, {0 + 2 + 9 + 10 + 11, 1 + 3 + 8, 4 + 5 + 6 + 7});
+  require_values<std::int32_t>(unsorted_segment_sum(make_tensor<std::int32_t>({5, 6, 7}, {3}),
+                                                    make_tensor<std::int32_t>({0, 0, 0}, {3}), 1),
+                               {1}, {18});
+  require_values<double>(unsorted_segment_sum(make_tensor<double>({}, {0, 2}), make_tensor<std::int32_t>({}, {0}), 2),
+                         {2, 2}, {0, 0, 0, 0});
+}
+
+TEST_CASE("unsorted_segment_sum errors") {
+  tensor x = iota({3, 4});
+  require_throws<invalid_argument_error>(
+      [&] { return unsorted_segment_sum(x, make_tensor<std::int32_t>({0, 3, 1}, {3}), 3); },
+      {"unsorted_segment_sum", "segment_ids[1] = 3", "num_segments = 3"});
+  require_throws<value_error>([&] { return unsorted_segment_sum(x, make_tensor<std::int32_t>({0, 1}, {2}), 3); },
+                              {"unsorted_segment_sum", "shape", "(3, 4)", "(2,)"});
+  require_throws<value_error>([&] { return unsorted_segment_sum(x, make_tensor<std::int32_t>({0}, {1}), -1); },
+                              {"unsorted_segment_sum", "num_segments must not be negative"});
+  require_throws<type_error>([&] { return unsorted_segment_sum(x, make_tensor<float>({0, 1, 2}, {3}), 3); },
+                             {"unsorted_segment_sum", "int32 or int64", "float32 (3,)"});
+  require_throws<type_error>(
+      [&] { return unsorted_segment_sum(make_tensor<bool>({true}, {1}), make_tensor<std::int32_t>({0}, {1}), 1); },
+      {"unsorted_segment_sum", "numbers", "bool"});
+}
+
 TEST_CASE("slice takes a block") {
   tensor x = iota({3, 4});
   require_values<float>(slice(x, {1, 1}, {2, 2}), {2, 2}, {5, 6, 9, 10});

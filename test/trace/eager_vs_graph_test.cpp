@@ -104,6 +104,9 @@ TEST_CASE("shape ops: graph results equal eager results", "[trace][eager_vs_grap
   require_graph_matches_eager("gather", [](v in) { return kiln::gather(in[0], kiln::constant({2, 0, 2})); }, {m});
   require_graph_matches_eager("gather_axis", [](v in) { return kiln::gather(in[0], in[1], 1); },
                               {m, kiln::constant({3, 1})});
+  require_graph_matches_eager("unsorted_segment_sum",
+                              [](v in) { return kiln::unsorted_segment_sum(in[0] * 3, in[1], 4); },
+                              {m, kiln::constant({3, -1, 3})});
   require_graph_matches_eager("index", [](v in) { return in[0][1] + in[0][-1]; }, {x});
   require_graph_matches_eager("slice", [](v in) { return kiln::slice(in[0], {0, 1, 1}, {2, -1, 2}); }, {x});
   require_graph_matches_eager("shape_of", [](v in) { return kiln::shape_of(in[0]) * 2; }, {x});

@@ -329,3 +329,58 @@ TEST_CASE("gradients flow through kiln::cond, through the branch taken") {
   }
   CHECK(slope.tracing_count() == 1);
 }
+
+TEST_CASE("a function with a cond called under an eager tape is differentiated through the branch taken") {
+  kiln::variable w(3.0, "w"), calls(0.0, "calls");
+  kiln::function pure([&](const kiln::tensor& x) {
+    return kiln::cond(x > 0.0, [&] { return w * x * x; }, [&] { return x * -2.0; });
+  });
+  // Effects make the call run op by op under the tape; the cond runs as one node.
+  kiln::function counted([&](const kiln::tensor& x) {
+    calls.assign_add(1.0);
+    return kiln::cond(x > 0.0, [&] { return w * x * x; }, [&] { return x * -2.0; });
+  });
+  auto check = [&](auto& f, const char* kind) {
+    for (const double at : {2.0, -1.5}) {
+      INFO("x = " << at << ", " << kind);
+      const kiln::tensor x = kiln::constant(at);
+      kiln::gradient_tape tape({.persistent = true});
+      tape.watch(x);
+      const kiln::tensor y = f(x);
+      CHECK(tape.gradient(y, x).item<double>() == Approx(at > 0 ? 2 * 3.0 * at : -2.0));
+      const kiln::tensor dw = tape.gradient(y, w, kiln::unconnected_gradients::zero);
+      CHECK(dw.item<double>() == Approx(at > 0 ? at * at : 0.0));
+    }
+  };
+  check(pure, "pure");
+  check(counted, "with effects");
+  CHECK(calls.read_value().item<double>() == 2.0);
+}
+
+TEST_CASE("loops: an eager loop is differentiated op by op; a loop in a graph raises, never passes for unconnected") {
+  auto cube = [](const kiln::tensor& x) {
+    return std::get<1>(kiln::while_loop([](const kiln::tensor& i, const kiln::tensor&) { return i < 3; },
+                                        [&](const kiln::tensor& i, const kiln::tensor& v) { return std::tuple{i + 1, v * x}; },
+                                        kiln::constant(0), kiln::constant(1.0)));
+  };
+  const kiln::tensor x = kiln::constant(1.5);
+  {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    CHECK(tape.gradient(cube(x), x).item<double>() == Approx(3 * 1.5 * 1.5));
+  }
+  {
+    kiln::function traced(cube);
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    const kiln::tensor y = traced(x);
+    CHECK(y.item<double>() == Approx(1.5 * 1.5 * 1.5));
+    CHECK_THROWS_AS(tape.gradient(y, x), kiln::unavailable_error);
+  }
+  kiln::function inside([&](const kiln::tensor& v) {
+    kiln::gradient_tape tape;
+    tape.watch(v);
+    return tape.gradient(cube(v), v);
+  });
+  CHECK_THROWS_WITH(inside(x), Catch::Contains("while_loop") && Catch::Contains("no gradient through a loop in a graph"));
+}

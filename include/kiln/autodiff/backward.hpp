@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "kiln/core/error.hpp"
 #include "kiln/core/tensor.hpp"
@@ -73,6 +74,17 @@ class gradient_builder {
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
 
+  /// Zeros of `like`'s dtype, on its device, in shape `s`.
+  static value zeros(const shape& s, const value& like) {
+    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
+  }
+  /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
+  /// of n elements comes out reversed.
+  static value reversed_indices(std::int64_t n, const value& like) {
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
+    return {constant(indices, std::nullopt, like.t.device())};
+  }
   static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
   static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
   static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }

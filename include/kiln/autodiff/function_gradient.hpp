@@ -31,6 +31,7 @@ namespace kiln::detail {
 inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
   for (const node& n : g.nodes()) {
     if (n.kind() != node_kind::special) continue;
+    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
     const auto* read = n.special().as<read_variable_op>();
     if (!read || !is_floating(read->state()->type())) continue;
     const void* id = read->state().get();
@@ -145,6 +146,20 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
                       branch(c.branches.else_graph, c.branches.else_args));
   };
   record_call_on_active_tapes(call, captures, outputs);
+}
+
+/// A `while` node recorded while a tape records in its trace. Its outputs depend on
+/// what it reads, so a gradient that reaches them raises kiln::unavailable_error
+/// rather than passing for unconnected: loops in graphs have no backward pass yet.
+template <class>
+void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  auto call = std::make_shared<differentiable_call>();
+  call->backward = [](const void*, std::span<const tensor>, std::span<const tensor>) -> std::vector<tensor> {
+    throw unavailable_error(
+        "while_loop: no gradient through a loop in a graph yet (a while_loop or for_range traced in a "
+        "kiln::function); differentiate the loop eagerly, where a tape records each iteration's ops");
+  };
+  record_call_on_active_tapes(call, inputs, outputs);
 }
 
 }  // namespace kiln::detail

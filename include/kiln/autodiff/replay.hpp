@@ -10,12 +10,31 @@
 #include <vector>
 
 #include "kiln/autodiff/tape.hpp"
+#include "kiln/exec/control_flow.hpp"
 #include "kiln/exec/effects.hpp"
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln::detail {
+
+/// Hands special node `n` (its inputs and `count` results in `value`, the results from
+/// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
+/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
+inline void notify_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+  std::vector<tensor> inputs;
+  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
+  const std::span<const tensor> results = value.subspan(at, count);
+  if (const auto* read = n.special().as<read_variable_op>()) {
+    watch_on_active_tapes(read->state().get(), value[at]);
+  } else if (const auto* c = n.special().as<cond_op>()) {
+    cond_hook().load(std::memory_order_relaxed)(
+        inputs[0], cond_branches{c->then_graph(), c->then_args(), c->else_graph(), c->else_args()},
+        std::span<const tensor>(inputs).subspan(1), results);
+  } else if (n.special().as<while_op>()) {
+    loop_hook().load(std::memory_order_relaxed)(inputs, results);
+  }
+}
 
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
 /// progress when there is one, else eagerly. Ops run through the kernel table
@@ -55,8 +74,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           results = n.special().run(in);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (const auto* read = n.special().as<read_variable_op>(); read && recording_tapes() > 0)
-          watch_on_active_tapes(read->state().get(), value[i]);
+        if (recording_tapes() > 0) notify_tapes(n, value, i, results.size());
         break;
       }
     }

@@ -86,6 +86,15 @@ inline std::atomic<cond_recorder>& cond_hook() {
   static std::atomic<cond_recorder> hook{nullptr};
   return hook;
 }
+/// How `while` nodes reach the tapes recording in their trace, as `cond` nodes do.
+using loop_recorder = void (*)(std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<loop_recorder>& loop_hook() {
+  static std::atomic<loop_recorder> hook{nullptr};
+  return hook;
+}
+/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
@@ -176,6 +185,7 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::subtract>();
   register_kernels_on_use<ops::multiply>();
   register_kernels_on_use<ops::divide>();
+  register_kernels_on_use<ops::floordiv>();
   register_kernels_on_use<ops::negate>();
   register_kernels_on_use<ops::log>();
   register_kernels_on_use<ops::pow>();
@@ -192,6 +202,9 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::equal>();
   register_kernels_on_use<ops::slice>();
   register_kernels_on_use<ops::concat>();
+  register_kernels_on_use<ops::gather>();
+  register_kernels_on_use<ops::unsorted_segment_sum>();
+  register_kernels_on_use<ops::set_item>();
 }
 
 }  // namespace detail
@@ -218,6 +231,7 @@ class gradient_tape {
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }

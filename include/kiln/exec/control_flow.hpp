@@ -70,6 +70,11 @@ class cond_op final : public special_op {
     for (int k : picks) args.push_back(*in[std::size_t(k) + 1]);
     return (taken ? then_ : else_).run(args);
   }
+  /// The branches as traced, and the captures (indices after the predicate) each takes.
+  const graph& then_graph() const { return then_.traced(); }
+  const graph& else_graph() const { return else_.traced(); }
+  const std::vector<int>& then_args() const { return then_args_; }
+  const std::vector<int>& else_args() const { return else_args_; }
 
  private:
   subgraph then_, else_;

@@ -122,7 +122,8 @@ class special_op {
       [](const special_op& op) { return static_cast<const Op&>(op).has_effects(); },
       [](const special_op& op, std::span<const tensor* const> in) { return static_cast<const Op&>(op).run(in); },
       [](const special_op& op) -> std::vector<std::pair<std::string, const graph*>> {
-        if constexpr (requires(const Op& o) { o.subgraphs(); })
+        // (Op's own subgraphs(), not this base's, which would call itself)
+        if constexpr (!std::is_same_v<decltype(&Op::subgraphs), decltype(&special_op::subgraphs)>)
           return static_cast<const Op&>(op).subgraphs();
         else
           return {};

@@ -133,6 +133,8 @@ struct floormod : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "floormod";
   static constexpr bool integer_divisor = true;
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::floormod(a, b); }
+  /// As TensorFlow: dy for the dividend, -dy * floor(x / y) for the divisor.
+  template <class G> void gradient(G& g) const;
 };
 struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
@@ -214,6 +216,12 @@ template <class G>
 void relu::gradient(G& g) const {
   const auto zero = g.y().scalar(0);
   g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+}
+
+template <class G>
+void floormod::gradient(G& g) const {
+  g.give(0, g.dy());
+  g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
 }
 
 template <class G>

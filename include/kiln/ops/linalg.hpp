@@ -9,6 +9,7 @@
 
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/op.hpp"
+#include "kiln/ops/shape_ops.hpp"
 
 namespace kiln::ops {
 
@@ -131,7 +132,79 @@ struct conv2d {
     return {shape{x[0], conv_output_dim(x[1], f[0], stride_h, pad).out, conv_output_dim(x[2], f[1], stride_w, pad).out, f[3]}};
   }
   constexpr bool operator==(const conv2d&) const = default;
+  /// Both are stride-1 convolutions of dy spread out by the strides: the input's is a
+  /// full correlation with the filters turned by 180° (TensorFlow's
+  /// Conv2DBackpropInput), the filters' a correlation of the padded input with dy,
+  /// the batch taking the place of the channels (Conv2DBackpropFilter).
+  template <class G> void gradient(G& g) const;
 };
+
+/// `v` with `step - 1` zeros after each element along `axis` but the last: a strided
+/// convolution's output spread over the positions a stride-1 one would have.
+template <class G, class V>
+V spread_out(const V& v, int axis, std::int64_t step) {
+  const shape s = v.t.shape();
+  if (step == 1 || s[axis] == 0) return v;
+  shape column, gap, spread = s;  // one more dim after `axis`: each element, then its gap
+  for (int d = 0; d < s.rank(); ++d) {
+    column.push_back(s[d]);
+    gap.push_back(s[d]);
+    if (d == axis) column.push_back(1), gap.push_back(step - 1);
+  }
+  spread[axis] = s[axis] * step;
+  const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
+  int_list begin, size;
+  for (int d = 0; d < s.rank(); ++d) {
+    begin.push_back(0);
+    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
+  }
+  return G::run(slice{begin, size}, G::reshape(joined, spread));
+}
+
+/// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
+/// so that the dim has `length` elements.
+template <class G, class V>
+V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
+  shape s = v.t.shape();
+  if (before > 0) {
+    s[axis] = before;
+    v = G::run(concat{axis}, G::zeros(s, v), v);
+  }
+  s = v.t.shape();
+  if (s[axis] < length) {
+    s[axis] = length - s[axis];
+    v = G::run(concat{axis}, v, G::zeros(s, v));
+  } else if (s[axis] > length) {
+    int_list begin, size;
+    for (int d = 0; d < s.rank(); ++d) {
+      begin.push_back(0);
+      size.push_back(d == axis ? int(length) : -1);
+    }
+    v = G::run(slice{begin, size}, v);
+  }
+  return v;
+}
+
+template <class G>
+void conv2d::gradient(G& g) const {
+  const shape x = g.x(0).t.shape(), f = g.x(1).t.shape(), y = g.y().t.shape();
+  const std::int64_t top = conv_output_dim(x[1], f[0], stride_h, pad).pad_before,
+                     left = conv_output_dim(x[2], f[1], stride_w, pad).pad_before;
+  const auto spread = spread_out<G>(spread_out<G>(g.dy(), 1, stride_h), 2, stride_w);
+  // Input: every input pixel meets each filter tap that read it.
+  const auto turned = G::transpose(
+      G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
+      {0, 1, 3, 2});
+  const auto framed_dy = fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2,
+                                            f[1] - 1 - left, x[2] + f[1] - 1);
+  g.give(0, G::run(conv2d{}, framed_dy, turned));
+  // Filters: the input as the forward pass saw it (padded, rows no output reached
+  // cut), with images and channels swapped, correlated with the spread dy.
+  const auto framed_x = fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left,
+                                           (y[2] - 1) * stride_w + f[1]);
+  g.give(1, G::transpose(G::run(conv2d{}, G::transpose(framed_x, {3, 1, 2, 0}), G::transpose(spread, {1, 2, 0, 3})),
+                         {1, 2, 0, 3}));
+}
 
 }  // namespace kiln::ops
 

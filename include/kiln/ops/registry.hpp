@@ -42,7 +42,9 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
   F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
-#define KILN_SHAPE_OPS(F) F(reshape) F(transpose) F(concat) F(stack) F(gather) F(index) F(slice) F(shape_of) F(set_item) F(pad_rows)
+#define KILN_SHAPE_OPS(F)                                                                                        \
+  F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
+  F(set_item) F(pad_rows)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
 #define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
 /// Every op kiln defines.
@@ -72,7 +74,7 @@ using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_O
 static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
 
 using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
-static_assert(shape_ops::size == 10, "a shape op was added or removed: update the list and the tests");
+static_assert(shape_ops::size == 11, "a shape op was added or removed: update the list and the tests");
 
 using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
 static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");

@@ -27,6 +27,7 @@
 #include "kiln/core/small_vector.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/factories.hpp"
 #include "kiln/ops/op.hpp"
 
@@ -263,6 +264,50 @@ struct gather {
   }
   std::string attributes() const { return "axis=" + std::to_string(axis); }
   constexpr bool operator==(const gather&) const = default;
+  /// dy summed into the rows it was gathered from (unsorted_segment_sum).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `unsorted_segment_sum(data, segment_ids, num_segments)`: the sum of the slices of
+/// `data` that share a segment id, one per segment in [0, num_segments) (0 where no id
+/// names it; negative ids are dropped, as TensorFlow drops them). `segment_ids`
+/// (int32 or int64) has the shape of `data`'s dims from `axis` on; the result's shape
+/// is `data.shape[:axis] + (num_segments,) + data.shape[axis + ids.rank:]`. The adjoint
+/// of gather, whose gradient it is. Each segment sums its slices in the order of
+/// their ids, on every backend, so every backend gives the same bits.
+struct unsorted_segment_sum {
+  static constexpr std::string_view name = "unsorted_segment_sum";
+  std::int64_t num_segments = 0;
+  std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const {
+    if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
+    if (in[0] == bool_ || in[0] == string) return {in[0], "data must be numbers"};
+    return {in[0]};
+  }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &data = in[0], &ids = in[1];
+    if (num_segments < 0) return {{}, "num_segments must not be negative"};
+    if (!data.has_known_rank() || !ids.has_known_rank()) return {kiln::shape(unknown_rank)};
+    if (axis < 0 || axis + ids.rank() > data.rank()) return {{}, "segment ids have more dims than data has from the axis on"};
+    if (data.rank() - ids.rank() + 1 > max_rank) return {{}, "the result would have more dims than kiln supports"};
+    for (int d = 0; d < ids.rank(); ++d) {
+      const std::int64_t want = data[int(axis) + d];
+      if (want != none && ids[d] != none && want != ids[d])
+        return {{}, "segment ids must have the shape of data's dims from the axis on"};
+    }
+    kiln::shape out;
+    for (int d = 0; d < axis; ++d) out.push_back(data[d]);
+    out.push_back(num_segments);
+    for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
+    return {out};
+  }
+  std::string attributes() const {
+    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+  }
+  constexpr bool operator==(const unsorted_segment_sum&) const = default;
+  /// dy gathered at the ids.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `x[i]`: the i-th slice along the first dim (negative i counts from the end).
@@ -286,6 +331,8 @@ struct index {
   }
   std::string attributes() const { return "index=" + std::to_string(i); }
   constexpr bool operator==(const index&) const = default;
+  /// dy in place of the row, zeros around it.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `set_item(x, i, value)`: `x` with its i-th slice along the first dim replaced by
@@ -313,6 +360,8 @@ struct set_item {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
+  /// dy with zeros in place of the row for `x`; dy's row for `value`.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `pad_rows(x, rows)`: `x` with rows of zeros appended along its first dim until it
@@ -340,6 +389,8 @@ struct pad_rows {
   tensor evaluate(std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
+  /// dy without the added rows.
+  template <class G> void gradient(G& g) const;
 };
 
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
@@ -418,31 +469,74 @@ void stack::gradient(G& g) const {
 }
 
 template <class G>
-void slice::gradient(G& g) const {
-  // Pads dy with zeros dim by dim: before the slice, then after it.
-  const kiln::shape in = g.x(0).t.shape();
-  const auto zeros = g.zeros_like(0);
-  auto padded = g.dy();
-  kiln::shape current = g.y().t.shape();
-  const int_list origin = [&] {
-    int_list o;
-    for (int d = 0; d < in.rank(); ++d) o.push_back(0);
-    return o;
-  }();
+void gather::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  const int a = normalize_axis(axis, x.rank());
+  g.give(0, G::run(unsorted_segment_sum{x[a], a}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void unsorted_segment_sum::gradient(G& g) const {
+  // TensorFlow's _GatherDropNegatives: a dropped (negative) id's slice gets zeros.
+  const auto ids = g.x(1), kept = G::run(greater_equal{}, ids, ids.scalar(0));
+  const auto rows = G::run(gather{axis}, g.dy(), G::run(where{}, kept, ids, ids.scalar(0)));
+  kiln::shape mask = ids.t.shape();  // the ids' dims, then ones: broadcasts against rows
+  for (int d = int(axis) + ids.t.rank(); d < rows.t.rank(); ++d) mask.push_back(1);
+  g.give(0, G::run(where{}, G::reshape(kept, mask), rows, rows.scalar(0)));
+}
+
+template <class G>
+void set_item::gradient(G& g) const {
+  g.give(0, G::run(set_item{}, g.dy(), g.x(1), g.zeros_like(2)));
+  g.give(2, G::run(gather{}, g.dy(), g.x(1)));
+}
+
+template <class G>
+void pad_rows::gradient(G& g) const {
+  const kiln::shape x = g.x(0).t.shape();
+  if (x[0] == none)
+    throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
+  int_list origin;
+  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
+  g.give(0, slice_of<G>(g.dy(), origin, x));
+}
+
+/// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
+/// shape `in`) around it: the gradient of the slice, built dim by dim.
+template <class G, class V>
+V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
+  kiln::shape current = block.t.shape();
+  int_list origin;
+  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
-    kiln::shape block = current;
+    kiln::shape part = current;
     if (before > 0) {
-      block[d] = before;
-      padded = G::run(concat{d}, slice_of<G>(zeros, origin, block), padded);
+      part[d] = before;
+      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
     }
     if (after > 0) {
-      block[d] = after;
-      padded = G::run(concat{d}, padded, slice_of<G>(zeros, origin, block));
+      part[d] = after;
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
     }
     current[d] = in[d];
   }
-  g.give(0, padded);
+  return block;
+}
+
+template <class G>
+void slice::gradient(G& g) const {
+  g.give(0, zeros_around<G>(g.dy(), g.x(0).t.shape(), begin, g.zeros_like(0)));
+}
+
+template <class G>
+void index::gradient(G& g) const {
+  const kiln::shape in = g.x(0).t.shape();
+  kiln::shape row = in;
+  row[0] = 1;
+  int_list begin;
+  for (int d = 0; d < in.rank(); ++d) begin.push_back(d > 0 ? 0 : int(i < 0 ? i + in[0] : i));
+  g.give(0, zeros_around<G>(G::reshape(g.dy(), row), in, begin, g.zeros_like(0)));
 }
 
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
@@ -495,39 +589,64 @@ inline void check_values(const slice& op, std::span<const tensor* const> in) {
   throw invalid_argument_error("slice: " + op.attributes() + " is out of range for shape " + s.str() + ": " + problem);
 }
 
+/// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
+inline std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+/// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
+/// any device).
+template <class F>
+void with_host_indices(const tensor& indices, F&& f) {
+  auto read = [&]<class T>(std::type_identity<T>) {
+    if (indices.device() == device::cpu) {
+      f(indices.data<T>());
+    } else {
+      const std::vector<T> copied = indices.to_vector<T>();
+      f(copied.data());
+    }
+  };
+  if (indices.dtype() == int64)
+    read(std::type_identity<std::int64_t>{});
+  else
+    read(std::type_identity<std::int32_t>{});
+}
+
 /// Raises kiln::invalid_argument_error, as TensorFlow's CPU kernel, when one of the
 /// indices at `p` (of shape `indices`) is outside [0, dim) for `axis` of shape `x`.
 template <class I>
 void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, const shape& x) {
-  const std::int64_t dim = x[normalize_axis(axis, x.rank())];
+  const std::int64_t dim = x[normalize_axis(axis, x.rank())], n = indices.num_elements();
   std::int64_t k = 0;
-  const std::int64_t n = indices.num_elements();
   while (k < n && p[k] >= 0 && p[k] < dim) ++k;
   if (k == n) return;
-  std::string position;  // "1, 0": k as a multi-index into indices, as TensorFlow prints it
-  for (std::int64_t d = indices.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % indices[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= indices[int(d)];
-  }
-  throw invalid_argument_error("gather: indices[" + position + "] = " + std::to_string(p[k]) + " is not in [0, " +
-                               std::to_string(dim) + ") for axis " + std::to_string(axis) + " of shape " + x.str());
+  throw invalid_argument_error("gather: indices[" + position_text(k, indices) + "] = " + std::to_string(p[k]) +
+                               " is not in [0, " + std::to_string(dim) + ") for axis " + std::to_string(axis) +
+                               " of shape " + x.str());
 }
 
 /// `gather` needs every index in [0, dim) for the gathered dim.
 inline void check_values(const gather& op, std::span<const tensor* const> in) {
-  const tensor &x = *in[0], &indices = *in[1];
-  auto check = [&]<class T>(std::type_identity<T>) {
-    if (indices.device() == device::cpu) {
-      check_gather_indices(indices.data<T>(), indices.shape(), op.axis, x.shape());
-    } else {
-      const std::vector<T> copied = indices.to_vector<T>();
-      check_gather_indices(copied.data(), indices.shape(), op.axis, x.shape());
-    }
-  };
-  if (indices.dtype() == int64)
-    check(std::type_identity<std::int64_t>{});
-  else
-    check(std::type_identity<std::int32_t>{});
+  with_host_indices(*in[1], [&](const auto* p) { check_gather_indices(p, in[1]->shape(), op.axis, in[0]->shape()); });
+}
+
+/// `unsorted_segment_sum` needs every segment id below num_segments (negative ones
+/// are dropped), as TensorFlow's CPU kernel does.
+inline void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
+  const shape& ids = in[1]->shape();
+  const std::int64_t n = ids.num_elements();
+  with_host_indices(*in[1], [&](const auto* p) {
+    std::int64_t k = 0;
+    while (k < n && p[k] < op.num_segments) ++k;
+    if (k == n) return;
+    throw invalid_argument_error("unsorted_segment_sum: segment_ids[" + position_text(k, ids) + "] = " +
+                                 std::to_string(p[k]) + " is not below num_segments = " + std::to_string(op.num_segments));
+  });
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
@@ -624,6 +743,18 @@ template <class = void>
 tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
   return detail::apply_naming_attributes(ops::gather{axis}, in);
+}
+
+/// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
+/// in [0, num_segments), the sum of the slices `data[j]` whose id `segment_ids[j]` is
+/// s (TensorFlow's tf.math.unsorted_segment_sum: `segment_ids`, int32 or int64, has
+/// the shape of `data`'s leading dims; a segment no id names is 0, a negative id is
+/// dropped, an id of num_segments or more raises kiln::invalid_argument_error).
+/// \code kiln::unsorted_segment_sum(kiln::constant({1.f, 2.f, 3.f}), kiln::constant({1, 0, 1}), 2);  // [2 4] \endcode
+template <class = void>
+tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
+  const tensor* in[] = {&data, &segment_ids};
+  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1

@@ -18,6 +18,8 @@
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/core/parallel.hpp"
+#include "kiln/ops/math.hpp"
+#include "kiln/ops/reduction.hpp"
 #include "kiln/ops/shape_ops.hpp"
 
 namespace kiln::backend {
@@ -275,7 +277,44 @@ void gather_rows(const buffer_view& x, const I* indices, std::int64_t m, int axi
   });
 }
 
+/// unsorted_segment_sum as `outer` blocks: row j of block b of `data` (m rows of
+/// `inner` elements) is added to row ids[j] of block b of `out` (`segments` rows).
+/// Threads split the (block, column) pairs, so each output element is one thread's
+/// sum of its rows in the order of j, whatever the split.
+template <class T, class I>
+void segment_sum_rows(const T* data, const I* ids, std::int64_t m, std::int64_t segments, std::int64_t outer,
+                      std::int64_t inner, T* out) {
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t(1) << 15) / std::max<std::int64_t>(m + segments, 1));
+  kiln::detail::parallel_for(outer * inner, grain, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t at = lo; at < hi;) {
+      const std::int64_t b = at / inner, first = at % inner, last = std::min(inner, first + (hi - at));
+      T* block = out + b * segments * inner;
+      for (std::int64_t s = 0; s < segments; ++s) std::fill(block + s * inner + first, block + s * inner + last, T(0));
+      for (std::int64_t j = 0; j < m; ++j) {
+        if (ids[j] < 0) continue;  // dropped, as TensorFlow drops negative ids
+        T* sum = block + std::int64_t(ids[j]) * inner;
+        const T* row = data + (b * m + j) * inner;
+        for (std::int64_t c = first; c < last; ++c) sum[c] = math::add(sum[c], row[c]);
+      }
+      at += last - first;
+    }
+  });
+}
+
 }  // namespace cpu
+
+template <class = void>
+void compute(cpu_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const shape& ds = in[0].shape;
+  const int a = int(op.axis), ids_end = a + in[1].shape.rank();
+  const std::int64_t outer = elements_between(ds, 0, a), inner = elements_between(ds, ids_end, ds.rank()), m = in[1].size();
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    if (in[1].dtype == int64)
+      cpu::segment_sum_rows(in[0].as<const T>(), in[1].as<const std::int64_t>(), m, op.num_segments, outer, inner, out.as<T>());
+    else
+      cpu::segment_sum_rows(in[0].as<const T>(), in[1].as<const std::int32_t>(), m, op.num_segments, outer, inner, out.as<T>());
+  });
+}
 
 template <class = void>
 void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view> in, const buffer_view& out) {

@@ -4,6 +4,7 @@
 /// multi-index, the input element it comes from, and one assignment. Slow and
 /// obviously right. (reshape, `x[i]`, shape_of and set_item need no kernel: they evaluate.)
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,8 @@
 #include <utility>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/ops/math.hpp"
+#include "kiln/ops/reduction.hpp"
 #include "kiln/ops/shape_ops.hpp"
 
 namespace kiln::backend {
@@ -96,6 +99,30 @@ void compute(reference_backend, const ops::gather& op, std::span<const buffer_vi
     x[a] = reference::read_index(in[1], reference::ravel(j, is));
     for (int d = a + 1; d < xs.rank(); ++d) x[d] = o[d - 1 + is.rank()];
     return std::pair{std::size_t(0), reference::ravel(x, xs)};
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in,
+             const buffer_view& out) {
+  const shape &ds = in[0].shape, &ids = in[1].shape;
+  const int a = int(op.axis);
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    T* o = out.as<T>();
+    std::fill_n(o, out.size(), T(0));
+    for (std::int64_t i = 0, n = ds.num_elements(); i < n; ++i) {  // in order, so each segment sums its ids in order
+      const reference::multi_index x = reference::unravel(i, ds);
+      std::int64_t j = 0;
+      for (int d = 0; d < ids.rank(); ++d) j = j * ids[d] + x[a + d];
+      const std::int64_t segment = reference::read_index(in[1], j);
+      if (segment < 0) continue;
+      reference::multi_index y{};
+      for (int d = 0; d < a; ++d) y[d] = x[d];
+      y[a] = segment;
+      for (int d = a + ids.rank(); d < ds.rank(); ++d) y[d - ids.rank() + 1] = x[d];
+      T& sum = o[reference::ravel(y, out.shape)];
+      sum = math::add(sum, in[0].as<const T>()[i]);
+    }
   });
 }
 

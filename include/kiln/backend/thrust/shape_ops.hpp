@@ -15,15 +15,21 @@
 #include <string>
 #include <type_traits>
 
+#include <thrust/binary_search.h>
 #include <thrust/copy.h>
+#include <thrust/device_vector.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/permutation_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
+#include <thrust/sequence.h>
+#include <thrust/sort.h>
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/thrust/memory.hpp"
 #include "kiln/backend/thrust/strided.hpp"
 #include "kiln/core/small_vector.hpp"
+#include "kiln/ops/math.hpp"
+#include "kiln/ops/reduction.hpp"
 #include "kiln/ops/shape_ops.hpp"
 
 namespace kiln::backend {
@@ -74,6 +80,24 @@ struct gather_element {
     const std::int64_t row = wide_indices ? static_cast<const std::int64_t*>(indices)[j]
                                           : std::int64_t(static_cast<const std::int32_t*>(indices)[j]);
     return x[(o * dim + row) * inner + r];
+  }
+};
+
+/// Output element `i` of an unsorted_segment_sum, seen as (outer, segment, inner):
+/// the sum, in order, of the data rows (outer, order[k], inner) for k from
+/// starts[segment] to starts[segment + 1], the rows of that segment.
+template <class T>
+struct segment_sum_element {
+  const T* data;
+  const std::int64_t* order;   // data's row numbers sorted stably by segment id
+  const std::int64_t* starts;  // segments + 1 positions in `order`
+  std::int64_t rows, segments, inner;
+
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const std::int64_t r = i % inner, rest = i / inner, s = rest % segments, o = rest / segments;
+    T sum = T(0);
+    for (std::int64_t k = starts[s]; k < starts[s + 1]; ++k) sum = math::add(sum, data[(o * rows + order[k]) * inner + r]);
+    return sum;
   }
 };
 
@@ -140,6 +164,32 @@ void compute(thrust_backend, const ops::gather& op, std::span<const buffer_view>
   thrust_kernels::visit_device_dtype(out.dtype, ops::gather::name, [&]<class T>() {
     const thrust_kernels::gather_element<T> element{in[0].as<const T>(), in[1].data, in[1].dtype == int64, in[1].size(),
                                                     xs[a], thrust_kernels::dims_product(xs, a + 1, xs.rank())};
+    thrust_kernels::fill_elements<T>(out, element);
+  });
+}
+
+template <class = void>
+void compute(thrust_backend, const ops::unsorted_segment_sum& op, std::span<const buffer_view> in,
+             const buffer_view& out) {
+  const shape& ds = in[0].shape;
+  const int ids_end = int(op.axis) + in[1].shape.rank();
+  const std::int64_t rows = in[1].size();
+  // Each output element sums its segment's rows: the row numbers sorted stably by id,
+  // and where each segment starts among them (negative ids sort first, before segment 0).
+  ::thrust::device_vector<std::int64_t> ids(static_cast<std::size_t>(rows)), order(static_cast<std::size_t>(rows)),
+      starts(static_cast<std::size_t>(op.num_segments + 1));
+  if (in[1].dtype == int64)
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int64_t>(), rows, ids.begin());
+  else
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int32_t>(), rows, ids.begin());
+  ::thrust::sequence(::thrust::device, order.begin(), order.end());
+  ::thrust::stable_sort_by_key(::thrust::device, ids.begin(), ids.end(), order.begin());
+  const ::thrust::counting_iterator<std::int64_t> segment(0);
+  ::thrust::lower_bound(::thrust::device, ids.begin(), ids.end(), segment, segment + op.num_segments + 1, starts.begin());
+  ops::visit_numeric(out.dtype, [&]<class T>() {
+    const thrust_kernels::segment_sum_element<T> element{
+        in[0].as<const T>(), ::thrust::raw_pointer_cast(order.data()), ::thrust::raw_pointer_cast(starts.data()), rows,
+        op.num_segments, thrust_kernels::dims_product(ds, ids_end, ds.rank())};
     thrust_kernels::fill_elements<T>(out, element);
   });
 }
