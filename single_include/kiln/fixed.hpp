@@ -7126,6 +7126,13 @@ struct slice {
 
 // ---- gradients of the ops above, which run each other -------------------------
 
+/// `rank` zeros: where a slice from the first element begins.
+inline int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
 template <class G, class V>
@@ -7189,9 +7196,7 @@ void pad_rows::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
   if (x[0] == none)
     throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
-  int_list origin;
-  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
-  g.give(0, slice_of<G>(g.dy(), origin, x));
+  g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -7199,18 +7204,16 @@ void pad_rows::gradient(G& g) const {
 template <class G, class V>
 V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
   kiln::shape current = block.t.shape();
-  int_list origin;
-  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
     kiln::shape part = current;
     if (before > 0) {
       part[d] = before;
-      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
+      block = G::run(concat{d}, slice_of<G>(zeros, origin(in.rank()), part), block);
     }
     if (after > 0) {
       part[d] = after;
-      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin(in.rank()), part));
     }
     current[d] = in[d];
   }
@@ -7663,12 +7666,9 @@ V spread_out(const V& v, int axis, std::int64_t step) {
   }
   spread[axis] = s[axis] * step;
   const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
-  int_list begin, size;
-  for (int d = 0; d < s.rank(); ++d) {
-    begin.push_back(0);
-    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
-  }
-  return G::run(slice{begin, size}, G::reshape(joined, spread));
+  shape kept = s;  // the last element's gap cut
+  kept[axis] = (s[axis] - 1) * step + 1;
+  return slice_of<G>(G::reshape(joined, spread), origin(s.rank()), kept);
 }
 
 /// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
@@ -7685,12 +7685,8 @@ V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
     s[axis] = length - s[axis];
     v = G::run(concat{axis}, v, G::zeros(s, v));
   } else if (s[axis] > length) {
-    int_list begin, size;
-    for (int d = 0; d < s.rank(); ++d) {
-      begin.push_back(0);
-      size.push_back(d == axis ? int(length) : -1);
-    }
-    v = G::run(slice{begin, size}, v);
+    s[axis] = length;
+    v = slice_of<G>(v, origin(s.rank()), s);
   }
   return v;
 }

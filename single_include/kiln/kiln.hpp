@@ -3869,6 +3869,13 @@ struct slice {
 
 // ---- gradients of the ops above, which run each other -------------------------
 
+/// `rank` zeros: where a slice from the first element begins.
+inline int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
 template <class G, class V>
@@ -3932,9 +3939,7 @@ void pad_rows::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
   if (x[0] == none)
     throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
-  int_list origin;
-  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
-  g.give(0, slice_of<G>(g.dy(), origin, x));
+  g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -3942,18 +3947,16 @@ void pad_rows::gradient(G& g) const {
 template <class G, class V>
 V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
   kiln::shape current = block.t.shape();
-  int_list origin;
-  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
     kiln::shape part = current;
     if (before > 0) {
       part[d] = before;
-      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
+      block = G::run(concat{d}, slice_of<G>(zeros, origin(in.rank()), part), block);
     }
     if (after > 0) {
       part[d] = after;
-      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin(in.rank()), part));
     }
     current[d] = in[d];
   }
@@ -4417,12 +4420,9 @@ V spread_out(const V& v, int axis, std::int64_t step) {
   }
   spread[axis] = s[axis] * step;
   const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
-  int_list begin, size;
-  for (int d = 0; d < s.rank(); ++d) {
-    begin.push_back(0);
-    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
-  }
-  return G::run(slice{begin, size}, G::reshape(joined, spread));
+  shape kept = s;  // the last element's gap cut
+  kept[axis] = (s[axis] - 1) * step + 1;
+  return slice_of<G>(G::reshape(joined, spread), origin(s.rank()), kept);
 }
 
 /// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
@@ -4439,12 +4439,8 @@ V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
     s[axis] = length - s[axis];
     v = G::run(concat{axis}, v, G::zeros(s, v));
   } else if (s[axis] > length) {
-    int_list begin, size;
-    for (int d = 0; d < s.rank(); ++d) {
-      begin.push_back(0);
-      size.push_back(d == axis ? int(length) : -1);
-    }
-    v = G::run(slice{begin, size}, v);
+    s[axis] = length;
+    v = slice_of<G>(v, origin(s.rank()), s);
   }
   return v;
 }
@@ -11680,6 +11676,17 @@ inline std::atomic<loop_recorder>& loop_hook() {
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
+/// tapes recording: set when the first tape is made, so that a program without tapes
+/// compiles none of it.
+using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+inline std::atomic<special_recorder>& special_hook() {
+  static std::atomic<special_recorder> hook{nullptr};
+  return hook;
+}
+/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
+template <class = void>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 /// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
@@ -11817,6 +11824,7 @@ class gradient_tape {
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -15020,17 +15028,20 @@ namespace kiln::detail {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
 /// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
-inline void notify_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+template <class>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
   std::vector<tensor> inputs;
   for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
   const std::span<const tensor> results = value.subspan(at, count);
-  if (const auto* read = n.special().as<read_variable_op>()) {
+  const special_op& op = n.special();
+  if (const auto* read = op.as<read_variable_op>()) {
     watch_on_active_tapes(read->state().get(), value[at]);
-  } else if (const auto* c = n.special().as<cond_op>()) {
+  } else if (op.name() == "cond") {  // (by name: as<cond_op> would compile the node's kernels in every program)
+    const auto& c = static_cast<const cond_op&>(op);
     cond_hook().load(std::memory_order_relaxed)(
-        inputs[0], cond_branches{c->then_graph(), c->then_args(), c->else_graph(), c->else_args()},
+        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
         std::span<const tensor>(inputs).subspan(1), results);
-  } else if (n.special().as<while_op>()) {
+  } else if (op.name() == "while") {
     loop_hook().load(std::memory_order_relaxed)(inputs, results);
   }
 }
@@ -15073,7 +15084,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           results = n.special().run(in);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) notify_tapes(n, value, i, results.size());
+        if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
         break;
       }
     }

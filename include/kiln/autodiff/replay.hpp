@@ -21,17 +21,20 @@ namespace kiln::detail {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
 /// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
-inline void notify_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+template <class>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
   std::vector<tensor> inputs;
   for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
   const std::span<const tensor> results = value.subspan(at, count);
-  if (const auto* read = n.special().as<read_variable_op>()) {
+  const special_op& op = n.special();
+  if (const auto* read = op.as<read_variable_op>()) {
     watch_on_active_tapes(read->state().get(), value[at]);
-  } else if (const auto* c = n.special().as<cond_op>()) {
+  } else if (op.name() == "cond") {  // (by name: as<cond_op> would compile the node's kernels in every program)
+    const auto& c = static_cast<const cond_op&>(op);
     cond_hook().load(std::memory_order_relaxed)(
-        inputs[0], cond_branches{c->then_graph(), c->then_args(), c->else_graph(), c->else_args()},
+        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
         std::span<const tensor>(inputs).subspan(1), results);
-  } else if (n.special().as<while_op>()) {
+  } else if (op.name() == "while") {
     loop_hook().load(std::memory_order_relaxed)(inputs, results);
   }
 }
@@ -74,7 +77,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           results = n.special().run(in);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) notify_tapes(n, value, i, results.size());
+        if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
         break;
       }
     }

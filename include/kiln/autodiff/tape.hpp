@@ -95,6 +95,17 @@ inline std::atomic<loop_recorder>& loop_hook() {
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
+/// tapes recording: set when the first tape is made, so that a program without tapes
+/// compiles none of it.
+using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+inline std::atomic<special_recorder>& special_hook() {
+  static std::atomic<special_recorder> hook{nullptr};
+  return hook;
+}
+/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
+template <class = void>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 /// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
@@ -232,6 +243,7 @@ class gradient_tape {
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }

@@ -153,12 +153,9 @@ V spread_out(const V& v, int axis, std::int64_t step) {
   }
   spread[axis] = s[axis] * step;
   const V joined = G::run(concat{axis + 1}, G::reshape(v, column), G::zeros(gap, v));
-  int_list begin, size;
-  for (int d = 0; d < s.rank(); ++d) {
-    begin.push_back(0);
-    size.push_back(d == axis ? int((s[axis] - 1) * step + 1) : -1);
-  }
-  return G::run(slice{begin, size}, G::reshape(joined, spread));
+  shape kept = s;  // the last element's gap cut
+  kept[axis] = (s[axis] - 1) * step + 1;
+  return slice_of<G>(G::reshape(joined, spread), origin(s.rank()), kept);
 }
 
 /// `v` with `before` zeros ahead of it along `axis`, then zeros or a cut at the end
@@ -175,12 +172,8 @@ V fit_dim(V v, int axis, std::int64_t before, std::int64_t length) {
     s[axis] = length - s[axis];
     v = G::run(concat{axis}, v, G::zeros(s, v));
   } else if (s[axis] > length) {
-    int_list begin, size;
-    for (int d = 0; d < s.rank(); ++d) {
-      begin.push_back(0);
-      size.push_back(d == axis ? int(length) : -1);
-    }
-    v = G::run(slice{begin, size}, v);
+    s[axis] = length;
+    v = slice_of<G>(v, origin(s.rank()), s);
   }
   return v;
 }

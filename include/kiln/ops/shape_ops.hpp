@@ -433,6 +433,13 @@ struct slice {
 
 // ---- gradients of the ops above, which run each other -------------------------
 
+/// `rank` zeros: where a slice from the first element begins.
+inline int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
 template <class G, class V>
@@ -496,9 +503,7 @@ void pad_rows::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
   if (x[0] == none)
     throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
-  int_list origin;
-  for (int d = 0; d < x.rank(); ++d) origin.push_back(0);
-  g.give(0, slice_of<G>(g.dy(), origin, x));
+  g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -506,18 +511,16 @@ void pad_rows::gradient(G& g) const {
 template <class G, class V>
 V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& zeros) {
   kiln::shape current = block.t.shape();
-  int_list origin;
-  for (int d = 0; d < in.rank(); ++d) origin.push_back(0);
   for (int d = 0; d < in.rank(); ++d) {
     const std::int64_t before = begin[d], after = in[d] - begin[d] - current[d];
     kiln::shape part = current;
     if (before > 0) {
       part[d] = before;
-      block = G::run(concat{d}, slice_of<G>(zeros, origin, part), block);
+      block = G::run(concat{d}, slice_of<G>(zeros, origin(in.rank()), part), block);
     }
     if (after > 0) {
       part[d] = after;
-      block = G::run(concat{d}, block, slice_of<G>(zeros, origin, part));
+      block = G::run(concat{d}, block, slice_of<G>(zeros, origin(in.rank()), part));
     }
     current[d] = in[d];
   }
