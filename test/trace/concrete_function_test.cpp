@@ -217,6 +217,19 @@ TEST_CASE("the graph of a + a is a placeholder, an add and an Identity", "[trace
   for (const kiln::node& n : g.nodes()) CHECK_THAT(dot, Catch::Matchers::Contains(n.name()));
 }
 
+TEST_CASE("to_dot draws special nodes without subgraphs (variable reads, prints)", "[trace][concrete][graph]") {
+  kiln::variable v(2.f, "v");
+  kiln::function f([&](const kiln::tensor& x) {
+    kiln::print(x);
+    return x * v.read_value();
+  });
+  const kiln::graph& g = f.get_concrete_function(kiln::constant(1.f)).graph();
+  const std::string dot = g.to_dot();
+  CHECK_THAT(dot, Catch::Matchers::StartsWith("digraph"));
+  for (const kiln::node& n : g.nodes()) CHECK_THAT(dot, Catch::Matchers::Contains(n.name()));
+  CHECK_THAT(dot, !Catch::Matchers::Contains("subgraph"));
+}
+
 TEST_CASE("graph nodes come in execution order with unique names, dtypes and shapes", "[trace][concrete][graph]") {
   kiln::function f(
       [](const kiln::tensor& x, const kiln::tensor& w) {
