@@ -9,6 +9,7 @@
 /// bounds. String tensors never live on the gpu. (reshape, `x[i]`, shape_of and set_item
 /// need no kernel: they evaluate on any device.)
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -178,17 +179,28 @@ void compute(thrust_backend, const ops::unsorted_segment_sum& op, std::span<cons
   // and where each segment starts among them (negative ids sort first, before segment 0).
   ::thrust::device_vector<std::int64_t> ids(static_cast<std::size_t>(rows)), order(static_cast<std::size_t>(rows)),
       starts(static_cast<std::size_t>(op.num_segments + 1));
+  // (Raw pointers: the vectors' own iterators write through device references, which
+  // bind a null execution policy on host systems.)
+  std::int64_t *id = ::thrust::raw_pointer_cast(ids.data()), *row = ::thrust::raw_pointer_cast(order.data()),
+               *start = ::thrust::raw_pointer_cast(starts.data());
   if (in[1].dtype == int64)
-    ::thrust::copy_n(::thrust::device, in[1].as<const std::int64_t>(), rows, ids.begin());
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int64_t>(), rows, id);
   else
-    ::thrust::copy_n(::thrust::device, in[1].as<const std::int32_t>(), rows, ids.begin());
-  ::thrust::sequence(::thrust::device, order.begin(), order.end());
-  ::thrust::stable_sort_by_key(::thrust::device, ids.begin(), ids.end(), order.begin());
+    ::thrust::copy_n(::thrust::device, in[1].as<const std::int32_t>(), rows, id);
+  ::thrust::sequence(::thrust::device, row, row + rows);
+#if KILN_THRUST_CUDA
+  ::thrust::stable_sort_by_key(::thrust::device, id, id + rows, row);
+#else
+  // A host system's device memory is host memory: std::stable_sort, as thrust's sort
+  // binds a null execution policy in its buffers there.
+  std::stable_sort(row, row + rows, [id](std::int64_t a, std::int64_t b) { return id[a] < id[b]; });
+  std::stable_sort(id, id + rows);
+#endif
   const ::thrust::counting_iterator<std::int64_t> segment(0);
-  ::thrust::lower_bound(::thrust::device, ids.begin(), ids.end(), segment, segment + op.num_segments + 1, starts.begin());
+  ::thrust::lower_bound(::thrust::device, id, id + rows, segment, segment + op.num_segments + 1, start);
   ops::visit_numeric(out.dtype, [&]<class T>() {
     const thrust_kernels::segment_sum_element<T> element{
-        in[0].as<const T>(), ::thrust::raw_pointer_cast(order.data()), ::thrust::raw_pointer_cast(starts.data()), rows,
+        in[0].as<const T>(), row, start, rows,
         op.num_segments, thrust_kernels::dims_product(ds, ids_end, ds.rank())};
     thrust_kernels::fill_elements<T>(out, element);
   });
