@@ -3718,7 +3718,7 @@ struct unsorted_segment_sum {
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
-    if (in[0] == bool_ || in[0] == string) return {in[0], "data must be numbers"};
+    if (!dtypes::numeric.contains(in[0])) return {in[0], "data must be numbers"};
     return {in[0]};
   }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -4455,13 +4455,13 @@ void conv2d::gradient(G& g) const {
   const auto turned = G::transpose(
       G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
       {0, 1, 3, 2});
-  const auto framed_dy = fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2,
-                                            f[1] - 1 - left, x[2] + f[1] - 1);
+  const auto framed_dy =
+      fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
   g.give(0, G::run(conv2d{}, framed_dy, turned));
   // Filters: the input as the forward pass saw it (padded, rows no output reached
   // cut), with images and channels swapped, correlated with the spread dy.
-  const auto framed_x = fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left,
-                                           (y[2] - 1) * stride_w + f[1]);
+  const auto framed_x =
+      fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left, (y[2] - 1) * stride_w + f[1]);
   g.give(1, G::transpose(G::run(conv2d{}, G::transpose(framed_x, {3, 1, 2, 0}), G::transpose(spread, {1, 2, 0, 3})),
                          {1, 2, 0, 3}));
 }
@@ -8084,9 +8084,8 @@ void compute(thrust_backend, const ops::unsorted_segment_sum& op, std::span<cons
   const ::thrust::counting_iterator<std::int64_t> segment(0);
   ::thrust::lower_bound(::thrust::device, id, id + rows, segment, segment + op.num_segments + 1, start);
   ops::visit_numeric(out.dtype, [&]<class T>() {
-    const thrust_kernels::segment_sum_element<T> element{
-        in[0].as<const T>(), row, start, rows,
-        op.num_segments, thrust_kernels::dims_product(ds, ids_end, ds.rank())};
+    const thrust_kernels::segment_sum_element<T> element{in[0].as<const T>(), row, start, rows, op.num_segments,
+                                                         thrust_kernels::dims_product(ds, ids_end, ds.rank())};
     thrust_kernels::fill_elements<T>(out, element);
   });
 }

@@ -188,13 +188,13 @@ void conv2d::gradient(G& g) const {
   const auto turned = G::transpose(
       G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
       {0, 1, 3, 2});
-  const auto framed_dy = fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2,
-                                            f[1] - 1 - left, x[2] + f[1] - 1);
+  const auto framed_dy =
+      fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
   g.give(0, G::run(conv2d{}, framed_dy, turned));
   // Filters: the input as the forward pass saw it (padded, rows no output reached
   // cut), with images and channels swapped, correlated with the spread dy.
-  const auto framed_x = fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left,
-                                           (y[2] - 1) * stride_w + f[1]);
+  const auto framed_x =
+      fit_dim<G>(fit_dim<G>(g.x(0), 1, top, (y[1] - 1) * stride_h + f[0]), 2, left, (y[2] - 1) * stride_w + f[1]);
   g.give(1, G::transpose(G::run(conv2d{}, G::transpose(framed_x, {3, 1, 2, 0}), G::transpose(spread, {1, 2, 0, 3})),
                          {1, 2, 0, 3}));
 }

@@ -282,7 +282,7 @@ struct unsorted_segment_sum {
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
-    if (in[0] == bool_ || in[0] == string) return {in[0], "data must be numbers"};
+    if (!dtypes::numeric.contains(in[0])) return {in[0], "data must be numbers"};
     return {in[0]};
   }
   constexpr shape_result result_shape(std::span<const shape> in) const {

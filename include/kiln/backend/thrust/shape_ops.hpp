@@ -199,9 +199,8 @@ void compute(thrust_backend, const ops::unsorted_segment_sum& op, std::span<cons
   const ::thrust::counting_iterator<std::int64_t> segment(0);
   ::thrust::lower_bound(::thrust::device, id, id + rows, segment, segment + op.num_segments + 1, start);
   ops::visit_numeric(out.dtype, [&]<class T>() {
-    const thrust_kernels::segment_sum_element<T> element{
-        in[0].as<const T>(), row, start, rows,
-        op.num_segments, thrust_kernels::dims_product(ds, ids_end, ds.rank())};
+    const thrust_kernels::segment_sum_element<T> element{in[0].as<const T>(), row, start, rows, op.num_segments,
+                                                         thrust_kernels::dims_product(ds, ids_end, ds.rank())};
     thrust_kernels::fill_elements<T>(out, element);
   });
 }
