@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -51,8 +52,14 @@ class thread_pool {
     void* fn;
     std::int64_t chunks;
     std::atomic<std::int64_t> next{0};
-    std::atomic<std::int64_t> finished{0};
   };
+
+  // How long a thread that waits spins before it sleeps. Waking a sleeping thread
+  // takes tens of microseconds (more in a virtual machine), as long as a whole chunk
+  // of a mid-sized matmul: a pool whose workers sleep between the jobs of one
+  // computation adds that to every job, and two threads end up slower than one.
+  // OpenMP runtimes and Eigen's pool spin for the same reason.
+  static constexpr std::chrono::microseconds spin_time{200};
 
   // run() for any callable: compiled once, not once per kernel that runs in parallel.
   void run_erased(std::int64_t chunks, void (*call)(void*, std::int64_t), void* fn) {
@@ -63,19 +70,26 @@ class thread_pool {
       return;
     }
     job j{call, fn, chunks};
+    bool sleepers = false;
     {
       std::lock_guard lock(mutex_);
       job_ = &j;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
+      sleepers = sleeping_ > 0;
     }
-    wake_.notify_all();
+    if (sleepers) wake_.notify_all();
     inside_worker() = true;
     drain(j);
     inside_worker() = false;
-    // Wait until every worker that joined this job has left it, so `j` can die.
+    {
+      // No worker joins the job from here on; wait until those that joined have left
+      // it, so that `j` can die.
+      std::lock_guard lock(mutex_);
+      job_ = nullptr;
+    }
+    if (spin_until([&] { return active_.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock lock(mutex_);
-    job_ = nullptr;
-    done_.wait(lock, [&] { return j.finished.load(std::memory_order_acquire) == j.chunks && active_ == 0; });
+    done_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
   }
 
   static bool& inside_worker() {
@@ -84,29 +98,46 @@ class thread_pool {
   }
 
   static void drain(job& j) {
-    for (;;) {
-      std::int64_t i = j.next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= j.chunks) return;
-      j.call(j.fn, i);
-      j.finished.fetch_add(1, std::memory_order_acq_rel);
+    for (std::int64_t i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) j.call(j.fn, i);
+  }
+
+  /// Spins until `ready()` or spin_time has passed; returns whether it is ready.
+  template <class Ready>
+  static bool spin_until(Ready&& ready) {
+    const auto deadline = std::chrono::steady_clock::now() + spin_time;
+    for (int i = 1;; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#else
+      std::this_thread::yield();
+#endif
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
     }
   }
 
   void work() {
     inside_worker() = true;
     std::uint64_t seen = 0;
-    std::unique_lock lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && job_ != nullptr); });
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(); });
+      std::unique_lock lock(mutex_);
+      ++sleeping_;
+      wake_.wait(lock, [&] { return stopping_.load() || generation_.load(std::memory_order_relaxed) != seen; });
+      --sleeping_;
       if (stopping_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
       job* j = job_;
-      ++active_;
+      if (j == nullptr) continue;  // it finished before this thread came
+      active_.fetch_add(1, std::memory_order_relaxed);
       lock.unlock();
       drain(*j);
-      lock.lock();
-      --active_;
-      if (active_ == 0) done_.notify_all();
+      if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // Taking the mutex orders this with the caller's check of active_: it either
+        // sees zero or is already waiting when notified.
+        std::lock_guard sync(mutex_);
+        done_.notify_all();
+      }
     }
   }
 
@@ -115,10 +146,11 @@ class thread_pool {
   std::mutex run_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  job* job_ = nullptr;
-  std::uint64_t generation_ = 0;
-  int active_ = 0;
-  bool stopping_ = false;
+  job* job_ = nullptr;                         // guarded by mutex_
+  std::atomic<std::uint64_t> generation_{0};   // written under mutex_, read by spinning workers
+  std::atomic<int> active_{0};                 // workers inside the current job
+  int sleeping_ = 0;                           // guarded by mutex_
+  std::atomic<bool> stopping_{false};
 };
 
 inline int default_thread_count() {

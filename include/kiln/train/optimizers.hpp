@@ -42,6 +42,11 @@ namespace detail {
 /// What every optimizer has: the step count and, per variable, its slot variables.
 class optimizer_state {
  public:
+  /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
+  /// that in a kiln::function the sum fuses into the pass that computes `delta`
+  /// (an assign_add is a pass of its own over the variable).
+  static void add_to(const variable& v, const tensor& delta) { v.assign(v.read_value() + delta); }
+
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
 
@@ -122,13 +127,13 @@ class sgd : public detail::optimizer_state {
     for (const auto& [g, v] : pairs(grads, vars)) {
       const tensor lr = scalar(options_.learning_rate, v.dtype());
       if (options_.momentum == 0) {
-        v.assign_add(-g * lr);
+        add_to(v, -g * lr);
         continue;
       }
       const tensor momentum = scalar(options_.momentum, v.dtype());
       const variable& m = slots(v, {"momentum"})[0];
       const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
-      v.assign_add(options_.nesterov ? -g * lr + velocity * momentum : velocity);
+      add_to(v, options_.nesterov ? -g * lr + velocity * momentum : velocity);
     }
     iterations_.assign_add(std::int64_t{1});
   }
@@ -158,10 +163,11 @@ class adam : public detail::optimizer_state {
       const tensor step = kiln::cast(iterations_.read_value() + std::int64_t{1}, t);
       const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
       const std::vector<variable>& moments = slots(v, {"m", "v"});
-      const tensor m = moments[0].assign_add((g - moments[0].read_value()) * (one - beta_1));
-      const tensor u = moments[1].assign_add((kiln::square(g) - moments[1].read_value()) * (one - beta_2));
+      const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
+      const tensor m = moments[0].assign(m_old + (g - m_old) * (one - beta_1));
+      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * (one - beta_2));
       const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
-      v.assign_sub(m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
+      v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
     }
     iterations_.assign_add(std::int64_t{1});
   }
