@@ -11,6 +11,7 @@ bytes_per_second / flops counters), so report.py reads both the same way.
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -32,6 +33,65 @@ CONV_FLOPS = 2.0 * CONV_OUTPUT[1] * CONV_OUTPUT[2] * CONV_OUTPUT[3] * 9 * CONV_I
 CHAIN_BYTES = 2 * LARGE_SIZE * FLOAT_BYTES  # one read and one write
 POWER_SIZE, POWER_EXPONENT = 10, 100
 LOOP_TRIPS = 4096  # while_scalar's iterations per call
+
+
+TRAIN_BATCH, TRAIN_WIDTHS, TRAIN_CLASSES = 128, (784, 256, 256, 10), 10
+ADAM = {"learning_rate": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
+
+
+def training_data():
+    """train_step_mlp's data and first weights, the formulas of bench_training.cpp:
+    (x, labels, [w1, b1, w2, b2, w3, b3]) as float32 / int32 NumPy arrays."""
+    import numpy
+
+    x = 0.5 + 0.5 * numpy.sin(0.013 * numpy.arange(TRAIN_BATCH * TRAIN_WIDTHS[0]))
+    labels = numpy.arange(TRAIN_BATCH) * 7 % TRAIN_CLASSES
+    weights = []
+    for layer, (n_in, n_out) in enumerate(zip(TRAIN_WIDTHS, TRAIN_WIDTHS[1:])):
+        w = 0.05 * numpy.sin(0.37 * numpy.arange(n_in * n_out) + layer + 1)
+        weights += [w.astype(numpy.float32).reshape(n_in, n_out), numpy.zeros(n_out, numpy.float32)]
+    return x.astype(numpy.float32).reshape(TRAIN_BATCH, -1), labels.astype(numpy.int32), weights
+
+
+def training_losses(epsilon_convention):
+    """The losses of train_step_mlp's first two steps in float64 NumPy: forward, the
+    backward pass by hand, Adam. Keras (and kiln) add epsilon to sqrt(v) before the
+    bias corrections, PyTorch and Optax after them ("keras" or "pytorch")."""
+    import numpy
+
+    x, labels, weights = training_data()
+    params = [w.astype(numpy.float64) for w in weights]
+    m = [numpy.zeros_like(p) for p in params]
+    v = [numpy.zeros_like(p) for p in params]
+    b1, b2, lr, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["learning_rate"], ADAM["epsilon"]
+    losses = []
+    for step in (1, 2):
+        inputs = [x.astype(numpy.float64)]
+        for layer in range(3):
+            z = inputs[-1] @ params[2 * layer] + params[2 * layer + 1]
+            inputs.append(numpy.maximum(z, 0) if layer < 2 else z)
+        logits = inputs.pop()
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        probabilities = numpy.exp(shifted) / numpy.exp(shifted).sum(axis=1, keepdims=True)
+        rows = numpy.arange(TRAIN_BATCH)
+        losses.append(float(-numpy.log(probabilities[rows, labels]).mean()))
+        dz = probabilities
+        dz[rows, labels] -= 1
+        dz /= TRAIN_BATCH
+        grads = [None] * 6
+        for layer in (2, 1, 0):
+            a = inputs[layer]
+            grads[2 * layer], grads[2 * layer + 1] = a.T @ dz, dz.sum(axis=0)
+            dz = (dz @ params[2 * layer].T) * (a > 0)
+        for i, g in enumerate(grads):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            c1, c2 = 1 - b1**step, 1 - b2**step
+            if epsilon_convention == "keras":
+                params[i] -= lr * numpy.sqrt(c2) / c1 * m[i] / (numpy.sqrt(v[i]) + eps)
+            else:
+                params[i] -= lr * (m[i] / c1) / (numpy.sqrt(v[i] / c2) + eps)
+    return losses
 
 
 def function_cases(m):
@@ -96,6 +156,114 @@ def function_calls(peer, functions, inputs, wait=lambda result: result):
         yield case, peer, lambda f=f, args=args: wait(f(*args)), work
 
 
+# train_step_mlp: each library's usual way to train, returned as a callable that runs
+# one step and returns its loss. Each runs first in its library's cases, so that a
+# process that runs it alone (--only) measures its memory before other cases allocate.
+
+
+def status_mib(key):
+    """A line of /proc/self/status in MiB (VmRSS: resident now, VmHWM: the peak)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def training_case(peer, setup, epsilon_convention):
+    """The case tuple of a training step, with the memory resident before its setup."""
+    before = status_mib("VmRSS")
+    work = {"expected_losses": lambda: training_losses(epsilon_convention), "resident_before": before}
+    return "train_step_mlp", peer, setup(), work
+
+
+def torch_training():
+    """PyTorch eager with torch.optim.Adam (torch.compile needs PyTorch 2)."""
+    import torch
+
+    x, labels, weights = training_data()
+    x, labels = torch.from_numpy(x), torch.from_numpy(labels).long()
+    params = [torch.from_numpy(w).requires_grad_() for w in weights]
+    optimizer = torch.optim.Adam(params, lr=ADAM["learning_rate"], betas=(ADAM["beta_1"], ADAM["beta_2"]),
+                                 eps=ADAM["epsilon"])
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        h = x
+        for layer in range(3):
+            h = torch.addmm(params[2 * layer + 1], h, params[2 * layer])
+            if layer < 2:
+                h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(h, labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return train_step
+
+
+def tensorflow_training():
+    """tf.function over a GradientTape and Keras' Adam, traced in the first call."""
+    import tensorflow as tf
+
+    x, labels, weights = training_data()
+    x, labels = tf.constant(x), tf.constant(labels)
+    params = [tf.Variable(w) for w in weights]
+    optimizer = tf.keras.optimizers.Adam(**ADAM)
+
+    @tf.function
+    def train_step(x, labels):
+        with tf.GradientTape() as tape:
+            h = x
+            for layer in range(3):
+                h = tf.matmul(h, params[2 * layer]) + params[2 * layer + 1]
+                if layer < 2:
+                    h = tf.nn.relu(h)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=h))
+        optimizer.apply_gradients(zip(tape.gradient(loss, params), params))
+        return loss
+
+    return lambda: float(train_step(x, labels))
+
+
+def jax_training():
+    """jax.jit of value_and_grad and Adam as Optax's (written out: Optax is not
+    installed here), with the state donated so XLA may update it in place."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_of(params, x, labels):
+        h = x
+        for layer in range(3):
+            h = h @ params[2 * layer] + params[2 * layer + 1]
+            if layer < 2:
+                h = jax.nn.relu(h)
+        return -jnp.take_along_axis(jax.nn.log_softmax(h), labels[:, None], axis=1).mean()
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(state, x, labels):
+        params, m, v, step = state
+        loss, grads = jax.value_and_grad(loss_of)(params, x, labels)
+        step = step + 1
+        b1, b2, lr, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["learning_rate"], ADAM["epsilon"]
+        m = [b1 * mi + (1 - b1) * g for mi, g in zip(m, grads)]
+        v = [b2 * vi + (1 - b2) * g * g for vi, g in zip(v, grads)]
+        params = [p - lr * (mi / (1 - b1**step)) / (jnp.sqrt(vi / (1 - b2**step)) + eps)
+                  for p, mi, vi in zip(params, m, v)]
+        return (params, m, v, step), loss
+
+    x, labels, weights = training_data()
+    x, labels = jnp.asarray(x), jnp.asarray(labels)
+    params = [jnp.asarray(w) for w in weights]
+    state = [(params, [jnp.zeros_like(p) for p in params], [jnp.zeros_like(p) for p in params], jnp.float32(0))]
+
+    def run_train_step():
+        state[0], loss = train_step(state[0], x, labels)
+        return float(loss)
+
+    return run_train_step
+
+
 def torch_cases(threads):
     """Eager PyTorch ops (peer torch_py; conv2d runs channels-last, which oneDNN prefers),
     and the function cases also through TorchScript: torch.jit.script compiled before
@@ -103,6 +271,8 @@ def torch_cases(threads):
     import torch
 
     torch.set_num_threads(threads)
+    yield training_case("torch_py", torch_training, "pytorch")
+
     a, b = torch.rand(LARGE_SIZE), torch.rand(LARGE_SIZE)
     ma, mb = torch.rand(MATMUL_SIZE, MATMUL_SIZE), torch.rand(MATMUL_SIZE, MATMUL_SIZE)
     # An NHWC buffer seen as NCHW is the channels-last layout.
@@ -135,6 +305,7 @@ def torch_cases(threads):
     yield "trace_20", "torchscript_trace", trace, {}
 
 
+
 def tensorflow_cases(threads):
     """Eager TensorFlow ops for the op cases (tf.function is not what kiln's eager ops are
     compared with), tf.function for the function cases: traced before timing, and
@@ -145,6 +316,8 @@ def tensorflow_cases(threads):
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    yield training_case("tensorflow", tensorflow_training, "keras")
+
     rand = tf.random.uniform
     a, b = rand([LARGE_SIZE]), rand([LARGE_SIZE])
     ma, mb = rand([MATMUL_SIZE] * 2), rand([MATMUL_SIZE] * 2)
@@ -184,6 +357,9 @@ def jax_cases(threads):
     import jax
     import jax.numpy as jnp
 
+    yield training_case("jax", jax_training, "pytorch")
+
+
     key = jax.random.PRNGKey(0)
     rand = lambda shape: jax.random.uniform(key, shape, dtype=jnp.float32)  # noqa: E731
     a, b = rand((LARGE_SIZE,)), rand((LARGE_SIZE,))
@@ -216,6 +392,7 @@ def jax_cases(threads):
     yield "while_scalar", "jax", lambda: scalar_loop(n).block_until_ready(), {"expected": loop_expected}
 
 
+
 # Each library's generator yields (case, peer, fn, work) for every case it runs.
 LIBRARIES = {
     "torch": torch_cases,
@@ -225,8 +402,8 @@ LIBRARIES = {
 # The cases a thread count applies to, as in the C++ program.
 CASES_BY_THREADS = {
     1: {"add_16M", "reduce_sum_16M", "matmul_1024", "add_10", "call_x2", "ops50_10", "chain_16M", "trace_20", "power_100",
-        "while_scalar"},
-    2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed", "chain_16M"},
+        "while_scalar", "train_step_mlp"},
+    2: {"add_16M", "reduce_sum_16M", "matmul_1024", "conv2d_seed", "chain_16M", "train_step_mlp"},
 }
 
 
@@ -236,6 +413,12 @@ def same_values(result, expected):
     import numpy
 
     return numpy.allclose(numpy.asarray(result), expected, rtol=1e-5, atol=1e-5)
+
+
+def numpy_close(result, expected, tolerance):
+    import numpy
+
+    return numpy.allclose(numpy.asarray(result), expected, rtol=tolerance, atol=tolerance)
 
 
 def time_per_call(fn, repetitions, min_seconds):
@@ -255,17 +438,22 @@ def main():
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per repetition")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", help="run this case alone (and then stop: its peak memory is its own)")
     args = parser.parse_args()
 
     cases = LIBRARIES[args.library]
     module = __import__(args.library)
     entries = []
     for case, peer, fn, work in cases(args.threads):
-        if case not in CASES_BY_THREADS[args.threads]:
+        if case not in CASES_BY_THREADS[args.threads] or (args.only and case != args.only):
             continue
         name = f"{case}/{peer}/threads:{args.threads}"
         if "expected" in work and not same_values(fn(), work["expected"]()):
             print(f"{name}: result differs from NumPy's; not timed", file=sys.stderr)
+            continue
+        # A training step's first two losses: the model, and its first update.
+        if "expected_losses" in work and not numpy_close([fn(), fn()], work["expected_losses"](), 1e-4):
+            print(f"{name}: losses differ from NumPy's; not timed", file=sys.stderr)
             continue
         for seconds in time_per_call(fn, args.repetitions, args.min_time):
             entry = {"name": name, "run_type": "iteration", "real_time": seconds * 1e9, "time_unit": "ns"}
@@ -273,9 +461,13 @@ def main():
                 entry["bytes_per_second"] = work["bytes"] / seconds
             if "flops" in work:
                 entry["flops"] = work["flops"] / seconds
+            if "resident_before" in work:
+                entry["peak_rss_mb"] = status_mib("VmHWM") - work["resident_before"]
             entries.append(entry)
         print(f"{name}: {sorted(e['real_time'] for e in entries if e['name'] == name)[args.repetitions // 2]:.0f} ns",
               file=sys.stderr)
+        if args.only:
+            break  # the library's other cases would allocate their inputs
 
     context = {
         "library": args.library,

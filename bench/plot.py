@@ -52,7 +52,7 @@ def _per_call(s, case, unit_ns=1.0):
 
 def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas, loop_trips):
     """Writes the PNG at `path` from report.py's suite `s` and reference functions."""
-    fig, axes = plt.subplots(6, 2, figsize=(12, 25))
+    fig, axes = plt.subplots(7, 2, figsize=(12, 29))
     axes = axes.flatten()
     bandwidth = lambda r: r.bytes_per_second  # noqa: E731
     _panel(axes[0], "a + b, 16M float32", _shares(s, "add_16M", copy_bandwidth, bandwidth), 85,
@@ -86,6 +86,13 @@ def plot_results(s, path, copy_bandwidth, read_bandwidth, best_blas, loop_trips)
            log=True)
     _panel(axes[11], "while_loop, scalar body", _per_call(s, "while_scalar", loop_trips), 200,
            "ns per iteration (log); target ≤ 200 ns", log=True)
+    steps = [(f"{r.peer} ({t}t)", r.time_ns / 1e6, r.peer.startswith("kiln"))
+             for t in s.threads("train_step_mlp") for r in s.peers("train_step_mlp", t)]
+    _panel(axes[12], "training step: MLP 784→256→256→10, batch 128, Adam", steps, None,
+           "ms per step; targets: kiln ≤ torch_py / 1.5 and ≤ jax (same threads)")
+    memory = [(f"{peer} ({t}t)", mib, peer.startswith("kiln"))
+              for (case, peer, t), mib in sorted(s.peak_memory.items()) if case == "train_step_mlp"]
+    _panel(axes[13], "training step: peak memory", memory, None, "MiB above the process before the model")
     fig.suptitle("kiln vs peers (medians; kiln in orange)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -50,6 +50,7 @@ class target:
 class suite:
     results: dict = field(default_factory=dict)  # (case, peer, threads) -> result
     context: dict = field(default_factory=dict)  # library -> its context lines
+    peak_memory: dict = field(default_factory=dict)  # (case, peer, threads) -> MiB, from run.sh's memory pass
 
     def get(self, case, peer, threads):
         return self.results.get((case, peer, threads))
@@ -70,6 +71,12 @@ def load(folder):
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         with open(path) as f:
             data = json.load(f)
+        if os.path.basename(path).startswith("memory_"):  # a peer run alone: its memory, not its time
+            for entry in data["benchmarks"]:
+                if "peak_rss_mb" in entry and not entry.get("error_occurred"):
+                    case, peer, threads = entry["name"].removesuffix("/real_time").split("/")
+                    loaded.peak_memory[(case, peer, int(threads.removeprefix("threads:")))] = entry["peak_rss_mb"]
+            continue
         ctx = data.get("context", {})
         loaded.context[ctx.get("library", "kiln_bench (C++)")] = ctx
         for entry in data["benchmarks"]:
@@ -202,6 +209,23 @@ def per_call_section(s, title, case, time_label, calls_per_time=1):
     return f"## {title}\n\n" + table(["peer", "threads", time_label, "spread", "peer time / kiln time"], rows)
 
 
+def training_section(s):
+    """Section 15: a training step per peer at 1 and 2 threads, with peak memory."""
+    rows = []
+    for threads in s.threads("train_step_mlp"):
+        for r in s.peers("train_step_mlp", threads):
+            memory = s.peak_memory.get((r.case, r.peer, r.threads))
+            rows.append([r.peer, r.threads, format_time(r.time_ns), format_spread(r), speed_vs_kiln(s, r),
+                         f"{memory:.0f}" if memory is not None else "–"])
+    return ("## 15. One training step: MLP 784→256→256→10 (ReLU), batch 128, float32, softmax cross-entropy, Adam\n\n"
+            "Forward, backward and update per call (`bench/bench_training.cpp`, `peers.py`). Every peer's first two "
+            "losses are checked against a float64 NumPy/C++ reference of the same step before timing. *Peak memory* is "
+            "the rise of the process's peak resident memory from just before the peer builds its model to the end "
+            "of its steps, in a process that runs only that peer (JAX's and TensorFlow's include their compilers' "
+            "work).\n\n" + table(["peer", "threads", "time per step", "spread", "peer time / kiln time",
+                                   "peak memory (MiB)"], rows))
+
+
 def chain_section(s):
     rows = []
     for threads in s.threads("chain_16M"):
@@ -236,7 +260,7 @@ def typed_section(s):
             ratio = f"{r.time_ns / typed.time_ns:.2f}" if typed else "–"
             rows.append([description, r.peer, format_time(r.time_ns), format_spread(r), ratio])
     return (
-        "## 15. The compile-time tier: kiln::function on kiln::fixed arguments\n\n"
+        "## 16. The compile-time tier: kiln::function on kiln::fixed arguments\n\n"
         "`kiln_fixed` is the typed trace; `kiln_fixed_rebound` the same 50 ops written as a C++ loop that rebinds "
         "its variable (a step per assignment); `kiln` is the runtime tier's kiln::function on kiln::tensor "
         "arguments; `hand_plain` plain loops (std::tanh, std::max); `hand_xsimd` the xsimd loop of section 9; "
@@ -321,6 +345,11 @@ def targets(s):
     time_target("while_loop with a scalar body: kiln ≤ 200 ns per iteration", "while_scalar", 200, LOOP_TRIPS)
     time_ratio_target("a loop over 100 batches fed by a dataset in one function: kiln time ≤ 1.1 × a C++ loop "
                       "calling a function per batch", "dataset_loop", "kiln_per_batch", 1, 1.1)
+    for threads in (1, 2):
+        time_ratio_target(f"training step (MLP, Adam), {threads} thread(s): kiln ≥ 1.5× faster than PyTorch eager",
+                          "train_step_mlp", "torch_py", threads, 1 / 1.5)
+        time_ratio_target(f"training step (MLP, Adam), {threads} thread(s): kiln no slower than jax.jit",
+                          "train_step_mlp", "jax", threads, 1.0)
     time_target("compile-time tier: a call of x * x + 2 on fixed<float> ≤ 10 ns", "fixed_x2", 10, 1, "kiln_fixed")
     for case, mix in (("fixed_ops50", "with ten tanh"), ("fixed_arith50", "arithmetic")):
         time_ratio_target(f"compile-time tier: 50 ops ({mix}) on fixed<float, 10> ≤ 1.5 × a hand-written loop", case,
@@ -387,6 +416,7 @@ def markdown(s, checks, command, machine, png_name):
         per_call_section(s, "13. A training loop over 100 batches of 256×64 float32 (dataset, C++ loop, for_range)",
                          "dataset_loop", "median time per call"),
         compile_section(),
+        training_section(s),
         typed_section(s),
         peers_section(s),
     ]

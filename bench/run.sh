@@ -50,16 +50,16 @@ mkdir -p "$results"
 } >"$results/machine.txt"
 
 # A Python peer that is not installed is skipped, and report.py says so.
-run_python_peer() {  # python library threads round
-  local python="$1" library="$2" threads="$3" round="$4" pin=()
+run_python_peer() {  # python library threads out [peers.py options...]
+  local python="$1" library="$2" threads="$3" out="$4" pin=()
+  shift 4
   [ -x "$python" ] || return 0
   "$python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$library') is None)" || return 0
   # TensorFlow's and XLA's pools size themselves from the CPUs the process may use;
   # torch's matmul runs in OpenBLAS, which torch.set_num_threads does not reach.
   [ "$threads" = 1 ] && pin=(taskset -c 0)
   OPENBLAS_NUM_THREADS="$threads" "${pin[@]}" "$python" "$bench_dir/peers.py" --library "$library" --threads "$threads" \
-    --repetitions "$repetitions" --min-time "$min_time" \
-    --out "$results/py_${library}_t${threads}_r${round}.json"
+    --repetitions "$repetitions" --min-time "$min_time" --out "$out" "$@"
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -68,10 +68,23 @@ for round in $(seq 1 "$rounds"); do
     --benchmark_enable_random_interleaving=true \
     --benchmark_out="$results/cpp_r${round}.json" --benchmark_out_format=json
   for threads in 1 2; do
-    run_python_peer "$system_python" torch "$threads" "$round"
-    run_python_peer "$venv/bin/python" tensorflow "$threads" "$round"
-    run_python_peer "$venv/bin/python" jax "$threads" "$round"
+    run_python_peer "$system_python" torch "$threads" "$results/py_torch_t${threads}_r${round}.json"
+    run_python_peer "$venv/bin/python" tensorflow "$threads" "$results/py_tensorflow_t${threads}_r${round}.json"
+    run_python_peer "$venv/bin/python" jax "$threads" "$results/py_jax_t${threads}_r${round}.json"
   done
+done
+
+# Peak memory of a training step: each peer alone in a fresh process, so that the
+# peak is its own (report.py reads these files for memory only).
+echo "== training memory"
+for threads in 1 2; do
+  for peer in kiln libtorch; do
+    "$build_dir/kiln_bench" --benchmark_filter="^train_step_mlp/$peer/threads:$threads/" --benchmark_min_time="$min_time" \
+      --benchmark_out="$results/memory_${peer}_t${threads}.json" --benchmark_out_format=json >/dev/null
+  done
+  run_python_peer "$system_python" torch "$threads" "$results/memory_torch_t${threads}.json" --only train_step_mlp
+  run_python_peer "$venv/bin/python" tensorflow "$threads" "$results/memory_tensorflow_t${threads}.json" --only train_step_mlp
+  run_python_peer "$venv/bin/python" jax "$threads" "$results/memory_jax_t${threads}.json" --only train_step_mlp
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/machine.txt"
 
