@@ -482,6 +482,16 @@ def peers_section(s):
         else:
             lines.append(f"- Python {library}: not installed here, so not measured (see bench/setup.sh).")
     lines.append(
+        "- Section 15 (`bench/bench_training.cpp`, `peers.py`): `kiln` is one `kiln::function` holding the forward "
+        "pass, a `gradient_tape` and `kiln::optimizers::adam`; `libtorch` is PyTorch's C++ front-end (autograd, "
+        "`torch::optim::Adam`, OpenBLAS at the same thread count); `torch_py` is PyTorch eager with `torch.optim.Adam` "
+        "(Debian's PyTorch 1.13 has no `torch.compile`, so that peer is absent); `tensorflow` is a `tf.function` "
+        "over a `GradientTape` and Keras' `Adam`; `jax` is `jax.jit` of `value_and_grad` and Adam written out as "
+        "Optax's (Optax is not installed), with the state donated. Keras and kiln add Adam's epsilon before the bias "
+        "corrections, PyTorch and Optax after them; each peer is checked against the reference of its own "
+        "convention."
+    )
+    lines.append(
         "- 1-thread Python runs are pinned to one CPU (`taskset -c 0`) besides each library's own thread "
         "setting. TensorFlow runs eagerly in sections 2–6 and through `tf.function` (traced before timing) in "
         "sections 7–9; in section 10 it makes a new `tf.function` and calls `get_concrete_function` per call. "

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -110,4 +111,18 @@ TEST_CASE("set_num_threads changes the pool size", "[parallel]") {
     workers.push_back(std::this_thread::get_id());
   });
   CHECK(workers.size() >= 2);  // more than one chunk with two threads
+}
+
+TEST_CASE("back-to-back jobs, with pauses long enough for the workers to sleep, each run every chunk once", "[parallel]") {
+  // Workers spin between jobs and then sleep: both ways of picking up a job, and a
+  // job finishing before a worker comes, must run each chunk exactly once.
+  kiln::detail::thread_pool pool(3);
+  for (int round = 0; round < 400; ++round) {
+    std::vector<std::atomic<int>> hits(37);
+    pool.run(37, [&](std::int64_t i) { hits[std::size_t(i)].fetch_add(1); });
+    int wrong = 0;
+    for (const auto& h : hits) wrong += h.load() != 1;
+    REQUIRE(wrong == 0);
+    if (round % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the spin
+  }
 }

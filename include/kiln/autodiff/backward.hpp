@@ -68,7 +68,11 @@ class gradient_builder {
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
   value zeros_like(int i) const {
     const tensor& x = inputs_[std::size_t(i)];
-    return {zero_filled("gradient", x.shape(), x.dtype(), x.device())};
+    if (x.shape().is_fully_defined() || !x.is_symbolic()) return {zero_filled("gradient", x.shape(), x.dtype(), x.device())};
+    // Dims known only when the graph runs (a tensor array's rows in a loop): zeros
+    // selected over x's own shape (x == x is false for NaN, but both branches are 0).
+    const value zero = value{x}.scalar(0);
+    return run(ops::where{}, run(ops::equal{}, value{x}, value{x}), zero, zero);
   }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.

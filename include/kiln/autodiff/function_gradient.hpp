@@ -7,19 +7,23 @@
 /// the sum of each floating-point output times its gradient, which gives the inputs'
 /// gradients and those of the variables the trace reads. (The forward values are
 /// computed again in the backward graph rather than kept from the call.) A `cond` node
-/// recorded under a tape in its trace is differentiated the same way, branch by branch.
+/// recorded under a tape in its trace is differentiated the same way, branch by branch,
+/// and a `while` node by a loop that walks its iterations back.
 
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "kiln/autodiff/replay.hpp"
 #include "kiln/autodiff/tape.hpp"
+#include "kiln/exec/control_flow.hpp"
 #include "kiln/exec/effects.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/reduction.hpp"
+#include "kiln/ops/tensor_array.hpp"
 #include "kiln/trace/control_flow.hpp"
 #include "kiln/trace/function.hpp"
 #include "kiln/trace/runtime_tier.hpp"
@@ -40,15 +44,30 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
   }
 }
 
+/// Zeros of `x`'s dtype and shape, also where the shape is known only when the graph
+/// runs in its first dim (a tensor array's elements in a loop): then `pad_rows` of an
+/// empty tensor to the rows `x` has.
+template <class = void>
+tensor zeros_shaped_like(const tensor& x) {
+  const shape& s = x.shape();
+  if (s.is_fully_defined() || s.rank() < 1 || !shape(s.dims().subspan(1)).is_fully_defined())
+    return zero_filled("gradient", s, x.dtype(), x.device());
+  shape empty = s;
+  empty[0] = 0;
+  return kiln::pad_rows(zero_filled("gradient", empty, x.dtype(), x.device()), kiln::shape_of(x)[0]);
+}
+
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
 /// of each floating-point output times its gradient in `output_grads`, with respect
 /// to each of `sources` (tensors among `args`, or values they were made from), then
-/// to each of `variables` (its reads in `g`); zeros where unconnected. It replays `g`
-/// under a tape into the trace in progress: how backward passes are traced.
+/// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
+/// if given, tells which were. It replays `g` under a tape into the trace in progress:
+/// how backward passes are traced.
 template <class>
 std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
                                             std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables) {
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                            std::vector<bool>* connected) {
   gradient_tape tape;
   for (const tensor& x : sources) tape.watch(x);
   tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
@@ -56,13 +75,18 @@ std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tens
   for (const tensor& y : replay(g, args))
     if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
   std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  if (connected) {
+    connected->clear();
+    for (const tensor& grad : grads) connected->push_back(grad.defined());
+  }
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (grads[i].defined()) continue;
-    const bool input = i < sources.size();
-    const dtype t = input ? sources[i].dtype() : std::get<1>(variables[i - sources.size()]);
-    const shape& s = input ? sources[i].shape() : std::get<2>(variables[i - sources.size()]);
-    require_fully_defined("gradient", s);
-    grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+    if (i < sources.size()) {
+      grads[i] = zeros_shaped_like(sources[i]);
+    } else {
+      const auto& [id, t, s] = variables[i - sources.size()];
+      grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+    }
   }
   return grads;
 }
@@ -81,14 +105,26 @@ struct call_backward {
   struct body {
     std::shared_ptr<const graph> forward;
     std::vector<std::tuple<const void*, dtype, shape>> variables;
+    // Which gradients the target reaches, as the trace of the backward pass found:
+    // the others are given back undefined, as TensorFlow gives None for them.
+    std::shared_ptr<std::vector<bool>> connected;
 
     /// The gradients of the floating-point `inputs`, then of each variable read, given
     /// one gradient per floating-point output.
     std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
-      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables);
+      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
     }
   };
   mutable kiln::function<body> fn;  // a call traces on a new signature
+  std::shared_ptr<std::vector<bool>> connected;
+
+  /// The gradients of a call: undefined for the sources the target does not reach.
+  std::vector<tensor> operator()(std::span<const tensor> in, std::span<const tensor> dys) const {
+    std::vector<tensor> grads = fn(std::vector<tensor>(in.begin(), in.end()), std::vector<tensor>(dys.begin(), dys.end()));
+    for (std::size_t i = 0; i < grads.size() && i < connected->size(); ++i)
+      if (!(*connected)[i]) grads[i] = tensor();
+    return grads;
+  }
 };
 
 /// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
@@ -100,13 +136,14 @@ void record_function_call(const concrete_state& c, std::span<const tensor> input
     auto call = std::make_shared<differentiable_call>();
     add_variables_read(c.graph, call->variables);
     // The backward pass keeps a copy of the graph, so that it outlives the function.
-    auto backward = std::make_shared<backward_t>(backward_t{kiln::function(
-        typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables},
-        function_options{.name = c.name + "_grad"})});
+    auto connected = std::make_shared<std::vector<bool>>();
+    auto backward = std::make_shared<backward_t>(backward_t{
+        kiln::function(typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables, connected},
+                       function_options{.name = c.name + "_grad"}),
+        connected});
     call->self = backward;
     call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
-      return static_cast<const backward_t*>(self)->fn(std::vector<tensor>(in.begin(), in.end()),
-                                                      std::vector<tensor>(dys.begin(), dys.end()));
+      return (*static_cast<const backward_t*>(self))(in, dys);
     };
     c.backward = std::move(call);
   });
@@ -148,16 +185,95 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   record_call_on_active_tapes(call, captures, outputs);
 }
 
-/// A `while` node recorded while a tape records in its trace. Its outputs depend on
-/// what it reads, so a gradient that reaches them raises kiln::unavailable_error
-/// rather than passing for unconnected: loops in graphs have no backward pass yet.
-template <class>
-void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs) {
+/// A `while` node recorded while a tape records in its trace (TensorFlow's while_v2
+/// gradient, with kiln's value-semantics tensor arrays as the accumulators): its
+/// backward pass runs the loop again, stacking each iteration's loop variables in
+/// tensor arrays and counting the iterations, then walks the iterations back in a
+/// second loop, in which each step is the vector-Jacobian product of the body at the
+/// stacked variables. That loop carries the gradients of the loop variables and sums
+/// those of the body's captures and of the variables the body reads. The condition
+/// gives a bool, so what only it captures gets zeros.
+struct loop_backward {
+  int vars = 0, cond_captures = 0;
+  bool breaks = false;
+  std::string reshaped;  // a loop variable whose shape changes from one iteration to the next
+  graph cond_graph, body_graph;
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+
+  template <class>
+  std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
+    if (breaks)
+      throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose body ends "
+                              "in break_if; differentiate it eagerly, where a tape records each iteration's ops");
+    if (!reshaped.empty())
+      throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose loop "
+                              "variable changes shape (" + reshaped + "; a tensor_array with dynamic_size or a shape "
+                              "invariant); give the tensor_array a fixed size, or differentiate the loop eagerly");
+    const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
+    const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
+    const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
+    const std::vector<tensor> captures(inputs.begin() + std::ptrdiff_t(body_start), inputs.end());
+    auto with = [](std::vector<tensor> head, const std::vector<tensor>& tail) {
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    // The forward loop again, keeping every iteration's loop variables.
+    std::vector<tensor_array> stacks;
+    for (const tensor& x : initial) stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    const auto recomputed = kiln::while_loop(
+        [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
+          return replay(cond_graph, with(v, cond_captured))[0];
+        },
+        [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
+          for (std::size_t k = 0; k < n; ++k) s[k] = s[k].write(i, v[k]);
+          return std::tuple(i + 1, replay(body_graph, with(v, captures)), std::move(s));
+        },
+        kiln::constant(std::int32_t(0)), initial, stacks);
+    const tensor& count = std::get<0>(recomputed);
+    const std::vector<tensor_array>& states = std::get<2>(recomputed);
+    // The iterations backwards: the gradient of each step's variables from the next's.
+    std::vector<tensor> capture_grads, variable_grads;
+    for (const tensor& c : floating_only(captures)) capture_grads.push_back(zeros_shaped_like(c));
+    for (const auto& [id, t, s] : variables) variable_grads.push_back(zero_filled("gradient", s, t, kiln::device::cpu));
+    const std::vector<tensor> var_grads(dys.begin(), dys.end());
+    auto [grads_in, grads_captured, grads_read] = kiln::for_range(
+        count,
+        [&](const tensor& j, std::vector<tensor> g, std::vector<tensor> g_captures, std::vector<tensor> g_read) {
+          const tensor i = count - 1 - j;
+          std::vector<tensor> state;
+          for (const tensor_array& s : states) state.push_back(s.read(i));
+          const std::vector<tensor> args = with(state, captures);
+          const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
+          std::size_t k = 0;
+          for (tensor& x : g) x = step[k++];
+          for (tensor& x : g_captures) x = x + step[k++];
+          for (tensor& x : g_read) x = x + step[k++];
+          return std::tuple(std::move(g), std::move(g_captures), std::move(g_read));
+        },
+        var_grads, capture_grads, variable_grads);
+    // One gradient per floating-point input of the node, then per variable read.
+    std::vector<tensor> out = std::move(grads_in);
+    for (const tensor& c : cond_captured)
+      if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
+    out.insert(out.end(), grads_captured.begin(), grads_captured.end());
+    out.insert(out.end(), grads_read.begin(), grads_read.end());
+    return out;
+  }
+};
+
+template <class Lazy>
+void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  auto state = std::make_shared<loop_backward>(
+      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), {}, op.cond_graph(), op.body_graph(), {}});
+  for (std::size_t k = 0; k < outputs.size() && state->reshaped.empty(); ++k)
+    if (outputs[k].shape() != inputs[k].shape())
+      state->reshaped = inputs[k].shape().str() + " before the loop, " + outputs[k].shape().str() + " after it";
+  add_variables_read(state->body_graph, state->variables);
   auto call = std::make_shared<differentiable_call>();
-  call->backward = [](const void*, std::span<const tensor>, std::span<const tensor>) -> std::vector<tensor> {
-    throw unavailable_error(
-        "while_loop: no gradient through a loop in a graph yet (a while_loop or for_range traced in a "
-        "kiln::function); differentiate the loop eagerly, where a tape records each iteration's ops");
+  call->variables = state->variables;
+  call->self = state;
+  call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
+    return static_cast<const loop_backward*>(self)->template operator()<Lazy>(in, dys);
   };
   record_call_on_active_tapes(call, inputs, outputs);
 }

@@ -35,7 +35,7 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
         inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
         std::span<const tensor>(inputs).subspan(1), results);
   } else if (op.name() == "while") {
-    loop_hook().load(std::memory_order_relaxed)(inputs, results);
+    loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
   }
 }
 

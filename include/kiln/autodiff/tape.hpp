@@ -87,14 +87,15 @@ inline std::atomic<cond_recorder>& cond_hook() {
   return hook;
 }
 /// How `while` nodes reach the tapes recording in their trace, as `cond` nodes do.
-using loop_recorder = void (*)(std::span<const tensor> inputs, std::span<const tensor> outputs);
+class while_op;
+using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
 inline std::atomic<loop_recorder>& loop_hook() {
   static std::atomic<loop_recorder> hook{nullptr};
   return hook;
 }
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
-void record_loop_on_tapes(std::span<const tensor> inputs, std::span<const tensor> outputs);
+void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
 /// tapes recording: set when the first tape is made, so that a program without tapes
 /// compiles none of it.
@@ -187,7 +188,8 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
 template <class = void>
 std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
                                             std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables);
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                            std::vector<bool>* connected = nullptr);
 
 /// The ops the gradient formulas run, registered when a tape is made.
 template <class = void>
@@ -310,7 +312,8 @@ class gradient_tape {
   template <class>
   friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
                                                              std::span<const tensor>,
-                                                             const std::vector<std::tuple<const void*, dtype, shape>>&);
+                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
+                                                             std::vector<bool>*);
 
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
@@ -418,6 +421,7 @@ class gradient_tape {
 
   // Adds `g` to the gradient kept under `key`.
   static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+    if (!g.defined()) return;  // unconnected
     auto [at, fresh] = grads.emplace(key, g);
     if (!fresh) at->second = detail::sum_defined(at->second, g);
   }

@@ -103,6 +103,11 @@ class while_op final : public special_op {
   std::vector<std::pair<std::string, const graph*>> subgraphs() const {
     return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
   }
+  int loop_variables() const { return vars_; }
+  int cond_captures() const { return cond_captures_; }
+  bool breaks() const { return breaks_; }
+  const graph& cond_graph() const { return cond_.traced(); }
+  const graph& body_graph() const { return body_.traced(); }
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);

@@ -421,8 +421,9 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
     inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
     auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
                                                  int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
+    const detail::while_op& node = *op;  // the graph keeps it
     std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
-    if (detail::recording_tapes() > 0) detail::loop_hook().load(std::memory_order_relaxed)(inputs, out);
+    if (detail::recording_tapes() > 0) detail::loop_hook().load(std::memory_order_relaxed)(node, inputs, out);
     return detail::loop_result(as_state(out));
   }
 }
