@@ -1681,8 +1681,9 @@ inline std::shared_ptr<thread_pool> current_pool() {
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   auto pool = current_pool();
-  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * std::int64_t(pool->size()));
-  if (pool->size() == 1) chunks = 1;
+  const std::int64_t threads = pool->size();
+  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * threads);
+  chunks = threads == 1 ? 1 : std::min(n, (chunks + threads - 1) / threads * threads);  // every thread as many
   const std::int64_t step = (n + chunks - 1) / chunks;
   pool->run(chunks, [&](std::int64_t c) {
     const std::int64_t lo = c * step, hi = std::min(n, lo + step);
@@ -3689,8 +3690,9 @@ inline void streaming_fence() {
 namespace kiln::backend {
 namespace cpu {
 
-/// Elements per parallel task: below this, threads cost more than they save.
-inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 16;
+/// Elements per parallel task: below this, threads cost more than they save (the
+/// pool's workers spin between jobs, so a job starts in well under a microsecond).
+inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 14;
 
 /// The loop nest of an elementwise op after merging dims that every operand
 /// walks contiguously (or every operand broadcasts).

@@ -608,8 +608,9 @@ inline std::shared_ptr<thread_pool> current_pool() {
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   auto pool = current_pool();
-  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * std::int64_t(pool->size()));
-  if (pool->size() == 1) chunks = 1;
+  const std::int64_t threads = pool->size();
+  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * threads);
+  chunks = threads == 1 ? 1 : std::min(n, (chunks + threads - 1) / threads * threads);  // every thread as many
   const std::int64_t step = (n + chunks - 1) / chunks;
   pool->run(chunks, [&](std::int64_t c) {
     const std::int64_t lo = c * step, hi = std::min(n, lo + step);
@@ -5213,8 +5214,9 @@ inline void streaming_fence() {
 namespace kiln::backend {
 namespace cpu {
 
-/// Elements per parallel task: below this, threads cost more than they save.
-inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 16;
+/// Elements per parallel task: below this, threads cost more than they save (the
+/// pool's workers spin between jobs, so a job starts in well under a microsecond).
+inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 14;
 
 /// The loop nest of an elementwise op after merging dims that every operand
 /// walks contiguously (or every operand broadcasts).
@@ -6346,6 +6348,10 @@ void compute(reference_backend, const ops::slice& op, std::span<const buffer_vie
 #include <string>
 #include <type_traits>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 
 namespace kiln::backend {
 namespace cpu {
@@ -6495,6 +6501,46 @@ void copy_walk(const strided_walk& w, const void* src, void* dst) {
   });
 }
 
+/// transpose_tile through a buffer in L1 (see there), for trivially copyable elements.
+template <class Mover>
+void transpose_buffered(const void* src, std::int64_t src_stride, void* dst, std::int64_t dst_stride, std::int64_t rows,
+                        std::int64_t cols) {
+  constexpr std::int64_t t = transpose_tile_side;
+  alignas(buffer_alignment) unsigned char buffer[t * t * Mover::size];  // buffer[j][i] = src[i + j * src_stride]
+  for (std::int64_t j = 0; j < cols; ++j) Mover::copy(buffer, j * t, src, j * src_stride, rows);
+  for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, buffer, i, t, cols);
+}
+
+#if defined(__AVX512F__)
+/// `dst[i * dst_stride + j] = src[i + j * src_stride]` for a 16 x 16 block of 4-byte
+/// elements (moved as floats, bits unchanged): sixteen rows in registers, interleaved
+/// in pairs, then in fours, then as 128-bit lanes twice.
+inline void transpose_16x16(const float* src, std::int64_t src_stride, float* dst, std::int64_t dst_stride) {
+  __m512 r[16], t[16];
+  for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(src + k * src_stride);
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {
+    r[k] = _mm512_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int k = 0; k < 4; ++k) {
+      t[h + k] = _mm512_shuffle_f32x4(r[h + k], r[h + k + 4], 0x88);
+      t[h + k + 4] = _mm512_shuffle_f32x4(r[h + k], r[h + k + 4], 0xdd);
+    }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+  }
+  for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * dst_stride, r[k]);
+}
+#endif
+
 /// Copies a `rows` x `cols` tile that a transpose turns around:
 /// `dst[i * dst_stride + j] = src[i + j * src_stride]`. Trivially copyable elements
 /// go through a buffer in L1, read and written a whole row at a time: rows far apart
@@ -6506,10 +6552,26 @@ void transpose_tile(const void* src, std::int64_t src_stride, void* dst, std::in
   if constexpr (std::is_same_v<Mover, string_mover>) {  // a string copy costs more than any cache miss
     for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, src, i, src_stride, cols);
   } else {
-    constexpr std::int64_t t = transpose_tile_side;
-    alignas(buffer_alignment) unsigned char buffer[t * t * Mover::size];  // buffer[j][i] = src[i + j * src_stride]
-    for (std::int64_t j = 0; j < cols; ++j) Mover::copy(buffer, j * t, src, j * src_stride, rows);
-    for (std::int64_t i = 0; i < rows; ++i) Mover::copy_strided(dst, i * dst_stride, buffer, i, t, cols);
+#if defined(__AVX512F__)
+    if constexpr (Mover::size == 4) {
+      // 16 x 16 blocks turn around in registers; what is left of the tile goes through
+      // the buffer below.
+      constexpr std::int64_t b = 16;
+      const std::int64_t full_rows = rows / b * b, full_cols = cols / b * b;
+      for (std::int64_t j = 0; j < full_cols; j += b)
+        for (std::int64_t i = 0; i < full_rows; i += b)
+          transpose_16x16(static_cast<const float*>(src) + i + j * src_stride, src_stride,
+                          static_cast<float*>(dst) + i * dst_stride + j, dst_stride);
+      if (full_rows < rows)
+        transpose_buffered<Mover>(Mover::at(src, full_rows), src_stride, Mover::at(dst, full_rows * dst_stride), dst_stride,
+                                  rows - full_rows, cols);
+      if (full_cols < cols && full_rows > 0)
+        transpose_buffered<Mover>(Mover::at(src, full_cols * src_stride), src_stride, Mover::at(dst, full_cols), dst_stride,
+                                  full_rows, cols - full_cols);
+      return;
+    }
+#endif
+    transpose_buffered<Mover>(src, src_stride, dst, dst_stride, rows, cols);
   }
 }
 
@@ -13621,9 +13683,11 @@ class graph_executor {
 
     // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
     std::int64_t chunks = 1;
-    if (c.size > backend::cpu::elementwise_grain)
-      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain,
-                        4 * std::int64_t(config::num_threads()));
+    if (c.size > backend::cpu::elementwise_grain) {
+      const std::int64_t threads = config::num_threads();
+      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain, 4 * threads);
+      chunks = (chunks + threads - 1) / threads * threads;  // every thread as many
+    }
     const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
     chunks = (c.size + per_chunk - 1) / per_chunk;
     char* buffers = nullptr;

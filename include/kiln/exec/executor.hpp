@@ -210,9 +210,11 @@ class graph_executor {
 
     // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
     std::int64_t chunks = 1;
-    if (c.size > backend::cpu::elementwise_grain)
-      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain,
-                        4 * std::int64_t(config::num_threads()));
+    if (c.size > backend::cpu::elementwise_grain) {
+      const std::int64_t threads = config::num_threads();
+      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain, 4 * threads);
+      chunks = (chunks + threads - 1) / threads * threads;  // every thread as many
+    }
     const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
     chunks = (c.size + per_chunk - 1) / per_chunk;
     char* buffers = nullptr;

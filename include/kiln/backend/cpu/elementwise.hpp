@@ -19,8 +19,9 @@
 namespace kiln::backend {
 namespace cpu {
 
-/// Elements per parallel task: below this, threads cost more than they save.
-inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 16;
+/// Elements per parallel task: below this, threads cost more than they save (the
+/// pool's workers spin between jobs, so a job starts in well under a microsecond).
+inline constexpr std::int64_t elementwise_grain = std::int64_t(1) << 14;
 
 /// The loop nest of an elementwise op after merging dims that every operand
 /// walks contiguously (or every operand broadcasts).
