@@ -11485,6 +11485,18 @@ namespace kiln::detail {
 /// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
 tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
 
+/// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
+/// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
+/// (`x == x` is false for NaN, but both branches are 0).
+inline tensor zeros_shaped_like(const tensor& x) {
+  if (x.shape().is_fully_defined() || !x.is_symbolic()) return zero_filled("gradient", x.shape(), x.dtype(), x.device());
+  const tensor zero = make_scalar(x.dtype(), 0, x.device());
+  const tensor* same_in[] = {&x, &x};
+  const tensor same = run_registered(ops::equal{}, same_in);
+  const tensor* in[] = {&same, &zero, &zero};
+  return run_registered(ops::where{}, in);
+}
+
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
 /// \code
@@ -11524,14 +11536,7 @@ class gradient_builder {
   /// The gradient of the target with respect to the result.
   value dy() const { return {upstream_}; }
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const {
-    const tensor& x = inputs_[std::size_t(i)];
-    if (x.shape().is_fully_defined() || !x.is_symbolic()) return {zero_filled("gradient", x.shape(), x.dtype(), x.device())};
-    // Dims known only when the graph runs (a tensor array's rows in a loop): zeros
-    // selected over x's own shape (x == x is false for NaN, but both branches are 0).
-    const value zero = value{x}.scalar(0);
-    return run(ops::where{}, run(ops::equal{}, value{x}, value{x}), zero, zero);
-  }
+  value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
@@ -16433,19 +16438,6 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
     if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
       out.emplace_back(id, read->state()->type(), read->state()->dims());
   }
-}
-
-/// Zeros of `x`'s dtype and shape, also where the shape is known only when the graph
-/// runs in its first dim (a tensor array's elements in a loop): then `pad_rows` of an
-/// empty tensor to the rows `x` has.
-template <class = void>
-tensor zeros_shaped_like(const tensor& x) {
-  const shape& s = x.shape();
-  if (s.is_fully_defined() || s.rank() < 1 || !shape(s.dims().subspan(1)).is_fully_defined())
-    return zero_filled("gradient", s, x.dtype(), x.device());
-  shape empty = s;
-  empty[0] = 0;
-  return kiln::pad_rows(zero_filled("gradient", empty, x.dtype(), x.device()), kiln::shape_of(x)[0]);
 }
 
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum

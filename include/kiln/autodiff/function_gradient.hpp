@@ -44,19 +44,6 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
   }
 }
 
-/// Zeros of `x`'s dtype and shape, also where the shape is known only when the graph
-/// runs in its first dim (a tensor array's elements in a loop): then `pad_rows` of an
-/// empty tensor to the rows `x` has.
-template <class = void>
-tensor zeros_shaped_like(const tensor& x) {
-  const shape& s = x.shape();
-  if (s.is_fully_defined() || s.rank() < 1 || !shape(s.dims().subspan(1)).is_fully_defined())
-    return zero_filled("gradient", s, x.dtype(), x.device());
-  shape empty = s;
-  empty[0] = 0;
-  return kiln::pad_rows(zero_filled("gradient", empty, x.dtype(), x.device()), kiln::shape_of(x)[0]);
-}
-
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
 /// of each floating-point output times its gradient in `output_grads`, with respect
 /// to each of `sources` (tensors among `args`, or values they were made from), then
