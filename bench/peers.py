@@ -407,15 +407,10 @@ CASES_BY_THREADS = {
 }
 
 
-def same_values(result, expected):
-    """Whether a peer's result equals NumPy's to within float32 rounding (vectorised
-    tanh approximations differ from NumPy's in the last bits)."""
-    import numpy
-
-    return numpy.allclose(numpy.asarray(result), expected, rtol=1e-5, atol=1e-5)
-
-
-def numpy_close(result, expected, tolerance):
+def same_values(result, expected, tolerance=1e-5):
+    """Whether a peer's result equals NumPy's to within `tolerance`, relative and
+    absolute: float32 rounding by default (vectorised tanh approximations differ from
+    NumPy's in the last bits)."""
     import numpy
 
     return numpy.allclose(numpy.asarray(result), expected, rtol=tolerance, atol=tolerance)
@@ -452,7 +447,7 @@ def main():
             print(f"{name}: result differs from NumPy's; not timed", file=sys.stderr)
             continue
         # A training step's first two losses: the model, and its first update.
-        if "expected_losses" in work and not numpy_close([fn(), fn()], work["expected_losses"](), 1e-4):
+        if "expected_losses" in work and not same_values([fn(), fn()], work["expected_losses"](), 1e-4):
             print(f"{name}: losses differ from NumPy's; not timed", file=sys.stderr)
             continue
         for seconds in time_per_call(fn, args.repetitions, args.min_time):
