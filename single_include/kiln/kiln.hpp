@@ -605,12 +605,17 @@ inline std::shared_ptr<thread_pool> current_pool() {
   return s.pool;
 }
 
+/// How many chunks `n` items (more than `grain`) split into on `threads` threads: at
+/// least `grain` items each, at most four per thread, and as many for every thread.
+inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int64_t threads) {
+  const std::int64_t chunks = std::min((n + grain - 1) / grain, 4 * threads);
+  return std::min(n, (chunks + threads - 1) / threads * threads);
+}
+
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   auto pool = current_pool();
-  const std::int64_t threads = pool->size();
-  std::int64_t chunks = std::min<std::int64_t>((n + grain - 1) / grain, 4 * threads);
-  chunks = threads == 1 ? 1 : std::min(n, (chunks + threads - 1) / threads * threads);  // every thread as many
+  const std::int64_t chunks = pool->size() == 1 ? 1 : balanced_chunks(n, grain, pool->size());
   const std::int64_t step = (n + chunks - 1) / chunks;
   pool->run(chunks, [&](std::int64_t c) {
     const std::int64_t lo = c * step, hi = std::min(n, lo + step);
@@ -13688,11 +13693,8 @@ class graph_executor {
 
     // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
     std::int64_t chunks = 1;
-    if (c.size > backend::cpu::elementwise_grain) {
-      const std::int64_t threads = config::num_threads();
-      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain, 4 * threads);
-      chunks = (chunks + threads - 1) / threads * threads;  // every thread as many
-    }
+    if (c.size > backend::cpu::elementwise_grain)
+      chunks = balanced_chunks(c.size, backend::cpu::elementwise_grain, config::num_threads());
     const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
     chunks = (c.size + per_chunk - 1) / per_chunk;
     char* buffers = nullptr;

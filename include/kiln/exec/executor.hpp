@@ -210,11 +210,8 @@ class graph_executor {
 
     // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
     std::int64_t chunks = 1;
-    if (c.size > backend::cpu::elementwise_grain) {
-      const std::int64_t threads = config::num_threads();
-      chunks = std::min((c.size + backend::cpu::elementwise_grain - 1) / backend::cpu::elementwise_grain, 4 * threads);
-      chunks = (chunks + threads - 1) / threads * threads;  // every thread as many
-    }
+    if (c.size > backend::cpu::elementwise_grain)
+      chunks = balanced_chunks(c.size, backend::cpu::elementwise_grain, config::num_threads());
     const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
     chunks = (c.size + per_chunk - 1) / per_chunk;
     char* buffers = nullptr;
