@@ -418,8 +418,58 @@ def markdown(s, checks, command, machine, png_name):
         compile_section(),
         training_section(s),
         typed_section(s),
+        gpu_section(),
         peers_section(s),
     ]
+    return "\n".join(parts)
+
+
+GPU_CASES = [
+    ("gpu_add_16M", "a + b, 16M float32 (2 reads + 1 write)", "hand_cuda"),
+    ("gpu_chain_16M", "tanh(x * 0.5 + 1) * x - 0.25, 16M float32 (1 read + 1 write)", "hand_cuda"),
+    ("gpu_matmul_1024", "matmul 1024×1024×1024 float32", "hand_cuda"),
+]
+
+
+def gpu_section():
+    """Section 17 from bench/results/gpu/ (scripts/gpu.sh run's bench_gpu.json and
+    peers_gpu.jsonl, with the GPU's name in device.txt), if any."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gpu")
+    title = "## 17. On the GPU: the Thrust backend under CUDA\n\n"
+    kiln_file = os.path.join(folder, "bench_gpu.json")
+    if not os.path.exists(kiln_file):
+        return title + "Not measured: run `scripts/gpu.sh build` and `scripts/gpu.sh run` on a GPU machine.\n"
+    times = {}
+    for b in json.load(open(kiln_file))["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        name = b["run_name"].split("/")[0]  # gpu_add_16M_kiln/real_time
+        for case, _, _ in GPU_CASES:
+            if name.startswith(case + "_"):
+                times[(case, name[len(case) + 1:])] = b["real_time"]  # microseconds, the benchmarks' unit
+    peers_file = os.path.join(folder, "peers_gpu.jsonl")
+    if os.path.exists(peers_file):
+        for line in open(peers_file):
+            row = json.loads(line)
+            case, peer = row["name"].split("/")
+            times[(case, peer)] = row["us"]
+    device = open(os.path.join(folder, "device.txt")).read().strip() if os.path.exists(
+        os.path.join(folder, "device.txt")) else "unknown GPU"
+    parts = [title + f"`scripts/gpu.sh run` on {device}: medians of 3 repetitions of at least 0.5 s for the C++ "
+             "rows (each iteration ends with `cudaDeviceSynchronize`), medians of 1 s of calls for PyTorch's "
+             "(`torch.cuda.synchronize` after each). `hand_cuda` is a kernel written in `bench/bench_gpu.cu`: one "
+             "pass over the data (the chain fused), and for matmul the textbook 16×16 shared-memory tiling. "
+             "`kiln` is a `kiln::function` (its graph runs op by op on the GPU), `kiln_eager` the same callable "
+             "op by op; `torch` is PyTorch eager, `torch_compile` `torch.compile` of the same function, "
+             "`torch_cublas` PyTorch's matmul (cuBLAS, TF32 off).\n"]
+    for case, what, base in GPU_CASES:
+        rows = [(peer, t) for (c, peer), t in sorted(times.items(), key=lambda kv: kv[1]) if c == case]
+        if not rows:
+            continue
+        ref = times.get((case, base))
+        parts.append(f"**{case}**: {what}\n\n" + table(
+            ["peer", "median time", f"time / {base}"],
+            [[peer, f"{t:.1f} µs", f"{t / ref:.2f}×" if ref else "—"] for peer, t in rows]))
     return "\n".join(parts)
 
 

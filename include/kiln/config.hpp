@@ -24,12 +24,27 @@
 #  define KILN_HAS_THRUST 0
 #endif
 
+// KILN_UNROLL before a loop of constant trip count unrolls it in GPU code (host
+// compilers unroll as they see fit, and GCC warns of the unknown pragma).
 #if defined(__CUDACC__)
 #  define KILN_HAS_CUDA 1
 #  define KILN_HOST_DEVICE __host__ __device__
+#  define KILN_UNROLL _Pragma("unroll")
 #else
 #  define KILN_HAS_CUDA 0
 #  define KILN_HOST_DEVICE
+#  define KILN_UNROLL
+#endif
+
+// nvcc reads a source file twice, for the host and for the GPU (__CUDA_ARCH__). The
+// GPU pass needs only what GPU kernels run, and must not see the CPU backend's SIMD
+// kernels: they call the ops' __host__ __device__ functors with xsimd vectors, which
+// device code cannot hold. Host-only code skips them there with
+// `if constexpr (!KILN_DEVICE_PASS)`; the host pass compiles them as usual.
+#if defined(__CUDA_ARCH__)
+#  define KILN_DEVICE_PASS 1
+#else
+#  define KILN_DEVICE_PASS 0
 #endif
 
 // Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles

@@ -1,10 +1,12 @@
 #pragma once
 /// \file
-/// The host buffer allocator: 64-byte aligned, and caching. Large blocks are kept
-/// because a fresh large buffer costs a page fault per 4 KiB on first touch (a new
-/// 64 MiB buffer is several times slower to fill than a resident one); small blocks
-/// are kept per thread because aligned allocation from the C library is slow enough
-/// to dominate an op on a few elements.
+/// The buffer allocators: 64-byte aligned, and caching. On the host, large blocks are
+/// kept because a fresh large buffer costs a page fault per 4 KiB on first touch (a
+/// new 64 MiB buffer is several times slower to fill than a resident one); small
+/// blocks are kept per thread because aligned allocation from the C library is slow
+/// enough to dominate an op on a few elements. The GPU's memory (the Thrust backend
+/// under CUDA) is cached the same way, for the same reasons: cudaMalloc and cudaFree
+/// of a large block take longer than an elementwise kernel over it.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,12 +19,25 @@
 
 namespace kiln::detail {
 
-class caching_allocator {
+/// Where a caching allocator gets its blocks: 64-byte aligned host memory.
+struct host_system {
+  static void* allocate(std::size_t size) {
+    void* p = std::aligned_alloc(buffer_alignment, size);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(void* p) noexcept { std::free(p); }
+};
+
+/// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
+/// when it has none, `System::release` gives a block back) and keeps freed ones.
+template <class System>
+class basic_caching_allocator {
  public:
   /// Blocks at least this large are kept for reuse when freed.
   static constexpr std::size_t cache_threshold = std::size_t(1) << 16;
 
-  ~caching_allocator() { release_cached(); }
+  ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
     std::size_t size = round_up(bytes);
@@ -63,13 +78,13 @@ class caching_allocator {
         return;
       }
     }
-    std::free(p);
+    System::release(p);
   }
 
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) std::free(p);
+    for (auto& [size, p] : free_) System::release(p);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -80,10 +95,15 @@ class caching_allocator {
   }
 
  private:
-  static void* system_allocate(std::size_t size) {
-    void* p = std::aligned_alloc(buffer_alignment, size);
-    if (!p) throw std::bad_alloc();
-    return p;
+  // When the system has no block left, the cached ones go back to it and it is
+  // asked again, as PyTorch's CUDA allocator does.
+  void* system_allocate(std::size_t size) {
+    try {
+      return System::allocate(size);
+    } catch (const std::bad_alloc&) {
+      release_cached();
+      return System::allocate(size);
+    }
   }
 
   // Small blocks come in power-of-two classes from 64 bytes up to cache_threshold, so
@@ -101,7 +121,7 @@ class caching_allocator {
     int count[small_classes] = {};
     ~small_cache() {
       for (int c = 0; c < small_classes; ++c)
-        for (int i = 0; i < count[c]; ++i) std::free(blocks[c][i]);
+        for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
   // The cache is reached through a trivially destructible pointer, so a buffer freed
@@ -145,6 +165,8 @@ class caching_allocator {
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
+
+using caching_allocator = basic_caching_allocator<host_system>;
 
 inline caching_allocator& host_allocator() {
   static caching_allocator instance;

@@ -43,6 +43,10 @@ class dtype_set {
   constexpr dtype_set(std::initializer_list<dtype> ts) {
     for (dtype t : ts) bits_ |= bit(t);
   }
+#if KILN_HAS_CUDA
+  // nvcc's generated host code spells a dtype_set template argument as `{bits}`.
+  constexpr dtype_set(std::uint8_t bits) : bits_(bits) {}
+#endif
   constexpr bool contains(dtype t) const { return (bits_ & bit(t)) != 0; }
   constexpr dtype_set operator|(dtype_set o) const { return from_bits(bits_ | o.bits_); }
   constexpr dtype_set operator&(dtype_set o) const { return from_bits(bits_ & o.bits_); }

@@ -447,8 +447,12 @@ dataset_element components_of(const V& value, std::span<const tensor_spec> spec 
 
 /// How many element components kiln passes to a function as separate arguments.
 inline constexpr std::size_t max_components = 8;
+// A class rather than an alias that drops its argument: nvcc's host code loses the
+// pack of `alias<I>...` when the alias does not depend on I.
 template <std::size_t>
-using component_argument = const tensor&;
+struct component_argument {
+  using type = const tensor&;
+};
 
 /// Calls a function with the components of an element as separate arguments:
 /// `fn(before..., components..., after...)`, for whichever component counts `fn`
@@ -460,7 +464,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
   /// Whether `fn` takes elements of `N` components.
   template <std::size_t N>
   static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::is_invocable_v<Fn&, const Before&..., component_argument<I>..., const After&...>;
+    return std::is_invocable_v<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>;
   }(std::make_index_sequence<N>{});
 
   // The smallest component count `fn` takes (0 for none): it gives the result type.
@@ -474,7 +478,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
   static_assert(arity != 0, "kiln::data: the function must take the components of a dataset element as separate "
                             "kiln::tensor arguments (at most 8), with the loop or reduce state around them");
   using result = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., component_argument<I>..., const After&...>>{};
+    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>>{};
   }(std::make_index_sequence<arity>{}));
   using type = typename result::type;
 

@@ -70,8 +70,9 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
 template <class Op>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
-  row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
-                  std::memory_order_release);
+  if constexpr (!KILN_DEVICE_PASS)  // the fused CPU kernels (config.hpp)
+    row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
+                    std::memory_order_release);
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);

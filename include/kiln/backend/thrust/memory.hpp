@@ -30,16 +30,30 @@ inline void check_cuda(cudaError_t status, const char* what) {
   throw internal_error(message);
 }
 
+/// cudaMalloc and cudaFree, for the caching allocator.
+struct cuda_system {
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  // Runs in destructors, also after the CUDA runtime shut down at exit: never throws.
+  static void release(void* p) noexcept { (void)cudaFree(p); }
+};
+
+/// The GPU's blocks, cached as the host's are (core/allocator.hpp). Thrust's
+/// algorithms on `thrust::device` return when their kernels have finished, so a
+/// freed block is idle and can be handed out again at once.
+inline detail::basic_caching_allocator<cuda_system>& gpu_allocator() {
+  static detail::basic_caching_allocator<cuda_system> instance;
+  return instance;
+}
+
 /// CUDA device memory.
 inline const detail::memory_resource& gpu_memory() {
   static const detail::memory_resource resource{
-      [](std::size_t bytes) {
-        void* p = nullptr;
-        check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
-        return p;
-      },
-      // Runs in destructors, also after the CUDA runtime shut down at exit: never throws.
-      [](void* p, std::size_t) { (void)cudaFree(p); },
+      [](std::size_t bytes) { return gpu_allocator().allocate(bytes); },
+      [](void* p, std::size_t bytes) { gpu_allocator().deallocate(p, bytes); },
       [](void* host_dst, const void* src, std::size_t bytes) {
         check_cuda(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
       },

@@ -43,15 +43,22 @@ struct strided_offsets {
   }
 
   /// Integer division is the costly part on a GPU, so the outermost dim needs none:
-  /// a contiguous or collapsed (rank 1) walk costs one multiply per operand.
+  /// a contiguous or collapsed (rank 1) walk costs one multiply per operand. The dim
+  /// loop is unrolled over every possible dim, so that each `size[d]` and `stride[k][d]`
+  /// has a constant index: indexing them with a variable makes CUDA copy this whole
+  /// object to each thread's local memory, which made a kernel several times slower.
   KILN_HOST_DEVICE offsets<N> operator()(std::int64_t flat) const {
     offsets<N> o{};
-    for (int d = rank - 1; d > 0; --d) {
+    KILN_UNROLL
+    for (int d = max_rank - 1; d > 0; --d) {
+      if (d >= rank) continue;
       std::int64_t i = flat % size[d];
       flat /= size[d];
+      KILN_UNROLL
       for (int k = 0; k < N; ++k) o.at[k] += i * stride[k][d];
     }
     if (rank > 0)
+      KILN_UNROLL
       for (int k = 0; k < N; ++k) o.at[k] += flat * stride[k][0];
     return o;
   }
