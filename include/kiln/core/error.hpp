@@ -40,6 +40,14 @@ class unavailable_error : public error {
   using error::error;
 };
 
+/// Memory ran out: a buffer the device cannot allocate (TensorFlow's
+/// ResourceExhaustedError). The message names the op, when there is one, and the size.
+/// \code throw kiln::resource_exhausted_error("zeros: cannot allocate 4398046511104 bytes on cpu"); \endcode
+class resource_exhausted_error : public error {
+ public:
+  using error::error;
+};
+
 /// A broken internal invariant; reaching one is a kiln bug.
 class internal_error : public error {
  public:

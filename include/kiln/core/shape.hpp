@@ -10,6 +10,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "kiln/core/error.hpp"
 
@@ -53,17 +54,42 @@ class shape {
   constexpr const std::int64_t* end() const { return dims_.data() + (rank_ < 0 ? 0 : rank_); }
   constexpr std::span<const std::int64_t> dims() const { return {begin(), end()}; }
 
-  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape.
-  constexpr std::int64_t num_elements() const {
+  /// True when the product of the known dims fits in an int64. A kiln::shape built
+  /// from a list of dims is checked; one built with push_back is checked by what uses
+  /// it (an op checks its rule's result, a tensor its shape).
+  constexpr bool count_fits() const {
     std::int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
+    bool overflow = false;
+    for (int i = 0; i < rank_; ++i) {
+      if (dims_[i] == 0) return true;  // no elements, however large the other dims
+      if (dims_[i] == none || overflow) continue;
+      // One multiply with a flag at run time (shapes are built on every op); nvcc's
+      // front end does not evaluate the builtin in constant expressions.
+      if (std::is_constant_evaluated()) {
+        overflow = n > INT64_MAX / dims_[i];
+        n *= overflow ? 1 : dims_[i];
+      } else {
+        overflow = __builtin_mul_overflow(n, dims_[i], &n);
+      }
+    }
+    return !overflow;
+  }
+
+  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape
+  /// whose count_fits().
+  constexpr std::int64_t num_elements() const {
+    // Unsigned, so that a zero dim after a partial product that overflows gives 0
+    // rather than undefined behaviour.
+    std::uint64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= std::uint64_t(dims_[i]);
+    return std::int64_t(n);
   }
 
   /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
   constexpr void push_back(std::int64_t d) {
     if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
-    dims_[rank_++] = d;
+    if (d < 0 && d != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+    dims_[rank_++] = d;  // not checked yet: a later zero dim may make the count fit (count_fits)
   }
 
   constexpr bool operator==(const shape& o) const {
@@ -102,6 +128,11 @@ class shape {
       if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
       dims_[i] = d[i];
     }
+    check_count();
+  }
+  // A shape whose element count wraps would allocate a wrong-sized buffer.
+  constexpr void check_count() const {
+    if (!count_fits()) throw value_error("shape " + str() + " has more elements than an int64 can count");
   }
 
   int rank_ = 0;

@@ -53,7 +53,12 @@ class storage {
       : dtype_(t), device_(d), count_(count), bytes_(std::size_t(count) * size_of(t)) {
     if (t == kiln::string && d != kiln::device::cpu)
       throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
-    data_ = memory_for(d).allocate(bytes_);
+    if (!addressable()) throw exhausted();
+    try {
+      data_ = memory_for(d).allocate(bytes_);
+    } catch (const std::bad_alloc&) {
+      throw exhausted();
+    }
     if (t == kiln::string) {
       auto* s = static_cast<std::string*>(data_);
       for (std::int64_t i = 0; i < count; ++i) new (s + i) std::string();
@@ -77,6 +82,14 @@ class storage {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  // Pointer arithmetic over the buffer needs its byte count to fit in a ptrdiff_t.
+  bool addressable() const { return std::size_t(count_) <= std::size_t(PTRDIFF_MAX) / size_of(dtype_); }
+  resource_exhausted_error exhausted() const {
+    const std::string bytes = addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
+    return resource_exhausted_error("cannot allocate " + std::to_string(count_) + " " + std::string(name(dtype_)) +
+                                    " elements (" + bytes + ") on " + std::string(name(device_)));
+  }
+
   kiln::dtype dtype_;
   kiln::device device_;
   std::int64_t count_;

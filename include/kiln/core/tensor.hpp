@@ -145,6 +145,7 @@ class tensor {
  private:
   static std::int64_t checked_size(const kiln::shape& s) {
     if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
+    if (!s.count_fits()) throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
     return s.num_elements();
   }
 
@@ -170,5 +171,17 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+namespace detail {
+/// A new `dt` `sh` tensor on `dev` that `op_name` makes: a failed allocation
+/// (kiln::resource_exhausted_error) names the op and the shape.
+inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& sh, device dev = device::cpu) {
+  try {
+    return tensor(dt, sh, dev);
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(std::string(op_name) + ": result " + sh.str() + ": " + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln

@@ -54,6 +54,9 @@ inline dtype checked(std::string_view op, std::span<const tensor* const> in, con
 /// The shape an op's rule gave, or its `value_error`.
 inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
   if (!sh.ok()) throw value_error(std::string(op) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  if (!sh.value.count_fits())
+    throw value_error(std::string(op) + ": the result shape " + sh.value.str() + " has more elements than an int64 can count; got " +
+                      describe_inputs(in));
   return sh.value;
 }
 
@@ -62,7 +65,14 @@ template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
   const input_types types(Op::name, in);
   const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
-  return {dt, checked(Op::name, in, op.result_shape(types.shapes))};
+  const shape_result sh = [&] {
+    try {
+      return op.result_shape(types.shapes);
+    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
+      throw value_error(std::string(Op::name) + ": " + e.what() + "; got " + describe_inputs(in));
+    }
+  }();
+  return {dt, checked(Op::name, in, sh)};
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -81,14 +91,14 @@ inline kiln::device input_device(std::string_view op, std::span<const tensor* co
 /// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
 using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
 
-/// Allocates a `dt` `sh` result on `dev` and runs `kernel` into it, so that what
-/// every op does around its kernel is compiled once.
-inline tensor run_kernel(dtype dt, const shape& sh, kiln::device dev, std::span<const tensor* const> in, kernel_call kernel,
-                         const void* op) {
+/// Allocates op `op_name`'s `dt` `sh` result on `dev` and runs `kernel` into it, so
+/// that what every op does around its kernel is compiled once.
+inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
+                         std::span<const tensor* const> in, kernel_call kernel, const void* op) {
   small_vector<buffer_view, 4> views;
   views.reserve(in.size());
   for (const tensor* t : in) views.emplace_back(t->view());
-  tensor out(dt, sh, dev);
+  tensor out = allocate_result(op_name, dt, sh, dev);
   if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
   return out;
 }
@@ -108,9 +118,10 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
-    return run_kernel(dt, sh, dev, in,
+    return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        compute(B{}, *static_cast<const Op*>(o), views, out);
+                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                          compute(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
   }

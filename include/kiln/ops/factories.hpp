@@ -175,7 +175,7 @@ tensor constant_of_list(const L& list, std::optional<dtype> t, device d) {
 template <class T>
 tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   require_fully_defined(fn, s);
-  tensor out(dtype_of<T>, s);
+  tensor out = allocate_result(fn, dtype_of<T>, s);
   T* p = out.view().as<T>();
   if constexpr (std::is_same_v<T, std::string>) {
     std::fill(p, p + out.size(), value);

@@ -34,16 +34,6 @@
 namespace kiln {
 namespace detail {
 
-/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
-constexpr std::int64_t checked_num_elements(const shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t d : s) {
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 /// The most specific shape that both specs allow, or a failure when two known dims differ.
 constexpr shape_result merge_shapes(const shape& a, const shape& b) {
   if (!a.has_known_rank()) return {b};
@@ -91,11 +81,11 @@ struct reshape {
         inferred = d;
       }
     }
-    std::int64_t known = detail::checked_num_elements(known_dims);
-    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!known_dims.count_fits()) return {{}, "the new shape has more elements than int64 can count"};
+    const std::int64_t known = known_dims.num_elements();
     if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
-    std::int64_t count = detail::checked_num_elements(in[0]);
-    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (!in[0].count_fits()) return {{}, "the input has more elements than int64 can count"};
+    const std::int64_t count = in[0].num_elements();
     if (inferred < 0) {
       if (known != count) return {{}, "the new shape has a different number of elements"};
       return {new_shape};
