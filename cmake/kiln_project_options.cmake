@@ -24,6 +24,13 @@ if(KILN_SANITIZE)
   target_compile_options(kiln_dev_flags INTERFACE "$<${for_cxx}:${sanitizer_flags};-g1>")
   target_link_options(kiln_dev_flags INTERFACE ${sanitizer_flags})
 endif()
+if(KILN_SANITIZE_THREADS)
+  if(KILN_SANITIZE)
+    message(FATAL_ERROR "KILN_SANITIZE (ASan) and KILN_SANITIZE_THREADS (TSan) cannot be combined: build them apart")
+  endif()
+  target_compile_options(kiln_dev_flags INTERFACE "$<${for_cxx}:-fsanitize=thread;-g1>")
+  target_link_options(kiln_dev_flags INTERFACE -fsanitize=thread)
+endif()
 
 # kiln::dev itself: the kernels and runtime functions compiled once, in kiln_library,
 # rather than in every test, example and benchmark source file (include/kiln/kernels.hpp).

@@ -45,12 +45,27 @@
 #  define KILN_HAS_THRUST 0
 #endif
 
+// KILN_UNROLL before a loop of constant trip count unrolls it in GPU code (host
+// compilers unroll as they see fit, and GCC warns of the unknown pragma).
 #if defined(__CUDACC__)
 #  define KILN_HAS_CUDA 1
 #  define KILN_HOST_DEVICE __host__ __device__
+#  define KILN_UNROLL _Pragma("unroll")
 #else
 #  define KILN_HAS_CUDA 0
 #  define KILN_HOST_DEVICE
+#  define KILN_UNROLL
+#endif
+
+// nvcc reads a source file twice, for the host and for the GPU (__CUDA_ARCH__). The
+// GPU pass needs only what GPU kernels run, and must not see the CPU backend's SIMD
+// kernels: they call the ops' __host__ __device__ functors with xsimd vectors, which
+// device code cannot hold. Host-only code skips them there with
+// `if constexpr (!KILN_DEVICE_PASS)`; the host pass compiles them as usual.
+#if defined(__CUDA_ARCH__)
+#  define KILN_DEVICE_PASS 1
+#else
+#  define KILN_DEVICE_PASS 0
 #endif
 
 // Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
@@ -123,11 +138,13 @@ inline constexpr std::size_t buffer_alignment = 64;
 #define KILN_SINGLE_INCLUDE_KILN_CORE_ALLOCATOR_HPP
 // ----- begin kiln/core/allocator.hpp -----
 /// \file
-/// The host buffer allocator: 64-byte aligned, and caching. Large blocks are kept
-/// because a fresh large buffer costs a page fault per 4 KiB on first touch (a new
-/// 64 MiB buffer is several times slower to fill than a resident one); small blocks
-/// are kept per thread because aligned allocation from the C library is slow enough
-/// to dominate an op on a few elements.
+/// The buffer allocators: 64-byte aligned, and caching. On the host, large blocks are
+/// kept because a fresh large buffer costs a page fault per 4 KiB on first touch (a
+/// new 64 MiB buffer is several times slower to fill than a resident one); small
+/// blocks are kept per thread because aligned allocation from the C library is slow
+/// enough to dominate an op on a few elements. The GPU's memory (the Thrust backend
+/// under CUDA) is cached the same way, for the same reasons: cudaMalloc and cudaFree
+/// of a large block take longer than an elementwise kernel over it.
 
 #include <cstddef>
 #include <cstdint>
@@ -139,12 +156,25 @@ inline constexpr std::size_t buffer_alignment = 64;
 
 namespace kiln::detail {
 
-class caching_allocator {
+/// Where a caching allocator gets its blocks: 64-byte aligned host memory.
+struct host_system {
+  static void* allocate(std::size_t size) {
+    void* p = std::aligned_alloc(buffer_alignment, size);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(void* p) noexcept { std::free(p); }
+};
+
+/// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
+/// when it has none, `System::release` gives a block back) and keeps freed ones.
+template <class System>
+class basic_caching_allocator {
  public:
   /// Blocks at least this large are kept for reuse when freed.
   static constexpr std::size_t cache_threshold = std::size_t(1) << 16;
 
-  ~caching_allocator() { release_cached(); }
+  ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
     std::size_t size = round_up(bytes);
@@ -185,13 +215,13 @@ class caching_allocator {
         return;
       }
     }
-    std::free(p);
+    System::release(p);
   }
 
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) std::free(p);
+    for (auto& [size, p] : free_) System::release(p);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -202,10 +232,15 @@ class caching_allocator {
   }
 
  private:
-  static void* system_allocate(std::size_t size) {
-    void* p = std::aligned_alloc(buffer_alignment, size);
-    if (!p) throw std::bad_alloc();
-    return p;
+  // When the system has no block left, the cached ones go back to it and it is
+  // asked again, as PyTorch's CUDA allocator does.
+  void* system_allocate(std::size_t size) {
+    try {
+      return System::allocate(size);
+    } catch (const std::bad_alloc&) {
+      release_cached();
+      return System::allocate(size);
+    }
   }
 
   // Small blocks come in power-of-two classes from 64 bytes up to cache_threshold, so
@@ -223,7 +258,7 @@ class caching_allocator {
     int count[small_classes] = {};
     ~small_cache() {
       for (int c = 0; c < small_classes; ++c)
-        for (int i = 0; i < count[c]; ++i) std::free(blocks[c][i]);
+        for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
   // The cache is reached through a trivially destructible pointer, so a buffer freed
@@ -267,6 +302,8 @@ class caching_allocator {
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
+
+using caching_allocator = basic_caching_allocator<host_system>;
 
 inline caching_allocator& host_allocator() {
   static caching_allocator instance;
@@ -333,6 +370,14 @@ class unavailable_error : public error {
   using error::error;
 };
 
+/// Memory ran out: a buffer the device cannot allocate (TensorFlow's
+/// ResourceExhaustedError). The message names the op, when there is one, and the size.
+/// \code throw kiln::resource_exhausted_error("zeros: cannot allocate 4398046511104 bytes on cpu"); \endcode
+class resource_exhausted_error : public error {
+ public:
+  using error::error;
+};
+
 /// A broken internal invariant; reaching one is a kiln bug.
 class internal_error : public error {
  public:
@@ -375,6 +420,10 @@ class dtype_set {
   constexpr dtype_set(std::initializer_list<dtype> ts) {
     for (dtype t : ts) bits_ |= bit(t);
   }
+#if KILN_HAS_CUDA
+  // nvcc's generated host code spells a dtype_set template argument as `{bits}`.
+  constexpr dtype_set(std::uint8_t bits) : bits_(bits) {}
+#endif
   constexpr bool contains(dtype t) const { return (bits_ & bit(t)) != 0; }
   constexpr dtype_set operator|(dtype_set o) const { return from_bits(bits_ | o.bits_); }
   constexpr dtype_set operator&(dtype_set o) const { return from_bits(bits_ & o.bits_); }
@@ -523,6 +572,7 @@ inline std::ostream& operator<<(std::ostream& os, device d) { return os << name(
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 
 namespace kiln {
@@ -565,17 +615,42 @@ class shape {
   constexpr const std::int64_t* end() const { return dims_.data() + (rank_ < 0 ? 0 : rank_); }
   constexpr std::span<const std::int64_t> dims() const { return {begin(), end()}; }
 
-  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape.
-  constexpr std::int64_t num_elements() const {
+  /// True when the product of the known dims fits in an int64. A kiln::shape built
+  /// from a list of dims is checked; one built with push_back is checked by what uses
+  /// it (an op checks its rule's result, a tensor its shape).
+  constexpr bool count_fits() const {
     std::int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
+    bool overflow = false;
+    for (int i = 0; i < rank_; ++i) {
+      if (dims_[i] == 0) return true;  // no elements, however large the other dims
+      if (dims_[i] == none || overflow) continue;
+      // One multiply with a flag at run time (shapes are built on every op); nvcc's
+      // front end does not evaluate the builtin in constant expressions.
+      if (std::is_constant_evaluated()) {
+        overflow = n > INT64_MAX / dims_[i];
+        n *= overflow ? 1 : dims_[i];
+      } else {
+        overflow = __builtin_mul_overflow(n, dims_[i], &n);
+      }
+    }
+    return !overflow;
+  }
+
+  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape
+  /// whose count_fits().
+  constexpr std::int64_t num_elements() const {
+    // Unsigned, so that a zero dim after a partial product that overflows gives 0
+    // rather than undefined behaviour.
+    std::uint64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= std::uint64_t(dims_[i]);
+    return std::int64_t(n);
   }
 
   /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
   constexpr void push_back(std::int64_t d) {
     if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
-    dims_[rank_++] = d;
+    if (d < 0 && d != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+    dims_[rank_++] = d;  // not checked yet: a later zero dim may make the count fit (count_fits)
   }
 
   constexpr bool operator==(const shape& o) const {
@@ -614,6 +689,11 @@ class shape {
       if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
       dims_[i] = d[i];
     }
+    check_count();
+  }
+  // A shape whose element count wraps would allocate a wrong-sized buffer.
+  constexpr void check_count() const {
+    if (!count_fits()) throw value_error("shape " + str() + " has more elements than an int64 can count");
   }
 
   int rank_ = 0;
@@ -742,7 +822,12 @@ class storage {
       : dtype_(t), device_(d), count_(count), bytes_(std::size_t(count) * size_of(t)) {
     if (t == kiln::string && d != kiln::device::cpu)
       throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
-    data_ = memory_for(d).allocate(bytes_);
+    if (!addressable()) throw exhausted();
+    try {
+      data_ = memory_for(d).allocate(bytes_);
+    } catch (const std::bad_alloc&) {
+      throw exhausted();
+    }
     if (t == kiln::string) {
       auto* s = static_cast<std::string*>(data_);
       for (std::int64_t i = 0; i < count; ++i) new (s + i) std::string();
@@ -766,6 +851,14 @@ class storage {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  // Pointer arithmetic over the buffer needs its byte count to fit in a ptrdiff_t.
+  bool addressable() const { return std::size_t(count_) <= std::size_t(PTRDIFF_MAX) / size_of(dtype_); }
+  resource_exhausted_error exhausted() const {
+    const std::string bytes = addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
+    return resource_exhausted_error("cannot allocate " + std::to_string(count_) + " " + std::string(name(dtype_)) +
+                                    " elements (" + bytes + ") on " + std::string(name(device_)));
+  }
+
   kiln::dtype dtype_;
   kiln::device device_;
   std::int64_t count_;
@@ -905,6 +998,7 @@ class tensor {
  private:
   static std::int64_t checked_size(const kiln::shape& s) {
     if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
+    if (!s.count_fits()) throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
     return s.num_elements();
   }
 
@@ -930,6 +1024,18 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+namespace detail {
+/// A new `dt` `sh` tensor on `dev` that `op_name` makes: a failed allocation
+/// (kiln::resource_exhausted_error) names the op and the shape.
+inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& sh, device dev = device::cpu) {
+  try {
+    return tensor(dt, sh, dev);
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(std::string(op_name) + ": result " + sh.str() + ": " + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln
 // ----- end kiln/core/tensor.hpp -----
@@ -1890,7 +1996,7 @@ tensor constant_of_list(const L& list, std::optional<dtype> t, device d) {
 template <class T>
 tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   require_fully_defined(fn, s);
-  tensor out(dtype_of<T>, s);
+  tensor out = allocate_result(fn, dtype_of<T>, s);
   T* p = out.view().as<T>();
   if constexpr (std::is_same_v<T, std::string>) {
     std::fill(p, p + out.size(), value);
@@ -6781,16 +6887,6 @@ class small_vector {
 namespace kiln {
 namespace detail {
 
-/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
-constexpr std::int64_t checked_num_elements(const shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t d : s) {
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 /// The most specific shape that both specs allow, or a failure when two known dims differ.
 constexpr shape_result merge_shapes(const shape& a, const shape& b) {
   if (!a.has_known_rank()) return {b};
@@ -6838,11 +6934,11 @@ struct reshape {
         inferred = d;
       }
     }
-    std::int64_t known = detail::checked_num_elements(known_dims);
-    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!known_dims.count_fits()) return {{}, "the new shape has more elements than int64 can count"};
+    const std::int64_t known = known_dims.num_elements();
     if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
-    std::int64_t count = detail::checked_num_elements(in[0]);
-    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (!in[0].count_fits()) return {{}, "the input has more elements than int64 can count"};
+    const std::int64_t count = in[0].num_elements();
     if (inferred < 0) {
       if (known != count) return {{}, "the new shape has a different number of elements"};
       return {new_shape};

@@ -35,12 +35,27 @@
 #  define KILN_HAS_THRUST 0
 #endif
 
+// KILN_UNROLL before a loop of constant trip count unrolls it in GPU code (host
+// compilers unroll as they see fit, and GCC warns of the unknown pragma).
 #if defined(__CUDACC__)
 #  define KILN_HAS_CUDA 1
 #  define KILN_HOST_DEVICE __host__ __device__
+#  define KILN_UNROLL _Pragma("unroll")
 #else
 #  define KILN_HAS_CUDA 0
 #  define KILN_HOST_DEVICE
+#  define KILN_UNROLL
+#endif
+
+// nvcc reads a source file twice, for the host and for the GPU (__CUDA_ARCH__). The
+// GPU pass needs only what GPU kernels run, and must not see the CPU backend's SIMD
+// kernels: they call the ops' __host__ __device__ functors with xsimd vectors, which
+// device code cannot hold. Host-only code skips them there with
+// `if constexpr (!KILN_DEVICE_PASS)`; the host pass compiles them as usual.
+#if defined(__CUDA_ARCH__)
+#  define KILN_DEVICE_PASS 1
+#else
+#  define KILN_DEVICE_PASS 0
 #endif
 
 // Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
@@ -132,6 +147,14 @@ class unavailable_error : public error {
   using error::error;
 };
 
+/// Memory ran out: a buffer the device cannot allocate (TensorFlow's
+/// ResourceExhaustedError). The message names the op, when there is one, and the size.
+/// \code throw kiln::resource_exhausted_error("zeros: cannot allocate 4398046511104 bytes on cpu"); \endcode
+class resource_exhausted_error : public error {
+ public:
+  using error::error;
+};
+
 /// A broken internal invariant; reaching one is a kiln bug.
 class internal_error : public error {
  public:
@@ -187,6 +210,10 @@ class dtype_set {
   constexpr dtype_set(std::initializer_list<dtype> ts) {
     for (dtype t : ts) bits_ |= bit(t);
   }
+#if KILN_HAS_CUDA
+  // nvcc's generated host code spells a dtype_set template argument as `{bits}`.
+  constexpr dtype_set(std::uint8_t bits) : bits_(bits) {}
+#endif
   constexpr bool contains(dtype t) const { return (bits_ & bit(t)) != 0; }
   constexpr dtype_set operator|(dtype_set o) const { return from_bits(bits_ | o.bits_); }
   constexpr dtype_set operator&(dtype_set o) const { return from_bits(bits_ & o.bits_); }
@@ -283,6 +310,7 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 
 namespace kiln {
@@ -325,17 +353,42 @@ class shape {
   constexpr const std::int64_t* end() const { return dims_.data() + (rank_ < 0 ? 0 : rank_); }
   constexpr std::span<const std::int64_t> dims() const { return {begin(), end()}; }
 
-  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape.
-  constexpr std::int64_t num_elements() const {
+  /// True when the product of the known dims fits in an int64. A kiln::shape built
+  /// from a list of dims is checked; one built with push_back is checked by what uses
+  /// it (an op checks its rule's result, a tensor its shape).
+  constexpr bool count_fits() const {
     std::int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
+    bool overflow = false;
+    for (int i = 0; i < rank_; ++i) {
+      if (dims_[i] == 0) return true;  // no elements, however large the other dims
+      if (dims_[i] == none || overflow) continue;
+      // One multiply with a flag at run time (shapes are built on every op); nvcc's
+      // front end does not evaluate the builtin in constant expressions.
+      if (std::is_constant_evaluated()) {
+        overflow = n > INT64_MAX / dims_[i];
+        n *= overflow ? 1 : dims_[i];
+      } else {
+        overflow = __builtin_mul_overflow(n, dims_[i], &n);
+      }
+    }
+    return !overflow;
+  }
+
+  /// Product of the dims (1 for a scalar). Only meaningful for a fully defined shape
+  /// whose count_fits().
+  constexpr std::int64_t num_elements() const {
+    // Unsigned, so that a zero dim after a partial product that overflows gives 0
+    // rather than undefined behaviour.
+    std::uint64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= std::uint64_t(dims_[i]);
+    return std::int64_t(n);
   }
 
   /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
   constexpr void push_back(std::int64_t d) {
     if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
-    dims_[rank_++] = d;
+    if (d < 0 && d != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+    dims_[rank_++] = d;  // not checked yet: a later zero dim may make the count fit (count_fits)
   }
 
   constexpr bool operator==(const shape& o) const {
@@ -374,6 +427,11 @@ class shape {
       if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
       dims_[i] = d[i];
     }
+    check_count();
+  }
+  // A shape whose element count wraps would allocate a wrong-sized buffer.
+  constexpr void check_count() const {
+    if (!count_fits()) throw value_error("shape " + str() + " has more elements than an int64 can count");
   }
 
   int rank_ = 0;
@@ -703,11 +761,13 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 #define KILN_SINGLE_INCLUDE_KILN_CORE_ALLOCATOR_HPP
 // ----- begin kiln/core/allocator.hpp -----
 /// \file
-/// The host buffer allocator: 64-byte aligned, and caching. Large blocks are kept
-/// because a fresh large buffer costs a page fault per 4 KiB on first touch (a new
-/// 64 MiB buffer is several times slower to fill than a resident one); small blocks
-/// are kept per thread because aligned allocation from the C library is slow enough
-/// to dominate an op on a few elements.
+/// The buffer allocators: 64-byte aligned, and caching. On the host, large blocks are
+/// kept because a fresh large buffer costs a page fault per 4 KiB on first touch (a
+/// new 64 MiB buffer is several times slower to fill than a resident one); small
+/// blocks are kept per thread because aligned allocation from the C library is slow
+/// enough to dominate an op on a few elements. The GPU's memory (the Thrust backend
+/// under CUDA) is cached the same way, for the same reasons: cudaMalloc and cudaFree
+/// of a large block take longer than an elementwise kernel over it.
 
 #include <cstddef>
 #include <cstdint>
@@ -719,12 +779,25 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 
 namespace kiln::detail {
 
-class caching_allocator {
+/// Where a caching allocator gets its blocks: 64-byte aligned host memory.
+struct host_system {
+  static void* allocate(std::size_t size) {
+    void* p = std::aligned_alloc(buffer_alignment, size);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(void* p) noexcept { std::free(p); }
+};
+
+/// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
+/// when it has none, `System::release` gives a block back) and keeps freed ones.
+template <class System>
+class basic_caching_allocator {
  public:
   /// Blocks at least this large are kept for reuse when freed.
   static constexpr std::size_t cache_threshold = std::size_t(1) << 16;
 
-  ~caching_allocator() { release_cached(); }
+  ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
     std::size_t size = round_up(bytes);
@@ -765,13 +838,13 @@ class caching_allocator {
         return;
       }
     }
-    std::free(p);
+    System::release(p);
   }
 
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) std::free(p);
+    for (auto& [size, p] : free_) System::release(p);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -782,10 +855,15 @@ class caching_allocator {
   }
 
  private:
-  static void* system_allocate(std::size_t size) {
-    void* p = std::aligned_alloc(buffer_alignment, size);
-    if (!p) throw std::bad_alloc();
-    return p;
+  // When the system has no block left, the cached ones go back to it and it is
+  // asked again, as PyTorch's CUDA allocator does.
+  void* system_allocate(std::size_t size) {
+    try {
+      return System::allocate(size);
+    } catch (const std::bad_alloc&) {
+      release_cached();
+      return System::allocate(size);
+    }
   }
 
   // Small blocks come in power-of-two classes from 64 bytes up to cache_threshold, so
@@ -803,7 +881,7 @@ class caching_allocator {
     int count[small_classes] = {};
     ~small_cache() {
       for (int c = 0; c < small_classes; ++c)
-        for (int i = 0; i < count[c]; ++i) std::free(blocks[c][i]);
+        for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
   // The cache is reached through a trivially destructible pointer, so a buffer freed
@@ -847,6 +925,8 @@ class caching_allocator {
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
+
+using caching_allocator = basic_caching_allocator<host_system>;
 
 inline caching_allocator& host_allocator() {
   static caching_allocator instance;
@@ -895,7 +975,12 @@ class storage {
       : dtype_(t), device_(d), count_(count), bytes_(std::size_t(count) * size_of(t)) {
     if (t == kiln::string && d != kiln::device::cpu)
       throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
-    data_ = memory_for(d).allocate(bytes_);
+    if (!addressable()) throw exhausted();
+    try {
+      data_ = memory_for(d).allocate(bytes_);
+    } catch (const std::bad_alloc&) {
+      throw exhausted();
+    }
     if (t == kiln::string) {
       auto* s = static_cast<std::string*>(data_);
       for (std::int64_t i = 0; i < count; ++i) new (s + i) std::string();
@@ -919,6 +1004,14 @@ class storage {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  // Pointer arithmetic over the buffer needs its byte count to fit in a ptrdiff_t.
+  bool addressable() const { return std::size_t(count_) <= std::size_t(PTRDIFF_MAX) / size_of(dtype_); }
+  resource_exhausted_error exhausted() const {
+    const std::string bytes = addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
+    return resource_exhausted_error("cannot allocate " + std::to_string(count_) + " " + std::string(name(dtype_)) +
+                                    " elements (" + bytes + ") on " + std::string(name(device_)));
+  }
+
   kiln::dtype dtype_;
   kiln::device device_;
   std::int64_t count_;
@@ -1058,6 +1151,7 @@ class tensor {
  private:
   static std::int64_t checked_size(const kiln::shape& s) {
     if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
+    if (!s.count_fits()) throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
     return s.num_elements();
   }
 
@@ -1083,6 +1177,18 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+namespace detail {
+/// A new `dt` `sh` tensor on `dev` that `op_name` makes: a failed allocation
+/// (kiln::resource_exhausted_error) names the op and the shape.
+inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& sh, device dev = device::cpu) {
+  try {
+    return tensor(dt, sh, dev);
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(std::string(op_name) + ": result " + sh.str() + ": " + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln
 // ----- end kiln/core/tensor.hpp -----
@@ -3184,7 +3290,7 @@ tensor constant_of_list(const L& list, std::optional<dtype> t, device d) {
 template <class T>
 tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   require_fully_defined(fn, s);
-  tensor out(dtype_of<T>, s);
+  tensor out = allocate_result(fn, dtype_of<T>, s);
   T* p = out.view().as<T>();
   if constexpr (std::is_same_v<T, std::string>) {
     std::fill(p, p + out.size(), value);
@@ -3508,16 +3614,6 @@ inline tensor ones_like(const tensor& x) {
 namespace kiln {
 namespace detail {
 
-/// The product of `s`'s dims, or -1 when it does not fit in int64 (a spec may be that large).
-constexpr std::int64_t checked_num_elements(const shape& s) {
-  std::int64_t n = 1;
-  for (std::int64_t d : s) {
-    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 /// The most specific shape that both specs allow, or a failure when two known dims differ.
 constexpr shape_result merge_shapes(const shape& a, const shape& b) {
   if (!a.has_known_rank()) return {b};
@@ -3565,11 +3661,11 @@ struct reshape {
         inferred = d;
       }
     }
-    std::int64_t known = detail::checked_num_elements(known_dims);
-    if (known < 0) return {{}, "the new shape has more elements than int64 can count"};
+    if (!known_dims.count_fits()) return {{}, "the new shape has more elements than int64 can count"};
+    const std::int64_t known = known_dims.num_elements();
     if (!in[0].is_fully_defined()) return {new_shape};  // the -1 dim stays unknown until run time
-    std::int64_t count = detail::checked_num_elements(in[0]);
-    if (count < 0) return {{}, "the input has more elements than int64 can count"};
+    if (!in[0].count_fits()) return {{}, "the input has more elements than int64 can count"};
+    const std::int64_t count = in[0].num_elements();
     if (inferred < 0) {
       if (known != count) return {{}, "the new shape has a different number of elements"};
       return {new_shape};
@@ -7633,16 +7729,30 @@ inline void check_cuda(cudaError_t status, const char* what) {
   throw internal_error(message);
 }
 
+/// cudaMalloc and cudaFree, for the caching allocator.
+struct cuda_system {
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  // Runs in destructors, also after the CUDA runtime shut down at exit: never throws.
+  static void release(void* p) noexcept { (void)cudaFree(p); }
+};
+
+/// The GPU's blocks, cached as the host's are (core/allocator.hpp). Thrust's
+/// algorithms on `thrust::device` return when their kernels have finished, so a
+/// freed block is idle and can be handed out again at once.
+inline detail::basic_caching_allocator<cuda_system>& gpu_allocator() {
+  static detail::basic_caching_allocator<cuda_system> instance;
+  return instance;
+}
+
 /// CUDA device memory.
 inline const detail::memory_resource& gpu_memory() {
   static const detail::memory_resource resource{
-      [](std::size_t bytes) {
-        void* p = nullptr;
-        check_cuda(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
-        return p;
-      },
-      // Runs in destructors, also after the CUDA runtime shut down at exit: never throws.
-      [](void* p, std::size_t) { (void)cudaFree(p); },
+      [](std::size_t bytes) { return gpu_allocator().allocate(bytes); },
+      [](void* p, std::size_t bytes) { gpu_allocator().deallocate(p, bytes); },
       [](void* host_dst, const void* src, std::size_t bytes) {
         check_cuda(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
       },
@@ -7724,15 +7834,22 @@ struct strided_offsets {
   }
 
   /// Integer division is the costly part on a GPU, so the outermost dim needs none:
-  /// a contiguous or collapsed (rank 1) walk costs one multiply per operand.
+  /// a contiguous or collapsed (rank 1) walk costs one multiply per operand. The dim
+  /// loop is unrolled over every possible dim, so that each `size[d]` and `stride[k][d]`
+  /// has a constant index: indexing them with a variable makes CUDA copy this whole
+  /// object to each thread's local memory, which made a kernel several times slower.
   KILN_HOST_DEVICE offsets<N> operator()(std::int64_t flat) const {
     offsets<N> o{};
-    for (int d = rank - 1; d > 0; --d) {
+    KILN_UNROLL
+    for (int d = max_rank - 1; d > 0; --d) {
+      if (d >= rank) continue;
       std::int64_t i = flat % size[d];
       flat /= size[d];
+      KILN_UNROLL
       for (int k = 0; k < N; ++k) o.at[k] += i * stride[k][d];
     }
     if (rank > 0)
+      KILN_UNROLL
       for (int k = 0; k < N; ++k) o.at[k] += flat * stride[k][0];
     return o;
   }
@@ -8439,6 +8556,9 @@ inline dtype checked(std::string_view op, std::span<const tensor* const> in, con
 /// The shape an op's rule gave, or its `value_error`.
 inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
   if (!sh.ok()) throw value_error(std::string(op) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  if (!sh.value.count_fits())
+    throw value_error(std::string(op) + ": the result shape " + sh.value.str() + " has more elements than an int64 can count; got " +
+                      describe_inputs(in));
   return sh.value;
 }
 
@@ -8447,7 +8567,14 @@ template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
   const input_types types(Op::name, in);
   const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
-  return {dt, checked(Op::name, in, op.result_shape(types.shapes))};
+  const shape_result sh = [&] {
+    try {
+      return op.result_shape(types.shapes);
+    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
+      throw value_error(std::string(Op::name) + ": " + e.what() + "; got " + describe_inputs(in));
+    }
+  }();
+  return {dt, checked(Op::name, in, sh)};
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -8466,14 +8593,14 @@ inline kiln::device input_device(std::string_view op, std::span<const tensor* co
 /// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
 using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
 
-/// Allocates a `dt` `sh` result on `dev` and runs `kernel` into it, so that what
-/// every op does around its kernel is compiled once.
-inline tensor run_kernel(dtype dt, const shape& sh, kiln::device dev, std::span<const tensor* const> in, kernel_call kernel,
-                         const void* op) {
+/// Allocates op `op_name`'s `dt` `sh` result on `dev` and runs `kernel` into it, so
+/// that what every op does around its kernel is compiled once.
+inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
+                         std::span<const tensor* const> in, kernel_call kernel, const void* op) {
   small_vector<buffer_view, 4> views;
   views.reserve(in.size());
   for (const tensor* t : in) views.emplace_back(t->view());
-  tensor out(dt, sh, dev);
+  tensor out = allocate_result(op_name, dt, sh, dev);
   if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
   return out;
 }
@@ -8493,9 +8620,10 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
   } else {
-    return run_kernel(dt, sh, dev, in,
+    return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        compute(B{}, *static_cast<const Op*>(o), views, out);
+                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                          compute(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
   }
@@ -11636,8 +11764,9 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
 template <class Op>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
-  row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
-                  std::memory_order_release);
+  if constexpr (!KILN_DEVICE_PASS)  // the fused CPU kernels (config.hpp)
+    row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
+                    std::memory_order_release);
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);
@@ -15938,7 +16067,11 @@ struct loop_options {
   /// variable enters with and every value the body gives it, else kiln::value_error;
   /// the loop's results have the invariant's shape. A tensor_array takes none: with
   /// dynamic_size, the loop lets its size change by itself.
-  std::vector<std::optional<shape>> shape_invariants;
+  std::vector<std::optional<shape>> shape_invariants = {};
+  /// At most this many iterations run (TensorFlow's maximum_iterations): the loop
+  /// stops when its condition fails or the count is reached, whichever comes first.
+  /// A bound on a loop that might not end; negative counts raise kiln::value_error.
+  std::optional<std::int64_t> maximum_iterations = std::nullopt;
 };
 
 namespace detail {
@@ -16229,9 +16362,58 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
 }
 
 namespace detail {
+/// The results of a loop whose first variable was a counter of kiln's own, without it.
+template <std::size_t UserVars, class Out>
+auto without_counter(Out&& out) {
+  if constexpr (UserVars == 0) {
+    return;
+  } else if constexpr (UserVars == 1) {
+    return std::get<1>(std::forward<Out>(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::forward<Out>(out));
+  }
+}
+
+/// `body_fn`'s result `r` (one value, a tuple or a break_result) with `counter` in front.
+template <class R>
+auto with_counter(const tensor& counter, R&& r) {
+  if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+    auto next = std::tuple_cat(std::tuple{counter}, std::move(r.next));
+    return break_result<decltype(next)>{r.stop, std::move(next)};
+  } else {
+    return std::tuple_cat(std::tuple{counter}, std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r)));
+  }
+}
+
+template <class Cond, class Body, class... Vars>
+auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars);
+
+/// kiln::while_loop with loop_options::maximum_iterations: a counter of kiln's own in
+/// front of the loop variables, and the condition `counter < maximum && cond_fn(...)`.
+template <class Cond, class Body, class... Vars>
+auto bounded_while_loop(std::size_t hidden, const loop_options& options, Cond& cond_fn, Body& body_fn,
+                        const Vars&... vars) {
+  const std::int64_t maximum = *options.maximum_iterations;
+  if (maximum < 0) throw value_error("while_loop: maximum_iterations must be >= 0, got " + std::to_string(maximum));
+  loop_options unbounded = options;
+  unbounded.maximum_iterations.reset();
+  const tensor limit = kiln::constant(maximum);
+  auto cond = [&](const tensor& n, const auto&... v) { return kiln::logical_and(n < limit, tensor(cond_fn(v...))); };
+  auto body = [&](const tensor& n, const auto&... v) { return with_counter(n + std::int64_t(1), body_fn(v...)); };
+  return without_counter<sizeof...(Vars)>(
+      unbounded_while_loop(hidden + 1, unbounded, cond, body, kiln::constant(std::int64_t(0)), vars...));
+}
+
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
 template <class Cond, class Body, class... Vars>
 auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
+  if (options.maximum_iterations) return bounded_while_loop(hidden, options, cond_fn, body_fn, vars...);
+  return unbounded_while_loop(hidden, options, std::move(cond_fn), std::move(body_fn), vars...);
+}
+
+/// kiln::while_loop without loop_options::maximum_iterations.
+template <class Cond, class Body, class... Vars>
+auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
   std::vector<tensor> initial_leaves = detail::leaves_of(initial);
@@ -16356,21 +16538,12 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
     if constexpr (std::is_void_v<R>) {
       body_fn(i, v...);
       return k + 1;
-    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
-      auto r = body_fn(i, v...);
-      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
     } else {
-      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
+      return with_counter(k + 1, body_fn(i, v...));
     }
   };
-  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
-  if constexpr (sizeof...(Vars) == 0) {
-    return;
-  } else if constexpr (sizeof...(Vars) == 1) {
-    return std::get<1>(std::move(out));
-  } else {
-    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
-  }
+  return without_counter<sizeof...(Vars)>(
+      detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...));
 }
 }  // namespace detail
 
@@ -18399,8 +18572,12 @@ dataset_element components_of(const V& value, std::span<const tensor_spec> spec 
 
 /// How many element components kiln passes to a function as separate arguments.
 inline constexpr std::size_t max_components = 8;
+// A class rather than an alias that drops its argument: nvcc's host code loses the
+// pack of `alias<I>...` when the alias does not depend on I.
 template <std::size_t>
-using component_argument = const tensor&;
+struct component_argument {
+  using type = const tensor&;
+};
 
 /// Calls a function with the components of an element as separate arguments:
 /// `fn(before..., components..., after...)`, for whichever component counts `fn`
@@ -18412,7 +18589,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
   /// Whether `fn` takes elements of `N` components.
   template <std::size_t N>
   static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::is_invocable_v<Fn&, const Before&..., component_argument<I>..., const After&...>;
+    return std::is_invocable_v<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>;
   }(std::make_index_sequence<N>{});
 
   // The smallest component count `fn` takes (0 for none): it gives the result type.
@@ -18426,7 +18603,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
   static_assert(arity != 0, "kiln::data: the function must take the components of a dataset element as separate "
                             "kiln::tensor arguments (at most 8), with the loop or reduce state around them");
   using result = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., component_argument<I>..., const After&...>>{};
+    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>>{};
   }(std::make_index_sequence<arity>{}));
   using type = typename result::type;
 

@@ -198,6 +198,41 @@ TEST_CASE("loop variables may be structures; bodies capture tensors and read var
   REQUIRE(ints(f(kiln::constant(1), kiln::constant(3))[2]) == std::vector<std::int32_t>{3});
 }
 
+TEST_CASE("maximum_iterations bounds a loop that would not end, eagerly and in a graph") {
+  auto fn = [](const tensor& bound) {
+    const loop_options five{.maximum_iterations = 5};
+    // A condition that never fails: the bound alone stops the loop.
+    tensor forever = kiln::while_loop([](const tensor&) { return kiln::constant(true); },
+                                      [](const tensor& i) { return i * 2; }, five, kiln::constant(1));
+    // A condition that fails first: the bound changes nothing.
+    auto [i, total] = kiln::while_loop([&](const tensor& i, const tensor&) { return i < bound; },
+                                       [](const tensor& i, const tensor& t) { return std::tuple{i + 1, t + i}; }, five,
+                                       kiln::constant(0), kiln::constant(0));
+    // With break_if, and a bound of zero that leaves the variables as they came.
+    tensor broken = kiln::while_loop([](const tensor&) { return kiln::constant(true); },
+                                     [](const tensor& i) { return kiln::break_if(i >= 100, i + 3); }, five, kiln::constant(0));
+    tensor none_run = kiln::while_loop([](const tensor&) { return kiln::constant(true); },
+                                       [](const tensor& i) { return i + 1; }, loop_options{.maximum_iterations = 0},
+                                       kiln::constant(42));
+    tensor counted = kiln::for_range(100, [](const tensor& k, const tensor& t) { return t + k; }, five, kiln::constant(0));
+    return std::vector<tensor>{forever, i, total, broken, none_run, counted};
+  };
+  require_graph_matches_eager(fn, {.name = "f"}, kiln::constant(3));
+  function f(fn, {.name = "f"});
+  const std::vector<std::vector<std::int32_t>> expected{{32}, {3}, {3}, {15}, {42}, {10}};
+  for (const auto& out : {f(kiln::constant(3)), fn(kiln::constant(3))})
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      INFO("output " << k);
+      REQUIRE(ints(out[k]) == expected[k]);
+    }
+  require_throws<value_error>(
+      [] {
+        return kiln::while_loop([](const tensor&) { return kiln::constant(true); }, [](const tensor& i) { return i; },
+                                loop_options{.maximum_iterations = -1}, kiln::constant(0));
+      },
+      {"maximum_iterations", "-1"});
+}
+
 TEST_CASE("a loop condition that is not a bool scalar raises value_error") {
   function f([](const tensor& x) { return kiln::while_loop([](const tensor& v) { return v; }, [](const tensor& v) { return v; }, x); },
              {.name = "f"});

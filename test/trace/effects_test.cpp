@@ -276,3 +276,51 @@ TEST_CASE("check_numerics names the first op that makes a NaN or an Inf, eagerly
   REQUIRE_FALSE(debugging::check_numerics_enabled());
   REQUIRE(std::isnan(f(zero).to_vector<float>()[1]));
 }
+
+namespace {
+/// What a user's code throws; kiln passes it through unchanged.
+struct user_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
+TEST_CASE("an exception from a traced callable leaves the function usable; the next call traces again") {
+  bool fail = true;
+  variable v(kiln::constant(0.f), "v");
+  function f([&](const tensor& x) {
+    v.assign_add(x);
+    if (fail) throw user_failure("the callable failed");
+    return v.read_value() * 2.f;
+  }, {.name = "f"});
+  REQUIRE_THROWS_AS(f(kiln::constant(1.f)), user_failure);
+  REQUIRE(scalar_of(v.read_value()) == 0.f);  // a failed trace ran nothing
+  fail = false;
+  REQUIRE(scalar_of(f(kiln::constant(1.f))) == 2.f);
+  REQUIRE(scalar_of(f(kiln::constant(2.f))) == 6.f);
+  REQUIRE(f.tracing_count() == 1);  // the failed trace left no concrete function behind
+  // An error kiln raises while tracing (a shape mismatch) leaves it usable the same way.
+  function g([](const tensor& x) { return x + kiln::constant({1.f, 2.f, 3.f}); }, {.name = "g"});
+  REQUIRE_THROWS_AS(g(kiln::constant({1.f, 2.f})), value_error);
+  REQUIRE(g(kiln::constant({1.f, 1.f, 1.f})).to_vector<float>() == std::vector<float>{2.f, 3.f, 4.f});
+}
+
+TEST_CASE("an exception from a host callback during a graph run keeps what ran before it; later runs are clean") {
+  variable v(kiln::constant(0.f), "v");
+  function f([&](const tensor& x) {
+    v.assign_add(x);  // runs before the callback: automatic control dependencies order them
+    kiln::host_callback(
+        [](const tensor& value) {
+          if (value.item<float>() < 0.f) throw user_failure("negative input");
+        },
+        {}, x);
+    v.assign_add(x * 10.f);
+    return v.read_value();
+  }, {.name = "f"});
+  REQUIRE(scalar_of(f(kiln::constant(1.f))) == 11.f);
+  REQUIRE_THROWS_AS(f(kiln::constant(-1.f)), user_failure);
+  REQUIRE(scalar_of(v.read_value()) == 10.f);  // the first write was committed, the second never ran
+  REQUIRE(scalar_of(f(kiln::constant(2.f))) == 32.f);
+  for (int i = 0; i < 3; ++i) REQUIRE_THROWS_AS(f(kiln::constant(-1.f)), user_failure);
+  REQUIRE(scalar_of(v.read_value()) == 29.f);
+  REQUIRE(f.tracing_count() == 1);
+}

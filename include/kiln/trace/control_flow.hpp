@@ -62,7 +62,11 @@ struct loop_options {
   /// variable enters with and every value the body gives it, else kiln::value_error;
   /// the loop's results have the invariant's shape. A tensor_array takes none: with
   /// dynamic_size, the loop lets its size change by itself.
-  std::vector<std::optional<shape>> shape_invariants;
+  std::vector<std::optional<shape>> shape_invariants = {};
+  /// At most this many iterations run (TensorFlow's maximum_iterations): the loop
+  /// stops when its condition fails or the count is reached, whichever comes first.
+  /// A bound on a loop that might not end; negative counts raise kiln::value_error.
+  std::optional<std::int64_t> maximum_iterations = std::nullopt;
 };
 
 namespace detail {
@@ -353,9 +357,58 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
 }
 
 namespace detail {
+/// The results of a loop whose first variable was a counter of kiln's own, without it.
+template <std::size_t UserVars, class Out>
+auto without_counter(Out&& out) {
+  if constexpr (UserVars == 0) {
+    return;
+  } else if constexpr (UserVars == 1) {
+    return std::get<1>(std::forward<Out>(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::forward<Out>(out));
+  }
+}
+
+/// `body_fn`'s result `r` (one value, a tuple or a break_result) with `counter` in front.
+template <class R>
+auto with_counter(const tensor& counter, R&& r) {
+  if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+    auto next = std::tuple_cat(std::tuple{counter}, std::move(r.next));
+    return break_result<decltype(next)>{r.stop, std::move(next)};
+  } else {
+    return std::tuple_cat(std::tuple{counter}, std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r)));
+  }
+}
+
+template <class Cond, class Body, class... Vars>
+auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars);
+
+/// kiln::while_loop with loop_options::maximum_iterations: a counter of kiln's own in
+/// front of the loop variables, and the condition `counter < maximum && cond_fn(...)`.
+template <class Cond, class Body, class... Vars>
+auto bounded_while_loop(std::size_t hidden, const loop_options& options, Cond& cond_fn, Body& body_fn,
+                        const Vars&... vars) {
+  const std::int64_t maximum = *options.maximum_iterations;
+  if (maximum < 0) throw value_error("while_loop: maximum_iterations must be >= 0, got " + std::to_string(maximum));
+  loop_options unbounded = options;
+  unbounded.maximum_iterations.reset();
+  const tensor limit = kiln::constant(maximum);
+  auto cond = [&](const tensor& n, const auto&... v) { return kiln::logical_and(n < limit, tensor(cond_fn(v...))); };
+  auto body = [&](const tensor& n, const auto&... v) { return with_counter(n + std::int64_t(1), body_fn(v...)); };
+  return without_counter<sizeof...(Vars)>(
+      unbounded_while_loop(hidden + 1, unbounded, cond, body, kiln::constant(std::int64_t(0)), vars...));
+}
+
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
 template <class Cond, class Body, class... Vars>
 auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
+  if (options.maximum_iterations) return bounded_while_loop(hidden, options, cond_fn, body_fn, vars...);
+  return unbounded_while_loop(hidden, options, std::move(cond_fn), std::move(body_fn), vars...);
+}
+
+/// kiln::while_loop without loop_options::maximum_iterations.
+template <class Cond, class Body, class... Vars>
+auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state initial{detail::as_output(vars)...};
   std::vector<tensor> initial_leaves = detail::leaves_of(initial);
@@ -480,21 +533,12 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
     if constexpr (std::is_void_v<R>) {
       body_fn(i, v...);
       return k + 1;
-    } else if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
-      auto r = body_fn(i, v...);
-      return break_result<decltype(std::tuple_cat(std::tuple{k + 1}, r.next))>{r.stop, std::tuple_cat(std::tuple{k + 1}, r.next)};
     } else {
-      return std::tuple_cat(std::tuple{k + 1}, std::tuple<R>(body_fn(i, v...)));
+      return with_counter(k + 1, body_fn(i, v...));
     }
   };
-  auto out = detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...);
-  if constexpr (sizeof...(Vars) == 0) {
-    return;
-  } else if constexpr (sizeof...(Vars) == 1) {
-    return std::get<1>(std::move(out));
-  } else {
-    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::move(out));
-  }
+  return without_counter<sizeof...(Vars)>(
+      detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...));
 }
 }  // namespace detail
 
