@@ -2929,8 +2929,23 @@ KILN_ALWAYS_INLINE xsimd::batch<T, A> pow(const xsimd::batch<T, A>& a, const xsi
   for (std::size_t i = 0; i < xsimd::batch<T, A>::size; ++i) x[i] = pow(x[i], y[i]);
   return xsimd::batch<T, A>::load_aligned(x);
 }
+/// xsimd's double exp converts its scaled argument to int64 through a scalar cast,
+/// which is undefined behaviour for NaN, the infinities and huge values (the
+/// differential fuzzer found it under clang's UBSan). Such lanes go in as 0 and come
+/// out as IEEE's exp gives them; the others are xsimd's, unchanged. float converts by
+/// instruction (cvttps2dq), which is defined for every input.
 template <class T, class A>
-KILN_ALWAYS_INLINE xsimd::batch<T, A> exp(const xsimd::batch<T, A>& a) { return xsimd::exp(a); }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> exp(const xsimd::batch<T, A>& a) {
+  if constexpr (std::is_same_v<T, double>) {
+    using B = xsimd::batch<double, A>;
+    const auto in_range = xsimd::abs(a) <= B(750.0);  // exp overflows past 709.8, underflows below -745.2
+    const B r = xsimd::exp(xsimd::select(in_range, a, B(0.0)));
+    const B beyond = xsimd::select(a > B(0.0), B(std::numeric_limits<double>::infinity()), B(0.0));
+    return xsimd::select(in_range, r, xsimd::select(xsimd::isnan(a), a, beyond));
+  } else {
+    return xsimd::exp(a);
+  }
+}
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
@@ -2955,8 +2970,15 @@ KILN_ALWAYS_INLINE xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) 
   q = xsimd::fma(q, t, B(1.f));
   return xsimd::select(xsimd::abs(x) >= B(9.f), xsimd::copysign(B(1.f), x), x * p / q);
 }
+/// xsimd's double tanh goes through its exp (above): lanes past |x| = 20, where tanh
+/// rounds to +-1, and NaN go in as 0 and come out as +-1 and NaN.
 template <class A>
-KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a) { return xsimd::tanh(a); }
+KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a) {
+  using B = xsimd::batch<double, A>;
+  const auto in_range = xsimd::abs(a) <= B(20.0);
+  const B r = xsimd::tanh(xsimd::select(in_range, a, B(0.0)));
+  return xsimd::select(in_range, r, xsimd::select(xsimd::isnan(a), a, xsimd::copysign(B(1.0), a)));
+}
 #endif
 
 }  // namespace kiln::math
