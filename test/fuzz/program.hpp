@@ -6,7 +6,8 @@
 // way and requires the same values, or the same kind of kiln error.
 //
 // Programs mix elementwise ops with broadcasting, reductions over axes, shape ops
-// (transpose, reshape, concat, slice), matmul, where, gather, cond and while_loop, on
+// (transpose, reshape, concat, slice, stack), matmul, where, gather, cond, while_loop,
+// division (by zero too), powers, comparisons, casts, argmax and segment sums, on
 // float32, float64 or int32
 // values whose shapes have ranks 0 to 3 and dims 0 to 4. Attributes are drawn without
 // regard to validity, so that the errors are exercised too.
@@ -48,6 +49,8 @@ enum class step_kind : std::uint8_t {
   reduce_sum, reduce_max, reduce_mean,                // over an axis or all
   transpose, reshape, concat, slice, matmul, where,   // structure
   gather, cond, while_loop,                           // indexing, control flow
+  divide, floordiv, floormod, power, less,            // division by zero, negative powers, bools
+  cast, stack, argmax, reduce_min, segment_sum,       // more dtypes and shapes
   count
 };
 
@@ -160,12 +163,30 @@ struct program {
       case step_kind::cond:
         return kiln::cond(kiln::reduce_sum(b) > 0, [&] { return a * 2; }, [&] { return a - 1; });
       case step_kind::while_loop: {
-        const std::int64_t trips = s.flag ? 0 : 3;  // a loop that never runs, or three times
-        auto [i, x] = kiln::while_loop([&](const tensor& i, const tensor&) { return i < trips; },
-                                       [](const tensor& i, const tensor& x) { return std::tuple{i + 1, kiln::maximum(x - 1, x * 2)}; },
-                                       kiln::constant(std::int64_t(0)), a);
+        // A loop that never runs, or runs three times. A graph traces the body of the
+        // first too, where eager never calls it: its body is valid for every dtype, so
+        // that both agree (a body that fails only when traced is graph semantics, not a
+        // defect).
+        const bool never = s.flag;
+        auto [i, x] = kiln::while_loop(
+            [&](const tensor& i, const tensor&) { return i < (never ? 0 : 3); },
+            [&](const tensor& i, const tensor& x) { return std::tuple{i + 1, never ? x : kiln::maximum(x - 1, x * 2)}; },
+            kiln::constant(std::int64_t(0)), a);
         return x;
       }
+      case step_kind::divide: return a / b;
+      case step_kind::floordiv: return kiln::floordiv(a, b);
+      case step_kind::floormod: return kiln::floormod(a, b);
+      case step_kind::power: return kiln::pow(a, b);
+      case step_kind::less: return a < b;
+      case step_kind::cast: return kiln::cast(a, std::array{float32, float64, int32, bool_}[std::size_t(first & 3)]);
+      case step_kind::stack: return kiln::stack({a, b}, first);
+      case step_kind::argmax:
+        return s.ints.empty() ? kiln::argmax(a) : kiln::argmax(a, first, s.flag);
+      case step_kind::reduce_min:
+        return s.ints.empty() ? kiln::reduce_min(a) : kiln::reduce_min(a, first, s.flag);
+      case step_kind::segment_sum:  // segment ids from b's magnitudes, first + 2 segments
+        return kiln::unsorted_segment_sum(a, kiln::cast(kiln::abs(b), int32), first + 2);
       case step_kind::count: break;
     }
     throw internal_error("fuzz: unknown step");
