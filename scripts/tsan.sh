@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, then builds and runs under ThreadSanitizer the tests that
 # share state between threads: test/threads (many threads on one function, one
-# variable, the allocator and the pool), test/core (the allocator, the thread pool)
-# and test/exec (the executor's parallel kernels). Any race report fails the run.
+# variable, the allocator and the pool), test/core (the allocator, the thread pool),
+# test/exec (the executor's parallel kernels) and test/trace (tracing, function
+# caches and variables, with the executor's threads). Any race report fails the run.
 #   scripts/tsan.sh
 # Environment: KILN_BUILD_DIR (default: build-tsan), KILN_JOBS (default: all cores).
 set -euo pipefail
@@ -10,7 +11,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${KILN_BUILD_DIR:-$repo/build-tsan}"
 jobs="${KILN_JOBS:-$(nproc)}"
-folders=(threads core exec)
+folders=(threads core exec trace)
 
 "$repo/scripts/install-deps.sh"
 cmake -S "$repo" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DKILN_SANITIZE_THREADS=ON -DKILN_BUILD_EXAMPLES=OFF \

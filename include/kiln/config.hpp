@@ -47,6 +47,20 @@
 #  define KILN_DEVICE_PASS 0
 #endif
 
+// Under AddressSanitizer, kiln's allocators hand out exact, fresh blocks instead of
+// cached, rounded-up ones (kiln/core/allocator.hpp), so that a kernel reading or
+// writing past a buffer's end, or a buffer used after it is freed, is reported.
+#if defined(__SANITIZE_ADDRESS__)
+#  define KILN_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer)
+#    define KILN_ADDRESS_SANITIZER 1
+#  endif
+#endif
+#ifndef KILN_ADDRESS_SANITIZER
+#  define KILN_ADDRESS_SANITIZER 0
+#endif
+
 // Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
 // the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
 // source file compiles kiln's kernels and heavy runtime functions once, in the one

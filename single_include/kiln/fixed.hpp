@@ -68,6 +68,20 @@
 #  define KILN_DEVICE_PASS 0
 #endif
 
+// Under AddressSanitizer, kiln's allocators hand out exact, fresh blocks instead of
+// cached, rounded-up ones (kiln/core/allocator.hpp), so that a kernel reading or
+// writing past a buffer's end, or a buffer used after it is freed, is reported.
+#if defined(__SANITIZE_ADDRESS__)
+#  define KILN_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer)
+#    define KILN_ADDRESS_SANITIZER 1
+#  endif
+#endif
+#ifndef KILN_ADDRESS_SANITIZER
+#  define KILN_ADDRESS_SANITIZER 0
+#endif
+
 // Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
 // the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
 // source file compiles kiln's kernels and heavy runtime functions once, in the one
@@ -146,6 +160,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 /// under CUDA) is cached the same way, for the same reasons: cudaMalloc and cudaFree
 /// of a large block take longer than an elementwise kernel over it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -158,12 +173,22 @@ namespace kiln::detail {
 
 /// Where a caching allocator gets its blocks: 64-byte aligned host memory.
 struct host_system {
+#if KILN_ADDRESS_SANITIZER
+  // Any size, not only multiples of the alignment as aligned_alloc needs: blocks are exact.
+  static void* allocate(std::size_t size) {
+    void* p = ::operator new(size, std::align_val_t(buffer_alignment), std::nothrow);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(void* p) noexcept { ::operator delete(p, std::align_val_t(buffer_alignment)); }
+#else
   static void* allocate(std::size_t size) {
     void* p = std::aligned_alloc(buffer_alignment, size);
     if (!p) throw std::bad_alloc();
     return p;
   }
   static void release(void* p) noexcept { std::free(p); }
+#endif
 };
 
 /// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
@@ -173,10 +198,14 @@ class basic_caching_allocator {
  public:
   /// Blocks at least this large are kept for reuse when freed.
   static constexpr std::size_t cache_threshold = std::size_t(1) << 16;
+  /// Whether freed blocks are kept at all: not under AddressSanitizer, which then sees
+  /// every block at its exact size (KILN_ADDRESS_SANITIZER).
+  static constexpr bool caches = !KILN_ADDRESS_SANITIZER;
 
   ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
+    if constexpr (!caches) return system_allocate(std::max<std::size_t>(bytes, 1));
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
       int c = small_class(size);
@@ -199,6 +228,7 @@ class basic_caching_allocator {
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
+    if constexpr (!caches) return System::release(p);
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
       small_cache* cache = thread_cache();
@@ -2860,6 +2890,27 @@ KILN_HOST_DEVICE constexpr To convert(From v) {
 // ---- SIMD batches (host only) ---------------------------------------------------
 
 #if !defined(__CUDA_ARCH__)
+/// x * y + z in one rounding where the hardware has it. xsimd 8.1 spells fma on
+/// 512-bit registers as a multiply and an add, which fuse only where the compiler
+/// contracts them (GCC: at -O2 and above, unless -ffp-contract=off), so the intrinsic is
+/// called directly: a kernel gives the same bits whatever the optimization level of
+/// the source file that compiles it.
+template <class V, class A>
+KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, const xsimd::batch<V, A>& y,
+                                                   const xsimd::batch<V, A>& z) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<V, float> && sizeof(x) == 64) {
+    return _mm512_fmadd_ps(x, y, z);
+  } else if constexpr (std::is_same_v<V, double> && sizeof(x) == 64) {
+    return _mm512_fmadd_pd(x, y, z);
+  } else {
+    return xsimd::fma(x, y, z);
+  }
+#else
+  return xsimd::fma(x, y, z);
+#endif
+}
+
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> add(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a + b; }
 template <class T, class A>
@@ -2959,15 +3010,15 @@ template <class A>
 KILN_ALWAYS_INLINE xsimd::batch<float, A> tanh(const xsimd::batch<float, A>& x) {
   using B = xsimd::batch<float, A>;
   const B t = x * x;
-  B p = xsimd::fma(B(-8.4963495400e-14f), t, B(5.2809273136e-11f));
-  p = xsimd::fma(p, t, B(-2.0231422830e-8f));
-  p = xsimd::fma(p, t, B(1.1155838896e-5f));
-  p = xsimd::fma(p, t, B(3.1041028304e-3f));
-  p = xsimd::fma(p, t, B(1.3084141490e-1f));
-  p = xsimd::fma(p, t, B(1.f));
-  B q = xsimd::fma(B(2.5463585354e-4f), t, B(2.4495762646e-2f));
-  q = xsimd::fma(q, t, B(4.6417468630e-1f));
-  q = xsimd::fma(q, t, B(1.f));
+  B p = multiply_add(B(-8.4963495400e-14f), t, B(5.2809273136e-11f));
+  p = multiply_add(p, t, B(-2.0231422830e-8f));
+  p = multiply_add(p, t, B(1.1155838896e-5f));
+  p = multiply_add(p, t, B(3.1041028304e-3f));
+  p = multiply_add(p, t, B(1.3084141490e-1f));
+  p = multiply_add(p, t, B(1.f));
+  B q = multiply_add(B(2.5463585354e-4f), t, B(2.4495762646e-2f));
+  q = multiply_add(q, t, B(4.6417468630e-1f));
+  q = multiply_add(q, t, B(1.f));
   return xsimd::select(xsimd::abs(x) >= B(9.f), xsimd::copysign(B(1.f), x), x * p / q);
 }
 /// xsimd's double tanh goes through its exp (above): lanes past |x| = 20, where tanh
@@ -5247,25 +5298,6 @@ V* thread_scratch_as(scratch_slot slot, std::int64_t count) {
   return static_cast<V*>(thread_scratch(slot, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(V)));
 }
 
-/// x * y + z in one rounding where the hardware has it. xsimd 8.1 spells fma on
-/// 512-bit registers as a multiply and an add, which only fuse under contraction
-/// flags the user may have turned off, so the intrinsic is called directly.
-template <class V, class A>
-KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, const xsimd::batch<V, A>& y,
-                                                   const xsimd::batch<V, A>& z) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<V, float> && sizeof(x) == 64) {
-    return _mm512_fmadd_ps(x, y, z);
-  } else if constexpr (std::is_same_v<V, double> && sizeof(x) == 64) {
-    return _mm512_fmadd_pd(x, y, z);
-  } else {
-    return xsimd::fma(x, y, z);
-  }
-#else
-  return xsimd::fma(x, y, z);
-#endif
-}
-
 /// Reads rows of A in place through one pointer per row (rows of a tile need not be
 /// evenly spaced: edge tiles repeat their last row, convolutions point into images).
 template <class V>
@@ -5306,7 +5338,7 @@ KILN_ALWAYS_INLINE void multiply_tile(std::int64_t kc, ARows a, const V* KILN_RE
     for (int r = 0; r < Rows; ++r) {
       const batch a_value(a.at(r));
 #pragma GCC unroll 8
-      for (int v = 0; v < Vectors; ++v) acc[r][v] = multiply_add(a_value, b_row[v], acc[r][v]);
+      for (int v = 0; v < Vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
     }
   }
 }
@@ -5541,10 +5573,10 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
       std::int64_t p = 0;
       for (; p + 4 * width <= k; p += 4 * width)
         for (int u = 0; u < 4; ++u)
-          sums[u] = multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
+          sums[u] = math::multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
                                  sums[u]);
       for (; p + width <= k; p += width)
-        sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
+        sums[0] = math::multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
       // Summed by hand: xsimd::hadd on AVX-512 trips GCC 12's -Wmaybe-uninitialized.
       alignas(64) V lanes[width];
       ((sums[0] + sums[1]) + (sums[2] + sums[3])).store_aligned(lanes);
@@ -8053,7 +8085,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
         b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
       for (std::int64_t r = 0; r < H; ++r) {
         const B a_value(a[(i0 + r) * K + p]);
-        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
+        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
       }
     }
     for (std::int64_t r = 0; r < H; ++r)

@@ -65,7 +65,7 @@ void check_op(const Op& op) {
 }
 
 template <class... Ops>
-void check_all(ops::type_list<Ops...>) {
+void check_every_elementwise_op(ops::type_list<Ops...>) {
   (
       [] {
         DYNAMIC_SECTION(Ops::name) {
@@ -81,7 +81,7 @@ void check_all(ops::type_list<Ops...>) {
 
 }  // namespace
 
-TEST_CASE("every elementwise op matches the reference on every backend") { check_all(ops::elementwise_ops{}); }
+TEST_CASE("every elementwise op matches the reference on every backend") { check_every_elementwise_op(ops::elementwise_ops{}); }
 
 TEST_CASE("elementwise rules reject bad operands with both sides in the message") {
   tensor f = kiln::testing::random_tensor(float32, shape{2, 3}, 1);

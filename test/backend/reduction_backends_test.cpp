@@ -68,7 +68,7 @@ void check_op() {
 }
 
 template <class... Ops>
-void check_all(ops::type_list<Ops...>) {
+void check_every_reduction(ops::type_list<Ops...>) {
   ([] { DYNAMIC_SECTION(Ops::name) { check_op<Ops>(); } }(), ...);
 }
 
@@ -82,7 +82,7 @@ tensor with_nans(const shape& s, std::initializer_list<std::int64_t> positions, 
 
 }  // namespace
 
-TEST_CASE("every reduction matches the reference on every backend") { check_all(ops::reduction_ops{}); }
+TEST_CASE("every reduction matches the reference on every backend") { check_every_reduction(ops::reduction_ops{}); }
 
 TEST_CASE("NaN wins max, min and argmax on every backend and path") {
   for (const reduction_case& c : {reduction_case{shape{70001}, {}}, reduction_case{shape{300, 257}, 0},

@@ -56,6 +56,7 @@ void* counted_allocation(std::size_t bytes, std::size_t alignment) {
 namespace {
 
 using kiln::tensor;
+using kiln::testing::random_floats;
 using kiln::testing::random_tensor;
 using kiln::testing::require_same;
 using kiln::testing::value_range;
@@ -67,7 +68,6 @@ void require_graph_matches_eager(F fn, const Args&... args) {
   kiln::testing::require_graph_matches_eager(fn, kiln::function_options{}, args...);
 }
 
-tensor floats(const kiln::shape& s, std::uint32_t seed) { return random_tensor(kiln::float32, s, seed); }
 
 /// The executor's schedule of `fn`'s optimized graph for `args`.
 template <class F, class... Args>
@@ -80,7 +80,7 @@ std::string schedule_of(F fn, const Args&... args) {
 }  // namespace
 
 TEST_CASE("elementwise nodes of one shape fuse into one step", "[exec]") {
-  const tensor s = floats({}, 50), x = floats({4, 5}, 51), row = floats({5}, 52);
+  const tensor s = random_floats({}, 50), x = random_floats({4, 5}, 51), row = random_floats({5}, 52);
   CHECK(schedule_of([](const tensor& x) { return x * x + 2; }, s) == "[mul add]");
   CHECK(schedule_of([](const tensor& x) { return kiln::tanh(x * 0.5f + 1) * x - 0.25f; }, x) == "[mul add tanh mul sub]");
   std::string chain = "[";
@@ -109,7 +109,7 @@ TEST_CASE("elementwise nodes of one shape fuse into one step", "[exec]") {
               tensor s = kiln::reduce_sum(a);
               return m + s - 1.f;
             },
-            x, floats({5, 3}, 53)) == "[mul relu] matmul reduce_sum [add sub]");
+            x, random_floats({5, 3}, 53)) == "[mul relu] matmul reduce_sum [add sub]");
   // A checked op takes its inputs from outside its cluster; an unchecked one joins.
   const tensor i = random_tensor(kiln::int32, {6}, 54, value_range::positive);
   CHECK(schedule_of([](const tensor& a, const tensor& b) { return a % (b + 1) * 2; }, i, i) == "[add] [floormod mul]");
@@ -122,7 +122,7 @@ TEST_CASE("elementwise nodes of one shape fuse into one step", "[exec]") {
 }
 
 TEST_CASE("fused chains read row vectors, column vectors and scalars", "[exec]") {
-  const tensor x = floats({4, 5}, 1), row = floats({5}, 2), col = floats({4, 1}, 3), one = floats({}, 4);
+  const tensor x = random_floats({4, 5}, 1), row = random_floats({5}, 2), col = random_floats({4, 1}, 3), one = random_floats({}, 4);
   require_graph_matches_eager(
       [](const tensor& x, const tensor& row, const tensor& col, const tensor& s) {
         tensor a = (x * row + col) * s - 2.f;
@@ -132,16 +132,16 @@ TEST_CASE("fused chains read row vectors, column vectors and scalars", "[exec]")
       x, row, col, one);
   // A cluster wider than all of its operands: a (1, 5) row meets a (4, 1) column.
   require_graph_matches_eager(
-      [](const tensor& r, const tensor& c) { return tensors{kiln::square(r + c) - r * 3.f}; }, floats({1, 5}, 5),
-      floats({4, 1}, 6));
+      [](const tensor& r, const tensor& c) { return tensors{kiln::square(r + c) - r * 3.f}; }, random_floats({1, 5}, 5),
+      random_floats({4, 1}, 6));
   // Rank-3 broadcasts, and the same operand read in place and broadcast.
   require_graph_matches_eager(
       [](const tensor& x, const tensor& m, const tensor& v) { return tensors{(x * m + v) * x + kiln::relu(m - v)}; },
-      floats({3, 4, 5}, 7), floats({4, 1}, 8), floats({1, 1, 5}, 9));
+      random_floats({3, 4, 5}, 7), random_floats({4, 1}, 8), random_floats({1, 1, 5}, 9));
 }
 
 TEST_CASE("comparisons make bools that feed where, casts and logic ops", "[exec]") {
-  const tensor x = floats({6, 7}, 10), y = floats({7}, 11);
+  const tensor x = random_floats({6, 7}, 10), y = random_floats({7}, 11);
   require_graph_matches_eager(
       [](const tensor& x, const tensor& y) {
         tensor positive = x > 0.f, small = kiln::abs(y) < 1.f;
@@ -156,7 +156,7 @@ TEST_CASE("comparisons make bools that feed where, casts and logic ops", "[exec]
       [](const tensor& c, const tensor& x, const tensor& s) {
         return tensors{kiln::where(c, x, -x) + kiln::where(s > 0.f, x, 1.f)};
       },
-      random_tensor(kiln::bool_, {9}, 12), floats({9}, 13), floats({}, 14));
+      random_tensor(kiln::bool_, {9}, 12), random_floats({9}, 13), random_floats({}, 14));
 }
 
 TEST_CASE("integer ops fuse and keep their value checks", "[exec]") {
@@ -181,11 +181,11 @@ TEST_CASE("integer ops fuse and keep their value checks", "[exec]") {
   const tensor ones = kiln::testing::make_tensor<std::int32_t>({3, 1, 2}, {3});
   kiln::testing::require_throws<kiln::invalid_argument_error>([&] { return computed(ones, ones); }, {"floormod", "by zero"});
   // Floats divide by zero as IEEE says, fused.
-  require_graph_matches_eager([](const tensor& x) { return tensors{kiln::floordiv(x, x - x) + x % 0.f}; }, floats({8}, 18));
+  require_graph_matches_eager([](const tensor& x) { return tensors{kiln::floordiv(x, x - x) + x % 0.f}; }, random_floats({8}, 18));
 }
 
 TEST_CASE("non-elementwise ops between clusters", "[exec]") {
-  const tensor x = floats({6, 4}, 19), w = floats({4, 5}, 20), idx = kiln::constant({2, 0, 5});
+  const tensor x = random_floats({6, 4}, 19), w = random_floats({4, 5}, 20), idx = kiln::constant({2, 0, 5});
   require_graph_matches_eager(
       [](const tensor& x, const tensor& w, const tensor& idx) {
         tensor a = kiln::relu(x * 2.f - 0.5f);
@@ -205,7 +205,7 @@ TEST_CASE("non-elementwise ops between clusters", "[exec]") {
 
 TEST_CASE("outputs may be intermediates, arguments, constants or repeated", "[exec]") {
   const tensor c = kiln::constant({1.f, 2.f, 3.f});
-  const tensor x = floats({3}, 21);
+  const tensor x = random_floats({3}, 21);
   require_graph_matches_eager(
       [c](const tensor& x) {
         tensor a = x * c;
@@ -229,9 +229,9 @@ TEST_CASE("strings, empty tensors and values no output needs", "[exec]") {
         tensor joined = s + "!";
         return tensors{joined, kiln::where(joined == "a!", x, x * 2.f), kiln::cast(s, kiln::string)};
       },
-      random_tensor(kiln::string, {5}, 22), floats({5}, 23));
+      random_tensor(kiln::string, {5}, 22), random_floats({5}, 23));
   require_graph_matches_eager([](const tensor& x, const tensor& r) { return tensors{x * r + 1.f, kiln::reduce_sum(x * 2.f)}; },
-                              floats({0, 3}, 24), floats({3}, 25));
+                              random_floats({0, 3}, 24), random_floats({3}, 25));
   // Non-strict: a failing op that no output needs never runs.
   kiln::function f([](const tensor& a) {
     tensor unused = kiln::floordiv(a, a - a);
@@ -250,7 +250,7 @@ TEST_CASE("None dims plan once per input shape", "[exec]") {
   for (std::int64_t rows : {1, 3, 0, 17, 3}) {
     for (std::int64_t cols : {1, 5, 64}) {
       INFO(rows << " x " << cols);
-      const tensor x = floats({rows, cols}, std::uint32_t(rows * 100 + cols)), b = floats({cols}, 26);
+      const tensor x = random_floats({rows, cols}, std::uint32_t(rows * 100 + cols)), b = random_floats({cols}, 26);
       const tensors graph = f(x, b), eager = fn(x, b);
       for (std::size_t i = 0; i < eager.size(); ++i) require_same(graph[i], eager[i]);
     }
@@ -259,18 +259,18 @@ TEST_CASE("None dims plan once per input shape", "[exec]") {
   // Sizes the ops reject at run time raise eager's error.
   kiln::function add([](const tensor& a, const tensor& b) { return a + b; },
                      {.input_signature = std::vector<kiln::tensor_spec>{{{kiln::none}, kiln::float32}, {{kiln::none}, kiln::float32}}});
-  kiln::testing::require_throws<kiln::value_error>([&] { return add(floats({3}, 27), floats({4}, 28)); },
+  kiln::testing::require_throws<kiln::value_error>([&] { return add(random_floats({3}, 27), random_floats({4}, 28)); },
                                                    {"add", "(3,)", "(4,)"});
-  require_same(add(floats({3}, 27), floats({1}, 28)), floats({3}, 27) + floats({1}, 28));
+  require_same(add(random_floats({3}, 27), random_floats({1}, 28)), random_floats({3}, 27) + random_floats({1}, 28));
   // An unknown rank.
   kiln::function any_rank([](const tensor& a) { return a * a - 1.f; },
                           {.input_signature = std::vector<kiln::tensor_spec>{{kiln::unknown_rank, kiln::float32}}});
-  for (const tensor& a : {floats({}, 29), floats({2, 3, 4}, 30), floats({7}, 31)}) require_same(any_rank(a), a * a - 1.f);
+  for (const tensor& a : {random_floats({}, 29), random_floats({2, 3, 4}, 30), random_floats({7}, 31)}) require_same(any_rank(a), a * a - 1.f);
 }
 
 TEST_CASE("large clusters run over the thread pool with per-chunk scratch", "[exec]") {
   // Odd sizes so tiles and chunks end in the middle of rows.
-  const tensor x = floats({517, 703}, 32), row = floats({703}, 33), col = floats({517, 1}, 34);
+  const tensor x = random_floats({517, 703}, 32), row = random_floats({703}, 33), col = random_floats({517, 1}, 34);
   require_graph_matches_eager(
       [](const tensor& x, const tensor& row, const tensor& col) {
         tensor a = kiln::tanh(x * 0.5f + row) * col;
@@ -279,7 +279,7 @@ TEST_CASE("large clusters run over the thread pool with per-chunk scratch", "[ex
       },
       x, row, col);
   require_graph_matches_eager([](const tensor& x) { return tensors{kiln::cast(x * 7.f, kiln::int64) % 3 + 1}; },
-                              floats({1 << 18}, 35));
+                              random_floats({1 << 18}, 35));
 }
 
 TEST_CASE("several threads call one function at once", "[exec]") {
@@ -291,9 +291,9 @@ TEST_CASE("several threads call one function at once", "[exec]") {
                                                                           {{8}, kiln::float32}}});
   constexpr int threads = 4, sizes = 6;
   std::vector<tensor> xs, expected_first, expected_second;
-  const tensor r = floats({8}, 36);
+  const tensor r = random_floats({8}, 36);
   for (int k = 0; k < sizes; ++k) {
-    xs.push_back(floats({k * 7 + 1, 8}, std::uint32_t(37 + k)));
+    xs.push_back(random_floats({k * 7 + 1, 8}, std::uint32_t(37 + k)));
     const tensors e = fn(xs.back(), r);
     expected_first.push_back(e[0]);
     expected_second.push_back(e[1]);
@@ -316,7 +316,7 @@ TEST_CASE("several threads call one function at once", "[exec]") {
 
 #if KILN_HAS_THRUST
 TEST_CASE("gpu tensors run node by node", "[exec]") {
-  const tensor x = floats({4, 5}, 43), row = floats({5}, 44);
+  const tensor x = random_floats({4, 5}, 43), row = random_floats({5}, 44);
   auto fn = [](const tensor& x, const tensor& row) { return tensors{kiln::tanh(x * row + 1.f) - kiln::reduce_sum(x)}; };
   kiln::function f(fn);
   const tensor got = f(x.to(kiln::device::gpu), row.to(kiln::device::gpu))[0];
@@ -326,7 +326,7 @@ TEST_CASE("gpu tensors run node by node", "[exec]") {
 #endif
 
 TEST_CASE("a call in steady state allocates only its outputs", "[exec]") {
-  const tensor x = floats({32, 48}, 45), row = floats({48}, 46), col = floats({32, 1}, 47);
+  const tensor x = random_floats({32, 48}, 45), row = random_floats({48}, 46), col = random_floats({32, 1}, 47);
   kiln::function f([](const tensor& x, const tensor& row, const tensor& col) {
     tensor a = kiln::tanh(x * row + col) - 0.5f;              // a cluster
     tensor t = kiln::transpose(a * 2.f);                      // a kernel between clusters

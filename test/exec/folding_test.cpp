@@ -13,6 +13,7 @@
 namespace {
 
 using kiln::tensor;
+using kiln::testing::random_floats;
 using kiln::testing::random_tensor;
 using tensors = std::vector<tensor>;
 namespace exec = kiln::detail::exec;
@@ -68,17 +69,16 @@ void require_bits_match_eager(F fn, const Args&... args) {
   SUCCEED();
 }
 
-tensor floats(const kiln::shape& s, std::uint32_t seed) { return random_tensor(kiln::float32, s, seed); }
 
-tensors chain(const tensor& x) { return {kiln::tanh(x * 0.5f + 1) * x - 0.25f}; }
+tensors folded_chain(const tensor& x) { return {kiln::tanh(x * 0.5f + 1) * x - 0.25f}; }
 
 }  // namespace
 
 TEST_CASE("scalar arithmetic folds into the pass of the op next to it", "[exec][fold]") {
-  const tensor x = floats({40, 33}, 1), y = floats({40, 33}, 2), z = floats({40, 33}, 3);
-  const tensor s = floats({}, 4), row = floats({33}, 5), col = floats({40, 1}, 6);
+  const tensor x = random_floats({40, 33}, 1), y = random_floats({40, 33}, 2), z = random_floats({40, 33}, 3);
+  const tensor s = random_floats({}, 4), row = random_floats({33}, 5), col = random_floats({40, 1}, 6);
   // The chain is one pass: a product and a sum before tanh, a product and a sum after.
-  CHECK(lowered_code(chain, x) == "[tanh+4]");
+  CHECK(lowered_code(folded_chain, x) == "[tanh+4]");
   // Before a unary op: a product, then a sum, with one-element operands.
   CHECK(lowered_code([](const tensor& x) { return kiln::exp(x * 0.5f - 1.f); }, x) == "[exp+2]");
   CHECK(lowered_code([](const tensor& x) { return kiln::tanh(2.f - x * 3.f); }, x) == "[tanh+2]");
@@ -137,7 +137,7 @@ TEST_CASE("folded arithmetic computes eager's bits", "[exec][fold]") {
     for (kiln::shape sh : {kiln::shape{40, 33}, kiln::shape{3, 1001}, kiln::shape{700, 1000}, kiln::shape{}}) {
       INFO("shape " << sh.str());
       const kiln::shape rs = sh.rank() ? kiln::shape{sh[sh.rank() - 1]} : kiln::shape{};
-      require_bits_match_eager(forms, floats(sh, 10), floats(sh, 11), floats({}, 12), floats(rs, 13));
+      require_bits_match_eager(forms, random_floats(sh, 10), random_floats(sh, 11), random_floats({}, 12), random_floats(rs, 13));
     }
   }
   SECTION("signed zeros, infinities and NaNs") {

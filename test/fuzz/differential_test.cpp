@@ -6,6 +6,7 @@
 // them with jit_compile, which runs the system compiler once per new fused loop).
 
 #include "program.hpp"
+#include "../support/op_check.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,6 +16,7 @@
 #include <random>
 
 using namespace kiln;
+using kiln::testing::environment_number;
 
 namespace {
 
@@ -22,11 +24,6 @@ namespace {
 void require_no_disagreement(const std::optional<std::string>& why, const char* how) {
   INFO(how << ": " << why.value_or("agrees"));
   REQUIRE_FALSE(why.has_value());
-}
-
-std::int64_t environment_number(const char* name, std::int64_t fallback) {
-  const char* text = std::getenv(name);
-  return text ? std::strtoll(text, nullptr, 10) : fallback;
 }
 
 }  // namespace

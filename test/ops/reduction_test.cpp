@@ -9,17 +9,10 @@
 
 using namespace kiln;
 using kiln::testing::make_tensor;
+using kiln::testing::require_values;
 using kiln::testing::require_throws;
 
 namespace {
-
-template <class T>
-void require_values(const tensor& t, const shape& s, const std::vector<T>& expected) {
-  INFO("got " << kiln::testing::describe(t));
-  REQUIRE(t.dtype() == dtype_of<T>);
-  REQUIRE(t.shape() == s);
-  REQUIRE(t.to_vector<T>() == expected);
-}
 
 /// Restores the thread count when a test that changes it ends.
 struct thread_count_guard {

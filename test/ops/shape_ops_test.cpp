@@ -7,6 +7,7 @@
 
 using namespace kiln;
 using kiln::testing::make_tensor;
+using kiln::testing::require_values;
 
 namespace {
 
@@ -15,12 +16,6 @@ tensor iota(const shape& s) {
   std::vector<float> v(std::size_t(s.num_elements()));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i);
   return make_tensor(v, s);
-}
-
-template <class T>
-void require_values(const tensor& t, const shape& s, const std::vector<T>& expected) {
-  REQUIRE(t.shape() == s);
-  REQUIRE(t.to_vector<T>() == expected);
 }
 
 template <class Op>

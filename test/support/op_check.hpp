@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -15,6 +16,12 @@
 #include <kiln/kiln.hpp>
 
 namespace kiln::testing {
+
+/// The number in environment variable `name`, or `fallback` when it is not set.
+inline std::int64_t environment_number(const char* name, std::int64_t fallback) {
+  const char* text = std::getenv(name);
+  return text ? std::strtoll(text, nullptr, 10) : fallback;
+}
 
 /// Which values `random_tensor` draws.
 enum class value_range {
@@ -56,6 +63,9 @@ inline tensor random_tensor(dtype t, const shape& s, std::uint32_t seed, value_r
   return out;
 }
 
+/// A float32 tensor of values in [-3, 3], as `random_tensor` draws them.
+inline tensor random_floats(const shape& s, std::uint32_t seed) { return random_tensor(float32, s, seed); }
+
 /// A tensor from explicit values (test data written by hand).
 template <class T>
 tensor make_tensor(const std::vector<T>& values, const shape& s) {
@@ -69,6 +79,15 @@ inline std::string describe(const tensor& t) {
   std::ostringstream os;
   os << name(t.dtype()) << " " << t.shape().str();
   return os.str();
+}
+
+/// Requires `t` to be a `T` tensor of shape `s` holding exactly `expected`.
+template <class T>
+void require_values(const tensor& t, const shape& s, const std::vector<T>& expected) {
+  INFO("got " << describe(t));
+  REQUIRE(t.dtype() == dtype_of<T>);
+  REQUIRE(t.shape() == s);
+  REQUIRE(t.template to_vector<T>() == expected);
 }
 
 /// Requires `actual` to equal `expected` in dtype, shape and every element;

@@ -8,13 +8,10 @@
 
 using namespace kiln;
 using kiln::testing::count_ops;
+using kiln::testing::ints;
 using kiln::testing::require_graph_matches_eager;
 using kiln::testing::require_same;
 using kiln::testing::require_throws;
-
-namespace {
-std::vector<std::int32_t> ints(const tensor& t) { return t.to_vector<std::int32_t>(); }
-}  // namespace
 
 TEST_CASE("cond picks a branch eagerly and in a graph, with a cond node") {
   auto fn = [](const tensor& x) {

@@ -7,10 +7,10 @@
 using namespace kiln;
 using kiln::testing::require_graph_matches_eager;
 using kiln::testing::require_same;
+using kiln::testing::ints;
 using kiln::testing::require_throws;
 
 namespace {
-std::vector<std::int32_t> ints(const tensor& t) { return t.to_vector<std::int32_t>(); }
 
 /// The shape of the first result of the first `while` node of `g`.
 shape loop_shape(const graph& g) {

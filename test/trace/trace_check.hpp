@@ -9,6 +9,9 @@
 
 namespace kiln::testing {
 
+/// The values of an int32 tensor.
+inline std::vector<std::int32_t> ints(const kiln::tensor& t) { return t.to_vector<std::int32_t>(); }
+
 /// One line per node, `['a', 'a'] -> add`, as the seeds print `graph.as_graph_def().node`.
 inline std::vector<std::string> graph_listing(const kiln::graph& g) {
   std::vector<std::string> lines;

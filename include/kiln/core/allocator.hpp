@@ -8,6 +8,7 @@
 /// under CUDA) is cached the same way, for the same reasons: cudaMalloc and cudaFree
 /// of a large block take longer than an elementwise kernel over it.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,12 +22,22 @@ namespace kiln::detail {
 
 /// Where a caching allocator gets its blocks: 64-byte aligned host memory.
 struct host_system {
+#if KILN_ADDRESS_SANITIZER
+  // Any size, not only multiples of the alignment as aligned_alloc needs: blocks are exact.
+  static void* allocate(std::size_t size) {
+    void* p = ::operator new(size, std::align_val_t(buffer_alignment), std::nothrow);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(void* p) noexcept { ::operator delete(p, std::align_val_t(buffer_alignment)); }
+#else
   static void* allocate(std::size_t size) {
     void* p = std::aligned_alloc(buffer_alignment, size);
     if (!p) throw std::bad_alloc();
     return p;
   }
   static void release(void* p) noexcept { std::free(p); }
+#endif
 };
 
 /// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
@@ -36,10 +47,14 @@ class basic_caching_allocator {
  public:
   /// Blocks at least this large are kept for reuse when freed.
   static constexpr std::size_t cache_threshold = std::size_t(1) << 16;
+  /// Whether freed blocks are kept at all: not under AddressSanitizer, which then sees
+  /// every block at its exact size (KILN_ADDRESS_SANITIZER).
+  static constexpr bool caches = !KILN_ADDRESS_SANITIZER;
 
   ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
+    if constexpr (!caches) return system_allocate(std::max<std::size_t>(bytes, 1));
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
       int c = small_class(size);
@@ -62,6 +77,7 @@ class basic_caching_allocator {
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
+    if constexpr (!caches) return System::release(p);
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
       small_cache* cache = thread_cache();

@@ -585,7 +585,7 @@ struct runtime_tier {
         // Each argument takes its placeholders from its own position, whatever
         // order the compiler evaluates the arguments in.
         std::array<const tensor*, sizeof...(Args)> starts{};
-        for (std::size_t a = 0, k = 0; a < sizeof...(Args); ++a) {
+        for (std::size_t a = 0, k = 0; a != sizeof...(Args); ++a) {  // `<` warns for none (-Wtype-limits)
           starts[a] = next + k;
           while (k < sig.tensor_arg.size() && sig.tensor_arg[k] == int(a)) ++k;
         }

@@ -142,7 +142,7 @@ void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_R
         b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
       for (std::int64_t r = 0; r < H; ++r) {
         const B a_value(a[(i0 + r) * K + p]);
-        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = cpu::multiply_add(a_value, b_row[v], acc[r][v]);
+        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
       }
     }
     for (std::int64_t r = 0; r < H; ++r)

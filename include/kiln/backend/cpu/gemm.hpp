@@ -21,6 +21,7 @@
 #include "kiln/backend/cpu/streaming.hpp"
 #include "kiln/config.hpp"
 #include "kiln/core/parallel.hpp"
+#include "kiln/ops/math.hpp"
 
 namespace kiln::backend::cpu {
 namespace detail {
@@ -102,25 +103,6 @@ V* thread_scratch_as(scratch_slot slot, std::int64_t count) {
   return static_cast<V*>(thread_scratch(slot, std::size_t(std::max<std::int64_t>(count, 1)) * sizeof(V)));
 }
 
-/// x * y + z in one rounding where the hardware has it. xsimd 8.1 spells fma on
-/// 512-bit registers as a multiply and an add, which only fuse under contraction
-/// flags the user may have turned off, so the intrinsic is called directly.
-template <class V, class A>
-KILN_ALWAYS_INLINE xsimd::batch<V, A> multiply_add(const xsimd::batch<V, A>& x, const xsimd::batch<V, A>& y,
-                                                   const xsimd::batch<V, A>& z) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<V, float> && sizeof(x) == 64) {
-    return _mm512_fmadd_ps(x, y, z);
-  } else if constexpr (std::is_same_v<V, double> && sizeof(x) == 64) {
-    return _mm512_fmadd_pd(x, y, z);
-  } else {
-    return xsimd::fma(x, y, z);
-  }
-#else
-  return xsimd::fma(x, y, z);
-#endif
-}
-
 /// Reads rows of A in place through one pointer per row (rows of a tile need not be
 /// evenly spaced: edge tiles repeat their last row, convolutions point into images).
 template <class V>
@@ -161,7 +143,7 @@ KILN_ALWAYS_INLINE void multiply_tile(std::int64_t kc, ARows a, const V* KILN_RE
     for (int r = 0; r < Rows; ++r) {
       const batch a_value(a.at(r));
 #pragma GCC unroll 8
-      for (int v = 0; v < Vectors; ++v) acc[r][v] = multiply_add(a_value, b_row[v], acc[r][v]);
+      for (int v = 0; v < Vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
     }
   }
 }
@@ -396,10 +378,10 @@ void gemm_column(std::int64_t m, std::int64_t k, const V* a, std::int64_t lda, c
       std::int64_t p = 0;
       for (; p + 4 * width <= k; p += 4 * width)
         for (int u = 0; u < 4; ++u)
-          sums[u] = multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
+          sums[u] = math::multiply_add(batch::load_unaligned(row + p + u * width), batch::load_aligned(column + p + u * width),
                                  sums[u]);
       for (; p + width <= k; p += width)
-        sums[0] = multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
+        sums[0] = math::multiply_add(batch::load_unaligned(row + p), batch::load_unaligned(column + p), sums[0]);
       // Summed by hand: xsimd::hadd on AVX-512 trips GCC 12's -Wmaybe-uninitialized.
       alignas(64) V lanes[width];
       ((sums[0] + sums[1]) + (sums[2] + sums[3])).store_aligned(lanes);
