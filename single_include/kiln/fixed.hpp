@@ -2915,8 +2915,19 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> add(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a + b; }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> sub(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a - b; }
+/// Signed integers multiply as their unsigned bits, which wrap: where the instruction
+/// set has no multiply for the lane width (64-bit lanes before AVX-512), xsimd
+/// multiplies lane by lane in `T`, and a signed overflow there is undefined behaviour
+/// (the fuzzer found it on AVX2).
 template <class T, class A>
-KILN_ALWAYS_INLINE xsimd::batch<T, A> mul(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) { return a * b; }
+KILN_ALWAYS_INLINE xsimd::batch<T, A> mul(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
+  if constexpr (is_signed_integer<T>) {
+    using U = xsimd::batch<std::make_unsigned_t<T>, A>;
+    return xsimd::bitwise_cast<xsimd::batch<T, A>>(xsimd::bitwise_cast<U>(a) * xsimd::bitwise_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> neg(const xsimd::batch<T, A>& a) {
   // xsimd negates AVX-512 batches as 0 - a, which makes -(+0) +0: flip the sign bit.
@@ -8451,7 +8462,7 @@ tensor reshape(const tensor& x) {
 
 #define KILN_TYPED_LIKE(fn, factory)                                                            \
   template <typed::operand X>                                                                   \
-  auto fn(const X& x) {                                                                         \
+  auto fn(const X&) {                                                                           \
     using V = std::remove_cvref_t<X>;                                                           \
     using F = typed::fixed_t<typename V::value_type, typename V::dims_type>;                    \
     if constexpr (typed::eager<X>)                                                              \

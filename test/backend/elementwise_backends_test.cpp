@@ -115,6 +115,23 @@ TEST_CASE("integer elementwise semantics: floor division, floor modulo, true div
   REQUIRE((2.5 * kiln::testing::make_tensor<float>({2.f}, shape{1})).to_vector<float>()[0] == 5.f);
 }
 
+TEST_CASE("integer products and squares wrap on the SIMD path as on the scalar one") {
+  // 64 lanes: whole SIMD batches on every instruction set, where AVX2 has no 64-bit
+  // multiply (the fuzzer found xsimd's lane-by-lane fallback overflowing there, which
+  // the sanitized build reports).
+  std::vector<std::int64_t> big(64, INT64_MAX - 2), two(64, 2);
+  std::vector<std::int32_t> big32(64, INT32_MAX), three32(64, 3);
+  const tensor a = kiln::testing::make_tensor(big, shape{64}), b = kiln::testing::make_tensor(two, shape{64});
+  const tensor a32 = kiln::testing::make_tensor(big32, shape{64}), b32 = kiln::testing::make_tensor(three32, shape{64});
+  // (2^63 - 3) * 2 = 2^64 - 6, which wraps to -6; (2^31 - 1) * 3 wraps to 2^31 - 3.
+  CHECK((a * b).to_vector<std::int64_t>() == std::vector<std::int64_t>(64, -6));
+  CHECK((a32 * b32).to_vector<std::int32_t>() == std::vector<std::int32_t>(64, INT32_MAX - 2));
+  // (2^63 - 3)^2 = 2^126 - 3 * 2^64 + 9, which is 9 modulo 2^64.
+  CHECK(kiln::square(a).to_vector<std::int64_t>() == std::vector<std::int64_t>(64, 9));
+  kiln::testing::check_backends(ops::multiply{}, {a, b});
+  kiln::testing::check_backends(ops::square{}, {a});
+}
+
 TEST_CASE("floating casts to integers saturate instead of overflowing") {
   tensor x = kiln::testing::make_tensor<float>({1e20f, -1e20f, std::nanf(""), -2.7f, 2.7f}, shape{5});
   REQUIRE(cast(x, int32).to_vector<std::int32_t>() == std::vector<std::int32_t>{INT32_MAX, INT32_MIN, 0, -2, 2});

@@ -508,7 +508,7 @@ tensor reshape(const tensor& x) {
 
 #define KILN_TYPED_LIKE(fn, factory)                                                            \
   template <typed::operand X>                                                                   \
-  auto fn(const X& x) {                                                                         \
+  auto fn(const X&) {                                                                           \
     using V = std::remove_cvref_t<X>;                                                           \
     using F = typed::fixed_t<typename V::value_type, typename V::dims_type>;                    \
     if constexpr (typed::eager<X>)                                                              \
