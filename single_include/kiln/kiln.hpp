@@ -796,22 +796,14 @@ namespace kiln::detail {
 
 /// Where a caching allocator gets its blocks: 64-byte aligned host memory.
 struct host_system {
-#if KILN_ADDRESS_SANITIZER
-  // Any size, not only multiples of the alignment as aligned_alloc needs: blocks are exact.
+  // posix_memalign takes any size (aligned_alloc wants a multiple of the alignment),
+  // so that blocks can be exact under AddressSanitizer.
   static void* allocate(std::size_t size) {
-    void* p = ::operator new(size, std::align_val_t(buffer_alignment), std::nothrow);
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  static void release(void* p) noexcept { ::operator delete(p, std::align_val_t(buffer_alignment)); }
-#else
-  static void* allocate(std::size_t size) {
-    void* p = std::aligned_alloc(buffer_alignment, size);
-    if (!p) throw std::bad_alloc();
+    void* p = nullptr;
+    if (posix_memalign(&p, buffer_alignment, size) != 0) throw std::bad_alloc();
     return p;
   }
   static void release(void* p) noexcept { std::free(p); }
-#endif
 };
 
 /// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
