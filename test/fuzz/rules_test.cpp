@@ -392,14 +392,10 @@ void check_rules_of(std::uint32_t first_seed, std::int64_t cases, tally& counts)
       same_as_reference(run_catching<backend::cpu_backend>(k.op, inputs));
     }
 #if KILN_HAS_THRUST
-    bool device_ok = true;
-    for (const tensor& t : inputs) device_ok = device_ok && t.dtype() != string;
     if constexpr (backend::supports<backend::thrust_backend, Op>) {
-      if (device_ok) {
+      if (const auto on_gpu = kiln::testing::copies_on_gpu(inputs)) {
         INFO("backend thrust");
-        std::vector<tensor> on_gpu;
-        for (const tensor& t : inputs) on_gpu.push_back(t.to(device::gpu));
-        outcome got = run_catching<backend::thrust_backend>(k.op, on_gpu);
+        outcome got = run_catching<backend::thrust_backend>(k.op, *on_gpu);
         if (got.kind == "value") got.value = got.value.to(device::cpu);
         same_as_reference(got);
       }

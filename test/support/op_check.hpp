@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -128,6 +129,19 @@ void require_throws(F&& f, std::initializer_list<std::string> parts) {
   FAIL("did not throw");
 }
 
+#if KILN_HAS_THRUST
+/// `inputs` copied to the GPU, or nothing when one of them is a string tensor
+/// (strings never live there).
+inline std::optional<std::vector<tensor>> copies_on_gpu(const std::vector<tensor>& inputs) {
+  std::vector<tensor> copies;
+  for (const tensor& t : inputs) {
+    if (t.dtype() == string) return std::nullopt;
+    copies.push_back(t.to(device::gpu));
+  }
+  return copies;
+}
+#endif
+
 /// Runs `op` on every enabled backend and requires each result to match the
 /// reference backend's. An input the reference rejects must be rejected alike.
 template <class Op>
@@ -142,14 +156,10 @@ void check_backends(const Op& op, const std::vector<tensor>& inputs, double rtol
   }
 #if KILN_HAS_THRUST
   if constexpr (backend::supports<backend::thrust_backend, Op>) {
-    bool device_ok = true;
-    for (const tensor& t : inputs) device_ok = device_ok && t.dtype() != string;
-    if (device_ok) {
+    if (const auto on_gpu = copies_on_gpu(inputs)) {
       INFO("backend thrust");
-      std::vector<tensor> on_gpu;
-      for (const tensor& t : inputs) on_gpu.push_back(t.to(device::gpu));
       std::vector<const tensor*> gptrs;
-      for (const tensor& t : on_gpu) gptrs.push_back(&t);
+      for (const tensor& t : *on_gpu) gptrs.push_back(&t);
       tensor got = detail::run_on<backend::thrust_backend>(op, gptrs);
       REQUIRE(got.device() == device::gpu);
       require_same(got.to(device::cpu), expected, rtol);
