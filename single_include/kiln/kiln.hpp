@@ -12328,15 +12328,11 @@ class gradient_tape {
   }
 
   void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+    auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
+    if (std::ranges::none_of(e.outputs, reached)) return;
     std::vector<tensor> dys;
-    bool any = false;
-    for (const tensor& y : e.outputs) {
-      if (!is_floating(y.dtype())) continue;
-      auto it = grads.find(detail::tape_key(y));
-      any = any || it != grads.end();
-      dys.push_back(it != grads.end() ? it->second : detail::zero_filled("gradient", y.shape(), y.dtype(), y.device()));
-    }
-    if (!any) return;
+    for (const tensor& y : e.outputs)
+      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
     const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
     std::size_t k = 0;
     for (const tensor& x : e.inputs)
@@ -16807,7 +16803,8 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// second loop, in which each step is the vector-Jacobian product of the body at the
 /// stacked variables. That loop carries the gradients of the loop variables and sums
 /// those of the body's captures and of the variables the body reads. The condition
-/// gives a bool, so what only it captures gets zeros.
+/// gives a bool, so what only it captures gets zeros. A body that ends in break_if
+/// stops the recomputed loop the same way.
 struct loop_backward {
   int vars = 0, cond_captures = 0;
   bool breaks = false;
@@ -16817,9 +16814,6 @@ struct loop_backward {
 
   template <class>
   std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
-    if (breaks)
-      throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose body ends "
-                              "in break_if; differentiate it eagerly, where a tape records each iteration's ops");
     if (!reshaped.empty())
       throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose loop "
                               "variable changes shape (" + reshaped + "; a tensor_array with dynamic_size or a shape "
@@ -16832,18 +16826,32 @@ struct loop_backward {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
-    // The forward loop again, keeping every iteration's loop variables.
+    // The forward loop again, keeping the loop variables of every iteration that
+    // went on. A body that ends in break_if gives its condition first: the iteration
+    // that breaks keeps the values it started with, so it is left out of the walk back
+    // (its write to the stacks is dropped with the rest of its values).
     std::vector<tensor_array> stacks;
     for (const tensor& x : initial) stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
-    const auto recomputed = kiln::while_loop(
-        [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
-          return replay(cond_graph, with(v, cond_captured))[0];
-        },
-        [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
-          for (std::size_t k = 0; k < n; ++k) s[k] = s[k].write(i, v[k]);
-          return std::tuple(i + 1, replay(body_graph, with(v, captures)), std::move(s));
-        },
-        kiln::constant(std::int32_t(0)), initial, stacks);
+    auto recompute = [&](auto next) {
+      return kiln::while_loop(
+          [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
+            return replay(cond_graph, with(v, cond_captured))[0];
+          },
+          [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
+            for (std::size_t k = 0; k < n; ++k) s[k] = s[k].write(i, v[k]);
+            return next(i, replay(body_graph, with(v, captures)), std::move(s));
+          },
+          kiln::constant(std::int32_t(0)), initial, stacks);
+    };
+    const auto recomputed =
+        breaks ? recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
+          const tensor stop = out.front();
+          out.erase(out.begin());
+          return kiln::break_if(stop, i + 1, std::move(out), std::move(s));
+        })
+               : recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
+                   return std::tuple(i + 1, std::move(out), std::move(s));
+                 });
     const tensor& count = std::get<0>(recomputed);
     const std::vector<tensor_array>& states = std::get<2>(recomputed);
     // The iterations backwards: the gradient of each step's variables from the next's.

@@ -427,15 +427,11 @@ class gradient_tape {
   }
 
   void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+    auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
+    if (std::ranges::none_of(e.outputs, reached)) return;
     std::vector<tensor> dys;
-    bool any = false;
-    for (const tensor& y : e.outputs) {
-      if (!is_floating(y.dtype())) continue;
-      auto it = grads.find(detail::tape_key(y));
-      any = any || it != grads.end();
-      dys.push_back(it != grads.end() ? it->second : detail::zero_filled("gradient", y.shape(), y.dtype(), y.device()));
-    }
-    if (!any) return;
+    for (const tensor& y : e.outputs)
+      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
     const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
     std::size_t k = 0;
     for (const tensor& x : e.inputs)
