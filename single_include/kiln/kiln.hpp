@@ -71,7 +71,7 @@
 #ifndef KILN_ADDRESS_SANITIZER
 #  define KILN_ADDRESS_SANITIZER 0
 #endif
-// Any sanitizer that instruments memory accesses: AddressSanitizer or ThreadSanitizer.
+// ThreadSanitizer, detected the same way (see KILN_FLATTEN below).
 #if defined(__SANITIZE_THREAD__)
 #  define KILN_THREAD_SANITIZER 1
 #elif defined(__has_feature)
