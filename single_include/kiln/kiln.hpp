@@ -4845,10 +4845,12 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 /// \file
 /// The op registry: every op type, one row each, in one list per family. Graphs store an op as
 /// a `std::variant` over this list, and the cross-backend suite walks it; the count
-/// `static_assert` makes adding an op without its row (or the reverse) a compile error.
+/// `static_assert` makes adding an op without its row (or the reverse) a compile error,
+/// and calling an op without its row stops at `ops::registered`'s `static_assert`.
 
 #include <cstddef>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 
@@ -4923,6 +4925,13 @@ static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update t
 
 /// Every op kiln defines.
 using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
+
+/// Whether op type `Op` has its row in the registry, which graphs need to hold it.
+/// \code static_assert(kiln::ops::registered<kiln::ops::tanh>); \endcode
+template <class Op, class List = all_ops>
+inline constexpr bool registered = false;
+template <class Op, class... Ops>
+inline constexpr bool registered<Op, type_list<Ops...>> = (std::is_same_v<Op, Ops> || ...);
 
 }  // namespace kiln::ops
 // ----- end kiln/ops/registry.hpp -----
@@ -8749,17 +8758,25 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
 
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
-  register_kernels_on_use<Op>();
-  // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
-  // ops on constants: folding them is the optimizer's pass, which leaves an op that
-  // fails in the graph, to fail only if it runs (non-strict execution).
-  const bool symbolic = records_symbolically(in);
-  tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
-  if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
-  // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
-  // trace, its backward pass joining the same graph.
-  if (recording_tapes() > 0) record_on_tapes(op, in, out);
-  return out;
+  // Checked first, and the rest left out for such an op, so that this is the error,
+  // rather than pages from std::variant's constructor over every registered op.
+  static_assert(ops::registered<Op>,
+                "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
+  if constexpr (ops::registered<Op>) {
+    register_kernels_on_use<Op>();
+    // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
+    // ops on constants: folding them is the optimizer's pass, which leaves an op that
+    // fails in the graph, to fail only if it runs (non-strict execution).
+    const bool symbolic = records_symbolically(in);
+    tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+    if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+    // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
+    // trace, its backward pass joining the same graph.
+    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    return out;
+  } else {
+    return {};
+  }
 }
 
 }  // namespace detail

@@ -15,6 +15,7 @@
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/check_numerics.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/registry.hpp"
 
 namespace kiln {
 namespace detail {
@@ -171,17 +172,25 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
 
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
-  register_kernels_on_use<Op>();
-  // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
-  // ops on constants: folding them is the optimizer's pass, which leaves an op that
-  // fails in the graph, to fail only if it runs (non-strict execution).
-  const bool symbolic = records_symbolically(in);
-  tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
-  if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
-  // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
-  // trace, its backward pass joining the same graph.
-  if (recording_tapes() > 0) record_on_tapes(op, in, out);
-  return out;
+  // Checked first, and the rest left out for such an op, so that this is the error,
+  // rather than pages from std::variant's constructor over every registered op.
+  static_assert(ops::registered<Op>,
+                "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
+  if constexpr (ops::registered<Op>) {
+    register_kernels_on_use<Op>();
+    // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
+    // ops on constants: folding them is the optimizer's pass, which leaves an op that
+    // fails in the graph, to fail only if it runs (non-strict execution).
+    const bool symbolic = records_symbolically(in);
+    tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+    if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+    // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
+    // trace, its backward pass joining the same graph.
+    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    return out;
+  } else {
+    return {};
+  }
 }
 
 }  // namespace detail

@@ -2,10 +2,12 @@
 /// \file
 /// The op registry: every op type, one row each, in one list per family. Graphs store an op as
 /// a `std::variant` over this list, and the cross-backend suite walks it; the count
-/// `static_assert` makes adding an op without its row (or the reverse) a compile error.
+/// `static_assert` makes adding an op without its row (or the reverse) a compile error,
+/// and calling an op without its row stops at `ops::registered`'s `static_assert`.
 
 #include <cstddef>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include "kiln/ops/elementwise.hpp"
@@ -84,5 +86,12 @@ static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update t
 
 /// Every op kiln defines.
 using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
+
+/// Whether op type `Op` has its row in the registry, which graphs need to hold it.
+/// \code static_assert(kiln::ops::registered<kiln::ops::tanh>); \endcode
+template <class Op, class List = all_ops>
+inline constexpr bool registered = false;
+template <class Op, class... Ops>
+inline constexpr bool registered<Op, type_list<Ops...>> = (std::is_same_v<Op, Ops> || ...);
 
 }  // namespace kiln::ops
