@@ -122,7 +122,7 @@ TEST_CASE("a typed cond is a cond node with both branches as subgraphs") {
   CHECK_THAT(dot, Catch::Matchers::Contains("cond then"));
   CHECK_THAT(dot, Catch::Matchers::Contains("cond else"));
   // A node that stands for a step runs only as part of its trace.
-  CHECK_THROWS_AS(cond.special().run({}), kiln::unavailable_error);
+  CHECK_THROWS_AS(cond.special().run({}, {}), kiln::unavailable_error);
 }
 
 TEST_CASE("a typed while_loop is a while node with its condition and body") {

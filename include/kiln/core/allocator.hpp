@@ -12,9 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "kiln/config.hpp"
 
@@ -56,9 +56,9 @@ class basic_caching_allocator {
     }
     {
       std::lock_guard lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end()) {
-        void* p = it->second;
+      auto it = std::lower_bound(free_.begin(), free_.end(), size, [](const free_block& b, std::size_t s) { return b.size < s; });
+      if (it != free_.end() && it->size == size) {
+        void* p = it->block;
         free_.erase(it);
         cached_bytes_ -= size;
         return p;
@@ -81,9 +81,14 @@ class basic_caching_allocator {
     } else {
       std::lock_guard lock(mutex_);
       if (cached_bytes_ + size <= cache_limit_) {
-        free_.emplace(size, p);
-        cached_bytes_ += size;
-        return;
+        try {
+          auto at = std::upper_bound(free_.begin(), free_.end(), size, [](std::size_t s, const free_block& b) { return s < b.size; });
+          free_.insert(at, {size, p});
+          cached_bytes_ += size;
+          return;
+        } catch (const std::bad_alloc&) {
+          // no room to remember it: it goes back to the system
+        }
       }
     }
     System::release(p);
@@ -92,7 +97,7 @@ class basic_caching_allocator {
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) System::release(p);
+    for (const free_block& b : free_) System::release(b.block);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -168,8 +173,14 @@ class basic_caching_allocator {
     return (size + step - 1) & ~(step - 1);
   }
 
+  // Kept blocks sorted by size. A vector, not a multimap, so that keeping and reusing
+  // blocks in steady state allocates nothing: it grows only past its largest count.
+  struct free_block {
+    std::size_t size;
+    void* block;
+  };
   mutable std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;
+  std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };

@@ -97,4 +97,26 @@ class storage {
   void* data_ = nullptr;
 };
 
+/// Allocates a storage and its shared count (one block) from the host's caching
+/// allocator, as `make_shared` would from `operator new`: a tensor made in steady
+/// state (a graph's output, a variable's new value) then allocates nothing.
+template <class T>
+struct bookkeeping_allocator {
+  using value_type = T;
+  bookkeeping_allocator() = default;
+  template <class U>
+  bookkeeping_allocator(const bookkeeping_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(host_allocator().allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { host_allocator().deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const bookkeeping_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+/// A new storage of `count` elements, shared.
+inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+  return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
+}
+
 }  // namespace kiln::detail

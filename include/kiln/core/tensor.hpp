@@ -51,7 +51,7 @@ class tensor {
 
   /// An uninitialized eager tensor of the given dtype and shape (kernels fill it).
   tensor(kiln::dtype t, const kiln::shape& s, kiln::device d = kiln::device::cpu)
-      : buffer_(std::make_shared<detail::storage>(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
+      : buffer_(detail::make_storage(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
 
   /// A symbolic tensor standing for `sym` (used by the tracer).
   tensor(kiln::dtype t, const kiln::shape& s, std::shared_ptr<const detail::symbol> sym)

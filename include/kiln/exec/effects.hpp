@@ -75,7 +75,7 @@ class read_variable_op final : public special_op {
       : special_op(std::type_identity<read_variable_op>()), var_(std::move(v)) {}
   std::string_view name() const { return "ReadVariableOp"; }
   bool has_effects() const { return false; }
-  std::vector<tensor> run(std::span<const tensor* const>) const { return {var_->read()}; }
+  tensor run(std::span<const tensor* const>) const { return var_->read(); }
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
@@ -108,7 +108,7 @@ class assign_variable_op final : public special_op {
   }
   bool has_effects() const { return true; }
   template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
+  tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient

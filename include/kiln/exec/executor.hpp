@@ -47,17 +47,31 @@ class graph_executor {
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
+    std::vector<tensor> outputs;
+    run(args, outputs);
+    return outputs;
+  }
+
+  /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
+  /// vector makes a call in steady state allocate nothing but what the kernels need.
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+    outputs.clear();
     if (args.size() != graph_->arguments().size())
       throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
                                    std::to_string(args.size()));
     // check_numerics names the op that produced a NaN or an Inf, so every op's
     // result must exist: node by node, no fusion.
-    if (debugging::check_numerics_enabled()) return interpret(args);
-    for (const tensor& a : args)
-      if (!a.defined() || a.is_symbolic()) return interpret(args);
+    const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
+    if (debugging::check_numerics_enabled() || !eager) {
+      outputs = interpret(args);
+      return;
+    }
     std::unique_ptr<exec::execution_plan> transient;
     const exec::execution_plan& p = find_plan(args, transient);
-    if (p.interpreted) return interpret(args, &p);
+    if (p.interpreted) {
+      outputs = interpret(args, &p);
+      return;
+    }
 
     lease ws(*this, p);
     if (ws->bound_plan != p.id) ws->bind(*graph_, p);
@@ -72,10 +86,8 @@ class graph_executor {
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
-    std::vector<tensor> outputs;
     outputs.reserve(p.outputs.size());
     for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
-    return outputs;
   }
 
   /// How many plans this executor has cached (one per argument shape set seen).
@@ -189,11 +201,7 @@ class graph_executor {
   // and the Result nodes after it.
   void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
     const node& n = graph_->nodes()[std::size_t(id)];
-    std::vector<tensor> out = n.special().run(inputs);
-    if (out.size() != std::size_t(n.result_count()))
-      throw internal_error(std::string(n.op()) + " gave " + std::to_string(out.size()) + " results instead of " +
-                           std::to_string(n.result_count()));
-    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(id) + k] = std::move(out[k]);
+    n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {

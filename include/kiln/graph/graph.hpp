@@ -78,7 +78,8 @@ class graph;
 /// same object runs eagerly and as a graph node. Effects run in program order and
 /// are never pruned, folded or merged.
 ///
-/// A derived op defines `name()`, `has_effects()`, `run(inputs)` and optionally
+/// A derived op defines `name()`, `has_effects()`, `run(inputs)` (returning a tensor,
+/// or a vector of tensors when it has other than one result) and optionally
 /// `subgraphs()`, and passes `std::type_identity<itself>` to this base. Calls reach
 /// them through a table of function pointers made where the op is constructed, not
 /// through virtual functions: a compiler treats every override of a virtual function
@@ -91,8 +92,10 @@ class special_op {
   /// True when running it does more than compute its results (a write, a print, a
   /// callback), so that it runs even when no output needs it.
   bool has_effects() const { return table_->has_effects(*this); }
-  /// Runs on eager inputs; one tensor per result.
-  std::vector<tensor> run(std::span<const tensor* const> inputs) const { return table_->run(*this, inputs); }
+  /// Runs on eager inputs and writes one tensor per result into `results`.
+  void run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
+    table_->run(*this, inputs, results);
+  }
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
   /// This op as an `Op`, or null when it is another kind of special op.
@@ -110,17 +113,33 @@ class special_op {
   ~special_op() = default;
 
  private:
+  // An op's run() returns its one result as a tensor, so that no vector is allocated
+  // for it, or a vector of its results (empty when it has none).
+  static void deliver(tensor result, std::span<tensor> results, const special_op& op) {
+    if (results.size() != 1) wrong_count(op, 1, results.size());
+    results[0] = std::move(result);
+  }
+  static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
+    if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
+    std::move(out.begin(), out.end(), results.begin());
+  }
+  [[noreturn]] static void wrong_count(const special_op& op, std::size_t gave, std::size_t expected) {
+    throw internal_error(std::string(op.name()) + " gave " + std::to_string(gave) + " results instead of " +
+                         std::to_string(expected));
+  }
   struct operations {
     std::string_view (*name)(const special_op&);
     bool (*has_effects)(const special_op&);
-    std::vector<tensor> (*run)(const special_op&, std::span<const tensor* const>);
+    void (*run)(const special_op&, std::span<const tensor* const>, std::span<tensor>);
     std::vector<std::pair<std::string, const graph*>> (*subgraphs)(const special_op&);
   };
   template <class Op>
   static constexpr operations table_of{
       [](const special_op& op) { return std::string_view(static_cast<const Op&>(op).name()); },
       [](const special_op& op) { return static_cast<const Op&>(op).has_effects(); },
-      [](const special_op& op, std::span<const tensor* const> in) { return static_cast<const Op&>(op).run(in); },
+      [](const special_op& op, std::span<const tensor* const> in, std::span<tensor> results) {
+        deliver(static_cast<const Op&>(op).run(in), results, op);
+      },
       [](const special_op& op) -> std::vector<std::pair<std::string, const graph*>> {
         // (Op's own subgraphs(), not this base's, which would call itself)
         if constexpr (!std::is_same_v<decltype(&Op::subgraphs), decltype(&special_op::subgraphs)>)

@@ -156,9 +156,9 @@ class random_uniform_op final : public special_op {
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
   template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const>) const {
+  tensor run(std::span<const tensor* const>) const {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
-    return {spec_.draw(key, stream)};
+    return spec_.draw(key, stream);
   }
   std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
 

@@ -203,8 +203,8 @@ struct concrete_state {
   KILN_LIBRARY_INLINE void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
-  /// some are symbolic (a function called while tracing another).
-  KILN_LIBRARY_INLINE std::vector<tensor> run(const call_signature& sig) const;
+  /// some are symbolic (a function called while tracing another); the outputs go to `out`.
+  KILN_LIBRARY_INLINE void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
 // The optimizer and the executor are reached only through these, so that a program
@@ -217,22 +217,23 @@ KILN_LIBRARY_INLINE void concrete_state::compile() {
   executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
-KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
+KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
-  std::vector<tensor> out;
+  out.clear();
   if (outer) {
     // A tape recording in the outer trace sees the ops one by one.
     if (recording_tapes() > 0) {
       std::vector<tensor> args;
       for (const tensor* t : sig.tensors) args.push_back(*t);
-      return replay(graph, args);
+      out = replay(graph, args);
+      return;
     }
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
-    return out;
+    return;
   }
   small_vector<tensor, 4> args;
   args.reserve(sig.tensors.size());
@@ -244,12 +245,12 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   if (recording_tapes() > 0 && graph.has_effects()) {
     // Under a gradient tape, a function with effects runs op by op, recorded as eager
     // code is: its backward pass cannot run it again.
-    return replay(graph, inputs);
+    out = replay(graph, inputs);
+    return;
   }
-  out = executor->run(inputs);
+  executor->run(inputs, out);
   // Under a gradient tape, a function without effects is one differentiable op.
   if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
-  return out;
 }
 #endif
 
@@ -483,11 +484,13 @@ class concrete_function {
  private:
   template <class... Args>
   std::vector<tensor> call(const Args&... args) const {
-    detail::call_signature sig;
+    detail::pooled_call_frame frame;
     int arg = 0;
-    (detail::flatten(args, sig, arg++), ...);
-    state_->check_call(sig);
-    return state_->run(sig);
+    (detail::flatten(args, frame->signature, arg++), ...);
+    state_->check_call(frame->signature);
+    std::vector<tensor> out;
+    state_->run(frame->signature, out);
+    return out;
   }
   std::shared_ptr<const detail::concrete_state> state_;
 };
@@ -508,13 +511,15 @@ struct runtime_tier {
     } else {
       using R = result_t<Args...>;
       if (config::functions_run_eagerly()) return run_eagerly<R>(f, std::forward<Args>(args)...);
-      call_signature sig = signature_of(f, args...);
+      pooled_call_frame frame;
+      call_signature& sig = frame->signature;
+      signature_of(sig, f, args...);
       auto concrete = find_or_trace<R>(f, sig, std::forward<Args>(args)...);
-      std::vector<tensor> out = concrete->run(sig);
+      concrete->run(sig, frame->outputs);
       if constexpr (std::is_void_v<R>) {
         return;
       } else {
-        const tensor* next = out.data();
+        const tensor* next = frame->outputs.data();
         return rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
       }
     }
@@ -525,7 +530,8 @@ struct runtime_tier {
     if constexpr (takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(f, reference_if_object(std::forward<Args>(args))...);
     } else {
-      call_signature sig = signature_of(f, args...);
+      call_signature sig;
+      signature_of(sig, f, args...);
       return kiln::concrete_function(find_or_trace<result_t<Args...>>(f, sig, std::forward<Args>(args)...));
     }
   }
@@ -544,13 +550,11 @@ struct runtime_tier {
   using result_t = std::invoke_result_t<F&, decltype(traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
 
   template <class... Args>
-  static call_signature signature_of(const function<F>& f, const Args&... args) {
-    call_signature sig;
+  static void signature_of(call_signature& sig, const function<F>& f, const Args&... args) {
     int arg = 0;
     (flatten(args, sig, arg++), ...);
     if (const auto& expected = f.state_->options.input_signature) f.state_->check_input_signature(sig, *expected);
     sig.seal();
-    return sig;
   }
 
   template <class R, class... Args>

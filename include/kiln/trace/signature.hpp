@@ -172,6 +172,77 @@ struct call_signature {
     for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
   }
   std::span<const std::uint64_t> structure() const { return {key.data(), structure_size}; }
+
+  /// Empties it for another call, keeping the vectors' capacity.
+  void clear() {
+    key.clear();
+    structure_size = 0;
+    sealed = false;
+    tensors.clear();
+    specs.clear();
+    tensor_arg.clear();
+    values.clear();
+  }
+};
+
+/// What a call of a kiln::function needs besides its arguments: the signature that
+/// keys it and room for its outputs.
+struct call_frame {
+  call_signature signature;
+  std::vector<tensor> outputs;
+};
+
+/// A call_frame taken from this thread's pool and given back at the end of the call,
+/// empty, so that its vectors keep their capacity and a call in steady state allocates
+/// nothing to key itself or collect its outputs. A call made during another (from a
+/// host callback, or while tracing) takes a frame of its own.
+class pooled_call_frame {
+ public:
+  pooled_call_frame() {
+    pool* p = thread_pool();
+    frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
+  }
+  ~pooled_call_frame() {
+    frame_->signature.clear();
+    frame_->outputs.clear();
+    pool* p = thread_pool();
+    if (p && p->count < pool::depth)
+      p->frames[p->count++] = frame_;
+    else
+      delete frame_;
+  }
+  pooled_call_frame(const pooled_call_frame&) = delete;
+  pooled_call_frame& operator=(const pooled_call_frame&) = delete;
+  call_frame* operator->() const { return frame_; }
+
+ private:
+  struct pool {
+    static constexpr int depth = 8;
+    call_frame* frames[depth];
+    int count = 0;
+    ~pool() {
+      for (int i = 0; i < count; ++i) delete frames[i];
+    }
+  };
+  // Reached through a trivially destructible pointer, as the allocator's thread cache
+  // is, so that a call made while the thread's objects are destroyed finds no pool.
+  static pool* thread_pool() {
+    thread_local pool* current = nullptr;
+    thread_local bool finished = false;
+    if (!current && !finished) {
+      struct owner {
+        pool frames;
+        ~owner() {
+          current = nullptr;
+          finished = true;
+        }
+      };
+      thread_local owner cleanup;
+      current = &cleanup.frames;
+    }
+    return current;
+  }
+  call_frame* frame_;
 };
 
 /// How a signature shows a C++ argument with no tensor in it, as Python shows the

@@ -26,6 +26,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/core/allocator.hpp"
 #include "kiln/core/parallel.hpp"
 #include "kiln/core/shape.hpp"
 #include "kiln/core/tensor.hpp"
@@ -176,35 +177,56 @@ inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std:
   s.combine(s.context, out, scratch);
 }
 
+/// Room for partial results, from the host's caching allocator (a thread's recently
+/// freed blocks), so that a reduction in steady state allocates nothing.
+class tree_buffer {
+ public:
+  explicit tree_buffer(std::size_t bytes)
+      : bytes_(bytes), data_(static_cast<std::byte*>(kiln::detail::host_allocator().allocate(bytes))) {}
+  ~tree_buffer() { kiln::detail::host_allocator().deallocate(data_, bytes_); }
+  tree_buffer(const tree_buffer&) = delete;
+  tree_buffer& operator=(const tree_buffer&) = delete;
+  std::byte* data() { return data_; }
+
+ private:
+  std::size_t bytes_;
+  std::byte* data_;
+};
+
 /// Room for one partial per level of a tree of `leaves` leaves, left unset.
-inline std::unique_ptr<std::byte[]> tree_scratch(const tree_steps& s, std::int64_t leaves) {
-  return std::unique_ptr<std::byte[]>(new std::byte[std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size]);
+inline std::size_t tree_scratch_bytes(const tree_steps& s, std::int64_t leaves) {
+  return std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size;
 }
 
 /// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
 /// down evaluated in parallel and combined above in the same order.
 inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byte* out) {
-  constexpr int split_depth = 5;  // up to 32 subtrees, enough to balance a pool
+  constexpr int split_depth = 5;
+  constexpr std::size_t most_subtrees = std::size_t(1) << split_depth;  // enough to balance a pool
   struct range {
     std::int64_t lo, hi;
   };
-  std::vector<range> subtrees;
+  std::array<range, most_subtrees> subtrees;
+  std::size_t count = 0;
   auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
-    if (depth == split_depth || hi - lo == 1) return subtrees.push_back({lo, hi});
+    if (depth == split_depth || hi - lo == 1) {
+      subtrees[count++] = {lo, hi};
+      return;
+    }
     const std::int64_t mid = lo + (hi - lo) / 2;
     self(self, lo, mid, depth + 1);
     self(self, mid, hi, depth + 1);
   };
   collect(collect, 0, leaves, 0);
 
-  std::vector<std::byte> values(subtrees.size() * s.size);
-  kiln::detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
-    const auto scratch = tree_scratch(s, leaves);
+  tree_buffer values(count * s.size);
+  kiln::detail::parallel_for(std::int64_t(count), 1, [&](std::int64_t lo, std::int64_t hi) {
+    tree_buffer scratch(tree_scratch_bytes(s, leaves));
     for (std::int64_t i = lo; i < hi; ++i)
-      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
+      pairwise(s, subtrees[std::size_t(i)].lo, subtrees[std::size_t(i)].hi, values.data() + i * s.size, scratch.data());
   });
 
-  const auto scratch = tree_scratch(s, leaves);
+  tree_buffer scratch(tree_scratch_bytes(s, leaves));
   std::size_t next = 0;
   auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
     if (depth == split_depth || hi - lo == 1) {
@@ -216,7 +238,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
     self(self, mid, hi, depth + 1, below, below + s.size);
     s.combine(s.context, into, below);
   };
-  fold(fold, 0, leaves, 0, out, scratch.get());
+  fold(fold, 0, leaves, 0, out, scratch.data());
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
@@ -245,8 +267,8 @@ P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& comb
     if (parallel) {
       pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
     } else {
-      const auto scratch = tree_scratch(s, leaves);
-      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+      tree_buffer scratch(tree_scratch_bytes(s, leaves));
+      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
     }
     return result;
   }
