@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kiln needs to build, test and benchmark, if any are
 # missing (Debian bookworm; as root, or through sudo). Extra package names given as
-# arguments are installed too (CI adds python3 for the single-header check).
+# arguments are installed too. python3 writes the check that the headers' examples
+# compile (scripts/doc_snippets.py) and, in CI, the single header.
 # When everything is present it only runs `dpkg-query`, so repeated calls are fast.
 set -euo pipefail
 
-packages=(g++ cmake make libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev "$@")
+packages=(g++ cmake make python3 libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev "$@")
 
 if ! command -v dpkg-query >/dev/null; then
   echo "install-deps.sh: not a Debian system; install these yourself: ${packages[*]}" >&2

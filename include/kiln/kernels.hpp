@@ -10,15 +10,12 @@
 /// `KILN_SEPARATE_COMPILATION` in every source file, so that kiln only declares them,
 /// and compile them in one source file that also defines `KILN_LIBRARY_SOURCE` and
 /// instantiates the kernels with `KILN_INSTANTIATE_KERNELS(list)`, where `list` is one
-/// of the op lists of kiln/ops/registry.hpp (several source files may share the lists):
-/// \code
-///   // kiln.cpp, compiled with the same flags as the rest of the program
-///   #define KILN_LIBRARY_SOURCE
-///   #include <kiln/kiln.hpp>
-///   KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)
-/// \endcode
-/// The CMake function `kiln_add_library(<target>)` (cmake/kiln_library.cmake) builds
-/// such a library, one source file per op family so that they compile side by side,
+/// of the op lists of kiln/ops/registry.hpp (several source files may share the lists).
+/// Such a file, compiled with the same flags as the rest of the program, is three
+/// lines: `#define KILN_LIBRARY_SOURCE`, `#include <kiln/kiln.hpp>` and
+/// `KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)`. The CMake function
+/// `kiln_add_library(<target>)` (cmake/kiln_library.cmake) writes and builds such a
+/// library, one source file per op family so that they compile side by side,
 /// and defines `KILN_SEPARATE_COMPILATION` for whatever links it. Results are the same
 /// either way: the same code is compiled, in fewer places.
 
@@ -59,7 +56,7 @@
 
 /// Compiles, in this source file, the kernels of every op of `list` (an X-macro of
 /// kiln/ops/registry.hpp: KILN_ALL_OPS, KILN_UNARY_OPS, KILN_BINARY_OPS, ...).
-/// \code KILN_INSTANTIATE_KERNELS(KILN_REDUCTION_OPS) \endcode
+/// For example `KILN_INSTANTIATE_KERNELS(KILN_REDUCTION_OPS)`, at namespace scope.
 #define KILN_INSTANTIATE_KERNELS(list) list(KILN_DETAIL_INSTANTIATE_KERNELS_OF)
 
 #if defined(KILN_SEPARATE_COMPILATION)

@@ -183,9 +183,9 @@ inline constexpr std::size_t buffer_alignment = 64;
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 
 namespace kiln::detail {
@@ -226,9 +226,9 @@ class basic_caching_allocator {
     }
     {
       std::lock_guard lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end()) {
-        void* p = it->second;
+      auto it = std::lower_bound(free_.begin(), free_.end(), size, [](const free_block& b, std::size_t s) { return b.size < s; });
+      if (it != free_.end() && it->size == size) {
+        void* p = it->block;
         free_.erase(it);
         cached_bytes_ -= size;
         return p;
@@ -251,9 +251,14 @@ class basic_caching_allocator {
     } else {
       std::lock_guard lock(mutex_);
       if (cached_bytes_ + size <= cache_limit_) {
-        free_.emplace(size, p);
-        cached_bytes_ += size;
-        return;
+        try {
+          auto at = std::upper_bound(free_.begin(), free_.end(), size, [](std::size_t s, const free_block& b) { return s < b.size; });
+          free_.insert(at, {size, p});
+          cached_bytes_ += size;
+          return;
+        } catch (const std::bad_alloc&) {
+          // no room to remember it: it goes back to the system
+        }
       }
     }
     System::release(p);
@@ -262,7 +267,7 @@ class basic_caching_allocator {
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) System::release(p);
+    for (const free_block& b : free_) System::release(b.block);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -338,8 +343,14 @@ class basic_caching_allocator {
     return (size + step - 1) & ~(step - 1);
   }
 
+  // Kept blocks sorted by size. A vector, not a multimap, so that keeping and reusing
+  // blocks in steady state allocates nothing: it grows only past its largest count.
+  struct free_block {
+    std::size_t size;
+    void* block;
+  };
   mutable std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;
+  std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
@@ -431,23 +442,39 @@ class internal_error : public error {
 
 namespace kiln {
 
+/// The element types, one row each: the dtype, its C++ type and the name TensorFlow
+/// prints for it. The enum, the constants and every mapping below come from this table.
+#define KILN_DTYPES(X)            \
+  X(bool_, bool, "bool")          \
+  X(int32, std::int32_t, "int32") \
+  X(int64, std::int64_t, "int64") \
+  X(float32, float, "float32")    \
+  X(float64, double, "float64")   \
+  X(string, std::string, "string")
+
+#define KILN_DETAIL_DTYPE_ENUMERATOR(d, T, text) d,
 /// The element type of a tensor, known at run time.
 /// \code kiln::zeros({2}, kiln::int32).dtype() == kiln::int32 \endcode
-enum class dtype : std::uint8_t { bool_, int32, int64, float32, float64, string };
+enum class dtype : std::uint8_t { KILN_DTYPES(KILN_DETAIL_DTYPE_ENUMERATOR) };
+#undef KILN_DETAIL_DTYPE_ENUMERATOR
 
-inline constexpr dtype bool_ = dtype::bool_;      ///< C++ `bool`
-inline constexpr dtype int32 = dtype::int32;      ///< C++ `std::int32_t`
-inline constexpr dtype int64 = dtype::int64;      ///< C++ `std::int64_t`
-inline constexpr dtype float32 = dtype::float32;  ///< C++ `float`
-inline constexpr dtype float64 = dtype::float64;  ///< C++ `double`
-inline constexpr dtype string = dtype::string;    ///< C++ `std::string`
+/// The dtypes by name: `kiln::bool_` (C++ `bool`), `kiln::int32` (`std::int32_t`),
+/// `kiln::int64` (`std::int64_t`), `kiln::float32` (`float`), `kiln::float64`
+/// (`double`), `kiln::string` (`std::string`).
+#define KILN_DETAIL_DTYPE_CONSTANT(d, T, text) inline constexpr dtype d = dtype::d;
+KILN_DTYPES(KILN_DETAIL_DTYPE_CONSTANT)
+#undef KILN_DETAIL_DTYPE_CONSTANT
 
 /// Number of dtypes; tables indexed by dtype have this many rows.
-inline constexpr int dtype_count = 6;
+#define KILN_DETAIL_DTYPE_ONE(d, T, text) +1
+inline constexpr int dtype_count = 0 KILN_DTYPES(KILN_DETAIL_DTYPE_ONE);
+#undef KILN_DETAIL_DTYPE_ONE
 
 /// The name TensorFlow prints for a dtype: `bool`, `int32`, ..., `string`.
 constexpr std::string_view name(dtype t) {
-  constexpr std::string_view names[dtype_count] = {"bool", "int32", "int64", "float32", "float64", "string"};
+#define KILN_DETAIL_DTYPE_NAME(d, T, text) text,
+  constexpr std::string_view names[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_NAME)};
+#undef KILN_DETAIL_DTYPE_NAME
   return names[static_cast<int>(t)];
 }
 
@@ -486,34 +513,44 @@ namespace dtypes {
 inline constexpr dtype_set floating{float32, float64};
 inline constexpr dtype_set integer{int32, int64};
 inline constexpr dtype_set numeric = floating | integer;
-inline constexpr dtype_set all{bool_, int32, int64, float32, float64, string};
+#define KILN_DETAIL_DTYPE_ITEM(d, T, text) d,
+inline constexpr dtype_set all{KILN_DTYPES(KILN_DETAIL_DTYPE_ITEM)};
+#undef KILN_DETAIL_DTYPE_ITEM
 }  // namespace dtypes
 
-/// The dtype of a C++ element type; `dtype_of<float> == float32`. Only the six
-/// element types of the contract have one.
-template <class T>
-inline constexpr bool has_dtype =
-    std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::string>;
-
-template <class T>
-  requires has_dtype<T>
-inline constexpr dtype dtype_of = std::is_same_v<T, bool>           ? bool_
-                                  : std::is_same_v<T, std::int32_t> ? int32
-                                  : std::is_same_v<T, std::int64_t> ? int64
-                                  : std::is_same_v<T, float>        ? float32
-                                  : std::is_same_v<T, double>       ? float64
-                                                                    : string;
+/// Whether a C++ type is one of the element types of the contract.
+#define KILN_DETAIL_DTYPE_IS(d, T, text) || std::is_same_v<U, T>
+template <class U>
+inline constexpr bool has_dtype = false KILN_DTYPES(KILN_DETAIL_DTYPE_IS);
+#undef KILN_DETAIL_DTYPE_IS
 
 namespace detail {
-template <dtype D> struct element_type_of;
-template <> struct element_type_of<bool_> { using type = bool; };
-template <> struct element_type_of<int32> { using type = std::int32_t; };
-template <> struct element_type_of<int64> { using type = std::int64_t; };
-template <> struct element_type_of<float32> { using type = float; };
-template <> struct element_type_of<float64> { using type = double; };
-template <> struct element_type_of<string> { using type = std::string; };
+template <class U>
+consteval dtype dtype_for() {
+#define KILN_DETAIL_DTYPE_FOR(d, T, text) \
+  if constexpr (std::is_same_v<U, T>)     \
+    return d;                             \
+  else
+  KILN_DTYPES(KILN_DETAIL_DTYPE_FOR)
+#undef KILN_DETAIL_DTYPE_FOR
+  throw "not an element type";  // has_dtype<U> rules it out
+}
+
+template <dtype D>
+struct element_type_of;
+#define KILN_DETAIL_DTYPE_ELEMENT(d, T, text) \
+  template <>                                 \
+  struct element_type_of<d> {                 \
+    using type = T;                           \
+  };
+KILN_DTYPES(KILN_DETAIL_DTYPE_ELEMENT)
+#undef KILN_DETAIL_DTYPE_ELEMENT
 }  // namespace detail
+
+/// The dtype of a C++ element type; `dtype_of<float> == float32`.
+template <class T>
+  requires has_dtype<T>
+inline constexpr dtype dtype_of = detail::dtype_for<T>();
 
 /// The C++ element type of a dtype: `element_t<kiln::float32>` is `float`.
 template <dtype D>
@@ -521,7 +558,9 @@ using element_t = typename detail::element_type_of<D>::type;
 
 /// Bytes per element (`sizeof(std::string)` for strings).
 constexpr std::size_t size_of(dtype t) {
-  constexpr std::size_t sizes[dtype_count] = {sizeof(bool), 4, 8, 4, 8, sizeof(std::string)};
+#define KILN_DETAIL_DTYPE_SIZE(d, T, text) sizeof(T),
+  constexpr std::size_t sizes[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_SIZE)};
+#undef KILN_DETAIL_DTYPE_SIZE
   return sizes[static_cast<int>(t)];
 }
 
@@ -530,16 +569,15 @@ constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
 /// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
 /// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(x.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... }); \endcode
+/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
-    case bool_: return f(std::type_identity<bool>{});
-    case int32: return f(std::type_identity<std::int32_t>{});
-    case int64: return f(std::type_identity<std::int64_t>{});
-    case float32: return f(std::type_identity<float>{});
-    case float64: return f(std::type_identity<double>{});
-    case string: return f(std::type_identity<std::string>{});
+#define KILN_DETAIL_DTYPE_CASE(d, T, text) \
+  case d:                                  \
+    return f(std::type_identity<T>{});
+    KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
+#undef KILN_DETAIL_DTYPE_CASE
   }
   throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
@@ -590,7 +628,7 @@ namespace kiln {
 
 /// The device of a tensor: `cpu` runs the xsimd kernels, `gpu` the Thrust kernels
 /// (on CUDA when compiled by nvcc, on the host device system otherwise).
-/// \code auto y = x.to(kiln::device::gpu); \endcode
+/// \code kiln::ones({2}).device() == kiln::device::cpu \endcode
 enum class device : unsigned char { cpu, gpu };
 
 constexpr std::string_view name(device d) { return d == device::cpu ? "cpu" : "gpu"; }
@@ -907,6 +945,28 @@ class storage {
   void* data_ = nullptr;
 };
 
+/// Allocates a storage and its shared count (one block) from the host's caching
+/// allocator, as `make_shared` would from `operator new`: a tensor made in steady
+/// state (a graph's output, a variable's new value) then allocates nothing.
+template <class T>
+struct bookkeeping_allocator {
+  using value_type = T;
+  bookkeeping_allocator() = default;
+  template <class U>
+  bookkeeping_allocator(const bookkeeping_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(host_allocator().allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { host_allocator().deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const bookkeeping_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+/// A new storage of `count` elements, shared.
+inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+  return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
+}
+
 }  // namespace kiln::detail
 // ----- end kiln/core/storage.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_STORAGE_HPP
@@ -945,7 +1005,7 @@ class tensor {
 
   /// An uninitialized eager tensor of the given dtype and shape (kernels fill it).
   tensor(kiln::dtype t, const kiln::shape& s, kiln::device d = kiln::device::cpu)
-      : buffer_(std::make_shared<detail::storage>(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
+      : buffer_(detail::make_storage(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
 
   /// A symbolic tensor standing for `sym` (used by the tracer).
   tensor(kiln::dtype t, const kiln::shape& s, std::shared_ptr<const detail::symbol> sym)
@@ -988,7 +1048,7 @@ class tensor {
   }
 
   /// A copy on device `d` (or this tensor, if it is there already).
-  /// \code auto g = x.to(kiln::device::gpu); \endcode
+  /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
   tensor to(kiln::device d) const {
     require_value("to");
     if (d == device_) return *this;
@@ -1012,7 +1072,10 @@ class tensor {
   tensor operator[](std::int64_t i) const;
   /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
   /// symbolic (a loop counter inside a function): a `gather` on the first axis.
-  /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  /// \code
+  /// kiln::tensor x = kiln::constant({{1, 2}, {3, 4}});
+  /// kiln::function rows([&] { kiln::for_range(2, [&](const kiln::tensor& i) { kiln::print(x[i]); }); });
+  /// \endcode
   template <class = void>
   tensor operator[](const tensor& i) const;
 
@@ -1127,7 +1190,7 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// `x` with the fewest fraction digits that read back as the same `T`, but at least
 /// `min_fraction` and at most `max_fraction` of them, rounded from the exact binary
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
-/// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
+/// \code kiln::detail::shortest_digits(2.2f, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
 KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
@@ -1142,7 +1205,7 @@ KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
-/// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
+/// \code kiln::detail::trimmed("2", kiln::detail::trim_mode::one_zero) == "2.0" \endcode
 KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
@@ -1190,7 +1253,7 @@ KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
 
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
-/// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
+/// \code kiln::detail::c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
 KILN_COLD inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -1274,7 +1337,7 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
 /// default mode (at most 8 fraction digits, only as many as needed): one notation
 /// for all (scientific when the largest magnitude is >= 1e8, the smallest non-zero
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
-/// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
+/// \code kiln::detail::numpy_float_texts<float>({1.5f, 2.f}) == std::vector<std::string>{"1.5", "2. "} \endcode
 template <class T>
 KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
@@ -1490,7 +1553,10 @@ enum class value_style {
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
 /// 1000 elements; the tf.print styles write each element unpadded.
-/// \code format_values_of(data, kiln::shape{2}, value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code
+/// const float data[] = {1.5f, 2.f};
+/// kiln::detail::format_values_of(data, kiln::shape{2}, kiln::detail::value_style::numpy) == "[1.5 2. ]";
+/// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
   const bool numpy = style == value_style::numpy;
@@ -1512,7 +1578,7 @@ KILN_COLD std::string format_values_of(const T* data, const shape& s, value_styl
 }
 
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
-/// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code kiln::detail::format_values(kiln::constant({1.5f, 2.f}), kiln::detail::value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
@@ -1530,7 +1596,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
 /// own line as TensorFlow writes it. Strings are quoted (`"a"`), bools are `1`/`0`.
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
-/// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
+/// \code kiln::detail::format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
 KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
@@ -1845,7 +1911,12 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
-/// \code parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { ... }); \endcode
+/// \code
+/// std::vector<float> v(1 << 20);
+/// kiln::detail::parallel_for(std::int64_t(v.size()), 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+///   std::fill(v.begin() + lo, v.begin() + hi, 1.f);
+/// });
+/// \endcode
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;
@@ -3148,6 +3219,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 
 namespace kiln {
@@ -3246,6 +3318,21 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
   return r;
 }
 
+/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; how the
+/// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
+/// into code.
+/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+template <class F>
+void visit_numeric(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      f.template operator()<T>();
+    else
+      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+  });
+}
+
 /// How an elementwise op's result dtype follows from its inputs'.
 enum class result_rule {
   same,            ///< the input dtype
@@ -3260,6 +3347,13 @@ struct elementwise_op {
   static constexpr int arity = Arity;
   static constexpr dtype_set accepts = Accepts;
   static constexpr dtype_set simd = Simd;
+  /// Operand roles. With a leading condition (`where`), operand 0 is a bool read as
+  /// `bool` and the others are values of the kernels' element type; without, every
+  /// operand is such a value.
+  static constexpr bool leading_condition = false;
+  /// True when the result's dtype is an attribute of the op (`cast`) rather than a
+  /// function of the values' dtype: the kernels then take every output type.
+  static constexpr bool converts = false;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     for (dtype t : in)
@@ -3281,6 +3375,28 @@ concept elementwise = requires {
   Op::accepts;
   Op::simd;
 };
+
+/// The operand whose dtype selects an op's kernel (the element type `In` of
+/// elementwise kernels): the first value operand.
+template <class Op>
+inline constexpr int value_operand = [] {
+  if constexpr (elementwise<Op>)
+    return Op::leading_condition ? 1 : 0;
+  else
+    return 0;
+}();
+
+/// Calls an elementwise op's functor on operands as the kernels read them:
+/// `condition(0)` for a leading condition, `value(k)` for the values.
+template <class Op, class Value, class Condition>
+KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& value, const Condition& condition) {
+  if constexpr (Op::leading_condition)
+    return op(condition(0), value(1), value(2));
+  else if constexpr (Op::arity == 1)
+    return op(value(0));
+  else
+    return op(value(0), value(1));
+}
 
 }  // namespace ops
 }  // namespace kiln
@@ -3350,6 +3466,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr bool converts = true;
   dtype to = float32;
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
@@ -3468,6 +3585,7 @@ struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
 /// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
 struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "select";
+  static constexpr bool leading_condition = true;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
     if (in[1] != in[2]) return {in[1], "both branches must have the same dtype"};
@@ -3709,15 +3827,16 @@ constexpr std::array<std::int64_t, max_rank> broadcast_strides(const shape& in, 
   return st;
 }
 
-template <class Op, class In, class Seq = std::make_index_sequence<Op::arity>>
+template <class Op, class In, bool Condition = Op::leading_condition,
+          class Values = std::make_index_sequence<Op::arity - ops::value_operand<Op>>>
 struct elementwise_result;
 template <class Op, class In, std::size_t... I>
-struct elementwise_result<Op, In, std::index_sequence<I...>> {
+struct elementwise_result<Op, In, false, std::index_sequence<I...>> {
   using type = std::decay_t<decltype(std::declval<const Op&>()((void(I), std::declval<const In&>())...))>;
 };
-template <class Op, class In>
-struct elementwise_result<Op, In, std::index_sequence<0, 1, 2>> {  // where(cond, a, b)
-  using type = std::decay_t<decltype(std::declval<const Op&>()(true, std::declval<const In&>(), std::declval<const In&>()))>;
+template <class Op, class In, std::size_t... I>
+struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
+  using type = std::decay_t<decltype(std::declval<const Op&>()(true, (void(I), std::declval<const In&>())...))>;
 };
 /// The C++ type an elementwise op produces from operands of type `In`.
 template <class Op, class In>
@@ -3731,7 +3850,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
   visit_dtype(in, [&](auto in_tag) {
     using In = typename decltype(in_tag)::type;
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (std::is_same_v<Op, ops::cast>) {
+      if constexpr (Op::converts) {
         visit_dtype(out, [&](auto out_tag) {
           using Out = typename decltype(out_tag)::type;
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
@@ -3872,7 +3991,10 @@ KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
 }
 
 /// Stores `b` at `p`: streaming when `Stream` (then `p` is aligned to the batch size).
-/// \code store_batch<true>(v, out + i); \endcode
+/// \code
+/// alignas(64) float out[64];
+/// kiln::backend::cpu::store_batch<false>(xsimd::batch<float>(1.f), out);
+/// \endcode
 template <bool Stream, class T, class A>
 KILN_ALWAYS_INLINE void store_batch(const xsimd::batch<T, A>& b, T* p) {
   if constexpr (Stream)
@@ -3945,15 +4067,10 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 template <class In, class Out, int Arity, class Op, class Offset>
 void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
                   Offset offset) {
-  auto at = [&](int k, std::int64_t i) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; };
-  for (std::int64_t i = from; i < len; ++i) {
-    if constexpr (Arity == 1)
-      o[i] = math::convert<Out>(op(at(0, i)));
-    else if constexpr (Arity == 2)
-      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
-    else
-      o[i] = op(static_cast<const bool*>(p[0])[offset(0, i)], at(1, i), at(2, i));
-  }
+  for (std::int64_t i = from; i < len; ++i)
+    o[i] = math::convert<Out>(ops::invoke_elementwise(
+        op, [&](int k) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; },
+        [&](int k) { return static_cast<const bool*>(p[k])[offset(k, i)]; }));
 }
 
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
@@ -4002,7 +4119,7 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     }
     if (i < len) partial(i, len - i);
     return;
-  } else if constexpr (Arity == 3 && std::is_same_v<In, Out> && simd_type<In>) {
+  } else if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
     // `where`: the bool condition widened to a mask, then a blend of the branches
     // (a select copies bits, so the scalar tail gives the same results).
     using B = xsimd::batch<In>;
@@ -4067,9 +4184,9 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   unsigned contig = 0;
   for (int k = 0; k < arity; ++k)
     if (nest.stride[k][r - 1] == 1) contig |= 1u << k;
-  // `where` reads its condition as bool and its branches as In; byte offsets differ.
+  // A leading condition is read as bool and the values as In; byte offsets differ.
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
-  auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
+  auto elem_size = [&](int k) { return k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In); };
 
   const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
@@ -4105,8 +4222,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype,
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
                           [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
 }
 
@@ -4372,7 +4488,7 @@ struct rule_error {};
 template <class Op, class D, class... E>
 struct node : typed_expression {
   /// The operands' element type (for `where`, its branches').
-  using input_type = typename std::tuple_element_t<sizeof...(E) == 3 ? 1 : 0, std::tuple<E...>>::value_type;
+  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
   using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
   using dims_type = D;
   /// Batches throughout when the CPU kernel of this op would use them (one input
@@ -5057,6 +5173,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
 /// A typed trace as a concrete function: called with the `fixed` values its signature
 /// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
 /// \code
+/// kiln::function f([](const auto& x) { return x + x; });
 /// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
 /// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
 /// \endcode
@@ -5073,7 +5190,11 @@ class concrete_function {
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
-  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
+  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+  /// \endcode
   template <class Writer = graph_writer>
   auto graph() const {
     if constexpr (requires { sizeof(Writer); })
@@ -5290,7 +5411,10 @@ enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, c
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
 /// thread ends, so steady-state calls allocate nothing.
-/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096)); \endcode
+/// \code
+/// using namespace kiln::backend::cpu::detail;
+/// float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096));
+/// \endcode
 inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
   struct block {
     void* data = nullptr;
@@ -5829,7 +5953,8 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
 /// use kiln's thread pool.
 /// \code
 /// // 1x5x5x1 image, 3x3x1x1 filter, stride 1, VALID: 1x3x3x1 output
-/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);
+/// std::vector<float> in(25, 1.f), k(9, 1.f), out(9);
+/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);  // 9s
 /// \endcode
 template <class T>
 void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t in_w, std::int64_t in_c,
@@ -5903,6 +6028,7 @@ namespace kiln {
 /// `std::nullopt`, TensorFlow's `axis=None`), one axis, or a list of axes. Negative
 /// axes count from the end. An explicit empty `kiln::int_list` reduces nothing.
 /// \code
+/// kiln::tensor x = kiln::ones({2, 3, 4});
 /// kiln::reduce_sum(x);                      // every axis
 /// kiln::reduce_sum(x, -1);                  // the last axis
 /// kiln::reduce_sum(x, {0, 1}, true);        // two axes, kept as size 1
@@ -5957,7 +6083,7 @@ constexpr axes_check check_axes(const reduction_axes& axes, int rank) {
 }
 
 /// Which of the `rank` dims a reduction over (valid) `axes` reduces.
-/// \code kiln::ops::reduced_dims({-1}, 2) == std::array<bool, 8>{false, true} \endcode
+/// \code kiln::ops::reduced_dims(-1, 2) == std::array<bool, kiln::max_rank>{false, true} \endcode
 constexpr std::array<bool, max_rank> reduced_dims(const reduction_axes& axes, int rank) {
   std::array<bool, max_rank> reduced{};
   for (int d = 0; d < rank; ++d) reduced[d] = axes.all();
@@ -6111,20 +6237,6 @@ constexpr T mean_of(S sum, std::int64_t count) {
     return T(sum / S(count));
   else
     return count == 0 ? T(0) : T(std::int64_t(sum) / count);
-}
-
-/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
-/// place reduction kernels turn a runtime dtype into code.
-/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
-template <class F>
-void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      f.template operator()<T>();
-    else
-      throw internal_error("reduction kernel reached with dtype " + std::string(name(t)));
-  });
 }
 
 }  // namespace ops
@@ -6355,35 +6467,56 @@ inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std:
   s.combine(s.context, out, scratch);
 }
 
+/// Room for partial results, from the host's caching allocator (a thread's recently
+/// freed blocks), so that a reduction in steady state allocates nothing.
+class tree_buffer {
+ public:
+  explicit tree_buffer(std::size_t bytes)
+      : bytes_(bytes), data_(static_cast<std::byte*>(kiln::detail::host_allocator().allocate(bytes))) {}
+  ~tree_buffer() { kiln::detail::host_allocator().deallocate(data_, bytes_); }
+  tree_buffer(const tree_buffer&) = delete;
+  tree_buffer& operator=(const tree_buffer&) = delete;
+  std::byte* data() { return data_; }
+
+ private:
+  std::size_t bytes_;
+  std::byte* data_;
+};
+
 /// Room for one partial per level of a tree of `leaves` leaves, left unset.
-inline std::unique_ptr<std::byte[]> tree_scratch(const tree_steps& s, std::int64_t leaves) {
-  return std::unique_ptr<std::byte[]>(new std::byte[std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size]);
+inline std::size_t tree_scratch_bytes(const tree_steps& s, std::int64_t leaves) {
+  return std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size;
 }
 
 /// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
 /// down evaluated in parallel and combined above in the same order.
 inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byte* out) {
-  constexpr int split_depth = 5;  // up to 32 subtrees, enough to balance a pool
+  constexpr int split_depth = 5;
+  constexpr std::size_t most_subtrees = std::size_t(1) << split_depth;  // enough to balance a pool
   struct range {
     std::int64_t lo, hi;
   };
-  std::vector<range> subtrees;
+  std::array<range, most_subtrees> subtrees;
+  std::size_t count = 0;
   auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
-    if (depth == split_depth || hi - lo == 1) return subtrees.push_back({lo, hi});
+    if (depth == split_depth || hi - lo == 1) {
+      subtrees[count++] = {lo, hi};
+      return;
+    }
     const std::int64_t mid = lo + (hi - lo) / 2;
     self(self, lo, mid, depth + 1);
     self(self, mid, hi, depth + 1);
   };
   collect(collect, 0, leaves, 0);
 
-  std::vector<std::byte> values(subtrees.size() * s.size);
-  kiln::detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
-    const auto scratch = tree_scratch(s, leaves);
+  tree_buffer values(count * s.size);
+  kiln::detail::parallel_for(std::int64_t(count), 1, [&](std::int64_t lo, std::int64_t hi) {
+    tree_buffer scratch(tree_scratch_bytes(s, leaves));
     for (std::int64_t i = lo; i < hi; ++i)
-      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
+      pairwise(s, subtrees[std::size_t(i)].lo, subtrees[std::size_t(i)].hi, values.data() + i * s.size, scratch.data());
   });
 
-  const auto scratch = tree_scratch(s, leaves);
+  tree_buffer scratch(tree_scratch_bytes(s, leaves));
   std::size_t next = 0;
   auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
     if (depth == split_depth || hi - lo == 1) {
@@ -6395,7 +6528,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
     self(self, mid, hi, depth + 1, below, below + s.size);
     s.combine(s.context, into, below);
   };
-  fold(fold, 0, leaves, 0, out, scratch.get());
+  fold(fold, 0, leaves, 0, out, scratch.data());
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
@@ -6424,8 +6557,8 @@ P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& comb
     if (parallel) {
       pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
     } else {
-      const auto scratch = tree_scratch(s, leaves);
-      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+      tree_buffer scratch(tree_scratch_bytes(s, leaves));
+      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
     }
     return result;
   }
@@ -7959,7 +8092,7 @@ inline ops::padding parse_padding(std::string_view p) {
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
-/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+/// \code kiln::conv2d(kiln::ones({1, 5, 5, 1}), kiln::ones({3, 3, 1, 2}), {1, 1}, "VALID").shape() == kiln::shape{1, 3, 3, 2} \endcode
 template <class = void>
 tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
   ops::conv2d op;
@@ -8756,7 +8889,10 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
 /// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
 /// in a typed trace both branches are traced, must give values of the same element
 /// types and dims (checked at compile time), and the one the condition picks runs.
-/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
+/// \code
+/// kiln::function f([](const auto& x) { return kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); });
+/// f(kiln::fixed<float, 3>::ones());  // [1 1 1]
+/// \endcode
 template <typed::operand P, class Then, class Else>
 auto cond(const P& pred, Then then_fn, Else else_fn) {
   using then_t = decltype(typed::as_tuple(then_fn()));
@@ -8799,7 +8935,12 @@ auto break_if(const P& pred, const Next&... next) {
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
 /// trace the condition and the body are traced once, and the body must give each
 /// variable its element type and dims (checked at compile time).
-/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
+/// \code
+/// kiln::function f([](const auto& x0) {
+///   return kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0);
+/// });
+/// f(kiln::fixed<float, 3>::ones());
+/// \endcode
 template <class Cond, class Body, class... Vars>
   requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
 auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
@@ -9160,7 +9301,7 @@ KILN_VARIABLE_WITH_TYPED(>)
 namespace kiln {
 
 /// Options of a kiln::function.
-/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+/// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
 struct function_options {
   /// Shown in signatures and errors.
   std::string name = "function";

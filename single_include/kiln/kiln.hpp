@@ -213,23 +213,39 @@ class internal_error : public error {
 
 namespace kiln {
 
+/// The element types, one row each: the dtype, its C++ type and the name TensorFlow
+/// prints for it. The enum, the constants and every mapping below come from this table.
+#define KILN_DTYPES(X)            \
+  X(bool_, bool, "bool")          \
+  X(int32, std::int32_t, "int32") \
+  X(int64, std::int64_t, "int64") \
+  X(float32, float, "float32")    \
+  X(float64, double, "float64")   \
+  X(string, std::string, "string")
+
+#define KILN_DETAIL_DTYPE_ENUMERATOR(d, T, text) d,
 /// The element type of a tensor, known at run time.
 /// \code kiln::zeros({2}, kiln::int32).dtype() == kiln::int32 \endcode
-enum class dtype : std::uint8_t { bool_, int32, int64, float32, float64, string };
+enum class dtype : std::uint8_t { KILN_DTYPES(KILN_DETAIL_DTYPE_ENUMERATOR) };
+#undef KILN_DETAIL_DTYPE_ENUMERATOR
 
-inline constexpr dtype bool_ = dtype::bool_;      ///< C++ `bool`
-inline constexpr dtype int32 = dtype::int32;      ///< C++ `std::int32_t`
-inline constexpr dtype int64 = dtype::int64;      ///< C++ `std::int64_t`
-inline constexpr dtype float32 = dtype::float32;  ///< C++ `float`
-inline constexpr dtype float64 = dtype::float64;  ///< C++ `double`
-inline constexpr dtype string = dtype::string;    ///< C++ `std::string`
+/// The dtypes by name: `kiln::bool_` (C++ `bool`), `kiln::int32` (`std::int32_t`),
+/// `kiln::int64` (`std::int64_t`), `kiln::float32` (`float`), `kiln::float64`
+/// (`double`), `kiln::string` (`std::string`).
+#define KILN_DETAIL_DTYPE_CONSTANT(d, T, text) inline constexpr dtype d = dtype::d;
+KILN_DTYPES(KILN_DETAIL_DTYPE_CONSTANT)
+#undef KILN_DETAIL_DTYPE_CONSTANT
 
 /// Number of dtypes; tables indexed by dtype have this many rows.
-inline constexpr int dtype_count = 6;
+#define KILN_DETAIL_DTYPE_ONE(d, T, text) +1
+inline constexpr int dtype_count = 0 KILN_DTYPES(KILN_DETAIL_DTYPE_ONE);
+#undef KILN_DETAIL_DTYPE_ONE
 
 /// The name TensorFlow prints for a dtype: `bool`, `int32`, ..., `string`.
 constexpr std::string_view name(dtype t) {
-  constexpr std::string_view names[dtype_count] = {"bool", "int32", "int64", "float32", "float64", "string"};
+#define KILN_DETAIL_DTYPE_NAME(d, T, text) text,
+  constexpr std::string_view names[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_NAME)};
+#undef KILN_DETAIL_DTYPE_NAME
   return names[static_cast<int>(t)];
 }
 
@@ -268,34 +284,44 @@ namespace dtypes {
 inline constexpr dtype_set floating{float32, float64};
 inline constexpr dtype_set integer{int32, int64};
 inline constexpr dtype_set numeric = floating | integer;
-inline constexpr dtype_set all{bool_, int32, int64, float32, float64, string};
+#define KILN_DETAIL_DTYPE_ITEM(d, T, text) d,
+inline constexpr dtype_set all{KILN_DTYPES(KILN_DETAIL_DTYPE_ITEM)};
+#undef KILN_DETAIL_DTYPE_ITEM
 }  // namespace dtypes
 
-/// The dtype of a C++ element type; `dtype_of<float> == float32`. Only the six
-/// element types of the contract have one.
-template <class T>
-inline constexpr bool has_dtype =
-    std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::string>;
-
-template <class T>
-  requires has_dtype<T>
-inline constexpr dtype dtype_of = std::is_same_v<T, bool>           ? bool_
-                                  : std::is_same_v<T, std::int32_t> ? int32
-                                  : std::is_same_v<T, std::int64_t> ? int64
-                                  : std::is_same_v<T, float>        ? float32
-                                  : std::is_same_v<T, double>       ? float64
-                                                                    : string;
+/// Whether a C++ type is one of the element types of the contract.
+#define KILN_DETAIL_DTYPE_IS(d, T, text) || std::is_same_v<U, T>
+template <class U>
+inline constexpr bool has_dtype = false KILN_DTYPES(KILN_DETAIL_DTYPE_IS);
+#undef KILN_DETAIL_DTYPE_IS
 
 namespace detail {
-template <dtype D> struct element_type_of;
-template <> struct element_type_of<bool_> { using type = bool; };
-template <> struct element_type_of<int32> { using type = std::int32_t; };
-template <> struct element_type_of<int64> { using type = std::int64_t; };
-template <> struct element_type_of<float32> { using type = float; };
-template <> struct element_type_of<float64> { using type = double; };
-template <> struct element_type_of<string> { using type = std::string; };
+template <class U>
+consteval dtype dtype_for() {
+#define KILN_DETAIL_DTYPE_FOR(d, T, text) \
+  if constexpr (std::is_same_v<U, T>)     \
+    return d;                             \
+  else
+  KILN_DTYPES(KILN_DETAIL_DTYPE_FOR)
+#undef KILN_DETAIL_DTYPE_FOR
+  throw "not an element type";  // has_dtype<U> rules it out
+}
+
+template <dtype D>
+struct element_type_of;
+#define KILN_DETAIL_DTYPE_ELEMENT(d, T, text) \
+  template <>                                 \
+  struct element_type_of<d> {                 \
+    using type = T;                           \
+  };
+KILN_DTYPES(KILN_DETAIL_DTYPE_ELEMENT)
+#undef KILN_DETAIL_DTYPE_ELEMENT
 }  // namespace detail
+
+/// The dtype of a C++ element type; `dtype_of<float> == float32`.
+template <class T>
+  requires has_dtype<T>
+inline constexpr dtype dtype_of = detail::dtype_for<T>();
 
 /// The C++ element type of a dtype: `element_t<kiln::float32>` is `float`.
 template <dtype D>
@@ -303,7 +329,9 @@ using element_t = typename detail::element_type_of<D>::type;
 
 /// Bytes per element (`sizeof(std::string)` for strings).
 constexpr std::size_t size_of(dtype t) {
-  constexpr std::size_t sizes[dtype_count] = {sizeof(bool), 4, 8, 4, 8, sizeof(std::string)};
+#define KILN_DETAIL_DTYPE_SIZE(d, T, text) sizeof(T),
+  constexpr std::size_t sizes[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_SIZE)};
+#undef KILN_DETAIL_DTYPE_SIZE
   return sizes[static_cast<int>(t)];
 }
 
@@ -312,16 +340,15 @@ constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
 /// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
 /// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(x.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... }); \endcode
+/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
-    case bool_: return f(std::type_identity<bool>{});
-    case int32: return f(std::type_identity<std::int32_t>{});
-    case int64: return f(std::type_identity<std::int64_t>{});
-    case float32: return f(std::type_identity<float>{});
-    case float64: return f(std::type_identity<double>{});
-    case string: return f(std::type_identity<std::string>{});
+#define KILN_DETAIL_DTYPE_CASE(d, T, text) \
+  case d:                                  \
+    return f(std::type_identity<T>{});
+    KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
+#undef KILN_DETAIL_DTYPE_CASE
   }
   throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
@@ -508,7 +535,7 @@ namespace kiln {
 
 /// The device of a tensor: `cpu` runs the xsimd kernels, `gpu` the Thrust kernels
 /// (on CUDA when compiled by nvcc, on the host device system otherwise).
-/// \code auto y = x.to(kiln::device::gpu); \endcode
+/// \code kiln::ones({2}).device() == kiln::device::cpu \endcode
 enum class device : unsigned char { cpu, gpu };
 
 constexpr std::string_view name(device d) { return d == device::cpu ? "cpu" : "gpu"; }
@@ -716,7 +743,12 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
-/// \code parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { ... }); \endcode
+/// \code
+/// std::vector<float> v(1 << 20);
+/// kiln::detail::parallel_for(std::int64_t(v.size()), 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+///   std::fill(v.begin() + lo, v.begin() + hi, 1.f);
+/// });
+/// \endcode
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;
@@ -806,9 +838,9 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 
 namespace kiln::detail {
@@ -849,9 +881,9 @@ class basic_caching_allocator {
     }
     {
       std::lock_guard lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end()) {
-        void* p = it->second;
+      auto it = std::lower_bound(free_.begin(), free_.end(), size, [](const free_block& b, std::size_t s) { return b.size < s; });
+      if (it != free_.end() && it->size == size) {
+        void* p = it->block;
         free_.erase(it);
         cached_bytes_ -= size;
         return p;
@@ -874,9 +906,14 @@ class basic_caching_allocator {
     } else {
       std::lock_guard lock(mutex_);
       if (cached_bytes_ + size <= cache_limit_) {
-        free_.emplace(size, p);
-        cached_bytes_ += size;
-        return;
+        try {
+          auto at = std::upper_bound(free_.begin(), free_.end(), size, [](std::size_t s, const free_block& b) { return s < b.size; });
+          free_.insert(at, {size, p});
+          cached_bytes_ += size;
+          return;
+        } catch (const std::bad_alloc&) {
+          // no room to remember it: it goes back to the system
+        }
       }
     }
     System::release(p);
@@ -885,7 +922,7 @@ class basic_caching_allocator {
   /// Returns every cached block to the system.
   void release_cached() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, p] : free_) System::release(p);
+    for (const free_block& b : free_) System::release(b.block);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -961,8 +998,14 @@ class basic_caching_allocator {
     return (size + step - 1) & ~(step - 1);
   }
 
+  // Kept blocks sorted by size. A vector, not a multimap, so that keeping and reusing
+  // blocks in steady state allocates nothing: it grows only past its largest count.
+  struct free_block {
+    std::size_t size;
+    void* block;
+  };
   mutable std::mutex mutex_;
-  std::multimap<std::size_t, void*> free_;
+  std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
@@ -1060,6 +1103,28 @@ class storage {
   void* data_ = nullptr;
 };
 
+/// Allocates a storage and its shared count (one block) from the host's caching
+/// allocator, as `make_shared` would from `operator new`: a tensor made in steady
+/// state (a graph's output, a variable's new value) then allocates nothing.
+template <class T>
+struct bookkeeping_allocator {
+  using value_type = T;
+  bookkeeping_allocator() = default;
+  template <class U>
+  bookkeeping_allocator(const bookkeeping_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(host_allocator().allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { host_allocator().deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const bookkeeping_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+/// A new storage of `count` elements, shared.
+inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+  return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
+}
+
 }  // namespace kiln::detail
 // ----- end kiln/core/storage.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_STORAGE_HPP
@@ -1098,7 +1163,7 @@ class tensor {
 
   /// An uninitialized eager tensor of the given dtype and shape (kernels fill it).
   tensor(kiln::dtype t, const kiln::shape& s, kiln::device d = kiln::device::cpu)
-      : buffer_(std::make_shared<detail::storage>(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
+      : buffer_(detail::make_storage(t, checked_size(s), d)), shape_(s), dtype_(t), device_(d) {}
 
   /// A symbolic tensor standing for `sym` (used by the tracer).
   tensor(kiln::dtype t, const kiln::shape& s, std::shared_ptr<const detail::symbol> sym)
@@ -1141,7 +1206,7 @@ class tensor {
   }
 
   /// A copy on device `d` (or this tensor, if it is there already).
-  /// \code auto g = x.to(kiln::device::gpu); \endcode
+  /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
   tensor to(kiln::device d) const {
     require_value("to");
     if (d == device_) return *this;
@@ -1165,7 +1230,10 @@ class tensor {
   tensor operator[](std::int64_t i) const;
   /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
   /// symbolic (a loop counter inside a function): a `gather` on the first axis.
-  /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  /// \code
+  /// kiln::tensor x = kiln::constant({{1, 2}, {3, 4}});
+  /// kiln::function rows([&] { kiln::for_range(2, [&](const kiln::tensor& i) { kiln::print(x[i]); }); });
+  /// \endcode
   template <class = void>
   tensor operator[](const tensor& i) const;
 
@@ -1340,7 +1408,7 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// `x` with the fewest fraction digits that read back as the same `T`, but at least
 /// `min_fraction` and at most `max_fraction` of them, rounded from the exact binary
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
-/// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
+/// \code kiln::detail::shortest_digits(2.2f, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
 KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
@@ -1355,7 +1423,7 @@ KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
-/// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
+/// \code kiln::detail::trimmed("2", kiln::detail::trim_mode::one_zero) == "2.0" \endcode
 KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
@@ -1403,7 +1471,7 @@ KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
 
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
-/// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
+/// \code kiln::detail::c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
 KILN_COLD inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -1487,7 +1555,7 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
 /// default mode (at most 8 fraction digits, only as many as needed): one notation
 /// for all (scientific when the largest magnitude is >= 1e8, the smallest non-zero
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
-/// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
+/// \code kiln::detail::numpy_float_texts<float>({1.5f, 2.f}) == std::vector<std::string>{"1.5", "2. "} \endcode
 template <class T>
 KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
@@ -1703,7 +1771,10 @@ enum class value_style {
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
 /// 1000 elements; the tf.print styles write each element unpadded.
-/// \code format_values_of(data, kiln::shape{2}, value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code
+/// const float data[] = {1.5f, 2.f};
+/// kiln::detail::format_values_of(data, kiln::shape{2}, kiln::detail::value_style::numpy) == "[1.5 2. ]";
+/// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
   const bool numpy = style == value_style::numpy;
@@ -1725,7 +1796,7 @@ KILN_COLD std::string format_values_of(const T* data, const shape& s, value_styl
 }
 
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
-/// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code kiln::detail::format_values(kiln::constant({1.5f, 2.f}), kiln::detail::value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
@@ -1743,7 +1814,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
 /// own line as TensorFlow writes it. Strings are quoted (`"a"`), bools are `1`/`0`.
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
-/// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
+/// \code kiln::detail::format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
 KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }
@@ -1855,6 +1926,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 
 namespace kiln {
@@ -1953,6 +2025,21 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
   return r;
 }
 
+/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; how the
+/// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
+/// into code.
+/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+template <class F>
+void visit_numeric(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      f.template operator()<T>();
+    else
+      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+  });
+}
+
 /// How an elementwise op's result dtype follows from its inputs'.
 enum class result_rule {
   same,            ///< the input dtype
@@ -1967,6 +2054,13 @@ struct elementwise_op {
   static constexpr int arity = Arity;
   static constexpr dtype_set accepts = Accepts;
   static constexpr dtype_set simd = Simd;
+  /// Operand roles. With a leading condition (`where`), operand 0 is a bool read as
+  /// `bool` and the others are values of the kernels' element type; without, every
+  /// operand is such a value.
+  static constexpr bool leading_condition = false;
+  /// True when the result's dtype is an attribute of the op (`cast`) rather than a
+  /// function of the values' dtype: the kernels then take every output type.
+  static constexpr bool converts = false;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     for (dtype t : in)
@@ -1988,6 +2082,28 @@ concept elementwise = requires {
   Op::accepts;
   Op::simd;
 };
+
+/// The operand whose dtype selects an op's kernel (the element type `In` of
+/// elementwise kernels): the first value operand.
+template <class Op>
+inline constexpr int value_operand = [] {
+  if constexpr (elementwise<Op>)
+    return Op::leading_condition ? 1 : 0;
+  else
+    return 0;
+}();
+
+/// Calls an elementwise op's functor on operands as the kernels read them:
+/// `condition(0)` for a leading condition, `value(k)` for the values.
+template <class Op, class Value, class Condition>
+KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& value, const Condition& condition) {
+  if constexpr (Op::leading_condition)
+    return op(condition(0), value(1), value(2));
+  else if constexpr (Op::arity == 1)
+    return op(value(0));
+  else
+    return op(value(0), value(1));
+}
 
 }  // namespace ops
 }  // namespace kiln
@@ -2471,6 +2587,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr bool converts = true;
   dtype to = float32;
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
@@ -2589,6 +2706,7 @@ struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
 /// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
 struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "select";
+  static constexpr bool leading_condition = true;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
     if (in[1] != in[2]) return {in[1], "both branches must have the same dtype"};
@@ -2820,6 +2938,7 @@ namespace kiln {
 /// `std::nullopt`, TensorFlow's `axis=None`), one axis, or a list of axes. Negative
 /// axes count from the end. An explicit empty `kiln::int_list` reduces nothing.
 /// \code
+/// kiln::tensor x = kiln::ones({2, 3, 4});
 /// kiln::reduce_sum(x);                      // every axis
 /// kiln::reduce_sum(x, -1);                  // the last axis
 /// kiln::reduce_sum(x, {0, 1}, true);        // two axes, kept as size 1
@@ -2874,7 +2993,7 @@ constexpr axes_check check_axes(const reduction_axes& axes, int rank) {
 }
 
 /// Which of the `rank` dims a reduction over (valid) `axes` reduces.
-/// \code kiln::ops::reduced_dims({-1}, 2) == std::array<bool, 8>{false, true} \endcode
+/// \code kiln::ops::reduced_dims(-1, 2) == std::array<bool, kiln::max_rank>{false, true} \endcode
 constexpr std::array<bool, max_rank> reduced_dims(const reduction_axes& axes, int rank) {
   std::array<bool, max_rank> reduced{};
   for (int d = 0; d < rank; ++d) reduced[d] = axes.all();
@@ -3028,20 +3147,6 @@ constexpr T mean_of(S sum, std::int64_t count) {
     return T(sum / S(count));
   else
     return count == 0 ? T(0) : T(std::int64_t(sum) / count);
-}
-
-/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
-/// place reduction kernels turn a runtime dtype into code.
-/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
-template <class F>
-void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      f.template operator()<T>();
-    else
-      throw internal_error("reduction kernel reached with dtype " + std::string(name(t)));
-  });
 }
 
 }  // namespace ops
@@ -4716,7 +4821,7 @@ inline ops::padding parse_padding(std::string_view p) {
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
-/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+/// \code kiln::conv2d(kiln::ones({1, 5, 5, 1}), kiln::ones({3, 3, 1, 2}), {1, 1}, "VALID").shape() == kiln::shape{1, 3, 3, 2} \endcode
 template <class = void>
 tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
   ops::conv2d op;
@@ -4843,34 +4948,17 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
-/// The op registry: every op type, one row each, in one list per family. Graphs store an op as
-/// a `std::variant` over this list, and the cross-backend suite walks it; the count
-/// `static_assert` makes adding an op without its row (or the reverse) a compile error,
-/// and calling an op without its row stops at `ops::registered`'s `static_assert`.
+/// The op registry: every op type, one row each, in one Boost.Mp11 list per family.
+/// Graphs store an op as a `std::variant` over these lists, and the cross-backend suite
+/// walks them; calling an op without its row stops at `ops::registered`'s `static_assert`.
 
-#include <cstddef>
+#include <boost/mp11/list.hpp>
+
 #include <string_view>
 #include <type_traits>
-#include <variant>
 
 
 namespace kiln::ops {
-
-template <class... Ops>
-struct type_list {
-  static constexpr std::size_t size = sizeof...(Ops);
-};
-
-template <class... Lists>
-struct concat_lists;
-template <class... A>
-struct concat_lists<type_list<A...>> {
-  using type = type_list<A...>;
-};
-template <class... A, class... B, class... Rest>
-struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
-  using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
-};
 
 // The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
 // which must name every op (kiln/kernels.hpp declares and instantiates each op's
@@ -4901,37 +4989,26 @@ inline constexpr std::string_view qualified_name{};
 KILN_ALL_OPS(KILN_DETAIL_QUALIFIED_NAME)
 #undef KILN_DETAIL_QUALIFIED_NAME
 
-template <class List>
-struct drop_front;
-template <class First, class... Rest>
-struct drop_front<type_list<First, Rest...>> {
-  using type = type_list<Rest...>;
-};
 #define KILN_DETAIL_LIST_ITEM(op) , op
-// type_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
-#define KILN_DETAIL_TYPE_LIST(LIST) typename drop_front<type_list<void LIST(KILN_DETAIL_LIST_ITEM)>>::type
+// mp_list<void, a, b, ...> without the void: the X-macros put a comma before each op.
+#define KILN_DETAIL_TYPE_LIST(LIST) boost::mp11::mp_pop_front<boost::mp11::mp_list<void LIST(KILN_DETAIL_LIST_ITEM)>>
 
-using elementwise_ops = typename concat_lists<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>::type;
-static_assert(elementwise_ops::size == 29, "an elementwise op was added or removed: update the list and the tests");
-
+using elementwise_ops = boost::mp11::mp_append<KILN_DETAIL_TYPE_LIST(KILN_UNARY_OPS), KILN_DETAIL_TYPE_LIST(KILN_BINARY_OPS)>;
 using shape_ops = KILN_DETAIL_TYPE_LIST(KILN_SHAPE_OPS);
-static_assert(shape_ops::size == 11, "a shape op was added or removed: update the list and the tests");
-
 using reduction_ops = KILN_DETAIL_TYPE_LIST(KILN_REDUCTION_OPS);
-static_assert(reduction_ops::size == 5, "a reduction op was added or removed: update the list and the tests");
-
 using linalg_ops = KILN_DETAIL_TYPE_LIST(KILN_LINALG_OPS);
-static_assert(linalg_ops::size == 2, "a linalg op was added or removed: update the list and the tests");
+#undef KILN_DETAIL_TYPE_LIST
+#undef KILN_DETAIL_LIST_ITEM
 
 /// Every op kiln defines.
-using all_ops = typename concat_lists<elementwise_ops, shape_ops, reduction_ops, linalg_ops>::type;
+using all_ops = boost::mp11::mp_append<elementwise_ops, shape_ops, reduction_ops, linalg_ops>;
 
 /// Whether op type `Op` has its row in the registry, which graphs need to hold it.
 /// \code static_assert(kiln::ops::registered<kiln::ops::tanh>); \endcode
 template <class Op, class List = all_ops>
 inline constexpr bool registered = false;
 template <class Op, class... Ops>
-inline constexpr bool registered<Op, type_list<Ops...>> = (std::is_same_v<Op, Ops> || ...);
+inline constexpr bool registered<Op, boost::mp11::mp_list<Ops...>> = (std::is_same_v<Op, Ops> || ...);
 
 }  // namespace kiln::ops
 // ----- end kiln/ops/registry.hpp -----
@@ -4982,7 +5059,7 @@ class tensor_array {
   /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
-  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(kiln::ones({4, 2}))[0]); \endcode
   // The members that call ops are templates, as op functions are, so that the ops'
   // kernels compile only where the members are used.
   template <class = void>
@@ -5002,7 +5079,10 @@ class tensor_array {
   /// The array with element `i` (an int32 or int64 scalar, or a C++ integer) set to
   /// `value`, which must have the array's dtype and the shape of earlier writes.
   /// `i` must be below the size, unless the array has dynamic_size.
-  /// \code states = states.write(i, state); \endcode
+  /// \code
+  /// kiln::tensor_array states(kiln::float32, 2);
+  /// states = states.write(1, kiln::ones({3}));
+  /// \endcode
   template <class = void>
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
@@ -5022,7 +5102,10 @@ class tensor_array {
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
   /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
-  /// \code tensor last = states.read(states.size() - 1); \endcode
+  /// \code
+  /// kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(1, kiln::ones({3}));
+  /// kiln::tensor last = states.read(states.size() - 1);  // [1 1 1]
+  /// \endcode
   template <class = void>
   tensor read(const tensor& i) const {
     require_written("read");
@@ -5034,7 +5117,7 @@ class tensor_array {
   }
 
   /// All elements in one tensor of shape `(size,) + element shape`.
-  /// \code tensor all = states.stack(); \endcode
+  /// \code kiln::tensor all = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3})).stack();  // (2, 3) \endcode
   tensor stack() const {
     require_written("stack");
     return elements_;
@@ -5043,7 +5126,7 @@ class tensor_array {
   /// The number of elements, when it is known without running a graph: it is not
   /// for a size given as a symbolic tensor, nor inside a function after a write to
   /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
-  /// \code states.size() == 10; \endcode
+  /// \code kiln::tensor_array(kiln::float32, 10).size() == 10; \endcode
   std::int64_t size() const {
     if (size_ == none)
       throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
@@ -5051,7 +5134,7 @@ class tensor_array {
   }
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
-  /// \code kiln::tensor n = states.size_tensor(); \endcode
+  /// \code kiln::tensor n = kiln::tensor_array(kiln::float32, 10).size_tensor();  // 10 \endcode
   template <class = void>
   tensor size_tensor() const {
     if (size_ != none) return kiln::constant(std::int32_t(size_));
@@ -5061,7 +5144,7 @@ class tensor_array {
   /// \code kiln::tensor_array(kiln::int32, 0, {.dynamic_size = true}).dynamic_size() == true; \endcode
   bool dynamic_size() const { return dynamic_size_; }
   /// The elements' dtype.
-  /// \code states.dtype() == kiln::float32; \endcode
+  /// \code kiln::tensor_array(kiln::float32, 10).dtype() == kiln::float32; \endcode
   kiln::dtype dtype() const { return type_; }
 
   /// Whether no element has been written yet (so the element shape is not known).
@@ -5071,11 +5154,17 @@ class tensor_array {
   }
 
   /// The tensor that holds the elements: how loops and functions carry the array.
-  /// \code const kiln::tensor& t = states.elements(); \endcode
+  /// \code
+  /// const kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3}));
+  /// const kiln::tensor& t = states.elements();  // (2, 3)
+  /// \endcode
   const tensor& elements() const { return elements_; }
   /// The same array holding `elements` instead (of the same dtype); once written,
   /// the array's size is the first dim of its elements.
-  /// \code auto next = states.with_elements(t); \endcode
+  /// \code
+  /// kiln::tensor_array states(kiln::float32, 2);
+  /// auto next = states.with_elements(kiln::zeros({2, 3}));
+  /// \endcode
   tensor_array with_elements(tensor elements) const {
     tensor_array out = *this;
     out.elements_ = std::move(elements);
@@ -5175,15 +5264,16 @@ constexpr std::array<std::int64_t, max_rank> broadcast_strides(const shape& in, 
   return st;
 }
 
-template <class Op, class In, class Seq = std::make_index_sequence<Op::arity>>
+template <class Op, class In, bool Condition = Op::leading_condition,
+          class Values = std::make_index_sequence<Op::arity - ops::value_operand<Op>>>
 struct elementwise_result;
 template <class Op, class In, std::size_t... I>
-struct elementwise_result<Op, In, std::index_sequence<I...>> {
+struct elementwise_result<Op, In, false, std::index_sequence<I...>> {
   using type = std::decay_t<decltype(std::declval<const Op&>()((void(I), std::declval<const In&>())...))>;
 };
-template <class Op, class In>
-struct elementwise_result<Op, In, std::index_sequence<0, 1, 2>> {  // where(cond, a, b)
-  using type = std::decay_t<decltype(std::declval<const Op&>()(true, std::declval<const In&>(), std::declval<const In&>()))>;
+template <class Op, class In, std::size_t... I>
+struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
+  using type = std::decay_t<decltype(std::declval<const Op&>()(true, (void(I), std::declval<const In&>())...))>;
 };
 /// The C++ type an elementwise op produces from operands of type `In`.
 template <class Op, class In>
@@ -5197,7 +5287,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
   visit_dtype(in, [&](auto in_tag) {
     using In = typename decltype(in_tag)::type;
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (std::is_same_v<Op, ops::cast>) {
+      if constexpr (Op::converts) {
         visit_dtype(out, [&](auto out_tag) {
           using Out = typename decltype(out_tag)::type;
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
@@ -5241,17 +5331,12 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
     }
     return off;
   };
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype, [&]<class In, class Out>() {
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype, [&]<class In, class Out>() {
     Out* o = out.as<Out>();
-    for (std::int64_t i = 0, n = os.num_elements(); i < n; ++i) {
-      if constexpr (Op::arity == 1)
-        o[i] = math::convert<Out>(op(in[0].as<In>()[offset(0, i)]));
-      else if constexpr (Op::arity == 2)
-        o[i] = math::convert<Out>(op(in[0].as<In>()[offset(0, i)], in[1].as<In>()[offset(1, i)]));
-      else
-        o[i] = op(in[0].as<bool>()[offset(0, i)], in[1].as<In>()[offset(1, i)], in[2].as<In>()[offset(2, i)]);
-    }
+    for (std::int64_t i = 0, n = os.num_elements(); i < n; ++i)
+      o[i] = math::convert<Out>(ops::invoke_elementwise(
+          op, [&](int k) -> const In& { return in[k].as<In>()[offset(k, i)]; },
+          [&](int k) { return in[k].as<bool>()[offset(k, i)]; }));
   });
 }
 
@@ -5395,7 +5480,10 @@ KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
 }
 
 /// Stores `b` at `p`: streaming when `Stream` (then `p` is aligned to the batch size).
-/// \code store_batch<true>(v, out + i); \endcode
+/// \code
+/// alignas(64) float out[64];
+/// kiln::backend::cpu::store_batch<false>(xsimd::batch<float>(1.f), out);
+/// \endcode
 template <bool Stream, class T, class A>
 KILN_ALWAYS_INLINE void store_batch(const xsimd::batch<T, A>& b, T* p) {
   if constexpr (Stream)
@@ -5468,15 +5556,10 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 template <class In, class Out, int Arity, class Op, class Offset>
 void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
                   Offset offset) {
-  auto at = [&](int k, std::int64_t i) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; };
-  for (std::int64_t i = from; i < len; ++i) {
-    if constexpr (Arity == 1)
-      o[i] = math::convert<Out>(op(at(0, i)));
-    else if constexpr (Arity == 2)
-      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
-    else
-      o[i] = op(static_cast<const bool*>(p[0])[offset(0, i)], at(1, i), at(2, i));
-  }
+  for (std::int64_t i = from; i < len; ++i)
+    o[i] = math::convert<Out>(ops::invoke_elementwise(
+        op, [&](int k) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; },
+        [&](int k) { return static_cast<const bool*>(p[k])[offset(k, i)]; }));
 }
 
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
@@ -5525,7 +5608,7 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     }
     if (i < len) partial(i, len - i);
     return;
-  } else if constexpr (Arity == 3 && std::is_same_v<In, Out> && simd_type<In>) {
+  } else if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
     // `where`: the bool condition widened to a mask, then a blend of the branches
     // (a select copies bits, so the scalar tail gives the same results).
     using B = xsimd::batch<In>;
@@ -5590,9 +5673,9 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   unsigned contig = 0;
   for (int k = 0; k < arity; ++k)
     if (nest.stride[k][r - 1] == 1) contig |= 1u << k;
-  // `where` reads its condition as bool and its branches as In; byte offsets differ.
+  // A leading condition is read as bool and the values as In; byte offsets differ.
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
-  auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
+  auto elem_size = [&](int k) { return k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In); };
 
   const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
@@ -5628,8 +5711,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype,
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
                           [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
 }
 
@@ -5888,35 +5970,56 @@ inline void pairwise(const tree_steps& s, std::int64_t lo, std::int64_t hi, std:
   s.combine(s.context, out, scratch);
 }
 
+/// Room for partial results, from the host's caching allocator (a thread's recently
+/// freed blocks), so that a reduction in steady state allocates nothing.
+class tree_buffer {
+ public:
+  explicit tree_buffer(std::size_t bytes)
+      : bytes_(bytes), data_(static_cast<std::byte*>(kiln::detail::host_allocator().allocate(bytes))) {}
+  ~tree_buffer() { kiln::detail::host_allocator().deallocate(data_, bytes_); }
+  tree_buffer(const tree_buffer&) = delete;
+  tree_buffer& operator=(const tree_buffer&) = delete;
+  std::byte* data() { return data_; }
+
+ private:
+  std::size_t bytes_;
+  std::byte* data_;
+};
+
 /// Room for one partial per level of a tree of `leaves` leaves, left unset.
-inline std::unique_ptr<std::byte[]> tree_scratch(const tree_steps& s, std::int64_t leaves) {
-  return std::unique_ptr<std::byte[]>(new std::byte[std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size]);
+inline std::size_t tree_scratch_bytes(const tree_steps& s, std::int64_t leaves) {
+  return std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size;
 }
 
 /// The same tree as `pairwise(s, 0, leaves, ...)`, with its subtrees a few levels
 /// down evaluated in parallel and combined above in the same order.
 inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byte* out) {
-  constexpr int split_depth = 5;  // up to 32 subtrees, enough to balance a pool
+  constexpr int split_depth = 5;
+  constexpr std::size_t most_subtrees = std::size_t(1) << split_depth;  // enough to balance a pool
   struct range {
     std::int64_t lo, hi;
   };
-  std::vector<range> subtrees;
+  std::array<range, most_subtrees> subtrees;
+  std::size_t count = 0;
   auto collect = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth) -> void {
-    if (depth == split_depth || hi - lo == 1) return subtrees.push_back({lo, hi});
+    if (depth == split_depth || hi - lo == 1) {
+      subtrees[count++] = {lo, hi};
+      return;
+    }
     const std::int64_t mid = lo + (hi - lo) / 2;
     self(self, lo, mid, depth + 1);
     self(self, mid, hi, depth + 1);
   };
   collect(collect, 0, leaves, 0);
 
-  std::vector<std::byte> values(subtrees.size() * s.size);
-  kiln::detail::parallel_for(std::int64_t(subtrees.size()), 1, [&](std::int64_t lo, std::int64_t hi) {
-    const auto scratch = tree_scratch(s, leaves);
+  tree_buffer values(count * s.size);
+  kiln::detail::parallel_for(std::int64_t(count), 1, [&](std::int64_t lo, std::int64_t hi) {
+    tree_buffer scratch(tree_scratch_bytes(s, leaves));
     for (std::int64_t i = lo; i < hi; ++i)
-      pairwise(s, subtrees[i].lo, subtrees[i].hi, values.data() + i * s.size, scratch.get());
+      pairwise(s, subtrees[std::size_t(i)].lo, subtrees[std::size_t(i)].hi, values.data() + i * s.size, scratch.data());
   });
 
-  const auto scratch = tree_scratch(s, leaves);
+  tree_buffer scratch(tree_scratch_bytes(s, leaves));
   std::size_t next = 0;
   auto fold = [&](auto& self, std::int64_t lo, std::int64_t hi, int depth, std::byte* into, std::byte* below) -> void {
     if (depth == split_depth || hi - lo == 1) {
@@ -5928,7 +6031,7 @@ inline void pairwise_parallel(const tree_steps& s, std::int64_t leaves, std::byt
     self(self, mid, hi, depth + 1, below, below + s.size);
     s.combine(s.context, into, below);
   };
-  fold(fold, 0, leaves, 0, out, scratch.get());
+  fold(fold, 0, leaves, 0, out, scratch.data());
 }
 
 /// The partial result of `leaves` leaves: `leaf(i)` makes leaf i's, `combine(a, b)`
@@ -5957,8 +6060,8 @@ P tree(std::int64_t leaves, bool parallel, const Leaf& leaf, const Combine& comb
     if (parallel) {
       pairwise_parallel(s, leaves, reinterpret_cast<std::byte*>(&result));
     } else {
-      const auto scratch = tree_scratch(s, leaves);
-      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.get());
+      tree_buffer scratch(tree_scratch_bytes(s, leaves));
+      pairwise(s, 0, leaves, reinterpret_cast<std::byte*>(&result), scratch.data());
     }
     return result;
   }
@@ -6979,22 +7082,10 @@ void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in
 
 namespace kiln::backend {
 
-namespace reference {
-/// Calls `f(tag)` for the numeric dtype `t` (the linalg ops accept nothing else).
-template <class F>
-void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) f(tag);
-  });
-}
-}  // namespace reference
-
 template <class = void>
 void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     for (std::int64_t bi = 0; bi < g.batches; ++bi) {
       auto [oa, ob] = g.operand_offsets(bi);
       const T* a = in[0].as<T>() + oa;
@@ -7015,8 +7106,7 @@ void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_vi
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     const T* x = in[0].as<T>();
     const T* f = in[1].as<T>();
     T* o = out.as<T>();
@@ -7143,7 +7233,10 @@ enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, c
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
 /// thread ends, so steady-state calls allocate nothing.
-/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096)); \endcode
+/// \code
+/// using namespace kiln::backend::cpu::detail;
+/// float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096));
+/// \endcode
 inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
   struct block {
     void* data = nullptr;
@@ -7682,7 +7775,8 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
 /// use kiln's thread pool.
 /// \code
 /// // 1x5x5x1 image, 3x3x1x1 filter, stride 1, VALID: 1x3x3x1 output
-/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);
+/// std::vector<float> in(25, 1.f), k(9, 1.f), out(9);
+/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);  // 9s
 /// \endcode
 template <class T>
 void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t in_w, std::int64_t in_c,
@@ -7707,8 +7801,7 @@ namespace kiln::backend {
 template <class = void>
 void compute(cpu_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     for (std::int64_t bi = 0; bi < g.batches; ++bi) {
       auto [oa, ob] = g.operand_offsets(bi);
       cpu::gemm<T>(g.m, g.n, g.k, in[0].as<T>() + oa, g.k, in[1].as<T>() + ob, g.n, out.as<T>() + bi * g.m * g.n, g.n);
@@ -7721,8 +7814,7 @@ void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     cpu::conv2d<T>(in[0].as<T>(), xs[0], xs[1], xs[2], xs[3], in[1].as<T>(), fs[0], fs[1], fs[3], op.stride_h, op.stride_w,
                    pad_h, pad_w, out.as<T>(), os[1], os[2]);
   });
@@ -7786,7 +7878,7 @@ namespace kiln::backend::thrust_kernels {
 
 /// Sets every element `i` of `out` (of type `T`) to `element(i)`: the one kernel
 /// shape of most gpu ops, a transform over the output's flat indices.
-/// \code fill_elements<float>(out, read_strided<float>{x, index}); \endcode
+/// For example `fill_elements<float>(out, read_strided<float>{x, index})`.
 template <class T, class Element>
 void fill_elements(const buffer_view& out, const Element& element) {
   ::thrust::counting_iterator<std::int64_t> first(0);
@@ -7898,6 +7990,7 @@ struct offsets {
 /// Maps flat output indices to operand offsets; plain data, copied to the device by
 /// value inside kernel functors.
 /// \code
+/// using kiln::backend::thrust_kernels::strided_offsets;
 /// strided_offsets<1> t = strided_offsets<1>::over(kiln::shape{2, 3}, {{{1, 2}}});  // transpose of a (3, 2)
 /// t(4).at[0] == 3;  // output (1, 1) reads input (1, 1), at offset 1 * 2 + 1
 /// \endcode
@@ -7952,18 +8045,14 @@ template <class Op, class In, class Out>
 struct elementwise_element {
   static constexpr int arity = Op::arity;
   Op op;
-  const void* operand[arity];  // for `where`, operand 0 is the bool condition
+  const void* operand[arity];  // a leading condition (`where`) points to bools
   strided_offsets<arity> index;
 
   KILN_HOST_DEVICE Out operator()(std::int64_t i) const {
     const offsets<arity> o = index(i);
-    auto value = [&](int k) -> const In& { return static_cast<const In*>(operand[k])[o.at[k]]; };
-    if constexpr (arity == 1)
-      return math::convert<Out>(op(value(0)));
-    else if constexpr (arity == 2)
-      return math::convert<Out>(op(value(0), value(1)));
-    else
-      return op(static_cast<const bool*>(operand[0])[o.at[0]], value(1), value(2));
+    return math::convert<Out>(ops::invoke_elementwise(
+        op, [&](int k) -> const In& { return static_cast<const In*>(operand[k])[o.at[k]]; },
+        [&](int k) { return static_cast<const bool*>(operand[k])[o.at[k]]; }));
   }
 };
 
@@ -7985,8 +8074,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 template <ops::elementwise Op>
 void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype, [&]<class In, class Out>() {
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype, [&]<class In, class Out>() {
     if constexpr (std::is_same_v<In, std::string> || std::is_same_v<Out, std::string>)
       throw internal_error(std::string(Op::name) + ": string tensors cannot be on the gpu");
     else
@@ -8595,7 +8683,7 @@ inline void enable_check_numerics() { detail::check_numerics_flag() = true; }
 /// \code kiln::debugging::disable_check_numerics(); \endcode
 inline void disable_check_numerics() { detail::check_numerics_flag() = false; }
 /// Whether enable_check_numerics() is in effect.
-/// \code if (kiln::debugging::check_numerics_enabled()) { ... } \endcode
+/// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
 inline bool check_numerics_enabled() { return detail::check_numerics_flag().load(std::memory_order_relaxed); }
 }  // namespace debugging
 
@@ -8801,7 +8889,7 @@ namespace kiln {
 /// string that is not empty. A symbolic tensor has no value to test: a C++ `if` or
 /// `while` on one raises kiln::type_error pointing to kiln::cond and kiln::while_loop;
 /// more than one element (or none) raises kiln::value_error.
-/// \code if (kiln::constant(3) > 2) { ... }  // eager: reads the value \endcode
+/// \code if (kiln::constant(3) > 2) std::cout << "more\n";  // eager: reads the value \endcode
 inline tensor::operator bool() const {
   if (is_symbolic())
     throw type_error(
@@ -9428,7 +9516,7 @@ struct rule_error {};
 template <class Op, class D, class... E>
 struct node : typed_expression {
   /// The operands' element type (for `where`, its branches').
-  using input_type = typename std::tuple_element_t<sizeof...(E) == 3 ? 1 : 0, std::tuple<E...>>::value_type;
+  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
   using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
   using dims_type = D;
   /// Batches throughout when the CPU kernel of this op would use them (one input
@@ -10113,6 +10201,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
 /// A typed trace as a concrete function: called with the `fixed` values its signature
 /// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
 /// \code
+/// kiln::function f([](const auto& x) { return x + x; });
 /// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
 /// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
 /// \endcode
@@ -10129,7 +10218,11 @@ class concrete_function {
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
-  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
+  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+  /// \endcode
   template <class Writer = graph_writer>
   auto graph() const {
     if constexpr (requires { sizeof(Writer); })
@@ -10805,24 +10898,15 @@ auto reshape(const X& x) {
 
 namespace kiln {
 
-namespace detail {
-template <class List>
-struct variant_of;
-template <class... Ops>
-struct variant_of<ops::type_list<Ops...>> {
-  using type = std::variant<Ops...>;
-};
-}  // namespace detail
-
 namespace ops {
 /// Any op of the registry, as a graph node stores it.
-using any_op = typename detail::variant_of<all_ops>::type;
+using any_op = boost::mp11::mp_rename<all_ops, std::variant>;
 
 /// `f(the op that op holds)`, as std::visit, through one table of function pointers
 /// per visitor type. libstdc++'s std::visit builds its table by recursive template
 /// instantiation, which over the registry's ops made std::visit alone the largest
 /// share of compiling a source file that includes kiln.
-/// \code kiln::ops::visit([](const auto& o) { return o.arity; }, node.operation()) \endcode
+/// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
 template <class F>
 decltype(auto) visit(F&& f, const any_op& op) {
   using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
@@ -10841,6 +10925,14 @@ inline std::string_view name_of(const any_op& op) {
   return names[op.index()];
 }
 
+/// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
+inline int value_operand_of(const any_op& op) {
+  static constexpr auto operands = []<class... Ops>(std::variant<Ops...>*) {
+    return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
+  }(static_cast<any_op*>(nullptr));
+  return operands[op.index()];
+}
+
 /// Whether `a` and `b` are the same op with the same attributes.
 inline bool same_op(const any_op& a, const any_op& b) {
   if (a.index() != b.index()) return false;
@@ -10855,7 +10947,8 @@ class graph;
 /// same object runs eagerly and as a graph node. Effects run in program order and
 /// are never pruned, folded or merged.
 ///
-/// A derived op defines `name()`, `has_effects()`, `run(inputs)` and optionally
+/// A derived op defines `name()`, `has_effects()`, `run(inputs)` (returning a tensor,
+/// or a vector of tensors when it has other than one result) and optionally
 /// `subgraphs()`, and passes `std::type_identity<itself>` to this base. Calls reach
 /// them through a table of function pointers made where the op is constructed, not
 /// through virtual functions: a compiler treats every override of a virtual function
@@ -10868,8 +10961,10 @@ class special_op {
   /// True when running it does more than compute its results (a write, a print, a
   /// callback), so that it runs even when no output needs it.
   bool has_effects() const { return table_->has_effects(*this); }
-  /// Runs on eager inputs; one tensor per result.
-  std::vector<tensor> run(std::span<const tensor* const> inputs) const { return table_->run(*this, inputs); }
+  /// Runs on eager inputs and writes one tensor per result into `results`.
+  void run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
+    table_->run(*this, inputs, results);
+  }
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
   /// This op as an `Op`, or null when it is another kind of special op.
@@ -10887,17 +10982,33 @@ class special_op {
   ~special_op() = default;
 
  private:
+  // An op's run() returns its one result as a tensor, so that no vector is allocated
+  // for it, or a vector of its results (empty when it has none).
+  static void deliver(tensor result, std::span<tensor> results, const special_op& op) {
+    if (results.size() != 1) wrong_count(op, 1, results.size());
+    results[0] = std::move(result);
+  }
+  static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
+    if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
+    std::move(out.begin(), out.end(), results.begin());
+  }
+  [[noreturn]] static void wrong_count(const special_op& op, std::size_t gave, std::size_t expected) {
+    throw internal_error(std::string(op.name()) + " gave " + std::to_string(gave) + " results instead of " +
+                         std::to_string(expected));
+  }
   struct operations {
     std::string_view (*name)(const special_op&);
     bool (*has_effects)(const special_op&);
-    std::vector<tensor> (*run)(const special_op&, std::span<const tensor* const>);
+    void (*run)(const special_op&, std::span<const tensor* const>, std::span<tensor>);
     std::vector<std::pair<std::string, const graph*>> (*subgraphs)(const special_op&);
   };
   template <class Op>
   static constexpr operations table_of{
       [](const special_op& op) { return std::string_view(static_cast<const Op&>(op).name()); },
       [](const special_op& op) { return static_cast<const Op&>(op).has_effects(); },
-      [](const special_op& op, std::span<const tensor* const> in) { return static_cast<const Op&>(op).run(in); },
+      [](const special_op& op, std::span<const tensor* const> in, std::span<tensor> results) {
+        deliver(static_cast<const Op&>(op).run(in), results, op);
+      },
       [](const special_op& op) -> std::vector<std::pair<std::string, const graph*>> {
         // (Op's own subgraphs(), not this base's, which would call itself)
         if constexpr (!std::is_same_v<decltype(&Op::subgraphs), decltype(&special_op::subgraphs)>)
@@ -10919,7 +11030,11 @@ enum class node_kind : unsigned char {
 };
 
 /// One node of a kiln::graph.
-/// \code for (const kiln::node& n : g.nodes()) std::cout << n.name() << " = " << n.op() << "\n"; \endcode
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x + 1; });
+/// const kiln::graph g = f.get_concrete_function(kiln::constant(1)).graph();
+/// for (const kiln::node& n : g.nodes()) std::cout << n.name() << " = " << n.op() << "\n";
+/// \endcode
 class node {
  public:
   /// Unique within its graph: the argument name, or the op's name with a suffix (`add_1`).
@@ -10969,6 +11084,7 @@ class node {
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
 /// \code
+/// kiln::function f([](const kiln::tensor& x) { return x + 1; });
 /// auto g = f.get_concrete_function(kiln::constant(1)).graph();
 /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
 /// \endcode
@@ -11286,11 +11402,18 @@ namespace kiln {
 /// ops run at once on eager tensors and variables change now, once, while tracing,
 /// instead of becoming part of the graph. Outside a trace it changes nothing.
 /// \code
-/// if (!m.initialized) {
-///   kiln::init_scope lift;
-///   m.initialized = true;
-///   m.v.assign_add(1);  // runs once, while tracing
-/// }
+/// struct model {
+///   kiln::variable v{kiln::constant(0)};
+///   bool initialized = false;
+/// } m;
+/// kiln::function f([&](const kiln::tensor& x) {
+///   if (!m.initialized) {
+///     kiln::init_scope lift;
+///     m.initialized = true;
+///     m.v.assign_add(1);  // runs once, while tracing
+///   }
+///   return x + m.v.read_value();
+/// });
 /// \endcode
 class init_scope {
  public:
@@ -11356,7 +11479,7 @@ namespace kiln::detail::exec {
 /// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
 /// `contig` says it advances by one element per output, otherwise it is one
 /// broadcast value.
-/// \code fn(&op, 0b01u, out, table, in, 1024); \endcode
+/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
 
 /// A scale or shift of folded_arithmetic: table entry `entry`, read as one broadcast
@@ -11373,7 +11496,8 @@ struct fold_operand {
 /// pre(x) = x * pre_scale + pre_shift (unary ops only) and post(r) = r * scale + shift.
 /// Each product and sum is rounded on its own, as the separate ops round them, so
 /// folding changes no result. Only unary ops read a contiguous scale or shift.
-/// \code tanh(x * 0.5 + 1) * x - 0.25  // tanh; pre 0.5, 1; post scale x, shift 0.25 negated \endcode
+/// For example, `tanh(x * 0.5 + 1) * x - 0.25` is a tanh with pre 0.5, 1 and post scale x,
+/// shift 0.25 negated.
 struct folded_arithmetic {
   bool pre = false;
   fold_operand pre_scale, pre_shift, scale, shift;
@@ -11385,7 +11509,7 @@ using compound_fn = void (*)(const void* op, unsigned contig, const folded_arith
                              const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
-/// \code fn(&op, &result, operands); \endcode
+/// It is called as `fn(&op, &result, operands)`.
 using scalar_fn = void (*)(const void* op, void* out, const void* const* in);
 
 /// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
@@ -11585,12 +11709,9 @@ void run_scalar(const void* op, void* out, const void* const* in) {
       *result = o(B(arg(0))).get(0);
     else
       *result = o(B(arg(0)), B(arg(1))).get(0);
-  } else if constexpr (Op::arity == 1) {
-    *result = kiln::math::convert<Out>(o(arg(0)));
-  } else if constexpr (Op::arity == 2) {
-    *result = kiln::math::convert<Out>(o(arg(0), arg(1)));
   } else {
-    *result = o(*static_cast<const bool*>(in[0]), arg(1), arg(2));
+    *result = kiln::math::convert<Out>(
+        ops::invoke_elementwise(o, arg, [&](int k) { return *static_cast<const bool*>(in[k]); }));
   }
 }
 
@@ -11726,7 +11847,9 @@ inline tensor zeros_shaped_like(const tensor& x) {
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
 /// \code
-/// template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }  // tanh
+/// struct my_tanh {  // an op's member, as kiln::ops::tanh has it
+///   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
+/// };
 /// \endcode
 class gradient_builder {
  public:
@@ -12432,7 +12555,7 @@ inline void record_call_on_active_tapes(const std::shared_ptr<const differentiab
 }  // namespace detail
 
 /// `x`, cut off from every gradient tape: gradients do not flow through the result.
-/// \code kiln::tensor frozen = kiln::stop_gradient(x); \endcode
+/// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
 inline tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
   tensor copy(x.dtype(), x.shape());
@@ -12775,8 +12898,7 @@ class plan_builder {
           },
           n.operation());
       if (!ok) return false;
-      // Elementwise ops read values of one dtype (for `where`, the branches').
-      dtype in = dtypes.empty() ? value(id).type : dtypes[dtypes.size() == 3 ? 1 : 0];
+      dtype in = dtypes.empty() ? value(id).type : dtypes[std::size_t(ops::value_operand_of(n.operation()))];
       bool text = value(id).type == string;
       for (dtype t : dtypes) text = text || t == string;
       entries_[std::size_t(id)] = entry_of(n.operation(), text ? string : in, value(id).type);
@@ -13471,7 +13593,7 @@ inline std::string native_prelude() {
 /// (nothing to keep in registers), or an op has no SIMD functor for the cluster's
 /// one dtype. Like the elementwise kernels, a loop whose results are too large for
 /// the cache writes them with non-temporal stores.
-/// \code native_source(cluster) // "... const B v0 = kiln::ops::abs{}(m3); ..." \endcode
+/// It holds lines such as `const B v0 = kiln::ops::abs{}(m3);`.
 KILN_COLD inline std::string native_source(const fused_cluster& c) {
   std::size_t ops = 0;
   for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
@@ -13733,8 +13855,10 @@ namespace kiln::detail {
 
 /// Runs one graph, from any number of threads at once.
 /// \code
-/// detail::graph_executor run(g);
-/// std::vector<tensor> out = run.run(std::vector<tensor>{kiln::constant(2.f)});
+/// kiln::function twice([](const kiln::tensor& x) { return x + x; });
+/// const kiln::graph g = twice.get_concrete_function(kiln::constant(2.f)).graph();
+/// kiln::detail::graph_executor run(g);
+/// std::vector<kiln::tensor> out = run.run(std::vector<kiln::tensor>{kiln::constant(2.f)});  // [4]
 /// \endcode
 class graph_executor {
  public:
@@ -13748,17 +13872,31 @@ class graph_executor {
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
+    std::vector<tensor> outputs;
+    run(args, outputs);
+    return outputs;
+  }
+
+  /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
+  /// vector makes a call in steady state allocate nothing but what the kernels need.
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+    outputs.clear();
     if (args.size() != graph_->arguments().size())
       throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
                                    std::to_string(args.size()));
     // check_numerics names the op that produced a NaN or an Inf, so every op's
     // result must exist: node by node, no fusion.
-    if (debugging::check_numerics_enabled()) return interpret(args);
-    for (const tensor& a : args)
-      if (!a.defined() || a.is_symbolic()) return interpret(args);
+    const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
+    if (debugging::check_numerics_enabled() || !eager) {
+      outputs = interpret(args);
+      return;
+    }
     std::unique_ptr<exec::execution_plan> transient;
     const exec::execution_plan& p = find_plan(args, transient);
-    if (p.interpreted) return interpret(args, &p);
+    if (p.interpreted) {
+      outputs = interpret(args, &p);
+      return;
+    }
 
     lease ws(*this, p);
     if (ws->bound_plan != p.id) ws->bind(*graph_, p);
@@ -13773,10 +13911,8 @@ class graph_executor {
         run_op(s, p, *ws);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
-    std::vector<tensor> outputs;
     outputs.reserve(p.outputs.size());
     for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
-    return outputs;
   }
 
   /// How many plans this executor has cached (one per argument shape set seen).
@@ -13785,7 +13921,7 @@ class graph_executor {
   /// The schedule for `args`, one step per word: an op's name, or a fused cluster
   /// as its ops in brackets (braces for a native loop); `interpreted` when the graph
   /// runs node by node.
-  /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
+  /// For example `"[mul add] matmul [tanh]"`.
   std::string schedule(std::span<const tensor> args) const {
     std::unique_ptr<exec::execution_plan> transient;
     const exec::execution_plan& p = find_plan(args, transient);
@@ -13890,11 +14026,7 @@ class graph_executor {
   // and the Result nodes after it.
   void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
     const node& n = graph_->nodes()[std::size_t(id)];
-    std::vector<tensor> out = n.special().run(inputs);
-    if (out.size() != std::size_t(n.result_count()))
-      throw internal_error(std::string(n.op()) + " gave " + std::to_string(out.size()) + " results instead of " +
-                           std::to_string(n.result_count()));
-    for (std::size_t k = 0; k < out.size(); ++k) values[std::size_t(id) + k] = std::move(out[k]);
+    n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
@@ -14289,7 +14421,7 @@ class read_variable_op final : public special_op {
       : special_op(std::type_identity<read_variable_op>()), var_(std::move(v)) {}
   std::string_view name() const { return "ReadVariableOp"; }
   bool has_effects() const { return false; }
-  std::vector<tensor> run(std::span<const tensor* const>) const { return {var_->read()}; }
+  tensor run(std::span<const tensor* const>) const { return var_->read(); }
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
@@ -14322,7 +14454,7 @@ class assign_variable_op final : public special_op {
   }
   bool has_effects() const { return true; }
   template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const { return {apply(*in[0])}; }
+  tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
@@ -14468,8 +14600,7 @@ class scalar_program {
           break;
         case node_kind::op: {
           const std::vector<int>& in = n.input_ids();
-          // Elementwise ops read values of one dtype (for `where`, the branches').
-          const dtype operand = nodes[std::size_t(in[in.size() == 3 ? 1 : 0])].dtype();
+          const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,
           // negative powers): on floats the op needs none.
@@ -14764,7 +14895,10 @@ template <class T>
 inline constexpr bool is_sequence = is_tuple_like<T>::value || is_vector<T>::value || is_flattened_aggregate<T>;
 
 /// Calls `f(element)` for each element of sequence `x` (each field of an aggregate), in order.
-/// \code for_each_element(std::pair{1, 2.f}, [](const auto& e) { std::cout << e; });  // 12 \endcode
+/// \code
+/// const std::pair pair{1, 2.f};
+/// kiln::detail::for_each_element(pair, [](const auto& e) { std::cout << e; });  // 12
+/// \endcode
 template <class T, class F>
 void for_each_element(T& x, F&& f) {
   using U = std::remove_const_t<T>;
@@ -14860,6 +14994,77 @@ struct call_signature {
     for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
   }
   std::span<const std::uint64_t> structure() const { return {key.data(), structure_size}; }
+
+  /// Empties it for another call, keeping the vectors' capacity.
+  void clear() {
+    key.clear();
+    structure_size = 0;
+    sealed = false;
+    tensors.clear();
+    specs.clear();
+    tensor_arg.clear();
+    values.clear();
+  }
+};
+
+/// What a call of a kiln::function needs besides its arguments: the signature that
+/// keys it and room for its outputs.
+struct call_frame {
+  call_signature signature;
+  std::vector<tensor> outputs;
+};
+
+/// A call_frame taken from this thread's pool and given back at the end of the call,
+/// empty, so that its vectors keep their capacity and a call in steady state allocates
+/// nothing to key itself or collect its outputs. A call made during another (from a
+/// host callback, or while tracing) takes a frame of its own.
+class pooled_call_frame {
+ public:
+  pooled_call_frame() {
+    pool* p = thread_pool();
+    frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
+  }
+  ~pooled_call_frame() {
+    frame_->signature.clear();
+    frame_->outputs.clear();
+    pool* p = thread_pool();
+    if (p && p->count < pool::depth)
+      p->frames[p->count++] = frame_;
+    else
+      delete frame_;
+  }
+  pooled_call_frame(const pooled_call_frame&) = delete;
+  pooled_call_frame& operator=(const pooled_call_frame&) = delete;
+  call_frame* operator->() const { return frame_; }
+
+ private:
+  struct pool {
+    static constexpr int depth = 8;
+    call_frame* frames[depth];
+    int count = 0;
+    ~pool() {
+      for (int i = 0; i < count; ++i) delete frames[i];
+    }
+  };
+  // Reached through a trivially destructible pointer, as the allocator's thread cache
+  // is, so that a call made while the thread's objects are destroyed finds no pool.
+  static pool* thread_pool() {
+    thread_local pool* current = nullptr;
+    thread_local bool finished = false;
+    if (!current && !finished) {
+      struct owner {
+        pool frames;
+        ~owner() {
+          current = nullptr;
+          finished = true;
+        }
+      };
+      thread_local owner cleanup;
+      current = &cleanup.frames;
+    }
+    return current;
+  }
+  call_frame* frame_;
 };
 
 /// How a signature shows a C++ argument with no tensor in it, as Python shows the
@@ -15055,7 +15260,7 @@ concept takes_objects_by_reference =
 namespace kiln {
 
 /// Options of a kiln::function.
-/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+/// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
 struct function_options {
   /// Shown in signatures and errors.
   std::string name = "function";
@@ -15432,8 +15637,9 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         break;
       }
       case node_kind::special: {
-        std::vector<tensor> results;
+        std::vector<tensor> results(std::size_t(n.result_count()));
         if (trace) {
+          results.clear();
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
           for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
@@ -15441,7 +15647,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         } else {
           std::vector<const tensor*> in;
           for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
-          results = n.special().run(in);
+          n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
         if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
@@ -15630,8 +15836,8 @@ struct concrete_state {
   KILN_LIBRARY_INLINE void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
-  /// some are symbolic (a function called while tracing another).
-  KILN_LIBRARY_INLINE std::vector<tensor> run(const call_signature& sig) const;
+  /// some are symbolic (a function called while tracing another); the outputs go to `out`.
+  KILN_LIBRARY_INLINE void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
 // The optimizer and the executor are reached only through these, so that a program
@@ -15644,22 +15850,23 @@ KILN_LIBRARY_INLINE void concrete_state::compile() {
   executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
-KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature& sig) const {
+KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
-  std::vector<tensor> out;
+  out.clear();
   if (outer) {
     // A tape recording in the outer trace sees the ops one by one.
     if (recording_tapes() > 0) {
       std::vector<tensor> args;
       for (const tensor* t : sig.tensors) args.push_back(*t);
-      return replay(graph, args);
+      out = replay(graph, args);
+      return;
     }
     std::vector<int> args;
     for (const tensor* t : sig.tensors) args.push_back(outer->node_of(*t));
     for (int id : outer->inline_graph(graph, args)) out.push_back(outer->symbolic(id));
-    return out;
+    return;
   }
   small_vector<tensor, 4> args;
   args.reserve(sig.tensors.size());
@@ -15671,12 +15878,12 @@ KILN_LIBRARY_INLINE std::vector<tensor> concrete_state::run(const call_signature
   if (recording_tapes() > 0 && graph.has_effects()) {
     // Under a gradient tape, a function with effects runs op by op, recorded as eager
     // code is: its backward pass cannot run it again.
-    return replay(graph, inputs);
+    out = replay(graph, inputs);
+    return;
   }
-  out = executor->run(inputs);
+  executor->run(inputs, out);
   // Under a gradient tape, a function without effects is one differentiable op.
   if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
-  return out;
 }
 #endif
 
@@ -15873,6 +16080,7 @@ inline void function_state::check_created_variables(const trace_context& context
 /// One trace of a kiln::function: a graph for one input signature. Call it with
 /// tensors (and, optionally, the C++ values it was traced with).
 /// \code
+/// kiln::function pow([](const kiln::tensor& x, int n) { return kiln::pow(x, float(n)); });
 /// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
 /// square(kiln::constant(10.f));  // 100
 /// \endcode
@@ -15910,11 +16118,13 @@ class concrete_function {
  private:
   template <class... Args>
   std::vector<tensor> call(const Args&... args) const {
-    detail::call_signature sig;
+    detail::pooled_call_frame frame;
     int arg = 0;
-    (detail::flatten(args, sig, arg++), ...);
-    state_->check_call(sig);
-    return state_->run(sig);
+    (detail::flatten(args, frame->signature, arg++), ...);
+    state_->check_call(frame->signature);
+    std::vector<tensor> out;
+    state_->run(frame->signature, out);
+    return out;
   }
   std::shared_ptr<const detail::concrete_state> state_;
 };
@@ -15935,13 +16145,15 @@ struct runtime_tier {
     } else {
       using R = result_t<Args...>;
       if (config::functions_run_eagerly()) return run_eagerly<R>(f, std::forward<Args>(args)...);
-      call_signature sig = signature_of(f, args...);
+      pooled_call_frame frame;
+      call_signature& sig = frame->signature;
+      signature_of(sig, f, args...);
       auto concrete = find_or_trace<R>(f, sig, std::forward<Args>(args)...);
-      std::vector<tensor> out = concrete->run(sig);
+      concrete->run(sig, frame->outputs);
       if constexpr (std::is_void_v<R>) {
         return;
       } else {
-        const tensor* next = out.data();
+        const tensor* next = frame->outputs.data();
         return rebuild_output(std::any_cast<const std::remove_cvref_t<R>&>(concrete->traced_result), next);
       }
     }
@@ -15952,7 +16164,8 @@ struct runtime_tier {
     if constexpr (takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(f, reference_if_object(std::forward<Args>(args))...);
     } else {
-      call_signature sig = signature_of(f, args...);
+      call_signature sig;
+      signature_of(sig, f, args...);
       return kiln::concrete_function(find_or_trace<result_t<Args...>>(f, sig, std::forward<Args>(args)...));
     }
   }
@@ -15971,13 +16184,11 @@ struct runtime_tier {
   using result_t = std::invoke_result_t<F&, decltype(traced_argument(std::declval<Args>(), std::declval<const tensor*&>()))...>;
 
   template <class... Args>
-  static call_signature signature_of(const function<F>& f, const Args&... args) {
-    call_signature sig;
+  static void signature_of(call_signature& sig, const function<F>& f, const Args&... args) {
     int arg = 0;
     (flatten(args, sig, arg++), ...);
     if (const auto& expected = f.state_->options.input_signature) f.state_->check_input_signature(sig, *expected);
     sig.seal();
-    return sig;
   }
 
   template <class R, class... Args>
@@ -16389,7 +16600,8 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
 /// return the same structure, dtypes and shapes (or both nothing), else
 /// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
 /// \code
-/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
+/// kiln::tensor x = kiln::constant(-2.f);
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });  // 2
 /// \endcode
 template <class Then, class Else>
 auto cond(const tensor& pred, Then then_fn, Else else_fn) {
@@ -16654,7 +16866,7 @@ auto for_range(const Limit& limit, Body body_fn, const loop_options& options, co
 /// variables it returns nothing.
 /// \code
 /// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
-/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
+/// kiln::tensor total = kiln::for_range(4, [](auto i, auto t) { return t + i; }, kiln::constant(0));  // 6
 /// \endcode
 template <class Limit, class Body, class... Vars>
   requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>
@@ -17081,7 +17293,7 @@ class variable {
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
 /// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
 /// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
-/// \code kiln::print("Executed with", x);  // Executed with [1 2] \endcode
+/// \code kiln::print("Executed with", kiln::constant({1, 2}));  // Executed with [1 2] \endcode
 template <class... Args>
 void print(const Args&... args) {
   std::vector<detail::print_piece> pieces;
@@ -17116,7 +17328,7 @@ std::vector<tensor> callback_results(R&& r) {
 /// kiln::invalid_argument_error.
 /// \code
 /// std::vector<kiln::tensor> seen;
-/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, x);
+/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, kiln::constant(1.f));
 /// \endcode
 template <class F, class... Inputs>
 std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {
@@ -17381,7 +17593,10 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
 /// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
 /// in a typed trace both branches are traced, must give values of the same element
 /// types and dims (checked at compile time), and the one the condition picks runs.
-/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
+/// \code
+/// kiln::function f([](const auto& x) { return kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); });
+/// f(kiln::fixed<float, 3>::ones());  // [1 1 1]
+/// \endcode
 template <typed::operand P, class Then, class Else>
 auto cond(const P& pred, Then then_fn, Else else_fn) {
   using then_t = decltype(typed::as_tuple(then_fn()));
@@ -17424,7 +17639,12 @@ auto break_if(const P& pred, const Next&... next) {
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
 /// trace the condition and the body are traced once, and the body must give each
 /// variable its element type and dims (checked at compile time).
-/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
+/// \code
+/// kiln::function f([](const auto& x0) {
+///   return kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0);
+/// });
+/// f(kiln::fixed<float, 3>::ones());
+/// \endcode
 template <class Cond, class Body, class... Vars>
   requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
 auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
@@ -17900,9 +18120,9 @@ class random_uniform_op final : public special_op {
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
   template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const>) const {
+  tensor run(std::span<const tensor* const>) const {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
-    return {spec_.draw(key, stream)};
+    return spec_.draw(key, stream);
   }
   std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
 
@@ -18943,7 +19163,7 @@ class dataset {
 
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
-  /// \code ds.prefetch(1); \endcode
+  /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
   dataset prefetch(std::int64_t buffer_size) const {
     return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
   }
@@ -19312,7 +19532,10 @@ class sgd : public detail::optimizer_state {
 /// `m += (g - m) * (1 - beta_1)`, `u += (g² - u) * (1 - beta_2)`,
 /// `v -= m * lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) / (sqrt(u) + epsilon)`.
 /// \code
+/// std::vector<kiln::variable> vars{kiln::variable(kiln::constant({1.f, 2.f}))};
 /// kiln::optimizers::adam opt({.learning_rate = 1e-2});
+/// kiln::gradient_tape tape;
+/// kiln::tensor loss = kiln::reduce_sum(vars[0] * vars[0]);
 /// opt.apply_gradients(tape.gradient(loss, vars), vars);
 /// \endcode
 class adam : public detail::optimizer_state {
@@ -19359,15 +19582,12 @@ class adam : public detail::optimizer_state {
 /// `KILN_SEPARATE_COMPILATION` in every source file, so that kiln only declares them,
 /// and compile them in one source file that also defines `KILN_LIBRARY_SOURCE` and
 /// instantiates the kernels with `KILN_INSTANTIATE_KERNELS(list)`, where `list` is one
-/// of the op lists of kiln/ops/registry.hpp (several source files may share the lists):
-/// \code
-///   // kiln.cpp, compiled with the same flags as the rest of the program
-///   #define KILN_LIBRARY_SOURCE
-///   #include <kiln/kiln.hpp>
-///   KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)
-/// \endcode
-/// The CMake function `kiln_add_library(<target>)` (cmake/kiln_library.cmake) builds
-/// such a library, one source file per op family so that they compile side by side,
+/// of the op lists of kiln/ops/registry.hpp (several source files may share the lists).
+/// Such a file, compiled with the same flags as the rest of the program, is three
+/// lines: `#define KILN_LIBRARY_SOURCE`, `#include <kiln/kiln.hpp>` and
+/// `KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)`. The CMake function
+/// `kiln_add_library(<target>)` (cmake/kiln_library.cmake) writes and builds such a
+/// library, one source file per op family so that they compile side by side,
 /// and defines `KILN_SEPARATE_COMPILATION` for whatever links it. Results are the same
 /// either way: the same code is compiled, in fewer places.
 
@@ -19402,7 +19622,7 @@ class adam : public detail::optimizer_state {
 
 /// Compiles, in this source file, the kernels of every op of `list` (an X-macro of
 /// kiln/ops/registry.hpp: KILN_ALL_OPS, KILN_UNARY_OPS, KILN_BINARY_OPS, ...).
-/// \code KILN_INSTANTIATE_KERNELS(KILN_REDUCTION_OPS) \endcode
+/// For example `KILN_INSTANTIATE_KERNELS(KILN_REDUCTION_OPS)`, at namespace scope.
 #define KILN_INSTANTIATE_KERNELS(list) list(KILN_DETAIL_INSTANTIATE_KERNELS_OF)
 
 #if defined(KILN_SEPARATE_COMPILATION)

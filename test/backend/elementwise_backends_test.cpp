@@ -65,7 +65,7 @@ void check_op(const Op& op) {
 }
 
 template <class... Ops>
-void check_every_elementwise_op(ops::type_list<Ops...>) {
+void check_every_elementwise_op(boost::mp11::mp_list<Ops...>) {
   (
       [] {
         DYNAMIC_SECTION(Ops::name) {

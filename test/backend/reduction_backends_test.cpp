@@ -68,7 +68,7 @@ void check_op() {
 }
 
 template <class... Ops>
-void check_every_reduction(ops::type_list<Ops...>) {
+void check_every_reduction(boost::mp11::mp_list<Ops...>) {
   ([] { DYNAMIC_SECTION(Ops::name) { check_op<Ops>(); } }(), ...);
 }
 

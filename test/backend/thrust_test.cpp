@@ -15,7 +15,7 @@ using kiln::testing::require_throws;
 namespace {
 
 template <class... Ops>
-constexpr bool thrust_supports_all(ops::type_list<Ops...>) {
+constexpr bool thrust_supports_all(boost::mp11::mp_list<Ops...>) {
   return (backend::supports<backend::thrust_backend, Ops> && ...);
 }
 
@@ -34,7 +34,7 @@ TEST_CASE("the thrust backend has a kernel for every op that computes values") {
   STATIC_REQUIRE(thrust_supports_all(ops::reduction_ops{}));
   STATIC_REQUIRE(thrust_supports_all(ops::linalg_ops{}));
   STATIC_REQUIRE(thrust_supports_all(
-      ops::type_list<ops::transpose, ops::concat, ops::stack, ops::gather, ops::unsorted_segment_sum, ops::slice>{}));
+      boost::mp11::mp_list<ops::transpose, ops::concat, ops::stack, ops::gather, ops::unsorted_segment_sum, ops::slice>{}));
   REQUIRE(detail::gpu_memory_slot() != nullptr);
 }
 

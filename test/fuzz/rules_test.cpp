@@ -405,7 +405,7 @@ void check_rules_of(std::uint32_t first_seed, std::int64_t cases, tally& counts)
 }
 
 template <class... Ops>
-void check_rules(ops::type_list<Ops...>) {
+void check_rules(boost::mp11::mp_list<Ops...>) {
   const auto first = std::uint32_t(environment_number("KILN_FUZZ_FIRST_SEED", 1));
   const std::int64_t cases = environment_number("KILN_FUZZ_RULE_CASES", 2000);
   std::map<std::string_view, tally> counts;

@@ -42,7 +42,9 @@ inline tensor zeros_shaped_like(const tensor& x) {
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
 /// \code
-/// template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }  // tanh
+/// struct my_tanh {  // an op's member, as kiln::ops::tanh has it
+///   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
+/// };
 /// \endcode
 class gradient_builder {
  public:

@@ -495,7 +495,7 @@ inline void record_call_on_active_tapes(const std::shared_ptr<const differentiab
 }  // namespace detail
 
 /// `x`, cut off from every gradient tape: gradients do not flow through the result.
-/// \code kiln::tensor frozen = kiln::stop_gradient(x); \endcode
+/// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
 inline tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
   tensor copy(x.dtype(), x.shape());

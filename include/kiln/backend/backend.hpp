@@ -56,15 +56,16 @@ constexpr std::array<std::int64_t, max_rank> broadcast_strides(const shape& in, 
   return st;
 }
 
-template <class Op, class In, class Seq = std::make_index_sequence<Op::arity>>
+template <class Op, class In, bool Condition = Op::leading_condition,
+          class Values = std::make_index_sequence<Op::arity - ops::value_operand<Op>>>
 struct elementwise_result;
 template <class Op, class In, std::size_t... I>
-struct elementwise_result<Op, In, std::index_sequence<I...>> {
+struct elementwise_result<Op, In, false, std::index_sequence<I...>> {
   using type = std::decay_t<decltype(std::declval<const Op&>()((void(I), std::declval<const In&>())...))>;
 };
-template <class Op, class In>
-struct elementwise_result<Op, In, std::index_sequence<0, 1, 2>> {  // where(cond, a, b)
-  using type = std::decay_t<decltype(std::declval<const Op&>()(true, std::declval<const In&>(), std::declval<const In&>()))>;
+template <class Op, class In, std::size_t... I>
+struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
+  using type = std::decay_t<decltype(std::declval<const Op&>()(true, (void(I), std::declval<const In&>())...))>;
 };
 /// The C++ type an elementwise op produces from operands of type `In`.
 template <class Op, class In>
@@ -78,7 +79,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
   visit_dtype(in, [&](auto in_tag) {
     using In = typename decltype(in_tag)::type;
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (std::is_same_v<Op, ops::cast>) {
+      if constexpr (Op::converts) {
         visit_dtype(out, [&](auto out_tag) {
           using Out = typename decltype(out_tag)::type;
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();

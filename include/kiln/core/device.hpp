@@ -9,7 +9,7 @@ namespace kiln {
 
 /// The device of a tensor: `cpu` runs the xsimd kernels, `gpu` the Thrust kernels
 /// (on CUDA when compiled by nvcc, on the host device system otherwise).
-/// \code auto y = x.to(kiln::device::gpu); \endcode
+/// \code kiln::ones({2}).device() == kiln::device::cpu \endcode
 enum class device : unsigned char { cpu, gpu };
 
 constexpr std::string_view name(device d) { return d == device::cpu ? "cpu" : "gpu"; }

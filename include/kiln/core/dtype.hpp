@@ -13,23 +13,39 @@
 
 namespace kiln {
 
+/// The element types, one row each: the dtype, its C++ type and the name TensorFlow
+/// prints for it. The enum, the constants and every mapping below come from this table.
+#define KILN_DTYPES(X)            \
+  X(bool_, bool, "bool")          \
+  X(int32, std::int32_t, "int32") \
+  X(int64, std::int64_t, "int64") \
+  X(float32, float, "float32")    \
+  X(float64, double, "float64")   \
+  X(string, std::string, "string")
+
+#define KILN_DETAIL_DTYPE_ENUMERATOR(d, T, text) d,
 /// The element type of a tensor, known at run time.
 /// \code kiln::zeros({2}, kiln::int32).dtype() == kiln::int32 \endcode
-enum class dtype : std::uint8_t { bool_, int32, int64, float32, float64, string };
+enum class dtype : std::uint8_t { KILN_DTYPES(KILN_DETAIL_DTYPE_ENUMERATOR) };
+#undef KILN_DETAIL_DTYPE_ENUMERATOR
 
-inline constexpr dtype bool_ = dtype::bool_;      ///< C++ `bool`
-inline constexpr dtype int32 = dtype::int32;      ///< C++ `std::int32_t`
-inline constexpr dtype int64 = dtype::int64;      ///< C++ `std::int64_t`
-inline constexpr dtype float32 = dtype::float32;  ///< C++ `float`
-inline constexpr dtype float64 = dtype::float64;  ///< C++ `double`
-inline constexpr dtype string = dtype::string;    ///< C++ `std::string`
+/// The dtypes by name: `kiln::bool_` (C++ `bool`), `kiln::int32` (`std::int32_t`),
+/// `kiln::int64` (`std::int64_t`), `kiln::float32` (`float`), `kiln::float64`
+/// (`double`), `kiln::string` (`std::string`).
+#define KILN_DETAIL_DTYPE_CONSTANT(d, T, text) inline constexpr dtype d = dtype::d;
+KILN_DTYPES(KILN_DETAIL_DTYPE_CONSTANT)
+#undef KILN_DETAIL_DTYPE_CONSTANT
 
 /// Number of dtypes; tables indexed by dtype have this many rows.
-inline constexpr int dtype_count = 6;
+#define KILN_DETAIL_DTYPE_ONE(d, T, text) +1
+inline constexpr int dtype_count = 0 KILN_DTYPES(KILN_DETAIL_DTYPE_ONE);
+#undef KILN_DETAIL_DTYPE_ONE
 
 /// The name TensorFlow prints for a dtype: `bool`, `int32`, ..., `string`.
 constexpr std::string_view name(dtype t) {
-  constexpr std::string_view names[dtype_count] = {"bool", "int32", "int64", "float32", "float64", "string"};
+#define KILN_DETAIL_DTYPE_NAME(d, T, text) text,
+  constexpr std::string_view names[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_NAME)};
+#undef KILN_DETAIL_DTYPE_NAME
   return names[static_cast<int>(t)];
 }
 
@@ -68,34 +84,44 @@ namespace dtypes {
 inline constexpr dtype_set floating{float32, float64};
 inline constexpr dtype_set integer{int32, int64};
 inline constexpr dtype_set numeric = floating | integer;
-inline constexpr dtype_set all{bool_, int32, int64, float32, float64, string};
+#define KILN_DETAIL_DTYPE_ITEM(d, T, text) d,
+inline constexpr dtype_set all{KILN_DTYPES(KILN_DETAIL_DTYPE_ITEM)};
+#undef KILN_DETAIL_DTYPE_ITEM
 }  // namespace dtypes
 
-/// The dtype of a C++ element type; `dtype_of<float> == float32`. Only the six
-/// element types of the contract have one.
-template <class T>
-inline constexpr bool has_dtype =
-    std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::string>;
-
-template <class T>
-  requires has_dtype<T>
-inline constexpr dtype dtype_of = std::is_same_v<T, bool>           ? bool_
-                                  : std::is_same_v<T, std::int32_t> ? int32
-                                  : std::is_same_v<T, std::int64_t> ? int64
-                                  : std::is_same_v<T, float>        ? float32
-                                  : std::is_same_v<T, double>       ? float64
-                                                                    : string;
+/// Whether a C++ type is one of the element types of the contract.
+#define KILN_DETAIL_DTYPE_IS(d, T, text) || std::is_same_v<U, T>
+template <class U>
+inline constexpr bool has_dtype = false KILN_DTYPES(KILN_DETAIL_DTYPE_IS);
+#undef KILN_DETAIL_DTYPE_IS
 
 namespace detail {
-template <dtype D> struct element_type_of;
-template <> struct element_type_of<bool_> { using type = bool; };
-template <> struct element_type_of<int32> { using type = std::int32_t; };
-template <> struct element_type_of<int64> { using type = std::int64_t; };
-template <> struct element_type_of<float32> { using type = float; };
-template <> struct element_type_of<float64> { using type = double; };
-template <> struct element_type_of<string> { using type = std::string; };
+template <class U>
+consteval dtype dtype_for() {
+#define KILN_DETAIL_DTYPE_FOR(d, T, text) \
+  if constexpr (std::is_same_v<U, T>)     \
+    return d;                             \
+  else
+  KILN_DTYPES(KILN_DETAIL_DTYPE_FOR)
+#undef KILN_DETAIL_DTYPE_FOR
+  throw "not an element type";  // has_dtype<U> rules it out
+}
+
+template <dtype D>
+struct element_type_of;
+#define KILN_DETAIL_DTYPE_ELEMENT(d, T, text) \
+  template <>                                 \
+  struct element_type_of<d> {                 \
+    using type = T;                           \
+  };
+KILN_DTYPES(KILN_DETAIL_DTYPE_ELEMENT)
+#undef KILN_DETAIL_DTYPE_ELEMENT
 }  // namespace detail
+
+/// The dtype of a C++ element type; `dtype_of<float> == float32`.
+template <class T>
+  requires has_dtype<T>
+inline constexpr dtype dtype_of = detail::dtype_for<T>();
 
 /// The C++ element type of a dtype: `element_t<kiln::float32>` is `float`.
 template <dtype D>
@@ -103,7 +129,9 @@ using element_t = typename detail::element_type_of<D>::type;
 
 /// Bytes per element (`sizeof(std::string)` for strings).
 constexpr std::size_t size_of(dtype t) {
-  constexpr std::size_t sizes[dtype_count] = {sizeof(bool), 4, 8, 4, 8, sizeof(std::string)};
+#define KILN_DETAIL_DTYPE_SIZE(d, T, text) sizeof(T),
+  constexpr std::size_t sizes[dtype_count] = {KILN_DTYPES(KILN_DETAIL_DTYPE_SIZE)};
+#undef KILN_DETAIL_DTYPE_SIZE
   return sizes[static_cast<int>(t)];
 }
 
@@ -112,16 +140,15 @@ constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
 /// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
 /// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(x.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... }); \endcode
+/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
-    case bool_: return f(std::type_identity<bool>{});
-    case int32: return f(std::type_identity<std::int32_t>{});
-    case int64: return f(std::type_identity<std::int64_t>{});
-    case float32: return f(std::type_identity<float>{});
-    case float64: return f(std::type_identity<double>{});
-    case string: return f(std::type_identity<std::string>{});
+#define KILN_DETAIL_DTYPE_CASE(d, T, text) \
+  case d:                                  \
+    return f(std::type_identity<T>{});
+    KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
+#undef KILN_DETAIL_DTYPE_CASE
   }
   throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }

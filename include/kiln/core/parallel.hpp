@@ -195,7 +195,12 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
-/// \code parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { ... }); \endcode
+/// \code
+/// std::vector<float> v(1 << 20);
+/// kiln::detail::parallel_for(std::int64_t(v.size()), 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+///   std::fill(v.begin() + lo, v.begin() + hi, 1.f);
+/// });
+/// \endcode
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;

@@ -79,7 +79,7 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// `x` with the fewest fraction digits that read back as the same `T`, but at least
 /// `min_fraction` and at most `max_fraction` of them, rounded from the exact binary
 /// value: the digits NumPy's Dragon4 prints in its "unique" mode.
-/// \code shortest_digits(2.2f, notation::positional, 0, 8) == "2.2" \endcode
+/// \code kiln::detail::shortest_digits(2.2f, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 template <class T>
 KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
@@ -94,7 +94,7 @@ KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
-/// \code trimmed("2", trim_mode::one_zero) == "2.0" \endcode
+/// \code kiln::detail::trimmed("2", kiln::detail::trim_mode::one_zero) == "2.0" \endcode
 KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   std::size_t e = std::min(text.find('e'), text.size());
   std::string mantissa(text.substr(0, e));
@@ -142,7 +142,7 @@ KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
 
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
-/// \code c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
+/// \code kiln::detail::c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
 KILN_COLD inline std::string c_escaped(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -226,7 +226,7 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
 /// default mode (at most 8 fraction digits, only as many as needed): one notation
 /// for all (scientific when the largest magnitude is >= 1e8, the smallest non-zero
 /// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
-/// \code numpy_float_texts<float>({1.5f, 2.f}) == {"1.5", "2. "} \endcode
+/// \code kiln::detail::numpy_float_texts<float>({1.5f, 2.f}) == std::vector<std::string>{"1.5", "2. "} \endcode
 template <class T>
 KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
   constexpr int max_fraction = 8;
@@ -442,7 +442,10 @@ enum class value_style {
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
 /// 1000 elements; the tf.print styles write each element unpadded.
-/// \code format_values_of(data, kiln::shape{2}, value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code
+/// const float data[] = {1.5f, 2.f};
+/// kiln::detail::format_values_of(data, kiln::shape{2}, kiln::detail::value_style::numpy) == "[1.5 2. ]";
+/// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
   const bool numpy = style == value_style::numpy;
@@ -464,7 +467,7 @@ KILN_COLD std::string format_values_of(const T* data, const shape& s, value_styl
 }
 
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
-/// \code format_values(kiln::constant({1.5f, 2.f}), value_style::numpy) == "[1.5 2. ]" \endcode
+/// \code kiln::detail::format_values(kiln::constant({1.5f, 2.f}), kiln::detail::value_style::numpy) == "[1.5 2. ]" \endcode
 KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style);
 #if KILN_DEFINE_LIBRARY
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
@@ -482,7 +485,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
 /// own line as TensorFlow writes it. Strings are quoted (`"a"`), bools are `1`/`0`.
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
-/// \code format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
+/// \code kiln::detail::format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
 KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
   return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
 }

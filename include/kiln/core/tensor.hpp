@@ -94,7 +94,7 @@ class tensor {
   }
 
   /// A copy on device `d` (or this tensor, if it is there already).
-  /// \code auto g = x.to(kiln::device::gpu); \endcode
+  /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
   tensor to(kiln::device d) const {
     require_value("to");
     if (d == device_) return *this;
@@ -118,7 +118,10 @@ class tensor {
   tensor operator[](std::int64_t i) const;
   /// `x[i]` for an int32 or int64 scalar tensor `i` in [0, first dim), eager or
   /// symbolic (a loop counter inside a function): a `gather` on the first axis.
-  /// \code kiln::for_range(n, [&](const kiln::tensor& i) { kiln::print(x[i]); }); \endcode
+  /// \code
+  /// kiln::tensor x = kiln::constant({{1, 2}, {3, 4}});
+  /// kiln::function rows([&] { kiln::for_range(2, [&](const kiln::tensor& i) { kiln::print(x[i]); }); });
+  /// \endcode
   template <class = void>
   tensor operator[](const tensor& i) const;
 

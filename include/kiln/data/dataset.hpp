@@ -717,7 +717,7 @@ class dataset {
 
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
-  /// \code ds.prefetch(1); \endcode
+  /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
   dataset prefetch(std::int64_t buffer_size) const {
     return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
   }

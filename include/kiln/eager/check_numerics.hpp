@@ -57,7 +57,7 @@ inline void enable_check_numerics() { detail::check_numerics_flag() = true; }
 /// \code kiln::debugging::disable_check_numerics(); \endcode
 inline void disable_check_numerics() { detail::check_numerics_flag() = false; }
 /// Whether enable_check_numerics() is in effect.
-/// \code if (kiln::debugging::check_numerics_enabled()) { ... } \endcode
+/// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
 inline bool check_numerics_enabled() { return detail::check_numerics_flag().load(std::memory_order_relaxed); }
 }  // namespace debugging
 

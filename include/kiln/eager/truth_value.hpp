@@ -18,7 +18,7 @@ namespace kiln {
 /// string that is not empty. A symbolic tensor has no value to test: a C++ `if` or
 /// `while` on one raises kiln::type_error pointing to kiln::cond and kiln::while_loop;
 /// more than one element (or none) raises kiln::value_error.
-/// \code if (kiln::constant(3) > 2) { ... }  // eager: reads the value \endcode
+/// \code if (kiln::constant(3) > 2) std::cout << "more\n";  // eager: reads the value \endcode
 inline tensor::operator bool() const {
   if (is_symbolic())
     throw type_error(

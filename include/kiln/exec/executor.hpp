@@ -32,8 +32,10 @@ namespace kiln::detail {
 
 /// Runs one graph, from any number of threads at once.
 /// \code
-/// detail::graph_executor run(g);
-/// std::vector<tensor> out = run.run(std::vector<tensor>{kiln::constant(2.f)});
+/// kiln::function twice([](const kiln::tensor& x) { return x + x; });
+/// const kiln::graph g = twice.get_concrete_function(kiln::constant(2.f)).graph();
+/// kiln::detail::graph_executor run(g);
+/// std::vector<kiln::tensor> out = run.run(std::vector<kiln::tensor>{kiln::constant(2.f)});  // [4]
 /// \endcode
 class graph_executor {
  public:
@@ -96,7 +98,7 @@ class graph_executor {
   /// The schedule for `args`, one step per word: an op's name, or a fused cluster
   /// as its ops in brackets (braces for a native loop); `interpreted` when the graph
   /// runs node by node.
-  /// \code executor.schedule(args) == "[mul add] matmul [tanh]" \endcode
+  /// For example `"[mul add] matmul [tanh]"`.
   std::string schedule(std::span<const tensor> args) const {
     std::unique_ptr<exec::execution_plan> transient;
     const exec::execution_plan& p = find_plan(args, transient);

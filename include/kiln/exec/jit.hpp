@@ -87,7 +87,7 @@ inline std::string native_prelude() {
 /// (nothing to keep in registers), or an op has no SIMD functor for the cluster's
 /// one dtype. Like the elementwise kernels, a loop whose results are too large for
 /// the cache writes them with non-temporal stores.
-/// \code native_source(cluster) // "... const B v0 = kiln::ops::abs{}(m3); ..." \endcode
+/// It holds lines such as `const B v0 = kiln::ops::abs{}(m3);`.
 KILN_COLD inline std::string native_source(const fused_cluster& c) {
   std::size_t ops = 0;
   for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);

@@ -330,8 +330,7 @@ class plan_builder {
           },
           n.operation());
       if (!ok) return false;
-      // Elementwise ops read values of one dtype (for `where`, the branches').
-      dtype in = dtypes.empty() ? value(id).type : dtypes[dtypes.size() == 3 ? 1 : 0];
+      dtype in = dtypes.empty() ? value(id).type : dtypes[std::size_t(ops::value_operand_of(n.operation()))];
       bool text = value(id).type == string;
       for (dtype t : dtypes) text = text || t == string;
       entries_[std::size_t(id)] = entry_of(n.operation(), text ? string : in, value(id).type);

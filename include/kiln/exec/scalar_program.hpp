@@ -47,8 +47,7 @@ class scalar_program {
           break;
         case node_kind::op: {
           const std::vector<int>& in = n.input_ids();
-          // Elementwise ops read values of one dtype (for `where`, the branches').
-          const dtype operand = nodes[std::size_t(in[in.size() == 3 ? 1 : 0])].dtype();
+          const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,
           // negative powers): on floats the op needs none.

@@ -33,7 +33,7 @@ namespace kiln::detail::exec {
 /// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
 /// `contig` says it advances by one element per output, otherwise it is one
 /// broadcast value.
-/// \code fn(&op, 0b01u, out, table, in, 1024); \endcode
+/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
 
 /// A scale or shift of folded_arithmetic: table entry `entry`, read as one broadcast
@@ -50,7 +50,8 @@ struct fold_operand {
 /// pre(x) = x * pre_scale + pre_shift (unary ops only) and post(r) = r * scale + shift.
 /// Each product and sum is rounded on its own, as the separate ops round them, so
 /// folding changes no result. Only unary ops read a contiguous scale or shift.
-/// \code tanh(x * 0.5 + 1) * x - 0.25  // tanh; pre 0.5, 1; post scale x, shift 0.25 negated \endcode
+/// For example, `tanh(x * 0.5 + 1) * x - 0.25` is a tanh with pre 0.5, 1 and post scale x,
+/// shift 0.25 negated.
 struct folded_arithmetic {
   bool pre = false;
   fold_operand pre_scale, pre_shift, scale, shift;
@@ -62,7 +63,7 @@ using compound_fn = void (*)(const void* op, unsigned contig, const folded_arith
                              const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
-/// \code fn(&op, &result, operands); \endcode
+/// It is called as `fn(&op, &result, operands)`.
 using scalar_fn = void (*)(const void* op, void* out, const void* const* in);
 
 /// Checks an op's input values before anything runs (throws kiln::invalid_argument_error).
@@ -262,12 +263,9 @@ void run_scalar(const void* op, void* out, const void* const* in) {
       *result = o(B(arg(0))).get(0);
     else
       *result = o(B(arg(0)), B(arg(1))).get(0);
-  } else if constexpr (Op::arity == 1) {
-    *result = kiln::math::convert<Out>(o(arg(0)));
-  } else if constexpr (Op::arity == 2) {
-    *result = kiln::math::convert<Out>(o(arg(0), arg(1)));
   } else {
-    *result = o(*static_cast<const bool*>(in[0]), arg(1), arg(2));
+    *result = kiln::math::convert<Out>(
+        ops::invoke_elementwise(o, arg, [&](int k) { return *static_cast<const bool*>(in[k]); }));
   }
 }
 

@@ -28,24 +28,15 @@
 
 namespace kiln {
 
-namespace detail {
-template <class List>
-struct variant_of;
-template <class... Ops>
-struct variant_of<ops::type_list<Ops...>> {
-  using type = std::variant<Ops...>;
-};
-}  // namespace detail
-
 namespace ops {
 /// Any op of the registry, as a graph node stores it.
-using any_op = typename detail::variant_of<all_ops>::type;
+using any_op = boost::mp11::mp_rename<all_ops, std::variant>;
 
 /// `f(the op that op holds)`, as std::visit, through one table of function pointers
 /// per visitor type. libstdc++'s std::visit builds its table by recursive template
 /// instantiation, which over the registry's ops made std::visit alone the largest
 /// share of compiling a source file that includes kiln.
-/// \code kiln::ops::visit([](const auto& o) { return o.arity; }, node.operation()) \endcode
+/// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
 template <class F>
 decltype(auto) visit(F&& f, const any_op& op) {
   using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
@@ -62,6 +53,14 @@ inline std::string_view name_of(const any_op& op) {
     return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
   }(static_cast<any_op*>(nullptr));
   return names[op.index()];
+}
+
+/// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
+inline int value_operand_of(const any_op& op) {
+  static constexpr auto operands = []<class... Ops>(std::variant<Ops...>*) {
+    return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
+  }(static_cast<any_op*>(nullptr));
+  return operands[op.index()];
 }
 
 /// Whether `a` and `b` are the same op with the same attributes.
@@ -161,7 +160,11 @@ enum class node_kind : unsigned char {
 };
 
 /// One node of a kiln::graph.
-/// \code for (const kiln::node& n : g.nodes()) std::cout << n.name() << " = " << n.op() << "\n"; \endcode
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x + 1; });
+/// const kiln::graph g = f.get_concrete_function(kiln::constant(1)).graph();
+/// for (const kiln::node& n : g.nodes()) std::cout << n.name() << " = " << n.op() << "\n";
+/// \endcode
 class node {
  public:
   /// Unique within its graph: the argument name, or the op's name with a suffix (`add_1`).
@@ -211,6 +214,7 @@ class node {
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
 /// \code
+/// kiln::function f([](const kiln::tensor& x) { return x + 1; });
 /// auto g = f.get_concrete_function(kiln::constant(1)).graph();
 /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
 /// \endcode

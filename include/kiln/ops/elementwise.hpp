@@ -74,6 +74,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr bool converts = true;
   dtype to = float32;
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
@@ -192,6 +193,7 @@ struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
 /// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
 struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "select";
+  static constexpr bool leading_condition = true;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
     if (in[1] != in[2]) return {in[1], "both branches must have the same dtype"};

@@ -220,7 +220,7 @@ inline ops::padding parse_padding(std::string_view p) {
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
-/// \code kiln::conv2d(image, filters, {1, 1}, "VALID") \endcode
+/// \code kiln::conv2d(kiln::ones({1, 5, 5, 1}), kiln::ones({3, 3, 1, 2}), {1, 1}, "VALID").shape() == kiln::shape{1, 3, 3, 2} \endcode
 template <class = void>
 tensor conv2d(const tensor& input, const tensor& filters, const int_list& strides, std::string_view padding) {
   ops::conv2d op;

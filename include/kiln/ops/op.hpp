@@ -16,7 +16,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
+#include "kiln/config.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
 #include "kiln/core/shape.hpp"
@@ -117,6 +119,21 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
   return r;
 }
 
+/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; how the
+/// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
+/// into code.
+/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+template <class F>
+void visit_numeric(dtype t, F&& f) {
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      f.template operator()<T>();
+    else
+      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+  });
+}
+
 /// How an elementwise op's result dtype follows from its inputs'.
 enum class result_rule {
   same,            ///< the input dtype
@@ -131,6 +148,13 @@ struct elementwise_op {
   static constexpr int arity = Arity;
   static constexpr dtype_set accepts = Accepts;
   static constexpr dtype_set simd = Simd;
+  /// Operand roles. With a leading condition (`where`), operand 0 is a bool read as
+  /// `bool` and the others are values of the kernels' element type; without, every
+  /// operand is such a value.
+  static constexpr bool leading_condition = false;
+  /// True when the result's dtype is an attribute of the op (`cast`) rather than a
+  /// function of the values' dtype: the kernels then take every output type.
+  static constexpr bool converts = false;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     for (dtype t : in)
@@ -152,6 +176,28 @@ concept elementwise = requires {
   Op::accepts;
   Op::simd;
 };
+
+/// The operand whose dtype selects an op's kernel (the element type `In` of
+/// elementwise kernels): the first value operand.
+template <class Op>
+inline constexpr int value_operand = [] {
+  if constexpr (elementwise<Op>)
+    return Op::leading_condition ? 1 : 0;
+  else
+    return 0;
+}();
+
+/// Calls an elementwise op's functor on operands as the kernels read them:
+/// `condition(0)` for a leading condition, `value(k)` for the values.
+template <class Op, class Value, class Condition>
+KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& value, const Condition& condition) {
+  if constexpr (Op::leading_condition)
+    return op(condition(0), value(1), value(2));
+  else if constexpr (Op::arity == 1)
+    return op(value(0));
+  else
+    return op(value(0), value(1));
+}
 
 }  // namespace ops
 }  // namespace kiln

@@ -29,6 +29,7 @@ namespace kiln {
 /// `std::nullopt`, TensorFlow's `axis=None`), one axis, or a list of axes. Negative
 /// axes count from the end. An explicit empty `kiln::int_list` reduces nothing.
 /// \code
+/// kiln::tensor x = kiln::ones({2, 3, 4});
 /// kiln::reduce_sum(x);                      // every axis
 /// kiln::reduce_sum(x, -1);                  // the last axis
 /// kiln::reduce_sum(x, {0, 1}, true);        // two axes, kept as size 1
@@ -83,7 +84,7 @@ constexpr axes_check check_axes(const reduction_axes& axes, int rank) {
 }
 
 /// Which of the `rank` dims a reduction over (valid) `axes` reduces.
-/// \code kiln::ops::reduced_dims({-1}, 2) == std::array<bool, 8>{false, true} \endcode
+/// \code kiln::ops::reduced_dims(-1, 2) == std::array<bool, kiln::max_rank>{false, true} \endcode
 constexpr std::array<bool, max_rank> reduced_dims(const reduction_axes& axes, int rank) {
   std::array<bool, max_rank> reduced{};
   for (int d = 0; d < rank; ++d) reduced[d] = axes.all();
@@ -237,20 +238,6 @@ constexpr T mean_of(S sum, std::int64_t count) {
     return T(sum / S(count));
   else
     return count == 0 ? T(0) : T(std::int64_t(sum) / count);
-}
-
-/// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; the one
-/// place reduction kernels turn a runtime dtype into code.
-/// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
-template <class F>
-void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      f.template operator()<T>();
-    else
-      throw internal_error("reduction kernel reached with dtype " + std::string(name(t)));
-  });
 }
 
 }  // namespace ops

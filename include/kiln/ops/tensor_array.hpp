@@ -45,7 +45,7 @@ class tensor_array {
   /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
-  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(x)[0]); \endcode
+  /// \code kiln::tensor_array states(kiln::float32, kiln::shape_of(kiln::ones({4, 2}))[0]); \endcode
   // The members that call ops are templates, as op functions are, so that the ops'
   // kernels compile only where the members are used.
   template <class = void>
@@ -65,7 +65,10 @@ class tensor_array {
   /// The array with element `i` (an int32 or int64 scalar, or a C++ integer) set to
   /// `value`, which must have the array's dtype and the shape of earlier writes.
   /// `i` must be below the size, unless the array has dynamic_size.
-  /// \code states = states.write(i, state); \endcode
+  /// \code
+  /// kiln::tensor_array states(kiln::float32, 2);
+  /// states = states.write(1, kiln::ones({3}));
+  /// \endcode
   template <class = void>
   tensor_array write(const tensor& i, const tensor& value) const {
     if (value.dtype() != type_)
@@ -85,7 +88,10 @@ class tensor_array {
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
   /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
-  /// \code tensor last = states.read(states.size() - 1); \endcode
+  /// \code
+  /// kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(1, kiln::ones({3}));
+  /// kiln::tensor last = states.read(states.size() - 1);  // [1 1 1]
+  /// \endcode
   template <class = void>
   tensor read(const tensor& i) const {
     require_written("read");
@@ -97,7 +103,7 @@ class tensor_array {
   }
 
   /// All elements in one tensor of shape `(size,) + element shape`.
-  /// \code tensor all = states.stack(); \endcode
+  /// \code kiln::tensor all = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3})).stack();  // (2, 3) \endcode
   tensor stack() const {
     require_written("stack");
     return elements_;
@@ -106,7 +112,7 @@ class tensor_array {
   /// The number of elements, when it is known without running a graph: it is not
   /// for a size given as a symbolic tensor, nor inside a function after a write to
   /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
-  /// \code states.size() == 10; \endcode
+  /// \code kiln::tensor_array(kiln::float32, 10).size() == 10; \endcode
   std::int64_t size() const {
     if (size_ == none)
       throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
@@ -114,7 +120,7 @@ class tensor_array {
   }
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
-  /// \code kiln::tensor n = states.size_tensor(); \endcode
+  /// \code kiln::tensor n = kiln::tensor_array(kiln::float32, 10).size_tensor();  // 10 \endcode
   template <class = void>
   tensor size_tensor() const {
     if (size_ != none) return kiln::constant(std::int32_t(size_));
@@ -124,7 +130,7 @@ class tensor_array {
   /// \code kiln::tensor_array(kiln::int32, 0, {.dynamic_size = true}).dynamic_size() == true; \endcode
   bool dynamic_size() const { return dynamic_size_; }
   /// The elements' dtype.
-  /// \code states.dtype() == kiln::float32; \endcode
+  /// \code kiln::tensor_array(kiln::float32, 10).dtype() == kiln::float32; \endcode
   kiln::dtype dtype() const { return type_; }
 
   /// Whether no element has been written yet (so the element shape is not known).
@@ -134,11 +140,17 @@ class tensor_array {
   }
 
   /// The tensor that holds the elements: how loops and functions carry the array.
-  /// \code const kiln::tensor& t = states.elements(); \endcode
+  /// \code
+  /// const kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3}));
+  /// const kiln::tensor& t = states.elements();  // (2, 3)
+  /// \endcode
   const tensor& elements() const { return elements_; }
   /// The same array holding `elements` instead (of the same dtype); once written,
   /// the array's size is the first dim of its elements.
-  /// \code auto next = states.with_elements(t); \endcode
+  /// \code
+  /// kiln::tensor_array states(kiln::float32, 2);
+  /// auto next = states.with_elements(kiln::zeros({2, 3}));
+  /// \endcode
   tensor_array with_elements(tensor elements) const {
     tensor_array out = *this;
     out.elements_ = std::move(elements);

@@ -295,7 +295,8 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
 /// return the same structure, dtypes and shapes (or both nothing), else
 /// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
 /// \code
-/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });
+/// kiln::tensor x = kiln::constant(-2.f);
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });  // 2
 /// \endcode
 template <class Then, class Else>
 auto cond(const tensor& pred, Then then_fn, Else else_fn) {
@@ -560,7 +561,7 @@ auto for_range(const Limit& limit, Body body_fn, const loop_options& options, co
 /// variables it returns nothing.
 /// \code
 /// kiln::for_range(3, [](const kiln::tensor& i) { kiln::print(i); });  // 0, 1, 2
-/// kiln::tensor total = kiln::for_range(n, [](auto i, auto t) { return t + i; }, kiln::constant(0));
+/// kiln::tensor total = kiln::for_range(4, [](auto i, auto t) { return t + i; }, kiln::constant(0));  // 6
 /// \endcode
 template <class Limit, class Body, class... Vars>
   requires detail::loop_index<Limit> && detail::loop_body<Body> && detail::plain_loop_variables<Vars...>

@@ -141,7 +141,7 @@ class variable {
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
 /// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
 /// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
-/// \code kiln::print("Executed with", x);  // Executed with [1 2] \endcode
+/// \code kiln::print("Executed with", kiln::constant({1, 2}));  // Executed with [1 2] \endcode
 template <class... Args>
 void print(const Args&... args) {
   std::vector<detail::print_piece> pieces;
@@ -176,7 +176,7 @@ std::vector<tensor> callback_results(R&& r) {
 /// kiln::invalid_argument_error.
 /// \code
 /// std::vector<kiln::tensor> seen;
-/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, x);
+/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, kiln::constant(1.f));
 /// \endcode
 template <class F, class... Inputs>
 std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {

@@ -26,7 +26,7 @@
 namespace kiln {
 
 /// Options of a kiln::function.
-/// \code kiln::function f(fn, {.name = "double", .arg_names = {"a"}}); \endcode
+/// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
 struct function_options {
   /// Shown in signatures and errors.
   std::string name = "function";

@@ -447,6 +447,7 @@ inline void function_state::check_created_variables(const trace_context& context
 /// One trace of a kiln::function: a graph for one input signature. Call it with
 /// tensors (and, optionally, the C++ values it was traced with).
 /// \code
+/// kiln::function pow([](const kiln::tensor& x, int n) { return kiln::pow(x, float(n)); });
 /// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
 /// square(kiln::constant(10.f));  // 100
 /// \endcode

@@ -76,7 +76,10 @@ template <class T>
 inline constexpr bool is_sequence = is_tuple_like<T>::value || is_vector<T>::value || is_flattened_aggregate<T>;
 
 /// Calls `f(element)` for each element of sequence `x` (each field of an aggregate), in order.
-/// \code for_each_element(std::pair{1, 2.f}, [](const auto& e) { std::cout << e; });  // 12 \endcode
+/// \code
+/// const std::pair pair{1, 2.f};
+/// kiln::detail::for_each_element(pair, [](const auto& e) { std::cout << e; });  // 12
+/// \endcode
 template <class T, class F>
 void for_each_element(T& x, F&& f) {
   using U = std::remove_const_t<T>;

@@ -196,11 +196,18 @@ namespace kiln {
 /// ops run at once on eager tensors and variables change now, once, while tracing,
 /// instead of becoming part of the graph. Outside a trace it changes nothing.
 /// \code
-/// if (!m.initialized) {
-///   kiln::init_scope lift;
-///   m.initialized = true;
-///   m.v.assign_add(1);  // runs once, while tracing
-/// }
+/// struct model {
+///   kiln::variable v{kiln::constant(0)};
+///   bool initialized = false;
+/// } m;
+/// kiln::function f([&](const kiln::tensor& x) {
+///   if (!m.initialized) {
+///     kiln::init_scope lift;
+///     m.initialized = true;
+///     m.v.assign_add(1);  // runs once, while tracing
+///   }
+///   return x + m.v.read_value();
+/// });
 /// \endcode
 class init_scope {
  public:

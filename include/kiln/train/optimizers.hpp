@@ -146,7 +146,10 @@ class sgd : public detail::optimizer_state {
 /// `m += (g - m) * (1 - beta_1)`, `u += (g² - u) * (1 - beta_2)`,
 /// `v -= m * lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) / (sqrt(u) + epsilon)`.
 /// \code
+/// std::vector<kiln::variable> vars{kiln::variable(kiln::constant({1.f, 2.f}))};
 /// kiln::optimizers::adam opt({.learning_rate = 1e-2});
+/// kiln::gradient_tape tape;
+/// kiln::tensor loss = kiln::reduce_sum(vars[0] * vars[0]);
 /// opt.apply_gradients(tape.gradient(loss, vars), vars);
 /// \endcode
 class adam : public detail::optimizer_state {

@@ -215,7 +215,10 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
 /// kiln::cond on a typed bool scalar: on a `fixed` value it runs the branch it picks;
 /// in a typed trace both branches are traced, must give values of the same element
 /// types and dims (checked at compile time), and the one the condition picks runs.
-/// \code auto y = kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); \endcode
+/// \code
+/// kiln::function f([](const auto& x) { return kiln::cond(kiln::reduce_sum(x) > 0.f, [&] { return x; }, [&] { return -x; }); });
+/// f(kiln::fixed<float, 3>::ones());  // [1 1 1]
+/// \endcode
 template <typed::operand P, class Then, class Else>
 auto cond(const P& pred, Then then_fn, Else else_fn) {
   using then_t = decltype(typed::as_tuple(then_fn()));
@@ -258,7 +261,12 @@ auto break_if(const P& pred, const Next&... next) {
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
 /// trace the condition and the body are traced once, and the body must give each
 /// variable its element type and dims (checked at compile time).
-/// \code auto x = kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0); \endcode
+/// \code
+/// kiln::function f([](const auto& x0) {
+///   return kiln::while_loop([](const auto& x) { return kiln::reduce_sum(x) > 1.f; }, [](const auto& x) { return kiln::tanh(x); }, x0);
+/// });
+/// f(kiln::fixed<float, 3>::ones());
+/// \endcode
 template <class Cond, class Body, class... Vars>
   requires detail::plain_loop_variables<Vars...> && (sizeof...(Vars) > 0) && (typed::operand<Vars> && ...)
 auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {

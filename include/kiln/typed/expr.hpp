@@ -288,7 +288,7 @@ struct rule_error {};
 template <class Op, class D, class... E>
 struct node : typed_expression {
   /// The operands' element type (for `where`, its branches').
-  using input_type = typename std::tuple_element_t<sizeof...(E) == 3 ? 1 : 0, std::tuple<E...>>::value_type;
+  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
   using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
   using dims_type = D;
   /// Batches throughout when the CPU kernel of this op would use them (one input

@@ -375,6 +375,7 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
 /// A typed trace as a concrete function: called with the `fixed` values its signature
 /// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
 /// \code
+/// kiln::function f([](const auto& x) { return x + x; });
 /// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
 /// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
 /// \endcode
@@ -391,7 +392,11 @@ class concrete_function {
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
   /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
-  /// \code for (const auto& n : c.graph().nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity \endcode
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
+  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+  /// \endcode
   template <class Writer = graph_writer>
   auto graph() const {
     if constexpr (requires { sizeof(Writer); })

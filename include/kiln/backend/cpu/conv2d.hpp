@@ -182,7 +182,8 @@ void conv2d_compute(const V* input, const V* filters, V* output, const conv2d_sh
 /// use kiln's thread pool.
 /// \code
 /// // 1x5x5x1 image, 3x3x1x1 filter, stride 1, VALID: 1x3x3x1 output
-/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);
+/// std::vector<float> in(25, 1.f), k(9, 1.f), out(9);
+/// kiln::backend::cpu::conv2d<float>(in.data(), 1, 5, 5, 1, k.data(), 3, 3, 1, 1, 1, 0, 0, out.data(), 3, 3);  // 9s
 /// \endcode
 template <class T>
 void conv2d(const T* input, std::int64_t batch, std::int64_t in_h, std::int64_t in_w, std::int64_t in_c,

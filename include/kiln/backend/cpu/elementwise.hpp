@@ -68,15 +68,10 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 template <class In, class Out, int Arity, class Op, class Offset>
 void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
                   Offset offset) {
-  auto at = [&](int k, std::int64_t i) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; };
-  for (std::int64_t i = from; i < len; ++i) {
-    if constexpr (Arity == 1)
-      o[i] = math::convert<Out>(op(at(0, i)));
-    else if constexpr (Arity == 2)
-      o[i] = math::convert<Out>(op(at(0, i), at(1, i)));
-    else
-      o[i] = op(static_cast<const bool*>(p[0])[offset(0, i)], at(1, i), at(2, i));
-  }
+  for (std::int64_t i = from; i < len; ++i)
+    o[i] = math::convert<Out>(ops::invoke_elementwise(
+        op, [&](int k) -> const In& { return static_cast<const In*>(p[k])[offset(k, i)]; },
+        [&](int k) { return static_cast<const bool*>(p[k])[offset(k, i)]; }));
 }
 
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
@@ -125,7 +120,7 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
     }
     if (i < len) partial(i, len - i);
     return;
-  } else if constexpr (Arity == 3 && std::is_same_v<In, Out> && simd_type<In>) {
+  } else if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
     // `where`: the bool condition widened to a mask, then a blend of the branches
     // (a select copies bits, so the scalar tail gives the same results).
     using B = xsimd::batch<In>;
@@ -190,9 +185,9 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
   unsigned contig = 0;
   for (int k = 0; k < arity; ++k)
     if (nest.stride[k][r - 1] == 1) contig |= 1u << k;
-  // `where` reads its condition as bool and its branches as In; byte offsets differ.
+  // A leading condition is read as bool and the values as In; byte offsets differ.
   auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
-  auto elem_size = [&](int k) { return (arity == 3 && k == 0) ? sizeof(bool) : sizeof(In); };
+  auto elem_size = [&](int k) { return k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In); };
 
   const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
   kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
@@ -228,8 +223,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype,
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
                           [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
 }
 

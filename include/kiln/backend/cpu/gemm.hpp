@@ -73,7 +73,10 @@ enum class scratch_slot : int { gemm_b, gemm_edge, conv_filter, conv_pointers, c
 /// A reusable block of at least `bytes` bytes, aligned to `kiln::buffer_alignment`,
 /// owned by the calling thread: it grows when asked for more and is freed when the
 /// thread ends, so steady-state calls allocate nothing.
-/// \code float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096)); \endcode
+/// \code
+/// using namespace kiln::backend::cpu::detail;
+/// float* panel = static_cast<float*>(thread_scratch(scratch_slot::gemm_b, 4096));
+/// \endcode
 inline void* thread_scratch(scratch_slot slot, std::size_t bytes) {
   struct block {
     void* data = nullptr;

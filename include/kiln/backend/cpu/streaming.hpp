@@ -119,7 +119,10 @@ KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
 }
 
 /// Stores `b` at `p`: streaming when `Stream` (then `p` is aligned to the batch size).
-/// \code store_batch<true>(v, out + i); \endcode
+/// \code
+/// alignas(64) float out[64];
+/// kiln::backend::cpu::store_batch<false>(xsimd::batch<float>(1.f), out);
+/// \endcode
 template <bool Stream, class T, class A>
 KILN_ALWAYS_INLINE void store_batch(const xsimd::batch<T, A>& b, T* p) {
   if constexpr (Stream)

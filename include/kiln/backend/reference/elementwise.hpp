@@ -23,17 +23,12 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
     }
     return off;
   };
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype, [&]<class In, class Out>() {
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype, [&]<class In, class Out>() {
     Out* o = out.as<Out>();
-    for (std::int64_t i = 0, n = os.num_elements(); i < n; ++i) {
-      if constexpr (Op::arity == 1)
-        o[i] = math::convert<Out>(op(in[0].as<In>()[offset(0, i)]));
-      else if constexpr (Op::arity == 2)
-        o[i] = math::convert<Out>(op(in[0].as<In>()[offset(0, i)], in[1].as<In>()[offset(1, i)]));
-      else
-        o[i] = op(in[0].as<bool>()[offset(0, i)], in[1].as<In>()[offset(1, i)], in[2].as<In>()[offset(2, i)]);
-    }
+    for (std::int64_t i = 0, n = os.num_elements(); i < n; ++i)
+      o[i] = math::convert<Out>(ops::invoke_elementwise(
+          op, [&](int k) -> const In& { return in[k].as<In>()[offset(k, i)]; },
+          [&](int k) { return in[k].as<bool>()[offset(k, i)]; }));
   });
 }
 

@@ -9,22 +9,10 @@
 
 namespace kiln::backend {
 
-namespace reference {
-/// Calls `f(tag)` for the numeric dtype `t` (the linalg ops accept nothing else).
-template <class F>
-void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) f(tag);
-  });
-}
-}  // namespace reference
-
 template <class = void>
 void compute(reference_backend, const ops::matmul&, std::span<const buffer_view> in, const buffer_view& out) {
   const ops::matmul_geometry g(in[0].shape, in[1].shape, out.shape);
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     for (std::int64_t bi = 0; bi < g.batches; ++bi) {
       auto [oa, ob] = g.operand_offsets(bi);
       const T* a = in[0].as<T>() + oa;
@@ -45,8 +33,7 @@ void compute(reference_backend, const ops::conv2d& op, std::span<const buffer_vi
   const shape &xs = in[0].shape, &fs = in[1].shape, &os = out.shape;
   const std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], op.stride_h, op.pad).pad_before;
   const std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], op.stride_w, op.pad).pad_before;
-  reference::visit_numeric(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  ops::visit_numeric(out.dtype, [&]<class T>() {
     const T* x = in[0].as<T>();
     const T* f = in[1].as<T>();
     T* o = out.as<T>();

@@ -25,18 +25,14 @@ template <class Op, class In, class Out>
 struct elementwise_element {
   static constexpr int arity = Op::arity;
   Op op;
-  const void* operand[arity];  // for `where`, operand 0 is the bool condition
+  const void* operand[arity];  // a leading condition (`where`) points to bools
   strided_offsets<arity> index;
 
   KILN_HOST_DEVICE Out operator()(std::int64_t i) const {
     const offsets<arity> o = index(i);
-    auto value = [&](int k) -> const In& { return static_cast<const In*>(operand[k])[o.at[k]]; };
-    if constexpr (arity == 1)
-      return math::convert<Out>(op(value(0)));
-    else if constexpr (arity == 2)
-      return math::convert<Out>(op(value(0), value(1)));
-    else
-      return op(static_cast<const bool*>(operand[0])[o.at[0]], value(1), value(2));
+    return math::convert<Out>(ops::invoke_elementwise(
+        op, [&](int k) -> const In& { return static_cast<const In*>(operand[k])[o.at[k]]; },
+        [&](int k) { return static_cast<const bool*>(operand[k])[o.at[k]]; }));
   }
 };
 
@@ -58,8 +54,7 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 template <ops::elementwise Op>
 void compute(thrust_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  dtype value_dtype = in[Op::arity == 3 ? 1 : 0].dtype;
-  visit_elementwise_types(op, value_dtype, out.dtype, [&]<class In, class Out>() {
+  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype, [&]<class In, class Out>() {
     if constexpr (std::is_same_v<In, std::string> || std::is_same_v<Out, std::string>)
       throw internal_error(std::string(Op::name) + ": string tensors cannot be on the gpu");
     else

@@ -22,6 +22,7 @@ struct offsets {
 /// Maps flat output indices to operand offsets; plain data, copied to the device by
 /// value inside kernel functors.
 /// \code
+/// using kiln::backend::thrust_kernels::strided_offsets;
 /// strided_offsets<1> t = strided_offsets<1>::over(kiln::shape{2, 3}, {{{1, 2}}});  // transpose of a (3, 2)
 /// t(4).at[0] == 3;  // output (1, 1) reads input (1, 1), at offset 1 * 2 + 1
 /// \endcode

@@ -39,7 +39,7 @@ namespace kiln::backend::thrust_kernels {
 
 /// Sets every element `i` of `out` (of type `T`) to `element(i)`: the one kernel
 /// shape of most gpu ops, a transform over the output's flat indices.
-/// \code fill_elements<float>(out, read_strided<float>{x, index}); \endcode
+/// For example `fill_elements<float>(out, read_strided<float>{x, index})`.
 template <class T, class Element>
 void fill_elements(const buffer_view& out, const Element& element) {
   ::thrust::counting_iterator<std::int64_t> first(0);
