@@ -25,22 +25,32 @@ void check(Fn fn, const X&... args) {
   kiln::testing::check_both_tiers(fn, args...);
 }
 
+// Under the sanitizers, which look for memory errors and undefined behaviour rather
+// than for wrong values, each op runs at the shapes with a partial batch and a
+// broadcast: every shape is a type with its own kernels here, and the full set doubles
+// the sanitized build's longest file.
+constexpr bool every_shape = !KILN_ADDRESS_SANITIZER && !KILN_THREAD_SANITIZER;
+
 template <class T, class Fn>
 void check_unary_shapes(Fn fn, value_range range = value_range::any) {
   check(fn, random_fixed<fixed<T>>(range));
-  check(fn, random_fixed<fixed<T, 5>>(range));
-  check(fn, random_fixed<fixed<T, 3, 16>>(range));
   check(fn, random_fixed<fixed<T, 2, 3, 37>>(range));
+  if constexpr (every_shape) {
+    check(fn, random_fixed<fixed<T, 5>>(range));
+    check(fn, random_fixed<fixed<T, 3, 16>>(range));
+  }
 }
 
 template <class T, class Fn>
 void check_binary_shapes(Fn fn, value_range range = value_range::any) {
-  check(fn, random_fixed<fixed<T, 3, 37>>(), random_fixed<fixed<T, 3, 37>>(range));
   check(fn, random_fixed<fixed<T, 3, 37>>(), random_fixed<fixed<T, 37>>(range));     // a row
-  check(fn, random_fixed<fixed<T, 4, 1>>(), random_fixed<fixed<T, 3>>(range));       // outer product
   check(fn, random_fixed<fixed<T, 2, 1, 5>>(), random_fixed<fixed<T, 3, 1>>(range)); // both ways
   check(fn, random_fixed<fixed<T>>(), random_fixed<fixed<T, 9>>(range));             // a scalar
-  check(fn, random_fixed<fixed<T, 6>>(), random_fixed<fixed<T>>(range));
+  if constexpr (every_shape) {
+    check(fn, random_fixed<fixed<T, 3, 37>>(), random_fixed<fixed<T, 3, 37>>(range));
+    check(fn, random_fixed<fixed<T, 4, 1>>(), random_fixed<fixed<T, 3>>(range));  // outer product
+    check(fn, random_fixed<fixed<T, 6>>(), random_fixed<fixed<T>>(range));
+  }
 }
 
 }  // namespace
