@@ -567,15 +567,16 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
-/// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
-/// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
+/// Calls `f.template operator()<T>()` with the C++ element type `T` of `t`, as
+/// every dtype visitor of kiln does; the single switch from a runtime dtype to
+/// compiled code.
+/// \code kiln::visit_dtype(kiln::float32, []<class T>() { return sizeof(T); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
 #define KILN_DETAIL_DTYPE_CASE(d, T, text) \
   case d:                                  \
-    return f(std::type_identity<T>{});
+    return f.template operator()<T>();
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
@@ -1584,8 +1585,7 @@ KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  return visit_dtype(host.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(host.dtype(), [&]<class T>() {
     return format_values_of(host.template data<T>(), host.shape(), style);
   });
 }
@@ -2033,8 +2033,7 @@ tensor constant_of(const std::vector<S>& values, const shape& s, std::optional<d
     throw value_error("constant: " + std::to_string(values.size()) + " values do not fill shape " + s.str() + " (" +
                       std::to_string(s.num_elements()) + " elements)");
   tensor out(t.value_or(dtype_of<S>), s);
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using To = typename decltype(tag)::type;
+  visit_dtype(out.dtype(), [&]<class To>() {
     To* p = out.view().as<To>();
     for (std::size_t i = 0; i < values.size(); ++i) p[i] = convert_element<To, S>(values[i], "constant");
   });
@@ -2120,16 +2119,14 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
 
 /// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
 inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
 inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) -> tensor {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
     else
@@ -2377,8 +2374,7 @@ inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, de
                                  " and " + std::to_string(columns));
   if (t == string) throw type_error("eye: string tensors have no identity matrix");
   tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (!std::is_same_v<T, std::string>) {
       T* p = out.view().as<T>();
       for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
@@ -3173,8 +3169,7 @@ tensor execute_now(const Op& op, const Ts&... inputs) {
 template <class S>
 tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
   tensor out(t, shape{}, kiln::device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
       if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
         *out.view().template as<T>() = T(value);  // T, not std::string: dependent, so only checked where S converts
@@ -3324,8 +3319,7 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
 template <class F>
 void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else
@@ -3646,8 +3640,7 @@ void check_values(const Op&, std::span<const tensor* const> in) {
   constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
-  bool bad = visit_dtype(y.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  bool bad = visit_dtype(y.dtype(), [&]<class T>() {
     if constexpr (math::is_signed_integer<T>) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
@@ -3847,12 +3840,10 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
 /// dtype of the value operands (for `where`, the branches).
 template <ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
-  visit_dtype(in, [&](auto in_tag) {
-    using In = typename decltype(in_tag)::type;
+  visit_dtype(in, [&]<class In>() {
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
       if constexpr (Op::converts) {
-        visit_dtype(out, [&](auto out_tag) {
-          using Out = typename decltype(out_tag)::type;
+        visit_dtype(out, [&]<class Out>() {
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
         });
       } else {

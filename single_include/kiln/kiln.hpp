@@ -338,15 +338,16 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
-/// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
-/// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
+/// Calls `f.template operator()<T>()` with the C++ element type `T` of `t`, as
+/// every dtype visitor of kiln does; the single switch from a runtime dtype to
+/// compiled code.
+/// \code kiln::visit_dtype(kiln::float32, []<class T>() { return sizeof(T); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
 #define KILN_DETAIL_DTYPE_CASE(d, T, text) \
   case d:                                  \
-    return f(std::type_identity<T>{});
+    return f.template operator()<T>();
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
@@ -1802,8 +1803,7 @@ KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  return visit_dtype(host.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(host.dtype(), [&]<class T>() {
     return format_values_of(host.template data<T>(), host.shape(), style);
   });
 }
@@ -2031,8 +2031,7 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
 template <class F>
 void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else
@@ -2497,8 +2496,7 @@ tensor execute_now(const Op& op, const Ts&... inputs) {
 template <class S>
 tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
   tensor out(t, shape{}, kiln::device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
       if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
         *out.view().template as<T>() = T(value);  // T, not std::string: dependent, so only checked where S converts
@@ -2767,8 +2765,7 @@ void check_values(const Op&, std::span<const tensor* const> in) {
   constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
-  bool bad = visit_dtype(y.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  bool bad = visit_dtype(y.dtype(), [&]<class T>() {
     if constexpr (math::is_signed_integer<T>) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
@@ -3415,8 +3412,7 @@ tensor constant_of(const std::vector<S>& values, const shape& s, std::optional<d
     throw value_error("constant: " + std::to_string(values.size()) + " values do not fill shape " + s.str() + " (" +
                       std::to_string(s.num_elements()) + " elements)");
   tensor out(t.value_or(dtype_of<S>), s);
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using To = typename decltype(tag)::type;
+  visit_dtype(out.dtype(), [&]<class To>() {
     To* p = out.view().as<To>();
     for (std::size_t i = 0; i < values.size(); ++i) p[i] = convert_element<To, S>(values[i], "constant");
   });
@@ -3502,16 +3498,14 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
 
 /// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
 inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
 inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) -> tensor {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
     else
@@ -3759,8 +3753,7 @@ inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, de
                                  " and " + std::to_string(columns));
   if (t == string) throw type_error("eye: string tensors have no identity matrix");
   tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (!std::is_same_v<T, std::string>) {
       T* p = out.view().as<T>();
       for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
@@ -5284,12 +5277,10 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
 /// dtype of the value operands (for `where`, the branches).
 template <ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
-  visit_dtype(in, [&](auto in_tag) {
-    using In = typename decltype(in_tag)::type;
+  visit_dtype(in, [&]<class In>() {
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
       if constexpr (Op::converts) {
-        visit_dtype(out, [&](auto out_tag) {
-          using Out = typename decltype(out_tag)::type;
+        visit_dtype(out, [&]<class Out>() {
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
         });
       } else {
@@ -6537,8 +6528,7 @@ inline std::int64_t ravel(const multi_index& idx, const shape& s) {
 /// Fills `out`: element i is element `source(i).second` of input `source(i).first`.
 template <class Source>
 void copy_from(std::span<const buffer_view> in, const buffer_view& out, Source source) {
-  visit_dtype(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(out.dtype, [&]<class T>() {
     T* o = out.as<T>();
     for (std::int64_t i = 0, n = out.size(); i < n; ++i) {
       auto [k, j] = source(i);
@@ -6728,16 +6718,16 @@ struct string_mover {
   }
 };
 
-/// Calls `f(mover{})` with the mover for dtype `t`.
+/// Calls `f.template operator()<Mover>()` with the mover for dtype `t`.
 template <class F>
 void visit_mover(dtype t, F&& f) {
   switch (t) {
-    case bool_: return f(byte_mover<sizeof(bool)>{});
+    case bool_: return f.template operator()<byte_mover<sizeof(bool)>>();
     case int32:
-    case float32: return f(byte_mover<4>{});
+    case float32: return f.template operator()<byte_mover<4>>();
     case int64:
-    case float64: return f(byte_mover<8>{});
-    case string: return f(string_mover{});
+    case float64: return f.template operator()<byte_mover<8>>();
+    case string: return f.template operator()<string_mover>();
   }
   throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
@@ -7021,7 +7011,7 @@ void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view>
   const cpu::strided_walk w(out.shape, stride, 0);
   int q = 0;  // the walk dim that is contiguous in the input
   while (w.stride[q] != 1) ++q;
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+  cpu::visit_mover(out.dtype, [&]<class Mover>() {
     if (q == w.rank - 1)
       cpu::copy_walk<Mover>(w, in[0].data, out.data);
     else
@@ -7035,7 +7025,7 @@ void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in,
   std::int64_t base = 0;
   for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
   const cpu::strided_walk w(out.shape, stride, base);
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
 }
 
 template <class = void>
@@ -7044,7 +7034,7 @@ void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::join<Mover>(in, outer, run, out); });
 }
 
 template <class = void>
@@ -7053,14 +7043,14 @@ void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in,
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [inner](std::size_t) { return inner; };
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::join<Mover>(in, outer, run, out); });
 }
 
 template <class = void>
 void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
   const std::int64_t m = in[1].size();
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+  cpu::visit_mover(out.dtype, [&]<class Mover>() {
     if (in[1].dtype == int64)
       cpu::gather_rows<Mover>(in[0], in[1].as<const std::int64_t>(), m, axis, out);
     else
@@ -8329,8 +8319,7 @@ namespace thrust_kernels {
 /// cannot be on the gpu, are an internal error.
 template <class F>
 void visit_device_dtype(dtype t, std::string_view op, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string>)
       throw internal_error(std::string(op) + ": string tensors cannot be on the gpu");
     else
@@ -8901,8 +8890,7 @@ inline tensor::operator bool() const {
                                               : "the truth value of a tensor with more than one element is ambiguous") +
                       "; got shape " + shape().str());
   const tensor host = device() == kiln::device::cpu ? *this : to(kiln::device::cpu);
-  return visit_dtype(dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(dtype(), [&]<class T>() {
     const T& value = *host.data<T>();
     if constexpr (std::is_same_v<T, std::string>)
       return !value.empty();
@@ -11573,8 +11561,7 @@ inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape
   size = nest.size;
   stride = nest.stride[0];
   element_bytes = size_of(t);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
   });
 }
@@ -14230,8 +14217,7 @@ namespace kiln::detail {
 /// True when every element of the eager tensor `t` equals `v`.
 inline bool filled_with(const tensor& t, double v) {
   if (t.device() != device::cpu) return false;
-  return visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t.dtype(), [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
       const T* p = t.data<T>();
       for (std::int64_t i = 0, n = t.size(); i < n; ++i)
@@ -18017,7 +18003,7 @@ struct uniform_spec {
       throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
                                    ") needs an explicit maxval");
     require_fully_defined("random::uniform", dims);
-    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+    visit_dtype(type, [&]<class T>() { (void)bounds<T>(); });
   }
 
   /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
@@ -18026,8 +18012,7 @@ struct uniform_spec {
   template <class = void>
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
-    visit_dtype(type, [&](auto tag) {
-      using T = typename decltype(tag)::type;
+    visit_dtype(type, [&]<class T>() {
       if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
         auto [lo, hi] = bounds<T>();
         uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);

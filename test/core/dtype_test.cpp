@@ -47,13 +47,13 @@ TEST_CASE("dtype sets combine and test membership", "[dtype][constexpr]") {
 
 TEST_CASE("visit_dtype calls the function with the element type", "[dtype]") {
   for (kiln::dtype t : {kiln::bool_, kiln::int32, kiln::int64, kiln::float32, kiln::float64, kiln::string}) {
-    kiln::dtype seen = kiln::visit_dtype(t, [](auto tag) { return kiln::dtype_of<typename decltype(tag)::type>; });
+    kiln::dtype seen = kiln::visit_dtype(t, []<class T>() { return kiln::dtype_of<T>; });
     CHECK(seen == t);
   }
-  CHECK(kiln::visit_dtype(kiln::float64, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 8);
+  CHECK(kiln::visit_dtype(kiln::float64, []<class T>() { return sizeof(T); }) == 8);
 }
 
 TEST_CASE("visit_dtype rejects an invalid dtype value", "[dtype]") {
   const auto invalid = static_cast<kiln::dtype>(kiln::dtype_count);
-  CHECK_THROWS_AS(kiln::visit_dtype(invalid, [](auto) { return 0; }), kiln::internal_error);
+  CHECK_THROWS_AS(kiln::visit_dtype(invalid, []<class>() { return 0; }), kiln::internal_error);
 }

@@ -52,8 +52,7 @@ void require_bits_match_eager(F fn, const Args&... args) {
     INFO("output " << k);
     REQUIRE(graph[k].dtype() == eager[k].dtype());
     REQUIRE(graph[k].shape() == eager[k].shape());
-    kiln::visit_dtype(eager[k].dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
+    kiln::visit_dtype(eager[k].dtype(), [&]<class T>() {
       if constexpr (std::is_arithmetic_v<T>) {
         const std::vector<T> a = graph[k].to_vector<T>(), e = eager[k].to_vector<T>();
         for (std::size_t i = 0; i < e.size(); ++i) {

@@ -332,8 +332,7 @@ void check_rules_of(std::uint32_t first_seed, std::int64_t cases, tally& counts)
       if (k.indices[i] && is_integer(k.dtypes[i])) {
         inputs.push_back(kiln::testing::random_tensor(k.dtypes[i], k.shapes[i], seed + std::uint32_t(i)));
         // indices in [-2, 6]: mostly in range of the small dims drawn, some not
-        visit_dtype(k.dtypes[i], [&](auto tag) {
-          using T = typename decltype(tag)::type;
+        visit_dtype(k.dtypes[i], [&]<class T>() {
           if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
             T* p = inputs.back().view().template as<T>();
             for (std::int64_t e = 0; e < inputs.back().size(); ++e) p[e] = T(c.between(-2, 6));

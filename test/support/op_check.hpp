@@ -37,8 +37,7 @@ inline tensor random_tensor(dtype t, const shape& s, std::uint32_t seed, value_r
   tensor out(t, s);
   std::mt19937 gen(seed);
   std::int64_t n = s.num_elements();
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     T* p = out.view().as<T>();
     for (std::int64_t i = 0; i < n; ++i) {
       if constexpr (std::is_same_v<T, bool>) {
@@ -97,8 +96,7 @@ inline void require_same(const tensor& actual, const tensor& expected, double rt
   INFO("actual " << describe(actual) << ", expected " << describe(expected));
   REQUIRE(actual.dtype() == expected.dtype());
   REQUIRE(actual.shape() == expected.shape());
-  visit_dtype(expected.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(expected.dtype(), [&]<class T>() {
     std::vector<T> a = actual.to_vector<T>(), e = expected.to_vector<T>();
     for (std::size_t i = 0; i < e.size(); ++i) {
       if constexpr (std::is_floating_point_v<T>) {

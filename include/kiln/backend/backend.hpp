@@ -76,12 +76,10 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
 /// dtype of the value operands (for `where`, the branches).
 template <ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
-  visit_dtype(in, [&](auto in_tag) {
-    using In = typename decltype(in_tag)::type;
+  visit_dtype(in, [&]<class In>() {
     if constexpr (Op::accepts.contains(dtype_of<In>)) {
       if constexpr (Op::converts) {
-        visit_dtype(out, [&](auto out_tag) {
-          using Out = typename decltype(out_tag)::type;
+        visit_dtype(out, [&]<class Out>() {
           if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
         });
       } else {

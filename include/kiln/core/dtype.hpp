@@ -138,15 +138,16 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
-/// Calls `f(std::type_identity<T>{})` with the C++ element type of `t`; the
-/// single switch from a runtime dtype to compiled code.
-/// \code kiln::visit_dtype(kiln::float32, [](auto tag) { return sizeof(typename decltype(tag)::type); }) == 4 \endcode
+/// Calls `f.template operator()<T>()` with the C++ element type `T` of `t`, as
+/// every dtype visitor of kiln does; the single switch from a runtime dtype to
+/// compiled code.
+/// \code kiln::visit_dtype(kiln::float32, []<class T>() { return sizeof(T); }) == 4 \endcode
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
 #define KILN_DETAIL_DTYPE_CASE(d, T, text) \
   case d:                                  \
-    return f(std::type_identity<T>{});
+    return f.template operator()<T>();
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }

@@ -473,8 +473,7 @@ KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style
 KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_style style) {
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  return visit_dtype(host.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(host.dtype(), [&]<class T>() {
     return format_values_of(host.template data<T>(), host.shape(), style);
   });
 }

@@ -30,8 +30,7 @@ inline tensor::operator bool() const {
                                               : "the truth value of a tensor with more than one element is ambiguous") +
                       "; got shape " + shape().str());
   const tensor host = device() == kiln::device::cpu ? *this : to(kiln::device::cpu);
-  return visit_dtype(dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(dtype(), [&]<class T>() {
     const T& value = *host.data<T>();
     if constexpr (std::is_same_v<T, std::string>)
       return !value.empty();

@@ -127,8 +127,7 @@ inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape
   size = nest.size;
   stride = nest.stride[0];
   element_bytes = size_of(t);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (!std::is_same_v<T, std::string>) gather = &gather_tile<T>;
   });
 }

@@ -58,8 +58,7 @@ tensor execute_now(const Op& op, const Ts&... inputs) {
 template <class S>
 tensor make_scalar(kiln::dtype t, S value, kiln::device d) {
   tensor out(t, shape{}, kiln::device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string> || std::is_convertible_v<S, std::string>) {
       if constexpr (std::is_same_v<T, std::string> && std::is_convertible_v<S, std::string>)
         *out.view().template as<T>() = T(value);  // T, not std::string: dependent, so only checked where S converts

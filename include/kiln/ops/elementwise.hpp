@@ -254,8 +254,7 @@ void check_values(const Op&, std::span<const tensor* const> in) {
   constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
-  bool bad = visit_dtype(y.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  bool bad = visit_dtype(y.dtype(), [&]<class T>() {
     if constexpr (math::is_signed_integer<T>) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();

@@ -100,8 +100,7 @@ tensor constant_of(const std::vector<S>& values, const shape& s, std::optional<d
     throw value_error("constant: " + std::to_string(values.size()) + " values do not fill shape " + s.str() + " (" +
                       std::to_string(s.num_elements()) + " elements)");
   tensor out(t.value_or(dtype_of<S>), s);
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using To = typename decltype(tag)::type;
+  visit_dtype(out.dtype(), [&]<class To>() {
     To* p = out.view().as<To>();
     for (std::size_t i = 0; i < values.size(); ++i) p[i] = convert_element<To, S>(values[i], "constant");
   });
@@ -187,16 +186,14 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
 
 /// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
 inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
 inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
-  return visit_dtype(t, [&](auto tag) -> tensor {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
     else
@@ -444,8 +441,7 @@ inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, de
                                  " and " + std::to_string(columns));
   if (t == string) throw type_error("eye: string tensors have no identity matrix");
   tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (!std::is_same_v<T, std::string>) {
       T* p = out.view().as<T>();
       for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);

@@ -125,8 +125,7 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
 template <class F>
 void visit_numeric(dtype t, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else

@@ -20,8 +20,7 @@ namespace kiln::detail {
 /// True when every element of the eager tensor `t` equals `v`.
 inline bool filled_with(const tensor& t, double v) {
   if (t.device() != device::cpu) return false;
-  return visit_dtype(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  return visit_dtype(t.dtype(), [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
       const T* p = t.data<T>();
       for (std::int64_t i = 0, n = t.size(); i < n; ++i)

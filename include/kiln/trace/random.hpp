@@ -53,7 +53,7 @@ struct uniform_spec {
       throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
                                    ") needs an explicit maxval");
     require_fully_defined("random::uniform", dims);
-    visit_dtype(type, [&](auto tag) { (void)bounds<typename decltype(tag)::type>(); });
+    visit_dtype(type, [&]<class T>() { (void)bounds<T>(); });
   }
 
   /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
@@ -62,8 +62,7 @@ struct uniform_spec {
   template <class = void>
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
-    visit_dtype(type, [&](auto tag) {
-      using T = typename decltype(tag)::type;
+    visit_dtype(type, [&]<class T>() {
       if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
         auto [lo, hi] = bounds<T>();
         uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);

@@ -93,16 +93,16 @@ struct string_mover {
   }
 };
 
-/// Calls `f(mover{})` with the mover for dtype `t`.
+/// Calls `f.template operator()<Mover>()` with the mover for dtype `t`.
 template <class F>
 void visit_mover(dtype t, F&& f) {
   switch (t) {
-    case bool_: return f(byte_mover<sizeof(bool)>{});
+    case bool_: return f.template operator()<byte_mover<sizeof(bool)>>();
     case int32:
-    case float32: return f(byte_mover<4>{});
+    case float32: return f.template operator()<byte_mover<4>>();
     case int64:
-    case float64: return f(byte_mover<8>{});
-    case string: return f(string_mover{});
+    case float64: return f.template operator()<byte_mover<8>>();
+    case string: return f.template operator()<string_mover>();
   }
   throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
@@ -386,7 +386,7 @@ void compute(cpu_backend, const ops::transpose& op, std::span<const buffer_view>
   const cpu::strided_walk w(out.shape, stride, 0);
   int q = 0;  // the walk dim that is contiguous in the input
   while (w.stride[q] != 1) ++q;
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+  cpu::visit_mover(out.dtype, [&]<class Mover>() {
     if (q == w.rank - 1)
       cpu::copy_walk<Mover>(w, in[0].data, out.data);
     else
@@ -400,7 +400,7 @@ void compute(cpu_backend, const ops::slice& op, std::span<const buffer_view> in,
   std::int64_t base = 0;
   for (int d = 0; d < out.shape.rank(); ++d) base += op.begin[d] * stride[d];
   const cpu::strided_walk w(out.shape, stride, base);
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::copy_walk<Mover>(w, in[0].data, out.data); });
 }
 
 template <class = void>
@@ -409,7 +409,7 @@ void compute(cpu_backend, const ops::concat& op, std::span<const buffer_view> in
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [&](std::size_t k) { return in[k].shape[a] * inner; };
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::join<Mover>(in, outer, run, out); });
 }
 
 template <class = void>
@@ -418,14 +418,14 @@ void compute(cpu_backend, const ops::stack& op, std::span<const buffer_view> in,
   const int a = ops::normalize_axis(op.axis, os.rank());
   const std::int64_t outer = elements_between(os, 0, a), inner = elements_between(os, a + 1, os.rank());
   auto run = [inner](std::size_t) { return inner; };
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) { cpu::join<Mover>(in, outer, run, out); });
+  cpu::visit_mover(out.dtype, [&]<class Mover>() { cpu::join<Mover>(in, outer, run, out); });
 }
 
 template <class = void>
 void compute(cpu_backend, const ops::gather& op, std::span<const buffer_view> in, const buffer_view& out) {
   const int axis = ops::normalize_axis(op.axis, in[0].shape.rank());
   const std::int64_t m = in[1].size();
-  cpu::visit_mover(out.dtype, [&]<class Mover>(Mover) {
+  cpu::visit_mover(out.dtype, [&]<class Mover>() {
     if (in[1].dtype == int64)
       cpu::gather_rows<Mover>(in[0], in[1].as<const std::int64_t>(), m, axis, out);
     else

@@ -39,8 +39,7 @@ inline std::int64_t ravel(const multi_index& idx, const shape& s) {
 /// Fills `out`: element i is element `source(i).second` of input `source(i).first`.
 template <class Source>
 void copy_from(std::span<const buffer_view> in, const buffer_view& out, Source source) {
-  visit_dtype(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(out.dtype, [&]<class T>() {
     T* o = out.as<T>();
     for (std::int64_t i = 0, n = out.size(); i < n; ++i) {
       auto [k, j] = source(i);

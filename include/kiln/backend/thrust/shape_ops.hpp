@@ -40,8 +40,7 @@ namespace thrust_kernels {
 /// cannot be on the gpu, are an internal error.
 template <class F>
 void visit_device_dtype(dtype t, std::string_view op, F&& f) {
-  visit_dtype(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
+  visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string>)
       throw internal_error(std::string(op) + ": string tensors cannot be on the gpu");
     else
