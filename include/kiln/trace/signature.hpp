@@ -202,13 +202,13 @@ struct call_frame {
 class pooled_call_frame {
  public:
   pooled_call_frame() {
-    pool* p = thread_pool();
+    pool* p = this_thread_frames();
     frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
   }
   ~pooled_call_frame() {
     frame_->signature.clear();
     frame_->outputs.clear();
-    pool* p = thread_pool();
+    pool* p = this_thread_frames();
     if (p && p->count < pool::depth)
       p->frames[p->count++] = frame_;
     else
@@ -229,7 +229,7 @@ class pooled_call_frame {
   };
   // Reached through a trivially destructible pointer, as the allocator's thread cache
   // is, so that a call made while the thread's objects are destroyed finds no pool.
-  static pool* thread_pool() {
+  static pool* this_thread_frames() {
     thread_local pool* current = nullptr;
     thread_local bool finished = false;
     if (!current && !finished) {
