@@ -5977,7 +5977,7 @@ class tree_buffer {
   std::byte* data_;
 };
 
-/// Room for one partial per level of a tree of `leaves` leaves, left unset.
+/// The bytes of one partial per level of a tree of `leaves` leaves.
 inline std::size_t tree_scratch_bytes(const tree_steps& s, std::int64_t leaves) {
   return std::size_t(std::bit_width(std::uint64_t(leaves)) + 1) * s.size;
 }
