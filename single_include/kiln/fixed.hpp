@@ -187,6 +187,43 @@ inline constexpr std::size_t buffer_alignment = 64;
 #include <new>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
+// ----- begin kiln/core/this_thread.hpp -----
+/// \file
+/// `this_thread_object<T>()`: a per-thread object that code running while the thread's
+/// objects are destroyed can still ask for, safely.
+
+namespace kiln::detail {
+
+/// This thread's `T`, made on first use; null once the thread has begun destroying it
+/// (a static tensor freed at exit, a call from another thread_local's destructor). It
+/// is reached through trivially destructible thread_locals, which stay readable then.
+/// \code
+/// struct counter { int calls = 0; };
+/// if (counter* c = kiln::detail::this_thread_object<counter>()) ++c->calls;
+/// \endcode
+template <class T>
+T* this_thread_object() {
+  thread_local T* current = nullptr;
+  thread_local bool finished = false;
+  if (!current && !finished) {
+    struct owner {
+      T object;
+      ~owner() {
+        current = nullptr;
+        finished = true;
+      }
+    };
+    thread_local owner cleanup;
+    current = &cleanup.object;
+  }
+  return current;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/core/this_thread.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
 
 namespace kiln::detail {
 
@@ -307,31 +344,9 @@ class basic_caching_allocator {
         for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
-  // The cache is reached through a trivially destructible pointer, so a buffer freed
-  // after the thread's cache is gone (a static tensor at exit) still finds out safely.
-  struct thread_state {
-    small_cache* cache = nullptr;
-    bool finished = false;
-  };
-  static thread_state& state() {
-    thread_local thread_state s;
-    return s;
-  }
-  static small_cache* thread_cache() {
-    thread_state& s = state();
-    if (!s.cache && !s.finished) {
-      struct owner {
-        ~owner() {
-          delete state().cache;
-          state().cache = nullptr;
-          state().finished = true;
-        }
-      };
-      thread_local owner cleanup;
-      s.cache = new small_cache;
-    }
-    return s.cache;
-  }
+  // Null once the thread's cache is gone: a buffer freed then (a static tensor at
+  // exit) goes back to the system.
+  static small_cache* thread_cache() { return this_thread_object<small_cache>(); }
 
   // Large sizes are rounded to 1/8 of their power of two, so blocks of nearby
   // sizes are interchangeable at a bounded (12.5%) waste.

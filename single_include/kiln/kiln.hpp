@@ -843,6 +843,43 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 #include <new>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
+// ----- begin kiln/core/this_thread.hpp -----
+/// \file
+/// `this_thread_object<T>()`: a per-thread object that code running while the thread's
+/// objects are destroyed can still ask for, safely.
+
+namespace kiln::detail {
+
+/// This thread's `T`, made on first use; null once the thread has begun destroying it
+/// (a static tensor freed at exit, a call from another thread_local's destructor). It
+/// is reached through trivially destructible thread_locals, which stay readable then.
+/// \code
+/// struct counter { int calls = 0; };
+/// if (counter* c = kiln::detail::this_thread_object<counter>()) ++c->calls;
+/// \endcode
+template <class T>
+T* this_thread_object() {
+  thread_local T* current = nullptr;
+  thread_local bool finished = false;
+  if (!current && !finished) {
+    struct owner {
+      T object;
+      ~owner() {
+        current = nullptr;
+        finished = true;
+      }
+    };
+    thread_local owner cleanup;
+    current = &cleanup.object;
+  }
+  return current;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/core/this_thread.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_THIS_THREAD_HPP
 
 namespace kiln::detail {
 
@@ -963,31 +1000,9 @@ class basic_caching_allocator {
         for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
-  // The cache is reached through a trivially destructible pointer, so a buffer freed
-  // after the thread's cache is gone (a static tensor at exit) still finds out safely.
-  struct thread_state {
-    small_cache* cache = nullptr;
-    bool finished = false;
-  };
-  static thread_state& state() {
-    thread_local thread_state s;
-    return s;
-  }
-  static small_cache* thread_cache() {
-    thread_state& s = state();
-    if (!s.cache && !s.finished) {
-      struct owner {
-        ~owner() {
-          delete state().cache;
-          state().cache = nullptr;
-          state().finished = true;
-        }
-      };
-      thread_local owner cleanup;
-      s.cache = new small_cache;
-    }
-    return s.cache;
-  }
+  // Null once the thread's cache is gone: a buffer freed then (a static tensor at
+  // exit) goes back to the system.
+  static small_cache* thread_cache() { return this_thread_object<small_cache>(); }
 
   // Large sizes are rounded to 1/8 of their power of two, so blocks of nearby
   // sizes are interchangeable at a bounded (12.5%) waste.
@@ -15032,24 +15047,9 @@ class pooled_call_frame {
       for (int i = 0; i < count; ++i) delete frames[i];
     }
   };
-  // Reached through a trivially destructible pointer, as the allocator's thread cache
-  // is, so that a call made while the thread's objects are destroyed finds no pool.
-  static pool* this_thread_frames() {
-    thread_local pool* current = nullptr;
-    thread_local bool finished = false;
-    if (!current && !finished) {
-      struct owner {
-        pool frames;
-        ~owner() {
-          current = nullptr;
-          finished = true;
-        }
-      };
-      thread_local owner cleanup;
-      current = &cleanup.frames;
-    }
-    return current;
-  }
+  // Null for a call made while the thread's objects are destroyed: it takes a frame
+  // of its own.
+  static pool* this_thread_frames() { return this_thread_object<pool>(); }
   call_frame* frame_;
 };
 
@@ -15623,9 +15623,8 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         break;
       }
       case node_kind::special: {
-        std::vector<tensor> results(std::size_t(n.result_count()));
+        std::vector<tensor> results;
         if (trace) {
-          results.clear();
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
           for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
@@ -15633,6 +15632,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         } else {
           std::vector<const tensor*> in;
           for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+          results.resize(std::size_t(n.result_count()));
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);

@@ -65,9 +65,8 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         break;
       }
       case node_kind::special: {
-        std::vector<tensor> results(std::size_t(n.result_count()));
+        std::vector<tensor> results;
         if (trace) {
-          results.clear();
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
           for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
@@ -75,6 +74,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
         } else {
           std::vector<const tensor*> in;
           for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+          results.resize(std::size_t(n.result_count()));
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/config.hpp"
+#include "kiln/core/this_thread.hpp"
 
 namespace kiln::detail {
 
@@ -137,31 +138,9 @@ class basic_caching_allocator {
         for (int i = 0; i < count[c]; ++i) System::release(blocks[c][i]);
     }
   };
-  // The cache is reached through a trivially destructible pointer, so a buffer freed
-  // after the thread's cache is gone (a static tensor at exit) still finds out safely.
-  struct thread_state {
-    small_cache* cache = nullptr;
-    bool finished = false;
-  };
-  static thread_state& state() {
-    thread_local thread_state s;
-    return s;
-  }
-  static small_cache* thread_cache() {
-    thread_state& s = state();
-    if (!s.cache && !s.finished) {
-      struct owner {
-        ~owner() {
-          delete state().cache;
-          state().cache = nullptr;
-          state().finished = true;
-        }
-      };
-      thread_local owner cleanup;
-      s.cache = new small_cache;
-    }
-    return s.cache;
-  }
+  // Null once the thread's cache is gone: a buffer freed then (a static tensor at
+  // exit) goes back to the system.
+  static small_cache* thread_cache() { return this_thread_object<small_cache>(); }
 
   // Large sizes are rounded to 1/8 of their power of two, so blocks of nearby
   // sizes are interchangeable at a bounded (12.5%) waste.

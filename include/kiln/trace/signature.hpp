@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.hpp"
+#include "kiln/core/this_thread.hpp"
 #include "kiln/trace/spec.hpp"
 
 namespace kiln::detail {
@@ -227,24 +228,9 @@ class pooled_call_frame {
       for (int i = 0; i < count; ++i) delete frames[i];
     }
   };
-  // Reached through a trivially destructible pointer, as the allocator's thread cache
-  // is, so that a call made while the thread's objects are destroyed finds no pool.
-  static pool* this_thread_frames() {
-    thread_local pool* current = nullptr;
-    thread_local bool finished = false;
-    if (!current && !finished) {
-      struct owner {
-        pool frames;
-        ~owner() {
-          current = nullptr;
-          finished = true;
-        }
-      };
-      thread_local owner cleanup;
-      current = &cleanup.frames;
-    }
-    return current;
-  }
+  // Null for a call made while the thread's objects are destroyed: it takes a frame
+  // of its own.
+  static pool* this_thread_frames() { return this_thread_object<pool>(); }
   call_frame* frame_;
 };
 
