@@ -54,6 +54,7 @@
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/autodiff/tape.hpp"
 #include "kiln/exec/plan.hpp"
+#include "kiln/exec/planner.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/passes/optimize.hpp"

@@ -11094,6 +11094,8 @@ class node {
 class graph {
  public:
   const std::vector<node>& nodes() const { return nodes_; }
+  /// Node `id` (an index into nodes()).
+  const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
   /// Node indices of the placeholders, in argument order.
   const std::vector<int>& arguments() const { return arguments_; }
   /// Node indices of the Identity nodes, in output order.
@@ -11263,7 +11265,7 @@ class trace_context {
 
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
-    const node& n = graph_.nodes()[std::size_t(id)];
+    const node& n = graph_.node_at(id);
     std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
     return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
   }
@@ -11279,7 +11281,7 @@ class trace_context {
   }
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
-  const node& add_output(const tensor& t) { return graph_.nodes()[std::size_t(graph_.add_output(node_of(t)))]; }
+  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).
@@ -11460,7 +11462,7 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 /// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
 ///   same kernel loop as eager execution (backend::cpu::dispatch_run);
 /// - `compound_fn` runs one with the scalar arithmetic around it folded into its
-///   pass (folded_arithmetic);
+///   pass (kiln/exec/fold.hpp);
 /// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
 /// - `check_fn` is an op's value check (integer division by zero, ...), run before
 ///   the cluster that holds the op;
@@ -11476,14 +11478,57 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 #include <type_traits>
 #include <variant>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_FOLD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_FOLD_HPP
+// ----- begin kiln/exec/fold.hpp -----
+/// \file
+/// Folded arithmetic: `x * a + b` next to an elementwise op of a fused cluster runs in
+/// that op's pass, on registers, instead of passes of its own over the tile. Every
+/// part of the feature lives here: what a fold is (folded_arithmetic), which nodes of
+/// a cluster fold (fold_arithmetic, called by the planner), how a tile computes it
+/// (the compound kernels behind compound_fn) and how a native loop spells it
+/// (scale_and_shift_source). Tiles and native loops both round through
+/// scale_and_shift, so neither changes a bit of eager's results.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_NODE_MAP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_NODE_MAP_HPP
+// ----- begin kiln/exec/node_map.hpp -----
+/// \file
+/// `node_map<T>`: one value per node of a graph, indexed by node id. Graphs number
+/// their nodes with `int`; planning code reads `cluster_of[id]` instead of
+/// converting every id into a vector index.
+
+#include <cstddef>
+#include <vector>
 
 namespace kiln::detail::exec {
 
-/// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
-/// `contig` says it advances by one element per output, otherwise it is one
-/// broadcast value.
-/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
-using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
+/// One `T` per node of a graph, indexed by node id.
+/// For example `node_map<int> cluster_of(g.nodes().size(), -1); cluster_of[id] = 0;`.
+template <class T>
+class node_map {
+ public:
+  node_map() = default;
+  explicit node_map(std::size_t nodes, const T& value = T()) : items_(nodes, value) {}
+
+  decltype(auto) operator[](int id) { return items_[std::size_t(id)]; }
+  decltype(auto) operator[](int id) const { return items_[std::size_t(id)]; }
+  /// The number of nodes.
+  int size() const { return int(items_.size()); }
+
+ private:
+  std::vector<T> items_;
+};
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/node_map.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_NODE_MAP_HPP
+
+namespace kiln::detail::exec {
 
 /// A scale or shift of folded_arithmetic: table entry `entry`, read as one broadcast
 /// value or element by element, and negated when `negated`. Entry -1 is the identity:
@@ -11494,11 +11539,10 @@ struct fold_operand {
   bool negated = false;
 };
 
-/// Scalar arithmetic that runs in the pass of the op around it, on registers, instead
-/// of a pass of its own over the tile: the pass computes post(op(pre(x))) with
-/// pre(x) = x * pre_scale + pre_shift (unary ops only) and post(r) = r * scale + shift.
-/// Each product and sum is rounded on its own, as the separate ops round them, so
-/// folding changes no result. Only unary ops read a contiguous scale or shift.
+/// Scalar arithmetic that runs in the pass of the op around it: the pass computes
+/// post(op(pre(x))) with pre(x) = x * pre_scale + pre_shift (unary ops only) and
+/// post(r) = r * scale + shift. Each product and sum is rounded on its own, as the
+/// separate ops round them. Only unary ops read a contiguous scale or shift.
 /// For example, `tanh(x * 0.5 + 1) * x - 0.25` is a tanh with pre 0.5, 1 and post scale x,
 /// shift 0.25 negated.
 struct folded_arithmetic {
@@ -11510,6 +11554,262 @@ struct folded_arithmetic {
 /// padded_elements; the other arguments are those of tile_fn.
 using compound_fn = void (*)(const void* op, unsigned contig, const folded_arithmetic& fold, void* out, void* const* table,
                              const int* in, std::int64_t len);
+
+/// Whether a compiler barrier can keep a product in a register of its own: without it
+/// GCC contracts `a * b + c` into one fused multiply-add, rounded once, and folded
+/// arithmetic would no longer compute eager's bits.
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+inline constexpr bool can_fold_arithmetic = true;
+#else
+inline constexpr bool can_fold_arithmetic = false;
+#endif
+
+template <class B>
+B rounded(B v) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm("" : "+v"(v.data));
+#elif defined(__aarch64__)
+  asm("" : "+w"(v.data));
+#endif
+  return v;
+}
+
+/// r * scale + shift, each rounded on its own: the one place folded arithmetic is
+/// computed, in tiles and native loops.
+template <class B>
+B scale_and_shift(const B& r, const B& scale, const B& shift) {
+  return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
+}
+
+// ---- Tiles: the compound kernels ----
+
+/// A broadcast fold operand as a batch.
+template <class T, class B = xsimd::batch<T>>
+B fold_splat(const fold_operand& o, void* const* table, T identity) {
+  if (o.entry < 0) return o.negated ? ops::negate{}(B(identity)) : B(identity);
+  const B v(*static_cast<const T*>(table[o.entry]));
+  return o.negated ? ops::negate{}(v) : v;
+}
+
+/// A contiguous fold operand at element `i`.
+template <class T, class B = xsimd::batch<T>>
+B fold_load(const T* p, bool negated, std::int64_t i) {
+  const B v = B::load_unaligned(p + i);
+  return negated ? ops::negate{}(v) : v;
+}
+
+template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
+KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
+                                 std::int64_t len) {
+  using B = xsimd::batch<T>;
+  const T one = T(1), minus_zero = T(-0.0);
+  const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
+  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
+  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
+  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
+  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
+    B v = B::load_unaligned(x + i);
+    if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
+    B s = scale, c = shift;
+    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
+    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
+    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
+  }
+}
+
+template <bool FirstContiguous, bool SecondContiguous, class Op, class T>
+KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
+                                  void* const* table, std::int64_t len) {
+  using B = xsimd::batch<T>;
+  const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
+  const B a0(a[0]), b0(b[0]);
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
+    const B r = op(FirstContiguous ? B::load_unaligned(a + i) : a0, SecondContiguous ? B::load_unaligned(b + i) : b0);
+    scale_and_shift(r, scale, shift).store_unaligned(out + i);
+  }
+}
+
+/// Calls `f.template operator()<Flags...>()` with runtime flags as template arguments.
+/// For example `with_flags(f, pre, contiguous)` calls `f.template operator()<true, false>()`.
+template <bool... Known, class F>
+void with_flags(F&& f) {
+  f.template operator()<Known...>();
+}
+template <bool... Known, class F, class... Rest>
+void with_flags(F&& f, bool flag, Rest... rest) {
+  if (flag)
+    with_flags<Known..., true>(f, rest...);
+  else
+    with_flags<Known..., false>(f, rest...);
+}
+
+/// The compound_fn of an op with a SIMD kernel for T.
+template <class Op, class T>
+void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, void* out, void* const* table, const int* in,
+                  std::int64_t len) {
+  const Op& op = *static_cast<const Op*>(p);
+  T* o = static_cast<T*>(out);
+  auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
+  if constexpr (Op::arity == 1) {
+    with_flags(
+        [&]<bool Pre, bool ScaleContiguous, bool ShiftContiguous>() {
+          compound_unary<Pre, ScaleContiguous, ShiftContiguous>(op, f, o, operand(0), table, len);
+        },
+        f.pre, f.scale.contiguous, f.shift.contiguous);
+  } else {
+    // fold_arithmetic folds nothing into a binary op of two broadcast values.
+    with_flags(
+        [&]<bool First, bool Second>() {
+          if constexpr (First || Second) compound_binary<First, Second>(op, f, o, operand(0), operand(1), table, len);
+        },
+        (contig & 1u) != 0, (contig & 2u) != 0);
+  }
+}
+
+// ---- Native loops: the same arithmetic as source text ----
+
+/// `x * scale + shift` as a native loop's source, through scale_and_shift as the
+/// compound kernels compute it; `operand(entry, contiguous)` names the register
+/// holding a table entry.
+/// For example `kiln::detail::exec::scale_and_shift(v0, s3, B(T(-0.0)))`.
+inline std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
+                                          auto&& operand) {
+  auto value = [&](const fold_operand& o, const char* identity) {
+    const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
+    return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
+  };
+  return "kiln::detail::exec::scale_and_shift(" + x + ", " + value(scale, "1") + ", " + value(shift, "-0.0") + ")";
+}
+
+// ---- Planning: which nodes fold ----
+
+/// The folds of one cluster, by node: whether it was folded, and for an op that runs,
+/// the value its pass reads instead of its input (pre), the value it defines (the
+/// last of its post arithmetic), how many nodes it took in, and the folded
+/// arithmetic, with node ids where the plan later puts table entries.
+struct folds {
+  node_map<bool> folded;
+  node_map<int> input, result, count;
+  node_map<folded_arithmetic> arithmetic;
+};
+
+enum class folded_op { none, add, subtract, multiply };
+
+/// Folds scalar arithmetic around the ops of the cluster whose members are `members`
+/// (in graph order; `inside(v)` says whether value v is one of them). `values[id]`
+/// gives a node's `type` and `dims`, `entries[id].compound` whether its op has
+/// compound kernels, `in_memory[id]` whether its value must reach memory.
+///
+/// A node folds when its value is read once, by the op it folds into (or is produced
+/// by it), and never reaches memory. Before a unary op: a product and a sum with
+/// one-element operands. After any op: a product, then a sum, with one-element
+/// operands, or after a unary op also with cluster-shaped operands computed before
+/// it, since the folded pass runs at the op's place.
+folds fold_arithmetic(const graph& g, const std::vector<int>& members, const auto& values, const auto& entries,
+                      const node_map<bool>& in_memory, auto inside) {
+  const std::size_t n = g.nodes().size();
+  folds f{node_map<bool>(n, false), node_map<int>(n, -1), node_map<int>(n, -1), node_map<int>(n, 0),
+          node_map<folded_arithmetic>(n)};
+  if (!can_fold_arithmetic) return f;
+  // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
+  auto arithmetic_of = [&](int id, dtype t) {
+    if (values[id].type != t || !entries[id].compound) return folded_op::none;
+    for (int in : g.node_at(id).input_ids())
+      if (values[in].type != t) return folded_op::none;
+    const ops::any_op& op = g.node_at(id).operation();
+    if (std::holds_alternative<ops::add>(op)) return folded_op::add;
+    if (std::holds_alternative<ops::subtract>(op)) return folded_op::subtract;
+    if (std::holds_alternative<ops::multiply>(op)) return folded_op::multiply;
+    return folded_op::none;
+  };
+  node_map<int> reads(n, 0), reader(n, -1), place(n, -1);
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    place[members[k]] = int(k);
+    for (int in : g.node_at(members[k]).input_ids()) {
+      ++reads[in];
+      reader[in] = members[k];
+    }
+  }
+  auto read_once = [&](int v) { return inside(v) && !in_memory[v] && reads[v] == 1; };
+  auto one_element = [&](int v) { return !inside(v) && values[v].dims.num_elements() == 1; };
+
+  // Pre: the sum, then the product, that make a unary op's input.
+  for (int u : members) {
+    if (!entries[u].compound || g.node_at(u).input_ids().size() != 1) continue;
+    const dtype t = values[u].type;
+    folded_arithmetic& a = f.arithmetic[u];
+    int x = g.node_at(u).input_ids()[0];
+    for (bool shift_open = true; read_once(x) && !f.folded[x];) {
+      const folded_op kind = arithmetic_of(x, t);
+      if (kind == folded_op::none || (kind != folded_op::multiply && !shift_open)) break;
+      const auto& in = g.node_at(x).input_ids();  // two operands: add, subtract and multiply are binary
+      const int s = one_element(in[1]) ? 1 : one_element(in[0]) ? 0 : -1;
+      if (s < 0) break;
+      if (kind == folded_op::multiply) {
+        a.pre_scale.entry = in[std::size_t(s)];
+      } else {
+        a.pre_shift = {in[std::size_t(s)], false, kind == folded_op::subtract && s == 1};
+        a.pre_scale.negated = kind == folded_op::subtract && s == 0;  // s - v is (-v) + s
+        shift_open = false;
+      }
+      a.pre = true;
+      f.folded[x] = true;
+      ++f.count[u];
+      x = in[std::size_t(1 - s)];
+      if (kind == folded_op::multiply) break;
+    }
+    if (a.pre) f.input[u] = x;
+  }
+
+  // Post: the product, then the sum, that the op's result goes through.
+  for (int h : members) {
+    if (f.folded[h] || !entries[h].compound) continue;
+    const auto& hin = g.node_at(h).input_ids();
+    const bool unary = hin.size() == 1;
+    if (!unary && (hin.size() != 2 || (one_element(hin[0]) && one_element(hin[1])))) continue;
+    const dtype t = values[h].type;
+    folded_arithmetic& a = f.arithmetic[h];
+    int v = h;
+    bool scaled = false, shifted = false;
+    while (read_once(v) && !shifted) {
+      const int r = reader[v];
+      const folded_op kind = arithmetic_of(r, t);
+      if (kind == folded_op::none || f.folded[r] || (kind == folded_op::multiply && scaled)) break;
+      const auto& in = g.node_at(r).input_ids();
+      const int k = in[0] == v ? 1 : 0;  // the other operand
+      const int o = in[std::size_t(k)];
+      const bool contiguous = !one_element(o);
+      if (contiguous && (!unary || (inside(o) && place[o] >= place[h]))) break;
+      if (kind == folded_op::multiply) {
+        a.scale = {o, contiguous, a.scale.negated};
+        scaled = true;
+      } else {
+        a.shift = {o, contiguous, kind == folded_op::subtract && k == 1};
+        if (kind == folded_op::subtract && k == 0) a.scale.negated = !a.scale.negated;  // o - v is (-v) + o
+        shifted = true;
+      }
+      f.folded[r] = true;
+      ++f.count[h];
+      place[r] = place[h];
+      v = r;
+    }
+    if (v != h) f.result[h] = v;
+  }
+  return f;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/fold.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_FOLD_HPP
+
+namespace kiln::detail::exec {
+
+/// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
+/// `contig` says it advances by one element per output, otherwise it is one
+/// broadcast value.
+/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
+using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// It is called as `fn(&op, &result, operands)`.
@@ -11590,111 +11890,6 @@ void run_tile(const void* op, unsigned contig, void* out, void* const* table, co
   for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = table[in[k]];
   backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
                                                      len);
-}
-
-/// Whether a compiler barrier can keep a product in a register of its own: without it
-/// GCC contracts `a * b + c` into one fused multiply-add, rounded once, and folded
-/// arithmetic would no longer compute eager's bits.
-#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
-inline constexpr bool can_fold_arithmetic = true;
-#else
-inline constexpr bool can_fold_arithmetic = false;
-#endif
-
-template <class B>
-B rounded(B v) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm("" : "+v"(v.data));
-#elif defined(__aarch64__)
-  asm("" : "+w"(v.data));
-#endif
-  return v;
-}
-
-/// r * scale + shift, each rounded on its own.
-template <class B>
-B scale_and_shift(const B& r, const B& scale, const B& shift) {
-  return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
-}
-
-/// A broadcast fold operand as a batch.
-template <class T, class B = xsimd::batch<T>>
-B fold_splat(const fold_operand& o, void* const* table, T identity) {
-  if (o.entry < 0) return o.negated ? ops::negate{}(B(identity)) : B(identity);
-  const B v(*static_cast<const T*>(table[o.entry]));
-  return o.negated ? ops::negate{}(v) : v;
-}
-
-/// A contiguous fold operand at element `i`.
-template <class T, class B = xsimd::batch<T>>
-B fold_load(const T* p, bool negated, std::int64_t i) {
-  const B v = B::load_unaligned(p + i);
-  return negated ? ops::negate{}(v) : v;
-}
-
-template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
-KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
-                    std::int64_t len) {
-  using B = xsimd::batch<T>;
-  const T one = T(1), minus_zero = T(-0.0);
-  const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
-  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
-  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
-  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
-  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    B v = B::load_unaligned(x + i);
-    if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
-    B s = scale, c = shift;
-    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
-    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
-    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
-  }
-}
-
-template <unsigned Contig, class Op, class T>
-KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
-                     void* const* table, std::int64_t len) {
-  using B = xsimd::batch<T>;
-  const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
-  const B a0(a[0]), b0(b[0]);
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    const B r = op(Contig & 1u ? B::load_unaligned(a + i) : a0, Contig & 2u ? B::load_unaligned(b + i) : b0);
-    scale_and_shift(r, scale, shift).store_unaligned(out + i);
-  }
-}
-
-/// The compound_fn of an op with a SIMD kernel for T.
-template <class Op, class T>
-void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, void* out, void* const* table, const int* in,
-                  std::int64_t len) {
-  const Op& op = *static_cast<const Op*>(p);
-  T* o = static_cast<T*>(out);
-  auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
-  if constexpr (Op::arity == 1) {
-    auto run = [&]<bool Pre, bool ScaleContiguous>() {
-      if (f.shift.contiguous)
-        compound_unary<Pre, ScaleContiguous, true>(op, f, o, operand(0), table, len);
-      else
-        compound_unary<Pre, ScaleContiguous, false>(op, f, o, operand(0), table, len);
-    };
-    auto run_pre = [&]<bool Pre>() {
-      if (f.scale.contiguous)
-        run.template operator()<Pre, true>();
-      else
-        run.template operator()<Pre, false>();
-    };
-    if (f.pre)
-      run_pre.template operator()<true>();
-    else
-      run_pre.template operator()<false>();
-  } else if (contig == 3u) {
-    compound_binary<3u>(op, f, o, operand(0), operand(1), table, len);
-  } else if (contig == 1u) {
-    compound_binary<1u>(op, f, o, operand(0), operand(1), table, len);
-  } else {
-    compound_binary<2u>(op, f, o, operand(0), operand(1), table, len);
-  }
 }
 
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
@@ -12580,15 +12775,7 @@ inline tensor stop_gradient(const tensor& x) {
 /// every op resolved to a function pointer, and a home for every value (reused
 /// workspace memory, or a fresh buffer for what leaves the call). A plan is
 /// immutable once built; several threads run it at once, each in its own workspace.
-///
-/// Fusion: a cluster grows along producer-to-consumer edges between elementwise
-/// nodes of the same result shape, in graph order. Once anything outside a cluster
-/// reads one of its values, the cluster is closed, so it can run as one step at
-/// the place of its last node without reordering a reader before it. Values that
-/// only the cluster reads live in per-tile scratch and never reach memory. An op
-/// with a value check (integer floordiv, floormod, pow) joins a cluster only as a
-/// node whose inputs come from outside it, so its check runs on real values before
-/// the cluster starts, as eager execution would run it.
+/// kiln/exec/planner.hpp builds one; this file holds what a plan is made of.
 
 #include <algorithm>
 #include <atomic>
@@ -12613,12 +12800,13 @@ enum class value_home : std::uint8_t {
   evaluated,  ///< assigned by the op itself (ops that re-describe a buffer)
 };
 
+/// What a plan knows of one node's value.
 struct value_info {
   value_home home = value_home::unused;
   dtype type = float32;
   shape dims;
-  /// The argument index (argument), or the slot index among slots of this dtype (slot).
-  int index = -1;
+  /// For a value in a slot: its index among the slots of its dtype.
+  int slot = -1;
 };
 
 /// One elementwise node of a cluster, with the scalar arithmetic folded into its pass
@@ -12703,17 +12891,31 @@ struct fused_cluster {
   std::size_t chunk_bytes() const { return std::size_t(buffers) * buffer_bytes + streamed.size() * staging_bytes; }
 };
 
-/// One step of a schedule: a fused cluster, one op run through its `op_fn`, or a
-/// special op (a variable access, a print, a conditional, a loop).
-struct plan_step {
-  int cluster = -1;  ///< index into execution_plan::clusters, or -1 for an op
-  int value = -1;    ///< the op's node
+/// A step that runs one op through its op_fn.
+struct op_step {
+  int value = -1;  ///< the op's node
   op_fn run = nullptr;
   const void* op = nullptr;
-  const special_op* special = nullptr;  ///< its results are values `value`, `value + 1`, ...
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
-  std::vector<int> release;  ///< fresh values whose last reader is this step
+};
+
+/// A step that runs a special op (a variable access, a print, a conditional, a loop):
+/// its results are values `value`, `value + 1`, ...
+struct special_step {
+  int value = -1;
+  std::vector<int> inputs;
+};
+
+/// A step that runs fused cluster `cluster` of execution_plan::clusters.
+struct cluster_step {
+  int cluster = -1;
+};
+
+/// One step of a schedule, and the fresh values whose last reader it is.
+struct plan_step {
+  std::variant<op_step, special_step, cluster_step> action;
+  std::vector<int> release;
 };
 
 /// Dtype, device and shape of one argument, as a plan's key holds them.
@@ -12732,7 +12934,7 @@ struct execution_plan {
   /// Run node by node through detail::execute: some tensor is not on the CPU, or a
   /// rule fails for these shapes (execution then raises the eager error in order).
   bool interpreted = false;
-  std::vector<value_info> values;  ///< one per graph node
+  node_map<value_info> values;
   std::vector<plan_step> steps;
   std::vector<fused_cluster> clusters;
   std::vector<int> outputs;  ///< the value of each output
@@ -12770,29 +12972,29 @@ inline bool computed(const node& n) {
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
-    const auto& nodes = g.nodes();
+    const int n = needed.size();
     for (int out : g.outputs()) {
       int source = out;
-      while (nodes[std::size_t(source)].kind() == node_kind::identity) source = nodes[std::size_t(source)].input_ids()[0];
+      while (g.node_at(source).kind() == node_kind::identity) source = g.node_at(source).input_ids()[0];
       outputs.push_back(source);
-      needed[std::size_t(source)] = true;
+      needed[source] = true;
     }
-    for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (nodes[i].kind() == node_kind::special && nodes[i].special().has_effects()) needed[i] = true;
-    for (std::size_t i = nodes.size(); i-- > 0;)
+    for (int i = 0; i < n; ++i)
+      if (g.node_at(i).kind() == node_kind::special && g.node_at(i).special().has_effects()) needed[i] = true;
+    for (int i = n; i-- > 0;)
       if (needed[i])
-        for (int in : nodes[i].input_ids()) needed[std::size_t(in)] = true;
-    for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (needed[i] && computed(nodes[i])) ops.push_back(int(i));
+        for (int in : g.node_at(i).input_ids()) needed[in] = true;
+    for (int i = 0; i < n; ++i)
+      if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
     release.resize(ops.size());
-    std::vector<int> last_reader(nodes.size(), -1);
+    node_map<int> last_reader(g.nodes().size(), -1);
     for (std::size_t k = 0; k < ops.size(); ++k)
-      for (int in : nodes[std::size_t(ops[k])].input_ids()) last_reader[std::size_t(in)] = int(k);
-    for (int out : outputs) last_reader[std::size_t(out)] = -1;
-    for (std::size_t i = 0; i < nodes.size(); ++i)
-      if (last_reader[i] >= 0 && computed(nodes[i])) release[std::size_t(last_reader[i])].push_back(int(i));
+      for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
+    for (int out : outputs) last_reader[out] = -1;
+    for (int i = 0; i < n; ++i)
+      if (last_reader[i] >= 0 && computed(g.node_at(i))) release[std::size_t(last_reader[i])].push_back(i);
   }
-  std::vector<bool> needed;
+  node_map<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
@@ -12823,561 +13025,622 @@ inline void set_tile(fused_cluster& c, std::int64_t max_tile) {
   c.buffer_bytes = std::size_t(tile) * sizeof(double);
 }
 
-/// Builds the plan of graph `g` for `args`.
-class plan_builder {
- public:
-  plan_builder(const graph& g, const graph_outline& outline, std::span<const tensor> args)
-      : g_(g), outline_(outline), args_(args), entries_(g.nodes().size()), cluster_of_(g.nodes().size(), -1) {}
-
-  std::unique_ptr<execution_plan> build() {
-    auto p = std::make_unique<execution_plan>();
-    plan_ = p.get();
-    for (const tensor& a : args_) p->key.push_back({a.dtype(), a.device(), a.shape()});
-    p->values.resize(g_.nodes().size());
-    p->outputs = outline_.outputs;
-    if (!infer_values()) {
-      p->interpreted = true;
-      move_constants();
-      return p;
-    }
-    form_clusters();
-    schedule();
-    place_values();
-    for (std::size_t c = 0; c < groups_.size(); ++c)
-      if (!groups_[c].members.empty()) lower_cluster(groups_[c]);
-    return p;
-  }
-
- private:
-  const node& at(int id) const { return g_.nodes()[std::size_t(id)]; }
-  value_info& value(int id) { return plan_->values[std::size_t(id)]; }
-  const value_info& value(int id) const { return plan_->values[std::size_t(id)]; }
-
-  // Concrete dtype and shape of every needed node, by the ops' own rules. False when
-  // the plan must interpret: a tensor off the CPU, a rule that fails for these
-  // shapes, or a shape the rules leave partly unknown.
-  bool infer_values() {
-    const auto& args = g_.arguments();
-    if (args.size() != args_.size()) return false;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      if (args_[i].device() != device::cpu) return false;
-      value_info& v = value(args[i]);
-      v = {value_home::argument, args_[i].dtype(), args_[i].shape(), int(i)};
-    }
-    for (std::size_t i = 0; i < g_.nodes().size(); ++i) {
-      const node& n = g_.nodes()[i];
-      if (!outline_.needed[i] || n.kind() != node_kind::constant) continue;
-      if (n.value().device() != device::cpu) return false;
-      plan_->values[i] = {value_home::constant, n.value().dtype(), n.value().shape(), -1};
-    }
-    std::vector<dtype> dtypes;
-    std::vector<shape> shapes;
-    for (int id : outline_.ops) {
-      const node& n = at(id);
-      if (n.kind() != node_kind::op) {
-        // A special op's results have the dtypes and shapes traced for them; it
-        // makes its own tensors, which may be its inputs (evaluated, like reshape).
-        if (!n.shape().is_fully_defined()) return false;
-        value(id).type = n.dtype();
-        value(id).dims = n.shape();
-        entries_[std::size_t(id)].evaluates = true;
-        continue;
-      }
-      dtypes.clear();
-      shapes.clear();
-      for (int in : n.input_ids()) {
-        dtypes.push_back(value(in).type);
-        shapes.push_back(value(in).dims);
-      }
-      bool ok = ops::visit(
-          [&](const auto& op) {
-            dtype_result dt = op.result_dtype(dtypes);
-            shape_result sh = op.result_shape(shapes);
-            if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
-            value(id).type = dt.value;
-            value(id).dims = sh.value;
-            return true;
-          },
-          n.operation());
-      if (!ok) return false;
-      dtype in = dtypes.empty() ? value(id).type : dtypes[std::size_t(ops::value_operand_of(n.operation()))];
-      bool text = value(id).type == string;
-      for (dtype t : dtypes) text = text || t == string;
-      entries_[std::size_t(id)] = entry_of(n.operation(), text ? string : in, value(id).type);
-    }
-    return true;
-  }
-
-  void move_constants() {
-    if (args_.empty()) return;
-    const device d = args_[0].device();
-    for (const tensor& a : args_)
-      if (a.device() != d) return;
-    if (d == device::cpu) return;
-    for (std::size_t i = 0; i < g_.nodes().size(); ++i) {
-      const node& n = g_.nodes()[i];
-      if (outline_.needed[i] && n.kind() == node_kind::constant && n.value().device() == device::cpu &&
-          n.value().dtype() != string)
-        plan_->moved_constants.emplace_back(int(i), n.value().to(d));
-    }
-  }
-
-  struct group {
-    shape dims;
-    std::vector<int> members;
-    bool open = true;
-  };
-
-  void close_reader_of(int input) {
-    int c = cluster_of_[std::size_t(input)];
-    if (c >= 0) groups_[std::size_t(c)].open = false;
-  }
-
-  void form_clusters() {
-    for (int id : outline_.ops) {
-      const node& n = at(id);
-      const op_entry& e = entries_[std::size_t(id)];
-      if (!e.tile) {
-        for (int in : n.input_ids()) close_reader_of(in);
-        continue;
-      }
-      // A checked op takes all its inputs from outside its cluster (see the file comment).
-      std::vector<int> joined;
-      for (int in : n.input_ids()) {
-        int c = cluster_of_[std::size_t(in)];
-        if (c < 0) continue;
-        group& gr = groups_[std::size_t(c)];
-        if (gr.open && !e.check && gr.dims == value(id).dims) {
-          if (std::find(joined.begin(), joined.end(), c) == joined.end()) joined.push_back(c);
-        } else {
-          gr.open = false;
-        }
-      }
-      int target;
-      if (joined.empty()) {
-        target = int(groups_.size());
-        groups_.push_back({value(id).dims, {}, true});
-      } else {
-        target = joined[0];
-        for (std::size_t k = 1; k < joined.size(); ++k) {
-          group& from = groups_[std::size_t(joined[k])];
-          for (int m : from.members) cluster_of_[std::size_t(m)] = target;
-          auto& to = groups_[std::size_t(target)].members;
-          to.insert(to.end(), from.members.begin(), from.members.end());
-          from.members.clear();
-        }
-      }
-      groups_[std::size_t(target)].members.push_back(id);
-      cluster_of_[std::size_t(id)] = target;
-    }
-    for (group& gr : groups_) std::sort(gr.members.begin(), gr.members.end());
-  }
-
-  // Ops run at their own place in graph order, a cluster at the place of its last node.
-  void schedule() {
-    std::vector<std::pair<int, int>> order;  // (place, op node or -1 - cluster)
-    for (int id : outline_.ops)
-      if (cluster_of_[std::size_t(id)] < 0 && at(id).kind() != node_kind::result) order.emplace_back(id, id);
-    for (std::size_t c = 0; c < groups_.size(); ++c)
-      if (!groups_[c].members.empty()) order.emplace_back(groups_[c].members.back(), -1 - int(c));
-    std::sort(order.begin(), order.end());
-    step_of_.assign(g_.nodes().size(), -1);
-    cluster_index_.assign(groups_.size(), -1);
-    for (auto [place, what] : order) {
-      plan_step s;
-      if (what >= 0) {
-        const op_entry& e = entries_[std::size_t(what)];
-        s.value = what;
-        s.run = e.run;
-        s.op = e.op;
-        s.inputs = at(what).input_ids();
-        if (at(what).kind() == node_kind::special) {
-          s.special = &at(what).special();
-          for (int k = 0; k < at(what).result_count(); ++k) step_of_[std::size_t(what + k)] = int(plan_->steps.size());
-        }
-        plan_->max_inputs = std::max(plan_->max_inputs, s.inputs.size());
-        step_of_[std::size_t(what)] = int(plan_->steps.size());
-      } else {
-        int c = -1 - what;
-        cluster_index_[std::size_t(c)] = int(plan_->clusters.size());
-        s.cluster = int(plan_->clusters.size());
-        plan_->clusters.emplace_back();
-        for (int m : groups_[std::size_t(c)].members) step_of_[std::size_t(m)] = int(plan_->steps.size());
-      }
-      plan_->steps.push_back(std::move(s));
-    }
-  }
-
-  // The step that reads each value last (the end of the call for outputs), which
-  // values a cluster must write to memory, and a home for every value.
-  void place_values() {
-    const int end = int(plan_->steps.size());
-    const std::size_t n = g_.nodes().size();
-    last_use_.assign(n, -1);
-    materialized_.assign(n, false);
-    for (int id : outline_.ops)
-      for (int in : at(id).input_ids()) {
-        last_use_[std::size_t(in)] = std::max(last_use_[std::size_t(in)], step_of_[std::size_t(id)]);
-        int c = cluster_of_[std::size_t(in)];
-        if (c >= 0 && c != cluster_of_[std::size_t(id)]) materialized_[std::size_t(in)] = true;
-      }
-    std::vector<bool> is_output(n, false);
-    for (int out : outline_.outputs) {
-      last_use_[std::size_t(out)] = end;
-      materialized_[std::size_t(out)] = true;
-      is_output[std::size_t(out)] = true;
-    }
-
-    // Values linked through ops that re-describe buffers (reshape) may share memory:
-    // if one of them is an output, none of them may live in reused memory, and the
-    // memory of one lives as long as any of them is read.
-    std::vector<int> root(n);
-    std::iota(root.begin(), root.end(), 0);
-    auto find = [&](int v) {
-      while (root[std::size_t(v)] != v) v = root[std::size_t(v)] = root[std::size_t(root[std::size_t(v)])];
-      return v;
-    };
-    for (int id : outline_.ops)
-      if (entries_[std::size_t(id)].evaluates)
-        for (int in : at(id).input_ids()) root[std::size_t(find(in))] = find(id);
-    std::vector<bool> escapes(n, false);
-    std::vector<int> family_last_use(n, -1);
-    for (int id : outline_.ops) {
-      int r = find(id);
-      // A special op may keep what it reads (a variable keeps what is assigned to it).
-      escapes[std::size_t(r)] = escapes[std::size_t(r)] || is_output[std::size_t(id)] || at(id).kind() == node_kind::special;
-      family_last_use[std::size_t(r)] = std::max(family_last_use[std::size_t(r)], last_use_[std::size_t(id)]);
-    }
-
-    for (int id : outline_.ops) {
-      value_info& v = value(id);
-      bool in_memory = cluster_of_[std::size_t(id)] < 0 || materialized_[std::size_t(id)];
-      if (!in_memory)
-        v.home = value_home::unused;
-      else if (entries_[std::size_t(id)].evaluates)
-        v.home = value_home::evaluated;
-      else if (v.type == string || escapes[std::size_t(find(id))])
-        v.home = value_home::fresh;
-      else
-        v.home = value_home::slot;
-      if (v.home == value_home::fresh || v.home == value_home::evaluated) plan_->fresh.push_back(id);
-      if (v.home == value_home::slot) plan_->bound.push_back(id);
-    }
-
-    // Fresh values are dropped after their last reader; outputs at the end of the call.
-    for (int id : plan_->fresh)
-      if (last_use_[std::size_t(id)] >= 0 && last_use_[std::size_t(id)] < end)
-        plan_->steps[std::size_t(last_use_[std::size_t(id)])].release.push_back(id);
-    for (plan_step& s : plan_->steps)
-      if (s.cluster < 0) s.allocate = value(s.value).home == value_home::fresh;
-
-    // Slots: a value takes a free slot of its dtype when its step runs and gives it
-    // back after the last read of its family, so no step writes where it reads.
-    struct live_slot {
-      int index;
-      int until;
-    };
-    std::array<std::vector<live_slot>, dtype_count> busy;
-    std::array<std::vector<int>, dtype_count> idle;
-    std::vector<std::vector<int>> defined(plan_->steps.size());
-    for (int id : plan_->bound) defined[std::size_t(step_of_[std::size_t(id)])].push_back(id);
-    for (std::size_t k = 0; k < plan_->steps.size(); ++k) {
-      for (int id : defined[k]) {
-        value_info& v = value(id);
-        const int t = int(v.type);
-        auto& sizes = plan_->slot_elements[std::size_t(t)];
-        auto& free = idle[std::size_t(t)];
-        const std::int64_t need = std::max<std::int64_t>(v.dims.num_elements(), 1);
-        // The smallest idle slot that fits, else the largest (which then grows).
-        auto best = free.end();
-        for (auto it = free.begin(); it != free.end(); ++it)
-          if (sizes[std::size_t(*it)] >= need && (best == free.end() || sizes[std::size_t(*it)] < sizes[std::size_t(*best)]))
-            best = it;
-        if (best == free.end())
-          best = std::max_element(free.begin(), free.end(),
-                                  [&](int a, int b) { return sizes[std::size_t(a)] < sizes[std::size_t(b)]; });
-        if (best == free.end()) {
-          v.index = int(sizes.size());
-          sizes.push_back(need);
-        } else {
-          v.index = *best;
-          free.erase(best);
-          sizes[std::size_t(v.index)] = std::max(sizes[std::size_t(v.index)], need);
-        }
-        int until = std::max(family_last_use[std::size_t(find(id))], int(k));
-        busy[std::size_t(t)].push_back({v.index, until});
-      }
-      for (int t = 0; t < dtype_count; ++t) {
-        auto& live = busy[std::size_t(t)];
-        for (std::size_t i = 0; i < live.size();) {
-          if (live[i].until <= int(k)) {
-            idle[std::size_t(t)].push_back(live[i].index);
-            live[i] = live.back();
-            live.pop_back();
-          } else {
-            ++i;
-          }
-        }
-      }
-    }
-  }
-
-  // Scalar arithmetic of a cluster folded into the passes of its other ops
-  // (folded_arithmetic): by node, whether it was folded, and for an op that runs, the
-  // value its pass reads instead of its input (pre), the value it defines (the last
-  // of its post arithmetic) and the folded arithmetic, with node ids for entries.
-  struct folds {
-    std::vector<bool> folded;
-    std::vector<int> input, result, count;
-    std::vector<folded_arithmetic> arithmetic;
-  };
-
-  enum class arithmetic { none, add, subtract, multiply };
-
-  // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
-  arithmetic arithmetic_of(int id, dtype t) const {
-    if (value(id).type != t || !entries_[std::size_t(id)].compound) return arithmetic::none;
-    for (int in : at(id).input_ids())
-      if (value(in).type != t) return arithmetic::none;
-    const ops::any_op& op = at(id).operation();
-    if (std::holds_alternative<ops::add>(op)) return arithmetic::add;
-    if (std::holds_alternative<ops::subtract>(op)) return arithmetic::subtract;
-    if (std::holds_alternative<ops::multiply>(op)) return arithmetic::multiply;
-    return arithmetic::none;
-  }
-
-  // Folds scalar arithmetic around the ops of a cluster whose members are `members`.
-  // A node folds when its value is read once, by the op it folds into (or is
-  // produced by it), and never reaches memory. Before a unary op: a product and a
-  // sum with one-element operands. After any op: a product, then a sum, with
-  // one-element operands, or after a unary op also with cluster-shaped operands
-  // computed before it, since the folded pass runs at the op's place.
-  folds fold_arithmetic(const std::vector<int>& members, auto inside) const {
-    const std::size_t n = g_.nodes().size();
-    folds f{std::vector<bool>(n, false), std::vector<int>(n, -1), std::vector<int>(n, -1), std::vector<int>(n, 0),
-            std::vector<folded_arithmetic>(n)};
-    if (!can_fold_arithmetic) return f;
-    std::vector<int> reads(n, 0), reader(n, -1), place(n, -1);
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      place[std::size_t(members[k])] = int(k);
-      for (int in : at(members[k]).input_ids()) {
-        ++reads[std::size_t(in)];
-        reader[std::size_t(in)] = members[k];
-      }
-    }
-    auto read_once = [&](int v) { return inside(v) && !materialized_[std::size_t(v)] && reads[std::size_t(v)] == 1; };
-    auto one_element = [&](int v) { return !inside(v) && value(v).dims.num_elements() == 1; };
-
-    // Pre: the sum, then the product, that make a unary op's input.
-    for (int u : members) {
-      if (!entries_[std::size_t(u)].compound || at(u).input_ids().size() != 1) continue;
-      const dtype t = value(u).type;
-      folded_arithmetic& a = f.arithmetic[std::size_t(u)];
-      int x = at(u).input_ids()[0];
-      for (bool shift_open = true; read_once(x) && !f.folded[std::size_t(x)];) {
-        const arithmetic kind = arithmetic_of(x, t);
-        if (kind == arithmetic::none || (kind != arithmetic::multiply && !shift_open)) break;
-        const auto& in = at(x).input_ids();  // two operands: add, subtract and multiply are binary
-        const int s = one_element(in[1]) ? 1 : one_element(in[0]) ? 0 : -1;
-        if (s < 0) break;
-        if (kind == arithmetic::multiply) {
-          a.pre_scale.entry = in[std::size_t(s)];
-        } else {
-          a.pre_shift = {in[std::size_t(s)], false, kind == arithmetic::subtract && s == 1};
-          a.pre_scale.negated = kind == arithmetic::subtract && s == 0;  // s - v is (-v) + s
-          shift_open = false;
-        }
-        a.pre = true;
-        f.folded[std::size_t(x)] = true;
-        ++f.count[std::size_t(u)];
-        x = in[std::size_t(1 - s)];
-        if (kind == arithmetic::multiply) break;
-      }
-      if (a.pre) f.input[std::size_t(u)] = x;
-    }
-
-    // Post: the product, then the sum, that the op's result goes through.
-    for (int h : members) {
-      if (f.folded[std::size_t(h)] || !entries_[std::size_t(h)].compound) continue;
-      const auto& hin = at(h).input_ids();
-      const bool unary = hin.size() == 1;
-      if (!unary && (hin.size() != 2 || (one_element(hin[0]) && one_element(hin[1])))) continue;
-      const dtype t = value(h).type;
-      folded_arithmetic& a = f.arithmetic[std::size_t(h)];
-      int v = h;
-      bool scaled = false, shifted = false;
-      while (read_once(v) && !shifted) {
-        const int r = reader[std::size_t(v)];
-        const arithmetic kind = arithmetic_of(r, t);
-        if (kind == arithmetic::none || f.folded[std::size_t(r)] || (kind == arithmetic::multiply && scaled)) break;
-        const auto& in = at(r).input_ids();
-        const int k = in[0] == v ? 1 : 0;  // the other operand
-        const int o = in[std::size_t(k)];
-        const bool contiguous = !one_element(o);
-        if (contiguous && (!unary || (inside(o) && place[std::size_t(o)] >= place[std::size_t(h)]))) break;
-        if (kind == arithmetic::multiply) {
-          a.scale = {o, contiguous, a.scale.negated};
-          scaled = true;
-        } else {
-          a.shift = {o, contiguous, kind == arithmetic::subtract && k == 1};
-          if (kind == arithmetic::subtract && k == 0) a.scale.negated = !a.scale.negated;  // o - v is (-v) + o
-          shifted = true;
-        }
-        f.folded[std::size_t(r)] = true;
-        ++f.count[std::size_t(h)];
-        place[std::size_t(r)] = place[std::size_t(h)];
-        v = r;
-      }
-      if (v != h) f.result[std::size_t(h)] = v;
-    }
-    return f;
-  }
-
-  void lower_cluster(const group& gr) {
-    fused_cluster& c = plan_->clusters[std::size_t(cluster_index_[std::size_t(&gr - groups_.data())])];
-    c.nodes = gr.members;
-    c.dims = gr.dims;
-    c.size = gr.dims.num_elements();
-    const std::vector<int>& members = gr.members;
-    const int cluster_id = cluster_of_[std::size_t(members[0])];
-    auto inside = [&](int v) { return cluster_of_[std::size_t(v)] == cluster_id; };
-    const folds f = fold_arithmetic(members, inside);
-
-    // The ops that run, each with the values it reads and the value it defines.
-    struct lowered {
-      int op;
-      int result;
-      std::vector<int> reads;  // the op's operands, then its fold operands
-    };
-    std::vector<lowered> code;
-    for (int id : members) {
-      if (f.folded[std::size_t(id)]) continue;
-      lowered l{id, f.result[std::size_t(id)] >= 0 ? f.result[std::size_t(id)] : id, {}};
-      if (f.input[std::size_t(id)] >= 0)
-        l.reads.push_back(f.input[std::size_t(id)]);
-      else
-        for (int in : at(id).input_ids()) l.reads.push_back(in);
-      const folded_arithmetic& a = f.arithmetic[std::size_t(id)];
-      for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
-        if (o->entry >= 0) l.reads.push_back(o->entry);
-      code.push_back(std::move(l));
-    }
-
-    // Last instruction (within the cluster) that reads each scratch value.
-    std::vector<int> last_read(g_.nodes().size(), -1);
-    for (std::size_t k = 0; k < code.size(); ++k)
-      for (int in : code[k].reads) last_read[std::size_t(in)] = int(k);
-
-    // Scratch buffers first (their number is known only after allocating them), so
-    // entries are assigned in two passes: scratch indices now, memory operands after.
-    std::vector<int> scratch_of(g_.nodes().size(), -1);
-    std::vector<int> free_scratch;
-    int scratch = 0;
-    for (std::size_t k = 0; k < code.size(); ++k) {
-      const int id = code[k].result;
-      if (!materialized_[std::size_t(id)]) {
-        if (free_scratch.empty()) {
-          scratch_of[std::size_t(id)] = scratch++;
-        } else {
-          scratch_of[std::size_t(id)] = free_scratch.back();
-          free_scratch.pop_back();
-        }
-      }
-      for (int in : code[k].reads)
-        if (inside(in) && scratch_of[std::size_t(in)] >= 0 && last_read[std::size_t(in)] == int(k) &&
-            std::find(free_scratch.begin(), free_scratch.end(), scratch_of[std::size_t(in)]) == free_scratch.end())
-          free_scratch.push_back(scratch_of[std::size_t(in)]);
-    }
-
-    // Operands outside the cluster: streamed in place, broadcast, or gathered.
-    std::vector<int> externals;
-    for (const lowered& l : code)
-      for (int in : l.reads)
-        if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
-    std::vector<int> gathered_values;
-    for (int in : externals) {
-      std::int64_t count = value(in).dims.num_elements();
-      if (count != c.size && count != 1) gathered_values.push_back(in);
-    }
-    c.buffers = scratch + int(gathered_values.size());
-
-    std::vector<int> entry_of_value(g_.nodes().size(), -1);
-    for (std::size_t i = 0; i < gathered_values.size(); ++i) {
-      int in = gathered_values[i];
-      entry_of_value[std::size_t(in)] = scratch + int(i);
-      c.gathered.push_back({in, scratch + int(i), broadcast_read(value(in).type, value(in).dims, c.dims)});
-    }
-    int next = c.buffers;
-    for (int in : externals) {
-      if (entry_of_value[std::size_t(in)] >= 0) continue;
-      entry_of_value[std::size_t(in)] = next;
-      cluster_operand op{in, next++, size_of(value(in).type)};
-      (value(in).dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
-    }
-    for (const lowered& l : code) {
-      const int id = l.result;
-      if (scratch_of[std::size_t(id)] >= 0) {
-        entry_of_value[std::size_t(id)] = scratch_of[std::size_t(id)];
-      } else {
-        entry_of_value[std::size_t(id)] = next;
-        c.streamed.push_back({id, next++, size_of(value(id).type), true});
-        if (value(id).home == value_home::fresh) c.allocated.push_back(id);
-      }
-    }
-    c.table_size = next;
-    plan_->max_table = std::max(plan_->max_table, c.table_size);
-
-    for (const lowered& l : code) {
-      const op_entry& e = entries_[std::size_t(l.op)];
-      instruction ins;
-      ins.fn = e.tile;
-      ins.op = e.op;
-      ins.arity = int(at(l.op).input_ids().size());
-      ins.out = entry_of_value[std::size_t(l.result)];
-      ins.type = value(l.result).type;
-      ins.native_name = e.native_name;
-      for (int k = 0; k < ins.arity; ++k) {
-        int in = l.reads[std::size_t(k)];
-        ins.in[std::size_t(k)] = entry_of_value[std::size_t(in)];
-        bool one_value = !inside(in) && value(in).dims.num_elements() == 1 && c.size != 1;
-        if (!one_value) ins.contig |= 1u << k;
-      }
-      const folded_arithmetic& a = f.arithmetic[std::size_t(l.op)];
-      ins.folded_ops = f.count[std::size_t(l.op)];
-      if (a.pre || l.result != l.op) {
-        ins.compound = e.compound;
-        ins.fold = a;
-        for (fold_operand* o : {&ins.fold.pre_scale, &ins.fold.pre_shift, &ins.fold.scale, &ins.fold.shift})
-          if (o->entry >= 0) o->entry = entry_of_value[std::size_t(o->entry)];
-      }
-      c.code.push_back(ins);
-    }
-    set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
-    for (int id : members) {
-      const op_entry& e = entries_[std::size_t(id)];
-      if (e.check) {
-        c.checks.push_back({e.check, e.op, at(id).input_ids()});
-        plan_->max_inputs = std::max(plan_->max_inputs, at(id).input_ids().size());
-      }
-    }
-  }
-
-  const graph& g_;
-  const graph_outline& outline_;
-  std::span<const tensor> args_;
-  execution_plan* plan_ = nullptr;
-  std::vector<op_entry> entries_;
-  std::vector<int> cluster_of_;
-  std::vector<group> groups_;
-  std::vector<int> step_of_;
-  std::vector<int> cluster_index_;
-  std::vector<int> last_use_;
-  std::vector<bool> materialized_;
-};
-
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/plan.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_PLANNER_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_PLANNER_HPP
+// ----- begin kiln/exec/planner.hpp -----
+/// \file
+/// The planner: builds the execution_plan of a graph for one set of arguments by
+/// passing data through its stages, each a function of its own file:
+///
+///     infer_values ─▶ form_clusters ─▶ schedule_steps ─▶ plan_memory ─▶ lower_cluster
+///     (infer_values)  (fusion)         (fusion)          (memory_plan)  (lowering, fold)
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <variant>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_FUSION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_FUSION_HPP
+// ----- begin kiln/exec/fusion.hpp -----
+/// \file
+/// The planner's fusion and scheduling stages.
+///
+/// Fusion: a cluster grows along producer-to-consumer edges between elementwise
+/// nodes of the same result shape, in graph order. Once anything outside a cluster
+/// reads one of its values, the cluster is closed, so it can run as one step at
+/// the place of its last node without reordering a reader before it. Values that
+/// only the cluster reads live in per-tile scratch and never reach memory. An op
+/// with a value check (integer floordiv, floormod, pow) joins a cluster only as a
+/// node whose inputs come from outside it, so its check runs on real values before
+/// the cluster starts, as eager execution would run it.
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_INFER_VALUES_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_INFER_VALUES_HPP
+// ----- begin kiln/exec/infer_values.hpp -----
+/// \file
+/// The planner's first stage: the concrete dtype and dims of every node the outputs
+/// need, for one set of arguments, by the ops' own rules, and each op's entry points.
+
+#include <optional>
+#include <span>
+#include <vector>
+
+
+namespace kiln::detail::exec {
+
+/// Every needed node's value (dtype and dims; arguments and constants also get their
+/// home) and the entry points of its op.
+struct typed_nodes {
+  node_map<value_info> values;
+  node_map<op_entry> entries;
+};
+
+/// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
+/// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
+/// leave partly unknown.
+/// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
+inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+  const std::size_t n = g.nodes().size();
+  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
+  const auto& arguments = g.arguments();
+  if (arguments.size() != args.size()) return std::nullopt;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].device() != device::cpu) return std::nullopt;
+    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
+  }
+  for (int i = 0; i < outline.needed.size(); ++i) {
+    const node& c = g.node_at(i);
+    if (!outline.needed[i] || c.kind() != node_kind::constant) continue;
+    if (c.value().device() != device::cpu) return std::nullopt;
+    t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
+  }
+  std::vector<dtype> dtypes;
+  std::vector<shape> shapes;
+  for (int id : outline.ops) {
+    const node& op_node = g.node_at(id);
+    value_info& v = t.values[id];
+    if (op_node.kind() != node_kind::op) {
+      // A special op's results have the dtypes and shapes traced for them; it
+      // makes its own tensors, which may be its inputs (evaluated, like reshape).
+      if (!op_node.shape().is_fully_defined()) return std::nullopt;
+      v.type = op_node.dtype();
+      v.dims = op_node.shape();
+      t.entries[id].evaluates = true;
+      continue;
+    }
+    dtypes.clear();
+    shapes.clear();
+    for (int in : op_node.input_ids()) {
+      dtypes.push_back(t.values[in].type);
+      shapes.push_back(t.values[in].dims);
+    }
+    const bool ok = ops::visit(
+        [&](const auto& op) {
+          dtype_result dt = op.result_dtype(dtypes);
+          shape_result sh = op.result_shape(shapes);
+          if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
+          v.type = dt.value;
+          v.dims = sh.value;
+          return true;
+        },
+        op_node.operation());
+    if (!ok) return std::nullopt;
+    const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
+    bool text = v.type == string;
+    for (dtype d : dtypes) text = text || d == string;
+    t.entries[id] = entry_of(op_node.operation(), text ? string : in, v.type);
+  }
+  return t;
+}
+
+/// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
+/// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
+/// CPU scalar 1).
+inline std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+                                                           std::span<const tensor> args) {
+  std::vector<std::pair<int, tensor>> moved;
+  if (args.empty()) return moved;
+  const device d = args[0].device();
+  for (const tensor& a : args)
+    if (a.device() != d) return moved;
+  if (d == device::cpu) return moved;
+  for (int i = 0; i < outline.needed.size(); ++i) {
+    const node& c = g.node_at(i);
+    if (outline.needed[i] && c.kind() == node_kind::constant && c.value().device() == device::cpu && c.value().dtype() != string)
+      moved.emplace_back(i, c.value().to(d));
+  }
+  return moved;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/infer_values.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_INFER_VALUES_HPP
+
+namespace kiln::detail::exec {
+
+/// Elementwise nodes grouped into clusters that run as one step each.
+struct clustering {
+  std::vector<std::vector<int>> members;  ///< per cluster, its nodes in graph order
+  node_map<int> cluster_of;               ///< a node's cluster, -1 for none
+};
+
+/// The clusters of the needed nodes of `g` (see the file comment).
+/// For example `x * 2 + 1` on one shape is one cluster of two nodes.
+inline clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
+  struct group {
+    std::vector<int> members;
+    bool open = true;
+  };
+  std::vector<group> groups;
+  node_map<int> cluster_of(g.nodes().size(), -1);
+  auto close_reader_of = [&](int input) {
+    if (cluster_of[input] >= 0) groups[std::size_t(cluster_of[input])].open = false;
+  };
+  auto dims_of = [&](const group& gr) -> const shape& { return typed.values[gr.members[0]].dims; };
+  std::vector<int> joined;
+  for (int id : outline.ops) {
+    const node& n = g.node_at(id);
+    const op_entry& e = typed.entries[id];
+    if (!e.tile) {
+      for (int in : n.input_ids()) close_reader_of(in);
+      continue;
+    }
+    // A checked op takes all its inputs from outside its cluster (see the file comment).
+    joined.clear();
+    for (int in : n.input_ids()) {
+      const int c = cluster_of[in];
+      if (c < 0) continue;
+      group& gr = groups[std::size_t(c)];
+      if (gr.open && !e.check && dims_of(gr) == typed.values[id].dims) {
+        if (std::find(joined.begin(), joined.end(), c) == joined.end()) joined.push_back(c);
+      } else {
+        gr.open = false;
+      }
+    }
+    int target;
+    if (joined.empty()) {
+      target = int(groups.size());
+      groups.emplace_back();
+    } else {
+      target = joined[0];
+      for (std::size_t k = 1; k < joined.size(); ++k) {
+        group& from = groups[std::size_t(joined[k])];
+        for (int m : from.members) cluster_of[m] = target;
+        auto& to = groups[std::size_t(target)].members;
+        to.insert(to.end(), from.members.begin(), from.members.end());
+        from.members.clear();
+      }
+    }
+    groups[std::size_t(target)].members.push_back(id);
+    cluster_of[id] = target;
+  }
+
+  // Number the groups that were not merged into others.
+  clustering result{{}, std::move(cluster_of)};
+  std::vector<int> number(groups.size(), -1);
+  for (std::size_t c = 0; c < groups.size(); ++c) {
+    if (groups[c].members.empty()) continue;
+    number[c] = int(result.members.size());
+    std::sort(groups[c].members.begin(), groups[c].members.end());
+    result.members.push_back(std::move(groups[c].members));
+  }
+  for (int id : outline.ops)
+    if (result.cluster_of[id] >= 0) result.cluster_of[id] = number[std::size_t(result.cluster_of[id])];
+  return result;
+}
+
+/// The steps of a plan in order, and the step that defines each value.
+struct schedule {
+  std::vector<plan_step> steps;
+  node_map<int> step_of;  ///< -1 for values no step defines
+};
+
+/// Ops run at their own place in graph order, a cluster at the place of its last node.
+/// Cluster steps are numbered as `clusters` numbers them.
+inline schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+                               const clustering& clusters) {
+  struct placed {
+    int place;             // the node whose place in graph order the step takes
+    int op = -1;           // the op node, or -1 for a cluster
+    int cluster = -1;
+    bool operator<(const placed& o) const { return place < o.place; }
+  };
+  std::vector<placed> order;
+  for (int id : outline.ops)
+    if (clusters.cluster_of[id] < 0 && g.node_at(id).kind() != node_kind::result) order.push_back({id, id, -1});
+  for (std::size_t c = 0; c < clusters.members.size(); ++c) order.push_back({clusters.members[c].back(), -1, int(c)});
+  std::sort(order.begin(), order.end());
+
+  schedule s{{}, node_map<int>(g.nodes().size(), -1)};
+  for (const placed& p : order) {
+    const int step = int(s.steps.size());
+    if (p.op < 0) {
+      for (int m : clusters.members[std::size_t(p.cluster)]) s.step_of[m] = step;
+      s.steps.push_back({cluster_step{p.cluster}, {}});
+    } else if (g.node_at(p.op).kind() == node_kind::special) {
+      for (int k = 0; k < g.node_at(p.op).result_count(); ++k) s.step_of[p.op + k] = step;
+      s.step_of[p.op] = step;
+      s.steps.push_back({special_step{p.op, g.node_at(p.op).input_ids()}, {}});
+    } else {
+      const op_entry& e = typed.entries[p.op];
+      s.step_of[p.op] = step;
+      s.steps.push_back({op_step{p.op, e.run, e.op, false, g.node_at(p.op).input_ids()}, {}});
+    }
+  }
+  return s;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/fusion.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_FUSION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_LOWERING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_LOWERING_HPP
+// ----- begin kiln/exec/lowering.hpp -----
+/// \file
+/// The planner's lowering stage: a cluster's nodes become a tile program, the
+/// instructions of the ops that run (with arithmetic folded into them) over a table
+/// of tile buffers and operands in memory.
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_MEMORY_PLAN_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_MEMORY_PLAN_HPP
+// ----- begin kiln/exec/memory_plan.hpp -----
+/// \file
+/// The planner's memory stage: which values reach memory, where each lives (reused
+/// workspace slots, fresh buffers, or the tensors of the caller and the graph), and
+/// the step after which a fresh value is dropped.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+
+namespace kiln::detail::exec {
+
+/// Workspace slots of one dtype, reused by values whose lives do not overlap. A value
+/// takes a free slot when its step runs and gives it back after its last read, so no
+/// step writes where it reads.
+class slot_allocator {
+ public:
+  /// A slot of at least `elements` elements, busy through step `until`: the smallest
+  /// idle slot that fits, else the largest (which then grows), else a new one.
+  int take(std::int64_t elements, int until) {
+    auto best = idle_.end();
+    for (auto it = idle_.begin(); it != idle_.end(); ++it)
+      if (sizes_[std::size_t(*it)] >= elements && (best == idle_.end() || sizes_[std::size_t(*it)] < sizes_[std::size_t(*best)]))
+        best = it;
+    if (best == idle_.end())
+      best = std::max_element(idle_.begin(), idle_.end(), [&](int a, int b) { return sizes_[std::size_t(a)] < sizes_[std::size_t(b)]; });
+    int slot;
+    if (best == idle_.end()) {
+      slot = int(sizes_.size());
+      sizes_.push_back(elements);
+    } else {
+      slot = *best;
+      idle_.erase(best);
+      sizes_[std::size_t(slot)] = std::max(sizes_[std::size_t(slot)], elements);
+    }
+    busy_.push_back({slot, until});
+    return slot;
+  }
+
+  /// Makes the slots whose values are last read at step `step` or before idle.
+  void finish_step(int step) {
+    for (std::size_t i = 0; i < busy_.size();) {
+      if (busy_[i].until <= step) {
+        idle_.push_back(busy_[i].slot);
+        busy_[i] = busy_.back();
+        busy_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  /// Elements per slot.
+  std::vector<std::int64_t> sizes() && { return std::move(sizes_); }
+
+ private:
+  struct live_slot {
+    int slot;
+    int until;
+  };
+  std::vector<std::int64_t> sizes_;
+  std::vector<live_slot> busy_;
+  std::vector<int> idle_;
+};
+
+/// Where the values of a plan live.
+struct memory_plan {
+  node_map<bool> in_memory;  ///< values a cluster must write (read outside it, or outputs)
+  std::vector<int> fresh;    ///< values created during a call, cleared after it
+  std::vector<int> bound;    ///< values in slots
+  std::vector<std::vector<int>> release;  ///< per step: fresh values it reads last
+  std::array<std::vector<std::int64_t>, dtype_count> slot_elements;  ///< per dtype, per slot
+};
+
+/// The memory plan of the scheduled steps `s`; sets the home of every op's value in
+/// `values`, and the slot of those in slots.
+inline memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
+                               const clustering& clusters, const schedule& s, node_map<value_info>& values) {
+  const std::size_t n = g.nodes().size();
+  const int end = int(s.steps.size());
+  memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}};
+
+  // The step that reads each value last (the end of the call for outputs).
+  node_map<int> last_use(n, -1);
+  for (int id : outline.ops)
+    for (int in : g.node_at(id).input_ids()) {
+      last_use[in] = std::max(last_use[in], s.step_of[id]);
+      const int c = clusters.cluster_of[in];
+      if (c >= 0 && c != clusters.cluster_of[id]) m.in_memory[in] = true;
+    }
+  node_map<bool> is_output(n, false);
+  for (int out : outline.outputs) {
+    last_use[out] = end;
+    m.in_memory[out] = true;
+    is_output[out] = true;
+  }
+
+  // Values linked through ops that re-describe buffers (reshape) may share memory:
+  // if one of them is an output, none of them may live in reused memory, and the
+  // memory of one lives as long as any of them is read.
+  node_map<int> root(n);
+  for (int v = 0; v < root.size(); ++v) root[v] = v;
+  auto find = [&](int v) {
+    while (root[v] != v) v = root[v] = root[root[v]];
+    return v;
+  };
+  for (int id : outline.ops)
+    if (entries[id].evaluates)
+      for (int in : g.node_at(id).input_ids()) root[find(in)] = find(id);
+  node_map<bool> escapes(n, false);
+  node_map<int> family_last_use(n, -1);
+  for (int id : outline.ops) {
+    const int r = find(id);
+    // A special op may keep what it reads (a variable keeps what is assigned to it).
+    escapes[r] = escapes[r] || is_output[id] || g.node_at(id).kind() == node_kind::special;
+    family_last_use[r] = std::max(family_last_use[r], last_use[id]);
+  }
+
+  for (int id : outline.ops) {
+    value_info& v = values[id];
+    if (clusters.cluster_of[id] >= 0 && !m.in_memory[id])
+      v.home = value_home::unused;
+    else if (entries[id].evaluates)
+      v.home = value_home::evaluated;
+    else if (v.type == string || escapes[find(id)])
+      v.home = value_home::fresh;
+    else
+      v.home = value_home::slot;
+    if (v.home == value_home::fresh || v.home == value_home::evaluated) m.fresh.push_back(id);
+    if (v.home == value_home::slot) m.bound.push_back(id);
+  }
+
+  // Fresh values are dropped after their last reader; outputs at the end of the call.
+  for (int id : m.fresh)
+    if (last_use[id] >= 0 && last_use[id] < end) m.release[std::size_t(last_use[id])].push_back(id);
+
+  std::array<slot_allocator, dtype_count> slots;
+  std::vector<std::vector<int>> defined(s.steps.size());
+  for (int id : m.bound) defined[std::size_t(s.step_of[id])].push_back(id);
+  for (int k = 0; k < end; ++k) {
+    for (int id : defined[std::size_t(k)]) {
+      value_info& v = values[id];
+      v.slot = slots[std::size_t(v.type)].take(std::max<std::int64_t>(v.dims.num_elements(), 1),
+                                                std::max(family_last_use[find(id)], k));
+    }
+    for (slot_allocator& a : slots) a.finish_step(k);
+  }
+  for (int t = 0; t < dtype_count; ++t) m.slot_elements[std::size_t(t)] = std::move(slots[std::size_t(t)]).sizes();
+  return m;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/memory_plan.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_MEMORY_PLAN_HPP
+
+namespace kiln::detail::exec {
+
+/// An op of a cluster that runs, with the values it reads (its operands, then its
+/// fold operands) and the value it defines (the last of its folded arithmetic).
+struct lowered_op {
+  int op;
+  int result;
+  std::vector<int> reads;
+};
+
+/// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
+inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+  std::vector<lowered_op> code;
+  for (int id : members) {
+    if (f.folded[id]) continue;
+    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    if (f.input[id] >= 0)
+      l.reads.push_back(f.input[id]);
+    else
+      l.reads = g.node_at(id).input_ids();
+    const folded_arithmetic& a = f.arithmetic[id];
+    for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
+      if (o->entry >= 0) l.reads.push_back(o->entry);
+    code.push_back(std::move(l));
+  }
+  return code;
+}
+
+/// Tile buffers for the results of `code` that stay out of memory, each reused once
+/// its last reader in the cluster has run: a node's buffer (-1 for none), and how
+/// many there are.
+inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                                     auto inside) {
+  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+  for (std::size_t k = 0; k < code.size(); ++k)
+    for (int in : code[k].reads) last_read[in] = int(k);
+  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+  std::vector<int> free_scratch;
+  int count = 0;
+  for (std::size_t k = 0; k < code.size(); ++k) {
+    const int id = code[k].result;
+    if (!in_memory[id]) {
+      if (free_scratch.empty()) {
+        scratch_of[id] = count++;
+      } else {
+        scratch_of[id] = free_scratch.back();
+        free_scratch.pop_back();
+      }
+    }
+    for (int in : code[k].reads)
+      if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
+          std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
+        free_scratch.push_back(scratch_of[in]);
+  }
+  return {std::move(scratch_of), count};
+}
+
+/// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
+/// Its pointer table holds the scratch buffers, then gathered operands, then the
+/// operands in memory (streamed, broadcast, and the results written).
+inline fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
+                                   const node_map<value_info>& values, const memory_plan& memory) {
+  const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
+  fused_cluster c;
+  c.nodes = members;
+  c.dims = values[members[0]].dims;
+  c.size = c.dims.num_elements();
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const std::vector<lowered_op> code = ops_that_run(g, members, f);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+
+  // Operands outside the cluster: streamed in place, broadcast, or gathered.
+  std::vector<int> externals;
+  for (const lowered_op& l : code)
+    for (int in : l.reads)
+      if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+  std::vector<int> gathered_values;
+  for (int in : externals) {
+    const std::int64_t count = values[in].dims.num_elements();
+    if (count != c.size && count != 1) gathered_values.push_back(in);
+  }
+  c.buffers = scratch + int(gathered_values.size());
+
+  node_map<int> entry_of_value(g.nodes().size(), -1);
+  for (std::size_t i = 0; i < gathered_values.size(); ++i) {
+    const int in = gathered_values[i];
+    entry_of_value[in] = scratch + int(i);
+    c.gathered.push_back({in, scratch + int(i), broadcast_read(values[in].type, values[in].dims, c.dims)});
+  }
+  int next = c.buffers;
+  for (int in : externals) {
+    if (entry_of_value[in] >= 0) continue;
+    entry_of_value[in] = next;
+    const cluster_operand op{in, next++, size_of(values[in].type)};
+    (values[in].dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
+  }
+  for (const lowered_op& l : code) {
+    const int id = l.result;
+    if (scratch_of[id] >= 0) {
+      entry_of_value[id] = scratch_of[id];
+    } else {
+      entry_of_value[id] = next;
+      c.streamed.push_back({id, next++, size_of(values[id].type), true});
+      if (values[id].home == value_home::fresh) c.allocated.push_back(id);
+    }
+  }
+  c.table_size = next;
+
+  for (const lowered_op& l : code) {
+    const op_entry& e = entries[l.op];
+    instruction ins;
+    ins.fn = e.tile;
+    ins.op = e.op;
+    ins.arity = int(g.node_at(l.op).input_ids().size());
+    ins.out = entry_of_value[l.result];
+    ins.type = values[l.result].type;
+    ins.native_name = e.native_name;
+    for (int k = 0; k < ins.arity; ++k) {
+      const int in = l.reads[std::size_t(k)];
+      ins.in[std::size_t(k)] = entry_of_value[in];
+      const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
+      if (!one_value) ins.contig |= 1u << k;
+    }
+    const folded_arithmetic& a = f.arithmetic[l.op];
+    ins.folded_ops = f.count[l.op];
+    if (a.pre || l.result != l.op) {
+      ins.compound = e.compound;
+      ins.fold = a;
+      for (fold_operand* o : {&ins.fold.pre_scale, &ins.fold.pre_shift, &ins.fold.scale, &ins.fold.shift})
+        if (o->entry >= 0) o->entry = entry_of_value[o->entry];
+    }
+    c.code.push_back(ins);
+  }
+  set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
+  for (int id : members)
+    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids()});
+  return c;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/lowering.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_LOWERING_HPP
+
+namespace kiln::detail::exec {
+
+/// The plan of graph `g` (outlined by `outline`) for `args`.
+/// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
+inline std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+  auto p = std::make_unique<execution_plan>();
+  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
+  p->outputs = outline.outputs;
+  std::optional<typed_nodes> typed = infer_values(g, outline, args);
+  if (!typed) {
+    p->interpreted = true;
+    p->moved_constants = moved_constants(g, outline, args);
+    return p;
+  }
+  const clustering clusters = form_clusters(g, outline, *typed);
+  schedule s = schedule_steps(g, outline, *typed, clusters);
+  p->values = std::move(typed->values);
+  memory_plan memory = plan_memory(g, outline, typed->entries, clusters, s, p->values);
+
+  p->steps = std::move(s.steps);
+  for (std::size_t k = 0; k < p->steps.size(); ++k) {
+    plan_step& step = p->steps[k];
+    step.release = std::move(memory.release[k]);
+    if (auto* op = std::get_if<op_step>(&step.action)) {
+      op->allocate = p->values[op->value].home == value_home::fresh;
+      p->max_inputs = std::max(p->max_inputs, op->inputs.size());
+    } else if (auto* special = std::get_if<special_step>(&step.action)) {
+      p->max_inputs = std::max(p->max_inputs, special->inputs.size());
+    }
+  }
+  for (std::size_t c = 0; c < clusters.members.size(); ++c) {
+    fused_cluster& cluster = p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory));
+    p->max_table = std::max(p->max_table, cluster.table_size);
+    for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
+  }
+  p->fresh = std::move(memory.fresh);
+  p->bound = std::move(memory.bound);
+  p->slot_elements = std::move(memory.slot_elements);
+  return p;
+}
+
+}  // namespace kiln::detail::exec
+// ----- end kiln/exec/planner.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_PLANNER_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_WORKSPACE_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_WORKSPACE_HPP
 // ----- begin kiln/exec/workspace.hpp -----
@@ -13436,11 +13699,11 @@ class workspace {
 
   /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
   void bind(const graph& g, const execution_plan& p) {
-    const std::size_t n = p.values.size();
+    const std::size_t n = std::size_t(p.values.size());
     values.assign(n, tensor());
     refs.assign(n, nullptr);
     for (std::size_t i = 0; i < n; ++i) {
-      switch (p.values[i].home) {
+      switch (p.values[int(i)].home) {
         case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
         case value_home::slot:
         case value_home::fresh:
@@ -13456,8 +13719,8 @@ class workspace {
         if (!have[k].defined() || have[k].size() < need[k]) have[k] = tensor(dtype(t), shape{need[k]});
     }
     for (int v : p.bound) {
-      const value_info& info = p.values[std::size_t(v)];
-      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.index)].share(info.dims);
+      const value_info& info = p.values[v];
+      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
     }
     inputs.resize(std::max(inputs.size(), p.max_inputs));
     bases.resize(std::max(bases.size(), std::size_t(p.max_table)));
@@ -13580,13 +13843,14 @@ inline std::string kiln_include_root() {
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
 }
 
-/// The lines a native loop's source starts with: kiln's op functors and xsimd. From
-/// kiln's own headers (found with `-I` kiln_include_root()), only the elementwise
-/// ops; from the single header, all of it, with the library parts declared only.
+/// The lines a native loop's source starts with: kiln's op functors, folded
+/// arithmetic and xsimd. From kiln's own headers (found with `-I`
+/// kiln_include_root()), only those; from the single header, all of it, with the
+/// library parts declared only.
 inline std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
-    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/ops/elementwise.hpp\"\n";
+    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
   return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header().string() + "\"\n";
 }
 
@@ -13627,25 +13891,17 @@ KILN_COLD inline std::string native_source(const fused_cluster& c) {
     }
     return held[e];
   };
-  auto fold_value = [&](const fold_operand& o, const char* identity) {
-    const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
-    return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
-  };
-  auto scale_and_shift = [&](const std::string& x, const fold_operand& scale, const fold_operand& shift) {
-    return "kiln::ops::add{}(kiln::ops::multiply{}(" + x + ", " + fold_value(scale, "1") + "), " + fold_value(shift, "-0.0") +
-           ")";
-  };
   for (std::size_t k = 0; k < c.code.size(); ++k) {
     const instruction& ins = c.code[k];
     const bool folded = ins.compound != nullptr;
     std::string call = std::string(ins.native_name) + "{}(";
     for (int a = 0; a < ins.arity; ++a) {
       std::string x = operand(ins.in[std::size_t(a)], (ins.contig >> a) & 1u);
-      if (folded && ins.fold.pre) x = scale_and_shift(x, ins.fold.pre_scale, ins.fold.pre_shift);
+      if (folded && ins.fold.pre) x = scale_and_shift_source(x, ins.fold.pre_scale, ins.fold.pre_shift, operand);
       call += (a ? ", " : "") + x;
     }
     call += ")";
-    if (folded) call = scale_and_shift(call, ins.fold.scale, ins.fold.shift);
+    if (folded) call = scale_and_shift_source(call, ins.fold.scale, ins.fold.shift, operand);
     const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
     body += "      const B " + v + " = " + call + ";\n";
     held[std::size_t(ins.out)] = v;
@@ -13905,12 +14161,12 @@ class graph_executor {
     const auto& arguments = graph_->arguments();
     for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
     for (const exec::plan_step& s : p.steps) {
-      if (s.cluster >= 0)
-        run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
-      else if (s.special)
-        run_special(s.value, gather_inputs(s.inputs, *ws), ws->values);
-      else
-        run_op(s, p, *ws);
+      if (const auto* op = std::get_if<exec::op_step>(&s.action))
+        run_op(*op, p, *ws);
+      else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+        run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
+      else if (const auto* special = std::get_if<exec::special_step>(&s.action))
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
     outputs.reserve(p.outputs.size());
@@ -13931,13 +14187,16 @@ class graph_executor {
     std::string s;
     for (const exec::plan_step& step : p.steps) {
       if (!s.empty()) s += ' ';
-      if (step.cluster < 0) {
-        s += graph_->nodes()[std::size_t(step.value)].op();
+      const auto* cluster = std::get_if<exec::cluster_step>(&step.action);
+      if (!cluster) {
+        const auto* op = std::get_if<exec::op_step>(&step.action);
+        const int value = op ? op->value : std::get<exec::special_step>(step.action).value;
+        s += graph_->node_at(value).op();
         continue;
       }
-      const exec::fused_cluster& c = p.clusters[std::size_t(step.cluster)];
+      const exec::fused_cluster& c = p.clusters[std::size_t(cluster->cluster)];
       s += c.native ? '{' : '[';
-      for (int id : c.nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      for (int id : c.nodes) s += std::string(graph_->node_at(id).op()) + ' ';
       s.back() = c.native ? '}' : ']';
     }
     return s;
@@ -13987,7 +14246,7 @@ class graph_executor {
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_) exec::compile_native_loops(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
@@ -14015,10 +14274,10 @@ class graph_executor {
     return {ws.inputs.data(), ids.size()};
   }
 
-  static void run_op(const exec::plan_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+  static void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) {
     tensor& out = ws.values[std::size_t(s.value)];
     if (s.allocate) {
-      const exec::value_info& v = p.values[std::size_t(s.value)];
+      const exec::value_info& v = p.values[s.value];
       out = tensor(v.type, v.dims);
     }
     s.run(s.op, gather_inputs(s.inputs, ws), out);
@@ -14027,14 +14286,14 @@ class graph_executor {
   // Runs the special op of node `id` and stores its results in the values of `id`
   // and the Result nodes after it.
   void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
-    const node& n = graph_->nodes()[std::size_t(id)];
+    const node& n = graph_->node_at(id);
     n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
     for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
     for (int v : c.allocated) {
-      const exec::value_info& info = p.values[std::size_t(v)];
+      const exec::value_info& info = p.values[v];
       ws.values[std::size_t(v)] = tensor(info.type, info.dims);
     }
     if (c.size == 0) return;
@@ -14161,19 +14420,19 @@ class graph_executor {
     const graph& g = *graph_;
     std::vector<tensor> values(g.nodes().size());
     for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
-    for (std::size_t i = 0; i < g.nodes().size(); ++i)
-      if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant) values[i] = g.nodes()[i].value();
+    auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
+    for (int i = 0; i < outline_.needed.size(); ++i)
+      if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
     if (p)
       for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
     // A constant may be an op's result folded at trace time.
     const bool checking = debugging::check_numerics_enabled();
     if (checking)
-      for (std::size_t i = 0; i < g.nodes().size(); ++i)
-        if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant)
-          check_numerics(g.nodes()[i].op(), values[i], g.nodes()[i].name());
+      for (int i = 0; i < outline_.needed.size(); ++i)
+        if (needed_constant(i)) check_numerics(g.node_at(i).op(), values[std::size_t(i)], g.node_at(i).name());
     for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
       const int id = outline_.ops[k];
-      const node& n = g.nodes()[std::size_t(id)];
+      const node& n = g.node_at(id);
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
@@ -14280,13 +14539,13 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (ops::same_op(out_.nodes()[std::size_t(it->second)].operation(), n.operation())) return it->second;
+      if (ops::same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;
   }
 
-  const node& at(int id) const { return out_.nodes()[std::size_t(id)]; }
+  const node& at(int id) const { return out_.node_at(id); }
   bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
@@ -18304,7 +18563,7 @@ class basic_graph_writer final : public description_sink {
 
   int value(int slot, std::span<const std::int64_t> dims) override {
     const int id = value(slot);
-    const kiln::node& n = graph_.nodes()[std::size_t(id)];
+    const kiln::node& n = graph_.node_at(id);
     if (std::ranges::equal(n.shape().dims(), dims)) return id;
     // A reshaped symbolic value is a view of its slot: its reshape node appears where
     // it is first read with the new dims.
@@ -18349,7 +18608,7 @@ class basic_graph_writer final : public description_sink {
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
     for (const loop_step::copy& c : l.copies) {
       const int initial = value(c.to);
-      const kiln::node& n = graph_.nodes()[std::size_t(initial)];
+      const kiln::node& n = graph_.node_at(initial);
       for (basic_graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
       inputs.push_back(initial);
       variables.push_back(c.to);
@@ -18374,7 +18633,7 @@ class basic_graph_writer final : public description_sink {
     if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
     if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
     const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const kiln::node& n = outer_->graph_.node_at(from);
     const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
     captures_.push_back(from);
     return slots_[slot] = id;
@@ -18418,7 +18677,7 @@ class basic_graph_writer final : public description_sink {
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
-    for (int id : graph_.outputs()) specs.emplace_back(graph_.nodes()[std::size_t(id)].dtype(), graph_.nodes()[std::size_t(id)].shape());
+    for (int id : graph_.outputs()) specs.emplace_back(graph_.node_at(id).dtype(), graph_.node_at(id).shape());
     return specs;
   }
   std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }

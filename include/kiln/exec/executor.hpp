@@ -25,6 +25,7 @@
 #include "kiln/exec/jit.hpp"
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/plan.hpp"
+#include "kiln/exec/planner.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/graph/graph.hpp"
 
@@ -80,12 +81,12 @@ class graph_executor {
     const auto& arguments = graph_->arguments();
     for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
     for (const exec::plan_step& s : p.steps) {
-      if (s.cluster >= 0)
-        run_cluster(p.clusters[std::size_t(s.cluster)], p, *ws);
-      else if (s.special)
-        run_special(s.value, gather_inputs(s.inputs, *ws), ws->values);
-      else
-        run_op(s, p, *ws);
+      if (const auto* op = std::get_if<exec::op_step>(&s.action))
+        run_op(*op, p, *ws);
+      else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+        run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
+      else if (const auto* special = std::get_if<exec::special_step>(&s.action))
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
       for (int r : s.release) ws->values[std::size_t(r)] = tensor();
     }
     outputs.reserve(p.outputs.size());
@@ -106,13 +107,16 @@ class graph_executor {
     std::string s;
     for (const exec::plan_step& step : p.steps) {
       if (!s.empty()) s += ' ';
-      if (step.cluster < 0) {
-        s += graph_->nodes()[std::size_t(step.value)].op();
+      const auto* cluster = std::get_if<exec::cluster_step>(&step.action);
+      if (!cluster) {
+        const auto* op = std::get_if<exec::op_step>(&step.action);
+        const int value = op ? op->value : std::get<exec::special_step>(step.action).value;
+        s += graph_->node_at(value).op();
         continue;
       }
-      const exec::fused_cluster& c = p.clusters[std::size_t(step.cluster)];
+      const exec::fused_cluster& c = p.clusters[std::size_t(cluster->cluster)];
       s += c.native ? '{' : '[';
-      for (int id : c.nodes) s += std::string(graph_->nodes()[std::size_t(id)].op()) + ' ';
+      for (int id : c.nodes) s += std::string(graph_->node_at(id).op()) + ' ';
       s.back() = c.native ? '}' : ']';
     }
     return s;
@@ -162,7 +166,7 @@ class graph_executor {
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    auto fresh = exec::plan_builder(*graph_, outline_, args).build();
+    auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_) exec::compile_native_loops(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
@@ -190,10 +194,10 @@ class graph_executor {
     return {ws.inputs.data(), ids.size()};
   }
 
-  static void run_op(const exec::plan_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+  static void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) {
     tensor& out = ws.values[std::size_t(s.value)];
     if (s.allocate) {
-      const exec::value_info& v = p.values[std::size_t(s.value)];
+      const exec::value_info& v = p.values[s.value];
       out = tensor(v.type, v.dims);
     }
     s.run(s.op, gather_inputs(s.inputs, ws), out);
@@ -202,14 +206,14 @@ class graph_executor {
   // Runs the special op of node `id` and stores its results in the values of `id`
   // and the Result nodes after it.
   void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
-    const node& n = graph_->nodes()[std::size_t(id)];
+    const node& n = graph_->node_at(id);
     n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
   static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
     for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
     for (int v : c.allocated) {
-      const exec::value_info& info = p.values[std::size_t(v)];
+      const exec::value_info& info = p.values[v];
       ws.values[std::size_t(v)] = tensor(info.type, info.dims);
     }
     if (c.size == 0) return;
@@ -336,19 +340,19 @@ class graph_executor {
     const graph& g = *graph_;
     std::vector<tensor> values(g.nodes().size());
     for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
-    for (std::size_t i = 0; i < g.nodes().size(); ++i)
-      if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant) values[i] = g.nodes()[i].value();
+    auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
+    for (int i = 0; i < outline_.needed.size(); ++i)
+      if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
     if (p)
       for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
     // A constant may be an op's result folded at trace time.
     const bool checking = debugging::check_numerics_enabled();
     if (checking)
-      for (std::size_t i = 0; i < g.nodes().size(); ++i)
-        if (outline_.needed[i] && g.nodes()[i].kind() == node_kind::constant)
-          check_numerics(g.nodes()[i].op(), values[i], g.nodes()[i].name());
+      for (int i = 0; i < outline_.needed.size(); ++i)
+        if (needed_constant(i)) check_numerics(g.node_at(i).op(), values[std::size_t(i)], g.node_at(i).name());
     for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
       const int id = outline_.ops[k];
-      const node& n = g.nodes()[std::size_t(id)];
+      const node& n = g.node_at(id);
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);

@@ -72,13 +72,14 @@ inline std::string kiln_include_root() {
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
 }
 
-/// The lines a native loop's source starts with: kiln's op functors and xsimd. From
-/// kiln's own headers (found with `-I` kiln_include_root()), only the elementwise
-/// ops; from the single header, all of it, with the library parts declared only.
+/// The lines a native loop's source starts with: kiln's op functors, folded
+/// arithmetic and xsimd. From kiln's own headers (found with `-I`
+/// kiln_include_root()), only those; from the single header, all of it, with the
+/// library parts declared only.
 inline std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
-    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/ops/elementwise.hpp\"\n";
+    return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
   return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header().string() + "\"\n";
 }
 
@@ -119,25 +120,17 @@ KILN_COLD inline std::string native_source(const fused_cluster& c) {
     }
     return held[e];
   };
-  auto fold_value = [&](const fold_operand& o, const char* identity) {
-    const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
-    return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
-  };
-  auto scale_and_shift = [&](const std::string& x, const fold_operand& scale, const fold_operand& shift) {
-    return "kiln::ops::add{}(kiln::ops::multiply{}(" + x + ", " + fold_value(scale, "1") + "), " + fold_value(shift, "-0.0") +
-           ")";
-  };
   for (std::size_t k = 0; k < c.code.size(); ++k) {
     const instruction& ins = c.code[k];
     const bool folded = ins.compound != nullptr;
     std::string call = std::string(ins.native_name) + "{}(";
     for (int a = 0; a < ins.arity; ++a) {
       std::string x = operand(ins.in[std::size_t(a)], (ins.contig >> a) & 1u);
-      if (folded && ins.fold.pre) x = scale_and_shift(x, ins.fold.pre_scale, ins.fold.pre_shift);
+      if (folded && ins.fold.pre) x = scale_and_shift_source(x, ins.fold.pre_scale, ins.fold.pre_shift, operand);
       call += (a ? ", " : "") + x;
     }
     call += ")";
-    if (folded) call = scale_and_shift(call, ins.fold.scale, ins.fold.shift);
+    if (folded) call = scale_and_shift_source(call, ins.fold.scale, ins.fold.shift, operand);
     const std::string v = "v" + std::to_string(k), n = std::to_string(ins.out);
     body += "      const B " + v + " = " + call + ";\n";
     held[std::size_t(ins.out)] = v;

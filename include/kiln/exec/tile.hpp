@@ -7,7 +7,7 @@
 /// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
 ///   same kernel loop as eager execution (backend::cpu::dispatch_run);
 /// - `compound_fn` runs one with the scalar arithmetic around it folded into its
-///   pass (folded_arithmetic);
+///   pass (kiln/exec/fold.hpp);
 /// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
 /// - `check_fn` is an op's value check (integer division by zero, ...), run before
 ///   the cluster that holds the op;
@@ -26,6 +26,7 @@
 #include "kiln/backend/cpu/elementwise.hpp"
 #include "kiln/core/small_vector.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/exec/fold.hpp"
 #include "kiln/graph/graph.hpp"
 
 namespace kiln::detail::exec {
@@ -35,32 +36,6 @@ namespace kiln::detail::exec {
 /// broadcast value.
 /// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
 using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
-
-/// A scale or shift of folded_arithmetic: table entry `entry`, read as one broadcast
-/// value or element by element, and negated when `negated`. Entry -1 is the identity:
-/// 1 for a scale (-1 when negated), -0 for a shift (x + -0 is x for every x, -0 too).
-struct fold_operand {
-  int entry = -1;
-  bool contiguous = false;
-  bool negated = false;
-};
-
-/// Scalar arithmetic that runs in the pass of the op around it, on registers, instead
-/// of a pass of its own over the tile: the pass computes post(op(pre(x))) with
-/// pre(x) = x * pre_scale + pre_shift (unary ops only) and post(r) = r * scale + shift.
-/// Each product and sum is rounded on its own, as the separate ops round them, so
-/// folding changes no result. Only unary ops read a contiguous scale or shift.
-/// For example, `tanh(x * 0.5 + 1) * x - 0.25` is a tanh with pre 0.5, 1 and post scale x,
-/// shift 0.25 negated.
-struct folded_arithmetic {
-  bool pre = false;
-  fold_operand pre_scale, pre_shift, scale, shift;
-};
-
-/// Runs an elementwise op with folded arithmetic on `len` elements, a multiple of
-/// padded_elements; the other arguments are those of tile_fn.
-using compound_fn = void (*)(const void* op, unsigned contig, const folded_arithmetic& fold, void* out, void* const* table,
-                             const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// It is called as `fn(&op, &result, operands)`.
@@ -141,111 +116,6 @@ void run_tile(const void* op, unsigned contig, void* out, void* const* table, co
   for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = table[in[k]];
   backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
                                                      len);
-}
-
-/// Whether a compiler barrier can keep a product in a register of its own: without it
-/// GCC contracts `a * b + c` into one fused multiply-add, rounded once, and folded
-/// arithmetic would no longer compute eager's bits.
-#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
-inline constexpr bool can_fold_arithmetic = true;
-#else
-inline constexpr bool can_fold_arithmetic = false;
-#endif
-
-template <class B>
-B rounded(B v) {
-#if defined(__x86_64__) || defined(__i386__)
-  asm("" : "+v"(v.data));
-#elif defined(__aarch64__)
-  asm("" : "+w"(v.data));
-#endif
-  return v;
-}
-
-/// r * scale + shift, each rounded on its own.
-template <class B>
-B scale_and_shift(const B& r, const B& scale, const B& shift) {
-  return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
-}
-
-/// A broadcast fold operand as a batch.
-template <class T, class B = xsimd::batch<T>>
-B fold_splat(const fold_operand& o, void* const* table, T identity) {
-  if (o.entry < 0) return o.negated ? ops::negate{}(B(identity)) : B(identity);
-  const B v(*static_cast<const T*>(table[o.entry]));
-  return o.negated ? ops::negate{}(v) : v;
-}
-
-/// A contiguous fold operand at element `i`.
-template <class T, class B = xsimd::batch<T>>
-B fold_load(const T* p, bool negated, std::int64_t i) {
-  const B v = B::load_unaligned(p + i);
-  return negated ? ops::negate{}(v) : v;
-}
-
-template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
-KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
-                    std::int64_t len) {
-  using B = xsimd::batch<T>;
-  const T one = T(1), minus_zero = T(-0.0);
-  const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
-  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
-  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
-  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
-  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    B v = B::load_unaligned(x + i);
-    if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
-    B s = scale, c = shift;
-    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
-    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
-    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
-  }
-}
-
-template <unsigned Contig, class Op, class T>
-KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
-                     void* const* table, std::int64_t len) {
-  using B = xsimd::batch<T>;
-  const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
-  const B a0(a[0]), b0(b[0]);
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    const B r = op(Contig & 1u ? B::load_unaligned(a + i) : a0, Contig & 2u ? B::load_unaligned(b + i) : b0);
-    scale_and_shift(r, scale, shift).store_unaligned(out + i);
-  }
-}
-
-/// The compound_fn of an op with a SIMD kernel for T.
-template <class Op, class T>
-void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, void* out, void* const* table, const int* in,
-                  std::int64_t len) {
-  const Op& op = *static_cast<const Op*>(p);
-  T* o = static_cast<T*>(out);
-  auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
-  if constexpr (Op::arity == 1) {
-    auto run = [&]<bool Pre, bool ScaleContiguous>() {
-      if (f.shift.contiguous)
-        compound_unary<Pre, ScaleContiguous, true>(op, f, o, operand(0), table, len);
-      else
-        compound_unary<Pre, ScaleContiguous, false>(op, f, o, operand(0), table, len);
-    };
-    auto run_pre = [&]<bool Pre>() {
-      if (f.scale.contiguous)
-        run.template operator()<Pre, true>();
-      else
-        run.template operator()<Pre, false>();
-    };
-    if (f.pre)
-      run_pre.template operator()<true>();
-    else
-      run_pre.template operator()<false>();
-  } else if (contig == 3u) {
-    compound_binary<3u>(op, f, o, operand(0), operand(1), table, len);
-  } else if (contig == 1u) {
-    compound_binary<1u>(op, f, o, operand(0), operand(1), table, len);
-  } else {
-    compound_binary<2u>(op, f, o, operand(0), operand(1), table, len);
-  }
 }
 
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one

@@ -58,11 +58,11 @@ class workspace {
 
   /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
   void bind(const graph& g, const execution_plan& p) {
-    const std::size_t n = p.values.size();
+    const std::size_t n = std::size_t(p.values.size());
     values.assign(n, tensor());
     refs.assign(n, nullptr);
     for (std::size_t i = 0; i < n; ++i) {
-      switch (p.values[i].home) {
+      switch (p.values[int(i)].home) {
         case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
         case value_home::slot:
         case value_home::fresh:
@@ -78,8 +78,8 @@ class workspace {
         if (!have[k].defined() || have[k].size() < need[k]) have[k] = tensor(dtype(t), shape{need[k]});
     }
     for (int v : p.bound) {
-      const value_info& info = p.values[std::size_t(v)];
-      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.index)].share(info.dims);
+      const value_info& info = p.values[v];
+      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
     }
     inputs.resize(std::max(inputs.size(), p.max_inputs));
     bases.resize(std::max(bases.size(), std::size_t(p.max_table)));

@@ -221,6 +221,8 @@ class node {
 class graph {
  public:
   const std::vector<node>& nodes() const { return nodes_; }
+  /// Node `id` (an index into nodes()).
+  const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
   /// Node indices of the placeholders, in argument order.
   const std::vector<int>& arguments() const { return arguments_; }
   /// Node indices of the Identity nodes, in output order.

@@ -68,13 +68,13 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (ops::same_op(out_.nodes()[std::size_t(it->second)].operation(), n.operation())) return it->second;
+      if (ops::same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;
   }
 
-  const node& at(int id) const { return out_.nodes()[std::size_t(id)]; }
+  const node& at(int id) const { return out_.node_at(id); }
   bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }

@@ -54,7 +54,7 @@ class trace_context {
 
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
-    const node& n = graph_.nodes()[std::size_t(id)];
+    const node& n = graph_.node_at(id);
     std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
     return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
   }
@@ -70,7 +70,7 @@ class trace_context {
   }
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
-  const node& add_output(const tensor& t) { return graph_.nodes()[std::size_t(graph_.add_output(node_of(t)))]; }
+  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).

@@ -93,7 +93,7 @@ class basic_graph_writer final : public description_sink {
 
   int value(int slot, std::span<const std::int64_t> dims) override {
     const int id = value(slot);
-    const kiln::node& n = graph_.nodes()[std::size_t(id)];
+    const kiln::node& n = graph_.node_at(id);
     if (std::ranges::equal(n.shape().dims(), dims)) return id;
     // A reshaped symbolic value is a view of its slot: its reshape node appears where
     // it is first read with the new dims.
@@ -138,7 +138,7 @@ class basic_graph_writer final : public description_sink {
     std::vector<std::pair<kiln::dtype, kiln::shape>> results;
     for (const loop_step::copy& c : l.copies) {
       const int initial = value(c.to);
-      const kiln::node& n = graph_.nodes()[std::size_t(initial)];
+      const kiln::node& n = graph_.node_at(initial);
       for (basic_graph_writer* w : {&cond, &body}) w->bind(c.to, w->graph_.add_placeholder(n.name(), n.dtype(), n.shape()));
       inputs.push_back(initial);
       variables.push_back(c.to);
@@ -163,7 +163,7 @@ class basic_graph_writer final : public description_sink {
     if (auto it = slots_.find(slot); it != slots_.end()) return it->second;
     if (!outer_) throw internal_error("kiln: graph(): slot " + std::to_string(slot) + " of a typed trace is read before it is written");
     const int from = outer_->value(slot);
-    const kiln::node& n = outer_->graph_.nodes()[std::size_t(from)];
+    const kiln::node& n = outer_->graph_.node_at(from);
     const int id = graph_.add_placeholder(n.name(), n.dtype(), n.shape());
     captures_.push_back(from);
     return slots_[slot] = id;
@@ -207,7 +207,7 @@ class basic_graph_writer final : public description_sink {
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
-    for (int id : graph_.outputs()) specs.emplace_back(graph_.nodes()[std::size_t(id)].dtype(), graph_.nodes()[std::size_t(id)].shape());
+    for (int id : graph_.outputs()) specs.emplace_back(graph_.node_at(id).dtype(), graph_.node_at(id).shape());
     return specs;
   }
   std::shared_ptr<const graph> finish() { return std::make_shared<const graph>(std::move(graph_)); }

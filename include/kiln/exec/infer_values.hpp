@@ -1,0 +1,99 @@
+#pragma once
+/// \file
+/// The planner's first stage: the concrete dtype and dims of every node the outputs
+/// need, for one set of arguments, by the ops' own rules, and each op's entry points.
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kiln/exec/kernel_table.hpp"
+#include "kiln/exec/plan.hpp"
+
+namespace kiln::detail::exec {
+
+/// Every needed node's value (dtype and dims; arguments and constants also get their
+/// home) and the entry points of its op.
+struct typed_nodes {
+  node_map<value_info> values;
+  node_map<op_entry> entries;
+};
+
+/// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
+/// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
+/// leave partly unknown.
+/// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
+inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+  const std::size_t n = g.nodes().size();
+  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
+  const auto& arguments = g.arguments();
+  if (arguments.size() != args.size()) return std::nullopt;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].device() != device::cpu) return std::nullopt;
+    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
+  }
+  for (int i = 0; i < outline.needed.size(); ++i) {
+    const node& c = g.node_at(i);
+    if (!outline.needed[i] || c.kind() != node_kind::constant) continue;
+    if (c.value().device() != device::cpu) return std::nullopt;
+    t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
+  }
+  std::vector<dtype> dtypes;
+  std::vector<shape> shapes;
+  for (int id : outline.ops) {
+    const node& op_node = g.node_at(id);
+    value_info& v = t.values[id];
+    if (op_node.kind() != node_kind::op) {
+      // A special op's results have the dtypes and shapes traced for them; it
+      // makes its own tensors, which may be its inputs (evaluated, like reshape).
+      if (!op_node.shape().is_fully_defined()) return std::nullopt;
+      v.type = op_node.dtype();
+      v.dims = op_node.shape();
+      t.entries[id].evaluates = true;
+      continue;
+    }
+    dtypes.clear();
+    shapes.clear();
+    for (int in : op_node.input_ids()) {
+      dtypes.push_back(t.values[in].type);
+      shapes.push_back(t.values[in].dims);
+    }
+    const bool ok = ops::visit(
+        [&](const auto& op) {
+          dtype_result dt = op.result_dtype(dtypes);
+          shape_result sh = op.result_shape(shapes);
+          if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
+          v.type = dt.value;
+          v.dims = sh.value;
+          return true;
+        },
+        op_node.operation());
+    if (!ok) return std::nullopt;
+    const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
+    bool text = v.type == string;
+    for (dtype d : dtypes) text = text || d == string;
+    t.entries[id] = entry_of(op_node.operation(), text ? string : in, v.type);
+  }
+  return t;
+}
+
+/// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
+/// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
+/// CPU scalar 1).
+inline std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+                                                           std::span<const tensor> args) {
+  std::vector<std::pair<int, tensor>> moved;
+  if (args.empty()) return moved;
+  const device d = args[0].device();
+  for (const tensor& a : args)
+    if (a.device() != d) return moved;
+  if (d == device::cpu) return moved;
+  for (int i = 0; i < outline.needed.size(); ++i) {
+    const node& c = g.node_at(i);
+    if (outline.needed[i] && c.kind() == node_kind::constant && c.value().device() == device::cpu && c.value().dtype() != string)
+      moved.emplace_back(i, c.value().to(d));
+  }
+  return moved;
+}
+
+}  // namespace kiln::detail::exec

@@ -1,0 +1,156 @@
+#pragma once
+/// \file
+/// The planner's lowering stage: a cluster's nodes become a tile program, the
+/// instructions of the ops that run (with arithmetic folded into them) over a table
+/// of tile buffers and operands in memory.
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "kiln/exec/fold.hpp"
+#include "kiln/exec/fusion.hpp"
+#include "kiln/exec/memory_plan.hpp"
+#include "kiln/exec/plan.hpp"
+
+namespace kiln::detail::exec {
+
+/// An op of a cluster that runs, with the values it reads (its operands, then its
+/// fold operands) and the value it defines (the last of its folded arithmetic).
+struct lowered_op {
+  int op;
+  int result;
+  std::vector<int> reads;
+};
+
+/// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
+inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+  std::vector<lowered_op> code;
+  for (int id : members) {
+    if (f.folded[id]) continue;
+    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    if (f.input[id] >= 0)
+      l.reads.push_back(f.input[id]);
+    else
+      l.reads = g.node_at(id).input_ids();
+    const folded_arithmetic& a = f.arithmetic[id];
+    for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
+      if (o->entry >= 0) l.reads.push_back(o->entry);
+    code.push_back(std::move(l));
+  }
+  return code;
+}
+
+/// Tile buffers for the results of `code` that stay out of memory, each reused once
+/// its last reader in the cluster has run: a node's buffer (-1 for none), and how
+/// many there are.
+inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                                     auto inside) {
+  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+  for (std::size_t k = 0; k < code.size(); ++k)
+    for (int in : code[k].reads) last_read[in] = int(k);
+  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+  std::vector<int> free_scratch;
+  int count = 0;
+  for (std::size_t k = 0; k < code.size(); ++k) {
+    const int id = code[k].result;
+    if (!in_memory[id]) {
+      if (free_scratch.empty()) {
+        scratch_of[id] = count++;
+      } else {
+        scratch_of[id] = free_scratch.back();
+        free_scratch.pop_back();
+      }
+    }
+    for (int in : code[k].reads)
+      if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
+          std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
+        free_scratch.push_back(scratch_of[in]);
+  }
+  return {std::move(scratch_of), count};
+}
+
+/// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
+/// Its pointer table holds the scratch buffers, then gathered operands, then the
+/// operands in memory (streamed, broadcast, and the results written).
+inline fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
+                                   const node_map<value_info>& values, const memory_plan& memory) {
+  const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
+  fused_cluster c;
+  c.nodes = members;
+  c.dims = values[members[0]].dims;
+  c.size = c.dims.num_elements();
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const std::vector<lowered_op> code = ops_that_run(g, members, f);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+
+  // Operands outside the cluster: streamed in place, broadcast, or gathered.
+  std::vector<int> externals;
+  for (const lowered_op& l : code)
+    for (int in : l.reads)
+      if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+  std::vector<int> gathered_values;
+  for (int in : externals) {
+    const std::int64_t count = values[in].dims.num_elements();
+    if (count != c.size && count != 1) gathered_values.push_back(in);
+  }
+  c.buffers = scratch + int(gathered_values.size());
+
+  node_map<int> entry_of_value(g.nodes().size(), -1);
+  for (std::size_t i = 0; i < gathered_values.size(); ++i) {
+    const int in = gathered_values[i];
+    entry_of_value[in] = scratch + int(i);
+    c.gathered.push_back({in, scratch + int(i), broadcast_read(values[in].type, values[in].dims, c.dims)});
+  }
+  int next = c.buffers;
+  for (int in : externals) {
+    if (entry_of_value[in] >= 0) continue;
+    entry_of_value[in] = next;
+    const cluster_operand op{in, next++, size_of(values[in].type)};
+    (values[in].dims.num_elements() == c.size ? c.streamed : c.broadcast).push_back(op);
+  }
+  for (const lowered_op& l : code) {
+    const int id = l.result;
+    if (scratch_of[id] >= 0) {
+      entry_of_value[id] = scratch_of[id];
+    } else {
+      entry_of_value[id] = next;
+      c.streamed.push_back({id, next++, size_of(values[id].type), true});
+      if (values[id].home == value_home::fresh) c.allocated.push_back(id);
+    }
+  }
+  c.table_size = next;
+
+  for (const lowered_op& l : code) {
+    const op_entry& e = entries[l.op];
+    instruction ins;
+    ins.fn = e.tile;
+    ins.op = e.op;
+    ins.arity = int(g.node_at(l.op).input_ids().size());
+    ins.out = entry_of_value[l.result];
+    ins.type = values[l.result].type;
+    ins.native_name = e.native_name;
+    for (int k = 0; k < ins.arity; ++k) {
+      const int in = l.reads[std::size_t(k)];
+      ins.in[std::size_t(k)] = entry_of_value[in];
+      const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
+      if (!one_value) ins.contig |= 1u << k;
+    }
+    const folded_arithmetic& a = f.arithmetic[l.op];
+    ins.folded_ops = f.count[l.op];
+    if (a.pre || l.result != l.op) {
+      ins.compound = e.compound;
+      ins.fold = a;
+      for (fold_operand* o : {&ins.fold.pre_scale, &ins.fold.pre_shift, &ins.fold.scale, &ins.fold.shift})
+        if (o->entry >= 0) o->entry = entry_of_value[o->entry];
+    }
+    c.code.push_back(ins);
+  }
+  set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
+  for (int id : members)
+    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids()});
+  return c;
+}
+
+}  // namespace kiln::detail::exec

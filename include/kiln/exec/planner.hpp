@@ -1,0 +1,61 @@
+#pragma once
+/// \file
+/// The planner: builds the execution_plan of a graph for one set of arguments by
+/// passing data through its stages, each a function of its own file:
+///
+///     infer_values ─▶ form_clusters ─▶ schedule_steps ─▶ plan_memory ─▶ lower_cluster
+///     (infer_values)  (fusion)         (fusion)          (memory_plan)  (lowering, fold)
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <variant>
+
+#include "kiln/exec/fusion.hpp"
+#include "kiln/exec/infer_values.hpp"
+#include "kiln/exec/lowering.hpp"
+#include "kiln/exec/memory_plan.hpp"
+#include "kiln/exec/plan.hpp"
+
+namespace kiln::detail::exec {
+
+/// The plan of graph `g` (outlined by `outline`) for `args`.
+/// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
+inline std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+  auto p = std::make_unique<execution_plan>();
+  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
+  p->outputs = outline.outputs;
+  std::optional<typed_nodes> typed = infer_values(g, outline, args);
+  if (!typed) {
+    p->interpreted = true;
+    p->moved_constants = moved_constants(g, outline, args);
+    return p;
+  }
+  const clustering clusters = form_clusters(g, outline, *typed);
+  schedule s = schedule_steps(g, outline, *typed, clusters);
+  p->values = std::move(typed->values);
+  memory_plan memory = plan_memory(g, outline, typed->entries, clusters, s, p->values);
+
+  p->steps = std::move(s.steps);
+  for (std::size_t k = 0; k < p->steps.size(); ++k) {
+    plan_step& step = p->steps[k];
+    step.release = std::move(memory.release[k]);
+    if (auto* op = std::get_if<op_step>(&step.action)) {
+      op->allocate = p->values[op->value].home == value_home::fresh;
+      p->max_inputs = std::max(p->max_inputs, op->inputs.size());
+    } else if (auto* special = std::get_if<special_step>(&step.action)) {
+      p->max_inputs = std::max(p->max_inputs, special->inputs.size());
+    }
+  }
+  for (std::size_t c = 0; c < clusters.members.size(); ++c) {
+    fused_cluster& cluster = p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory));
+    p->max_table = std::max(p->max_table, cluster.table_size);
+    for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
+  }
+  p->fresh = std::move(memory.fresh);
+  p->bound = std::move(memory.bound);
+  p->slot_elements = std::move(memory.slot_elements);
+  return p;
+}
+
+}  // namespace kiln::detail::exec
