@@ -6,7 +6,9 @@
 
 #include "../support/op_check.hpp"
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -120,6 +122,30 @@ TEST_CASE("jit_compile runs fused clusters as native loops with eager's results"
     require_native_matches_eager([](const tensor& a, const tensor& b) { return tensors{(a + b) * a - b}; },
                                  random_tensor(kiln::int32, {1000}, 9), random_tensor(kiln::int32, {1000}, 10));
   }
+}
+
+TEST_CASE("native loops compute eager's bits: a folded product is rounded before its sum", "[exec][native]") {
+  scratch_cache cache;
+  const auto fn = [](const tensor& x, const tensor& y) { return tensors{kiln::tanh(x * 0.3f + 0.7f) * y - 0.1f}; };
+  const tensor x = random_tensor(kiln::float32, {4096}, 12), y = random_tensor(kiln::float32, {4096}, 13);
+  CHECK(first_cluster_source(fn, x, y).find("scale_and_shift(") != std::string::npos);
+  kiln::function compiled(fn, {.jit_compile = true});
+  const std::vector<float> native = compiled(x, y)[0].to_vector<float>();
+  // The cluster ran as a native loop (braces), not as tiles.
+  REQUIRE(kiln::detail::graph_executor(optimized_graph(fn, x, y), true).schedule(tensors{x, y}) == "{mul add tanh mul sub}");
+  const std::vector<float> eager = fn(x, y)[0].to_vector<float>();
+  const std::vector<float> t = kiln::tanh(x * 0.3f + 0.7f).to_vector<float>(), ys = y.to_vector<float>();
+  REQUIRE(native.size() == eager.size());
+  std::size_t differing = 0, contracted_differs = 0;
+  for (std::size_t i = 0; i < eager.size(); ++i) {
+    differing += std::memcmp(&native[i], &eager[i], sizeof(float)) != 0;
+    volatile float product = t[i] * ys[i];  // rounded on its own
+    contracted_differs += std::fma(t[i], ys[i], -0.1f) != product - 0.1f;
+  }
+  // These inputs tell the two apart: a loop that fused the product into its sum
+  // (one rounding) would differ from eager in many elements.
+  CHECK(contracted_differs > 100);
+  CHECK(differing == 0);
 }
 
 TEST_CASE("native loops are found on disk by a later compiler", "[exec][native]") {

@@ -10,11 +10,11 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "kiln/backend/cpu/elementwise.hpp"
 #include "kiln/exec/node_map.hpp"
-#include "kiln/graph/graph.hpp"
 
 namespace kiln::detail::exec {
 
@@ -184,17 +184,18 @@ struct folds {
 
 enum class folded_op { none, add, subtract, multiply };
 
-/// Folds scalar arithmetic around the ops of the cluster whose members are `members`
-/// (in graph order; `inside(v)` says whether value v is one of them). `values[id]`
-/// gives a node's `type` and `dims`, `entries[id].compound` whether its op has
-/// compound kernels, `in_memory[id]` whether its value must reach memory.
+/// Folds scalar arithmetic around the ops of a cluster of graph `g` whose members are
+/// `members` (in graph order; `inside(v)` says whether value v is one of them).
+/// `values[id]` gives a node's `type` and `dims`, `entries[id].compound` whether its op
+/// has compound kernels, `in_memory[id]` whether its value must reach memory. (`g` is
+/// generic so that native loops include this file without kiln::graph.)
 ///
 /// A node folds when its value is read once, by the op it folds into (or is produced
 /// by it), and never reaches memory. Before a unary op: a product and a sum with
 /// one-element operands. After any op: a product, then a sum, with one-element
 /// operands, or after a unary op also with cluster-shaped operands computed before
 /// it, since the folded pass runs at the op's place.
-folds fold_arithmetic(const graph& g, const std::vector<int>& members, const auto& values, const auto& entries,
+folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto& values, const auto& entries,
                       const node_map<bool>& in_memory, auto inside) {
   const std::size_t n = g.nodes().size();
   folds f{node_map<bool>(n, false), node_map<int>(n, -1), node_map<int>(n, -1), node_map<int>(n, 0),
@@ -205,7 +206,7 @@ folds fold_arithmetic(const graph& g, const std::vector<int>& members, const aut
     if (values[id].type != t || !entries[id].compound) return folded_op::none;
     for (int in : g.node_at(id).input_ids())
       if (values[in].type != t) return folded_op::none;
-    const ops::any_op& op = g.node_at(id).operation();
+    const auto& op = g.node_at(id).operation();
     if (std::holds_alternative<ops::add>(op)) return folded_op::add;
     if (std::holds_alternative<ops::subtract>(op)) return folded_op::subtract;
     if (std::holds_alternative<ops::multiply>(op)) return folded_op::multiply;
