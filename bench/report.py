@@ -223,7 +223,12 @@ def training_section(s):
             "the rise of the process's peak resident memory from just before the peer builds its model to the end "
             "of its steps, in a process that runs only that peer (JAX's and TensorFlow's include their compilers' "
             "work).\n\n" + table(["peer", "threads", "time per step", "spread", "peer time / kiln time",
-                                   "peak memory (MiB)"], rows))
+                                   "peak memory (MiB)"], rows) +
+            "\nAllocation in steady state, since commit 606142c: none. A step of this model makes no call of "
+            "`operator new` and no system allocation once warm, on 1 and 2 threads (counted over 100 steps with a "
+            "replaced `operator new` and an interposed `posix_memalign`; before: 102 calls of `operator new` per "
+            "step). The test \"a training step in steady state allocates nothing\" (`test/exec/executor_test.cpp`) "
+            "keeps it so.\n")
 
 
 def chain_section(s):
