@@ -1028,9 +1028,12 @@ class basic_caching_allocator {
 
 using caching_allocator = basic_caching_allocator<host_system>;
 
+/// The host's allocator. It is never destroyed: a static object made before kiln's
+/// first allocation (a global vector of tensors, a test framework's registry) is
+/// destroyed after every static made later, and frees its tensors then.
 inline caching_allocator& host_allocator() {
-  static caching_allocator instance;
-  return instance;
+  static caching_allocator* const instance = new caching_allocator;
+  return *instance;
 }
 
 }  // namespace kiln::detail
@@ -7924,10 +7927,11 @@ struct cuda_system {
 
 /// The GPU's blocks, cached as the host's are (core/allocator.hpp). Thrust's
 /// algorithms on `thrust::device` return when their kernels have finished, so a
-/// freed block is idle and can be handed out again at once.
+/// freed block is idle and can be handed out again at once. Never destroyed, as the
+/// host's (a static tensor may be freed after every other static).
 inline detail::basic_caching_allocator<cuda_system>& gpu_allocator() {
-  static detail::basic_caching_allocator<cuda_system> instance;
-  return instance;
+  static auto* const instance = new detail::basic_caching_allocator<cuda_system>;
+  return *instance;
 }
 
 /// CUDA device memory.
@@ -13781,7 +13785,8 @@ class workspace {
 /// tile, storing every intermediate in a tile buffer; a native loop runs all of the
 /// cluster's ops on one xsimd batch after another, with the intermediates in
 /// registers, as a hand-written loop would. The loop calls the ops' own functors
-/// (kiln/ops/elementwise.hpp), so it computes what the tiled kernels compute.
+/// (kiln/ops/elementwise.hpp) and folded arithmetic's scale_and_shift
+/// (kiln/exec/fold.hpp), so it computes the tiled kernels' bits.
 ///
 /// The source of a loop is compiled by the system C++ compiler into a shared
 /// library, loaded with dlopen and kept on disk under a name derived from its text

@@ -166,9 +166,12 @@ class basic_caching_allocator {
 
 using caching_allocator = basic_caching_allocator<host_system>;
 
+/// The host's allocator. It is never destroyed: a static object made before kiln's
+/// first allocation (a global vector of tensors, a test framework's registry) is
+/// destroyed after every static made later, and frees its tensors then.
 inline caching_allocator& host_allocator() {
-  static caching_allocator instance;
-  return instance;
+  static caching_allocator* const instance = new caching_allocator;
+  return *instance;
 }
 
 }  // namespace kiln::detail

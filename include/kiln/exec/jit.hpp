@@ -5,7 +5,8 @@
 /// tile, storing every intermediate in a tile buffer; a native loop runs all of the
 /// cluster's ops on one xsimd batch after another, with the intermediates in
 /// registers, as a hand-written loop would. The loop calls the ops' own functors
-/// (kiln/ops/elementwise.hpp), so it computes what the tiled kernels compute.
+/// (kiln/ops/elementwise.hpp) and folded arithmetic's scale_and_shift
+/// (kiln/exec/fold.hpp), so it computes the tiled kernels' bits.
 ///
 /// The source of a loop is compiled by the system C++ compiler into a shared
 /// library, loaded with dlopen and kept on disk under a name derived from its text

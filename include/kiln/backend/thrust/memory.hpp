@@ -43,10 +43,11 @@ struct cuda_system {
 
 /// The GPU's blocks, cached as the host's are (core/allocator.hpp). Thrust's
 /// algorithms on `thrust::device` return when their kernels have finished, so a
-/// freed block is idle and can be handed out again at once.
+/// freed block is idle and can be handed out again at once. Never destroyed, as the
+/// host's (a static tensor may be freed after every other static).
 inline detail::basic_caching_allocator<cuda_system>& gpu_allocator() {
-  static detail::basic_caching_allocator<cuda_system> instance;
-  return instance;
+  static auto* const instance = new detail::basic_caching_allocator<cuda_system>;
+  return *instance;
 }
 
 /// CUDA device memory.
