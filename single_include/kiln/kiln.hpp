@@ -12787,7 +12787,6 @@ inline tensor stop_gradient(const tensor& x) {
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <span>
 #include <string_view>
 #include <variant>
@@ -13310,7 +13309,6 @@ inline schedule schedule_steps(const graph& g, const graph_outline& outline, con
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <span>
 #include <string_view>
 #include <variant>
