@@ -120,8 +120,8 @@ inline schedule schedule_steps(const graph& g, const graph_outline& outline, con
       for (int m : clusters.members[std::size_t(p.cluster)]) s.step_of[m] = step;
       s.steps.push_back({cluster_step{p.cluster}, {}});
     } else if (g.node_at(p.op).kind() == node_kind::special) {
-      for (int k = 0; k < g.node_at(p.op).result_count(); ++k) s.step_of[p.op + k] = step;
-      s.step_of[p.op] = step;
+      // Its results are the nodes after it; one with none still defines its own node.
+      for (int k = 0; k < std::max(g.node_at(p.op).result_count(), 1); ++k) s.step_of[p.op + k] = step;
       s.steps.push_back({special_step{p.op, g.node_at(p.op).input_ids()}, {}});
     } else {
       const op_entry& e = typed.entries[p.op];
