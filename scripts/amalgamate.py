@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp, and
-single_include/kiln/fixed.hpp (the compile-time tier alone) from include/kiln/fixed.hpp.
+"""Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp,
+single_include/kiln/fixed.hpp (the compile-time tier alone) from include/kiln/fixed.hpp,
+and single_include/kiln/saved_function.hpp (an optional part, which includes the single
+kiln.hpp rather than a copy of it) from include/kiln/saved_function.hpp.
 
 Every `#include "kiln/..."` is replaced by the text of that header the first time it
 is met, so each header appears once, after the headers it includes; later includes of
@@ -24,7 +26,8 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE_DIR = REPO / "include"
-ROOT_HEADERS = ["kiln/kiln.hpp", "kiln/fixed.hpp"]
+# Each root, and the kiln headers it includes as they are rather than inlining them.
+ROOT_HEADERS = {"kiln/kiln.hpp": (), "kiln/fixed.hpp": (), "kiln/saved_function.hpp": ("kiln/kiln.hpp",)}
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"
 
@@ -45,8 +48,9 @@ class Amalgamator:
     enclosing it; () is unconditional. Text emitted on path P is visible from path Q
     exactly when P is a prefix of Q."""
 
-    def __init__(self, root):
+    def __init__(self, root, kept=()):
         self.root = root
+        self.kept = kept
         self.lines = []
         self.emitted_on = {}  # header -> branch paths where its text was emitted
         self.branch_count = 0
@@ -77,7 +81,7 @@ class Amalgamator:
             elif CLOSES_CONDITIONAL.match(line) and branches:
                 branches.pop()
             match = KILN_INCLUDE.match(line)
-            if not match:
+            if not match or match.group(1) in self.kept:
                 self.lines.append(line)
                 continue
             dependency_path = path + tuple(branches)
@@ -101,8 +105,8 @@ def main():
                         help="do not write; exit 1 when the checked-in file differs")
     args = parser.parse_args()
 
-    for root in ROOT_HEADERS:
-        amalgamator = Amalgamator(root)
+    for root, kept in ROOT_HEADERS.items():
+        amalgamator = Amalgamator(root, kept)
         try:
             amalgamator.inline(root, (), "command line")
         except AmalgamationError as error:

@@ -51,6 +51,9 @@ def main(include_dir: str, output: str) -> None:
         "#include <kiln/kiln.hpp>",
         "#include <iostream>",
         "#include <vector>",
+        "#if __has_include(<nlohmann/json.hpp>)",
+        "#include <kiln/saved_function.hpp>",
+        "#endif",
         "",
         "#pragma GCC diagnostic ignored \"-Wunused-variable\"",
         "#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"",
@@ -63,10 +66,15 @@ def main(include_dir: str, output: str) -> None:
         for line, code in blocks(header):
             text = "\n".join(code).rstrip()
             where = f"{header.relative_to(root)}:{line}"
-            # Thrust's headers are there only in builds that have Thrust.
-            guard = str(header.relative_to(root)).startswith("kiln/backend/thrust/")
+            # Thrust's headers are there only in builds that have Thrust, saved
+            # functions only where nlohmann/json is installed.
+            guard = None
+            if str(header.relative_to(root)).startswith("kiln/backend/thrust/"):
+                guard = "#if KILN_HAS_THRUST"
+            elif header.name == "saved_function.hpp" or ".save(" in text:
+                guard = "#if __has_include(<nlohmann/json.hpp>)"
             if guard:
-                out.append("#if KILN_HAS_THRUST")
+                out.append(guard)
             if declares_templates(text):
                 out += [f"namespace snippet_{count} {{  // {where}", text, "}", ""]
             else:

@@ -6,7 +6,7 @@
 # When everything is present it only runs `dpkg-query`, so repeated calls are fast.
 set -euo pipefail
 
-packages=(g++ cmake make python3 valgrind libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev "$@")
+packages=(g++ cmake make python3 valgrind libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev nlohmann-json3-dev "$@")
 
 if ! command -v dpkg-query >/dev/null; then
   echo "install-deps.sh: not a Debian system; install these yourself: ${packages[*]}" >&2

@@ -3232,6 +3232,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 
@@ -3289,6 +3290,19 @@ class int_list {
 };
 
 namespace ops {
+
+/// One attribute of an op, its name and its member. An op with attributes lists them
+/// all in `static constexpr auto attribute_fields()`, which saved graphs write and read
+/// (kiln/saved_function.hpp); an op without has none to list.
+/// \code
+/// struct scaled { std::int64_t axis = 0;
+///   static constexpr auto attribute_fields() { return std::tuple{kiln::ops::attribute{"axis", &scaled::axis}}; } };
+/// \endcode
+template <class Op, class T>
+struct attribute {
+  std::string_view name;
+  T Op::*member;
+};
 
 /// Normalizes a possibly negative axis against `rank`; -1 when out of range.
 constexpr int normalize_axis(std::int64_t axis, int rank) {
@@ -3480,6 +3494,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
   static constexpr bool converts = true;
   dtype to = float32;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
@@ -6120,6 +6135,10 @@ enum class reduction_kind { sum, mean, max, min, argmax };
 struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"axis", &reduction_op::axis},
+                      attribute{"keepdims", &reduction_op::keepdims}};
+  }
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).
@@ -7137,6 +7156,7 @@ namespace ops {
 struct reshape {
   static constexpr std::string_view name = "reshape";
   kiln::shape new_shape;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -7185,6 +7205,7 @@ struct reshape {
 struct transpose {
   static constexpr std::string_view name = "transpose";
   int_list perm;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
 
   /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
   constexpr int_list permutation(int rank) const {
@@ -7228,6 +7249,7 @@ struct transpose {
 struct concat {
   static constexpr std::string_view name = "concat";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -7272,6 +7294,7 @@ struct concat {
 struct stack {
   static constexpr std::string_view name = "stack";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &stack::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -7305,6 +7328,7 @@ struct stack {
 struct gather {
   static constexpr std::string_view name = "gather";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
@@ -7340,6 +7364,10 @@ struct unsorted_segment_sum {
   static constexpr std::string_view name = "unsorted_segment_sum";
   std::int64_t num_segments = 0;
   std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"num_segments", &unsorted_segment_sum::num_segments},
+                      attribute{"axis", &unsorted_segment_sum::axis}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
@@ -7376,6 +7404,7 @@ struct unsorted_segment_sum {
 struct index {
   static constexpr std::string_view name = "strided_slice";
   std::int64_t i = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -7460,6 +7489,10 @@ struct slice {
   static constexpr std::string_view name = "slice";
   int_list begin;
   int_list size;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"begin", &slice::begin},
+                      attribute{"size", &slice::size}};
+  }
 
   /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
   /// 0 here, and check_values rejects them before anything runs.
@@ -7997,6 +8030,11 @@ struct conv2d {
   static constexpr std::string_view name = "conv2d";
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"stride_h", &conv2d::stride_h},
+                      attribute{"stride_w", &conv2d::stride_w},
+                      attribute{"padding", &conv2d::pad}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {

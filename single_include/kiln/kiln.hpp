@@ -1944,6 +1944,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 
@@ -2001,6 +2002,19 @@ class int_list {
 };
 
 namespace ops {
+
+/// One attribute of an op, its name and its member. An op with attributes lists them
+/// all in `static constexpr auto attribute_fields()`, which saved graphs write and read
+/// (kiln/saved_function.hpp); an op without has none to list.
+/// \code
+/// struct scaled { std::int64_t axis = 0;
+///   static constexpr auto attribute_fields() { return std::tuple{kiln::ops::attribute{"axis", &scaled::axis}}; } };
+/// \endcode
+template <class Op, class T>
+struct attribute {
+  std::string_view name;
+  T Op::*member;
+};
 
 /// Normalizes a possibly negative axis against `rank`; -1 when out of range.
 constexpr int normalize_axis(std::int64_t axis, int rank) {
@@ -2605,6 +2619,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
   static constexpr bool converts = true;
   dtype to = float32;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
@@ -3036,6 +3051,10 @@ enum class reduction_kind { sum, mean, max, min, argmax };
 struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"axis", &reduction_op::axis},
+                      attribute{"keepdims", &reduction_op::keepdims}};
+  }
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).
@@ -3857,6 +3876,7 @@ namespace ops {
 struct reshape {
   static constexpr std::string_view name = "reshape";
   kiln::shape new_shape;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -3905,6 +3925,7 @@ struct reshape {
 struct transpose {
   static constexpr std::string_view name = "transpose";
   int_list perm;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
 
   /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
   constexpr int_list permutation(int rank) const {
@@ -3948,6 +3969,7 @@ struct transpose {
 struct concat {
   static constexpr std::string_view name = "concat";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -3992,6 +4014,7 @@ struct concat {
 struct stack {
   static constexpr std::string_view name = "stack";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &stack::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -4025,6 +4048,7 @@ struct stack {
 struct gather {
   static constexpr std::string_view name = "gather";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
@@ -4060,6 +4084,10 @@ struct unsorted_segment_sum {
   static constexpr std::string_view name = "unsorted_segment_sum";
   std::int64_t num_segments = 0;
   std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"num_segments", &unsorted_segment_sum::num_segments},
+                      attribute{"axis", &unsorted_segment_sum::axis}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
@@ -4096,6 +4124,7 @@ struct unsorted_segment_sum {
 struct index {
   static constexpr std::string_view name = "strided_slice";
   std::int64_t i = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -4180,6 +4209,10 @@ struct slice {
   static constexpr std::string_view name = "slice";
   int_list begin;
   int_list size;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"begin", &slice::begin},
+                      attribute{"size", &slice::size}};
+  }
 
   /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
   /// 0 here, and check_values rejects them before anything runs.
@@ -4728,6 +4761,11 @@ struct conv2d {
   static constexpr std::string_view name = "conv2d";
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"stride_h", &conv2d::stride_h},
+                      attribute{"stride_w", &conv2d::stride_w},
+                      attribute{"padding", &conv2d::pad}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -14720,6 +14758,9 @@ class assign_variable_op final : public special_op {
   bool has_effects() const { return true; }
   template <class = void>
   tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
+  /// The variable it writes, and how.
+  const std::shared_ptr<variable_state>& state() const { return var_; }
+  assign_mode mode() const { return mode_; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
@@ -14760,6 +14801,7 @@ class print_op final : public special_op {
     write_print_line(print_line(pieces_, in));
     return {};
   }
+  const std::vector<print_piece>& pieces() const { return pieces_; }
 
  private:
   std::vector<print_piece> pieces_;
@@ -15931,6 +15973,10 @@ inline bool functions_run_eagerly() { return detail::eager_functions(); }
 
 namespace detail {
 
+/// Writes and reads saved functions; defined by kiln/saved_function.hpp.
+template <class = void>
+struct saved_function_io;
+
 /// What a traced callable returned, as the function gives it back: tensors stay
 /// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
 /// their structure, a tensor_array stays one (its leaf is the tensor of its elements).
@@ -16365,7 +16411,24 @@ class concrete_function {
     return os << "ConcreteFunction " << f.state_->signature_text();
   }
 
+  /// Writes this trace, its constants and its variables' values to `path`, for
+  /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+  /// f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).save("f.kiln");
+  /// \endcode
+  template <class Io = detail::saved_function_io<>>
+  void save(const std::string& path) const {
+    if constexpr (requires { Io::save(*this, path); })
+      Io::save(*this, path);
+    else
+      static_assert(sizeof(Io*) == 0, "concrete_function::save needs #include <kiln/saved_function.hpp>");
+  }
+
  private:
+  // The saved-function format (kiln/saved_function.hpp) writes the trace itself.
+  template <class>
+  friend struct detail::saved_function_io;
   template <class... Args>
   std::vector<tensor> call(const Args&... args) const {
     detail::pooled_call_frame frame;
@@ -17423,6 +17486,10 @@ void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, st
 
 
 namespace kiln {
+namespace detail {
+template <class>
+struct saved_function_io;
+}  // namespace detail
 
 /// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
 /// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
@@ -17509,6 +17576,12 @@ class variable {
   struct handle {
     std::shared_ptr<detail::variable_state> state;
   };
+  // A loaded function's variables (kiln/saved_function.hpp) are handles on the states
+  // its graphs read and write.
+  template <class>
+  friend struct detail::saved_function_io;
+  explicit variable(std::shared_ptr<detail::variable_state> s)
+      : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
   const std::shared_ptr<detail::variable_state>& state() const {
     if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");

@@ -109,6 +109,9 @@ class assign_variable_op final : public special_op {
   bool has_effects() const { return true; }
   template <class = void>
   tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
+  /// The variable it writes, and how.
+  const std::shared_ptr<variable_state>& state() const { return var_; }
+  assign_mode mode() const { return mode_; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
@@ -149,6 +152,7 @@ class print_op final : public special_op {
     write_print_line(print_line(pieces_, in));
     return {};
   }
+  const std::vector<print_piece>& pieces() const { return pieces_; }
 
  private:
   std::vector<print_piece> pieces_;

@@ -76,6 +76,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
   static constexpr bool converts = true;
   dtype to = float32;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
   constexpr cast() = default;
   constexpr explicit cast(dtype target) : to(target) {}
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {

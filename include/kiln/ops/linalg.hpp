@@ -116,6 +116,11 @@ struct conv2d {
   static constexpr std::string_view name = "conv2d";
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"stride_h", &conv2d::stride_h},
+                      attribute{"stride_w", &conv2d::stride_w},
+                      attribute{"padding", &conv2d::pad}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {

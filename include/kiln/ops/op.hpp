@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "kiln/config.hpp"
@@ -77,6 +78,19 @@ class int_list {
 };
 
 namespace ops {
+
+/// One attribute of an op, its name and its member. An op with attributes lists them
+/// all in `static constexpr auto attribute_fields()`, which saved graphs write and read
+/// (kiln/saved_function.hpp); an op without has none to list.
+/// \code
+/// struct scaled { std::int64_t axis = 0;
+///   static constexpr auto attribute_fields() { return std::tuple{kiln::ops::attribute{"axis", &scaled::axis}}; } };
+/// \endcode
+template <class Op, class T>
+struct attribute {
+  std::string_view name;
+  T Op::*member;
+};
 
 /// Normalizes a possibly negative axis against `rank`; -1 when out of range.
 constexpr int normalize_axis(std::int64_t axis, int rank) {

@@ -112,6 +112,10 @@ enum class reduction_kind { sum, mean, max, min, argmax };
 struct reduction_op {
   reduction_axes axis{};
   bool keepdims = false;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"axis", &reduction_op::axis},
+                      attribute{"keepdims", &reduction_op::keepdims}};
+  }
 
   /// The gradient of the result, `g.dy()`, repeated along the reduced dims of the
   /// input (for the formulas of sum and mean).

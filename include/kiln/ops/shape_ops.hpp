@@ -66,6 +66,7 @@ namespace ops {
 struct reshape {
   static constexpr std::string_view name = "reshape";
   kiln::shape new_shape;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -114,6 +115,7 @@ struct reshape {
 struct transpose {
   static constexpr std::string_view name = "transpose";
   int_list perm;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
 
   /// The permutation for a tensor of `rank` dims (`perm`, or the reversal when it is empty).
   constexpr int_list permutation(int rank) const {
@@ -157,6 +159,7 @@ struct transpose {
 struct concat {
   static constexpr std::string_view name = "concat";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -201,6 +204,7 @@ struct concat {
 struct stack {
   static constexpr std::string_view name = "stack";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &stack::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return detail::same_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -234,6 +238,7 @@ struct stack {
 struct gather {
   static constexpr std::string_view name = "gather";
   std::int64_t axis = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "indices must be int32 or int64"};
@@ -269,6 +274,10 @@ struct unsorted_segment_sum {
   static constexpr std::string_view name = "unsorted_segment_sum";
   std::int64_t num_segments = 0;
   std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"num_segments", &unsorted_segment_sum::num_segments},
+                      attribute{"axis", &unsorted_segment_sum::axis}};
+  }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "segment ids must be int32 or int64"};
@@ -305,6 +314,7 @@ struct unsorted_segment_sum {
 struct index {
   static constexpr std::string_view name = "strided_slice";
   std::int64_t i = 0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -389,6 +399,10 @@ struct slice {
   static constexpr std::string_view name = "slice";
   int_list begin;
   int_list size;
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"begin", &slice::begin},
+                      attribute{"size", &slice::size}};
+  }
 
   /// The extent along dim `d` of a dim of `dim` elements; out-of-range values give
   /// 0 here, and check_values rejects them before anything runs.

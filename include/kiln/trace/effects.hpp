@@ -21,6 +21,10 @@
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
+namespace detail {
+template <class>
+struct saved_function_io;
+}  // namespace detail
 
 /// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
 /// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
@@ -107,6 +111,12 @@ class variable {
   struct handle {
     std::shared_ptr<detail::variable_state> state;
   };
+  // A loaded function's variables (kiln/saved_function.hpp) are handles on the states
+  // its graphs read and write.
+  template <class>
+  friend struct detail::saved_function_io;
+  explicit variable(std::shared_ptr<detail::variable_state> s)
+      : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
   const std::shared_ptr<detail::variable_state>& state() const {
     if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");

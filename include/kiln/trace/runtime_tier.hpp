@@ -48,6 +48,10 @@ inline bool functions_run_eagerly() { return detail::eager_functions(); }
 
 namespace detail {
 
+/// Writes and reads saved functions; defined by kiln/saved_function.hpp.
+template <class = void>
+struct saved_function_io;
+
 /// What a traced callable returned, as the function gives it back: tensors stay
 /// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
 /// their structure, a tensor_array stays one (its leaf is the tensor of its elements).
@@ -482,7 +486,24 @@ class concrete_function {
     return os << "ConcreteFunction " << f.state_->signature_text();
   }
 
+  /// Writes this trace, its constants and its variables' values to `path`, for
+  /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+  /// f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).save("f.kiln");
+  /// \endcode
+  template <class Io = detail::saved_function_io<>>
+  void save(const std::string& path) const {
+    if constexpr (requires { Io::save(*this, path); })
+      Io::save(*this, path);
+    else
+      static_assert(sizeof(Io*) == 0, "concrete_function::save needs #include <kiln/saved_function.hpp>");
+  }
+
  private:
+  // The saved-function format (kiln/saved_function.hpp) writes the trace itself.
+  template <class>
+  friend struct detail::saved_function_io;
   template <class... Args>
   std::vector<tensor> call(const Args&... args) const {
     detail::pooled_call_frame frame;

@@ -1,0 +1,801 @@
+#pragma once
+/// \file
+/// Saved functions: a traced function written to a file, and loaded and run by
+/// another program without its callable (docs/saved_function_format.md).
+///
+/// An optional part of kiln, outside kiln/kiln.hpp: it needs nlohmann/json
+/// (Debian `nlohmann-json3-dev`), whose CBOR codec reads and writes the file.
+///
+/// \code
+/// kiln::variable w(kiln::ones({3, 2}), "w"), b(kiln::zeros({2}), "b");
+/// kiln::function dense([&](const kiln::tensor& x) { return kiln::relu(kiln::matmul(x, w) + b); });
+/// kiln::save(dense, "dense.kiln", kiln::tensor_spec({kiln::none, 3}, kiln::float32));
+/// kiln::loaded_function served = kiln::load("dense.kiln");  // in another program
+/// kiln::tensor y = served(kiln::ones({2, 3}));
+/// \endcode
+///
+/// The loader checks what it reads before using it: a file that is truncated,
+/// corrupted (every file carries a checksum), written by a newer kiln, names an op this
+/// kiln does not have, or holds a node whose dtype or shape its op's rules do not give,
+/// raises kiln::value_error (kiln::unavailable_error for a newer format or an unknown
+/// op) naming the file and the problem.
+
+#include <boost/mp11/algorithm.hpp>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+
+namespace kiln {
+
+class loaded_function;
+
+namespace detail {
+
+/// The format this kiln writes, and the newest it reads.
+inline constexpr int saved_format_version = 1;
+inline constexpr std::string_view saved_format_name = "kiln.saved_function";
+
+/// FNV-1a over `bytes`: the checksum that tells a corrupted file from a good one.
+inline std::uint64_t saved_checksum(const std::vector<std::uint8_t>& bytes) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+/// What the loader raises: the file, then the problem.
+[[noreturn]] inline void bad_saved_file(const std::string& path, const std::string& problem) {
+  throw value_error("kiln::load: " + path + ": " + problem);
+}
+
+// ---- values as JSON ----------------------------------------------------------------
+
+inline nlohmann::json shape_to_json(const shape& s) {
+  if (!s.has_known_rank()) return nullptr;
+  return nlohmann::json(std::vector<std::int64_t>(s.begin(), s.end()));
+}
+
+/// Reads what the loader must not trust: each accessor checks the JSON type and
+/// range, so a corrupted file raises value_error rather than reading garbage.
+class saved_reader {
+ public:
+  explicit saved_reader(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+  [[noreturn]] void fail(const std::string& problem) const { bad_saved_file(path_, problem); }
+
+  const nlohmann::json& at(const nlohmann::json& j, std::string_view key) const {
+    if (!j.is_object()) fail("expected an object where " + std::string(key) + " is read");
+    auto it = j.find(key);
+    if (it == j.end()) fail("missing \"" + std::string(key) + "\"");
+    return *it;
+  }
+  std::int64_t integer(const nlohmann::json& j, std::string_view what, std::int64_t low, std::int64_t high) const {
+    if (!j.is_number_integer()) fail(std::string(what) + " is not an integer");
+    const std::int64_t v =
+        j.is_number_unsigned() && j.get<std::uint64_t>() > std::uint64_t(INT64_MAX) ? high + 1 : j.get<std::int64_t>();
+    if (v < low || v > high)
+      fail(std::string(what) + " is " + std::to_string(v) + ", outside [" + std::to_string(low) + ", " +
+           std::to_string(high) + "]");
+    return v;
+  }
+  int integer_at(const nlohmann::json& j, std::string_view key, int low, int high) const {
+    return int(integer(at(j, key), key, low, high));
+  }
+  bool boolean_at(const nlohmann::json& j, std::string_view key) const {
+    const nlohmann::json& v = at(j, key);
+    if (!v.is_boolean()) fail(std::string(key) + " is not a boolean");
+    return v.get<bool>();
+  }
+  std::string text(const nlohmann::json& j, std::string_view what) const {
+    if (!j.is_string()) fail(std::string(what) + " is not a string");
+    return j.get<std::string>();
+  }
+  std::string text_at(const nlohmann::json& j, std::string_view key) const { return text(at(j, key), key); }
+  const nlohmann::json& array_at(const nlohmann::json& j, std::string_view key) const {
+    const nlohmann::json& v = at(j, key);
+    if (!v.is_array()) fail(std::string(key) + " is not a list");
+    return v;
+  }
+
+  kiln::dtype dtype_of(const nlohmann::json& j) const {
+    const std::string n = text(j, "a dtype");
+    for (int t = 0; t < dtype_count; ++t)
+      if (name(kiln::dtype(t)) == n) return kiln::dtype(t);
+    fail("unknown dtype \"" + n + "\"");
+  }
+  /// A shape, possibly partial (`None` dims are -1, an unknown rank is null).
+  kiln::shape shape_of(const nlohmann::json& j) const {
+    if (j.is_null()) return kiln::shape(unknown_rank);
+    if (!j.is_array()) fail("a shape is neither a list nor null");
+    if (j.size() > std::size_t(max_rank))
+      fail("a shape has " + std::to_string(j.size()) + " dims, more than kiln's " + std::to_string(max_rank));
+    kiln::shape s;
+    for (const auto& d : j) s.push_back(integer(d, "a dim", none, std::int64_t(1) << 48));
+    if (!s.count_fits()) fail("shape " + s.str() + " has too many elements");
+    return s;
+  }
+  int_list ints_of(const nlohmann::json& j) const {
+    if (!j.is_array() || j.size() > std::size_t(max_rank)) fail("an integer list is malformed");
+    int_list l;
+    for (const auto& v : j) l.push_back(integer(v, "a list item", -(std::int64_t(1) << 48), std::int64_t(1) << 48));
+    return l;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline nlohmann::json tensor_to_json(const tensor& value) {
+  const tensor t = value.device() == device::cpu ? value : value.to(device::cpu);
+  nlohmann::json j{{"dtype", std::string(name(t.dtype()))}, {"shape", shape_to_json(t.shape())}};
+  if (t.dtype() == string) {
+    j["data"] = t.to_vector<std::string>();
+  } else {
+    const auto* bytes = static_cast<const std::uint8_t*>(t.raw_data());
+    j["data"] =
+        nlohmann::json::binary(std::vector<std::uint8_t>(bytes, bytes + t.size() * std::int64_t(size_of(t.dtype()))));
+  }
+  return j;
+}
+
+inline tensor tensor_from_json(const saved_reader& r, const nlohmann::json& j) {
+  const kiln::dtype type = r.dtype_of(r.at(j, "dtype"));
+  const kiln::shape dims = r.shape_of(r.at(j, "shape"));
+  if (!dims.is_fully_defined()) r.fail("a stored value has the partial shape " + dims.str());
+  const nlohmann::json& data = r.at(j, "data");
+  tensor t(type, dims);
+  if (type == string) {
+    if (!data.is_array() || std::int64_t(data.size()) != t.size())
+      r.fail("a string value does not have its " + std::to_string(t.size()) + " elements");
+    auto* out = static_cast<std::string*>(t.raw_data());
+    for (std::size_t k = 0; k < data.size(); ++k) out[k] = r.text(data[k], "a string element");
+    return t;
+  }
+  if (!data.is_binary()) r.fail("a stored value's data is not bytes");
+  const auto& bytes = data.get_binary();
+  const std::size_t expected = std::size_t(t.size()) * std::size_t(size_of(type));
+  if (bytes.size() != expected)
+    r.fail("a " + std::string(name(type)) + " " + dims.str() + " value has " + std::to_string(bytes.size()) +
+           " bytes instead of " + std::to_string(expected));
+  if (type == bool_)
+    for (std::uint8_t b : bytes)
+      if (b > 1) r.fail("a bool value holds a byte that is neither 0 nor 1");
+  if (expected) std::memcpy(t.raw_data(), bytes.data(), expected);
+  return t;
+}
+
+// ---- op attributes ---------------------------------------------------------------
+
+inline nlohmann::json attribute_to_json(const kiln::dtype& v) { return std::string(name(v)); }
+inline nlohmann::json attribute_to_json(const kiln::shape& v) { return shape_to_json(v); }
+inline nlohmann::json attribute_to_json(const int_list& v) { return std::vector<std::int64_t>(v.begin(), v.end()); }
+inline nlohmann::json attribute_to_json(std::int64_t v) { return v; }
+inline nlohmann::json attribute_to_json(bool v) { return v; }
+inline nlohmann::json attribute_to_json(const reduction_axes& v) {
+  return v.all() ? nlohmann::json(nullptr) : attribute_to_json(v.list());
+}
+inline nlohmann::json attribute_to_json(ops::padding v) { return v == ops::padding::same ? "same" : "valid"; }
+
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, kiln::dtype& v) { v = r.dtype_of(j); }
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, kiln::shape& v) { v = r.shape_of(j); }
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, int_list& v) { v = r.ints_of(j); }
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, std::int64_t& v) {
+  v = r.integer(j, "an attribute", -(std::int64_t(1) << 48), std::int64_t(1) << 48);
+}
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, bool& v) {
+  if (!j.is_boolean()) r.fail("a boolean attribute is not a boolean");
+  v = j.get<bool>();
+}
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, reduction_axes& v) {
+  v = j.is_null() ? reduction_axes() : reduction_axes(r.ints_of(j));
+}
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, ops::padding& v) {
+  const std::string p = r.text(j, "a padding");
+  if (p != "same" && p != "valid") r.fail("unknown padding \"" + p + "\"");
+  v = p == "same" ? ops::padding::same : ops::padding::valid;
+}
+
+template <class Op>
+concept has_attribute_fields = requires {
+  Op::attribute_fields();
+};
+
+template <class Op>
+nlohmann::json attributes_to_json(const Op& op) {
+  nlohmann::json j = nlohmann::json::object();
+  if constexpr (has_attribute_fields<Op>)
+    std::apply([&](const auto&... a) { ((j[std::string(a.name)] = attribute_to_json(op.*a.member)), ...); },
+               Op::attribute_fields());
+  return j;
+}
+
+/// Op `name` of the registry with the attributes in `j`, or raises naming the op.
+inline ops::any_op op_from_json(const saved_reader& r, const std::string& name, const nlohmann::json& j) {
+  std::optional<ops::any_op> found;
+  boost::mp11::mp_for_each<boost::mp11::mp_transform<std::type_identity, ops::all_ops>>(
+      [&]<class Op>(std::type_identity<Op>) {
+        if (found || Op::name != name) return;
+        Op op{};
+        if constexpr (has_attribute_fields<Op>)
+          std::apply([&](const auto&... a) { (attribute_from_json(r, r.at(j, a.name), op.*a.member), ...); },
+                     Op::attribute_fields());
+        found = ops::any_op(op);
+      });
+  if (!found)
+    throw unavailable_error("kiln::load: " + r.path() + ": unknown op \"" + name +
+                            "\" (written by a kiln with ops this one does not have)");
+  return *found;
+}
+
+/// Writes and reads saved functions (the friend of the types whose insides a saved
+/// function holds).
+template <class>
+struct saved_function_io {
+  using json = nlohmann::json;
+
+  // ---- writing ---------------------------------------------------------------------
+
+  struct writer {
+    json variables = json::array();
+    std::unordered_map<const variable_state*, int> variable_ids;
+
+    int variable_id(const std::shared_ptr<variable_state>& v) {
+      auto [it, fresh] = variable_ids.emplace(v.get(), int(variables.size()));
+      if (fresh) {
+        // Undefined for a variable created while tracing and not yet run: its graph's
+        // InitializeVariableOp sets it on the first run, after loading as before.
+        tensor value = v->update([](const tensor& t) { return t; });
+        variables.push_back(json{{"name", v->name()},
+                                 {"dtype", std::string(name(v->type()))},
+                                 {"shape", shape_to_json(v->dims())},
+                                 {"value", value.defined() ? tensor_to_json(value) : json(nullptr)}});
+      }
+      return it->second;
+    }
+
+    json special(const node& n) {
+      const special_op& s = n.special();
+      json j = json::object();
+      if (auto* read = s.as<read_variable_op>()) {
+        j["variable"] = variable_id(read->state());
+      } else if (auto* write = s.as<assign_variable_op>()) {
+        j["variable"] = variable_id(write->state());
+      } else if (auto* print = s.as<print_op>()) {
+        json pieces = json::array();
+        for (const print_piece& p : print->pieces()) pieces.push_back(json{{"text", p.text}, {"input", p.input}});
+        j["pieces"] = std::move(pieces);
+      } else if (auto* c = s.as<cond_op>()) {
+        j = json{{"then", graph(c->then_graph())},
+                 {"then_args", c->then_args()},
+                 {"else", graph(c->else_graph())},
+                 {"else_args", c->else_args()}};
+      } else if (auto* w = s.as<while_op>()) {
+        j = json{{"loop_vars", w->loop_variables()},
+                 {"cond", graph(w->cond_graph())},
+                 {"cond_captures", w->cond_captures()},
+                 {"body", graph(w->body_graph())},
+                 {"breaks", w->breaks()}};
+      } else if (s.as<host_callback_op>()) {
+        throw unavailable_error("kiln::save: node " + n.name() +
+                                " calls back into C++ (host_callback), which a saved function cannot hold");
+      } else {
+        throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
+                                ", which kiln cannot save yet");
+      }
+      return j;
+    }
+
+    static std::string_view kind_name(node_kind k) {
+      switch (k) {
+        case node_kind::placeholder:
+          return "placeholder";
+        case node_kind::constant:
+          return "constant";
+        case node_kind::op:
+          return "op";
+        case node_kind::special:
+          return "special";
+        case node_kind::result:
+          return "result";
+        default:
+          return "identity";
+      }
+    }
+
+    json graph(const kiln::graph& g) {
+      json nodes = json::array();
+      for (const node& n : g.nodes()) {
+        json j{{"kind", kind_name(n.kind())}, {"inputs", n.input_ids()}};
+        switch (n.kind()) {
+          case node_kind::placeholder:
+            j["name"] = n.name();
+            j["dtype"] = std::string(name(n.dtype()));
+            j["shape"] = shape_to_json(n.shape());
+            break;
+          case node_kind::constant:
+            j["value"] = tensor_to_json(n.value());
+            break;
+          case node_kind::op:
+            j["op"] = std::string(n.op());
+            j["attributes"] = ops::visit([](const auto& op) { return attributes_to_json(op); }, n.operation());
+            j["dtype"] = std::string(name(n.dtype()));
+            j["shape"] = shape_to_json(n.shape());
+            break;
+          case node_kind::special: {
+            j["op"] = std::string(n.op());
+            j["special"] = special(n);
+            json results = json::array();
+            const int id = int(&n - g.nodes().data());
+            for (int k = 0; k < n.result_count(); ++k) {
+              const node& r = g.node_at(id + k);
+              results.push_back(json{{"dtype", std::string(name(r.dtype()))}, {"shape", shape_to_json(r.shape())}});
+            }
+            j["results"] = std::move(results);
+            break;
+          }
+          default:
+            break;
+        }
+        nodes.push_back(std::move(j));
+      }
+      return json{{"nodes", std::move(nodes)}};
+    }
+  };
+
+  static json function(writer& w, const concrete_function& f) {
+    const concrete_state& s = *f.state_;
+    json inputs = json::array(), outputs = json::array();
+    for (const tensor_spec& in : s.inputs)
+      inputs.push_back(
+          json{{"name", in.name}, {"dtype", std::string(name(in.dtype))}, {"shape", shape_to_json(in.shape)}});
+    for (const tensor_spec& out : s.outputs)
+      outputs.push_back(
+          json{{"name", out.name}, {"dtype", std::string(name(out.dtype))}, {"shape", shape_to_json(out.shape)}});
+    return json{{"name", s.name},
+                {"arg_names", s.arg_names},
+                {"bound_text", s.bound_text},
+                {"input_arg", s.input_arg},
+                {"inputs", std::move(inputs)},
+                {"outputs", std::move(outputs)},
+                {"returns_void", s.returns_void},
+                {"graph", w.graph(s.graph)}};
+  }
+
+  static void save(std::span<const concrete_function> functions, const std::filesystem::path& path) {
+    if (functions.empty()) throw invalid_argument_error("kiln::save: no concrete function to save to " + path.string());
+    writer w;
+    json list = json::array();
+    for (const concrete_function& f : functions) list.push_back(function(w, f));
+    const json model{{"functions", std::move(list)}, {"variables", std::move(w.variables)}};
+    std::vector<std::uint8_t> bytes = json::to_cbor(model);
+    const std::uint64_t checksum = saved_checksum(bytes);
+    const json file{{"format", std::string(saved_format_name)},
+                    {"version", saved_format_version},
+                    {"checksum", checksum},
+                    {"model", json::binary(std::move(bytes))}};
+    const std::vector<std::uint8_t> out = json::to_cbor(file);
+    std::ofstream os(path, std::ios::binary | std::ios::trunc);
+    os.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size()));
+    if (!os) throw invalid_argument_error("kiln::save: cannot write " + path.string());
+  }
+  static void save(const concrete_function& f, const std::filesystem::path& path) { save(std::span(&f, 1), path); }
+
+  // ---- reading ---------------------------------------------------------------------
+
+  static constexpr int deepest_nesting = 64;  // of conditionals and loops, against a hostile file
+
+  struct loader {
+    const saved_reader& r;
+    std::vector<std::shared_ptr<variable_state>> variables;
+
+    std::shared_ptr<variable_state> variable_at(const json& j) const {
+      return variables[std::size_t(r.integer_at(j, "variable", 0, int(variables.size()) - 1))];
+    }
+
+    using results_t = std::vector<std::pair<kiln::dtype, kiln::shape>>;
+
+    // What a special op's results must be for the plan, which takes their dtypes and
+    // shapes from the node, to read what the op makes: the dtype the op gives, and a
+    // shape that accepts the one it gives (the same shape when fully defined).
+    void check_results(const std::string& where, const results_t& declared, const results_t& given) const {
+      if (declared.size() != given.size())
+        r.fail(where + " has " + std::to_string(declared.size()) + " results, but its op gives " +
+               std::to_string(given.size()));
+      for (std::size_t k = 0; k < given.size(); ++k)
+        if (declared[k].first != given[k].first || !declared[k].second.accepts(given[k].second))
+          r.fail(where + ": result " + std::to_string(k) + " is " + std::string(name(declared[k].first)) + " " +
+                 declared[k].second.str() + " in the file, but its op gives " + std::string(name(given[k].first)) +
+                 " " + given[k].second.str());
+    }
+    // The argument `k` of subgraph `sub` receives node `in` of the outer graph.
+    void check_argument(const std::string& where, const kiln::graph& sub, std::size_t k, const node& in) const {
+      const node& p = sub.node_at(sub.arguments()[k]);
+      if (p.dtype() != in.dtype() || !p.shape().accepts(in.shape()))
+        r.fail(where + ": argument " + std::to_string(k) + " of a subgraph is " + std::string(name(p.dtype())) + " " +
+               p.shape().str() + ", but receives " + std::string(name(in.dtype())) + " " + in.shape().str());
+    }
+    static results_t outputs_of(const kiln::graph& sub, std::size_t first = 0) {
+      results_t out;
+      for (std::size_t k = first; k < sub.outputs().size(); ++k) {
+        const node& o = sub.node_at(sub.outputs()[k]);
+        out.emplace_back(o.dtype(), o.shape());
+      }
+      return out;
+    }
+
+    std::shared_ptr<const special_op> special(const std::string& where, const std::string& op, const json& j,
+                                              const kiln::graph& g, const std::vector<int>& inputs,
+                                              const results_t& results, int depth) {
+      const int count = int(inputs.size());
+      auto input = [&](int k) -> const node& { return g.node_at(inputs[std::size_t(k)]); };
+      if (op == "ReadVariableOp") {
+        auto v = variable_at(j);
+        check_results(where, results, {{v->type(), v->dims()}});
+        if (count != 0) r.fail(where + ": " + op + " takes no inputs");
+        return std::make_shared<read_variable_op>(std::move(v));
+      }
+      for (auto mode : {assign_mode::assign, assign_mode::add, assign_mode::subtract, assign_mode::initialize}) {
+        if (assign_variable_op(nullptr, mode).name() != op) continue;
+        auto v = variable_at(j);
+        check_results(where, results, {{v->type(), v->dims()}});
+        if (count != 1) r.fail(where + ": " + op + " takes one input");
+        return std::make_shared<assign_variable_op>(std::move(v), mode);
+      }
+      if (op == "PrintV2") {
+        std::vector<print_piece> pieces;
+        for (const json& p : r.array_at(j, "pieces"))
+          pieces.push_back({r.text_at(p, "text"), r.integer_at(p, "input", -1, count - 1)});
+        check_results(where, results, {});
+        return std::make_shared<print_op>(std::move(pieces));
+      }
+      if (op == "cond") {
+        if (count < 1 || input(0).dtype() != bool_) r.fail(where + ": a cond's first input is its bool predicate");
+        auto branch = [&](std::string_view graph_key, std::string_view args_key) {
+          kiln::graph sub = graph(r.at(j, graph_key), depth + 1);
+          std::vector<int> picks;
+          for (const json& k : r.array_at(j, args_key)) picks.push_back(int(r.integer(k, args_key, 0, count - 2)));
+          if (picks.size() != sub.arguments().size()) r.fail(where + ": a branch's arguments do not match its graph");
+          for (std::size_t k = 0; k < picks.size(); ++k) check_argument(where, sub, k, input(picks[k] + 1));
+          check_results(where, results, outputs_of(sub));
+          return std::pair{std::move(sub), std::move(picks)};
+        };
+        auto [then_graph, then_args] = branch("then", "then_args");
+        auto [else_graph, else_args] = branch("else", "else_args");
+        return std::make_shared<cond_op>(std::move(then_graph), std::move(then_args), std::move(else_graph),
+                                         std::move(else_args));
+      }
+      if (op == "while") {
+        const int vars = r.integer_at(j, "loop_vars", 0, count);
+        const int captures = r.integer_at(j, "cond_captures", 0, count - vars);
+        const bool breaks = r.boolean_at(j, "breaks");
+        kiln::graph cond = graph(r.at(j, "cond"), depth + 1), body = graph(r.at(j, "body"), depth + 1);
+        if (int(cond.arguments().size()) != vars + captures || cond.outputs().size() != 1 ||
+            cond.node_at(cond.outputs()[0]).dtype() != bool_)
+          r.fail(where + ": a loop's condition does not match its loop variables");
+        if (int(body.arguments().size()) != count - captures || int(body.outputs().size()) != vars + (breaks ? 1 : 0))
+          r.fail(where + ": a loop's body does not match its loop variables");
+        for (int k = 0; k < vars + captures; ++k) check_argument(where, cond, std::size_t(k), input(k));
+        for (int k = 0; k < count - captures; ++k)
+          check_argument(where, body, std::size_t(k), input(k < vars ? k : k + captures));
+        // What the body gives must be what it and the condition take next.
+        const results_t next = outputs_of(body, breaks ? 1 : 0);
+        for (int k = 0; k < vars; ++k) {
+          const node& p = body.node_at(body.arguments()[std::size_t(k)]);
+          const node& c = cond.node_at(cond.arguments()[std::size_t(k)]);
+          if (p.dtype() != next[std::size_t(k)].first || !p.shape().accepts(next[std::size_t(k)].second) ||
+              !c.shape().accepts(next[std::size_t(k)].second))
+            r.fail(where + ": loop variable " + std::to_string(k) + " changes from one iteration to the next");
+        }
+        results_t loop_vars;
+        for (int k = 0; k < vars; ++k)
+          loop_vars.emplace_back(body.node_at(body.arguments()[std::size_t(k)]).dtype(),
+                                 body.node_at(body.arguments()[std::size_t(k)]).shape());
+        check_results(where, results, loop_vars);
+        return std::make_shared<while_op>(vars, std::move(cond), captures, std::move(body), breaks);
+      }
+      throw unavailable_error("kiln::load: " + r.path() + ": unknown special op \"" + op + "\"");
+    }
+
+    kiln::graph graph(const json& j, int depth) {
+      if (depth > deepest_nesting) r.fail("conditionals and loops nest deeper than " + std::to_string(deepest_nesting));
+      kiln::graph g;
+      const json& nodes = r.array_at(j, "nodes");
+      std::vector<bool> has_value;
+      for (std::size_t id = 0; id < nodes.size(); ++id) {
+        const json& n = nodes[id];
+        const std::string kind = r.text_at(n, "kind");
+        const std::string where = "node " + std::to_string(id);
+        std::vector<int> inputs;
+        for (const json& in : r.array_at(n, "inputs")) {
+          const int k = int(r.integer(in, "an input", 0, std::int64_t(id) - 1));
+          if (!has_value[std::size_t(k)]) r.fail(where + " reads node " + std::to_string(k) + ", which has no value");
+          inputs.push_back(k);
+        }
+        auto input_types = [&] {
+          std::pair<std::vector<kiln::dtype>, std::vector<kiln::shape>> t;
+          for (int k : inputs) {
+            t.first.push_back(g.node_at(k).dtype());
+            t.second.push_back(g.node_at(k).shape());
+          }
+          return t;
+        };
+        const std::size_t before = g.nodes().size();
+        if (before != id) r.fail(where + " follows a special op that has more results");
+        if (kind == "placeholder") {
+          if (!inputs.empty()) r.fail(where + ": a placeholder has no inputs");
+          g.add_placeholder(r.text_at(n, "name"), r.dtype_of(r.at(n, "dtype")), r.shape_of(r.at(n, "shape")));
+        } else if (kind == "constant") {
+          if (!inputs.empty()) r.fail(where + ": a constant has no inputs");
+          g.add_constant(tensor_from_json(r, r.at(n, "value")));
+        } else if (kind == "op") {
+          const std::string name = r.text_at(n, "op");
+          const ops::any_op op = op_from_json(r, name, r.at(n, "attributes"));
+          const kiln::dtype type = r.dtype_of(r.at(n, "dtype"));
+          const kiln::shape dims = r.shape_of(r.at(n, "shape"));
+          const auto [dtypes, shapes] = input_types();
+          const bool arity_ok = ops::visit([&](const auto& o) { return arity_accepts(o, int(inputs.size())); }, op);
+          if (!arity_ok) r.fail(where + " (" + name + ") has " + std::to_string(inputs.size()) + " inputs");
+          ops::visit(
+              [&](const auto& o) {
+                const dtype_result dt = o.result_dtype(dtypes);
+                const shape_result sh = o.result_shape(shapes);
+                if (!dt.ok() || !sh.ok() || dt.value != type || !(sh.value == dims))
+                  r.fail(where + " (" + name + ") is " + std::string(kiln::name(type)) + " " + dims.str() +
+                         " in the file, but its op gives " +
+                         (dt.ok() && sh.ok() ? std::string(kiln::name(dt.value)) + " " + sh.value.str()
+                                             : std::string(dt.ok() ? sh.failure : dt.failure)) +
+                         " for its inputs");
+              },
+              op);
+          g.add_op(op, std::move(inputs), type, dims);
+        } else if (kind == "special") {
+          std::vector<std::pair<kiln::dtype, kiln::shape>> results;
+          for (const json& res : r.array_at(n, "results"))
+            results.emplace_back(r.dtype_of(r.at(res, "dtype")), r.shape_of(r.at(res, "shape")));
+          auto op = special(where, r.text_at(n, "op"), r.at(n, "special"), g, inputs, results, depth);
+          g.add_special(std::move(op), std::move(inputs), results);
+          if (g.nodes().size() - before > nodes.size() - id) r.fail(where + " has more results than nodes follow it");
+          for (std::size_t k = before + 1; k < g.nodes().size(); ++k)
+            if (r.text_at(nodes[k], "kind") != "result")
+              r.fail("node " + std::to_string(k) + " should be a result of node " + std::to_string(id));
+          const bool valued = !results.empty();
+          has_value.push_back(valued);
+          for (std::size_t k = before + 1; k < g.nodes().size(); ++k) has_value.push_back(true);
+          id = g.nodes().size() - 1;
+          continue;
+        } else if (kind == "identity") {
+          if (inputs.size() != 1) r.fail(where + ": an output reads one node");
+          g.add_output(inputs[0]);
+        } else if (kind == "result") {
+          r.fail(where + " is a result that follows no special op");
+        } else {
+          r.fail(where + " is of unknown kind \"" + kind + "\"");
+        }
+        has_value.push_back(true);
+      }
+      return g;
+    }
+  };
+
+  template <class Op>
+  static bool arity_accepts(const Op&, int inputs) {
+    if constexpr (requires { Op::arity; })
+      return inputs == Op::arity;
+    else
+      return inputs >= 1;
+  }
+
+  static std::vector<std::uint8_t> read_file(const std::string& path) {
+    std::ifstream is(path, std::ios::binary);
+    if (!is) throw invalid_argument_error("kiln::load: cannot open " + path);
+    return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
+  }
+
+  static loaded_function load(const std::filesystem::path& file);
+
+  static std::shared_ptr<concrete_state> concrete(const saved_reader& r, loader& l, const json& f) {
+    auto c = std::make_shared<concrete_state>();
+    c->name = r.text_at(f, "name");
+    for (const json& a : r.array_at(f, "arg_names")) c->arg_names.push_back(r.text(a, "an argument name"));
+    for (const json& b : r.array_at(f, "bound_text")) c->bound_text.push_back(r.text(b, "a bound argument"));
+    const int args = int(c->arg_names.size());
+    for (const json& a : r.array_at(f, "input_arg"))
+      c->input_arg.push_back(int(r.integer(a, "an input's argument", 0, args - 1)));
+    for (const json& in : r.array_at(f, "inputs"))
+      c->inputs.emplace_back(r.shape_of(r.at(in, "shape")), r.dtype_of(r.at(in, "dtype")), r.text_at(in, "name"));
+    for (const json& out : r.array_at(f, "outputs"))
+      c->outputs.emplace_back(r.shape_of(r.at(out, "shape")), r.dtype_of(r.at(out, "dtype")), r.text_at(out, "name"));
+    c->returns_void = r.boolean_at(f, "returns_void");
+    c->graph = l.graph(r.at(f, "graph"), 0);
+    const kiln::graph& g = c->graph;
+    if (g.arguments().size() != c->inputs.size() || c->input_arg.size() != c->inputs.size())
+      r.fail(c->name + " has " + std::to_string(c->inputs.size()) + " inputs but its graph takes " +
+             std::to_string(g.arguments().size()));
+    for (std::size_t i = 0; i < c->inputs.size(); ++i) {
+      const node& p = g.node_at(g.arguments()[i]);
+      if (p.dtype() != c->inputs[i].dtype || !(p.shape() == c->inputs[i].shape))
+        r.fail(c->name + ": input " + c->inputs[i].name + " does not match its placeholder");
+    }
+    if (g.outputs().size() != c->outputs.size()) r.fail(c->name + ": its outputs do not match its graph's");
+    for (const kiln::node& n : g.nodes())
+      if (n.kind() == node_kind::op) (void)kernels_of(n.operation());  // unavailable_error names an op without kernels
+    kiln::init_scope outside_every_trace;
+    c->compile();
+    return c;
+  }
+
+  static kiln::variable variable_of(std::shared_ptr<variable_state> s) { return kiln::variable(std::move(s)); }
+  static const concrete_state& state_of(const concrete_function& f) { return *f.state_; }
+};
+
+}  // namespace detail
+
+/// A function loaded from a file that kiln::save wrote: its concrete functions (one
+/// per saved signature) and the variables they use, runnable with kiln::tensor
+/// arguments, without the callable that was traced.
+/// \code
+/// kiln::loaded_function f = kiln::load("model.kiln");
+/// std::cout << f.pretty_printed_concrete_signatures() << "\n";
+/// kiln::tensor y = f(kiln::ones({2, 3}));
+/// \endcode
+class loaded_function {
+ public:
+  /// Runs the first concrete function whose signature accepts the arguments; one
+  /// output is returned as is, use call_flat for several.
+  template <class... Args>
+  tensor operator()(const Args&... args) const {
+    return select({&static_cast<const tensor&>(args)...})(args...);
+  }
+  /// Runs the first concrete function whose signature accepts the arguments and
+  /// returns every output.
+  template <class... Args>
+  std::vector<tensor> call_flat(const Args&... args) const {
+    return select({&static_cast<const tensor&>(args)...}).call_flat(args...);
+  }
+  /// The concrete functions, in the order they were saved.
+  const std::vector<concrete_function>& concrete_functions() const { return functions_; }
+  /// The signatures, in the format of kiln::function::pretty_printed_concrete_signatures.
+  std::string pretty_printed_concrete_signatures() const {
+    std::string s;
+    for (const concrete_function& f : functions_) {
+      const std::string text = detail::saved_function_io<>::state_of(f).signature_text();
+      if (!s.empty()) s += "\n\n";
+      s.append(text, 0, text.size() - 1);
+    }
+    return s;
+  }
+  /// The variables the functions read and write, with their current values: reading
+  /// and assigning them works as on the variables of the program that saved them.
+  const std::vector<kiln::variable>& variables() const { return variables_; }
+  /// The variable named `name`, or kiln::value_error.
+  const kiln::variable& variable(std::string_view name) const {
+    for (const kiln::variable& v : variables_)
+      if (v.name() == name) return v;
+    throw value_error("loaded_function has no variable named '" + std::string(name) + "'");
+  }
+
+ private:
+  friend struct detail::saved_function_io<>;
+  const concrete_function& select(std::initializer_list<const tensor*> args) const {
+    for (const concrete_function& f : functions_) {
+      const auto& specs = f.structured_input_signature();
+      if (specs.size() != args.size()) continue;
+      bool ok = true;
+      std::size_t k = 0;
+      for (const tensor* t : args) ok = ok && specs[k++].accepts(t->dtype(), t->shape());
+      if (ok) return f;
+    }
+    std::string given;
+    for (const tensor* t : args)
+      given += (given.empty() ? "" : ", ") + std::string(name(t->dtype())) + " " + t->shape().str();
+    throw invalid_argument_error("loaded_function: no saved signature accepts (" + given + "); it has:\n" +
+                                 pretty_printed_concrete_signatures());
+  }
+  std::vector<concrete_function> functions_;
+  std::vector<kiln::variable> variables_;
+};
+
+namespace detail {
+
+template <class T>
+loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
+  const saved_reader r(file.string());
+  const std::vector<std::uint8_t> bytes = read_file(r.path());
+  try {
+    const json outer = json::from_cbor(bytes);
+    if (!outer.is_object() || !outer.contains("format") || outer["format"] != saved_format_name)
+      r.fail("not a kiln saved function");
+    const int version = int(r.integer(r.at(outer, "version"), "version", 1, INT32_MAX));
+    if (version > saved_format_version)
+      throw unavailable_error("kiln::load: " + r.path() + ": written in format version " + std::to_string(version) +
+                              ", newer than this kiln reads (" + std::to_string(saved_format_version) + ")");
+    const json& model_bytes = r.at(outer, "model");
+    if (!model_bytes.is_binary()) r.fail("the model is not bytes");
+    const json& checksum = r.at(outer, "checksum");
+    if (!checksum.is_number_unsigned() || checksum.get<std::uint64_t>() != saved_checksum(model_bytes.get_binary()))
+      r.fail("corrupted (its checksum does not match its contents)");
+    const json model = json::from_cbor(model_bytes.get_binary());
+    loader l{r, {}};
+    for (const json& v : r.array_at(model, "variables")) {
+      auto state = std::make_shared<variable_state>(r.text_at(v, "name"), r.dtype_of(r.at(v, "dtype")),
+                                                    r.shape_of(r.at(v, "shape")));
+      const json& value = r.at(v, "value");
+      if (!value.is_null()) {
+        tensor t = tensor_from_json(r, value);
+        if (t.dtype() != state->type() || !state->dims().accepts(t.shape()))
+          r.fail("variable '" + state->name() + "' holds a " + std::string(name(t.dtype())) + " " + t.shape().str() +
+                 " value, but is " + std::string(name(state->type())) + " " + state->dims().str());
+        state->update([&](const tensor&) { return t; });
+      }
+      l.variables.push_back(std::move(state));
+    }
+    loaded_function f;
+    for (const json& fn : r.array_at(model, "functions")) f.functions_.emplace_back(concrete(r, l, fn));
+    if (f.functions_.empty()) r.fail("no functions");
+    for (auto& v : l.variables) f.variables_.push_back(variable_of(v));
+    return f;
+  } catch (const json::exception& e) {
+    r.fail(std::string("truncated or malformed (") + e.what() + ")");
+  }
+}
+
+}  // namespace detail
+
+/// Writes `f` (its graph, the constants it captured and the current values of the
+/// variables it uses) to `path`. A graph that calls back into C++ (host_callback)
+/// cannot be saved: kiln::unavailable_error says so.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+/// kiln::save(f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)), "f.kiln");
+/// \endcode
+inline void save(const concrete_function& f, const std::filesystem::path& path) {
+  detail::saved_function_io<>::save(f, path);
+}
+
+/// Writes several concrete functions, which share their variables, to one file.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+/// kiln::save(std::vector{f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)),
+///                        f.get_concrete_function(kiln::tensor_spec({}, kiln::int32))}, "f.kiln");
+/// \endcode
+inline void save(std::span<const concrete_function> functions, const std::filesystem::path& path) {
+  detail::saved_function_io<>::save(functions, path);
+}
+
+/// Traces `f` for each signature in `signatures` (a spec or tensor for a function of
+/// one argument, a std::tuple of them for several) and writes them to one file.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+/// kiln::save(f, "f.kiln", kiln::tensor_spec({kiln::none}, kiln::float32), kiln::tensor_spec({}, kiln::int32));
+/// \endcode
+template <class F, class... Signatures>
+void save(function<F>& f, const std::filesystem::path& path, const Signatures&... signatures) {
+  auto one = [&]<class S>(const S& s) -> concrete_function {
+    if constexpr (detail::is_tuple_like<S>::value)
+      return std::apply([&](const auto&... a) { return concrete_function(f.get_concrete_function(a...)); }, s);
+    else
+      return f.get_concrete_function(s);
+  };
+  const std::vector<concrete_function> functions{one(signatures)...};
+  save(std::span<const concrete_function>(functions), path);
+}
+
+/// Reads a file that kiln::save wrote. The ops of its graphs must have kernels in this
+/// program: a program that never calls an op itself links kiln's kernels
+/// (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file),
+/// or kiln::unavailable_error names the op.
+/// \code kiln::loaded_function f = kiln::load("f.kiln"); \endcode
+inline loaded_function load(const std::filesystem::path& path) { return detail::saved_function_io<>::load(path); }
+
+}  // namespace kiln

@@ -1,0 +1,280 @@
+// Saved functions (kiln/saved_function.hpp): a concrete function written to a file and
+// loaded without its callable computes the same bits, keeps its variables, control
+// flow and prints; a damaged, newer or inconsistent file raises a kiln error naming
+// the file and the problem.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <kiln/saved_function.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../support/op_check.hpp"
+
+namespace {
+
+using kiln::testing::require_throws;
+
+// A file in the system's temporary directory, removed when the test ends.
+class temporary_file {
+ public:
+  explicit temporary_file(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / ("kiln_" + std::to_string(::getpid()) + "_" + name)) {}
+  ~temporary_file() { std::filesystem::remove(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<std::uint8_t> bytes_of(const std::filesystem::path& p) {
+  std::ifstream is(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const std::filesystem::path& p, const std::vector<std::uint8_t>& b) {
+  std::ofstream os(p, std::ios::binary | std::ios::trunc);
+  os.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// Bit for bit: a loaded function runs the same ops through the same optimizer and executor.
+void require_identical(const kiln::tensor& a, const kiln::tensor& b) {
+  REQUIRE(a.dtype() == b.dtype());
+  REQUIRE(a.shape() == b.shape());
+  if (a.dtype() == kiln::string) {
+    REQUIRE(a.to_vector<std::string>() == b.to_vector<std::string>());
+    return;
+  }
+  const auto bytes = std::size_t(a.size()) * kiln::size_of(a.dtype());
+  REQUIRE(std::memcmp(a.raw_data(), b.raw_data(), bytes) == 0);
+}
+
+// The model of a saved file, edited by `edit`, written back with a good checksum: how
+// the tests make files that are well-formed but say something wrong.
+void edit_model(const std::filesystem::path& p, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json outer = nlohmann::json::from_cbor(bytes_of(p));
+  nlohmann::json model = nlohmann::json::from_cbor(outer["model"].get_binary());
+  edit(model);
+  std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(model);
+  outer["checksum"] = kiln::detail::saved_checksum(bytes);
+  outer["model"] = nlohmann::json::binary(std::move(bytes));
+  write_bytes(p, nlohmann::json::to_cbor(outer));
+}
+
+kiln::tensor floats(std::initializer_list<float> v, kiln::shape s) {
+  return kiln::reshape(kiln::constant(std::vector<float>(v)), s);
+}
+
+TEST_CASE("a loaded function computes the saved function's bits, with ops that have attributes") {
+  const kiln::tensor w = kiln::random::uniform({4, 3}, -1.f, 1.f, kiln::float32, 7);
+  kiln::function model([&](const kiln::tensor& x, const kiln::tensor& ids) {
+    kiln::tensor h = kiln::tanh(kiln::matmul(x, w) * 0.5f + 1.f);
+    kiln::tensor t = kiln::transpose(kiln::concat({h, h * 2.f}, 1), {1, 0});
+    kiln::tensor s = kiln::reduce_sum(t, 1, true) + kiln::reduce_max(kiln::slice(t, {0, 0}, {2, -1}));
+    kiln::tensor g = kiln::gather(kiln::reshape(s, {-1}), ids);
+    return std::tuple{kiln::cast(g, kiln::float64), kiln::argmax(t, 0), kiln::stack({g, g}, 1)};
+  });
+  const kiln::tensor x = kiln::random::uniform({5, 4}, -2.f, 2.f, kiln::float32, 11);
+  const kiln::tensor ids = kiln::constant(std::vector<std::int32_t>{0, 5, 2});
+  temporary_file file("attributes.kiln");
+  kiln::save(model, file.path(),
+             std::tuple{kiln::tensor_spec({kiln::none, 4}, kiln::float32), kiln::tensor_spec({3}, kiln::int32)});
+
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  for (int rows : {1, 5, 9}) {
+    const kiln::tensor xs = kiln::random::uniform({rows, 4}, -2.f, 2.f, kiln::float32, rows);
+    const auto [a, b, c] = model(xs, ids);
+    const std::vector<kiln::tensor> got = loaded.call_flat(xs, ids);
+    REQUIRE(got.size() == 3);
+    require_identical(got[0], a);
+    require_identical(got[1], b);
+    require_identical(got[2], c);
+  }
+  (void)x;
+}
+
+TEST_CASE("a loaded function prints its signatures in the seeds' format and rejects arguments none accepts") {
+  kiln::function twice([](const kiln::tensor& a) { return a + a; });
+  temporary_file file("signatures.kiln");
+  kiln::save(twice, file.path(), kiln::tensor_spec({kiln::none}, kiln::int32), kiln::tensor_spec({}, kiln::float32));
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  CHECK(loaded.pretty_printed_concrete_signatures() == twice.pretty_printed_concrete_signatures());
+  CHECK(loaded.pretty_printed_concrete_signatures().find("x0: int32 Tensor, shape=(None,)") != std::string::npos);
+  require_identical(loaded(kiln::constant(std::vector<std::int32_t>{1, 2, 3})),
+                    kiln::constant(std::vector<std::int32_t>{2, 4, 6}));
+  require_identical(loaded(kiln::constant(1.5f)), kiln::constant(3.f));
+  require_throws<kiln::invalid_argument_error>(
+      [&] { return loaded(kiln::constant(1.0)); },
+      {"no saved signature accepts (float64 ()", "x0: float32 Tensor, shape=()"});
+}
+
+TEST_CASE("a loaded function's variables keep their saved values, and it reads and writes them") {
+  kiln::variable total(kiln::zeros({2}), "total");
+  kiln::variable calls(0, "calls");
+  kiln::function accumulate([&](const kiln::tensor& x) {
+    calls.assign_add(1);
+    total.assign_add(x);
+    return total.read_value() * 2.f;
+  });
+  (void)accumulate(kiln::ones({2}));
+  temporary_file file("variables.kiln");
+  accumulate.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).save(file.str());
+
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  REQUIRE(loaded.variables().size() == 2);
+  require_identical(loaded.variable("total").read_value(), kiln::ones({2}));
+  require_identical(loaded(floats({1, 2}, {2})), floats({4, 6}, {2}));
+  require_identical(loaded.variable("calls").read_value(), kiln::constant(2));
+  loaded.variable("total").assign(kiln::zeros({2}));
+  require_identical(loaded(floats({1, 2}, {2})), floats({2, 4}, {2}));
+  // The program that saved them keeps its own.
+  require_identical(total.read_value(), kiln::ones({2}));
+  require_identical(calls.read_value(), kiln::constant(1));
+  require_throws<kiln::value_error>([&] { return loaded.variable("missing").read_value(); }, {"missing"});
+}
+
+TEST_CASE("conditionals, loops with early exits and prints survive saving") {
+  kiln::function collatz([](const kiln::tensor& n) {
+    auto [steps, last] = kiln::while_loop(
+        [](const kiln::tensor&, const kiln::tensor& v) { return v > 1; },
+        [](const kiln::tensor& s, const kiln::tensor& v) {
+          kiln::tensor next = kiln::cond((v % 2) == 0, [&] { return kiln::floordiv(v, 2); }, [&] { return v * 3 + 1; });
+          return kiln::break_if(s >= 1000, s + 1, next);
+        },
+        kiln::constant(0), n);
+    kiln::print("steps:", steps);
+    return steps + last * 0;
+  });
+  temporary_file file("collatz.kiln");
+  kiln::save(collatz, file.path(), kiln::tensor_spec({}, kiln::int32));
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  std::ostringstream printed;
+  kiln::config::set_print_stream(printed);
+  for (int n : {1, 6, 27}) require_identical(loaded(kiln::constant(n)), collatz(kiln::constant(n)));
+  kiln::config::set_print_stream(std::cout);
+  CHECK(printed.str() == "steps: 0\nsteps: 0\nsteps: 8\nsteps: 8\nsteps: 111\nsteps: 111\n");
+}
+
+TEST_CASE("a function that calls back into C++ cannot be saved, and save says so") {
+  kiln::function f([](const kiln::tensor& x) {
+    return kiln::host_callback([](const kiln::tensor& v) { return v; }, {kiln::tensor_spec({}, kiln::float32)}, x);
+  });
+  temporary_file file("callback.kiln");
+  require_throws<kiln::unavailable_error>(
+      [&] {
+        kiln::save(f, file.path(), kiln::tensor_spec({}, kiln::float32));
+        return 0;
+      },
+      {"host_callback", "cannot"});
+}
+
+// A file that loads, for the tests that damage it.
+void save_sample(const temporary_file& file) {
+  kiln::variable v(floats({1, 2, 3}, {3}), "v");
+  kiln::function f([&](const kiln::tensor& x) {
+    kiln::tensor y = kiln::cond(
+        kiln::reduce_sum(x) > 0.f, [&] { return x * v; }, [&] { return x - v; });
+    return kiln::reduce_mean(y, 0) + kiln::constant(std::vector<float>{0.25f, 0.5f, 0.75f})[1];
+  });
+  kiln::save(f, file.path(), kiln::tensor_spec({kiln::none, 3}, kiln::float32));
+}
+
+TEST_CASE("a truncated saved file raises kiln::value_error naming the file") {
+  temporary_file file("truncated.kiln");
+  save_sample(file);
+  const std::vector<std::uint8_t> whole = bytes_of(file.path());
+  REQUIRE(kiln::load(file.path()).concrete_functions().size() == 1);
+  for (std::size_t length = 0; length < whole.size(); length += 1 + length / 16) {
+    INFO("first " << length << " of " << whole.size() << " bytes");
+    write_bytes(file.path(), std::vector<std::uint8_t>(whole.begin(), whole.begin() + std::ptrdiff_t(length)));
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str()});
+  }
+}
+
+TEST_CASE("a saved file with any one bit flipped raises a kiln error, never loads") {
+  temporary_file file("flipped.kiln");
+  save_sample(file);
+  const std::vector<std::uint8_t> whole = bytes_of(file.path());
+  int value_errors = 0, unavailable = 0;
+  for (std::size_t at = 0; at < whole.size(); at += 1 + at / 64) {
+    for (int bit : {0, 3, 7}) {
+      std::vector<std::uint8_t> damaged = whole;
+      damaged[at] ^= std::uint8_t(1u << bit);
+      write_bytes(file.path(), damaged);
+      INFO("bit " << bit << " of byte " << at << " of " << whole.size());
+      try {
+        (void)kiln::load(file.path());
+        FAIL("loaded");
+      } catch (const kiln::value_error& e) {
+        CHECK_THAT(e.what(), Catch::Matchers::Contains(file.str()));
+        ++value_errors;
+      } catch (const kiln::unavailable_error& e) {
+        CHECK_THAT(e.what(), Catch::Matchers::Contains(file.str()));
+        ++unavailable;
+      }
+    }
+  }
+  CHECK(value_errors > 0);
+}
+
+TEST_CASE("a file from a newer kiln, an unknown op or a node its op does not give raises a clear error") {
+  temporary_file file("edited.kiln");
+  save_sample(file);
+
+  SECTION("a newer format version") {
+    nlohmann::json outer = nlohmann::json::from_cbor(bytes_of(file.path()));
+    outer["version"] = kiln::detail::saved_format_version + 1;
+    write_bytes(file.path(), nlohmann::json::to_cbor(outer));
+    require_throws<kiln::unavailable_error>([&] { return kiln::load(file.path()); },
+                                            {file.str(), "format version 2", "newer than this kiln reads (1)"});
+  }
+  SECTION("an op this kiln does not have") {
+    edit_model(file.path(), [](nlohmann::json& m) {
+      for (auto& n : m["functions"][0]["graph"]["nodes"])
+        if (n["kind"] == "op") {
+          n["op"] = "frobnicate";
+          break;
+        }
+    });
+    require_throws<kiln::unavailable_error>([&] { return kiln::load(file.path()); },
+                                            {file.str(), "unknown op \"frobnicate\""});
+  }
+  SECTION("a node whose dtype its op does not give") {
+    edit_model(file.path(), [](nlohmann::json& m) {
+      for (auto& n : m["functions"][0]["graph"]["nodes"])
+        if (n["kind"] == "op" && n["op"] == "reduce_mean") n["dtype"] = "float64";
+    });
+    require_throws<kiln::value_error>(
+        [&] { return kiln::load(file.path()); },
+        {file.str(), "(reduce_mean) is float64 (3,) in the file, but its op gives float32 (3,)"});
+  }
+  SECTION("a variable whose value has another shape") {
+    edit_model(file.path(), [](nlohmann::json& m) { m["variables"][0]["shape"] = {4}; });
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); },
+                                      {file.str(), "variable 'v'", "(3,)", "(4,)"});
+  }
+  SECTION("a variable read whose result is not the variable's") {
+    edit_model(file.path(), [](nlohmann::json& m) {
+      for (auto& branch : {"then", "else"})
+        for (auto& n : m["functions"][0]["graph"]["nodes"])
+          if (n["kind"] == "special" && n["op"] == "cond")
+            for (auto& inner : n["special"][branch]["nodes"])
+              if (inner["kind"] == "special" && inner["op"] == "ReadVariableOp") inner["results"][0]["shape"] = {2};
+    });
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); },
+                                      {file.str(), "result 0 is float32 (2,)"});
+  }
+  SECTION("a node that reads a later node") {
+    edit_model(file.path(), [](nlohmann::json& m) { m["functions"][0]["graph"]["nodes"][1]["inputs"] = {5}; });
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "an input is 5"});
+  }
+  SECTION("a file that is not there") {
+    std::filesystem::remove(file.path());
+    require_throws<kiln::invalid_argument_error>([&] { return kiln::load(file.path()); }, {"cannot open", file.str()});
+  }
+}
+
+}  // namespace
