@@ -13,10 +13,17 @@
 
 #include "bench_support.hpp"
 
+#if __has_include(<nlohmann/json.hpp>)
+#include <kiln/saved_function.hpp>
+#define KILN_BENCH_HAS_SAVED_FUNCTIONS 1
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -166,38 +173,87 @@ void run_training(benchmark::State& state, adam_epsilon convention, Setup&& setu
   state.counters["peak_rss_mb"] = status_mib("VmHWM") - resident_before;
 }
 
-void register_kiln(int threads) {
-  register_case("train_step_mlp", "kiln", threads, [threads](benchmark::State& state) {
-    kiln::config::set_num_threads(threads);
-    run_training(state, adam_epsilon::keras, [] {
-      struct model {
-        kiln::tensor x = kiln::constant(pixels(), kiln::shape{batch, widths[0]});
-        kiln::tensor y = kiln::constant(labels(), kiln::shape{batch});
-        std::vector<kiln::variable> weights;
-        kiln::optimizers::adam optimizer{{.learning_rate = learning_rate, .beta_1 = beta_1, .beta_2 = beta_2,
-                                          .epsilon = epsilon}};
-      };
-      auto m = std::make_shared<model>();
-      for (int l = 0; l < layers; ++l) {
-        const auto [in, out] = std::pair(widths[std::size_t(l)], widths[std::size_t(l) + 1]);
-        m->weights.emplace_back(kiln::constant(initial_weights(l), kiln::shape{in, out}));
-        m->weights.emplace_back(kiln::zeros({out}));
-      }
-      kiln::function step([m](const kiln::tensor& x, const kiln::tensor& y) {
+/// kiln's model: its data, weights and optimizer, and the step as one kiln::function.
+struct kiln_model {
+  kiln::tensor x = kiln::constant(pixels(), kiln::shape{batch, widths[0]});
+  kiln::tensor y = kiln::constant(labels(), kiln::shape{batch});
+  std::vector<kiln::variable> weights;
+  kiln::optimizers::adam optimizer{{.learning_rate = learning_rate, .beta_1 = beta_1, .beta_2 = beta_2,
+                                    .epsilon = epsilon}};
+  kiln::function<std::function<kiln::tensor(const kiln::tensor&, const kiln::tensor&)>> step{
+      [this](const kiln::tensor& x, const kiln::tensor& y) {
         kiln::gradient_tape tape;
         kiln::tensor h = x;
         for (int l = 0; l < layers; ++l) {
-          h = kiln::matmul(h, m->weights[std::size_t(2 * l)]) + m->weights[std::size_t(2 * l + 1)];
+          h = kiln::matmul(h, weights[std::size_t(2 * l)]) + weights[std::size_t(2 * l + 1)];
           if (l + 1 < layers) h = kiln::relu(h);
         }
         const kiln::tensor loss = kiln::reduce_mean(kiln::sparse_softmax_cross_entropy(y, h));
-        m->optimizer.apply_gradients(tape.gradient(loss, m->weights), m->weights);
+        optimizer.apply_gradients(tape.gradient(loss, weights), weights);
         return loss;
-      });
-      return [m, step = std::move(step)]() mutable { return step(m->x, m->y).item<float>(); };
+      }};
+
+  kiln_model() {
+    for (int l = 0; l < layers; ++l) {
+      const auto [in, out] = std::pair(widths[std::size_t(l)], widths[std::size_t(l) + 1]);
+      weights.emplace_back(kiln::constant(initial_weights(l), kiln::shape{in, out}));
+      weights.emplace_back(kiln::zeros({out}));
+    }
+  }
+  kiln_model(const kiln_model&) = delete;
+};
+
+void register_kiln(const std::string& case_name, int threads) {
+  register_case(case_name, "kiln", threads, [threads](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    run_training(state, adam_epsilon::keras, [] {
+      auto m = std::make_shared<kiln_model>();
+      return [m]() { return m->step(m->x, m->y).item<float>(); };
     });
   });
 }
+
+#if KILN_BENCH_HAS_SAVED_FUNCTIONS
+/// The step traced (not run: Adam's slots start at their initial values) and saved.
+std::filesystem::path saved_step() {
+  static const std::filesystem::path file = [] {
+    const std::filesystem::path f = std::filesystem::temp_directory_path() / "kiln_bench_train_step.kiln";
+    kiln_model m;
+    kiln::save(m.step, f, std::tuple{m.x, m.y});
+    return f;
+  }();
+  return file;
+}
+
+/// The step loaded from its file (`kiln_loaded`) beside the function it came from
+/// (`kiln`), as a case of their own; and loading it: `kiln::load` against reading the
+/// file's bytes alone.
+void register_saved(int threads) {
+  register_kiln("train_step_saved", threads);
+  register_case("train_step_saved", "kiln_loaded", threads, [threads](benchmark::State& state) {
+    kiln::config::set_num_threads(threads);
+    run_training(state, adam_epsilon::keras, [] {
+      auto step = std::make_shared<kiln::loaded_function>(kiln::load(saved_step()));
+      auto data = std::make_shared<std::pair<kiln::tensor, kiln::tensor>>(
+          kiln::constant(pixels(), kiln::shape{batch, widths[0]}), kiln::constant(labels(), kiln::shape{batch}));
+      return [step, data]() { return (*step)(data->first, data->second).item<float>(); };
+    });
+  });
+  if (threads != 1) return;
+  register_case("load_mlp_step", "kiln", 1, [](benchmark::State& state) {
+    for (auto _ : state) benchmark::DoNotOptimize(kiln::load(saved_step()));
+    state.counters["file_bytes"] = double(std::filesystem::file_size(saved_step()));
+  })->Unit(benchmark::kMicrosecond);
+  register_case("load_mlp_step", "read_file", 1, [](benchmark::State& state) {
+    for (auto _ : state) {
+      std::ifstream is(saved_step(), std::ios::binary);
+      std::vector<char> bytes(std::filesystem::file_size(saved_step()));
+      is.read(bytes.data(), std::streamsize(bytes.size()));
+      benchmark::DoNotOptimize(bytes.data());
+    }
+  })->Unit(benchmark::kMicrosecond);
+}
+#endif
 
 #if KILN_BENCH_HAS_TORCH
 void register_libtorch(int threads) {
@@ -241,7 +297,10 @@ void register_libtorch(int threads) {
 
 const bool registered = [] {
   for (int threads : {1, 2}) {
-    register_kiln(threads);
+    register_kiln("train_step_mlp", threads);
+#if KILN_BENCH_HAS_SAVED_FUNCTIONS
+    register_saved(threads);
+#endif
 #if KILN_BENCH_HAS_TORCH
     register_libtorch(threads);
 #endif

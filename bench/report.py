@@ -228,7 +228,22 @@ def training_section(s):
             "`operator new` and no system allocation once warm, on 1 and 2 threads (counted over 100 steps with a "
             "replaced `operator new` and an interposed `posix_memalign`; before: 102 calls of `operator new` per "
             "step). The test \"a training step in steady state allocates nothing\" (`test/exec/executor_test.cpp`) "
-            "keeps it so.\n")
+            "keeps it so.\n" + saved_step_text(s))
+
+
+def saved_step_text(s):
+    """The same step saved and loaded, beside the function it came from, and what loading costs."""
+    load, read = s.get("load_mlp_step", "kiln", 1), s.get("load_mlp_step", "read_file", 1)
+    rows = [[r.peer, r.threads, format_time(r.time_ns), format_spread(r), speed_vs_kiln(s, r)]
+            for threads in s.threads("train_step_saved") for r in s.peers("train_step_saved", threads)]
+    if not load or not read or not rows:
+        return ""
+    return ("\nThe same step saved by `kiln::save` (traced, not run) and loaded by `kiln::load` "
+            "(kiln/saved_function.hpp), `kiln_loaded`, beside the function it came from, in one run:\n\n" +
+            table(["peer", "threads", "time per step", "spread", "peer time / kiln time"], rows) +
+            "\nLoading it (reading the file, 3.3 MB of weights and Adam's slots, checking and rebuilding the graph, optimizing and planning "
+            f"it) takes {format_time(load.time_ns)}; reading the file's bytes alone takes {format_time(read.time_ns)}.\n")
+
 
 
 def chain_section(s):
@@ -355,6 +370,14 @@ def targets(s):
                           "train_step_mlp", "torch_py", threads, 1 / 1.5)
         time_ratio_target(f"training step (MLP, Adam), {threads} thread(s): kiln no slower than jax.jit",
                           "train_step_mlp", "jax", threads, 1.0)
+        time_ratio_target(f"training step (MLP, Adam), {threads} thread(s): loaded from a saved file, as fast as "
+                          "the function it came from (≤ 1.05 ×)", "train_step_saved", "kiln", threads, 1.05,
+                          "kiln_loaded")
+    load, read = s.get("load_mlp_step", "kiln", 1), s.get("load_mlp_step", "read_file", 1)
+    checks.append(target("loading the saved training step: at most 5 ms plus reading its file",
+                         f"{format_time(load.time_ns)} (reading the file: {format_time(read.time_ns)})"
+                         if load and read else "not measured",
+                         load.time_ns - read.time_ns <= 5e6 if load and read else None))
     time_target("compile-time tier: a call of x * x + 2 on fixed<float> ≤ 10 ns", "fixed_x2", 10, 1, "kiln_fixed")
     for case, mix in (("fixed_ops50", "with ten tanh"), ("fixed_arith50", "arithmetic")):
         time_ratio_target(f"compile-time tier: 50 ops ({mix}) on fixed<float, 10> ≤ 1.5 × a hand-written loop", case,

@@ -3220,6 +3220,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
+/// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.
 /// Both rules are constexpr, so the compile-time tier turns a failure into a
@@ -3290,6 +3291,9 @@ class int_list {
 };
 
 namespace ops {
+
+/// The arity of an op that takes one or more inputs (concat, stack).
+inline constexpr int variadic = -1;
 
 /// One attribute of an op, its name and its member. An op with attributes lists them
 /// all in `static constexpr auto attribute_fields()`, which saved graphs write and read
@@ -6134,6 +6138,7 @@ enum class reduction_kind { sum, mean, max, min, argmax };
 /// \code kiln::ops::reduce_sum op({0, -1}, true);  // axes [0, -1], keepdims \endcode
 struct reduction_op {
   reduction_axes axis{};
+  static constexpr int arity = 1;
   bool keepdims = false;
   static constexpr auto attribute_fields() {
     return std::tuple{attribute{"axis", &reduction_op::axis},
@@ -7155,6 +7160,7 @@ namespace ops {
 /// kiln::none (-1), inferred from the element count.
 struct reshape {
   static constexpr std::string_view name = "reshape";
+  static constexpr int arity = 1;
   kiln::shape new_shape;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
 
@@ -7204,6 +7210,7 @@ struct reshape {
 /// `perm` reverses the dims.
 struct transpose {
   static constexpr std::string_view name = "transpose";
+  static constexpr int arity = 1;
   int_list perm;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
 
@@ -7248,6 +7255,7 @@ struct transpose {
 /// `concat({a, b}, axis)`: the inputs joined along an existing dim.
 struct concat {
   static constexpr std::string_view name = "concat";
+  static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
 
@@ -7293,6 +7301,7 @@ struct concat {
 /// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
 struct stack {
   static constexpr std::string_view name = "stack";
+  static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &stack::axis}}; }
 
@@ -7327,6 +7336,7 @@ struct stack {
 /// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
 struct gather {
   static constexpr std::string_view name = "gather";
+  static constexpr int arity = 2;
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
 
@@ -7362,6 +7372,7 @@ struct gather {
 /// their ids, on every backend, so every backend gives the same bits.
 struct unsorted_segment_sum {
   static constexpr std::string_view name = "unsorted_segment_sum";
+  static constexpr int arity = 2;
   std::int64_t num_segments = 0;
   std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
   static constexpr auto attribute_fields() {
@@ -7403,6 +7414,7 @@ struct unsorted_segment_sum {
 /// Named as TensorFlow names the node that indexing creates.
 struct index {
   static constexpr std::string_view name = "strided_slice";
+  static constexpr int arity = 1;
   std::int64_t i = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
 
@@ -7431,6 +7443,7 @@ struct index {
 /// runs on every backend those do.
 struct set_item {
   static constexpr std::string_view name = "set_item";
+  static constexpr int arity = 3;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "the index must be int32 or int64"};
@@ -7461,6 +7474,7 @@ struct set_item {
 /// the number of rows is a value, the result's first dim is known only when it runs.
 struct pad_rows {
   static constexpr std::string_view name = "pad_rows";
+  static constexpr int arity = 2;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "the number of rows must be int32 or int64"};
@@ -7487,6 +7501,7 @@ struct pad_rows {
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
   static constexpr std::string_view name = "slice";
+  static constexpr int arity = 1;
   int_list begin;
   int_list size;
   static constexpr auto attribute_fields() {
@@ -7639,6 +7654,7 @@ void index::gradient(G& g) const {
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
   static constexpr std::string_view name = "shape";
+  static constexpr int arity = 1;
 
   constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -7937,6 +7953,7 @@ constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
 /// `a @ b` over the last two dims; leading (batch) dims broadcast.
 struct matmul {
   static constexpr std::string_view name = "matmul";
+  static constexpr int arity = 2;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
     const shape &a = in[0], &b = in[1];
@@ -8028,6 +8045,7 @@ constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::in
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  static constexpr int arity = 2;
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
   static constexpr auto attribute_fields() {

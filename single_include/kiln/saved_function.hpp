@@ -25,20 +25,24 @@
 /// raises kiln::value_error (kiln::unavailable_error for a newer format or an unknown
 /// op) naming the file and the problem.
 
-#include <boost/mp11/algorithm.hpp>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <initializer_list>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <boost/mp11/algorithm.hpp>
+#include <nlohmann/json.hpp>
 
 #include "kiln/kiln.hpp"
 
@@ -52,10 +56,32 @@ namespace detail {
 inline constexpr int saved_format_version = 1;
 inline constexpr std::string_view saved_format_name = "kiln.saved_function";
 
-/// FNV-1a over `bytes`: the checksum that tells a corrupted file from a good one.
-inline std::uint64_t saved_checksum(const std::vector<std::uint8_t>& bytes) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (std::uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+/// What a saved file starts with, before the length of its header.
+inline constexpr std::string_view saved_magic = "KILNSAVE";
+
+/// A 64-bit checksum of `parts`, in order: what tells a corrupted file from a good one.
+/// Four lanes of 8-byte words, each step a bijection of the lane (xor, multiply by an
+/// odd number, xor-shift), so that any one changed bit changes the sum, at memory speed.
+inline std::uint64_t saved_checksum(std::initializer_list<std::span<const std::uint8_t>> parts) {
+  std::uint64_t lanes[4] = {0x9E3779B97F4A7C15u, 0xC2B2AE3D27D4EB4Fu, 0x165667B19E3779F9u, 0x27D4EB2F165667C5u};
+  const auto mix = [](std::uint64_t h, std::uint64_t w) {
+    h = (h ^ w) * 0x9FB21C651E98DF25u;
+    return h ^ (h >> 29);
+  };
+  std::uint64_t length = 0;
+  for (std::span<const std::uint8_t> part : parts) {
+    length += part.size();
+    std::size_t i = 0;
+    for (; i + 32 <= part.size(); i += 32)
+      for (int k = 0; k < 4; ++k) {
+        std::uint64_t word;
+        std::memcpy(&word, part.data() + i + 8 * std::size_t(k), 8);
+        lanes[k] = mix(lanes[k], word);
+      }
+    for (; i < part.size(); ++i) lanes[0] = mix(lanes[0], part[i]);
+  }
+  std::uint64_t h = length;
+  for (std::uint64_t lane : lanes) h = mix(h, lane);
   return h;
 }
 
@@ -87,12 +113,23 @@ class saved_reader {
   }
   std::int64_t integer(const nlohmann::json& j, std::string_view what, std::int64_t low, std::int64_t high) const {
     if (!j.is_number_integer()) fail(std::string(what) + " is not an integer");
-    const std::int64_t v =
-        j.is_number_unsigned() && j.get<std::uint64_t>() > std::uint64_t(INT64_MAX) ? high + 1 : j.get<std::int64_t>();
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > std::uint64_t(high))
+      fail(std::string(what) + " is " + std::to_string(j.get<std::uint64_t>()) + ", above " + std::to_string(high));
+    const std::int64_t v = j.get<std::int64_t>();
     if (v < low || v > high)
       fail(std::string(what) + " is " + std::to_string(v) + ", outside [" + std::to_string(low) + ", " +
            std::to_string(high) + "]");
     return v;
+  }
+  std::uint64_t unsigned_at(const nlohmann::json& j, std::string_view key) const {
+    const nlohmann::json& v = at(j, key);
+    if (!v.is_number_unsigned()) fail(std::string(key) + " is not an unsigned integer");
+    return v.get<std::uint64_t>();
+  }
+  double number_at(const nlohmann::json& j, std::string_view key) const {
+    const nlohmann::json& v = at(j, key);
+    if (!v.is_number()) fail(std::string(key) + " is not a number");
+    return v.get<double>();
   }
   int integer_at(const nlohmann::json& j, std::string_view key, int low, int high) const {
     return int(integer(at(j, key), key, low, high));
@@ -141,41 +178,52 @@ class saved_reader {
   std::string path_;
 };
 
-inline nlohmann::json tensor_to_json(const tensor& value) {
+/// A tensor as the model describes it; its elements go to the end of `data` (strings
+/// stay in the model), as the file stores them after the model: weights are copied
+/// once, not parsed.
+inline nlohmann::json tensor_to_json(const tensor& value, std::vector<std::uint8_t>& data) {
   const tensor t = value.device() == device::cpu ? value : value.to(device::cpu);
   nlohmann::json j{{"dtype", std::string(name(t.dtype()))}, {"shape", shape_to_json(t.shape())}};
   if (t.dtype() == string) {
-    j["data"] = t.to_vector<std::string>();
+    j["strings"] = t.to_vector<std::string>();
   } else {
     const auto* bytes = static_cast<const std::uint8_t*>(t.raw_data());
-    j["data"] =
-        nlohmann::json::binary(std::vector<std::uint8_t>(bytes, bytes + t.size() * std::int64_t(size_of(t.dtype()))));
+    const std::size_t count = std::size_t(t.size()) * std::size_t(size_of(t.dtype()));
+    j["offset"] = data.size();
+    j["bytes"] = count;
+    data.insert(data.end(), bytes, bytes + count);
   }
   return j;
 }
 
-inline tensor tensor_from_json(const saved_reader& r, const nlohmann::json& j) {
+inline tensor tensor_from_json(const saved_reader& r, const nlohmann::json& j, std::span<const std::uint8_t> data) {
   const kiln::dtype type = r.dtype_of(r.at(j, "dtype"));
   const kiln::shape dims = r.shape_of(r.at(j, "shape"));
   if (!dims.is_fully_defined()) r.fail("a stored value has the partial shape " + dims.str());
-  const nlohmann::json& data = r.at(j, "data");
-  tensor t(type, dims);
+  // Sizes are checked against what the file holds before anything is allocated.
+  const std::int64_t elements = dims.num_elements();
   if (type == string) {
-    if (!data.is_array() || std::int64_t(data.size()) != t.size())
-      r.fail("a string value does not have its " + std::to_string(t.size()) + " elements");
+    const nlohmann::json& strings = r.array_at(j, "strings");
+    if (std::int64_t(strings.size()) != elements)
+      r.fail("a string value does not have its " + std::to_string(elements) + " elements");
+    tensor t(type, dims);
     auto* out = static_cast<std::string*>(t.raw_data());
-    for (std::size_t k = 0; k < data.size(); ++k) out[k] = r.text(data[k], "a string element");
+    for (std::size_t k = 0; k < strings.size(); ++k) out[k] = r.text(strings[k], "a string element");
     return t;
   }
-  if (!data.is_binary()) r.fail("a stored value's data is not bytes");
-  const auto& bytes = data.get_binary();
-  const std::size_t expected = std::size_t(t.size()) * std::size_t(size_of(type));
-  if (bytes.size() != expected)
-    r.fail("a " + std::string(name(type)) + " " + dims.str() + " value has " + std::to_string(bytes.size()) +
+  const std::size_t expected = std::size_t(elements) * std::size_t(size_of(type));
+  const std::uint64_t offset = r.unsigned_at(j, "offset"), count = r.unsigned_at(j, "bytes");
+  if (count != expected)
+    r.fail("a " + std::string(name(type)) + " " + dims.str() + " value has " + std::to_string(count) +
            " bytes instead of " + std::to_string(expected));
+  if (offset > data.size() || count > data.size() - offset)
+    r.fail("a value's bytes [" + std::to_string(offset) + ", +" + std::to_string(count) + ") lie outside the file's " +
+           std::to_string(data.size()) + " bytes of data");
+  const std::span<const std::uint8_t> bytes = data.subspan(offset, count);
   if (type == bool_)
     for (std::uint8_t b : bytes)
       if (b > 1) r.fail("a bool value holds a byte that is neither 0 nor 1");
+  tensor t(type, dims);
   if (expected) std::memcpy(t.raw_data(), bytes.data(), expected);
   return t;
 }
@@ -254,6 +302,15 @@ struct saved_function_io {
   struct writer {
     json variables = json::array();
     std::unordered_map<const variable_state*, int> variable_ids;
+    json generators = json::array();
+    std::unordered_map<const generator_state*, int> generator_ids;
+    std::vector<std::uint8_t> data;  ///< the elements of every tensor, stored after the model
+
+    int generator_id(const std::shared_ptr<generator_state>& g) {
+      auto [it, fresh] = generator_ids.emplace(g.get(), int(generators.size()));
+      if (fresh) generators.push_back(json{{"key", g->key.load()}, {"next_stream", g->next_stream.load()}});
+      return it->second;
+    }
 
     int variable_id(const std::shared_ptr<variable_state>& v) {
       auto [it, fresh] = variable_ids.emplace(v.get(), int(variables.size()));
@@ -264,7 +321,7 @@ struct saved_function_io {
         variables.push_back(json{{"name", v->name()},
                                  {"dtype", std::string(name(v->type()))},
                                  {"shape", shape_to_json(v->dims())},
-                                 {"value", value.defined() ? tensor_to_json(value) : json(nullptr)}});
+                                 {"value", value.defined() ? tensor_to_json(value, data) : json(nullptr)}});
       }
       return it->second;
     }
@@ -291,6 +348,18 @@ struct saved_function_io {
                  {"cond_captures", w->cond_captures()},
                  {"body", graph(w->body_graph())},
                  {"breaks", w->breaks()}};
+      } else if (auto* draw = s.as<random_uniform_op>()) {
+        // A draw keyed by its own seed starts its sequence over in the loaded function,
+        // as a fresh trace would; a generator's draws go on from its state when saved.
+        const uniform_spec& u = draw->spec();
+        j = json{{"dtype", std::string(name(u.type))},
+                 {"shape", shape_to_json(u.dims)},
+                 {"minval", u.minval},
+                 {"maxval", u.maxval ? json(*u.maxval) : json(nullptr)}};
+        if (draw->generator())
+          j["generator"] = generator_id(draw->generator());
+        else
+          j["key"] = draw->key();
       } else if (s.as<host_callback_op>()) {
         throw unavailable_error("kiln::save: node " + n.name() +
                                 " calls back into C++ (host_callback), which a saved function cannot hold");
@@ -329,7 +398,7 @@ struct saved_function_io {
             j["shape"] = shape_to_json(n.shape());
             break;
           case node_kind::constant:
-            j["value"] = tensor_to_json(n.value());
+            j["value"] = tensor_to_json(n.value(), data);
             break;
           case node_kind::op:
             j["op"] = std::string(n.op());
@@ -382,16 +451,23 @@ struct saved_function_io {
     writer w;
     json list = json::array();
     for (const concrete_function& f : functions) list.push_back(function(w, f));
-    const json model{{"functions", std::move(list)}, {"variables", std::move(w.variables)}};
+    const json model{
+        {"functions", std::move(list)}, {"variables", std::move(w.variables)}, {"generators", std::move(w.generators)}};
     std::vector<std::uint8_t> bytes = json::to_cbor(model);
-    const std::uint64_t checksum = saved_checksum(bytes);
-    const json file{{"format", std::string(saved_format_name)},
-                    {"version", saved_format_version},
-                    {"checksum", checksum},
-                    {"model", json::binary(std::move(bytes))}};
-    const std::vector<std::uint8_t> out = json::to_cbor(file);
+    const std::uint64_t checksum = saved_checksum({bytes, w.data});
+    const json header{{"format", std::string(saved_format_name)},
+                      {"version", saved_format_version},
+                      {"checksum", checksum},
+                      {"data_bytes", w.data.size()},
+                      {"model", json::binary(std::move(bytes))}};
+    const std::vector<std::uint8_t> head = json::to_cbor(header);
+    std::array<char, 8> length{};
+    for (std::size_t k = 0; k < 8; ++k) length[k] = char((std::uint64_t(head.size()) >> (8 * k)) & 0xFF);
     std::ofstream os(path, std::ios::binary | std::ios::trunc);
-    os.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size()));
+    os.write(saved_magic.data(), std::streamsize(saved_magic.size()));
+    os.write(length.data(), 8);
+    os.write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
+    os.write(reinterpret_cast<const char*>(w.data.data()), std::streamsize(w.data.size()));
     if (!os) throw invalid_argument_error("kiln::save: cannot write " + path.string());
   }
   static void save(const concrete_function& f, const std::filesystem::path& path) { save(std::span(&f, 1), path); }
@@ -402,7 +478,9 @@ struct saved_function_io {
 
   struct loader {
     const saved_reader& r;
+    std::span<const std::uint8_t> data;  ///< the tensors' elements, after the model
     std::vector<std::shared_ptr<variable_state>> variables;
+    std::vector<std::shared_ptr<generator_state>> generators;
 
     std::shared_ptr<variable_state> variable_at(const json& j) const {
       return variables[std::size_t(r.integer_at(j, "variable", 0, int(variables.size()) - 1))];
@@ -456,6 +534,20 @@ struct saved_function_io {
         check_results(where, results, {{v->type(), v->dims()}});
         if (count != 1) r.fail(where + ": " + op + " takes one input");
         return std::make_shared<assign_variable_op>(std::move(v), mode);
+      }
+      if (op == "RandomUniform" || op == "StatefulUniform") {
+        uniform_spec u{r.shape_of(r.at(j, "shape")), r.dtype_of(r.at(j, "dtype")), r.number_at(j, "minval"), std::nullopt};
+        if (!r.at(j, "maxval").is_null()) u.maxval = r.number_at(j, "maxval");
+        try {
+          u.check();
+        } catch (const error& e) {
+          r.fail(where + ": " + e.what());
+        }
+        check_results(where, results, {{u.type, u.dims}});
+        if (count != 0) r.fail(where + ": " + op + " takes no inputs");
+        if (op == "RandomUniform") return std::make_shared<random_uniform_op>(std::move(u), r.unsigned_at(j, "key"));
+        const int g = r.integer_at(j, "generator", 0, int(generators.size()) - 1);
+        return std::make_shared<random_uniform_op>(std::move(u), generators[std::size_t(g)]);
       }
       if (op == "PrintV2") {
         std::vector<print_piece> pieces;
@@ -542,7 +634,7 @@ struct saved_function_io {
           g.add_placeholder(r.text_at(n, "name"), r.dtype_of(r.at(n, "dtype")), r.shape_of(r.at(n, "shape")));
         } else if (kind == "constant") {
           if (!inputs.empty()) r.fail(where + ": a constant has no inputs");
-          g.add_constant(tensor_from_json(r, r.at(n, "value")));
+          g.add_constant(tensor_from_json(r, r.at(n, "value"), data));
         } else if (kind == "op") {
           const std::string name = r.text_at(n, "op");
           const ops::any_op op = op_from_json(r, name, r.at(n, "attributes"));
@@ -553,8 +645,14 @@ struct saved_function_io {
           if (!arity_ok) r.fail(where + " (" + name + ") has " + std::to_string(inputs.size()) + " inputs");
           ops::visit(
               [&](const auto& o) {
-                const dtype_result dt = o.result_dtype(dtypes);
-                const shape_result sh = o.result_shape(shapes);
+                dtype_result dt;
+                shape_result sh;
+                try {  // (a rule may raise, on attributes no trace would make)
+                  dt = o.result_dtype(dtypes);
+                  sh = o.result_shape(shapes);
+                } catch (const error& e) {
+                  r.fail(where + " (" + name + "): " + e.what());
+                }
                 if (!dt.ok() || !sh.ok() || dt.value != type || !(sh.value == dims))
                   r.fail(where + " (" + name + ") is " + std::string(kiln::name(type)) + " " + dims.str() +
                          " in the file, but its op gives " +
@@ -593,18 +691,21 @@ struct saved_function_io {
     }
   };
 
+  // The rules index their inputs by position, so a count the op does not take must
+  // stop here.
   template <class Op>
   static bool arity_accepts(const Op&, int inputs) {
-    if constexpr (requires { Op::arity; })
-      return inputs == Op::arity;
-    else
-      return inputs >= 1;
+    return Op::arity == ops::variadic ? inputs >= 1 : inputs == Op::arity;
   }
 
   static std::vector<std::uint8_t> read_file(const std::string& path) {
-    std::ifstream is(path, std::ios::binary);
+    std::ifstream is(path, std::ios::binary | std::ios::ate);
     if (!is) throw invalid_argument_error("kiln::load: cannot open " + path);
-    return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
+    std::vector<std::uint8_t> bytes(std::size_t(is.tellg()));
+    is.seekg(0);
+    is.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (!is) throw invalid_argument_error("kiln::load: cannot read " + path);
+    return bytes;
   }
 
   static loaded_function load(const std::filesystem::path& file);
@@ -717,33 +818,47 @@ template <class T>
 loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
   const saved_reader r(file.string());
   const std::vector<std::uint8_t> bytes = read_file(r.path());
+  const std::span<const std::uint8_t> file_bytes(bytes);
+  const std::size_t prefix = saved_magic.size() + 8;
+  if (bytes.size() < prefix || std::memcmp(bytes.data(), saved_magic.data(), saved_magic.size()) != 0)
+    r.fail("not a kiln saved function (it does not start with " + std::string(saved_magic) + ")");
+  std::uint64_t head_size = 0;
+  for (std::size_t k = 0; k < 8; ++k) head_size |= std::uint64_t(bytes[saved_magic.size() + k]) << (8 * k);
+  if (head_size > bytes.size() - prefix) r.fail("truncated (its header is cut short)");
+  const std::span<const std::uint8_t> data = file_bytes.subspan(prefix + head_size);
   try {
-    const json outer = json::from_cbor(bytes);
-    if (!outer.is_object() || !outer.contains("format") || outer["format"] != saved_format_name)
+    const json header = json::from_cbor(file_bytes.subspan(prefix, head_size));
+    if (!header.is_object() || !header.contains("format") || header["format"] != saved_format_name)
       r.fail("not a kiln saved function");
-    const int version = int(r.integer(r.at(outer, "version"), "version", 1, INT32_MAX));
+    const int version = int(r.integer(r.at(header, "version"), "version", 1, INT32_MAX));
     if (version > saved_format_version)
       throw unavailable_error("kiln::load: " + r.path() + ": written in format version " + std::to_string(version) +
                               ", newer than this kiln reads (" + std::to_string(saved_format_version) + ")");
-    const json& model_bytes = r.at(outer, "model");
+    if (r.unsigned_at(header, "data_bytes") != data.size())
+      r.fail("truncated or padded (" + std::to_string(data.size()) + " bytes of data instead of " +
+             std::to_string(r.unsigned_at(header, "data_bytes")) + ")");
+    const json& model_bytes = r.at(header, "model");
     if (!model_bytes.is_binary()) r.fail("the model is not bytes");
-    const json& checksum = r.at(outer, "checksum");
-    if (!checksum.is_number_unsigned() || checksum.get<std::uint64_t>() != saved_checksum(model_bytes.get_binary()))
+    if (r.unsigned_at(header, "checksum") != saved_checksum({model_bytes.get_binary(), data}))
       r.fail("corrupted (its checksum does not match its contents)");
     const json model = json::from_cbor(model_bytes.get_binary());
-    loader l{r, {}};
+    loader l{r, data, {}, {}};
     for (const json& v : r.array_at(model, "variables")) {
       auto state = std::make_shared<variable_state>(r.text_at(v, "name"), r.dtype_of(r.at(v, "dtype")),
                                                     r.shape_of(r.at(v, "shape")));
       const json& value = r.at(v, "value");
       if (!value.is_null()) {
-        tensor t = tensor_from_json(r, value);
+        tensor t = tensor_from_json(r, value, data);
         if (t.dtype() != state->type() || !state->dims().accepts(t.shape()))
           r.fail("variable '" + state->name() + "' holds a " + std::string(name(t.dtype())) + " " + t.shape().str() +
                  " value, but is " + std::string(name(state->type())) + " " + state->dims().str());
         state->update([&](const tensor&) { return t; });
       }
       l.variables.push_back(std::move(state));
+    }
+    for (const json& g : r.array_at(model, "generators")) {
+      l.generators.push_back(std::make_shared<generator_state>(r.unsigned_at(g, "key")));
+      l.generators.back()->next_stream = r.unsigned_at(g, "next_stream");
     }
     loaded_function f;
     for (const json& fn : r.array_at(model, "functions")) f.functions_.emplace_back(concrete(r, l, fn));

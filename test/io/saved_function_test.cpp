@@ -52,16 +52,38 @@ void require_identical(const kiln::tensor& a, const kiln::tensor& b) {
   REQUIRE(std::memcmp(a.raw_data(), b.raw_data(), bytes) == 0);
 }
 
+// A saved file's parts: its header (CBOR) and the tensors' bytes after it
+// (docs/saved_function_format.md).
+struct saved_parts {
+  nlohmann::json header;
+  std::vector<std::uint8_t> data;
+};
+saved_parts parts_of(const std::filesystem::path& p) {
+  const std::vector<std::uint8_t> bytes = bytes_of(p);
+  std::uint64_t head = 0;
+  for (int k = 0; k < 8; ++k) head |= std::uint64_t(bytes[std::size_t(8 + k)]) << (8 * k);
+  return {nlohmann::json::from_cbor(bytes.begin() + 16, bytes.begin() + 16 + std::ptrdiff_t(head)),
+          std::vector<std::uint8_t>(bytes.begin() + 16 + std::ptrdiff_t(head), bytes.end())};
+}
+void write_parts(const std::filesystem::path& p, const saved_parts& parts) {
+  const std::vector<std::uint8_t> head = nlohmann::json::to_cbor(parts.header);
+  std::vector<std::uint8_t> bytes{'K', 'I', 'L', 'N', 'S', 'A', 'V', 'E'};
+  for (int k = 0; k < 8; ++k) bytes.push_back(std::uint8_t(std::uint64_t(head.size()) >> (8 * k)));
+  bytes.insert(bytes.end(), head.begin(), head.end());
+  bytes.insert(bytes.end(), parts.data.begin(), parts.data.end());
+  write_bytes(p, bytes);
+}
+
 // The model of a saved file, edited by `edit`, written back with a good checksum: how
 // the tests make files that are well-formed but say something wrong.
 void edit_model(const std::filesystem::path& p, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json outer = nlohmann::json::from_cbor(bytes_of(p));
-  nlohmann::json model = nlohmann::json::from_cbor(outer["model"].get_binary());
+  saved_parts parts = parts_of(p);
+  nlohmann::json model = nlohmann::json::from_cbor(parts.header["model"].get_binary());
   edit(model);
   std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(model);
-  outer["checksum"] = kiln::detail::saved_checksum(bytes);
-  outer["model"] = nlohmann::json::binary(std::move(bytes));
-  write_bytes(p, nlohmann::json::to_cbor(outer));
+  parts.header["checksum"] = kiln::detail::saved_checksum({bytes, parts.data});
+  parts.header["model"] = nlohmann::json::binary(std::move(bytes));
+  write_parts(p, parts);
 }
 
 kiln::tensor floats(std::initializer_list<float> v, kiln::shape s) {
@@ -158,6 +180,53 @@ TEST_CASE("conditionals, loops with early exits and prints survive saving") {
   CHECK(printed.str() == "steps: 0\nsteps: 0\nsteps: 8\nsteps: 8\nsteps: 111\nsteps: 111\n");
 }
 
+TEST_CASE("a tensor_array written in a loop survives saving (the seeds' dynamic RNN)") {
+  kiln::function rnn([](const kiln::tensor& input, const kiln::tensor& initial) {
+    const kiln::tensor by_time = kiln::transpose(input, {1, 0, 2});
+    const kiln::tensor steps = kiln::shape_of(by_time)[0];
+    kiln::tensor_array states(kiln::float32, steps);
+    auto [last, all] = kiln::for_range(
+        steps,
+        [&](const kiln::tensor& i, const kiln::tensor& state, const kiln::tensor_array& written) {
+          kiln::tensor next = kiln::tanh(kiln::gather(by_time, i) + state);
+          return std::tuple{next, written.write(i, next)};
+        },
+        initial, states);
+    return kiln::transpose(all.stack(), {1, 0, 2});
+  });
+  temporary_file file("rnn.kiln");
+  kiln::save(rnn, file.path(), std::tuple{kiln::tensor_spec({2, kiln::none, 4}, kiln::float32),
+                                          kiln::tensor_spec({2, 4}, kiln::float32)});
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  for (int steps : {1, 3, 6}) {
+    const kiln::tensor input = kiln::random::uniform({2, steps, 4}, -1, 1, kiln::float32, steps);
+    const kiln::tensor initial = kiln::random::uniform({2, 4}, -1, 1, kiln::float32, 100 + steps);
+    require_identical(loaded(input, initial), rnn(input, initial));
+  }
+}
+
+TEST_CASE("random draws in a saved function: a seeded op starts its sequence over, a generator goes on") {
+  kiln::function noisy([](const kiln::tensor& x) { return x + kiln::random::uniform({3}, 0, 1, kiln::float32, 42); });
+  auto generator = kiln::random::generator::from_seed(7);
+  kiln::function drawn([&](const kiln::tensor& x) { return x * generator.uniform({3}, -1, 1); });
+  const kiln::tensor x = kiln::zeros({3});
+  const kiln::tensor first = noisy(x), second = noisy(x);
+  (void)drawn(x);
+  temporary_file seeded("seeded.kiln"), stateful("stateful.kiln");
+  kiln::save(noisy, seeded.path(), kiln::tensor_spec({3}, kiln::float32));
+  kiln::save(drawn, stateful.path(), kiln::tensor_spec({3}, kiln::float32));
+
+  const kiln::loaded_function loaded_noisy = kiln::load(seeded.path());
+  require_identical(loaded_noisy(x), first);
+  require_identical(loaded_noisy(x), second);
+  // The generator was saved after one draw: the loaded function draws what the
+  // original draws next.
+  const kiln::loaded_function loaded_drawn = kiln::load(stateful.path());
+  const kiln::tensor ones = kiln::ones({3});
+  require_identical(loaded_drawn(ones), drawn(ones));
+  require_identical(loaded_drawn(ones), drawn(ones));
+}
+
 TEST_CASE("a function that calls back into C++ cannot be saved, and save says so") {
   kiln::function f([](const kiln::tensor& x) {
     return kiln::host_callback([](const kiln::tensor& v) { return v; }, {kiln::tensor_spec({}, kiln::float32)}, x);
@@ -225,9 +294,9 @@ TEST_CASE("a file from a newer kiln, an unknown op or a node its op does not giv
   save_sample(file);
 
   SECTION("a newer format version") {
-    nlohmann::json outer = nlohmann::json::from_cbor(bytes_of(file.path()));
-    outer["version"] = kiln::detail::saved_format_version + 1;
-    write_bytes(file.path(), nlohmann::json::to_cbor(outer));
+    saved_parts parts = parts_of(file.path());
+    parts.header["version"] = kiln::detail::saved_format_version + 1;
+    write_parts(file.path(), parts);
     require_throws<kiln::unavailable_error>([&] { return kiln::load(file.path()); },
                                             {file.str(), "format version 2", "newer than this kiln reads (1)"});
   }
@@ -266,6 +335,10 @@ TEST_CASE("a file from a newer kiln, an unknown op or a node its op does not giv
     });
     require_throws<kiln::value_error>([&] { return kiln::load(file.path()); },
                                       {file.str(), "result 0 is float32 (2,)"});
+  }
+  SECTION("a value whose bytes lie outside the file") {
+    edit_model(file.path(), [](nlohmann::json& m) { m["variables"][0]["value"]["offset"] = 1u << 20; });
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "lie outside the file's"});
   }
   SECTION("a node that reads a later node") {
     edit_model(file.path(), [](nlohmann::json& m) { m["functions"][0]["graph"]["nodes"][1]["inputs"] = {5}; });

@@ -23,6 +23,7 @@ constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
 /// `a @ b` over the last two dims; leading (batch) dims broadcast.
 struct matmul {
   static constexpr std::string_view name = "matmul";
+  static constexpr int arity = 2;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
     const shape &a = in[0], &b = in[1];
@@ -114,6 +115,7 @@ constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::in
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  static constexpr int arity = 2;
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
   static constexpr auto attribute_fields() {

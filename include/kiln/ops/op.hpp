@@ -4,6 +4,7 @@
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
+/// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.
 /// Both rules are constexpr, so the compile-time tier turns a failure into a
@@ -78,6 +79,9 @@ class int_list {
 };
 
 namespace ops {
+
+/// The arity of an op that takes one or more inputs (concat, stack).
+inline constexpr int variadic = -1;
 
 /// One attribute of an op, its name and its member. An op with attributes lists them
 /// all in `static constexpr auto attribute_fields()`, which saved graphs write and read

@@ -111,6 +111,7 @@ enum class reduction_kind { sum, mean, max, min, argmax };
 /// \code kiln::ops::reduce_sum op({0, -1}, true);  // axes [0, -1], keepdims \endcode
 struct reduction_op {
   reduction_axes axis{};
+  static constexpr int arity = 1;
   bool keepdims = false;
   static constexpr auto attribute_fields() {
     return std::tuple{attribute{"axis", &reduction_op::axis},

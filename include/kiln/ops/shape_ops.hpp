@@ -65,6 +65,7 @@ namespace ops {
 /// kiln::none (-1), inferred from the element count.
 struct reshape {
   static constexpr std::string_view name = "reshape";
+  static constexpr int arity = 1;
   kiln::shape new_shape;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
 
@@ -114,6 +115,7 @@ struct reshape {
 /// `perm` reverses the dims.
 struct transpose {
   static constexpr std::string_view name = "transpose";
+  static constexpr int arity = 1;
   int_list perm;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
 
@@ -158,6 +160,7 @@ struct transpose {
 /// `concat({a, b}, axis)`: the inputs joined along an existing dim.
 struct concat {
   static constexpr std::string_view name = "concat";
+  static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
 
@@ -203,6 +206,7 @@ struct concat {
 /// `stack({a, b}, axis)`: inputs of one shape joined along a new dim.
 struct stack {
   static constexpr std::string_view name = "stack";
+  static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &stack::axis}}; }
 
@@ -237,6 +241,7 @@ struct stack {
 /// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
 struct gather {
   static constexpr std::string_view name = "gather";
+  static constexpr int arity = 2;
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
 
@@ -272,6 +277,7 @@ struct gather {
 /// their ids, on every backend, so every backend gives the same bits.
 struct unsorted_segment_sum {
   static constexpr std::string_view name = "unsorted_segment_sum";
+  static constexpr int arity = 2;
   std::int64_t num_segments = 0;
   std::int64_t axis = 0;  ///< the dim of `data` where the ids' dims start (gather's gradient sets it)
   static constexpr auto attribute_fields() {
@@ -313,6 +319,7 @@ struct unsorted_segment_sum {
 /// Named as TensorFlow names the node that indexing creates.
 struct index {
   static constexpr std::string_view name = "strided_slice";
+  static constexpr int arity = 1;
   std::int64_t i = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
 
@@ -341,6 +348,7 @@ struct index {
 /// runs on every backend those do.
 struct set_item {
   static constexpr std::string_view name = "set_item";
+  static constexpr int arity = 3;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "the index must be int32 or int64"};
@@ -371,6 +379,7 @@ struct set_item {
 /// the number of rows is a value, the result's first dim is known only when it runs.
 struct pad_rows {
   static constexpr std::string_view name = "pad_rows";
+  static constexpr int arity = 2;
 
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (!is_integer(in[1])) return {in[0], "the number of rows must be int32 or int64"};
@@ -397,6 +406,7 @@ struct pad_rows {
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
   static constexpr std::string_view name = "slice";
+  static constexpr int arity = 1;
   int_list begin;
   int_list size;
   static constexpr auto attribute_fields() {
@@ -549,6 +559,7 @@ void index::gradient(G& g) const {
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
   static constexpr std::string_view name = "shape";
+  static constexpr int arity = 1;
 
   constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
   constexpr shape_result result_shape(std::span<const shape> in) const {

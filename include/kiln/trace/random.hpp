@@ -160,6 +160,10 @@ class random_uniform_op final : public special_op {
     return spec_.draw(key, stream);
   }
   std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+  /// What it draws, and from which key (its own, when it has no generator).
+  const uniform_spec& spec() const { return spec_; }
+  std::uint64_t key() const { return key_; }
+  const std::shared_ptr<generator_state>& generator() const { return generator_; }
 
  private:
   uniform_spec spec_;
