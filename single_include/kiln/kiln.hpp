@@ -12205,10 +12205,14 @@ namespace kiln::detail {
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
   using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
+  using infer_fn = bool (*)(const ops::any_op&, std::span<const dtype>, std::span<const shape>, dtype&, shape&);
   /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
+  /// The op's dtype and shape rules on a plan's inputs, giving its result's, or false
+  /// when they fail (exec::infer_values); set before `execute`.
+  std::atomic<infer_fn> infer{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
@@ -12239,9 +12243,20 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
 template <class Op>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
-  if constexpr (!KILN_DEVICE_PASS)  // the fused CPU kernels (config.hpp)
+  if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
     row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                     std::memory_order_release);
+    row.infer.store(
+        [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
+          const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
+          const shape_result sh = std::get<Op>(op).result_shape(shapes);
+          if (!dt.ok() || !sh.ok()) return false;
+          type = dt.value;
+          dims = sh.value;
+          return true;
+        },
+        std::memory_order_release);
+  }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);
@@ -13183,17 +13198,10 @@ inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outli
       dtypes.push_back(t.values[in].type);
       shapes.push_back(t.values[in].dims);
     }
-    const bool ok = ops::visit(
-        [&](const auto& op) {
-          dtype_result dt = op.result_dtype(dtypes);
-          shape_result sh = op.result_shape(shapes);
-          if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
-          v.type = dt.value;
-          v.dims = sh.value;
-          return true;
-        },
-        op_node.operation());
-    if (!ok) return std::nullopt;
+    // Through the op's row rather than a visit of every op, so that a source file
+    // compiles the rules of the ops it runs.
+    const auto infer = kernels_of(op_node.operation()).infer.load(std::memory_order_acquire);
+    if (!infer(op_node.operation(), dtypes, shapes, v.type, v.dims) || !v.dims.is_fully_defined()) return std::nullopt;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;
@@ -14611,32 +14619,29 @@ class optimizer {
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
 
-  /// The node `n` reduces to, or -1.
+  /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
+  /// every op: each source file that optimizes a graph compiles this.)
   int simplify(const node& n, const std::vector<int>& ins) const {
-    return ops::visit(
-        [&](const auto& op) -> int {
-          using Op = std::decay_t<decltype(op)>;
-          auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-          if constexpr (std::is_same_v<Op, ops::multiply>) {
-            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-            if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-          } else if constexpr (std::is_same_v<Op, ops::add>) {
-            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-            if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-          } else if constexpr (std::is_same_v<Op, ops::subtract>) {
-            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-          } else if constexpr (std::is_same_v<Op, ops::divide>) {
-            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-          } else if constexpr (std::is_same_v<Op, ops::negate>) {
-            const node& inner = at(ins[0]);
-            if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
-              return keep_if(inner.input_ids()[0]);
-          } else if constexpr (std::is_same_v<Op, ops::cast> || std::is_same_v<Op, ops::reshape>) {
-            return keep_if(ins[0]);
-          }
-          return -1;
-        },
-        n.operation());
+    const ops::any_op& op = n.operation();
+    auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+    if (std::holds_alternative<ops::multiply>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+    } else if (std::holds_alternative<ops::add>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+    } else if (std::holds_alternative<ops::subtract>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+    } else if (std::holds_alternative<ops::divide>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+    } else if (std::holds_alternative<ops::negate>(op)) {
+      const node& inner = at(ins[0]);
+      if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+        return keep_if(inner.input_ids()[0]);
+    } else if (std::holds_alternative<ops::cast>(op) || std::holds_alternative<ops::reshape>(op)) {
+      return keep_if(ins[0]);
+    }
+    return -1;
   }
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op

@@ -58,17 +58,10 @@ inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outli
       dtypes.push_back(t.values[in].type);
       shapes.push_back(t.values[in].dims);
     }
-    const bool ok = ops::visit(
-        [&](const auto& op) {
-          dtype_result dt = op.result_dtype(dtypes);
-          shape_result sh = op.result_shape(shapes);
-          if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return false;
-          v.type = dt.value;
-          v.dims = sh.value;
-          return true;
-        },
-        op_node.operation());
-    if (!ok) return std::nullopt;
+    // Through the op's row rather than a visit of every op, so that a source file
+    // compiles the rules of the ops it runs.
+    const auto infer = kernels_of(op_node.operation()).infer.load(std::memory_order_acquire);
+    if (!infer(op_node.operation(), dtypes, shapes, v.type, v.dims) || !v.dims.is_fully_defined()) return std::nullopt;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;

@@ -36,10 +36,14 @@ namespace kiln::detail {
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
   using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
+  using infer_fn = bool (*)(const ops::any_op&, std::span<const dtype>, std::span<const shape>, dtype&, shape&);
   /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
+  /// The op's dtype and shape rules on a plan's inputs, giving its result's, or false
+  /// when they fail (exec::infer_values); set before `execute`.
+  std::atomic<infer_fn> infer{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
@@ -70,9 +74,20 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
 template <class Op>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
-  if constexpr (!KILN_DEVICE_PASS)  // the fused CPU kernels (config.hpp)
+  if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
     row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
                     std::memory_order_release);
+    row.infer.store(
+        [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
+          const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
+          const shape_result sh = std::get<Op>(op).result_shape(shapes);
+          if (!dt.ok() || !sh.ok()) return false;
+          type = dt.value;
+          dims = sh.value;
+          return true;
+        },
+        std::memory_order_release);
+  }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);

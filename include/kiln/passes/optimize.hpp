@@ -79,32 +79,29 @@ class optimizer {
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
 
-  /// The node `n` reduces to, or -1.
+  /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
+  /// every op: each source file that optimizes a graph compiles this.)
   int simplify(const node& n, const std::vector<int>& ins) const {
-    return ops::visit(
-        [&](const auto& op) -> int {
-          using Op = std::decay_t<decltype(op)>;
-          auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-          if constexpr (std::is_same_v<Op, ops::multiply>) {
-            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-            if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-          } else if constexpr (std::is_same_v<Op, ops::add>) {
-            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-            if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-          } else if constexpr (std::is_same_v<Op, ops::subtract>) {
-            if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-          } else if constexpr (std::is_same_v<Op, ops::divide>) {
-            if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-          } else if constexpr (std::is_same_v<Op, ops::negate>) {
-            const node& inner = at(ins[0]);
-            if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
-              return keep_if(inner.input_ids()[0]);
-          } else if constexpr (std::is_same_v<Op, ops::cast> || std::is_same_v<Op, ops::reshape>) {
-            return keep_if(ins[0]);
-          }
-          return -1;
-        },
-        n.operation());
+    const ops::any_op& op = n.operation();
+    auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+    if (std::holds_alternative<ops::multiply>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+    } else if (std::holds_alternative<ops::add>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+    } else if (std::holds_alternative<ops::subtract>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+    } else if (std::holds_alternative<ops::divide>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+    } else if (std::holds_alternative<ops::negate>(op)) {
+      const node& inner = at(ins[0]);
+      if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+        return keep_if(inner.input_ids()[0]);
+    } else if (std::holds_alternative<ops::cast>(op) || std::holds_alternative<ops::reshape>(op)) {
+      return keep_if(ins[0]);
+    }
+    return -1;
   }
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
