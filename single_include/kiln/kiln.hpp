@@ -14781,9 +14781,8 @@ class assign_variable_op final : public special_op {
   bool has_effects() const { return true; }
   template <class = void>
   tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
-  /// The variable it writes, and how.
+  /// The variable it writes (how, name() says).
   const std::shared_ptr<variable_state>& state() const { return var_; }
-  assign_mode mode() const { return mode_; }
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
