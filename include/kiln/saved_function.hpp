@@ -577,6 +577,8 @@ struct saved_function_io {
           r.fail(where + ": a loop's condition does not match its loop variables");
         if (int(body.arguments().size()) != count - captures || int(body.outputs().size()) != vars + (breaks ? 1 : 0))
           r.fail(where + ": a loop's body does not match its loop variables");
+        if (breaks && body.node_at(body.outputs()[0]).dtype() != bool_)
+          r.fail(where + ": a loop body's break_if flag is not bool");
         for (int k = 0; k < vars + captures; ++k) check_argument(where, cond, std::size_t(k), input(k));
         for (int k = 0; k < count - captures; ++k)
           check_argument(where, body, std::size_t(k), input(k < vars ? k : k + captures));
