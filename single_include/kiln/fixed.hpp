@@ -3075,7 +3075,10 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> floormod(const xsimd::batch<T, A>& a, const xsimd::batch<T, A>& b) {
   auto r = xsimd::fmod(a, b);
   auto zero = xsimd::batch<T, A>(T(0));
-  return xsimd::select((r != zero) & ((r < zero) != (b < zero)), r + b, r);
+  // The signs differ, spelled with & | ~: xsimd 8.1's batch_bool `!=` is wrong on SSE
+  // (it compares the all-ones masks as floats: NaNs) and its `^` on AVX-512.
+  const auto r_negative = r < zero, b_negative = b < zero;
+  return xsimd::select((r != zero) & ((r_negative & ~b_negative) | (~r_negative & b_negative)), r + b, r);
 }
 /// Lane by lane through the scalar `pow`: xsimd's is several ulp off (10 ** 2 is not
 /// 100), and a result must not depend on whether an element ran in a batch.

@@ -231,3 +231,24 @@ TEST_CASE("float32 tanh stays within 6 ulp of the exact value and keeps the spec
   CHECK(std::signbit(result[n - 1]));  // tanh(-0) is -0
   CHECK(std::isnan(kiln::tanh(kiln::testing::make_tensor<float>({std::nanf("")}, shape{1})).to_vector<float>()[0]));
 }
+
+TEST_CASE("floor division and remainder give the scalar results on every SIMD instruction set the build has") {
+  // A build for one machine runs one instruction set: this checks the others it
+  // compiles too (SSE2, which a portable build uses, included), every sign pair.
+  const std::vector<float> a = {-7.5f, -2.f, 0.f, 3.25f, 5.f, -1.f, 2.f, 9.f, -0.f, 7.f, -9.f, 4.f, -4.f, 1.f, -6.f, 6.f};
+  const std::vector<float> b = {2.f, -3.f, 1.5f, -0.5f, 2.f, -3.f, 1.5f, -0.5f, -2.f, -2.f, 4.f, 4.f, -4.f, 3.f, 4.f, -4.f};
+  xsimd::supported_architectures::for_each([&]<class Arch>(Arch) {
+    using batch = xsimd::batch<float, Arch>;
+    for (std::size_t first = 0; first + batch::size <= a.size(); first += batch::size) {
+      const batch x = batch::load_unaligned(a.data() + first), y = batch::load_unaligned(b.data() + first);
+      alignas(64) float mod[batch::size], div[batch::size];
+      kiln::math::floormod(x, y).store_unaligned(mod);
+      kiln::math::floordiv(x, y).store_unaligned(div);
+      for (std::size_t i = 0; i < batch::size; ++i) {
+        INFO(Arch::name() << ": " << a[first + i] << " and " << b[first + i]);
+        CHECK(mod[i] == kiln::math::floormod(a[first + i], b[first + i]));
+        CHECK(div[i] == kiln::math::floordiv(a[first + i], b[first + i]));
+      }
+    }
+  });
+}
