@@ -27,7 +27,12 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE_DIR = REPO / "include"
 # Each root, and the kiln headers it includes as they are rather than inlining them.
-ROOT_HEADERS = {"kiln/kiln.hpp": (), "kiln/fixed.hpp": (), "kiln/saved_function.hpp": ("kiln/kiln.hpp",)}
+ROOT_HEADERS = {
+    "kiln/kiln.hpp": (),
+    "kiln/fixed.hpp": (),
+    "kiln/saved_function.hpp": ("kiln/kiln.hpp",),
+    "kiln/onnx.hpp": ("kiln/kiln.hpp",),
+}
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"
 

@@ -54,6 +54,9 @@ def main(include_dir: str, output: str) -> None:
         "#if __has_include(<nlohmann/json.hpp>)",
         "#include <kiln/saved_function.hpp>",
         "#endif",
+        "#if __has_include(<onnx/onnx_pb.h>)",
+        "#include <kiln/onnx.hpp>",
+        "#endif",
         "",
         "#pragma GCC diagnostic ignored \"-Wunused-variable\"",
         "#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"",
@@ -67,12 +70,15 @@ def main(include_dir: str, output: str) -> None:
             text = "\n".join(code).rstrip()
             where = f"{header.relative_to(root)}:{line}"
             # Thrust's headers are there only in builds that have Thrust, saved
-            # functions only where nlohmann/json is installed.
+            # functions only where nlohmann/json is installed, ONNX export only
+            # where ONNX's schema is.
             guard = None
             if str(header.relative_to(root)).startswith("kiln/backend/thrust/"):
                 guard = "#if KILN_HAS_THRUST"
             elif header.name == "saved_function.hpp" or ".save(" in text:
                 guard = "#if __has_include(<nlohmann/json.hpp>)"
+            elif header.name == "onnx.hpp":
+                guard = "#if __has_include(<onnx/onnx_pb.h>)"
             if guard:
                 out.append(guard)
             if declares_templates(text):

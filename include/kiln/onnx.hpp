@@ -1,0 +1,596 @@
+#pragma once
+/// \file
+/// ONNX export: a traced function written as an ONNX model, for other runtimes
+/// (onnxruntime, TensorRT, ...) to run (docs/onnx_export.md).
+///
+/// An optional part of kiln, outside kiln/kiln.hpp: it builds the model with ONNX's
+/// own protobuf schema (Debian `libonnx-dev`, `libprotobuf-dev`), so a program that
+/// includes it links the CMake target `kiln::onnx`.
+///
+/// \code
+/// kiln::variable w(kiln::ones({3, 2}), "w"), b(kiln::zeros({2}), "b");
+/// kiln::function dense([&](const kiln::tensor& x) { return kiln::relu(kiln::matmul(x, w) + b); });
+/// kiln::onnx::export_model(dense.get_concrete_function(kiln::tensor_spec({kiln::none, 3}, kiln::float32)),
+///                          "dense.onnx");
+/// \endcode
+///
+/// Variables are written as initializers holding their current values (ONNX has no
+/// state); `cond` becomes `If` and `while` becomes `Loop`; `kiln::print` nodes are left
+/// out (no ONNX op writes to the console). A node that ONNX cannot express (a variable
+/// assignment, a random draw, a host callback, ...) raises kiln::unavailable_error
+/// naming the node and its op.
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+// What the CMake target of Debian's libonnx-dev defines, for builds without it: ONNX's
+// classes in namespace ::onnx, from its schema with the ML extensions.
+#ifndef ONNX_NAMESPACE
+#define ONNX_NAMESPACE onnx
+#endif
+#ifndef ONNX_ML
+#define ONNX_ML 1
+#endif
+#include <onnx/onnx_pb.h>
+
+#include "kiln/kiln.hpp"
+
+namespace kiln::onnx {
+
+/// The ONNX operator set the exporter writes (ONNX 1.16, onnxruntime 1.17 and later);
+/// every operator it uses has kept its meaning in the opsets since.
+inline constexpr std::int64_t opset_version = 21;
+/// The ONNX IR version that goes with opset_version.
+inline constexpr std::int64_t ir_version = 10;
+
+inline ::onnx::TensorProto to_tensor(const tensor& value, const std::string& name = "");
+
+namespace detail {
+
+using kiln::detail::assign_variable_op;
+using kiln::detail::cond_op;
+using kiln::detail::host_callback_op;
+using kiln::detail::print_op;
+using kiln::detail::random_uniform_op;
+using kiln::detail::read_variable_op;
+using kiln::detail::variable_state;
+using kiln::detail::while_op;
+using ::onnx::AttributeProto;
+using ::onnx::GraphProto;
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+
+inline TensorProto::DataType element_type(kiln::dtype t) {
+  switch (t) {
+    case kiln::bool_:
+      return TensorProto::BOOL;
+    case kiln::int32:
+      return TensorProto::INT32;
+    case kiln::int64:
+      return TensorProto::INT64;
+    case kiln::float32:
+      return TensorProto::FLOAT;
+    case kiln::float64:
+      return TensorProto::DOUBLE;
+    default:
+      return TensorProto::STRING;
+  }
+}
+
+/// `v`'s dtype and shape as an ONNX value, with `None` dims left unnamed.
+inline void set_type(::onnx::ValueInfoProto& v, kiln::dtype t, const kiln::shape& s) {
+  auto* tensor_type = v.mutable_type()->mutable_tensor_type();
+  tensor_type->set_elem_type(element_type(t));
+  if (!s.has_known_rank()) return;
+  auto* dims = tensor_type->mutable_shape();
+  for (std::int64_t d : s) {
+    auto* dim = dims->add_dim();
+    if (d != none) dim->set_dim_value(d);
+  }
+}
+
+/// A kiln shape or int_list as the int64 list ONNX takes.
+template <class Range>
+std::vector<std::int64_t> ints(const Range& r) {
+  return std::vector<std::int64_t>(r.begin(), r.end());
+}
+
+/// The ONNX operator of the ops that map one to one.
+template <class Op>
+inline constexpr std::string_view same_op{};
+// clang-format off
+template <> inline constexpr std::string_view same_op<ops::negate> = "Neg";
+template <> inline constexpr std::string_view same_op<ops::abs> = "Abs";
+template <> inline constexpr std::string_view same_op<ops::exp> = "Exp";
+template <> inline constexpr std::string_view same_op<ops::log> = "Log";
+template <> inline constexpr std::string_view same_op<ops::sqrt> = "Sqrt";
+template <> inline constexpr std::string_view same_op<ops::tanh> = "Tanh";
+template <> inline constexpr std::string_view same_op<ops::sigmoid> = "Sigmoid";
+template <> inline constexpr std::string_view same_op<ops::logical_not> = "Not";
+template <> inline constexpr std::string_view same_op<ops::subtract> = "Sub";
+template <> inline constexpr std::string_view same_op<ops::multiply> = "Mul";
+template <> inline constexpr std::string_view same_op<ops::pow> = "Pow";
+template <> inline constexpr std::string_view same_op<ops::maximum> = "Max";
+template <> inline constexpr std::string_view same_op<ops::minimum> = "Min";
+template <> inline constexpr std::string_view same_op<ops::less> = "Less";
+template <> inline constexpr std::string_view same_op<ops::less_equal> = "LessOrEqual";
+template <> inline constexpr std::string_view same_op<ops::greater> = "Greater";
+template <> inline constexpr std::string_view same_op<ops::greater_equal> = "GreaterOrEqual";
+template <> inline constexpr std::string_view same_op<ops::equal> = "Equal";
+template <> inline constexpr std::string_view same_op<ops::logical_and> = "And";
+template <> inline constexpr std::string_view same_op<ops::logical_or> = "Or";
+template <> inline constexpr std::string_view same_op<ops::where> = "Where";
+template <> inline constexpr std::string_view same_op<ops::matmul> = "MatMul";
+template <> inline constexpr std::string_view same_op<ops::gather> = "Gather";
+template <> inline constexpr std::string_view same_op<ops::concat> = "Concat";
+template <> inline constexpr std::string_view same_op<ops::reduce_sum> = "ReduceSum";
+template <> inline constexpr std::string_view same_op<ops::reduce_mean> = "ReduceMean";
+template <> inline constexpr std::string_view same_op<ops::reduce_max> = "ReduceMax";
+template <> inline constexpr std::string_view same_op<ops::reduce_min> = "ReduceMin";
+// clang-format on
+
+/// Builds one ONNX model from a concrete function: the main graph, and the branch and
+/// body graphs of its conditionals and loops, which read the values of the graphs
+/// around them by name, as ONNX allows.
+class exporter {
+ public:
+  ::onnx::ModelProto model(const concrete_function& f) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(ir_version);
+    m.set_producer_name("kiln");
+    m.set_producer_version(std::to_string(KILN_VERSION_MAJOR) + "." + std::to_string(KILN_VERSION_MINOR) + "." +
+                           std::to_string(KILN_VERSION_PATCH));
+    auto* opset = m.add_opset_import();
+    opset->set_domain("");
+    opset->set_version(opset_version);
+    main_ = m.mutable_graph();
+    main_->set_name("kiln_function");
+
+    const kiln::graph& g = f.graph();
+    // Inputs are named as the function's arguments (its `arg_names` option, else x0,
+    // x1, ...), outputs as kiln names them; every other value after its node, made
+    // unique across the model.
+    for (int id : g.arguments()) used_.insert(g.node_at(id).name());
+    for (int id : g.outputs()) used_.insert(g.node_at(id).name());
+    std::vector<std::string> args;
+    for (int id : g.arguments()) {
+      const node& p = g.node_at(id);
+      auto* input = main_->add_input();
+      input->set_name(p.name());
+      set_type(*input, p.dtype(), p.shape());
+      args.push_back(p.name());
+    }
+    const std::vector<std::string> outputs = emit(*main_, g, args, /*outer_names=*/true);
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      const node& o = g.node_at(g.outputs()[k]);
+      auto* output = main_->add_output();
+      output->set_name(outputs[k]);
+      set_type(*output, o.dtype(), o.shape());
+    }
+    return m;
+  }
+
+ private:
+  GraphProto* main_ = nullptr;
+  std::unordered_set<std::string> used_;
+  std::unordered_map<const variable_state*, std::string> variables_;
+
+  /// `base`, or `base_1`, `base_2`, ...: the first that no value of the model has.
+  std::string fresh(const std::string& base) {
+    if (used_.insert(base).second) return base;
+    for (int k = 1;; ++k)
+      if (std::string name = base + "_" + std::to_string(k); used_.insert(name).second) return name;
+  }
+
+  /// A value known when exporting, as an initializer of the main graph (which the
+  /// graphs inside it see too).
+  std::string constant(const tensor& t, const std::string& base = "const") {
+    const std::string name = fresh(base);
+    *main_->add_initializer() = to_tensor(t, name);
+    return name;
+  }
+  std::string int64s(std::span<const std::int64_t> values) {
+    return constant(kiln::constant(std::vector<std::int64_t>(values.begin(), values.end()),
+                                   kiln::shape{std::int64_t(values.size())}));
+  }
+  std::string int64s(std::initializer_list<std::int64_t> values) {
+    return int64s(std::span(values.begin(), values.size()));
+  }
+
+  /// Adds node `op_type` to `g`, with `outputs` outputs named after `output_base`.
+  NodeProto& add(GraphProto& g, std::string_view op_type, std::vector<std::string> inputs,
+                 const std::string& output_base, int outputs = 1) {
+    NodeProto& n = *g.add_node();
+    n.set_op_type(std::string(op_type));
+    n.set_name(fresh(output_base + "/" + std::string(op_type)));
+    for (std::string& in : inputs) n.add_input(std::move(in));
+    for (int k = 0; k < outputs; ++k) n.add_output(fresh(output_base));
+    return n;
+  }
+  /// Adds node `op_type` to `g` and returns its one output.
+  std::string value(GraphProto& g, std::string_view op_type, std::vector<std::string> inputs,
+                    const std::string& output_base) {
+    return add(g, op_type, std::move(inputs), output_base).output(0);
+  }
+  static void attribute(NodeProto& n, const std::string& name, std::int64_t v) {
+    AttributeProto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(AttributeProto::INT);
+    a.set_i(v);
+  }
+  static void attribute(NodeProto& n, const std::string& name, std::span<const std::int64_t> v) {
+    AttributeProto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(AttributeProto::INTS);
+    for (std::int64_t x : v) a.add_ints(x);
+  }
+  static void attribute(NodeProto& n, const std::string& name, const std::string& v) {
+    AttributeProto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(AttributeProto::STRING);
+    a.set_s(v);
+  }
+  static GraphProto& graph_attribute(NodeProto& n, const std::string& name) {
+    AttributeProto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(AttributeProto::GRAPH);
+    GraphProto& g = *a.mutable_g();
+    g.set_name(n.name() + "/" + name);
+    return g;
+  }
+  std::string cast(GraphProto& g, const std::string& x, kiln::dtype to, const std::string& base) {
+    NodeProto& n = add(g, "Cast", {x}, base);
+    attribute(n, "to", std::int64_t(element_type(to)));
+    return n.output(0);
+  }
+
+  [[noreturn]] static void unavailable(const node& n, const std::string& why) {
+    const std::string op = n.name() == n.op() ? "" : " (" + std::string(n.op()) + ")";
+    throw unavailable_error("kiln::onnx::export_model: node " + n.name() + op + " " + why);
+  }
+
+  /// Emits the nodes of `kg` into `g`, its arguments being the values `args`; returns
+  /// the names of its outputs. The main graph's outputs keep kiln's names
+  /// (`outer_names`); a branch's or body's are fresh.
+  std::vector<std::string> emit(GraphProto& g, const kiln::graph& kg, const std::vector<std::string>& args,
+                                bool outer_names = false) {
+    std::vector<std::string> names(kg.nodes().size());
+    for (std::size_t k = 0; k < args.size(); ++k) names[std::size_t(kg.arguments()[k])] = args[k];
+    for (std::size_t id = 0; id < kg.nodes().size(); ++id) {
+      const node& n = kg.nodes()[id];
+      std::vector<std::string> in;
+      for (int i : n.input_ids()) {
+        if (names[std::size_t(i)].empty()) unavailable(n, "reads a value that has no ONNX counterpart");
+        in.push_back(names[std::size_t(i)]);
+      }
+      switch (n.kind()) {
+        case node_kind::placeholder:
+        case node_kind::result:  // named by its special node
+          break;
+        case node_kind::constant:
+          names[id] = constant(n.value(), n.name());
+          break;
+        case node_kind::identity: {
+          NodeProto& out = add(g, "Identity", in, n.name());
+          if (outer_names) out.set_output(0, n.name());
+          names[id] = out.output(0);
+          break;
+        }
+        case node_kind::op:
+          names[id] = ops::visit([&](const auto& op) { return emit_op(g, op, n, kg, in); }, n.operation());
+          break;
+        case node_kind::special: {
+          std::vector<std::string> results = emit_special(g, n, kg, in);
+          for (std::size_t k = 0; k < results.size(); ++k) names[id + k] = std::move(results[k]);
+          break;
+        }
+      }
+    }
+    std::vector<std::string> outputs;
+    for (int id : kg.outputs()) outputs.push_back(names[std::size_t(id)]);
+    return outputs;
+  }
+
+  template <class Op>
+  std::string emit_op(GraphProto& g, const Op& op, const node& n, const kiln::graph& kg,
+                      const std::vector<std::string>& in) {
+    const std::string& base = n.name();
+    const auto input = [&](std::size_t k) -> const node& { return kg.node_at(n.input_ids()[k]); };
+    const kiln::dtype type = input(0).dtype();
+    if constexpr (std::is_same_v<Op, ops::add>) {
+      return value(g, type == kiln::string ? "StringConcat" : "Add", in, base);
+    } else if constexpr (std::is_same_v<Op, ops::relu>) {
+      if (is_floating(type)) return value(g, "Relu", in, base);
+      return value(g, "Max", {in[0], constant(kiln::zeros({}, type))}, base);
+    } else if constexpr (std::is_same_v<Op, ops::square>) {
+      return value(g, "Mul", {in[0], in[0]}, base);
+    } else if constexpr (std::is_same_v<Op, ops::not_equal>) {
+      return value(g, "Not", {value(g, "Equal", in, base)}, base);
+    } else if constexpr (std::is_same_v<Op, ops::cast>) {
+      return cast(g, in[0], op.to, base);
+    } else if constexpr (std::is_same_v<Op, ops::divide>) {
+      if (is_floating(type)) return value(g, "Div", in, base);
+      // Integers divide as float64, as TensorFlow's `/`.
+      return value(g, "Div", {cast(g, in[0], float64, base), cast(g, in[1], float64, base)}, base);
+    } else if constexpr (std::is_same_v<Op, ops::floordiv>) {
+      if (is_floating(type)) return value(g, "Floor", {value(g, "Div", in, base)}, base);
+      // a - floormod(a, b) is a multiple of b, so ONNX's truncating Div is exact on it.
+      NodeProto& mod = add(g, "Mod", in, base);
+      attribute(mod, "fmod", std::int64_t(0));
+      return value(g, "Div", {value(g, "Sub", {in[0], mod.output(0)}, base), in[1]}, base);
+    } else if constexpr (std::is_same_v<Op, ops::floormod>) {
+      NodeProto& mod = add(g, "Mod", in, base);
+      if (!is_floating(type)) {
+        attribute(mod, "fmod", std::int64_t(0));  // integers: the divisor's sign, as floormod
+        return mod.output(0);
+      }
+      // fmod, then moved into the divisor's sign, as kiln's floormod computes it.
+      attribute(mod, "fmod", std::int64_t(1));
+      const std::string r = mod.output(0), zero = constant(kiln::zeros({}, type));
+      const std::string nonzero = value(g, "Not", {value(g, "Equal", {r, zero}, base)}, base);
+      const std::string signs_differ =
+          value(g, "Xor", {value(g, "Less", {r, zero}, base), value(g, "Less", {in[1], zero}, base)}, base);
+      return value(g, "Where", {value(g, "And", {nonzero, signs_differ}, base), value(g, "Add", {r, in[1]}, base), r},
+                   base);
+    } else if constexpr (!same_op<Op>.empty() && (std::is_base_of_v<ops::reduction_op, Op>)) {
+      NodeProto& r = add(g, same_op<Op>, {in[0]}, base);
+      if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
+      attribute(r, "keepdims", std::int64_t(op.keepdims));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::argmax>) {
+      return argmax(g, op, n, input(0), in[0]);
+    } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
+      NodeProto& c = add(g, same_op<Op>, in, base);
+      attribute(c, "axis", op.axis);
+      return c.output(0);
+    } else if constexpr (!same_op<Op>.empty()) {
+      return value(g, same_op<Op>, in, base);
+    } else if constexpr (std::is_same_v<Op, ops::reshape>) {
+      NodeProto& r = add(g, "Reshape", {in[0], int64s(ints(op.new_shape))}, base);
+      // A 0 in kiln's shape is an empty dim, not ONNX's "copy the input's dim".
+      bool has_zero = false;
+      for (std::int64_t d : op.new_shape) has_zero = has_zero || d == 0;
+      if (has_zero) attribute(r, "allowzero", std::int64_t(1));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::transpose>) {
+      NodeProto& t = add(g, "Transpose", in, base);
+      if (!op.perm.empty()) attribute(t, "perm", ints(op.perm));
+      return t.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::stack>) {
+      const std::string axis = int64s({op.axis});
+      std::vector<std::string> rows;
+      for (const std::string& x : in) rows.push_back(value(g, "Unsqueeze", {x, axis}, base));
+      NodeProto& c = add(g, "Concat", rows, base);
+      attribute(c, "axis", op.axis);
+      return c.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::index>) {
+      NodeProto& r = add(g, "Gather", {in[0], constant(kiln::constant(op.i))}, base);
+      attribute(r, "axis", std::int64_t(0));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::slice>) {
+      std::vector<std::int64_t> ends, axes;
+      for (int d = 0; d < op.begin.size(); ++d) {
+        ends.push_back(op.size[d] == -1 ? std::numeric_limits<std::int64_t>::max() : op.begin[d] + op.size[d]);
+        axes.push_back(d);
+      }
+      return value(g, "Slice", {in[0], int64s(ints(op.begin)), int64s(ends), int64s(axes)}, base);
+    } else if constexpr (std::is_same_v<Op, ops::shape_of>) {
+      return cast(g, value(g, "Shape", in, base), int32, base);
+    } else if constexpr (std::is_same_v<Op, ops::set_item>) {
+      // ScatterND with one index [[i]] and one update, the new row.
+      const std::string i = input(1).dtype() == int64 ? in[1] : cast(g, in[1], int64, base);
+      const std::string index = value(g, "Reshape", {i, int64s({1, 1})}, base);
+      const std::string row = value(g, "Unsqueeze", {in[2], int64s({0})}, base);
+      return value(g, "ScatterND", {in[0], index, row}, base);
+    } else if constexpr (std::is_same_v<Op, ops::pad_rows>) {
+      // Pads the first dim at its end with max(rows - dim 0, 0) rows of zeros.
+      const std::string rows = input(1).dtype() == int64 ? in[1] : cast(g, in[1], int64, base);
+      const std::string first = value(g, "Slice", {value(g, "Shape", {in[0]}, base), int64s({0}), int64s({1})}, base);
+      const std::string missing =
+          value(g, "Max", {value(g, "Sub", {value(g, "Reshape", {rows, int64s({1})}, base), first}, base), int64s({0})},
+                base);
+      NodeProto& pads = add(g, "Concat", {int64s({0}), missing}, base);
+      attribute(pads, "axis", std::int64_t(0));
+      return value(g, "Pad", {in[0], pads.output(0), "", int64s({0})}, base);
+    } else if constexpr (std::is_same_v<Op, ops::conv2d>) {
+      if (!is_floating(type))
+        unavailable(n, "convolves " + std::string(name(type)) + " values; ONNX's Conv takes floats");
+      // ONNX convolves NCHW inputs with OIHW filters; kiln's are NHWC and HWIO.
+      NodeProto& x = add(g, "Transpose", {in[0]}, base);
+      attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
+      NodeProto& w = add(g, "Transpose", {in[1]}, base);
+      attribute(w, "perm", std::vector<std::int64_t>{3, 2, 0, 1});
+      NodeProto& c = add(g, "Conv", {x.output(0), w.output(0)}, base);
+      attribute(c, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
+      // SAME pads the odd element at the end, as TensorFlow does: SAME_UPPER.
+      attribute(c, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
+      NodeProto& y = add(g, "Transpose", {c.output(0)}, base);
+      attribute(y, "perm", std::vector<std::int64_t>{0, 2, 3, 1});
+      return y.output(0);
+    } else {
+      unavailable(n, "has no ONNX operator");
+    }
+  }
+
+  std::string argmax(GraphProto& g, const ops::argmax& op, const node& n, const node& x, const std::string& in) {
+    const std::string& base = n.name();
+    if (!op.axis.all() && op.axis.list().size() == 1) {
+      NodeProto& a = add(g, "ArgMax", {in}, base);
+      attribute(a, "axis", op.axis.list()[0]);
+      attribute(a, "keepdims", std::int64_t(op.keepdims));
+      return a.output(0);
+    }
+    if (!op.axis.all() && !(x.shape().has_known_rank() && op.axis.list().size() == x.shape().rank()))
+      unavailable(n, "reduces " + op.axis.list().str() + "; ONNX's ArgMax reduces one axis or all");
+    // Over every element: ArgMax of the flattened input, in row-major order as kiln counts.
+    NodeProto& a = add(g, "ArgMax", {value(g, "Reshape", {in, int64s({-1})}, base)}, base);
+    attribute(a, "axis", std::int64_t(0));
+    attribute(a, "keepdims", std::int64_t(0));
+    if (!op.keepdims) return a.output(0);
+    if (!x.shape().has_known_rank()) unavailable(n, "keeps the dims of an input whose rank is unknown");
+    return value(g, "Reshape", {a.output(0), int64s(std::vector<std::int64_t>(std::size_t(x.shape().rank()), 1))},
+                 base);
+  }
+
+  std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
+                                        const std::vector<std::string>& in) {
+    const special_op& s = n.special();
+    const int id = int(&n - kg.nodes().data());
+    if (auto* read = s.as<read_variable_op>()) {
+      const std::shared_ptr<variable_state>& v = read->state();
+      auto [it, fresh_variable] = variables_.emplace(v.get(), std::string());
+      if (fresh_variable) it->second = constant(v->read(), v->name());
+      return {it->second};
+    }
+    if (s.as<print_op>()) return std::vector<std::string>(std::size_t(n.result_count()));
+    if (auto* c = s.as<cond_op>()) {
+      NodeProto& if_node = add(g, "If", {in[0]}, n.name(), n.result_count());
+      branch(graph_attribute(if_node, "then_branch"), c->then_graph(), c->then_args(), in);
+      branch(graph_attribute(if_node, "else_branch"), c->else_graph(), c->else_args(), in);
+      return {if_node.output().begin(), if_node.output().end()};
+    }
+    if (auto* w = s.as<while_op>()) return loop(g, n, *w, kg, id, in);
+    if (s.as<assign_variable_op>()) unavailable(n, "assigns a variable; an ONNX model has no state");
+    if (s.as<random_uniform_op>()) unavailable(n, "draws random numbers, which ONNX's RandomUniform cannot repeat");
+    if (s.as<host_callback_op>()) unavailable(n, "calls back into C++");
+    unavailable(n, "has no ONNX operator");
+  }
+
+  /// A branch of `If`: its arguments are the captures `picks` of the `cond` node.
+  void branch(GraphProto& b, const kiln::graph& kg, const std::vector<int>& picks, const std::vector<std::string>& in) {
+    std::vector<std::string> args;
+    for (int k : picks) args.push_back(in[std::size_t(k) + 1]);
+    const std::vector<std::string> outputs = emit(b, kg, args);
+    for (std::size_t k = 0; k < outputs.size(); ++k) {
+      const node& o = kg.node_at(kg.outputs()[k]);
+      auto* out = b.add_output();
+      out->set_name(outputs[k]);
+      set_type(*out, o.dtype(), o.shape());
+    }
+  }
+
+  /// `while` as ONNX's `Loop`, which tests its condition after each body: the condition
+  /// is computed once before the loop, and again at the end of the body on the next
+  /// values. A body ending in kiln::break_if keeps the values it started with and
+  /// stops when its flag is set.
+  std::vector<std::string> loop(GraphProto& g, const node& n, const while_op& w, const kiln::graph& kg, int id,
+                                const std::vector<std::string>& in) {
+    const std::size_t vars = std::size_t(w.loop_variables()), cond_captures = std::size_t(w.cond_captures());
+    const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
+                                                    in.begin() + std::ptrdiff_t(vars + cond_captures));
+    const auto condition = [&](GraphProto& into, const std::vector<std::string>& values) {
+      std::vector<std::string> args = values;
+      args.insert(args.end(), captured_by_cond.begin(), captured_by_cond.end());
+      const std::string flag = emit(into, w.cond_graph(), args)[0];
+      if (w.cond_graph().node_at(w.cond_graph().outputs()[0]).dtype() != kiln::bool_)
+        unavailable(n, "has a condition that is not a bool");
+      return flag;
+    };
+    const std::vector<std::string> initial(in.begin(), in.begin() + std::ptrdiff_t(vars));
+    NodeProto& loop_node = add(g, "Loop", {"", condition(g, initial)}, n.name(), int(vars));
+    for (std::size_t k = 0; k < vars; ++k) loop_node.add_input(in[k]);
+
+    GraphProto& body = graph_attribute(loop_node, "body");
+    const auto add_value = [&](auto* list, const std::string& name, kiln::dtype t, const kiln::shape& s) {
+      auto* v = list->Add();
+      v->set_name(name);
+      set_type(*v, t, s);
+    };
+    add_value(body.mutable_input(), fresh(n.name() + "/iteration"), int64, kiln::shape{});
+    add_value(body.mutable_input(), fresh(n.name() + "/running"), kiln::bool_, kiln::shape{});
+    std::vector<std::string> values;
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      values.push_back(fresh(n.name() + "/var"));
+      add_value(body.mutable_input(), values.back(), v.dtype(), v.shape());
+    }
+    std::vector<std::string> args = values;
+    args.insert(args.end(), in.begin() + std::ptrdiff_t(vars + cond_captures), in.end());
+    std::vector<std::string> next = emit(body, w.body_graph(), args);
+
+    std::vector<std::string> outputs;
+    if (!w.breaks()) {
+      outputs.push_back(condition(body, next));
+      outputs.insert(outputs.end(), next.begin(), next.end());
+    } else {
+      // If(flag): stop with the values this iteration began with; else go on with the next.
+      NodeProto& stop = add(body, "If", {next[0]}, n.name() + "/break", int(vars) + 1);
+      GraphProto& then_branch = graph_attribute(stop, "then_branch");
+      GraphProto& else_branch = graph_attribute(stop, "else_branch");
+      // An initializer is no node's output: the branch returns the flag through Identity.
+      std::vector<std::string> then_outputs = {
+          value(then_branch, "Identity", {constant(kiln::constant(false), n.name() + "/stop")}, n.name() + "/stop")};
+      std::vector<std::string> else_outputs = {
+          condition(else_branch, std::vector<std::string>(next.begin() + 1, next.end()))};
+      for (std::size_t k = 0; k < vars; ++k) {
+        then_outputs.push_back(value(then_branch, "Identity", {values[k]}, n.name() + "/var"));
+        else_outputs.push_back(value(else_branch, "Identity", {next[k + 1]}, n.name() + "/var"));
+      }
+      for (std::size_t k = 0; k <= vars; ++k) {
+        const node* v = k == 0 ? nullptr : &kg.node_at(id + int(k) - 1);
+        const kiln::dtype t = v ? v->dtype() : kiln::bool_;
+        const kiln::shape s = v ? v->shape() : kiln::shape{};
+        add_value(then_branch.mutable_output(), then_outputs[k], t, s);
+        add_value(else_branch.mutable_output(), else_outputs[k], t, s);
+      }
+      outputs.assign(stop.output().begin(), stop.output().end());
+    }
+    add_value(body.mutable_output(), outputs[0], kiln::bool_, kiln::shape{});
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      add_value(body.mutable_output(), outputs[k + 1], v.dtype(), v.shape());
+    }
+    return {loop_node.output().begin(), loop_node.output().end()};
+  }
+};
+
+}  // namespace detail
+
+/// `value` as an ONNX tensor named `name` (an initializer, or test data in ONNX's
+/// `input_0.pb` layout): numbers as raw little-endian bytes, strings one by one.
+/// \code ::onnx::TensorProto p = kiln::onnx::to_tensor(kiln::constant({1.f, 2.f}), "x"); \endcode
+inline ::onnx::TensorProto to_tensor(const tensor& value, const std::string& name) {
+  const tensor t = value.device() == device::cpu ? value : value.to(device::cpu);
+  ::onnx::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(detail::element_type(t.dtype()));
+  for (std::int64_t d : t.shape()) p.add_dims(d);
+  if (t.dtype() == kiln::string) {
+    for (const std::string& s : t.to_vector<std::string>()) p.add_string_data(s);
+  } else {
+    p.set_raw_data(static_cast<const char*>(t.raw_data()), std::size_t(t.size()) * std::size_t(size_of(t.dtype())));
+  }
+  return p;
+}
+
+/// `f`'s graph as an ONNX model (opset kiln::onnx::opset_version), its variables' current
+/// values as initializers. Raises kiln::unavailable_error naming the first node that
+/// ONNX cannot express.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return kiln::tanh(x) * 2; });
+/// ::onnx::ModelProto m = kiln::onnx::to_model(f.get_concrete_function(kiln::tensor_spec({3}, kiln::float32)));
+/// \endcode
+inline ::onnx::ModelProto to_model(const concrete_function& f) { return detail::exporter().model(f); }
+
+/// Writes `f` as an ONNX model to `path` (see to_model).
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return kiln::tanh(x) * 2; });
+/// kiln::onnx::export_model(f.get_concrete_function(kiln::tensor_spec({3}, kiln::float32)), "f.onnx");
+/// \endcode
+inline void export_model(const concrete_function& f, const std::filesystem::path& path) {
+  const ::onnx::ModelProto m = to_model(f);
+  std::ofstream os(path, std::ios::binary | std::ios::trunc);
+  if (!os || !m.SerializeToOstream(&os))
+    throw invalid_argument_error("kiln::onnx::export_model: cannot write " + path.string());
+}
+
+}  // namespace kiln::onnx

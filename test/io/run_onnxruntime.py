@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Runs the ONNX models that kiln exports in onnxruntime and compares their outputs
+with kiln's.
+
+    run_onnxruntime.py EXPORTER CASES_DIR VENV_DIR
+
+EXPORTER is the test executable holding the case "the examples' graphs run in
+onnxruntime"; run with $KILN_ONNX_CASES_DIR set, it writes each model with its input
+sets and kiln's outputs, in ONNX's test-data layout, under CASES_DIR. Each model is
+checked by ONNX's checker (with shape inference), then run by onnxruntime on every
+input set: integer, bool and string outputs must be equal, floating-point ones within
+1e-5 relative and 1e-6 absolute (onnxruntime's kernels round differently). Each model
+runs twice: as written (kiln's opset) and relabelled with the newest opset that both
+onnx and onnxruntime know, which checks that the operators kiln uses still mean the
+same there.
+
+onnx, onnxruntime and numpy come from PyPI: when this Python lacks them, they are
+installed into a virtual environment at VENV_DIR (made once), and the script runs
+again from there.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+PACKAGES = ["onnx", "onnxruntime", "numpy"]
+
+
+def ensure_packages(venv: pathlib.Path) -> None:
+    try:
+        import numpy  # noqa: F401
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        return
+    except ImportError:
+        pass
+    python = venv / "bin" / "python3"
+    if pathlib.Path(sys.executable).resolve() == python.resolve():
+        sys.exit("run_onnxruntime.py: the virtual environment at %s lacks %s" % (venv, " ".join(PACKAGES)))
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PACKAGES], check=True)
+    os.execv(str(python), [str(python), *sys.argv])
+
+
+def main() -> int:
+    exporter, cases_dir, venv = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+    ensure_packages(venv)
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper
+    import onnxruntime
+
+    cases_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([exporter, "the examples' graphs run in onnxruntime"], check=True,
+                   env={**os.environ, "KILN_ONNX_CASES_DIR": str(cases_dir)}, stdout=subprocess.DEVNULL)
+
+    def load(path: pathlib.Path):
+        return onnx.numpy_helper.to_array(onnx.load_tensor(str(path)))
+
+    cases = sorted(p for p in cases_dir.iterdir() if (p / "model.onnx").exists())
+    if not cases:
+        print("no models were exported under %s" % cases_dir)
+        return 1
+    def session_of(model):
+        return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    def relabelled(model, opset):
+        newer = onnx.ModelProto()
+        newer.CopyFrom(model)
+        newer.opset_import[0].version = opset
+        newer.ir_version = max(v[1] for v in onnx.helper.VERSION_TABLE if v[2] <= opset)
+        return newer
+
+    # The newest opset onnxruntime runs, of those onnx knows.
+    newest = onnx.defs.onnx_opset_version()
+    probe = onnx.load(str(cases[0] / "model.onnx"))
+    while newest > probe.opset_import[0].version:
+        try:
+            session_of(relabelled(probe, newest))
+            break
+        except Exception:  # onnxruntime is older than onnx: try the opset before
+            newest -= 1
+
+    failures = 0
+    runs = []
+    for case in cases:
+        model = onnx.load(str(case / "model.onnx"))
+        onnx.checker.check_model(model, full_check=True)
+        runs.append((case, "opset %d" % model.opset_import[0].version, session_of(model)))
+        if newest > model.opset_import[0].version:
+            newer = relabelled(model, newest)
+            onnx.checker.check_model(newer, full_check=True)
+            runs.append((case, "opset %d" % newest, session_of(newer)))
+    for case, opset, session in runs:
+        names = [i.name for i in session.get_inputs()]
+        for data in sorted(case.glob("test_data_set_*")):
+            inputs = [load(data / ("input_%d.pb" % k)) for k in range(len(names))]
+            expected = [load(p) for p in sorted(data.glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))]
+            got = session.run(None, dict(zip(names, inputs)))
+            problems = []
+            if len(got) != len(expected):
+                problems.append("%d outputs, kiln gives %d" % (len(got), len(expected)))
+            for k, (g, e) in enumerate(zip(got, expected)):
+                g = np.asarray(g)
+                if g.shape != e.shape or g.dtype != e.dtype:
+                    problems.append("output %d: %s %s, kiln gives %s %s" % (k, g.dtype, g.shape, e.dtype, e.shape))
+                elif e.dtype.kind == "f":
+                    if not np.allclose(g, e, rtol=1e-5, atol=1e-6, equal_nan=True):
+                        problems.append("output %d differs by up to %g" % (k, np.max(np.abs(g - e))))
+                elif not np.array_equal(g, e):
+                    problems.append("output %d: %s, kiln gives %s" % (k, g.tolist(), e.tolist()))
+            status = "ok" if not problems else "FAILED: " + "; ".join(problems)
+            print("%s/%s, %s: %s" % (case.name, data.name, opset, status))
+            failures += bool(problems)
+    print("%d models, %d runs failed (onnxruntime %s, onnx %s)" %
+          (len(cases), failures, onnxruntime.__version__, onnx.__version__))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
