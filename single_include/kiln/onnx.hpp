@@ -406,6 +406,8 @@ class exporter {
       NodeProto& pads = add(g, "Concat", {int64s({0}), missing}, base);
       attribute(pads, "axis", std::int64_t(0));
       return value(g, "Pad", {in[0], pads.output(0), "", int64s({0})}, base);
+    } else if constexpr (std::is_same_v<Op, ops::unsorted_segment_sum>) {
+      return segment_sum(g, op, n, input(0), input(1), in);
     } else if constexpr (std::is_same_v<Op, ops::conv2d>) {
       if (!is_floating(type))
         unavailable(n, "convolves " + std::string(name(type)) + " values; ONNX's Conv takes floats");
@@ -444,6 +446,49 @@ class exporter {
     if (!x.shape().has_known_rank()) unavailable(n, "keeps the dims of an input whose rank is unknown");
     return value(g, "Reshape", {a.output(0), int64s(std::vector<std::int64_t>(std::size_t(x.shape().rank()), 1))},
                  base);
+  }
+
+  /// ScatterND adding the slices of `data` into zeros, one row per segment and one more
+  /// that the negative ids (which kiln drops) go to, sliced off at the end. The dims the
+  /// ids index move to the front first, and the segments' dim to `axis` after.
+  std::string segment_sum(GraphProto& g, const ops::unsorted_segment_sum& op, const node& n, const node& data,
+                          const node& ids, const std::vector<std::string>& in) {
+    const std::string& base = n.name();
+    if (!data.shape().has_known_rank() || !ids.shape().has_known_rank())
+      unavailable(n, "has inputs of unknown rank, which ONNX's ScatterND needs");
+    const std::int64_t rank = data.shape().rank(), id_rank = ids.shape().rank(), axis = op.axis;
+    std::vector<std::int64_t> to_front, to_axis;
+    for (std::int64_t d = axis; d < axis + id_rank; ++d) to_front.push_back(d);
+    for (std::int64_t d = 0; d < rank; ++d)
+      if (d < axis || d >= axis + id_rank) to_front.push_back(d);
+    for (std::int64_t d = 1; d <= axis; ++d) to_axis.push_back(d);
+    to_axis.push_back(0);
+    for (std::int64_t d = axis + 1; d < rank - id_rank + 1; ++d) to_axis.push_back(d);
+
+    NodeProto& moved = add(g, "Transpose", {in[0]}, base);
+    attribute(moved, "perm", to_front);
+    const std::string segments = constant(kiln::constant(op.num_segments), base + "/segments");
+    const std::string id = ids.dtype() == int64 ? in[1] : cast(g, in[1], int64, base);
+    const std::string zero = constant(kiln::constant(std::int64_t(0)));
+    const std::string kept = value(g, "Where", {value(g, "Less", {id, zero}, base), segments, id}, base);
+    const std::string indices = value(g, "Unsqueeze", {kept, int64s({-1})}, base);
+    // Zeros of shape (num_segments + 1,) + the dims of data that the ids do not index.
+    NodeProto& rest = add(g, "Shape", {moved.output(0)}, base);
+    attribute(rest, "start", id_rank);
+    NodeProto& dims = add(g, "Concat", {int64s({op.num_segments + 1}), rest.output(0)}, base);
+    attribute(dims, "axis", std::int64_t(0));
+    NodeProto& zeros = add(g, "ConstantOfShape", {dims.output(0)}, base);
+    AttributeProto& fill = *zeros.add_attribute();
+    fill.set_name("value");
+    fill.set_type(AttributeProto::TENSOR);
+    *fill.mutable_t() = to_tensor(kiln::zeros({1}, data.dtype()));
+    NodeProto& sums = add(g, "ScatterND", {zeros.output(0), indices, moved.output(0)}, base);
+    attribute(sums, "reduction", std::string("add"));
+    const std::string kept_sums =
+        value(g, "Slice", {sums.output(0), int64s({0}), int64s({op.num_segments}), int64s({0})}, base);
+    NodeProto& result = add(g, "Transpose", {kept_sums}, base);
+    attribute(result, "perm", to_axis);
+    return result.output(0);
   }
 
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,

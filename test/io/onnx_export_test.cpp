@@ -230,6 +230,22 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
   });
   cases.push_back(make_case("shapes", shapes, std::tuple{uniform({2, 3, 4}, -1, 1, 15), kiln::constant({3, 0, 2})}));
 
+  // unsorted_segment_sum (gather's gradient), negative ids dropped, over the first dims
+  // and from an inner axis.
+  kiln::function segments([](const tensor& x, const tensor& ids, const tensor& row_ids) {
+    return std::tuple{kiln::unsorted_segment_sum(x, ids, 4),
+                      kiln::detail::apply(kiln::ops::unsorted_segment_sum{3, 1}, x, row_ids)};
+  });
+  cases.push_back(
+      make_case("unsorted_segment_sum", segments,
+                std::tuple{uniform({5, 3, 2}, -1, 1, 18), kiln::constant({0, 2, -1, 2, 0}), kiln::constant({1, -1, 1})},
+                std::tuple{uniform({5, 3, 2}, -1, 1, 19), kiln::constant({3, 3, 3, 3, 3}), kiln::constant({0, 2, 2})}));
+  CHECK(ops_of(cases.back().function).count("ScatterND") == 2);
+  kiln::function int_segments([](const tensor& x, const tensor& ids) { return kiln::unsorted_segment_sum(x, ids, 3); });
+  cases.push_back(
+      make_case("unsorted_segment_sum_int", int_segments,
+                std::tuple{kiln::constant({{1, 2}, {3, 4}, {5, 6}, {7, 8}}), kiln::constant({2, 0, 2, -1})}));
+
   // conv2d, NHWC with HWIO filters, both paddings.
   kiln::function convolutions([](const tensor& x, const tensor& f) {
     return std::tuple{kiln::conv2d(x, f, 2, "SAME"), kiln::conv2d(x, f, 1, "VALID")};
@@ -300,13 +316,6 @@ TEST_CASE("ONNX export: a node ONNX cannot express raises an error naming it") {
                                                                    kiln::ones({2, 2, 1, 1}, kiln::int32)));
       },
       {"conv2d", "int32", "ONNX's Conv takes floats"});
-
-  kiln::function segments([](const tensor& x, const tensor& ids) { return kiln::unsorted_segment_sum(x, ids, 3); });
-  require_throws<unavailable_error>(
-      [&] {
-        return kiln::onnx::to_model(segments.get_concrete_function(kiln::ones({4}), kiln::constant({0, 2, 2, 1})));
-      },
-      {"unsorted_segment_sum", "no ONNX operator"});
 
   kiln::function two_axes([](const tensor& x) { return kiln::argmax(x, {0, 2}); });
   require_throws<unavailable_error>(
