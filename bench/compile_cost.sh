@@ -4,7 +4,7 @@
 # -O2 -march=native, -I single_include, Thrust's headers and CPP system on the path
 # when Thrust is installed). Prints a Markdown table; CI does not run it.
 #
-#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--typed]
+#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed]
 #
 # --repeat N   compile each program N times and report the fastest (default 1)
 # --examples   also compile every program in examples/
@@ -12,6 +12,9 @@
 #              host compiles
 # --pch        compile kiln.hpp once as a precompiled header (its cost is the first
 #              row) and the programs with it
+# --separate   compile the programs with KILN_SEPARATE_COMPILATION, after the library
+#              that compiles kiln's kernels and runtime once (its cost is the first
+#              row: one file, KILN_LIBRARY_SOURCE and KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS))
 # --typed      also compile kiln/fixed.hpp alone, bench/compile/typed_model.cpp (a
 #              20-op model on the compile-time tier, which includes kiln/fixed.hpp) and
 #              bench/compile/eigen_model.cpp (the same model on Eigen's fixed-size
@@ -23,6 +26,7 @@ repeat=1
 examples=false
 thrust=false
 pch=false
+separate=false
 typed=false
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,8 +34,10 @@ while [ $# -gt 0 ]; do
     --examples) examples=true; shift ;;
     --thrust) thrust=true; shift ;;
     --pch) pch=true; shift ;;
+    --separate) separate=true; shift ;;
     --typed) typed=true; shift ;;
-    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--typed]" >&2; exit 2 ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed]" >&2
+       exit 2 ;;
   esac
 done
 
@@ -56,6 +62,7 @@ elif $thrust; then
   exit 2
 fi
 if $thrust; then flags+=(-DKILN_HAS_THRUST=1); fi
+if $separate; then flags+=(-DKILN_SEPARATE_COMPILATION); fi
 
 cat >"$work/include_only.cpp" <<'EOF'
 #include <kiln/kiln.hpp>
@@ -97,6 +104,12 @@ if $pch; then
     -o "$work/pch/kiln/kiln.hpp.gch" 2>/dev/null
   read -r wall kilobytes <"$work/time"
   echo "| (precompiling kiln.hpp, once) | $wall | $((kilobytes / 1024)) |"
+fi
+if $separate; then
+  printf '#define KILN_LIBRARY_SOURCE\n#include <kiln/kiln.hpp>\nKILN_INSTANTIATE_KERNELS(KILN_ALL_OPS)\n' >"$work/library.cpp"
+  /usr/bin/time -f "%e %M" -o "$work/time" g++ "${flags[@]}" -c "$work/library.cpp" -o "$work/library.o"
+  read -r wall kilobytes <"$work/time"
+  echo "| (the library: kernels and runtime, once) | $wall | $((kilobytes / 1024)) |"
 fi
 for source in "${programs[@]}"; do
   best_wall=""

@@ -21,6 +21,7 @@
 
 #include <span>
 
+#include "kiln/autodiff/function_gradient.hpp"
 #include "kiln/config.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
@@ -61,4 +62,50 @@
 
 #if defined(KILN_SEPARATE_COMPILATION)
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
+#endif
+
+// The runtime's function templates that a program with gradient tapes, optimizers or
+// random draws instantiates (templates so that a program without them compiles none of
+// them): under separate compilation, compiled once, in the source file that defines
+// KILN_LIBRARY_SOURCE.
+#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
+  prefix template void kiln::detail::record_loop_on_tapes<void>(const ::kiln::detail::while_op&,                  \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template void kiln::detail::record_special_on_tapes<void>(const ::kiln::node&,                           \
+                                                                   std::span<const ::kiln::tensor>, std::size_t,  \
+                                                                   std::size_t);                                  \
+  prefix template void kiln::detail::record_cond_on_tapes<void>(const ::kiln::tensor&, ::kiln::detail::cond_branches, \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template void kiln::detail::record_function_call<void>(const ::kiln::detail::concrete_state&,            \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template std::vector<::kiln::tensor> kiln::detail::vector_jacobian_product<void>(                        \
+      const ::kiln::graph&, std::span<const ::kiln::tensor>, const std::vector<::kiln::tensor>&,                   \
+      std::span<const ::kiln::tensor>, const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&,  \
+      std::vector<bool>*);                                                                                         \
+  prefix template std::vector<::kiln::tensor> kiln::detail::replay<void>(const ::kiln::graph&,                    \
+                                                                         std::span<const ::kiln::tensor>);        \
+  prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
+      std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
+  prefix template void kiln::detail::register_gradient_ops<void>();                                                \
+  prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
+                                                                    const std::vector<::kiln::variable>&);         \
+  prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \
+                                                                     const std::vector<::kiln::variable>&);        \
+  prefix template ::kiln::tensor kiln::detail::shift_of<void>(const ::kiln::tensor&, ::kiln::reduction_axes);     \
+  prefix template ::kiln::tensor kiln::reduce_logsumexp<void>(const ::kiln::tensor&, ::kiln::reduction_axes, bool); \
+  prefix template ::kiln::tensor kiln::softmax<void>(const ::kiln::tensor&, std::int64_t);                        \
+  prefix template ::kiln::tensor kiln::log_softmax<void>(const ::kiln::tensor&, std::int64_t);                    \
+  prefix template ::kiln::tensor kiln::sparse_softmax_cross_entropy<void>(const ::kiln::tensor&,                  \
+                                                                          const ::kiln::tensor&);                 \
+  prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
+                                                             ::kiln::dtype, std::optional<std::uint64_t>);
+// The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
+// (kiln/config.hpp).
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
+KILN_DETAIL_RUNTIME_TEMPLATES()
+#elif defined(KILN_SEPARATE_COMPILATION)
+KILN_DETAIL_RUNTIME_TEMPLATES(extern)
 #endif

@@ -12655,55 +12655,13 @@ class gradient_tape {
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
   // function calls (undefined where the target depends on none).
-  std::vector<tensor> gradients_with_variables(const tensor& target, std::vector<tensor> sources,
-                                               const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
-    const std::size_t given = sources.size();
-    std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
-    for (const auto& [id, t, s] : ids) {
-      auto [begin, end] = variable_reads_.equal_range(id);
-      for (auto it = begin; it != end; ++it) sources.push_back(it->second);
-      first.push_back(sources.size());
-    }
-    std::vector<tensor> per_source = gradients_of(target, sources, &ids);
-    std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      tensor sum = per_source[sources.size() + k];  // the reads inside function calls
-      for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
-      out.push_back(sum);
-    }
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> gradients_with_variables(
+      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
   // `variables`, when given, adds the gradient of each variable's reads inside function
   // calls after those of `sources`.
-  std::vector<tensor> gradients_of(const tensor& target, const std::vector<tensor>& sources,
-                                   const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr) {
-    if (used_ && !persistent_)
-      throw invalid_argument_error(
-          "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-    used_ = true;
-    std::map<detail::tape_key, tensor> grads;
-    {
-      // The ops that compute gradients are not this tape's to record (the other tapes
-      // of the thread record them).
-      struct paused {
-        gradient_tape& tape;
-        ~paused() { tape.resume(); }
-      } guard{(pause(), *this)};
-      if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
-    }
-    std::vector<tensor> out;
-    for (const tensor& s : sources) {
-      auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-      out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
-    }
-    if (variables)
-      for (const auto& [id, t, s] : *variables) {
-        auto it = grads.find(detail::tape_key::of_variable(id, t, s));
-        out.push_back(it != grads.end() ? it->second : tensor());
-      }
-    if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> gradients_of(
+      const tensor& target, const std::vector<tensor>& sources,
+      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
   static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
@@ -12812,6 +12770,57 @@ class gradient_tape {
   std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
   std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
+    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+  const std::size_t given = sources.size();
+  std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
+  for (const auto& [id, t, s] : ids) {
+    auto [begin, end] = variable_reads_.equal_range(id);
+    for (auto it = begin; it != end; ++it) sources.push_back(it->second);
+    first.push_back(sources.size());
+  }
+  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    tensor sum = per_source[sources.size() + k];  // the reads inside function calls
+    for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
+    out.push_back(sum);
+  }
+  return out;
+}
+KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
+    const tensor& target, const std::vector<tensor>& sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
+  if (used_ && !persistent_)
+    throw invalid_argument_error(
+        "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
+  used_ = true;
+  std::map<detail::tape_key, tensor> grads;
+  {
+    // The ops that compute gradients are not this tape's to record (the other tapes
+    // of the thread record them).
+    struct paused {
+      gradient_tape& tape;
+      ~paused() { tape.resume(); }
+    } guard{(pause(), *this)};
+    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+  }
+  std::vector<tensor> out;
+  for (const tensor& s : sources) {
+    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
+    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+  }
+  if (variables)
+    for (const auto& [id, t, s] : *variables) {
+      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
+      out.push_back(it != grads.end() ? it->second : tensor());
+    }
+  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  return out;
+}
+#endif
 
 namespace detail {
 
@@ -14209,41 +14218,7 @@ class graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
-    outputs.clear();
-    if (args.size() != graph_->arguments().size())
-      throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
-                                   std::to_string(args.size()));
-    // check_numerics names the op that produced a NaN or an Inf, so every op's
-    // result must exist: node by node, no fusion.
-    const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
-    if (debugging::check_numerics_enabled() || !eager) {
-      outputs = interpret(args);
-      return;
-    }
-    std::unique_ptr<exec::execution_plan> transient;
-    const exec::execution_plan& p = find_plan(args, transient);
-    if (p.interpreted) {
-      outputs = interpret(args, &p);
-      return;
-    }
-
-    lease ws(*this, p);
-    if (ws->bound_plan != p.id) ws->bind(*graph_, p);
-    const auto& arguments = graph_->arguments();
-    for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
-    for (const exec::plan_step& s : p.steps) {
-      if (const auto* op = std::get_if<exec::op_step>(&s.action))
-        run_op(*op, p, *ws);
-      else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
-        run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
-      else if (const auto* special = std::get_if<exec::special_step>(&s.action))
-        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
-      for (int r : s.release) ws->values[std::size_t(r)] = tensor();
-    }
-    outputs.reserve(p.outputs.size());
-    for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
-  }
+  KILN_LIBRARY_INLINE void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -14538,6 +14513,44 @@ class graph_executor {
   mutable std::vector<exec::workspace*> spare_;
   mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void graph_executor::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+  outputs.clear();
+  if (args.size() != graph_->arguments().size())
+    throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
+                                 std::to_string(args.size()));
+  // check_numerics names the op that produced a NaN or an Inf, so every op's
+  // result must exist: node by node, no fusion.
+  const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
+  if (debugging::check_numerics_enabled() || !eager) {
+    outputs = interpret(args);
+    return;
+  }
+  std::unique_ptr<exec::execution_plan> transient;
+  const exec::execution_plan& p = find_plan(args, transient);
+  if (p.interpreted) {
+    outputs = interpret(args, &p);
+    return;
+  }
+
+  lease ws(*this, p);
+  if (ws->bound_plan != p.id) ws->bind(*graph_, p);
+  const auto& arguments = graph_->arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
+  for (const exec::plan_step& s : p.steps) {
+    if (const auto* op = std::get_if<exec::op_step>(&s.action))
+      run_op(*op, p, *ws);
+    else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+      run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
+    else if (const auto* special = std::get_if<exec::special_step>(&s.action))
+      run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+    for (int r : s.release) ws->values[std::size_t(r)] = tensor();
+  }
+  outputs.reserve(p.outputs.size());
+  for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
+}
+#endif
 
 }  // namespace kiln::detail
 // ----- end kiln/exec/executor.hpp -----
@@ -16210,7 +16223,8 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
 
 // ---- function_state: the runtime tier's members ------------------------------------
 
-inline void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
   if (!ok) throw_input_signature_mismatch(sig, expected);
@@ -16235,7 +16249,7 @@ inline void function_state::check_input_signature(call_signature& sig, const std
   }
 }
 
-inline std::shared_ptr<const concrete_state> function_state::find_or_trace(
+KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -16275,7 +16289,7 @@ inline std::shared_ptr<const concrete_state> function_state::find_or_trace(
   return traced;
 }
 
-inline std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
                                                                    std::vector<std::string> bound_text,
                                                                    trace_context& context,
                                                                    std::vector<tensor>& placeholders) const {
@@ -16296,37 +16310,37 @@ inline std::shared_ptr<concrete_state> function_state::start_trace(const call_si
   return c;
 }
 
-inline void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+KILN_LIBRARY_INLINE void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-inline void function_state::finish_trace(concrete_state& c, trace_context& context) {
+KILN_LIBRARY_INLINE void function_state::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-inline bool function_state::asks_for_specs(const call_signature& sig) {
+KILN_LIBRARY_INLINE bool function_state::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-inline std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
   if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = dispatched.find(sig.key);
   return it != dispatched.end() ? it->second : nullptr;
 }
 
-inline bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-inline std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -16347,7 +16361,7 @@ inline std::shared_ptr<concrete_state> function_state::most_specific_trace_accep
   return best;
 }
 
-inline void function_state::relax(call_signature& sig) {
+KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
   for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -16365,7 +16379,7 @@ inline void function_state::relax(call_signature& sig) {
   }
 }
 
-inline void function_state::check_created_variables(const trace_context& context) const {
+KILN_LIBRARY_INLINE void function_state::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;
@@ -16380,6 +16394,7 @@ inline void function_state::check_created_variables(const trace_context& context
                                           : "a variable was created while tracing a new signature") +
                       ". Create variables once, outside the function or in state it keeps across calls");
 }
+#endif
 
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
@@ -19978,6 +19993,52 @@ class adam : public detail::optimizer_state {
 
 #if defined(KILN_SEPARATE_COMPILATION)
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
+#endif
+
+// The runtime's function templates that a program with gradient tapes, optimizers or
+// random draws instantiates (templates so that a program without them compiles none of
+// them): under separate compilation, compiled once, in the source file that defines
+// KILN_LIBRARY_SOURCE.
+#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
+  prefix template void kiln::detail::record_loop_on_tapes<void>(const ::kiln::detail::while_op&,                  \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template void kiln::detail::record_special_on_tapes<void>(const ::kiln::node&,                           \
+                                                                   std::span<const ::kiln::tensor>, std::size_t,  \
+                                                                   std::size_t);                                  \
+  prefix template void kiln::detail::record_cond_on_tapes<void>(const ::kiln::tensor&, ::kiln::detail::cond_branches, \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template void kiln::detail::record_function_call<void>(const ::kiln::detail::concrete_state&,            \
+                                                                std::span<const ::kiln::tensor>,                  \
+                                                                std::span<const ::kiln::tensor>);                 \
+  prefix template std::vector<::kiln::tensor> kiln::detail::vector_jacobian_product<void>(                        \
+      const ::kiln::graph&, std::span<const ::kiln::tensor>, const std::vector<::kiln::tensor>&,                   \
+      std::span<const ::kiln::tensor>, const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&,  \
+      std::vector<bool>*);                                                                                         \
+  prefix template std::vector<::kiln::tensor> kiln::detail::replay<void>(const ::kiln::graph&,                    \
+                                                                         std::span<const ::kiln::tensor>);        \
+  prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
+      std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
+  prefix template void kiln::detail::register_gradient_ops<void>();                                                \
+  prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
+                                                                    const std::vector<::kiln::variable>&);         \
+  prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \
+                                                                     const std::vector<::kiln::variable>&);        \
+  prefix template ::kiln::tensor kiln::detail::shift_of<void>(const ::kiln::tensor&, ::kiln::reduction_axes);     \
+  prefix template ::kiln::tensor kiln::reduce_logsumexp<void>(const ::kiln::tensor&, ::kiln::reduction_axes, bool); \
+  prefix template ::kiln::tensor kiln::softmax<void>(const ::kiln::tensor&, std::int64_t);                        \
+  prefix template ::kiln::tensor kiln::log_softmax<void>(const ::kiln::tensor&, std::int64_t);                    \
+  prefix template ::kiln::tensor kiln::sparse_softmax_cross_entropy<void>(const ::kiln::tensor&,                  \
+                                                                          const ::kiln::tensor&);                 \
+  prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
+                                                             ::kiln::dtype, std::optional<std::uint64_t>);
+// The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
+// (kiln/config.hpp).
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
+KILN_DETAIL_RUNTIME_TEMPLATES()
+#elif defined(KILN_SEPARATE_COMPILATION)
+KILN_DETAIL_RUNTIME_TEMPLATES(extern)
 #endif
 // ----- end kiln/kernels.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP

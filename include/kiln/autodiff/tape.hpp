@@ -318,55 +318,13 @@ class gradient_tape {
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
   // function calls (undefined where the target depends on none).
-  std::vector<tensor> gradients_with_variables(const tensor& target, std::vector<tensor> sources,
-                                               const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
-    const std::size_t given = sources.size();
-    std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
-    for (const auto& [id, t, s] : ids) {
-      auto [begin, end] = variable_reads_.equal_range(id);
-      for (auto it = begin; it != end; ++it) sources.push_back(it->second);
-      first.push_back(sources.size());
-    }
-    std::vector<tensor> per_source = gradients_of(target, sources, &ids);
-    std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      tensor sum = per_source[sources.size() + k];  // the reads inside function calls
-      for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
-      out.push_back(sum);
-    }
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> gradients_with_variables(
+      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
   // `variables`, when given, adds the gradient of each variable's reads inside function
   // calls after those of `sources`.
-  std::vector<tensor> gradients_of(const tensor& target, const std::vector<tensor>& sources,
-                                   const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr) {
-    if (used_ && !persistent_)
-      throw invalid_argument_error(
-          "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-    used_ = true;
-    std::map<detail::tape_key, tensor> grads;
-    {
-      // The ops that compute gradients are not this tape's to record (the other tapes
-      // of the thread record them).
-      struct paused {
-        gradient_tape& tape;
-        ~paused() { tape.resume(); }
-      } guard{(pause(), *this)};
-      if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
-    }
-    std::vector<tensor> out;
-    for (const tensor& s : sources) {
-      auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-      out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
-    }
-    if (variables)
-      for (const auto& [id, t, s] : *variables) {
-        auto it = grads.find(detail::tape_key::of_variable(id, t, s));
-        out.push_back(it != grads.end() ? it->second : tensor());
-      }
-    if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> gradients_of(
+      const tensor& target, const std::vector<tensor>& sources,
+      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
   static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
@@ -475,6 +433,57 @@ class gradient_tape {
   std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
   std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
+    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+  const std::size_t given = sources.size();
+  std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
+  for (const auto& [id, t, s] : ids) {
+    auto [begin, end] = variable_reads_.equal_range(id);
+    for (auto it = begin; it != end; ++it) sources.push_back(it->second);
+    first.push_back(sources.size());
+  }
+  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    tensor sum = per_source[sources.size() + k];  // the reads inside function calls
+    for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
+    out.push_back(sum);
+  }
+  return out;
+}
+KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
+    const tensor& target, const std::vector<tensor>& sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
+  if (used_ && !persistent_)
+    throw invalid_argument_error(
+        "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
+  used_ = true;
+  std::map<detail::tape_key, tensor> grads;
+  {
+    // The ops that compute gradients are not this tape's to record (the other tapes
+    // of the thread record them).
+    struct paused {
+      gradient_tape& tape;
+      ~paused() { tape.resume(); }
+    } guard{(pause(), *this)};
+    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+  }
+  std::vector<tensor> out;
+  for (const tensor& s : sources) {
+    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
+    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+  }
+  if (variables)
+    for (const auto& [id, t, s] : *variables) {
+      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
+      out.push_back(it != grads.end() ? it->second : tensor());
+    }
+  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  return out;
+}
+#endif
 
 namespace detail {
 

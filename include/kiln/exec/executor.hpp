@@ -57,41 +57,7 @@ class graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
-    outputs.clear();
-    if (args.size() != graph_->arguments().size())
-      throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
-                                   std::to_string(args.size()));
-    // check_numerics names the op that produced a NaN or an Inf, so every op's
-    // result must exist: node by node, no fusion.
-    const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
-    if (debugging::check_numerics_enabled() || !eager) {
-      outputs = interpret(args);
-      return;
-    }
-    std::unique_ptr<exec::execution_plan> transient;
-    const exec::execution_plan& p = find_plan(args, transient);
-    if (p.interpreted) {
-      outputs = interpret(args, &p);
-      return;
-    }
-
-    lease ws(*this, p);
-    if (ws->bound_plan != p.id) ws->bind(*graph_, p);
-    const auto& arguments = graph_->arguments();
-    for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
-    for (const exec::plan_step& s : p.steps) {
-      if (const auto* op = std::get_if<exec::op_step>(&s.action))
-        run_op(*op, p, *ws);
-      else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
-        run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
-      else if (const auto* special = std::get_if<exec::special_step>(&s.action))
-        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
-      for (int r : s.release) ws->values[std::size_t(r)] = tensor();
-    }
-    outputs.reserve(p.outputs.size());
-    for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
-  }
+  KILN_LIBRARY_INLINE void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -386,5 +352,43 @@ class graph_executor {
   mutable std::vector<exec::workspace*> spare_;
   mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void graph_executor::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+  outputs.clear();
+  if (args.size() != graph_->arguments().size())
+    throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
+                                 std::to_string(args.size()));
+  // check_numerics names the op that produced a NaN or an Inf, so every op's
+  // result must exist: node by node, no fusion.
+  const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
+  if (debugging::check_numerics_enabled() || !eager) {
+    outputs = interpret(args);
+    return;
+  }
+  std::unique_ptr<exec::execution_plan> transient;
+  const exec::execution_plan& p = find_plan(args, transient);
+  if (p.interpreted) {
+    outputs = interpret(args, &p);
+    return;
+  }
+
+  lease ws(*this, p);
+  if (ws->bound_plan != p.id) ws->bind(*graph_, p);
+  const auto& arguments = graph_->arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
+  for (const exec::plan_step& s : p.steps) {
+    if (const auto* op = std::get_if<exec::op_step>(&s.action))
+      run_op(*op, p, *ws);
+    else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+      run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
+    else if (const auto* special = std::get_if<exec::special_step>(&s.action))
+      run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+    for (int r : s.release) ws->values[std::size_t(r)] = tensor();
+  }
+  outputs.reserve(p.outputs.size());
+  for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
+}
+#endif
 
 }  // namespace kiln::detail

@@ -260,7 +260,8 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
 
 // ---- function_state: the runtime tier's members ------------------------------------
 
-inline void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
   if (!ok) throw_input_signature_mismatch(sig, expected);
@@ -285,7 +286,7 @@ inline void function_state::check_input_signature(call_signature& sig, const std
   }
 }
 
-inline std::shared_ptr<const concrete_state> function_state::find_or_trace(
+KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -325,7 +326,7 @@ inline std::shared_ptr<const concrete_state> function_state::find_or_trace(
   return traced;
 }
 
-inline std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
                                                                    std::vector<std::string> bound_text,
                                                                    trace_context& context,
                                                                    std::vector<tensor>& placeholders) const {
@@ -346,37 +347,37 @@ inline std::shared_ptr<concrete_state> function_state::start_trace(const call_si
   return c;
 }
 
-inline void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+KILN_LIBRARY_INLINE void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-inline void function_state::finish_trace(concrete_state& c, trace_context& context) {
+KILN_LIBRARY_INLINE void function_state::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-inline bool function_state::asks_for_specs(const call_signature& sig) {
+KILN_LIBRARY_INLINE bool function_state::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-inline std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
   if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = dispatched.find(sig.key);
   return it != dispatched.end() ? it->second : nullptr;
 }
 
-inline bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-inline std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -397,7 +398,7 @@ inline std::shared_ptr<concrete_state> function_state::most_specific_trace_accep
   return best;
 }
 
-inline void function_state::relax(call_signature& sig) {
+KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
   for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -415,7 +416,7 @@ inline void function_state::relax(call_signature& sig) {
   }
 }
 
-inline void function_state::check_created_variables(const trace_context& context) const {
+KILN_LIBRARY_INLINE void function_state::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;
@@ -430,6 +431,7 @@ inline void function_state::check_created_variables(const trace_context& context
                                           : "a variable was created while tracing a new signature") +
                       ". Create variables once, outside the function or in state it keeps across calls");
 }
+#endif
 
 /// Re-raises a kiln error from tracing with the function's name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
