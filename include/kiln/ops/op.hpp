@@ -95,6 +95,9 @@ struct attribute {
   std::string_view name;
   T Op::*member;
 };
+// Spelled out for compilers without C++20's deduction for aggregates (clang before 17).
+template <class Op, class T>
+attribute(std::string_view, T Op::*) -> attribute<Op, T>;
 
 /// Normalizes a possibly negative axis against `rank`; -1 when out of range.
 constexpr int normalize_axis(std::int64_t axis, int rank) {
