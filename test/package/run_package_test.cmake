@@ -1,5 +1,6 @@
 # cmake -D MODE=find_package|add_subdirectory -D KILN_SOURCE_DIR=... -D KILN_BUILD_DIR=...
 #       -D KILN_VERSION=... -D WORK_DIR=... -D GENERATOR=... -D CXX_COMPILER=... -D CONFIG=...
+#       -D EXPECT_ONNX=ON|OFF
 #       -P run_package_test.cmake
 # Configures, builds and runs the consumer project beside this script against kiln:
 # installed from KILN_BUILD_DIR into a fresh prefix (find_package), or KILN_SOURCE_DIR
@@ -19,7 +20,8 @@ if(NOT CONFIG)
   set(CONFIG Release)
 endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
-set(consumer_args -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${CONFIG}")
+set(consumer_args -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${CONFIG}"
+                  "-DKILN_EXPECT_ONNX=${EXPECT_ONNX}")
 if(MODE STREQUAL "find_package")
   set(prefix "${WORK_DIR}/prefix")
   run("${CMAKE_COMMAND}" --install "${KILN_BUILD_DIR}" --prefix "${prefix}" --config "${CONFIG}")
