@@ -27,7 +27,10 @@
 #include "kiln/eager/apply.hpp"
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
+#include "kiln/ops/nn.hpp"
 #include "kiln/ops/registry.hpp"
+#include "kiln/trace/random.hpp"
+#include "kiln/train/optimizers.hpp"
 
 // An op's kernels are reached through two templates: eager execution on one backend
 // (kiln::detail::execute picks it from the inputs' device) and the entry points a
