@@ -16227,7 +16227,8 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
 // ---- function_state: the runtime tier's members ------------------------------------
 
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const {
+KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig,
+                                                               const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
   if (!ok) throw_input_signature_mismatch(sig, expected);
@@ -16292,10 +16293,9 @@ KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_o
   return traced;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(const call_signature& sig,
-                                                                   std::vector<std::string> bound_text,
-                                                                   trace_context& context,
-                                                                   std::vector<tensor>& placeholders) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(
+    const call_signature& sig, std::vector<std::string> bound_text, trace_context& context,
+    std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
   c->jit_compile = options.jit_compile;
@@ -16336,14 +16336,16 @@ KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::known_trace(
   return it != dispatched.end() ? it->second : nullptr;
 }
 
-KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t,
+                                                                   const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(
+    const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
