@@ -46,11 +46,28 @@
 
 namespace kiln::onnx {
 
-/// The ONNX operator set the exporter writes (ONNX 1.16, onnxruntime 1.17 and later);
-/// every operator it uses has kept its meaning in the opsets since.
-inline constexpr std::int64_t opset_version = 21;
-/// The ONNX IR version that goes with opset_version.
-inline constexpr std::int64_t ir_version = 10;
+/// The newest ONNX operator set the exporter writes, and its default (ONNX 1.23).
+inline constexpr std::int64_t newest_opset = 28;
+/// The oldest ONNX operator set the exporter writes (ONNX 1.16, onnxruntime 1.17): every
+/// operator it uses means the same from here to newest_opset.
+inline constexpr std::int64_t oldest_opset = 21;
+
+/// The ONNX IR version that a model of operator set `opset` declares, as ONNX releases
+/// pair them (oldest_opset to newest_opset).
+/// \code static_assert(kiln::onnx::ir_version_of(21) == 10); \endcode
+constexpr std::int64_t ir_version_of(std::int64_t opset) {
+  return opset <= 22 ? 10 : opset == 23 ? 11 : opset == 24 ? 12 : opset <= 27 ? 13 : 14;
+}
+
+/// How to export: the operator set to write, for consumers older than newest_opset.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+/// kiln::onnx::export_model(f.get_concrete_function(kiln::tensor_spec({3}, kiln::float32)), "f.onnx",
+///                          {.opset = kiln::onnx::oldest_opset});
+/// \endcode
+struct export_options {
+  std::int64_t opset = newest_opset;
+};
 
 inline ::onnx::TensorProto to_tensor(const tensor& value, const std::string& name = "");
 
@@ -143,9 +160,13 @@ template <> inline constexpr std::string_view same_op<ops::reduce_min> = "Reduce
 /// around them by name, as ONNX allows.
 class exporter {
  public:
-  ::onnx::ModelProto model(const concrete_function& f) {
+  ::onnx::ModelProto model(const concrete_function& f, std::int64_t opset_version) {
+    if (opset_version < oldest_opset || opset_version > newest_opset)
+      throw invalid_argument_error("kiln::onnx::export_model: opset " + std::to_string(opset_version) +
+                                   " is outside the opsets kiln writes, " + std::to_string(oldest_opset) + " to " +
+                                   std::to_string(newest_opset));
     ::onnx::ModelProto m;
-    m.set_ir_version(ir_version);
+    m.set_ir_version(ir_version_of(opset_version));
     m.set_producer_name("kiln");
     m.set_producer_version(std::to_string(KILN_VERSION_MAJOR) + "." + std::to_string(KILN_VERSION_MINOR) + "." +
                            std::to_string(KILN_VERSION_PATCH));
@@ -617,22 +638,26 @@ inline ::onnx::TensorProto to_tensor(const tensor& value, const std::string& nam
   return p;
 }
 
-/// `f`'s graph as an ONNX model (opset kiln::onnx::opset_version), its variables' current
-/// values as initializers. Raises kiln::unavailable_error naming the first node that
-/// ONNX cannot express.
+/// `f`'s graph as an ONNX model (of `options.opset`, newest_opset unless told), its
+/// variables' current values as initializers. Raises kiln::unavailable_error naming the
+/// first node that ONNX cannot express, kiln::invalid_argument_error for an opset outside
+/// oldest_opset to newest_opset.
 /// \code
 /// kiln::function f([](const kiln::tensor& x) { return kiln::tanh(x) * 2; });
 /// ::onnx::ModelProto m = kiln::onnx::to_model(f.get_concrete_function(kiln::tensor_spec({3}, kiln::float32)));
 /// \endcode
-inline ::onnx::ModelProto to_model(const concrete_function& f) { return detail::exporter().model(f); }
+inline ::onnx::ModelProto to_model(const concrete_function& f, const export_options& options = {}) {
+  return detail::exporter().model(f, options.opset);
+}
 
 /// Writes `f` as an ONNX model to `path` (see to_model).
 /// \code
 /// kiln::function f([](const kiln::tensor& x) { return kiln::tanh(x) * 2; });
 /// kiln::onnx::export_model(f.get_concrete_function(kiln::tensor_spec({3}, kiln::float32)), "f.onnx");
 /// \endcode
-inline void export_model(const concrete_function& f, const std::filesystem::path& path) {
-  const ::onnx::ModelProto m = to_model(f);
+inline void export_model(const concrete_function& f, const std::filesystem::path& path,
+                         const export_options& options = {}) {
+  const ::onnx::ModelProto m = to_model(f, options);
   std::ofstream os(path, std::ios::binary | std::ios::trunc);
   if (!os || !m.SerializeToOstream(&os))
     throw invalid_argument_error("kiln::onnx::export_model: cannot write " + path.string());

@@ -67,7 +67,10 @@ void write_case(const std::filesystem::path& dir, const onnx_case& c) {
   const std::filesystem::path root = dir / c.name;
   std::filesystem::remove_all(root);
   std::filesystem::create_directories(root);
+  // Both ends of the opsets kiln writes: the default (newest) and the oldest.
   kiln::onnx::export_model(c.function, root / "model.onnx");
+  kiln::onnx::export_model(c.function, root / ("model_opset" + std::to_string(kiln::onnx::oldest_opset) + ".onnx"),
+                           {.opset = kiln::onnx::oldest_opset});
   for (std::size_t k = 0; k < c.inputs.size(); ++k) {
     const std::filesystem::path set = root / ("test_data_set_" + std::to_string(k));
     std::filesystem::create_directories(set);
@@ -257,7 +260,8 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
   for (const onnx_case& c : cases) {
     INFO(c.name);
     const onnx::ModelProto m = kiln::onnx::to_model(c.function);
-    CHECK(m.opset_import(0).version() == kiln::onnx::opset_version);
+    CHECK(m.opset_import(0).version() == kiln::onnx::newest_opset);
+    CHECK(m.ir_version() == kiln::onnx::ir_version_of(kiln::onnx::newest_opset));
     std::multiset<std::string> ops;
     collect_ops(m.graph(), ops);
     for (const auto& [op, count] : c.operators) CHECK(ops.count(op) == count);
@@ -332,4 +336,25 @@ TEST_CASE("ONNX export: a file that cannot be written raises an error naming it"
         return 0;
       },
       {"/nonexistent/dir/twice.onnx"});
+}
+
+TEST_CASE("ONNX export: the opset is a choice from oldest_opset to newest_opset") {
+  kiln::function twice([](const tensor& x) { return x * 2.f; });
+  const auto concrete = twice.get_concrete_function(kiln::tensor_spec({3}, kiln::float32));
+  // IR versions as ONNX's releases pair them with opsets (onnx.helper.VERSION_TABLE).
+  const std::map<std::int64_t, std::int64_t> ir_of_opset = {{21, 10}, {22, 10}, {23, 11}, {24, 12},
+                                                            {25, 13}, {26, 13}, {27, 13}, {28, 14}};
+  CHECK(kiln::onnx::oldest_opset == ir_of_opset.begin()->first);
+  CHECK(kiln::onnx::newest_opset == ir_of_opset.rbegin()->first);
+  for (const auto& [opset, ir] : ir_of_opset) {
+    INFO("opset " << opset);
+    const onnx::ModelProto m = kiln::onnx::to_model(concrete, {.opset = opset});
+    REQUIRE(m.opset_import_size() == 1);
+    CHECK(m.opset_import(0).version() == opset);
+    CHECK(m.ir_version() == ir);
+  }
+  for (std::int64_t outside : {kiln::onnx::oldest_opset - 1, kiln::onnx::newest_opset + 1})
+    require_throws<kiln::invalid_argument_error>(
+        [&] { return kiln::onnx::to_model(concrete, {.opset = outside}); },
+        {"kiln::onnx::export_model", "opset " + std::to_string(outside), "21 to 28"});
 }
