@@ -422,6 +422,22 @@ class exporter {
       NodeProto& pads = add(g, "Concat", {int64s({0}), missing}, base);
       attribute(pads, "axis", std::int64_t(0));
       return value(g, "Pad", {in[0], pads.output(0), "", int64s({0})}, base);
+    } else if constexpr (std::is_same_v<Op, ops::crop_or_pad>) {
+      // The window [start, start + like's dims) of x, where start = offset + align *
+      // (x's dims - like's): x padded with the zeros the window needs before and
+      // after it, then sliced.
+      const std::string x_dims = value(g, "Shape", {in[0]}, base), out_dims = value(g, "Shape", {in[1]}, base);
+      const std::string spare = value(g, "Sub", {x_dims, out_dims}, base);
+      const std::string moved = value(g, "Mul", {int64s(ints(op.align)), spare}, base);
+      const std::string start = value(g, "Add", {int64s(ints(op.offset)), moved}, base);
+      const std::string before = value(g, "Max", {value(g, "Neg", {start}, base), int64s({0})}, base);
+      const std::string end = value(g, "Add", {start, out_dims}, base);
+      const std::string after = value(g, "Max", {value(g, "Sub", {end, x_dims}, base), int64s({0})}, base);
+      NodeProto& pads = add(g, "Concat", {before, after}, base);
+      attribute(pads, "axis", std::int64_t(0));
+      const std::string padded = value(g, "Pad", {in[0], pads.output(0)}, base);
+      const std::string from = value(g, "Add", {start, before}, base), to = value(g, "Add", {end, before}, base);
+      return value(g, "Slice", {padded, from, to}, base);
     } else if constexpr (std::is_same_v<Op, ops::unsorted_segment_sum>) {
       return segment_sum(g, op, n, input(0), input(1), in);
     } else if constexpr (std::is_same_v<Op, ops::conv2d>) {

@@ -3282,7 +3282,7 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 // ----- begin kiln/ops/shape_ops.hpp -----
 /// \file
 /// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
-/// slice, shape_of, set_item and pad_rows. None computes new values, so each accepts every dtype,
+/// slice, shape_of, set_item, pad_rows and crop_or_pad. None computes new values, so each accepts every dtype,
 /// strings included. The rules handle `kiln::none` dims and unknown ranks (the
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
@@ -3291,6 +3291,7 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 /// `attributes()` ("perm=[1, 0]") is appended to the errors of its rules, which
 /// otherwise could only show the inputs.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -4223,6 +4224,45 @@ struct pad_rows {
   template <class G> void gradient(G& g) const;
 };
 
+/// `crop_or_pad(x, like)`: a tensor of `like`'s shape (only its shape is read) and
+/// `x`'s dtype whose element i is x's element i + start along every dim, zeros where
+/// that falls outside x; start[d] counts `offset[d]` from x's first element, or with
+/// `align[d]` == 1 from where the window would begin if its end met x's end. It cuts
+/// and pads tensors whose dims are known only when the graph runs, in the gradients of
+/// concat, slice and pad_rows, and is its own gradient (negated offsets).
+struct crop_or_pad {
+  static constexpr std::string_view name = "crop_or_pad";
+  static constexpr int arity = 2;
+  int_list offset;
+  int_list align;  // per dim: 0 counts offset from x's start, 1 from its end
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"offset", &crop_or_pad::offset}, attribute{"align", &crop_or_pad::align}};
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &like = in[1];
+    if (offset.size() != align.size()) return {{}, "offset and align must have one entry per dim"};
+    for (std::int64_t a : align)
+      if (a != 0 && a != 1) return {{}, "align must be 0 (from the start) or 1 (from the end) in every dim"};
+    if ((x.has_known_rank() && x.rank() != offset.size()) || (like.has_known_rank() && like.rank() != offset.size()))
+      return {{}, "x, like, offset and align must have one rank"};
+    if (!like.has_known_rank()) return {kiln::shape(std::vector<std::int64_t>(std::size_t(offset.size()), none))};
+    return {like};
+  }
+  /// Where the window of dim `d` starts in x, for an x dim of `in` elements and a
+  /// result dim of `out`.
+  constexpr std::int64_t start(int d, std::int64_t in, std::int64_t out) const {
+    return offset[d] + (align[d] ? in - out : 0);
+  }
+  template <class = void>
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return "offset=" + offset.str() + ", align=" + align.str(); }
+  constexpr bool operator==(const crop_or_pad&) const = default;
+  /// crop_or_pad of dy to x's shape with the offsets negated.
+  template <class G> void gradient(G& g) const;
+};
+
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
@@ -4284,16 +4324,39 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
   return G::run(slice{begin, sizes}, x);
 }
 
+/// Zeros per dim, `rank` of them, but `at` in dim `axis`.
+inline int_list along(int rank, int axis, std::int64_t at) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
+  return o;
+}
+
 template <class G>
 void concat::gradient(G& g) const {
-  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank);
+  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank), n = int(g.arity());
+  // The inputs whose sizes along the axis are known only when the graph runs: those
+  // up to the first are cut at offsets from dy's start, those from the last at
+  // offsets from its end; one between two has neither.
+  int first = n, last = -1;
+  for (int i = 0; i < n; ++i)
+    if (g.x(i).t.shape()[a] == none) first = std::min(first, i), last = i;
+  if (last - first > 1)
+    throw unavailable_error("concat: no gradient for input " + std::to_string(first + 1) + ", between inputs " +
+                            std::to_string(first) + " and " + std::to_string(last) + " whose sizes along axis " +
+                            std::to_string(a) + " are known only when the graph runs");
   std::int64_t offset = 0;
-  for (int i = 0; i < int(g.arity()); ++i) {
+  for (int i = 0; i <= std::min(first, n - 1); ++i) {
     const kiln::shape s = g.x(i).t.shape();
-    int_list begin;
-    for (int d = 0; d < rank; ++d) begin.push_back(d == a ? int(offset) : 0);
-    g.give(i, slice_of<G>(g.dy(), begin, s));
+    if (s.is_fully_defined())
+      g.give(i, slice_of<G>(g.dy(), along(rank, a, offset), s));
+    else
+      g.give(i, G::run(crop_or_pad{along(rank, a, offset), along(rank, -1, 0)}, g.dy(), g.x(i)));
     offset += s[a];
+  }
+  std::int64_t after = 0;
+  for (int i = n - 1; i > first; --i) {
+    g.give(i, G::run(crop_or_pad{along(rank, a, -after), along(rank, a, 1)}, g.dy(), g.x(i)));
+    after += g.x(i).t.shape()[a];
   }
 }
 
@@ -4336,9 +4399,17 @@ void set_item::gradient(G& g) const {
 template <class G>
 void pad_rows::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
-  if (x[0] == none)
-    throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
-  g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
+  if (x.is_fully_defined())
+    g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
+  else
+    g.give(0, G::run(crop_or_pad{origin(x.rank()), origin(x.rank())}, g.dy(), g.x(0)));
+}
+
+template <class G>
+void crop_or_pad::gradient(G& g) const {
+  int_list back;
+  for (std::int64_t o : offset) back.push_back(-o);
+  g.give(0, G::run(crop_or_pad{back, align}, g.dy(), g.x(0)));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -4364,7 +4435,14 @@ V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& z
 
 template <class G>
 void slice::gradient(G& g) const {
-  g.give(0, zeros_around<G>(g.dy(), g.x(0).t.shape(), begin, g.zeros_like(0)));
+  const kiln::shape x = g.x(0).t.shape();
+  if (x.is_fully_defined()) {
+    g.give(0, zeros_around<G>(g.dy(), x, begin, g.zeros_like(0)));
+  } else {
+    int_list back;
+    for (std::int64_t b : begin) back.push_back(-b);
+    g.give(0, G::run(crop_or_pad{back, origin(x.rank())}, g.dy(), g.x(0)));
+  }
 }
 
 template <class G>
@@ -4643,6 +4721,49 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
   if (missing[0] <= 0) return x;
   return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+/// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
+/// at `offset` (from x's start, or with align 1 in a dim from its end), zeros where
+/// it leaves x (see ops::crop_or_pad).
+/// \code kiln::crop_or_pad(kiln::constant({1, 2, 3}), kiln::zeros({4}), {-1}, {0});  // [0 1 2 3] \endcode
+template <class = void>
+tensor crop_or_pad(const tensor& x, const tensor& like, const int_list& offset, const int_list& align) {
+  const tensor* in[] = {&x, &like};
+  return detail::apply_naming_attributes(ops::crop_or_pad{offset, align}, in);
+}
+
+template <class>
+tensor ops::crop_or_pad::evaluate(std::span<const tensor* const> in) const {
+  const tensor& x = *in[0];
+  const kiln::shape& out = in[1]->shape();
+  int_list begin, size;  // the block of x inside the window
+  kiln::shape before, after;  // the zeros around it, per dim
+  bool empty = false;
+  for (int d = 0; d < out.rank(); ++d) {
+    const std::int64_t first = start(d, x.shape()[d], out[d]);
+    const std::int64_t lo = std::clamp<std::int64_t>(first, 0, x.shape()[d]);
+    const std::int64_t hi = std::clamp<std::int64_t>(first + out[d], 0, x.shape()[d]);
+    empty |= hi <= lo;
+    begin.push_back(lo);
+    size.push_back(std::max<std::int64_t>(hi - lo, 0));
+    before.push_back(std::clamp<std::int64_t>(lo - first, 0, out[d]));
+    after.push_back(out[d] - before[d] - size[d]);
+  }
+  if (empty) return kiln::zeros(out, x.dtype(), x.device());
+  tensor block = detail::execute_now(slice{begin, size}, x);
+  for (int d = 0; d < out.rank(); ++d) {
+    kiln::shape part = block.shape();
+    if (before[d] > 0) {
+      part[d] = before[d];
+      block = detail::execute_now(concat{d}, kiln::zeros(part, x.dtype(), x.device()), block);
+    }
+    if (after[d] > 0) {
+      part[d] = after[d];
+      block = detail::execute_now(concat{d}, block, kiln::zeros(part, x.dtype(), x.device()));
+    }
+  }
+  return block;
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
@@ -5046,7 +5167,7 @@ namespace kiln::ops {
   F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
 #define KILN_SHAPE_OPS(F)                                                                                        \
   F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
-  F(set_item) F(pad_rows)
+  F(set_item) F(pad_rows) F(crop_or_pad)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
 #define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
 /// Every op kiln defines.
@@ -17411,19 +17532,22 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
 /// stops the recomputed loop the same way.
+///
+/// A loop variable whose shape changes from one iteration to the next (a shape
+/// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's
+/// elements share one shape. The walk back then recomputes each iteration's variables
+/// from the loop's initial ones, in a loop of its own with the original loop's shape
+/// invariants: memory stays that of one iteration, time grows with the square of the
+/// iteration count.
 struct loop_backward {
   int vars = 0, cond_captures = 0;
   bool breaks = false;
-  std::string reshaped;  // a loop variable whose shape changes from one iteration to the next
+  bool reshaped = false;  // some loop variable changes shape from one iteration to the next
   graph cond_graph, body_graph;
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 
   template <class>
   std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
-    if (!reshaped.empty())
-      throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose loop "
-                              "variable changes shape (" + reshaped + "; a tensor_array with dynamic_size or a shape "
-                              "invariant); give the tensor_array a fixed size, or differentiate the loop eagerly");
     const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
     const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
     const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
@@ -17432,22 +17556,38 @@ struct loop_backward {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
-    // The forward loop again, keeping the loop variables of every iteration that
-    // went on. A body that ends in break_if gives its condition first: the iteration
-    // that breaks keeps the values it started with, so it is left out of the walk back
-    // (its write to the stacks is dropped with the rest of its values).
+    // The shapes the body takes its loop variables in: the original loop's shape
+    // invariants, which the recomputing loops keep when shapes change. (Each list
+    // starts with the invariant of a counter of kiln's own, which keeps its shape.)
+    loop_options relaxed, relaxed_gradients;
+    if (reshaped) {
+      relaxed.shape_invariants.emplace_back();
+      for (std::size_t k = 0; k < n; ++k) {
+        const shape& s = body_graph.node_at(body_graph.arguments()[k]).shape();
+        relaxed.shape_invariants.emplace_back(s);
+        if (is_floating(initial[k].dtype())) relaxed_gradients.shape_invariants.emplace_back(s);
+      }
+    }
+    auto body_results = [&](const std::vector<tensor>& v) { return replay(body_graph, with(v, captures)); };
+    // The forward loop again, counting its iterations and, when shapes stay, keeping
+    // the loop variables of every iteration that went on. A body that ends in
+    // break_if gives its condition first: the iteration that breaks keeps the values
+    // it started with, so it is left out of the walk back (its write to the stacks is
+    // dropped with the rest of its values).
     std::vector<tensor_array> stacks;
-    for (const tensor& x : initial) stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    if (!reshaped)
+      for (const tensor& x : initial)
+        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
     auto recompute = [&](auto next) {
       return kiln::while_loop(
           [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
             return replay(cond_graph, with(v, cond_captured))[0];
           },
           [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
-            for (std::size_t k = 0; k < n; ++k) s[k] = s[k].write(i, v[k]);
-            return next(i, replay(body_graph, with(v, captures)), std::move(s));
+            for (std::size_t k = 0; k < s.size(); ++k) s[k] = s[k].write(i, v[k]);
+            return next(i, body_results(v), std::move(s));
           },
-          kiln::constant(std::int32_t(0)), initial, stacks);
+          relaxed, kiln::constant(std::int32_t(0)), initial, stacks);
     };
     const auto recomputed =
         breaks ? recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
@@ -17460,6 +17600,23 @@ struct loop_backward {
                  });
     const tensor& count = std::get<0>(recomputed);
     const std::vector<tensor_array>& states = std::get<2>(recomputed);
+    // The loop variables iteration `i` began with. Every iteration before the
+    // counted ones went on, so the recomputing loop needs no condition but the count.
+    auto state_at = [&](const tensor& i) {
+      if (!reshaped) {
+        std::vector<tensor> state;
+        for (const tensor_array& s : states) state.push_back(s.read(i));
+        return state;
+      }
+      return std::get<1>(kiln::while_loop(
+          [&](const tensor& c, const std::vector<tensor>&) { return c < i; },
+          [&](const tensor& c, const std::vector<tensor>& v) {
+            std::vector<tensor> out = body_results(v);
+            if (breaks) out.erase(out.begin());
+            return std::tuple(c + 1, std::move(out));
+          },
+          relaxed, kiln::constant(std::int32_t(0)), initial));
+    };
     // The iterations backwards: the gradient of each step's variables from the next's.
     std::vector<tensor> capture_grads, variable_grads;
     for (const tensor& c : floating_only(captures)) capture_grads.push_back(zeros_shaped_like(c));
@@ -17468,10 +17625,7 @@ struct loop_backward {
     auto [grads_in, grads_captured, grads_read] = kiln::for_range(
         count,
         [&](const tensor& j, std::vector<tensor> g, std::vector<tensor> g_captures, std::vector<tensor> g_read) {
-          const tensor i = count - 1 - j;
-          std::vector<tensor> state;
-          for (const tensor_array& s : states) state.push_back(s.read(i));
-          const std::vector<tensor> args = with(state, captures);
+          const std::vector<tensor> args = with(state_at(count - 1 - j), captures);
           const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
           std::size_t k = 0;
           for (tensor& x : g) x = step[k++];
@@ -17479,7 +17633,7 @@ struct loop_backward {
           for (tensor& x : g_read) x = x + step[k++];
           return std::tuple(std::move(g), std::move(g_captures), std::move(g_read));
         },
-        var_grads, capture_grads, variable_grads);
+        relaxed_gradients, var_grads, capture_grads, variable_grads);
     // One gradient per floating-point input of the node, then per variable read.
     std::vector<tensor> out = std::move(grads_in);
     for (const tensor& c : cond_captured)
@@ -17493,10 +17647,8 @@ struct loop_backward {
 template <class Lazy>
 void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   auto state = std::make_shared<loop_backward>(
-      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), {}, op.cond_graph(), op.body_graph(), {}});
-  for (std::size_t k = 0; k < outputs.size() && state->reshaped.empty(); ++k)
-    if (outputs[k].shape() != inputs[k].shape())
-      state->reshaped = inputs[k].shape().str() + " before the loop, " + outputs[k].shape().str() + " after it";
+      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
+  for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();
   add_variables_read(state->body_graph, state->variables);
   auto call = std::make_shared<differentiable_call>();
   call->variables = state->variables;

@@ -234,6 +234,27 @@ TEST_CASE("set_item replaces one slice, on every dtype and device") {
   });
 }
 
+TEST_CASE("crop_or_pad cuts and pads from either end, on every dtype and device") {
+  std::uint32_t seed = 300;
+  // Rows from the start at -1 (a row of zeros first), columns from the end at 1
+  // (the window's columns start at 1 + (4 - 3) = 2 and run one past x).
+  for_each_dtype_and_device([&](dtype t, device d) {
+    const tensor x = kiln::testing::random_tensor(t, {3, 4}, seed++).to(d);
+    const tensor out = kiln::crop_or_pad(x, kiln::zeros({4, 3}).to(d), {-1, 1}, {0, 1}).to(device::cpu);
+    REQUIRE(out.shape() == shape{4, 3});
+    REQUIRE(out.dtype() == t);
+    const tensor host = x.to(device::cpu);
+    for (std::int64_t i = 0; i < 4; ++i)
+      for (std::int64_t j = 0; j < 3; ++j) {
+        const std::int64_t row = i - 1, column = j + 2;
+        kiln::testing::require_same(out[i][j], row >= 0 && column < 4 ? host[row][column] : kiln::zeros({}, t));
+      }
+    // A window that misses x altogether is zeros.
+    kiln::testing::require_same(kiln::crop_or_pad(x, kiln::zeros({2, 2}).to(d), {5, 0}, {0, 0}).to(device::cpu),
+                                kiln::zeros({2, 2}, t));
+  });
+}
+
 TEST_CASE("pad_rows appends rows of zeros, on every dtype and device") {
   std::uint32_t seed = 200;
   for_each_dtype_and_device([&](dtype t, device d) {

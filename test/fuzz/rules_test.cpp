@@ -239,6 +239,20 @@ op_case<ops::set_item> make_case(std::type_identity<ops::set_item>, chooser& c) 
   return k;
 }
 
+op_case<ops::crop_or_pad> make_case(std::type_identity<ops::crop_or_pad>, chooser& c) {
+  const shape x = c.any_shape();
+  const int rank = x.has_known_rank() ? x.rank() : int(c.below(4));
+  op_case<ops::crop_or_pad> k;
+  for (int d = 0; d < rank; ++d) {
+    k.op.offset.push_back(std::int64_t(c.below(7)) - 3);
+    k.op.align.push_back(c.chance(0.95) ? std::int64_t(c.below(2)) : 2);
+  }
+  if (c.chance(0.05)) k.op.align.push_back(0);
+  k.add(c.any_dtype(), x);
+  k.add(c.any_dtype(), c.chance(0.9) ? c.any_shape(rank) : c.any_shape());
+  return k;
+}
+
 op_case<ops::pad_rows> make_case(std::type_identity<ops::pad_rows>, chooser& c) {
   op_case<ops::pad_rows> k;
   k.add(c.any_dtype(), c.any_shape());

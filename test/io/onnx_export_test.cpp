@@ -253,6 +253,14 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
                             std::tuple{uniform({2, 7, 6, 3}, -1, 1, 16), uniform({3, 2, 3, 5}, -1, 1, 17)}));
   cases.back().operators = {{"Conv", 2}};
 
+  // crop_or_pad (the gradients' cut and pad) from either end, on floats and ints.
+  kiln::function windows([](const tensor& x, const tensor& like) {
+    return std::tuple{kiln::crop_or_pad(x, like, {-1, 1}, {0, 1}),
+                      kiln::crop_or_pad(kiln::cast(x, kiln::int32), like, {2, -3}, {1, 0})};
+  });
+  cases.push_back(make_case("crop_or_pad", windows, std::tuple{uniform({3, 4}, -4, 4, 18), kiln::zeros({4, 3})}));
+  cases.back().operators = {{"Pad", 2}};
+
   // Strings: concatenation and comparison.
   kiln::function strings([](const tensor& s) { return std::tuple{s + kiln::constant("!"), kiln::equal(s, "b")}; });
   cases.push_back(make_case("strings", strings, std::tuple{kiln::constant({"a", "b", "c"})}));

@@ -85,6 +85,7 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
   const tensor m = randoms({2, 3}, 6), n = randoms({3, 4}, 7), batched = randoms({2, 2, 3}, 8);
   const tensor other = randoms({2, 3}, 9), weights = constant({1.0, -2.0, 3.0});
   const tensor image = randoms({2, 7, 6, 3}, 10), filters = randoms({3, 2, 3, 4}, 11);
+  const tensor weights42 = randoms({4, 2}, 13), weights15 = randoms({1, 5}, 14);
   // Binary ops: the gradient of each operand, the second broadcast along the rows.
   auto both_operands = [&](std::function<tensor(const tensor&, const tensor&)> op, const tensor& first) {
     return std::vector<gradient_case>{{[=](const tensor& v) { return op(v, b); }, first},
@@ -164,6 +165,10 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
          m},
         {[=](const tensor& v) { return kiln::square(kiln::set_item(m, kiln::constant(0), v)); }, b}}},
       {"pad_rows", {{[=](const tensor& v) { return kiln::pad_rows(v, kiln::constant(4)) * randoms({4, 3}, 12); }, m}}},
+      // Padded in one dim and cropped in the other, from either end.
+      {"crop_or_pad",
+       {{[=](const tensor& v) { return kiln::crop_or_pad(v, kiln::zeros({4, 2}), {-1, 1}, {0, 0}) * weights42; }, m},
+        {[=](const tensor& v) { return kiln::crop_or_pad(v, kiln::zeros({1, 5}), {0, 1}, {1, 1}) * weights15; }, m}}},
       // Repeated indices add their rows' gradients.
       {"gather",
        {{[](const tensor& v) { return kiln::square(kiln::gather(v, kiln::constant({1, 0, 1}))); }, m},

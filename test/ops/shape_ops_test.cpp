@@ -359,3 +359,23 @@ TEST_CASE("pad_rows appends rows of zeros up to a number of rows, which its rule
   require_throws<value_error>([&] { return pad_rows(kiln::constant(1.f), kiln::constant(2)); }, {"pad_rows", "scalar"});
   require_throws<type_error>([&] { return pad_rows(x, kiln::constant(2.f)); }, {"pad_rows", "int32 or int64"});
 }
+
+TEST_CASE("crop_or_pad takes like's shape, its rule too, and rejects attributes that do not fit") {
+  const tensor x = iota({2, 3});  // [[0 1 2] [3 4 5]]
+  // Cropped to one row from the end and padded by a column on each side.
+  require_values<float>(crop_or_pad(x, kiln::zeros({1, 5}), {0, -1}, {1, 0}), {1, 5}, {0, 3, 4, 5, 0});
+  // The same window counted from the start.
+  require_values<float>(crop_or_pad(x, kiln::zeros({1, 5}), {1, -1}, {0, 0}), {1, 5}, {0, 3, 4, 5, 0});
+  // Its own gradient: padding back what it cropped, at the negated offsets.
+  require_values<float>(crop_or_pad(crop_or_pad(x, kiln::zeros({1, 5}), {1, -1}, {0, 0}), x, {-1, 1}, {0, 0}), {2, 3},
+                        {0, 0, 0, 3, 4, 5});
+  REQUIRE(crop_or_pad(kiln::constant(std::vector<std::string>{"a"}, {1}), kiln::zeros({2}), {0}, {0})
+              .to_vector<std::string>() == std::vector<std::string>{"a", ""});
+  REQUIRE(rule(ops::crop_or_pad{{0, 0}, {0, 1}}, {{3, 2}, {none, 4}}).value == shape{none, 4});
+  require_throws<value_error>([&] { return crop_or_pad(x, kiln::zeros({2}), {0, 0}, {0, 0}); },
+                              {"crop_or_pad", "one rank", "offset=[0, 0], align=[0, 0]"});
+  require_throws<value_error>([&] { return crop_or_pad(x, kiln::zeros({2, 2}), {0}, {0, 0}); },
+                              {"crop_or_pad", "one entry per dim"});
+  require_throws<value_error>([&] { return crop_or_pad(x, kiln::zeros({2, 2}), {0, 0}, {0, 2}); },
+                              {"crop_or_pad", "align must be 0", "align=[0, 2]"});
+}

@@ -181,19 +181,22 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
 /// stops the recomputed loop the same way.
+///
+/// A loop variable whose shape changes from one iteration to the next (a shape
+/// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's
+/// elements share one shape. The walk back then recomputes each iteration's variables
+/// from the loop's initial ones, in a loop of its own with the original loop's shape
+/// invariants: memory stays that of one iteration, time grows with the square of the
+/// iteration count.
 struct loop_backward {
   int vars = 0, cond_captures = 0;
   bool breaks = false;
-  std::string reshaped;  // a loop variable whose shape changes from one iteration to the next
+  bool reshaped = false;  // some loop variable changes shape from one iteration to the next
   graph cond_graph, body_graph;
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 
   template <class>
   std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
-    if (!reshaped.empty())
-      throw unavailable_error("while_loop: no gradient yet through a loop traced in a kiln::function whose loop "
-                              "variable changes shape (" + reshaped + "; a tensor_array with dynamic_size or a shape "
-                              "invariant); give the tensor_array a fixed size, or differentiate the loop eagerly");
     const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
     const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
     const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
@@ -202,22 +205,38 @@ struct loop_backward {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
-    // The forward loop again, keeping the loop variables of every iteration that
-    // went on. A body that ends in break_if gives its condition first: the iteration
-    // that breaks keeps the values it started with, so it is left out of the walk back
-    // (its write to the stacks is dropped with the rest of its values).
+    // The shapes the body takes its loop variables in: the original loop's shape
+    // invariants, which the recomputing loops keep when shapes change. (Each list
+    // starts with the invariant of a counter of kiln's own, which keeps its shape.)
+    loop_options relaxed, relaxed_gradients;
+    if (reshaped) {
+      relaxed.shape_invariants.emplace_back();
+      for (std::size_t k = 0; k < n; ++k) {
+        const shape& s = body_graph.node_at(body_graph.arguments()[k]).shape();
+        relaxed.shape_invariants.emplace_back(s);
+        if (is_floating(initial[k].dtype())) relaxed_gradients.shape_invariants.emplace_back(s);
+      }
+    }
+    auto body_results = [&](const std::vector<tensor>& v) { return replay(body_graph, with(v, captures)); };
+    // The forward loop again, counting its iterations and, when shapes stay, keeping
+    // the loop variables of every iteration that went on. A body that ends in
+    // break_if gives its condition first: the iteration that breaks keeps the values
+    // it started with, so it is left out of the walk back (its write to the stacks is
+    // dropped with the rest of its values).
     std::vector<tensor_array> stacks;
-    for (const tensor& x : initial) stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    if (!reshaped)
+      for (const tensor& x : initial)
+        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
     auto recompute = [&](auto next) {
       return kiln::while_loop(
           [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
             return replay(cond_graph, with(v, cond_captured))[0];
           },
           [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
-            for (std::size_t k = 0; k < n; ++k) s[k] = s[k].write(i, v[k]);
-            return next(i, replay(body_graph, with(v, captures)), std::move(s));
+            for (std::size_t k = 0; k < s.size(); ++k) s[k] = s[k].write(i, v[k]);
+            return next(i, body_results(v), std::move(s));
           },
-          kiln::constant(std::int32_t(0)), initial, stacks);
+          relaxed, kiln::constant(std::int32_t(0)), initial, stacks);
     };
     const auto recomputed =
         breaks ? recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
@@ -230,6 +249,23 @@ struct loop_backward {
                  });
     const tensor& count = std::get<0>(recomputed);
     const std::vector<tensor_array>& states = std::get<2>(recomputed);
+    // The loop variables iteration `i` began with. Every iteration before the
+    // counted ones went on, so the recomputing loop needs no condition but the count.
+    auto state_at = [&](const tensor& i) {
+      if (!reshaped) {
+        std::vector<tensor> state;
+        for (const tensor_array& s : states) state.push_back(s.read(i));
+        return state;
+      }
+      return std::get<1>(kiln::while_loop(
+          [&](const tensor& c, const std::vector<tensor>&) { return c < i; },
+          [&](const tensor& c, const std::vector<tensor>& v) {
+            std::vector<tensor> out = body_results(v);
+            if (breaks) out.erase(out.begin());
+            return std::tuple(c + 1, std::move(out));
+          },
+          relaxed, kiln::constant(std::int32_t(0)), initial));
+    };
     // The iterations backwards: the gradient of each step's variables from the next's.
     std::vector<tensor> capture_grads, variable_grads;
     for (const tensor& c : floating_only(captures)) capture_grads.push_back(zeros_shaped_like(c));
@@ -238,10 +274,7 @@ struct loop_backward {
     auto [grads_in, grads_captured, grads_read] = kiln::for_range(
         count,
         [&](const tensor& j, std::vector<tensor> g, std::vector<tensor> g_captures, std::vector<tensor> g_read) {
-          const tensor i = count - 1 - j;
-          std::vector<tensor> state;
-          for (const tensor_array& s : states) state.push_back(s.read(i));
-          const std::vector<tensor> args = with(state, captures);
+          const std::vector<tensor> args = with(state_at(count - 1 - j), captures);
           const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
           std::size_t k = 0;
           for (tensor& x : g) x = step[k++];
@@ -249,7 +282,7 @@ struct loop_backward {
           for (tensor& x : g_read) x = x + step[k++];
           return std::tuple(std::move(g), std::move(g_captures), std::move(g_read));
         },
-        var_grads, capture_grads, variable_grads);
+        relaxed_gradients, var_grads, capture_grads, variable_grads);
     // One gradient per floating-point input of the node, then per variable read.
     std::vector<tensor> out = std::move(grads_in);
     for (const tensor& c : cond_captured)
@@ -263,10 +296,8 @@ struct loop_backward {
 template <class Lazy>
 void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   auto state = std::make_shared<loop_backward>(
-      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), {}, op.cond_graph(), op.body_graph(), {}});
-  for (std::size_t k = 0; k < outputs.size() && state->reshaped.empty(); ++k)
-    if (outputs[k].shape() != inputs[k].shape())
-      state->reshaped = inputs[k].shape().str() + " before the loop, " + outputs[k].shape().str() + " after it";
+      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
+  for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();
   add_variables_read(state->body_graph, state->variables);
   auto call = std::make_shared<differentiable_call>();
   call->variables = state->variables;

@@ -29,7 +29,7 @@ namespace kiln::ops {
   F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
 #define KILN_SHAPE_OPS(F)                                                                                        \
   F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
-  F(set_item) F(pad_rows)
+  F(set_item) F(pad_rows) F(crop_or_pad)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
 #define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
 /// Every op kiln defines.

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Shape and data-movement ops: reshape, transpose, concat, stack, gather, `x[i]`,
-/// slice, shape_of, set_item and pad_rows. None computes new values, so each accepts every dtype,
+/// slice, shape_of, set_item, pad_rows and crop_or_pad. None computes new values, so each accepts every dtype,
 /// strings included. The rules handle `kiln::none` dims and unknown ranks (the
 /// tracer's partial shapes); reshape, `x[i]` and shape_of only re-describe a buffer
 /// and so provide `evaluate` instead of kernels. Indices and ranges that do not fit
@@ -10,6 +10,7 @@
 /// `attributes()` ("perm=[1, 0]") is appended to the errors of its rules, which
 /// otherwise could only show the inputs.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -402,6 +403,45 @@ struct pad_rows {
   template <class G> void gradient(G& g) const;
 };
 
+/// `crop_or_pad(x, like)`: a tensor of `like`'s shape (only its shape is read) and
+/// `x`'s dtype whose element i is x's element i + start along every dim, zeros where
+/// that falls outside x; start[d] counts `offset[d]` from x's first element, or with
+/// `align[d]` == 1 from where the window would begin if its end met x's end. It cuts
+/// and pads tensors whose dims are known only when the graph runs, in the gradients of
+/// concat, slice and pad_rows, and is its own gradient (negated offsets).
+struct crop_or_pad {
+  static constexpr std::string_view name = "crop_or_pad";
+  static constexpr int arity = 2;
+  int_list offset;
+  int_list align;  // per dim: 0 counts offset from x's start, 1 from its end
+  static constexpr auto attribute_fields() {
+    return std::tuple{attribute{"offset", &crop_or_pad::offset}, attribute{"align", &crop_or_pad::align}};
+  }
+
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return {in[0]}; }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const kiln::shape &x = in[0], &like = in[1];
+    if (offset.size() != align.size()) return {{}, "offset and align must have one entry per dim"};
+    for (std::int64_t a : align)
+      if (a != 0 && a != 1) return {{}, "align must be 0 (from the start) or 1 (from the end) in every dim"};
+    if ((x.has_known_rank() && x.rank() != offset.size()) || (like.has_known_rank() && like.rank() != offset.size()))
+      return {{}, "x, like, offset and align must have one rank"};
+    if (!like.has_known_rank()) return {kiln::shape(std::vector<std::int64_t>(std::size_t(offset.size()), none))};
+    return {like};
+  }
+  /// Where the window of dim `d` starts in x, for an x dim of `in` elements and a
+  /// result dim of `out`.
+  constexpr std::int64_t start(int d, std::int64_t in, std::int64_t out) const {
+    return offset[d] + (align[d] ? in - out : 0);
+  }
+  template <class = void>
+  tensor evaluate(std::span<const tensor* const> in) const;
+  std::string attributes() const { return "offset=" + offset.str() + ", align=" + align.str(); }
+  constexpr bool operator==(const crop_or_pad&) const = default;
+  /// crop_or_pad of dy to x's shape with the offsets negated.
+  template <class G> void gradient(G& g) const;
+};
+
 /// `slice(x, begin, size)`: the block of `size[d]` elements from `begin[d]` along
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
@@ -463,16 +503,39 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
   return G::run(slice{begin, sizes}, x);
 }
 
+/// Zeros per dim, `rank` of them, but `at` in dim `axis`.
+inline int_list along(int rank, int axis, std::int64_t at) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
+  return o;
+}
+
 template <class G>
 void concat::gradient(G& g) const {
-  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank);
+  const int rank = g.x(0).t.rank(), a = normalize_axis(axis, rank), n = int(g.arity());
+  // The inputs whose sizes along the axis are known only when the graph runs: those
+  // up to the first are cut at offsets from dy's start, those from the last at
+  // offsets from its end; one between two has neither.
+  int first = n, last = -1;
+  for (int i = 0; i < n; ++i)
+    if (g.x(i).t.shape()[a] == none) first = std::min(first, i), last = i;
+  if (last - first > 1)
+    throw unavailable_error("concat: no gradient for input " + std::to_string(first + 1) + ", between inputs " +
+                            std::to_string(first) + " and " + std::to_string(last) + " whose sizes along axis " +
+                            std::to_string(a) + " are known only when the graph runs");
   std::int64_t offset = 0;
-  for (int i = 0; i < int(g.arity()); ++i) {
+  for (int i = 0; i <= std::min(first, n - 1); ++i) {
     const kiln::shape s = g.x(i).t.shape();
-    int_list begin;
-    for (int d = 0; d < rank; ++d) begin.push_back(d == a ? int(offset) : 0);
-    g.give(i, slice_of<G>(g.dy(), begin, s));
+    if (s.is_fully_defined())
+      g.give(i, slice_of<G>(g.dy(), along(rank, a, offset), s));
+    else
+      g.give(i, G::run(crop_or_pad{along(rank, a, offset), along(rank, -1, 0)}, g.dy(), g.x(i)));
     offset += s[a];
+  }
+  std::int64_t after = 0;
+  for (int i = n - 1; i > first; --i) {
+    g.give(i, G::run(crop_or_pad{along(rank, a, -after), along(rank, a, 1)}, g.dy(), g.x(i)));
+    after += g.x(i).t.shape()[a];
   }
 }
 
@@ -515,9 +578,17 @@ void set_item::gradient(G& g) const {
 template <class G>
 void pad_rows::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
-  if (x[0] == none)
-    throw unavailable_error("pad_rows: no gradient for a tensor whose number of rows is known only when it runs");
-  g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
+  if (x.is_fully_defined())
+    g.give(0, slice_of<G>(g.dy(), origin(x.rank()), x));
+  else
+    g.give(0, G::run(crop_or_pad{origin(x.rank()), origin(x.rank())}, g.dy(), g.x(0)));
+}
+
+template <class G>
+void crop_or_pad::gradient(G& g) const {
+  int_list back;
+  for (std::int64_t o : offset) back.push_back(-o);
+  g.give(0, G::run(crop_or_pad{back, align}, g.dy(), g.x(0)));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -543,7 +614,14 @@ V zeros_around(V block, const kiln::shape& in, const int_list& begin, const V& z
 
 template <class G>
 void slice::gradient(G& g) const {
-  g.give(0, zeros_around<G>(g.dy(), g.x(0).t.shape(), begin, g.zeros_like(0)));
+  const kiln::shape x = g.x(0).t.shape();
+  if (x.is_fully_defined()) {
+    g.give(0, zeros_around<G>(g.dy(), x, begin, g.zeros_like(0)));
+  } else {
+    int_list back;
+    for (std::int64_t b : begin) back.push_back(-b);
+    g.give(0, G::run(crop_or_pad{back, origin(x.rank())}, g.dy(), g.x(0)));
+  }
 }
 
 template <class G>
@@ -822,6 +900,49 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
   if (missing[0] <= 0) return x;
   return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+/// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
+/// at `offset` (from x's start, or with align 1 in a dim from its end), zeros where
+/// it leaves x (see ops::crop_or_pad).
+/// \code kiln::crop_or_pad(kiln::constant({1, 2, 3}), kiln::zeros({4}), {-1}, {0});  // [0 1 2 3] \endcode
+template <class = void>
+tensor crop_or_pad(const tensor& x, const tensor& like, const int_list& offset, const int_list& align) {
+  const tensor* in[] = {&x, &like};
+  return detail::apply_naming_attributes(ops::crop_or_pad{offset, align}, in);
+}
+
+template <class>
+tensor ops::crop_or_pad::evaluate(std::span<const tensor* const> in) const {
+  const tensor& x = *in[0];
+  const kiln::shape& out = in[1]->shape();
+  int_list begin, size;  // the block of x inside the window
+  kiln::shape before, after;  // the zeros around it, per dim
+  bool empty = false;
+  for (int d = 0; d < out.rank(); ++d) {
+    const std::int64_t first = start(d, x.shape()[d], out[d]);
+    const std::int64_t lo = std::clamp<std::int64_t>(first, 0, x.shape()[d]);
+    const std::int64_t hi = std::clamp<std::int64_t>(first + out[d], 0, x.shape()[d]);
+    empty |= hi <= lo;
+    begin.push_back(lo);
+    size.push_back(std::max<std::int64_t>(hi - lo, 0));
+    before.push_back(std::clamp<std::int64_t>(lo - first, 0, out[d]));
+    after.push_back(out[d] - before[d] - size[d]);
+  }
+  if (empty) return kiln::zeros(out, x.dtype(), x.device());
+  tensor block = detail::execute_now(slice{begin, size}, x);
+  for (int d = 0; d < out.rank(); ++d) {
+    kiln::shape part = block.shape();
+    if (before[d] > 0) {
+      part[d] = before[d];
+      block = detail::execute_now(concat{d}, kiln::zeros(part, x.dtype(), x.device()), block);
+    }
+    if (after[d] > 0) {
+      part[d] = after[d];
+      block = detail::execute_now(concat{d}, block, kiln::zeros(part, x.dtype(), x.device()));
+    }
+  }
+  return block;
 }
 
 /// `kiln::shape_of(x)`: the dims of `x` as a 1-D int32 tensor (`[2 3]` for a 2x3 matrix).
