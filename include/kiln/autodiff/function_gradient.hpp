@@ -206,8 +206,9 @@ struct loop_backward {
       return head;
     };
     // The shapes the body takes its loop variables in: the original loop's shape
-    // invariants, which the recomputing loops keep when shapes change. (Each list
-    // starts with the invariant of a counter of kiln's own, which keeps its shape.)
+    // invariants, which the recomputing loops keep when shapes change (`relaxed`
+    // first for the counter they carry, which keeps its shape), and the walk back for
+    // the gradients of the floating-point ones.
     loop_options relaxed, relaxed_gradients;
     if (reshaped) {
       relaxed.shape_invariants.emplace_back();
