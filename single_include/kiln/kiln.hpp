@@ -1190,6 +1190,10 @@ class tensor {
 
   /// False for a default-constructed handle.
   bool defined() const { return buffer_ != nullptr || symbol_ != nullptr; }
+  /// Whether this eager tensor and `other` view one buffer (a reshape, `x[i]` or a
+  /// copy of the handle).
+  /// \code kiln::tensor x = kiln::ones({2, 2}); x[1].shares_buffer_with(x);  // true \endcode
+  bool shares_buffer_with(const tensor& other) const { return buffer_ && buffer_ == other.buffer_; }
   kiln::dtype dtype() const { return dtype_; }
   const kiln::shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }
@@ -4377,6 +4381,9 @@ template <class G>
 void gather::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
   const int a = normalize_axis(axis, x.rank());
+  if (x[a] == none)
+    throw unavailable_error("gather: no gradient for a tensor of shape " + x.str() + " whose size along axis " +
+                            std::to_string(a) + " is known only when the graph runs");
   g.give(0, G::run(unsorted_segment_sum{x[a], a}, g.dy(), g.x(1)));
 }
 
@@ -4448,6 +4455,11 @@ void slice::gradient(G& g) const {
 template <class G>
 void index::gradient(G& g) const {
   const kiln::shape in = g.x(0).t.shape();
+  if (!in.is_fully_defined()) {  // dy as one row, padded to x's shape; a negative i counts from the end
+    const crop_or_pad pad{along(in.rank(), 0, i < 0 ? -i - 1 : -i), along(in.rank(), 0, i < 0 ? 1 : 0)};
+    g.give(0, G::run(pad, G::run(stack{0}, g.dy()), g.x(0)));
+    return;
+  }
   kiln::shape row = in;
   row[0] = 1;
   int_list begin;
@@ -8809,6 +8821,7 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 /// the result on the inputs' device and run the device's backend kernel.
 
 #include <atomic>
+#include <cstring>
 #include <span>
 #include <sstream>
 #include <string>
@@ -9035,6 +9048,22 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
+/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
+/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
+/// address, dtype and shape, and a view can share all three with another tensor on
+/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
+/// then be counted twice.
+inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  if (!view) return out;
+  if (out.device() != device::cpu) return out.to(device::cpu).to(out.device());
+  tensor copy(out.dtype(), out.shape());
+  std::memcpy(copy.raw_data(), out.raw_data(), std::size_t(out.size()) * size_of(out.dtype()));
+  return copy;
+}
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
@@ -9051,7 +9080,10 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    if (recording_tapes() > 0) {
+      out = unaliased_for_tapes(std::move(out), in);
+      record_on_tapes(op, in, out);
+    }
     return out;
   } else {
     return {};
@@ -12447,7 +12479,10 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
+  if (recording_tapes() > 0) {
+    out = unaliased_for_tapes(std::move(out), in);
+    record_any_on_tapes(op, in, out);
+  }
   return out;
 }
 

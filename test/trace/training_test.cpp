@@ -30,6 +30,23 @@ TEST_CASE("a tape watches the variables read while it records") {
   CHECK(value_of(tape.gradient(y, unused, kiln::unconnected_gradients::zero)) == 0.f);
 }
 
+TEST_CASE("a view of a tensor on a tape (x[i], reshape) adds its gradient once") {
+  const kiln::tensor m = kiln::constant({{0.25, -0.75}, {1.0, 2.0}});
+  const kiln::tensor x = kiln::constant({0.5, 1.5});
+  kiln::gradient_tape tape({.persistent = true});
+  tape.watch(m);
+  tape.watch(x);
+  // The same row read twice: d/dm = 2 on row 0.
+  const kiln::tensor twice = kiln::reduce_sum(m[0]) + kiln::reduce_sum(m[0]);
+  CHECK(tape.gradient(twice, m).to_vector<double>() == std::vector<double>{2, 2, 0, 0});
+  // A row of a reshape of x, whose buffer, dtype and shape are x's own.
+  const kiln::tensor row = kiln::reduce_sum(kiln::reshape(x, {1, 2})[0] * 3.0);
+  CHECK(tape.gradient(row, x).to_vector<double>() == std::vector<double>{3, 3});
+  // A reshape to x's own shape, beside x.
+  const kiln::tensor same = kiln::reduce_sum(kiln::reshape(x, {2}) * 3.0 + x);
+  CHECK(tape.gradient(same, x).to_vector<double>() == std::vector<double>{4, 4});
+}
+
 TEST_CASE("a variable read before the tape exists is not watched") {
   kiln::variable v(2.f);
   kiln::tensor early = v.read_value() * 1.f;
@@ -559,6 +576,19 @@ TEST_CASE("loops: gradients through loop variables that change shape, as eager")
                 const kiln::tensor next =
                     kiln::tanh(kiln::reduce_sum(acc, 0, true) * 0.5 + kiln::cast(i, kiln::float64));
                 return kiln::concat({acc, next}, 0);
+              },
+              kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 2}}}, kiln::reshape(x, {1, 2}));
+          return kiln::reduce_sum(rows * rows);
+        },
+        {0.25, -0.75});
+  }
+  SECTION("rows appended from the last row, read by a negative index") {
+    check_loop_gradient_three_ways(
+        [](const kiln::tensor& x) {
+          const kiln::tensor rows = kiln::for_range(
+              4,
+              [](const kiln::tensor&, const kiln::tensor& acc) {
+                return kiln::concat({acc, kiln::stack({kiln::tanh(acc[-1] * 0.5 + acc[0])})}, 0);
               },
               kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 2}}}, kiln::reshape(x, {1, 2}));
           return kiln::reduce_sum(rows * rows);

@@ -59,6 +59,10 @@ class tensor {
 
   /// False for a default-constructed handle.
   bool defined() const { return buffer_ != nullptr || symbol_ != nullptr; }
+  /// Whether this eager tensor and `other` view one buffer (a reshape, `x[i]` or a
+  /// copy of the handle).
+  /// \code kiln::tensor x = kiln::ones({2, 2}); x[1].shares_buffer_with(x);  // true \endcode
+  bool shares_buffer_with(const tensor& other) const { return buffer_ && buffer_ == other.buffer_; }
   kiln::dtype dtype() const { return dtype_; }
   const kiln::shape& shape() const { return shape_; }
   int rank() const { return shape_.rank(); }

@@ -5,6 +5,7 @@
 /// the result on the inputs' device and run the device's backend kernel.
 
 #include <atomic>
+#include <cstring>
 #include <span>
 #include <sstream>
 #include <string>
@@ -170,6 +171,22 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
+/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
+/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
+/// address, dtype and shape, and a view can share all three with another tensor on
+/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
+/// then be counted twice.
+inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  if (!view) return out;
+  if (out.device() != device::cpu) return out.to(device::cpu).to(out.device());
+  tensor copy(out.dtype(), out.shape());
+  std::memcpy(copy.raw_data(), out.raw_data(), std::size_t(out.size()) * size_of(out.dtype()));
+  return copy;
+}
+
 template <class Op>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
@@ -186,7 +203,10 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    if (recording_tapes() > 0) {
+      out = unaliased_for_tapes(std::move(out), in);
+      record_on_tapes(op, in, out);
+    }
     return out;
   } else {
     return {};

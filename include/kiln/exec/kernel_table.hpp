@@ -151,7 +151,10 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tens
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
+  if (recording_tapes() > 0) {
+    out = unaliased_for_tapes(std::move(out), in);
+    record_any_on_tapes(op, in, out);
+  }
   return out;
 }
 

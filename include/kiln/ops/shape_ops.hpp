@@ -556,6 +556,9 @@ template <class G>
 void gather::gradient(G& g) const {
   const kiln::shape x = g.x(0).t.shape();
   const int a = normalize_axis(axis, x.rank());
+  if (x[a] == none)
+    throw unavailable_error("gather: no gradient for a tensor of shape " + x.str() + " whose size along axis " +
+                            std::to_string(a) + " is known only when the graph runs");
   g.give(0, G::run(unsorted_segment_sum{x[a], a}, g.dy(), g.x(1)));
 }
 
@@ -627,6 +630,11 @@ void slice::gradient(G& g) const {
 template <class G>
 void index::gradient(G& g) const {
   const kiln::shape in = g.x(0).t.shape();
+  if (!in.is_fully_defined()) {  // dy as one row, padded to x's shape; a negative i counts from the end
+    const crop_or_pad pad{along(in.rank(), 0, i < 0 ? -i - 1 : -i), along(in.rank(), 0, i < 0 ? 1 : 0)};
+    g.give(0, G::run(pad, G::run(stack{0}, g.dy()), g.x(0)));
+    return;
+  }
   kiln::shape row = in;
   row[0] = 1;
   int_list begin;
