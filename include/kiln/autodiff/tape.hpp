@@ -218,6 +218,8 @@ void register_gradient_ops() {
   register_kernels_on_use<ops::gather>();
   register_kernels_on_use<ops::unsorted_segment_sum>();
   register_kernels_on_use<ops::set_item>();
+  register_kernels_on_use<ops::stack>();
+  register_kernels_on_use<ops::crop_or_pad>();
 }
 
 }  // namespace detail
