@@ -4328,6 +4328,13 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
   return G::run(slice{begin, sizes}, x);
 }
 
+/// Each entry of `l` negated: the offsets that undo a window's.
+inline int_list negated(const int_list& l) {
+  int_list out;
+  for (std::int64_t x : l) out.push_back(-x);
+  return out;
+}
+
 /// Zeros per dim, `rank` of them, but `at` in dim `axis`.
 inline int_list along(int rank, int axis, std::int64_t at) {
   int_list o;
@@ -4414,9 +4421,7 @@ void pad_rows::gradient(G& g) const {
 
 template <class G>
 void crop_or_pad::gradient(G& g) const {
-  int_list back;
-  for (std::int64_t o : offset) back.push_back(-o);
-  g.give(0, G::run(crop_or_pad{back, align}, g.dy(), g.x(0)));
+  g.give(0, G::run(crop_or_pad{negated(offset), align}, g.dy(), g.x(0)));
 }
 
 /// `block`, a slice at `begin` of a tensor of shape `in`, with zeros (a tensor of
@@ -4446,9 +4451,7 @@ void slice::gradient(G& g) const {
   if (x.is_fully_defined()) {
     g.give(0, zeros_around<G>(g.dy(), x, begin, g.zeros_like(0)));
   } else {
-    int_list back;
-    for (std::int64_t b : begin) back.push_back(-b);
-    g.give(0, G::run(crop_or_pad{back, origin(x.rank())}, g.dy(), g.x(0)));
+    g.give(0, G::run(crop_or_pad{negated(begin), origin(x.rank())}, g.dy(), g.x(0)));
   }
 }
 
