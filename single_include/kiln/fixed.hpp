@@ -7641,7 +7641,7 @@ void concat::gradient(G& g) const {
     if (s.is_fully_defined())
       g.give(i, slice_of<G>(g.dy(), along(rank, a, offset), s));
     else
-      g.give(i, G::run(crop_or_pad{along(rank, a, offset), along(rank, -1, 0)}, g.dy(), g.x(i)));
+      g.give(i, G::run(crop_or_pad{along(rank, a, offset), origin(rank)}, g.dy(), g.x(i)));
     offset += s[a];
   }
   std::int64_t after = 0;

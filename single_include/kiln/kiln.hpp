@@ -4361,7 +4361,7 @@ void concat::gradient(G& g) const {
     if (s.is_fully_defined())
       g.give(i, slice_of<G>(g.dy(), along(rank, a, offset), s));
     else
-      g.give(i, G::run(crop_or_pad{along(rank, a, offset), along(rank, -1, 0)}, g.dy(), g.x(i)));
+      g.give(i, G::run(crop_or_pad{along(rank, a, offset), origin(rank)}, g.dy(), g.x(i)));
     offset += s[a];
   }
   std::int64_t after = 0;
@@ -9051,6 +9051,14 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
+/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
+inline tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
 /// `out`, or while gradient tapes record, a copy of it when it is a floating-point
 /// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
 /// address, dtype and shape, and a view can share all three with another tensor on
@@ -9060,11 +9068,7 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   if (out.is_symbolic() || !is_floating(out.dtype())) return out;
   bool view = false;
   for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  if (!view) return out;
-  if (out.device() != device::cpu) return out.to(device::cpu).to(out.device());
-  tensor copy(out.dtype(), out.shape());
-  std::memcpy(copy.raw_data(), out.raw_data(), std::size_t(out.size()) * size_of(out.dtype()));
-  return copy;
+  return view ? fresh_copy(out) : out;
 }
 
 template <class Op>
@@ -12522,7 +12526,6 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -13008,10 +13011,7 @@ inline void record_call_on_active_tapes(const std::shared_ptr<const differentiab
 /// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
 inline tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == kiln::device::cpu ? copy : copy.to(x.device());
+  return detail::fresh_copy(x);
 }
 
 }  // namespace kiln

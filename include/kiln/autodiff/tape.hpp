@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -509,10 +508,7 @@ inline void record_call_on_active_tapes(const std::shared_ptr<const differentiab
 /// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
 inline tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == kiln::device::cpu ? copy : copy.to(x.device());
+  return detail::fresh_copy(x);
 }
 
 }  // namespace kiln

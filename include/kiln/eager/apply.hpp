@@ -171,6 +171,14 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
+/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
+inline tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
 /// `out`, or while gradient tapes record, a copy of it when it is a floating-point
 /// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
 /// address, dtype and shape, and a view can share all three with another tensor on
@@ -180,11 +188,7 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   if (out.is_symbolic() || !is_floating(out.dtype())) return out;
   bool view = false;
   for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  if (!view) return out;
-  if (out.device() != device::cpu) return out.to(device::cpu).to(out.device());
-  tensor copy(out.dtype(), out.shape());
-  std::memcpy(copy.raw_data(), out.raw_data(), std::size_t(out.size()) * size_of(out.dtype()));
-  return copy;
+  return view ? fresh_copy(out) : out;
 }
 
 template <class Op>
