@@ -9504,6 +9504,43 @@ KILN_VARIABLE_WITH_TYPED(>)
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
+// ----- begin kiln/exec/jit_switch.hpp -----
+/// \file
+/// The switch behind `function_options::jit_compile`, apart from the native-loop
+/// compiler itself (kiln/exec/jit.hpp) so that the compile-time tier, which has
+/// function_options too, need not include that compiler.
+
+#include <concepts>
+
+namespace kiln::detail {
+
+/// The native-loop compiler behind function_options::jit_compile, defined in
+/// kiln/exec/jit.hpp (runtime tier).
+template <class>
+struct native_loops;
+
+/// function_options::jit_compile: a bool that, where a program turns it on, brings in
+/// the native-loop compiler. Its constructor is a template, so that a program that
+/// never sets the option compiles none of that compiler (its source generation, disk
+/// cache and process spawning).
+class jit_switch {
+ public:
+  constexpr jit_switch() = default;
+  template <std::same_as<bool> B>
+  jit_switch(B on) : on_(on) {
+    if constexpr (requires { native_loops<B>::enable(); })
+      if (on) native_loops<B>::enable();
+  }
+  constexpr operator bool() const { return on_; }
+
+ private:
+  bool on_ = false;
+};
+}  // namespace kiln::detail
+// ----- end kiln/exec/jit_switch.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
 
 namespace kiln {
 
@@ -9520,7 +9557,7 @@ struct function_options {
   /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
   /// call of a signature then costs a compile (about a second), unless an earlier
   /// process left the loop in the cache on disk.
-  bool jit_compile = false;
+  detail::jit_switch jit_compile = {};
   /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
   bool reduce_retracing = false;
 };

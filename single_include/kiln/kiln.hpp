@@ -8849,11 +8849,6 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 
 namespace kiln {
 namespace detail {
-inline std::atomic<bool>& check_numerics_flag() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
-
 /// Raises kiln::invalid_argument_error when the float tensor `result` of op `op`
 /// holds a NaN or an Inf; `node` names the graph node, empty for an eager op.
 inline void check_numerics(std::string_view op, const tensor& result, std::string_view node = {}) {
@@ -8876,6 +8871,15 @@ inline void check_numerics(std::string_view op, const tensor& result, std::strin
   throw invalid_argument_error("check_numerics: " + where + " produced " + (nan ? "NaN" : "Inf") + " in its " +
                                std::string(name(result.dtype())) + " " + result.shape().str() + " result");
 }
+
+/// check_numerics while enable_check_numerics() is in effect, else null: every eager
+/// op reaches the check through this pointer, so that a program that never enables
+/// it compiles none of it.
+using numerics_check = void (*)(std::string_view op, const tensor& result, std::string_view node);
+inline std::atomic<numerics_check>& numerics_check_hook() {
+  static std::atomic<numerics_check> hook{nullptr};
+  return hook;
+}
 }  // namespace detail
 
 namespace debugging {
@@ -8885,13 +8889,13 @@ namespace debugging {
 /// kiln::debugging::enable_check_numerics();
 /// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
 /// \endcode
-inline void enable_check_numerics() { detail::check_numerics_flag() = true; }
+inline void enable_check_numerics() { detail::numerics_check_hook() = &detail::check_numerics; }
 /// Turns the checks of enable_check_numerics() off again.
 /// \code kiln::debugging::disable_check_numerics(); \endcode
-inline void disable_check_numerics() { detail::check_numerics_flag() = false; }
+inline void disable_check_numerics() { detail::numerics_check_hook() = nullptr; }
 /// Whether enable_check_numerics() is in effect.
 /// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
-inline bool check_numerics_enabled() { return detail::check_numerics_flag().load(std::memory_order_relaxed); }
+inline bool check_numerics_enabled() { return detail::numerics_check_hook().load(std::memory_order_relaxed) != nullptr; }
 }  // namespace debugging
 
 }  // namespace kiln
@@ -9038,10 +9042,10 @@ inline std::atomic<variable_read_recorder>& variable_read_hook() {
   return hook;
 }
 
-/// Records an op on the gradient tapes of this thread (defined with the kernel
-/// table, kiln/exec/kernel_table.hpp).
+/// Records an op on the gradient tapes of this thread, `out` replaced by a copy where
+/// unaliased_for_tapes says (defined with the kernel table, kiln/exec/kernel_table.hpp).
 template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out);
 
 /// True when an op on `in` is recorded rather than run: while tracing, or when an
 /// input is symbolic.
@@ -9084,13 +9088,11 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     // fails in the graph, to fail only if it runs (non-strict execution).
     const bool symbolic = records_symbolically(in);
     tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
-    if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+    if (!symbolic)
+      if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) {
-      out = unaliased_for_tapes(std::move(out), in);
-      record_on_tapes(op, in, out);
-    }
+    if (recording_tapes() > 0) record_on_tapes(op, in, out);
     return out;
   } else {
     return {};
@@ -11162,11 +11164,6 @@ inline int value_operand_of(const any_op& op) {
   return operands[op.index()];
 }
 
-/// Whether `a` and `b` are the same op with the same attributes.
-inline bool same_op(const any_op& a, const any_op& b) {
-  if (a.index() != b.index()) return false;
-  return visit([&](const auto& x) { return x == *std::get_if<std::remove_cvref_t<decltype(x)>>(&b); }, a);
-}
 }  // namespace ops
 
 class graph;
@@ -11462,7 +11459,7 @@ class trace_context {
  public:
   /// Starts tracing function `function_name` on this thread.
   explicit trace_context(std::string function_name)
-      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
+      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
     current_slot() = this;
   }
   /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
@@ -11572,15 +11569,22 @@ class trace_context {
   }
 
   /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
-  /// symbolic result.
+  /// symbolic result. Through a pointer that the constructor sets: every op function
+  /// reaches this, and a program that never traces then compiles none of the graph
+  /// building behind it.
   tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
-    std::vector<int> ids;
-    ids.reserve(inputs.size());
-    for (const tensor* t : inputs) ids.push_back(node_of(*t));
-    return symbolic(graph_.add_op(std::move(op), std::move(ids), dt, sh));
+    return record_(*this, std::move(op), inputs, dt, sh);
   }
 
  private:
+  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
+                          const shape& sh) {
+    std::vector<int> ids;
+    ids.reserve(inputs.size());
+    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
+    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  }
+
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
     for (const trace_context* c = previous_; c; c = c->previous_) {
@@ -11615,6 +11619,7 @@ class trace_context {
   std::uint64_t id_;
   std::string function_name_;
   trace_context* previous_;
+  tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
   std::vector<std::pair<tensor, int>> captured_;
   bool capturing_ = false;
@@ -11671,7 +11676,7 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
   if (!trace) throw_outside_trace(Op::name);
   auto [dt, sh] = infer(op, inputs);
-  return trace->record(ops::any_op(op), inputs, dt, sh);
+  return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
 }
 
 }  // namespace kiln::detail
@@ -12282,17 +12287,31 @@ class gradient_builder {
   struct value {
     tensor t;
 
+    // Templates, as op functions are, so that a program compiles the ops they run
+    // only where a gradient formula runs.
+    template <class = void>
     friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
+    template <class = void>
     friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
+    template <class = void>
     friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
+    template <class = void>
     friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
+    template <class = void>
     friend value operator-(const value& a) { return run(ops::negate{}, a); }
+    template <class = void>
     friend value operator+(const value& a, double s) { return a + a.scalar(s); }
+    template <class = void>
     friend value operator-(const value& a, double s) { return a - a.scalar(s); }
+    template <class = void>
     friend value operator*(const value& a, double s) { return a * a.scalar(s); }
+    template <class = void>
     friend value operator/(const value& a, double s) { return a / a.scalar(s); }
+    template <class = void>
     friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
+    template <class = void>
     friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
+    template <class = void>
     friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
     /// `s` as a scalar of this value's dtype.
     value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
@@ -12326,15 +12345,18 @@ class gradient_builder {
     for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
     return {constant(indices, std::nullopt, like.t.device())};
   }
+  template <class = void>
   static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
+  template <class = void>
   static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
+  template <class = void>
   static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
 
   /// `op` on `operands`.
   template <class Op, std::same_as<value>... V>
   KILN_COLD static value run(const Op& op, const V&... operands) {
     const tensor* in[] = {&operands.t...};
-    return {run_registered(ops::any_op(op), std::span<const tensor* const>(in))};
+    return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
   }
 
  private:
@@ -12386,6 +12408,9 @@ struct op_kernels {
   /// Records the op into the trace in progress (a gradient formula run while tracing,
   /// by a tape inside a kiln::function); set before `execute`.
   std::atomic<execute_fn> record{nullptr};
+  using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
+  /// Whether two ops of this row have the same attributes; set before `execute`.
+  std::atomic<equal_fn> equal{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -12427,6 +12452,8 @@ bool register_kernels() {
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);
   }, std::memory_order_release);
+  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
+                  std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -12459,6 +12486,15 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
   return row;
 }
 
+/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
+/// table, so that comparing ops compiles the comparisons of the ops this program
+/// calls, not of every op; false for an op whose row is empty.
+inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
+  if (a.index() != b.index()) return false;
+  const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
+  return equal && equal(a, b);
+}
+
 /// Runs the op a graph node holds now, on eager inputs.
 inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
@@ -12467,29 +12503,27 @@ inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> 
 /// How eager ops reach the gradient tapes of their thread: a function set when the
 /// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
 /// tapes compiles nothing of them.
-using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+/// The recorder may replace `out` by a copy (unaliased_for_tapes).
+using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
 inline std::atomic<tape_recorder>& tape_hook() {
   static std::atomic<tape_recorder> hook{nullptr};
   return hook;
 }
 
-inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   tape_hook().load(std::memory_order_relaxed)(op, in, out);
 }
 
 template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
-  record_any_on_tapes(ops::any_op(op), in, out);
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
+  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
 }
 
 /// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) {
-    out = unaliased_for_tapes(std::move(out), in);
-    record_any_on_tapes(op, in, out);
-  }
+  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
 
@@ -12657,7 +12691,7 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
 inline void watch_on_active_tapes(const void* variable, const tensor& value);
 inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
                                         std::span<const tensor> out);
@@ -12809,7 +12843,7 @@ class gradient_tape {
   }
 
  private:
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
   friend void detail::watch_on_active_tapes(const void*, const tensor&);
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
@@ -12991,7 +13025,8 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
 
 namespace detail {
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+  out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
@@ -14038,6 +14073,7 @@ class workspace {
 /// why once on stderr.
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -14063,6 +14099,43 @@ extern char** environ;
 #define KILN_HAS_NATIVE_LOOPS 0
 #endif
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
+// ----- begin kiln/exec/jit_switch.hpp -----
+/// \file
+/// The switch behind `function_options::jit_compile`, apart from the native-loop
+/// compiler itself (kiln/exec/jit.hpp) so that the compile-time tier, which has
+/// function_options too, need not include that compiler.
+
+#include <concepts>
+
+namespace kiln::detail {
+
+/// The native-loop compiler behind function_options::jit_compile, defined in
+/// kiln/exec/jit.hpp (runtime tier).
+template <class>
+struct native_loops;
+
+/// function_options::jit_compile: a bool that, where a program turns it on, brings in
+/// the native-loop compiler. Its constructor is a template, so that a program that
+/// never sets the option compiles none of that compiler (its source generation, disk
+/// cache and process spawning).
+class jit_switch {
+ public:
+  constexpr jit_switch() = default;
+  template <std::same_as<bool> B>
+  jit_switch(B on) : on_(on) {
+    if constexpr (requires { native_loops<B>::enable(); })
+      if (on) native_loops<B>::enable();
+  }
+  constexpr operator bool() const { return on_; }
+
+ private:
+  bool on_ = false;
+};
+}  // namespace kiln::detail
+// ----- end kiln/exec/jit_switch.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_SWITCH_HPP
 
 namespace kiln::detail::exec {
 
@@ -14350,7 +14423,23 @@ KILN_COLD inline void compile_native_loops(execution_plan& p) {
     }
 }
 
+/// How executors with native loops reach compile_native_loops: set by
+/// function_options::jit_compile where a program turns it on. Through a pointer, so
+/// that a program that never does compiles none of this header's functions.
+using native_loop_compiler = void (*)(execution_plan&);
+inline std::atomic<native_loop_compiler>& native_loops_hook() {
+  static std::atomic<native_loop_compiler> hook{nullptr};
+  return hook;
+}
+
 }  // namespace kiln::detail::exec
+
+namespace kiln::detail {
+template <class>
+struct native_loops {
+  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops, std::memory_order_release); }
+};
+}  // namespace kiln::detail
 // ----- end kiln/exec/jit.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_HPP
 
@@ -14369,7 +14458,7 @@ class graph_executor {
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit graph_executor(const graph& g, bool native_loops = false) : graph_(&g), outline_(g), native_(native_loops) {}
+  explicit graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
   graph_executor(const graph_executor&) = delete;
   graph_executor& operator=(const graph_executor&) = delete;
 
@@ -14458,7 +14547,9 @@ class graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     auto fresh = exec::build_plan(*graph_, outline_, args);
-    if (native_) exec::compile_native_loops(*fresh);
+    if (native_)
+      if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
+        compile(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
       return *transient;
@@ -14788,7 +14879,7 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (ops::same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
+      if (same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;
@@ -15766,7 +15857,7 @@ struct function_options {
   /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
   /// call of a signature then costs a compile (about a second), unless an earlier
   /// process left the loop in the cache on disk.
-  bool jit_compile = false;
+  detail::jit_switch jit_compile = {};
   /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
   bool reduce_retracing = false;
 };
@@ -16267,7 +16358,7 @@ struct concrete_state {
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
-  bool jit_compile = false;  ///< function_options::jit_compile
+  jit_switch jit_compile;  ///< function_options::jit_compile
   /// The backward pass, described on the first call under a gradient tape
   /// (kiln/autodiff/function_gradient.hpp).
   mutable std::once_flag backward_once;
@@ -19204,13 +19295,16 @@ inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
   return out;
 }
 
-/// `dataset::from_tensor_slices`: element i is slice i of every component.
+/// `dataset::from_tensor_slices`: element i is slice i of every component. Its
+/// members are templates, as op functions are: they run x[i].
 class slices_stage final : public dataset_stage {
  public:
+  template <class = void>
   explicit slices_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [this](std::int64_t i) {
       dataset_element e;
@@ -19312,14 +19406,17 @@ class map_stage final : public transform_stage {
 };
 
 /// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
-/// last batch may be smaller unless `drop_remainder`.
+/// last batch may be smaller unless `drop_remainder`. Its members are templates, as
+/// op functions are: they run stack.
 class batch_stage final : public transform_stage {
  public:
+  template <class = void>
   batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
       : transform_stage(std::type_identity<batch_stage>(), "BatchDataset",
                         batched_spec(input->element_spec(), size, drop_remainder), input),
         size_(size),
         drop_remainder_(drop_remainder) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::vector<dataset_element> rows;
@@ -19710,6 +19807,7 @@ class dataset {
   /// is smaller unless `drop_remainder` (then the batch dim of the spec is known).
   /// A batch_size below 1 raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(5).batch(2);  // [0 1], [2 3], [4] \endcode
+  template <class = void>
   dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
     return dataset(std::make_shared<detail::batch_stage>(stage_, batch_size, drop_remainder));
   }
@@ -19995,12 +20093,17 @@ class optimizer_state {
   /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
   /// that in a kiln::function the sum fuses into the pass that computes `delta`
   /// (an assign_add is a pass of its own over the variable).
-  static void add_to(const variable& v, const tensor& delta) { v.assign(v.read_value() + delta); }
+  template <class = void>
+  static void add_to(const variable& v, const tensor& delta) {
+    v.assign(v.read_value() + delta);
+  }
 
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
 
  protected:
+  // Constructors are templates, as op functions are: they make a variable.
+  template <class = void>
   explicit optimizer_state(std::string name) : name_(std::move(name)) {
     // Made at once, never as part of a function being traced (tf.init_scope).
     init_scope lift;
@@ -20043,7 +20146,10 @@ class optimizer_state {
   }
 
   /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  static tensor scalar(double x, dtype t) { return kiln::constant(x, t); }
+  template <class = void>
+  static tensor scalar(double x, dtype t) {
+    return kiln::constant(x, t);
+  }
 
   std::string name_;
   variable iterations_;
@@ -20064,6 +20170,7 @@ class optimizer_state {
 /// \endcode
 class sgd : public detail::optimizer_state {
  public:
+  template <class = void>
   explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
     if (options.momentum < 0 || options.momentum > 1)
       throw invalid_argument_error("SGD: momentum must be in [0, 1], got " + std::to_string(options.momentum));
@@ -20104,6 +20211,7 @@ class sgd : public detail::optimizer_state {
 /// \endcode
 class adam : public detail::optimizer_state {
  public:
+  template <class = void>
   explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
   const adam_options& options() const { return options_; }
 

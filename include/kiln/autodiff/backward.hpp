@@ -52,17 +52,31 @@ class gradient_builder {
   struct value {
     tensor t;
 
+    // Templates, as op functions are, so that a program compiles the ops they run
+    // only where a gradient formula runs.
+    template <class = void>
     friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
+    template <class = void>
     friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
+    template <class = void>
     friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
+    template <class = void>
     friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
+    template <class = void>
     friend value operator-(const value& a) { return run(ops::negate{}, a); }
+    template <class = void>
     friend value operator+(const value& a, double s) { return a + a.scalar(s); }
+    template <class = void>
     friend value operator-(const value& a, double s) { return a - a.scalar(s); }
+    template <class = void>
     friend value operator*(const value& a, double s) { return a * a.scalar(s); }
+    template <class = void>
     friend value operator/(const value& a, double s) { return a / a.scalar(s); }
+    template <class = void>
     friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
+    template <class = void>
     friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
+    template <class = void>
     friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
     /// `s` as a scalar of this value's dtype.
     value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
@@ -96,15 +110,18 @@ class gradient_builder {
     for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
     return {constant(indices, std::nullopt, like.t.device())};
   }
+  template <class = void>
   static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
+  template <class = void>
   static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
+  template <class = void>
   static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
 
   /// `op` on `operands`.
   template <class Op, std::same_as<value>... V>
   KILN_COLD static value run(const Op& op, const V&... operands) {
     const tensor* in[] = {&operands.t...};
-    return {run_registered(ops::any_op(op), std::span<const tensor* const>(in))};
+    return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
   }
 
  private:

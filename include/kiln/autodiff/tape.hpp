@@ -154,7 +154,7 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
 inline void watch_on_active_tapes(const void* variable, const tensor& value);
 inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
                                         std::span<const tensor> out);
@@ -306,7 +306,7 @@ class gradient_tape {
   }
 
  private:
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, const tensor&);
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
   friend void detail::watch_on_active_tapes(const void*, const tensor&);
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
@@ -488,7 +488,8 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
 
 namespace detail {
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+  out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 

@@ -194,13 +194,16 @@ inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
   return out;
 }
 
-/// `dataset::from_tensor_slices`: element i is slice i of every component.
+/// `dataset::from_tensor_slices`: element i is slice i of every component. Its
+/// members are templates, as op functions are: they run x[i].
 class slices_stage final : public dataset_stage {
  public:
+  template <class = void>
   explicit slices_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [this](std::int64_t i) {
       dataset_element e;
@@ -302,14 +305,17 @@ class map_stage final : public transform_stage {
 };
 
 /// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
-/// last batch may be smaller unless `drop_remainder`.
+/// last batch may be smaller unless `drop_remainder`. Its members are templates, as
+/// op functions are: they run stack.
 class batch_stage final : public transform_stage {
  public:
+  template <class = void>
   batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
       : transform_stage(std::type_identity<batch_stage>(), "BatchDataset",
                         batched_spec(input->element_spec(), size, drop_remainder), input),
         size_(size),
         drop_remainder_(drop_remainder) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::vector<dataset_element> rows;
@@ -700,6 +706,7 @@ class dataset {
   /// is smaller unless `drop_remainder` (then the batch dim of the spec is known).
   /// A batch_size below 1 raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(5).batch(2);  // [0 1], [2 3], [4] \endcode
+  template <class = void>
   dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
     return dataset(std::make_shared<detail::batch_stage>(stage_, batch_size, drop_remainder));
   }

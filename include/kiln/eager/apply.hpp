@@ -158,10 +158,10 @@ inline std::atomic<variable_read_recorder>& variable_read_hook() {
   return hook;
 }
 
-/// Records an op on the gradient tapes of this thread (defined with the kernel
-/// table, kiln/exec/kernel_table.hpp).
+/// Records an op on the gradient tapes of this thread, `out` replaced by a copy where
+/// unaliased_for_tapes says (defined with the kernel table, kiln/exec/kernel_table.hpp).
 template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out);
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out);
 
 /// True when an op on `in` is recorded rather than run: while tracing, or when an
 /// input is symbolic.
@@ -204,13 +204,11 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     // fails in the graph, to fail only if it runs (non-strict execution).
     const bool symbolic = records_symbolically(in);
     tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
-    if (!symbolic && debugging::check_numerics_enabled()) check_numerics(Op::name, out);
+    if (!symbolic)
+      if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) {
-      out = unaliased_for_tapes(std::move(out), in);
-      record_on_tapes(op, in, out);
-    }
+    if (recording_tapes() > 0) record_on_tapes(op, in, out);
     return out;
   } else {
     return {};

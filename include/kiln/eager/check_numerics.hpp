@@ -16,11 +16,6 @@
 
 namespace kiln {
 namespace detail {
-inline std::atomic<bool>& check_numerics_flag() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
-
 /// Raises kiln::invalid_argument_error when the float tensor `result` of op `op`
 /// holds a NaN or an Inf; `node` names the graph node, empty for an eager op.
 inline void check_numerics(std::string_view op, const tensor& result, std::string_view node = {}) {
@@ -43,6 +38,15 @@ inline void check_numerics(std::string_view op, const tensor& result, std::strin
   throw invalid_argument_error("check_numerics: " + where + " produced " + (nan ? "NaN" : "Inf") + " in its " +
                                std::string(name(result.dtype())) + " " + result.shape().str() + " result");
 }
+
+/// check_numerics while enable_check_numerics() is in effect, else null: every eager
+/// op reaches the check through this pointer, so that a program that never enables
+/// it compiles none of it.
+using numerics_check = void (*)(std::string_view op, const tensor& result, std::string_view node);
+inline std::atomic<numerics_check>& numerics_check_hook() {
+  static std::atomic<numerics_check> hook{nullptr};
+  return hook;
+}
 }  // namespace detail
 
 namespace debugging {
@@ -52,13 +56,13 @@ namespace debugging {
 /// kiln::debugging::enable_check_numerics();
 /// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
 /// \endcode
-inline void enable_check_numerics() { detail::check_numerics_flag() = true; }
+inline void enable_check_numerics() { detail::numerics_check_hook() = &detail::check_numerics; }
 /// Turns the checks of enable_check_numerics() off again.
 /// \code kiln::debugging::disable_check_numerics(); \endcode
-inline void disable_check_numerics() { detail::check_numerics_flag() = false; }
+inline void disable_check_numerics() { detail::numerics_check_hook() = nullptr; }
 /// Whether enable_check_numerics() is in effect.
 /// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
-inline bool check_numerics_enabled() { return detail::check_numerics_flag().load(std::memory_order_relaxed); }
+inline bool check_numerics_enabled() { return detail::numerics_check_hook().load(std::memory_order_relaxed) != nullptr; }
 }  // namespace debugging
 
 }  // namespace kiln

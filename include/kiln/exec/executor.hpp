@@ -44,7 +44,7 @@ class graph_executor {
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit graph_executor(const graph& g, bool native_loops = false) : graph_(&g), outline_(g), native_(native_loops) {}
+  explicit graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
   graph_executor(const graph_executor&) = delete;
   graph_executor& operator=(const graph_executor&) = delete;
 
@@ -133,7 +133,9 @@ class graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     auto fresh = exec::build_plan(*graph_, outline_, args);
-    if (native_) exec::compile_native_loops(*fresh);
+    if (native_)
+      if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
+        compile(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
       return *transient;

@@ -51,6 +51,9 @@ struct op_kernels {
   /// Records the op into the trace in progress (a gradient formula run while tracing,
   /// by a tape inside a kiln::function); set before `execute`.
   std::atomic<execute_fn> record{nullptr};
+  using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
+  /// Whether two ops of this row have the same attributes; set before `execute`.
+  std::atomic<equal_fn> equal{nullptr};
 };
 
 /// Position of `Op` in the op variant.
@@ -92,6 +95,8 @@ bool register_kernels() {
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
     return record_symbolic(std::get<Op>(op), in);
   }, std::memory_order_release);
+  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
+                  std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
       std::memory_order_release);
@@ -124,6 +129,15 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
   return row;
 }
 
+/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
+/// table, so that comparing ops compiles the comparisons of the ops this program
+/// calls, not of every op; false for an op whose row is empty.
+inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
+  if (a.index() != b.index()) return false;
+  const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
+  return equal && equal(a, b);
+}
+
 /// Runs the op a graph node holds now, on eager inputs.
 inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
@@ -132,29 +146,27 @@ inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> 
 /// How eager ops reach the gradient tapes of their thread: a function set when the
 /// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
 /// tapes compiles nothing of them.
-using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out);
+/// The recorder may replace `out` by a copy (unaliased_for_tapes).
+using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
 inline std::atomic<tape_recorder>& tape_hook() {
   static std::atomic<tape_recorder> hook{nullptr};
   return hook;
 }
 
-inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   tape_hook().load(std::memory_order_relaxed)(op, in, out);
 }
 
 template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, const tensor& out) {
-  record_any_on_tapes(ops::any_op(op), in, out);
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
+  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
 }
 
 /// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) {
-    out = unaliased_for_tapes(std::move(out), in);
-    record_any_on_tapes(op, in, out);
-  }
+  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
   return out;
 }
 

@@ -63,11 +63,6 @@ inline int value_operand_of(const any_op& op) {
   return operands[op.index()];
 }
 
-/// Whether `a` and `b` are the same op with the same attributes.
-inline bool same_op(const any_op& a, const any_op& b) {
-  if (a.index() != b.index()) return false;
-  return visit([&](const auto& x) { return x == *std::get_if<std::remove_cvref_t<decltype(x)>>(&b); }, a);
-}
 }  // namespace ops
 
 class graph;

@@ -68,7 +68,7 @@ class optimizer {
     auto key = std::make_pair(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it)
-      if (ops::same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
+      if (same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
     int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
     seen_.emplace(std::move(key), id);
     return id;

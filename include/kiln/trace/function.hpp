@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/config.hpp"
+#include "kiln/exec/jit_switch.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/typed/trace.hpp"
 
@@ -38,7 +39,7 @@ struct function_options {
   /// compiler (see kiln/exec/jit.hpp): intermediates stay in registers. The first
   /// call of a signature then costs a compile (about a second), unless an earlier
   /// process left the loop in the cache on disk.
-  bool jit_compile = false;
+  detail::jit_switch jit_compile = {};
   /// After a retrace, dims that changed become `None`, so further sizes reuse the trace.
   bool reduce_retracing = false;
 };

@@ -140,7 +140,7 @@ struct concrete_state {
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
-  bool jit_compile = false;  ///< function_options::jit_compile
+  jit_switch jit_compile;  ///< function_options::jit_compile
   /// The backward pass, described on the first call under a gradient tape
   /// (kiln/autodiff/function_gradient.hpp).
   mutable std::once_flag backward_once;

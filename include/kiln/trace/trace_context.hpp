@@ -25,7 +25,7 @@ class trace_context {
  public:
   /// Starts tracing function `function_name` on this thread.
   explicit trace_context(std::string function_name)
-      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()) {
+      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
     current_slot() = this;
   }
   /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
@@ -135,15 +135,22 @@ class trace_context {
   }
 
   /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
-  /// symbolic result.
+  /// symbolic result. Through a pointer that the constructor sets: every op function
+  /// reaches this, and a program that never traces then compiles none of the graph
+  /// building behind it.
   tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
-    std::vector<int> ids;
-    ids.reserve(inputs.size());
-    for (const tensor* t : inputs) ids.push_back(node_of(*t));
-    return symbolic(graph_.add_op(std::move(op), std::move(ids), dt, sh));
+    return record_(*this, std::move(op), inputs, dt, sh);
   }
 
  private:
+  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
+                          const shape& sh) {
+    std::vector<int> ids;
+    ids.reserve(inputs.size());
+    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
+    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  }
+
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
     for (const trace_context* c = previous_; c; c = c->previous_) {
@@ -178,6 +185,7 @@ class trace_context {
   std::uint64_t id_;
   std::string function_name_;
   trace_context* previous_;
+  tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
   std::vector<std::pair<tensor, int>> captured_;
   bool capturing_ = false;
@@ -234,7 +242,7 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
   if (!trace) throw_outside_trace(Op::name);
   auto [dt, sh] = infer(op, inputs);
-  return trace->record(ops::any_op(op), inputs, dt, sh);
+  return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
 }
 
 }  // namespace kiln::detail

@@ -45,12 +45,17 @@ class optimizer_state {
   /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
   /// that in a kiln::function the sum fuses into the pass that computes `delta`
   /// (an assign_add is a pass of its own over the variable).
-  static void add_to(const variable& v, const tensor& delta) { v.assign(v.read_value() + delta); }
+  template <class = void>
+  static void add_to(const variable& v, const tensor& delta) {
+    v.assign(v.read_value() + delta);
+  }
 
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
 
  protected:
+  // Constructors are templates, as op functions are: they make a variable.
+  template <class = void>
   explicit optimizer_state(std::string name) : name_(std::move(name)) {
     // Made at once, never as part of a function being traced (tf.init_scope).
     init_scope lift;
@@ -93,7 +98,10 @@ class optimizer_state {
   }
 
   /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  static tensor scalar(double x, dtype t) { return kiln::constant(x, t); }
+  template <class = void>
+  static tensor scalar(double x, dtype t) {
+    return kiln::constant(x, t);
+  }
 
   std::string name_;
   variable iterations_;
@@ -114,6 +122,7 @@ class optimizer_state {
 /// \endcode
 class sgd : public detail::optimizer_state {
  public:
+  template <class = void>
   explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
     if (options.momentum < 0 || options.momentum > 1)
       throw invalid_argument_error("SGD: momentum must be in [0, 1], got " + std::to_string(options.momentum));
@@ -154,6 +163,7 @@ class sgd : public detail::optimizer_state {
 /// \endcode
 class adam : public detail::optimizer_state {
  public:
+  template <class = void>
   explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
   const adam_options& options() const { return options_; }
 
