@@ -12632,6 +12632,16 @@ inline std::atomic<loop_recorder>& loop_hook() {
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// How kiln::function calls replay their trace op by op for the tapes recording
+/// (kiln/autodiff/replay.hpp): set when the first tape is made, as for calls.
+using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
+inline std::atomic<graph_replayer>& replay_hook() {
+  static std::atomic<graph_replayer> hook{nullptr};
+  return hook;
+}
+/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+template <class = void>
+std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
 /// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
 /// tapes recording: set when the first tape is made, so that a program without tapes
 /// compiles none of it.
@@ -12784,6 +12794,7 @@ class gradient_tape {
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::replay_hook().store(&detail::replay<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -16201,7 +16212,7 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
-template <class = void>
+template <class>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());
@@ -16449,7 +16460,7 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
     if (recording_tapes() > 0) {
       std::vector<tensor> args;
       for (const tensor* t : sig.tensors) args.push_back(*t);
-      out = replay(graph, args);
+      out = replay_hook().load(std::memory_order_relaxed)(graph, args);
       return;
     }
     std::vector<int> args;
@@ -16467,7 +16478,7 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
   if (recording_tapes() > 0 && graph.has_effects()) {
     // Under a gradient tape, a function with effects runs op by op, recorded as eager
     // code is: its backward pass cannot run it again.
-    out = replay(graph, inputs);
+    out = replay_hook().load(std::memory_order_relaxed)(graph, inputs);
     return;
   }
   executor->run(inputs, out);

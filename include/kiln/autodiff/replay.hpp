@@ -44,7 +44,7 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
-template <class = void>
+template <class>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());

@@ -95,6 +95,16 @@ inline std::atomic<loop_recorder>& loop_hook() {
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// How kiln::function calls replay their trace op by op for the tapes recording
+/// (kiln/autodiff/replay.hpp): set when the first tape is made, as for calls.
+using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
+inline std::atomic<graph_replayer>& replay_hook() {
+  static std::atomic<graph_replayer> hook{nullptr};
+  return hook;
+}
+/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+template <class = void>
+std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
 /// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
 /// tapes recording: set when the first tape is made, so that a program without tapes
 /// compiles none of it.
@@ -247,6 +257,7 @@ class gradient_tape {
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::replay_hook().store(&detail::replay<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
