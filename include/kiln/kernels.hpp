@@ -67,10 +67,10 @@
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
 #endif
 
-// The runtime's function templates that a program with gradient tapes, optimizers or
-// random draws instantiates (templates so that a program without them compiles none of
-// them): under separate compilation, compiled once, in the source file that defines
-// KILN_LIBRARY_SOURCE.
+// The runtime's function templates that a program with kiln::function calls on tensors,
+// gradient tapes, optimizers or random draws instantiates (templates so that a program
+// without them compiles none of them): under separate compilation, compiled once, in
+// the source file that defines KILN_LIBRARY_SOURCE.
 #define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
   prefix template void kiln::detail::record_loop_on_tapes<void>(const ::kiln::detail::while_op&,                  \
                                                                 std::span<const ::kiln::tensor>,                  \
@@ -104,7 +104,35 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   prefix template ::kiln::tensor kiln::sparse_softmax_cross_entropy<void>(const ::kiln::tensor&,                  \
                                                                           const ::kiln::tensor&);                 \
   prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
-                                                             ::kiln::dtype, std::optional<std::uint64_t>);
+                                                             ::kiln::dtype, std::optional<std::uint64_t>);  \
+  prefix template void kiln::detail::concrete_state::compile<void>();                                             \
+  prefix template void kiln::detail::concrete_state::run<void>(const ::kiln::detail::call_signature&,             \
+                                                               std::vector<::kiln::tensor>&) const;               \
+  prefix template void kiln::detail::function_state::check_input_signature<void>(                                 \
+      ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&) const;                             \
+  prefix template void kiln::detail::function_state::throw_input_signature_mismatch<void>(                        \
+      const ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&);                             \
+  prefix template std::shared_ptr<const ::kiln::detail::concrete_state>                                           \
+  kiln::detail::function_state::find_or_trace<void>(                                                              \
+      ::kiln::detail::call_signature&,                                                                             \
+      std::shared_ptr<::kiln::detail::concrete_state> (*)(void*, const ::kiln::detail::call_signature&), void*);  \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::start_trace<void>( \
+      const ::kiln::detail::call_signature&, std::vector<std::string>, ::kiln::detail::trace_context&,            \
+      std::vector<::kiln::tensor>&) const;                                                                         \
+  prefix template void kiln::detail::function_state::add_output<void>(                                            \
+      ::kiln::detail::concrete_state&, ::kiln::detail::trace_context&, const ::kiln::tensor&);                    \
+  prefix template void kiln::detail::function_state::finish_trace<void>(::kiln::detail::concrete_state&,          \
+                                                                        ::kiln::detail::trace_context&);           \
+  prefix template bool kiln::detail::function_state::asks_for_specs<void>(const ::kiln::detail::call_signature&); \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::known_trace<void>( \
+      const ::kiln::detail::call_signature&) const;                                                                \
+  prefix template bool kiln::detail::function_state::same_structure_and_dtypes<void>(                             \
+      const ::kiln::detail::concrete_state&, const ::kiln::detail::call_signature&);                              \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state>                                                 \
+  kiln::detail::function_state::most_specific_trace_accepting<void>(const ::kiln::detail::call_signature&) const; \
+  prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
+  prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
+      const ::kiln::detail::trace_context&) const;
 // The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)

@@ -15893,7 +15893,9 @@ concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
-/// tensor arguments are defined with the runtime tier (kiln/trace/runtime_tier.hpp).
+/// tensor arguments are defined with the runtime tier (kiln/trace/runtime_tier.hpp),
+/// as templates on nothing: a file compiles them (and the tracing, optimizer and
+/// executor behind them) only where it calls a function with tensors.
 struct function_state {
   explicit function_state(function_options o) : options(std::move(o)) {}
 
@@ -15922,16 +15924,19 @@ struct function_state {
     signatures.push_back(std::move(text));
   }
 
+  template <class = void>
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
   /// The kiln::value_error for a call that `expected` does not accept (out of line: it
   /// formats tensors).
-  [[noreturn]] KILN_COLD KILN_NOINLINE static inline void throw_input_signature_mismatch(
+  template <class = void>
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_input_signature_mismatch(
       const call_signature& sig, const std::vector<tensor_spec>& expected);
 
   /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
   /// makes, registered under sig's key (one trace at a time; a recursion with the same
   /// signature is an error).
+  template <class = void>
   std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
                                                       std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
                                                       void* context);
@@ -15946,40 +15951,49 @@ struct function_state {
 
   /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
   /// names and signature, and a placeholder in `context` per tensor leaf.
+  template <class = void>
   std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
                                               trace_context& context, std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
+  template <class = void>
   static void add_output(concrete_state& c, trace_context& context, const tensor& t);
 
   /// Ends trace `c`: its graph, optimized and planned.
+  template <class = void>
   static void finish_trace(concrete_state& c, trace_context& context);
 
   // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
   // trace of those specs) rather than tensors only (a call).
+  template <class = void>
   static bool asks_for_specs(const call_signature& sig);
 
   // The trace that serves `sig` when one is known: the one traced for its key, or for
   // a call, the more general trace it was dispatched to before.
+  template <class = void>
   std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const;
 
   // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
+  template <class = void>
   static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig);
 
   // A trace more general than the call (None dims, unknown ranks; made by
   // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
   // the most specific trace that accepts a call: the one with the fewest unknowns.
   // get_concrete_function with tensor_specs asks for a trace of those specs instead.
+  template <class = void>
   std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const;
 
   // reduce_retracing: the call is keyed by the most specific specs that accept both it
   // and the latest trace of its structure and dtypes, as TensorFlow's common
   // supertype: a dim that differs becomes None, a rank that differs unknown.
+  template <class = void>
   void relax(call_signature& sig);
 
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that
   // dies with the trace would be created anew at every call in eager code.
+  template <class = void>
   void check_created_variables(const trace_context& context) const;
 };
 
@@ -16430,27 +16444,29 @@ struct concrete_state {
   concrete_state() = default;
   concrete_state(const concrete_state&) = delete;
   concrete_state& operator=(const concrete_state&) = delete;
-  KILN_LIBRARY_INLINE ~concrete_state();
 
   /// Optimizes the traced graph and plans how to run it (after tracing).
-  KILN_LIBRARY_INLINE void compile();
+  template <class = void>
+  void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another); the outputs go to `out`.
-  KILN_LIBRARY_INLINE void run(const call_signature& sig, std::vector<tensor>& out) const;
+  template <class = void>
+  void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
 // The optimizer and the executor are reached only through these, so that a program
-// compiled with KILN_SEPARATE_COMPILATION compiles them once.
+// compiled with KILN_SEPARATE_COMPILATION compiles them once, and a header-only file
+// only where it calls a function with tensors (they are templates on nothing).
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
-
-KILN_LIBRARY_INLINE void concrete_state::compile() {
+template <class>
+void concrete_state::compile() {
   optimized = optimize(graph);
   executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
-KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
+template <class>
+void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
@@ -16490,8 +16506,9 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
 // ---- function_state: the runtime tier's members ------------------------------------
 
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig,
-                                                               const std::vector<tensor_spec>& expected) const {
+template <class>
+void function_state::check_input_signature(call_signature& sig,
+                                           const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
   if (!ok) throw_input_signature_mismatch(sig, expected);
@@ -16499,8 +16516,9 @@ KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& s
   for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
 }
 
+template <class>
 [[noreturn]] void function_state::throw_input_signature_mismatch(const call_signature& sig,
-                                                                 const std::vector<tensor_spec>& expected) {
+                                                                  const std::vector<tensor_spec>& expected) {
   {
     std::ostringstream os;
     os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
@@ -16516,7 +16534,8 @@ KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& s
   }
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_or_trace(
+template <class>
+std::shared_ptr<const concrete_state> function_state::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -16556,7 +16575,8 @@ KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_o
   return traced;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(
+template <class>
+std::shared_ptr<concrete_state> function_state::start_trace(
     const call_signature& sig, std::vector<std::string> bound_text, trace_context& context,
     std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
@@ -16576,39 +16596,43 @@ KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(
   return c;
 }
 
-KILN_LIBRARY_INLINE void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+template <class>
+void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-KILN_LIBRARY_INLINE void function_state::finish_trace(concrete_state& c, trace_context& context) {
+template <class>
+void function_state::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-KILN_LIBRARY_INLINE bool function_state::asks_for_specs(const call_signature& sig) {
+template <class>
+bool function_state::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+template <class>
+std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
   if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = dispatched.find(sig.key);
   return it != dispatched.end() ? it->second : nullptr;
 }
 
-KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t,
-                                                                   const call_signature& sig) {
+template <class>
+bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(
-    const call_signature& sig) const {
+template <class>
+std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -16629,7 +16653,8 @@ KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specifi
   return best;
 }
 
-KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
+template <class>
+void function_state::relax(call_signature& sig) {
   for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -16647,7 +16672,8 @@ KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
   }
 }
 
-KILN_LIBRARY_INLINE void function_state::check_created_variables(const trace_context& context) const {
+template <class>
+void function_state::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;
@@ -20312,10 +20338,10 @@ class adam : public detail::optimizer_state {
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
 #endif
 
-// The runtime's function templates that a program with gradient tapes, optimizers or
-// random draws instantiates (templates so that a program without them compiles none of
-// them): under separate compilation, compiled once, in the source file that defines
-// KILN_LIBRARY_SOURCE.
+// The runtime's function templates that a program with kiln::function calls on tensors,
+// gradient tapes, optimizers or random draws instantiates (templates so that a program
+// without them compiles none of them): under separate compilation, compiled once, in
+// the source file that defines KILN_LIBRARY_SOURCE.
 #define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
   prefix template void kiln::detail::record_loop_on_tapes<void>(const ::kiln::detail::while_op&,                  \
                                                                 std::span<const ::kiln::tensor>,                  \
@@ -20349,7 +20375,35 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   prefix template ::kiln::tensor kiln::sparse_softmax_cross_entropy<void>(const ::kiln::tensor&,                  \
                                                                           const ::kiln::tensor&);                 \
   prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
-                                                             ::kiln::dtype, std::optional<std::uint64_t>);
+                                                             ::kiln::dtype, std::optional<std::uint64_t>);  \
+  prefix template void kiln::detail::concrete_state::compile<void>();                                             \
+  prefix template void kiln::detail::concrete_state::run<void>(const ::kiln::detail::call_signature&,             \
+                                                               std::vector<::kiln::tensor>&) const;               \
+  prefix template void kiln::detail::function_state::check_input_signature<void>(                                 \
+      ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&) const;                             \
+  prefix template void kiln::detail::function_state::throw_input_signature_mismatch<void>(                        \
+      const ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&);                             \
+  prefix template std::shared_ptr<const ::kiln::detail::concrete_state>                                           \
+  kiln::detail::function_state::find_or_trace<void>(                                                              \
+      ::kiln::detail::call_signature&,                                                                             \
+      std::shared_ptr<::kiln::detail::concrete_state> (*)(void*, const ::kiln::detail::call_signature&), void*);  \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::start_trace<void>( \
+      const ::kiln::detail::call_signature&, std::vector<std::string>, ::kiln::detail::trace_context&,            \
+      std::vector<::kiln::tensor>&) const;                                                                         \
+  prefix template void kiln::detail::function_state::add_output<void>(                                            \
+      ::kiln::detail::concrete_state&, ::kiln::detail::trace_context&, const ::kiln::tensor&);                    \
+  prefix template void kiln::detail::function_state::finish_trace<void>(::kiln::detail::concrete_state&,          \
+                                                                        ::kiln::detail::trace_context&);           \
+  prefix template bool kiln::detail::function_state::asks_for_specs<void>(const ::kiln::detail::call_signature&); \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::known_trace<void>( \
+      const ::kiln::detail::call_signature&) const;                                                                \
+  prefix template bool kiln::detail::function_state::same_structure_and_dtypes<void>(                             \
+      const ::kiln::detail::concrete_state&, const ::kiln::detail::call_signature&);                              \
+  prefix template std::shared_ptr<::kiln::detail::concrete_state>                                                 \
+  kiln::detail::function_state::most_specific_trace_accepting<void>(const ::kiln::detail::call_signature&) const; \
+  prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
+  prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
+      const ::kiln::detail::trace_context&) const;
 // The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)

@@ -201,27 +201,29 @@ struct concrete_state {
   concrete_state() = default;
   concrete_state(const concrete_state&) = delete;
   concrete_state& operator=(const concrete_state&) = delete;
-  KILN_LIBRARY_INLINE ~concrete_state();
 
   /// Optimizes the traced graph and plans how to run it (after tracing).
-  KILN_LIBRARY_INLINE void compile();
+  template <class = void>
+  void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another); the outputs go to `out`.
-  KILN_LIBRARY_INLINE void run(const call_signature& sig, std::vector<tensor>& out) const;
+  template <class = void>
+  void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
 // The optimizer and the executor are reached only through these, so that a program
-// compiled with KILN_SEPARATE_COMPILATION compiles them once.
+// compiled with KILN_SEPARATE_COMPILATION compiles them once, and a header-only file
+// only where it calls a function with tensors (they are templates on nothing).
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE concrete_state::~concrete_state() = default;
-
-KILN_LIBRARY_INLINE void concrete_state::compile() {
+template <class>
+void concrete_state::compile() {
   optimized = optimize(graph);
   executor = std::make_unique<graph_executor>(optimized, jit_compile);
 }
 
-KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
+template <class>
+void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
@@ -261,8 +263,9 @@ KILN_LIBRARY_INLINE void concrete_state::run(const call_signature& sig, std::vec
 // ---- function_state: the runtime tier's members ------------------------------------
 
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& sig,
-                                                               const std::vector<tensor_spec>& expected) const {
+template <class>
+void function_state::check_input_signature(call_signature& sig,
+                                           const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
   if (!ok) throw_input_signature_mismatch(sig, expected);
@@ -270,8 +273,9 @@ KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& s
   for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
 }
 
+template <class>
 [[noreturn]] void function_state::throw_input_signature_mismatch(const call_signature& sig,
-                                                                 const std::vector<tensor_spec>& expected) {
+                                                                  const std::vector<tensor_spec>& expected) {
   {
     std::ostringstream os;
     os << "C++ inputs incompatible with input_signature:\n  inputs: (\n";
@@ -287,7 +291,8 @@ KILN_LIBRARY_INLINE void function_state::check_input_signature(call_signature& s
   }
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_or_trace(
+template <class>
+std::shared_ptr<const concrete_state> function_state::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -327,7 +332,8 @@ KILN_LIBRARY_INLINE std::shared_ptr<const concrete_state> function_state::find_o
   return traced;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(
+template <class>
+std::shared_ptr<concrete_state> function_state::start_trace(
     const call_signature& sig, std::vector<std::string> bound_text, trace_context& context,
     std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
@@ -347,39 +353,43 @@ KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::start_trace(
   return c;
 }
 
-KILN_LIBRARY_INLINE void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+template <class>
+void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-KILN_LIBRARY_INLINE void function_state::finish_trace(concrete_state& c, trace_context& context) {
+template <class>
+void function_state::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-KILN_LIBRARY_INLINE bool function_state::asks_for_specs(const call_signature& sig) {
+template <class>
+bool function_state::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+template <class>
+std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
   if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = dispatched.find(sig.key);
   return it != dispatched.end() ? it->second : nullptr;
 }
 
-KILN_LIBRARY_INLINE bool function_state::same_structure_and_dtypes(const concrete_state& t,
-                                                                   const call_signature& sig) {
+template <class>
+bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(
-    const call_signature& sig) const {
+template <class>
+std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -400,7 +410,8 @@ KILN_LIBRARY_INLINE std::shared_ptr<concrete_state> function_state::most_specifi
   return best;
 }
 
-KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
+template <class>
+void function_state::relax(call_signature& sig) {
   for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -418,7 +429,8 @@ KILN_LIBRARY_INLINE void function_state::relax(call_signature& sig) {
   }
 }
 
-KILN_LIBRARY_INLINE void function_state::check_created_variables(const trace_context& context) const {
+template <class>
+void function_state::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;
