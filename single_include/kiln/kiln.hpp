@@ -8824,7 +8824,6 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 /// the result on the inputs' device and run the device's backend kernel.
 
 #include <atomic>
-#include <cstring>
 #include <span>
 #include <sstream>
 #include <string>
@@ -9042,8 +9041,9 @@ inline std::atomic<variable_read_recorder>& variable_read_hook() {
   return hook;
 }
 
-/// Records an op on the gradient tapes of this thread, `out` replaced by a copy where
-/// unaliased_for_tapes says (defined with the kernel table, kiln/exec/kernel_table.hpp).
+/// Records an op on the gradient tapes of this thread, which may replace `out` by a
+/// copy (detail::unaliased_for_tapes, kiln/autodiff/tape.hpp); defined with the kernel
+/// table, kiln/exec/kernel_table.hpp.
 template <class Op>
 void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out);
 
@@ -9053,26 +9053,6 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   bool symbolic = tracing();
   for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
   return symbolic;
-}
-
-/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
-inline tensor fresh_copy(const tensor& x) {
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == device::cpu ? copy : copy.to(x.device());
-}
-
-/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
-/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
-/// address, dtype and shape, and a view can share all three with another tensor on
-/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
-/// then be counted twice.
-inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
-  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
-  bool view = false;
-  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  return view ? fresh_copy(out) : out;
 }
 
 template <class Op>
@@ -12560,6 +12540,7 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -13035,6 +13016,26 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
 #endif
 
 namespace detail {
+
+/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
+inline tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
+/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
+/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
+/// address, dtype and shape, and a view can share all three with another tensor on
+/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
+/// then be counted twice.
+inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  return view ? fresh_copy(out) : out;
+}
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -498,6 +499,26 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
 #endif
 
 namespace detail {
+
+/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
+inline tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
+/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
+/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
+/// address, dtype and shape, and a view can share all three with another tensor on
+/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
+/// then be counted twice.
+inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  return view ? fresh_copy(out) : out;
+}
 
 inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
