@@ -93,6 +93,10 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
       std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
   prefix template void kiln::detail::register_gradient_ops<void>();                                                \
+  prefix template std::vector<::kiln::tensor> kiln::detail::trace_while_loop<void>(                               \
+      ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
+      std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \
+      std::vector<std::optional<::kiln::shape>>, bool, ::kiln::detail::loop_calls&);                              \
   prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
                                                                     const std::vector<::kiln::variable>&);         \
   prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \

@@ -1210,19 +1210,28 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
   return static_cast<int>(end - point - 1);
 }
 
-/// `x` with the fewest fraction digits that read back as the same `T`, but at least
-/// `min_fraction` and at most `max_fraction` of them, rounded from the exact binary
-/// value: the digits NumPy's Dragon4 prints in its "unique" mode.
-/// \code kiln::detail::shortest_digits(2.2f, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
-template <class T>
-KILN_COLD std::string shortest_digits(T x, notation n, int min_fraction = 0, int max_fraction = std::numeric_limits<int>::max()) {
+// The printer holds floating-point elements as doubles, which hold float32 values
+// exactly, and a flag `single` for float32, whose digits and comparisons NumPy takes
+// in float32: one copy of the number code serves both types.
+
+/// `x` with the fewest fraction digits that read back as the same value of its type
+/// (float32 when `single`), but at least `min_fraction` and at most `max_fraction` of
+/// them, rounded from the exact binary value: the digits NumPy's Dragon4 prints in
+/// its "unique" mode.
+/// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
+KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
+                                             int max_fraction = std::numeric_limits<int>::max()) {
   const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
-  auto written = std::to_chars(buffer, buffer + sizeof buffer, x, format);
+  auto write = [&](auto... precision) {
+    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                  : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+  };
+  auto written = write();
   int fraction = fraction_digits(std::string_view(buffer, std::size_t(written.ptr - buffer)));
   int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (written.ec == std::errc{} && wanted != fraction) written = std::to_chars(buffer, buffer + sizeof buffer, x, format, wanted);
+  if (written.ec == std::errc{} && wanted != fraction) written = write(wanted);
   if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
   return std::string(buffer, written.ptr);
 }
@@ -1239,7 +1248,7 @@ KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
   }
   if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
   if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
-  return mantissa + std::string(text.substr(e));
+  return mantissa.append(text.substr(e));
 }
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
@@ -1302,53 +1311,41 @@ KILN_COLD inline std::string c_escaped(std::string_view text) {
   return out;
 }
 
-/// One element as NumPy's `str()` writes a scalar, which TensorFlow prints for a
-/// rank-0 tensor: `2`, `True`, `b'aa'`, and floats as Python writes them (`2.2`,
-/// `20.0`, `1e+16`, `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
-template <class T>
-KILN_COLD std::string numpy_scalar_text(const T& x) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return x ? "True" : "False";
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    return python_bytes_repr(x);
-  } else if constexpr (std::is_integral_v<T>) {
-    return std::to_string(x);
-  } else {
-    if (std::isnan(x)) return "nan";
-    if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
-    // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
-    long double magnitude = std::fabs(static_cast<long double>(x));
-    if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
-      return trimmed(shortest_digits(x, notation::positional), trim_mode::one_zero);
-    return trimmed(shortest_digits(x, notation::scientific), trim_mode::no_point);
-  }
+/// A floating-point element as NumPy's `str()` writes a scalar, which TensorFlow
+/// prints for a rank-0 tensor: as Python writes floats (`2.2`, `20.0`, `1e+16`,
+/// `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
+/// \code kiln::detail::numpy_real_text(2.2f, true) == "2.2" \endcode
+KILN_COLD inline std::string numpy_real_text(double x, bool single) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
+  long double magnitude = std::fabs(static_cast<long double>(x));
+  if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
+    return trimmed(shortest_digits(x, single, notation::positional), trim_mode::one_zero);
+  return trimmed(shortest_digits(x, single, notation::scientific), trim_mode::no_point);
 }
 
-/// One element as tf.print writes it (TensorFlow's C++ text): integers, bools as
-/// `1`/`0`, strings quoted and escaped, floats with 6 significant digits (15 for
-/// float64) when those read back exactly, else 9 (17): `0.405638`, `0.666458249`.
-template <class T>
-KILN_COLD std::string tf_print_text(const T& x) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return x ? "1" : "0";
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    return "\"" + c_escaped(x) + "\"";
-  } else if constexpr (std::is_integral_v<T>) {
-    return std::to_string(x);
-  } else {
-    if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
-    constexpr int short_digits = std::numeric_limits<T>::digits10;
-    constexpr int long_digits = std::is_same_v<T, float> ? short_digits + 3 : short_digits + 2;
-    char buffer[64];
-    auto written = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, short_digits);
-    T back{};
-    std::from_chars(buffer, written.ptr, back);
-    if (back != x) written = std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, long_digits);
-    return std::string(buffer, written.ptr);
-  }
+/// A floating-point element as tf.print writes it (TensorFlow's C++ text): 6
+/// significant digits (15 for float64) when those read back exactly, else 9 (17):
+/// `0.405638`, `0.666458249`.
+/// \code kiln::detail::tf_print_real_text(0.5, false) == "0.5" \endcode
+KILN_COLD inline std::string tf_print_real_text(double x, bool single) {
+  if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
+  char buffer[64];
+  auto write = [&](int digits) {
+    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), std::chars_format::general, digits)
+                  : std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, digits);
+  };
+  auto written = write(single ? 6 : 15);
+  auto reads_back = [&](auto value) {
+    std::from_chars(buffer, written.ptr, value);
+    return value == decltype(value)(x);
+  };
+  if (!(single ? reads_back(0.f) : reads_back(0.))) written = write(single ? 9 : 17);
+  return std::string(buffer, written.ptr);
 }
 
-// ---- the elements of an array, NumPy style -------------------------------------------
+// ---- the elements of an array ------------------------------------------------------
 
 /// `text` right-aligned in `width` columns.
 KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
@@ -1356,17 +1353,17 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
   return text;
 }
 
-/// The texts NumPy's FloatingFormat gives the elements `values` of one array in its
-/// default mode (at most 8 fraction digits, only as many as needed): one notation
-/// for all (scientific when the largest magnitude is >= 1e8, the smallest non-zero
-/// < 1e-4, or their ratio > 1000), all padded to one width, the points aligned.
-/// \code kiln::detail::numpy_float_texts<float>({1.5f, 2.f}) == std::vector<std::string>{"1.5", "2. "} \endcode
-template <class T>
-KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& values) {
+/// The texts NumPy's FloatingFormat gives the elements `values` of one array (float32
+/// values when `single`) in its default mode (at most 8 fraction digits, only as many
+/// as needed): one notation for all (scientific when the largest magnitude is >= 1e8,
+/// the smallest non-zero < 1e-4, or their ratio > 1000), all padded to one width, the
+/// points aligned.
+/// \code kiln::detail::numpy_float_texts({1.5, 2.}, true) == std::vector<std::string>{"1.5", "2. "} \endcode
+KILN_COLD inline std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single) {
   constexpr int max_fraction = 8;
   bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
-  T largest = 0, smallest = std::numeric_limits<T>::infinity();
-  for (T v : values) {
+  double largest = 0, smallest = std::numeric_limits<double>::infinity();
+  for (double v : values) {
     if (!std::isfinite(v)) {
       any_special = true;
       negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
@@ -1379,9 +1376,11 @@ KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& value
       smallest = std::min(smallest, std::fabs(v));
     }
   }
-  // NumPy compares in the array's own type: float32 1e-4 is not below T(1e-4).
+  // NumPy compares in the array's own type: float32 1e-4 is not below float(1e-4). A
+  // quotient of floats rounded to double, then to float, is the float quotient.
+  auto in_type = [single](double v) { return single ? double(float(v)) : v; };
   bool scientific =
-      any_nonzero && (largest >= T(1e8) || smallest < T(1e-4) || largest / smallest > T(1000));
+      any_nonzero && (largest >= in_type(1e8) || smallest < in_type(1e-4) || in_type(largest / smallest) > 1000);
   notation n = scientific ? notation::scientific : notation::positional;
 
   // A first pass over the finite values fixes the digits and widths all share.
@@ -1390,7 +1389,7 @@ KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& value
   int shared_fraction = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) continue;
-    texts[i] = trimmed(shortest_digits(values[i], n, 0, max_fraction), trim_mode::keep_point);
+    texts[i] = trimmed(shortest_digits(values[i], single, n, 0, max_fraction), trim_mode::keep_point);
     std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
     int_width = std::max(int_width, point);
     shared_fraction = std::max(shared_fraction, int(e - point - 1));
@@ -1407,51 +1406,69 @@ KILN_COLD std::vector<std::string> numpy_float_texts(const std::vector<T>& value
   const std::size_t width = int_width + 1 + fraction_width;
 
   for (std::size_t i = 0; i < values.size(); ++i) {
-    T v = values[i];
+    double v = values[i];
+    std::string& text = texts[i];
     if (std::isnan(v)) {
-      texts[i] = padded_left("nan", width);
+      text = "nan";
     } else if (std::isinf(v)) {
-      texts[i] = padded_left(v < 0 ? "-inf" : "inf", width);
+      text = v < 0 ? "-inf" : "inf";
     } else if (scientific) {
       // Every mantissa gets the shared number of digits, rounded from the exact value.
-      std::string text = trimmed(shortest_digits(v, n, shared_fraction, shared_fraction), trim_mode::keep);
+      text = trimmed(shortest_digits(v, single, n, shared_fraction, shared_fraction), trim_mode::keep);
       std::size_t digits_at = text.find('e') + 2;
       if (text.size() - digits_at < exponent_digits) text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
-      texts[i] = padded_left(std::move(text), width);
     } else {
-      std::string& text = texts[i];
-      std::size_t point = text.find('.');
-      text.append(fraction_width - (text.size() - point - 1), ' ');
-      text = padded_left(std::move(text), width);
+      text.append(fraction_width - (text.size() - text.find('.') - 1), ' ');
     }
+    text = padded_left(std::move(text), width);
   }
   return texts;
 }
 
-/// The texts NumPy gives the elements `values` of one array: integers right-aligned
-/// to a shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings
-/// as Python bytes, unpadded.
-template <class T>
-KILN_COLD std::vector<std::string> numpy_element_texts(const std::vector<T>& values) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return numpy_float_texts(values);
-  } else {
-    std::vector<std::string> texts;
-    texts.reserve(values.size());
-    std::size_t width = 0;
-    for (const T& v : values) {
-      if constexpr (std::is_same_v<T, bool>)
-        texts.emplace_back(v ? " True" : "False");
-      else
-        texts.push_back(numpy_scalar_text(v));
-      if constexpr (std::is_integral_v<T>) width = std::max(width, texts.back().size());
-    }
-    for (std::string& text : texts) text = padded_left(std::move(text), width);
-    return texts;
+/// The shown elements of an array, copied out of its data: doubles for float32 and
+/// float64, 64-bit integers for bool and the integer dtypes, views for strings. What
+/// the one dtype-specific part of the printer (format_values_of) hands the rest.
+struct element_values {
+  dtype type;
+  std::vector<double> reals;
+  std::vector<std::int64_t> integers;
+  std::vector<std::string_view> strings;
+
+  std::size_t size() const { return reals.size() + integers.size() + strings.size(); }
+  /// Element `i` as NumPy's `str()` writes a scalar (`numpy`: `2`, `True`, `b'aa'`,
+  /// `2.2`), else as tf.print writes it (`2`, `1`, `"aa"`, `2.2`).
+  KILN_COLD std::string text(std::size_t i, bool numpy) const {
+    if (is_floating(type))
+      return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
+    if (type == string) return numpy ? python_bytes_repr(strings[i]) : "\"" + c_escaped(strings[i]) + "\"";
+    if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
+    return std::to_string(integers[i]);
   }
+};
+
+/// The texts NumPy gives the elements of one array: integers right-aligned to a
+/// shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings as
+/// Python bytes, unpadded.
+KILN_COLD inline std::vector<std::string> numpy_element_texts(const element_values& v) {
+  if (is_floating(v.type)) return numpy_float_texts(v.reals, v.type == float32);
+  std::vector<std::string> texts;
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    texts.push_back(v.type == bool_ ? (v.integers[i] ? " True" : "False") : v.text(i, true));
+    if (v.type != string) width = std::max(width, texts.back().size());
+  }
+  for (std::string& text : texts) text = padded_left(std::move(text), width);
+  return texts;
 }
 
 // ---- layout ------------------------------------------------------------------------
+
+/// The value styles of format_values.
+enum class value_style {
+  numpy,          ///< NumPy's `str()`, as TensorFlow's eager `print(x)` shows values
+  tf_print,       ///< tf.print: every axis longer than 6 shows its 3 first and last items
+  tf_print_line,  ///< tf.print with nested rows on one line: `[[1 2] [3 4]]`
+};
 
 /// How the values of an array are laid out: which elements show and where rows and
 /// lines break.
@@ -1462,6 +1479,18 @@ struct value_layout {
   bool single_line = false;      ///< nested rows separated by a space instead of line breaks
 };
 
+/// The layout of an array of shape `s` in `style`: NumPy wraps lines at 75 columns
+/// and shows `...` only past 1000 elements; the tf.print styles never wrap and
+/// always summarize.
+KILN_COLD inline value_layout layout_of(const shape& s, value_style style) {
+  value_layout layout;
+  const bool numpy = style == value_style::numpy;
+  layout.summarize = numpy ? s.num_elements() > 1000 : true;
+  layout.line_width = numpy ? 75 : 0;
+  layout.single_line = style == value_style::tf_print_line;
+  return layout;
+}
+
 /// Whether `layout` shows only the ends of an axis of `length` items.
 inline bool summarized(std::int64_t length, const value_layout& layout) {
   return layout.summarize && length > 2 * layout.edge_items;
@@ -1471,33 +1500,23 @@ inline bool summarized(std::int64_t length, const value_layout& layout) {
 /// in the order they are written.
 KILN_COLD inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
   const int rank = s.rank();
-  const auto strides = row_major_strides(s);
-  std::vector<std::vector<std::int64_t>> positions(static_cast<std::size_t>(rank));
-  std::size_t count = 1;
-  for (int axis = 0; axis < rank; ++axis) {
-    auto& p = positions[std::size_t(axis)];
-    if (summarized(s[axis], layout)) {
-      for (std::int64_t i = 0; i < layout.edge_items; ++i) p.push_back(i);
-      for (std::int64_t i = s[axis] - layout.edge_items; i < s[axis]; ++i) p.push_back(i);
-    } else {
-      for (std::int64_t i = 0; i < s[axis]; ++i) p.push_back(i);
-    }
-    count *= p.size();
-  }
   std::vector<std::int64_t> indices;
-  if (count == 0) return indices;
-  indices.reserve(count);
-  std::vector<std::size_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
-  for (std::size_t k = 0; k < count; ++k) {
+  if (s.num_elements() == 0) return indices;
+  const auto strides = row_major_strides(s);
+  std::vector<std::int64_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
+  for (;;) {
     std::int64_t flat = 0;
-    for (int axis = 0; axis < rank; ++axis) flat += positions[std::size_t(axis)][at[std::size_t(axis)]] * strides[axis];
+    for (int axis = 0; axis < rank; ++axis) flat += at[std::size_t(axis)] * strides[axis];
     indices.push_back(flat);
-    for (int axis = rank - 1; axis >= 0; --axis) {
-      if (++at[std::size_t(axis)] < positions[std::size_t(axis)].size()) break;
-      at[std::size_t(axis)] = 0;
+    int axis = rank - 1;
+    for (; axis >= 0; --axis) {
+      std::int64_t& c = at[std::size_t(axis)];
+      if (++c == layout.edge_items && summarized(s[axis], layout)) c = s[axis] - layout.edge_items;
+      if (c < s[axis]) break;
+      c = 0;
     }
+    if (axis < 0) return indices;
   }
-  return indices;
 }
 
 /// Writes the texts of the shown elements (in shown_indices order) as nested rows:
@@ -1509,95 +1528,104 @@ class array_writer {
       : shape_(s), items_(items), layout_(layout) {}
 
   KILN_COLD std::string write() {
-    next_ = 0;
-    // The indent stands in for the opening bracket, which replaces it at the end.
-    return block(0, layout_.single_line ? "" : " ", static_cast<std::int64_t>(layout_.line_width));
+    // A row's first line starts with the brackets it opens and its other lines with
+    // an indent as wide: one column per bracket.
+    block(0, layout_.single_line ? 0 : 1, static_cast<std::int64_t>(layout_.line_width));
+    return std::move(out_);
   }
 
  private:
-  KILN_COLD std::string block(int axis, const std::string& indent, std::int64_t width) {
+  KILN_COLD void block(int axis, std::size_t indent, std::int64_t width) {
     const std::int64_t length = shape_[axis];
     const bool cut = summarized(length, layout_);
     const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
-    std::string text;
+    out_ += '[';
     if (axis == shape_.rank() - 1) {
       // The closing bracket takes one column of the line.
-      std::string line = indent;
       for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) line += ' ';
+        if (k > 0) out_ += ' ';
         if (cut && k == layout_.edge_items) {
-          add_word(text, line, "...", width - 1, indent);
-          line += ' ';
+          add_word("...", width - 1, indent);
+          out_ += ' ';
         }
-        add_word(text, line, items_[next_++], width - 1, indent);
+        add_word(items_[next_++], width - 1, indent);
       }
-      text += line;
     } else {
-      const std::string inner_indent = layout_.single_line ? indent : indent + ' ';
-      const std::string separator =
-          layout_.single_line ? std::string(" ") : std::string(std::size_t(shape_.rank() - axis - 1), '\n');
+      auto next_row = [&] {
+        if (layout_.single_line)
+          out_ += ' ';
+        else
+          out_.append(std::size_t(shape_.rank() - axis - 1), '\n').append(indent, ' ');
+      };
       for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) text += separator;
-        if (cut && k == layout_.edge_items) text += indent + "..." + separator;
-        text += indent + block(axis + 1, inner_indent, width - 1);
+        if (k > 0) next_row();
+        if (cut && k == layout_.edge_items) {
+          out_ += "...";
+          next_row();
+        }
+        block(axis + 1, layout_.single_line ? indent : indent + 1, width - 1);
       }
     }
-    return "[" + text.substr(indent.size()) + "]";
+    out_ += ']';
   }
 
-  // Appends `word` to `line`, first moving a full line into `text` when wrapping is on
-  // and the word would pass `width` (a line holding only the indent never wraps).
-  KILN_COLD void add_word(std::string& text, std::string& line, std::string_view word, std::int64_t width,
-                const std::string& indent) const {
-    bool wrap = layout_.line_width > 0 && std::int64_t(line.size() + word.size()) > width && line.size() > indent.size();
-    if (wrap) {
-      line.erase(line.find_last_not_of(' ') + 1);
-      text += line + '\n';
-      line = indent;
+  // Appends `word`, first breaking the line when wrapping is on and the word would
+  // pass `width` (a line holding only its indent never breaks).
+  KILN_COLD void add_word(std::string_view word, std::int64_t width, std::size_t indent) {
+    if (layout_.line_width > 0) {
+      const std::size_t line_start = out_.rfind('\n') + 1;  // npos + 1 == 0
+      const std::size_t line = out_.size() - line_start;
+      if (std::int64_t(line + word.size()) > width && line > indent) {
+        while (out_.size() > line_start && out_.back() == ' ') out_.pop_back();
+        out_.append(1, '\n').append(indent, ' ');
+      }
     }
-    line += word;
+    out_ += word;
   }
 
   const shape& shape_;
   const std::vector<std::string>& items_;
   value_layout layout_;
   std::size_t next_ = 0;
+  std::string out_;
 };
 
 // ---- whole tensors -----------------------------------------------------------------
 
-/// The value styles of format_values.
-enum class value_style {
-  numpy,          ///< NumPy's `str()`, as TensorFlow's eager `print(x)` shows values
-  tf_print,       ///< tf.print: every axis longer than 6 shows its 3 first and last items
-  tf_print_line,  ///< tf.print with nested rows on one line: `[[1 2] [3 4]]`
-};
+/// The shown elements `v` of an array of shape `s` in `style` (format_values_of).
+KILN_COLD inline std::string format_elements(const element_values& v, const shape& s, value_style style) {
+  const bool numpy = style == value_style::numpy;
+  if (s.rank() == 0) return v.text(0, numpy);
+  if (v.size() == 0) return "[]";
+  std::vector<std::string> texts;
+  if (numpy) {
+    texts = numpy_element_texts(v);
+  } else {
+    for (std::size_t i = 0; i < v.size(); ++i) texts.push_back(v.text(i, false));
+  }
+  return array_writer(s, texts, layout_of(s, style)).write();
+}
 
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
-/// 1000 elements; the tf.print styles write each element unpadded.
+/// 1000 elements; the tf.print styles write each element unpadded. Only the copy of
+/// the shown elements depends on `T`.
 /// \code
 /// const float data[] = {1.5f, 2.f};
 /// kiln::detail::format_values_of(data, kiln::shape{2}, kiln::detail::value_style::numpy) == "[1.5 2. ]";
 /// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
-  const bool numpy = style == value_style::numpy;
-  if (s.rank() == 0) return numpy ? numpy_scalar_text(data[0]) : tf_print_text(data[0]);
-  if (s.num_elements() == 0) return std::string("[]");
-  value_layout layout;
-  layout.summarize = numpy ? s.num_elements() > 1000 : true;
-  layout.line_width = numpy ? 75 : 0;
-  layout.single_line = style == value_style::tf_print_line;
-  std::vector<T> shown;
-  for (std::int64_t i : shown_indices(s, layout)) shown.push_back(data[i]);
-  std::vector<std::string> texts;
-  if (numpy) {
-    texts = numpy_element_texts(shown);
-  } else {
-    for (const T& v : shown) texts.push_back(tf_print_text(v));
+  element_values v{dtype_of<T>, {}, {}, {}};
+  for (std::int64_t i : shown_indices(s, layout_of(s, style))) {
+    if constexpr (std::is_floating_point_v<T>)
+      v.reals.push_back(data[i]);
+    else if constexpr (std::is_same_v<T, std::string>)
+      v.strings.push_back(data[i]);
+    else
+      v.integers.push_back(data[i]);
   }
-  return array_writer(s, texts, layout).write();
+  return format_elements(v, s, style);
 }
 
 /// The values of eager tensor `x` (copied from the GPU if there) in `style`.
@@ -1608,7 +1636,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
   x.require_value("print");
   const tensor host = x.device() == kiln::device::cpu ? x : x.to(kiln::device::cpu);
   return visit_dtype(host.dtype(), [&]<class T>() {
-    return format_values_of(host.template data<T>(), host.shape(), style);
+    return format_values_of(static_cast<const T*>(host.raw_data()), host.shape(), style);  // checked above
   });
 }
 #endif

@@ -193,13 +193,13 @@ inline shape any_rows(shape s) {
   return s;
 }
 
-/// The shape invariant of each leaf of the loop state `state`, whose first `hidden`
-/// leaves are kiln's own: those `options` gives, and for a written tensor_array with
-/// dynamic_size its elements with any number of rows. Raises kiln::value_error for
-/// more invariants than variables, and for an invariant given to a tensor_array.
-template <class State>
-std::vector<std::optional<shape>> loop_invariants(const State& state, const loop_options& options, std::size_t hidden) {
-  const std::vector<const tensor_array*> arrays = array_leaves(state);
+/// The shape invariant of each leaf of a loop state whose leaves hold `arrays` (a
+/// tensor_array or null each) and whose first `hidden` leaves are kiln's own: those
+/// `options` gives, and for a written tensor_array with dynamic_size its elements
+/// with any number of rows. Raises kiln::value_error for more invariants than
+/// variables, and for an invariant given to a tensor_array.
+inline std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_array* const> arrays,
+                                                         const loop_options& options, std::size_t hidden) {
   const auto& given = options.shape_invariants;
   if (given.size() > arrays.size() - hidden)
     throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
@@ -260,12 +260,11 @@ inline void check_loop_specs(std::span<const value_spec> got, std::span<const va
   }
 }
 
-/// Takes the spec a body gave the unwritten tensor arrays of `state` (their first
+/// Takes the spec a body gave the unwritten tensor arrays `arrays` (their first
 /// write) as their spec from now on, with any number of rows for one with
 /// dynamic_size; returns the leaves that changed.
-template <class State>
-std::vector<std::size_t> settle_arrays(const State& state, std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  const std::vector<const tensor_array*> arrays = array_leaves(state);
+inline std::vector<std::size_t> settle_arrays(std::span<const tensor_array* const> arrays,
+                                              std::vector<value_spec>& specs, std::span<const value_spec> got) {
   std::vector<std::size_t> settled;
   for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
     const tensor_array* array = arrays[k];
@@ -282,7 +281,7 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
                  std::span<const std::optional<shape>> invariants, std::size_t hidden,
                  std::string_view loop = "while_loop") {
   const std::vector<value_spec> got = specs_of(returned);
-  settle_arrays(current, expected, got);
+  settle_arrays(array_leaves(current), expected, got);
   check_loop_specs(got, expected, invariants, hidden, loop);
   const tensor* next = returned.data();
   return rebuild_output(current, next);
@@ -381,105 +380,159 @@ auto with_counter(const tensor& counter, R&& r) {
   }
 }
 
-template <class Cond, class Body, class... Vars>
-auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars);
+/// The typed part of a while loop, as the traced loop calls it: its condition and
+/// body on the leaves of a state, and the state it enters with once a tensor_array
+/// first written in the body has settled its element shape. Function pointers that
+/// the typed loop's constructor sets, not virtual functions (see special_op).
+struct loop_calls {
+  tensor (*condition)(loop_calls& self, std::span<const tensor> leaves);
+  /// The leaves of the next state, after the stop flag when the body ends in break_if.
+  std::vector<tensor> (*body)(loop_calls& self, std::span<const tensor> leaves);
+  void (*restart)(loop_calls& self, std::span<const tensor> leaves);
+};
 
-/// kiln::while_loop with loop_options::maximum_iterations: a counter of kiln's own in
-/// front of the loop variables, and the condition `counter < maximum && cond_fn(...)`.
-template <class Cond, class Body, class... Vars>
-auto bounded_while_loop(std::size_t hidden, const loop_options& options, Cond& cond_fn, Body& body_fn,
-                        const Vars&... vars) {
-  const std::int64_t maximum = *options.maximum_iterations;
-  if (maximum < 0) throw value_error("while_loop: maximum_iterations must be >= 0, got " + std::to_string(maximum));
-  loop_options unbounded = options;
-  unbounded.maximum_iterations.reset();
-  const tensor limit = kiln::constant(maximum);
-  auto cond = [&](const tensor& n, const auto&... v) { return kiln::logical_and(n < limit, tensor(cond_fn(v...))); };
-  auto body = [&](const tensor& n, const auto&... v) { return with_counter(n + std::int64_t(1), body_fn(v...)); };
-  return without_counter<sizeof...(Vars)>(
-      unbounded_while_loop(hidden + 1, unbounded, cond, body, kiln::constant(std::int64_t(0)), vars...));
+/// A while loop traced on the leaves of its state: its condition and body traced into
+/// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
+/// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
+/// What does not depend on the loop's C++ types, so that a program compiles it once,
+/// not once per loop (and not at all when it traces none: a template on nothing).
+template <class = void>
+std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
+                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
+                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
+                                     bool breaks, loop_calls& calls) {
+  // maximum_iterations: a counter of kiln's own in front of the loop variables, and
+  // the condition `counter < maximum && cond`.
+  const std::size_t counted = options.maximum_iterations ? 1 : 0;
+  tensor limit;
+  if (counted) {
+    limit = kiln::constant(*options.maximum_iterations);
+    leaves.insert(leaves.begin(), kiln::constant(std::int64_t(0)));
+    arrays.insert(arrays.begin(), nullptr);
+    specs.insert(specs.begin(), value_spec{int64, shape{}});
+    invariants.insert(invariants.begin(), std::nullopt);
+    ++hidden;
+  }
+  auto user_leaves = [&](std::span<const tensor> p) { return p.subspan(counted); };
+  traced_subgraph cond_graph, body_graph;
+  auto trace_loop = [&] {
+    cond_graph = {};
+    body_graph = {};
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          if (!counted) return calls.condition(calls, p);
+          const tensor below = p[0] < limit;
+          return kiln::logical_and(below, calls.condition(calls, user_leaves(p)));
+        },
+        leaves, specs, cond_graph);
+    if (cond_graph.outputs[0] != value_spec{bool_, shape{}})
+      throw value_error("while_loop: the condition must give a bool scalar, got " + spec_text(cond_graph.outputs[0]));
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          std::vector<tensor> next = calls.body(calls, user_leaves(p));
+          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), p[0] + std::int64_t(1));
+          return next;
+        },
+        leaves, specs, body_graph);
+    std::span<const value_spec> next_specs(body_graph.outputs);
+    if (breaks) {
+      if (body_graph.outputs[0] != value_spec{bool_, shape{}})
+        throw value_error("break_if: the condition must be a bool scalar, got " + spec_text(body_graph.outputs[0]));
+      next_specs = next_specs.subspan(1);
+    }
+    return next_specs;
+  };
+  std::span<const value_spec> next_specs = trace_loop();
+  // A tensor_array first written in the body enters the loop holding zeros of the
+  // shape that write gave it; the body is traced again for that input.
+  if (const std::vector<std::size_t> settled = settle_arrays(arrays, specs, next_specs); !settled.empty()) {
+    for (std::size_t k : settled)
+      leaves[k] = arrays[k]->holding_zeros(shape(specs[k].second.dims().subspan(1)), leaves[k].device()).elements();
+    calls.restart(calls, user_leaves(leaves));  // the arrays above belonged to the state it replaces
+    next_specs = trace_loop();
+  }
+  check_loop_specs(next_specs, specs, invariants, hidden);
+
+  std::vector<tensor> inputs = leaves;
+  inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
+  inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
+  auto op = std::make_shared<while_op>(int(leaves.size()), std::move(cond_graph.g), int(cond_graph.captures.size()),
+                                       std::move(body_graph.g), breaks);
+  const while_op& node = *op;  // the graph keeps it
+  std::vector<tensor> out = trace.record_special(std::move(op), inputs, specs);
+  if (recording_tapes() > 0) loop_hook().load(std::memory_order_relaxed)(node, inputs, out);
+  out.erase(out.begin(), out.begin() + std::ptrdiff_t(counted));
+  return out;
 }
 
-/// kiln::while_loop, whose first `hidden` loop variables are kiln's own.
+/// kiln::while_loop, whose first `hidden` loop variables are kiln's own: eager, a C++
+/// loop; traced, trace_while_loop on the leaves of the state.
 template <class Cond, class Body, class... Vars>
 auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
-  if (options.maximum_iterations) return bounded_while_loop(hidden, options, cond_fn, body_fn, vars...);
-  return unbounded_while_loop(hidden, options, std::move(cond_fn), std::move(body_fn), vars...);
-}
+  if (options.maximum_iterations && *options.maximum_iterations < 0)
+    throw value_error("while_loop: maximum_iterations must be >= 0, got " +
+                      std::to_string(*options.maximum_iterations));
+  using state = std::tuple<output_t<Vars>...>;
+  state initial{as_output(vars)...};
+  const std::vector<tensor> initial_leaves = leaves_of(initial);
+  const std::vector<const tensor_array*> arrays = array_leaves(initial);
+  const std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, hidden);
+  std::vector<value_spec> specs = loop_specs(initial_leaves, invariants, hidden);
+  using R = std::invoke_result_t<Body&, const output_t<Vars>&...>;
+  constexpr bool breaks = is_break_result<std::remove_cvref_t<R>>::value;
 
-/// kiln::while_loop without loop_options::maximum_iterations.
-template <class Cond, class Body, class... Vars>
-auto unbounded_while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, Body body_fn, const Vars&... vars) {
-  using state = std::tuple<detail::output_t<Vars>...>;
-  state initial{detail::as_output(vars)...};
-  std::vector<tensor> initial_leaves = detail::leaves_of(initial);
-  const std::vector<std::optional<shape>> invariants = detail::loop_invariants(initial, options, hidden);
-  std::vector<detail::value_spec> specs = detail::loop_specs(initial_leaves, invariants, hidden);
-  using R = std::invoke_result_t<Body&, const detail::output_t<Vars>&...>;
-  constexpr bool breaks = detail::is_break_result<std::remove_cvref_t<R>>::value;
-
-  detail::trace_context* trace = detail::trace_context::current();
+  trace_context* trace = trace_context::current();
   if (!trace) {
     state current = std::move(initial);
-    while (detail::truth_of(std::apply(cond_fn, current), "while_loop")) {
+    for (std::int64_t n = 0;; ++n) {
+      // The condition runs at the last iteration too, as `n < maximum && cond` does.
+      const bool go = truth_of(std::apply(cond_fn, current), "while_loop");
+      if (!go || (options.maximum_iterations && n >= *options.maximum_iterations)) break;
       auto r = std::apply(body_fn, current);
       if constexpr (breaks) {
-        if (detail::truth_of(r.stop, "break_if")) break;
-        current = detail::next_state(current, detail::leaves_of(r.next), specs, invariants, hidden);
+        if (truth_of(r.stop, "break_if")) break;
+        current = next_state(current, leaves_of(r.next), specs, invariants, hidden);
       } else {
-        current = detail::next_state(current, detail::leaves_of(r), specs, invariants, hidden);
+        current = next_state(current, leaves_of(r), specs, invariants, hidden);
       }
     }
-    return detail::loop_result(std::move(current));
-  } else {
-    auto as_state = [&](std::span<const tensor> leaves) {
-      const tensor* next = leaves.data();
-      return detail::rebuild_output(initial, next);
-    };
-    detail::traced_subgraph cond_graph, body_graph;
-    auto trace_loop = [&] {
-      cond_graph = {};
-      body_graph = {};
-      detail::trace_subgraph([&](std::span<const tensor> p) { return tensor(std::apply(cond_fn, as_state(p))); },
-                             initial_leaves, specs, cond_graph);
-      if (cond_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-        throw value_error("while_loop: the condition must give a bool scalar, got " +
-                          detail::spec_text(cond_graph.outputs[0]));
-      detail::trace_subgraph([&](std::span<const tensor> p) { return std::apply(body_fn, as_state(p)); }, initial_leaves,
-                             specs, body_graph);
-      std::span<const detail::value_spec> next_specs(body_graph.outputs);
-      if constexpr (breaks) {
-        if (body_graph.outputs[0] != detail::value_spec{bool_, shape{}})
-          throw value_error("break_if: the condition must be a bool scalar, got " +
-                            detail::spec_text(body_graph.outputs[0]));
-        next_specs = next_specs.subspan(1);
-      }
-      return next_specs;
-    };
-    std::span<const detail::value_spec> next_specs = trace_loop();
-    // A tensor_array first written in the body enters the loop holding zeros of
-    // the shape that write gave it; the body is traced again for that input.
-    if (const std::vector<std::size_t> settled = detail::settle_arrays(initial, specs, next_specs); !settled.empty()) {
-      const std::vector<const tensor_array*> arrays = detail::array_leaves(initial);
-      for (std::size_t k : settled)
-        initial_leaves[k] = arrays[k]
-                                ->holding_zeros(shape(specs[k].second.dims().subspan(1)), initial_leaves[k].device())
-                                .elements();
-      initial = as_state(initial_leaves);
-      next_specs = trace_loop();
-    }
-    detail::check_loop_specs(next_specs, specs, invariants, hidden);
-
-    std::vector<tensor> inputs = initial_leaves;
-    inputs.insert(inputs.end(), cond_graph.captures.begin(), cond_graph.captures.end());
-    inputs.insert(inputs.end(), body_graph.captures.begin(), body_graph.captures.end());
-    auto op = std::make_shared<detail::while_op>(int(initial_leaves.size()), std::move(cond_graph.g),
-                                                 int(cond_graph.captures.size()), std::move(body_graph.g), breaks);
-    const detail::while_op& node = *op;  // the graph keeps it
-    std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
-    if (detail::recording_tapes() > 0) detail::loop_hook().load(std::memory_order_relaxed)(node, inputs, out);
-    return detail::loop_result(as_state(out));
+    return loop_result(std::move(current));
   }
+  struct typed_calls : loop_calls {
+    Cond& cond_fn;
+    Body& body_fn;
+    state& initial;
+    typed_calls(Cond& c, Body& b, state& s)
+        : loop_calls{[](loop_calls& self, std::span<const tensor> leaves) {
+                       auto& t = static_cast<typed_calls&>(self);
+                       return tensor(std::apply(t.cond_fn, t.at(leaves)));
+                     },
+                     [](loop_calls& self, std::span<const tensor> leaves) {
+                       auto& t = static_cast<typed_calls&>(self);
+                       auto r = std::apply(t.body_fn, t.at(leaves));
+                       if constexpr (is_break_result<decltype(r)>::value) {
+                         std::vector<tensor> out = leaves_of(r.stop);
+                         for_each_output(r.next, [&](const tensor& x) { out.push_back(x); });
+                         return out;
+                       } else {
+                         return leaves_of(r);
+                       }
+                     },
+                     [](loop_calls& self, std::span<const tensor> leaves) {
+                       auto& t = static_cast<typed_calls&>(self);
+                       t.initial = t.at(leaves);
+                     }},
+          cond_fn(c),
+          body_fn(b),
+          initial(s) {}
+    state at(std::span<const tensor> leaves) const {
+      const tensor* next = leaves.data();
+      return rebuild_output(initial, next);
+    }
+  } calls(cond_fn, body_fn, initial);
+  const std::vector<tensor> out = trace_while_loop(*trace, hidden, options, initial_leaves, arrays, std::move(specs),
+                                                   invariants, breaks, calls);
+  return loop_result(calls.at(out));
 }
 }  // namespace detail
 
