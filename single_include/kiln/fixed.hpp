@@ -3181,8 +3181,19 @@ KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a
 namespace kiln {
 namespace detail {
 
-/// Runs (or records) `op` on `inputs` and returns its result.
-template <class Op>
+/// The dtypes of kiln's own bookkeeping: loop counters and trip counts, bool
+/// conditions, tensor_array sizes. An elementwise op that only this bookkeeping runs
+/// compiles its kernels for these dtypes alone (apply_bookkeeping); under separate
+/// compilation the library has every kernel already.
+#if defined(KILN_SEPARATE_COMPILATION)
+inline constexpr dtype_set bookkeeping_dtypes = dtypes::all;
+#else
+inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
+#endif
+
+/// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
+/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
 /// Records `op` on `inputs` into the trace in progress (defined by the tracer,
@@ -3195,7 +3206,7 @@ inline bool tracing();
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
 template <class Op, std::same_as<tensor>... Ts>
@@ -3204,9 +3215,19 @@ tensor apply(const Op& op, const Ts&... inputs) {
   return apply_span(op, std::span<const tensor* const>(ptrs));
 }
 
+/// `op` on `inputs` as kiln's own bookkeeping runs it (elementwise ops on
+/// bookkeeping_dtypes): where the program does not call the op itself, it compiles
+/// the op's kernels for those dtypes only.
+/// \code kiln::detail::apply_bookkeeping(kiln::ops::less{}, kiln::constant(0), kiln::constant(3));  // true \endcode
+template <class Op, std::same_as<tensor>... Ts>
+tensor apply_bookkeeping(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return apply_span<Op, bookkeeping_dtypes>(op, std::span<const tensor* const>(ptrs));
+}
+
 /// Runs `op` now on eager `inputs` with the kernels of their device (defined in
 /// kiln/eager/apply.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 tensor execute(const Op& op, std::span<const tensor* const> inputs);
 
 /// Runs `op` now on eager `inputs`, recording nothing even while a trace is in
@@ -3910,27 +3931,48 @@ struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
 template <class Op, class In>
 using elementwise_result_t = typename elementwise_result<Op, In>::type;
 
+/// The error for an elementwise op's dtype that this program compiled no kernel for:
+/// only kiln's own bookkeeping ran the op (detail::apply_bookkeeping).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype in, dtype out) {
+  throw unavailable_error(std::string(op) + ": this program compiled its kernels for bool, int32 and int64 only (for "
+                          "kiln's loop counters), not for " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                          "; call the op once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                          "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
-/// reads and writes, instantiating only the dtypes the op accepts. `In` is the
+/// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
+/// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
 /// dtype of the value operands (for `where`, the branches).
-template <ops::elementwise Op, class F>
+template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
-    if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (Op::converts) {
-        visit_dtype(out, [&]<class Out>() {
-          if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
-        });
-      } else {
-        using Out = elementwise_result_t<Op, In>;
-        if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
-        f.template operator()<In, Out>();
-      }
-    } else {
+    if constexpr (!Op::accepts.contains(dtype_of<In>)) {
       throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+    } else if constexpr (!Only.contains(dtype_of<In>)) {
+      throw_kernel_not_compiled(Op::name, in, out);
+    } else if constexpr (Op::converts) {
+      visit_dtype(out, [&]<class Out>() {
+        if constexpr (!Only.contains(dtype_of<Out>))
+          throw_kernel_not_compiled(Op::name, in, out);
+        else if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>)
+          f.template operator()<In, Out>();
+      });
+    } else {
+      using Out = elementwise_result_t<Op, In>;
+      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if constexpr (!Only.contains(dtype_of<Out>))
+        throw_kernel_not_compiled(Op::name, in, out);
+      else
+        f.template operator()<In, Out>();
     }
   });
 }
+
+/// An elementwise op's CPU kernels for the dtypes `Only` alone (defined in
+/// kiln/backend/cpu/elementwise.hpp; see detail::apply_bookkeeping).
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out);
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/backend.hpp -----
@@ -4286,10 +4328,15 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 }  // namespace cpu
 
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  visit_elementwise_types<Only>(op, in[ops::value_operand<Op>].dtype, out.dtype,
+                                [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+}
+
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
-                          [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+  compute_elementwise<dtypes::all>(op, in, out);
 }
 
 }  // namespace kiln::backend

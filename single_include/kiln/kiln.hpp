@@ -2529,8 +2529,19 @@ KILN_ALWAYS_INLINE xsimd::batch<double, A> tanh(const xsimd::batch<double, A>& a
 namespace kiln {
 namespace detail {
 
-/// Runs (or records) `op` on `inputs` and returns its result.
-template <class Op>
+/// The dtypes of kiln's own bookkeeping: loop counters and trip counts, bool
+/// conditions, tensor_array sizes. An elementwise op that only this bookkeeping runs
+/// compiles its kernels for these dtypes alone (apply_bookkeeping); under separate
+/// compilation the library has every kernel already.
+#if defined(KILN_SEPARATE_COMPILATION)
+inline constexpr dtype_set bookkeeping_dtypes = dtypes::all;
+#else
+inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
+#endif
+
+/// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
+/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
 /// Records `op` on `inputs` into the trace in progress (defined by the tracer,
@@ -2543,7 +2554,7 @@ inline bool tracing();
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
 template <class Op, std::same_as<tensor>... Ts>
@@ -2552,9 +2563,19 @@ tensor apply(const Op& op, const Ts&... inputs) {
   return apply_span(op, std::span<const tensor* const>(ptrs));
 }
 
+/// `op` on `inputs` as kiln's own bookkeeping runs it (elementwise ops on
+/// bookkeeping_dtypes): where the program does not call the op itself, it compiles
+/// the op's kernels for those dtypes only.
+/// \code kiln::detail::apply_bookkeeping(kiln::ops::less{}, kiln::constant(0), kiln::constant(3));  // true \endcode
+template <class Op, std::same_as<tensor>... Ts>
+tensor apply_bookkeeping(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return apply_span<Op, bookkeeping_dtypes>(op, std::span<const tensor* const>(ptrs));
+}
+
 /// Runs `op` now on eager `inputs` with the kernels of their device (defined in
 /// kiln/eager/apply.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 tensor execute(const Op& op, std::span<const tensor* const> inputs);
 
 /// Runs `op` now on eager `inputs`, recording nothing even while a trace is in
@@ -5307,7 +5328,7 @@ class tensor_array {
     if (size.rank() != 0) throw value_error("tensor_array: the size must be a scalar, got shape " + size.shape().str());
     if (size.is_symbolic()) {
       size_ = none;
-      size_tensor_ = size.dtype() == int32 ? size : kiln::cast(size, int32);
+      size_tensor_ = size.dtype() == int32 ? size : detail::apply_bookkeeping(ops::cast(int32), size);
     } else {
       *this = tensor_array(type, ops::scalar_index(size), options);
     }
@@ -5516,27 +5537,48 @@ struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
 template <class Op, class In>
 using elementwise_result_t = typename elementwise_result<Op, In>::type;
 
+/// The error for an elementwise op's dtype that this program compiled no kernel for:
+/// only kiln's own bookkeeping ran the op (detail::apply_bookkeeping).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype in, dtype out) {
+  throw unavailable_error(std::string(op) + ": this program compiled its kernels for bool, int32 and int64 only (for "
+                          "kiln's loop counters), not for " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                          "; call the op once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                          "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
-/// reads and writes, instantiating only the dtypes the op accepts. `In` is the
+/// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
+/// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
 /// dtype of the value operands (for `where`, the branches).
-template <ops::elementwise Op, class F>
+template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
-    if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (Op::converts) {
-        visit_dtype(out, [&]<class Out>() {
-          if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
-        });
-      } else {
-        using Out = elementwise_result_t<Op, In>;
-        if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
-        f.template operator()<In, Out>();
-      }
-    } else {
+    if constexpr (!Op::accepts.contains(dtype_of<In>)) {
       throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+    } else if constexpr (!Only.contains(dtype_of<In>)) {
+      throw_kernel_not_compiled(Op::name, in, out);
+    } else if constexpr (Op::converts) {
+      visit_dtype(out, [&]<class Out>() {
+        if constexpr (!Only.contains(dtype_of<Out>))
+          throw_kernel_not_compiled(Op::name, in, out);
+        else if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>)
+          f.template operator()<In, Out>();
+      });
+    } else {
+      using Out = elementwise_result_t<Op, In>;
+      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if constexpr (!Only.contains(dtype_of<Out>))
+        throw_kernel_not_compiled(Op::name, in, out);
+      else
+        f.template operator()<In, Out>();
     }
   });
 }
+
+/// An elementwise op's CPU kernels for the dtypes `Only` alone (defined in
+/// kiln/backend/cpu/elementwise.hpp; see detail::apply_bookkeeping).
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out);
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/backend.hpp -----
@@ -5944,10 +5986,15 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 }  // namespace cpu
 
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  visit_elementwise_types<Only>(op, in[ops::value_operand<Op>].dtype, out.dtype,
+                                [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+}
+
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
-                          [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+  compute_elementwise<dtypes::all>(op, in, out);
 }
 
 }  // namespace kiln::backend
@@ -9016,9 +9063,10 @@ inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, ki
   return out;
 }
 
-/// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
-/// Not `inline`: kiln/kernels.hpp can compile it once per program.
-template <class B, class Op>
+/// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
+/// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
+/// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
+template <class B, class Op, dtype_set Only = dtypes::all>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
   const kiln::device dev = input_device(Op::name, in);
@@ -9033,7 +9081,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   } else {
     return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                        if constexpr (Only != dtypes::all)
+                          backend::compute_elementwise<Only>(*static_cast<const Op*>(o), views, out);
+                        else if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
                           compute(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
@@ -9041,7 +9091,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
 }
 
 /// Runs `op` on eager `inputs` with the backend of the device they are on.
-template <class Op>
+template <class Op, dtype_set Only>
 tensor execute(const Op& op, std::span<const tensor* const> in) {
   if (!in.empty() && in[0]->device() == kiln::device::gpu) {
 #if KILN_HAS_THRUST
@@ -9050,7 +9100,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
 #endif
     throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
   }
-  return run_on<backend::cpu_backend>(op, in);
+  return run_on<backend::cpu_backend, Op, Only>(op, in);
 }
 
 /// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
@@ -9083,19 +9133,19 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
-template <class Op>
+template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
   // rather than pages from std::variant's constructor over every registered op.
   static_assert(ops::registered<Op>,
                 "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
   if constexpr (ops::registered<Op>) {
-    register_kernels_on_use<Op>();
+    register_kernels_on_use<Op, Only>();
     // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
     // ops on constants: folding them is the optimizer's pass, which leaves an op that
     // fails in the graph, to fail only if it runs (non-strict execution).
     const bool symbolic = records_symbolically(in);
-    tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+    tensor out = symbolic ? record_symbolic(op, in) : execute<Op, Only>(op, in);
     if (!symbolic)
       if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
@@ -12158,7 +12208,7 @@ void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
 
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
@@ -12168,7 +12218,11 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() > 0) compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    if (out.size() == 0) return;
+    if constexpr (Only != dtypes::all)
+      backend::compute_elementwise<Only>(op, std::span<const buffer_view>(views), out.view());
+    else
+      compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
   }
 }
 
@@ -12190,17 +12244,18 @@ struct op_entry {
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
 /// One instantiation per op holds all of the op's CPU kernels as a plan uses them
-/// (not `inline`, so that kiln/kernels.hpp can compile it once per program).
-template <class Op>
+/// (not `inline`, so that kiln/kernels.hpp can compile it once per program); `Only`
+/// limits them to some dtypes (detail::apply_bookkeeping).
+template <class Op, dtype_set Only = dtypes::all>
 op_entry entry_for(const Op& op, dtype in, dtype out) {
   op_entry e;
   e.op = &op;
-  e.run = &run_op<Op>;
+  e.run = &run_op<Op, Only>;
   e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
-      backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+      backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
           e.tile = &run_tile<Op, In, Out>;
           e.scalar = &run_scalar<Op, In, Out>;
@@ -12231,13 +12286,16 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 /// backend, in each source file that runs a kiln::function. Instead an op's row is
 /// filled when the program first runs the op (`detail::apply`, the one entry point of
 /// every op function, eager or traced, registers it): a source file pays for the ops
-/// it calls. A graph that meets an op whose row is empty (one made
-/// by another program, or by ops inlined from a library) raises
-/// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// it calls. A row that only kiln's own bookkeeping filled (loop counters:
+/// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
+/// program calls the op itself. A graph that meets an op whose row is empty, or
+/// lacks its dtype (one made by another program, or by ops inlined from a library),
+/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
 #include <array>
 #include <atomic>
+#include <mutex>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -12439,12 +12497,26 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
   return table;
 }
 
-template <class Op>
+/// Serializes registrations, so that a row registered for bookkeeping dtypes never
+/// replaces a complete one.
+inline std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
+/// dtypes alone and only if the row is empty: the op's first call by the program
+/// itself fills it again, complete.
+template <class Op, dtype_set Only = dtypes::all>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  std::lock_guard lock(registration_mutex());
+  if constexpr (Only != dtypes::all)
+    if (row.execute.load(std::memory_order_acquire)) return true;
   if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
-    row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
-                    std::memory_order_release);
+    row.entry.store(
+        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(std::get<Op>(op), in, out); },
+        std::memory_order_release);
     row.infer.store(
         [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
           const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
@@ -12463,7 +12535,7 @@ bool register_kernels() {
   row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
                   std::memory_order_release);
   row.execute.store(
-      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(std::get<Op>(op), in); },
       std::memory_order_release);
   return true;
 }
@@ -12476,9 +12548,9 @@ inline const bool kernels_registered = register_kernels<Op>();
 /// Fills `Op`'s row at its first call (before its first node can be recorded). At
 /// run time rather than before main, so that an op function that a source file
 /// compiles but never runs costs no machine code for its kernels.
-template <class Op>
+template <class Op, dtype_set Only>
 void register_kernels_on_use() {
-  static const bool registered = register_kernels<Op>();
+  static const bool registered = register_kernels<Op, Only>();
   (void)registered;
 }
 
@@ -17361,6 +17433,17 @@ auto with_counter(const tensor& counter, R&& r) {
   }
 }
 
+/// Loop-counter arithmetic, `a op b`, through apply_bookkeeping: a program that
+/// does not call the op itself compiles its kernels for integers and bools only.
+template <class Op>
+tensor counter_op(const tensor& a, const tensor& b) {
+  return apply_bookkeeping(Op{}, a, b);
+}
+template <class Op, std::integral S>
+tensor counter_op(const tensor& a, S b) {
+  return apply_bookkeeping(Op{}, a, make_scalar(a.dtype(), b, a.device()));
+}
+
 /// The typed part of a while loop, as the traced loop calls it: its condition and
 /// body on the leaves of a state, and the state it enters with once a tensor_array
 /// first written in the body has settled its element shape. Function pointers that
@@ -17402,8 +17485,8 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           if (!counted) return calls.condition(calls, p);
-          const tensor below = p[0] < limit;
-          return kiln::logical_and(below, calls.condition(calls, user_leaves(p)));
+          const tensor below = counter_op<ops::less>(p[0], limit);
+          return counter_op<ops::logical_and>(below, calls.condition(calls, user_leaves(p)));
         },
         leaves, specs, cond_graph);
     if (cond_graph.outputs[0] != value_spec{bool_, shape{}})
@@ -17411,7 +17494,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           std::vector<tensor> next = calls.body(calls, user_leaves(p));
-          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), p[0] + std::int64_t(1));
+          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), counter_op<ops::add>(p[0], std::int64_t(1)));
           return next;
         },
         leaves, specs, body_graph);
@@ -17560,16 +17643,17 @@ template <class Body, class... Vars>
 auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
                   const Vars&... vars) {
   // Python's range length: ceil((limit - start) / delta), at least 0.
-  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
-  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
+  const tensor trips = counter_op<ops::maximum>(
+      apply_bookkeeping(ops::negate{}, counter_op<ops::floordiv>(counter_op<ops::subtract>(start, limit), delta)), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return counter_op<ops::less>(k, trips); };
   auto body = [&](const tensor& k, const auto&... v) {
-    const tensor i = start + k * delta;
+    const tensor i = counter_op<ops::add>(start, counter_op<ops::multiply>(k, delta));
     using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
     if constexpr (std::is_void_v<R>) {
       body_fn(i, v...);
-      return k + 1;
+      return counter_op<ops::add>(k, 1);
     } else {
-      return with_counter(k + 1, body_fn(i, v...));
+      return with_counter(counter_op<ops::add>(k, 1), body_fn(i, v...));
     }
   };
   return without_counter<sizeof...(Vars)>(

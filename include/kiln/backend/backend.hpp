@@ -71,26 +71,47 @@ struct elementwise_result<Op, In, true, std::index_sequence<I...>> {
 template <class Op, class In>
 using elementwise_result_t = typename elementwise_result<Op, In>::type;
 
+/// The error for an elementwise op's dtype that this program compiled no kernel for:
+/// only kiln's own bookkeeping ran the op (detail::apply_bookkeeping).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype in, dtype out) {
+  throw unavailable_error(std::string(op) + ": this program compiled its kernels for bool, int32 and int64 only (for "
+                          "kiln's loop counters), not for " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                          "; call the op once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                          "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
-/// reads and writes, instantiating only the dtypes the op accepts. `In` is the
+/// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
+/// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
 /// dtype of the value operands (for `where`, the branches).
-template <ops::elementwise Op, class F>
+template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
-    if constexpr (Op::accepts.contains(dtype_of<In>)) {
-      if constexpr (Op::converts) {
-        visit_dtype(out, [&]<class Out>() {
-          if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>) f.template operator()<In, Out>();
-        });
-      } else {
-        using Out = elementwise_result_t<Op, In>;
-        if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
-        f.template operator()<In, Out>();
-      }
-    } else {
+    if constexpr (!Op::accepts.contains(dtype_of<In>)) {
       throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+    } else if constexpr (!Only.contains(dtype_of<In>)) {
+      throw_kernel_not_compiled(Op::name, in, out);
+    } else if constexpr (Op::converts) {
+      visit_dtype(out, [&]<class Out>() {
+        if constexpr (!Only.contains(dtype_of<Out>))
+          throw_kernel_not_compiled(Op::name, in, out);
+        else if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>)
+          f.template operator()<In, Out>();
+      });
+    } else {
+      using Out = elementwise_result_t<Op, In>;
+      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if constexpr (!Only.contains(dtype_of<Out>))
+        throw_kernel_not_compiled(Op::name, in, out);
+      else
+        f.template operator()<In, Out>();
     }
   });
 }
+
+/// An elementwise op's CPU kernels for the dtypes `Only` alone (defined in
+/// kiln/backend/cpu/elementwise.hpp; see detail::apply_bookkeeping).
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out);
 
 }  // namespace kiln::backend

@@ -104,9 +104,10 @@ inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, ki
   return out;
 }
 
-/// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on).
-/// Not `inline`: kiln/kernels.hpp can compile it once per program.
-template <class B, class Op>
+/// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
+/// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
+/// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
+template <class B, class Op, dtype_set Only = dtypes::all>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
   const kiln::device dev = input_device(Op::name, in);
@@ -121,7 +122,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   } else {
     return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                        if constexpr (Only != dtypes::all)
+                          backend::compute_elementwise<Only>(*static_cast<const Op*>(o), views, out);
+                        else if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
                           compute(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
@@ -129,7 +132,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
 }
 
 /// Runs `op` on eager `inputs` with the backend of the device they are on.
-template <class Op>
+template <class Op, dtype_set Only>
 tensor execute(const Op& op, std::span<const tensor* const> in) {
   if (!in.empty() && in[0]->device() == kiln::device::gpu) {
 #if KILN_HAS_THRUST
@@ -138,7 +141,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
 #endif
     throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
   }
-  return run_on<backend::cpu_backend>(op, in);
+  return run_on<backend::cpu_backend, Op, Only>(op, in);
 }
 
 /// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
@@ -171,19 +174,19 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
-template <class Op>
+template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
   // rather than pages from std::variant's constructor over every registered op.
   static_assert(ops::registered<Op>,
                 "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
   if constexpr (ops::registered<Op>) {
-    register_kernels_on_use<Op>();
+    register_kernels_on_use<Op, Only>();
     // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records
     // ops on constants: folding them is the optimizer's pass, which leaves an op that
     // fails in the graph, to fail only if it runs (non-strict execution).
     const bool symbolic = records_symbolically(in);
-    tensor out = symbolic ? record_symbolic(op, in) : execute(op, in);
+    tensor out = symbolic ? record_symbolic(op, in) : execute<Op, Only>(op, in);
     if (!symbolic)
       if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the

@@ -8,13 +8,16 @@
 /// backend, in each source file that runs a kiln::function. Instead an op's row is
 /// filled when the program first runs the op (`detail::apply`, the one entry point of
 /// every op function, eager or traced, registers it): a source file pays for the ops
-/// it calls. A graph that meets an op whose row is empty (one made
-/// by another program, or by ops inlined from a library) raises
-/// kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// it calls. A row that only kiln's own bookkeeping filled (loop counters:
+/// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
+/// program calls the op itself. A graph that meets an op whose row is empty, or
+/// lacks its dtype (one made by another program, or by ops inlined from a library),
+/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
 /// registers every op it instantiates.
 
 #include <array>
 #include <atomic>
+#include <mutex>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -74,12 +77,26 @@ inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() 
   return table;
 }
 
-template <class Op>
+/// Serializes registrations, so that a row registered for bookkeeping dtypes never
+/// replaces a complete one.
+inline std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
+/// dtypes alone and only if the row is empty: the op's first call by the program
+/// itself fills it again, complete.
+template <class Op, dtype_set Only = dtypes::all>
 bool register_kernels() {
   op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  std::lock_guard lock(registration_mutex());
+  if constexpr (Only != dtypes::all)
+    if (row.execute.load(std::memory_order_acquire)) return true;
   if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
-    row.entry.store([](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for(std::get<Op>(op), in, out); },
-                    std::memory_order_release);
+    row.entry.store(
+        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(std::get<Op>(op), in, out); },
+        std::memory_order_release);
     row.infer.store(
         [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
           const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
@@ -98,7 +115,7 @@ bool register_kernels() {
   row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
                   std::memory_order_release);
   row.execute.store(
-      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute(std::get<Op>(op), in); },
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(std::get<Op>(op), in); },
       std::memory_order_release);
   return true;
 }
@@ -111,9 +128,9 @@ inline const bool kernels_registered = register_kernels<Op>();
 /// Fills `Op`'s row at its first call (before its first node can be recorded). At
 /// run time rather than before main, so that an op function that a source file
 /// compiles but never runs costs no machine code for its kernels.
-template <class Op>
+template <class Op, dtype_set Only>
 void register_kernels_on_use() {
-  static const bool registered = register_kernels<Op>();
+  static const bool registered = register_kernels<Op, Only>();
   (void)registered;
 }
 

@@ -143,7 +143,7 @@ void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
 
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
@@ -153,7 +153,11 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() > 0) compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    if (out.size() == 0) return;
+    if constexpr (Only != dtypes::all)
+      backend::compute_elementwise<Only>(op, std::span<const buffer_view>(views), out.view());
+    else
+      compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
   }
 }
 
@@ -175,17 +179,18 @@ struct op_entry {
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
 /// One instantiation per op holds all of the op's CPU kernels as a plan uses them
-/// (not `inline`, so that kiln/kernels.hpp can compile it once per program).
-template <class Op>
+/// (not `inline`, so that kiln/kernels.hpp can compile it once per program); `Only`
+/// limits them to some dtypes (detail::apply_bookkeeping).
+template <class Op, dtype_set Only = dtypes::all>
 op_entry entry_for(const Op& op, dtype in, dtype out) {
   op_entry e;
   e.op = &op;
-  e.run = &run_op<Op>;
+  e.run = &run_op<Op, Only>;
   e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
-      backend::visit_elementwise_types(op, in, out, [&]<class In, class Out>() {
+      backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
           e.tile = &run_tile<Op, In, Out>;
           e.scalar = &run_scalar<Op, In, Out>;

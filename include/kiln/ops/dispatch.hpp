@@ -17,8 +17,19 @@
 namespace kiln {
 namespace detail {
 
-/// Runs (or records) `op` on `inputs` and returns its result.
-template <class Op>
+/// The dtypes of kiln's own bookkeeping: loop counters and trip counts, bool
+/// conditions, tensor_array sizes. An elementwise op that only this bookkeeping runs
+/// compiles its kernels for these dtypes alone (apply_bookkeeping); under separate
+/// compilation the library has every kernel already.
+#if defined(KILN_SEPARATE_COMPILATION)
+inline constexpr dtype_set bookkeeping_dtypes = dtypes::all;
+#else
+inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
+#endif
+
+/// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
+/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
 /// Records `op` on `inputs` into the trace in progress (defined by the tracer,
@@ -31,7 +42,7 @@ inline bool tracing();
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
 template <class Op, std::same_as<tensor>... Ts>
@@ -40,9 +51,19 @@ tensor apply(const Op& op, const Ts&... inputs) {
   return apply_span(op, std::span<const tensor* const>(ptrs));
 }
 
+/// `op` on `inputs` as kiln's own bookkeeping runs it (elementwise ops on
+/// bookkeeping_dtypes): where the program does not call the op itself, it compiles
+/// the op's kernels for those dtypes only.
+/// \code kiln::detail::apply_bookkeeping(kiln::ops::less{}, kiln::constant(0), kiln::constant(3));  // true \endcode
+template <class Op, std::same_as<tensor>... Ts>
+tensor apply_bookkeeping(const Op& op, const Ts&... inputs) {
+  std::array<const tensor*, sizeof...(Ts)> ptrs{&inputs...};
+  return apply_span<Op, bookkeeping_dtypes>(op, std::span<const tensor* const>(ptrs));
+}
+
 /// Runs `op` now on eager `inputs` with the kernels of their device (defined in
 /// kiln/eager/apply.hpp).
-template <class Op>
+template <class Op, dtype_set Only = dtypes::all>
 tensor execute(const Op& op, std::span<const tensor* const> inputs);
 
 /// Runs `op` now on eager `inputs`, recording nothing even while a trace is in

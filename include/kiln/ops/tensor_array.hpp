@@ -56,7 +56,7 @@ class tensor_array {
     if (size.rank() != 0) throw value_error("tensor_array: the size must be a scalar, got shape " + size.shape().str());
     if (size.is_symbolic()) {
       size_ = none;
-      size_tensor_ = size.dtype() == int32 ? size : kiln::cast(size, int32);
+      size_tensor_ = size.dtype() == int32 ? size : detail::apply_bookkeeping(ops::cast(int32), size);
     } else {
       *this = tensor_array(type, ops::scalar_index(size), options);
     }

@@ -380,6 +380,17 @@ auto with_counter(const tensor& counter, R&& r) {
   }
 }
 
+/// Loop-counter arithmetic, `a op b`, through apply_bookkeeping: a program that
+/// does not call the op itself compiles its kernels for integers and bools only.
+template <class Op>
+tensor counter_op(const tensor& a, const tensor& b) {
+  return apply_bookkeeping(Op{}, a, b);
+}
+template <class Op, std::integral S>
+tensor counter_op(const tensor& a, S b) {
+  return apply_bookkeeping(Op{}, a, make_scalar(a.dtype(), b, a.device()));
+}
+
 /// The typed part of a while loop, as the traced loop calls it: its condition and
 /// body on the leaves of a state, and the state it enters with once a tensor_array
 /// first written in the body has settled its element shape. Function pointers that
@@ -421,8 +432,8 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           if (!counted) return calls.condition(calls, p);
-          const tensor below = p[0] < limit;
-          return kiln::logical_and(below, calls.condition(calls, user_leaves(p)));
+          const tensor below = counter_op<ops::less>(p[0], limit);
+          return counter_op<ops::logical_and>(below, calls.condition(calls, user_leaves(p)));
         },
         leaves, specs, cond_graph);
     if (cond_graph.outputs[0] != value_spec{bool_, shape{}})
@@ -430,7 +441,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           std::vector<tensor> next = calls.body(calls, user_leaves(p));
-          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), p[0] + std::int64_t(1));
+          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), counter_op<ops::add>(p[0], std::int64_t(1)));
           return next;
         },
         leaves, specs, body_graph);
@@ -579,16 +590,17 @@ template <class Body, class... Vars>
 auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta, Body& body_fn, const loop_options& options,
                   const Vars&... vars) {
   // Python's range length: ceil((limit - start) / delta), at least 0.
-  const tensor trips = kiln::maximum(-kiln::floordiv(start - limit, delta), 0);
-  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
+  const tensor trips = counter_op<ops::maximum>(
+      apply_bookkeeping(ops::negate{}, counter_op<ops::floordiv>(counter_op<ops::subtract>(start, limit), delta)), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return counter_op<ops::less>(k, trips); };
   auto body = [&](const tensor& k, const auto&... v) {
-    const tensor i = start + k * delta;
+    const tensor i = counter_op<ops::add>(start, counter_op<ops::multiply>(k, delta));
     using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
     if constexpr (std::is_void_v<R>) {
       body_fn(i, v...);
-      return k + 1;
+      return counter_op<ops::add>(k, 1);
     } else {
-      return with_counter(k + 1, body_fn(i, v...));
+      return with_counter(counter_op<ops::add>(k, 1), body_fn(i, v...));
     }
   };
   return without_counter<sizeof...(Vars)>(

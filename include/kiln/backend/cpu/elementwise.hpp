@@ -221,10 +221,15 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
 
 }  // namespace cpu
 
+template <dtype_set Only, ops::elementwise Op>
+void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  visit_elementwise_types<Only>(op, in[ops::value_operand<Op>].dtype, out.dtype,
+                                [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+}
+
 template <ops::elementwise Op>
 void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  visit_elementwise_types(op, in[ops::value_operand<Op>].dtype, out.dtype,
-                          [&]<class In, class Out>() { cpu::run_elementwise<Op, In, Out>(op, in, out); });
+  compute_elementwise<dtypes::all>(op, in, out);
 }
 
 }  // namespace kiln::backend
