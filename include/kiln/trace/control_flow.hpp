@@ -382,6 +382,9 @@ auto with_counter(const tensor& counter, R&& r) {
 
 /// Loop-counter arithmetic, `a op b`, through apply_bookkeeping: a program that
 /// does not call the op itself compiles its kernels for integers and bools only.
+/// For the ops most programs call anyway (`+`, `-`, `*`, `<`) the counters use the
+/// plain op instead, whose kernels are then compiled once, not also in a bookkeeping
+/// variant.
 template <class Op>
 tensor counter_op(const tensor& a, const tensor& b) {
   return apply_bookkeeping(Op{}, a, b);
@@ -432,7 +435,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           if (!counted) return calls.condition(calls, p);
-          const tensor below = counter_op<ops::less>(p[0], limit);
+          const tensor below = p[0] < limit;
           return counter_op<ops::logical_and>(below, calls.condition(calls, user_leaves(p)));
         },
         leaves, specs, cond_graph);
@@ -441,7 +444,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
     trace_subgraph(
         [&](std::span<const tensor> p) {
           std::vector<tensor> next = calls.body(calls, user_leaves(p));
-          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), counter_op<ops::add>(p[0], std::int64_t(1)));
+          if (counted) next.insert(next.begin() + (breaks ? 1 : 0), p[0] + std::int64_t(1));
           return next;
         },
         leaves, specs, body_graph);
@@ -591,16 +594,16 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
                   const Vars&... vars) {
   // Python's range length: ceil((limit - start) / delta), at least 0.
   const tensor trips = counter_op<ops::maximum>(
-      apply_bookkeeping(ops::negate{}, counter_op<ops::floordiv>(counter_op<ops::subtract>(start, limit), delta)), 0);
-  auto cond_fn = [&](const tensor& k, const auto&...) { return counter_op<ops::less>(k, trips); };
+      apply_bookkeeping(ops::negate{}, counter_op<ops::floordiv>(start - limit, delta)), 0);
+  auto cond_fn = [&](const tensor& k, const auto&...) { return k < trips; };
   auto body = [&](const tensor& k, const auto&... v) {
-    const tensor i = counter_op<ops::add>(start, counter_op<ops::multiply>(k, delta));
+    const tensor i = start + k * delta;
     using R = std::invoke_result_t<Body&, const tensor&, decltype(v)...>;
     if constexpr (std::is_void_v<R>) {
       body_fn(i, v...);
-      return counter_op<ops::add>(k, 1);
+      return k + 1;
     } else {
-      return with_counter(counter_op<ops::add>(k, 1), body_fn(i, v...));
+      return with_counter(k + 1, body_fn(i, v...));
     }
   };
   return without_counter<sizeof...(Vars)>(
