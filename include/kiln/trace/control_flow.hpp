@@ -116,18 +116,10 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgrap
   std::vector<tensor> placeholders;
   for (const tensor_spec& p : params) placeholders.push_back(context.placeholder(p.name, p.dtype, p.shape));
   auto result = fn(std::span<const tensor>(placeholders));
-  auto record = [&](const auto& part) {
-    for_each_output(part, [&](const tensor& t) {
-      const node& n = context.add_output(t);
-      out.outputs.emplace_back(n.dtype(), n.shape());
-    });
-  };
-  if constexpr (is_break_result<decltype(result)>::value) {
-    record(result.stop);
-    record(result.next);
-  } else {
-    record(result);
-  }
+  for_each_output(result, [&](const tensor& t) {
+    const node& n = context.add_output(t);
+    out.outputs.emplace_back(n.dtype(), n.shape());
+  });
   out.g = std::move(context.graph());
   out.captures = context.captures();
   return result;
