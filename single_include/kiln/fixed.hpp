@@ -2830,6 +2830,7 @@ using fixed_t = typename fixed_for<T, D>::type;
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
@@ -3932,12 +3933,20 @@ template <class Op, class In>
 using elementwise_result_t = typename elementwise_result<Op, In>::type;
 
 /// The error for an elementwise op's dtype that this program compiled no kernel for:
-/// only kiln's own bookkeeping ran the op (detail::apply_bookkeeping).
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype in, dtype out) {
-  throw unavailable_error(std::string(op) + ": this program compiled its kernels for bool, int32 and int64 only (for "
-                          "kiln's loop counters), not for " + std::string(name(in)) + " -> " + std::string(name(out)) +
-                          "; call the op once where the graph is run, or link kiln's kernels (kiln_add_library, or "
-                          "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+/// only kiln's own bookkeeping ran the op, with kernels for the dtypes `only`
+/// (detail::apply_bookkeeping).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype_set only, dtype in,
+                                                                         dtype out) {
+  std::vector<std::string_view> names;
+  for (int t = 0; t < dtype_count; ++t)
+    if (only.contains(dtype(t))) names.push_back(name(dtype(t)));
+  std::string listed;
+  for (std::size_t k = 0; k < names.size(); ++k)
+    listed.append(k == 0 ? "" : k + 1 == names.size() ? " and " : ", ").append(names[k]);
+  throw unavailable_error(std::string(op) + ": this program compiled its kernels for " + listed +
+                          " only (for kiln's own bookkeeping), not for " + std::string(name(in)) + " -> " +
+                          std::string(name(out)) + "; call the op once where the graph is run, or link kiln's "
+                          "kernels (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
 }
 
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
@@ -3950,11 +3959,11 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
     if constexpr (!Op::accepts.contains(dtype_of<In>)) {
       throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
     } else if constexpr (!Only.contains(dtype_of<In>)) {
-      throw_kernel_not_compiled(Op::name, in, out);
+      throw_kernel_not_compiled(Op::name, Only, in, out);
     } else if constexpr (Op::converts) {
       visit_dtype(out, [&]<class Out>() {
         if constexpr (!Only.contains(dtype_of<Out>))
-          throw_kernel_not_compiled(Op::name, in, out);
+          throw_kernel_not_compiled(Op::name, Only, in, out);
         else if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>)
           f.template operator()<In, Out>();
       });
@@ -3962,7 +3971,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
       using Out = elementwise_result_t<Op, In>;
       if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
       if constexpr (!Only.contains(dtype_of<Out>))
-        throw_kernel_not_compiled(Op::name, in, out);
+        throw_kernel_not_compiled(Op::name, Only, in, out);
       else
         f.template operator()<In, Out>();
     }
@@ -3973,6 +3982,16 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
 /// kiln/backend/cpu/elementwise.hpp; see detail::apply_bookkeeping).
 template <dtype_set Only, ops::elementwise Op>
 void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out);
+
+/// `compute(B{}, op, in, out)`; on the CPU with the kernels of the dtypes `Only`
+/// alone, unless `Only` is every dtype: how eager runs and plans reach an op's kernels.
+template <dtype_set Only, class B, class Op>
+void compute_with(B, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  if constexpr (Only != dtypes::all && std::is_same_v<B, cpu_backend>)
+    compute_elementwise<Only>(op, in, out);
+  else
+    compute(B{}, op, in, out);
+}
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/backend.hpp -----

@@ -5485,6 +5485,7 @@ class tensor_array {
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 
 namespace kiln::backend {
@@ -5538,12 +5539,20 @@ template <class Op, class In>
 using elementwise_result_t = typename elementwise_result<Op, In>::type;
 
 /// The error for an elementwise op's dtype that this program compiled no kernel for:
-/// only kiln's own bookkeeping ran the op (detail::apply_bookkeeping).
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype in, dtype out) {
-  throw unavailable_error(std::string(op) + ": this program compiled its kernels for bool, int32 and int64 only (for "
-                          "kiln's loop counters), not for " + std::string(name(in)) + " -> " + std::string(name(out)) +
-                          "; call the op once where the graph is run, or link kiln's kernels (kiln_add_library, or "
-                          "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+/// only kiln's own bookkeeping ran the op, with kernels for the dtypes `only`
+/// (detail::apply_bookkeeping).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_kernel_not_compiled(std::string_view op, dtype_set only, dtype in,
+                                                                         dtype out) {
+  std::vector<std::string_view> names;
+  for (int t = 0; t < dtype_count; ++t)
+    if (only.contains(dtype(t))) names.push_back(name(dtype(t)));
+  std::string listed;
+  for (std::size_t k = 0; k < names.size(); ++k)
+    listed.append(k == 0 ? "" : k + 1 == names.size() ? " and " : ", ").append(names[k]);
+  throw unavailable_error(std::string(op) + ": this program compiled its kernels for " + listed +
+                          " only (for kiln's own bookkeeping), not for " + std::string(name(in)) + " -> " +
+                          std::string(name(out)) + "; call the op once where the graph is run, or link kiln's "
+                          "kernels (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
 }
 
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
@@ -5556,11 +5565,11 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
     if constexpr (!Op::accepts.contains(dtype_of<In>)) {
       throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
     } else if constexpr (!Only.contains(dtype_of<In>)) {
-      throw_kernel_not_compiled(Op::name, in, out);
+      throw_kernel_not_compiled(Op::name, Only, in, out);
     } else if constexpr (Op::converts) {
       visit_dtype(out, [&]<class Out>() {
         if constexpr (!Only.contains(dtype_of<Out>))
-          throw_kernel_not_compiled(Op::name, in, out);
+          throw_kernel_not_compiled(Op::name, Only, in, out);
         else if constexpr (std::is_same_v<In, std::string> == std::is_same_v<Out, std::string>)
           f.template operator()<In, Out>();
       });
@@ -5568,7 +5577,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
       using Out = elementwise_result_t<Op, In>;
       if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
       if constexpr (!Only.contains(dtype_of<Out>))
-        throw_kernel_not_compiled(Op::name, in, out);
+        throw_kernel_not_compiled(Op::name, Only, in, out);
       else
         f.template operator()<In, Out>();
     }
@@ -5579,6 +5588,16 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
 /// kiln/backend/cpu/elementwise.hpp; see detail::apply_bookkeeping).
 template <dtype_set Only, ops::elementwise Op>
 void compute_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out);
+
+/// `compute(B{}, op, in, out)`; on the CPU with the kernels of the dtypes `Only`
+/// alone, unless `Only` is every dtype: how eager runs and plans reach an op's kernels.
+template <dtype_set Only, class B, class Op>
+void compute_with(B, const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  if constexpr (Only != dtypes::all && std::is_same_v<B, cpu_backend>)
+    compute_elementwise<Only>(op, in, out);
+  else
+    compute(B{}, op, in, out);
+}
 
 }  // namespace kiln::backend
 // ----- end kiln/backend/backend.hpp -----
@@ -9081,10 +9100,8 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   } else {
     return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (Only != dtypes::all)
-                          backend::compute_elementwise<Only>(*static_cast<const Op*>(o), views, out);
-                        else if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
-                          compute(B{}, *static_cast<const Op*>(o), views, out);
+                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                          backend::compute_with<Only>(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
   }
@@ -12218,11 +12235,8 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() == 0) return;
-    if constexpr (Only != dtypes::all)
-      backend::compute_elementwise<Only>(op, std::span<const buffer_view>(views), out.view());
-    else
-      compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    if (out.size() > 0)
+      backend::compute_with<Only>(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
   }
 }
 
@@ -12295,8 +12309,8 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <cstddef>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>

@@ -122,10 +122,8 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   } else {
     return run_kernel(Op::name, dt, sh, dev, in,
                       [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (Only != dtypes::all)
-                          backend::compute_elementwise<Only>(*static_cast<const Op*>(o), views, out);
-                        else if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
-                          compute(B{}, *static_cast<const Op*>(o), views, out);
+                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+                          backend::compute_with<Only>(B{}, *static_cast<const Op*>(o), views, out);
                       },
                       &op);
   }

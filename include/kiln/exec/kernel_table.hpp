@@ -17,8 +17,8 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <cstddef>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>

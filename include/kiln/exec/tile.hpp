@@ -153,11 +153,8 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
     small_vector<buffer_view, 4> views;
     views.reserve(in.size());
     for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() == 0) return;
-    if constexpr (Only != dtypes::all)
-      backend::compute_elementwise<Only>(op, std::span<const buffer_view>(views), out.view());
-    else
-      compute(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    if (out.size() > 0)
+      backend::compute_with<Only>(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
   }
 }
 
