@@ -1433,6 +1433,9 @@ struct element_values {
   std::vector<double> reals;
   std::vector<std::int64_t> integers;
   std::vector<std::string_view> strings;
+  /// How a string element is written (set by the copy of string elements, so that a
+  /// program that prints no strings does not compile the escaping).
+  std::string (*string_text)(std::string_view, bool numpy) = nullptr;
 
   std::size_t size() const { return reals.size() + integers.size() + strings.size(); }
   /// Element `i` as NumPy's `str()` writes a scalar (`numpy`: `2`, `True`, `b'aa'`,
@@ -1440,11 +1443,17 @@ struct element_values {
   KILN_COLD std::string text(std::size_t i, bool numpy) const {
     if (is_floating(type))
       return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
-    if (type == string) return numpy ? python_bytes_repr(strings[i]) : "\"" + c_escaped(strings[i]) + "\"";
+    if (type == string) return string_text(strings[i], numpy);
     if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
     return std::to_string(integers[i]);
   }
 };
+
+/// String element `x` as NumPy's `str()` writes it (`b'aa'`), else as tf.print
+/// does (`"aa"`).
+KILN_COLD inline std::string string_element_text(std::string_view x, bool numpy) {
+  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
+}
 
 /// The texts NumPy gives the elements of one array: integers right-aligned to a
 /// shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings as
@@ -1616,7 +1625,8 @@ KILN_COLD inline std::string format_elements(const element_values& v, const shap
 /// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
-  element_values v{dtype_of<T>, {}, {}, {}};
+  element_values v{dtype_of<T>, {}, {}, {}, {}};
+  if constexpr (std::is_same_v<T, std::string>) v.string_text = string_element_text;
   for (std::int64_t i : shown_indices(s, layout_of(s, style))) {
     if constexpr (std::is_floating_point_v<T>)
       v.reals.push_back(data[i]);
@@ -2481,7 +2491,9 @@ inline tensor ones_like(const tensor& x) {
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
 
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 
 namespace kiln {
@@ -2519,6 +2531,41 @@ struct tensor_spec {
 };
 
 inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+namespace detail {
+/// What a trace was made for, in both tiers, kept in parts: its text is written only
+/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
+/// printed), so a file that never shows a signature does not compile the writing.
+struct trace_signature {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
+    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
+    os << "  Returns:\n";
+    if (outputs.empty()) os << "    None\n";
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    return os.str();
+  }
+};
+}  // namespace detail
 
 }  // namespace kiln
 // ----- end kiln/trace/spec.hpp -----
@@ -2593,6 +2640,14 @@ struct uninitialized_t {
   explicit constexpr uninitialized_t() = default;
 };
 inline constexpr uninitialized_t uninitialized{};
+
+/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
+/// type rather than per `fixed` type.
+template <class T>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
+  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
+                               std::to_string(minval));
+}
 
 }  // namespace typed
 
@@ -2702,9 +2757,7 @@ class fixed {
   static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
     requires(!std::is_same_v<T, bool>)
   {
-    if (!(minval < maxval))
-      throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
-                                   std::to_string(minval));
+    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
     fixed x(typed::uninitialized);
     detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
     return x;
@@ -4954,8 +5007,10 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -4964,6 +5019,9 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 
 
 namespace kiln {
+namespace detail {
+struct function_state;
+}  // namespace detail
 namespace typed {
 
 template <class>
@@ -5179,6 +5237,96 @@ values_of<Args...> values(const Args&... args) {
   }(args)...);
 }
 
+// ---- signatures' text --------------------------------------------------------------
+
+/// A value in a typed trace's signature: a typed argument's or result's dtype and
+/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
+struct signature_leaf {
+  bool typed = true;
+  dtype type = int64;
+  kiln::shape shape = {};
+};
+
+/// What a typed trace's signature type says, made at compile time, one per type: a
+/// trace records where it is, and the text is written only where a program shows it.
+struct signature_type {
+  std::span<const signature_leaf> arguments;  ///< one per argument
+  std::span<const signature_leaf> outputs;    ///< none for `void`
+};
+
+/// A typed trace's signature: its type, and the text of its C++ values (per argument;
+/// empty when it has none).
+struct recorded_signature {
+  const signature_type* type = nullptr;
+  std::vector<std::string> bound_text;
+};
+
+// An argument's leaf, or a result's.
+template <class X>
+constexpr signature_leaf argument_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (typed_argument<V>) {
+    using F = typename fixed_of<V>::type;
+    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
+  } else {
+    return {false};
+  }
+}
+template <class X>
+constexpr signature_leaf result_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (lazy<V> || fixed_value<V>)
+    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
+  else if constexpr (has_dtype<V>)
+    return {true, dtype_of<V>};
+  else
+    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
+}
+
+// The leaves of a traced result `R`, in order: none for `void`, a tuple's in turn.
+template <class R>
+constexpr std::size_t output_count() {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>)
+    return 0;
+  else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; })
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (output_count<std::tuple_element_t<I, V>>() + ... + 0);
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  else
+    return 1;
+}
+template <class R>
+constexpr void put_outputs(signature_leaf*& next) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (put_outputs<std::tuple_element_t<I, V>>(next), ...);
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else {
+    *next++ = result_leaf<V>();
+  }
+}
+template <class R>
+inline constexpr auto output_leaves = [] {
+  std::array<signature_leaf, output_count<R>()> leaves{};
+  signature_leaf* next = leaves.data();
+  put_outputs<R>(next);
+  return leaves;
+}();
+template <class... Args>
+inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
+
+/// The signature type of a typed trace of `Args` that returns `R`.
+template <class R, class... Args>
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>};
+
+/// Typed trace signature `s` of the function whose state is `state`, written out
+/// (defined with the function state, kiln/trace/function.hpp).
+template <class = void>
+detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
+
 // ---- results -----------------------------------------------------------------------
 
 /// What a call returns for the traced result `R`: `fixed` values for expressions, in
@@ -5237,7 +5385,7 @@ struct trace {
   int arguments = 0;
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
-  std::string signature;  ///< as pretty_printed_concrete_signatures shows it
+  recorded_signature signature;
   std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
 
   /// Runs the trace on the data of its arguments.
@@ -5249,15 +5397,18 @@ struct trace {
     if (steps.empty()) return evaluate_output(*result, args.data());
     constexpr std::size_t local_slots = 64, local_bytes = 4096;
     std::array<void*, local_slots> local_frame;
-    std::vector<void*> heap_frame;
+    std::unique_ptr<void*[]> heap_frame;
     void** f = local_frame.data();
-    if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
+    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
     alignas(64) std::byte local[local_bytes];
-    struct heap_workspace {  // from the caching allocator, as tensors' buffers
+    // From the C library, not the caching allocator: this workspace is reused by the
+    // next call (the library keeps it), and a program that makes no large `fixed`
+    // value then does not compile the cache.
+    struct heap_workspace {
       std::size_t bytes;
-      void* p = bytes ? detail::host_allocator().allocate(bytes) : nullptr;
+      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
       ~heap_workspace() {
-        if (p) detail::host_allocator().deallocate(p, bytes);
+        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
       }
     } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
     std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
@@ -5312,12 +5463,13 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
 template <class R, class... Fixed>
 class concrete_function {
  public:
-  concrete_function(const trace<R>* t, std::shared_ptr<const void> owner) : trace_(t), owner_(std::move(owner)) {}
+  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
+      : trace_(t), owner_(std::move(owner)) {}
   auto operator()(const Fixed&... args) const {
     return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
-    return os << "ConcreteFunction " << c.trace_->signature;
+    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
@@ -5342,7 +5494,7 @@ class concrete_function {
 
  private:
   const trace<R>* trace_;
-  std::shared_ptr<const void> owner_;  // the function's traces
+  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
 };
 
 /// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
@@ -5403,32 +5555,6 @@ class trace_table {
   mutable std::mutex mutex_;
   std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
 };
-
-/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
-template <class X>
-std::string describe() {
-  using V = std::remove_cvref_t<X>;
-  return detail::signature_entry(dtype_of<typename V::value_type>, V::dims_type::shape());
-}
-
-/// The Returns block of a signature for the traced result `R`.
-template <class R>
-std::string describe_returns() {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (std::is_void_v<V>) {
-    return "    None\n";
-  } else if constexpr (lazy<V> || fixed_value<V>) {
-    return "    " + describe<V>() + "\n";
-  } else if constexpr (requires { std::tuple_size<V>::value; }) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
-    }(std::make_index_sequence<std::tuple_size_v<V>>());
-  } else if constexpr (has_dtype<V>) {
-    return "    " + detail::signature_entry(dtype_of<V>, kiln::shape{}) + "\n";
-  } else {
-    return "    " + detail::signature_entry(int64, kiln::shape{}) + "\n";
-  }
-}
 
 }  // namespace typed
 }  // namespace kiln
@@ -9660,6 +9786,7 @@ namespace detail {
 
 struct call_signature;
 struct concrete_state;
+struct runtime_traces;
 class trace_context;
 
 /// kiln::function's calls with kiln::tensor arguments, defined in
@@ -9682,29 +9809,24 @@ concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 struct function_state {
   explicit function_state(function_options o) : options(std::move(o)) {}
 
-  struct key_hash {
-    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
-      std::size_t h = k.size();
-      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-      return h;
-    }
-  };
-  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
-
   function_options options;
-  mutable std::mutex mutex;        // guards signatures, traces, by_key and dispatched
-  std::vector<std::string> signatures;  // of every trace, in either tier, in the order they were made
+  mutable std::mutex mutex;        // guards signatures and runtime
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  struct signature_record {
+    std::shared_ptr<const trace_signature> runtime;
+    const typed::recorded_signature* typed = nullptr;
+  };
+  std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
-  std::vector<std::shared_ptr<concrete_state>> traces;
-  trace_map by_key;      // each trace under the key it was traced for
-  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
-  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
+  /// whose functions make typed traces only does not compile them.
+  std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
   typed::trace_table typed;  // traces of calls with `fixed` arguments
 
-  /// Adds a new trace's signature text.
-  void add_signature(std::string text) {
+  /// Adds a new typed trace's signature.
+  void add_signature(const typed::recorded_signature& s) {
     std::lock_guard lock(mutex);
-    signatures.push_back(std::move(text));
+    signatures.push_back({nullptr, &s});
   }
 
   template <class = void>
@@ -9782,6 +9904,17 @@ struct function_state {
 
 }  // namespace detail
 
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w{.name = state.options.name, .bound_text = s.bound_text};
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  return w;
+}
+
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -9834,8 +9967,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const std::string& text : state_->signatures) {
+    for (const auto& [runtime, typed] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
+      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -9903,32 +10037,25 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // Each argument's name, and its line in the signature: typed arguments are listed
-    // under Args, C++ values bound in the header (`power(a, b=3)`).
-    std::vector<std::string> typed_names;
-    std::string header = state_->options.name + "(", arg_lines;
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
     std::size_t position = 0;
     (
         [&](const auto& a) {
-          const std::string name = state_->arg_name(position);
-          if (position++) header += ", ";
-          header += name;
           if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(name);
-            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+            typed_names.push_back(state_->arg_name(position));
           } else {
             std::ostringstream os;
             os << a;
-            header += "=" + os.str();
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
           }
+          ++position;
         }(args),
         ...);
     auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    std::string text = header + ")\n";
-    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
-    text += "  Returns:\n" + typed::describe_returns<R>();
-    t->signature = text;
-    state_->add_signature(std::move(text));
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    state_->add_signature(t->signature);
     return t;
   }
 

@@ -299,6 +299,9 @@ struct element_values {
   std::vector<double> reals;
   std::vector<std::int64_t> integers;
   std::vector<std::string_view> strings;
+  /// How a string element is written (set by the copy of string elements, so that a
+  /// program that prints no strings does not compile the escaping).
+  std::string (*string_text)(std::string_view, bool numpy) = nullptr;
 
   std::size_t size() const { return reals.size() + integers.size() + strings.size(); }
   /// Element `i` as NumPy's `str()` writes a scalar (`numpy`: `2`, `True`, `b'aa'`,
@@ -306,11 +309,17 @@ struct element_values {
   KILN_COLD std::string text(std::size_t i, bool numpy) const {
     if (is_floating(type))
       return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
-    if (type == string) return numpy ? python_bytes_repr(strings[i]) : "\"" + c_escaped(strings[i]) + "\"";
+    if (type == string) return string_text(strings[i], numpy);
     if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
     return std::to_string(integers[i]);
   }
 };
+
+/// String element `x` as NumPy's `str()` writes it (`b'aa'`), else as tf.print
+/// does (`"aa"`).
+KILN_COLD inline std::string string_element_text(std::string_view x, bool numpy) {
+  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
+}
 
 /// The texts NumPy gives the elements of one array: integers right-aligned to a
 /// shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings as
@@ -482,7 +491,8 @@ KILN_COLD inline std::string format_elements(const element_values& v, const shap
 /// \endcode
 template <class T>
 KILN_COLD std::string format_values_of(const T* data, const shape& s, value_style style) {
-  element_values v{dtype_of<T>, {}, {}, {}};
+  element_values v{dtype_of<T>, {}, {}, {}, {}};
+  if constexpr (std::is_same_v<T, std::string>) v.string_text = string_element_text;
   for (std::int64_t i : shown_indices(s, layout_of(s, style))) {
     if constexpr (std::is_floating_point_v<T>)
       v.reals.push_back(data[i]);

@@ -48,6 +48,7 @@ namespace detail {
 
 struct call_signature;
 struct concrete_state;
+struct runtime_traces;
 class trace_context;
 
 /// kiln::function's calls with kiln::tensor arguments, defined in
@@ -70,29 +71,24 @@ concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 struct function_state {
   explicit function_state(function_options o) : options(std::move(o)) {}
 
-  struct key_hash {
-    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
-      std::size_t h = k.size();
-      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
-      return h;
-    }
-  };
-  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
-
   function_options options;
-  mutable std::mutex mutex;        // guards signatures, traces, by_key and dispatched
-  std::vector<std::string> signatures;  // of every trace, in either tier, in the order they were made
+  mutable std::mutex mutex;        // guards signatures and runtime
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  struct signature_record {
+    std::shared_ptr<const trace_signature> runtime;
+    const typed::recorded_signature* typed = nullptr;
+  };
+  std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
-  std::vector<std::shared_ptr<concrete_state>> traces;
-  trace_map by_key;      // each trace under the key it was traced for
-  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
-  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+  /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
+  /// whose functions make typed traces only does not compile them.
+  std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
   typed::trace_table typed;  // traces of calls with `fixed` arguments
 
-  /// Adds a new trace's signature text.
-  void add_signature(std::string text) {
+  /// Adds a new typed trace's signature.
+  void add_signature(const typed::recorded_signature& s) {
     std::lock_guard lock(mutex);
-    signatures.push_back(std::move(text));
+    signatures.push_back({nullptr, &s});
   }
 
   template <class = void>
@@ -170,6 +166,17 @@ struct function_state {
 
 }  // namespace detail
 
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w{.name = state.options.name, .bound_text = s.bound_text};
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  return w;
+}
+
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -222,8 +229,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const std::string& text : state_->signatures) {
+    for (const auto& [runtime, typed] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
+      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -291,32 +299,25 @@ class function {
 
   template <class R, class... Args>
   std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // Each argument's name, and its line in the signature: typed arguments are listed
-    // under Args, C++ values bound in the header (`power(a, b=3)`).
-    std::vector<std::string> typed_names;
-    std::string header = state_->options.name + "(", arg_lines;
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
     std::size_t position = 0;
     (
         [&](const auto& a) {
-          const std::string name = state_->arg_name(position);
-          if (position++) header += ", ";
-          header += name;
           if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(name);
-            arg_lines += "    " + name + ": " + typed::describe<typename typed::fixed_of<std::remove_cvref_t<decltype(a)>>::type>() + "\n";
+            typed_names.push_back(state_->arg_name(position));
           } else {
             std::ostringstream os;
             os << a;
-            header += "=" + os.str();
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
           }
+          ++position;
         }(args),
         ...);
     auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    std::string text = header + ")\n";
-    if (!arg_lines.empty()) text += "  Args:\n" + arg_lines;
-    text += "  Returns:\n" + typed::describe_returns<R>();
-    t->signature = text;
-    state_->add_signature(std::move(text));
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    state_->add_signature(t->signature);
     return t;
   }
 

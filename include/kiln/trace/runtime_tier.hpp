@@ -125,16 +125,12 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
   }
 }
 
-/// One trace: its graph, how to run it, and the signature it was made for.
-struct concrete_state {
-  std::string name;
-  std::vector<std::string> arg_names;
-  std::vector<tensor_spec> inputs;            ///< one per tensor leaf, named after its placeholder
+/// One trace: the signature it was made for (its inputs named after their
+/// placeholders), its graph and how to run it.
+struct concrete_state : trace_signature {
   std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
-  std::vector<std::string> bound_text;            ///< per argument, as bound_text_of shows it
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
-  std::vector<tensor_spec> outputs;
   kiln::graph graph;      ///< as traced
   kiln::graph optimized;  ///< as run
   std::unique_ptr<graph_executor> executor;
@@ -145,28 +141,6 @@ struct concrete_state {
   /// (kiln/autodiff/function_gradient.hpp).
   mutable std::once_flag backward_once;
   mutable std::shared_ptr<const differentiable_call> backward;
-
-  /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
-    os << "  Returns:\n";
-    if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    return os.str();
-  }
 
   /// Checks a call's flattened arguments against this trace's signature.
   void check_call(const call_signature& sig) const {
@@ -291,44 +265,62 @@ template <class>
   }
 }
 
+/// A function's traces in the runtime tier (function_state::runtime).
+struct runtime_traces {
+  struct key_hash {
+    std::size_t operator()(const std::vector<std::uint64_t>& k) const {
+      std::size_t h = k.size();
+      for (std::uint64_t w : k) h = (h ^ std::size_t(w)) * 0x100000001b3ull;
+      return h;
+    }
+  };
+  using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
+
+  std::vector<std::shared_ptr<concrete_state>> traces;
+  trace_map by_key;      // each trace under the key it was traced for
+  trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
+  std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
+};
+
 template <class>
 std::shared_ptr<const concrete_state> function_state::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
+    if (!runtime) runtime = {new runtime_traces, [](runtime_traces* r) { delete r; }};
     if (auto known = known_trace(sig)) return known;
   }
   std::lock_guard one_trace_at_a_time(tracing);
   {
     std::lock_guard lock(mutex);
     if (auto known = known_trace(sig)) return known;  // traced by another thread meanwhile
-    for (const auto& k : tracing_keys)
+    for (const auto& k : runtime->tracing_keys)
       if (k == sig.key)
         throw value_error(options.name +
                           " calls itself with the same signature while tracing, which would recurse forever; a "
                           "recursive kiln::function must change a C++ argument on every call");
     if (auto general = most_specific_trace_accepting(sig)) {
-      dispatched.emplace(sig.key, general);
+      runtime->dispatched.emplace(sig.key, general);
       return general;
     }
     if (options.reduce_retracing) relax(sig);
-    if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
-    tracing_keys.push_back(sig.key);
+    if (auto it = runtime->by_key.find(sig.key); it != runtime->by_key.end()) return it->second;
+    runtime->tracing_keys.push_back(sig.key);
   }
   std::shared_ptr<concrete_state> traced;
   try {
     traced = trace_now(context, sig);
   } catch (...) {
     std::lock_guard lock(mutex);
-    tracing_keys.pop_back();
+    runtime->tracing_keys.pop_back();
     throw;
   }
   std::lock_guard lock(mutex);
-  tracing_keys.pop_back();
-  traces.push_back(traced);
-  signatures.push_back(traced->signature_text());
-  by_key.emplace(sig.key, traced);
-  dispatched.clear();  // the new trace may be more specific for some of them
+  runtime->tracing_keys.pop_back();
+  runtime->traces.push_back(traced);
+  signatures.push_back({traced});
+  runtime->by_key.emplace(sig.key, traced);
+  runtime->dispatched.clear();  // the new trace may be more specific for some of them
   return traced;
 }
 
@@ -374,10 +366,10 @@ bool function_state::asks_for_specs(const call_signature& sig) {
 
 template <class>
 std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
-  if (auto it = by_key.find(sig.key); it != by_key.end()) return it->second;
+  if (auto it = runtime->by_key.find(sig.key); it != runtime->by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
-  auto it = dispatched.find(sig.key);
-  return it != dispatched.end() ? it->second : nullptr;
+  auto it = runtime->dispatched.find(sig.key);
+  return it != runtime->dispatched.end() ? it->second : nullptr;
 }
 
 template <class>
@@ -393,7 +385,7 @@ std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(co
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
-  for (const auto& t : traces) {
+  for (const auto& t : runtime->traces) {
     if (!same_structure_and_dtypes(*t, sig)) continue;
     int unknowns = 0;
     bool accepts = true;
@@ -412,7 +404,7 @@ std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(co
 
 template <class>
 void function_state::relax(call_signature& sig) {
-  for (auto t = traces.rbegin(); t != traces.rend(); ++t) {
+  for (auto t = runtime->traces.rbegin(); t != runtime->traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
       const shape& traced = (*t)->inputs[i].shape;
@@ -436,7 +428,7 @@ void function_state::check_created_variables(const trace_context& context) const
   bool first;
   {
     std::lock_guard lock(mutex);
-    first = traces.empty();
+    first = runtime->traces.empty();
   }
   const bool dropped = std::ranges::any_of(created, [](const auto& v) { return v.expired(); });
   if (!first || dropped)

@@ -3,7 +3,9 @@
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
 
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "kiln/config.hpp"
 #include "kiln/core/dtype.hpp"
@@ -45,5 +47,40 @@ struct tensor_spec {
 };
 
 inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+namespace detail {
+/// What a trace was made for, in both tiers, kept in parts: its text is written only
+/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
+/// printed), so a file that never shows a signature does not compile the writing.
+struct trace_signature {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
+    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
+    os << "  Returns:\n";
+    if (outputs.empty()) os << "    None\n";
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    return os.str();
+  }
+};
+}  // namespace detail
 
 }  // namespace kiln

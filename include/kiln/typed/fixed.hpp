@@ -96,6 +96,14 @@ struct uninitialized_t {
 };
 inline constexpr uninitialized_t uninitialized{};
 
+/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
+/// type rather than per `fixed` type.
+template <class T>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
+  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
+                               std::to_string(minval));
+}
+
 }  // namespace typed
 
 /// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
@@ -204,9 +212,7 @@ class fixed {
   static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
     requires(!std::is_same_v<T, bool>)
   {
-    if (!(minval < maxval))
-      throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
-                                   std::to_string(minval));
+    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
     fixed x(typed::uninitialized);
     detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
     return x;

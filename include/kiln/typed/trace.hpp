@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -31,9 +33,13 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/trace/spec.hpp"
 #include "kiln/typed/ops.hpp"
 
 namespace kiln {
+namespace detail {
+struct function_state;
+}  // namespace detail
 namespace typed {
 
 template <class>
@@ -249,6 +255,96 @@ values_of<Args...> values(const Args&... args) {
   }(args)...);
 }
 
+// ---- signatures' text --------------------------------------------------------------
+
+/// A value in a typed trace's signature: a typed argument's or result's dtype and
+/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
+struct signature_leaf {
+  bool typed = true;
+  dtype type = int64;
+  kiln::shape shape = {};
+};
+
+/// What a typed trace's signature type says, made at compile time, one per type: a
+/// trace records where it is, and the text is written only where a program shows it.
+struct signature_type {
+  std::span<const signature_leaf> arguments;  ///< one per argument
+  std::span<const signature_leaf> outputs;    ///< none for `void`
+};
+
+/// A typed trace's signature: its type, and the text of its C++ values (per argument;
+/// empty when it has none).
+struct recorded_signature {
+  const signature_type* type = nullptr;
+  std::vector<std::string> bound_text;
+};
+
+// An argument's leaf, or a result's.
+template <class X>
+constexpr signature_leaf argument_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (typed_argument<V>) {
+    using F = typename fixed_of<V>::type;
+    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
+  } else {
+    return {false};
+  }
+}
+template <class X>
+constexpr signature_leaf result_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (lazy<V> || fixed_value<V>)
+    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
+  else if constexpr (has_dtype<V>)
+    return {true, dtype_of<V>};
+  else
+    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
+}
+
+// The leaves of a traced result `R`, in order: none for `void`, a tuple's in turn.
+template <class R>
+constexpr std::size_t output_count() {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>)
+    return 0;
+  else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; })
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (output_count<std::tuple_element_t<I, V>>() + ... + 0);
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  else
+    return 1;
+}
+template <class R>
+constexpr void put_outputs(signature_leaf*& next) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (put_outputs<std::tuple_element_t<I, V>>(next), ...);
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else {
+    *next++ = result_leaf<V>();
+  }
+}
+template <class R>
+inline constexpr auto output_leaves = [] {
+  std::array<signature_leaf, output_count<R>()> leaves{};
+  signature_leaf* next = leaves.data();
+  put_outputs<R>(next);
+  return leaves;
+}();
+template <class... Args>
+inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
+
+/// The signature type of a typed trace of `Args` that returns `R`.
+template <class R, class... Args>
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>};
+
+/// Typed trace signature `s` of the function whose state is `state`, written out
+/// (defined with the function state, kiln/trace/function.hpp).
+template <class = void>
+detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
+
 // ---- results -----------------------------------------------------------------------
 
 /// What a call returns for the traced result `R`: `fixed` values for expressions, in
@@ -307,7 +403,7 @@ struct trace {
   int arguments = 0;
   std::size_t workspace_bytes = 0;
   std::optional<stored> result;
-  std::string signature;  ///< as pretty_printed_concrete_signatures shows it
+  recorded_signature signature;
   std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
 
   /// Runs the trace on the data of its arguments.
@@ -319,15 +415,18 @@ struct trace {
     if (steps.empty()) return evaluate_output(*result, args.data());
     constexpr std::size_t local_slots = 64, local_bytes = 4096;
     std::array<void*, local_slots> local_frame;
-    std::vector<void*> heap_frame;
+    std::unique_ptr<void*[]> heap_frame;
     void** f = local_frame.data();
-    if (slots > local_slots) f = (heap_frame.resize(slots), heap_frame.data());
+    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
     alignas(64) std::byte local[local_bytes];
-    struct heap_workspace {  // from the caching allocator, as tensors' buffers
+    // From the C library, not the caching allocator: this workspace is reused by the
+    // next call (the library keeps it), and a program that makes no large `fixed`
+    // value then does not compile the cache.
+    struct heap_workspace {
       std::size_t bytes;
-      void* p = bytes ? detail::host_allocator().allocate(bytes) : nullptr;
+      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
       ~heap_workspace() {
-        if (p) detail::host_allocator().deallocate(p, bytes);
+        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
       }
     } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
     std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
@@ -382,12 +481,13 @@ std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const
 template <class R, class... Fixed>
 class concrete_function {
  public:
-  concrete_function(const trace<R>* t, std::shared_ptr<const void> owner) : trace_(t), owner_(std::move(owner)) {}
+  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
+      : trace_(t), owner_(std::move(owner)) {}
   auto operator()(const Fixed&... args) const {
     return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
-    return os << "ConcreteFunction " << c.trace_->signature;
+    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
@@ -412,7 +512,7 @@ class concrete_function {
 
  private:
   const trace<R>* trace_;
-  std::shared_ptr<const void> owner_;  // the function's traces
+  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
 };
 
 /// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
@@ -473,32 +573,6 @@ class trace_table {
   mutable std::mutex mutex_;
   std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
 };
-
-/// "float32 Tensor, shape=(2, 3)": a typed value as a signature shows it.
-template <class X>
-std::string describe() {
-  using V = std::remove_cvref_t<X>;
-  return detail::signature_entry(dtype_of<typename V::value_type>, V::dims_type::shape());
-}
-
-/// The Returns block of a signature for the traced result `R`.
-template <class R>
-std::string describe_returns() {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (std::is_void_v<V>) {
-    return "    None\n";
-  } else if constexpr (lazy<V> || fixed_value<V>) {
-    return "    " + describe<V>() + "\n";
-  } else if constexpr (requires { std::tuple_size<V>::value; }) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (std::string() + ... + describe_returns<std::tuple_element_t<I, V>>());
-    }(std::make_index_sequence<std::tuple_size_v<V>>());
-  } else if constexpr (has_dtype<V>) {
-    return "    " + detail::signature_entry(dtype_of<V>, kiln::shape{}) + "\n";
-  } else {
-    return "    " + detail::signature_entry(int64, kiln::shape{}) + "\n";
-  }
-}
 
 }  // namespace typed
 }  // namespace kiln
