@@ -10022,9 +10022,10 @@ struct promoted<X, Rest...> {
 };
 
 /// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
-/// kept by value (captured by a trace), a C++ scalar becomes a `T`.
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
+/// itself (a reference: the caller copies it where it keeps it).
 template <class T, bool Eager, class X>
-auto expression_of(const X& x) {
+decltype(auto) expression_of(const X& x) {
   using V = std::remove_cvref_t<X>;
   if constexpr (fixed_value<V>) {
     using D = typename V::dims_type;
@@ -10067,7 +10068,7 @@ auto apply(const Op& op, const X&... x) {
 
 /// The expression type of operand `X` (C++ scalars as `T`).
 template <class T, class X>
-using expression_t = decltype(expression_of<T, true>(std::declval<const X&>()));
+using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
 
 /// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
 template <class T, class Op, class... X>
@@ -10277,6 +10278,7 @@ struct recorder {
 /// A step that evaluates expression `E` into slot `out`.
 template <class E>
 struct evaluation {
+  evaluation(const E& e, int slot) : expression(e), out(slot) {}
   E expression;
   int out;
   static void run(const void* data, frame f) {
@@ -10299,8 +10301,8 @@ inline recorder& current_recorder() {
 
 /// Records a step writing `e` to slot `slot`.
 template <class E>
-void record_into(E e, int slot) {
-  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot})));
+void record_into(const E& e, int slot) {
+  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(e, slot)));  // the one copy of `e`
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -10309,9 +10311,9 @@ inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::si
 
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
-int record(E e) {
+int record(const E& e) {
   const int slot = current_recorder().add_slot(bytes_of<E>);
-  record_into(std::move(e), slot);
+  record_into(e, slot);
   return slot;
 }
 
@@ -10825,7 +10827,7 @@ int slot_of(const X& x) {
   if constexpr (is_symbol<std::remove_cvref_t<X>>::value) {
     return x.slot();
   } else {
-    using E = decltype(expression_of<void, false>(x));
+    using E = std::remove_cvref_t<decltype(expression_of<void, false>(x))>;
     return symbol<typename E::value_type, typename E::dims_type>(expression_of<void, false>(x)).slot();
   }
 }
@@ -16238,7 +16240,9 @@ struct function_state {
 
 template <class>
 detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w{.name = state.options.name, .bound_text = s.bound_text};
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
   for (const signature_leaf& a : s.type->arguments) {
     w.arg_names.push_back(state.arg_name(w.arg_names.size()));
     if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());

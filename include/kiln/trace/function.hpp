@@ -168,7 +168,9 @@ struct function_state {
 
 template <class>
 detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w{.name = state.options.name, .bound_text = s.bound_text};
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
   for (const signature_leaf& a : s.type->arguments) {
     w.arg_names.push_back(state.arg_name(w.arg_names.size()));
     if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());

@@ -66,7 +66,7 @@ int slot_of(const X& x) {
   if constexpr (is_symbol<std::remove_cvref_t<X>>::value) {
     return x.slot();
   } else {
-    using E = decltype(expression_of<void, false>(x));
+    using E = std::remove_cvref_t<decltype(expression_of<void, false>(x))>;
     return symbol<typename E::value_type, typename E::dims_type>(expression_of<void, false>(x)).slot();
   }
 }

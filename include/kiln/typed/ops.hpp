@@ -48,9 +48,10 @@ struct promoted<X, Rest...> {
 };
 
 /// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
-/// kept by value (captured by a trace), a C++ scalar becomes a `T`.
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
+/// itself (a reference: the caller copies it where it keeps it).
 template <class T, bool Eager, class X>
-auto expression_of(const X& x) {
+decltype(auto) expression_of(const X& x) {
   using V = std::remove_cvref_t<X>;
   if constexpr (fixed_value<V>) {
     using D = typename V::dims_type;
@@ -93,7 +94,7 @@ auto apply(const Op& op, const X&... x) {
 
 /// The expression type of operand `X` (C++ scalars as `T`).
 template <class T, class X>
-using expression_t = decltype(expression_of<T, true>(std::declval<const X&>()));
+using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
 
 /// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
 template <class T, class Op, class... X>

@@ -93,6 +93,7 @@ struct recorder {
 /// A step that evaluates expression `E` into slot `out`.
 template <class E>
 struct evaluation {
+  evaluation(const E& e, int slot) : expression(e), out(slot) {}
   E expression;
   int out;
   static void run(const void* data, frame f) {
@@ -115,8 +116,8 @@ inline recorder& current_recorder() {
 
 /// Records a step writing `e` to slot `slot`.
 template <class E>
-void record_into(E e, int slot) {
-  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(evaluation<E>{std::move(e), slot})));
+void record_into(const E& e, int slot) {
+  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(e, slot)));  // the one copy of `e`
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -125,9 +126,9 @@ inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::si
 
 /// Records a step writing `e` to a new slot, and returns the slot.
 template <class E>
-int record(E e) {
+int record(const E& e) {
   const int slot = current_recorder().add_slot(bytes_of<E>);
-  record_into(std::move(e), slot);
+  record_into(e, slot);
   return slot;
 }
 
