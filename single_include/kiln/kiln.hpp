@@ -10232,18 +10232,19 @@ class basic_graph_writer;
 using graph_writer = basic_graph_writer<void>;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
-/// sink)` adds the step to a graph.
+/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
+/// shared_ptr, whose control block would be compiled once per step type.
 struct step {
   void (*run)(const void* data, frame f);
-  std::shared_ptr<const void> data;
+  std::unique_ptr<const void, void (*)(const void*)> data;
   void (*describe)(const void* data, description_sink& sink);
 };
 
 /// The step that runs `data` with `Step::run`.
 template <class Step>
-step step_of(std::shared_ptr<Step> data) {
+step step_of(std::unique_ptr<Step> data) {
   using S = std::remove_const_t<Step>;
-  return {&S::run, std::move(data), &S::describe};
+  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
 }
 
 /// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
@@ -10302,7 +10303,7 @@ inline recorder& current_recorder() {
 /// Records a step writing `e` to slot `slot`.
 template <class E>
 void record_into(const E& e, int slot) {
-  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(e, slot)));  // the one copy of `e`
+  current_recorder().push(step_of(std::make_unique<const evaluation<E>>(e, slot)));  // the one copy of `e`
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -10744,7 +10745,7 @@ class trace_table {
     std::lock_guard lock(mutex_);
     for (auto& [index, e] : entries_)
       if (index == i) return *static_cast<Entry*>(e.get());
-    entries_.emplace_back(i, std::shared_ptr<void>(std::make_shared<Entry>()));
+    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
     void* e = entries_.back().second.get();
     if (i < direct) direct_[i].store(e, std::memory_order_release);
     return *static_cast<Entry*>(e);
@@ -10757,7 +10758,8 @@ class trace_table {
   static constexpr std::size_t direct = 32;
   std::array<std::atomic<void*>, direct> direct_{};
   mutable std::mutex mutex_;
-  std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
+  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
+  std::vector<std::pair<std::size_t, owned_entry>> entries_;
 };
 
 }  // namespace typed
@@ -10865,7 +10867,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
-    r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
+    r.push(step_of(std::make_unique<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
 }
@@ -16091,7 +16093,6 @@ concept takes_objects_by_reference =
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18558,7 +18559,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
     return unwrap(std::move(v));
   } else {
     std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
-    auto data = std::make_shared<loop_step>();
+    auto data = std::make_unique<loop_step>();
     trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
     trace_into(data->body_steps, [&] {
       auto r = std::apply(body_fn, loop_vars);
@@ -18598,7 +18599,7 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     return pred.data()[0] ? result(typed::unwrap(typed::as_tuple(then_fn()))) : result(typed::unwrap(typed::as_tuple(else_fn())));
   } else {
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_shared<typed::cond_step>();
+    auto data = std::make_unique<typed::cond_step>();
     data->pred = typed::slot_of(pred);
     std::array<int, std::tuple_size_v<then_t>> slots{};
     auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -18730,7 +18731,7 @@ class fixed_variable {
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
     const int out = r.add_slot(typed::bytes_of<value_type>);
-    r.push(typed::step_of(std::make_shared<const typed::variable_access<value_type, false>>(state_, out)));
+    r.push(typed::step_of(std::make_unique<const typed::variable_access<value_type, false>>(state_, out)));
     return symbol_type(out);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
@@ -18740,7 +18741,7 @@ class fixed_variable {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
     typed::current_recorder().push(
-        typed::step_of(std::make_shared<const typed::variable_access<value_type, true>>(state_, written.slot())));
+        typed::step_of(std::make_unique<const typed::variable_access<value_type, true>>(state_, written.slot())));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
@@ -18809,7 +18810,7 @@ struct print_step {
 template <class... Args>
   requires(typed::lazy<Args> || ...)
 void print(const Args&... args) {
-  auto data = std::make_shared<typed::print_step>();
+  auto data = std::make_unique<typed::print_step>();
   std::vector<tensor> unused;
   (
       [&](const auto& a) {
@@ -18910,7 +18911,7 @@ auto host_callback(F fn, const Inputs&... inputs) {
   } else {
     using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
     if constexpr (step_t::results == 0) {
       r.push(typed::step_of(std::move(data)));
     } else {

@@ -193,7 +193,7 @@ auto loop(Cond& cond_fn, Body& body_fn, const Vars&... vars) {
     return unwrap(std::move(v));
   } else {
     std::tuple<symbol_for<value_of<Vars>>...> loop_vars{fresh_symbol(vars)...};
-    auto data = std::make_shared<loop_step>();
+    auto data = std::make_unique<loop_step>();
     trace_into(data->cond_steps, [&] { data->pred = slot_of(std::apply(cond_fn, loop_vars)); });
     trace_into(data->body_steps, [&] {
       auto r = std::apply(body_fn, loop_vars);
@@ -233,7 +233,7 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
     return pred.data()[0] ? result(typed::unwrap(typed::as_tuple(then_fn()))) : result(typed::unwrap(typed::as_tuple(else_fn())));
   } else {
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_shared<typed::cond_step>();
+    auto data = std::make_unique<typed::cond_step>();
     data->pred = typed::slot_of(pred);
     std::array<int, std::tuple_size_v<then_t>> slots{};
     auto results = [&]<std::size_t... I>(std::index_sequence<I...>) {

@@ -82,7 +82,7 @@ class fixed_variable {
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
     const int out = r.add_slot(typed::bytes_of<value_type>);
-    r.push(typed::step_of(std::make_shared<const typed::variable_access<value_type, false>>(state_, out)));
+    r.push(typed::step_of(std::make_unique<const typed::variable_access<value_type, false>>(state_, out)));
     return symbol_type(out);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
@@ -92,7 +92,7 @@ class fixed_variable {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
     typed::current_recorder().push(
-        typed::step_of(std::make_shared<const typed::variable_access<value_type, true>>(state_, written.slot())));
+        typed::step_of(std::make_unique<const typed::variable_access<value_type, true>>(state_, written.slot())));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
@@ -161,7 +161,7 @@ struct print_step {
 template <class... Args>
   requires(typed::lazy<Args> || ...)
 void print(const Args&... args) {
-  auto data = std::make_shared<typed::print_step>();
+  auto data = std::make_unique<typed::print_step>();
   std::vector<tensor> unused;
   (
       [&](const auto& a) {
@@ -262,7 +262,7 @@ auto host_callback(F fn, const Inputs&... inputs) {
   } else {
     using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_shared<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
     if constexpr (step_t::results == 0) {
       r.push(typed::step_of(std::move(data)));
     } else {

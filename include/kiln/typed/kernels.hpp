@@ -104,7 +104,7 @@ auto apply_kernel(Kernel kernel, const X&... x) {
     using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
     const std::array<int, sizeof...(X)> in{slot_of(x)...};
     const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
-    r.push(step_of(std::make_shared<const step_t>(step_t{kernel, out, in})));
+    r.push(step_of(std::make_unique<const step_t>(step_t{kernel, out, in})));
     return symbol<OutT, OutD>(out);
   }
 }

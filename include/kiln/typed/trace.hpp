@@ -47,18 +47,19 @@ class basic_graph_writer;
 using graph_writer = basic_graph_writer<void>;
 
 /// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
-/// sink)` adds the step to a graph.
+/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
+/// shared_ptr, whose control block would be compiled once per step type.
 struct step {
   void (*run)(const void* data, frame f);
-  std::shared_ptr<const void> data;
+  std::unique_ptr<const void, void (*)(const void*)> data;
   void (*describe)(const void* data, description_sink& sink);
 };
 
 /// The step that runs `data` with `Step::run`.
 template <class Step>
-step step_of(std::shared_ptr<Step> data) {
+step step_of(std::unique_ptr<Step> data) {
   using S = std::remove_const_t<Step>;
-  return {&S::run, std::move(data), &S::describe};
+  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
 }
 
 /// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
@@ -117,7 +118,7 @@ inline recorder& current_recorder() {
 /// Records a step writing `e` to slot `slot`.
 template <class E>
 void record_into(const E& e, int slot) {
-  current_recorder().push(step_of(std::make_shared<const evaluation<E>>(e, slot)));  // the one copy of `e`
+  current_recorder().push(step_of(std::make_unique<const evaluation<E>>(e, slot)));  // the one copy of `e`
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -559,7 +560,7 @@ class trace_table {
     std::lock_guard lock(mutex_);
     for (auto& [index, e] : entries_)
       if (index == i) return *static_cast<Entry*>(e.get());
-    entries_.emplace_back(i, std::shared_ptr<void>(std::make_shared<Entry>()));
+    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
     void* e = entries_.back().second.get();
     if (i < direct) direct_[i].store(e, std::memory_order_release);
     return *static_cast<Entry*>(e);
@@ -572,7 +573,8 @@ class trace_table {
   static constexpr std::size_t direct = 32;
   std::array<std::atomic<void*>, direct> direct_{};
   mutable std::mutex mutex_;
-  std::vector<std::pair<std::size_t, std::shared_ptr<void>>> entries_;
+  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
+  std::vector<std::pair<std::size_t, owned_entry>> entries_;
 };
 
 }  // namespace typed
