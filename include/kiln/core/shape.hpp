@@ -4,6 +4,7 @@
 /// type, every shape rule is a constexpr function usable by the compile-time tier.
 
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -114,10 +115,14 @@ class shape {
     std::string s = "(";
     for (int i = 0; i < rank_; ++i) {
       if (i) s += ", ";
-      s += dims_[i] == none ? std::string("None") : std::to_string(dims_[i]);
+      char digits[20];
+      if (dims_[i] == none)
+        s += "None";
+      else
+        s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
     }
-    if (rank_ == 1) s += ",";
-    return s + ")";
+    s += rank_ == 1 ? ",)" : ")";
+    return s;
   }
 
  private:
