@@ -5409,9 +5409,9 @@ struct trace {
     void** f = local_frame.data();
     if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
     alignas(64) std::byte local[local_bytes];
-    // From the C library, not the caching allocator: this workspace is reused by the
-    // next call (the library keeps it), and a program that makes no large `fixed`
-    // value then does not compile the cache.
+    // From the C library, which keeps a freed block for the next call too, not the
+    // caching allocator: a program that makes no large `fixed` value then does not
+    // compile the cache.
     struct heap_workspace {
       std::size_t bytes;
       void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
