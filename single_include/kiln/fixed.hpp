@@ -956,10 +956,18 @@ class storage {
  private:
   // Pointer arithmetic over the buffer needs its byte count to fit in a ptrdiff_t.
   bool addressable() const { return std::size_t(count_) <= std::size_t(PTRDIFF_MAX) / size_of(dtype_); }
-  resource_exhausted_error exhausted() const {
-    const std::string bytes = addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
-    return resource_exhausted_error("cannot allocate " + std::to_string(count_) + " " + std::string(name(dtype_)) +
-                                    " elements (" + bytes + ") on " + std::string(name(device_)));
+  // Appended to one string: every tensor-making file compiles this message, and a
+  // chain of `+` compiles a temporary and its cleanup per piece.
+  KILN_COLD KILN_NOINLINE resource_exhausted_error exhausted() const {
+    std::string text = "cannot allocate ";
+    text += std::to_string(count_);
+    text += ' ';
+    text += name(dtype_);
+    text += " elements (";
+    text += addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
+    text += ") on ";
+    text += name(device_);
+    return resource_exhausted_error(text);
   }
 
   kiln::dtype dtype_;
@@ -1158,13 +1166,24 @@ class tensor {
 };
 
 namespace detail {
+/// allocate_result's error, out of line (every op's eager call reaches it).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_result_exhausted(std::string_view op_name, const shape& sh,
+                                                                       const resource_exhausted_error& e) {
+  std::string text(op_name);
+  text += ": result ";
+  text += sh.str();
+  text += ": ";
+  text += e.what();
+  throw resource_exhausted_error(text);
+}
+
 /// A new `dt` `sh` tensor on `dev` that `op_name` makes: a failed allocation
 /// (kiln::resource_exhausted_error) names the op and the shape.
 inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& sh, device dev = device::cpu) {
   try {
     return tensor(dt, sh, dev);
   } catch (const resource_exhausted_error& e) {
-    throw resource_exhausted_error(std::string(op_name) + ": result " + sh.str() + ": " + e.what());
+    throw_result_exhausted(op_name, sh, e);
   }
 }
 }  // namespace detail

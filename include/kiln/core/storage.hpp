@@ -84,10 +84,18 @@ class storage {
  private:
   // Pointer arithmetic over the buffer needs its byte count to fit in a ptrdiff_t.
   bool addressable() const { return std::size_t(count_) <= std::size_t(PTRDIFF_MAX) / size_of(dtype_); }
-  resource_exhausted_error exhausted() const {
-    const std::string bytes = addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
-    return resource_exhausted_error("cannot allocate " + std::to_string(count_) + " " + std::string(name(dtype_)) +
-                                    " elements (" + bytes + ") on " + std::string(name(device_)));
+  // Appended to one string: every tensor-making file compiles this message, and a
+  // chain of `+` compiles a temporary and its cleanup per piece.
+  KILN_COLD KILN_NOINLINE resource_exhausted_error exhausted() const {
+    std::string text = "cannot allocate ";
+    text += std::to_string(count_);
+    text += ' ';
+    text += name(dtype_);
+    text += " elements (";
+    text += addressable() ? std::to_string(bytes_) + " bytes" : "more bytes than memory can address";
+    text += ") on ";
+    text += name(device_);
+    return resource_exhausted_error(text);
   }
 
   kiln::dtype dtype_;

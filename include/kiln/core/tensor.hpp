@@ -180,13 +180,24 @@ class tensor {
 };
 
 namespace detail {
+/// allocate_result's error, out of line (every op's eager call reaches it).
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_result_exhausted(std::string_view op_name, const shape& sh,
+                                                                       const resource_exhausted_error& e) {
+  std::string text(op_name);
+  text += ": result ";
+  text += sh.str();
+  text += ": ";
+  text += e.what();
+  throw resource_exhausted_error(text);
+}
+
 /// A new `dt` `sh` tensor on `dev` that `op_name` makes: a failed allocation
 /// (kiln::resource_exhausted_error) names the op and the shape.
 inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& sh, device dev = device::cpu) {
   try {
     return tensor(dt, sh, dev);
   } catch (const resource_exhausted_error& e) {
-    throw resource_exhausted_error(std::string(op_name) + ": result " + sh.str() + ": " + e.what());
+    throw_result_exhausted(op_name, sh, e);
   }
 }
 }  // namespace detail

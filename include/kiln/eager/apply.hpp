@@ -21,13 +21,40 @@ namespace kiln {
 namespace detail {
 
 /// "int32 (2, 3), float32 (3,)": the inputs as an error message shows them.
-inline std::string describe_inputs(std::span<const tensor* const> in) {
+KILN_COLD inline std::string describe_inputs(std::span<const tensor* const> in) {
   std::string s;
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (i) s += ", ";
-    s += std::string(name(in[i]->dtype())) + " " + in[i]->shape().str();
+    s += name(in[i]->dtype());
+    s += ' ';
+    s += in[i]->shape().str();
   }
   return s;
+}
+
+// The errors of the checks below, out of line: every file that runs an op eagerly
+// compiles these checks, and an inline message costs a temporary and its cleanup per
+// piece.
+
+/// `E` saying "op: what; got <the inputs>".
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_with_inputs(std::string_view op, std::string_view what,
+                                                            std::span<const tensor* const> in) {
+  std::string text(op);
+  text += ": ";
+  text += what;
+  text += "; got ";
+  text += describe_inputs(in);
+  throw E(text);
+}
+
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_empty_input(std::string_view op, std::size_t i) {
+  throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
+}
+
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_mixed_devices(std::string_view op, kiln::device a, kiln::device b) {
+  throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(a)) + " and " +
+                               std::string(name(b)) + ")");
 }
 
 /// The dtypes and shapes of an op's inputs, or the error for an empty input.
@@ -39,7 +66,7 @@ struct input_types {
     dtypes.reserve(in.size());
     shapes.reserve(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {
-      if (!in[i]->defined()) throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
+      if (!in[i]->defined()) throw_empty_input(op, i);
       dtypes.emplace_back(in[i]->dtype());
       shapes.emplace_back(in[i]->shape());
     }
@@ -48,16 +75,15 @@ struct input_types {
 
 /// The dtype an op's rule gave, or its `type_error`.
 inline dtype checked(std::string_view op, std::span<const tensor* const> in, const dtype_result& dt) {
-  if (!dt.ok()) throw type_error(std::string(op) + ": " + std::string(dt.failure) + "; got " + describe_inputs(in));
+  if (!dt.ok()) throw_with_inputs<type_error>(op, dt.failure, in);
   return dt.value;
 }
 
 /// The shape an op's rule gave, or its `value_error`.
 inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
-  if (!sh.ok()) throw value_error(std::string(op) + ": " + std::string(sh.failure) + "; got " + describe_inputs(in));
+  if (!sh.ok()) throw_with_inputs<value_error>(op, sh.failure, in);
   if (!sh.value.count_fits())
-    throw value_error(std::string(op) + ": the result shape " + sh.value.str() + " has more elements than an int64 can count; got " +
-                      describe_inputs(in));
+    throw_with_inputs<value_error>(op, "the result shape " + sh.value.str() + " has more elements than an int64 can count", in);
   return sh.value;
 }
 
@@ -70,7 +96,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
     try {
       return op.result_shape(types.shapes);
     } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
-      throw value_error(std::string(Op::name) + ": " + e.what() + "; got " + describe_inputs(in));
+      throw_with_inputs<value_error>(Op::name, e.what(), in);
     }
   }();
   return {dt, checked(Op::name, in, sh)};
@@ -82,9 +108,7 @@ inline kiln::device input_device(std::string_view op, std::span<const tensor* co
   const kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
   for (const tensor* t : in) {
     t->require_value(op);
-    if (t->device() != dev)
-      throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(dev)) +
-                                   " and " + std::string(name(t->device())) + ")");
+    if (t->device() != dev) throw_mixed_devices(op, dev, t->device());
   }
   return dev;
 }
