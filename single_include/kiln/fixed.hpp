@@ -5310,36 +5310,28 @@ constexpr signature_leaf result_leaf() {
     return {true, int64};  // as the runtime tier returns a C++ value it cannot name
 }
 
-// The leaves of a traced result `R`, in order: none for `void`, a tuple's in turn.
+// Writes the leaves of a traced result `R` from `next`, unless it is null, in order
+// (none for `void`, a tuple's in turn), and says how many there are.
 template <class R>
-constexpr std::size_t output_count() {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (std::is_void_v<V>)
-    return 0;
-  else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; })
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (output_count<std::tuple_element_t<I, V>>() + ... + 0);
-    }(std::make_index_sequence<std::tuple_size_v<V>>());
-  else
-    return 1;
-}
-template <class R>
-constexpr void put_outputs(signature_leaf*& next) {
+constexpr std::size_t put_outputs(signature_leaf* next) {
   using V = std::remove_cvref_t<R>;
   if constexpr (std::is_void_v<V>) {
+    return 0;
   } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (put_outputs<std::tuple_element_t<I, V>>(next), ...);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      std::size_t n = 0;
+      ((n += put_outputs<std::tuple_element_t<I, V>>(next ? next + n : nullptr)), ...);
+      return n;
     }(std::make_index_sequence<std::tuple_size_v<V>>());
   } else {
-    *next++ = result_leaf<V>();
+    if (next) *next = result_leaf<V>();
+    return 1;
   }
 }
 template <class R>
 inline constexpr auto output_leaves = [] {
-  std::array<signature_leaf, output_count<R>()> leaves{};
-  signature_leaf* next = leaves.data();
-  put_outputs<R>(next);
+  std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
+  put_outputs<R>(leaves.data());
   return leaves;
 }();
 template <class... Args>
