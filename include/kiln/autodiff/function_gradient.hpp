@@ -172,6 +172,42 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   record_call_on_active_tapes(call, captures, outputs);
 }
 
+/// A loop traced through the program's loop tracer (detail::loop_tracer_hook) on
+/// `leaves`, whose first is a counter of kiln's own; `arrays` holds each leaf's
+/// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
+/// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
+/// with once a tensor_array first written in the body has settled its element shape.
+/// How the gradient of a `while` node traces its loops without instantiating
+/// kiln::while_loop: a program that makes tapes but traces no loop of its own
+/// compiles none of the loop machinery, and one that traces loops but makes no tape
+/// compiles none of this.
+template <class Condition, class Body, class Restart>
+std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vector<tensor> leaves,
+                                         std::vector<const tensor_array*> arrays, bool breaks, Condition condition,
+                                         Body body, Restart restart) {
+  struct calls_on_leaves : loop_calls {
+    Condition& condition;
+    Body& body;
+    Restart& restart;
+    calls_on_leaves(Condition& c, Body& b, Restart& r)
+        : loop_calls{[](loop_calls& self, std::span<const tensor> l) { return of(self).condition(l); },
+                     [](loop_calls& self, std::span<const tensor> l) { return of(self).body(l); },
+                     [](loop_calls& self, std::span<const tensor> l) { of(self).restart(l); }},
+          condition(c),
+          body(b),
+          restart(r) {}
+    static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
+  } calls(condition, body, restart);
+  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
+  trace_context* trace = trace_context::current();
+  if (!trace_loop || !trace)  // a while node comes from a traced loop, and its gradient is traced
+    throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
+  std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);
+  std::vector<value_spec> specs = loop_specs(leaves, invariants, 1);
+  return trace_loop(*trace, 1, options, std::move(leaves), std::move(arrays), std::move(specs), std::move(invariants),
+                    breaks, calls);
+}
+
 /// A `while` node recorded while a tape records in its trace (TensorFlow's while_v2
 /// gradient, with kiln's value-semantics tensor arrays as the accumulators): its
 /// backward pass runs the loop again, stacking each iteration's loop variables in
@@ -201,55 +237,67 @@ struct loop_backward {
     const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
     const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
     const std::vector<tensor> captures(inputs.begin() + std::ptrdiff_t(body_start), inputs.end());
-    auto with = [](std::vector<tensor> head, const std::vector<tensor>& tail) {
+    auto with = [](std::vector<tensor> head, std::span<const tensor> tail) {
       head.insert(head.end(), tail.begin(), tail.end());
       return head;
     };
     // The shapes the body takes its loop variables in: the original loop's shape
-    // invariants, which the recomputing loops keep when shapes change (`relaxed`
-    // first for the counter they carry, which keeps its shape), and the walk back for
-    // the gradients of the floating-point ones.
+    // invariants, which the recomputing loops keep when shapes change, and the walk
+    // back for the gradients of the floating-point ones.
     loop_options relaxed, relaxed_gradients;
     if (reshaped) {
-      relaxed.shape_invariants.emplace_back();
       for (std::size_t k = 0; k < n; ++k) {
         const shape& s = body_graph.node_at(body_graph.arguments()[k]).shape();
         relaxed.shape_invariants.emplace_back(s);
         if (is_floating(initial[k].dtype())) relaxed_gradients.shape_invariants.emplace_back(s);
       }
     }
-    auto body_results = [&](const std::vector<tensor>& v) { return replay(body_graph, with(v, captures)); };
+    auto body_results = [&](std::span<const tensor> v) {
+      return replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
+    };
+    auto never_restarts = [](std::span<const tensor>) {};
     // The forward loop again, counting its iterations and, when shapes stay, keeping
-    // the loop variables of every iteration that went on. A body that ends in
-    // break_if gives its condition first: the iteration that breaks keeps the values
-    // it started with, so it is left out of the walk back (its write to the stacks is
-    // dropped with the rest of its values).
+    // the loop variables of every iteration that went on: leaves [i, variables...,
+    // stacks...]. A body that ends in break_if gives its condition first: the
+    // iteration that breaks keeps the values it started with, so it is left out of the
+    // walk back (its write to the stacks is dropped with the rest of its values).
     std::vector<tensor_array> stacks;
     if (!reshaped)
       for (const tensor& x : initial)
         stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
-    auto recompute = [&](auto next) {
-      return kiln::while_loop(
-          [&](const tensor&, const std::vector<tensor>& v, const std::vector<tensor_array>&) {
-            return replay(cond_graph, with(v, cond_captured))[0];
-          },
-          [&](const tensor& i, const std::vector<tensor>& v, std::vector<tensor_array> s) {
-            for (std::size_t k = 0; k < s.size(); ++k) s[k] = s[k].write(i, v[k]);
-            return next(i, body_results(v), std::move(s));
-          },
-          relaxed, kiln::constant(std::int32_t(0)), initial, stacks);
-    };
-    const auto recomputed =
-        breaks ? recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
-          const tensor stop = out.front();
-          out.erase(out.begin());
-          return kiln::break_if(stop, i + 1, std::move(out), std::move(s));
-        })
-               : recompute([](const tensor& i, std::vector<tensor> out, std::vector<tensor_array> s) {
-                   return std::tuple(i + 1, std::move(out), std::move(s));
-                 });
-    const tensor& count = std::get<0>(recomputed);
-    const std::vector<tensor_array>& states = std::get<2>(recomputed);
+    std::vector<tensor> leaves = with({kiln::constant(std::int32_t(0))}, initial);
+    std::vector<const tensor_array*> arrays(leaves.size(), nullptr);
+    for (const tensor_array& s : stacks) {
+      leaves.push_back(s.elements());
+      arrays.push_back(&s);
+    }
+    const std::vector<tensor> recomputed = trace_loop_on_leaves(
+        relaxed, std::move(leaves), std::move(arrays), breaks,
+        [&](std::span<const tensor> l) {
+          const std::span<const tensor> v = l.subspan(1, n);
+          return replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
+        },
+        [&](std::span<const tensor> l) {
+          const tensor& i = l[0];
+          const std::span<const tensor> v = l.subspan(1, n);
+          std::vector<tensor> out = body_results(v);
+          std::vector<tensor> next;
+          if (breaks) {
+            next.push_back(out.front());
+            out.erase(out.begin());
+          }
+          next.push_back(i + 1);
+          next.insert(next.end(), out.begin(), out.end());
+          for (std::size_t k = 0; k < stacks.size(); ++k)
+            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[k]).elements());
+          return next;
+        },
+        [&](std::span<const tensor> l) {
+          for (std::size_t k = 0; k < stacks.size(); ++k) stacks[k] = stacks[k].with_elements(l[1 + n + k]);
+        });
+    const tensor& count = recomputed[0];
+    std::vector<tensor_array> states;
+    for (std::size_t k = 0; k < stacks.size(); ++k) states.push_back(stacks[k].with_elements(recomputed[1 + n + k]));
     // The loop variables iteration `i` began with. Every iteration before the
     // counted ones went on, so the recomputing loop needs no condition but the count.
     auto state_at = [&](const tensor& i) {
@@ -258,38 +306,47 @@ struct loop_backward {
         for (const tensor_array& s : states) state.push_back(s.read(i));
         return state;
       }
-      return std::get<1>(kiln::while_loop(
-          [&](const tensor& c, const std::vector<tensor>&) { return c < i; },
-          [&](const tensor& c, const std::vector<tensor>& v) {
-            std::vector<tensor> out = body_results(v);
-            if (breaks) out.erase(out.begin());
-            return std::tuple(c + 1, std::move(out));
+      std::vector<tensor> out = trace_loop_on_leaves(
+          relaxed, with({kiln::constant(std::int32_t(0))}, initial), std::vector<const tensor_array*>(n + 1), false,
+          [&](std::span<const tensor> l) { return l[0] < i; },
+          [&](std::span<const tensor> l) {
+            std::vector<tensor> next = body_results(l.subspan(1));
+            if (breaks) next.erase(next.begin());
+            next.insert(next.begin(), l[0] + 1);
+            return next;
           },
-          relaxed, kiln::constant(std::int32_t(0)), initial));
+          never_restarts);
+      out.erase(out.begin());
+      return out;
     };
-    // The iterations backwards: the gradient of each step's variables from the next's.
-    std::vector<tensor> capture_grads, variable_grads;
-    for (const tensor& c : floating_only(captures)) capture_grads.push_back(zeros_shaped_like(c));
-    for (const auto& [id, t, s] : variables) variable_grads.push_back(zero_filled("gradient", s, t, kiln::device::cpu));
-    const std::vector<tensor> var_grads(dys.begin(), dys.end());
-    auto [grads_in, grads_captured, grads_read] = kiln::for_range(
-        count,
-        [&](const tensor& j, std::vector<tensor> g, std::vector<tensor> g_captures, std::vector<tensor> g_read) {
-          const std::vector<tensor> args = with(state_at(count - 1 - j), captures);
+    // The iterations backwards: the gradient of each step's variables from the
+    // next's. Leaves [j, gradients of the variables, of the captures, of the
+    // variables read].
+    std::vector<tensor> walk = {kiln::constant(std::int32_t(0))};
+    walk.insert(walk.end(), dys.begin(), dys.end());
+    const std::size_t captured_at = walk.size();
+    for (const tensor& c : floating_only(captures)) walk.push_back(zeros_shaped_like(c));
+    for (const auto& [id, t, s] : variables) walk.push_back(zero_filled("gradient", s, t, kiln::device::cpu));
+    const std::size_t walk_leaves = walk.size();
+    const std::vector<tensor> walked = trace_loop_on_leaves(
+        relaxed_gradients, std::move(walk), std::vector<const tensor_array*>(walk_leaves), false,
+        [&](std::span<const tensor> l) { return l[0] < count; },
+        [&](std::span<const tensor> l) {
+          const std::vector<tensor> args = with(state_at(count - 1 - l[0]), captures);
+          const std::vector<tensor> g(l.begin() + 1, l.begin() + std::ptrdiff_t(captured_at));
           const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
+          std::vector<tensor> next{l[0] + 1};
           std::size_t k = 0;
-          for (tensor& x : g) x = step[k++];
-          for (tensor& x : g_captures) x = x + step[k++];
-          for (tensor& x : g_read) x = x + step[k++];
-          return std::tuple(std::move(g), std::move(g_captures), std::move(g_read));
+          for (std::size_t m = 1; m < captured_at; ++m) next.push_back(step[k++]);
+          for (std::size_t m = captured_at; m < l.size(); ++m) next.push_back(l[m] + step[k++]);
+          return next;
         },
-        relaxed_gradients, var_grads, capture_grads, variable_grads);
+        never_restarts);
     // One gradient per floating-point input of the node, then per variable read.
-    std::vector<tensor> out = std::move(grads_in);
+    std::vector<tensor> out(walked.begin() + 1, walked.begin() + std::ptrdiff_t(captured_at));
     for (const tensor& c : cond_captured)
       if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
-    out.insert(out.end(), grads_captured.begin(), grads_captured.end());
-    out.insert(out.end(), grads_read.begin(), grads_read.end());
+    out.insert(out.end(), walked.begin() + std::ptrdiff_t(captured_at), walked.end());
     return out;
   }
 };

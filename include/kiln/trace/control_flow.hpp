@@ -6,6 +6,7 @@
 /// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
 /// with the tensors they use from the enclosing trace passed in as captures.
 
+#include <atomic>
 #include <concepts>
 #include <memory>
 #include <optional>
@@ -406,7 +407,26 @@ template <class = void>
 std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
                                      std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
                                      std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
+                                     bool breaks, loop_calls& calls);
+
+/// trace_while_loop, set when a program first traces a loop: how the gradient of a
+/// `while` node (kiln/autodiff/function_gradient.hpp) traces its own loops, so that a
+/// program that makes tapes but traces no loop does not compile the loop tracer. Null
+/// until then.
+using loop_tracer = std::vector<tensor> (*)(trace_context&, std::size_t, const loop_options&, std::vector<tensor>,
+                                            std::vector<const tensor_array*>, std::vector<value_spec>,
+                                            std::vector<std::optional<shape>>, bool, loop_calls&);
+inline std::atomic<loop_tracer>& loop_tracer_hook() {
+  static std::atomic<loop_tracer> hook{nullptr};
+  return hook;
+}
+
+template <class>
+std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
+                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
+                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
                                      bool breaks, loop_calls& calls) {
+  loop_tracer_hook().store(&trace_while_loop<>, std::memory_order_relaxed);
   // maximum_iterations: a counter of kiln's own in front of the loop variables, and
   // the condition `counter < maximum && cond`.
   const std::size_t counted = options.maximum_iterations ? 1 : 0;
