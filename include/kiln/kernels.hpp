@@ -92,7 +92,7 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
                                                                          std::span<const ::kiln::tensor>);        \
   prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
       std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
-  prefix template void kiln::detail::register_gradient_ops<void>();                                                \
+  prefix template void kiln::detail::register_tape_ops(::kiln::detail::tape_ops);                                  \
   prefix template std::vector<::kiln::tensor> kiln::detail::trace_while_loop<void>(                               \
       ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
       std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \

@@ -2851,8 +2851,11 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
 
 template <class G>
 void abs::gradient(G& g) const {
+  // `0 > x` rather than `x < 0` (and minimum's `y >= x`): formulas compare with the
+  // two comparisons a tape registers (detail::tape_ops), not four.
   const auto zero = g.x(0).scalar(0), dy = g.dy();
-  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, G::run(less{}, g.x(0), zero), -dy, zero)));
+  const auto negative = G::run(greater{}, zero, g.x(0));
+  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, negative, -dy, zero)));
 }
 
 template <class G>
@@ -2883,7 +2886,7 @@ void maximum::gradient(G& g) const {
 
 template <class G>
 void minimum::gradient(G& g) const {
-  const auto first = G::run(less_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  const auto first = G::run(greater_equal{}, g.x(1), g.x(0)), zero = g.dy().scalar(0);
   g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
@@ -12496,8 +12499,10 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 ///
 /// A formula calls ops through the kernel table (`run_registered`), never through
 /// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
-/// the kernels of the ops the formula uses. A gradient tape registers those when it is
-/// made (kiln/autodiff/tape.hpp), so that only programs with tapes compile them.
+/// the kernels of the ops the formula uses. A gradient tape registers those that the
+/// formulas of several ops run when it is made (`detail::tape_ops`), so that only
+/// programs with tapes compile them; an op that one formula alone runs (log, in pow's)
+/// is registered by that formula, so that only programs that call its op compile it.
 
 #include <span>
 #include <string>
@@ -12511,6 +12516,26 @@ namespace kiln::detail {
 /// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
 /// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
 tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
+
+/// A list of ops.
+template <class... Ops>
+struct op_list {};
+
+/// The ops a gradient tape registers when it is made (kiln/autodiff/tape.hpp): those
+/// that the formulas of several ops or of common ones run (transpose, for matmul's),
+/// and those the tape's own code runs (summing gradients, reducing them to an input's
+/// shape, zeros_shaped_like). The formulas of pow (log, pow), floormod (floordiv) and
+/// matmul (matmul) register what else they run.
+using tape_ops = op_list<ops::add, ops::subtract, ops::multiply, ops::divide, ops::negate, ops::cast, ops::equal,
+                         ops::greater, ops::greater_equal, ops::where, ops::reshape, ops::transpose, ops::reduce_sum,
+                         ops::slice, ops::concat, ops::gather, ops::unsorted_segment_sum, ops::set_item, ops::stack,
+                         ops::crop_or_pad>;
+
+/// Whether `Op` is one of `Ops`.
+template <class Op, class... Ops>
+consteval bool listed_in(op_list<Ops...>) {
+  return (std::is_same_v<Op, Ops> || ...);
+}
 
 /// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
 /// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
@@ -12602,9 +12627,10 @@ class gradient_builder {
   template <class = void>
   static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
 
-  /// `op` on `operands`.
+  /// `op` on `operands`; registers `Op` at its first run unless a tape has.
   template <class Op, std::same_as<value>... V>
   KILN_COLD static value run(const Op& op, const V&... operands) {
+    if constexpr (!listed_in<Op>(tape_ops{})) register_kernels_on_use<Op>();
     const tensor* in[] = {&operands.t...};
     return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
   }
@@ -13002,35 +13028,10 @@ std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tens
                                             const std::vector<std::tuple<const void*, dtype, shape>>& variables,
                                             std::vector<bool>* connected = nullptr);
 
-/// The ops the gradient formulas run, registered when a tape is made.
-template <class = void>
-void register_gradient_ops() {
-  register_kernels_on_use<ops::add>();
-  register_kernels_on_use<ops::subtract>();
-  register_kernels_on_use<ops::multiply>();
-  register_kernels_on_use<ops::divide>();
-  register_kernels_on_use<ops::floordiv>();
-  register_kernels_on_use<ops::negate>();
-  register_kernels_on_use<ops::log>();
-  register_kernels_on_use<ops::pow>();
-  register_kernels_on_use<ops::cast>();
-  register_kernels_on_use<ops::greater>();
-  register_kernels_on_use<ops::greater_equal>();
-  register_kernels_on_use<ops::less>();
-  register_kernels_on_use<ops::less_equal>();
-  register_kernels_on_use<ops::where>();
-  register_kernels_on_use<ops::reshape>();
-  register_kernels_on_use<ops::transpose>();
-  register_kernels_on_use<ops::matmul>();
-  register_kernels_on_use<ops::reduce_sum>();
-  register_kernels_on_use<ops::equal>();
-  register_kernels_on_use<ops::slice>();
-  register_kernels_on_use<ops::concat>();
-  register_kernels_on_use<ops::gather>();
-  register_kernels_on_use<ops::unsorted_segment_sum>();
-  register_kernels_on_use<ops::set_item>();
-  register_kernels_on_use<ops::stack>();
-  register_kernels_on_use<ops::crop_or_pad>();
+/// Registers detail::tape_ops, when a tape is made.
+template <class... Ops>
+void register_tape_ops(op_list<Ops...>) {
+  (register_kernels_on_use<Ops>(), ...);
 }
 
 }  // namespace detail
@@ -13052,7 +13053,7 @@ class gradient_tape {
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_gradient_ops<Lazy>();
+    detail::register_tape_ops(detail::tape_ops{});
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
@@ -20779,7 +20780,7 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
                                                                          std::span<const ::kiln::tensor>);        \
   prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
       std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
-  prefix template void kiln::detail::register_gradient_ops<void>();                                                \
+  prefix template void kiln::detail::register_tape_ops(::kiln::detail::tape_ops);                                  \
   prefix template std::vector<::kiln::tensor> kiln::detail::trace_while_loop<void>(                               \
       ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
       std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \

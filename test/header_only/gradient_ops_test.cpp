@@ -2,9 +2,13 @@
 // kiln_library, which registers every op's kernels before main, so only here does a
 // gradient formula fail that runs an op neither the program nor the tape registered.
 // The forward passes below never call crop_or_pad or stack, which the gradients of
-// x[i], concat and pad_rows run where dims are known only when the graph runs.
+// x[i], concat and pad_rows run where dims are known only when the graph runs, nor
+// log, floordiv or transpose, which pow's, floormod's and matmul's run (a tape
+// registers transpose; pow's and floormod's formulas register the others themselves),
+// nor less or less_equal. Each test case runs in a process of its own.
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <vector>
@@ -59,4 +63,31 @@ TEST_CASE("gradients through loops whose variables change shape run in a header-
         return kiln::reduce_sum(kiln::exp(rows.stack() * 0.5));
       },
       {0.5, -1.0});
+}
+
+TEST_CASE("the formulas of pow, floormod, matmul, abs and minimum run in a header-only program") {
+  check_inside_function([](const kiln::tensor& x) { return kiln::reduce_sum(kiln::pow(x, x)); }, {0.5, 1.5});
+  check_inside_function(
+      [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::floormod(kiln::constant({2.0, 3.0}), x)); },
+      {0.7, 1.3});
+  check_inside_function(
+      [](const kiln::tensor& x) {
+        return kiln::reduce_sum(kiln::matmul(kiln::reshape(x, {1, 2}), kiln::reshape(x, {2, 1})));
+      },
+      {0.5, -1.5});
+  check_inside_function([](const kiln::tensor& x) { return kiln::reduce_sum(kiln::abs(x) * x); }, {-0.5, 0.75});
+  check_inside_function(
+      [](const kiln::tensor& x) { return kiln::reduce_sum(kiln::minimum(x, kiln::constant({0.0, 0.0})) * x); },
+      {-0.5, 0.75});
+}
+
+TEST_CASE("pow's formula registers log for an eager tape in a header-only program") {
+  const kiln::tensor x = kiln::constant({0.5, 1.5});
+  kiln::gradient_tape tape;
+  tape.watch(x);
+  const kiln::tensor g = tape.gradient(kiln::reduce_sum(kiln::pow(x, x)), x);
+  for (std::int64_t k = 0; k < 2; ++k) {
+    const double v = k == 0 ? 0.5 : 1.5;
+    CHECK(g[k].item<double>() == Approx(std::pow(v, v) * (std::log(v) + 1)).epsilon(1e-12));  // d(x^x)/dx
+  }
 }

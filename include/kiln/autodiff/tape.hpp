@@ -201,35 +201,10 @@ std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tens
                                             const std::vector<std::tuple<const void*, dtype, shape>>& variables,
                                             std::vector<bool>* connected = nullptr);
 
-/// The ops the gradient formulas run, registered when a tape is made.
-template <class = void>
-void register_gradient_ops() {
-  register_kernels_on_use<ops::add>();
-  register_kernels_on_use<ops::subtract>();
-  register_kernels_on_use<ops::multiply>();
-  register_kernels_on_use<ops::divide>();
-  register_kernels_on_use<ops::floordiv>();
-  register_kernels_on_use<ops::negate>();
-  register_kernels_on_use<ops::log>();
-  register_kernels_on_use<ops::pow>();
-  register_kernels_on_use<ops::cast>();
-  register_kernels_on_use<ops::greater>();
-  register_kernels_on_use<ops::greater_equal>();
-  register_kernels_on_use<ops::less>();
-  register_kernels_on_use<ops::less_equal>();
-  register_kernels_on_use<ops::where>();
-  register_kernels_on_use<ops::reshape>();
-  register_kernels_on_use<ops::transpose>();
-  register_kernels_on_use<ops::matmul>();
-  register_kernels_on_use<ops::reduce_sum>();
-  register_kernels_on_use<ops::equal>();
-  register_kernels_on_use<ops::slice>();
-  register_kernels_on_use<ops::concat>();
-  register_kernels_on_use<ops::gather>();
-  register_kernels_on_use<ops::unsorted_segment_sum>();
-  register_kernels_on_use<ops::set_item>();
-  register_kernels_on_use<ops::stack>();
-  register_kernels_on_use<ops::crop_or_pad>();
+/// Registers detail::tape_ops, when a tape is made.
+template <class... Ops>
+void register_tape_ops(op_list<Ops...>) {
+  (register_kernels_on_use<Ops>(), ...);
 }
 
 }  // namespace detail
@@ -251,7 +226,7 @@ class gradient_tape {
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_gradient_ops<Lazy>();
+    detail::register_tape_ops(detail::tape_ops{});
     detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
     detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);

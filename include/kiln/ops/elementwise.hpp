@@ -211,8 +211,11 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
 
 template <class G>
 void abs::gradient(G& g) const {
+  // `0 > x` rather than `x < 0` (and minimum's `y >= x`): formulas compare with the
+  // two comparisons a tape registers (detail::tape_ops), not four.
   const auto zero = g.x(0).scalar(0), dy = g.dy();
-  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, G::run(less{}, g.x(0), zero), -dy, zero)));
+  const auto negative = G::run(greater{}, zero, g.x(0));
+  g.give(0, G::run(where{}, G::run(greater{}, g.x(0), zero), dy, G::run(where{}, negative, -dy, zero)));
 }
 
 template <class G>
@@ -243,7 +246,7 @@ void maximum::gradient(G& g) const {
 
 template <class G>
 void minimum::gradient(G& g) const {
-  const auto first = G::run(less_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
+  const auto first = G::run(greater_equal{}, g.x(1), g.x(0)), zero = g.dy().scalar(0);
   g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
