@@ -97,6 +97,9 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
       ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
       std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \
       std::vector<std::optional<::kiln::shape>>, bool, ::kiln::detail::loop_calls&);                              \
+  prefix template std::vector<::kiln::tensor> kiln::detail::record_cond<void>(                                    \
+      ::kiln::detail::trace_context&, const ::kiln::tensor&, ::kiln::detail::traced_subgraph&,                    \
+      ::kiln::detail::traced_subgraph&);                                                                          \
   prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
                                                                     const std::vector<::kiln::variable>&);         \
   prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \

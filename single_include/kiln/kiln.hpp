@@ -17512,6 +17512,50 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
+
+/// A `cond` node recorded into `trace` from its two traced branches; gives its
+/// results. What does not depend on the branches' C++ types, so that a program
+/// compiles it once, not once per cond (and not at all when it traces none: a
+/// template on nothing).
+template <class = void>
+std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                traced_subgraph& else_graph);
+
+/// record_cond, set when a program first traces a cond: how the gradient of a `cond`
+/// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
+/// makes tapes but traces no cond does not compile it. Null until then.
+using cond_recorder_of_branches = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&,
+                                                          traced_subgraph&);
+inline std::atomic<cond_recorder_of_branches>& cond_tracer_hook() {
+  static std::atomic<cond_recorder_of_branches> hook{nullptr};
+  return hook;
+}
+
+template <class>
+std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                traced_subgraph& else_graph) {
+  cond_tracer_hook().store(&record_cond<>, std::memory_order_relaxed);
+  if (then_graph.outputs != else_graph.outputs) {
+    throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                      specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
+  }
+  std::vector<tensor> inputs{pred};
+  std::vector<int> then_args, else_args;
+  std::vector<tensor> captures;
+  for (const tensor& t : then_graph.captures) then_args.push_back(capture_index(captures, t));
+  for (const tensor& t : else_graph.captures) else_args.push_back(capture_index(captures, t));
+  inputs.insert(inputs.end(), captures.begin(), captures.end());
+  const std::vector<value_spec> results = then_graph.outputs;
+  // A gradient tape recording in this trace differentiates the node: it keeps the
+  // branches (copied before they move into the node).
+  std::optional<cond_branches> for_tapes;
+  if (recording_tapes() > 0) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+  auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                      std::move(else_args));
+  std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
+  if (for_tapes) cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+  return out;
+}
 }  // namespace detail
 
 /// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
@@ -17554,26 +17598,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     detail::traced_subgraph then_graph, else_graph;
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    if (then_graph.outputs != else_graph.outputs) {
-      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        detail::specs_text(then_graph.outputs) + " and the false branch " +
-                        detail::specs_text(else_graph.outputs));
-    }
-    std::vector<tensor> inputs{pred};
-    std::vector<int> then_args, else_args;
-    std::vector<tensor> captures;
-    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
-    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
-    inputs.insert(inputs.end(), captures.begin(), captures.end());
-    const std::vector<detail::value_spec> results = then_graph.outputs;
-    // A gradient tape recording in this trace differentiates the node: it keeps the
-    // branches (copied before they move into the node).
-    std::optional<detail::cond_branches> for_tapes;
-    if (detail::recording_tapes() > 0) for_tapes = detail::cond_branches{then_graph.g, then_args, else_graph.g, else_args};
-    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
-                                                std::move(else_args));
-    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
-    if (for_tapes) detail::cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+    const std::vector<tensor> out = detail::record_cond(*trace, pred, then_graph, else_graph);
     if constexpr (!std::is_void_v<R>) {
       const tensor* next = out.data();
       return detail::rebuild_output(traced, next);
@@ -18035,18 +18060,31 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   auto call = std::make_shared<differentiable_call>();
   call->variables = state->variables;
   call->self = state;
+  // Its branches are traced here and the node recorded through the program's cond
+  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
+  // tapes but traces no cond of its own compiles none of the cond machinery.
   call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
     const auto& c = *static_cast<const cond_backward*>(self);
     const std::vector<tensor> sources = floating_only(captured);
     auto branch = [&](const graph& g, const std::vector<int>& picks) {
-      return [&] {
+      return [&](std::span<const tensor>) {
         std::vector<tensor> args;
         for (int k : picks) args.push_back(captured[std::size_t(k)]);
         return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
       };
     };
-    return kiln::cond(c.pred, branch(c.branches.then_graph, c.branches.then_args),
-                      branch(c.branches.else_graph, c.branches.else_args));
+    trace_context* trace = trace_context::current();
+    if (!trace) {  // a node run eagerly (a call with effects under an eager tape)
+      return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
+                                      : branch(c.branches.else_graph, c.branches.else_args)({});
+    }
+    const cond_recorder_of_branches record = cond_tracer_hook().load(std::memory_order_relaxed);
+    if (!record)  // a cond node comes from a traced cond, which sets the recorder
+      throw internal_error("cond: the gradient of a cond node is traced where no cond was");
+    traced_subgraph then_graph, else_graph;
+    trace_subgraph(branch(c.branches.then_graph, c.branches.then_args), std::span<const tensor_spec>(), then_graph);
+    trace_subgraph(branch(c.branches.else_graph, c.branches.else_args), std::span<const tensor_spec>(), else_graph);
+    return record(*trace, c.pred, then_graph, else_graph);
   };
   record_call_on_active_tapes(call, captures, outputs);
 }
@@ -18056,8 +18094,8 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
 /// with once a tensor_array first written in the body has settled its element shape.
-/// How the gradient of a `while` node traces its loops without instantiating
-/// kiln::while_loop: a program that makes tapes but traces no loop of its own
+/// Run eagerly where no trace is in progress. How the gradient of a `while` node
+/// traces its loops without instantiating kiln::while_loop: a program that makes tapes but traces no loop of its own
 /// compiles none of the loop machinery, and one that traces loops but makes no tape
 /// compiles none of this.
 template <class Condition, class Body, class Restart>
@@ -18077,9 +18115,20 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
           restart(r) {}
     static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
   } calls(condition, body, restart);
-  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
   trace_context* trace = trace_context::current();
-  if (!trace_loop || !trace)  // a while node comes from a traced loop, and its gradient is traced
+  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
+    for (;;) {
+      if (!truth_of(condition(leaves), "while_loop")) return leaves;
+      std::vector<tensor> next = body(leaves);
+      if (breaks) {
+        if (truth_of(next.front(), "break_if")) return leaves;
+        next.erase(next.begin());
+      }
+      leaves = std::move(next);
+    }
+  }
+  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
+  if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
     throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
   std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);
   std::vector<value_spec> specs = loop_specs(leaves, invariants, 1);
@@ -20785,6 +20834,9 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
       ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
       std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \
       std::vector<std::optional<::kiln::shape>>, bool, ::kiln::detail::loop_calls&);                              \
+  prefix template std::vector<::kiln::tensor> kiln::detail::record_cond<void>(                                    \
+      ::kiln::detail::trace_context&, const ::kiln::tensor&, ::kiln::detail::traced_subgraph&,                    \
+      ::kiln::detail::traced_subgraph&);                                                                          \
   prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
                                                                     const std::vector<::kiln::variable>&);         \
   prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \

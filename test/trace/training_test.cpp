@@ -512,12 +512,14 @@ TEST_CASE("loops: a body that ends in break_if is differentiated through the ite
 
 namespace {
 
-// d(loss)/dx by kiln's tape eagerly, under a tape around a kiln::function, and from a
-// tape inside a kiln::function, each checked against central differences of `loss`
-// in every element of x (so that all three are checked against something other than
-// kiln's gradients). x is float64.
+// d(loss)/dx by kiln's tape eagerly, under a tape around a kiln::function, under a
+// tape around a kiln::function with an effect (which the tape then runs op by op: the
+// loop's node runs, and is differentiated, eagerly), and from a tape inside a
+// kiln::function, each checked against central differences of `loss` in every element
+// of x (so that all four are checked against something other than kiln's gradients).
+// x is float64.
 template <class Loss>
-void check_loop_gradient_three_ways(Loss loss, const std::vector<double>& at) {
+void check_loop_gradient_four_ways(Loss loss, const std::vector<double>& at) {
   const kiln::tensor x = kiln::constant(at);
   kiln::gradient_tape eager_tape;
   eager_tape.watch(x);
@@ -526,6 +528,14 @@ void check_loop_gradient_three_ways(Loss loss, const std::vector<double>& at) {
   kiln::gradient_tape tape;
   tape.watch(x);
   const kiln::tensor outside = tape.gradient(traced(x), x);
+  kiln::variable calls(0.0, "calls");
+  kiln::function counted([&](const kiln::tensor& v) {
+    calls.assign_add(1.0);
+    return loss(v);
+  });
+  kiln::gradient_tape effects_tape;
+  effects_tape.watch(x);
+  const kiln::tensor node_run_eagerly = effects_tape.gradient(counted(x), x);
   kiln::function inside([&](const kiln::tensor& v) {
     kiln::gradient_tape t;
     t.watch(v);
@@ -534,6 +544,7 @@ void check_loop_gradient_three_ways(Loss loss, const std::vector<double>& at) {
   const kiln::tensor within = inside(x);
   REQUIRE(eager.shape() == x.shape());
   REQUIRE(outside.shape() == x.shape());
+  REQUIRE(node_run_eagerly.shape() == x.shape());
   REQUIRE(within.shape() == x.shape());
   for (std::size_t k = 0; k < at.size(); ++k) {
     INFO("element " << k);
@@ -545,8 +556,10 @@ void check_loop_gradient_three_ways(Loss loss, const std::vector<double>& at) {
     const auto i = std::int64_t(k);
     CHECK(eager[i].item<double>() == Approx(numeric).epsilon(1e-6));
     CHECK(outside[i].item<double>() == Approx(eager[i].item<double>()).epsilon(1e-12));
+    CHECK(node_run_eagerly[i].item<double>() == Approx(eager[i].item<double>()).epsilon(1e-12));
     CHECK(within[i].item<double>() == Approx(eager[i].item<double>()).epsilon(1e-12));
   }
+  CHECK(calls.read_value().item<double>() == 1.0);
   CHECK(traced.tracing_count() == 1);
   CHECK(inside.tracing_count() == 1);
 }
@@ -555,7 +568,7 @@ void check_loop_gradient_three_ways(Loss loss, const std::vector<double>& at) {
 
 TEST_CASE("loops: gradients through loop variables that change shape, as eager") {
   SECTION("a tensor_array with dynamic_size that grows") {
-    check_loop_gradient_three_ways(
+    check_loop_gradient_four_ways(
         [](const kiln::tensor& x) {
           const kiln::tensor_array rows = kiln::for_range(
               3,
@@ -568,7 +581,7 @@ TEST_CASE("loops: gradients through loop variables that change shape, as eager")
         {1.5, -0.5});
   }
   SECTION("rows appended under a shape invariant, each from all the rows before it") {
-    check_loop_gradient_three_ways(
+    check_loop_gradient_four_ways(
         [](const kiln::tensor& x) {
           const kiln::tensor rows = kiln::for_range(
               3,
@@ -583,7 +596,7 @@ TEST_CASE("loops: gradients through loop variables that change shape, as eager")
         {0.25, -0.75});
   }
   SECTION("rows appended from the last row, read by a negative index") {
-    check_loop_gradient_three_ways(
+    check_loop_gradient_four_ways(
         [](const kiln::tensor& x) {
           const kiln::tensor rows = kiln::for_range(
               4,
@@ -596,7 +609,7 @@ TEST_CASE("loops: gradients through loop variables that change shape, as eager")
         {0.25, -0.75});
   }
   SECTION("a vector halved each iteration until one element is left, its trip count given by the shape") {
-    check_loop_gradient_three_ways(
+    check_loop_gradient_four_ways(
         [](const kiln::tensor& x) {
           const kiln::tensor last = kiln::while_loop(
               [](const kiln::tensor& v) { return kiln::shape_of(v)[0] > 1; },
@@ -607,7 +620,7 @@ TEST_CASE("loops: gradients through loop variables that change shape, as eager")
         {1.0, -2.0, 0.5, 1.5, 0.25, 2.0, -1.0, 0.75});
   }
   SECTION("a body that ends in break_if") {
-    check_loop_gradient_three_ways(
+    check_loop_gradient_four_ways(
         [](const kiln::tensor& x) {
           const kiln::tensor rows = std::get<1>(kiln::while_loop(
               [](const kiln::tensor& i, const kiln::tensor&) { return i < 10; },

@@ -156,18 +156,31 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   auto call = std::make_shared<differentiable_call>();
   call->variables = state->variables;
   call->self = state;
+  // Its branches are traced here and the node recorded through the program's cond
+  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
+  // tapes but traces no cond of its own compiles none of the cond machinery.
   call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
     const auto& c = *static_cast<const cond_backward*>(self);
     const std::vector<tensor> sources = floating_only(captured);
     auto branch = [&](const graph& g, const std::vector<int>& picks) {
-      return [&] {
+      return [&](std::span<const tensor>) {
         std::vector<tensor> args;
         for (int k : picks) args.push_back(captured[std::size_t(k)]);
         return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
       };
     };
-    return kiln::cond(c.pred, branch(c.branches.then_graph, c.branches.then_args),
-                      branch(c.branches.else_graph, c.branches.else_args));
+    trace_context* trace = trace_context::current();
+    if (!trace) {  // a node run eagerly (a call with effects under an eager tape)
+      return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
+                                      : branch(c.branches.else_graph, c.branches.else_args)({});
+    }
+    const cond_recorder_of_branches record = cond_tracer_hook().load(std::memory_order_relaxed);
+    if (!record)  // a cond node comes from a traced cond, which sets the recorder
+      throw internal_error("cond: the gradient of a cond node is traced where no cond was");
+    traced_subgraph then_graph, else_graph;
+    trace_subgraph(branch(c.branches.then_graph, c.branches.then_args), std::span<const tensor_spec>(), then_graph);
+    trace_subgraph(branch(c.branches.else_graph, c.branches.else_args), std::span<const tensor_spec>(), else_graph);
+    return record(*trace, c.pred, then_graph, else_graph);
   };
   record_call_on_active_tapes(call, captures, outputs);
 }
@@ -177,8 +190,8 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
 /// with once a tensor_array first written in the body has settled its element shape.
-/// How the gradient of a `while` node traces its loops without instantiating
-/// kiln::while_loop: a program that makes tapes but traces no loop of its own
+/// Run eagerly where no trace is in progress. How the gradient of a `while` node
+/// traces its loops without instantiating kiln::while_loop: a program that makes tapes but traces no loop of its own
 /// compiles none of the loop machinery, and one that traces loops but makes no tape
 /// compiles none of this.
 template <class Condition, class Body, class Restart>
@@ -198,9 +211,20 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
           restart(r) {}
     static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
   } calls(condition, body, restart);
-  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
   trace_context* trace = trace_context::current();
-  if (!trace_loop || !trace)  // a while node comes from a traced loop, and its gradient is traced
+  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
+    for (;;) {
+      if (!truth_of(condition(leaves), "while_loop")) return leaves;
+      std::vector<tensor> next = body(leaves);
+      if (breaks) {
+        if (truth_of(next.front(), "break_if")) return leaves;
+        next.erase(next.begin());
+      }
+      leaves = std::move(next);
+    }
+  }
+  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
+  if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
     throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
   std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);
   std::vector<value_spec> specs = loop_specs(leaves, invariants, 1);

@@ -280,6 +280,50 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
+
+/// A `cond` node recorded into `trace` from its two traced branches; gives its
+/// results. What does not depend on the branches' C++ types, so that a program
+/// compiles it once, not once per cond (and not at all when it traces none: a
+/// template on nothing).
+template <class = void>
+std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                traced_subgraph& else_graph);
+
+/// record_cond, set when a program first traces a cond: how the gradient of a `cond`
+/// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
+/// makes tapes but traces no cond does not compile it. Null until then.
+using cond_recorder_of_branches = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&,
+                                                          traced_subgraph&);
+inline std::atomic<cond_recorder_of_branches>& cond_tracer_hook() {
+  static std::atomic<cond_recorder_of_branches> hook{nullptr};
+  return hook;
+}
+
+template <class>
+std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                traced_subgraph& else_graph) {
+  cond_tracer_hook().store(&record_cond<>, std::memory_order_relaxed);
+  if (then_graph.outputs != else_graph.outputs) {
+    throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                      specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
+  }
+  std::vector<tensor> inputs{pred};
+  std::vector<int> then_args, else_args;
+  std::vector<tensor> captures;
+  for (const tensor& t : then_graph.captures) then_args.push_back(capture_index(captures, t));
+  for (const tensor& t : else_graph.captures) else_args.push_back(capture_index(captures, t));
+  inputs.insert(inputs.end(), captures.begin(), captures.end());
+  const std::vector<value_spec> results = then_graph.outputs;
+  // A gradient tape recording in this trace differentiates the node: it keeps the
+  // branches (copied before they move into the node).
+  std::optional<cond_branches> for_tapes;
+  if (recording_tapes() > 0) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+  auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                      std::move(else_args));
+  std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
+  if (for_tapes) cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+  return out;
+}
 }  // namespace detail
 
 /// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
@@ -322,26 +366,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     detail::traced_subgraph then_graph, else_graph;
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    if (then_graph.outputs != else_graph.outputs) {
-      throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                        detail::specs_text(then_graph.outputs) + " and the false branch " +
-                        detail::specs_text(else_graph.outputs));
-    }
-    std::vector<tensor> inputs{pred};
-    std::vector<int> then_args, else_args;
-    std::vector<tensor> captures;
-    for (const tensor& t : then_graph.captures) then_args.push_back(detail::capture_index(captures, t));
-    for (const tensor& t : else_graph.captures) else_args.push_back(detail::capture_index(captures, t));
-    inputs.insert(inputs.end(), captures.begin(), captures.end());
-    const std::vector<detail::value_spec> results = then_graph.outputs;
-    // A gradient tape recording in this trace differentiates the node: it keeps the
-    // branches (copied before they move into the node).
-    std::optional<detail::cond_branches> for_tapes;
-    if (detail::recording_tapes() > 0) for_tapes = detail::cond_branches{then_graph.g, then_args, else_graph.g, else_args};
-    auto op = std::make_shared<detail::cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
-                                                std::move(else_args));
-    std::vector<tensor> out = trace->record_special(std::move(op), inputs, results);
-    if (for_tapes) detail::cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+    const std::vector<tensor> out = detail::record_cond(*trace, pred, then_graph, else_graph);
     if constexpr (!std::is_void_v<R>) {
       const tensor* next = out.data();
       return detail::rebuild_output(traced, next);
