@@ -17524,10 +17524,9 @@ std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced
 /// record_cond, set when a program first traces a cond: how the gradient of a `cond`
 /// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
 /// makes tapes but traces no cond does not compile it. Null until then.
-using cond_recorder_of_branches = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&,
-                                                          traced_subgraph&);
-inline std::atomic<cond_recorder_of_branches>& cond_tracer_hook() {
-  static std::atomic<cond_recorder_of_branches> hook{nullptr};
+using cond_tracer = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&, traced_subgraph&);
+inline std::atomic<cond_tracer>& cond_tracer_hook() {
+  static std::atomic<cond_tracer> hook{nullptr};
   return hook;
 }
 
@@ -18078,7 +18077,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
       return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
                                       : branch(c.branches.else_graph, c.branches.else_args)({});
     }
-    const cond_recorder_of_branches record = cond_tracer_hook().load(std::memory_order_relaxed);
+    const cond_tracer record = cond_tracer_hook().load(std::memory_order_relaxed);
     if (!record)  // a cond node comes from a traced cond, which sets the recorder
       throw internal_error("cond: the gradient of a cond node is traced where no cond was");
     traced_subgraph then_graph, else_graph;
@@ -18095,13 +18094,25 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
 /// with once a tensor_array first written in the body has settled its element shape.
 /// Run eagerly where no trace is in progress. How the gradient of a `while` node
-/// traces its loops without instantiating kiln::while_loop: a program that makes tapes but traces no loop of its own
-/// compiles none of the loop machinery, and one that traces loops but makes no tape
-/// compiles none of this.
+/// traces its loops without instantiating kiln::while_loop: a program that makes tapes
+/// but traces no loop of its own compiles none of the loop machinery, and one that
+/// traces loops but makes no tape compiles none of this.
 template <class Condition, class Body, class Restart>
 std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vector<tensor> leaves,
                                          std::vector<const tensor_array*> arrays, bool breaks, Condition condition,
                                          Body body, Restart restart) {
+  trace_context* trace = trace_context::current();
+  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
+    for (;;) {
+      if (!truth_of(condition(leaves), "while_loop")) return leaves;
+      std::vector<tensor> next = body(leaves);
+      if (breaks) {
+        if (truth_of(next.front(), "break_if")) return leaves;
+        next.erase(next.begin());
+      }
+      leaves = std::move(next);
+    }
+  }
   struct calls_on_leaves : loop_calls {
     Condition& condition;
     Body& body;
@@ -18115,18 +18126,6 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
           restart(r) {}
     static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
   } calls(condition, body, restart);
-  trace_context* trace = trace_context::current();
-  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
-    for (;;) {
-      if (!truth_of(condition(leaves), "while_loop")) return leaves;
-      std::vector<tensor> next = body(leaves);
-      if (breaks) {
-        if (truth_of(next.front(), "break_if")) return leaves;
-        next.erase(next.begin());
-      }
-      leaves = std::move(next);
-    }
-  }
   const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
   if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
     throw internal_error("while_loop: the gradient of a while node is traced where no loop was");

@@ -174,7 +174,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
       return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
                                       : branch(c.branches.else_graph, c.branches.else_args)({});
     }
-    const cond_recorder_of_branches record = cond_tracer_hook().load(std::memory_order_relaxed);
+    const cond_tracer record = cond_tracer_hook().load(std::memory_order_relaxed);
     if (!record)  // a cond node comes from a traced cond, which sets the recorder
       throw internal_error("cond: the gradient of a cond node is traced where no cond was");
     traced_subgraph then_graph, else_graph;
@@ -191,13 +191,25 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
 /// with once a tensor_array first written in the body has settled its element shape.
 /// Run eagerly where no trace is in progress. How the gradient of a `while` node
-/// traces its loops without instantiating kiln::while_loop: a program that makes tapes but traces no loop of its own
-/// compiles none of the loop machinery, and one that traces loops but makes no tape
-/// compiles none of this.
+/// traces its loops without instantiating kiln::while_loop: a program that makes tapes
+/// but traces no loop of its own compiles none of the loop machinery, and one that
+/// traces loops but makes no tape compiles none of this.
 template <class Condition, class Body, class Restart>
 std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vector<tensor> leaves,
                                          std::vector<const tensor_array*> arrays, bool breaks, Condition condition,
                                          Body body, Restart restart) {
+  trace_context* trace = trace_context::current();
+  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
+    for (;;) {
+      if (!truth_of(condition(leaves), "while_loop")) return leaves;
+      std::vector<tensor> next = body(leaves);
+      if (breaks) {
+        if (truth_of(next.front(), "break_if")) return leaves;
+        next.erase(next.begin());
+      }
+      leaves = std::move(next);
+    }
+  }
   struct calls_on_leaves : loop_calls {
     Condition& condition;
     Body& body;
@@ -211,18 +223,6 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
           restart(r) {}
     static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
   } calls(condition, body, restart);
-  trace_context* trace = trace_context::current();
-  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
-    for (;;) {
-      if (!truth_of(condition(leaves), "while_loop")) return leaves;
-      std::vector<tensor> next = body(leaves);
-      if (breaks) {
-        if (truth_of(next.front(), "break_if")) return leaves;
-        next.erase(next.begin());
-      }
-      leaves = std::move(next);
-    }
-  }
   const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
   if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
     throw internal_error("while_loop: the gradient of a while node is traced where no loop was");

@@ -292,10 +292,9 @@ std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced
 /// record_cond, set when a program first traces a cond: how the gradient of a `cond`
 /// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
 /// makes tapes but traces no cond does not compile it. Null until then.
-using cond_recorder_of_branches = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&,
-                                                          traced_subgraph&);
-inline std::atomic<cond_recorder_of_branches>& cond_tracer_hook() {
-  static std::atomic<cond_recorder_of_branches> hook{nullptr};
+using cond_tracer = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&, traced_subgraph&);
+inline std::atomic<cond_tracer>& cond_tracer_hook() {
+  static std::atomic<cond_tracer> hook{nullptr};
   return hook;
 }
 
