@@ -280,7 +280,6 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
-
 /// A `cond` node recorded into `trace` from its two traced branches; gives its
 /// results. What does not depend on the branches' C++ types, so that a program
 /// compiles it once, not once per cond (and not at all when it traces none: a
