@@ -112,6 +112,13 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
                                                                           const ::kiln::tensor&);                 \
   prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
                                                              ::kiln::dtype, std::optional<std::uint64_t>);  \
+  prefix template class kiln::detail::basic_graph_executor<void>;                                                \
+  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_of<void>(                            \
+      const ::kiln::tensor&, const std::vector<::kiln::tensor>&,                                                   \
+      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>*);                                 \
+  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_with_variables<void>(                \
+      const ::kiln::tensor&, std::vector<::kiln::tensor>,                                                          \
+      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&);                                 \
   prefix template void kiln::detail::concrete_state::compile<void>();                                             \
   prefix template void kiln::detail::concrete_state::run<void>(const ::kiln::detail::call_signature&,             \
                                                                std::vector<::kiln::tensor>&) const;               \
@@ -140,7 +147,8 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
   prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
       const ::kiln::detail::trace_context&) const;
-// The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
+// The runtime's one function that is not a template (format_values) is declared
+// KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_TEMPLATES()

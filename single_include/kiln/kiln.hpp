@@ -5244,7 +5244,7 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
 /// The op registry: every op type, one row each, in one Boost.Mp11 list per family.
-/// Graphs store an op as a `std::variant` over these lists, and the cross-backend suite
+/// Graphs store an op as an `ops::any_op` over these lists, and the cross-backend suite
 /// walks them; calling an op without its row stops at `ops::registered`'s `static_assert`.
 
 #include <boost/mp11/list.hpp>
@@ -9214,7 +9214,7 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
 template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
-  // rather than pages from std::variant's constructor over every registered op.
+  // rather than pages from ops::any_op's constructor.
   static_assert(ops::registered<Op>,
                 "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
   if constexpr (ops::registered<Op>) {
@@ -11362,6 +11362,7 @@ auto reshape(const X& x) {
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -11371,44 +11372,120 @@ auto reshape(const X& x) {
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
-#include <variant>
 #include <vector>
 
 
 namespace kiln {
 
 namespace ops {
-/// Any op of the registry, as a graph node stores it.
-using any_op = boost::mp11::mp_rename<all_ops, std::variant>;
+
+/// Any op of the registry, as a graph node stores it: which op (its position in
+/// `all_ops`) and the op, shared by the copies (an op never changes once made).
+/// A class of kiln's own rather than a std::variant of the registry: libstdc++'s
+/// variant instantiates its storage and special members by recursion over every
+/// alternative, which every source file that includes kiln paid. Read it with
+/// ops::holds_alternative, ops::get_if, ops::get and ops::visit.
+/// \code
+/// kiln::ops::any_op op = kiln::ops::add{};
+/// assert(kiln::ops::holds_alternative<kiln::ops::add>(op) && kiln::ops::name_of(op) == "add");
+/// \endcode
+class any_op {
+ public:
+  /// How many ops the registry has.
+  static constexpr std::size_t size = boost::mp11::mp_size<all_ops>::value;
+  /// The position of op type `Op`.
+  template <class Op>
+  static constexpr std::size_t position_of = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    std::size_t i = 0;
+    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+    return i;
+  }(static_cast<all_ops*>(nullptr));
+
+  /// Holds no op (index() is `size`); what a node that is not a registry op keeps.
+  any_op() = default;
+  template <class Op>
+    requires registered<Op>
+  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
+  template <class Op>
+  any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
+  any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
+    if (box_) box_->references.fetch_add(1, std::memory_order_relaxed);
+  }
+  any_op(any_op&& other) noexcept : box_(std::exchange(other.box_, nullptr)), index_(std::exchange(other.index_, size)) {}
+  any_op& operator=(any_op other) noexcept {
+    std::swap(box_, other.box_);
+    std::swap(index_, other.index_);
+    return *this;
+  }
+  ~any_op() {
+    if (box_ && box_->references.fetch_sub(1, std::memory_order_acq_rel) == 1) box_->destroy(box_);
+  }
+
+  /// The position of the op held in `all_ops`.
+  std::size_t index() const { return index_; }
+  /// The op held, which must be an `Op`.
+  template <class Op>
+  const Op& unchecked() const {
+    return static_cast<const box<Op>*>(box_)->op;
+  }
+
+ private:
+  struct box_base {
+    std::atomic<std::size_t> references{1};
+    void (*destroy)(box_base*);
+  };
+  template <class Op>
+  struct box : box_base {
+    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }}, op(std::move(o)) {}
+    Op op;
+  };
+  box_base* box_ = nullptr;
+  std::size_t index_ = size;
+};
+
+/// Whether `op` holds an `Op`.
+template <class Op>
+bool holds_alternative(const any_op& op) {
+  return op.index() == any_op::position_of<Op>;
+}
+/// The `Op` that `*op` holds, or null.
+template <class Op>
+const Op* get_if(const any_op* op) {
+  return op && holds_alternative<Op>(*op) ? &op->unchecked<Op>() : nullptr;
+}
+/// The `Op` that `op` holds; kiln::internal_error if it holds another op.
+template <class Op>
+const Op& get(const any_op& op) {
+  if (!holds_alternative<Op>(op)) throw internal_error(std::string("ops::get: the op is not ") + std::string(Op::name));
+  return op.unchecked<Op>();
+}
 
 /// `f(the op that op holds)`, as std::visit, through one table of function pointers
-/// per visitor type. libstdc++'s std::visit builds its table by recursive template
-/// instantiation, which over the registry's ops made std::visit alone the largest
-/// share of compiling a source file that includes kiln.
+/// per visitor type.
 /// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
 template <class F>
 decltype(auto) visit(F&& f, const any_op& op) {
-  using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
-  return [&]<std::size_t... I>(std::index_sequence<I...>) -> result {
+  return []<class... Ops>(F& g, const any_op& o, boost::mp11::mp_list<Ops...>*) -> decltype(auto) {
+    using result = std::invoke_result_t<F&, const boost::mp11::mp_front<all_ops>&>;
     static constexpr result (*table[])(F&, const any_op&) = {
-        [](F& g, const any_op& o) -> result { return g(*std::get_if<I>(&o)); }...};
-    return table[op.index()](f, op);
-  }(std::make_index_sequence<std::variant_size_v<any_op>>{});
+        [](F& h, const any_op& x) -> result { return h(x.unchecked<Ops>()); }...};
+    return table[o.index()](g, o);
+  }(f, op, static_cast<all_ops*>(nullptr));
 }
 
 /// The registry name of the op that `op` holds: `add`, `matmul`.
 inline std::string_view name_of(const any_op& op) {
-  static constexpr auto names = []<class... Ops>(std::variant<Ops...>*) {
+  static constexpr auto names = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
     return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
-  }(static_cast<any_op*>(nullptr));
+  }(static_cast<all_ops*>(nullptr));
   return names[op.index()];
 }
 
 /// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
 inline int value_operand_of(const any_op& op) {
-  static constexpr auto operands = []<class... Ops>(std::variant<Ops...>*) {
+  static constexpr auto operands = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
     return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
-  }(static_cast<any_op*>(nullptr));
+  }(static_cast<all_ops*>(nullptr));
   return operands[op.index()];
 }
 
@@ -11955,7 +12032,6 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <variant>
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_FOLD_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_FOLD_HPP
@@ -11971,7 +12047,6 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 
 #include <cstdint>
 #include <string>
-#include <variant>
 #include <vector>
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_NODE_MAP_HPP
@@ -12153,7 +12228,8 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
 /// compound kernels compute it; `operand(entry, contiguous)` names the register
 /// holding a table entry.
 /// For example `kiln::detail::exec::scale_and_shift(v0, s3, B(T(-0.0)))`.
-inline std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
+template <class = void>
+std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
                                           auto&& operand) {
   auto value = [&](const fold_operand& o, const char* identity) {
     const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
@@ -12198,10 +12274,12 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
     if (values[id].type != t || !entries[id].compound) return folded_op::none;
     for (int in : g.node_at(id).input_ids())
       if (values[in].type != t) return folded_op::none;
+    // Found by argument-dependent lookup: this header leaves kiln/graph/graph.hpp out,
+    // so that a native loop's source includes no more than it needs.
     const auto& op = g.node_at(id).operation();
-    if (std::holds_alternative<ops::add>(op)) return folded_op::add;
-    if (std::holds_alternative<ops::subtract>(op)) return folded_op::subtract;
-    if (std::holds_alternative<ops::multiply>(op)) return folded_op::multiply;
+    if (holds_alternative<ops::add>(op)) return folded_op::add;
+    if (holds_alternative<ops::subtract>(op)) return folded_op::subtract;
+    if (holds_alternative<ops::multiply>(op)) return folded_op::multiply;
     return folded_op::none;
   };
   node_map<int> reads(n, 0), reader(n, -1), place(n, -1);
@@ -12487,7 +12565,6 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 #include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
 #define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
@@ -12507,7 +12584,6 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 #include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 
@@ -12653,7 +12729,7 @@ KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs
                  std::span<tensor> grads) {
   if constexpr (differentiable<Op>) {
     gradient_builder g(inputs, output, upstream, grads);
-    std::get<Op>(op).gradient(g);
+    op.unchecked<Op>().gradient(g);
   }
 }
 
@@ -12689,21 +12765,9 @@ struct op_kernels {
   std::atomic<equal_fn> equal{nullptr};
 };
 
-/// Position of `Op` in the op variant.
-template <class Op, class Variant>
-struct op_position;
-template <class Op, class... Ops>
-struct op_position<Op, std::variant<Ops...>> {
-  static constexpr std::size_t value = [] {
-    std::size_t i = 0;
-    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
-    return i;
-  }();
-};
-
 /// One row per op of the registry; a row is empty until its op registers.
-inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() {
-  static std::array<op_kernels, std::variant_size_v<ops::any_op>> table{};
+inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
+  static std::array<op_kernels, ops::any_op::size> table{};
   return table;
 }
 
@@ -12719,18 +12783,18 @@ inline std::mutex& registration_mutex() {
 /// itself fills it again, complete.
 template <class Op, dtype_set Only = dtypes::all>
 bool register_kernels() {
-  op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  op_kernels& row = kernel_table()[ops::any_op::position_of<Op>];
   std::lock_guard lock(registration_mutex());
   if constexpr (Only != dtypes::all)
     if (row.execute.load(std::memory_order_acquire)) return true;
   if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
     row.entry.store(
-        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(std::get<Op>(op), in, out); },
+        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
         std::memory_order_release);
     row.infer.store(
         [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
-          const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
-          const shape_result sh = std::get<Op>(op).result_shape(shapes);
+          const dtype_result dt = op.unchecked<Op>().result_dtype(dtypes);
+          const shape_result sh = op.unchecked<Op>().result_shape(shapes);
           if (!dt.ok() || !sh.ok()) return false;
           type = dt.value;
           dims = sh.value;
@@ -12740,12 +12804,12 @@ bool register_kernels() {
   }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
-    return record_symbolic(std::get<Op>(op), in);
+    return record_symbolic(op.unchecked<Op>(), in);
   }, std::memory_order_release);
-  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
+  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
                   std::memory_order_release);
   row.execute.store(
-      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(std::get<Op>(op), in); },
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
       std::memory_order_release);
   return true;
 }
@@ -12992,10 +13056,13 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-inline void watch_on_active_tapes(const void* variable, const tensor& value);
-inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                        std::span<const tensor> out);
+template <class = void>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+template <class = void>
+void watch_on_active_tapes(const void* variable, const tensor& value);
+template <class = void>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out);
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -13054,8 +13121,8 @@ class gradient_tape {
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
     detail::register_tape_ops(detail::tape_ops{});
-    detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
-    detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::tape_hook().store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::variable_read_hook().store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
@@ -13074,6 +13141,7 @@ class gradient_tape {
 
   /// Records the ops that read `t` from now on (floating-point tensors only; inside a
   /// kiln::function, symbolic ones too).
+  template <class = void>
   void watch(const tensor& t) {
     if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
@@ -13081,11 +13149,13 @@ class gradient_tape {
   /// The gradient of `target` (summed when it is not a scalar) with respect to
   /// `source`: a tensor of the source's shape, or per `unconnected` when the target
   /// does not depend on it (an undefined tensor by default; integer sources never do).
+  template <class = void>
   tensor gradient(const tensor& target, const tensor& source,
                   unconnected_gradients unconnected = unconnected_gradients::none) {
     return gradient(target, std::vector<tensor>{source}, unconnected)[0];
   }
   /// Gradients of `target` with respect to each of `sources`.
+  template <class = void>
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
     std::vector<tensor> out = gradients_of(target, sources);
@@ -13120,8 +13190,11 @@ class gradient_tape {
   }
 
  private:
+  template <class>
   friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
+  template <class>
   friend void detail::watch_on_active_tapes(const void*, const tensor&);
+  template <class>
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
   template <class>
@@ -13133,11 +13206,13 @@ class gradient_tape {
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
   // function calls (undefined where the target depends on none).
-  KILN_LIBRARY_INLINE std::vector<tensor> gradients_with_variables(
+  template <class = void>
+  std::vector<tensor> gradients_with_variables(
       const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
   // `variables`, when given, adds the gradient of each variable's reads inside function
   // calls after those of `sources`.
-  KILN_LIBRARY_INLINE std::vector<tensor> gradients_of(
+  template <class = void>
+  std::vector<tensor> gradients_of(
       const tensor& target, const std::vector<tensor>& sources,
       const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
@@ -13145,6 +13220,7 @@ class gradient_tape {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
     return {};
   }
+  template <class = void>
   void watch_read(const void* variable, const tensor& value) {
     if (!records(value)) return;
     const detail::tape_key key(value);
@@ -13168,6 +13244,7 @@ class gradient_tape {
     return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
   }
 
+  template <class = void>
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
     if (!records(out)) return;
     bool reads_tracked = false;
@@ -13181,6 +13258,7 @@ class gradient_tape {
 
   // A kiln::function call: recorded when it reads a tracked tensor or a variable
   // (variables are watched when read).
+  template <class = void>
   void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
                    std::span<const tensor> out) {
     if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
@@ -13193,12 +13271,14 @@ class gradient_tape {
   }
 
   // Adds `g` to the gradient kept under `key`.
+  template <class = void>
   static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
     if (!g.defined()) return;  // unconnected
     auto [at, fresh] = grads.emplace(key, g);
     if (!fresh) at->second = detail::sum_defined(at->second, g);
   }
 
+  template <class = void>
   void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
     auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
     if (std::ranges::none_of(e.outputs, reached)) return;
@@ -13212,6 +13292,7 @@ class gradient_tape {
     for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
   }
 
+  template <class = void>
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
     grads.emplace(detail::tape_key(target),
                   detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
@@ -13250,7 +13331,8 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
+template <class>
+std::vector<tensor> gradient_tape::gradients_with_variables(
     const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
   const std::size_t given = sources.size();
   std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
@@ -13268,7 +13350,8 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
   }
   return out;
 }
-KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
+template <class>
+std::vector<tensor> gradient_tape::gradients_of(
     const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
   if (used_ && !persistent_)
@@ -13322,18 +13405,21 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   return view ? fresh_copy(out) : out;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+template <class>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
-inline void watch_on_active_tapes(const void* variable, const tensor& value) {
+template <class>
+void watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
 
 /// Records a call described by `call` on the tapes of this thread.
-inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                        std::span<const tensor> out) {
+template <class>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 
@@ -13548,13 +13634,15 @@ struct execution_plan {
 };
 
 /// True for the nodes a schedule runs: registry ops, special ops and their results.
-inline bool computed(const node& n) {
+template <class = void>
+bool computed(const node& n) {
   return n.kind() == node_kind::op || n.kind() == node_kind::special || n.kind() == node_kind::result;
 }
 
 /// The part of planning that does not depend on shapes: which nodes the outputs and
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
+  template <class = void>
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const int n = needed.size();
     for (int out : g.outputs()) {
@@ -13598,7 +13686,8 @@ inline constexpr std::int64_t single_pass_max_tile = 4096;
 
 /// Sets the tile of cluster `c` (at most `max_tile` elements) and its buffers' size:
 /// the tile scratch of a chunk stays within about 32 KiB, to stay in L1.
-inline void set_tile(fused_cluster& c, std::int64_t max_tile) {
+template <class = void>
+void set_tile(fused_cluster& c, std::int64_t max_tile) {
   constexpr std::size_t budget_bytes = std::size_t(32) << 10;
   constexpr std::int64_t min_tile = 64;
   const std::int64_t budget = std::int64_t(budget_bytes / (sizeof(double) * std::size_t(std::max(c.buffers, 1))));
@@ -13671,7 +13760,8 @@ struct typed_nodes {
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
 /// leave partly unknown.
 /// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
-inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+template <class = void>
+std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
@@ -13721,7 +13811,8 @@ inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outli
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
-inline std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+template <class = void>
+std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                            std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;
@@ -13751,7 +13842,8 @@ struct clustering {
 
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
-inline clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
+template <class = void>
+clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
     std::vector<int> members;
     bool open = true;
@@ -13822,7 +13914,8 @@ struct schedule {
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
-inline schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+template <class = void>
+schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
                                const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes
@@ -13889,6 +13982,7 @@ namespace kiln::detail::exec {
 /// Workspace slots of one dtype, reused by values whose lives do not overlap. A value
 /// takes a free slot when its step runs and gives it back after its last read, so no
 /// step writes where it reads.
+template <class = void>
 class slot_allocator {
  public:
   /// A slot of at least `elements` elements, busy through step `until`: the smallest
@@ -13950,7 +14044,8 @@ struct memory_plan {
 
 /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
 /// `values`, and the slot of those in slots.
-inline memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
+template <class = void>
+memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
                                const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
@@ -14010,7 +14105,7 @@ inline memory_plan plan_memory(const graph& g, const graph_outline& outline, con
   for (int id : m.fresh)
     if (last_use[id] >= 0 && last_use[id] < end) m.release[std::size_t(last_use[id])].push_back(id);
 
-  std::array<slot_allocator, dtype_count> slots;
+  std::array<slot_allocator<>, dtype_count> slots;
   std::vector<std::vector<int>> defined(s.steps.size());
   for (int id : m.bound) defined[std::size_t(s.step_of[id])].push_back(id);
   for (int k = 0; k < end; ++k) {
@@ -14019,7 +14114,7 @@ inline memory_plan plan_memory(const graph& g, const graph_outline& outline, con
       v.slot = slots[std::size_t(v.type)].take(std::max<std::int64_t>(v.dims.num_elements(), 1),
                                                 std::max(family_last_use[find(id)], k));
     }
-    for (slot_allocator& a : slots) a.finish_step(k);
+    for (slot_allocator<>& a : slots) a.finish_step(k);
   }
   for (int t = 0; t < dtype_count; ++t) m.slot_elements[std::size_t(t)] = std::move(slots[std::size_t(t)]).sizes();
   return m;
@@ -14040,7 +14135,8 @@ struct lowered_op {
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
-inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+template <class = void>
+std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
   for (int id : members) {
     if (f.folded[id]) continue;
@@ -14060,7 +14156,8 @@ inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<in
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
-inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+template <class = void>
+std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
                                                      auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
@@ -14089,7 +14186,8 @@ inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_o
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written).
-inline fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
+template <class = void>
+fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
                                    const node_map<value_info>& values, const memory_plan& memory) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
@@ -14177,7 +14275,8 @@ namespace kiln::detail::exec {
 
 /// The plan of graph `g` (outlined by `outline`) for `args`.
 /// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
-inline std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+template <class = void>
+std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
   auto p = std::make_unique<execution_plan>();
   for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;
@@ -14274,6 +14373,7 @@ class workspace {
   std::vector<void*> bases;
 
   /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
+  template <class = void>
   void bind(const graph& g, const execution_plan& p) {
     const std::size_t n = std::size_t(p.values.size());
     values.assign(n, tensor());
@@ -14304,6 +14404,7 @@ class workspace {
   }
 
   /// Tile scratch for `chunks` chunks of cluster `c`: buffers, then pointer tables.
+  template <class = void>
   void reserve_chunks(const fused_cluster& c, std::int64_t chunks, char*& buffers, void**& tables) {
     buffers = scratch_.reserve(std::size_t(chunks) * c.chunk_bytes());
     // Whole cache lines per chunk: threads that write their tables for every tile
@@ -14437,7 +14538,8 @@ class jit_switch {
 namespace kiln::detail::exec {
 
 /// The C++ element type of a dtype that native loops handle, or "" for others.
-inline std::string_view native_type_name(dtype t) {
+template <class = void>
+std::string_view native_type_name(dtype t) {
   switch (t) {
     case float32: return "float";
     case float64: return "double";
@@ -14448,11 +14550,13 @@ inline std::string_view native_type_name(dtype t) {
 }
 
 /// This header's path: under kiln's own headers, or the single header itself.
-inline std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
+template <class = void>
+std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
 
 /// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
 /// used through its single header.
-inline std::string kiln_include_root() {
+template <class = void>
+std::string kiln_include_root() {
   const std::string here = jit_header().string();
   const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
@@ -14462,7 +14566,8 @@ inline std::string kiln_include_root() {
 /// arithmetic and xsimd. From kiln's own headers (found with `-I`
 /// kiln_include_root()), only those; from the single header, all of it, with the
 /// library parts declared only.
-inline std::string native_prelude() {
+template <class = void>
+std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
@@ -14475,7 +14580,8 @@ inline std::string native_prelude() {
 /// one dtype. Like the elementwise kernels, a loop whose results are too large for
 /// the cache writes them with non-temporal stores.
 /// It holds lines such as `const B v0 = kiln::ops::abs{}(m3);`.
-KILN_COLD inline std::string native_source(const fused_cluster& c) {
+template <class = void>
+KILN_COLD std::string native_source(const fused_cluster& c) {
   std::size_t ops = 0;
   for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
   if (ops < 2) return {};
@@ -14543,7 +14649,10 @@ KILN_COLD inline std::string native_source(const fused_cluster& c) {
 }
 
 /// Compiles and loads native loops, once per source text per process (and once per
-/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded.
+/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded. (A
+/// template, as this header's functions are, so that only a program that turns
+/// jit_compile on compiles it.)
+template <class = void>
 class native_compiler {
  public:
   static native_compiler& instance() {
@@ -14712,10 +14821,11 @@ class native_compiler {
 };
 
 /// Compiles the clusters of plan `p` that native loops handle.
-KILN_COLD inline void compile_native_loops(execution_plan& p) {
+template <class = void>
+KILN_COLD void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
     if (std::string source = native_source(c); !source.empty()) {
-      c.native = native_compiler::instance().load(source);
+      c.native = native_compiler<>::instance().load(source);
       if (c.native) set_tile(c, single_pass_max_tile);
     }
 }
@@ -14734,7 +14844,7 @@ inline std::atomic<native_loop_compiler>& native_loops_hook() {
 namespace kiln::detail {
 template <class>
 struct native_loops {
-  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops, std::memory_order_release); }
+  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail
 // ----- end kiln/exec/jit.hpp -----
@@ -14749,15 +14859,18 @@ namespace kiln::detail {
 /// kiln::detail::graph_executor run(g);
 /// std::vector<kiln::tensor> out = run.run(std::vector<kiln::tensor>{kiln::constant(2.f)});  // [4]
 /// \endcode
-class graph_executor {
+/// (A template on nothing, as the planner's functions are, so that a program compiles
+/// the executor and the planner only where it runs a graph.)
+template <class = void>
+class basic_graph_executor {
  public:
   /// Plans kept per executor; calls with yet other shapes plan for themselves.
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
-  graph_executor(const graph_executor&) = delete;
-  graph_executor& operator=(const graph_executor&) = delete;
+  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
+  basic_graph_executor(const basic_graph_executor&) = delete;
+  basic_graph_executor& operator=(const basic_graph_executor&) = delete;
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
@@ -14768,7 +14881,7 @@ class graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  KILN_LIBRARY_INLINE void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -14804,7 +14917,7 @@ class graph_executor {
   // single-caller case, returned with the call's fresh values released.
   class lease {
    public:
-    lease(const graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(const basic_graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
@@ -14815,7 +14928,7 @@ class graph_executor {
     exec::workspace& operator*() const { return *ws_; }
 
    private:
-    const graph_executor& owner_;
+    const basic_graph_executor& owner_;
     const exec::execution_plan& plan_;
     exec::workspace* ws_;
   };
@@ -15066,8 +15179,11 @@ class graph_executor {
   mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
 
+using graph_executor = basic_graph_executor<>;
+
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE void graph_executor::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+template <class Lazy>
+void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
   outputs.clear();
   if (args.size() != graph_->arguments().size())
     throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
@@ -15119,14 +15235,14 @@ KILN_LIBRARY_INLINE void graph_executor::run(std::span<const tensor> args, std::
 #include <cstdint>
 #include <map>
 #include <utility>
-#include <variant>
 #include <vector>
 
 
 namespace kiln::detail {
 
 /// True when every element of the eager tensor `t` equals `v`.
-inline bool filled_with(const tensor& t, double v) {
+template <class = void>
+bool filled_with(const tensor& t, double v) {
   if (t.device() != device::cpu) return false;
   return visit_dtype(t.dtype(), [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
@@ -15139,6 +15255,7 @@ inline bool filled_with(const tensor& t, double v) {
   });
 }
 
+template <class = void>
 class optimizer {
  public:
   explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
@@ -15192,21 +15309,21 @@ class optimizer {
   int simplify(const node& n, const std::vector<int>& ins) const {
     const ops::any_op& op = n.operation();
     auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-    if (std::holds_alternative<ops::multiply>(op)) {
+    if (ops::holds_alternative<ops::multiply>(op)) {
       if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
       if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-    } else if (std::holds_alternative<ops::add>(op)) {
+    } else if (ops::holds_alternative<ops::add>(op)) {
       if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
       if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-    } else if (std::holds_alternative<ops::subtract>(op)) {
+    } else if (ops::holds_alternative<ops::subtract>(op)) {
       if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-    } else if (std::holds_alternative<ops::divide>(op)) {
+    } else if (ops::holds_alternative<ops::divide>(op)) {
       if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-    } else if (std::holds_alternative<ops::negate>(op)) {
+    } else if (ops::holds_alternative<ops::negate>(op)) {
       const node& inner = at(ins[0]);
-      if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+      if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
         return keep_if(inner.input_ids()[0]);
-    } else if (std::holds_alternative<ops::cast>(op) || std::holds_alternative<ops::reshape>(op)) {
+    } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
       return keep_if(ins[0]);
     }
     return -1;
@@ -15236,7 +15353,10 @@ class optimizer {
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
-inline graph optimize(const graph& g) { return optimizer(g).run(); }
+template <class = void>
+graph optimize(const graph& g) {
+  return optimizer<>(g).run();
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/passes/optimize.hpp -----
@@ -15478,6 +15598,7 @@ class scalar_program {
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
   /// an output or an elementwise op of one element, or is an op that checks integer
   /// values (division by zero), which the program could not report.
+  template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
     const auto& nodes = g.nodes();
@@ -15554,15 +15675,19 @@ class scalar_program {
 namespace kiln::detail {
 
 /// A graph that a special op runs: the graph as traced (for listings and to_dot),
-/// its optimized form and the executor of that.
+/// its optimized form and the executor of that. (Its members that optimize and run,
+/// and those of the ops below, are templates, as the planner's functions are, so that
+/// a program compiles the planner only where it runs a graph.)
 class subgraph {
  public:
+  template <class = void>
   explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
   subgraph(const subgraph&) = delete;
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
   const graph& optimized() const { return optimized_; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
 
  private:
@@ -15584,6 +15709,7 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
 /// after the predicate).
 class cond_op final : public special_op {
  public:
+  template <class = void>
   cond_op(graph then_graph, std::vector<int> then_args, graph else_graph, std::vector<int> else_args)
       : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)),
         then_args_(std::move(then_args)), else_args_(std::move(else_args)),
@@ -15593,6 +15719,7 @@ class cond_op final : public special_op {
   std::vector<std::pair<std::string, const graph*>> subgraphs() const {
     return {{"then", &then_.traced()}, {"else", &else_.traced()}};
   }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const bool taken = truth_of(*in[0], "cond");
     const std::vector<int>& picks = taken ? then_args_ : else_args_;
@@ -15623,6 +15750,7 @@ class cond_op final : public special_op {
 /// values must be one element each.
 class while_op final : public special_op {
  public:
+  template <class = void>
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
       : special_op(std::type_identity<while_op>()), vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks),
         cond_(std::move(cond_graph)), body_(std::move(body_graph)),
@@ -15639,6 +15767,7 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);
@@ -15674,6 +15803,7 @@ class while_op final : public special_op {
 
   // The loop on scalar programs: loop variables and captures live in registers, and
   // an iteration allocates nothing.
+  template <class = void>
   std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
     const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
     const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);
@@ -19162,7 +19292,9 @@ struct uniform_spec {
   double minval;
   std::optional<double> maxval;
 
-  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
+  /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
+  template <class = void>
   void check() const {
     if (!is_floating(type) && !is_integer(type))
       throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
@@ -19573,10 +19705,10 @@ class basic_graph_writer final : public description_sink {
   /// The registry op named `name`, copied from `op`.
   static ops::any_op registry_op(std::string_view name, const void* op) {
     using copy = ops::any_op (*)(const void*);
-    static constexpr auto table = []<class... Ops>(std::variant<Ops...>*) {
+    static constexpr auto table = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
       return std::array<std::pair<std::string_view, copy>, sizeof...(Ops)>{
           std::pair<std::string_view, copy>{Ops::name, [](const void* p) { return ops::any_op(*static_cast<const Ops*>(p)); }}...};
-    }(static_cast<ops::any_op*>(nullptr));
+    }(static_cast<ops::all_ops*>(nullptr));
     for (const auto& [op_name, make] : table)
       if (op_name == name) return make(op);
     throw internal_error("kiln: graph(): no op named " + std::string(name) + " in the registry");
@@ -19761,6 +19893,7 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 /// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
 class range_stage final : public dataset_stage {
  public:
+  template <class = void>
   range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
       : dataset_stage(std::type_identity<range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
         start_(start), delta_(delta) {
@@ -19770,6 +19903,7 @@ class range_stage final : public dataset_stage {
     const std::int64_t step = delta > 0 ? delta : -delta;
     count_ = span <= 0 ? 0 : (span + step - 1) / step;
   }
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
       return dataset_element{kiln::constant(start + i * delta)};
@@ -19822,9 +19956,11 @@ class slices_stage final : public dataset_stage {
 /// `dataset::from_tensors`: one element, the components themselves.
 class tensors_stage final : public dataset_stage {
  public:
+  template <class = void>
   explicit tensors_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(1, [this](std::int64_t) { return components_; });
   }
@@ -19847,11 +19983,13 @@ class tensors_stage final : public dataset_stage {
 class generator_stage final : public dataset_stage {
  public:
   using next_element = std::function<std::optional<dataset_element>()>;
+  template <class = void>
   generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
       : dataset_stage(std::type_identity<generator_stage>(), "FlatMapDataset", std::move(spec), true),
         start_(std::move(start)) {
     if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
   }
+  template <class = void>
   element_iterator iterate() const {
     return element_iterator([source = start_(), this] {
       std::optional<dataset_element> e = source();
@@ -19887,13 +20025,16 @@ class transform_stage : public dataset_stage {
   std::shared_ptr<const dataset_stage> input_;
 };
 
-/// `dataset::map`: each element through a function traced once into a subgraph.
+/// `dataset::map`: each element through a function traced once into a subgraph. Its
+/// members are templates, as subgraph's are: they optimize and run a graph.
 class map_stage final : public transform_stage {
  public:
+  template <class = void>
   map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
       : transform_stage(std::type_identity<map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::optional<dataset_element> e = in.next();
@@ -19964,6 +20105,7 @@ class batch_stage final : public transform_stage {
 /// and the sequence of passes is the same at every run of a program.
 class shuffle_stage final : public transform_stage {
  public:
+  template <class = void>
   shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
                 bool reshuffle_each_iteration)
       : transform_stage(std::type_identity<shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
@@ -19972,6 +20114,7 @@ class shuffle_stage final : public transform_stage {
     if (buffer_size <= 0)
       throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
   }
+  template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
     // std::mt19937_64's output is fixed by the standard; the index is taken by
@@ -20003,8 +20146,10 @@ class shuffle_stage final : public transform_stage {
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
 class take_stage final : public transform_stage {
  public:
+  template <class = void>
   take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
       : transform_stage(std::type_identity<take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
       if (count >= 0 && taken >= count) return std::optional<dataset_element>();
@@ -20022,11 +20167,13 @@ class take_stage final : public transform_stage {
 /// stage keeps pipelines written for TensorFlow as they are.
 class prefetch_stage final : public transform_stage {
  public:
+  template <class = void>
   prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
       : transform_stage(std::type_identity<prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
     if (buffer_size < 0)
       throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
   }
+  template <class = void>
   element_iterator iterate() const { return input()->iterate(); }
 };
 
@@ -20132,9 +20279,11 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
 /// an element's components, the state and the captures, and gives the next state.
 /// The pipeline comes from the handle at every run, so a trace given a dataset as an
 /// argument runs on the dataset of each call; the op also holds the pipeline it was
-/// traced with, which keeps a dataset made or captured while tracing alive.
+/// traced with, which keeps a dataset made or captured while tracing alive. Its
+/// members are templates, as subgraph's are.
 class reduce_dataset_op final : public special_op {
  public:
+  template <class = void>
   reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
       : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
@@ -20142,6 +20291,7 @@ class reduce_dataset_op final : public special_op {
   std::string_view name() const { return "ReduceDataset"; }
   bool has_effects() const { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
     check_spec(stage->element_spec());
@@ -20213,11 +20363,13 @@ class dataset {
   /// int64 scalars `start, start + delta, ...` up to `limit` (excluded), as
   /// tf.data.Dataset.range; a zero `delta` raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(1, 8, 3);  // 1, 4, 7 \endcode
+  template <class = void>
   static dataset range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1) {
     return dataset(std::make_shared<detail::range_stage>(start, limit, delta));
   }
   /// `0, 1, ..., limit - 1`.
   /// \code kiln::data::dataset::range(5);  // 0, 1, 2, 3, 4 \endcode
+  template <class = void>
   static dataset range(std::int64_t limit) { return range(0, limit); }
 
   /// One element per index of the first dim: element `i` holds `c[i]` of every
@@ -20318,6 +20470,7 @@ class dataset {
   /// with `reshuffle_each_iteration` each pass (each epoch, each function call)
   /// draws a new order, reproducibly.
   /// \code kiln::data::dataset::range(10).shuffle(10, 42); \endcode
+  template <class = void>
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
                   bool reshuffle_each_iteration = true) const {
     return dataset(std::make_shared<detail::shuffle_stage>(stage_, buffer_size, seed ? *seed : detail::fresh_seed(),
@@ -20327,12 +20480,14 @@ class dataset {
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
   /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
+  template <class = void>
   dataset prefetch(std::int64_t buffer_size) const {
     return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
   }
 
   /// The first `count` elements (all of them for a negative count).
   /// \code kiln::data::dataset::range(10).take(3);  // 0, 1, 2 \endcode
+  template <class = void>
   dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
 
   /// One spec per component of an element.
@@ -20847,6 +21002,13 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
                                                                           const ::kiln::tensor&);                 \
   prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
                                                              ::kiln::dtype, std::optional<std::uint64_t>);  \
+  prefix template class kiln::detail::basic_graph_executor<void>;                                                \
+  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_of<void>(                            \
+      const ::kiln::tensor&, const std::vector<::kiln::tensor>&,                                                   \
+      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>*);                                 \
+  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_with_variables<void>(                \
+      const ::kiln::tensor&, std::vector<::kiln::tensor>,                                                          \
+      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&);                                 \
   prefix template void kiln::detail::concrete_state::compile<void>();                                             \
   prefix template void kiln::detail::concrete_state::run<void>(const ::kiln::detail::call_signature&,             \
                                                                std::vector<::kiln::tensor>&) const;               \
@@ -20875,7 +21037,8 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
   prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
       const ::kiln::detail::trace_context&) const;
-// The runtime's functions (not templates) are declared KILN_LIBRARY_INLINE instead
+// The runtime's one function that is not a template (format_values) is declared
+// KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_TEMPLATES()

@@ -16,7 +16,7 @@ class without_kernels {
  public:
   template <class Op>
   static without_kernels of() {
-    return without_kernels(kiln::detail::kernel_table()[kiln::detail::op_position<Op, kiln::ops::any_op>::value]);
+    return without_kernels(kiln::detail::kernel_table()[kiln::ops::any_op::position_of<Op>]);
   }
   ~without_kernels() {
     row_.entry = entry_;
@@ -37,7 +37,7 @@ class without_kernels {
 
 TEST_CASE("an op's first call fills its row of the kernel table") {
   (void)kiln::floormod(kiln::constant(7), kiln::constant(3));
-  const auto& row = kiln::detail::kernel_table()[kiln::detail::op_position<kiln::ops::floormod, kiln::ops::any_op>::value];
+  const auto& row = kiln::detail::kernel_table()[kiln::ops::any_op::position_of<kiln::ops::floormod>];
   CHECK(row.execute != nullptr);
   CHECK(row.entry != nullptr);
 }

@@ -100,7 +100,7 @@ TEST_CASE("jit_compile runs fused clusters as native loops with eager's results"
     require_native_matches_eager(chain, random_tensor(kiln::float32, s, 4));
   }
   // Compiled in this process: the cache directory is its own.
-  CHECK(exec::native_compiler::instance().compiled_count() > 0);
+  CHECK(exec::native_compiler<>::instance().compiled_count() > 0);
 
   const tensor x = random_tensor(kiln::float32, {40, 33}, 5);
   const kiln::graph g = optimized_graph(chain, x);
@@ -151,7 +151,7 @@ TEST_CASE("native loops compute eager's bits: a folded product is rounded before
 TEST_CASE("native loops are found on disk by a later compiler", "[exec][native]") {
   scratch_cache cache;
   const std::string source = first_cluster_source(chain, random_tensor(kiln::float32, {64}, 11));
-  exec::native_compiler first, later;
+  exec::native_compiler<> first, later;
   const exec::native_fn compiled = first.load(source);
   REQUIRE(compiled != nullptr);
   CHECK(first.compiled_count() == 1);

@@ -191,9 +191,9 @@ const std::set<std::string_view> not_differentiable = {
 /// Calls `f.template operator()<Op>()` for every op type of the registry.
 template <class F>
 void for_each_op(F&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (f.template operator()<std::variant_alternative_t<I, kiln::ops::any_op>>(), ...);
-  }(std::make_index_sequence<std::variant_size_v<kiln::ops::any_op>>{});
+  [&]<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    (f.template operator()<Ops>(), ...);
+  }(static_cast<kiln::ops::all_ops*>(nullptr));
 }
 
 }  // namespace

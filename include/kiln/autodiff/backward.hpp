@@ -14,7 +14,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 #include "kiln/core/error.hpp"
@@ -165,7 +164,7 @@ KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs
                  std::span<tensor> grads) {
   if constexpr (differentiable<Op>) {
     gradient_builder g(inputs, output, upstream, grads);
-    std::get<Op>(op).gradient(g);
+    op.unchecked<Op>().gradient(g);
   }
 }
 

@@ -165,10 +165,13 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-inline void watch_on_active_tapes(const void* variable, const tensor& value);
-inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                        std::span<const tensor> out);
+template <class = void>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+template <class = void>
+void watch_on_active_tapes(const void* variable, const tensor& value);
+template <class = void>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out);
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -227,8 +230,8 @@ class gradient_tape {
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
     detail::register_tape_ops(detail::tape_ops{});
-    detail::tape_hook().store(&detail::record_on_active_tapes, std::memory_order_relaxed);
-    detail::variable_read_hook().store(&detail::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::tape_hook().store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::variable_read_hook().store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
     detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
     detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
     detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
@@ -247,6 +250,7 @@ class gradient_tape {
 
   /// Records the ops that read `t` from now on (floating-point tensors only; inside a
   /// kiln::function, symbolic ones too).
+  template <class = void>
   void watch(const tensor& t) {
     if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
@@ -254,11 +258,13 @@ class gradient_tape {
   /// The gradient of `target` (summed when it is not a scalar) with respect to
   /// `source`: a tensor of the source's shape, or per `unconnected` when the target
   /// does not depend on it (an undefined tensor by default; integer sources never do).
+  template <class = void>
   tensor gradient(const tensor& target, const tensor& source,
                   unconnected_gradients unconnected = unconnected_gradients::none) {
     return gradient(target, std::vector<tensor>{source}, unconnected)[0];
   }
   /// Gradients of `target` with respect to each of `sources`.
+  template <class = void>
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
     std::vector<tensor> out = gradients_of(target, sources);
@@ -293,8 +299,11 @@ class gradient_tape {
   }
 
  private:
+  template <class>
   friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
+  template <class>
   friend void detail::watch_on_active_tapes(const void*, const tensor&);
+  template <class>
   friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
                                                  std::span<const tensor>, std::span<const tensor>);
   template <class>
@@ -306,11 +315,13 @@ class gradient_tape {
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
   // function calls (undefined where the target depends on none).
-  KILN_LIBRARY_INLINE std::vector<tensor> gradients_with_variables(
+  template <class = void>
+  std::vector<tensor> gradients_with_variables(
       const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
   // `variables`, when given, adds the gradient of each variable's reads inside function
   // calls after those of `sources`.
-  KILN_LIBRARY_INLINE std::vector<tensor> gradients_of(
+  template <class = void>
+  std::vector<tensor> gradients_of(
       const tensor& target, const std::vector<tensor>& sources,
       const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
@@ -318,6 +329,7 @@ class gradient_tape {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
     return {};
   }
+  template <class = void>
   void watch_read(const void* variable, const tensor& value) {
     if (!records(value)) return;
     const detail::tape_key key(value);
@@ -341,6 +353,7 @@ class gradient_tape {
     return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
   }
 
+  template <class = void>
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
     if (!records(out)) return;
     bool reads_tracked = false;
@@ -354,6 +367,7 @@ class gradient_tape {
 
   // A kiln::function call: recorded when it reads a tracked tensor or a variable
   // (variables are watched when read).
+  template <class = void>
   void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
                    std::span<const tensor> out) {
     if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
@@ -366,12 +380,14 @@ class gradient_tape {
   }
 
   // Adds `g` to the gradient kept under `key`.
+  template <class = void>
   static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
     if (!g.defined()) return;  // unconnected
     auto [at, fresh] = grads.emplace(key, g);
     if (!fresh) at->second = detail::sum_defined(at->second, g);
   }
 
+  template <class = void>
   void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
     auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
     if (std::ranges::none_of(e.outputs, reached)) return;
@@ -385,6 +401,7 @@ class gradient_tape {
     for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
   }
 
+  template <class = void>
   void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
     grads.emplace(detail::tape_key(target),
                   detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
@@ -423,7 +440,8 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
+template <class>
+std::vector<tensor> gradient_tape::gradients_with_variables(
     const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
   const std::size_t given = sources.size();
   std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
@@ -441,7 +459,8 @@ KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_with_variables(
   }
   return out;
 }
-KILN_LIBRARY_INLINE std::vector<tensor> gradient_tape::gradients_of(
+template <class>
+std::vector<tensor> gradient_tape::gradients_of(
     const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
   if (used_ && !persistent_)
@@ -495,18 +514,21 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   return view ? fresh_copy(out) : out;
 }
 
-inline void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+template <class>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
-inline void watch_on_active_tapes(const void* variable, const tensor& value) {
+template <class>
+void watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
 
 /// Records a call described by `call` on the tapes of this thread.
-inline void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                        std::span<const tensor> out) {
+template <class>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 

@@ -159,6 +159,7 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 /// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
 class range_stage final : public dataset_stage {
  public:
+  template <class = void>
   range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
       : dataset_stage(std::type_identity<range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
         start_(start), delta_(delta) {
@@ -168,6 +169,7 @@ class range_stage final : public dataset_stage {
     const std::int64_t step = delta > 0 ? delta : -delta;
     count_ = span <= 0 ? 0 : (span + step - 1) / step;
   }
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
       return dataset_element{kiln::constant(start + i * delta)};
@@ -220,9 +222,11 @@ class slices_stage final : public dataset_stage {
 /// `dataset::from_tensors`: one element, the components themselves.
 class tensors_stage final : public dataset_stage {
  public:
+  template <class = void>
   explicit tensors_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
+  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(1, [this](std::int64_t) { return components_; });
   }
@@ -245,11 +249,13 @@ class tensors_stage final : public dataset_stage {
 class generator_stage final : public dataset_stage {
  public:
   using next_element = std::function<std::optional<dataset_element>()>;
+  template <class = void>
   generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
       : dataset_stage(std::type_identity<generator_stage>(), "FlatMapDataset", std::move(spec), true),
         start_(std::move(start)) {
     if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
   }
+  template <class = void>
   element_iterator iterate() const {
     return element_iterator([source = start_(), this] {
       std::optional<dataset_element> e = source();
@@ -285,13 +291,16 @@ class transform_stage : public dataset_stage {
   std::shared_ptr<const dataset_stage> input_;
 };
 
-/// `dataset::map`: each element through a function traced once into a subgraph.
+/// `dataset::map`: each element through a function traced once into a subgraph. Its
+/// members are templates, as subgraph's are: they optimize and run a graph.
 class map_stage final : public transform_stage {
  public:
+  template <class = void>
   map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
       : transform_stage(std::type_identity<map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::optional<dataset_element> e = in.next();
@@ -362,6 +371,7 @@ class batch_stage final : public transform_stage {
 /// and the sequence of passes is the same at every run of a program.
 class shuffle_stage final : public transform_stage {
  public:
+  template <class = void>
   shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
                 bool reshuffle_each_iteration)
       : transform_stage(std::type_identity<shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
@@ -370,6 +380,7 @@ class shuffle_stage final : public transform_stage {
     if (buffer_size <= 0)
       throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
   }
+  template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
     // std::mt19937_64's output is fixed by the standard; the index is taken by
@@ -401,8 +412,10 @@ class shuffle_stage final : public transform_stage {
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
 class take_stage final : public transform_stage {
  public:
+  template <class = void>
   take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
       : transform_stage(std::type_identity<take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
+  template <class = void>
   element_iterator iterate() const {
     return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
       if (count >= 0 && taken >= count) return std::optional<dataset_element>();
@@ -420,11 +433,13 @@ class take_stage final : public transform_stage {
 /// stage keeps pipelines written for TensorFlow as they are.
 class prefetch_stage final : public transform_stage {
  public:
+  template <class = void>
   prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
       : transform_stage(std::type_identity<prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
     if (buffer_size < 0)
       throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
   }
+  template <class = void>
   element_iterator iterate() const { return input()->iterate(); }
 };
 
@@ -530,9 +545,11 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
 /// an element's components, the state and the captures, and gives the next state.
 /// The pipeline comes from the handle at every run, so a trace given a dataset as an
 /// argument runs on the dataset of each call; the op also holds the pipeline it was
-/// traced with, which keeps a dataset made or captured while tracing alive.
+/// traced with, which keeps a dataset made or captured while tracing alive. Its
+/// members are templates, as subgraph's are.
 class reduce_dataset_op final : public special_op {
  public:
+  template <class = void>
   reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
       : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
@@ -540,6 +557,7 @@ class reduce_dataset_op final : public special_op {
   std::string_view name() const { return "ReduceDataset"; }
   bool has_effects() const { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
     check_spec(stage->element_spec());
@@ -611,11 +629,13 @@ class dataset {
   /// int64 scalars `start, start + delta, ...` up to `limit` (excluded), as
   /// tf.data.Dataset.range; a zero `delta` raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(1, 8, 3);  // 1, 4, 7 \endcode
+  template <class = void>
   static dataset range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1) {
     return dataset(std::make_shared<detail::range_stage>(start, limit, delta));
   }
   /// `0, 1, ..., limit - 1`.
   /// \code kiln::data::dataset::range(5);  // 0, 1, 2, 3, 4 \endcode
+  template <class = void>
   static dataset range(std::int64_t limit) { return range(0, limit); }
 
   /// One element per index of the first dim: element `i` holds `c[i]` of every
@@ -716,6 +736,7 @@ class dataset {
   /// with `reshuffle_each_iteration` each pass (each epoch, each function call)
   /// draws a new order, reproducibly.
   /// \code kiln::data::dataset::range(10).shuffle(10, 42); \endcode
+  template <class = void>
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
                   bool reshuffle_each_iteration = true) const {
     return dataset(std::make_shared<detail::shuffle_stage>(stage_, buffer_size, seed ? *seed : detail::fresh_seed(),
@@ -725,12 +746,14 @@ class dataset {
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
   /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
+  template <class = void>
   dataset prefetch(std::int64_t buffer_size) const {
     return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
   }
 
   /// The first `count` elements (all of them for a negative count).
   /// \code kiln::data::dataset::range(10).take(3);  // 0, 1, 2 \endcode
+  template <class = void>
   dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
 
   /// One spec per component of an element.

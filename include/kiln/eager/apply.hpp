@@ -199,7 +199,7 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
 template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
-  // rather than pages from std::variant's constructor over every registered op.
+  // rather than pages from ops::any_op's constructor.
   static_assert(ops::registered<Op>,
                 "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
   if constexpr (ops::registered<Op>) {

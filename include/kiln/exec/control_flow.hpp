@@ -23,15 +23,19 @@
 namespace kiln::detail {
 
 /// A graph that a special op runs: the graph as traced (for listings and to_dot),
-/// its optimized form and the executor of that.
+/// its optimized form and the executor of that. (Its members that optimize and run,
+/// and those of the ops below, are templates, as the planner's functions are, so that
+/// a program compiles the planner only where it runs a graph.)
 class subgraph {
  public:
+  template <class = void>
   explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
   subgraph(const subgraph&) = delete;
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
   const graph& optimized() const { return optimized_; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
 
  private:
@@ -53,6 +57,7 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
 /// after the predicate).
 class cond_op final : public special_op {
  public:
+  template <class = void>
   cond_op(graph then_graph, std::vector<int> then_args, graph else_graph, std::vector<int> else_args)
       : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)),
         then_args_(std::move(then_args)), else_args_(std::move(else_args)),
@@ -62,6 +67,7 @@ class cond_op final : public special_op {
   std::vector<std::pair<std::string, const graph*>> subgraphs() const {
     return {{"then", &then_.traced()}, {"else", &else_.traced()}};
   }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const bool taken = truth_of(*in[0], "cond");
     const std::vector<int>& picks = taken ? then_args_ : else_args_;
@@ -92,6 +98,7 @@ class cond_op final : public special_op {
 /// values must be one element each.
 class while_op final : public special_op {
  public:
+  template <class = void>
   while_op(int loop_vars, graph cond_graph, int cond_captures, graph body_graph, bool body_breaks)
       : special_op(std::type_identity<while_op>()), vars_(loop_vars), cond_captures_(cond_captures), breaks_(body_breaks),
         cond_(std::move(cond_graph)), body_(std::move(body_graph)),
@@ -108,6 +115,7 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
     const std::size_t n = std::size_t(vars_);
@@ -143,6 +151,7 @@ class while_op final : public special_op {
 
   // The loop on scalar programs: loop variables and captures live in registers, and
   // an iteration allocates nothing.
+  template <class = void>
   std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
     const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
     const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);

@@ -38,15 +38,18 @@ namespace kiln::detail {
 /// kiln::detail::graph_executor run(g);
 /// std::vector<kiln::tensor> out = run.run(std::vector<kiln::tensor>{kiln::constant(2.f)});  // [4]
 /// \endcode
-class graph_executor {
+/// (A template on nothing, as the planner's functions are, so that a program compiles
+/// the executor and the planner only where it runs a graph.)
+template <class = void>
+class basic_graph_executor {
  public:
   /// Plans kept per executor; calls with yet other shapes plan for themselves.
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
-  graph_executor(const graph_executor&) = delete;
-  graph_executor& operator=(const graph_executor&) = delete;
+  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
+  basic_graph_executor(const basic_graph_executor&) = delete;
+  basic_graph_executor& operator=(const basic_graph_executor&) = delete;
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
   std::vector<tensor> run(std::span<const tensor> args) const {
@@ -57,7 +60,7 @@ class graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  KILN_LIBRARY_INLINE void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -93,7 +96,7 @@ class graph_executor {
   // single-caller case, returned with the call's fresh values released.
   class lease {
    public:
-    lease(const graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(const basic_graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
@@ -104,7 +107,7 @@ class graph_executor {
     exec::workspace& operator*() const { return *ws_; }
 
    private:
-    const graph_executor& owner_;
+    const basic_graph_executor& owner_;
     const exec::execution_plan& plan_;
     exec::workspace* ws_;
   };
@@ -355,8 +358,11 @@ class graph_executor {
   mutable std::atomic<exec::workspace*> idle_{nullptr};
 };
 
+using graph_executor = basic_graph_executor<>;
+
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE void graph_executor::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+template <class Lazy>
+void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
   outputs.clear();
   if (args.size() != graph_->arguments().size())
     throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "kiln/backend/cpu/elementwise.hpp"
@@ -161,7 +160,8 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
 /// compound kernels compute it; `operand(entry, contiguous)` names the register
 /// holding a table entry.
 /// For example `kiln::detail::exec::scale_and_shift(v0, s3, B(T(-0.0)))`.
-inline std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
+template <class = void>
+std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
                                           auto&& operand) {
   auto value = [&](const fold_operand& o, const char* identity) {
     const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
@@ -206,10 +206,12 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
     if (values[id].type != t || !entries[id].compound) return folded_op::none;
     for (int in : g.node_at(id).input_ids())
       if (values[in].type != t) return folded_op::none;
+    // Found by argument-dependent lookup: this header leaves kiln/graph/graph.hpp out,
+    // so that a native loop's source includes no more than it needs.
     const auto& op = g.node_at(id).operation();
-    if (std::holds_alternative<ops::add>(op)) return folded_op::add;
-    if (std::holds_alternative<ops::subtract>(op)) return folded_op::subtract;
-    if (std::holds_alternative<ops::multiply>(op)) return folded_op::multiply;
+    if (holds_alternative<ops::add>(op)) return folded_op::add;
+    if (holds_alternative<ops::subtract>(op)) return folded_op::subtract;
+    if (holds_alternative<ops::multiply>(op)) return folded_op::multiply;
     return folded_op::none;
   };
   node_map<int> reads(n, 0), reader(n, -1), place(n, -1);

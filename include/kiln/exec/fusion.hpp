@@ -28,7 +28,8 @@ struct clustering {
 
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
-inline clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
+template <class = void>
+clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
     std::vector<int> members;
     bool open = true;
@@ -99,7 +100,8 @@ struct schedule {
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
-inline schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+template <class = void>
+schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
                                const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes

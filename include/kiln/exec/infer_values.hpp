@@ -23,7 +23,8 @@ struct typed_nodes {
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
 /// leave partly unknown.
 /// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
-inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+template <class = void>
+std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
@@ -73,7 +74,8 @@ inline std::optional<typed_nodes> infer_values(const graph& g, const graph_outli
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
-inline std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+template <class = void>
+std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                            std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;

@@ -54,7 +54,8 @@ extern char** environ;
 namespace kiln::detail::exec {
 
 /// The C++ element type of a dtype that native loops handle, or "" for others.
-inline std::string_view native_type_name(dtype t) {
+template <class = void>
+std::string_view native_type_name(dtype t) {
   switch (t) {
     case float32: return "float";
     case float64: return "double";
@@ -65,11 +66,13 @@ inline std::string_view native_type_name(dtype t) {
 }
 
 /// This header's path: under kiln's own headers, or the single header itself.
-inline std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
+template <class = void>
+std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
 
 /// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
 /// used through its single header.
-inline std::string kiln_include_root() {
+template <class = void>
+std::string kiln_include_root() {
   const std::string here = jit_header().string();
   const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
@@ -79,7 +82,8 @@ inline std::string kiln_include_root() {
 /// arithmetic and xsimd. From kiln's own headers (found with `-I`
 /// kiln_include_root()), only those; from the single header, all of it, with the
 /// library parts declared only.
-inline std::string native_prelude() {
+template <class = void>
+std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
@@ -92,7 +96,8 @@ inline std::string native_prelude() {
 /// one dtype. Like the elementwise kernels, a loop whose results are too large for
 /// the cache writes them with non-temporal stores.
 /// It holds lines such as `const B v0 = kiln::ops::abs{}(m3);`.
-KILN_COLD inline std::string native_source(const fused_cluster& c) {
+template <class = void>
+KILN_COLD std::string native_source(const fused_cluster& c) {
   std::size_t ops = 0;
   for (const instruction& i : c.code) ops += 1 + std::size_t(i.folded_ops);
   if (ops < 2) return {};
@@ -160,7 +165,10 @@ KILN_COLD inline std::string native_source(const fused_cluster& c) {
 }
 
 /// Compiles and loads native loops, once per source text per process (and once per
-/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded.
+/// machine, through the disk cache). Thread-safe; loaded libraries stay loaded. (A
+/// template, as this header's functions are, so that only a program that turns
+/// jit_compile on compiles it.)
+template <class = void>
 class native_compiler {
  public:
   static native_compiler& instance() {
@@ -329,10 +337,11 @@ class native_compiler {
 };
 
 /// Compiles the clusters of plan `p` that native loops handle.
-KILN_COLD inline void compile_native_loops(execution_plan& p) {
+template <class = void>
+KILN_COLD void compile_native_loops(execution_plan& p) {
   for (fused_cluster& c : p.clusters)
     if (std::string source = native_source(c); !source.empty()) {
-      c.native = native_compiler::instance().load(source);
+      c.native = native_compiler<>::instance().load(source);
       if (c.native) set_tile(c, single_pass_max_tile);
     }
 }
@@ -351,6 +360,6 @@ inline std::atomic<native_loop_compiler>& native_loops_hook() {
 namespace kiln::detail {
 template <class>
 struct native_loops {
-  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops, std::memory_order_release); }
+  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail

@@ -22,7 +22,6 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 
 #include "kiln/autodiff/backward.hpp"
 #include "kiln/core/error.hpp"
@@ -59,21 +58,9 @@ struct op_kernels {
   std::atomic<equal_fn> equal{nullptr};
 };
 
-/// Position of `Op` in the op variant.
-template <class Op, class Variant>
-struct op_position;
-template <class Op, class... Ops>
-struct op_position<Op, std::variant<Ops...>> {
-  static constexpr std::size_t value = [] {
-    std::size_t i = 0;
-    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
-    return i;
-  }();
-};
-
 /// One row per op of the registry; a row is empty until its op registers.
-inline std::array<op_kernels, std::variant_size_v<ops::any_op>>& kernel_table() {
-  static std::array<op_kernels, std::variant_size_v<ops::any_op>> table{};
+inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
+  static std::array<op_kernels, ops::any_op::size> table{};
   return table;
 }
 
@@ -89,18 +76,18 @@ inline std::mutex& registration_mutex() {
 /// itself fills it again, complete.
 template <class Op, dtype_set Only = dtypes::all>
 bool register_kernels() {
-  op_kernels& row = kernel_table()[op_position<Op, ops::any_op>::value];
+  op_kernels& row = kernel_table()[ops::any_op::position_of<Op>];
   std::lock_guard lock(registration_mutex());
   if constexpr (Only != dtypes::all)
     if (row.execute.load(std::memory_order_acquire)) return true;
   if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
     row.entry.store(
-        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(std::get<Op>(op), in, out); },
+        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
         std::memory_order_release);
     row.infer.store(
         [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
-          const dtype_result dt = std::get<Op>(op).result_dtype(dtypes);
-          const shape_result sh = std::get<Op>(op).result_shape(shapes);
+          const dtype_result dt = op.unchecked<Op>().result_dtype(dtypes);
+          const shape_result sh = op.unchecked<Op>().result_shape(shapes);
           if (!dt.ok() || !sh.ok()) return false;
           type = dt.value;
           dims = sh.value;
@@ -110,12 +97,12 @@ bool register_kernels() {
   }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
-    return record_symbolic(std::get<Op>(op), in);
+    return record_symbolic(op.unchecked<Op>(), in);
   }, std::memory_order_release);
-  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return std::get<Op>(a) == std::get<Op>(b); },
+  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
                   std::memory_order_release);
   row.execute.store(
-      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(std::get<Op>(op), in); },
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
       std::memory_order_release);
   return true;
 }

@@ -24,7 +24,8 @@ struct lowered_op {
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
-inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+template <class = void>
+std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
   for (int id : members) {
     if (f.folded[id]) continue;
@@ -44,7 +45,8 @@ inline std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<in
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
-inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+template <class = void>
+std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
                                                      auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
@@ -73,7 +75,8 @@ inline std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_o
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written).
-inline fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
+template <class = void>
+fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
                                    const node_map<value_info>& values, const memory_plan& memory) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };

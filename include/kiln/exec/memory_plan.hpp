@@ -17,6 +17,7 @@ namespace kiln::detail::exec {
 /// Workspace slots of one dtype, reused by values whose lives do not overlap. A value
 /// takes a free slot when its step runs and gives it back after its last read, so no
 /// step writes where it reads.
+template <class = void>
 class slot_allocator {
  public:
   /// A slot of at least `elements` elements, busy through step `until`: the smallest
@@ -78,7 +79,8 @@ struct memory_plan {
 
 /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
 /// `values`, and the slot of those in slots.
-inline memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
+template <class = void>
+memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
                                const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
@@ -138,7 +140,7 @@ inline memory_plan plan_memory(const graph& g, const graph_outline& outline, con
   for (int id : m.fresh)
     if (last_use[id] >= 0 && last_use[id] < end) m.release[std::size_t(last_use[id])].push_back(id);
 
-  std::array<slot_allocator, dtype_count> slots;
+  std::array<slot_allocator<>, dtype_count> slots;
   std::vector<std::vector<int>> defined(s.steps.size());
   for (int id : m.bound) defined[std::size_t(s.step_of[id])].push_back(id);
   for (int k = 0; k < end; ++k) {
@@ -147,7 +149,7 @@ inline memory_plan plan_memory(const graph& g, const graph_outline& outline, con
       v.slot = slots[std::size_t(v.type)].take(std::max<std::int64_t>(v.dims.num_elements(), 1),
                                                 std::max(family_last_use[find(id)], k));
     }
-    for (slot_allocator& a : slots) a.finish_step(k);
+    for (slot_allocator<>& a : slots) a.finish_step(k);
   }
   for (int t = 0; t < dtype_count; ++t) m.slot_elements[std::size_t(t)] = std::move(slots[std::size_t(t)]).sizes();
   return m;

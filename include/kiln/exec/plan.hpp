@@ -199,13 +199,15 @@ struct execution_plan {
 };
 
 /// True for the nodes a schedule runs: registry ops, special ops and their results.
-inline bool computed(const node& n) {
+template <class = void>
+bool computed(const node& n) {
   return n.kind() == node_kind::op || n.kind() == node_kind::special || n.kind() == node_kind::result;
 }
 
 /// The part of planning that does not depend on shapes: which nodes the outputs and
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
+  template <class = void>
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const int n = needed.size();
     for (int out : g.outputs()) {
@@ -249,7 +251,8 @@ inline constexpr std::int64_t single_pass_max_tile = 4096;
 
 /// Sets the tile of cluster `c` (at most `max_tile` elements) and its buffers' size:
 /// the tile scratch of a chunk stays within about 32 KiB, to stay in L1.
-inline void set_tile(fused_cluster& c, std::int64_t max_tile) {
+template <class = void>
+void set_tile(fused_cluster& c, std::int64_t max_tile) {
   constexpr std::size_t budget_bytes = std::size_t(32) << 10;
   constexpr std::int64_t min_tile = 64;
   const std::int64_t budget = std::int64_t(budget_bytes / (sizeof(double) * std::size_t(std::max(c.buffers, 1))));

@@ -21,7 +21,8 @@ namespace kiln::detail::exec {
 
 /// The plan of graph `g` (outlined by `outline`) for `args`.
 /// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
-inline std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+template <class = void>
+std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
   auto p = std::make_unique<execution_plan>();
   for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;

@@ -28,6 +28,7 @@ class scalar_program {
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
   /// an output or an elementwise op of one element, or is an op that checks integer
   /// values (division by zero), which the program could not report.
+  template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
     const auto& nodes = g.nodes();

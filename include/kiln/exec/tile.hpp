@@ -21,7 +21,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <variant>
 
 #include "kiln/backend/cpu/elementwise.hpp"
 #include "kiln/core/small_vector.hpp"

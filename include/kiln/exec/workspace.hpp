@@ -57,6 +57,7 @@ class workspace {
   std::vector<void*> bases;
 
   /// Lays the workspace out for plan `p` of graph `g`; allocates only slots that grow.
+  template <class = void>
   void bind(const graph& g, const execution_plan& p) {
     const std::size_t n = std::size_t(p.values.size());
     values.assign(n, tensor());
@@ -87,6 +88,7 @@ class workspace {
   }
 
   /// Tile scratch for `chunks` chunks of cluster `c`: buffers, then pointer tables.
+  template <class = void>
   void reserve_chunks(const fused_cluster& c, std::int64_t chunks, char*& buffers, void**& tables) {
     buffers = scratch_.reserve(std::size_t(chunks) * c.chunk_bytes());
     // Whole cache lines per chunk: threads that write their tables for every tile

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,7 +21,6 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "kiln/core/tensor.hpp"
@@ -29,37 +29,114 @@
 namespace kiln {
 
 namespace ops {
-/// Any op of the registry, as a graph node stores it.
-using any_op = boost::mp11::mp_rename<all_ops, std::variant>;
+
+/// Any op of the registry, as a graph node stores it: which op (its position in
+/// `all_ops`) and the op, shared by the copies (an op never changes once made).
+/// A class of kiln's own rather than a std::variant of the registry: libstdc++'s
+/// variant instantiates its storage and special members by recursion over every
+/// alternative, which every source file that includes kiln paid. Read it with
+/// ops::holds_alternative, ops::get_if, ops::get and ops::visit.
+/// \code
+/// kiln::ops::any_op op = kiln::ops::add{};
+/// assert(kiln::ops::holds_alternative<kiln::ops::add>(op) && kiln::ops::name_of(op) == "add");
+/// \endcode
+class any_op {
+ public:
+  /// How many ops the registry has.
+  static constexpr std::size_t size = boost::mp11::mp_size<all_ops>::value;
+  /// The position of op type `Op`.
+  template <class Op>
+  static constexpr std::size_t position_of = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    std::size_t i = 0;
+    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+    return i;
+  }(static_cast<all_ops*>(nullptr));
+
+  /// Holds no op (index() is `size`); what a node that is not a registry op keeps.
+  any_op() = default;
+  template <class Op>
+    requires registered<Op>
+  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
+  template <class Op>
+  any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
+  any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
+    if (box_) box_->references.fetch_add(1, std::memory_order_relaxed);
+  }
+  any_op(any_op&& other) noexcept : box_(std::exchange(other.box_, nullptr)), index_(std::exchange(other.index_, size)) {}
+  any_op& operator=(any_op other) noexcept {
+    std::swap(box_, other.box_);
+    std::swap(index_, other.index_);
+    return *this;
+  }
+  ~any_op() {
+    if (box_ && box_->references.fetch_sub(1, std::memory_order_acq_rel) == 1) box_->destroy(box_);
+  }
+
+  /// The position of the op held in `all_ops`.
+  std::size_t index() const { return index_; }
+  /// The op held, which must be an `Op`.
+  template <class Op>
+  const Op& unchecked() const {
+    return static_cast<const box<Op>*>(box_)->op;
+  }
+
+ private:
+  struct box_base {
+    std::atomic<std::size_t> references{1};
+    void (*destroy)(box_base*);
+  };
+  template <class Op>
+  struct box : box_base {
+    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }}, op(std::move(o)) {}
+    Op op;
+  };
+  box_base* box_ = nullptr;
+  std::size_t index_ = size;
+};
+
+/// Whether `op` holds an `Op`.
+template <class Op>
+bool holds_alternative(const any_op& op) {
+  return op.index() == any_op::position_of<Op>;
+}
+/// The `Op` that `*op` holds, or null.
+template <class Op>
+const Op* get_if(const any_op* op) {
+  return op && holds_alternative<Op>(*op) ? &op->unchecked<Op>() : nullptr;
+}
+/// The `Op` that `op` holds; kiln::internal_error if it holds another op.
+template <class Op>
+const Op& get(const any_op& op) {
+  if (!holds_alternative<Op>(op)) throw internal_error(std::string("ops::get: the op is not ") + std::string(Op::name));
+  return op.unchecked<Op>();
+}
 
 /// `f(the op that op holds)`, as std::visit, through one table of function pointers
-/// per visitor type. libstdc++'s std::visit builds its table by recursive template
-/// instantiation, which over the registry's ops made std::visit alone the largest
-/// share of compiling a source file that includes kiln.
+/// per visitor type.
 /// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
 template <class F>
 decltype(auto) visit(F&& f, const any_op& op) {
-  using result = std::invoke_result_t<F&, const std::variant_alternative_t<0, any_op>&>;
-  return [&]<std::size_t... I>(std::index_sequence<I...>) -> result {
+  return []<class... Ops>(F& g, const any_op& o, boost::mp11::mp_list<Ops...>*) -> decltype(auto) {
+    using result = std::invoke_result_t<F&, const boost::mp11::mp_front<all_ops>&>;
     static constexpr result (*table[])(F&, const any_op&) = {
-        [](F& g, const any_op& o) -> result { return g(*std::get_if<I>(&o)); }...};
-    return table[op.index()](f, op);
-  }(std::make_index_sequence<std::variant_size_v<any_op>>{});
+        [](F& h, const any_op& x) -> result { return h(x.unchecked<Ops>()); }...};
+    return table[o.index()](g, o);
+  }(f, op, static_cast<all_ops*>(nullptr));
 }
 
 /// The registry name of the op that `op` holds: `add`, `matmul`.
 inline std::string_view name_of(const any_op& op) {
-  static constexpr auto names = []<class... Ops>(std::variant<Ops...>*) {
+  static constexpr auto names = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
     return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
-  }(static_cast<any_op*>(nullptr));
+  }(static_cast<all_ops*>(nullptr));
   return names[op.index()];
 }
 
 /// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
 inline int value_operand_of(const any_op& op) {
-  static constexpr auto operands = []<class... Ops>(std::variant<Ops...>*) {
+  static constexpr auto operands = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
     return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
-  }(static_cast<any_op*>(nullptr));
+  }(static_cast<all_ops*>(nullptr));
   return operands[op.index()];
 }
 

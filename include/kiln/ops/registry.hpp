@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The op registry: every op type, one row each, in one Boost.Mp11 list per family.
-/// Graphs store an op as a `std::variant` over these lists, and the cross-backend suite
+/// Graphs store an op as an `ops::any_op` over these lists, and the cross-backend suite
 /// walks them; calling an op without its row stops at `ops::registered`'s `static_assert`.
 
 #include <boost/mp11/list.hpp>

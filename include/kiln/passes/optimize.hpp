@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <map>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "kiln/eager/apply.hpp"
@@ -18,7 +17,8 @@
 namespace kiln::detail {
 
 /// True when every element of the eager tensor `t` equals `v`.
-inline bool filled_with(const tensor& t, double v) {
+template <class = void>
+bool filled_with(const tensor& t, double v) {
   if (t.device() != device::cpu) return false;
   return visit_dtype(t.dtype(), [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
@@ -31,6 +31,7 @@ inline bool filled_with(const tensor& t, double v) {
   });
 }
 
+template <class = void>
 class optimizer {
  public:
   explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
@@ -84,21 +85,21 @@ class optimizer {
   int simplify(const node& n, const std::vector<int>& ins) const {
     const ops::any_op& op = n.operation();
     auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-    if (std::holds_alternative<ops::multiply>(op)) {
+    if (ops::holds_alternative<ops::multiply>(op)) {
       if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
       if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-    } else if (std::holds_alternative<ops::add>(op)) {
+    } else if (ops::holds_alternative<ops::add>(op)) {
       if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
       if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-    } else if (std::holds_alternative<ops::subtract>(op)) {
+    } else if (ops::holds_alternative<ops::subtract>(op)) {
       if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-    } else if (std::holds_alternative<ops::divide>(op)) {
+    } else if (ops::holds_alternative<ops::divide>(op)) {
       if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-    } else if (std::holds_alternative<ops::negate>(op)) {
+    } else if (ops::holds_alternative<ops::negate>(op)) {
       const node& inner = at(ins[0]);
-      if (inner.kind() == node_kind::op && std::holds_alternative<ops::negate>(inner.operation()))
+      if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
         return keep_if(inner.input_ids()[0]);
-    } else if (std::holds_alternative<ops::cast>(op) || std::holds_alternative<ops::reshape>(op)) {
+    } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
       return keep_if(ins[0]);
     }
     return -1;
@@ -128,6 +129,9 @@ class optimizer {
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
-inline graph optimize(const graph& g) { return optimizer(g).run(); }
+template <class = void>
+graph optimize(const graph& g) {
+  return optimizer<>(g).run();
+}
 
 }  // namespace kiln::detail

@@ -45,7 +45,9 @@ struct uniform_spec {
   double minval;
   std::optional<double> maxval;
 
-  /// The contract's errors for a dtype, shape or bounds a draw cannot take.
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
+  /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
+  template <class = void>
   void check() const {
     if (!is_floating(type) && !is_integer(type))
       throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));

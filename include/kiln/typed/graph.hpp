@@ -191,10 +191,10 @@ class basic_graph_writer final : public description_sink {
   /// The registry op named `name`, copied from `op`.
   static ops::any_op registry_op(std::string_view name, const void* op) {
     using copy = ops::any_op (*)(const void*);
-    static constexpr auto table = []<class... Ops>(std::variant<Ops...>*) {
+    static constexpr auto table = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
       return std::array<std::pair<std::string_view, copy>, sizeof...(Ops)>{
           std::pair<std::string_view, copy>{Ops::name, [](const void* p) { return ops::any_op(*static_cast<const Ops*>(p)); }}...};
-    }(static_cast<ops::any_op*>(nullptr));
+    }(static_cast<ops::all_ops*>(nullptr));
     for (const auto& [op_name, make] : table)
       if (op_name == name) return make(op);
     throw internal_error("kiln: graph(): no op named " + std::string(name) + " in the registry");
