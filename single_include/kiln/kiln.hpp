@@ -11703,6 +11703,7 @@ class graph {
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
   /// the branches and bodies of conditionals and loops as nested clusters.
+  template <class = void>
   std::string to_dot() const {
     std::ostringstream os;
     os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
@@ -11712,6 +11713,7 @@ class graph {
   }
 
  private:
+  template <class = void>
   void write_dot(std::ostringstream& os, const std::string& prefix, const std::string& indent) const {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const node& n = nodes_[i];
@@ -11861,6 +11863,7 @@ class trace_context {
 
   /// Copies the nodes of `g` (another function's trace) into this trace, its
   /// placeholders bound to nodes `args`; returns the nodes of its outputs.
+  template <class = void>
   std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
     std::vector<int> mapped(g.nodes().size(), -1);
     for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
@@ -12230,7 +12233,7 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
 /// For example `kiln::detail::exec::scale_and_shift(v0, s3, B(T(-0.0)))`.
 template <class = void>
 std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
-                                          auto&& operand) {
+                                   auto&& operand) {
   auto value = [&](const fold_operand& o, const char* identity) {
     const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
     return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;
@@ -13813,7 +13816,7 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
 /// CPU scalar 1).
 template <class = void>
 std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
-                                                           std::span<const tensor> args) {
+                                                    std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;
   const device d = args[0].device();
@@ -13916,7 +13919,7 @@ struct schedule {
 /// Cluster steps are numbered as `clusters` numbers them.
 template <class = void>
 schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
-                               const clustering& clusters) {
+                        const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes
     int op = -1;           // the op node, or -1 for a cluster
@@ -14046,7 +14049,7 @@ struct memory_plan {
 /// `values`, and the slot of those in slots.
 template <class = void>
 memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
-                               const clustering& clusters, const schedule& s, node_map<value_info>& values) {
+                        const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
   memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}};
@@ -14158,7 +14161,7 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// many there are.
 template <class = void>
 std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                                     auto inside) {
+                                              auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads) last_read[in] = int(k);
@@ -14188,7 +14191,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 /// operands in memory (streamed, broadcast, and the results written).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                                   const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;
@@ -15521,10 +15524,12 @@ class print_op final : public special_op {
 class host_callback_op final : public special_op {
  public:
   using callback = std::function<std::vector<tensor>(std::span<const tensor* const>)>;
+  template <class = void>
   host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
   std::string_view name() const { return "HostCallback"; }
   bool has_effects() const { return true; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     std::vector<tensor> out = fn_(in);
     if (out.size() != results_.size())
@@ -16804,6 +16809,7 @@ struct concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
+  template <class = void>
   void check_call(const call_signature& sig) const {
     for (const auto& v : sig.values) {
       const call_signature::value_leaf* traced = nullptr;
@@ -17442,9 +17448,11 @@ struct is_break_result<break_result<T>> : std::true_type {};
 using value_spec = std::pair<dtype, shape>;
 
 /// "float32 (2,)", as the errors of control flow show a value.
-inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+template <class = void>
+std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
 /// "(int32 (), float32 (2,))": several specs as a message shows them.
-inline std::string specs_text(std::span<const value_spec> specs) {
+template <class = void>
+std::string specs_text(std::span<const value_spec> specs) {
   std::string s = "(";
   for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
   return s + ")";
@@ -17457,7 +17465,8 @@ std::vector<tensor> leaves_of(const S& s) {
   for_each_output(s, [&](const tensor& t) { out.push_back(t); });
   return out;
 }
-inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
+template <class = void>
+std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
   std::vector<value_spec> out;
   for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
   return out;
@@ -17488,7 +17497,8 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgrap
   return result;
 }
 /// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
-inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
+template <class = void>
+std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
 /// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
 /// loop variable's may be less specific than its value).
 template <class Fn>
@@ -17500,7 +17510,8 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const val
 }
 
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
-inline int capture_index(std::vector<tensor>& all, const tensor& t) {
+template <class = void>
+int capture_index(std::vector<tensor>& all, const tensor& t) {
   for (std::size_t k = 0; k < all.size(); ++k)
     if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
   all.push_back(t);
@@ -17543,7 +17554,8 @@ std::vector<const tensor_array*> array_leaves(const S& s) {
 }
 
 /// `s` with its first dim `kiln::none`: the elements of an array that may grow.
-inline shape any_rows(shape s) {
+template <class = void>
+shape any_rows(shape s) {
   s[0] = none;
   return s;
 }
@@ -17553,8 +17565,9 @@ inline shape any_rows(shape s) {
 /// `options` gives, and for a written tensor_array with dynamic_size its elements
 /// with any number of rows. Raises kiln::value_error for more invariants than
 /// variables, and for an invariant given to a tensor_array.
-inline std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_array* const> arrays,
-                                                         const loop_options& options, std::size_t hidden) {
+template <class = void>
+std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_array* const> arrays,
+                                                  const loop_options& options, std::size_t hidden) {
   const auto& given = options.shape_invariants;
   if (given.size() > arrays.size() - hidden)
     throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
@@ -17577,8 +17590,9 @@ inline std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_
 /// The specs loop variables keep: the specs of the values they enter with, whose
 /// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
 /// not accept the value its variable enters with.
-inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
-                                          std::size_t hidden) {
+template <class = void>
+std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
+                                   std::size_t hidden) {
   std::vector<value_spec> specs = specs_of(entering);
   for (std::size_t k = 0; k < specs.size(); ++k) {
     if (!invariants[k]) continue;
@@ -17594,9 +17608,10 @@ inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std:
 /// specs: the same dtype, and a shape that the spec, exact or relaxed by the
 /// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
 /// own (for_range's counter): messages number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
-                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
-                             std::string_view loop = "while_loop") {
+template <class = void>
+void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
+                      std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                      std::string_view loop = "while_loop") {
   if (got.size() != expected.size())
     throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
                       std::to_string(expected.size() - hidden) + " loop variables");
@@ -17618,8 +17633,9 @@ inline void check_loop_specs(std::span<const value_spec> got, std::span<const va
 /// Takes the spec a body gave the unwritten tensor arrays `arrays` (their first
 /// write) as their spec from now on, with any number of rows for one with
 /// dynamic_size; returns the leaves that changed.
-inline std::vector<std::size_t> settle_arrays(std::span<const tensor_array* const> arrays,
-                                              std::vector<value_spec>& specs, std::span<const value_spec> got) {
+template <class = void>
+std::vector<std::size_t> settle_arrays(std::span<const tensor_array* const> arrays,
+                                       std::vector<value_spec>& specs, std::span<const value_spec> got) {
   std::vector<std::size_t> settled;
   for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
     const tensor_array* array = arrays[k];

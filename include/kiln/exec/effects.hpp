@@ -161,10 +161,12 @@ class print_op final : public special_op {
 class host_callback_op final : public special_op {
  public:
   using callback = std::function<std::vector<tensor>(std::span<const tensor* const>)>;
+  template <class = void>
   host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
   std::string_view name() const { return "HostCallback"; }
   bool has_effects() const { return true; }
+  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     std::vector<tensor> out = fn_(in);
     if (out.size() != results_.size())

@@ -162,7 +162,7 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
 /// For example `kiln::detail::exec::scale_and_shift(v0, s3, B(T(-0.0)))`.
 template <class = void>
 std::string scale_and_shift_source(const std::string& x, const fold_operand& scale, const fold_operand& shift,
-                                          auto&& operand) {
+                                   auto&& operand) {
   auto value = [&](const fold_operand& o, const char* identity) {
     const std::string v = o.entry < 0 ? std::string("B(T(") + identity + "))" : operand(o.entry, o.contiguous);
     return o.negated ? "kiln::ops::negate{}(" + v + ")" : v;

@@ -102,7 +102,7 @@ struct schedule {
 /// Cluster steps are numbered as `clusters` numbers them.
 template <class = void>
 schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
-                               const clustering& clusters) {
+                        const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes
     int op = -1;           // the op node, or -1 for a cluster

@@ -76,7 +76,7 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
 /// CPU scalar 1).
 template <class = void>
 std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
-                                                           std::span<const tensor> args) {
+                                                    std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;
   const device d = args[0].device();

@@ -47,7 +47,7 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// many there are.
 template <class = void>
 std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                                     auto inside) {
+                                              auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads) last_read[in] = int(k);
@@ -77,7 +77,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 /// operands in memory (streamed, broadcast, and the results written).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                                   const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;

@@ -81,7 +81,7 @@ struct memory_plan {
 /// `values`, and the slot of those in slots.
 template <class = void>
 memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
-                               const clustering& clusters, const schedule& s, node_map<value_info>& values) {
+                        const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
   memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}};

@@ -354,6 +354,7 @@ class graph {
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
   /// the branches and bodies of conditionals and loops as nested clusters.
+  template <class = void>
   std::string to_dot() const {
     std::ostringstream os;
     os << "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n";
@@ -363,6 +364,7 @@ class graph {
   }
 
  private:
+  template <class = void>
   void write_dot(std::ostringstream& os, const std::string& prefix, const std::string& indent) const {
     for (std::size_t i = 0; i < nodes_.size(); ++i) {
       const node& n = nodes_[i];

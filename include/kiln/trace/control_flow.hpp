@@ -80,9 +80,11 @@ struct is_break_result<break_result<T>> : std::true_type {};
 using value_spec = std::pair<dtype, shape>;
 
 /// "float32 (2,)", as the errors of control flow show a value.
-inline std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
+template <class = void>
+std::string spec_text(const value_spec& s) { return std::string(name(s.first)) + " " + s.second.str(); }
 /// "(int32 (), float32 (2,))": several specs as a message shows them.
-inline std::string specs_text(std::span<const value_spec> specs) {
+template <class = void>
+std::string specs_text(std::span<const value_spec> specs) {
   std::string s = "(";
   for (std::size_t k = 0; k < specs.size(); ++k) s += (k ? ", " : "") + spec_text(specs[k]);
   return s + ")";
@@ -95,7 +97,8 @@ std::vector<tensor> leaves_of(const S& s) {
   for_each_output(s, [&](const tensor& t) { out.push_back(t); });
   return out;
 }
-inline std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
+template <class = void>
+std::vector<value_spec> specs_of(std::span<const tensor> leaves) {
   std::vector<value_spec> out;
   for (const tensor& t : leaves) out.emplace_back(t.dtype(), t.shape());
   return out;
@@ -126,7 +129,8 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor_spec> params, traced_subgrap
   return result;
 }
 /// The name of the subgraph parameter that stands for `p`: its node's, or `loop_var`.
-inline std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
+template <class = void>
+std::string parameter_name(const tensor& p) { return p.is_symbolic() ? node_name(*p.symbol()) : "loop_var"; }
 /// trace_subgraph with parameters standing for the tensors `params`, with `specs` (a
 /// loop variable's may be less specific than its value).
 template <class Fn>
@@ -138,7 +142,8 @@ auto trace_subgraph(Fn&& fn, std::span<const tensor> params, std::span<const val
 }
 
 /// Index of `t` (a capture, by the graph value it stands for) in `all`, appended if new.
-inline int capture_index(std::vector<tensor>& all, const tensor& t) {
+template <class = void>
+int capture_index(std::vector<tensor>& all, const tensor& t) {
   for (std::size_t k = 0; k < all.size(); ++k)
     if (same_value(*all[k].symbol(), *t.symbol())) return int(k);
   all.push_back(t);
@@ -181,7 +186,8 @@ std::vector<const tensor_array*> array_leaves(const S& s) {
 }
 
 /// `s` with its first dim `kiln::none`: the elements of an array that may grow.
-inline shape any_rows(shape s) {
+template <class = void>
+shape any_rows(shape s) {
   s[0] = none;
   return s;
 }
@@ -191,8 +197,9 @@ inline shape any_rows(shape s) {
 /// `options` gives, and for a written tensor_array with dynamic_size its elements
 /// with any number of rows. Raises kiln::value_error for more invariants than
 /// variables, and for an invariant given to a tensor_array.
-inline std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_array* const> arrays,
-                                                         const loop_options& options, std::size_t hidden) {
+template <class = void>
+std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_array* const> arrays,
+                                                  const loop_options& options, std::size_t hidden) {
   const auto& given = options.shape_invariants;
   if (given.size() > arrays.size() - hidden)
     throw value_error("while_loop: " + std::to_string(given.size()) + " shape invariants for " +
@@ -215,8 +222,9 @@ inline std::vector<std::optional<shape>> loop_invariants(std::span<const tensor_
 /// The specs loop variables keep: the specs of the values they enter with, whose
 /// shapes `invariants` relax. Raises kiln::value_error for an invariant that does
 /// not accept the value its variable enters with.
-inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
-                                          std::size_t hidden) {
+template <class = void>
+std::vector<value_spec> loop_specs(std::span<const tensor> entering, std::span<const std::optional<shape>> invariants,
+                                   std::size_t hidden) {
   std::vector<value_spec> specs = specs_of(entering);
   for (std::size_t k = 0; k < specs.size(); ++k) {
     if (!invariants[k]) continue;
@@ -232,9 +240,10 @@ inline std::vector<value_spec> loop_specs(std::span<const tensor> entering, std:
 /// specs: the same dtype, and a shape that the spec, exact or relaxed by the
 /// variable's shape invariant, accepts. The first `hidden` loop variables are kiln's
 /// own (for_range's counter): messages number the caller's variables from 0.
-inline void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
-                             std::span<const std::optional<shape>> invariants, std::size_t hidden,
-                             std::string_view loop = "while_loop") {
+template <class = void>
+void check_loop_specs(std::span<const value_spec> got, std::span<const value_spec> expected,
+                      std::span<const std::optional<shape>> invariants, std::size_t hidden,
+                      std::string_view loop = "while_loop") {
   if (got.size() != expected.size())
     throw value_error(std::string(loop) + ": the body returns " + std::to_string(got.size() - hidden) + " tensors for " +
                       std::to_string(expected.size() - hidden) + " loop variables");
@@ -256,8 +265,9 @@ inline void check_loop_specs(std::span<const value_spec> got, std::span<const va
 /// Takes the spec a body gave the unwritten tensor arrays `arrays` (their first
 /// write) as their spec from now on, with any number of rows for one with
 /// dynamic_size; returns the leaves that changed.
-inline std::vector<std::size_t> settle_arrays(std::span<const tensor_array* const> arrays,
-                                              std::vector<value_spec>& specs, std::span<const value_spec> got) {
+template <class = void>
+std::vector<std::size_t> settle_arrays(std::span<const tensor_array* const> arrays,
+                                       std::vector<value_spec>& specs, std::span<const value_spec> got) {
   std::vector<std::size_t> settled;
   for (std::size_t k = 0; k < arrays.size() && k < got.size(); ++k) {
     const tensor_array* array = arrays[k];

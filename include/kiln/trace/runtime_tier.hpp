@@ -143,6 +143,7 @@ struct concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
+  template <class = void>
   void check_call(const call_signature& sig) const {
     for (const auto& v : sig.values) {
       const call_signature::value_leaf* traced = nullptr;

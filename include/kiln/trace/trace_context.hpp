@@ -102,6 +102,7 @@ class trace_context {
 
   /// Copies the nodes of `g` (another function's trace) into this trace, its
   /// placeholders bound to nodes `args`; returns the nodes of its outputs.
+  template <class = void>
   std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
     std::vector<int> mapped(g.nodes().size(), -1);
     for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
