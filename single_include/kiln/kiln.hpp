@@ -11384,7 +11384,7 @@ namespace ops {
 /// A class of kiln's own rather than a std::variant of the registry: libstdc++'s
 /// variant instantiates its storage and special members by recursion over every
 /// alternative, which every source file that includes kiln paid. Read it with
-/// ops::holds_alternative, ops::get_if, ops::get and ops::visit.
+/// ops::holds_alternative, `unchecked` and ops::visit.
 /// \code
 /// kiln::ops::any_op op = kiln::ops::add{};
 /// assert(kiln::ops::holds_alternative<kiln::ops::add>(op) && kiln::ops::name_of(op) == "add");
@@ -11448,17 +11448,6 @@ template <class Op>
 bool holds_alternative(const any_op& op) {
   return op.index() == any_op::position_of<Op>;
 }
-/// The `Op` that `*op` holds, or null.
-template <class Op>
-const Op* get_if(const any_op* op) {
-  return op && holds_alternative<Op>(*op) ? &op->unchecked<Op>() : nullptr;
-}
-/// The `Op` that `op` holds; kiln::internal_error if it holds another op.
-template <class Op>
-const Op& get(const any_op& op) {
-  if (!holds_alternative<Op>(op)) throw internal_error(std::string("ops::get: the op is not ") + std::string(Op::name));
-  return op.unchecked<Op>();
-}
 
 /// `f(the op that op holds)`, as std::visit, through one table of function pointers
 /// per visitor type.
@@ -11473,10 +11462,10 @@ decltype(auto) visit(F&& f, const any_op& op) {
   }(f, op, static_cast<all_ops*>(nullptr));
 }
 
-/// The registry name of the op that `op` holds: `add`, `matmul`.
+/// The registry name of the op that `op` holds: `add`, `matmul`; "" when it holds none.
 inline std::string_view name_of(const any_op& op) {
   static constexpr auto names = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
-    return std::array<std::string_view, sizeof...(Ops)>{Ops::name...};
+    return std::array<std::string_view, sizeof...(Ops) + 1>{Ops::name..., ""};
   }(static_cast<all_ops*>(nullptr));
   return names[op.index()];
 }
@@ -12833,6 +12822,7 @@ void register_kernels_on_use() {
 
 /// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
 inline const op_kernels& kernels_of(const ops::any_op& op) {
+  if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
     throw unavailable_error(std::string(ops::name_of(op)) +
@@ -12847,7 +12837,7 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
 /// table, so that comparing ops compiles the comparisons of the ops this program
 /// calls, not of every op; false for an op whose row is empty.
 inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
-  if (a.index() != b.index()) return false;
+  if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
   const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
   return equal && equal(a, b);
 }

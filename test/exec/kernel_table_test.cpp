@@ -54,3 +54,25 @@ TEST_CASE("a graph op without kernels in this program raises unavailable_error n
   // The row is back: the same function traces and runs.
   require_same(f(kiln::constant({7, -7})), kiln::constant({1, 2}));
 }
+
+TEST_CASE("ops::any_op holds one op of the registry and shares it with its copies") {
+  const kiln::ops::any_op empty;
+  CHECK(empty.index() == kiln::ops::any_op::size);
+  CHECK(kiln::ops::name_of(empty).empty());
+  CHECK_FALSE(kiln::detail::same_op(empty, empty));
+  require_throws<kiln::internal_error>([&] { (void)kiln::detail::kernels_of(empty); }, {"holds no op"});
+
+  const kiln::ops::any_op sum = kiln::ops::reduce_sum(kiln::reduction_axes({1}), true);
+  kiln::ops::any_op copy = sum;
+  CHECK(&copy.unchecked<kiln::ops::reduce_sum>() == &sum.unchecked<kiln::ops::reduce_sum>());
+  CHECK(kiln::ops::holds_alternative<kiln::ops::reduce_sum>(copy));
+  CHECK_FALSE(kiln::ops::holds_alternative<kiln::ops::add>(copy));
+  CHECK(kiln::ops::name_of(copy) == "reduce_sum");
+  CHECK(kiln::ops::visit([](const auto& op) { return std::string(op.name); }, copy) == "reduce_sum");
+  const kiln::ops::any_op moved = std::move(copy);
+  CHECK(copy.index() == kiln::ops::any_op::size);  // NOLINT(bugprone-use-after-move): a moved-from op holds none
+  CHECK(kiln::ops::holds_alternative<kiln::ops::reduce_sum>(moved));
+  copy = kiln::ops::add{};
+  CHECK(kiln::ops::name_of(copy) == "add");
+  CHECK(kiln::ops::name_of(moved) == "reduce_sum");
+}

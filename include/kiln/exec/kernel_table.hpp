@@ -123,6 +123,7 @@ void register_kernels_on_use() {
 
 /// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
 inline const op_kernels& kernels_of(const ops::any_op& op) {
+  if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
     throw unavailable_error(std::string(ops::name_of(op)) +
@@ -137,7 +138,7 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
 /// table, so that comparing ops compiles the comparisons of the ops this program
 /// calls, not of every op; false for an op whose row is empty.
 inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
-  if (a.index() != b.index()) return false;
+  if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
   const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
   return equal && equal(a, b);
 }
