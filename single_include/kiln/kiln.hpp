@@ -14469,8 +14469,7 @@ class workspace {
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -14478,10 +14477,14 @@ class workspace {
 #include <unordered_map>
 #include <vector>
 
-#if __has_include(<dlfcn.h>) && __has_include(<spawn.h>) && __has_include(<sys/wait.h>)
+// POSIX calls rather than <filesystem> and <fstream>, which every file that includes
+// kiln would parse (about 0.1 s of the include) for a feature few programs turn on.
+#if __has_include(<dlfcn.h>) && __has_include(<spawn.h>) && __has_include(<sys/wait.h>) && __has_include(<dirent.h>)
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #define KILN_HAS_NATIVE_LOOPS 1
@@ -14542,16 +14545,26 @@ std::string_view native_type_name(dtype t) {
   }
 }
 
-/// This header's path: under kiln's own headers, or the single header itself.
+/// This header's absolute path: under kiln's own headers, or the single header itself.
 template <class = void>
-std::filesystem::path jit_header() { return std::filesystem::absolute(__FILE__); }
+std::string jit_header() {
+  std::string path = __FILE__;
+#if KILN_HAS_NATIVE_LOOPS
+  if (!path.starts_with('/'))
+    if (char* cwd = ::getcwd(nullptr, 0)) {
+      path = std::string(cwd) + '/' + path;
+      std::free(cwd);
+    }
+#endif
+  return path;
+}
 
 /// The directory holding kiln's own headers (`.../include/`), or "" when kiln is
 /// used through its single header.
 template <class = void>
 std::string kiln_include_root() {
-  const std::string here = jit_header().string();
-  const std::string own = (std::filesystem::path("kiln") / "exec" / "jit.hpp").string();
+  const std::string here = jit_header();
+  const std::string own = "kiln/exec/jit.hpp";
   return here.ends_with(own) ? here.substr(0, here.size() - own.size()) : std::string();
 }
 
@@ -14564,7 +14577,7 @@ std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
-  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header().string() + "\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header() + "\"\n";
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
@@ -14679,29 +14692,51 @@ class native_compiler {
     return v && *v ? std::string(v) : fallback;
   }
 
-  static std::filesystem::path cache_directory() {
+#if KILN_HAS_NATIVE_LOOPS
+  static std::string cache_directory() {
     if (const char* d = std::getenv("KILN_JIT_CACHE"); d && *d) return d;
-    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "kiln" / "jit";
-    if (const char* d = std::getenv("HOME"); d && *d) return std::filesystem::path(d) / ".cache" / "kiln" / "jit";
-    return std::filesystem::temp_directory_path() / "kiln-jit";
+    if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/kiln/jit";
+    if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/kiln/jit";
+    const char* tmp = std::getenv("TMPDIR");
+    return std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-jit";
+  }
+
+  // Every file below `dir`, at any depth.
+  static void files_below(const std::string& dir, std::vector<std::string>& out) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string path = dir + '/' + name;
+      struct ::stat st {};
+      if (::stat(path.c_str(), &st) != 0) continue;
+      if (S_ISDIR(st.st_mode))
+        files_below(path, out);
+      else
+        out.push_back(path);
+    }
+    ::closedir(d);
   }
 
   // Sizes and times of kiln's headers, so that a loop compiled against other
   // headers is not loaded.
   KILN_COLD static std::string headers_fingerprint() {
-    namespace fs = std::filesystem;
-    std::error_code ec;
     std::string s;
-    auto add = [&](const fs::path& p) {
-      s += p.string() + ':' + std::to_string(fs::file_size(p, ec)) + ':' +
-           std::to_string(fs::last_write_time(p, ec).time_since_epoch().count()) + ';';
+    auto add = [&](const std::string& p) {
+      struct ::stat st {};
+      if (::stat(p.c_str(), &st) != 0) return;
+      std::int64_t modified = std::int64_t(st.st_mtime) * 1000000000;
+#if defined(__linux__)
+      modified += st.st_mtim.tv_nsec;
+#endif
+      s += p + ':' + std::to_string(std::int64_t(st.st_size)) + ':' + std::to_string(modified) + ';';
     };
     if (const std::string root = kiln_include_root(); !root.empty()) {
-      std::vector<fs::path> files;
-      for (fs::recursive_directory_iterator it(fs::path(root) / "kiln", ec), end; !ec && it != end; it.increment(ec))
-        files.push_back(it->path());
+      std::vector<std::string> files;
+      files_below(root + "kiln", files);
       std::sort(files.begin(), files.end());
-      for (const fs::path& p : files) add(p);
+      for (const std::string& p : files) add(p);
     } else {
       add(jit_header());
     }
@@ -14714,16 +14749,33 @@ class native_compiler {
     return h;
   }
 
-  static std::string read_text(const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
+  static std::string read_text(const std::string& path) {
+    std::string text;
+    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+      char buffer[4096];
+      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
+      std::fclose(f);
+    }
+    return text;
   }
+
+  static bool write_text(const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) return false;
+    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    return std::fclose(f) == 0 && written;
+  }
+
+  // mkdir -p: each missing directory of `dir`, in turn.
+  static void make_directories(const std::string& dir) {
+    for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
+      ::mkdir(dir.substr(0, slash).c_str(), 0755);
+    ::mkdir(dir.c_str(), 0755);
+  }
+#endif
 
   KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why) {
 #if KILN_HAS_NATIVE_LOOPS
-    namespace fs = std::filesystem;
     const std::string cxx = setting("KILN_JIT_CXX", "c++");
     std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
     if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
@@ -14735,38 +14787,30 @@ class native_compiler {
     for (const std::string& a : args) key_text += '\n' + a;
     char name[32];
     std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
-    const fs::path dir = cache_directory();
-    const fs::path library = dir / (std::string(name) + ".so"), text = dir / (std::string(name) + ".cpp"),
-                   log = dir / (std::string(name) + ".log");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
+    const std::string dir = cache_directory(), stem = dir + '/' + name;
+    const std::string library = stem + ".so", text = stem + ".cpp", log = stem + ".log";
+    make_directories(dir);
 
     // The disk copy is used when its source is this one; otherwise compile under
     // names of this process, then rename, so that concurrent processes never load
     // a half-written library.
-    if (!(fs::exists(library, ec) && read_text(text) == source)) {
-      const std::string own = "." + std::to_string(::getpid());
-      const fs::path tmp_library = dir / (std::string(name) + own + ".so"), tmp_text = dir / (std::string(name) + own + ".cpp");
-      {
-        std::ofstream out(tmp_text, std::ios::binary);
-        out << source;
-        if (!out) {
-          why = "cannot write " + tmp_text.string();
-          return nullptr;
-        }
-      }
-      args.insert(args.end(), {"-o", tmp_library.string(), tmp_text.string()});
-      const int status = run(args, log);
-      if (status != 0) {
-        fs::remove(tmp_text, ec);
-        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
-              "), see " + log.string();
+    if (!(::access(library.c_str(), F_OK) == 0 && read_text(text) == source)) {
+      const std::string own = stem + '.' + std::to_string(::getpid());
+      const std::string tmp_library = own + ".so", tmp_text = own + ".cpp";
+      if (!write_text(tmp_text, source)) {
+        why = "cannot write " + tmp_text;
         return nullptr;
       }
-      fs::rename(tmp_library, library, ec);
-      if (!ec) fs::rename(tmp_text, text, ec);
-      if (ec) {
-        why = "cannot place " + library.string() + ": " + ec.message();
+      args.insert(args.end(), {"-o", tmp_library, tmp_text});
+      const int status = run(args, log);
+      if (status != 0) {
+        ::unlink(tmp_text.c_str());
+        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
+              "), see " + log;
+        return nullptr;
+      }
+      if (std::rename(tmp_library.c_str(), library.c_str()) != 0 || std::rename(tmp_text.c_str(), text.c_str()) != 0) {
+        why = "cannot place " + library + ": " + std::strerror(errno);
         return nullptr;
       }
       ++compiled_;
@@ -14777,7 +14821,7 @@ class native_compiler {
       return nullptr;
     }
     if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
-    why = library.string() + " has no kiln_native_loop";
+    why = library + " has no kiln_native_loop";
     return nullptr;
 #else
     (void)source;
@@ -14788,7 +14832,7 @@ class native_compiler {
 
 #if KILN_HAS_NATIVE_LOOPS
   // Runs a command without a shell, its output into `log`; the exit status, or -1.
-  static int run(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  static int run(const std::vector<std::string>& args, const std::string& log) {
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
