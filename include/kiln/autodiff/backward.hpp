@@ -28,25 +28,15 @@ namespace kiln::detail {
 /// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
 tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
 
-/// A list of ops.
-template <class... Ops>
-struct op_list {};
-
 /// The ops a gradient tape registers when it is made (kiln/autodiff/tape.hpp): those
 /// that the formulas of several ops or of common ones run (transpose, for matmul's),
 /// and those the tape's own code runs (summing gradients, reducing them to an input's
 /// shape, zeros_shaped_like). The formulas of pow (log, pow), floormod (floordiv) and
 /// matmul (matmul) register what else they run.
-using tape_ops = op_list<ops::add, ops::subtract, ops::multiply, ops::divide, ops::negate, ops::cast, ops::equal,
-                         ops::greater, ops::greater_equal, ops::where, ops::reshape, ops::transpose, ops::reduce_sum,
-                         ops::slice, ops::concat, ops::gather, ops::unsorted_segment_sum, ops::set_item, ops::stack,
-                         ops::crop_or_pad>;
-
-/// Whether `Op` is one of `Ops`.
-template <class Op, class... Ops>
-consteval bool listed_in(op_list<Ops...>) {
-  return (std::is_same_v<Op, Ops> || ...);
-}
+using tape_ops = boost::mp11::mp_list<ops::add, ops::subtract, ops::multiply, ops::divide, ops::negate, ops::cast,
+                                      ops::equal, ops::greater, ops::greater_equal, ops::where, ops::reshape,
+                                      ops::transpose, ops::reduce_sum, ops::slice, ops::concat, ops::gather,
+                                      ops::unsorted_segment_sum, ops::set_item, ops::stack, ops::crop_or_pad>;
 
 /// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
 /// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
@@ -141,7 +131,7 @@ class gradient_builder {
   /// `op` on `operands`; registers `Op` at its first run unless a tape has.
   template <class Op, std::same_as<value>... V>
   KILN_COLD static value run(const Op& op, const V&... operands) {
-    if constexpr (!listed_in<Op>(tape_ops{})) register_kernels_on_use<Op>();
+    if constexpr (!ops::registered<Op, tape_ops>) register_kernels_on_use<Op>();  // Op is not in tape_ops
     const tensor* in[] = {&operands.t...};
     return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
   }

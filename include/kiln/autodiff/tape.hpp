@@ -206,7 +206,7 @@ std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tens
 
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
-void register_tape_ops(op_list<Ops...>) {
+void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
 }
 
