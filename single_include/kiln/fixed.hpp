@@ -6512,7 +6512,8 @@ struct argmax : reduction_op {
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
 /// \code kiln::argmax(kiln::zeros({0, 3}), 0);  // kiln::invalid_argument_error \endcode
-inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
+template <class = void>
+void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
 
 /// The mean of `count` values that sum to `sum`, in the element type `T`: integer
 /// means truncate toward zero (and are 0 for no values), float ones are NaN then.
@@ -8020,10 +8021,12 @@ struct shape_of {
 
 // detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
 // result; these overloads, found by argument-dependent lookup, reject indices and
-// ranges that do not fit the (now concrete) input shapes.
+// ranges that do not fit the (now concrete) input shapes. Templates, so that a file
+// compiles them (and the index readers they instantiate) only where it runs the op.
 
 /// `x[i]` needs -dim <= i < dim for the first dim.
-inline void check_values(const index& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const index& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
   if (op.i < -s[0] || op.i >= s[0])
     throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
@@ -8032,7 +8035,8 @@ inline void check_values(const index& op, std::span<const tensor* const> in) {
 }
 
 /// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
-inline void check_values(const slice& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const slice& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
   const int d = op.first_unfit_dim(s);
   if (d < 0) return;
@@ -8086,13 +8090,15 @@ void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, c
 }
 
 /// `gather` needs every index in [0, dim) for the gathered dim.
-inline void check_values(const gather& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const gather& op, std::span<const tensor* const> in) {
   with_host_indices(*in[1], [&](const auto* p) { check_gather_indices(p, in[1]->shape(), op.axis, in[0]->shape()); });
 }
 
 /// `unsorted_segment_sum` needs every segment id below num_segments (negative ones
 /// are dropped), as TensorFlow's CPU kernel does.
-inline void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
   const shape& ids = in[1]->shape();
   const std::int64_t n = ids.num_elements();
   with_host_indices(*in[1], [&](const auto* p) {
@@ -8110,7 +8116,8 @@ inline std::int64_t scalar_index(const tensor& index) {
 }
 
 /// `set_item` needs 0 <= i < dim for the first dim.
-inline void check_values(const set_item&, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const set_item&, std::span<const tensor* const> in) {
   const std::int64_t rows = in[0]->shape()[0];
   const std::int64_t i = scalar_index(*in[1]);
   if (i < 0 || i >= rows)
@@ -8119,7 +8126,8 @@ inline void check_values(const set_item&, std::span<const tensor* const> in) {
 }
 
 /// `pad_rows` needs a number of rows that is not negative.
-inline void check_values(const pad_rows&, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const pad_rows&, std::span<const tensor* const> in) {
   if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
     throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
                                  " for a tensor of shape " + in[0]->shape().str());

@@ -3271,7 +3271,8 @@ struct argmax : reduction_op {
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
 /// \code kiln::argmax(kiln::zeros({0, 3}), 0);  // kiln::invalid_argument_error \endcode
-inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
+template <class = void>
+void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
 
 /// The mean of `count` values that sum to `sum`, in the element type `T`: integer
 /// means truncate toward zero (and are 0 for no values), float ones are NaN then.
@@ -4583,10 +4584,12 @@ struct shape_of {
 
 // detail::run_on calls `check_values(op, inputs)` unqualified before it allocates the
 // result; these overloads, found by argument-dependent lookup, reject indices and
-// ranges that do not fit the (now concrete) input shapes.
+// ranges that do not fit the (now concrete) input shapes. Templates, so that a file
+// compiles them (and the index readers they instantiate) only where it runs the op.
 
 /// `x[i]` needs -dim <= i < dim for the first dim.
-inline void check_values(const index& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const index& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
   if (op.i < -s[0] || op.i >= s[0])
     throw invalid_argument_error("strided_slice: index " + std::to_string(op.i) + " is out of range [" +
@@ -4595,7 +4598,8 @@ inline void check_values(const index& op, std::span<const tensor* const> in) {
 }
 
 /// `slice` needs 0 <= begin[d] <= dim and 0 <= size[d] <= dim - begin[d] (or size[d] == -1).
-inline void check_values(const slice& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const slice& op, std::span<const tensor* const> in) {
   const shape& s = in[0]->shape();
   const int d = op.first_unfit_dim(s);
   if (d < 0) return;
@@ -4649,13 +4653,15 @@ void check_gather_indices(const I* p, const shape& indices, std::int64_t axis, c
 }
 
 /// `gather` needs every index in [0, dim) for the gathered dim.
-inline void check_values(const gather& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const gather& op, std::span<const tensor* const> in) {
   with_host_indices(*in[1], [&](const auto* p) { check_gather_indices(p, in[1]->shape(), op.axis, in[0]->shape()); });
 }
 
 /// `unsorted_segment_sum` needs every segment id below num_segments (negative ones
 /// are dropped), as TensorFlow's CPU kernel does.
-inline void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const unsorted_segment_sum& op, std::span<const tensor* const> in) {
   const shape& ids = in[1]->shape();
   const std::int64_t n = ids.num_elements();
   with_host_indices(*in[1], [&](const auto* p) {
@@ -4673,7 +4679,8 @@ inline std::int64_t scalar_index(const tensor& index) {
 }
 
 /// `set_item` needs 0 <= i < dim for the first dim.
-inline void check_values(const set_item&, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const set_item&, std::span<const tensor* const> in) {
   const std::int64_t rows = in[0]->shape()[0];
   const std::int64_t i = scalar_index(*in[1]);
   if (i < 0 || i >= rows)
@@ -4682,7 +4689,8 @@ inline void check_values(const set_item&, std::span<const tensor* const> in) {
 }
 
 /// `pad_rows` needs a number of rows that is not negative.
-inline void check_values(const pad_rows&, std::span<const tensor* const> in) {
+template <class = void>
+void check_values(const pad_rows&, std::span<const tensor* const> in) {
   if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
     throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
                                  " for a tensor of shape " + in[0]->shape().str());
@@ -12384,6 +12392,9 @@ struct broadcast_read {
   /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
   void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
 
+  // A template, as what it instantiates (a gather per dtype) is needed only where a
+  // file runs a graph.
+  template <class = void>
   broadcast_read(dtype t, const shape& operand, const shape& cluster);
 };
 
@@ -12420,7 +12431,8 @@ void gather_tile(const broadcast_read& b, const void* src, void* dst, std::int64
   }
 }
 
-inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
+template <class>
+broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
   const buffer_view view{nullptr, t, operand};
   const backend::cpu::loop_nest<1> nest(std::span<const buffer_view>(&view, 1), cluster);
   rank = nest.rank;
@@ -12673,6 +12685,7 @@ class gradient_builder {
   }
   /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
   /// of n elements comes out reversed.
+  template <class = void>
   static value reversed_indices(std::int64_t n, const value& like) {
     std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
@@ -19298,12 +19311,12 @@ KILN_VARIABLE_WITH_TYPED(>)
 /// `random::stateless_uniform` is the pure function of a seed.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19314,14 +19327,27 @@ KILN_VARIABLE_WITH_TYPED(>)
 namespace kiln {
 namespace detail {
 
-/// A seed for an unseeded random call: distinct per call and per process run.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  // splitmix64's finalizer, so that consecutive calls get unrelated keys
+/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
+/// which the call advances: where kiln needs a stream of numbers, not a distribution
+/// (shuffling a dataset's buffer, spreading seeds).
+constexpr std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15u);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
   return z ^ (z >> 31);
+}
+
+/// A seed for an unseeded random call: distinct per call and per process run. The
+/// process's start is told by the clock at the first call and by where the address
+/// space put this function's counter (randomized per run), not std::random_device:
+/// <random> costs every file that includes kiln a tenth of a second to parse.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{
+      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
+  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  return splitmix64(state);
 }
 
 
@@ -19803,7 +19829,6 @@ class basic_graph_writer final : public description_sink {
 #include <mutex>
 #include <optional>
 #include <ostream>
-#include <random>
 #include <ranges>
 #include <span>
 #include <string>
@@ -20157,10 +20182,10 @@ class shuffle_stage final : public transform_stage {
   template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
-    // std::mt19937_64's output is fixed by the standard; the index is taken by
-    // modulo rather than a std:: distribution, whose algorithm is not.
-    std::mt19937_64 engine(seed_ + pass * 0x9E3779B97F4A7C15u);
-    return transformed([this, engine, buffer = std::vector<dataset_element>()](
+    // The index is taken by modulo of splitmix64's numbers, so the order is the same
+    // on every platform and standard library (a std:: distribution's is not).
+    std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
+    return transformed([this, state, buffer = std::vector<dataset_element>()](
                            element_iterator& in) mutable -> std::optional<dataset_element> {
       while (std::int64_t(buffer.size()) < buffer_size_) {
         std::optional<dataset_element> e = in.next();
@@ -20168,7 +20193,7 @@ class shuffle_stage final : public transform_stage {
         buffer.push_back(std::move(*e));
       }
       if (buffer.empty()) return std::nullopt;
-      const std::size_t pick = std::size_t(engine() % buffer.size());
+      const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
       std::swap(buffer[pick], buffer.back());
       dataset_element out = std::move(buffer.back());
       buffer.pop_back();

@@ -116,6 +116,7 @@ class gradient_builder {
   }
   /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
   /// of n elements comes out reversed.
+  template <class = void>
   static value reversed_indices(std::int64_t n, const value& like) {
     std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);

@@ -22,7 +22,6 @@
 #include <mutex>
 #include <optional>
 #include <ostream>
-#include <random>
 #include <ranges>
 #include <span>
 #include <string>
@@ -383,10 +382,10 @@ class shuffle_stage final : public transform_stage {
   template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
-    // std::mt19937_64's output is fixed by the standard; the index is taken by
-    // modulo rather than a std:: distribution, whose algorithm is not.
-    std::mt19937_64 engine(seed_ + pass * 0x9E3779B97F4A7C15u);
-    return transformed([this, engine, buffer = std::vector<dataset_element>()](
+    // The index is taken by modulo of splitmix64's numbers, so the order is the same
+    // on every platform and standard library (a std:: distribution's is not).
+    std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
+    return transformed([this, state, buffer = std::vector<dataset_element>()](
                            element_iterator& in) mutable -> std::optional<dataset_element> {
       while (std::int64_t(buffer.size()) < buffer_size_) {
         std::optional<dataset_element> e = in.next();
@@ -394,7 +393,7 @@ class shuffle_stage final : public transform_stage {
         buffer.push_back(std::move(*e));
       }
       if (buffer.empty()) return std::nullopt;
-      const std::size_t pick = std::size_t(engine() % buffer.size());
+      const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
       std::swap(buffer[pick], buffer.back());
       dataset_element out = std::move(buffer.back());
       buffer.pop_back();

@@ -58,6 +58,9 @@ struct broadcast_read {
   /// Copies `len` elements, from cluster element `lo` on, of operand `src` to `dst`.
   void (*gather)(const broadcast_read& b, const void* src, void* dst, std::int64_t lo, std::int64_t len) = nullptr;
 
+  // A template, as what it instantiates (a gather per dtype) is needed only where a
+  // file runs a graph.
+  template <class = void>
   broadcast_read(dtype t, const shape& operand, const shape& cluster);
 };
 
@@ -94,7 +97,8 @@ void gather_tile(const broadcast_read& b, const void* src, void* dst, std::int64
   }
 }
 
-inline broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
+template <class>
+broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& cluster) {
   const buffer_view view{nullptr, t, operand};
   const backend::cpu::loop_nest<1> nest(std::span<const buffer_view>(&view, 1), cluster);
   rank = nest.rank;

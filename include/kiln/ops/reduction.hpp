@@ -232,7 +232,8 @@ struct argmax : reduction_op {
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
 /// \code kiln::argmax(kiln::zeros({0, 3}), 0);  // kiln::invalid_argument_error \endcode
-inline void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
+template <class = void>
+void check_values(const argmax& op, std::span<const tensor* const> in) { op.check_input(in[0]->shape()); }
 
 /// The mean of `count` values that sum to `sum`, in the element type `T`: integer
 /// means truncate toward zero (and are 0 for no values), float ones are NaN then.

@@ -8,12 +8,12 @@
 /// `random::stateless_uniform` is the pure function of a seed.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,14 +27,27 @@
 namespace kiln {
 namespace detail {
 
-/// A seed for an unseeded random call: distinct per call and per process run.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{(std::uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  std::uint64_t z = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  // splitmix64's finalizer, so that consecutive calls get unrelated keys
+/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
+/// which the call advances: where kiln needs a stream of numbers, not a distribution
+/// (shuffling a dataset's buffer, spreading seeds).
+constexpr std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15u);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
   return z ^ (z >> 31);
+}
+
+/// A seed for an unseeded random call: distinct per call and per process run. The
+/// process's start is told by the clock at the first call and by where the address
+/// space put this function's counter (randomized per run), not std::random_device:
+/// <random> costs every file that includes kiln a tenth of a second to parse.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{
+      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
+  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  return splitmix64(state);
 }
 
 
