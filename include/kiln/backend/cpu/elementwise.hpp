@@ -119,24 +119,27 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
       for (; i + w <= len; i += w) compute(i).store_unaligned(o + i);
     }
     if (i < len) partial(i, len - i);
-    return;
-  } else if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
-    // `where`: the bool condition widened to a mask, then a blend of the branches
-    // (a select copies bits, so the scalar tail gives the same results).
-    using B = xsimd::batch<In>;
-    constexpr std::int64_t w = B::size;
-    const bool* condition = static_cast<const bool*>(p[0]);
-    auto load = [&](int k, std::int64_t j) {
-      const In* q = static_cast<const In*>(p[k]);
-      return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
-    };
-    for (; i + w <= len; i += w) {
-      alignas(sizeof(B)) In flags[w];
-      for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
-      xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
+  } else {
+    // Only here, not after the SIMD loop: a scalar loop a kernel never runs would be
+    // compiled all the same, a fifth of an elementwise op's code.
+    if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
+      // `where`: the bool condition widened to a mask, then a blend of the branches
+      // (a select copies bits, so the scalar tail gives the same results).
+      using B = xsimd::batch<In>;
+      constexpr std::int64_t w = B::size;
+      const bool* condition = static_cast<const bool*>(p[0]);
+      auto load = [&](int k, std::int64_t j) {
+        const In* q = static_cast<const In*>(p[k]);
+        return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
+      };
+      for (; i + w <= len; i += w) {
+        alignas(sizeof(B)) In flags[w];
+        for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
+        xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
+      }
     }
+    element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
   }
-  element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
 }
 
 /// A run of elements that are objects (strings): never vectorized, so one loop reads
