@@ -37,10 +37,10 @@ constexpr std::uint64_t splitmix64(std::uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-/// A seed for an unseeded random call: distinct per call and per process run. The
-/// process's start is told by the clock at the first call and by where the address
-/// space put this function's counter (randomized per run), not std::random_device:
-/// <random> costs every file that includes kiln a tenth of a second to parse.
+/// A seed for an unseeded random call: distinct per call and per process run. A run
+/// is told apart by the clocks at the first call and by where the address space put
+/// this function's counter (randomized per run), not by std::random_device: <random>
+/// costs every file that includes kiln a tenth of a second to parse.
 inline std::uint64_t fresh_seed() {
   static std::atomic<std::uint64_t> next{
       std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
