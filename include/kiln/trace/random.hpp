@@ -27,15 +27,18 @@
 namespace kiln {
 namespace detail {
 
-/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
-/// which the call advances: where kiln needs a stream of numbers, not a distribution
-/// (shuffling a dataset's buffer, spreading seeds).
-constexpr std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15u);
+/// splitmix64's finalizer: a bijection of 64-bit words in which every input bit
+/// reaches every output bit (how seeds are spread into keys).
+constexpr std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
   return z ^ (z >> 31);
 }
+
+/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
+/// which the call advances: where kiln needs a stream of numbers, not a distribution
+/// (shuffling a dataset's buffer, spreading seeds).
+constexpr std::uint64_t splitmix64(std::uint64_t& state) { return mix64(state += 0x9E3779B97F4A7C15u); }
 
 /// A seed for an unseeded random call: distinct per call and per process run. A run
 /// is told apart by the clocks at the first call and by where the address space put
@@ -49,7 +52,6 @@ inline std::uint64_t fresh_seed() {
   std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
   return splitmix64(state);
 }
-
 
 /// What one uniform draw makes: a checked shape, dtype and bounds.
 struct uniform_spec {
@@ -129,19 +131,12 @@ struct random_state {
     std::lock_guard lock(mutex);
     if (!global_seed) return op_seed ? *op_seed : fresh_seed();
     const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix(*global_seed ^ mix(op + 0x9E3779B97F4A7C15u));
+    return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
   }
   /// The stream of the next eager draw with key `key`.
   std::uint64_t next_eager_stream(std::uint64_t key) {
     std::lock_guard lock(mutex);
     return eager_draws[key]++;
-  }
-
- private:
-  static std::uint64_t mix(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
   }
 };
 
