@@ -14707,7 +14707,8 @@ class native_compiler {
     return std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-jit";
   }
 
-  // Every file below `dir`, at any depth.
+  // Every file below `dir`, at any depth; a link to a directory is listed, not
+  // followed (a link back up would never end).
   static void files_below(const std::string& dir, std::vector<std::string>& out) {
     DIR* d = ::opendir(dir.c_str());
     if (!d) return;
@@ -14716,7 +14717,7 @@ class native_compiler {
       if (name == "." || name == "..") continue;
       const std::string path = dir + '/' + name;
       struct ::stat st {};
-      if (::stat(path.c_str(), &st) != 0) continue;
+      if (::lstat(path.c_str(), &st) != 0) continue;
       if (S_ISDIR(st.st_mode))
         files_below(path, out);
       else
