@@ -5793,6 +5793,19 @@ KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
 /// in cache anyway, and streaming them saves reading each line before writing it.
 inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
 
+/// Elements from `p` to the first address aligned to a batch of `T`, where
+/// non-temporal stores can start.
+/// \code
+/// alignas(64) float out[64];
+/// assert(kiln::backend::cpu::unaligned_head(out + 1) == xsimd::batch<float>::size - 1);
+/// \endcode
+template <class T>
+std::int64_t unaligned_head(const T* p) {
+  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
+  const std::size_t skew = reinterpret_cast<std::uintptr_t>(p) % bytes;
+  return skew == 0 ? 0 : std::int64_t((bytes - skew) / sizeof(T));
+}
+
 /// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
 template <class T, class A>
 KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
@@ -5906,9 +5919,13 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
 /// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
 /// by one element per output; otherwise it is broadcast (stride 0).
 /// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
-/// `Stream`, full batches go to memory with non-temporal stores.
-template <unsigned Contig, class Op, class In, class Out, int Arity, bool Stream = false>
-KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+/// `stream`, full batches go to memory with non-temporal stores, and `o` must be aligned
+/// to a batch. `stream` is a run-time flag, not a template parameter: a loop per value
+/// would double an op's SIMD code, and a branch per batch costs nothing beside a store
+/// that misses every cache.
+template <unsigned Contig, class Op, class In, class Out, int Arity>
+KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len,
+                            bool stream = false) {
   std::int64_t i = 0;
   if constexpr (simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
@@ -5937,15 +5954,12 @@ KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array
       else
         store_partial(op(padded(0, j, count), padded(1, j, count)), o + j, count);
     };
-    if constexpr (Stream) {
-      const auto misaligned = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % sizeof(B) / sizeof(Out));
-      if (misaligned > 0) {
-        i = std::min(len, w - misaligned);
-        partial(0, i);
-      }
-      for (; i + w <= len; i += w) store_streaming(compute(i), o + i);
-    } else {
-      for (; i + w <= len; i += w) compute(i).store_unaligned(o + i);
+    for (; i + w <= len; i += w) {
+      const auto batch = compute(i);
+      if (stream)
+        store_streaming(batch, o + i);
+      else
+        batch.store_unaligned(o + i);
     }
     if (i < len) partial(i, len - i);
   } else {
@@ -5987,21 +6001,24 @@ void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p
   std::fill_n(o + 1, len - 1, o[0]);
 }
 
-template <class Op, class In, class Out, int Arity, unsigned Contig = 0, bool Stream = false>
-void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+/// Runs `len` outputs with the loop of operand contiguity `contig` (bit k: operand k
+/// advances by one element per output); `stream` as for kiln::backend::cpu::inner_run.
+template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len,
+                  bool stream = false) {
   if constexpr (std::is_same_v<In, std::string>) {
     object_run<Op, In, Out, Arity>(contig, op, o, p, len);
   } else if constexpr (Contig == 0) {
     // Rare (every operand broadcast along the innermost dim), so it shares the
     // all-contiguous kernel rather than having SIMD loops of its own.
     if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
-    dispatch_run<Op, In, Out, Arity, 1, Stream>(contig, op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, 1>(contig, op, o, p, len, stream);
   } else if constexpr (Contig == (1u << Arity)) {
-    (void)contig, (void)op, (void)o, (void)p, (void)len;
+    (void)contig, (void)op, (void)o, (void)p, (void)len, (void)stream;
   } else if (contig == Contig) {
-    inner_run<Contig, Op, In, Out, Arity, Stream>(op, o, p, len);
+    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len, stream);
   } else {
-    dispatch_run<Op, In, Out, Arity, Contig + 1, Stream>(contig, op, o, p, len);
+    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len, stream);
   }
 }
 
@@ -6036,10 +6053,20 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
         for (int d = 0; d < r; ++d) off += idx[d] * nest.stride[k][d];
         p[k] = base(k) + off * std::int64_t(elem_size(k));
       }
-      if (stream)
-        dispatch_run<Op, In, Out, arity, 0, simd_kernel<Op, In, Out>>(contig, op, out.as<Out>() + lo, p, len);
-      else
-        dispatch_run<Op, In, Out, arity>(contig, op, out.as<Out>() + lo, p, len);
+      Out* o = out.as<Out>() + lo;
+      std::int64_t count = len;
+      if constexpr (simd_kernel<Op, In, Out>) {
+        // Non-temporal stores need aligned addresses: the outputs before the first
+        // aligned one are stored as usual.
+        if (const std::int64_t head = stream ? std::min(len, unaligned_head(o)) : 0; head > 0) {
+          dispatch_run<Op, In, Out, arity>(contig, op, o, p, head);
+          for (int k = 0; k < arity; ++k)
+            if ((contig >> k) & 1u) p[k] = static_cast<const char*>(p[k]) + head * std::int64_t(elem_size(k));
+          o += head;
+          count -= head;
+        }
+      }
+      dispatch_run<Op, In, Out, arity>(contig, op, o, p, count, stream);
       lo += len;
       idx[r - 1] += len;
       for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {

@@ -149,7 +149,9 @@ TEST_CASE("string tensors concatenate and compare") {
 TEST_CASE("outputs large enough for non-temporal stores match the reference") {
   // 2M + 5 elements: at least 8 MiB for every dtype below, and a length that is
   // not a multiple of the SIMD width; one operand broadcast in the scalar case.
-  const shape big{(std::int64_t(1) << 21) + 5};
+  // Rows of 9 plus a broadcast row: a run per row, each starting at another
+  // alignment, so most begin with outputs stored before the streamed ones.
+  const shape big{(std::int64_t(1) << 21) + 5}, rows{(std::int64_t(1) << 18) + 3, 9};
   for (dtype t : {int32, int64, float32, float64}) {
     INFO("dtype " << name(t));
     tensor a = kiln::testing::random_tensor(t, big, 1), b = kiln::testing::random_tensor(t, big, 2);
@@ -157,6 +159,8 @@ TEST_CASE("outputs large enough for non-temporal stores match the reference") {
     kiln::testing::check_backends(ops::add{}, {a, b});
     kiln::testing::check_backends(ops::multiply{}, {a, s});
     kiln::testing::check_backends(ops::negate{}, {a});
+    kiln::testing::check_backends(ops::subtract{}, {kiln::testing::random_tensor(t, rows, 4),
+                                                    kiln::testing::random_tensor(t, shape{9}, 5)});
   }
 }
 
