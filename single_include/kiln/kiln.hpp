@@ -5789,6 +5789,35 @@ KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
   return batch::load_aligned(lanes);
 }
 
+/// Where a kernel reads an operand's batch for element i: at `data + i * step`. A
+/// contiguous operand is read in place (step 1); a broadcast one from a batch of its
+/// copies (step 0), so that one loop serves every mix of contiguous and broadcast
+/// operands: a loop per mix would repeat the op's inlined functor, and a load from the
+/// stack per batch costs little beside it.
+/// \code
+/// float x[16] = {};
+/// kiln::backend::cpu::batch_source<float> a(x, xsimd::batch<float>()), b(nullptr, xsimd::batch<float>(2.f));
+/// auto sum = a[0] + b[0];  // x[0..width) + 2
+/// \endcode
+template <class T>
+struct batch_source {
+  using batch = xsimd::batch<T>;
+  alignas(sizeof(batch)) T copies[batch::size];
+  const T* data;
+  std::int64_t step;
+
+  /// Reads `contiguous` element by element, or `broadcast` where `contiguous` is null.
+  batch_source(const T* contiguous, const batch& broadcast)
+      : data(contiguous ? contiguous : copies), step(contiguous != nullptr) {
+    if (!contiguous) broadcast.store_aligned(copies);
+  }
+  batch_source(const batch_source&) = delete;  // `data` may point into `copies`
+
+  KILN_ALWAYS_INLINE batch operator[](std::int64_t i) const { return batch::load_unaligned(data + i * step); }
+  /// The `count` elements from i as load_padded reads them.
+  KILN_ALWAYS_INLINE batch padded(std::int64_t i, std::int64_t count) const { return load_padded(data + i * step, count); }
+};
+
 /// Outputs at least this large are written with non-temporal stores: they do not fit
 /// in cache anyway, and streaming them saves reading each line before writing it.
 inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
@@ -5916,73 +5945,72 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
         [&](int k) { return static_cast<const bool*>(p[k])[offset(k, i)]; }));
 }
 
-/// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
-/// by one element per output; otherwise it is broadcast (stride 0).
-/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
-/// `stream`, full batches go to memory with non-temporal stores, and `o` must be aligned
-/// to a batch. `stream` is a run-time flag, not a template parameter: a loop per value
-/// would double an op's SIMD code, and a branch per batch costs nothing beside a store
-/// that misses every cache.
-template <unsigned Contig, class Op, class In, class Out, int Arity>
-KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len,
-                            bool stream = false) {
+/// One run of `len` outputs of an op with a SIMD kernel. Bit k of `contig` says
+/// operand k advances by one element per output; otherwise it is broadcast (stride 0).
+/// With `stream`, full batches go to memory with non-temporal stores, and `o` must be
+/// aligned to a batch. Both are run-time flags, not template parameters: a loop per
+/// combination would repeat the functor's inlined code up to six times, and what they
+/// cost at run time, a load of a broadcast operand from the stack (batch_source) and a
+/// branch per batch, is small beside the functor and the stores.
+template <class Op, class T, int Arity>
+KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const std::array<const void*, Arity>& p,
+                           std::int64_t len, bool stream = false) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  auto source = [&](int k) {
+    const T* operand = static_cast<const T*>(p[std::size_t(k)]);
+    return (contig >> k) & 1u ? batch_source<T>(operand, B()) : batch_source<T>(nullptr, B(operand[0]));
+  };
+  const auto in = [&]<int... K>(std::integer_sequence<int, K...>) {
+    return std::array<batch_source<T>, Arity>{source(K)...};
+  }(std::make_integer_sequence<int, Arity>{});
   std::int64_t i = 0;
-  if constexpr (simd_kernel<Op, In, Out>) {
+  for (; i + w <= len; i += w) {
+    B batch;
+    if constexpr (Arity == 1)
+      batch = op(in[0][i]);
+    else
+      batch = op(in[0][i], in[1][i]);
+    if (stream)
+      store_streaming(batch, o + i);
+    else
+      batch.store_unaligned(o + i);
+  }
+  // Fewer than a batch of elements (the tail, or a run shorter than a batch) run as
+  // one batch of copies padded with the last of them, so every element goes through
+  // the same SIMD functor: results do not depend on an element's position, and a
+  // fused cluster, which pads the same way, computes the same bits.
+  if (const std::int64_t rest = len - i; rest > 0) {
+    if constexpr (Arity == 1)
+      store_partial(op(in[0].padded(i, rest)), o + i, rest);
+    else
+      store_partial(op(in[0].padded(i, rest), in[1].padded(i, rest)), o + i, rest);
+  }
+}
+
+/// One run of `len` outputs of an op without a SIMD kernel for these dtypes, one
+/// element at a time; bit k of `Contig` as `contig` in kiln::backend::cpu::simd_run.
+/// For `where`, operand 0 is the bool condition.
+template <unsigned Contig, class Op, class In, class Out, int Arity>
+void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  std::int64_t i = 0;
+  if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
+    // `where`: the bool condition widened to a mask, then a blend of the branches
+    // (a select copies bits, so the scalar tail gives the same results).
     using B = xsimd::batch<In>;
     constexpr std::int64_t w = B::size;
+    const bool* condition = static_cast<const bool*>(p[0]);
     auto load = [&](int k, std::int64_t j) {
       const In* q = static_cast<const In*>(p[k]);
       return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
     };
-    auto compute = [&](std::int64_t j) {
-      if constexpr (Arity == 1)
-        return op(load(0, j));
-      else
-        return op(load(0, j), load(1, j));
-    };
-    // Fewer than a batch of elements (an unaligned head, the tail) run as one batch
-    // of copies padded with the last of them, so every element goes through the
-    // same SIMD functor: results do not depend on an element's position, and a
-    // fused cluster, which pads the same way, computes the same bits.
-    auto padded = [&](int k, std::int64_t j, std::int64_t count) {
-      const In* q = static_cast<const In*>(p[k]);
-      return (Contig >> k) & 1u ? load_padded(q + j, count) : B(q[0]);
-    };
-    auto partial = [&](std::int64_t j, std::int64_t count) {
-      if constexpr (Arity == 1)
-        store_partial(op(padded(0, j, count)), o + j, count);
-      else
-        store_partial(op(padded(0, j, count), padded(1, j, count)), o + j, count);
-    };
     for (; i + w <= len; i += w) {
-      const auto batch = compute(i);
-      if (stream)
-        store_streaming(batch, o + i);
-      else
-        batch.store_unaligned(o + i);
+      alignas(sizeof(B)) In flags[w];
+      for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
+      xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
     }
-    if (i < len) partial(i, len - i);
-  } else {
-    // Only here, not after the SIMD loop: a scalar loop a kernel never runs would be
-    // compiled all the same, a fifth of an elementwise op's code.
-    if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
-      // `where`: the bool condition widened to a mask, then a blend of the branches
-      // (a select copies bits, so the scalar tail gives the same results).
-      using B = xsimd::batch<In>;
-      constexpr std::int64_t w = B::size;
-      const bool* condition = static_cast<const bool*>(p[0]);
-      auto load = [&](int k, std::int64_t j) {
-        const In* q = static_cast<const In*>(p[k]);
-        return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
-      };
-      for (; i + w <= len; i += w) {
-        alignas(sizeof(B)) In flags[w];
-        for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
-        xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
-      }
-    }
-    element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
   }
+  element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
 }
 
 /// A run of elements that are objects (strings): never vectorized, so one loop reads
@@ -5994,31 +6022,35 @@ void object_run(unsigned contig, const Op& op, Out* o, const std::array<const vo
 }
 
 /// A run in which every operand is broadcast: one value, computed as a full run
-/// computes it (kiln::backend::cpu::inner_run on one element) and copied.
+/// computes it (on one element) and copied.
 template <class Op, class In, class Out, int Arity>
 void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  inner_run<(1u << Arity) - 1, Op, In, Out, Arity>(op, o, p, 1);
+  constexpr unsigned all = (1u << Arity) - 1;
+  if constexpr (simd_kernel<Op, In, Out>)
+    simd_run<Op, In, Arity>(all, op, o, p, 1);
+  else
+    scalar_run<all, Op, In, Out, Arity>(op, o, p, 1);
   std::fill_n(o + 1, len - 1, o[0]);
 }
 
-/// Runs `len` outputs with the loop of operand contiguity `contig` (bit k: operand k
-/// advances by one element per output); `stream` as for kiln::backend::cpu::inner_run.
-template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+/// Runs `len` outputs of operand contiguity `contig` (bit k: operand k advances by one
+/// element per output); `stream` as for kiln::backend::cpu::simd_run.
+template <class Op, class In, class Out, int Arity, unsigned Contig = 1>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len,
                   bool stream = false) {
   if constexpr (std::is_same_v<In, std::string>) {
     object_run<Op, In, Out, Arity>(contig, op, o, p, len);
-  } else if constexpr (Contig == 0) {
-    // Rare (every operand broadcast along the innermost dim), so it shares the
-    // all-contiguous kernel rather than having SIMD loops of its own.
-    if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
-    dispatch_run<Op, In, Out, Arity, 1>(contig, op, o, p, len, stream);
+  } else if (contig == 0) {
+    // Rare (every operand broadcast along the innermost dim): one value, copied.
+    broadcast_run<Op, In, Out, Arity>(op, o, p, len);
+  } else if constexpr (simd_kernel<Op, In, Out>) {
+    simd_run<Op, In, Arity>(contig, op, o, p, len, stream);
   } else if constexpr (Contig == (1u << Arity)) {
-    (void)contig, (void)op, (void)o, (void)p, (void)len, (void)stream;
+    (void)stream;
   } else if (contig == Contig) {
-    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len, stream);
+    scalar_run<Contig, Op, In, Out, Arity>(op, o, p, len);
   } else {
-    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len, stream);
+    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len);
   }
 }
 
@@ -12166,8 +12198,6 @@ B scale_and_shift(const B& r, const B& scale, const B& shift) {
   return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
 }
 
-// ---- Tiles: the compound kernels ----
-
 /// A broadcast fold operand as a batch.
 template <class T, class B = xsimd::batch<T>>
 B fold_splat(const fold_operand& o, void* const* table, T identity) {
@@ -12176,57 +12206,48 @@ B fold_splat(const fold_operand& o, void* const* table, T identity) {
   return o.negated ? ops::negate{}(v) : v;
 }
 
-/// A contiguous fold operand at element `i`.
-template <class T, class B = xsimd::batch<T>>
-B fold_load(const T* p, bool negated, std::int64_t i) {
-  const B v = B::load_unaligned(p + i);
-  return negated ? ops::negate{}(v) : v;
-}
+/// Where a compound kernel reads a fold operand's batch for element i (a batch_source),
+/// negated when `negated`.
+template <class T>
+struct fold_source {
+  using B = xsimd::batch<T>;
+  backend::cpu::batch_source<T> source;
+  bool negated;
 
-template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
+  fold_source(const fold_operand& o, void* const* table, T identity)
+      : source(o.contiguous ? static_cast<const T*>(table[o.entry]) : nullptr,
+               o.contiguous ? B() : fold_splat<T>(o, table, identity)),
+        negated(o.contiguous && o.negated) {}
+
+  B operator[](std::int64_t i) const { return negated ? ops::negate{}(source[i]) : source[i]; }
+};
+
+// ---- Tiles: the compound kernels ----
+// The operands' contiguity is read at run time (batch_source), not instantiated per
+// combination.
+
+template <bool Pre, class Op, class T>
 KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
                                  std::int64_t len) {
   using B = xsimd::batch<T>;
   const T one = T(1), minus_zero = T(-0.0);
   const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
-  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
-  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
-  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
-  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
+  const fold_source<T> scale(f.scale, table, one), shift(f.shift, table, minus_zero);
   for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
     B v = B::load_unaligned(x + i);
     if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
-    B s = scale, c = shift;
-    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
-    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
-    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
+    scale_and_shift(B(op(v)), scale[i], shift[i]).store_unaligned(out + i);
   }
 }
 
-template <bool FirstContiguous, bool SecondContiguous, class Op, class T>
+template <class Op, class T>
 KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
-                                  void* const* table, std::int64_t len) {
+                                  unsigned contig, void* const* table, std::int64_t len) {
   using B = xsimd::batch<T>;
   const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
-  const B a0(a[0]), b0(b[0]);
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    const B r = op(FirstContiguous ? B::load_unaligned(a + i) : a0, SecondContiguous ? B::load_unaligned(b + i) : b0);
-    scale_and_shift(r, scale, shift).store_unaligned(out + i);
-  }
-}
-
-/// Calls `f.template operator()<Flags...>()` with runtime flags as template arguments.
-/// For example `with_flags(f, pre, contiguous)` calls `f.template operator()<true, false>()`.
-template <bool... Known, class F>
-void with_flags(F&& f) {
-  f.template operator()<Known...>();
-}
-template <bool... Known, class F, class... Rest>
-void with_flags(F&& f, bool flag, Rest... rest) {
-  if (flag)
-    with_flags<Known..., true>(f, rest...);
-  else
-    with_flags<Known..., false>(f, rest...);
+  const backend::cpu::batch_source<T> first(contig & 1u ? a : nullptr, B(a[0])), second(contig & 2u ? b : nullptr, B(b[0]));
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size))
+    scale_and_shift(op(first[i], second[i]), scale, shift).store_unaligned(out + i);
 }
 
 /// The compound_fn of an op with a SIMD kernel for T.
@@ -12237,18 +12258,12 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
   T* o = static_cast<T*>(out);
   auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
   if constexpr (Op::arity == 1) {
-    with_flags(
-        [&]<bool Pre, bool ScaleContiguous, bool ShiftContiguous>() {
-          compound_unary<Pre, ScaleContiguous, ShiftContiguous>(op, f, o, operand(0), table, len);
-        },
-        f.pre, f.scale.contiguous, f.shift.contiguous);
+    if (f.pre)
+      compound_unary<true>(op, f, o, operand(0), table, len);
+    else
+      compound_unary<false>(op, f, o, operand(0), table, len);
   } else {
-    // fold_arithmetic folds nothing into a binary op of two broadcast values.
-    with_flags(
-        [&]<bool First, bool Second>() {
-          if constexpr (First || Second) compound_binary<First, Second>(op, f, o, operand(0), operand(1), table, len);
-        },
-        (contig & 1u) != 0, (contig & 2u) != 0);
+    compound_binary(op, f, o, operand(0), operand(1), contig, table, len);
   }
 }
 

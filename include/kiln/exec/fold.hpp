@@ -68,8 +68,6 @@ B scale_and_shift(const B& r, const B& scale, const B& shift) {
   return ops::add{}(rounded(ops::multiply{}(r, scale)), shift);
 }
 
-// ---- Tiles: the compound kernels ----
-
 /// A broadcast fold operand as a batch.
 template <class T, class B = xsimd::batch<T>>
 B fold_splat(const fold_operand& o, void* const* table, T identity) {
@@ -78,57 +76,48 @@ B fold_splat(const fold_operand& o, void* const* table, T identity) {
   return o.negated ? ops::negate{}(v) : v;
 }
 
-/// A contiguous fold operand at element `i`.
-template <class T, class B = xsimd::batch<T>>
-B fold_load(const T* p, bool negated, std::int64_t i) {
-  const B v = B::load_unaligned(p + i);
-  return negated ? ops::negate{}(v) : v;
-}
+/// Where a compound kernel reads a fold operand's batch for element i (a batch_source),
+/// negated when `negated`.
+template <class T>
+struct fold_source {
+  using B = xsimd::batch<T>;
+  backend::cpu::batch_source<T> source;
+  bool negated;
 
-template <bool Pre, bool ScaleContiguous, bool ShiftContiguous, class Op, class T>
+  fold_source(const fold_operand& o, void* const* table, T identity)
+      : source(o.contiguous ? static_cast<const T*>(table[o.entry]) : nullptr,
+               o.contiguous ? B() : fold_splat<T>(o, table, identity)),
+        negated(o.contiguous && o.negated) {}
+
+  B operator[](std::int64_t i) const { return negated ? ops::negate{}(source[i]) : source[i]; }
+};
+
+// ---- Tiles: the compound kernels ----
+// The operands' contiguity is read at run time (batch_source), not instantiated per
+// combination.
+
+template <bool Pre, class Op, class T>
 KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
                                  std::int64_t len) {
   using B = xsimd::batch<T>;
   const T one = T(1), minus_zero = T(-0.0);
   const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
-  const B scale = ScaleContiguous ? B(one) : fold_splat<T>(f.scale, table, one);
-  const B shift = ShiftContiguous ? B(minus_zero) : fold_splat<T>(f.shift, table, minus_zero);
-  const T* scales = ScaleContiguous ? static_cast<const T*>(table[f.scale.entry]) : nullptr;
-  const T* shifts = ShiftContiguous ? static_cast<const T*>(table[f.shift.entry]) : nullptr;
+  const fold_source<T> scale(f.scale, table, one), shift(f.shift, table, minus_zero);
   for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
     B v = B::load_unaligned(x + i);
     if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
-    B s = scale, c = shift;
-    if constexpr (ScaleContiguous) s = fold_load<T>(scales, f.scale.negated, i);
-    if constexpr (ShiftContiguous) c = fold_load<T>(shifts, f.shift.negated, i);
-    scale_and_shift(B(op(v)), s, c).store_unaligned(out + i);
+    scale_and_shift(B(op(v)), scale[i], shift[i]).store_unaligned(out + i);
   }
 }
 
-template <bool FirstContiguous, bool SecondContiguous, class Op, class T>
+template <class Op, class T>
 KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* a, const T* b,
-                                  void* const* table, std::int64_t len) {
+                                  unsigned contig, void* const* table, std::int64_t len) {
   using B = xsimd::batch<T>;
   const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
-  const B a0(a[0]), b0(b[0]);
-  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    const B r = op(FirstContiguous ? B::load_unaligned(a + i) : a0, SecondContiguous ? B::load_unaligned(b + i) : b0);
-    scale_and_shift(r, scale, shift).store_unaligned(out + i);
-  }
-}
-
-/// Calls `f.template operator()<Flags...>()` with runtime flags as template arguments.
-/// For example `with_flags(f, pre, contiguous)` calls `f.template operator()<true, false>()`.
-template <bool... Known, class F>
-void with_flags(F&& f) {
-  f.template operator()<Known...>();
-}
-template <bool... Known, class F, class... Rest>
-void with_flags(F&& f, bool flag, Rest... rest) {
-  if (flag)
-    with_flags<Known..., true>(f, rest...);
-  else
-    with_flags<Known..., false>(f, rest...);
+  const backend::cpu::batch_source<T> first(contig & 1u ? a : nullptr, B(a[0])), second(contig & 2u ? b : nullptr, B(b[0]));
+  for (std::int64_t i = 0; i < len; i += std::int64_t(B::size))
+    scale_and_shift(op(first[i], second[i]), scale, shift).store_unaligned(out + i);
 }
 
 /// The compound_fn of an op with a SIMD kernel for T.
@@ -139,18 +128,12 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
   T* o = static_cast<T*>(out);
   auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
   if constexpr (Op::arity == 1) {
-    with_flags(
-        [&]<bool Pre, bool ScaleContiguous, bool ShiftContiguous>() {
-          compound_unary<Pre, ScaleContiguous, ShiftContiguous>(op, f, o, operand(0), table, len);
-        },
-        f.pre, f.scale.contiguous, f.shift.contiguous);
+    if (f.pre)
+      compound_unary<true>(op, f, o, operand(0), table, len);
+    else
+      compound_unary<false>(op, f, o, operand(0), table, len);
   } else {
-    // fold_arithmetic folds nothing into a binary op of two broadcast values.
-    with_flags(
-        [&]<bool First, bool Second>() {
-          if constexpr (First || Second) compound_binary<First, Second>(op, f, o, operand(0), operand(1), table, len);
-        },
-        (contig & 1u) != 0, (contig & 2u) != 0);
+    compound_binary(op, f, o, operand(0), operand(1), contig, table, len);
   }
 }
 

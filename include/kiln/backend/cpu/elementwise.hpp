@@ -74,73 +74,72 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
         [&](int k) { return static_cast<const bool*>(p[k])[offset(k, i)]; }));
 }
 
-/// One contiguous run of `len` outputs. Bit k of `Contig` says operand k advances
-/// by one element per output; otherwise it is broadcast (stride 0).
-/// Operand k starts at `p[k]`; for `where`, operand 0 is the bool condition. With
-/// `stream`, full batches go to memory with non-temporal stores, and `o` must be aligned
-/// to a batch. `stream` is a run-time flag, not a template parameter: a loop per value
-/// would double an op's SIMD code, and a branch per batch costs nothing beside a store
-/// that misses every cache.
-template <unsigned Contig, class Op, class In, class Out, int Arity>
-KILN_FLATTEN void inner_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len,
-                            bool stream = false) {
+/// One run of `len` outputs of an op with a SIMD kernel. Bit k of `contig` says
+/// operand k advances by one element per output; otherwise it is broadcast (stride 0).
+/// With `stream`, full batches go to memory with non-temporal stores, and `o` must be
+/// aligned to a batch. Both are run-time flags, not template parameters: a loop per
+/// combination would repeat the functor's inlined code up to six times, and what they
+/// cost at run time, a load of a broadcast operand from the stack (batch_source) and a
+/// branch per batch, is small beside the functor and the stores.
+template <class Op, class T, int Arity>
+KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const std::array<const void*, Arity>& p,
+                           std::int64_t len, bool stream = false) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = B::size;
+  auto source = [&](int k) {
+    const T* operand = static_cast<const T*>(p[std::size_t(k)]);
+    return (contig >> k) & 1u ? batch_source<T>(operand, B()) : batch_source<T>(nullptr, B(operand[0]));
+  };
+  const auto in = [&]<int... K>(std::integer_sequence<int, K...>) {
+    return std::array<batch_source<T>, Arity>{source(K)...};
+  }(std::make_integer_sequence<int, Arity>{});
   std::int64_t i = 0;
-  if constexpr (simd_kernel<Op, In, Out>) {
+  for (; i + w <= len; i += w) {
+    B batch;
+    if constexpr (Arity == 1)
+      batch = op(in[0][i]);
+    else
+      batch = op(in[0][i], in[1][i]);
+    if (stream)
+      store_streaming(batch, o + i);
+    else
+      batch.store_unaligned(o + i);
+  }
+  // Fewer than a batch of elements (the tail, or a run shorter than a batch) run as
+  // one batch of copies padded with the last of them, so every element goes through
+  // the same SIMD functor: results do not depend on an element's position, and a
+  // fused cluster, which pads the same way, computes the same bits.
+  if (const std::int64_t rest = len - i; rest > 0) {
+    if constexpr (Arity == 1)
+      store_partial(op(in[0].padded(i, rest)), o + i, rest);
+    else
+      store_partial(op(in[0].padded(i, rest), in[1].padded(i, rest)), o + i, rest);
+  }
+}
+
+/// One run of `len` outputs of an op without a SIMD kernel for these dtypes, one
+/// element at a time; bit k of `Contig` as `contig` in kiln::backend::cpu::simd_run.
+/// For `where`, operand 0 is the bool condition.
+template <unsigned Contig, class Op, class In, class Out, int Arity>
+void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+  std::int64_t i = 0;
+  if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
+    // `where`: the bool condition widened to a mask, then a blend of the branches
+    // (a select copies bits, so the scalar tail gives the same results).
     using B = xsimd::batch<In>;
     constexpr std::int64_t w = B::size;
+    const bool* condition = static_cast<const bool*>(p[0]);
     auto load = [&](int k, std::int64_t j) {
       const In* q = static_cast<const In*>(p[k]);
       return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
     };
-    auto compute = [&](std::int64_t j) {
-      if constexpr (Arity == 1)
-        return op(load(0, j));
-      else
-        return op(load(0, j), load(1, j));
-    };
-    // Fewer than a batch of elements (an unaligned head, the tail) run as one batch
-    // of copies padded with the last of them, so every element goes through the
-    // same SIMD functor: results do not depend on an element's position, and a
-    // fused cluster, which pads the same way, computes the same bits.
-    auto padded = [&](int k, std::int64_t j, std::int64_t count) {
-      const In* q = static_cast<const In*>(p[k]);
-      return (Contig >> k) & 1u ? load_padded(q + j, count) : B(q[0]);
-    };
-    auto partial = [&](std::int64_t j, std::int64_t count) {
-      if constexpr (Arity == 1)
-        store_partial(op(padded(0, j, count)), o + j, count);
-      else
-        store_partial(op(padded(0, j, count), padded(1, j, count)), o + j, count);
-    };
     for (; i + w <= len; i += w) {
-      const auto batch = compute(i);
-      if (stream)
-        store_streaming(batch, o + i);
-      else
-        batch.store_unaligned(o + i);
+      alignas(sizeof(B)) In flags[w];
+      for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
+      xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
     }
-    if (i < len) partial(i, len - i);
-  } else {
-    // Only here, not after the SIMD loop: a scalar loop a kernel never runs would be
-    // compiled all the same, a fifth of an elementwise op's code.
-    if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
-      // `where`: the bool condition widened to a mask, then a blend of the branches
-      // (a select copies bits, so the scalar tail gives the same results).
-      using B = xsimd::batch<In>;
-      constexpr std::int64_t w = B::size;
-      const bool* condition = static_cast<const bool*>(p[0]);
-      auto load = [&](int k, std::int64_t j) {
-        const In* q = static_cast<const In*>(p[k]);
-        return (Contig >> k) & 1u ? B::load_unaligned(q + j) : B(q[0]);
-      };
-      for (; i + w <= len; i += w) {
-        alignas(sizeof(B)) In flags[w];
-        for (std::int64_t k = 0; k < w; ++k) flags[k] = In(condition[(Contig & 1u) ? i + k : 0]);
-        xsimd::select(B::load_aligned(flags) != B(In(0)), load(1, i), load(2, i)).store_unaligned(o + i);
-      }
-    }
-    element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
   }
+  element_loop<In, Out, Arity>(op, o, p, i, len, [](int k, std::int64_t j) { return (Contig >> k) & 1u ? j : 0; });
 }
 
 /// A run of elements that are objects (strings): never vectorized, so one loop reads
@@ -152,31 +151,35 @@ void object_run(unsigned contig, const Op& op, Out* o, const std::array<const vo
 }
 
 /// A run in which every operand is broadcast: one value, computed as a full run
-/// computes it (kiln::backend::cpu::inner_run on one element) and copied.
+/// computes it (on one element) and copied.
 template <class Op, class In, class Out, int Arity>
 void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
-  inner_run<(1u << Arity) - 1, Op, In, Out, Arity>(op, o, p, 1);
+  constexpr unsigned all = (1u << Arity) - 1;
+  if constexpr (simd_kernel<Op, In, Out>)
+    simd_run<Op, In, Arity>(all, op, o, p, 1);
+  else
+    scalar_run<all, Op, In, Out, Arity>(op, o, p, 1);
   std::fill_n(o + 1, len - 1, o[0]);
 }
 
-/// Runs `len` outputs with the loop of operand contiguity `contig` (bit k: operand k
-/// advances by one element per output); `stream` as for kiln::backend::cpu::inner_run.
-template <class Op, class In, class Out, int Arity, unsigned Contig = 0>
+/// Runs `len` outputs of operand contiguity `contig` (bit k: operand k advances by one
+/// element per output); `stream` as for kiln::backend::cpu::simd_run.
+template <class Op, class In, class Out, int Arity, unsigned Contig = 1>
 void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len,
                   bool stream = false) {
   if constexpr (std::is_same_v<In, std::string>) {
     object_run<Op, In, Out, Arity>(contig, op, o, p, len);
-  } else if constexpr (Contig == 0) {
-    // Rare (every operand broadcast along the innermost dim), so it shares the
-    // all-contiguous kernel rather than having SIMD loops of its own.
-    if (contig == 0) return broadcast_run<Op, In, Out, Arity>(op, o, p, len);
-    dispatch_run<Op, In, Out, Arity, 1>(contig, op, o, p, len, stream);
+  } else if (contig == 0) {
+    // Rare (every operand broadcast along the innermost dim): one value, copied.
+    broadcast_run<Op, In, Out, Arity>(op, o, p, len);
+  } else if constexpr (simd_kernel<Op, In, Out>) {
+    simd_run<Op, In, Arity>(contig, op, o, p, len, stream);
   } else if constexpr (Contig == (1u << Arity)) {
-    (void)contig, (void)op, (void)o, (void)p, (void)len, (void)stream;
+    (void)stream;
   } else if (contig == Contig) {
-    inner_run<Contig, Op, In, Out, Arity>(op, o, p, len, stream);
+    scalar_run<Contig, Op, In, Out, Arity>(op, o, p, len);
   } else {
-    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len, stream);
+    dispatch_run<Op, In, Out, Arity, Contig + 1>(contig, op, o, p, len);
   }
 }
 

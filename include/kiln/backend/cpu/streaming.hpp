@@ -87,6 +87,35 @@ KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
   return batch::load_aligned(lanes);
 }
 
+/// Where a kernel reads an operand's batch for element i: at `data + i * step`. A
+/// contiguous operand is read in place (step 1); a broadcast one from a batch of its
+/// copies (step 0), so that one loop serves every mix of contiguous and broadcast
+/// operands: a loop per mix would repeat the op's inlined functor, and a load from the
+/// stack per batch costs little beside it.
+/// \code
+/// float x[16] = {};
+/// kiln::backend::cpu::batch_source<float> a(x, xsimd::batch<float>()), b(nullptr, xsimd::batch<float>(2.f));
+/// auto sum = a[0] + b[0];  // x[0..width) + 2
+/// \endcode
+template <class T>
+struct batch_source {
+  using batch = xsimd::batch<T>;
+  alignas(sizeof(batch)) T copies[batch::size];
+  const T* data;
+  std::int64_t step;
+
+  /// Reads `contiguous` element by element, or `broadcast` where `contiguous` is null.
+  batch_source(const T* contiguous, const batch& broadcast)
+      : data(contiguous ? contiguous : copies), step(contiguous != nullptr) {
+    if (!contiguous) broadcast.store_aligned(copies);
+  }
+  batch_source(const batch_source&) = delete;  // `data` may point into `copies`
+
+  KILN_ALWAYS_INLINE batch operator[](std::int64_t i) const { return batch::load_unaligned(data + i * step); }
+  /// The `count` elements from i as load_padded reads them.
+  KILN_ALWAYS_INLINE batch padded(std::int64_t i, std::int64_t count) const { return load_padded(data + i * step, count); }
+};
+
 /// Outputs at least this large are written with non-temporal stores: they do not fit
 /// in cache anyway, and streaming them saves reading each line before writing it.
 inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
