@@ -4199,19 +4199,6 @@ struct batch_source {
 /// in cache anyway, and streaming them saves reading each line before writing it.
 inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
 
-/// Elements from `p` to the first address aligned to a batch of `T`, where
-/// non-temporal stores can start.
-/// \code
-/// alignas(64) float out[64];
-/// assert(kiln::backend::cpu::unaligned_head(out + 1) == xsimd::batch<float>::size - 1);
-/// \endcode
-template <class T>
-std::int64_t unaligned_head(const T* p) {
-  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
-  const std::size_t skew = reinterpret_cast<std::uintptr_t>(p) % bytes;
-  return skew == 0 ? 0 : std::int64_t((bytes - skew) / sizeof(T));
-}
-
 /// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
 template <class T, class A>
 KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
@@ -4432,22 +4419,42 @@ void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const 
 }
 
 
+/// One run of an elementwise kernel, its types erased: `len` outputs at `out` from the
+/// operands at `p`, of contiguity `contig` (as for dispatch_run), streamed when
+/// `stream` (as for simd_run).
+using run_fn = void (*)(const void* op, unsigned contig, void* out, const void* const* p, std::int64_t len, bool stream);
+
 template <class Op, class In, class Out>
-void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
-  constexpr int arity = Op::arity;
+void erased_run(const void* op, unsigned contig, void* out, const void* const* p, std::int64_t len, bool stream) {
+  std::array<const void*, Op::arity> operands;
+  std::copy_n(p, Op::arity, operands.begin());
+  dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands, len, stream);
+}
+
+/// An elementwise kernel as the loops around its runs see it.
+struct erased_kernel {
+  run_fn run;
+  const void* op;
+  std::array<std::size_t, 3> operand_bytes;  ///< the element size of each operand
+  std::size_t out_bytes;                     ///< the element size of the output
+  std::size_t stream_batch_bytes;            ///< a batch's size where the kernel can stream; 0 otherwise
+};
+
+/// The loops of an elementwise kernel around its runs: the broadcast loop nest, split
+/// over the thread pool. Compiled once per arity, not once per op and dtypes: all that
+/// differs between kernels is `kernel.run`, called once per run.
+template <int Arity>
+void run_loops(const erased_kernel& kernel, std::span<const buffer_view> in, const buffer_view& out) {
   const std::int64_t n = out.size();
   if (n == 0) return;
-  const loop_nest<arity> nest(in, out.shape);
+  const loop_nest<Arity> nest(in, out.shape);
   const int r = nest.rank;
   const std::int64_t inner = nest.size[r - 1];
   unsigned contig = 0;
-  for (int k = 0; k < arity; ++k)
+  for (int k = 0; k < Arity; ++k)
     if (nest.stride[k][r - 1] == 1) contig |= 1u << k;
-  // A leading condition is read as bool and the values as In; byte offsets differ.
-  auto base = [&](int k) { return static_cast<const char*>(in[k].data); };
-  auto elem_size = [&](int k) { return k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In); };
-
-  const bool stream = simd_kernel<Op, In, Out> && std::size_t(n) * sizeof(Out) >= streaming_bytes;
+  const std::int64_t out_bytes = std::int64_t(kernel.out_bytes);
+  const bool stream = kernel.stream_batch_bytes > 0 && std::size_t(n) * kernel.out_bytes >= streaming_bytes;
   kiln::detail::parallel_for(n, elementwise_grain, [&](std::int64_t lo, std::int64_t hi) {
     std::array<std::int64_t, max_rank> idx{};
     for (std::int64_t rest = lo, d = r - 1; d >= 0; --d) {
@@ -4456,26 +4463,28 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
     }
     while (lo < hi) {
       std::int64_t len = std::min(inner - idx[r - 1], hi - lo);
-      std::array<const void*, arity> p{};
-      for (int k = 0; k < arity; ++k) {
+      std::array<const void*, Arity> p{};
+      for (int k = 0; k < Arity; ++k) {
         std::int64_t off = 0;
         for (int d = 0; d < r; ++d) off += idx[d] * nest.stride[k][d];
-        p[k] = base(k) + off * std::int64_t(elem_size(k));
+        p[k] = static_cast<const char*>(in[k].data) + off * std::int64_t(kernel.operand_bytes[k]);
       }
-      Out* o = out.as<Out>() + lo;
+      char* o = static_cast<char*>(out.data) + lo * out_bytes;
       std::int64_t count = len;
-      if constexpr (simd_kernel<Op, In, Out>) {
+      if (stream) {
         // Non-temporal stores need aligned addresses: the outputs before the first
         // aligned one are stored as usual.
-        if (const std::int64_t head = stream ? std::min(len, unaligned_head(o)) : 0; head > 0) {
-          dispatch_run<Op, In, Out, arity>(contig, op, o, p, head);
-          for (int k = 0; k < arity; ++k)
-            if ((contig >> k) & 1u) p[k] = static_cast<const char*>(p[k]) + head * std::int64_t(elem_size(k));
-          o += head;
+        const auto skew = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % kernel.stream_batch_bytes);
+        if (const std::int64_t head = skew ? std::min(len, (std::int64_t(kernel.stream_batch_bytes) - skew) / out_bytes) : 0;
+            head > 0) {
+          kernel.run(kernel.op, contig, o, p.data(), head, false);
+          for (int k = 0; k < Arity; ++k)
+            if ((contig >> k) & 1u) p[k] = static_cast<const char*>(p[k]) + head * std::int64_t(kernel.operand_bytes[k]);
+          o += head * out_bytes;
           count -= head;
         }
       }
-      dispatch_run<Op, In, Out, arity>(contig, op, o, p, count, stream);
+      kernel.run(kernel.op, contig, o, p.data(), count, stream);
       lo += len;
       idx[r - 1] += len;
       for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {
@@ -4485,6 +4494,15 @@ void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer
     }
     if (stream) streaming_fence();
   });
+}
+
+template <class Op, class In, class Out>
+void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
+  erased_kernel kernel{&erased_run<Op, In, Out>, &op, {}, sizeof(Out), 0};
+  // A leading condition is read as bool and the values as In.
+  for (int k = 0; k < Op::arity; ++k) kernel.operand_bytes[std::size_t(k)] = k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In);
+  if constexpr (simd_kernel<Op, In, Out>) kernel.stream_batch_bytes = sizeof(xsimd::batch<Out>);
+  run_loops<Op::arity>(kernel, in, out);
 }
 
 }  // namespace cpu

@@ -120,19 +120,6 @@ struct batch_source {
 /// in cache anyway, and streaming them saves reading each line before writing it.
 inline constexpr std::size_t streaming_bytes = std::size_t(8) << 20;
 
-/// Elements from `p` to the first address aligned to a batch of `T`, where
-/// non-temporal stores can start.
-/// \code
-/// alignas(64) float out[64];
-/// assert(kiln::backend::cpu::unaligned_head(out + 1) == xsimd::batch<float>::size - 1);
-/// \endcode
-template <class T>
-std::int64_t unaligned_head(const T* p) {
-  constexpr std::size_t bytes = sizeof(xsimd::batch<T>);
-  const std::size_t skew = reinterpret_cast<std::uintptr_t>(p) % bytes;
-  return skew == 0 ? 0 : std::int64_t((bytes - skew) / sizeof(T));
-}
-
 /// Stores `b` at `p` (aligned to the batch size) bypassing the caches.
 template <class T, class A>
 KILN_ALWAYS_INLINE void store_streaming(const xsimd::batch<T, A>& b, T* p) {
