@@ -5924,7 +5924,7 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 /// Outputs [from, len) one element at a time; operand k's element for output i is
 /// at offset `offset(k, i)`. For `where`, operand 0 is the bool condition.
 template <class In, class Out, int Arity, class Op, class Offset>
-void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
+void element_loop(const Op& op, Out* o, const void* const* p, std::int64_t from, std::int64_t len,
                   Offset offset) {
   for (std::int64_t i = from; i < len; ++i)
     o[i] = math::convert<Out>(ops::invoke_elementwise(
@@ -5940,7 +5940,7 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
 /// cost at run time, a load of a broadcast operand from the stack (batch_source) and a
 /// branch per batch, is small beside the functor and the stores.
 template <class Op, class T, int Arity>
-KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const std::array<const void*, Arity>& p,
+KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const void* const* p,
                            std::int64_t len, bool stream = false) {
   using B = xsimd::batch<T>;
   constexpr std::int64_t w = B::size;
@@ -5979,7 +5979,7 @@ KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, co
 /// element at a time; bit k of `Contig` as `contig` in kiln::backend::cpu::simd_run.
 /// For `where`, operand 0 is the bool condition.
 template <unsigned Contig, class Op, class In, class Out, int Arity>
-void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void scalar_run(const Op& op, Out* KILN_RESTRICT o, const void* const* p, std::int64_t len) {
   std::int64_t i = 0;
   if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
     // `where`: the bool condition widened to a mask, then a blend of the branches
@@ -6003,7 +6003,7 @@ void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*
 /// A run of elements that are objects (strings): never vectorized, so one loop reads
 /// each operand's contiguity at run time instead of a loop per combination.
 template <class Op, class In, class Out, int Arity>
-void object_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void object_run(unsigned contig, const Op& op, Out* o, const void* const* p, std::int64_t len) {
   element_loop<In, Out, Arity>(op, o, p, 0, len,
                                [contig](int k, std::int64_t j) { return (contig >> k) & 1u ? j : std::int64_t(0); });
 }
@@ -6011,7 +6011,7 @@ void object_run(unsigned contig, const Op& op, Out* o, const std::array<const vo
 /// A run in which every operand is broadcast: one value, computed as a full run
 /// computes it (on one element) and copied.
 template <class Op, class In, class Out, int Arity>
-void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void broadcast_run(const Op& op, Out* o, const void* const* p, std::int64_t len) {
   constexpr unsigned all = (1u << Arity) - 1;
   if constexpr (simd_kernel<Op, In, Out>)
     simd_run<Op, In, Arity>(all, op, o, p, 1);
@@ -6023,7 +6023,7 @@ void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p
 /// Runs `len` outputs of operand contiguity `contig` (bit k: operand k advances by one
 /// element per output); `stream` as for kiln::backend::cpu::simd_run.
 template <class Op, class In, class Out, int Arity, unsigned Contig = 1>
-void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len,
+void dispatch_run(unsigned contig, const Op& op, Out* o, const void* const* p, std::int64_t len,
                   bool stream = false) {
   if constexpr (std::is_same_v<In, std::string>) {
     object_run<Op, In, Out, Arity>(contig, op, o, p, len);
@@ -6049,9 +6049,7 @@ using run_fn = void (*)(const void* op, unsigned contig, void* out, const void* 
 
 template <class Op, class In, class Out>
 void erased_run(const void* op, unsigned contig, void* out, const void* const* p, std::int64_t len, bool stream) {
-  std::array<const void*, Op::arity> operands;
-  std::copy_n(p, Op::arity, operands.begin());
-  dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands, len, stream);
+  dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), p, len, stream);
 }
 
 /// An elementwise kernel as the loops around its runs see it.
@@ -12095,8 +12093,8 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 /// function pointer per graph node, so running a plan never visits the op variant,
 /// checks a rule or switches on a dtype.
 ///
-/// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
-///   same kernel loop as eager execution (backend::cpu::dispatch_run);
+/// - `backend::cpu::run_fn` runs an elementwise op on one tile of a fused cluster: the
+///   run of eager execution's kernel;
 /// - `compound_fn` runs one with the scalar arithmetic around it folded into its
 ///   pass (kiln/exec/fold.hpp);
 /// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
@@ -12186,7 +12184,7 @@ struct folded_arithmetic {
 };
 
 /// Runs an elementwise op with folded arithmetic on `len` elements, a multiple of
-/// padded_elements; the other arguments are those of tile_fn.
+/// padded_elements; `table` and `in` as for an instruction (kiln/exec/plan.hpp).
 using compound_fn = void (*)(const void* op, unsigned contig, const folded_arithmetic& fold, void* out, void* const* table,
                              const int* in, std::int64_t len);
 
@@ -12427,12 +12425,6 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
 
 namespace kiln::detail::exec {
 
-/// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
-/// `contig` says it advances by one element per output, otherwise it is one
-/// broadcast value.
-/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
-using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
-
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// It is called as `fn(&op, &result, operands)`.
 using scalar_fn = void (*)(const void* op, void* out, const void* const* in);
@@ -12507,17 +12499,6 @@ broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& clust
   });
 }
 
-// The operands are read from the table one by one: a copy of an array the caller
-// has just written, in one wide load, cannot be forwarded from its stores and
-// waits for every older store, those of the tile to memory included.
-template <class Op, class In, class Out>
-void run_tile(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len) {
-  std::array<const void*, Op::arity> operands;
-  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = table[in[k]];
-  backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
-                                                     len);
-}
-
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
 // element gets the bits it gets in a tile or eagerly (their kernels use the batch
 // functor for every element, kiln/backend/cpu/elementwise.hpp).
@@ -12562,7 +12543,7 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
 struct op_entry {
   const void* op = nullptr;      ///< the op object inside the graph node
   op_fn run = nullptr;           ///< run unfused
-  tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  backend::cpu::run_fn tile = nullptr;  ///< run on a tile; null when the op cannot be fused
   /// Run on a tile with folded arithmetic; null unless the op has a SIMD kernel.
   compound_fn compound = nullptr;
   scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
@@ -12589,7 +12570,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
     if (in != string && out != string)
       backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
-          e.tile = &run_tile<Op, In, Out>;
+          e.tile = &backend::cpu::erased_run<Op, In, Out>;
           e.scalar = &run_scalar<Op, In, Out>;
         }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
@@ -13542,7 +13523,7 @@ struct value_info {
 /// (the nodes of that arithmetic get no instruction of their own): operands, result
 /// and fold operands are indices into the cluster's per-tile pointer table.
 struct instruction {
-  tile_fn fn = nullptr;
+  backend::cpu::run_fn fn = nullptr;
   compound_fn compound = nullptr;  ///< set, and run instead of `fn`, when `fold` is not empty
   const void* op = nullptr;
   unsigned contig = 0;
@@ -15194,10 +15175,15 @@ class basic_graph_executor {
   static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
     if (c.native) return c.native(table, len);
     for (const exec::instruction& i : c.code) {
-      if (i.compound)
+      if (i.compound) {
         i.compound(i.op, i.contig, i.fold, table[i.out], table, i.in.data(), len);
-      else
-        i.fn(i.op, i.contig, table[i.out], table, i.in.data(), len);
+      } else {
+        // Entry by entry: one wide load of entries just stored could not be forwarded
+        // from those stores and would wait for every older one, the tile's included.
+        const void* operands[3];
+        for (int k = 0; k < i.arity; ++k) operands[k] = table[i.in[std::size_t(k)]];
+        i.fn(i.op, i.contig, table[i.out], operands, len, false);
+      }
     }
   }
 

@@ -269,10 +269,15 @@ class basic_graph_executor {
   static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
     if (c.native) return c.native(table, len);
     for (const exec::instruction& i : c.code) {
-      if (i.compound)
+      if (i.compound) {
         i.compound(i.op, i.contig, i.fold, table[i.out], table, i.in.data(), len);
-      else
-        i.fn(i.op, i.contig, table[i.out], table, i.in.data(), len);
+      } else {
+        // Entry by entry: one wide load of entries just stored could not be forwarded
+        // from those stores and would wait for every older one, the tile's included.
+        const void* operands[3];
+        for (int k = 0; k < i.arity; ++k) operands[k] = table[i.in[std::size_t(k)]];
+        i.fn(i.op, i.contig, table[i.out], operands, len, false);
+      }
     }
   }
 

@@ -38,7 +38,7 @@ struct folded_arithmetic {
 };
 
 /// Runs an elementwise op with folded arithmetic on `len` elements, a multiple of
-/// padded_elements; the other arguments are those of tile_fn.
+/// padded_elements; `table` and `in` as for an instruction (kiln/exec/plan.hpp).
 using compound_fn = void (*)(const void* op, unsigned contig, const folded_arithmetic& fold, void* out, void* const* table,
                              const int* in, std::int64_t len);
 

@@ -48,7 +48,7 @@ struct value_info {
 /// (the nodes of that arithmetic get no instruction of their own): operands, result
 /// and fold operands are indices into the cluster's per-tile pointer table.
 struct instruction {
-  tile_fn fn = nullptr;
+  backend::cpu::run_fn fn = nullptr;
   compound_fn compound = nullptr;  ///< set, and run instead of `fn`, when `fold` is not empty
   const void* op = nullptr;
   unsigned contig = 0;

@@ -4,8 +4,8 @@
 /// function pointer per graph node, so running a plan never visits the op variant,
 /// checks a rule or switches on a dtype.
 ///
-/// - `tile_fn` runs an elementwise op on one tile of a fused cluster through the
-///   same kernel loop as eager execution (backend::cpu::dispatch_run);
+/// - `backend::cpu::run_fn` runs an elementwise op on one tile of a fused cluster: the
+///   run of eager execution's kernel;
 /// - `compound_fn` runs one with the scalar arithmetic around it folded into its
 ///   pass (kiln/exec/fold.hpp);
 /// - `gather_fn` copies the elements of a broadcast operand that one tile reads;
@@ -29,12 +29,6 @@
 #include "kiln/graph/graph.hpp"
 
 namespace kiln::detail::exec {
-
-/// Runs `len` elements of an elementwise op: operand k is `table[in[k]]`; bit k of
-/// `contig` says it advances by one element per output, otherwise it is one
-/// broadcast value.
-/// It is called as `fn(&op, 0b01u, out, table, in, 1024)`.
-using tile_fn = void (*)(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len);
 
 /// Runs an elementwise op on one element: `out` and `in[k]` point to single values.
 /// It is called as `fn(&op, &result, operands)`.
@@ -110,17 +104,6 @@ broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& clust
   });
 }
 
-// The operands are read from the table one by one: a copy of an array the caller
-// has just written, in one wide load, cannot be forwarded from its stores and
-// waits for every older store, those of the tile to memory included.
-template <class Op, class In, class Out>
-void run_tile(const void* op, unsigned contig, void* out, void* const* table, const int* in, std::int64_t len) {
-  std::array<const void*, Op::arity> operands;
-  for (int k = 0; k < Op::arity; ++k) operands[std::size_t(k)] = table[in[k]];
-  backend::cpu::dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands,
-                                                     len);
-}
-
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
 // element gets the bits it gets in a tile or eagerly (their kernels use the batch
 // functor for every element, kiln/backend/cpu/elementwise.hpp).
@@ -165,7 +148,7 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
 struct op_entry {
   const void* op = nullptr;      ///< the op object inside the graph node
   op_fn run = nullptr;           ///< run unfused
-  tile_fn tile = nullptr;        ///< run on a tile; null when the op cannot be fused
+  backend::cpu::run_fn tile = nullptr;  ///< run on a tile; null when the op cannot be fused
   /// Run on a tile with folded arithmetic; null unless the op has a SIMD kernel.
   compound_fn compound = nullptr;
   scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
@@ -192,7 +175,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
     if (in != string && out != string)
       backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {
         if constexpr (!std::is_same_v<In, std::string> && !std::is_same_v<Out, std::string>) {
-          e.tile = &run_tile<Op, In, Out>;
+          e.tile = &backend::cpu::erased_run<Op, In, Out>;
           e.scalar = &run_scalar<Op, In, Out>;
         }
         if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {

@@ -66,7 +66,7 @@ inline constexpr bool simd_kernel = std::is_same_v<In, Out> && simd_type<In> && 
 /// Outputs [from, len) one element at a time; operand k's element for output i is
 /// at offset `offset(k, i)`. For `where`, operand 0 is the bool condition.
 template <class In, class Out, int Arity, class Op, class Offset>
-void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t from, std::int64_t len,
+void element_loop(const Op& op, Out* o, const void* const* p, std::int64_t from, std::int64_t len,
                   Offset offset) {
   for (std::int64_t i = from; i < len; ++i)
     o[i] = math::convert<Out>(ops::invoke_elementwise(
@@ -82,7 +82,7 @@ void element_loop(const Op& op, Out* o, const std::array<const void*, Arity>& p,
 /// cost at run time, a load of a broadcast operand from the stack (batch_source) and a
 /// branch per batch, is small beside the functor and the stores.
 template <class Op, class T, int Arity>
-KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const std::array<const void*, Arity>& p,
+KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const void* const* p,
                            std::int64_t len, bool stream = false) {
   using B = xsimd::batch<T>;
   constexpr std::int64_t w = B::size;
@@ -121,7 +121,7 @@ KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, co
 /// element at a time; bit k of `Contig` as `contig` in kiln::backend::cpu::simd_run.
 /// For `where`, operand 0 is the bool condition.
 template <unsigned Contig, class Op, class In, class Out, int Arity>
-void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void scalar_run(const Op& op, Out* KILN_RESTRICT o, const void* const* p, std::int64_t len) {
   std::int64_t i = 0;
   if constexpr (Op::leading_condition && std::is_same_v<In, Out> && simd_type<In>) {
     // `where`: the bool condition widened to a mask, then a blend of the branches
@@ -145,7 +145,7 @@ void scalar_run(const Op& op, Out* KILN_RESTRICT o, const std::array<const void*
 /// A run of elements that are objects (strings): never vectorized, so one loop reads
 /// each operand's contiguity at run time instead of a loop per combination.
 template <class Op, class In, class Out, int Arity>
-void object_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void object_run(unsigned contig, const Op& op, Out* o, const void* const* p, std::int64_t len) {
   element_loop<In, Out, Arity>(op, o, p, 0, len,
                                [contig](int k, std::int64_t j) { return (contig >> k) & 1u ? j : std::int64_t(0); });
 }
@@ -153,7 +153,7 @@ void object_run(unsigned contig, const Op& op, Out* o, const std::array<const vo
 /// A run in which every operand is broadcast: one value, computed as a full run
 /// computes it (on one element) and copied.
 template <class Op, class In, class Out, int Arity>
-void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len) {
+void broadcast_run(const Op& op, Out* o, const void* const* p, std::int64_t len) {
   constexpr unsigned all = (1u << Arity) - 1;
   if constexpr (simd_kernel<Op, In, Out>)
     simd_run<Op, In, Arity>(all, op, o, p, 1);
@@ -165,7 +165,7 @@ void broadcast_run(const Op& op, Out* o, const std::array<const void*, Arity>& p
 /// Runs `len` outputs of operand contiguity `contig` (bit k: operand k advances by one
 /// element per output); `stream` as for kiln::backend::cpu::simd_run.
 template <class Op, class In, class Out, int Arity, unsigned Contig = 1>
-void dispatch_run(unsigned contig, const Op& op, Out* o, const std::array<const void*, Arity>& p, std::int64_t len,
+void dispatch_run(unsigned contig, const Op& op, Out* o, const void* const* p, std::int64_t len,
                   bool stream = false) {
   if constexpr (std::is_same_v<In, std::string>) {
     object_run<Op, In, Out, Arity>(contig, op, o, p, len);
@@ -191,9 +191,7 @@ using run_fn = void (*)(const void* op, unsigned contig, void* out, const void* 
 
 template <class Op, class In, class Out>
 void erased_run(const void* op, unsigned contig, void* out, const void* const* p, std::int64_t len, bool stream) {
-  std::array<const void*, Op::arity> operands;
-  std::copy_n(p, Op::arity, operands.begin());
-  dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), operands, len, stream);
+  dispatch_run<Op, In, Out, Op::arity>(contig, *static_cast<const Op*>(op), static_cast<Out*>(out), p, len, stream);
 }
 
 /// An elementwise kernel as the loops around its runs see it.
