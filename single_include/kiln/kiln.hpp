@@ -5935,10 +5935,9 @@ void element_loop(const Op& op, Out* o, const void* const* p, std::int64_t from,
 /// One run of `len` outputs of an op with a SIMD kernel. Bit k of `contig` says
 /// operand k advances by one element per output; otherwise it is broadcast (stride 0).
 /// With `stream`, full batches go to memory with non-temporal stores, and `o` must be
-/// aligned to a batch. Both are run-time flags, not template parameters: a loop per
-/// combination would repeat the functor's inlined code up to six times, and what they
-/// cost at run time, a load of a broadcast operand from the stack (batch_source) and a
-/// branch per batch, is small beside the functor and the stores.
+/// aligned to a batch. Both are run-time flags, not template parameters, so that the
+/// functor is inlined into one loop, not one per combination (see batch_source); a
+/// branch per batch on `stream` costs nothing beside a store that misses every cache.
 template <class Op, class T, int Arity>
 KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, const void* const* p,
                            std::int64_t len, bool stream = false) {
@@ -6041,7 +6040,6 @@ void dispatch_run(unsigned contig, const Op& op, Out* o, const void* const* p, s
   }
 }
 
-
 /// One run of an elementwise kernel, its types erased: `len` outputs at `out` from the
 /// operands at `p`, of contiguity `contig` (as for dispatch_run), streamed when
 /// `stream` (as for simd_run).
@@ -6095,9 +6093,9 @@ void run_loops(const erased_kernel& kernel, std::span<const buffer_view> in, con
       if (stream) {
         // Non-temporal stores need aligned addresses: the outputs before the first
         // aligned one are stored as usual.
-        const auto skew = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % kernel.stream_batch_bytes);
-        if (const std::int64_t head = skew ? std::min(len, (std::int64_t(kernel.stream_batch_bytes) - skew) / out_bytes) : 0;
-            head > 0) {
+        const auto batch_bytes = std::int64_t(kernel.stream_batch_bytes);
+        const auto skew = std::int64_t(reinterpret_cast<std::uintptr_t>(o) % std::uintptr_t(batch_bytes));
+        if (const std::int64_t head = skew ? std::min(len, (batch_bytes - skew) / out_bytes) : 0; head > 0) {
           kernel.run(kernel.op, contig, o, p.data(), head, false);
           for (int k = 0; k < Arity; ++k)
             if ((contig >> k) & 1u) p[k] = static_cast<const char*>(p[k]) + head * std::int64_t(kernel.operand_bytes[k]);
@@ -6121,7 +6119,8 @@ template <class Op, class In, class Out>
 void run_elementwise(const Op& op, std::span<const buffer_view> in, const buffer_view& out) {
   erased_kernel kernel{&erased_run<Op, In, Out>, &op, {}, sizeof(Out), 0};
   // A leading condition is read as bool and the values as In.
-  for (int k = 0; k < Op::arity; ++k) kernel.operand_bytes[std::size_t(k)] = k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In);
+  for (int k = 0; k < Op::arity; ++k)
+    kernel.operand_bytes[std::size_t(k)] = k < ops::value_operand<Op> ? sizeof(bool) : sizeof(In);
   if constexpr (simd_kernel<Op, In, Out>) kernel.stream_batch_bytes = sizeof(xsimd::batch<Out>);
   run_loops<Op::arity>(kernel, in, out);
 }
