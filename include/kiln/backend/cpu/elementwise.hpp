@@ -245,7 +245,7 @@ void run_loops(const erased_kernel& kernel, std::span<const buffer_view> in, con
           count -= head;
         }
       }
-      kernel.run(kernel.op, contig, o, p.data(), count, stream);
+      if (count > 0) kernel.run(kernel.op, contig, o, p.data(), count, stream);
       lo += len;
       idx[r - 1] += len;
       for (int d = r - 1; d > 0 && idx[d] == nest.size[d]; --d) {
