@@ -4172,8 +4172,8 @@ KILN_ALWAYS_INLINE xsimd::batch<V> load_padded(const V* p, std::int64_t count) {
 /// operands: a loop per mix would repeat the op's inlined functor, and a load from the
 /// stack per batch costs little beside it.
 /// \code
-/// float x[16] = {};
-/// kiln::backend::cpu::batch_source<float> a(x, xsimd::batch<float>()), b(nullptr, xsimd::batch<float>(2.f));
+/// float x[16] = {}, two = 2.f;
+/// kiln::backend::cpu::batch_source<float> a(x, true), b(&two, false);
 /// auto sum = a[0] + b[0];  // x[0..width) + 2
 /// \endcode
 template <class T>
@@ -4188,6 +4188,10 @@ struct batch_source {
       : data(contiguous ? contiguous : copies), step(contiguous != nullptr) {
     if (!contiguous) broadcast.store_aligned(copies);
   }
+  /// The operand at `p`: read element by element when `contiguous`, else `p[0]`
+  /// broadcast.
+  batch_source(const T* p, bool contiguous)
+      : batch_source(contiguous ? p : nullptr, contiguous ? batch() : batch(p[0])) {}
   batch_source(const batch_source&) = delete;  // `data` may point into `copies`
 
   KILN_ALWAYS_INLINE batch operator[](std::int64_t i) const { return batch::load_unaligned(data + i * step); }
@@ -4320,12 +4324,8 @@ KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, co
                            std::int64_t len, bool stream = false) {
   using B = xsimd::batch<T>;
   constexpr std::int64_t w = B::size;
-  auto source = [&](int k) {
-    const T* operand = static_cast<const T*>(p[std::size_t(k)]);
-    return (contig >> k) & 1u ? batch_source<T>(operand, B()) : batch_source<T>(nullptr, B(operand[0]));
-  };
   const auto in = [&]<int... K>(std::integer_sequence<int, K...>) {
-    return std::array<batch_source<T>, Arity>{source(K)...};
+    return std::array<batch_source<T>, Arity>{batch_source<T>(static_cast<const T*>(p[K]), (contig >> K) & 1u)...};
   }(std::make_integer_sequence<int, Arity>{});
   std::int64_t i = 0;
   for (; i + w <= len; i += w) {

@@ -115,7 +115,7 @@ KILN_FLATTEN void compound_binary(const Op& op, const folded_arithmetic& f, T* K
                                   unsigned contig, void* const* table, std::int64_t len) {
   using B = xsimd::batch<T>;
   const B scale = fold_splat<T>(f.scale, table, T(1)), shift = fold_splat<T>(f.shift, table, T(-0.0));
-  const backend::cpu::batch_source<T> first(contig & 1u ? a : nullptr, B(a[0])), second(contig & 2u ? b : nullptr, B(b[0]));
+  const backend::cpu::batch_source<T> first(a, (contig & 1u) != 0), second(b, (contig & 2u) != 0);
   for (std::int64_t i = 0; i < len; i += std::int64_t(B::size))
     scale_and_shift(op(first[i], second[i]), scale, shift).store_unaligned(out + i);
 }

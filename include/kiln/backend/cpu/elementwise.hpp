@@ -85,12 +85,8 @@ KILN_FLATTEN void simd_run(unsigned contig, const Op& op, T* KILN_RESTRICT o, co
                            std::int64_t len, bool stream = false) {
   using B = xsimd::batch<T>;
   constexpr std::int64_t w = B::size;
-  auto source = [&](int k) {
-    const T* operand = static_cast<const T*>(p[std::size_t(k)]);
-    return (contig >> k) & 1u ? batch_source<T>(operand, B()) : batch_source<T>(nullptr, B(operand[0]));
-  };
   const auto in = [&]<int... K>(std::integer_sequence<int, K...>) {
-    return std::array<batch_source<T>, Arity>{source(K)...};
+    return std::array<batch_source<T>, Arity>{batch_source<T>(static_cast<const T*>(p[K]), (contig >> K) & 1u)...};
   }(std::make_integer_sequence<int, Arity>{});
   std::int64_t i = 0;
   for (; i + w <= len; i += w) {
