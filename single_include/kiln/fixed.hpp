@@ -1982,8 +1982,14 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
   return std::min(n, (chunks + threads - 1) / threads * threads);
 }
 
-/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
+/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
+/// within the grain is one call here too, so that the body behind `call` is compiled
+/// once, not again inline in each parallel_for.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+  if (n <= grain) {
+    call(fn, 0, n);
+    return;
+  }
   auto pool = current_pool();
   const std::int64_t chunks = pool->size() == 1 ? 1 : balanced_chunks(n, grain, pool->size());
   const std::int64_t step = (n + chunks - 1) / chunks;
@@ -2005,10 +2011,6 @@ template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  if (n <= grain) {
-    fn(std::int64_t(0), n);
-    return;
-  }
   using Fn = std::remove_reference_t<F>;
   parallel_ranges(
       n, grain, [](void* f, std::int64_t lo, std::int64_t hi) { (*static_cast<Fn*>(f))(lo, hi); },
@@ -3490,13 +3492,16 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
 /// into code.
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
+  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+}
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else
-      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+      throw_not_numeric(t);
   });
 }
 
@@ -4029,6 +4034,13 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
                           "kernels (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
 }
 
+/// The error for a dtype pair that an op's rules should have refused before its
+/// kernels: out of line, since each op's dtype visit reaches it once per dtype.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_unexpected_dtypes(std::string_view op, dtype in, dtype out) {
+  throw internal_error(std::string(op) + ": dtypes " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                       " reached a kernel");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
 /// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
 /// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
@@ -4037,7 +4049,7 @@ template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
     if constexpr (!Op::accepts.contains(dtype_of<In>)) {
-      throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+      throw_unexpected_dtypes(Op::name, in, out);
     } else if constexpr (!Only.contains(dtype_of<In>)) {
       throw_kernel_not_compiled(Op::name, Only, in, out);
     } else if constexpr (Op::converts) {
@@ -4049,7 +4061,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
       });
     } else {
       using Out = elementwise_result_t<Op, In>;
-      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if (dtype_of<Out> != out) throw_unexpected_dtypes(Op::name, in, out);
       if constexpr (!Only.contains(dtype_of<Out>))
         throw_kernel_not_compiled(Op::name, Only, in, out);
       else
@@ -7325,16 +7337,26 @@ void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const 
 }
 
 /// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+/// Integers take the strided kernel for every layout with elements to combine (its
+/// contiguous runs still go through the row kernels): their results do not depend on
+/// the order of combination, and the columns', short rows' and rows' kernels compiled
+/// per reducer and integer type in every program that reduces.
 template <class R, class T, class Out>
 void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
   const reduction_plan plan = plan_reduction(layout, count, std::int64_t(xsimd::batch<T>::size));
-  switch (plan.kind) {
-    case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::short_rows:
-      return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
+  if constexpr (std::is_integral_v<T>) {
+    if (plan.kind == reduction_plan::identity)
+      return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+    return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+  } else {
+    switch (plan.kind) {
+      case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::short_rows:
+        return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
+    }
   }
 }
 

@@ -736,8 +736,14 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
   return std::min(n, (chunks + threads - 1) / threads * threads);
 }
 
-/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
+/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
+/// within the grain is one call here too, so that the body behind `call` is compiled
+/// once, not again inline in each parallel_for.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+  if (n <= grain) {
+    call(fn, 0, n);
+    return;
+  }
   auto pool = current_pool();
   const std::int64_t chunks = pool->size() == 1 ? 1 : balanced_chunks(n, grain, pool->size());
   const std::int64_t step = (n + chunks - 1) / chunks;
@@ -759,10 +765,6 @@ template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  if (n <= grain) {
-    fn(std::int64_t(0), n);
-    return;
-  }
   using Fn = std::remove_reference_t<F>;
   parallel_ranges(
       n, grain, [](void* f, std::int64_t lo, std::int64_t hi) { (*static_cast<Fn*>(f))(lo, hi); },
@@ -2134,13 +2136,16 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
 /// into code.
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
+  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+}
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else
-      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+      throw_not_numeric(t);
   });
 }
 
@@ -5600,6 +5605,13 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
                           "kernels (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
 }
 
+/// The error for a dtype pair that an op's rules should have refused before its
+/// kernels: out of line, since each op's dtype visit reaches it once per dtype.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_unexpected_dtypes(std::string_view op, dtype in, dtype out) {
+  throw internal_error(std::string(op) + ": dtypes " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                       " reached a kernel");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
 /// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
 /// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
@@ -5608,7 +5620,7 @@ template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
     if constexpr (!Op::accepts.contains(dtype_of<In>)) {
-      throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+      throw_unexpected_dtypes(Op::name, in, out);
     } else if constexpr (!Only.contains(dtype_of<In>)) {
       throw_kernel_not_compiled(Op::name, Only, in, out);
     } else if constexpr (Op::converts) {
@@ -5620,7 +5632,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
       });
     } else {
       using Out = elementwise_result_t<Op, In>;
-      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if (dtype_of<Out> != out) throw_unexpected_dtypes(Op::name, in, out);
       if constexpr (!Only.contains(dtype_of<Out>))
         throw_kernel_not_compiled(Op::name, Only, in, out);
       else
@@ -6881,16 +6893,26 @@ void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const 
 }
 
 /// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
+/// Integers take the strided kernel for every layout with elements to combine (its
+/// contiguous runs still go through the row kernels): their results do not depend on
+/// the order of combination, and the columns', short rows' and rows' kernels compiled
+/// per reducer and integer type in every program that reduces.
 template <class R, class T, class Out>
 void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
   const reduction_plan plan = plan_reduction(layout, count, std::int64_t(xsimd::batch<T>::size));
-  switch (plan.kind) {
-    case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::short_rows:
-      return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
-    case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
+  if constexpr (std::is_integral_v<T>) {
+    if (plan.kind == reduction_plan::identity)
+      return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+    return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+  } else {
+    switch (plan.kind) {
+      case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::short_rows:
+        return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
+      case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
+    }
   }
 }
 
@@ -9158,6 +9180,10 @@ template <class E>
   throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
 }
 
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_no_kernel(std::string_view op, std::string_view where) {
+  throw unavailable_error(std::string(op) + ": " + std::string(where));
+}
+
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_mixed_devices(std::string_view op, kiln::device a, kiln::device b) {
   throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(a)) + " and " +
                                std::string(name(b)) + ")");
@@ -9193,19 +9219,38 @@ inline shape checked(std::string_view op, std::span<const tensor* const> in, con
   return sh.value;
 }
 
+/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
+/// around them (infer) is compiled once rather than once per op.
+struct op_rules {
+  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
+  shape_result (*result_shape)(const void* op, std::span<const shape> in);
+};
+template <class Op>
+inline constexpr op_rules rules_of{
+    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); }};
+
+/// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
+/// the contract's error.
+template <class = void>
+std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
+                                       std::span<const tensor* const> in) {
+  const input_types types(op_name, in);
+  const dtype dt = checked(op_name, in, rules.result_dtype(op, types.dtypes));
+  const shape_result sh = [&] {
+    try {
+      return rules.result_shape(op, types.shapes);
+    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
+      throw_with_inputs<value_error>(op_name, e.what(), in);
+    }
+  }();
+  return {dt, checked(op_name, in, sh)};
+}
+
 /// The dtype and shape `op` gives for `inputs`, or the contract's error.
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  const input_types types(Op::name, in);
-  const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
-  const shape_result sh = [&] {
-    try {
-      return op.result_shape(types.shapes);
-    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
-      throw_with_inputs<value_error>(Op::name, e.what(), in);
-    }
-  }();
-  return {dt, checked(Op::name, in, sh)};
+  return infer_by_rules(Op::name, &op, rules_of<Op>, in);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -9222,15 +9267,29 @@ inline kiln::device input_device(std::string_view op, std::span<const tensor* co
 /// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
 using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
 
+/// Backend `B`'s kernel of `Op` (on the CPU, of the dtypes `Only`) as a kernel_call:
+/// the one function that eager runs and plans (kiln/exec/tile.hpp) both call.
+template <class B, class Op, dtype_set Only = dtypes::all>
+void backend_kernel(const void* op, std::span<const buffer_view> in, const buffer_view& out) {
+  if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+    backend::compute_with<Only>(B{}, *static_cast<const Op*>(op), in, out);
+}
+
+/// Runs `kernel` on `in` into `out`, already allocated, when `out` has elements.
+inline void run_kernel_into(std::span<const tensor* const> in, tensor& out, kernel_call kernel, const void* op) {
+  if (out.size() == 0) return;
+  small_vector<buffer_view, 4> views;
+  views.reserve(in.size());
+  for (const tensor* t : in) views.emplace_back(t->view());
+  kernel(op, std::span<const buffer_view>(views), out.view());
+}
+
 /// Allocates op `op_name`'s `dt` `sh` result on `dev` and runs `kernel` into it, so
 /// that what every op does around its kernel is compiled once.
 inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
                          std::span<const tensor* const> in, kernel_call kernel, const void* op) {
-  small_vector<buffer_view, 4> views;
-  views.reserve(in.size());
-  for (const tensor* t : in) views.emplace_back(t->view());
   tensor out = allocate_result(op_name, dt, sh, dev);
-  if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
+  run_kernel_into(in, out, kernel, op);
   return out;
 }
 
@@ -9248,14 +9307,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-    throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
+    throw_no_kernel(Op::name, std::string("the ") + std::string(B::name) + " backend has no kernel for it");
   } else {
-    return run_kernel(Op::name, dt, sh, dev, in,
-                      [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
-                          backend::compute_with<Only>(B{}, *static_cast<const Op*>(o), views, out);
-                      },
-                      &op);
+    return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);
   }
 }
 
@@ -9267,7 +9321,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
     if constexpr (backend::supports<backend::thrust_backend, Op> || requires { op.evaluate(in); })
       return run_on<backend::thrust_backend>(op, in);
 #endif
-    throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
+    throw_no_kernel(Op::name, "no GPU kernel in this build");
   }
   return run_on<backend::cpu_backend, Op, Only>(op, in);
 }
@@ -12247,7 +12301,9 @@ struct fold_source {
 // The operands' contiguity is read at run time (batch_source), not instantiated per
 // combination.
 
-template <bool Pre, class Op, class T>
+// Without pre arithmetic, pre_scale and pre_shift are 1 and -0.0, which give every
+// value back bit for bit: one loop per op and type rather than one with and one without.
+template <class Op, class T>
 KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KILN_RESTRICT out, const T* x, void* const* table,
                                  std::int64_t len) {
   using B = xsimd::batch<T>;
@@ -12255,8 +12311,7 @@ KILN_FLATTEN void compound_unary(const Op& op, const folded_arithmetic& f, T* KI
   const B pre_scale = fold_splat<T>(f.pre_scale, table, one), pre_shift = fold_splat<T>(f.pre_shift, table, minus_zero);
   const fold_source<T> scale(f.scale, table, one), shift(f.shift, table, minus_zero);
   for (std::int64_t i = 0; i < len; i += std::int64_t(B::size)) {
-    B v = B::load_unaligned(x + i);
-    if constexpr (Pre) v = scale_and_shift(v, pre_scale, pre_shift);
+    const B v = scale_and_shift(B::load_unaligned(x + i), pre_scale, pre_shift);
     scale_and_shift(B(op(v)), scale[i], shift[i]).store_unaligned(out + i);
   }
 }
@@ -12279,10 +12334,7 @@ void run_compound(const void* p, unsigned contig, const folded_arithmetic& f, vo
   T* o = static_cast<T*>(out);
   auto operand = [&](int k) { return static_cast<const T*>(table[in[k]]); };
   if constexpr (Op::arity == 1) {
-    if (f.pre)
-      compound_unary<true>(op, f, o, operand(0), table, len);
-    else
-      compound_unary<false>(op, f, o, operand(0), table, len);
+    compound_unary(op, f, o, operand(0), table, len);
   } else {
     compound_binary(op, f, o, operand(0), operand(1), contig, table, len);
   }
@@ -12536,11 +12588,7 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   if constexpr (requires { op.evaluate(in); }) {
     out = op.evaluate(in);
   } else {
-    small_vector<buffer_view, 4> views;
-    views.reserve(in.size());
-    for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() > 0)
-      backend::compute_with<Only>(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    run_kernel_into(in, out, &backend_kernel<backend::cpu_backend, Op, Only>, p);
   }
 }
 

@@ -36,7 +36,9 @@ def ensure_packages(venv: pathlib.Path) -> None:
     except ImportError:
         pass
     python = venv / "bin" / "python3"
-    if pathlib.Path(sys.executable).resolve() == python.resolve():
+    # A venv's python3 is a link to the base interpreter, so whether this runs in the
+    # venv is told by its prefix, not by the executable's path.
+    if pathlib.Path(sys.prefix).resolve() == venv.resolve():
         sys.exit("run_onnxruntime.py: the virtual environment at %s lacks %s" % (venv, " ".join(PACKAGES)))
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

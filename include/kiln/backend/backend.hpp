@@ -89,6 +89,13 @@ using elementwise_result_t = typename elementwise_result<Op, In>::type;
                           "kernels (kiln_add_library, or KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
 }
 
+/// The error for a dtype pair that an op's rules should have refused before its
+/// kernels: out of line, since each op's dtype visit reaches it once per dtype.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_unexpected_dtypes(std::string_view op, dtype in, dtype out) {
+  throw internal_error(std::string(op) + ": dtypes " + std::string(name(in)) + " -> " + std::string(name(out)) +
+                       " reached a kernel");
+}
+
 /// Calls `f.template operator()<In, Out>()` with the C++ types an elementwise op
 /// reads and writes, instantiating only the dtypes the op accepts that are in `Only`
 /// (for an op only kiln's bookkeeping runs, detail::bookkeeping_dtypes). `In` is the
@@ -97,7 +104,7 @@ template <dtype_set Only = dtypes::all, ops::elementwise Op, class F>
 void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out, F&& f) {
   visit_dtype(in, [&]<class In>() {
     if constexpr (!Op::accepts.contains(dtype_of<In>)) {
-      throw internal_error(std::string(Op::name) + ": dtype " + std::string(name(in)) + " reached a kernel");
+      throw_unexpected_dtypes(Op::name, in, out);
     } else if constexpr (!Only.contains(dtype_of<In>)) {
       throw_kernel_not_compiled(Op::name, Only, in, out);
     } else if constexpr (Op::converts) {
@@ -109,7 +116,7 @@ void visit_elementwise_types([[maybe_unused]] const Op& op, dtype in, dtype out,
       });
     } else {
       using Out = elementwise_result_t<Op, In>;
-      if (dtype_of<Out> != out) throw internal_error(std::string(Op::name) + ": unexpected output dtype");
+      if (dtype_of<Out> != out) throw_unexpected_dtypes(Op::name, in, out);
       if constexpr (!Only.contains(dtype_of<Out>))
         throw_kernel_not_compiled(Op::name, Only, in, out);
       else

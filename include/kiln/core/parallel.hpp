@@ -182,8 +182,14 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
   return std::min(n, (chunks + threads - 1) / threads * threads);
 }
 
-/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once.
+/// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
+/// within the grain is one call here too, so that the body behind `call` is compiled
+/// once, not again inline in each parallel_for.
 inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+  if (n <= grain) {
+    call(fn, 0, n);
+    return;
+  }
   auto pool = current_pool();
   const std::int64_t chunks = pool->size() == 1 ? 1 : balanced_chunks(n, grain, pool->size());
   const std::int64_t step = (n + chunks - 1) / chunks;
@@ -205,10 +211,6 @@ template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& fn) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  if (n <= grain) {
-    fn(std::int64_t(0), n);
-    return;
-  }
   using Fn = std::remove_reference_t<F>;
   parallel_ranges(
       n, grain, [](void* f, std::int64_t lo, std::int64_t hi) { (*static_cast<Fn*>(f))(lo, hi); },

@@ -52,6 +52,10 @@ template <class E>
   throw invalid_argument_error(std::string(op) + ": input " + std::to_string(i) + " is an empty tensor");
 }
 
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_no_kernel(std::string_view op, std::string_view where) {
+  throw unavailable_error(std::string(op) + ": " + std::string(where));
+}
+
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_mixed_devices(std::string_view op, kiln::device a, kiln::device b) {
   throw invalid_argument_error(std::string(op) + ": inputs are on different devices (" + std::string(name(a)) + " and " +
                                std::string(name(b)) + ")");
@@ -87,19 +91,38 @@ inline shape checked(std::string_view op, std::span<const tensor* const> in, con
   return sh.value;
 }
 
+/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
+/// around them (infer) is compiled once rather than once per op.
+struct op_rules {
+  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
+  shape_result (*result_shape)(const void* op, std::span<const shape> in);
+};
+template <class Op>
+inline constexpr op_rules rules_of{
+    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); }};
+
+/// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
+/// the contract's error.
+template <class = void>
+std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
+                                       std::span<const tensor* const> in) {
+  const input_types types(op_name, in);
+  const dtype dt = checked(op_name, in, rules.result_dtype(op, types.dtypes));
+  const shape_result sh = [&] {
+    try {
+      return rules.result_shape(op, types.shapes);
+    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
+      throw_with_inputs<value_error>(op_name, e.what(), in);
+    }
+  }();
+  return {dt, checked(op_name, in, sh)};
+}
+
 /// The dtype and shape `op` gives for `inputs`, or the contract's error.
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  const input_types types(Op::name, in);
-  const dtype dt = checked(Op::name, in, op.result_dtype(types.dtypes));
-  const shape_result sh = [&] {
-    try {
-      return op.result_shape(types.shapes);
-    } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
-      throw_with_inputs<value_error>(Op::name, e.what(), in);
-    }
-  }();
-  return {dt, checked(Op::name, in, sh)};
+  return infer_by_rules(Op::name, &op, rules_of<Op>, in);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -116,15 +139,29 @@ inline kiln::device input_device(std::string_view op, std::span<const tensor* co
 /// A backend kernel behind a function pointer: writes `op`'s result for `in` to `out`.
 using kernel_call = void (*)(const void* op, std::span<const buffer_view> in, const buffer_view& out);
 
+/// Backend `B`'s kernel of `Op` (on the CPU, of the dtypes `Only`) as a kernel_call:
+/// the one function that eager runs and plans (kiln/exec/tile.hpp) both call.
+template <class B, class Op, dtype_set Only = dtypes::all>
+void backend_kernel(const void* op, std::span<const buffer_view> in, const buffer_view& out) {
+  if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
+    backend::compute_with<Only>(B{}, *static_cast<const Op*>(op), in, out);
+}
+
+/// Runs `kernel` on `in` into `out`, already allocated, when `out` has elements.
+inline void run_kernel_into(std::span<const tensor* const> in, tensor& out, kernel_call kernel, const void* op) {
+  if (out.size() == 0) return;
+  small_vector<buffer_view, 4> views;
+  views.reserve(in.size());
+  for (const tensor* t : in) views.emplace_back(t->view());
+  kernel(op, std::span<const buffer_view>(views), out.view());
+}
+
 /// Allocates op `op_name`'s `dt` `sh` result on `dev` and runs `kernel` into it, so
 /// that what every op does around its kernel is compiled once.
 inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
                          std::span<const tensor* const> in, kernel_call kernel, const void* op) {
-  small_vector<buffer_view, 4> views;
-  views.reserve(in.size());
-  for (const tensor* t : in) views.emplace_back(t->view());
   tensor out = allocate_result(op_name, dt, sh, dev);
-  if (out.size() > 0) kernel(op, std::span<const buffer_view>(views), out.view());
+  run_kernel_into(in, out, kernel, op);
   return out;
 }
 
@@ -142,14 +179,9 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-    throw unavailable_error(std::string(Op::name) + ": the " + std::string(B::name) + " backend has no kernel for it");
+    throw_no_kernel(Op::name, std::string("the ") + std::string(B::name) + " backend has no kernel for it");
   } else {
-    return run_kernel(Op::name, dt, sh, dev, in,
-                      [](const void* o, std::span<const buffer_view> views, const buffer_view& out) {
-                        if constexpr (!KILN_DEVICE_PASS || !std::is_same_v<B, backend::cpu_backend>)
-                          backend::compute_with<Only>(B{}, *static_cast<const Op*>(o), views, out);
-                      },
-                      &op);
+    return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);
   }
 }
 
@@ -161,7 +193,7 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
     if constexpr (backend::supports<backend::thrust_backend, Op> || requires { op.evaluate(in); })
       return run_on<backend::thrust_backend>(op, in);
 #endif
-    throw unavailable_error(std::string(Op::name) + ": no GPU kernel in this build");
+    throw_no_kernel(Op::name, "no GPU kernel in this build");
   }
   return run_on<backend::cpu_backend, Op, Only>(op, in);
 }

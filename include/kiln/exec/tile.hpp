@@ -23,8 +23,8 @@
 #include <type_traits>
 
 #include "kiln/backend/cpu/elementwise.hpp"
-#include "kiln/core/small_vector.hpp"
 #include "kiln/core/tensor.hpp"
+#include "kiln/eager/apply.hpp"
 #include "kiln/exec/fold.hpp"
 #include "kiln/graph/graph.hpp"
 
@@ -136,11 +136,7 @@ void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   if constexpr (requires { op.evaluate(in); }) {
     out = op.evaluate(in);
   } else {
-    small_vector<buffer_view, 4> views;
-    views.reserve(in.size());
-    for (const tensor* t : in) views.emplace_back(t->view());
-    if (out.size() > 0)
-      backend::compute_with<Only>(backend::cpu_backend{}, op, std::span<const buffer_view>(views), out.view());
+    run_kernel_into(in, out, &backend_kernel<backend::cpu_backend, Op, Only>, p);
   }
 }
 

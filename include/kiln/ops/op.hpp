@@ -144,13 +144,16 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
 /// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
 /// into code.
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
+  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+}
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&]<class T>() {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
       f.template operator()<T>();
     else
-      throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+      throw_not_numeric(t);
   });
 }
 
