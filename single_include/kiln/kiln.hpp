@@ -2132,13 +2132,16 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
   return r;
 }
 
+/// The error for a dtype without numbers reaching a kernel for numbers (visit_numeric):
+/// out of line, since each visit reaches it from two dtypes.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
+  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+}
+
 /// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; how the
 /// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
 /// into code.
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
-  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
-}
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&]<class T>() {
@@ -9307,7 +9310,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-    throw_no_kernel(Op::name, std::string("the ") + std::string(B::name) + " backend has no kernel for it");
+    throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);
   }

@@ -645,24 +645,27 @@ struct saved_function_io {
           const auto [dtypes, shapes] = input_types();
           const bool arity_ok = ops::visit([&](const auto& o) { return arity_accepts(o, int(inputs.size())); }, op);
           if (!arity_ok) r.fail(where + " (" + name + ") has " + std::to_string(inputs.size()) + " inputs");
-          ops::visit(
-              [&](const auto& o) {
-                dtype_result dt;
-                shape_result sh;
-                try {  // (a rule may raise, on attributes no trace would make)
-                  dt = o.result_dtype(dtypes);
-                  sh = o.result_shape(shapes);
-                } catch (const error& e) {
-                  r.fail(where + " (" + name + "): " + e.what());
-                }
-                if (!dt.ok() || !sh.ok() || dt.value != type || !(sh.value == dims))
-                  r.fail(where + " (" + name + ") is " + std::string(kiln::name(type)) + " " + dims.str() +
-                         " in the file, but its op gives " +
-                         (dt.ok() && sh.ok() ? std::string(kiln::name(dt.value)) + " " + sh.value.str()
-                                             : std::string(dt.ok() ? sh.failure : dt.failure)) +
-                         " for its inputs");
+          // The op's rules through pointers: this check is compiled once, not once per op
+          // of the registry.
+          const auto [self, rules] = ops::visit(
+              [](const auto& o) {
+                return std::pair<const void*, const op_rules*>(&o, &rules_of<std::decay_t<decltype(o)>>);
               },
               op);
+          dtype_result dt;
+          shape_result sh;
+          try {  // (a rule may raise, on attributes no trace would make)
+            dt = rules->result_dtype(self, dtypes);
+            sh = rules->result_shape(self, shapes);
+          } catch (const error& e) {
+            r.fail(where + " (" + name + "): " + e.what());
+          }
+          if (!dt.ok() || !sh.ok() || dt.value != type || !(sh.value == dims))
+            r.fail(where + " (" + name + ") is " + std::string(kiln::name(type)) + " " + dims.str() +
+                   " in the file, but its op gives " +
+                   (dt.ok() && sh.ok() ? std::string(kiln::name(dt.value)) + " " + sh.value.str()
+                                       : std::string(dt.ok() ? sh.failure : dt.failure)) +
+                   " for its inputs");
           g.add_op(op, std::move(inputs), type, dims);
         } else if (kind == "special") {
           std::vector<std::pair<kiln::dtype, kiln::shape>> results;

@@ -179,7 +179,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
-    throw_no_kernel(Op::name, std::string("the ") + std::string(B::name) + " backend has no kernel for it");
+    throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);
   }

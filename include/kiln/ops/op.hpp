@@ -140,13 +140,16 @@ constexpr shape_result broadcast_all(std::span<const shape> in) {
   return r;
 }
 
+/// The error for a dtype without numbers reaching a kernel for numbers (visit_numeric):
+/// out of line, since each visit reaches it from two dtypes.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
+  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
+}
+
 /// Calls `f.template operator()<T>()` with the C++ type of a numeric dtype; how the
 /// kernels of ops that take numbers only (reductions, linalg) turn a runtime dtype
 /// into code.
 /// \code kiln::ops::visit_numeric(kiln::float32, [&]<class T>() { static_assert(sizeof(T) >= 4); }); \endcode
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_not_numeric(dtype t) {
-  throw internal_error("a kernel for numbers reached dtype " + std::string(name(t)));
-}
 template <class F>
 void visit_numeric(dtype t, F&& f) {
   visit_dtype(t, [&]<class T>() {
