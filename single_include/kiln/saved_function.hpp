@@ -846,7 +846,8 @@ loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
     if (!model_bytes.is_binary()) r.fail("the model is not bytes");
     if (r.unsigned_at(header, "checksum") != saved_checksum({model_bytes.get_binary(), data}))
       r.fail("corrupted (its checksum does not match its contents)");
-    const json model = json::from_cbor(model_bytes.get_binary());
+    // Read as a span, as the header is: each input type compiles its own CBOR reader.
+    const json model = json::from_cbor(std::span<const std::uint8_t>(model_bytes.get_binary()));
     loader l{r, data, {}, {}};
     for (const json& v : r.array_at(model, "variables")) {
       auto state = std::make_shared<variable_state>(r.text_at(v, "name"), r.dtype_of(r.at(v, "dtype")),
