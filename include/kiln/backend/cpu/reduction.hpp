@@ -665,26 +665,16 @@ void reduce_planned(const T* x, Out* out, const reduction_layout& layout, const 
 }
 
 /// Reduces `x` (laid out as `layout`) into `outputs` values of `count` elements each.
-/// Integers take the strided kernel for every layout with elements to combine (its
-/// contiguous runs still go through the row kernels): their results do not depend on
-/// the order of combination, and the columns', short rows' and rows' kernels compiled
-/// per reducer and integer type in every program that reduces.
 template <class R, class T, class Out>
 void reduce(const T* x, Out* out, const reduction_layout& layout, std::int64_t outputs, std::int64_t count) {
   const reduction_plan plan = plan_reduction(layout, count, std::int64_t(xsimd::batch<T>::size));
-  if constexpr (std::is_integral_v<T>) {
-    if (plan.kind == reduction_plan::identity)
-      return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
-    return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
-  } else {
-    switch (plan.kind) {
-      case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
-      case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
-      case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
-      case reduction_plan::short_rows:
-        return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
-      case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
-    }
+  switch (plan.kind) {
+    case reduction_plan::identity: return reduce_planned<reduction_plan::identity, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::strided: return reduce_planned<reduction_plan::strided, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::columns: return reduce_planned<reduction_plan::columns, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::short_rows:
+      return reduce_planned<reduction_plan::short_rows, R>(x, out, layout, plan, outputs, count);
+    case reduction_plan::rows: return reduce_planned<reduction_plan::rows, R>(x, out, layout, plan, outputs, count);
   }
 }
 
