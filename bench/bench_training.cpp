@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <xsimd/xsimd.hpp>
+
 #if KILN_BENCH_HAS_OPENBLAS
 #include <cblas.h>
 #endif
@@ -255,6 +257,67 @@ void register_saved(int threads) {
 }
 #endif
 
+#if KILN_BENCH_HAS_OPENBLAS
+/// A floor under any step of this model on one thread here, not a step: its eight
+/// matrix products (forward, then each layer's weight gradient and, but for the first,
+/// its input gradient) by OpenBLAS, then Adam's update of every parameter as one SIMD
+/// pass; no bias, activation, loss or gradient arithmetic besides. Not on two threads:
+/// there OpenBLAS's threads and an OpenMP update contend for the two cores, as
+/// PyTorch's do (see torch_py in bench/RESULTS.md).
+void register_floor() {
+  register_case("train_step_mlp", "floor_openblas", 1, [](benchmark::State& state) {
+    openblas_set_num_threads(1);
+    struct product {
+      std::int64_t m, n, k;
+      bool transpose_a, transpose_b;
+    };
+    const std::array<product, 8> products = {{
+        {batch, 256, 784, false, false},  // x w1
+        {batch, 256, 256, false, false},  // h1 w2
+        {batch, 10, 256, false, false},   // h2 w3
+        {256, 10, batch, true, false},    // h2^T g3
+        {batch, 256, 10, false, true},    // g3 w3^T
+        {256, 256, batch, true, false},   // h1^T g2
+        {batch, 256, 256, false, true},   // g2 w2^T
+        {784, 256, batch, true, false},   // x^T g1
+    }};
+    std::int64_t parameters = 0;
+    for (int l = 0; l < layers; ++l) parameters += (widths[std::size_t(l)] + 1) * widths[std::size_t(l) + 1];
+    const float_buffer a = make_filled(784 * 256, 0.01f), b = make_filled(784 * 256, 0.02f),
+                       c = make_filled(784 * 256, 0.f), w = make_filled(parameters, 0.1f),
+                       g = make_filled(parameters, 0.01f), m = make_filled(parameters, 0.f),
+                       v = make_filled(parameters, 0.f);
+    using B = xsimd::batch<float>;
+    const B beta1 = B(float(beta_1)), beta2 = B(float(beta_2)), eps = B(float(epsilon)), one = B(1.f);
+    std::int64_t t = 0;
+    for (auto _ : state) {
+      for (const product& p : products)
+        cblas_sgemm(CblasRowMajor, p.transpose_a ? CblasTrans : CblasNoTrans, p.transpose_b ? CblasTrans : CblasNoTrans,
+                    int(p.m), int(p.n), int(p.k), 1.f, a.get(), int(p.transpose_a ? p.m : p.k), b.get(),
+                    int(p.transpose_b ? p.k : p.n), 0.f, c.get(), int(p.n));
+      ++t;
+      const B rate = B(float(learning_rate * std::sqrt(1 - std::pow(beta_2, t)) / (1 - std::pow(beta_1, t))));
+      std::int64_t i = 0;
+      for (; i + std::int64_t(B::size) <= parameters; i += B::size) {
+        const B gi = B::load_unaligned(g.get() + i);
+        const B mi = beta1 * B::load_unaligned(m.get() + i) + (one - beta1) * gi;
+        const B vi = beta2 * B::load_unaligned(v.get() + i) + (one - beta2) * gi * gi;
+        mi.store_unaligned(m.get() + i);
+        vi.store_unaligned(v.get() + i);
+        (B::load_unaligned(w.get() + i) - rate * mi / (xsimd::sqrt(vi) + eps)).store_unaligned(w.get() + i);
+      }
+      for (; i < parameters; ++i) {
+        m[i] = float(beta_1) * m[i] + float(1 - beta_1) * g[i];
+        v[i] = float(beta_2) * v[i] + float(1 - beta_2) * g[i] * g[i];
+        w[i] -= rate.get(0) * m[i] / (std::sqrt(v[i]) + float(epsilon));
+      }
+      benchmark::DoNotOptimize(c.get());
+      benchmark::DoNotOptimize(w.get());
+    }
+  });
+}
+#endif
+
 #if KILN_BENCH_HAS_TORCH
 void register_libtorch(int threads) {
   register_case("train_step_mlp", "libtorch", threads, [threads](benchmark::State& state) {
@@ -305,6 +368,9 @@ const bool registered = [] {
     register_libtorch(threads);
 #endif
   }
+#if KILN_BENCH_HAS_OPENBLAS
+  register_floor();
+#endif
   return true;
 }();
 

@@ -60,6 +60,11 @@ struct tanh_round {
     return kiln::maximum(kiln::tanh(x * scale_of(i) + y) - shift_of(i), y);
   }
   static float hand(float x, float y, int i) { return std::max(std::tanh(x * scale_of(i) + y) - shift_of(i), y); }
+  /// On one SIMD batch, with kiln's tanh and NaN-propagating maximum.
+  static xsimd::batch<float> simd(const xsimd::batch<float>& x, const xsimd::batch<float>& y, int i) {
+    using B = xsimd::batch<float>;
+    return kiln::math::max(kiln::math::tanh(x * B(scale_of(i)) + y) - B(shift_of(i)), y);
+  }
 };
 
 /// x = maximum(x * scale + y - shift, y * 0.5)
@@ -69,6 +74,10 @@ struct arithmetic_round {
     return kiln::maximum(x * scale_of(i) + y - shift_of(i), y * 0.5f);
   }
   static float hand(float x, float y, int i) { return std::max(x * scale_of(i) + y - shift_of(i), y * 0.5f); }
+  static xsimd::batch<float> simd(const xsimd::batch<float>& x, const xsimd::batch<float>& y, int i) {
+    using B = xsimd::batch<float>;
+    return kiln::math::max(x * B(scale_of(i)) + y - B(shift_of(i)), y * B(0.5f));
+  }
 };
 
 /// The rounds as one expression: round `I` applied to the expression of the ones
@@ -115,6 +124,24 @@ void hand_rounds(const float* x, const float* y, float* out) {
   }
 }
 
+/// The rounds written by hand on SIMD batches (one with AVX-512: the ten elements and
+/// padding): the time of the chain of dependent instructions itself.
+template <class Round>
+void simd_rounds(const float* x, const float* y, float* out) {
+  using B = xsimd::batch<float>;
+  constexpr std::size_t batches = (10 + B::size - 1) / B::size;
+  alignas(64) std::array<float, batches * B::size> a{}, b{};
+  std::copy_n(x, 10, a.begin());
+  std::copy_n(y, 10, b.begin());
+  for (std::size_t k = 0; k < batches; ++k) {
+    B v = B::load_aligned(a.data() + k * B::size);
+    const B w = B::load_aligned(b.data() + k * B::size);
+    for (int i = 0; i < rounds; ++i) v = Round::simd(v, w, i);
+    v.store_aligned(a.data() + k * B::size);
+  }
+  std::copy_n(a.begin(), 10, out);
+}
+
 template <class Round>
 void register_rounds(const char* name) {
   using inputs = rounds_inputs<Round>;
@@ -157,6 +184,18 @@ void register_rounds(const char* name) {
       benchmark::DoNotOptimize(x);
       benchmark::DoNotOptimize(y);
       hand_rounds<Round>(x.data(), y.data(), out.data());
+      benchmark::DoNotOptimize(out);
+    }
+  })->Unit(benchmark::kNanosecond);
+  register_case(name, "hand_xsimd", 1, [](benchmark::State& state) {
+    ten x = inputs::get().x, y = inputs::get().y;
+    std::array<float, 10> out{};
+    simd_rounds<Round>(x.data(), y.data(), out.data());
+    if (!check_close(state, inputs::get().expected.data(), out.data(), 10)) return;
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(x);
+      benchmark::DoNotOptimize(y);
+      simd_rounds<Round>(x.data(), y.data(), out.data());
       benchmark::DoNotOptimize(out);
     }
   })->Unit(benchmark::kNanosecond);
