@@ -11566,15 +11566,19 @@ class any_op {
   const Op& unchecked() const {
     return static_cast<const box<Op>*>(box_)->op;
   }
+  /// The address of the op held (null for none), for code that reaches the op
+  /// through its type-erased rules (detail::op_rules) rather than its type.
+  const void* address() const { return box_ ? box_->op : nullptr; }
 
  private:
   struct box_base {
     std::atomic<std::size_t> references{1};
     void (*destroy)(box_base*);
+    const void* op;  ///< the derived box's op
   };
   template <class Op>
   struct box : box_base {
-    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }}, op(std::move(o)) {}
+    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
     Op op;
   };
   box_base* box_ = nullptr;
@@ -12830,14 +12834,13 @@ namespace kiln::detail {
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
   using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
-  using infer_fn = bool (*)(const ops::any_op&, std::span<const dtype>, std::span<const shape>, dtype&, shape&);
   /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
-  /// The op's dtype and shape rules on a plan's inputs, giving its result's, or false
-  /// when they fail (exec::infer_values); set before `execute`.
-  std::atomic<infer_fn> infer{nullptr};
+  /// The op's dtype and shape rules (exec::infer_values calls them on a plan's inputs
+  /// with the op's `any_op::address`); set before `execute`.
+  std::atomic<const op_rules*> rules{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
@@ -12876,16 +12879,7 @@ bool register_kernels() {
     row.entry.store(
         [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
         std::memory_order_release);
-    row.infer.store(
-        [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
-          const dtype_result dt = op.unchecked<Op>().result_dtype(dtypes);
-          const shape_result sh = op.unchecked<Op>().result_shape(shapes);
-          if (!dt.ok() || !sh.ok()) return false;
-          type = dt.value;
-          dims = sh.value;
-          return true;
-        },
-        std::memory_order_release);
+    row.rules.store(&rules_of<Op>, std::memory_order_release);
   }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
@@ -13884,8 +13878,13 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
     }
     // Through the op's row rather than a visit of every op, so that a source file
     // compiles the rules of the ops it runs.
-    const auto infer = kernels_of(op_node.operation()).infer.load(std::memory_order_acquire);
-    if (!infer(op_node.operation(), dtypes, shapes, v.type, v.dims) || !v.dims.is_fully_defined()) return std::nullopt;
+    const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
+    const void* op = op_node.operation().address();
+    const dtype_result dt = rules.result_dtype(op, dtypes);
+    const shape_result sh = rules.result_shape(op, shapes);
+    if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+    v.type = dt.value;
+    v.dims = sh.value;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;

@@ -61,8 +61,13 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
     }
     // Through the op's row rather than a visit of every op, so that a source file
     // compiles the rules of the ops it runs.
-    const auto infer = kernels_of(op_node.operation()).infer.load(std::memory_order_acquire);
-    if (!infer(op_node.operation(), dtypes, shapes, v.type, v.dims) || !v.dims.is_fully_defined()) return std::nullopt;
+    const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
+    const void* op = op_node.operation().address();
+    const dtype_result dt = rules.result_dtype(op, dtypes);
+    const shape_result sh = rules.result_shape(op, shapes);
+    if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+    v.type = dt.value;
+    v.dims = sh.value;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;

@@ -38,14 +38,13 @@ namespace kiln::detail {
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
   using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
-  using infer_fn = bool (*)(const ops::any_op&, std::span<const dtype>, std::span<const shape>, dtype&, shape&);
   /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
   std::atomic<execute_fn> execute{nullptr};
   /// The entry points a plan calls (exec::entry_for); set before `execute`.
   std::atomic<entry_fn> entry{nullptr};
-  /// The op's dtype and shape rules on a plan's inputs, giving its result's, or false
-  /// when they fail (exec::infer_values); set before `execute`.
-  std::atomic<infer_fn> infer{nullptr};
+  /// The op's dtype and shape rules (exec::infer_values calls them on a plan's inputs
+  /// with the op's `any_op::address`); set before `execute`.
+  std::atomic<const op_rules*> rules{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
                                std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
@@ -84,16 +83,7 @@ bool register_kernels() {
     row.entry.store(
         [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
         std::memory_order_release);
-    row.infer.store(
-        [](const ops::any_op& op, std::span<const dtype> dtypes, std::span<const shape> shapes, dtype& type, shape& dims) {
-          const dtype_result dt = op.unchecked<Op>().result_dtype(dtypes);
-          const shape_result sh = op.unchecked<Op>().result_shape(shapes);
-          if (!dt.ok() || !sh.ok()) return false;
-          type = dt.value;
-          dims = sh.value;
-          return true;
-        },
-        std::memory_order_release);
+    row.rules.store(&rules_of<Op>, std::memory_order_release);
   }
   row.backward.store(&backward_of<Op>, std::memory_order_release);
   row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {

@@ -79,15 +79,19 @@ class any_op {
   const Op& unchecked() const {
     return static_cast<const box<Op>*>(box_)->op;
   }
+  /// The address of the op held (null for none), for code that reaches the op
+  /// through its type-erased rules (detail::op_rules) rather than its type.
+  const void* address() const { return box_ ? box_->op : nullptr; }
 
  private:
   struct box_base {
     std::atomic<std::size_t> references{1};
     void (*destroy)(box_base*);
+    const void* op;  ///< the derived box's op
   };
   template <class Op>
   struct box : box_base {
-    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }}, op(std::move(o)) {}
+    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
     Op op;
   };
   box_base* box_ = nullptr;
