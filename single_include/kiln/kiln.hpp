@@ -9286,6 +9286,11 @@ inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, ki
   return out;
 }
 
+/// Whether `Op` only re-describes its input's buffer (reshape, x[i]) instead of running
+/// a kernel.
+template <class Op>
+concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { op.evaluate(in); };
+
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
 /// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
 /// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
@@ -9296,7 +9301,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   // An op whose values can be wrong for its kernel (an index out of range, an
   // integer division by zero) provides `check_values`, found by argument-dependent lookup.
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
-  if constexpr (requires { op.evaluate(in); }) {
+  if constexpr (evaluated<Op>) {
     return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
@@ -9311,7 +9316,7 @@ template <class Op, dtype_set Only>
 tensor execute(const Op& op, std::span<const tensor* const> in) {
   if (!in.empty() && in[0]->device() == kiln::device::gpu) {
 #if KILN_HAS_THRUST
-    if constexpr (backend::supports<backend::thrust_backend, Op> || requires { op.evaluate(in); })
+    if constexpr (backend::supports<backend::thrust_backend, Op> || evaluated<Op>)
       return run_on<backend::thrust_backend>(op, in);
 #endif
     throw_no_kernel(Op::name, "no GPU kernel in this build");
@@ -12582,7 +12587,7 @@ template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
-  if constexpr (requires { op.evaluate(in); }) {
+  if constexpr (evaluated<Op>) {
     out = op.evaluate(in);
   } else {
     run_kernel_into(in, out, &backend_kernel<backend::cpu_backend, Op, Only>, p);
@@ -12614,7 +12619,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   op_entry e;
   e.op = &op;
   e.run = &run_op<Op, Only>;
-  e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+  e.evaluates = evaluated<Op>;
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)

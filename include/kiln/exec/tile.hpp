@@ -133,7 +133,7 @@ template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
-  if constexpr (requires { op.evaluate(in); }) {
+  if constexpr (evaluated<Op>) {
     out = op.evaluate(in);
   } else {
     run_kernel_into(in, out, &backend_kernel<backend::cpu_backend, Op, Only>, p);
@@ -165,7 +165,7 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   op_entry e;
   e.op = &op;
   e.run = &run_op<Op, Only>;
-  e.evaluates = requires(std::span<const tensor* const> s) { op.evaluate(s); };
+  e.evaluates = evaluated<Op>;
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
