@@ -59,12 +59,14 @@ TEST_CASE("ops::any_op holds one op of the registry and shares it with its copie
   const kiln::ops::any_op empty;
   CHECK(empty.index() == kiln::ops::any_op::size);
   CHECK(kiln::ops::name_of(empty).empty());
+  CHECK(empty.address() == nullptr);
   CHECK_FALSE(kiln::detail::same_op(empty, empty));
   require_throws<kiln::internal_error>([&] { (void)kiln::detail::kernels_of(empty); }, {"holds no op"});
 
   const kiln::ops::any_op sum = kiln::ops::reduce_sum(kiln::reduction_axes({1}), true);
   kiln::ops::any_op copy = sum;
   CHECK(&copy.unchecked<kiln::ops::reduce_sum>() == &sum.unchecked<kiln::ops::reduce_sum>());
+  CHECK(copy.address() == &sum.unchecked<kiln::ops::reduce_sum>());
   CHECK(kiln::ops::holds_alternative<kiln::ops::reduce_sum>(copy));
   CHECK_FALSE(kiln::ops::holds_alternative<kiln::ops::add>(copy));
   CHECK(kiln::ops::name_of(copy) == "reduce_sum");
