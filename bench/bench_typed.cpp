@@ -142,6 +142,25 @@ void simd_rounds(const float* x, const float* y, float* out) {
   std::copy_n(a.begin(), 10, out);
 }
 
+/// The rounds written by hand (`Hand`: plain loops, or SIMD batches) as peer `peer`;
+/// a template on the function, so that its call is direct, as the peers' are.
+template <class Round, void (*Hand)(const float*, const float*, float*)>
+void register_hand(const char* name, const char* peer) {
+  using inputs = rounds_inputs<Round>;
+  register_case(name, peer, 1, [](benchmark::State& state) {
+    ten x = inputs::get().x, y = inputs::get().y;
+    std::array<float, 10> out{};
+    Hand(x.data(), y.data(), out.data());
+    if (!check_close(state, inputs::get().expected.data(), out.data(), 10)) return;
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(x);
+      benchmark::DoNotOptimize(y);
+      Hand(x.data(), y.data(), out.data());
+      benchmark::DoNotOptimize(out);
+    }
+  })->Unit(benchmark::kNanosecond);
+}
+
 template <class Round>
 void register_rounds(const char* name) {
   using inputs = rounds_inputs<Round>;
@@ -175,30 +194,8 @@ void register_rounds(const char* name) {
     if (!check_close(state, in.expected.data(), f(x, y).template to_vector<float>().data(), 10)) return;
     for (auto _ : state) benchmark::DoNotOptimize(f(x, y));
   })->Unit(benchmark::kNanosecond);
-  register_case(name, "hand_plain", 1, [](benchmark::State& state) {
-    ten x = inputs::get().x, y = inputs::get().y;
-    std::array<float, 10> out{};
-    hand_rounds<Round>(x.data(), y.data(), out.data());
-    if (!check_close(state, inputs::get().expected.data(), out.data(), 10)) return;
-    for (auto _ : state) {
-      benchmark::DoNotOptimize(x);
-      benchmark::DoNotOptimize(y);
-      hand_rounds<Round>(x.data(), y.data(), out.data());
-      benchmark::DoNotOptimize(out);
-    }
-  })->Unit(benchmark::kNanosecond);
-  register_case(name, "hand_xsimd", 1, [](benchmark::State& state) {
-    ten x = inputs::get().x, y = inputs::get().y;
-    std::array<float, 10> out{};
-    simd_rounds<Round>(x.data(), y.data(), out.data());
-    if (!check_close(state, inputs::get().expected.data(), out.data(), 10)) return;
-    for (auto _ : state) {
-      benchmark::DoNotOptimize(x);
-      benchmark::DoNotOptimize(y);
-      simd_rounds<Round>(x.data(), y.data(), out.data());
-      benchmark::DoNotOptimize(out);
-    }
-  })->Unit(benchmark::kNanosecond);
+  register_hand<Round, &hand_rounds<Round>>(name, "hand_plain");
+  register_hand<Round, &simd_rounds<Round>>(name, "hand_xsimd");
 }
 
 // ---- a dense layer: tanh(x · w + b) on 8x64 · 64x32 -----------------------------------
