@@ -642,11 +642,8 @@ struct saved_function_io {
           if (!arity_ok) r.fail(where + " (" + name + ") has " + std::to_string(inputs.size()) + " inputs");
           // The op's rules through pointers: this check is compiled once, not once per op
           // of the registry.
-          const auto [self, rules] = ops::visit(
-              [](const auto& o) {
-                return std::pair<const void*, const op_rules*>(&o, &rules_of<std::decay_t<decltype(o)>>);
-              },
-              op);
+          const void* self = op.address();
+          const op_rules* rules = ops::visit([](const auto& o) { return &rules_of<std::decay_t<decltype(o)>>; }, op);
           dtype_result dt;
           shape_result sh;
           try {  // (a rule may raise, on attributes no trace would make)
