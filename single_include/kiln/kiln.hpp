@@ -9286,8 +9286,8 @@ inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, ki
   return out;
 }
 
-/// Whether `Op` only re-describes its input's buffer (reshape, x[i]) instead of running
-/// a kernel.
+/// Whether `Op` makes its eager result itself instead of running a kernel: reshape and
+/// x[i] re-describe their input's buffer, set_item, pad_rows and crop_or_pad run other ops.
 template <class Op>
 concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { op.evaluate(in); };
 
@@ -9302,7 +9302,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   // integer division by zero) provides `check_values`, found by argument-dependent lookup.
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (evaluated<Op>) {
-    return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
+    return op.evaluate(in);
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
@@ -12162,7 +12162,8 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 /// - `check_fn` is an op's value check (integer division by zero, ...), run before
 ///   the cluster that holds the op;
 /// - `op_fn` runs a node that is not fused: its value check, then its kernel into a
-///   preallocated output, or `evaluate` for ops that only re-describe a buffer.
+///   preallocated output, or `evaluate` for ops that make their result themselves
+///   (detail::evaluated).
 
 #include <algorithm>
 #include <array>
@@ -13552,7 +13553,7 @@ enum class value_home : std::uint8_t {
   constant,   ///< the graph's captured tensor
   slot,       ///< workspace memory reused across calls
   fresh,      ///< a new buffer each call (outputs, strings, values an output may alias)
-  evaluated,  ///< assigned by the op itself (ops that re-describe a buffer)
+  evaluated,  ///< assigned by the op itself (detail::evaluated)
 };
 
 /// What a plan knows of one node's value.

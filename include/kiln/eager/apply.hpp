@@ -165,8 +165,8 @@ inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, ki
   return out;
 }
 
-/// Whether `Op` only re-describes its input's buffer (reshape, x[i]) instead of running
-/// a kernel.
+/// Whether `Op` makes its eager result itself instead of running a kernel: reshape and
+/// x[i] re-describe their input's buffer, set_item, pad_rows and crop_or_pad run other ops.
 template <class Op>
 concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { op.evaluate(in); };
 
@@ -181,7 +181,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   // integer division by zero) provides `check_values`, found by argument-dependent lookup.
   if constexpr (requires { check_values(op, in); }) check_values(op, in);
   if constexpr (evaluated<Op>) {
-    return op.evaluate(in);  // ops that only re-describe a buffer (reshape, x[i])
+    return op.evaluate(in);
   } else if constexpr (!backend::supports<B, Op>) {
     // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
     throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");

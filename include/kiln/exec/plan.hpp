@@ -32,7 +32,7 @@ enum class value_home : std::uint8_t {
   constant,   ///< the graph's captured tensor
   slot,       ///< workspace memory reused across calls
   fresh,      ///< a new buffer each call (outputs, strings, values an output may alias)
-  evaluated,  ///< assigned by the op itself (ops that re-describe a buffer)
+  evaluated,  ///< assigned by the op itself (detail::evaluated)
 };
 
 /// What a plan knows of one node's value.

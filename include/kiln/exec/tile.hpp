@@ -12,7 +12,8 @@
 /// - `check_fn` is an op's value check (integer division by zero, ...), run before
 ///   the cluster that holds the op;
 /// - `op_fn` runs a node that is not fused: its value check, then its kernel into a
-///   preallocated output, or `evaluate` for ops that only re-describe a buffer.
+///   preallocated output, or `evaluate` for ops that make their result themselves
+///   (detail::evaluated).
 
 #include <algorithm>
 #include <array>
