@@ -121,7 +121,9 @@
 // optimized for size: it compiles in a fraction of the time in every program that
 // can reach it.
 // KILN_NOINLINE: error paths kept out of their callers, so that building a message
-// neither bloats nor (with GCC 12's string warnings) warns in every caller.
+// neither bloats nor (with GCC 12's string warnings) warns in every caller; and the
+// steps every op's eager call shares (inferring its result, allocating it), which
+// GCC would otherwise copy into each op's instantiation, compiled once instead.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  if KILN_ADDRESS_SANITIZER || KILN_THREAD_SANITIZER
@@ -585,6 +587,14 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
+/// visit_dtype's error for a value outside the enum, out of line: every visitor (one
+/// per op, dtype family and kernel) would otherwise build the message inline.
+namespace detail {
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(dtype t) {
+  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+}  // namespace detail
+
 /// Calls `f.template operator()<T>()` with the C++ element type `T` of `t`, as
 /// every dtype visitor of kiln does; the single switch from a runtime dtype to
 /// compiled code.
@@ -598,7 +608,7 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
-  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+  detail::throw_invalid_dtype(t);
 }
 
 }  // namespace kiln
@@ -689,6 +699,17 @@ inline constexpr unknown_rank_t unknown_rank{};
 /// The most dims a kiln tensor can have.
 inline constexpr int max_rank = 8;
 
+namespace detail {
+// The errors of building a shape or an int_list, out of line: their push_back and
+// constructors are inlined into nearly every function that builds one.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_too_many_dims() {
+  throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+}
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_negative_dim(std::int64_t d) {
+  throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+}
+}  // namespace detail
+
 /// Dims of a tensor, row-major; `kiln::shape{}` is a scalar.
 /// \code kiln::shape s{2, 3}; s.rank() == 2; s.num_elements() == 6; \endcode
 class shape {
@@ -747,8 +768,8 @@ class shape {
 
   /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
   constexpr void push_back(std::int64_t d) {
-    if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
-    if (d < 0 && d != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+    if (rank_ >= max_rank) detail::throw_too_many_dims();
+    if (d < 0 && d != none) detail::throw_negative_dim(d);
     dims_[rank_++] = d;  // not checked yet: a later zero dim may make the count fit (count_fits)
   }
 
@@ -786,17 +807,20 @@ class shape {
 
  private:
   constexpr void assign(const std::int64_t* d, std::size_t n) {
-    if (n > std::size_t(max_rank)) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    if (n > std::size_t(max_rank)) detail::throw_too_many_dims();
     rank_ = static_cast<int>(n);
     for (std::size_t i = 0; i < n; ++i) {
-      if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
+      if (d[i] < 0 && d[i] != none) detail::throw_negative_dim(d[i]);
       dims_[i] = d[i];
     }
     check_count();
   }
   // A shape whose element count wraps would allocate a wrong-sized buffer.
   constexpr void check_count() const {
-    if (!count_fits()) throw value_error("shape " + str() + " has more elements than an int64 can count");
+    if (!count_fits()) throw_count_overflow(*this);
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_count_overflow(const shape& s) {
+    throw value_error("shape " + s.str() + " has more elements than an int64 can count");
   }
 
   int rank_ = 0;
@@ -1131,14 +1155,12 @@ class tensor {
 
   /// Throws kiln::type_error when this tensor has no value (it is symbolic or empty).
   void require_value(std::string_view what) const {
-    if (symbol_) throw type_error(std::string(what) + ": a symbolic tensor has no value; return it from the function instead");
-    if (!buffer_) throw invalid_argument_error(std::string(what) + ": the tensor is empty (default-constructed)");
+    if (symbol_ || !buffer_) throw_no_value(what, bool(symbol_));
   }
 
  private:
   static std::int64_t checked_size(const kiln::shape& s) {
-    if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
-    if (!s.count_fits()) throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
+    if (!s.is_fully_defined() || !s.count_fits()) throw_unallocatable(s);
     return s.num_elements();
   }
 
@@ -1148,13 +1170,28 @@ class tensor {
     if constexpr (!has_dtype<T>) {
       static_assert(has_dtype<T>, "kiln tensors hold bool, int32_t, int64_t, float, double or std::string");
     } else if (dtype_of<T> != dtype_) {
-      throw type_error(std::string(what) + "<" + std::string(name(dtype_of<T>)) + ">() on a tensor of dtype " +
-                       std::string(name(dtype_)));
+      throw_not_of_dtype(what, dtype_of<T>, dtype_);
     }
-    if (device_ != kiln::device::cpu)
-      throw invalid_argument_error(std::string(what) + ": the tensor is on " + std::string(name(device_)) +
-                                   "; copy it with .to(kiln::device::cpu) first");
+    if (device_ != kiln::device::cpu) throw_not_on_host(what, device_);
     return static_cast<const T*>(raw_data());
+  }
+  // The errors of require_value, checked_size and host_data, out of line: those are
+  // inlined wherever a tensor is made or its elements are read.
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_no_value(std::string_view what, bool symbolic) {
+    if (symbolic) throw type_error(std::string(what) + ": a symbolic tensor has no value; return it from the function instead");
+    throw invalid_argument_error(std::string(what) + ": the tensor is empty (default-constructed)");
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_unallocatable(const kiln::shape& s) {
+    if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
+    throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_not_of_dtype(const char* what, kiln::dtype asked, kiln::dtype held) {
+    throw type_error(std::string(what) + "<" + std::string(name(asked)) + ">() on a tensor of dtype " +
+                     std::string(name(held)));
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_not_on_host(const char* what, kiln::device d) {
+    throw invalid_argument_error(std::string(what) + ": the tensor is on " + std::string(name(d)) +
+                                 "; copy it with .to(kiln::device::cpu) first");
   }
 
   std::shared_ptr<detail::storage> buffer_;
@@ -3401,7 +3438,7 @@ class int_list {
     for (auto x : v) push_back(x);
   }
   constexpr void push_back(std::int64_t x) {
-    if (size_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    if (size_ >= max_rank) detail::throw_too_many_dims();
     items_[size_++] = x;
   }
   constexpr int size() const { return size_; }
@@ -6628,23 +6665,27 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 namespace detail {
 
+/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`; out of
+/// line, shared by every reduction.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+                                                                   ops::axes_check check, const tensor& x) {
+  std::string axis = std::to_string(axes.list()[check.position]);
+  std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
+  if (check.repeated) throw value_error(std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
+  std::string valid = x.rank() == 0 ? "a scalar has no axes"
+                                    : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
+  throw value_error(std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
+                    " (" + valid + ")" + got);
+}
+
 /// Runs reduction `op` on `x`. Invalid axes raise kiln::value_error naming the
 /// axis and the rank here, where both are known (the op's rule can only say which
 /// kind of mistake it was).
 template <ops::reduction Op>
 tensor reduce(const Op& op, const tensor& x) {
-  if (x.defined() && x.shape().has_known_rank()) {
-    ops::axes_check check = ops::check_axes(op.axis, x.rank());
-    if (!check.ok()) {
-      std::string axis = std::to_string(op.axis.list()[check.position]);
-      std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
-      if (check.repeated) throw value_error(std::string(Op::name) + ": axis " + axis + " is listed twice in " + op.axis.str() + got);
-      std::string valid = x.rank() == 0 ? "a scalar has no axes"
-                                        : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
-      throw value_error(std::string(Op::name) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
-                        " (" + valid + ")" + got);
-    }
-  }
+  if (x.defined() && x.shape().has_known_rank())
+    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok())
+      throw_invalid_axes(Op::name, op.axis, check, x);
   return apply(op, x);
 }
 
@@ -8235,6 +8276,11 @@ void check_values(const pad_rows&, std::span<const tensor* const> in) {
 
 namespace detail {
 
+/// `e` again, naming the op's attributes; out of line, shared by the shape ops.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_with_attributes(const value_error& e, const std::string& attributes) {
+  throw value_error(std::string(e.what()) + " with " + attributes);
+}
+
 /// Runs a shape op; when its shape rule rejects the inputs, the error also names the
 /// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
 template <class Op>
@@ -8242,7 +8288,7 @@ tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) 
   try {
     return apply_span(op, in);
   } catch (const value_error& e) {
-    throw value_error(std::string(e.what()) + " with " + op.attributes());
+    throw_with_attributes(e, op.attributes());
   }
 }
 

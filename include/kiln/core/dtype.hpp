@@ -9,6 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "kiln/config.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
@@ -138,6 +139,14 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
+/// visit_dtype's error for a value outside the enum, out of line: every visitor (one
+/// per op, dtype family and kernel) would otherwise build the message inline.
+namespace detail {
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(dtype t) {
+  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+}
+}  // namespace detail
+
 /// Calls `f.template operator()<T>()` with the C++ element type `T` of `t`, as
 /// every dtype visitor of kiln does; the single switch from a runtime dtype to
 /// compiled code.
@@ -151,7 +160,7 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
-  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+  detail::throw_invalid_dtype(t);
 }
 
 }  // namespace kiln

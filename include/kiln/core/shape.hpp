@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kiln/config.hpp"
 #include "kiln/core/error.hpp"
 
 namespace kiln {
@@ -29,6 +30,17 @@ inline constexpr unknown_rank_t unknown_rank{};
 
 /// The most dims a kiln tensor can have.
 inline constexpr int max_rank = 8;
+
+namespace detail {
+// The errors of building a shape or an int_list, out of line: their push_back and
+// constructors are inlined into nearly every function that builds one.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_too_many_dims() {
+  throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+}
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_negative_dim(std::int64_t d) {
+  throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+}
+}  // namespace detail
 
 /// Dims of a tensor, row-major; `kiln::shape{}` is a scalar.
 /// \code kiln::shape s{2, 3}; s.rank() == 2; s.num_elements() == 6; \endcode
@@ -88,8 +100,8 @@ class shape {
 
   /// Appends a dim; `shape{2}.push_back(3) == shape{2, 3}`.
   constexpr void push_back(std::int64_t d) {
-    if (rank_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
-    if (d < 0 && d != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d));
+    if (rank_ >= max_rank) detail::throw_too_many_dims();
+    if (d < 0 && d != none) detail::throw_negative_dim(d);
     dims_[rank_++] = d;  // not checked yet: a later zero dim may make the count fit (count_fits)
   }
 
@@ -127,17 +139,20 @@ class shape {
 
  private:
   constexpr void assign(const std::int64_t* d, std::size_t n) {
-    if (n > std::size_t(max_rank)) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    if (n > std::size_t(max_rank)) detail::throw_too_many_dims();
     rank_ = static_cast<int>(n);
     for (std::size_t i = 0; i < n; ++i) {
-      if (d[i] < 0 && d[i] != none) throw value_error("shape dims must be >= 0 or kiln::none, got " + std::to_string(d[i]));
+      if (d[i] < 0 && d[i] != none) detail::throw_negative_dim(d[i]);
       dims_[i] = d[i];
     }
     check_count();
   }
   // A shape whose element count wraps would allocate a wrong-sized buffer.
   constexpr void check_count() const {
-    if (!count_fits()) throw value_error("shape " + str() + " has more elements than an int64 can count");
+    if (!count_fits()) throw_count_overflow(*this);
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_count_overflow(const shape& s) {
+    throw value_error("shape " + s.str() + " has more elements than an int64 can count");
   }
 
   int rank_ = 0;

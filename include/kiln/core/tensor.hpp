@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/config.hpp"
 #include "kiln/core/device.hpp"
 #include "kiln/core/dtype.hpp"
 #include "kiln/core/error.hpp"
@@ -145,14 +146,12 @@ class tensor {
 
   /// Throws kiln::type_error when this tensor has no value (it is symbolic or empty).
   void require_value(std::string_view what) const {
-    if (symbol_) throw type_error(std::string(what) + ": a symbolic tensor has no value; return it from the function instead");
-    if (!buffer_) throw invalid_argument_error(std::string(what) + ": the tensor is empty (default-constructed)");
+    if (symbol_ || !buffer_) throw_no_value(what, bool(symbol_));
   }
 
  private:
   static std::int64_t checked_size(const kiln::shape& s) {
-    if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
-    if (!s.count_fits()) throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
+    if (!s.is_fully_defined() || !s.count_fits()) throw_unallocatable(s);
     return s.num_elements();
   }
 
@@ -162,13 +161,28 @@ class tensor {
     if constexpr (!has_dtype<T>) {
       static_assert(has_dtype<T>, "kiln tensors hold bool, int32_t, int64_t, float, double or std::string");
     } else if (dtype_of<T> != dtype_) {
-      throw type_error(std::string(what) + "<" + std::string(name(dtype_of<T>)) + ">() on a tensor of dtype " +
-                       std::string(name(dtype_)));
+      throw_not_of_dtype(what, dtype_of<T>, dtype_);
     }
-    if (device_ != kiln::device::cpu)
-      throw invalid_argument_error(std::string(what) + ": the tensor is on " + std::string(name(device_)) +
-                                   "; copy it with .to(kiln::device::cpu) first");
+    if (device_ != kiln::device::cpu) throw_not_on_host(what, device_);
     return static_cast<const T*>(raw_data());
+  }
+  // The errors of require_value, checked_size and host_data, out of line: those are
+  // inlined wherever a tensor is made or its elements are read.
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_no_value(std::string_view what, bool symbolic) {
+    if (symbolic) throw type_error(std::string(what) + ": a symbolic tensor has no value; return it from the function instead");
+    throw invalid_argument_error(std::string(what) + ": the tensor is empty (default-constructed)");
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_unallocatable(const kiln::shape& s) {
+    if (!s.is_fully_defined()) throw value_error("an eager tensor needs a fully defined shape, got " + s.str());
+    throw value_error("a tensor of shape " + s.str() + " has more elements than an int64 can count");
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_not_of_dtype(const char* what, kiln::dtype asked, kiln::dtype held) {
+    throw type_error(std::string(what) + "<" + std::string(name(asked)) + ">() on a tensor of dtype " +
+                     std::string(name(held)));
+  }
+  [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_not_on_host(const char* what, kiln::device d) {
+    throw invalid_argument_error(std::string(what) + ": the tensor is on " + std::string(name(d)) +
+                                 "; copy it with .to(kiln::device::cpu) first");
   }
 
   std::shared_ptr<detail::storage> buffer_;

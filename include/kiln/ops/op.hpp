@@ -53,7 +53,7 @@ class int_list {
     for (auto x : v) push_back(x);
   }
   constexpr void push_back(std::int64_t x) {
-    if (size_ >= max_rank) throw value_error("kiln supports at most " + std::to_string(max_rank) + " dims");
+    if (size_ >= max_rank) detail::throw_too_many_dims();
     items_[size_++] = x;
   }
   constexpr int size() const { return size_; }

@@ -788,6 +788,11 @@ void check_values(const pad_rows&, std::span<const tensor* const> in) {
 
 namespace detail {
 
+/// `e` again, naming the op's attributes; out of line, shared by the shape ops.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_with_attributes(const value_error& e, const std::string& attributes) {
+  throw value_error(std::string(e.what()) + " with " + attributes);
+}
+
 /// Runs a shape op; when its shape rule rejects the inputs, the error also names the
 /// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
 template <class Op>
@@ -795,7 +800,7 @@ tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) 
   try {
     return apply_span(op, in);
   } catch (const value_error& e) {
-    throw value_error(std::string(e.what()) + " with " + op.attributes());
+    throw_with_attributes(e, op.attributes());
   }
 }
 
