@@ -3560,6 +3560,17 @@ std::string describe_value(const S& v) {
   }
 }
 
+// convert_element's errors, out of line: one per source type, not per pair of types.
+template <class S>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_not_convertible(std::string_view fn, const S& v, dtype to) {
+  throw type_error(std::string(fn) + ": cannot convert " + describe_value(v) + " to " + std::string(name(to)) +
+                   (std::is_floating_point_v<S> ? "; kiln::cast converts floats to integers" : ""));
+}
+template <class S>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_out_of_range(std::string_view fn, const S& v, dtype to) {
+  throw value_error(std::string(fn) + ": " + describe_value(v) + " is out of range for " + std::string(name(to)));
+}
+
 /// `v` as an element of type `To`, converted as TensorFlow's tf.constant converts a
 /// Python value to a dtype: numbers and bools to floats; bools and integers to
 /// integers that hold them (else kiln::value_error); strings only to strings, bools
@@ -3571,13 +3582,9 @@ To convert_element(const S& v, std::string_view fn) {
   if constexpr (std::is_same_v<To, S>) {
     return v;
   } else if constexpr (refused) {
-    throw type_error(std::string(fn) + ": cannot convert " + describe_value(v) + " to " +
-                     std::string(name(dtype_of<To>)) +
-                     (std::is_floating_point_v<S> ? "; kiln::cast converts floats to integers" : ""));
+    throw_not_convertible(fn, v, dtype_of<To>);
   } else if constexpr (std::is_integral_v<To> && !std::is_same_v<S, bool>) {
-    if (!std::in_range<To>(v))
-      throw value_error(std::string(fn) + ": " + describe_value(v) + " is out of range for " +
-                        std::string(name(dtype_of<To>)));
+    if (!std::in_range<To>(v)) throw_out_of_range(fn, v, dtype_of<To>);
     return To(v);
   } else {
     return To(v);
@@ -3592,14 +3599,19 @@ inline void require_fully_defined(std::string_view fn, const shape& s) {
 /// `t`, copied to device `d` unless it is there.
 inline tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
 
+/// constant_of's error for `count` values and shape `s`, out of line: one for every
+/// element type.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_values_do_not_fill(std::size_t count, const shape& s) {
+  throw value_error("constant: " + std::to_string(count) + " values do not fill shape " + s.str() + " (" +
+                    std::to_string(s.num_elements()) + " elements)");
+}
+
 /// A tensor of shape `s` holding `values` (row-major) converted to dtype `t`, by
 /// default the dtype of the values. Only the six element types instantiate it.
 template <class S>
 tensor constant_of(const std::vector<S>& values, const shape& s, std::optional<dtype> t, device d) {
   require_fully_defined("constant", s);
-  if (std::int64_t(values.size()) != s.num_elements())
-    throw value_error("constant: " + std::to_string(values.size()) + " values do not fill shape " + s.str() + " (" +
-                      std::to_string(s.num_elements()) + " elements)");
+  if (std::int64_t(values.size()) != s.num_elements()) throw_values_do_not_fill(values.size(), s);
   tensor out(t.value_or(dtype_of<S>), s);
   visit_dtype(out.dtype(), [&]<class To>() {
     To* p = out.view().as<To>();
