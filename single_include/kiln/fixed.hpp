@@ -121,9 +121,7 @@
 // optimized for size: it compiles in a fraction of the time in every program that
 // can reach it.
 // KILN_NOINLINE: error paths kept out of their callers, so that building a message
-// neither bloats nor (with GCC 12's string warnings) warns in every caller; and the
-// steps every op's eager call shares (inferring its result, allocating it), which
-// GCC would otherwise copy into each op's instantiation, compiled once instead.
+// neither bloats nor (with GCC 12's string warnings) warns in every caller.
 #if defined(__GNUC__) || defined(__clang__)
 #  define KILN_ALWAYS_INLINE inline __attribute__((always_inline))
 #  if KILN_ADDRESS_SANITIZER || KILN_THREAD_SANITIZER

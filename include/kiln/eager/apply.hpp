@@ -105,8 +105,8 @@ inline constexpr op_rules rules_of{
 /// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
 /// the contract's error.
 template <class = void>
-KILN_NOINLINE std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
-                                                     std::span<const tensor* const> in) {
+std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
+                                       std::span<const tensor* const> in) {
   const input_types types(op_name, in);
   const dtype dt = checked(op_name, in, rules.result_dtype(op, types.dtypes));
   const shape_result sh = [&] {
@@ -127,7 +127,7 @@ std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
 /// inputs that are symbolic or on different devices.
-KILN_NOINLINE inline kiln::device input_device(std::string_view op, std::span<const tensor* const> in) {
+inline kiln::device input_device(std::string_view op, std::span<const tensor* const> in) {
   const kiln::device dev = in.empty() ? kiln::device::cpu : in[0]->device();
   for (const tensor* t : in) {
     t->require_value(op);
@@ -158,8 +158,8 @@ inline void run_kernel_into(std::span<const tensor* const> in, tensor& out, kern
 
 /// Allocates op `op_name`'s `dt` `sh` result on `dev` and runs `kernel` into it, so
 /// that what every op does around its kernel is compiled once.
-KILN_NOINLINE inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
-                                       std::span<const tensor* const> in, kernel_call kernel, const void* op) {
+inline tensor run_kernel(std::string_view op_name, dtype dt, const shape& sh, kiln::device dev,
+                         std::span<const tensor* const> in, kernel_call kernel, const void* op) {
   tensor out = allocate_result(op_name, dt, sh, dev);
   run_kernel_into(in, out, kernel, op);
   return out;
