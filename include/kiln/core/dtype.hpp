@@ -139,9 +139,9 @@ constexpr std::size_t size_of(dtype t) {
 constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
+namespace detail {
 /// visit_dtype's error for a value outside the enum, out of line: every visitor (one
 /// per op, dtype family and kernel) would otherwise build the message inline.
-namespace detail {
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(dtype t) {
   throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
