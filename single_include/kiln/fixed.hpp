@@ -586,10 +586,11 @@ constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
 namespace detail {
-/// visit_dtype's error for a value outside the enum, out of line: every visitor (one
-/// per op, dtype family and kernel) would otherwise build the message inline.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(dtype t) {
-  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+/// The error of dtype visitor `visitor` (visit_dtype, the backends' visit_mover) for a
+/// value outside the enum, out of line: every visitor (one per op, dtype family and
+/// kernel) would otherwise build the message inline.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(std::string_view visitor, dtype t) {
+  throw internal_error(std::string(visitor) + ": invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 }  // namespace detail
 
@@ -606,7 +607,7 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
-  detail::throw_invalid_dtype(t);
+  detail::throw_invalid_dtype("visit_dtype", t);
 }
 
 }  // namespace kiln

@@ -339,10 +339,11 @@ constexpr bool is_floating(dtype t) { return dtypes::floating.contains(t); }
 constexpr bool is_integer(dtype t) { return dtypes::integer.contains(t); }
 
 namespace detail {
-/// visit_dtype's error for a value outside the enum, out of line: every visitor (one
-/// per op, dtype family and kernel) would otherwise build the message inline.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(dtype t) {
-  throw internal_error("visit_dtype: invalid dtype value " + std::to_string(static_cast<int>(t)));
+/// The error of dtype visitor `visitor` (visit_dtype, the backends' visit_mover) for a
+/// value outside the enum, out of line: every visitor (one per op, dtype family and
+/// kernel) would otherwise build the message inline.
+[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_dtype(std::string_view visitor, dtype t) {
+  throw internal_error(std::string(visitor) + ": invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 }  // namespace detail
 
@@ -359,7 +360,7 @@ decltype(auto) visit_dtype(dtype t, F&& f) {
     KILN_DTYPES(KILN_DETAIL_DTYPE_CASE)
 #undef KILN_DETAIL_DTYPE_CASE
   }
-  detail::throw_invalid_dtype(t);
+  detail::throw_invalid_dtype("visit_dtype", t);
 }
 
 }  // namespace kiln
@@ -7232,7 +7233,7 @@ void visit_mover(dtype t, F&& f) {
     case float64: return f.template operator()<byte_mover<8>>();
     case string: return f.template operator()<string_mover>();
   }
-  throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
+  kiln::detail::throw_invalid_dtype("visit_mover", t);
 }
 
 /// An output walked in row-major order whose element at multi-index `idx` comes from

@@ -104,7 +104,7 @@ void visit_mover(dtype t, F&& f) {
     case float64: return f.template operator()<byte_mover<8>>();
     case string: return f.template operator()<string_mover>();
   }
-  throw internal_error("visit_mover: invalid dtype value " + std::to_string(static_cast<int>(t)));
+  kiln::detail::throw_invalid_dtype("visit_mover", t);
 }
 
 /// An output walked in row-major order whose element at multi-index `idx` comes from
