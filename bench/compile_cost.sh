@@ -4,7 +4,7 @@
 # -O2 -march=native, -I single_include, Thrust's headers and CPP system on the path
 # when Thrust is installed). Prints a Markdown table; CI does not run it.
 #
-#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed]
+#   bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed] [--opt LEVEL]
 #
 # --repeat N   compile each program N times and report the fastest (default 1)
 # --examples   also compile every program in examples/
@@ -19,6 +19,7 @@
 #              20-op model on the compile-time tier, which includes kiln/fixed.hpp) and
 #              bench/compile/eigen_model.cpp (the same model on Eigen's fixed-size
 #              matrices, -I /usr/include/eigen3) beside it
+# --opt LEVEL  compile at -OLEVEL instead of -O2: 0 or g, say, for a debug build
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,7 @@ thrust=false
 pch=false
 separate=false
 typed=false
+level=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat="$2"; shift 2 ;;
@@ -36,7 +38,8 @@ while [ $# -gt 0 ]; do
     --pch) pch=true; shift ;;
     --separate) separate=true; shift ;;
     --typed) typed=true; shift ;;
-    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed]" >&2
+    --opt) level="$2"; shift 2 ;;
+    *) echo "usage: bench/compile_cost.sh [--repeat N] [--examples] [--thrust] [--pch] [--separate] [--typed] [--opt LEVEL]" >&2
        exit 2 ;;
   esac
 done
@@ -44,7 +47,7 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-flags=(-std=c++20 -O2 -march=native)
+flags=(-std=c++20 "-O$level" -march=native)
 if $pch; then
   # GCC uses kiln.hpp.gch in place of kiln.hpp when the flags match.
   mkdir -p "$work/pch/kiln"

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #if !defined(__CUDA_ARCH__)
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 #endif
 
 #include "kiln/config.hpp"

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/backend/cpu/elementwise.hpp"
 #include "kiln/ops/elementwise.hpp"

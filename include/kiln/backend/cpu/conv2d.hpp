@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/backend/cpu/gemm.hpp"
 #include "kiln/config.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/backend/cpu/streaming.hpp"

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/backend/cpu/streaming.hpp"
 #include "kiln/config.hpp"

@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/backend/backend.hpp"
 #include "kiln/core/allocator.hpp"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "kiln/core/simd.hpp"
 
 #include "kiln/config.hpp"
 
