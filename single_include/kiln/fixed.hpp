@@ -2937,15 +2937,13 @@ using fixed_t = typename fixed_for<T, D>::type;
 #include <immintrin.h>
 #if defined(_mm512_mask_blend_epi8)
 #undef _mm512_mask_blend_epi8
-#define _mm512_mask_blend_epi8(U, A, W)                                                            \
-  ((__m512i)__builtin_ia32_blendmb_512_mask((__v64qi)(__m512i)(A), (__v64qi)(__m512i)(W), \
-                                            (__mmask64)(U)))
+#define _mm512_mask_blend_epi8(U, A, W) \
+  ((__m512i)__builtin_ia32_blendmb_512_mask((__v64qi)(__m512i)(A), (__v64qi)(__m512i)(W), (__mmask64)(U)))
 #endif
 #if defined(_mm512_mask_blend_epi16)
 #undef _mm512_mask_blend_epi16
-#define _mm512_mask_blend_epi16(U, A, W)                                                           \
-  ((__m512i)__builtin_ia32_blendmw_512_mask((__v32hi)(__m512i)(A), (__v32hi)(__m512i)(W), \
-                                            (__mmask32)(U)))
+#define _mm512_mask_blend_epi16(U, A, W) \
+  ((__m512i)__builtin_ia32_blendmw_512_mask((__v32hi)(__m512i)(A), (__v32hi)(__m512i)(W), (__mmask32)(U)))
 #endif
 #endif
 
