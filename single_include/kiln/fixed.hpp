@@ -3028,9 +3028,6 @@ using fixed_t = typename fixed_for<T, D>::type;
 #include <limits>
 #include <type_traits>
 
-#if !defined(__CUDA_ARCH__)
-#endif
-
 
 namespace kiln::math {
 

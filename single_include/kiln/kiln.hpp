@@ -2298,7 +2298,6 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 #include <limits>
 #include <type_traits>
 
-#if !defined(__CUDA_ARCH__)
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
 #define KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
 // ----- begin kiln/core/simd.hpp -----
@@ -2329,8 +2328,6 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 #include <xsimd/xsimd.hpp>
 // ----- end kiln/core/simd.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
-#endif
-
 
 namespace kiln::math {
 
@@ -5798,36 +5795,6 @@ void compute(reference_backend, const Op& op, std::span<const buffer_view> in, c
 #include <string>
 #include <type_traits>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
-#define KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
-// ----- begin kiln/core/simd.hpp -----
-/// \file
-/// xsimd, as every kiln header includes it. GCC 12's `<immintrin.h>` defines two
-/// AVX-512BW blends as macros at `-O0`, and those macros cast their operands straight to
-/// GCC's vector types: `xsimd::batch` is a class, which converts to `__m512i` but not to
-/// `__v64qi`, so xsimd 8.1's integer `select` (reached by its own `exp` and `log`, and
-/// by kiln's `where`) did not compile in a debug build with `-march=native`. The two
-/// macros are defined again here, with the conversion to `__m512i` that GCC's other
-/// macros of that header have, before xsimd's headers expand them. A file that includes
-/// xsimd before kiln gets GCC's macros, and the error, back.
-
-#if defined(__AVX512BW__) && !defined(__CUDA_ARCH__)
-#include <immintrin.h>
-#if defined(_mm512_mask_blend_epi8)
-#undef _mm512_mask_blend_epi8
-#define _mm512_mask_blend_epi8(U, A, W) \
-  ((__m512i)__builtin_ia32_blendmb_512_mask((__v64qi)(__m512i)(A), (__v64qi)(__m512i)(W), (__mmask64)(U)))
-#endif
-#if defined(_mm512_mask_blend_epi16)
-#undef _mm512_mask_blend_epi16
-#define _mm512_mask_blend_epi16(U, A, W) \
-  ((__m512i)__builtin_ia32_blendmw_512_mask((__v32hi)(__m512i)(A), (__v32hi)(__m512i)(W), (__mmask32)(U)))
-#endif
-#endif
-
-#include <xsimd/xsimd.hpp>
-// ----- end kiln/core/simd.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SIMD_HPP
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_STREAMING_HPP

@@ -10,11 +10,8 @@
 #include <limits>
 #include <type_traits>
 
-#if !defined(__CUDA_ARCH__)
-#include "kiln/core/simd.hpp"
-#endif
-
 #include "kiln/config.hpp"
+#include "kiln/core/simd.hpp"
 
 namespace kiln::math {
 
