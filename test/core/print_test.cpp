@@ -96,6 +96,14 @@ TEST_CASE("float scalars print as Python writes them, at their own precision", "
     {kiln::constant(float(quiet_nan)), "tensor(nan, shape=(), dtype=float32)"},
     {kiln::constant(infinity), "tensor(inf, shape=(), dtype=float64)"},
     {kiln::constant(-infinity), "tensor(-inf, shape=(), dtype=float64)"},
+    // float32 digits are the shortest that read back as the float, zeros filling up
+    // to the point (TensorFlow 2.12 prints these; the exact values are 123456792,
+    // 999999986991104 and 16777216)
+    {kiln::constant(123456789.f), "tensor(123456790.0, shape=(), dtype=float32)"},
+    {kiln::constant(1e15f), "tensor(1000000000000000.0, shape=(), dtype=float32)"},
+    {kiln::constant(16777217.f), "tensor(16777216.0, shape=(), dtype=float32)"},
+    {kiln::constant(-2.5e9f), "tensor(-2500000000.0, shape=(), dtype=float32)"},
+    {kiln::constant(1e16f), "tensor(1e+16, shape=(), dtype=float32)"},
   });
 }
 
@@ -108,10 +116,15 @@ TEST_CASE("float arrays share a notation and a width", "[print]") {
       {kiln::constant({0.1 + 0.2, 1.0}), "tensor([0.3 1. ], shape=(2,), dtype=float64)"},
       {kiln::constant({0.5, 500.0}), "tensor([  0.5 500. ], shape=(2,), dtype=float64)"},
       {kiln::constant({0.0, -0.0}), "tensor([ 0. -0.], shape=(2,), dtype=float64)"},
+      {kiln::constant({0.3f, 1.f / 3.f}), "tensor([0.3        0.33333334], shape=(2,), dtype=float32)"},
+      {kiln::constant({3e7f, 0.5f}), "tensor([3.e+07 5.e-01], shape=(2,), dtype=float32)"},
+      {kiln::constant({16777217.f, 16777216.f}), "tensor([16777216. 16777216.], shape=(2,), dtype=float32)"},
       // scientific: the smallest non-zero magnitude below 1e-4 ...
       {kiln::constant({1e-5, 1.5}), "tensor([1.0e-05 1.5e+00], shape=(2,), dtype=float64)"},
       // ... or the largest at least 1e8 ...
       {kiln::constant({1e8f, 1.f}), "tensor([1.e+08 1.e+00], shape=(2,), dtype=float32)"},
+      {kiln::constant({123456789.f, 1.f}), "tensor([1.2345679e+08 1.0000000e+00], shape=(2,), dtype=float32)"},
+      {kiln::constant({1e15f, 1.5f}), "tensor([1.0e+15 1.5e+00], shape=(2,), dtype=float32)"},
       // ... or largest / smallest above 1000; mantissas share their digit count
       {kiln::constant({0.5, 1000.0}), "tensor([5.e-01 1.e+03], shape=(2,), dtype=float64)"},
       {kiln::constant({0.5, 1000.5}), "tensor([5.0000e-01 1.0005e+03], shape=(2,), dtype=float64)"},

@@ -87,19 +87,42 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
                                              int max_fraction = std::numeric_limits<int>::max()) {
-  const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
-  auto write = [&](auto... precision) {
-    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
-                  : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+  auto write = [&](std::chars_format format, auto... precision) {
+    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+    return std::string(buffer, written.ptr);
   };
-  auto written = write();
-  int fraction = fraction_digits(std::string_view(buffer, std::size_t(written.ptr - buffer)));
-  int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (written.ec == std::errc{} && wanted != fraction) written = write(wanted);
-  if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
-  return std::string(buffer, written.ptr);
+  // The shortest digits that read back, in scientific notation. In positional notation
+  // they are placed around the point, zeros filling up to it: to_chars' own fixed
+  // notation would write every digit of the exact binary value left of the point
+  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
+  std::string text = write(std::chars_format::scientific);
+  if (n == notation::positional) {
+    const std::size_t e = text.find('e');
+    const bool negative = text[0] == '-';
+    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+    std::erase(digits, '.');
+    const int exponent = std::stoi(text.substr(e + 1));
+    std::string whole, fraction;
+    if (exponent < 0) {
+      whole = "0";
+      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
+    } else if (std::size_t(exponent) + 1 >= digits.size()) {
+      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
+    } else {
+      whole = digits.substr(0, std::size_t(exponent) + 1);
+      fraction = digits.substr(std::size_t(exponent) + 1);
+    }
+    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
+  }
+  const int fraction = fraction_digits(text);
+  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (wanted == fraction) return text;
+  // More or fewer digits than the shortest: rounded from the exact binary value.
+  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
