@@ -45,6 +45,17 @@ struct function_options {
 
 namespace detail {
 
+/// Fails to compile with the error for a kiln::function called with arguments its
+/// callable does not take: the line above the error, "In instantiation of ... [with
+/// Args = {...}]", names their types, and nothing after it reaches the callable.
+template <class... Args>
+inline constexpr bool accepted_by_callable = false;
+template <class... Args>
+void callable_does_not_accept() {
+  static_assert(accepted_by_callable<Args...>, "kiln::function: the callable does not accept arguments of these types "
+                                               "(Args, on the line above)");
+}
+
 struct call_signature;
 struct concrete_state;
 struct runtime_traces;
@@ -199,7 +210,8 @@ class function {
   template <class... Args>
   auto operator()(Args&&... args) {
     if constexpr (typed::typed_call<Args...>) {
-      return typed_call(args...);
+      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
+      else detail::callable_does_not_accept<Args...>();
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -213,7 +225,9 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
+    if constexpr (typed::typed_request<Args...> && !std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      detail::callable_does_not_accept<Args...>();
+    } else if constexpr (typed::typed_request<Args...>) {
       using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
       using concrete = typename typed::concrete_for<R, Args...>::type;
       return concrete(typed_trace_for(args...), state_);

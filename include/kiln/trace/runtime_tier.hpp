@@ -539,6 +539,8 @@ struct runtime_tier {
       return call(f, runtime_argument(std::forward<Args>(args))...);
     } else if constexpr (takes_objects_by_reference<F, Args...>) {
       return call(f, reference_if_object(std::forward<Args>(args))...);
+    } else if constexpr (!takes_traced_arguments<F, Args...>) {
+      callable_does_not_accept<Args...>();
     } else {
       using R = result_t<Args...>;
       if (config::functions_run_eagerly()) return run_eagerly<R>(f, std::forward<Args>(args)...);
@@ -557,9 +559,11 @@ struct runtime_tier {
   }
 
   template <class... Args>
-  static kiln::concrete_function get_concrete_function(function<F>& f, Args&&... args) {
+  static auto get_concrete_function(function<F>& f, Args&&... args) {
     if constexpr (takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(f, reference_if_object(std::forward<Args>(args))...);
+    } else if constexpr (!takes_traced_arguments<F, Args...>) {
+      callable_does_not_accept<Args...>();
     } else {
       call_signature sig;
       signature_of(sig, f, args...);
