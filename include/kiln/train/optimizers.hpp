@@ -6,7 +6,8 @@
 /// the optimizer's slot variables (momentums, Adam's moments) on first use, as Keras
 /// does: inside a kiln::function traced before, that creation is the singleton-
 /// variable kiln::value_error, and one function (or concrete function) per optimizer
-/// is the way around it. The members that run ops are templates, as op functions are,
+/// is the way around it. An optimizer makes its `iterations` variable when it is
+/// made, so one made inside a function must outlive the trace, as variables must. The members that run ops are templates, as op functions are,
 /// so that a program compiles them only where it trains.
 
 #include <cstdint>
@@ -55,12 +56,12 @@ class optimizer_state {
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.
+  // As Keras makes `iterations` when an optimizer is made: an optimizer made while a
+  // function is traced creates a variable there, so that one made at every call (a
+  // local of the callable), even plain SGD, is the singleton-variable kiln::value_error.
   template <class = void>
-  explicit optimizer_state(std::string name) : name_(std::move(name)) {
-    // Made at once, never as part of a function being traced (tf.init_scope).
-    init_scope lift;
-    iterations_ = variable(kiln::constant(std::int64_t{0}), name_ + "/iterations");
-  }
+  explicit optimizer_state(std::string name)
+      : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
 
   /// The (gradient, variable) pairs to update: those with a gradient, checked to
   /// match. Raises kiln::invalid_argument_error for lists of different lengths and
@@ -177,8 +178,9 @@ class adam : public detail::optimizer_state {
       const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
       const std::vector<variable>& moments = slots(v, {"m", "v"});
       const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
-      const tensor m = moments[0].assign(m_old + (g - m_old) * (one - beta_1));
-      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * (one - beta_2));
+      // Keras subtracts the betas from 1 in double (Python floats), then casts.
+      const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - options_.beta_1, t));
+      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - options_.beta_2, t));
       const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
       v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
     }
