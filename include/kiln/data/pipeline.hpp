@@ -1,0 +1,130 @@
+#pragma once
+/// \file
+/// What a dataset is made of: elements, one pass over them (`element_iterator`), the
+/// stages of a pipeline (`dataset_stage`) and the registry of live pipelines that
+/// dataset handles name (TensorFlow's variant tensors).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/trace/control_flow.hpp"
+#include "kiln/trace/spec.hpp"
+
+namespace kiln::detail {
+
+/// One element of a dataset: its components, in order.
+using dataset_element = std::vector<tensor>;
+
+/// "(int32 (), float32 (2,))", as errors show an element spec.
+inline std::string components_text(std::span<const tensor_spec> specs) {
+  std::vector<value_spec> v;
+  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
+  return specs_text(v);
+}
+
+/// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
+inline void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec) {
+  bool fits = element.size() == spec.size();
+  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
+  if (!fits)
+    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
+                                 " but the dataset's element spec is " + components_text(spec));
+}
+
+/// One pass over a dataset: pulls its elements in order. Holds any callable that
+/// gives the next element, or nothing at the end of the pass. Type-erased through
+/// function pointers rather than virtual functions, for special_op's reason.
+class element_iterator {
+ public:
+  template <class Next>
+    requires std::is_invocable_r_v<std::optional<dataset_element>, Next&>
+  explicit element_iterator(Next next)
+      : state_(new Next(std::move(next)), [](void* p) { delete static_cast<Next*>(p); }),
+        next_([](void* p) -> std::optional<dataset_element> { return (*static_cast<Next*>(p))(); }) {}
+  /// The next element, or nothing at the end of the pass.
+  std::optional<dataset_element> next() { return next_(state_.get()); }
+
+ private:
+  std::unique_ptr<void, void (*)(void*)> state_;
+  std::optional<dataset_element> (*next_)(void*);
+};
+
+/// One stage of a pipeline: a source, or a transformation of the stage before it.
+/// Immutable once built, so every copy of a dataset and every graph shares it; each
+/// pass has its own element_iterator. A derived stage defines `iterate()` and passes
+/// `std::type_identity<itself>` to this base (a table entry, as special_op does).
+class dataset_stage {
+ public:
+  dataset_stage(const dataset_stage&) = delete;
+  dataset_stage& operator=(const dataset_stage&) = delete;
+
+  /// TensorFlow's name of the stage's op: `RangeDataset`, `MapDataset`, ...
+  const std::string& kind() const { return kind_; }
+  /// One spec per component; `none` dims (or an unknown rank) where elements differ.
+  const std::vector<tensor_spec>& element_spec() const { return spec_; }
+  /// Starts a pass over the elements.
+  element_iterator iterate() const { return iterate_(*this); }
+  /// True when a pass calls C++ code that may have effects (a generator), so that a
+  /// graph runs its loop even when no output needs it, as TensorFlow keeps a
+  /// py_function.
+  bool has_effects() const { return effects_; }
+
+ protected:
+  template <class Stage>
+  dataset_stage(std::type_identity<Stage>, std::string kind, std::vector<tensor_spec> spec, bool effects)
+      : kind_(std::move(kind)), spec_(std::move(spec)), effects_(effects),
+        iterate_([](const dataset_stage& s) { return static_cast<const Stage&>(s).iterate(); }) {}
+  // Owners hold the derived type (std::make_shared), so no virtual destructor.
+  ~dataset_stage() = default;
+
+ private:
+  std::string kind_;
+  std::vector<tensor_spec> spec_;
+  bool effects_;
+  element_iterator (*iterate_)(const dataset_stage&);
+};
+
+/// The pipelines that dataset handles name: a handle's value is its key here. Weak,
+/// so that a handle never keeps a pipeline alive; a ReduceDataset node holds the
+/// pipeline it was traced with itself.
+class dataset_registry {
+ public:
+  static dataset_registry& get() {
+    static dataset_registry r;
+    return r;
+  }
+  /// Registers `stage` and returns its key.
+  std::int64_t add(const std::shared_ptr<const dataset_stage>& stage) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(stages_, [](const auto& entry) { return entry.second.expired(); });
+    stages_.emplace(next_key_, stage);
+    return next_key_++;
+  }
+  /// The pipeline that `handle` names; kiln::invalid_argument_error when it is gone.
+  std::shared_ptr<const dataset_stage> find(const tensor& handle) {
+    const std::int64_t key = handle.item<std::int64_t>();
+    std::lock_guard lock(mutex_);
+    auto it = stages_.find(key);
+    std::shared_ptr<const dataset_stage> stage = it == stages_.end() ? nullptr : it->second.lock();
+    if (!stage)
+      throw invalid_argument_error("ReduceDataset: dataset handle " + std::to_string(key) +
+                                   " names no live dataset; keep a dataset alive while a function runs on it");
+    return stage;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::int64_t, std::weak_ptr<const dataset_stage>> stages_;
+  std::int64_t next_key_ = 1;
+};
+
+}  // namespace kiln::detail
