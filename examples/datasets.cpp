@@ -1,7 +1,10 @@
 // The seeds' "Looping over Python data" (001, 002 AutoGraph): a loop over C++ data
 // unrolls while tracing, so the graph grows with the data; the same loop over a
 // kiln::data::dataset is one ReduceDataset node, whatever the data. Then a small
-// input pipeline (map, batch) read eagerly and inside a function.
+// input pipeline (map, batch) read eagerly and inside a function. Last, the seeds'
+// iterators ("Using Python iterators and generators"): a C++ iterator is read while
+// tracing only (buggy_consume_next), a kiln::data::iterator advances at every call
+// (good_consume_next).
 
 #include <kiln/kiln.hpp>
 
@@ -50,6 +53,10 @@ kiln::data::dataset generated(pairs data) {
 }  // namespace
 
 int main() {
+  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // streams in order, and so does this program, on standard output.
+  kiln::config::set_print_stream(std::cout);
+
   // @tf.function
   // def train(dataset):
   //   loss = tf.constant(0)
@@ -99,4 +106,30 @@ int main() {
   std::cout << "batch_sums(batches) = " << batch_sums(batches) << "\n";
   std::cout << "batch_sums(batches) = " << batch_sums(batches) << "\n";
   std::cout << "the map function was traced " << map_traces << " time(s)\n";
+
+  // @tf.function
+  // def buggy_consume_next(iterator):
+  //   tf.print("Value:", next(iterator))
+  // iterator = iter([1, 2, 3])
+  // An object the callable takes by reference is keyed by its address: the C++
+  // iterator is read (and advanced) while tracing only, so every call prints 1.
+  const std::vector<int> values{1, 2, 3};
+  auto position = values.begin();
+  kiln::function buggy_consume_next([](std::vector<int>::const_iterator& it) { kiln::print("Value:", kiln::constant(*it++)); });
+  buggy_consume_next(position);
+  buggy_consume_next(position);
+  buggy_consume_next(position);
+
+  // @tf.function
+  // def good_consume_next(iterator):
+  //   # This is ok, iterator is a tf.data.Iterator
+  //   tf.print("Value:", next(iterator))
+  // ds = tf.data.Dataset.from_tensor_slices([1, 2, 3])
+  // iterator = iter(ds)
+  kiln::function good_consume_next([](const kiln::data::iterator& it) { kiln::print("Value:", it.get_next()[0]); });
+  auto ds = kiln::data::dataset::from_tensor_slices(kiln::constant({1, 2, 3}));
+  auto iterator = ds.make_iterator();
+  good_consume_next(iterator);
+  good_consume_next(iterator);
+  good_consume_next(iterator);
 }

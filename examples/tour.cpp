@@ -93,16 +93,19 @@ int main() {
   bool all_nine = kiln::reduce_max(kiln::abs(features - 9.f)).item<float>() < 1e-3f;
   std::cout << features.shape() << ", every output is 9: " << std::boolalpha << all_nine << "\n";
 
+  // Operands that do not fit raise invalid_argument_error when the op runs, as
+  // TensorFlow's InvalidArgumentError (inside a function being traced, value_error for
+  // shapes and type_error for dtypes).
   section("Bad input is a clear error");
   try {
     std::cout << m + kiln::constant({1.f, 2.f, 3.f});
-  } catch (const kiln::value_error& e) {
-    std::cout << "kiln::value_error: " << e.what() << "\n";
+  } catch (const kiln::invalid_argument_error& e) {
+    std::cout << "kiln::invalid_argument_error: " << e.what() << "\n";
   }
   try {
     std::cout << m + kiln::constant({1, 2});
-  } catch (const kiln::type_error& e) {
-    std::cout << "kiln::type_error: " << e.what() << "\n";
+  } catch (const kiln::invalid_argument_error& e) {
+    std::cout << "kiln::invalid_argument_error: " << e.what() << "\n";
   }
   try {
     std::cout << kiln::gather(t, kiln::constant({5}));

@@ -131,7 +131,7 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
       ::kiln::detail::call_signature&,                                                                             \
       std::shared_ptr<::kiln::detail::concrete_state> (*)(void*, const ::kiln::detail::call_signature&), void*);  \
   prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::start_trace<void>( \
-      const ::kiln::detail::call_signature&, std::vector<std::string>, ::kiln::detail::trace_context&,            \
+      const ::kiln::detail::call_signature&, ::kiln::detail::argument_texts, ::kiln::detail::trace_context&,      \
       std::vector<::kiln::tensor>&) const;                                                                         \
   prefix template void kiln::detail::function_state::add_output<void>(                                            \
       ::kiln::detail::concrete_state&, ::kiln::detail::trace_context&, const ::kiln::tensor&);                    \

@@ -72,5 +72,6 @@
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/graph.hpp"
 #include "kiln/data/dataset.hpp"
+#include "kiln/data/iterator.hpp"
 #include "kiln/train/optimizers.hpp"
 #include "kiln/kernels.hpp"

@@ -434,6 +434,14 @@ class type_error : public error {
   using error::error;
 };
 
+/// A sequence has no more elements: an iterator past its end, a fixed-size
+/// tensor_array read or written past its size (TensorFlow's OutOfRangeError).
+/// \code throw kiln::out_of_range_error("IteratorGetNext: End of sequence"); \endcode
+class out_of_range_error : public error {
+ public:
+  using error::error;
+};
+
 /// A capability this build does not have, such as the GPU device without a GPU backend.
 class unavailable_error : public error {
  public:
@@ -453,6 +461,33 @@ class internal_error : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+/// Raises the kiln::error being handled again, of the same kind, with `prefix` before
+/// its message (the function or graph node it came from); any other exception goes on
+/// as it is. Call it only inside a catch block.
+[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const invalid_argument_error& e) {
+    throw invalid_argument_error(prefix + e.what());
+  } catch (const value_error& e) {
+    throw value_error(prefix + e.what());
+  } catch (const type_error& e) {
+    throw type_error(prefix + e.what());
+  } catch (const out_of_range_error& e) {
+    throw out_of_range_error(prefix + e.what());
+  } catch (const unavailable_error& e) {
+    throw unavailable_error(prefix + e.what());
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(prefix + e.what());
+  } catch (const internal_error& e) {
+    throw internal_error(prefix + e.what());
+  } catch (const error& e) {
+    throw error(prefix + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln
 // ----- end kiln/core/error.hpp -----
@@ -1281,19 +1316,42 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
                                              int max_fraction = std::numeric_limits<int>::max()) {
-  const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
-  auto write = [&](auto... precision) {
-    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
-                  : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+  auto write = [&](std::chars_format format, auto... precision) {
+    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+    return std::string(buffer, written.ptr);
   };
-  auto written = write();
-  int fraction = fraction_digits(std::string_view(buffer, std::size_t(written.ptr - buffer)));
-  int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (written.ec == std::errc{} && wanted != fraction) written = write(wanted);
-  if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
-  return std::string(buffer, written.ptr);
+  // The shortest digits that read back, in scientific notation. In positional notation
+  // they are placed around the point, zeros filling up to it: to_chars' own fixed
+  // notation would write every digit of the exact binary value left of the point
+  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
+  std::string text = write(std::chars_format::scientific);
+  if (n == notation::positional) {
+    const std::size_t e = text.find('e');
+    const bool negative = text[0] == '-';
+    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+    std::erase(digits, '.');
+    const int exponent = std::stoi(text.substr(e + 1));
+    std::string whole, fraction;
+    if (exponent < 0) {
+      whole = "0";
+      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
+    } else if (std::size_t(exponent) + 1 >= digits.size()) {
+      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
+    } else {
+      whole = digits.substr(0, std::size_t(exponent) + 1);
+      fraction = digits.substr(std::size_t(exponent) + 1);
+    }
+    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
+  }
+  const int fraction = fraction_digits(text);
+  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (wanted == fraction) return text;
+  // More or fewer digits than the shortest: rounded from the exact binary value.
+  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
@@ -2607,6 +2665,26 @@ struct tensor_spec {
 inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
 
 namespace detail {
+/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
+/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
+/// \code
+/// kiln::detail::structure_text s;
+/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
+/// \endcode
+struct structure_text {
+  std::string text;
+  int leaves = 0;
+  void leaf() { text += "<" + std::to_string(++leaves) + ">"; }
+  /// A tuple `(`, or a list `[`.
+  void open(bool list) { text += list ? '[' : '('; }
+  void next() { text += ", "; }
+  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
+  void close(bool list, std::size_t count) {
+    if (!list && count == 1) text += ',';
+    text += list ? ']' : ')';
+  }
+};
+
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
 /// where a program shows it (pretty_printed_concrete_signatures, a concrete function
 /// printed), so a file that never shows a signature does not compile the writing.
@@ -2614,8 +2692,16 @@ struct trace_signature {
   std::string name;
   std::vector<std::string> arg_names;
   std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
+  std::vector<std::string> arg_structure;
   std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<int> input_arg;           ///< the argument each input belongs to
+  /// Per input: how the signature shows it when not as a tensor (a dataset's
+  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
+  std::vector<std::string> input_text;
   std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
+  std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -2627,15 +2713,38 @@ struct trace_signature {
     }
     return s + ")";
   }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
+  /// structure is shown with a line per leaf below it.
   std::string signature_text() const {
     std::ostringstream os;
     os << header() << "\n";
     if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
+    auto input_entry = [&](std::size_t k) {
+      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
+    };
+    for (std::size_t a = 0; a < arg_names.size(); ++a) {
+      std::vector<std::size_t> leaves;
+      for (std::size_t k = 0; k < inputs.size(); ++k)
+        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+      if (leaves.empty()) continue;
+      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+      if (structure.empty()) {
+        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+      } else {
+        os << "    " << arg_names[a] << ": " << structure << "\n";
+        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+      }
+    }
     os << "  Returns:\n";
-    if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    if (!output_structure.empty()) {
+      os << "    " << output_structure << "\n";
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+    } else if (outputs.empty()) {
+      os << "    NoneTensorSpec()\n";
+    } else {
+      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    }
     return os.str();
   }
 };
@@ -3355,6 +3464,27 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 
 /// Whether a trace is in progress on this thread (defined by the tracer).
 inline bool tracing();
+
+/// Which errors an op whose operands do not fit raises, as TensorFlow 2.12 does in
+/// each mode: when it runs (eagerly, or in a graph whose dims are known only then)
+/// `invalid_argument_error`; while a function is traced `type_error` for dtypes and
+/// `value_error` for shapes.
+enum class rule_errors : bool { run, trace };
+
+/// The mode of an op on `inputs`: recorded into a trace (one is in progress, or an
+/// input is symbolic), or run.
+inline rule_errors rule_errors_for(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic ? rule_errors::trace : rule_errors::run;
+}
+
+/// Raises `E` with `text` while tracing, else invalid_argument_error.
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_operand_error(rule_errors mode, const std::string& text) {
+  if (mode == rule_errors::trace) throw E(text);
+  throw invalid_argument_error(text);
+}
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
@@ -5445,6 +5575,8 @@ struct signature_leaf {
 struct signature_type {
   std::span<const signature_leaf> arguments;  ///< one per argument
   std::span<const signature_leaf> outputs;    ///< none for `void`
+  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
+  std::string (*output_structure)();
 };
 
 /// A typed trace's signature: its type, and the text of its C++ values (per argument;
@@ -5494,6 +5626,29 @@ constexpr std::size_t put_outputs(signature_leaf* next) {
     return 1;
   }
 }
+// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
+template <class R>
+void describe_outputs(detail::structure_text& s) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    constexpr std::size_t n = std::tuple_size_v<V>;
+    constexpr bool list = requires { typename V::iterator; };  // std::array
+    s.open(list);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
+    }(std::make_index_sequence<n>());
+    s.close(list, n);
+  } else if constexpr (!std::is_void_v<V>) {
+    s.leaf();
+  }
+}
+template <class R>
+std::string output_structure() {
+  detail::structure_text s;
+  describe_outputs<R>(s);
+  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
+}
+
 template <class R>
 inline constexpr auto output_leaves = [] {
   std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
@@ -5505,7 +5660,7 @@ inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{arg
 
 /// The signature type of a typed trace of `Args` that returns `R`.
 template <class R, class... Args>
-inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>};
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
 /// (defined with the function state, kiln/trace/function.hpp).
@@ -5655,6 +5810,17 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
+  }
+  /// The signature in the seeds' format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`.
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = written(*owner_, trace_->signature).signature_text();
+    text.pop_back();
+    return text;
   }
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
@@ -6696,27 +6862,30 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 namespace detail {
 
-/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`; out of
-/// line, shared by every reduction.
+/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
+/// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
-                                                                   ops::axes_check check, const tensor& x) {
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
-  if (check.repeated) throw value_error(std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
+  if (check.repeated)
+    throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
   std::string valid = x.rank() == 0 ? "a scalar has no axes"
                                     : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
-  throw value_error(std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
-                    " (" + valid + ")" + got);
+  throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
+                                             std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
 
-/// Runs reduction `op` on `x`. Invalid axes raise kiln::value_error naming the
-/// axis and the rank here, where both are known (the op's rule can only say which
-/// kind of mistake it was).
+/// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
+/// and the rank here, where both are known (the op's rule can only say which kind of
+/// mistake it was).
 template <ops::reduction Op>
 tensor reduce(const Op& op, const tensor& x) {
   if (x.defined() && x.shape().has_known_rank())
-    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok())
-      throw_invalid_axes(Op::name, op.axis, check, x);
+    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok()) {
+      const tensor* in[] = {&x};
+      throw_invalid_axes(Op::name, op.axis, check, x, rule_errors_for(in));
+    }
   return apply(op, x);
 }
 
@@ -8307,29 +8476,13 @@ void check_values(const pad_rows&, std::span<const tensor* const> in) {
 
 namespace detail {
 
-/// `e` again, naming the op's attributes; out of line, shared by the shape ops.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_with_attributes(const value_error& e, const std::string& attributes) {
-  throw value_error(std::string(e.what()) + " with " + attributes);
-}
-
-/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
-/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
-template <class Op>
-tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
-  try {
-    return apply_span(op, in);
-  } catch (const value_error& e) {
-    throw_with_attributes(e, op.attributes());
-  }
-}
-
 /// Runs an op on a list of tensors (concat, stack).
 template <class Op>
 tensor apply_to_list(const Op& op, std::span<const tensor> values) {
   small_vector<const tensor*, 8> inputs;
   inputs.reserve(values.size());
   for (const tensor& t : values) inputs.emplace_back(&t);
-  return apply_naming_attributes(op, inputs);
+  return apply_span(op, inputs);
 }
 
 }  // namespace detail
@@ -8339,7 +8492,7 @@ tensor apply_to_list(const Op& op, std::span<const tensor> values) {
 template <class = void>
 tensor reshape(const tensor& x, const shape& new_shape) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+  return detail::apply_span(ops::reshape{new_shape}, in);
 }
 
 /// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
@@ -8347,7 +8500,7 @@ tensor reshape(const tensor& x, const shape& new_shape) {
 template <class = void>
 tensor transpose(const tensor& x, const int_list& perm = {}) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+  return detail::apply_span(ops::transpose{perm}, in);
 }
 
 /// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
@@ -8380,7 +8533,7 @@ tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
 template <class = void>
 tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
-  return detail::apply_naming_attributes(ops::gather{axis}, in);
+  return detail::apply_span(ops::gather{axis}, in);
 }
 
 /// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
@@ -8392,7 +8545,7 @@ tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
 template <class = void>
 tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
   const tensor* in[] = {&data, &segment_ids};
-  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
+  return detail::apply_span(ops::unsorted_segment_sum{num_segments}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
@@ -8400,7 +8553,7 @@ tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::
 template <class = void>
 tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+  return detail::apply_span(ops::slice{begin, size}, in);
 }
 
 /// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
@@ -8451,7 +8604,7 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor crop_or_pad(const tensor& x, const tensor& like, const int_list& offset, const int_list& align) {
   const tensor* in[] = {&x, &like};
-  return detail::apply_naming_attributes(ops::crop_or_pad{offset, align}, in);
+  return detail::apply_span(ops::crop_or_pad{offset, align}, in);
 }
 
 template <class>
@@ -8494,7 +8647,7 @@ tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 template <class>
 tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
-  return detail::apply_naming_attributes(ops::index{i}, in);
+  return detail::apply_span(ops::index{i}, in);
 }
 
 template <class>
@@ -9989,6 +10142,18 @@ struct function_options {
 
 namespace detail {
 
+/// Fails to compile with the error for a kiln::function called with arguments its
+/// callable does not take: the line above the error, "In instantiation of ... [with
+/// Args = {...}]", names their types, and nothing after it reaches the callable.
+template <class... Args>
+inline constexpr bool accepted_by_callable = false;
+template <class... Args>
+void callable_does_not_accept() {
+  static_assert(accepted_by_callable<Args...>, "kiln::function: the callable does not accept arguments of these types "
+                                               "(Args, on the line above)");
+}
+
+struct argument_texts;
 struct call_signature;
 struct concrete_state;
 struct runtime_traces;
@@ -10059,11 +10224,11 @@ struct function_state {
     return name;
   }
 
-  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
-  /// names and signature, and a placeholder in `context` per tensor leaf.
+  /// A new trace for `sig`, its arguments shown as `texts` says: its names and
+  /// signature, and a placeholder in `context` per tensor leaf.
   template <class = void>
-  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
-                                              trace_context& context, std::vector<tensor>& placeholders) const;
+  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, argument_texts texts, trace_context& context,
+                                              std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
   template <class = void>
@@ -10116,9 +10281,12 @@ detail::trace_signature typed::written(const detail::function_state& state, cons
   w.bound_text = s.bound_text;
   for (const signature_leaf& a : s.type->arguments) {
     w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
   }
   for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
   return w;
 }
 
@@ -10143,7 +10311,8 @@ class function {
   template <class... Args>
   auto operator()(Args&&... args) {
     if constexpr (typed::typed_call<Args...>) {
-      return typed_call(args...);
+      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
+      else detail::callable_does_not_accept<Args...>();
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -10158,9 +10327,13 @@ class function {
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
     if constexpr (typed::typed_request<Args...>) {
-      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-      using concrete = typename typed::concrete_for<R, Args...>::type;
-      return concrete(typed_trace_for(args...), state_);
+      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+        detail::callable_does_not_accept<Args...>();
+      } else {
+        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+        using concrete = typename typed::concrete_for<R, Args...>::type;
+        return concrete(typed_trace_for(args...), state_);
+      }
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");

@@ -174,6 +174,14 @@ class type_error : public error {
   using error::error;
 };
 
+/// A sequence has no more elements: an iterator past its end, a fixed-size
+/// tensor_array read or written past its size (TensorFlow's OutOfRangeError).
+/// \code throw kiln::out_of_range_error("IteratorGetNext: End of sequence"); \endcode
+class out_of_range_error : public error {
+ public:
+  using error::error;
+};
+
 /// A capability this build does not have, such as the GPU device without a GPU backend.
 class unavailable_error : public error {
  public:
@@ -193,6 +201,33 @@ class internal_error : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+/// Raises the kiln::error being handled again, of the same kind, with `prefix` before
+/// its message (the function or graph node it came from); any other exception goes on
+/// as it is. Call it only inside a catch block.
+[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const invalid_argument_error& e) {
+    throw invalid_argument_error(prefix + e.what());
+  } catch (const value_error& e) {
+    throw value_error(prefix + e.what());
+  } catch (const type_error& e) {
+    throw type_error(prefix + e.what());
+  } catch (const out_of_range_error& e) {
+    throw out_of_range_error(prefix + e.what());
+  } catch (const unavailable_error& e) {
+    throw unavailable_error(prefix + e.what());
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(prefix + e.what());
+  } catch (const internal_error& e) {
+    throw internal_error(prefix + e.what());
+  } catch (const error& e) {
+    throw error(prefix + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln
 // ----- end kiln/core/error.hpp -----
@@ -1501,19 +1536,42 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
 KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
                                              int max_fraction = std::numeric_limits<int>::max()) {
-  const std::chars_format format = n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific;
   // Enough for any double: fixed notation of the extremes needs about 330 characters.
   char buffer[512];
-  auto write = [&](auto... precision) {
-    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
-                  : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+  auto write = [&](std::chars_format format, auto... precision) {
+    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+    return std::string(buffer, written.ptr);
   };
-  auto written = write();
-  int fraction = fraction_digits(std::string_view(buffer, std::size_t(written.ptr - buffer)));
-  int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (written.ec == std::errc{} && wanted != fraction) written = write(wanted);
-  if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
-  return std::string(buffer, written.ptr);
+  // The shortest digits that read back, in scientific notation. In positional notation
+  // they are placed around the point, zeros filling up to it: to_chars' own fixed
+  // notation would write every digit of the exact binary value left of the point
+  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
+  std::string text = write(std::chars_format::scientific);
+  if (n == notation::positional) {
+    const std::size_t e = text.find('e');
+    const bool negative = text[0] == '-';
+    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+    std::erase(digits, '.');
+    const int exponent = std::stoi(text.substr(e + 1));
+    std::string whole, fraction;
+    if (exponent < 0) {
+      whole = "0";
+      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
+    } else if (std::size_t(exponent) + 1 >= digits.size()) {
+      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
+    } else {
+      whole = digits.substr(0, std::size_t(exponent) + 1);
+      fraction = digits.substr(std::size_t(exponent) + 1);
+    }
+    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
+  }
+  const int fraction = fraction_digits(text);
+  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (wanted == fraction) return text;
+  // More or fewer digits than the shortest: rounded from the exact binary value.
+  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
 }
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
@@ -2656,6 +2714,27 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 /// Whether a trace is in progress on this thread (defined by the tracer).
 inline bool tracing();
 
+/// Which errors an op whose operands do not fit raises, as TensorFlow 2.12 does in
+/// each mode: when it runs (eagerly, or in a graph whose dims are known only then)
+/// `invalid_argument_error`; while a function is traced `type_error` for dtypes and
+/// `value_error` for shapes.
+enum class rule_errors : bool { run, trace };
+
+/// The mode of an op on `inputs`: recorded into a trace (one is in progress, or an
+/// input is symbolic), or run.
+inline rule_errors rule_errors_for(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic ? rule_errors::trace : rule_errors::run;
+}
+
+/// Raises `E` with `text` while tracing, else invalid_argument_error.
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_operand_error(rule_errors mode, const std::string& text) {
+  if (mode == rule_errors::trace) throw E(text);
+  throw invalid_argument_error(text);
+}
+
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
@@ -3359,27 +3438,30 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 namespace detail {
 
-/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`; out of
-/// line, shared by every reduction.
+/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
+/// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
-                                                                   ops::axes_check check, const tensor& x) {
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
-  if (check.repeated) throw value_error(std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
+  if (check.repeated)
+    throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
   std::string valid = x.rank() == 0 ? "a scalar has no axes"
                                     : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
-  throw value_error(std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
-                    " (" + valid + ")" + got);
+  throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
+                                             std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
 
-/// Runs reduction `op` on `x`. Invalid axes raise kiln::value_error naming the
-/// axis and the rank here, where both are known (the op's rule can only say which
-/// kind of mistake it was).
+/// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
+/// and the rank here, where both are known (the op's rule can only say which kind of
+/// mistake it was).
 template <ops::reduction Op>
 tensor reduce(const Op& op, const tensor& x) {
   if (x.defined() && x.shape().has_known_rank())
-    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok())
-      throw_invalid_axes(Op::name, op.axis, check, x);
+    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok()) {
+      const tensor* in[] = {&x};
+      throw_invalid_axes(Op::name, op.axis, check, x, rule_errors_for(in));
+    }
   return apply(op, x);
 }
 
@@ -4786,29 +4868,13 @@ void check_values(const pad_rows&, std::span<const tensor* const> in) {
 
 namespace detail {
 
-/// `e` again, naming the op's attributes; out of line, shared by the shape ops.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_with_attributes(const value_error& e, const std::string& attributes) {
-  throw value_error(std::string(e.what()) + " with " + attributes);
-}
-
-/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
-/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
-template <class Op>
-tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
-  try {
-    return apply_span(op, in);
-  } catch (const value_error& e) {
-    throw_with_attributes(e, op.attributes());
-  }
-}
-
 /// Runs an op on a list of tensors (concat, stack).
 template <class Op>
 tensor apply_to_list(const Op& op, std::span<const tensor> values) {
   small_vector<const tensor*, 8> inputs;
   inputs.reserve(values.size());
   for (const tensor& t : values) inputs.emplace_back(&t);
-  return apply_naming_attributes(op, inputs);
+  return apply_span(op, inputs);
 }
 
 }  // namespace detail
@@ -4818,7 +4884,7 @@ tensor apply_to_list(const Op& op, std::span<const tensor> values) {
 template <class = void>
 tensor reshape(const tensor& x, const shape& new_shape) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+  return detail::apply_span(ops::reshape{new_shape}, in);
 }
 
 /// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
@@ -4826,7 +4892,7 @@ tensor reshape(const tensor& x, const shape& new_shape) {
 template <class = void>
 tensor transpose(const tensor& x, const int_list& perm = {}) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+  return detail::apply_span(ops::transpose{perm}, in);
 }
 
 /// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
@@ -4859,7 +4925,7 @@ tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
 template <class = void>
 tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
-  return detail::apply_naming_attributes(ops::gather{axis}, in);
+  return detail::apply_span(ops::gather{axis}, in);
 }
 
 /// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
@@ -4871,7 +4937,7 @@ tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
 template <class = void>
 tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
   const tensor* in[] = {&data, &segment_ids};
-  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
+  return detail::apply_span(ops::unsorted_segment_sum{num_segments}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
@@ -4879,7 +4945,7 @@ tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::
 template <class = void>
 tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+  return detail::apply_span(ops::slice{begin, size}, in);
 }
 
 /// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
@@ -4930,7 +4996,7 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor crop_or_pad(const tensor& x, const tensor& like, const int_list& offset, const int_list& align) {
   const tensor* in[] = {&x, &like};
-  return detail::apply_naming_attributes(ops::crop_or_pad{offset, align}, in);
+  return detail::apply_span(ops::crop_or_pad{offset, align}, in);
 }
 
 template <class>
@@ -4973,7 +5039,7 @@ tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 template <class>
 tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
-  return detail::apply_naming_attributes(ops::index{i}, in);
+  return detail::apply_span(ops::index{i}, in);
 }
 
 template <class>
@@ -5485,6 +5551,7 @@ class tensor_array {
     if (!unwritten() && value.shape() != element_shape())
       throw value_error("tensor_array.write: the array holds elements of shape " + element_shape().str() +
                         ", got a value of shape " + value.shape().str());
+    check_eager_index(i, true);
     tensor elements = (unwritten() ? holding_zeros(value.shape(), value.device()) : *this).elements_;
     if (dynamic_size_) elements = kiln::pad_rows(elements, i + 1);
     return with_elements(kiln::set_item(elements, i, value));
@@ -5495,13 +5562,16 @@ class tensor_array {
   }
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
-  /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
+  /// written reads as zeros. An index past the end raises kiln::out_of_range_error
+  /// eagerly, kiln::invalid_argument_error when a graph runs (as TensorFlow's eager
+  /// TensorArray and its TensorList in graphs do); write() likewise.
   /// \code
   /// kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(1, kiln::ones({3}));
   /// kiln::tensor last = states.read(states.size() - 1);  // [1 1 1]
   /// \endcode
   template <class = void>
   tensor read(const tensor& i) const {
+    check_eager_index(i, false);
     require_written("read");
     return kiln::gather(elements_, i);
   }
@@ -5582,6 +5652,19 @@ class tensor_array {
 
  private:
   shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  // An eager index past the end of an array of known size (a write only when it cannot
+  // grow): out_of_range_error with TensorFlow's message. A symbolic index is checked
+  // by gather and set_item when the graph runs.
+  void check_eager_index(const tensor& i, bool writing) const {
+    if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 || (i.dtype() != int32 && i.dtype() != int64))
+      return;
+    const std::int64_t index = ops::scalar_index(i);
+    if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
+    throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
+                                           " but array is not resizeable and size is: " + std::to_string(size_)
+                                     : "tensor_array.read: Tried to read from index " + std::to_string(index) +
+                                           " but array size is: " + std::to_string(size_));
+  }
   // An array of size 0 stacks to an empty tensor even though nothing was written.
   void require_written(const char* what) const {
     if (unwritten() && size_ != 0)
@@ -9276,52 +9359,70 @@ struct input_types {
   }
 };
 
-/// The dtype an op's rule gave, or its `type_error`.
-inline dtype checked(std::string_view op, std::span<const tensor* const> in, const dtype_result& dt) {
-  if (!dt.ok()) throw_with_inputs<type_error>(op, dt.failure, in);
-  return dt.value;
-}
-
-/// The shape an op's rule gave, or its `value_error`.
-inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
-  if (!sh.ok()) throw_with_inputs<value_error>(op, sh.failure, in);
-  if (!sh.value.count_fits())
-    throw_with_inputs<value_error>(op, "the result shape " + sh.value.str() + " has more elements than an int64 can count", in);
-  return sh.value;
-}
-
 /// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
-/// around them (infer) is compiled once rather than once per op.
+/// around them (infer) is compiled once rather than once per op; and, for an op that
+/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
 struct op_rules {
   dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
   shape_result (*result_shape)(const void* op, std::span<const shape> in);
+  std::string (*attributes)(const void* op);  ///< null for an op without
 };
 template <class Op>
 inline constexpr op_rules rules_of{
     [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
-    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); }};
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
+    [] {
+      if constexpr (requires(const Op& o) { o.attributes(); })
+        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
+      else
+        return static_cast<std::string (*)(const void*)>(nullptr);
+    }()};
+
+/// The error of op `op` (named `op_name`) whose rule rejected `in` for the reason
+/// `what`, as `mode` says (`E` while tracing), naming the inputs and the op's attributes.
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_rule_error(rule_errors mode, std::string_view op_name, std::string_view what,
+                                                          std::span<const tensor* const> in, const void* op,
+                                                          const op_rules& rules) {
+  std::string text(op_name);
+  text += ": ";
+  text += what;
+  text += "; got ";
+  text += describe_inputs(in);
+  if (rules.attributes) {
+    const std::string attributes = rules.attributes(op);
+    if (!attributes.empty()) text += " with " + attributes;
+  }
+  throw_operand_error<E>(mode, text);
+}
 
 /// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
-/// the contract's error.
+/// the contract's error for `mode`.
 template <class = void>
 std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
-                                       std::span<const tensor* const> in) {
+                                       std::span<const tensor* const> in, rule_errors mode) {
   const input_types types(op_name, in);
-  const dtype dt = checked(op_name, in, rules.result_dtype(op, types.dtypes));
+  const dtype_result dt = rules.result_dtype(op, types.dtypes);
+  if (!dt.ok()) throw_rule_error<type_error>(mode, op_name, dt.failure, in, op, rules);
   const shape_result sh = [&] {
     try {
       return rules.result_shape(op, types.shapes);
     } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
-      throw_with_inputs<value_error>(op_name, e.what(), in);
+      throw_rule_error<value_error>(mode, op_name, e.what(), in, op, rules);
     }
   }();
-  return {dt, checked(op_name, in, sh)};
+  if (!sh.ok()) throw_rule_error<value_error>(mode, op_name, sh.failure, in, op, rules);
+  if (!sh.value.count_fits())
+    throw_rule_error<value_error>(mode, op_name, "the result shape " + sh.value.str() + " has more elements than an int64 can count",
+                                  in, op, rules);
+  return {dt.value, sh.value};
 }
 
-/// The dtype and shape `op` gives for `inputs`, or the contract's error.
+/// The dtype and shape `op` gives for `inputs`, or the contract's error for `mode`
+/// (running it, or recording it into a trace).
 template <class Op>
-std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  return infer_by_rules(Op::name, &op, rules_of<Op>, in);
+std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in, rule_errors mode = rule_errors::run) {
+  return infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -9573,6 +9674,26 @@ struct tensor_spec {
 inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
 
 namespace detail {
+/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
+/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
+/// \code
+/// kiln::detail::structure_text s;
+/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
+/// \endcode
+struct structure_text {
+  std::string text;
+  int leaves = 0;
+  void leaf() { text += "<" + std::to_string(++leaves) + ">"; }
+  /// A tuple `(`, or a list `[`.
+  void open(bool list) { text += list ? '[' : '('; }
+  void next() { text += ", "; }
+  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
+  void close(bool list, std::size_t count) {
+    if (!list && count == 1) text += ',';
+    text += list ? ']' : ')';
+  }
+};
+
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
 /// where a program shows it (pretty_printed_concrete_signatures, a concrete function
 /// printed), so a file that never shows a signature does not compile the writing.
@@ -9580,8 +9701,16 @@ struct trace_signature {
   std::string name;
   std::vector<std::string> arg_names;
   std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
+  std::vector<std::string> arg_structure;
   std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<int> input_arg;           ///< the argument each input belongs to
+  /// Per input: how the signature shows it when not as a tensor (a dataset's
+  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
+  std::vector<std::string> input_text;
   std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
+  std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -9593,15 +9722,38 @@ struct trace_signature {
     }
     return s + ")";
   }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
+  /// structure is shown with a line per leaf below it.
   std::string signature_text() const {
     std::ostringstream os;
     os << header() << "\n";
     if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
+    auto input_entry = [&](std::size_t k) {
+      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
+    };
+    for (std::size_t a = 0; a < arg_names.size(); ++a) {
+      std::vector<std::size_t> leaves;
+      for (std::size_t k = 0; k < inputs.size(); ++k)
+        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+      if (leaves.empty()) continue;
+      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+      if (structure.empty()) {
+        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+      } else {
+        os << "    " << arg_names[a] << ": " << structure << "\n";
+        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+      }
+    }
     os << "  Returns:\n";
-    if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    if (!output_structure.empty()) {
+      os << "    " << output_structure << "\n";
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+    } else if (outputs.empty()) {
+      os << "    NoneTensorSpec()\n";
+    } else {
+      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    }
     return os.str();
   }
 };
@@ -10728,6 +10880,8 @@ struct signature_leaf {
 struct signature_type {
   std::span<const signature_leaf> arguments;  ///< one per argument
   std::span<const signature_leaf> outputs;    ///< none for `void`
+  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
+  std::string (*output_structure)();
 };
 
 /// A typed trace's signature: its type, and the text of its C++ values (per argument;
@@ -10777,6 +10931,29 @@ constexpr std::size_t put_outputs(signature_leaf* next) {
     return 1;
   }
 }
+// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
+template <class R>
+void describe_outputs(detail::structure_text& s) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    constexpr std::size_t n = std::tuple_size_v<V>;
+    constexpr bool list = requires { typename V::iterator; };  // std::array
+    s.open(list);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
+    }(std::make_index_sequence<n>());
+    s.close(list, n);
+  } else if constexpr (!std::is_void_v<V>) {
+    s.leaf();
+  }
+}
+template <class R>
+std::string output_structure() {
+  detail::structure_text s;
+  describe_outputs<R>(s);
+  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
+}
+
 template <class R>
 inline constexpr auto output_leaves = [] {
   std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
@@ -10788,7 +10965,7 @@ inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{arg
 
 /// The signature type of a typed trace of `Args` that returns `R`.
 template <class R, class... Args>
-inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>};
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
 /// (defined with the function state, kiln/trace/function.hpp).
@@ -10938,6 +11115,17 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
+  }
+  /// The signature in the seeds' format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`.
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = written(*owner_, trace_->signature).signature_text();
+    text.pop_back();
+    return text;
   }
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
@@ -12216,7 +12404,7 @@ template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
   if (!trace) throw_outside_trace(Op::name);
-  auto [dt, sh] = infer(op, inputs);
+  auto [dt, sh] = infer(op, inputs, rule_errors::trace);
   return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
 }
 
@@ -13684,6 +13872,7 @@ struct cluster_check {
   check_fn fn = nullptr;
   const void* op = nullptr;
   std::vector<int> inputs;
+  int node = -1;  ///< the node it checks, which its error names
 };
 
 /// Instructions always run on a multiple of this many elements, so that their SIMD
@@ -14431,7 +14620,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
   for (int id : members)
-    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids()});
+    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids(), id});
   return c;
 }
 
@@ -15215,11 +15404,21 @@ class basic_graph_executor {
     n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
-  static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
-    for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
+  void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const {
+    for (const exec::cluster_check& k : c.checks) {
+      try {
+        k.fn(k.op, gather_inputs(k.inputs, ws));
+      } catch (const error&) {
+        rethrow_at_node(k.node);
+      }
+    }
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
-      ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+      try {
+        ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+      } catch (const error&) {  // out of memory
+        rethrow_at_node(v);
+      }
     }
     if (c.size == 0) return;
     void** bases = ws.bases.data();
@@ -15366,10 +15565,14 @@ class basic_graph_executor {
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      if (n.kind() == node_kind::special) {
-        run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
-      } else if (n.kind() == node_kind::op) {
-        values[std::size_t(id)] = execute_any(n.operation(), inputs);
+      try {
+        if (n.kind() == node_kind::special) {
+          run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
+        } else if (n.kind() == node_kind::op) {
+          values[std::size_t(id)] = execute_any(n.operation(), inputs);
+        }
+      } catch (const error&) {
+        rethrow_at_node(id);
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
@@ -15379,6 +15582,12 @@ class basic_graph_executor {
     outputs.reserve(outline_.outputs.size());
     for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
     return outputs;
+  }
+
+  // The error in flight, raised again naming graph node `id`, as TensorFlow's graph
+  // errors name their node.
+  [[noreturn]] KILN_COLD KILN_NOINLINE void rethrow_at_node(int id) const {
+    rethrow_with_prefix("node '" + graph_->node_at(id).name() + "': ");
   }
 
   const graph* graph_;
@@ -15425,12 +15634,21 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
   const auto& arguments = graph_->arguments();
   for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
   for (const exec::plan_step& s : p.steps) {
-    if (const auto* op = std::get_if<exec::op_step>(&s.action))
-      run_op(*op, p, *ws);
-    else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+    if (const auto* op = std::get_if<exec::op_step>(&s.action)) {
+      try {
+        run_op(*op, p, *ws);
+      } catch (const error&) {
+        rethrow_at_node(op->value);
+      }
+    } else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action)) {
       run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
-    else if (const auto* special = std::get_if<exec::special_step>(&s.action))
-      run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+    } else if (const auto* special = std::get_if<exec::special_step>(&s.action)) {
+      try {
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+      } catch (const error&) {
+        rethrow_at_node(special->value);
+      }
+    }
     for (int r : s.release) ws->values[std::size_t(r)] = tensor();
   }
   outputs.reserve(p.outputs.size());
@@ -16104,6 +16322,11 @@ template <class A, class B>
 struct is_tuple_like<std::pair<A, B>> : std::true_type {};
 template <class T, std::size_t N>
 struct is_tuple_like<std::array<T, N>> : std::true_type {};
+/// Sequences a signature shows as a list (`[<1>, <2>]`), as TensorFlow a Python list.
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
 template <class T>
 struct is_vector : std::false_type {};
 template <class T, class A>  // std::vector<bool> holds proxies, not values: it is an object like any other
@@ -16411,6 +16634,53 @@ void flatten(const T& x, call_signature& sig, int arg) {
   }
 }
 
+/// How a trace's signature shows its arguments (trace_signature): per argument, the
+/// text of its bound C++ value and the structure of its tensors; per tensor, its text
+/// when it is not shown as a tensor. Written once per trace, never per call.
+struct argument_texts {
+  std::vector<std::string> bound, structure, inputs;
+};
+
+/// Writes argument `x`'s tensors to `s` in flatten()'s order (elements without a
+/// tensor as their values), and each tensor's text to `inputs`: a handle argument's
+/// `signature_text()` (`DatasetSpec(...)`), else empty.
+template <class T>
+void describe_tensors(const T& x, structure_text& s, std::vector<std::string>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec> || handle_argument<U>) {
+    s.leaf();
+    if constexpr (requires { { x.signature_text() } -> std::convertible_to<std::string>; }) inputs.push_back(x.signature_text());
+    else inputs.emplace_back();
+  } else if constexpr (is_sequence<U> && !is_object_reference<U>::value) {
+    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
+    s.open(list);
+    std::size_t count = 0;
+    for_each_element(x, [&](const auto& e) {
+      if (count++) s.next();
+      describe_tensors(e, s, inputs);
+    });
+    s.close(list, count);
+  } else {
+    s.text += bound_text_of(x);
+  }
+}
+
+/// The texts of a trace's arguments.
+template <class... Args>
+argument_texts texts_of(const Args&... args) {
+  argument_texts t;
+  (
+      [&](const auto& a) {
+        t.bound.push_back(bound_text_of(a));
+        structure_text s;
+        describe_tensors(a, s, t.inputs);
+        // One tensor (or none) is shown as itself; only a structure is written out.
+        t.structure.push_back(s.leaves > 0 && s.text != "<1>" ? std::move(s.text) : std::string());
+      }(args),
+      ...);
+  return t;
+}
+
 /// Replaces every tensor leaf of `x`, in flattening order, with the next of `next`.
 template <class T>
 void replace_tensors(T& x, const tensor*& next) {
@@ -16510,6 +16780,18 @@ struct function_options {
 
 namespace detail {
 
+/// Fails to compile with the error for a kiln::function called with arguments its
+/// callable does not take: the line above the error, "In instantiation of ... [with
+/// Args = {...}]", names their types, and nothing after it reaches the callable.
+template <class... Args>
+inline constexpr bool accepted_by_callable = false;
+template <class... Args>
+void callable_does_not_accept() {
+  static_assert(accepted_by_callable<Args...>, "kiln::function: the callable does not accept arguments of these types "
+                                               "(Args, on the line above)");
+}
+
+struct argument_texts;
 struct call_signature;
 struct concrete_state;
 struct runtime_traces;
@@ -16580,11 +16862,11 @@ struct function_state {
     return name;
   }
 
-  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
-  /// names and signature, and a placeholder in `context` per tensor leaf.
+  /// A new trace for `sig`, its arguments shown as `texts` says: its names and
+  /// signature, and a placeholder in `context` per tensor leaf.
   template <class = void>
-  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
-                                              trace_context& context, std::vector<tensor>& placeholders) const;
+  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, argument_texts texts, trace_context& context,
+                                              std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
   template <class = void>
@@ -16637,9 +16919,12 @@ detail::trace_signature typed::written(const detail::function_state& state, cons
   w.bound_text = s.bound_text;
   for (const signature_leaf& a : s.type->arguments) {
     w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
   }
   for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
   return w;
 }
 
@@ -16664,7 +16949,8 @@ class function {
   template <class... Args>
   auto operator()(Args&&... args) {
     if constexpr (typed::typed_call<Args...>) {
-      return typed_call(args...);
+      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
+      else detail::callable_does_not_accept<Args...>();
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -16679,9 +16965,13 @@ class function {
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
     if constexpr (typed::typed_request<Args...>) {
-      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-      using concrete = typename typed::concrete_for<R, Args...>::type;
-      return concrete(typed_trace_for(args...), state_);
+      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+        detail::callable_does_not_accept<Args...>();
+      } else {
+        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+        using concrete = typename typed::concrete_for<R, Args...>::type;
+        return concrete(typed_trace_for(args...), state_);
+      }
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -16989,6 +17279,35 @@ void for_each_output(const R& r, F&& f) {
   }
 }
 
+/// Writes the structure of a returned value's tensors to `s`, as for_each_output walks them.
+template <class R>
+void describe_outputs(const R& r, structure_text& s) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
+    s.open(list);
+    std::size_t count = 0;
+    for_each_element(r, [&](const auto& e) {
+      if (count++) s.next();
+      describe_outputs(e, s);
+    });
+    s.close(list, count);
+  } else {
+    s.leaf();
+  }
+}
+/// The structure of a returned value as a signature shows it; empty for one tensor.
+template <class R>
+std::string output_structure_text(const R& r) {
+  if constexpr (is_tuple_like<std::remove_cvref_t<R>>::value || is_vector<std::remove_cvref_t<R>>::value) {
+    structure_text s;
+    describe_outputs(r, s);
+    return s.text;
+  } else {
+    return {};
+  }
+}
+
 /// The returned structure `traced` with its leaves taken, in order, from `next`.
 template <class R>
 output_t<R> rebuild_output(const R& traced, const tensor*& next) {
@@ -17009,7 +17328,6 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
 /// One trace: the signature it was made for (its inputs named after their
 /// placeholders), its graph and how to run it.
 struct concrete_state : trace_signature {
-  std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
@@ -17110,7 +17428,11 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     out = replay_hook().load(std::memory_order_relaxed)(graph, inputs);
     return;
   }
-  executor->run(inputs, out);
+  try {
+    executor->run(inputs, out);
+  } catch (const error&) {
+    rethrow_with_prefix("in " + name + ": ");
+  }
   // Under a gradient tape, a function without effects is one differentiable op.
   if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
 }
@@ -17208,14 +17530,15 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
 
 template <class>
 std::shared_ptr<concrete_state> function_state::start_trace(
-    const call_signature& sig, std::vector<std::string> bound_text, trace_context& context,
-    std::vector<tensor>& placeholders) const {
+    const call_signature& sig, argument_texts texts, trace_context& context, std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
   c->jit_compile = options.jit_compile;
-  for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
+  for (std::size_t i = 0; i < texts.bound.size(); ++i) c->arg_names.push_back(arg_name(i));
   c->bound = sig.values;
-  c->bound_text = std::move(bound_text);
+  c->bound_text = std::move(texts.bound);
+  c->arg_structure = std::move(texts.structure);
+  c->input_text = std::move(texts.inputs);
   const std::span<const std::uint64_t> structure = sig.structure();
   c->structure.assign(structure.begin(), structure.end());
   c->input_arg = sig.tensor_arg;
@@ -17321,20 +17644,8 @@ void function_state::check_created_variables(const trace_context& context) const
 }
 #endif
 
-/// Re-raises a kiln error from tracing with the function's name in front.
-[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
-  try {
-    throw;
-  } catch (const invalid_argument_error& e) {
-    throw invalid_argument_error("in " + fn + ": " + e.what());
-  } catch (const value_error& e) {
-    throw value_error("in " + fn + ": " + e.what());
-  } catch (const type_error& e) {
-    throw type_error("in " + fn + ": " + e.what());
-  } catch (const unavailable_error& e) {
-    throw unavailable_error("in " + fn + ": " + e.what());
-  }
-}
+/// Re-raises a kiln error from tracing or running a function with its name in front.
+[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) { rethrow_with_prefix("in " + fn + ": "); }
 
 }  // namespace detail
 
@@ -17374,6 +17685,17 @@ class concrete_function {
 
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
     return os << "ConcreteFunction " << f.state_->signature_text();
+  }
+  /// The signature in the seeds' format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
+  /// \code
+  /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+  /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = state_->signature_text();
+    text.pop_back();
+    return text;
   }
 
   /// Writes this trace, its constants and its variables' values to `path`, for
@@ -17420,6 +17742,8 @@ struct runtime_tier {
       return call(f, runtime_argument(std::forward<Args>(args))...);
     } else if constexpr (takes_objects_by_reference<F, Args...>) {
       return call(f, reference_if_object(std::forward<Args>(args))...);
+    } else if constexpr (!takes_traced_arguments<F, Args...>) {
+      callable_does_not_accept<Args...>();
     } else {
       using R = result_t<Args...>;
       if (config::functions_run_eagerly()) return run_eagerly<R>(f, std::forward<Args>(args)...);
@@ -17438,9 +17762,11 @@ struct runtime_tier {
   }
 
   template <class... Args>
-  static kiln::concrete_function get_concrete_function(function<F>& f, Args&&... args) {
+  static auto get_concrete_function(function<F>& f, Args&&... args) {
     if constexpr (takes_objects_by_reference<F, Args...>) {
       return get_concrete_function(f, reference_if_object(std::forward<Args>(args))...);
+    } else if constexpr (!takes_traced_arguments<F, Args...>) {
+      callable_does_not_accept<Args...>();
     } else {
       call_signature sig;
       signature_of(sig, f, args...);
@@ -17494,7 +17820,7 @@ struct runtime_tier {
     function_state& state = *f.state_;
     trace_context context(state.options.name);
     std::vector<tensor> placeholders;
-    std::shared_ptr<concrete_state> c = state.start_trace(sig, {bound_text_of(args)...}, context, placeholders);
+    std::shared_ptr<concrete_state> c = state.start_trace(sig, texts_of(args...), context, placeholders);
     try {
       const tensor* next = placeholders.data();
       auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
@@ -17513,6 +17839,7 @@ struct runtime_tier {
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
         for_each_output(result, [&](const tensor& t) { function_state::add_output(*c, context, t); });
+        c->output_structure = output_structure_text(result);
         c->traced_result = std::move(result);
       }
       state.check_created_variables(context);
@@ -19992,21 +20319,52 @@ class basic_graph_writer final : public description_sink {
 /// argument of a kiln::function is keyed by its element spec and its handle becomes
 /// an argument of the graph, so a trace runs on whichever dataset a call passes.
 
-#include <atomic>
 #include <concepts>
 #include <cstdint>
-#include <functional>
 #include <iterator>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <ostream>
 #include <ranges>
 #include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_COMPONENTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_COMPONENTS_HPP
+// ----- begin kiln/data/components.hpp -----
+/// \file
+/// How C++ values become a dataset element's components, and how a function takes an
+/// element's components as separate arguments (`fn(x, y)` for a two-component element).
+
+#include <cstddef>
+#include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_PIPELINE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_PIPELINE_HPP
+// ----- begin kiln/data/pipeline.hpp -----
+/// \file
+/// What a dataset is made of: elements, one pass over them (`element_iterator`), the
+/// stages of a pipeline (`dataset_stage`) and the registry of live pipelines that
+/// dataset handles name (TensorFlow's variant tensors).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -20086,39 +20444,371 @@ class dataset_stage {
   element_iterator (*iterate_)(const dataset_stage&);
 };
 
-/// The pipelines that dataset handles name: a handle's value is its key here. Weak,
-/// so that a handle never keeps a pipeline alive; a ReduceDataset node holds the
-/// pipeline it was traced with itself.
-class dataset_registry {
+/// The objects that handles name (a dataset's pipeline, an iterator's state), as
+/// TensorFlow's variant and resource tensors do: a handle's value is its key here.
+/// Weak, so that a handle never keeps an object alive; a graph node holds the object
+/// it was traced with itself.
+template <class T>
+class handle_registry {
  public:
-  static dataset_registry& get() {
-    static dataset_registry r;
+  static handle_registry& get() {
+    static handle_registry r;
     return r;
   }
-  /// Registers `stage` and returns its key.
-  std::int64_t add(const std::shared_ptr<const dataset_stage>& stage) {
+  /// Registers `object` and returns its key.
+  std::int64_t add(const std::shared_ptr<T>& object) {
     std::lock_guard lock(mutex_);
-    std::erase_if(stages_, [](const auto& entry) { return entry.second.expired(); });
-    stages_.emplace(next_key_, stage);
+    std::erase_if(objects_, [](const auto& entry) { return entry.second.expired(); });
+    objects_.emplace(next_key_, object);
     return next_key_++;
   }
-  /// The pipeline that `handle` names; kiln::invalid_argument_error when it is gone.
-  std::shared_ptr<const dataset_stage> find(const tensor& handle) {
+  /// The object that `handle` names; kiln::invalid_argument_error naming op `op`
+  /// and the kind of object (`what`) when it is gone.
+  std::shared_ptr<T> find(const tensor& handle, std::string_view op, std::string_view what) {
     const std::int64_t key = handle.item<std::int64_t>();
     std::lock_guard lock(mutex_);
-    auto it = stages_.find(key);
-    std::shared_ptr<const dataset_stage> stage = it == stages_.end() ? nullptr : it->second.lock();
-    if (!stage)
-      throw invalid_argument_error("ReduceDataset: dataset handle " + std::to_string(key) +
-                                   " names no live dataset; keep a dataset alive while a function runs on it");
-    return stage;
+    auto it = objects_.find(key);
+    std::shared_ptr<T> object = it == objects_.end() ? nullptr : it->second.lock();
+    if (!object)
+      throw invalid_argument_error(std::string(op) + ": " + std::string(what) + " handle " + std::to_string(key) +
+                                   " names no live " + std::string(what) + "; keep a " + std::string(what) +
+                                   " alive while a function runs on it");
+    return object;
   }
 
  private:
   std::mutex mutex_;
-  std::map<std::int64_t, std::weak_ptr<const dataset_stage>> stages_;
+  std::map<std::int64_t, std::weak_ptr<T>> objects_;
   std::int64_t next_key_ = 1;
 };
+/// The live pipelines, which dataset handles name.
+using dataset_registry = handle_registry<const dataset_stage>;
+
+/// `TensorSpec(shape=(), dtype=tf.int64, name=None)` for one component, a tuple of
+/// them for several: an element spec as TensorFlow's DatasetSpec and IteratorSpec show it.
+inline std::string element_spec_text(std::span<const tensor_spec> spec) {
+  if (spec.size() == 1) return spec[0].str();
+  std::string s = "(";
+  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
+  return s + ")";
+}
+
+/// A C++ `for`'s pass over a dataset, handing out its elements as `Element`: a
+/// std::vector of tensors, or a std::array of as many as every element has. Made
+/// outside a trace only (see dataset::begin).
+template <class Element>
+class element_cursor {
+ public:
+  using value_type = Element;
+  using difference_type = std::ptrdiff_t;
+  element_cursor() = default;
+  /// Starts a pass over `stage`'s elements; kiln::type_error inside a trace.
+  explicit element_cursor(const dataset_stage& stage) {
+    if (trace_context::current())
+      throw type_error("a C++ for over a kiln::data::dataset inside a kiln::function would read the dataset once, "
+                       "while tracing, and unroll its elements into the graph; use kiln::for_each(ds, body, vars...) or "
+                       "ds.reduce(initial, fn), which become one ReduceDataset node that runs at every call");
+    init_scope eager;
+    pass_ = std::make_shared<element_iterator>(stage.iterate());
+    ++*this;
+  }
+  const Element& operator*() const { return *current_; }
+  const Element* operator->() const { return &*current_; }
+  element_cursor& operator++() {
+    init_scope eager;
+    std::optional<dataset_element> e = pass_->next();
+    if (!e) {
+      current_.reset();
+    } else if constexpr (std::is_same_v<Element, dataset_element>) {
+      current_ = std::move(*e);
+    } else {
+      current_.emplace();
+      std::move(e->begin(), e->end(), current_->begin());  // the dataset_of checked the component count
+    }
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  bool operator==(std::default_sentinel_t) const { return !current_; }
+
+ private:
+  std::shared_ptr<element_iterator> pass_;
+  std::optional<Element> current_;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/data/pipeline.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_PIPELINE_HPP
+
+namespace kiln::detail {
+
+/// The component tensors of `value`: a tensor, or a tuple, pair, array or vector of
+/// them; C++ numbers become tensors of `spec`'s dtypes when a spec is given.
+template <class V>
+void append_components(const V& value, dataset_element& out, std::span<const tensor_spec> spec) {
+  using U = std::remove_cvref_t<V>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    out.push_back(value);
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    const std::size_t k = out.size();
+    out.push_back(k < spec.size() ? kiln::constant(value, spec[k].dtype) : kiln::constant(value));
+  } else {
+    static_assert(is_tuple_like<U>::value || is_vector<U>::value,
+                  "a dataset element is a tensor, a C++ number, or a tuple, pair, array or vector of those");
+    for_each_element(value, [&](const auto& e) { append_components(e, out, spec); });
+  }
+}
+template <class V>
+dataset_element components_of(const V& value, std::span<const tensor_spec> spec = {}) {
+  dataset_element out;
+  append_components(value, out, spec);
+  return out;
+}
+
+/// How many element components kiln passes to a function as separate arguments.
+inline constexpr std::size_t max_components = 8;
+// A class rather than an alias that drops its argument: nvcc's host code loses the
+// pack of `alias<I>...` when the alias does not depend on I.
+template <std::size_t>
+struct component_argument {
+  using type = const tensor&;
+};
+
+/// Calls a function with the components of an element as separate arguments:
+/// `fn(before..., components..., after...)`, for whichever component counts `fn`
+/// accepts (a C++ call's arity is fixed; an element's is not until run time).
+template <class Fn, class Before, class After>
+struct component_call;
+template <class Fn, class... Before, class... After>
+struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
+  /// Whether `fn` takes elements of `N` components.
+  template <std::size_t N>
+  static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::is_invocable_v<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>;
+  }(std::make_index_sequence<N>{});
+
+  // The smallest component count `fn` takes (0 for none): it gives the result type.
+  template <std::size_t N = 1>
+  static constexpr std::size_t first_accepted() {
+    if constexpr (N > max_components) return 0;
+    else if constexpr (accepts<N>) return N;
+    else return first_accepted<N + 1>();
+  }
+  static constexpr std::size_t arity = first_accepted();
+  static_assert(arity != 0, "kiln::data: the function must take the components of a dataset element as separate "
+                            "kiln::tensor arguments (at most 8), with the loop or reduce state around them");
+  using result = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>>{};
+  }(std::make_index_sequence<arity>{}));
+  using type = typename result::type;
+
+  /// The component counts `fn` takes, as messages list them: "1", "1 or 2".
+  static std::string accepted_counts() {
+    std::string s;
+    [&]<std::size_t... N>(std::index_sequence<N...>) {
+      ((accepts<N + 1> ? (void)(s += (s.empty() ? "" : " or ") + std::to_string(N + 1)) : void()), ...);
+    }(std::make_index_sequence<max_components>{});
+    return s;
+  }
+
+  /// Raises kiln::value_error unless `fn` accepts `count` components, naming both.
+  static void check(std::size_t count, std::string_view who) {
+    bool ok = false;
+    [&]<std::size_t... N>(std::index_sequence<N...>) { ((ok = ok || (count == N + 1 && accepts<N + 1>)), ...); }(
+        std::make_index_sequence<max_components>{});
+    if (!ok)
+      throw value_error(std::string(who) + ": the function takes " + accepted_counts() +
+                        " tensor(s) per element, but the dataset's elements have " + std::to_string(count));
+  }
+
+  /// `fn(before..., element[0], ..., after...)`; check() tells beforehand whether
+  /// `fn` takes the element's component count.
+  template <std::size_t N = 1>
+  static type call(Fn& fn, std::span<const tensor> element, const Before&... before, const After&... after) {
+    if constexpr (N > max_components) {
+      throw internal_error("kiln::data: an element of " + std::to_string(element.size()) + " components");
+    } else {
+      if constexpr (accepts<N>) {
+        if (element.size() == N)
+          return [&]<std::size_t... I>(std::index_sequence<I...>) -> type {
+            return fn(before..., element[I]..., after...);
+          }(std::make_index_sequence<N>{});
+      }
+      return call<N + 1>(fn, element, before..., after...);
+    }
+  }
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/data/components.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_COMPONENTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_REDUCE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_REDUCE_HPP
+// ----- begin kiln/data/reduce.hpp -----
+/// \file
+/// The ReduceDataset op and the fold behind `kiln::for_each(ds, ...)` and
+/// `dataset::reduce`: eagerly a C++ loop over the elements, while tracing one node
+/// whose body is traced once, as AutoGraph turns `for x in dataset` into a reduce.
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// The loop of a ReduceDataset node: inputs are the dataset's handle, the loop
+/// state's initial values, then the tensors the body captured. The body graph takes
+/// an element's components, the state and the captures, and gives the next state.
+/// The pipeline comes from the handle at every run, so a trace given a dataset as an
+/// argument runs on the dataset of each call; the op also holds the pipeline it was
+/// traced with, which keeps a dataset made or captured while tracing alive. Its
+/// members are templates, as subgraph's are.
+class reduce_dataset_op final : public special_op {
+ public:
+  template <class = void>
+  reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
+      : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
+        body_(std::move(body)),
+        effects_(body_.traced().has_effects() || traced_->has_effects()) {}
+  std::string_view name() const { return "ReduceDataset"; }
+  bool has_effects() const { return effects_; }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
+  template <class = void>
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
+    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
+    check_spec(stage->element_spec());
+    const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
+    // The body's arguments: an element's components, the state, the captures.
+    std::vector<tensor> args(components);
+    for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
+    element_iterator pass = stage->iterate();
+    while (std::optional<dataset_element> e = pass.next()) {
+      for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
+      std::vector<tensor> next = body_.run(args);
+      for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
+    }
+    return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+  }
+
+ private:
+  // A dataset passed at run time must give elements the body was traced for.
+  void check_spec(std::span<const tensor_spec> got) const {
+    std::span<const tensor_spec> traced = traced_->element_spec();
+    bool fits = got.size() == traced.size();
+    for (std::size_t k = 0; fits && k < got.size(); ++k)
+      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+    if (!fits)
+      throw invalid_argument_error("ReduceDataset: the dataset's elements are " + components_text(got) +
+                                   " but the function was traced for " + components_text(traced));
+  }
+
+  std::shared_ptr<const dataset_stage> traced_;
+  int state_size_;
+  subgraph body_;
+  bool effects_;
+};
+
+/// The parameters of a function traced for an element of `spec`: `args_0`, ...
+inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
+  std::vector<tensor_spec> out;
+  for (std::size_t k = 0; k < spec.size(); ++k) out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
+  return out;
+}
+
+/// As tf.data's reduce: a loop variable that the body makes less specific (a dim, or
+/// the rank, that depends on the elements) takes the body's spec, and the body is
+/// traced again for it; returns whether one did. Anything else is left for
+/// check_loop_specs to reject.
+inline bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  bool relaxed = false;
+  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
+    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
+      specs[k].second = got[k].second;
+      relaxed = true;
+    }
+  return relaxed;
+}
+
+/// Runs `invoke(element, state)` over the elements of dataset `ds` (a
+/// kiln::data::dataset) from `initial`, each result the next state (nothing when the
+/// state is empty); `loop` names the loop in errors. Eagerly a C++ loop; while
+/// tracing, one ReduceDataset node whose body is `invoke` traced once.
+template <class Dataset, class State, class Invoke>
+State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_view loop) {
+  constexpr bool stateless = std::tuple_size_v<State> == 0;
+  std::vector<tensor> initial_leaves = leaves_of(initial);
+  std::vector<value_spec> specs = specs_of(initial_leaves);
+  trace_context* trace = trace_context::current();
+  if (!trace) {
+    State current = std::move(initial);
+    for (const auto& e : ds) {
+      if constexpr (stateless) invoke(e, current);
+      else current = next_state(current, leaves_of(invoke(e, current)), specs, {}, 0, loop);
+    }
+    return current;
+  }
+  const std::size_t components = ds.element_spec().size();
+  traced_subgraph body;
+  auto trace_body = [&] {
+    std::vector<tensor_spec> params = element_parameters(ds.element_spec());
+    for (std::size_t k = 0; k < initial_leaves.size(); ++k)
+      params.emplace_back(specs[k].second, specs[k].first, parameter_name(initial_leaves[k]));
+    body = {};
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          const tensor* next = p.data() + components;
+          const State state = rebuild_output(initial, next);
+          if constexpr (stateless) {
+            invoke(p.first(components), state);
+            return std::tuple<>{};
+          } else {
+            return invoke(p.first(components), state);
+          }
+        },
+        std::span<const tensor_spec>(params), body);
+  };
+  trace_body();
+  while (relax_loop_specs(specs, body.outputs)) trace_body();
+  check_loop_specs(body.outputs, specs, {}, 0, loop);
+  std::vector<tensor> inputs{ds.handle()};
+  inputs.insert(inputs.end(), initial_leaves.begin(), initial_leaves.end());
+  inputs.insert(inputs.end(), body.captures.begin(), body.captures.end());
+  auto op = std::make_shared<reduce_dataset_op>(ds.pipeline(), int(initial_leaves.size()), std::move(body.g));
+  std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
+  const tensor* next = out.data();
+  return rebuild_output(initial, next);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/data/reduce.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_REDUCE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_STAGES_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_STAGES_HPP
+// ----- begin kiln/data/stages.hpp -----
+/// \file
+/// The stages of a dataset pipeline: the sources (`range`, `from_tensor_slices`,
+/// `from_tensors`, `from_generator`) and the transformations (`map`, `batch`,
+/// `shuffle`, `take`, `prefetch`), each one pass at a time.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
 
 /// The pass of a stage whose elements are computed from their position.
 template <class Element>
@@ -20381,6 +21071,34 @@ class shuffle_stage final : public transform_stage {
   mutable std::atomic<std::uint64_t> passes_{0};
 };
 
+/// `dataset::shard`: every `num_shards`-th element from element `index`.
+class shard_stage final : public transform_stage {
+ public:
+  template <class = void>
+  shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
+      : transform_stage(std::type_identity<shard_stage>(), "ShardDataset", input->element_spec(), input),
+        num_shards_(num_shards), index_(index) {
+    if (num_shards <= 0)
+      throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
+    if (index < 0 || index >= num_shards)
+      throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
+                                   std::to_string(index));
+  }
+  template <class = void>
+  element_iterator iterate() const {
+    return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
+      std::optional<dataset_element> e;
+      // The elements before this shard's next one are read and dropped.
+      while ((e = in.next()) && position++ % num_shards != index) {
+      }
+      return e;
+    });
+  }
+
+ private:
+  std::int64_t num_shards_, index_;
+};
+
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
 class take_stage final : public transform_stage {
  public:
@@ -20415,183 +21133,59 @@ class prefetch_stage final : public transform_stage {
   element_iterator iterate() const { return input()->iterate(); }
 };
 
-/// The component tensors of `value`: a tensor, or a tuple, pair, array or vector of
-/// them; C++ numbers become tensors of `spec`'s dtypes when a spec is given.
-template <class V>
-void append_components(const V& value, dataset_element& out, std::span<const tensor_spec> spec) {
-  using U = std::remove_cvref_t<V>;
-  if constexpr (std::is_same_v<U, tensor>) {
-    out.push_back(value);
-  } else if constexpr (std::is_arithmetic_v<U>) {
-    const std::size_t k = out.size();
-    out.push_back(k < spec.size() ? kiln::constant(value, spec[k].dtype) : kiln::constant(value));
-  } else {
-    static_assert(is_tuple_like<U>::value || is_vector<U>::value,
-                  "a dataset element is a tensor, a C++ number, or a tuple, pair, array or vector of those");
-    for_each_element(value, [&](const auto& e) { append_components(e, out, spec); });
-  }
-}
-template <class V>
-dataset_element components_of(const V& value, std::span<const tensor_spec> spec = {}) {
-  dataset_element out;
-  append_components(value, out, spec);
-  return out;
-}
-
-/// How many element components kiln passes to a function as separate arguments.
-inline constexpr std::size_t max_components = 8;
-// A class rather than an alias that drops its argument: nvcc's host code loses the
-// pack of `alias<I>...` when the alias does not depend on I.
-template <std::size_t>
-struct component_argument {
-  using type = const tensor&;
-};
-
-/// Calls a function with the components of an element as separate arguments:
-/// `fn(before..., components..., after...)`, for whichever component counts `fn`
-/// accepts (a C++ call's arity is fixed; an element's is not until run time).
-template <class Fn, class Before, class After>
-struct component_call;
-template <class Fn, class... Before, class... After>
-struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
-  /// Whether `fn` takes elements of `N` components.
-  template <std::size_t N>
-  static constexpr bool accepts = []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::is_invocable_v<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>;
-  }(std::make_index_sequence<N>{});
-
-  // The smallest component count `fn` takes (0 for none): it gives the result type.
-  template <std::size_t N = 1>
-  static constexpr std::size_t first_accepted() {
-    if constexpr (N > max_components) return 0;
-    else if constexpr (accepts<N>) return N;
-    else return first_accepted<N + 1>();
-  }
-  static constexpr std::size_t arity = first_accepted();
-  static_assert(arity != 0, "kiln::data: the function must take the components of a dataset element as separate "
-                            "kiln::tensor arguments (at most 8), with the loop or reduce state around them");
-  using result = decltype([]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::type_identity<std::invoke_result_t<Fn&, const Before&..., typename component_argument<I>::type..., const After&...>>{};
-  }(std::make_index_sequence<arity>{}));
-  using type = typename result::type;
-
-  /// The component counts `fn` takes, as messages list them: "1", "1 or 2".
-  static std::string accepted_counts() {
-    std::string s;
-    [&]<std::size_t... N>(std::index_sequence<N...>) {
-      ((accepts<N + 1> ? (void)(s += (s.empty() ? "" : " or ") + std::to_string(N + 1)) : void()), ...);
-    }(std::make_index_sequence<max_components>{});
-    return s;
-  }
-
-  /// Raises kiln::value_error unless `fn` accepts `count` components, naming both.
-  static void check(std::size_t count, std::string_view who) {
-    bool ok = false;
-    [&]<std::size_t... N>(std::index_sequence<N...>) { ((ok = ok || (count == N + 1 && accepts<N + 1>)), ...); }(
-        std::make_index_sequence<max_components>{});
-    if (!ok)
-      throw value_error(std::string(who) + ": the function takes " + accepted_counts() +
-                        " tensor(s) per element, but the dataset's elements have " + std::to_string(count));
-  }
-
-  /// `fn(before..., element[0], ..., after...)`; check() tells beforehand whether
-  /// `fn` takes the element's component count.
-  template <std::size_t N = 1>
-  static type call(Fn& fn, std::span<const tensor> element, const Before&... before, const After&... after) {
-    if constexpr (N > max_components) {
-      throw internal_error("kiln::data: an element of " + std::to_string(element.size()) + " components");
-    } else {
-      if constexpr (accepts<N>) {
-        if (element.size() == N)
-          return [&]<std::size_t... I>(std::index_sequence<I...>) -> type {
-            return fn(before..., element[I]..., after...);
-          }(std::make_index_sequence<N>{});
-      }
-      return call<N + 1>(fn, element, before..., after...);
-    }
-  }
-};
-
-/// The loop of a ReduceDataset node: inputs are the dataset's handle, the loop
-/// state's initial values, then the tensors the body captured. The body graph takes
-/// an element's components, the state and the captures, and gives the next state.
-/// The pipeline comes from the handle at every run, so a trace given a dataset as an
-/// argument runs on the dataset of each call; the op also holds the pipeline it was
-/// traced with, which keeps a dataset made or captured while tracing alive. Its
-/// members are templates, as subgraph's are.
-class reduce_dataset_op final : public special_op {
- public:
-  template <class = void>
-  reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
-      : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
-        body_(std::move(body)),
-        effects_(body_.traced().has_effects() || traced_->has_effects()) {}
-  std::string_view name() const { return "ReduceDataset"; }
-  bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
-    check_spec(stage->element_spec());
-    const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
-    // The body's arguments: an element's components, the state, the captures.
-    std::vector<tensor> args(components);
-    for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
-    element_iterator pass = stage->iterate();
-    while (std::optional<dataset_element> e = pass.next()) {
-      for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
-      std::vector<tensor> next = body_.run(args);
-      for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
-    }
-    return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
-  }
-
- private:
-  // A dataset passed at run time must give elements the body was traced for.
-  void check_spec(std::span<const tensor_spec> got) const {
-    std::span<const tensor_spec> traced = traced_->element_spec();
-    bool fits = got.size() == traced.size();
-    for (std::size_t k = 0; fits && k < got.size(); ++k)
-      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-    if (!fits)
-      throw invalid_argument_error("ReduceDataset: the dataset's elements are " + components_text(got) +
-                                   " but the function was traced for " + components_text(traced));
-  }
-
-  std::shared_ptr<const dataset_stage> traced_;
-  int state_size_;
-  subgraph body_;
-  bool effects_;
-};
-
-/// The parameters of a function traced for an element of `spec`: `args_0`, ...
-inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
-  std::vector<tensor_spec> out;
-  for (std::size_t k = 0; k < spec.size(); ++k) out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
-  return out;
-}
-
 }  // namespace kiln::detail
+// ----- end kiln/data/stages.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_STAGES_HPP
 
 namespace kiln::data {
 class dataset;
-}
+template <std::size_t N>
+class dataset_of;
+class iterator;
+template <std::size_t N>
+class iterator_of;
+}  // namespace kiln::data
 
 namespace kiln::detail {
-template <class State, class Invoke>
-State fold_dataset(const data::dataset& ds, State initial, Invoke invoke, std::string_view loop);
+/// How many components the elements made from a C++ `V` have, when the type says:
+/// one for a tensor or a number, a tuple's size; 0 (known at run time only) for a vector.
+template <class V>
+constexpr std::size_t arity_of() {
+  using U = std::remove_cvref_t<V>;
+  if constexpr (is_tuple_like<U>::value) return std::tuple_size_v<U>;
+  else if constexpr (is_vector<U>::value) return 0;
+  else return 1;
 }
+/// A dataset whose elements have `N` components (data::dataset_of), or any number (data::dataset) for 0.
+template <std::size_t N>
+struct dataset_for_arity {
+  using type = data::dataset_of<N>;
+};
+template <>
+struct dataset_for_arity<0> {
+  using type = data::dataset;
+};
+template <std::size_t N>
+using dataset_for = typename dataset_for_arity<N>::type;
+}  // namespace kiln::detail
 
 namespace kiln::data {
 
 /// A tf.data pipeline: a value (copies share one immutable pipeline) whose elements
 /// are tuples of tensors, described by `element_spec()`. Iterate it with a C++ `for`
 /// outside a function; inside one, `kiln::for_each(ds, ...)` and `ds.reduce(...)`
-/// become one `ReduceDataset` node. As a kiln::function argument it is keyed by its
-/// element spec: datasets of one spec share a trace, and each call runs on its own.
+/// become one `ReduceDataset` node (a C++ `for` there raises kiln::type_error: it
+/// would read the dataset once, while tracing). As a kiln::function argument it is
+/// keyed by its element spec: datasets of one spec share a trace, and each call runs
+/// on its own. Where the element's component count is known from the C++ types
+/// (`range`, `from_tensor_slices` of a tuple, `map` returning a tuple, ...) the
+/// factories return a `dataset_of<N>`, whose elements are `std::array`s of tensors, so
+/// structured bindings work; a `dataset` holds either, its elements `std::vector`s.
 /// \code
 /// auto ds = kiln::data::dataset::range(10).map([](auto x) { return x * 2; }).batch(4);
 /// for (const auto& element : ds) std::cout << element[0] << "\n";  // [0 2 4 6], [8 10 12 14], [16 18]
+/// auto pairs = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3.f, 4.f})});
+/// for (auto [x, y] : pairs) std::cout << x << " " << y << "\n";
 /// \endcode
 class dataset {
  public:
@@ -20602,13 +21196,11 @@ class dataset {
   /// tf.data.Dataset.range; a zero `delta` raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(1, 8, 3);  // 1, 4, 7 \endcode
   template <class = void>
-  static dataset range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1) {
-    return dataset(std::make_shared<detail::range_stage>(start, limit, delta));
-  }
+  static dataset_of<1> range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1);
   /// `0, 1, ..., limit - 1`.
   /// \code kiln::data::dataset::range(5);  // 0, 1, 2, 3, 4 \endcode
   template <class = void>
-  static dataset range(std::int64_t limit) { return range(0, limit); }
+  static dataset_of<1> range(std::int64_t limit);
 
   /// One element per index of the first dim: element `i` holds `c[i]` of every
   /// component `c` (a tensor, or a tuple, pair, array or vector of tensors, which
@@ -20618,16 +21210,18 @@ class dataset {
   /// // (1, 3.f), (2, 4.f)
   /// \endcode
   template <class Components>
-  static dataset from_tensor_slices(const Components& components) {
-    return dataset(std::make_shared<detail::slices_stage>(detail::components_of(components)));
+  static detail::dataset_for<detail::arity_of<Components>()> from_tensor_slices(const Components& components) {
+    return detail::dataset_for<detail::arity_of<Components>()>(
+        dataset(std::make_shared<detail::slices_stage>(detail::components_of(components))));
   }
 
   /// One element: the components themselves (a tensor, or a tuple, pair, array or
   /// vector of tensors), as tf.data.Dataset.from_tensors.
   /// \code kiln::data::dataset::from_tensors(kiln::constant({1, 2, 3}));  // one element, [1 2 3] \endcode
   template <class Components>
-  static dataset from_tensors(const Components& components) {
-    return dataset(std::make_shared<detail::tensors_stage>(detail::components_of(components)));
+  static detail::dataset_for<detail::arity_of<Components>()> from_tensors(const Components& components) {
+    return detail::dataset_for<detail::arity_of<Components>()>(
+        dataset(std::make_shared<detail::tensors_stage>(detail::components_of(components))));
   }
 
   /// Elements that C++ code makes at run time, as tf.data.Dataset.from_generator:
@@ -20643,8 +21237,13 @@ class dataset {
   ///     {kiln::tensor_spec({}, kiln::int32), kiln::tensor_spec({}, kiln::int32)});
   /// \endcode
   template <class Generator>
-  static dataset from_generator(Generator generator, std::vector<tensor_spec> output_specs) {
+  static auto from_generator(Generator generator, std::vector<tensor_spec> output_specs) {
     using R = std::invoke_result_t<Generator&>;
+    using item = decltype([] {
+      if constexpr (std::is_invocable_v<R&>) return std::type_identity<typename std::invoke_result_t<R&>::value_type>{};
+      else return std::type_identity<typename R::value_type>{};
+    }());
+    using result = detail::dataset_for<detail::arity_of<typename item::type>()>;
     auto start = [generator = std::move(generator), specs = output_specs]() mutable -> detail::generator_stage::next_element {
       if constexpr (std::is_invocable_v<R&>) {
         return [source = generator(), specs]() mutable -> std::optional<element> {
@@ -20660,14 +21259,14 @@ class dataset {
         };
       }
     };
-    return dataset(std::make_shared<detail::generator_stage>(std::move(start), std::move(output_specs)));
+    return result(dataset(std::make_shared<detail::generator_stage>(std::move(start), std::move(output_specs))));
   }
 
   /// from_generator with elements of dtypes `output_types` and any shapes, as
   /// `from_generator(gen, (tf.int32, tf.int32))`.
   /// \code kiln::data::dataset::from_generator([] { return std::vector<int>{1, 2}; }, {kiln::int32}); \endcode
   template <class Generator>
-  static dataset from_generator(Generator generator, const std::vector<dtype>& output_types) {
+  static auto from_generator(Generator generator, const std::vector<dtype>& output_types) {
     std::vector<tensor_spec> specs;
     for (dtype t : output_types) specs.emplace_back(unknown_rank, t);
     return from_generator(std::move(generator), std::move(specs));
@@ -20679,8 +21278,9 @@ class dataset {
   /// symbolic ones of a function being traced.
   /// \code auto squares = kiln::data::dataset::range(4).map([](auto x) { return x * x; });  // 0, 1, 4, 9 \endcode
   template <class Fn>
-  dataset map(Fn fn) const {
+  auto map(Fn fn) const {
     using call = detail::component_call<Fn, std::tuple<>, std::tuple<>>;
+    using result = detail::dataset_for<detail::arity_of<typename call::type>()>;
     static_assert(!std::is_void_v<typename call::type>, "dataset::map: the function must return a tensor or a tuple of tensors");
     call::check(element_spec().size(), "dataset::map");
     init_scope outside_any_trace;  // the pipeline holds values, not symbols of the trace in progress
@@ -20691,7 +21291,7 @@ class dataset {
     if (traced.outputs.empty()) throw value_error("dataset::map: the function must return at least one tensor");
     std::vector<tensor_spec> spec;
     for (const auto& [type, dims] : traced.outputs) spec.emplace_back(dims, type);
-    return dataset(std::make_shared<detail::map_stage>(stage_, std::move(traced.g), std::move(spec)));
+    return result(dataset(std::make_shared<detail::map_stage>(stage_, std::move(traced.g), std::move(spec))));
   }
 
   /// `batch_size` consecutive elements stacked along a new first dim; the last batch
@@ -20728,6 +21328,15 @@ class dataset {
   template <class = void>
   dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
 
+  /// Every `num_shards`-th element from element `index`, as tf.data.Dataset.shard:
+  /// how each worker reads its part of the data. `num_shards` must be positive and
+  /// `index` in [0, num_shards), else kiln::invalid_argument_error.
+  /// \code kiln::data::dataset::range(10).shard(3, 1);  // 1, 4, 7 \endcode
+  template <class = void>
+  dataset shard(std::int64_t num_shards, std::int64_t index) const {
+    return dataset(std::make_shared<detail::shard_stage>(stage_, num_shards, index));
+  }
+
   /// One spec per component of an element.
   /// \code kiln::data::dataset::range(3).element_spec()[0].dtype == kiln::int64 \endcode
   const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
@@ -20745,37 +21354,24 @@ class dataset {
     return std::get<0>(detail::fold_dataset(*this, std::tuple<S>{detail::as_output(initial)}, invoke, "dataset::reduce"));
   }
 
-  /// A pass over the elements, for a C++ `for`. Inside a function being traced it
-  /// reads the dataset at trace time and the loop unrolls, as a C++ loop does; use
-  /// kiln::for_each for a loop in the graph.
-  class iterator {
-   public:
-    using value_type = element;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    const element& operator*() const { return *current_; }
-    const element* operator->() const { return &*current_; }
-    iterator& operator++() {
-      init_scope eager;
-      current_ = pass_->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return !current_; }
-
-   private:
-    friend class dataset;
-    explicit iterator(std::shared_ptr<detail::element_iterator> pass) : pass_(std::move(pass)) { ++*this; }
-    std::shared_ptr<detail::element_iterator> pass_;
-    std::optional<element> current_;
-  };
-  /// Starts a pass over the elements.
+  /// A C++ `for`'s pass over the elements: each a std::vector of its components.
+  using const_iterator = detail::element_cursor<element>;
+  /// Starts a pass over the elements, outside a function only: inside one being
+  /// traced, the loop would read the dataset at trace time and unroll, and a later
+  /// call with another dataset of the same spec would reuse that unrolled graph;
+  /// there kiln::for_each or reduce() make one ReduceDataset node instead.
   /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
-  iterator begin() const {
-    init_scope eager;
-    return iterator(std::make_shared<detail::element_iterator>(stage_->iterate()));
-  }
+  const_iterator begin() const { return const_iterator(*stage_); }
   std::default_sentinel_t end() const { return {}; }
+
+  /// An iterator over the elements (TensorFlow's `iter(ds)`): each get_next() gives
+  /// the next element, also inside a function, where it is a node that advances at
+  /// every call. (Defined in kiln/data/iterator.hpp.)
+  /// \code
+  /// kiln::data::iterator it = kiln::data::dataset::range(3).make_iterator();
+  /// kiln::tensor first = it.get_next()[0];  // 0
+  /// \endcode
+  iterator make_iterator() const;
 
   /// The int64 scalar naming the pipeline at run time; symbolic inside a function
   /// that takes the dataset as an argument.
@@ -20793,6 +21389,10 @@ class dataset {
   }
   /// The pipeline as traced: what a ReduceDataset node keeps.
   const std::shared_ptr<const detail::dataset_stage>& pipeline() const { return stage_; }
+  /// How a function's signature shows a dataset argument, as TensorFlow does:
+  /// `DatasetSpec(TensorSpec(shape=(), dtype=tf.int64, name=None), TensorShape([]))`.
+  /// \code kiln::data::dataset::range(3).signature_text(); \endcode
+  std::string signature_text() const { return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))"; }
 
   /// `<RangeDataset shapes: (), types: int64>`, `<FlatMapDataset shapes: ((), ()),
   /// types: (int32, int32)>`: TensorFlow's text, with kiln's dtype names.
@@ -20816,75 +21416,73 @@ class dataset {
   tensor handle_;
 };
 
-}  // namespace kiln::data
+/// A dataset whose elements have `N` components, known from the C++ types that made
+/// it: its elements are `std::array<kiln::tensor, N>`, so a C++ `for` can bind them
+/// (`for (auto [x, y] : ds)`), and the transformations that keep the component count
+/// give a `dataset_of<N>` again. It is a kiln::data::dataset wherever one is taken.
+/// \code
+/// auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3, 4})}).batch(2);
+/// for (auto [x, y] : ds) std::cout << x + y << "\n";  // [4 6]
+/// \endcode
+template <std::size_t N>
+class dataset_of : public dataset {
+  static_assert(N > 0, "kiln::data::dataset_of: a dataset element has at least one component");
 
-namespace kiln::detail {
+ public:
+  /// An element: its `N` components.
+  using element = std::array<tensor, N>;
 
-/// As tf.data's reduce: a loop variable that the body makes less specific (a dim, or
-/// the rank, that depends on the elements) takes the body's spec, and the body is
-/// traced again for it; returns whether one did. Anything else is left for
-/// check_loop_specs to reject.
-inline bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  bool relaxed = false;
-  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
-    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
-      specs[k].second = got[k].second;
-      relaxed = true;
-    }
-  return relaxed;
-}
-
-/// Runs `invoke(element, state)` over the elements of `ds` from `initial`, each
-/// result the next state (nothing when the state is empty); `loop` names the loop in
-/// errors. Eagerly a C++ loop; while tracing, one ReduceDataset node whose body is
-/// `invoke` traced once.
-template <class State, class Invoke>
-State fold_dataset(const data::dataset& ds, State initial, Invoke invoke, std::string_view loop) {
-  constexpr bool stateless = std::tuple_size_v<State> == 0;
-  std::vector<tensor> initial_leaves = leaves_of(initial);
-  std::vector<value_spec> specs = specs_of(initial_leaves);
-  trace_context* trace = trace_context::current();
-  if (!trace) {
-    State current = std::move(initial);
-    for (const data::dataset::element& e : ds) {
-      if constexpr (stateless) invoke(e, current);
-      else current = next_state(current, leaves_of(invoke(e, current)), specs, {}, 0, loop);
-    }
-    return current;
+  /// `d`, whose elements must have `N` components, else kiln::value_error.
+  /// \code kiln::data::dataset_of<1> ds(kiln::data::dataset(kiln::data::dataset::range(3))); \endcode
+  explicit dataset_of(dataset d) : dataset(std::move(d)) {
+    if (element_spec().size() != N)
+      throw value_error("kiln::data::dataset_of<" + std::to_string(N) + ">: the dataset's elements have " +
+                        std::to_string(element_spec().size()) + " components");
   }
-  const std::size_t components = ds.element_spec().size();
-  traced_subgraph body;
-  auto trace_body = [&] {
-    std::vector<tensor_spec> params = element_parameters(ds.element_spec());
-    for (std::size_t k = 0; k < initial_leaves.size(); ++k)
-      params.emplace_back(specs[k].second, specs[k].first, parameter_name(initial_leaves[k]));
-    body = {};
-    trace_subgraph(
-        [&](std::span<const tensor> p) {
-          const tensor* next = p.data() + components;
-          const State state = rebuild_output(initial, next);
-          if constexpr (stateless) {
-            invoke(p.first(components), state);
-            return std::tuple<>{};
-          } else {
-            return invoke(p.first(components), state);
-          }
-        },
-        std::span<const tensor_spec>(params), body);
-  };
-  trace_body();
-  while (relax_loop_specs(specs, body.outputs)) trace_body();
-  check_loop_specs(body.outputs, specs, {}, 0, loop);
-  std::vector<tensor> inputs{ds.handle()};
-  inputs.insert(inputs.end(), initial_leaves.begin(), initial_leaves.end());
-  inputs.insert(inputs.end(), body.captures.begin(), body.captures.end());
-  auto op = std::make_shared<reduce_dataset_op>(ds.pipeline(), int(initial_leaves.size()), std::move(body.g));
-  std::vector<tensor> out = trace->record_special(std::move(op), inputs, specs);
-  const tensor* next = out.data();
-  return rebuild_output(initial, next);
+
+  /// As dataset::batch.
+  template <class = void>
+  dataset_of batch(std::int64_t batch_size, bool drop_remainder = false) const {
+    return dataset_of(dataset::batch(batch_size, drop_remainder));
+  }
+  /// As dataset::shuffle.
+  template <class = void>
+  dataset_of shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
+                     bool reshuffle_each_iteration = true) const {
+    return dataset_of(dataset::shuffle(buffer_size, seed, reshuffle_each_iteration));
+  }
+  /// As dataset::prefetch.
+  template <class = void>
+  dataset_of prefetch(std::int64_t buffer_size) const { return dataset_of(dataset::prefetch(buffer_size)); }
+  /// As dataset::take.
+  template <class = void>
+  dataset_of take(std::int64_t count) const { return dataset_of(dataset::take(count)); }
+  /// As dataset::shard.
+  template <class = void>
+  dataset_of shard(std::int64_t num_shards, std::int64_t index) const { return dataset_of(dataset::shard(num_shards, index)); }
+
+  /// A C++ `for`'s pass over the elements, as dataset::begin.
+  using const_iterator = detail::element_cursor<element>;
+  const_iterator begin() const { return const_iterator(*pipeline()); }
+  std::default_sentinel_t end() const { return {}; }
+  /// As dataset::make_iterator, its elements `std::array`s (kiln/data/iterator.hpp).
+  iterator_of<N> make_iterator() const;
+
+  /// This dataset, reached through `handle` (a function's placeholder for it).
+  dataset_of with_handle(const tensor& handle) const { return dataset_of(dataset::with_handle(handle)); }
+};
+
+// dataset's members that give a dataset_of, which is complete only here.
+template <class>
+dataset_of<1> dataset::range(std::int64_t start, std::int64_t limit, std::int64_t delta) {
+  return dataset_of<1>(dataset(std::make_shared<detail::range_stage>(start, limit, delta)));
+}
+template <class>
+dataset_of<1> dataset::range(std::int64_t limit) {
+  return range(0, limit);
 }
 
-}  // namespace kiln::detail
+}  // namespace kiln::data
 
 namespace kiln {
 
@@ -20921,7 +21519,7 @@ auto for_each(const data::dataset& ds, Body body, const Vars&... vars) {
 /// kiln::for_each(data, [](int x, int y, auto loss) { return loss + (y - x); }, kiln::constant(0));  // 1
 /// \endcode
 template <std::ranges::input_range Range, class Body, class... Vars>
-  requires(!std::same_as<std::remove_cvref_t<Range>, data::dataset>)
+  requires(!std::derived_from<std::remove_cvref_t<Range>, data::dataset>)
 auto for_each(const Range& values, Body body, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state current{detail::as_output(vars)...};
@@ -20943,6 +21541,207 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 }  // namespace kiln
 // ----- end kiln/data/dataset.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
+// ----- begin kiln/data/iterator.hpp -----
+/// \file
+/// `kiln::data::iterator`, TensorFlow's `iter(dataset)`: one pass over a dataset that
+/// every `get_next()` advances, eagerly and inside functions. There, as in
+/// TensorFlow, the iterator is a resource (a handle naming its state) and get_next an
+/// `IteratorGetNext` node with effects, so it advances at every call of the graph,
+/// and an iterator passed as a function argument is keyed by its element spec.
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// What a kiln::data::iterator's copies share: a pass over a dataset's elements and
+/// the spec they have.
+class iterator_state {
+ public:
+  // The pass starts outside any trace: a source may run C++ code and ops (a generator).
+  explicit iterator_state(std::shared_ptr<const dataset_stage> stage)
+      : stage_(std::move(stage)), pass_([&] {
+          init_scope eager;
+          return stage_->iterate();
+        }()) {}
+
+  /// The next element, or nothing past the end; one caller at a time.
+  std::optional<dataset_element> next() {
+    std::lock_guard lock(mutex_);
+    init_scope eager;  // a pass may run ops (a map's function)
+    return pass_.next();
+  }
+  const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
+
+ private:
+  std::shared_ptr<const dataset_stage> stage_;  // a pass reads its stages
+  std::mutex mutex_;
+  element_iterator pass_;
+};
+
+/// The live iterators, which iterator handles name.
+using iterator_registry = handle_registry<iterator_state>;
+
+/// The element `state` gives next, or kiln::out_of_range_error past the end (as
+/// TensorFlow's OutOfRangeError: "End of sequence").
+inline dataset_element next_element(iterator_state& state, std::string_view who) {
+  std::optional<dataset_element> e = state.next();
+  if (!e) throw out_of_range_error(std::string(who) + ": End of sequence");
+  return std::move(*e);
+}
+
+/// `it.get_next()` inside a function: its input is the iterator's handle, its results
+/// the element's components. The iterator comes from the handle at every run (an
+/// iterator argument gives another one at each call); the op also holds the one it
+/// was traced with, which keeps an iterator captured while tracing alive.
+class iterator_get_next_op final : public special_op {
+ public:
+  explicit iterator_get_next_op(std::shared_ptr<iterator_state> traced)
+      : special_op(std::type_identity<iterator_get_next_op>()), traced_(std::move(traced)) {}
+  std::string_view name() const { return "IteratorGetNext"; }
+  /// It advances the iterator: never pruned, in program order with other effects.
+  bool has_effects() const { return true; }
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
+    const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
+    std::span<const tensor_spec> got = state->element_spec(), traced = traced_->element_spec();
+    bool fits = got.size() == traced.size();
+    for (std::size_t k = 0; fits && k < got.size(); ++k)
+      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+    if (!fits)
+      throw invalid_argument_error("IteratorGetNext: the iterator's elements are " + components_text(got) +
+                                   " but the function was traced for " + components_text(traced));
+    return next_element(*state, name());
+  }
+
+ private:
+  std::shared_ptr<iterator_state> traced_;
+};
+
+}  // namespace kiln::detail
+
+namespace kiln::data {
+
+/// TensorFlow's `iter(ds)`: a pass over a dataset that each get_next() advances.
+/// Copies share the pass. Inside a kiln::function, get_next() is a node that advances
+/// the iterator at every call (the guides' `good_consume_next`); as a function
+/// argument an iterator is keyed by its element spec, so iterators of one spec share
+/// a trace. Past the end, get_next() raises kiln::out_of_range_error, eagerly and
+/// when a graph runs.
+/// \code
+/// kiln::data::iterator it = kiln::data::dataset::from_tensor_slices(kiln::constant({1, 2, 3})).make_iterator();
+/// kiln::function consume([](const kiln::data::iterator& i) { kiln::print("Value:", i.get_next()[0]); });
+/// consume(it);  // Value: 1
+/// consume(it);  // Value: 2
+/// \endcode
+class iterator {
+ public:
+  /// An iterator over nothing; get_next() raises kiln::value_error.
+  iterator() = default;
+  /// A new pass over `ds` (what dataset::make_iterator gives).
+  explicit iterator(const dataset& ds)
+      : state_(std::make_shared<detail::iterator_state>(ds.pipeline())),
+        handle_(kiln::constant(detail::iterator_registry::get().add(state_))) {}
+
+  /// The next element, one tensor per component; inside a function being traced, an
+  /// `IteratorGetNext` node's symbolic results. kiln::out_of_range_error past the end.
+  dataset::element get_next() const {
+    if (!state_) throw value_error("kiln::data::iterator: get_next on an iterator over nothing (default-constructed)");
+    if (detail::trace_context* trace = detail::trace_context::current()) {
+      std::vector<std::pair<dtype, shape>> results;
+      for (const tensor_spec& s : element_spec()) results.emplace_back(s.dtype, s.shape);
+      const tensor inputs[] = {handle_};
+      return trace->record_special(std::make_shared<detail::iterator_get_next_op>(state_), inputs, results);
+    }
+    if (handle_.is_symbolic())
+      throw type_error("kiln::data::iterator: an iterator a function received was used outside the trace that made it");
+    return detail::next_element(*state_, "kiln::data::iterator::get_next");
+  }
+
+  /// One spec per component of an element.
+  const std::vector<tensor_spec>& element_spec() const {
+    if (!state_) throw value_error("kiln::data::iterator: an iterator over nothing (default-constructed) has no element spec");
+    return state_->element_spec();
+  }
+
+  /// The int64 scalar naming the iterator at run time; symbolic inside a function
+  /// that takes the iterator as an argument.
+  const tensor& handle() const { return handle_; }
+  /// Appends what keys an iterator argument to a kiln::function's cache key: that it
+  /// is an iterator, and its element spec.
+  void append_spec_key(std::vector<std::uint64_t>& key) const {
+    key.push_back(~std::uint64_t(element_spec().size()));  // unlike a dataset's first word
+    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+  }
+  /// This iterator, reached through `handle` (a function's placeholder for it).
+  iterator with_handle(const tensor& handle) const {
+    iterator i = *this;
+    i.handle_ = handle;
+    return i;
+  }
+  /// How a function's signature shows an iterator argument, as TensorFlow does:
+  /// `IteratorSpec(TensorSpec(shape=(), dtype=tf.int32, name=None),)`.
+  std::string signature_text() const { return "IteratorSpec(" + detail::element_spec_text(element_spec()) + ",)"; }
+
+ private:
+  std::shared_ptr<detail::iterator_state> state_;
+  tensor handle_;
+};
+
+/// An iterator over a dataset_of<N>: its elements are `std::array`s of `N` tensors.
+/// \code
+/// auto it = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3, 4})}).make_iterator();
+/// auto [x, y] = it.get_next();  // 1, 3
+/// \endcode
+template <std::size_t N>
+class iterator_of : public iterator {
+ public:
+  iterator_of() = default;
+  explicit iterator_of(const dataset_of<N>& ds) : iterator(ds) {}
+  /// As iterator::get_next.
+  std::array<tensor, N> get_next() const {
+    dataset::element e = iterator::get_next();
+    std::array<tensor, N> out;
+    std::move(e.begin(), e.end(), out.begin());  // the dataset_of checked the component count
+    return out;
+  }
+  /// As iterator::with_handle.
+  iterator_of with_handle(const tensor& handle) const {
+    iterator_of i = *this;
+    static_cast<iterator&>(i) = iterator::with_handle(handle);
+    return i;
+  }
+};
+
+/// `it.get_next()`, as TensorFlow's `next(it)`.
+/// \code kiln::tensor x = kiln::data::get_next(kiln::data::dataset::range(2).make_iterator())[0];  // 0 \endcode
+template <class Iterator>
+  requires std::derived_from<Iterator, iterator>
+auto get_next(const Iterator& it) {
+  return it.get_next();
+}
+
+inline iterator dataset::make_iterator() const { return iterator(*this); }
+
+template <std::size_t N>
+iterator_of<N> dataset_of<N>::make_iterator() const {
+  return iterator_of<N>(*this);
+}
+
+}  // namespace kiln::data
+// ----- end kiln/data/iterator.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 // ----- begin kiln/train/optimizers.hpp -----
@@ -20953,7 +21752,8 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 /// the optimizer's slot variables (momentums, Adam's moments) on first use, as Keras
 /// does: inside a kiln::function traced before, that creation is the singleton-
 /// variable kiln::value_error, and one function (or concrete function) per optimizer
-/// is the way around it. The members that run ops are templates, as op functions are,
+/// is the way around it. An optimizer makes its `iterations` variable when it is
+/// made, so one made inside a function must outlive the trace, as variables must. The members that run ops are templates, as op functions are,
 /// so that a program compiles them only where it trains.
 
 #include <cstdint>
@@ -20997,12 +21797,12 @@ class optimizer_state {
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.
+  // As Keras makes `iterations` when an optimizer is made: an optimizer made while a
+  // function is traced creates a variable there, so that one made at every call (a
+  // local of the callable), even plain SGD, is the singleton-variable kiln::value_error.
   template <class = void>
-  explicit optimizer_state(std::string name) : name_(std::move(name)) {
-    // Made at once, never as part of a function being traced (tf.init_scope).
-    init_scope lift;
-    iterations_ = variable(kiln::constant(std::int64_t{0}), name_ + "/iterations");
-  }
+  explicit optimizer_state(std::string name)
+      : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
 
   /// The (gradient, variable) pairs to update: those with a gradient, checked to
   /// match. Raises kiln::invalid_argument_error for lists of different lengths and
@@ -21119,8 +21919,9 @@ class adam : public detail::optimizer_state {
       const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
       const std::vector<variable>& moments = slots(v, {"m", "v"});
       const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
-      const tensor m = moments[0].assign(m_old + (g - m_old) * (one - beta_1));
-      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * (one - beta_2));
+      // Keras subtracts the betas from 1 in double (Python floats), then casts.
+      const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - options_.beta_1, t));
+      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - options_.beta_2, t));
       const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
       v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
     }
@@ -21259,7 +22060,7 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
       ::kiln::detail::call_signature&,                                                                             \
       std::shared_ptr<::kiln::detail::concrete_state> (*)(void*, const ::kiln::detail::call_signature&), void*);  \
   prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::start_trace<void>( \
-      const ::kiln::detail::call_signature&, std::vector<std::string>, ::kiln::detail::trace_context&,            \
+      const ::kiln::detail::call_signature&, ::kiln::detail::argument_texts, ::kiln::detail::trace_context&,      \
       std::vector<::kiln::tensor>&) const;                                                                         \
   prefix template void kiln::detail::function_state::add_output<void>(                                            \
       ::kiln::detail::concrete_state&, ::kiln::detail::trace_context&, const ::kiln::tensor&);                    \

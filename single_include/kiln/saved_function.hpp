@@ -440,8 +440,11 @@ struct saved_function_io {
                 {"arg_names", s.arg_names},
                 {"bound_text", s.bound_text},
                 {"input_arg", s.input_arg},
+                {"arg_structure", s.arg_structure},
+                {"input_text", s.input_text},
                 {"inputs", std::move(inputs)},
                 {"outputs", std::move(outputs)},
+                {"output_structure", s.output_structure},
                 {"returns_void", s.returns_void},
                 {"graph", w.graph(s.graph)}};
   }
@@ -720,6 +723,12 @@ struct saved_function_io {
     const int args = int(c->arg_names.size());
     for (const json& a : r.array_at(f, "input_arg"))
       c->input_arg.push_back(int(r.integer(a, "an input's argument", 0, args - 1)));
+    // How the signature shows structures and datasets: absent from older files.
+    if (f.contains("arg_structure"))
+      for (const json& a : r.array_at(f, "arg_structure")) c->arg_structure.push_back(r.text(a, "an argument's structure"));
+    if (f.contains("input_text"))
+      for (const json& t : r.array_at(f, "input_text")) c->input_text.push_back(r.text(t, "an input's text"));
+    if (f.contains("output_structure")) c->output_structure = r.text_at(f, "output_structure");
     for (const json& in : r.array_at(f, "inputs"))
       c->inputs.emplace_back(r.shape_of(r.at(in, "shape")), r.dtype_of(r.at(in, "dtype")), r.text_at(in, "name"));
     for (const json& out : r.array_at(f, "outputs"))

@@ -87,17 +87,17 @@ TEST_CASE("elementwise rules reject bad operands with both sides in the message"
   tensor f = kiln::testing::random_tensor(float32, shape{2, 3}, 1);
   tensor i = kiln::testing::random_tensor(int32, shape{3}, 2);
   using kiln::testing::require_throws;
-  require_throws<type_error>([&] { return f + i; }, {"add", "float32 (2, 3)", "int32 (3,)"});
+  require_throws<invalid_argument_error>([&] { return f + i; }, {"add", "float32 (2, 3)", "int32 (3,)"});
   tensor g = kiln::testing::random_tensor(float32, shape{4}, 3);
-  require_throws<value_error>([&] { return f * g; }, {"mul", "(2, 3)", "(4,)"});
-  require_throws<type_error>([&] { return kiln::exp(i); }, {"exp", "int32"});
+  require_throws<invalid_argument_error>([&] { return f * g; }, {"mul", "(2, 3)", "(4,)"});
+  require_throws<invalid_argument_error>([&] { return kiln::exp(i); }, {"exp", "int32"});
   tensor zero = kiln::testing::make_tensor<std::int32_t>({4, 0, 1}, shape{3});
   require_throws<invalid_argument_error>([&] { return i % zero; }, {"floormod", "division by zero"});
   require_throws<invalid_argument_error>([&] { return floordiv(i, zero); }, {"floordiv", "division by zero"});
   tensor negative = kiln::testing::make_tensor<std::int32_t>({1, -1, 2}, shape{3});
   require_throws<invalid_argument_error>([&] { return kiln::pow(i, negative); }, {"pow", "negative integer powers"});
-  REQUIRE_THROWS_AS(kiln::where(f, f, f), type_error);
-  REQUIRE_THROWS_AS(kiln::cast(kiln::testing::random_tensor(string, shape{2}, 1), int32), type_error);
+  REQUIRE_THROWS_AS(kiln::where(f, f, f), invalid_argument_error);
+  REQUIRE_THROWS_AS(kiln::cast(kiln::testing::random_tensor(string, shape{2}, 1), int32), invalid_argument_error);
   REQUIRE_THROWS_AS(f + tensor(), invalid_argument_error);
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("string tensors concatenate and compare") {
   REQUIRE((s + s).to_vector<std::string>() == std::vector<std::string>{"aa", "bcbc"});
   REQUIRE((s + "!").to_vector<std::string>() == std::vector<std::string>{"a!", "bc!"});
   REQUIRE((s == std::string("a")).to_vector<bool>() == std::vector<bool>{true, false});
-  REQUIRE_THROWS_AS(s * s, type_error);
+  REQUIRE_THROWS_AS(s * s, invalid_argument_error);
 }
 
 TEST_CASE("outputs large enough for non-temporal stores match the reference") {

@@ -57,12 +57,12 @@ TEST_CASE("an allocation that fails is a resource_exhausted_error naming the op 
 
 TEST_CASE("an op whose result would have more elements than int64 counts names itself and its inputs") {
   const tensor tall = kiln::zeros({two_to(40), 0}), wide = kiln::zeros({0, two_to(40)});
-  require_throws<value_error>([&] { return kiln::matmul(tall, wide); },
+  require_throws<invalid_argument_error>([&] { return kiln::matmul(tall, wide); },
                               {"matmul", "(1099511627776, 1099511627776)", "(1099511627776, 0)", "(0, 1099511627776)"});
   kiln::function f([](const tensor& a, const tensor& b) { return kiln::matmul(a, b); });
   require_throws<value_error>([&] { return f(tall, wide); }, {"matmul", "(1099511627776, 1099511627776)"});
   const tensor rows = kiln::zeros({two_to(62), 0});
-  require_throws<value_error>([&] { return kiln::concat({rows, rows}, 0); }, {"concat", "int64"});
+  require_throws<invalid_argument_error>([&] { return kiln::concat({rows, rows}, 0); }, {"concat", "int64"});
   // Rules that build their result dim by dim, where a zero dim comes last.
   CHECK(kiln::stack({rows, rows, rows}).shape() == shape{3, two_to(62), 0});
   CHECK(kiln::reshape(kiln::zeros({0}), {two_to(47), two_to(47), 0}).shape() == shape{two_to(47), two_to(47), 0});

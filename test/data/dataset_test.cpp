@@ -393,3 +393,160 @@ TEST_CASE("a dataset prints its stage, shapes and types") {
                                      {tensor_spec({}, int32), tensor_spec(unknown_rank, int32)})) ==
         "<FlatMapDataset shapes: ((), <unknown>), types: (int32, int32)>");
 }
+
+TEST_CASE("a C++ for over a dataset inside a trace is an error naming for_each and reduce, never a stale unrolled graph") {
+  // Passed as an argument: datasets of one spec share a trace, so an unrolled loop
+  // over range(3) would answer 3 for range(5).
+  kiln::function sum_argument(
+      [](const dataset& ds) {
+        tensor s = zero64();
+        for (const auto& e : ds) s = s + e[0];
+        return s;
+      },
+      {.name = "sum_argument"});
+  require_throws<kiln::type_error>([&] { sum_argument(dataset::range(3)); },
+                                   {"in sum_argument", "kiln::for_each", "reduce"});
+  require_throws<kiln::type_error>([&] { sum_argument(dataset::range(5)); }, {"kiln::for_each"});
+  // Captured from outside, with a structured binding.
+  const auto captured = dataset::range(3);
+  kiln::function sum_captured([&] {
+    tensor s = zero64();
+    for (auto [x] : captured) s = s + x;
+    return s;
+  });
+  require_throws<kiln::type_error>([&] { sum_captured(); }, {"kiln::for_each", "ReduceDataset"});
+  // The same loops written with for_each and reduce run at every call.
+  kiln::function sum_reduce([](const dataset& ds) { return ds.reduce(zero64(), [](auto s, auto x) { return s + x; }); });
+  CHECK(sum_reduce(dataset::range(3)).item<std::int64_t>() == 3);
+  CHECK(sum_reduce(dataset::range(5)).item<std::int64_t>() == 10);
+  CHECK(sum_reduce.tracing_count() == 1);
+  // Outside a function, or lifted out of the trace by init_scope, the loop runs.
+  std::int64_t eager = 0;
+  for (auto [x] : captured) eager += x.item<std::int64_t>();
+  CHECK(eager == 3);
+  kiln::function lifted([&] {
+    kiln::init_scope outside;
+    std::int64_t n = 0;
+    for (auto [x] : captured) n += x.item<std::int64_t>();
+    return kiln::constant(n);
+  });
+  CHECK(lifted().item<std::int64_t>() == 3);
+}
+
+TEST_CASE("elements of several components bind to structured bindings") {
+  const auto pairs = dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3.f, 4.f})});
+  STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(*pairs.begin())>, std::array<tensor, 2>>);
+  std::vector<int> xs;
+  std::vector<float> ys;
+  for (auto [x, y] : pairs) {
+    xs.push_back(x.item<int>());
+    ys.push_back(y.item<float>());
+  }
+  CHECK(xs == std::vector{1, 2});
+  CHECK(ys == std::vector{3.f, 4.f});
+  // Transformations that keep the component count keep the static count.
+  for (auto [x, y] : pairs.batch(2).shuffle(2, 7).take(1)) {
+    CHECK(x.shape() == kiln::shape{2});
+    CHECK(y.shape() == kiln::shape{2});
+  }
+  // map's count follows what its function returns.
+  const auto swapped = pairs.map([](const tensor& x, const tensor& y) { return std::tuple{y, kiln::cast(x, kiln::float32)}; });
+  STATIC_REQUIRE(std::is_same_v<std::remove_cvref_t<decltype(swapped)>, kiln::data::dataset_of<2>>);
+  std::vector<float> sums;
+  for (auto [a, b] : swapped) sums.push_back((a + b).item<float>());
+  CHECK(sums == std::vector{4.f, 6.f});
+  // A generator of pairs gives pairs; a dataset of unknown count is a dataset, its
+  // elements vectors, and dataset_of checks a claimed count.
+  const auto generated = dataset::from_generator([] { return std::vector<std::pair<int, int>>{{1, 10}}; },
+                                                 {tensor_spec({}, int32), tensor_spec({}, int32)});
+  for (auto [a, b] : generated) CHECK((a + b).item<int>() == 11);
+  const dataset erased = pairs;
+  for (const auto& e : erased) CHECK(e.size() == 2);
+  CHECK(kiln::data::dataset_of<2>(erased).element_spec().size() == 2);
+  require_throws<kiln::value_error>([&] { kiln::data::dataset_of<3>{erased}; }, {"dataset_of<3>", "2 components"});
+}
+
+TEST_CASE("shard keeps every num_shards-th element from index") {
+  CHECK(int64s(dataset::range(10).shard(3, 0)) == std::vector<std::int64_t>{0, 3, 6, 9});
+  CHECK(int64s(dataset::range(10).shard(3, 1)) == std::vector<std::int64_t>{1, 4, 7});
+  CHECK(int64s(dataset::range(10).shard(3, 2)) == std::vector<std::int64_t>{2, 5, 8});
+  CHECK(int64s(dataset::range(2).shard(4, 3)).empty());
+  require_throws<kiln::invalid_argument_error>([] { dataset::range(3).shard(0, 0); }, {"shard", "num_shards"});
+  require_throws<kiln::invalid_argument_error>([] { dataset::range(3).shard(2, 2); }, {"shard", "index", "[0, 2)"});
+  require_throws<kiln::invalid_argument_error>([] { dataset::range(3).shard(2, -1); }, {"shard", "index"});
+  // Inside a function, on the shard of each call's dataset.
+  auto sum = summing_function();
+  CHECK(sum(dataset::range(10).shard(2, 1)).item<std::int64_t>() == 1 + 3 + 5 + 7 + 9);
+}
+
+TEST_CASE("an iterator advances at every get_next, eagerly and at every call of a function (good_consume_next)") {
+  auto it = dataset::from_tensor_slices(kiln::constant({1, 2, 3})).make_iterator();
+  std::vector<kiln::tensor> seen;
+  kiln::function consume(
+      [&](const kiln::data::iterator& i) {
+        kiln::host_callback([&](const tensor& v) { seen.push_back(v); }, {}, i.get_next()[0]);
+      },
+      {.name = "good_consume_next", .arg_names = {"iterator"}});
+  consume(it);
+  consume(it);
+  consume(it);
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].item<int>() == 1);
+  CHECK(seen[1].item<int>() == 2);
+  CHECK(seen[2].item<int>() == 3);
+  CHECK(consume.tracing_count() == 1);
+  // Past the end, TensorFlow's OutOfRangeError, naming the function and the node.
+  require_throws<kiln::out_of_range_error>([&] { consume(it); }, {"in good_consume_next", "IteratorGetNext", "End of sequence"});
+  // Another iterator of the same spec reuses the trace and advances on its own.
+  auto other = dataset::from_tensor_slices(kiln::constant({7, 8})).make_iterator();
+  consume(other);
+  CHECK(seen.back().item<int>() == 7);
+  CHECK(consume.tracing_count() == 1);
+  // Eagerly, the same errors; a copy shares the pass.
+  auto eager = dataset::range(2).make_iterator();
+  auto copy = eager;
+  auto [first] = eager.get_next();
+  CHECK(first.item<std::int64_t>() == 0);
+  CHECK(kiln::data::get_next(copy)[0].item<std::int64_t>() == 1);
+  require_throws<kiln::out_of_range_error>([&] { eager.get_next(); }, {"End of sequence"});
+  require_throws<kiln::value_error>([] { kiln::data::iterator().get_next(); }, {"iterator over nothing"});
+}
+
+TEST_CASE("a captured iterator advances inside a function, and a graph keeps it alive") {
+  kiln::function two_at_a_time([] {
+    static auto it = dataset::range(5).make_iterator();
+    auto [a] = it.get_next();
+    auto [b] = it.get_next();
+    return a * 10 + b;
+  });
+  CHECK(two_at_a_time().item<std::int64_t>() == 1);
+  CHECK(two_at_a_time().item<std::int64_t>() == 23);
+  require_throws<kiln::out_of_range_error>([&] { two_at_a_time(); }, {"IteratorGetNext", "End of sequence"});
+  // An iterator made inside the trace lives in the graph's node.
+  kiln::function fresh([] { return kiln::data::get_next(dataset::range(4).make_iterator())[0]; });
+  CHECK(fresh().item<std::int64_t>() == 0);
+  CHECK(fresh().item<std::int64_t>() == 1);
+}
+
+TEST_CASE("signatures show datasets and iterators as TensorFlow's DatasetSpec and IteratorSpec") {
+  kiln::function sum([](const dataset& ds) { return ds.reduce(zero64(), [](auto s, auto x) { return s + kiln::reduce_sum(x); }); },
+                     {.name = "d", .arg_names = {"ds"}});
+  // TensorFlow 2.12 prints these for Dataset.range(5).batch(2) and an iterator over
+  // from_tensor_slices(([1, 2], [3., 4.])).
+  CHECK(sum.get_concrete_function(dataset::range(5).batch(2)).pretty_printed_signature() ==
+        "d(ds)\n"
+        "  Args:\n"
+        "    ds: DatasetSpec(TensorSpec(shape=(None,), dtype=tf.int64, name=None), TensorShape([]))\n"
+        "  Returns:\n"
+        "    int64 Tensor, shape=()");
+  kiln::function first([](const kiln::data::iterator& it) { return it.get_next()[1]; }, {.name = "f", .arg_names = {"it"}});
+  auto it = dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3.f, 4.f})}).make_iterator();
+  CHECK(first.get_concrete_function(it).pretty_printed_signature() ==
+        "f(it)\n"
+        "  Args:\n"
+        "    it: IteratorSpec((TensorSpec(shape=(), dtype=tf.int32, name=None), TensorSpec(shape=(), dtype=tf.float32, "
+        "name=None)),)\n"
+        "  Returns:\n"
+        "    float32 Tensor, shape=()");
+  CHECK(first(it).item<float>() == 3.f);
+}

@@ -227,10 +227,10 @@ inline std::optional<std::string> value_difference(const tensor& x, const tensor
 }
 
 /// Why `got` is not what eager execution gave (`expected`), or nothing when it is.
-/// Errors agree in kind, with one exception that graphs make by design: an error that
-/// an op raises when it runs (invalid_argument_error: an index out of range) comes, in
-/// a graph, after the errors that later ops raise while tracing (value_error,
-/// type_error), so a graph may raise one of those instead, as TensorFlow's do.
+/// Errors agree in kind, with one exception that graphs make by design, as TensorFlow's
+/// do: what an op raises when it runs (invalid_argument_error: operands that do not
+/// fit, an index out of range) is, while tracing, a value_error or type_error for
+/// operands that do not fit, and comes after the errors later ops raise while tracing.
 inline std::optional<std::string> disagreement(const outcome& expected, const outcome& got) {
   const std::string got_text = got.error_kind ? *got.error_kind + ": " + *got.error_text : "no error";
   if (expected.error_kind) {

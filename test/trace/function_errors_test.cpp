@@ -172,6 +172,31 @@ TEST_CASE("a C++ condition on a symbolic tensor raises an error naming kiln::con
   require_same(simple_relu(kiln::constant(-1)), kiln::constant(0));
 }
 
+TEST_CASE("ops whose operands do not fit raise TensorFlow 2.12's kind in each mode", "[trace][errors]") {
+  // Eagerly: InvalidArgumentError, for shapes and dtypes alike.
+  require_throws<kiln::invalid_argument_error>([] { return kiln::constant({1, 2}) + kiln::constant({1, 2, 3}); },
+                                               {"add", "(2,)", "(3,)"});
+  require_throws<kiln::invalid_argument_error>([] { return kiln::constant(1) + kiln::constant(1.f); },
+                                               {"add", "int32", "float32"});
+  require_throws<kiln::invalid_argument_error>([] { return kiln::matmul(kiln::ones({2, 3}), kiln::ones({2, 3})); },
+                                               {"matmul", "(2, 3)"});
+  require_throws<kiln::invalid_argument_error>([] { return kiln::reshape(kiln::ones({6}), {4}); }, {"reshape"});
+  // While tracing: ValueError for shapes, TypeError for dtypes (the next test case).
+  // When a graph runs with dims known only then: InvalidArgumentError, naming the
+  // function and the node.
+  kiln::function h([](const kiln::tensor& a, const kiln::tensor& b) { return a + b; },
+                   {.name = "h",
+                    .input_signature = std::vector{kiln::tensor_spec({kiln::none}, kiln::int32),
+                                                   kiln::tensor_spec({kiln::none}, kiln::int32)}});
+  require_throws<kiln::invalid_argument_error>([&] { return h(kiln::constant({1, 2}), kiln::constant({1, 2, 3})); },
+                                               {"in h", "node 'add'", "add", "(2,)", "(3,)"});
+  require_same(h(kiln::constant({1, 2}), kiln::constant({3, 4})), kiln::constant({4, 6}));
+  // A value an op cannot use, found when the graph runs, names them too.
+  kiln::function pick([](const kiln::tensor& x, const kiln::tensor& i) { return kiln::gather(x, i); }, {.name = "pick"});
+  require_throws<kiln::invalid_argument_error>([&] { return pick(kiln::constant({1, 2}), kiln::constant({5})); },
+                                               {"in pick", "node 'gather'", "gather"});
+}
+
 TEST_CASE("errors raised while tracing name the function and the op", "[trace][errors]") {
   kiln::function broken([](const kiln::tensor& a, const kiln::tensor& b) { return a + b; }, {.name = "broken"});
   require_throws<kiln::value_error>([&] { return broken(kiln::constant({1, 2}), kiln::constant({1, 2, 3})); },
@@ -180,6 +205,15 @@ TEST_CASE("errors raised while tracing name the function and the op", "[trace][e
                                    {"broken", "add", "int32", "float32"});
   kiln::function shapes([](const kiln::tensor& a) { return kiln::matmul(a, a); }, {.name = "shapes"});
   require_throws<kiln::value_error>([&] { return shapes(kiln::ones({2, 3})); }, {"shapes", "matmul"});
+  // A reduction axis out of range: ValueError while tracing, InvalidArgumentError
+  // eagerly and when a graph of unknown rank runs.
+  kiln::function sum_axis_2([](const kiln::tensor& a) { return kiln::reduce_sum(a, 2); }, {.name = "sum_axis_2"});
+  require_throws<kiln::value_error>([&] { return sum_axis_2(kiln::ones({2, 3})); }, {"sum_axis_2", "reduce_sum", "axis 2"});
+  require_throws<kiln::invalid_argument_error>([] { return kiln::reduce_sum(kiln::ones({2, 3}), 2); }, {"reduce_sum", "axis 2"});
+  kiln::function any_rank([](const kiln::tensor& a) { return kiln::reduce_sum(a, 2); },
+                          {.name = "any_rank", .input_signature = std::vector{kiln::tensor_spec(kiln::unknown_rank, kiln::float32)}});
+  require_same(any_rank(kiln::ones({1, 1, 2})), kiln::constant({{2.f}}));
+  require_throws<kiln::invalid_argument_error>([&] { return any_rank(kiln::ones({2, 3})); }, {"in any_rank", "reduce_sum"});
   // A failed trace is not kept: the function traces again, and succeeds on good inputs.
   CHECK(broken.tracing_count() == 0);
   require_same(broken(kiln::constant(1), kiln::constant(2)), kiln::constant(3));

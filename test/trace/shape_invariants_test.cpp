@@ -233,9 +233,11 @@ TEST_CASE("a tensor_array with dynamic_size grows on writes past its end, eagerl
   require_graph_matches_eager(appended, {.name = "appended"}, kiln::constant(3));
 }
 
-TEST_CASE("reading a tensor_array past its end raises invalid_argument_error naming the index and the size") {
+TEST_CASE("reading a tensor_array past its end raises TensorFlow's kinds: out of range eagerly, invalid argument in a graph") {
+  // TensorFlow 2.12's eager TensorArray: "Tried to read from index 5 but array size is: 3" (OutOfRangeError).
   tensor_array a = tensor_array(int32, 3, {.dynamic_size = true}).write(0, kiln::constant(1));
-  require_throws<invalid_argument_error>([&] { return a.read(5); }, {"5", "[0, 3)"});
+  require_throws<out_of_range_error>([&] { return a.read(5); }, {"tensor_array.read", "Tried to read from index 5 but array size is: 3"});
+  require_throws<out_of_range_error>([&] { return a.read(-1); }, {"index -1"});
   function read_at([](const tensor& n, const tensor& i) {
     tensor_array b = tensor_array(int32, n).write(0, kiln::constant(1));
     return b.read(i);

@@ -67,20 +67,20 @@ TEST_CASE("a typed function returns tuples, C++ values and nothing") {
   REQUIRE(plus_one(2) == 4);
   REQUIRE(sum.item() == 6);
   REQUIRE(pair.pretty_printed_concrete_signatures() ==
-          "function(x0)\n  Args:\n    x0: int32 Tensor, shape=(3,)\n  Returns:\n    int32 Tensor, shape=(3,)\n"
-          "    int32 Tensor, shape=()");
+          "function(x0)\n  Args:\n    x0: int32 Tensor, shape=(3,)\n  Returns:\n    (<1>, <2>)\n"
+          "      <1>: int32 Tensor, shape=(3,)\n      <2>: int32 Tensor, shape=()");
   kiln::function scaled([](const auto& a, double scale) { return std::tuple(a * 2, scale); });
   scaled(fixed<float, 2, 2>{}, 0.5);
   REQUIRE(scaled.pretty_printed_concrete_signatures() ==
-          "function(x0, x1=0.5)\n  Args:\n    x0: float32 Tensor, shape=(2, 2)\n  Returns:\n"
-          "    float32 Tensor, shape=(2, 2)\n    float64 Tensor, shape=()");
+          "function(x0, x1=0.5)\n  Args:\n    x0: float32 Tensor, shape=(2, 2)\n  Returns:\n    (<1>, <2>)\n"
+          "      <1>: float32 Tensor, shape=(2, 2)\n      <2>: float64 Tensor, shape=()");
   int calls = 0;
   kiln::function effect([&](const auto&) { ++calls; });
   effect(fixed<int, 3>{});
   effect(fixed<int, 3>{});
   REQUIRE(calls == 1);
   REQUIRE(effect.pretty_printed_concrete_signatures() ==
-          "function(x0)\n  Args:\n    x0: int32 Tensor, shape=(3,)\n  Returns:\n    None");
+          "function(x0)\n  Args:\n    x0: int32 Tensor, shape=(3,)\n  Returns:\n    NoneTensorSpec()");
 }
 
 TEST_CASE("captured fixed values are constants of the trace") {

@@ -34,6 +34,14 @@ class type_error : public error {
   using error::error;
 };
 
+/// A sequence has no more elements: an iterator past its end, a fixed-size
+/// tensor_array read or written past its size (TensorFlow's OutOfRangeError).
+/// \code throw kiln::out_of_range_error("IteratorGetNext: End of sequence"); \endcode
+class out_of_range_error : public error {
+ public:
+  using error::error;
+};
+
 /// A capability this build does not have, such as the GPU device without a GPU backend.
 class unavailable_error : public error {
  public:
@@ -53,5 +61,32 @@ class internal_error : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+/// Raises the kiln::error being handled again, of the same kind, with `prefix` before
+/// its message (the function or graph node it came from); any other exception goes on
+/// as it is. Call it only inside a catch block.
+[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const invalid_argument_error& e) {
+    throw invalid_argument_error(prefix + e.what());
+  } catch (const value_error& e) {
+    throw value_error(prefix + e.what());
+  } catch (const type_error& e) {
+    throw type_error(prefix + e.what());
+  } catch (const out_of_range_error& e) {
+    throw out_of_range_error(prefix + e.what());
+  } catch (const unavailable_error& e) {
+    throw unavailable_error(prefix + e.what());
+  } catch (const resource_exhausted_error& e) {
+    throw resource_exhausted_error(prefix + e.what());
+  } catch (const internal_error& e) {
+    throw internal_error(prefix + e.what());
+  } catch (const error& e) {
+    throw error(prefix + e.what());
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln

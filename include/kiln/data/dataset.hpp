@@ -31,15 +31,54 @@
 #include "kiln/data/stages.hpp"
 
 namespace kiln::data {
+class dataset;
+template <std::size_t N>
+class dataset_of;
+class iterator;
+template <std::size_t N>
+class iterator_of;
+}  // namespace kiln::data
+
+namespace kiln::detail {
+/// How many components the elements made from a C++ `V` have, when the type says:
+/// one for a tensor or a number, a tuple's size; 0 (known at run time only) for a vector.
+template <class V>
+constexpr std::size_t arity_of() {
+  using U = std::remove_cvref_t<V>;
+  if constexpr (is_tuple_like<U>::value) return std::tuple_size_v<U>;
+  else if constexpr (is_vector<U>::value) return 0;
+  else return 1;
+}
+/// A dataset whose elements have `N` components (data::dataset_of), or any number (data::dataset) for 0.
+template <std::size_t N>
+struct dataset_for_arity {
+  using type = data::dataset_of<N>;
+};
+template <>
+struct dataset_for_arity<0> {
+  using type = data::dataset;
+};
+template <std::size_t N>
+using dataset_for = typename dataset_for_arity<N>::type;
+}  // namespace kiln::detail
+
+namespace kiln::data {
 
 /// A tf.data pipeline: a value (copies share one immutable pipeline) whose elements
 /// are tuples of tensors, described by `element_spec()`. Iterate it with a C++ `for`
 /// outside a function; inside one, `kiln::for_each(ds, ...)` and `ds.reduce(...)`
-/// become one `ReduceDataset` node. As a kiln::function argument it is keyed by its
-/// element spec: datasets of one spec share a trace, and each call runs on its own.
+/// become one `ReduceDataset` node (a C++ `for` there raises kiln::type_error: it
+/// would read the dataset once, while tracing). As a kiln::function argument it is
+/// keyed by its element spec: datasets of one spec share a trace, and each call runs
+/// on its own. Where the element's component count is known from the C++ types
+/// (`range`, `from_tensor_slices` of a tuple, `map` returning a tuple, ...) the
+/// factories return a `dataset_of<N>`, whose elements are `std::array`s of tensors, so
+/// structured bindings work; a `dataset` holds either, its elements `std::vector`s.
 /// \code
 /// auto ds = kiln::data::dataset::range(10).map([](auto x) { return x * 2; }).batch(4);
 /// for (const auto& element : ds) std::cout << element[0] << "\n";  // [0 2 4 6], [8 10 12 14], [16 18]
+/// auto pairs = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3.f, 4.f})});
+/// for (auto [x, y] : pairs) std::cout << x << " " << y << "\n";
 /// \endcode
 class dataset {
  public:
@@ -50,13 +89,11 @@ class dataset {
   /// tf.data.Dataset.range; a zero `delta` raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(1, 8, 3);  // 1, 4, 7 \endcode
   template <class = void>
-  static dataset range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1) {
-    return dataset(std::make_shared<detail::range_stage>(start, limit, delta));
-  }
+  static dataset_of<1> range(std::int64_t start, std::int64_t limit, std::int64_t delta = 1);
   /// `0, 1, ..., limit - 1`.
   /// \code kiln::data::dataset::range(5);  // 0, 1, 2, 3, 4 \endcode
   template <class = void>
-  static dataset range(std::int64_t limit) { return range(0, limit); }
+  static dataset_of<1> range(std::int64_t limit);
 
   /// One element per index of the first dim: element `i` holds `c[i]` of every
   /// component `c` (a tensor, or a tuple, pair, array or vector of tensors, which
@@ -66,16 +103,18 @@ class dataset {
   /// // (1, 3.f), (2, 4.f)
   /// \endcode
   template <class Components>
-  static dataset from_tensor_slices(const Components& components) {
-    return dataset(std::make_shared<detail::slices_stage>(detail::components_of(components)));
+  static detail::dataset_for<detail::arity_of<Components>()> from_tensor_slices(const Components& components) {
+    return detail::dataset_for<detail::arity_of<Components>()>(
+        dataset(std::make_shared<detail::slices_stage>(detail::components_of(components))));
   }
 
   /// One element: the components themselves (a tensor, or a tuple, pair, array or
   /// vector of tensors), as tf.data.Dataset.from_tensors.
   /// \code kiln::data::dataset::from_tensors(kiln::constant({1, 2, 3}));  // one element, [1 2 3] \endcode
   template <class Components>
-  static dataset from_tensors(const Components& components) {
-    return dataset(std::make_shared<detail::tensors_stage>(detail::components_of(components)));
+  static detail::dataset_for<detail::arity_of<Components>()> from_tensors(const Components& components) {
+    return detail::dataset_for<detail::arity_of<Components>()>(
+        dataset(std::make_shared<detail::tensors_stage>(detail::components_of(components))));
   }
 
   /// Elements that C++ code makes at run time, as tf.data.Dataset.from_generator:
@@ -91,8 +130,13 @@ class dataset {
   ///     {kiln::tensor_spec({}, kiln::int32), kiln::tensor_spec({}, kiln::int32)});
   /// \endcode
   template <class Generator>
-  static dataset from_generator(Generator generator, std::vector<tensor_spec> output_specs) {
+  static auto from_generator(Generator generator, std::vector<tensor_spec> output_specs) {
     using R = std::invoke_result_t<Generator&>;
+    using item = decltype([] {
+      if constexpr (std::is_invocable_v<R&>) return std::type_identity<typename std::invoke_result_t<R&>::value_type>{};
+      else return std::type_identity<typename R::value_type>{};
+    }());
+    using result = detail::dataset_for<detail::arity_of<typename item::type>()>;
     auto start = [generator = std::move(generator), specs = output_specs]() mutable -> detail::generator_stage::next_element {
       if constexpr (std::is_invocable_v<R&>) {
         return [source = generator(), specs]() mutable -> std::optional<element> {
@@ -108,14 +152,14 @@ class dataset {
         };
       }
     };
-    return dataset(std::make_shared<detail::generator_stage>(std::move(start), std::move(output_specs)));
+    return result(dataset(std::make_shared<detail::generator_stage>(std::move(start), std::move(output_specs))));
   }
 
   /// from_generator with elements of dtypes `output_types` and any shapes, as
   /// `from_generator(gen, (tf.int32, tf.int32))`.
   /// \code kiln::data::dataset::from_generator([] { return std::vector<int>{1, 2}; }, {kiln::int32}); \endcode
   template <class Generator>
-  static dataset from_generator(Generator generator, const std::vector<dtype>& output_types) {
+  static auto from_generator(Generator generator, const std::vector<dtype>& output_types) {
     std::vector<tensor_spec> specs;
     for (dtype t : output_types) specs.emplace_back(unknown_rank, t);
     return from_generator(std::move(generator), std::move(specs));
@@ -127,8 +171,9 @@ class dataset {
   /// symbolic ones of a function being traced.
   /// \code auto squares = kiln::data::dataset::range(4).map([](auto x) { return x * x; });  // 0, 1, 4, 9 \endcode
   template <class Fn>
-  dataset map(Fn fn) const {
+  auto map(Fn fn) const {
     using call = detail::component_call<Fn, std::tuple<>, std::tuple<>>;
+    using result = detail::dataset_for<detail::arity_of<typename call::type>()>;
     static_assert(!std::is_void_v<typename call::type>, "dataset::map: the function must return a tensor or a tuple of tensors");
     call::check(element_spec().size(), "dataset::map");
     init_scope outside_any_trace;  // the pipeline holds values, not symbols of the trace in progress
@@ -139,7 +184,7 @@ class dataset {
     if (traced.outputs.empty()) throw value_error("dataset::map: the function must return at least one tensor");
     std::vector<tensor_spec> spec;
     for (const auto& [type, dims] : traced.outputs) spec.emplace_back(dims, type);
-    return dataset(std::make_shared<detail::map_stage>(stage_, std::move(traced.g), std::move(spec)));
+    return result(dataset(std::make_shared<detail::map_stage>(stage_, std::move(traced.g), std::move(spec))));
   }
 
   /// `batch_size` consecutive elements stacked along a new first dim; the last batch
@@ -176,6 +221,15 @@ class dataset {
   template <class = void>
   dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
 
+  /// Every `num_shards`-th element from element `index`, as tf.data.Dataset.shard:
+  /// how each worker reads its part of the data. `num_shards` must be positive and
+  /// `index` in [0, num_shards), else kiln::invalid_argument_error.
+  /// \code kiln::data::dataset::range(10).shard(3, 1);  // 1, 4, 7 \endcode
+  template <class = void>
+  dataset shard(std::int64_t num_shards, std::int64_t index) const {
+    return dataset(std::make_shared<detail::shard_stage>(stage_, num_shards, index));
+  }
+
   /// One spec per component of an element.
   /// \code kiln::data::dataset::range(3).element_spec()[0].dtype == kiln::int64 \endcode
   const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
@@ -193,37 +247,24 @@ class dataset {
     return std::get<0>(detail::fold_dataset(*this, std::tuple<S>{detail::as_output(initial)}, invoke, "dataset::reduce"));
   }
 
-  /// A pass over the elements, for a C++ `for`. Inside a function being traced it
-  /// reads the dataset at trace time and the loop unrolls, as a C++ loop does; use
-  /// kiln::for_each for a loop in the graph.
-  class iterator {
-   public:
-    using value_type = element;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    const element& operator*() const { return *current_; }
-    const element* operator->() const { return &*current_; }
-    iterator& operator++() {
-      init_scope eager;
-      current_ = pass_->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    bool operator==(std::default_sentinel_t) const { return !current_; }
-
-   private:
-    friend class dataset;
-    explicit iterator(std::shared_ptr<detail::element_iterator> pass) : pass_(std::move(pass)) { ++*this; }
-    std::shared_ptr<detail::element_iterator> pass_;
-    std::optional<element> current_;
-  };
-  /// Starts a pass over the elements.
+  /// A C++ `for`'s pass over the elements: each a std::vector of its components.
+  using const_iterator = detail::element_cursor<element>;
+  /// Starts a pass over the elements, outside a function only: inside one being
+  /// traced, the loop would read the dataset at trace time and unroll, and a later
+  /// call with another dataset of the same spec would reuse that unrolled graph;
+  /// there kiln::for_each or reduce() make one ReduceDataset node instead.
   /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
-  iterator begin() const {
-    init_scope eager;
-    return iterator(std::make_shared<detail::element_iterator>(stage_->iterate()));
-  }
+  const_iterator begin() const { return const_iterator(*stage_); }
   std::default_sentinel_t end() const { return {}; }
+
+  /// An iterator over the elements (TensorFlow's `iter(ds)`): each get_next() gives
+  /// the next element, also inside a function, where it is a node that advances at
+  /// every call. (Defined in kiln/data/iterator.hpp.)
+  /// \code
+  /// kiln::data::iterator it = kiln::data::dataset::range(3).make_iterator();
+  /// kiln::tensor first = it.get_next()[0];  // 0
+  /// \endcode
+  iterator make_iterator() const;
 
   /// The int64 scalar naming the pipeline at run time; symbolic inside a function
   /// that takes the dataset as an argument.
@@ -241,6 +282,10 @@ class dataset {
   }
   /// The pipeline as traced: what a ReduceDataset node keeps.
   const std::shared_ptr<const detail::dataset_stage>& pipeline() const { return stage_; }
+  /// How a function's signature shows a dataset argument, as TensorFlow does:
+  /// `DatasetSpec(TensorSpec(shape=(), dtype=tf.int64, name=None), TensorShape([]))`.
+  /// \code kiln::data::dataset::range(3).signature_text(); \endcode
+  std::string signature_text() const { return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))"; }
 
   /// `<RangeDataset shapes: (), types: int64>`, `<FlatMapDataset shapes: ((), ()),
   /// types: (int32, int32)>`: TensorFlow's text, with kiln's dtype names.
@@ -263,6 +308,72 @@ class dataset {
   std::shared_ptr<const detail::dataset_stage> stage_;
   tensor handle_;
 };
+
+/// A dataset whose elements have `N` components, known from the C++ types that made
+/// it: its elements are `std::array<kiln::tensor, N>`, so a C++ `for` can bind them
+/// (`for (auto [x, y] : ds)`), and the transformations that keep the component count
+/// give a `dataset_of<N>` again. It is a kiln::data::dataset wherever one is taken.
+/// \code
+/// auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::constant({1, 2}), kiln::constant({3, 4})}).batch(2);
+/// for (auto [x, y] : ds) std::cout << x + y << "\n";  // [4 6]
+/// \endcode
+template <std::size_t N>
+class dataset_of : public dataset {
+  static_assert(N > 0, "kiln::data::dataset_of: a dataset element has at least one component");
+
+ public:
+  /// An element: its `N` components.
+  using element = std::array<tensor, N>;
+
+  /// `d`, whose elements must have `N` components, else kiln::value_error.
+  /// \code kiln::data::dataset_of<1> ds(kiln::data::dataset(kiln::data::dataset::range(3))); \endcode
+  explicit dataset_of(dataset d) : dataset(std::move(d)) {
+    if (element_spec().size() != N)
+      throw value_error("kiln::data::dataset_of<" + std::to_string(N) + ">: the dataset's elements have " +
+                        std::to_string(element_spec().size()) + " components");
+  }
+
+  /// As dataset::batch.
+  template <class = void>
+  dataset_of batch(std::int64_t batch_size, bool drop_remainder = false) const {
+    return dataset_of(dataset::batch(batch_size, drop_remainder));
+  }
+  /// As dataset::shuffle.
+  template <class = void>
+  dataset_of shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
+                     bool reshuffle_each_iteration = true) const {
+    return dataset_of(dataset::shuffle(buffer_size, seed, reshuffle_each_iteration));
+  }
+  /// As dataset::prefetch.
+  template <class = void>
+  dataset_of prefetch(std::int64_t buffer_size) const { return dataset_of(dataset::prefetch(buffer_size)); }
+  /// As dataset::take.
+  template <class = void>
+  dataset_of take(std::int64_t count) const { return dataset_of(dataset::take(count)); }
+  /// As dataset::shard.
+  template <class = void>
+  dataset_of shard(std::int64_t num_shards, std::int64_t index) const { return dataset_of(dataset::shard(num_shards, index)); }
+
+  /// A C++ `for`'s pass over the elements, as dataset::begin.
+  using const_iterator = detail::element_cursor<element>;
+  const_iterator begin() const { return const_iterator(*pipeline()); }
+  std::default_sentinel_t end() const { return {}; }
+  /// As dataset::make_iterator, its elements `std::array`s (kiln/data/iterator.hpp).
+  iterator_of<N> make_iterator() const;
+
+  /// This dataset, reached through `handle` (a function's placeholder for it).
+  dataset_of with_handle(const tensor& handle) const { return dataset_of(dataset::with_handle(handle)); }
+};
+
+// dataset's members that give a dataset_of, which is complete only here.
+template <class>
+dataset_of<1> dataset::range(std::int64_t start, std::int64_t limit, std::int64_t delta) {
+  return dataset_of<1>(dataset(std::make_shared<detail::range_stage>(start, limit, delta)));
+}
+template <class>
+dataset_of<1> dataset::range(std::int64_t limit) {
+  return range(0, limit);
+}
 
 }  // namespace kiln::data
 
@@ -301,7 +412,7 @@ auto for_each(const data::dataset& ds, Body body, const Vars&... vars) {
 /// kiln::for_each(data, [](int x, int y, auto loss) { return loss + (y - x); }, kiln::constant(0));  // 1
 /// \endcode
 template <std::ranges::input_range Range, class Body, class... Vars>
-  requires(!std::same_as<std::remove_cvref_t<Range>, data::dataset>)
+  requires(!std::derived_from<std::remove_cvref_t<Range>, data::dataset>)
 auto for_each(const Range& values, Body body, const Vars&... vars) {
   using state = std::tuple<detail::output_t<Vars>...>;
   state current{detail::as_output(vars)...};

@@ -4,6 +4,7 @@
 /// stages of a pipeline (`dataset_stage`) and the registry of live pipelines that
 /// dataset handles name (TensorFlow's variant tensors).
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -93,38 +94,95 @@ class dataset_stage {
   element_iterator (*iterate_)(const dataset_stage&);
 };
 
-/// The pipelines that dataset handles name: a handle's value is its key here. Weak,
-/// so that a handle never keeps a pipeline alive; a ReduceDataset node holds the
-/// pipeline it was traced with itself.
-class dataset_registry {
+/// The objects that handles name (a dataset's pipeline, an iterator's state), as
+/// TensorFlow's variant and resource tensors do: a handle's value is its key here.
+/// Weak, so that a handle never keeps an object alive; a graph node holds the object
+/// it was traced with itself.
+template <class T>
+class handle_registry {
  public:
-  static dataset_registry& get() {
-    static dataset_registry r;
+  static handle_registry& get() {
+    static handle_registry r;
     return r;
   }
-  /// Registers `stage` and returns its key.
-  std::int64_t add(const std::shared_ptr<const dataset_stage>& stage) {
+  /// Registers `object` and returns its key.
+  std::int64_t add(const std::shared_ptr<T>& object) {
     std::lock_guard lock(mutex_);
-    std::erase_if(stages_, [](const auto& entry) { return entry.second.expired(); });
-    stages_.emplace(next_key_, stage);
+    std::erase_if(objects_, [](const auto& entry) { return entry.second.expired(); });
+    objects_.emplace(next_key_, object);
     return next_key_++;
   }
-  /// The pipeline that `handle` names; kiln::invalid_argument_error when it is gone.
-  std::shared_ptr<const dataset_stage> find(const tensor& handle) {
+  /// The object that `handle` names; kiln::invalid_argument_error naming op `op`
+  /// and the kind of object (`what`) when it is gone.
+  std::shared_ptr<T> find(const tensor& handle, std::string_view op, std::string_view what) {
     const std::int64_t key = handle.item<std::int64_t>();
     std::lock_guard lock(mutex_);
-    auto it = stages_.find(key);
-    std::shared_ptr<const dataset_stage> stage = it == stages_.end() ? nullptr : it->second.lock();
-    if (!stage)
-      throw invalid_argument_error("ReduceDataset: dataset handle " + std::to_string(key) +
-                                   " names no live dataset; keep a dataset alive while a function runs on it");
-    return stage;
+    auto it = objects_.find(key);
+    std::shared_ptr<T> object = it == objects_.end() ? nullptr : it->second.lock();
+    if (!object)
+      throw invalid_argument_error(std::string(op) + ": " + std::string(what) + " handle " + std::to_string(key) +
+                                   " names no live " + std::string(what) + "; keep a " + std::string(what) +
+                                   " alive while a function runs on it");
+    return object;
   }
 
  private:
   std::mutex mutex_;
-  std::map<std::int64_t, std::weak_ptr<const dataset_stage>> stages_;
+  std::map<std::int64_t, std::weak_ptr<T>> objects_;
   std::int64_t next_key_ = 1;
+};
+/// The live pipelines, which dataset handles name.
+using dataset_registry = handle_registry<const dataset_stage>;
+
+/// `TensorSpec(shape=(), dtype=tf.int64, name=None)` for one component, a tuple of
+/// them for several: an element spec as TensorFlow's DatasetSpec and IteratorSpec show it.
+inline std::string element_spec_text(std::span<const tensor_spec> spec) {
+  if (spec.size() == 1) return spec[0].str();
+  std::string s = "(";
+  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
+  return s + ")";
+}
+
+/// A C++ `for`'s pass over a dataset, handing out its elements as `Element`: a
+/// std::vector of tensors, or a std::array of as many as every element has. Made
+/// outside a trace only (see dataset::begin).
+template <class Element>
+class element_cursor {
+ public:
+  using value_type = Element;
+  using difference_type = std::ptrdiff_t;
+  element_cursor() = default;
+  /// Starts a pass over `stage`'s elements; kiln::type_error inside a trace.
+  explicit element_cursor(const dataset_stage& stage) {
+    if (trace_context::current())
+      throw type_error("a C++ for over a kiln::data::dataset inside a kiln::function would read the dataset once, "
+                       "while tracing, and unroll its elements into the graph; use kiln::for_each(ds, body, vars...) or "
+                       "ds.reduce(initial, fn), which become one ReduceDataset node that runs at every call");
+    init_scope eager;
+    pass_ = std::make_shared<element_iterator>(stage.iterate());
+    ++*this;
+  }
+  const Element& operator*() const { return *current_; }
+  const Element* operator->() const { return &*current_; }
+  element_cursor& operator++() {
+    init_scope eager;
+    std::optional<dataset_element> e = pass_->next();
+    if (!e) {
+      current_.reset();
+    } else if constexpr (std::is_same_v<Element, dataset_element>) {
+      current_ = std::move(*e);
+    } else {
+      current_.emplace();
+      std::move(e->begin(), e->end(), current_->begin());  // the dataset_of checked the component count
+    }
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  bool operator==(std::default_sentinel_t) const { return !current_; }
+
+ private:
+  std::shared_ptr<element_iterator> pass_;
+  std::optional<Element> current_;
 };
 
 }  // namespace kiln::detail

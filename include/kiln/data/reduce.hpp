@@ -40,7 +40,7 @@ class reduce_dataset_op final : public special_op {
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0]);
+    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
     check_spec(stage->element_spec());
     const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
     // The body's arguments: an element's components, the state, the captures.

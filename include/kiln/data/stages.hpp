@@ -284,6 +284,34 @@ class shuffle_stage final : public transform_stage {
   mutable std::atomic<std::uint64_t> passes_{0};
 };
 
+/// `dataset::shard`: every `num_shards`-th element from element `index`.
+class shard_stage final : public transform_stage {
+ public:
+  template <class = void>
+  shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
+      : transform_stage(std::type_identity<shard_stage>(), "ShardDataset", input->element_spec(), input),
+        num_shards_(num_shards), index_(index) {
+    if (num_shards <= 0)
+      throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
+    if (index < 0 || index >= num_shards)
+      throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
+                                   std::to_string(index));
+  }
+  template <class = void>
+  element_iterator iterate() const {
+    return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
+      std::optional<dataset_element> e;
+      // The elements before this shard's next one are read and dropped.
+      while ((e = in.next()) && position++ % num_shards != index) {
+      }
+      return e;
+    });
+  }
+
+ private:
+  std::int64_t num_shards_, index_;
+};
+
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
 class take_stage final : public transform_stage {
  public:

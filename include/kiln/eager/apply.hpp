@@ -77,52 +77,70 @@ struct input_types {
   }
 };
 
-/// The dtype an op's rule gave, or its `type_error`.
-inline dtype checked(std::string_view op, std::span<const tensor* const> in, const dtype_result& dt) {
-  if (!dt.ok()) throw_with_inputs<type_error>(op, dt.failure, in);
-  return dt.value;
-}
-
-/// The shape an op's rule gave, or its `value_error`.
-inline shape checked(std::string_view op, std::span<const tensor* const> in, const shape_result& sh) {
-  if (!sh.ok()) throw_with_inputs<value_error>(op, sh.failure, in);
-  if (!sh.value.count_fits())
-    throw_with_inputs<value_error>(op, "the result shape " + sh.value.str() + " has more elements than an int64 can count", in);
-  return sh.value;
-}
-
 /// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
-/// around them (infer) is compiled once rather than once per op.
+/// around them (infer) is compiled once rather than once per op; and, for an op that
+/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
 struct op_rules {
   dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
   shape_result (*result_shape)(const void* op, std::span<const shape> in);
+  std::string (*attributes)(const void* op);  ///< null for an op without
 };
 template <class Op>
 inline constexpr op_rules rules_of{
     [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
-    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); }};
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
+    [] {
+      if constexpr (requires(const Op& o) { o.attributes(); })
+        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
+      else
+        return static_cast<std::string (*)(const void*)>(nullptr);
+    }()};
+
+/// The error of op `op` (named `op_name`) whose rule rejected `in` for the reason
+/// `what`, as `mode` says (`E` while tracing), naming the inputs and the op's attributes.
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_rule_error(rule_errors mode, std::string_view op_name, std::string_view what,
+                                                          std::span<const tensor* const> in, const void* op,
+                                                          const op_rules& rules) {
+  std::string text(op_name);
+  text += ": ";
+  text += what;
+  text += "; got ";
+  text += describe_inputs(in);
+  if (rules.attributes) {
+    const std::string attributes = rules.attributes(op);
+    if (!attributes.empty()) text += " with " + attributes;
+  }
+  throw_operand_error<E>(mode, text);
+}
 
 /// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
-/// the contract's error.
+/// the contract's error for `mode`.
 template <class = void>
 std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
-                                       std::span<const tensor* const> in) {
+                                       std::span<const tensor* const> in, rule_errors mode) {
   const input_types types(op_name, in);
-  const dtype dt = checked(op_name, in, rules.result_dtype(op, types.dtypes));
+  const dtype_result dt = rules.result_dtype(op, types.dtypes);
+  if (!dt.ok()) throw_rule_error<type_error>(mode, op_name, dt.failure, in, op, rules);
   const shape_result sh = [&] {
     try {
       return rules.result_shape(op, types.shapes);
     } catch (const value_error& e) {  // a result that kiln::shape refuses: too many elements
-      throw_with_inputs<value_error>(op_name, e.what(), in);
+      throw_rule_error<value_error>(mode, op_name, e.what(), in, op, rules);
     }
   }();
-  return {dt, checked(op_name, in, sh)};
+  if (!sh.ok()) throw_rule_error<value_error>(mode, op_name, sh.failure, in, op, rules);
+  if (!sh.value.count_fits())
+    throw_rule_error<value_error>(mode, op_name, "the result shape " + sh.value.str() + " has more elements than an int64 can count",
+                                  in, op, rules);
+  return {dt.value, sh.value};
 }
 
-/// The dtype and shape `op` gives for `inputs`, or the contract's error.
+/// The dtype and shape `op` gives for `inputs`, or the contract's error for `mode`
+/// (running it, or recording it into a trace).
 template <class Op>
-std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in) {
-  return infer_by_rules(Op::name, &op, rules_of<Op>, in);
+std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in, rule_errors mode = rule_errors::run) {
+  return infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for

@@ -181,11 +181,21 @@ class basic_graph_executor {
     n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
   }
 
-  static void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) {
-    for (const exec::cluster_check& k : c.checks) k.fn(k.op, gather_inputs(k.inputs, ws));
+  void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const {
+    for (const exec::cluster_check& k : c.checks) {
+      try {
+        k.fn(k.op, gather_inputs(k.inputs, ws));
+      } catch (const error&) {
+        rethrow_at_node(k.node);
+      }
+    }
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
-      ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+      try {
+        ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+      } catch (const error&) {  // out of memory
+        rethrow_at_node(v);
+      }
     }
     if (c.size == 0) return;
     void** bases = ws.bases.data();
@@ -332,10 +342,14 @@ class basic_graph_executor {
       small_vector<const tensor*, 4> inputs;
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      if (n.kind() == node_kind::special) {
-        run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
-      } else if (n.kind() == node_kind::op) {
-        values[std::size_t(id)] = execute_any(n.operation(), inputs);
+      try {
+        if (n.kind() == node_kind::special) {
+          run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
+        } else if (n.kind() == node_kind::op) {
+          values[std::size_t(id)] = execute_any(n.operation(), inputs);
+        }
+      } catch (const error&) {
+        rethrow_at_node(id);
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
@@ -345,6 +359,12 @@ class basic_graph_executor {
     outputs.reserve(outline_.outputs.size());
     for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
     return outputs;
+  }
+
+  // The error in flight, raised again naming graph node `id`, as TensorFlow's graph
+  // errors name their node.
+  [[noreturn]] KILN_COLD KILN_NOINLINE void rethrow_at_node(int id) const {
+    rethrow_with_prefix("node '" + graph_->node_at(id).name() + "': ");
   }
 
   const graph* graph_;
@@ -391,12 +411,21 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
   const auto& arguments = graph_->arguments();
   for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
   for (const exec::plan_step& s : p.steps) {
-    if (const auto* op = std::get_if<exec::op_step>(&s.action))
-      run_op(*op, p, *ws);
-    else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action))
+    if (const auto* op = std::get_if<exec::op_step>(&s.action)) {
+      try {
+        run_op(*op, p, *ws);
+      } catch (const error&) {
+        rethrow_at_node(op->value);
+      }
+    } else if (const auto* cluster = std::get_if<exec::cluster_step>(&s.action)) {
       run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
-    else if (const auto* special = std::get_if<exec::special_step>(&s.action))
-      run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+    } else if (const auto* special = std::get_if<exec::special_step>(&s.action)) {
+      try {
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+      } catch (const error&) {
+        rethrow_at_node(special->value);
+      }
+    }
     for (int r : s.release) ws->values[std::size_t(r)] = tensor();
   }
   outputs.reserve(p.outputs.size());

@@ -152,7 +152,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
   for (int id : members)
-    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids()});
+    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids(), id});
   return c;
 }
 

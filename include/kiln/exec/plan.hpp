@@ -86,6 +86,7 @@ struct cluster_check {
   check_fn fn = nullptr;
   const void* op = nullptr;
   std::vector<int> inputs;
+  int node = -1;  ///< the node it checks, which its error names
 };
 
 /// Instructions always run on a multiple of this many elements, so that their SIMD

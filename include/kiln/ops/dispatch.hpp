@@ -40,6 +40,27 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs);
 /// Whether a trace is in progress on this thread (defined by the tracer).
 inline bool tracing();
 
+/// Which errors an op whose operands do not fit raises, as TensorFlow 2.12 does in
+/// each mode: when it runs (eagerly, or in a graph whose dims are known only then)
+/// `invalid_argument_error`; while a function is traced `type_error` for dtypes and
+/// `value_error` for shapes.
+enum class rule_errors : bool { run, trace };
+
+/// The mode of an op on `inputs`: recorded into a trace (one is in progress, or an
+/// input is symbolic), or run.
+inline rule_errors rule_errors_for(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic ? rule_errors::trace : rule_errors::run;
+}
+
+/// Raises `E` with `text` while tracing, else invalid_argument_error.
+template <class E>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_operand_error(rule_errors mode, const std::string& text) {
+  if (mode == rule_errors::trace) throw E(text);
+  throw invalid_argument_error(text);
+}
+
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
 /// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>

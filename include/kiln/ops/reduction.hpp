@@ -250,27 +250,30 @@ constexpr T mean_of(S sum, std::int64_t count) {
 
 namespace detail {
 
-/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`; out of
-/// line, shared by every reduction.
+/// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
+/// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
 [[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
-                                                                   ops::axes_check check, const tensor& x) {
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
-  if (check.repeated) throw value_error(std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
+  if (check.repeated)
+    throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is listed twice in " + axes.str() + got);
   std::string valid = x.rank() == 0 ? "a scalar has no axes"
                                     : "valid axes are " + std::to_string(-x.rank()) + " to " + std::to_string(x.rank() - 1);
-  throw value_error(std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " + std::to_string(x.rank()) +
-                    " (" + valid + ")" + got);
+  throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
+                                             std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
 
-/// Runs reduction `op` on `x`. Invalid axes raise kiln::value_error naming the
-/// axis and the rank here, where both are known (the op's rule can only say which
-/// kind of mistake it was).
+/// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
+/// and the rank here, where both are known (the op's rule can only say which kind of
+/// mistake it was).
 template <ops::reduction Op>
 tensor reduce(const Op& op, const tensor& x) {
   if (x.defined() && x.shape().has_known_rank())
-    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok())
-      throw_invalid_axes(Op::name, op.axis, check, x);
+    if (const ops::axes_check check = ops::check_axes(op.axis, x.rank()); !check.ok()) {
+      const tensor* in[] = {&x};
+      throw_invalid_axes(Op::name, op.axis, check, x, rule_errors_for(in));
+    }
   return apply(op, x);
 }
 

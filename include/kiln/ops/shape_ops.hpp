@@ -788,29 +788,13 @@ void check_values(const pad_rows&, std::span<const tensor* const> in) {
 
 namespace detail {
 
-/// `e` again, naming the op's attributes; out of line, shared by the shape ops.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_with_attributes(const value_error& e, const std::string& attributes) {
-  throw value_error(std::string(e.what()) + " with " + attributes);
-}
-
-/// Runs a shape op; when its shape rule rejects the inputs, the error also names the
-/// op's attributes ("with perm=[0, 0]"), which detail::infer cannot see.
-template <class Op>
-tensor apply_naming_attributes(const Op& op, std::span<const tensor* const> in) {
-  try {
-    return apply_span(op, in);
-  } catch (const value_error& e) {
-    throw_with_attributes(e, op.attributes());
-  }
-}
-
 /// Runs an op on a list of tensors (concat, stack).
 template <class Op>
 tensor apply_to_list(const Op& op, std::span<const tensor> values) {
   small_vector<const tensor*, 8> inputs;
   inputs.reserve(values.size());
   for (const tensor& t : values) inputs.emplace_back(&t);
-  return apply_naming_attributes(op, inputs);
+  return apply_span(op, inputs);
 }
 
 }  // namespace detail
@@ -820,7 +804,7 @@ tensor apply_to_list(const Op& op, std::span<const tensor> values) {
 template <class = void>
 tensor reshape(const tensor& x, const shape& new_shape) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::reshape{new_shape}, in);
+  return detail::apply_span(ops::reshape{new_shape}, in);
 }
 
 /// `kiln::transpose(x, {1, 0})` swaps the dims of a matrix; `kiln::transpose(x)`
@@ -828,7 +812,7 @@ tensor reshape(const tensor& x, const shape& new_shape) {
 template <class = void>
 tensor transpose(const tensor& x, const int_list& perm = {}) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::transpose{perm}, in);
+  return detail::apply_span(ops::transpose{perm}, in);
 }
 
 /// `kiln::concat({a, b}, 0)`: joins tensors of one dtype along an existing dim
@@ -861,7 +845,7 @@ tensor stack(std::initializer_list<tensor> values, std::int64_t axis = 0) {
 template <class = void>
 tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
   const tensor* in[] = {&x, &indices};
-  return detail::apply_naming_attributes(ops::gather{axis}, in);
+  return detail::apply_span(ops::gather{axis}, in);
 }
 
 /// `kiln::unsorted_segment_sum(data, segment_ids, num_segments)`: for each segment s
@@ -873,7 +857,7 @@ tensor gather(const tensor& x, const tensor& indices, std::int64_t axis = 0) {
 template <class = void>
 tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::int64_t num_segments) {
   const tensor* in[] = {&data, &segment_ids};
-  return detail::apply_naming_attributes(ops::unsorted_segment_sum{num_segments}, in);
+  return detail::apply_span(ops::unsorted_segment_sum{num_segments}, in);
 }
 
 /// `kiln::slice(x, {1, 0}, {2, -1})`: rows 1 and 2 of `x`, every column; a size of -1
@@ -881,7 +865,7 @@ tensor unsorted_segment_sum(const tensor& data, const tensor& segment_ids, std::
 template <class = void>
 tensor slice(const tensor& x, const int_list& begin, const int_list& size) {
   const tensor* in[] = {&x};
-  return detail::apply_naming_attributes(ops::slice{begin, size}, in);
+  return detail::apply_span(ops::slice{begin, size}, in);
 }
 
 /// `kiln::set_item(x, i, value)`: a copy of `x` whose slice `x[i]` is `value`
@@ -932,7 +916,7 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 template <class = void>
 tensor crop_or_pad(const tensor& x, const tensor& like, const int_list& offset, const int_list& align) {
   const tensor* in[] = {&x, &like};
-  return detail::apply_naming_attributes(ops::crop_or_pad{offset, align}, in);
+  return detail::apply_span(ops::crop_or_pad{offset, align}, in);
 }
 
 template <class>
@@ -975,7 +959,7 @@ tensor shape_of(const tensor& x) { return detail::apply(ops::shape_of{}, x); }
 template <class>
 tensor tensor::operator[](std::int64_t i) const {
   const tensor* in[] = {this};
-  return detail::apply_naming_attributes(ops::index{i}, in);
+  return detail::apply_span(ops::index{i}, in);
 }
 
 template <class>

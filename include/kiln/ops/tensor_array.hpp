@@ -77,6 +77,7 @@ class tensor_array {
     if (!unwritten() && value.shape() != element_shape())
       throw value_error("tensor_array.write: the array holds elements of shape " + element_shape().str() +
                         ", got a value of shape " + value.shape().str());
+    check_eager_index(i, true);
     tensor elements = (unwritten() ? holding_zeros(value.shape(), value.device()) : *this).elements_;
     if (dynamic_size_) elements = kiln::pad_rows(elements, i + 1);
     return with_elements(kiln::set_item(elements, i, value));
@@ -87,13 +88,16 @@ class tensor_array {
   }
 
   /// Element `i` (an int32 or int64 scalar, or a C++ integer); an element not yet
-  /// written reads as zeros, an index past the end raises kiln::invalid_argument_error.
+  /// written reads as zeros. An index past the end raises kiln::out_of_range_error
+  /// eagerly, kiln::invalid_argument_error when a graph runs (as TensorFlow's eager
+  /// TensorArray and its TensorList in graphs do); write() likewise.
   /// \code
   /// kiln::tensor_array states = kiln::tensor_array(kiln::float32, 2).write(1, kiln::ones({3}));
   /// kiln::tensor last = states.read(states.size() - 1);  // [1 1 1]
   /// \endcode
   template <class = void>
   tensor read(const tensor& i) const {
+    check_eager_index(i, false);
     require_written("read");
     return kiln::gather(elements_, i);
   }
@@ -174,6 +178,19 @@ class tensor_array {
 
  private:
   shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  // An eager index past the end of an array of known size (a write only when it cannot
+  // grow): out_of_range_error with TensorFlow's message. A symbolic index is checked
+  // by gather and set_item when the graph runs.
+  void check_eager_index(const tensor& i, bool writing) const {
+    if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 || (i.dtype() != int32 && i.dtype() != int64))
+      return;
+    const std::int64_t index = ops::scalar_index(i);
+    if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
+    throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
+                                           " but array is not resizeable and size is: " + std::to_string(size_)
+                                     : "tensor_array.read: Tried to read from index " + std::to_string(index) +
+                                           " but array size is: " + std::to_string(size_));
+  }
   // An array of size 0 stacks to an empty tensor even though nothing was written.
   void require_written(const char* what) const {
     if (unwritten() && size_ != 0)

@@ -56,6 +56,7 @@ void callable_does_not_accept() {
                                                "(Args, on the line above)");
 }
 
+struct argument_texts;
 struct call_signature;
 struct concrete_state;
 struct runtime_traces;
@@ -126,11 +127,11 @@ struct function_state {
     return name;
   }
 
-  /// A new trace for `sig`, its arguments' bound values shown as `bound_text`: its
-  /// names and signature, and a placeholder in `context` per tensor leaf.
+  /// A new trace for `sig`, its arguments shown as `texts` says: its names and
+  /// signature, and a placeholder in `context` per tensor leaf.
   template <class = void>
-  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, std::vector<std::string> bound_text,
-                                              trace_context& context, std::vector<tensor>& placeholders) const;
+  std::shared_ptr<concrete_state> start_trace(const call_signature& sig, argument_texts texts, trace_context& context,
+                                              std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
   template <class = void>
@@ -183,9 +184,12 @@ detail::trace_signature typed::written(const detail::function_state& state, cons
   w.bound_text = s.bound_text;
   for (const signature_leaf& a : s.type->arguments) {
     w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (a.typed) w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
   }
   for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
   return w;
 }
 
@@ -225,12 +229,14 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...> && !std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-      detail::callable_does_not_accept<Args...>();
-    } else if constexpr (typed::typed_request<Args...>) {
-      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-      using concrete = typename typed::concrete_for<R, Args...>::type;
-      return concrete(typed_trace_for(args...), state_);
+    if constexpr (typed::typed_request<Args...>) {
+      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+        detail::callable_does_not_accept<Args...>();
+      } else {
+        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+        using concrete = typename typed::concrete_for<R, Args...>::type;
+        return concrete(typed_trace_for(args...), state_);
+      }
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");

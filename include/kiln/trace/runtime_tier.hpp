@@ -108,6 +108,35 @@ void for_each_output(const R& r, F&& f) {
   }
 }
 
+/// Writes the structure of a returned value's tensors to `s`, as for_each_output walks them.
+template <class R>
+void describe_outputs(const R& r, structure_text& s) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
+    s.open(list);
+    std::size_t count = 0;
+    for_each_element(r, [&](const auto& e) {
+      if (count++) s.next();
+      describe_outputs(e, s);
+    });
+    s.close(list, count);
+  } else {
+    s.leaf();
+  }
+}
+/// The structure of a returned value as a signature shows it; empty for one tensor.
+template <class R>
+std::string output_structure_text(const R& r) {
+  if constexpr (is_tuple_like<std::remove_cvref_t<R>>::value || is_vector<std::remove_cvref_t<R>>::value) {
+    structure_text s;
+    describe_outputs(r, s);
+    return s.text;
+  } else {
+    return {};
+  }
+}
+
 /// The returned structure `traced` with its leaves taken, in order, from `next`.
 template <class R>
 output_t<R> rebuild_output(const R& traced, const tensor*& next) {
@@ -128,7 +157,6 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
 /// One trace: the signature it was made for (its inputs named after their
 /// placeholders), its graph and how to run it.
 struct concrete_state : trace_signature {
-  std::vector<int> input_arg;                 ///< the argument each tensor leaf belongs to
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
@@ -229,7 +257,11 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     out = replay_hook().load(std::memory_order_relaxed)(graph, inputs);
     return;
   }
-  executor->run(inputs, out);
+  try {
+    executor->run(inputs, out);
+  } catch (const error&) {
+    rethrow_with_prefix("in " + name + ": ");
+  }
   // Under a gradient tape, a function without effects is one differentiable op.
   if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
 }
@@ -327,14 +359,15 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
 
 template <class>
 std::shared_ptr<concrete_state> function_state::start_trace(
-    const call_signature& sig, std::vector<std::string> bound_text, trace_context& context,
-    std::vector<tensor>& placeholders) const {
+    const call_signature& sig, argument_texts texts, trace_context& context, std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
   c->jit_compile = options.jit_compile;
-  for (std::size_t i = 0; i < bound_text.size(); ++i) c->arg_names.push_back(arg_name(i));
+  for (std::size_t i = 0; i < texts.bound.size(); ++i) c->arg_names.push_back(arg_name(i));
   c->bound = sig.values;
-  c->bound_text = std::move(bound_text);
+  c->bound_text = std::move(texts.bound);
+  c->arg_structure = std::move(texts.structure);
+  c->input_text = std::move(texts.inputs);
   const std::span<const std::uint64_t> structure = sig.structure();
   c->structure.assign(structure.begin(), structure.end());
   c->input_arg = sig.tensor_arg;
@@ -440,20 +473,8 @@ void function_state::check_created_variables(const trace_context& context) const
 }
 #endif
 
-/// Re-raises a kiln error from tracing with the function's name in front.
-[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) {
-  try {
-    throw;
-  } catch (const invalid_argument_error& e) {
-    throw invalid_argument_error("in " + fn + ": " + e.what());
-  } catch (const value_error& e) {
-    throw value_error("in " + fn + ": " + e.what());
-  } catch (const type_error& e) {
-    throw type_error("in " + fn + ": " + e.what());
-  } catch (const unavailable_error& e) {
-    throw unavailable_error("in " + fn + ": " + e.what());
-  }
-}
+/// Re-raises a kiln error from tracing or running a function with its name in front.
+[[noreturn]] inline void rethrow_with_function_name(const std::string& fn) { rethrow_with_prefix("in " + fn + ": "); }
 
 }  // namespace detail
 
@@ -493,6 +514,17 @@ class concrete_function {
 
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
     return os << "ConcreteFunction " << f.state_->signature_text();
+  }
+  /// The signature in the seeds' format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
+  /// \code
+  /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+  /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = state_->signature_text();
+    text.pop_back();
+    return text;
   }
 
   /// Writes this trace, its constants and its variables' values to `path`, for
@@ -617,7 +649,7 @@ struct runtime_tier {
     function_state& state = *f.state_;
     trace_context context(state.options.name);
     std::vector<tensor> placeholders;
-    std::shared_ptr<concrete_state> c = state.start_trace(sig, {bound_text_of(args)...}, context, placeholders);
+    std::shared_ptr<concrete_state> c = state.start_trace(sig, texts_of(args...), context, placeholders);
     try {
       const tensor* next = placeholders.data();
       auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
@@ -636,6 +668,7 @@ struct runtime_tier {
       } else {
         std::remove_cvref_t<R> result = call(std::index_sequence_for<Args...>{});
         for_each_output(result, [&](const tensor& t) { function_state::add_output(*c, context, t); });
+        c->output_structure = output_structure_text(result);
         c->traced_result = std::move(result);
       }
       state.check_created_variables(context);

@@ -39,6 +39,11 @@ template <class A, class B>
 struct is_tuple_like<std::pair<A, B>> : std::true_type {};
 template <class T, std::size_t N>
 struct is_tuple_like<std::array<T, N>> : std::true_type {};
+/// Sequences a signature shows as a list (`[<1>, <2>]`), as TensorFlow a Python list.
+template <class T>
+struct is_std_array : std::false_type {};
+template <class T, std::size_t N>
+struct is_std_array<std::array<T, N>> : std::true_type {};
 template <class T>
 struct is_vector : std::false_type {};
 template <class T, class A>  // std::vector<bool> holds proxies, not values: it is an object like any other
@@ -344,6 +349,53 @@ void flatten(const T& x, call_signature& sig, int arg) {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x))));
   }
+}
+
+/// How a trace's signature shows its arguments (trace_signature): per argument, the
+/// text of its bound C++ value and the structure of its tensors; per tensor, its text
+/// when it is not shown as a tensor. Written once per trace, never per call.
+struct argument_texts {
+  std::vector<std::string> bound, structure, inputs;
+};
+
+/// Writes argument `x`'s tensors to `s` in flatten()'s order (elements without a
+/// tensor as their values), and each tensor's text to `inputs`: a handle argument's
+/// `signature_text()` (`DatasetSpec(...)`), else empty.
+template <class T>
+void describe_tensors(const T& x, structure_text& s, std::vector<std::string>& inputs) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, tensor> || std::is_same_v<U, tensor_spec> || handle_argument<U>) {
+    s.leaf();
+    if constexpr (requires { { x.signature_text() } -> std::convertible_to<std::string>; }) inputs.push_back(x.signature_text());
+    else inputs.emplace_back();
+  } else if constexpr (is_sequence<U> && !is_object_reference<U>::value) {
+    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
+    s.open(list);
+    std::size_t count = 0;
+    for_each_element(x, [&](const auto& e) {
+      if (count++) s.next();
+      describe_tensors(e, s, inputs);
+    });
+    s.close(list, count);
+  } else {
+    s.text += bound_text_of(x);
+  }
+}
+
+/// The texts of a trace's arguments.
+template <class... Args>
+argument_texts texts_of(const Args&... args) {
+  argument_texts t;
+  (
+      [&](const auto& a) {
+        t.bound.push_back(bound_text_of(a));
+        structure_text s;
+        describe_tensors(a, s, t.inputs);
+        // One tensor (or none) is shown as itself; only a structure is written out.
+        t.structure.push_back(s.leaves > 0 && s.text != "<1>" ? std::move(s.text) : std::string());
+      }(args),
+      ...);
+  return t;
 }
 
 /// Replaces every tensor leaf of `x`, in flattening order, with the next of `next`.

@@ -49,6 +49,26 @@ struct tensor_spec {
 inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
 
 namespace detail {
+/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
+/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
+/// \code
+/// kiln::detail::structure_text s;
+/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
+/// \endcode
+struct structure_text {
+  std::string text;
+  int leaves = 0;
+  void leaf() { text += "<" + std::to_string(++leaves) + ">"; }
+  /// A tuple `(`, or a list `[`.
+  void open(bool list) { text += list ? '[' : '('; }
+  void next() { text += ", "; }
+  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
+  void close(bool list, std::size_t count) {
+    if (!list && count == 1) text += ',';
+    text += list ? ']' : ')';
+  }
+};
+
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
 /// where a program shows it (pretty_printed_concrete_signatures, a concrete function
 /// printed), so a file that never shows a signature does not compile the writing.
@@ -56,8 +76,16 @@ struct trace_signature {
   std::string name;
   std::vector<std::string> arg_names;
   std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
+  std::vector<std::string> arg_structure;
   std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<int> input_arg;           ///< the argument each input belongs to
+  /// Per input: how the signature shows it when not as a tensor (a dataset's
+  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
+  std::vector<std::string> input_text;
   std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
+  std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
   std::string header() const {
@@ -69,15 +97,38 @@ struct trace_signature {
     }
     return s + ")";
   }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature.
+  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
+  /// structure is shown with a line per leaf below it.
   std::string signature_text() const {
     std::ostringstream os;
     os << header() << "\n";
     if (!inputs.empty()) os << "  Args:\n";
-    for (const tensor_spec& in : inputs) os << "    " << in.name << ": " << signature_entry(in.dtype, in.shape) << "\n";
+    auto input_entry = [&](std::size_t k) {
+      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
+    };
+    for (std::size_t a = 0; a < arg_names.size(); ++a) {
+      std::vector<std::size_t> leaves;
+      for (std::size_t k = 0; k < inputs.size(); ++k)
+        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+      if (leaves.empty()) continue;
+      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+      if (structure.empty()) {
+        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+      } else {
+        os << "    " << arg_names[a] << ": " << structure << "\n";
+        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+      }
+    }
     os << "  Returns:\n";
-    if (outputs.empty()) os << "    None\n";
-    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    if (!output_structure.empty()) {
+      os << "    " << output_structure << "\n";
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+    } else if (outputs.empty()) {
+      os << "    NoneTensorSpec()\n";
+    } else {
+      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    }
     return os.str();
   }
 };

@@ -242,7 +242,7 @@ template <class Op>
 tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
   trace_context* trace = trace_context::current();
   if (!trace) throw_outside_trace(Op::name);
-  auto [dt, sh] = infer(op, inputs);
+  auto [dt, sh] = infer(op, inputs, rule_errors::trace);
   return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
 }
 

@@ -272,6 +272,8 @@ struct signature_leaf {
 struct signature_type {
   std::span<const signature_leaf> arguments;  ///< one per argument
   std::span<const signature_leaf> outputs;    ///< none for `void`
+  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
+  std::string (*output_structure)();
 };
 
 /// A typed trace's signature: its type, and the text of its C++ values (per argument;
@@ -321,6 +323,29 @@ constexpr std::size_t put_outputs(signature_leaf* next) {
     return 1;
   }
 }
+// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
+template <class R>
+void describe_outputs(detail::structure_text& s) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    constexpr std::size_t n = std::tuple_size_v<V>;
+    constexpr bool list = requires { typename V::iterator; };  // std::array
+    s.open(list);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
+    }(std::make_index_sequence<n>());
+    s.close(list, n);
+  } else if constexpr (!std::is_void_v<V>) {
+    s.leaf();
+  }
+}
+template <class R>
+std::string output_structure() {
+  detail::structure_text s;
+  describe_outputs<R>(s);
+  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
+}
+
 template <class R>
 inline constexpr auto output_leaves = [] {
   std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
@@ -332,7 +357,7 @@ inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{arg
 
 /// The signature type of a typed trace of `Args` that returns `R`.
 template <class R, class... Args>
-inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>};
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
 /// (defined with the function state, kiln/trace/function.hpp).
@@ -482,6 +507,17 @@ class concrete_function {
   }
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
+  }
+  /// The signature in the seeds' format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`.
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = written(*owner_, trace_->signature).signature_text();
+    text.pop_back();
+    return text;
   }
   /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
   /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
