@@ -20391,6 +20391,19 @@ inline void check_element(std::string_view stage, const dataset_element& element
                                  " but the dataset's element spec is " + components_text(spec));
 }
 
+/// Raises kiln::invalid_argument_error naming op `op` unless the elements of spec
+/// `got`, of the dataset or iterator (`what`) a node was given when it runs, fit the
+/// spec `traced` that the node was traced for.
+inline void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                              std::span<const tensor_spec> traced) {
+  bool fits = got.size() == traced.size();
+  for (std::size_t k = 0; fits && k < got.size(); ++k)
+    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+  if (!fits)
+    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " + components_text(got) +
+                                 " but the function was traced for " + components_text(traced));
+}
+
 /// One pass over a dataset: pulls its elements in order. Holds any callable that
 /// gives the next element, or nothing at the end of the pass. Type-erased through
 /// function pointers rather than virtual functions, for special_op's reason.
@@ -20682,7 +20695,7 @@ class reduce_dataset_op final : public special_op {
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
-    check_spec(stage->element_spec());
+    check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
     const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
     // The body's arguments: an element's components, the state, the captures.
     std::vector<tensor> args(components);
@@ -20697,17 +20710,6 @@ class reduce_dataset_op final : public special_op {
   }
 
  private:
-  // A dataset passed at run time must give elements the body was traced for.
-  void check_spec(std::span<const tensor_spec> got) const {
-    std::span<const tensor_spec> traced = traced_->element_spec();
-    bool fits = got.size() == traced.size();
-    for (std::size_t k = 0; fits && k < got.size(); ++k)
-      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-    if (!fits)
-      throw invalid_argument_error("ReduceDataset: the dataset's elements are " + components_text(got) +
-                                   " but the function was traced for " + components_text(traced));
-  }
-
   std::shared_ptr<const dataset_stage> traced_;
   int state_size_;
   subgraph body_;
@@ -21615,13 +21617,7 @@ class iterator_get_next_op final : public special_op {
   bool has_effects() const { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
-    std::span<const tensor_spec> got = state->element_spec(), traced = traced_->element_spec();
-    bool fits = got.size() == traced.size();
-    for (std::size_t k = 0; fits && k < got.size(); ++k)
-      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-    if (!fits)
-      throw invalid_argument_error("IteratorGetNext: the iterator's elements are " + components_text(got) +
-                                   " but the function was traced for " + components_text(traced));
+    check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
     return next_element(*state, name());
   }
 

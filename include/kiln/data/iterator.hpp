@@ -75,13 +75,7 @@ class iterator_get_next_op final : public special_op {
   bool has_effects() const { return true; }
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
-    std::span<const tensor_spec> got = state->element_spec(), traced = traced_->element_spec();
-    bool fits = got.size() == traced.size();
-    for (std::size_t k = 0; fits && k < got.size(); ++k)
-      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-    if (!fits)
-      throw invalid_argument_error("IteratorGetNext: the iterator's elements are " + components_text(got) +
-                                   " but the function was traced for " + components_text(traced));
+    check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
     return next_element(*state, name());
   }
 

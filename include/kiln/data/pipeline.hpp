@@ -41,6 +41,19 @@ inline void check_element(std::string_view stage, const dataset_element& element
                                  " but the dataset's element spec is " + components_text(spec));
 }
 
+/// Raises kiln::invalid_argument_error naming op `op` unless the elements of spec
+/// `got`, of the dataset or iterator (`what`) a node was given when it runs, fit the
+/// spec `traced` that the node was traced for.
+inline void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                              std::span<const tensor_spec> traced) {
+  bool fits = got.size() == traced.size();
+  for (std::size_t k = 0; fits && k < got.size(); ++k)
+    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+  if (!fits)
+    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " + components_text(got) +
+                                 " but the function was traced for " + components_text(traced));
+}
+
 /// One pass over a dataset: pulls its elements in order. Holds any callable that
 /// gives the next element, or nothing at the end of the pass. Type-erased through
 /// function pointers rather than virtual functions, for special_op's reason.

@@ -41,7 +41,7 @@ class reduce_dataset_op final : public special_op {
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
-    check_spec(stage->element_spec());
+    check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
     const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
     // The body's arguments: an element's components, the state, the captures.
     std::vector<tensor> args(components);
@@ -56,17 +56,6 @@ class reduce_dataset_op final : public special_op {
   }
 
  private:
-  // A dataset passed at run time must give elements the body was traced for.
-  void check_spec(std::span<const tensor_spec> got) const {
-    std::span<const tensor_spec> traced = traced_->element_spec();
-    bool fits = got.size() == traced.size();
-    for (std::size_t k = 0; fits && k < got.size(); ++k)
-      fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-    if (!fits)
-      throw invalid_argument_error("ReduceDataset: the dataset's elements are " + components_text(got) +
-                                   " but the function was traced for " + components_text(traced));
-  }
-
   std::shared_ptr<const dataset_stage> traced_;
   int state_size_;
   subgraph body_;
