@@ -502,6 +502,11 @@ TEST_CASE("an iterator advances at every get_next, eagerly and at every call of 
   consume(other);
   CHECK(seen.back().item<int>() == 7);
   CHECK(consume.tracing_count() == 1);
+  // A concrete function called with an iterator of another element spec.
+  const kiln::concrete_function traced = consume.get_concrete_function(other);
+  auto floats = dataset::from_tensor_slices(kiln::constant({1.f})).make_iterator();
+  require_throws<kiln::invalid_argument_error>([&] { traced(floats); },
+                                               {"IteratorGetNext", "iterator's elements are (float32 ())", "traced for (int32 ())"});
   // Eagerly, the same errors; a copy shares the pass.
   auto eager = dataset::range(2).make_iterator();
   auto copy = eager;
