@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -92,6 +93,37 @@ inline nlohmann::json shape_to_json(const shape& s) {
   return nlohmann::json(std::vector<std::int64_t>(s.begin(), s.end()));
 }
 
+/// How deep a saved file's CBOR may nest: kiln's own format needs a few levels per
+/// nested conditional or loop. A deeper document is refused while it is read, before
+/// the reader's recursion (one stack frame per level) could overflow the stack.
+inline constexpr std::size_t saved_max_nesting = 512;
+
+/// Reads CBOR as nlohmann's own reader builds a document, stopping at a nesting
+/// deeper than saved_max_nesting; `too_deep` tells that case from malformed bytes.
+class bounded_cbor_reader : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  explicit bounded_cbor_reader(nlohmann::json& root) : json_sax_dom_parser(root) {}
+  bool start_object(std::size_t n) { return deeper() && json_sax_dom_parser::start_object(n); }
+  bool start_array(std::size_t n) { return deeper() && json_sax_dom_parser::start_array(n); }
+  bool end_object() {
+    --depth_;
+    return json_sax_dom_parser::end_object();
+  }
+  bool end_array() {
+    --depth_;
+    return json_sax_dom_parser::end_array();
+  }
+  bool too_deep() const { return too_deep_; }
+
+ private:
+  bool deeper() {
+    too_deep_ = ++depth_ > saved_max_nesting;
+    return !too_deep_;
+  }
+  std::size_t depth_ = 0;
+  bool too_deep_ = false;
+};
+
 /// Reads what the loader must not trust: each accessor checks the JSON type and
 /// range, so a corrupted file raises value_error rather than reading garbage.
 class saved_reader {
@@ -133,6 +165,19 @@ class saved_reader {
     const nlohmann::json& v = at(j, key);
     if (!v.is_boolean()) fail(std::string(key) + " is not a boolean");
     return v.get<bool>();
+  }
+  /// The CBOR document `bytes` (`what` in errors); nested deeper than
+  /// saved_max_nesting, or malformed, it fails.
+  nlohmann::json cbor(std::span<const std::uint8_t> bytes, std::string_view what) const {
+    nlohmann::json document;
+    bounded_cbor_reader reader(document);
+    if (!nlohmann::json::sax_parse(bytes, &reader, nlohmann::json::input_format_t::cbor)) {
+      if (reader.too_deep())
+        fail(std::string(what) + " nests deeper than " + std::to_string(saved_max_nesting) +
+             " levels, more than a kiln saved function ever does");
+      fail(std::string(what) + " is not valid CBOR");
+    }
+    return document;
   }
   std::string text(const nlohmann::json& j, std::string_view what) const {
     if (!j.is_string()) fail(std::string(what) + " is not a string");
@@ -698,10 +743,23 @@ struct saved_function_io {
     return Op::arity == ops::variadic ? inputs >= 1 : inputs == Op::arity;
   }
 
+  // The bytes of the regular file at `path`: a directory, a device or a file the
+  // stream cannot size (whose tellg() may say 2^63 - 1) is refused by name, never
+  // allocated for.
   static std::vector<std::uint8_t> read_file(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) throw invalid_argument_error("kiln::load: cannot open " + path + ": no such file");
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw invalid_argument_error("kiln::load: " + path + " is not a regular file" +
+                                   (ec ? " (" + ec.message() + ")" : std::string()));
     std::ifstream is(path, std::ios::binary | std::ios::ate);
     if (!is) throw invalid_argument_error("kiln::load: cannot open " + path);
-    std::vector<std::uint8_t> bytes(std::size_t(is.tellg()));
+    const std::streamoff size = is.tellg();
+    const std::uintmax_t on_disk = std::filesystem::file_size(path, ec);
+    if (size < 0 || ec || std::uintmax_t(size) != on_disk ||
+        std::uintmax_t(size) > std::vector<std::uint8_t>().max_size())
+      throw invalid_argument_error("kiln::load: cannot tell the size of " + path);
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
     is.seekg(0);
     is.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
     if (!is) throw invalid_argument_error("kiln::load: cannot read " + path);
@@ -729,6 +787,7 @@ struct saved_function_io {
     for (const json& out : r.array_at(f, "outputs"))
       c->outputs.emplace_back(r.shape_of(r.at(out, "shape")), r.dtype_of(r.at(out, "dtype")), r.text_at(out, "name"));
     c->returns_void = r.boolean_at(f, "returns_void");
+    if (c->returns_void && !c->outputs.empty()) r.fail(c->name + " returns nothing but lists outputs");
     c->graph = l.graph(r.at(f, "graph"), 0);
     const kiln::graph& g = c->graph;
     if (g.arguments().size() != c->inputs.size() || c->input_arg.size() != c->inputs.size())
@@ -833,13 +892,16 @@ loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
   if (head_size > bytes.size() - prefix) r.fail("truncated (its header is cut short)");
   const std::span<const std::uint8_t> data = file_bytes.subspan(prefix + head_size);
   try {
-    const json header = json::from_cbor(file_bytes.subspan(prefix, head_size));
+    const json header = r.cbor(file_bytes.subspan(prefix, head_size), "the header");
     if (!header.is_object() || !header.contains("format") || header["format"] != saved_format_name)
       r.fail("not a kiln saved function");
-    const int version = int(r.integer(r.at(header, "version"), "version", 1, INT32_MAX));
-    if (version > saved_format_version)
-      throw unavailable_error("kiln::load: " + r.path() + ": written in format version " + std::to_string(version) +
-                              ", newer than this kiln reads (" + std::to_string(saved_format_version) + ")");
+    // Any version above this kiln's, however large, is a newer format, not a bad file.
+    const json& version = r.at(header, "version");
+    if (version.is_number_unsigned() && version.get<std::uint64_t>() > std::uint64_t(saved_format_version))
+      throw unavailable_error("kiln::load: " + r.path() + ": written in format version " +
+                              std::to_string(version.get<std::uint64_t>()) + ", newer than this kiln reads (" +
+                              std::to_string(saved_format_version) + ")");
+    (void)r.integer(version, "version", 1, saved_format_version);
     if (r.unsigned_at(header, "data_bytes") != data.size())
       r.fail("truncated or padded (" + std::to_string(data.size()) + " bytes of data instead of " +
              std::to_string(r.unsigned_at(header, "data_bytes")) + ")");
@@ -848,7 +910,7 @@ loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
     if (r.unsigned_at(header, "checksum") != saved_checksum({model_bytes.get_binary(), data}))
       r.fail("corrupted (its checksum does not match its contents)");
     // Read as a span, as the header is: each input type compiles its own CBOR reader.
-    const json model = json::from_cbor(std::span<const std::uint8_t>(model_bytes.get_binary()));
+    const json model = r.cbor(std::span<const std::uint8_t>(model_bytes.get_binary()), "the model");
     loader l{r, data, {}, {}};
     for (const json& v : r.array_at(model, "variables")) {
       auto state = std::make_shared<variable_state>(r.text_at(v, "name"), r.dtype_of(r.at(v, "dtype")),

@@ -823,6 +823,17 @@ class shape {
     return true;
   }
 
+  /// True when some concrete shape fits both this spec and `s` (TensorFlow's
+  /// `is_compatible_with`): `(None, 3)` and `(2, None)` are, `(2,)` and `(3,)` are not.
+  /// \code kiln::shape{kiln::none, 3}.is_compatible_with(kiln::shape{2, kiln::none}) == true \endcode
+  constexpr bool is_compatible_with(const shape& s) const {
+    if (rank_ < 0 || s.rank_ < 0) return true;
+    if (rank_ != s.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != none && s.dims_[i] != none && dims_[i] != s.dims_[i]) return false;
+    return true;
+  }
+
   /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
   std::string str() const {
     if (rank_ < 0) return "<unknown>";

@@ -524,6 +524,17 @@ class shape {
     return true;
   }
 
+  /// True when some concrete shape fits both this spec and `s` (TensorFlow's
+  /// `is_compatible_with`): `(None, 3)` and `(2, None)` are, `(2,)` and `(3,)` are not.
+  /// \code kiln::shape{kiln::none, 3}.is_compatible_with(kiln::shape{2, kiln::none}) == true \endcode
+  constexpr bool is_compatible_with(const shape& s) const {
+    if (rank_ < 0 || s.rank_ < 0) return true;
+    if (rank_ != s.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != none && s.dims_[i] != none && dims_[i] != s.dims_[i]) return false;
+    return true;
+  }
+
   /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
   std::string str() const {
     if (rank_ < 0) return "<unknown>";
@@ -13533,7 +13544,10 @@ class gradient_tape {
   std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
     std::vector<std::tuple<const void*, dtype, shape>> ids;
-    for (const Variable& v : vars) ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    for (const Variable& v : vars) {
+      if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
+      ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    }
     std::vector<tensor> out = gradients_with_variables(target, {}, ids);
     for (std::size_t k = 0; k < vars.size(); ++k)
       if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
@@ -13705,6 +13719,10 @@ template <class>
 std::vector<tensor> gradient_tape::gradients_of(
     const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
+  if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
+  for (std::size_t k = 0; k < sources.size(); ++k)
+    if (!sources[k].defined())
+      throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
   if (used_ && !persistent_)
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
@@ -15848,9 +15866,12 @@ class variable_state {
   /// `'name' float32 (2,)`, as messages show the variable.
   std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
 
-  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and shape.
+  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and
+  /// shape; a symbolic `x` (a write being traced) only needs a shape that may fit,
+  /// and the write checks the value's when the graph runs, as TensorFlow does.
   void check(std::string_view op, const tensor& x) const {
-    if (x.dtype() != type_ || !dims_.accepts(x.shape()))
+    const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
+    if (x.dtype() != type_ || !fits)
       throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
                                    std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
                                    " value; the dtype and shape of a variable are fixed");
@@ -21800,9 +21821,11 @@ class optimizer_state {
   explicit optimizer_state(std::string name)
       : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
 
-  /// The (gradient, variable) pairs to update: those with a gradient, checked to
-  /// match. Raises kiln::invalid_argument_error for lists of different lengths and
-  /// kiln::value_error when no variable has a gradient, as Keras does.
+  /// The (gradient, variable) pairs to update: those with a gradient, every pair
+  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
+  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
+  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
+  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
   template <class = void>
   std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
     if (grads.size() != vars.size())
@@ -21814,6 +21837,13 @@ class optimizer_state {
       if (!is_floating(vars[k].dtype()))
         throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
                          std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      const tensor& g = grads[k];
+      // A gradient being traced may have dims known only when the graph runs.
+      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+      if (g.dtype() != vars[k].dtype() || !fits)
+        throw invalid_argument_error(name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
+                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
+                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
       out.emplace_back(grads[k], vars[k]);
     }
     if (out.empty() && !vars.empty())

@@ -348,6 +348,52 @@ TEST_CASE("a file from a newer kiln, an unknown op or a node its op does not giv
     std::filesystem::remove(file.path());
     require_throws<kiln::invalid_argument_error>([&] { return kiln::load(file.path()); }, {"cannot open", file.str()});
   }
+  SECTION("a version too large for an integer type is still a newer format") {
+    saved_parts parts = parts_of(file.path());
+    parts.header["version"] = std::uint64_t(1) << 63;
+    write_parts(file.path(), parts);
+    require_throws<kiln::unavailable_error>([&] { return kiln::load(file.path()); },
+                                            {file.str(), "format version 9223372036854775808", "newer than this kiln reads"});
+  }
+  SECTION("a function that returns nothing yet lists outputs") {
+    edit_model(file.path(), [](nlohmann::json& m) { m["functions"][0]["returns_void"] = true; });
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "returns nothing but lists outputs"});
+  }
+}
+
+TEST_CASE("a directory, or anything but a regular file, is refused by name") {
+  const std::filesystem::path directory = std::filesystem::temp_directory_path();
+  require_throws<kiln::invalid_argument_error>([&] { return kiln::load(directory); }, {directory.string(), "not a regular file"});
+  require_throws<kiln::invalid_argument_error>([] { return kiln::load("/dev/null"); }, {"/dev/null", "not a regular file"});
+}
+
+// `KILNSAVE`, the header's length, then `levels` nested one-element CBOR arrays.
+std::vector<std::uint8_t> nested_arrays(std::size_t levels) {
+  std::vector<std::uint8_t> document(levels, 0x81);  // an array of one element
+  document.push_back(0x00);                          // the innermost element: 0
+  std::vector<std::uint8_t> bytes{'K', 'I', 'L', 'N', 'S', 'A', 'V', 'E'};
+  for (int k = 0; k < 8; ++k) bytes.push_back(std::uint8_t(std::uint64_t(document.size()) >> (8 * k)));
+  bytes.insert(bytes.end(), document.begin(), document.end());
+  return bytes;
+}
+
+TEST_CASE("deeply nested CBOR raises a kiln error instead of overflowing the stack") {
+  temporary_file file("nested.kiln");
+  // The file of 60,000 levels that used to end in SIGSEGV, and deeper ones.
+  for (std::size_t levels : {std::size_t(60000), std::size_t(100000), std::size_t(1000000)}) {
+    INFO(levels << " levels");
+    write_bytes(file.path(), nested_arrays(levels));
+    require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "the header nests deeper than"});
+  }
+  // The same nesting inside a model whose checksum is right: refused when read.
+  save_sample(file);
+  saved_parts parts = parts_of(file.path());
+  std::vector<std::uint8_t> model(100000, 0x81);
+  model.push_back(0x00);
+  parts.header["checksum"] = kiln::detail::saved_checksum({model, parts.data});
+  parts.header["model"] = nlohmann::json::binary(std::move(model));
+  write_parts(file.path(), parts);
+  require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "the model nests deeper than"});
 }
 
 }  // namespace

@@ -67,6 +67,23 @@ TEST_CASE("a variable rejects values of another dtype or shape, naming both") {
   require_throws<value_error>([&] { return empty.read_value(); }, {"empty"});
 }
 
+TEST_CASE("a value whose shape is known only when the graph runs may be assigned, and is checked then") {
+  // As TensorFlow: a (2,) variable takes an input_signature argument of shape (None,),
+  // and the assignment fails when the graph runs with another size.
+  variable v(kiln::constant({1.f, 2.f}), "weights");
+  function assign([&](const tensor& x) { return v.assign(x); },
+                  {.name = "assign", .input_signature = std::vector{tensor_spec({none}, float32)}});
+  REQUIRE(assign(kiln::constant({3.f, 4.f})).to_vector<float>() == std::vector{3.f, 4.f});
+  REQUIRE(v.read_value().to_vector<float>() == std::vector{3.f, 4.f});
+  require_throws<invalid_argument_error>([&] { return assign(kiln::constant({5.f, 6.f, 7.f})); },
+                                         {"in assign", "AssignVariableOp", "'weights' float32 (2,)", "float32 (3,)"});
+  REQUIRE(v.read_value().to_vector<float>() == std::vector{3.f, 4.f});
+  // A rank that cannot fit is refused while tracing.
+  function matrix([&](const tensor& x) { return v.assign_add(x); },
+                  {.name = "matrix", .input_signature = std::vector{tensor_spec({none, none}, float32)}});
+  require_throws<invalid_argument_error>([&] { return matrix(kiln::ones({1, 2})); }, {"'weights' float32 (2,)", "(None, None)"});
+}
+
 TEST_CASE("captured variables are read at every call; writes run in program order") {
   variable a(1.f), b(2.f);
   // The seeds' automatic control dependencies: a = y * b; b += x * a; return a + b.

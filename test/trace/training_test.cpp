@@ -2,19 +2,19 @@
 // values come from the update rules written out here in double, independently of
 // kiln's ops.
 
-#include <catch2/catch.hpp>
-
-#include <kiln/kiln.hpp>
+#include "../support/op_check.hpp"
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace {
+
+using kiln::testing::require_throws;
 
 float value_of(const kiln::tensor& t) { return t.item<float>(); }
 
@@ -227,6 +227,42 @@ TEST_CASE("a train step traced once per optimizer, as the seeds show") {
   CHECK(a.iterations().read_value().item<std::int64_t>() == 5);
   CHECK(b.iterations().read_value().item<std::int64_t>() == 5);
   CHECK(value_of(w.read_value()) < 2.f - 0.5f);
+}
+
+TEST_CASE("a gradient of another shape than its variable's is refused before any variable changes") {
+  // A scalar gradient would broadcast over the variable, silently (Keras 2.12 lets it).
+  kiln::variable first(kiln::constant({1.f, 2.f})), second(kiln::constant({1.f, 2.f, 3.f}));
+  kiln::optimizers::sgd sgd({.learning_rate = 0.1});
+  require_throws<kiln::invalid_argument_error>([&] { sgd.apply_gradients({kiln::constant(1.f)}, {first}); },
+                                               {"SGD.apply_gradients", "float32 (2,)", "float32 ()"});
+  kiln::optimizers::adam adam({.learning_rate = 0.1});
+  require_throws<kiln::invalid_argument_error>([&] { adam.apply_gradients({kiln::constant({1.f})}, {second}); },
+                                               {"Adam.apply_gradients", "(3,)", "(1,)"});
+  // A good gradient for the first variable and a bad one for the second: nothing moves.
+  require_throws<kiln::invalid_argument_error>(
+      [&] { adam.apply_gradients({kiln::constant({1.f, 1.f}), kiln::constant({1.f, 1.f})}, {first, second}); },
+      {"(3,)", "(2,)"});
+  require_throws<kiln::invalid_argument_error>(
+      [&] { adam.apply_gradients({kiln::constant({1.f, 1.f}), kiln::constant({1.0, 1.0, 1.0})}, {first, second}); },
+      {"float32 (3,)", "float64 (3,)"});
+  CHECK(first.read_value().to_vector<float>() == std::vector{1.f, 2.f});
+  CHECK(second.read_value().to_vector<float>() == std::vector{1.f, 2.f, 3.f});
+  CHECK(adam.iterations().read_value().item<std::int64_t>() == 0);
+  CHECK(sgd.iterations().read_value().item<std::int64_t>() == 0);
+}
+
+TEST_CASE("a tape asked for the gradient of an empty tensor, or with respect to one, says so") {
+  kiln::tensor x = kiln::constant(3.f);
+  kiln::variable v(1.f);
+  kiln::gradient_tape tape({.persistent = true});
+  tape.watch(x);
+  kiln::tensor y = x * v;
+  require_throws<kiln::invalid_argument_error>([&] { return tape.gradient(kiln::tensor(), x); }, {"target", "empty"});
+  require_throws<kiln::invalid_argument_error>([&] { return tape.gradient(y, kiln::tensor()); }, {"source 0", "empty"});
+  require_throws<kiln::invalid_argument_error>([&] { return tape.gradient(kiln::tensor(), std::vector{v}); }, {"target", "empty"});
+  require_throws<kiln::invalid_argument_error>([&] { return tape.gradient(y, std::vector{kiln::variable()}); },
+                                               {"variable", "empty"});
+  CHECK(tape.gradient(y, x).item<float>() == 1.f);
 }
 
 TEST_CASE("apply_gradients checks its arguments") {

@@ -291,7 +291,10 @@ class gradient_tape {
   std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
     std::vector<std::tuple<const void*, dtype, shape>> ids;
-    for (const Variable& v : vars) ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    for (const Variable& v : vars) {
+      if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
+      ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    }
     std::vector<tensor> out = gradients_with_variables(target, {}, ids);
     for (std::size_t k = 0; k < vars.size(); ++k)
       if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
@@ -463,6 +466,10 @@ template <class>
 std::vector<tensor> gradient_tape::gradients_of(
     const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
+  if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
+  for (std::size_t k = 0; k < sources.size(); ++k)
+    if (!sources[k].defined())
+      throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
   if (used_ && !persistent_)
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");

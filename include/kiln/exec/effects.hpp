@@ -52,9 +52,12 @@ class variable_state {
   /// `'name' float32 (2,)`, as messages show the variable.
   std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
 
-  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and shape.
+  /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and
+  /// shape; a symbolic `x` (a write being traced) only needs a shape that may fit,
+  /// and the write checks the value's when the graph runs, as TensorFlow does.
   void check(std::string_view op, const tensor& x) const {
-    if (x.dtype() != type_ || !dims_.accepts(x.shape()))
+    const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
+    if (x.dtype() != type_ || !fits)
       throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
                                    std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
                                    " value; the dtype and shape of a variable are fixed");

@@ -63,9 +63,11 @@ class optimizer_state {
   explicit optimizer_state(std::string name)
       : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
 
-  /// The (gradient, variable) pairs to update: those with a gradient, checked to
-  /// match. Raises kiln::invalid_argument_error for lists of different lengths and
-  /// kiln::value_error when no variable has a gradient, as Keras does.
+  /// The (gradient, variable) pairs to update: those with a gradient, every pair
+  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
+  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
+  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
+  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
   template <class = void>
   std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
     if (grads.size() != vars.size())
@@ -77,6 +79,13 @@ class optimizer_state {
       if (!is_floating(vars[k].dtype()))
         throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
                          std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      const tensor& g = grads[k];
+      // A gradient being traced may have dims known only when the graph runs.
+      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+      if (g.dtype() != vars[k].dtype() || !fits)
+        throw invalid_argument_error(name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
+                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
+                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
       out.emplace_back(grads[k], vars[k]);
     }
     if (out.empty() && !vars.empty())
