@@ -1,0 +1,52 @@
+#pragma once
+/// \file
+/// TFRecord framing, as TensorFlow's event files use it: each record is its length
+/// (uint64, little-endian), the masked CRC32C of those 8 bytes, the data, and the
+/// masked CRC32C of the data (both uint32, little-endian). CRC32C is the Castagnoli
+/// CRC (iSCSI's), computed by Boost.CRC; the mask rotates it and adds a constant, so
+/// that a CRC over bytes that contain CRCs stays well distributed (TensorFlow's
+/// `crc32c::Mask`).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <boost/crc.hpp>
+
+namespace kiln::detail {
+
+/// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
+/// 0xFFFFFFFF) of `data`.
+/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
+inline std::uint32_t crc32c(std::string_view data) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(data.data(), data.size());
+  return crc.checksum();
+}
+
+/// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
+inline std::uint32_t masked_crc32c(std::string_view data) {
+  const std::uint32_t crc = crc32c(data);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+/// Appends `data` to `out` as one TFRecord.
+/// \code
+/// std::string file;
+/// kiln::detail::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
+/// \endcode
+inline void append_record(std::string& out, std::string_view data) {
+  char header[12];
+  const std::uint64_t length = data.size();
+  for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
+  const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
+  for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
+  out.append(header, 12);
+  out.append(data);
+  const std::uint32_t data_crc = masked_crc32c(data);
+  char footer[4];
+  for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
+  out.append(footer, 4);
+}
+
+}  // namespace kiln::detail
