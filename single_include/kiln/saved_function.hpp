@@ -209,9 +209,9 @@ bool write_scalar_summaries(std::span<const std::pair<std::string, double>> valu
 
 /// The step of a summary as an integer: an int32 or int64 scalar (checked before).
 inline std::int64_t summary_step(const tensor& step) {
-  const tensor s = step.device() == device::cpu ? step : step.to(device::cpu);
-  return s.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(s.raw_data()))
-                            : *static_cast<const std::int64_t*>(s.raw_data());
+  if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
+  return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
+                               : *static_cast<const std::int64_t*>(step.raw_data());
 }
 
 /// Writes a summary to the default writer at every run: its inputs are the value and

@@ -210,9 +210,9 @@ bool write_scalar_summaries(std::span<const std::pair<std::string, double>> valu
 
 /// The step of a summary as an integer: an int32 or int64 scalar (checked before).
 inline std::int64_t summary_step(const tensor& step) {
-  const tensor s = step.device() == device::cpu ? step : step.to(device::cpu);
-  return s.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(s.raw_data()))
-                            : *static_cast<const std::int64_t*>(s.raw_data());
+  if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
+  return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
+                               : *static_cast<const std::int64_t*>(step.raw_data());
 }
 
 /// Writes a summary to the default writer at every run: its inputs are the value and
@@ -432,21 +432,27 @@ class writer {
   void string(int field, std::string_view v) { bytes(field, v); }
 
   /// Starts nested message `field`: what is written until end_message(the returned
-  /// position) becomes its contents. (Its length is known only then: it is put in
-  /// front of the contents, which move up by the length's few bytes.)
+  /// position) becomes its contents. (Its length is known only then: one byte is kept
+  /// for it, enough below 128 bytes; a longer message's contents move up by the
+  /// length's further bytes.)
   std::size_t begin_message(int field) {
     tag(field, wire::length_delimited);
+    out_.push_back('\0');
     return out_.size();
   }
   void end_message(std::size_t start) {
     const std::uint64_t length = out_.size() - start;
+    if (length < 0x80) {
+      out_[start - 1] = char(length);
+      return;
+    }
     char bytes[10];
     int n = 0;
     for (std::uint64_t v = length;; v >>= 7) {
       bytes[n++] = char(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
       if (v < 0x80) break;
     }
-    out_.insert(start, bytes, std::size_t(n));
+    out_.replace(start - 1, 1, bytes, std::size_t(n));
   }
   /// Writes nested message `field` with `contents(*this)`.
   template <class F>
@@ -517,7 +523,8 @@ inline void write_tensor_proto(proto::writer& w, int field, dtype type, const sh
 }
 /// The `TensorProto` of an eager tensor.
 inline void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
-  const tensor v = value.device() == device::cpu ? value : value.to(device::cpu);
+  if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
+  const tensor& v = value;
   if (v.dtype() == string) {
     const auto* first = static_cast<const std::string*>(v.raw_data());
     write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
@@ -615,7 +622,8 @@ inline std::string_view summary_plugin(summary_kind kind) {
 /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
 /// function of that kind passes to tf.summary.write) as field `field`.
 inline void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
-  const tensor v = value.device() == device::cpu ? value : value.to(device::cpu);
+  if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
+  const tensor& v = value;
   switch (spec.kind) {
     case summary_kind::scalar: {
       float x;
@@ -964,25 +972,59 @@ inline std::string graph_def_of(const graph& g) { return graph_def_writer().grap
 /// TFRecord framing, as TensorFlow's event files use it: each record is its length
 /// (uint64, little-endian), the masked CRC32C of those 8 bytes, the data, and the
 /// masked CRC32C of the data (both uint32, little-endian). CRC32C is the Castagnoli
-/// CRC (iSCSI's), computed by Boost.CRC; the mask rotates it and adds a constant, so
+/// CRC (iSCSI's), computed by the processor where it can (SSE 4.2) and by Boost.CRC
+/// otherwise; the mask rotates it and adds a constant, so
 /// that a CRC over bytes that contain CRCs stays well distributed (TensorFlow's
 /// `crc32c::Mask`).
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
 #include <boost/crc.hpp>
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 namespace kiln::detail {
 
 /// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
-/// 0xFFFFFFFF) of `data`.
-/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
-inline std::uint32_t crc32c(std::string_view data) {
+/// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
+/// \code kiln::detail::crc32c_by_table("123456789") == 0xE3069283u \endcode
+inline std::uint32_t crc32c_by_table(std::string_view data) {
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
   crc.process_bytes(data.data(), data.size());
   return crc.checksum();
+}
+
+#if defined(__SSE4_2__)
+/// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
+/// faster than the table, which took a fifth of a scalar summary's time.
+inline std::uint32_t crc32c_by_instruction(std::string_view data) {
+  std::uint64_t crc = 0xFFFFFFFFu;
+  const char* p = data.data();
+  std::size_t n = data.size();
+  for (; n >= 8; n -= 8, p += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    crc = _mm_crc32_u64(crc, word);
+  }
+  auto c = std::uint32_t(crc);
+  for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
+  return ~c;
+}
+#endif
+
+/// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
+/// otherwise by Boost.CRC's table.
+/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
+inline std::uint32_t crc32c(std::string_view data) {
+#if defined(__SSE4_2__)
+  return crc32c_by_instruction(data);
+#else
+  return crc32c_by_table(data);
+#endif
 }
 
 /// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
@@ -1070,19 +1112,19 @@ class event_file_writer final : public summary_target {
                        "." + std::to_string(writers++) + options_.filename_suffix);
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
-    last_flush_ = std::chrono::steady_clock::now();
+    const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_file_version_event(scratch_, summary_wall_time());
-    enqueue();
-    flush_locked();
+    write_file_version_event(scratch_, now);
+    enqueue(now);
+    flush_locked(now);
   }
   event_file_writer(const event_file_writer&) = delete;
   event_file_writer& operator=(const event_file_writer&) = delete;
   ~event_file_writer() {
     try {
       std::lock_guard lock(mutex_);
-      flush_locked();
+      flush_locked(summary_wall_time());
     } catch (...) {  // (a destructor does not throw; the file is closed below all the same)
     }
     std::fclose(file_);
@@ -1099,7 +1141,7 @@ class event_file_writer final : public summary_target {
     std::lock_guard lock(mutex_);
     scratch_.clear();
     write_summary_event(scratch_, now, step, spec, value);
-    enqueue();
+    enqueue(now);
   }
   /// Queues an event holding the serialized GraphDef `graph_def`.
   void write_graph_def(std::string_view graph_def) {
@@ -1107,24 +1149,26 @@ class event_file_writer final : public summary_target {
     std::lock_guard lock(mutex_);
     scratch_.clear();
     write_graph_event(scratch_, now, graph_def);
-    enqueue();
+    enqueue(now);
   }
   /// Writes the queued events to the file.
   void flush_file() {
+    const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
-    flush_locked();
+    flush_locked(now);
   }
 
  private:
-  // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does.
-  void enqueue() {
+  // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
+  // timed by the clock the event's wall time was read from (`now`, in seconds).
+  void enqueue(double now) {
     append_record(queue_, scratch_);
     ++queued_;
-    if (queued_ > options_.max_queue || std::chrono::steady_clock::now() - last_flush_ > options_.flush_millis)
-      flush_locked();
+    if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
+      flush_locked(now);
   }
-  void flush_locked() {
-    last_flush_ = std::chrono::steady_clock::now();
+  void flush_locked(double now) {
+    last_flush_ = now;
     if (queue_.empty()) return;
     const bool ok = std::fwrite(queue_.data(), 1, queue_.size(), file_) == queue_.size() && std::fflush(file_) == 0;
     queue_.clear();
@@ -1139,7 +1183,7 @@ class event_file_writer final : public summary_target {
   std::string scratch_;  // the event being written
   std::string queue_;    // framed events not yet in the file
   int queued_ = 0;
-  std::chrono::steady_clock::time_point last_flush_;
+  double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 
 }  // namespace kiln::detail

@@ -70,7 +70,8 @@ inline void write_tensor_proto(proto::writer& w, int field, dtype type, const sh
 }
 /// The `TensorProto` of an eager tensor.
 inline void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
-  const tensor v = value.device() == device::cpu ? value : value.to(device::cpu);
+  if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
+  const tensor& v = value;
   if (v.dtype() == string) {
     const auto* first = static_cast<const std::string*>(v.raw_data());
     write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
@@ -168,7 +169,8 @@ inline std::string_view summary_plugin(summary_kind kind) {
 /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
 /// function of that kind passes to tf.summary.write) as field `field`.
 inline void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
-  const tensor v = value.device() == device::cpu ? value : value.to(device::cpu);
+  if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
+  const tensor& v = value;
   switch (spec.kind) {
     case summary_kind::scalar: {
       float x;

@@ -70,21 +70,27 @@ class writer {
   void string(int field, std::string_view v) { bytes(field, v); }
 
   /// Starts nested message `field`: what is written until end_message(the returned
-  /// position) becomes its contents. (Its length is known only then: it is put in
-  /// front of the contents, which move up by the length's few bytes.)
+  /// position) becomes its contents. (Its length is known only then: one byte is kept
+  /// for it, enough below 128 bytes; a longer message's contents move up by the
+  /// length's further bytes.)
   std::size_t begin_message(int field) {
     tag(field, wire::length_delimited);
+    out_.push_back('\0');
     return out_.size();
   }
   void end_message(std::size_t start) {
     const std::uint64_t length = out_.size() - start;
+    if (length < 0x80) {
+      out_[start - 1] = char(length);
+      return;
+    }
     char bytes[10];
     int n = 0;
     for (std::uint64_t v = length;; v >>= 7) {
       bytes[n++] = char(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
       if (v < 0x80) break;
     }
-    out_.insert(start, bytes, std::size_t(n));
+    out_.replace(start - 1, 1, bytes, std::size_t(n));
   }
   /// Writes nested message `field` with `contents(*this)`.
   template <class F>

@@ -87,19 +87,19 @@ class event_file_writer final : public summary_target {
                        "." + std::to_string(writers++) + options_.filename_suffix);
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
-    last_flush_ = std::chrono::steady_clock::now();
+    const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_file_version_event(scratch_, summary_wall_time());
-    enqueue();
-    flush_locked();
+    write_file_version_event(scratch_, now);
+    enqueue(now);
+    flush_locked(now);
   }
   event_file_writer(const event_file_writer&) = delete;
   event_file_writer& operator=(const event_file_writer&) = delete;
   ~event_file_writer() {
     try {
       std::lock_guard lock(mutex_);
-      flush_locked();
+      flush_locked(summary_wall_time());
     } catch (...) {  // (a destructor does not throw; the file is closed below all the same)
     }
     std::fclose(file_);
@@ -116,7 +116,7 @@ class event_file_writer final : public summary_target {
     std::lock_guard lock(mutex_);
     scratch_.clear();
     write_summary_event(scratch_, now, step, spec, value);
-    enqueue();
+    enqueue(now);
   }
   /// Queues an event holding the serialized GraphDef `graph_def`.
   void write_graph_def(std::string_view graph_def) {
@@ -124,24 +124,26 @@ class event_file_writer final : public summary_target {
     std::lock_guard lock(mutex_);
     scratch_.clear();
     write_graph_event(scratch_, now, graph_def);
-    enqueue();
+    enqueue(now);
   }
   /// Writes the queued events to the file.
   void flush_file() {
+    const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
-    flush_locked();
+    flush_locked(now);
   }
 
  private:
-  // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does.
-  void enqueue() {
+  // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
+  // timed by the clock the event's wall time was read from (`now`, in seconds).
+  void enqueue(double now) {
     append_record(queue_, scratch_);
     ++queued_;
-    if (queued_ > options_.max_queue || std::chrono::steady_clock::now() - last_flush_ > options_.flush_millis)
-      flush_locked();
+    if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
+      flush_locked(now);
   }
-  void flush_locked() {
-    last_flush_ = std::chrono::steady_clock::now();
+  void flush_locked(double now) {
+    last_flush_ = now;
     if (queue_.empty()) return;
     const bool ok = std::fwrite(queue_.data(), 1, queue_.size(), file_) == queue_.size() && std::fflush(file_) == 0;
     queue_.clear();
@@ -156,7 +158,7 @@ class event_file_writer final : public summary_target {
   std::string scratch_;  // the event being written
   std::string queue_;    // framed events not yet in the file
   int queued_ = 0;
-  std::chrono::steady_clock::time_point last_flush_;
+  double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 
 }  // namespace kiln::detail
