@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <kiln/summary.hpp>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,23 @@ TEST_CASE("scalar and text events are TensorFlow's bytes") {
   CHECK(hex(event_of(spec(kind::text, "table"), table, 0)) == hex(fixtures::text_matrix));
 }
 
+TEST_CASE("a float64 scalar beyond float32's range is an infinity, as TensorFlow's cast makes it") {
+  using kind = kiln::detail::summary_kind;
+  auto written = [](double v) {
+    float f;
+    std::memcpy(&f, tensor_of(event_of(spec(kind::scalar, "s"), kiln::constant(v), 0)).one(4).bytes.data(), 4);
+    return f;
+  };
+  const double largest = std::numeric_limits<float>::max();
+  CHECK(written(1e300) == std::numeric_limits<float>::infinity());
+  CHECK(written(-1e300) == -std::numeric_limits<float>::infinity());
+  CHECK(written(largest) == std::numeric_limits<float>::max());
+  CHECK(written(largest + 0x1p102) == std::numeric_limits<float>::max());  // less than half an ulp past: rounds back
+  CHECK(written(largest + 0x1p103) == std::numeric_limits<float>::infinity());  // half an ulp: to even, infinity
+  CHECK(std::isnan(written(NAN)));
+  CHECK(written(0.1) == 0.1f);
+}
+
 TEST_CASE("histogram buckets are TensorFlow's") {
   struct input {
     const fixtures::histogram_case* expected;
@@ -180,6 +198,10 @@ TEST_CASE("histogram buckets are TensorFlow's") {
     // Everything but the table is TensorFlow's metadata.
     CHECK(hex(message::parse(event).sub(5).sub(1).one(9).bytes) == "0a0c0a0a686973746f6772616d73");
   }
+  // A range beyond double's: every value in the first bucket, no undefined conversion.
+  const message huge = tensor_of(event_of(spec(kiln::detail::summary_kind::histogram, "h", 3), kiln::constant({-1e308, 1e308}), 1));
+  const std::vector<double> huge_table = doubles_of(huge.one(4).bytes);
+  CHECK(huge_table[2] + huge_table[5] + huge_table[8] == 2);
   // No buckets: an empty table, as TensorFlow's for buckets=0.
   const message none = tensor_of(event_of(spec(kiln::detail::summary_kind::histogram, "h", 0), kiln::ones({3}), 1));
   CHECK_FALSE(none.has(4));

@@ -122,8 +122,10 @@ inline std::vector<double> histogram_buckets(std::span<const double> data, int b
   // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
   const double width = range / double(k);
   for (double x : data) {
+    // (NaN and infinities stay out of the integer conversion: a width that underflows
+    // to 0, or a range that overflows, makes them.)
     const double index = std::floor((x - lo) / width);
-    table[3 * std::min(std::size_t(index), k - 1) + 2] += 1;
+    table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
   }
   for (std::size_t b = 0; b < k; ++b) {
     table[3 * b] = b == 0 ? lo : lo + width * double(b);
@@ -174,12 +176,22 @@ inline void write_summary_tensor(proto::writer& w, int field, const summary_spec
   switch (spec.kind) {
     case summary_kind::scalar: {
       float x;
-      if (v.dtype() == float32)
+      if (v.dtype() == float32) {
         x = *static_cast<const float*>(v.raw_data());
-      else if (v.dtype() == float64)
-        x = float(*static_cast<const double*>(v.raw_data()));
-      else
+      } else if (v.dtype() == float64) {
+        // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
+        // conversion of such a double is undefined).
+        const double d = *static_cast<const double*>(v.raw_data());
+        constexpr double largest = std::numeric_limits<float>::max();
+        constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
+        x = d >= overflow    ? std::numeric_limits<float>::infinity()
+            : d <= -overflow ? -std::numeric_limits<float>::infinity()
+            : d > largest    ? float(largest)
+            : d < -largest   ? -float(largest)
+                             : float(d);
+      } else {
         x = numeric_element<float>(v, 0);
+      }
       char bytes[4];
       std::memcpy(bytes, &x, 4);
       write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
