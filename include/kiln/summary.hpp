@@ -190,6 +190,8 @@ bool graph(const Function& f) {
 }
 
 class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
 
 /// While it lives, its writer is the default writer of the thread that made it (as
 /// `with writer.as_default():`); then the one before is again, and the writer is
@@ -209,6 +211,8 @@ class default_writer_scope {
 
  private:
   friend class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
   explicit default_writer_scope(std::shared_ptr<kiln::detail::event_file_writer> w)
       : writer_(std::move(w)), previous_(kiln::detail::default_summary_target()) {
     kiln::detail::default_summary_target() = writer_.get();
@@ -238,6 +242,7 @@ class file_writer {
   const std::filesystem::path& path() const { return state_->path(); }
 
  private:
+  template <class>
   friend file_writer create_file_writer(const std::filesystem::path&, writer_options);
   explicit file_writer(std::shared_ptr<kiln::detail::event_file_writer> s) : state_(std::move(s)) {}
   std::shared_ptr<kiln::detail::event_file_writer> state_;
@@ -247,14 +252,16 @@ class file_writer {
 /// tf.summary.create_file_writer; a directory or file that cannot be created raises
 /// kiln::invalid_argument_error.
 /// \code auto writer = kiln::summary::create_file_writer("logs/train"); \endcode
-inline file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {}) {
+template <class>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options) {
   return file_writer(std::make_shared<kiln::detail::event_file_writer>(logdir, std::move(options)));
 }
 
 /// Writes the default writer's queued events to its file (tf.summary.flush); false
 /// when there is no default writer.
 /// \code kiln::summary::flush(); \endcode
-inline bool flush() {
+template <class = void>
+bool flush() {
   kiln::detail::summary_target* target = kiln::detail::default_summary_target();
   if (target) target->flush(*target);
   return target != nullptr;
@@ -263,9 +270,12 @@ inline bool flush() {
 }  // namespace kiln::summary
 
 namespace kiln::detail {
-// How code below this header (a training loop given a log directory) opens a writer:
-// set in every program that includes it (kiln/exec/summary_op.hpp has the hook).
-inline const bool summary_writer_opener_set = (summary_writer_opener_hook() = [](const std::filesystem::path& logdir) {
-  return std::shared_ptr<summary_target>(std::make_shared<event_file_writer>(logdir, summary::writer_options{}));
-}, true);
+/// How code below this header (a training loop given a log directory) opens a writer
+/// (declared in kiln/exec/summary_op.hpp).
+template <class T>
+struct summary_file_opener {
+  static std::shared_ptr<summary_target> open(const std::filesystem::path& logdir) {
+    return std::make_shared<event_file_writer>(logdir, summary::writer_options{});
+  }
+};
 }  // namespace kiln::detail

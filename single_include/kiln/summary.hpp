@@ -102,8 +102,10 @@ struct summary_failure {
 /// Checks a summary's value (`value_type`, `value_shape`) and step against what its
 /// kind takes. Partial shapes (None dims, unknown rank) pass when a value of some
 /// fitting shape would: the node checks the concrete shapes again when it runs.
-/// (Messages are made only on failure: a node runs this at every call.)
-inline summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
+/// (Messages are made only on failure: a node runs this at every call. Like the other
+/// functions here, a template on nothing, compiled only where a program uses it.)
+template <class = void>
+summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
                                             dtype step_type, const shape& step_shape) {
   auto fail = [&](summary_failure::kind_t kind, const std::string& problem) {
     static constexpr std::string_view kinds[] = {"scalar", "histogram", "text", "image"};
@@ -153,7 +155,8 @@ inline summary_failure check_summary_inputs(const summary_spec& s, dtype value_t
 /// Raises the error of `f`: kiln::type_error for a dtype and kiln::value_error for a
 /// shape (as TensorFlow's summaries raise, eagerly and while tracing), or
 /// kiln::invalid_argument_error for a shape found wrong only when a graph runs.
-[[noreturn]] inline void throw_summary_failure(const summary_failure& f, bool running_graph) {
+template <class = void>
+[[noreturn]] void throw_summary_failure(const summary_failure& f, bool running_graph) {
   if (running_graph) throw invalid_argument_error(f.message);
   if (f.kind == summary_failure::wrong_dtype) throw type_error(f.message);
   throw value_error(f.message);
@@ -179,17 +182,28 @@ inline summary_target*& default_summary_target() {
   return target;
 }
 
-/// What kiln/summary.hpp sets when a program includes it: how code below it (a
-/// training loop given a log directory) opens a writer on a directory. Null otherwise.
-using summary_writer_opener = std::shared_ptr<summary_target> (*)(const std::filesystem::path& logdir);
-inline summary_writer_opener& summary_writer_opener_hook() {
-  static summary_writer_opener opener = nullptr;
-  return opener;
-}
+/// How code below kiln/summary.hpp (a training loop given a log directory) opens a
+/// writer on a directory: `summary_file_opener<>::open(logdir)`, a shared
+/// summary_target. Declared here, defined by kiln/summary.hpp; such code names it as a
+/// defaulted template argument and checks that it is complete where it is
+/// instantiated, as concrete_function::save does with saved_function_io, so that a
+/// program that never includes kiln/summary.hpp compiles none of the writer, and one
+/// that asks for a log directory without it gets a compile error that says so:
+/// \code
+/// template <class Opener = kiln::detail::summary_file_opener<>>
+/// std::shared_ptr<kiln::detail::summary_target> open_log(const std::filesystem::path& logdir) {
+///   if constexpr (requires { Opener::open(logdir); })
+///     return Opener::open(logdir);
+///   else
+///     static_assert(sizeof(Opener*) == 0, "a log directory needs #include <kiln/summary.hpp>");
+/// }
+/// \endcode
+template <class = void>
+struct summary_file_opener;
 
 /// The hook for training loops (kiln::fit): writes each (tag, value) pair as a scalar
-/// summary at `step` to `target` (a writer, or the thread's default one when null);
-/// returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
+/// summary at `step` to `target` (a writer, from summary_file_opener or the thread's
+/// default one when null); returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
 /// names them (`epoch_loss`, `epoch_accuracy`) by the caller's choice.
 /// \code
 /// const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.9}};
@@ -209,7 +223,8 @@ bool write_scalar_summaries(std::span<const std::pair<std::string, double>> valu
 }
 
 /// The step of a summary as an integer: an int32 or int64 scalar (checked before).
-inline std::int64_t summary_step(const tensor& step) {
+template <class = void>
+std::int64_t summary_step(const tensor& step) {
   if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
   return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
                                : *static_cast<const std::int64_t*>(step.raw_data());
@@ -219,6 +234,7 @@ inline std::int64_t summary_step(const tensor& step) {
 /// the step, its one result a bool scalar, true when it wrote (false without a writer).
 class summary_op final : public special_op {
  public:
+  template <class = void>
   explicit summary_op(summary_spec spec) : special_op(std::type_identity<summary_op>()), spec_(std::move(spec)) {
     for (int k = 0; k < 2; ++k) {
       written_[k] = tensor(bool_, shape{});
@@ -227,6 +243,7 @@ class summary_op final : public special_op {
   }
   std::string_view name() const { return summary_op_name(spec_.kind); }
   bool has_effects() const { return true; }
+  template <class = void>
   tensor run(std::span<const tensor* const> in) const {
     summary_target* target = default_summary_target();
     if (!target) return written_[0];
@@ -290,13 +307,15 @@ class summary_op final : public special_op {
 namespace kiln::detail {
 
 /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-inline void append_big_endian(std::string& out, std::uint32_t v) {
+template <class = void>
+void append_big_endian(std::string& out, std::uint32_t v) {
   const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
   out.append(bytes, 4);
 }
 
 /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-inline void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+template <class = void>
+void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
   append_big_endian(out, std::uint32_t(data.size()));
   boost::crc_32_type crc;
   crc.process_bytes(type.data(), type.size());
@@ -313,7 +332,8 @@ inline void append_png_chunk(std::string& out, std::string_view type, std::strin
 /// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
 /// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
 /// \endcode
-inline std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+template <class = void>
+std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
                               int channels) {
   static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
   std::string png("\x89PNG\r\n\x1a\n", 8);
@@ -390,9 +410,10 @@ enum class wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2,
 /// w.string(1, "tag");
 /// w.end_message(at);
 /// \endcode
-class writer {
+template <class = void>
+class basic_writer {
  public:
-  explicit writer(std::string& out) : out_(out) {}
+  explicit basic_writer(std::string& out) : out_(out) {}
 
   /// An unsigned varint, 7 bits a byte, least significant first.
   void raw_varint(std::uint64_t v) {
@@ -474,6 +495,9 @@ class writer {
 
   std::string& out_;
 };
+/// (A template on nothing, as everything under kiln/io/summary/: compiled only where a
+/// program writes summaries.)
+using writer = basic_writer<>;
 
 }  // namespace kiln::detail::proto
 // ----- end kiln/io/summary/protobuf.hpp -----
@@ -482,7 +506,8 @@ class writer {
 namespace kiln::detail {
 
 /// TensorFlow's `DataType` enum value of a kiln dtype.
-inline int tensorflow_dtype(dtype t) {
+template <class = void>
+int tensorflow_dtype(dtype t) {
   switch (t) {
     case bool_: return 10;    // DT_BOOL
     case int32: return 3;     // DT_INT32
@@ -494,7 +519,8 @@ inline int tensorflow_dtype(dtype t) {
 }
 
 /// A `TensorShapeProto` (dims; None is -1) as field `field`.
-inline void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+template <class = void>
+void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   w.message(field, [&](proto::writer& m) {
     if (!dims.has_known_rank()) {
       m.boolean(3, true);  // unknown_rank
@@ -509,7 +535,8 @@ inline void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
 
 /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
 /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
-inline void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
                                std::span<const std::string> strings = {}) {
   w.message(field, [&](proto::writer& t) {
     t.varint(1, tensorflow_dtype(type));
@@ -522,7 +549,8 @@ inline void write_tensor_proto(proto::writer& w, int field, dtype type, const sh
   });
 }
 /// The `TensorProto` of an eager tensor.
-inline void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
   const tensor& v = value;
   if (v.dtype() == string) {
@@ -553,7 +581,8 @@ T numeric_element(const tensor& v, std::int64_t i) {
 /// when every value is the same, every edge is that value and the last bucket counts
 /// them all; no values give rows of zeros. Non-finite values raise
 /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-inline std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+template <class = void>
+std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
   const std::size_t k = std::size_t(std::max(buckets, 0));
   std::vector<double> table(3 * k, 0.0);
   if (data.empty() || k == 0) return table;
@@ -591,7 +620,8 @@ inline std::vector<double> histogram_buckets(std::span<const double> data, int b
 /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
 /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
 /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-inline std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+template <class = void>
+std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
   const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
   std::vector<std::uint8_t> out(std::size_t(count * per_image));
   const bool floats = images.dtype() == float32 || images.dtype() == float64;
@@ -612,7 +642,8 @@ inline std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_
 }
 
 /// The TensorBoard plugin that shows each kind.
-inline std::string_view summary_plugin(summary_kind kind) {
+template <class = void>
+std::string_view summary_plugin(summary_kind kind) {
   switch (kind) {
     case summary_kind::histogram: return "histograms";
     case summary_kind::text: return "text";
@@ -623,7 +654,8 @@ inline std::string_view summary_plugin(summary_kind kind) {
 
 /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
 /// function of that kind passes to tf.summary.write) as field `field`.
-inline void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+template <class = void>
+void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
   if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
   const tensor& v = value;
   switch (spec.kind) {
@@ -679,7 +711,8 @@ inline void write_summary_tensor(proto::writer& w, int field, const summary_spec
 /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
 /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
 /// `SummaryMetadata` (the plugin's name, and the description when there is one).
-inline void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+template <class = void>
+void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
                                 const tensor& value) {
   proto::writer w(out);
   w.float64(1, wall_time);
@@ -697,14 +730,16 @@ inline void write_summary_event(std::string& out, double wall_time, std::int64_t
 }
 
 /// The `Event` that opens an event file: its format version, "brain.Event:2".
-inline void write_file_version_event(std::string& out, double wall_time) {
+template <class = void>
+void write_file_version_event(std::string& out, double wall_time) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.string(3, "brain.Event:2");
 }
 
 /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-inline void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+template <class = void>
+void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.bytes(4, graph_def);
@@ -755,13 +790,16 @@ void write_attr(proto::writer& w, std::string_view key, F&& value) {
     entry.message(2, value);
   });
 }
-inline void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+template <class = void>
+void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
 }
-inline void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+template <class = void>
+void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
   write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
 }
-inline void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+template <class = void>
+void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {  // AttrValue.list
       if (values.empty()) return;
@@ -771,38 +809,47 @@ inline void write_ints_attr(proto::writer& w, std::string_view key, std::span<co
     });
   });
 }
-inline void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+template <class = void>
+void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {
       for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
     });
   });
 }
-inline void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+template <class = void>
+void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
   write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
 }
 
 /// An op's own attribute (one of the types of its `attribute_fields()`).
-inline void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-inline void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
   write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
   write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, bool v) {
   write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
   if (v.all())
     write_string_attr(w, key, "all");
   else
     write_op_attr(w, key, v.list());
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
   write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
 }
 
@@ -815,6 +862,9 @@ void write_op_attrs(proto::writer& w, const Op& op) {
 // ---- GraphDef -----------------------------------------------------------------------
 
 /// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
+/// (Templates on nothing, as the rest of this header: compiled only where a program
+/// writes a graph.)
+template <class = void>
 class graph_def_writer {
  public:
   /// The serialized `GraphDef` of `g`.
@@ -942,7 +992,8 @@ class graph_def_writer {
 /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
 /// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
 /// \endcode
-inline std::string graph_def_of(const graph& g) { return graph_def_writer().graph_def(g); }
+template <class = void>
+std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/graph_def.hpp -----
@@ -1004,7 +1055,8 @@ namespace kiln::detail {
 /// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
 /// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
 /// \code kiln::detail::crc32c_by_table("123456789") == 0xE3069283u \endcode
-inline std::uint32_t crc32c_by_table(std::string_view data) {
+template <class = void>
+std::uint32_t crc32c_by_table(std::string_view data) {
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
   crc.process_bytes(data.data(), data.size());
   return crc.checksum();
@@ -1013,7 +1065,8 @@ inline std::uint32_t crc32c_by_table(std::string_view data) {
 #if defined(__SSE4_2__)
 /// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
 /// faster than the table, which took a fifth of a scalar summary's time.
-inline std::uint32_t crc32c_by_instruction(std::string_view data) {
+template <class = void>
+std::uint32_t crc32c_by_instruction(std::string_view data) {
   std::uint64_t crc = 0xFFFFFFFFu;
   const char* p = data.data();
   std::size_t n = data.size();
@@ -1031,7 +1084,8 @@ inline std::uint32_t crc32c_by_instruction(std::string_view data) {
 /// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
 /// otherwise by Boost.CRC's table.
 /// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
-inline std::uint32_t crc32c(std::string_view data) {
+template <class = void>
+std::uint32_t crc32c(std::string_view data) {
 #if defined(__SSE4_2__)
   return crc32c_by_instruction(data);
 #else
@@ -1040,7 +1094,8 @@ inline std::uint32_t crc32c(std::string_view data) {
 }
 
 /// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
-inline std::uint32_t masked_crc32c(std::string_view data) {
+template <class = void>
+std::uint32_t masked_crc32c(std::string_view data) {
   const std::uint32_t crc = crc32c(data);
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
@@ -1050,7 +1105,8 @@ inline std::uint32_t masked_crc32c(std::string_view data) {
 /// std::string file;
 /// kiln::detail::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
 /// \endcode
-inline void append_record(std::string& out, std::string_view data) {
+template <class = void>
+void append_record(std::string& out, std::string_view data) {
   char header[12];
   const std::uint64_t length = data.size();
   for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
@@ -1071,7 +1127,8 @@ inline void append_record(std::string& out, std::string_view data) {
 namespace kiln::detail {
 
 /// Seconds since 1970, to the microsecond (an event's wall_time).
-inline double summary_wall_time() {
+template <class = void>
+double summary_wall_time() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
 }
@@ -1094,19 +1151,21 @@ struct writer_options {
 namespace kiln::detail {
 
 /// The state every handle on a writer shares; it is the summary_target that
-/// summary nodes write to while it is the default writer.
-class event_file_writer final : public summary_target {
+/// summary nodes write to while it is the default writer. (A template on nothing:
+/// compiled only where a program makes a writer.)
+template <class = void>
+class basic_event_file_writer final : public summary_target {
  public:
-  event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
+  basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
       : logdir_(logdir), options_(std::move(options)) {
     write = [](summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) {
-      static_cast<event_file_writer&>(self).write_summary(spec, value, step);
+      static_cast<basic_event_file_writer&>(self).write_summary(spec, value, step);
       return true;
     };
     write_graph = [](summary_target& self, std::string_view graph_def) {
-      static_cast<event_file_writer&>(self).write_graph_def(graph_def);
+      static_cast<basic_event_file_writer&>(self).write_graph_def(graph_def);
     };
-    flush = [](summary_target& self) { static_cast<event_file_writer&>(self).flush_file(); };
+    flush = [](summary_target& self) { static_cast<basic_event_file_writer&>(self).flush_file(); };
     std::error_code error;
     std::filesystem::create_directories(logdir_, error);
     if (error)
@@ -1131,9 +1190,9 @@ class event_file_writer final : public summary_target {
     enqueue(now);
     flush_locked(now);
   }
-  event_file_writer(const event_file_writer&) = delete;
-  event_file_writer& operator=(const event_file_writer&) = delete;
-  ~event_file_writer() {
+  basic_event_file_writer(const basic_event_file_writer&) = delete;
+  basic_event_file_writer& operator=(const basic_event_file_writer&) = delete;
+  ~basic_event_file_writer() {
     try {
       std::lock_guard lock(mutex_);
       flush_locked(summary_wall_time());
@@ -1197,6 +1256,7 @@ class event_file_writer final : public summary_target {
   int queued_ = 0;
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
+using event_file_writer = basic_event_file_writer<>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/writer.hpp -----
@@ -1346,6 +1406,8 @@ bool graph(const Function& f) {
 }
 
 class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
 
 /// While it lives, its writer is the default writer of the thread that made it (as
 /// `with writer.as_default():`); then the one before is again, and the writer is
@@ -1365,6 +1427,8 @@ class default_writer_scope {
 
  private:
   friend class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
   explicit default_writer_scope(std::shared_ptr<kiln::detail::event_file_writer> w)
       : writer_(std::move(w)), previous_(kiln::detail::default_summary_target()) {
     kiln::detail::default_summary_target() = writer_.get();
@@ -1394,6 +1458,7 @@ class file_writer {
   const std::filesystem::path& path() const { return state_->path(); }
 
  private:
+  template <class>
   friend file_writer create_file_writer(const std::filesystem::path&, writer_options);
   explicit file_writer(std::shared_ptr<kiln::detail::event_file_writer> s) : state_(std::move(s)) {}
   std::shared_ptr<kiln::detail::event_file_writer> state_;
@@ -1403,14 +1468,16 @@ class file_writer {
 /// tf.summary.create_file_writer; a directory or file that cannot be created raises
 /// kiln::invalid_argument_error.
 /// \code auto writer = kiln::summary::create_file_writer("logs/train"); \endcode
-inline file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {}) {
+template <class>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options) {
   return file_writer(std::make_shared<kiln::detail::event_file_writer>(logdir, std::move(options)));
 }
 
 /// Writes the default writer's queued events to its file (tf.summary.flush); false
 /// when there is no default writer.
 /// \code kiln::summary::flush(); \endcode
-inline bool flush() {
+template <class = void>
+bool flush() {
   kiln::detail::summary_target* target = kiln::detail::default_summary_target();
   if (target) target->flush(*target);
   return target != nullptr;
@@ -1419,11 +1486,14 @@ inline bool flush() {
 }  // namespace kiln::summary
 
 namespace kiln::detail {
-// How code below this header (a training loop given a log directory) opens a writer:
-// set in every program that includes it (kiln/exec/summary_op.hpp has the hook).
-inline const bool summary_writer_opener_set = (summary_writer_opener_hook() = [](const std::filesystem::path& logdir) {
-  return std::shared_ptr<summary_target>(std::make_shared<event_file_writer>(logdir, summary::writer_options{}));
-}, true);
+/// How code below this header (a training loop given a log directory) opens a writer
+/// (declared in kiln/exec/summary_op.hpp).
+template <class T>
+struct summary_file_opener {
+  static std::shared_ptr<summary_target> open(const std::filesystem::path& logdir) {
+    return std::make_shared<event_file_writer>(logdir, summary::writer_options{});
+  }
+};
 }  // namespace kiln::detail
 // ----- end kiln/summary.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_SUMMARY_HPP

@@ -277,6 +277,25 @@ TEST_CASE("images: gray, gray and alpha, RGBA, integers, max_outputs, and large 
       {"image 'bad'", "-1"});
 }
 
+#if KILN_HAS_THRUST
+TEST_CASE("a summary of a tensor on the GPU writes what the same tensor on the CPU writes") {
+  using kind = kiln::detail::summary_kind;
+  const std::vector<std::pair<kiln::detail::summary_spec, kiln::tensor>> cases = {
+      {spec(kind::scalar, "s"), kiln::constant(2.5)},
+      {spec(kind::histogram, "h", 4), kiln::constant({1.f, 2.f, 2.f, 5.f})},
+      {spec(kind::text, "t"), kiln::constant("on the host: strings never live on the GPU")},
+      {spec(kind::image, "i", 3), kiln::constant(std::vector<float>{0.f, 0.5f, 1.f, 0.25f}, {1, 2, 2, 1})},
+  };
+  for (const auto& [s, value] : cases) {
+    INFO(s.tag);
+    const kiln::tensor there = value.dtype() == kiln::string ? value : value.to(kiln::device::gpu);
+    CHECK(hex(event_of(s, there, 3)) == hex(event_of(s, value, 3)));
+  }
+  // The step may live there too.
+  CHECK(kiln::detail::summary_step(kiln::constant(std::int64_t(7)).to(kiln::device::gpu)) == 7);
+}
+#endif
+
 TEST_CASE("a graph becomes a GraphDef: nodes, inputs, attributes, and control flow as library functions") {
   kiln::variable v(kiln::constant(2.f), "v");
   kiln::function f([&](const kiln::tensor& x) {

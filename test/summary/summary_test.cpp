@@ -346,8 +346,7 @@ TEST_CASE("the training loops' hook writes named scalars to the default writer o
   const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.75}};
   CHECK_FALSE(kiln::detail::write_scalar_summaries(logs, 1));
   temporary_logdir dir("hook");
-  REQUIRE(kiln::detail::summary_writer_opener_hook());  // set by kiln/summary.hpp
-  std::shared_ptr<kiln::detail::summary_target> opened = kiln::detail::summary_writer_opener_hook()(dir.path());
+  std::shared_ptr<kiln::detail::summary_target> opened = kiln::detail::summary_file_opener<>::open(dir.path());
   CHECK(kiln::detail::write_scalar_summaries(logs, 3, opened.get()));
   opened->flush(*opened);
   const auto files = std::vector(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator());

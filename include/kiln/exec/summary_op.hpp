@@ -55,8 +55,10 @@ struct summary_failure {
 /// Checks a summary's value (`value_type`, `value_shape`) and step against what its
 /// kind takes. Partial shapes (None dims, unknown rank) pass when a value of some
 /// fitting shape would: the node checks the concrete shapes again when it runs.
-/// (Messages are made only on failure: a node runs this at every call.)
-inline summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
+/// (Messages are made only on failure: a node runs this at every call. Like the other
+/// functions here, a template on nothing, compiled only where a program uses it.)
+template <class = void>
+summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
                                             dtype step_type, const shape& step_shape) {
   auto fail = [&](summary_failure::kind_t kind, const std::string& problem) {
     static constexpr std::string_view kinds[] = {"scalar", "histogram", "text", "image"};
@@ -106,7 +108,8 @@ inline summary_failure check_summary_inputs(const summary_spec& s, dtype value_t
 /// Raises the error of `f`: kiln::type_error for a dtype and kiln::value_error for a
 /// shape (as TensorFlow's summaries raise, eagerly and while tracing), or
 /// kiln::invalid_argument_error for a shape found wrong only when a graph runs.
-[[noreturn]] inline void throw_summary_failure(const summary_failure& f, bool running_graph) {
+template <class = void>
+[[noreturn]] void throw_summary_failure(const summary_failure& f, bool running_graph) {
   if (running_graph) throw invalid_argument_error(f.message);
   if (f.kind == summary_failure::wrong_dtype) throw type_error(f.message);
   throw value_error(f.message);
@@ -132,17 +135,28 @@ inline summary_target*& default_summary_target() {
   return target;
 }
 
-/// What kiln/summary.hpp sets when a program includes it: how code below it (a
-/// training loop given a log directory) opens a writer on a directory. Null otherwise.
-using summary_writer_opener = std::shared_ptr<summary_target> (*)(const std::filesystem::path& logdir);
-inline summary_writer_opener& summary_writer_opener_hook() {
-  static summary_writer_opener opener = nullptr;
-  return opener;
-}
+/// How code below kiln/summary.hpp (a training loop given a log directory) opens a
+/// writer on a directory: `summary_file_opener<>::open(logdir)`, a shared
+/// summary_target. Declared here, defined by kiln/summary.hpp; such code names it as a
+/// defaulted template argument and checks that it is complete where it is
+/// instantiated, as concrete_function::save does with saved_function_io, so that a
+/// program that never includes kiln/summary.hpp compiles none of the writer, and one
+/// that asks for a log directory without it gets a compile error that says so:
+/// \code
+/// template <class Opener = kiln::detail::summary_file_opener<>>
+/// std::shared_ptr<kiln::detail::summary_target> open_log(const std::filesystem::path& logdir) {
+///   if constexpr (requires { Opener::open(logdir); })
+///     return Opener::open(logdir);
+///   else
+///     static_assert(sizeof(Opener*) == 0, "a log directory needs #include <kiln/summary.hpp>");
+/// }
+/// \endcode
+template <class = void>
+struct summary_file_opener;
 
 /// The hook for training loops (kiln::fit): writes each (tag, value) pair as a scalar
-/// summary at `step` to `target` (a writer, or the thread's default one when null);
-/// returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
+/// summary at `step` to `target` (a writer, from summary_file_opener or the thread's
+/// default one when null); returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
 /// names them (`epoch_loss`, `epoch_accuracy`) by the caller's choice.
 /// \code
 /// const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.9}};
@@ -162,7 +176,8 @@ bool write_scalar_summaries(std::span<const std::pair<std::string, double>> valu
 }
 
 /// The step of a summary as an integer: an int32 or int64 scalar (checked before).
-inline std::int64_t summary_step(const tensor& step) {
+template <class = void>
+std::int64_t summary_step(const tensor& step) {
   if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
   return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
                                : *static_cast<const std::int64_t*>(step.raw_data());
@@ -172,6 +187,7 @@ inline std::int64_t summary_step(const tensor& step) {
 /// the step, its one result a bool scalar, true when it wrote (false without a writer).
 class summary_op final : public special_op {
  public:
+  template <class = void>
   explicit summary_op(summary_spec spec) : special_op(std::type_identity<summary_op>()), spec_(std::move(spec)) {
     for (int k = 0; k < 2; ++k) {
       written_[k] = tensor(bool_, shape{});
@@ -180,6 +196,7 @@ class summary_op final : public special_op {
   }
   std::string_view name() const { return summary_op_name(spec_.kind); }
   bool has_effects() const { return true; }
+  template <class = void>
   tensor run(std::span<const tensor* const> in) const {
     summary_target* target = default_summary_target();
     if (!target) return written_[0];

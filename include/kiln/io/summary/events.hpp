@@ -29,7 +29,8 @@
 namespace kiln::detail {
 
 /// TensorFlow's `DataType` enum value of a kiln dtype.
-inline int tensorflow_dtype(dtype t) {
+template <class = void>
+int tensorflow_dtype(dtype t) {
   switch (t) {
     case bool_: return 10;    // DT_BOOL
     case int32: return 3;     // DT_INT32
@@ -41,7 +42,8 @@ inline int tensorflow_dtype(dtype t) {
 }
 
 /// A `TensorShapeProto` (dims; None is -1) as field `field`.
-inline void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+template <class = void>
+void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   w.message(field, [&](proto::writer& m) {
     if (!dims.has_known_rank()) {
       m.boolean(3, true);  // unknown_rank
@@ -56,7 +58,8 @@ inline void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
 
 /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
 /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
-inline void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
                                std::span<const std::string> strings = {}) {
   w.message(field, [&](proto::writer& t) {
     t.varint(1, tensorflow_dtype(type));
@@ -69,7 +72,8 @@ inline void write_tensor_proto(proto::writer& w, int field, dtype type, const sh
   });
 }
 /// The `TensorProto` of an eager tensor.
-inline void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
   const tensor& v = value;
   if (v.dtype() == string) {
@@ -100,7 +104,8 @@ T numeric_element(const tensor& v, std::int64_t i) {
 /// when every value is the same, every edge is that value and the last bucket counts
 /// them all; no values give rows of zeros. Non-finite values raise
 /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-inline std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+template <class = void>
+std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
   const std::size_t k = std::size_t(std::max(buckets, 0));
   std::vector<double> table(3 * k, 0.0);
   if (data.empty() || k == 0) return table;
@@ -138,7 +143,8 @@ inline std::vector<double> histogram_buckets(std::span<const double> data, int b
 /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
 /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
 /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-inline std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+template <class = void>
+std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
   const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
   std::vector<std::uint8_t> out(std::size_t(count * per_image));
   const bool floats = images.dtype() == float32 || images.dtype() == float64;
@@ -159,7 +165,8 @@ inline std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_
 }
 
 /// The TensorBoard plugin that shows each kind.
-inline std::string_view summary_plugin(summary_kind kind) {
+template <class = void>
+std::string_view summary_plugin(summary_kind kind) {
   switch (kind) {
     case summary_kind::histogram: return "histograms";
     case summary_kind::text: return "text";
@@ -170,7 +177,8 @@ inline std::string_view summary_plugin(summary_kind kind) {
 
 /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
 /// function of that kind passes to tf.summary.write) as field `field`.
-inline void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+template <class = void>
+void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
   if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
   const tensor& v = value;
   switch (spec.kind) {
@@ -226,7 +234,8 @@ inline void write_summary_tensor(proto::writer& w, int field, const summary_spec
 /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
 /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
 /// `SummaryMetadata` (the plugin's name, and the description when there is one).
-inline void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+template <class = void>
+void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
                                 const tensor& value) {
   proto::writer w(out);
   w.float64(1, wall_time);
@@ -244,14 +253,16 @@ inline void write_summary_event(std::string& out, double wall_time, std::int64_t
 }
 
 /// The `Event` that opens an event file: its format version, "brain.Event:2".
-inline void write_file_version_event(std::string& out, double wall_time) {
+template <class = void>
+void write_file_version_event(std::string& out, double wall_time) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.string(3, "brain.Event:2");
 }
 
 /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-inline void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+template <class = void>
+void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.bytes(4, graph_def);

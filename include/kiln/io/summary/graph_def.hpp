@@ -44,13 +44,16 @@ void write_attr(proto::writer& w, std::string_view key, F&& value) {
     entry.message(2, value);
   });
 }
-inline void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+template <class = void>
+void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
 }
-inline void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+template <class = void>
+void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
   write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
 }
-inline void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+template <class = void>
+void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {  // AttrValue.list
       if (values.empty()) return;
@@ -60,38 +63,47 @@ inline void write_ints_attr(proto::writer& w, std::string_view key, std::span<co
     });
   });
 }
-inline void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+template <class = void>
+void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {
       for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
     });
   });
 }
-inline void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+template <class = void>
+void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
   write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
 }
 
 /// An op's own attribute (one of the types of its `attribute_fields()`).
-inline void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-inline void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
   write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
   write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, bool v) {
   write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
   if (v.all())
     write_string_attr(w, key, "all");
   else
     write_op_attr(w, key, v.list());
 }
-inline void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
   write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
 }
 
@@ -104,6 +116,9 @@ void write_op_attrs(proto::writer& w, const Op& op) {
 // ---- GraphDef -----------------------------------------------------------------------
 
 /// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
+/// (Templates on nothing, as the rest of this header: compiled only where a program
+/// writes a graph.)
+template <class = void>
 class graph_def_writer {
  public:
   /// The serialized `GraphDef` of `g`.
@@ -231,6 +246,7 @@ class graph_def_writer {
 /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
 /// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
 /// \endcode
-inline std::string graph_def_of(const graph& g) { return graph_def_writer().graph_def(g); }
+template <class = void>
+std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
 
 }  // namespace kiln::detail

@@ -16,13 +16,15 @@
 namespace kiln::detail {
 
 /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-inline void append_big_endian(std::string& out, std::uint32_t v) {
+template <class = void>
+void append_big_endian(std::string& out, std::uint32_t v) {
   const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
   out.append(bytes, 4);
 }
 
 /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-inline void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+template <class = void>
+void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
   append_big_endian(out, std::uint32_t(data.size()));
   boost::crc_32_type crc;
   crc.process_bytes(type.data(), type.size());
@@ -39,7 +41,8 @@ inline void append_png_chunk(std::string& out, std::string_view type, std::strin
 /// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
 /// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
 /// \endcode
-inline std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+template <class = void>
+std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
                               int channels) {
   static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
   std::string png("\x89PNG\r\n\x1a\n", 8);

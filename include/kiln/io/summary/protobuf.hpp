@@ -28,9 +28,10 @@ enum class wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2,
 /// w.string(1, "tag");
 /// w.end_message(at);
 /// \endcode
-class writer {
+template <class = void>
+class basic_writer {
  public:
-  explicit writer(std::string& out) : out_(out) {}
+  explicit basic_writer(std::string& out) : out_(out) {}
 
   /// An unsigned varint, 7 bits a byte, least significant first.
   void raw_varint(std::uint64_t v) {
@@ -112,5 +113,8 @@ class writer {
 
   std::string& out_;
 };
+/// (A template on nothing, as everything under kiln/io/summary/: compiled only where a
+/// program writes summaries.)
+using writer = basic_writer<>;
 
 }  // namespace kiln::detail::proto

@@ -34,7 +34,8 @@
 namespace kiln::detail {
 
 /// Seconds since 1970, to the microsecond (an event's wall_time).
-inline double summary_wall_time() {
+template <class = void>
+double summary_wall_time() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
 }
@@ -57,19 +58,21 @@ struct writer_options {
 namespace kiln::detail {
 
 /// The state every handle on a writer shares; it is the summary_target that
-/// summary nodes write to while it is the default writer.
-class event_file_writer final : public summary_target {
+/// summary nodes write to while it is the default writer. (A template on nothing:
+/// compiled only where a program makes a writer.)
+template <class = void>
+class basic_event_file_writer final : public summary_target {
  public:
-  event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
+  basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
       : logdir_(logdir), options_(std::move(options)) {
     write = [](summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) {
-      static_cast<event_file_writer&>(self).write_summary(spec, value, step);
+      static_cast<basic_event_file_writer&>(self).write_summary(spec, value, step);
       return true;
     };
     write_graph = [](summary_target& self, std::string_view graph_def) {
-      static_cast<event_file_writer&>(self).write_graph_def(graph_def);
+      static_cast<basic_event_file_writer&>(self).write_graph_def(graph_def);
     };
-    flush = [](summary_target& self) { static_cast<event_file_writer&>(self).flush_file(); };
+    flush = [](summary_target& self) { static_cast<basic_event_file_writer&>(self).flush_file(); };
     std::error_code error;
     std::filesystem::create_directories(logdir_, error);
     if (error)
@@ -94,9 +97,9 @@ class event_file_writer final : public summary_target {
     enqueue(now);
     flush_locked(now);
   }
-  event_file_writer(const event_file_writer&) = delete;
-  event_file_writer& operator=(const event_file_writer&) = delete;
-  ~event_file_writer() {
+  basic_event_file_writer(const basic_event_file_writer&) = delete;
+  basic_event_file_writer& operator=(const basic_event_file_writer&) = delete;
+  ~basic_event_file_writer() {
     try {
       std::lock_guard lock(mutex_);
       flush_locked(summary_wall_time());
@@ -160,5 +163,6 @@ class event_file_writer final : public summary_target {
   int queued_ = 0;
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
+using event_file_writer = basic_event_file_writer<>;
 
 }  // namespace kiln::detail
