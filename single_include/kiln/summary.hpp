@@ -26,8 +26,8 @@
 /// then `tensorboard --logdir logs`.
 ///
 /// An optional part of kiln, outside kiln/kiln.hpp (it needs nothing beyond kiln's own
-/// dependencies: the protocol buffers, the TFRecord framing with Boost.CRC's CRC32C and
-/// the PNG encoder are kiln/io/summary/). Differences from TensorFlow: the default
+/// dependencies: the protocol buffers, the TFRecord framing and its CRC32C, and the PNG
+/// encoder are kiln/io/summary/'s). Differences from TensorFlow: the default
 /// writer is looked up when a summary node runs rather than when it is traced, so a
 /// function traced without a writer writes when called under one, and a function saved
 /// with summaries and loaded by another program writes to that program's default

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../support/op_check.hpp"
@@ -160,6 +161,39 @@ TEST_CASE("inside a function a summary writes at every call, in program order wi
     CHECK(e[2].step == call);
     CHECK(e[3].tensor.one(8).bytes == "call");
   }
+}
+
+TEST_CASE("summaries run in program order with prints and host callbacks") {
+  // A writer that logs to the stream prints go to: the order of both is the program's.
+  struct logging_target : kiln::detail::summary_target {
+    std::ostream* log = nullptr;
+  };
+  std::ostringstream log;
+  std::ostream& previous_stream = kiln::config::print_stream();
+  kiln::config::set_print_stream(log);
+  logging_target target;
+  target.log = &log;
+  target.write = [](kiln::detail::summary_target& self, const kiln::detail::summary_spec& spec, const tensor&,
+                    std::int64_t step) {
+    *static_cast<logging_target&>(self).log << "summary " << spec.tag << " at " << step << "\n";
+    return true;
+  };
+  kiln::detail::summary_target* previous = std::exchange(kiln::detail::default_summary_target(), &target);
+  kiln::function f([&](const tensor& x) {
+    kiln::print("first", x);
+    kiln::summary::scalar("a", x, 1);
+    kiln::print("second");
+    kiln::summary::text("b", "t", 2);
+    kiln::host_callback([&] { log << "callback\n"; }, {});
+    kiln::summary::histogram("c", x, 3);
+  });
+  f(kiln::constant(1));
+  f(kiln::constant(2));
+  kiln::detail::default_summary_target() = previous;
+  kiln::config::set_print_stream(previous_stream);
+  CHECK(log.str() ==
+        "first 1\nsummary a at 1\nsecond\nsummary b at 2\ncallback\nsummary c at 3\n"
+        "first 2\nsummary a at 1\nsecond\nsummary b at 2\ncallback\nsummary c at 3\n");
 }
 
 TEST_CASE("the default writer is looked up when a summary runs, not when it is traced") {
