@@ -224,7 +224,8 @@ def summary_section(s):
             "`kiln`: the function without a summary (section 7's); `kiln_summary_no_writer`: with "
             "`kiln::summary::scalar` of its result and no default writer; `kiln_summary_writer`: the same under a "
             "default writer, which encodes, frames and queues an event at every call and writes the queue to its "
-            "file every 11 events (TensorFlow's `max_queue` of 10).\n\n"
+            "file every 11 events (TensorFlow's `max_queue` of 10). Measured in a run of its own (the last one the "
+            "command above lists), whose machine may differ from the one above.\n\n"
             + table(["peer", "median time per call", "spread", "added per call"], rows))
 
 
