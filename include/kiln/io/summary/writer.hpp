@@ -91,11 +91,14 @@ class basic_event_file_writer final : public summary_target {
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
     const double now = summary_wall_time();
-    std::lock_guard lock(mutex_);
-    scratch_.clear();
     write_file_version_event(scratch_, now);
-    enqueue(now);
-    flush_locked(now);
+    append_record(queue_, scratch_);
+    try {
+      flush_locked(now);
+    } catch (...) {  // (no destructor runs for an object whose constructor throws)
+      std::fclose(file_);
+      throw;
+    }
   }
   basic_event_file_writer(const basic_event_file_writer&) = delete;
   basic_event_file_writer& operator=(const basic_event_file_writer&) = delete;
