@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp,
 single_include/kiln/fixed.hpp (the compile-time tier alone) from include/kiln/fixed.hpp,
-and single_include/kiln/saved_function.hpp (an optional part, which includes the single
-kiln.hpp rather than a copy of it) from include/kiln/saved_function.hpp.
+and the optional parts single_include/kiln/saved_function.hpp, onnx.hpp and summary.hpp
+(which include the single kiln.hpp rather than a copy of it) from theirs.
 
 Every `#include "kiln/..."` is replaced by the text of that header the first time it
 is met, so each header appears once, after the headers it includes; later includes of
@@ -11,6 +11,8 @@ headers, never on time or machine, so CI can regenerate it and compare.
 
 Each header's text is wrapped in an include guard named after it, so that both
 single headers can be included in one file: the second skips what the first gave.
+An optional part includes the single kiln.hpp, and inlines only the headers that
+kiln.hpp does not already hold at that point.
 A header first met inside a conditional block (`#if KILN_HAS_THRUST ... #endif`) is
 only there when the condition holds, so it is inlined again where a later include
 needs it outside that block.
@@ -32,6 +34,7 @@ ROOT_HEADERS = {
     "kiln/fixed.hpp": (),
     "kiln/saved_function.hpp": ("kiln/kiln.hpp",),
     "kiln/onnx.hpp": ("kiln/kiln.hpp",),
+    "kiln/summary.hpp": ("kiln/kiln.hpp",),
 }
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"
@@ -58,6 +61,7 @@ class Amalgamator:
         self.kept = kept
         self.lines = []
         self.emitted_on = {}  # header -> branch paths where its text was emitted
+        self.provided = {}  # header -> branch paths where a kept header's include gives it
         self.branch_count = 0
 
     def new_branch(self):
@@ -65,7 +69,22 @@ class Amalgamator:
         return self.branch_count
 
     def visible(self, header, path):
-        return any(path[:len(p)] == p for p in self.emitted_on.get(header, []))
+        return any(path[:len(p)] == p for p in self.emitted_on.get(header, []) + self.provided.get(header, []))
+
+    @staticmethod
+    def unconditional_includes(header, seen):
+        """The kiln headers `header` includes outside any conditional block, and theirs."""
+        depth = 0
+        for line in (INCLUDE_DIR / header).read_text(encoding="utf-8").splitlines():
+            if OPENS_CONDITIONAL.match(line):
+                depth += 1
+            elif CLOSES_CONDITIONAL.match(line) and depth:
+                depth -= 1
+            match = KILN_INCLUDE.match(line)
+            if match and depth == 0 and match.group(1) not in seen:
+                seen.add(match.group(1))
+                Amalgamator.unconditional_includes(match.group(1), seen)
+        return seen
 
     def inline(self, header, path, included_from):
         source = INCLUDE_DIR / header
@@ -86,6 +105,11 @@ class Amalgamator:
             elif CLOSES_CONDITIONAL.match(line) and branches:
                 branches.pop()
             match = KILN_INCLUDE.match(line)
+            if match and match.group(1) in self.kept:
+                # What the kept single header holds is there from this line on: a later
+                # include of one of its headers is not inlined again.
+                for given in self.unconditional_includes(match.group(1), {match.group(1)}):
+                    self.provided.setdefault(given, []).append(path + tuple(branches))
             if not match or match.group(1) in self.kept:
                 self.lines.append(line)
                 continue

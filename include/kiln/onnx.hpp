@@ -43,6 +43,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "kiln/kiln.hpp"
+#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
 
 namespace kiln::onnx {
 
@@ -79,6 +80,7 @@ using kiln::detail::host_callback_op;
 using kiln::detail::print_op;
 using kiln::detail::random_uniform_op;
 using kiln::detail::read_variable_op;
+using kiln::detail::summary_op;
 using kiln::detail::variable_state;
 using kiln::detail::while_op;
 using ::onnx::AttributeProto;
@@ -544,6 +546,7 @@ class exporter {
     if (s.as<assign_variable_op>()) unavailable(n, "assigns a variable; an ONNX model has no state");
     if (s.as<random_uniform_op>()) unavailable(n, "draws random numbers, which ONNX's RandomUniform cannot repeat");
     if (s.as<host_callback_op>()) unavailable(n, "calls back into C++");
+    if (s.as<summary_op>()) unavailable(n, "writes a TensorBoard summary; an ONNX model writes no files");
     unavailable(n, "has no ONNX operator");
   }
 

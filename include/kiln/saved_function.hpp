@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/kiln.hpp"
+#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
 
 namespace kiln {
 
@@ -400,6 +401,10 @@ struct saved_function_io {
           j["generator"] = generator_id(draw->generator());
         else
           j["key"] = draw->key();
+      } else if (auto* summary = s.as<summary_op>()) {
+        // The kind is in the op's name; the writer is the loading program's default one.
+        const summary_spec& spec = summary->spec();
+        j = json{{"tag", spec.tag}, {"description", spec.description}, {"parameter", spec.parameter}};
       } else if (s.as<host_callback_op>()) {
         throw unavailable_error("kiln::save: node " + n.name() +
                                 " calls back into C++ (host_callback), which a saved function cannot hold");
@@ -598,6 +603,15 @@ struct saved_function_io {
           pieces.push_back({r.text_at(p, "text"), r.integer_at(p, "input", -1, count - 1)});
         check_results(where, results, {});
         return std::make_shared<print_op>(std::move(pieces));
+      }
+      for (auto kind : {summary_kind::scalar, summary_kind::histogram, summary_kind::text, summary_kind::image}) {
+        if (summary_op_name(kind) != op) continue;
+        summary_spec spec{kind, r.text_at(j, "tag"), r.text_at(j, "description"), r.integer_at(j, "parameter", 0, INT32_MAX)};
+        if (count != 2) r.fail(where + ": " + op + " takes two inputs, a value and a step");
+        if (summary_failure f = check_summary_inputs(spec, input(0).dtype(), input(0).shape(), input(1).dtype(), input(1).shape()))
+          r.fail(where + ": " + f.message);
+        check_results(where, results, {{bool_, shape{}}});
+        return std::make_shared<summary_op>(std::move(spec));
       }
       if (op == "cond") {
         if (count < 1 || input(0).dtype() != bool_) r.fail(where + ": a cond's first input is its bool predicate");

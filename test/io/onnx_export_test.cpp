@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <kiln/onnx.hpp>
+#include <kiln/summary.hpp>
 #include <map>
 #include <set>
 #include <string>
@@ -83,6 +84,16 @@ void write_case(const std::filesystem::path& dir, const onnx_case& c) {
 
 tensor uniform(const kiln::shape& s, float low, float high, std::uint64_t seed) {
   return kiln::random::uniform(s, low, high, kiln::float32, seed);
+}
+
+TEST_CASE("ONNX export: a TensorBoard summary cannot be exported, and the error names it") {
+  kiln::function logged([](const tensor& x) {
+    kiln::summary::scalar("loss", kiln::reduce_sum(x), 0);
+    return x + 1.f;
+  });
+  require_throws<kiln::unavailable_error>(
+      [&] { return kiln::onnx::to_model(logged.get_concrete_function(kiln::tensor_spec({2}, kiln::float32))); },
+      {"WriteScalarSummary", "TensorBoard summary"});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Saved functions (kiln/saved_function.hpp): a concrete function written to a file and
 // loaded without its callable computes the same bits, keeps its variables, control
-// flow and prints; a damaged, newer or inconsistent file raises a kiln error naming
+// flow, prints and summaries; a damaged, newer or inconsistent file raises a kiln error naming
 // the file and the problem.
 
 #include <cstdio>
@@ -8,10 +8,12 @@
 #include <fstream>
 #include <iterator>
 #include <kiln/saved_function.hpp>
+#include <kiln/summary.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../support/event_reader.hpp"
 #include "../support/op_check.hpp"
 
 namespace {
@@ -394,6 +396,47 @@ TEST_CASE("deeply nested CBOR raises a kiln error instead of overflowing the sta
   parts.header["model"] = nlohmann::json::binary(std::move(model));
   write_parts(file.path(), parts);
   require_throws<kiln::value_error>([&] { return kiln::load(file.path()); }, {file.str(), "the model nests deeper than"});
+}
+
+TEST_CASE("a loaded function keeps its summaries and writes them to the loading program's default writer") {
+  temporary_file file("summaries.kiln");
+  kiln::function f([](const kiln::tensor& x, const kiln::tensor& step) {
+    kiln::summary::scalar("sum", kiln::reduce_sum(x), step, "the sum");
+    kiln::summary::histogram("x", x, step, {.buckets = 2});
+    kiln::summary::image("x/image", kiln::reshape(x, {1, 1, 2, 1}), step, {.max_outputs = 1});
+    kiln::summary::text("note", "saved", step);
+    return x * 2.f;
+  });
+  kiln::save(f, file.str(), std::tuple{kiln::tensor_spec({2}, kiln::float32), kiln::tensor_spec({}, kiln::int64)});
+  const kiln::loaded_function loaded = kiln::load(file.path());
+  const kiln::tensor x = kiln::constant({0.25f, 0.5f});
+  require_identical(loaded.call_flat(x, kiln::constant(std::int64_t(1)))[0], f(x, kiln::constant(std::int64_t(1))));
+
+  const std::filesystem::path logdir = file.path().string() + "_logs";
+  std::filesystem::remove_all(logdir);
+  {
+    auto writer = kiln::summary::create_file_writer(logdir);
+    auto scope = writer.as_default();
+    for (std::int64_t step = 3; step < 5; ++step) (void)loaded.call_flat(x, kiln::constant(step));
+  }
+  // Per call, in program order: the four summaries at their step.
+  std::vector<std::pair<std::string, std::int64_t>> written;
+  const auto records = kiln_test::read_records(kiln_test::file_contents(std::filesystem::directory_iterator(logdir)->path()));
+  std::filesystem::remove_all(logdir);
+  for (std::size_t k = 1; k < records.size(); ++k) {
+    const kiln_test::message e = kiln_test::message::parse(records[k]);
+    written.emplace_back(e.sub(5).sub(1).one(1).bytes, e.one(2).as_int());
+  }
+  CHECK(written == std::vector<std::pair<std::string, std::int64_t>>{
+                       {"sum", 3}, {"x", 3}, {"x/image", 3}, {"note", 3}, {"sum", 4}, {"x", 4}, {"x/image", 4}, {"note", 4}});
+
+  // A summary node the loader cannot run: a scalar of strings.
+  edit_model(file.path(), [](nlohmann::json& m) {
+    for (auto& n : m["functions"][0]["graph"]["nodes"])
+      if (n["kind"] == "special" && n["op"] == "WriteTextSummary") n["op"] = "WriteScalarSummary";
+  });
+  require_throws<kiln::value_error>([&] { return kiln::load(file.path()); },
+                                    {file.str(), "scalar 'note'", "numeric", "string"});
 }
 
 }  // namespace

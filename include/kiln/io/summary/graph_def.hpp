@@ -1,0 +1,252 @@
+#pragma once
+/// \file
+/// A kiln::graph as a TensorFlow `GraphDef` (tensorflow/core/framework/graph.proto,
+/// node_def.proto, attr_value.proto, function.proto), for TensorBoard's graph view.
+///
+/// Each node is a `NodeDef` named as in kiln's listing, with kiln's op names
+/// (`add`, `matmul`, `ReadVariableOp`, `cond`, `while`, ...), its inputs (a further
+/// result of a special op is `name:k`, TensorFlow's spelling of output k, so `Result`
+/// nodes are not nodes of their own) and attributes: `_output_shapes` (what
+/// TensorBoard draws on the edges), `dtype` and `shape` of placeholders, `dtype` and
+/// `value` of constants, `T` (the first input's dtype) of ops, the op's own
+/// attributes (`axis`, `perm`, `to`, ...), the variable a variable op reads or writes
+/// (`shared_name`) and a summary's `tag`. Effects (variable writes, prints,
+/// summaries, callbacks) take a control input (`^name`) from the effect before them:
+/// the program order the executor keeps, drawn as TensorFlow draws its automatic
+/// control dependencies. The branches of a `cond` and the condition and body of a
+/// `while` are functions of the graph's library (`FunctionDef`s, named after their
+/// node and label), which the node names in its `then_branch`/`else_branch` or
+/// `cond`/`body` attribute, as TensorFlow's `If` and `While` nodes do.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "kiln/exec/effects.hpp"
+#include "kiln/exec/summary_op.hpp"
+#include "kiln/graph/graph.hpp"
+#include "kiln/io/summary/events.hpp"
+#include "kiln/io/summary/protobuf.hpp"
+#include "kiln/ops/registry.hpp"
+
+namespace kiln::detail {
+
+// ---- AttrValue ----------------------------------------------------------------------
+
+/// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+template <class F>
+void write_attr(proto::writer& w, std::string_view key, F&& value) {
+  w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
+    entry.string(1, key);
+    entry.message(2, value);
+  });
+}
+template <class = void>
+void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
+}
+template <class = void>
+void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+  write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
+}
+template <class = void>
+void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {  // AttrValue.list
+      if (values.empty()) return;
+      list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
+        for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+      });
+    });
+  });
+}
+template <class = void>
+void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {
+      for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
+    });
+  });
+}
+template <class = void>
+void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+  write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
+}
+
+/// An op's own attribute (one of the types of its `attribute_fields()`).
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+  write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+  write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+  if (v.all())
+    write_string_attr(w, key, "all");
+  else
+    write_op_attr(w, key, v.list());
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+  write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
+}
+
+template <class Op>
+void write_op_attrs(proto::writer& w, const Op& op) {
+  if constexpr (requires { Op::attribute_fields(); })
+    std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
+}
+
+// ---- GraphDef -----------------------------------------------------------------------
+
+/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
+/// (Templates on nothing, as the rest of this header: compiled only where a program
+/// writes a graph.)
+template <class = void>
+class graph_def_writer {
+ public:
+  /// The serialized `GraphDef` of `g`.
+  std::string graph_def(const graph& g) {
+    std::string out;
+    proto::writer w(out);
+    write_nodes(w, 1, g, false);  // GraphDef.node
+    if (!library_.empty()) {
+      const std::size_t at = w.begin_message(2);  // GraphDef.library (FunctionDefLibrary)
+      out += library_;
+      w.end_message(at);
+    }
+    return out;
+  }
+
+ private:
+  // How a node's output is named: in a graph `name` (output 0) or `name:k`; in a
+  // function body `name:output:k`, and an argument by its name alone.
+  static std::string reference(const graph& g, int id, bool in_function) {
+    const node& n = g.node_at(id);
+    std::string base = n.name();
+    int k = 0;
+    if (n.kind() == node_kind::result) {
+      k = 1;
+      while (id - k >= 0 && g.node_at(id - k).kind() == node_kind::result) ++k;
+      base = g.node_at(id - k).name();
+    }
+    if (!in_function) return k == 0 ? base : base + ":" + std::to_string(k);
+    if (n.kind() == node_kind::placeholder) return base;
+    return base + ":output:" + std::to_string(k);
+  }
+
+  static std::string label_attr(const std::string& label) {
+    return label == "then" || label == "else" ? label + "_branch" : label;
+  }
+
+  void write_nodes(proto::writer& w, int field, const graph& g, bool in_function) {
+    std::string previous_effect;
+    const auto& nodes = g.nodes();
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const node& n = nodes[i];
+      if (n.kind() == node_kind::result) continue;                    // output k of its special node
+      if (in_function && n.kind() == node_kind::placeholder) continue;  // an argument of the function
+      w.message(field, [&](proto::writer& d) {
+        d.string(1, n.name());
+        d.string(2, n.op());
+        for (int in : n.input_ids()) d.string(3, reference(g, in, in_function));
+        const bool effect = n.kind() == node_kind::special && n.special().has_effects();
+        if (effect && !previous_effect.empty()) d.string(3, "^" + previous_effect);
+        std::vector<shape> shapes;
+        switch (n.kind()) {
+          case node_kind::placeholder:
+            write_type_attr(d, "dtype", n.dtype());
+            write_op_attr(d, "shape", n.shape());
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::constant:
+            write_type_attr(d, "dtype", n.dtype());
+            write_attr(d, "value", [&](proto::writer& a) { write_tensor_proto(a, 8, n.value()); });
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::op:
+            write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
+            ops::visit([&](const auto& op) { write_op_attrs(d, op); }, n.operation());
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::identity:
+            write_type_attr(d, "T", n.dtype());
+            shapes.push_back(n.shape());
+            break;
+          default: {  // special
+            const special_op& s = n.special();
+            if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
+            for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
+            if (const auto* read = s.as<read_variable_op>()) write_string_attr(d, "shared_name", read->state()->name());
+            if (const auto* write = s.as<assign_variable_op>())
+              write_string_attr(d, "shared_name", write->state()->name());
+            if (const auto* summary = s.as<summary_op>()) write_string_attr(d, "tag", summary->spec().tag);
+            for (const auto& [label, sub] : s.subgraphs())
+              write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
+            break;
+          }
+        }
+        write_shapes_attr(d, "_output_shapes", shapes);
+        if (effect) previous_effect = n.name();
+      });
+    }
+  }
+
+  // Adds `g` to the library as a function named after `base`; returns its name.
+  std::string add_function(const graph& g, const std::string& base) {
+    const std::string name = base + "_" + std::to_string(function_count_++);
+    std::string def;
+    proto::writer w(def);
+    w.message(1, [&](proto::writer& signature) {  // FunctionDef.signature (OpDef)
+      signature.string(1, name);
+      for (int id : g.arguments())
+        signature.message(2, [&](proto::writer& arg) {  // input_arg (ArgDef)
+          arg.string(1, g.node_at(id).name());
+          arg.varint(3, tensorflow_dtype(g.node_at(id).dtype()));
+        });
+      for (std::size_t k = 0; k < g.outputs().size(); ++k)
+        signature.message(3, [&](proto::writer& arg) {  // output_arg
+          arg.string(1, "output_" + std::to_string(k));
+          arg.varint(3, tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
+        });
+    });
+    write_nodes(w, 3, g, true);  // FunctionDef.node_def (after the nested functions it adds)
+    for (std::size_t k = 0; k < g.outputs().size(); ++k)
+      w.message(4, [&](proto::writer& ret) {  // FunctionDef.ret (map<string, string>)
+        ret.string(1, "output_" + std::to_string(k));
+        ret.string(2, reference(g, g.outputs()[k], true));
+      });
+    proto::writer library(library_);
+    library.bytes(1, def);  // FunctionDefLibrary.function
+    return name;
+  }
+
+  std::string library_;
+  int function_count_ = 0;
+};
+
+/// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+/// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
+/// \endcode
+template <class = void>
+std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
+
+}  // namespace kiln::detail

@@ -1,0 +1,1502 @@
+// kiln single header, generated from include/kiln/summary.hpp by `python3 scripts/amalgamate.py`.
+// Do not edit: change the headers under include/ and regenerate.
+#pragma once
+#ifndef KILN_SINGLE_INCLUDE_KILN_SUMMARY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_SUMMARY_HPP
+// ----- begin kiln/summary.hpp -----
+/// \file
+/// TensorBoard summaries, as tf.summary: scalars, histograms, text and images written
+/// to event files that TensorBoard reads, from eager code and from inside a
+/// kiln::function, where a summary is an effect that writes at every call, in program
+/// order with prints and variable writes.
+///
+/// \code
+/// auto writer = kiln::summary::create_file_writer("logs/run1");
+/// auto scope = writer.as_default();                 // the default writer until scope ends
+/// kiln::variable w(kiln::ones({3}), "w");
+/// kiln::function step([&](const kiln::tensor& x) {
+///   kiln::tensor loss = kiln::reduce_sum(kiln::square(w * x));
+///   kiln::summary::scalar("loss", loss, 7);          // at every call
+///   kiln::summary::histogram("w", w, 7);
+///   return loss;
+/// });
+/// step(kiln::constant({1.f, 2.f, 3.f}));
+/// kiln::summary::text("note", "hello", 0);         // eagerly: written at once
+/// \endcode
+/// then `tensorboard --logdir logs`.
+///
+/// An optional part of kiln, outside kiln/kiln.hpp (it needs nothing beyond kiln's own
+/// dependencies: the protocol buffers, the TFRecord framing and its CRC32C, and the PNG
+/// encoder are kiln/io/summary/'s). Differences from TensorFlow: the default
+/// writer is looked up when a summary node runs rather than when it is traced, so a
+/// function traced without a writer writes when called under one, and a function saved
+/// with summaries and loaded by another program writes to that program's default
+/// writer; a summary returns a bool tensor (true when it wrote); integer images hold
+/// values in [0, 255] (kiln has no uint8); a flush does not wait for the disk (fsync).
+/// docs/design_notes.md, "TensorBoard summaries", has the rest.
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "kiln/kiln.hpp"
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+// ----- begin kiln/exec/summary_op.hpp -----
+/// \file
+/// The special op of TensorBoard summaries (kiln/summary.hpp), and the hook through
+/// which it reaches a writer. A summary node holds what it writes (its kind, tag,
+/// description and the kind's parameter) and takes its value and step as inputs; when
+/// it runs it looks up the default writer of the calling thread, so that a function
+/// traced, or saved and loaded, without a writer writes to whichever writer is the
+/// default at each call. The writers themselves (event files, protocol buffers, PNG)
+/// live in kiln/io/summary/, above this layer: they fill the hook, so that this header
+/// (which saved functions, ONNX export and training loops include to recognise or
+/// write summaries) carries none of their code.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+
+namespace kiln::detail {
+
+/// What a summary shows in TensorBoard: a curve of scalars, a histogram, text or images.
+enum class summary_kind : unsigned char { scalar, histogram, text, image };
+
+/// The graph op of each kind, as a graph listing shows it.
+inline std::string_view summary_op_name(summary_kind kind) {
+  switch (kind) {
+    case summary_kind::histogram: return "WriteHistogramSummary";
+    case summary_kind::text: return "WriteTextSummary";
+    case summary_kind::image: return "WriteImageSummary";
+    default: return "WriteScalarSummary";
+  }
+}
+
+/// What a summary writes besides its value and step.
+struct summary_spec {
+  summary_kind kind = summary_kind::scalar;
+  std::string tag;          ///< the name TensorBoard shows
+  std::string description;  ///< shown beside the plot (Markdown); may be empty
+  int parameter = 0;        ///< histogram: the bucket count; image: max_outputs; otherwise 0
+};
+
+/// Why a summary cannot take a value or a step: nothing, or which rule it breaks.
+struct summary_failure {
+  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
+  std::string message;
+  explicit operator bool() const { return kind != none; }
+};
+
+/// Checks a summary's value (`value_type`, `value_shape`) and step against what its
+/// kind takes. Partial shapes (None dims, unknown rank) pass when a value of some
+/// fitting shape would: the node checks the concrete shapes again when it runs.
+/// (Messages are made only on failure: a node runs this at every call. Like the other
+/// functions here, a template on nothing, compiled only where a program uses it.)
+template <class = void>
+summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
+                                            dtype step_type, const shape& step_shape) {
+  auto fail = [&](summary_failure::kind_t kind, const std::string& problem) {
+    static constexpr std::string_view kinds[] = {"scalar", "histogram", "text", "image"};
+    return summary_failure{kind, "kiln::summary::" + std::string(kinds[int(s.kind)]) + " '" + s.tag + "': " + problem};
+  };
+  auto value = [&] { return std::string(name(value_type)) + " " + value_shape.str(); };
+  if (step_type != int32 && step_type != int64)
+    return fail(summary_failure::wrong_dtype, "the step must be an int32 or int64 scalar, got " +
+                                                  std::string(name(step_type)) + " " + step_shape.str());
+  if (step_shape.has_known_rank() && step_shape.rank() != 0)
+    return fail(summary_failure::wrong_shape, "the step must be a scalar, got shape " + step_shape.str());
+  switch (s.kind) {
+    case summary_kind::scalar:
+      if (value_type == string) return fail(summary_failure::wrong_dtype, "the value must be numeric, got " + value());
+      if (value_shape.has_known_rank() && value_shape.rank() != 0)
+        return fail(summary_failure::wrong_shape, "the value must be a scalar, got shape " + value_shape.str());
+      break;
+    case summary_kind::histogram:
+      if (value_type == string) return fail(summary_failure::wrong_dtype, "the values must be numeric, got " + value());
+      break;
+    case summary_kind::text:
+      if (value_type != string)
+        return fail(summary_failure::wrong_dtype, "the value must be a string tensor, got " + value());
+      break;
+    case summary_kind::image:
+      if (value_type == string || value_type == bool_)
+        return fail(summary_failure::wrong_dtype,
+                    "the images must be float32 or float64 (in [0, 1]) or int32 or int64 (in [0, 255]), got " + value());
+      if (value_shape.has_known_rank()) {
+        if (value_shape.rank() != 4)
+          return fail(summary_failure::wrong_shape,
+                      "the images must be of rank 4 (count, height, width, channels), got shape " + value_shape.str());
+        const std::int64_t channels = value_shape[3];
+        if (channels != none && (channels < 1 || channels > 4))
+          return fail(summary_failure::wrong_shape,
+                      "the images must have 1 (gray), 2 (gray, alpha), 3 (RGB) or 4 (RGBA) channels, got shape " +
+                          value_shape.str());
+        if (value_shape[1] == 0 || value_shape[2] == 0)
+          return fail(summary_failure::wrong_shape,
+                      "an image must be at least 1 pixel high and wide, got shape " + value_shape.str());
+      }
+      break;
+  }
+  return {};
+}
+
+/// Raises the error of `f`: kiln::type_error for a dtype and kiln::value_error for a
+/// shape (as TensorFlow's summaries raise, eagerly and while tracing), or
+/// kiln::invalid_argument_error for a shape found wrong only when a graph runs.
+template <class = void>
+[[noreturn]] void throw_summary_failure(const summary_failure& f, bool running_graph) {
+  if (running_graph) throw invalid_argument_error(f.message);
+  if (f.kind == summary_failure::wrong_dtype) throw type_error(f.message);
+  throw value_error(f.message);
+}
+
+/// Where summaries go: a writer, reached through a function pointer that the writer
+/// sets (kiln/io/summary/writer.hpp), so that code below it writes without its code.
+struct summary_target {
+  /// Writes `value` as summary `spec` at `step`; returns whether it wrote. A value the
+  /// writer cannot show (an integer pixel outside [0, 255], a NaN in a histogram)
+  /// raises kiln::invalid_argument_error.
+  bool (*write)(summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) = nullptr;
+  /// Writes a serialized GraphDef (TensorBoard's graph view).
+  void (*write_graph)(summary_target& self, std::string_view graph_def) = nullptr;
+  /// Hands what is queued to the file.
+  void (*flush)(summary_target& self) = nullptr;
+};
+
+/// This thread's default writer (null when none): what kiln::summary::file_writer's
+/// as_default() sets for its lifetime, as tf.summary's default writer is per thread.
+inline summary_target*& default_summary_target() {
+  thread_local summary_target* target = nullptr;
+  return target;
+}
+
+/// How code below kiln/summary.hpp (a training loop given a log directory) opens a
+/// writer on a directory: `summary_file_opener<>::open(logdir)`, a shared
+/// summary_target. Declared here, defined by kiln/summary.hpp; such code names it as a
+/// defaulted template argument and checks that it is complete where it is
+/// instantiated, as concrete_function::save does with saved_function_io, so that a
+/// program that never includes kiln/summary.hpp compiles none of the writer, and one
+/// that asks for a log directory without it gets a compile error that says so:
+/// \code
+/// template <class Opener = kiln::detail::summary_file_opener<>>
+/// std::shared_ptr<kiln::detail::summary_target> open_log(const std::filesystem::path& logdir) {
+///   if constexpr (requires { Opener::open(logdir); })
+///     return Opener::open(logdir);
+///   else
+///     static_assert(sizeof(Opener*) == 0, "a log directory needs #include <kiln/summary.hpp>");
+/// }
+/// \endcode
+template <class = void>
+struct summary_file_opener;
+
+/// The hook for training loops (kiln::fit): writes each (tag, value) pair as a scalar
+/// summary at `step` to `target` (a writer, from summary_file_opener or the thread's
+/// default one when null); returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
+/// names them (`epoch_loss`, `epoch_accuracy`) by the caller's choice.
+/// \code
+/// const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.9}};
+/// kiln::detail::write_scalar_summaries(logs, 3);  // false: no default writer here
+/// \endcode
+template <class = void>
+bool write_scalar_summaries(std::span<const std::pair<std::string, double>> values, std::int64_t step,
+                            summary_target* target = nullptr) {
+  if (!target) target = default_summary_target();
+  if (!target) return false;
+  for (const auto& [tag, v] : values) {
+    tensor t(float64, shape{});
+    *static_cast<double*>(t.raw_data()) = v;
+    target->write(*target, summary_spec{summary_kind::scalar, tag, {}, 0}, t, step);
+  }
+  return true;
+}
+
+/// The step of a summary as an integer: an int32 or int64 scalar (checked before).
+template <class = void>
+std::int64_t summary_step(const tensor& step) {
+  if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
+  return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
+                               : *static_cast<const std::int64_t*>(step.raw_data());
+}
+
+/// Writes a summary to the default writer at every run: its inputs are the value and
+/// the step, its one result a bool scalar, true when it wrote (false without a writer).
+class summary_op final : public special_op {
+ public:
+  template <class = void>
+  explicit summary_op(summary_spec spec) : special_op(std::type_identity<summary_op>()), spec_(std::move(spec)) {
+    for (int k = 0; k < 2; ++k) {
+      written_[k] = tensor(bool_, shape{});
+      *static_cast<bool*>(written_[k].raw_data()) = k == 1;
+    }
+  }
+  std::string_view name() const { return summary_op_name(spec_.kind); }
+  bool has_effects() const { return true; }
+  template <class = void>
+  tensor run(std::span<const tensor* const> in) const {
+    summary_target* target = default_summary_target();
+    if (!target) return written_[0];
+    const tensor& value = *in[0];
+    const tensor& step = *in[1];
+    if (summary_failure f = check_summary_inputs(spec_, value.dtype(), value.shape(), step.dtype(), step.shape()))
+      throw_summary_failure(f, true);  // (only a shape the trace left partial can fail here)
+    return written_[target->write(*target, spec_, value, summary_step(step)) ? 1 : 0];
+  }
+  const summary_spec& spec() const { return spec_; }
+
+ private:
+  summary_spec spec_;
+  tensor written_[2];  // false, true: results shared by every run, allocated once
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/summary_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_EVENTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_EVENTS_HPP
+// ----- begin kiln/io/summary/events.hpp -----
+/// \file
+/// TensorBoard's `Event` protocol buffers, as TensorFlow 2.12's tf.summary writes them
+/// (field numbers from tensorflow/core/util/event.proto, framework/summary.proto and
+/// framework/tensor.proto): an event holds its wall time, its step and one summary
+/// value, which is a tag, a `TensorProto` and metadata naming the TensorBoard plugin
+/// that shows it (`scalars`, `histograms`, `text`, `images`). What each kind makes of
+/// its value is what TensorBoard's own summary functions compute: a float32 scalar, a
+/// [k, 3] float64 table of histogram buckets, the string tensor itself, and the
+/// strings (width, height, PNG...) of images. test/summary compares these bytes with
+/// TensorFlow's.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PNG_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PNG_HPP
+// ----- begin kiln/io/summary/png.hpp -----
+/// \file
+/// A minimal PNG encoder for image summaries: 8-bit grayscale, grayscale with alpha,
+/// RGB or RGBA, no interlacing, every row unfiltered, and the zlib stream made of
+/// stored (uncompressed) deflate blocks, which every PNG decoder reads. The files are
+/// about as large as the pixels; summaries' images are small, and this keeps kiln free
+/// of a compression library.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <boost/crc.hpp>
+
+namespace kiln::detail {
+
+/// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
+template <class = void>
+void append_big_endian(std::string& out, std::uint32_t v) {
+  const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
+  out.append(bytes, 4);
+}
+
+/// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
+template <class = void>
+void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+  append_big_endian(out, std::uint32_t(data.size()));
+  boost::crc_32_type crc;
+  crc.process_bytes(type.data(), type.size());
+  crc.process_bytes(data.data(), data.size());
+  out.append(type);
+  out.append(data);
+  append_big_endian(out, crc.checksum());
+}
+
+/// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
+/// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
+/// no empty images: `height` and `width` are at least 1 (the caller checks).
+/// \code
+/// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
+/// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
+/// \endcode
+template <class = void>
+std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+                              int channels) {
+  static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
+  std::string png("\x89PNG\r\n\x1a\n", 8);
+  std::string header;
+  append_big_endian(header, width);
+  append_big_endian(header, height);
+  header += {8, color_type[channels], 0, 0, 0};  // bit depth, color type, deflate, filters, no interlace
+  append_png_chunk(png, "IHDR", header);
+
+  // The zlib stream: its header (deflate, 32 KiB window, no dictionary, a check that
+  // makes it a multiple of 31), stored blocks of at most 65535 bytes, then the
+  // Adler-32 of the filtered rows (each one starts with its filter, 0: none).
+  const std::size_t row = std::size_t(width) * std::size_t(channels);
+  const std::size_t filtered = (row + 1) * height;
+  std::string zlib("\x78\x01", 2);
+  zlib.reserve(2 + filtered + 5 * (filtered / 65535 + 1) + 4);
+  std::uint32_t a = 1, b = 0;
+  std::size_t block_left = 0, left = filtered;
+  auto put = [&](std::uint8_t byte) {
+    if (block_left == 0) {  // a new stored block: final flag, LEN and its complement
+      block_left = left < 65535 ? left : 65535;
+      left -= block_left;
+      const auto n = std::uint16_t(block_left);
+      const char head[5] = {char(left == 0 ? 1 : 0), char(n & 0xFF), char(n >> 8), char(~n & 0xFF), char((~n >> 8) & 0xFF)};
+      zlib.append(head, 5);
+    }
+    zlib.push_back(char(byte));
+    --block_left;
+    a = (a + byte) % 65521;
+    b = (b + a) % 65521;
+  };
+  for (std::uint32_t y = 0; y < height; ++y) {
+    put(0);
+    for (std::size_t x = 0; x < row; ++x) put(pixels[y * row + x]);
+  }
+  append_big_endian(zlib, (b << 16) | a);
+  append_png_chunk(png, "IDAT", zlib);
+  append_png_chunk(png, "IEND", "");
+  return png;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/io/summary/png.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PNG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PROTOBUF_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PROTOBUF_HPP
+// ----- begin kiln/io/summary/protobuf.hpp -----
+/// \file
+/// A protocol-buffer encoder, just what TensorBoard's files need: varints,
+/// little-endian fixed-width numbers and length-delimited fields (bytes, strings and
+/// nested messages), appended to a std::string. Which field numbers a message has is
+/// the caller's business (kiln/io/summary/events.hpp, graph_def.hpp, from TensorFlow's
+/// .proto files); proto3 leaves a field at its default value out, and so do the callers.
+/// kiln's summaries write with this rather than with protobuf's library, so that they
+/// need nothing beyond kiln's own dependencies.
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace kiln::detail::proto {
+
+/// The wire types of a field's tag.
+enum class wire : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2, fixed32 = 5 };
+
+/// Appends fields to `out` (which it does not clear).
+/// \code
+/// std::string bytes;
+/// kiln::detail::proto::writer w(bytes);
+/// w.varint(2, 150);                          // 10 96 01
+/// const auto at = w.begin_message(3);        // a nested message as field 3
+/// w.string(1, "tag");
+/// w.end_message(at);
+/// \endcode
+template <class = void>
+class basic_writer {
+ public:
+  explicit basic_writer(std::string& out) : out_(out) {}
+
+  /// An unsigned varint, 7 bits a byte, least significant first.
+  void raw_varint(std::uint64_t v) {
+    char bytes[10];
+    int n = 0;
+    while (v >= 0x80) {
+      bytes[n++] = char((v & 0x7F) | 0x80);
+      v >>= 7;
+    }
+    bytes[n++] = char(v);
+    out_.append(bytes, std::size_t(n));
+  }
+  void tag(int field, wire type) { raw_varint((std::uint64_t(field) << 3) | std::uint64_t(type)); }
+
+  /// An int32, int64, uint64, bool or enum field: a negative number is its 64-bit
+  /// two's complement (ten bytes), as protobuf writes int32 and int64.
+  void varint(int field, std::int64_t v) {
+    tag(field, wire::varint);
+    raw_varint(std::uint64_t(v));
+  }
+  void boolean(int field, bool v) { varint(field, v ? 1 : 0); }
+  void fixed64(int field, std::uint64_t v) {
+    tag(field, wire::fixed64);
+    append_little_endian(v);
+  }
+  void float64(int field, double v) { fixed64(field, std::bit_cast<std::uint64_t>(v)); }
+  void float32(int field, float v) {
+    tag(field, wire::fixed32);
+    append_little_endian(std::bit_cast<std::uint32_t>(v));
+  }
+  /// A bytes or string field.
+  void bytes(int field, std::string_view v) {
+    tag(field, wire::length_delimited);
+    raw_varint(v.size());
+    out_.append(v);
+  }
+  void string(int field, std::string_view v) { bytes(field, v); }
+
+  /// Starts nested message `field`: what is written until end_message(the returned
+  /// position) becomes its contents. (Its length is known only then: one byte is kept
+  /// for it, enough below 128 bytes; a longer message's contents move up by the
+  /// length's further bytes.)
+  std::size_t begin_message(int field) {
+    tag(field, wire::length_delimited);
+    out_.push_back('\0');
+    return out_.size();
+  }
+  void end_message(std::size_t start) {
+    const std::uint64_t length = out_.size() - start;
+    if (length < 0x80) {
+      out_[start - 1] = char(length);
+      return;
+    }
+    char bytes[10];
+    int n = 0;
+    for (std::uint64_t v = length;; v >>= 7) {
+      bytes[n++] = char(v >= 0x80 ? (v & 0x7F) | 0x80 : v);
+      if (v < 0x80) break;
+    }
+    out_.replace(start - 1, 1, bytes, std::size_t(n));
+  }
+  /// Writes nested message `field` with `contents(*this)`.
+  template <class F>
+  void message(int field, F&& contents) {
+    const std::size_t start = begin_message(field);
+    contents(*this);
+    end_message(start);
+  }
+
+  std::string& output() { return out_; }
+
+ private:
+  template <class U>
+  void append_little_endian(U v) {
+    char bytes[sizeof(U)];
+    for (std::size_t k = 0; k < sizeof(U); ++k) bytes[k] = char((v >> (8 * k)) & 0xFF);
+    out_.append(bytes, sizeof(U));
+  }
+
+  std::string& out_;
+};
+/// (A template on nothing, as everything under kiln/io/summary/: compiled only where a
+/// program writes summaries.)
+using writer = basic_writer<>;
+
+}  // namespace kiln::detail::proto
+// ----- end kiln/io/summary/protobuf.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_PROTOBUF_HPP
+
+namespace kiln::detail {
+
+/// TensorFlow's `DataType` enum value of a kiln dtype.
+template <class = void>
+int tensorflow_dtype(dtype t) {
+  switch (t) {
+    case bool_: return 10;    // DT_BOOL
+    case int32: return 3;     // DT_INT32
+    case int64: return 9;     // DT_INT64
+    case float32: return 1;   // DT_FLOAT
+    case float64: return 2;   // DT_DOUBLE
+    default: return 7;        // DT_STRING
+  }
+}
+
+/// A `TensorShapeProto` (dims; None is -1) as field `field`.
+template <class = void>
+void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+  w.message(field, [&](proto::writer& m) {
+    if (!dims.has_known_rank()) {
+      m.boolean(3, true);  // unknown_rank
+      return;
+    }
+    for (std::int64_t d : dims)
+      m.message(2, [&](proto::writer& dim) {
+        if (d != 0) dim.varint(1, d);
+      });
+  });
+}
+
+/// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
+/// bytes, as TensorFlow's summaries write them), strings as `string_val`.
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+                               std::span<const std::string> strings = {}) {
+  w.message(field, [&](proto::writer& t) {
+    t.varint(1, tensorflow_dtype(type));
+    write_tensor_shape(t, 2, dims);
+    if (type == string) {
+      for (const std::string& s : strings) t.bytes(8, s);
+    } else if (!content.empty()) {
+      t.bytes(4, content);
+    }
+  });
+}
+/// The `TensorProto` of an eager tensor.
+template <class = void>
+void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+  if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
+  const tensor& v = value;
+  if (v.dtype() == string) {
+    const auto* first = static_cast<const std::string*>(v.raw_data());
+    write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
+  } else {
+    write_tensor_proto(w, field, v.dtype(), v.shape(),
+                       std::string_view(static_cast<const char*>(v.raw_data()), std::size_t(v.size()) * size_of(v.dtype())));
+  }
+}
+
+/// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+template <class T>
+T numeric_element(const tensor& v, std::int64_t i) {
+  const void* p = v.raw_data();
+  switch (v.dtype()) {
+    case bool_: return T(static_cast<const bool*>(p)[i]);
+    case int32: return T(static_cast<const std::int32_t*>(p)[i]);
+    case int64: return T(static_cast<const std::int64_t*>(p)[i]);
+    case float32: return T(static_cast<const float*>(p)[i]);
+    default: return T(static_cast<const double*>(p)[i]);
+  }
+}
+
+/// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
+/// (left edge, right edge, count), row-major. Equal widths between the least and the
+/// greatest value, the last bucket closed, its right edge exactly the greatest value;
+/// when every value is the same, every edge is that value and the last bucket counts
+/// them all; no values give rows of zeros. Non-finite values raise
+/// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
+template <class = void>
+std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+  const std::size_t k = std::size_t(std::max(buckets, 0));
+  std::vector<double> table(3 * k, 0.0);
+  if (data.empty() || k == 0) return table;
+  double lo = data[0], hi = data[0];
+  for (double x : data) {
+    if (!std::isfinite(x))
+      throw invalid_argument_error("kiln::summary::histogram '" + std::string(tag) + "': the values hold " +
+                                   (std::isnan(x) ? "NaN" : "an infinity") + ", which has no bucket");
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  const double range = hi - lo;
+  if (range == 0) {
+    for (std::size_t b = 0; b < k; ++b) table[3 * b] = table[3 * b + 1] = hi;
+    table[3 * k - 1] = double(data.size());
+    return table;
+  }
+  // As TensorFlow computes them: the width is range / k, an index floor((x - lo) /
+  // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
+  const double width = range / double(k);
+  for (double x : data) {
+    // (NaN and infinities stay out of the integer conversion: a width that underflows
+    // to 0, or a range that overflows, makes them.)
+    const double index = std::floor((x - lo) / width);
+    table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
+  }
+  for (std::size_t b = 0; b < k; ++b) {
+    table[3 * b] = b == 0 ? lo : lo + width * double(b);
+    table[3 * b + 1] = b + 1 == k ? hi : lo + width * double(b + 1);
+  }
+  return table;
+}
+
+/// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
+/// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
+/// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
+/// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
+template <class = void>
+std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+  const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
+  std::vector<std::uint8_t> out(std::size_t(count * per_image));
+  const bool floats = images.dtype() == float32 || images.dtype() == float64;
+  for (std::int64_t i = 0; i < count * per_image; ++i) {
+    if (floats) {  // (in the images' own precision, as TensorFlow multiplies)
+      const double x = images.dtype() == float32 ? double(static_cast<const float*>(images.raw_data())[i] * 255.5f)
+                                                 : static_cast<const double*>(images.raw_data())[i] * 255.5;
+      out[std::size_t(i)] = x >= 255 ? 255 : x > 0 ? std::uint8_t(x) : 0;
+    } else {
+      const std::int64_t x = numeric_element<std::int64_t>(images, i);
+      if (x < 0 || x > 255)
+        throw invalid_argument_error("kiln::summary::image '" + std::string(tag) + "': an integer image holds " +
+                                     std::to_string(x) + ", outside [0, 255]");
+      out[std::size_t(i)] = std::uint8_t(x);
+    }
+  }
+  return out;
+}
+
+/// The TensorBoard plugin that shows each kind.
+template <class = void>
+std::string_view summary_plugin(summary_kind kind) {
+  switch (kind) {
+    case summary_kind::histogram: return "histograms";
+    case summary_kind::text: return "text";
+    case summary_kind::image: return "images";
+    default: return "scalars";
+  }
+}
+
+/// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
+/// function of that kind passes to tf.summary.write) as field `field`.
+template <class = void>
+void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+  if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
+  const tensor& v = value;
+  switch (spec.kind) {
+    case summary_kind::scalar: {
+      float x;
+      if (v.dtype() == float32) {
+        x = *static_cast<const float*>(v.raw_data());
+      } else if (v.dtype() == float64) {
+        // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
+        // conversion of such a double is undefined).
+        const double d = *static_cast<const double*>(v.raw_data());
+        constexpr double largest = std::numeric_limits<float>::max();
+        constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
+        x = d >= overflow    ? std::numeric_limits<float>::infinity()
+            : d <= -overflow ? -std::numeric_limits<float>::infinity()
+            : d > largest    ? float(largest)
+            : d < -largest   ? -float(largest)
+                             : float(d);
+      } else {
+        x = numeric_element<float>(v, 0);
+      }
+      char bytes[4];
+      std::memcpy(bytes, &x, 4);
+      write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
+      break;
+    }
+    case summary_kind::histogram: {
+      std::vector<double> data(std::size_t(v.size()));
+      for (std::int64_t i = 0; i < v.size(); ++i) data[std::size_t(i)] = numeric_element<double>(v, i);
+      const std::vector<double> table = histogram_buckets(data, spec.parameter, spec.tag);
+      write_tensor_proto(w, field, float64, shape{std::int64_t(table.size() / 3), 3},
+                         std::string_view(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(double)));
+      break;
+    }
+    case summary_kind::text:
+      write_tensor_proto(w, field, v);
+      break;
+    case summary_kind::image: {
+      const std::int64_t height = v.shape()[1], width = v.shape()[2], channels = v.shape()[3];
+      const std::int64_t count = std::min<std::int64_t>(v.shape()[0], std::max(spec.parameter, 0));
+      const std::vector<std::uint8_t> samples = image_samples(v, count, spec.tag);
+      std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
+      const std::size_t per_image = std::size_t(height * width * channels);
+      for (std::int64_t i = 0; i < count; ++i)
+        strings.push_back(encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
+                                     std::uint32_t(height), std::uint32_t(width), int(channels)));
+      write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
+      break;
+    }
+  }
+}
+
+/// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
+/// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
+/// `SummaryMetadata` (the plugin's name, and the description when there is one).
+template <class = void>
+void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+                                const tensor& value) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  if (step != 0) w.varint(2, step);
+  w.message(5, [&](proto::writer& summary) {     // Event.summary
+    summary.message(1, [&](proto::writer& v) {   // Summary.value
+      v.string(1, spec.tag);                      // tag
+      write_summary_tensor(v, 8, spec, value);    // tensor
+      v.message(9, [&](proto::writer& meta) {     // metadata
+        meta.message(1, [&](proto::writer& plugin) { plugin.string(1, summary_plugin(spec.kind)); });
+        if (!spec.description.empty()) meta.string(3, spec.description);
+      });
+    });
+  });
+}
+
+/// The `Event` that opens an event file: its format version, "brain.Event:2".
+template <class = void>
+void write_file_version_event(std::string& out, double wall_time) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  w.string(3, "brain.Event:2");
+}
+
+/// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
+template <class = void>
+void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  w.bytes(4, graph_def);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/io/summary/events.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_EVENTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_GRAPH_DEF_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_GRAPH_DEF_HPP
+// ----- begin kiln/io/summary/graph_def.hpp -----
+/// \file
+/// A kiln::graph as a TensorFlow `GraphDef` (tensorflow/core/framework/graph.proto,
+/// node_def.proto, attr_value.proto, function.proto), for TensorBoard's graph view.
+///
+/// Each node is a `NodeDef` named as in kiln's listing, with kiln's op names
+/// (`add`, `matmul`, `ReadVariableOp`, `cond`, `while`, ...), its inputs (a further
+/// result of a special op is `name:k`, TensorFlow's spelling of output k, so `Result`
+/// nodes are not nodes of their own) and attributes: `_output_shapes` (what
+/// TensorBoard draws on the edges), `dtype` and `shape` of placeholders, `dtype` and
+/// `value` of constants, `T` (the first input's dtype) of ops, the op's own
+/// attributes (`axis`, `perm`, `to`, ...), the variable a variable op reads or writes
+/// (`shared_name`) and a summary's `tag`. Effects (variable writes, prints,
+/// summaries, callbacks) take a control input (`^name`) from the effect before them:
+/// the program order the executor keeps, drawn as TensorFlow draws its automatic
+/// control dependencies. The branches of a `cond` and the condition and body of a
+/// `while` are functions of the graph's library (`FunctionDef`s, named after their
+/// node and label), which the node names in its `then_branch`/`else_branch` or
+/// `cond`/`body` attribute, as TensorFlow's `If` and `While` nodes do.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+
+namespace kiln::detail {
+
+// ---- AttrValue ----------------------------------------------------------------------
+
+/// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+template <class F>
+void write_attr(proto::writer& w, std::string_view key, F&& value) {
+  w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
+    entry.string(1, key);
+    entry.message(2, value);
+  });
+}
+template <class = void>
+void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
+}
+template <class = void>
+void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+  write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
+}
+template <class = void>
+void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {  // AttrValue.list
+      if (values.empty()) return;
+      list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
+        for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+      });
+    });
+  });
+}
+template <class = void>
+void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {
+      for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
+    });
+  });
+}
+template <class = void>
+void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+  write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
+}
+
+/// An op's own attribute (one of the types of its `attribute_fields()`).
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+  write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+  write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+  if (v.all())
+    write_string_attr(w, key, "all");
+  else
+    write_op_attr(w, key, v.list());
+}
+template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+  write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
+}
+
+template <class Op>
+void write_op_attrs(proto::writer& w, const Op& op) {
+  if constexpr (requires { Op::attribute_fields(); })
+    std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
+}
+
+// ---- GraphDef -----------------------------------------------------------------------
+
+/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
+/// (Templates on nothing, as the rest of this header: compiled only where a program
+/// writes a graph.)
+template <class = void>
+class graph_def_writer {
+ public:
+  /// The serialized `GraphDef` of `g`.
+  std::string graph_def(const graph& g) {
+    std::string out;
+    proto::writer w(out);
+    write_nodes(w, 1, g, false);  // GraphDef.node
+    if (!library_.empty()) {
+      const std::size_t at = w.begin_message(2);  // GraphDef.library (FunctionDefLibrary)
+      out += library_;
+      w.end_message(at);
+    }
+    return out;
+  }
+
+ private:
+  // How a node's output is named: in a graph `name` (output 0) or `name:k`; in a
+  // function body `name:output:k`, and an argument by its name alone.
+  static std::string reference(const graph& g, int id, bool in_function) {
+    const node& n = g.node_at(id);
+    std::string base = n.name();
+    int k = 0;
+    if (n.kind() == node_kind::result) {
+      k = 1;
+      while (id - k >= 0 && g.node_at(id - k).kind() == node_kind::result) ++k;
+      base = g.node_at(id - k).name();
+    }
+    if (!in_function) return k == 0 ? base : base + ":" + std::to_string(k);
+    if (n.kind() == node_kind::placeholder) return base;
+    return base + ":output:" + std::to_string(k);
+  }
+
+  static std::string label_attr(const std::string& label) {
+    return label == "then" || label == "else" ? label + "_branch" : label;
+  }
+
+  void write_nodes(proto::writer& w, int field, const graph& g, bool in_function) {
+    std::string previous_effect;
+    const auto& nodes = g.nodes();
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const node& n = nodes[i];
+      if (n.kind() == node_kind::result) continue;                    // output k of its special node
+      if (in_function && n.kind() == node_kind::placeholder) continue;  // an argument of the function
+      w.message(field, [&](proto::writer& d) {
+        d.string(1, n.name());
+        d.string(2, n.op());
+        for (int in : n.input_ids()) d.string(3, reference(g, in, in_function));
+        const bool effect = n.kind() == node_kind::special && n.special().has_effects();
+        if (effect && !previous_effect.empty()) d.string(3, "^" + previous_effect);
+        std::vector<shape> shapes;
+        switch (n.kind()) {
+          case node_kind::placeholder:
+            write_type_attr(d, "dtype", n.dtype());
+            write_op_attr(d, "shape", n.shape());
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::constant:
+            write_type_attr(d, "dtype", n.dtype());
+            write_attr(d, "value", [&](proto::writer& a) { write_tensor_proto(a, 8, n.value()); });
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::op:
+            write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
+            ops::visit([&](const auto& op) { write_op_attrs(d, op); }, n.operation());
+            shapes.push_back(n.shape());
+            break;
+          case node_kind::identity:
+            write_type_attr(d, "T", n.dtype());
+            shapes.push_back(n.shape());
+            break;
+          default: {  // special
+            const special_op& s = n.special();
+            if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
+            for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
+            if (const auto* read = s.as<read_variable_op>()) write_string_attr(d, "shared_name", read->state()->name());
+            if (const auto* write = s.as<assign_variable_op>())
+              write_string_attr(d, "shared_name", write->state()->name());
+            if (const auto* summary = s.as<summary_op>()) write_string_attr(d, "tag", summary->spec().tag);
+            for (const auto& [label, sub] : s.subgraphs())
+              write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
+            break;
+          }
+        }
+        write_shapes_attr(d, "_output_shapes", shapes);
+        if (effect) previous_effect = n.name();
+      });
+    }
+  }
+
+  // Adds `g` to the library as a function named after `base`; returns its name.
+  std::string add_function(const graph& g, const std::string& base) {
+    const std::string name = base + "_" + std::to_string(function_count_++);
+    std::string def;
+    proto::writer w(def);
+    w.message(1, [&](proto::writer& signature) {  // FunctionDef.signature (OpDef)
+      signature.string(1, name);
+      for (int id : g.arguments())
+        signature.message(2, [&](proto::writer& arg) {  // input_arg (ArgDef)
+          arg.string(1, g.node_at(id).name());
+          arg.varint(3, tensorflow_dtype(g.node_at(id).dtype()));
+        });
+      for (std::size_t k = 0; k < g.outputs().size(); ++k)
+        signature.message(3, [&](proto::writer& arg) {  // output_arg
+          arg.string(1, "output_" + std::to_string(k));
+          arg.varint(3, tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
+        });
+    });
+    write_nodes(w, 3, g, true);  // FunctionDef.node_def (after the nested functions it adds)
+    for (std::size_t k = 0; k < g.outputs().size(); ++k)
+      w.message(4, [&](proto::writer& ret) {  // FunctionDef.ret (map<string, string>)
+        ret.string(1, "output_" + std::to_string(k));
+        ret.string(2, reference(g, g.outputs()[k], true));
+      });
+    proto::writer library(library_);
+    library.bytes(1, def);  // FunctionDefLibrary.function
+    return name;
+  }
+
+  std::string library_;
+  int function_count_ = 0;
+};
+
+/// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+/// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
+/// \endcode
+template <class = void>
+std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
+
+}  // namespace kiln::detail
+// ----- end kiln/io/summary/graph_def.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_GRAPH_DEF_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_WRITER_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_WRITER_HPP
+// ----- begin kiln/io/summary/writer.hpp -----
+/// \file
+/// An event file and its writer: what kiln::summary::create_file_writer makes.
+///
+/// As TensorFlow's summary file writer: the file is
+/// `<logdir>/events.out.tfevents.<seconds>.<host>.<pid>.<n><suffix>` (n counts the
+/// writers this process made, the suffix is `.v2` unless told otherwise), created with
+/// the log directory when the writer is made, and it starts with the file_version
+/// event. Events are framed as TFRecords into a queue in memory; the queue goes to the
+/// file when it holds more than `max_queue` events, when `flush_millis` have passed
+/// since the last flush (checked at each write), on flush(), when a default-writer
+/// scope ends and when the last handle on the writer goes. A flush hands the bytes to
+/// the operating system (fflush), which is what TensorBoard reads; unlike TensorFlow,
+/// it does not wait for them to reach the disk (fsync), which costs milliseconds.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <unistd.h>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_RECORD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_RECORD_HPP
+// ----- begin kiln/io/summary/record.hpp -----
+/// \file
+/// TFRecord framing, as TensorFlow's event files use it: each record is its length
+/// (uint64, little-endian), the masked CRC32C of those 8 bytes, the data, and the
+/// masked CRC32C of the data (both uint32, little-endian). CRC32C is the Castagnoli
+/// CRC (iSCSI's), computed by the processor where it can (SSE 4.2) and by Boost.CRC
+/// otherwise; the mask rotates it and adds a constant, so
+/// that a CRC over bytes that contain CRCs stays well distributed (TensorFlow's
+/// `crc32c::Mask`).
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <boost/crc.hpp>
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
+
+namespace kiln::detail {
+
+/// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
+/// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
+/// \code kiln::detail::crc32c_by_table("123456789") == 0xE3069283u \endcode
+template <class = void>
+std::uint32_t crc32c_by_table(std::string_view data) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(data.data(), data.size());
+  return crc.checksum();
+}
+
+#if defined(__SSE4_2__)
+/// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
+/// faster than the table, which took a fifth of a scalar summary's time.
+template <class = void>
+std::uint32_t crc32c_by_instruction(std::string_view data) {
+  std::uint64_t crc = 0xFFFFFFFFu;
+  const char* p = data.data();
+  std::size_t n = data.size();
+  for (; n >= 8; n -= 8, p += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    crc = _mm_crc32_u64(crc, word);
+  }
+  auto c = std::uint32_t(crc);
+  for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
+  return ~c;
+}
+#endif
+
+/// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
+/// otherwise by Boost.CRC's table.
+/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
+template <class = void>
+std::uint32_t crc32c(std::string_view data) {
+#if defined(__SSE4_2__)
+  return crc32c_by_instruction(data);
+#else
+  return crc32c_by_table(data);
+#endif
+}
+
+/// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
+template <class = void>
+std::uint32_t masked_crc32c(std::string_view data) {
+  const std::uint32_t crc = crc32c(data);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+/// Appends `data` to `out` as one TFRecord.
+/// \code
+/// std::string file;
+/// kiln::detail::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
+/// \endcode
+template <class = void>
+void append_record(std::string& out, std::string_view data) {
+  char header[12];
+  const std::uint64_t length = data.size();
+  for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
+  const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
+  for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
+  out.append(header, 12);
+  out.append(data);
+  const std::uint32_t data_crc = masked_crc32c(data);
+  char footer[4];
+  for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
+  out.append(footer, 4);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/io/summary/record.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_RECORD_HPP
+
+namespace kiln::detail {
+
+/// Seconds since 1970, to the microsecond (an event's wall_time).
+template <class = void>
+double summary_wall_time() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::summary {
+
+/// How a writer names and flushes its event file, with tf.summary.create_file_writer's
+/// arguments and defaults.
+/// \code auto writer = kiln::summary::create_file_writer("logs", {.max_queue = 100}); \endcode
+struct writer_options {
+  int max_queue = 10;                             ///< events kept in memory before a flush
+  std::chrono::milliseconds flush_millis{120000};  ///< longest time between flushes (checked at each write)
+  std::string filename_suffix = ".v2";            ///< after the writer's number in the file name
+};
+
+}  // namespace kiln::summary
+
+namespace kiln::detail {
+
+/// The state every handle on a writer shares; it is the summary_target that
+/// summary nodes write to while it is the default writer. (A template on nothing:
+/// compiled only where a program makes a writer.)
+template <class = void>
+class basic_event_file_writer final : public summary_target {
+ public:
+  basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
+      : logdir_(logdir), options_(std::move(options)) {
+    write = [](summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) {
+      static_cast<basic_event_file_writer&>(self).write_summary(spec, value, step);
+      return true;
+    };
+    write_graph = [](summary_target& self, std::string_view graph_def) {
+      static_cast<basic_event_file_writer&>(self).write_graph_def(graph_def);
+    };
+    flush = [](summary_target& self) { static_cast<basic_event_file_writer&>(self).flush_file(); };
+    std::error_code error;
+    std::filesystem::create_directories(logdir_, error);
+    if (error)
+      throw invalid_argument_error("kiln::summary::create_file_writer: cannot create the directory " + logdir_.string() +
+                                   ": " + error.message());
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    static std::atomic<int> writers{0};
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%010lld",
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()));
+    path_ = logdir_ / ("events.out.tfevents." + std::string(seconds) + "." + host + "." + std::to_string(getpid()) +
+                       "." + std::to_string(writers++) + options_.filename_suffix);
+    file_ = std::fopen(path_.c_str(), "wb");
+    if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
+    const double now = summary_wall_time();
+    write_file_version_event(scratch_, now);
+    append_record(queue_, scratch_);
+    try {
+      flush_locked(now);
+    } catch (...) {  // (no destructor runs for an object whose constructor throws)
+      std::fclose(file_);
+      throw;
+    }
+  }
+  basic_event_file_writer(const basic_event_file_writer&) = delete;
+  basic_event_file_writer& operator=(const basic_event_file_writer&) = delete;
+  ~basic_event_file_writer() {
+    try {
+      std::lock_guard lock(mutex_);
+      flush_locked(summary_wall_time());
+    } catch (...) {  // (a destructor does not throw; the file is closed below all the same)
+    }
+    std::fclose(file_);
+  }
+
+  const std::filesystem::path& logdir() const { return logdir_; }
+  /// The event file.
+  const std::filesystem::path& path() const { return path_; }
+
+  /// Encodes and queues one summary (kiln::invalid_argument_error for a value that
+  /// cannot be shown, before anything is queued).
+  void write_summary(const summary_spec& spec, const tensor& value, std::int64_t step) {
+    const double now = summary_wall_time();
+    std::lock_guard lock(mutex_);
+    scratch_.clear();
+    write_summary_event(scratch_, now, step, spec, value);
+    enqueue(now);
+  }
+  /// Queues an event holding the serialized GraphDef `graph_def`.
+  void write_graph_def(std::string_view graph_def) {
+    const double now = summary_wall_time();
+    std::lock_guard lock(mutex_);
+    scratch_.clear();
+    write_graph_event(scratch_, now, graph_def);
+    enqueue(now);
+  }
+  /// Writes the queued events to the file.
+  void flush_file() {
+    const double now = summary_wall_time();
+    std::lock_guard lock(mutex_);
+    flush_locked(now);
+  }
+
+ private:
+  // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
+  // timed by the clock the event's wall time was read from (`now`, in seconds).
+  void enqueue(double now) {
+    append_record(queue_, scratch_);
+    ++queued_;
+    if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
+      flush_locked(now);
+  }
+  void flush_locked(double now) {
+    last_flush_ = now;
+    if (queue_.empty()) return;
+    const bool ok = std::fwrite(queue_.data(), 1, queue_.size(), file_) == queue_.size() && std::fflush(file_) == 0;
+    queue_.clear();
+    queued_ = 0;
+    if (!ok) throw invalid_argument_error("kiln::summary: cannot write to " + path_.string());
+  }
+
+  std::filesystem::path logdir_, path_;
+  summary::writer_options options_;
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;
+  std::string scratch_;  // the event being written
+  std::string queue_;    // framed events not yet in the file
+  int queued_ = 0;
+  double last_flush_ = 0;  // seconds, as summary_wall_time()
+};
+using event_file_writer = basic_event_file_writer<>;
+
+}  // namespace kiln::detail
+// ----- end kiln/io/summary/writer.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_WRITER_HPP
+
+namespace kiln::summary {
+
+/// A summary's step: a C++ integer, an int32 or int64 scalar tensor (which may be
+/// symbolic inside a function), or a kiln::variable holding one, such as an optimizer's
+/// `iterations()` (read when the summary runs).
+/// \code
+/// kiln::optimizers::sgd opt({.learning_rate = 0.1});
+/// kiln::summary::step_value a = 3, b = kiln::constant(std::int64_t(4)), c = opt.iterations();
+/// \endcode
+class step_value {
+ public:
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  step_value(I step) : value_(kiln::constant(static_cast<std::int64_t>(step))) {}
+  step_value(const tensor& step) : value_(step) {}
+  step_value(const variable& step) : value_(step.read_value()) {}
+  const tensor& get() const { return value_; }
+
+ private:
+  tensor value_;
+};
+
+/// Options of kiln::summary::histogram, as tf.summary.histogram's arguments.
+struct histogram_options {
+  int buckets = 30;         ///< equal-width buckets between the least and greatest value (0: none)
+  std::string description{};  ///< shown beside the plot (Markdown)
+};
+
+/// Options of kiln::summary::image, as tf.summary.image's arguments.
+struct image_options {
+  int max_outputs = 3;      ///< at most this many of the batch's images are written
+  std::string description{};  ///< shown beside the images (Markdown)
+};
+
+namespace detail {
+// Records a summary node while tracing, or writes at once.
+template <class = void>
+tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
+  const tensor& s = step.get();
+  if (!value.defined() || !s.defined())
+    throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
+                                 (value.defined() ? "step" : "value"));
+  if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
+    kiln::detail::throw_summary_failure(f, false);
+  if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
+    const tensor inputs[] = {value, s};
+    return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
+                                 {{bool_, shape{}}})[0];
+  }
+  value.require_value("kiln::summary");
+  s.require_value("kiln::summary");
+  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+  const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
+  return kiln::constant(written);
+}
+}  // namespace detail
+
+/// Writes a scalar (any numeric dtype, written as float32) to the default writer, as
+/// tf.summary.scalar; TensorBoard plots the values of one `name` against their steps.
+/// Returns a bool scalar: true when written, false when there is no default writer.
+/// A value or step of the wrong dtype raises kiln::type_error, of the wrong shape
+/// kiln::value_error.
+/// \code
+/// kiln::summary::scalar("loss", 0.25, 10);
+/// kiln::summary::scalar("accuracy", kiln::constant(0.5f), kiln::constant(10));
+/// \endcode
+template <class = void>
+tensor scalar(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
+  return detail::write({kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
+}
+template <class T>
+  requires std::is_arithmetic_v<T>
+tensor scalar(std::string_view name, T value, const step_value& step, std::string_view description = {}) {
+  return scalar(name, kiln::constant(value), step, description);
+}
+
+/// Writes the histogram of a tensor's values (any shape, any numeric dtype), as
+/// tf.summary.histogram: `buckets` rows of (left edge, right edge, count), computed
+/// as TensorBoard computes them, shown by its Histograms and Distributions dashboards.
+/// A NaN or infinity among the values raises kiln::invalid_argument_error when written.
+/// \code kiln::summary::histogram("weights", kiln::random::uniform({100}, -1, 1), 0, {.buckets = 10}); \endcode
+template <class = void>
+tensor histogram(std::string_view name, const tensor& values, const step_value& step, histogram_options options = {}) {
+  if (options.buckets < 0)
+    throw value_error("kiln::summary::histogram '" + std::string(name) + "': buckets must be >= 0, got " +
+                      std::to_string(options.buckets));
+  return detail::write({kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description),
+                        options.buckets},
+                       values, step);
+}
+
+/// Writes a string tensor as text, as tf.summary.text: a scalar is one paragraph
+/// (Markdown), a vector or matrix a table.
+/// \code kiln::summary::text("config", "learning rate: 0.01", 0); \endcode
+template <class = void>
+tensor text(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
+  return detail::write({kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
+}
+template <class = void>
+tensor text(std::string_view name, std::string_view value, const step_value& step, std::string_view description = {}) {
+  return text(name, kiln::constant(std::string(value)), step, description);
+}
+
+/// Writes images, as tf.summary.image: a rank-4 tensor (count, height, width,
+/// channels; 1 channel: gray, 2: gray and alpha, 3: RGB, 4: RGBA), float32 or float64
+/// in [0, 1] (scaled and clamped as tf.image.convert_image_dtype does) or int32 or
+/// int64 in [0, 255] (kiln has no uint8; another value raises
+/// kiln::invalid_argument_error when written); the first `max_outputs` images are
+/// written as PNGs.
+/// \code kiln::summary::image("samples", kiln::zeros({2, 28, 28, 1}), 0, {.max_outputs = 2}); \endcode
+template <class = void>
+tensor image(std::string_view name, const tensor& images, const step_value& step, image_options options = {}) {
+  if (options.max_outputs < 0)
+    throw value_error("kiln::summary::image '" + std::string(name) + "': max_outputs must be >= 0, got " +
+                      std::to_string(options.max_outputs));
+  return detail::write(
+      {kiln::detail::summary_kind::image, std::string(name), std::move(options.description), options.max_outputs},
+      images, step);
+}
+
+/// Writes a graph to the default writer, for TensorBoard's graph view: its nodes,
+/// ops, attributes and shapes, the branches and bodies of `cond` and `while` nodes
+/// as functions of its library (kiln/io/summary/graph_def.hpp), as tf.summary.graph
+/// and tf.summary.trace_export show a tf.function's graph. Returns false when there
+/// is no default writer.
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+/// kiln::summary::graph(f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)));
+/// \endcode
+template <class = void>
+bool graph(const kiln::graph& g) {
+  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+  if (!target) return false;
+  target->write_graph(*target, kiln::detail::graph_def_of(g));
+  return true;
+}
+/// The graph of a concrete function (of either tier).
+template <class Function>
+  requires requires(const Function& f) { f.graph(); }
+bool graph(const Function& f) {
+  return graph(kiln::graph(f.graph()));
+}
+
+class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
+
+/// While it lives, its writer is the default writer of the thread that made it (as
+/// `with writer.as_default():`); then the one before is again, and the writer is
+/// flushed. It cannot be copied or moved, so scopes end in the reverse order of their
+/// start, on their thread.
+class default_writer_scope {
+ public:
+  default_writer_scope(const default_writer_scope&) = delete;
+  default_writer_scope& operator=(const default_writer_scope&) = delete;
+  ~default_writer_scope() {
+    kiln::detail::default_summary_target() = previous_;
+    try {
+      writer_->flush_file();
+    } catch (...) {  // (a destructor does not throw; flush() reports a failed write)
+    }
+  }
+
+ private:
+  friend class file_writer;
+template <class = void>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options = {});
+  explicit default_writer_scope(std::shared_ptr<kiln::detail::event_file_writer> w)
+      : writer_(std::move(w)), previous_(kiln::detail::default_summary_target()) {
+    kiln::detail::default_summary_target() = writer_.get();
+  }
+  std::shared_ptr<kiln::detail::event_file_writer> writer_;
+  kiln::detail::summary_target* previous_;
+};
+
+/// A writer of one event file in a log directory (tf.summary.SummaryWriter). Copies
+/// share the file; the last one to go flushes and closes it.
+/// \code
+/// kiln::summary::file_writer writer = kiln::summary::create_file_writer("logs");
+/// {
+///   auto scope = writer.as_default();
+///   kiln::summary::scalar("x", 1, 0);
+/// }
+/// writer.flush();
+/// \endcode
+class file_writer {
+ public:
+  /// Makes this the default writer of this thread until the returned scope ends.
+  [[nodiscard]] default_writer_scope as_default() const { return default_writer_scope(state_); }
+  /// Writes the queued events to the file.
+  void flush() const { state_->flush_file(); }
+  /// The log directory, and the event file in it.
+  const std::filesystem::path& logdir() const { return state_->logdir(); }
+  const std::filesystem::path& path() const { return state_->path(); }
+
+ private:
+  template <class>
+  friend file_writer create_file_writer(const std::filesystem::path&, writer_options);
+  explicit file_writer(std::shared_ptr<kiln::detail::event_file_writer> s) : state_(std::move(s)) {}
+  std::shared_ptr<kiln::detail::event_file_writer> state_;
+};
+
+/// A writer of a new event file in `logdir` (created if missing), as
+/// tf.summary.create_file_writer; a directory or file that cannot be created raises
+/// kiln::invalid_argument_error.
+/// \code auto writer = kiln::summary::create_file_writer("logs/train"); \endcode
+template <class>
+file_writer create_file_writer(const std::filesystem::path& logdir, writer_options options) {
+  return file_writer(std::make_shared<kiln::detail::event_file_writer>(logdir, std::move(options)));
+}
+
+/// Writes the default writer's queued events to its file (tf.summary.flush); false
+/// when there is no default writer.
+/// \code kiln::summary::flush(); \endcode
+template <class = void>
+bool flush() {
+  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+  if (target) target->flush(*target);
+  return target != nullptr;
+}
+
+}  // namespace kiln::summary
+
+namespace kiln::detail {
+/// How code below this header (a training loop given a log directory) opens a writer
+/// (declared in kiln/exec/summary_op.hpp).
+template <class T>
+struct summary_file_opener {
+  static std::shared_ptr<summary_target> open(const std::filesystem::path& logdir) {
+    return std::make_shared<event_file_writer>(logdir, summary::writer_options{});
+  }
+};
+}  // namespace kiln::detail
+// ----- end kiln/summary.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_SUMMARY_HPP
