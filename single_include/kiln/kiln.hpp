@@ -2732,8 +2732,10 @@ inline bool tracing();
 enum class rule_errors : bool { run, trace };
 
 /// The mode of an op on `inputs`: recorded into a trace (one is in progress, or an
-/// input is symbolic), or run.
-inline rule_errors rule_errors_for(std::span<const tensor* const> in) {
+/// input is symbolic), or run. (A template on nothing: kiln/fixed.hpp alone has no
+/// tracer to define tracing().)
+template <class = void>
+rule_errors rule_errors_for(std::span<const tensor* const> in) {
   bool symbolic = tracing();
   for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
   return symbolic ? rule_errors::trace : rule_errors::run;
@@ -9694,7 +9696,11 @@ namespace detail {
 struct structure_text {
   std::string text;
   int leaves = 0;
-  void leaf() { text += "<" + std::to_string(++leaves) + ">"; }
+  void leaf() {
+    text += '<';
+    text += std::to_string(++leaves);
+    text += '>';
+  }
   /// A tuple `(`, or a list `[`.
   void open(bool list) { text += list ? '[' : '('; }
   void next() { text += ", "; }
@@ -11782,14 +11788,17 @@ auto reshape(const X& x) {
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -12154,20 +12163,44 @@ class graph {
     nodes_.push_back(std::move(n));
     return int(nodes_.size()) - 1;
   }
-  // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ...
+  // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
+  // given before. Which names were given is known without a set of every name, which
+  // would cost each node of a large graph a lookup in a table as large: a base's
+  // suffixes count up, so `b_k` (k in digits) was given as a suffixed name exactly when
+  // base `b` has handed out k; a bare base is given once and remembered.
   std::string unique_name(const std::string& base) {
-    int& count = name_counts_[base];
-    std::string candidate = count == 0 ? base : base + "_" + std::to_string(count);
-    ++count;
-    while (name_counts_.count(candidate) && candidate != base) candidate = base + "_" + std::to_string(count++);
-    if (candidate != base) name_counts_[candidate] = 1;
-    return candidate;
+    int& next = next_suffix_[base];
+    if (next == 0) {
+      next = 1;
+      if (!suffixed(base)) {
+        bare_names_.insert(base);
+        return base;
+      }
+    }
+    for (;; ++next) {
+      std::string candidate = base + "_" + std::to_string(next);
+      if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+        ++next;
+        return candidate;
+      }
+    }
+  }
+  // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
+  bool suffixed(std::string_view name) const {
+    const std::size_t underscore = name.rfind('_');
+    if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0') return false;
+    std::int64_t k = 0;
+    const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
+    if (ec != std::errc() || end != name.data() + name.size()) return false;
+    const auto it = next_suffix_.find(name.substr(0, underscore));
+    return it != next_suffix_.end() && k < it->second;
   }
 
   std::vector<node> nodes_;
   std::vector<int> arguments_;
   std::vector<int> outputs_;
-  std::unordered_map<std::string, int> name_counts_;
+  std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
+  std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
 };
 
 }  // namespace kiln
@@ -12188,6 +12221,7 @@ class graph {
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -12266,10 +12300,13 @@ class trace_context {
                          "(return it from the function instead)");
       return t.symbol()->node;
     }
-    for (const auto& [value, id] : captured_)
-      if (value.raw_data() == t.raw_data() && value.shape() == t.shape() && value.dtype() == t.dtype()) return id;
+    // The same buffer seen as the same dtype and shape is one constant; found by its
+    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+    auto [first, last] = captured_.equal_range(t.raw_data());
+    for (auto it = first; it != last; ++it)
+      if (it->second.first.shape() == t.shape() && it->second.first.dtype() == t.dtype()) return it->second.second;
     int id = graph_.add_constant(t);
-    captured_.emplace_back(t, id);
+    captured_.emplace(t.raw_data(), std::pair{t, id});
     return id;
   }
 
@@ -12361,7 +12398,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::vector<std::pair<tensor, int>> captured_;
+  std::unordered_multimap<const void*, std::pair<tensor, int>> captured_;  ///< by buffer: the tensor and its node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
@@ -14576,9 +14613,13 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
+  node_map<bool> external(g.nodes().size(), false);
   for (const lowered_op& l : code)
     for (int in : l.reads)
-      if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+      if (!inside(in) && !external[in]) {
+        external[in] = true;
+        externals.push_back(in);
+      }
   std::vector<int> gathered_values;
   for (int in : externals) {
     const std::int64_t count = values[in].dims.num_elements();

@@ -90,9 +90,13 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
+  node_map<bool> external(g.nodes().size(), false);
   for (const lowered_op& l : code)
     for (int in : l.reads)
-      if (!inside(in) && std::find(externals.begin(), externals.end(), in) == externals.end()) externals.push_back(in);
+      if (!inside(in) && !external[in]) {
+        external[in] = true;
+        externals.push_back(in);
+      }
   std::vector<int> gathered_values;
   for (int in : externals) {
     const std::int64_t count = values[in].dims.num_elements();

@@ -12,14 +12,17 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -386,20 +389,44 @@ class graph {
     nodes_.push_back(std::move(n));
     return int(nodes_.size()) - 1;
   }
-  // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ...
+  // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
+  // given before. Which names were given is known without a set of every name, which
+  // would cost each node of a large graph a lookup in a table as large: a base's
+  // suffixes count up, so `b_k` (k in digits) was given as a suffixed name exactly when
+  // base `b` has handed out k; a bare base is given once and remembered.
   std::string unique_name(const std::string& base) {
-    int& count = name_counts_[base];
-    std::string candidate = count == 0 ? base : base + "_" + std::to_string(count);
-    ++count;
-    while (name_counts_.count(candidate) && candidate != base) candidate = base + "_" + std::to_string(count++);
-    if (candidate != base) name_counts_[candidate] = 1;
-    return candidate;
+    int& next = next_suffix_[base];
+    if (next == 0) {
+      next = 1;
+      if (!suffixed(base)) {
+        bare_names_.insert(base);
+        return base;
+      }
+    }
+    for (;; ++next) {
+      std::string candidate = base + "_" + std::to_string(next);
+      if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+        ++next;
+        return candidate;
+      }
+    }
+  }
+  // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
+  bool suffixed(std::string_view name) const {
+    const std::size_t underscore = name.rfind('_');
+    if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0') return false;
+    std::int64_t k = 0;
+    const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
+    if (ec != std::errc() || end != name.data() + name.size()) return false;
+    const auto it = next_suffix_.find(name.substr(0, underscore));
+    return it != next_suffix_.end() && k < it->second;
   }
 
   std::vector<node> nodes_;
   std::vector<int> arguments_;
   std::vector<int> outputs_;
-  std::unordered_map<std::string, int> name_counts_;
+  std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
+  std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
 };
 
 }  // namespace kiln

@@ -47,8 +47,10 @@ inline bool tracing();
 enum class rule_errors : bool { run, trace };
 
 /// The mode of an op on `inputs`: recorded into a trace (one is in progress, or an
-/// input is symbolic), or run.
-inline rule_errors rule_errors_for(std::span<const tensor* const> in) {
+/// input is symbolic), or run. (A template on nothing: kiln/fixed.hpp alone has no
+/// tracer to define tracing().)
+template <class = void>
+rule_errors rule_errors_for(std::span<const tensor* const> in) {
   bool symbolic = tracing();
   for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
   return symbolic ? rule_errors::trace : rule_errors::run;

@@ -58,7 +58,11 @@ namespace detail {
 struct structure_text {
   std::string text;
   int leaves = 0;
-  void leaf() { text += "<" + std::to_string(++leaves) + ">"; }
+  void leaf() {
+    text += '<';
+    text += std::to_string(++leaves);
+    text += '>';
+  }
   /// A tuple `(`, or a list `[`.
   void open(bool list) { text += list ? '[' : '('; }
   void next() { text += ", "; }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -93,10 +94,13 @@ class trace_context {
                          "(return it from the function instead)");
       return t.symbol()->node;
     }
-    for (const auto& [value, id] : captured_)
-      if (value.raw_data() == t.raw_data() && value.shape() == t.shape() && value.dtype() == t.dtype()) return id;
+    // The same buffer seen as the same dtype and shape is one constant; found by its
+    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+    auto [first, last] = captured_.equal_range(t.raw_data());
+    for (auto it = first; it != last; ++it)
+      if (it->second.first.shape() == t.shape() && it->second.first.dtype() == t.dtype()) return it->second.second;
     int id = graph_.add_constant(t);
-    captured_.emplace_back(t, id);
+    captured_.emplace(t.raw_data(), std::pair{t, id});
     return id;
   }
 
@@ -188,7 +192,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::vector<std::pair<tensor, int>> captured_;
+  std::unordered_multimap<const void*, std::pair<tensor, int>> captured_;  ///< by buffer: the tensor and its node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
