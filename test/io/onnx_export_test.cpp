@@ -195,7 +195,9 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
                                kiln::pow(kiln::abs(x), kiln::cast(kiln::constant(2), x.dtype()))};
     if (floating) {
       for (const tensor& t :
-           {kiln::exp(x), kiln::log(kiln::abs(x) + 1.f), kiln::sqrt(kiln::abs(y)), kiln::tanh(x), kiln::sigmoid(y)})
+           {kiln::exp(x), kiln::log(kiln::abs(x) + 1.f), kiln::sqrt(kiln::abs(y)), kiln::tanh(x), kiln::sigmoid(y),
+            kiln::erf(x), kiln::gelu(x), kiln::gelu(x, true), kiln::softplus(x), kiln::silu(x), kiln::elu(x, 0.5),
+            kiln::leaky_relu(x)})
         out.push_back(t);
     }
     return out;
