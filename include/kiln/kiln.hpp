@@ -73,4 +73,7 @@
 #include "kiln/typed/graph.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/train/optimizers.hpp"
+#include "kiln/models/initializers.hpp"
+#include "kiln/models/losses.hpp"
+#include "kiln/models/metrics.hpp"
 #include "kiln/kernels.hpp"

@@ -2448,6 +2448,21 @@ template <class T>
 KILN_HOST_DEVICE T tanh(T a) {
   return std::tanh(a);
 }
+template <class T>
+KILN_HOST_DEVICE T erf(T a) {
+  return std::erf(a);
+}
+/// log(epsilon) + 2 of float or double: where softplus's sum would lose the digits of
+/// exp(x) (below) or of x (above its negative), as TensorFlow's Softplus kernel cuts.
+template <class T>
+inline constexpr T softplus_threshold = sizeof(T) == 4 ? T(-13.942385152878742) : T(-34.04365338911715);
+/// log(exp(x) + 1); x itself or exp(x) beyond the thresholds.
+template <class T>
+KILN_HOST_DEVICE T softplus(T a) {
+  if (a > -softplus_threshold<T>) return a;
+  if (a < softplus_threshold<T>) return std::exp(a);
+  return std::log(std::exp(a) + T(1));
+}
 
 /// Converts between element types without undefined behaviour: floats to integers
 /// saturate (NaN gives 0), anything to bool tests for non-zero.
@@ -2595,6 +2610,25 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> softplus(const xsimd::batch<T, A>& a) {
+  using B = xsimd::batch<T, A>;
+  const B threshold(softplus_threshold<T>), e = math::exp(a);
+  return xsimd::select(a > -threshold, a, xsimd::select(a < threshold, e, math::log(e + B(T(1)))));
+}
+/// xsimd's double erf runs its exp (above) on -x * x: lanes past |x| = 6, where erf
+/// rounds to +-1, go in as +-6, and NaN as 0 (and comes out as NaN).
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> erf(const xsimd::batch<T, A>& a) {
+  if constexpr (std::is_same_v<T, double>) {
+    using B = xsimd::batch<double, A>;
+    const auto nan = xsimd::isnan(a);
+    const B clamped = xsimd::select(xsimd::abs(a) <= B(6.0), a, xsimd::copysign(B(6.0), a));
+    return xsimd::select(nan, a, xsimd::erf(xsimd::select(nan, B(0.0), clamped)));
+  } else {
+    return xsimd::erf(a);
+  }
+}
 /// float32 tanh as x * P(x^2) / Q(x^2), a rational minimax fit of degrees 13/6 on
 /// [-9, 9]; beyond that tanh rounds to +-1. Within 3.4e-7 relative (6 ulp) of the exact
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's
@@ -5351,6 +5385,173 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 #include <string_view>
 #include <type_traits>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+// ----- begin kiln/ops/activations.hpp -----
+/// \file
+/// The activations of neural-network layers beside relu, sigmoid and tanh (kiln/ops/
+/// elementwise.hpp): gelu (exact and tanh approximation), softplus, silu, elu,
+/// leaky_relu, and erf, which exact gelu and its gradient are written with. Each is
+/// one elementwise functor (scalars, xsimd batches, Thrust device code) with its
+/// gradient formula beside it, computing what TensorFlow 2.12's kernels and
+/// `tf.nn` functions compute.
+
+#include <span>
+#include <string_view>
+#include <tuple>
+
+
+namespace kiln::ops {
+
+/// The Gauss error function, as `tf.math.erf`.
+struct erf : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "erf";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::erf(a); }
+  /// dy * 2 / sqrt(pi) * exp(-x^2).
+  template <class G> void gradient(G& g) const {
+    const auto x = g.x(0);
+    g.give(0, g.dy() * 1.1283791670955126 * G::run(exp{}, -(x * x)));
+  }
+};
+
+/// `x * P(X <= x)` for a standard normal X (`tf.nn.gelu`): exactly, with erf, or with
+/// the tanh approximation when `approximate`.
+struct gelu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "gelu";
+  bool approximate = false;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
+  constexpr gelu() = default;
+  constexpr explicit gelu(bool tanh_approximation) : approximate(tanh_approximation) {}
+  constexpr bool operator==(const gelu&) const = default;
+  // TensorFlow's constants and operation order: x / sqrt(2) (not a product), and
+  // sqrt(2 / pi) * (x + 0.044715 * x^3).
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    if (approximate) return T(0.5) * x * (T(1) + math::tanh(T(0.7978845608028654) * (x + T(0.044715) * (x * x * x))));
+    return T(0.5) * x * (T(1) + math::erf(x / T(1.4142135623730951)));
+  }
+  /// dy * (Phi(x) + x * phi(x)) exactly; the derivative of the tanh form when
+  /// approximating.
+  template <class G> void gradient(G& g) const;
+};
+
+/// `log(exp(x) + 1)`; x itself above -log(epsilon) - 2 and exp(x) below log(epsilon)
+/// + 2, as TensorFlow's Softplus kernel, where the sum would lose x's digits.
+struct softplus : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "softplus";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::softplus(x); }
+  /// dy * sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x * sigmoid(x)` (swish), as `tf.nn.silu`.
+struct silu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "silu";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return x * (T(1) / (T(1) + math::exp(math::neg(x)))); }
+  /// dy * s * (1 + x * (1 - s)) with s = sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * (exp(x) - 1)`, as Keras' `elu` (TensorFlow's Elu
+/// kernel for alpha 1).
+struct elu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "elu";
+  double alpha = 1.0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
+  constexpr elu() = default;
+  constexpr explicit elu(double a) : alpha(a) {}
+  constexpr bool operator==(const elu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    return math::select(x > T(0), x, T(alpha) * (math::exp(x) - T(1)));
+  }
+  /// dy where x is positive, else dy * (y + alpha).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
+struct leaky_relu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "leaky_relu";
+  double alpha = 0.3;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
+  constexpr leaky_relu() = default;
+  constexpr explicit leaky_relu(double a) : alpha(a) {}
+  constexpr bool operator==(const leaky_relu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::select(x > T(0), x, T(alpha) * x); }
+  /// dy where x is positive, else alpha * dy, as TensorFlow's LeakyReluGrad.
+  template <class G> void gradient(G& g) const;
+};
+
+template <class G>
+void gelu::gradient(G& g) const {
+  const auto x = g.x(0);
+  if (approximate) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    const auto t = G::run(tanh{}, k * (x + c * (x * x * x)));
+    g.give(0, g.dy() * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (k * (1.0 + 3.0 * c * (x * x)))));
+  } else {
+    const auto cdf = 0.5 * (1.0 + G::run(erf{}, x * 0.7071067811865476));
+    const auto pdf = 0.3989422804014327 * G::run(exp{}, -0.5 * (x * x));
+    g.give(0, g.dy() * (cdf + x * pdf));
+  }
+}
+
+template <class G>
+void softplus::gradient(G& g) const {
+  g.give(0, g.dy() * G::run(sigmoid{}, g.x(0)));
+}
+
+template <class G>
+void silu::gradient(G& g) const {
+  const auto x = g.x(0), s = G::run(sigmoid{}, x);
+  g.give(0, g.dy() * (s * (1.0 + x * (1.0 - s))));
+}
+
+template <class G>
+void elu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * (g.y() + alpha)));
+}
+
+template <class G>
+void leaky_relu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * alpha));
+}
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// `kiln::erf(x)`: the Gauss error function, for float tensors.
+template <class = void>
+tensor erf(const tensor& x) { return detail::apply(ops::erf{}, x); }
+
+/// `kiln::gelu(x)`: the Gaussian error linear unit, `x * Phi(x)`; `kiln::gelu(x, true)`
+/// uses the tanh approximation (`tf.nn.gelu(x, approximate=True)`).
+/// \code kiln::gelu(kiln::constant({-1.f, 0.f, 1.f})); // [-0.158655 0 0.841345] \endcode
+template <class = void>
+tensor gelu(const tensor& x, bool approximate = false) { return detail::apply(ops::gelu(approximate), x); }
+
+/// `kiln::softplus(x)` is `log(exp(x) + 1)`, computed without overflow.
+template <class = void>
+tensor softplus(const tensor& x) { return detail::apply(ops::softplus{}, x); }
+
+/// `kiln::silu(x)` is `x * sigmoid(x)` (swish).
+template <class = void>
+tensor silu(const tensor& x) { return detail::apply(ops::silu{}, x); }
+
+/// `kiln::elu(x, alpha = 1)`: x where positive, else `alpha * (exp(x) - 1)`.
+template <class = void>
+tensor elu(const tensor& x, double alpha = 1.0) { return detail::apply(ops::elu(alpha), x); }
+
+/// `kiln::leaky_relu(x, alpha = 0.3)`: x where positive, else `alpha * x` (Keras'
+/// default slope; `tf.nn.leaky_relu`'s is 0.2).
+/// \code kiln::leaky_relu(kiln::constant({-2.f, 3.f})); // [-0.6 3] \endcode
+template <class = void>
+tensor leaky_relu(const tensor& x, double alpha = 0.3) { return detail::apply(ops::leaky_relu(alpha), x); }
+
+}  // namespace kiln
+// ----- end kiln/ops/activations.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
 
 namespace kiln::ops {
 
@@ -5360,7 +5561,8 @@ namespace kiln::ops {
 
 /// The elementwise ops with one input (`cast` included).
 #define KILN_UNARY_OPS(F) \
-  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast) \
+  F(erf) F(gelu) F(softplus) F(silu) F(elu) F(leaky_relu)
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
@@ -10388,6 +10590,9 @@ KILN_TYPED_UNARY(square, square)
 KILN_TYPED_UNARY(tanh, tanh)
 KILN_TYPED_UNARY(sigmoid, sigmoid)
 KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(erf, erf)
+KILN_TYPED_UNARY(softplus, softplus)
+KILN_TYPED_UNARY(silu, silu)
 KILN_TYPED_UNARY(logical_not, logical_not)
 KILN_TYPED_BINARY(add, add)
 KILN_TYPED_BINARY(subtract, subtract)
@@ -10409,6 +10614,28 @@ KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
 #undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>
@@ -19488,8 +19715,10 @@ KILN_VARIABLE_WITH_TYPED(>)
 /// constant drawn once at trace time. `random::generator` is tf.random.Generator;
 /// `random::stateless_uniform` is the pure function of a seed.
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19531,17 +19760,75 @@ inline std::uint64_t fresh_seed() {
   return splitmix64(state);
 }
 
-/// What one uniform draw makes: a checked shape, dtype and bounds.
+/// The distributions a draw takes numbers from.
+enum class distribution {
+  uniform,           ///< [minval, maxval)
+  normal,            ///< mean minval, standard deviation maxval
+  truncated_normal,  ///< as normal, drawn again beyond two standard deviations
+};
+
+/// Fills `out[0, n)` with normal numbers of mean `mean` and standard deviation
+/// `stddev` from Philox keyed by `seed` (Box-Muller on two uniform numbers); with
+/// `truncated`, a number beyond two standard deviations is drawn again, as
+/// tf.random.truncated_normal does. Element i reads Philox blocks (i, attempt) of
+/// stream `stream` only, so it depends on the seed, the stream and its index alone,
+/// whatever the thread count; a key apart from uniform draws' keeps the two unrelated.
+template <class T>
+void normal_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, double mean, double stddev,
+                 bool truncated) {
+  const std::uint64_t mixed = seed ^ 0x6A09E667F3BCC908u;
+  const std::array<std::uint32_t, 2> key{std::uint32_t(mixed), std::uint32_t(mixed >> 32)};
+  ranges_for<false>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      double z = 0;
+      // Elements are fewer than 2^48, so the attempt in the counter's second word's
+      // upper half never meets another element's index.
+      for (std::uint32_t attempt = 0;; ++attempt) {
+        const auto w = philox4x32_10({std::uint32_t(i), std::uint32_t(std::uint64_t(i) >> 32) + (attempt << 16),
+                                      std::uint32_t(stream), std::uint32_t(stream >> 32)},
+                                     key);
+        // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1); 53 bits each.
+        const double u1 = double((std::uint64_t(w[0]) << 21 | w[1] >> 11) + 1) * 0x1p-53;
+        const double u2 = double(std::uint64_t(w[2]) << 21 | w[3] >> 11) * 0x1p-53;
+        z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        if (!truncated || std::fabs(z) <= 2.0 || attempt == 0xFFFF) break;
+      }
+      out[i] = T(mean + stddev * z);
+    }
+  });
+}
+
+/// What one random draw makes: a checked shape, dtype, distribution and its
+/// parameters (for a normal one, minval is the mean and maxval the standard deviation).
 struct uniform_spec {
   shape dims;
   dtype type;
   double minval;
   std::optional<double> maxval;
+  distribution kind = distribution::uniform;
+
+  /// The function that draws this way, as errors name it.
+  std::string_view what() const {
+    return kind == distribution::uniform ? "random::uniform"
+           : kind == distribution::normal ? "random::normal"
+                                          : "random::truncated_normal";
+  }
 
   /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
   /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
   template <class = void>
   void check() const {
+    if (kind != distribution::uniform) {
+      if (!is_floating(type))
+        throw type_error(std::string(what()) + ": dtype must be float32 or float64, got " + std::string(name(type)));
+      require_fully_defined(what(), dims);
+      const double stddev = maxval.value_or(1);
+      if (!std::isfinite(minval) || !std::isfinite(stddev) || stddev < 0)
+        throw invalid_argument_error(std::string(what()) + ": the mean must be finite and the standard deviation finite "
+                                     "and not negative, got mean " + describe_value(minval) + " and stddev " +
+                                     describe_value(stddev));
+      return;
+    }
     if (!is_floating(type) && !is_integer(type))
       throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
     if (is_integer(type) && !maxval)
@@ -19558,6 +19845,13 @@ struct uniform_spec {
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
     visit_dtype(type, [&]<class T>() {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (kind != distribution::uniform) {
+          normal_fill(out.view().as<T>(), out.size(), key, stream, minval, maxval.value_or(1),
+                      kind == distribution::truncated_normal);
+          return;
+        }
+      }
       if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
         auto [lo, hi] = bounds<T>();
         uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
@@ -19586,6 +19880,15 @@ struct uniform_spec {
     }
   }
 };
+
+/// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
+inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default: return {"RandomUniform", "StatefulUniform"};
+  }
+}
 
 /// The process's random state: the global seed (random::set_seed), the counter that
 /// gives ops without a seed of their own one under a global seed, and how many draws
@@ -19638,7 +19941,10 @@ class random_uniform_op final : public special_op {
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  std::string_view name() const {
+    const auto names = random_op_names(spec_.kind);
+    return generator_ ? names.second : names.first;
+  }
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
@@ -19663,6 +19969,17 @@ class random_uniform_op final : public special_op {
 /// Records `op` in the trace in progress and returns its symbolic result.
 inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
   return trace.record_special(op, {}, op->results())[0];
+}
+
+/// A stateful draw of `spec`, as random::uniform makes one.
+template <class = void>
+tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+  spec.check();
+  random_state& state = random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (trace_context* trace = trace_context::current())
+    return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
 }
 
 }  // namespace detail
@@ -19693,13 +20010,46 @@ inline void set_seed(std::uint64_t seed) {
 template <class = void>
 tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
                std::optional<std::uint64_t> seed = std::nullopt) {
-  detail::uniform_spec spec{s, t, minval, maxval};
+  return detail::stateful_draw({s, t, minval, maxval}, seed);
+}
+
+/// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
+/// drawn again at every run of a graph as random::uniform; float dtypes only.
+/// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
+template <class = void>
+tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+              std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+}
+
+/// Numbers drawn from a normal distribution, those beyond two standard deviations
+/// from the mean drawn again, as tf.random.truncated_normal.
+/// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
+template <class = void>
+tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+                        std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+}
+
+/// Normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_normal.
+/// \code kiln::random::stateless_normal({3}, 7);  // the same every call \endcode
+template <class = void>
+tensor stateless_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1, dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::normal};
   spec.check();
-  detail::random_state& state = detail::random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (detail::trace_context* trace = detail::trace_context::current())
-    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+  return spec.draw(seed, 0);
+}
+
+/// Truncated normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_truncated_normal.
+/// \code kiln::random::stateless_truncated_normal({3}, 7); \endcode
+template <class = void>
+tensor stateless_truncated_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1,
+                                  dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::truncated_normal};
+  spec.check();
+  return spec.draw(seed, 0);
 }
 
 /// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
@@ -19738,16 +20088,29 @@ class generator {
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
   template <class = void>
   tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    detail::uniform_spec spec{s, t, minval, maxval};
+    return draw({s, t, minval, maxval});
+  }
+  /// Normal numbers, as random::normal.
+  template <class = void>
+  tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::normal});
+  }
+  /// Truncated normal numbers, as random::truncated_normal.
+  template <class = void>
+  tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::truncated_normal});
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  template <class = void>
+  tensor draw(detail::uniform_spec spec) {
     spec.check();
     if (detail::trace_context* trace = detail::trace_context::current())
       return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
     auto [key, stream] = state_->take();
     return spec.draw(key, stream);
   }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
   std::shared_ptr<detail::generator_state> state_;
 };
 
@@ -21134,6 +21497,430 @@ class adam : public detail::optimizer_state {
 }  // namespace kiln::optimizers
 // ----- end kiln/train/optimizers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+// ----- begin kiln/models/initializers.hpp -----
+/// \file
+/// Keras' weight initializers (`tf.keras.initializers`), as callables
+/// `(shape, dtype) -> tensor`: the variance-scaling family (glorot, he, lecun) with
+/// Keras' fans and scales, random normal and uniform with Keras' defaults, zeros,
+/// ones and constants. A seeded initializer gives the same values at every call, as
+/// Keras 2.12's do; an unseeded one new values (reproducible under
+/// random::set_seed). Values are always drawn at once, also while a function is traced,
+/// so a layer built in a trace starts from concrete weights.
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+
+namespace kiln {
+
+/// An initializer: the initial value of a variable of a shape and dtype.
+using initializer = std::function<tensor(const shape&, dtype)>;
+
+namespace initializers {
+
+/// The seed of an initializer: the same values at every call with one, new ones without.
+struct seed_options {
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+/// `random_normal`'s and `truncated_normal`'s options, Keras' defaults.
+struct normal_options {
+  double mean = 0.0;
+  double stddev = 0.05;
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+/// `random_uniform`'s options, Keras' defaults.
+struct uniform_options {
+  double minval = -0.05;
+  double maxval = 0.05;
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+
+/// Keras' fans of a weight shape: (fan_in, fan_out). A kernel (in, out) has fans in
+/// and out; a convolution's (..., in, out) multiplies both by its window's size; a
+/// vector has its length for both, a scalar 1.
+inline std::pair<double, double> fans(const shape& s) {
+  if (s.rank() < 1) return {1.0, 1.0};
+  if (s.rank() == 1) return {double(s[0]), double(s[0])};
+  double receptive = 1;
+  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
+  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
+}
+
+namespace detail {
+/// The Philox key of one call: the seed, or a fresh one (kiln::random's rules).
+inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
+  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
+}
+/// A draw of `spec` keyed by `seed`, done now, tracing or not.
+template <class = void>
+tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
+  spec.check();
+  return spec.draw(key_of(seed), 0);
+}
+/// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
+/// truncated normal (its standard deviation corrected for the truncation) or a
+/// uniform distribution of that variance.
+enum class fan_mode { in, average };
+template <class = void>
+tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
+                        const std::optional<std::uint64_t>& seed) {
+  const auto [fan_in, fan_out] = fans(s);
+  const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
+  if (normal) {
+    // The standard deviation of a standard normal truncated to [-2, 2].
+    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
+    return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+  }
+  const double limit = std::sqrt(3.0 * scale / n);
+  return draw_now({s, t, -limit, limit}, seed);
+}
+}  // namespace detail
+
+/// Keras' default kernel initializer: uniform in [-l, l], l = sqrt(6 / (fan_in + fan_out)).
+/// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
+struct glorot_uniform {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
+struct glorot_normal {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
+  }
+};
+/// Uniform in [-l, l], l = sqrt(6 / fan_in).
+struct he_uniform {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(2 / fan_in).
+struct he_normal {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(1 / fan_in).
+struct lecun_normal {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
+  }
+};
+/// Uniform in [-l, l], l = sqrt(3 / fan_in).
+struct lecun_uniform {
+  seed_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
+  }
+};
+/// Normal numbers, mean 0 and stddev 0.05 by default.
+struct random_normal {
+  normal_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
+  }
+};
+/// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
+struct truncated_normal {
+  normal_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
+                            options.seed);
+  }
+};
+/// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
+struct random_uniform {
+  uniform_options options{};
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
+  }
+};
+/// Zeros (Keras' default bias initializer).
+struct zeros {
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::zeros(s, t); }
+};
+/// Ones (batch normalization's gamma and moving variance).
+struct ones {
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::ones(s, t); }
+};
+/// Every element `value`.
+/// \code kiln::initializers::constant{0.1}({3}, kiln::float32); \endcode
+struct constant {
+  double value = 0.0;
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::cast(kiln::fill(s, value), t); }
+};
+
+}  // namespace initializers
+}  // namespace kiln
+// ----- end kiln/models/initializers.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+// ----- begin kiln/models/losses.hpp -----
+/// \file
+/// Keras' losses (`tf.keras.losses`), as functions of `(y_true, y_pred)` giving what
+/// the loss classes give with their default reduction, `SUM_OVER_BATCH_SIZE`: each
+/// sample's loss (the mean over the last axis for the elementwise losses), averaged
+/// over the batch. Written with the registry's ops, so they run eagerly and in graphs
+/// and have the gradients those ops give; the probability forms clip as Keras' backend
+/// does (epsilon 1e-7).
+
+#include <cstdint>
+#include <string>
+
+
+namespace kiln::losses {
+
+/// Options of the cross-entropies: whether `y_pred` holds logits rather than
+/// probabilities (Keras' `from_logits`).
+struct crossentropy_options {
+  bool from_logits = false;
+};
+/// Options of `huber`: where the loss turns from quadratic to linear.
+struct huber_options {
+  double delta = 1.0;
+};
+
+namespace detail {
+/// Keras' backend epsilon, what probabilities are clipped to.
+inline constexpr double epsilon = 1e-7;
+
+/// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
+/// floating-point tensors (`fn` names the loss).
+template <class = void>
+tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+  kiln::detail::require_floating(fn, y_pred);
+  return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+}
+/// `x` clipped to [lo, hi].
+template <class = void>
+tensor clip(const tensor& x, double lo, double hi) {
+  return minimum(maximum(x, lo), hi);
+}
+/// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
+template <class = void>
+tensor batch_mean(const tensor& per_sample) {
+  return reduce_mean(per_sample);
+}
+}  // namespace detail
+
+/// `mean(square(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanSquaredError`).
+/// \code kiln::losses::mean_squared_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 1.f}}));  // 0.5 \endcode
+template <class = void>
+tensor mean_squared_error(const tensor& y_true, const tensor& y_pred) {
+  const tensor t = detail::targets_like("losses::mean_squared_error", y_true, y_pred);
+  return detail::batch_mean(reduce_mean(square(y_pred - t), -1));
+}
+
+/// `mean(abs(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanAbsoluteError`).
+/// \code kiln::losses::mean_absolute_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 3.f}}));  // 1.5 \endcode
+template <class = void>
+tensor mean_absolute_error(const tensor& y_true, const tensor& y_pred) {
+  const tensor t = detail::targets_like("losses::mean_absolute_error", y_true, y_pred);
+  return detail::batch_mean(reduce_mean(abs(y_pred - t), -1));
+}
+
+/// Keras' `Huber`: `0.5 * e^2` where `|e| <= delta`, else `delta * |e| - 0.5 * delta^2`,
+/// with `e = y_pred - y_true`, the mean over the last axis averaged over the batch.
+/// \code kiln::losses::huber(kiln::constant({{0.f}}), kiln::constant({{3.f}}), {.delta = 1.0});  // 2.5 \endcode
+template <class = void>
+tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options = {}) {
+  const tensor t = detail::targets_like("losses::huber", y_true, y_pred);
+  const tensor e = y_pred - t, a = abs(e);
+  const tensor per_element = where(a <= options.delta, 0.5 * square(e), options.delta * a - 0.5 * options.delta * options.delta);
+  return detail::batch_mean(reduce_mean(per_element, -1));
+}
+
+/// Keras' `BinaryCrossentropy`: from probabilities (clipped to [1e-7, 1 - 1e-7]) or,
+/// with `from_logits`, as `tf.nn.sigmoid_cross_entropy_with_logits`
+/// (`max(x, 0) - x * z + log(1 + exp(-|x|))`); the mean over the last axis, averaged
+/// over the batch.
+/// \code kiln::losses::binary_crossentropy(kiln::constant({{1.f}}), kiln::constant({{0.f}}), {.from_logits = true});  // log 2 \endcode
+template <class = void>
+tensor binary_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
+  const tensor z = detail::targets_like("losses::binary_crossentropy", y_true, y_pred);
+  tensor per_element;
+  if (options.from_logits) {
+    per_element = relu(y_pred) - y_pred * z + softplus(-abs(y_pred));
+  } else {
+    const tensor p = detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
+    per_element = -(z * log(p + detail::epsilon) + (1.0 - z) * log(1.0 - p + detail::epsilon));
+  }
+  return detail::batch_mean(reduce_mean(per_element, -1));
+}
+
+/// Keras' `CategoricalCrossentropy` of one-hot (or soft) targets over the last axis:
+/// `-sum(y_true * log(p))` with `p` the predictions normalized to sum 1 and clipped,
+/// or `log_softmax(y_pred)` with `from_logits`; averaged over the batch.
+/// \code kiln::losses::categorical_crossentropy(kiln::constant({{0.f, 1.f}}), kiln::constant({{0.5f, 0.5f}}));  // log 2 \endcode
+template <class = void>
+tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
+  const tensor t = detail::targets_like("losses::categorical_crossentropy", y_true, y_pred);
+  tensor log_p;
+  if (options.from_logits) {
+    log_p = log_softmax(y_pred);
+  } else {
+    const tensor normalized = y_pred / reduce_sum(y_pred, -1, true);
+    log_p = log(detail::clip(normalized, detail::epsilon, 1 - detail::epsilon));
+  }
+  return detail::batch_mean(-reduce_sum(t * log_p, -1));
+}
+
+/// Keras' `SparseCategoricalCrossentropy`: integer class labels against predictions
+/// over the last axis (logits with `from_logits`, else probabilities, clipped and
+/// taken as log-probabilities); labels of the predictions' rank end in a dim of 1,
+/// which is dropped, as Keras does. A label outside the classes raises
+/// kiln::invalid_argument_error.
+/// \code
+/// kiln::losses::sparse_categorical_crossentropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}), {.from_logits = true});  // log 2
+/// \endcode
+template <class = void>
+tensor sparse_categorical_crossentropy(const tensor& labels, const tensor& y_pred, crossentropy_options options = {}) {
+  kiln::detail::require_floating("losses::sparse_categorical_crossentropy", y_pred);
+  tensor l = labels;
+  if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
+    l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
+  if (is_floating(l.dtype())) l = cast(l, int64);  // Keras casts float labels to integers
+  const tensor logits = options.from_logits ? y_pred : log(detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
+  return detail::batch_mean(sparse_softmax_cross_entropy(l, logits));
+}
+
+}  // namespace kiln::losses
+// ----- end kiln/models/losses.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
+// ----- begin kiln/models/metrics.hpp -----
+/// \file
+/// Keras' metrics (`tf.keras.metrics`): stateful averages whose state is two
+/// variables (a total and a count), so that `update_state` inside a kiln::function
+/// adds to them at every call, as in a Keras train step. The variables are made when
+/// the metric is, outside any trace, so a metric may be updated by any number of
+/// functions; copies of a metric share its state.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::metrics {
+
+/// The (weighted) mean of every value given to `update_state` since the last
+/// `reset_state`, as Keras' `Mean`; `result()` is 0 before any update.
+/// \code
+/// kiln::metrics::mean m;
+/// m.update_state(kiln::constant({1.f, 3.f}));
+/// m.result();  // 2
+/// \endcode
+class mean {
+ public:
+  explicit mean(std::string name = "mean")
+      : name_(std::move(name)),
+        total_(kiln::zeros({}, float32), name_ + "/total"),
+        count_(kiln::zeros({}, float32), name_ + "/count") {}
+
+  /// Adds `values` (any shape, any numeric dtype) to the average.
+  template <class = void>
+  void update_state(const tensor& values) {
+    const tensor v = values.dtype() == float32 ? values : cast(values, float32);
+    total_.assign_add(reduce_sum(v));
+    // A partial shape's count is known when the graph runs: the sum of ones of v's shape.
+    const tensor count = v.shape().is_fully_defined() ? kiln::constant(float(v.shape().num_elements()))
+                                                       : reduce_sum(where(v == v, kiln::constant(1.f), 1.f));
+    count_.assign_add(count);
+  }
+  /// The average so far (0 when nothing was added, as Keras' divide_no_nan).
+  template <class = void>
+  tensor result() const {
+    const tensor count = count_.read_value();
+    return where(count > 0.f, total_.read_value() / maximum(count, 1.f), 0.f);
+  }
+  /// Starts over.
+  template <class = void>
+  void reset_state() {
+    total_.assign(0.f);
+    count_.assign(0.f);
+  }
+  const std::string& name() const { return name_; }
+  /// The state: the total, then the count.
+  std::vector<variable> variables() const { return {total_, count_}; }
+
+ private:
+  std::string name_;
+  variable total_, count_;
+};
+
+/// The fraction of predictions on the right side of `threshold` (0.5) for 0/1
+/// targets, as Keras' `BinaryAccuracy`: each sample's mean over the last axis, averaged.
+/// \code
+/// kiln::metrics::binary_accuracy acc;
+/// acc.update_state(kiln::constant({{1.f}, {0.f}}), kiln::constant({{0.9f}, {0.7f}}));  // 0.5
+/// \endcode
+class binary_accuracy {
+ public:
+  explicit binary_accuracy(double threshold = 0.5, std::string name = "binary_accuracy")
+      : threshold_(threshold), mean_(std::move(name)) {}
+  template <class = void>
+  void update_state(const tensor& y_true, const tensor& y_pred) {
+    const tensor predicted = cast(y_pred > threshold_, y_pred.dtype());
+    const tensor truth = y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+    mean_.update_state(reduce_mean(cast(equal(truth, predicted), float32), -1));
+  }
+  template <class = void>
+  tensor result() const { return mean_.result(); }
+  template <class = void>
+  void reset_state() { mean_.reset_state(); }
+  const std::string& name() const { return mean_.name(); }
+  std::vector<variable> variables() const { return mean_.variables(); }
+
+ private:
+  double threshold_;
+  mean mean_;
+};
+
+/// The fraction of samples whose largest prediction is at their integer label, as
+/// Keras' `SparseCategoricalAccuracy` (labels of the predictions' rank end in a dim of 1).
+/// \code
+/// kiln::metrics::sparse_categorical_accuracy acc;
+/// acc.update_state(kiln::constant({1, 0}), kiln::constant({{0.1f, 0.9f}, {0.2f, 0.8f}}));  // 0.5
+/// \endcode
+class sparse_categorical_accuracy {
+ public:
+  explicit sparse_categorical_accuracy(std::string name = "sparse_categorical_accuracy") : mean_(std::move(name)) {}
+  template <class = void>
+  void update_state(const tensor& labels, const tensor& y_pred) {
+    tensor l = labels;
+    if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
+      l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
+    const tensor predicted = argmax(y_pred, -1);
+    mean_.update_state(cast(equal(cast(l, predicted.dtype()), predicted), float32));
+  }
+  template <class = void>
+  tensor result() const { return mean_.result(); }
+  template <class = void>
+  void reset_state() { mean_.reset_state(); }
+  const std::string& name() const { return mean_.name(); }
+  std::vector<variable> variables() const { return mean_.variables(); }
+
+ private:
+  mean mean_;
+};
+
+}  // namespace kiln::metrics
+// ----- end kiln/models/metrics.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- begin kiln/kernels.hpp -----
