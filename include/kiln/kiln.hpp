@@ -76,4 +76,7 @@
 #include "kiln/models/initializers.hpp"
 #include "kiln/models/losses.hpp"
 #include "kiln/models/metrics.hpp"
+#include "kiln/models/module.hpp"
+#include "kiln/models/layers.hpp"
+#include "kiln/models/fit.hpp"
 #include "kiln/kernels.hpp"

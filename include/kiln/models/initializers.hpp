@@ -87,6 +87,7 @@ tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bo
 /// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
 struct glorot_uniform {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
   }
@@ -94,6 +95,7 @@ struct glorot_uniform {
 /// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
 struct glorot_normal {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
   }
@@ -101,6 +103,7 @@ struct glorot_normal {
 /// Uniform in [-l, l], l = sqrt(6 / fan_in).
 struct he_uniform {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
   }
@@ -108,6 +111,7 @@ struct he_uniform {
 /// Truncated normal, stddev sqrt(2 / fan_in).
 struct he_normal {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
   }
@@ -115,6 +119,7 @@ struct he_normal {
 /// Truncated normal, stddev sqrt(1 / fan_in).
 struct lecun_normal {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
   }
@@ -122,6 +127,7 @@ struct lecun_normal {
 /// Uniform in [-l, l], l = sqrt(3 / fan_in).
 struct lecun_uniform {
   seed_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
   }
@@ -129,6 +135,7 @@ struct lecun_uniform {
 /// Normal numbers, mean 0 and stddev 0.05 by default.
 struct random_normal {
   normal_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
   }
@@ -136,6 +143,7 @@ struct random_normal {
 /// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
 struct truncated_normal {
   normal_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
                             options.seed);
@@ -144,22 +152,26 @@ struct truncated_normal {
 /// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
 struct random_uniform {
   uniform_options options{};
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const {
     return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
   }
 };
 /// Zeros (Keras' default bias initializer).
 struct zeros {
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const { return kiln::zeros(s, t); }
 };
 /// Ones (batch normalization's gamma and moving variance).
 struct ones {
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const { return kiln::ones(s, t); }
 };
 /// Every element `value`.
 /// \code kiln::initializers::constant{0.1}({3}, kiln::float32); \endcode
 struct constant {
   double value = 0.0;
+  template <class = void>
   tensor operator()(const shape& s, dtype t = float32) const { return kiln::cast(kiln::fill(s, value), t); }
 };
 

@@ -4,7 +4,9 @@
 /// variables (a total and a count), so that `update_state` inside a kiln::function
 /// adds to them at every call, as in a Keras train step. The variables are made when
 /// the metric is, outside any trace, so a metric may be updated by any number of
-/// functions; copies of a metric share its state.
+/// functions; copies of a metric share its state. (Constructors are templates on
+/// nothing, as op functions are: making variables compiles the code that writes them,
+/// which only programs that make a metric should pay for.)
 
 #include <string>
 #include <utility>
@@ -27,6 +29,7 @@ namespace kiln::metrics {
 /// \endcode
 class mean {
  public:
+  template <class = void>
   explicit mean(std::string name = "mean")
       : name_(std::move(name)),
         total_(kiln::zeros({}, float32), name_ + "/total"),
@@ -71,6 +74,7 @@ class mean {
 /// \endcode
 class binary_accuracy {
  public:
+  template <class = void>
   explicit binary_accuracy(double threshold = 0.5, std::string name = "binary_accuracy")
       : threshold_(threshold), mean_(std::move(name)) {}
   template <class = void>
@@ -99,6 +103,7 @@ class binary_accuracy {
 /// \endcode
 class sparse_categorical_accuracy {
  public:
+  template <class = void>
   explicit sparse_categorical_accuracy(std::string name = "sparse_categorical_accuracy") : mean_(std::move(name)) {}
   template <class = void>
   void update_state(const tensor& labels, const tensor& y_pred) {
