@@ -32,6 +32,7 @@ ROOT_HEADERS = {
     "kiln/fixed.hpp": (),
     "kiln/saved_function.hpp": ("kiln/kiln.hpp",),
     "kiln/onnx.hpp": ("kiln/kiln.hpp",),
+    "kiln/weights.hpp": ("kiln/kiln.hpp",),
 }
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes keras_fixtures.hpp beside this script: Keras 2.12 layers' weights, inputs
-and outputs, as C++ arrays the layer tests compare kiln's layers with, so that the
-tests need no TensorFlow. Run with TensorFlow 2.12 (pip install tensorflow-cpu==2.12.1):
+and outputs, as C++ arrays the layer tests compare kiln's layers with; and
+test/weights/keras_model.h5, the weights Keras saves for a small
+Conv2D + BatchNormalization + Dense model, with the model's outputs on fixed inputs
+(in keras_fixtures.hpp), so that the tests need no TensorFlow. Run with TensorFlow
+2.12 (pip install tensorflow-cpu==2.12.1):
 
     python3 test/models/make_keras_fixtures.py
 """
@@ -13,6 +16,7 @@ import tensorflow as tf  # noqa: E402
 
 assert tf.__version__.startswith("2.12"), tf.__version__
 rng = np.random.default_rng(2026)
+tf.keras.utils.set_random_seed(2026)  # the unseeded initializers too: the same file at every run
 cases = []
 
 
@@ -54,6 +58,27 @@ case("batch_normalization_4d_training", L.BatchNormalization(momentum=0.9), unif
      after_training=True)
 case("layer_normalization", L.LayerNormalization(), uniform(3, 4), [uniform(4, lo=0.5, hi=1.5), uniform(4)])
 case("embedding", L.Embedding(7, 3), np.array([[1, 0, 6, 3], [2, 2, 5, 4]], np.int32))
+
+# A small model saved with model.save_weights: its layers' names are Keras' defaults in
+# a fresh session (conv2d, batch_normalization, ...), which the kiln test gives its own.
+tf.keras.backend.clear_session()
+tf.keras.utils.set_random_seed(7)
+model = tf.keras.Sequential([
+    L.Conv2D(4, 3, activation="relu", input_shape=(6, 6, 2), name="conv2d"),
+    L.BatchNormalization(name="batch_normalization"),
+    L.MaxPooling2D(2, name="max_pooling2d"),
+    L.Flatten(name="flatten"),
+    L.Dense(5, activation="gelu", name="dense"),
+    L.Dense(3, name="dense_1"),
+])
+bn = model.get_layer("batch_normalization")
+bn.set_weights([uniform(4, lo=0.5, hi=1.5), uniform(4), uniform(4), uniform(4, lo=0.5, hi=2.0)])
+model_input = uniform(2, 6, 6, 2)
+model_output = model(model_input, training=False).numpy()
+weights_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "weights")
+os.makedirs(weights_dir, exist_ok=True)
+# Keras 2.12 writes its HDF5 layout for a name ending in .h5 (not .weights.h5, its newer format).
+model.save_weights(os.path.join(weights_dir, "keras_model.h5"), save_format="h5")
 
 
 def float_literal(v):
@@ -106,7 +131,15 @@ for c in cases:
     ws = ", ".join(cpp_array(w) for w in c["weights"])
     after = ", ".join(cpp_array(w) for w in c.get("weights_after", []))
     lines.append(f'      {{"{c["name"]}", {inp}, {ids}, {{{ws}}}, {cpp_array(c["output"])}, {{{after}}}}},')
-lines += ["  };", "  return cases;", "}", "", "}  // namespace keras_fixtures", ""]
+lines += ["  };", "  return cases;", "}", ""]
+lines += [
+    "/// The input and output of the model whose weights are test/weights/keras_model.h5.",
+    f"inline const array<float> model_input = {cpp_array(model_input)};",
+    f"inline const array<float> model_output = {cpp_array(model_output)};",
+    "",
+    "}  // namespace keras_fixtures",
+    "",
+]
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keras_fixtures.hpp")
 with open(out, "w") as f:
     f.write("\n".join(lines))

@@ -56,6 +56,19 @@ class member_visitor {
 template <class T>
 void visit_member(const T& m, member_visitor& v);
 
+template <class>
+inline constexpr bool weights_need_header = false;
+/// How module::save_weights and load_weights reach the HDF5 code of the optional
+/// header kiln/weights.hpp, which specializes this; without it, using them is a
+/// compile error that says what to include.
+template <class T = void>
+struct weights_file {
+  static_assert(weights_need_header<T>,
+                "kiln: save_weights and load_weights need #include <kiln/weights.hpp> (CMake target kiln::weights, HDF5)");
+  static void save(const module&, const std::string&) {}
+  static void load(const module&, const std::string&) {}
+};
+
 }  // namespace detail
 
 /// A named tree of variables and submodules (`tf.Module`). Derive from it and declare
@@ -92,6 +105,19 @@ class module {
     } w;
     visit_members(w);
     return w.found;
+  }
+
+  /// Writes the tree's weights to `path` in Keras 2.12's HDF5 layout (`model.save_weights`);
+  /// needs kiln/weights.hpp.
+  template <class T = void>
+  void save_weights(const std::string& path) const {
+    detail::weights_file<T>::save(*this, path);
+  }
+  /// Sets the tree's weights from a file in Keras' HDF5 layout (`model.load_weights`);
+  /// needs kiln/weights.hpp.
+  template <class T = void>
+  void load_weights(const std::string& path) const {
+    detail::weights_file<T>::load(*this, path);
   }
 
   /// Reports the module's own variables and direct submodules to `v`, in order
