@@ -231,6 +231,14 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
   });
   cases.push_back(make_case("shapes", shapes, std::tuple{uniform({2, 3, 4}, -1, 1, 15), kiln::constant({3, 0, 2})}));
 
+  // A model of kiln layers: its variables export as initializers like any others.
+  namespace layers = kiln::layers;
+  layers::sequential model({layers::conv2d(3, 3, {.activation = kiln::relu}), layers::max_pooling2d(2),
+                            layers::flatten(), layers::layer_normalization(),
+                            layers::dense(4, {.activation = kiln::gelu}), layers::dense(2, {.activation = "softmax"})});
+  kiln::function model_fn([&](const tensor& x) { return model(x); });
+  cases.push_back(make_case("layers", model_fn, std::tuple{uniform({2, 6, 6, 2}, -1, 1, 16)}));
+
   // unsorted_segment_sum (gather's gradient), negative ids dropped, over the first dims
   // and from an inner axis.
   kiln::function segments([](const tensor& x, const tensor& ids, const tensor& row_ids) {
