@@ -231,7 +231,8 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
           line += " [" + std::string(std::size_t(std::max(done - 1, 0)), '=') + (done >= 30 ? "=" : ">") +
                   std::string(std::size_t(30 - std::max(done, 1)), '.') + "]";
         }
-        out << "\r" << line << " - loss: " << detail::progress_value(loss.value()) << std::flush;
+        // "\033[K" clears what a longer line drawn before left on the right.
+        out << "\r" << line << " - loss: " << detail::progress_value(loss.value()) << "\033[K" << std::flush;
       }
     }
     steps_per_epoch = steps;
@@ -256,7 +257,7 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     }
     if (options.timing && !bar)
       line += " - " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step";
-    if (options.verbose) out << (bar ? "\r" : "") << line << "\n" << std::flush;
+    if (options.verbose) out << (bar ? "\r" : "") << line << (bar ? "\033[K\n" : "\n") << std::flush;
 
     h.loss.push_back(logs.values["loss"]);
     if (options.validation_data) h.val_loss.push_back(logs.values["val_loss"]);
