@@ -483,6 +483,7 @@ def markdown(s, checks, command, machine, png_name):
         typed_section(s),
         gpu_section(),
         summary_section(s),
+        models_section(),
         peers_section(s),
     ]
     return "\n".join(parts)
@@ -557,6 +558,14 @@ def compile_section():
             "`single_include/kiln/kiln.hpp`; not part of the runs above. Before (the same programs when every file "
             "compiled every kernel, Thrust on):\n\n" + before + "\nNow (`bench/compile_cost.md`):\n\n" +
             open(path).read().strip() + "\n")
+
+
+def models_section():
+    """Section 18 from bench/models.md (bench_models.cpp and peers_models.py, measured apart), if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models.md")
+    if not os.path.exists(path):
+        return ""
+    return "## 19. Models: layers in functions, a CNN training step, fit's overhead\n\n" + open(path).read().strip() + "\n"
 
 
 def peers_section(s):

@@ -1,9 +1,11 @@
 // A small model trained end to end with kiln: an MLP (2 -> 16 -> 2, tanh) learns
 // which quadrants of the plane hold class 1 (x * y > 0, a problem no linear model
-// solves). Each step is one kiln::function: forward pass, softmax cross-entropy,
+// solves). The model is two kiln::layers::dense in a kiln::layers::sequential; each
+// step is one kiln::function: forward pass, Keras' sparse categorical cross-entropy,
 // the backward pass built by a gradient tape inside the trace, and Adam's update, all
-// one optimized graph traced once. The program prints the loss as it falls and stops
-// when the training accuracy passes 95 %.
+// one optimized graph traced once (the layers build their weights in that first
+// trace). The program prints the loss as it falls and stops when the training
+// accuracy passes 95 %.
 //
 // It also logs the loss and the accuracy of every step for TensorBoard, to logs/mlp or
 // the directory given as its argument: `tensorboard --logdir logs` plots them. The
@@ -33,34 +35,39 @@ int main(int argc, char** argv) {
   const kiln::tensor features = kiln::constant(points, kiln::shape{256, 2});
   const kiln::tensor classes = kiln::constant(labels, kiln::shape{256});
 
-  // Weights drawn once with fixed seeds, so every run trains the same model.
-  kiln::variable w1(kiln::random::uniform({2, 16}, -1, 1, kiln::float32, 1), "w1");
-  kiln::variable b1(kiln::zeros({16}), "b1");
-  kiln::variable w2(kiln::random::uniform({16, 2}, -1, 1, kiln::float32, 2), "w2");
-  kiln::variable b2(kiln::zeros({2}), "b2");
-  const std::vector<kiln::variable> weights = {w1, b1, w2, b2};
+  // Weights drawn with fixed seeds, so every run trains the same model.
+  namespace layers = kiln::layers;
+  layers::sequential model({
+      layers::dense(16, {.activation = kiln::tanh,
+                         .kernel_initializer = kiln::initializers::random_uniform({.minval = -1, .maxval = 1, .seed = 1})}),
+      layers::dense(2, {.kernel_initializer = kiln::initializers::random_uniform({.minval = -1, .maxval = 1, .seed = 2})}),
+  });
   kiln::optimizers::adam optimizer({.learning_rate = 0.01});
 
-  auto logits_of = [&](const kiln::tensor& x) { return kiln::matmul(kiln::tanh(kiln::matmul(x, w1) + b1), w2) + b2; };
   kiln::function train_step(
       [&](const kiln::tensor& x, const kiln::tensor& y) {
         kiln::gradient_tape tape;
-        kiln::tensor loss = kiln::reduce_mean(kiln::sparse_softmax_cross_entropy(y, logits_of(x)));
+        const kiln::tensor loss = kiln::losses::sparse_categorical_crossentropy(y, model(x), {.from_logits = true});
+        const std::vector<kiln::variable> weights = model.trainable_variables();
         optimizer.apply_gradients(tape.gradient(loss, weights), weights);
         kiln::summary::scalar("loss", loss, optimizer.iterations());
         return loss;
       },
       {.name = "train_step"});
-  kiln::function accuracy([&](const kiln::tensor& x, const kiln::tensor& y) {
-    return kiln::reduce_mean(kiln::cast(kiln::argmax(logits_of(x), 1) == kiln::cast(y, kiln::int64), kiln::float32));
+  kiln::metrics::sparse_categorical_accuracy accuracy;
+  kiln::function evaluate([&](const kiln::tensor& x, const kiln::tensor& y) {
+    accuracy.reset_state();
+    accuracy.update_state(y, model(x));
+    return accuracy.result();
   });
 
   for (int step = 1; step <= 500; ++step) {
     const float loss = train_step(features, classes).item<float>();
-    const float acc = accuracy(features, classes).item<float>();
+    const float acc = evaluate(features, classes).item<float>();
     kiln::summary::scalar("accuracy", acc, step);
     if (step % 10 == 0 || acc > 0.95f) std::printf("step %3d  loss %.3f  accuracy %.1f %%\n", step, loss, 100 * acc);
     if (acc > 0.95f) break;
   }
   std::printf("traced train_step %d time(s)\n", train_step.tracing_count());
+  for (const kiln::variable& w : model.trainable_variables()) std::printf("%s %s\n", w.name().c_str(), w.shape().str().c_str());
 }

@@ -35,6 +35,7 @@ ROOT_HEADERS = {
     "kiln/saved_function.hpp": ("kiln/kiln.hpp",),
     "kiln/onnx.hpp": ("kiln/kiln.hpp",),
     "kiln/summary.hpp": ("kiln/kiln.hpp",),
+    "kiln/weights.hpp": ("kiln/kiln.hpp",),
 }
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"

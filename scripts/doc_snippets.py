@@ -55,6 +55,9 @@ def main(include_dir: str, output: str) -> None:
         "#if __has_include(<nlohmann/json.hpp>)",
         "#include <kiln/saved_function.hpp>",
         "#endif",
+        "#if __has_include(<hdf5.h>)",
+        "#include <kiln/weights.hpp>",
+        "#endif",
         "#if __has_include(<onnx/onnx_pb.h>)",
         "#include <kiln/onnx.hpp>",
         "#endif",
@@ -76,6 +79,8 @@ def main(include_dir: str, output: str) -> None:
             guard = None
             if str(header.relative_to(root)).startswith("kiln/backend/thrust/"):
                 guard = "#if KILN_HAS_THRUST"
+            elif header.name in ("weights.hpp", "hdf5.hpp"):
+                guard = "#if __has_include(<hdf5.h>)"
             elif header.name == "saved_function.hpp" or ".save(" in text:
                 guard = "#if __has_include(<nlohmann/json.hpp>)"
             elif header.name == "onnx.hpp":

@@ -134,6 +134,8 @@ template <> inline constexpr std::string_view same_op<ops::log> = "Log";
 template <> inline constexpr std::string_view same_op<ops::sqrt> = "Sqrt";
 template <> inline constexpr std::string_view same_op<ops::tanh> = "Tanh";
 template <> inline constexpr std::string_view same_op<ops::sigmoid> = "Sigmoid";
+template <> inline constexpr std::string_view same_op<ops::erf> = "Erf";
+template <> inline constexpr std::string_view same_op<ops::softplus> = "Softplus";
 template <> inline constexpr std::string_view same_op<ops::logical_not> = "Not";
 template <> inline constexpr std::string_view same_op<ops::subtract> = "Sub";
 template <> inline constexpr std::string_view same_op<ops::multiply> = "Mul";
@@ -250,6 +252,12 @@ class exporter {
     a.set_type(AttributeProto::INT);
     a.set_i(v);
   }
+  static void attribute(NodeProto& n, const std::string& name, float v) {
+    AttributeProto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(AttributeProto::FLOAT);
+    a.set_f(v);
+  }
   static void attribute(NodeProto& n, const std::string& name, std::span<const std::int64_t> v) {
     AttributeProto& a = *n.add_attribute();
     a.set_name(name);
@@ -334,6 +342,16 @@ class exporter {
     } else if constexpr (std::is_same_v<Op, ops::relu>) {
       if (is_floating(type)) return value(g, "Relu", in, base);
       return value(g, "Max", {in[0], constant(kiln::zeros({}, type))}, base);
+    } else if constexpr (std::is_same_v<Op, ops::gelu>) {
+      NodeProto& r = add(g, "Gelu", in, base);
+      if (op.approximate) attribute(r, "approximate", std::string("tanh"));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::elu> || std::is_same_v<Op, ops::leaky_relu>) {
+      NodeProto& r = add(g, std::is_same_v<Op, ops::elu> ? "Elu" : "LeakyRelu", in, base);
+      attribute(r, "alpha", float(op.alpha));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::silu>) {  // ONNX's Swish is newer than oldest_opset
+      return value(g, "Mul", {in[0], value(g, "Sigmoid", in, base)}, base);
     } else if constexpr (std::is_same_v<Op, ops::square>) {
       return value(g, "Mul", {in[0], in[0]}, base);
     } else if constexpr (std::is_same_v<Op, ops::not_equal>) {

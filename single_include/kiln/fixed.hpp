@@ -3272,6 +3272,21 @@ template <class T>
 KILN_HOST_DEVICE T tanh(T a) {
   return std::tanh(a);
 }
+template <class T>
+KILN_HOST_DEVICE T erf(T a) {
+  return std::erf(a);
+}
+/// log(epsilon) + 2 of float or double: where softplus's sum would lose the digits of
+/// exp(x) (below) or of x (above its negative), as TensorFlow's Softplus kernel cuts.
+template <class T>
+inline constexpr T softplus_threshold = sizeof(T) == 4 ? T(-13.942385152878742) : T(-34.04365338911715);
+/// log(exp(x) + 1); x itself or exp(x) beyond the thresholds.
+template <class T>
+KILN_HOST_DEVICE T softplus(T a) {
+  if (a > -softplus_threshold<T>) return a;
+  if (a < softplus_threshold<T>) return std::exp(a);
+  return std::log(std::exp(a) + T(1));
+}
 
 /// Converts between element types without undefined behaviour: floats to integers
 /// saturate (NaN gives 0), anything to bool tests for non-zero.
@@ -3419,6 +3434,25 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> softplus(const xsimd::batch<T, A>& a) {
+  using B = xsimd::batch<T, A>;
+  const B threshold(softplus_threshold<T>), e = math::exp(a);
+  return xsimd::select(a > -threshold, a, xsimd::select(a < threshold, e, math::log(e + B(T(1)))));
+}
+/// xsimd's double erf runs its exp (above) on -x * x: lanes past |x| = 6, where erf
+/// rounds to +-1, go in as +-6, and NaN as 0 (and comes out as NaN).
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> erf(const xsimd::batch<T, A>& a) {
+  if constexpr (std::is_same_v<T, double>) {
+    using B = xsimd::batch<double, A>;
+    const auto nan = xsimd::isnan(a);
+    const B clamped = xsimd::select(xsimd::abs(a) <= B(6.0), a, xsimd::copysign(B(6.0), a));
+    return xsimd::select(nan, a, xsimd::erf(xsimd::select(nan, B(0.0), clamped)));
+  } else {
+    return xsimd::erf(a);
+  }
+}
 /// float32 tanh as x * P(x^2) / Q(x^2), a rational minimax fit of degrees 13/6 on
 /// [-9, 9]; beyond that tanh rounds to +-1. Within 3.4e-7 relative (6 ulp) of the exact
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's
@@ -5119,6 +5153,173 @@ auto make_node(const Op& op, const E&... e) {
 #include <memory>
 #include <type_traits>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+// ----- begin kiln/ops/activations.hpp -----
+/// \file
+/// The activations of neural-network layers beside relu, sigmoid and tanh (kiln/ops/
+/// elementwise.hpp): gelu (exact and tanh approximation), softplus, silu, elu,
+/// leaky_relu, and erf, which exact gelu and its gradient are written with. Each is
+/// one elementwise functor (scalars, xsimd batches, Thrust device code) with its
+/// gradient formula beside it, computing what TensorFlow 2.12's kernels and
+/// `tf.nn` functions compute.
+
+#include <span>
+#include <string_view>
+#include <tuple>
+
+
+namespace kiln::ops {
+
+/// The Gauss error function, as `tf.math.erf`.
+struct erf : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "erf";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::erf(a); }
+  /// dy * 2 / sqrt(pi) * exp(-x^2).
+  template <class G> void gradient(G& g) const {
+    const auto x = g.x(0);
+    g.give(0, g.dy() * 1.1283791670955126 * G::run(exp{}, -(x * x)));
+  }
+};
+
+/// `x * P(X <= x)` for a standard normal X (`tf.nn.gelu`): exactly, with erf, or with
+/// the tanh approximation when `approximate`.
+struct gelu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "gelu";
+  bool approximate = false;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
+  constexpr gelu() = default;
+  constexpr explicit gelu(bool tanh_approximation) : approximate(tanh_approximation) {}
+  constexpr bool operator==(const gelu&) const = default;
+  // TensorFlow's constants and operation order: x / sqrt(2) (not a product), and
+  // sqrt(2 / pi) * (x + 0.044715 * x^3).
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    if (approximate) return T(0.5) * x * (T(1) + math::tanh(T(0.7978845608028654) * (x + T(0.044715) * (x * x * x))));
+    return T(0.5) * x * (T(1) + math::erf(x / T(1.4142135623730951)));
+  }
+  /// dy * (Phi(x) + x * phi(x)) exactly; the derivative of the tanh form when
+  /// approximating.
+  template <class G> void gradient(G& g) const;
+};
+
+/// `log(exp(x) + 1)`; x itself above -log(epsilon) - 2 and exp(x) below log(epsilon)
+/// + 2, as TensorFlow's Softplus kernel, where the sum would lose x's digits.
+struct softplus : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "softplus";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::softplus(x); }
+  /// dy * sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x * sigmoid(x)` (swish), as `tf.nn.silu`.
+struct silu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "silu";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return x * (T(1) / (T(1) + math::exp(math::neg(x)))); }
+  /// dy * s * (1 + x * (1 - s)) with s = sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * (exp(x) - 1)`, as Keras' `elu` (TensorFlow's Elu
+/// kernel for alpha 1).
+struct elu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "elu";
+  double alpha = 1.0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
+  constexpr elu() = default;
+  constexpr explicit elu(double a) : alpha(a) {}
+  constexpr bool operator==(const elu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    return math::select(x > T(0), x, T(alpha) * (math::exp(x) - T(1)));
+  }
+  /// dy where x is positive, else dy * (y + alpha).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
+struct leaky_relu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "leaky_relu";
+  double alpha = 0.3;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
+  constexpr leaky_relu() = default;
+  constexpr explicit leaky_relu(double a) : alpha(a) {}
+  constexpr bool operator==(const leaky_relu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::select(x > T(0), x, T(alpha) * x); }
+  /// dy where x is positive, else alpha * dy, as TensorFlow's LeakyReluGrad.
+  template <class G> void gradient(G& g) const;
+};
+
+template <class G>
+void gelu::gradient(G& g) const {
+  const auto x = g.x(0);
+  if (approximate) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    const auto t = G::run(tanh{}, k * (x + c * (x * x * x)));
+    g.give(0, g.dy() * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (k * (1.0 + 3.0 * c * (x * x)))));
+  } else {
+    const auto cdf = 0.5 * (1.0 + G::run(erf{}, x * 0.7071067811865476));
+    const auto pdf = 0.3989422804014327 * G::run(exp{}, -0.5 * (x * x));
+    g.give(0, g.dy() * (cdf + x * pdf));
+  }
+}
+
+template <class G>
+void softplus::gradient(G& g) const {
+  g.give(0, g.dy() * G::run(sigmoid{}, g.x(0)));
+}
+
+template <class G>
+void silu::gradient(G& g) const {
+  const auto x = g.x(0), s = G::run(sigmoid{}, x);
+  g.give(0, g.dy() * (s * (1.0 + x * (1.0 - s))));
+}
+
+template <class G>
+void elu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * (g.y() + alpha)));
+}
+
+template <class G>
+void leaky_relu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * alpha));
+}
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// `kiln::erf(x)`: the Gauss error function, for float tensors.
+template <class = void>
+tensor erf(const tensor& x) { return detail::apply(ops::erf{}, x); }
+
+/// `kiln::gelu(x)`: the Gaussian error linear unit, `x * Phi(x)`; `kiln::gelu(x, true)`
+/// uses the tanh approximation (`tf.nn.gelu(x, approximate=True)`).
+/// \code kiln::gelu(kiln::constant({-1.f, 0.f, 1.f})); // [-0.158655 0 0.841345] \endcode
+template <class = void>
+tensor gelu(const tensor& x, bool approximate = false) { return detail::apply(ops::gelu(approximate), x); }
+
+/// `kiln::softplus(x)` is `log(exp(x) + 1)`, computed without overflow.
+template <class = void>
+tensor softplus(const tensor& x) { return detail::apply(ops::softplus{}, x); }
+
+/// `kiln::silu(x)` is `x * sigmoid(x)` (swish).
+template <class = void>
+tensor silu(const tensor& x) { return detail::apply(ops::silu{}, x); }
+
+/// `kiln::elu(x, alpha = 1)`: x where positive, else `alpha * (exp(x) - 1)`.
+template <class = void>
+tensor elu(const tensor& x, double alpha = 1.0) { return detail::apply(ops::elu(alpha), x); }
+
+/// `kiln::leaky_relu(x, alpha = 0.3)`: x where positive, else `alpha * x` (Keras'
+/// default slope; `tf.nn.leaky_relu`'s is 0.2).
+/// \code kiln::leaky_relu(kiln::constant({-2.f, 3.f})); // [-0.6 3] \endcode
+template <class = void>
+tensor leaky_relu(const tensor& x, double alpha = 0.3) { return detail::apply(ops::leaky_relu(alpha), x); }
+
+}  // namespace kiln
+// ----- end kiln/ops/activations.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
 
 namespace kiln {
 namespace typed {
@@ -5252,6 +5453,9 @@ KILN_TYPED_UNARY(square, square)
 KILN_TYPED_UNARY(tanh, tanh)
 KILN_TYPED_UNARY(sigmoid, sigmoid)
 KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(erf, erf)
+KILN_TYPED_UNARY(softplus, softplus)
+KILN_TYPED_UNARY(silu, silu)
 KILN_TYPED_UNARY(logical_not, logical_not)
 KILN_TYPED_BINARY(add, add)
 KILN_TYPED_BINARY(subtract, subtract)
@@ -5273,6 +5477,28 @@ KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
 #undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>

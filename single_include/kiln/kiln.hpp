@@ -2517,6 +2517,21 @@ template <class T>
 KILN_HOST_DEVICE T tanh(T a) {
   return std::tanh(a);
 }
+template <class T>
+KILN_HOST_DEVICE T erf(T a) {
+  return std::erf(a);
+}
+/// log(epsilon) + 2 of float or double: where softplus's sum would lose the digits of
+/// exp(x) (below) or of x (above its negative), as TensorFlow's Softplus kernel cuts.
+template <class T>
+inline constexpr T softplus_threshold = sizeof(T) == 4 ? T(-13.942385152878742) : T(-34.04365338911715);
+/// log(exp(x) + 1); x itself or exp(x) beyond the thresholds.
+template <class T>
+KILN_HOST_DEVICE T softplus(T a) {
+  if (a > -softplus_threshold<T>) return a;
+  if (a < softplus_threshold<T>) return std::exp(a);
+  return std::log(std::exp(a) + T(1));
+}
 
 /// Converts between element types without undefined behaviour: floats to integers
 /// saturate (NaN gives 0), anything to bool tests for non-zero.
@@ -2664,6 +2679,25 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> softplus(const xsimd::batch<T, A>& a) {
+  using B = xsimd::batch<T, A>;
+  const B threshold(softplus_threshold<T>), e = math::exp(a);
+  return xsimd::select(a > -threshold, a, xsimd::select(a < threshold, e, math::log(e + B(T(1)))));
+}
+/// xsimd's double erf runs its exp (above) on -x * x: lanes past |x| = 6, where erf
+/// rounds to +-1, go in as +-6, and NaN as 0 (and comes out as NaN).
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> erf(const xsimd::batch<T, A>& a) {
+  if constexpr (std::is_same_v<T, double>) {
+    using B = xsimd::batch<double, A>;
+    const auto nan = xsimd::isnan(a);
+    const B clamped = xsimd::select(xsimd::abs(a) <= B(6.0), a, xsimd::copysign(B(6.0), a));
+    return xsimd::select(nan, a, xsimd::erf(xsimd::select(nan, B(0.0), clamped)));
+  } else {
+    return xsimd::erf(a);
+  }
+}
 /// float32 tanh as x * P(x^2) / Q(x^2), a rational minimax fit of degrees 13/6 on
 /// [-9, 9]; beyond that tanh rounds to +-1. Within 3.4e-7 relative (6 ulp) of the exact
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's
@@ -5430,6 +5464,173 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 #include <string_view>
 #include <type_traits>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
+// ----- begin kiln/ops/activations.hpp -----
+/// \file
+/// The activations of neural-network layers beside relu, sigmoid and tanh (kiln/ops/
+/// elementwise.hpp): gelu (exact and tanh approximation), softplus, silu, elu,
+/// leaky_relu, and erf, which exact gelu and its gradient are written with. Each is
+/// one elementwise functor (scalars, xsimd batches, Thrust device code) with its
+/// gradient formula beside it, computing what TensorFlow 2.12's kernels and
+/// `tf.nn` functions compute.
+
+#include <span>
+#include <string_view>
+#include <tuple>
+
+
+namespace kiln::ops {
+
+/// The Gauss error function, as `tf.math.erf`.
+struct erf : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "erf";
+  template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::erf(a); }
+  /// dy * 2 / sqrt(pi) * exp(-x^2).
+  template <class G> void gradient(G& g) const {
+    const auto x = g.x(0);
+    g.give(0, g.dy() * 1.1283791670955126 * G::run(exp{}, -(x * x)));
+  }
+};
+
+/// `x * P(X <= x)` for a standard normal X (`tf.nn.gelu`): exactly, with erf, or with
+/// the tanh approximation when `approximate`.
+struct gelu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "gelu";
+  bool approximate = false;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
+  constexpr gelu() = default;
+  constexpr explicit gelu(bool tanh_approximation) : approximate(tanh_approximation) {}
+  constexpr bool operator==(const gelu&) const = default;
+  // TensorFlow's constants and operation order: x / sqrt(2) (not a product), and
+  // sqrt(2 / pi) * (x + 0.044715 * x^3).
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    if (approximate) return T(0.5) * x * (T(1) + math::tanh(T(0.7978845608028654) * (x + T(0.044715) * (x * x * x))));
+    return T(0.5) * x * (T(1) + math::erf(x / T(1.4142135623730951)));
+  }
+  /// dy * (Phi(x) + x * phi(x)) exactly; the derivative of the tanh form when
+  /// approximating.
+  template <class G> void gradient(G& g) const;
+};
+
+/// `log(exp(x) + 1)`; x itself above -log(epsilon) - 2 and exp(x) below log(epsilon)
+/// + 2, as TensorFlow's Softplus kernel, where the sum would lose x's digits.
+struct softplus : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "softplus";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::softplus(x); }
+  /// dy * sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x * sigmoid(x)` (swish), as `tf.nn.silu`.
+struct silu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "silu";
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return x * (T(1) / (T(1) + math::exp(math::neg(x)))); }
+  /// dy * s * (1 + x * (1 - s)) with s = sigmoid(x).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * (exp(x) - 1)`, as Keras' `elu` (TensorFlow's Elu
+/// kernel for alpha 1).
+struct elu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "elu";
+  double alpha = 1.0;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
+  constexpr elu() = default;
+  constexpr explicit elu(double a) : alpha(a) {}
+  constexpr bool operator==(const elu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const {
+    return math::select(x > T(0), x, T(alpha) * (math::exp(x) - T(1)));
+  }
+  /// dy where x is positive, else dy * (y + alpha).
+  template <class G> void gradient(G& g) const;
+};
+
+/// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
+struct leaky_relu : elementwise_op<1, floating> {
+  static constexpr std::string_view name = "leaky_relu";
+  double alpha = 0.3;
+  static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
+  constexpr leaky_relu() = default;
+  constexpr explicit leaky_relu(double a) : alpha(a) {}
+  constexpr bool operator==(const leaky_relu&) const = default;
+  template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::select(x > T(0), x, T(alpha) * x); }
+  /// dy where x is positive, else alpha * dy, as TensorFlow's LeakyReluGrad.
+  template <class G> void gradient(G& g) const;
+};
+
+template <class G>
+void gelu::gradient(G& g) const {
+  const auto x = g.x(0);
+  if (approximate) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    const auto t = G::run(tanh{}, k * (x + c * (x * x * x)));
+    g.give(0, g.dy() * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (k * (1.0 + 3.0 * c * (x * x)))));
+  } else {
+    const auto cdf = 0.5 * (1.0 + G::run(erf{}, x * 0.7071067811865476));
+    const auto pdf = 0.3989422804014327 * G::run(exp{}, -0.5 * (x * x));
+    g.give(0, g.dy() * (cdf + x * pdf));
+  }
+}
+
+template <class G>
+void softplus::gradient(G& g) const {
+  g.give(0, g.dy() * G::run(sigmoid{}, g.x(0)));
+}
+
+template <class G>
+void silu::gradient(G& g) const {
+  const auto x = g.x(0), s = G::run(sigmoid{}, x);
+  g.give(0, g.dy() * (s * (1.0 + x * (1.0 - s))));
+}
+
+template <class G>
+void elu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * (g.y() + alpha)));
+}
+
+template <class G>
+void leaky_relu::gradient(G& g) const {
+  const auto positive = G::run(greater{}, g.x(0), g.x(0).scalar(0));
+  g.give(0, G::run(where{}, positive, g.dy(), g.dy() * alpha));
+}
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+/// `kiln::erf(x)`: the Gauss error function, for float tensors.
+template <class = void>
+tensor erf(const tensor& x) { return detail::apply(ops::erf{}, x); }
+
+/// `kiln::gelu(x)`: the Gaussian error linear unit, `x * Phi(x)`; `kiln::gelu(x, true)`
+/// uses the tanh approximation (`tf.nn.gelu(x, approximate=True)`).
+/// \code kiln::gelu(kiln::constant({-1.f, 0.f, 1.f})); // [-0.158655 0 0.841345] \endcode
+template <class = void>
+tensor gelu(const tensor& x, bool approximate = false) { return detail::apply(ops::gelu(approximate), x); }
+
+/// `kiln::softplus(x)` is `log(exp(x) + 1)`, computed without overflow.
+template <class = void>
+tensor softplus(const tensor& x) { return detail::apply(ops::softplus{}, x); }
+
+/// `kiln::silu(x)` is `x * sigmoid(x)` (swish).
+template <class = void>
+tensor silu(const tensor& x) { return detail::apply(ops::silu{}, x); }
+
+/// `kiln::elu(x, alpha = 1)`: x where positive, else `alpha * (exp(x) - 1)`.
+template <class = void>
+tensor elu(const tensor& x, double alpha = 1.0) { return detail::apply(ops::elu(alpha), x); }
+
+/// `kiln::leaky_relu(x, alpha = 0.3)`: x where positive, else `alpha * x` (Keras'
+/// default slope; `tf.nn.leaky_relu`'s is 0.2).
+/// \code kiln::leaky_relu(kiln::constant({-2.f, 3.f})); // [-0.6 3] \endcode
+template <class = void>
+tensor leaky_relu(const tensor& x, double alpha = 0.3) { return detail::apply(ops::leaky_relu(alpha), x); }
+
+}  // namespace kiln
+// ----- end kiln/ops/activations.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ACTIVATIONS_HPP
 
 namespace kiln::ops {
 
@@ -5439,7 +5640,8 @@ namespace kiln::ops {
 
 /// The elementwise ops with one input (`cast` included).
 #define KILN_UNARY_OPS(F) \
-  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast) \
+  F(erf) F(gelu) F(softplus) F(silu) F(elu) F(leaky_relu)
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
@@ -10557,6 +10759,9 @@ KILN_TYPED_UNARY(square, square)
 KILN_TYPED_UNARY(tanh, tanh)
 KILN_TYPED_UNARY(sigmoid, sigmoid)
 KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(erf, erf)
+KILN_TYPED_UNARY(softplus, softplus)
+KILN_TYPED_UNARY(silu, silu)
 KILN_TYPED_UNARY(logical_not, logical_not)
 KILN_TYPED_BINARY(add, add)
 KILN_TYPED_BINARY(subtract, subtract)
@@ -10578,6 +10783,28 @@ KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
 #undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>
@@ -19877,8 +20104,10 @@ KILN_VARIABLE_WITH_TYPED(>)
 /// constant drawn once at trace time. `random::generator` is tf.random.Generator;
 /// `random::stateless_uniform` is the pure function of a seed.
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19920,17 +20149,75 @@ inline std::uint64_t fresh_seed() {
   return splitmix64(state);
 }
 
-/// What one uniform draw makes: a checked shape, dtype and bounds.
+/// The distributions a draw takes numbers from.
+enum class distribution {
+  uniform,           ///< [minval, maxval)
+  normal,            ///< mean minval, standard deviation maxval
+  truncated_normal,  ///< as normal, drawn again beyond two standard deviations
+};
+
+/// Fills `out[0, n)` with normal numbers of mean `mean` and standard deviation
+/// `stddev` from Philox keyed by `seed` (Box-Muller on two uniform numbers); with
+/// `truncated`, a number beyond two standard deviations is drawn again, as
+/// tf.random.truncated_normal does. Element i reads Philox blocks (i, attempt) of
+/// stream `stream` only, so it depends on the seed, the stream and its index alone,
+/// whatever the thread count; a key apart from uniform draws' keeps the two unrelated.
+template <class T>
+void normal_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, double mean, double stddev,
+                 bool truncated) {
+  const std::uint64_t mixed = seed ^ 0x6A09E667F3BCC908u;
+  const std::array<std::uint32_t, 2> key{std::uint32_t(mixed), std::uint32_t(mixed >> 32)};
+  ranges_for<false>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      double z = 0;
+      // Elements are fewer than 2^48, so the attempt in the counter's second word's
+      // upper half never meets another element's index.
+      for (std::uint32_t attempt = 0;; ++attempt) {
+        const auto w = philox4x32_10({std::uint32_t(i), std::uint32_t(std::uint64_t(i) >> 32) + (attempt << 16),
+                                      std::uint32_t(stream), std::uint32_t(stream >> 32)},
+                                     key);
+        // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1); 53 bits each.
+        const double u1 = double((std::uint64_t(w[0]) << 21 | w[1] >> 11) + 1) * 0x1p-53;
+        const double u2 = double(std::uint64_t(w[2]) << 21 | w[3] >> 11) * 0x1p-53;
+        z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        if (!truncated || std::fabs(z) <= 2.0 || attempt == 0xFFFF) break;
+      }
+      out[i] = T(mean + stddev * z);
+    }
+  });
+}
+
+/// What one random draw makes: a checked shape, dtype, distribution and its
+/// parameters (for a normal one, minval is the mean and maxval the standard deviation).
 struct uniform_spec {
   shape dims;
   dtype type;
   double minval;
   std::optional<double> maxval;
+  distribution kind = distribution::uniform;
+
+  /// The function that draws this way, as errors name it.
+  std::string_view what() const {
+    return kind == distribution::uniform ? "random::uniform"
+           : kind == distribution::normal ? "random::normal"
+                                          : "random::truncated_normal";
+  }
 
   /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
   /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
   template <class = void>
   void check() const {
+    if (kind != distribution::uniform) {
+      if (!is_floating(type))
+        throw type_error(std::string(what()) + ": dtype must be float32 or float64, got " + std::string(name(type)));
+      require_fully_defined(what(), dims);
+      const double stddev = maxval.value_or(1);
+      if (!std::isfinite(minval) || !std::isfinite(stddev) || stddev < 0)
+        throw invalid_argument_error(std::string(what()) + ": the mean must be finite and the standard deviation finite "
+                                     "and not negative, got mean " + describe_value(minval) + " and stddev " +
+                                     describe_value(stddev));
+      return;
+    }
     if (!is_floating(type) && !is_integer(type))
       throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
     if (is_integer(type) && !maxval)
@@ -19947,6 +20234,13 @@ struct uniform_spec {
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
     visit_dtype(type, [&]<class T>() {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (kind != distribution::uniform) {
+          normal_fill(out.view().as<T>(), out.size(), key, stream, minval, maxval.value_or(1),
+                      kind == distribution::truncated_normal);
+          return;
+        }
+      }
       if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
         auto [lo, hi] = bounds<T>();
         uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
@@ -19975,6 +20269,15 @@ struct uniform_spec {
     }
   }
 };
+
+/// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
+inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default: return {"RandomUniform", "StatefulUniform"};
+  }
+}
 
 /// The process's random state: the global seed (random::set_seed), the counter that
 /// gives ops without a seed of their own one under a global seed, and how many draws
@@ -20027,7 +20330,10 @@ class random_uniform_op final : public special_op {
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  std::string_view name() const {
+    const auto names = random_op_names(spec_.kind);
+    return generator_ ? names.second : names.first;
+  }
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
@@ -20052,6 +20358,17 @@ class random_uniform_op final : public special_op {
 /// Records `op` in the trace in progress and returns its symbolic result.
 inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
   return trace.record_special(op, {}, op->results())[0];
+}
+
+/// A stateful draw of `spec`, as random::uniform makes one.
+template <class = void>
+tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+  spec.check();
+  random_state& state = random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (trace_context* trace = trace_context::current())
+    return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
 }
 
 }  // namespace detail
@@ -20082,13 +20399,46 @@ inline void set_seed(std::uint64_t seed) {
 template <class = void>
 tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
                std::optional<std::uint64_t> seed = std::nullopt) {
-  detail::uniform_spec spec{s, t, minval, maxval};
+  return detail::stateful_draw({s, t, minval, maxval}, seed);
+}
+
+/// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
+/// drawn again at every run of a graph as random::uniform; float dtypes only.
+/// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
+template <class = void>
+tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+              std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+}
+
+/// Numbers drawn from a normal distribution, those beyond two standard deviations
+/// from the mean drawn again, as tf.random.truncated_normal.
+/// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
+template <class = void>
+tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+                        std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+}
+
+/// Normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_normal.
+/// \code kiln::random::stateless_normal({3}, 7);  // the same every call \endcode
+template <class = void>
+tensor stateless_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1, dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::normal};
   spec.check();
-  detail::random_state& state = detail::random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (detail::trace_context* trace = detail::trace_context::current())
-    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+  return spec.draw(seed, 0);
+}
+
+/// Truncated normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_truncated_normal.
+/// \code kiln::random::stateless_truncated_normal({3}, 7); \endcode
+template <class = void>
+tensor stateless_truncated_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1,
+                                  dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::truncated_normal};
+  spec.check();
+  return spec.draw(seed, 0);
 }
 
 /// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
@@ -20127,16 +20477,29 @@ class generator {
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
   template <class = void>
   tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    detail::uniform_spec spec{s, t, minval, maxval};
+    return draw({s, t, minval, maxval});
+  }
+  /// Normal numbers, as random::normal.
+  template <class = void>
+  tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::normal});
+  }
+  /// Truncated normal numbers, as random::truncated_normal.
+  template <class = void>
+  tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::truncated_normal});
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  template <class = void>
+  tensor draw(detail::uniform_spec spec) {
     spec.check();
     if (detail::trace_context* trace = detail::trace_context::current())
       return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
     auto [key, stream] = state_->take();
     return spec.draw(key, stream);
   }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
   std::shared_ptr<detail::generator_state> state_;
 };
 
@@ -21852,6 +22215,13 @@ class optimizer_state {
 
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
+  /// The slot variables made so far, by variable in the order first updated (what a
+  /// checkpoint saves beside `iterations`).
+  std::vector<variable> slot_variables() const {
+    std::vector<variable> out;
+    for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
+    return out;
+  }
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.
@@ -22002,6 +22372,1600 @@ class adam : public detail::optimizer_state {
 }  // namespace kiln::optimizers
 // ----- end kiln/train/optimizers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+// ----- begin kiln/models/initializers.hpp -----
+/// \file
+/// Keras' weight initializers (`tf.keras.initializers`), as callables
+/// `(shape, dtype) -> tensor`: the variance-scaling family (glorot, he, lecun) with
+/// Keras' fans and scales, random normal and uniform with Keras' defaults, zeros,
+/// ones and constants. A seeded initializer gives the same values at every call, as
+/// Keras 2.12's do; an unseeded one new values (reproducible under
+/// random::set_seed). Values are always drawn at once, also while a function is traced,
+/// so a layer built in a trace starts from concrete weights.
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+
+namespace kiln {
+
+/// An initializer: the initial value of a variable of a shape and dtype.
+using initializer = std::function<tensor(const shape&, dtype)>;
+
+namespace initializers {
+
+/// The seed of an initializer: the same values at every call with one, new ones without.
+struct seed_options {
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+/// `random_normal`'s and `truncated_normal`'s options, Keras' defaults.
+struct normal_options {
+  double mean = 0.0;
+  double stddev = 0.05;
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+/// `random_uniform`'s options, Keras' defaults.
+struct uniform_options {
+  double minval = -0.05;
+  double maxval = 0.05;
+  std::optional<std::uint64_t> seed = std::nullopt;
+};
+
+/// Keras' fans of a weight shape: (fan_in, fan_out). A kernel (in, out) has fans in
+/// and out; a convolution's (..., in, out) multiplies both by its window's size; a
+/// vector has its length for both, a scalar 1.
+inline std::pair<double, double> fans(const shape& s) {
+  if (s.rank() < 1) return {1.0, 1.0};
+  if (s.rank() == 1) return {double(s[0]), double(s[0])};
+  double receptive = 1;
+  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
+  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
+}
+
+namespace detail {
+/// The Philox key of one call: the seed, or a fresh one (kiln::random's rules).
+inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
+  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
+}
+/// A draw of `spec` keyed by `seed`, done now, tracing or not.
+template <class = void>
+tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
+  spec.check();
+  return spec.draw(key_of(seed), 0);
+}
+/// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
+/// truncated normal (its standard deviation corrected for the truncation) or a
+/// uniform distribution of that variance.
+enum class fan_mode { in, average };
+template <class = void>
+tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
+                        const std::optional<std::uint64_t>& seed) {
+  const auto [fan_in, fan_out] = fans(s);
+  const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
+  if (normal) {
+    // The standard deviation of a standard normal truncated to [-2, 2].
+    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
+    return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+  }
+  const double limit = std::sqrt(3.0 * scale / n);
+  return draw_now({s, t, -limit, limit}, seed);
+}
+}  // namespace detail
+
+/// Keras' default kernel initializer: uniform in [-l, l], l = sqrt(6 / (fan_in + fan_out)).
+/// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
+struct glorot_uniform {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
+struct glorot_normal {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
+  }
+};
+/// Uniform in [-l, l], l = sqrt(6 / fan_in).
+struct he_uniform {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(2 / fan_in).
+struct he_normal {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
+  }
+};
+/// Truncated normal, stddev sqrt(1 / fan_in).
+struct lecun_normal {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
+  }
+};
+/// Uniform in [-l, l], l = sqrt(3 / fan_in).
+struct lecun_uniform {
+  seed_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
+  }
+};
+/// Normal numbers, mean 0 and stddev 0.05 by default.
+struct random_normal {
+  normal_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
+  }
+};
+/// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
+struct truncated_normal {
+  normal_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
+                            options.seed);
+  }
+};
+/// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
+struct random_uniform {
+  uniform_options options{};
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const {
+    return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
+  }
+};
+/// Zeros (Keras' default bias initializer).
+struct zeros {
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::zeros(s, t); }
+};
+/// Ones (batch normalization's gamma and moving variance).
+struct ones {
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::ones(s, t); }
+};
+/// Every element `value`.
+/// \code kiln::initializers::constant{0.1}({3}, kiln::float32); \endcode
+struct constant {
+  double value = 0.0;
+  template <class = void>
+  tensor operator()(const shape& s, dtype t = float32) const { return kiln::cast(kiln::fill(s, value), t); }
+};
+
+}  // namespace initializers
+}  // namespace kiln
+// ----- end kiln/models/initializers.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+// ----- begin kiln/models/losses.hpp -----
+/// \file
+/// Keras' losses (`tf.keras.losses`), as functions of `(y_true, y_pred)` giving what
+/// the loss classes give with their default reduction, `SUM_OVER_BATCH_SIZE`: each
+/// sample's loss (the mean over the last axis for the elementwise losses), averaged
+/// over the batch. Written with the registry's ops, so they run eagerly and in graphs
+/// and have the gradients those ops give; the probability forms clip as Keras' backend
+/// does (epsilon 1e-7).
+
+#include <cstdint>
+#include <string>
+
+
+namespace kiln::losses {
+
+/// Options of the cross-entropies: whether `y_pred` holds logits rather than
+/// probabilities (Keras' `from_logits`).
+struct crossentropy_options {
+  bool from_logits = false;
+};
+/// Options of `huber`: where the loss turns from quadratic to linear.
+struct huber_options {
+  double delta = 1.0;
+};
+
+namespace detail {
+/// Keras' backend epsilon, what probabilities are clipped to.
+inline constexpr double epsilon = 1e-7;
+
+/// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
+/// floating-point tensors (`fn` names the loss).
+template <class = void>
+tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+  kiln::detail::require_floating(fn, y_pred);
+  return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+}
+/// `x` clipped to [lo, hi].
+template <class = void>
+tensor clip(const tensor& x, double lo, double hi) {
+  return minimum(maximum(x, lo), hi);
+}
+/// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
+template <class = void>
+tensor batch_mean(const tensor& per_sample) {
+  return reduce_mean(per_sample);
+}
+}  // namespace detail
+
+/// `mean(square(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanSquaredError`).
+/// \code kiln::losses::mean_squared_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 1.f}}));  // 0.5 \endcode
+template <class = void>
+tensor mean_squared_error(const tensor& y_true, const tensor& y_pred) {
+  const tensor t = detail::targets_like("losses::mean_squared_error", y_true, y_pred);
+  return detail::batch_mean(reduce_mean(square(y_pred - t), -1));
+}
+
+/// `mean(abs(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanAbsoluteError`).
+/// \code kiln::losses::mean_absolute_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 3.f}}));  // 1.5 \endcode
+template <class = void>
+tensor mean_absolute_error(const tensor& y_true, const tensor& y_pred) {
+  const tensor t = detail::targets_like("losses::mean_absolute_error", y_true, y_pred);
+  return detail::batch_mean(reduce_mean(abs(y_pred - t), -1));
+}
+
+/// Keras' `Huber`: `0.5 * e^2` where `|e| <= delta`, else `delta * |e| - 0.5 * delta^2`,
+/// with `e = y_pred - y_true`, the mean over the last axis averaged over the batch.
+/// \code kiln::losses::huber(kiln::constant({{0.f}}), kiln::constant({{3.f}}), {.delta = 1.0});  // 2.5 \endcode
+template <class = void>
+tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options = {}) {
+  const tensor t = detail::targets_like("losses::huber", y_true, y_pred);
+  const tensor e = y_pred - t, a = abs(e);
+  const tensor per_element = where(a <= options.delta, 0.5 * square(e), options.delta * a - 0.5 * options.delta * options.delta);
+  return detail::batch_mean(reduce_mean(per_element, -1));
+}
+
+/// Keras' `BinaryCrossentropy`: from probabilities (clipped to [1e-7, 1 - 1e-7]) or,
+/// with `from_logits`, as `tf.nn.sigmoid_cross_entropy_with_logits`
+/// (`max(x, 0) - x * z + log(1 + exp(-|x|))`); the mean over the last axis, averaged
+/// over the batch.
+/// \code kiln::losses::binary_crossentropy(kiln::constant({{1.f}}), kiln::constant({{0.f}}), {.from_logits = true});  // log 2 \endcode
+template <class = void>
+tensor binary_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
+  const tensor z = detail::targets_like("losses::binary_crossentropy", y_true, y_pred);
+  tensor per_element;
+  if (options.from_logits) {
+    per_element = relu(y_pred) - y_pred * z + softplus(-abs(y_pred));
+  } else {
+    const tensor p = detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
+    per_element = -(z * log(p + detail::epsilon) + (1.0 - z) * log(1.0 - p + detail::epsilon));
+  }
+  return detail::batch_mean(reduce_mean(per_element, -1));
+}
+
+/// Keras' `CategoricalCrossentropy` of one-hot (or soft) targets over the last axis:
+/// `-sum(y_true * log(p))` with `p` the predictions normalized to sum 1 and clipped,
+/// or `log_softmax(y_pred)` with `from_logits`; averaged over the batch.
+/// \code kiln::losses::categorical_crossentropy(kiln::constant({{0.f, 1.f}}), kiln::constant({{0.5f, 0.5f}}));  // log 2 \endcode
+template <class = void>
+tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
+  const tensor t = detail::targets_like("losses::categorical_crossentropy", y_true, y_pred);
+  tensor log_p;
+  if (options.from_logits) {
+    log_p = log_softmax(y_pred);
+  } else {
+    const tensor normalized = y_pred / reduce_sum(y_pred, -1, true);
+    log_p = log(detail::clip(normalized, detail::epsilon, 1 - detail::epsilon));
+  }
+  return detail::batch_mean(-reduce_sum(t * log_p, -1));
+}
+
+/// Keras' `SparseCategoricalCrossentropy`: integer class labels against predictions
+/// over the last axis (logits with `from_logits`, else probabilities, clipped and
+/// taken as log-probabilities); labels of the predictions' rank end in a dim of 1,
+/// which is dropped, as Keras does. A label outside the classes raises
+/// kiln::invalid_argument_error.
+/// \code
+/// kiln::losses::sparse_categorical_crossentropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}), {.from_logits = true});  // log 2
+/// \endcode
+template <class = void>
+tensor sparse_categorical_crossentropy(const tensor& labels, const tensor& y_pred, crossentropy_options options = {}) {
+  kiln::detail::require_floating("losses::sparse_categorical_crossentropy", y_pred);
+  tensor l = labels;
+  if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
+    l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
+  if (is_floating(l.dtype())) l = cast(l, int64);  // Keras casts float labels to integers
+  const tensor logits = options.from_logits ? y_pred : log(detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
+  return detail::batch_mean(sparse_softmax_cross_entropy(l, logits));
+}
+
+}  // namespace kiln::losses
+// ----- end kiln/models/losses.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
+// ----- begin kiln/models/metrics.hpp -----
+/// \file
+/// Keras' metrics (`tf.keras.metrics`): stateful averages whose state is two
+/// variables (a total and a count), so that `update_state` inside a kiln::function
+/// adds to them at every call, as in a Keras train step. The variables are made when
+/// the metric is, outside any trace, so a metric may be updated by any number of
+/// functions; copies of a metric share its state. (Constructors are templates on
+/// nothing, as op functions are: making variables compiles the code that writes them,
+/// which only programs that make a metric should pay for.)
+
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::metrics {
+
+/// The (weighted) mean of every value given to `update_state` since the last
+/// `reset_state`, as Keras' `Mean`; `result()` is 0 before any update.
+/// \code
+/// kiln::metrics::mean m;
+/// m.update_state(kiln::constant({1.f, 3.f}));
+/// m.result();  // 2
+/// \endcode
+class mean {
+ public:
+  template <class = void>
+  explicit mean(std::string name = "mean")
+      : name_(std::move(name)),
+        total_(kiln::zeros({}, float32), name_ + "/total"),
+        count_(kiln::zeros({}, float32), name_ + "/count") {}
+
+  /// Adds `values` (any shape, any numeric dtype) to the average.
+  template <class = void>
+  void update_state(const tensor& values) {
+    const tensor v = values.dtype() == float32 ? values : cast(values, float32);
+    total_.assign_add(reduce_sum(v));
+    // A partial shape's count is known when the graph runs: the sum of ones of v's shape.
+    const tensor count = v.shape().is_fully_defined() ? kiln::constant(float(v.shape().num_elements()))
+                                                       : reduce_sum(where(v == v, kiln::constant(1.f), 1.f));
+    count_.assign_add(count);
+  }
+  /// The average so far (0 when nothing was added, as Keras' divide_no_nan).
+  template <class = void>
+  tensor result() const {
+    const tensor count = count_.read_value();
+    return where(count > 0.f, total_.read_value() / maximum(count, 1.f), 0.f);
+  }
+  /// Starts over.
+  template <class = void>
+  void reset_state() {
+    total_.assign(0.f);
+    count_.assign(0.f);
+  }
+  const std::string& name() const { return name_; }
+  /// The state: the total, then the count.
+  std::vector<variable> variables() const { return {total_, count_}; }
+
+ private:
+  std::string name_;
+  variable total_, count_;
+};
+
+/// The fraction of predictions on the right side of `threshold` (0.5) for 0/1
+/// targets, as Keras' `BinaryAccuracy`: each sample's mean over the last axis, averaged.
+/// \code
+/// kiln::metrics::binary_accuracy acc;
+/// acc.update_state(kiln::constant({{1.f}, {0.f}}), kiln::constant({{0.9f}, {0.7f}}));  // 0.5
+/// \endcode
+class binary_accuracy {
+ public:
+  template <class = void>
+  explicit binary_accuracy(double threshold = 0.5, std::string name = "binary_accuracy")
+      : threshold_(threshold), mean_(std::move(name)) {}
+  template <class = void>
+  void update_state(const tensor& y_true, const tensor& y_pred) {
+    const tensor predicted = cast(y_pred > threshold_, y_pred.dtype());
+    const tensor truth = y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+    mean_.update_state(reduce_mean(cast(equal(truth, predicted), float32), -1));
+  }
+  template <class = void>
+  tensor result() const { return mean_.result(); }
+  template <class = void>
+  void reset_state() { mean_.reset_state(); }
+  const std::string& name() const { return mean_.name(); }
+  std::vector<variable> variables() const { return mean_.variables(); }
+
+ private:
+  double threshold_;
+  mean mean_;
+};
+
+/// The fraction of samples whose largest prediction is at their integer label, as
+/// Keras' `SparseCategoricalAccuracy` (labels of the predictions' rank end in a dim of 1).
+/// \code
+/// kiln::metrics::sparse_categorical_accuracy acc;
+/// acc.update_state(kiln::constant({1, 0}), kiln::constant({{0.1f, 0.9f}, {0.2f, 0.8f}}));  // 0.5
+/// \endcode
+class sparse_categorical_accuracy {
+ public:
+  template <class = void>
+  explicit sparse_categorical_accuracy(std::string name = "sparse_categorical_accuracy") : mean_(std::move(name)) {}
+  template <class = void>
+  void update_state(const tensor& labels, const tensor& y_pred) {
+    tensor l = labels;
+    if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
+      l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
+    const tensor predicted = argmax(y_pred, -1);
+    mean_.update_state(cast(equal(cast(l, predicted.dtype()), predicted), float32));
+  }
+  template <class = void>
+  tensor result() const { return mean_.result(); }
+  template <class = void>
+  void reset_state() { mean_.reset_state(); }
+  const std::string& name() const { return mean_.name(); }
+  std::vector<variable> variables() const { return mean_.variables(); }
+
+ private:
+  mean mean_;
+};
+
+}  // namespace kiln::metrics
+// ----- end kiln/models/metrics.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_MODULE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_MODULE_HPP
+// ----- begin kiln/models/module.hpp -----
+/// \file
+/// `kiln::module`, TensorFlow's `tf.Module`: a named tree of variables and
+/// submodules that reports `variables()`, `trainable_variables()` and `submodules()`
+/// over the whole tree, in the order its members are declared.
+///
+/// A user type finds its members by reflection: it declares them with
+/// `KILN_MODULE(type, (T, name)...)`, Boost.Hana's `BOOST_HANA_DEFINE_STRUCT` plus the
+/// override through which kiln::module walks them, so the list of members is their
+/// declaration and cannot drift from it (docs/design_notes.md, "Modules", says why
+/// this and not registration at construction). Members that are kiln::variables,
+/// modules (layers included) or std::vectors of either are part of the tree; others
+/// (numbers, strings) are not.
+/// \code
+/// struct regression : kiln::module {
+///   KILN_MODULE(regression, (kiln::variable, w), (kiln::variable, b));
+///   regression() : w(kiln::constant({{1.f}}), "w"), b(kiln::constant({0.f}), "b") {}
+/// };
+/// regression m;
+/// m.trainable_variables().size() == 2;
+/// \endcode
+
+#include <boost/hana/accessors.hpp>
+#include <boost/hana/define_struct.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/pair.hpp>
+#include <boost/hana/string.hpp>
+
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+class module;
+
+namespace detail {
+
+/// What a module reports of its members to the walks of kiln::module: each variable
+/// (and whether training updates it) and each submodule, in order.
+class member_visitor {
+ public:
+  virtual void variable(const kiln::variable& v, bool trainable) = 0;
+  virtual void submodule(const module& m) = 0;
+
+ protected:
+  ~member_visitor() = default;
+};
+
+/// Reports member `m` of a reflected module to `v`, when it is part of the tree.
+template <class T>
+void visit_member(const T& m, member_visitor& v);
+
+template <class>
+inline constexpr bool weights_need_header = false;
+/// How module::save_weights and load_weights reach the HDF5 code of the optional
+/// header kiln/weights.hpp, which specializes this; without it, using them is a
+/// compile error that says what to include.
+template <class T = void>
+struct weights_file {
+  static_assert(weights_need_header<T>,
+                "kiln: save_weights and load_weights need #include <kiln/weights.hpp> (CMake target kiln::weights, HDF5)");
+  static void save(const module&, const std::string&) {}
+  static void load(const module&, const std::string&) {}
+};
+
+}  // namespace detail
+
+/// A named tree of variables and submodules (`tf.Module`). Derive from it and declare
+/// the members with KILN_MODULE; kiln's layers are modules too.
+class module {
+ public:
+  /// A module named `name` (KILN_MODULE names it after its type when not given one).
+  explicit module(std::string name = {}) : name_(std::move(name)) {}
+  module(const module&) = default;
+  module(module&&) = default;
+  module& operator=(const module&) = default;
+  module& operator=(module&&) = default;
+  virtual ~module() = default;
+
+  /// The module's name (a layer's is unique in the program: `dense`, `dense_1`, ...).
+  const std::string& name() const { return name_.empty() ? default_name() : name_; }
+
+  /// Every variable of the tree, depth first in declaration order, each once.
+  std::vector<variable> variables() const { return collect(0); }
+  /// The variables training updates (all but statistics such as batch
+  /// normalization's moving mean and variance).
+  std::vector<variable> trainable_variables() const { return collect(1); }
+  /// The variables training does not update.
+  std::vector<variable> non_trainable_variables() const { return collect(2); }
+  /// Every module below this one, depth first in declaration order.
+  std::vector<const module*> submodules() const {
+    struct walk final : detail::member_visitor {
+      std::vector<const module*> found;
+      void variable(const kiln::variable&, bool) override {}
+      void submodule(const module& m) override {
+        found.push_back(&m);
+        m.visit_members(*this);
+      }
+    } w;
+    visit_members(w);
+    return w.found;
+  }
+
+  /// Writes the tree's weights to `path` in Keras 2.12's HDF5 layout (`model.save_weights`);
+  /// needs kiln/weights.hpp.
+  template <class T = void>
+  void save_weights(const std::string& path) const {
+    detail::weights_file<T>::save(*this, path);
+  }
+  /// Sets the tree's weights from a file in Keras' HDF5 layout (`model.load_weights`);
+  /// needs kiln/weights.hpp.
+  template <class T = void>
+  void load_weights(const std::string& path) const {
+    detail::weights_file<T>::load(*this, path);
+  }
+
+  /// Reports the module's own variables and direct submodules to `v`, in order
+  /// (KILN_MODULE writes it for a user type; layers report their weights).
+  virtual void visit_members(detail::member_visitor& v) const { (void)v; }
+
+ protected:
+  /// The name of a module not given one: its type's, for KILN_MODULE types.
+  virtual const std::string& default_name() const {
+    static const std::string unnamed = "module";
+    return unnamed;
+  }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+ private:
+  /// 0: every variable, 1: the trainable ones, 2: the others.
+  std::vector<variable> collect(int which) const {
+    struct walk final : detail::member_visitor {
+      int which;
+      std::vector<kiln::variable> found;
+      std::unordered_set<const void*> seen;
+      explicit walk(int w) : which(w) {}
+      void variable(const kiln::variable& v, bool trainable) override {
+        if (!v) return;
+        if (which == 1 && !trainable) return;
+        if (which == 2 && trainable) return;
+        if (seen.insert(v.identity()).second) found.push_back(v);
+      }
+      void submodule(const module& m) override { m.visit_members(*this); }
+    } w(which);
+    visit_members(w);
+    return std::move(w.found);
+  }
+
+  std::string name_;
+};
+
+namespace detail {
+
+template <class T>
+void visit_member(const T& m, member_visitor& v) {
+  if constexpr (std::is_same_v<T, kiln::variable>) {
+    v.variable(m, true);
+  } else if constexpr (std::is_base_of_v<module, T>) {
+    v.submodule(m);
+  } else if constexpr (requires { typename T::value_type; m.begin(); m.end(); }) {
+    if constexpr (std::is_same_v<typename T::value_type, kiln::variable> ||
+                  std::is_base_of_v<module, typename T::value_type>)
+      for (const auto& e : m) visit_member(e, v);
+  }
+}
+
+/// Reports the members of reflected type `T` (declared with KILN_MODULE) to `v`.
+template <class T>
+void visit_reflected(const T& self, member_visitor& v) {
+  boost::hana::for_each(boost::hana::accessors<T>(),
+                        [&](const auto& pair) { visit_member(boost::hana::second(pair)(self), v); });
+}
+
+}  // namespace detail
+}  // namespace kiln
+
+/// Declares the members of a type derived from kiln::module (`(type, name)` pairs, as
+/// BOOST_HANA_DEFINE_STRUCT takes them) so that the module finds its variables and
+/// submodules among them; the module's default name is the type's.
+/// \code
+/// struct two_layers : kiln::module {
+///   KILN_MODULE(two_layers, (kiln::layers::dense, hidden), (kiln::layers::dense, out));
+///   two_layers() : hidden(8), out(1) {}
+/// };
+/// \endcode
+#define KILN_MODULE(type, ...)                                                                       \
+  BOOST_HANA_DEFINE_STRUCT(type, __VA_ARGS__);                                                       \
+  void visit_members(::kiln::detail::member_visitor& kiln_visitor) const override {                 \
+    ::kiln::detail::visit_reflected(*this, kiln_visitor);                                           \
+  }                                                                                                  \
+                                                                                                     \
+ protected:                                                                                          \
+  const std::string& default_name() const override {                                               \
+    static const std::string kiln_type_name = #type;                                                \
+    return kiln_type_name;                                                                           \
+  }                                                                                                  \
+                                                                                                     \
+ public:
+// ----- end kiln/models/module.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_MODULE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
+// ----- begin kiln/models/layers.hpp -----
+/// \file
+/// Keras' layers for the runtime tier (`kiln::layers`, `tf.keras.layers`): dense,
+/// conv2d, max_pooling2d, average_pooling2d, flatten, dropout, batch_normalization,
+/// layer_normalization, embedding and sequential, with Keras' arguments, defaults,
+/// weight names and formulas. A layer is built on its first call from the input's
+/// shape, as Keras builds one: inside a kiln::function that is the first trace, whose
+/// variables the layer keeps (the singleton rule of kiln::function holds). A layer is
+/// a handle: copies share the weights, as Python names share a layer, which is how a
+/// `sequential` holds the layers given to it. Each layer is a kiln::module whose
+/// variables are its weights in Keras' order (kernel before bias).
+///
+/// A layer checks its input: a rank it does not take or a last dim other than the
+/// one it was built for raises kiln::value_error naming the layer and both shapes.
+///
+/// What runs ops or makes variables (a layer's state, its constructors, its call) is
+/// a template on nothing, as op functions are: a file that includes kiln compiles a
+/// layer only where it makes one.
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::layers {
+
+/// How a layer is called: `training` turns on dropout and batch statistics.
+struct call_options {
+  bool training = false;
+};
+
+/// A layer's activation: a kiln function (`kiln::relu`, `kiln::gelu`, `kiln::softmax`,
+/// ...), Keras' name of one (`"relu"`), any callable on a tensor, or none (linear).
+/// \code kiln::layers::activation a = kiln::sigmoid; a(kiln::constant({0.f}));  // [0.5] \endcode
+class activation {
+ public:
+  activation() = default;
+  activation(tensor (*f)(const tensor&)) : unary_(f) {}
+  /// `kiln::gelu` (exact unless given `"gelu_tanh"` by name).
+  activation(tensor (*f)(const tensor&, bool)) : with_flag_(f) {}
+  /// `kiln::elu` (alpha 1) and `kiln::leaky_relu` (alpha 0.3), with their default slopes.
+  activation(tensor (*f)(const tensor&, double)) : with_number_(f) {}
+  /// `kiln::softmax` over the last axis.
+  activation(tensor (*f)(const tensor&, std::int64_t)) : with_axis_(f) {}
+  /// Keras' names: linear, relu, sigmoid, tanh, softmax, softplus, silu (swish), gelu,
+  /// elu, exponential; another name is a kiln::value_error.
+  template <class = void>
+  activation(const char* keras_name) : activation(by_name(keras_name)) {}
+  template <class = void>
+  activation(const std::string& keras_name) : activation(by_name(keras_name)) {}
+  /// Any callable from a tensor to a tensor.
+  template <class F>
+    requires(std::is_invocable_r_v<tensor, F&, const tensor&> && !std::is_pointer_v<std::decay_t<F>> &&
+             !std::is_convertible_v<F, std::string>)
+  activation(F f) : custom_(std::move(f)) {}
+
+  /// `f(x)`; `x` itself for none.
+  template <class = void>
+  tensor operator()(const tensor& x) const {
+    if (unary_) return unary_(x);
+    if (with_flag_) return with_flag_(x, false);
+    if (with_number_) return with_number_(x, with_number_ == &kiln::leaky_relu<> ? 0.3 : 1.0);
+    if (with_axis_) return with_axis_(x, -1);
+    if (custom_) return custom_(x);
+    return x;
+  }
+  /// True unless linear.
+  explicit operator bool() const { return unary_ || with_flag_ || with_number_ || with_axis_ || custom_; }
+
+ private:
+  template <class = void>
+  static activation by_name(std::string_view n) {
+    if (n == "linear" || n.empty()) return {};
+    if (n == "relu") return &kiln::relu<>;
+    if (n == "sigmoid") return &kiln::sigmoid<>;
+    if (n == "tanh") return &kiln::tanh<>;
+    if (n == "softplus") return &kiln::softplus<>;
+    if (n == "silu" || n == "swish") return &kiln::silu<>;
+    if (n == "exponential") return &kiln::exp<>;
+    if (n == "gelu") return &kiln::gelu<>;
+    if (n == "elu") return &kiln::elu<>;
+    if (n == "softmax") return &kiln::softmax<>;
+    throw value_error("layers::activation: unknown activation \"" + std::string(n) + "\"");
+  }
+  tensor (*unary_)(const tensor&) = nullptr;
+  tensor (*with_flag_)(const tensor&, bool) = nullptr;
+  tensor (*with_number_)(const tensor&, double) = nullptr;
+  tensor (*with_axis_)(const tensor&, std::int64_t) = nullptr;
+  std::function<tensor(const tensor&)> custom_;
+};
+
+/// A window or stride of two dims: `3` is 3 x 3, `{3, 2}` 3 high and 2 wide.
+struct size2 {
+  std::int64_t h = 1, w = 1;
+  size2(std::int64_t both) : h(both), w(both) {}
+  size2(std::int64_t height, std::int64_t width) : h(height), w(width) {}
+  bool operator==(const size2&) const = default;
+};
+
+namespace detail {
+
+/// `base`, `base_1`, `base_2`, ...: Keras' unique layer names, one count per base name
+/// in the program.
+inline std::string unique_name(std::string_view base) {
+  static std::mutex mutex;
+  static std::map<std::string, int, std::less<>> counts;
+  std::lock_guard lock(mutex);
+  const int n = counts[std::string(base)]++;
+  return n ? std::string(base) + "_" + std::to_string(n) : std::string(base);
+}
+
+/// What every layer keeps, shared by its copies: its name, whether it is built, its
+/// weights (each with whether training updates it) and the input it was built for.
+struct layer_state {
+  std::string name;
+  bool built = false;
+  std::vector<std::pair<variable, bool>> weights;
+  /// The rank an input must have (0: any), or at least (`min_rank`).
+  int rank = 0, min_rank = 0;
+  /// The last dim of the input the layer was built for (none: not checked).
+  std::int64_t last_dim = none;
+  /// The dtype the weights were made in.
+  dtype type = float32;
+  /// Whether inputs are cast to `type` (not ids, nor what a sequential passes on).
+  bool casts_input = true;
+
+  explicit layer_state(std::string n) : name(std::move(n)) {}
+  layer_state(const layer_state&) = delete;
+  layer_state& operator=(const layer_state&) = delete;
+  virtual ~layer_state() = default;
+
+  /// What the layer's name and "(shape)" say in errors.
+  std::string expected_shape() const {
+    shape s;
+    const int r = rank ? rank : std::max(min_rank, 1);
+    for (int d = 0; d < r; ++d) s.push_back(none);
+    if (r > 0 && last_dim != none) s[r - 1] = last_dim;
+    return (rank ? "" : "at least ") + s.str();
+  }
+  [[noreturn]] void reject(const tensor& x, const std::string& why) const {
+    throw value_error("layer " + name + ": " + why + ": expected an input of shape " + expected_shape() + ", got " +
+                      x.shape().str());
+  }
+  /// Checks `x` against the layer's input spec, builds the layer on its first call.
+  void prepare(const tensor& x) {
+    if (!x.defined()) throw invalid_argument_error("layer " + name + ": the input is an empty tensor");
+    if (x.shape().has_known_rank()) {
+      if (rank && x.rank() != rank) reject(x, "wrong rank");
+      if (min_rank && x.rank() < min_rank) reject(x, "wrong rank");
+    }
+    if (!built) {
+      type = is_floating(x.dtype()) ? x.dtype() : float32;
+      build(x);
+      built = true;
+    } else if (last_dim != none && x.shape().has_known_rank() && x.rank() > 0) {
+      const std::int64_t got = x.shape()[x.rank() - 1];
+      if (got != none && got != last_dim) reject(x, "wrong last dim");
+    }
+  }
+  /// The known last dim of `x`, which the weights' shapes need.
+  std::int64_t known_last_dim(const tensor& x) {
+    if (!x.shape().has_known_rank() || x.rank() == 0 || x.shape()[x.rank() - 1] == none)
+      reject(x, "the last dim must be known to build the layer");
+    return x.shape()[x.rank() - 1];
+  }
+  /// `x` in the weights' dtype (Keras casts the inputs of its layers).
+  template <class = void>
+  tensor as_input(const tensor& x) const { return !casts_input || x.dtype() == type ? x : cast(x, type); }
+  /// Makes weight `weight_name` (named `<layer>/<weight>`), initial value from `init`.
+  template <class = void>
+  variable add_weight(std::string_view weight_name, const shape& s, const initializer& init, bool trainable = true) {
+    variable v(init(s, type), name + "/" + std::string(weight_name));
+    weights.emplace_back(v, trainable);
+    return v;
+  }
+  const variable& weight(std::size_t i, std::string_view what) const {
+    if (!built || i >= weights.size())
+      throw value_error("layer " + name + ": " + std::string(what) + " does not exist before the layer is built (called)");
+    return weights[i].first;
+  }
+
+  virtual void build(const tensor& x) = 0;
+  virtual tensor call(const tensor& x, const call_options& options) = 0;
+  /// Reports what the layer holds beyond its weights (sequential's layers).
+  virtual void visit_more(kiln::detail::member_visitor&) const {}
+};
+
+}  // namespace detail
+
+/// Any layer: a handle on a layer's state (what `sequential` holds). Calling it
+/// builds the layer on the first call, then applies it.
+class layer : public module {
+ public:
+  /// A handle on no layer.
+  layer() = default;
+
+  /// The layer applied to `x` (`{.training = true}` for dropout's and batch
+  /// normalization's training behaviour).
+  template <class = void>
+  tensor operator()(const tensor& x, call_options options = {}) const {
+    detail::layer_state& s = state();
+    s.prepare(x);
+    return s.call(s.as_input(x), options);
+  }
+  /// Whether the layer has been called (and so has its weights).
+  bool built() const { return state_ && state_->built; }
+  /// The weights in Keras' order, trainable or not.
+  std::vector<variable> weights() const { return variables(); }
+  void visit_members(kiln::detail::member_visitor& v) const override {
+    if (!state_) return;
+    for (const auto& [w, trainable] : state_->weights) v.variable(w, trainable);
+    state_->visit_more(v);
+  }
+  /// The state's identity: copies of a layer share it.
+  const void* identity() const { return state_.get(); }
+
+ protected:
+  explicit layer(std::shared_ptr<detail::layer_state> s) : module(s->name), state_(std::move(s)) {}
+  detail::layer_state& state() const {
+    if (!state_) throw value_error("layer: the handle holds no layer (default-constructed)");
+    return *state_;
+  }
+  std::shared_ptr<detail::layer_state> state_;
+};
+
+// ---- dense -------------------------------------------------------------------------
+
+/// Options of layers::dense (Keras' `Dense`).
+struct dense_options {
+  layers::activation activation{};
+  bool use_bias = true;
+  initializer kernel_initializer = initializers::glorot_uniform{};
+  initializer bias_initializer = initializers::zeros{};
+  std::string name{};
+};
+
+namespace detail {
+template <class = void>
+struct dense_state final : layer_state {
+  std::int64_t units;
+  dense_options options;
+  dense_state(std::int64_t u, dense_options o)
+      : layer_state(o.name.empty() ? unique_name("dense") : o.name), units(u), options(std::move(o)) {
+    if (units <= 0) throw value_error("layer " + name + ": units must be positive, got " + std::to_string(units));
+    min_rank = 2;
+  }
+  void build(const tensor& x) override {
+    last_dim = known_last_dim(x);
+    add_weight("kernel", {last_dim, units}, options.kernel_initializer);
+    if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
+  }
+  tensor call(const tensor& x, const call_options&) override {
+    tensor y = matmul(x, weights[0].first);
+    if (options.use_bias) y = y + weights[1].first;
+    return options.activation(y);
+  }
+};
+}  // namespace detail
+
+/// A densely connected layer, `activation(x @ kernel + bias)` over the last axis
+/// (Keras' `Dense`; glorot_uniform kernel, zero bias).
+/// \code
+/// kiln::layers::dense d(16, {.activation = kiln::relu});
+/// kiln::tensor y = d(kiln::ones({4, 3}));  // (4, 16); d.kernel() is (3, 16)
+/// \endcode
+class dense : public layer {
+ public:
+  template <class = void>
+  explicit dense(std::int64_t units, dense_options options = {})
+      : layer(std::make_shared<detail::dense_state<>>(units, std::move(options))) {}
+  const variable& kernel() const { return state().weight(0, "kernel"); }
+  const variable& bias() const { return state().weight(1, "bias"); }
+};
+
+// ---- conv2d ------------------------------------------------------------------------
+
+/// Options of layers::conv2d (Keras' `Conv2D`, channels last).
+struct conv2d_options {
+  size2 strides = 1;
+  std::string padding = "valid";  ///< "valid" or "same"
+  layers::activation activation{};
+  bool use_bias = true;
+  initializer kernel_initializer = initializers::glorot_uniform{};
+  initializer bias_initializer = initializers::zeros{};
+  std::string name{};
+};
+
+namespace detail {
+/// "VALID" or "SAME" from Keras' lower-case spelling; anything else is a kiln::value_error.
+inline std::string padding_of(const std::string& layer, const std::string& p) {
+  if (p == "valid" || p == "VALID") return "VALID";
+  if (p == "same" || p == "SAME") return "SAME";
+  throw value_error("layer " + layer + ": padding must be \"valid\" or \"same\", got \"" + p + "\"");
+}
+
+template <class = void>
+struct conv2d_state final : layer_state {
+  std::int64_t filters;
+  size2 window;
+  conv2d_options options;
+  std::string padding;
+  conv2d_state(std::int64_t f, size2 k, conv2d_options o)
+      : layer_state(o.name.empty() ? unique_name("conv2d") : o.name), filters(f), window(k), options(std::move(o)),
+        padding(padding_of(name, options.padding)) {
+    rank = 4;
+  }
+  void build(const tensor& x) override {
+    last_dim = known_last_dim(x);
+    add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
+    if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
+  }
+  tensor call(const tensor& x, const call_options&) override {
+    tensor y = conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
+    if (options.use_bias) y = y + weights[1].first;
+    return options.activation(y);
+  }
+};
+}  // namespace detail
+
+/// A 2-D convolution over NHWC inputs with HWIO kernels (Keras' `Conv2D`).
+/// \code
+/// kiln::layers::conv2d c(100, 3);  // 100 filters of 3 x 3
+/// kiln::tensor y = c(kiln::ones({1, 8, 8, 3}));  // (1, 6, 6, 100)
+/// \endcode
+class conv2d : public layer {
+ public:
+  template <class = void>
+  conv2d(std::int64_t filters, size2 kernel_size, conv2d_options options = {})
+      : layer(std::make_shared<detail::conv2d_state<>>(filters, kernel_size, std::move(options))) {}
+  const variable& kernel() const { return state().weight(0, "kernel"); }
+  const variable& bias() const { return state().weight(1, "bias"); }
+};
+
+// ---- pooling -----------------------------------------------------------------------
+
+/// Options of the pooling layers: strides (the pool size when not given) and padding.
+struct pooling_options {
+  std::optional<size2> strides = std::nullopt;
+  std::string padding = "valid";
+  std::string name{};
+};
+
+namespace detail {
+/// Pooling over windows that tile the input: the input is cropped to whole windows
+/// ("valid"), reshaped so that each window has dims of its own, and reduced over
+/// them; so it runs on the registry's reshape and reductions, with their gradients.
+template <class = void>
+struct pooling_state final : layer_state {
+  size2 pool;
+  pooling_options options;
+  bool average;
+  pooling_state(size2 p, pooling_options o, bool avg)
+      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), pool(p),
+        options(std::move(o)), average(avg) {
+    rank = 4;
+    (void)padding_of(name, options.padding);
+    if (options.strides && !(*options.strides == pool))
+      throw unavailable_error("layer " + name + ": strides other than the pool size are not supported");
+  }
+  void build(const tensor& x) override {
+    const shape& s = x.shape();
+    if (s[1] == none || s[2] == none) reject(x, "the height and width must be known");
+    if (padding_of(name, options.padding) == "SAME" && (s[1] % pool.h || s[2] % pool.w))
+      throw unavailable_error("layer " + name + ": \"same\" padding of an input whose size is not a multiple of the pool "
+                              "size is not supported (input " + s.str() + ")");
+  }
+  tensor call(const tensor& x, const call_options&) override {
+    const shape& s = x.shape();
+    const std::int64_t h = s[1] / pool.h, w = s[2] / pool.w;
+    const tensor whole = (h * pool.h == s[1] && w * pool.w == s[2])
+                             ? x
+                             : slice(x, {0, 0, 0, 0}, {-1, h * pool.h, w * pool.w, -1});
+    const tensor windows = reshape(whole, {s[0] == none ? -1 : s[0], h, pool.h, w, pool.w, s[3]});
+    // One window axis after the other: a reduction over one axis with contiguous dims
+    // inside it runs vectorized, one over two apart does not (3.5 times slower for the
+    // forward and backward pass of a 32 x 26 x 26 x 32 input).
+    return average ? reduce_mean(reduce_mean(windows, 4), 2) : reduce_max(reduce_max(windows, 4), 2);
+  }
+};
+}  // namespace detail
+
+/// The largest value of each pool_size window (Keras' `MaxPooling2D`, NHWC; strides
+/// equal to the pool size).
+/// \code kiln::layers::max_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
+class max_pooling2d : public layer {
+ public:
+  template <class = void>
+  explicit max_pooling2d(size2 pool_size = 2, pooling_options options = {})
+      : layer(std::make_shared<detail::pooling_state<>>(pool_size, std::move(options), false)) {}
+};
+
+/// The mean of each pool_size window (Keras' `AveragePooling2D`).
+/// \code kiln::layers::average_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
+class average_pooling2d : public layer {
+ public:
+  template <class = void>
+  explicit average_pooling2d(size2 pool_size = 2, pooling_options options = {})
+      : layer(std::make_shared<detail::pooling_state<>>(pool_size, std::move(options), true)) {}
+};
+
+// ---- flatten and dropout -----------------------------------------------------------
+
+namespace detail {
+template <class = void>
+struct flatten_state final : layer_state {
+  explicit flatten_state(std::string n) : layer_state(n.empty() ? unique_name("flatten") : std::move(n)) { min_rank = 1; }
+  void build(const tensor&) override {}
+  tensor call(const tensor& x, const call_options&) override {
+    const shape& s = x.shape();
+    if (!s.has_known_rank()) reject(x, "the rank must be known");
+    std::int64_t rest = 1;
+    for (int d = 1; d < s.rank(); ++d) {
+      if (s[d] == none) reject(x, "the dims after the first must be known");
+      rest *= s[d];
+    }
+    return reshape(x, {s[0] == none ? -1 : s[0], rest});
+  }
+};
+
+template <class = void>
+struct dropout_state final : layer_state {
+  double rate;
+  std::optional<std::uint64_t> seed;
+  dropout_state(double r, std::optional<std::uint64_t> s, std::string n)
+      : layer_state(n.empty() ? unique_name("dropout") : std::move(n)), rate(r), seed(s) {
+    if (!(rate >= 0 && rate < 1)) throw value_error("layer " + name + ": rate must be in [0, 1), got " + std::to_string(rate));
+  }
+  void build(const tensor&) override {}
+  tensor call(const tensor& x, const call_options& options) override {
+    if (!options.training || rate == 0) return x;
+    if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
+    // A stateful draw: new numbers at every call, and at every run of a graph.
+    const tensor keep = random::uniform(x.shape(), 0, 1, x.dtype(), seed) >= rate;
+    return where(keep, x * (1.0 / (1.0 - rate)), 0.0);
+  }
+};
+}  // namespace detail
+
+/// Reshapes each sample to one dim (Keras' `Flatten`).
+/// \code kiln::layers::flatten f;  f(kiln::ones({2, 3, 4}));  // (2, 12) \endcode
+class flatten : public layer {
+ public:
+  template <class = void>
+  explicit flatten(std::string name = {}) : layer(std::make_shared<detail::flatten_state<>>(std::move(name))) {}
+};
+
+/// Options of layers::dropout.
+struct dropout_options {
+  std::optional<std::uint64_t> seed = std::nullopt;
+  std::string name{};
+};
+/// Zeros a `rate` fraction of its input when training and scales the rest by
+/// 1 / (1 - rate) (Keras' `Dropout`); the input itself otherwise.
+/// \code kiln::layers::dropout drop(0.5);  drop(kiln::ones({4}), {.training = true});  // 0s and 2s \endcode
+class dropout : public layer {
+ public:
+  template <class = void>
+  explicit dropout(double rate, dropout_options options = {})
+      : layer(std::make_shared<detail::dropout_state<>>(rate, options.seed, std::move(options.name))) {}
+};
+
+// ---- normalization -----------------------------------------------------------------
+
+/// Options of layers::batch_normalization (Keras' `BatchNormalization`, last axis).
+struct batch_normalization_options {
+  double momentum = 0.99;
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+  std::string name{};
+};
+/// Options of layers::layer_normalization (Keras' `LayerNormalization`, last axis).
+struct layer_normalization_options {
+  double epsilon = 1e-3;
+  bool center = true;
+  bool scale = true;
+  std::string name{};
+};
+
+namespace detail {
+/// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
+/// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
+template <class = void>
+tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
+                        const std::optional<tensor>& beta, double epsilon) {
+  tensor inv = 1.0 / sqrt(var + epsilon);
+  if (gamma) inv = inv * *gamma;
+  const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
+  return x * inv + shift;
+}
+
+template <class = void>
+struct batch_normalization_state final : layer_state {
+  batch_normalization_options options;
+  explicit batch_normalization_state(batch_normalization_options o)
+      : layer_state(o.name.empty() ? unique_name("batch_normalization") : o.name), options(std::move(o)) {
+    min_rank = 1;
+  }
+  void build(const tensor& x) override {
+    last_dim = known_last_dim(x);
+    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+    add_weight("moving_mean", {last_dim}, initializers::zeros{}, false);
+    add_weight("moving_variance", {last_dim}, initializers::ones{}, false);
+  }
+  tensor call(const tensor& x, const call_options& call) override {
+    std::size_t k = 0;
+    std::optional<tensor> gamma, beta;
+    if (options.scale) gamma = weights[k++].first.read_value();
+    if (options.center) beta = weights[k++].first.read_value();
+    const variable& moving_mean = weights[k].first;
+    const variable& moving_variance = weights[k + 1].first;
+    if (!call.training) return normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+    int_list axes;
+    for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
+    const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
+    // Keras updates the moving statistics as `moving -= (moving - batch) * (1 - momentum)`;
+    // for 4-D inputs it runs TensorFlow's fused kernel, whose batch variance for the
+    // update is the unbiased one (n / (n - 1)).
+    tensor batch_var = var;
+    if (x.rank() == 4) {
+      std::int64_t n = 1;
+      for (int d = 0; d < 3; ++d) n = x.shape()[d] == none ? none : n * x.shape()[d];
+      if (n == none) reject(x, "the batch, height and width must be known in training");
+      if (n > 1) batch_var = var * (double(n) / double(n - 1));
+    }
+    const double decay = 1.0 - options.momentum;
+    moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
+    moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
+    return normalize(x, mean, var, gamma, beta, options.epsilon);
+  }
+};
+
+template <class = void>
+struct layer_normalization_state final : layer_state {
+  layer_normalization_options options;
+  explicit layer_normalization_state(layer_normalization_options o)
+      : layer_state(o.name.empty() ? unique_name("layer_normalization") : o.name), options(std::move(o)) {
+    min_rank = 1;
+  }
+  void build(const tensor& x) override {
+    last_dim = known_last_dim(x);
+    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+  }
+  tensor call(const tensor& x, const call_options&) override {
+    std::size_t k = 0;
+    std::optional<tensor> gamma, beta;
+    if (options.scale) gamma = weights[k++].first.read_value();
+    if (options.center) beta = weights[k++].first.read_value();
+    const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
+    return normalize(x, mean, var, gamma, beta, options.epsilon);
+  }
+};
+}  // namespace detail
+
+/// Normalizes each feature (the last axis) by the batch's statistics when training,
+/// by its moving statistics otherwise, which training updates by variable
+/// assignments, also inside a graph (Keras' `BatchNormalization`; weights gamma, beta,
+/// moving_mean, moving_variance, the last two not trainable).
+/// \code kiln::layers::batch_normalization bn;  bn(kiln::ones({4, 3}), {.training = true}); \endcode
+class batch_normalization : public layer {
+ public:
+  template <class = void>
+  explicit batch_normalization(batch_normalization_options options = {})
+      : layer(std::make_shared<detail::batch_normalization_state<>>(std::move(options))) {}
+};
+
+/// Normalizes each sample over its last axis (Keras' `LayerNormalization`).
+/// \code kiln::layers::layer_normalization ln;  ln(kiln::constant({{1.f, 3.f}}));  // about [[-1 1]] \endcode
+class layer_normalization : public layer {
+ public:
+  template <class = void>
+  explicit layer_normalization(layer_normalization_options options = {})
+      : layer(std::make_shared<detail::layer_normalization_state<>>(std::move(options))) {}
+};
+
+// ---- embedding ---------------------------------------------------------------------
+
+/// Options of layers::embedding (Keras' `Embedding`).
+struct embedding_options {
+  initializer embeddings_initializer = initializers::random_uniform{};
+  std::string name{};
+};
+
+namespace detail {
+template <class = void>
+struct embedding_state final : layer_state {
+  std::int64_t input_dim, output_dim;
+  embedding_options options;
+  embedding_state(std::int64_t in, std::int64_t out, embedding_options o)
+      : layer_state(o.name.empty() ? unique_name("embedding") : o.name), input_dim(in), output_dim(out),
+        options(std::move(o)) {
+    casts_input = false;
+  }
+  void build(const tensor& ids) override {
+    if (!is_integer(ids.dtype()))
+      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+    type = float32;
+    add_weight("embeddings", {input_dim, output_dim}, options.embeddings_initializer);
+  }
+  tensor call(const tensor& ids, const call_options&) override {
+    if (!is_integer(ids.dtype()))
+      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+    return gather(weights[0].first, ids);
+  }
+};
+}  // namespace detail
+
+/// Rows of a (input_dim, output_dim) table looked up by integer ids (Keras' `Embedding`).
+/// \code kiln::layers::embedding e(10, 4);  e(kiln::constant({{1, 2}}));  // (1, 2, 4) \endcode
+class embedding : public layer {
+ public:
+  template <class = void>
+  embedding(std::int64_t input_dim, std::int64_t output_dim, embedding_options options = {})
+      : layer(std::make_shared<detail::embedding_state<>>(input_dim, output_dim, std::move(options))) {}
+  const variable& embeddings() const { return state().weight(0, "embeddings"); }
+};
+
+// ---- sequential --------------------------------------------------------------------
+
+namespace detail {
+template <class = void>
+struct sequential_state final : layer_state {
+  std::vector<layer> stack;
+  sequential_state(std::vector<layer> l, std::string n)
+      : layer_state(n.empty() ? unique_name("sequential") : std::move(n)), stack(std::move(l)) {
+    casts_input = false;  // each layer casts its own input
+  }
+  void build(const tensor&) override {}
+  tensor call(const tensor& x, const call_options& options) override {
+    tensor y = x;
+    for (const layer& l : stack) y = l(y, options);
+    return y;
+  }
+  void visit_more(kiln::detail::member_visitor& v) const override {
+    for (const layer& l : stack) v.submodule(l);
+  }
+};
+}  // namespace detail
+
+/// Layers applied one after the other (Keras' `Sequential`); its variables are its
+/// layers', in order.
+/// \code
+/// kiln::layers::sequential model({kiln::layers::dense(16, {.activation = kiln::relu}), kiln::layers::dense(1)});
+/// kiln::tensor y = model(kiln::ones({8, 3}));  // (8, 1)
+/// \endcode
+class sequential : public layer {
+ public:
+  template <class = void>
+  sequential(std::vector<layer> stack = {}, std::string name = {})
+      : layer(std::make_shared<detail::sequential_state<>>(std::move(stack), std::move(name))) {}
+  /// Appends `l`.
+  template <class = void>
+  void add(layer l) { static_cast<detail::sequential_state<>&>(state()).stack.push_back(std::move(l)); }
+  /// The layers, in order.
+  template <class = void>
+  const std::vector<layer>& layers() const { return static_cast<const detail::sequential_state<>&>(state()).stack; }
+};
+
+}  // namespace kiln::layers
+// ----- end kiln/models/layers.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
+// ----- begin kiln/models/fit.hpp -----
+/// \file
+/// `kiln::fit`, Keras' `model.fit`: epochs over a dataset of (x, y) batches, each
+/// batch through one traced train step (the forward pass, the loss, its gradients and
+/// the optimizer's update in one kiln::function), the validation data through one
+/// traced test step, Keras-style progress lines, callbacks that log or stop training,
+/// and the history of the losses and metrics.
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
+
+namespace kiln {
+
+/// A metric as fit keeps it: any metric of kiln::metrics taking `(y_true, y_pred)`
+/// (copies share the metric's state, so the caller's object sees the updates).
+/// \code kiln::metric m = kiln::metrics::sparse_categorical_accuracy(); \endcode
+class metric {
+ public:
+  template <class M>
+    requires requires(M& m, const tensor& t) {
+      m.update_state(t, t);
+      m.result();
+      m.reset_state();
+      m.name();
+    }
+  metric(M m) : self_(std::make_shared<model<M>>(std::move(m))) {}
+  void update_state(const tensor& y_true, const tensor& y_pred) const { self_->update_state(y_true, y_pred); }
+  tensor result() const { return self_->result(); }
+  void reset_state() const { self_->reset_state(); }
+  std::string name() const { return self_->name(); }
+
+ private:
+  struct concept_ {
+    virtual ~concept_() = default;
+    virtual void update_state(const tensor&, const tensor&) = 0;
+    virtual tensor result() = 0;
+    virtual void reset_state() = 0;
+    virtual std::string name() const = 0;
+  };
+  template <class M>
+  struct model final : concept_ {
+    M m;
+    explicit model(M x) : m(std::move(x)) {}
+    void update_state(const tensor& t, const tensor& p) override { m.update_state(t, p); }
+    tensor result() override { return m.result(); }
+    void reset_state() override { m.reset_state(); }
+    std::string name() const override { return std::string(m.name()); }
+  };
+  std::shared_ptr<concept_> self_;
+};
+
+/// What a callback sees at the end of an epoch: its index (from 0) and the values
+/// of the epoch (`loss`, the metrics, and `val_` ones with validation data).
+struct epoch_logs {
+  int epoch = 0;
+  std::map<std::string, double> values;
+  double loss() const { return values.at("loss"); }
+};
+
+/// Called at the end of every epoch; returning false stops training (Keras'
+/// `model.stop_training = True`).
+using epoch_callback = std::function<bool(const epoch_logs&)>;
+
+/// Options of kiln::fit, Keras' names.
+struct fit_options {
+  int epochs = 1;
+  /// Batches of (x, y) to evaluate after each epoch.
+  std::optional<data::dataset> validation_data = std::nullopt;
+  /// 0: silent; 1: a progress bar on a terminal (a line per epoch otherwise); 2: a
+  /// line per epoch.
+  int verbose = 1;
+  std::vector<metric> metrics{};
+  std::vector<epoch_callback> callbacks{};
+  /// Where the progress goes.
+  std::ostream* stream = nullptr;
+  /// Whether progress lines show times (off for output compared byte for byte).
+  bool timing = true;
+};
+
+/// What fit returns: per epoch, the training loss (the batch losses' mean, weighted
+/// by batch size, as Keras averages them) and every other value of epoch_logs.
+struct history {
+  std::vector<double> loss;
+  std::vector<double> val_loss;
+  /// Every value by name, per epoch: "loss", "val_loss", the metrics' names and "val_" ones.
+  std::map<std::string, std::vector<double>> values;
+  int epochs() const { return int(loss.size()); }
+};
+
+namespace detail {
+
+/// `model(x, {.training})` for a layer, `model(x)` for a callable that takes no options.
+template <class Model>
+tensor call_model(Model& model, const tensor& x, bool training) {
+  if constexpr (std::is_invocable_r_v<tensor, Model&, const tensor&, layers::call_options>)
+    return model(x, layers::call_options{.training = training});
+  else if constexpr (std::is_invocable_r_v<tensor, Model&, const tensor&, bool>)
+    return model(x, training);
+  else
+    return model(x);
+}
+
+/// Whether progress may redraw one line (the stream is a terminal's stdout).
+inline bool stdout_is_terminal(const std::ostream& os) {
+#if __has_include(<unistd.h>)
+  return &os == &std::cout && ::isatty(1) == 1;
+#else
+  (void)os;
+  return false;
+#endif
+}
+
+/// Keras' number format in progress lines: 4 decimals, or scientific below 1e-3.
+inline std::string progress_value(double v) {
+  std::ostringstream s;
+  if (v != 0 && std::abs(v) < 1e-3)
+    s << std::scientific << std::setprecision(4) << v;
+  else
+    s << std::fixed << std::setprecision(4) << v;
+  return s.str();
+}
+
+/// Keras' duration format: "12s", "85ms", "640us".
+inline std::string progress_time(double seconds) {
+  if (seconds >= 1) return std::to_string(std::int64_t(std::llround(seconds))) + "s";
+  if (seconds >= 1e-3) return std::to_string(std::int64_t(std::llround(seconds * 1e3))) + "ms";
+  return std::to_string(std::int64_t(std::llround(seconds * 1e6))) + "us";
+}
+
+/// A float scalar's value as a double.
+inline double scalar_value(const tensor& t) {
+  return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
+}
+
+/// A running mean weighted by batch size.
+struct weighted_mean {
+  double total = 0, count = 0;
+  void add(double v, double n) { total += v * n, count += n; }
+  double value() const { return count ? total / count : 0.0; }
+};
+
+}  // namespace detail
+
+/// Trains `model` on `dataset` (batches of (x, y)) for `options.epochs` epochs: each
+/// batch runs one traced train step, `loss_fn(y, model(x, {.training = true}))`
+/// differentiated with respect to `model.trainable_variables()` and applied by
+/// `optimizer`; the validation data runs one traced test step. The model is built by
+/// the first trace, its layers keep their variables. Returns the history.
+/// \code
+/// kiln::layers::sequential model({kiln::layers::dense(8, {.activation = kiln::relu}), kiln::layers::dense(1)});
+/// kiln::optimizers::adam opt({.learning_rate = 0.01});
+/// auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{kiln::ones({64, 2}), kiln::zeros({64, 1})}).batch(16);
+/// kiln::history h = kiln::fit(model, kiln::losses::mean_squared_error<>, opt, ds, {.epochs = 2, .verbose = 0});
+/// \endcode
+template <class Model, class Loss, class Optimizer>
+history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::dataset& dataset, fit_options options = {}) {
+  using clock = std::chrono::steady_clock;
+  std::ostream& out = options.stream ? *options.stream : std::cout;
+  if (dataset.element_spec().size() != 2)
+    throw invalid_argument_error("fit: the dataset's elements must be (x, y) pairs, got " +
+                                 std::to_string(dataset.element_spec().size()) + " components");
+  if (options.epochs < 0) throw invalid_argument_error("fit: epochs must not be negative");
+  std::vector<metric> metrics = options.metrics;
+
+  kiln::function train_step([&](const tensor& x, const tensor& y) {
+    gradient_tape tape;
+    const tensor prediction = detail::call_model(model, x, true);
+    const tensor loss = loss_fn(y, prediction);
+    const std::vector<variable> vars = model.trainable_variables();
+    optimizer.apply_gradients(tape.gradient(loss, vars), vars);
+    for (const metric& m : metrics) m.update_state(y, prediction);
+    return loss;
+  });
+  kiln::function test_step([&](const tensor& x, const tensor& y) {
+    const tensor prediction = detail::call_model(model, x, false);
+    for (const metric& m : metrics) m.update_state(y, prediction);
+    return loss_fn(y, prediction);
+  });
+
+  const bool bar = options.verbose == 1 && detail::stdout_is_terminal(out);
+  history h;
+  std::optional<std::int64_t> steps_per_epoch;
+  for (int epoch = 0; epoch < options.epochs; ++epoch) {
+    if (options.verbose) out << "Epoch " << epoch + 1 << "/" << options.epochs << "\n" << std::flush;
+    for (const metric& m : metrics) m.reset_state();
+    detail::weighted_mean loss;
+    std::int64_t steps = 0;
+    const auto start = clock::now();
+    epoch_logs logs{epoch, {}};
+    const auto metric_text = [&](const std::string& prefix) {
+      std::string s;
+      for (const metric& m : metrics) {
+        const double v = detail::scalar_value(m.result());
+        logs.values[prefix + m.name()] = v;
+        s += " - " + prefix + m.name() + ": " + detail::progress_value(v);
+      }
+      return s;
+    };
+    for (const auto& batch : dataset) {
+      const tensor& x = batch[0];
+      const tensor& y = batch[1];
+      const double n = x.rank() > 0 ? double(x.shape()[0]) : 1.0;
+      loss.add(detail::scalar_value(train_step(x, y)), n);
+      ++steps;
+      if (bar) {
+        const std::string total = steps_per_epoch ? std::to_string(*steps_per_epoch) : "Unknown";
+        std::string line = std::to_string(steps) + "/" + total;
+        if (steps_per_epoch) {
+          const int done = int(30 * steps / std::max<std::int64_t>(*steps_per_epoch, 1));
+          line += " [" + std::string(std::size_t(std::max(done - 1, 0)), '=') + (done >= 30 ? "=" : ">") +
+                  std::string(std::size_t(30 - std::max(done, 1)), '.') + "]";
+        }
+        // "\033[K" clears what a longer line drawn before left on the right.
+        out << "\r" << line << " - loss: " << detail::progress_value(loss.value()) << "\033[K" << std::flush;
+      }
+    }
+    steps_per_epoch = steps;
+    const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+    logs.values["loss"] = loss.value();
+    std::string line = std::to_string(steps) + "/" + std::to_string(steps);
+    if (bar) line += " [" + std::string(30, '=') + "]";
+    if (options.timing)
+      line += bar ? " - " + detail::progress_time(seconds) + " " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step"
+                  : " - " + detail::progress_time(seconds);
+    line += " - loss: " + detail::progress_value(loss.value()) + metric_text("");
+
+    if (options.validation_data) {
+      for (const metric& m : metrics) m.reset_state();
+      detail::weighted_mean val;
+      for (const auto& batch : *options.validation_data) {
+        const double n = batch[0].rank() > 0 ? double(batch[0].shape()[0]) : 1.0;
+        val.add(detail::scalar_value(test_step(batch[0], batch[1])), n);
+      }
+      logs.values["val_loss"] = val.value();
+      line += " - val_loss: " + detail::progress_value(val.value()) + metric_text("val_");
+    }
+    if (options.timing && !bar)
+      line += " - " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step";
+    if (options.verbose) out << (bar ? "\r" : "") << line << (bar ? "\033[K\n" : "\n") << std::flush;
+
+    h.loss.push_back(logs.values["loss"]);
+    if (options.validation_data) h.val_loss.push_back(logs.values["val_loss"]);
+    for (const auto& [name, v] : logs.values) h.values[name].push_back(v);
+    bool go_on = true;
+    for (const epoch_callback& c : options.callbacks) go_on = c(logs) && go_on;
+    if (!go_on) break;
+  }
+  return h;
+}
+
+}  // namespace kiln
+// ----- end kiln/models/fit.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- begin kiln/kernels.hpp -----

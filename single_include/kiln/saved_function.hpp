@@ -497,6 +497,7 @@ inline nlohmann::json attribute_to_json(const kiln::shape& v) { return shape_to_
 inline nlohmann::json attribute_to_json(const int_list& v) { return std::vector<std::int64_t>(v.begin(), v.end()); }
 inline nlohmann::json attribute_to_json(std::int64_t v) { return v; }
 inline nlohmann::json attribute_to_json(bool v) { return v; }
+inline nlohmann::json attribute_to_json(double v) { return v; }
 inline nlohmann::json attribute_to_json(const reduction_axes& v) {
   return v.all() ? nlohmann::json(nullptr) : attribute_to_json(v.list());
 }
@@ -511,6 +512,10 @@ inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, 
 inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, bool& v) {
   if (!j.is_boolean()) r.fail("a boolean attribute is not a boolean");
   v = j.get<bool>();
+}
+inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, double& v) {
+  if (!j.is_number()) r.fail("a number attribute is not a number");
+  v = j.get<double>();
 }
 inline void attribute_from_json(const saved_reader& r, const nlohmann::json& j, reduction_axes& v) {
   v = j.is_null() ? reduction_axes() : reduction_axes(r.ints_of(j));
@@ -804,8 +809,14 @@ struct saved_function_io {
         if (count != 1) r.fail(where + ": " + op + " takes one input");
         return std::make_shared<assign_variable_op>(std::move(v), mode);
       }
-      if (op == "RandomUniform" || op == "StatefulUniform") {
-        uniform_spec u{r.shape_of(r.at(j, "shape")), r.dtype_of(r.at(j, "dtype")), r.number_at(j, "minval"), std::nullopt};
+      std::optional<distribution> drawn;
+      bool stateful = false;
+      for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
+        if (const auto names = random_op_names(d); op == names.first || op == names.second)
+          drawn = d, stateful = op == names.second;
+      if (drawn) {
+        uniform_spec u{r.shape_of(r.at(j, "shape")), r.dtype_of(r.at(j, "dtype")), r.number_at(j, "minval"), std::nullopt,
+                       *drawn};
         if (!r.at(j, "maxval").is_null()) u.maxval = r.number_at(j, "maxval");
         try {
           u.check();
@@ -814,7 +825,7 @@ struct saved_function_io {
         }
         check_results(where, results, {{u.type, u.dims}});
         if (count != 0) r.fail(where + ": " + op + " takes no inputs");
-        if (op == "RandomUniform") return std::make_shared<random_uniform_op>(std::move(u), r.unsigned_at(j, "key"));
+        if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), r.unsigned_at(j, "key"));
         const int g = r.integer_at(j, "generator", 0, int(generators.size()) - 1);
         return std::make_shared<random_uniform_op>(std::move(u), generators[std::size_t(g)]);
       }

@@ -206,7 +206,9 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
                                kiln::pow(kiln::abs(x), kiln::cast(kiln::constant(2), x.dtype()))};
     if (floating) {
       for (const tensor& t :
-           {kiln::exp(x), kiln::log(kiln::abs(x) + 1.f), kiln::sqrt(kiln::abs(y)), kiln::tanh(x), kiln::sigmoid(y)})
+           {kiln::exp(x), kiln::log(kiln::abs(x) + 1.f), kiln::sqrt(kiln::abs(y)), kiln::tanh(x), kiln::sigmoid(y),
+            kiln::erf(x), kiln::gelu(x), kiln::gelu(x, true), kiln::softplus(x), kiln::silu(x), kiln::elu(x, 0.5),
+            kiln::leaky_relu(x)})
         out.push_back(t);
     }
     return out;
@@ -239,6 +241,14 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
                                kiln::argmax(x, {}, true)};
   });
   cases.push_back(make_case("shapes", shapes, std::tuple{uniform({2, 3, 4}, -1, 1, 15), kiln::constant({3, 0, 2})}));
+
+  // A model of kiln layers: its variables export as initializers like any others.
+  namespace layers = kiln::layers;
+  layers::sequential model({layers::conv2d(3, 3, {.activation = kiln::relu}), layers::max_pooling2d(2),
+                            layers::flatten(), layers::layer_normalization(),
+                            layers::dense(4, {.activation = kiln::gelu}), layers::dense(2, {.activation = "softmax"})});
+  kiln::function model_fn([&](const tensor& x) { return model(x); });
+  cases.push_back(make_case("layers", model_fn, std::tuple{uniform({2, 6, 6, 2}, -1, 1, 16)}));
 
   // unsorted_segment_sum (gather's gradient), negative ids dropped, over the first dims
   // and from an inner axis.

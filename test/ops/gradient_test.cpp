@@ -104,6 +104,13 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
       {"tanh", {{[](const tensor& v) { return kiln::tanh(v); }, x}}},
       {"sigmoid", {{[](const tensor& v) { return kiln::sigmoid(v); }, x}}},
       {"relu", {{[](const tensor& v) { return kiln::relu(v); }, x}}},
+      {"erf", {{[](const tensor& v) { return kiln::erf(v); }, x}}},
+      {"gelu",
+       {{[](const tensor& v) { return kiln::gelu(v); }, x}, {[](const tensor& v) { return kiln::gelu(v, true); }, x}}},
+      {"softplus", {{[](const tensor& v) { return kiln::softplus(v); }, x}}},
+      {"silu", {{[](const tensor& v) { return kiln::silu(v); }, x}}},
+      {"elu", {{[](const tensor& v) { return kiln::elu(v); }, x}, {[](const tensor& v) { return kiln::elu(v, 0.5); }, x}}},
+      {"leaky_relu", {{[](const tensor& v) { return kiln::leaky_relu(v); }, x}}},
       // Between floats the gradient comes back in the source's dtype. (Finite
       // differences through float32 would measure its rounding, not the slope.)
       {"cast",

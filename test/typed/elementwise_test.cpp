@@ -76,6 +76,14 @@ TEST_CASE("typed unary ops give the eager tensor's bits") {
   check_unary_shapes<std::int64_t>(UNARY(kiln::relu));
   check_unary_shapes<bool>(UNARY(kiln::logical_not));
   check_unary_shapes<float>([](const auto& x) { return -x; });
+  check_unary_shapes<float>(UNARY(kiln::erf));
+  check_unary_shapes<double>(UNARY(kiln::erf));
+  check_unary_shapes<float>([](const auto& x) { return kiln::gelu(x); });
+  check_unary_shapes<double>([](const auto& x) { return kiln::gelu(x, true); });
+  check_unary_shapes<float>(UNARY(kiln::softplus));
+  check_unary_shapes<float>(UNARY(kiln::silu));
+  check_unary_shapes<float>([](const auto& x) { return kiln::elu(x, 0.5); });
+  check_unary_shapes<double>([](const auto& x) { return kiln::leaky_relu(x, 0.2); });
 }
 
 TEST_CASE("typed binary ops and comparisons give the eager tensor's bits, broadcasting") {

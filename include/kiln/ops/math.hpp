@@ -132,6 +132,21 @@ template <class T>
 KILN_HOST_DEVICE T tanh(T a) {
   return std::tanh(a);
 }
+template <class T>
+KILN_HOST_DEVICE T erf(T a) {
+  return std::erf(a);
+}
+/// log(epsilon) + 2 of float or double: where softplus's sum would lose the digits of
+/// exp(x) (below) or of x (above its negative), as TensorFlow's Softplus kernel cuts.
+template <class T>
+inline constexpr T softplus_threshold = sizeof(T) == 4 ? T(-13.942385152878742) : T(-34.04365338911715);
+/// log(exp(x) + 1); x itself or exp(x) beyond the thresholds.
+template <class T>
+KILN_HOST_DEVICE T softplus(T a) {
+  if (a > -softplus_threshold<T>) return a;
+  if (a < softplus_threshold<T>) return std::exp(a);
+  return std::log(std::exp(a) + T(1));
+}
 
 /// Converts between element types without undefined behaviour: floats to integers
 /// saturate (NaN gives 0), anything to bool tests for non-zero.
@@ -279,6 +294,25 @@ template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> log(const xsimd::batch<T, A>& a) { return xsimd::log(a); }
 template <class T, class A>
 KILN_ALWAYS_INLINE xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) { return xsimd::sqrt(a); }
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> softplus(const xsimd::batch<T, A>& a) {
+  using B = xsimd::batch<T, A>;
+  const B threshold(softplus_threshold<T>), e = math::exp(a);
+  return xsimd::select(a > -threshold, a, xsimd::select(a < threshold, e, math::log(e + B(T(1)))));
+}
+/// xsimd's double erf runs its exp (above) on -x * x: lanes past |x| = 6, where erf
+/// rounds to +-1, go in as +-6, and NaN as 0 (and comes out as NaN).
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> erf(const xsimd::batch<T, A>& a) {
+  if constexpr (std::is_same_v<T, double>) {
+    using B = xsimd::batch<double, A>;
+    const auto nan = xsimd::isnan(a);
+    const B clamped = xsimd::select(xsimd::abs(a) <= B(6.0), a, xsimd::copysign(B(6.0), a));
+    return xsimd::select(nan, a, xsimd::erf(xsimd::select(nan, B(0.0), clamped)));
+  } else {
+    return xsimd::erf(a);
+  }
+}
 /// float32 tanh as x * P(x^2) / Q(x^2), a rational minimax fit of degrees 13/6 on
 /// [-9, 9]; beyond that tanh rounds to +-1. Within 3.4e-7 relative (6 ulp) of the exact
 /// value for every float, checked exhaustively, and about 3x cheaper than xsimd's

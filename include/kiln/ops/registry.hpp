@@ -9,6 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "kiln/ops/activations.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/linalg.hpp"
 #include "kiln/ops/shape_ops.hpp"
@@ -22,7 +23,8 @@ namespace kiln::ops {
 
 /// The elementwise ops with one input (`cast` included).
 #define KILN_UNARY_OPS(F) \
-  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast)
+  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast) \
+  F(erf) F(gelu) F(softplus) F(silu) F(elu) F(leaky_relu)
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \

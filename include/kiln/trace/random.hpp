@@ -7,8 +7,10 @@
 /// constant drawn once at trace time. `random::generator` is tf.random.Generator;
 /// `random::stateless_uniform` is the pure function of a seed.
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,17 +55,75 @@ inline std::uint64_t fresh_seed() {
   return splitmix64(state);
 }
 
-/// What one uniform draw makes: a checked shape, dtype and bounds.
+/// The distributions a draw takes numbers from.
+enum class distribution {
+  uniform,           ///< [minval, maxval)
+  normal,            ///< mean minval, standard deviation maxval
+  truncated_normal,  ///< as normal, drawn again beyond two standard deviations
+};
+
+/// Fills `out[0, n)` with normal numbers of mean `mean` and standard deviation
+/// `stddev` from Philox keyed by `seed` (Box-Muller on two uniform numbers); with
+/// `truncated`, a number beyond two standard deviations is drawn again, as
+/// tf.random.truncated_normal does. Element i reads Philox blocks (i, attempt) of
+/// stream `stream` only, so it depends on the seed, the stream and its index alone,
+/// whatever the thread count; a key apart from uniform draws' keeps the two unrelated.
+template <class T>
+void normal_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, double mean, double stddev,
+                 bool truncated) {
+  const std::uint64_t mixed = seed ^ 0x6A09E667F3BCC908u;
+  const std::array<std::uint32_t, 2> key{std::uint32_t(mixed), std::uint32_t(mixed >> 32)};
+  ranges_for<false>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      double z = 0;
+      // Elements are fewer than 2^48, so the attempt in the counter's second word's
+      // upper half never meets another element's index.
+      for (std::uint32_t attempt = 0;; ++attempt) {
+        const auto w = philox4x32_10({std::uint32_t(i), std::uint32_t(std::uint64_t(i) >> 32) + (attempt << 16),
+                                      std::uint32_t(stream), std::uint32_t(stream >> 32)},
+                                     key);
+        // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1); 53 bits each.
+        const double u1 = double((std::uint64_t(w[0]) << 21 | w[1] >> 11) + 1) * 0x1p-53;
+        const double u2 = double(std::uint64_t(w[2]) << 21 | w[3] >> 11) * 0x1p-53;
+        z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        if (!truncated || std::fabs(z) <= 2.0 || attempt == 0xFFFF) break;
+      }
+      out[i] = T(mean + stddev * z);
+    }
+  });
+}
+
+/// What one random draw makes: a checked shape, dtype, distribution and its
+/// parameters (for a normal one, minval is the mean and maxval the standard deviation).
 struct uniform_spec {
   shape dims;
   dtype type;
   double minval;
   std::optional<double> maxval;
+  distribution kind = distribution::uniform;
+
+  /// The function that draws this way, as errors name it.
+  std::string_view what() const {
+    return kind == distribution::uniform ? "random::uniform"
+           : kind == distribution::normal ? "random::normal"
+                                          : "random::truncated_normal";
+  }
 
   /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
   /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
   template <class = void>
   void check() const {
+    if (kind != distribution::uniform) {
+      if (!is_floating(type))
+        throw type_error(std::string(what()) + ": dtype must be float32 or float64, got " + std::string(name(type)));
+      require_fully_defined(what(), dims);
+      const double stddev = maxval.value_or(1);
+      if (!std::isfinite(minval) || !std::isfinite(stddev) || stddev < 0)
+        throw invalid_argument_error(std::string(what()) + ": the mean must be finite and the standard deviation finite "
+                                     "and not negative, got mean " + describe_value(minval) + " and stddev " +
+                                     describe_value(stddev));
+      return;
+    }
     if (!is_floating(type) && !is_integer(type))
       throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
     if (is_integer(type) && !maxval)
@@ -80,6 +140,13 @@ struct uniform_spec {
   tensor draw(std::uint64_t key, std::uint64_t stream) const {
     tensor out(type, dims);
     visit_dtype(type, [&]<class T>() {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (kind != distribution::uniform) {
+          normal_fill(out.view().as<T>(), out.size(), key, stream, minval, maxval.value_or(1),
+                      kind == distribution::truncated_normal);
+          return;
+        }
+      }
       if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
         auto [lo, hi] = bounds<T>();
         uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
@@ -108,6 +175,15 @@ struct uniform_spec {
     }
   }
 };
+
+/// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
+inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default: return {"RandomUniform", "StatefulUniform"};
+  }
+}
 
 /// The process's random state: the global seed (random::set_seed), the counter that
 /// gives ops without a seed of their own one under a global seed, and how many draws
@@ -160,7 +236,10 @@ class random_uniform_op final : public special_op {
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const { return generator_ ? "StatefulUniform" : "RandomUniform"; }
+  std::string_view name() const {
+    const auto names = random_op_names(spec_.kind);
+    return generator_ ? names.second : names.first;
+  }
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
@@ -185,6 +264,17 @@ class random_uniform_op final : public special_op {
 /// Records `op` in the trace in progress and returns its symbolic result.
 inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
   return trace.record_special(op, {}, op->results())[0];
+}
+
+/// A stateful draw of `spec`, as random::uniform makes one.
+template <class = void>
+tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+  spec.check();
+  random_state& state = random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (trace_context* trace = trace_context::current())
+    return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
 }
 
 }  // namespace detail
@@ -215,13 +305,46 @@ inline void set_seed(std::uint64_t seed) {
 template <class = void>
 tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
                std::optional<std::uint64_t> seed = std::nullopt) {
-  detail::uniform_spec spec{s, t, minval, maxval};
+  return detail::stateful_draw({s, t, minval, maxval}, seed);
+}
+
+/// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
+/// drawn again at every run of a graph as random::uniform; float dtypes only.
+/// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
+template <class = void>
+tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+              std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+}
+
+/// Numbers drawn from a normal distribution, those beyond two standard deviations
+/// from the mean drawn again, as tf.random.truncated_normal.
+/// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
+template <class = void>
+tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+                        std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+}
+
+/// Normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_normal.
+/// \code kiln::random::stateless_normal({3}, 7);  // the same every call \endcode
+template <class = void>
+tensor stateless_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1, dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::normal};
   spec.check();
-  detail::random_state& state = detail::random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (detail::trace_context* trace = detail::trace_context::current())
-    return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+  return spec.draw(seed, 0);
+}
+
+/// Truncated normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_truncated_normal.
+/// \code kiln::random::stateless_truncated_normal({3}, 7); \endcode
+template <class = void>
+tensor stateless_truncated_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1,
+                                  dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::truncated_normal};
+  spec.check();
+  return spec.draw(seed, 0);
 }
 
 /// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
@@ -260,16 +383,29 @@ class generator {
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
   template <class = void>
   tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    detail::uniform_spec spec{s, t, minval, maxval};
+    return draw({s, t, minval, maxval});
+  }
+  /// Normal numbers, as random::normal.
+  template <class = void>
+  tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::normal});
+  }
+  /// Truncated normal numbers, as random::truncated_normal.
+  template <class = void>
+  tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::truncated_normal});
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  template <class = void>
+  tensor draw(detail::uniform_spec spec) {
     spec.check();
     if (detail::trace_context* trace = detail::trace_context::current())
       return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
     auto [key, stream] = state_->take();
     return spec.draw(key, stream);
   }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
   std::shared_ptr<detail::generator_state> state_;
 };
 

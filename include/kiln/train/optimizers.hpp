@@ -53,6 +53,13 @@ class optimizer_state {
 
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
+  /// The slot variables made so far, by variable in the order first updated (what a
+  /// checkpoint saves beside `iterations`).
+  std::vector<variable> slot_variables() const {
+    std::vector<variable> out;
+    for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
+    return out;
+  }
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "kiln/ops/activations.hpp"
 #include "kiln/typed/expr.hpp"
 
 namespace kiln {
@@ -143,6 +144,9 @@ KILN_TYPED_UNARY(square, square)
 KILN_TYPED_UNARY(tanh, tanh)
 KILN_TYPED_UNARY(sigmoid, sigmoid)
 KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(erf, erf)
+KILN_TYPED_UNARY(softplus, softplus)
+KILN_TYPED_UNARY(silu, silu)
 KILN_TYPED_UNARY(logical_not, logical_not)
 KILN_TYPED_BINARY(add, add)
 KILN_TYPED_BINARY(subtract, subtract)
@@ -164,6 +168,28 @@ KILN_TYPED_BINARY(logical_or, logical_or)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
 #undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
 
 /// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
 template <typed::operand C, class A, class B>
