@@ -35,6 +35,7 @@ class result:
     flops: float = 0.0
     samples: int = 0
     spread: float = 0.0  # interquartile range of the times, as a fraction of the median
+    counters: dict = field(default_factory=dict)  # a benchmark's own counters (the medians)
 
 
 @dataclass
@@ -64,6 +65,10 @@ class suite:
         return sorted({t for (c, _, t) in self.results if c == case})
 
 
+# The benchmarks' own counters that the report reads (bench/bench_growth.cpp's).
+COUNTERS = ("ops", "iterations", "one_trace_mb", "traces_mb")
+
+
 def load(folder):
     """Reads every JSON file of the folder into medians per benchmark."""
     samples = {}
@@ -91,8 +96,9 @@ def load(folder):
             case, peer, threads = name.split("/")
             scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[entry.get("time_unit", "ns")]
             key = (case, peer, int(threads.removeprefix("threads:")))
+            counters = {k: entry[k] for k in COUNTERS if k in entry}
             samples.setdefault(key, []).append(
-                (entry["real_time"] * scale, entry.get("bytes_per_second", 0.0), entry.get("flops", 0.0))
+                (entry["real_time"] * scale, entry.get("bytes_per_second", 0.0), entry.get("flops", 0.0), counters)
             )
     for key, values in samples.items():
         times = [v[0] for v in values]
@@ -104,6 +110,7 @@ def load(folder):
             bytes_per_second=statistics.median(v[1] for v in values),
             flops=statistics.median(v[2] for v in values),
             samples=len(values),
+            counters={k: statistics.median(v[3][k] for v in values) for k in values[0][3]},
         )
     return loaded
 
@@ -227,6 +234,48 @@ def summary_section(s):
             "file every 11 events (TensorFlow's `max_queue` of 10). Measured in a run of its own (the last one the "
             "command above lists), whose machine may differ from the one above.\n\n"
             + table(["peer", "median time per call", "spread", "added per call"], rows))
+
+
+def growth_section(s):
+    """Section 20: costs that grow with the work (bench/bench_growth.cpp)."""
+    lines = ["## 20. Costs that grow with the work, no faster
+",
+             "Tracing, optimizing and planning a chain of n elementwise ops (each with a scalar captured anew) "
+             "and its first call, per op; with a gradient tape in the function, whose backward pass joins the "
+             "graph (`growth_trace_grad_*`). Targets: at most 2 µs per op at 10⁵ ops, the gradient within 3× "
+             "of that.\n"]
+    rows = []
+    for label in ("1e3", "1e4", "1e5"):
+        for case in (f"growth_trace_{label}", f"growth_trace_grad_{label}"):
+            r = s.get(case, "kiln", 1)
+            if r and r.counters.get("ops"):
+                rows.append([case, f"{r.counters['ops']:.0f}", format_time(r.time_ns),
+                             format_time(r.time_ns / r.counters["ops"])])
+    lines.append(table(["case", "ops", "time", "per op"], rows))
+    lines.append("\nA call of a function that differentiates a loop of n iterations (a tape inside it). Target: "
+                 "10⁶ iterations within 10× of 10⁵.\n")
+    rows = []
+    for label in ("1e4", "1e5", "1e6"):
+        r = s.get(f"growth_while_grad_{label}", "kiln", 1)
+        if r and r.counters.get("iterations"):
+            rows.append([r.case, f"{r.counters['iterations']:.0f}", format_time(r.time_ns),
+                         format_time(r.time_ns / r.counters["iterations"])])
+    lines.append(table(["case", "iterations", "time per call", "per iteration"], rows))
+    mod, body = s.get("growth_mod_loop", "kiln", 1), s.get("while_scalar", "kiln", 1)
+    if mod and mod.counters.get("iterations"):
+        per = mod.time_ns / mod.counters["iterations"]
+        text = (f"\nA scalar `while_loop` whose body is `i + 1`, `s + cast(i % 7, int64)`: "
+                f"{format_time(per)} per iteration")
+        if body:
+            base = body.time_ns / LOOP_TRIPS
+            text += f", {per / base:.2f}× section 12's body ({format_time(base)} per iteration; target at most 2×)"
+        lines.append(text + ".\n")
+    memory = s.get("growth_traces_memory", "kiln", 1)
+    if memory and "traces_mb" in memory.counters:
+        one, all_ = memory.counters["one_trace_mb"], memory.counters["traces_mb"]
+        lines.append(f"\nMemory a function holds after 100 traces of shapes of a million floats: {all_:.1f} MiB, "
+                     f"against {one:.1f} MiB after one ({all_ / one:.2f}×; target at most 2×).\n")
+    return "\n".join(lines)
 
 
 def training_section(s):
@@ -484,6 +533,7 @@ def markdown(s, checks, command, machine, png_name):
         gpu_section(),
         summary_section(s),
         models_section(),
+        growth_section(s),
         peers_section(s),
     ]
     return "\n".join(parts)

@@ -180,6 +180,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 /// of a large block take longer than an elementwise kernel over it.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -253,6 +254,7 @@ class basic_caching_allocator {
   ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_add(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return system_allocate(std::max<std::size_t>(bytes, 1));
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -276,6 +278,7 @@ class basic_caching_allocator {
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_sub(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return System::release(p);
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -313,6 +316,9 @@ class basic_caching_allocator {
     std::lock_guard lock(mutex_);
     return cached_bytes_;
   }
+  /// The bytes of blocks of cache_threshold or more handed out and not yet given back:
+  /// what large tensors and workspaces hold (tests and benchmarks read it).
+  std::size_t live_large_bytes() const { return live_large_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // When the system has no block left, the cached ones go back to it and it is
@@ -367,6 +373,7 @@ class basic_caching_allocator {
   mutable std::mutex mutex_;
   std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
+  std::atomic<std::size_t> live_large_bytes_{0};
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
 
@@ -1184,6 +1191,13 @@ class tensor {
   template <class = void>
   tensor operator[](const tensor& i) const;
 
+  /// Whether this tensor is the only holder of its buffer: no other tensor, copy or
+  /// view sees it, so the graph that owns this tensor may write the buffer in place.
+  bool sole_owner() const { return buffer_ && buffer_.use_count() == 1; }
+  /// How many elements the buffer holds from this tensor's first on: its size, or
+  /// more for a view of the start of a larger buffer (a grown tensor_array's).
+  std::int64_t buffer_capacity() const { return buffer_ ? buffer_->count() - offset_ : 0; }
+
   /// The kernel view of an eager tensor.
   buffer_view view() const { return {const_cast<void*>(raw_data()), dtype_, shape_}; }
   void* raw_data() const {
@@ -1291,6 +1305,20 @@ inline std::atomic<std::ostream*>& print_stream_slot() {
 inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
 /// The stream kiln::print writes to.
 inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+
+namespace detail {
+inline std::atomic<std::ostream*>& warning_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln writes its warnings (a function that retraces often): standard error
+/// unless set, as TensorFlow's logging; null silences them. The stream must outlive
+/// its use.
+/// \code kiln::config::set_warning_stream(nullptr); \endcode
+inline void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+/// The stream kiln's warnings go to, or null when they are silenced.
+inline std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
 }  // namespace config
 
 namespace detail {
@@ -4070,12 +4098,31 @@ void minimum::gradient(G& g) const {
   g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
+/// Whether an op's second integer operand may make it undefined: a divisor (zero is
+/// refused) or an exponent (a negative one is).
+template <class Op>
+concept checks_integer_operand = requires { Op::integer_divisor; } || requires { Op::integer_exponent; };
+
+/// Whether `y`, the second operand of `Op`, is an integer it refuses.
+template <checks_integer_operand Op, class T>
+constexpr bool refused_integer_operand(T y) {
+  if constexpr (requires { Op::integer_divisor; }) return y == T(0);
+  else return y < T(0);
+}
+
+/// The error of `Op` for a second integer operand it refuses.
+template <checks_integer_operand Op>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_refused_integer_operand() {
+  throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
+                                                            ? ": integer division by zero"
+                                                            : ": integers to negative integer powers are not allowed"));
+}
+
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
 template <elementwise Op>
-  requires(requires { Op::integer_divisor; } || requires { Op::integer_exponent; })
+  requires checks_integer_operand<Op>
 void check_values(const Op&, std::span<const tensor* const> in) {
-  constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
   bool bad = visit_dtype(y.dtype(), [&]<class T>() {
@@ -4083,13 +4130,11 @@ void check_values(const Op&, std::span<const tensor* const> in) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
       for (std::int64_t i = 0, n = y.size(); i < n; ++i)
-        if (divisor ? p[i] == T(0) : p[i] < T(0)) return true;
+        if (refused_integer_operand<Op>(p[i])) return true;
     }
     return false;
   });
-  if (bad)
-    throw invalid_argument_error(std::string(Op::name) + (divisor ? ": integer division by zero"
-                                                                  : ": integers to negative integer powers are not allowed"));
+  if (bad) throw_refused_integer_operand<Op>();
 }
 
 }  // namespace kiln::ops
@@ -7892,6 +7937,7 @@ void compute(cpu_backend, const Op& op, std::span<const buffer_view> in, const b
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <span>
@@ -8298,6 +8344,13 @@ struct set_item {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result written into the buffer of `x`, the first input, when no one else
+  /// holds it (a graph's value that no later node reads: a loop that accumulates rows
+  /// in a tensor_array writes each row, where a copy per row made it quadratic); else,
+  /// or for a string tensor or one off the CPU, a copy as evaluate() makes. `in[1]`
+  /// and `in[2]` are the index and the value.
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
@@ -8328,6 +8381,12 @@ struct pad_rows {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result in the buffer of `x`, the first input, when no one else holds it:
+  /// its spare room if it has enough, else a new buffer with room for twice the rows,
+  /// so that a tensor_array grown a row at a time in a loop costs amortized O(1) per
+  /// row (a copy per row made it quadratic); else as evaluate().
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
@@ -8824,6 +8883,18 @@ tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
                              detail::execute_now(slice{begin, after}, x));
 }
 
+template <class>
+tensor ops::set_item::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const tensor& value = *in[2];
+  if (x.dtype() == string || x.device() != device::cpu || value.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1], in[2]};
+    return evaluate(rest);
+  }
+  const std::size_t row_bytes = std::size_t(value.size()) * size_of(value.dtype());
+  std::memcpy(static_cast<char*>(x.raw_data()) + std::size_t(scalar_index(*in[1])) * row_bytes, value.raw_data(), row_bytes);
+  return std::move(x);
+}
+
 /// `kiln::pad_rows(x, rows)`: `x` with rows of zeros (`false`, `""`) appended along
 /// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
 /// itself when it has that many rows already.
@@ -8838,6 +8909,31 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
   if (missing[0] <= 0) return x;
   return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+template <class>
+tensor ops::pad_rows::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const std::int64_t rows = scalar_index(*in[1]), have = x.shape()[0];
+  if (rows <= have) return std::move(x);
+  if (x.dtype() == string || x.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1]};
+    return evaluate(rest);
+  }
+  kiln::shape grown = x.shape();
+  grown[0] = rows;
+  const std::int64_t row = have > 0 ? x.size() / have : grown.num_elements() / rows;
+  const std::size_t element = size_of(x.dtype());
+  tensor out = std::move(x);
+  if (out.buffer_capacity() < rows * row) {
+    kiln::shape room = grown;
+    room[0] = std::max(rows, 2 * have);
+    tensor bigger(out.dtype(), room);
+    std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
+    out = bigger.share(out.shape());
+  }
+  std::memset(static_cast<char*>(out.raw_data()) + std::size_t(have * row) * element, 0,
+              std::size_t((rows - have) * row) * element);
+  return out.share(grown);
 }
 
 /// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
@@ -10507,6 +10603,12 @@ struct function_state {
   // supertype: a dim that differs becomes None, a rank that differs unknown.
   template <class = void>
   void relax(call_signature& sig);
+
+  /// After how many runtime-tier traces a function warns that it retraces often, as
+  /// TensorFlow does after 5 (to config::warning_stream(), once per function).
+  static constexpr std::size_t retracing_warning_traces = 5;
+  template <class = void>
+  void warn_retracing() const;
 
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that

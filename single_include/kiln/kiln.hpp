@@ -912,6 +912,7 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 /// of a large block take longer than an elementwise kernel over it.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -985,6 +986,7 @@ class basic_caching_allocator {
   ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_add(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return system_allocate(std::max<std::size_t>(bytes, 1));
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -1008,6 +1010,7 @@ class basic_caching_allocator {
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_sub(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return System::release(p);
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -1045,6 +1048,9 @@ class basic_caching_allocator {
     std::lock_guard lock(mutex_);
     return cached_bytes_;
   }
+  /// The bytes of blocks of cache_threshold or more handed out and not yet given back:
+  /// what large tensors and workspaces hold (tests and benchmarks read it).
+  std::size_t live_large_bytes() const { return live_large_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // When the system has no block left, the cached ones go back to it and it is
@@ -1099,6 +1105,7 @@ class basic_caching_allocator {
   mutable std::mutex mutex_;
   std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
+  std::atomic<std::size_t> live_large_bytes_{0};
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
 
@@ -1344,6 +1351,13 @@ class tensor {
   template <class = void>
   tensor operator[](const tensor& i) const;
 
+  /// Whether this tensor is the only holder of its buffer: no other tensor, copy or
+  /// view sees it, so the graph that owns this tensor may write the buffer in place.
+  bool sole_owner() const { return buffer_ && buffer_.use_count() == 1; }
+  /// How many elements the buffer holds from this tensor's first on: its size, or
+  /// more for a view of the start of a larger buffer (a grown tensor_array's).
+  std::int64_t buffer_capacity() const { return buffer_ ? buffer_->count() - offset_ : 0; }
+
   /// The kernel view of an eager tensor.
   buffer_view view() const { return {const_cast<void*>(raw_data()), dtype_, shape_}; }
   void* raw_data() const {
@@ -1511,6 +1525,20 @@ inline std::atomic<std::ostream*>& print_stream_slot() {
 inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
 /// The stream kiln::print writes to.
 inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+
+namespace detail {
+inline std::atomic<std::ostream*>& warning_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln writes its warnings (a function that retraces often): standard error
+/// unless set, as TensorFlow's logging; null silences them. The stream must outlive
+/// its use.
+/// \code kiln::config::set_warning_stream(nullptr); \endcode
+inline void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+/// The stream kiln's warnings go to, or null when they are silenced.
+inline std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
 }  // namespace config
 
 namespace detail {
@@ -3086,12 +3114,31 @@ void minimum::gradient(G& g) const {
   g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
+/// Whether an op's second integer operand may make it undefined: a divisor (zero is
+/// refused) or an exponent (a negative one is).
+template <class Op>
+concept checks_integer_operand = requires { Op::integer_divisor; } || requires { Op::integer_exponent; };
+
+/// Whether `y`, the second operand of `Op`, is an integer it refuses.
+template <checks_integer_operand Op, class T>
+constexpr bool refused_integer_operand(T y) {
+  if constexpr (requires { Op::integer_divisor; }) return y == T(0);
+  else return y < T(0);
+}
+
+/// The error of `Op` for a second integer operand it refuses.
+template <checks_integer_operand Op>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_refused_integer_operand() {
+  throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
+                                                            ? ": integer division by zero"
+                                                            : ": integers to negative integer powers are not allowed"));
+}
+
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
 template <elementwise Op>
-  requires(requires { Op::integer_divisor; } || requires { Op::integer_exponent; })
+  requires checks_integer_operand<Op>
 void check_values(const Op&, std::span<const tensor* const> in) {
-  constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
   bool bad = visit_dtype(y.dtype(), [&]<class T>() {
@@ -3099,13 +3146,11 @@ void check_values(const Op&, std::span<const tensor* const> in) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
       for (std::int64_t i = 0, n = y.size(); i < n; ++i)
-        if (divisor ? p[i] == T(0) : p[i] < T(0)) return true;
+        if (refused_integer_operand<Op>(p[i])) return true;
     }
     return false;
   });
-  if (bad)
-    throw invalid_argument_error(std::string(Op::name) + (divisor ? ": integer division by zero"
-                                                                  : ": integers to negative integer powers are not allowed"));
+  if (bad) throw_refused_integer_operand<Op>();
 }
 
 }  // namespace kiln::ops
@@ -3588,6 +3633,7 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <span>
@@ -4494,6 +4540,13 @@ struct set_item {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result written into the buffer of `x`, the first input, when no one else
+  /// holds it (a graph's value that no later node reads: a loop that accumulates rows
+  /// in a tensor_array writes each row, where a copy per row made it quadratic); else,
+  /// or for a string tensor or one off the CPU, a copy as evaluate() makes. `in[1]`
+  /// and `in[2]` are the index and the value.
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
@@ -4524,6 +4577,12 @@ struct pad_rows {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result in the buffer of `x`, the first input, when no one else holds it:
+  /// its spare room if it has enough, else a new buffer with room for twice the rows,
+  /// so that a tensor_array grown a row at a time in a loop costs amortized O(1) per
+  /// row (a copy per row made it quadratic); else as evaluate().
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
@@ -5020,6 +5079,18 @@ tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
                              detail::execute_now(slice{begin, after}, x));
 }
 
+template <class>
+tensor ops::set_item::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const tensor& value = *in[2];
+  if (x.dtype() == string || x.device() != device::cpu || value.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1], in[2]};
+    return evaluate(rest);
+  }
+  const std::size_t row_bytes = std::size_t(value.size()) * size_of(value.dtype());
+  std::memcpy(static_cast<char*>(x.raw_data()) + std::size_t(scalar_index(*in[1])) * row_bytes, value.raw_data(), row_bytes);
+  return std::move(x);
+}
+
 /// `kiln::pad_rows(x, rows)`: `x` with rows of zeros (`false`, `""`) appended along
 /// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
 /// itself when it has that many rows already.
@@ -5034,6 +5105,31 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
   if (missing[0] <= 0) return x;
   return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+template <class>
+tensor ops::pad_rows::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const std::int64_t rows = scalar_index(*in[1]), have = x.shape()[0];
+  if (rows <= have) return std::move(x);
+  if (x.dtype() == string || x.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1]};
+    return evaluate(rest);
+  }
+  kiln::shape grown = x.shape();
+  grown[0] = rows;
+  const std::int64_t row = have > 0 ? x.size() / have : grown.num_elements() / rows;
+  const std::size_t element = size_of(x.dtype());
+  tensor out = std::move(x);
+  if (out.buffer_capacity() < rows * row) {
+    kiln::shape room = grown;
+    room[0] = std::max(rows, 2 * have);
+    tensor bigger(out.dtype(), room);
+    std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
+    out = bigger.share(out.shape());
+  }
+  std::memset(static_cast<char*>(out.raw_data()) + std::size_t(have * row) * element, 0,
+              std::size_t((rows - have) * row) * element);
+  return out.share(grown);
 }
 
 /// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
@@ -13036,6 +13132,12 @@ using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 /// and shape for ops with a kernel; ops with `evaluate` assign it.
 using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
 
+/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
+/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
+/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
+/// its buffer, written in place.
+using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
+
 /// How the elements of a broadcast operand follow the elements of a cluster: the
 /// cluster's loop nest after merging dims, with this operand's strides (0 where
 /// it is broadcast).
@@ -13102,11 +13204,15 @@ broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& clust
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
 // element gets the bits it gets in a tile or eagerly (their kernels use the batch
 // functor for every element, kiln/backend/cpu/elementwise.hpp).
+// An op that refuses some integer operands (ops::checks_integer_operand) checks its
+// one element here, so that a scalar program runs it without a check of tensors.
 template <class Op, class In, class Out>
 void run_scalar(const void* op, void* out, const void* const* in) {
   const Op& o = *static_cast<const Op*>(op);
   auto arg = [&](int k) { return *static_cast<const In*>(in[k]); };
   Out* result = static_cast<Out*>(out);
+  if constexpr (ops::checks_integer_operand<Op> && math::is_signed_integer<In>)
+    if (ops::refused_integer_operand<Op>(arg(1))) ops::throw_refused_integer_operand<Op>();
   if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
     if constexpr (Op::arity == 1)
@@ -13123,6 +13229,21 @@ template <class Op>
 void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
+
+template <class Op>
+tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  return op.evaluate_in_place(std::move(x), in);
+}
+/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
+template <class Op>
+inline constexpr in_place_fn kernels_in_place = [] {
+  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
+    return &run_in_place<Op>;
+  else
+    return static_cast<in_place_fn>(nullptr);
+}();
 
 template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
@@ -13144,7 +13265,9 @@ struct op_entry {
   compound_fn compound = nullptr;
   scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
   check_fn check = nullptr;      ///< value check; null when the op has none
+  bool scalar_checks = false;    ///< `scalar` makes `check`'s check itself
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+  in_place_fn in_place = nullptr;  ///< writes the result into a sole first input (set_item)
   /// The op's C++ name when a native loop can call its functor on xsimd batches
   /// (a SIMD kernel for these dtypes and no attributes); empty otherwise.
   std::string_view native_name{};
@@ -13161,7 +13284,9 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   e.op = &op;
   e.run = &run_op<Op, Only>;
   e.evaluates = evaluated<Op>;
+  e.in_place = kernels_in_place<Op>;
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+  e.scalar_checks = ops::checks_integer_operand<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
       backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {
@@ -13397,6 +13522,9 @@ struct op_kernels {
   using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
   /// Whether two ops of this row have the same attributes; set before `execute`.
   std::atomic<equal_fn> equal{nullptr};
+  /// Runs the op writing its first input in place (exec::in_place_fn), for ops that
+  /// can (set_item, pad_rows), else null; set before `execute`.
+  std::atomic<exec::in_place_fn> in_place{nullptr};
 };
 
 /// One row per op of the registry; a row is empty until its op registers.
@@ -13433,6 +13561,7 @@ bool register_kernels() {
   }, std::memory_order_release);
   row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
                   std::memory_order_release);
+  row.in_place.store(exec::kernels_in_place<Op>, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
       std::memory_order_release);
@@ -13476,6 +13605,12 @@ inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
 }
 
 /// Runs the op a graph node holds now, on eager inputs.
+/// How `op` runs writing its first input in place, or null when it cannot (see
+/// op_kernels::in_place).
+inline exec::in_place_fn in_place_of(const ops::any_op& op) {
+  return kernels_of(op).in_place.load(std::memory_order_acquire);
+}
+
 inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }
@@ -14202,6 +14337,12 @@ struct op_step {
   const void* op = nullptr;
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
+  /// An op that may write its result into its first input's buffer (set_item), whose
+  /// first input no later step reads: how it does so, else null.
+  in_place_fn in_place = nullptr;
+  /// That input's position among the graph's arguments, when it is one (-1 else): an
+  /// argument is the caller's unless the run was given it to consume.
+  int argument = -1;
 };
 
 /// A step that runs a special op (a variable access, a print, a conditional, a loop):
@@ -14293,7 +14434,7 @@ struct graph_outline {
     for (int i = 0; i < n; ++i)
       if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
     release.resize(ops.size());
-    node_map<int> last_reader(g.nodes().size(), -1);
+    last_reader = node_map<int>(g.nodes().size(), -1);
     for (std::size_t k = 0; k < ops.size(); ++k)
       for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
     for (int out : outputs) last_reader[out] = -1;
@@ -14305,6 +14446,8 @@ struct graph_outline {
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
   std::vector<std::vector<int>> release;
+  /// Per node: the position in `ops` of its last reader, -1 for none and for outputs.
+  node_map<int> last_reader;
 };
 
 /// Each op of an interpreted cluster passes over a whole tile before the next op
@@ -14679,6 +14822,7 @@ struct memory_plan {
   std::vector<int> bound;    ///< values in slots
   std::vector<std::vector<int>> release;  ///< per step: fresh values it reads last
   std::array<std::vector<std::int64_t>, dtype_count> slot_elements;  ///< per dtype, per slot
+  node_map<int> last_use;  ///< per value: the step that reads it last (the step count for outputs)
 };
 
 /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
@@ -14688,10 +14832,10 @@ memory_plan plan_memory(const graph& g, const graph_outline& outline, const node
                         const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
-  memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}};
+  memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}, node_map<int>(n, -1)};
 
   // The step that reads each value last (the end of the call for outputs).
-  node_map<int> last_use(n, -1);
+  node_map<int>& last_use = m.last_use;
   for (int id : outline.ops)
     for (int in : g.node_at(id).input_ids()) {
       last_use[in] = std::max(last_use[in], s.step_of[id]);
@@ -14941,6 +15085,20 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
     if (auto* op = std::get_if<op_step>(&step.action)) {
       op->allocate = p->values[op->value].home == value_home::fresh;
       p->max_inputs = std::max(p->max_inputs, op->inputs.size());
+      // An op that can take its first input's buffer, when no later step reads it: an
+      // argument, or a value made during the call (whether it has the buffer to itself
+      // is seen when it runs, tensor::sole_owner).
+      if (const op_entry& e = typed->entries[op->value]; e.in_place && !op->inputs.empty()) {
+        const int x = op->inputs[0];
+        const value_home home = p->values[x].home;
+        if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
+                                             home == value_home::evaluated)) {
+          op->in_place = e.in_place;
+          const auto& arguments = g.arguments();
+          if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
+            op->argument = int(at - arguments.begin());
+        }
+      }
     } else if (auto* special = std::get_if<special_step>(&step.action)) {
       p->max_inputs = std::max(p->max_inputs, special->inputs.size());
     }
@@ -14967,11 +15125,15 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
 /// buffers ("slots") of values that never leave the call, and the tile scratch of
 /// fused clusters. A workspace serves one run at a time and is kept for the next,
 /// so a call in steady state allocates only its outputs. Workspaces are shared by
-/// all plans of a graph: a slot grows to the largest size any plan asks for.
+/// all plans of a graph, and by the graphs of one function's traces (workspace_pool):
+/// a slot grows to the largest size any plan asks for.
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 
@@ -15063,6 +15225,50 @@ class workspace {
   std::array<std::vector<tensor>, dtype_count> slots_;
   scratch_buffer scratch_;
   std::vector<void*> tables_;
+};
+
+/// The workspaces that one or more executors run in: the executors of a
+/// kiln::function's traces share one pool, so that the function holds the memory of
+/// its largest trace rather than the sum over its traces (100 traces of shapes of a
+/// million floats held 4 MB each). A workspace serves one run at a time; a run that
+/// finds it laid out for another plan lays it out again (workspace::bind), keeping
+/// its slots, which only grow.
+class workspace_pool {
+ public:
+  workspace_pool() = default;
+  workspace_pool(const workspace_pool&) = delete;
+  workspace_pool& operator=(const workspace_pool&) = delete;
+
+  /// A workspace no run is using: the idle one without a lock in the common case of
+  /// one caller at a time, else a spare one, else a new one.
+  workspace* acquire() {
+    if (workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
+    std::lock_guard lock(mutex_);
+    if (!spare_.empty()) {
+      workspace* w = spare_.back();
+      spare_.pop_back();
+      return w;
+    }
+    return workspaces_.emplace_back(std::make_unique<workspace>()).get();
+  }
+  /// Gives back a workspace acquire() gave.
+  void give_back(workspace* w) {
+    workspace* empty = nullptr;
+    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
+    std::lock_guard lock(mutex_);
+    spare_.push_back(w);
+  }
+  /// How many workspaces runs have needed at once, so far.
+  std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return workspaces_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;  // guards workspaces_ and spare_
+  std::vector<std::unique_ptr<workspace>> workspaces_;
+  std::vector<workspace*> spare_;
+  std::atomic<workspace*> idle_{nullptr};
 };
 
 }  // namespace kiln::detail::exec
@@ -15556,7 +15762,12 @@ class basic_graph_executor {
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
+  /// Runs take their workspaces from `pool`, which other executors may share (a
+  /// function's traces do), or from a pool of their own.
+  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {},
+                                std::shared_ptr<exec::workspace_pool> pool = nullptr)
+      : graph_(&g), outline_(g), native_(native_loops),
+        pool_(pool ? std::move(pool) : std::make_shared<exec::workspace_pool>()) {}
   basic_graph_executor(const basic_graph_executor&) = delete;
   basic_graph_executor& operator=(const basic_graph_executor&) = delete;
 
@@ -15569,7 +15780,12 @@ class basic_graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const { run(args, outputs, {}); }
+
+  /// The same, where the run may consume the first `consumed.size()` arguments
+  /// (`consumed` is their storage): the caller does not read them afterwards, so an op
+  /// may write one in place when no one else holds its buffer (a loop's variables).
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs, std::span<tensor> consumed) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -15605,38 +15821,21 @@ class basic_graph_executor {
   // single-caller case, returned with the call's fresh values released.
   class lease {
    public:
-    lease(const basic_graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(exec::workspace_pool& pool, const exec::execution_plan& p) : pool_(pool), plan_(p), ws_(pool.acquire()) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
       for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
-      owner_.give_back(ws_);
+      pool_.give_back(ws_);
     }
     exec::workspace* operator->() const { return ws_; }
     exec::workspace& operator*() const { return *ws_; }
 
    private:
-    const basic_graph_executor& owner_;
+    exec::workspace_pool& pool_;
     const exec::execution_plan& plan_;
     exec::workspace* ws_;
   };
-
-  exec::workspace* acquire() const {
-    if (exec::workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
-    std::lock_guard lock(workspace_mutex_);
-    if (!spare_.empty()) {
-      exec::workspace* w = spare_.back();
-      spare_.pop_back();
-      return w;
-    }
-    return workspaces_.emplace_back(std::make_unique<exec::workspace>()).get();
-  }
-  void give_back(exec::workspace* w) const {
-    exec::workspace* empty = nullptr;
-    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
-    std::lock_guard lock(workspace_mutex_);
-    spare_.push_back(w);
-  }
 
   const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
     if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
@@ -15644,6 +15843,11 @@ class basic_graph_executor {
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
+    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+    // tensor_array) would be planned at every call, which costs more than running the
+    // graph node by node; on a GPU a plan also holds the constants copied there.
+    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.device() == device::cpu; }))
+      return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
@@ -15657,6 +15861,15 @@ class basic_graph_executor {
     cached_count_.store(count + 1, std::memory_order_release);
     recent_.store(p, std::memory_order_release);
     return *p;
+  }
+  // The plan of a call that runs node by node without being planned.
+  static const exec::execution_plan& unplanned() {
+    static const exec::execution_plan p = [] {
+      exec::execution_plan q;
+      q.interpreted = true;
+      return q;
+    }();
+    return p;
   }
   const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const {
     for (int i = 0; i < count; ++i) {
@@ -15674,11 +15887,23 @@ class basic_graph_executor {
     return {ws.inputs.data(), ids.size()};
   }
 
-  static void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+  // Runs op step `s` in place when the value it may write (see op_step::in_place) has
+  // its buffer to itself: a value of the call, or an argument given to consume.
+  // Returns false, having done nothing, when it cannot.
+  static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed) {
+    tensor* x = s.argument < 0 ? &ws.values[std::size_t(s.inputs[0])]
+                : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
+                                                           : nullptr;
+    if (!x || !x->sole_owner()) return false;
+    ws.values[std::size_t(s.value)] = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
+    return true;
+  }
+
+  void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const {
     tensor& out = ws.values[std::size_t(s.value)];
     if (s.allocate) {
       const exec::value_info& v = p.values[s.value];
-      out = tensor(v.type, v.dims);
+      out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
     }
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
@@ -15701,7 +15926,7 @@ class basic_graph_executor {
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
       try {
-        ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+        ws.values[std::size_t(v)] = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
       } catch (const error&) {  // out of memory
         rethrow_at_node(v);
       }
@@ -15831,10 +16056,12 @@ class basic_graph_executor {
 
   // Node by node on eager tensors, as eager execution runs them: the path for
   // tensors off the CPU, and for calls whose shapes some op's rule rejects.
-  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr) const {
+  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr,
+                                std::span<tensor> consumed = {}) const {
     const graph& g = *graph_;
     std::vector<tensor> values(g.nodes().size());
-    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
+    for (std::size_t i = 0; i < args.size(); ++i)
+      values[std::size_t(g.arguments()[i])] = i < consumed.size() ? std::move(consumed[i]) : args[i];
     auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
     for (int i = 0; i < outline_.needed.size(); ++i)
       if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
@@ -15852,10 +16079,17 @@ class basic_graph_executor {
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
       try {
+        const std::span<const tensor* const> in(inputs.begin(), inputs.size());
         if (n.kind() == node_kind::special) {
-          run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
+          run_special(id, in, values);
         } else if (n.kind() == node_kind::op) {
-          values[std::size_t(id)] = execute_any(n.operation(), inputs);
+          // An op that may write its first input in place (set_item, pad_rows) does,
+          // when this node reads it last and it has its buffer to itself.
+          tensor& x = values[std::size_t(n.input_ids().empty() ? id : n.input_ids()[0])];
+          const exec::in_place_fn in_place =
+              !n.input_ids().empty() && outline_.last_reader[n.input_ids()[0]] == int(k) && x.sole_owner() ? in_place_of(n.operation())
+                                                                                                          : nullptr;
+          values[std::size_t(id)] = in_place ? in_place(n.operation().address(), x, in) : execute_any(n.operation(), in);
         }
       } catch (const error&) {
         rethrow_at_node(id);
@@ -15886,17 +16120,15 @@ class basic_graph_executor {
   mutable std::atomic<int> cached_count_{0};
   mutable std::atomic<const exec::execution_plan*> recent_{nullptr};
 
-  mutable std::mutex workspace_mutex_;  // guards workspaces_ and spare_
-  mutable std::vector<std::unique_ptr<exec::workspace>> workspaces_;
-  mutable std::vector<exec::workspace*> spare_;
-  mutable std::atomic<exec::workspace*> idle_{nullptr};
+  std::shared_ptr<exec::workspace_pool> pool_;
 };
 
 using graph_executor = basic_graph_executor<>;
 
 #if KILN_DEFINE_LIBRARY
 template <class Lazy>
-void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs,
+                                     std::span<tensor> consumed) const {
   outputs.clear();
   if (args.size() != graph_->arguments().size())
     throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
@@ -15905,24 +16137,24 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
   // result must exist: node by node, no fusion.
   const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
   if (debugging::check_numerics_enabled() || !eager) {
-    outputs = interpret(args);
+    outputs = interpret(args, nullptr, consumed);
     return;
   }
   std::unique_ptr<exec::execution_plan> transient;
   const exec::execution_plan& p = find_plan(args, transient);
   if (p.interpreted) {
-    outputs = interpret(args, &p);
+    outputs = interpret(args, &p, consumed);
     return;
   }
 
-  lease ws(*this, p);
+  lease ws(*pool_, p);
   if (ws->bound_plan != p.id) ws->bind(*graph_, p);
   const auto& arguments = graph_->arguments();
   for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
   for (const exec::plan_step& s : p.steps) {
     if (const auto* op = std::get_if<exec::op_step>(&s.action)) {
       try {
-        run_op(*op, p, *ws);
+        if (!op->in_place || !run_in_place(*op, *ws, consumed)) run_op(*op, p, *ws);
       } catch (const error&) {
         rethrow_at_node(op->value);
       }
@@ -16323,8 +16555,9 @@ struct scalar_value {
 class scalar_program {
  public:
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
-  /// an output or an elementwise op of one element, or is an op that checks integer
-  /// values (division by zero), which the program could not report.
+  /// an output or an elementwise op of one element, or is an op whose value check its
+  /// scalar function does not make (integer division by zero, negative powers: those
+  /// it makes, raising the same error).
   template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
@@ -16349,7 +16582,7 @@ class scalar_program {
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,
           // negative powers): on floats the op needs none.
-          if (!e.scalar || (e.check && !is_floating(operand)) || in.size() > 3) return std::nullopt;
+          if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
           instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
           for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = in[k];
           p.code_.push_back(i);
@@ -16416,6 +16649,14 @@ class subgraph {
   const graph& optimized() const { return optimized_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
+  /// The same, consuming the first `consumed` arguments, which the caller does not
+  /// read afterwards (graph_executor::run): a loop's variables.
+  template <class = void>
+  std::vector<tensor> run_consuming(std::span<tensor> args, std::size_t consumed) const {
+    std::vector<tensor> out;
+    executor_.run(args, out, args.first(consumed));
+    return out;
+  }
 
  private:
   graph traced_;
@@ -16494,6 +16735,9 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+  /// Whether the condition and the body compiled to scalar programs, which run
+  /// without an executor when the loop variables are one-element CPU values.
+  bool runs_as_scalar_program() const { return cond_program_ && body_program_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
@@ -16506,7 +16750,9 @@ class while_op final : public special_op {
     for (;;) {
       if (!truth_of(cond_.run(cond_args)[0], "while_loop")) break;
       for (std::size_t k = 0; k < n; ++k) body_args[k] = std::move(cond_args[k]);
-      std::vector<tensor> next = body_.run(body_args);
+      // The body consumes the loop variables (its ops may write them in place) unless
+      // a break would keep them as the loop's results.
+      std::vector<tensor> next = body_.run_consuming(body_args, breaks_ ? 0 : n);
       const std::size_t first = breaks_ ? 1 : 0;
       if (breaks_ && truth_of(next[0], "break_if")) {
         for (std::size_t k = 0; k < n; ++k) cond_args[k] = std::move(body_args[k]);
@@ -17192,6 +17438,12 @@ struct function_state {
   template <class = void>
   void relax(call_signature& sig);
 
+  /// After how many runtime-tier traces a function warns that it retraces often, as
+  /// TensorFlow does after 5 (to config::warning_stream(), once per function).
+  static constexpr std::size_t retracing_warning_traces = 5;
+  template <class = void>
+  void warn_retracing() const;
+
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that
   // dies with the trace would be created anew at every call in eager code.
@@ -17625,6 +17877,9 @@ struct concrete_state : trace_signature {
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
   jit_switch jit_compile;  ///< function_options::jit_compile
+  /// Where the executor's runs take their workspaces: the function's pool, shared by
+  /// its traces (null: the executor's own).
+  std::shared_ptr<exec::workspace_pool> workspaces;
   /// The backward pass, described on the first call under a gradient tape
   /// (kiln/autodiff/function_gradient.hpp).
   mutable std::once_flag backward_once;
@@ -17682,7 +17937,7 @@ struct concrete_state : trace_signature {
 template <class>
 void concrete_state::compile() {
   optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized, jit_compile);
+  executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
 }
 
 template <class>
@@ -17770,6 +18025,8 @@ struct runtime_traces {
   using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
 
   std::vector<std::shared_ptr<concrete_state>> traces;
+  /// The workspaces every trace's executor runs in (exec::workspace_pool).
+  std::shared_ptr<exec::workspace_pool> workspaces = std::make_shared<exec::workspace_pool>();
   trace_map by_key;      // each trace under the key it was traced for
   trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
   std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
@@ -17814,7 +18071,21 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
   signatures.push_back({traced});
   runtime->by_key.emplace(sig.key, traced);
   runtime->dispatched.clear();  // the new trace may be more specific for some of them
+  if (runtime->traces.size() == retracing_warning_traces) warn_retracing();
   return traced;
+}
+
+template <class>
+void function_state::warn_retracing() const {
+  std::ostream* os = config::warning_stream();
+  if (!os) return;
+  std::ostringstream text;
+  text << "WARNING: kiln::function " << options.name << " has traced " << retracing_warning_traces
+       << " times. Tracing is expensive and the excessive number of tracings could be due to (1) passing tensors "
+          "with different shapes, (2) passing C++ values that change, which are part of the signature. For (1), "
+          "function_options::reduce_retracing = true or an input_signature avoids retracing. For (2), pass tensors "
+          "instead.\n";
+  *os << text.str() << std::flush;
 }
 
 template <class>
@@ -17823,6 +18094,10 @@ std::shared_ptr<concrete_state> function_state::start_trace(
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
   c->jit_compile = options.jit_compile;
+  {
+    std::lock_guard lock(mutex);
+    c->workspaces = runtime->workspaces;
+  }
   for (std::size_t i = 0; i < texts.bound.size(); ++i) c->arg_names.push_back(arg_name(i));
   c->bound = sig.values;
   c->bound_text = std::move(texts.bound);

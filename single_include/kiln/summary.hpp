@@ -838,6 +838,10 @@ void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
 }
 template <class = void>
+void write_op_attr(proto::writer& w, std::string_view key, double v) {
+  write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
+}
+template <class = void>
 void write_op_attr(proto::writer& w, std::string_view key, bool v) {
   write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
 }

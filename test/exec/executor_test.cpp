@@ -388,3 +388,30 @@ TEST_CASE("a training step in steady state allocates nothing", "[exec]") {
   }
   CHECK(step.tracing_count() == 1);
 }
+
+TEST_CASE("a function's traces share their workspaces: many shapes hold about one trace's memory", "[exec]") {
+  // Transposes and a reduction between elementwise clusters: the plan keeps their
+  // results in workspace slots, which used to stay with every trace.
+  kiln::function f([](const tensor& x) {
+    const tensor t = kiln::transpose(kiln::exp(x * 0.5f), {1, 0});
+    return kiln::reduce_sum(kiln::transpose(t * t + 1.f, {1, 0}) - x);
+  });
+  kiln::config::set_warning_stream(nullptr);  // it retraces on purpose
+  const auto& allocator = kiln::detail::host_allocator();
+  const std::size_t before = allocator.live_large_bytes();
+  auto call = [&](std::int64_t rows) {
+    const tensor x = random_floats({rows, 256}, std::uint32_t(rows));
+    const float got = f(x).item<float>();
+    const tensor e = kiln::exp(x * 0.5f);
+    CHECK(got == Approx(kiln::reduce_sum(e * e + 1.f - x).item<float>()).epsilon(1e-4));
+  };
+  call(256);
+  const std::size_t one_trace = allocator.live_large_bytes() - before;
+  CHECK(one_trace > 0);
+  for (std::int64_t rows = 257; rows < 277; ++rows) call(rows);
+  CHECK(f.tracing_count() == 21);
+  const std::size_t all_traces = allocator.live_large_bytes() - before;
+  INFO("one trace holds " << one_trace << " bytes, 21 traces " << all_traces);
+  CHECK(all_traces <= 2 * one_trace);
+  kiln::config::set_warning_stream(&std::cerr);
+}

@@ -4,6 +4,7 @@
 // histogram buckets and image pixels against TensorFlow's, PNGs read back by a reader
 // written from the PNG and zlib specifications, and graphs as GraphDefs.
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -373,6 +374,25 @@ TEST_CASE("a graph becomes a GraphDef: nodes, inputs, attributes, and control fl
                in.bytes == message::parse(args[1].bytes).one(1).bytes));
     CHECK(function.all(4).size() == 2);  // ret: the next i and z
   }
+}
+
+TEST_CASE("a GraphDef holds an op's float attribute as AttrValue's float") {
+  kiln::function f([](const kiln::tensor& x) { return kiln::leaky_relu(x, 0.25); });
+  const kiln::graph g = f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).graph();
+  const message def = message::parse(kiln::detail::graph_def_of(g));
+  bool found = false;
+  for (const auto& n : def.all(1)) {
+    const message node = message::parse(n.bytes);
+    if (node.one(2).bytes != "leaky_relu") continue;
+    for (const auto& entry : node.all(5)) {
+      const message e = message::parse(entry.bytes);
+      if (e.one(1).bytes != "alpha") continue;
+      found = true;
+      const std::uint32_t bits = std::uint32_t(e.sub(2).one(4).value);  // AttrValue.f: a float, fixed32
+      CHECK(std::bit_cast<float>(bits) == 0.25f);
+    }
+  }
+  CHECK(found);
 }
 
 }  // namespace

@@ -329,7 +329,7 @@ TEST_CASE("loops on scalars run as scalar programs with the executor's results")
   REQUIRE(std::fabs(root[0].item<float>() - 3.f) < 1e-6f);
   REQUIRE(ints(root[1])[0] > 2);
 
-  // Integer division keeps its check: the loop runs on the executor.
+  // Integer division keeps its check (test/exec/scalar_program_test.cpp).
   auto halving = [](const tensor& x) {
     return std::vector<tensor>{
         kiln::while_loop([](const tensor& v) { return v > 1; }, [](const tensor& v) { return kiln::floordiv(v, 2); }, x)};

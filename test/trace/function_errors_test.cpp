@@ -197,6 +197,17 @@ TEST_CASE("ops whose operands do not fit raise TensorFlow 2.12's kind in each mo
                                                {"in pick", "node 'gather'", "gather"});
 }
 
+TEST_CASE("memory that runs out while a graph runs is an error naming the function, the node and the op", "[trace][errors]") {
+  // Dims known only when the graph runs: a broadcast of (2^20, 1) against (1, 2^25)
+  // asks for 2^45 floats.
+  kiln::function outer([](const kiln::tensor& a, const kiln::tensor& b) { return a + b; },
+                       {.name = "outer",
+                        .input_signature = std::vector{kiln::tensor_spec({kiln::none, kiln::none}, kiln::float32),
+                                                       kiln::tensor_spec({kiln::none, kiln::none}, kiln::float32)}});
+  require_throws<kiln::resource_exhausted_error>(
+      [&] { return outer(kiln::zeros({1 << 20, 1}), kiln::zeros({1, 1 << 25})); }, {"in outer", "node 'add'", "add", "(1048576, 33554432)"});
+}
+
 TEST_CASE("errors raised while tracing name the function and the op", "[trace][errors]") {
   kiln::function broken([](const kiln::tensor& a, const kiln::tensor& b) { return a + b; }, {.name = "broken"});
   require_throws<kiln::value_error>([&] { return broken(kiln::constant({1, 2}), kiln::constant({1, 2, 3})); },

@@ -9,6 +9,7 @@
 /// of a large block take longer than an elementwise kernel over it.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -47,6 +48,7 @@ class basic_caching_allocator {
   ~basic_caching_allocator() { release_cached(); }
 
   void* allocate(std::size_t bytes) {
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_add(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return system_allocate(std::max<std::size_t>(bytes, 1));
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -70,6 +72,7 @@ class basic_caching_allocator {
 
   void deallocate(void* p, std::size_t bytes) {
     if (!p) return;
+    if (bytes >= cache_threshold) live_large_bytes_.fetch_sub(round_up(bytes), std::memory_order_relaxed);
     if constexpr (!caches) return System::release(p);
     std::size_t size = round_up(bytes);
     if (size < cache_threshold) {
@@ -107,6 +110,9 @@ class basic_caching_allocator {
     std::lock_guard lock(mutex_);
     return cached_bytes_;
   }
+  /// The bytes of blocks of cache_threshold or more handed out and not yet given back:
+  /// what large tensors and workspaces hold (tests and benchmarks read it).
+  std::size_t live_large_bytes() const { return live_large_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // When the system has no block left, the cached ones go back to it and it is
@@ -161,6 +167,7 @@ class basic_caching_allocator {
   mutable std::mutex mutex_;
   std::vector<free_block> free_;
   std::size_t cached_bytes_ = 0;
+  std::atomic<std::size_t> live_large_bytes_{0};
   std::size_t cache_limit_ = std::size_t(2) << 30;
 };
 

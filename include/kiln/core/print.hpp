@@ -51,6 +51,20 @@ inline std::atomic<std::ostream*>& print_stream_slot() {
 inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
 /// The stream kiln::print writes to.
 inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+
+namespace detail {
+inline std::atomic<std::ostream*>& warning_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+}  // namespace detail
+/// Where kiln writes its warnings (a function that retraces often): standard error
+/// unless set, as TensorFlow's logging; null silences them. The stream must outlive
+/// its use.
+/// \code kiln::config::set_warning_stream(nullptr); \endcode
+inline void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+/// The stream kiln's warnings go to, or null when they are silenced.
+inline std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
 }  // namespace config
 
 namespace detail {

@@ -130,6 +130,13 @@ class tensor {
   template <class = void>
   tensor operator[](const tensor& i) const;
 
+  /// Whether this tensor is the only holder of its buffer: no other tensor, copy or
+  /// view sees it, so the graph that owns this tensor may write the buffer in place.
+  bool sole_owner() const { return buffer_ && buffer_.use_count() == 1; }
+  /// How many elements the buffer holds from this tensor's first on: its size, or
+  /// more for a view of the start of a larger buffer (a grown tensor_array's).
+  std::int64_t buffer_capacity() const { return buffer_ ? buffer_->count() - offset_ : 0; }
+
   /// The kernel view of an eager tensor.
   buffer_view view() const { return {const_cast<void*>(raw_data()), dtype_, shape_}; }
   void* raw_data() const {

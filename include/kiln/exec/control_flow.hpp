@@ -37,6 +37,14 @@ class subgraph {
   const graph& optimized() const { return optimized_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
+  /// The same, consuming the first `consumed` arguments, which the caller does not
+  /// read afterwards (graph_executor::run): a loop's variables.
+  template <class = void>
+  std::vector<tensor> run_consuming(std::span<tensor> args, std::size_t consumed) const {
+    std::vector<tensor> out;
+    executor_.run(args, out, args.first(consumed));
+    return out;
+  }
 
  private:
   graph traced_;
@@ -115,6 +123,9 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+  /// Whether the condition and the body compiled to scalar programs, which run
+  /// without an executor when the loop variables are one-element CPU values.
+  bool runs_as_scalar_program() const { return cond_program_ && body_program_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
@@ -127,7 +138,9 @@ class while_op final : public special_op {
     for (;;) {
       if (!truth_of(cond_.run(cond_args)[0], "while_loop")) break;
       for (std::size_t k = 0; k < n; ++k) body_args[k] = std::move(cond_args[k]);
-      std::vector<tensor> next = body_.run(body_args);
+      // The body consumes the loop variables (its ops may write them in place) unless
+      // a break would keep them as the loop's results.
+      std::vector<tensor> next = body_.run_consuming(body_args, breaks_ ? 0 : n);
       const std::size_t first = breaks_ ? 1 : 0;
       if (breaks_ && truth_of(next[0], "break_if")) {
         for (std::size_t k = 0; k < n; ++k) cond_args[k] = std::move(body_args[k]);

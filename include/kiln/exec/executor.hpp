@@ -47,7 +47,12 @@ class basic_graph_executor {
   static constexpr int max_cached_plans = 32;
 
   /// With `native_loops`, fused clusters are compiled to native loops (kiln/exec/jit.hpp).
-  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {}) : graph_(&g), outline_(g), native_(native_loops) {}
+  /// Runs take their workspaces from `pool`, which other executors may share (a
+  /// function's traces do), or from a pool of their own.
+  explicit basic_graph_executor(const graph& g, jit_switch native_loops = {},
+                                std::shared_ptr<exec::workspace_pool> pool = nullptr)
+      : graph_(&g), outline_(g), native_(native_loops),
+        pool_(pool ? std::move(pool) : std::make_shared<exec::workspace_pool>()) {}
   basic_graph_executor(const basic_graph_executor&) = delete;
   basic_graph_executor& operator=(const basic_graph_executor&) = delete;
 
@@ -60,7 +65,12 @@ class basic_graph_executor {
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const { run(args, outputs, {}); }
+
+  /// The same, where the run may consume the first `consumed.size()` arguments
+  /// (`consumed` is their storage): the caller does not read them afterwards, so an op
+  /// may write one in place when no one else holds its buffer (a loop's variables).
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs, std::span<tensor> consumed) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
   int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
@@ -96,38 +106,21 @@ class basic_graph_executor {
   // single-caller case, returned with the call's fresh values released.
   class lease {
    public:
-    lease(const basic_graph_executor& owner, const exec::execution_plan& p) : owner_(owner), plan_(p), ws_(owner.acquire()) {}
+    lease(exec::workspace_pool& pool, const exec::execution_plan& p) : pool_(pool), plan_(p), ws_(pool.acquire()) {}
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
       for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
-      owner_.give_back(ws_);
+      pool_.give_back(ws_);
     }
     exec::workspace* operator->() const { return ws_; }
     exec::workspace& operator*() const { return *ws_; }
 
    private:
-    const basic_graph_executor& owner_;
+    exec::workspace_pool& pool_;
     const exec::execution_plan& plan_;
     exec::workspace* ws_;
   };
-
-  exec::workspace* acquire() const {
-    if (exec::workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
-    std::lock_guard lock(workspace_mutex_);
-    if (!spare_.empty()) {
-      exec::workspace* w = spare_.back();
-      spare_.pop_back();
-      return w;
-    }
-    return workspaces_.emplace_back(std::make_unique<exec::workspace>()).get();
-  }
-  void give_back(exec::workspace* w) const {
-    exec::workspace* empty = nullptr;
-    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
-    std::lock_guard lock(workspace_mutex_);
-    spare_.push_back(w);
-  }
 
   const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
     if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
@@ -135,6 +128,11 @@ class basic_graph_executor {
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
+    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+    // tensor_array) would be planned at every call, which costs more than running the
+    // graph node by node; on a GPU a plan also holds the constants copied there.
+    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.device() == device::cpu; }))
+      return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
@@ -148,6 +146,15 @@ class basic_graph_executor {
     cached_count_.store(count + 1, std::memory_order_release);
     recent_.store(p, std::memory_order_release);
     return *p;
+  }
+  // The plan of a call that runs node by node without being planned.
+  static const exec::execution_plan& unplanned() {
+    static const exec::execution_plan p = [] {
+      exec::execution_plan q;
+      q.interpreted = true;
+      return q;
+    }();
+    return p;
   }
   const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const {
     for (int i = 0; i < count; ++i) {
@@ -165,11 +172,23 @@ class basic_graph_executor {
     return {ws.inputs.data(), ids.size()};
   }
 
-  static void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) {
+  // Runs op step `s` in place when the value it may write (see op_step::in_place) has
+  // its buffer to itself: a value of the call, or an argument given to consume.
+  // Returns false, having done nothing, when it cannot.
+  static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed) {
+    tensor* x = s.argument < 0 ? &ws.values[std::size_t(s.inputs[0])]
+                : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
+                                                           : nullptr;
+    if (!x || !x->sole_owner()) return false;
+    ws.values[std::size_t(s.value)] = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
+    return true;
+  }
+
+  void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const {
     tensor& out = ws.values[std::size_t(s.value)];
     if (s.allocate) {
       const exec::value_info& v = p.values[s.value];
-      out = tensor(v.type, v.dims);
+      out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
     }
     s.run(s.op, gather_inputs(s.inputs, ws), out);
   }
@@ -192,7 +211,7 @@ class basic_graph_executor {
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
       try {
-        ws.values[std::size_t(v)] = tensor(info.type, info.dims);
+        ws.values[std::size_t(v)] = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
       } catch (const error&) {  // out of memory
         rethrow_at_node(v);
       }
@@ -322,10 +341,12 @@ class basic_graph_executor {
 
   // Node by node on eager tensors, as eager execution runs them: the path for
   // tensors off the CPU, and for calls whose shapes some op's rule rejects.
-  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr) const {
+  std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr,
+                                std::span<tensor> consumed = {}) const {
     const graph& g = *graph_;
     std::vector<tensor> values(g.nodes().size());
-    for (std::size_t i = 0; i < args.size(); ++i) values[std::size_t(g.arguments()[i])] = args[i];
+    for (std::size_t i = 0; i < args.size(); ++i)
+      values[std::size_t(g.arguments()[i])] = i < consumed.size() ? std::move(consumed[i]) : args[i];
     auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
     for (int i = 0; i < outline_.needed.size(); ++i)
       if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
@@ -343,10 +364,17 @@ class basic_graph_executor {
       inputs.reserve(n.input_ids().size());
       for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
       try {
+        const std::span<const tensor* const> in(inputs.begin(), inputs.size());
         if (n.kind() == node_kind::special) {
-          run_special(id, std::span<const tensor* const>(inputs.begin(), inputs.size()), values);
+          run_special(id, in, values);
         } else if (n.kind() == node_kind::op) {
-          values[std::size_t(id)] = execute_any(n.operation(), inputs);
+          // An op that may write its first input in place (set_item, pad_rows) does,
+          // when this node reads it last and it has its buffer to itself.
+          tensor& x = values[std::size_t(n.input_ids().empty() ? id : n.input_ids()[0])];
+          const exec::in_place_fn in_place =
+              !n.input_ids().empty() && outline_.last_reader[n.input_ids()[0]] == int(k) && x.sole_owner() ? in_place_of(n.operation())
+                                                                                                          : nullptr;
+          values[std::size_t(id)] = in_place ? in_place(n.operation().address(), x, in) : execute_any(n.operation(), in);
         }
       } catch (const error&) {
         rethrow_at_node(id);
@@ -377,17 +405,15 @@ class basic_graph_executor {
   mutable std::atomic<int> cached_count_{0};
   mutable std::atomic<const exec::execution_plan*> recent_{nullptr};
 
-  mutable std::mutex workspace_mutex_;  // guards workspaces_ and spare_
-  mutable std::vector<std::unique_ptr<exec::workspace>> workspaces_;
-  mutable std::vector<exec::workspace*> spare_;
-  mutable std::atomic<exec::workspace*> idle_{nullptr};
+  std::shared_ptr<exec::workspace_pool> pool_;
 };
 
 using graph_executor = basic_graph_executor<>;
 
 #if KILN_DEFINE_LIBRARY
 template <class Lazy>
-void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
+void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<tensor>& outputs,
+                                     std::span<tensor> consumed) const {
   outputs.clear();
   if (args.size() != graph_->arguments().size())
     throw invalid_argument_error("the graph takes " + std::to_string(graph_->arguments().size()) + " arguments, got " +
@@ -396,24 +422,24 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
   // result must exist: node by node, no fusion.
   const bool eager = std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.defined() && !a.is_symbolic(); });
   if (debugging::check_numerics_enabled() || !eager) {
-    outputs = interpret(args);
+    outputs = interpret(args, nullptr, consumed);
     return;
   }
   std::unique_ptr<exec::execution_plan> transient;
   const exec::execution_plan& p = find_plan(args, transient);
   if (p.interpreted) {
-    outputs = interpret(args, &p);
+    outputs = interpret(args, &p, consumed);
     return;
   }
 
-  lease ws(*this, p);
+  lease ws(*pool_, p);
   if (ws->bound_plan != p.id) ws->bind(*graph_, p);
   const auto& arguments = graph_->arguments();
   for (std::size_t i = 0; i < args.size(); ++i) ws->refs[std::size_t(arguments[i])] = &args[i];
   for (const exec::plan_step& s : p.steps) {
     if (const auto* op = std::get_if<exec::op_step>(&s.action)) {
       try {
-        run_op(*op, p, *ws);
+        if (!op->in_place || !run_in_place(*op, *ws, consumed)) run_op(*op, p, *ws);
       } catch (const error&) {
         rethrow_at_node(op->value);
       }

@@ -55,6 +55,9 @@ struct op_kernels {
   using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
   /// Whether two ops of this row have the same attributes; set before `execute`.
   std::atomic<equal_fn> equal{nullptr};
+  /// Runs the op writing its first input in place (exec::in_place_fn), for ops that
+  /// can (set_item, pad_rows), else null; set before `execute`.
+  std::atomic<exec::in_place_fn> in_place{nullptr};
 };
 
 /// One row per op of the registry; a row is empty until its op registers.
@@ -91,6 +94,7 @@ bool register_kernels() {
   }, std::memory_order_release);
   row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
                   std::memory_order_release);
+  row.in_place.store(exec::kernels_in_place<Op>, std::memory_order_release);
   row.execute.store(
       [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
       std::memory_order_release);
@@ -134,6 +138,12 @@ inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
 }
 
 /// Runs the op a graph node holds now, on eager inputs.
+/// How `op` runs writing its first input in place, or null when it cannot (see
+/// op_kernels::in_place).
+inline exec::in_place_fn in_place_of(const ops::any_op& op) {
+  return kernels_of(op).in_place.load(std::memory_order_acquire);
+}
+
 inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }

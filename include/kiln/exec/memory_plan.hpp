@@ -75,6 +75,7 @@ struct memory_plan {
   std::vector<int> bound;    ///< values in slots
   std::vector<std::vector<int>> release;  ///< per step: fresh values it reads last
   std::array<std::vector<std::int64_t>, dtype_count> slot_elements;  ///< per dtype, per slot
+  node_map<int> last_use;  ///< per value: the step that reads it last (the step count for outputs)
 };
 
 /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
@@ -84,10 +85,10 @@ memory_plan plan_memory(const graph& g, const graph_outline& outline, const node
                         const clustering& clusters, const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
-  memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}};
+  memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}, node_map<int>(n, -1)};
 
   // The step that reads each value last (the end of the call for outputs).
-  node_map<int> last_use(n, -1);
+  node_map<int>& last_use = m.last_use;
   for (int id : outline.ops)
     for (int in : g.node_at(id).input_ids()) {
       last_use[in] = std::max(last_use[in], s.step_of[id]);

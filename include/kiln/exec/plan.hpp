@@ -134,6 +134,12 @@ struct op_step {
   const void* op = nullptr;
   bool allocate = false;  ///< the op's result is fresh and has a kernel: allocate it first
   std::vector<int> inputs;
+  /// An op that may write its result into its first input's buffer (set_item), whose
+  /// first input no later step reads: how it does so, else null.
+  in_place_fn in_place = nullptr;
+  /// That input's position among the graph's arguments, when it is one (-1 else): an
+  /// argument is the caller's unless the run was given it to consume.
+  int argument = -1;
 };
 
 /// A step that runs a special op (a variable access, a print, a conditional, a loop):
@@ -225,7 +231,7 @@ struct graph_outline {
     for (int i = 0; i < n; ++i)
       if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
     release.resize(ops.size());
-    node_map<int> last_reader(g.nodes().size(), -1);
+    last_reader = node_map<int>(g.nodes().size(), -1);
     for (std::size_t k = 0; k < ops.size(); ++k)
       for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
     for (int out : outputs) last_reader[out] = -1;
@@ -237,6 +243,8 @@ struct graph_outline {
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
   std::vector<std::vector<int>> release;
+  /// Per node: the position in `ops` of its last reader, -1 for none and for outputs.
+  node_map<int> last_reader;
 };
 
 /// Each op of an interpreted cluster passes over a whole tile before the next op

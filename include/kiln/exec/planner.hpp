@@ -44,6 +44,20 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
     if (auto* op = std::get_if<op_step>(&step.action)) {
       op->allocate = p->values[op->value].home == value_home::fresh;
       p->max_inputs = std::max(p->max_inputs, op->inputs.size());
+      // An op that can take its first input's buffer, when no later step reads it: an
+      // argument, or a value made during the call (whether it has the buffer to itself
+      // is seen when it runs, tensor::sole_owner).
+      if (const op_entry& e = typed->entries[op->value]; e.in_place && !op->inputs.empty()) {
+        const int x = op->inputs[0];
+        const value_home home = p->values[x].home;
+        if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
+                                             home == value_home::evaluated)) {
+          op->in_place = e.in_place;
+          const auto& arguments = g.arguments();
+          if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
+            op->argument = int(at - arguments.begin());
+        }
+      }
     } else if (auto* special = std::get_if<special_step>(&step.action)) {
       p->max_inputs = std::max(p->max_inputs, special->inputs.size());
     }

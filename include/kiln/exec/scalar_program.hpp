@@ -26,8 +26,9 @@ struct scalar_value {
 class scalar_program {
  public:
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
-  /// an output or an elementwise op of one element, or is an op that checks integer
-  /// values (division by zero), which the program could not report.
+  /// an output or an elementwise op of one element, or is an op whose value check its
+  /// scalar function does not make (integer division by zero, negative powers: those
+  /// it makes, raising the same error).
   template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
@@ -52,7 +53,7 @@ class scalar_program {
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,
           // negative powers): on floats the op needs none.
-          if (!e.scalar || (e.check && !is_floating(operand)) || in.size() > 3) return std::nullopt;
+          if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
           instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
           for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = in[k];
           p.code_.push_back(i);

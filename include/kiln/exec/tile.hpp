@@ -42,6 +42,12 @@ using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 /// and shape for ops with a kernel; ops with `evaluate` assign it.
 using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
 
+/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
+/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
+/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
+/// its buffer, written in place.
+using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
+
 /// How the elements of a broadcast operand follow the elements of a cluster: the
 /// cluster's loop nest after merging dims, with this operand's strides (0 where
 /// it is broadcast).
@@ -108,11 +114,15 @@ broadcast_read::broadcast_read(dtype t, const shape& operand, const shape& clust
 // An op with a SIMD kernel runs its batch functor on a broadcast batch, so that one
 // element gets the bits it gets in a tile or eagerly (their kernels use the batch
 // functor for every element, kiln/backend/cpu/elementwise.hpp).
+// An op that refuses some integer operands (ops::checks_integer_operand) checks its
+// one element here, so that a scalar program runs it without a check of tensors.
 template <class Op, class In, class Out>
 void run_scalar(const void* op, void* out, const void* const* in) {
   const Op& o = *static_cast<const Op*>(op);
   auto arg = [&](int k) { return *static_cast<const In*>(in[k]); };
   Out* result = static_cast<Out*>(out);
+  if constexpr (ops::checks_integer_operand<Op> && math::is_signed_integer<In>)
+    if (ops::refused_integer_operand<Op>(arg(1))) ops::throw_refused_integer_operand<Op>();
   if constexpr (backend::cpu::simd_kernel<Op, In, Out>) {
     using B = xsimd::batch<In>;
     if constexpr (Op::arity == 1)
@@ -129,6 +139,21 @@ template <class Op>
 void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
+
+template <class Op>
+tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  return op.evaluate_in_place(std::move(x), in);
+}
+/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
+template <class Op>
+inline constexpr in_place_fn kernels_in_place = [] {
+  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
+    return &run_in_place<Op>;
+  else
+    return static_cast<in_place_fn>(nullptr);
+}();
 
 template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
@@ -150,7 +175,9 @@ struct op_entry {
   compound_fn compound = nullptr;
   scalar_fn scalar = nullptr;    ///< run on one element; set with `tile`
   check_fn check = nullptr;      ///< value check; null when the op has none
+  bool scalar_checks = false;    ///< `scalar` makes `check`'s check itself
   bool evaluates = false;        ///< the result may share an input's buffer (reshape, x[i])
+  in_place_fn in_place = nullptr;  ///< writes the result into a sole first input (set_item)
   /// The op's C++ name when a native loop can call its functor on xsimd batches
   /// (a SIMD kernel for these dtypes and no attributes); empty otherwise.
   std::string_view native_name{};
@@ -167,7 +194,9 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
   e.op = &op;
   e.run = &run_op<Op, Only>;
   e.evaluates = evaluated<Op>;
+  e.in_place = kernels_in_place<Op>;
   if constexpr (requires(std::span<const tensor* const> s) { check_values(op, s); }) e.check = &check_op<Op>;
+  e.scalar_checks = ops::checks_integer_operand<Op>;
   if constexpr (ops::elementwise<Op>) {
     if (in != string && out != string)
       backend::visit_elementwise_types<Only>(op, in, out, [&]<class In, class Out>() {

@@ -4,11 +4,15 @@
 /// buffers ("slots") of values that never leave the call, and the tile scratch of
 /// fused clusters. A workspace serves one run at a time and is kept for the next,
 /// so a call in steady state allocates only its outputs. Workspaces are shared by
-/// all plans of a graph: a slot grows to the largest size any plan asks for.
+/// all plans of a graph, and by the graphs of one function's traces (workspace_pool):
+/// a slot grows to the largest size any plan asks for.
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kiln/core/allocator.hpp"
@@ -104,6 +108,50 @@ class workspace {
   std::array<std::vector<tensor>, dtype_count> slots_;
   scratch_buffer scratch_;
   std::vector<void*> tables_;
+};
+
+/// The workspaces that one or more executors run in: the executors of a
+/// kiln::function's traces share one pool, so that the function holds the memory of
+/// its largest trace rather than the sum over its traces (100 traces of shapes of a
+/// million floats held 4 MB each). A workspace serves one run at a time; a run that
+/// finds it laid out for another plan lays it out again (workspace::bind), keeping
+/// its slots, which only grow.
+class workspace_pool {
+ public:
+  workspace_pool() = default;
+  workspace_pool(const workspace_pool&) = delete;
+  workspace_pool& operator=(const workspace_pool&) = delete;
+
+  /// A workspace no run is using: the idle one without a lock in the common case of
+  /// one caller at a time, else a spare one, else a new one.
+  workspace* acquire() {
+    if (workspace* w = idle_.exchange(nullptr, std::memory_order_acquire)) return w;
+    std::lock_guard lock(mutex_);
+    if (!spare_.empty()) {
+      workspace* w = spare_.back();
+      spare_.pop_back();
+      return w;
+    }
+    return workspaces_.emplace_back(std::make_unique<workspace>()).get();
+  }
+  /// Gives back a workspace acquire() gave.
+  void give_back(workspace* w) {
+    workspace* empty = nullptr;
+    if (idle_.compare_exchange_strong(empty, w, std::memory_order_release)) return;
+    std::lock_guard lock(mutex_);
+    spare_.push_back(w);
+  }
+  /// How many workspaces runs have needed at once, so far.
+  std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return workspaces_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;  // guards workspaces_ and spare_
+  std::vector<std::unique_ptr<workspace>> workspaces_;
+  std::vector<workspace*> spare_;
+  std::atomic<workspace*> idle_{nullptr};
 };
 
 }  // namespace kiln::detail::exec

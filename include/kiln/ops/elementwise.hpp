@@ -250,12 +250,31 @@ void minimum::gradient(G& g) const {
   g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
+/// Whether an op's second integer operand may make it undefined: a divisor (zero is
+/// refused) or an exponent (a negative one is).
+template <class Op>
+concept checks_integer_operand = requires { Op::integer_divisor; } || requires { Op::integer_exponent; };
+
+/// Whether `y`, the second operand of `Op`, is an integer it refuses.
+template <checks_integer_operand Op, class T>
+constexpr bool refused_integer_operand(T y) {
+  if constexpr (requires { Op::integer_divisor; }) return y == T(0);
+  else return y < T(0);
+}
+
+/// The error of `Op` for a second integer operand it refuses.
+template <checks_integer_operand Op>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_refused_integer_operand() {
+  throw invalid_argument_error(std::string(Op::name) + (requires { Op::integer_divisor; }
+                                                            ? ": integer division by zero"
+                                                            : ": integers to negative integer powers are not allowed"));
+}
+
 /// Rejects integer division by zero and integers to negative powers before a kernel
 /// runs, as TensorFlow does (and as C++ must: both are undefined behaviour).
 template <elementwise Op>
-  requires(requires { Op::integer_divisor; } || requires { Op::integer_exponent; })
+  requires checks_integer_operand<Op>
 void check_values(const Op&, std::span<const tensor* const> in) {
-  constexpr bool divisor = requires { Op::integer_divisor; };
   const tensor& y = *in[1];
   if (!is_integer(y.dtype()) || y.size() == 0) return;
   bool bad = visit_dtype(y.dtype(), [&]<class T>() {
@@ -263,13 +282,11 @@ void check_values(const Op&, std::span<const tensor* const> in) {
       std::vector<T> copied;
       const T* p = y.device() == device::cpu ? y.data<T>() : (copied = y.to_vector<T>()).data();
       for (std::int64_t i = 0, n = y.size(); i < n; ++i)
-        if (divisor ? p[i] == T(0) : p[i] < T(0)) return true;
+        if (refused_integer_operand<Op>(p[i])) return true;
     }
     return false;
   });
-  if (bad)
-    throw invalid_argument_error(std::string(Op::name) + (divisor ? ": integer division by zero"
-                                                                  : ": integers to negative integer powers are not allowed"));
+  if (bad) throw_refused_integer_operand<Op>();
 }
 
 }  // namespace kiln::ops

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <span>
@@ -367,6 +368,13 @@ struct set_item {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result written into the buffer of `x`, the first input, when no one else
+  /// holds it (a graph's value that no later node reads: a loop that accumulates rows
+  /// in a tensor_array writes each row, where a copy per row made it quadratic); else,
+  /// or for a string tensor or one off the CPU, a copy as evaluate() makes. `in[1]`
+  /// and `in[2]` are the index and the value.
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
@@ -397,6 +405,12 @@ struct pad_rows {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
+  /// The result in the buffer of `x`, the first input, when no one else holds it:
+  /// its spare room if it has enough, else a new buffer with room for twice the rows,
+  /// so that a tensor_array grown a row at a time in a loop costs amortized O(1) per
+  /// row (a copy per row made it quadratic); else as evaluate().
+  template <class = void>
+  tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   std::string attributes() const { return ""; }
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
@@ -893,6 +907,18 @@ tensor ops::set_item::evaluate(std::span<const tensor* const> in) const {
                              detail::execute_now(slice{begin, after}, x));
 }
 
+template <class>
+tensor ops::set_item::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const tensor& value = *in[2];
+  if (x.dtype() == string || x.device() != device::cpu || value.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1], in[2]};
+    return evaluate(rest);
+  }
+  const std::size_t row_bytes = std::size_t(value.size()) * size_of(value.dtype());
+  std::memcpy(static_cast<char*>(x.raw_data()) + std::size_t(scalar_index(*in[1])) * row_bytes, value.raw_data(), row_bytes);
+  return std::move(x);
+}
+
 /// `kiln::pad_rows(x, rows)`: `x` with rows of zeros (`false`, `""`) appended along
 /// its first dim until it has `rows` (an int32 or int64 scalar, not negative); `x`
 /// itself when it has that many rows already.
@@ -907,6 +933,31 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
   missing[0] = scalar_index(*in[1]) - x.shape()[0];
   if (missing[0] <= 0) return x;
   return detail::execute_now(concat{0}, x, kiln::zeros(missing, x.dtype(), x.device()));
+}
+
+template <class>
+tensor ops::pad_rows::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
+  const std::int64_t rows = scalar_index(*in[1]), have = x.shape()[0];
+  if (rows <= have) return std::move(x);
+  if (x.dtype() == string || x.device() != device::cpu || !x.sole_owner()) {
+    const tensor* rest[] = {&x, in[1]};
+    return evaluate(rest);
+  }
+  kiln::shape grown = x.shape();
+  grown[0] = rows;
+  const std::int64_t row = have > 0 ? x.size() / have : grown.num_elements() / rows;
+  const std::size_t element = size_of(x.dtype());
+  tensor out = std::move(x);
+  if (out.buffer_capacity() < rows * row) {
+    kiln::shape room = grown;
+    room[0] = std::max(rows, 2 * have);
+    tensor bigger(out.dtype(), room);
+    std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
+    out = bigger.share(out.shape());
+  }
+  std::memset(static_cast<char*>(out.raw_data()) + std::size_t(have * row) * element, 0,
+              std::size_t((rows - have) * row) * element);
+  return out.share(grown);
 }
 
 /// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape

@@ -168,6 +168,12 @@ struct function_state {
   template <class = void>
   void relax(call_signature& sig);
 
+  /// After how many runtime-tier traces a function warns that it retraces often, as
+  /// TensorFlow does after 5 (to config::warning_stream(), once per function).
+  static constexpr std::size_t retracing_warning_traces = 5;
+  template <class = void>
+  void warn_retracing() const;
+
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that
   // dies with the trace would be created anew at every call in eager code.

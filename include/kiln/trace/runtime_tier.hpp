@@ -165,6 +165,9 @@ struct concrete_state : trace_signature {
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
   jit_switch jit_compile;  ///< function_options::jit_compile
+  /// Where the executor's runs take their workspaces: the function's pool, shared by
+  /// its traces (null: the executor's own).
+  std::shared_ptr<exec::workspace_pool> workspaces;
   /// The backward pass, described on the first call under a gradient tape
   /// (kiln/autodiff/function_gradient.hpp).
   mutable std::once_flag backward_once;
@@ -222,7 +225,7 @@ struct concrete_state : trace_signature {
 template <class>
 void concrete_state::compile() {
   optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized, jit_compile);
+  executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
 }
 
 template <class>
@@ -310,6 +313,8 @@ struct runtime_traces {
   using trace_map = std::unordered_map<std::vector<std::uint64_t>, std::shared_ptr<concrete_state>, key_hash>;
 
   std::vector<std::shared_ptr<concrete_state>> traces;
+  /// The workspaces every trace's executor runs in (exec::workspace_pool).
+  std::shared_ptr<exec::workspace_pool> workspaces = std::make_shared<exec::workspace_pool>();
   trace_map by_key;      // each trace under the key it was traced for
   trace_map dispatched;  // calls served by a more general trace; forgotten at each new trace
   std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
@@ -354,7 +359,21 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
   signatures.push_back({traced});
   runtime->by_key.emplace(sig.key, traced);
   runtime->dispatched.clear();  // the new trace may be more specific for some of them
+  if (runtime->traces.size() == retracing_warning_traces) warn_retracing();
   return traced;
+}
+
+template <class>
+void function_state::warn_retracing() const {
+  std::ostream* os = config::warning_stream();
+  if (!os) return;
+  std::ostringstream text;
+  text << "WARNING: kiln::function " << options.name << " has traced " << retracing_warning_traces
+       << " times. Tracing is expensive and the excessive number of tracings could be due to (1) passing tensors "
+          "with different shapes, (2) passing C++ values that change, which are part of the signature. For (1), "
+          "function_options::reduce_retracing = true or an input_signature avoids retracing. For (2), pass tensors "
+          "instead.\n";
+  *os << text.str() << std::flush;
 }
 
 template <class>
@@ -363,6 +382,10 @@ std::shared_ptr<concrete_state> function_state::start_trace(
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
   c->jit_compile = options.jit_compile;
+  {
+    std::lock_guard lock(mutex);
+    c->workspaces = runtime->workspaces;
+  }
   for (std::size_t i = 0; i < texts.bound.size(); ++i) c->arg_names.push_back(arg_name(i));
   c->bound = sig.values;
   c->bound_text = std::move(texts.bound);
