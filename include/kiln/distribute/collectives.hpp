@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -71,6 +72,7 @@ inline std::string describe(const collective_descriptor& d) {
     text += " of " + std::to_string(d.tensors) + " " + type + " tensors (" + std::to_string(d.elements) + " elements)";
   }
   if (d.device) text += " on the gpu";
+  if (d.line) text += " at line " + std::to_string(d.line);
   return text;
 }
 
@@ -82,6 +84,8 @@ inline collective_descriptor descriptor_of(const collective_spec& s, std::uint64
   d.kind = std::uint8_t(s.kind);
   d.op = std::uint8_t(s.op);
   d.root = s.root;
+  d.site = s.site;
+  d.line = s.line;
   d.tensors = std::int64_t(in.size());
   d.type = std::uint8_t(in[0]->dtype());
   d.rank = std::uint8_t(in[0]->rank());
@@ -104,10 +108,11 @@ inline collective_descriptor descriptor_of(const collective_spec& s, std::uint64
 }
 
 /// Raises kiln::invalid_argument_error, on every rank alike, unless every rank is about
-/// to run the same collective on tensors of the same dtypes and shapes (and devices).
+/// to run the same collective, called from the same place of the program, on tensors of
+/// the same dtypes and shapes (and devices).
 inline void check_agreement(const group_state& g, std::span<const collective_descriptor> all, std::string_view what) {
   auto same = [](const collective_descriptor& a, const collective_descriptor& b) {
-    return a.kind == b.kind && a.op == b.op && a.root == b.root && a.type == b.type && a.rank == b.rank &&
+    return a.kind == b.kind && a.op == b.op && a.root == b.root && a.site == b.site && a.type == b.type && a.rank == b.rank &&
            a.tensors == b.tensors && a.elements == b.elements && a.shapes_hash == b.shapes_hash &&
            a.device == b.device && std::equal(std::begin(a.dims), std::end(a.dims), std::begin(b.dims));
   };
@@ -250,6 +255,12 @@ inline void unpack(tensor& out, std::int64_t first, const std::int64_t* lengths,
   }
 }
 
+/// The group collective `s` runs over.
+inline std::shared_ptr<group_state> group_for(const collective_spec& s) {
+  if (s.group) return std::static_pointer_cast<group_state>(s.group);
+  return runtime::get().group_of(s.members);
+}
+
 /// Runs collective `op` on eager tensors (the engine's entry point, and what the node
 /// runs): the agreement, the checks, then the transfer. Tensors on the gpu travel
 /// through host memory.
@@ -258,7 +269,7 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
   const collective_spec& s = op.spec();
   const std::string what(kiln::detail::collective_api_name(s.kind));
   runtime& rt = runtime::get();
-  const std::shared_ptr<group_state> group = rt.group_of(s.members);
+  const std::shared_ptr<group_state> group = group_for(s);
   group_state& g = *group;
   if (g.rank < 0)
     throw invalid_argument_error(what + ": this process (world rank " + std::to_string(rt.world_rank()) +
@@ -419,11 +430,18 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
     for (tensor& r : results) r = r.to(place);
 }
 
-/// The number of ranks of group `members`.
+/// The number of ranks of group `members` (of a loaded graph).
 inline int group_size_of(const std::vector<int>& members) { return runtime::get().group_of(members)->size; }
 
 template <class = void>
 std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs);
+
+/// The spec of a collective called at `where`.
+inline collective_spec spec_at(collective_kind kind, reduce_op op, int root, const communicator& group,
+                               const std::source_location& where) {
+  return {kind, op, root, group.members(), group.state(), kiln::detail::collective_site(where.file_name(), where.line(), where.column()),
+          where.line()};
+}
 
 /// The backward pass of a collective, from its spec, the inputs and the gradients of its
 /// (floating-point) results: the collectives TensorFlow differentiates them with. The
@@ -437,7 +455,11 @@ template <class = void>
 std::vector<tensor> collective_backward(const void* self, std::span<const tensor>, std::span<const tensor> dys) {
   const collective_spec& s = *static_cast<const collective_spec*>(self);
   const std::string what(kiln::detail::collective_api_name(s.kind));
-  auto with = [&](collective_kind kind, reduce_op op) { return collective_spec{kind, op, s.root, s.members}; };
+  auto with = [&](collective_kind kind, reduce_op op) {
+    const std::source_location here = std::source_location::current();
+    return collective_spec{kind, op, s.root, s.members, s.group,
+                           kiln::detail::collective_site(here.file_name(), here.line(), std::uint32_t(kind)), here.line()};
+  };
   const bool differentiable = s.op == reduce_op::sum || s.op == reduce_op::mean;
   if (!differentiable && (s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter))
     throw unavailable_error(what + ": reduce_op::" + std::string(name(s.op)) +
@@ -449,7 +471,7 @@ std::vector<tensor> collective_backward(const void* self, std::span<const tensor
     case collective_kind::reduce: return collective(with(collective_kind::broadcast, reduce_op::sum), dys);
     case collective_kind::reduce_scatter: {
       std::vector<tensor> g = collective(with(collective_kind::all_gather, reduce_op::sum), dys);
-      if (s.op == reduce_op::mean) g[0] = g[0] / kiln::constant(double(group_size_of(s.members)), g[0].dtype());
+      if (s.op == reduce_op::mean) g[0] = g[0] / kiln::constant(double(group_for(s)->size), g[0].dtype());
       return g;
     }
   }
@@ -472,7 +494,7 @@ void record_collective_on_tapes(const special_op& op, std::span<const tensor> in
   const auto* c = op.as<collective_op>();
   if (!c || inputs.empty()) return;
   // On one rank a collective gives its inputs themselves, which the tapes already know.
-  if (!outputs[0].is_symbolic() && group_size_of(c->spec().members) == 1) return;
+  if (!outputs[0].is_symbolic() && group_for(c->spec())->size == 1) return;
   record_on_tapes(c->spec(), inputs, outputs);
 }
 
@@ -484,7 +506,7 @@ std::vector<tensor> collective(const collective_spec& spec, std::span<const tens
   if (inputs.empty()) throw invalid_argument_error(what + ": no tensors given");
   for (const tensor& t : inputs)
     if (!t.defined()) throw invalid_argument_error(what + ": an empty tensor was given");
-  const int size = group_size_of(spec.members);
+  const int size = group_for(spec)->size;
   std::vector<tensor> outputs;
   if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
     std::vector<std::pair<dtype, shape>> specs, results;
@@ -518,8 +540,11 @@ namespace kiln {
 /// Combines `x` across the ranks of `group` (every rank by default): each rank gets
 /// the sum, mean, max or min of every rank's `x` (TensorFlow's
 /// `tf.distribute.ReplicaContext.all_reduce`, CollectiveReduceV2). Every rank of the
-/// group must call it, in the same order as its other collectives, with the same dtype
-/// (int32, int64, float32 or float64; another raises kiln::type_error) and shape.
+/// group must call it, in the same order as its other collectives and from the same
+/// place of the program (`where`: ranks that reach one collective from different lines
+/// pass one std::source_location), with the same dtype (int32, int64, float32 or
+/// float64; another raises kiln::type_error) and shape; ranks that disagree raise
+/// kiln::invalid_argument_error naming what each gave.
 /// A float sum is taken in rank order, the same bits on every rank
 /// (kiln/distribute/collectives.hpp); an integer mean truncates toward zero. Eagerly it
 /// runs at once; in a kiln::function it is a node that runs at every call. The
@@ -532,9 +557,11 @@ namespace kiln {
 /// \endcode
 template <class = void>
 tensor all_reduce(const tensor& x, reduce_op op = reduce_op::sum,
-                  const distribute::communicator& group = distribute::communicator::world()) {
+                  const distribute::communicator& group = distribute::communicator::world(),
+                  std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective({detail::collective_kind::all_reduce, op, 0, group.members()}, in)[0];
+  return distribute::detail::collective(
+      distribute::detail::spec_at(detail::collective_kind::all_reduce, op, 0, group, where), in)[0];
 }
 
 /// The all-reduce of several tensors of one dtype in one transfer (a *bucket*, as
@@ -545,8 +572,10 @@ tensor all_reduce(const tensor& x, reduce_op op = reduce_op::sum,
 /// \endcode
 template <class = void>
 std::vector<tensor> all_reduce(const std::vector<tensor>& xs, reduce_op op = reduce_op::sum,
-                               const distribute::communicator& group = distribute::communicator::world()) {
-  return distribute::detail::collective({detail::collective_kind::all_reduce, op, 0, group.members()}, xs);
+                               const distribute::communicator& group = distribute::communicator::world(),
+                               std::source_location where = std::source_location::current()) {
+  return distribute::detail::collective(
+      distribute::detail::spec_at(detail::collective_kind::all_reduce, op, 0, group, where), xs);
 }
 
 /// Every rank's `x`, stacked along axis 0 in rank order (CollectiveGatherV2): shape
@@ -555,9 +584,11 @@ std::vector<tensor> all_reduce(const std::vector<tensor>& xs, reduce_op op = red
 /// rank. Its gradient is each rank's own block of the sum of the gradients.
 /// \code kiln::tensor ranks = kiln::all_gather(kiln::constant({kiln::distribute::communicator::world().rank()})); \endcode
 template <class = void>
-tensor all_gather(const tensor& x, const distribute::communicator& group = distribute::communicator::world()) {
+tensor all_gather(const tensor& x, const distribute::communicator& group = distribute::communicator::world(),
+                  std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective({detail::collective_kind::all_gather, reduce_op::sum, 0, group.members()}, in)[0];
+  return distribute::detail::collective(
+      distribute::detail::spec_at(detail::collective_kind::all_gather, reduce_op::sum, 0, group, where), in)[0];
 }
 
 /// Rank `root`'s `x`, on every rank (CollectiveBcastSend/RecvV2 in one op): the other
@@ -565,10 +596,11 @@ tensor all_gather(const tensor& x, const distribute::communicator& group = distr
 /// included. Its gradient is the sum of the gradients on the root, zeros elsewhere.
 /// \code kiln::tensor seed = kiln::broadcast(kiln::constant(std::int64_t(42)), 0); \endcode
 template <class = void>
-tensor broadcast(const tensor& x, int root = 0, const distribute::communicator& group = distribute::communicator::world()) {
+tensor broadcast(const tensor& x, int root = 0, const distribute::communicator& group = distribute::communicator::world(),
+                 std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective({detail::collective_kind::broadcast, reduce_op::sum, root, group.members()},
-                                        in)[0];
+  return distribute::detail::collective(
+      distribute::detail::spec_at(detail::collective_kind::broadcast, reduce_op::sum, root, group, where), in)[0];
 }
 
 /// The all-reduce of `x` cut along axis 0 into one block per rank, rank r keeping block
@@ -581,9 +613,11 @@ tensor broadcast(const tensor& x, int root = 0, const distribute::communicator& 
 /// \endcode
 template <class = void>
 tensor reduce_scatter(const tensor& x, reduce_op op = reduce_op::sum,
-                      const distribute::communicator& group = distribute::communicator::world()) {
+                      const distribute::communicator& group = distribute::communicator::world(),
+                      std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective({detail::collective_kind::reduce_scatter, op, 0, group.members()}, in)[0];
+  return distribute::detail::collective(
+      distribute::detail::spec_at(detail::collective_kind::reduce_scatter, op, 0, group, where), in)[0];
 }
 
 }  // namespace kiln

@@ -38,6 +38,7 @@ class communicator {
 
   /// The group of the ranks of this one that give the same `color`, ranked by `key`
   /// (ties by their rank here), as MPI_Comm_split: every rank of this group calls it.
+  /// Each split makes a new group, whose collectives never meet another group's.
   communicator split(int color, int key = 0) const {
     return communicator(detail::runtime::get().split(state_, color, key));
   }
@@ -45,6 +46,16 @@ class communicator {
   /// Waits until every rank of the group has arrived (an all_reduce of nothing), with
   /// the collectives' timeout.
   void barrier() const;
+
+  /// How long this group's collectives wait for every rank to arrive (by default
+  /// kiln::distribute::timeout()); set it alike on every rank of the group.
+  /// \code kiln::distribute::communicator::world().split(0).set_timeout(std::chrono::seconds(5)); \endcode
+  void set_timeout(std::chrono::nanoseconds timeout) const {
+    if (timeout <= std::chrono::nanoseconds::zero())
+      throw invalid_argument_error("communicator::set_timeout: the timeout must be positive");
+    std::lock_guard lock(detail::runtime::get().mutex());
+    state_->timeout = timeout.count();
+  }
 
   /// The runtime's state of the group (for kiln's collectives).
   const std::shared_ptr<detail::group_state>& state() const { return state_; }
@@ -56,8 +67,9 @@ class communicator {
 
 /// How long a collective waits for every rank of its group to arrive before it raises
 /// kiln::unavailable_error (and its group can run no more collectives): 600 s unless
-/// the environment variable `KILN_COLLECTIVE_TIMEOUT` gives seconds. Set it on every
-/// rank; it applies to collectives that start after.
+/// the environment variable `KILN_COLLECTIVE_TIMEOUT` gives seconds, or the group has a
+/// timeout of its own (communicator::set_timeout). Set it on every rank; it applies to
+/// collectives that start after.
 /// \code kiln::distribute::set_timeout(std::chrono::seconds(30)); \endcode
 inline void set_timeout(std::chrono::nanoseconds timeout) {
   if (timeout <= std::chrono::nanoseconds::zero())

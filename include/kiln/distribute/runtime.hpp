@@ -11,6 +11,14 @@
 /// Without a launcher (`mpirun`, `srun`, ...) a program is a world of one and MPI is
 /// not started at all, so it behaves as it did before it used the component.
 
+// kiln calls MPI's C functions: MPI's C++ bindings (deprecated since MPI 2.2) would add
+// compile time and warnings to every file that includes kiln/distributed.hpp.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <algorithm>
@@ -70,6 +78,7 @@ struct group_state {
   std::vector<int> members;    ///< world ranks in the group's rank order; empty for the world
   std::uint64_t sequence = 0;  ///< collectives started on this group
   std::string broken;          ///< why the group cannot be used any more (empty while it can)
+  std::int64_t timeout = 0;    ///< in nanoseconds; 0: the runtime's
 };
 
 /// What each rank tells the others before a collective: equal on every rank when they
@@ -77,14 +86,16 @@ struct group_state {
 struct collective_descriptor {
   std::uint64_t sequence = 0;     ///< the collective's place in its group's sequence
   std::uint64_t shapes_hash = 0;  ///< of every input's dims
+  std::uint64_t site = 0;         ///< where the program calls it (collective_spec::site)
   std::int64_t tensors = 0;       ///< inputs (several for a bucketed all_reduce)
   std::int64_t elements = 0;      ///< in all inputs
   std::int64_t string_bytes = 0;  ///< characters in all inputs (string tensors)
   std::int64_t dims[8] = {};      ///< the first input's dims
   std::int32_t root = 0;
+  std::uint32_t line = 0;  ///< the line of `site`
   std::uint8_t kind = 0, op = 0, type = 0, rank = 0;
   std::uint8_t device = 0;  ///< 0 host, 1 device memory
-  std::uint8_t padding[7] = {};
+  std::uint8_t padding[3] = {};
 };
 
 /// What kiln's collectives need of MPI: the world and its groups, one lock for every
@@ -111,10 +122,9 @@ class runtime {
   /// The world's group.
   const std::shared_ptr<group_state>& world() const { return world_; }
 
-  /// The group of world ranks `members` (in its rank order; empty: the world): one made
-  /// by split(), or else made now, which every member must do at the same point of its
-  /// program (a graph loaded from a file makes its groups when their first collective
-  /// runs, where every member runs it).
+  /// The group of world ranks `members` (in its rank order; empty: the world) that the
+  /// collectives of graphs loaded from files run over: made on first use, which every
+  /// member does at the same point of its program (where the first such collective runs).
   std::shared_ptr<group_state> group_of(const std::vector<int>& members) {
     if (members.empty()) return world_;
     std::lock_guard lock(mutex_);
@@ -141,7 +151,7 @@ class runtime {
     return g;
   }
 
-  /// MPI_Comm_split of `parent`: the ranks that give the same `color` form a group,
+  /// MPI_Comm_split of `parent`: the ranks that give the same `color` form a new group,
   /// ranked by `key`. Every rank of `parent` calls it.
   std::shared_ptr<group_state> split(const std::shared_ptr<group_state>& parent, int color, int key) {
     std::lock_guard lock(mutex_);
@@ -159,21 +169,12 @@ class runtime {
     MPI_Group_translate_ranks(group, size, ranks.data(), world_group, in_world.data());
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
-    if (auto it = groups_.find(in_world); it != groups_.end()) {
-      MPI_Comm_free(&comm);
-      return it->second;
-    }
     auto g = std::make_shared<group_state>();
     g->comm = comm;
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm, &g->rank);
     g->size = size;
     g->members = in_world;
-    if (in_world.size() == std::size_t(world_->size) && std::is_sorted(in_world.begin(), in_world.end())) {
-      MPI_Comm_free(&g->comm);
-      return world_;
-    }
-    groups_.emplace(in_world, g);
     return g;
   }
 
@@ -200,7 +201,7 @@ class runtime {
     check(MPI_Iallgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine), MPI_BYTE, g.comm, &request),
           "MPI_Iallgather");
     const auto start = std::chrono::steady_clock::now();
-    const auto limit = timeout();
+    const auto limit = g.timeout > 0 ? std::chrono::nanoseconds(g.timeout) : timeout();
     for (int spins = 0;; ++spins) {
       int done = 0;
       check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -213,7 +214,7 @@ class runtime {
         g.broken = "collective #" + std::to_string(mine.sequence) + " (" + std::string(what) + ") timed out";
         throw unavailable_error(std::string(what) + ": not every rank of " + group_name(g) + " joined collective #" +
                                 std::to_string(mine.sequence) + " within " + seconds(limit) +
-                                " (kiln::distribute::set_timeout, KILN_COLLECTIVE_TIMEOUT): a rank skipped it, is "
+                                " (communicator::set_timeout, KILN_COLLECTIVE_TIMEOUT): a rank skipped it, is "
                                 "stuck, or ended; this group cannot run collectives any more");
       }
       // Spin first (the others are usually about to arrive), then yield, then sleep

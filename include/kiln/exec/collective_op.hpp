@@ -72,7 +72,24 @@ struct collective_spec {
   /// The group: the world ranks of its members in the group's rank order; empty for
   /// every rank of the world.
   std::vector<int> members;
+  /// The transport's state of the group (kiln/distribute/): set for a collective the
+  /// program made, null for one loaded from a file, whose group `members` finds.
+  std::shared_ptr<void> group;
+  /// Where the program calls it (a hash of its source file, line and column, and the
+  /// line): ranks that reach a collective from different places have lost step, since
+  /// every rank runs the same program.
+  std::uint64_t site = 0;
+  std::uint32_t line = 0;
 };
+
+/// The `site` of a collective called at `file`, `line`, `column`.
+inline std::uint64_t collective_site(std::string_view file, std::uint32_t line, std::uint32_t column) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (char c : file) hash = (hash ^ std::uint8_t(c)) * 1099511628211ull;
+  for (std::uint32_t v : {line, column})
+    for (int b = 0; b < 4; ++b) hash = (hash ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return hash;
+}
 
 /// Why a collective cannot take its inputs: nothing, or which rule they break.
 struct collective_failure {
