@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "../support/op_check.hpp"
+#include "world.hpp"
 
 namespace {
 
 using kiln::testing::require_throws;
-
-const kiln::distribute::communicator& world() { return kiln::distribute::communicator::world(); }
+using kiln::testing::world;
 
 // The numeric dtypes a reduction takes, and a value of each from a small integer.
 const kiln::dtype numeric_dtypes[] = {kiln::int32, kiln::int64, kiln::float32, kiln::float64};
@@ -151,7 +151,7 @@ TEST_CASE("reduce_scatter gives rank r block r of the reduction, on every numeri
   }
 }
 
-TEST_CASE("a collective takes the dtypes TensorFlow's takes; another raises a type_error naming it") {
+TEST_CASE("a collective takes the dtypes TensorFlow's takes, and another raises a type_error naming it") {
   require_throws<kiln::type_error>([] { return kiln::all_reduce(kiln::constant(true)); },
                                    {"kiln::all_reduce", "bool"});
   require_throws<kiln::type_error>([] { return kiln::all_reduce(kiln::constant("a")); },
