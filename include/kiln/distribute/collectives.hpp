@@ -162,11 +162,12 @@ inline void* scratch(group_state& g, std::size_t bytes) {
   return buffer.data();
 }
 
-/// out[e] = ((x_0[e] + x_1[e]) + x_2[e]) + ... in rank order (x_me is `own`, the others
-/// are blocks of `received`), divided by the count for a mean.
+/// out[e] = ((x_0[e] + x_1[e]) + x_2[e]) + ... in rank order (x_me is `own`, x_r for
+/// another rank r is `received + r * stride`), divided by the count for a mean.
 template <class T>
-void sum_in_rank_order(T* out, const T* own, const T* received, std::int64_t count, int me, int size, bool mean) {
-  auto block = [&](int r) { return r == me ? own : received + std::int64_t(r) * count; };
+void sum_in_rank_order(T* out, const T* own, const T* received, std::int64_t count, std::int64_t stride, int me, int size,
+                       bool mean) {
+  auto block = [&](int r) { return r == me ? own : received + std::int64_t(r) * stride; };
   const T* a = block(0);
   const T* b = block(1);
   for (std::int64_t e = 0; e < count; ++e) out[e] = a[e] + b[e];
@@ -178,15 +179,46 @@ void sum_in_rank_order(T* out, const T* own, const T* received, std::int64_t cou
     for (std::int64_t e = 0; e < count; ++e) out[e] /= T(size);
 }
 
-/// The all-reduce (sum or mean) of `count` floats in rank order, as the file comment
-/// says: segments of at most 2^27 elements, each an MPI_Alltoallv of blocks, a sum per
-/// block and an MPI_Allgatherv.
+/// The tensors of a bucket read as one row of elements, without copying them.
 template <class T>
-void ordered_all_reduce(group_state& g, const T* in, T* out, std::int64_t count, bool mean) {
+struct element_row {
+  std::vector<const T*> parts;
+  std::vector<std::int64_t> starts;  ///< where each part starts in the row, then the row's length
+
+  explicit element_row(std::span<const tensor* const> tensors) {
+    std::int64_t at = 0;
+    for (const tensor* t : tensors) {
+      if (t->size() == 0) continue;
+      parts.push_back(static_cast<const T*>(t->raw_data()));
+      starts.push_back(at);
+      at += t->size();
+    }
+    starts.push_back(at);
+  }
+  /// f(pointer, count, offset from `begin`) for each part's share of [begin, end).
+  template <class F>
+  void each(std::int64_t begin, std::int64_t end, F&& f) const {
+    std::size_t k = std::size_t(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin());
+    for (k = k == 0 ? 0 : k - 1; k < parts.size() && starts[k] < end; ++k) {
+      const std::int64_t from = std::max(begin, starts[k]), to = std::min(end, starts[k + 1]);
+      if (from < to) f(parts[k] + (from - starts[k]), to - from, from - begin);
+    }
+  }
+};
+
+/// The all-reduce (sum or mean) of a row of floats in rank order, as the file comment
+/// says: in segments of at most 2^27 elements, rank j receives block j of the segment
+/// from every rank (sends and receives straight from and into the tensors, split where
+/// they end, rather than an MPI_Alltoallv of a packed copy), sums the blocks in rank
+/// order, and an MPI_Allgatherv gives every rank every block.
+template <class T>
+void ordered_all_reduce(group_state& g, const element_row<T>& in, T* out, bool mean) {
   const int n = g.size, me = g.rank;
+  const std::int64_t count = in.starts.back();
   constexpr std::int64_t segment = std::int64_t(1) << 27;
   const auto ranks = static_cast<std::size_t>(n);
-  std::vector<int> counts(ranks), displs(ranks), send_counts(ranks), receive_counts(ranks), receive_displs(ranks);
+  std::vector<int> counts(ranks), displs(ranks);
+  std::vector<MPI_Request> requests;
   for (std::int64_t start = 0; start < count; start += segment) {
     const std::int64_t length = std::min(segment, count - start);
     for (int j = 0, offset = 0; j < n; ++j) {
@@ -195,17 +227,32 @@ void ordered_all_reduce(group_state& g, const T* in, T* out, std::int64_t count,
       offset += counts[std::size_t(j)];
     }
     const int mine = counts[std::size_t(me)];
+    const std::int64_t my_begin = start + displs[std::size_t(me)];
+    // Slot j of `received` holds rank j's block `me` (slot `me` is unused).
+    T* received = static_cast<T*>(scratch(g, ranks * std::size_t(mine) * sizeof(T) + sizeof(T)));
+    requests.clear();
     for (int j = 0; j < n; ++j) {
-      send_counts[std::size_t(j)] = j == me ? 0 : counts[std::size_t(j)];
-      receive_counts[std::size_t(j)] = j == me ? 0 : mine;
-      receive_displs[std::size_t(j)] = j * mine;
+      if (j == me) continue;
+      in.each(my_begin, my_begin + mine, [&](const T*, std::int64_t c, std::int64_t at) {
+        requests.emplace_back();
+        runtime::check(MPI_Irecv(received + std::int64_t(j) * mine + at, int(c), mpi_type(dtype_of<T>), j, 0, g.comm,
+                                 &requests.back()),
+                       "MPI_Irecv");
+      });
     }
-    T* received = static_cast<T*>(scratch(g, std::size_t(n) * std::size_t(mine) * sizeof(T) + sizeof(T)));
-    runtime::check(MPI_Alltoallv(in + start, send_counts.data(), displs.data(), mpi_type(dtype_of<T>), received,
-                                 receive_counts.data(), receive_displs.data(), mpi_type(dtype_of<T>), g.comm),
-                   "MPI_Alltoallv");
-    sum_in_rank_order(out + start + displs[std::size_t(me)], in + start + displs[std::size_t(me)], received, mine, me, n,
-                      mean);
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      const std::int64_t begin = start + displs[std::size_t(j)];
+      in.each(begin, begin + counts[std::size_t(j)], [&](const T* p, std::int64_t c, std::int64_t) {
+        requests.emplace_back();
+        runtime::check(MPI_Isend(p, int(c), mpi_type(dtype_of<T>), j, 0, g.comm, &requests.back()), "MPI_Isend");
+      });
+    }
+    runtime::check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    // Summed part by part of this rank's own block, which may span several tensors.
+    in.each(my_begin, my_begin + mine, [&](const T* own, std::int64_t c, std::int64_t at) {
+      sum_in_rank_order(out + my_begin + at, own, received + at, c, mine, me, n, mean);
+    });
     runtime::check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out + start, counts.data(), displs.data(),
                                   mpi_type(dtype_of<T>), g.comm),
                    "MPI_Allgatherv");
@@ -312,27 +359,27 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
     case collective_kind::reduce: {
       std::int64_t total = 0;
       for (const tensor* x : in) total += x->size();
-      const void* source = in[0]->raw_data();
-      tensor packed;
-      if (in.size() > 1) {  // a bucket: one transfer for every tensor
-        packed = kiln::detail::allocate_result(what, t, shape{total});
-        std::int64_t at = 0;
-        for (const tensor* x : in) {
-          if (x->size() > 0)
-            std::memcpy(static_cast<char*>(packed.raw_data()) + at * std::int64_t(element), x->raw_data(),
-                        std::size_t(x->size()) * element);
-          at += x->size();
-        }
-        source = packed.raw_data();
-      }
       tensor reduced = kiln::detail::allocate_result(what, t, shape{total});
       ops::visit_numeric(t, [&]<class T>() {
         if constexpr (std::is_floating_point_v<T>) {
           if (s.op == reduce_op::sum || s.op == reduce_op::mean) {
-            ordered_all_reduce(g, static_cast<const T*>(source), static_cast<T*>(reduced.raw_data()), total,
-                               s.op == reduce_op::mean);
+            ordered_all_reduce(g, element_row<T>(in), static_cast<T*>(reduced.raw_data()), s.op == reduce_op::mean);
             return;
           }
+        }
+        // Exact reductions go through MPI_Allreduce, of one buffer: a bucket is packed.
+        const void* source = in[0]->raw_data();
+        tensor packed;
+        if (in.size() > 1) {
+          packed = kiln::detail::allocate_result(what, t, shape{total});
+          std::int64_t at = 0;
+          for (const tensor* x : in) {
+            if (x->size() > 0)
+              std::memcpy(static_cast<char*>(packed.raw_data()) + at * std::int64_t(element), x->raw_data(),
+                          std::size_t(x->size()) * element);
+            at += x->size();
+          }
+          source = packed.raw_data();
         }
         exact_all_reduce(g, static_cast<const T*>(source), static_cast<T*>(reduced.raw_data()), total, s.op);
       });
@@ -412,7 +459,7 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
             // Rank j receives block j of every rank (its own included) and sums them in rank order.
             T* received = static_cast<T*>(scratch(g, std::size_t(g.size) * std::size_t(block) * sizeof(T) + sizeof(T)));
             runtime::check(MPI_Alltoall(source, b, mpi_type(t), received, b, mpi_type(t), g.comm), "MPI_Alltoall");
-            sum_in_rank_order(target, received + std::int64_t(g.rank) * block, received, block, g.rank, g.size,
+            sum_in_rank_order(target, received + std::int64_t(g.rank) * block, received, block, block, g.rank, g.size,
                               s.op == reduce_op::mean);
             return;
           }
