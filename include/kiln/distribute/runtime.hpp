@@ -97,6 +97,7 @@ struct collective_descriptor {
   std::uint8_t device = 0;  ///< 0 host, 1 device memory
   std::uint8_t padding[3] = {};
 };
+static_assert(sizeof(collective_descriptor) == 128, "the agreement exchanges 128 bytes per rank");
 
 /// What kiln's collectives need of MPI: the world and its groups, one lock for every
 /// MPI call kiln makes (kiln asks for MPI_THREAD_SERIALIZED), and the timeout.
