@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kiln/kiln.hpp"
+#include "kiln/core/simd.hpp"
 #include "kiln/distribute/communicator.hpp"
 #include "kiln/distribute/runtime.hpp"
 #include "kiln/exec/collective_op.hpp"
@@ -163,20 +164,28 @@ inline void* scratch(group_state& g, std::size_t bytes) {
 }
 
 /// out[e] = ((x_0[e] + x_1[e]) + x_2[e]) + ... in rank order (x_me is `own`, x_r for
-/// another rank r is `received + r * stride`), divided by the count for a mean.
+/// another rank r is `received + r * stride`), divided by the count for a mean: one pass,
+/// in SIMD batches (each lane adds and divides as a scalar would, so the bits are the
+/// same whatever the element's place).
 template <class T>
 void sum_in_rank_order(T* out, const T* own, const T* received, std::int64_t count, std::int64_t stride, int me, int size,
                        bool mean) {
   auto block = [&](int r) { return r == me ? own : received + std::int64_t(r) * stride; };
-  const T* a = block(0);
-  const T* b = block(1);
-  for (std::int64_t e = 0; e < count; ++e) out[e] = a[e] + b[e];
-  for (int r = 2; r < size; ++r) {
-    const T* x = block(r);
-    for (std::int64_t e = 0; e < count; ++e) out[e] += x[e];
+  using batch = xsimd::batch<T>;
+  constexpr std::int64_t lanes = std::int64_t(batch::size);
+  const batch divisor = batch(T(size));
+  std::int64_t e = 0;
+  for (; e + lanes <= count; e += lanes) {
+    batch sum = batch::load_unaligned(block(0) + e) + batch::load_unaligned(block(1) + e);
+    for (int r = 2; r < size; ++r) sum += batch::load_unaligned(block(r) + e);
+    if (mean) sum = sum / divisor;
+    sum.store_unaligned(out + e);
   }
-  if (mean)
-    for (std::int64_t e = 0; e < count; ++e) out[e] /= T(size);
+  for (; e < count; ++e) {
+    T sum = block(0)[e] + block(1)[e];
+    for (int r = 2; r < size; ++r) sum += block(r)[e];
+    out[e] = mean ? sum / T(size) : sum;
+  }
 }
 
 /// The tensors of a bucket read as one row of elements, without copying them.
