@@ -2,8 +2,7 @@
 /// Data parallelism over MPI (bench/RESULTS.md section 19): a program run under mpirun,
 /// one process per rank, since Google Benchmark times one process.
 ///
-///     mpirun -np 2 build/bench/kiln_bench_distributed --rounds 5 \
-///         --out bench/results/distributed/distributed.json
+///     mpirun -np 2 build-bench/kiln_bench_distributed --rounds 10 --out bench/results/distributed/distributed.json
 ///
 /// 1. The all-reduce (sum) of the MLP's 269,322 float32 gradients (bench section 15):
 ///    `mpi_allreduce`, a bare MPI_Allreduce of one buffer into another; `kiln`,

@@ -94,8 +94,10 @@ class data_parallel {
   /// strategy.optimizer(sgd).apply_gradients({kiln::constant(2.f)}, {v});  // v: 1 - 0.1 * 2 on every rank
   /// \endcode
   template <class Optimizer>
-    requires requires(Optimizer& o, const std::vector<tensor>& g, const std::vector<variable>& v) { o.apply_gradients(g, v); }
   distributed_optimizer<Optimizer> optimizer(Optimizer& opt) const {
+    static_assert(requires(const std::vector<tensor>& g, const std::vector<variable>& v) { opt.apply_gradients(g, v); },
+                  "kiln::distribute::data_parallel::optimizer: wraps an optimizer, whose apply_gradients(grads, vars) "
+                  "takes a std::vector<kiln::tensor> and a std::vector<kiln::variable>");
     return distributed_optimizer<Optimizer>(opt, *this);
   }
 
