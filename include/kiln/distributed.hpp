@@ -17,7 +17,8 @@
 /// `libopenmpi-dev`), and its CMake target is `kiln::distributed`. Without a launcher a
 /// program is a world of one and does not start MPI: its collectives give their inputs
 /// back and the strategy's optimizer is the optimizer itself. Tensors on the gpu travel
-/// through host memory (NCCL, for device memory, waits for a GPU to be tested on).
+/// through host memory, or through NCCL in CUDA builds with `KILN_HAS_NCCL`
+/// (kiln/distribute/nccl.hpp: compiled, not yet run on a GPU).
 /// docs/distributed.md has the design: the agreement before each collective, the
 /// timeout, the reduction order, the strategy, and a scaling model.
 
@@ -25,6 +26,7 @@
 #include "kiln/exec/collective_op.hpp"
 #include "kiln/distribute/runtime.hpp"
 #include "kiln/distribute/communicator.hpp"
+#include "kiln/distribute/nccl.hpp"
 #include "kiln/distribute/collectives.hpp"
 #include "kiln/train/replicas.hpp"
 #include "kiln/distribute/data_parallel.hpp"

@@ -22,7 +22,8 @@
 /// `libopenmpi-dev`), and its CMake target is `kiln::distributed`. Without a launcher a
 /// program is a world of one and does not start MPI: its collectives give their inputs
 /// back and the strategy's optimizer is the optimizer itself. Tensors on the gpu travel
-/// through host memory (NCCL, for device memory, waits for a GPU to be tested on).
+/// through host memory, or through NCCL in CUDA builds with `KILN_HAS_NCCL`
+/// (kiln/distribute/nccl.hpp: compiled, not yet run on a GPU).
 /// docs/distributed.md has the design: the agreement before each collective, the
 /// timeout, the reduction order, the strategy, and a scaling model.
 
@@ -312,6 +313,7 @@ struct group_state {
   std::uint64_t sequence = 0;  ///< collectives started on this group
   std::string broken;          ///< why the group cannot be used any more (empty while it can)
   std::int64_t timeout = 0;    ///< in nanoseconds; 0: the runtime's
+  std::shared_ptr<void> nccl;  ///< its NCCL communicator, once made (kiln/distribute/nccl.hpp)
 };
 
 /// What each rank tells the others before a collective: equal on every rank when they
@@ -656,6 +658,147 @@ inline std::chrono::nanoseconds timeout() { return detail::runtime::get().timeou
 }  // namespace kiln::distribute
 // ----- end kiln/distribute/communicator.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_COMMUNICATOR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_NCCL_HPP
+#define KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_NCCL_HPP
+// ----- begin kiln/distribute/nccl.hpp -----
+/// \file
+/// Collectives on device memory through NCCL, in CUDA builds that define
+/// `KILN_HAS_NCCL` (CMake does for CUDA sources when it finds NCCL beside the CUDA
+/// toolkit) and link `libnccl`. Elsewhere, and for what NCCL does not take here (an
+/// integer mean, strings), device tensors travel through host memory and MPI.
+///
+/// Compiled, not yet run: this path waits for a GPU machine to be tested on
+/// (docs/distributed.md, "NCCL and the GPU"). The agreement before each collective stays
+/// on MPI; each group gets an NCCL communicator on first use, from an ncclUniqueId that
+/// its rank 0 broadcasts over the group's MPI communicator; each rank uses the device
+/// `local rank % device count`. NCCL's reduction order is its own (ring or tree, fixed
+/// for a topology and a size), not the rank order of the MPI path.
+
+#if KILN_HAS_NCCL && KILN_THRUST_CUDA
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string>
+
+
+namespace kiln::distribute::detail {
+
+inline void check_nccl(ncclResult_t status, const char* what) {
+  if (status == ncclSuccess) return;
+  throw unavailable_error(std::string("kiln::distribute: ") + what + " failed: " + ncclGetErrorString(status));
+}
+inline void check_device(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw unavailable_error(std::string("kiln::distribute: ") + what + " failed: " + cudaGetErrorString(status));
+}
+
+/// A group's NCCL communicator, destroyed with the group.
+struct nccl_group {
+  ncclComm_t comm = nullptr;
+  ~nccl_group() {
+    if (comm) (void)ncclCommDestroy(comm);
+  }
+};
+
+/// The NCCL communicator of group `g`, made on first use by every rank of the group.
+inline ncclComm_t nccl_comm_of(group_state& g) {
+  if (g.nccl) return static_cast<nccl_group*>(g.nccl.get())->comm;
+  int devices = 0;
+  check_device(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (devices == 0) throw unavailable_error("kiln::distribute: a collective on gpu tensors, but no GPU is visible");
+  int local = 0;
+  for (const char* variable : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(variable)) {
+      local = std::atoi(v);
+      break;
+    }
+  check_device(cudaSetDevice(local % devices), "cudaSetDevice");
+  ncclUniqueId id{};
+  if (g.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  runtime::check(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, g.comm), "MPI_Bcast");
+  auto made = std::make_shared<nccl_group>();
+  check_nccl(ncclCommInitRank(&made->comm, g.size, id, g.rank), "ncclCommInitRank");
+  g.nccl = made;
+  return made->comm;
+}
+
+/// NCCL's type for a dtype's elements (bool as bytes).
+inline ncclDataType_t nccl_type(dtype t) {
+  switch (t) {
+    case int32: return ncclInt32;
+    case int64: return ncclInt64;
+    case float32: return ncclFloat32;
+    case float64: return ncclFloat64;
+    default: return ncclUint8;
+  }
+}
+inline ncclRedOp_t nccl_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::mean: return ncclAvg;
+    case reduce_op::max: return ncclMax;
+    case reduce_op::min: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+/// Whether NCCL runs collective `s` on tensors of dtype `t` here.
+inline bool nccl_takes(const kiln::detail::collective_spec& s, dtype t) {
+  if (t == string) return false;
+  if (s.op == reduce_op::mean && !is_floating(t)) return false;  // an integer mean truncates: the host path
+  return true;
+}
+
+/// Runs collective `s` on device tensors `in` (agreed on by every rank), writing one
+/// device tensor per result into `results`, whose shapes `shapes` gives.
+inline void run_on_nccl(group_state& g, const kiln::detail::collective_spec& s, std::span<const tensor* const> in,
+                        std::span<tensor> results, std::span<const std::pair<dtype, shape>> shapes) {
+  using kiln::detail::collective_kind;
+  ncclComm_t comm = nccl_comm_of(g);
+  const cudaStream_t stream = cudaStreamPerThread;
+  const dtype t = in[0]->dtype();
+  for (std::size_t k = 0; k < results.size(); ++k) results[k] = tensor(shapes[k].first, shapes[k].second, device::gpu);
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const void* send = in[k]->raw_data();
+    void* receive = results[k].raw_data();
+    const auto count = std::size_t(in[k]->size());
+    switch (s.kind) {
+      case collective_kind::all_reduce:
+        check_nccl(ncclAllReduce(send, receive, count, nccl_type(t), nccl_op(s.op), comm, stream), "ncclAllReduce");
+        break;
+      case collective_kind::all_gather:
+        check_nccl(ncclAllGather(send, receive, count, nccl_type(t), comm, stream), "ncclAllGather");
+        break;
+      case collective_kind::broadcast:
+        check_nccl(ncclBroadcast(send, receive, count, nccl_type(t), s.root, comm, stream), "ncclBroadcast");
+        break;
+      case collective_kind::reduce_scatter:
+        check_nccl(ncclReduceScatter(send, receive, std::size_t(results[k].size()), nccl_type(t), nccl_op(s.op), comm,
+                                     stream),
+                   "ncclReduceScatter");
+        break;
+      case collective_kind::reduce:
+        check_nccl(ncclReduce(send, receive, count, nccl_type(t), ncclSum, s.root, comm, stream), "ncclReduce");
+        break;
+    }
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  if (s.kind == collective_kind::reduce && g.rank != s.root)  // NCCL leaves the others' results unwritten
+    for (tensor& r : results)
+      check_device(cudaMemsetAsync(r.raw_data(), 0, std::size_t(r.size()) * size_of(t), stream), "cudaMemsetAsync");
+  check_device(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+}  // namespace kiln::distribute::detail
+
+#endif
+// ----- end kiln/distribute/nccl.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_NCCL_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_COLLECTIVES_HPP
 #define KILN_SINGLE_INCLUDE_KILN_DISTRIBUTE_COLLECTIVES_HPP
 // ----- begin kiln/distribute/collectives.hpp -----
@@ -820,20 +963,28 @@ inline void* scratch(group_state& g, std::size_t bytes) {
 }
 
 /// out[e] = ((x_0[e] + x_1[e]) + x_2[e]) + ... in rank order (x_me is `own`, x_r for
-/// another rank r is `received + r * stride`), divided by the count for a mean.
+/// another rank r is `received + r * stride`), divided by the count for a mean: one pass,
+/// in SIMD batches (each lane adds and divides as a scalar would, so the bits are the
+/// same whatever the element's place).
 template <class T>
 void sum_in_rank_order(T* out, const T* own, const T* received, std::int64_t count, std::int64_t stride, int me, int size,
                        bool mean) {
   auto block = [&](int r) { return r == me ? own : received + std::int64_t(r) * stride; };
-  const T* a = block(0);
-  const T* b = block(1);
-  for (std::int64_t e = 0; e < count; ++e) out[e] = a[e] + b[e];
-  for (int r = 2; r < size; ++r) {
-    const T* x = block(r);
-    for (std::int64_t e = 0; e < count; ++e) out[e] += x[e];
+  using batch = xsimd::batch<T>;
+  constexpr std::int64_t lanes = std::int64_t(batch::size);
+  const batch divisor = batch(T(size));
+  std::int64_t e = 0;
+  for (; e + lanes <= count; e += lanes) {
+    batch sum = batch::load_unaligned(block(0) + e) + batch::load_unaligned(block(1) + e);
+    for (int r = 2; r < size; ++r) sum += batch::load_unaligned(block(r) + e);
+    if (mean) sum = sum / divisor;
+    sum.store_unaligned(out + e);
   }
-  if (mean)
-    for (std::int64_t e = 0; e < count; ++e) out[e] /= T(size);
+  for (; e < count; ++e) {
+    T sum = block(0)[e] + block(1)[e];
+    for (int r = 2; r < size; ++r) sum += block(r)[e];
+    out[e] = mean ? sum / T(size) : sum;
+  }
 }
 
 /// The tensors of a bucket read as one row of elements, without copying them.
@@ -980,16 +1131,10 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
                                  ") is not a rank of " + runtime::group_name(g));
   for (const tensor* t : given) t->require_value(what);
   const device place = given[0]->device();
-  std::vector<tensor> host;
-  std::vector<const tensor*> in(given.begin(), given.end());
-  for (const tensor* t : given) {
+  for (const tensor* t : given)
     if (t->device() != place)
       throw invalid_argument_error(what + ": the tensors of one collective are on one device, got " +
                                    std::string(name(place)) + " and " + std::string(name(t->device())));
-    if (place != device::cpu) host.push_back(t->to(device::cpu));
-  }
-  if (place != device::cpu)
-    for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
 
   std::lock_guard lock(rt.mutex());
   if (!g.broken.empty())
@@ -1001,13 +1146,23 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
     check_agreement(g, all, what);
   }
   std::vector<std::pair<dtype, shape>> specs;
-  for (const tensor* t : in) specs.emplace_back(t->dtype(), t->shape());
+  for (const tensor* t : given) specs.emplace_back(t->dtype(), t->shape());
   std::vector<std::pair<dtype, shape>> out_specs;
   if (collective_failure f = kiln::detail::check_collective(s, specs, g.size, &out_specs)) throw_failure(f, false);
 
   if (g.size == 1) {  // every kind is the identity on one rank
     for (std::size_t k = 0; k < given.size(); ++k) results[k] = *given[k];
     return;
+  }
+#if KILN_HAS_NCCL && KILN_THRUST_CUDA
+  if (place == device::gpu && nccl_takes(s, given[0]->dtype())) return run_on_nccl(g, s, given, results, out_specs);
+#endif
+  // Elsewhere device tensors travel through host memory.
+  std::vector<tensor> host;
+  std::vector<const tensor*> in(given.begin(), given.end());
+  if (place != device::cpu) {
+    for (const tensor* x : given) host.push_back(x->to(device::cpu));
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
   }
   const dtype t = in[0]->dtype();
   const auto element = size_of(t);
@@ -1497,8 +1652,10 @@ class data_parallel {
   /// strategy.optimizer(sgd).apply_gradients({kiln::constant(2.f)}, {v});  // v: 1 - 0.1 * 2 on every rank
   /// \endcode
   template <class Optimizer>
-    requires requires(Optimizer& o, const std::vector<tensor>& g, const std::vector<variable>& v) { o.apply_gradients(g, v); }
   distributed_optimizer<Optimizer> optimizer(Optimizer& opt) const {
+    static_assert(requires(const std::vector<tensor>& g, const std::vector<variable>& v) { opt.apply_gradients(g, v); },
+                  "kiln::distribute::data_parallel::optimizer: wraps an optimizer, whose apply_gradients(grads, vars) "
+                  "takes a std::vector<kiln::tensor> and a std::vector<kiln::variable>");
     return distributed_optimizer<Optimizer>(opt, *this);
   }
 

@@ -32,6 +32,7 @@
 #include "kiln/kiln.hpp"
 #include "kiln/core/simd.hpp"
 #include "kiln/distribute/communicator.hpp"
+#include "kiln/distribute/nccl.hpp"
 #include "kiln/distribute/runtime.hpp"
 #include "kiln/exec/collective_op.hpp"
 
@@ -332,16 +333,10 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
                                  ") is not a rank of " + runtime::group_name(g));
   for (const tensor* t : given) t->require_value(what);
   const device place = given[0]->device();
-  std::vector<tensor> host;
-  std::vector<const tensor*> in(given.begin(), given.end());
-  for (const tensor* t : given) {
+  for (const tensor* t : given)
     if (t->device() != place)
       throw invalid_argument_error(what + ": the tensors of one collective are on one device, got " +
                                    std::string(name(place)) + " and " + std::string(name(t->device())));
-    if (place != device::cpu) host.push_back(t->to(device::cpu));
-  }
-  if (place != device::cpu)
-    for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
 
   std::lock_guard lock(rt.mutex());
   if (!g.broken.empty())
@@ -353,13 +348,23 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
     check_agreement(g, all, what);
   }
   std::vector<std::pair<dtype, shape>> specs;
-  for (const tensor* t : in) specs.emplace_back(t->dtype(), t->shape());
+  for (const tensor* t : given) specs.emplace_back(t->dtype(), t->shape());
   std::vector<std::pair<dtype, shape>> out_specs;
   if (collective_failure f = kiln::detail::check_collective(s, specs, g.size, &out_specs)) throw_failure(f, false);
 
   if (g.size == 1) {  // every kind is the identity on one rank
     for (std::size_t k = 0; k < given.size(); ++k) results[k] = *given[k];
     return;
+  }
+#if KILN_HAS_NCCL && KILN_THRUST_CUDA
+  if (place == device::gpu && nccl_takes(s, given[0]->dtype())) return run_on_nccl(g, s, given, results, out_specs);
+#endif
+  // Elsewhere device tensors travel through host memory.
+  std::vector<tensor> host;
+  std::vector<const tensor*> in(given.begin(), given.end());
+  if (place != device::cpu) {
+    for (const tensor* x : given) host.push_back(x->to(device::cpu));
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
   }
   const dtype t = in[0]->dtype();
   const auto element = size_of(t);

@@ -79,6 +79,7 @@ struct group_state {
   std::uint64_t sequence = 0;  ///< collectives started on this group
   std::string broken;          ///< why the group cannot be used any more (empty while it can)
   std::int64_t timeout = 0;    ///< in nanoseconds; 0: the runtime's
+  std::shared_ptr<void> nccl;  ///< its NCCL communicator, once made (kiln/distribute/nccl.hpp)
 };
 
 /// What each rank tells the others before a collective: equal on every rank when they
