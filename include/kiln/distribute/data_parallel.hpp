@@ -109,6 +109,7 @@ class data_parallel {
   /// kiln::variable b(kiln::zeros({4}), "b");
   /// strategy.broadcast_variables({b});
   /// \endcode
+  template <class = void>
   void broadcast_variables(const std::vector<variable>& vars) const { share_variables(vars, true); }
 
   /// The gradients averaged over the ranks: an all-reduce mean per bucket of gradients
@@ -118,6 +119,7 @@ class data_parallel {
   /// kiln::distribute::data_parallel strategy;
   /// std::vector<kiln::tensor> mean = strategy.average_gradients({kiln::ones({3}), kiln::ones({2, 2})});
   /// \endcode
+  template <class = void>
   std::vector<tensor> average_gradients(const std::vector<tensor>& grads) const {
     if (size() == 1) return grads;
     std::vector<tensor> out = grads;
@@ -154,6 +156,7 @@ class data_parallel {
   /// kiln::distribute::data_parallel strategy;
   /// kiln::tensor mine = strategy.split_batch(kiln::ones({8, 3}));  // 8 / size rows
   /// \endcode
+  template <class = void>
   tensor split_batch(const tensor& global_batch) const {
     const shape& s = global_batch.shape();
     if (!s.has_known_rank() || s.rank() == 0 || s[0] == none)
@@ -177,7 +180,9 @@ class data_parallel {
   /// kiln::distribute::data_parallel strategy;
   /// double mean_loss = strategy.reduce(kiln::reduce_op::mean, 0.25);
   /// \endcode
+  template <class = void>
   tensor reduce(reduce_op op, const tensor& value) const { return kiln::all_reduce(value, op, group()); }
+  template <class = void>
   double reduce(reduce_op op, double value) const {
     return reduce(op, kiln::constant(value)).item<double>();
   }
@@ -187,6 +192,7 @@ class data_parallel {
   /// kiln::distribute::data_parallel strategy;
   /// auto scope = strategy.scope();
   /// \endcode
+  template <class = void>
   [[nodiscard]] data_parallel_scope scope() const;
 
  private:
@@ -199,6 +205,7 @@ class data_parallel {
     std::vector<const void*> seen;  ///< the identities of the variables every rank holds alike
   };
   // Broadcasts the variables of `vars` not seen before (all of them when `every`).
+  template <class = void>
   void share_variables(const std::vector<variable>& vars, bool every) const {
     if (size() == 1) return;
     std::vector<variable> fresh;
@@ -243,6 +250,7 @@ class data_parallel_scope {
 
  private:
   friend class data_parallel;
+  template <class = void>
   explicit data_parallel_scope(const data_parallel& strategy)
       : strategy_(strategy), previous_(kiln::detail::current_replica_context()) {
     context_.rank = strategy.rank();
@@ -269,7 +277,10 @@ class data_parallel_scope {
   const kiln::detail::replica_context* previous_;
 };
 
-inline data_parallel_scope data_parallel::scope() const { return data_parallel_scope(*this); }
+template <class>
+data_parallel_scope data_parallel::scope() const {
+  return data_parallel_scope(*this);
+}
 
 /// An optimizer whose `apply_gradients` averages the gradients over the ranks of its
 /// strategy first (Horovod's DistributedOptimizer): made by data_parallel::optimizer.
