@@ -30,6 +30,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -79,6 +80,13 @@ std::pair<kiln::tensor, kiln::tensor> samples(std::int64_t rank, std::int64_t ro
   std::vector<std::int32_t> y(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) y[std::size_t(r)] = std::int32_t((r + rank * batch) * 7 % classes);
   return {kiln::constant(x, kiln::shape{rows, widths[0]}), kiln::constant(y, kiln::shape{rows})};
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
 }
 
 std::string load_average() {
@@ -205,12 +213,13 @@ int main(int argc, char** argv) {
       std::ofstream f(out);
       char text[2048];
       std::snprintf(text, sizeof text,
-                    "{\n  \"ranks\": %d,\n  \"rounds\": %d,\n  \"load_before\": \"%s\",\n  \"load_after\": \"%s\",\n"
+                    "{\n  \"cpu\": \"%s, %u cores\",\n  \"ranks\": %d,\n  \"rounds\": %d,\n  \"load_before\": \"%s\",\n  \"load_after\": \"%s\",\n"
                     "  \"allreduce_elements\": %lld,\n  \"allreduce_calls\": %zu,\n"
                     "  \"mpi_allreduce_us\": %.3f,\n  \"kiln_all_reduce_us\": %.3f,\n  \"kiln_function_us\": %.3f,\n"
                     "  \"batch_per_rank\": %lld,\n  \"steps\": %zu,\n  \"one_rank_step_ms\": %.4f,\n  \"all_ranks_step_ms\": %.4f,\n"
                     "  \"one_rank_samples_per_s\": %.1f,\n  \"all_ranks_samples_per_s\": %.1f,\n  \"all_ranks_apart_step_ms\": %.4f\n}\n",
-                    size, rounds, load_before.c_str(), load_after.c_str(), (long long)gradients, bare.size(), t_bare * 1e6,
+                    cpu_model().c_str(), std::thread::hardware_concurrency(), size, rounds, load_before.c_str(),
+                    load_after.c_str(), (long long)gradients, bare.size(), t_bare * 1e6,
                     t_eager * 1e6, t_graph * 1e6, (long long)batch, all.size(), t_one_shared * 1e3, t_all * 1e3, one_rate,
                     all_rate, t_apart * 1e3);
       f << text;

@@ -420,7 +420,7 @@ def targets(s):
                          d['kiln_all_reduce_us'] <= 1.05 * d['mpi_allreduce_us'] if d else None))
     ratio = d["all_ranks_samples_per_s"] / d["one_rank_samples_per_s"] if d else None
     checks.append(target("training step (MLP, Adam), 2 ranks × 1 thread under data_parallel: ≥ 1.7× the samples per "
-                         "second of 1 rank × 1 thread", f"{ratio:.2f}×" if d else "not measured",
+                         "second of 1 rank × 1 thread", f"{ratio:.3f}×" if d else "not measured",
                          ratio >= 1.7 if d else None))
     time_target("compile-time tier: a call of x * x + 2 on fixed<float> ≤ 10 ns", "fixed_x2", 10, 1, "kiln_fixed")
     for case, mix in (("fixed_ops50", "with ten tanh"), ("fixed_arith50", "arithmetic")):
@@ -532,8 +532,9 @@ def distributed_section():
         [f"{ranks} ranks × 1 thread, each alone (no collective)", f"{d['all_ranks_apart_step_ms']:.3f} ms", "–", "–"],
     ]
     return (title +
-            f"`bench/bench_distributed.cpp` under `mpirun -np {ranks}`, {d['rounds']} rounds (1-minute load average "
-            f"{d['load_before']} before, {d['load_after']} after). The all-reduce (sum) of {d['allreduce_elements']:,} "
+            f"`bench/bench_distributed.cpp` under `mpirun -np {ranks}` on {d.get('cpu', 'an unrecorded machine')}, "
+            f"{d['rounds']} rounds (load average over 1, 5 and 15 minutes {d['load_before']} before, "
+            f"{d['load_after']} after, from other builds on the machine). The all-reduce (sum) of {d['allreduce_elements']:,} "
             "float32 (the MLP's gradients): `mpi_allreduce` is a bare `MPI_Allreduce` from one buffer into another; "
             "`kiln` is `kiln::all_reduce` of a tensor (the ranks' agreement, the sum in rank order, a new result "
             "tensor); `kiln_function` the same collective as a node of a `kiln::function`. Calls alternate after a "
