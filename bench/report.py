@@ -462,6 +462,15 @@ def targets(s):
                  "kiln_summary_writer", 1e3)
     added_target("a scalar summary inside a function, without a default writer: ≤ 50 ns added per call (one "
                  "special step)", "summary_scalar", "kiln_summary_no_writer", 50)
+    d = distributed_results()
+    checks.append(target("all-reduce of 269,322 float32 on 2 ranks: kiln::all_reduce within 1.05× of a bare "
+                         "MPI_Allreduce", f"{d['kiln_all_reduce_us'] / d['mpi_allreduce_us']:.2f}× MPI_Allreduce's time"
+                         if d else "not measured",
+                         d['kiln_all_reduce_us'] <= 1.05 * d['mpi_allreduce_us'] if d else None))
+    ratio = d["all_ranks_samples_per_s"] / d["one_rank_samples_per_s"] if d else None
+    checks.append(target("training step (MLP, Adam), 2 ranks × 1 thread under data_parallel: ≥ 1.7× the samples per "
+                         "second of 1 rank × 1 thread", f"{ratio:.3f}×" if d else "not measured",
+                         ratio >= 1.7 if d else None))
     time_target("compile-time tier: a call of x * x + 2 on fixed<float> ≤ 10 ns", "fixed_x2", 10, 1, "kiln_fixed")
     for case, mix in (("fixed_ops50", "with ten tanh"), ("fixed_arith50", "arithmetic")):
         time_ratio_target(f"compile-time tier: 50 ops ({mix}) on fixed<float, 10> ≤ 1.5 × a hand-written loop", case,
@@ -534,6 +543,7 @@ def markdown(s, checks, command, machine, png_name):
         summary_section(s),
         models_section(),
         growth_section(s),
+        distributed_section(),
         peers_section(s),
     ]
     return "\n".join(parts)
@@ -544,6 +554,50 @@ GPU_CASES = [
     ("gpu_chain_16M", "tanh(x * 0.5 + 1) * x - 0.25, 16M float32 (1 read + 1 write)", "hand_cuda"),
     ("gpu_matmul_1024", "matmul 1024×1024×1024 float32", "hand_cuda"),
 ]
+
+
+def distributed_results():
+    """bench/results/distributed/distributed.json (bench/bench_distributed.cpp under mpirun), if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "distributed", "distributed.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def distributed_section():
+    """Section 21: data parallelism over MPI (bench/bench_distributed.cpp)."""
+    title = "## 21. Data parallelism over MPI: the all-reduce of the MLP's gradients, and training on 2 ranks\n\n"
+    d = distributed_results()
+    if not d:
+        return title + ("Not measured: build `kiln_bench_distributed` (MPI installed) and run it under "
+                        "`mpirun -np 2`, as `bench/run.sh` does.\n")
+    ranks = d["ranks"]
+    reduce_rows = [
+        ["mpi_allreduce", f"{d['mpi_allreduce_us']:.1f} µs", "1.00×"],
+        ["kiln", f"{d['kiln_all_reduce_us']:.1f} µs", f"{d['kiln_all_reduce_us'] / d['mpi_allreduce_us']:.2f}×"],
+        ["kiln_function", f"{d['kiln_function_us']:.1f} µs", f"{d['kiln_function_us'] / d['mpi_allreduce_us']:.2f}×"],
+    ]
+    one, many = d["one_rank_samples_per_s"], d["all_ranks_samples_per_s"]
+    train_rows = [
+        ["1 rank × 1 thread (the others wait)", f"{d['one_rank_step_ms']:.3f} ms", f"{one:,.0f}", "1.00×"],
+        [f"{ranks} ranks × 1 thread, data_parallel", f"{d['all_ranks_step_ms']:.3f} ms", f"{many:,.0f}",
+         f"{many / one:.2f}×"],
+        [f"{ranks} ranks × 1 thread, each alone (no collective)", f"{d['all_ranks_apart_step_ms']:.3f} ms", "–", "–"],
+    ]
+    return (title +
+            f"`bench/bench_distributed.cpp` under `mpirun -np {ranks}` on {d.get('cpu', 'an unrecorded machine')}, "
+            f"{d['rounds']} rounds (load average over 1, 5 and 15 minutes {d['load_before']} before, "
+            f"{d['load_after']} after, from other builds on the machine). The all-reduce (sum) of {d['allreduce_elements']:,} "
+            "float32 (the MLP's gradients): `mpi_allreduce` is a bare `MPI_Allreduce` from one buffer into another; "
+            "`kiln` is `kiln::all_reduce` of a tensor (the ranks' agreement, the sum in rank order, a new result "
+            "tensor); `kiln_function` the same collective as a node of a `kiln::function`. Calls alternate after a "
+            f"barrier; a call's time is the slowest rank's; medians of {d['allreduce_calls']} calls each.\n\n" +
+            table(["peer", "median time per all-reduce", "time / mpi_allreduce"], reduce_rows) +
+            f"\nOne training step of the MLP of section 15 (batch {d['batch_per_rank']} per rank, Adam, one kiln "
+            "thread per rank): rank 0 alone while the other ranks wait at a barrier, against every rank under "
+            "`kiln::distribute::data_parallel`, each on its own samples with the gradients averaged, round by "
+            f"round; medians of {d['steps']} steps. The last row, every rank training alone at once, is what sharing "
+            "the machine costs without the all-reduce.\n\n" +
+            table(["configuration", "time per step", "samples per second", "samples per second / 1 rank's"],
+                  train_rows))
 
 
 def gpu_section():

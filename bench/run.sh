@@ -74,6 +74,14 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# Data parallelism (section 19): 2 ranks under mpirun, where MPI is installed.
+if [ -x "$build_dir/kiln_bench_distributed" ] && command -v mpirun >/dev/null; then
+  echo "== data parallel, 2 ranks"
+  mkdir -p "$results/distributed"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 "$build_dir/kiln_bench_distributed" \
+    --rounds "$((rounds * 2))" --out "$results/distributed/distributed.json"
+fi
+
 # Peak memory of a training step: each peer alone in a fresh process, so that the
 # peak is its own (report.py reads these files for memory only).
 echo "== training memory"

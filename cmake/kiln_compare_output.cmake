@@ -1,9 +1,11 @@
-# cmake -D PROGRAM=<exe> -D EXPECTED=<file> -D ACTUAL=<file> -P kiln_compare_output.cmake
-# Runs PROGRAM, saves its standard output to ACTUAL and fails unless the program exits
-# with 0 and ACTUAL equals EXPECTED byte for byte (showing a diff when they differ).
+# cmake -D PROGRAM=<exe> -D EXPECTED=<file> -D ACTUAL=<file> [-D LAUNCHER=<command;args>]
+#       -P kiln_compare_output.cmake
+# Runs PROGRAM (through LAUNCHER, such as `mpirun;-np;2`, when given), saves its standard
+# output to ACTUAL and fails unless the program exits with 0 and ACTUAL equals EXPECTED
+# byte for byte (showing a diff when they differ).
 cmake_minimum_required(VERSION 3.21)
 
-execute_process(COMMAND "${PROGRAM}" OUTPUT_FILE "${ACTUAL}" RESULT_VARIABLE result)
+execute_process(COMMAND ${LAUNCHER} "${PROGRAM}" OUTPUT_FILE "${ACTUAL}" RESULT_VARIABLE result)
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} exited with ${result}")
 endif()

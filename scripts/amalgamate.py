@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generates single_include/kiln/kiln.hpp from include/kiln/kiln.hpp,
 single_include/kiln/fixed.hpp (the compile-time tier alone) from include/kiln/fixed.hpp,
-and the optional parts single_include/kiln/saved_function.hpp, onnx.hpp and summary.hpp
-(which include the single kiln.hpp rather than a copy of it) from theirs.
+and the optional parts single_include/kiln/saved_function.hpp, onnx.hpp, summary.hpp and
+distributed.hpp (which include the single kiln.hpp rather than a copy of it) from theirs.
 
 Every `#include "kiln/..."` is replaced by the text of that header the first time it
 is met, so each header appears once, after the headers it includes; later includes of
@@ -36,6 +36,7 @@ ROOT_HEADERS = {
     "kiln/onnx.hpp": ("kiln/kiln.hpp",),
     "kiln/summary.hpp": ("kiln/kiln.hpp",),
     "kiln/weights.hpp": ("kiln/kiln.hpp",),
+    "kiln/distributed.hpp": ("kiln/kiln.hpp",),
 }
 OUTPUT_DIR = REPO / "single_include"
 COMMAND = "python3 scripts/amalgamate.py"

@@ -61,6 +61,11 @@ def main(include_dir: str, output: str) -> None:
         "#if __has_include(<onnx/onnx_pb.h>)",
         "#include <kiln/onnx.hpp>",
         "#endif",
+        "#include <kiln/exec/collective_op.hpp>",
+        "#include <kiln/train/replicas.hpp>",
+        "#if __has_include(<mpi.h>)",
+        "#include <kiln/distributed.hpp>",
+        "#endif",
         "",
         "#pragma GCC diagnostic ignored \"-Wunused-variable\"",
         "#pragma GCC diagnostic ignored \"-Wunused-but-set-variable\"",
@@ -75,7 +80,7 @@ def main(include_dir: str, output: str) -> None:
             where = f"{header.relative_to(root)}:{line}"
             # Thrust's headers are there only in builds that have Thrust, saved
             # functions only where nlohmann/json is installed, ONNX export only
-            # where ONNX's schema is.
+            # where ONNX's schema is, the distributed component where MPI is.
             guard = None
             if str(header.relative_to(root)).startswith("kiln/backend/thrust/"):
                 guard = "#if KILN_HAS_THRUST"
@@ -85,6 +90,8 @@ def main(include_dir: str, output: str) -> None:
                 guard = "#if __has_include(<nlohmann/json.hpp>)"
             elif header.name == "onnx.hpp":
                 guard = "#if __has_include(<onnx/onnx_pb.h>)"
+            elif header.name == "distributed.hpp" or str(header.relative_to(root)).startswith("kiln/distribute/"):
+                guard = "#if __has_include(<mpi.h>)"
             if guard:
                 out.append(guard)
             if declares_templates(text):

@@ -5,12 +5,13 @@
 # compile (scripts/doc_snippets.py) and, in CI, the single header; python3-venv holds
 # the onnxruntime that checks ONNX export; nlohmann-json3-dev serves saved functions,
 # libprotobuf-dev and libonnx-dev the ONNX exporter, libhdf5-dev weights files and
-# checkpoints (optional parts of kiln).
+# checkpoints, libopenmpi-dev and openmpi-bin (mpirun) data-parallel training (all
+# optional parts of kiln).
 # When everything is present it only runs `dpkg-query`, so repeated calls are fast.
 set -euo pipefail
 
 packages=(g++ cmake make python3 python3-venv valgrind libboost1.81-dev libxsimd-dev xtl-dev catch2 libbenchmark-dev libthrust-dev
-  nlohmann-json3-dev libprotobuf-dev libonnx-dev libhdf5-dev "$@")
+  nlohmann-json3-dev libprotobuf-dev libonnx-dev libhdf5-dev libopenmpi-dev openmpi-bin "$@")
 
 if ! command -v dpkg-query >/dev/null; then
   echo "install-deps.sh: not a Debian system; install these yourself: ${packages[*]}" >&2

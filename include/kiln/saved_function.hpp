@@ -42,6 +42,7 @@
 
 #include "kiln/kiln.hpp"
 #include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
+#include "kiln/exec/collective_op.hpp"  // (not in kiln.hpp: the optional kiln/distributed.hpp runs collectives)
 
 namespace kiln {
 
@@ -410,6 +411,11 @@ struct saved_function_io {
         // The kind is in the op's name; the writer is the loading program's default one.
         const summary_spec& spec = summary->spec();
         j = json{{"tag", spec.tag}, {"description", spec.description}, {"parameter", spec.parameter}};
+      } else if (auto* c = s.as<collective_op>()) {
+        // The kind is in the op's name; the group is its world ranks (empty: the world).
+        const collective_spec& spec = c->spec();
+        j = json{{"reduce", std::string(kiln::name(spec.op))}, {"root", spec.root}, {"members", spec.members},
+                 {"site", spec.site}, {"line", spec.line}};
       } else if (s.as<host_callback_op>()) {
         throw unavailable_error("kiln::save: node " + n.name() +
                                 " calls back into C++ (host_callback), which a saved function cannot hold");
@@ -623,6 +629,31 @@ struct saved_function_io {
           r.fail(where + ": " + f.message);
         check_results(where, results, {{bool_, shape{}}});
         return std::make_shared<summary_op>(std::move(spec));
+      }
+      for (auto kind : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
+                        collective_kind::reduce_scatter, collective_kind::reduce}) {
+        if (collective_op_name(kind) != op) continue;
+        const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+        if (!engine) throw_no_collective_engine("kiln::load: " + r.path() + ": " + where + ": ", op);
+        collective_spec spec{kind, reduce_op::sum, r.integer_at(j, "root", 0, INT32_MAX), {}, nullptr,
+                             r.unsigned_at(j, "site"), std::uint32_t(r.integer_at(j, "line", 0, INT32_MAX))};
+        const std::string reduce = r.text_at(j, "reduce");
+        bool known = false;
+        for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
+          if (kiln::name(o) == reduce) spec.op = o, known = true;
+        if (!known) r.fail(where + ": unknown reduce op \"" + reduce + "\"");
+        for (const json& m : r.array_at(j, "members")) spec.members.push_back(int(r.integer(m, "members", 0, INT32_MAX)));
+        std::vector<std::pair<kiln::dtype, kiln::shape>> given, made;
+        for (int k = 0; k < count; ++k) given.emplace_back(input(k).dtype(), input(k).shape());
+        int size = 0;
+        try {
+          size = engine->group_size(spec.members);
+        } catch (const error& e) {
+          r.fail(where + ": " + e.what());
+        }
+        if (collective_failure f = check_collective(spec, given, size, &made)) r.fail(where + ": " + f.message);
+        check_results(where, results, made);
+        return std::make_shared<collective_op>(std::move(spec));
       }
       if (op == "cond") {
         if (count < 1 || input(0).dtype() != bool_) r.fail(where + ": a cond's first input is its bool predicate");

@@ -13766,6 +13766,14 @@ inline std::atomic<special_recorder>& special_hook() {
   static std::atomic<special_recorder> hook{nullptr};
   return hook;
 }
+/// How a replayed trace's collective nodes (kiln/distributed.hpp) reach the tapes
+/// recording: set by the distributed component, which defines their gradients, so that
+/// a program without it compiles none of them.
+using collective_recorder = void (*)(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<collective_recorder>& collective_hook() {
+  static std::atomic<collective_recorder> hook{nullptr};
+  return hook;
+}
 /// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
 template <class = void>
 void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
@@ -17671,7 +17679,8 @@ namespace kiln::detail {
 
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
-/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
+/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make, a
+/// collective as kiln::all_reduce and its kind record theirs.
 template <class>
 void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
   std::vector<tensor> inputs;
@@ -17687,6 +17696,8 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
         std::span<const tensor>(inputs).subspan(1), results);
   } else if (op.name() == "while") {
     loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
+  } else if (op.name().starts_with("Collective")) {  // (kiln/exec/collective_op.hpp)
+    if (collective_recorder record = collective_hook().load(std::memory_order_relaxed)) record(op, inputs, results);
   }
 }
 

@@ -263,6 +263,209 @@ class summary_op final : public special_op {
 }  // namespace kiln::detail
 // ----- end kiln/exec/summary_op.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
+// ----- begin kiln/exec/collective_op.hpp -----
+/// \file
+/// The special op of collectives across ranks (kiln/distributed.hpp: `kiln::all_reduce`,
+/// `all_gather`, `broadcast`, `reduce_scatter`), and the hook through which it reaches
+/// the transport. A collective node holds what it does (its kind, reduce op, root and
+/// group) and takes its tensors as inputs; when it runs it hands them to the engine that
+/// kiln/distribute/ installs (MPI for host tensors, NCCL for device ones). This header
+/// holds no transport code and needs no MPI, so that the consumers of graphs that must
+/// recognise the node (saved functions) include it alone, and a program built without
+/// the distributed component that meets such a node says what it lacks.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// How `kiln::all_reduce` and `kiln::reduce_scatter` combine the ranks' values:
+/// TensorFlow's `tf.distribute.ReduceOp` (sum, mean) and the collectives' max and min.
+/// \code kiln::reduce_op op = kiln::reduce_op::mean; \endcode
+enum class reduce_op : unsigned char { sum, mean, max, min };
+
+/// `sum`, `mean`, `max`, `min`.
+/// \code kiln::name(kiln::reduce_op::max) == "max" \endcode
+inline std::string_view name(reduce_op op) {
+  static constexpr std::string_view names[] = {"sum", "mean", "max", "min"};
+  return names[int(op)];
+}
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+/// What a collective does with its tensors.
+enum class collective_kind : unsigned char {
+  all_reduce,      ///< every rank gets the reduction of every rank's tensors
+  all_gather,      ///< every rank gets every rank's tensor, stacked along axis 0 in rank order
+  broadcast,       ///< every rank gets the root's tensor
+  reduce_scatter,  ///< rank r gets block r (along axis 0) of the reduction
+  reduce,          ///< the root gets the reduction, the others zeros (broadcast's gradient)
+};
+
+/// The graph op of each kind, as a graph listing shows it (TensorFlow's collective ops'
+/// names; `CollectiveReduce` is NCCL's `Reduce`, which TensorFlow's graphs call
+/// NcclReduce).
+inline std::string_view collective_op_name(collective_kind kind) {
+  static constexpr std::string_view names[] = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastV2",
+                                               "CollectiveReduceScatterV2", "CollectiveReduce"};
+  return names[int(kind)];
+}
+/// The function of each kind, as messages name it.
+inline std::string_view collective_api_name(collective_kind kind) {
+  static constexpr std::string_view names[] = {"kiln::all_reduce", "kiln::all_gather", "kiln::broadcast",
+                                               "kiln::reduce_scatter", "kiln::broadcast's gradient"};
+  return names[int(kind)];
+}
+
+/// A collective as a node holds it.
+struct collective_spec {
+  collective_kind kind = collective_kind::all_reduce;
+  reduce_op op = reduce_op::sum;  ///< all_reduce, reduce_scatter, reduce
+  int root = 0;                   ///< broadcast, reduce: the rank (in the group) whose tensor counts
+  /// The group: the world ranks of its members in the group's rank order; empty for
+  /// every rank of the world.
+  std::vector<int> members;
+  /// The transport's state of the group (kiln/distribute/): set for a collective the
+  /// program made, null for one loaded from a file, whose group `members` finds.
+  std::shared_ptr<void> group;
+  /// Where the program calls it (a hash of its source file, line and column, and the
+  /// line): ranks that reach a collective from different places have lost step, since
+  /// every rank runs the same program.
+  std::uint64_t site = 0;
+  std::uint32_t line = 0;
+};
+
+/// The `site` of a collective called at `file`, `line`, `column`.
+inline std::uint64_t collective_site(std::string_view file, std::uint32_t line, std::uint32_t column) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (char c : file) hash = (hash ^ std::uint8_t(c)) * 1099511628211ull;
+  for (std::uint32_t v : {line, column})
+    for (int b = 0; b < 4; ++b) hash = (hash ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return hash;
+}
+
+/// Why a collective cannot take its inputs: nothing, or which rule they break.
+struct collective_failure {
+  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
+  std::string message;
+  explicit operator bool() const { return kind != none; }
+};
+
+/// Checks the dtype and shape of a collective's inputs (one tensor, or several of one
+/// dtype for an all_reduce) in a group of `group_size` ranks, and gives the results'
+/// shapes in `results`. Partial shapes pass when some shape of them would.
+/// (A template on nothing, compiled only where a program uses it.)
+template <class = void>
+collective_failure check_collective(const collective_spec& s, std::span<const std::pair<dtype, shape>> inputs,
+                                    int group_size, std::vector<std::pair<dtype, shape>>* results = nullptr) {
+  const std::string who(collective_api_name(s.kind));
+  auto fail = [&](collective_failure::kind_t kind, const std::string& problem) {
+    return collective_failure{kind, who + ": " + problem};
+  };
+  if (inputs.empty()) return fail(collective_failure::wrong_shape, "no tensors given");
+  if (s.kind != collective_kind::all_reduce && inputs.size() != 1)
+    return fail(collective_failure::wrong_shape, "takes one tensor, got " + std::to_string(inputs.size()));
+  const dtype t = inputs[0].first;
+  for (const auto& [type, dims] : inputs)
+    if (type != t)
+      return fail(collective_failure::wrong_dtype, "the tensors of one all_reduce share a dtype, got " +
+                                                       std::string(name(t)) + " and " + std::string(name(type)));
+  const bool reduces = s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter ||
+                       s.kind == collective_kind::reduce;
+  if (reduces && !dtypes::numeric.contains(t))
+    return fail(collective_failure::wrong_dtype, "reduce_op::" + std::string(name(s.op)) +
+                                                     " needs int32, int64, float32 or float64 tensors, got " +
+                                                     std::string(name(t)));
+  if (s.kind == collective_kind::reduce && !is_floating(t))
+    return fail(collective_failure::wrong_dtype, "takes float32 or float64 tensors, got " + std::string(name(t)));
+  if ((s.kind == collective_kind::broadcast || s.kind == collective_kind::reduce) &&
+      (s.root < 0 || s.root >= group_size))
+    return fail(collective_failure::wrong_shape, "root " + std::to_string(s.root) + " is not a rank of a group of " +
+                                                     std::to_string(group_size));
+  const shape& first = inputs[0].second;
+  if (s.kind == collective_kind::all_gather || s.kind == collective_kind::reduce_scatter) {
+    if (first.has_known_rank() && first.rank() == 0)
+      return fail(collective_failure::wrong_shape, "needs a tensor of rank 1 or more (it works along axis 0), got a scalar");
+    if (s.kind == collective_kind::reduce_scatter && first.has_known_rank() && first[0] != none &&
+        first[0] % group_size != 0)
+      return fail(collective_failure::wrong_shape, "the first dim of shape " + first.str() +
+                                                       " does not divide into " + std::to_string(group_size) +
+                                                       " equal blocks, one per rank");
+  }
+  if (results) {
+    results->clear();
+    for (const auto& [type, dims] : inputs) {
+      shape out = dims;
+      if (dims.has_known_rank() && dims.rank() > 0 && dims[0] != none) {
+        std::vector<std::int64_t> d(dims.begin(), dims.end());
+        if (s.kind == collective_kind::all_gather) d[0] *= group_size;
+        if (s.kind == collective_kind::reduce_scatter) d[0] /= group_size;
+        out = shape(std::span<const std::int64_t>(d));
+      }
+      results->emplace_back(type, out);
+    }
+  }
+  return {};
+}
+
+class collective_op;
+
+/// Where collectives run: the transport that kiln/distribute/ installs when a program
+/// includes kiln/distributed.hpp (null otherwise).
+struct collective_engine {
+  /// Runs `op` on eager inputs and writes one tensor per result into `results`.
+  void (*run)(const collective_op& op, std::span<const tensor* const> inputs, std::span<tensor> results) = nullptr;
+  /// The number of ranks of a group (`members` empty: the world).
+  int (*group_size)(const std::vector<int>& members) = nullptr;
+};
+inline std::atomic<const collective_engine*>& collective_engine_slot() {
+  static std::atomic<const collective_engine*> engine{nullptr};
+  return engine;
+}
+
+/// What a program without the distributed component says when it meets a collective.
+[[noreturn]] inline void throw_no_collective_engine(std::string_view where, std::string_view op) {
+  throw unavailable_error(std::string(where) + std::string(op) +
+                          " is a collective across ranks, which needs kiln's distributed component: "
+                          "#include <kiln/distributed.hpp> and link the CMake target kiln::distributed");
+}
+
+/// A collective across ranks: its inputs are the tensors it combines, its results one per
+/// input. It has effects: every rank must run the same collectives in the same order, so
+/// they run in program order and are never pruned, folded or merged.
+class collective_op final : public special_op {
+ public:
+  explicit collective_op(collective_spec spec) : special_op(std::type_identity<collective_op>()), spec_(std::move(spec)) {}
+  std::string_view name() const { return collective_op_name(spec_.kind); }
+  bool has_effects() const { return true; }
+  template <class = void>
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
+    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+    if (!engine) throw_no_collective_engine("", name());
+    std::vector<tensor> out(in.size());
+    engine->run(*this, in, out);
+    return out;
+  }
+  const collective_spec& spec() const { return spec_; }
+
+ private:
+  collective_spec spec_;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/collective_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
 
 namespace kiln {
 
@@ -631,6 +834,11 @@ struct saved_function_io {
         // The kind is in the op's name; the writer is the loading program's default one.
         const summary_spec& spec = summary->spec();
         j = json{{"tag", spec.tag}, {"description", spec.description}, {"parameter", spec.parameter}};
+      } else if (auto* c = s.as<collective_op>()) {
+        // The kind is in the op's name; the group is its world ranks (empty: the world).
+        const collective_spec& spec = c->spec();
+        j = json{{"reduce", std::string(kiln::name(spec.op))}, {"root", spec.root}, {"members", spec.members},
+                 {"site", spec.site}, {"line", spec.line}};
       } else if (s.as<host_callback_op>()) {
         throw unavailable_error("kiln::save: node " + n.name() +
                                 " calls back into C++ (host_callback), which a saved function cannot hold");
@@ -844,6 +1052,31 @@ struct saved_function_io {
           r.fail(where + ": " + f.message);
         check_results(where, results, {{bool_, shape{}}});
         return std::make_shared<summary_op>(std::move(spec));
+      }
+      for (auto kind : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
+                        collective_kind::reduce_scatter, collective_kind::reduce}) {
+        if (collective_op_name(kind) != op) continue;
+        const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+        if (!engine) throw_no_collective_engine("kiln::load: " + r.path() + ": " + where + ": ", op);
+        collective_spec spec{kind, reduce_op::sum, r.integer_at(j, "root", 0, INT32_MAX), {}, nullptr,
+                             r.unsigned_at(j, "site"), std::uint32_t(r.integer_at(j, "line", 0, INT32_MAX))};
+        const std::string reduce = r.text_at(j, "reduce");
+        bool known = false;
+        for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
+          if (kiln::name(o) == reduce) spec.op = o, known = true;
+        if (!known) r.fail(where + ": unknown reduce op \"" + reduce + "\"");
+        for (const json& m : r.array_at(j, "members")) spec.members.push_back(int(r.integer(m, "members", 0, INT32_MAX)));
+        std::vector<std::pair<kiln::dtype, kiln::shape>> given, made;
+        for (int k = 0; k < count; ++k) given.emplace_back(input(k).dtype(), input(k).shape());
+        int size = 0;
+        try {
+          size = engine->group_size(spec.members);
+        } catch (const error& e) {
+          r.fail(where + ": " + e.what());
+        }
+        if (collective_failure f = check_collective(spec, given, size, &made)) r.fail(where + ": " + f.message);
+        check_results(where, results, made);
+        return std::make_shared<collective_op>(std::move(spec));
       }
       if (op == "cond") {
         if (count < 1 || input(0).dtype() != bool_) r.fail(where + ": a cond's first input is its bool predicate");

@@ -439,4 +439,33 @@ TEST_CASE("a loaded function keeps its summaries and writes them to the loading 
                                     {file.str(), "scalar 'note'", "numeric", "string"});
 }
 
+// A collective node (kiln/distributed.hpp), recorded here by hand: this program is
+// built without the distributed component, which alone has the API that makes them.
+TEST_CASE("a program without the distributed component that loads or runs a collective is told what it lacks") {
+  temporary_file file("collective.kiln");
+  kiln::function total([](const kiln::tensor& x) {
+    const kiln::detail::collective_spec spec{kiln::detail::collective_kind::all_reduce, kiln::reduce_op::mean, 0, {}, nullptr,
+                                             kiln::detail::collective_site("train.cpp", 12, 3), 12};
+    const kiln::tensor in[] = {x};
+    return kiln::detail::trace_context::current()->record_special(std::make_shared<kiln::detail::collective_op>(spec), in,
+                                                                  {{x.dtype(), x.shape()}})[0] + 1.f;
+  });
+  kiln::save(total, file.path(), kiln::tensor_spec({2}, kiln::float32));
+  const saved_parts saved = parts_of(file.path());
+  const nlohmann::json model = nlohmann::json::from_cbor(saved.header["model"].get_binary());
+  bool found = false;
+  for (const auto& n : model["functions"][0]["graph"]["nodes"])
+    if (n["kind"] == "special" && n["op"] == "CollectiveReduceV2") {
+      found = true;
+      CHECK(n["special"]["reduce"] == "mean");
+      CHECK(n["special"]["line"] == 12);
+    }
+  CHECK(found);
+  require_throws<kiln::unavailable_error>([&] { return kiln::load(file.path()); },
+                                          {file.str(), "node", "CollectiveReduceV2 is a collective across ranks",
+                                           "#include <kiln/distributed.hpp>", "kiln::distributed"});
+  require_throws<kiln::unavailable_error>([&] { return total(kiln::ones({2})); },
+                                          {"CollectiveReduceV2", "kiln::distributed"});
+}
+
 }  // namespace

@@ -20,7 +20,8 @@ namespace kiln::detail {
 
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
-/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make.
+/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make, a
+/// collective as kiln::all_reduce and its kind record theirs.
 template <class>
 void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
   std::vector<tensor> inputs;
@@ -36,6 +37,8 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
         std::span<const tensor>(inputs).subspan(1), results);
   } else if (op.name() == "while") {
     loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
+  } else if (op.name().starts_with("Collective")) {  // (kiln/exec/collective_op.hpp)
+    if (collective_recorder record = collective_hook().load(std::memory_order_relaxed)) record(op, inputs, results);
   }
 }
 

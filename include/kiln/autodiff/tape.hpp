@@ -114,6 +114,14 @@ inline std::atomic<special_recorder>& special_hook() {
   static std::atomic<special_recorder> hook{nullptr};
   return hook;
 }
+/// How a replayed trace's collective nodes (kiln/distributed.hpp) reach the tapes
+/// recording: set by the distributed component, which defines their gradients, so that
+/// a program without it compiles none of them.
+using collective_recorder = void (*)(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+inline std::atomic<collective_recorder>& collective_hook() {
+  static std::atomic<collective_recorder> hook{nullptr};
+  return hook;
+}
 /// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
 template <class = void>
 void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
