@@ -1,5 +1,5 @@
 // A tour of kiln: tensors and the op library, eagerly, as the first half of the
-// TensorFlow guides in shared/seeds shows them with `tf.constant`, `tf.matmul` and
+// TensorFlow guides shows them with `tf.constant`, `tf.matmul` and
 // friends. Each section prints what it computes; the expected output is checked in CI
 // (examples/expected/tour.txt).
 

@@ -1,4 +1,4 @@
-// The factories of API.md section 1 (constant, zeros, ones, fill, eye, range,
+// The factories (constant, zeros, ones, fill, eye, range,
 // zeros_like, ones_like, random::uniform) and the truth value of a tensor, checked
 // against hand-written values, with every error path.
 

@@ -1,4 +1,4 @@
-// kiln::concrete_function (API.md section 3): get_concrete_function from values and
+// kiln::concrete_function: get_concrete_function from values and
 // specs, bound C++ arguments, calls that do not fit the trace, printing, structured
 // signatures and the traced graph.
 

@@ -1,4 +1,4 @@
-// Graph execution must agree with eager execution (DESIGN.md: eager is the reference):
+// Graph execution must agree with eager execution (eager is the reference):
 // a few ops of every family run both ways, eagerly and through a kiln::function's
 // graph, and give the same dtype, shape and values. Graph execution is non-strict:
 // an op that no output needs does not run.

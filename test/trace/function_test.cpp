@@ -1,4 +1,4 @@
-// kiln::function's tracing rules (API.md section 3): one trace per call signature,
+// kiln::function's tracing rules: one trace per call signature,
 // how each kind of argument enters the signature, input_signature, reduce_retracing,
 // returned structures, run_functions_eagerly and calls from several threads.
 

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The exception hierarchy of API.md section 7.
+/// The exception hierarchy: one kind per class of TensorFlow error, all derived from kiln::error.
 
 #include <stdexcept>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `kiln::tensor`: the runtime-typed tensor of API.md section 1. Eager tensors own a
+/// `kiln::tensor`: the runtime-typed tensor. Eager tensors own a
 /// shared immutable buffer; symbolic tensors (inside a trace) carry a dtype, a
 /// possibly partial shape and a handle to the graph value they stand for.
 

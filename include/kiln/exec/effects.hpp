@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The special ops of state and effects (API.md section 4): reading and writing a
+/// The special ops of state and effects: reading and writing a
 /// variable, printing and calling back into C++. Each is one object that runs eagerly
 /// and as a graph node; the graph keeps effects in program order and never prunes them.
 

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Tensors made from C++ values, and the factories of API.md section 1: constant,
+/// Tensors made from C++ values, and the factories: constant,
 /// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
 /// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`

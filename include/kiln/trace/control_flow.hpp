@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// Control flow: `kiln::cond`, `kiln::while_loop`,
 /// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
 /// flow on eager tensors; while tracing, branches, conditions and bodies are traced
 /// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),

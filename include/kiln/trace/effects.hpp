@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
+/// State and effects: `kiln::variable`, `kiln::print` and
 /// `kiln::host_callback`. Outside a trace they act at once; while tracing they
 /// record their special op (kiln/exec/effects.hpp) so that they act at every run.
 

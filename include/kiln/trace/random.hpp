@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// Random numbers (`random::uniform` and its kin), stateful as TensorFlow's:
 /// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
 /// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
 /// records a special op that draws again at every run of the graph, instead of a

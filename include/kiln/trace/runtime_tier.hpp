@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// kiln::function's runtime tier (API.md section 3): calls with kiln::tensor
+/// kiln::function's runtime tier: calls with kiln::tensor
 /// arguments traced into a graph once per input signature, and
 /// `kiln::concrete_function`, one such trace.
 

@@ -18,7 +18,7 @@
 namespace kiln {
 
 /// A variable whose element type and shape are compile-time, for functions called with
-/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `fixed` arguments. Copies share the value. Inside a typed trace
 /// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
 /// order, and give the value read or written; outside one, `value()` reads it and
 /// `set(x)` writes it.

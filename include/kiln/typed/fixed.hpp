@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier (API.md section 1). It owns its data,
+/// type, the values of the compile-time tier. It owns its data,
 /// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
 /// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
 
