@@ -260,7 +260,10 @@ class node {
   const std::vector<int>& input_ids() const { return input_ids_; }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
-  const tensor& value() const { return value_; }
+  const tensor& value() const {
+    static const tensor none;
+    return value_ ? *value_ : none;
+  }
   /// The op of a special node.
   const special_op& special() const { return *special_; }
   /// How many results a special node has (its own value and the Result nodes after it).
@@ -275,7 +278,9 @@ class node {
   std::vector<std::string> input_names_;
   kiln::dtype dtype_ = float32;
   kiln::shape shape_;
-  tensor value_;
+  // Behind a pointer: only constants hold one, and a node of a large graph is copied by
+  // every pass (a tensor in place made a node 2.5 times larger).
+  std::shared_ptr<const tensor> value_;
   std::shared_ptr<const special_op> special_;
   int result_count_ = 1;
 };
@@ -296,6 +301,14 @@ class graph {
   /// Node indices of the Identity nodes, in output order.
   const std::vector<int>& outputs() const { return outputs_; }
 
+  /// Makes room for `n` nodes, as a pass that rebuilds a graph of n nodes does.
+  /// \code
+  /// kiln::graph g;
+  /// g.reserve(2);
+  /// g.add_output(g.add_placeholder("x", kiln::float32, kiln::shape{}));
+  /// \endcode
+  void reserve(std::size_t n) { nodes_.reserve(n); }
+
   int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
     int id = add(node_kind::placeholder, name, {}, t, s);
     arguments_.push_back(id);
@@ -303,7 +316,13 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_[id].value_ = value;
+    nodes_[id].value_ = std::make_shared<const tensor>(value);
+    return id;
+  }
+  /// A constant holding the value of constant node `n` of another graph (the value is shared).
+  int add_constant(const node& n) {
+    int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
+    nodes_[std::size_t(id)].value_ = n.value_;
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {

@@ -6,7 +6,7 @@
 /// needs happens when the graph is planned (kiln/exec/executor.hpp).
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -34,14 +34,17 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
+    out_.reserve(in.nodes().size());
+    seen_.reserve(in.nodes().size());
+  }
 
   graph run() {
     for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
       const node& n = in_.nodes()[i];
       switch (n.kind()) {
         case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
+        case node_kind::constant: map_[i] = out_.add_constant(n); break;
         case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
         case node_kind::op: map_[i] = rewrite(n); break;
         case node_kind::special: copy_special(i); break;
@@ -66,13 +69,22 @@ class optimizer {
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     if (int same = simplify(n, ins); same >= 0) return same;
     if (int folded = fold(n, ins); folded >= 0) return folded;
-    auto key = std::make_pair(n.operation().index(), ins);
+    const std::size_t key = cse_key(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it)
-      if (same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
-    int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
-    seen_.emplace(std::move(key), id);
+    for (auto it = first; it != last; ++it) {
+      const node& other = out_.node_at(it->second);
+      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
+    }
+    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+    seen_.emplace(key, id);
     return id;
+  }
+
+  // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
+  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
+    std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
+    for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
+    return h;
   }
 
   const node& at(int id) const { return out_.node_at(id); }
@@ -125,7 +137,7 @@ class optimizer {
   const graph& in_;
   graph out_;
   std::vector<int> map_;
-  std::multimap<std::pair<std::size_t, std::vector<int>>, int> seen_;
+  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.

@@ -96,11 +96,14 @@ class trace_context {
     }
     // The same buffer seen as the same dtype and shape is one constant; found by its
     // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+    // (The constant node holds the buffer, so its address cannot be reused by another.)
     auto [first, last] = captured_.equal_range(t.raw_data());
-    for (auto it = first; it != last; ++it)
-      if (it->second.first.shape() == t.shape() && it->second.first.dtype() == t.dtype()) return it->second.second;
+    for (auto it = first; it != last; ++it) {
+      const tensor& known = graph_.node_at(it->second).value();
+      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
+    }
     int id = graph_.add_constant(t);
-    captured_.emplace(t.raw_data(), std::pair{t, id});
+    captured_.emplace(t.raw_data(), id);
     return id;
   }
 
@@ -192,7 +195,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::unordered_multimap<const void*, std::pair<tensor, int>> captured_;  ///< by buffer: the tensor and its node
+  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
