@@ -140,7 +140,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 #define KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
 // ----- begin kiln/core/error.hpp -----
 /// \file
-/// The exception hierarchy of API.md section 7.
+/// The exception hierarchy: one kind per class of TensorFlow error, all derived from kiln::error.
 
 #include <stdexcept>
 #include <string>
@@ -874,7 +874,7 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 #define KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
 // ----- begin kiln/core/tensor.hpp -----
 /// \file
-/// `kiln::tensor`: the runtime-typed tensor of API.md section 1. Eager tensors own a
+/// `kiln::tensor`: the runtime-typed tensor. Eager tensors own a
 /// shared immutable buffer; symbolic tensors (inside a trace) carry a dtype, a
 /// possibly partial shape and a handle to the graph value they stand for.
 
@@ -3708,7 +3708,7 @@ class small_vector {
 #define KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 // ----- begin kiln/ops/factories.hpp -----
 /// \file
-/// Tensors made from C++ values, and the factories of API.md section 1: constant,
+/// Tensors made from C++ values, and the factories: constant,
 /// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
 /// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
@@ -9920,7 +9920,7 @@ inline tensor::operator bool() const {
 // ----- begin kiln/typed/fixed.hpp -----
 /// \file
 /// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier (API.md section 1). It owns its data,
+/// type, the values of the compile-time tier. It owns its data,
 /// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
 /// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
 
@@ -12357,7 +12357,10 @@ class node {
   const std::vector<int>& input_ids() const { return input_ids_; }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
-  const tensor& value() const { return value_; }
+  const tensor& value() const {
+    static const tensor none;
+    return value_ ? *value_ : none;
+  }
   /// The op of a special node.
   const special_op& special() const { return *special_; }
   /// How many results a special node has (its own value and the Result nodes after it).
@@ -12372,7 +12375,9 @@ class node {
   std::vector<std::string> input_names_;
   kiln::dtype dtype_ = float32;
   kiln::shape shape_;
-  tensor value_;
+  // Behind a pointer: only constants hold one, and a node of a large graph is copied by
+  // every pass (a tensor in place made a node 2.5 times larger).
+  std::shared_ptr<const tensor> value_;
   std::shared_ptr<const special_op> special_;
   int result_count_ = 1;
 };
@@ -12393,6 +12398,14 @@ class graph {
   /// Node indices of the Identity nodes, in output order.
   const std::vector<int>& outputs() const { return outputs_; }
 
+  /// Makes room for `n` nodes, as a pass that rebuilds a graph of n nodes does.
+  /// \code
+  /// kiln::graph g;
+  /// g.reserve(2);
+  /// g.add_output(g.add_placeholder("x", kiln::float32, kiln::shape{}));
+  /// \endcode
+  void reserve(std::size_t n) { nodes_.reserve(n); }
+
   int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
     int id = add(node_kind::placeholder, name, {}, t, s);
     arguments_.push_back(id);
@@ -12400,7 +12413,13 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_[id].value_ = value;
+    nodes_[id].value_ = std::make_shared<const tensor>(value);
+    return id;
+  }
+  /// A constant holding the value of constant node `n` of another graph (the value is shared).
+  int add_constant(const node& n) {
+    int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
+    nodes_[std::size_t(id)].value_ = n.value_;
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
@@ -12625,11 +12644,14 @@ class trace_context {
     }
     // The same buffer seen as the same dtype and shape is one constant; found by its
     // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+    // (The constant node holds the buffer, so its address cannot be reused by another.)
     auto [first, last] = captured_.equal_range(t.raw_data());
-    for (auto it = first; it != last; ++it)
-      if (it->second.first.shape() == t.shape() && it->second.first.dtype() == t.dtype()) return it->second.second;
+    for (auto it = first; it != last; ++it) {
+      const tensor& known = graph_.node_at(it->second).value();
+      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
+    }
     int id = graph_.add_constant(t);
-    captured_.emplace(t.raw_data(), std::pair{t, id});
+    captured_.emplace(t.raw_data(), id);
     return id;
   }
 
@@ -12721,7 +12743,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::unordered_multimap<const void*, std::pair<tensor, int>> captured_;  ///< by buffer: the tensor and its node
+  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
@@ -16195,7 +16217,7 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 /// needs happens when the graph is planned (kiln/exec/executor.hpp).
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16220,14 +16242,17 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {}
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
+    out_.reserve(in.nodes().size());
+    seen_.reserve(in.nodes().size());
+  }
 
   graph run() {
     for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
       const node& n = in_.nodes()[i];
       switch (n.kind()) {
         case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n.value()); break;
+        case node_kind::constant: map_[i] = out_.add_constant(n); break;
         case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
         case node_kind::op: map_[i] = rewrite(n); break;
         case node_kind::special: copy_special(i); break;
@@ -16252,13 +16277,22 @@ class optimizer {
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     if (int same = simplify(n, ins); same >= 0) return same;
     if (int folded = fold(n, ins); folded >= 0) return folded;
-    auto key = std::make_pair(n.operation().index(), ins);
+    const std::size_t key = cse_key(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it)
-      if (same_op(out_.node_at(it->second).operation(), n.operation())) return it->second;
-    int id = out_.add_op(n.operation(), ins, n.dtype(), n.shape());
-    seen_.emplace(std::move(key), id);
+    for (auto it = first; it != last; ++it) {
+      const node& other = out_.node_at(it->second);
+      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
+    }
+    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+    seen_.emplace(key, id);
     return id;
+  }
+
+  // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
+  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
+    std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
+    for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
+    return h;
   }
 
   const node& at(int id) const { return out_.node_at(id); }
@@ -16311,7 +16345,7 @@ class optimizer {
   const graph& in_;
   graph out_;
   std::vector<int> map_;
-  std::multimap<std::pair<std::size_t, std::vector<int>>, int> seen_;
+  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
@@ -16327,7 +16361,7 @@ graph optimize(const graph& g) {
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 // ----- begin kiln/exec/effects.hpp -----
 /// \file
-/// The special ops of state and effects (API.md section 4): reading and writing a
+/// The special ops of state and effects: reading and writing a
 /// variable, printing and calling back into C++. Each is one object that runs eagerly
 /// and as a graph node; the graph keeps effects in program order and never prunes them.
 
@@ -17642,7 +17676,7 @@ function(F, function_options) -> function<F>;
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
 // ----- begin kiln/trace/runtime_tier.hpp -----
 /// \file
-/// kiln::function's runtime tier (API.md section 3): calls with kiln::tensor
+/// kiln::function's runtime tier: calls with kiln::tensor
 /// arguments traced into a graph once per input signature, and
 /// `kiln::concrete_function`, one such trace.
 
@@ -18456,7 +18490,7 @@ struct runtime_tier {
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 // ----- begin kiln/trace/control_flow.hpp -----
 /// \file
-/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// Control flow: `kiln::cond`, `kiln::while_loop`,
 /// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
 /// flow on eager tensors; while tracing, branches, conditions and bodies are traced
 /// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
@@ -19562,7 +19596,7 @@ void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, st
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 // ----- begin kiln/trace/effects.hpp -----
 /// \file
-/// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
+/// State and effects: `kiln::variable`, `kiln::print` and
 /// `kiln::host_callback`. Outside a trace they act at once; while tracing they
 /// record their special op (kiln/exec/effects.hpp) so that they act at every run.
 
@@ -20095,7 +20129,7 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 namespace kiln {
 
 /// A variable whose element type and shape are compile-time, for functions called with
-/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `fixed` arguments. Copies share the value. Inside a typed trace
 /// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
 /// order, and give the value read or written; outside one, `value()` reads it and
 /// `set(x)` writes it.
@@ -20383,7 +20417,7 @@ KILN_VARIABLE_WITH_TYPED(>)
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
 // ----- begin kiln/trace/random.hpp -----
 /// \file
-/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// Random numbers (`random::uniform` and its kin), stateful as TensorFlow's:
 /// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
 /// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
 /// records a special op that draws again at every run of the graph, instead of a
