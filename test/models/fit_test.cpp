@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -98,4 +99,14 @@ TEST_CASE("fit's plain progress lines without times, and its errors") {
   CHECK(progress.str() == "Epoch 1/1\n2/2 - loss: 0.6931\n");  // zero logits: log 2
   CHECK_THROWS_AS(kiln::fit(model, logits_loss, opt, kiln::data::dataset::from_tensor_slices(x), {.verbose = 0}),
                   kiln::invalid_argument_error);
+}
+
+TEST_CASE("fit with a log_dir in a program without kiln/summary.hpp says what it needs") {
+  const auto [x, y] = two_classes();
+  auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{x, y}).batch(40);
+  layers::sequential model({layers::dense(2)});
+  kiln::optimizers::sgd opt;
+  CHECK_THROWS_MATCHES(kiln::fit(model, logits_loss, opt, ds, {.verbose = 0, .log_dir = "logs/never"}),
+                       kiln::unavailable_error, Catch::Matchers::Contains("#include <kiln/summary.hpp>"));
+  CHECK_FALSE(std::filesystem::exists("logs/never"));
 }

@@ -394,6 +394,35 @@ TEST_CASE("the training loops' hook writes named scalars to the default writer o
   CHECK(float_of(events[1].tensor) == 0.75f);
 }
 
+TEST_CASE("fit with a log_dir writes each epoch's loss and metrics where Keras' TensorBoard callback does") {
+  temporary_logdir dir("fit");
+  kiln::layers::sequential model({kiln::layers::dense(4, {.activation = kiln::relu}), kiln::layers::dense(1)});
+  kiln::optimizers::sgd opt({.learning_rate = 0.05});
+  const tensor x = kiln::reshape(kiln::cast(kiln::range(32), kiln::float32), {16, 2}) * 0.05f;
+  const tensor y = kiln::cast(kiln::reduce_sum(x, 1, true) > 0.8f, kiln::float32);
+  const auto ds = kiln::data::dataset::from_tensor_slices(std::tuple{x, y}).batch(8);
+  const kiln::history h =
+      kiln::fit(model, kiln::losses::mean_squared_error<>, opt, ds,
+                {.epochs = 3, .validation_data = ds, .verbose = 0,
+                 .metrics = {kiln::metrics::binary_accuracy()}, .log_dir = dir.path()});
+  for (const std::string run : {"train", "validation"}) {
+    INFO(run);
+    const auto files = std::vector(std::filesystem::directory_iterator(dir.path() / run), std::filesystem::directory_iterator());
+    REQUIRE(files.size() == 1);
+    const std::vector<event> events = events_in(files[0].path());
+    REQUIRE(events.size() == 6);  // loss and binary_accuracy, 3 epochs
+    const std::string prefix = run == "train" ? "" : "val_";
+    for (std::size_t k = 0; k < events.size(); ++k) {
+      const std::size_t epoch = k / 2;
+      CHECK(events[k].step == std::int64_t(epoch));
+      CHECK(events[k].plugin == "scalars");
+      CHECK((events[k].tag == "epoch_loss" || events[k].tag == "epoch_binary_accuracy"));
+      const std::string name = prefix + events[k].tag.substr(6);
+      CHECK(float_of(events[k].tensor) == float(h.values.at(name).at(epoch)));
+    }
+  }
+}
+
 // What run_tensorboard.py reads with TensorBoard and checks by its own formulas (the
 // script states each expected value): a function called at steps 0 to 4 writes
 //   scalars  "loss" = step * 0.5 + 1 and "count" = step (int64, written as float32),
