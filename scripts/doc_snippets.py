@@ -5,7 +5,8 @@ and every ```cpp block of the Markdown documentation.
 Usage: doc_snippets.py INCLUDE_DIR OUTPUT_CPP [MARKDOWN_FILE...]
 
 Each block becomes the body of a function of its own, or, when it declares a template
-or a type, the contents of a namespace of its own; a comment names the file and line it
+or a type (or, in Markdown, starts with a function definition), the contents of a
+namespace of its own; a comment names the file and line it
 comes from. In Markdown, a block whose info string is exactly `cpp` is compiled; a whole
 program (one with `int main(`) keeps its functions at namespace scope and its `main` is
 renamed; its `#include` lines move to the top of the generated file. Code that must not
@@ -99,7 +100,10 @@ def markdown_snippet(code, where: str, count: int):
         # A whole program: its main becomes an ordinary function of its namespace.
         text = re.sub(r"\bint\s+main\s*\(", "int main_(", text)
         return includes, [f"namespace doc_snippet_{count} {{  // {where}", text, "}", ""]
-    if declares_templates(text) or re.match(r"\s*(struct|class)\s", text):
+    code_lines = [line for line in body if line.strip() and not line.lstrip().startswith("//")]
+    head = " ".join(code_lines).split("{", 1)[0]  # a definition's declarator, over several lines
+    defines_function = re.fullmatch(r"\s*[\w:<>, ]+[\s&*]+\w+\s*\([^;=\[\]]*\)\s*(const\s*)?", head)
+    if declares_templates(text) or re.match(r"\s*(struct|class)\s", text) or defines_function:
         return includes, [f"namespace doc_snippet_{count} {{  // {where}", text, "}", ""]
     return includes, [f"namespace doc_snippet_{count} {{  // {where}", "[[maybe_unused]] void run() {",
                       text + "\n;", "}", "}", ""]
