@@ -5,7 +5,7 @@
 #define KILN_SINGLE_INCLUDE_KILN_DISTRIBUTED_HPP
 // ----- begin kiln/distributed.hpp -----
 /// \file
-/// Data-parallel training across processes (API.md section 9): collectives
+/// Data-parallel training across processes: collectives
 /// (`kiln::all_reduce`, `all_gather`, `broadcast`, `reduce_scatter`) eagerly and as graph
 /// nodes, groups of ranks (`kiln::distribute::communicator`) and the strategy
 /// `kiln::distribute::data_parallel`. One process per rank, started by an MPI launcher:

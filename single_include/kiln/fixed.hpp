@@ -151,7 +151,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 // ----- begin kiln/typed/fixed.hpp -----
 /// \file
 /// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier (API.md section 1). It owns its data,
+/// type, the values of the compile-time tier. It owns its data,
 /// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
 /// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
 
@@ -407,7 +407,7 @@ inline caching_allocator& host_allocator() {
 #define KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
 // ----- begin kiln/core/error.hpp -----
 /// \file
-/// The exception hierarchy of API.md section 7.
+/// The exception hierarchy: one kind per class of TensorFlow error, all derived from kiln::error.
 
 #include <stdexcept>
 #include <string>
@@ -937,7 +937,7 @@ inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == 
 #define KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
 // ----- begin kiln/core/tensor.hpp -----
 /// \file
-/// `kiln::tensor`: the runtime-typed tensor of API.md section 1. Eager tensors own a
+/// `kiln::tensor`: the runtime-typed tensor. Eager tensors own a
 /// shared immutable buffer; symbolic tensors (inside a trace) carry a dtype, a
 /// possibly partial shape and a handle to the graph value they stand for.
 
@@ -1908,7 +1908,7 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 #define KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 // ----- begin kiln/ops/factories.hpp -----
 /// \file
-/// Tensors made from C++ values, and the factories of API.md section 1: constant,
+/// Tensors made from C++ values, and the factories: constant,
 /// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
 /// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
@@ -6099,7 +6099,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`.
   /// \code
   /// kiln::function f([](const auto& x) { return x + x; });
@@ -6658,7 +6658,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
   if constexpr (std::is_integral_v<V>) {
-    // Integer products are rare and small (the seeds' power): one kernel serves them
+    // Integer products are rare and small (the guides' power): one kernel serves them
     // all, rather than packing and wide panels compiling two more sets of tiles for
     // each integer type in every program that calls matmul.
     return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
@@ -10115,7 +10115,7 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 namespace kiln {
 
 /// A variable whose element type and shape are compile-time, for functions called with
-/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `fixed` arguments. Copies share the value. Inside a typed trace
 /// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
 /// order, and give the value read or written; outside one, `value()` reads it and
 /// `set(x)` writes it.
@@ -10687,7 +10687,7 @@ class function {
     }
   }
 
-  /// Every trace's signature, in the seeds' format, in the order they were made,
+  /// Every trace's signature, in TensorFlow's format, in the order they were made,
   /// separated by blank lines, with no newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);

@@ -140,7 +140,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 #define KILN_SINGLE_INCLUDE_KILN_CORE_ERROR_HPP
 // ----- begin kiln/core/error.hpp -----
 /// \file
-/// The exception hierarchy of API.md section 7.
+/// The exception hierarchy: one kind per class of TensorFlow error, all derived from kiln::error.
 
 #include <stdexcept>
 #include <string>
@@ -874,7 +874,7 @@ inline int num_threads() { return kiln::detail::current_pool()->size(); }
 #define KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
 // ----- begin kiln/core/tensor.hpp -----
 /// \file
-/// `kiln::tensor`: the runtime-typed tensor of API.md section 1. Eager tensors own a
+/// `kiln::tensor`: the runtime-typed tensor. Eager tensors own a
 /// shared immutable buffer; symbolic tensors (inside a trace) carry a dtype, a
 /// possibly partial shape and a handle to the graph value they stand for.
 
@@ -3708,7 +3708,7 @@ class small_vector {
 #define KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 // ----- begin kiln/ops/factories.hpp -----
 /// \file
-/// Tensors made from C++ values, and the factories of API.md section 1: constant,
+/// Tensors made from C++ values, and the factories: constant,
 /// zeros, ones, fill, eye, range, zeros_like and ones_like, and the generator behind
 /// random::uniform (kiln/trace/random.hpp, since a random draw is stateful). They are
 /// sources, not ops: each writes a fresh eager CPU tensor directly (a `device`
@@ -8493,7 +8493,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
   if constexpr (std::is_integral_v<V>) {
-    // Integer products are rare and small (the seeds' power): one kernel serves them
+    // Integer products are rare and small (the guides' power): one kernel serves them
     // all, rather than packing and wide panels compiling two more sets of tiles for
     // each integer type in every program that calls matmul.
     return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
@@ -9920,7 +9920,7 @@ inline tensor::operator bool() const {
 // ----- begin kiln/typed/fixed.hpp -----
 /// \file
 /// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier (API.md section 1). It owns its data,
+/// type, the values of the compile-time tier. It owns its data,
 /// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
 /// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
 
@@ -11456,7 +11456,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`.
   /// \code
   /// kiln::function f([](const auto& x) { return x + x; });
@@ -16327,7 +16327,7 @@ graph optimize(const graph& g) {
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 // ----- begin kiln/exec/effects.hpp -----
 /// \file
-/// The special ops of state and effects (API.md section 4): reading and writing a
+/// The special ops of state and effects: reading and writing a
 /// variable, printing and calling back into C++. Each is one object that runs eagerly
 /// and as a graph node; the graph keeps effects in program order and never prunes them.
 
@@ -17529,7 +17529,7 @@ class function {
     }
   }
 
-  /// Every trace's signature, in the seeds' format, in the order they were made,
+  /// Every trace's signature, in TensorFlow's format, in the order they were made,
   /// separated by blank lines, with no newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
@@ -17642,7 +17642,7 @@ function(F, function_options) -> function<F>;
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
 // ----- begin kiln/trace/runtime_tier.hpp -----
 /// \file
-/// kiln::function's runtime tier (API.md section 3): calls with kiln::tensor
+/// kiln::function's runtime tier: calls with kiln::tensor
 /// arguments traced into a graph once per input signature, and
 /// `kiln::concrete_function`, one such trace.
 
@@ -18261,7 +18261,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
     return os << "ConcreteFunction " << f.state_->signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
   /// \code
   /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
@@ -18456,7 +18456,7 @@ struct runtime_tier {
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 // ----- begin kiln/trace/control_flow.hpp -----
 /// \file
-/// Control flow (API.md section 4): `kiln::cond`, `kiln::while_loop`,
+/// Control flow: `kiln::cond`, `kiln::while_loop`,
 /// `kiln::for_range` and `kiln::break_if`. Outside a trace they run as C++ control
 /// flow on eager tensors; while tracing, branches, conditions and bodies are traced
 /// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
@@ -19562,7 +19562,7 @@ void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, st
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 // ----- begin kiln/trace/effects.hpp -----
 /// \file
-/// State and effects (API.md section 4): `kiln::variable`, `kiln::print` and
+/// State and effects: `kiln::variable`, `kiln::print` and
 /// `kiln::host_callback`. Outside a trace they act at once; while tracing they
 /// record their special op (kiln/exec/effects.hpp) so that they act at every run.
 
@@ -20095,7 +20095,7 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 namespace kiln {
 
 /// A variable whose element type and shape are compile-time, for functions called with
-/// `fixed` arguments (API.md section 4). Copies share the value. Inside a typed trace
+/// `fixed` arguments. Copies share the value. Inside a typed trace
 /// `read_value`, `assign`, `assign_add` and `assign_sub` run at every call, in program
 /// order, and give the value read or written; outside one, `value()` reads it and
 /// `set(x)` writes it.
@@ -20383,7 +20383,7 @@ KILN_VARIABLE_WITH_TYPED(>)
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
 // ----- begin kiln/trace/random.hpp -----
 /// \file
-/// Random numbers (API.md section 1, `random::uniform`), stateful as TensorFlow's:
+/// Random numbers (`random::uniform` and its kin), stateful as TensorFlow's:
 /// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
 /// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
 /// records a special op that draws again at every run of the graph, instead of a
