@@ -99,7 +99,10 @@ def markdown_snippet(code, where: str, count: int):
     if re.search(r"\bint\s+main\s*\(", text):
         # A whole program: its main becomes an ordinary function of its namespace.
         text = re.sub(r"\bint\s+main\s*\(", "int main_(", text)
-        return includes, [f"namespace doc_snippet_{count} {{  // {where}", text, "}", ""]
+        return includes, ["#pragma GCC diagnostic push",
+                          "#pragma GCC diagnostic ignored \"-Wreturn-type\"  // main's implicit return 0",
+                          f"namespace doc_snippet_{count} {{  // {where}", text, "}",
+                          "#pragma GCC diagnostic pop", ""]
     code_lines = [line for line in body if line.strip() and not line.lstrip().startswith("//")]
     head = " ".join(code_lines).split("{", 1)[0]  # a definition's declarator, over several lines
     defines_function = re.fullmatch(r"\s*[\w:<>, ]+[\s&*]+\w+\s*\([^;=\[\]]*\)\s*(const\s*)?", head)
