@@ -1,5 +1,5 @@
 /// \file
-/// The seeds' convolution: input 1x200x200x100 (NHWC), filters 3x3x100x100 (HWIO),
+/// The guides' convolution: input 1x200x200x100 (NHWC), filters 3x3x100x100 (HWIO),
 /// stride 1, VALID padding, on 2 threads. libtorch runs it channels-last (oneDNN),
 /// which reads the very same NHWC buffer kiln does.
 

@@ -2,7 +2,7 @@
 /// kiln::function (graph mode) against the same callable run eagerly, hand-written
 /// loops and libtorch: the cost of one call (`call_x2`), a long chain of ops on tiny
 /// tensors where per-op overhead dominates (`ops50_10`), a fused chain over 16M floats
-/// (`chain_16M`), the cost of tracing itself (`trace_20`), the seeds' `power(x, 100)`
+/// (`chain_16M`), the cost of tracing itself (`trace_20`), the guides' `power(x, 100)`
 /// (100 matmuls of 10x10 int32 matrices, `power_100`), a graph loop with a scalar
 /// body (`while_scalar`) and a training loop fed by a dataset (`dataset_loop`). The
 /// Python peers of the same cases (TorchScript, tf.function, jax.jit) are in peers.py.
@@ -256,7 +256,7 @@ void register_trace_20() {
   })->Unit(benchmark::kMicrosecond);
 }
 
-// The seeds' power(x, y): `result = x^y` by y matmuls of a 10x10 int32 matrix with
+// The guides' power(x, y): `result = x^y` by y matmuls of a 10x10 int32 matrix with
 // entries in {-1, 0, 1}. y is a C++ int, so a trace unrolls the loop into y matmul nodes.
 constexpr int power_size = 10, power_exponent = 100;
 

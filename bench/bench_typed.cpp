@@ -4,7 +4,7 @@
 /// cases its issue sets targets for: a call of `x * x + 2` on a scalar (`fixed_x2`),
 /// 50 elementwise ops on 10 floats (`fixed_ops50` with ten tanh among them,
 /// `fixed_arith50` arithmetic only), a dense layer
-/// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), the seeds' `power(x, 100)` as
+/// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), the guides' `power(x, 100)` as
 /// 100 matmuls of 10x10 int32 (`fixed_power`) and the chain
 /// `tanh(x * 0.5 + 1) * x - 0.25` on 2^20 floats (`fixed_chain_1M`). Peers named
 /// `kiln` are the runtime tier's kiln::function on kiln::tensor arguments.
@@ -276,7 +276,7 @@ void register_dense() {
 #endif
 }
 
-// ---- the seeds' power(x, 100): 100 matmuls of 10x10 int32 ----------------------------
+// ---- the guides' power(x, 100): 100 matmuls of 10x10 int32 ----------------------------
 
 constexpr int power_n = 10, power_y = 100;
 using power_matrix = kiln::fixed<std::int32_t, power_n, power_n>;

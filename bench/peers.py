@@ -120,7 +120,7 @@ def function_cases(m):
         return m.tanh(x * 0.5 + 1) * x - 0.25
 
     def power(x):
-        # The seeds' power(x, 100): an unrolled loop of int32 matmuls.
+        # The guides' power(x, 100): an unrolled loop of int32 matmuls.
         result = m.eye(POWER_SIZE, dtype=m.int32)
         for _ in range(100):
             result = m.matmul(x, result)

@@ -210,7 +210,7 @@ def conv_section(s):
             rows.append([r.peer, threads, format_time(r.time_ns), format_spread(r), f"{r.flops / GB:.1f}",
                          speed_vs_kiln(s, r)])
     return (
-        "## 5. conv2d of the seeds: 1×200×200×100 NHWC, 3×3×100→100 HWIO, VALID\n\n"
+        "## 5. conv2d of the guides: 1×200×200×100 NHWC, 3×3×100→100 HWIO, VALID\n\n"
         + table(["peer", "threads", "median time", "spread", "GFLOP/s", "peer time / kiln time"], rows)
     )
 
@@ -533,7 +533,7 @@ def markdown(s, checks, command, machine, png_name):
         chain_section(s),
         per_call_section(s, "10. Tracing a 20-op elementwise function (trace + optimize + plan, no run)", "trace_20",
                          "median time per trace"),
-        per_call_section(s, "11. The seeds' power(x, 100): 100 matmuls of a 10×10 int32 matrix", "power_100",
+        per_call_section(s, "11. The guides' power(x, 100): 100 matmuls of a 10×10 int32 matrix", "power_100",
                          "median time per call"),
         per_call_section(s, f"12. A while_loop with a scalar body ({LOOP_TRIPS} iterations per call)", "while_scalar",
                          "median time per iteration", LOOP_TRIPS),

@@ -1,8 +1,8 @@
-// The seeds' first tf.function examples (001 "Basics / Usage", 002 "A function is
-// like an op" and "You can use functions inside functions"): `add` is a function like
-// any op, and `dense_layer` calls it while it is traced itself, so the graph of
-// dense_layer holds add's ops. Called under a gradient tape, `add` is differentiable
-// like an op ("Functions have gradients").
+// The guides' first tf.function examples (Better performance with tf.function "Basics /
+// Usage", Better performance with tf.function "A function is like an op" and "You can use
+// functions inside functions"): `add` is a function like any op, and `dense_layer` calls
+// it while it is traced itself, so the graph of dense_layer holds add's ops. Called under
+// a gradient tape, `add` is differentiable like an op ("Functions have gradients").
 
 #include <kiln/kiln.hpp>
 

@@ -1,7 +1,8 @@
-// The seeds' "Depending on Python global and free variables" (001 "Known issues"): a
-// captured C++ value is read while tracing and baked into the graph, so changing it
-// later changes nothing; a C++ argument is part of the signature, so a new value
-// retraces and is seen. A captured kiln::variable, by contrast, is read at every call.
+// The guides' "Depending on Python global and free variables" (Better performance with
+// tf.function "Known issues"): a captured C++ value is read while tracing and baked into
+// the graph, so changing it later changes nothing; a C++ argument is part of the
+// signature, so a new value retraces and is seen. A captured kiln::variable, by contrast,
+// is read at every call.
 
 #include <kiln/kiln.hpp>
 

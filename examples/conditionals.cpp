@@ -1,7 +1,8 @@
-// The seeds' "Conditionals" (002 AutoGraph): a C++ `if` on a C++ value picks a branch
-// while tracing and leaves no cond node; kiln::cond on a tensor traces both branches
-// and chooses at run time, so C++ code in both branches runs while tracing, and the
-// branches must agree. And simple_relu (003): a data-dependent branch in a graph.
+// The guides' "Conditionals" (Better performance with tf.function AutoGraph): a C++ `if`
+// on a C++ value picks a branch while tracing and leaves no cond node; kiln::cond on a
+// tensor traces both branches and chooses at run time, so C++ code in both branches runs
+// while tracing, and the branches must agree. And simple_relu (Introduction to graphs and
+// tf.function): a data-dependent branch in a graph.
 
 #include <kiln/kiln.hpp>
 
@@ -72,7 +73,7 @@ int main() {
       {.name = "f"});
   std::cout << both_branches() << "\n";
 
-  // Both branches must give the same values: the seed's `x` defined in one branch
+  // Both branches must give the same values: the guide's `x` defined in one branch
   // only is, in C++, a branch that returns something else.
   // @tf.function
   // def f():

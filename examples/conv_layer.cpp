@@ -1,10 +1,10 @@
-// The seeds' convolution example (000, 001 "Seeing the speed-up"): a Keras-style
-// `Conv2D(100, 3)` layer called eagerly and inside a kiln::function on a
-// 1 x 200 x 200 x 100 image of zeros. The layer builds its 3 x 3 x 100 x 100 kernel
-// on its first call; the function reads the same weights. A convolution is one big
-// op, so graph execution saves little over eager execution, as the guide notes. Run
-// with `--time` to print the timings (they vary from machine to machine; bench/ has
-// them).
+// The guides' convolution example (Better performance with tf.function "Seeing the
+// speed-up"): a Keras-style `Conv2D(100, 3)` layer called eagerly and inside a
+// kiln::function on a 1 x 200 x 200 x 100 image of zeros. The layer builds its 3 x 3 x
+// 100 x 100 kernel on its first call; the function reads the same weights. A convolution
+// is one big op, so graph execution saves little over eager execution, as the guide
+// notes. Run with `--time` to print the timings (they vary from machine to machine;
+// bench/ has them).
 
 #include <kiln/kiln.hpp>
 

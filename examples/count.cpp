@@ -1,7 +1,8 @@
-// The seeds' "Creating tf.Variables" (001) and "Automatic control dependencies" (002):
-// a variable created at every call is an error; the singleton pattern creates it on
-// the first trace only; reads and writes of variables run in program order; a
-// variable's initial value may come from the arguments and other variables (002
+// The guides' "Creating tf.Variables" (Better performance with tf.function) and
+// "Automatic control dependencies" (Better performance with tf.function): a variable
+// created at every call is an error; the singleton pattern creates it on the first trace
+// only; reads and writes of variables run in program order; a variable's initial value
+// may come from the arguments and other variables (Better performance with tf.function
 // "Variables").
 
 #include <kiln/kiln.hpp>

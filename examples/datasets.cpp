@@ -1,7 +1,7 @@
-// The seeds' "Looping over Python data" (001, 002 AutoGraph): a loop over C++ data
-// unrolls while tracing, so the graph grows with the data; the same loop over a
-// kiln::data::dataset is one ReduceDataset node, whatever the data. Then a small
-// input pipeline (map, batch) read eagerly and inside a function. Last, the seeds'
+// The guides' "Looping over Python data" (Better performance with tf.function AutoGraph):
+// a loop over C++ data unrolls while tracing, so the graph grows with the data; the same
+// loop over a kiln::data::dataset is one ReduceDataset node, whatever the data. Then a
+// small input pipeline (map, batch) read eagerly and inside a function. Last, the guides'
 // iterators ("Using Python iterators and generators"): a C++ iterator is read while
 // tracing only (buggy_consume_next), a kiln::data::iterator advances at every call
 // (good_consume_next).
@@ -19,7 +19,7 @@ namespace {
 using kiln::tensor;
 using pairs = std::vector<std::pair<int, int>>;
 
-// Python's str() of the seed's arguments: a list of pairs, or the dataset's repr.
+// Python's str() of the guide's arguments: a list of pairs, or the dataset's repr.
 std::string python_text(const pairs& data) {
   std::string s = "[";
   for (std::size_t i = 0; i < data.size(); ++i)
@@ -53,7 +53,7 @@ kiln::data::dataset generated(pairs data) {
 }  // namespace
 
 int main() {
-  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // kiln::print writes to standard error, as tf.print; the guides' notebooks show both
   // streams in order, and so does this program, on standard output.
   kiln::config::set_print_stream(std::cout);
 

@@ -1,8 +1,8 @@
-// The seeds' polymorphic `double` (001 "Tracing / What is tracing?", 000 and 002
-// "Tracing and Polymorphism"): each new argument dtype traces the callable once (the
-// "Tracing with" line is a C++ side effect, so it appears only while tracing), a call
-// with a signature seen before reuses its graph, and pretty_printed_concrete_signatures
-// lists the three traces.
+// The guides' polymorphic `double` (Better performance with tf.function "Tracing / What
+// is tracing?", Better performance with tf.function "Tracing and Polymorphism"): each new
+// argument dtype traces the callable once (the "Tracing with" line is a C++ side effect,
+// so it appears only while tracing), a call with a signature seen before reuses its
+// graph, and pretty_printed_concrete_signatures lists the three traces.
 
 #include <kiln/kiln.hpp>
 

@@ -1,11 +1,12 @@
-// The seeds' concrete functions (001 "Obtaining concrete functions" and "Obtaining
-// graphs", 000): get_concrete_function traces `double` for strings without running it,
-// the concrete function runs that one graph, prints its signature, gives its input and
-// output specs and its graph, and rejects a tensor of another dtype.
+// The guides' concrete functions (Better performance with tf.function, "Obtaining
+// concrete functions" and "Obtaining graphs"): get_concrete_function traces `double` for
+// strings without running it, the concrete function runs that one graph, prints its
+// signature, gives its input and output specs and its graph, and rejects a tensor of
+// another dtype.
 //
-// In the seed, `double` had already been traced for strings by the cells before, so
-// there "Obtaining concrete trace" is not followed by a "Tracing with" line; this
-// program starts afresh, and get_concrete_function is where it traces.
+// In the guide, `double` had already been traced for strings by the cells before, so
+// there "Obtaining concrete trace" is not followed by a "Tracing with" line; this program
+// starts afresh, and get_concrete_function is where it traces.
 
 #include <kiln/kiln.hpp>
 

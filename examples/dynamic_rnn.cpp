@@ -1,7 +1,7 @@
-// The seeds' "Accumulating values in a loop" (001): an RNN unrolled dynamically by
-// kiln::for_range collects its states in a kiln::tensor_array, since appending to a
-// C++ vector inside a graph loop would run only while tracing. The array's size may
-// also be a tensor, known only when the graph runs.
+// The guides' "Accumulating values in a loop" (Better performance with tf.function): an
+// RNN unrolled dynamically by kiln::for_range collects its states in a
+// kiln::tensor_array, since appending to a C++ vector inside a graph loop would run only
+// while tracing. The array's size may also be a tensor, known only when the graph runs.
 
 #include <kiln/kiln.hpp>
 
@@ -14,8 +14,8 @@ int main() {
   // def rnn_step(inp, state): return inp + state
   auto rnn_step = [](const tensor& inp, const tensor& state) { return inp + state; };
 
-  // The body of the seed's dynamic_rnn, for a sequence length that is a number (the
-  // seed's input_data.shape[0], a static dim) or a tensor (tf.shape(input_data)[0]).
+  // The body of the guide's dynamic_rnn, for a sequence length that is a number (the
+  // guide's input_data.shape[0], a static dim) or a tensor (tf.shape(input_data)[0]).
   auto unroll = [](auto step, const tensor& by_time, const tensor& initial_state, const auto& max_seq_len) {
     kiln::tensor_array states(kiln::float32, max_seq_len);
     auto [state, all] = kiln::for_range(

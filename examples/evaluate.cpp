@@ -1,8 +1,9 @@
-// The seeds' "Depending on Python objects" (001 "Known issues"): an object that is not
-// a tensor, a C++ value or a structure of those is keyed by its address, as TensorFlow
-// keys it by id(). Its plain members are read while tracing only, so changing them does
-// not retrace and the graph keeps the old values; a new function traces afresh. With
-// kiln::variable members (BetterModel), the graph reads them at every call instead.
+// The guides' "Depending on Python objects" (Better performance with tf.function "Known
+// issues"): an object that is not a tensor, a C++ value or a structure of those is keyed
+// by its address, as TensorFlow keys it by id(). Its plain members are read while tracing
+// only, so changing them does not retrace and the graph keeps the old values; a new
+// function traces afresh. With kiln::variable members (BetterModel), the graph reads them
+// at every call instead.
 
 #include <kiln/kiln.hpp>
 

@@ -1,6 +1,6 @@
-// The seeds' reason for graphs, "you can use your TensorFlow graph in environments that
+// The guides' reason for graphs, "you can use your TensorFlow graph in environments that
 // don't have a Python interpreter": kiln writes a traced function as an ONNX model,
-// for onnxruntime, TensorRT and other runtimes. A dense layer and the seeds' tanh loop
+// for onnxruntime, TensorRT and other runtimes. A dense layer and the guides' tanh loop
 // are exported, read back and described; a function that assigns a variable cannot be
 // exported, ONNX models having no state.
 //
@@ -60,7 +60,7 @@ void describe_file(const std::string& path) {
 int main() {
   using kiln::tensor;
 
-  // The seeds' dense layer: its variables are written with their current values.
+  // The guides' dense layer: its variables are written with their current values.
   kiln::variable w(kiln::random::uniform({3, 2}, -1, 1, kiln::float32, 1), "w");
   kiln::variable b(kiln::zeros({2}), "b");
   kiln::function dense([&](const tensor& x) { return kiln::relu(kiln::matmul(x, w) + b); },
@@ -70,7 +70,8 @@ int main() {
   describe_file("dense.onnx");
   std::cout << "  kiln computes " << dense_concrete(kiln::ones({2, 3})) << "\n";
 
-  // 001's "A simple loop": tanh until the sum drops to 1, one ONNX Loop.
+  // "A simple loop" of Better performance with tf.function: tanh until the sum drops to
+  // 1, one ONNX Loop.
   kiln::function tanh_loop(
       [](const tensor& x) {
         return kiln::while_loop([](const tensor& v) { return kiln::reduce_sum(v) > 1.f; },

@@ -1,4 +1,4 @@
-// The seeds' first examples on the compile-time tier: the same callables called with
+// The guides' first examples on the compile-time tier: the same callables called with
 // kiln::fixed arguments, whose element type and shape are part of their type. A call
 // traces once per signature *type* (the "Tracing with" line is a C++ side effect), its
 // result is a kiln::fixed whose shape the compiler worked out, and a shape error would

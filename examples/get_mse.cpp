@@ -1,9 +1,10 @@
-// The seeds' get_MSE (003 "Graph execution vs. eager execution"): a function runs its
-// graph by default; kiln::config::run_functions_eagerly(true) makes it call the C++
-// callable on every call instead. A C++ print in the callable shows the difference:
-// once per trace in graph mode, once per call eagerly.
+// The guides' get_MSE (Introduction to graphs and tf.function, "Graph execution vs. eager
+// execution"): a function runs its graph by default;
+// kiln::config::run_functions_eagerly(true) makes it call the C++ callable on every call
+// instead. A C++ print in the callable shows the difference: once per trace in graph
+// mode, once per call eagerly.
 //
-// The seed draws y_true and y_pred with tf.random.uniform; fixed values here keep the
+// The guide draws y_true and y_pred with tf.random.uniform; fixed values here keep the
 // printed output checkable.
 
 #include <kiln/kiln.hpp>

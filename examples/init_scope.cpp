@@ -1,7 +1,8 @@
-// The seeds' "Creating tf.Variables" counter (001): a C++ counter that guards a
-// variable's increment is read while tracing only, so the traced graph increments the
-// variable at every call (1, 2, 3). kiln::init_scope, as tf.init_scope, lifts the
-// increment out of the graph: it runs once, while tracing (1, 1, 1).
+// The guides' "Creating tf.Variables" counter (Better performance with tf.function): a
+// C++ counter that guards a variable's increment is read while tracing only, so the
+// traced graph increments the variable at every call (1, 2, 3). kiln::init_scope, as
+// tf.init_scope, lifts the increment out of the graph: it runs once, while tracing (1, 1,
+// 1).
 
 #include <kiln/kiln.hpp>
 

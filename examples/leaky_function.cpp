@@ -1,7 +1,8 @@
-// The seeds' "All outputs of a tf.function must be return values" (001 "Known issues"):
-// a tensor stored outside the function while it traces is symbolic, a placeholder for
-// a value of the graph. Reading it raises kiln::type_error, and so does using it in
-// another function's trace. Only the returned values (and variables) leave a graph.
+// The guides' "All outputs of a tf.function must be return values" (Better performance
+// with tf.function "Known issues"): a tensor stored outside the function while it traces
+// is symbolic, a placeholder for a value of the graph. Reading it raises
+// kiln::type_error, and so does using it in another function's trace. Only the returned
+// values (and variables) leave a graph.
 
 #include <kiln/kiln.hpp>
 

@@ -1,9 +1,10 @@
-// The seeds' "Loops" (002 AutoGraph) and fizzbuzz (001): a C++ loop unrolls while
-// tracing; kiln::for_range and kiln::while_loop make one `while` node, whose body is
-// traced once and runs as often as the tensors say, and a loop over a dataset makes
-// one ReduceDataset node; kiln::break_if exits early; a loop variable may not change
-// its dtype, nor its shape unless a shape invariant lets it. And 001's "A simple
-// loop" (tanh until the sum drops to 1).
+// The guides' "Loops" (Better performance with tf.function AutoGraph) and fizzbuzz
+// (Better performance with tf.function): a C++ loop unrolls while tracing;
+// kiln::for_range and kiln::while_loop make one `while` node, whose body is traced once
+// and runs as often as the tensors say, and a loop over a dataset makes one ReduceDataset
+// node; kiln::break_if exits early; a loop variable may not change its dtype, nor its
+// shape unless a shape invariant lets it. And Better performance with tf.function's "A
+// simple loop" (tanh until the sum drops to 1).
 
 #include <kiln/kiln.hpp>
 
@@ -41,7 +42,7 @@ void assert_raises(const char* error_name, F&& f) {
 }  // namespace
 
 int main() {
-  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // kiln::print writes to standard error, as tf.print; the guides' notebooks show both
   // streams in order, and so does this program, on standard output.
   kiln::config::set_print_stream(std::cout);
   using kiln::tensor;
@@ -183,7 +184,7 @@ int main() {
       {.name = "buggy_concat"});
   assert_raises<kiln::value_error>("kiln::value_error", [&] { buggy_concat(); });
   // def concat_with_padding(): the loop variable keeps its shape (5, 10); row i is
-  // written in place of the seed's x[:i] / concat / set_shape.
+  // written in place of the guide's x[:i] / concat / set_shape.
   kiln::function concat_with_padding(
       [] {
         return kiln::for_range(
@@ -207,7 +208,7 @@ int main() {
       {.name = "concat_with_shape_invariants"});
   std::cout << "concat_with_shape_invariants() = " << concat_with_shape_invariants() << "\n";
 
-  // A simple loop (001 "AutoGraph transformations"):
+  // A simple loop (Better performance with tf.function "AutoGraph transformations"):
   // @tf.function
   // def f(x):
   //   while tf.reduce_sum(x) > 1:

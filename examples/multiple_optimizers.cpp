@@ -1,8 +1,8 @@
-// The seeds' "Using with multiple Keras optimizers" (001): a traced train_step whose
-// optimizer creates its slot variables on first use. Called with a second optimizer,
-// the function traces again and that optimizer's variables would be created by a
-// later trace, which kiln::function rejects as tf.function does; the workaround is one
-// concrete function per optimizer.
+// The guides' "Using with multiple Keras optimizers" (Better performance with
+// tf.function): a traced train_step whose optimizer creates its slot variables on first
+// use. Called with a second optimizer, the function traces again and that optimizer's
+// variables would be created by a later trace, which kiln::function rejects as
+// tf.function does; the workaround is one concrete function per optimizer.
 
 #include <kiln/kiln.hpp>
 

@@ -1,7 +1,7 @@
-// The seeds' my_relu (003 "Polymorphism: one Function, many graphs"): one function,
-// one graph per signature. A scalar tensor, a list of C++ ints (keyed by its values)
-// and a vector tensor make three concrete functions; calls with a signature seen
-// before reuse its graph.
+// The guides' my_relu (Introduction to graphs and tf.function "Polymorphism: one
+// Function, many graphs"): one function, one graph per signature. A scalar tensor, a list
+// of C++ ints (keyed by its values) and a vector tensor make three concrete functions;
+// calls with a signature seen before reuse its graph.
 
 #include <kiln/kiln.hpp>
 

@@ -1,7 +1,8 @@
-// The seeds' input_signature examples (001 "Controlling retracing", 002): with an
-// input signature a function traces once, for that signature; calls that do not fit it
-// raise kiln::value_error naming the inputs and the signature, and a kiln::none dim
-// accepts any size, so `g` serves sequences of every length with one trace.
+// The guides' input_signature examples (Better performance with tf.function "Controlling
+// retracing", Better performance with tf.function): with an input signature a function
+// traces once, for that signature; calls that do not fit it raise kiln::value_error
+// naming the inputs and the signature, and a kiln::none dim accepts any size, so `g`
+// serves sequences of every length with one trace.
 
 #include <kiln/kiln.hpp>
 

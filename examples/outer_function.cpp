@@ -1,7 +1,7 @@
-// The seeds' first graphs (003 "Taking advantage of graphs"): a function made from a
-// regular C++ function computes what the regular function computes, and a function
-// traces every function it calls: outer_function's graph holds the ops of the plain
-// C++ function it calls.
+// The guides' first graphs (Introduction to graphs and tf.function "Taking advantage of
+// graphs"): a function made from a regular C++ function computes what the regular
+// function computes, and a function traces every function it calls: outer_function's
+// graph holds the ops of the plain C++ function it calls.
 
 #include <kiln/kiln.hpp>
 
@@ -37,7 +37,7 @@ int main() {
   //   y = tf.constant([[2.0], [3.0]])
   //   b = tf.constant(4.0)
   //   return inner_function(x, y, b)
-  // (The seed's inner_function has a_regular_function's body.)
+  // (The guide's inner_function has a_regular_function's body.)
   kiln::function outer_function(
       [](const kiln::tensor& x) {
         kiln::tensor y = kiln::constant({{2.f}, {3.f}});

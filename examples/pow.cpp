@@ -1,6 +1,7 @@
-// The seeds' bound C++ arguments (001 "Obtaining concrete functions", 000): a C++
-// argument stays in a concrete function's signature with the value it was traced with;
-// it may be left out of a call, and another value raises kiln::type_error.
+// The guides' bound C++ arguments (Better performance with tf.function "Obtaining
+// concrete functions", Better performance with tf.function): a C++ argument stays in a
+// concrete function's signature with the value it was traced with; it may be left out of
+// a call, and another value raises kiln::type_error.
 
 #include <kiln/kiln.hpp>
 

@@ -1,8 +1,8 @@
-// The seeds' "Seeing the speed-up" (003): power(x, 100) is a hundred small matmuls,
-// whose cost eagerly is mostly per-op overhead; as a kiln::function the C++ loop over
-// the C++ int `y` unrolls into 100 matmul nodes that run from a precomputed plan. The
-// timings vary from machine to machine, so they are in bench/ (`power_100`); this
-// program checks that both ways compute the same matrix.
+// The guides' "Seeing the speed-up" (Introduction to graphs and tf.function): power(x,
+// 100) is a hundred small matmuls, whose cost eagerly is mostly per-op overhead; as a
+// kiln::function the C++ loop over the C++ int `y` unrolls into 100 matmul nodes that run
+// from a precomputed plan. The timings vary from machine to machine, so they are in
+// bench/ (`power_100`); this program checks that both ways compute the same matrix.
 
 #include <kiln/kiln.hpp>
 

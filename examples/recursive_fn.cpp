@@ -1,8 +1,9 @@
-// The seeds' recursive function (001 "Recursive tf.functions are not supported"): a
-// function that calls itself with a new C++ value each time traces once per value
-// (five "tracing" lines), which works but costs a trace per level. With a tensor
-// argument, the recursive call has the signature of the call being traced: that raises
-// kiln::value_error instead of recursing forever (the seed's "maximum recursion error").
+// The guides' recursive function (Better performance with tf.function "Recursive
+// tf.functions are not supported"): a function that calls itself with a new C++ value
+// each time traces once per value (five "tracing" lines), which works but costs a trace
+// per level. With a tensor argument, the recursive call has the signature of the call
+// being traced: that raises kiln::value_error instead of recursing forever (the guide's
+// "maximum recursion error").
 
 #include <kiln/kiln.hpp>
 

@@ -1,5 +1,6 @@
-// The seeds: "you can use your TensorFlow graph in environments that don't have a
-// Python interpreter, like mobile applications, embedded devices, and backend servers".
+// Introduction to graphs and tf.function: "you can use your TensorFlow graph in
+// environments that don't have a Python interpreter, like mobile applications, embedded
+// devices, and backend servers".
 // Here one program trains a small classifier (which quadrants of the plane hold class 1),
 // saves its prediction function with kiln::save, and starts a second program, the
 // server, which has only the file: it loads the function with kiln::load and answers

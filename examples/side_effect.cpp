@@ -1,6 +1,6 @@
-// The seeds' "Changing Python global and free variables" (001 "Limitations"): changing
-// C++ state from the callable is a side effect that happens while tracing only, so
-// three calls with one signature append to the list once.
+// The guides' "Changing Python global and free variables" (Better performance with
+// tf.function "Limitations"): changing C++ state from the callable is a side effect that
+// happens while tracing only, so three calls with one signature append to the list once.
 
 #include <kiln/kiln.hpp>
 

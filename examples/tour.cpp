@@ -11,12 +11,12 @@ namespace {
 
 void section(const char* title) { std::cout << "\n== " << title << "\n"; }
 
-// The seeds' "a_regular_function": a dense layer without its activation.
+// The guides' "a_regular_function": a dense layer without its activation.
 kiln::tensor a_regular_function(const kiln::tensor& x, const kiln::tensor& y, const kiln::tensor& b) {
   return kiln::matmul(x, y) + b;
 }
 
-// The seeds' get_MSE, run eagerly.
+// The guides' get_MSE, run eagerly.
 kiln::tensor get_mse(const kiln::tensor& y_true, const kiln::tensor& y_pred) {
   kiln::tensor sq_diff = kiln::pow(y_true - y_pred, 2);
   return kiln::reduce_mean(sq_diff);
@@ -85,7 +85,7 @@ int main() {
   kiln::tensor y_pred = kiln::constant({2, 9, 1, 7, 4});
   std::cout << get_mse(y_true, y_pred) << "\n";
 
-  section("A convolution, as the seeds' Conv2D(100, 3) on a 200x200x100 image");
+  section("A convolution, as the guides' Conv2D(100, 3) on a 200x200x100 image");
   kiln::tensor image = kiln::ones({1, 200, 200, 100});
   kiln::tensor filters = kiln::fill({3, 3, 100, 100}, 0.01f);
   kiln::tensor features = kiln::conv2d(image, filters, 1, "VALID");

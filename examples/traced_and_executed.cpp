@@ -1,6 +1,6 @@
-// The seeds' "Executing Python side effects" (002): a C++ side effect (std::cout) runs
-// only while tracing, kiln::print at every call; kiln::host_callback runs C++ code at
-// every call (tf.py_function), on concrete tensors.
+// The guides' "Executing Python side effects" (Better performance with tf.function): a
+// C++ side effect (std::cout) runs only while tracing, kiln::print at every call;
+// kiln::host_callback runs C++ code at every call (tf.py_function), on concrete tensors.
 
 #include <kiln/kiln.hpp>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 int main() {
-  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // kiln::print writes to standard error, as tf.print; the guides' notebooks show both
   // streams in order, and so does this program, on standard output.
   kiln::config::set_print_stream(std::cout);
   // @tf.function

@@ -1,15 +1,16 @@
-// The seeds' "C++ or tensor arguments?" examples: a new C++ value is a new signature,
-// so it retraces, while tensors are keyed by dtype and shape only, so new values reuse
-// the trace. 001 and 002 "Python or Tensor args?" (`train(num_steps)`, whose loop
-// `for _ in tf.range(num_steps)` is kiln::for_range) and 003 "When is a Function
-// tracing?" (`a_function_with_python_side_effect`).
+// The guides' "C++ or tensor arguments?" examples: a new C++ value is a new signature, so
+// it retraces, while tensors are keyed by dtype and shape only, so new values reuse the
+// trace. Better performance with tf.function "Python or Tensor args?"
+// (`train(num_steps)`, whose loop `for _ in tf.range(num_steps)` is kiln::for_range) and
+// Introduction to graphs and tf.function "When is a Function tracing?"
+// (`a_function_with_python_side_effect`).
 
 #include <kiln/kiln.hpp>
 
 #include <iostream>
 
 int main() {
-  // kiln::print writes to standard error, as tf.print; the seeds' notebooks show both
+  // kiln::print writes to standard error, as tf.print; the guides' notebooks show both
   // streams in order, and so does this program, on standard output.
   kiln::config::set_print_stream(std::cout);
   // def train_one_step(): pass

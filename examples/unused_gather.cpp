@@ -1,8 +1,8 @@
-// The seeds' non-strict execution example (003 "Non-strict execution"): eagerly every
-// op runs, so an out-of-range tf.gather whose result nobody uses still raises; a
-// graph runs only the ops that its outputs (and effects) need, so there the unused
-// gather is skipped and no error is raised. Never depend on an error from an op a
-// graph does not need.
+// The guides' non-strict execution example (Introduction to graphs and tf.function
+// "Non-strict execution"): eagerly every op runs, so an out-of-range tf.gather whose
+// result nobody uses still raises; a graph runs only the ops that its outputs (and
+// effects) need, so there the unused gather is skipped and no error is raised. Never
+// depend on an error from an op a graph does not need.
 
 #include <kiln/kiln.hpp>
 

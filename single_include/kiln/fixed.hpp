@@ -2538,19 +2538,19 @@ template <class T>
 tensor constant(std::initializer_list<T> values, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 2, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<T>> values, std::optional<dtype> t = std::nullopt,
                 device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 3, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<T>>> values,
                 std::optional<dtype> t = std::nullopt, device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 4, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<T>>>> values,
                 std::optional<dtype> t = std::nullopt, device d = device::cpu) {
@@ -6099,7 +6099,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`.
   /// \code
   /// kiln::function f([](const auto& x) { return x + x; });
@@ -6658,7 +6658,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
   if constexpr (std::is_integral_v<V>) {
-    // Integer products are rare and small (the seeds' power): one kernel serves them
+    // Integer products are rare and small (the guides' power): one kernel serves them
     // all, rather than packing and wide panels compiling two more sets of tiles for
     // each integer type in every program that calls matmul.
     return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
@@ -10687,7 +10687,7 @@ class function {
     }
   }
 
-  /// Every trace's signature, in the seeds' format, in the order they were made,
+  /// Every trace's signature, in TensorFlow's format, in the order they were made,
   /// separated by blank lines, with no newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);

@@ -386,19 +386,19 @@ template <class T>
 tensor constant(std::initializer_list<T> values, std::optional<dtype> t = std::nullopt, device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 2, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<T>> values, std::optional<dtype> t = std::nullopt,
                 device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 3, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<T>>> values,
                 std::optional<dtype> t = std::nullopt, device d = device::cpu) {
   return detail::constant_of_list(values, t, d);
 }
-/// \copydoc constant(std::initializer_list<T>, std::optional<dtype>, device)
+/// A tensor from a braced list of rank 4, as the form above.
 template <class T>
 tensor constant(std::initializer_list<std::initializer_list<std::initializer_list<std::initializer_list<T>>>> values,
                 std::optional<dtype> t = std::nullopt, device d = device::cpu) {

@@ -251,7 +251,7 @@ class function {
     }
   }
 
-  /// Every trace's signature, in the seeds' format, in the order they were made,
+  /// Every trace's signature, in TensorFlow's format, in the order they were made,
   /// separated by blank lines, with no newline at the end (as TensorFlow's string).
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);

@@ -538,7 +538,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
     return os << "ConcreteFunction " << f.state_->signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
   /// \code
   /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});

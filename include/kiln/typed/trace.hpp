@@ -508,7 +508,7 @@ class concrete_function {
   friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
     return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
   }
-  /// The signature in the seeds' format, without a newline at the end, as
+  /// The signature in TensorFlow's format, without a newline at the end, as
   /// TensorFlow's `pretty_printed_signature()`.
   /// \code
   /// kiln::function f([](const auto& x) { return x + x; });

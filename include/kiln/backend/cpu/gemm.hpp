@@ -424,7 +424,7 @@ void gemm_compute(std::int64_t m, std::int64_t n, std::int64_t k, const V* a, st
   }
   if (n == 1) return gemm_column(m, k, a, lda, b, ldb, c, ldc, pool);
   if constexpr (std::is_integral_v<V>) {
-    // Integer products are rare and small (the seeds' power): one kernel serves them
+    // Integer products are rare and small (the guides' power): one kernel serves them
     // all, rather than packing and wide panels compiling two more sets of tiles for
     // each integer type in every program that calls matmul.
     return gemm_direct<blocking::rows, blocking::vectors>(m, n, k, a, lda, b, ldb, c, ldc, pool);
