@@ -24027,6 +24027,7 @@ class sequential : public layer {
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -24110,6 +24111,12 @@ struct fit_options {
   std::ostream* stream = nullptr;
   /// Whether progress lines show times (off for output compared byte for byte).
   bool timing = true;
+  /// Keras' TensorBoard callback: when set, each epoch's loss and metrics are written as
+  /// scalar summaries (`epoch_loss`, `epoch_<metric>`, at the epoch's index) to
+  /// `log_dir/train`, and the validation ones to `log_dir/validation`, for
+  /// `tensorboard --logdir <log_dir>`. Needs `#include <kiln/summary.hpp>`; without it,
+  /// fit raises kiln::unavailable_error.
+  std::optional<std::filesystem::path> log_dir = std::nullopt;
 };
 
 /// What fit returns: per epoch, the training loss (the batch losses' mean, weighted
@@ -24167,6 +24174,29 @@ inline double scalar_value(const tensor& t) {
   return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
 }
 
+// Defined by kiln/summary.hpp (declared in kiln/exec/summary_op.hpp, outside kiln.hpp).
+template <class>
+struct summary_file_opener;
+
+/// What fit does with a log_dir: a function that writes an epoch's values, as Keras'
+/// TensorBoard callback does (kiln/summary.hpp's writers on `log_dir/train` and, when
+/// asked, `log_dir/validation`). Through summary_file_opener, so that a program without
+/// kiln/summary.hpp compiles none of the writer.
+template <class Opener = summary_file_opener<void>>
+std::function<void(const epoch_logs&)> fit_logger(const std::filesystem::path& log_dir, bool validation) {
+  if constexpr (requires { Opener::open(log_dir); }) {
+    auto train = Opener::open(log_dir / "train");
+    auto val = validation ? Opener::open(log_dir / "validation") : nullptr;
+    return [train, val](const epoch_logs& logs) {
+      Opener::write_epoch_logs(*train, logs, "");
+      if (val) Opener::write_epoch_logs(*val, logs, "val_");
+    };
+  } else {
+    throw unavailable_error("fit: writing to log_dir " + log_dir.string() +
+                            " needs TensorBoard summaries: #include <kiln/summary.hpp>");
+  }
+}
+
 /// A running mean weighted by batch size.
 struct weighted_mean {
   double total = 0, count = 0;
@@ -24211,6 +24241,9 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     for (const metric& m : metrics) m.update_state(y, prediction);
     return loss_fn(y, prediction);
   });
+
+  const std::function<void(const epoch_logs&)> log =
+      options.log_dir ? detail::fit_logger(*options.log_dir, options.validation_data.has_value()) : nullptr;
 
   const bool bar = options.verbose == 1 && detail::stdout_is_terminal(out);
   history h;
@@ -24276,6 +24309,7 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     h.loss.push_back(logs.values["loss"]);
     if (options.validation_data) h.val_loss.push_back(logs.values["val_loss"]);
     for (const auto& [name, v] : logs.values) h.values[name].push_back(v);
+    if (log) log(logs);
     bool go_on = true;
     for (const epoch_callback& c : options.callbacks) go_on = c(logs) && go_on;
     if (!go_on) break;

@@ -44,6 +44,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kiln/kiln.hpp"
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
@@ -1499,6 +1500,15 @@ template <class T>
 struct summary_file_opener {
   static std::shared_ptr<summary_target> open(const std::filesystem::path& logdir) {
     return std::make_shared<event_file_writer>(logdir, summary::writer_options{});
+  }
+  /// kiln::fit's log: the values of `logs` named with `prefix` (none, or "val_") as
+  /// `epoch_<name>` scalars at the epoch's index, Keras' TensorBoard callback's tags.
+  template <class Logs>
+  static void write_epoch_logs(summary_target& target, const Logs& logs, std::string_view prefix) {
+    std::vector<std::pair<std::string, double>> values;
+    for (const auto& [name, v] : logs.values)
+      if (name.starts_with("val_") == !prefix.empty()) values.emplace_back("epoch_" + name.substr(prefix.size()), v);
+    write_scalar_summaries(values, logs.epoch, &target);
   }
 };
 }  // namespace kiln::detail
