@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdint>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -248,4 +249,53 @@ TEST_CASE("a strategy's scope is what training loops and checkpoints see (kiln/t
     replicas->barrier(replicas->self);
   }
   CHECK(kiln::detail::current_replica_context() == nullptr);
+}
+
+TEST_CASE("fit under a strategy's scope, each rank on its shard, trains as fit in one process on the global batches") {
+  const std::int64_t n = world().size(), r = world().rank(), global_batch = 8, rows = 4 * global_batch;
+  std::vector<float> xs, ys;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float a = float(std::sin(0.7 * double(i))), b = float(std::cos(0.3 * double(i)));
+    xs.insert(xs.end(), {a, b});
+    ys.push_back(2.f * a - b + 0.5f);
+  }
+  const auto data = kiln::data::dataset::from_tensor_slices(
+      std::tuple{kiln::constant(xs, kiln::shape{rows, 2}), kiln::constant(ys, kiln::shape{rows, 1})});
+  // Seeded: both models start from the same weights on every rank.
+  auto make_model = [](std::uint64_t seed) {
+    return kiln::layers::sequential(
+        {kiln::layers::dense(4, {.activation = kiln::relu, .kernel_initializer = kiln::initializers::glorot_uniform({.seed = seed})}),
+         kiln::layers::dense(1, {.kernel_initializer = kiln::initializers::glorot_uniform({.seed = seed + 1})})});
+  };
+  kiln::layers::sequential single = make_model(1), replica = make_model(1);
+  kiln::distribute::data_parallel strategy;
+  kiln::optimizers::adam single_adam({.learning_rate = 0.01}), replica_adam({.learning_rate = 0.01});
+  const kiln::history expected = kiln::fit(single, kiln::losses::mean_squared_error<>, single_adam,
+                                           data.batch(global_batch), {.epochs = 3, .verbose = 0});
+  std::ostringstream progress;
+  kiln::history h;
+  {
+    auto scope = strategy.scope();
+    h = kiln::fit(replica, kiln::losses::mean_squared_error<>, replica_adam, data.shard(n, r).batch(global_batch / n),
+                  {.epochs = 3, .verbose = 2, .stream = &progress, .timing = false});
+  }
+  CHECK(largest_difference(single.variables(), replica.variables()) <= 1e-6);
+  // The reported loss is the ranks' mean of their batches' losses: with equal batches,
+  // the global batches' mean loss.
+  for (int e = 0; e < 3; ++e) CHECK(h.loss[std::size_t(e)] == Approx(expected.loss[std::size_t(e)]).epsilon(1e-5));
+  CHECK(progress.str().find("Epoch 3/3") != std::string::npos);
+
+  // Unseeded, the ranks' models start apart; fit gives them the root's weights first, so
+  // that they end equal.
+  kiln::layers::sequential unseeded({kiln::layers::dense(4, {.activation = kiln::relu}), kiln::layers::dense(1)});
+  kiln::optimizers::sgd sgd({.learning_rate = 0.01});
+  {
+    auto scope = strategy.scope();
+    kiln::fit(unseeded, kiln::losses::mean_squared_error<>, sgd, data.shard(n, r).batch(global_batch / n),
+              {.epochs = 1, .verbose = 0});
+  }
+  std::vector<kiln::variable> roots;
+  for (const kiln::variable& v : unseeded.variables()) roots.emplace_back(v.read_value() * 1.f);  // a copy of this rank's values
+  strategy.broadcast_variables(roots);
+  CHECK(largest_difference(unseeded.variables(), roots) == 0);
 }

@@ -29,6 +29,7 @@
 
 #include "kiln/data/dataset.hpp"
 #include "kiln/models/layers.hpp"
+#include "kiln/train/replicas.hpp"
 #include "kiln/trace/function.hpp"
 
 namespace kiln {
@@ -212,13 +213,29 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
                                  std::to_string(dataset.element_spec().size()) + " components");
   if (options.epochs < 0) throw invalid_argument_error("fit: epochs must not be negative");
   std::vector<metric> metrics = options.metrics;
+  // Under a data-parallel strategy's scope (kiln/train/replicas.hpp): every rank starts
+  // from the root's weights, which needs the model built before the first step traces;
+  // gradients are averaged over the ranks; reports are the ranks' means; rank 0 logs.
+  const detail::replica_context* replicas = detail::current_replica_context();
+  if (replicas) {
+    for (const auto& batch : dataset) {
+      detail::call_model(model, batch[0], false);
+      break;
+    }
+    if constexpr (requires { model.variables(); })
+      replicas->broadcast_variables(replicas->self, model.variables());
+    else
+      replicas->broadcast_variables(replicas->self, model.trainable_variables());
+  }
 
   kiln::function train_step([&](const tensor& x, const tensor& y) {
     gradient_tape tape;
     const tensor prediction = detail::call_model(model, x, true);
     const tensor loss = loss_fn(y, prediction);
     const std::vector<variable> vars = model.trainable_variables();
-    optimizer.apply_gradients(tape.gradient(loss, vars), vars);
+    std::vector<tensor> grads = tape.gradient(loss, vars);
+    if (replicas) grads = replicas->average_gradients(replicas->self, grads);
+    optimizer.apply_gradients(grads, vars);
     for (const metric& m : metrics) m.update_state(y, prediction);
     return loss;
   });
@@ -229,7 +246,9 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
   });
 
   const std::function<void(const epoch_logs&)> log =
-      options.log_dir ? detail::fit_logger(*options.log_dir, options.validation_data.has_value()) : nullptr;
+      options.log_dir && (!replicas || replicas->writes_files())
+          ? detail::fit_logger(*options.log_dir, options.validation_data.has_value())
+          : nullptr;
 
   const bool bar = options.verbose == 1 && detail::stdout_is_terminal(out);
   history h;
@@ -241,15 +260,6 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     std::int64_t steps = 0;
     const auto start = clock::now();
     epoch_logs logs{epoch, {}};
-    const auto metric_text = [&](const std::string& prefix) {
-      std::string s;
-      for (const metric& m : metrics) {
-        const double v = detail::scalar_value(m.result());
-        logs.values[prefix + m.name()] = v;
-        s += " - " + prefix + m.name() + ": " + detail::progress_value(v);
-      }
-      return s;
-    };
     for (const auto& batch : dataset) {
       const tensor& x = batch[0];
       const tensor& y = batch[1];
@@ -271,13 +281,7 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     steps_per_epoch = steps;
     const double seconds = std::chrono::duration<double>(clock::now() - start).count();
     logs.values["loss"] = loss.value();
-    std::string line = std::to_string(steps) + "/" + std::to_string(steps);
-    if (bar) line += " [" + std::string(30, '=') + "]";
-    if (options.timing)
-      line += bar ? " - " + detail::progress_time(seconds) + " " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step"
-                  : " - " + detail::progress_time(seconds);
-    line += " - loss: " + detail::progress_value(loss.value()) + metric_text("");
-
+    for (const metric& m : metrics) logs.values[m.name()] = detail::scalar_value(m.result());
     if (options.validation_data) {
       for (const metric& m : metrics) m.reset_state();
       detail::weighted_mean val;
@@ -286,7 +290,27 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
         val.add(detail::scalar_value(test_step(batch[0], batch[1])), n);
       }
       logs.values["val_loss"] = val.value();
-      line += " - val_loss: " + detail::progress_value(val.value()) + metric_text("val_");
+      for (const metric& m : metrics) logs.values["val_" + m.name()] = detail::scalar_value(m.result());
+    }
+    if (replicas) {
+      std::vector<double> values;
+      for (const auto& [name, v] : logs.values) values.push_back(v);
+      replicas->mean(replicas->self, values);
+      std::size_t k = 0;
+      for (auto& [name, v] : logs.values) v = values[k++];
+    }
+
+    std::string line = std::to_string(steps) + "/" + std::to_string(steps);
+    if (bar) line += " [" + std::string(30, '=') + "]";
+    if (options.timing)
+      line += bar ? " - " + detail::progress_time(seconds) + " " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step"
+                  : " - " + detail::progress_time(seconds);
+    const auto value_text = [&](const std::string& name) { return " - " + name + ": " + detail::progress_value(logs.values.at(name)); };
+    line += value_text("loss");
+    for (const metric& m : metrics) line += value_text(m.name());
+    if (options.validation_data) {
+      line += value_text("val_loss");
+      for (const metric& m : metrics) line += value_text("val_" + m.name());
     }
     if (options.timing && !bar)
       line += " - " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step";
