@@ -24044,6 +24044,63 @@ class sequential : public layer {
 #include <unistd.h>
 #endif
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRAIN_REPLICAS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRAIN_REPLICAS_HPP
+// ----- begin kiln/train/replicas.hpp -----
+/// \file
+/// The ranks a training loop runs on, as training loops (kiln::fit) and checkpoints
+/// see them: a hook declared here, below the distributed component, and filled by
+/// `kiln::distribute::data_parallel::scope()` (kiln/distributed.hpp), so that code that
+/// does not include that component trains, reports and saves correctly under it.
+///
+/// What such code does with it (docs/distributed.md, "Hooks"): a training step applies
+/// `average_gradients(grads)` instead of `grads`; before its first step a loop calls
+/// `broadcast_variables` on the model's and the optimizer's variables; the losses and
+/// metrics it reports go through `mean`; a checkpoint is written where `writes_files()`
+/// holds, then every rank waits at `barrier`; a checkpoint restored on every rank needs
+/// nothing more, one restored on the root alone is followed by `broadcast_variables`.
+/// Outside a scope `current_replica_context()` is null: one process, nothing to do.
+
+#include <span>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// What a training loop needs of the ranks it runs on. The function pointers take
+/// `self`, the strategy that filled them.
+struct replica_context {
+  int rank = 0;  ///< this process's rank among the replicas
+  int size = 1;  ///< how many replicas train together
+  const void* self = nullptr;
+  /// The gradients averaged over the ranks (the all-reduce mean, in buckets), in the
+  /// same order; an undefined gradient stays undefined. Eagerly, or into the function
+  /// being traced.
+  std::vector<tensor> (*average_gradients)(const void* self, const std::vector<tensor>& grads) = nullptr;
+  /// Gives every rank the root's values of `vars`.
+  void (*broadcast_variables)(const void* self, const std::vector<variable>& vars) = nullptr;
+  /// Replaces each value by its mean over the ranks (losses and metrics to report).
+  void (*mean)(const void* self, std::span<double> values) = nullptr;
+  /// Returns when every rank has called it.
+  void (*barrier)(const void* self) = nullptr;
+
+  /// Whether this rank writes the files of the run (checkpoints, logs): the first.
+  bool writes_files() const { return rank == 0; }
+};
+
+/// The replicas of the training this thread runs, or null outside a strategy's scope.
+/// \code
+/// if (const kiln::detail::replica_context* replicas = kiln::detail::current_replica_context())
+///   std::cout << "replica " << replicas->rank << " of " << replicas->size << "\n";
+/// \endcode
+inline const replica_context*& current_replica_context() {
+  thread_local const replica_context* context = nullptr;
+  return context;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/train/replicas.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_REPLICAS_HPP
 
 namespace kiln {
 
@@ -24226,13 +24283,29 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
                                  std::to_string(dataset.element_spec().size()) + " components");
   if (options.epochs < 0) throw invalid_argument_error("fit: epochs must not be negative");
   std::vector<metric> metrics = options.metrics;
+  // Under a data-parallel strategy's scope (kiln/train/replicas.hpp): every rank starts
+  // from the root's weights, which needs the model built before the first step traces;
+  // gradients are averaged over the ranks; reports are the ranks' means; rank 0 logs.
+  const detail::replica_context* replicas = detail::current_replica_context();
+  if (replicas) {
+    for (const auto& batch : dataset) {
+      detail::call_model(model, batch[0], false);
+      break;
+    }
+    if constexpr (requires { model.variables(); })
+      replicas->broadcast_variables(replicas->self, model.variables());
+    else
+      replicas->broadcast_variables(replicas->self, model.trainable_variables());
+  }
 
   kiln::function train_step([&](const tensor& x, const tensor& y) {
     gradient_tape tape;
     const tensor prediction = detail::call_model(model, x, true);
     const tensor loss = loss_fn(y, prediction);
     const std::vector<variable> vars = model.trainable_variables();
-    optimizer.apply_gradients(tape.gradient(loss, vars), vars);
+    std::vector<tensor> grads = tape.gradient(loss, vars);
+    if (replicas) grads = replicas->average_gradients(replicas->self, grads);
+    optimizer.apply_gradients(grads, vars);
     for (const metric& m : metrics) m.update_state(y, prediction);
     return loss;
   });
@@ -24243,7 +24316,9 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
   });
 
   const std::function<void(const epoch_logs&)> log =
-      options.log_dir ? detail::fit_logger(*options.log_dir, options.validation_data.has_value()) : nullptr;
+      options.log_dir && (!replicas || replicas->writes_files())
+          ? detail::fit_logger(*options.log_dir, options.validation_data.has_value())
+          : nullptr;
 
   const bool bar = options.verbose == 1 && detail::stdout_is_terminal(out);
   history h;
@@ -24255,15 +24330,6 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     std::int64_t steps = 0;
     const auto start = clock::now();
     epoch_logs logs{epoch, {}};
-    const auto metric_text = [&](const std::string& prefix) {
-      std::string s;
-      for (const metric& m : metrics) {
-        const double v = detail::scalar_value(m.result());
-        logs.values[prefix + m.name()] = v;
-        s += " - " + prefix + m.name() + ": " + detail::progress_value(v);
-      }
-      return s;
-    };
     for (const auto& batch : dataset) {
       const tensor& x = batch[0];
       const tensor& y = batch[1];
@@ -24285,13 +24351,7 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
     steps_per_epoch = steps;
     const double seconds = std::chrono::duration<double>(clock::now() - start).count();
     logs.values["loss"] = loss.value();
-    std::string line = std::to_string(steps) + "/" + std::to_string(steps);
-    if (bar) line += " [" + std::string(30, '=') + "]";
-    if (options.timing)
-      line += bar ? " - " + detail::progress_time(seconds) + " " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step"
-                  : " - " + detail::progress_time(seconds);
-    line += " - loss: " + detail::progress_value(loss.value()) + metric_text("");
-
+    for (const metric& m : metrics) logs.values[m.name()] = detail::scalar_value(m.result());
     if (options.validation_data) {
       for (const metric& m : metrics) m.reset_state();
       detail::weighted_mean val;
@@ -24300,7 +24360,27 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
         val.add(detail::scalar_value(test_step(batch[0], batch[1])), n);
       }
       logs.values["val_loss"] = val.value();
-      line += " - val_loss: " + detail::progress_value(val.value()) + metric_text("val_");
+      for (const metric& m : metrics) logs.values["val_" + m.name()] = detail::scalar_value(m.result());
+    }
+    if (replicas) {
+      std::vector<double> values;
+      for (const auto& [name, v] : logs.values) values.push_back(v);
+      replicas->mean(replicas->self, values);
+      std::size_t k = 0;
+      for (auto& [name, v] : logs.values) v = values[k++];
+    }
+
+    std::string line = std::to_string(steps) + "/" + std::to_string(steps);
+    if (bar) line += " [" + std::string(30, '=') + "]";
+    if (options.timing)
+      line += bar ? " - " + detail::progress_time(seconds) + " " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step"
+                  : " - " + detail::progress_time(seconds);
+    const auto value_text = [&](const std::string& name) { return " - " + name + ": " + detail::progress_value(logs.values.at(name)); };
+    line += value_text("loss");
+    for (const metric& m : metrics) line += value_text(m.name());
+    if (options.validation_data) {
+      line += value_text("val_loss");
+      for (const metric& m : metrics) line += value_text("val_" + m.name());
     }
     if (options.timing && !bar)
       line += " - " + detail::progress_time(seconds / double(std::max<std::int64_t>(steps, 1))) + "/step";
