@@ -3017,6 +3017,15 @@ struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "not_equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a != b; }
 };
+/// relu's gradient (TensorFlow's ReluGrad): `dy` (operand 1) where relu's result `y`
+/// (operand 0) is positive, else 0. One op, so that it runs SIMD where `where` on the
+/// bool of `greater` would run element by element.
+struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "relu_grad";
+  template <class T> KILN_HOST_DEVICE T operator()(T y, T dy) const { return math::select(y > T(0), dy, T(0)); }
+  /// Linear in dy, with the same selection; y only selects.
+  template <class G> void gradient(G& g) const { g.give(1, G::run(relu_grad{}, g.x(0), g.dy())); }
+};
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
@@ -3056,8 +3065,7 @@ void abs::gradient(G& g) const {
 
 template <class G>
 void relu::gradient(G& g) const {
-  const auto zero = g.y().scalar(0);
-  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+  g.give(0, G::run(relu_grad{}, g.y(), g.dy()));
 }
 
 template <class G>
@@ -5451,6 +5459,317 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 }  // namespace kiln
 // ----- end kiln/ops/nn.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
+// ----- begin kiln/ops/pooling.hpp -----
+/// \file
+/// Pooling ops over NHWC images, as TensorFlow's: `max_pool` and `avg_pool` (windows,
+/// strides, VALID or SAME padding), and the ops their gradients run:
+/// `max_pool_grad` (TensorFlow's MaxPoolGrad: each window's gradient goes to the
+/// first of its largest elements, in row-major order), `max_pool_grad_grad` (its
+/// gradient: what the first largest element of each window receives) and
+/// `avg_pool_grad` (each window's gradient shared by the elements it averages; with
+/// SAME padding a window averages its elements inside the image only, as
+/// TensorFlow's AvgPool).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+
+namespace kiln::ops {
+
+/// The window, strides and padding of a pooling op (its attributes).
+struct pool_window {
+  std::int64_t window_h = 2, window_w = 2;
+  std::int64_t stride_h = 2, stride_w = 2;
+  padding pad = padding::valid;
+
+  constexpr bool operator==(const pool_window&) const = default;
+
+  /// The pooled shape of NHWC input `x`, or why there is none.
+  constexpr shape_result pooled_shape(const shape& x) const {
+    if (window_h < 1 || window_w < 1) return {{}, "the window must be at least 1 x 1"};
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (pad == padding::valid && ((x[1] != none && x[1] < window_h) || (x[2] != none && x[2] < window_w)))
+      return {{}, "VALID padding needs the input to be at least as large as the window"};
+    return {shape{x[0], conv_output_dim(x[1], window_h, stride_h, pad).out, conv_output_dim(x[2], window_w, stride_w, pad).out,
+                  x[3]}};
+  }
+};
+
+/// The attributes of pooling op `Op` (a pool_window), as saved graphs list them.
+template <class Op>
+constexpr auto pool_attribute_fields() {
+  return std::tuple{attribute{"window_h", &Op::window_h}, attribute{"window_w", &Op::window_w},
+                    attribute{"stride_h", &Op::stride_h}, attribute{"stride_w", &Op::stride_w},
+                    attribute{"padding", &Op::pad}};
+}
+
+/// Float inputs of one dtype, as TensorFlow's pooling ops and their gradients take.
+constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
+  for (dtype t : in)
+    if (t != in[0]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::floating.contains(in[0])) return {in[0], "dtype not supported (pooling takes float32 or float64)"};
+  return {in[0]};
+}
+
+/// Whether shapes `a` and `b` can be the same once their unknown dims are known.
+constexpr bool compatible_shapes(const shape& a, const shape& b) {
+  if (!a.has_known_rank() || !b.has_known_rank()) return true;
+  if (a.rank() != b.rank()) return false;
+  for (int d = 0; d < a.rank(); ++d)
+    if (a[d] != b[d] && a[d] != none && b[d] != none) return false;
+  return true;
+}
+
+/// The largest element of each window (TensorFlow's MaxPool).
+struct max_pool : pool_window {
+  static constexpr std::string_view name = "max_pool";
+  static constexpr int arity = 1;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return pooled_shape(in[0]); }
+  constexpr bool operator==(const max_pool&) const = default;
+  /// Each window's gradient to the first of its largest elements (max_pool_grad).
+  template <class G> void gradient(G& g) const;
+};
+
+/// The mean of each window's elements inside the image (TensorFlow's AvgPool).
+struct avg_pool : pool_window {
+  static constexpr std::string_view name = "avg_pool";
+  static constexpr int arity = 1;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return pooled_shape(in[0]); }
+  constexpr bool operator==(const avg_pool&) const = default;
+  /// Each window's gradient shared by its elements (avg_pool_grad).
+  template <class G> void gradient(G& g) const;
+};
+
+/// The input gradient of max_pool at input `x` (operand 0) for the output gradient
+/// `dy` (operand 1): zeros but at each window's first largest element, which receives
+/// the window's gradient (summed where windows overlap).
+struct max_pool_grad : pool_window {
+  static constexpr std::string_view name = "max_pool_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
+  constexpr bool operator==(const max_pool_grad&) const = default;
+  /// Linear in dy, whose gradient is max_pool_grad_grad; x only picks the elements.
+  template <class G> void gradient(G& g) const;
+};
+
+/// For input `x` (operand 0) and a gradient `d` of x's shape (operand 1), each
+/// window's value of `d` at the window's first largest element of `x`: the gradient of
+/// max_pool_grad with respect to its output gradient.
+struct max_pool_grad_grad : pool_window {
+  static constexpr std::string_view name = "max_pool_grad_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (!compatible_shapes(in[1], in[0])) return {{}, "the gradient must have the input's shape"};
+    return pooled_shape(in[0]);
+  }
+  constexpr bool operator==(const max_pool_grad_grad&) const = default;
+  template <class G> void gradient(G& g) const;
+};
+
+/// The input gradient of avg_pool for the output gradient `dy` (operand 1); input `x`
+/// (operand 0) gives the shape only.
+struct avg_pool_grad : pool_window {
+  static constexpr std::string_view name = "avg_pool_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
+  constexpr bool operator==(const avg_pool_grad&) const = default;
+  /// Linear in dy: its gradient is avg_pool of the incoming gradient.
+  template <class G> void gradient(G& g) const;
+};
+
+template <class G>
+void max_pool::gradient(G& g) const {
+  g.give(0, G::run(max_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void avg_pool::gradient(G& g) const {
+  g.give(0, G::run(avg_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void max_pool_grad::gradient(G& g) const {
+  g.give(1, G::run(max_pool_grad_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void max_pool_grad_grad::gradient(G& g) const {
+  g.give(1, G::run(max_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void avg_pool_grad::gradient(G& g) const {
+  g.give(1, G::run(avg_pool{*this}, g.dy()));
+}
+
+/// The sizes of one pooling call, shared by every backend's kernels: input dims
+/// (batch, in_h, in_w, channels), output dims, the window, strides and the padding
+/// before the first row and column. Window (oy, ox) covers input rows
+/// [oy * stride_h - pad_top, + window_h) and columns likewise, cut to the image.
+struct pool_geometry {
+  std::int64_t batch = 0, in_h = 0, in_w = 0, channels = 0, out_h = 0, out_w = 0;
+  std::int64_t window_h = 1, window_w = 1, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+
+  constexpr pool_geometry() = default;
+  constexpr pool_geometry(const pool_window& p, const shape& x)
+      : batch(x[0]), in_h(x[1]), in_w(x[2]), channels(x[3]), window_h(p.window_h), window_w(p.window_w),
+        stride_h(p.stride_h), stride_w(p.stride_w) {
+    const conv_dim h = conv_output_dim(in_h, window_h, stride_h, p.pad), w = conv_output_dim(in_w, window_w, stride_w, p.pad);
+    out_h = h.out, out_w = w.out, pad_top = h.pad_before, pad_left = w.pad_before;
+  }
+  /// The first input row of output row `oy`'s windows and one past their last.
+  KILN_HOST_DEVICE constexpr std::int64_t row_begin(std::int64_t oy) const {
+    const std::int64_t r = oy * stride_h - pad_top;
+    return r < 0 ? 0 : r;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t row_end(std::int64_t oy) const {
+    const std::int64_t r = oy * stride_h - pad_top + window_h;
+    return r > in_h ? in_h : r;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t column_begin(std::int64_t ox) const {
+    const std::int64_t c = ox * stride_w - pad_left;
+    return c < 0 ? 0 : c;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t column_end(std::int64_t ox) const {
+    const std::int64_t c = ox * stride_w - pad_left + window_w;
+    return c > in_w ? in_w : c;
+  }
+  /// The first and one past the last output row whose windows hold input row `iy`.
+  KILN_HOST_DEVICE constexpr std::int64_t first_row_holding(std::int64_t iy) const {
+    const std::int64_t from = iy + pad_top - window_h + 1;  // oy * stride_h > this - 1
+    return from <= 0 ? 0 : (from + stride_h - 1) / stride_h;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t rows_holding_end(std::int64_t iy) const {
+    const std::int64_t last = (iy + pad_top) / stride_h + 1;
+    return last < out_h ? last : out_h;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t first_column_holding(std::int64_t ix) const {
+    const std::int64_t from = ix + pad_left - window_w + 1;
+    return from <= 0 ? 0 : (from + stride_w - 1) / stride_w;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t columns_holding_end(std::int64_t ix) const {
+    const std::int64_t last = (ix + pad_left) / stride_w + 1;
+    return last < out_w ? last : out_w;
+  }
+  /// Whether the windows tile the input: each element in exactly one window.
+  constexpr bool tiles() const {
+    return stride_h == window_h && stride_w == window_w && pad_top == 0 && pad_left == 0 && out_h * window_h == in_h &&
+           out_w * window_w == in_w;
+  }
+  /// The offset of element (b, iy, ix, c) of the input.
+  KILN_HOST_DEVICE constexpr std::int64_t input_offset(std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) const {
+    return ((b * in_h + iy) * in_w + ix) * channels + c;
+  }
+  /// The offset of element (b, oy, ox, c) of the output.
+  KILN_HOST_DEVICE constexpr std::int64_t output_offset(std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) const {
+    return ((b * out_h + oy) * out_w + ox) * channels + c;
+  }
+
+  /// The input offset of the first largest element of channel `c` of window (b, oy,
+  /// ox) of `x` (in row-major order; a NaN counts as the largest, as it propagates).
+  template <class T>
+  KILN_HOST_DEVICE std::int64_t argmax(const T* x, std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) const {
+    std::int64_t best = -1;
+    T top = T(0);
+    for (std::int64_t iy = row_begin(oy); iy < row_end(oy); ++iy)
+      for (std::int64_t ix = column_begin(ox); ix < column_end(ox); ++ix) {
+        const std::int64_t at = input_offset(b, iy, ix, c);
+        const T v = x[at];
+        if (best < 0 || (top == top && (v > top || v != v))) best = at, top = v;
+      }
+    return best;
+  }
+  /// How many input elements window (oy, ox) covers (inside the image).
+  KILN_HOST_DEVICE constexpr std::int64_t window_count(std::int64_t oy, std::int64_t ox) const {
+    return (row_end(oy) - row_begin(oy)) * (column_end(ox) - column_begin(ox));
+  }
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+namespace detail {
+/// The pool_window of a pooling function's arguments; sizes below 1 are the op's rule
+/// errors.
+template <class = void>
+ops::pool_window pool_window_of(std::string_view fn, const int_list& ksize, const int_list& strides,
+                                       std::string_view padding) {
+  auto pair = [&](const int_list& v, const char* what) {
+    if (v.size() == 1) return std::pair{v[0], v[0]};
+    if (v.size() == 2) return std::pair{v[0], v[1]};
+    if (v.size() == 4 && v[0] == 1 && v[3] == 1) return std::pair{v[1], v[2]};
+    throw value_error(std::string(fn) + ": " + what + " must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + v.str());
+  };
+  ops::pool_window p;
+  std::tie(p.window_h, p.window_w) = pair(ksize, "ksize");
+  std::tie(p.stride_h, p.stride_w) = pair(strides, "strides");
+  if (padding != "VALID" && padding != "SAME")
+    throw value_error(std::string(fn) + ": padding must be \"VALID\" or \"SAME\", got \"" + std::string(padding) + "\"");
+  p.pad = parse_padding(padding);
+  return p;
+}
+}  // namespace detail
+
+/// The largest value of each `ksize` window of an NHWC input, moved by `strides`, with
+/// "VALID" or "SAME" padding (TensorFlow's tf.nn.max_pool2d). `ksize` and `strides`
+/// are one int, two (height, width) or four (TensorFlow's NHWC form). Its gradient
+/// goes to the first largest element of each window, as TensorFlow's.
+/// \code kiln::max_pool2d(kiln::ones({1, 4, 4, 3}), 2, 2, "VALID").shape() == kiln::shape{1, 2, 2, 3} \endcode
+template <class = void>
+tensor max_pool2d(const tensor& input, const int_list& ksize, const int_list& strides, std::string_view padding) {
+  const ops::pool_window p = detail::pool_window_of("max_pool2d", ksize, strides, padding);
+  return detail::apply(ops::max_pool{p}, input);
+}
+
+/// max_pool2d with square windows and equal strides.
+template <class = void>
+tensor max_pool2d(const tensor& input, std::int64_t ksize, std::int64_t stride, std::string_view padding) {
+  return max_pool2d(input, int_list{ksize}, int_list{stride}, padding);
+}
+
+/// The mean of each `ksize` window of an NHWC input (tf.nn.avg_pool2d); with "SAME"
+/// padding a window averages the elements inside the image only.
+/// \code kiln::avg_pool2d(kiln::ones({1, 4, 4, 3}), 3, 1, "SAME").shape() == kiln::shape{1, 4, 4, 3} \endcode
+template <class = void>
+tensor avg_pool2d(const tensor& input, const int_list& ksize, const int_list& strides, std::string_view padding) {
+  const ops::pool_window p = detail::pool_window_of("avg_pool2d", ksize, strides, padding);
+  return detail::apply(ops::avg_pool{p}, input);
+}
+
+/// avg_pool2d with square windows and equal strides.
+template <class = void>
+tensor avg_pool2d(const tensor& input, std::int64_t ksize, std::int64_t stride, std::string_view padding) {
+  return avg_pool2d(input, int_list{ksize}, int_list{stride}, padding);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
@@ -5645,12 +5964,16 @@ namespace kiln::ops {
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
-  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where) \
+  F(relu_grad)
 #define KILN_SHAPE_OPS(F)                                                                                        \
   F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
   F(set_item) F(pad_rows) F(crop_or_pad)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
-#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Linear algebra and NN ops: products, convolution, pooling and the ops pooling's
+/// gradients run.
+#define KILN_LINALG_OPS(F) \
+  F(matmul) F(conv2d) F(max_pool) F(avg_pool) F(max_pool_grad) F(max_pool_grad_grad) F(avg_pool_grad)
 /// Every op kiln defines.
 #define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 
@@ -8642,6 +8965,341 @@ void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+// ----- begin kiln/backend/reference/pooling.hpp -----
+/// \file
+/// Reference pooling: every output element computed on its own from the definitions
+/// in kiln/ops/pooling.hpp (the gradients gather what reaches each input element).
+
+#include <span>
+
+
+namespace kiln::backend {
+namespace reference {
+
+/// Calls `f.template operator()<T>()` with float or double, the dtypes pooling takes.
+template <class F>
+void visit_pooled(dtype t, F&& f) {
+  if (t == float64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
+}
+
+/// Calls `fn(b, y, x, c)` for every element of an NHWC tensor of dims `s`, in order.
+template <class F>
+void for_each_nhwc(const shape& s, F&& fn) {
+  for (std::int64_t b = 0; b < s[0]; ++b)
+    for (std::int64_t y = 0; y < s[1]; ++y)
+      for (std::int64_t x = 0; x < s[2]; ++x)
+        for (std::int64_t c = 0; c < s[3]; ++c) fn(b, y, x, c);
+}
+
+}  // namespace reference
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      y[g.output_offset(b, oy, ox, c)] = x[g.argmax(x, b, oy, ox, c)];
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      T sum = T(0);
+      for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+        for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) sum += x[g.input_offset(b, iy, ix, c)];
+      y[g.output_offset(b, oy, ox, c)] = sum / T(g.window_count(oy, ox));
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    const T* dy = in[1].as<T>();
+    T* dx = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) {
+      const std::int64_t here = g.input_offset(b, iy, ix, c);
+      T sum = T(0);
+      for (std::int64_t oy = g.first_row_holding(iy); oy < g.rows_holding_end(iy); ++oy)
+        for (std::int64_t ox = g.first_column_holding(ix); ox < g.columns_holding_end(ix); ++ox)
+          if (g.argmax(x, b, oy, ox, c) == here) sum += dy[g.output_offset(b, oy, ox, c)];
+      dx[here] = sum;
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    const T* d = in[1].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      y[g.output_offset(b, oy, ox, c)] = d[g.argmax(x, b, oy, ox, c)];
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* dy = in[1].as<T>();
+    T* dx = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) {
+      T sum = T(0);
+      for (std::int64_t oy = g.first_row_holding(iy); oy < g.rows_holding_end(iy); ++oy)
+        for (std::int64_t ox = g.first_column_holding(ix); ox < g.columns_holding_end(ix); ++ox)
+          sum += dy[g.output_offset(b, oy, ox, c)] / T(g.window_count(oy, ox));
+      dx[g.input_offset(b, iy, ix, c)] = sum;
+    });
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/reference/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
+// ----- begin kiln/backend/cpu/pooling.hpp -----
+/// \file
+/// CPU pooling over NHWC images: channels are innermost, so each window position is
+/// a run of channels that SIMD batches cover (a scalar loop takes the channels past
+/// the last whole batch). The gradients follow TensorFlow's: max pooling's goes to
+/// the first largest element of each window, found per lane by comparing the
+/// window's elements with its maximum in row-major order. Where the windows tile the
+/// input (strides equal to the window, no padding, no rows or columns left over, as
+/// in Keras' default), every input element is in one window, so a gradient is
+/// written once rather than zeroed and then added to. Rows of windows run in
+/// parallel when their inputs do not overlap, images otherwise.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+
+
+
+namespace kiln::backend::cpu {
+namespace pooling {
+
+// One lane type's operations, for SIMD batches and for the scalar tail of channels.
+template <class T>
+KILN_ALWAYS_INLINE T load(const T* p, T) {
+  return *p;
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> load(const T* p, const xsimd::batch<T, A>&) {
+  return xsimd::batch<T, A>::load_unaligned(p);
+}
+template <class T>
+KILN_ALWAYS_INLINE void store(T v, T* p) {
+  *p = v;
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE void store(const xsimd::batch<T, A>& v, T* p) {
+  v.store_unaligned(p);
+}
+/// Whether `x` is the window's maximum `top` (a NaN maximum is any NaN).
+template <class T>
+KILN_ALWAYS_INLINE bool is_top(T x, T top) {
+  return x == top || (x != x && top != top);
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch_bool<T, A> is_top(const xsimd::batch<T, A>& x, const xsimd::batch<T, A>& top) {
+  return (x == top) || (xsimd::isnan(x) && xsimd::isnan(top));
+}
+template <class T>
+KILN_ALWAYS_INLINE T pick(bool c, T a) {
+  return c ? a : T(0);
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> pick(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a) {
+  return xsimd::select(c, a, xsimd::batch<T, A>(T(0)));
+}
+template <class V>
+KILN_ALWAYS_INLINE auto none_taken() {
+  if constexpr (std::is_arithmetic_v<V>)
+    return false;
+  else
+    return typename V::batch_bool_type(false);
+}
+
+/// Calls `fn(V(), c)` for each run of channels: SIMD batches `V` from channel 0, then
+/// the channels left over one at a time.
+template <class T, class F>
+KILN_ALWAYS_INLINE void for_channels(std::int64_t channels, F&& fn) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = std::int64_t(B::size);
+  std::int64_t c = 0;
+  for (; c + w <= channels; c += w) fn(B(), c);
+  for (; c < channels; ++c) fn(T(), c);
+}
+
+/// Runs `fn(b, oy)` for every row of windows, in parallel where rows of windows read
+/// and write rows of their own (`rows_apart`), by image otherwise.
+template <class F>
+void for_window_rows(const ops::pool_geometry& g, bool rows_apart, F&& fn) {
+  const std::int64_t row_work = std::max<std::int64_t>(1, g.out_w * g.window_h * g.window_w * g.channels);
+  if (rows_apart) {
+    kiln::detail::parallel_for(g.batch * g.out_h, std::max<std::int64_t>(1, 32768 / row_work), [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t r = lo; r < hi; ++r) fn(r / g.out_h, r % g.out_h);
+    });
+  } else {
+    kiln::detail::parallel_for(g.batch, std::max<std::int64_t>(1, 32768 / (row_work * std::max<std::int64_t>(1, g.out_h))),
+                               [&](std::int64_t lo, std::int64_t hi) {
+                                 for (std::int64_t b = lo; b < hi; ++b)
+                                   for (std::int64_t oy = 0; oy < g.out_h; ++oy) fn(b, oy);
+                               });
+  }
+}
+
+/// The maximum of window (b, oy, ox) over lanes `V` from channel c, starting at the
+/// window's first element.
+template <class V, class T>
+KILN_ALWAYS_INLINE V window_max(const T* x, const ops::pool_geometry& g, std::int64_t b, std::int64_t oy, std::int64_t ox,
+                                std::int64_t c) {
+  const std::int64_t r0 = g.row_begin(oy), r1 = g.row_end(oy), c0 = g.column_begin(ox), c1 = g.column_end(ox);
+  V top = load(x + g.input_offset(b, r0, c0, c), V());
+  for (std::int64_t iy = r0; iy < r1; ++iy)
+    for (std::int64_t ix = iy == r0 ? c0 + 1 : c0; ix < c1; ++ix) top = math::max(top, load(x + g.input_offset(b, iy, ix, c), V()));
+  return top;
+}
+
+template <class T>
+void max_pool(const T* x, T* y, const ops::pool_geometry& g) {
+  for_window_rows(g, true, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox)
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        store(window_max<V>(x, g, b, oy, ox, c), y + g.output_offset(b, oy, ox, c));
+      });
+  });
+}
+
+template <class T>
+void avg_pool(const T* x, T* y, const ops::pool_geometry& g) {
+  for_window_rows(g, true, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const T count = T(g.window_count(oy, ox));
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        V sum(T(0));
+        for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+          for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) sum = sum + load(x + g.input_offset(b, iy, ix, c), V());
+        store(sum / V(count), y + g.output_offset(b, oy, ox, c));
+      });
+    }
+  });
+}
+
+/// Zeros `out` (n elements) in parallel, for gradients that windows add to.
+template <class T>
+void zero(T* out, std::int64_t n) {
+  kiln::detail::parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { std::fill(out + lo, out + hi, T(0)); });
+}
+
+/// max_pool_grad (`Pull` false: dy of the windows to x's shape) and
+/// max_pool_grad_grad (`Pull` true: d at each window's first maximum).
+template <bool Pull, class T>
+void max_pool_backward(const T* x, const T* d, T* out, const ops::pool_geometry& g) {
+  const bool once = g.tiles();
+  if (!Pull && !once) zero(out, g.batch * g.in_h * g.in_w * g.channels);
+  for_window_rows(g, Pull || g.stride_h >= g.window_h, [&](std::int64_t b, std::int64_t oy) {
+    const std::int64_t r0 = g.row_begin(oy), r1 = g.row_end(oy);
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const std::int64_t c0 = g.column_begin(ox), c1 = g.column_end(ox);
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        const V top = window_max<V>(x, g, b, oy, ox, c);
+        const std::int64_t at = g.output_offset(b, oy, ox, c);
+        const V dy = Pull ? V(T(0)) : load(d + at, V());
+        auto taken = none_taken<V>();
+        V picked(T(0));
+        for (std::int64_t iy = r0; iy < r1; ++iy)
+          for (std::int64_t ix = c0; ix < c1; ++ix) {
+            const std::int64_t in = g.input_offset(b, iy, ix, c);
+            const auto first = is_top(load(x + in, V()), top) && !taken;
+            taken = taken || first;
+            if constexpr (Pull)
+              picked = picked + pick(first, load(d + in, V()));
+            else if (once)
+              store(pick(first, dy), out + in);
+            else
+              store(load(out + in, V()) + pick(first, dy), out + in);
+          }
+        if constexpr (Pull) store(picked, out + at);
+      });
+    }
+  });
+}
+
+template <class T>
+void avg_pool_grad(const T* dy, T* dx, const ops::pool_geometry& g) {
+  const bool once = g.tiles();
+  if (!once) zero(dx, g.batch * g.in_h * g.in_w * g.channels);
+  for_window_rows(g, g.stride_h >= g.window_h, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const T count = T(g.window_count(oy, ox));
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        const V share = load(dy + g.output_offset(b, oy, ox, c), V()) / V(count);
+        for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+          for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) {
+            T* p = dx + g.input_offset(b, iy, ix, c);
+            store(once ? share : load(p, V()) + share, p);
+          }
+      });
+    }
+  });
+}
+
+}  // namespace pooling
+}  // namespace kiln::backend::cpu
+
+namespace kiln::backend {
+
+template <class = void>
+void compute(cpu_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() { cpu::pooling::max_pool(in[0].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape)); });
+}
+template <class = void>
+void compute(cpu_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() { cpu::pooling::avg_pool(in[0].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape)); });
+}
+template <class = void>
+void compute(cpu_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::max_pool_backward<false>(in[0].as<T>(), in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+template <class = void>
+void compute(cpu_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::max_pool_backward<true>(in[0].as<T>(), in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+template <class = void>
+void compute(cpu_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::avg_pool_grad(in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/cpu/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
 #if KILN_HAS_THRUST
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
@@ -9426,6 +10084,119 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 }  // namespace kiln::backend
 // ----- end kiln/backend/thrust/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
+// ----- begin kiln/backend/thrust/pooling.hpp -----
+/// \file
+/// Thrust pooling: one `thrust::transform` over the output's elements, each computed
+/// from the definitions in kiln/ops/pooling.hpp as the reference backend does (the
+/// gradients gather what reaches each input element, so no two threads write one).
+
+#include <cstdint>
+#include <span>
+
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// The (b, y, x, c) of element `i` of an NHWC tensor of dims (*, h, w, c).
+struct nhwc_index {
+  std::int64_t b, y, x, c;
+  KILN_HOST_DEVICE nhwc_index(std::int64_t i, std::int64_t h, std::int64_t w, std::int64_t channels)
+      : b(i / (channels * w * h)), y(i / (channels * w) % h), x(i / channels % w), c(i % channels) {}
+};
+
+/// Element `i` of max_pool (`Average` false) or avg_pool.
+template <class T, bool Average>
+struct pool_element {
+  const T* x;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index o(i, g.out_h, g.out_w, g.channels);
+    if constexpr (!Average) {
+      return x[g.argmax(x, o.b, o.y, o.x, o.c)];
+    } else {
+      T sum = T(0);
+      for (std::int64_t iy = g.row_begin(o.y); iy < g.row_end(o.y); ++iy)
+        for (std::int64_t ix = g.column_begin(o.x); ix < g.column_end(o.x); ++ix) sum += x[g.input_offset(o.b, iy, ix, o.c)];
+      return sum / T(g.window_count(o.y, o.x));
+    }
+  }
+};
+
+/// Element `i` of max_pool_grad (`Average` false) or avg_pool_grad: what the windows
+/// holding input element i give it.
+template <class T, bool Average>
+struct pool_gradient_element {
+  const T* x;
+  const T* dy;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index e(i, g.in_h, g.in_w, g.channels);
+    T sum = T(0);
+    for (std::int64_t oy = g.first_row_holding(e.y); oy < g.rows_holding_end(e.y); ++oy)
+      for (std::int64_t ox = g.first_column_holding(e.x); ox < g.columns_holding_end(e.x); ++ox) {
+        const T d = dy[g.output_offset(e.b, oy, ox, e.c)];
+        if constexpr (Average)
+          sum += d / T(g.window_count(oy, ox));
+        else if (g.argmax(x, e.b, oy, ox, e.c) == i)
+          sum += d;
+      }
+    return sum;
+  }
+};
+
+/// Element `i` of max_pool_grad_grad: `d` at its window's first maximum of `x`.
+template <class T>
+struct pool_pick_element {
+  const T* x;
+  const T* d;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index o(i, g.out_h, g.out_w, g.channels);
+    return d[g.argmax(x, o.b, o.y, o.x, o.c)];
+  }
+};
+
+}  // namespace thrust_kernels
+
+template <class = void>
+void compute(thrust_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_element<T, false>{in[0].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_element<T, true>{in[0].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_gradient_element<T, false>{
+                                              in[0].as<const T>(), in[1].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_pick_element<T>{in[0].as<const T>(), in[1].as<const T>(),
+                                                                              ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_gradient_element<T, true>{
+                                              nullptr, in[1].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
 #endif
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
@@ -23603,46 +24374,38 @@ struct pooling_options {
 };
 
 namespace detail {
-/// Pooling over windows that tile the input: the input is cropped to whole windows
-/// ("valid"), reshaped so that each window has dims of its own, and reduced over
-/// them; so it runs on the registry's reshape and reductions, with their gradients.
+/// A pooling layer: the max_pool or avg_pool op over the pool_size windows, moved by
+/// the strides, with Keras' padding.
 template <class = void>
 struct pooling_state final : layer_state {
-  size2 pool;
-  pooling_options options;
+  ops::pool_window window;
   bool average;
-  pooling_state(size2 p, pooling_options o, bool avg)
-      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), pool(p),
-        options(std::move(o)), average(avg) {
+  pooling_state(size2 pool, pooling_options o, bool avg)
+      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
     rank = 4;
-    (void)padding_of(name, options.padding);
-    if (options.strides && !(*options.strides == pool))
-      throw unavailable_error("layer " + name + ": strides other than the pool size are not supported");
+    const size2 strides = o.strides.value_or(pool);
+    if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
+      throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
+                        std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
+                        std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
+    window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
+    window.pad = parse_padding(padding_of(name, o.padding));
   }
   void build(const tensor& x) override {
     const shape& s = x.shape();
-    if (s[1] == none || s[2] == none) reject(x, "the height and width must be known");
-    if (padding_of(name, options.padding) == "SAME" && (s[1] % pool.h || s[2] % pool.w))
-      throw unavailable_error("layer " + name + ": \"same\" padding of an input whose size is not a multiple of the pool "
-                              "size is not supported (input " + s.str() + ")");
+    if (window.pad == ops::padding::valid &&
+        ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
+      reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
+                    " x " + std::to_string(window.window_w) + ")");
   }
   tensor call(const tensor& x, const call_options&) override {
-    const shape& s = x.shape();
-    const std::int64_t h = s[1] / pool.h, w = s[2] / pool.w;
-    const tensor whole = (h * pool.h == s[1] && w * pool.w == s[2])
-                             ? x
-                             : slice(x, {0, 0, 0, 0}, {-1, h * pool.h, w * pool.w, -1});
-    const tensor windows = reshape(whole, {s[0] == none ? -1 : s[0], h, pool.h, w, pool.w, s[3]});
-    // One window axis after the other: a reduction over one axis with contiguous dims
-    // inside it runs vectorized, one over two apart does not (3.5 times slower for the
-    // forward and backward pass of a 32 x 26 x 26 x 32 input).
-    return average ? reduce_mean(reduce_mean(windows, 4), 2) : reduce_max(reduce_max(windows, 4), 2);
+    return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
   }
 };
 }  // namespace detail
 
-/// The largest value of each pool_size window (Keras' `MaxPooling2D`, NHWC; strides
-/// equal to the pool size).
+/// The largest value of each pool_size window, moved by the strides (the pool size
+/// unless given), with "valid" or "same" padding (Keras' `MaxPooling2D`, NHWC).
 /// \code kiln::layers::max_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
 class max_pooling2d : public layer {
  public:
@@ -23651,8 +24414,9 @@ class max_pooling2d : public layer {
       : layer(std::make_shared<detail::pooling_state<>>(pool_size, std::move(options), false)) {}
 };
 
-/// The mean of each pool_size window (Keras' `AveragePooling2D`).
-/// \code kiln::layers::average_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
+/// The mean of each pool_size window (Keras' `AveragePooling2D`); with "same" padding
+/// a window averages its elements inside the input only, as Keras'.
+/// \code kiln::layers::average_pooling2d pool(3, {.strides = 1, .padding = "same"});  pool(kiln::ones({1, 4, 4, 3}));  // (1, 4, 4, 3) \endcode
 class average_pooling2d : public layer {
  public:
   template <class = void>
