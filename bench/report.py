@@ -286,6 +286,7 @@ TYPED_CASES = [
     ("fixed_ops50", "50 elementwise ops on fixed<float, 10>, ten of them tanh"),
     ("fixed_arith50", "50 arithmetic ops (multiply, add, subtract, maximum) on fixed<float, 10>"),
     ("fixed_dense", "tanh(x · w + b), 8×64 · 64×32 float32"),
+    ("fixed_mlp3", "3-layer MLP 64→32→32→10 (ReLU), batch 8, float32: typed layers against raw typed ops"),
     ("fixed_power", "power(x, 100): 100 matmuls of fixed<int32_t, 10, 10>"),
     ("fixed_chain_1M", "tanh(x * 0.5 + 1) * x - 0.25 on fixed<float, 2^20>"),
 ]

@@ -83,5 +83,6 @@
 #include "kiln/models/metrics.hpp"
 #include "kiln/models/module.hpp"
 #include "kiln/models/layers.hpp"
+#include "kiln/models/fixed_layers.hpp"
 #include "kiln/models/fit.hpp"
 #include "kiln/kernels.hpp"
