@@ -4,7 +4,8 @@
 /// cases its issue sets targets for: a call of `x * x + 2` on a scalar (`fixed_x2`),
 /// 50 elementwise ops on 10 floats (`fixed_ops50` with ten tanh among them,
 /// `fixed_arith50` arithmetic only), a dense layer
-/// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), the guides' `power(x, 100)` as
+/// `tanh(x · w + b)` on 8x64 · 64x32 (`fixed_dense`), a 3-layer MLP of typed layers
+/// against the same model written with raw typed ops (`fixed_mlp3`), the guides' `power(x, 100)` as
 /// 100 matmuls of 10x10 int32 (`fixed_power`) and the chain
 /// `tanh(x * 0.5 + 1) * x - 0.25` on 2^20 floats (`fixed_chain_1M`). Peers named
 /// `kiln` are the runtime tier's kiln::function on kiln::tensor arguments.
@@ -276,6 +277,76 @@ void register_dense() {
 #endif
 }
 
+// ---- a 3-layer MLP: 64 -> 32 (ReLU) -> 32 (ReLU) -> 10 on a batch of 8 --------------
+
+namespace layers = kiln::layers;
+using mlp_input = kiln::fixed<float, 8, 64>;
+
+/// The typed model of kiln::layers, its weights set to patterns.
+auto make_typed_mlp() {
+  auto mlp = layers::fixed_sequential<mlp_input>(layers::fixed_dense<32, layers::fixed_activations::relu>({.seed = 1}),
+                                                 layers::fixed_dense<32, layers::fixed_activations::relu>({.seed = 2}),
+                                                 layers::fixed_dense<10>({.seed = 3}));
+  std::uint32_t seed = 20;
+  const auto set = [&](auto& v) {
+    auto value = v.value();
+    fill_pattern(value.data(), value.size, seed++);
+    v.set(value);
+  };
+  set(mlp.layer<0>().kernel()), set(mlp.layer<0>().bias()), set(mlp.layer<1>().kernel()), set(mlp.layer<1>().bias());
+  set(mlp.layer<2>().kernel()), set(mlp.layer<2>().bias());
+  return mlp;
+}
+
+void register_mlp() {
+  static const mlp_input x = [] {
+    mlp_input v;
+    fill_pattern(v.data(), v.size, 19);
+    return v;
+  }();
+  // The reference: the runtime tier's ops, eagerly, on the same weights.
+  static const std::vector<float> expected = [] {
+    const auto mlp = make_typed_mlp();
+    const auto dense = [](const kiln::tensor& h, const auto& l) {
+      return kiln::matmul(h, kiln::tensor(l.kernel().value())) + kiln::tensor(l.bias().value());
+    };
+    const kiln::tensor h1 = kiln::relu(dense(kiln::tensor(x), mlp.layer<0>()));
+    const kiln::tensor h2 = kiln::relu(dense(h1, mlp.layer<1>()));
+    return dense(h2, mlp.layer<2>()).to_vector<float>();
+  }();
+  register_case("fixed_mlp3", "kiln_fixed_model", 1, [](benchmark::State& state) {
+    const auto mlp = make_typed_mlp();
+    kiln::function f([&](const auto& v) { return mlp(v); });
+    mlp_input in = x;
+    if (!check_close(state, expected.data(), f(in).data(), 8 * 10)) return;
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(in);
+      benchmark::DoNotOptimize(f(in));
+    }
+  })->Unit(benchmark::kNanosecond);
+  // The same model written with raw typed ops on fixed_variables of the same values.
+  register_case("fixed_mlp3", "kiln_fixed", 1, [](benchmark::State& state) {
+    const auto mlp = make_typed_mlp();
+    kiln::fixed_variable<float, 64, 32> w1(mlp.layer<0>().kernel().value());
+    kiln::fixed_variable<float, 32> b1(mlp.layer<0>().bias().value());
+    kiln::fixed_variable<float, 32, 32> w2(mlp.layer<1>().kernel().value());
+    kiln::fixed_variable<float, 32> b2(mlp.layer<1>().bias().value());
+    kiln::fixed_variable<float, 32, 10> w3(mlp.layer<2>().kernel().value());
+    kiln::fixed_variable<float, 10> b3(mlp.layer<2>().bias().value());
+    kiln::function f([&](const auto& v) {
+      const auto h1 = kiln::relu(kiln::matmul(v, w1.read_value()) + b1.read_value());
+      const auto h2 = kiln::relu(kiln::matmul(h1, w2.read_value()) + b2.read_value());
+      return kiln::matmul(h2, w3.read_value()) + b3.read_value();
+    });
+    mlp_input in = x;
+    if (!check_close(state, expected.data(), f(in).data(), 8 * 10)) return;
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(in);
+      benchmark::DoNotOptimize(f(in));
+    }
+  })->Unit(benchmark::kNanosecond);
+}
+
 // ---- the guides' power(x, 100): 100 matmuls of 10x10 int32 ----------------------------
 
 constexpr int power_n = 10, power_y = 100;
@@ -416,6 +487,7 @@ const bool registered = [] {
   register_rounds<tanh_round>("fixed_ops50");
   register_rounds<arithmetic_round>("fixed_arith50");
   register_dense();
+  register_mlp();
   register_power();
   register_chain_1m();
   return true;

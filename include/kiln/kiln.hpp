@@ -17,6 +17,7 @@
 #include "kiln/ops/shape_ops.hpp"
 #include "kiln/ops/linalg.hpp"
 #include "kiln/ops/nn.hpp"
+#include "kiln/ops/pooling.hpp"
 #include "kiln/ops/registry.hpp"
 #include "kiln/ops/factories.hpp"
 #include "kiln/ops/tensor_array.hpp"
@@ -30,12 +31,15 @@
 #include "kiln/backend/cpu/shape_ops.hpp"
 #include "kiln/backend/reference/linalg.hpp"
 #include "kiln/backend/cpu/linalg.hpp"
+#include "kiln/backend/reference/pooling.hpp"
+#include "kiln/backend/cpu/pooling.hpp"
 #if KILN_HAS_THRUST
 #include "kiln/backend/thrust/memory.hpp"
 #include "kiln/backend/thrust/elementwise.hpp"
 #include "kiln/backend/thrust/reduction.hpp"
 #include "kiln/backend/thrust/shape_ops.hpp"
 #include "kiln/backend/thrust/linalg.hpp"
+#include "kiln/backend/thrust/pooling.hpp"
 #endif
 
 #include "kiln/eager/apply.hpp"
@@ -79,5 +83,6 @@
 #include "kiln/models/metrics.hpp"
 #include "kiln/models/module.hpp"
 #include "kiln/models/layers.hpp"
+#include "kiln/models/fixed_layers.hpp"
 #include "kiln/models/fit.hpp"
 #include "kiln/kernels.hpp"

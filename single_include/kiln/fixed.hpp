@@ -4029,6 +4029,15 @@ struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "not_equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a != b; }
 };
+/// relu's gradient (TensorFlow's ReluGrad): `dy` (operand 1) where relu's result `y`
+/// (operand 0) is positive, else 0. One op, so that it runs SIMD where `where` on the
+/// bool of `greater` would run element by element.
+struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "relu_grad";
+  template <class T> KILN_HOST_DEVICE T operator()(T y, T dy) const { return math::select(y > T(0), dy, T(0)); }
+  /// Linear in dy, with the same selection; y only selects.
+  template <class G> void gradient(G& g) const { g.give(1, G::run(relu_grad{}, g.x(0), g.dy())); }
+};
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
@@ -4068,8 +4077,7 @@ void abs::gradient(G& g) const {
 
 template <class G>
 void relu::gradient(G& g) const {
-  const auto zero = g.y().scalar(0);
-  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+  g.give(0, G::run(relu_grad{}, g.y(), g.dy()));
 }
 
 template <class G>
@@ -4900,6 +4908,24 @@ using batch = xsimd::batch<T>;
 
 // ---- leaves ------------------------------------------------------------------------
 
+// Besides `load` and `partial`, every expression has `load_chained` and
+// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
+// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
+// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
+// assignments of a rebinding loop one batch at a time, each reading the one before
+// from a register. A leaf that reads no slot reads as it always does:
+#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
+  template <class V, class P>                                                                     \
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
+    return this->template load<V>(f, row, col);                                                   \
+  }                                                                                               \
+  template <class V, std::int64_t Count, class P>                                                 \
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
+    return this->template partial<V, Count>(f, row, col);                                         \
+  }                                                                                               \
+  template <class F>                                                                              \
+  void visit_slots(F&&, bool) const {}
+
 /// Elements at a data pointer, laid out as `D` (eager operands).
 template <class T, class D>
 struct data_leaf : typed_expression {
@@ -4926,6 +4952,7 @@ struct data_leaf : typed_expression {
       return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -4946,6 +4973,24 @@ struct slot_leaf : typed_expression {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.value(index, D::values); }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    visit(index, broadcast);
+  }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -4965,6 +5010,7 @@ struct scalar_leaf : typed_expression {
     return V(value);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -4985,7 +5031,10 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
+
+#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
 
 // ---- broadcasting ------------------------------------------------------------------
 
@@ -5040,6 +5089,20 @@ struct broadcast : typed_expression {
   }
   /// Broadcasting is implicit in a graph, as in the runtime tier's.
   int describe(description_sink& sink) const { return operand.describe(sink); }
+  /// A broadcast operand reads other elements than (row, col), so it never reads a
+  /// chained value (an evaluation chain does not take an expression that would).
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool) const {
+    operand.visit_slots(visit, true);
+  }
 
  private:
   template <class V>
@@ -5120,6 +5183,21 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
+  }
   /// Adds the operands' nodes, left to right, then this op's.
   int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
@@ -5158,6 +5236,59 @@ KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RES
   } else {
     for (std::int64_t row = 0; row < rows; ++row)
       for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
+template <class E>
+struct chain_link {
+  E expression;
+  int out;
+};
+
+/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
+/// batch position at a time: each link's value is stored to its slot and handed to the
+/// next link in a register, in place of the slot the link before wrote. The links
+/// write distinct slots that no earlier link reads, and none reads a slot the chain
+/// writes through a broadcast (the recorder checks both), so every value a link reads
+/// at a position is there already.
+template <class E>
+KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  const std::size_t n = links.size();
+  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) {
+        B v = links[0].expression.template load<B>(f, row, col);
+        v.store_unaligned(at(0, row, col));
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
+          v.store_unaligned(at(k, row, col));
+        }
+      }
+      if constexpr (inner % w != 0) {
+        constexpr std::int64_t tail = inner % w;
+        B v = links[0].expression.template partial<B, tail>(f, row, col);
+        backend::cpu::store_partial(v, at(0, row, col), tail);
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
+          backend::cpu::store_partial(v, at(k, row, col), tail);
+        }
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) {
+        T v = links[0].expression.template load<T>(f, row, col);
+        *at(0, row, col) = v;
+        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
+      }
   }
 }
 
@@ -5614,6 +5745,7 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -5660,6 +5792,27 @@ std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::arr
   return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
 }
 
+/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
+/// before something overwrites it: while slot `bound` points at `storage`, the value
+/// is copied to slot `copy` and `bound` pointed there.
+struct redirect {
+  int bound, copy;
+  const void* storage;
+  std::size_t bytes;
+};
+
+/// Keeps the values that the slots of `redirects` read in place, before a step
+/// overwrites them. A frame is built writable (trace::run): a read in place is a step
+/// that points its slot at the value, so the frame's pointers change as steps run.
+inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
@@ -5669,12 +5822,41 @@ struct recorder {
   /// Where steps go: the trace's own list, or a branch's or loop body's while it is
   /// traced.
   std::vector<step>* target = &steps;
+  /// The reads in place recorded so far (of the variable whose state is at `owner`),
+  /// which a later write must not change under the steps that use them.
+  struct read_in_place {
+    const void* owner;
+    int slot;
+    const void* storage;
+    std::size_t bytes;
+    bool top_level;  ///< in the trace's own steps, which run once per call
+  };
+  std::vector<read_in_place> reads_in_place;
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
     return int(slot_bytes.size()) - 1;
   }
   void push(step s) { target->push_back(std::move(s)); }
+  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
+  /// the variable whose state is at `owner`).
+  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
+    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+  }
+  /// The redirects a step that overwrites the value of the variable at `owner` (of
+  /// any variable, when null) runs first, with a slot each for the copies. A read of
+  /// the trace's own steps that a write of its own steps protects needs no later
+  /// protection: it does not run again in the call.
+  std::vector<redirect> protect_reads_in_place(const void* owner) {
+    std::vector<redirect> out;
+    const bool top = target == &steps;
+    std::erase_if(reads_in_place, [&](const read_in_place& r) {
+      if (owner && r.owner != owner) return false;
+      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+      return top && r.top_level;
+    });
+    return out;
+  }
   /// The recorder of the trace in progress on this thread, if any.
   static recorder*& current() {
     thread_local recorder* r = nullptr;
@@ -5682,19 +5864,36 @@ struct recorder {
   }
 };
 
-/// A step that evaluates expression `E` into slot `out`.
+/// A step that evaluates expressions of type `E` into slots, one after the other: an
+/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
+/// expressions of one type in a row; their steps join the chain of the one before, so
+/// that a call runs them as one loop, each value going from one assignment to the next
+/// in a register (evaluate_chain), rather than one step and one pass over memory per
+/// assignment.
 template <class E>
 struct evaluation {
-  evaluation(const E& e, int slot) : expression(e), out(slot) {}
-  E expression;
-  int out;
+  std::vector<chain_link<E>> links;
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
-    evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+    if (self.links.size() == 1)
+      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
+    else
+      evaluate_chain<E>(self.links, f);
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& self = *static_cast<const evaluation*>(data);
-    sink.bind(self.out, self.expression.describe(sink));
+    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
+  }
+  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
+  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
+  /// reads other positions than the one being computed).
+  bool takes(const E& e, int out) const {
+    bool fits = true;
+    for (const chain_link<E>& l : links) {
+      if (l.out == out) return false;
+      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
+      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
+    }
+    return fits;
   }
 };
 
@@ -5706,10 +5905,22 @@ inline recorder& current_recorder() {
   return *r;
 }
 
-/// Records a step writing `e` to slot `slot`.
+/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
+/// the step before when that one evaluates expressions of the same type and takes it.
 template <class E>
 void record_into(const E& e, int slot) {
-  current_recorder().push(step_of(std::make_unique<const evaluation<E>>(e, slot)));  // the one copy of `e`
+  recorder& r = current_recorder();
+  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
+    // The chain was made here, not const: it may grow while its trace is recorded.
+    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
+    if (chain.takes(e, slot)) {
+      chain.links.push_back({e, slot});  // the one copy of `e`
+      return;
+    }
+  }
+  auto chain = std::make_unique<evaluation<E>>();
+  chain->links.push_back({e, slot});
+  r.push(step_of(std::move(chain)));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -10134,26 +10345,40 @@ struct variable_state {
   std::string name;
 };
 
-/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
-/// the state, so the trace keeps the variable alive.
-template <class V, bool Write>
-struct variable_access {
+/// A step reading the variable in place: it points slot `slot` at the value, which a
+/// later write or host callback of the trace copies first for the steps that still
+/// read it (recorder::protect_reads_in_place). Holds the state, so the trace keeps
+/// the variable alive.
+template <class V>
+struct variable_read {
   std::shared_ptr<variable_state<V>> target;
   int slot;
-  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  variable_read(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
   static void run(const void* data, frame f) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
-    else
-      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+    const auto& a = *static_cast<const variable_read*>(data);
+    const_cast<void**>(f)[a.slot] = a.target->value.data();  // frames are writable (keep_values_read_in_place)
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
-    else
-      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    const auto& a = *static_cast<const variable_read*>(data);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
+};
+
+/// A step writing slot `slot` to the variable, after giving the reads in place that
+/// `redirects` names a copy of the value they read.
+template <class V>
+struct variable_write {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  std::vector<redirect> redirects;
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    keep_values_read_in_place(a.redirects, f);
+    std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
   }
 };
 
@@ -10175,12 +10400,12 @@ class fixed_variable {
   void set(const value_type& x) { state_->value = x; }
   const std::string& name() const { return state_->name; }
 
-  /// The value at this point of every run of the trace.
+  /// The value at this point of every run of the trace. It is read in place, not
+  /// copied: a write of the variable later in the trace (or a host callback, which
+  /// might write it) first gives the steps that use this value a copy of it.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(typed::bytes_of<value_type>);
-    r.push(typed::step_of(std::make_unique<const typed::variable_access<value_type, false>>(state_, out)));
-    return symbol_type(out);
+    return read_in_place(r, true);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
   template <class X>
@@ -10188,27 +10413,36 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push(
-        typed::step_of(std::make_unique<const typed::variable_access<value_type, true>>(state_, written.slot())));
+    typed::recorder& r = typed::current_recorder();
+    auto write = std::make_unique<typed::variable_write<value_type>>(
+        typed::variable_write<value_type>{state_, written.slot(), r.protect_reads_in_place(state_.get())});
+    r.push(typed::step_of(std::move(write)));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_add(const X& x) {
-    recorder_for("assign_add");
-    return assign(read_value() + x);
+    // The value read is used by the sum alone, computed before the write: no copy.
+    return assign(read_in_place(recorder_for("assign_add"), false) + x);
   }
   /// Subtracts `x` from the value and gives the difference.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_sub(const X& x) {
-    recorder_for("assign_sub");
-    return assign(read_value() - x);
+    return assign(read_in_place(recorder_for("assign_sub"), false) - x);
   }
 
  private:
   using state = typed::variable_state<value_type>;
+  /// A slot that reads the value in place; `kept` when a later write must give the
+  /// steps reading it a copy.
+  symbol_type read_in_place(typed::recorder& r, bool kept) const {
+    const int out = r.add_slot(0);  // no workspace: it points at the value
+    r.push(typed::step_of(std::make_unique<const typed::variable_read<value_type>>(state_, out)));
+    if (kept) r.add_read_in_place(state_.get(), out, state_->value.data(), typed::bytes_of<value_type>);
+    return symbol_type(out);
+  }
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -10301,15 +10535,18 @@ V copy_of(const void* p) {
 }
 
 /// A host callback step: `fn` on copies of the slots `in` as `fixed` values, its
-/// results written to the slots `out`.
+/// results written to the slots `out`. A callback may set any fixed_variable, so the
+/// values read in place before it are copied first (`redirects`).
 template <class F, class R, class... In>
 struct callback_step {
   static constexpr std::size_t results = result_count<R>;
   mutable F fn;  // a callback may keep state of its own, as a C++ function may
   std::array<int, sizeof...(In)> in;
   std::array<int, results> out;
+  std::vector<redirect> redirects;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const callback_step*>(data);
+    keep_values_read_in_place(c.redirects, f);
     auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> R { return c.fn(copy_of<In>(f[c.in[I]])...); };
     if constexpr (results == 0) {
       call(std::index_sequence_for<In...>());
@@ -10359,7 +10596,8 @@ auto host_callback(F fn, const Inputs&... inputs) {
   } else {
     using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}, {}});
+    data->redirects = r.protect_reads_in_place(nullptr);
     if constexpr (step_t::results == 0) {
       r.push(typed::step_of(std::move(data)));
     } else {

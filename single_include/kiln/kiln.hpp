@@ -3045,6 +3045,15 @@ struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "not_equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a != b; }
 };
+/// relu's gradient (TensorFlow's ReluGrad): `dy` (operand 1) where relu's result `y`
+/// (operand 0) is positive, else 0. One op, so that it runs SIMD where `where` on the
+/// bool of `greater` would run element by element.
+struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "relu_grad";
+  template <class T> KILN_HOST_DEVICE T operator()(T y, T dy) const { return math::select(y > T(0), dy, T(0)); }
+  /// Linear in dy, with the same selection; y only selects.
+  template <class G> void gradient(G& g) const { g.give(1, G::run(relu_grad{}, g.x(0), g.dy())); }
+};
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
@@ -3084,8 +3093,7 @@ void abs::gradient(G& g) const {
 
 template <class G>
 void relu::gradient(G& g) const {
-  const auto zero = g.y().scalar(0);
-  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+  g.give(0, G::run(relu_grad{}, g.y(), g.dy()));
 }
 
 template <class G>
@@ -5547,6 +5555,317 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
 }  // namespace kiln
 // ----- end kiln/ops/nn.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
+// ----- begin kiln/ops/pooling.hpp -----
+/// \file
+/// Pooling ops over NHWC images, as TensorFlow's: `max_pool` and `avg_pool` (windows,
+/// strides, VALID or SAME padding), and the ops their gradients run:
+/// `max_pool_grad` (TensorFlow's MaxPoolGrad: each window's gradient goes to the
+/// first of its largest elements, in row-major order), `max_pool_grad_grad` (its
+/// gradient: what the first largest element of each window receives) and
+/// `avg_pool_grad` (each window's gradient shared by the elements it averages; with
+/// SAME padding a window averages its elements inside the image only, as
+/// TensorFlow's AvgPool).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+
+namespace kiln::ops {
+
+/// The window, strides and padding of a pooling op (its attributes).
+struct pool_window {
+  std::int64_t window_h = 2, window_w = 2;
+  std::int64_t stride_h = 2, stride_w = 2;
+  padding pad = padding::valid;
+
+  constexpr bool operator==(const pool_window&) const = default;
+
+  /// The pooled shape of NHWC input `x`, or why there is none.
+  constexpr shape_result pooled_shape(const shape& x) const {
+    if (window_h < 1 || window_w < 1) return {{}, "the window must be at least 1 x 1"};
+    if (stride_h < 1 || stride_w < 1) return {{}, "strides must be >= 1"};
+    if (!x.has_known_rank()) return {shape(unknown_rank)};
+    if (x.rank() != 4) return {{}, "the input must have rank 4 (NHWC)"};
+    if (pad == padding::valid && ((x[1] != none && x[1] < window_h) || (x[2] != none && x[2] < window_w)))
+      return {{}, "VALID padding needs the input to be at least as large as the window"};
+    return {shape{x[0], conv_output_dim(x[1], window_h, stride_h, pad).out, conv_output_dim(x[2], window_w, stride_w, pad).out,
+                  x[3]}};
+  }
+};
+
+/// The attributes of pooling op `Op` (a pool_window), as saved graphs list them.
+template <class Op>
+constexpr auto pool_attribute_fields() {
+  return std::tuple{attribute{"window_h", &Op::window_h}, attribute{"window_w", &Op::window_w},
+                    attribute{"stride_h", &Op::stride_h}, attribute{"stride_w", &Op::stride_w},
+                    attribute{"padding", &Op::pad}};
+}
+
+/// Float inputs of one dtype, as TensorFlow's pooling ops and their gradients take.
+constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
+  for (dtype t : in)
+    if (t != in[0]) return {in[0], "operands must have the same dtype"};
+  if (!dtypes::floating.contains(in[0])) return {in[0], "dtype not supported (pooling takes float32 or float64)"};
+  return {in[0]};
+}
+
+/// Whether shapes `a` and `b` can be the same once their unknown dims are known.
+constexpr bool compatible_shapes(const shape& a, const shape& b) {
+  if (!a.has_known_rank() || !b.has_known_rank()) return true;
+  if (a.rank() != b.rank()) return false;
+  for (int d = 0; d < a.rank(); ++d)
+    if (a[d] != b[d] && a[d] != none && b[d] != none) return false;
+  return true;
+}
+
+/// The largest element of each window (TensorFlow's MaxPool).
+struct max_pool : pool_window {
+  static constexpr std::string_view name = "max_pool";
+  static constexpr int arity = 1;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return pooled_shape(in[0]); }
+  constexpr bool operator==(const max_pool&) const = default;
+  /// Each window's gradient to the first of its largest elements (max_pool_grad).
+  template <class G> void gradient(G& g) const;
+};
+
+/// The mean of each window's elements inside the image (TensorFlow's AvgPool).
+struct avg_pool : pool_window {
+  static constexpr std::string_view name = "avg_pool";
+  static constexpr int arity = 1;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return pooled_shape(in[0]); }
+  constexpr bool operator==(const avg_pool&) const = default;
+  /// Each window's gradient shared by its elements (avg_pool_grad).
+  template <class G> void gradient(G& g) const;
+};
+
+/// The input gradient of max_pool at input `x` (operand 0) for the output gradient
+/// `dy` (operand 1): zeros but at each window's first largest element, which receives
+/// the window's gradient (summed where windows overlap).
+struct max_pool_grad : pool_window {
+  static constexpr std::string_view name = "max_pool_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
+  constexpr bool operator==(const max_pool_grad&) const = default;
+  /// Linear in dy, whose gradient is max_pool_grad_grad; x only picks the elements.
+  template <class G> void gradient(G& g) const;
+};
+
+/// For input `x` (operand 0) and a gradient `d` of x's shape (operand 1), each
+/// window's value of `d` at the window's first largest element of `x`: the gradient of
+/// max_pool_grad with respect to its output gradient.
+struct max_pool_grad_grad : pool_window {
+  static constexpr std::string_view name = "max_pool_grad_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    if (!compatible_shapes(in[1], in[0])) return {{}, "the gradient must have the input's shape"};
+    return pooled_shape(in[0]);
+  }
+  constexpr bool operator==(const max_pool_grad_grad&) const = default;
+  template <class G> void gradient(G& g) const;
+};
+
+/// The input gradient of avg_pool for the output gradient `dy` (operand 1); input `x`
+/// (operand 0) gives the shape only.
+struct avg_pool_grad : pool_window {
+  static constexpr std::string_view name = "avg_pool_grad";
+  static constexpr int arity = 2;
+  static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool_grad>(); }
+  constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
+  constexpr shape_result result_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
+  constexpr bool operator==(const avg_pool_grad&) const = default;
+  /// Linear in dy: its gradient is avg_pool of the incoming gradient.
+  template <class G> void gradient(G& g) const;
+};
+
+template <class G>
+void max_pool::gradient(G& g) const {
+  g.give(0, G::run(max_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void avg_pool::gradient(G& g) const {
+  g.give(0, G::run(avg_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void max_pool_grad::gradient(G& g) const {
+  g.give(1, G::run(max_pool_grad_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void max_pool_grad_grad::gradient(G& g) const {
+  g.give(1, G::run(max_pool_grad{*this}, g.x(0), g.dy()));
+}
+template <class G>
+void avg_pool_grad::gradient(G& g) const {
+  g.give(1, G::run(avg_pool{*this}, g.dy()));
+}
+
+/// The sizes of one pooling call, shared by every backend's kernels: input dims
+/// (batch, in_h, in_w, channels), output dims, the window, strides and the padding
+/// before the first row and column. Window (oy, ox) covers input rows
+/// [oy * stride_h - pad_top, + window_h) and columns likewise, cut to the image.
+struct pool_geometry {
+  std::int64_t batch = 0, in_h = 0, in_w = 0, channels = 0, out_h = 0, out_w = 0;
+  std::int64_t window_h = 1, window_w = 1, stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+
+  constexpr pool_geometry() = default;
+  constexpr pool_geometry(const pool_window& p, const shape& x)
+      : batch(x[0]), in_h(x[1]), in_w(x[2]), channels(x[3]), window_h(p.window_h), window_w(p.window_w),
+        stride_h(p.stride_h), stride_w(p.stride_w) {
+    const conv_dim h = conv_output_dim(in_h, window_h, stride_h, p.pad), w = conv_output_dim(in_w, window_w, stride_w, p.pad);
+    out_h = h.out, out_w = w.out, pad_top = h.pad_before, pad_left = w.pad_before;
+  }
+  /// The first input row of output row `oy`'s windows and one past their last.
+  KILN_HOST_DEVICE constexpr std::int64_t row_begin(std::int64_t oy) const {
+    const std::int64_t r = oy * stride_h - pad_top;
+    return r < 0 ? 0 : r;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t row_end(std::int64_t oy) const {
+    const std::int64_t r = oy * stride_h - pad_top + window_h;
+    return r > in_h ? in_h : r;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t column_begin(std::int64_t ox) const {
+    const std::int64_t c = ox * stride_w - pad_left;
+    return c < 0 ? 0 : c;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t column_end(std::int64_t ox) const {
+    const std::int64_t c = ox * stride_w - pad_left + window_w;
+    return c > in_w ? in_w : c;
+  }
+  /// The first and one past the last output row whose windows hold input row `iy`.
+  KILN_HOST_DEVICE constexpr std::int64_t first_row_holding(std::int64_t iy) const {
+    const std::int64_t from = iy + pad_top - window_h + 1;  // oy * stride_h > this - 1
+    return from <= 0 ? 0 : (from + stride_h - 1) / stride_h;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t rows_holding_end(std::int64_t iy) const {
+    const std::int64_t last = (iy + pad_top) / stride_h + 1;
+    return last < out_h ? last : out_h;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t first_column_holding(std::int64_t ix) const {
+    const std::int64_t from = ix + pad_left - window_w + 1;
+    return from <= 0 ? 0 : (from + stride_w - 1) / stride_w;
+  }
+  KILN_HOST_DEVICE constexpr std::int64_t columns_holding_end(std::int64_t ix) const {
+    const std::int64_t last = (ix + pad_left) / stride_w + 1;
+    return last < out_w ? last : out_w;
+  }
+  /// Whether the windows tile the input: each element in exactly one window.
+  constexpr bool tiles() const {
+    return stride_h == window_h && stride_w == window_w && pad_top == 0 && pad_left == 0 && out_h * window_h == in_h &&
+           out_w * window_w == in_w;
+  }
+  /// The offset of element (b, iy, ix, c) of the input.
+  KILN_HOST_DEVICE constexpr std::int64_t input_offset(std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) const {
+    return ((b * in_h + iy) * in_w + ix) * channels + c;
+  }
+  /// The offset of element (b, oy, ox, c) of the output.
+  KILN_HOST_DEVICE constexpr std::int64_t output_offset(std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) const {
+    return ((b * out_h + oy) * out_w + ox) * channels + c;
+  }
+
+  /// The input offset of the first largest element of channel `c` of window (b, oy,
+  /// ox) of `x` (in row-major order; a NaN counts as the largest, as it propagates).
+  template <class T>
+  KILN_HOST_DEVICE std::int64_t argmax(const T* x, std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) const {
+    std::int64_t best = -1;
+    T top = T(0);
+    for (std::int64_t iy = row_begin(oy); iy < row_end(oy); ++iy)
+      for (std::int64_t ix = column_begin(ox); ix < column_end(ox); ++ix) {
+        const std::int64_t at = input_offset(b, iy, ix, c);
+        const T v = x[at];
+        if (best < 0 || (top == top && (v > top || v != v))) best = at, top = v;
+      }
+    return best;
+  }
+  /// How many input elements window (oy, ox) covers (inside the image).
+  KILN_HOST_DEVICE constexpr std::int64_t window_count(std::int64_t oy, std::int64_t ox) const {
+    return (row_end(oy) - row_begin(oy)) * (column_end(ox) - column_begin(ox));
+  }
+};
+
+}  // namespace kiln::ops
+
+namespace kiln {
+
+namespace detail {
+/// The pool_window of a pooling function's arguments; sizes below 1 are the op's rule
+/// errors.
+template <class = void>
+ops::pool_window pool_window_of(std::string_view fn, const int_list& ksize, const int_list& strides,
+                                       std::string_view padding) {
+  auto pair = [&](const int_list& v, const char* what) {
+    if (v.size() == 1) return std::pair{v[0], v[0]};
+    if (v.size() == 2) return std::pair{v[0], v[1]};
+    if (v.size() == 4 && v[0] == 1 && v[3] == 1) return std::pair{v[1], v[2]};
+    throw value_error(std::string(fn) + ": " + what + " must be 1, 2 or 4 ints (4 as [1, h, w, 1]), got " + v.str());
+  };
+  ops::pool_window p;
+  std::tie(p.window_h, p.window_w) = pair(ksize, "ksize");
+  std::tie(p.stride_h, p.stride_w) = pair(strides, "strides");
+  if (padding != "VALID" && padding != "SAME")
+    throw value_error(std::string(fn) + ": padding must be \"VALID\" or \"SAME\", got \"" + std::string(padding) + "\"");
+  p.pad = parse_padding(padding);
+  return p;
+}
+}  // namespace detail
+
+/// The largest value of each `ksize` window of an NHWC input, moved by `strides`, with
+/// "VALID" or "SAME" padding (TensorFlow's tf.nn.max_pool2d). `ksize` and `strides`
+/// are one int, two (height, width) or four (TensorFlow's NHWC form). Its gradient
+/// goes to the first largest element of each window, as TensorFlow's.
+/// \code kiln::max_pool2d(kiln::ones({1, 4, 4, 3}), 2, 2, "VALID").shape() == kiln::shape{1, 2, 2, 3} \endcode
+template <class = void>
+tensor max_pool2d(const tensor& input, const int_list& ksize, const int_list& strides, std::string_view padding) {
+  const ops::pool_window p = detail::pool_window_of("max_pool2d", ksize, strides, padding);
+  return detail::apply(ops::max_pool{p}, input);
+}
+
+/// max_pool2d with square windows and equal strides.
+template <class = void>
+tensor max_pool2d(const tensor& input, std::int64_t ksize, std::int64_t stride, std::string_view padding) {
+  return max_pool2d(input, int_list{ksize}, int_list{stride}, padding);
+}
+
+/// The mean of each `ksize` window of an NHWC input (tf.nn.avg_pool2d); with "SAME"
+/// padding a window averages the elements inside the image only.
+/// \code kiln::avg_pool2d(kiln::ones({1, 4, 4, 3}), 3, 1, "SAME").shape() == kiln::shape{1, 4, 4, 3} \endcode
+template <class = void>
+tensor avg_pool2d(const tensor& input, const int_list& ksize, const int_list& strides, std::string_view padding) {
+  const ops::pool_window p = detail::pool_window_of("avg_pool2d", ksize, strides, padding);
+  return detail::apply(ops::avg_pool{p}, input);
+}
+
+/// avg_pool2d with square windows and equal strides.
+template <class = void>
+tensor avg_pool2d(const tensor& input, std::int64_t ksize, std::int64_t stride, std::string_view padding) {
+  return avg_pool2d(input, int_list{ksize}, int_list{stride}, padding);
+}
+
+}  // namespace kiln
+// ----- end kiln/ops/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
@@ -5741,12 +6060,16 @@ namespace kiln::ops {
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
-  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where) \
+  F(relu_grad)
 #define KILN_SHAPE_OPS(F)                                                                                        \
   F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
   F(set_item) F(pad_rows) F(crop_or_pad)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
-#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Linear algebra and NN ops: products, convolution, pooling and the ops pooling's
+/// gradients run.
+#define KILN_LINALG_OPS(F) \
+  F(matmul) F(conv2d) F(max_pool) F(avg_pool) F(max_pool_grad) F(max_pool_grad_grad) F(avg_pool_grad)
 /// Every op kiln defines.
 #define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 
@@ -8738,6 +9061,341 @@ void compute(cpu_backend, const ops::conv2d& op, std::span<const buffer_view> in
 }  // namespace kiln::backend
 // ----- end kiln/backend/cpu/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+// ----- begin kiln/backend/reference/pooling.hpp -----
+/// \file
+/// Reference pooling: every output element computed on its own from the definitions
+/// in kiln/ops/pooling.hpp (the gradients gather what reaches each input element).
+
+#include <span>
+
+
+namespace kiln::backend {
+namespace reference {
+
+/// Calls `f.template operator()<T>()` with float or double, the dtypes pooling takes.
+template <class F>
+void visit_pooled(dtype t, F&& f) {
+  if (t == float64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
+}
+
+/// Calls `fn(b, y, x, c)` for every element of an NHWC tensor of dims `s`, in order.
+template <class F>
+void for_each_nhwc(const shape& s, F&& fn) {
+  for (std::int64_t b = 0; b < s[0]; ++b)
+    for (std::int64_t y = 0; y < s[1]; ++y)
+      for (std::int64_t x = 0; x < s[2]; ++x)
+        for (std::int64_t c = 0; c < s[3]; ++c) fn(b, y, x, c);
+}
+
+}  // namespace reference
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      y[g.output_offset(b, oy, ox, c)] = x[g.argmax(x, b, oy, ox, c)];
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      T sum = T(0);
+      for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+        for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) sum += x[g.input_offset(b, iy, ix, c)];
+      y[g.output_offset(b, oy, ox, c)] = sum / T(g.window_count(oy, ox));
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    const T* dy = in[1].as<T>();
+    T* dx = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) {
+      const std::int64_t here = g.input_offset(b, iy, ix, c);
+      T sum = T(0);
+      for (std::int64_t oy = g.first_row_holding(iy); oy < g.rows_holding_end(iy); ++oy)
+        for (std::int64_t ox = g.first_column_holding(ix); ox < g.columns_holding_end(ix); ++ox)
+          if (g.argmax(x, b, oy, ox, c) == here) sum += dy[g.output_offset(b, oy, ox, c)];
+      dx[here] = sum;
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* x = in[0].as<T>();
+    const T* d = in[1].as<T>();
+    T* y = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t oy, std::int64_t ox, std::int64_t c) {
+      y[g.output_offset(b, oy, ox, c)] = d[g.argmax(x, b, oy, ox, c)];
+    });
+  });
+}
+
+template <class = void>
+void compute(reference_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  const ops::pool_geometry g(op, in[0].shape);
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    const T* dy = in[1].as<T>();
+    T* dx = out.as<T>();
+    reference::for_each_nhwc(out.shape, [&](std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t c) {
+      T sum = T(0);
+      for (std::int64_t oy = g.first_row_holding(iy); oy < g.rows_holding_end(iy); ++oy)
+        for (std::int64_t ox = g.first_column_holding(ix); ox < g.columns_holding_end(ix); ++ox)
+          sum += dy[g.output_offset(b, oy, ox, c)] / T(g.window_count(oy, ox));
+      dx[g.input_offset(b, iy, ix, c)] = sum;
+    });
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/reference/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_REFERENCE_POOLING_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
+// ----- begin kiln/backend/cpu/pooling.hpp -----
+/// \file
+/// CPU pooling over NHWC images: channels are innermost, so each window position is
+/// a run of channels that SIMD batches cover (a scalar loop takes the channels past
+/// the last whole batch). The gradients follow TensorFlow's: max pooling's goes to
+/// the first largest element of each window, found per lane by comparing the
+/// window's elements with its maximum in row-major order. Where the windows tile the
+/// input (strides equal to the window, no padding, no rows or columns left over, as
+/// in Keras' default), every input element is in one window, so a gradient is
+/// written once rather than zeroed and then added to. Rows of windows run in
+/// parallel when their inputs do not overlap, images otherwise.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+
+
+
+namespace kiln::backend::cpu {
+namespace pooling {
+
+// One lane type's operations, for SIMD batches and for the scalar tail of channels.
+template <class T>
+KILN_ALWAYS_INLINE T load(const T* p, T) {
+  return *p;
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> load(const T* p, const xsimd::batch<T, A>&) {
+  return xsimd::batch<T, A>::load_unaligned(p);
+}
+template <class T>
+KILN_ALWAYS_INLINE void store(T v, T* p) {
+  *p = v;
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE void store(const xsimd::batch<T, A>& v, T* p) {
+  v.store_unaligned(p);
+}
+/// Whether `x` is the window's maximum `top` (a NaN maximum is any NaN).
+template <class T>
+KILN_ALWAYS_INLINE bool is_top(T x, T top) {
+  return x == top || (x != x && top != top);
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch_bool<T, A> is_top(const xsimd::batch<T, A>& x, const xsimd::batch<T, A>& top) {
+  return (x == top) || (xsimd::isnan(x) && xsimd::isnan(top));
+}
+template <class T>
+KILN_ALWAYS_INLINE T pick(bool c, T a) {
+  return c ? a : T(0);
+}
+template <class T, class A>
+KILN_ALWAYS_INLINE xsimd::batch<T, A> pick(const xsimd::batch_bool<T, A>& c, const xsimd::batch<T, A>& a) {
+  return xsimd::select(c, a, xsimd::batch<T, A>(T(0)));
+}
+template <class V>
+KILN_ALWAYS_INLINE auto none_taken() {
+  if constexpr (std::is_arithmetic_v<V>)
+    return false;
+  else
+    return typename V::batch_bool_type(false);
+}
+
+/// Calls `fn(V(), c)` for each run of channels: SIMD batches `V` from channel 0, then
+/// the channels left over one at a time.
+template <class T, class F>
+KILN_ALWAYS_INLINE void for_channels(std::int64_t channels, F&& fn) {
+  using B = xsimd::batch<T>;
+  constexpr std::int64_t w = std::int64_t(B::size);
+  std::int64_t c = 0;
+  for (; c + w <= channels; c += w) fn(B(), c);
+  for (; c < channels; ++c) fn(T(), c);
+}
+
+/// Runs `fn(b, oy)` for every row of windows, in parallel where rows of windows read
+/// and write rows of their own (`rows_apart`), by image otherwise.
+template <class F>
+void for_window_rows(const ops::pool_geometry& g, bool rows_apart, F&& fn) {
+  const std::int64_t row_work = std::max<std::int64_t>(1, g.out_w * g.window_h * g.window_w * g.channels);
+  if (rows_apart) {
+    kiln::detail::parallel_for(g.batch * g.out_h, std::max<std::int64_t>(1, 32768 / row_work), [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t r = lo; r < hi; ++r) fn(r / g.out_h, r % g.out_h);
+    });
+  } else {
+    kiln::detail::parallel_for(g.batch, std::max<std::int64_t>(1, 32768 / (row_work * std::max<std::int64_t>(1, g.out_h))),
+                               [&](std::int64_t lo, std::int64_t hi) {
+                                 for (std::int64_t b = lo; b < hi; ++b)
+                                   for (std::int64_t oy = 0; oy < g.out_h; ++oy) fn(b, oy);
+                               });
+  }
+}
+
+/// The maximum of window (b, oy, ox) over lanes `V` from channel c, starting at the
+/// window's first element.
+template <class V, class T>
+KILN_ALWAYS_INLINE V window_max(const T* x, const ops::pool_geometry& g, std::int64_t b, std::int64_t oy, std::int64_t ox,
+                                std::int64_t c) {
+  const std::int64_t r0 = g.row_begin(oy), r1 = g.row_end(oy), c0 = g.column_begin(ox), c1 = g.column_end(ox);
+  V top = load(x + g.input_offset(b, r0, c0, c), V());
+  for (std::int64_t iy = r0; iy < r1; ++iy)
+    for (std::int64_t ix = iy == r0 ? c0 + 1 : c0; ix < c1; ++ix) top = math::max(top, load(x + g.input_offset(b, iy, ix, c), V()));
+  return top;
+}
+
+template <class T>
+void max_pool(const T* x, T* y, const ops::pool_geometry& g) {
+  for_window_rows(g, true, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox)
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        store(window_max<V>(x, g, b, oy, ox, c), y + g.output_offset(b, oy, ox, c));
+      });
+  });
+}
+
+template <class T>
+void avg_pool(const T* x, T* y, const ops::pool_geometry& g) {
+  for_window_rows(g, true, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const T count = T(g.window_count(oy, ox));
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        V sum(T(0));
+        for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+          for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) sum = sum + load(x + g.input_offset(b, iy, ix, c), V());
+        store(sum / V(count), y + g.output_offset(b, oy, ox, c));
+      });
+    }
+  });
+}
+
+/// Zeros `out` (n elements) in parallel, for gradients that windows add to.
+template <class T>
+void zero(T* out, std::int64_t n) {
+  kiln::detail::parallel_for(n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) { std::fill(out + lo, out + hi, T(0)); });
+}
+
+/// max_pool_grad (`Pull` false: dy of the windows to x's shape) and
+/// max_pool_grad_grad (`Pull` true: d at each window's first maximum).
+template <bool Pull, class T>
+void max_pool_backward(const T* x, const T* d, T* out, const ops::pool_geometry& g) {
+  const bool once = g.tiles();
+  if (!Pull && !once) zero(out, g.batch * g.in_h * g.in_w * g.channels);
+  for_window_rows(g, Pull || g.stride_h >= g.window_h, [&](std::int64_t b, std::int64_t oy) {
+    const std::int64_t r0 = g.row_begin(oy), r1 = g.row_end(oy);
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const std::int64_t c0 = g.column_begin(ox), c1 = g.column_end(ox);
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        const V top = window_max<V>(x, g, b, oy, ox, c);
+        const std::int64_t at = g.output_offset(b, oy, ox, c);
+        const V dy = Pull ? V(T(0)) : load(d + at, V());
+        auto taken = none_taken<V>();
+        V picked(T(0));
+        for (std::int64_t iy = r0; iy < r1; ++iy)
+          for (std::int64_t ix = c0; ix < c1; ++ix) {
+            const std::int64_t in = g.input_offset(b, iy, ix, c);
+            const auto first = is_top(load(x + in, V()), top) && !taken;
+            taken = taken || first;
+            if constexpr (Pull)
+              picked = picked + pick(first, load(d + in, V()));
+            else if (once)
+              store(pick(first, dy), out + in);
+            else
+              store(load(out + in, V()) + pick(first, dy), out + in);
+          }
+        if constexpr (Pull) store(picked, out + at);
+      });
+    }
+  });
+}
+
+template <class T>
+void avg_pool_grad(const T* dy, T* dx, const ops::pool_geometry& g) {
+  const bool once = g.tiles();
+  if (!once) zero(dx, g.batch * g.in_h * g.in_w * g.channels);
+  for_window_rows(g, g.stride_h >= g.window_h, [&](std::int64_t b, std::int64_t oy) {
+    for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+      const T count = T(g.window_count(oy, ox));
+      for_channels<T>(g.channels, [&]<class V>(V, std::int64_t c) {
+        const V share = load(dy + g.output_offset(b, oy, ox, c), V()) / V(count);
+        for (std::int64_t iy = g.row_begin(oy); iy < g.row_end(oy); ++iy)
+          for (std::int64_t ix = g.column_begin(ox); ix < g.column_end(ox); ++ix) {
+            T* p = dx + g.input_offset(b, iy, ix, c);
+            store(once ? share : load(p, V()) + share, p);
+          }
+      });
+    }
+  });
+}
+
+}  // namespace pooling
+}  // namespace kiln::backend::cpu
+
+namespace kiln::backend {
+
+template <class = void>
+void compute(cpu_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() { cpu::pooling::max_pool(in[0].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape)); });
+}
+template <class = void>
+void compute(cpu_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() { cpu::pooling::avg_pool(in[0].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape)); });
+}
+template <class = void>
+void compute(cpu_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::max_pool_backward<false>(in[0].as<T>(), in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+template <class = void>
+void compute(cpu_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::max_pool_backward<true>(in[0].as<T>(), in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+template <class = void>
+void compute(cpu_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    cpu::pooling::avg_pool_grad(in[1].as<T>(), out.as<T>(), ops::pool_geometry(op, in[0].shape));
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/cpu/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_CPU_POOLING_HPP
 #if KILN_HAS_THRUST
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_MEMORY_HPP
@@ -9522,6 +10180,119 @@ void compute(thrust_backend, const ops::conv2d& op, std::span<const buffer_view>
 }  // namespace kiln::backend
 // ----- end kiln/backend/thrust/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_LINALG_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
+#define KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
+// ----- begin kiln/backend/thrust/pooling.hpp -----
+/// \file
+/// Thrust pooling: one `thrust::transform` over the output's elements, each computed
+/// from the definitions in kiln/ops/pooling.hpp as the reference backend does (the
+/// gradients gather what reaches each input element, so no two threads write one).
+
+#include <cstdint>
+#include <span>
+
+
+namespace kiln::backend {
+namespace thrust_kernels {
+
+/// The (b, y, x, c) of element `i` of an NHWC tensor of dims (*, h, w, c).
+struct nhwc_index {
+  std::int64_t b, y, x, c;
+  KILN_HOST_DEVICE nhwc_index(std::int64_t i, std::int64_t h, std::int64_t w, std::int64_t channels)
+      : b(i / (channels * w * h)), y(i / (channels * w) % h), x(i / channels % w), c(i % channels) {}
+};
+
+/// Element `i` of max_pool (`Average` false) or avg_pool.
+template <class T, bool Average>
+struct pool_element {
+  const T* x;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index o(i, g.out_h, g.out_w, g.channels);
+    if constexpr (!Average) {
+      return x[g.argmax(x, o.b, o.y, o.x, o.c)];
+    } else {
+      T sum = T(0);
+      for (std::int64_t iy = g.row_begin(o.y); iy < g.row_end(o.y); ++iy)
+        for (std::int64_t ix = g.column_begin(o.x); ix < g.column_end(o.x); ++ix) sum += x[g.input_offset(o.b, iy, ix, o.c)];
+      return sum / T(g.window_count(o.y, o.x));
+    }
+  }
+};
+
+/// Element `i` of max_pool_grad (`Average` false) or avg_pool_grad: what the windows
+/// holding input element i give it.
+template <class T, bool Average>
+struct pool_gradient_element {
+  const T* x;
+  const T* dy;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index e(i, g.in_h, g.in_w, g.channels);
+    T sum = T(0);
+    for (std::int64_t oy = g.first_row_holding(e.y); oy < g.rows_holding_end(e.y); ++oy)
+      for (std::int64_t ox = g.first_column_holding(e.x); ox < g.columns_holding_end(e.x); ++ox) {
+        const T d = dy[g.output_offset(e.b, oy, ox, e.c)];
+        if constexpr (Average)
+          sum += d / T(g.window_count(oy, ox));
+        else if (g.argmax(x, e.b, oy, ox, e.c) == i)
+          sum += d;
+      }
+    return sum;
+  }
+};
+
+/// Element `i` of max_pool_grad_grad: `d` at its window's first maximum of `x`.
+template <class T>
+struct pool_pick_element {
+  const T* x;
+  const T* d;
+  ops::pool_geometry g;
+  KILN_HOST_DEVICE T operator()(std::int64_t i) const {
+    const nhwc_index o(i, g.out_h, g.out_w, g.channels);
+    return d[g.argmax(x, o.b, o.y, o.x, o.c)];
+  }
+};
+
+}  // namespace thrust_kernels
+
+template <class = void>
+void compute(thrust_backend, const ops::max_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_element<T, false>{in[0].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::avg_pool& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_element<T, true>{in[0].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::max_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_gradient_element<T, false>{
+                                              in[0].as<const T>(), in[1].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::max_pool_grad_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_pick_element<T>{in[0].as<const T>(), in[1].as<const T>(),
+                                                                              ops::pool_geometry(op, in[0].shape)});
+  });
+}
+template <class = void>
+void compute(thrust_backend, const ops::avg_pool_grad& op, std::span<const buffer_view> in, const buffer_view& out) {
+  reference::visit_pooled(out.dtype, [&]<class T>() {
+    thrust_kernels::fill_elements<T>(out, thrust_kernels::pool_gradient_element<T, true>{
+                                              nullptr, in[1].as<const T>(), ops::pool_geometry(op, in[0].shape)});
+  });
+}
+
+}  // namespace kiln::backend
+// ----- end kiln/backend/thrust/pooling.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_BACKEND_THRUST_POOLING_HPP
 #endif
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
@@ -10424,6 +11195,24 @@ using batch = xsimd::batch<T>;
 
 // ---- leaves ------------------------------------------------------------------------
 
+// Besides `load` and `partial`, every expression has `load_chained` and
+// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
+// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
+// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
+// assignments of a rebinding loop one batch at a time, each reading the one before
+// from a register. A leaf that reads no slot reads as it always does:
+#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
+  template <class V, class P>                                                                     \
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
+    return this->template load<V>(f, row, col);                                                   \
+  }                                                                                               \
+  template <class V, std::int64_t Count, class P>                                                 \
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
+    return this->template partial<V, Count>(f, row, col);                                         \
+  }                                                                                               \
+  template <class F>                                                                              \
+  void visit_slots(F&&, bool) const {}
+
 /// Elements at a data pointer, laid out as `D` (eager operands).
 template <class T, class D>
 struct data_leaf : typed_expression {
@@ -10450,6 +11239,7 @@ struct data_leaf : typed_expression {
       return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -10470,6 +11260,24 @@ struct slot_leaf : typed_expression {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.value(index, D::values); }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    visit(index, broadcast);
+  }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -10489,6 +11297,7 @@ struct scalar_leaf : typed_expression {
     return V(value);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -10509,7 +11318,10 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
+
+#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
 
 // ---- broadcasting ------------------------------------------------------------------
 
@@ -10564,6 +11376,20 @@ struct broadcast : typed_expression {
   }
   /// Broadcasting is implicit in a graph, as in the runtime tier's.
   int describe(description_sink& sink) const { return operand.describe(sink); }
+  /// A broadcast operand reads other elements than (row, col), so it never reads a
+  /// chained value (an evaluation chain does not take an expression that would).
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool) const {
+    operand.visit_slots(visit, true);
+  }
 
  private:
   template <class V>
@@ -10644,6 +11470,21 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
+  }
   /// Adds the operands' nodes, left to right, then this op's.
   int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
@@ -10682,6 +11523,59 @@ KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RES
   } else {
     for (std::int64_t row = 0; row < rows; ++row)
       for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
+template <class E>
+struct chain_link {
+  E expression;
+  int out;
+};
+
+/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
+/// batch position at a time: each link's value is stored to its slot and handed to the
+/// next link in a register, in place of the slot the link before wrote. The links
+/// write distinct slots that no earlier link reads, and none reads a slot the chain
+/// writes through a broadcast (the recorder checks both), so every value a link reads
+/// at a position is there already.
+template <class E>
+KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  const std::size_t n = links.size();
+  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) {
+        B v = links[0].expression.template load<B>(f, row, col);
+        v.store_unaligned(at(0, row, col));
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
+          v.store_unaligned(at(k, row, col));
+        }
+      }
+      if constexpr (inner % w != 0) {
+        constexpr std::int64_t tail = inner % w;
+        B v = links[0].expression.template partial<B, tail>(f, row, col);
+        backend::cpu::store_partial(v, at(0, row, col), tail);
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
+          backend::cpu::store_partial(v, at(k, row, col), tail);
+        }
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) {
+        T v = links[0].expression.template load<T>(f, row, col);
+        *at(0, row, col) = v;
+        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
+      }
   }
 }
 
@@ -10971,6 +11865,7 @@ KILN_TYPED_OPERATOR(>=, greater_equal)
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -11017,6 +11912,27 @@ std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::arr
   return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
 }
 
+/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
+/// before something overwrites it: while slot `bound` points at `storage`, the value
+/// is copied to slot `copy` and `bound` pointed there.
+struct redirect {
+  int bound, copy;
+  const void* storage;
+  std::size_t bytes;
+};
+
+/// Keeps the values that the slots of `redirects` read in place, before a step
+/// overwrites them. A frame is built writable (trace::run): a read in place is a step
+/// that points its slot at the value, so the frame's pointers change as steps run.
+inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
@@ -11026,12 +11942,41 @@ struct recorder {
   /// Where steps go: the trace's own list, or a branch's or loop body's while it is
   /// traced.
   std::vector<step>* target = &steps;
+  /// The reads in place recorded so far (of the variable whose state is at `owner`),
+  /// which a later write must not change under the steps that use them.
+  struct read_in_place {
+    const void* owner;
+    int slot;
+    const void* storage;
+    std::size_t bytes;
+    bool top_level;  ///< in the trace's own steps, which run once per call
+  };
+  std::vector<read_in_place> reads_in_place;
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
     return int(slot_bytes.size()) - 1;
   }
   void push(step s) { target->push_back(std::move(s)); }
+  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
+  /// the variable whose state is at `owner`).
+  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
+    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+  }
+  /// The redirects a step that overwrites the value of the variable at `owner` (of
+  /// any variable, when null) runs first, with a slot each for the copies. A read of
+  /// the trace's own steps that a write of its own steps protects needs no later
+  /// protection: it does not run again in the call.
+  std::vector<redirect> protect_reads_in_place(const void* owner) {
+    std::vector<redirect> out;
+    const bool top = target == &steps;
+    std::erase_if(reads_in_place, [&](const read_in_place& r) {
+      if (owner && r.owner != owner) return false;
+      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+      return top && r.top_level;
+    });
+    return out;
+  }
   /// The recorder of the trace in progress on this thread, if any.
   static recorder*& current() {
     thread_local recorder* r = nullptr;
@@ -11039,19 +11984,36 @@ struct recorder {
   }
 };
 
-/// A step that evaluates expression `E` into slot `out`.
+/// A step that evaluates expressions of type `E` into slots, one after the other: an
+/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
+/// expressions of one type in a row; their steps join the chain of the one before, so
+/// that a call runs them as one loop, each value going from one assignment to the next
+/// in a register (evaluate_chain), rather than one step and one pass over memory per
+/// assignment.
 template <class E>
 struct evaluation {
-  evaluation(const E& e, int slot) : expression(e), out(slot) {}
-  E expression;
-  int out;
+  std::vector<chain_link<E>> links;
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
-    evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+    if (self.links.size() == 1)
+      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
+    else
+      evaluate_chain<E>(self.links, f);
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& self = *static_cast<const evaluation*>(data);
-    sink.bind(self.out, self.expression.describe(sink));
+    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
+  }
+  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
+  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
+  /// reads other positions than the one being computed).
+  bool takes(const E& e, int out) const {
+    bool fits = true;
+    for (const chain_link<E>& l : links) {
+      if (l.out == out) return false;
+      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
+      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
+    }
+    return fits;
   }
 };
 
@@ -11063,10 +12025,22 @@ inline recorder& current_recorder() {
   return *r;
 }
 
-/// Records a step writing `e` to slot `slot`.
+/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
+/// the step before when that one evaluates expressions of the same type and takes it.
 template <class E>
 void record_into(const E& e, int slot) {
-  current_recorder().push(step_of(std::make_unique<const evaluation<E>>(e, slot)));  // the one copy of `e`
+  recorder& r = current_recorder();
+  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
+    // The chain was made here, not const: it may grow while its trace is recorded.
+    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
+    if (chain.takes(e, slot)) {
+      chain.links.push_back({e, slot});  // the one copy of `e`
+      return;
+    }
+  }
+  auto chain = std::make_unique<evaluation<E>>();
+  chain->links.push_back({e, slot});
+  r.push(step_of(std::move(chain)));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
@@ -20148,26 +21122,40 @@ struct variable_state {
   std::string name;
 };
 
-/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
-/// the state, so the trace keeps the variable alive.
-template <class V, bool Write>
-struct variable_access {
+/// A step reading the variable in place: it points slot `slot` at the value, which a
+/// later write or host callback of the trace copies first for the steps that still
+/// read it (recorder::protect_reads_in_place). Holds the state, so the trace keeps
+/// the variable alive.
+template <class V>
+struct variable_read {
   std::shared_ptr<variable_state<V>> target;
   int slot;
-  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  variable_read(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
   static void run(const void* data, frame f) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
-    else
-      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+    const auto& a = *static_cast<const variable_read*>(data);
+    const_cast<void**>(f)[a.slot] = a.target->value.data();  // frames are writable (keep_values_read_in_place)
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
-    else
-      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    const auto& a = *static_cast<const variable_read*>(data);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
+};
+
+/// A step writing slot `slot` to the variable, after giving the reads in place that
+/// `redirects` names a copy of the value they read.
+template <class V>
+struct variable_write {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  std::vector<redirect> redirects;
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    keep_values_read_in_place(a.redirects, f);
+    std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
   }
 };
 
@@ -20189,12 +21177,12 @@ class fixed_variable {
   void set(const value_type& x) { state_->value = x; }
   const std::string& name() const { return state_->name; }
 
-  /// The value at this point of every run of the trace.
+  /// The value at this point of every run of the trace. It is read in place, not
+  /// copied: a write of the variable later in the trace (or a host callback, which
+  /// might write it) first gives the steps that use this value a copy of it.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(typed::bytes_of<value_type>);
-    r.push(typed::step_of(std::make_unique<const typed::variable_access<value_type, false>>(state_, out)));
-    return symbol_type(out);
+    return read_in_place(r, true);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
   template <class X>
@@ -20202,27 +21190,36 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push(
-        typed::step_of(std::make_unique<const typed::variable_access<value_type, true>>(state_, written.slot())));
+    typed::recorder& r = typed::current_recorder();
+    auto write = std::make_unique<typed::variable_write<value_type>>(
+        typed::variable_write<value_type>{state_, written.slot(), r.protect_reads_in_place(state_.get())});
+    r.push(typed::step_of(std::move(write)));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_add(const X& x) {
-    recorder_for("assign_add");
-    return assign(read_value() + x);
+    // The value read is used by the sum alone, computed before the write: no copy.
+    return assign(read_in_place(recorder_for("assign_add"), false) + x);
   }
   /// Subtracts `x` from the value and gives the difference.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_sub(const X& x) {
-    recorder_for("assign_sub");
-    return assign(read_value() - x);
+    return assign(read_in_place(recorder_for("assign_sub"), false) - x);
   }
 
  private:
   using state = typed::variable_state<value_type>;
+  /// A slot that reads the value in place; `kept` when a later write must give the
+  /// steps reading it a copy.
+  symbol_type read_in_place(typed::recorder& r, bool kept) const {
+    const int out = r.add_slot(0);  // no workspace: it points at the value
+    r.push(typed::step_of(std::make_unique<const typed::variable_read<value_type>>(state_, out)));
+    if (kept) r.add_read_in_place(state_.get(), out, state_->value.data(), typed::bytes_of<value_type>);
+    return symbol_type(out);
+  }
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -20315,15 +21312,18 @@ V copy_of(const void* p) {
 }
 
 /// A host callback step: `fn` on copies of the slots `in` as `fixed` values, its
-/// results written to the slots `out`.
+/// results written to the slots `out`. A callback may set any fixed_variable, so the
+/// values read in place before it are copied first (`redirects`).
 template <class F, class R, class... In>
 struct callback_step {
   static constexpr std::size_t results = result_count<R>;
   mutable F fn;  // a callback may keep state of its own, as a C++ function may
   std::array<int, sizeof...(In)> in;
   std::array<int, results> out;
+  std::vector<redirect> redirects;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const callback_step*>(data);
+    keep_values_read_in_place(c.redirects, f);
     auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> R { return c.fn(copy_of<In>(f[c.in[I]])...); };
     if constexpr (results == 0) {
       call(std::index_sequence_for<In...>());
@@ -20373,7 +21373,8 @@ auto host_callback(F fn, const Inputs&... inputs) {
   } else {
     using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}, {}});
+    data->redirects = r.protect_reads_in_place(nullptr);
     if constexpr (step_t::results == 0) {
       r.push(typed::step_of(std::move(data)));
     } else {
@@ -23693,46 +24694,38 @@ struct pooling_options {
 };
 
 namespace detail {
-/// Pooling over windows that tile the input: the input is cropped to whole windows
-/// ("valid"), reshaped so that each window has dims of its own, and reduced over
-/// them; so it runs on the registry's reshape and reductions, with their gradients.
+/// A pooling layer: the max_pool or avg_pool op over the pool_size windows, moved by
+/// the strides, with Keras' padding.
 template <class = void>
 struct pooling_state final : layer_state {
-  size2 pool;
-  pooling_options options;
+  ops::pool_window window;
   bool average;
-  pooling_state(size2 p, pooling_options o, bool avg)
-      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), pool(p),
-        options(std::move(o)), average(avg) {
+  pooling_state(size2 pool, pooling_options o, bool avg)
+      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
     rank = 4;
-    (void)padding_of(name, options.padding);
-    if (options.strides && !(*options.strides == pool))
-      throw unavailable_error("layer " + name + ": strides other than the pool size are not supported");
+    const size2 strides = o.strides.value_or(pool);
+    if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
+      throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
+                        std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
+                        std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
+    window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
+    window.pad = parse_padding(padding_of(name, o.padding));
   }
   void build(const tensor& x) override {
     const shape& s = x.shape();
-    if (s[1] == none || s[2] == none) reject(x, "the height and width must be known");
-    if (padding_of(name, options.padding) == "SAME" && (s[1] % pool.h || s[2] % pool.w))
-      throw unavailable_error("layer " + name + ": \"same\" padding of an input whose size is not a multiple of the pool "
-                              "size is not supported (input " + s.str() + ")");
+    if (window.pad == ops::padding::valid &&
+        ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
+      reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
+                    " x " + std::to_string(window.window_w) + ")");
   }
   tensor call(const tensor& x, const call_options&) override {
-    const shape& s = x.shape();
-    const std::int64_t h = s[1] / pool.h, w = s[2] / pool.w;
-    const tensor whole = (h * pool.h == s[1] && w * pool.w == s[2])
-                             ? x
-                             : slice(x, {0, 0, 0, 0}, {-1, h * pool.h, w * pool.w, -1});
-    const tensor windows = reshape(whole, {s[0] == none ? -1 : s[0], h, pool.h, w, pool.w, s[3]});
-    // One window axis after the other: a reduction over one axis with contiguous dims
-    // inside it runs vectorized, one over two apart does not (3.5 times slower for the
-    // forward and backward pass of a 32 x 26 x 26 x 32 input).
-    return average ? reduce_mean(reduce_mean(windows, 4), 2) : reduce_max(reduce_max(windows, 4), 2);
+    return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
   }
 };
 }  // namespace detail
 
-/// The largest value of each pool_size window (Keras' `MaxPooling2D`, NHWC; strides
-/// equal to the pool size).
+/// The largest value of each pool_size window, moved by the strides (the pool size
+/// unless given), with "valid" or "same" padding (Keras' `MaxPooling2D`, NHWC).
 /// \code kiln::layers::max_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
 class max_pooling2d : public layer {
  public:
@@ -23741,8 +24734,9 @@ class max_pooling2d : public layer {
       : layer(std::make_shared<detail::pooling_state<>>(pool_size, std::move(options), false)) {}
 };
 
-/// The mean of each pool_size window (Keras' `AveragePooling2D`).
-/// \code kiln::layers::average_pooling2d pool(2);  pool(kiln::ones({1, 4, 4, 3}));  // (1, 2, 2, 3) \endcode
+/// The mean of each pool_size window (Keras' `AveragePooling2D`); with "same" padding
+/// a window averages its elements inside the input only, as Keras'.
+/// \code kiln::layers::average_pooling2d pool(3, {.strides = 1, .padding = "same"});  pool(kiln::ones({1, 4, 4, 3}));  // (1, 4, 4, 3) \endcode
 class average_pooling2d : public layer {
  public:
   template <class = void>
@@ -24013,6 +25007,249 @@ class sequential : public layer {
 }  // namespace kiln::layers
 // ----- end kiln/models/layers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_FIXED_LAYERS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_MODELS_FIXED_LAYERS_HPP
+// ----- begin kiln/models/fixed_layers.hpp -----
+/// \file
+/// Compile-time checked models: Keras' dense layer for the compile-time tier
+/// (`kiln::layers::fixed_dense<Units>`), and `kiln::layers::fixed_sequential`, which
+/// builds a stack of them for an input type. A runtime `layers::dense(16)` takes its
+/// units when the program runs; a typed layer has them in its type, so that the shape
+/// of every weight and every result is known to the compiler. A layer is described
+/// first (its units, activation, initializers, name) and built for its input type:
+/// the kernel of `fixed_dense<16>` fed `fixed<float, 8, 64>` is a
+/// `fixed_variable<float, 64, 16>`. A built layer fed an input of another shape or
+/// element type is a compile error naming the layer, whose "In instantiation of"
+/// lines give the type it was built for and the input's.
+///
+/// A model's forward pass applies its layers one after the other in one expression
+/// (a fold over the built layers' types, which change from layer to layer), so that
+/// inside a typed function each layer's elementwise tail (bias, activation) fuses
+/// with the matmul that follows, as in the same model written with raw typed ops.
+///
+/// Only class templates: a file compiles a typed layer only where it makes one. The
+/// header needs the compile-time tier alone (kiln/fixed.hpp).
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln::layers {
+
+/// Activations of typed layers, as types (a typed layer's activation is part of its
+/// type, as its units are): `linear` (none), `relu`, `tanh`, `sigmoid`, `gelu`,
+/// `silu`, `softplus`. Any type whose call operator takes a typed operand works too.
+namespace fixed_activations {
+struct linear {
+  template <class X>
+  X operator()(const X& x) const {
+    return x;
+  }
+};
+#define KILN_FIXED_ACTIVATION(fn)      \
+  struct fn {                          \
+    template <class X>                 \
+    auto operator()(const X& x) const { \
+      return kiln::fn(x);              \
+    }                                  \
+  };
+KILN_FIXED_ACTIVATION(relu)
+KILN_FIXED_ACTIVATION(tanh)
+KILN_FIXED_ACTIVATION(sigmoid)
+KILN_FIXED_ACTIVATION(gelu)
+KILN_FIXED_ACTIVATION(silu)
+KILN_FIXED_ACTIVATION(softplus)
+#undef KILN_FIXED_ACTIVATION
+}  // namespace fixed_activations
+
+/// Options of a typed dense layer: its name (in the variables' names,
+/// `name/kernel`), whether it has a bias, and the seed of its kernel's
+/// Glorot-uniform draw (Keras' default initializer; the bias starts at zero).
+struct fixed_dense_options {
+  std::string name = "dense";
+  bool use_bias = true;
+  std::uint64_t seed = 0;
+};
+
+template <class T, std::int64_t In, std::int64_t Units, class Activation>
+class built_fixed_dense;
+
+/// A densely connected layer whose units are in its type (Keras' `Dense` for the
+/// compile-time tier): `activation(x · kernel + bias)` over the last dim of `x`. It is
+/// a description until built for an input type, by `fixed_sequential` or by
+/// `build<X>()`; the built layer holds the weights as fixed_variables.
+/// \code
+/// kiln::layers::fixed_dense<16, kiln::layers::fixed_activations::relu> d({.name = "hidden", .seed = 1});
+/// auto built = d.build<kiln::fixed<float, 8, 4>>();  // kernel: fixed_variable<float, 4, 16>
+/// kiln::function f([&](const auto& x) { return built(x); });
+/// kiln::fixed<float, 8, 16> y = f(kiln::fixed<float, 8, 4>::ones());
+/// \endcode
+template <std::int64_t Units, class Activation = fixed_activations::linear>
+class fixed_dense {
+  static_assert(Units > 0, "kiln::layers::fixed_dense: the units must be positive");
+
+ public:
+  static constexpr std::int64_t units = Units;
+  explicit fixed_dense(fixed_dense_options options = {}, Activation activation = {})
+      : options_(std::move(options)), activation_(activation) {}
+
+  /// The layer built for inputs of `fixed` type `X` (rank 1 or more, a floating
+  /// element type): its kernel is `In x Units` for X's last dim In.
+  template <class X>
+  auto build() const {
+    using V = typed::value_of<X>;
+    using T = typename V::value_type;
+    static_assert(std::is_floating_point_v<T>, "kiln::layers::fixed_dense: the input's element type must be float or double");
+    static_assert(V::rank >= 1, "kiln::layers::fixed_dense: the input must have rank 1 or more");
+    return built_fixed_dense<T, V::dims_type::inner, Units, Activation>(options_, activation_);
+  }
+
+ private:
+  fixed_dense_options options_;
+  Activation activation_;
+};
+
+/// A typed dense layer built for inputs whose last dim is `In` and whose elements are
+/// `T`: its kernel and bias are fixed_variables of shapes (In, Units) and (Units).
+/// Called inside a typed function it reads them at every call; on `fixed` values
+/// outside one, it computes at once from their values.
+template <class T, std::int64_t In, std::int64_t Units, class Activation>
+class built_fixed_dense {
+ public:
+  using kernel_type = fixed_variable<T, In, Units>;
+  using bias_type = fixed_variable<T, Units>;
+
+  built_fixed_dense(const fixed_dense_options& options, Activation activation)
+      : kernel_(glorot_uniform(options.seed), options.name + "/kernel"),
+        bias_(typename bias_type::value_type(), options.name + "/bias"),
+        name_(options.name),
+        use_bias_(options.use_bias),
+        activation_(activation) {}
+
+  const std::string& name() const { return name_; }
+  const kernel_type& kernel() const { return kernel_; }
+  const bias_type& bias() const { return bias_; }
+  kernel_type& kernel() { return kernel_; }
+  bias_type& bias() { return bias_; }
+
+  /// `activation(x · kernel + bias)`. An input whose element type is not `T` or whose
+  /// last dim is not `In` is a compile error naming the layer; the instantiation lines
+  /// above it show this type (the shape it was built for) and the input's.
+  template <typed::operand X>
+  auto operator()(const X& x) const {
+    using V = typed::value_of<X>;
+    static_assert(std::is_same_v<typename V::value_type, T>,
+                  "kiln::layers::fixed_dense: the input's element type is not the one the layer was built for");
+    static_assert(V::rank >= 1 && V::dims_type::inner == In,
+                  "kiln::layers::fixed_dense: the input's last dim is not the one the layer was built for");
+    if constexpr (!std::is_same_v<typename V::value_type, T> || V::rank < 1 || V::dims_type::inner != In) {
+      return typed::rule_error{};
+    } else if constexpr (typed::eager<X>) {
+      auto y = kiln::matmul(x, kernel_.value());
+      return use_bias_ ? activation_(y + bias_.value()) : activation_(y + T(0));
+    } else {
+      auto y = kiln::matmul(x, kernel_.read_value());
+      // (no branch on use_bias in the trace: without one, the bias stays zero)
+      return activation_(y + bias_.read_value());
+    }
+  }
+
+ private:
+  /// Keras' Glorot-uniform kernel: uniform in +-sqrt(6 / (In + Units)), seeded.
+  static typename kernel_type::value_type glorot_uniform(std::uint64_t seed) {
+    const T limit = T(std::sqrt(6.0 / double(In + Units)));
+    return kernel_type::value_type::uniform(seed, -limit, limit);
+  }
+
+  kernel_type kernel_;
+  bias_type bias_;
+  std::string name_;
+  bool use_bias_;
+  Activation activation_;
+};
+
+namespace detail {
+/// Descriptions `first, rest...` built one after the other from input type `X`.
+template <class X>
+std::tuple<> build_stack() {
+  return {};
+}
+template <class X, class First, class... Rest>
+auto build_stack(const First& first, const Rest&... rest) {
+  auto built = first.template build<X>();
+  using output = typed::value_of<decltype(built(std::declval<const X&>()))>;
+  return std::tuple_cat(std::tuple<decltype(built)>(std::move(built)), build_stack<output>(rest...));
+}
+}  // namespace detail
+
+/// A stack of typed layers built for input type `X` (Keras' `Sequential` for the
+/// compile-time tier): each layer's weights take their shapes from the type the layer
+/// before gives. Made by `fixed_sequential<X>(layers...)`.
+template <class X, class... Built>
+class fixed_model {
+ public:
+  using input_type = X;
+  explicit fixed_model(std::tuple<Built...> layers) : layers_(std::move(layers)) {}
+
+  /// The layers applied in order: one expression in a typed trace.
+  template <typed::operand Y>
+  auto operator()(const Y& x) const {
+    return std::apply([&](const auto&... l) { return apply_all(x, l...); }, layers_);
+  }
+  /// Layer `I`, built (its weights: `layer<0>().kernel()`).
+  template <std::size_t I>
+  auto& layer() {
+    return std::get<I>(layers_);
+  }
+  template <std::size_t I>
+  const auto& layer() const {
+    return std::get<I>(layers_);
+  }
+  static constexpr std::size_t size = sizeof...(Built);
+
+ private:
+  template <class Y>
+  static auto apply_all(const Y& x) {
+    return x;
+  }
+  template <class Y, class First, class... Rest>
+  static auto apply_all(const Y& x, const First& first, const Rest&... rest) {
+    auto y = first(x);
+    if constexpr (std::is_same_v<decltype(y), typed::rule_error>)
+      return y;  // (that layer's static_assert said why; the rest would only repeat it)
+    else
+      return apply_all(y, rest...);
+  }
+
+  std::tuple<Built...> layers_;
+};
+
+/// The typed layers `layers...` built one after the other for inputs of `fixed` type
+/// `X`, as a typed model; the weights' shapes follow from X.
+/// \code
+/// namespace L = kiln::layers;
+/// auto mlp = L::fixed_sequential<kiln::fixed<float, 8, 64>>(
+///     L::fixed_dense<32, L::fixed_activations::relu>({.name = "dense", .seed = 1}),
+///     L::fixed_dense<32, L::fixed_activations::relu>({.name = "dense_1", .seed = 2}),
+///     L::fixed_dense<10>({.name = "dense_2", .seed = 3}));
+/// kiln::function forward([&](const auto& x) { return mlp(x); });
+/// kiln::fixed<float, 8, 10> logits = forward(kiln::fixed<float, 8, 64>::ones());
+/// \endcode
+template <class X, class... Layers>
+auto fixed_sequential(const Layers&... layers) {
+  static_assert(typed::fixed_value<X>, "kiln::layers::fixed_sequential: the input type must be a kiln::fixed");
+  return [&]<class... Built>(std::tuple<Built...> built) {
+    return fixed_model<X, Built...>(std::move(built));
+  }(detail::build_stack<X>(layers...));
+}
+
+}  // namespace kiln::layers
+// ----- end kiln/models/fixed_layers.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_FIXED_LAYERS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
 #define KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
 // ----- begin kiln/models/fit.hpp -----

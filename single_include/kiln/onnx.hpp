@@ -563,6 +563,9 @@ class exporter {
     } else if constexpr (std::is_same_v<Op, ops::relu>) {
       if (is_floating(type)) return value(g, "Relu", in, base);
       return value(g, "Max", {in[0], constant(kiln::zeros({}, type))}, base);
+    } else if constexpr (std::is_same_v<Op, ops::relu_grad>) {  // Where(y > 0, dy, 0)
+      const std::string zero = constant(kiln::zeros({}, type));
+      return value(g, "Where", {value(g, "Greater", {in[0], zero}, base), in[1], zero}, base);
     } else if constexpr (std::is_same_v<Op, ops::gelu>) {
       NodeProto& r = add(g, "Gelu", in, base);
       if (op.approximate) attribute(r, "approximate", std::string("tanh"));
@@ -694,6 +697,20 @@ class exporter {
       // SAME pads the odd element at the end, as TensorFlow does: SAME_UPPER.
       attribute(c, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
       NodeProto& y = add(g, "Transpose", {c.output(0)}, base);
+      attribute(y, "perm", std::vector<std::int64_t>{0, 2, 3, 1});
+      return y.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::max_pool> || std::is_same_v<Op, ops::avg_pool>) {
+      // NCHW as Conv; SAME_UPPER as conv2d, and an average over the elements inside
+      // the image only (count_include_pad 0), as TensorFlow's AvgPool.
+      constexpr bool average = std::is_same_v<Op, ops::avg_pool>;
+      NodeProto& x = add(g, "Transpose", {in[0]}, base);
+      attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
+      NodeProto& p = add(g, average ? "AveragePool" : "MaxPool", {x.output(0)}, base);
+      attribute(p, "kernel_shape", std::vector<std::int64_t>{op.window_h, op.window_w});
+      attribute(p, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
+      attribute(p, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
+      if constexpr (average) attribute(p, "count_include_pad", std::int64_t(0));
+      NodeProto& y = add(g, "Transpose", {p.output(0)}, base);
       attribute(y, "perm", std::vector<std::int64_t>{0, 2, 3, 1});
       return y.output(0);
     } else {

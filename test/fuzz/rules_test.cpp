@@ -306,6 +306,30 @@ op_case<ops::conv2d> make_case(std::type_identity<ops::conv2d>, chooser& c) {
   return k;
 }
 
+/// The pooling ops and their gradients' ops: windows and strides from 0 (refused) to
+/// 3 over small NHWC images; a gradient operand mostly of the shape the rule wants.
+template <class Op>
+  requires std::derived_from<Op, ops::pool_window>
+op_case<Op> make_case(std::type_identity<Op>, chooser& c) {
+  op_case<Op> k;
+  const dtype t = c.chance(0.8) ? (c.chance(0.5) ? float32 : float64) : c.any_dtype();
+  k.op.window_h = c.between(0, 3);
+  k.op.window_w = c.between(0, 3);
+  k.op.stride_h = c.between(0, 3);
+  k.op.stride_w = c.between(0, 3);
+  k.op.pad = c.chance(0.5) ? ops::padding::valid : ops::padding::same;
+  const shape x = c.chance(0.85) ? shape{c.between(0, 2), c.between(0, 6), c.between(0, 6), c.between(0, 3)} : c.any_shape(5);
+  k.add(t, x);
+  if constexpr (Op::arity == 2) {
+    shape second = x;
+    const shape_result pooled = k.op.pooled_shape(x);
+    if (!std::is_same_v<Op, ops::max_pool_grad_grad> && pooled.ok() && pooled.value.has_known_rank()) second = pooled.value;
+    if (c.chance(0.1)) second = c.any_shape(5);
+    k.add(c.dtype_like(t), second);
+  }
+  return k;
+}
+
 /// How a run ended: with a value, or with which kind of kiln error.
 struct outcome {
   std::string kind;  // "value", "type_error", "value_error", "invalid_argument_error", or what else

@@ -274,6 +274,15 @@ TEST_CASE("the examples' graphs run in onnxruntime") {
                             std::tuple{uniform({2, 7, 6, 3}, -1, 1, 16), uniform({3, 2, 3, 5}, -1, 1, 17)}));
   cases.back().operators = {{"Conv", 2}};
 
+  // Pooling: windows that overlap, strides past them, and SAME padding, whose averages
+  // count the elements inside the image only.
+  kiln::function pooling([](const tensor& x) {
+    return std::tuple{kiln::max_pool2d(x, 3, 2, "SAME"), kiln::max_pool2d(x, {2, 3}, {1, 4}, "VALID"),
+                      kiln::avg_pool2d(x, 3, 2, "SAME"), kiln::avg_pool2d(x, 2, 2, "VALID")};
+  });
+  cases.push_back(make_case("pooling", pooling, std::tuple{uniform({2, 7, 6, 3}, -1, 1, 20)}));
+  cases.back().operators = {{"MaxPool", 2}, {"AveragePool", 2}};
+
   // crop_or_pad (the gradients' cut and pad) from either end, on floats and ints.
   kiln::function windows([](const tensor& x, const tensor& like) {
     return std::tuple{kiln::crop_or_pad(x, like, {-1, 1}, {0, 1}),

@@ -46,6 +46,10 @@ std::pair<layers::layer, bool> layer_for(const std::string& name) {
     return {layers::conv2d(2, {3, 2}, {.strides = 2, .padding = "same", .activation = kiln::tanh}), false};
   if (name == "max_pooling2d") return {layers::max_pooling2d(2), false};
   if (name == "average_pooling2d") return {layers::average_pooling2d(2), false};
+  if (name == "max_pooling2d_same_strides1") return {layers::max_pooling2d(3, {.strides = 1, .padding = "same"}), false};
+  if (name == "average_pooling2d_same_strides2x1")
+    return {layers::average_pooling2d({2, 3}, {.strides = layers::size2{2, 1}, .padding = "same"}), false};
+  if (name == "max_pooling2d_valid_strides3") return {layers::max_pooling2d(2, {.strides = 3}), false};
   if (name == "flatten") return {layers::flatten(), false};
   if (name == "batch_normalization_inference") return {layers::batch_normalization(), false};
   if (name == "batch_normalization_training") return {layers::batch_normalization(), true};
@@ -177,6 +181,12 @@ TEST_CASE("a layer called with the wrong rank or last dim raises an error naming
   CHECK_THROWS_AS(layers::dense(0), kiln::value_error);
   CHECK_THROWS_AS(layers::conv2d(1, 2, {.padding = "full"}), kiln::value_error);
   CHECK_THROWS_AS(layers::dense(2).kernel(), kiln::value_error);  // not built
+  layers::max_pooling2d pool(3, {.name = "pool"});
+  CHECK_THROWS_WITH(pool(kiln::ones({1, 2, 5, 1})),
+                    Catch::Contains("pool") && Catch::Contains("3 x 3") && Catch::Contains("(1, 2, 5, 1)"));
+  CHECK_THROWS_WITH(layers::average_pooling2d(2, {.strides = 0, .name = "avg"}),
+                    Catch::Contains("avg") && Catch::Contains("strides (0, 0)"));
+  CHECK_THROWS_AS(layers::max_pooling2d(2, {.padding = "full"}), kiln::value_error);
 }
 
 TEST_CASE("dropout drops a rate of its input when training, with new draws at every run") {

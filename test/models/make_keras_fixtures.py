@@ -80,6 +80,13 @@ os.makedirs(weights_dir, exist_ok=True)
 # Keras 2.12 writes its HDF5 layout for a name ending in .h5 (not .weights.h5, its newer format).
 model.save_weights(os.path.join(weights_dir, "keras_model.h5"), save_format="h5")
 
+# Pooling with strides other than the pool size and "same" padding (drawn after the
+# model, so that the cases above keep their values).
+case("max_pooling2d_same_strides1", L.MaxPooling2D(3, strides=1, padding="same"), uniform(2, 5, 4, 3))
+case("average_pooling2d_same_strides2x1", L.AveragePooling2D((2, 3), strides=(2, 1), padding="same"),
+     uniform(1, 5, 6, 2))
+case("max_pooling2d_valid_strides3", L.MaxPooling2D(2, strides=3), uniform(1, 8, 7, 2))
+
 
 def float_literal(v):
     text = f"{float(v):.9g}"

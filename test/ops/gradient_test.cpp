@@ -86,6 +86,8 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
   const tensor other = randoms({2, 3}, 9), weights = constant({1.0, -2.0, 3.0});
   const tensor image = randoms({2, 7, 6, 3}, 10), filters = randoms({3, 2, 3, 4}, 11);
   const tensor weights42 = randoms({4, 2}, 13), weights15 = randoms({1, 5}, 14);
+  const kiln::ops::pool_window window{3, 3, 2, 2, kiln::ops::padding::same};  // image pooled to (2, 4, 3, 3)
+  const tensor pooled = randoms({2, 4, 3, 3}, 15);
   // Binary ops: the gradient of each operand, the second broadcast along the rows.
   auto both_operands = [&](std::function<tensor(const tensor&, const tensor&)> op, const tensor& first) {
     return std::vector<gradient_case>{{[=](const tensor& v) { return op(v, b); }, first},
@@ -104,6 +106,8 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
       {"tanh", {{[](const tensor& v) { return kiln::tanh(v); }, x}}},
       {"sigmoid", {{[](const tensor& v) { return kiln::sigmoid(v); }, x}}},
       {"relu", {{[](const tensor& v) { return kiln::relu(v); }, x}}},
+      // (relu's gradient: linear in dy, operand 1; y, operand 0, only selects)
+      {"relu_grad", {{[=](const tensor& v) { return kiln::square(kiln::detail::apply(kiln::ops::relu_grad{}, x, v)); }, m}}},
       {"erf", {{[](const tensor& v) { return kiln::erf(v); }, x}}},
       {"gelu",
        {{[](const tensor& v) { return kiln::gelu(v); }, x}, {[](const tensor& v) { return kiln::gelu(v, true); }, x}}},
@@ -139,6 +143,23 @@ std::map<std::string_view, std::vector<gradient_case>> cases_by_op() {
         {[=](const tensor& v) { return kiln::square(kiln::conv2d(v, filters, {2, 3}, "SAME")); }, image},
         {[=](const tensor& v) { return kiln::square(kiln::conv2d(image, v, {1, 1}, "SAME")); }, filters},
         {[=](const tensor& v) { return kiln::square(kiln::conv2d(image, v, {3, 2}, "VALID")); }, filters}}},
+      // Overlapping windows with SAME padding on both sides, and strides past the
+      // windows; the gradients' ops in their linear operand (the output gradient).
+      {"max_pool",
+       {{[=](const tensor& v) { return kiln::square(kiln::max_pool2d(v, 3, 2, "SAME")); }, image},
+        {[=](const tensor& v) { return kiln::square(kiln::max_pool2d(v, {2, 1}, {1, 3}, "VALID")); }, image}}},
+      {"avg_pool",
+       {{[=](const tensor& v) { return kiln::square(kiln::avg_pool2d(v, 3, 2, "SAME")); }, image},
+        {[=](const tensor& v) { return kiln::square(kiln::avg_pool2d(v, {2, 1}, {1, 3}, "VALID")); }, image}}},
+      {"max_pool_grad",
+       {{[=](const tensor& v) { return kiln::square(kiln::detail::apply(kiln::ops::max_pool_grad{window}, image, v)); },
+         pooled}}},
+      {"max_pool_grad_grad",
+       {{[=](const tensor& v) { return kiln::square(kiln::detail::apply(kiln::ops::max_pool_grad_grad{window}, image, v)); },
+         randoms(image.shape(), 16)}}},
+      {"avg_pool_grad",
+       {{[=](const tensor& v) { return kiln::square(kiln::detail::apply(kiln::ops::avg_pool_grad{window}, image, v)); },
+         pooled}}},
       {"reduce_sum", {{[](const tensor& v) { return kiln::reduce_sum(v, 1) * kiln::constant({1.0, -2.0}); }, m}}},
       {"reduce_mean",
        {{[](const tensor& v) { return kiln::square(kiln::reduce_mean(v, 0, true)); }, m},

@@ -181,6 +181,15 @@ struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "not_equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a != b; }
 };
+/// relu's gradient (TensorFlow's ReluGrad): `dy` (operand 1) where relu's result `y`
+/// (operand 0) is positive, else 0. One op, so that it runs SIMD where `where` on the
+/// bool of `greater` would run element by element.
+struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
+  static constexpr std::string_view name = "relu_grad";
+  template <class T> KILN_HOST_DEVICE T operator()(T y, T dy) const { return math::select(y > T(0), dy, T(0)); }
+  /// Linear in dy, with the same selection; y only selects.
+  template <class G> void gradient(G& g) const { g.give(1, G::run(relu_grad{}, g.x(0), g.dy())); }
+};
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
@@ -220,8 +229,7 @@ void abs::gradient(G& g) const {
 
 template <class G>
 void relu::gradient(G& g) const {
-  const auto zero = g.y().scalar(0);
-  g.give(0, G::run(where{}, G::run(greater{}, g.y(), zero), g.dy(), zero));
+  g.give(0, G::run(relu_grad{}, g.y(), g.dy()));
 }
 
 template <class G>

@@ -12,6 +12,7 @@
 #include "kiln/ops/activations.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/linalg.hpp"
+#include "kiln/ops/pooling.hpp"
 #include "kiln/ops/shape_ops.hpp"
 #include "kiln/ops/reduction.hpp"
 
@@ -28,12 +29,16 @@ namespace kiln::ops {
 /// The elementwise ops with two or three inputs.
 #define KILN_BINARY_OPS(F)                                                                                       \
   F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
-  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where)
+  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where) \
+  F(relu_grad)
 #define KILN_SHAPE_OPS(F)                                                                                        \
   F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
   F(set_item) F(pad_rows) F(crop_or_pad)
 #define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
-#define KILN_LINALG_OPS(F) F(matmul) F(conv2d)
+/// Linear algebra and NN ops: products, convolution, pooling and the ops pooling's
+/// gradients run.
+#define KILN_LINALG_OPS(F) \
+  F(matmul) F(conv2d) F(max_pool) F(avg_pool) F(max_pool_grad) F(max_pool_grad_grad) F(avg_pool_grad)
 /// Every op kiln defines.
 #define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 

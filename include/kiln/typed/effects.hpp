@@ -37,26 +37,40 @@ struct variable_state {
   std::string name;
 };
 
-/// A step reading the variable into slot `slot`, or writing slot `slot` to it; holds
-/// the state, so the trace keeps the variable alive.
-template <class V, bool Write>
-struct variable_access {
+/// A step reading the variable in place: it points slot `slot` at the value, which a
+/// later write or host callback of the trace copies first for the steps that still
+/// read it (recorder::protect_reads_in_place). Holds the state, so the trace keeps
+/// the variable alive.
+template <class V>
+struct variable_read {
   std::shared_ptr<variable_state<V>> target;
   int slot;
-  variable_access(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
+  variable_read(std::shared_ptr<variable_state<V>> t, int s) : target(std::move(t)), slot(s) {}
   static void run(const void* data, frame f) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
-    else
-      std::memcpy(f[a.slot], a.target->value.data(), bytes_of<V>);
+    const auto& a = *static_cast<const variable_read*>(data);
+    const_cast<void**>(f)[a.slot] = a.target->value.data();  // frames are writable (keep_values_read_in_place)
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& a = *static_cast<const variable_access*>(data);
-    if constexpr (Write)
-      sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
-    else
-      sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    const auto& a = *static_cast<const variable_read*>(data);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+  }
+};
+
+/// A step writing slot `slot` to the variable, after giving the reads in place that
+/// `redirects` names a copy of the value they read.
+template <class V>
+struct variable_write {
+  std::shared_ptr<variable_state<V>> target;
+  int slot;
+  std::vector<redirect> redirects;
+  static void run(const void* data, frame f) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    keep_values_read_in_place(a.redirects, f);
+    std::memcpy(a.target->value.data(), f[a.slot], bytes_of<V>);
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& a = *static_cast<const variable_write*>(data);
+    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
   }
 };
 
@@ -78,12 +92,12 @@ class fixed_variable {
   void set(const value_type& x) { state_->value = x; }
   const std::string& name() const { return state_->name; }
 
-  /// The value at this point of every run of the trace.
+  /// The value at this point of every run of the trace. It is read in place, not
+  /// copied: a write of the variable later in the trace (or a host callback, which
+  /// might write it) first gives the steps that use this value a copy of it.
   symbol_type read_value() const {
     typed::recorder& r = recorder_for("read_value");
-    const int out = r.add_slot(typed::bytes_of<value_type>);
-    r.push(typed::step_of(std::make_unique<const typed::variable_access<value_type, false>>(state_, out)));
-    return symbol_type(out);
+    return read_in_place(r, true);
   }
   /// Writes `x` (a typed operand of this type) and gives the value written.
   template <class X>
@@ -91,27 +105,36 @@ class fixed_variable {
   symbol_type assign(const X& x) {
     recorder_for("assign");
     const symbol_type written(typed::expression_of<T, false>(x));
-    typed::current_recorder().push(
-        typed::step_of(std::make_unique<const typed::variable_access<value_type, true>>(state_, written.slot())));
+    typed::recorder& r = typed::current_recorder();
+    auto write = std::make_unique<typed::variable_write<value_type>>(
+        typed::variable_write<value_type>{state_, written.slot(), r.protect_reads_in_place(state_.get())});
+    r.push(typed::step_of(std::move(write)));
     return written;
   }
   /// Adds `x` to the value and gives the sum.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_add(const X& x) {
-    recorder_for("assign_add");
-    return assign(read_value() + x);
+    // The value read is used by the sum alone, computed before the write: no copy.
+    return assign(read_in_place(recorder_for("assign_add"), false) + x);
   }
   /// Subtracts `x` from the value and gives the difference.
   template <class X>
     requires typed::operand<X>
   symbol_type assign_sub(const X& x) {
-    recorder_for("assign_sub");
-    return assign(read_value() - x);
+    return assign(read_in_place(recorder_for("assign_sub"), false) - x);
   }
 
  private:
   using state = typed::variable_state<value_type>;
+  /// A slot that reads the value in place; `kept` when a later write must give the
+  /// steps reading it a copy.
+  symbol_type read_in_place(typed::recorder& r, bool kept) const {
+    const int out = r.add_slot(0);  // no workspace: it points at the value
+    r.push(typed::step_of(std::make_unique<const typed::variable_read<value_type>>(state_, out)));
+    if (kept) r.add_read_in_place(state_.get(), out, state_->value.data(), typed::bytes_of<value_type>);
+    return symbol_type(out);
+  }
   static typed::recorder& recorder_for(const char* member) {
     typed::recorder* r = typed::recorder::current();
     if (!r)
@@ -204,15 +227,18 @@ V copy_of(const void* p) {
 }
 
 /// A host callback step: `fn` on copies of the slots `in` as `fixed` values, its
-/// results written to the slots `out`.
+/// results written to the slots `out`. A callback may set any fixed_variable, so the
+/// values read in place before it are copied first (`redirects`).
 template <class F, class R, class... In>
 struct callback_step {
   static constexpr std::size_t results = result_count<R>;
   mutable F fn;  // a callback may keep state of its own, as a C++ function may
   std::array<int, sizeof...(In)> in;
   std::array<int, results> out;
+  std::vector<redirect> redirects;
   static void run(const void* data, frame f) {
     const auto& c = *static_cast<const callback_step*>(data);
+    keep_values_read_in_place(c.redirects, f);
     auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> R { return c.fn(copy_of<In>(f[c.in[I]])...); };
     if constexpr (results == 0) {
       call(std::index_sequence_for<In...>());
@@ -262,7 +288,8 @@ auto host_callback(F fn, const Inputs&... inputs) {
   } else {
     using step_t = typed::callback_step<F, R, typed::value_of<Inputs>...>;
     typed::recorder& r = typed::current_recorder();
-    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}});
+    auto data = std::make_unique<step_t>(step_t{std::move(fn), {typed::slot_of(inputs)...}, {}, {}});
+    data->redirects = r.protect_reads_in_place(nullptr);
     if constexpr (step_t::results == 0) {
       r.push(typed::step_of(std::move(data)));
     } else {

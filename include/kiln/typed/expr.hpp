@@ -99,6 +99,24 @@ using batch = xsimd::batch<T>;
 
 // ---- leaves ------------------------------------------------------------------------
 
+// Besides `load` and `partial`, every expression has `load_chained` and
+// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
+// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
+// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
+// assignments of a rebinding loop one batch at a time, each reading the one before
+// from a register. A leaf that reads no slot reads as it always does:
+#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
+  template <class V, class P>                                                                     \
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
+    return this->template load<V>(f, row, col);                                                   \
+  }                                                                                               \
+  template <class V, std::int64_t Count, class P>                                                 \
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
+    return this->template partial<V, Count>(f, row, col);                                         \
+  }                                                                                               \
+  template <class F>                                                                              \
+  void visit_slots(F&&, bool) const {}
+
 /// Elements at a data pointer, laid out as `D` (eager operands).
 template <class T, class D>
 struct data_leaf : typed_expression {
@@ -125,6 +143,7 @@ struct data_leaf : typed_expression {
       return backend::cpu::load_padded(p + row * D::inner + col, Count);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// Elements of slot `index` of the frame, laid out as `D` (traced values).
@@ -145,6 +164,24 @@ struct slot_leaf : typed_expression {
     return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.value(index, D::values); }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    visit(index, broadcast);
+  }
 };
 
 /// A C++ scalar, converted to the other operand's element type.
@@ -164,6 +201,7 @@ struct scalar_leaf : typed_expression {
     return V(value);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
 
 /// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
@@ -184,7 +222,10 @@ struct constant_leaf : typed_expression {
     return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
   }
   int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
 };
+
+#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
 
 // ---- broadcasting ------------------------------------------------------------------
 
@@ -239,6 +280,20 @@ struct broadcast : typed_expression {
   }
   /// Broadcasting is implicit in a graph, as in the runtime tier's.
   int describe(description_sink& sink) const { return operand.describe(sink); }
+  /// A broadcast operand reads other elements than (row, col), so it never reads a
+  /// chained value (an evaluation chain does not take an expression that would).
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool) const {
+    operand.visit_slots(visit, true);
+  }
 
  private:
   template <class V>
@@ -319,6 +374,21 @@ struct node : typed_expression {
   V partial(frame f, std::int64_t row, std::int64_t col) const {
     return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
   }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
+  }
   /// Adds the operands' nodes, left to right, then this op's.
   int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
 
@@ -357,6 +427,59 @@ KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RES
   } else {
     for (std::int64_t row = 0; row < rows; ++row)
       for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
+template <class E>
+struct chain_link {
+  E expression;
+  int out;
+};
+
+/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
+/// batch position at a time: each link's value is stored to its slot and handed to the
+/// next link in a register, in place of the slot the link before wrote. The links
+/// write distinct slots that no earlier link reads, and none reads a slot the chain
+/// writes through a broadcast (the recorder checks both), so every value a link reads
+/// at a position is there already.
+template <class E>
+KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  const std::size_t n = links.size();
+  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) {
+        B v = links[0].expression.template load<B>(f, row, col);
+        v.store_unaligned(at(0, row, col));
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
+          v.store_unaligned(at(k, row, col));
+        }
+      }
+      if constexpr (inner % w != 0) {
+        constexpr std::int64_t tail = inner % w;
+        B v = links[0].expression.template partial<B, tail>(f, row, col);
+        backend::cpu::store_partial(v, at(0, row, col), tail);
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
+          backend::cpu::store_partial(v, at(k, row, col), tail);
+        }
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) {
+        T v = links[0].expression.template load<T>(f, row, col);
+        *at(0, row, col) = v;
+        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
+      }
   }
 }
 

@@ -20,6 +20,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -69,6 +70,27 @@ std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::arr
   return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
 }
 
+/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
+/// before something overwrites it: while slot `bound` points at `storage`, the value
+/// is copied to slot `copy` and `bound` pointed there.
+struct redirect {
+  int bound, copy;
+  const void* storage;
+  std::size_t bytes;
+};
+
+/// Keeps the values that the slots of `redirects` read in place, before a step
+/// overwrites them. A frame is built writable (trace::run): a read in place is a step
+/// that points its slot at the value, so the frame's pointers change as steps run.
+inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
 struct recorder {
@@ -78,12 +100,41 @@ struct recorder {
   /// Where steps go: the trace's own list, or a branch's or loop body's while it is
   /// traced.
   std::vector<step>* target = &steps;
+  /// The reads in place recorded so far (of the variable whose state is at `owner`),
+  /// which a later write must not change under the steps that use them.
+  struct read_in_place {
+    const void* owner;
+    int slot;
+    const void* storage;
+    std::size_t bytes;
+    bool top_level;  ///< in the trace's own steps, which run once per call
+  };
+  std::vector<read_in_place> reads_in_place;
 
   int add_slot(std::size_t bytes) {
     slot_bytes.push_back(bytes);
     return int(slot_bytes.size()) - 1;
   }
   void push(step s) { target->push_back(std::move(s)); }
+  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
+  /// the variable whose state is at `owner`).
+  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
+    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+  }
+  /// The redirects a step that overwrites the value of the variable at `owner` (of
+  /// any variable, when null) runs first, with a slot each for the copies. A read of
+  /// the trace's own steps that a write of its own steps protects needs no later
+  /// protection: it does not run again in the call.
+  std::vector<redirect> protect_reads_in_place(const void* owner) {
+    std::vector<redirect> out;
+    const bool top = target == &steps;
+    std::erase_if(reads_in_place, [&](const read_in_place& r) {
+      if (owner && r.owner != owner) return false;
+      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+      return top && r.top_level;
+    });
+    return out;
+  }
   /// The recorder of the trace in progress on this thread, if any.
   static recorder*& current() {
     thread_local recorder* r = nullptr;
@@ -91,19 +142,36 @@ struct recorder {
   }
 };
 
-/// A step that evaluates expression `E` into slot `out`.
+/// A step that evaluates expressions of type `E` into slots, one after the other: an
+/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
+/// expressions of one type in a row; their steps join the chain of the one before, so
+/// that a call runs them as one loop, each value going from one assignment to the next
+/// in a register (evaluate_chain), rather than one step and one pass over memory per
+/// assignment.
 template <class E>
 struct evaluation {
-  evaluation(const E& e, int slot) : expression(e), out(slot) {}
-  E expression;
-  int out;
+  std::vector<chain_link<E>> links;
   static void run(const void* data, frame f) {
     const auto& self = *static_cast<const evaluation*>(data);
-    evaluate(self.expression, f, static_cast<typename E::value_type*>(f[self.out]));
+    if (self.links.size() == 1)
+      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
+    else
+      evaluate_chain<E>(self.links, f);
   }
   static void describe(const void* data, description_sink& sink) {
-    const auto& self = *static_cast<const evaluation*>(data);
-    sink.bind(self.out, self.expression.describe(sink));
+    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
+  }
+  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
+  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
+  /// reads other positions than the one being computed).
+  bool takes(const E& e, int out) const {
+    bool fits = true;
+    for (const chain_link<E>& l : links) {
+      if (l.out == out) return false;
+      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
+      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
+    }
+    return fits;
   }
 };
 
@@ -115,10 +183,22 @@ inline recorder& current_recorder() {
   return *r;
 }
 
-/// Records a step writing `e` to slot `slot`.
+/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
+/// the step before when that one evaluates expressions of the same type and takes it.
 template <class E>
 void record_into(const E& e, int slot) {
-  current_recorder().push(step_of(std::make_unique<const evaluation<E>>(e, slot)));  // the one copy of `e`
+  recorder& r = current_recorder();
+  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
+    // The chain was made here, not const: it may grow while its trace is recorded.
+    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
+    if (chain.takes(e, slot)) {
+      chain.links.push_back({e, slot});  // the one copy of `e`
+      return;
+    }
+  }
+  auto chain = std::make_unique<evaluation<E>>();
+  chain->links.push_back({e, slot});
+  r.push(step_of(std::move(chain)));
 }
 
 /// The bytes of a value of typed operand type `X` (a slot's size).
