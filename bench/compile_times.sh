@@ -58,7 +58,8 @@ if [ -z "$prefix" ]; then
 fi
 
 base=(g++ -O2 -march=native -c)
-kiln_package=(-std=c++20 -I "$prefix/include" -DKILN_SEPARATE_COMPILATION)
+# The package's flags, as kiln.pc gives them (-DKILN_SEPARATE_COMPILATION and what the library compiled).
+read -r -a kiln_package <<<"$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags kiln)"
 kiln_header_only=(-std=c++20 -I "$prefix/include")
 torch=(-std=c++17 -I /usr/include/torch/csrc/api/include)
 eigen=(-std=c++20 -I /usr/include/eigen3)
@@ -113,7 +114,7 @@ if $pch; then
   echo "precompiled in $(cat "$work/time") s"
   echo
   # kiln.hpp is found (as its .gch) in $work/pch first; the other headers in the prefix.
-  kiln_package_pch=(-std=c++20 -I "$work/pch" -I "$prefix/include" -DKILN_SEPARATE_COMPILATION -Winvalid-pch)
+  kiln_package_pch=(-I "$work/pch" "${kiln_package[@]}" -Winvalid-pch)
   rows+=(
     "include only, kiln package + precompiled kiln.hpp|kiln_package_pch|$work/include_only.cpp"
     "hello, kiln package + precompiled kiln.hpp|kiln_package_pch|$work/hello.cpp"
@@ -126,27 +127,27 @@ for ((round = 1; round <= rounds; ++round)); do
     IFS='|' read -r name flags_name source <<<"$row"
     declare -n flags="$flags_name"
     before="$(load)"
-    /usr/bin/time -f "%e %M" -o "$work/time" "${base[@]}" "${flags[@]}" "$source" -o "$work/out.o"
-    read -r wall kilobytes <"$work/time"
-    times[$name]+="$wall s (load $before), "
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time" "${base[@]}" "${flags[@]}" "$source" -o "$work/out.o"
+    read -r wall user system kilobytes <"$work/time"
+    times[$name]+="$wall s, CPU $(awk "BEGIN { print $user + $system }") s (load $before); "
     if ((round == 1)); then times[$name:mb]=$((kilobytes / 1024)); fi
     unset -n flags
   done
 done
 
-echo "| file | wall, each round (1-min load before) | peak MB |"
+echo "| file | each round: wall, CPU (user + system), 1-min load average before | peak MB |"
 echo "|---|---|---|"
 for row in "${rows[@]}"; do
   IFS='|' read -r name _ _ <<<"$row"
-  echo "| $name | ${times[$name]%, } | ${times[$name:mb]} |"
+  echo "| $name | ${times[$name]%; } | ${times[$name:mb]} |"
 done
 
 if $examples; then
   echo
   echo "Every example through the package, one round:"
   echo
-  echo "| example | wall (s) | load before | peak MB |"
-  echo "|---|---|---|---|"
+  echo "| example | wall (s) | CPU (s) | load before | peak MB |"
+  echo "|---|---|---|---|---|"
   for source in "$repo"/examples/*.cpp; do
     extra=()
     case "$(basename "$source")" in
@@ -154,8 +155,8 @@ if $examples; then
       keras_weights.cpp) extra=(-I /usr/include/hdf5/serial -DKILN_EXAMPLE_WEIGHTS_DIR=\"\") ;;
     esac
     before="$(load)"
-    /usr/bin/time -f "%e %M" -o "$work/time" "${base[@]}" "${kiln_package[@]}" "${extra[@]}" "$source" -o "$work/out.o"
-    read -r wall kilobytes <"$work/time"
-    echo "| $(basename "$source" .cpp) | $wall | $before | $((kilobytes / 1024)) |"
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time" "${base[@]}" "${kiln_package[@]}" "${extra[@]}" "$source" -o "$work/out.o"
+    read -r wall user system kilobytes <"$work/time"
+    echo "| $(basename "$source" .cpp) | $wall | $(awk "BEGIN { print $user + $system }") | $before | $((kilobytes / 1024)) |"
   done
 fi

@@ -178,7 +178,26 @@ namespace {
   kiln::detail::function_state::most_specific_trace_accepting<void>(const ::kiln::detail::call_signature&) const; \
   prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
   prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
-      const ::kiln::detail::trace_context&) const;
+      const ::kiln::detail::trace_context&) const;                                                               \
+  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run<void>(std::span<const ::kiln::tensor* const>) \
+      const;                                                                                                     \
+  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run_scalar<void>(                           \
+      std::span<const ::kiln::tensor* const>) const;                                                             \
+  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(                          \
+      std::span<const ::kiln::tensor* const>) const;                                                             \
+  prefix template ::kiln::tensor kiln::detail::assign_variable_op::apply<void>(const ::kiln::tensor&) const;       \
+  prefix template ::kiln::tensor kiln::variable::record_write<void>(::kiln::detail::assign_mode,                  \
+                                                                    const ::kiln::tensor&) const;                \
+  prefix template kiln::variable::variable<void>(const ::kiln::tensor&, std::string);                              \
+  prefix template std::pair<::kiln::dtype, ::kiln::shape> kiln::detail::infer_by_rules<void>(                     \
+      std::string_view, const void*, const ::kiln::detail::op_rules&, std::span<const ::kiln::tensor* const>,      \
+      ::kiln::detail::rule_errors);                                                                               \
+  prefix template void kiln::detail::record_on_active_tapes<void>(const ::kiln::ops::any_op&,                     \
+                                                                  std::span<const ::kiln::tensor* const>,          \
+                                                                  ::kiln::tensor&);                               \
+  prefix template void kiln::detail::watch_on_active_tapes<void>(const void*, const ::kiln::tensor&);             \
+  prefix template void kiln::gradient_tape::record<void>(const ::kiln::ops::any_op&,                              \
+                                                         std::span<const ::kiln::tensor* const>, const ::kiln::tensor&);
 // The runtime's one function that is not a template (format_values) is declared
 // KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).

@@ -1013,3 +1013,13 @@ void save(function<F>& f, const std::filesystem::path& path, const Signatures&..
 inline loaded_function load(const std::filesystem::path& path) { return detail::saved_function_io<>::load(path); }
 
 }  // namespace kiln
+
+// A compiled kiln whose library compiled the reader and writer (kiln/kernels.hpp)
+// defines KILN_LIBRARY_HAS_SAVED_FUNCTIONS for its users: they only declare them.
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS)
+#if defined(KILN_LIBRARY_SOURCE)
+template struct kiln::detail::saved_function_io<void>;
+#else
+extern template struct kiln::detail::saved_function_io<void>;
+#endif
+#endif
