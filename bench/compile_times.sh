@@ -155,7 +155,11 @@ if $examples; then
       keras_weights.cpp) extra=(-I /usr/include/hdf5/serial -DKILN_EXAMPLE_WEIGHTS_DIR=\"\") ;;
     esac
     before="$(load)"
-    /usr/bin/time -f "%e %U %S %M" -o "$work/time" "${base[@]}" "${kiln_package[@]}" "${extra[@]}" "$source" -o "$work/out.o"
+    if ! /usr/bin/time -f "%e %U %S %M" -o "$work/time" "${base[@]}" "${kiln_package[@]}" "${extra[@]}" "$source" \
+         -o "$work/out.o" 2>"$work/errors"; then
+      echo "| $(basename "$source" .cpp) | did not compile: $(grep -m1 error "$work/errors" | cut -c1-120) | | | |"
+      continue
+    fi
     read -r wall user system kilobytes <"$work/time"
     echo "| $(basename "$source" .cpp) | $wall | $(awk "BEGIN { print $user + $system }") | $before | $((kilobytes / 1024)) |"
   done
