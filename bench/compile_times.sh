@@ -106,18 +106,20 @@ if [ -n "$old" ]; then
   )
 fi
 if $pch; then
-  mkdir -p "$work/pch/kiln"
-  cp "$prefix/include/kiln/kiln.hpp" "$work/pch/kiln/"
+  # As kiln_precompile_headers (CMake's target_precompile_headers) does: a header that
+  # includes <kiln/kiln.hpp>, precompiled, and included first in every file (-include).
+  mkdir -p "$work/pch"
+  echo '#include <kiln/kiln.hpp>' >"$work/pch/kiln_pch.hpp"
   echo "precompiling kiln.hpp with the package's flags: load $(load)"
-  /usr/bin/time -f "%e" -o "$work/time" g++ -O2 -march=native "${kiln_package[@]}" -x c++-header "$work/pch/kiln/kiln.hpp" \
-    -o "$work/pch/kiln/kiln.hpp.gch" 2>/dev/null
+  /usr/bin/time -f "%e" -o "$work/time" g++ -O2 -march=native "${kiln_package[@]}" -x c++-header "$work/pch/kiln_pch.hpp" \
+    -o "$work/pch/kiln_pch.hpp.gch"
   echo "precompiled in $(cat "$work/time") s"
   echo
-  # kiln.hpp is found (as its .gch) in $work/pch first; the other headers in the prefix.
-  kiln_package_pch=(-I "$work/pch" "${kiln_package[@]}" -Winvalid-pch)
+  kiln_package_pch=(-I "$work/pch" -include kiln_pch.hpp "${kiln_package[@]}" -Winvalid-pch)
   rows+=(
     "include only, kiln package + precompiled kiln.hpp|kiln_package_pch|$work/include_only.cpp"
     "hello, kiln package + precompiled kiln.hpp|kiln_package_pch|$work/hello.cpp"
+    "regression trainer, kiln package + precompiled kiln.hpp|kiln_package_pch|$repo/examples/regression_trainer.cpp"
   )
 fi
 
