@@ -49,8 +49,8 @@ function(kiln_check_optimization)
       set(why "CMAKE_BUILD_TYPE is empty")
     endif()
     string(REPLACE ";" ", " targets "${targets}")
-    message(WARNING "kiln: ${targets} link kiln but compile without optimization (${why}): "
-                    "kiln's kernels and what a program inlines from its headers then run many times slower. "
+    message(WARNING "kiln: targets that link kiln compile without optimization (${why}): ${targets}. "
+                    "What they inline from kiln's headers then runs many times slower. "
                     "Configure with -DCMAKE_BUILD_TYPE=Release (or RelWithDebInfo), -O2 and -march=native "
                     "as kiln's figures assume (set KILN_NO_OPTIMIZATION_WARNING to silence this).")
   endif()
