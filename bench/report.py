@@ -546,6 +546,7 @@ def markdown(s, checks, command, machine, png_name):
         per_call_section(s, "13. A training loop over 100 batches of 256×64 float32 (dataset, C++ loop, for_range)",
                          "dataset_loop", "median time per call"),
         compile_section(),
+        package_compile_section(),
         training_section(s),
         typed_section(s),
         gpu_section(),
@@ -671,6 +672,15 @@ def compile_section():
             "`single_include/kiln/kiln.hpp`; not part of the runs above. Before (the same programs when every file "
             "compiled every kernel, Thrust on):\n\n" + before + "\nNow (`bench/compile_cost.md`):\n\n" +
             open(path).read().strip() + "\n")
+
+
+def package_compile_section():
+    """Section 14b from bench/compile_times.md (bench/compile_times.sh: the package beside libtorch and Eigen), if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_times.md")
+    if not os.path.exists(path):
+        return "## 14b. Compile time through the package\n\nNot measured: run `bench/compile_times.sh` (see its header).\n"
+    return ("## 14b. Compile time through the package, beside libtorch and Eigen\n\n"
+            "From `bench/compile_times.md` (`bench/compile_times.sh`):\n\n" + open(path).read().strip() + "\n")
 
 
 def models_section():

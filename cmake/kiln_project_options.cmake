@@ -1,9 +1,10 @@
-# kiln::dev: kiln as kiln's own tests, examples and benchmarks use it: kiln::kiln plus
-# the project's compile flags (kiln_dev_flags), which are deliberately not part of
-# kiln::kiln (consumers choose their own warnings, -march and sanitizers).
+# kiln_dev_flags: the project's compile flags, with which kiln's library (kiln::kiln)
+# and its tests, examples and benchmarks are built (kiln::dev, top-level
+# CMakeLists.txt). They are deliberately not part of the exported targets (consumers
+# choose their own warnings, -march and sanitizers).
 
 add_library(kiln_dev_flags INTERFACE)
-target_link_libraries(kiln_dev_flags INTERFACE kiln)
+target_link_libraries(kiln_dev_flags INTERFACE kiln_header_only kiln_thrust)
 
 set(for_cxx "$<COMPILE_LANGUAGE:CXX>")
 target_compile_options(kiln_dev_flags INTERFACE
@@ -39,7 +40,7 @@ endif()
 # kiln_optimize_for_checks(<target>): the tests and examples check results, not speed,
 # so an optimized build compiles them at -O1, in about two thirds of the time -O3
 # takes. The kernels they run are compiled at the build's level all the same: in
-# kiln_library (separate compilation), or header-only in the benchmarks. With GCC,
+# kiln's library (separate compilation), or header-only in the benchmarks. With GCC,
 # -fexpensive-optimizations keeps the bits of -O2 and up: it is what lets GCC contract
 # a multiply and an add into one FMA, which xsimd 8.1's AVX-512 exp and log rely on, so
 # kernels compiled into a test give the library's results to the last bit.
@@ -48,12 +49,3 @@ function(kiln_optimize_for_checks target)
   target_compile_options(${target} PRIVATE "$<${optimized}:-O1>"
                                            "$<$<AND:${optimized},$<CXX_COMPILER_ID:GNU>>:-fexpensive-optimizations>")
 endfunction()
-
-# kiln::dev itself: the kernels and runtime functions compiled once, in kiln_library,
-# rather than in every test, example and benchmark source file (include/kiln/kernels.hpp).
-if(KILN_SEPARATE_COMPILATION)
-  kiln_add_library(kiln_library LINK kiln_dev_flags)
-  add_library(kiln::dev ALIAS kiln_library)
-else()
-  add_library(kiln::dev ALIAS kiln_dev_flags)
-endif()

@@ -32,6 +32,24 @@
 #include "kiln/trace/random.hpp"
 #include "kiln/train/optimizers.hpp"
 
+namespace kiln::detail {
+/// Registers `Op`'s kernels (kernels_registered): a function, so that the object file
+/// of a compiled kiln that instantiates it can be referenced by name.
+template <class Op>
+bool kernels_linked();
+/// In a compiled kiln, the kernels_linked of every op (defined by the source file
+/// that defines KILN_LIBRARY_SOURCE). Every source file compiled against it refers to
+/// this table, so that a static linker takes every op's object file from the library
+/// and a program runs graphs of ops it never calls (a loaded saved function).
+using kernels_link_function = bool (*)();
+extern const kernels_link_function every_op_kernels[];
+}  // namespace kiln::detail
+
+template <class Op>
+bool kiln::detail::kernels_linked() {
+  return kernels_registered<Op>;
+}
+
 // An op's kernels are reached through two templates: eager execution on one backend
 // (kiln::detail::execute picks it from the inputs' device) and the entry points a
 // graph plan calls; its gradient formula through a third.
@@ -44,6 +62,7 @@
 #define KILN_DETAIL_RUN_ON_THRUST(prefix, op)
 #endif
 #define KILN_DETAIL_KERNELS_OF(prefix, op)                                                                 \
+  prefix template bool kiln::detail::kernels_linked<::kiln::ops::op>();                                    \
   KILN_DETAIL_RUN_ON(prefix, cpu_backend, op)                                                              \
   KILN_DETAIL_RUN_ON_THRUST(prefix, op)                                                                    \
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
@@ -65,6 +84,19 @@
 
 #if defined(KILN_SEPARATE_COMPILATION)
 KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
+#endif
+
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
+#define KILN_DETAIL_KERNELS_LINKED(op) &::kiln::detail::kernels_linked<::kiln::ops::op>,
+const kiln::detail::kernels_link_function kiln::detail::every_op_kernels[] = {KILN_ALL_OPS(KILN_DETAIL_KERNELS_LINKED)};
+#undef KILN_DETAIL_KERNELS_LINKED
+#elif defined(KILN_SEPARATE_COMPILATION)
+namespace kiln::detail {
+namespace {
+// `used`: kept, with its reference to the table, in an optimized object that never reads it.
+[[gnu::used]] const kernels_link_function* const link_every_op_kernels = every_op_kernels;
+}  // namespace
+}  // namespace kiln::detail
 #endif
 
 // The runtime's function templates that a program with kiln::function calls on tensors,
@@ -146,7 +178,26 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
   kiln::detail::function_state::most_specific_trace_accepting<void>(const ::kiln::detail::call_signature&) const; \
   prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
   prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
-      const ::kiln::detail::trace_context&) const;
+      const ::kiln::detail::trace_context&) const;                                                               \
+  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run<void>(std::span<const ::kiln::tensor* const>) \
+      const;                                                                                                     \
+  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run_scalar<void>(                           \
+      std::span<const ::kiln::tensor* const>) const;                                                             \
+  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(                          \
+      std::span<const ::kiln::tensor* const>) const;                                                             \
+  prefix template ::kiln::tensor kiln::detail::assign_variable_op::apply<void>(const ::kiln::tensor&) const;       \
+  prefix template ::kiln::tensor kiln::variable::record_write<void>(::kiln::detail::assign_mode,                  \
+                                                                    const ::kiln::tensor&) const;                \
+  prefix template kiln::variable::variable<void>(const ::kiln::tensor&, std::string);                              \
+  prefix template std::pair<::kiln::dtype, ::kiln::shape> kiln::detail::infer_by_rules<void>(                     \
+      std::string_view, const void*, const ::kiln::detail::op_rules&, std::span<const ::kiln::tensor* const>,      \
+      ::kiln::detail::rule_errors);                                                                               \
+  prefix template void kiln::detail::record_on_active_tapes<void>(const ::kiln::ops::any_op&,                     \
+                                                                  std::span<const ::kiln::tensor* const>,          \
+                                                                  ::kiln::tensor&);                               \
+  prefix template void kiln::detail::watch_on_active_tapes<void>(const void*, const ::kiln::tensor&);             \
+  prefix template void kiln::gradient_tape::record<void>(const ::kiln::ops::any_op&,                              \
+                                                         std::span<const ::kiln::tensor* const>, const ::kiln::tensor&);
 // The runtime's one function that is not a template (format_values) is declared
 // KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).

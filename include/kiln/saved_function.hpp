@@ -37,8 +37,19 @@
 #include <utility>
 #include <vector>
 
+// A source file compiled against a compiled kiln whose library holds the reader and
+// writer (KILN_LIBRARY_HAS_SAVED_FUNCTIONS, kiln/kernels.hpp) declares them only, and
+// parses neither their code nor nlohmann/json.
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS) && !defined(KILN_LIBRARY_SOURCE)
+#define KILN_DETAIL_SAVED_FUNCTION_CODE 0
+#else
+#define KILN_DETAIL_SAVED_FUNCTION_CODE 1
+#endif
+
 #include <boost/mp11/algorithm.hpp>
+#if KILN_DETAIL_SAVED_FUNCTION_CODE
 #include <nlohmann/json.hpp>
+#endif
 
 #include "kiln/kiln.hpp"
 #include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
@@ -88,6 +99,7 @@ inline std::uint64_t saved_checksum(std::initializer_list<std::span<const std::u
   throw value_error("kiln::load: " + path + ": " + problem);
 }
 
+#if KILN_DETAIL_SAVED_FUNCTION_CODE
 // ---- values as JSON ----------------------------------------------------------------
 
 inline nlohmann::json shape_to_json(const shape& s) {
@@ -866,6 +878,17 @@ struct saved_function_io {
   static const concrete_state& state_of(const concrete_function& f) { return *f.state_; }
 };
 
+#else
+/// Writes and reads saved functions: compiled in kiln's library (KILN_LIBRARY_HAS_SAVED_FUNCTIONS).
+template <class>
+struct saved_function_io {
+  static void save(std::span<const concrete_function> functions, const std::filesystem::path& path);
+  static void save(const concrete_function& f, const std::filesystem::path& path);
+  static loaded_function load(const std::filesystem::path& file);
+  static const concrete_state& state_of(const concrete_function& f);
+};
+#endif
+
 }  // namespace detail
 
 /// A function loaded from a file that kiln::save wrote: its concrete functions (one
@@ -933,6 +956,7 @@ class loaded_function {
   std::vector<kiln::variable> variables_;
 };
 
+#if KILN_DETAIL_SAVED_FUNCTION_CODE
 namespace detail {
 
 template <class T>
@@ -996,6 +1020,7 @@ loaded_function saved_function_io<T>::load(const std::filesystem::path& file) {
 }
 
 }  // namespace detail
+#endif
 
 /// Writes `f` (its graph, the constants it captured and the current values of the
 /// variables it uses) to `path`. A graph that calls back into C++ (host_callback)
@@ -1044,3 +1069,13 @@ void save(function<F>& f, const std::filesystem::path& path, const Signatures&..
 inline loaded_function load(const std::filesystem::path& path) { return detail::saved_function_io<>::load(path); }
 
 }  // namespace kiln
+
+// A compiled kiln whose library compiled the reader and writer (kiln/kernels.hpp)
+// defines KILN_LIBRARY_HAS_SAVED_FUNCTIONS for its users: they only declare them.
+#if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS)
+#if defined(KILN_LIBRARY_SOURCE)
+template struct kiln::detail::saved_function_io<void>;
+#else
+extern template struct kiln::detail::saved_function_io<void>;
+#endif
+#endif

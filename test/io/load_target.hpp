@@ -12,6 +12,7 @@
 #pragma once
 
 #include <kiln/saved_function.hpp>
+#include <nlohmann/json.hpp>  // (kiln/saved_function.hpp does not include it when kiln's library compiles saved functions)
 
 #include <cstdint>
 #include <filesystem>

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <kiln/saved_function.hpp>
 #include <kiln/summary.hpp>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
