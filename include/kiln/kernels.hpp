@@ -90,7 +90,10 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
 #define KILN_DETAIL_KERNELS_LINKED(op) &::kiln::detail::kernels_linked<::kiln::ops::op>,
 const kiln::detail::kernels_link_function kiln::detail::every_op_kernels[] = {KILN_ALL_OPS(KILN_DETAIL_KERNELS_LINKED)};
 #undef KILN_DETAIL_KERNELS_LINKED
-#elif defined(KILN_SEPARATE_COMPILATION)
+#elif defined(KILN_SEPARATE_COMPILATION) && !defined(KILN_DETAIL_NATIVE_LOOP_SOURCE)
+// (A native loop of jit_compile, compiled from the single header into a shared object
+// that the program loads, runs no kernel and must not refer to the table: the
+// program's executable does not export it.)
 namespace kiln::detail {
 namespace {
 // `used`: kept, with its reference to the table, in an optimized object that never reads it.

@@ -16437,7 +16437,8 @@ std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
-  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header() + "\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#define KILN_DETAIL_NATIVE_LOOP_SOURCE 1\n#include \"" + jit_header() +
+         "\"\n";
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
@@ -25721,7 +25722,10 @@ KILN_ALL_OPS(KILN_DETAIL_EXTERN_KERNELS_OF)
 #define KILN_DETAIL_KERNELS_LINKED(op) &::kiln::detail::kernels_linked<::kiln::ops::op>,
 const kiln::detail::kernels_link_function kiln::detail::every_op_kernels[] = {KILN_ALL_OPS(KILN_DETAIL_KERNELS_LINKED)};
 #undef KILN_DETAIL_KERNELS_LINKED
-#elif defined(KILN_SEPARATE_COMPILATION)
+#elif defined(KILN_SEPARATE_COMPILATION) && !defined(KILN_DETAIL_NATIVE_LOOP_SOURCE)
+// (A native loop of jit_compile, compiled from the single header into a shared object
+// that the program loads, runs no kernel and must not refer to the table: the
+// program's executable does not export it.)
 namespace kiln::detail {
 namespace {
 // `used`: kept, with its reference to the table, in an optimized object that never reads it.

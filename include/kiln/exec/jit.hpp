@@ -100,7 +100,8 @@ std::string native_prelude() {
   std::string s = "#include <cstdint>\n#include <type_traits>\n#include <xsimd/xsimd.hpp>\n";
   if (!kiln_include_root().empty())
     return s + "#include \"kiln/backend/cpu/streaming.hpp\"\n#include \"kiln/exec/fold.hpp\"\n";
-  return s + "#define KILN_SEPARATE_COMPILATION 1\n#include \"" + jit_header() + "\"\n";
+  return s + "#define KILN_SEPARATE_COMPILATION 1\n#define KILN_DETAIL_NATIVE_LOOP_SOURCE 1\n#include \"" + jit_header() +
+         "\"\n";
 }
 
 /// The source of cluster `c` as one native loop, `extern "C" kiln_native_loop` of
