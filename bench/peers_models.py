@@ -7,7 +7,8 @@ and 2 threads. Prints one line per peer and thread count: the median time per st
 over 7 repetitions of 50 steps. Run with a Python that has TensorFlow 2.12 and/or
 torch (each peer found is timed):
 
-    python3 bench/peers_models.py
+    python3 bench/peers_models.py              # every peer, 1 and 2 threads
+    python3 bench/peers_models.py tensorflow 2 # one peer, one thread count
 """
 import math
 import os
@@ -79,11 +80,19 @@ def torch_peer(threads):
     return median_ms(step)
 
 
-for name, peer in [("tensorflow", tensorflow_peer), ("torch_py", torch_peer)]:
-    for threads in (1, 2):
-        try:
-            ms, spread = peer(threads)
-        except ImportError as e:
-            print(f"cnn_train_step/{name}/threads:{threads}: not available ({e})", file=sys.stderr)
-            break
-        print(f"cnn_train_step/{name}/threads:{threads} {ms:.3f} ms +-{100 * spread:.0f}%")
+PEERS = {"tensorflow": tensorflow_peer, "torch_py": torch_peer}
+
+if len(sys.argv) == 3:
+    # One peer on one thread count: TensorFlow fixes its thread pools once per process.
+    name, threads = sys.argv[1], int(sys.argv[2])
+    try:
+        ms, spread = PEERS[name](threads)
+    except ImportError as e:
+        print(f"cnn_train_step/{name}/threads:{threads}: not available ({e})", file=sys.stderr)
+        sys.exit(0)
+    print(f"cnn_train_step/{name}/threads:{threads} {ms:.3f} ms +-{100 * spread:.0f}%", flush=True)
+else:
+    import subprocess
+    for name in PEERS:
+        for threads in (1, 2):
+            subprocess.run([sys.executable, __file__, name, str(threads)], check=True)
