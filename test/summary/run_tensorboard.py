@@ -23,26 +23,11 @@ import subprocess
 import sys
 import zlib
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from python_packages import ensure_packages  # noqa: E402
+
 PACKAGES = ["tensorboard", "numpy"]
 STEPS = range(5)
-
-
-def ensure_packages(venv: pathlib.Path) -> None:
-    try:
-        import numpy  # noqa: F401
-        import tensorboard  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = venv / "bin" / "python3"
-    # A venv's python3 is a link to the base interpreter, so whether this runs in the
-    # venv is told by its prefix, not by the executable's path.
-    if pathlib.Path(sys.prefix).resolve() == venv.resolve():
-        sys.exit("run_tensorboard.py: the virtual environment at %s lacks %s" % (venv, " ".join(PACKAGES)))
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PACKAGES], check=True)
-    os.execv(str(python), [str(python), *sys.argv])
 
 
 def png_pixels(png: bytes):
@@ -73,7 +58,7 @@ def png_pixels(png: bytes):
 
 def main() -> int:
     executable, logdir, venv = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
-    ensure_packages(venv)
+    ensure_packages(venv, PACKAGES)
     import numpy as np
     from tensorboard.backend.event_processing import plugin_event_accumulator as pea
     from tensorboard.compat.proto import graph_pb2

@@ -41,6 +41,14 @@ struct pool_window {
     return {shape{x[0], conv_output_dim(x[1], window_h, stride_h, pad).out, conv_output_dim(x[2], window_w, stride_w, pad).out,
                   x[3]}};
   }
+  /// The shape of an input gradient (the input's, operand 0) for an output gradient
+  /// (operand 1) that must have the pooled shape.
+  constexpr shape_result input_gradient_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!in[1].is_compatible_with(pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
 };
 
 /// The attributes of pooling op `Op` (a pool_window), as saved graphs list them.
@@ -57,15 +65,6 @@ constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
     if (t != in[0]) return {in[0], "operands must have the same dtype"};
   if (!dtypes::floating.contains(in[0])) return {in[0], "dtype not supported (pooling takes float32 or float64)"};
   return {in[0]};
-}
-
-/// Whether shapes `a` and `b` can be the same once their unknown dims are known.
-constexpr bool compatible_shapes(const shape& a, const shape& b) {
-  if (!a.has_known_rank() || !b.has_known_rank()) return true;
-  if (a.rank() != b.rank()) return false;
-  for (int d = 0; d < a.rank(); ++d)
-    if (a[d] != b[d] && a[d] != none && b[d] != none) return false;
-  return true;
 }
 
 /// The largest element of each window (TensorFlow's MaxPool).
@@ -100,12 +99,7 @@ struct max_pool_grad : pool_window {
   static constexpr int arity = 2;
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape_result pooled = pooled_shape(in[0]);
-    if (!pooled.ok()) return pooled;
-    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
-    return {in[0]};
-  }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return input_gradient_shape(in); }
   constexpr bool operator==(const max_pool_grad&) const = default;
   /// Linear in dy, whose gradient is max_pool_grad_grad; x only picks the elements.
   template <class G> void gradient(G& g) const;
@@ -120,7 +114,7 @@ struct max_pool_grad_grad : pool_window {
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
-    if (!compatible_shapes(in[1], in[0])) return {{}, "the gradient must have the input's shape"};
+    if (!in[1].is_compatible_with(in[0])) return {{}, "the gradient must have the input's shape"};
     return pooled_shape(in[0]);
   }
   constexpr bool operator==(const max_pool_grad_grad&) const = default;
@@ -134,12 +128,7 @@ struct avg_pool_grad : pool_window {
   static constexpr int arity = 2;
   static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape_result pooled = pooled_shape(in[0]);
-    if (!pooled.ok()) return pooled;
-    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
-    return {in[0]};
-  }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return input_gradient_shape(in); }
   constexpr bool operator==(const avg_pool_grad&) const = default;
   /// Linear in dy: its gradient is avg_pool of the incoming gradient.
   template <class G> void gradient(G& g) const;
