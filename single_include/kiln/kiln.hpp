@@ -2889,11 +2889,12 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 /// type lists (kiln/ops/registry.hpp), the kernels a compiled library instantiates
 /// (kiln/kernels.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
 /// of the ops folder fails when the CMake file's families drift from these, and the
-/// fuzzer's programs (test/fuzz/program.hpp) fail to compile when a function listed here
-/// is neither one of their steps nor one they name as left out.
+/// fuzzer's programs (test/fuzz/program.hpp) fail to compile when an op listed here is
+/// neither one of their steps nor one they name as left out.
 ///
-/// A new elementwise op is its struct in kiln::ops (its name, its ONNX name when it has
-/// one counterpart, its rules, functor and gradient) and one entry in one list here.
+/// A new elementwise op is its struct in kiln::ops (its name, its ONNX name when it is
+/// one ONNX operator, its rules, functor and gradient), one entry in one list here (and
+/// in KILN_OPERATORS if it has an operator), and its line in the fuzzer's programs.
 /// Ops with attributes (`cast`, `gelu`, `elu`, `leaky_relu`) and `where` have
 /// hand-written functions, which take more than operands.
 
