@@ -2,8 +2,9 @@
 #
 # Writes into <dir> the source files of a compiled kiln (kiln's kernels and runtime
 # functions, include/kiln/kernels.hpp) and sets <sources variable> to their paths: the
-# runtime in one file, and the kernels in one file per op family (the op lists of
-# include/kiln/ops/registry.hpp), so that a parallel build compiles them side by side.
+# runtime in one file, and the kernels in one file per op family (the families of the
+# op list, include/kiln/ops/op_list.hpp: a test of test/ops fails when the two drift),
+# so that a parallel build compiles them side by side.
 # Used by kiln's own build for its library (kiln::kiln) and by kiln_add_library.
 # When nlohmann/json is found (KILN_NLOHMANN_JSON_INCLUDE_DIR), the runtime also
 # compiles the reader and writer of saved functions (kiln/saved_function.hpp), and

@@ -17,7 +17,7 @@
 #include "kiln/typed/expr.hpp"
 #include "kiln/typed/ops.hpp"
 #include "kiln/typed/trace.hpp"
-#include "kiln/typed/kernels.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/effects.hpp"
 #include "kiln/trace/function.hpp"

@@ -50,7 +50,7 @@
 #include "kiln/typed/expr.hpp"
 #include "kiln/typed/ops.hpp"
 #include "kiln/typed/trace.hpp"
-#include "kiln/typed/kernels.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 
 #include "kiln/graph/graph.hpp"
 #include "kiln/trace/trace_context.hpp"

@@ -344,41 +344,15 @@ std::vector<std::int64_t> ints(const Range& r) {
   return std::vector<std::int64_t>(r.begin(), r.end());
 }
 
-/// The ONNX operator of the ops that map one to one.
+/// The ONNX operator of an op that maps to one (its `onnx_name`, kiln/ops/op.hpp), or
+/// "" for an op that the exporter lowers in its own way.
 template <class Op>
-inline constexpr std::string_view same_op{};
-// clang-format off
-template <> inline constexpr std::string_view same_op<ops::negate> = "Neg";
-template <> inline constexpr std::string_view same_op<ops::abs> = "Abs";
-template <> inline constexpr std::string_view same_op<ops::exp> = "Exp";
-template <> inline constexpr std::string_view same_op<ops::log> = "Log";
-template <> inline constexpr std::string_view same_op<ops::sqrt> = "Sqrt";
-template <> inline constexpr std::string_view same_op<ops::tanh> = "Tanh";
-template <> inline constexpr std::string_view same_op<ops::sigmoid> = "Sigmoid";
-template <> inline constexpr std::string_view same_op<ops::erf> = "Erf";
-template <> inline constexpr std::string_view same_op<ops::softplus> = "Softplus";
-template <> inline constexpr std::string_view same_op<ops::logical_not> = "Not";
-template <> inline constexpr std::string_view same_op<ops::subtract> = "Sub";
-template <> inline constexpr std::string_view same_op<ops::multiply> = "Mul";
-template <> inline constexpr std::string_view same_op<ops::pow> = "Pow";
-template <> inline constexpr std::string_view same_op<ops::maximum> = "Max";
-template <> inline constexpr std::string_view same_op<ops::minimum> = "Min";
-template <> inline constexpr std::string_view same_op<ops::less> = "Less";
-template <> inline constexpr std::string_view same_op<ops::less_equal> = "LessOrEqual";
-template <> inline constexpr std::string_view same_op<ops::greater> = "Greater";
-template <> inline constexpr std::string_view same_op<ops::greater_equal> = "GreaterOrEqual";
-template <> inline constexpr std::string_view same_op<ops::equal> = "Equal";
-template <> inline constexpr std::string_view same_op<ops::logical_and> = "And";
-template <> inline constexpr std::string_view same_op<ops::logical_or> = "Or";
-template <> inline constexpr std::string_view same_op<ops::where> = "Where";
-template <> inline constexpr std::string_view same_op<ops::matmul> = "MatMul";
-template <> inline constexpr std::string_view same_op<ops::gather> = "Gather";
-template <> inline constexpr std::string_view same_op<ops::concat> = "Concat";
-template <> inline constexpr std::string_view same_op<ops::reduce_sum> = "ReduceSum";
-template <> inline constexpr std::string_view same_op<ops::reduce_mean> = "ReduceMean";
-template <> inline constexpr std::string_view same_op<ops::reduce_max> = "ReduceMax";
-template <> inline constexpr std::string_view same_op<ops::reduce_min> = "ReduceMin";
-// clang-format on
+inline constexpr std::string_view onnx_name_of = [] {
+  if constexpr (requires { Op::onnx_name; })
+    return std::string_view(Op::onnx_name);
+  else
+    return std::string_view();
+}();
 
 /// Builds one ONNX model from a concrete function: the main graph, and the branch and
 /// body graphs of its conditionals and loops, which read the values of the graphs
@@ -606,19 +580,19 @@ class exporter {
           value(g, "Xor", {value(g, "Less", {r, zero}, base), value(g, "Less", {in[1], zero}, base)}, base);
       return value(g, "Where", {value(g, "And", {nonzero, signs_differ}, base), value(g, "Add", {r, in[1]}, base), r},
                    base);
-    } else if constexpr (!same_op<Op>.empty() && (std::is_base_of_v<ops::reduction_op, Op>)) {
-      NodeProto& r = add(g, same_op<Op>, {in[0]}, base);
+    } else if constexpr (!onnx_name_of<Op>.empty() && (std::is_base_of_v<ops::reduction_op, Op>)) {
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0]}, base);
       if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
       attribute(r, "keepdims", std::int64_t(op.keepdims));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::argmax>) {
       return argmax(g, op, n, input(0), in[0]);
     } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
-      NodeProto& c = add(g, same_op<Op>, in, base);
+      NodeProto& c = add(g, onnx_name_of<Op>, in, base);
       attribute(c, "axis", op.axis);
       return c.output(0);
-    } else if constexpr (!same_op<Op>.empty()) {
-      return value(g, same_op<Op>, in, base);
+    } else if constexpr (!onnx_name_of<Op>.empty()) {
+      return value(g, onnx_name_of<Op>, in, base);
     } else if constexpr (std::is_same_v<Op, ops::reshape>) {
       NodeProto& r = add(g, "Reshape", {in[0], int64s(ints(op.new_shape))}, base);
       // A 0 in kiln's shape is an empty dim, not ONNX's "copy the input's dim".

@@ -1,7 +1,7 @@
 // An op type without its row in the op registry, called like any op: one short error
 // that says where the row goes, naming the op in its instantiation, instead of pages
 // from std::variant's constructor over every registered op.
-// expect-first-error: static assertion failed: kiln: this op has no row in the op registry: add F\(<op>\) to its family's list in kiln/ops/registry.hpp
+// expect-first-error: static assertion failed: kiln: this op has no row in the op registry: add F\(<op>\) to its family's list in kiln/ops/op_list.hpp
 // expect-early: Op = kiln::ops::twice
 // max-lines: 20
 #include <kiln/kiln.hpp>

@@ -256,7 +256,7 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
   // rather than pages from ops::any_op's constructor.
   static_assert(ops::registered<Op>,
-                "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/registry.hpp");
+                "kiln: this op has no row in the op registry: add F(<op>) to its family's list in kiln/ops/op_list.hpp");
   if constexpr (ops::registered<Op>) {
     register_kernels_on_use<Op, Only>();
     // Inside a trace every op is recorded, eager inputs or not, as TensorFlow records

@@ -28,7 +28,7 @@
 
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/effects.hpp"
-#include "kiln/typed/kernels.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 #include "kiln/typed/ops.hpp"
 
 namespace kiln::layers {

@@ -18,6 +18,7 @@ namespace kiln::ops {
 /// The Gauss error function, as `tf.math.erf`.
 struct erf : elementwise_op<1, floating> {
   static constexpr std::string_view name = "erf";
+  static constexpr std::string_view onnx_name = "Erf";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::erf(a); }
   /// dy * 2 / sqrt(pi) * exp(-x^2).
   template <class G> void gradient(G& g) const {
@@ -50,6 +51,7 @@ struct gelu : elementwise_op<1, floating> {
 /// + 2, as TensorFlow's Softplus kernel, where the sum would lose x's digits.
 struct softplus : elementwise_op<1, floating> {
   static constexpr std::string_view name = "softplus";
+  static constexpr std::string_view onnx_name = "Softplus";
   template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::softplus(x); }
   /// dy * sigmoid(x).
   template <class G> void gradient(G& g) const;
@@ -133,23 +135,16 @@ void leaky_relu::gradient(G& g) const {
 
 namespace kiln {
 
-/// `kiln::erf(x)`: the Gauss error function, for float tensors.
-template <class = void>
-tensor erf(const tensor& x) { return detail::apply(ops::erf{}, x); }
+// erf, softplus and silu: the functions of the one op list (kiln/ops/op_list.hpp,
+// where they are documented), as kiln/ops/elementwise.hpp writes them.
+KILN_ACTIVATION_FUNCTIONS(KILN_DETAIL_TENSOR_UNARY_FUNCTION)
+#undef KILN_DETAIL_TENSOR_UNARY_FUNCTION
 
 /// `kiln::gelu(x)`: the Gaussian error linear unit, `x * Phi(x)`; `kiln::gelu(x, true)`
 /// uses the tanh approximation (`tf.nn.gelu(x, approximate=True)`).
 /// \code kiln::gelu(kiln::constant({-1.f, 0.f, 1.f})); // [-0.158655 0 0.841345] \endcode
 template <class = void>
 tensor gelu(const tensor& x, bool approximate = false) { return detail::apply(ops::gelu(approximate), x); }
-
-/// `kiln::softplus(x)` is `log(exp(x) + 1)`, computed without overflow.
-template <class = void>
-tensor softplus(const tensor& x) { return detail::apply(ops::softplus{}, x); }
-
-/// `kiln::silu(x)` is `x * sigmoid(x)` (swish).
-template <class = void>
-tensor silu(const tensor& x) { return detail::apply(ops::silu{}, x); }
 
 /// `kiln::elu(x, alpha = 1)`: x where positive, else `alpha * (exp(x) - 1)`.
 template <class = void>

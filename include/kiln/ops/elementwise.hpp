@@ -10,6 +10,7 @@
 
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/op.hpp"
+#include "kiln/ops/op_list.hpp"
 
 namespace kiln::ops {
 
@@ -22,27 +23,32 @@ inline constexpr dtype_set logical{bool_};
 // ---- unary ------------------------------------------------------------------
 struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "neg";
+  static constexpr std::string_view onnx_name = "Neg";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
   template <class G> void gradient(G& g) const { g.give(0, -g.dy()); }
 };
 struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "abs";
+  static constexpr std::string_view onnx_name = "Abs";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
   /// dy * sign(x), 0 at 0 as TensorFlow.
   template <class G> void gradient(G& g) const;
 };
 struct exp : elementwise_op<1, floating> {
   static constexpr std::string_view name = "exp";
+  static constexpr std::string_view onnx_name = "Exp";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.y()); }
 };
 struct log : elementwise_op<1, floating> {
   static constexpr std::string_view name = "log";
+  static constexpr std::string_view onnx_name = "Log";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() / g.x(0)); }
 };
 struct sqrt : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sqrt";
+  static constexpr std::string_view onnx_name = "Sqrt";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * 0.5 / g.y()); }
 };
@@ -53,11 +59,13 @@ struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
 };
 struct tanh : elementwise_op<1, floating> {
   static constexpr std::string_view name = "tanh";
+  static constexpr std::string_view onnx_name = "Tanh";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
 };
 struct sigmoid : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sigmoid";
+  static constexpr std::string_view onnx_name = "Sigmoid";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (g.y() * (1.0 - g.y()))); }
 };
@@ -69,6 +77,7 @@ struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
 };
 struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_not";
+  static constexpr std::string_view onnx_name = "Not";
   KILN_HOST_DEVICE bool operator()(bool a) const { return !a; }
 };
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
@@ -104,11 +113,13 @@ struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
 };
 struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
+  static constexpr std::string_view onnx_name = "Sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
+  static constexpr std::string_view onnx_name = "Mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
 };
@@ -140,6 +151,7 @@ struct floormod : elementwise_op<2, numeric> {
 };
 struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
+  static constexpr std::string_view onnx_name = "Pow";
   static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
   /// As TensorFlow: the exponent's gradient is 0 where the base is not positive.
@@ -147,6 +159,7 @@ struct pow : elementwise_op<2, numeric> {
 };
 struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "maximum";
+  static constexpr std::string_view onnx_name = "Max";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
   /// dy goes to the first operand where it is the larger or they tie (the one the
   /// result is), as TensorFlow.
@@ -154,27 +167,33 @@ struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
 };
 struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "minimum";
+  static constexpr std::string_view onnx_name = "Min";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
   template <class G> void gradient(G& g) const;
 };
 struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less";
+  static constexpr std::string_view onnx_name = "Less";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a < b; }
 };
 struct less_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less_equal";
+  static constexpr std::string_view onnx_name = "LessOrEqual";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a <= b; }
 };
 struct greater : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "greater";
+  static constexpr std::string_view onnx_name = "Greater";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a > b; }
 };
 struct greater_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "greater_equal";
+  static constexpr std::string_view onnx_name = "GreaterOrEqual";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a >= b; }
 };
 struct equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "equal";
+  static constexpr std::string_view onnx_name = "Equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a == b; }
 };
 struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
@@ -192,10 +211,12 @@ struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
 };
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
+  static constexpr std::string_view onnx_name = "And";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
 };
 struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_or";
+  static constexpr std::string_view onnx_name = "Or";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a || b; }
 };
 
@@ -203,6 +224,7 @@ struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
 /// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
 struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "select";
+  static constexpr std::string_view onnx_name = "Where";
   static constexpr bool leading_condition = true;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
@@ -301,14 +323,16 @@ void check_values(const Op&, std::span<const tensor* const> in) {
 
 namespace kiln {
 
-// Each function builds its op and hands it to detail::apply. The operators take a
-// C++ scalar on either side and convert it to the tensor operand's dtype. Every op
-// function is a template, even where nothing is deduced, so that its body, and with
-// it the op's kernels, is compiled only in programs that call it.
-#define KILN_UNARY_FUNCTION(fn, op)                                                  \
+// The functions of the one op list (kiln/ops/op_list.hpp, where they are documented):
+// each builds its op and hands it to detail::apply, and takes a C++ scalar on either
+// side of a binary op, converted to the tensor operand's dtype. Every op function is a
+// template, even where nothing is deduced, so that its body, and with it the op's
+// kernels, is compiled only in programs that call it. (kiln/ops/activations.hpp
+// expands the unary one for its ops.)
+#define KILN_DETAIL_TENSOR_UNARY_FUNCTION(fn, op)                                    \
   template <class = void>                                                            \
   tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
-#define KILN_BINARY_FUNCTION(fn, op)                                                 \
+#define KILN_DETAIL_TENSOR_BINARY_FUNCTION(fn, op)                                   \
   template <class = void>                                                            \
   tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
   template <promotable_scalar S>                                                     \
@@ -319,65 +343,9 @@ namespace kiln {
   tensor fn(const S& x, const tensor& y) {                                           \
     return detail::apply(ops::op{}, detail::make_scalar(y.dtype(), x, y.device()), y); \
   }
-
-/// `kiln::negative(x)`, also `-x`: elementwise negation.
-KILN_UNARY_FUNCTION(negative, negate)
-/// `kiln::abs(kiln::constant({-1, 2}))` is `[1 2]`.
-KILN_UNARY_FUNCTION(abs, abs)
-/// `kiln::exp(x)`: e to the x, for float tensors.
-KILN_UNARY_FUNCTION(exp, exp)
-/// `kiln::log(x)`: natural logarithm, for float tensors.
-KILN_UNARY_FUNCTION(log, log)
-/// `kiln::sqrt(x)`: square root, for float tensors.
-KILN_UNARY_FUNCTION(sqrt, sqrt)
-/// `kiln::square(x)` is `x * x`.
-KILN_UNARY_FUNCTION(square, square)
-/// `kiln::tanh(x)`: hyperbolic tangent, for float tensors.
-KILN_UNARY_FUNCTION(tanh, tanh)
-/// `kiln::sigmoid(x)` is `1 / (1 + exp(-x))`.
-KILN_UNARY_FUNCTION(sigmoid, sigmoid)
-/// `kiln::relu(x)` is `maximum(x, 0)`.
-KILN_UNARY_FUNCTION(relu, relu)
-/// `kiln::logical_not(b)` on a bool tensor.
-KILN_UNARY_FUNCTION(logical_not, logical_not)
-
-/// `kiln::add(x, y)`, also `x + y`; concatenates string tensors.
-KILN_BINARY_FUNCTION(add, add)
-/// `kiln::subtract(x, y)`, also `x - y`.
-KILN_BINARY_FUNCTION(subtract, subtract)
-/// `kiln::multiply(x, y)`, also `x * y`.
-KILN_BINARY_FUNCTION(multiply, multiply)
-/// `kiln::divide(x, y)`, also `x / y`: true division (integers give float64).
-KILN_BINARY_FUNCTION(divide, divide)
-/// `kiln::floordiv(7, kiln::constant(-2))` is `-4`: division rounding down.
-KILN_BINARY_FUNCTION(floordiv, floordiv)
-/// `kiln::floormod(x, y)`, also `x % y`: the remainder takes the divisor's sign.
-KILN_BINARY_FUNCTION(floormod, floormod)
-/// `kiln::pow(x, 2)`: x to the power y.
-KILN_BINARY_FUNCTION(pow, pow)
-/// `kiln::maximum(x, 0)`: elementwise larger value.
-KILN_BINARY_FUNCTION(maximum, maximum)
-/// `kiln::minimum(x, y)`: elementwise smaller value.
-KILN_BINARY_FUNCTION(minimum, minimum)
-/// `kiln::equal(x, y)`, also `x == y`: a bool tensor.
-KILN_BINARY_FUNCTION(equal, equal)
-/// `kiln::not_equal(x, y)`, also `x != y`.
-KILN_BINARY_FUNCTION(not_equal, not_equal)
-/// `kiln::less(x, y)`, also `x < y`.
-KILN_BINARY_FUNCTION(less, less)
-/// `kiln::less_equal(x, y)`, also `x <= y`.
-KILN_BINARY_FUNCTION(less_equal, less_equal)
-/// `kiln::greater(x, y)`, also `x > y`.
-KILN_BINARY_FUNCTION(greater, greater)
-/// `kiln::greater_equal(x, y)`, also `x >= y`.
-KILN_BINARY_FUNCTION(greater_equal, greater_equal)
-/// `kiln::logical_and(a, b)` on bool tensors.
-KILN_BINARY_FUNCTION(logical_and, logical_and)
-/// `kiln::logical_or(a, b)` on bool tensors.
-KILN_BINARY_FUNCTION(logical_or, logical_or)
-
-#undef KILN_UNARY_FUNCTION
-#undef KILN_BINARY_FUNCTION
+KILN_MATH_UNARY_FUNCTIONS(KILN_DETAIL_TENSOR_UNARY_FUNCTION)
+KILN_BINARY_FUNCTIONS(KILN_DETAIL_TENSOR_BINARY_FUNCTION)
+#undef KILN_DETAIL_TENSOR_BINARY_FUNCTION
 
 /// `kiln::cast(x, kiln::int32)`: converts elements (floats to integers truncate
 /// toward zero and saturate; NaN becomes 0).
@@ -404,24 +372,14 @@ tensor where(const tensor& cond, const S& a, const tensor& b) {
 template <class = void>
 tensor operator-(const tensor& x) { return negative(x); }
 
-#define KILN_BINARY_OPERATOR(sym, fn)                                                \
+#define KILN_DETAIL_TENSOR_OPERATOR(sym, fn)                                         \
   template <class = void>                                                            \
   tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); }        \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const tensor& x, const S& y) { return fn(x, y); }              \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const S& x, const tensor& y) { return fn(x, y); }
-KILN_BINARY_OPERATOR(+, add)
-KILN_BINARY_OPERATOR(-, subtract)
-KILN_BINARY_OPERATOR(*, multiply)
-KILN_BINARY_OPERATOR(/, divide)
-KILN_BINARY_OPERATOR(%, floormod)
-KILN_BINARY_OPERATOR(==, equal)
-KILN_BINARY_OPERATOR(!=, not_equal)
-KILN_BINARY_OPERATOR(<, less)
-KILN_BINARY_OPERATOR(<=, less_equal)
-KILN_BINARY_OPERATOR(>, greater)
-KILN_BINARY_OPERATOR(>=, greater_equal)
-#undef KILN_BINARY_OPERATOR
+KILN_OPERATORS(KILN_DETAIL_TENSOR_OPERATOR)
+#undef KILN_DETAIL_TENSOR_OPERATOR
 
 }  // namespace kiln

@@ -23,6 +23,7 @@ constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
 /// `a @ b` over the last two dims; leading (batch) dims broadcast.
 struct matmul {
   static constexpr std::string_view name = "matmul";
+  static constexpr std::string_view onnx_name = "MatMul";
   static constexpr int arity = 2;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {

@@ -4,6 +4,8 @@
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
+/// - `static constexpr std::string_view onnx_name`, when the op is one ONNX operator
+///   (kiln/onnx.hpp's exporter writes it; the others it lowers in its own way);
 /// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.

@@ -171,6 +171,7 @@ concept reduction = std::derived_from<Op, reduction_op> && requires {
 /// Sum; integers wrap.
 struct reduce_sum : reduction_op {
   static constexpr std::string_view name = "reduce_sum";
+  static constexpr std::string_view onnx_name = "ReduceSum";
   static constexpr reduction_kind kind = reduction_kind::sum;
   using reduction_op::reduction_op;
   /// dy, spread back over the reduced dims.
@@ -187,6 +188,7 @@ auto reduction_op::extreme_gradient(G& g) const {
 
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
+  static constexpr std::string_view onnx_name = "ReduceMean";
   static constexpr reduction_kind kind = reduction_kind::mean;
   using reduction_op::reduction_op;
   /// dy / count, spread back over the reduced dims.
@@ -197,6 +199,7 @@ struct reduce_mean : reduction_op {
 /// Largest element; NaN wins over any number.
 struct reduce_max : reduction_op {
   static constexpr std::string_view name = "reduce_max";
+  static constexpr std::string_view onnx_name = "ReduceMax";
   static constexpr reduction_kind kind = reduction_kind::max;
   using reduction_op::reduction_op;
   template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
@@ -204,6 +207,7 @@ struct reduce_max : reduction_op {
 /// Smallest element; NaN wins over any number.
 struct reduce_min : reduction_op {
   static constexpr std::string_view name = "reduce_min";
+  static constexpr std::string_view onnx_name = "ReduceMin";
   static constexpr reduction_kind kind = reduction_kind::min;
   using reduction_op::reduction_op;
   template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }

@@ -162,6 +162,7 @@ struct transpose {
 /// `concat({a, b}, axis)`: the inputs joined along an existing dim.
 struct concat {
   static constexpr std::string_view name = "concat";
+  static constexpr std::string_view onnx_name = "Concat";
   static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
@@ -243,6 +244,7 @@ struct stack {
 /// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
 struct gather {
   static constexpr std::string_view name = "gather";
+  static constexpr std::string_view onnx_name = "Gather";
   static constexpr int arity = 2;
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }

@@ -68,7 +68,7 @@ class optimizer {
     std::vector<int> ins;
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     if (int same = simplify(n, ins); same >= 0) return same;
-    if (int folded = fold(n, ins); folded >= 0) return folded;
+    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
     const std::size_t key = cse_key(n.operation().index(), ins);
     auto [first, last] = seen_.equal_range(key);
     for (auto it = first; it != last; ++it) {
@@ -119,7 +119,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold(const node& n, const std::vector<int>& ins) {
+  int fold_constant(const node& n, const std::vector<int>& ins) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/results.hpp"
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/ops/control_flow.hpp"
 #include "kiln/trace/runtime_tier.hpp"
@@ -25,13 +26,6 @@
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
-
-/// What a loop body returns to stop early: `pred`, and the values to go on with.
-template <class Tuple>
-struct break_result {
-  tensor stop;
-  Tuple next;
-};
 
 /// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
 /// iteration started with (an `if (pred) break;` at the top of the body); otherwise

@@ -22,6 +22,7 @@
 #include "kiln/autodiff/replay.hpp"
 #include "kiln/autodiff/tape.hpp"
 #include "kiln/config.hpp"
+#include "kiln/core/results.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/ops/tensor_array.hpp"
 #include "kiln/passes/optimize.hpp"
@@ -52,35 +53,19 @@ namespace detail {
 template <class = void>
 struct saved_function_io;
 
-/// What a traced callable returned, as the function gives it back: tensors stay
-/// tensors, C++ numbers become tensors, tuples, pairs, arrays and vectors keep
-/// their structure, a tensor_array stays one (its leaf is the tensor of its elements).
+/// A leaf of what a traced callable returned, as the function gives it back: a tensor,
+/// or a C++ number that becomes one; a tensor_array stays one (its leaf is the tensor
+/// of its elements). Tuples, pairs, arrays and vectors keep their structure (output_of).
 template <class R>
-struct output_of {
-  using type = tensor;  // tensor, or a C++ number that becomes one
+struct runtime_output_leaf {
+  using type = tensor;
 };
 template <>
-struct output_of<tensor_array> {
+struct runtime_output_leaf<tensor_array> {
   using type = tensor_array;
 };
-template <class... Ts>
-struct output_of<std::tuple<Ts...>> {
-  using type = std::tuple<typename output_of<Ts>::type...>;
-};
-template <class A, class B>
-struct output_of<std::pair<A, B>> {
-  using type = std::pair<typename output_of<A>::type, typename output_of<B>::type>;
-};
-template <class T, std::size_t N>
-struct output_of<std::array<T, N>> {
-  using type = std::array<typename output_of<T>::type, N>;
-};
-template <class T, class A>
-struct output_of<std::vector<T, A>> {
-  using type = std::vector<typename output_of<T>::type>;
-};
 template <class R>
-using output_t = typename output_of<std::remove_cvref_t<R>>::type;
+using output_t = typename output_of<runtime_output_leaf, std::remove_cvref_t<R>>::type;
 
 template <class T>
 tensor scalar_constant(const T& v) {

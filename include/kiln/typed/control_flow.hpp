@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/results.hpp"
 #include "kiln/ops/control_flow.hpp"
 #include "kiln/typed/trace.hpp"
 
@@ -70,22 +71,17 @@ template <class P>
 inline constexpr bool bool_scalar =
     std::is_same_v<typename std::remove_cvref_t<P>::value_type, bool> && std::remove_cvref_t<P>::dims_type::size == 1;
 
-/// What a typed loop body returns to stop early (kiln::break_if): the condition, and
-/// the values to go on with.
-template <class P, class Tuple>
-struct break_result {
-  P stop;
-  Tuple next;
-};
+/// Whether a typed loop body's result stops early (kiln::break_if on a typed condition:
+/// kiln/core/results.hpp's break_result).
 template <class R>
 struct is_break : std::false_type {};
-template <class P, class Tuple>
-struct is_break<break_result<P, Tuple>> : std::true_type {};
+template <class Tuple, class P>
+struct is_break<break_result<Tuple, P>> : std::bool_constant<operand<P>> {};
 /// Whether a body's result stops on a symbolic condition.
 template <class R>
 inline constexpr bool stops_lazily = false;
-template <class P, class Tuple>
-inline constexpr bool stops_lazily<break_result<P, Tuple>> = lazy<P>;
+template <class Tuple, class P>
+inline constexpr bool stops_lazily<break_result<Tuple, P>> = lazy<P>;
 
 /// A loop body's next values as a tuple, with or without kiln::break_if.
 template <class R>
@@ -255,7 +251,7 @@ auto cond(const P& pred, Then then_fn, Else else_fn) {
 template <typed::operand P, class... Next>
 auto break_if(const P& pred, const Next&... next) {
   static_assert(typed::bool_scalar<P>, "kiln::break_if: the condition must be a bool scalar");
-  return typed::break_result<P, std::tuple<Next...>>{pred, std::tuple<Next...>(next...)};
+  return break_result<std::tuple<Next...>, P>{pred, std::tuple<Next...>(next...)};
 }
 
 /// kiln::while_loop on typed loop variables: on `fixed` values a C++ loop; in a typed
@@ -286,7 +282,7 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
     auto r = body_fn(i, v...);
     auto next = std::tuple_cat(std::tuple(i + 1), typed::next_values(std::move(r)));
     if constexpr (typed::is_break<decltype(r)>::value)
-      return typed::break_result<decltype(r.stop), decltype(next)>{r.stop, std::move(next)};
+      return break_result<decltype(next), decltype(r.stop)>{r.stop, std::move(next)};
     else
       return next;
   };

@@ -13,7 +13,7 @@
 
 #include "kiln/core/print.hpp"
 #include "kiln/typed/control_flow.hpp"
-#include "kiln/typed/kernels.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 
 namespace kiln {
 

@@ -27,7 +27,7 @@
 #include "kiln/ops/factories.hpp"
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/effects.hpp"
-#include "kiln/typed/kernels.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 
 namespace kiln {
 namespace typed {

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kiln/ops/activations.hpp"
+#include "kiln/ops/op_list.hpp"
 #include "kiln/typed/expr.hpp"
 
 namespace kiln {
@@ -135,36 +136,9 @@ concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_ari
     return typed::apply(ops::op{}, x, y);                                                            \
   }
 
-KILN_TYPED_UNARY(negative, negate)
-KILN_TYPED_UNARY(abs, abs)
-KILN_TYPED_UNARY(exp, exp)
-KILN_TYPED_UNARY(log, log)
-KILN_TYPED_UNARY(sqrt, sqrt)
-KILN_TYPED_UNARY(square, square)
-KILN_TYPED_UNARY(tanh, tanh)
-KILN_TYPED_UNARY(sigmoid, sigmoid)
-KILN_TYPED_UNARY(relu, relu)
-KILN_TYPED_UNARY(erf, erf)
-KILN_TYPED_UNARY(softplus, softplus)
-KILN_TYPED_UNARY(silu, silu)
-KILN_TYPED_UNARY(logical_not, logical_not)
-KILN_TYPED_BINARY(add, add)
-KILN_TYPED_BINARY(subtract, subtract)
-KILN_TYPED_BINARY(multiply, multiply)
-KILN_TYPED_BINARY(divide, divide)
-KILN_TYPED_BINARY(floordiv, floordiv)
-KILN_TYPED_BINARY(floormod, floormod)
-KILN_TYPED_BINARY(pow, pow)
-KILN_TYPED_BINARY(maximum, maximum)
-KILN_TYPED_BINARY(minimum, minimum)
-KILN_TYPED_BINARY(equal, equal)
-KILN_TYPED_BINARY(not_equal, not_equal)
-KILN_TYPED_BINARY(less, less)
-KILN_TYPED_BINARY(less_equal, less_equal)
-KILN_TYPED_BINARY(greater, greater)
-KILN_TYPED_BINARY(greater_equal, greater_equal)
-KILN_TYPED_BINARY(logical_and, logical_and)
-KILN_TYPED_BINARY(logical_or, logical_or)
+// The functions of the one op list (kiln/ops/op_list.hpp, where they are documented).
+KILN_UNARY_FUNCTIONS(KILN_TYPED_UNARY)
+KILN_BINARY_FUNCTIONS(KILN_TYPED_BINARY)
 #undef KILN_TYPED_UNARY
 #undef KILN_TYPED_BINARY
 #undef KILN_TYPED_CHECKS
@@ -220,17 +194,7 @@ auto operator-(const X& x) {
   auto operator sym(const X& x, const Y& y) {                                          \
     return fn(x, y);                                                                   \
   }
-KILN_TYPED_OPERATOR(+, add)
-KILN_TYPED_OPERATOR(-, subtract)
-KILN_TYPED_OPERATOR(*, multiply)
-KILN_TYPED_OPERATOR(/, divide)
-KILN_TYPED_OPERATOR(%, floormod)
-KILN_TYPED_OPERATOR(==, equal)
-KILN_TYPED_OPERATOR(!=, not_equal)
-KILN_TYPED_OPERATOR(<, less)
-KILN_TYPED_OPERATOR(<=, less_equal)
-KILN_TYPED_OPERATOR(>, greater)
-KILN_TYPED_OPERATOR(>=, greater_equal)
+KILN_OPERATORS(KILN_TYPED_OPERATOR)
 #undef KILN_TYPED_OPERATOR
 
 }  // namespace kiln

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
+#include "kiln/core/results.hpp"
 #include "kiln/trace/spec.hpp"
 #include "kiln/typed/ops.hpp"
 
@@ -446,26 +447,19 @@ detail::trace_signature written(const detail::function_state& state, const recor
 
 // ---- results -----------------------------------------------------------------------
 
-/// What a call returns for the traced result `R`: `fixed` values for expressions, in
-/// the same structure.
+/// A leaf of what a call returns for the traced result: a `fixed` value for an
+/// expression; C++ values and `fixed` constants come back as they are. Tuples and pairs
+/// keep their structure (detail::output_of).
 template <class R>
-struct output {
-  using type = R;  // C++ values and `fixed` constants come back as they are
+struct output_leaf {
+  using type = R;
 };
 template <lazy R>
-struct output<R> {
+struct output_leaf<R> {
   using type = fixed_t<typename R::value_type, typename R::dims_type>;
 };
-template <class... R>
-struct output<std::tuple<R...>> {
-  using type = std::tuple<typename output<R>::type...>;
-};
-template <class A, class B>
-struct output<std::pair<A, B>> {
-  using type = std::pair<typename output<A>::type, typename output<B>::type>;
-};
 template <class R>
-using output_t = typename output<std::remove_cvref_t<R>>::type;
+using output_t = typename detail::output_of<output_leaf, std::remove_cvref_t<R>>::type;
 
 template <class R>
 output_t<R> evaluate_output(const R& r, frame f) {

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Typed ops that end a fused expression: reductions (axes as template arguments),
-/// matmul, transpose and reshape. Each runs the CPU backend's kernel for its one
+/// The typed ops that end a fused expression, unfused: reductions (axes as template
+/// arguments), matmul, conv2d, transpose, reshape, slice, gather, concat and stack (the
+/// elementwise ops, which fuse, are kiln/typed/ops.hpp). Each runs the CPU backend's kernel for its one
 /// element type, so its values are the eager kiln::tensor's bits, and its result's
 /// type comes from the op's constexpr shape rule. On `fixed` values an op computes
 /// at once; in a typed trace it is a step that reads its operands' slots (an
