@@ -16,9 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/exec/collective_op.hpp"  // (not in kiln.hpp: the optional kiln/distributed.hpp runs collectives)
-#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
 #include "kiln/io/saved_function/json_codecs.hpp"
+#include "kiln/io/saved_function/special_attributes.hpp"
 #include "kiln/io/saved_function/loaded_function.hpp"
 #include "kiln/io/saved_function/saved_function_io.hpp"
 
@@ -31,10 +30,6 @@ struct saved_function_io<T>::loader {
   std::span<const std::uint8_t> data;  ///< the tensors' elements, after the model
   std::vector<std::shared_ptr<variable_state>> variables;
   std::vector<std::shared_ptr<generator_state>> generators;
-
-  std::shared_ptr<variable_state> variable_at(const json& j) const {
-    return variables[std::size_t(r.integer_at(j, "variable", 0, int(variables.size()) - 1))];
-  }
 
   using results_t = std::vector<std::pair<kiln::dtype, kiln::shape>>;
 
@@ -67,133 +62,14 @@ struct saved_function_io<T>::loader {
     return out;
   }
 
+  // The op's own load(), found by its name (kiln/io/special_ops.hpp).
   std::shared_ptr<const special_op> special(const std::string& where, const std::string& op, const json& j,
                                             const kiln::graph& g, const std::vector<int>& inputs,
                                             const results_t& results, int depth) {
-    const int count = int(inputs.size());
-    auto input = [&](int k) -> const node& { return g.node_at(inputs[std::size_t(k)]); };
-    if (op == "ReadVariableOp") {
-      auto v = variable_at(j);
-      check_results(where, results, {{v->type(), v->dims()}});
-      if (count != 0) r.fail(where + ": " + op + " takes no inputs");
-      return std::make_shared<read_variable_op>(std::move(v));
-    }
-    for (auto mode : {assign_mode::assign, assign_mode::add, assign_mode::subtract, assign_mode::initialize}) {
-      if (assign_variable_op(nullptr, mode).name() != op) continue;
-      auto v = variable_at(j);
-      check_results(where, results, {{v->type(), v->dims()}});
-      if (count != 1) r.fail(where + ": " + op + " takes one input");
-      return std::make_shared<assign_variable_op>(std::move(v), mode);
-    }
-    std::optional<distribution> drawn;
-    bool stateful = false;
-    for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
-      if (const auto names = random_op_names(d); op == names.first || op == names.second)
-        drawn = d, stateful = op == names.second;
-    if (drawn) {
-      uniform_spec u{r.shape_of(r.at(j, "shape")), r.dtype_of(r.at(j, "dtype")), r.number_at(j, "minval"), std::nullopt,
-                     *drawn};
-      if (!r.at(j, "maxval").is_null()) u.maxval = r.number_at(j, "maxval");
-      try {
-        u.check();
-      } catch (const error& e) {
-        r.fail(where + ": " + e.what());
-      }
-      check_results(where, results, {{u.type, u.dims}});
-      if (count != 0) r.fail(where + ": " + op + " takes no inputs");
-      if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), r.unsigned_at(j, "key"));
-      const int g = r.integer_at(j, "generator", 0, int(generators.size()) - 1);
-      return std::make_shared<random_uniform_op>(std::move(u), generators[std::size_t(g)]);
-    }
-    if (op == "PrintV2") {
-      std::vector<print_piece> pieces;
-      for (const json& p : r.array_at(j, "pieces"))
-        pieces.push_back({r.text_at(p, "text"), r.integer_at(p, "input", -1, count - 1)});
-      check_results(where, results, {});
-      return std::make_shared<print_op>(std::move(pieces));
-    }
-    for (auto kind : {summary_kind::scalar, summary_kind::histogram, summary_kind::text, summary_kind::image}) {
-      if (summary_op_name(kind) != op) continue;
-      summary_spec spec{kind, r.text_at(j, "tag"), r.text_at(j, "description"), r.integer_at(j, "parameter", 0, INT32_MAX)};
-      if (count != 2) r.fail(where + ": " + op + " takes two inputs, a value and a step");
-      if (summary_failure f = check_summary_inputs(spec, input(0).dtype(), input(0).shape(), input(1).dtype(), input(1).shape()))
-        r.fail(where + ": " + f.message);
-      check_results(where, results, {{bool_, shape{}}});
-      return std::make_shared<summary_op>(std::move(spec));
-    }
-    for (auto kind : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
-                      collective_kind::reduce_scatter, collective_kind::reduce}) {
-      if (collective_op_name(kind) != op) continue;
-      const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
-      if (!engine) throw_no_collective_engine("kiln::load: " + r.path() + ": " + where + ": ", op);
-      collective_spec spec{kind, reduce_op::sum, r.integer_at(j, "root", 0, INT32_MAX), {}, nullptr,
-                           r.unsigned_at(j, "site"), std::uint32_t(r.integer_at(j, "line", 0, INT32_MAX))};
-      const std::string reduce = r.text_at(j, "reduce");
-      bool known = false;
-      for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
-        if (kiln::name(o) == reduce) spec.op = o, known = true;
-      if (!known) r.fail(where + ": unknown reduce op \"" + reduce + "\"");
-      for (const json& m : r.array_at(j, "members")) spec.members.push_back(int(r.integer(m, "members", 0, INT32_MAX)));
-      std::vector<std::pair<kiln::dtype, kiln::shape>> given, made;
-      for (int k = 0; k < count; ++k) given.emplace_back(input(k).dtype(), input(k).shape());
-      int size = 0;
-      try {
-        size = engine->group_size(spec.members);
-      } catch (const error& e) {
-        r.fail(where + ": " + e.what());
-      }
-      if (collective_failure f = check_collective(spec, given, size, &made)) r.fail(where + ": " + f.message);
-      check_results(where, results, made);
-      return std::make_shared<collective_op>(std::move(spec));
-    }
-    if (op == "cond") {
-      if (count < 1 || input(0).dtype() != bool_) r.fail(where + ": a cond's first input is its bool predicate");
-      auto branch = [&](std::string_view graph_key, std::string_view args_key) {
-        kiln::graph sub = graph(r.at(j, graph_key), depth + 1);
-        std::vector<int> picks;
-        for (const json& k : r.array_at(j, args_key)) picks.push_back(int(r.integer(k, args_key, 0, count - 2)));
-        if (picks.size() != sub.arguments().size()) r.fail(where + ": a branch's arguments do not match its graph");
-        for (std::size_t k = 0; k < picks.size(); ++k) check_argument(where, sub, k, input(picks[k] + 1));
-        check_results(where, results, outputs_of(sub));
-        return std::pair{std::move(sub), std::move(picks)};
-      };
-      auto [then_graph, then_args] = branch("then", "then_args");
-      auto [else_graph, else_args] = branch("else", "else_args");
-      return std::make_shared<cond_op>(std::move(then_graph), std::move(then_args), std::move(else_graph),
-                                       std::move(else_args));
-    }
-    if (op == "while") {
-      const int vars = r.integer_at(j, "loop_vars", 0, count);
-      const int captures = r.integer_at(j, "cond_captures", 0, count - vars);
-      const bool breaks = r.boolean_at(j, "breaks");
-      kiln::graph cond = graph(r.at(j, "cond"), depth + 1), body = graph(r.at(j, "body"), depth + 1);
-      if (int(cond.arguments().size()) != vars + captures || cond.outputs().size() != 1 ||
-          cond.node_at(cond.outputs()[0]).dtype() != bool_)
-        r.fail(where + ": a loop's condition does not match its loop variables");
-      if (int(body.arguments().size()) != count - captures || int(body.outputs().size()) != vars + (breaks ? 1 : 0))
-        r.fail(where + ": a loop's body does not match its loop variables");
-      if (breaks && body.node_at(body.outputs()[0]).dtype() != bool_)
-        r.fail(where + ": a loop body's break_if flag is not bool");
-      for (int k = 0; k < vars + captures; ++k) check_argument(where, cond, std::size_t(k), input(k));
-      for (int k = 0; k < count - captures; ++k)
-        check_argument(where, body, std::size_t(k), input(k < vars ? k : k + captures));
-      // What the body gives must be what it and the condition take next.
-      const results_t next = outputs_of(body, breaks ? 1 : 0);
-      for (int k = 0; k < vars; ++k) {
-        const node& p = body.node_at(body.arguments()[std::size_t(k)]);
-        const node& c = cond.node_at(cond.arguments()[std::size_t(k)]);
-        if (p.dtype() != next[std::size_t(k)].first || !p.shape().accepts(next[std::size_t(k)].second) ||
-            !c.shape().accepts(next[std::size_t(k)].second))
-          r.fail(where + ": loop variable " + std::to_string(k) + " changes from one iteration to the next");
-      }
-      results_t loop_vars;
-      for (int k = 0; k < vars; ++k)
-        loop_vars.emplace_back(body.node_at(body.arguments()[std::size_t(k)]).dtype(),
-                               body.node_at(body.arguments()[std::size_t(k)]).shape());
-      check_results(where, results, loop_vars);
-      return std::make_shared<while_op>(vars, std::move(cond), captures, std::move(body), breaks);
-    }
-    throw unavailable_error("kiln::load: " + r.path() + ": unknown special op \"" + op + "\"");
+    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(op);
+    if (!entry || !entry->load) throw unavailable_error("kiln::load: " + r.path() + ": unknown special op \"" + op + "\"");
+    special_attributes_in<loader> in(*this, where, op, j, g, inputs, results, depth);
+    return entry->load(in);
   }
 
   kiln::graph graph(const json& j, int depth) {

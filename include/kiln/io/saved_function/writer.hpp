@@ -13,9 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/exec/collective_op.hpp"  // (not in kiln.hpp: the optional kiln/distributed.hpp runs collectives)
-#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
 #include "kiln/io/saved_function/json_codecs.hpp"
+#include "kiln/io/saved_function/special_attributes.hpp"
 #include "kiln/io/saved_function/saved_function_io.hpp"
 
 #if KILN_DETAIL_SAVED_FUNCTION_CODE
@@ -49,56 +48,17 @@ struct saved_function_io<T>::writer {
     return it->second;
   }
 
+  // The op's own save(), found by its name (kiln/io/special_ops.hpp).
   json special(const node& n) {
     const special_op& s = n.special();
+    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s.name());
+    if (entry && !entry->refusal.empty())
+      throw unavailable_error("kiln::save: node " + n.name() + " " + std::string(entry->refusal));
     json j = json::object();
-    if (auto* read = s.as<read_variable_op>()) {
-      j["variable"] = variable_id(read->state());
-    } else if (auto* write = s.as<assign_variable_op>()) {
-      j["variable"] = variable_id(write->state());
-    } else if (auto* print = s.as<print_op>()) {
-      json pieces = json::array();
-      for (const print_piece& p : print->pieces()) pieces.push_back(json{{"text", p.text}, {"input", p.input}});
-      j["pieces"] = std::move(pieces);
-    } else if (auto* c = s.as<cond_op>()) {
-      j = json{{"then", graph(c->then_graph())},
-               {"then_args", c->then_args()},
-               {"else", graph(c->else_graph())},
-               {"else_args", c->else_args()}};
-    } else if (auto* w = s.as<while_op>()) {
-      j = json{{"loop_vars", w->loop_variables()},
-               {"cond", graph(w->cond_graph())},
-               {"cond_captures", w->cond_captures()},
-               {"body", graph(w->body_graph())},
-               {"breaks", w->breaks()}};
-    } else if (auto* draw = s.as<random_uniform_op>()) {
-      // A draw keyed by its own seed starts its sequence over in the loaded function,
-      // as a fresh trace would; a generator's draws go on from its state when saved.
-      const uniform_spec& u = draw->spec();
-      j = json{{"dtype", std::string(name(u.type))},
-               {"shape", shape_to_json(u.dims)},
-               {"minval", u.minval},
-               {"maxval", u.maxval ? json(*u.maxval) : json(nullptr)}};
-      if (draw->generator())
-        j["generator"] = generator_id(draw->generator());
-      else
-        j["key"] = draw->key();
-    } else if (auto* summary = s.as<summary_op>()) {
-      // The kind is in the op's name; the writer is the loading program's default one.
-      const summary_spec& spec = summary->spec();
-      j = json{{"tag", spec.tag}, {"description", spec.description}, {"parameter", spec.parameter}};
-    } else if (auto* c = s.as<collective_op>()) {
-      // The kind is in the op's name; the group is its world ranks (empty: the world).
-      const collective_spec& spec = c->spec();
-      j = json{{"reduce", std::string(kiln::name(spec.op))}, {"root", spec.root}, {"members", spec.members},
-               {"site", spec.site}, {"line", spec.line}};
-    } else if (s.as<host_callback_op>()) {
-      throw unavailable_error("kiln::save: node " + n.name() +
-                              " calls back into C++ (host_callback), which a saved function cannot hold");
-    } else {
+    special_attributes_out<writer> out(*this, j);
+    if (!entry || !entry->save(out, s))
       throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
                               ", which kiln cannot save yet");
-    }
     return j;
   }
 
