@@ -20,15 +20,12 @@
 /// raises kiln::value_error (kiln::unavailable_error for a newer format or an unknown
 /// op) naming the file and the problem.
 
-
 #include <filesystem>
 #include <span>
 #include <tuple>
 #include <vector>
 
 #include "kiln/kiln.hpp"
-#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
-#include "kiln/exec/collective_op.hpp"  // (not in kiln.hpp: the optional kiln/distributed.hpp runs collectives)
 #include "kiln/io/saved_function/format.hpp"
 #include "kiln/io/saved_function/checked_reader.hpp"
 #include "kiln/io/saved_function/json_codecs.hpp"

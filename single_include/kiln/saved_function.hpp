@@ -25,513 +25,12 @@
 /// raises kiln::value_error (kiln::unavailable_error for a newer format or an unknown
 /// op) naming the file and the problem.
 
-
 #include <filesystem>
 #include <span>
 #include <tuple>
 #include <vector>
 
 #include "kiln/kiln.hpp"
-#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
-#define KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
-// ----- begin kiln/exec/summary_op.hpp -----
-/// \file
-/// The special op of TensorBoard summaries (kiln/summary.hpp), and the hook through
-/// which it reaches a writer. A summary node holds what it writes (its kind, tag,
-/// description and the kind's parameter) and takes its value and step as inputs; when
-/// it runs it looks up the default writer of the calling thread, so that a function
-/// traced, or saved and loaded, without a writer writes to whichever writer is the
-/// default at each call. The writers themselves (event files, protocol buffers, PNG)
-/// live in kiln/io/summary/, above this layer: they fill the hook, so that this header
-/// (which saved functions, ONNX export and training loops include to recognise or
-/// write summaries) carries none of their code.
-
-#include <array>
-#include <cstdint>
-#include <filesystem>
-#include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-
-
-namespace kiln::detail {
-
-/// What a summary shows in TensorBoard: a curve of scalars, a histogram, text or images.
-enum class summary_kind : unsigned char { scalar, histogram, text, image };
-
-/// The graph op of each kind, as a graph listing shows it.
-inline std::string_view summary_op_name(summary_kind kind) {
-  switch (kind) {
-    case summary_kind::histogram: return "WriteHistogramSummary";
-    case summary_kind::text: return "WriteTextSummary";
-    case summary_kind::image: return "WriteImageSummary";
-    default: return "WriteScalarSummary";
-  }
-}
-
-/// What a summary writes besides its value and step.
-struct summary_spec {
-  summary_kind kind = summary_kind::scalar;
-  std::string tag;          ///< the name TensorBoard shows
-  std::string description;  ///< shown beside the plot (Markdown); may be empty
-  int parameter = 0;        ///< histogram: the bucket count; image: max_outputs; otherwise 0
-};
-
-/// Why a summary cannot take a value or a step: nothing, or which rule it breaks.
-struct summary_failure {
-  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
-  std::string message;
-  explicit operator bool() const { return kind != none; }
-};
-
-/// Checks a summary's value (`value_type`, `value_shape`) and step against what its
-/// kind takes. Partial shapes (None dims, unknown rank) pass when a value of some
-/// fitting shape would: the node checks the concrete shapes again when it runs.
-/// (Messages are made only on failure: a node runs this at every call. Like the other
-/// functions here, a template on nothing, compiled only where a program uses it.)
-template <class = void>
-summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
-                                            dtype step_type, const shape& step_shape) {
-  auto fail = [&](summary_failure::kind_t kind, const std::string& problem) {
-    static constexpr std::string_view kinds[] = {"scalar", "histogram", "text", "image"};
-    return summary_failure{kind, "kiln::summary::" + std::string(kinds[int(s.kind)]) + " '" + s.tag + "': " + problem};
-  };
-  auto value = [&] { return std::string(name(value_type)) + " " + value_shape.str(); };
-  if (step_type != int32 && step_type != int64)
-    return fail(summary_failure::wrong_dtype, "the step must be an int32 or int64 scalar, got " +
-                                                  std::string(name(step_type)) + " " + step_shape.str());
-  if (step_shape.has_known_rank() && step_shape.rank() != 0)
-    return fail(summary_failure::wrong_shape, "the step must be a scalar, got shape " + step_shape.str());
-  switch (s.kind) {
-    case summary_kind::scalar:
-      if (value_type == string) return fail(summary_failure::wrong_dtype, "the value must be numeric, got " + value());
-      if (value_shape.has_known_rank() && value_shape.rank() != 0)
-        return fail(summary_failure::wrong_shape, "the value must be a scalar, got shape " + value_shape.str());
-      break;
-    case summary_kind::histogram:
-      if (value_type == string) return fail(summary_failure::wrong_dtype, "the values must be numeric, got " + value());
-      break;
-    case summary_kind::text:
-      if (value_type != string)
-        return fail(summary_failure::wrong_dtype, "the value must be a string tensor, got " + value());
-      break;
-    case summary_kind::image:
-      if (value_type == string || value_type == bool_)
-        return fail(summary_failure::wrong_dtype,
-                    "the images must be float32 or float64 (in [0, 1]) or int32 or int64 (in [0, 255]), got " + value());
-      if (value_shape.has_known_rank()) {
-        if (value_shape.rank() != 4)
-          return fail(summary_failure::wrong_shape,
-                      "the images must be of rank 4 (count, height, width, channels), got shape " + value_shape.str());
-        const std::int64_t channels = value_shape[3];
-        if (channels != none && (channels < 1 || channels > 4))
-          return fail(summary_failure::wrong_shape,
-                      "the images must have 1 (gray), 2 (gray, alpha), 3 (RGB) or 4 (RGBA) channels, got shape " +
-                          value_shape.str());
-        if (value_shape[1] == 0 || value_shape[2] == 0)
-          return fail(summary_failure::wrong_shape,
-                      "an image must be at least 1 pixel high and wide, got shape " + value_shape.str());
-      }
-      break;
-  }
-  return {};
-}
-
-/// Raises the error of `f`: kiln::type_error for a dtype and kiln::value_error for a
-/// shape (as TensorFlow's summaries raise, eagerly and while tracing), or
-/// kiln::invalid_argument_error for a shape found wrong only when a graph runs.
-template <class = void>
-[[noreturn]] void throw_summary_failure(const summary_failure& f, bool running_graph) {
-  if (running_graph) throw invalid_argument_error(f.message);
-  if (f.kind == summary_failure::wrong_dtype) throw type_error(f.message);
-  throw value_error(f.message);
-}
-
-/// Where summaries go: a writer, reached through a function pointer that the writer
-/// sets (kiln/io/summary/writer.hpp), so that code below it writes without its code.
-struct summary_target {
-  /// Writes `value` as summary `spec` at `step`; returns whether it wrote. A value the
-  /// writer cannot show (an integer pixel outside [0, 255], a NaN in a histogram)
-  /// raises kiln::invalid_argument_error.
-  bool (*write)(summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) = nullptr;
-  /// Writes a serialized GraphDef (TensorBoard's graph view).
-  void (*write_graph)(summary_target& self, std::string_view graph_def) = nullptr;
-  /// Hands what is queued to the file.
-  void (*flush)(summary_target& self) = nullptr;
-};
-
-/// This thread's default writer (null when none): what kiln::summary::file_writer's
-/// as_default() sets for its lifetime, as tf.summary's default writer is per thread.
-inline summary_target*& default_summary_target() {
-  thread_local summary_target* target = nullptr;
-  return target;
-}
-
-/// How code below kiln/summary.hpp (a training loop given a log directory) opens a
-/// writer on a directory: `summary_file_opener<>::open(logdir)`, a shared
-/// summary_target. Declared here, defined by kiln/summary.hpp; such code names it as a
-/// defaulted template argument and checks that it is complete where it is
-/// instantiated, as concrete_function::save does with saved_function_io, so that a
-/// program that never includes kiln/summary.hpp compiles none of the writer, and one
-/// that asks for a log directory without it gets a compile error that says so:
-/// \code
-/// template <class Opener = kiln::detail::summary_file_opener<>>
-/// std::shared_ptr<kiln::detail::summary_target> open_log(const std::filesystem::path& logdir) {
-///   if constexpr (requires { Opener::open(logdir); })
-///     return Opener::open(logdir);
-///   else
-///     static_assert(sizeof(Opener*) == 0, "a log directory needs #include <kiln/summary.hpp>");
-/// }
-/// \endcode
-template <class = void>
-struct summary_file_opener;
-
-/// The hook for training loops (kiln::fit): writes each (tag, value) pair as a scalar
-/// summary at `step` to `target` (a writer, from summary_file_opener or the thread's
-/// default one when null); returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
-/// names them (`epoch_loss`, `epoch_accuracy`) by the caller's choice.
-/// \code
-/// const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.9}};
-/// kiln::detail::write_scalar_summaries(logs, 3);  // false: no default writer here
-/// \endcode
-template <class = void>
-bool write_scalar_summaries(std::span<const std::pair<std::string, double>> values, std::int64_t step,
-                            summary_target* target = nullptr) {
-  if (!target) target = default_summary_target();
-  if (!target) return false;
-  for (const auto& [tag, v] : values) {
-    tensor t(float64, shape{});
-    *static_cast<double*>(t.raw_data()) = v;
-    target->write(*target, summary_spec{summary_kind::scalar, tag, {}, 0}, t, step);
-  }
-  return true;
-}
-
-/// The step of a summary as an integer: an int32 or int64 scalar (checked before).
-template <class = void>
-std::int64_t summary_step(const tensor& step) {
-  if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
-  return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
-                               : *static_cast<const std::int64_t*>(step.raw_data());
-}
-
-/// Writes a summary to the default writer at every run: its inputs are the value and
-/// the step, its one result a bool scalar, true when it wrote (false without a writer).
-class summary_op final : public special_op {
- public:
-  template <class = void>
-  explicit summary_op(summary_spec spec) : special_op(std::type_identity<summary_op>()), spec_(std::move(spec)) {
-    for (int k = 0; k < 2; ++k) {
-      written_[k] = tensor(bool_, shape{});
-      *static_cast<bool*>(written_[k].raw_data()) = k == 1;
-    }
-  }
-  std::string_view name() const { return summary_op_name(spec_.kind); }
-  bool has_effects() const { return true; }
-  template <class = void>
-  tensor run(std::span<const tensor* const> in) const {
-    summary_target* target = default_summary_target();
-    if (!target) return written_[0];
-    const tensor& value = *in[0];
-    const tensor& step = *in[1];
-    if (summary_failure f = check_summary_inputs(spec_, value.dtype(), value.shape(), step.dtype(), step.shape()))
-      throw_summary_failure(f, true);  // (only a shape the trace left partial can fail here)
-    return written_[target->write(*target, spec_, value, summary_step(step)) ? 1 : 0];
-  }
-  const summary_spec& spec() const { return spec_; }
-
-  static std::array<std::string_view, 4> op_names() {
-    return {summary_op_name(summary_kind::scalar), summary_op_name(summary_kind::histogram),
-            summary_op_name(summary_kind::text), summary_op_name(summary_kind::image)};
-  }
-  /// Saved as what it writes besides its inputs; the kind is in the op's name, the
-  /// writer is the loading program's default one.
-  template <class Out>
-  void save(Out& out) const {
-    out.set("tag", spec_.tag);
-    out.set("description", spec_.description);
-    out.set("parameter", spec_.parameter);
-  }
-  template <class In>
-  static std::shared_ptr<const special_op> load(In& in) {
-    summary_kind kind = summary_kind::scalar;
-    for (auto k : {summary_kind::scalar, summary_kind::histogram, summary_kind::text, summary_kind::image})
-      if (summary_op_name(k) == in.op()) kind = k;
-    summary_spec spec{kind, in.text("tag"), in.text("description"), in.integer("parameter", 0, INT32_MAX)};
-    if (in.input_count() != 2) in.fail(in.op() + " takes two inputs, a value and a step");
-    const node &value = in.input(0), &step = in.input(1);
-    if (summary_failure f = check_summary_inputs(spec, value.dtype(), value.shape(), step.dtype(), step.shape()))
-      in.fail(f.message);
-    in.expect_results({{bool_, shape{}}});
-    return std::make_shared<summary_op>(std::move(spec));
-  }
-  /// What TensorBoard's graph shows of it: its tag.
-  template <class Out>
-  void describe(Out& out) const {
-    out.set_text("tag", spec_.tag);
-  }
-  static constexpr std::string_view onnx_refusal = "writes a TensorBoard summary; an ONNX model writes no files";
-
- private:
-  summary_spec spec_;
-  tensor written_[2];  // false, true: results shared by every run, allocated once
-};
-
-}  // namespace kiln::detail
-// ----- end kiln/exec/summary_op.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
-#define KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
-// ----- begin kiln/exec/collective_op.hpp -----
-/// \file
-/// The special op of collectives across ranks (kiln/distributed.hpp: `kiln::all_reduce`,
-/// `all_gather`, `broadcast`, `reduce_scatter`), and the hook through which it reaches
-/// the transport. A collective node holds what it does (its kind, reduce op, root and
-/// group) and takes its tensors as inputs; when it runs it hands them to the engine that
-/// kiln/distribute/ installs (MPI for host tensors, NCCL for device ones). This header
-/// holds no transport code and needs no MPI, so that the consumers of graphs that must
-/// recognise the node (saved functions) include it alone, and a program built without
-/// the distributed component that meets such a node says what it lacks.
-
-#include <array>
-#include <atomic>
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-namespace kiln {
-
-/// How `kiln::all_reduce` and `kiln::reduce_scatter` combine the ranks' values:
-/// TensorFlow's `tf.distribute.ReduceOp` (sum, mean) and the collectives' max and min.
-/// \code kiln::reduce_op op = kiln::reduce_op::mean; \endcode
-enum class reduce_op : unsigned char { sum, mean, max, min };
-
-/// `sum`, `mean`, `max`, `min`.
-/// \code kiln::name(kiln::reduce_op::max) == "max" \endcode
-inline std::string_view name(reduce_op op) {
-  static constexpr std::string_view names[] = {"sum", "mean", "max", "min"};
-  return names[int(op)];
-}
-
-}  // namespace kiln
-
-namespace kiln::detail {
-
-/// What a collective does with its tensors.
-enum class collective_kind : unsigned char {
-  all_reduce,      ///< every rank gets the reduction of every rank's tensors
-  all_gather,      ///< every rank gets every rank's tensor, stacked along axis 0 in rank order
-  broadcast,       ///< every rank gets the root's tensor
-  reduce_scatter,  ///< rank r gets block r (along axis 0) of the reduction
-  reduce,          ///< the root gets the reduction, the others zeros (broadcast's gradient)
-};
-
-/// The graph op of each kind, as a graph listing shows it (TensorFlow's collective ops'
-/// names; `CollectiveReduce` is NCCL's `Reduce`, which TensorFlow's graphs call
-/// NcclReduce).
-inline std::string_view collective_op_name(collective_kind kind) {
-  static constexpr std::string_view names[] = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastV2",
-                                               "CollectiveReduceScatterV2", "CollectiveReduce"};
-  return names[int(kind)];
-}
-/// The function of each kind, as messages name it.
-inline std::string_view collective_api_name(collective_kind kind) {
-  static constexpr std::string_view names[] = {"kiln::all_reduce", "kiln::all_gather", "kiln::broadcast",
-                                               "kiln::reduce_scatter", "kiln::broadcast's gradient"};
-  return names[int(kind)];
-}
-
-/// A collective as a node holds it.
-struct collective_spec {
-  collective_kind kind = collective_kind::all_reduce;
-  reduce_op op = reduce_op::sum;  ///< all_reduce, reduce_scatter, reduce
-  int root = 0;                   ///< broadcast, reduce: the rank (in the group) whose tensor counts
-  /// The group: the world ranks of its members in the group's rank order; empty for
-  /// every rank of the world.
-  std::vector<int> members;
-  /// The transport's state of the group (kiln/distribute/): set for a collective the
-  /// program made, null for one loaded from a file, whose group `members` finds.
-  std::shared_ptr<void> group;
-  /// Where the program calls it (a hash of its source file, line and column, and the
-  /// line): ranks that reach a collective from different places have lost step, since
-  /// every rank runs the same program.
-  std::uint64_t site = 0;
-  std::uint32_t line = 0;
-};
-
-/// The `site` of a collective called at `file`, `line`, `column`.
-inline std::uint64_t collective_site(std::string_view file, std::uint32_t line, std::uint32_t column) {
-  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
-  for (char c : file) hash = (hash ^ std::uint8_t(c)) * 1099511628211ull;
-  for (std::uint32_t v : {line, column})
-    for (int b = 0; b < 4; ++b) hash = (hash ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
-  return hash;
-}
-
-/// Why a collective cannot take its inputs: nothing, or which rule they break.
-struct collective_failure {
-  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
-  std::string message;
-  explicit operator bool() const { return kind != none; }
-};
-
-/// Checks the dtype and shape of a collective's inputs (one tensor, or several of one
-/// dtype for an all_reduce) in a group of `group_size` ranks, and gives the results'
-/// shapes in `results`. Partial shapes pass when some shape of them would.
-/// (A template on nothing, compiled only where a program uses it.)
-template <class = void>
-collective_failure check_collective(const collective_spec& s, std::span<const std::pair<dtype, shape>> inputs,
-                                    int group_size, std::vector<std::pair<dtype, shape>>* results = nullptr) {
-  const std::string who(collective_api_name(s.kind));
-  auto fail = [&](collective_failure::kind_t kind, const std::string& problem) {
-    return collective_failure{kind, who + ": " + problem};
-  };
-  if (inputs.empty()) return fail(collective_failure::wrong_shape, "no tensors given");
-  if (s.kind != collective_kind::all_reduce && inputs.size() != 1)
-    return fail(collective_failure::wrong_shape, "takes one tensor, got " + std::to_string(inputs.size()));
-  const dtype t = inputs[0].first;
-  for (const auto& [type, dims] : inputs)
-    if (type != t)
-      return fail(collective_failure::wrong_dtype, "the tensors of one all_reduce share a dtype, got " +
-                                                       std::string(name(t)) + " and " + std::string(name(type)));
-  const bool reduces = s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter ||
-                       s.kind == collective_kind::reduce;
-  if (reduces && !dtypes::numeric.contains(t))
-    return fail(collective_failure::wrong_dtype, "reduce_op::" + std::string(name(s.op)) +
-                                                     " needs int32, int64, float32 or float64 tensors, got " +
-                                                     std::string(name(t)));
-  if (s.kind == collective_kind::reduce && !is_floating(t))
-    return fail(collective_failure::wrong_dtype, "takes float32 or float64 tensors, got " + std::string(name(t)));
-  if ((s.kind == collective_kind::broadcast || s.kind == collective_kind::reduce) &&
-      (s.root < 0 || s.root >= group_size))
-    return fail(collective_failure::wrong_shape, "root " + std::to_string(s.root) + " is not a rank of a group of " +
-                                                     std::to_string(group_size));
-  const shape& first = inputs[0].second;
-  if (s.kind == collective_kind::all_gather || s.kind == collective_kind::reduce_scatter) {
-    if (first.has_known_rank() && first.rank() == 0)
-      return fail(collective_failure::wrong_shape, "needs a tensor of rank 1 or more (it works along axis 0), got a scalar");
-    if (s.kind == collective_kind::reduce_scatter && first.has_known_rank() && first[0] != none &&
-        first[0] % group_size != 0)
-      return fail(collective_failure::wrong_shape, "the first dim of shape " + first.str() +
-                                                       " does not divide into " + std::to_string(group_size) +
-                                                       " equal blocks, one per rank");
-  }
-  if (results) {
-    results->clear();
-    for (const auto& [type, dims] : inputs) {
-      shape out = dims;
-      if (dims.has_known_rank() && dims.rank() > 0 && dims[0] != none) {
-        std::vector<std::int64_t> d(dims.begin(), dims.end());
-        if (s.kind == collective_kind::all_gather) d[0] *= group_size;
-        if (s.kind == collective_kind::reduce_scatter) d[0] /= group_size;
-        out = shape(std::span<const std::int64_t>(d));
-      }
-      results->emplace_back(type, out);
-    }
-  }
-  return {};
-}
-
-class collective_op;
-
-/// Where collectives run: the transport that kiln/distribute/ installs when a program
-/// includes kiln/distributed.hpp (null otherwise).
-struct collective_engine {
-  /// Runs `op` on eager inputs and writes one tensor per result into `results`.
-  void (*run)(const collective_op& op, std::span<const tensor* const> inputs, std::span<tensor> results) = nullptr;
-  /// The number of ranks of a group (`members` empty: the world).
-  int (*group_size)(const std::vector<int>& members) = nullptr;
-};
-inline std::atomic<const collective_engine*>& collective_engine_slot() {
-  static std::atomic<const collective_engine*> engine{nullptr};
-  return engine;
-}
-
-/// What a program without the distributed component says when it meets a collective.
-[[noreturn]] inline void throw_no_collective_engine(std::string_view where, std::string_view op) {
-  throw unavailable_error(std::string(where) + std::string(op) +
-                          " is a collective across ranks, which needs kiln's distributed component: "
-                          "#include <kiln/distributed.hpp> and link the CMake target kiln::distributed");
-}
-
-/// A collective across ranks: its inputs are the tensors it combines, its results one per
-/// input. It has effects: every rank must run the same collectives in the same order, so
-/// they run in program order and are never pruned, folded or merged.
-class collective_op final : public special_op {
- public:
-  explicit collective_op(collective_spec spec) : special_op(std::type_identity<collective_op>()), spec_(std::move(spec)) {}
-  std::string_view name() const { return collective_op_name(spec_.kind); }
-  bool has_effects() const { return true; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
-    if (!engine) throw_no_collective_engine("", name());
-    std::vector<tensor> out(in.size());
-    engine->run(*this, in, out);
-    return out;
-  }
-  const collective_spec& spec() const { return spec_; }
-
-  static std::array<std::string_view, 5> op_names() {
-    return {collective_op_name(collective_kind::all_reduce), collective_op_name(collective_kind::all_gather),
-            collective_op_name(collective_kind::broadcast), collective_op_name(collective_kind::reduce_scatter),
-            collective_op_name(collective_kind::reduce)};
-  }
-  /// Saved as what it does; the kind is in the op's name, the group is its world ranks
-  /// (empty: the world).
-  template <class Out>
-  void save(Out& out) const {
-    out.set("reduce", std::string(kiln::name(spec_.op)));
-    out.set("root", spec_.root);
-    out.set("members", spec_.members);
-    out.set("site", spec_.site);
-    out.set("line", spec_.line);
-  }
-  /// Rebuilt only where the distributed component runs collectives, which tells the
-  /// size of its group.
-  template <class In>
-  static std::shared_ptr<const special_op> load(In& in) {
-    collective_kind kind = collective_kind::all_reduce;
-    for (auto k : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
-                   collective_kind::reduce_scatter, collective_kind::reduce})
-      if (collective_op_name(k) == in.op()) kind = k;
-    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
-    if (!engine) throw_no_collective_engine(in.context(), in.op());
-    collective_spec spec{kind, reduce_op::sum, in.integer("root", 0, INT32_MAX), {}, nullptr, in.unsigned_integer("site"),
-                         std::uint32_t(in.integer("line", 0, INT32_MAX))};
-    const std::string reduce = in.text("reduce");
-    bool known = false;
-    for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
-      if (kiln::name(o) == reduce) spec.op = o, known = true;
-    if (!known) in.fail("unknown reduce op \"" + reduce + "\"");
-    for (int m : in.integers("members", 0, INT32_MAX)) spec.members.push_back(m);
-    std::vector<std::pair<dtype, shape>> given, made;
-    for (int k = 0; k < in.input_count(); ++k) given.emplace_back(in.input(k).dtype(), in.input(k).shape());
-    int size = 0;
-    try {
-      size = engine->group_size(spec.members);
-    } catch (const error& e) {
-      in.fail(e.what());
-    }
-    if (collective_failure f = check_collective(spec, given, size, &made)) in.fail(f.message);
-    in.expect_results(made);
-    return std::make_shared<collective_op>(std::move(spec));
-  }
-
- private:
-  collective_spec spec_;
-};
-
-}  // namespace kiln::detail
-// ----- end kiln/exec/collective_op.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_IO_SAVED_FUNCTION_FORMAT_HPP
 #define KILN_SINGLE_INCLUDE_KILN_IO_SAVED_FUNCTION_FORMAT_HPP
 // ----- begin kiln/io/saved_function/format.hpp -----
@@ -1105,6 +604,506 @@ class loaded_function {
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
+// ----- begin kiln/exec/collective_op.hpp -----
+/// \file
+/// The special op of collectives across ranks (kiln/distributed.hpp: `kiln::all_reduce`,
+/// `all_gather`, `broadcast`, `reduce_scatter`), and the hook through which it reaches
+/// the transport. A collective node holds what it does (its kind, reduce op, root and
+/// group) and takes its tensors as inputs; when it runs it hands them to the engine that
+/// kiln/distribute/ installs (MPI for host tensors, NCCL for device ones). This header
+/// holds no transport code and needs no MPI, so that the consumers of graphs that must
+/// recognise the node (saved functions) include it alone, and a program built without
+/// the distributed component that meets such a node says what it lacks.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// How `kiln::all_reduce` and `kiln::reduce_scatter` combine the ranks' values:
+/// TensorFlow's `tf.distribute.ReduceOp` (sum, mean) and the collectives' max and min.
+/// \code kiln::reduce_op op = kiln::reduce_op::mean; \endcode
+enum class reduce_op : unsigned char { sum, mean, max, min };
+
+/// `sum`, `mean`, `max`, `min`.
+/// \code kiln::name(kiln::reduce_op::max) == "max" \endcode
+inline std::string_view name(reduce_op op) {
+  static constexpr std::string_view names[] = {"sum", "mean", "max", "min"};
+  return names[int(op)];
+}
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+/// What a collective does with its tensors.
+enum class collective_kind : unsigned char {
+  all_reduce,      ///< every rank gets the reduction of every rank's tensors
+  all_gather,      ///< every rank gets every rank's tensor, stacked along axis 0 in rank order
+  broadcast,       ///< every rank gets the root's tensor
+  reduce_scatter,  ///< rank r gets block r (along axis 0) of the reduction
+  reduce,          ///< the root gets the reduction, the others zeros (broadcast's gradient)
+};
+
+/// The graph op of each kind, as a graph listing shows it (TensorFlow's collective ops'
+/// names; `CollectiveReduce` is NCCL's `Reduce`, which TensorFlow's graphs call
+/// NcclReduce).
+inline std::string_view collective_op_name(collective_kind kind) {
+  static constexpr std::string_view names[] = {"CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastV2",
+                                               "CollectiveReduceScatterV2", "CollectiveReduce"};
+  return names[int(kind)];
+}
+/// The function of each kind, as messages name it.
+inline std::string_view collective_api_name(collective_kind kind) {
+  static constexpr std::string_view names[] = {"kiln::all_reduce", "kiln::all_gather", "kiln::broadcast",
+                                               "kiln::reduce_scatter", "kiln::broadcast's gradient"};
+  return names[int(kind)];
+}
+
+/// A collective as a node holds it.
+struct collective_spec {
+  collective_kind kind = collective_kind::all_reduce;
+  reduce_op op = reduce_op::sum;  ///< all_reduce, reduce_scatter, reduce
+  int root = 0;                   ///< broadcast, reduce: the rank (in the group) whose tensor counts
+  /// The group: the world ranks of its members in the group's rank order; empty for
+  /// every rank of the world.
+  std::vector<int> members;
+  /// The transport's state of the group (kiln/distribute/): set for a collective the
+  /// program made, null for one loaded from a file, whose group `members` finds.
+  std::shared_ptr<void> group;
+  /// Where the program calls it (a hash of its source file, line and column, and the
+  /// line): ranks that reach a collective from different places have lost step, since
+  /// every rank runs the same program.
+  std::uint64_t site = 0;
+  std::uint32_t line = 0;
+};
+
+/// The `site` of a collective called at `file`, `line`, `column`.
+inline std::uint64_t collective_site(std::string_view file, std::uint32_t line, std::uint32_t column) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  for (char c : file) hash = (hash ^ std::uint8_t(c)) * 1099511628211ull;
+  for (std::uint32_t v : {line, column})
+    for (int b = 0; b < 4; ++b) hash = (hash ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return hash;
+}
+
+/// Why a collective cannot take its inputs: nothing, or which rule they break.
+struct collective_failure {
+  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
+  std::string message;
+  explicit operator bool() const { return kind != none; }
+};
+
+/// Checks the dtype and shape of a collective's inputs (one tensor, or several of one
+/// dtype for an all_reduce) in a group of `group_size` ranks, and gives the results'
+/// shapes in `results`. Partial shapes pass when some shape of them would.
+/// (A template on nothing, compiled only where a program uses it.)
+template <class = void>
+collective_failure check_collective(const collective_spec& s, std::span<const std::pair<dtype, shape>> inputs,
+                                    int group_size, std::vector<std::pair<dtype, shape>>* results = nullptr) {
+  const std::string who(collective_api_name(s.kind));
+  auto fail = [&](collective_failure::kind_t kind, const std::string& problem) {
+    return collective_failure{kind, who + ": " + problem};
+  };
+  if (inputs.empty()) return fail(collective_failure::wrong_shape, "no tensors given");
+  if (s.kind != collective_kind::all_reduce && inputs.size() != 1)
+    return fail(collective_failure::wrong_shape, "takes one tensor, got " + std::to_string(inputs.size()));
+  const dtype t = inputs[0].first;
+  for (const auto& [type, dims] : inputs)
+    if (type != t)
+      return fail(collective_failure::wrong_dtype, "the tensors of one all_reduce share a dtype, got " +
+                                                       std::string(name(t)) + " and " + std::string(name(type)));
+  const bool reduces = s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter ||
+                       s.kind == collective_kind::reduce;
+  if (reduces && !dtypes::numeric.contains(t))
+    return fail(collective_failure::wrong_dtype, "reduce_op::" + std::string(name(s.op)) +
+                                                     " needs int32, int64, float32 or float64 tensors, got " +
+                                                     std::string(name(t)));
+  if (s.kind == collective_kind::reduce && !is_floating(t))
+    return fail(collective_failure::wrong_dtype, "takes float32 or float64 tensors, got " + std::string(name(t)));
+  if ((s.kind == collective_kind::broadcast || s.kind == collective_kind::reduce) &&
+      (s.root < 0 || s.root >= group_size))
+    return fail(collective_failure::wrong_shape, "root " + std::to_string(s.root) + " is not a rank of a group of " +
+                                                     std::to_string(group_size));
+  const shape& first = inputs[0].second;
+  if (s.kind == collective_kind::all_gather || s.kind == collective_kind::reduce_scatter) {
+    if (first.has_known_rank() && first.rank() == 0)
+      return fail(collective_failure::wrong_shape, "needs a tensor of rank 1 or more (it works along axis 0), got a scalar");
+    if (s.kind == collective_kind::reduce_scatter && first.has_known_rank() && first[0] != none &&
+        first[0] % group_size != 0)
+      return fail(collective_failure::wrong_shape, "the first dim of shape " + first.str() +
+                                                       " does not divide into " + std::to_string(group_size) +
+                                                       " equal blocks, one per rank");
+  }
+  if (results) {
+    results->clear();
+    for (const auto& [type, dims] : inputs) {
+      shape out = dims;
+      if (dims.has_known_rank() && dims.rank() > 0 && dims[0] != none) {
+        std::vector<std::int64_t> d(dims.begin(), dims.end());
+        if (s.kind == collective_kind::all_gather) d[0] *= group_size;
+        if (s.kind == collective_kind::reduce_scatter) d[0] /= group_size;
+        out = shape(std::span<const std::int64_t>(d));
+      }
+      results->emplace_back(type, out);
+    }
+  }
+  return {};
+}
+
+class collective_op;
+
+/// Where collectives run: the transport that kiln/distribute/ installs when a program
+/// includes kiln/distributed.hpp (null otherwise).
+struct collective_engine {
+  /// Runs `op` on eager inputs and writes one tensor per result into `results`.
+  void (*run)(const collective_op& op, std::span<const tensor* const> inputs, std::span<tensor> results) = nullptr;
+  /// The number of ranks of a group (`members` empty: the world).
+  int (*group_size)(const std::vector<int>& members) = nullptr;
+};
+inline std::atomic<const collective_engine*>& collective_engine_slot() {
+  static std::atomic<const collective_engine*> engine{nullptr};
+  return engine;
+}
+
+/// What a program without the distributed component says when it meets a collective.
+[[noreturn]] inline void throw_no_collective_engine(std::string_view where, std::string_view op) {
+  throw unavailable_error(std::string(where) + std::string(op) +
+                          " is a collective across ranks, which needs kiln's distributed component: "
+                          "#include <kiln/distributed.hpp> and link the CMake target kiln::distributed");
+}
+
+/// A collective across ranks: its inputs are the tensors it combines, its results one per
+/// input. It has effects: every rank must run the same collectives in the same order, so
+/// they run in program order and are never pruned, folded or merged.
+class collective_op final : public special_op {
+ public:
+  explicit collective_op(collective_spec spec) : special_op(std::type_identity<collective_op>()), spec_(std::move(spec)) {}
+  std::string_view name() const { return collective_op_name(spec_.kind); }
+  bool has_effects() const { return true; }
+  template <class = void>
+  std::vector<tensor> run(std::span<const tensor* const> in) const {
+    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+    if (!engine) throw_no_collective_engine("", name());
+    std::vector<tensor> out(in.size());
+    engine->run(*this, in, out);
+    return out;
+  }
+  const collective_spec& spec() const { return spec_; }
+
+  static std::array<std::string_view, 5> op_names() {
+    return {collective_op_name(collective_kind::all_reduce), collective_op_name(collective_kind::all_gather),
+            collective_op_name(collective_kind::broadcast), collective_op_name(collective_kind::reduce_scatter),
+            collective_op_name(collective_kind::reduce)};
+  }
+  /// Saved as what it does; the kind is in the op's name, the group is its world ranks
+  /// (empty: the world).
+  template <class Out>
+  void save(Out& out) const {
+    out.set("reduce", std::string(kiln::name(spec_.op)));
+    out.set("root", spec_.root);
+    out.set("members", spec_.members);
+    out.set("site", spec_.site);
+    out.set("line", spec_.line);
+  }
+  /// Rebuilt only where the distributed component runs collectives, which tells the
+  /// size of its group.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    collective_kind kind = collective_kind::all_reduce;
+    for (auto k : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
+                   collective_kind::reduce_scatter, collective_kind::reduce})
+      if (collective_op_name(k) == in.op()) kind = k;
+    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+    if (!engine) throw_no_collective_engine(in.context(), in.op());
+    collective_spec spec{kind, reduce_op::sum, in.integer("root", 0, INT32_MAX), {}, nullptr, in.unsigned_integer("site"),
+                         std::uint32_t(in.integer("line", 0, INT32_MAX))};
+    const std::string reduce = in.text("reduce");
+    bool known = false;
+    for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
+      if (kiln::name(o) == reduce) spec.op = o, known = true;
+    if (!known) in.fail("unknown reduce op \"" + reduce + "\"");
+    for (int m : in.integers("members", 0, INT32_MAX)) spec.members.push_back(m);
+    std::vector<std::pair<dtype, shape>> given, made;
+    for (int k = 0; k < in.input_count(); ++k) given.emplace_back(in.input(k).dtype(), in.input(k).shape());
+    int size = 0;
+    try {
+      size = engine->group_size(spec.members);
+    } catch (const error& e) {
+      in.fail(e.what());
+    }
+    if (collective_failure f = check_collective(spec, given, size, &made)) in.fail(f.message);
+    in.expect_results(made);
+    return std::make_shared<collective_op>(std::move(spec));
+  }
+
+ private:
+  collective_spec spec_;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/collective_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_COLLECTIVE_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
+// ----- begin kiln/exec/summary_op.hpp -----
+/// \file
+/// The special op of TensorBoard summaries (kiln/summary.hpp), and the hook through
+/// which it reaches a writer. A summary node holds what it writes (its kind, tag,
+/// description and the kind's parameter) and takes its value and step as inputs; when
+/// it runs it looks up the default writer of the calling thread, so that a function
+/// traced, or saved and loaded, without a writer writes to whichever writer is the
+/// default at each call. The writers themselves (event files, protocol buffers, PNG)
+/// live in kiln/io/summary/, above this layer: they fill the hook, so that this header
+/// (which saved functions, ONNX export and training loops include to recognise or
+/// write summaries) carries none of their code.
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+
+namespace kiln::detail {
+
+/// What a summary shows in TensorBoard: a curve of scalars, a histogram, text or images.
+enum class summary_kind : unsigned char { scalar, histogram, text, image };
+
+/// The graph op of each kind, as a graph listing shows it.
+inline std::string_view summary_op_name(summary_kind kind) {
+  switch (kind) {
+    case summary_kind::histogram: return "WriteHistogramSummary";
+    case summary_kind::text: return "WriteTextSummary";
+    case summary_kind::image: return "WriteImageSummary";
+    default: return "WriteScalarSummary";
+  }
+}
+
+/// What a summary writes besides its value and step.
+struct summary_spec {
+  summary_kind kind = summary_kind::scalar;
+  std::string tag;          ///< the name TensorBoard shows
+  std::string description;  ///< shown beside the plot (Markdown); may be empty
+  int parameter = 0;        ///< histogram: the bucket count; image: max_outputs; otherwise 0
+};
+
+/// Why a summary cannot take a value or a step: nothing, or which rule it breaks.
+struct summary_failure {
+  enum kind_t : unsigned char { none, wrong_dtype, wrong_shape } kind = none;
+  std::string message;
+  explicit operator bool() const { return kind != none; }
+};
+
+/// Checks a summary's value (`value_type`, `value_shape`) and step against what its
+/// kind takes. Partial shapes (None dims, unknown rank) pass when a value of some
+/// fitting shape would: the node checks the concrete shapes again when it runs.
+/// (Messages are made only on failure: a node runs this at every call. Like the other
+/// functions here, a template on nothing, compiled only where a program uses it.)
+template <class = void>
+summary_failure check_summary_inputs(const summary_spec& s, dtype value_type, const shape& value_shape,
+                                            dtype step_type, const shape& step_shape) {
+  auto fail = [&](summary_failure::kind_t kind, const std::string& problem) {
+    static constexpr std::string_view kinds[] = {"scalar", "histogram", "text", "image"};
+    return summary_failure{kind, "kiln::summary::" + std::string(kinds[int(s.kind)]) + " '" + s.tag + "': " + problem};
+  };
+  auto value = [&] { return std::string(name(value_type)) + " " + value_shape.str(); };
+  if (step_type != int32 && step_type != int64)
+    return fail(summary_failure::wrong_dtype, "the step must be an int32 or int64 scalar, got " +
+                                                  std::string(name(step_type)) + " " + step_shape.str());
+  if (step_shape.has_known_rank() && step_shape.rank() != 0)
+    return fail(summary_failure::wrong_shape, "the step must be a scalar, got shape " + step_shape.str());
+  switch (s.kind) {
+    case summary_kind::scalar:
+      if (value_type == string) return fail(summary_failure::wrong_dtype, "the value must be numeric, got " + value());
+      if (value_shape.has_known_rank() && value_shape.rank() != 0)
+        return fail(summary_failure::wrong_shape, "the value must be a scalar, got shape " + value_shape.str());
+      break;
+    case summary_kind::histogram:
+      if (value_type == string) return fail(summary_failure::wrong_dtype, "the values must be numeric, got " + value());
+      break;
+    case summary_kind::text:
+      if (value_type != string)
+        return fail(summary_failure::wrong_dtype, "the value must be a string tensor, got " + value());
+      break;
+    case summary_kind::image:
+      if (value_type == string || value_type == bool_)
+        return fail(summary_failure::wrong_dtype,
+                    "the images must be float32 or float64 (in [0, 1]) or int32 or int64 (in [0, 255]), got " + value());
+      if (value_shape.has_known_rank()) {
+        if (value_shape.rank() != 4)
+          return fail(summary_failure::wrong_shape,
+                      "the images must be of rank 4 (count, height, width, channels), got shape " + value_shape.str());
+        const std::int64_t channels = value_shape[3];
+        if (channels != none && (channels < 1 || channels > 4))
+          return fail(summary_failure::wrong_shape,
+                      "the images must have 1 (gray), 2 (gray, alpha), 3 (RGB) or 4 (RGBA) channels, got shape " +
+                          value_shape.str());
+        if (value_shape[1] == 0 || value_shape[2] == 0)
+          return fail(summary_failure::wrong_shape,
+                      "an image must be at least 1 pixel high and wide, got shape " + value_shape.str());
+      }
+      break;
+  }
+  return {};
+}
+
+/// Raises the error of `f`: kiln::type_error for a dtype and kiln::value_error for a
+/// shape (as TensorFlow's summaries raise, eagerly and while tracing), or
+/// kiln::invalid_argument_error for a shape found wrong only when a graph runs.
+template <class = void>
+[[noreturn]] void throw_summary_failure(const summary_failure& f, bool running_graph) {
+  if (running_graph) throw invalid_argument_error(f.message);
+  if (f.kind == summary_failure::wrong_dtype) throw type_error(f.message);
+  throw value_error(f.message);
+}
+
+/// Where summaries go: a writer, reached through a function pointer that the writer
+/// sets (kiln/io/summary/writer.hpp), so that code below it writes without its code.
+struct summary_target {
+  /// Writes `value` as summary `spec` at `step`; returns whether it wrote. A value the
+  /// writer cannot show (an integer pixel outside [0, 255], a NaN in a histogram)
+  /// raises kiln::invalid_argument_error.
+  bool (*write)(summary_target& self, const summary_spec& spec, const tensor& value, std::int64_t step) = nullptr;
+  /// Writes a serialized GraphDef (TensorBoard's graph view).
+  void (*write_graph)(summary_target& self, std::string_view graph_def) = nullptr;
+  /// Hands what is queued to the file.
+  void (*flush)(summary_target& self) = nullptr;
+};
+
+/// This thread's default writer (null when none): what kiln::summary::file_writer's
+/// as_default() sets for its lifetime, as tf.summary's default writer is per thread.
+inline summary_target*& default_summary_target() {
+  thread_local summary_target* target = nullptr;
+  return target;
+}
+
+/// How code below kiln/summary.hpp (a training loop given a log directory) opens a
+/// writer on a directory: `summary_file_opener<>::open(logdir)`, a shared
+/// summary_target. Declared here, defined by kiln/summary.hpp; such code names it as a
+/// defaulted template argument and checks that it is complete where it is
+/// instantiated, as concrete_function::save does with saved_function_io, so that a
+/// program that never includes kiln/summary.hpp compiles none of the writer, and one
+/// that asks for a log directory without it gets a compile error that says so:
+/// \code
+/// template <class Opener = kiln::detail::summary_file_opener<>>
+/// std::shared_ptr<kiln::detail::summary_target> open_log(const std::filesystem::path& logdir) {
+///   if constexpr (requires { Opener::open(logdir); })
+///     return Opener::open(logdir);
+///   else
+///     static_assert(sizeof(Opener*) == 0, "a log directory needs #include <kiln/summary.hpp>");
+/// }
+/// \endcode
+template <class = void>
+struct summary_file_opener;
+
+/// The hook for training loops (kiln::fit): writes each (tag, value) pair as a scalar
+/// summary at `step` to `target` (a writer, from summary_file_opener or the thread's
+/// default one when null); returns false when there is no writer. Tags are as tf.keras' TensorBoard callback
+/// names them (`epoch_loss`, `epoch_accuracy`) by the caller's choice.
+/// \code
+/// const std::pair<std::string, double> logs[] = {{"epoch_loss", 0.25}, {"epoch_accuracy", 0.9}};
+/// kiln::detail::write_scalar_summaries(logs, 3);  // false: no default writer here
+/// \endcode
+template <class = void>
+bool write_scalar_summaries(std::span<const std::pair<std::string, double>> values, std::int64_t step,
+                            summary_target* target = nullptr) {
+  if (!target) target = default_summary_target();
+  if (!target) return false;
+  for (const auto& [tag, v] : values) {
+    tensor t(float64, shape{});
+    *static_cast<double*>(t.raw_data()) = v;
+    target->write(*target, summary_spec{summary_kind::scalar, tag, {}, 0}, t, step);
+  }
+  return true;
+}
+
+/// The step of a summary as an integer: an int32 or int64 scalar (checked before).
+template <class = void>
+std::int64_t summary_step(const tensor& step) {
+  if (step.device() != device::cpu) return summary_step(step.to(device::cpu));
+  return step.dtype() == int32 ? std::int64_t(*static_cast<const std::int32_t*>(step.raw_data()))
+                               : *static_cast<const std::int64_t*>(step.raw_data());
+}
+
+/// Writes a summary to the default writer at every run: its inputs are the value and
+/// the step, its one result a bool scalar, true when it wrote (false without a writer).
+class summary_op final : public special_op {
+ public:
+  template <class = void>
+  explicit summary_op(summary_spec spec) : special_op(std::type_identity<summary_op>()), spec_(std::move(spec)) {
+    for (int k = 0; k < 2; ++k) {
+      written_[k] = tensor(bool_, shape{});
+      *static_cast<bool*>(written_[k].raw_data()) = k == 1;
+    }
+  }
+  std::string_view name() const { return summary_op_name(spec_.kind); }
+  bool has_effects() const { return true; }
+  template <class = void>
+  tensor run(std::span<const tensor* const> in) const {
+    summary_target* target = default_summary_target();
+    if (!target) return written_[0];
+    const tensor& value = *in[0];
+    const tensor& step = *in[1];
+    if (summary_failure f = check_summary_inputs(spec_, value.dtype(), value.shape(), step.dtype(), step.shape()))
+      throw_summary_failure(f, true);  // (only a shape the trace left partial can fail here)
+    return written_[target->write(*target, spec_, value, summary_step(step)) ? 1 : 0];
+  }
+  const summary_spec& spec() const { return spec_; }
+
+  static std::array<std::string_view, 4> op_names() {
+    return {summary_op_name(summary_kind::scalar), summary_op_name(summary_kind::histogram),
+            summary_op_name(summary_kind::text), summary_op_name(summary_kind::image)};
+  }
+  /// Saved as what it writes besides its inputs; the kind is in the op's name, the
+  /// writer is the loading program's default one.
+  template <class Out>
+  void save(Out& out) const {
+    out.set("tag", spec_.tag);
+    out.set("description", spec_.description);
+    out.set("parameter", spec_.parameter);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    summary_kind kind = summary_kind::scalar;
+    for (auto k : {summary_kind::scalar, summary_kind::histogram, summary_kind::text, summary_kind::image})
+      if (summary_op_name(k) == in.op()) kind = k;
+    summary_spec spec{kind, in.text("tag"), in.text("description"), in.integer("parameter", 0, INT32_MAX)};
+    if (in.input_count() != 2) in.fail(in.op() + " takes two inputs, a value and a step");
+    const node &value = in.input(0), &step = in.input(1);
+    if (summary_failure f = check_summary_inputs(spec, value.dtype(), value.shape(), step.dtype(), step.shape()))
+      in.fail(f.message);
+    in.expect_results({{bool_, shape{}}});
+    return std::make_shared<summary_op>(std::move(spec));
+  }
+  /// What TensorBoard's graph shows of it: its tag.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("tag", spec_.tag);
+  }
+  static constexpr std::string_view onnx_refusal = "writes a TensorBoard summary; an ONNX model writes no files";
+
+ private:
+  summary_spec spec_;
+  tensor written_[2];  // false, true: results shared by every run, allocated once
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/exec/summary_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_SUMMARY_OP_HPP
 #include "kiln/kiln.hpp"
 
 namespace kiln::detail {
