@@ -6555,8 +6555,7 @@ class exporter {
   std::unordered_map<const variable_state*, std::string> variables_;
 
  public:
-  // What a special op's to_onnx (beside the op) builds its nodes with.
-
+  // (What a special op's to_onnx, beside the op, builds its nodes with.)
   /// `base`, or `base_1`, `base_2`, ...: the first that no value of the model has.
   std::string fresh(const std::string& base) {
     if (used_.insert(base).second) return base;
@@ -6919,23 +6918,22 @@ class exporter {
   /// How the exporter reaches a special op (an entry of detail::special_op_table): its
   /// `to_onnx`, or why ONNX cannot express it.
   struct special_lowering {
-    /// The op's nodes (false when `s` is another op of the same name).
-    bool (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg, const std::vector<std::string>& in,
-                  std::vector<std::string>& out) = nullptr;
+    /// Whether `op` is this op (another kind of special op may take the same name).
+    bool (*is)(const special_op& op) = nullptr;
+    /// The op's nodes, and the names of its results.
+    std::vector<std::string> (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
+                                      const std::vector<std::string>& in) = nullptr;
     std::string_view refusal;  ///< the op's `onnx_refusal`, or empty
 
     template <class Op>
     static special_lowering of() {
       special_lowering l;
+      l.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
       if constexpr (requires { Op::onnx_refusal; }) {
         l.refusal = Op::onnx_refusal;
       } else if constexpr (requires { &Op::template to_onnx<exporter, GraphProto>; }) {
-        l.lower = [](exporter& e, GraphProto& g, const node& n, const kiln::graph& kg, const std::vector<std::string>& in,
-                     std::vector<std::string>& out) {
-          const Op* op = n.special().as<Op>();
-          if (op) out = op->to_onnx(e, g, n, kg, in);
-          return op != nullptr;
-        };
+        l.lower = [](exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
+                     const std::vector<std::string>& in) { return n.special().as<Op>()->to_onnx(e, g, n, kg, in); };
       }
       return l;
     }
@@ -6945,10 +6943,10 @@ class exporter {
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
                                         const std::vector<std::string>& in) {
     const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special().name());
-    if (entry && !entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
-    std::vector<std::string> out;
-    if (entry && entry->lower && entry->lower(*this, g, n, kg, in, out)) return out;
-    unavailable(n, "has no ONNX operator");
+    if (!entry || !entry->is(n.special())) unavailable(n, "has no ONNX operator");
+    if (!entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
+    if (!entry->lower) unavailable(n, "has no ONNX operator");
+    return entry->lower(*this, g, n, kg, in);
   }
 
   /// A branch of `If`: its arguments are the captures `picks` of the `cond` node.

@@ -33,11 +33,15 @@ inline std::atomic<const special_gradient*>& special_gradients() {
   return head;
 }
 
-/// Adds `entry` (static storage, pushed once) for its op.
+/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
 inline void register_special_gradient(special_gradient& entry) {
-  entry.next = special_gradients().load(std::memory_order_acquire);
-  while (!special_gradients().compare_exchange_weak(entry.next, &entry, std::memory_order_acq_rel)) {
-  }
+  const special_gradient* head = special_gradients().load(std::memory_order_acquire);
+  do {
+    // (pushed twice, an entry would point at itself and every lookup would loop)
+    for (const special_gradient* e = head; e; e = e->next)
+      if (e == &entry) return;
+    entry.next = head;
+  } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
 }
 
 /// How the special op named `op` is recorded, or null when it has no gradient.

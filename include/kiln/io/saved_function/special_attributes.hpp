@@ -142,22 +142,21 @@ class special_attributes_in {
 /// special_op_table): its `save` and `load`, or why it cannot be saved.
 template <class Writer, class Loader>
 struct saved_special_op {
-  /// Writes the attributes of `op` (false when `op` is another op of the same name).
-  bool (*save)(special_attributes_out<Writer>& out, const special_op& op) = nullptr;
+  /// Whether `op` is this op (another kind of special op may take the same name: a typed
+  /// trace's graph describes its steps with the runtime tier's names).
+  bool (*is)(const special_op& op) = nullptr;
+  void (*save)(special_attributes_out<Writer>& out, const special_op& op) = nullptr;
   std::shared_ptr<const special_op> (*load)(special_attributes_in<Loader>& in) = nullptr;
   std::string_view refusal;  ///< why it cannot be saved (`save_refusal`), or empty
 
   template <class Op>
   static saved_special_op of() {
     saved_special_op e;
+    e.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
     if constexpr (requires { Op::save_refusal; }) {
       e.refusal = Op::save_refusal;
     } else {
-      e.save = [](special_attributes_out<Writer>& out, const special_op& op) {
-        const Op* o = op.as<Op>();
-        if (o) o->save(out);
-        return o != nullptr;
-      };
+      e.save = [](special_attributes_out<Writer>& out, const special_op& op) { op.as<Op>()->save(out); };
       e.load = [](special_attributes_in<Loader>& in) { return Op::load(in); };
     }
     return e;

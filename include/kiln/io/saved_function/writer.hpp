@@ -52,13 +52,14 @@ struct saved_function_io<T>::writer {
   json special(const node& n) {
     const special_op& s = n.special();
     const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s.name());
-    if (entry && !entry->refusal.empty())
+    if (!entry || !entry->is(s))
+      throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
+                              ", which kiln cannot save yet");
+    if (!entry->refusal.empty())
       throw unavailable_error("kiln::save: node " + n.name() + " " + std::string(entry->refusal));
     json j = json::object();
     special_attributes_out<writer> out(*this, j);
-    if (!entry || !entry->save(out, s))
-      throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
-                              ", which kiln cannot save yet");
+    entry->save(out, s);
     return j;
   }
 
