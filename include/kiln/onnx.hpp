@@ -42,8 +42,8 @@
 #endif
 #include <onnx/onnx_pb.h>
 
+#include "kiln/io/special_ops.hpp"
 #include "kiln/kiln.hpp"
-#include "kiln/exec/summary_op.hpp"  // (not in kiln.hpp: the optional kiln/summary.hpp writes summaries)
 
 namespace kiln::onnx {
 
@@ -74,15 +74,7 @@ inline ::onnx::TensorProto to_tensor(const tensor& value, const std::string& nam
 
 namespace detail {
 
-using kiln::detail::assign_variable_op;
-using kiln::detail::cond_op;
-using kiln::detail::host_callback_op;
-using kiln::detail::print_op;
-using kiln::detail::random_uniform_op;
-using kiln::detail::read_variable_op;
-using kiln::detail::summary_op;
 using kiln::detail::variable_state;
-using kiln::detail::while_op;
 using ::onnx::AttributeProto;
 using ::onnx::GraphProto;
 using ::onnx::NodeProto;
@@ -183,6 +175,8 @@ class exporter {
   std::unordered_set<std::string> used_;
   std::unordered_map<const variable_state*, std::string> variables_;
 
+ public:
+  // (What a special op's to_onnx, beside the op, builds its nodes with.)
   /// `base`, or `base_1`, `base_2`, ...: the first that no value of the model has.
   std::string fresh(const std::string& base) {
     if (used_.insert(base).second) return base;
@@ -204,6 +198,14 @@ class exporter {
   std::string int64s(std::initializer_list<std::int64_t> values) {
     return int64s(std::span(values.begin(), values.size()));
   }
+  std::string constant_bool(bool v, const std::string& base) { return constant(kiln::constant(v), base); }
+  /// Variable `v`'s current value, as one initializer however often it is read.
+  std::string variable(const std::shared_ptr<variable_state>& v) {
+    auto [it, fresh_variable] = variables_.emplace(v.get(), std::string());
+    if (fresh_variable) it->second = constant(v->read(), v->name());
+    return it->second;
+  }
+  static void set_type(::onnx::ValueInfoProto& v, kiln::dtype t, const kiln::shape& s) { detail::set_type(v, t, s); }
 
   /// Adds node `op_type` to `g`, with `outputs` outputs named after `output_base`.
   NodeProto& add(GraphProto& g, std::string_view op_type, std::vector<std::string> inputs,
@@ -534,29 +536,38 @@ class exporter {
     return result.output(0);
   }
 
+  /// How the exporter reaches a special op (an entry of detail::special_op_table): its
+  /// `to_onnx`, or why ONNX cannot express it.
+  struct special_lowering {
+    /// Whether `op` is this op (another kind of special op may take the same name).
+    bool (*is)(const special_op& op) = nullptr;
+    /// The op's nodes, and the names of its results.
+    std::vector<std::string> (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
+                                      const std::vector<std::string>& in) = nullptr;
+    std::string_view refusal;  ///< the op's `onnx_refusal`, or empty
+
+    template <class Op>
+    static special_lowering of() {
+      special_lowering l;
+      l.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
+      if constexpr (requires { Op::onnx_refusal; }) {
+        l.refusal = Op::onnx_refusal;
+      } else if constexpr (requires { &Op::template to_onnx<exporter, GraphProto>; }) {
+        l.lower = [](exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
+                     const std::vector<std::string>& in) { return n.special().as<Op>()->to_onnx(e, g, n, kg, in); };
+      }
+      return l;
+    }
+  };
+
+  // The op's own to_onnx, found by its name (kiln/io/special_ops.hpp).
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
                                         const std::vector<std::string>& in) {
-    const special_op& s = n.special();
-    const int id = int(&n - kg.nodes().data());
-    if (auto* read = s.as<read_variable_op>()) {
-      const std::shared_ptr<variable_state>& v = read->state();
-      auto [it, fresh_variable] = variables_.emplace(v.get(), std::string());
-      if (fresh_variable) it->second = constant(v->read(), v->name());
-      return {it->second};
-    }
-    if (s.as<print_op>()) return std::vector<std::string>(std::size_t(n.result_count()));
-    if (auto* c = s.as<cond_op>()) {
-      NodeProto& if_node = add(g, "If", {in[0]}, n.name(), n.result_count());
-      branch(graph_attribute(if_node, "then_branch"), c->then_graph(), c->then_args(), in);
-      branch(graph_attribute(if_node, "else_branch"), c->else_graph(), c->else_args(), in);
-      return {if_node.output().begin(), if_node.output().end()};
-    }
-    if (auto* w = s.as<while_op>()) return loop(g, n, *w, kg, id, in);
-    if (s.as<assign_variable_op>()) unavailable(n, "assigns a variable; an ONNX model has no state");
-    if (s.as<random_uniform_op>()) unavailable(n, "draws random numbers, which ONNX's RandomUniform cannot repeat");
-    if (s.as<host_callback_op>()) unavailable(n, "calls back into C++");
-    if (s.as<summary_op>()) unavailable(n, "writes a TensorBoard summary; an ONNX model writes no files");
-    unavailable(n, "has no ONNX operator");
+    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special().name());
+    if (!entry || !entry->is(n.special())) unavailable(n, "has no ONNX operator");
+    if (!entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
+    if (!entry->lower) unavailable(n, "has no ONNX operator");
+    return entry->lower(*this, g, n, kg, in);
   }
 
   /// A branch of `If`: its arguments are the captures `picks` of the `cond` node.
@@ -570,80 +581,6 @@ class exporter {
       out->set_name(outputs[k]);
       set_type(*out, o.dtype(), o.shape());
     }
-  }
-
-  /// `while` as ONNX's `Loop`, which tests its condition after each body: the condition
-  /// is computed once before the loop, and again at the end of the body on the next
-  /// values. A body ending in kiln::break_if keeps the values it started with and
-  /// stops when its flag is set.
-  std::vector<std::string> loop(GraphProto& g, const node& n, const while_op& w, const kiln::graph& kg, int id,
-                                const std::vector<std::string>& in) {
-    const std::size_t vars = std::size_t(w.loop_variables()), cond_captures = std::size_t(w.cond_captures());
-    const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
-                                                    in.begin() + std::ptrdiff_t(vars + cond_captures));
-    const auto condition = [&](GraphProto& into, const std::vector<std::string>& values) {
-      std::vector<std::string> args = values;
-      args.insert(args.end(), captured_by_cond.begin(), captured_by_cond.end());
-      const std::string flag = emit(into, w.cond_graph(), args)[0];
-      if (w.cond_graph().node_at(w.cond_graph().outputs()[0]).dtype() != kiln::bool_)
-        unavailable(n, "has a condition that is not a bool");
-      return flag;
-    };
-    const std::vector<std::string> initial(in.begin(), in.begin() + std::ptrdiff_t(vars));
-    NodeProto& loop_node = add(g, "Loop", {"", condition(g, initial)}, n.name(), int(vars));
-    for (std::size_t k = 0; k < vars; ++k) loop_node.add_input(in[k]);
-
-    GraphProto& body = graph_attribute(loop_node, "body");
-    const auto add_value = [&](auto* list, const std::string& name, kiln::dtype t, const kiln::shape& s) {
-      auto* v = list->Add();
-      v->set_name(name);
-      set_type(*v, t, s);
-    };
-    add_value(body.mutable_input(), fresh(n.name() + "/iteration"), int64, kiln::shape{});
-    add_value(body.mutable_input(), fresh(n.name() + "/running"), kiln::bool_, kiln::shape{});
-    std::vector<std::string> values;
-    for (std::size_t k = 0; k < vars; ++k) {
-      const node& v = kg.node_at(id + int(k));
-      values.push_back(fresh(n.name() + "/var"));
-      add_value(body.mutable_input(), values.back(), v.dtype(), v.shape());
-    }
-    std::vector<std::string> args = values;
-    args.insert(args.end(), in.begin() + std::ptrdiff_t(vars + cond_captures), in.end());
-    std::vector<std::string> next = emit(body, w.body_graph(), args);
-
-    std::vector<std::string> outputs;
-    if (!w.breaks()) {
-      outputs.push_back(condition(body, next));
-      outputs.insert(outputs.end(), next.begin(), next.end());
-    } else {
-      // If(flag): stop with the values this iteration began with; else go on with the next.
-      NodeProto& stop = add(body, "If", {next[0]}, n.name() + "/break", int(vars) + 1);
-      GraphProto& then_branch = graph_attribute(stop, "then_branch");
-      GraphProto& else_branch = graph_attribute(stop, "else_branch");
-      // An initializer is no node's output: the branch returns the flag through Identity.
-      std::vector<std::string> then_outputs = {
-          value(then_branch, "Identity", {constant(kiln::constant(false), n.name() + "/stop")}, n.name() + "/stop")};
-      std::vector<std::string> else_outputs = {
-          condition(else_branch, std::vector<std::string>(next.begin() + 1, next.end()))};
-      for (std::size_t k = 0; k < vars; ++k) {
-        then_outputs.push_back(value(then_branch, "Identity", {values[k]}, n.name() + "/var"));
-        else_outputs.push_back(value(else_branch, "Identity", {next[k + 1]}, n.name() + "/var"));
-      }
-      for (std::size_t k = 0; k <= vars; ++k) {
-        const node* v = k == 0 ? nullptr : &kg.node_at(id + int(k) - 1);
-        const kiln::dtype t = v ? v->dtype() : kiln::bool_;
-        const kiln::shape s = v ? v->shape() : kiln::shape{};
-        add_value(then_branch.mutable_output(), then_outputs[k], t, s);
-        add_value(else_branch.mutable_output(), else_outputs[k], t, s);
-      }
-      outputs.assign(stop.output().begin(), stop.output().end());
-    }
-    add_value(body.mutable_output(), outputs[0], kiln::bool_, kiln::shape{});
-    for (std::size_t k = 0; k < vars; ++k) {
-      const node& v = kg.node_at(id + int(k));
-      add_value(body.mutable_output(), outputs[k + 1], v.dtype(), v.shape());
-    }
-    return {loop_node.output().begin(), loop_node.output().end()};
   }
 };
 

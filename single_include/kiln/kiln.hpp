@@ -13299,6 +13299,24 @@ class graph;
 /// through virtual functions: a compiler treats every override of a virtual function
 /// as reachable wherever the base is used, so each program that ran any graph, or
 /// just freed a tensor, would compile the loops, conditionals and datasets too.
+///
+/// A derived op also says how the consumers of graphs treat it, each a member they
+/// look up by the op's name, so that no consumer enumerates the ops (kiln/io/special_ops.hpp
+/// lists those that files know):
+/// - `static op_names()`: the names its nodes take (one per kind it has);
+/// - saving (kiln/saved_function.hpp): `template <class Out> void save(Out&) const`
+///   writes its attributes, `template <class In> static std::shared_ptr<const special_op>
+///   load(In&)` checks them against the node and rebuilds it; or `static constexpr
+///   std::string_view save_refusal`, why it cannot be saved;
+/// - ONNX (kiln/onnx.hpp): `template <class Onnx, class Graph> std::vector<std::string>
+///   to_onnx(Onnx&, Graph&, const node&, const graph&, const std::vector<std::string>&) const`
+///   emits its nodes, or `static constexpr std::string_view onnx_refusal` says why not;
+/// - gradients: an entry of special_gradients() (kiln/graph/special_gradients.hpp),
+///   registered by the layer that differentiates it.
+/// `Out`, `In` and `Onnx` are the consumers' types, so an op's header names no JSON or
+/// protocol buffer, and a program that saves nothing compiles none of it. An op without
+/// a member is refused by its name ("cannot save yet", "has no ONNX operator") or has
+/// no gradient.
 class special_op {
  public:
   /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
@@ -14830,20 +14848,12 @@ inline std::atomic<graph_replayer>& replay_hook() {
 /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
 template <class = void>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
-/// tapes recording: set when the first tape is made, so that a program without tapes
-/// compiles none of it.
+/// How a replayed trace's special nodes reach the tapes recording (each as its entry
+/// of special_gradients() says): set when the first tape is made, so that a program
+/// without tapes compiles none of it.
 using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 inline std::atomic<special_recorder>& special_hook() {
   static std::atomic<special_recorder> hook{nullptr};
-  return hook;
-}
-/// How a replayed trace's collective nodes (kiln/distributed.hpp) reach the tapes
-/// recording: set by the distributed component, which defines their gradients, so that
-/// a program without it compiles none of them.
-using collective_recorder = void (*)(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<collective_recorder>& collective_hook() {
-  static std::atomic<collective_recorder> hook{nullptr};
   return hook;
 }
 /// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
@@ -17416,6 +17426,7 @@ graph optimize(const graph& g) {
 /// variable, printing and calling back into C++. Each is one object that runs eagerly
 /// and as a graph node; the graph keeps effects in program order and never prunes them.
 
+#include <array>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -17423,6 +17434,7 @@ graph optimize(const graph& g) {
 #include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17489,6 +17501,30 @@ class read_variable_op final : public special_op {
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"ReadVariableOp"}; }
+  /// Saved as the variable, by its place among the saved function's variables.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_variable("variable", var_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    auto v = in.variable("variable");
+    in.expect_results({{v->type(), v->dims()}});
+    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
+    return std::make_shared<read_variable_op>(std::move(v));
+  }
+  /// What TensorBoard's graph shows of it: the variable's name.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("shared_name", var_->name());
+  }
+  /// In ONNX, the variable's current value (an initializer: ONNX has no state).
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph&, const node&, const graph&, const std::vector<std::string>&) const {
+    return {onnx.variable(var_)};
+  }
+
  private:
   std::shared_ptr<variable_state> var_;
 };
@@ -17508,19 +17544,49 @@ class assign_variable_op final : public special_op {
   template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
-  std::string_view name() const {
-    switch (mode_) {
+  std::string_view name() const { return name_of(mode_); }
+  /// The op name of each mode.
+  static std::string_view name_of(assign_mode mode) {
+    switch (mode) {
       case assign_mode::add: return "AssignAddVariableOp";
       case assign_mode::subtract: return "AssignSubVariableOp";
       case assign_mode::initialize: return "InitializeVariableOp";
       default: return "AssignVariableOp";
     }
   }
+  static constexpr assign_mode modes[] = {assign_mode::assign, assign_mode::add, assign_mode::subtract,
+                                          assign_mode::initialize};
   bool has_effects() const { return true; }
   template <class = void>
   tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
   /// The variable it writes (how, name() says).
   const std::shared_ptr<variable_state>& state() const { return var_; }
+
+  static std::array<std::string_view, 4> op_names() {
+    return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
+  }
+  /// Saved as the variable, by its place among the saved function's variables; the
+  /// mode is in the op's name.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_variable("variable", var_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    assign_mode mode = assign_mode::assign;
+    for (assign_mode m : modes)
+      if (name_of(m) == in.op()) mode = m;
+    auto v = in.variable("variable");
+    in.expect_results({{v->type(), v->dims()}});
+    if (in.input_count() != 1) in.fail(in.op() + " takes one input");
+    return std::make_shared<assign_variable_op>(std::move(v), mode);
+  }
+  /// What TensorBoard's graph shows of it: the variable's name.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("shared_name", var_->name());
+  }
+  static constexpr std::string_view onnx_refusal = "assigns a variable; an ONNX model has no state";
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
@@ -17563,6 +17629,28 @@ class print_op final : public special_op {
   }
   const std::vector<print_piece>& pieces() const { return pieces_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"PrintV2"}; }
+  /// Saved as its pieces: text, and which input each prints (-1: none).
+  template <class Out>
+  void save(Out& out) const {
+    out.set_items("pieces", pieces_.size(), [&](Out& item, std::size_t k) {
+      item.set("text", pieces_[k].text);
+      item.set("input", pieces_[k].input);
+    });
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    std::vector<print_piece> pieces;
+    for (const In& p : in.items("pieces")) pieces.push_back({p.text("text"), p.integer("input", -1, in.input_count() - 1)});
+    in.expect_results({});
+    return std::make_shared<print_op>(std::move(pieces));
+  }
+  /// Left out of an ONNX model: no ONNX op writes to the console.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx&, Graph&, const node& n, const graph&, const std::vector<std::string>&) const {
+    return std::vector<std::string>(std::size_t(n.result_count()));
+  }
+
  private:
   std::vector<print_piece> pieces_;
 };
@@ -17594,6 +17682,10 @@ class host_callback_op final : public special_op {
   }
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
+  static constexpr std::string_view save_refusal = "calls back into C++ (host_callback), which a saved function cannot hold";
+  static constexpr std::string_view onnx_refusal = "calls back into C++";
+
  private:
   callback fn_;
   std::vector<std::pair<dtype, shape>> results_;
@@ -17613,11 +17705,14 @@ class host_callback_op final : public special_op {
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <array>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17795,6 +17890,44 @@ class cond_op final : public special_op {
   const std::vector<int>& then_args() const { return then_args_; }
   const std::vector<int>& else_args() const { return else_args_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"cond"}; }
+  /// Saved as its branches' graphs and the captures each takes.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_graph("then", then_graph());
+    out.set("then_args", then_args_);
+    out.set_graph("else", else_graph());
+    out.set("else_args", else_args_);
+  }
+  /// Rebuilt from its branches once each takes what the node's inputs give and gives
+  /// the node's results.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    const int count = in.input_count();
+    if (count < 1 || in.input(0).dtype() != bool_) in.fail("a cond's first input is its bool predicate");
+    auto branch = [&](std::string_view graph_key, std::string_view args_key) {
+      graph sub = in.graph(graph_key);
+      std::vector<int> picks = in.integers(args_key, 0, count - 2);
+      if (picks.size() != sub.arguments().size()) in.fail("a branch's arguments do not match its graph");
+      for (std::size_t k = 0; k < picks.size(); ++k) in.check_argument(sub, k, in.input(picks[k] + 1));
+      in.expect_results(In::outputs_of(sub));
+      return std::pair{std::move(sub), std::move(picks)};
+    };
+    auto [then_graph, then_args] = branch("then", "then_args");
+    auto [else_graph, else_args] = branch("else", "else_args");
+    return std::make_shared<cond_op>(std::move(then_graph), std::move(then_args), std::move(else_graph),
+                                     std::move(else_args));
+  }
+  /// ONNX's `If`, each branch a graph whose arguments are the captures it takes.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph&,
+                                   const std::vector<std::string>& in) const {
+    auto& if_node = onnx.add(g, "If", {in[0]}, n.name(), n.result_count());
+    onnx.branch(onnx.graph_attribute(if_node, "then_branch"), then_graph(), then_args(), in);
+    onnx.branch(onnx.graph_attribute(if_node, "else_branch"), else_graph(), else_args(), in);
+    return {if_node.output().begin(), if_node.output().end()};
+  }
+
  private:
   subgraph then_, else_;
   std::vector<int> then_args_, else_args_;
@@ -17828,6 +17961,126 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+
+  static std::array<std::string_view, 1> op_names() { return {"while"}; }
+  /// Saved as its condition's and body's graphs and how its inputs divide between them.
+  template <class Out>
+  void save(Out& out) const {
+    out.set("loop_vars", vars_);
+    out.set_graph("cond", cond_graph());
+    out.set("cond_captures", cond_captures_);
+    out.set_graph("body", body_graph());
+    out.set("breaks", breaks_);
+  }
+  /// Rebuilt once its condition and body take what the node's inputs give, and the
+  /// body gives back what it and the condition take next.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    using results_t = std::vector<std::pair<dtype, shape>>;
+    const int count = in.input_count();
+    const int vars = in.integer("loop_vars", 0, count);
+    const int captures = in.integer("cond_captures", 0, count - vars);
+    const bool breaks = in.boolean("breaks");
+    graph cond = in.graph("cond"), body = in.graph("body");
+    if (int(cond.arguments().size()) != vars + captures || cond.outputs().size() != 1 ||
+        cond.node_at(cond.outputs()[0]).dtype() != bool_)
+      in.fail("a loop's condition does not match its loop variables");
+    if (int(body.arguments().size()) != count - captures || int(body.outputs().size()) != vars + (breaks ? 1 : 0))
+      in.fail("a loop's body does not match its loop variables");
+    if (breaks && body.node_at(body.outputs()[0]).dtype() != bool_) in.fail("a loop body's break_if flag is not bool");
+    for (int k = 0; k < vars + captures; ++k) in.check_argument(cond, std::size_t(k), in.input(k));
+    for (int k = 0; k < count - captures; ++k) in.check_argument(body, std::size_t(k), in.input(k < vars ? k : k + captures));
+    const results_t next = In::outputs_of(body, breaks ? 1 : 0);
+    for (int k = 0; k < vars; ++k) {
+      const node& p = body.node_at(body.arguments()[std::size_t(k)]);
+      const node& c = cond.node_at(cond.arguments()[std::size_t(k)]);
+      if (p.dtype() != next[std::size_t(k)].first || !p.shape().accepts(next[std::size_t(k)].second) ||
+          !c.shape().accepts(next[std::size_t(k)].second))
+        in.fail("loop variable " + std::to_string(k) + " changes from one iteration to the next");
+    }
+    results_t loop_vars;
+    for (int k = 0; k < vars; ++k)
+      loop_vars.emplace_back(body.node_at(body.arguments()[std::size_t(k)]).dtype(),
+                             body.node_at(body.arguments()[std::size_t(k)]).shape());
+    in.expect_results(loop_vars);
+    return std::make_shared<while_op>(vars, std::move(cond), captures, std::move(body), breaks);
+  }
+
+  /// ONNX's `Loop`, which tests its condition after each body: the condition is
+  /// computed once before the loop, and again at the end of the body on the next
+  /// values. A body ending in kiln::break_if keeps the values it started with and
+  /// stops when its flag is set.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph& kg,
+                                   const std::vector<std::string>& in) const {
+    const int id = int(&n - kg.nodes().data());
+    const std::size_t vars = std::size_t(vars_), cond_captures = std::size_t(cond_captures_);
+    const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
+                                                    in.begin() + std::ptrdiff_t(vars + cond_captures));
+    const auto condition = [&](Graph& into, const std::vector<std::string>& values) {
+      std::vector<std::string> args = values;
+      args.insert(args.end(), captured_by_cond.begin(), captured_by_cond.end());
+      const std::string flag = onnx.emit(into, cond_graph(), args)[0];
+      if (cond_graph().node_at(cond_graph().outputs()[0]).dtype() != bool_)
+        onnx.unavailable(n, "has a condition that is not a bool");
+      return flag;
+    };
+    const std::vector<std::string> initial(in.begin(), in.begin() + std::ptrdiff_t(vars));
+    auto& loop_node = onnx.add(g, "Loop", {"", condition(g, initial)}, n.name(), int(vars));
+    for (std::size_t k = 0; k < vars; ++k) loop_node.add_input(in[k]);
+
+    Graph& body = onnx.graph_attribute(loop_node, "body");
+    const auto add_value = [&](auto* list, const std::string& name, dtype t, const shape& s) {
+      auto* v = list->Add();
+      v->set_name(name);
+      onnx.set_type(*v, t, s);
+    };
+    add_value(body.mutable_input(), onnx.fresh(n.name() + "/iteration"), int64, shape{});
+    add_value(body.mutable_input(), onnx.fresh(n.name() + "/running"), bool_, shape{});
+    std::vector<std::string> values;
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      values.push_back(onnx.fresh(n.name() + "/var"));
+      add_value(body.mutable_input(), values.back(), v.dtype(), v.shape());
+    }
+    std::vector<std::string> args = values;
+    args.insert(args.end(), in.begin() + std::ptrdiff_t(vars + cond_captures), in.end());
+    std::vector<std::string> next = onnx.emit(body, body_graph(), args);
+
+    std::vector<std::string> outputs;
+    if (!breaks_) {
+      outputs.push_back(condition(body, next));
+      outputs.insert(outputs.end(), next.begin(), next.end());
+    } else {
+      // If(flag): stop with the values this iteration began with; else go on with the next.
+      auto& stop = onnx.add(body, "If", {next[0]}, n.name() + "/break", int(vars) + 1);
+      Graph& then_branch = onnx.graph_attribute(stop, "then_branch");
+      Graph& else_branch = onnx.graph_attribute(stop, "else_branch");
+      // An initializer is no node's output: the branch returns the flag through Identity.
+      std::vector<std::string> then_outputs = {
+          onnx.value(then_branch, "Identity", {onnx.constant_bool(false, n.name() + "/stop")}, n.name() + "/stop")};
+      std::vector<std::string> else_outputs = {
+          condition(else_branch, std::vector<std::string>(next.begin() + 1, next.end()))};
+      for (std::size_t k = 0; k < vars; ++k) {
+        then_outputs.push_back(onnx.value(then_branch, "Identity", {values[k]}, n.name() + "/var"));
+        else_outputs.push_back(onnx.value(else_branch, "Identity", {next[k + 1]}, n.name() + "/var"));
+      }
+      for (std::size_t k = 0; k <= vars; ++k) {
+        const node* v = k == 0 ? nullptr : &kg.node_at(id + int(k) - 1);
+        const dtype t = v ? v->dtype() : bool_;
+        const shape s = v ? v->shape() : shape{};
+        add_value(then_branch.mutable_output(), then_outputs[k], t, s);
+        add_value(else_branch.mutable_output(), else_outputs[k], t, s);
+      }
+      outputs.assign(stop.output().begin(), stop.output().end());
+    }
+    add_value(body.mutable_output(), outputs[0], bool_, shape{});
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      add_value(body.mutable_output(), outputs[k + 1], v.dtype(), v.shape());
+    }
+    return {loop_node.output().begin(), loop_node.output().end()};
+  }
   /// Whether the condition and the body compiled to scalar programs, which run
   /// without an executor when the loop variables are one-element CPU values.
   bool runs_as_scalar_program() const { return cond_program_ && body_program_; }
@@ -18759,31 +19012,103 @@ function(F, function_options) -> function<F>;
 #include <span>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+// ----- begin kiln/graph/special_gradients.hpp -----
+/// \file
+/// How a special op is differentiated: what a replayed trace's special node hands to
+/// the gradient tapes recording (kiln/autodiff/replay.hpp). Declared here, below the
+/// layers that differentiate the ops, and filled by them: kiln/autodiff/ registers
+/// variable reads, `cond` and `while`, kiln/distribute/ its collectives. An op that
+/// nobody registers has no gradient: its results are constants to the tapes.
+
+#include <atomic>
+#include <span>
+#include <string_view>
+
 
 namespace kiln::detail {
 
-/// Hands special node `n` (its inputs and `count` results in `value`, the results from
-/// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
-/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make, a
-/// collective as kiln::all_reduce and its kind record theirs.
+/// Records special node `op`, run on `inputs` with `results`, on the tapes recording.
+using special_tape_recorder = void (*)(const special_op& op, std::span<const tensor> inputs,
+                                       std::span<const tensor> results);
+
+/// One op's entry: its name and how it is recorded. Entries live as long as the
+/// program (a registrant keeps them in static storage) and are never removed.
+struct special_gradient {
+  std::string_view op;
+  special_tape_recorder record;
+  const special_gradient* next = nullptr;
+};
+
+/// The head of the list of entries: a few, pushed once each, read by every replayed
+/// special node, so a lock-free list rather than a map behind a lock.
+inline std::atomic<const special_gradient*>& special_gradients() {
+  static std::atomic<const special_gradient*> head{nullptr};
+  return head;
+}
+
+/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
+inline void register_special_gradient(special_gradient& entry) {
+  const special_gradient* head = special_gradients().load(std::memory_order_acquire);
+  do {
+    // (pushed twice, an entry would point at itself and every lookup would loop)
+    for (const special_gradient* e = head; e; e = e->next)
+      if (e == &entry) return;
+    entry.next = head;
+  } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
+}
+
+/// How the special op named `op` is recorded, or null when it has no gradient.
+inline special_tape_recorder special_gradient_of(std::string_view op) {
+  for (const special_gradient* e = special_gradients().load(std::memory_order_acquire); e; e = e->next)
+    if (e->op == op) return e->record;
+  return nullptr;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/graph/special_gradients.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+
+namespace kiln::detail {
+
+/// The special ops that autodiff differentiates, as special_gradients() holds them: a
+/// variable read is watched, and a `cond` or `while` node is recorded as kiln::cond and
+/// kiln::while_loop record the nodes they make. (Cast by name: as<cond_op> would compile
+/// the node's kernels in every program.)
 template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
-  std::vector<tensor> inputs;
-  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
-  const std::span<const tensor> results = value.subspan(at, count);
-  const special_op& op = n.special();
-  if (const auto* read = op.as<read_variable_op>()) {
-    watch_on_active_tapes(read->state().get(), value[at]);
-  } else if (op.name() == "cond") {  // (by name: as<cond_op> would compile the node's kernels in every program)
+void register_autodiff_special_gradients() {
+  static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
+                                                    std::span<const tensor> results) {
+    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
+  }};
+  static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
+                                          std::span<const tensor> results) {
     const auto& c = static_cast<const cond_op&>(op);
     cond_hook().load(std::memory_order_relaxed)(
-        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
-        std::span<const tensor>(inputs).subspan(1), results);
-  } else if (op.name() == "while") {
+        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()}, inputs.subspan(1),
+        results);
+  }};
+  static special_gradient loop{"while", [](const special_op& op, std::span<const tensor> inputs,
+                                           std::span<const tensor> results) {
     loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
-  } else if (op.name().starts_with("Collective")) {  // (kiln/exec/collective_op.hpp)
-    if (collective_recorder record = collective_hook().load(std::memory_order_relaxed)) record(op, inputs, results);
-  }
+  }};
+  for (special_gradient* entry : {&read, &cond, &loop}) register_special_gradient(*entry);
+}
+
+/// Hands special node `n` (its inputs and `count` results in `value`, the results from
+/// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
+/// without one has no gradient.
+template <class>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+  static const bool registered = (register_autodiff_special_gradients<void>(), true);
+  (void)registered;
+  const special_op& op = n.special();
+  const special_tape_recorder record = special_gradient_of(op.name());
+  if (!record) return;
+  std::vector<tensor> inputs;
+  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
+  record(op, inputs, value.subspan(at, count));
 }
 
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
@@ -21717,6 +22042,49 @@ class random_uniform_op final : public special_op {
   const uniform_spec& spec() const { return spec_; }
   std::uint64_t key() const { return key_; }
   const std::shared_ptr<generator_state>& generator() const { return generator_; }
+
+  static std::array<std::string_view, 6> op_names() {
+    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
+               t = random_op_names(distribution::truncated_normal);
+    return {u.first, u.second, n.first, n.second, t.first, t.second};
+  }
+  /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
+  /// sequence over in the loaded function, as a fresh trace would; a generator's draws
+  /// go on from its state when saved.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_dtype("dtype", spec_.type);
+    out.set_shape("shape", spec_.dims);
+    out.set("minval", spec_.minval);
+    if (spec_.maxval)
+      out.set("maxval", *spec_.maxval);
+    else
+      out.set_null("maxval");
+    if (generator_)
+      out.set_generator("generator", generator_);
+    else
+      out.set("key", key_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    distribution drawn = distribution::uniform;
+    bool stateful = false;
+    for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
+      if (const auto names = random_op_names(d); in.op() == names.first || in.op() == names.second)
+        drawn = d, stateful = in.op() == names.second;
+    uniform_spec u{in.shape("shape"), in.dtype("dtype"), in.number("minval"), std::nullopt, drawn};
+    if (!in.is_null("maxval")) u.maxval = in.number("maxval");
+    try {
+      u.check();
+    } catch (const error& e) {
+      in.fail(e.what());
+    }
+    in.expect_results({{u.type, u.dims}});
+    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
+    if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), in.unsigned_integer("key"));
+    return std::make_shared<random_uniform_op>(std::move(u), in.generator("generator"));
+  }
+  static constexpr std::string_view onnx_refusal = "draws random numbers, which ONNX's RandomUniform cannot repeat";
 
  private:
   uniform_spec spec_;

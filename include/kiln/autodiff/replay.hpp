@@ -14,32 +14,48 @@
 #include "kiln/exec/effects.hpp"
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/graph/special_gradients.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln::detail {
 
-/// Hands special node `n` (its inputs and `count` results in `value`, the results from
-/// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
-/// node is recorded as kiln::cond and kiln::while_loop record the nodes they make, a
-/// collective as kiln::all_reduce and its kind record theirs.
+/// The special ops that autodiff differentiates, as special_gradients() holds them: a
+/// variable read is watched, and a `cond` or `while` node is recorded as kiln::cond and
+/// kiln::while_loop record the nodes they make. (Cast by name: as<cond_op> would compile
+/// the node's kernels in every program.)
 template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
-  std::vector<tensor> inputs;
-  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
-  const std::span<const tensor> results = value.subspan(at, count);
-  const special_op& op = n.special();
-  if (const auto* read = op.as<read_variable_op>()) {
-    watch_on_active_tapes(read->state().get(), value[at]);
-  } else if (op.name() == "cond") {  // (by name: as<cond_op> would compile the node's kernels in every program)
+void register_autodiff_special_gradients() {
+  static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
+                                                    std::span<const tensor> results) {
+    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
+  }};
+  static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
+                                          std::span<const tensor> results) {
     const auto& c = static_cast<const cond_op&>(op);
     cond_hook().load(std::memory_order_relaxed)(
-        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
-        std::span<const tensor>(inputs).subspan(1), results);
-  } else if (op.name() == "while") {
+        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()}, inputs.subspan(1),
+        results);
+  }};
+  static special_gradient loop{"while", [](const special_op& op, std::span<const tensor> inputs,
+                                           std::span<const tensor> results) {
     loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
-  } else if (op.name().starts_with("Collective")) {  // (kiln/exec/collective_op.hpp)
-    if (collective_recorder record = collective_hook().load(std::memory_order_relaxed)) record(op, inputs, results);
-  }
+  }};
+  for (special_gradient* entry : {&read, &cond, &loop}) register_special_gradient(*entry);
+}
+
+/// Hands special node `n` (its inputs and `count` results in `value`, the results from
+/// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
+/// without one has no gradient.
+template <class>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+  static const bool registered = (register_autodiff_special_gradients<void>(), true);
+  (void)registered;
+  const special_op& op = n.special();
+  const special_tape_recorder record = special_gradient_of(op.name());
+  if (!record) return;
+  std::vector<tensor> inputs;
+  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
+  record(op, inputs, value.subspan(at, count));
 }
 
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in

@@ -106,20 +106,12 @@ inline std::atomic<graph_replayer>& replay_hook() {
 /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
 template <class = void>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
-/// tapes recording: set when the first tape is made, so that a program without tapes
-/// compiles none of it.
+/// How a replayed trace's special nodes reach the tapes recording (each as its entry
+/// of special_gradients() says): set when the first tape is made, so that a program
+/// without tapes compiles none of it.
 using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 inline std::atomic<special_recorder>& special_hook() {
   static std::atomic<special_recorder> hook{nullptr};
-  return hook;
-}
-/// How a replayed trace's collective nodes (kiln/distributed.hpp) reach the tapes
-/// recording: set by the distributed component, which defines their gradients, so that
-/// a program without it compiles none of them.
-using collective_recorder = void (*)(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<collective_recorder>& collective_hook() {
-  static std::atomic<collective_recorder> hook{nullptr};
   return hook;
 }
 /// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).

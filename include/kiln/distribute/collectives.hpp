@@ -35,6 +35,7 @@
 #include "kiln/distribute/nccl.hpp"
 #include "kiln/distribute/runtime.hpp"
 #include "kiln/exec/collective_op.hpp"
+#include "kiln/graph/special_gradients.hpp"
 
 namespace kiln::distribute::detail {
 
@@ -549,7 +550,8 @@ void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs
   kiln::detail::record_call_on_active_tapes(call, inputs, outputs);
 }
 
-/// What a replayed trace's collective nodes hand to the tapes (kiln::detail::collective_hook).
+/// What a replayed trace's collective nodes hand to the tapes (their entries of
+/// kiln::detail::special_gradients).
 template <class = void>
 void record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   const auto* c = op.as<collective_op>();
@@ -586,11 +588,18 @@ std::vector<tensor> collective(const collective_spec& spec, std::span<const tens
 }
 
 /// What kiln::distribute installs when a program includes it: the engine that runs
-/// collective nodes, and how replayed ones reach the gradient tapes.
+/// collective nodes, and how replayed ones reach the gradient tapes (their entries of
+/// kiln::detail::special_gradients).
 inline const kiln::detail::collective_engine engine{&run_collective<>, &group_size_of};
 inline const bool engine_installed = [] {
   kiln::detail::collective_engine_slot().store(&engine, std::memory_order_release);
-  kiln::detail::collective_hook().store(&record_collective_on_tapes<>, std::memory_order_relaxed);
+  static kiln::detail::special_gradient gradients[] = {
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_reduce), &record_collective_on_tapes<>},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_gather), &record_collective_on_tapes<>},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::broadcast), &record_collective_on_tapes<>},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce_scatter), &record_collective_on_tapes<>},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce), &record_collective_on_tapes<>}};
+  for (kiln::detail::special_gradient& g : gradients) kiln::detail::register_special_gradient(g);
   return true;
 }();
 

@@ -9,6 +9,7 @@
 /// recognise the node (saved functions) include it alone, and a program built without
 /// the distributed component that meets such a node says what it lacks.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -194,6 +195,52 @@ class collective_op final : public special_op {
     return out;
   }
   const collective_spec& spec() const { return spec_; }
+
+  static std::array<std::string_view, 5> op_names() {
+    return {collective_op_name(collective_kind::all_reduce), collective_op_name(collective_kind::all_gather),
+            collective_op_name(collective_kind::broadcast), collective_op_name(collective_kind::reduce_scatter),
+            collective_op_name(collective_kind::reduce)};
+  }
+  /// Saved as what it does; the kind is in the op's name, the group is its world ranks
+  /// (empty: the world).
+  template <class Out>
+  void save(Out& out) const {
+    out.set("reduce", std::string(kiln::name(spec_.op)));
+    out.set("root", spec_.root);
+    out.set("members", spec_.members);
+    out.set("site", spec_.site);
+    out.set("line", spec_.line);
+  }
+  /// Rebuilt only where the distributed component runs collectives, which tells the
+  /// size of its group.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    collective_kind kind = collective_kind::all_reduce;
+    for (auto k : {collective_kind::all_reduce, collective_kind::all_gather, collective_kind::broadcast,
+                   collective_kind::reduce_scatter, collective_kind::reduce})
+      if (collective_op_name(k) == in.op()) kind = k;
+    const collective_engine* engine = collective_engine_slot().load(std::memory_order_acquire);
+    if (!engine) throw_no_collective_engine(in.context(), in.op());
+    collective_spec spec{kind, reduce_op::sum, in.integer("root", 0, INT32_MAX), {}, nullptr, in.unsigned_integer("site"),
+                         std::uint32_t(in.integer("line", 0, INT32_MAX))};
+    const std::string reduce = in.text("reduce");
+    bool known = false;
+    for (auto o : {reduce_op::sum, reduce_op::mean, reduce_op::max, reduce_op::min})
+      if (kiln::name(o) == reduce) spec.op = o, known = true;
+    if (!known) in.fail("unknown reduce op \"" + reduce + "\"");
+    for (int m : in.integers("members", 0, INT32_MAX)) spec.members.push_back(m);
+    std::vector<std::pair<dtype, shape>> given, made;
+    for (int k = 0; k < in.input_count(); ++k) given.emplace_back(in.input(k).dtype(), in.input(k).shape());
+    int size = 0;
+    try {
+      size = engine->group_size(spec.members);
+    } catch (const error& e) {
+      in.fail(e.what());
+    }
+    if (collective_failure f = check_collective(spec, given, size, &made)) in.fail(f.message);
+    in.expect_results(made);
+    return std::make_shared<collective_op>(std::move(spec));
+  }
 
  private:
   collective_spec spec_;

@@ -6,11 +6,14 @@
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <array>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -90,6 +93,44 @@ class cond_op final : public special_op {
   const std::vector<int>& then_args() const { return then_args_; }
   const std::vector<int>& else_args() const { return else_args_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"cond"}; }
+  /// Saved as its branches' graphs and the captures each takes.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_graph("then", then_graph());
+    out.set("then_args", then_args_);
+    out.set_graph("else", else_graph());
+    out.set("else_args", else_args_);
+  }
+  /// Rebuilt from its branches once each takes what the node's inputs give and gives
+  /// the node's results.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    const int count = in.input_count();
+    if (count < 1 || in.input(0).dtype() != bool_) in.fail("a cond's first input is its bool predicate");
+    auto branch = [&](std::string_view graph_key, std::string_view args_key) {
+      graph sub = in.graph(graph_key);
+      std::vector<int> picks = in.integers(args_key, 0, count - 2);
+      if (picks.size() != sub.arguments().size()) in.fail("a branch's arguments do not match its graph");
+      for (std::size_t k = 0; k < picks.size(); ++k) in.check_argument(sub, k, in.input(picks[k] + 1));
+      in.expect_results(In::outputs_of(sub));
+      return std::pair{std::move(sub), std::move(picks)};
+    };
+    auto [then_graph, then_args] = branch("then", "then_args");
+    auto [else_graph, else_args] = branch("else", "else_args");
+    return std::make_shared<cond_op>(std::move(then_graph), std::move(then_args), std::move(else_graph),
+                                     std::move(else_args));
+  }
+  /// ONNX's `If`, each branch a graph whose arguments are the captures it takes.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph&,
+                                   const std::vector<std::string>& in) const {
+    auto& if_node = onnx.add(g, "If", {in[0]}, n.name(), n.result_count());
+    onnx.branch(onnx.graph_attribute(if_node, "then_branch"), then_graph(), then_args(), in);
+    onnx.branch(onnx.graph_attribute(if_node, "else_branch"), else_graph(), else_args(), in);
+    return {if_node.output().begin(), if_node.output().end()};
+  }
+
  private:
   subgraph then_, else_;
   std::vector<int> then_args_, else_args_;
@@ -123,6 +164,126 @@ class while_op final : public special_op {
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
+
+  static std::array<std::string_view, 1> op_names() { return {"while"}; }
+  /// Saved as its condition's and body's graphs and how its inputs divide between them.
+  template <class Out>
+  void save(Out& out) const {
+    out.set("loop_vars", vars_);
+    out.set_graph("cond", cond_graph());
+    out.set("cond_captures", cond_captures_);
+    out.set_graph("body", body_graph());
+    out.set("breaks", breaks_);
+  }
+  /// Rebuilt once its condition and body take what the node's inputs give, and the
+  /// body gives back what it and the condition take next.
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    using results_t = std::vector<std::pair<dtype, shape>>;
+    const int count = in.input_count();
+    const int vars = in.integer("loop_vars", 0, count);
+    const int captures = in.integer("cond_captures", 0, count - vars);
+    const bool breaks = in.boolean("breaks");
+    graph cond = in.graph("cond"), body = in.graph("body");
+    if (int(cond.arguments().size()) != vars + captures || cond.outputs().size() != 1 ||
+        cond.node_at(cond.outputs()[0]).dtype() != bool_)
+      in.fail("a loop's condition does not match its loop variables");
+    if (int(body.arguments().size()) != count - captures || int(body.outputs().size()) != vars + (breaks ? 1 : 0))
+      in.fail("a loop's body does not match its loop variables");
+    if (breaks && body.node_at(body.outputs()[0]).dtype() != bool_) in.fail("a loop body's break_if flag is not bool");
+    for (int k = 0; k < vars + captures; ++k) in.check_argument(cond, std::size_t(k), in.input(k));
+    for (int k = 0; k < count - captures; ++k) in.check_argument(body, std::size_t(k), in.input(k < vars ? k : k + captures));
+    const results_t next = In::outputs_of(body, breaks ? 1 : 0);
+    for (int k = 0; k < vars; ++k) {
+      const node& p = body.node_at(body.arguments()[std::size_t(k)]);
+      const node& c = cond.node_at(cond.arguments()[std::size_t(k)]);
+      if (p.dtype() != next[std::size_t(k)].first || !p.shape().accepts(next[std::size_t(k)].second) ||
+          !c.shape().accepts(next[std::size_t(k)].second))
+        in.fail("loop variable " + std::to_string(k) + " changes from one iteration to the next");
+    }
+    results_t loop_vars;
+    for (int k = 0; k < vars; ++k)
+      loop_vars.emplace_back(body.node_at(body.arguments()[std::size_t(k)]).dtype(),
+                             body.node_at(body.arguments()[std::size_t(k)]).shape());
+    in.expect_results(loop_vars);
+    return std::make_shared<while_op>(vars, std::move(cond), captures, std::move(body), breaks);
+  }
+
+  /// ONNX's `Loop`, which tests its condition after each body: the condition is
+  /// computed once before the loop, and again at the end of the body on the next
+  /// values. A body ending in kiln::break_if keeps the values it started with and
+  /// stops when its flag is set.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph& kg,
+                                   const std::vector<std::string>& in) const {
+    const int id = int(&n - kg.nodes().data());
+    const std::size_t vars = std::size_t(vars_), cond_captures = std::size_t(cond_captures_);
+    const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
+                                                    in.begin() + std::ptrdiff_t(vars + cond_captures));
+    const auto condition = [&](Graph& into, const std::vector<std::string>& values) {
+      std::vector<std::string> args = values;
+      args.insert(args.end(), captured_by_cond.begin(), captured_by_cond.end());
+      const std::string flag = onnx.emit(into, cond_graph(), args)[0];
+      if (cond_graph().node_at(cond_graph().outputs()[0]).dtype() != bool_)
+        onnx.unavailable(n, "has a condition that is not a bool");
+      return flag;
+    };
+    const std::vector<std::string> initial(in.begin(), in.begin() + std::ptrdiff_t(vars));
+    auto& loop_node = onnx.add(g, "Loop", {"", condition(g, initial)}, n.name(), int(vars));
+    for (std::size_t k = 0; k < vars; ++k) loop_node.add_input(in[k]);
+
+    Graph& body = onnx.graph_attribute(loop_node, "body");
+    const auto add_value = [&](auto* list, const std::string& name, dtype t, const shape& s) {
+      auto* v = list->Add();
+      v->set_name(name);
+      onnx.set_type(*v, t, s);
+    };
+    add_value(body.mutable_input(), onnx.fresh(n.name() + "/iteration"), int64, shape{});
+    add_value(body.mutable_input(), onnx.fresh(n.name() + "/running"), bool_, shape{});
+    std::vector<std::string> values;
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      values.push_back(onnx.fresh(n.name() + "/var"));
+      add_value(body.mutable_input(), values.back(), v.dtype(), v.shape());
+    }
+    std::vector<std::string> args = values;
+    args.insert(args.end(), in.begin() + std::ptrdiff_t(vars + cond_captures), in.end());
+    std::vector<std::string> next = onnx.emit(body, body_graph(), args);
+
+    std::vector<std::string> outputs;
+    if (!breaks_) {
+      outputs.push_back(condition(body, next));
+      outputs.insert(outputs.end(), next.begin(), next.end());
+    } else {
+      // If(flag): stop with the values this iteration began with; else go on with the next.
+      auto& stop = onnx.add(body, "If", {next[0]}, n.name() + "/break", int(vars) + 1);
+      Graph& then_branch = onnx.graph_attribute(stop, "then_branch");
+      Graph& else_branch = onnx.graph_attribute(stop, "else_branch");
+      // An initializer is no node's output: the branch returns the flag through Identity.
+      std::vector<std::string> then_outputs = {
+          onnx.value(then_branch, "Identity", {onnx.constant_bool(false, n.name() + "/stop")}, n.name() + "/stop")};
+      std::vector<std::string> else_outputs = {
+          condition(else_branch, std::vector<std::string>(next.begin() + 1, next.end()))};
+      for (std::size_t k = 0; k < vars; ++k) {
+        then_outputs.push_back(onnx.value(then_branch, "Identity", {values[k]}, n.name() + "/var"));
+        else_outputs.push_back(onnx.value(else_branch, "Identity", {next[k + 1]}, n.name() + "/var"));
+      }
+      for (std::size_t k = 0; k <= vars; ++k) {
+        const node* v = k == 0 ? nullptr : &kg.node_at(id + int(k) - 1);
+        const dtype t = v ? v->dtype() : bool_;
+        const shape s = v ? v->shape() : shape{};
+        add_value(then_branch.mutable_output(), then_outputs[k], t, s);
+        add_value(else_branch.mutable_output(), else_outputs[k], t, s);
+      }
+      outputs.assign(stop.output().begin(), stop.output().end());
+    }
+    add_value(body.mutable_output(), outputs[0], bool_, shape{});
+    for (std::size_t k = 0; k < vars; ++k) {
+      const node& v = kg.node_at(id + int(k));
+      add_value(body.mutable_output(), outputs[k + 1], v.dtype(), v.shape());
+    }
+    return {loop_node.output().begin(), loop_node.output().end()};
+  }
   /// Whether the condition and the body compiled to scalar programs, which run
   /// without an executor when the loop variables are one-element CPU values.
   bool runs_as_scalar_program() const { return cond_program_ && body_program_; }

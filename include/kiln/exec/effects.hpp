@@ -4,6 +4,7 @@
 /// variable, printing and calling back into C++. Each is one object that runs eagerly
 /// and as a graph node; the graph keeps effects in program order and never prunes them.
 
+#include <array>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -82,6 +84,30 @@ class read_variable_op final : public special_op {
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"ReadVariableOp"}; }
+  /// Saved as the variable, by its place among the saved function's variables.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_variable("variable", var_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    auto v = in.variable("variable");
+    in.expect_results({{v->type(), v->dims()}});
+    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
+    return std::make_shared<read_variable_op>(std::move(v));
+  }
+  /// What TensorBoard's graph shows of it: the variable's name.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("shared_name", var_->name());
+  }
+  /// In ONNX, the variable's current value (an initializer: ONNX has no state).
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx& onnx, Graph&, const node&, const graph&, const std::vector<std::string>&) const {
+    return {onnx.variable(var_)};
+  }
+
  private:
   std::shared_ptr<variable_state> var_;
 };
@@ -101,19 +127,49 @@ class assign_variable_op final : public special_op {
   template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
-  std::string_view name() const {
-    switch (mode_) {
+  std::string_view name() const { return name_of(mode_); }
+  /// The op name of each mode.
+  static std::string_view name_of(assign_mode mode) {
+    switch (mode) {
       case assign_mode::add: return "AssignAddVariableOp";
       case assign_mode::subtract: return "AssignSubVariableOp";
       case assign_mode::initialize: return "InitializeVariableOp";
       default: return "AssignVariableOp";
     }
   }
+  static constexpr assign_mode modes[] = {assign_mode::assign, assign_mode::add, assign_mode::subtract,
+                                          assign_mode::initialize};
   bool has_effects() const { return true; }
   template <class = void>
   tensor run(std::span<const tensor* const> in) const { return apply(*in[0]); }
   /// The variable it writes (how, name() says).
   const std::shared_ptr<variable_state>& state() const { return var_; }
+
+  static std::array<std::string_view, 4> op_names() {
+    return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
+  }
+  /// Saved as the variable, by its place among the saved function's variables; the
+  /// mode is in the op's name.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_variable("variable", var_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    assign_mode mode = assign_mode::assign;
+    for (assign_mode m : modes)
+      if (name_of(m) == in.op()) mode = m;
+    auto v = in.variable("variable");
+    in.expect_results({{v->type(), v->dims()}});
+    if (in.input_count() != 1) in.fail(in.op() + " takes one input");
+    return std::make_shared<assign_variable_op>(std::move(v), mode);
+  }
+  /// What TensorBoard's graph shows of it: the variable's name.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("shared_name", var_->name());
+  }
+  static constexpr std::string_view onnx_refusal = "assigns a variable; an ONNX model has no state";
 
   /// The assignment on an eager value; a value of another dtype or shape raises
   /// kiln::invalid_argument_error. What a variable holds is never a value a gradient
@@ -156,6 +212,28 @@ class print_op final : public special_op {
   }
   const std::vector<print_piece>& pieces() const { return pieces_; }
 
+  static std::array<std::string_view, 1> op_names() { return {"PrintV2"}; }
+  /// Saved as its pieces: text, and which input each prints (-1: none).
+  template <class Out>
+  void save(Out& out) const {
+    out.set_items("pieces", pieces_.size(), [&](Out& item, std::size_t k) {
+      item.set("text", pieces_[k].text);
+      item.set("input", pieces_[k].input);
+    });
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    std::vector<print_piece> pieces;
+    for (const In& p : in.items("pieces")) pieces.push_back({p.text("text"), p.integer("input", -1, in.input_count() - 1)});
+    in.expect_results({});
+    return std::make_shared<print_op>(std::move(pieces));
+  }
+  /// Left out of an ONNX model: no ONNX op writes to the console.
+  template <class Onnx, class Graph>
+  std::vector<std::string> to_onnx(Onnx&, Graph&, const node& n, const graph&, const std::vector<std::string>&) const {
+    return std::vector<std::string>(std::size_t(n.result_count()));
+  }
+
  private:
   std::vector<print_piece> pieces_;
 };
@@ -186,6 +264,10 @@ class host_callback_op final : public special_op {
     return out;
   }
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
+
+  static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
+  static constexpr std::string_view save_refusal = "calls back into C++ (host_callback), which a saved function cannot hold";
+  static constexpr std::string_view onnx_refusal = "calls back into C++";
 
  private:
   callback fn_;

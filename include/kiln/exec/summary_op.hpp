@@ -10,6 +10,7 @@
 /// (which saved functions, ONNX export and training loops include to recognise or
 /// write summaries) carries none of their code.
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -207,6 +208,38 @@ class summary_op final : public special_op {
     return written_[target->write(*target, spec_, value, summary_step(step)) ? 1 : 0];
   }
   const summary_spec& spec() const { return spec_; }
+
+  static std::array<std::string_view, 4> op_names() {
+    return {summary_op_name(summary_kind::scalar), summary_op_name(summary_kind::histogram),
+            summary_op_name(summary_kind::text), summary_op_name(summary_kind::image)};
+  }
+  /// Saved as what it writes besides its inputs; the kind is in the op's name, the
+  /// writer is the loading program's default one.
+  template <class Out>
+  void save(Out& out) const {
+    out.set("tag", spec_.tag);
+    out.set("description", spec_.description);
+    out.set("parameter", spec_.parameter);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    summary_kind kind = summary_kind::scalar;
+    for (auto k : {summary_kind::scalar, summary_kind::histogram, summary_kind::text, summary_kind::image})
+      if (summary_op_name(k) == in.op()) kind = k;
+    summary_spec spec{kind, in.text("tag"), in.text("description"), in.integer("parameter", 0, INT32_MAX)};
+    if (in.input_count() != 2) in.fail(in.op() + " takes two inputs, a value and a step");
+    const node &value = in.input(0), &step = in.input(1);
+    if (summary_failure f = check_summary_inputs(spec, value.dtype(), value.shape(), step.dtype(), step.shape()))
+      in.fail(f.message);
+    in.expect_results({{bool_, shape{}}});
+    return std::make_shared<summary_op>(std::move(spec));
+  }
+  /// What TensorBoard's graph shows of it: its tag.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("tag", spec_.tag);
+  }
+  static constexpr std::string_view onnx_refusal = "writes a TensorBoard summary; an ONNX model writes no files";
 
  private:
   summary_spec spec_;

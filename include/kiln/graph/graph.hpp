@@ -152,6 +152,24 @@ class graph;
 /// through virtual functions: a compiler treats every override of a virtual function
 /// as reachable wherever the base is used, so each program that ran any graph, or
 /// just freed a tensor, would compile the loops, conditionals and datasets too.
+///
+/// A derived op also says how the consumers of graphs treat it, each a member they
+/// look up by the op's name, so that no consumer enumerates the ops (kiln/io/special_ops.hpp
+/// lists those that files know):
+/// - `static op_names()`: the names its nodes take (one per kind it has);
+/// - saving (kiln/saved_function.hpp): `template <class Out> void save(Out&) const`
+///   writes its attributes, `template <class In> static std::shared_ptr<const special_op>
+///   load(In&)` checks them against the node and rebuilds it; or `static constexpr
+///   std::string_view save_refusal`, why it cannot be saved;
+/// - ONNX (kiln/onnx.hpp): `template <class Onnx, class Graph> std::vector<std::string>
+///   to_onnx(Onnx&, Graph&, const node&, const graph&, const std::vector<std::string>&) const`
+///   emits its nodes, or `static constexpr std::string_view onnx_refusal` says why not;
+/// - gradients: an entry of special_gradients() (kiln/graph/special_gradients.hpp),
+///   registered by the layer that differentiates it.
+/// `Out`, `In` and `Onnx` are the consumers' types, so an op's header names no JSON or
+/// protocol buffer, and a program that saves nothing compiles none of it. An op without
+/// a member is refused by its name ("cannot save yet", "has no ONNX operator") or has
+/// no gradient.
 class special_op {
  public:
   /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.

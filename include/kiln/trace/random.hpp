@@ -254,6 +254,49 @@ class random_uniform_op final : public special_op {
   std::uint64_t key() const { return key_; }
   const std::shared_ptr<generator_state>& generator() const { return generator_; }
 
+  static std::array<std::string_view, 6> op_names() {
+    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
+               t = random_op_names(distribution::truncated_normal);
+    return {u.first, u.second, n.first, n.second, t.first, t.second};
+  }
+  /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
+  /// sequence over in the loaded function, as a fresh trace would; a generator's draws
+  /// go on from its state when saved.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_dtype("dtype", spec_.type);
+    out.set_shape("shape", spec_.dims);
+    out.set("minval", spec_.minval);
+    if (spec_.maxval)
+      out.set("maxval", *spec_.maxval);
+    else
+      out.set_null("maxval");
+    if (generator_)
+      out.set_generator("generator", generator_);
+    else
+      out.set("key", key_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    distribution drawn = distribution::uniform;
+    bool stateful = false;
+    for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
+      if (const auto names = random_op_names(d); in.op() == names.first || in.op() == names.second)
+        drawn = d, stateful = in.op() == names.second;
+    uniform_spec u{in.shape("shape"), in.dtype("dtype"), in.number("minval"), std::nullopt, drawn};
+    if (!in.is_null("maxval")) u.maxval = in.number("maxval");
+    try {
+      u.check();
+    } catch (const error& e) {
+      in.fail(e.what());
+    }
+    in.expect_results({{u.type, u.dims}});
+    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
+    if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), in.unsigned_integer("key"));
+    return std::make_shared<random_uniform_op>(std::move(u), in.generator("generator"));
+  }
+  static constexpr std::string_view onnx_refusal = "draws random numbers, which ONNX's RandomUniform cannot repeat";
+
  private:
   uniform_spec spec_;
   std::uint64_t key_ = 0;

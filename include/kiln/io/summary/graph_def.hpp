@@ -23,11 +23,11 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
-#include "kiln/exec/effects.hpp"
-#include "kiln/exec/summary_op.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/io/special_ops.hpp"
 #include "kiln/io/summary/events.hpp"
 #include "kiln/io/summary/protobuf.hpp"
 #include "kiln/ops/registry.hpp"
@@ -122,6 +122,29 @@ void write_op_attrs(proto::writer& w, const Op& op) {
 /// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
 /// (Templates on nothing, as the rest of this header: compiled only where a program
 /// writes a graph.)
+/// How the graph writer reaches a special op (an entry of special_op_table): the string
+/// attributes the op's `describe(out)` gives TensorBoard (`shared_name`, `tag`), if any.
+struct tensorboard_special_op {
+  void (*describe)(proto::writer& d, const special_op& op) = nullptr;
+
+  template <class Op>
+  static tensorboard_special_op of() {
+    struct out {
+      proto::writer& d;
+      void set_text(std::string_view key, std::string_view value) { write_string_attr(d, key, value); }
+    };
+    tensorboard_special_op e;
+    e.describe = [](proto::writer& d, const special_op& op) {
+      if constexpr (requires(out& o) { std::declval<const Op&>().describe(o); })
+        if (const Op* o = op.as<Op>()) {
+          out attributes{d};
+          o->describe(attributes);
+        }
+    };
+    return e;
+  }
+};
+
 template <class = void>
 class graph_def_writer {
  public:
@@ -197,10 +220,7 @@ class graph_def_writer {
             const special_op& s = n.special();
             if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
             for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
-            if (const auto* read = s.as<read_variable_op>()) write_string_attr(d, "shared_name", read->state()->name());
-            if (const auto* write = s.as<assign_variable_op>())
-              write_string_attr(d, "shared_name", write->state()->name());
-            if (const auto* summary = s.as<summary_op>()) write_string_attr(d, "tag", summary->spec().tag);
+            if (const auto* entry = special_op_entry<tensorboard_special_op>(s.name())) entry->describe(d, s);
             for (const auto& [label, sub] : s.subgraphs())
               write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
             break;
