@@ -1312,7 +1312,8 @@ inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& s
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
 /// \file
-/// The op registry: every op type, one row each, in one Boost.Mp11 list per family.
+/// The op registry: every op type, one row each, in one Boost.Mp11 list per family
+/// (the families of the one op list, kiln/ops/op_list.hpp).
 /// Graphs store an op as an `ops::any_op` over these lists, and the cross-backend suite
 /// walks them; calling an op without its row stops at `ops::registered`'s `static_assert`.
 
@@ -1864,6 +1865,8 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
+/// - `static constexpr std::string_view onnx_name`, when the op is one ONNX operator
+///   (kiln/onnx.hpp's exporter writes it; the others it lowers in its own way);
 /// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.
@@ -2085,6 +2088,142 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 }  // namespace kiln
 // ----- end kiln/ops/op.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_OP_LIST_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_OP_LIST_HPP
+// ----- begin kiln/ops/op_list.hpp -----
+/// \file
+/// The one op list: every op type of kiln::ops, one entry each, as X-macros that the
+/// code which must name every op expands instead of repeating the names. The
+/// elementwise ops with a public function of their own are entries `F(public_name, op)`,
+/// and from them come the op families `F(op)` below, the public functions of both tiers
+/// (on kiln::tensor: kiln/ops/elementwise.hpp and kiln/ops/activations.hpp; on typed
+/// operands: kiln/typed/ops.hpp) and their operators. The families give the registry's
+/// type lists (kiln/ops/registry.hpp), the kernels a compiled library instantiates
+/// (kiln/kernels.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
+/// of the ops folder fails when the CMake file's families drift from these, and the
+/// fuzzer's programs (test/fuzz/program.hpp) fail to compile when an op listed here is
+/// neither one of their steps nor one they name as left out.
+///
+/// A new elementwise op is its struct in kiln::ops (its name, its ONNX name when it is
+/// one ONNX operator, its rules, functor and gradient), one entry in one list here (and
+/// in KILN_OPERATORS if it has an operator), and its line in the fuzzer's programs.
+/// Ops with attributes (`cast`, `gelu`, `elu`, `leaky_relu`) and `where` have
+/// hand-written functions, which take more than operands.
+
+/// The elementwise ops of kiln/ops/elementwise.hpp whose function takes one operand:
+/// `F(public_name, op)`, the function `kiln::public_name(x)` in both tiers running
+/// `kiln::ops::op`.
+///
+/// | function | computes |
+/// |---|---|
+/// | `negative(x)`, also `-x` | elementwise negation |
+/// | `abs(x)` | absolute value |
+/// | `exp(x)` | e to the x, for floats |
+/// | `log(x)` | natural logarithm, for floats |
+/// | `sqrt(x)` | square root, for floats |
+/// | `square(x)` | `x * x` |
+/// | `tanh(x)` | hyperbolic tangent, for floats |
+/// | `sigmoid(x)` | `1 / (1 + exp(-x))`, for floats |
+/// | `relu(x)` | `maximum(x, 0)` |
+/// | `logical_not(b)` | negation of a bool tensor |
+///
+/// \code
+/// const kiln::tensor x = kiln::constant({-1.f, 4.f});
+/// const kiln::tensor y = kiln::sqrt(kiln::abs(x));  // [1 2]
+/// const auto z = kiln::relu(-kiln::fixed<float, 2>{1.f, -2.f});  // [0 2]
+/// \endcode
+#define KILN_MATH_UNARY_FUNCTIONS(F)                                                                             \
+  F(negative, negate) F(abs, abs) F(exp, exp) F(log, log) F(sqrt, sqrt) F(square, square) F(tanh, tanh)        \
+  F(sigmoid, sigmoid) F(relu, relu) F(logical_not, logical_not)
+
+/// The activations of kiln/ops/activations.hpp whose function takes one operand, for
+/// floats: `F(public_name, op)` as KILN_MATH_UNARY_FUNCTIONS.
+///
+/// | function | computes |
+/// |---|---|
+/// | `erf(x)` | the Gauss error function (`tf.math.erf`) |
+/// | `softplus(x)` | `log(exp(x) + 1)`, without overflow |
+/// | `silu(x)` | `x * sigmoid(x)` (swish) |
+///
+/// \code
+/// const kiln::tensor y = kiln::softplus(kiln::constant({0.f}));  // [0.693147]
+/// \endcode
+#define KILN_ACTIVATION_FUNCTIONS(F) F(erf, erf) F(softplus, softplus) F(silu, silu)
+
+/// Every elementwise op whose function takes one operand.
+#define KILN_UNARY_FUNCTIONS(F) KILN_MATH_UNARY_FUNCTIONS(F) KILN_ACTIVATION_FUNCTIONS(F)
+
+/// The elementwise ops whose function takes two operands: `F(public_name, op)`, the
+/// function `kiln::public_name(x, y)` in both tiers running `kiln::ops::op`, operands
+/// broadcast together; a C++ scalar on either side takes the other operand's dtype.
+///
+/// | function | computes |
+/// |---|---|
+/// | `add(x, y)`, also `x + y` | sum; concatenates string tensors |
+/// | `subtract(x, y)`, also `x - y` | difference |
+/// | `multiply(x, y)`, also `x * y` | product |
+/// | `divide(x, y)`, also `x / y` | true division (integers give float64) |
+/// | `floordiv(x, y)` | division rounding down: `floordiv(7, -2)` is -4 |
+/// | `floormod(x, y)`, also `x % y` | the remainder, with the divisor's sign |
+/// | `pow(x, y)` | x to the power y |
+/// | `maximum(x, y)`, `minimum(x, y)` | the larger, the smaller value |
+/// | `equal(x, y)`, also `x == y`; `not_equal`, `!=` | comparison, giving bools |
+/// | `less`, `<`; `less_equal`, `<=`; `greater`, `>`; `greater_equal`, `>=` | comparison, giving bools |
+/// | `logical_and(a, b)`, `logical_or(a, b)` | on bool tensors |
+///
+/// \code
+/// const kiln::tensor x = kiln::constant({7, -7});
+/// const kiln::tensor q = kiln::floordiv(x, 2), r = x % 2;  // [3 -4], [1 1]
+/// const kiln::tensor m = kiln::maximum(x, 0);               // [7 0]
+/// const auto s = kiln::pow(kiln::fixed<double, 2>{2.0, 3.0}, 2.0);  // [4 9]
+/// \endcode
+#define KILN_BINARY_FUNCTIONS(F)                                                                                 \
+  F(add, add) F(subtract, subtract) F(multiply, multiply) F(divide, divide) F(floordiv, floordiv)              \
+  F(floormod, floormod) F(pow, pow) F(maximum, maximum) F(minimum, minimum) F(equal, equal)                    \
+  F(not_equal, not_equal) F(less, less) F(less_equal, less_equal) F(greater, greater)                          \
+  F(greater_equal, greater_equal) F(logical_and, logical_and) F(logical_or, logical_or)
+
+/// The binary operators of both tiers, `F(symbol, public_name)`: `x symbol y` is
+/// `kiln::public_name(x, y)`, with a C++ scalar on either side (unary `-x` is
+/// `kiln::negative(x)`).
+/// \code
+/// const kiln::tensor x = kiln::constant({1.f, 2.f});
+/// const kiln::tensor y = (x * 2.f + 1.f) / x;                     // [3 2.5]
+/// const auto b = kiln::fixed<int, 2>{1, 2} >= kiln::fixed<int, 2>{2, 2};  // [false true]
+/// \endcode
+#define KILN_OPERATORS(F)                                                                                        \
+  F(+, add) F(-, subtract) F(*, multiply) F(/, divide) F(%, floormod) F(==, equal) F(!=, not_equal) F(<, less)  \
+  F(<=, less_equal) F(>, greater) F(>=, greater_equal)
+
+// `F(op)` for each entry `F(public_name, op)` of a function list: the list is expanded
+// with `F KILN_DETAIL_OP_OF` for its `F`, which leaves `F (op)`, called once the
+// expansion is rescanned.
+#define KILN_DETAIL_OP_OF(public_name, op) (op)
+#define KILN_DETAIL_RESCAN(...) __VA_ARGS__
+#define KILN_DETAIL_OPS_OF(FUNCTIONS, F) KILN_DETAIL_RESCAN(FUNCTIONS(F KILN_DETAIL_OP_OF))
+
+// The op families: `F(op)` once per op type of kiln::ops, for code that must name every
+// op (kiln/kernels.hpp declares and instantiates each op's kernels family by family).
+
+/// The elementwise ops with one input (`cast` included).
+#define KILN_UNARY_OPS(F) \
+  KILN_DETAIL_OPS_OF(KILN_UNARY_FUNCTIONS, F) F(cast) F(gelu) F(elu) F(leaky_relu)
+/// The elementwise ops with two or three inputs.
+#define KILN_BINARY_OPS(F) KILN_DETAIL_OPS_OF(KILN_BINARY_FUNCTIONS, F) F(where) F(relu_grad)
+/// The shape ops.
+#define KILN_SHAPE_OPS(F)                                                                                        \
+  F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
+  F(set_item) F(pad_rows) F(crop_or_pad)
+/// The reductions.
+#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
+/// Linear algebra and NN ops: products, convolution, pooling and the ops pooling's
+/// gradients run.
+#define KILN_LINALG_OPS(F) \
+  F(matmul) F(conv2d) F(max_pool) F(avg_pool) F(max_pool_grad) F(max_pool_grad_grad) F(avg_pool_grad)
+/// Every op kiln defines.
+#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
+// ----- end kiln/ops/op_list.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_LIST_HPP
 
 namespace kiln::ops {
 
@@ -2097,27 +2236,32 @@ inline constexpr dtype_set logical{bool_};
 // ---- unary ------------------------------------------------------------------
 struct negate : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "neg";
+  static constexpr std::string_view onnx_name = "Neg";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::neg(a); }
   template <class G> void gradient(G& g) const { g.give(0, -g.dy()); }
 };
 struct abs : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "abs";
+  static constexpr std::string_view onnx_name = "Abs";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::abs(a); }
   /// dy * sign(x), 0 at 0 as TensorFlow.
   template <class G> void gradient(G& g) const;
 };
 struct exp : elementwise_op<1, floating> {
   static constexpr std::string_view name = "exp";
+  static constexpr std::string_view onnx_name = "Exp";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::exp(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.y()); }
 };
 struct log : elementwise_op<1, floating> {
   static constexpr std::string_view name = "log";
+  static constexpr std::string_view onnx_name = "Log";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::log(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() / g.x(0)); }
 };
 struct sqrt : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sqrt";
+  static constexpr std::string_view onnx_name = "Sqrt";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::sqrt(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * 0.5 / g.y()); }
 };
@@ -2128,11 +2272,13 @@ struct square : elementwise_op<1, numeric, result_rule::same, numeric> {
 };
 struct tanh : elementwise_op<1, floating> {
   static constexpr std::string_view name = "tanh";
+  static constexpr std::string_view onnx_name = "Tanh";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::tanh(a); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
 };
 struct sigmoid : elementwise_op<1, floating> {
   static constexpr std::string_view name = "sigmoid";
+  static constexpr std::string_view onnx_name = "Sigmoid";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return T(1) / (T(1) + math::exp(math::neg(a))); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (g.y() * (1.0 - g.y()))); }
 };
@@ -2144,6 +2290,7 @@ struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
 };
 struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_not";
+  static constexpr std::string_view onnx_name = "Not";
   KILN_HOST_DEVICE bool operator()(bool a) const { return !a; }
 };
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
@@ -2179,11 +2326,13 @@ struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
 };
 struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
+  static constexpr std::string_view onnx_name = "Sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
+  static constexpr std::string_view onnx_name = "Mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
   template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
 };
@@ -2215,6 +2364,7 @@ struct floormod : elementwise_op<2, numeric> {
 };
 struct pow : elementwise_op<2, numeric> {
   static constexpr std::string_view name = "pow";
+  static constexpr std::string_view onnx_name = "Pow";
   static constexpr bool integer_exponent = true;  // a negative integer exponent is rejected
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::pow(a, b); }
   /// As TensorFlow: the exponent's gradient is 0 where the base is not positive.
@@ -2222,6 +2372,7 @@ struct pow : elementwise_op<2, numeric> {
 };
 struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "maximum";
+  static constexpr std::string_view onnx_name = "Max";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::max(a, b); }
   /// dy goes to the first operand where it is the larger or they tie (the one the
   /// result is), as TensorFlow.
@@ -2229,27 +2380,33 @@ struct maximum : elementwise_op<2, numeric, result_rule::same, numeric> {
 };
 struct minimum : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "minimum";
+  static constexpr std::string_view onnx_name = "Min";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::min(a, b); }
   template <class G> void gradient(G& g) const;
 };
 struct less : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less";
+  static constexpr std::string_view onnx_name = "Less";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a < b; }
 };
 struct less_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "less_equal";
+  static constexpr std::string_view onnx_name = "LessOrEqual";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a <= b; }
 };
 struct greater : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "greater";
+  static constexpr std::string_view onnx_name = "Greater";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a > b; }
 };
 struct greater_equal : elementwise_op<2, numeric, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "greater_equal";
+  static constexpr std::string_view onnx_name = "GreaterOrEqual";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const { return a >= b; }
 };
 struct equal : elementwise_op<2, all, result_rule::boolean, numeric> {
   static constexpr std::string_view name = "equal";
+  static constexpr std::string_view onnx_name = "Equal";
   template <class T> KILN_HOST_DEVICE auto operator()(const T& a, const T& b) const { return a == b; }
 };
 struct not_equal : elementwise_op<2, all, result_rule::boolean, numeric> {
@@ -2267,10 +2424,12 @@ struct relu_grad : elementwise_op<2, numeric, result_rule::same, numeric> {
 };
 struct logical_and : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_and";
+  static constexpr std::string_view onnx_name = "And";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a && b; }
 };
 struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "logical_or";
+  static constexpr std::string_view onnx_name = "Or";
   KILN_HOST_DEVICE bool operator()(bool a, bool b) const { return a || b; }
 };
 
@@ -2278,6 +2437,7 @@ struct logical_or : elementwise_op<2, logical, result_rule::same, dtype_set{}> {
 /// `where(cond, a, b)`: a bool condition choosing between two values of one dtype.
 struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "select";
+  static constexpr std::string_view onnx_name = "Where";
   static constexpr bool leading_condition = true;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const {
     if (in[0] != bool_) return {in[1], "the condition must be a bool tensor"};
@@ -2376,14 +2536,16 @@ void check_values(const Op&, std::span<const tensor* const> in) {
 
 namespace kiln {
 
-// Each function builds its op and hands it to detail::apply. The operators take a
-// C++ scalar on either side and convert it to the tensor operand's dtype. Every op
-// function is a template, even where nothing is deduced, so that its body, and with
-// it the op's kernels, is compiled only in programs that call it.
-#define KILN_UNARY_FUNCTION(fn, op)                                                  \
+// The functions of the one op list (kiln/ops/op_list.hpp, where they are documented):
+// each builds its op and hands it to detail::apply, and takes a C++ scalar on either
+// side of a binary op, converted to the tensor operand's dtype. Every op function is a
+// template, even where nothing is deduced, so that its body, and with it the op's
+// kernels, is compiled only in programs that call it. (kiln/ops/activations.hpp
+// expands the unary one for its ops.)
+#define KILN_DETAIL_TENSOR_UNARY_FUNCTION(fn, op)                                    \
   template <class = void>                                                            \
   tensor fn(const tensor& x) { return detail::apply(ops::op{}, x); }
-#define KILN_BINARY_FUNCTION(fn, op)                                                 \
+#define KILN_DETAIL_TENSOR_BINARY_FUNCTION(fn, op)                                   \
   template <class = void>                                                            \
   tensor fn(const tensor& x, const tensor& y) { return detail::apply(ops::op{}, x, y); } \
   template <promotable_scalar S>                                                     \
@@ -2394,65 +2556,9 @@ namespace kiln {
   tensor fn(const S& x, const tensor& y) {                                           \
     return detail::apply(ops::op{}, detail::make_scalar(y.dtype(), x, y.device()), y); \
   }
-
-/// `kiln::negative(x)`, also `-x`: elementwise negation.
-KILN_UNARY_FUNCTION(negative, negate)
-/// `kiln::abs(kiln::constant({-1, 2}))` is `[1 2]`.
-KILN_UNARY_FUNCTION(abs, abs)
-/// `kiln::exp(x)`: e to the x, for float tensors.
-KILN_UNARY_FUNCTION(exp, exp)
-/// `kiln::log(x)`: natural logarithm, for float tensors.
-KILN_UNARY_FUNCTION(log, log)
-/// `kiln::sqrt(x)`: square root, for float tensors.
-KILN_UNARY_FUNCTION(sqrt, sqrt)
-/// `kiln::square(x)` is `x * x`.
-KILN_UNARY_FUNCTION(square, square)
-/// `kiln::tanh(x)`: hyperbolic tangent, for float tensors.
-KILN_UNARY_FUNCTION(tanh, tanh)
-/// `kiln::sigmoid(x)` is `1 / (1 + exp(-x))`.
-KILN_UNARY_FUNCTION(sigmoid, sigmoid)
-/// `kiln::relu(x)` is `maximum(x, 0)`.
-KILN_UNARY_FUNCTION(relu, relu)
-/// `kiln::logical_not(b)` on a bool tensor.
-KILN_UNARY_FUNCTION(logical_not, logical_not)
-
-/// `kiln::add(x, y)`, also `x + y`; concatenates string tensors.
-KILN_BINARY_FUNCTION(add, add)
-/// `kiln::subtract(x, y)`, also `x - y`.
-KILN_BINARY_FUNCTION(subtract, subtract)
-/// `kiln::multiply(x, y)`, also `x * y`.
-KILN_BINARY_FUNCTION(multiply, multiply)
-/// `kiln::divide(x, y)`, also `x / y`: true division (integers give float64).
-KILN_BINARY_FUNCTION(divide, divide)
-/// `kiln::floordiv(7, kiln::constant(-2))` is `-4`: division rounding down.
-KILN_BINARY_FUNCTION(floordiv, floordiv)
-/// `kiln::floormod(x, y)`, also `x % y`: the remainder takes the divisor's sign.
-KILN_BINARY_FUNCTION(floormod, floormod)
-/// `kiln::pow(x, 2)`: x to the power y.
-KILN_BINARY_FUNCTION(pow, pow)
-/// `kiln::maximum(x, 0)`: elementwise larger value.
-KILN_BINARY_FUNCTION(maximum, maximum)
-/// `kiln::minimum(x, y)`: elementwise smaller value.
-KILN_BINARY_FUNCTION(minimum, minimum)
-/// `kiln::equal(x, y)`, also `x == y`: a bool tensor.
-KILN_BINARY_FUNCTION(equal, equal)
-/// `kiln::not_equal(x, y)`, also `x != y`.
-KILN_BINARY_FUNCTION(not_equal, not_equal)
-/// `kiln::less(x, y)`, also `x < y`.
-KILN_BINARY_FUNCTION(less, less)
-/// `kiln::less_equal(x, y)`, also `x <= y`.
-KILN_BINARY_FUNCTION(less_equal, less_equal)
-/// `kiln::greater(x, y)`, also `x > y`.
-KILN_BINARY_FUNCTION(greater, greater)
-/// `kiln::greater_equal(x, y)`, also `x >= y`.
-KILN_BINARY_FUNCTION(greater_equal, greater_equal)
-/// `kiln::logical_and(a, b)` on bool tensors.
-KILN_BINARY_FUNCTION(logical_and, logical_and)
-/// `kiln::logical_or(a, b)` on bool tensors.
-KILN_BINARY_FUNCTION(logical_or, logical_or)
-
-#undef KILN_UNARY_FUNCTION
-#undef KILN_BINARY_FUNCTION
+KILN_MATH_UNARY_FUNCTIONS(KILN_DETAIL_TENSOR_UNARY_FUNCTION)
+KILN_BINARY_FUNCTIONS(KILN_DETAIL_TENSOR_BINARY_FUNCTION)
+#undef KILN_DETAIL_TENSOR_BINARY_FUNCTION
 
 /// `kiln::cast(x, kiln::int32)`: converts elements (floats to integers truncate
 /// toward zero and saturate; NaN becomes 0).
@@ -2479,25 +2585,15 @@ tensor where(const tensor& cond, const S& a, const tensor& b) {
 template <class = void>
 tensor operator-(const tensor& x) { return negative(x); }
 
-#define KILN_BINARY_OPERATOR(sym, fn)                                                \
+#define KILN_DETAIL_TENSOR_OPERATOR(sym, fn)                                         \
   template <class = void>                                                            \
   tensor operator sym(const tensor& x, const tensor& y) { return fn(x, y); }        \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const tensor& x, const S& y) { return fn(x, y); }              \
   template <promotable_scalar S>                                                     \
   tensor operator sym(const S& x, const tensor& y) { return fn(x, y); }
-KILN_BINARY_OPERATOR(+, add)
-KILN_BINARY_OPERATOR(-, subtract)
-KILN_BINARY_OPERATOR(*, multiply)
-KILN_BINARY_OPERATOR(/, divide)
-KILN_BINARY_OPERATOR(%, floormod)
-KILN_BINARY_OPERATOR(==, equal)
-KILN_BINARY_OPERATOR(!=, not_equal)
-KILN_BINARY_OPERATOR(<, less)
-KILN_BINARY_OPERATOR(<=, less_equal)
-KILN_BINARY_OPERATOR(>, greater)
-KILN_BINARY_OPERATOR(>=, greater_equal)
-#undef KILN_BINARY_OPERATOR
+KILN_OPERATORS(KILN_DETAIL_TENSOR_OPERATOR)
+#undef KILN_DETAIL_TENSOR_OPERATOR
 
 }  // namespace kiln
 // ----- end kiln/ops/elementwise.hpp -----
@@ -2508,6 +2604,7 @@ namespace kiln::ops {
 /// The Gauss error function, as `tf.math.erf`.
 struct erf : elementwise_op<1, floating> {
   static constexpr std::string_view name = "erf";
+  static constexpr std::string_view onnx_name = "Erf";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::erf(a); }
   /// dy * 2 / sqrt(pi) * exp(-x^2).
   template <class G> void gradient(G& g) const {
@@ -2540,6 +2637,7 @@ struct gelu : elementwise_op<1, floating> {
 /// + 2, as TensorFlow's Softplus kernel, where the sum would lose x's digits.
 struct softplus : elementwise_op<1, floating> {
   static constexpr std::string_view name = "softplus";
+  static constexpr std::string_view onnx_name = "Softplus";
   template <class T> KILN_HOST_DEVICE T operator()(T x) const { return math::softplus(x); }
   /// dy * sigmoid(x).
   template <class G> void gradient(G& g) const;
@@ -2623,23 +2721,16 @@ void leaky_relu::gradient(G& g) const {
 
 namespace kiln {
 
-/// `kiln::erf(x)`: the Gauss error function, for float tensors.
-template <class = void>
-tensor erf(const tensor& x) { return detail::apply(ops::erf{}, x); }
+// erf, softplus and silu: the functions of the one op list (kiln/ops/op_list.hpp,
+// where they are documented), as kiln/ops/elementwise.hpp writes them.
+KILN_ACTIVATION_FUNCTIONS(KILN_DETAIL_TENSOR_UNARY_FUNCTION)
+#undef KILN_DETAIL_TENSOR_UNARY_FUNCTION
 
 /// `kiln::gelu(x)`: the Gaussian error linear unit, `x * Phi(x)`; `kiln::gelu(x, true)`
 /// uses the tanh approximation (`tf.nn.gelu(x, approximate=True)`).
 /// \code kiln::gelu(kiln::constant({-1.f, 0.f, 1.f})); // [-0.158655 0 0.841345] \endcode
 template <class = void>
 tensor gelu(const tensor& x, bool approximate = false) { return detail::apply(ops::gelu(approximate), x); }
-
-/// `kiln::softplus(x)` is `log(exp(x) + 1)`, computed without overflow.
-template <class = void>
-tensor softplus(const tensor& x) { return detail::apply(ops::softplus{}, x); }
-
-/// `kiln::silu(x)` is `x * sigmoid(x)` (swish).
-template <class = void>
-tensor silu(const tensor& x) { return detail::apply(ops::silu{}, x); }
 
 /// `kiln::elu(x, alpha = 1)`: x where positive, else `alpha * (exp(x) - 1)`.
 template <class = void>
@@ -3634,6 +3725,7 @@ struct transpose {
 /// `concat({a, b}, axis)`: the inputs joined along an existing dim.
 struct concat {
   static constexpr std::string_view name = "concat";
+  static constexpr std::string_view onnx_name = "Concat";
   static constexpr int arity = variadic;  ///< one or more inputs
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &concat::axis}}; }
@@ -3715,6 +3807,7 @@ struct stack {
 /// `x.shape[:axis] + indices.shape + x.shape[axis + 1:]`.
 struct gather {
   static constexpr std::string_view name = "gather";
+  static constexpr std::string_view onnx_name = "Gather";
   static constexpr int arity = 2;
   std::int64_t axis = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"axis", &gather::axis}}; }
@@ -4509,6 +4602,7 @@ constexpr dtype_result same_numeric_dtype(std::span<const dtype> in) {
 /// `a @ b` over the last two dims; leading (batch) dims broadcast.
 struct matmul {
   static constexpr std::string_view name = "matmul";
+  static constexpr std::string_view onnx_name = "MatMul";
   static constexpr int arity = 2;
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return same_numeric_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
@@ -4780,6 +4874,14 @@ struct pool_window {
     return {shape{x[0], conv_output_dim(x[1], window_h, stride_h, pad).out, conv_output_dim(x[2], window_w, stride_w, pad).out,
                   x[3]}};
   }
+  /// The shape of an input gradient (the input's, operand 0) for an output gradient
+  /// (operand 1) that must have the pooled shape.
+  constexpr shape_result input_gradient_shape(std::span<const shape> in) const {
+    const shape_result pooled = pooled_shape(in[0]);
+    if (!pooled.ok()) return pooled;
+    if (!in[1].is_compatible_with(pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
+    return {in[0]};
+  }
 };
 
 /// The attributes of pooling op `Op` (a pool_window), as saved graphs list them.
@@ -4796,15 +4898,6 @@ constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
     if (t != in[0]) return {in[0], "operands must have the same dtype"};
   if (!dtypes::floating.contains(in[0])) return {in[0], "dtype not supported (pooling takes float32 or float64)"};
   return {in[0]};
-}
-
-/// Whether shapes `a` and `b` can be the same once their unknown dims are known.
-constexpr bool compatible_shapes(const shape& a, const shape& b) {
-  if (!a.has_known_rank() || !b.has_known_rank()) return true;
-  if (a.rank() != b.rank()) return false;
-  for (int d = 0; d < a.rank(); ++d)
-    if (a[d] != b[d] && a[d] != none && b[d] != none) return false;
-  return true;
 }
 
 /// The largest element of each window (TensorFlow's MaxPool).
@@ -4839,12 +4932,7 @@ struct max_pool_grad : pool_window {
   static constexpr int arity = 2;
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape_result pooled = pooled_shape(in[0]);
-    if (!pooled.ok()) return pooled;
-    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
-    return {in[0]};
-  }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return input_gradient_shape(in); }
   constexpr bool operator==(const max_pool_grad&) const = default;
   /// Linear in dy, whose gradient is max_pool_grad_grad; x only picks the elements.
   template <class G> void gradient(G& g) const;
@@ -4859,7 +4947,7 @@ struct max_pool_grad_grad : pool_window {
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool_grad_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
   constexpr shape_result result_shape(std::span<const shape> in) const {
-    if (!compatible_shapes(in[1], in[0])) return {{}, "the gradient must have the input's shape"};
+    if (!in[1].is_compatible_with(in[0])) return {{}, "the gradient must have the input's shape"};
     return pooled_shape(in[0]);
   }
   constexpr bool operator==(const max_pool_grad_grad&) const = default;
@@ -4873,12 +4961,7 @@ struct avg_pool_grad : pool_window {
   static constexpr int arity = 2;
   static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool_grad>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
-  constexpr shape_result result_shape(std::span<const shape> in) const {
-    const shape_result pooled = pooled_shape(in[0]);
-    if (!pooled.ok()) return pooled;
-    if (!compatible_shapes(in[1], pooled.value)) return {{}, "the gradient must have the pooled input's shape"};
-    return {in[0]};
-  }
+  constexpr shape_result result_shape(std::span<const shape> in) const { return input_gradient_shape(in); }
   constexpr bool operator==(const avg_pool_grad&) const = default;
   /// Linear in dy: its gradient is avg_pool of the incoming gradient.
   template <class G> void gradient(G& g) const;
@@ -5217,6 +5300,7 @@ concept reduction = std::derived_from<Op, reduction_op> && requires {
 /// Sum; integers wrap.
 struct reduce_sum : reduction_op {
   static constexpr std::string_view name = "reduce_sum";
+  static constexpr std::string_view onnx_name = "ReduceSum";
   static constexpr reduction_kind kind = reduction_kind::sum;
   using reduction_op::reduction_op;
   /// dy, spread back over the reduced dims.
@@ -5233,6 +5317,7 @@ auto reduction_op::extreme_gradient(G& g) const {
 
 struct reduce_mean : reduction_op {
   static constexpr std::string_view name = "reduce_mean";
+  static constexpr std::string_view onnx_name = "ReduceMean";
   static constexpr reduction_kind kind = reduction_kind::mean;
   using reduction_op::reduction_op;
   /// dy / count, spread back over the reduced dims.
@@ -5243,6 +5328,7 @@ struct reduce_mean : reduction_op {
 /// Largest element; NaN wins over any number.
 struct reduce_max : reduction_op {
   static constexpr std::string_view name = "reduce_max";
+  static constexpr std::string_view onnx_name = "ReduceMax";
   static constexpr reduction_kind kind = reduction_kind::max;
   using reduction_op::reduction_op;
   template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
@@ -5250,6 +5336,7 @@ struct reduce_max : reduction_op {
 /// Smallest element; NaN wins over any number.
 struct reduce_min : reduction_op {
   static constexpr std::string_view name = "reduce_min";
+  static constexpr std::string_view onnx_name = "ReduceMin";
   static constexpr reduction_kind kind = reduction_kind::min;
   using reduction_op::reduction_op;
   template <class G> void gradient(G& g) const { g.give(0, extreme_gradient(g)); }
@@ -5384,30 +5471,6 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
 
 namespace kiln::ops {
-
-// The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
-// which must name every op (kiln/kernels.hpp declares and instantiates each op's
-// kernels) expands them instead of repeating them.
-
-/// The elementwise ops with one input (`cast` included).
-#define KILN_UNARY_OPS(F) \
-  F(negate) F(abs) F(exp) F(log) F(sqrt) F(square) F(tanh) F(sigmoid) F(relu) F(logical_not) F(cast) \
-  F(erf) F(gelu) F(softplus) F(silu) F(elu) F(leaky_relu)
-/// The elementwise ops with two or three inputs.
-#define KILN_BINARY_OPS(F)                                                                                       \
-  F(add) F(subtract) F(multiply) F(divide) F(floordiv) F(floormod) F(pow) F(maximum) F(minimum) F(less)        \
-  F(less_equal) F(greater) F(greater_equal) F(equal) F(not_equal) F(logical_and) F(logical_or) F(where) \
-  F(relu_grad)
-#define KILN_SHAPE_OPS(F)                                                                                        \
-  F(reshape) F(transpose) F(concat) F(stack) F(gather) F(unsorted_segment_sum) F(index) F(slice) F(shape_of)     \
-  F(set_item) F(pad_rows) F(crop_or_pad)
-#define KILN_REDUCTION_OPS(F) F(reduce_sum) F(reduce_mean) F(reduce_max) F(reduce_min) F(argmax)
-/// Linear algebra and NN ops: products, convolution, pooling and the ops pooling's
-/// gradients run.
-#define KILN_LINALG_OPS(F) \
-  F(matmul) F(conv2d) F(max_pool) F(avg_pool) F(max_pool_grad) F(max_pool_grad_grad) F(avg_pool_grad)
-/// Every op kiln defines.
-#define KILN_ALL_OPS(F) KILN_UNARY_OPS(F) KILN_BINARY_OPS(F) KILN_SHAPE_OPS(F) KILN_REDUCTION_OPS(F) KILN_LINALG_OPS(F)
 
 /// The C++ name of op type `Op`, as generated source spells it (kiln/exec/jit.hpp).
 /// \code static_assert(kiln::ops::qualified_name<kiln::ops::tanh> == "kiln::ops::tanh"); \endcode
