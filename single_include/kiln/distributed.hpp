@@ -1388,7 +1388,7 @@ std::vector<tensor> collective(const collective_spec& spec, std::span<const tens
 inline const kiln::detail::collective_engine engine{&run_collective<>, &group_size_of};
 inline const bool engine_installed = [] {
   kiln::detail::collective_engine_slot().store(&engine, std::memory_order_release);
-  kiln::detail::collective_hook().store(&record_collective_on_tapes<>, std::memory_order_relaxed);
+  kiln::detail::hooks().collective.store(&record_collective_on_tapes<>, std::memory_order_relaxed);
   return true;
 }();
 

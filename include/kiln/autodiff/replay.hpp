@@ -12,8 +12,8 @@
 #include "kiln/autodiff/tape.hpp"
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/exec/effects.hpp"
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln::detail {
@@ -32,13 +32,13 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
     watch_on_active_tapes(read->state().get(), value[at]);
   } else if (op.name() == "cond") {  // (by name: as<cond_op> would compile the node's kernels in every program)
     const auto& c = static_cast<const cond_op&>(op);
-    cond_hook().load(std::memory_order_relaxed)(
+    hooks().cond.load(std::memory_order_relaxed)(
         inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()},
         std::span<const tensor>(inputs).subspan(1), results);
   } else if (op.name() == "while") {
-    loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
+    hooks().loop.load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
   } else if (op.name().starts_with("Collective")) {  // (kiln/exec/collective_op.hpp)
-    if (collective_recorder record = collective_hook().load(std::memory_order_relaxed)) record(op, inputs, results);
+    if (collective_recorder record = hooks().collective.load(std::memory_order_relaxed)) record(op, inputs, results);
   }
 }
 
@@ -81,7 +81,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
+        if (recording_tapes() > 0) hooks().special.load(std::memory_order_relaxed)(n, value, i, results.size());
         break;
       }
     }

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "kiln/config.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/exec/jit_switch.hpp"
-#include "kiln/trace/spec.hpp"
 #include "kiln/typed/trace.hpp"
 
 namespace kiln {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/ops/control_flow.hpp"
+#include "kiln/typed/kernels.hpp"
 #include "kiln/typed/trace.hpp"
 
 namespace kiln {

@@ -22,9 +22,9 @@
 #include "kiln/core/error.hpp"
 #include "kiln/core/print.hpp"
 #include "kiln/core/shape.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/factories.hpp"
-#include "kiln/trace/spec.hpp"
 
 namespace kiln {
 namespace typed {

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "kiln/core/error.hpp"
-#include "kiln/trace/spec.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/typed/ops.hpp"
 
 namespace kiln {
