@@ -79,6 +79,7 @@
 #include "kiln/typed/effects.hpp"
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/graph.hpp"
+#include "kiln/typed/function_calls.hpp"
 
 #include "kiln/autodiff/backward.hpp"
 #include "kiln/autodiff/tape.hpp"

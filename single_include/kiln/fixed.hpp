@@ -1910,9 +1910,12 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 /// \file
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
 
+#include <concepts>
+#include <cstdint>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 
@@ -2041,6 +2044,31 @@ struct trace_signature {
   }
 };
 }  // namespace detail
+
+// ---- the compile-time tier's values, as the runtime tier tells them apart ----------
+
+template <class T, std::int64_t... Dims>
+class fixed;  // kiln/typed/fixed.hpp
+struct typed_expression;  // kiln/typed/expr.hpp
+
+namespace typed {
+
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+}  // namespace typed
 
 }  // namespace kiln
 // ----- end kiln/core/spec.hpp -----
@@ -3023,14 +3051,6 @@ struct spec {
 };
 
 namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
 /// The `fixed` type of element type `T` over `dims` `D`.
 template <class T, class D>
 struct fixed_for;
@@ -5500,14 +5520,6 @@ tensor leaky_relu(const tensor& x, double alpha = 0.3) { return detail::apply(op
 namespace kiln {
 namespace typed {
 
-/// A symbolic value or expression of the compile-time tier.
-template <class X>
-concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
-
-/// What typed ops take: `fixed` values, symbolic values and expressions.
-template <class X>
-concept operand = fixed_value<X> || lazy<X>;
-
 /// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
 template <class... X>
 inline constexpr bool eager = ((!lazy<X>) && ...);
@@ -6162,7 +6174,7 @@ template <class R, class... Args>
 inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
-/// (defined with the function state, kiln/trace/function.hpp).
+/// (defined with the typed tier's calls, kiln/typed/function_calls.hpp).
 template <class = void>
 detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
 
@@ -10641,10 +10653,10 @@ KILN_VARIABLE_WITH_TYPED(>)
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 // ----- begin kiln/trace/function.hpp -----
 /// \file
-/// kiln::function: its options, its state, and its calls in the compile-time tier
-/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
-/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
-/// includes and kiln/fixed.hpp does not.
+/// kiln::function: its options and its state. Its calls are the tiers': with `fixed`
+/// arguments the compile-time tier's (kiln/typed/function_calls.hpp, which kiln/fixed.hpp
+/// and kiln/kiln.hpp include), with kiln::tensor arguments the runtime tier's
+/// (kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp includes and kiln/fixed.hpp does not).
 
 #include <array>
 #include <atomic>
@@ -10699,6 +10711,11 @@ class jit_switch {
 
 namespace kiln {
 
+namespace typed {
+struct recorded_signature;
+class trace_table;
+}  // namespace typed
+
 /// Options of a kiln::function.
 /// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
 struct function_options {
@@ -10747,6 +10764,19 @@ struct runtime_tier;
 template <class F>
 concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 
+/// kiln::function's calls with `fixed` arguments, defined in
+/// kiln/typed/function_calls.hpp (the compile-time tier), which kiln/fixed.hpp and
+/// kiln/kiln.hpp include.
+template <class F>
+struct typed_tier;
+
+/// Whether a call with `Args` is the compile-time tier's (`fixed` arguments).
+template <class F, class... Args>
+concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template calls<Args...>;
+/// Whether a get_concrete_function with `Args` asks for a typed trace.
+template <class F, class... Args>
+concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
+
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
@@ -10758,22 +10788,29 @@ struct function_state {
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
-  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in
+  /// `typed`), with how the compile-time tier writes it.
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
+    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
   /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
   /// whose functions make typed traces only does not compile them.
   std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
+  /// The traces of calls with `fixed` arguments, made by the first such call
+  /// (kiln/typed/function_calls.hpp), with a deleter it sets; `typed_owner` owns them,
+  /// `typed` is what calls read.
+  std::atomic<typed::trace_table*> typed{nullptr};
+  std::unique_ptr<typed::trace_table, void (*)(typed::trace_table*)> typed_owner{nullptr, nullptr};
 
-  /// Adds a new typed trace's signature.
-  void add_signature(const typed::recorded_signature& s) {
+  /// Adds a new typed trace's signature, which `written` writes out.
+  void add_signature(const typed::recorded_signature& s,
+                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s});
+    signatures.push_back({nullptr, &s, written});
   }
 
   template <class = void>
@@ -10857,22 +10894,6 @@ struct function_state {
 
 }  // namespace detail
 
-template <class>
-detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w;
-  w.name = state.options.name;
-  w.bound_text = s.bound_text;
-  for (const signature_leaf& a : s.type->arguments) {
-    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (!a.typed) continue;
-    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
-    w.input_arg.push_back(int(w.arg_names.size() - 1));
-  }
-  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
-  w.output_structure = s.type->output_structure();
-  return w;
-}
-
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -10893,9 +10914,8 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
-      else detail::callable_does_not_accept<Args...>();
+    if constexpr (detail::typed_call_of<F, Args...>) {
+      return detail::typed_tier<F>::call(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -10909,14 +10929,8 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-        detail::callable_does_not_accept<Args...>();
-      } else {
-        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-        using concrete = typename typed::concrete_for<R, Args...>::type;
-        return concrete(typed_trace_for(args...), state_);
-      }
+    if constexpr (detail::typed_request_of<F, Args...>) {
+      return detail::typed_tier<F>::get_concrete_function(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -10930,9 +10944,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& [runtime, typed] : state_->signatures) {
+    for (const auto& [runtime, typed, written] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
-      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
+      const std::string text = (runtime ? *runtime : written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -10945,82 +10959,7 @@ class function {
 
  private:
   friend struct detail::runtime_tier<F>;
-
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
-    std::vector<std::string> typed_names, bound_text;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(state_->arg_name(position));
-          } else {
-            std::ostringstream os;
-            os << a;
-            bound_text.resize(sizeof...(Args));
-            bound_text[position] = os.str();
-          }
-          ++position;
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
-    state_->add_signature(t->signature);
-    return t;
-  }
+  friend struct detail::typed_tier<F>;
 
   F fn_;
   std::shared_ptr<detail::function_state> state_;
@@ -11034,5 +10973,169 @@ function(F, function_options) -> function<F>;
 }  // namespace kiln
 // ----- end kiln/trace/function.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+// ----- begin kiln/typed/function_calls.hpp -----
+/// \file
+/// kiln::function's calls in the compile-time tier: with `fixed` arguments (and C++
+/// values), each signature type traced once into a typed trace (kiln/typed/trace.hpp),
+/// run at every later call. kiln::function (kiln/trace/function.hpp) hands such calls
+/// here; kiln/fixed.hpp and kiln/kiln.hpp include this header.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
+  return w;
+}
+
+namespace detail {
+
+template <class F>
+struct typed_tier {
+  /// Whether a call with `Args` is this tier's.
+  template <class... Args>
+  static constexpr bool calls = typed::typed_call<Args...>;
+  /// Whether a get_concrete_function with `Args` asks for a typed trace.
+  template <class... Args>
+  static constexpr bool requests = typed::typed_request<Args...>;
+
+  /// A call with `fixed` arguments (and C++ values): traced at its first call with
+  /// these C++ values, then the trace runs.
+  template <class... Args>
+  static auto call(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      const auto* t = trace_for(f, args...);
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+        t->run(data(args...));
+      else
+        return t->run(data(args...));
+    }
+  }
+
+  /// The typed::concrete_function of these arguments (`fixed` values or
+  /// kiln::spec<T, Dims...>, and C++ values), traced now if it is not yet.
+  template <class... Args>
+  static auto get_concrete_function(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(trace_for(f, args...), f.state_);
+    }
+  }
+
+ private:
+  // The function's typed traces, made by its first typed call.
+  static typed::trace_table& traces(function_state& state) {
+    if (typed::trace_table* t = state.typed.load(std::memory_order_acquire)) return *t;
+    std::lock_guard lock(state.mutex);
+    if (!state.typed_owner) {
+      state.typed_owner = {new typed::trace_table, [](typed::trace_table* t) { delete t; }};
+      state.typed.store(state.typed_owner.get(), std::memory_order_release);
+    }
+    return *state.typed_owner;
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  static auto trace_for(function<F>& f, const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    typed::trace_table& table = traces(*f.state_);
+    entry& e = table.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(table.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace<R>(f, args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(table.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace<R>(f, args...)).second.get();
+    }
+    return t;
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  static std::unique_ptr<typed::trace<R>> trace(function<F>& f, const Args&... args) {
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(f.state_->arg_name(position));
+          } else {
+            std::ostringstream os;
+            os << a;
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
+          }
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(f.fn_, std::move(typed_names), args...);
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    f.state_->add_signature(t->signature, &typed::written<>);
+    return t;
+  }
+};
+
+}  // namespace detail
+
+}  // namespace kiln
+// ----- end kiln/typed/function_calls.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
 // ----- end kiln/fixed.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_FIXED_HPP

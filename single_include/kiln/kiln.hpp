@@ -2131,9 +2131,12 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 /// \file
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
 
+#include <concepts>
+#include <cstdint>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 
@@ -2262,6 +2265,31 @@ struct trace_signature {
   }
 };
 }  // namespace detail
+
+// ---- the compile-time tier's values, as the runtime tier tells them apart ----------
+
+template <class T, std::int64_t... Dims>
+class fixed;  // kiln/typed/fixed.hpp
+struct typed_expression;  // kiln/typed/expr.hpp
+
+namespace typed {
+
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+}  // namespace typed
 
 }  // namespace kiln
 // ----- end kiln/core/spec.hpp -----
@@ -15493,10 +15521,10 @@ concept takes_objects_by_reference =
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 // ----- begin kiln/trace/function.hpp -----
 /// \file
-/// kiln::function: its options, its state, and its calls in the compile-time tier
-/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
-/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
-/// includes and kiln/fixed.hpp does not.
+/// kiln::function: its options and its state. Its calls are the tiers': with `fixed`
+/// arguments the compile-time tier's (kiln/typed/function_calls.hpp, which kiln/fixed.hpp
+/// and kiln/kiln.hpp include), with kiln::tensor arguments the runtime tier's
+/// (kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp includes and kiln/fixed.hpp does not).
 
 #include <array>
 #include <atomic>
@@ -15511,1712 +15539,13 @@ concept takes_objects_by_reference =
 #include <utility>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-// ----- begin kiln/typed/trace.hpp -----
-/// \file
-/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
-///
-/// The callable runs once per signature *type* (and per value of its C++ arguments)
-/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
-/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
-/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
-/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
-/// one fused loop compiled from the expression's type, that writes a slot of the
-/// trace's frame. A call runs the steps in order, then the returned expression,
-/// straight into the result: a callable that is one expression is one inlined loop.
-///
-/// Each signature type has a slot in its function's trace table, found by an index
-/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
-
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <optional>
-#include <ostream>
-#include <span>
-#include <string>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-// ----- begin kiln/typed/ops.hpp -----
-/// \file
-/// The elementwise ops on typed values, from the op library's definitions
-/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
-/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
-/// an expression, fused with its neighbours until something needs its value.
-
-#include <concepts>
-#include <memory>
-#include <type_traits>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-// ----- begin kiln/typed/expr.hpp -----
-/// \file
-/// Expression templates of the compile-time tier. An elementwise op on typed values
-/// builds a `node` whose type carries the op, the element type and the dims its
-/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
-/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
-/// SIMD batch at a time through the op's own functor, so each element gets the bits
-/// that the eager kiln::tensor kernels give it.
-///
-/// Operands read their elements at (row, col) of the result: `row` counts the
-/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
-/// data pointers (eager), slots of a trace's frame (traced arguments and results),
-/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
-/// other dims.
-
-#include <array>
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <string_view>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
-// ----- begin kiln/typed/fixed.hpp -----
-/// \file
-/// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier. It owns its data,
-/// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
-/// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
-
-#include <algorithm>
-#include <array>
-#include <cstdint>
-#include <cstring>
-#include <initializer_list>
-#include <memory>
-#include <new>
-#include <ostream>
-#include <string>
-#include <type_traits>
-#include <utility>
-
-
-namespace kiln {
-namespace typed {
-
-/// The element types a `fixed` may hold: every dtype but string.
-template <class T>
-inline constexpr bool element_type = std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> ||
-                                     std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
-                                     std::is_same_v<T, double>;
-
-/// A shape known at compile time. Dims are positive.
-/// \code static_assert(kiln::typed::dims<2, 3>::size == 6); \endcode
-template <std::int64_t... D>
-struct dims {
-  static constexpr int rank = int(sizeof...(D));
-  static constexpr std::int64_t size = (std::int64_t(1) * ... * D);
-  static constexpr std::array<std::int64_t, sizeof...(D)> values{D...};
-  /// The last dim (1 for a scalar): what an evaluation loop runs SIMD across.
-  static constexpr std::int64_t inner = rank == 0 ? 1 : values[std::size_t(rank - 1)];
-  static constexpr kiln::shape shape() { return kiln::shape{D...}; }
-};
-
-/// The `dims` of the shape `S::value`, a `static constexpr kiln::shape` (a shape
-/// rule's result, computed at compile time).
-template <class S, class = std::make_integer_sequence<int, S::value.rank()>>
-struct dims_of_shape;
-template <class S, int... I>
-struct dims_of_shape<S, std::integer_sequence<int, I...>> {
-  using type = dims<S::value[I]...>;
-};
-template <class S>
-using dims_from = typename dims_of_shape<S>::type;
-
-/// Where a `fixed` keeps `N` elements: past this many bytes, on the heap.
-inline constexpr std::size_t inline_bytes = 16384;
-
-/// A `fixed`'s elements: an inline aligned array, or a heap one for large sizes.
-template <class T, std::int64_t N, bool Inline = (std::size_t(N) * sizeof(T) <= inline_bytes)>
-struct storage {
-  alignas(64) T values[N];
-  T* data() { return values; }
-  const T* data() const { return values; }
-};
-
-/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
-/// buffer would cost a page fault per 4 KiB each time a result is made.
-template <class T, std::int64_t N>
-struct storage<T, N, false> {
-  struct release {
-    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
-  };
-  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
-
-  storage() = default;
-  storage(const storage& o) { std::copy_n(o.data(), N, data()); }
-  storage(storage&&) noexcept = default;
-  storage& operator=(const storage& o) {
-    std::copy_n(o.data(), N, data());
-    return *this;
-  }
-  storage& operator=(storage&&) noexcept = default;
-  T* data() { return values.get(); }
-  const T* data() const { return values.get(); }
-};
-
-/// Tag: a `fixed` whose elements are left unset, to be written at once.
-struct uninitialized_t {
-  explicit constexpr uninitialized_t() = default;
-};
-inline constexpr uninitialized_t uninitialized{};
-
-/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
-/// type rather than per `fixed` type.
-template <class T>
-[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
-  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
-                               std::to_string(minval));
-}
-
-}  // namespace typed
-
-/// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
-/// 2 x 3 floats, `fixed<int>` is a scalar. Ops on `fixed` values compute at once and
-/// give `fixed` values whose shape the compiler worked out; shape and dtype errors are
-/// compile errors. Called with `fixed` arguments, a kiln::function traces once per
-/// argument *type*.
-/// \code
-/// auto x = kiln::fixed<float, 2, 2>::ones();
-/// x(0, 1) = 3.f;
-/// std::cout << x * 2.f;  // tensor(\n[[2. 6.]\n [2. 2.]], shape=(2, 2), dtype=float32)
-/// \endcode
-template <class T, std::int64_t... Dims>
-class fixed {
-  static_assert(typed::element_type<T>, "kiln::fixed: the element type must be bool, std::int32_t, std::int64_t, float or double");
-  static_assert(((Dims > 0) && ...), "kiln::fixed: every dim must be positive");
-  static_assert(sizeof...(Dims) <= std::size_t(max_rank), "kiln::fixed: at most 8 dims");
-
- public:
-  using value_type = T;
-  using dims_type = typed::dims<Dims...>;
-  static constexpr int rank = dims_type::rank;
-  static constexpr std::int64_t size = dims_type::size;
-  static constexpr std::array<std::int64_t, sizeof...(Dims)> dims = dims_type::values;
-  static constexpr kiln::dtype dtype = dtype_of<T>;
-
-  /// Zeros.
-  fixed() { std::fill_n(data(), size, T(0)); }
-  /// Unset elements, for code that writes them all at once.
-  explicit fixed(typed::uninitialized_t) {}
-  /// A scalar from its value: `kiln::fixed<float> x = 2.f;`.
-  fixed(T value)
-    requires(rank == 0)
-  {
-    *data() = value;
-  }
-  /// The elements in row-major order: `kiln::fixed<int, 3>{1, 2, 3}`. A list of the
-  /// wrong length raises kiln::value_error.
-  fixed(std::initializer_list<T> values)
-    requires(rank > 0)
-  {
-    if (std::int64_t(values.size()) != size)
-      throw value_error("kiln::fixed: " + std::to_string(values.size()) + " values given for shape " + shape().str() + " (" +
-                        std::to_string(size) + " elements)");
-    std::copy(values.begin(), values.end(), data());
-  }
-  /// The values of eager tensor `t`, whose dtype and shape must be this type's; else
-  /// kiln::value_error naming both.
-  explicit fixed(const tensor& t) {
-    if (t.is_symbolic() || !t.defined() || t.dtype() != dtype || t.shape() != shape())
-      throw value_error("kiln::fixed: cannot hold " +
-                        (t.defined() ? std::string(name(t.dtype())) + " " + t.shape().str() : std::string("an empty tensor")) +
-                        (t.is_symbolic() ? " (symbolic)" : "") + " as " + std::string(name(dtype)) + " " + shape().str());
-    const std::vector<T> values = t.to_vector<T>();
-    std::copy(values.begin(), values.end(), data());
-  }
-
-  T* data() { return storage_.data(); }
-  const T* data() const { return storage_.data(); }
-  static constexpr kiln::shape shape() { return dims_type::shape(); }
-
-  /// Element `(i, j, ...)`, one index per dim.
-  template <std::integral... I>
-    requires(sizeof...(I) == sizeof...(Dims))
-  T& operator()(I... i) {
-    return data()[offset(i...)];
-  }
-  template <std::integral... I>
-    requires(sizeof...(I) == sizeof...(Dims))
-  const T& operator()(I... i) const {
-    return data()[offset(i...)];
-  }
-  /// A scalar's value.
-  T item() const
-    requires(rank == 0)
-  {
-    return *data();
-  }
-
-  /// Every element `value`.
-  static fixed fill(T value) {
-    fixed x(typed::uninitialized);
-    std::fill_n(x.data(), size, value);
-    return x;
-  }
-  static fixed zeros() { return fill(T(0)); }
-  static fixed ones() { return fill(T(1)); }
-  /// The identity matrix (ones on the diagonal of a rank-2 type).
-  static fixed eye()
-    requires(rank == 2)
-  {
-    fixed x = zeros();
-    for (std::int64_t i = 0; i < std::min(dims[0], dims[1]); ++i) x(i, i) = T(1);
-    return x;
-  }
-  /// `start, start + delta, ...` along a rank-1 type, as kiln::range.
-  static fixed range(T start = T(0), T delta = T(1))
-    requires(rank == 1 && !std::is_same_v<T, bool>)
-  {
-    fixed x(typed::uninitialized);
-    for (std::int64_t i = 0; i < size; ++i) x.data()[i] = T(start + T(i) * delta);
-    return x;
-  }
-  /// Numbers uniform in [minval, maxval) as a pure function of `seed`: the numbers
-  /// kiln::random::stateless_uniform(shape(), seed, minval, maxval, dtype) gives.
-  static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
-    requires(!std::is_same_v<T, bool>)
-  {
-    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
-    fixed x(typed::uninitialized);
-    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
-    return x;
-  }
-
-  /// An eager kiln::tensor with a copy of the values.
-  operator tensor() const {
-    tensor t(dtype, shape());
-    std::copy_n(data(), size, static_cast<T*>(t.view().data));
-    return t;
-  }
-
-  /// Printed exactly as the kiln::tensor of the same values.
-  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
-    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
-  }
-
- private:
-  template <class... I>
-  static std::int64_t offset(I... i) {
-    std::int64_t off = 0;
-    std::size_t d = 0;
-    ((off = off * dims[d++] + std::int64_t(i)), ...);
-    return off;
-  }
-
-  typed::storage<T, size> storage_;
-};
-
-/// The compile-time spec of a `fixed<T, Dims...>` argument, for
-/// `get_concrete_function`: `kiln::spec<float, 2, 3>{}`.
-template <class T, std::int64_t... Dims>
-struct spec {
-  using value_type = fixed<T, Dims...>;
-  /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
-  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
-};
-
-namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
-/// The `fixed` type of element type `T` over `dims` `D`.
-template <class T, class D>
-struct fixed_for;
-template <class T, std::int64_t... D>
-struct fixed_for<T, dims<D...>> {
-  using type = fixed<T, D...>;
-};
-template <class T, class D>
-using fixed_t = typename fixed_for<T, D>::type;
-}  // namespace typed
-
-}  // namespace kiln
-// ----- end kiln/typed/fixed.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
 
 namespace kiln {
 
 namespace typed {
-template <class>
-inline constexpr bool always_false = false;
+struct recorded_signature;
+class trace_table;
 }  // namespace typed
-
-/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
-/// kiln among their associated namespaces, where their operators are.
-struct typed_expression {
-  /// A symbolic value has no truth value while tracing.
-  template <class U = void>
-  explicit operator bool() const {
-    static_assert(typed::always_false<U>,
-                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
-                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
-    return false;
-  }
-};
-
-namespace typed {
-
-/// The data of a trace's values by slot: its arguments, then the results of its steps.
-/// Eager evaluation has none.
-using frame = void* const*;
-
-struct cond_step;
-struct loop_step;
-
-/// Where the steps of a typed trace describe themselves, for
-/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
-/// Every step can describe itself, in every program, so that a step type means the
-/// same in each file of a program; what builds the graph comes with the runtime tier.
-class description_sink {
- public:
-  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
-  /// body, a placeholder for a value from outside, which becomes an input of the node
-  /// that runs it; a reshape node where the slot is read with other dims).
-  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
-  /// Slot `slot` holds the value of node `node` from here on.
-  virtual void bind(int slot, int node) = 0;
-  /// A node of the registry op named `name`, at `op`, whose value has element type
-  /// `t` and dims `dims`.
-  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
-                 std::span<const std::int64_t> dims) = 0;
-  /// A constant node holding a copy of the elements at `data`.
-  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
-  /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
-                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
-  /// A conditional or a loop, with its branches or condition and body.
-  virtual void control_flow(const cond_step& c) = 0;
-  virtual void control_flow(const loop_step& l) = 0;
-
- protected:
-  ~description_sink() = default;
-};
-
-/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
-/// batches exactly where the kernels do.
-template <class T>
-inline constexpr bool simd_type = backend::cpu::simd_type<T>;
-
-template <class T>
-using batch = xsimd::batch<T>;
-
-// ---- leaves ------------------------------------------------------------------------
-
-// Besides `load` and `partial`, every expression has `load_chained` and
-// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
-// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
-// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
-// assignments of a rebinding loop one batch at a time, each reading the one before
-// from a register. A leaf that reads no slot reads as it always does:
-#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
-  template <class V, class P>                                                                     \
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
-    return this->template load<V>(f, row, col);                                                   \
-  }                                                                                               \
-  template <class V, std::int64_t Count, class P>                                                 \
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
-    return this->template partial<V, Count>(f, row, col);                                         \
-  }                                                                                               \
-  template <class F>                                                                              \
-  void visit_slots(F&&, bool) const {}
-
-/// Elements at a data pointer, laid out as `D` (eager operands).
-template <class T, class D>
-struct data_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  const T* p;
-
-  template <class V>
-  V load(frame, std::int64_t row, std::int64_t col) const {
-    if constexpr (std::is_same_v<V, T>)
-      return p[row * D::inner + col];
-    else
-      return V::load_unaligned(p + row * D::inner + col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t row, std::int64_t col) const {
-    // Every element goes through the batch functor, wherever it sits, as in the CPU
-    // kernels. Floats pad with zeros, one masked load; integers with copies of the
-    // last element, so that no padding lane divides by zero.
-    if constexpr (std::is_floating_point_v<T>)
-      return backend::cpu::load_partial(p + row * D::inner + col, Count);
-    else
-      return backend::cpu::load_padded(p + row * D::inner + col, Count);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-/// Elements of slot `index` of the frame, laid out as `D` (traced values).
-template <class T, class D>
-struct slot_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  int index;
-
-  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
-  }
-  int describe(description_sink& sink) const { return sink.value(index, D::values); }
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, P>) {
-      if (index == slot) return prev;
-    }
-    return load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, P>) {
-      if (index == slot) return prev;
-    }
-    return partial<V, Count>(f, row, col);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool broadcast) const {
-    visit(index, broadcast);
-  }
-};
-
-/// A C++ scalar, converted to the other operand's element type.
-template <class T>
-struct scalar_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = dims<>;
-  static constexpr bool simd = simd_type<T>;
-  T value;
-
-  template <class V>
-  V load(frame, std::int64_t, std::int64_t) const {
-    return V(value);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t, std::int64_t) const {
-    return V(value);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
-/// that holds it are cheap).
-template <class T, class D>
-struct constant_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  std::shared_ptr<const fixed_t<T, D>> value;
-
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
-
-// ---- broadcasting ------------------------------------------------------------------
-
-/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
-template <class E, class Out>
-struct broadcast : typed_expression {
-  using value_type = typename E::value_type;
-  using dims_type = Out;
-  using in_dims = typename E::dims_type;
-  static constexpr bool simd = E::simd;
-  /// Whether `E` repeats one value along the result's last dim.
-  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
-  E operand;
-
-  /// `E`'s row for the result's `row`.
-  static std::int64_t map_row(std::int64_t row) {
-    constexpr int ro = Out::rank, re = in_dims::rank;
-    if constexpr (re <= 1) {
-      return 0;
-    } else {
-      std::int64_t in_row = 0, in_stride = 1;
-      // Walk the result's row dims from the last (dim ro - 2) to the first.
-      for (int d = ro - 2; d >= 0; --d) {
-        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
-        row /= size;
-        const int e = d - (ro - re);
-        if (e < 0) break;
-        const std::int64_t in_size = in_dims::values[std::size_t(e)];
-        if (in_size != 1) in_row += index * in_stride;
-        in_stride *= in_size;
-      }
-      return in_row;
-    }
-  }
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (splat_cols) {
-      if constexpr (std::is_same_v<V, value_type>)
-        return operand.template load<V>(f, map_row(row), 0);
-      else
-        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
-    } else {
-      return operand.template load<V>(f, map_row(row), col);
-    }
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (splat_cols)
-      return load<V>(f, row, col);
-    else
-      return operand.template partial<V, Count>(f, map_row(row), col);
-  }
-  /// Broadcasting is implicit in a graph, as in the runtime tier's.
-  int describe(description_sink& sink) const { return operand.describe(sink); }
-  /// A broadcast operand reads other elements than (row, col), so it never reads a
-  /// chained value (an evaluation chain does not take an expression that would).
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
-    return load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
-    return partial<V, Count>(f, row, col);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool) const {
-    operand.visit_slots(visit, true);
-  }
-
- private:
-  template <class V>
-  static value_type first_lane(const V& v) {
-    alignas(64) std::array<value_type, V::size> lanes;
-    v.store_aligned(lanes.data());
-    return lanes[0];
-  }
-};
-
-/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
-template <class E, class Out>
-using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
-
-template <class Out, class E>
-operand_as<E, Out> broadcast_to(const E& e) {
-  if constexpr (std::is_same_v<typename E::dims_type, Out>)
-    return e;
-  else
-    return broadcast<E, Out>{{}, e};
-}
-
-// ---- the rules, at compile time ------------------------------------------------------
-
-/// `Op`'s rules applied at compile time to operands of element types `T...` and
-/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
-template <class Made, class... X>
-struct op_rule {
-  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
-  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
-  static constexpr kiln::shape value = shapes.value;
-};
-
-/// A default-constructed op, for op_rule.
-template <class Op>
-struct made {
-  static constexpr Op op{};
-};
-
-/// What a typed op gives when its rules reject its operands, after the op's
-/// `static_assert` has said why (naming the op), so that nothing else is reported.
-struct rule_error {};
-
-// ---- elementwise nodes ------------------------------------------------------------------
-
-/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
-template <class Op, class D, class... E>
-struct node : typed_expression {
-  /// The operands' element type (for `where`, its branches').
-  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
-  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
-  using dims_type = D;
-  /// Batches throughout when the CPU kernel of this op would use them (one input
-  /// type, the same output type, at most two operands) and every operand does.
-  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
-  Op op;
-  std::tuple<E...> operands;
-
-  /// An expression's type changes with each op, so a variable holding one cannot be
-  /// rebound; a symbolic value can.
-  template <class Other>
-  node& operator=(const Other&) {
-    static_assert(always_false<Other>,
-                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
-                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
-                  "a symbolic value (`auto y = x;`)");
-    return *this;
-  }
-
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (std::is_same_v<V, value_type>)
-      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
-    else
-      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
-  }
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, value_type>)
-      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
-    else
-      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool broadcast) const {
-    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
-  }
-  /// Adds the operands' nodes, left to right, then this op's.
-  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
-
- private:
-  template <class... A>
-  value_type apply_scalar(const A&... a) const {
-    return math::convert<value_type>(op(a...));
-  }
-  template <std::size_t... I>
-  int describe(description_sink& sink, std::index_sequence<I...>) const {
-    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
-    // A typed cast carries its target in its type; the registry knows it as ops::cast.
-    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
-    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
-  }
-};
-
-/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
-/// restrict: stores to it do not change the frame, so a loop reads each slot's
-/// pointer once. Flattened: past a few dozen nodes GCC left the operands' calls out of
-/// line, and a 50-op chain ran at half speed.)
-template <class E>
-KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
-  using T = typename E::value_type;
-  using D = typename E::dims_type;
-  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
-  if constexpr (E::simd) {
-    using B = batch<T>;
-    constexpr std::int64_t w = B::size;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      T* o = out + row * inner;
-      std::int64_t col = 0;
-      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
-      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
-    }
-  } else {
-    for (std::int64_t row = 0; row < rows; ++row)
-      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
-  }
-}
-
-/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
-template <class E>
-struct chain_link {
-  E expression;
-  int out;
-};
-
-/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
-/// batch position at a time: each link's value is stored to its slot and handed to the
-/// next link in a register, in place of the slot the link before wrote. The links
-/// write distinct slots that no earlier link reads, and none reads a slot the chain
-/// writes through a broadcast (the recorder checks both), so every value a link reads
-/// at a position is there already.
-template <class E>
-KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
-  using T = typename E::value_type;
-  using D = typename E::dims_type;
-  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
-  const std::size_t n = links.size();
-  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
-  if constexpr (E::simd) {
-    using B = batch<T>;
-    constexpr std::int64_t w = B::size;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      std::int64_t col = 0;
-      for (; col + w <= inner; col += w) {
-        B v = links[0].expression.template load<B>(f, row, col);
-        v.store_unaligned(at(0, row, col));
-        for (std::size_t k = 1; k < n; ++k) {
-          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
-          v.store_unaligned(at(k, row, col));
-        }
-      }
-      if constexpr (inner % w != 0) {
-        constexpr std::int64_t tail = inner % w;
-        B v = links[0].expression.template partial<B, tail>(f, row, col);
-        backend::cpu::store_partial(v, at(0, row, col), tail);
-        for (std::size_t k = 1; k < n; ++k) {
-          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
-          backend::cpu::store_partial(v, at(k, row, col), tail);
-        }
-      }
-    }
-  } else {
-    for (std::int64_t row = 0; row < rows; ++row)
-      for (std::int64_t col = 0; col < inner; ++col) {
-        T v = links[0].expression.template load<T>(f, row, col);
-        *at(0, row, col) = v;
-        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
-      }
-  }
-}
-
-/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
-template <class E>
-fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
-  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
-  evaluate(e, f, out.data());
-  return out;
-}
-
-/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
-template <class Op, class... E>
-auto make_node(const Op& op, const E&... e) {
-  using rule = op_rule<made<Op>, E...>;
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return rule_error{};
-  } else {
-    using D = dims_from<rule>;
-    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
-  }
-}
-
-}  // namespace typed
-}  // namespace kiln
-// ----- end kiln/typed/expr.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-
-namespace kiln {
-namespace typed {
-
-/// A symbolic value or expression of the compile-time tier.
-template <class X>
-concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
-
-/// What typed ops take: `fixed` values, symbolic values and expressions.
-template <class X>
-concept operand = fixed_value<X> || lazy<X>;
-
-/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
-template <class... X>
-inline constexpr bool eager = ((!lazy<X>) && ...);
-
-/// The element type of a typed operand.
-template <class X>
-struct element_of {
-  using type = void;
-};
-template <operand X>
-struct element_of<X> {
-  using type = typename std::remove_cvref_t<X>::value_type;
-};
-
-/// The element type a C++ scalar among `X...` is converted to: the first typed
-/// operand's (for `where`, the first branch's).
-template <class... X>
-struct promoted {
-  using type = void;
-};
-template <class X, class... Rest>
-struct promoted<X, Rest...> {
-  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
-};
-
-/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
-/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
-/// itself (a reference: the caller copies it where it keeps it).
-template <class T, bool Eager, class X>
-decltype(auto) expression_of(const X& x) {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (fixed_value<V>) {
-    using D = typename V::dims_type;
-    if constexpr (Eager)
-      return data_leaf<typename V::value_type, D>{{}, x.data()};
-    else
-      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
-  } else if constexpr (lazy<V>) {
-    if constexpr (requires { x.expression(); })
-      return x.expression();
-    else
-      return x;
-  } else {
-    return scalar_leaf<T>{{}, T(x)};
-  }
-}
-
-/// ops::cast to `T`, with the target in its type, where the rules read it.
-template <class T>
-struct cast_to : ops::cast {
-  constexpr cast_to() : ops::cast(dtype_of<T>) {}
-};
-
-/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
-/// expression.
-template <class T, class Op, class... X>
-auto apply_as(const Op& op, const X&... x) {
-  constexpr bool now = eager<X...>;
-  auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
-    return materialize(e);
-  else
-    return e;  // an expression, or the rule_error after the op's static_assert
-}
-
-template <class Op, class... X>
-auto apply(const Op& op, const X&... x) {
-  return apply_as<typename promoted<X...>::type>(op, x...);
-}
-
-/// The expression type of operand `X` (C++ scalars as `T`).
-template <class T, class X>
-using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
-
-/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
-template <class T, class Op, class... X>
-using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
-
-}  // namespace typed
-
-// A typed op checks its operands with static_asserts whose messages name it (the
-// first error line g++ prints); the operands' types, and so their dims, are in the
-// "In instantiation of" lines just above.
-#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
-  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
-
-namespace typed {
-
-}  // namespace typed
-
-/// Ops between a typed operand and a C++ scalar or another typed operand.
-template <class X, class Y>
-concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
-                         (std::is_arithmetic_v<X> && typed::operand<Y>);
-
-#define KILN_TYPED_UNARY(fn, op)                                                                     \
-  template <typed::operand X>                                                                        \
-  auto fn(const X& x) {                                                                              \
-    using rule = typed::rule_for<void, ops::op, X>;                                                  \
-    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
-    return typed::apply(ops::op{}, x);                                                               \
-  }
-#define KILN_TYPED_BINARY(fn, op)                                                                    \
-  template <class X, class Y>                                                                        \
-    requires typed_operands<X, Y>                                                                    \
-  auto fn(const X& x, const Y& y) {                                                                  \
-    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
-    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
-    return typed::apply(ops::op{}, x, y);                                                            \
-  }
-
-KILN_TYPED_UNARY(negative, negate)
-KILN_TYPED_UNARY(abs, abs)
-KILN_TYPED_UNARY(exp, exp)
-KILN_TYPED_UNARY(log, log)
-KILN_TYPED_UNARY(sqrt, sqrt)
-KILN_TYPED_UNARY(square, square)
-KILN_TYPED_UNARY(tanh, tanh)
-KILN_TYPED_UNARY(sigmoid, sigmoid)
-KILN_TYPED_UNARY(relu, relu)
-KILN_TYPED_UNARY(erf, erf)
-KILN_TYPED_UNARY(softplus, softplus)
-KILN_TYPED_UNARY(silu, silu)
-KILN_TYPED_UNARY(logical_not, logical_not)
-KILN_TYPED_BINARY(add, add)
-KILN_TYPED_BINARY(subtract, subtract)
-KILN_TYPED_BINARY(multiply, multiply)
-KILN_TYPED_BINARY(divide, divide)
-KILN_TYPED_BINARY(floordiv, floordiv)
-KILN_TYPED_BINARY(floormod, floormod)
-KILN_TYPED_BINARY(pow, pow)
-KILN_TYPED_BINARY(maximum, maximum)
-KILN_TYPED_BINARY(minimum, minimum)
-KILN_TYPED_BINARY(equal, equal)
-KILN_TYPED_BINARY(not_equal, not_equal)
-KILN_TYPED_BINARY(less, less)
-KILN_TYPED_BINARY(less_equal, less_equal)
-KILN_TYPED_BINARY(greater, greater)
-KILN_TYPED_BINARY(greater_equal, greater_equal)
-KILN_TYPED_BINARY(logical_and, logical_and)
-KILN_TYPED_BINARY(logical_or, logical_or)
-#undef KILN_TYPED_UNARY
-#undef KILN_TYPED_BINARY
-#undef KILN_TYPED_CHECKS
-
-/// `kiln::gelu(x, approximate)` on a typed operand.
-template <typed::operand X>
-auto gelu(const X& x, bool approximate = false) {
-  using rule = typed::rule_for<void, ops::gelu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
-  return typed::apply(ops::gelu(approximate), x);
-}
-/// `kiln::elu(x, alpha)` on a typed operand.
-template <typed::operand X>
-auto elu(const X& x, double alpha = 1.0) {
-  using rule = typed::rule_for<void, ops::elu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
-  return typed::apply(ops::elu(alpha), x);
-}
-/// `kiln::leaky_relu(x, alpha)` on a typed operand.
-template <typed::operand X>
-auto leaky_relu(const X& x, double alpha = 0.3) {
-  using rule = typed::rule_for<void, ops::leaky_relu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
-  return typed::apply(ops::leaky_relu(alpha), x);
-}
-
-/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
-template <typed::operand C, class A, class B>
-  requires(typed::operand<A> || typed::operand<B>)
-auto where(const C& cond, const A& a, const B& b) {
-  using T = typename typed::promoted<A, B>::type;
-  using rule = typed::rule_for<T, ops::where, C, A, B>;
-  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
-  return typed::apply_as<T>(ops::where{}, cond, a, b);
-}
-
-/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
-template <class T, typed::operand X>
-auto cast(const X& x) {
-  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
-  return typed::apply(typed::cast_to<T>{}, x);
-}
-
-template <typed::operand X>
-auto operator-(const X& x) {
-  return negative(x);
-}
-
-#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
-  template <class X, class Y>                                                          \
-    requires typed_operands<X, Y>                                                      \
-  auto operator sym(const X& x, const Y& y) {                                          \
-    return fn(x, y);                                                                   \
-  }
-KILN_TYPED_OPERATOR(+, add)
-KILN_TYPED_OPERATOR(-, subtract)
-KILN_TYPED_OPERATOR(*, multiply)
-KILN_TYPED_OPERATOR(/, divide)
-KILN_TYPED_OPERATOR(%, floormod)
-KILN_TYPED_OPERATOR(==, equal)
-KILN_TYPED_OPERATOR(!=, not_equal)
-KILN_TYPED_OPERATOR(<, less)
-KILN_TYPED_OPERATOR(<=, less_equal)
-KILN_TYPED_OPERATOR(>, greater)
-KILN_TYPED_OPERATOR(>=, greater_equal)
-#undef KILN_TYPED_OPERATOR
-
-}  // namespace kiln
-// ----- end kiln/typed/ops.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-
-namespace kiln {
-namespace detail {
-struct function_state;
-}  // namespace detail
-namespace typed {
-
-template <class>
-class basic_graph_writer;
-using graph_writer = basic_graph_writer<void>;
-
-/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
-/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
-/// shared_ptr, whose control block would be compiled once per step type.
-struct step {
-  void (*run)(const void* data, frame f);
-  std::unique_ptr<const void, void (*)(const void*)> data;
-  void (*describe)(const void* data, description_sink& sink);
-};
-
-/// The step that runs `data` with `Step::run`.
-template <class Step>
-step step_of(std::unique_ptr<Step> data) {
-  using S = std::remove_const_t<Step>;
-  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
-}
-
-/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
-template <class... V>
-std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
-  std::size_t k = 0;
-  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
-}
-
-/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
-/// before something overwrites it: while slot `bound` points at `storage`, the value
-/// is copied to slot `copy` and `bound` pointed there.
-struct redirect {
-  int bound, copy;
-  const void* storage;
-  std::size_t bytes;
-};
-
-/// Keeps the values that the slots of `redirects` read in place, before a step
-/// overwrites them. A frame is built writable (trace::run): a read in place is a step
-/// that points its slot at the value, so the frame's pointers change as steps run.
-inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
-  void** slots = const_cast<void**>(f);
-  for (const redirect& r : redirects)
-    if (slots[r.bound] == r.storage) {
-      std::memcpy(slots[r.copy], r.storage, r.bytes);
-      slots[r.bound] = slots[r.copy];
-    }
-}
-
-/// What a trace being recorded collects: the slots of its frame (its arguments
-/// first) and its steps, in program order.
-struct recorder {
-  std::vector<std::size_t> slot_bytes;
-  std::vector<step> steps;
-  std::vector<std::string> argument_names;  ///< as the function's signature names them
-  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
-  /// traced.
-  std::vector<step>* target = &steps;
-  /// The reads in place recorded so far (of the variable whose state is at `owner`),
-  /// which a later write must not change under the steps that use them.
-  struct read_in_place {
-    const void* owner;
-    int slot;
-    const void* storage;
-    std::size_t bytes;
-    bool top_level;  ///< in the trace's own steps, which run once per call
-  };
-  std::vector<read_in_place> reads_in_place;
-
-  int add_slot(std::size_t bytes) {
-    slot_bytes.push_back(bytes);
-    return int(slot_bytes.size()) - 1;
-  }
-  void push(step s) { target->push_back(std::move(s)); }
-  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
-  /// the variable whose state is at `owner`).
-  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
-    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
-  }
-  /// The redirects a step that overwrites the value of the variable at `owner` (of
-  /// any variable, when null) runs first, with a slot each for the copies. A read of
-  /// the trace's own steps that a write of its own steps protects needs no later
-  /// protection: it does not run again in the call.
-  std::vector<redirect> protect_reads_in_place(const void* owner) {
-    std::vector<redirect> out;
-    const bool top = target == &steps;
-    std::erase_if(reads_in_place, [&](const read_in_place& r) {
-      if (owner && r.owner != owner) return false;
-      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
-      return top && r.top_level;
-    });
-    return out;
-  }
-  /// The recorder of the trace in progress on this thread, if any.
-  static recorder*& current() {
-    thread_local recorder* r = nullptr;
-    return r;
-  }
-};
-
-/// A step that evaluates expressions of type `E` into slots, one after the other: an
-/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
-/// expressions of one type in a row; their steps join the chain of the one before, so
-/// that a call runs them as one loop, each value going from one assignment to the next
-/// in a register (evaluate_chain), rather than one step and one pass over memory per
-/// assignment.
-template <class E>
-struct evaluation {
-  std::vector<chain_link<E>> links;
-  static void run(const void* data, frame f) {
-    const auto& self = *static_cast<const evaluation*>(data);
-    if (self.links.size() == 1)
-      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
-    else
-      evaluate_chain<E>(self.links, f);
-  }
-  static void describe(const void* data, description_sink& sink) {
-    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
-  }
-  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
-  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
-  /// reads other positions than the one being computed).
-  bool takes(const E& e, int out) const {
-    bool fits = true;
-    for (const chain_link<E>& l : links) {
-      if (l.out == out) return false;
-      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
-      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
-    }
-    return fits;
-  }
-};
-
-/// The recorder of the trace in progress, or the error for a symbolic value used
-/// outside its trace.
-inline recorder& current_recorder() {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  return *r;
-}
-
-/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
-/// the step before when that one evaluates expressions of the same type and takes it.
-template <class E>
-void record_into(const E& e, int slot) {
-  recorder& r = current_recorder();
-  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
-    // The chain was made here, not const: it may grow while its trace is recorded.
-    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
-    if (chain.takes(e, slot)) {
-      chain.links.push_back({e, slot});  // the one copy of `e`
-      return;
-    }
-  }
-  auto chain = std::make_unique<evaluation<E>>();
-  chain->links.push_back({e, slot});
-  r.push(step_of(std::move(chain)));
-}
-
-/// The bytes of a value of typed operand type `X` (a slot's size).
-template <class X>
-inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
-
-/// Records a step writing `e` to a new slot, and returns the slot.
-template <class E>
-int record(const E& e) {
-  const int slot = current_recorder().add_slot(bytes_of<E>);
-  record_into(e, slot);
-  return slot;
-}
-
-/// A symbolic value of the compile-time tier: what a callable traced with a
-/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
-/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
-/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
-template <class T, class D>
-class symbol : public typed_expression {
- public:
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-
-  /// The value in slot `slot` of the frame (an argument).
-  explicit symbol(int slot) : slot_(slot) {}
-  /// The value of expression `e`, computed at this point of the trace.
-  template <lazy E>
-    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
-  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
-  /// A constant.
-  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
-
-  symbol(const symbol&) = default;
-  symbol& operator=(const symbol&) = default;
-  /// Rebinds to the value of `e`: `y = y * 2.f;`.
-  template <class E>
-    requires(lazy<E> || fixed_value<E>)
-  symbol& operator=(const E& e) {
-    return *this = symbol(e);
-  }
-
-  slot_leaf<T, D> expression() const { return {{}, slot_}; }
-  int slot() const { return slot_; }
-
-  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
-  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
-  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
-    const recorder* r = recorder::current();
-    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
-                                                                                   : "value_" + std::to_string(x.slot_);
-    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
-  }
-
- private:
-  template <class E>
-  static const E& checked(const E& e) {
-    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
-                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
-                  "(kiln::cast or kiln::reshape change them)");
-    return e;
-  }
-
-  int slot_;
-};
-
-template <class V>
-struct is_symbol : std::false_type {};
-template <class T, class D>
-struct is_symbol<symbol<T, D>> : std::true_type {};
-
-/// The symbol a traced `fixed` argument becomes.
-template <class X>
-using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
-
-// ---- signatures --------------------------------------------------------------------
-
-/// C++ values a typed call keys by value: arithmetic values, enums and strings.
-template <class X>
-concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
-                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
-
-template <class X>
-struct is_spec : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_spec<spec<T, D...>> : std::true_type {};
-
-/// A `fixed` value, or its `spec` (for get_concrete_function).
-template <class X>
-concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
-
-/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
-/// argument, and otherwise only C++ values.
-template <class... Args>
-inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
-
-/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
-/// specs, and otherwise only C++ values.
-template <class... Args>
-inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
-
-/// The `fixed` type of a typed argument.
-template <class X>
-struct fixed_of {
-  using type = std::remove_cvref_t<X>;
-};
-template <class T, std::int64_t... D>
-struct fixed_of<spec<T, D...>> {
-  using type = fixed<T, D...>;
-};
-
-/// What the callable receives for argument `X` while tracing.
-template <class X>
-struct traced {
-  using type = std::remove_cvref_t<X>;
-};
-template <typed_argument X>
-struct traced<X> {
-  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
-};
-template <class X>
-using traced_t = typename traced<X>::type;
-
-/// The C++ values of a call, its key within the slot of its signature type.
-template <class... Args>
-using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
-
-template <class... Args>
-values_of<Args...> values(const Args&... args) {
-  return std::tuple_cat([](const auto& a) {
-    if constexpr (typed_argument<decltype(a)>)
-      return std::tuple<>();
-    else
-      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
-  }(args)...);
-}
-
-// ---- signatures' text --------------------------------------------------------------
-
-/// A value in a typed trace's signature: a typed argument's or result's dtype and
-/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
-struct signature_leaf {
-  bool typed = true;
-  dtype type = int64;
-  kiln::shape shape = {};
-};
-
-/// What a typed trace's signature type says, made at compile time, one per type: a
-/// trace records where it is, and the text is written only where a program shows it.
-struct signature_type {
-  std::span<const signature_leaf> arguments;  ///< one per argument
-  std::span<const signature_leaf> outputs;    ///< none for `void`
-  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
-  std::string (*output_structure)();
-};
-
-/// A typed trace's signature: its type, and the text of its C++ values (per argument;
-/// empty when it has none).
-struct recorded_signature {
-  const signature_type* type = nullptr;
-  std::vector<std::string> bound_text;
-};
-
-// An argument's leaf, or a result's.
-template <class X>
-constexpr signature_leaf argument_leaf() {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (typed_argument<V>) {
-    using F = typename fixed_of<V>::type;
-    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
-  } else {
-    return {false};
-  }
-}
-template <class X>
-constexpr signature_leaf result_leaf() {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (lazy<V> || fixed_value<V>)
-    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
-  else if constexpr (has_dtype<V>)
-    return {true, dtype_of<V>};
-  else
-    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
-}
-
-// Writes the leaves of a traced result `R` from `next`, unless it is null, in order
-// (none for `void`, a tuple's in turn), and says how many there are.
-template <class R>
-constexpr std::size_t put_outputs(signature_leaf* next) {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (std::is_void_v<V>) {
-    return 0;
-  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      std::size_t n = 0;
-      ((n += put_outputs<std::tuple_element_t<I, V>>(next ? next + n : nullptr)), ...);
-      return n;
-    }(std::make_index_sequence<std::tuple_size_v<V>>());
-  } else {
-    if (next) *next = result_leaf<V>();
-    return 1;
-  }
-}
-// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
-template <class R>
-void describe_outputs(detail::structure_text& s) {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
-    constexpr std::size_t n = std::tuple_size_v<V>;
-    constexpr bool list = requires { typename V::iterator; };  // std::array
-    s.open(list);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
-    }(std::make_index_sequence<n>());
-    s.close(list, n);
-  } else if constexpr (!std::is_void_v<V>) {
-    s.leaf();
-  }
-}
-template <class R>
-std::string output_structure() {
-  detail::structure_text s;
-  describe_outputs<R>(s);
-  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
-}
-
-template <class R>
-inline constexpr auto output_leaves = [] {
-  std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
-  put_outputs<R>(leaves.data());
-  return leaves;
-}();
-template <class... Args>
-inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
-
-/// The signature type of a typed trace of `Args` that returns `R`.
-template <class R, class... Args>
-inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
-
-/// Typed trace signature `s` of the function whose state is `state`, written out
-/// (defined with the function state, kiln/trace/function.hpp).
-template <class = void>
-detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
-
-// ---- results -----------------------------------------------------------------------
-
-/// What a call returns for the traced result `R`: `fixed` values for expressions, in
-/// the same structure.
-template <class R>
-struct output {
-  using type = R;  // C++ values and `fixed` constants come back as they are
-};
-template <lazy R>
-struct output<R> {
-  using type = fixed_t<typename R::value_type, typename R::dims_type>;
-};
-template <class... R>
-struct output<std::tuple<R...>> {
-  using type = std::tuple<typename output<R>::type...>;
-};
-template <class A, class B>
-struct output<std::pair<A, B>> {
-  using type = std::pair<typename output<A>::type, typename output<B>::type>;
-};
-template <class R>
-using output_t = typename output<std::remove_cvref_t<R>>::type;
-
-template <class R>
-output_t<R> evaluate_output(const R& r, frame f) {
-  if constexpr (lazy<R>) {
-    if constexpr (requires { r.expression(); })
-      return materialize(r.expression(), f);
-    else
-      return materialize(r, f);  // in place: an expression can be large
-  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
-    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
-  } else {
-    return r;
-  }
-}
-
-/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
-/// run inside another).
-template <class Fn>
-decltype(auto) with_recorder(recorder& r, Fn&& fn) {
-  struct restore {
-    recorder* previous;
-    ~restore() { recorder::current() = previous; }
-  } guard{std::exchange(recorder::current(), &r)};
-  return fn();
-}
-
-/// One typed trace: its steps, the size of its frame, and the expression(s) it
-/// returns (`R`; none for `void`).
-template <class R>
-struct trace {
-  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
-  std::vector<step> steps;
-  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
-  int arguments = 0;
-  std::size_t workspace_bytes = 0;
-  std::optional<stored> result;
-  recorded_signature signature;
-  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
-
-  /// Runs the trace on the data of its arguments.
-  template <std::size_t N>
-  output_t<stored> run(const std::array<void*, N>& args) const {
-    const std::size_t slots = std::size_t(arguments) + offsets.size();
-    // One expression: no frame to build. Steps run even when they add no slot (a print
-    // of an argument).
-    if (steps.empty()) return evaluate_output(*result, args.data());
-    constexpr std::size_t local_slots = 64, local_bytes = 4096;
-    std::array<void*, local_slots> local_frame;
-    std::unique_ptr<void*[]> heap_frame;
-    void** f = local_frame.data();
-    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
-    alignas(64) std::byte local[local_bytes];
-    // From the C library, which keeps a freed block for the next call too, not the
-    // caching allocator: a program that makes no large `fixed` value then does not
-    // compile the cache.
-    struct heap_workspace {
-      std::size_t bytes;
-      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
-      ~heap_workspace() {
-        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
-      }
-    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
-    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
-    std::copy(args.begin(), args.end(), f);
-    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
-    for (const step& s : steps) s.run(s.data.get(), f);
-    return evaluate_output(*result, f);
-  }
-};
-
-/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
-/// typed arguments, in order, for printing.
-template <class R, class F, class... Args>
-std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
-  recorder rec;
-  rec.argument_names = std::move(names);
-  int slot = 0;
-  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
-    if constexpr (typed_argument<decltype(a)>) {
-      rec.add_slot(0);  // arguments live in the caller's values
-      return traced_t<decltype(a)>(slot++);
-    } else {
-      return a;
-    }
-  };
-  // Braces: the arguments take their slots from left to right.
-  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
-  auto t = std::make_unique<trace<R>>();
-  if constexpr (std::is_void_v<R>) {
-    with_recorder(rec, [&] { std::apply(fn, traced_args); });
-    t->result.emplace();
-  } else {
-    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
-  }
-  t->arguments = slot;
-  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
-    t->offsets.push_back(t->workspace_bytes);
-    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
-  }
-  t->steps = std::move(rec.steps);
-  t->argument_names = std::move(rec.argument_names);
-  return t;
-}
-
-/// A typed trace as a concrete function: called with the `fixed` values its signature
-/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
-/// \code
-/// kiln::function f([](const auto& x) { return x + x; });
-/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
-/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
-/// \endcode
-template <class R, class... Fixed>
-class concrete_function {
- public:
-  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
-      : trace_(t), owner_(std::move(owner)) {}
-  auto operator()(const Fixed&... args) const {
-    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
-  }
-  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
-    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
-  }
-  /// The signature in TensorFlow's format, without a newline at the end, as
-  /// TensorFlow's `pretty_printed_signature()`.
-  /// \code
-  /// kiln::function f([](const auto& x) { return x + x; });
-  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
-  /// \endcode
-  std::string pretty_printed_signature() const {
-    std::string text = written(*owner_, trace_->signature).signature_text();
-    text.pop_back();
-    return text;
-  }
-  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
-  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
-  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
-  /// \code
-  /// kiln::function f([](const auto& x) { return x + x; });
-  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
-  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
-  /// \endcode
-  template <class Writer = graph_writer>
-  auto graph() const {
-    if constexpr (requires { sizeof(Writer); })
-      return Writer::template graph_of<Fixed...>(*trace_);
-    else
-      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
-  }
-  /// graph() in Graphviz's dot language.
-  template <class Writer = graph_writer>
-  std::string to_dot() const {
-    return graph<Writer>().to_dot();
-  }
-
- private:
-  const trace<R>* trace_;
-  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
-};
-
-/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
-template <class R, class... Args>
-struct concrete_for {
-  template <class... F>
-  static concrete_function<R, F...> make(std::tuple<F...>*);
-  using fixed_arguments = decltype(std::tuple_cat(
-      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
-                                       std::tuple<>>>()...));
-  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
-};
-
-// ---- the table of a function's traces ----------------------------------------------
-
-/// A process-wide index per signature type, fixed when the program starts.
-inline std::size_t next_signature_index() {
-  static std::atomic<std::size_t> next{0};
-  return next++;
-}
-template <class Signature>
-inline const std::size_t signature_index = next_signature_index();
-
-/// The traces of one signature type, by the values of its C++ arguments.
-template <class R, class Values>
-struct signature_traces {
-  std::mutex mutex;  // guards by_value
-  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
-  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
-  std::unique_ptr<trace<R>> only_owner;
-};
-
-/// A function's typed traces: one slot per signature type, found by its index.
-class trace_table {
- public:
-  /// The traces of signature type `Sig`, made on first use.
-  template <class Sig, class Entry>
-  Entry& entry() {
-    const std::size_t i = signature_index<Sig>;
-    if (i < direct) {
-      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
-    }
-    std::lock_guard lock(mutex_);
-    for (auto& [index, e] : entries_)
-      if (index == i) return *static_cast<Entry*>(e.get());
-    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
-    void* e = entries_.back().second.get();
-    if (i < direct) direct_[i].store(e, std::memory_order_release);
-    return *static_cast<Entry*>(e);
-  }
-
-  /// One typed trace at a time (a trace of one function may call another).
-  std::recursive_mutex tracing;
-
- private:
-  static constexpr std::size_t direct = 32;
-  std::array<std::atomic<void*>, direct> direct_{};
-  mutable std::mutex mutex_;
-  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
-  std::vector<std::pair<std::size_t, owned_entry>> entries_;
-};
-
-}  // namespace typed
-}  // namespace kiln
-// ----- end kiln/typed/trace.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-
-namespace kiln {
 
 /// Options of a kiln::function.
 /// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
@@ -17266,6 +15595,19 @@ struct runtime_tier;
 template <class F>
 concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 
+/// kiln::function's calls with `fixed` arguments, defined in
+/// kiln/typed/function_calls.hpp (the compile-time tier), which kiln/fixed.hpp and
+/// kiln/kiln.hpp include.
+template <class F>
+struct typed_tier;
+
+/// Whether a call with `Args` is the compile-time tier's (`fixed` arguments).
+template <class F, class... Args>
+concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template calls<Args...>;
+/// Whether a get_concrete_function with `Args` asks for a typed trace.
+template <class F, class... Args>
+concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
+
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
@@ -17277,22 +15619,29 @@ struct function_state {
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
-  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in
+  /// `typed`), with how the compile-time tier writes it.
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
+    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
   /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
   /// whose functions make typed traces only does not compile them.
   std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
+  /// The traces of calls with `fixed` arguments, made by the first such call
+  /// (kiln/typed/function_calls.hpp), with a deleter it sets; `typed_owner` owns them,
+  /// `typed` is what calls read.
+  std::atomic<typed::trace_table*> typed{nullptr};
+  std::unique_ptr<typed::trace_table, void (*)(typed::trace_table*)> typed_owner{nullptr, nullptr};
 
-  /// Adds a new typed trace's signature.
-  void add_signature(const typed::recorded_signature& s) {
+  /// Adds a new typed trace's signature, which `written` writes out.
+  void add_signature(const typed::recorded_signature& s,
+                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s});
+    signatures.push_back({nullptr, &s, written});
   }
 
   template <class = void>
@@ -17376,22 +15725,6 @@ struct function_state {
 
 }  // namespace detail
 
-template <class>
-detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w;
-  w.name = state.options.name;
-  w.bound_text = s.bound_text;
-  for (const signature_leaf& a : s.type->arguments) {
-    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (!a.typed) continue;
-    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
-    w.input_arg.push_back(int(w.arg_names.size() - 1));
-  }
-  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
-  w.output_structure = s.type->output_structure();
-  return w;
-}
-
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -17412,9 +15745,8 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
-      else detail::callable_does_not_accept<Args...>();
+    if constexpr (detail::typed_call_of<F, Args...>) {
+      return detail::typed_tier<F>::call(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -17428,14 +15760,8 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-        detail::callable_does_not_accept<Args...>();
-      } else {
-        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-        using concrete = typename typed::concrete_for<R, Args...>::type;
-        return concrete(typed_trace_for(args...), state_);
-      }
+    if constexpr (detail::typed_request_of<F, Args...>) {
+      return detail::typed_tier<F>::get_concrete_function(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -17449,9 +15775,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& [runtime, typed] : state_->signatures) {
+    for (const auto& [runtime, typed, written] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
-      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
+      const std::string text = (runtime ? *runtime : written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -17464,82 +15790,7 @@ class function {
 
  private:
   friend struct detail::runtime_tier<F>;
-
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
-    std::vector<std::string> typed_names, bound_text;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(state_->arg_name(position));
-          } else {
-            std::ostringstream os;
-            os << a;
-            bound_text.resize(sizeof...(Args));
-            bound_text[position] = os.str();
-          }
-          ++position;
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
-    state_->add_signature(t->signature);
-    return t;
-  }
+  friend struct detail::typed_tier<F>;
 
   F fn_;
   std::shared_ptr<detail::function_state> state_;
@@ -19613,6 +17864,1694 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 // ----- end kiln/trace/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+// ----- begin kiln/typed/fixed.hpp -----
+/// \file
+/// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
+/// type, the values of the compile-time tier. It owns its data,
+/// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
+/// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln {
+namespace typed {
+
+/// The element types a `fixed` may hold: every dtype but string.
+template <class T>
+inline constexpr bool element_type = std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> ||
+                                     std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
+                                     std::is_same_v<T, double>;
+
+/// A shape known at compile time. Dims are positive.
+/// \code static_assert(kiln::typed::dims<2, 3>::size == 6); \endcode
+template <std::int64_t... D>
+struct dims {
+  static constexpr int rank = int(sizeof...(D));
+  static constexpr std::int64_t size = (std::int64_t(1) * ... * D);
+  static constexpr std::array<std::int64_t, sizeof...(D)> values{D...};
+  /// The last dim (1 for a scalar): what an evaluation loop runs SIMD across.
+  static constexpr std::int64_t inner = rank == 0 ? 1 : values[std::size_t(rank - 1)];
+  static constexpr kiln::shape shape() { return kiln::shape{D...}; }
+};
+
+/// The `dims` of the shape `S::value`, a `static constexpr kiln::shape` (a shape
+/// rule's result, computed at compile time).
+template <class S, class = std::make_integer_sequence<int, S::value.rank()>>
+struct dims_of_shape;
+template <class S, int... I>
+struct dims_of_shape<S, std::integer_sequence<int, I...>> {
+  using type = dims<S::value[I]...>;
+};
+template <class S>
+using dims_from = typename dims_of_shape<S>::type;
+
+/// Where a `fixed` keeps `N` elements: past this many bytes, on the heap.
+inline constexpr std::size_t inline_bytes = 16384;
+
+/// A `fixed`'s elements: an inline aligned array, or a heap one for large sizes.
+template <class T, std::int64_t N, bool Inline = (std::size_t(N) * sizeof(T) <= inline_bytes)>
+struct storage {
+  alignas(64) T values[N];
+  T* data() { return values; }
+  const T* data() const { return values; }
+};
+
+/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
+/// buffer would cost a page fault per 4 KiB each time a result is made.
+template <class T, std::int64_t N>
+struct storage<T, N, false> {
+  struct release {
+    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
+  };
+  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
+
+  storage() = default;
+  storage(const storage& o) { std::copy_n(o.data(), N, data()); }
+  storage(storage&&) noexcept = default;
+  storage& operator=(const storage& o) {
+    std::copy_n(o.data(), N, data());
+    return *this;
+  }
+  storage& operator=(storage&&) noexcept = default;
+  T* data() { return values.get(); }
+  const T* data() const { return values.get(); }
+};
+
+/// Tag: a `fixed` whose elements are left unset, to be written at once.
+struct uninitialized_t {
+  explicit constexpr uninitialized_t() = default;
+};
+inline constexpr uninitialized_t uninitialized{};
+
+/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
+/// type rather than per `fixed` type.
+template <class T>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
+  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
+                               std::to_string(minval));
+}
+
+}  // namespace typed
+
+/// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
+/// 2 x 3 floats, `fixed<int>` is a scalar. Ops on `fixed` values compute at once and
+/// give `fixed` values whose shape the compiler worked out; shape and dtype errors are
+/// compile errors. Called with `fixed` arguments, a kiln::function traces once per
+/// argument *type*.
+/// \code
+/// auto x = kiln::fixed<float, 2, 2>::ones();
+/// x(0, 1) = 3.f;
+/// std::cout << x * 2.f;  // tensor(\n[[2. 6.]\n [2. 2.]], shape=(2, 2), dtype=float32)
+/// \endcode
+template <class T, std::int64_t... Dims>
+class fixed {
+  static_assert(typed::element_type<T>, "kiln::fixed: the element type must be bool, std::int32_t, std::int64_t, float or double");
+  static_assert(((Dims > 0) && ...), "kiln::fixed: every dim must be positive");
+  static_assert(sizeof...(Dims) <= std::size_t(max_rank), "kiln::fixed: at most 8 dims");
+
+ public:
+  using value_type = T;
+  using dims_type = typed::dims<Dims...>;
+  static constexpr int rank = dims_type::rank;
+  static constexpr std::int64_t size = dims_type::size;
+  static constexpr std::array<std::int64_t, sizeof...(Dims)> dims = dims_type::values;
+  static constexpr kiln::dtype dtype = dtype_of<T>;
+
+  /// Zeros.
+  fixed() { std::fill_n(data(), size, T(0)); }
+  /// Unset elements, for code that writes them all at once.
+  explicit fixed(typed::uninitialized_t) {}
+  /// A scalar from its value: `kiln::fixed<float> x = 2.f;`.
+  fixed(T value)
+    requires(rank == 0)
+  {
+    *data() = value;
+  }
+  /// The elements in row-major order: `kiln::fixed<int, 3>{1, 2, 3}`. A list of the
+  /// wrong length raises kiln::value_error.
+  fixed(std::initializer_list<T> values)
+    requires(rank > 0)
+  {
+    if (std::int64_t(values.size()) != size)
+      throw value_error("kiln::fixed: " + std::to_string(values.size()) + " values given for shape " + shape().str() + " (" +
+                        std::to_string(size) + " elements)");
+    std::copy(values.begin(), values.end(), data());
+  }
+  /// The values of eager tensor `t`, whose dtype and shape must be this type's; else
+  /// kiln::value_error naming both.
+  explicit fixed(const tensor& t) {
+    if (t.is_symbolic() || !t.defined() || t.dtype() != dtype || t.shape() != shape())
+      throw value_error("kiln::fixed: cannot hold " +
+                        (t.defined() ? std::string(name(t.dtype())) + " " + t.shape().str() : std::string("an empty tensor")) +
+                        (t.is_symbolic() ? " (symbolic)" : "") + " as " + std::string(name(dtype)) + " " + shape().str());
+    const std::vector<T> values = t.to_vector<T>();
+    std::copy(values.begin(), values.end(), data());
+  }
+
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  static constexpr kiln::shape shape() { return dims_type::shape(); }
+
+  /// Element `(i, j, ...)`, one index per dim.
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  T& operator()(I... i) {
+    return data()[offset(i...)];
+  }
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  const T& operator()(I... i) const {
+    return data()[offset(i...)];
+  }
+  /// A scalar's value.
+  T item() const
+    requires(rank == 0)
+  {
+    return *data();
+  }
+
+  /// Every element `value`.
+  static fixed fill(T value) {
+    fixed x(typed::uninitialized);
+    std::fill_n(x.data(), size, value);
+    return x;
+  }
+  static fixed zeros() { return fill(T(0)); }
+  static fixed ones() { return fill(T(1)); }
+  /// The identity matrix (ones on the diagonal of a rank-2 type).
+  static fixed eye()
+    requires(rank == 2)
+  {
+    fixed x = zeros();
+    for (std::int64_t i = 0; i < std::min(dims[0], dims[1]); ++i) x(i, i) = T(1);
+    return x;
+  }
+  /// `start, start + delta, ...` along a rank-1 type, as kiln::range.
+  static fixed range(T start = T(0), T delta = T(1))
+    requires(rank == 1 && !std::is_same_v<T, bool>)
+  {
+    fixed x(typed::uninitialized);
+    for (std::int64_t i = 0; i < size; ++i) x.data()[i] = T(start + T(i) * delta);
+    return x;
+  }
+  /// Numbers uniform in [minval, maxval) as a pure function of `seed`: the numbers
+  /// kiln::random::stateless_uniform(shape(), seed, minval, maxval, dtype) gives.
+  static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
+    requires(!std::is_same_v<T, bool>)
+  {
+    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
+    fixed x(typed::uninitialized);
+    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
+    return x;
+  }
+
+  /// An eager kiln::tensor with a copy of the values.
+  operator tensor() const {
+    tensor t(dtype, shape());
+    std::copy_n(data(), size, static_cast<T*>(t.view().data));
+    return t;
+  }
+
+  /// Printed exactly as the kiln::tensor of the same values.
+  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
+    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
+  }
+
+ private:
+  template <class... I>
+  static std::int64_t offset(I... i) {
+    std::int64_t off = 0;
+    std::size_t d = 0;
+    ((off = off * dims[d++] + std::int64_t(i)), ...);
+    return off;
+  }
+
+  typed::storage<T, size> storage_;
+};
+
+/// The compile-time spec of a `fixed<T, Dims...>` argument, for
+/// `get_concrete_function`: `kiln::spec<float, 2, 3>{}`.
+template <class T, std::int64_t... Dims>
+struct spec {
+  using value_type = fixed<T, Dims...>;
+  /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
+  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
+};
+
+namespace typed {
+/// The `fixed` type of element type `T` over `dims` `D`.
+template <class T, class D>
+struct fixed_for;
+template <class T, std::int64_t... D>
+struct fixed_for<T, dims<D...>> {
+  using type = fixed<T, D...>;
+};
+template <class T, class D>
+using fixed_t = typename fixed_for<T, D>::type;
+}  // namespace typed
+
+}  // namespace kiln
+// ----- end kiln/typed/fixed.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+// ----- begin kiln/typed/expr.hpp -----
+/// \file
+/// Expression templates of the compile-time tier. An elementwise op on typed values
+/// builds a `node` whose type carries the op, the element type and the dims its
+/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
+/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
+/// SIMD batch at a time through the op's own functor, so each element gets the bits
+/// that the eager kiln::tensor kernels give it.
+///
+/// Operands read their elements at (row, col) of the result: `row` counts the
+/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
+/// data pointers (eager), slots of a trace's frame (traced arguments and results),
+/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
+/// other dims.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+
+namespace kiln {
+
+namespace typed {
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace typed
+
+/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
+/// kiln among their associated namespaces, where their operators are.
+struct typed_expression {
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(typed::always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+};
+
+namespace typed {
+
+/// The data of a trace's values by slot: its arguments, then the results of its steps.
+/// Eager evaluation has none.
+using frame = void* const*;
+
+struct cond_step;
+struct loop_step;
+
+/// Where the steps of a typed trace describe themselves, for
+/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
+/// Every step can describe itself, in every program, so that a step type means the
+/// same in each file of a program; what builds the graph comes with the runtime tier.
+class description_sink {
+ public:
+  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
+  /// body, a placeholder for a value from outside, which becomes an input of the node
+  /// that runs it; a reshape node where the slot is read with other dims).
+  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
+  /// Slot `slot` holds the value of node `node` from here on.
+  virtual void bind(int slot, int node) = 0;
+  /// A node of the registry op named `name`, at `op`, whose value has element type
+  /// `t` and dims `dims`.
+  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+                 std::span<const std::int64_t> dims) = 0;
+  /// A constant node holding a copy of the elements at `data`.
+  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
+  /// A node with effects (a print, a callback, a variable's read or write); the nodes
+  /// of its results.
+  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
+  /// A conditional or a loop, with its branches or condition and body.
+  virtual void control_flow(const cond_step& c) = 0;
+  virtual void control_flow(const loop_step& l) = 0;
+
+ protected:
+  ~description_sink() = default;
+};
+
+/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
+/// batches exactly where the kernels do.
+template <class T>
+inline constexpr bool simd_type = backend::cpu::simd_type<T>;
+
+template <class T>
+using batch = xsimd::batch<T>;
+
+// ---- leaves ------------------------------------------------------------------------
+
+// Besides `load` and `partial`, every expression has `load_chained` and
+// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
+// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
+// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
+// assignments of a rebinding loop one batch at a time, each reading the one before
+// from a register. A leaf that reads no slot reads as it always does:
+#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
+  template <class V, class P>                                                                     \
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
+    return this->template load<V>(f, row, col);                                                   \
+  }                                                                                               \
+  template <class V, std::int64_t Count, class P>                                                 \
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
+    return this->template partial<V, Count>(f, row, col);                                         \
+  }                                                                                               \
+  template <class F>                                                                              \
+  void visit_slots(F&&, bool) const {}
+
+/// Elements at a data pointer, laid out as `D` (eager operands).
+template <class T, class D>
+struct data_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  const T* p;
+
+  template <class V>
+  V load(frame, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, T>)
+      return p[row * D::inner + col];
+    else
+      return V::load_unaligned(p + row * D::inner + col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    // Every element goes through the batch functor, wherever it sits, as in the CPU
+    // kernels. Floats pad with zeros, one masked load; integers with copies of the
+    // last element, so that no padding lane divides by zero.
+    if constexpr (std::is_floating_point_v<T>)
+      return backend::cpu::load_partial(p + row * D::inner + col, Count);
+    else
+      return backend::cpu::load_padded(p + row * D::inner + col, Count);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+/// Elements of slot `index` of the frame, laid out as `D` (traced values).
+template <class T, class D>
+struct slot_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  int index;
+
+  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
+  }
+  int describe(description_sink& sink) const { return sink.value(index, D::values); }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    visit(index, broadcast);
+  }
+};
+
+/// A C++ scalar, converted to the other operand's element type.
+template <class T>
+struct scalar_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = dims<>;
+  static constexpr bool simd = simd_type<T>;
+  T value;
+
+  template <class V>
+  V load(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
+/// that holds it are cheap).
+template <class T, class D>
+struct constant_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  std::shared_ptr<const fixed_t<T, D>> value;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
+
+// ---- broadcasting ------------------------------------------------------------------
+
+/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
+template <class E, class Out>
+struct broadcast : typed_expression {
+  using value_type = typename E::value_type;
+  using dims_type = Out;
+  using in_dims = typename E::dims_type;
+  static constexpr bool simd = E::simd;
+  /// Whether `E` repeats one value along the result's last dim.
+  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
+  E operand;
+
+  /// `E`'s row for the result's `row`.
+  static std::int64_t map_row(std::int64_t row) {
+    constexpr int ro = Out::rank, re = in_dims::rank;
+    if constexpr (re <= 1) {
+      return 0;
+    } else {
+      std::int64_t in_row = 0, in_stride = 1;
+      // Walk the result's row dims from the last (dim ro - 2) to the first.
+      for (int d = ro - 2; d >= 0; --d) {
+        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
+        row /= size;
+        const int e = d - (ro - re);
+        if (e < 0) break;
+        const std::int64_t in_size = in_dims::values[std::size_t(e)];
+        if (in_size != 1) in_row += index * in_stride;
+        in_stride *= in_size;
+      }
+      return in_row;
+    }
+  }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols) {
+      if constexpr (std::is_same_v<V, value_type>)
+        return operand.template load<V>(f, map_row(row), 0);
+      else
+        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
+    } else {
+      return operand.template load<V>(f, map_row(row), col);
+    }
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols)
+      return load<V>(f, row, col);
+    else
+      return operand.template partial<V, Count>(f, map_row(row), col);
+  }
+  /// Broadcasting is implicit in a graph, as in the runtime tier's.
+  int describe(description_sink& sink) const { return operand.describe(sink); }
+  /// A broadcast operand reads other elements than (row, col), so it never reads a
+  /// chained value (an evaluation chain does not take an expression that would).
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool) const {
+    operand.visit_slots(visit, true);
+  }
+
+ private:
+  template <class V>
+  static value_type first_lane(const V& v) {
+    alignas(64) std::array<value_type, V::size> lanes;
+    v.store_aligned(lanes.data());
+    return lanes[0];
+  }
+};
+
+/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
+template <class E, class Out>
+using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
+
+template <class Out, class E>
+operand_as<E, Out> broadcast_to(const E& e) {
+  if constexpr (std::is_same_v<typename E::dims_type, Out>)
+    return e;
+  else
+    return broadcast<E, Out>{{}, e};
+}
+
+// ---- the rules, at compile time ------------------------------------------------------
+
+/// `Op`'s rules applied at compile time to operands of element types `T...` and
+/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
+template <class Made, class... X>
+struct op_rule {
+  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
+  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
+  static constexpr kiln::shape value = shapes.value;
+};
+
+/// A default-constructed op, for op_rule.
+template <class Op>
+struct made {
+  static constexpr Op op{};
+};
+
+/// What a typed op gives when its rules reject its operands, after the op's
+/// `static_assert` has said why (naming the op), so that nothing else is reported.
+struct rule_error {};
+
+// ---- elementwise nodes ------------------------------------------------------------------
+
+/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
+template <class Op, class D, class... E>
+struct node : typed_expression {
+  /// The operands' element type (for `where`, its branches').
+  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
+  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
+  using dims_type = D;
+  /// Batches throughout when the CPU kernel of this op would use them (one input
+  /// type, the same output type, at most two operands) and every operand does.
+  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
+  Op op;
+  std::tuple<E...> operands;
+
+  /// An expression's type changes with each op, so a variable holding one cannot be
+  /// rebound; a symbolic value can.
+  template <class Other>
+  node& operator=(const Other&) {
+    static_assert(always_false<Other>,
+                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
+                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
+                  "a symbolic value (`auto y = x;`)");
+    return *this;
+  }
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
+  }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
+  }
+  /// Adds the operands' nodes, left to right, then this op's.
+  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
+
+ private:
+  template <class... A>
+  value_type apply_scalar(const A&... a) const {
+    return math::convert<value_type>(op(a...));
+  }
+  template <std::size_t... I>
+  int describe(description_sink& sink, std::index_sequence<I...>) const {
+    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
+    // A typed cast carries its target in its type; the registry knows it as ops::cast.
+    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
+    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
+  }
+};
+
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
+/// restrict: stores to it do not change the frame, so a loop reads each slot's
+/// pointer once. Flattened: past a few dozen nodes GCC left the operands' calls out of
+/// line, and a 50-op chain ran at half speed.)
+template <class E>
+KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      T* o = out + row * inner;
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
+      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
+template <class E>
+struct chain_link {
+  E expression;
+  int out;
+};
+
+/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
+/// batch position at a time: each link's value is stored to its slot and handed to the
+/// next link in a register, in place of the slot the link before wrote. The links
+/// write distinct slots that no earlier link reads, and none reads a slot the chain
+/// writes through a broadcast (the recorder checks both), so every value a link reads
+/// at a position is there already.
+template <class E>
+KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  const std::size_t n = links.size();
+  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) {
+        B v = links[0].expression.template load<B>(f, row, col);
+        v.store_unaligned(at(0, row, col));
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
+          v.store_unaligned(at(k, row, col));
+        }
+      }
+      if constexpr (inner % w != 0) {
+        constexpr std::int64_t tail = inner % w;
+        B v = links[0].expression.template partial<B, tail>(f, row, col);
+        backend::cpu::store_partial(v, at(0, row, col), tail);
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
+          backend::cpu::store_partial(v, at(k, row, col), tail);
+        }
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) {
+        T v = links[0].expression.template load<T>(f, row, col);
+        *at(0, row, col) = v;
+        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
+      }
+  }
+}
+
+/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
+template <class E>
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
+  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
+  evaluate(e, f, out.data());
+  return out;
+}
+
+/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
+template <class Op, class... E>
+auto make_node(const Op& op, const E&... e) {
+  using rule = op_rule<made<Op>, E...>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
+  } else {
+    using D = dims_from<rule>;
+    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
+  }
+}
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/expr.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+// ----- begin kiln/typed/ops.hpp -----
+/// \file
+/// The elementwise ops on typed values, from the op library's definitions
+/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
+/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
+/// an expression, fused with its neighbours until something needs its value.
+
+#include <concepts>
+#include <memory>
+#include <type_traits>
+
+
+namespace kiln {
+namespace typed {
+
+/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
+template <class... X>
+inline constexpr bool eager = ((!lazy<X>) && ...);
+
+/// The element type of a typed operand.
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <operand X>
+struct element_of<X> {
+  using type = typename std::remove_cvref_t<X>::value_type;
+};
+
+/// The element type a C++ scalar among `X...` is converted to: the first typed
+/// operand's (for `where`, the first branch's).
+template <class... X>
+struct promoted {
+  using type = void;
+};
+template <class X, class... Rest>
+struct promoted<X, Rest...> {
+  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
+};
+
+/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
+/// itself (a reference: the caller copies it where it keeps it).
+template <class T, bool Eager, class X>
+decltype(auto) expression_of(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (fixed_value<V>) {
+    using D = typename V::dims_type;
+    if constexpr (Eager)
+      return data_leaf<typename V::value_type, D>{{}, x.data()};
+    else
+      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
+  } else if constexpr (lazy<V>) {
+    if constexpr (requires { x.expression(); })
+      return x.expression();
+    else
+      return x;
+  } else {
+    return scalar_leaf<T>{{}, T(x)};
+  }
+}
+
+/// ops::cast to `T`, with the target in its type, where the rules read it.
+template <class T>
+struct cast_to : ops::cast {
+  constexpr cast_to() : ops::cast(dtype_of<T>) {}
+};
+
+/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
+/// expression.
+template <class T, class Op, class... X>
+auto apply_as(const Op& op, const X&... x) {
+  constexpr bool now = eager<X...>;
+  auto e = make_node(op, expression_of<T, now>(x)...);
+  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
+    return materialize(e);
+  else
+    return e;  // an expression, or the rule_error after the op's static_assert
+}
+
+template <class Op, class... X>
+auto apply(const Op& op, const X&... x) {
+  return apply_as<typename promoted<X...>::type>(op, x...);
+}
+
+/// The expression type of operand `X` (C++ scalars as `T`).
+template <class T, class X>
+using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
+
+/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
+template <class T, class Op, class... X>
+using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
+
+}  // namespace typed
+
+// A typed op checks its operands with static_asserts whose messages name it (the
+// first error line g++ prints); the operands' types, and so their dims, are in the
+// "In instantiation of" lines just above.
+#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
+  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
+
+namespace typed {
+
+}  // namespace typed
+
+/// Ops between a typed operand and a C++ scalar or another typed operand.
+template <class X, class Y>
+concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
+                         (std::is_arithmetic_v<X> && typed::operand<Y>);
+
+#define KILN_TYPED_UNARY(fn, op)                                                                     \
+  template <typed::operand X>                                                                        \
+  auto fn(const X& x) {                                                                              \
+    using rule = typed::rule_for<void, ops::op, X>;                                                  \
+    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
+    return typed::apply(ops::op{}, x);                                                               \
+  }
+#define KILN_TYPED_BINARY(fn, op)                                                                    \
+  template <class X, class Y>                                                                        \
+    requires typed_operands<X, Y>                                                                    \
+  auto fn(const X& x, const Y& y) {                                                                  \
+    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
+    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
+    return typed::apply(ops::op{}, x, y);                                                            \
+  }
+
+KILN_TYPED_UNARY(negative, negate)
+KILN_TYPED_UNARY(abs, abs)
+KILN_TYPED_UNARY(exp, exp)
+KILN_TYPED_UNARY(log, log)
+KILN_TYPED_UNARY(sqrt, sqrt)
+KILN_TYPED_UNARY(square, square)
+KILN_TYPED_UNARY(tanh, tanh)
+KILN_TYPED_UNARY(sigmoid, sigmoid)
+KILN_TYPED_UNARY(relu, relu)
+KILN_TYPED_UNARY(erf, erf)
+KILN_TYPED_UNARY(softplus, softplus)
+KILN_TYPED_UNARY(silu, silu)
+KILN_TYPED_UNARY(logical_not, logical_not)
+KILN_TYPED_BINARY(add, add)
+KILN_TYPED_BINARY(subtract, subtract)
+KILN_TYPED_BINARY(multiply, multiply)
+KILN_TYPED_BINARY(divide, divide)
+KILN_TYPED_BINARY(floordiv, floordiv)
+KILN_TYPED_BINARY(floormod, floormod)
+KILN_TYPED_BINARY(pow, pow)
+KILN_TYPED_BINARY(maximum, maximum)
+KILN_TYPED_BINARY(minimum, minimum)
+KILN_TYPED_BINARY(equal, equal)
+KILN_TYPED_BINARY(not_equal, not_equal)
+KILN_TYPED_BINARY(less, less)
+KILN_TYPED_BINARY(less_equal, less_equal)
+KILN_TYPED_BINARY(greater, greater)
+KILN_TYPED_BINARY(greater_equal, greater_equal)
+KILN_TYPED_BINARY(logical_and, logical_and)
+KILN_TYPED_BINARY(logical_or, logical_or)
+#undef KILN_TYPED_UNARY
+#undef KILN_TYPED_BINARY
+#undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
+
+/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
+template <typed::operand C, class A, class B>
+  requires(typed::operand<A> || typed::operand<B>)
+auto where(const C& cond, const A& a, const B& b) {
+  using T = typename typed::promoted<A, B>::type;
+  using rule = typed::rule_for<T, ops::where, C, A, B>;
+  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
+  return typed::apply_as<T>(ops::where{}, cond, a, b);
+}
+
+/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
+template <class T, typed::operand X>
+auto cast(const X& x) {
+  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
+  return typed::apply(typed::cast_to<T>{}, x);
+}
+
+template <typed::operand X>
+auto operator-(const X& x) {
+  return negative(x);
+}
+
+#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto operator sym(const X& x, const Y& y) {                                          \
+    return fn(x, y);                                                                   \
+  }
+KILN_TYPED_OPERATOR(+, add)
+KILN_TYPED_OPERATOR(-, subtract)
+KILN_TYPED_OPERATOR(*, multiply)
+KILN_TYPED_OPERATOR(/, divide)
+KILN_TYPED_OPERATOR(%, floormod)
+KILN_TYPED_OPERATOR(==, equal)
+KILN_TYPED_OPERATOR(!=, not_equal)
+KILN_TYPED_OPERATOR(<, less)
+KILN_TYPED_OPERATOR(<=, less_equal)
+KILN_TYPED_OPERATOR(>, greater)
+KILN_TYPED_OPERATOR(>=, greater_equal)
+#undef KILN_TYPED_OPERATOR
+
+}  // namespace kiln
+// ----- end kiln/typed/ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+// ----- begin kiln/typed/trace.hpp -----
+/// \file
+/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
+///
+/// The callable runs once per signature *type* (and per value of its C++ arguments)
+/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
+/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
+/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
+/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
+/// one fused loop compiled from the expression's type, that writes a slot of the
+/// trace's frame. A call runs the steps in order, then the returned expression,
+/// straight into the result: a callable that is one expression is one inlined loop.
+///
+/// Each signature type has a slot in its function's trace table, found by an index
+/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+struct function_state;
+}  // namespace detail
+namespace typed {
+
+template <class>
+class basic_graph_writer;
+using graph_writer = basic_graph_writer<void>;
+
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
+/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
+/// shared_ptr, whose control block would be compiled once per step type.
+struct step {
+  void (*run)(const void* data, frame f);
+  std::unique_ptr<const void, void (*)(const void*)> data;
+  void (*describe)(const void* data, description_sink& sink);
+};
+
+/// The step that runs `data` with `Step::run`.
+template <class Step>
+step step_of(std::unique_ptr<Step> data) {
+  using S = std::remove_const_t<Step>;
+  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
+}
+
+/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
+template <class... V>
+std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
+  std::size_t k = 0;
+  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
+}
+
+/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
+/// before something overwrites it: while slot `bound` points at `storage`, the value
+/// is copied to slot `copy` and `bound` pointed there.
+struct redirect {
+  int bound, copy;
+  const void* storage;
+  std::size_t bytes;
+};
+
+/// Keeps the values that the slots of `redirects` read in place, before a step
+/// overwrites them. A frame is built writable (trace::run): a read in place is a step
+/// that points its slot at the value, so the frame's pointers change as steps run.
+inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
+/// What a trace being recorded collects: the slots of its frame (its arguments
+/// first) and its steps, in program order.
+struct recorder {
+  std::vector<std::size_t> slot_bytes;
+  std::vector<step> steps;
+  std::vector<std::string> argument_names;  ///< as the function's signature names them
+  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
+  /// traced.
+  std::vector<step>* target = &steps;
+  /// The reads in place recorded so far (of the variable whose state is at `owner`),
+  /// which a later write must not change under the steps that use them.
+  struct read_in_place {
+    const void* owner;
+    int slot;
+    const void* storage;
+    std::size_t bytes;
+    bool top_level;  ///< in the trace's own steps, which run once per call
+  };
+  std::vector<read_in_place> reads_in_place;
+
+  int add_slot(std::size_t bytes) {
+    slot_bytes.push_back(bytes);
+    return int(slot_bytes.size()) - 1;
+  }
+  void push(step s) { target->push_back(std::move(s)); }
+  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
+  /// the variable whose state is at `owner`).
+  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
+    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+  }
+  /// The redirects a step that overwrites the value of the variable at `owner` (of
+  /// any variable, when null) runs first, with a slot each for the copies. A read of
+  /// the trace's own steps that a write of its own steps protects needs no later
+  /// protection: it does not run again in the call.
+  std::vector<redirect> protect_reads_in_place(const void* owner) {
+    std::vector<redirect> out;
+    const bool top = target == &steps;
+    std::erase_if(reads_in_place, [&](const read_in_place& r) {
+      if (owner && r.owner != owner) return false;
+      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+      return top && r.top_level;
+    });
+    return out;
+  }
+  /// The recorder of the trace in progress on this thread, if any.
+  static recorder*& current() {
+    thread_local recorder* r = nullptr;
+    return r;
+  }
+};
+
+/// A step that evaluates expressions of type `E` into slots, one after the other: an
+/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
+/// expressions of one type in a row; their steps join the chain of the one before, so
+/// that a call runs them as one loop, each value going from one assignment to the next
+/// in a register (evaluate_chain), rather than one step and one pass over memory per
+/// assignment.
+template <class E>
+struct evaluation {
+  std::vector<chain_link<E>> links;
+  static void run(const void* data, frame f) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    if (self.links.size() == 1)
+      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
+    else
+      evaluate_chain<E>(self.links, f);
+  }
+  static void describe(const void* data, description_sink& sink) {
+    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
+  }
+  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
+  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
+  /// reads other positions than the one being computed).
+  bool takes(const E& e, int out) const {
+    bool fits = true;
+    for (const chain_link<E>& l : links) {
+      if (l.out == out) return false;
+      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
+      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
+    }
+    return fits;
+  }
+};
+
+/// The recorder of the trace in progress, or the error for a symbolic value used
+/// outside its trace.
+inline recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
+/// the step before when that one evaluates expressions of the same type and takes it.
+template <class E>
+void record_into(const E& e, int slot) {
+  recorder& r = current_recorder();
+  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
+    // The chain was made here, not const: it may grow while its trace is recorded.
+    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
+    if (chain.takes(e, slot)) {
+      chain.links.push_back({e, slot});  // the one copy of `e`
+      return;
+    }
+  }
+  auto chain = std::make_unique<evaluation<E>>();
+  chain->links.push_back({e, slot});
+  r.push(step_of(std::move(chain)));
+}
+
+/// The bytes of a value of typed operand type `X` (a slot's size).
+template <class X>
+inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
+
+/// Records a step writing `e` to a new slot, and returns the slot.
+template <class E>
+int record(const E& e) {
+  const int slot = current_recorder().add_slot(bytes_of<E>);
+  record_into(e, slot);
+  return slot;
+}
+
+/// A symbolic value of the compile-time tier: what a callable traced with a
+/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
+/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
+/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
+template <class T, class D>
+class symbol : public typed_expression {
+ public:
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+
+  /// The value in slot `slot` of the frame (an argument).
+  explicit symbol(int slot) : slot_(slot) {}
+  /// The value of expression `e`, computed at this point of the trace.
+  template <lazy E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
+  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
+  /// A constant.
+  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
+
+  symbol(const symbol&) = default;
+  symbol& operator=(const symbol&) = default;
+  /// Rebinds to the value of `e`: `y = y * 2.f;`.
+  template <class E>
+    requires(lazy<E> || fixed_value<E>)
+  symbol& operator=(const E& e) {
+    return *this = symbol(e);
+  }
+
+  slot_leaf<T, D> expression() const { return {{}, slot_}; }
+  int slot() const { return slot_; }
+
+  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
+  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
+  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
+    const recorder* r = recorder::current();
+    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
+                                                                                   : "value_" + std::to_string(x.slot_);
+    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
+  }
+
+ private:
+  template <class E>
+  static const E& checked(const E& e) {
+    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
+                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
+                  "(kiln::cast or kiln::reshape change them)");
+    return e;
+  }
+
+  int slot_;
+};
+
+template <class V>
+struct is_symbol : std::false_type {};
+template <class T, class D>
+struct is_symbol<symbol<T, D>> : std::true_type {};
+
+/// The symbol a traced `fixed` argument becomes.
+template <class X>
+using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
+
+// ---- signatures --------------------------------------------------------------------
+
+/// C++ values a typed call keys by value: arithmetic values, enums and strings.
+template <class X>
+concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
+                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
+
+template <class X>
+struct is_spec : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_spec<spec<T, D...>> : std::true_type {};
+
+/// A `fixed` value, or its `spec` (for get_concrete_function).
+template <class X>
+concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
+
+/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
+/// argument, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
+/// specs, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
+
+/// The `fixed` type of a typed argument.
+template <class X>
+struct fixed_of {
+  using type = std::remove_cvref_t<X>;
+};
+template <class T, std::int64_t... D>
+struct fixed_of<spec<T, D...>> {
+  using type = fixed<T, D...>;
+};
+
+/// What the callable receives for argument `X` while tracing.
+template <class X>
+struct traced {
+  using type = std::remove_cvref_t<X>;
+};
+template <typed_argument X>
+struct traced<X> {
+  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
+};
+template <class X>
+using traced_t = typename traced<X>::type;
+
+/// The C++ values of a call, its key within the slot of its signature type.
+template <class... Args>
+using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
+
+template <class... Args>
+values_of<Args...> values(const Args&... args) {
+  return std::tuple_cat([](const auto& a) {
+    if constexpr (typed_argument<decltype(a)>)
+      return std::tuple<>();
+    else
+      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
+  }(args)...);
+}
+
+// ---- signatures' text --------------------------------------------------------------
+
+/// A value in a typed trace's signature: a typed argument's or result's dtype and
+/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
+struct signature_leaf {
+  bool typed = true;
+  dtype type = int64;
+  kiln::shape shape = {};
+};
+
+/// What a typed trace's signature type says, made at compile time, one per type: a
+/// trace records where it is, and the text is written only where a program shows it.
+struct signature_type {
+  std::span<const signature_leaf> arguments;  ///< one per argument
+  std::span<const signature_leaf> outputs;    ///< none for `void`
+  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
+  std::string (*output_structure)();
+};
+
+/// A typed trace's signature: its type, and the text of its C++ values (per argument;
+/// empty when it has none).
+struct recorded_signature {
+  const signature_type* type = nullptr;
+  std::vector<std::string> bound_text;
+};
+
+// An argument's leaf, or a result's.
+template <class X>
+constexpr signature_leaf argument_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (typed_argument<V>) {
+    using F = typename fixed_of<V>::type;
+    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
+  } else {
+    return {false};
+  }
+}
+template <class X>
+constexpr signature_leaf result_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (lazy<V> || fixed_value<V>)
+    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
+  else if constexpr (has_dtype<V>)
+    return {true, dtype_of<V>};
+  else
+    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
+}
+
+// Writes the leaves of a traced result `R` from `next`, unless it is null, in order
+// (none for `void`, a tuple's in turn), and says how many there are.
+template <class R>
+constexpr std::size_t put_outputs(signature_leaf* next) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+    return 0;
+  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      std::size_t n = 0;
+      ((n += put_outputs<std::tuple_element_t<I, V>>(next ? next + n : nullptr)), ...);
+      return n;
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else {
+    if (next) *next = result_leaf<V>();
+    return 1;
+  }
+}
+// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
+template <class R>
+void describe_outputs(detail::structure_text& s) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    constexpr std::size_t n = std::tuple_size_v<V>;
+    constexpr bool list = requires { typename V::iterator; };  // std::array
+    s.open(list);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
+    }(std::make_index_sequence<n>());
+    s.close(list, n);
+  } else if constexpr (!std::is_void_v<V>) {
+    s.leaf();
+  }
+}
+template <class R>
+std::string output_structure() {
+  detail::structure_text s;
+  describe_outputs<R>(s);
+  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
+}
+
+template <class R>
+inline constexpr auto output_leaves = [] {
+  std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
+  put_outputs<R>(leaves.data());
+  return leaves;
+}();
+template <class... Args>
+inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
+
+/// The signature type of a typed trace of `Args` that returns `R`.
+template <class R, class... Args>
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
+
+/// Typed trace signature `s` of the function whose state is `state`, written out
+/// (defined with the typed tier's calls, kiln/typed/function_calls.hpp).
+template <class = void>
+detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
+
+// ---- results -----------------------------------------------------------------------
+
+/// What a call returns for the traced result `R`: `fixed` values for expressions, in
+/// the same structure.
+template <class R>
+struct output {
+  using type = R;  // C++ values and `fixed` constants come back as they are
+};
+template <lazy R>
+struct output<R> {
+  using type = fixed_t<typename R::value_type, typename R::dims_type>;
+};
+template <class... R>
+struct output<std::tuple<R...>> {
+  using type = std::tuple<typename output<R>::type...>;
+};
+template <class A, class B>
+struct output<std::pair<A, B>> {
+  using type = std::pair<typename output<A>::type, typename output<B>::type>;
+};
+template <class R>
+using output_t = typename output<std::remove_cvref_t<R>>::type;
+
+template <class R>
+output_t<R> evaluate_output(const R& r, frame f) {
+  if constexpr (lazy<R>) {
+    if constexpr (requires { r.expression(); })
+      return materialize(r.expression(), f);
+    else
+      return materialize(r, f);  // in place: an expression can be large
+  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
+    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
+  } else {
+    return r;
+  }
+}
+
+/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
+/// run inside another).
+template <class Fn>
+decltype(auto) with_recorder(recorder& r, Fn&& fn) {
+  struct restore {
+    recorder* previous;
+    ~restore() { recorder::current() = previous; }
+  } guard{std::exchange(recorder::current(), &r)};
+  return fn();
+}
+
+/// One typed trace: its steps, the size of its frame, and the expression(s) it
+/// returns (`R`; none for `void`).
+template <class R>
+struct trace {
+  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
+  std::vector<step> steps;
+  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
+  int arguments = 0;
+  std::size_t workspace_bytes = 0;
+  std::optional<stored> result;
+  recorded_signature signature;
+  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
+
+  /// Runs the trace on the data of its arguments.
+  template <std::size_t N>
+  output_t<stored> run(const std::array<void*, N>& args) const {
+    const std::size_t slots = std::size_t(arguments) + offsets.size();
+    // One expression: no frame to build. Steps run even when they add no slot (a print
+    // of an argument).
+    if (steps.empty()) return evaluate_output(*result, args.data());
+    constexpr std::size_t local_slots = 64, local_bytes = 4096;
+    std::array<void*, local_slots> local_frame;
+    std::unique_ptr<void*[]> heap_frame;
+    void** f = local_frame.data();
+    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
+    alignas(64) std::byte local[local_bytes];
+    // From the C library, which keeps a freed block for the next call too, not the
+    // caching allocator: a program that makes no large `fixed` value then does not
+    // compile the cache.
+    struct heap_workspace {
+      std::size_t bytes;
+      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
+      ~heap_workspace() {
+        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
+      }
+    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
+    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
+    std::copy(args.begin(), args.end(), f);
+    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
+    for (const step& s : steps) s.run(s.data.get(), f);
+    return evaluate_output(*result, f);
+  }
+};
+
+/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
+/// typed arguments, in order, for printing.
+template <class R, class F, class... Args>
+std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
+  recorder rec;
+  rec.argument_names = std::move(names);
+  int slot = 0;
+  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
+    if constexpr (typed_argument<decltype(a)>) {
+      rec.add_slot(0);  // arguments live in the caller's values
+      return traced_t<decltype(a)>(slot++);
+    } else {
+      return a;
+    }
+  };
+  // Braces: the arguments take their slots from left to right.
+  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
+  auto t = std::make_unique<trace<R>>();
+  if constexpr (std::is_void_v<R>) {
+    with_recorder(rec, [&] { std::apply(fn, traced_args); });
+    t->result.emplace();
+  } else {
+    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
+  }
+  t->arguments = slot;
+  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
+    t->offsets.push_back(t->workspace_bytes);
+    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
+  }
+  t->steps = std::move(rec.steps);
+  t->argument_names = std::move(rec.argument_names);
+  return t;
+}
+
+/// A typed trace as a concrete function: called with the `fixed` values its signature
+/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
+/// \code
+/// kiln::function f([](const auto& x) { return x + x; });
+/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
+/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
+/// \endcode
+template <class R, class... Fixed>
+class concrete_function {
+ public:
+  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
+      : trace_(t), owner_(std::move(owner)) {}
+  auto operator()(const Fixed&... args) const {
+    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
+  }
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
+    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
+  }
+  /// The signature in TensorFlow's format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`.
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = written(*owner_, trace_->signature).signature_text();
+    text.pop_back();
+    return text;
+  }
+  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
+  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
+  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
+  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+  /// \endcode
+  template <class Writer = graph_writer>
+  auto graph() const {
+    if constexpr (requires { sizeof(Writer); })
+      return Writer::template graph_of<Fixed...>(*trace_);
+    else
+      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
+  }
+  /// graph() in Graphviz's dot language.
+  template <class Writer = graph_writer>
+  std::string to_dot() const {
+    return graph<Writer>().to_dot();
+  }
+
+ private:
+  const trace<R>* trace_;
+  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
+};
+
+/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
+template <class R, class... Args>
+struct concrete_for {
+  template <class... F>
+  static concrete_function<R, F...> make(std::tuple<F...>*);
+  using fixed_arguments = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
+                                       std::tuple<>>>()...));
+  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
+};
+
+// ---- the table of a function's traces ----------------------------------------------
+
+/// A process-wide index per signature type, fixed when the program starts.
+inline std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+template <class Signature>
+inline const std::size_t signature_index = next_signature_index();
+
+/// The traces of one signature type, by the values of its C++ arguments.
+template <class R, class Values>
+struct signature_traces {
+  std::mutex mutex;  // guards by_value
+  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
+  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
+  std::unique_ptr<trace<R>> only_owner;
+};
+
+/// A function's typed traces: one slot per signature type, found by its index.
+class trace_table {
+ public:
+  /// The traces of signature type `Sig`, made on first use.
+  template <class Sig, class Entry>
+  Entry& entry() {
+    const std::size_t i = signature_index<Sig>;
+    if (i < direct) {
+      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& [index, e] : entries_)
+      if (index == i) return *static_cast<Entry*>(e.get());
+    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
+    void* e = entries_.back().second.get();
+    if (i < direct) direct_[i].store(e, std::memory_order_release);
+    return *static_cast<Entry*>(e);
+  }
+
+  /// One typed trace at a time (a trace of one function may call another).
+  std::recursive_mutex tracing;
+
+ private:
+  static constexpr std::size_t direct = 32;
+  std::array<std::atomic<void*>, direct> direct_{};
+  mutable std::mutex mutex_;
+  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
+  std::vector<std::pair<std::size_t, owned_entry>> entries_;
+};
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/trace.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_KERNELS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TYPED_KERNELS_HPP
 // ----- begin kiln/typed/kernels.hpp -----
@@ -21000,6 +20939,170 @@ class basic_graph_writer final : public description_sink {
 }  // namespace kiln
 // ----- end kiln/typed/graph.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+// ----- begin kiln/typed/function_calls.hpp -----
+/// \file
+/// kiln::function's calls in the compile-time tier: with `fixed` arguments (and C++
+/// values), each signature type traced once into a typed trace (kiln/typed/trace.hpp),
+/// run at every later call. kiln::function (kiln/trace/function.hpp) hands such calls
+/// here; kiln/fixed.hpp and kiln/kiln.hpp include this header.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
+  return w;
+}
+
+namespace detail {
+
+template <class F>
+struct typed_tier {
+  /// Whether a call with `Args` is this tier's.
+  template <class... Args>
+  static constexpr bool calls = typed::typed_call<Args...>;
+  /// Whether a get_concrete_function with `Args` asks for a typed trace.
+  template <class... Args>
+  static constexpr bool requests = typed::typed_request<Args...>;
+
+  /// A call with `fixed` arguments (and C++ values): traced at its first call with
+  /// these C++ values, then the trace runs.
+  template <class... Args>
+  static auto call(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      const auto* t = trace_for(f, args...);
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+        t->run(data(args...));
+      else
+        return t->run(data(args...));
+    }
+  }
+
+  /// The typed::concrete_function of these arguments (`fixed` values or
+  /// kiln::spec<T, Dims...>, and C++ values), traced now if it is not yet.
+  template <class... Args>
+  static auto get_concrete_function(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(trace_for(f, args...), f.state_);
+    }
+  }
+
+ private:
+  // The function's typed traces, made by its first typed call.
+  static typed::trace_table& traces(function_state& state) {
+    if (typed::trace_table* t = state.typed.load(std::memory_order_acquire)) return *t;
+    std::lock_guard lock(state.mutex);
+    if (!state.typed_owner) {
+      state.typed_owner = {new typed::trace_table, [](typed::trace_table* t) { delete t; }};
+      state.typed.store(state.typed_owner.get(), std::memory_order_release);
+    }
+    return *state.typed_owner;
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  static auto trace_for(function<F>& f, const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    typed::trace_table& table = traces(*f.state_);
+    entry& e = table.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(table.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace<R>(f, args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(table.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace<R>(f, args...)).second.get();
+    }
+    return t;
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  static std::unique_ptr<typed::trace<R>> trace(function<F>& f, const Args&... args) {
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(f.state_->arg_name(position));
+          } else {
+            std::ostringstream os;
+            os << a;
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
+          }
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(f.fn_, std::move(typed_names), args...);
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    f.state_->add_signature(t->signature, &typed::written<>);
+    return t;
+  }
+};
+
+}  // namespace detail
+
+}  // namespace kiln
+// ----- end kiln/typed/function_calls.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
 #define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP

@@ -21,6 +21,7 @@
 
 #include "kiln/config.hpp"
 #include "kiln/core/hooks.hpp"
+#include "kiln/core/print.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/ops/tensor_array.hpp"
 #include "kiln/passes/optimize.hpp"

@@ -252,14 +252,6 @@ struct spec {
 };
 
 namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
 /// The `fixed` type of element type `T` over `dims` `D`.
 template <class T, class D>
 struct fixed_for;
