@@ -6,9 +6,8 @@
 /// turns jit_compile or check_numerics on), so that a program that never does compiles
 /// none of the code behind it, and no header includes a layer above its own.
 ///
-/// A caller loads a hook (relaxed: a hook, once set, never changes to another
-/// function) and calls it when set; a hook that every caller reaches only once it is
-/// known to be set (the tape hooks, behind tapes_recording()) is called unchecked.
+/// A caller loads a hook and calls it when set; the tape hooks, all set together before
+/// a thread's first tape counts itself, are called unchecked behind tapes_recording().
 
 #include <atomic>
 #include <cstddef>
