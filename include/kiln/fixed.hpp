@@ -21,3 +21,4 @@
 #include "kiln/typed/control_flow.hpp"
 #include "kiln/typed/effects.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/typed/function_calls.hpp"

@@ -1904,6 +1904,175 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 }  // namespace kiln
 // ----- end kiln/core/print.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
+// ----- begin kiln/core/spec.hpp -----
+/// \file
+/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
+
+#include <concepts>
+#include <cstdint>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+
+namespace kiln {
+
+namespace detail {
+/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
+/// signature shows it.
+KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+}  // namespace detail
+
+/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
+/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
+struct tensor_spec {
+  kiln::shape shape;
+  kiln::dtype dtype = float32;
+  std::string name;
+
+  tensor_spec() = default;
+  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
+
+  /// True when a tensor of dtype `t` and shape `s` fits this spec.
+  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  bool operator==(const tensor_spec&) const = default;
+
+  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
+  std::string str() const {
+    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+namespace detail {
+/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
+/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
+/// \code
+/// kiln::detail::structure_text s;
+/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
+/// \endcode
+struct structure_text {
+  std::string text;
+  int leaves = 0;
+  void leaf() {
+    text += '<';
+    text += std::to_string(++leaves);
+    text += '>';
+  }
+  /// A tuple `(`, or a list `[`.
+  void open(bool list) { text += list ? '[' : '('; }
+  void next() { text += ", "; }
+  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
+  void close(bool list, std::size_t count) {
+    if (!list && count == 1) text += ',';
+    text += list ? ']' : ')';
+  }
+};
+
+/// What a trace was made for, in both tiers, kept in parts: its text is written only
+/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
+/// printed), so a file that never shows a signature does not compile the writing.
+struct trace_signature {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
+  std::vector<std::string> arg_structure;
+  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<int> input_arg;           ///< the argument each input belongs to
+  /// Per input: how the signature shows it when not as a tensor (a dataset's
+  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
+  std::vector<std::string> input_text;
+  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
+  std::string output_structure;
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
+  /// structure is shown with a line per leaf below it.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
+    auto input_entry = [&](std::size_t k) {
+      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
+    };
+    for (std::size_t a = 0; a < arg_names.size(); ++a) {
+      std::vector<std::size_t> leaves;
+      for (std::size_t k = 0; k < inputs.size(); ++k)
+        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+      if (leaves.empty()) continue;
+      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+      if (structure.empty()) {
+        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+      } else {
+        os << "    " << arg_names[a] << ": " << structure << "\n";
+        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+      }
+    }
+    os << "  Returns:\n";
+    if (!output_structure.empty()) {
+      os << "    " << output_structure << "\n";
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+    } else if (outputs.empty()) {
+      os << "    NoneTensorSpec()\n";
+    } else {
+      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    }
+    return os.str();
+  }
+};
+}  // namespace detail
+
+// ---- the compile-time tier's values, as the runtime tier tells them apart ----------
+
+template <class T, std::int64_t... Dims>
+class fixed;  // kiln/typed/fixed.hpp
+struct typed_expression;  // kiln/typed/expr.hpp
+
+namespace typed {
+
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+}  // namespace typed
+
+}  // namespace kiln
+// ----- end kiln/core/spec.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 // ----- begin kiln/ops/factories.hpp -----
@@ -2655,147 +2824,6 @@ inline tensor ones_like(const tensor& x) {
 }  // namespace kiln
 // ----- end kiln/ops/factories.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
-// ----- begin kiln/trace/spec.hpp -----
-/// \file
-/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
-
-#include <ostream>
-#include <sstream>
-#include <string>
-#include <vector>
-
-
-namespace kiln {
-
-namespace detail {
-/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
-/// signature shows it.
-KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
-}  // namespace detail
-
-/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
-/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
-struct tensor_spec {
-  kiln::shape shape;
-  kiln::dtype dtype = float32;
-  std::string name;
-
-  tensor_spec() = default;
-  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
-
-  /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
-  bool operator==(const tensor_spec&) const = default;
-
-  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
-};
-
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
-
-namespace detail {
-/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
-/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
-/// \code
-/// kiln::detail::structure_text s;
-/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
-/// \endcode
-struct structure_text {
-  std::string text;
-  int leaves = 0;
-  void leaf() {
-    text += '<';
-    text += std::to_string(++leaves);
-    text += '>';
-  }
-  /// A tuple `(`, or a list `[`.
-  void open(bool list) { text += list ? '[' : '('; }
-  void next() { text += ", "; }
-  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
-  void close(bool list, std::size_t count) {
-    if (!list && count == 1) text += ',';
-    text += list ? ']' : ')';
-  }
-};
-
-/// What a trace was made for, in both tiers, kept in parts: its text is written only
-/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
-/// printed), so a file that never shows a signature does not compile the writing.
-struct trace_signature {
-  std::string name;
-  std::vector<std::string> arg_names;
-  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
-  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
-  std::vector<std::string> arg_structure;
-  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
-  std::vector<int> input_arg;           ///< the argument each input belongs to
-  /// Per input: how the signature shows it when not as a tensor (a dataset's
-  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
-  std::vector<std::string> input_text;
-  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
-  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
-  std::string output_structure;
-
-  /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
-  /// structure is shown with a line per leaf below it.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    auto input_entry = [&](std::size_t k) {
-      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
-    };
-    for (std::size_t a = 0; a < arg_names.size(); ++a) {
-      std::vector<std::size_t> leaves;
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
-      if (leaves.empty()) continue;
-      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
-      if (structure.empty()) {
-        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
-      } else {
-        os << "    " << arg_names[a] << ": " << structure << "\n";
-        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
-      }
-    }
-    os << "  Returns:\n";
-    if (!output_structure.empty()) {
-      os << "    " << output_structure << "\n";
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
-    } else if (outputs.empty()) {
-      os << "    NoneTensorSpec()\n";
-    } else {
-      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    }
-    return os.str();
-  }
-};
-}  // namespace detail
-
-}  // namespace kiln
-// ----- end kiln/trace/spec.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
 
 namespace kiln {
 namespace typed {
@@ -3023,14 +3051,6 @@ struct spec {
 };
 
 namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
 /// The `fixed` type of element type `T` over `dims` `D`.
 template <class T, class D>
 struct fixed_for;
@@ -3530,7 +3550,7 @@ inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
 #endif
 
 /// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
-/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+/// dtypes whose kernels an elementwise op compiles here (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
@@ -3566,7 +3586,7 @@ template <class E>
 }
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
-/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+/// so that a program compiles the kernels of the ops it calls (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
@@ -5590,14 +5610,6 @@ tensor leaky_relu(const tensor& x, double alpha = 0.3) { return detail::apply(op
 namespace kiln {
 namespace typed {
 
-/// A symbolic value or expression of the compile-time tier.
-template <class X>
-concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
-
-/// What typed ops take: `fixed` values, symbolic values and expressions.
-template <class X>
-concept operand = fixed_value<X> || lazy<X>;
-
 /// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
 template <class... X>
 inline constexpr bool eager = ((!lazy<X>) && ...);
@@ -6271,7 +6283,7 @@ template <class R, class... Args>
 inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
-/// (defined with the function state, kiln/trace/function.hpp).
+/// (defined with the typed tier's calls, kiln/typed/function_calls.hpp).
 template <class = void>
 detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
 
@@ -10746,10 +10758,10 @@ KILN_VARIABLE_WITH_TYPED(>)
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 // ----- begin kiln/trace/function.hpp -----
 /// \file
-/// kiln::function: its options, its state, and its calls in the compile-time tier
-/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
-/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
-/// includes and kiln/fixed.hpp does not.
+/// kiln::function: its options and its state. Its calls are the tiers': with `fixed`
+/// arguments the compile-time tier's (kiln/typed/function_calls.hpp, which kiln/fixed.hpp
+/// and kiln/kiln.hpp include), with kiln::tensor arguments the runtime tier's
+/// (kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp includes and kiln/fixed.hpp does not).
 
 #include <array>
 #include <atomic>
@@ -10804,6 +10816,11 @@ class jit_switch {
 
 namespace kiln {
 
+namespace typed {
+struct recorded_signature;
+class trace_table;
+}  // namespace typed
+
 /// Options of a kiln::function.
 /// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
 struct function_options {
@@ -10852,6 +10869,19 @@ struct runtime_tier;
 template <class F>
 concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 
+/// kiln::function's calls with `fixed` arguments, defined in
+/// kiln/typed/function_calls.hpp (the compile-time tier), which kiln/fixed.hpp and
+/// kiln/kiln.hpp include.
+template <class F>
+struct typed_tier;
+
+/// Whether a call with `Args` is the compile-time tier's (`fixed` arguments).
+template <class F, class... Args>
+concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template calls<Args...>;
+/// Whether a get_concrete_function with `Args` asks for a typed trace.
+template <class F, class... Args>
+concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
+
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
@@ -10863,22 +10893,29 @@ struct function_state {
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
-  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in
+  /// `typed`), with how the compile-time tier writes it.
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
+    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
   /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
   /// whose functions make typed traces only does not compile them.
   std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
+  /// The traces of calls with `fixed` arguments, made by the first such call
+  /// (kiln/typed/function_calls.hpp), with a deleter it sets; `typed_owner` owns them,
+  /// `typed` is what calls read.
+  std::atomic<typed::trace_table*> typed{nullptr};
+  std::unique_ptr<typed::trace_table, void (*)(typed::trace_table*)> typed_owner{nullptr, nullptr};
 
-  /// Adds a new typed trace's signature.
-  void add_signature(const typed::recorded_signature& s) {
+  /// Adds a new typed trace's signature, which `written` writes out.
+  void add_signature(const typed::recorded_signature& s,
+                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s});
+    signatures.push_back({nullptr, &s, written});
   }
 
   template <class = void>
@@ -10962,22 +10999,6 @@ struct function_state {
 
 }  // namespace detail
 
-template <class>
-detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w;
-  w.name = state.options.name;
-  w.bound_text = s.bound_text;
-  for (const signature_leaf& a : s.type->arguments) {
-    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (!a.typed) continue;
-    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
-    w.input_arg.push_back(int(w.arg_names.size() - 1));
-  }
-  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
-  w.output_structure = s.type->output_structure();
-  return w;
-}
-
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -10998,9 +11019,8 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
-      else detail::callable_does_not_accept<Args...>();
+    if constexpr (detail::typed_call_of<F, Args...>) {
+      return detail::typed_tier<F>::call(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -11014,14 +11034,8 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-        detail::callable_does_not_accept<Args...>();
-      } else {
-        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-        using concrete = typename typed::concrete_for<R, Args...>::type;
-        return concrete(typed_trace_for(args...), state_);
-      }
+    if constexpr (detail::typed_request_of<F, Args...>) {
+      return detail::typed_tier<F>::get_concrete_function(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -11035,9 +11049,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& [runtime, typed] : state_->signatures) {
+    for (const auto& [runtime, typed, written] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
-      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
+      const std::string text = (runtime ? *runtime : written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -11050,82 +11064,7 @@ class function {
 
  private:
   friend struct detail::runtime_tier<F>;
-
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
-    std::vector<std::string> typed_names, bound_text;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(state_->arg_name(position));
-          } else {
-            std::ostringstream os;
-            os << a;
-            bound_text.resize(sizeof...(Args));
-            bound_text[position] = os.str();
-          }
-          ++position;
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
-    state_->add_signature(t->signature);
-    return t;
-  }
+  friend struct detail::typed_tier<F>;
 
   F fn_;
   std::shared_ptr<detail::function_state> state_;
@@ -11139,5 +11078,169 @@ function(F, function_options) -> function<F>;
 }  // namespace kiln
 // ----- end kiln/trace/function.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+// ----- begin kiln/typed/function_calls.hpp -----
+/// \file
+/// kiln::function's calls in the compile-time tier: with `fixed` arguments (and C++
+/// values), each signature type traced once into a typed trace (kiln/typed/trace.hpp),
+/// run at every later call. kiln::function (kiln/trace/function.hpp) hands such calls
+/// here; kiln/fixed.hpp and kiln/kiln.hpp include this header.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
+  return w;
+}
+
+namespace detail {
+
+template <class F>
+struct typed_tier {
+  /// Whether a call with `Args` is this tier's.
+  template <class... Args>
+  static constexpr bool calls = typed::typed_call<Args...>;
+  /// Whether a get_concrete_function with `Args` asks for a typed trace.
+  template <class... Args>
+  static constexpr bool requests = typed::typed_request<Args...>;
+
+  /// A call with `fixed` arguments (and C++ values): traced at its first call with
+  /// these C++ values, then the trace runs.
+  template <class... Args>
+  static auto call(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      const auto* t = trace_for(f, args...);
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+        t->run(data(args...));
+      else
+        return t->run(data(args...));
+    }
+  }
+
+  /// The typed::concrete_function of these arguments (`fixed` values or
+  /// kiln::spec<T, Dims...>, and C++ values), traced now if it is not yet.
+  template <class... Args>
+  static auto get_concrete_function(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(trace_for(f, args...), f.state_);
+    }
+  }
+
+ private:
+  // The function's typed traces, made by its first typed call.
+  static typed::trace_table& traces(function_state& state) {
+    if (typed::trace_table* t = state.typed.load(std::memory_order_acquire)) return *t;
+    std::lock_guard lock(state.mutex);
+    if (!state.typed_owner) {
+      state.typed_owner = {new typed::trace_table, [](typed::trace_table* t) { delete t; }};
+      state.typed.store(state.typed_owner.get(), std::memory_order_release);
+    }
+    return *state.typed_owner;
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  static auto trace_for(function<F>& f, const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    typed::trace_table& table = traces(*f.state_);
+    entry& e = table.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(table.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace<R>(f, args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(table.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace<R>(f, args...)).second.get();
+    }
+    return t;
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  static std::unique_ptr<typed::trace<R>> trace(function<F>& f, const Args&... args) {
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(f.state_->arg_name(position));
+          } else {
+            std::ostringstream os;
+            os << a;
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
+          }
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(f.fn_, std::move(typed_names), args...);
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    f.state_->add_signature(t->signature, &typed::written<>);
+    return t;
+  }
+};
+
+}  // namespace detail
+
+}  // namespace kiln
+// ----- end kiln/typed/function_calls.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
 // ----- end kiln/fixed.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_FIXED_HPP

@@ -5,7 +5,8 @@
 #define KILN_SINGLE_INCLUDE_KILN_KILN_HPP
 // ----- begin kiln/kiln.hpp -----
 /// \file
-/// The umbrella header: `#include <kiln/kiln.hpp>` gives the whole public API.
+/// The umbrella header: `#include <kiln/kiln.hpp>` gives the whole public API, its
+/// layers included bottom-up: a folder's headers include only folders listed above it.
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_CONFIG_HPP
 #define KILN_SINGLE_INCLUDE_KILN_CONFIG_HPP
@@ -2124,6 +2125,321 @@ inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
 }  // namespace kiln
 // ----- end kiln/core/print.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
+// ----- begin kiln/core/spec.hpp -----
+/// \file
+/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
+
+#include <concepts>
+#include <cstdint>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+
+namespace kiln {
+
+namespace detail {
+/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
+/// signature shows it.
+KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+}  // namespace detail
+
+/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
+/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
+struct tensor_spec {
+  kiln::shape shape;
+  kiln::dtype dtype = float32;
+  std::string name;
+
+  tensor_spec() = default;
+  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
+
+  /// True when a tensor of dtype `t` and shape `s` fits this spec.
+  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  bool operator==(const tensor_spec&) const = default;
+
+  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
+  std::string str() const {
+    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+namespace detail {
+/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
+/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
+/// \code
+/// kiln::detail::structure_text s;
+/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
+/// \endcode
+struct structure_text {
+  std::string text;
+  int leaves = 0;
+  void leaf() {
+    text += '<';
+    text += std::to_string(++leaves);
+    text += '>';
+  }
+  /// A tuple `(`, or a list `[`.
+  void open(bool list) { text += list ? '[' : '('; }
+  void next() { text += ", "; }
+  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
+  void close(bool list, std::size_t count) {
+    if (!list && count == 1) text += ',';
+    text += list ? ']' : ')';
+  }
+};
+
+/// What a trace was made for, in both tiers, kept in parts: its text is written only
+/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
+/// printed), so a file that never shows a signature does not compile the writing.
+struct trace_signature {
+  std::string name;
+  std::vector<std::string> arg_names;
+  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
+  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
+  std::vector<std::string> arg_structure;
+  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
+  std::vector<int> input_arg;           ///< the argument each input belongs to
+  /// Per input: how the signature shows it when not as a tensor (a dataset's
+  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
+  std::vector<std::string> input_text;
+  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
+  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
+  std::string output_structure;
+
+  /// `double(a)` or `pow(a, b=2)`.
+  std::string header() const {
+    std::string s = name + "(";
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (i) s += ", ";
+      s += arg_names[i];
+      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+    }
+    return s + ")";
+  }
+  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
+  /// structure is shown with a line per leaf below it.
+  std::string signature_text() const {
+    std::ostringstream os;
+    os << header() << "\n";
+    if (!inputs.empty()) os << "  Args:\n";
+    auto input_entry = [&](std::size_t k) {
+      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
+    };
+    for (std::size_t a = 0; a < arg_names.size(); ++a) {
+      std::vector<std::size_t> leaves;
+      for (std::size_t k = 0; k < inputs.size(); ++k)
+        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+      if (leaves.empty()) continue;
+      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+      if (structure.empty()) {
+        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+      } else {
+        os << "    " << arg_names[a] << ": " << structure << "\n";
+        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+      }
+    }
+    os << "  Returns:\n";
+    if (!output_structure.empty()) {
+      os << "    " << output_structure << "\n";
+      for (std::size_t j = 0; j < outputs.size(); ++j)
+        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+    } else if (outputs.empty()) {
+      os << "    NoneTensorSpec()\n";
+    } else {
+      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+    }
+    return os.str();
+  }
+};
+}  // namespace detail
+
+// ---- the compile-time tier's values, as the runtime tier tells them apart ----------
+
+template <class T, std::int64_t... Dims>
+class fixed;  // kiln/typed/fixed.hpp
+struct typed_expression;  // kiln/typed/expr.hpp
+
+namespace typed {
+
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+}  // namespace typed
+
+}  // namespace kiln
+// ----- end kiln/core/spec.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_HOOKS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_HOOKS_HPP
+// ----- begin kiln/core/hooks.hpp -----
+/// \file
+/// The function pointers through which a lower layer reaches code of a higher one,
+/// all in one struct: `detail::hooks()`. Each is null until the higher layer fills it,
+/// where a program first uses what it serves (makes a gradient tape, traces a loop,
+/// turns jit_compile or check_numerics on), so that a program that never does compiles
+/// none of the code behind it, and no header includes a layer above its own.
+///
+/// A caller loads a hook and calls it when set; the tape hooks, all set together before
+/// a thread's first tape counts itself, are called unchecked behind tapes_recording().
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+class graph;
+class node;
+class special_op;
+class tensor_array;
+struct loop_options;
+
+namespace ops {
+class any_op;
+}  // namespace ops
+
+namespace detail {
+
+struct concrete_state;
+struct cond_branches;
+class while_op;
+class trace_context;
+struct traced_subgraph;
+struct loop_calls;
+
+namespace exec {
+struct execution_plan;
+}  // namespace exec
+
+/// Counts the gradient tapes recording on the calling thread (kiln/autodiff/tape.hpp).
+using tape_counter = int& (*)();
+/// Records an eager or traced op on the tapes of its thread, which may replace `out`
+/// by a copy (detail::unaliased_for_tapes).
+using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+/// Watches a kiln::variable's value read (the variable's identity and the value) on
+/// the tapes of its thread, as TensorFlow's tapes watch trainable variables.
+using variable_read_recorder = void (*)(const void* variable, const tensor& value);
+/// Records a call of a kiln::function (its trace `c`) on the tapes of its thread.
+using call_recorder = void (*)(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// Records a traced `cond` node (its branches, kiln/exec/control_flow.hpp) on the tapes
+/// recording in its trace.
+using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                               std::span<const tensor> outputs);
+/// Records a traced `while` node on the tapes recording in its trace.
+using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// Runs graph `g` node by node, so that the tapes recording see each op.
+using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
+/// Hands a replayed trace's special node (variable read, `cond`, `while`) to the tapes.
+using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+/// Records a `cond` into trace `trace` (detail::record_cond, kiln/trace/control_flow.hpp).
+using cond_tracer = std::vector<tensor> (*)(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                            traced_subgraph& else_graph);
+/// Traces a `while` loop (detail::trace_while_loop, kiln/trace/control_flow.hpp).
+using loop_tracer = std::vector<tensor> (*)(trace_context&, std::size_t, const loop_options&, std::vector<tensor>,
+                                            std::vector<const tensor_array*>, std::vector<std::pair<dtype, shape>>,
+                                            std::vector<std::optional<shape>>, bool, loop_calls&);
+/// Compiles the clusters of a plan that native loops handle (kiln/exec/jit.hpp).
+namespace exec {
+using native_loop_compiler = void (*)(execution_plan&);
+}  // namespace exec
+/// Checks an op's result for NaN and Inf (detail::check_numerics, kiln/eager/check_numerics.hpp).
+using numerics_check = void (*)(std::string_view op, const tensor& result, std::string_view node);
+
+/// Every hook, each with who fills it and why it is a hook.
+struct runtime_hooks {
+  // Filled by kiln::gradient_tape's constructor (kiln/autodiff/tape.hpp), when a
+  // program makes its first tape: ops, function calls, control flow and variable reads
+  // (all below autodiff) reach the tapes of their thread, and a program without tapes
+  // compiles no backward pass.
+
+  /// How many tapes record on this thread; read through tapes_recording().
+  std::atomic<tape_counter> tape_count{nullptr};
+  /// Every op run or recorded (ops/op_table.hpp, eager/apply.hpp) while tapes record.
+  std::atomic<tape_recorder> tape{nullptr};
+  /// A kiln::variable read (trace/effects.hpp) while tapes record.
+  std::atomic<variable_read_recorder> variable_read{nullptr};
+  /// A kiln::function call without effects (trace/runtime_tier.hpp): one
+  /// differentiable op, its backward pass kiln/autodiff/function_gradient.hpp's.
+  std::atomic<call_recorder> call{nullptr};
+  /// A `cond` node traced (trace/control_flow.hpp) or replayed (autodiff/replay.hpp).
+  std::atomic<cond_recorder> cond{nullptr};
+  /// A `while` node traced (trace/control_flow.hpp) or replayed (autodiff/replay.hpp).
+  std::atomic<loop_recorder> loop{nullptr};
+  /// A kiln::function call with effects, or inside a trace, run op by op
+  /// (trace/runtime_tier.hpp) so that the tapes see each op (autodiff/replay.hpp).
+  std::atomic<graph_replayer> replay{nullptr};
+  /// A special node of a replayed trace (autodiff/replay.hpp).
+  std::atomic<special_recorder> special{nullptr};
+
+  /// Filled by the tracer (kiln/trace/control_flow.hpp) when a program first traces a
+  /// `cond`: the gradient of a `cond` node (autodiff/function_gradient.hpp) records its
+  /// own with it, so that a program that makes tapes but traces no cond compiles none.
+  std::atomic<cond_tracer> trace_cond{nullptr};
+  /// Filled by the tracer (kiln/trace/control_flow.hpp) when a program first traces a
+  /// loop: the gradient of a `while` node (autodiff/function_gradient.hpp) traces its
+  /// own loops with it, so that a program with tapes but no loops compiles no loop tracer.
+  std::atomic<loop_tracer> trace_loop{nullptr};
+
+  /// Filled by function_options::jit_compile (kiln/exec/jit.hpp) where a program turns
+  /// it on: executors (exec/executor.hpp) compile native loops through it, so that a
+  /// program that never does compiles none of jit.hpp's functions.
+  std::atomic<exec::native_loop_compiler> native_loops{nullptr};
+
+  /// Filled by kiln::debugging::enable_check_numerics (kiln/eager/check_numerics.hpp)
+  /// and emptied by disable_check_numerics: every eager op checks its result through
+  /// it, so that a program that never enables it compiles none of the check.
+  std::atomic<numerics_check> check_numerics{nullptr};
+};
+
+/// The hooks of this program.
+inline runtime_hooks& hooks() {
+  static runtime_hooks table;
+  return table;
+}
+
+/// Whether a gradient tape records on this thread: false until a program makes its
+/// first tape, then as kiln/autodiff/tape.hpp counts them.
+inline bool tapes_recording() {
+  const tape_counter count = hooks().tape_count.load(std::memory_order_relaxed);
+  return count && count() > 0;
+}
+
+}  // namespace detail
+
+}  // namespace kiln
+// ----- end kiln/core/hooks.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_HOOKS_HPP
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
@@ -2777,7 +3093,7 @@ inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
 #endif
 
 /// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
-/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+/// dtypes whose kernels an elementwise op compiles here (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
@@ -2813,7 +3129,7 @@ template <class E>
 }
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
-/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+/// so that a program compiles the kernels of the ops it calls (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
@@ -6380,6 +6696,368 @@ class tensor_array {
 }  // namespace kiln
 // ----- end kiln/ops/tensor_array.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_TENSOR_ARRAY_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+// ----- begin kiln/ops/any_op.hpp -----
+/// \file
+/// `kiln::ops::any_op`: any op of the registry, as graph nodes and the op table
+/// (kiln/ops/op_table.hpp) hold it.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln {
+
+namespace ops {
+
+/// Any op of the registry, as a graph node stores it: which op (its position in
+/// `all_ops`) and the op, shared by the copies (an op never changes once made).
+/// A class of kiln's own rather than a std::variant of the registry: libstdc++'s
+/// variant instantiates its storage and special members by recursion over every
+/// alternative, which every source file that includes kiln paid. Read it with
+/// ops::holds_alternative, `unchecked` and ops::visit.
+/// \code
+/// kiln::ops::any_op op = kiln::ops::add{};
+/// assert(kiln::ops::holds_alternative<kiln::ops::add>(op) && kiln::ops::name_of(op) == "add");
+/// \endcode
+class any_op {
+ public:
+  /// How many ops the registry has.
+  static constexpr std::size_t size = boost::mp11::mp_size<all_ops>::value;
+  /// The position of op type `Op`.
+  template <class Op>
+  static constexpr std::size_t position_of = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    std::size_t i = 0;
+    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
+    return i;
+  }(static_cast<all_ops*>(nullptr));
+
+  /// Holds no op (index() is `size`); what a node that is not a registry op keeps.
+  any_op() = default;
+  template <class Op>
+    requires registered<Op>
+  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
+  template <class Op>
+  any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
+  any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
+    if (box_) box_->references.fetch_add(1, std::memory_order_relaxed);
+  }
+  any_op(any_op&& other) noexcept : box_(std::exchange(other.box_, nullptr)), index_(std::exchange(other.index_, size)) {}
+  any_op& operator=(any_op other) noexcept {
+    std::swap(box_, other.box_);
+    std::swap(index_, other.index_);
+    return *this;
+  }
+  ~any_op() {
+    if (box_ && box_->references.fetch_sub(1, std::memory_order_acq_rel) == 1) box_->destroy(box_);
+  }
+
+  /// The position of the op held in `all_ops`.
+  std::size_t index() const { return index_; }
+  /// The op held, which must be an `Op`.
+  template <class Op>
+  const Op& unchecked() const {
+    return static_cast<const box<Op>*>(box_)->op;
+  }
+  /// The address of the op held (null for none), for code that reaches the op
+  /// through its type-erased rules (detail::op_rules) rather than its type.
+  const void* address() const { return box_ ? box_->op : nullptr; }
+
+ private:
+  struct box_base {
+    std::atomic<std::size_t> references{1};
+    void (*destroy)(box_base*);
+    const void* op;  ///< the derived box's op
+  };
+  template <class Op>
+  struct box : box_base {
+    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
+    Op op;
+  };
+  box_base* box_ = nullptr;
+  std::size_t index_ = size;
+};
+
+/// Whether `op` holds an `Op`.
+template <class Op>
+bool holds_alternative(const any_op& op) {
+  return op.index() == any_op::position_of<Op>;
+}
+
+/// `f(the op that op holds)`, as std::visit, through one table of function pointers
+/// per visitor type.
+/// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
+template <class F>
+decltype(auto) visit(F&& f, const any_op& op) {
+  return []<class... Ops>(F& g, const any_op& o, boost::mp11::mp_list<Ops...>*) -> decltype(auto) {
+    using result = std::invoke_result_t<F&, const boost::mp11::mp_front<all_ops>&>;
+    static constexpr result (*table[])(F&, const any_op&) = {
+        [](F& h, const any_op& x) -> result { return h(x.unchecked<Ops>()); }...};
+    return table[o.index()](g, o);
+  }(f, op, static_cast<all_ops*>(nullptr));
+}
+
+/// The registry name of the op that `op` holds: `add`, `matmul`; "" when it holds none.
+inline std::string_view name_of(const any_op& op) {
+  static constexpr auto names = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    return std::array<std::string_view, sizeof...(Ops) + 1>{Ops::name..., ""};
+  }(static_cast<all_ops*>(nullptr));
+  return names[op.index()];
+}
+
+/// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
+inline int value_operand_of(const any_op& op) {
+  static constexpr auto operands = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
+    return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
+  }(static_cast<all_ops*>(nullptr));
+  return operands[op.index()];
+}
+
+}  // namespace ops
+
+}  // namespace kiln
+// ----- end kiln/ops/any_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_OP_TABLE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_OP_TABLE_HPP
+// ----- begin kiln/ops/op_table.hpp -----
+/// \file
+/// The op table: the kernels this program compiled, one row per op of the registry,
+/// how graphs reach kernels without compiling every op of the library. Below every
+/// layer that looks an op up in it (passes, plans, executors, eager, the tracer and
+/// the tapes); a row holds function pointers to code of those layers, which the row's
+/// registration (register_kernels) names by declaration only, each defined by its layer.
+///
+/// A graph can hold any op, so a plan or the optimizer that dispatched over every op
+/// of the registry would compile the kernels of all of them, for every dtype and
+/// backend, in each source file that runs a kiln::function. Instead an op's row is
+/// filled when the program first runs the op (`detail::apply`, the one entry point of
+/// every op function, eager or traced, registers it): a source file pays for the ops
+/// it calls. A row that only kiln's own bookkeeping filled (loop counters:
+/// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
+/// program calls the op itself. A graph that meets an op whose row is empty, or
+/// lacks its dtype (one made by another program, or by ops inlined from a library),
+/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// registers every op it instantiates.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln::detail {
+
+namespace exec {
+struct op_entry;
+
+/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
+/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
+/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
+/// its buffer, written in place.
+using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
+
+template <class Op>
+tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  return op.evaluate_in_place(std::move(x), in);
+}
+/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
+template <class Op>
+inline constexpr in_place_fn kernels_in_place = [] {
+  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
+    return &run_in_place<Op>;
+  else
+    return static_cast<in_place_fn>(nullptr);
+}();
+
+/// The entry points a plan calls for `op` (defined in kiln/exec/tile.hpp).
+template <class Op, dtype_set Only>
+op_entry entry_for(const Op& op, dtype in, dtype out);
+
+}  // namespace exec
+
+/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
+/// around them (infer) is compiled once rather than once per op; and, for an op that
+/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
+struct op_rules {
+  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
+  shape_result (*result_shape)(const void* op, std::span<const shape> in);
+  std::string (*attributes)(const void* op);  ///< null for an op without
+};
+template <class Op>
+inline constexpr op_rules rules_of{
+    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
+    [] {
+      if constexpr (requires(const Op& o) { o.attributes(); })
+        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
+      else
+        return static_cast<std::string (*)(const void*)>(nullptr);
+    }()};
+
+/// True when an op on `in` is recorded rather than run: while tracing, or when an
+/// input is symbolic.
+inline bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
+/// Runs the gradient formula of the `Op` that `op` holds (defined in
+/// kiln/autodiff/backward.hpp, which gives each op's row its backward: a program that
+/// calls an op compiles its formula there, while the op table stays below autodiff).
+template <class Op>
+void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                 std::span<tensor> grads);
+
+/// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
+/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
+/// a graph that holds it.
+struct op_kernels {
+  using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
+  using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
+  /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
+  std::atomic<execute_fn> execute{nullptr};
+  /// The entry points a plan calls (exec::entry_for); set before `execute`.
+  std::atomic<entry_fn> entry{nullptr};
+  /// The op's dtype and shape rules (exec::infer_values calls them on a plan's inputs
+  /// with the op's `any_op::address`); set before `execute`.
+  std::atomic<const op_rules*> rules{nullptr};
+  using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
+                               std::span<tensor>);
+  /// The op's gradient formula (detail::backward_of); set before `execute`.
+  std::atomic<backward_fn> backward{nullptr};
+  /// Records the op into the trace in progress (a gradient formula run while tracing,
+  /// by a tape inside a kiln::function); set before `execute`.
+  std::atomic<execute_fn> record{nullptr};
+  using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
+  /// Whether two ops of this row have the same attributes; set before `execute`.
+  std::atomic<equal_fn> equal{nullptr};
+  /// Runs the op writing its first input in place (exec::in_place_fn), for ops that
+  /// can (set_item, pad_rows), else null; set before `execute`.
+  std::atomic<exec::in_place_fn> in_place{nullptr};
+};
+
+/// One row per op of the registry; a row is empty until its op registers.
+inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
+  static std::array<op_kernels, ops::any_op::size> table{};
+  return table;
+}
+
+/// Serializes registrations, so that a row registered for bookkeeping dtypes never
+/// replaces a complete one.
+inline std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
+/// dtypes alone and only if the row is empty: the op's first call by the program
+/// itself fills it again, complete.
+template <class Op, dtype_set Only = dtypes::all>
+bool register_kernels() {
+  op_kernels& row = kernel_table()[ops::any_op::position_of<Op>];
+  std::lock_guard lock(registration_mutex());
+  if constexpr (Only != dtypes::all)
+    if (row.execute.load(std::memory_order_acquire)) return true;
+  if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
+    row.entry.store(
+        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
+        std::memory_order_release);
+    row.rules.store(&rules_of<Op>, std::memory_order_release);
+  }
+  row.backward.store(&backward_of<Op>, std::memory_order_release);
+  row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
+    return record_symbolic(op.unchecked<Op>(), in);
+  }, std::memory_order_release);
+  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
+                  std::memory_order_release);
+  row.in_place.store(exec::kernels_in_place<Op>, std::memory_order_release);
+  row.execute.store(
+      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
+      std::memory_order_release);
+  return true;
+}
+
+/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
+/// instantiates.
+template <class Op>
+inline const bool kernels_registered = register_kernels<Op>();
+
+/// Fills `Op`'s row at its first call (before its first node can be recorded). At
+/// run time rather than before main, so that an op function that a source file
+/// compiles but never runs costs no machine code for its kernels.
+template <class Op, dtype_set Only>
+void register_kernels_on_use() {
+  static const bool registered = register_kernels<Op, Only>();
+  (void)registered;
+}
+
+/// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
+inline const op_kernels& kernels_of(const ops::any_op& op) {
+  if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
+  const op_kernels& row = kernel_table()[op.index()];
+  if (!row.execute.load(std::memory_order_acquire)) {
+    throw unavailable_error(std::string(ops::name_of(op)) +
+                            ": this program compiled no kernel for this op, since it never calls the op itself; call "
+                            "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
+                            "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
+  }
+  return row;
+}
+
+/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
+/// table, so that comparing ops compiles the comparisons of the ops this program
+/// calls, not of every op; false for an op whose row is empty.
+inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
+  if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
+  const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
+  return equal && equal(a, b);
+}
+
+/// Runs the op a graph node holds now, on eager inputs.
+/// How `op` runs writing its first input in place, or null when it cannot (see
+/// op_kernels::in_place).
+inline exec::in_place_fn in_place_of(const ops::any_op& op) {
+  return kernels_of(op).in_place.load(std::memory_order_acquire);
+}
+
+inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
+  return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
+}
+
+inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+  hooks().tape.load(std::memory_order_relaxed)(op, in, out);
+}
+
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
+  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
+}
+
+/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
+/// trace in progress (where a tape inside a kiln::function differentiates).
+inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
+  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
+  if (tapes_recording()) record_any_on_tapes(op, in, out);
+  return out;
+}
+
+}  // namespace kiln::detail
+
+// ----- end kiln/ops/op_table.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_TABLE_HPP
 
 #ifndef KILN_SINGLE_INCLUDE_KILN_BACKEND_BACKEND_HPP
 #define KILN_SINGLE_INCLUDE_KILN_BACKEND_BACKEND_HPP
@@ -10414,14 +11092,6 @@ inline void check_numerics(std::string_view op, const tensor& result, std::strin
                                std::string(name(result.dtype())) + " " + result.shape().str() + " result");
 }
 
-/// check_numerics while enable_check_numerics() is in effect, else null: every eager
-/// op reaches the check through this pointer, so that a program that never enables
-/// it compiles none of it.
-using numerics_check = void (*)(std::string_view op, const tensor& result, std::string_view node);
-inline std::atomic<numerics_check>& numerics_check_hook() {
-  static std::atomic<numerics_check> hook{nullptr};
-  return hook;
-}
 }  // namespace detail
 
 namespace debugging {
@@ -10431,13 +11101,13 @@ namespace debugging {
 /// kiln::debugging::enable_check_numerics();
 /// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
 /// \endcode
-inline void enable_check_numerics() { detail::numerics_check_hook() = &detail::check_numerics; }
+inline void enable_check_numerics() { detail::hooks().check_numerics = &detail::check_numerics; }
 /// Turns the checks of enable_check_numerics() off again.
 /// \code kiln::debugging::disable_check_numerics(); \endcode
-inline void disable_check_numerics() { detail::numerics_check_hook() = nullptr; }
+inline void disable_check_numerics() { detail::hooks().check_numerics = nullptr; }
 /// Whether enable_check_numerics() is in effect.
 /// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
-inline bool check_numerics_enabled() { return detail::numerics_check_hook().load(std::memory_order_relaxed) != nullptr; }
+inline bool check_numerics_enabled() { return detail::hooks().check_numerics.load(std::memory_order_relaxed) != nullptr; }
 }  // namespace debugging
 
 }  // namespace kiln
@@ -10503,25 +11173,6 @@ struct input_types {
     }
   }
 };
-
-/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
-/// around them (infer) is compiled once rather than once per op; and, for an op that
-/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
-struct op_rules {
-  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
-  shape_result (*result_shape)(const void* op, std::span<const shape> in);
-  std::string (*attributes)(const void* op);  ///< null for an op without
-};
-template <class Op>
-inline constexpr op_rules rules_of{
-    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
-    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
-    [] {
-      if constexpr (requires(const Op& o) { o.attributes(); })
-        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
-      else
-        return static_cast<std::string (*)(const void*)>(nullptr);
-    }()};
 
 /// The error of op `op` (named `op_name`) whose rule rejected `in` for the reason
 /// `what`, as `mode` says (`E` while tracing), naming the inputs and the op's attributes.
@@ -10648,36 +11299,6 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
   return run_on<backend::cpu_backend, Op, Only>(op, in);
 }
 
-/// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
-inline int& recording_tapes() {
-  thread_local int count = 0;
-  return count;
-}
-
-/// How reads of a kiln::variable reach the gradient tapes of their thread, which
-/// watch them as TensorFlow's tapes watch trainable variables: a function set when the
-/// first tape is made (kiln/autodiff/tape.hpp), called with the variable's identity
-/// and the value read.
-using variable_read_recorder = void (*)(const void* variable, const tensor& value);
-inline std::atomic<variable_read_recorder>& variable_read_hook() {
-  static std::atomic<variable_read_recorder> hook{nullptr};
-  return hook;
-}
-
-/// Records an op on the gradient tapes of this thread, which may replace `out` by a
-/// copy (detail::unaliased_for_tapes, kiln/autodiff/tape.hpp); defined with the kernel
-/// table, kiln/exec/kernel_table.hpp.
-template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out);
-
-/// True when an op on `in` is recorded rather than run: while tracing, or when an
-/// input is symbolic.
-inline bool records_symbolically(std::span<const tensor* const> in) {
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
-  return symbolic;
-}
-
 template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
@@ -10692,10 +11313,10 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     const bool symbolic = records_symbolically(in);
     tensor out = symbolic ? record_symbolic(op, in) : execute<Op, Only>(op, in);
     if (!symbolic)
-      if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
+      if (const numerics_check check = hooks().check_numerics.load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    if (tapes_recording()) record_on_tapes(op, in, out);
     return out;
   } else {
     return {};
@@ -10749,2402 +11370,6 @@ inline tensor::operator bool() const {
 // ----- end kiln/eager/truth_value.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
-// ----- begin kiln/typed/fixed.hpp -----
-/// \file
-/// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
-/// type, the values of the compile-time tier. It owns its data,
-/// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
-/// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
-
-#include <algorithm>
-#include <array>
-#include <cstdint>
-#include <cstring>
-#include <initializer_list>
-#include <memory>
-#include <new>
-#include <ostream>
-#include <string>
-#include <type_traits>
-#include <utility>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
-// ----- begin kiln/trace/spec.hpp -----
-/// \file
-/// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
-
-#include <ostream>
-#include <sstream>
-#include <string>
-#include <vector>
-
-
-namespace kiln {
-
-namespace detail {
-/// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
-/// signature shows it.
-KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
-}  // namespace detail
-
-/// Describes a tensor argument without a value; `kiln::none` dims accept any size.
-/// \code kiln::tensor_spec({kiln::none}, kiln::int32) \endcode
-struct tensor_spec {
-  kiln::shape shape;
-  kiln::dtype dtype = float32;
-  std::string name;
-
-  tensor_spec() = default;
-  tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
-
-  /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
-  bool operator==(const tensor_spec&) const = default;
-
-  /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
-};
-
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
-
-namespace detail {
-/// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
-/// in order: `(<1>, (<2>, <3>))`, `[<1>, <2>]`, `(<1>,)`.
-/// \code
-/// kiln::detail::structure_text s;
-/// s.open(false); s.leaf(); s.next(); s.leaf(); s.close(false, 2);  // s.text == "(<1>, <2>)"
-/// \endcode
-struct structure_text {
-  std::string text;
-  int leaves = 0;
-  void leaf() {
-    text += '<';
-    text += std::to_string(++leaves);
-    text += '>';
-  }
-  /// A tuple `(`, or a list `[`.
-  void open(bool list) { text += list ? '[' : '('; }
-  void next() { text += ", "; }
-  /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
-  void close(bool list, std::size_t count) {
-    if (!list && count == 1) text += ',';
-    text += list ? ']' : ')';
-  }
-};
-
-/// What a trace was made for, in both tiers, kept in parts: its text is written only
-/// where a program shows it (pretty_printed_concrete_signatures, a concrete function
-/// printed), so a file that never shows a signature does not compile the writing.
-struct trace_signature {
-  std::string name;
-  std::vector<std::string> arg_names;
-  std::vector<std::string> bound_text;  ///< per argument: its bound C++ value's text, or empty
-  /// Per argument: the structure of its tensors (`(<1>, <2>)`), empty for one tensor or none.
-  std::vector<std::string> arg_structure;
-  std::vector<tensor_spec> inputs;      ///< one per tensor argument (leaf), named
-  std::vector<int> input_arg;           ///< the argument each input belongs to
-  /// Per input: how the signature shows it when not as a tensor (a dataset's
-  /// `DatasetSpec(...)`), else empty. May be shorter than `inputs`.
-  std::vector<std::string> input_text;
-  std::vector<tensor_spec> outputs;     ///< none for a function that returns nothing
-  /// The structure of the outputs (`(<1>, <2>)`); empty for one tensor or for nothing.
-  std::string output_structure;
-
-  /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
-  /// The header with the Args/Returns block, as TensorFlow prints a signature; a
-  /// structure is shown with a line per leaf below it.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    auto input_entry = [&](std::size_t k) {
-      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
-    };
-    for (std::size_t a = 0; a < arg_names.size(); ++a) {
-      std::vector<std::size_t> leaves;
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
-      if (leaves.empty()) continue;
-      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
-      if (structure.empty()) {
-        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
-      } else {
-        os << "    " << arg_names[a] << ": " << structure << "\n";
-        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
-      }
-    }
-    os << "  Returns:\n";
-    if (!output_structure.empty()) {
-      os << "    " << output_structure << "\n";
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
-    } else if (outputs.empty()) {
-      os << "    NoneTensorSpec()\n";
-    } else {
-      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    }
-    return os.str();
-  }
-};
-}  // namespace detail
-
-}  // namespace kiln
-// ----- end kiln/trace/spec.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_SPEC_HPP
-
-namespace kiln {
-namespace typed {
-
-/// The element types a `fixed` may hold: every dtype but string.
-template <class T>
-inline constexpr bool element_type = std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> ||
-                                     std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
-                                     std::is_same_v<T, double>;
-
-/// A shape known at compile time. Dims are positive.
-/// \code static_assert(kiln::typed::dims<2, 3>::size == 6); \endcode
-template <std::int64_t... D>
-struct dims {
-  static constexpr int rank = int(sizeof...(D));
-  static constexpr std::int64_t size = (std::int64_t(1) * ... * D);
-  static constexpr std::array<std::int64_t, sizeof...(D)> values{D...};
-  /// The last dim (1 for a scalar): what an evaluation loop runs SIMD across.
-  static constexpr std::int64_t inner = rank == 0 ? 1 : values[std::size_t(rank - 1)];
-  static constexpr kiln::shape shape() { return kiln::shape{D...}; }
-};
-
-/// The `dims` of the shape `S::value`, a `static constexpr kiln::shape` (a shape
-/// rule's result, computed at compile time).
-template <class S, class = std::make_integer_sequence<int, S::value.rank()>>
-struct dims_of_shape;
-template <class S, int... I>
-struct dims_of_shape<S, std::integer_sequence<int, I...>> {
-  using type = dims<S::value[I]...>;
-};
-template <class S>
-using dims_from = typename dims_of_shape<S>::type;
-
-/// Where a `fixed` keeps `N` elements: past this many bytes, on the heap.
-inline constexpr std::size_t inline_bytes = 16384;
-
-/// A `fixed`'s elements: an inline aligned array, or a heap one for large sizes.
-template <class T, std::int64_t N, bool Inline = (std::size_t(N) * sizeof(T) <= inline_bytes)>
-struct storage {
-  alignas(64) T values[N];
-  T* data() { return values; }
-  const T* data() const { return values; }
-};
-
-/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
-/// buffer would cost a page fault per 4 KiB each time a result is made.
-template <class T, std::int64_t N>
-struct storage<T, N, false> {
-  struct release {
-    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
-  };
-  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
-
-  storage() = default;
-  storage(const storage& o) { std::copy_n(o.data(), N, data()); }
-  storage(storage&&) noexcept = default;
-  storage& operator=(const storage& o) {
-    std::copy_n(o.data(), N, data());
-    return *this;
-  }
-  storage& operator=(storage&&) noexcept = default;
-  T* data() { return values.get(); }
-  const T* data() const { return values.get(); }
-};
-
-/// Tag: a `fixed` whose elements are left unset, to be written at once.
-struct uninitialized_t {
-  explicit constexpr uninitialized_t() = default;
-};
-inline constexpr uninitialized_t uninitialized{};
-
-/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
-/// type rather than per `fixed` type.
-template <class T>
-[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
-  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
-                               std::to_string(minval));
-}
-
-}  // namespace typed
-
-/// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
-/// 2 x 3 floats, `fixed<int>` is a scalar. Ops on `fixed` values compute at once and
-/// give `fixed` values whose shape the compiler worked out; shape and dtype errors are
-/// compile errors. Called with `fixed` arguments, a kiln::function traces once per
-/// argument *type*.
-/// \code
-/// auto x = kiln::fixed<float, 2, 2>::ones();
-/// x(0, 1) = 3.f;
-/// std::cout << x * 2.f;  // tensor(\n[[2. 6.]\n [2. 2.]], shape=(2, 2), dtype=float32)
-/// \endcode
-template <class T, std::int64_t... Dims>
-class fixed {
-  static_assert(typed::element_type<T>, "kiln::fixed: the element type must be bool, std::int32_t, std::int64_t, float or double");
-  static_assert(((Dims > 0) && ...), "kiln::fixed: every dim must be positive");
-  static_assert(sizeof...(Dims) <= std::size_t(max_rank), "kiln::fixed: at most 8 dims");
-
- public:
-  using value_type = T;
-  using dims_type = typed::dims<Dims...>;
-  static constexpr int rank = dims_type::rank;
-  static constexpr std::int64_t size = dims_type::size;
-  static constexpr std::array<std::int64_t, sizeof...(Dims)> dims = dims_type::values;
-  static constexpr kiln::dtype dtype = dtype_of<T>;
-
-  /// Zeros.
-  fixed() { std::fill_n(data(), size, T(0)); }
-  /// Unset elements, for code that writes them all at once.
-  explicit fixed(typed::uninitialized_t) {}
-  /// A scalar from its value: `kiln::fixed<float> x = 2.f;`.
-  fixed(T value)
-    requires(rank == 0)
-  {
-    *data() = value;
-  }
-  /// The elements in row-major order: `kiln::fixed<int, 3>{1, 2, 3}`. A list of the
-  /// wrong length raises kiln::value_error.
-  fixed(std::initializer_list<T> values)
-    requires(rank > 0)
-  {
-    if (std::int64_t(values.size()) != size)
-      throw value_error("kiln::fixed: " + std::to_string(values.size()) + " values given for shape " + shape().str() + " (" +
-                        std::to_string(size) + " elements)");
-    std::copy(values.begin(), values.end(), data());
-  }
-  /// The values of eager tensor `t`, whose dtype and shape must be this type's; else
-  /// kiln::value_error naming both.
-  explicit fixed(const tensor& t) {
-    if (t.is_symbolic() || !t.defined() || t.dtype() != dtype || t.shape() != shape())
-      throw value_error("kiln::fixed: cannot hold " +
-                        (t.defined() ? std::string(name(t.dtype())) + " " + t.shape().str() : std::string("an empty tensor")) +
-                        (t.is_symbolic() ? " (symbolic)" : "") + " as " + std::string(name(dtype)) + " " + shape().str());
-    const std::vector<T> values = t.to_vector<T>();
-    std::copy(values.begin(), values.end(), data());
-  }
-
-  T* data() { return storage_.data(); }
-  const T* data() const { return storage_.data(); }
-  static constexpr kiln::shape shape() { return dims_type::shape(); }
-
-  /// Element `(i, j, ...)`, one index per dim.
-  template <std::integral... I>
-    requires(sizeof...(I) == sizeof...(Dims))
-  T& operator()(I... i) {
-    return data()[offset(i...)];
-  }
-  template <std::integral... I>
-    requires(sizeof...(I) == sizeof...(Dims))
-  const T& operator()(I... i) const {
-    return data()[offset(i...)];
-  }
-  /// A scalar's value.
-  T item() const
-    requires(rank == 0)
-  {
-    return *data();
-  }
-
-  /// Every element `value`.
-  static fixed fill(T value) {
-    fixed x(typed::uninitialized);
-    std::fill_n(x.data(), size, value);
-    return x;
-  }
-  static fixed zeros() { return fill(T(0)); }
-  static fixed ones() { return fill(T(1)); }
-  /// The identity matrix (ones on the diagonal of a rank-2 type).
-  static fixed eye()
-    requires(rank == 2)
-  {
-    fixed x = zeros();
-    for (std::int64_t i = 0; i < std::min(dims[0], dims[1]); ++i) x(i, i) = T(1);
-    return x;
-  }
-  /// `start, start + delta, ...` along a rank-1 type, as kiln::range.
-  static fixed range(T start = T(0), T delta = T(1))
-    requires(rank == 1 && !std::is_same_v<T, bool>)
-  {
-    fixed x(typed::uninitialized);
-    for (std::int64_t i = 0; i < size; ++i) x.data()[i] = T(start + T(i) * delta);
-    return x;
-  }
-  /// Numbers uniform in [minval, maxval) as a pure function of `seed`: the numbers
-  /// kiln::random::stateless_uniform(shape(), seed, minval, maxval, dtype) gives.
-  static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
-    requires(!std::is_same_v<T, bool>)
-  {
-    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
-    fixed x(typed::uninitialized);
-    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
-    return x;
-  }
-
-  /// An eager kiln::tensor with a copy of the values.
-  operator tensor() const {
-    tensor t(dtype, shape());
-    std::copy_n(data(), size, static_cast<T*>(t.view().data));
-    return t;
-  }
-
-  /// Printed exactly as the kiln::tensor of the same values.
-  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
-    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
-  }
-
- private:
-  template <class... I>
-  static std::int64_t offset(I... i) {
-    std::int64_t off = 0;
-    std::size_t d = 0;
-    ((off = off * dims[d++] + std::int64_t(i)), ...);
-    return off;
-  }
-
-  typed::storage<T, size> storage_;
-};
-
-/// The compile-time spec of a `fixed<T, Dims...>` argument, for
-/// `get_concrete_function`: `kiln::spec<float, 2, 3>{}`.
-template <class T, std::int64_t... Dims>
-struct spec {
-  using value_type = fixed<T, Dims...>;
-  /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
-  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
-};
-
-namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
-/// The `fixed` type of element type `T` over `dims` `D`.
-template <class T, class D>
-struct fixed_for;
-template <class T, std::int64_t... D>
-struct fixed_for<T, dims<D...>> {
-  using type = fixed<T, D...>;
-};
-template <class T, class D>
-using fixed_t = typename fixed_for<T, D>::type;
-}  // namespace typed
-
-}  // namespace kiln
-// ----- end kiln/typed/fixed.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-// ----- begin kiln/typed/expr.hpp -----
-/// \file
-/// Expression templates of the compile-time tier. An elementwise op on typed values
-/// builds a `node` whose type carries the op, the element type and the dims its
-/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
-/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
-/// SIMD batch at a time through the op's own functor, so each element gets the bits
-/// that the eager kiln::tensor kernels give it.
-///
-/// Operands read their elements at (row, col) of the result: `row` counts the
-/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
-/// data pointers (eager), slots of a trace's frame (traced arguments and results),
-/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
-/// other dims.
-
-#include <array>
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <string_view>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-
-
-namespace kiln {
-
-namespace typed {
-template <class>
-inline constexpr bool always_false = false;
-}  // namespace typed
-
-/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
-/// kiln among their associated namespaces, where their operators are.
-struct typed_expression {
-  /// A symbolic value has no truth value while tracing.
-  template <class U = void>
-  explicit operator bool() const {
-    static_assert(typed::always_false<U>,
-                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
-                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
-    return false;
-  }
-};
-
-namespace typed {
-
-/// The data of a trace's values by slot: its arguments, then the results of its steps.
-/// Eager evaluation has none.
-using frame = void* const*;
-
-struct cond_step;
-struct loop_step;
-
-/// Where the steps of a typed trace describe themselves, for
-/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
-/// Every step can describe itself, in every program, so that a step type means the
-/// same in each file of a program; what builds the graph comes with the runtime tier.
-class description_sink {
- public:
-  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
-  /// body, a placeholder for a value from outside, which becomes an input of the node
-  /// that runs it; a reshape node where the slot is read with other dims).
-  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
-  /// Slot `slot` holds the value of node `node` from here on.
-  virtual void bind(int slot, int node) = 0;
-  /// A node of the registry op named `name`, at `op`, whose value has element type
-  /// `t` and dims `dims`.
-  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
-                 std::span<const std::int64_t> dims) = 0;
-  /// A constant node holding a copy of the elements at `data`.
-  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
-  /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
-                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
-  /// A conditional or a loop, with its branches or condition and body.
-  virtual void control_flow(const cond_step& c) = 0;
-  virtual void control_flow(const loop_step& l) = 0;
-
- protected:
-  ~description_sink() = default;
-};
-
-/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
-/// batches exactly where the kernels do.
-template <class T>
-inline constexpr bool simd_type = backend::cpu::simd_type<T>;
-
-template <class T>
-using batch = xsimd::batch<T>;
-
-// ---- leaves ------------------------------------------------------------------------
-
-// Besides `load` and `partial`, every expression has `load_chained` and
-// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
-// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
-// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
-// assignments of a rebinding loop one batch at a time, each reading the one before
-// from a register. A leaf that reads no slot reads as it always does:
-#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
-  template <class V, class P>                                                                     \
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
-    return this->template load<V>(f, row, col);                                                   \
-  }                                                                                               \
-  template <class V, std::int64_t Count, class P>                                                 \
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
-    return this->template partial<V, Count>(f, row, col);                                         \
-  }                                                                                               \
-  template <class F>                                                                              \
-  void visit_slots(F&&, bool) const {}
-
-/// Elements at a data pointer, laid out as `D` (eager operands).
-template <class T, class D>
-struct data_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  const T* p;
-
-  template <class V>
-  V load(frame, std::int64_t row, std::int64_t col) const {
-    if constexpr (std::is_same_v<V, T>)
-      return p[row * D::inner + col];
-    else
-      return V::load_unaligned(p + row * D::inner + col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t row, std::int64_t col) const {
-    // Every element goes through the batch functor, wherever it sits, as in the CPU
-    // kernels. Floats pad with zeros, one masked load; integers with copies of the
-    // last element, so that no padding lane divides by zero.
-    if constexpr (std::is_floating_point_v<T>)
-      return backend::cpu::load_partial(p + row * D::inner + col, Count);
-    else
-      return backend::cpu::load_padded(p + row * D::inner + col, Count);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-/// Elements of slot `index` of the frame, laid out as `D` (traced values).
-template <class T, class D>
-struct slot_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  int index;
-
-  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
-  }
-  int describe(description_sink& sink) const { return sink.value(index, D::values); }
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, P>) {
-      if (index == slot) return prev;
-    }
-    return load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, P>) {
-      if (index == slot) return prev;
-    }
-    return partial<V, Count>(f, row, col);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool broadcast) const {
-    visit(index, broadcast);
-  }
-};
-
-/// A C++ scalar, converted to the other operand's element type.
-template <class T>
-struct scalar_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = dims<>;
-  static constexpr bool simd = simd_type<T>;
-  T value;
-
-  template <class V>
-  V load(frame, std::int64_t, std::int64_t) const {
-    return V(value);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame, std::int64_t, std::int64_t) const {
-    return V(value);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
-/// that holds it are cheap).
-template <class T, class D>
-struct constant_leaf : typed_expression {
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-  std::shared_ptr<const fixed_t<T, D>> value;
-
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
-  }
-  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
-  KILN_TYPED_LEAF_WITHOUT_SLOTS
-};
-
-#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
-
-// ---- broadcasting ------------------------------------------------------------------
-
-/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
-template <class E, class Out>
-struct broadcast : typed_expression {
-  using value_type = typename E::value_type;
-  using dims_type = Out;
-  using in_dims = typename E::dims_type;
-  static constexpr bool simd = E::simd;
-  /// Whether `E` repeats one value along the result's last dim.
-  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
-  E operand;
-
-  /// `E`'s row for the result's `row`.
-  static std::int64_t map_row(std::int64_t row) {
-    constexpr int ro = Out::rank, re = in_dims::rank;
-    if constexpr (re <= 1) {
-      return 0;
-    } else {
-      std::int64_t in_row = 0, in_stride = 1;
-      // Walk the result's row dims from the last (dim ro - 2) to the first.
-      for (int d = ro - 2; d >= 0; --d) {
-        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
-        row /= size;
-        const int e = d - (ro - re);
-        if (e < 0) break;
-        const std::int64_t in_size = in_dims::values[std::size_t(e)];
-        if (in_size != 1) in_row += index * in_stride;
-        in_stride *= in_size;
-      }
-      return in_row;
-    }
-  }
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (splat_cols) {
-      if constexpr (std::is_same_v<V, value_type>)
-        return operand.template load<V>(f, map_row(row), 0);
-      else
-        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
-    } else {
-      return operand.template load<V>(f, map_row(row), col);
-    }
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (splat_cols)
-      return load<V>(f, row, col);
-    else
-      return operand.template partial<V, Count>(f, map_row(row), col);
-  }
-  /// Broadcasting is implicit in a graph, as in the runtime tier's.
-  int describe(description_sink& sink) const { return operand.describe(sink); }
-  /// A broadcast operand reads other elements than (row, col), so it never reads a
-  /// chained value (an evaluation chain does not take an expression that would).
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
-    return load<V>(f, row, col);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
-    return partial<V, Count>(f, row, col);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool) const {
-    operand.visit_slots(visit, true);
-  }
-
- private:
-  template <class V>
-  static value_type first_lane(const V& v) {
-    alignas(64) std::array<value_type, V::size> lanes;
-    v.store_aligned(lanes.data());
-    return lanes[0];
-  }
-};
-
-/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
-template <class E, class Out>
-using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
-
-template <class Out, class E>
-operand_as<E, Out> broadcast_to(const E& e) {
-  if constexpr (std::is_same_v<typename E::dims_type, Out>)
-    return e;
-  else
-    return broadcast<E, Out>{{}, e};
-}
-
-// ---- the rules, at compile time ------------------------------------------------------
-
-/// `Op`'s rules applied at compile time to operands of element types `T...` and
-/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
-template <class Made, class... X>
-struct op_rule {
-  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
-  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
-  static constexpr kiln::shape value = shapes.value;
-};
-
-/// A default-constructed op, for op_rule.
-template <class Op>
-struct made {
-  static constexpr Op op{};
-};
-
-/// What a typed op gives when its rules reject its operands, after the op's
-/// `static_assert` has said why (naming the op), so that nothing else is reported.
-struct rule_error {};
-
-// ---- elementwise nodes ------------------------------------------------------------------
-
-/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
-template <class Op, class D, class... E>
-struct node : typed_expression {
-  /// The operands' element type (for `where`, its branches').
-  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
-  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
-  using dims_type = D;
-  /// Batches throughout when the CPU kernel of this op would use them (one input
-  /// type, the same output type, at most two operands) and every operand does.
-  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
-  Op op;
-  std::tuple<E...> operands;
-
-  /// An expression's type changes with each op, so a variable holding one cannot be
-  /// rebound; a symbolic value can.
-  template <class Other>
-  node& operator=(const Other&) {
-    static_assert(always_false<Other>,
-                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
-                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
-                  "a symbolic value (`auto y = x;`)");
-    return *this;
-  }
-
-  template <class V>
-  V load(frame f, std::int64_t row, std::int64_t col) const {
-    if constexpr (std::is_same_v<V, value_type>)
-      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
-    else
-      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
-  }
-  template <class V, std::int64_t Count>
-  V partial(frame f, std::int64_t row, std::int64_t col) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
-  }
-  template <class V, class P>
-  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    if constexpr (std::is_same_v<V, value_type>)
-      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
-    else
-      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
-  }
-  template <class V, std::int64_t Count, class P>
-  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
-    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
-  }
-  template <class F>
-  void visit_slots(F&& visit, bool broadcast) const {
-    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
-  }
-  /// Adds the operands' nodes, left to right, then this op's.
-  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
-
- private:
-  template <class... A>
-  value_type apply_scalar(const A&... a) const {
-    return math::convert<value_type>(op(a...));
-  }
-  template <std::size_t... I>
-  int describe(description_sink& sink, std::index_sequence<I...>) const {
-    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
-    // A typed cast carries its target in its type; the registry knows it as ops::cast.
-    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
-    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
-  }
-};
-
-/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
-/// restrict: stores to it do not change the frame, so a loop reads each slot's
-/// pointer once. Flattened: past a few dozen nodes GCC left the operands' calls out of
-/// line, and a 50-op chain ran at half speed.)
-template <class E>
-KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
-  using T = typename E::value_type;
-  using D = typename E::dims_type;
-  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
-  if constexpr (E::simd) {
-    using B = batch<T>;
-    constexpr std::int64_t w = B::size;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      T* o = out + row * inner;
-      std::int64_t col = 0;
-      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
-      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
-    }
-  } else {
-    for (std::int64_t row = 0; row < rows; ++row)
-      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
-  }
-}
-
-/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
-template <class E>
-struct chain_link {
-  E expression;
-  int out;
-};
-
-/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
-/// batch position at a time: each link's value is stored to its slot and handed to the
-/// next link in a register, in place of the slot the link before wrote. The links
-/// write distinct slots that no earlier link reads, and none reads a slot the chain
-/// writes through a broadcast (the recorder checks both), so every value a link reads
-/// at a position is there already.
-template <class E>
-KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
-  using T = typename E::value_type;
-  using D = typename E::dims_type;
-  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
-  const std::size_t n = links.size();
-  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
-  if constexpr (E::simd) {
-    using B = batch<T>;
-    constexpr std::int64_t w = B::size;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      std::int64_t col = 0;
-      for (; col + w <= inner; col += w) {
-        B v = links[0].expression.template load<B>(f, row, col);
-        v.store_unaligned(at(0, row, col));
-        for (std::size_t k = 1; k < n; ++k) {
-          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
-          v.store_unaligned(at(k, row, col));
-        }
-      }
-      if constexpr (inner % w != 0) {
-        constexpr std::int64_t tail = inner % w;
-        B v = links[0].expression.template partial<B, tail>(f, row, col);
-        backend::cpu::store_partial(v, at(0, row, col), tail);
-        for (std::size_t k = 1; k < n; ++k) {
-          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
-          backend::cpu::store_partial(v, at(k, row, col), tail);
-        }
-      }
-    }
-  } else {
-    for (std::int64_t row = 0; row < rows; ++row)
-      for (std::int64_t col = 0; col < inner; ++col) {
-        T v = links[0].expression.template load<T>(f, row, col);
-        *at(0, row, col) = v;
-        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
-      }
-  }
-}
-
-/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
-template <class E>
-fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
-  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
-  evaluate(e, f, out.data());
-  return out;
-}
-
-/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
-template <class Op, class... E>
-auto make_node(const Op& op, const E&... e) {
-  using rule = op_rule<made<Op>, E...>;
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return rule_error{};
-  } else {
-    using D = dims_from<rule>;
-    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
-  }
-}
-
-}  // namespace typed
-}  // namespace kiln
-// ----- end kiln/typed/expr.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-// ----- begin kiln/typed/ops.hpp -----
-/// \file
-/// The elementwise ops on typed values, from the op library's definitions
-/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
-/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
-/// an expression, fused with its neighbours until something needs its value.
-
-#include <concepts>
-#include <memory>
-#include <type_traits>
-
-
-namespace kiln {
-namespace typed {
-
-/// A symbolic value or expression of the compile-time tier.
-template <class X>
-concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
-
-/// What typed ops take: `fixed` values, symbolic values and expressions.
-template <class X>
-concept operand = fixed_value<X> || lazy<X>;
-
-/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
-template <class... X>
-inline constexpr bool eager = ((!lazy<X>) && ...);
-
-/// The element type of a typed operand.
-template <class X>
-struct element_of {
-  using type = void;
-};
-template <operand X>
-struct element_of<X> {
-  using type = typename std::remove_cvref_t<X>::value_type;
-};
-
-/// The element type a C++ scalar among `X...` is converted to: the first typed
-/// operand's (for `where`, the first branch's).
-template <class... X>
-struct promoted {
-  using type = void;
-};
-template <class X, class... Rest>
-struct promoted<X, Rest...> {
-  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
-};
-
-/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
-/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
-/// itself (a reference: the caller copies it where it keeps it).
-template <class T, bool Eager, class X>
-decltype(auto) expression_of(const X& x) {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (fixed_value<V>) {
-    using D = typename V::dims_type;
-    if constexpr (Eager)
-      return data_leaf<typename V::value_type, D>{{}, x.data()};
-    else
-      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
-  } else if constexpr (lazy<V>) {
-    if constexpr (requires { x.expression(); })
-      return x.expression();
-    else
-      return x;
-  } else {
-    return scalar_leaf<T>{{}, T(x)};
-  }
-}
-
-/// ops::cast to `T`, with the target in its type, where the rules read it.
-template <class T>
-struct cast_to : ops::cast {
-  constexpr cast_to() : ops::cast(dtype_of<T>) {}
-};
-
-/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
-/// expression.
-template <class T, class Op, class... X>
-auto apply_as(const Op& op, const X&... x) {
-  constexpr bool now = eager<X...>;
-  auto e = make_node(op, expression_of<T, now>(x)...);
-  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
-    return materialize(e);
-  else
-    return e;  // an expression, or the rule_error after the op's static_assert
-}
-
-template <class Op, class... X>
-auto apply(const Op& op, const X&... x) {
-  return apply_as<typename promoted<X...>::type>(op, x...);
-}
-
-/// The expression type of operand `X` (C++ scalars as `T`).
-template <class T, class X>
-using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
-
-/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
-template <class T, class Op, class... X>
-using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
-
-}  // namespace typed
-
-// A typed op checks its operands with static_asserts whose messages name it (the
-// first error line g++ prints); the operands' types, and so their dims, are in the
-// "In instantiation of" lines just above.
-#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
-  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
-
-namespace typed {
-
-}  // namespace typed
-
-/// Ops between a typed operand and a C++ scalar or another typed operand.
-template <class X, class Y>
-concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
-                         (std::is_arithmetic_v<X> && typed::operand<Y>);
-
-#define KILN_TYPED_UNARY(fn, op)                                                                     \
-  template <typed::operand X>                                                                        \
-  auto fn(const X& x) {                                                                              \
-    using rule = typed::rule_for<void, ops::op, X>;                                                  \
-    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
-    return typed::apply(ops::op{}, x);                                                               \
-  }
-#define KILN_TYPED_BINARY(fn, op)                                                                    \
-  template <class X, class Y>                                                                        \
-    requires typed_operands<X, Y>                                                                    \
-  auto fn(const X& x, const Y& y) {                                                                  \
-    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
-    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
-    return typed::apply(ops::op{}, x, y);                                                            \
-  }
-
-// The functions of the one op list (kiln/ops/op_list.hpp, where they are documented).
-KILN_UNARY_FUNCTIONS(KILN_TYPED_UNARY)
-KILN_BINARY_FUNCTIONS(KILN_TYPED_BINARY)
-#undef KILN_TYPED_UNARY
-#undef KILN_TYPED_BINARY
-#undef KILN_TYPED_CHECKS
-
-/// `kiln::gelu(x, approximate)` on a typed operand.
-template <typed::operand X>
-auto gelu(const X& x, bool approximate = false) {
-  using rule = typed::rule_for<void, ops::gelu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
-  return typed::apply(ops::gelu(approximate), x);
-}
-/// `kiln::elu(x, alpha)` on a typed operand.
-template <typed::operand X>
-auto elu(const X& x, double alpha = 1.0) {
-  using rule = typed::rule_for<void, ops::elu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
-  return typed::apply(ops::elu(alpha), x);
-}
-/// `kiln::leaky_relu(x, alpha)` on a typed operand.
-template <typed::operand X>
-auto leaky_relu(const X& x, double alpha = 0.3) {
-  using rule = typed::rule_for<void, ops::leaky_relu, X>;
-  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
-  return typed::apply(ops::leaky_relu(alpha), x);
-}
-
-/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
-template <typed::operand C, class A, class B>
-  requires(typed::operand<A> || typed::operand<B>)
-auto where(const C& cond, const A& a, const B& b) {
-  using T = typename typed::promoted<A, B>::type;
-  using rule = typed::rule_for<T, ops::where, C, A, B>;
-  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
-  return typed::apply_as<T>(ops::where{}, cond, a, b);
-}
-
-/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
-template <class T, typed::operand X>
-auto cast(const X& x) {
-  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
-  return typed::apply(typed::cast_to<T>{}, x);
-}
-
-template <typed::operand X>
-auto operator-(const X& x) {
-  return negative(x);
-}
-
-#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
-  template <class X, class Y>                                                          \
-    requires typed_operands<X, Y>                                                      \
-  auto operator sym(const X& x, const Y& y) {                                          \
-    return fn(x, y);                                                                   \
-  }
-KILN_OPERATORS(KILN_TYPED_OPERATOR)
-#undef KILN_TYPED_OPERATOR
-
-}  // namespace kiln
-// ----- end kiln/typed/ops.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-// ----- begin kiln/typed/trace.hpp -----
-/// \file
-/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
-///
-/// The callable runs once per signature *type* (and per value of its C++ arguments)
-/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
-/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
-/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
-/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
-/// one fused loop compiled from the expression's type, that writes a slot of the
-/// trace's frame. A call runs the steps in order, then the returned expression,
-/// straight into the result: a callable that is one expression is one inlined loop.
-///
-/// Each signature type has a slot in its function's trace table, found by an index
-/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
-
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <optional>
-#include <ostream>
-#include <span>
-#include <string>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
-// ----- begin kiln/core/results.hpp -----
-/// \file
-/// What traced code gives back, in both tiers alike: the structure of a function's
-/// result (`detail::output_of`, each tier saying what its leaves become) and what a
-/// loop body returns to stop early (`break_result`, made by kiln::break_if).
-
-#include <array>
-#include <cstddef>
-#include <tuple>
-#include <utility>
-#include <vector>
-
-namespace kiln {
-
-class tensor;
-
-/// What a loop body returns to stop early (kiln::break_if): the condition `stop`, a
-/// bool scalar kiln::tensor or typed operand, and the values to go on with.
-template <class Tuple, class Stop = tensor>
-struct break_result {
-  Stop stop;
-  Tuple next;
-};
-
-namespace detail {
-
-/// The type a function gives back for what its traced code returned, `R`: each leaf
-/// `L` as `Leaf<L>::type` (kiln::tensor for the runtime tier, kiln::fixed for the
-/// typed tier's expressions), tuples, pairs, arrays and vectors keeping their structure.
-template <template <class> class Leaf, class R>
-struct output_of {
-  using type = typename Leaf<R>::type;
-};
-template <template <class> class Leaf, class... Ts>
-struct output_of<Leaf, std::tuple<Ts...>> {
-  using type = std::tuple<typename output_of<Leaf, Ts>::type...>;
-};
-template <template <class> class Leaf, class A, class B>
-struct output_of<Leaf, std::pair<A, B>> {
-  using type = std::pair<typename output_of<Leaf, A>::type, typename output_of<Leaf, B>::type>;
-};
-template <template <class> class Leaf, class T, std::size_t N>
-struct output_of<Leaf, std::array<T, N>> {
-  using type = std::array<typename output_of<Leaf, T>::type, N>;
-};
-template <template <class> class Leaf, class T, class A>
-struct output_of<Leaf, std::vector<T, A>> {
-  using type = std::vector<typename output_of<Leaf, T>::type>;
-};
-
-}  // namespace detail
-}  // namespace kiln
-// ----- end kiln/core/results.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
-
-namespace kiln {
-namespace detail {
-struct function_state;
-}  // namespace detail
-namespace typed {
-
-template <class>
-class basic_graph_writer;
-using graph_writer = basic_graph_writer<void>;
-
-/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
-/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
-/// shared_ptr, whose control block would be compiled once per step type.
-struct step {
-  void (*run)(const void* data, frame f);
-  std::unique_ptr<const void, void (*)(const void*)> data;
-  void (*describe)(const void* data, description_sink& sink);
-};
-
-/// The step that runs `data` with `Step::run`.
-template <class Step>
-step step_of(std::unique_ptr<Step> data) {
-  using S = std::remove_const_t<Step>;
-  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
-}
-
-/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
-template <class... V>
-std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
-  std::size_t k = 0;
-  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
-}
-
-/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
-/// before something overwrites it: while slot `bound` points at `storage`, the value
-/// is copied to slot `copy` and `bound` pointed there.
-struct redirect {
-  int bound, copy;
-  const void* storage;
-  std::size_t bytes;
-};
-
-/// Keeps the values that the slots of `redirects` read in place, before a step
-/// overwrites them. A frame is built writable (trace::run): a read in place is a step
-/// that points its slot at the value, so the frame's pointers change as steps run.
-inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
-  void** slots = const_cast<void**>(f);
-  for (const redirect& r : redirects)
-    if (slots[r.bound] == r.storage) {
-      std::memcpy(slots[r.copy], r.storage, r.bytes);
-      slots[r.bound] = slots[r.copy];
-    }
-}
-
-/// What a trace being recorded collects: the slots of its frame (its arguments
-/// first) and its steps, in program order.
-struct recorder {
-  std::vector<std::size_t> slot_bytes;
-  std::vector<step> steps;
-  std::vector<std::string> argument_names;  ///< as the function's signature names them
-  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
-  /// traced.
-  std::vector<step>* target = &steps;
-  /// The reads in place recorded so far (of the variable whose state is at `owner`),
-  /// which a later write must not change under the steps that use them.
-  struct read_in_place {
-    const void* owner;
-    int slot;
-    const void* storage;
-    std::size_t bytes;
-    bool top_level;  ///< in the trace's own steps, which run once per call
-  };
-  std::vector<read_in_place> reads_in_place;
-
-  int add_slot(std::size_t bytes) {
-    slot_bytes.push_back(bytes);
-    return int(slot_bytes.size()) - 1;
-  }
-  void push(step s) { target->push_back(std::move(s)); }
-  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
-  /// the variable whose state is at `owner`).
-  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
-    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
-  }
-  /// The redirects a step that overwrites the value of the variable at `owner` (of
-  /// any variable, when null) runs first, with a slot each for the copies. A read of
-  /// the trace's own steps that a write of its own steps protects needs no later
-  /// protection: it does not run again in the call.
-  std::vector<redirect> protect_reads_in_place(const void* owner) {
-    std::vector<redirect> out;
-    const bool top = target == &steps;
-    std::erase_if(reads_in_place, [&](const read_in_place& r) {
-      if (owner && r.owner != owner) return false;
-      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
-      return top && r.top_level;
-    });
-    return out;
-  }
-  /// The recorder of the trace in progress on this thread, if any.
-  static recorder*& current() {
-    thread_local recorder* r = nullptr;
-    return r;
-  }
-};
-
-/// A step that evaluates expressions of type `E` into slots, one after the other: an
-/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
-/// expressions of one type in a row; their steps join the chain of the one before, so
-/// that a call runs them as one loop, each value going from one assignment to the next
-/// in a register (evaluate_chain), rather than one step and one pass over memory per
-/// assignment.
-template <class E>
-struct evaluation {
-  std::vector<chain_link<E>> links;
-  static void run(const void* data, frame f) {
-    const auto& self = *static_cast<const evaluation*>(data);
-    if (self.links.size() == 1)
-      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
-    else
-      evaluate_chain<E>(self.links, f);
-  }
-  static void describe(const void* data, description_sink& sink) {
-    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
-  }
-  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
-  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
-  /// reads other positions than the one being computed).
-  bool takes(const E& e, int out) const {
-    bool fits = true;
-    for (const chain_link<E>& l : links) {
-      if (l.out == out) return false;
-      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
-      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
-    }
-    return fits;
-  }
-};
-
-/// The recorder of the trace in progress, or the error for a symbolic value used
-/// outside its trace.
-inline recorder& current_recorder() {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  return *r;
-}
-
-/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
-/// the step before when that one evaluates expressions of the same type and takes it.
-template <class E>
-void record_into(const E& e, int slot) {
-  recorder& r = current_recorder();
-  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
-    // The chain was made here, not const: it may grow while its trace is recorded.
-    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
-    if (chain.takes(e, slot)) {
-      chain.links.push_back({e, slot});  // the one copy of `e`
-      return;
-    }
-  }
-  auto chain = std::make_unique<evaluation<E>>();
-  chain->links.push_back({e, slot});
-  r.push(step_of(std::move(chain)));
-}
-
-/// The bytes of a value of typed operand type `X` (a slot's size).
-template <class X>
-inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
-
-/// Records a step writing `e` to a new slot, and returns the slot.
-template <class E>
-int record(const E& e) {
-  const int slot = current_recorder().add_slot(bytes_of<E>);
-  record_into(e, slot);
-  return slot;
-}
-
-/// A symbolic value of the compile-time tier: what a callable traced with a
-/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
-/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
-/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
-template <class T, class D>
-class symbol : public typed_expression {
- public:
-  using value_type = T;
-  using dims_type = D;
-  static constexpr bool simd = simd_type<T>;
-
-  /// The value in slot `slot` of the frame (an argument).
-  explicit symbol(int slot) : slot_(slot) {}
-  /// The value of expression `e`, computed at this point of the trace.
-  template <lazy E>
-    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
-  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
-  /// A constant.
-  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
-
-  symbol(const symbol&) = default;
-  symbol& operator=(const symbol&) = default;
-  /// Rebinds to the value of `e`: `y = y * 2.f;`.
-  template <class E>
-    requires(lazy<E> || fixed_value<E>)
-  symbol& operator=(const E& e) {
-    return *this = symbol(e);
-  }
-
-  slot_leaf<T, D> expression() const { return {{}, slot_}; }
-  int slot() const { return slot_; }
-
-  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
-  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
-  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
-    const recorder* r = recorder::current();
-    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
-                                                                                   : "value_" + std::to_string(x.slot_);
-    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
-  }
-
- private:
-  template <class E>
-  static const E& checked(const E& e) {
-    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
-                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
-                  "(kiln::cast or kiln::reshape change them)");
-    return e;
-  }
-
-  int slot_;
-};
-
-template <class V>
-struct is_symbol : std::false_type {};
-template <class T, class D>
-struct is_symbol<symbol<T, D>> : std::true_type {};
-
-/// The symbol a traced `fixed` argument becomes.
-template <class X>
-using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
-
-// ---- signatures --------------------------------------------------------------------
-
-/// C++ values a typed call keys by value: arithmetic values, enums and strings.
-template <class X>
-concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
-                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
-
-template <class X>
-struct is_spec : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_spec<spec<T, D...>> : std::true_type {};
-
-/// A `fixed` value, or its `spec` (for get_concrete_function).
-template <class X>
-concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
-
-/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
-/// argument, and otherwise only C++ values.
-template <class... Args>
-inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
-
-/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
-/// specs, and otherwise only C++ values.
-template <class... Args>
-inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
-
-/// The `fixed` type of a typed argument.
-template <class X>
-struct fixed_of {
-  using type = std::remove_cvref_t<X>;
-};
-template <class T, std::int64_t... D>
-struct fixed_of<spec<T, D...>> {
-  using type = fixed<T, D...>;
-};
-
-/// What the callable receives for argument `X` while tracing.
-template <class X>
-struct traced {
-  using type = std::remove_cvref_t<X>;
-};
-template <typed_argument X>
-struct traced<X> {
-  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
-};
-template <class X>
-using traced_t = typename traced<X>::type;
-
-/// The C++ values of a call, its key within the slot of its signature type.
-template <class... Args>
-using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
-
-template <class... Args>
-values_of<Args...> values(const Args&... args) {
-  return std::tuple_cat([](const auto& a) {
-    if constexpr (typed_argument<decltype(a)>)
-      return std::tuple<>();
-    else
-      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
-  }(args)...);
-}
-
-// ---- signatures' text --------------------------------------------------------------
-
-/// A value in a typed trace's signature: a typed argument's or result's dtype and
-/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
-struct signature_leaf {
-  bool typed = true;
-  dtype type = int64;
-  kiln::shape shape = {};
-};
-
-/// What a typed trace's signature type says, made at compile time, one per type: a
-/// trace records where it is, and the text is written only where a program shows it.
-struct signature_type {
-  std::span<const signature_leaf> arguments;  ///< one per argument
-  std::span<const signature_leaf> outputs;    ///< none for `void`
-  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
-  std::string (*output_structure)();
-};
-
-/// A typed trace's signature: its type, and the text of its C++ values (per argument;
-/// empty when it has none).
-struct recorded_signature {
-  const signature_type* type = nullptr;
-  std::vector<std::string> bound_text;
-};
-
-// An argument's leaf, or a result's.
-template <class X>
-constexpr signature_leaf argument_leaf() {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (typed_argument<V>) {
-    using F = typename fixed_of<V>::type;
-    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
-  } else {
-    return {false};
-  }
-}
-template <class X>
-constexpr signature_leaf result_leaf() {
-  using V = std::remove_cvref_t<X>;
-  if constexpr (lazy<V> || fixed_value<V>)
-    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
-  else if constexpr (has_dtype<V>)
-    return {true, dtype_of<V>};
-  else
-    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
-}
-
-// Writes the leaves of a traced result `R` from `next`, unless it is null, in order
-// (none for `void`, a tuple's in turn), and says how many there are.
-template <class R>
-constexpr std::size_t put_outputs(signature_leaf* next) {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (std::is_void_v<V>) {
-    return 0;
-  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      std::size_t n = 0;
-      ((n += put_outputs<std::tuple_element_t<I, V>>(next ? next + n : nullptr)), ...);
-      return n;
-    }(std::make_index_sequence<std::tuple_size_v<V>>());
-  } else {
-    if (next) *next = result_leaf<V>();
-    return 1;
-  }
-}
-// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
-template <class R>
-void describe_outputs(detail::structure_text& s) {
-  using V = std::remove_cvref_t<R>;
-  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
-    constexpr std::size_t n = std::tuple_size_v<V>;
-    constexpr bool list = requires { typename V::iterator; };  // std::array
-    s.open(list);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
-    }(std::make_index_sequence<n>());
-    s.close(list, n);
-  } else if constexpr (!std::is_void_v<V>) {
-    s.leaf();
-  }
-}
-template <class R>
-std::string output_structure() {
-  detail::structure_text s;
-  describe_outputs<R>(s);
-  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
-}
-
-template <class R>
-inline constexpr auto output_leaves = [] {
-  std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
-  put_outputs<R>(leaves.data());
-  return leaves;
-}();
-template <class... Args>
-inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
-
-/// The signature type of a typed trace of `Args` that returns `R`.
-template <class R, class... Args>
-inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
-
-/// Typed trace signature `s` of the function whose state is `state`, written out
-/// (defined with the function state, kiln/trace/function.hpp).
-template <class = void>
-detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
-
-// ---- results -----------------------------------------------------------------------
-
-/// A leaf of what a call returns for the traced result: a `fixed` value for an
-/// expression; C++ values and `fixed` constants come back as they are. Tuples and pairs
-/// keep their structure (detail::output_of).
-template <class R>
-struct output_leaf {
-  using type = R;
-};
-template <lazy R>
-struct output_leaf<R> {
-  using type = fixed_t<typename R::value_type, typename R::dims_type>;
-};
-template <class R>
-using output_t = typename detail::output_of<output_leaf, std::remove_cvref_t<R>>::type;
-
-template <class R>
-output_t<R> evaluate_output(const R& r, frame f) {
-  if constexpr (lazy<R>) {
-    if constexpr (requires { r.expression(); })
-      return materialize(r.expression(), f);
-    else
-      return materialize(r, f);  // in place: an expression can be large
-  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
-    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
-  } else {
-    return r;
-  }
-}
-
-/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
-/// run inside another).
-template <class Fn>
-decltype(auto) with_recorder(recorder& r, Fn&& fn) {
-  struct restore {
-    recorder* previous;
-    ~restore() { recorder::current() = previous; }
-  } guard{std::exchange(recorder::current(), &r)};
-  return fn();
-}
-
-/// One typed trace: its steps, the size of its frame, and the expression(s) it
-/// returns (`R`; none for `void`).
-template <class R>
-struct trace {
-  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
-  std::vector<step> steps;
-  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
-  int arguments = 0;
-  std::size_t workspace_bytes = 0;
-  std::optional<stored> result;
-  recorded_signature signature;
-  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
-
-  /// Runs the trace on the data of its arguments.
-  template <std::size_t N>
-  output_t<stored> run(const std::array<void*, N>& args) const {
-    const std::size_t slots = std::size_t(arguments) + offsets.size();
-    // One expression: no frame to build. Steps run even when they add no slot (a print
-    // of an argument).
-    if (steps.empty()) return evaluate_output(*result, args.data());
-    constexpr std::size_t local_slots = 64, local_bytes = 4096;
-    std::array<void*, local_slots> local_frame;
-    std::unique_ptr<void*[]> heap_frame;
-    void** f = local_frame.data();
-    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
-    alignas(64) std::byte local[local_bytes];
-    // From the C library, which keeps a freed block for the next call too, not the
-    // caching allocator: a program that makes no large `fixed` value then does not
-    // compile the cache.
-    struct heap_workspace {
-      std::size_t bytes;
-      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
-      ~heap_workspace() {
-        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
-      }
-    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
-    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
-    std::copy(args.begin(), args.end(), f);
-    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
-    for (const step& s : steps) s.run(s.data.get(), f);
-    return evaluate_output(*result, f);
-  }
-};
-
-/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
-/// typed arguments, in order, for printing.
-template <class R, class F, class... Args>
-std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
-  recorder rec;
-  rec.argument_names = std::move(names);
-  int slot = 0;
-  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
-    if constexpr (typed_argument<decltype(a)>) {
-      rec.add_slot(0);  // arguments live in the caller's values
-      return traced_t<decltype(a)>(slot++);
-    } else {
-      return a;
-    }
-  };
-  // Braces: the arguments take their slots from left to right.
-  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
-  auto t = std::make_unique<trace<R>>();
-  if constexpr (std::is_void_v<R>) {
-    with_recorder(rec, [&] { std::apply(fn, traced_args); });
-    t->result.emplace();
-  } else {
-    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
-  }
-  t->arguments = slot;
-  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
-    t->offsets.push_back(t->workspace_bytes);
-    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
-  }
-  t->steps = std::move(rec.steps);
-  t->argument_names = std::move(rec.argument_names);
-  return t;
-}
-
-/// A typed trace as a concrete function: called with the `fixed` values its signature
-/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
-/// \code
-/// kiln::function f([](const auto& x) { return x + x; });
-/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
-/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
-/// \endcode
-template <class R, class... Fixed>
-class concrete_function {
- public:
-  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
-      : trace_(t), owner_(std::move(owner)) {}
-  auto operator()(const Fixed&... args) const {
-    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
-  }
-  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
-    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
-  }
-  /// The signature in TensorFlow's format, without a newline at the end, as
-  /// TensorFlow's `pretty_printed_signature()`.
-  /// \code
-  /// kiln::function f([](const auto& x) { return x + x; });
-  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
-  /// \endcode
-  std::string pretty_printed_signature() const {
-    std::string text = written(*owner_, trace_->signature).signature_text();
-    text.pop_back();
-    return text;
-  }
-  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
-  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
-  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
-  /// \code
-  /// kiln::function f([](const auto& x) { return x + x; });
-  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
-  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
-  /// \endcode
-  template <class Writer = graph_writer>
-  auto graph() const {
-    if constexpr (requires { sizeof(Writer); })
-      return Writer::template graph_of<Fixed...>(*trace_);
-    else
-      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
-  }
-  /// graph() in Graphviz's dot language.
-  template <class Writer = graph_writer>
-  std::string to_dot() const {
-    return graph<Writer>().to_dot();
-  }
-
- private:
-  const trace<R>* trace_;
-  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
-};
-
-/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
-template <class R, class... Args>
-struct concrete_for {
-  template <class... F>
-  static concrete_function<R, F...> make(std::tuple<F...>*);
-  using fixed_arguments = decltype(std::tuple_cat(
-      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
-                                       std::tuple<>>>()...));
-  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
-};
-
-// ---- the table of a function's traces ----------------------------------------------
-
-/// A process-wide index per signature type, fixed when the program starts.
-inline std::size_t next_signature_index() {
-  static std::atomic<std::size_t> next{0};
-  return next++;
-}
-template <class Signature>
-inline const std::size_t signature_index = next_signature_index();
-
-/// The traces of one signature type, by the values of its C++ arguments.
-template <class R, class Values>
-struct signature_traces {
-  std::mutex mutex;  // guards by_value
-  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
-  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
-  std::unique_ptr<trace<R>> only_owner;
-};
-
-/// A function's typed traces: one slot per signature type, found by its index.
-class trace_table {
- public:
-  /// The traces of signature type `Sig`, made on first use.
-  template <class Sig, class Entry>
-  Entry& entry() {
-    const std::size_t i = signature_index<Sig>;
-    if (i < direct) {
-      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
-    }
-    std::lock_guard lock(mutex_);
-    for (auto& [index, e] : entries_)
-      if (index == i) return *static_cast<Entry*>(e.get());
-    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
-    void* e = entries_.back().second.get();
-    if (i < direct) direct_[i].store(e, std::memory_order_release);
-    return *static_cast<Entry*>(e);
-  }
-
-  /// One typed trace at a time (a trace of one function may call another).
-  std::recursive_mutex tracing;
-
- private:
-  static constexpr std::size_t direct = 32;
-  std::array<std::atomic<void*>, direct> direct_{};
-  mutable std::mutex mutex_;
-  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
-  std::vector<std::pair<std::size_t, owned_entry>> entries_;
-};
-
-}  // namespace typed
-}  // namespace kiln
-// ----- end kiln/typed/trace.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
-// ----- begin kiln/typed/unfused_ops.hpp -----
-/// \file
-/// The typed ops that end a fused expression, unfused: reductions (axes as template
-/// arguments), matmul, conv2d, transpose, reshape, slice, gather, concat and stack (the
-/// elementwise ops, which fuse, are kiln/typed/ops.hpp). Each runs the CPU backend's kernel for its one
-/// element type, so its values are the eager kiln::tensor's bits, and its result's
-/// type comes from the op's constexpr shape rule. On `fixed` values an op computes
-/// at once; in a typed trace it is a step that reads its operands' slots (an
-/// operand expression is evaluated into a slot first) and writes a new one.
-
-#include <array>
-#include <cstdint>
-#include <memory>
-#include <type_traits>
-
-
-namespace kiln {
-namespace typed {
-
-/// A reduction op over `Axes` (all when none).
-template <class Op, bool KeepDims, std::int64_t... Axes>
-struct made_reduction {
-  static constexpr Op op = sizeof...(Axes) == 0 ? Op(reduction_axes(), KeepDims) : Op(reduction_axes(int_list{Axes...}), KeepDims);
-};
-
-/// Dims `D` permuted by `Perm` (reversed when empty).
-template <class D, std::int64_t... Perm>
-struct transposed {
-  static constexpr std::array<int, std::size_t(D::rank)> perm = [] {
-    std::array<int, std::size_t(D::rank)> p{};
-    if constexpr (sizeof...(Perm) == 0) {
-      for (int d = 0; d < D::rank; ++d) p[std::size_t(d)] = D::rank - 1 - d;
-    } else {
-      int d = 0;
-      ((p[std::size_t(d++)] = int(Perm)), ...);
-    }
-    return p;
-  }();
-  static constexpr kiln::shape value = [] {
-    kiln::shape s;
-    for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
-    return s;
-  }();
-  static constexpr ops::transpose op{[] {
-    int_list l;
-    for (int p : perm) l.push_back(p);
-    return l;
-  }()};
-};
-
-/// `ops::reshape` to `Dims`.
-template <std::int64_t... Dims>
-struct made_reshape {
-  static constexpr ops::reshape op{dims<Dims...>::shape()};
-};
-
-/// The slot holding the value of operand `x` in the trace being recorded.
-template <class X>
-int slot_of(const X& x) {
-  if constexpr (is_symbol<std::remove_cvref_t<X>>::value) {
-    return x.slot();
-  } else {
-    using E = std::remove_cvref_t<decltype(expression_of<void, false>(x))>;
-    return symbol<typename E::value_type, typename E::dims_type>(expression_of<void, false>(x)).slot();
-  }
-}
-
-/// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
-/// dims `OutD`, on the slots `in` (values of `fixed` types `In`) into slot `out`.
-template <class Made, class Kernel, class Out, class OutD, class... In>
-struct kernel_step {
-  Kernel kernel;
-  int out;
-  std::array<int, sizeof...(In)> in;
-  static void run(const void* data, frame f) {
-    const auto& s = *static_cast<const kernel_step*>(data);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const typename In::value_type*>(f[s.in[I]])...);
-    }(std::index_sequence_for<In...>());
-  }
-  static void describe(const void* data, description_sink& sink) {
-    const auto& s = *static_cast<const kernel_step*>(data);
-    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, slot_values<In...>(sink, s.in), dtype_of<Out>, OutD::values));
-  }
-};
-
-/// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
-/// of type `OutT` and dims `OutD`: a `fixed` now, or a symbol written by a step of the
-/// trace.
-template <class OutT, class OutD, class Made, class Kernel, class... X>
-auto apply_kernel(Kernel kernel, const X&... x) {
-  if constexpr (eager<X...>) {
-    fixed_t<OutT, OutD> out(uninitialized);
-    kernel(out.data(), x.data()...);
-    return out;
-  } else {
-    recorder& r = current_recorder();
-    using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
-    const std::array<int, sizeof...(X)> in{slot_of(x)...};
-    const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
-    r.push(step_of(std::make_unique<const step_t>(step_t{kernel, out, in})));
-    return symbol<OutT, OutD>(out);
-  }
-}
-
-/// An integer product small enough for loops whose sizes the compiler knows: integer
-/// sums wrap, so their order does not change them, and this gives gemm's values.
-template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
-void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
-  using U = std::make_unsigned_t<T>;  // wraps
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) {
-      U sum = 0;
-      for (std::int64_t k = 0; k < K; ++k) sum += U(a[i * K + k]) * U(b[k * N + j]);
-      c[i * N + j] = T(sum);
-    }
-}
-
-/// A float product that the CPU gemm computes without packing and on one thread: each
-/// element is one fused multiply-add chain over k, from zero and in order, as in its
-/// micro-kernel, so the values are gemm's; with the sizes known at compile time only
-/// this loop is compiled. Tiles of rows keep their accumulators in registers.
-template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
-void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
-  namespace cpu = backend::cpu::detail;
-  using B = batch<T>;
-  constexpr std::int64_t w = B::size, vectors = (N + w - 1) / w, tail = N - (vectors - 1) * w;
-  constexpr std::int64_t rows = std::max<std::int64_t>(1, std::min<std::int64_t>(M, 16 / vectors));
-  auto tile = [&]<std::int64_t H>(std::integral_constant<std::int64_t, H>, std::int64_t i0) {
-    B acc[H][vectors];
-    for (std::int64_t r = 0; r < H; ++r)
-      for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = B(T(0));
-    for (std::int64_t p = 0; p < K; ++p) {
-      B b_row[vectors];
-      for (std::int64_t v = 0; v < vectors; ++v)
-        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
-      for (std::int64_t r = 0; r < H; ++r) {
-        const B a_value(a[(i0 + r) * K + p]);
-        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
-      }
-    }
-    for (std::int64_t r = 0; r < H; ++r)
-      for (std::int64_t v = 0; v < vectors; ++v) {
-        T* dst = c + (i0 + r) * N + v * w;
-        if (v + 1 < vectors || tail == w)
-          acc[r][v].store_unaligned(dst);
-        else
-          backend::cpu::store_partial(acc[r][v], dst, tail);
-      }
-  };
-  std::int64_t i0 = 0;
-  for (; i0 + rows <= M; i0 += rows) tile(std::integral_constant<std::int64_t, rows>(), i0);
-  if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
-}
-
-/// Reduction `Op` over `Axes` (all when none) of `x`.
-template <class Op, bool KeepDims, std::int64_t... Axes, class X>
-auto reduce(const X& x) {
-  using V = std::remove_cvref_t<X>;
-  using T = typename V::value_type;
-  using D = typename V::dims_type;
-  using made_op = made_reduction<Op, KeepDims, Axes...>;
-  using rule = op_rule<made_op, V>;
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return rule_error{};
-  } else {
-    using Out = element_t<rule::dtypes.value>;
-    using OutD = dims_from<rule>;
-    return apply_kernel<Out, OutD, made_op>(
-        [](Out* out, const T* in) {
-          namespace cpu = backend::cpu;
-          constexpr auto axis = made_op::op.axis;
-          constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
-          constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
-          constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
-          constexpr bool small = cpu::one_small_task(plan, D::size, count);
-          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>, small>(in, out, layout, plan, OutD::size, count);
-          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means<small>(out, OutD::size, count);
-        },
-        x);
-  }
-}
-
-}  // namespace typed
-
-/// Tag: reduced dims stay in a typed reduction's result with size 1.
-struct keep_dims_t {
-  explicit constexpr keep_dims_t() = default;
-};
-inline constexpr keep_dims_t keep_dims{};
-
-// The checks name the op in the first error line (see KILN_TYPED_CHECKS).
-#define KILN_TYPED_REDUCTION(fn)                                                                 \
-  template <std::int64_t... Axes, typed::operand X>                                              \
-  auto fn(const X& x) {                                                                          \
-    return fn<Axes...>(x, keep_dims_t(), std::false_type());                                     \
-  }                                                                                              \
-  template <std::int64_t... Axes, typed::operand X, class Keep = std::true_type>                 \
-  auto fn(const X& x, keep_dims_t, Keep = {}) {                                                  \
-    using rule = typed::op_rule<typed::made_reduction<ops::fn, Keep::value, Axes...>, std::remove_cvref_t<X>>; \
-    static_assert(rule::dtypes.ok(), "kiln::" #fn ": reductions take int32, int64, float32 or float64 values"); \
-    static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": an axis is out of range or listed twice"); \
-    return typed::reduce<ops::fn, Keep::value, Axes...>(x);                                      \
-  }                                                                                              \
-  template <std::int64_t Axis, std::int64_t... More>                                             \
-  tensor fn(const tensor& x) {                                                                   \
-    return fn(x, reduction_axes(int_list{Axis, More...}));                                       \
-  }
-/// `kiln::reduce_sum<1>(x)`: typed reductions take their axes as template arguments
-/// (all axes when none), and `kiln::keep_dims` to keep reduced dims; the same
-/// spelling works on a kiln::tensor.
-KILN_TYPED_REDUCTION(reduce_sum)
-KILN_TYPED_REDUCTION(reduce_mean)
-KILN_TYPED_REDUCTION(reduce_max)
-KILN_TYPED_REDUCTION(reduce_min)
-KILN_TYPED_REDUCTION(argmax)
-#undef KILN_TYPED_REDUCTION
-
-/// `kiln::matmul(a, b)` on typed operands: a (batched) matrix product whose inner
-/// dims must agree at compile time.
-template <typed::operand A, typed::operand B>
-auto matmul(const A& a, const B& b) {
-  using Va = std::remove_cvref_t<A>;
-  using Vb = std::remove_cvref_t<B>;
-  using T = typename Va::value_type;
-  using Da = typename Va::dims_type;
-  using Db = typename Vb::dims_type;
-  using rule = typed::op_rule<typed::made<ops::matmul>, Va, Vb>;
-  static_assert(rule::dtypes.ok(), "kiln::matmul: both operands must hold one of int32, int64, float32 or float64");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
-                "kiln::matmul: the inner dimensions must match (and batch dimensions broadcast)");
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return typed::rule_error{};
-  } else {
-    using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD, typed::made<ops::matmul>>(
-        [](T* out, const T* x, const T* y) {
-          constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
-          for (std::int64_t bi = 0; bi < g.batches; ++bi) {
-            const auto [oa, ob] = g.operand_offsets(bi);
-            if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
-              typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
-            else if constexpr (std::is_floating_point_v<T> && backend::cpu::detail::gemm_unpacked<T>(g.m, g.n, g.k) &&
-                               double(g.m) * double(g.n) * double(g.k) < backend::cpu::detail::gemm_parallel_work)
-              typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
-            else
-              backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
-          }
-        },
-        a, b);
-  }
-}
-
-/// `kiln::transpose<1, 0>(x)` on a typed operand: dims permuted by `Perm` (reversed
-/// when empty).
-template <std::int64_t... Perm, typed::operand X>
-auto transpose(const X& x) {
-  using T = typename typed::element_of<X>::type;
-  using D = typename std::remove_cvref_t<X>::dims_type;
-  static_assert(sizeof...(Perm) == 0 || sizeof...(Perm) == std::size_t(D::rank),
-                "kiln::transpose: the permutation must list every dim once");
-  using rule = typed::transposed<D, Perm...>;
-  using OutD = typed::dims_from<rule>;
-  return typed::apply_kernel<T, OutD, rule>(
-      [](T* out, const T* in) {
-        constexpr auto in_strides = row_major_strides(D::shape());
-        std::array<std::int64_t, max_rank> index{};  // the output's multi-index
-        for (std::int64_t i = 0; i < OutD::size; ++i) {
-          std::int64_t from = 0;
-          for (int d = 0; d < D::rank; ++d) from += index[std::size_t(d)] * in_strides[std::size_t(rule::perm[std::size_t(d)])];
-          out[i] = in[from];
-          for (int d = D::rank - 1; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
-            index[std::size_t(d)] = 0;
-        }
-      },
-      x);
-}
-
-namespace typed {
-
-/// A list of integers given as a template argument (`std::array{1, 0}`) as an int_list.
-template <auto List>
-constexpr int_list int_list_of() {
-  int_list l;
-  for (auto v : List) l.push_back(std::int64_t(v));
-  return l;
-}
-
-/// `Op` (concat, stack or gather) along `Axis`, for op_rule.
-template <class Op, std::int64_t Axis>
-struct made_along {
-  static constexpr Op op{Axis};
-};
-
-/// `ops::slice` of `Begin` and `Size`, for op_rule.
-template <auto Begin, auto Size>
-struct made_slice {
-  static constexpr ops::slice op{int_list_of<Begin>(), int_list_of<Size>()};
-};
-
-/// Copies the block of `OutD` that starts at row-major offset `base` of an input of
-/// dims `D` (a slice).
-template <class D, class OutD, std::int64_t Base, class T>
-void copy_block(T* KILN_RESTRICT out, const T* KILN_RESTRICT in) {
-  constexpr auto strides = row_major_strides(D::shape());
-  constexpr std::int64_t row = OutD::rank == 0 ? 1 : OutD::values[std::size_t(OutD::rank - 1)];
-  std::array<std::int64_t, max_rank> index{};  // the output's multi-index, but for its last dim
-  for (std::int64_t i = 0; i < OutD::size; i += row) {
-    std::int64_t from = Base;
-    for (int d = 0; d + 1 < OutD::rank; ++d) from += index[std::size_t(d)] * strides[std::size_t(d)];
-    std::copy_n(in + from, row, out + i);
-    for (int d = OutD::rank - 2; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
-      index[std::size_t(d)] = 0;
-  }
-}
-
-}  // namespace typed
-
-/// `kiln::slice<std::array{1, 0}, std::array{2, -1}>(x)` on a typed operand: the block
-/// of `Size[d]` elements from `Begin[d]` along every dim d (-1: to the end of it);
-/// that it lies within `x` is checked at compile time.
-template <auto Begin, auto Size, typed::operand X>
-auto slice(const X& x) {
-  using T = typename typed::element_of<X>::type;
-  using D = typename std::remove_cvref_t<X>::dims_type;
-  using made = typed::made_slice<Begin, Size>;
-  using rule = typed::op_rule<made, std::remove_cvref_t<X>>;
-  static_assert(rule::shapes.ok(), "kiln::slice: begin and size must have one entry per dim");
-  static_assert(!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) < 0,
-                "kiln::slice: begin and size must lie within the operand's dims");
-  if constexpr (!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) >= 0) {
-    return typed::rule_error{};
-  } else {
-    using OutD = typed::dims_from<rule>;
-    constexpr std::int64_t base = [] {
-      const auto strides = row_major_strides(D::shape());
-      std::int64_t b = 0;
-      for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
-      return b;
-    }();
-    return typed::apply_kernel<T, OutD, made>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
-  }
-}
-
-/// `kiln::gather<Axis>(x, indices)` on typed operands: the slices of `x` along `Axis`
-/// at `indices` (int32 or int64, any dims; their values are checked when it runs,
-/// raising kiln::invalid_argument_error as the runtime tier does).
-template <std::int64_t Axis = 0, typed::operand X, typed::operand I>
-auto gather(const X& x, const I& indices) {
-  using T = typename typed::element_of<X>::type;
-  using Index = typename typed::element_of<I>::type;
-  using D = typename std::remove_cvref_t<X>::dims_type;
-  using ID = typename std::remove_cvref_t<I>::dims_type;
-  using rule = typed::op_rule<typed::made_along<ops::gather, Axis>, std::remove_cvref_t<X>, std::remove_cvref_t<I>>;
-  static_assert(rule::dtypes.ok(), "kiln::gather: the indices must be int32 or int64");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::gather: the axis must be one of the operand's dims");
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return typed::rule_error{};
-  } else {
-    using OutD = typed::dims_from<rule>;
-    constexpr int axis = ops::normalize_axis(Axis, D::rank);
-    constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
-                           inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
-    return typed::apply_kernel<T, OutD, typed::made_along<ops::gather, Axis>>(
-        [](T* out, const T* in, const Index* index) {
-          ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
-          for (std::int64_t o = 0; o < outer; ++o)
-            for (std::int64_t j = 0; j < m; ++j) out = std::copy_n(in + (o * n + std::int64_t(index[j])) * inner, inner, out);
-        },
-        x, indices);
-  }
-}
-
-namespace typed {
-/// `ops::conv2d` with its strides and padding, for op_rule.
-template <ops::padding Pad, std::int64_t StrideH, std::int64_t StrideW>
-struct made_conv2d {
-  static constexpr ops::conv2d op{StrideH, StrideW, Pad};
-};
-}  // namespace typed
-
-/// `kiln::conv2d<kiln::padding::same, 2>(x, filters)` on typed operands: the 2-D
-/// convolution of an NHWC input with HWIO filters, strides `StrideH` and `StrideW`,
-/// shapes checked at compile time. It runs the runtime tier's CPU kernel, so it
-/// gives its values.
-template <ops::padding Pad = ops::padding::valid, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH,
-          typed::operand X, typed::operand F>
-auto conv2d(const X& x, const F& filters) {
-  using rule = typed::op_rule<typed::made_conv2d<Pad, StrideH, StrideW>, std::remove_cvref_t<X>, std::remove_cvref_t<F>>;
-  static_assert(rule::dtypes.ok(), "kiln::conv2d: the input and filters must have one numeric element type");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
-                "kiln::conv2d: the input (NHWC) and filters (HWIO) do not fit (ranks, channels or VALID sizes)");
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return typed::rule_error{};
-  } else {
-    using T = typename typed::element_of<X>::type;
-    using XD = typename std::remove_cvref_t<X>::dims_type;
-    using FD = typename std::remove_cvref_t<F>::dims_type;
-    using OutD = typed::dims_from<rule>;
-    return typed::apply_kernel<T, OutD, typed::made_conv2d<Pad, StrideH, StrideW>>(
-        [](T* out, const T* in, const T* f) {
-          constexpr auto& xs = XD::values;
-          constexpr auto& fs = FD::values;
-          constexpr std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], StrideH, Pad).pad_before;
-          constexpr std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], StrideW, Pad).pad_before;
-          backend::cpu::conv2d<T>(in, xs[0], xs[1], xs[2], xs[3], f, fs[0], fs[1], fs[3], StrideH, StrideW, pad_h, pad_w, out,
-                                  OutD::values[1], OutD::values[2]);
-        },
-        x, filters);
-  }
-}
-
-/// The typed spellings of slice, gather and conv2d on kiln::tensors, so that one
-/// generic callable serves both tiers.
-template <auto Begin, auto Size>
-tensor slice(const tensor& x) {
-  return slice(x, typed::int_list_of<Begin>(), typed::int_list_of<Size>());
-}
-template <std::int64_t Axis>
-tensor gather(const tensor& x, const tensor& indices) {
-  return gather(x, indices, Axis);
-}
-template <ops::padding Pad, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH>
-tensor conv2d(const tensor& x, const tensor& filters) {
-  return conv2d(x, filters, int_list{StrideH, StrideW}, Pad == ops::padding::valid ? "VALID" : "SAME");
-}
-
-namespace typed {
-
-/// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
-/// operand k in turn (concat and stack differ only in their chunks).
-template <std::int64_t Outer, std::int64_t... Chunk, class T, class... In>
-void join(T* out, const In*... in) {
-  for (std::int64_t o = 0; o < Outer; ++o) ((out = std::copy_n(in + o * Chunk, Chunk, out)), ...);
-}
-
-template <class Op, std::int64_t Axis, class... X>
-auto join_along(const X&... x) {
-  using T = typename typed::element_of<std::tuple_element_t<0, std::tuple<X...>>>::type;
-  using rule = typed::op_rule<typed::made_along<Op, Axis>, std::remove_cvref_t<X>...>;
-  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
-    return typed::rule_error{};
-  } else {
-    using OutD = typed::dims_from<rule>;
-    using first = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<X...>>>::dims_type;
-    // Dims before the axis make the rows; concat's axis is one of its operands' dims,
-    // stack's a new one.
-    constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
-    constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
-    return apply_kernel<T, OutD, made_along<Op, Axis>>(
-        [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
-        x...);
-  }
-}
-
-}  // namespace typed
-
-/// `kiln::concat<1>(a, b, ...)` on typed operands: joined along an existing dim, the
-/// others equal (checked at compile time).
-template <std::int64_t Axis = 0, typed::operand... X>
-  requires(sizeof...(X) > 0)
-auto concat(const X&... x) {
-  using rule = typed::op_rule<typed::made_along<ops::concat, Axis>, std::remove_cvref_t<X>...>;
-  static_assert(rule::dtypes.ok(), "kiln::concat: the operands must have one element type");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::concat: the operands' dims must be equal but along the axis");
-  return typed::join_along<ops::concat, Axis>(x...);
-}
-
-/// `kiln::stack<0>(a, b, ...)` on typed operands of one type: joined along a new dim.
-template <std::int64_t Axis = 0, typed::operand... X>
-  requires(sizeof...(X) > 0)
-auto stack(const X&... x) {
-  using rule = typed::op_rule<typed::made_along<ops::stack, Axis>, std::remove_cvref_t<X>...>;
-  static_assert(rule::dtypes.ok(), "kiln::stack: the operands must have one element type");
-  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::stack: the operands must have the same dims");
-  return typed::join_along<ops::stack, Axis>(x...);
-}
-
-/// `kiln::concat<Axis>(a, b)` and `kiln::stack<Axis>(a, b)` on kiln::tensors, so that
-/// one generic callable serves both tiers.
-template <std::int64_t Axis = 0, class... T>
-  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
-tensor concat(const T&... x) {
-  return concat({x...}, Axis);
-}
-template <std::int64_t Axis = 0, class... T>
-  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
-tensor stack(const T&... x) {
-  return stack({x...}, Axis);
-}
-
-/// The typed spellings on a kiln::tensor, so that one generic callable serves both
-/// tiers: `kiln::transpose<1, 0>(t)`, `kiln::reshape<3, 2>(t)`.
-template <std::int64_t P, std::int64_t... More>
-tensor transpose(const tensor& x) {
-  return transpose(x, int_list{P, More...});
-}
-template <std::int64_t D, std::int64_t... More>
-tensor reshape(const tensor& x) {
-  return reshape(x, shape{D, More...});
-}
-
-#define KILN_TYPED_LIKE(fn, factory)                                                            \
-  template <typed::operand X>                                                                   \
-  auto fn(const X&) {                                                                           \
-    using V = std::remove_cvref_t<X>;                                                           \
-    using F = typed::fixed_t<typename V::value_type, typename V::dims_type>;                    \
-    if constexpr (typed::eager<X>)                                                              \
-      return F::factory();                                                                      \
-    else                                                                                        \
-      return typed::symbol<typename V::value_type, typename V::dims_type>(F::factory());         \
-  }
-/// `kiln::ones_like(x)` of a typed operand: its type, all ones; a symbolic value in
-/// a trace, so that a loop can rebind it (`auto c = kiln::ones_like(a); c = c * a;`).
-KILN_TYPED_LIKE(ones_like, ones)
-/// `kiln::zeros_like(x)` of a typed operand: its type, all zeros.
-KILN_TYPED_LIKE(zeros_like, zeros)
-#undef KILN_TYPED_LIKE
-
-/// `kiln::reshape<3, 2>(x)` on a typed operand: the same elements in row-major order
-/// as new dims with as many elements.
-template <std::int64_t... Dims, typed::operand X>
-auto reshape(const X& x) {
-  using T = typename typed::element_of<X>::type;
-  using D = typename std::remove_cvref_t<X>::dims_type;
-  static_assert(typed::dims<Dims...>::size == D::size, "kiln::reshape: the new dims must hold as many elements as the old");
-  using OutD = typed::dims<Dims...>;
-  if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
-    return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
-  else
-    return typed::apply_kernel<T, OutD, typed::made_reshape<Dims...>>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
-}
-
-}  // namespace kiln
-// ----- end kiln/typed/unfused_ops.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
-
 #ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
 #define KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
 // ----- begin kiln/graph/graph.hpp -----
@@ -13177,113 +11402,6 @@ auto reshape(const X& x) {
 
 
 namespace kiln {
-
-namespace ops {
-
-/// Any op of the registry, as a graph node stores it: which op (its position in
-/// `all_ops`) and the op, shared by the copies (an op never changes once made).
-/// A class of kiln's own rather than a std::variant of the registry: libstdc++'s
-/// variant instantiates its storage and special members by recursion over every
-/// alternative, which every source file that includes kiln paid. Read it with
-/// ops::holds_alternative, `unchecked` and ops::visit.
-/// \code
-/// kiln::ops::any_op op = kiln::ops::add{};
-/// assert(kiln::ops::holds_alternative<kiln::ops::add>(op) && kiln::ops::name_of(op) == "add");
-/// \endcode
-class any_op {
- public:
-  /// How many ops the registry has.
-  static constexpr std::size_t size = boost::mp11::mp_size<all_ops>::value;
-  /// The position of op type `Op`.
-  template <class Op>
-  static constexpr std::size_t position_of = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
-    std::size_t i = 0;
-    (void)((std::is_same_v<Op, Ops> ? false : (++i, true)) && ...);
-    return i;
-  }(static_cast<all_ops*>(nullptr));
-
-  /// Holds no op (index() is `size`); what a node that is not a registry op keeps.
-  any_op() = default;
-  template <class Op>
-    requires registered<Op>
-  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
-  template <class Op>
-  any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
-  any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
-    if (box_) box_->references.fetch_add(1, std::memory_order_relaxed);
-  }
-  any_op(any_op&& other) noexcept : box_(std::exchange(other.box_, nullptr)), index_(std::exchange(other.index_, size)) {}
-  any_op& operator=(any_op other) noexcept {
-    std::swap(box_, other.box_);
-    std::swap(index_, other.index_);
-    return *this;
-  }
-  ~any_op() {
-    if (box_ && box_->references.fetch_sub(1, std::memory_order_acq_rel) == 1) box_->destroy(box_);
-  }
-
-  /// The position of the op held in `all_ops`.
-  std::size_t index() const { return index_; }
-  /// The op held, which must be an `Op`.
-  template <class Op>
-  const Op& unchecked() const {
-    return static_cast<const box<Op>*>(box_)->op;
-  }
-  /// The address of the op held (null for none), for code that reaches the op
-  /// through its type-erased rules (detail::op_rules) rather than its type.
-  const void* address() const { return box_ ? box_->op : nullptr; }
-
- private:
-  struct box_base {
-    std::atomic<std::size_t> references{1};
-    void (*destroy)(box_base*);
-    const void* op;  ///< the derived box's op
-  };
-  template <class Op>
-  struct box : box_base {
-    explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
-    Op op;
-  };
-  box_base* box_ = nullptr;
-  std::size_t index_ = size;
-};
-
-/// Whether `op` holds an `Op`.
-template <class Op>
-bool holds_alternative(const any_op& op) {
-  return op.index() == any_op::position_of<Op>;
-}
-
-/// `f(the op that op holds)`, as std::visit, through one table of function pointers
-/// per visitor type.
-/// \code kiln::ops::visit([](const auto& o) { return o.name; }, kiln::ops::any_op(kiln::ops::add{})) == "add" \endcode
-template <class F>
-decltype(auto) visit(F&& f, const any_op& op) {
-  return []<class... Ops>(F& g, const any_op& o, boost::mp11::mp_list<Ops...>*) -> decltype(auto) {
-    using result = std::invoke_result_t<F&, const boost::mp11::mp_front<all_ops>&>;
-    static constexpr result (*table[])(F&, const any_op&) = {
-        [](F& h, const any_op& x) -> result { return h(x.unchecked<Ops>()); }...};
-    return table[o.index()](g, o);
-  }(f, op, static_cast<all_ops*>(nullptr));
-}
-
-/// The registry name of the op that `op` holds: `add`, `matmul`; "" when it holds none.
-inline std::string_view name_of(const any_op& op) {
-  static constexpr auto names = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
-    return std::array<std::string_view, sizeof...(Ops) + 1>{Ops::name..., ""};
-  }(static_cast<all_ops*>(nullptr));
-  return names[op.index()];
-}
-
-/// ops::value_operand of the op that `op` holds: the operand whose dtype selects its kernel.
-inline int value_operand_of(const any_op& op) {
-  static constexpr auto operands = []<class... Ops>(boost::mp11::mp_list<Ops...>*) {
-    return std::array<int, sizeof...(Ops)>{value_operand<Ops>...};
-  }(static_cast<all_ops*>(nullptr));
-  return operands[op.index()];
-}
-
-}  // namespace ops
 
 class graph;
 
@@ -13616,21 +11734,17 @@ class graph {
 }  // namespace kiln
 // ----- end kiln/graph/graph.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
-// ----- begin kiln/trace/trace_context.hpp -----
-/// \file
-/// The trace context: while a kiln::function traces its callable, every op that
-/// meets a symbolic tensor is recorded here, as a node of the graph being built.
-/// Contexts nest (a function traced while tracing another) through a per-thread stack.
-/// A subgraph context (a branch of kiln::cond, a loop's condition or body) captures
-/// the symbolic tensors of the traces around it as extra placeholders.
 
-#include <atomic>
+#ifndef KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
+// ----- begin kiln/passes/optimize.hpp -----
+/// \file
+/// Graph optimizations, run once per trace before planning: constant folding,
+/// algebraic simplification (`x * 1`, `x + 0`, `-(-x)`, casts and reshapes that
+/// change nothing) and common-subexpression elimination. Pruning of what no output
+/// needs happens when the graph is planned (kiln/exec/executor.hpp).
+
 #include <cstdint>
-#include <memory>
-#include <span>
-#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -13638,240 +11752,140 @@ class graph {
 
 namespace kiln::detail {
 
-class trace_context {
+/// True when every element of the eager tensor `t` equals `v`.
+template <class = void>
+bool filled_with(const tensor& t, double v) {
+  if (t.device() != device::cpu) return false;
+  return visit_dtype(t.dtype(), [&]<class T>() {
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+      const T* p = t.data<T>();
+      for (std::int64_t i = 0, n = t.size(); i < n; ++i)
+        if (double(p[i]) != v) return false;
+      return true;
+    }
+    return false;
+  });
+}
+
+template <class = void>
+class optimizer {
  public:
-  /// Starts tracing function `function_name` on this thread.
-  explicit trace_context(std::string function_name)
-      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
-    current_slot() = this;
-  }
-  /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
-  struct subgraph_t {};
-  static constexpr subgraph_t subgraph{};
-  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
-    capturing_ = previous_ != nullptr;
-  }
-  trace_context(const trace_context&) = delete;
-  trace_context& operator=(const trace_context&) = delete;
-  ~trace_context() { current_slot() = previous_; }
-
-  /// The innermost trace in progress on this thread, or null.
-  static trace_context* current() { return current_slot(); }
-  /// Makes `c` the innermost trace of this thread and returns the one it replaces:
-  /// kiln::init_scope suspends tracing with it.
-  static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
-
-  const std::string& function_name() const { return function_name_; }
-  /// What the symbolic tensors of this trace carry as their `trace_id`.
-  std::uint64_t id() const { return id_; }
-  kiln::graph& graph() { return graph_; }
-
-  /// A new argument of the function, as the symbolic tensor the callable receives.
-  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
-
-  /// The symbolic tensor standing for node `id` of this trace's graph.
-  tensor symbolic(int id) {
-    const node& n = graph_.node_at(id);
-    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
+    out_.reserve(in.nodes().size());
+    seen_.reserve(in.nodes().size());
   }
 
-  /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
-  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results) {
-    std::vector<int> ids;
-    for (const tensor& t : inputs) ids.push_back(node_of(t));
-    std::vector<tensor> out;
-    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
-    return out;
-  }
-
-  /// Makes `t` an output of the graph (an Identity node) and returns that node.
-  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
-
-  /// The outer tensors this subgraph captured, one per placeholder after the ones
-  /// the subgraph was given (in the order the subgraph first used them).
-  const std::vector<tensor>& captures() const { return captures_; }
-
-  /// Remembers a variable created while tracing, for the function to check that it
-  /// outlives the trace (kiln::function allows singleton variables only).
-  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
-  const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
-
-  /// The node of this trace that `t` stands for: its own node when `t` is one of this
-  /// trace's symbolic tensors, a captured constant when `t` is eager.
-  int node_of(const tensor& t) {
-    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
-    if (t.is_symbolic()) {
-      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
-      if (t.symbol()->trace_id != id_)
-        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
-                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
-                         "(return it from the function instead)");
-      return t.symbol()->node;
-    }
-    // The same buffer seen as the same dtype and shape is one constant; found by its
-    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
-    // (The constant node holds the buffer, so its address cannot be reused by another.)
-    auto [first, last] = captured_.equal_range(t.raw_data());
-    for (auto it = first; it != last; ++it) {
-      const tensor& known = graph_.node_at(it->second).value();
-      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-    }
-    int id = graph_.add_constant(t);
-    captured_.emplace(t.raw_data(), id);
-    return id;
-  }
-
-  /// Copies the nodes of `g` (another function's trace) into this trace, its
-  /// placeholders bound to nodes `args`; returns the nodes of its outputs.
-  template <class = void>
-  std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
-    std::vector<int> mapped(g.nodes().size(), -1);
-    for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
-    std::vector<int> outputs;
-    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-      const node& n = g.nodes()[i];
+  graph run() {
+    for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
+      const node& n = in_.nodes()[i];
       switch (n.kind()) {
-        case node_kind::placeholder: break;
-        case node_kind::constant: mapped[i] = node_of(n.value()); break;
-        case node_kind::identity:
-          mapped[i] = mapped[std::size_t(n.input_ids()[0])];
-          outputs.push_back(mapped[i]);
-          break;
-        case node_kind::op: {
-          std::vector<int> ins;
-          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
-          break;
-        }
-        case node_kind::special: {
-          std::vector<int> ins;
-          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
-          for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
-          break;
-        }
+        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: map_[i] = out_.add_constant(n); break;
+        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
+        case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::special: copy_special(i); break;
         case node_kind::result: break;  // copied with its special node
       }
     }
-    return outputs;
-  }
-
-  /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
-  /// symbolic result. Through a pointer that the constructor sets: every op function
-  /// reaches this, and a program that never traces then compiles none of the graph
-  /// building behind it.
-  tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
-    return record_(*this, std::move(op), inputs, dt, sh);
+    return std::move(out_);
   }
 
  private:
-  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh) {
-    std::vector<int> ids;
-    ids.reserve(inputs.size());
-    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
-    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  // Special ops are copied as they are: effects must not be folded or merged.
+  void copy_special(std::size_t i) {
+    const node& n = in_.nodes()[i];
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
+    for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
-  // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
-  bool encloses(std::uint64_t trace_id) const {
-    for (const trace_context* c = previous_; c; c = c->previous_) {
-      if (c->id_ == trace_id) return true;
-      if (!c->capturing_) return false;
+  int rewrite(const node& n) {
+    std::vector<int> ins;
+    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    if (int same = simplify(n, ins); same >= 0) return same;
+    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
+    const std::size_t key = cse_key(n.operation().index(), ins);
+    auto [first, last] = seen_.equal_range(key);
+    for (auto it = first; it != last; ++it) {
+      const node& other = out_.node_at(it->second);
+      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
     }
-    return false;
-  }
-  int capture(const tensor& t) {
-    for (std::size_t k = 0; k < captures_.size(); ++k)
-      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
-    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
-    captures_.push_back(t);
-    capture_ids_.push_back(id);
+    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+    seen_.emplace(key, id);
     return id;
   }
-  trace_context& function_trace() {
-    trace_context* c = this;
-    while (c->capturing_) c = c->previous_;
-    return *c;
+
+  // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
+  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
+    std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
+    for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
+    return h;
   }
 
-  static trace_context*& current_slot() {
-    thread_local trace_context* current = nullptr;
-    return current;
-  }
-  static std::uint64_t next_id() {
-    static std::atomic<std::uint64_t> counter{0};
-    return ++counter;
+  const node& at(int id) const { return out_.node_at(id); }
+  bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
+  // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
+  bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
+
+  /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
+  /// every op: each source file that optimizes a graph compiles this.)
+  int simplify(const node& n, const std::vector<int>& ins) const {
+    const ops::any_op& op = n.operation();
+    auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+    if (ops::holds_alternative<ops::multiply>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+    } else if (ops::holds_alternative<ops::add>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+      if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+    } else if (ops::holds_alternative<ops::subtract>(op)) {
+      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+    } else if (ops::holds_alternative<ops::divide>(op)) {
+      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+    } else if (ops::holds_alternative<ops::negate>(op)) {
+      const node& inner = at(ins[0]);
+      if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
+        return keep_if(inner.input_ids()[0]);
+    } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
+      return keep_if(ins[0]);
+    }
+    return -1;
   }
 
-  std::uint64_t id_;
-  std::string function_name_;
-  trace_context* previous_;
-  tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
-  kiln::graph graph_;
-  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
-  bool capturing_ = false;
-  std::vector<tensor> captures_;
-  std::vector<int> capture_ids_;
-  std::vector<std::weak_ptr<const void>> created_;
+  /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
+  /// whose evaluation fails is left in the graph: it raises only if it runs.
+  int fold_constant(const node& n, const std::vector<int>& ins) {
+    std::vector<const tensor*> values;
+    for (int in : ins) {
+      if (at(in).kind() != node_kind::constant) return -1;
+      values.push_back(&at(in).value());
+    }
+    if (ins.empty()) return -1;
+    try {
+      tensor v = execute_any(n.operation(), values);
+      return out_.add_constant(v);
+    } catch (const error&) {
+      return -1;
+    }
+  }
+
+  const graph& in_;
+  graph out_;
+  std::vector<int> map_;
+  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
 };
 
-inline bool tracing() { return trace_context::current() != nullptr; }
-
-}  // namespace kiln::detail
-
-namespace kiln {
-
-/// Lifts what runs in its scope out of the function being traced, as tf.init_scope:
-/// ops run at once on eager tensors and variables change now, once, while tracing,
-/// instead of becoming part of the graph. Outside a trace it changes nothing.
-/// \code
-/// struct model {
-///   kiln::variable v{kiln::constant(0)};
-///   bool initialized = false;
-/// } m;
-/// kiln::function f([&](const kiln::tensor& x) {
-///   if (!m.initialized) {
-///     kiln::init_scope lift;
-///     m.initialized = true;
-///     m.v.assign_add(1);  // runs once, while tracing
-///   }
-///   return x + m.v.read_value();
-/// });
-/// \endcode
-class init_scope {
- public:
-  init_scope() : suspended_(detail::trace_context::exchange_current(nullptr)) {}
-  init_scope(const init_scope&) = delete;
-  init_scope& operator=(const init_scope&) = delete;
-  ~init_scope() { detail::trace_context::exchange_current(suspended_); }
-
- private:
-  detail::trace_context* suspended_;
-};
-
-}  // namespace kiln
-
-namespace kiln::detail {
-
-[[noreturn]] inline void throw_outside_trace(std::string_view op) {
-  throw type_error(std::string(op) +
-                   ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
-}
-
-template <class Op>
-tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
-  trace_context* trace = trace_context::current();
-  if (!trace) throw_outside_trace(Op::name);
-  auto [dt, sh] = infer(op, inputs, rule_errors::trace);
-  return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
+/// The optimized form of `g`: same arguments and outputs, fewer nodes.
+template <class = void>
+graph optimize(const graph& g) {
+  return optimizer<>(g).run();
 }
 
 }  // namespace kiln::detail
-// ----- end kiln/trace/trace_context.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
+// ----- end kiln/passes/optimize.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
 // ----- begin kiln/exec/tile.hpp -----
@@ -14222,12 +12236,6 @@ using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 /// and shape for ops with a kernel; ops with `evaluate` assign it.
 using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
 
-/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
-/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
-/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
-/// its buffer, written in place.
-using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
-
 /// How the elements of a broadcast operand follow the elements of a cluster: the
 /// cluster's loop nest after merging dims, with this operand's strides (0 where
 /// it is broadcast).
@@ -14320,21 +12328,6 @@ void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
 
-template <class Op>
-tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
-  const Op& op = *static_cast<const Op*>(p);
-  if constexpr (requires { check_values(op, in); }) check_values(op, in);
-  return op.evaluate_in_place(std::move(x), in);
-}
-/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
-template <class Op>
-inline constexpr in_place_fn kernels_in_place = [] {
-  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
-    return &run_in_place<Op>;
-  else
-    return static_cast<in_place_fn>(nullptr);
-}();
-
 template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
@@ -14396,344 +12389,6 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
 }
 
 }  // namespace kiln::detail::exec
-// ----- end kiln/exec/tile.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
-#define KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
-// ----- begin kiln/exec/kernel_table.hpp -----
-/// \file
-/// The kernels this program compiled, one row per op of the registry: how graphs
-/// reach kernels without compiling every op of the library.
-///
-/// A graph can hold any op, so a plan or the optimizer that dispatched over every op
-/// of the registry would compile the kernels of all of them, for every dtype and
-/// backend, in each source file that runs a kiln::function. Instead an op's row is
-/// filled when the program first runs the op (`detail::apply`, the one entry point of
-/// every op function, eager or traced, registers it): a source file pays for the ops
-/// it calls. A row that only kiln's own bookkeeping filled (loop counters:
-/// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
-/// program calls the op itself. A graph that meets an op whose row is empty, or
-/// lacks its dtype (one made by another program, or by ops inlined from a library),
-/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
-/// registers every op it instantiates.
-
-#include <array>
-#include <atomic>
-#include <cstddef>
-#include <mutex>
-#include <span>
-#include <string>
-#include <type_traits>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
-#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
-// ----- begin kiln/autodiff/backward.hpp -----
-/// \file
-/// How an op's gradient formula runs: `detail::gradient_builder`, the one argument of
-/// every op's `gradient` member (written beside the op, in kiln/ops/), and
-/// `detail::backward_of<Op>`, which kiln/exec/kernel_table.hpp puts in the op's row.
-///
-/// A formula calls ops through the kernel table (`run_registered`), never through
-/// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
-/// the kernels of the ops the formula uses. A gradient tape registers those that the
-/// formulas of several ops run when it is made (`detail::tape_ops`), so that only
-/// programs with tapes compile them; an op that one formula alone runs (log, in pow's)
-/// is registered by that formula, so that only programs that call its op compile it.
-
-#include <span>
-#include <string>
-#include <type_traits>
-#include <vector>
-
-
-namespace kiln::detail {
-
-/// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
-/// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
-tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
-
-/// The ops a gradient tape registers when it is made (kiln/autodiff/tape.hpp): those
-/// that the formulas of several ops or of common ones run (transpose, for matmul's),
-/// and those the tape's own code runs (summing gradients, reducing them to an input's
-/// shape, zeros_shaped_like). The formulas of pow (log, pow), floormod (floordiv) and
-/// matmul (matmul) register what else they run.
-using tape_ops = boost::mp11::mp_list<ops::add, ops::subtract, ops::multiply, ops::divide, ops::negate, ops::cast,
-                                      ops::equal, ops::greater, ops::greater_equal, ops::where, ops::reshape,
-                                      ops::transpose, ops::reduce_sum, ops::slice, ops::concat, ops::gather,
-                                      ops::unsorted_segment_sum, ops::set_item, ops::stack, ops::crop_or_pad>;
-
-/// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
-/// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
-/// (`x == x` is false for NaN, but both branches are 0).
-inline tensor zeros_shaped_like(const tensor& x) {
-  if (x.shape().is_fully_defined() || !x.is_symbolic()) return zero_filled("gradient", x.shape(), x.dtype(), x.device());
-  const tensor zero = make_scalar(x.dtype(), 0, x.device());
-  const tensor* same_in[] = {&x, &x};
-  const tensor same = run_registered(ops::equal{}, same_in);
-  const tensor* in[] = {&same, &zero, &zero};
-  return run_registered(ops::where{}, in);
-}
-
-/// What an op's gradient formula reads (its inputs, its result, the gradient of the
-/// result) and gives (the gradient of each input it is differentiable in).
-/// \code
-/// struct my_tanh {  // an op's member, as kiln::ops::tanh has it
-///   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
-/// };
-/// \endcode
-class gradient_builder {
- public:
-  /// A tensor of the formula; its arithmetic runs through the kernel table.
-  struct value {
-    tensor t;
-
-    // Templates, as op functions are, so that a program compiles the ops they run
-    // only where a gradient formula runs.
-    template <class = void>
-    friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
-    template <class = void>
-    friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
-    template <class = void>
-    friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
-    template <class = void>
-    friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
-    template <class = void>
-    friend value operator-(const value& a) { return run(ops::negate{}, a); }
-    template <class = void>
-    friend value operator+(const value& a, double s) { return a + a.scalar(s); }
-    template <class = void>
-    friend value operator-(const value& a, double s) { return a - a.scalar(s); }
-    template <class = void>
-    friend value operator*(const value& a, double s) { return a * a.scalar(s); }
-    template <class = void>
-    friend value operator/(const value& a, double s) { return a / a.scalar(s); }
-    template <class = void>
-    friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
-    template <class = void>
-    friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
-    template <class = void>
-    friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
-    /// `s` as a scalar of this value's dtype.
-    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
-  };
-
-  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
-      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
-
-  /// Input `i` of the op.
-  value x(int i) const { return {inputs_[std::size_t(i)]}; }
-  /// How many inputs the op has.
-  std::size_t arity() const { return inputs_.size(); }
-  /// The op's result.
-  value y() const { return {output_}; }
-  /// The gradient of the target with respect to the result.
-  value dy() const { return {upstream_}; }
-  /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
-  /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
-  /// broadcast dims), as the gradient of input `i`.
-  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
-
-  /// Zeros of `like`'s dtype, on its device, in shape `s`.
-  static value zeros(const shape& s, const value& like) {
-    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
-  }
-  /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
-  /// of n elements comes out reversed.
-  template <class = void>
-  static value reversed_indices(std::int64_t n, const value& like) {
-    std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
-    return {constant(indices, std::nullopt, like.t.device())};
-  }
-  template <class = void>
-  static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
-  template <class = void>
-  static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
-  template <class = void>
-  static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
-
-  /// `op` on `operands`; registers `Op` at its first run unless a tape has.
-  template <class Op, std::same_as<value>... V>
-  KILN_COLD static value run(const Op& op, const V&... operands) {
-    if constexpr (!ops::registered<Op, tape_ops>) register_kernels_on_use<Op>();  // Op is not in tape_ops
-    const tensor* in[] = {&operands.t...};
-    return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
-  }
-
- private:
-  std::span<const tensor> inputs_;
-  const tensor& output_;
-  const tensor& upstream_;
-  std::span<tensor> grads_;
-};
-
-/// Whether `Op` has a gradient formula.
-template <class Op>
-inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
-
-/// Runs the formula of the `Op` that `op` holds: writes the gradient of each
-/// differentiable input to `grads` (left undefined for the others).
-template <class Op>
-KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
-                 std::span<tensor> grads) {
-  if constexpr (differentiable<Op>) {
-    gradient_builder g(inputs, output, upstream, grads);
-    op.unchecked<Op>().gradient(g);
-  }
-}
-
-}  // namespace kiln::detail
-// ----- end kiln/autodiff/backward.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
-
-namespace kiln::detail {
-
-/// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
-/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
-/// a graph that holds it.
-struct op_kernels {
-  using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
-  using entry_fn = exec::op_entry (*)(const ops::any_op&, dtype, dtype);
-  /// Runs the op now on eager inputs (kiln::detail::execute); null until registered.
-  std::atomic<execute_fn> execute{nullptr};
-  /// The entry points a plan calls (exec::entry_for); set before `execute`.
-  std::atomic<entry_fn> entry{nullptr};
-  /// The op's dtype and shape rules (exec::infer_values calls them on a plan's inputs
-  /// with the op's `any_op::address`); set before `execute`.
-  std::atomic<const op_rules*> rules{nullptr};
-  using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
-                               std::span<tensor>);
-  /// The op's gradient formula (detail::backward_of); set before `execute`.
-  std::atomic<backward_fn> backward{nullptr};
-  /// Records the op into the trace in progress (a gradient formula run while tracing,
-  /// by a tape inside a kiln::function); set before `execute`.
-  std::atomic<execute_fn> record{nullptr};
-  using equal_fn = bool (*)(const ops::any_op&, const ops::any_op&);
-  /// Whether two ops of this row have the same attributes; set before `execute`.
-  std::atomic<equal_fn> equal{nullptr};
-  /// Runs the op writing its first input in place (exec::in_place_fn), for ops that
-  /// can (set_item, pad_rows), else null; set before `execute`.
-  std::atomic<exec::in_place_fn> in_place{nullptr};
-};
-
-/// One row per op of the registry; a row is empty until its op registers.
-inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
-  static std::array<op_kernels, ops::any_op::size> table{};
-  return table;
-}
-
-/// Serializes registrations, so that a row registered for bookkeeping dtypes never
-/// replaces a complete one.
-inline std::mutex& registration_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-/// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
-/// dtypes alone and only if the row is empty: the op's first call by the program
-/// itself fills it again, complete.
-template <class Op, dtype_set Only = dtypes::all>
-bool register_kernels() {
-  op_kernels& row = kernel_table()[ops::any_op::position_of<Op>];
-  std::lock_guard lock(registration_mutex());
-  if constexpr (Only != dtypes::all)
-    if (row.execute.load(std::memory_order_acquire)) return true;
-  if constexpr (!KILN_DEVICE_PASS) {  // the CPU planner and its fused kernels (config.hpp)
-    row.entry.store(
-        [](const ops::any_op& op, dtype in, dtype out) { return exec::entry_for<Op, Only>(op.unchecked<Op>(), in, out); },
-        std::memory_order_release);
-    row.rules.store(&rules_of<Op>, std::memory_order_release);
-  }
-  row.backward.store(&backward_of<Op>, std::memory_order_release);
-  row.record.store([](const ops::any_op& op, std::span<const tensor* const> in) {
-    return record_symbolic(op.unchecked<Op>(), in);
-  }, std::memory_order_release);
-  row.equal.store([](const ops::any_op& a, const ops::any_op& b) { return a.unchecked<Op>() == b.unchecked<Op>(); },
-                  std::memory_order_release);
-  row.in_place.store(exec::kernels_in_place<Op>, std::memory_order_release);
-  row.execute.store(
-      [](const ops::any_op& op, std::span<const tensor* const> in) { return execute<Op, Only>(op.unchecked<Op>(), in); },
-      std::memory_order_release);
-  return true;
-}
-
-/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
-/// instantiates.
-template <class Op>
-inline const bool kernels_registered = register_kernels<Op>();
-
-/// Fills `Op`'s row at its first call (before its first node can be recorded). At
-/// run time rather than before main, so that an op function that a source file
-/// compiles but never runs costs no machine code for its kernels.
-template <class Op, dtype_set Only>
-void register_kernels_on_use() {
-  static const bool registered = register_kernels<Op, Only>();
-  (void)registered;
-}
-
-/// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
-inline const op_kernels& kernels_of(const ops::any_op& op) {
-  if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
-  const op_kernels& row = kernel_table()[op.index()];
-  if (!row.execute.load(std::memory_order_acquire)) {
-    throw unavailable_error(std::string(ops::name_of(op)) +
-                            ": this program compiled no kernel for this op, since it never calls the op itself; call "
-                            "it once where the graph is run, or link kiln's kernels (kiln_add_library, or "
-                            "KILN_INSTANTIATE_KERNELS(KILN_ALL_OPS) in one source file)");
-  }
-  return row;
-}
-
-/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
-/// table, so that comparing ops compiles the comparisons of the ops this program
-/// calls, not of every op; false for an op whose row is empty.
-inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
-  if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
-  const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
-  return equal && equal(a, b);
-}
-
-/// Runs the op a graph node holds now, on eager inputs.
-/// How `op` runs writing its first input in place, or null when it cannot (see
-/// op_kernels::in_place).
-inline exec::in_place_fn in_place_of(const ops::any_op& op) {
-  return kernels_of(op).in_place.load(std::memory_order_acquire);
-}
-
-inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
-  return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
-}
-
-/// How eager ops reach the gradient tapes of their thread: a function set when the
-/// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
-/// tapes compiles nothing of them.
-/// The recorder may replace `out` by a copy (unaliased_for_tapes).
-using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-inline std::atomic<tape_recorder>& tape_hook() {
-  static std::atomic<tape_recorder> hook{nullptr};
-  return hook;
-}
-
-inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
-  tape_hook().load(std::memory_order_relaxed)(op, in, out);
-}
-
-template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
-  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
-}
-
-/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
-/// trace in progress (where a tape inside a kiln::function differentiates).
-inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
-  return out;
-}
-
-}  // namespace kiln::detail
-
 namespace kiln::detail::exec {
 
 /// The entry points of the op a graph node holds.
@@ -14742,557 +12397,8 @@ inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
 }
 
 }  // namespace kiln::detail::exec
-// ----- end kiln/exec/kernel_table.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_KERNEL_TABLE_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
-#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
-// ----- begin kiln/autodiff/tape.hpp -----
-/// \file
-/// Reverse-mode gradients of eager code: kiln::gradient_tape records the eager ops
-/// that read watched tensors (or results of recorded ops) while it is alive, and
-/// `gradient` runs each recorded op's formula (kiln/autodiff/backward.hpp) from the
-/// target back to the sources, as TensorFlow's GradientTape does.
-///
-/// A tape knows an eager tensor by its elements' address, dtype and shape: the tape
-/// holds every tensor it recorded, so no recorded buffer is reused while it lives. It
-/// knows a symbolic tensor by its trace and node: a tape made inside a kiln::function
-/// records the ops the trace records, and `gradient` adds the backward pass to the same
-/// graph. Reading a kiln::variable while a tape records watches the value read, as
-/// TensorFlow's tapes watch trainable variables. The ops a tape runs to compute
-/// gradients go through the kernel table and are recorded by the other tapes of the
-/// thread, which is how nested tapes give higher-order gradients.
-
-#include <algorithm>
-#include <concepts>
-#include <cstdint>
-#include <cstring>
-#include <map>
-#include <memory>
-#include <span>
-#include <string>
-#include <tuple>
-#include <vector>
-
-
-namespace kiln {
-
-/// What `gradient_tape::gradient` gives for a source the target does not depend on:
-/// an undefined tensor (`none`, TensorFlow's default) or zeros of the source's shape.
-enum class unconnected_gradients { none, zero };
-
-/// Options of a gradient_tape: a persistent tape may compute gradients more than once.
-struct gradient_tape_options {
-  bool persistent = false;
-};
-
-class gradient_tape;
-class variable;
-
-namespace detail {
-
-struct concrete_state;
-
-/// A kiln::function call as the tapes record it: the backward pass of its trace
-/// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
-struct differentiable_call {
-  /// Owns what `backward` needs (the trace's backward function).
-  std::shared_ptr<const void> self;
-  /// Gives the gradients of the call's floating-point inputs and of each variable in
-  /// `variables`, in that order, from the call's `inputs` and one gradient per
-  /// floating-point output.
-  std::vector<tensor> (*backward)(const void* self, std::span<const tensor> inputs, std::span<const tensor> output_grads);
-  /// The variables the trace reads (their identities), with their dtypes and shapes.
-  std::vector<std::tuple<const void*, dtype, shape>> variables;
-};
-
-/// How kiln::function calls reach the tapes of their thread: a function set when the
-/// first tape is made, so that a program without tapes compiles no backward pass.
-using call_recorder = void (*)(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<call_recorder>& call_hook() {
-  static std::atomic<call_recorder> hook{nullptr};
-  return hook;
-}
-/// The branches of a `cond` node and each one's arguments (indices into the node's
-/// captures), as a tape keeps them to differentiate the node.
-struct cond_branches {
-  graph then_graph;
-  std::vector<int> then_args;
-  graph else_graph;
-  std::vector<int> else_args;
-};
-/// How `cond` nodes reach the tapes recording in their trace: a function set when the
-/// first tape is made, as for calls.
-using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                               std::span<const tensor> outputs);
-inline std::atomic<cond_recorder>& cond_hook() {
-  static std::atomic<cond_recorder> hook{nullptr};
-  return hook;
-}
-/// How `while` nodes reach the tapes recording in their trace, as `cond` nodes do.
-class while_op;
-using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<loop_recorder>& loop_hook() {
-  static std::atomic<loop_recorder> hook{nullptr};
-  return hook;
-}
-/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-/// How kiln::function calls replay their trace op by op for the tapes recording
-/// (kiln/autodiff/replay.hpp): set when the first tape is made, as for calls.
-using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
-inline std::atomic<graph_replayer>& replay_hook() {
-  static std::atomic<graph_replayer> hook{nullptr};
-  return hook;
-}
-/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
-template <class = void>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// How a replayed trace's special nodes reach the tapes recording (each as its entry
-/// of special_gradients() says): set when the first tape is made, so that a program
-/// without tapes compiles none of it.
-using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-inline std::atomic<special_recorder>& special_hook() {
-  static std::atomic<special_recorder> hook{nullptr};
-  return hook;
-}
-/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
-template <class = void>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                          std::span<const tensor> outputs);
-
-/// Records a call of concrete function `c` on the tapes of this thread (defined in
-/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
-template <class = void>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
-
-/// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
-/// value of the trace it stands for; or a variable read inside a kiln::function call.
-struct tape_key {
-  const void* data = nullptr;
-  std::uint64_t trace_id = 0;
-  int node = -1;
-  dtype type;
-  shape dims;
-  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
-    if (t.is_symbolic())
-      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
-    else
-      data = t.raw_data();
-  }
-  /// The reads of the variable with identity `variable` inside function calls.
-  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
-    tape_key k(t, s);
-    k.data = variable;
-    k.trace_id = ~std::uint64_t{0};
-    return k;
-  }
-  friend bool operator<(const tape_key& a, const tape_key& b) {
-    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
-      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
-    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
-  }
-  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
-
- private:
-  tape_key(dtype t, const shape& s) : type(t), dims(s) {}
-};
-
-/// The tapes recording on this thread, innermost last.
-inline std::vector<gradient_tape*>& active_tapes() {
-  thread_local std::vector<gradient_tape*> tapes;
-  return tapes;
-}
-
-template <class = void>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-template <class = void>
-void watch_on_active_tapes(const void* variable, const tensor& value);
-template <class = void>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out);
-
-/// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
-inline tensor unbroadcast(const tensor& g, const shape& to) {
-  if (g.shape() == to) return g;
-  const int lead = g.rank() - to.rank();
-  int_list axes;
-  for (int d = 0; d < g.rank(); ++d)
-    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
-  tensor summed = g;
-  if (!axes.empty()) {
-    const tensor* in[] = {&g};
-    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
-  }
-  const tensor* in[] = {&summed};
-  return run_registered(ops::reshape{to}, in);
-}
-
-/// `a + b`, or whichever is defined.
-inline tensor sum_defined(const tensor& a, const tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  const tensor* in[] = {&a, &b};
-  return run_registered(ops::add{}, in);
-}
-
-/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected = nullptr);
-
-/// Registers detail::tape_ops, when a tape is made.
-template <class... Ops>
-void register_tape_ops(boost::mp11::mp_list<Ops...>) {
-  (register_kernels_on_use<Ops>(), ...);
-}
-
-}  // namespace detail
-
-/// Records eager ops on watched tensors while alive; `gradient` differentiates a
-/// target with respect to sources, as TensorFlow's `tf.GradientTape`.
-/// \code
-/// kiln::tensor x = kiln::constant(3.f);
-/// kiln::gradient_tape tape;
-/// tape.watch(x);
-/// kiln::tensor y = x * x;
-/// std::cout << tape.gradient(y, x);  // tensor(6.0, shape=(), dtype=float32)
-/// \endcode
-class gradient_tape {
- public:
-  // A template, and what it names depends on `Lazy`, so that only a program that makes
-  // a tape compiles the formulas' ops and the backward pass of functions.
-  template <class Lazy = void>
-  explicit gradient_tape(gradient_tape_options options = {})
-      : persistent_(options.persistent),
-        trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_tape_ops(detail::tape_ops{});
-    detail::tape_hook().store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::variable_read_hook().store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
-    detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::replay_hook().store(&detail::replay<Lazy>, std::memory_order_relaxed);
-    detail::active_tapes().push_back(this);
-    ++detail::recording_tapes();
-  }
-  gradient_tape(const gradient_tape&) = delete;
-  gradient_tape& operator=(const gradient_tape&) = delete;
-  ~gradient_tape() {
-    auto& tapes = detail::active_tapes();
-    std::erase(tapes, this);
-    if (recording_) --detail::recording_tapes();
-  }
-
-  /// Records the ops that read `t` from now on (floating-point tensors only; inside a
-  /// kiln::function, symbolic ones too).
-  template <class = void>
-  void watch(const tensor& t) {
-    if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
-  }
-
-  /// The gradient of `target` (summed when it is not a scalar) with respect to
-  /// `source`: a tensor of the source's shape, or per `unconnected` when the target
-  /// does not depend on it (an undefined tensor by default; integer sources never do).
-  template <class = void>
-  tensor gradient(const tensor& target, const tensor& source,
-                  unconnected_gradients unconnected = unconnected_gradients::none) {
-    return gradient(target, std::vector<tensor>{source}, unconnected)[0];
-  }
-  /// Gradients of `target` with respect to each of `sources`.
-  template <class = void>
-  std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
-                               unconnected_gradients unconnected = unconnected_gradients::none) {
-    std::vector<tensor> out = gradients_of(target, sources);
-    for (std::size_t k = 0; k < sources.size(); ++k)
-      if (!out[k].defined() && sources[k].defined())
-        out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
-    return out;
-  }
-
-  /// The gradient of `target` with respect to variable `v`: the sum over the values
-  /// of `v` read while the tape recorded (variables are watched when read).
-  /// \code
-  /// kiln::variable v(3.f);
-  /// kiln::gradient_tape tape;
-  /// kiln::tensor y = v * v;
-  /// tape.gradient(y, v);  // tensor(6.0, shape=(), dtype=float32)
-  /// \endcode
-  template <std::same_as<variable> Variable>
-  tensor gradient(const tensor& target, const Variable& v, unconnected_gradients unconnected = unconnected_gradients::none) {
-    return gradient(target, std::vector<Variable>{v}, unconnected)[0];
-  }
-  /// Gradients of `target` with respect to each of `vars`, as `apply_gradients` takes them.
-  template <std::same_as<variable> Variable>
-  std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
-                               unconnected_gradients unconnected = unconnected_gradients::none) {
-    std::vector<std::tuple<const void*, dtype, shape>> ids;
-    for (const Variable& v : vars) {
-      if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
-      ids.emplace_back(v.identity(), v.dtype(), v.shape());
-    }
-    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
-    for (std::size_t k = 0; k < vars.size(); ++k)
-      if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
-    return out;
-  }
-
- private:
-  template <class>
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
-  template <class>
-  friend void detail::watch_on_active_tapes(const void*, const tensor&);
-  template <class>
-  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
-                                                 std::span<const tensor>, std::span<const tensor>);
-  template <class>
-  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
-                                                             std::span<const tensor>,
-                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
-                                                             std::vector<bool>*);
-
-  // The gradients of `target` with respect to `sources`, then to each variable of
-  // `ids`: the sum over its values read while recording and its reads inside recorded
-  // function calls (undefined where the target depends on none).
-  template <class = void>
-  std::vector<tensor> gradients_with_variables(
-      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
-  // `variables`, when given, adds the gradient of each variable's reads inside function
-  // calls after those of `sources`.
-  template <class = void>
-  std::vector<tensor> gradients_of(
-      const tensor& target, const std::vector<tensor>& sources,
-      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
-  // A source the target does not depend on: zeros on request, else an undefined tensor.
-  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
-    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
-    return {};
-  }
-  template <class = void>
-  void watch_read(const void* variable, const tensor& value) {
-    if (!records(value)) return;
-    const detail::tape_key key(value);
-    auto [begin, end] = variable_reads_.equal_range(variable);
-    if (std::none_of(begin, end, [&](const auto& read) { return detail::tape_key(read.second) == key; }))
-      variable_reads_.emplace(variable, value);
-    watch(value);
-  }
-
-  // A recorded op, or a recorded function call (`call` set, `op` unused).
-  struct entry {
-    ops::any_op op;
-    std::vector<tensor> inputs;
-    std::vector<tensor> outputs;
-    std::shared_ptr<const detail::differentiable_call> call;
-  };
-
-  // A tape records the values of where it was made: eager ones outside a function,
-  // the trace's own inside one (not those of a function traced while it records).
-  bool records(const tensor& t) const {
-    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
-  }
-
-  template <class = void>
-  void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
-    if (!records(out)) return;
-    bool reads_tracked = false;
-    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
-    if (!reads_tracked) return;
-    entry e{op, {}, {out}, nullptr};
-    for (const tensor* t : in) e.inputs.push_back(*t);
-    entries_.push_back(std::move(e));
-    tracked_.emplace(detail::tape_key(out), out);
-  }
-
-  // A kiln::function call: recorded when it reads a tracked tensor or a variable
-  // (variables are watched when read).
-  template <class = void>
-  void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
-                   std::span<const tensor> out) {
-    if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
-    bool reads_tracked = !call->variables.empty();
-    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
-    if (!reads_tracked) return;
-    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
-    for (const tensor& t : out)
-      if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
-  }
-
-  // Adds `g` to the gradient kept under `key`.
-  template <class = void>
-  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
-    if (!g.defined()) return;  // unconnected
-    auto [at, fresh] = grads.emplace(key, g);
-    if (!fresh) at->second = detail::sum_defined(at->second, g);
-  }
-
-  template <class = void>
-  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
-    auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
-    if (std::ranges::none_of(e.outputs, reached)) return;
-    std::vector<tensor> dys;
-    for (const tensor& y : e.outputs)
-      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
-    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
-    std::size_t k = 0;
-    for (const tensor& x : e.inputs)
-      if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
-    for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
-  }
-
-  template <class = void>
-  void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
-    grads.emplace(detail::tape_key(target),
-                  detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
-    for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
-      if (e->call) {
-        backpropagate_call(*e, grads);
-        continue;
-      }
-      auto it = grads.find(detail::tape_key(e->outputs[0]));
-      if (it == grads.end()) continue;
-      const tensor dy = it->second;
-      std::vector<tensor> in_grads(e->inputs.size());
-      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
-      for (std::size_t i = 0; i < e->inputs.size(); ++i) {
-        const tensor& x = e->inputs[i];
-        if (in_grads[i].defined() && is_floating(x.dtype()))
-          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
-      }
-    }
-  }
-
-  void pause() {
-    if (recording_) --detail::recording_tapes(), recording_ = false;
-  }
-  void resume() {
-    if (!recording_) ++detail::recording_tapes(), recording_ = true;
-  }
-
-  bool persistent_ = false;
-  std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
-  bool used_ = false;
-  bool recording_ = true;
-  std::vector<entry> entries_;
-  std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
-  std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
-};
-
-#if KILN_DEFINE_LIBRARY
-template <class>
-std::vector<tensor> gradient_tape::gradients_with_variables(
-    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
-  const std::size_t given = sources.size();
-  std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
-  for (const auto& [id, t, s] : ids) {
-    auto [begin, end] = variable_reads_.equal_range(id);
-    for (auto it = begin; it != end; ++it) sources.push_back(it->second);
-    first.push_back(sources.size());
-  }
-  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
-  std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
-  for (std::size_t k = 0; k < ids.size(); ++k) {
-    tensor sum = per_source[sources.size() + k];  // the reads inside function calls
-    for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
-    out.push_back(sum);
-  }
-  return out;
-}
-template <class>
-std::vector<tensor> gradient_tape::gradients_of(
-    const tensor& target, const std::vector<tensor>& sources,
-    const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
-  if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
-  for (std::size_t k = 0; k < sources.size(); ++k)
-    if (!sources[k].defined())
-      throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
-  if (used_ && !persistent_)
-    throw invalid_argument_error(
-        "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-  used_ = true;
-  std::map<detail::tape_key, tensor> grads;
-  {
-    // The ops that compute gradients are not this tape's to record (the other tapes
-    // of the thread record them).
-    struct paused {
-      gradient_tape& tape;
-      ~paused() { tape.resume(); }
-    } guard{(pause(), *this)};
-    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
-  }
-  std::vector<tensor> out;
-  for (const tensor& s : sources) {
-    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
-  }
-  if (variables)
-    for (const auto& [id, t, s] : *variables) {
-      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
-      out.push_back(it != grads.end() ? it->second : tensor());
-    }
-  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
-  return out;
-}
-#endif
-
-namespace detail {
-
-/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
-inline tensor fresh_copy(const tensor& x) {
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == device::cpu ? copy : copy.to(x.device());
-}
-
-/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
-/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
-/// address, dtype and shape, and a view can share all three with another tensor on
-/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
-/// then be counted twice.
-inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
-  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
-  bool view = false;
-  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  return view ? fresh_copy(out) : out;
-}
-
-template <class>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
-  out = unaliased_for_tapes(std::move(out), in);
-  for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
-}
-
-template <class>
-void watch_on_active_tapes(const void* variable, const tensor& value) {
-  for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
-}
-
-/// Records a call described by `call` on the tapes of this thread.
-template <class>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out) {
-  for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
-}
-
-}  // namespace detail
-
-/// `x`, cut off from every gradient tape: gradients do not flow through the result.
-/// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
-inline tensor stop_gradient(const tensor& x) {
-  if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
-  return detail::fresh_copy(x);
-}
-
-}  // namespace kiln
-// ----- end kiln/autodiff/tape.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+// ----- end kiln/exec/tile.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_TILE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_PLAN_HPP
 // ----- begin kiln/exec/plan.hpp -----
@@ -16815,21 +13921,13 @@ KILN_COLD void compile_native_loops(execution_plan& p) {
     }
 }
 
-/// How executors with native loops reach compile_native_loops: set by
-/// function_options::jit_compile where a program turns it on. Through a pointer, so
-/// that a program that never does compiles none of this header's functions.
-using native_loop_compiler = void (*)(execution_plan&);
-inline std::atomic<native_loop_compiler>& native_loops_hook() {
-  static std::atomic<native_loop_compiler> hook{nullptr};
-  return hook;
-}
 
 }  // namespace kiln::detail::exec
 
 namespace kiln::detail {
 template <class>
 struct native_loops {
-  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops<>, std::memory_order_release); }
+  static void enable() { hooks().native_loops.store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail
 // ----- end kiln/exec/jit.hpp -----
@@ -16941,7 +14039,7 @@ class basic_graph_executor {
       return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
-      if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
+      if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
         compile(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);
@@ -17268,156 +14366,6 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 }  // namespace kiln::detail
 // ----- end kiln/exec/executor.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_EXECUTOR_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
-#define KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
-// ----- begin kiln/passes/optimize.hpp -----
-/// \file
-/// Graph optimizations, run once per trace before planning: constant folding,
-/// algebraic simplification (`x * 1`, `x + 0`, `-(-x)`, casts and reshapes that
-/// change nothing) and common-subexpression elimination. Pruning of what no output
-/// needs happens when the graph is planned (kiln/exec/executor.hpp).
-
-#include <cstdint>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-
-namespace kiln::detail {
-
-/// True when every element of the eager tensor `t` equals `v`.
-template <class = void>
-bool filled_with(const tensor& t, double v) {
-  if (t.device() != device::cpu) return false;
-  return visit_dtype(t.dtype(), [&]<class T>() {
-    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-      const T* p = t.data<T>();
-      for (std::int64_t i = 0, n = t.size(); i < n; ++i)
-        if (double(p[i]) != v) return false;
-      return true;
-    }
-    return false;
-  });
-}
-
-template <class = void>
-class optimizer {
- public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
-    out_.reserve(in.nodes().size());
-    seen_.reserve(in.nodes().size());
-  }
-
-  graph run() {
-    for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
-      const node& n = in_.nodes()[i];
-      switch (n.kind()) {
-        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n); break;
-        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
-        case node_kind::op: map_[i] = rewrite(n); break;
-        case node_kind::special: copy_special(i); break;
-        case node_kind::result: break;  // copied with its special node
-      }
-    }
-    return std::move(out_);
-  }
-
- private:
-  // Special ops are copied as they are: effects must not be folded or merged.
-  void copy_special(std::size_t i) {
-    const node& n = in_.nodes()[i];
-    std::vector<int> ins;
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
-    for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
-  }
-
-  int rewrite(const node& n) {
-    std::vector<int> ins;
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    if (int same = simplify(n, ins); same >= 0) return same;
-    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
-    const std::size_t key = cse_key(n.operation().index(), ins);
-    auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it) {
-      const node& other = out_.node_at(it->second);
-      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
-    }
-    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
-    seen_.emplace(key, id);
-    return id;
-  }
-
-  // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
-  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
-    std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
-    for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
-    return h;
-  }
-
-  const node& at(int id) const { return out_.node_at(id); }
-  bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
-  // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
-  bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
-
-  /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
-  /// every op: each source file that optimizes a graph compiles this.)
-  int simplify(const node& n, const std::vector<int>& ins) const {
-    const ops::any_op& op = n.operation();
-    auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-    if (ops::holds_alternative<ops::multiply>(op)) {
-      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-      if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-    } else if (ops::holds_alternative<ops::add>(op)) {
-      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-      if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-    } else if (ops::holds_alternative<ops::subtract>(op)) {
-      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-    } else if (ops::holds_alternative<ops::divide>(op)) {
-      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-    } else if (ops::holds_alternative<ops::negate>(op)) {
-      const node& inner = at(ins[0]);
-      if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
-        return keep_if(inner.input_ids()[0]);
-    } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
-      return keep_if(ins[0]);
-    }
-    return -1;
-  }
-
-  /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
-  /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins) {
-    std::vector<const tensor*> values;
-    for (int in : ins) {
-      if (at(in).kind() != node_kind::constant) return -1;
-      values.push_back(&at(in).value());
-    }
-    if (ins.empty()) return -1;
-    try {
-      tensor v = execute_any(n.operation(), values);
-      return out_.add_constant(v);
-    } catch (const error&) {
-      return -1;
-    }
-  }
-
-  const graph& in_;
-  graph out_;
-  std::vector<int> map_;
-  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
-};
-
-/// The optimized form of `g`: same arguments and outputs, fewer nodes.
-template <class = void>
-graph optimize(const graph& g) {
-  return optimizer<>(g).run();
-}
-
-}  // namespace kiln::detail
-// ----- end kiln/passes/optimize.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 // ----- begin kiln/exec/effects.hpp -----
@@ -17440,6 +14388,9 @@ graph optimize(const graph& g) {
 
 
 namespace kiln {
+
+inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
+
 namespace detail {
 
 /// What a kiln::variable handle points to: its value, swapped (never written in
@@ -17602,7 +14553,7 @@ class assign_variable_op final : public special_op {
         case assign_mode::add: return (void)require(old), execute(ops::add{}, in);
         case assign_mode::subtract: return (void)require(old), execute(ops::subtract{}, in);
         case assign_mode::initialize: return old.defined() ? old : x;
-        default: return recording_tapes() > 0 ? stop_gradient(x) : x;
+        default: return tapes_recording() ? stop_gradient(x) : x;
       }
     });
   }
@@ -17859,6 +14810,15 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
                                  std::string(name(pred.dtype())) + " " + pred.shape().str());
   return bool(pred);
 }
+
+/// The branches of a `cond` node and each one's arguments (indices into the node's
+/// captures), as a tape keeps them to differentiate the node.
+struct cond_branches {
+  graph then_graph;
+  std::vector<int> then_args;
+  graph else_graph;
+  std::vector<int> else_args;
+};
 
 /// `kiln::cond`: inputs are the predicate, then the values the branches captured;
 /// each branch takes its own captures (`then_args`, `else_args` index the inputs
@@ -18163,6 +15123,263 @@ class while_op final : public special_op {
 }  // namespace kiln::detail
 // ----- end kiln/exec/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
+// ----- begin kiln/trace/trace_context.hpp -----
+/// \file
+/// The trace context: while a kiln::function traces its callable, every op that
+/// meets a symbolic tensor is recorded here, as a node of the graph being built.
+/// Contexts nest (a function traced while tracing another) through a per-thread stack.
+/// A subgraph context (a branch of kiln::cond, a loop's condition or body) captures
+/// the symbolic tensors of the traces around it as extra placeholders.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+
+namespace kiln::detail {
+
+class trace_context {
+ public:
+  /// Starts tracing function `function_name` on this thread.
+  explicit trace_context(std::string function_name)
+      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
+    current_slot() = this;
+  }
+  /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
+  struct subgraph_t {};
+  static constexpr subgraph_t subgraph{};
+  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
+    capturing_ = previous_ != nullptr;
+  }
+  trace_context(const trace_context&) = delete;
+  trace_context& operator=(const trace_context&) = delete;
+  ~trace_context() { current_slot() = previous_; }
+
+  /// The innermost trace in progress on this thread, or null.
+  static trace_context* current() { return current_slot(); }
+  /// Makes `c` the innermost trace of this thread and returns the one it replaces:
+  /// kiln::init_scope suspends tracing with it.
+  static trace_context* exchange_current(trace_context* c) { return std::exchange(current_slot(), c); }
+
+  const std::string& function_name() const { return function_name_; }
+  /// What the symbolic tensors of this trace carry as their `trace_id`.
+  std::uint64_t id() const { return id_; }
+  kiln::graph& graph() { return graph_; }
+
+  /// A new argument of the function, as the symbolic tensor the callable receives.
+  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
+
+  /// The symbolic tensor standing for node `id` of this trace's graph.
+  tensor symbolic(int id) {
+    const node& n = graph_.node_at(id);
+    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
+    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+  }
+
+  /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
+  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
+                                     const std::vector<std::pair<dtype, shape>>& results) {
+    std::vector<int> ids;
+    for (const tensor& t : inputs) ids.push_back(node_of(t));
+    std::vector<tensor> out;
+    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+    return out;
+  }
+
+  /// Makes `t` an output of the graph (an Identity node) and returns that node.
+  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
+
+  /// The outer tensors this subgraph captured, one per placeholder after the ones
+  /// the subgraph was given (in the order the subgraph first used them).
+  const std::vector<tensor>& captures() const { return captures_; }
+
+  /// Remembers a variable created while tracing, for the function to check that it
+  /// outlives the trace (kiln::function allows singleton variables only).
+  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
+  const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
+
+  /// The node of this trace that `t` stands for: its own node when `t` is one of this
+  /// trace's symbolic tensors, a captured constant when `t` is eager.
+  int node_of(const tensor& t) {
+    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
+    if (t.is_symbolic()) {
+      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
+      if (t.symbol()->trace_id != id_)
+        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
+                         "(return it from the function instead)");
+      return t.symbol()->node;
+    }
+    // The same buffer seen as the same dtype and shape is one constant; found by its
+    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+    // (The constant node holds the buffer, so its address cannot be reused by another.)
+    auto [first, last] = captured_.equal_range(t.raw_data());
+    for (auto it = first; it != last; ++it) {
+      const tensor& known = graph_.node_at(it->second).value();
+      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
+    }
+    int id = graph_.add_constant(t);
+    captured_.emplace(t.raw_data(), id);
+    return id;
+  }
+
+  /// Copies the nodes of `g` (another function's trace) into this trace, its
+  /// placeholders bound to nodes `args`; returns the nodes of its outputs.
+  template <class = void>
+  std::vector<int> inline_graph(const kiln::graph& g, std::span<const int> args) {
+    std::vector<int> mapped(g.nodes().size(), -1);
+    for (std::size_t i = 0; i < g.arguments().size(); ++i) mapped[std::size_t(g.arguments()[i])] = args[i];
+    std::vector<int> outputs;
+    for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+      const node& n = g.nodes()[i];
+      switch (n.kind()) {
+        case node_kind::placeholder: break;
+        case node_kind::constant: mapped[i] = node_of(n.value()); break;
+        case node_kind::identity:
+          mapped[i] = mapped[std::size_t(n.input_ids()[0])];
+          outputs.push_back(mapped[i]);
+          break;
+        case node_kind::op: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+          break;
+        }
+        case node_kind::special: {
+          std::vector<int> ins;
+          for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
+          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+          for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
+          break;
+        }
+        case node_kind::result: break;  // copied with its special node
+      }
+    }
+    return outputs;
+  }
+
+  /// Records `op` applied to `inputs`, its result `dt` `sh`, and returns that
+  /// symbolic result. Through a pointer that the constructor sets: every op function
+  /// reaches this, and a program that never traces then compiles none of the graph
+  /// building behind it.
+  tensor record(ops::any_op op, std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
+    return record_(*this, std::move(op), inputs, dt, sh);
+  }
+
+ private:
+  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
+                          const shape& sh) {
+    std::vector<int> ids;
+    ids.reserve(inputs.size());
+    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
+    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  }
+
+  // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
+  bool encloses(std::uint64_t trace_id) const {
+    for (const trace_context* c = previous_; c; c = c->previous_) {
+      if (c->id_ == trace_id) return true;
+      if (!c->capturing_) return false;
+    }
+    return false;
+  }
+  int capture(const tensor& t) {
+    for (std::size_t k = 0; k < captures_.size(); ++k)
+      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
+    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
+    captures_.push_back(t);
+    capture_ids_.push_back(id);
+    return id;
+  }
+  trace_context& function_trace() {
+    trace_context* c = this;
+    while (c->capturing_) c = c->previous_;
+    return *c;
+  }
+
+  static trace_context*& current_slot() {
+    thread_local trace_context* current = nullptr;
+    return current;
+  }
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> counter{0};
+    return ++counter;
+  }
+
+  std::uint64_t id_;
+  std::string function_name_;
+  trace_context* previous_;
+  tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
+  kiln::graph graph_;
+  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
+  bool capturing_ = false;
+  std::vector<tensor> captures_;
+  std::vector<int> capture_ids_;
+  std::vector<std::weak_ptr<const void>> created_;
+};
+
+inline bool tracing() { return trace_context::current() != nullptr; }
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+/// Lifts what runs in its scope out of the function being traced, as tf.init_scope:
+/// ops run at once on eager tensors and variables change now, once, while tracing,
+/// instead of becoming part of the graph. Outside a trace it changes nothing.
+/// \code
+/// struct model {
+///   kiln::variable v{kiln::constant(0)};
+///   bool initialized = false;
+/// } m;
+/// kiln::function f([&](const kiln::tensor& x) {
+///   if (!m.initialized) {
+///     kiln::init_scope lift;
+///     m.initialized = true;
+///     m.v.assign_add(1);  // runs once, while tracing
+///   }
+///   return x + m.v.read_value();
+/// });
+/// \endcode
+class init_scope {
+ public:
+  init_scope() : suspended_(detail::trace_context::exchange_current(nullptr)) {}
+  init_scope(const init_scope&) = delete;
+  init_scope& operator=(const init_scope&) = delete;
+  ~init_scope() { detail::trace_context::exchange_current(suspended_); }
+
+ private:
+  detail::trace_context* suspended_;
+};
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+[[noreturn]] inline void throw_outside_trace(std::string_view op) {
+  throw type_error(std::string(op) +
+                   ": a symbolic tensor was used outside the trace that made it; return it from the function instead");
+}
+
+template <class Op>
+tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
+  trace_context* trace = trace_context::current();
+  if (!trace) throw_outside_trace(Op::name);
+  auto [dt, sh] = infer(op, inputs, rule_errors::trace);
+  return trace->record(ops::any_op(std::in_place_type<Op>, op), inputs, dt, sh);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/trace/trace_context.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
 // ----- begin kiln/trace/signature.hpp -----
@@ -18620,10 +15837,10 @@ concept takes_objects_by_reference =
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 // ----- begin kiln/trace/function.hpp -----
 /// \file
-/// kiln::function: its options, its state, and its calls in the compile-time tier
-/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
-/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
-/// includes and kiln/fixed.hpp does not.
+/// kiln::function: its options and its state. Its calls are the tiers': with `fixed`
+/// arguments the compile-time tier's (kiln/typed/function_calls.hpp, which kiln/fixed.hpp
+/// and kiln/kiln.hpp include), with kiln::tensor arguments the runtime tier's
+/// (kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp includes and kiln/fixed.hpp does not).
 
 #include <array>
 #include <atomic>
@@ -18640,6 +15857,11 @@ concept takes_objects_by_reference =
 
 
 namespace kiln {
+
+namespace typed {
+struct recorded_signature;
+class trace_table;
+}  // namespace typed
 
 /// Options of a kiln::function.
 /// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
@@ -18689,6 +15911,19 @@ struct runtime_tier;
 template <class F>
 concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 
+/// kiln::function's calls with `fixed` arguments, defined in
+/// kiln/typed/function_calls.hpp (the compile-time tier), which kiln/fixed.hpp and
+/// kiln/kiln.hpp include.
+template <class F>
+struct typed_tier;
+
+/// Whether a call with `Args` is the compile-time tier's (`fixed` arguments).
+template <class F, class... Args>
+concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template calls<Args...>;
+/// Whether a get_concrete_function with `Args` asks for a typed trace.
+template <class F, class... Args>
+concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
+
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
@@ -18700,22 +15935,29 @@ struct function_state {
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
-  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in
+  /// `typed`), with how the compile-time tier writes it.
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
+    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
   /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
   /// whose functions make typed traces only does not compile them.
   std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
+  /// The traces of calls with `fixed` arguments, made by the first such call
+  /// (kiln/typed/function_calls.hpp), with a deleter it sets; `typed_owner` owns them,
+  /// `typed` is what calls read.
+  std::atomic<typed::trace_table*> typed{nullptr};
+  std::unique_ptr<typed::trace_table, void (*)(typed::trace_table*)> typed_owner{nullptr, nullptr};
 
-  /// Adds a new typed trace's signature.
-  void add_signature(const typed::recorded_signature& s) {
+  /// Adds a new typed trace's signature, which `written` writes out.
+  void add_signature(const typed::recorded_signature& s,
+                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s});
+    signatures.push_back({nullptr, &s, written});
   }
 
   template <class = void>
@@ -18799,22 +16041,6 @@ struct function_state {
 
 }  // namespace detail
 
-template <class>
-detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w;
-  w.name = state.options.name;
-  w.bound_text = s.bound_text;
-  for (const signature_leaf& a : s.type->arguments) {
-    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (!a.typed) continue;
-    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
-    w.input_arg.push_back(int(w.arg_names.size() - 1));
-  }
-  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
-  w.output_structure = s.type->output_structure();
-  return w;
-}
-
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -18835,9 +16061,8 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
-      else detail::callable_does_not_accept<Args...>();
+    if constexpr (detail::typed_call_of<F, Args...>) {
+      return detail::typed_tier<F>::call(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -18851,14 +16076,8 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-        detail::callable_does_not_accept<Args...>();
-      } else {
-        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-        using concrete = typename typed::concrete_for<R, Args...>::type;
-        return concrete(typed_trace_for(args...), state_);
-      }
+    if constexpr (detail::typed_request_of<F, Args...>) {
+      return detail::typed_tier<F>::get_concrete_function(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -18872,9 +16091,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& [runtime, typed] : state_->signatures) {
+    for (const auto& [runtime, typed, written] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
-      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
+      const std::string text = (runtime ? *runtime : written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -18887,82 +16106,7 @@ class function {
 
  private:
   friend struct detail::runtime_tier<F>;
-
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
-    std::vector<std::string> typed_names, bound_text;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(state_->arg_name(position));
-          } else {
-            std::ostringstream os;
-            os << a;
-            bound_text.resize(sizeof...(Args));
-            bound_text[position] = os.str();
-          }
-          ++position;
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
-    state_->add_signature(t->signature);
-    return t;
-  }
+  friend struct detail::typed_tier<F>;
 
   F fn_;
   std::shared_ptr<detail::function_state> state_;
@@ -18999,168 +16143,62 @@ function(F, function_options) -> function<F>;
 #include <utility>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
-#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
-// ----- begin kiln/autodiff/replay.hpp -----
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
+// ----- begin kiln/core/results.hpp -----
 /// \file
-/// Replaying a trace node by node, so that the gradient tapes recording see its ops:
-/// how a kiln::function called while another is traced joins a tape of the outer
-/// trace, how a function with effects runs under an eager tape (its writes and prints
-/// happen once, in order, and its reads are the values of the moment), and how a
-/// function's backward pass is traced (kiln/autodiff/function_gradient.hpp).
+/// What traced code gives back, in both tiers alike: the structure of a function's
+/// result (`detail::output_of`, each tier saying what its leaves become) and what a
+/// loop body returns to stop early (`break_result`, made by kiln::break_if).
 
-#include <span>
+#include <array>
+#include <cstddef>
+#include <tuple>
+#include <utility>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
-// ----- begin kiln/graph/special_gradients.hpp -----
-/// \file
-/// How a special op is differentiated: what a replayed trace's special node hands to
-/// the gradient tapes recording (kiln/autodiff/replay.hpp). Declared here, below the
-/// layers that differentiate the ops, and filled by them: kiln/autodiff/ registers
-/// variable reads, `cond` and `while`, kiln/distribute/ its collectives. An op that
-/// nobody registers has no gradient: its results are constants to the tapes.
+namespace kiln {
 
-#include <atomic>
-#include <span>
-#include <string_view>
+class tensor;
 
-
-namespace kiln::detail {
-
-/// Records special node `op`, run on `inputs` with `results`, on the tapes recording.
-using special_tape_recorder = void (*)(const special_op& op, std::span<const tensor> inputs,
-                                       std::span<const tensor> results);
-
-/// One op's entry: its name and how it is recorded. Entries live as long as the
-/// program (a registrant keeps them in static storage) and are never removed.
-struct special_gradient {
-  std::string_view op;
-  special_tape_recorder record;
-  const special_gradient* next = nullptr;
+/// What a loop body returns to stop early (kiln::break_if): the condition `stop`, a
+/// bool scalar kiln::tensor or typed operand, and the values to go on with.
+template <class Tuple, class Stop = tensor>
+struct break_result {
+  Stop stop;
+  Tuple next;
 };
 
-/// The head of the list of entries: a few, pushed once each, read by every replayed
-/// special node, so a lock-free list rather than a map behind a lock.
-inline std::atomic<const special_gradient*>& special_gradients() {
-  static std::atomic<const special_gradient*> head{nullptr};
-  return head;
-}
+namespace detail {
 
-/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
-inline void register_special_gradient(special_gradient& entry) {
-  const special_gradient* head = special_gradients().load(std::memory_order_acquire);
-  do {
-    // (pushed twice, an entry would point at itself and every lookup would loop)
-    for (const special_gradient* e = head; e; e = e->next)
-      if (e == &entry) return;
-    entry.next = head;
-  } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
-}
+/// The type a function gives back for what its traced code returned, `R`: each leaf
+/// `L` as `Leaf<L>::type` (kiln::tensor for the runtime tier, kiln::fixed for the
+/// typed tier's expressions), tuples, pairs, arrays and vectors keeping their structure.
+template <template <class> class Leaf, class R>
+struct output_of {
+  using type = typename Leaf<R>::type;
+};
+template <template <class> class Leaf, class... Ts>
+struct output_of<Leaf, std::tuple<Ts...>> {
+  using type = std::tuple<typename output_of<Leaf, Ts>::type...>;
+};
+template <template <class> class Leaf, class A, class B>
+struct output_of<Leaf, std::pair<A, B>> {
+  using type = std::pair<typename output_of<Leaf, A>::type, typename output_of<Leaf, B>::type>;
+};
+template <template <class> class Leaf, class T, std::size_t N>
+struct output_of<Leaf, std::array<T, N>> {
+  using type = std::array<typename output_of<Leaf, T>::type, N>;
+};
+template <template <class> class Leaf, class T, class A>
+struct output_of<Leaf, std::vector<T, A>> {
+  using type = std::vector<typename output_of<Leaf, T>::type>;
+};
 
-/// How the special op named `op` is recorded, or null when it has no gradient.
-inline special_tape_recorder special_gradient_of(std::string_view op) {
-  for (const special_gradient* e = special_gradients().load(std::memory_order_acquire); e; e = e->next)
-    if (e->op == op) return e->record;
-  return nullptr;
-}
-
-}  // namespace kiln::detail
-// ----- end kiln/graph/special_gradients.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
-
-namespace kiln::detail {
-
-/// The special ops that autodiff differentiates, as special_gradients() holds them: a
-/// variable read is watched, and a `cond` or `while` node is recorded as kiln::cond and
-/// kiln::while_loop record the nodes they make. (Cast by name: as<cond_op> would compile
-/// the node's kernels in every program.)
-template <class>
-void register_autodiff_special_gradients() {
-  static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
-                                                    std::span<const tensor> results) {
-    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
-  }};
-  static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
-                                          std::span<const tensor> results) {
-    const auto& c = static_cast<const cond_op&>(op);
-    cond_hook().load(std::memory_order_relaxed)(
-        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()}, inputs.subspan(1),
-        results);
-  }};
-  static special_gradient loop{"while", [](const special_op& op, std::span<const tensor> inputs,
-                                           std::span<const tensor> results) {
-    loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
-  }};
-  for (special_gradient* entry : {&read, &cond, &loop}) register_special_gradient(*entry);
-}
-
-/// Hands special node `n` (its inputs and `count` results in `value`, the results from
-/// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
-/// without one has no gradient.
-template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
-  static const bool registered = (register_autodiff_special_gradients<void>(), true);
-  (void)registered;
-  const special_op& op = n.special();
-  const special_tape_recorder record = special_gradient_of(op.name());
-  if (!record) return;
-  std::vector<tensor> inputs;
-  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
-  record(op, inputs, value.subspan(at, count));
-}
-
-/// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
-/// progress when there is one, else eagerly. Ops run through the kernel table
-/// (detail::run_registered), so the tapes recording there record them, and variable
-/// reads are handed to those tapes as kiln::variable's own reads are. Special ops
-/// (effects, control flow) are copied into the trace, or run, in program order.
-template <class>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
-  trace_context* trace = trace_context::current();
-  std::vector<tensor> value(g.nodes().size());
-  for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];
-  std::vector<tensor> outputs;
-  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
-    const node& n = g.nodes()[i];
-    switch (n.kind()) {
-      case node_kind::placeholder:
-      case node_kind::result:  // set with its special node
-        break;
-      case node_kind::constant: value[i] = n.value(); break;
-      case node_kind::identity: outputs.push_back(value[std::size_t(n.input_ids()[0])]); break;
-      case node_kind::op: {
-        std::vector<const tensor*> in;
-        for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
-        value[i] = run_registered(n.operation(), in);
-        break;
-      }
-      case node_kind::special: {
-        std::vector<tensor> results;
-        if (trace) {
-          std::vector<int> ins;
-          for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
-          for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
-            results.push_back(trace->symbolic(id));
-        } else {
-          std::vector<const tensor*> in;
-          for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
-          results.resize(std::size_t(n.result_count()));
-          n.special().run(in, results);
-        }
-        for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
-        break;
-      }
-    }
-  }
-  return outputs;
-}
-
-}  // namespace kiln::detail
-// ----- end kiln/autodiff/replay.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/core/results.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
 
 namespace kiln {
 
@@ -19271,6 +16309,8 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
   }
 }
 
+struct differentiable_call;  // kiln/autodiff/tape.hpp
+
 /// One trace: the signature it was made for (its inputs named after their
 /// placeholders), its graph and how to run it.
 struct concrete_state : trace_signature {
@@ -19353,10 +16393,10 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
   out.clear();
   if (outer) {
     // A tape recording in the outer trace sees the ops one by one.
-    if (recording_tapes() > 0) {
+    if (tapes_recording()) {
       std::vector<tensor> args;
       for (const tensor* t : sig.tensors) args.push_back(*t);
-      out = replay_hook().load(std::memory_order_relaxed)(graph, args);
+      out = hooks().replay.load(std::memory_order_relaxed)(graph, args);
       return;
     }
     std::vector<int> args;
@@ -19371,10 +16411,10 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     args.emplace_back(*t);
   }
   const std::span<const tensor> inputs(args.begin(), args.size());
-  if (recording_tapes() > 0 && graph.has_effects()) {
+  if (tapes_recording() && graph.has_effects()) {
     // Under a gradient tape, a function with effects runs op by op, recorded as eager
     // code is: its backward pass cannot run it again.
-    out = replay_hook().load(std::memory_order_relaxed)(graph, inputs);
+    out = hooks().replay.load(std::memory_order_relaxed)(graph, inputs);
     return;
   }
   try {
@@ -19383,7 +16423,7 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     rethrow_with_prefix("in " + name + ": ");
   }
   // Under a gradient tape, a function without effects is one differentiable op.
-  if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
+  if (tapes_recording()) hooks().call.load(std::memory_order_relaxed)(*this, inputs, out);
 }
 #endif
 
@@ -19825,27 +16865,682 @@ struct runtime_tier {
 }  // namespace kiln
 // ----- end kiln/trace/runtime_tier.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
-#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
-// ----- begin kiln/autodiff/function_gradient.hpp -----
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+// ----- begin kiln/trace/effects.hpp -----
 /// \file
-/// A kiln::function as a differentiable op. A call made while an eager gradient tape
-/// records is recorded as one entry; its backward pass is a kiln::function of its own,
-/// traced once per signature of the trace's inputs and output gradients and run as an
-/// optimized graph: its body replays the forward trace under a tape and differentiates
-/// the sum of each floating-point output times its gradient, which gives the inputs'
-/// gradients and those of the variables the trace reads. (The forward values are
-/// computed again in the backward graph rather than kept from the call.) A `cond` node
-/// recorded under a tape in its trace is differentiated the same way, branch by branch,
-/// and a `while` node by a loop that walks its iterations back.
+/// State and effects: `kiln::variable`, `kiln::print` and
+/// `kiln::host_callback`. Outside a trace they act at once; while tracing they
+/// record their special op (kiln/exec/effects.hpp) so that they act at every run.
 
+#include <concepts>
 #include <memory>
-#include <mutex>
 #include <span>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+
+namespace kiln {
+namespace detail {
+template <class>
+struct saved_function_io;
+}  // namespace detail
+
+/// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
+/// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
+/// kiln::function, reads and writes run at every call, in program order; a variable
+/// may be created during the first trace only, and must outlive it (keep it in
+/// state the callable captured), else the call raises kiln::value_error.
+/// \code
+/// kiln::variable v(1.f);
+/// v.assign_add(kiln::constant(2.f));  // v is now 3
+/// kiln::tensor y = v * 2.f;            // 6
+/// \endcode
+class variable {
+ public:
+  /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
+  variable() = default;
+  /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
+  /// variable then takes its value when the function first runs. (The members that
+  /// write are templates, as op functions are, so that the kernels of the arithmetic
+  /// assignments compile only where a program writes a variable.)
+  template <class = void>
+  explicit variable(const tensor& initial, std::string name = "Variable") {
+    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
+    handle_ = std::make_shared<handle>();
+    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
+    detail::trace_context* trace = detail::trace_context::current();
+    if (trace) trace->note_created_variable(handle_);
+    if (initial.is_symbolic()) {
+      record_write(detail::assign_mode::initialize, initial);
+    } else {
+      handle_->state->update([&](const tensor&) { return initial; });
+    }
+  }
+  /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  explicit variable(T initial, std::string name = "Variable") : variable(kiln::constant(initial), std::move(name)) {}
+
+  /// True when the handle holds a variable.
+  explicit operator bool() const { return handle_ != nullptr; }
+
+  /// The current value (while tracing, a read that runs at every call). The gradient
+  /// tapes recording on this thread watch the value read.
+  tensor read_value() const {
+    const auto& s = state();
+    detail::trace_context* trace = detail::trace_context::current();
+    tensor value = trace ? trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0]
+                         : s->read();
+    if (detail::tapes_recording()) detail::hooks().variable_read.load(std::memory_order_relaxed)(identity(), value);
+    return value;
+  }
+  /// The value, as a tensor: what makes a variable usable wherever a tensor is.
+  operator tensor() const { return read_value(); }
+
+  /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
+  template <class = void>
+  tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
+  /// Adds `x` to the value; returns the new value.
+  template <class = void>
+  tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
+  /// Subtracts `x` from the value; returns the new value.
+  template <class = void>
+  tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign(T x) const { return assign(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_add(T x) const { return assign_add(scalar(x)); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
+
+  kiln::dtype dtype() const { return state()->type(); }
+  const kiln::shape& shape() const { return state()->dims(); }
+  const std::string& name() const { return state()->name(); }
+
+  /// What identifies the variable in a kiln::function signature: every copy of a
+  /// handle is the same variable.
+  const void* identity() const { return state().get(); }
+
+ private:
+  // What the caller's copies share: a variable created while tracing must keep one
+  // alive after the trace (the graph holds the state itself, not this).
+  struct handle {
+    std::shared_ptr<detail::variable_state> state;
+  };
+  // A loaded function's variables (kiln/saved_function.hpp) are handles on the states
+  // its graphs read and write.
+  template <class>
+  friend struct detail::saved_function_io;
+  explicit variable(std::shared_ptr<detail::variable_state> s)
+      : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
+
+  const std::shared_ptr<detail::variable_state>& state() const {
+    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
+    return handle_->state;
+  }
+  template <class T>
+  tensor scalar(T x) const {
+    return kiln::constant(x, state()->type());
+  }
+  template <class = void>
+  tensor write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
+    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
+    return detail::assign_variable_op(s, mode).apply(x);
+  }
+  template <class = void>
+  tensor record_write(detail::assign_mode mode, const tensor& x) const {
+    const auto& s = state();
+    detail::trace_context* trace = detail::trace_context::current();
+    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
+    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
+    s->check(op->name(), x);  // at trace time, as the op would at run time
+    const tensor inputs[] = {x};
+    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
+  }
+
+  std::shared_ptr<handle> handle_;
+};
+
+/// Prints its arguments, separated by spaces, then a newline, to
+/// config::print_stream(), as tf.print does: strings as they are, tensors as their
+/// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
+/// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
+/// \code kiln::print("Executed with", kiln::constant({1, 2}));  // Executed with [1 2] \endcode
+template <class... Args>
+void print(const Args&... args) {
+  std::vector<detail::print_piece> pieces;
+  std::vector<tensor> inputs;
+  (detail::add_print_piece(args, pieces, inputs), ...);
+  if (detail::trace_context* trace = detail::trace_context::current()) {
+    trace->record_special(std::make_shared<detail::print_op>(std::move(pieces)), inputs, {});
+    return;
+  }
+  std::vector<const tensor*> in;
+  for (const tensor& t : inputs) in.push_back(&t);
+  detail::write_print_line(detail::print_line(pieces, in));
+}
+
+namespace detail {
+// The callback's results as a list: nothing, one tensor, or a tuple of tensors.
+template <class R>
+std::vector<tensor> callback_results(R&& r) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    return {std::forward<R>(r)};
+  } else {
+    return std::apply([](auto&&... t) { return std::vector<tensor>{tensor(t)...}; }, std::forward<R>(r));
+  }
+}
+}  // namespace detail
+
+/// Runs C++ function `fn` on concrete tensors at every execution (TensorFlow's
+/// tf.py_function): `fn` takes one `const kiln::tensor&` per input and returns
+/// nothing (empty `out_specs`), a tensor (one spec) or a tuple of tensors. Returns
+/// one tensor per spec; results that do not match `out_specs` raise
+/// kiln::invalid_argument_error.
+/// \code
+/// std::vector<kiln::tensor> seen;
+/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, kiln::constant(1.f));
+/// \endcode
+template <class F, class... Inputs>
+std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {
+  static_assert((std::is_convertible_v<const Inputs&, tensor> && ...), "kiln::host_callback: the inputs are tensors");
+  using R = std::invoke_result_t<F&, decltype((void(inputs), std::declval<const tensor&>()))...>;
+  auto call = [fn = std::move(fn)](std::span<const tensor* const> in) mutable -> std::vector<tensor> {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::vector<tensor> {
+      if constexpr (std::is_void_v<R>) {
+        fn(*in[I]...);
+        return {};
+      } else {
+        return detail::callback_results(fn(*in[I]...));
+      }
+    }(std::index_sequence_for<Inputs...>{});
+  };
+  std::vector<std::pair<dtype, shape>> results;
+  for (const tensor_spec& s : out_specs) results.emplace_back(s.dtype, s.shape);
+  auto op = std::make_shared<detail::host_callback_op>(std::move(call), std::move(results));
+  const tensor args[] = {tensor(inputs)..., tensor()};
+  std::span<const tensor> in(args, sizeof...(Inputs));
+  if (detail::trace_context* trace = detail::trace_context::current()) return trace->record_special(op, in, op->results());
+  std::vector<const tensor*> pointers;
+  for (const tensor& t : in) {
+    t.require_value("host_callback");
+    pointers.push_back(&t);
+  }
+  return op->run(pointers);
+}
+
+}  // namespace kiln
+// ----- end kiln/trace/effects.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
+// ----- begin kiln/trace/random.hpp -----
+/// \file
+/// Random numbers (`random::uniform` and its kin), stateful as TensorFlow's:
+/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
+/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
+/// records a special op that draws again at every run of the graph, instead of a
+/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
+/// `random::stateless_uniform` is the pure function of a seed.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
+
+/// splitmix64's finalizer: a bijection of 64-bit words in which every input bit
+/// reaches every output bit (how seeds are spread into keys).
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return z ^ (z >> 31);
+}
+
+/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
+/// which the call advances: where kiln needs a stream of numbers, not a distribution
+/// (shuffling a dataset's buffer, spreading seeds).
+constexpr std::uint64_t splitmix64(std::uint64_t& state) { return mix64(state += 0x9E3779B97F4A7C15u); }
+
+/// A seed for an unseeded random call: distinct per call and per process run. A run
+/// is told apart by the clocks at the first call and by where the address space put
+/// this function's counter (randomized per run), not by std::random_device: <random>
+/// costs every file that includes kiln a tenth of a second to parse.
+inline std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{
+      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
+  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  return splitmix64(state);
+}
+
+/// The distributions a draw takes numbers from.
+enum class distribution {
+  uniform,           ///< [minval, maxval)
+  normal,            ///< mean minval, standard deviation maxval
+  truncated_normal,  ///< as normal, drawn again beyond two standard deviations
+};
+
+/// Fills `out[0, n)` with normal numbers of mean `mean` and standard deviation
+/// `stddev` from Philox keyed by `seed` (Box-Muller on two uniform numbers); with
+/// `truncated`, a number beyond two standard deviations is drawn again, as
+/// tf.random.truncated_normal does. Element i reads Philox blocks (i, attempt) of
+/// stream `stream` only, so it depends on the seed, the stream and its index alone,
+/// whatever the thread count; a key apart from uniform draws' keeps the two unrelated.
+template <class T>
+void normal_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, double mean, double stddev,
+                 bool truncated) {
+  const std::uint64_t mixed = seed ^ 0x6A09E667F3BCC908u;
+  const std::array<std::uint32_t, 2> key{std::uint32_t(mixed), std::uint32_t(mixed >> 32)};
+  ranges_for<false>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      double z = 0;
+      // Elements are fewer than 2^48, so the attempt in the counter's second word's
+      // upper half never meets another element's index.
+      for (std::uint32_t attempt = 0;; ++attempt) {
+        const auto w = philox4x32_10({std::uint32_t(i), std::uint32_t(std::uint64_t(i) >> 32) + (attempt << 16),
+                                      std::uint32_t(stream), std::uint32_t(stream >> 32)},
+                                     key);
+        // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1); 53 bits each.
+        const double u1 = double((std::uint64_t(w[0]) << 21 | w[1] >> 11) + 1) * 0x1p-53;
+        const double u2 = double(std::uint64_t(w[2]) << 21 | w[3] >> 11) * 0x1p-53;
+        z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        if (!truncated || std::fabs(z) <= 2.0 || attempt == 0xFFFF) break;
+      }
+      out[i] = T(mean + stddev * z);
+    }
+  });
+}
+
+/// What one random draw makes: a checked shape, dtype, distribution and its
+/// parameters (for a normal one, minval is the mean and maxval the standard deviation).
+struct uniform_spec {
+  shape dims;
+  dtype type;
+  double minval;
+  std::optional<double> maxval;
+  distribution kind = distribution::uniform;
+
+  /// The function that draws this way, as errors name it.
+  std::string_view what() const {
+    return kind == distribution::uniform ? "random::uniform"
+           : kind == distribution::normal ? "random::normal"
+                                          : "random::truncated_normal";
+  }
+
+  /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
+  /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
+  template <class = void>
+  void check() const {
+    if (kind != distribution::uniform) {
+      if (!is_floating(type))
+        throw type_error(std::string(what()) + ": dtype must be float32 or float64, got " + std::string(name(type)));
+      require_fully_defined(what(), dims);
+      const double stddev = maxval.value_or(1);
+      if (!std::isfinite(minval) || !std::isfinite(stddev) || stddev < 0)
+        throw invalid_argument_error(std::string(what()) + ": the mean must be finite and the standard deviation finite "
+                                     "and not negative, got mean " + describe_value(minval) + " and stddev " +
+                                     describe_value(stddev));
+      return;
+    }
+    if (!is_floating(type) && !is_integer(type))
+      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
+    if (is_integer(type) && !maxval)
+      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
+                                   ") needs an explicit maxval");
+    require_fully_defined("random::uniform", dims);
+    visit_dtype(type, [&]<class T>() { (void)bounds<T>(); });
+  }
+
+  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
+  /// (This and every function that draws is a template, as op functions are, so that
+  /// the fill kernels compile only in programs that draw.)
+  template <class = void>
+  tensor draw(std::uint64_t key, std::uint64_t stream) const {
+    tensor out(type, dims);
+    visit_dtype(type, [&]<class T>() {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (kind != distribution::uniform) {
+          normal_fill(out.view().as<T>(), out.size(), key, stream, minval, maxval.value_or(1),
+                      kind == distribution::truncated_normal);
+          return;
+        }
+      }
+      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
+        auto [lo, hi] = bounds<T>();
+        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
+      }
+    });
+    return out;
+  }
+
+ private:
+  template <class T>
+  std::pair<T, T> bounds() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
+      if (!(lo < hi))
+        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
+                                     std::to_string(lo));
+      return {lo, hi};
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T lo = T(minval), hi = T(maxval.value_or(1));
+      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
+        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
+                                     describe_value(lo) + " and maxval " + describe_value(hi));
+      return {lo, hi};
+    } else {
+      return {};
+    }
+  }
+};
+
+/// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
+inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default: return {"RandomUniform", "StatefulUniform"};
+  }
+}
+
+/// The process's random state: the global seed (random::set_seed), the counter that
+/// gives ops without a seed of their own one under a global seed, and how many draws
+/// each seeded eager op has made (its next stream).
+struct random_state {
+  std::mutex mutex;
+  std::optional<std::uint64_t> global_seed;
+  std::uint64_t next_op_seed = 0;
+  std::map<std::uint64_t, std::uint64_t> eager_draws;
+
+  static random_state& get() {
+    static random_state s;
+    return s;
+  }
+
+  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
+  /// rules: an op seed alone keys the op; a global seed gives each op without one a
+  /// seed of its own in creation order, so a program draws the same numbers at every
+  /// run; with neither the key is fresh.
+  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
+    std::lock_guard lock(mutex);
+    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+    return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
+  }
+  /// The stream of the next eager draw with key `key`.
+  std::uint64_t next_eager_stream(std::uint64_t key) {
+    std::lock_guard lock(mutex);
+    return eager_draws[key]++;
+  }
+};
+
+/// The state of a random::generator, shared by its copies and the graphs that draw
+/// from it: a key and the next stream.
+struct generator_state {
+  std::atomic<std::uint64_t> key;
+  std::atomic<std::uint64_t> next_stream{0};
+  explicit generator_state(std::uint64_t k) : key(k) {}
+  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+};
+
+/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
+/// own key, or of its generator's state. Never folded or merged, as a special op.
+class random_uniform_op final : public special_op {
+ public:
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::uint64_t key)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
+  template <class = void>
+  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
+      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
+
+  std::string_view name() const {
+    const auto names = random_op_names(spec_.kind);
+    return generator_ ? names.second : names.first;
+  }
+  // A generator's draw advances state that later draws see, so it runs even when
+  // its numbers are not needed, in program order; an op's own counter does not.
+  bool has_effects() const { return generator_ != nullptr; }
+  template <class = void>
+  tensor run(std::span<const tensor* const>) const {
+    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
+    return spec_.draw(key, stream);
+  }
+  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+  /// What it draws, and from which key (its own, when it has no generator).
+  const uniform_spec& spec() const { return spec_; }
+  std::uint64_t key() const { return key_; }
+  const std::shared_ptr<generator_state>& generator() const { return generator_; }
+
+  static std::array<std::string_view, 6> op_names() {
+    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
+               t = random_op_names(distribution::truncated_normal);
+    return {u.first, u.second, n.first, n.second, t.first, t.second};
+  }
+  /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
+  /// sequence over in the loaded function, as a fresh trace would; a generator's draws
+  /// go on from its state when saved.
+  template <class Out>
+  void save(Out& out) const {
+    out.set_dtype("dtype", spec_.type);
+    out.set_shape("shape", spec_.dims);
+    out.set("minval", spec_.minval);
+    if (spec_.maxval)
+      out.set("maxval", *spec_.maxval);
+    else
+      out.set_null("maxval");
+    if (generator_)
+      out.set_generator("generator", generator_);
+    else
+      out.set("key", key_);
+  }
+  template <class In>
+  static std::shared_ptr<const special_op> load(In& in) {
+    distribution drawn = distribution::uniform;
+    bool stateful = false;
+    for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
+      if (const auto names = random_op_names(d); in.op() == names.first || in.op() == names.second)
+        drawn = d, stateful = in.op() == names.second;
+    uniform_spec u{in.shape("shape"), in.dtype("dtype"), in.number("minval"), std::nullopt, drawn};
+    if (!in.is_null("maxval")) u.maxval = in.number("maxval");
+    try {
+      u.check();
+    } catch (const error& e) {
+      in.fail(e.what());
+    }
+    in.expect_results({{u.type, u.dims}});
+    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
+    if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), in.unsigned_integer("key"));
+    return std::make_shared<random_uniform_op>(std::move(u), in.generator("generator"));
+  }
+  static constexpr std::string_view onnx_refusal = "draws random numbers, which ONNX's RandomUniform cannot repeat";
+
+ private:
+  uniform_spec spec_;
+  std::uint64_t key_ = 0;
+  mutable std::atomic<std::uint64_t> next_stream_{0};
+  std::shared_ptr<generator_state> generator_;
+};
+
+/// Records `op` in the trace in progress and returns its symbolic result.
+inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+/// A stateful draw of `spec`, as random::uniform makes one.
+template <class = void>
+tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+  spec.check();
+  random_state& state = random_state::get();
+  const std::uint64_t key = state.key_for(seed);
+  if (trace_context* trace = trace_context::current())
+    return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
+  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
+}
+
+}  // namespace detail
+
+namespace random {
+
+/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
+/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
+/// at every run of the program. Setting it again starts the sequences over.
+/// \code kiln::random::set_seed(1234); \endcode
+inline void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
+/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
+/// new numbers, and inside a kiln::function every run of the graph does. With a
+/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
+/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
+/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
+/// 2^53 are not exact); else kiln::invalid_argument_error.
+/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
+/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
+template <class = void>
+tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
+               std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, minval, maxval}, seed);
+}
+
+/// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
+/// drawn again at every run of a graph as random::uniform; float dtypes only.
+/// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
+template <class = void>
+tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+              std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+}
+
+/// Numbers drawn from a normal distribution, those beyond two standard deviations
+/// from the mean drawn again, as tf.random.truncated_normal.
+/// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
+template <class = void>
+tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
+                        std::optional<std::uint64_t> seed = std::nullopt) {
+  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+}
+
+/// Normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_normal.
+/// \code kiln::random::stateless_normal({3}, 7);  // the same every call \endcode
+template <class = void>
+tensor stateless_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1, dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::normal};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// Truncated normal numbers as a pure function of `seed`, shape and dtype, as
+/// tf.random.stateless_truncated_normal.
+/// \code kiln::random::stateless_truncated_normal({3}, 7); \endcode
+template <class = void>
+tensor stateless_truncated_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1,
+                                  dtype t = float32) {
+  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::truncated_normal};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
+/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
+/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
+template <class = void>
+tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
+                         dtype t = float32) {
+  detail::uniform_spec spec{s, t, minval, maxval};
+  spec.check();
+  return spec.draw(seed, 0);
+}
+
+/// A random number generator with its own state, as tf.random.Generator: each draw
+/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
+/// draw happens at every run, in program order, from the state at that moment.
+/// \code
+/// auto g = kiln::random::generator::from_seed(1);
+/// kiln::tensor a = g.uniform({2, 3});
+/// kiln::tensor b = g.uniform({2, 3});  // new numbers
+/// g.reset_from_seed(1);                // a's numbers come again
+/// \endcode
+class generator {
+ public:
+  /// A generator whose draws depend on `seed` only.
+  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  /// A generator seeded from the operating system.
+  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+  /// Starts the sequence of `seed` over, for this generator and its copies.
+  void reset_from_seed(std::uint64_t seed) {
+    state_->key = seed;
+    state_->next_stream = 0;
+  }
+
+  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
+  template <class = void>
+  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
+    return draw({s, t, minval, maxval});
+  }
+  /// Normal numbers, as random::normal.
+  template <class = void>
+  tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::normal});
+  }
+  /// Truncated normal numbers, as random::truncated_normal.
+  template <class = void>
+  tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
+    return draw({s, t, mean, stddev, detail::distribution::truncated_normal});
+  }
+
+ private:
+  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
+  template <class = void>
+  tensor draw(detail::uniform_spec spec) {
+    spec.check();
+    if (detail::trace_context* trace = detail::trace_context::current())
+      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
+    auto [key, stream] = state_->take();
+    return spec.draw(key, stream);
+  }
+  std::shared_ptr<detail::generator_state> state_;
+};
+
+}  // namespace random
+}  // namespace kiln
+// ----- end kiln/trace/random.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 // ----- begin kiln/trace/control_flow.hpp -----
@@ -20170,19 +17865,11 @@ template <class = void>
 std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                 traced_subgraph& else_graph);
 
-/// record_cond, set when a program first traces a cond: how the gradient of a `cond`
-/// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
-/// makes tapes but traces no cond does not compile it. Null until then.
-using cond_tracer = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&, traced_subgraph&);
-inline std::atomic<cond_tracer>& cond_tracer_hook() {
-  static std::atomic<cond_tracer> hook{nullptr};
-  return hook;
-}
 
 template <class>
 std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                 traced_subgraph& else_graph) {
-  cond_tracer_hook().store(&record_cond<>, std::memory_order_relaxed);
+  hooks().trace_cond.store(&record_cond<>, std::memory_order_relaxed);
   if (then_graph.outputs != else_graph.outputs) {
     throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
                       specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
@@ -20197,11 +17884,11 @@ std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced
   // A gradient tape recording in this trace differentiates the node: it keeps the
   // branches (copied before they move into the node).
   std::optional<cond_branches> for_tapes;
-  if (recording_tapes() > 0) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+  if (tapes_recording()) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
   auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
                                       std::move(else_args));
   std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
-  if (for_tapes) cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+  if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
   return out;
 }
 }  // namespace detail
@@ -20314,24 +18001,13 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
                                      std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
                                      bool breaks, loop_calls& calls);
 
-/// trace_while_loop, set when a program first traces a loop: how the gradient of a
-/// `while` node (kiln/autodiff/function_gradient.hpp) traces its own loops, so that a
-/// program that makes tapes but traces no loop does not compile the loop tracer. Null
-/// until then.
-using loop_tracer = std::vector<tensor> (*)(trace_context&, std::size_t, const loop_options&, std::vector<tensor>,
-                                            std::vector<const tensor_array*>, std::vector<value_spec>,
-                                            std::vector<std::optional<shape>>, bool, loop_calls&);
-inline std::atomic<loop_tracer>& loop_tracer_hook() {
-  static std::atomic<loop_tracer> hook{nullptr};
-  return hook;
-}
 
 template <class>
 std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
                                      std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
                                      std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
                                      bool breaks, loop_calls& calls) {
-  loop_tracer_hook().store(&trace_while_loop<>, std::memory_order_relaxed);
+  hooks().trace_loop.store(&trace_while_loop<>, std::memory_order_relaxed);
   // maximum_iterations: a counter of kiln's own in front of the loop variables, and
   // the condition `counter < maximum && cond`.
   const std::size_t counted = options.maximum_iterations ? 1 : 0;
@@ -20391,7 +18067,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
                                        std::move(body_graph.g), breaks);
   const while_op& node = *op;  // the graph keeps it
   std::vector<tensor> out = trace.record_special(std::move(op), inputs, specs);
-  if (recording_tapes() > 0) loop_hook().load(std::memory_order_relaxed)(node, inputs, out);
+  if (tapes_recording()) hooks().loop.load(std::memory_order_relaxed)(node, inputs, out);
   out.erase(out.begin(), out.begin() + std::ptrdiff_t(counted));
   return out;
 }
@@ -20580,385 +18256,999 @@ auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body 
 // ----- end kiln/trace/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 
-namespace kiln::detail {
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+// ----- begin kiln/typed/fixed.hpp -----
+/// \file
+/// `kiln::fixed<T, Dims...>`: a tensor whose element type and shape are part of its
+/// type, the values of the compile-time tier. It owns its data,
+/// row-major and 64-byte aligned: inline for small sizes (no heap), on the heap past
+/// `inline_bytes`. `kiln::spec<T, Dims...>` describes one without a value.
 
-/// Adds the floating-point variables graph `g` reads to `out`, each once, in order of
-/// first read.
-inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
-  for (const node& n : g.nodes()) {
-    if (n.kind() != node_kind::special) continue;
-    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
-    const auto* read = n.special().as<read_variable_op>();
-    if (!read || !is_floating(read->state()->type())) continue;
-    const void* id = read->state().get();
-    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
-      out.emplace_back(id, read->state()->type(), read->state()->dims());
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+
+namespace kiln {
+namespace typed {
+
+/// The element types a `fixed` may hold: every dtype but string.
+template <class T>
+inline constexpr bool element_type = std::is_same_v<T, bool> || std::is_same_v<T, std::int32_t> ||
+                                     std::is_same_v<T, std::int64_t> || std::is_same_v<T, float> ||
+                                     std::is_same_v<T, double>;
+
+/// A shape known at compile time. Dims are positive.
+/// \code static_assert(kiln::typed::dims<2, 3>::size == 6); \endcode
+template <std::int64_t... D>
+struct dims {
+  static constexpr int rank = int(sizeof...(D));
+  static constexpr std::int64_t size = (std::int64_t(1) * ... * D);
+  static constexpr std::array<std::int64_t, sizeof...(D)> values{D...};
+  /// The last dim (1 for a scalar): what an evaluation loop runs SIMD across.
+  static constexpr std::int64_t inner = rank == 0 ? 1 : values[std::size_t(rank - 1)];
+  static constexpr kiln::shape shape() { return kiln::shape{D...}; }
+};
+
+/// The `dims` of the shape `S::value`, a `static constexpr kiln::shape` (a shape
+/// rule's result, computed at compile time).
+template <class S, class = std::make_integer_sequence<int, S::value.rank()>>
+struct dims_of_shape;
+template <class S, int... I>
+struct dims_of_shape<S, std::integer_sequence<int, I...>> {
+  using type = dims<S::value[I]...>;
+};
+template <class S>
+using dims_from = typename dims_of_shape<S>::type;
+
+/// Where a `fixed` keeps `N` elements: past this many bytes, on the heap.
+inline constexpr std::size_t inline_bytes = 16384;
+
+/// A `fixed`'s elements: an inline aligned array, or a heap one for large sizes.
+template <class T, std::int64_t N, bool Inline = (std::size_t(N) * sizeof(T) <= inline_bytes)>
+struct storage {
+  alignas(64) T values[N];
+  T* data() { return values; }
+  const T* data() const { return values; }
+};
+
+/// Large elements come from kiln's caching allocator, as a tensor's do: a fresh large
+/// buffer would cost a page fault per 4 KiB each time a result is made.
+template <class T, std::int64_t N>
+struct storage<T, N, false> {
+  struct release {
+    void operator()(T* p) const { detail::host_allocator().deallocate(p, std::size_t(N) * sizeof(T)); }
+  };
+  std::unique_ptr<T[], release> values{static_cast<T*>(detail::host_allocator().allocate(std::size_t(N) * sizeof(T)))};
+
+  storage() = default;
+  storage(const storage& o) { std::copy_n(o.data(), N, data()); }
+  storage(storage&&) noexcept = default;
+  storage& operator=(const storage& o) {
+    std::copy_n(o.data(), N, data());
+    return *this;
   }
+  storage& operator=(storage&&) noexcept = default;
+  T* data() { return values.get(); }
+  const T* data() const { return values.get(); }
+};
+
+/// Tag: a `fixed` whose elements are left unset, to be written at once.
+struct uninitialized_t {
+  explicit constexpr uninitialized_t() = default;
+};
+inline constexpr uninitialized_t uninitialized{};
+
+/// The error of `fixed::uniform` with `maxval <= minval`: out of line, one per element
+/// type rather than per `fixed` type.
+template <class T>
+[[noreturn]] KILN_COLD KILN_NOINLINE void throw_empty_uniform_range(T minval, T maxval) {
+  throw invalid_argument_error("kiln::fixed::uniform: maxval " + std::to_string(maxval) + " must be greater than minval " +
+                               std::to_string(minval));
 }
 
-/// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
-/// of each floating-point output times its gradient in `output_grads`, with respect
-/// to each of `sources` (tensors among `args`, or values they were made from), then
-/// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
-/// if given, tells which were. It replays `g` under a tape into the trace in progress:
-/// how backward passes are traced.
-template <class>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected) {
-  gradient_tape tape;
-  for (const tensor& x : sources) tape.watch(x);
-  tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
-  std::size_t k = 0;
-  for (const tensor& y : replay(g, args))
-    if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
-  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
-  if (connected) {
-    connected->clear();
-    for (const tensor& grad : grads) connected->push_back(grad.defined());
+}  // namespace typed
+
+/// A tensor whose element type and shape are compile-time: `fixed<float, 2, 3>` holds
+/// 2 x 3 floats, `fixed<int>` is a scalar. Ops on `fixed` values compute at once and
+/// give `fixed` values whose shape the compiler worked out; shape and dtype errors are
+/// compile errors. Called with `fixed` arguments, a kiln::function traces once per
+/// argument *type*.
+/// \code
+/// auto x = kiln::fixed<float, 2, 2>::ones();
+/// x(0, 1) = 3.f;
+/// std::cout << x * 2.f;  // tensor(\n[[2. 6.]\n [2. 2.]], shape=(2, 2), dtype=float32)
+/// \endcode
+template <class T, std::int64_t... Dims>
+class fixed {
+  static_assert(typed::element_type<T>, "kiln::fixed: the element type must be bool, std::int32_t, std::int64_t, float or double");
+  static_assert(((Dims > 0) && ...), "kiln::fixed: every dim must be positive");
+  static_assert(sizeof...(Dims) <= std::size_t(max_rank), "kiln::fixed: at most 8 dims");
+
+ public:
+  using value_type = T;
+  using dims_type = typed::dims<Dims...>;
+  static constexpr int rank = dims_type::rank;
+  static constexpr std::int64_t size = dims_type::size;
+  static constexpr std::array<std::int64_t, sizeof...(Dims)> dims = dims_type::values;
+  static constexpr kiln::dtype dtype = dtype_of<T>;
+
+  /// Zeros.
+  fixed() { std::fill_n(data(), size, T(0)); }
+  /// Unset elements, for code that writes them all at once.
+  explicit fixed(typed::uninitialized_t) {}
+  /// A scalar from its value: `kiln::fixed<float> x = 2.f;`.
+  fixed(T value)
+    requires(rank == 0)
+  {
+    *data() = value;
   }
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (grads[i].defined()) continue;
-    if (i < sources.size()) {
-      grads[i] = zeros_shaped_like(sources[i]);
+  /// The elements in row-major order: `kiln::fixed<int, 3>{1, 2, 3}`. A list of the
+  /// wrong length raises kiln::value_error.
+  fixed(std::initializer_list<T> values)
+    requires(rank > 0)
+  {
+    if (std::int64_t(values.size()) != size)
+      throw value_error("kiln::fixed: " + std::to_string(values.size()) + " values given for shape " + shape().str() + " (" +
+                        std::to_string(size) + " elements)");
+    std::copy(values.begin(), values.end(), data());
+  }
+  /// The values of eager tensor `t`, whose dtype and shape must be this type's; else
+  /// kiln::value_error naming both.
+  explicit fixed(const tensor& t) {
+    if (t.is_symbolic() || !t.defined() || t.dtype() != dtype || t.shape() != shape())
+      throw value_error("kiln::fixed: cannot hold " +
+                        (t.defined() ? std::string(name(t.dtype())) + " " + t.shape().str() : std::string("an empty tensor")) +
+                        (t.is_symbolic() ? " (symbolic)" : "") + " as " + std::string(name(dtype)) + " " + shape().str());
+    const std::vector<T> values = t.to_vector<T>();
+    std::copy(values.begin(), values.end(), data());
+  }
+
+  T* data() { return storage_.data(); }
+  const T* data() const { return storage_.data(); }
+  static constexpr kiln::shape shape() { return dims_type::shape(); }
+
+  /// Element `(i, j, ...)`, one index per dim.
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  T& operator()(I... i) {
+    return data()[offset(i...)];
+  }
+  template <std::integral... I>
+    requires(sizeof...(I) == sizeof...(Dims))
+  const T& operator()(I... i) const {
+    return data()[offset(i...)];
+  }
+  /// A scalar's value.
+  T item() const
+    requires(rank == 0)
+  {
+    return *data();
+  }
+
+  /// Every element `value`.
+  static fixed fill(T value) {
+    fixed x(typed::uninitialized);
+    std::fill_n(x.data(), size, value);
+    return x;
+  }
+  static fixed zeros() { return fill(T(0)); }
+  static fixed ones() { return fill(T(1)); }
+  /// The identity matrix (ones on the diagonal of a rank-2 type).
+  static fixed eye()
+    requires(rank == 2)
+  {
+    fixed x = zeros();
+    for (std::int64_t i = 0; i < std::min(dims[0], dims[1]); ++i) x(i, i) = T(1);
+    return x;
+  }
+  /// `start, start + delta, ...` along a rank-1 type, as kiln::range.
+  static fixed range(T start = T(0), T delta = T(1))
+    requires(rank == 1 && !std::is_same_v<T, bool>)
+  {
+    fixed x(typed::uninitialized);
+    for (std::int64_t i = 0; i < size; ++i) x.data()[i] = T(start + T(i) * delta);
+    return x;
+  }
+  /// Numbers uniform in [minval, maxval) as a pure function of `seed`: the numbers
+  /// kiln::random::stateless_uniform(shape(), seed, minval, maxval, dtype) gives.
+  static fixed uniform(std::uint64_t seed, T minval = T(0), T maxval = T(1))
+    requires(!std::is_same_v<T, bool>)
+  {
+    if (!(minval < maxval)) typed::throw_empty_uniform_range(minval, maxval);
+    fixed x(typed::uninitialized);
+    detail::uniform_fill<(size <= detail::uniform_fill_grain)>(x.data(), size, seed, 0, minval, maxval);
+    return x;
+  }
+
+  /// An eager kiln::tensor with a copy of the values.
+  operator tensor() const {
+    tensor t(dtype, shape());
+    std::copy_n(data(), size, static_cast<T*>(t.view().data));
+    return t;
+  }
+
+  /// Printed exactly as the kiln::tensor of the same values.
+  friend std::ostream& operator<<(std::ostream& os, const fixed& x) {
+    return detail::write_eager(os, detail::format_values_of(x.data(), shape(), detail::value_style::numpy), shape(), dtype);
+  }
+
+ private:
+  template <class... I>
+  static std::int64_t offset(I... i) {
+    std::int64_t off = 0;
+    std::size_t d = 0;
+    ((off = off * dims[d++] + std::int64_t(i)), ...);
+    return off;
+  }
+
+  typed::storage<T, size> storage_;
+};
+
+/// The compile-time spec of a `fixed<T, Dims...>` argument, for
+/// `get_concrete_function`: `kiln::spec<float, 2, 3>{}`.
+template <class T, std::int64_t... Dims>
+struct spec {
+  using value_type = fixed<T, Dims...>;
+  /// As a runtime kiln::tensor_spec would print: `float32 Tensor, shape=(2, 3)`.
+  static std::string str() { return detail::signature_entry(dtype_of<T>, kiln::shape{Dims...}); }
+};
+
+namespace typed {
+/// The `fixed` type of element type `T` over `dims` `D`.
+template <class T, class D>
+struct fixed_for;
+template <class T, std::int64_t... D>
+struct fixed_for<T, dims<D...>> {
+  using type = fixed<T, D...>;
+};
+template <class T, class D>
+using fixed_t = typename fixed_for<T, D>::type;
+}  // namespace typed
+
+}  // namespace kiln
+// ----- end kiln/typed/fixed.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FIXED_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+// ----- begin kiln/typed/expr.hpp -----
+/// \file
+/// Expression templates of the compile-time tier. An elementwise op on typed values
+/// builds a `node` whose type carries the op, the element type and the dims its
+/// constexpr rules give (a rule that fails is a `static_assert` naming the op and
+/// both shapes); `evaluate` runs a whole expression as one loop over the result, a
+/// SIMD batch at a time through the op's own functor, so each element gets the bits
+/// that the eager kiln::tensor kernels give it.
+///
+/// Operands read their elements at (row, col) of the result: `row` counts the
+/// result's rows (all dims but the last), `col` runs along its last dim. Leaves are
+/// data pointers (eager), slots of a trace's frame (traced arguments and results),
+/// or values (constants); `broadcast` maps the result's (row, col) to an operand of
+/// other dims.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+
+namespace kiln {
+
+namespace typed {
+template <class>
+inline constexpr bool always_false = false;
+}  // namespace typed
+
+/// Base of the compile-time tier's symbolic values and expressions: it puts namespace
+/// kiln among their associated namespaces, where their operators are.
+struct typed_expression {
+  /// A symbolic value has no truth value while tracing.
+  template <class U = void>
+  explicit operator bool() const {
+    static_assert(typed::always_false<U>,
+                  "kiln: a symbolic typed value cannot be converted to bool while tracing; use kiln::cond or "
+                  "kiln::while_loop for conditions on values, or a C++ `if` on C++ values");
+    return false;
+  }
+};
+
+namespace typed {
+
+/// The data of a trace's values by slot: its arguments, then the results of its steps.
+/// Eager evaluation has none.
+using frame = void* const*;
+
+struct cond_step;
+struct loop_step;
+
+/// Where the steps of a typed trace describe themselves, for
+/// concrete_function::graph(): kiln/typed/graph.hpp implements it with a kiln::graph.
+/// Every step can describe itself, in every program, so that a step type means the
+/// same in each file of a program; what builds the graph comes with the runtime tier.
+class description_sink {
+ public:
+  /// The node holding slot `slot`'s value, read with dims `dims` (in a branch or loop
+  /// body, a placeholder for a value from outside, which becomes an input of the node
+  /// that runs it; a reshape node where the slot is read with other dims).
+  virtual int value(int slot, std::span<const std::int64_t> dims) = 0;
+  /// Slot `slot` holds the value of node `node` from here on.
+  virtual void bind(int slot, int node) = 0;
+  /// A node of the registry op named `name`, at `op`, whose value has element type
+  /// `t` and dims `dims`.
+  virtual int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
+                 std::span<const std::int64_t> dims) = 0;
+  /// A constant node holding a copy of the elements at `data`.
+  virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
+  /// A node with effects (a print, a callback, a variable's read or write); the nodes
+  /// of its results.
+  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+                                  const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
+  /// A conditional or a loop, with its branches or condition and body.
+  virtual void control_flow(const cond_step& c) = 0;
+  virtual void control_flow(const loop_step& l) = 0;
+
+ protected:
+  ~description_sink() = default;
+};
+
+/// Whether `T` has SIMD batches: the CPU kernels' rule, so that an expression runs on
+/// batches exactly where the kernels do.
+template <class T>
+inline constexpr bool simd_type = backend::cpu::simd_type<T>;
+
+template <class T>
+using batch = xsimd::batch<T>;
+
+// ---- leaves ------------------------------------------------------------------------
+
+// Besides `load` and `partial`, every expression has `load_chained` and
+// `partial_chained`, which read the value `prev` (of the batch or element type `P`)
+// instead of slot `slot`'s, and `visit_slots`, which tells the slots it reads and
+// whether through a broadcast. An evaluation chain (kiln/typed/trace.hpp) runs the
+// assignments of a rebinding loop one batch at a time, each reading the one before
+// from a register. A leaf that reads no slot reads as it always does:
+#define KILN_TYPED_LEAF_WITHOUT_SLOTS                                                              \
+  template <class V, class P>                                                                     \
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {              \
+    return this->template load<V>(f, row, col);                                                   \
+  }                                                                                               \
+  template <class V, std::int64_t Count, class P>                                                 \
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {           \
+    return this->template partial<V, Count>(f, row, col);                                         \
+  }                                                                                               \
+  template <class F>                                                                              \
+  void visit_slots(F&&, bool) const {}
+
+/// Elements at a data pointer, laid out as `D` (eager operands).
+template <class T, class D>
+struct data_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  const T* p;
+
+  template <class V>
+  V load(frame, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, T>)
+      return p[row * D::inner + col];
+    else
+      return V::load_unaligned(p + row * D::inner + col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t row, std::int64_t col) const {
+    // Every element goes through the batch functor, wherever it sits, as in the CPU
+    // kernels. Floats pad with zeros, one masked load; integers with copies of the
+    // last element, so that no padding lane divides by zero.
+    if constexpr (std::is_floating_point_v<T>)
+      return backend::cpu::load_partial(p + row * D::inner + col, Count);
+    else
+      return backend::cpu::load_padded(p + row * D::inner + col, Count);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, p); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+/// Elements of slot `index` of the frame, laid out as `D` (traced values).
+template <class T, class D>
+struct slot_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  int index;
+
+  const T* at(frame f) const { return static_cast<const T*>(f[index]); }
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, at(f)}.template partial<V, Count>(f, row, col);
+  }
+  int describe(description_sink& sink) const { return sink.value(index, D::values); }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, P>) {
+      if (index == slot) return prev;
+    }
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    visit(index, broadcast);
+  }
+};
+
+/// A C++ scalar, converted to the other operand's element type.
+template <class T>
+struct scalar_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = dims<>;
+  static constexpr bool simd = simd_type<T>;
+  T value;
+
+  template <class V>
+  V load(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame, std::int64_t, std::int64_t) const {
+    return V(value);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, {}, &value); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+/// A `fixed` captured by a trace, kept by value (shared, so copies of the expression
+/// that holds it are cheap).
+template <class T, class D>
+struct constant_leaf : typed_expression {
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+  std::shared_ptr<const fixed_t<T, D>> value;
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return data_leaf<T, D>{{}, value->data()}.template partial<V, Count>(f, row, col);
+  }
+  int describe(description_sink& sink) const { return sink.constant(dtype_of<T>, D::values, value->data()); }
+  KILN_TYPED_LEAF_WITHOUT_SLOTS
+};
+
+#undef KILN_TYPED_LEAF_WITHOUT_SLOTS
+
+// ---- broadcasting ------------------------------------------------------------------
+
+/// Operand `E` read as dims `Out` (NumPy broadcasting, dims aligned on the right).
+template <class E, class Out>
+struct broadcast : typed_expression {
+  using value_type = typename E::value_type;
+  using dims_type = Out;
+  using in_dims = typename E::dims_type;
+  static constexpr bool simd = E::simd;
+  /// Whether `E` repeats one value along the result's last dim.
+  static constexpr bool splat_cols = in_dims::inner == 1 && Out::inner > 1;
+  E operand;
+
+  /// `E`'s row for the result's `row`.
+  static std::int64_t map_row(std::int64_t row) {
+    constexpr int ro = Out::rank, re = in_dims::rank;
+    if constexpr (re <= 1) {
+      return 0;
     } else {
-      const auto& [id, t, s] = variables[i - sources.size()];
-      grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+      std::int64_t in_row = 0, in_stride = 1;
+      // Walk the result's row dims from the last (dim ro - 2) to the first.
+      for (int d = ro - 2; d >= 0; --d) {
+        const std::int64_t size = Out::values[std::size_t(d)], index = row % size;
+        row /= size;
+        const int e = d - (ro - re);
+        if (e < 0) break;
+        const std::int64_t in_size = in_dims::values[std::size_t(e)];
+        if (in_size != 1) in_row += index * in_stride;
+        in_stride *= in_size;
+      }
+      return in_row;
     }
   }
-  return grads;
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols) {
+      if constexpr (std::is_same_v<V, value_type>)
+        return operand.template load<V>(f, map_row(row), 0);
+      else
+        return V(first_lane(operand.template partial<V, 1>(f, map_row(row), 0)));
+    } else {
+      return operand.template load<V>(f, map_row(row), col);
+    }
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (splat_cols)
+      return load<V>(f, row, col);
+    else
+      return operand.template partial<V, Count>(f, map_row(row), col);
+  }
+  /// Broadcasting is implicit in a graph, as in the runtime tier's.
+  int describe(description_sink& sink) const { return operand.describe(sink); }
+  /// A broadcast operand reads other elements than (row, col), so it never reads a
+  /// chained value (an evaluation chain does not take an expression that would).
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return load<V>(f, row, col);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int, const P&) const {
+    return partial<V, Count>(f, row, col);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool) const {
+    operand.visit_slots(visit, true);
+  }
+
+ private:
+  template <class V>
+  static value_type first_lane(const V& v) {
+    alignas(64) std::array<value_type, V::size> lanes;
+    v.store_aligned(lanes.data());
+    return lanes[0];
+  }
+};
+
+/// `E` as an operand of a result of dims `Out`: itself, or broadcast.
+template <class E, class Out>
+using operand_as = std::conditional_t<std::is_same_v<typename E::dims_type, Out>, E, broadcast<E, Out>>;
+
+template <class Out, class E>
+operand_as<E, Out> broadcast_to(const E& e) {
+  if constexpr (std::is_same_v<typename E::dims_type, Out>)
+    return e;
+  else
+    return broadcast<E, Out>{{}, e};
 }
 
-/// The floating-point tensors of `values`.
-inline std::vector<tensor> floating_only(std::span<const tensor> values) {
-  std::vector<tensor> out;
-  for (const tensor& x : values)
-    if (is_floating(x.dtype())) out.push_back(x);
+// ---- the rules, at compile time ------------------------------------------------------
+
+/// `Op`'s rules applied at compile time to operands of element types `T...` and
+/// dims `D...` (each `X` a typed operand type): `op` is `Made::op`.
+template <class Made, class... X>
+struct op_rule {
+  static constexpr dtype_result dtypes = Made::op.result_dtype(std::array<kiln::dtype, sizeof...(X)>{dtype_of<typename X::value_type>...});
+  static constexpr shape_result shapes = Made::op.result_shape(std::array<kiln::shape, sizeof...(X)>{X::dims_type::shape()...});
+  static constexpr kiln::shape value = shapes.value;
+};
+
+/// A default-constructed op, for op_rule.
+template <class Op>
+struct made {
+  static constexpr Op op{};
+};
+
+/// What a typed op gives when its rules reject its operands, after the op's
+/// `static_assert` has said why (naming the op), so that nothing else is reported.
+struct rule_error {};
+
+// ---- elementwise nodes ------------------------------------------------------------------
+
+/// Elementwise `Op` on operands of dims `D` (already broadcast to it).
+template <class Op, class D, class... E>
+struct node : typed_expression {
+  /// The operands' element type (for `where`, its branches').
+  using input_type = typename std::tuple_element_t<ops::value_operand<Op>, std::tuple<E...>>::value_type;
+  using value_type = element_t<op_rule<made<Op>, E...>::dtypes.value>;
+  using dims_type = D;
+  /// Batches throughout when the CPU kernel of this op would use them (one input
+  /// type, the same output type, at most two operands) and every operand does.
+  static constexpr bool simd = backend::cpu::simd_kernel<Op, input_type, value_type> && (E::simd && ...);
+  Op op;
+  std::tuple<E...> operands;
+
+  /// An expression's type changes with each op, so a variable holding one cannot be
+  /// rebound; a symbolic value can.
+  template <class Other>
+  node& operator=(const Other&) {
+    static_assert(always_false<Other>,
+                  "kiln: this variable holds an expression, whose type changes with every op, so it cannot be "
+                  "reassigned; declare it with the argument's type (`decltype(x) y = x * 2.f;`) or start it from "
+                  "a symbolic value (`auto y = x;`)");
+    return *this;
+  }
+
+  template <class V>
+  V load(frame f, std::int64_t row, std::int64_t col) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load<V>(f, row, col)...); }, operands);
+  }
+  template <class V, std::int64_t Count>
+  V partial(frame f, std::int64_t row, std::int64_t col) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial<V, Count>(f, row, col)...); }, operands);
+  }
+  template <class V, class P>
+  V load_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    if constexpr (std::is_same_v<V, value_type>)
+      return std::apply([&](const auto&... e) { return apply_scalar(e.template load_chained<typename std::remove_cvref_t<decltype(e)>::value_type>(f, row, col, slot, prev)...); }, operands);
+    else
+      return std::apply([&](const auto&... e) { return op(e.template load_chained<V>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class V, std::int64_t Count, class P>
+  V partial_chained(frame f, std::int64_t row, std::int64_t col, int slot, const P& prev) const {
+    return std::apply([&](const auto&... e) { return op(e.template partial_chained<V, Count>(f, row, col, slot, prev)...); }, operands);
+  }
+  template <class F>
+  void visit_slots(F&& visit, bool broadcast) const {
+    std::apply([&](const auto&... e) { (e.visit_slots(visit, broadcast), ...); }, operands);
+  }
+  /// Adds the operands' nodes, left to right, then this op's.
+  int describe(description_sink& sink) const { return describe(sink, std::index_sequence_for<E...>()); }
+
+ private:
+  template <class... A>
+  value_type apply_scalar(const A&... a) const {
+    return math::convert<value_type>(op(a...));
+  }
+  template <std::size_t... I>
+  int describe(description_sink& sink, std::index_sequence<I...>) const {
+    const int inputs[] = {std::get<I>(operands).describe(sink)...};  // braces: left to right
+    // A typed cast carries its target in its type; the registry knows it as ops::cast.
+    using registry_op = std::conditional_t<std::is_base_of_v<ops::cast, Op>, ops::cast, Op>;
+    return sink.op(registry_op::name, static_cast<const registry_op*>(&op), inputs, dtype_of<value_type>, D::values);
+  }
+};
+
+/// Writes expression `e` (dims `D`) to `out`, reading slots from `f`. (`out` is
+/// restrict: stores to it do not change the frame, so a loop reads each slot's
+/// pointer once. Flattened: past a few dozen nodes GCC left the operands' calls out of
+/// line, and a 50-op chain ran at half speed.)
+template <class E>
+KILN_FLATTEN void evaluate(const E& e, frame f, typename E::value_type* KILN_RESTRICT out) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      T* o = out + row * inner;
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) e.template load<B>(f, row, col).store_unaligned(o + col);
+      if constexpr (inner % w != 0) backend::cpu::store_partial(e.template partial<B, inner % w>(f, row, col), o + col, inner % w);
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) out[row * inner + col] = e.template load<T>(f, row, col);
+  }
+}
+
+/// One assignment of an evaluation chain: expression `expression` written to slot `out`.
+template <class E>
+struct chain_link {
+  E expression;
+  int out;
+};
+
+/// Evaluates `links` (at least one) as `evaluate` would one after the other, but one
+/// batch position at a time: each link's value is stored to its slot and handed to the
+/// next link in a register, in place of the slot the link before wrote. The links
+/// write distinct slots that no earlier link reads, and none reads a slot the chain
+/// writes through a broadcast (the recorder checks both), so every value a link reads
+/// at a position is there already.
+template <class E>
+KILN_FLATTEN void evaluate_chain(std::span<const chain_link<E>> links, frame f) {
+  using T = typename E::value_type;
+  using D = typename E::dims_type;
+  constexpr std::int64_t inner = D::inner, rows = D::size / inner;
+  const std::size_t n = links.size();
+  auto at = [&](std::size_t k, std::int64_t row, std::int64_t col) { return static_cast<T*>(f[links[k].out]) + row * inner + col; };
+  if constexpr (E::simd) {
+    using B = batch<T>;
+    constexpr std::int64_t w = B::size;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::int64_t col = 0;
+      for (; col + w <= inner; col += w) {
+        B v = links[0].expression.template load<B>(f, row, col);
+        v.store_unaligned(at(0, row, col));
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template load_chained<B>(f, row, col, links[k - 1].out, v);
+          v.store_unaligned(at(k, row, col));
+        }
+      }
+      if constexpr (inner % w != 0) {
+        constexpr std::int64_t tail = inner % w;
+        B v = links[0].expression.template partial<B, tail>(f, row, col);
+        backend::cpu::store_partial(v, at(0, row, col), tail);
+        for (std::size_t k = 1; k < n; ++k) {
+          v = links[k].expression.template partial_chained<B, tail>(f, row, col, links[k - 1].out, v);
+          backend::cpu::store_partial(v, at(k, row, col), tail);
+        }
+      }
+    }
+  } else {
+    for (std::int64_t row = 0; row < rows; ++row)
+      for (std::int64_t col = 0; col < inner; ++col) {
+        T v = links[0].expression.template load<T>(f, row, col);
+        *at(0, row, col) = v;
+        for (std::size_t k = 1; k < n; ++k) *at(k, row, col) = v = links[k].expression.template load_chained<T>(f, row, col, links[k - 1].out, v);
+      }
+  }
+}
+
+/// The `fixed` value of expression `e`, reading slots from `f` (none when eager).
+template <class E>
+fixed_t<typename E::value_type, typename E::dims_type> materialize(const E& e, frame f = nullptr) {
+  fixed_t<typename E::value_type, typename E::dims_type> out(uninitialized);
+  evaluate(e, f, out.data());
   return out;
 }
 
-/// The backward pass of one trace.
-template <class>
-struct call_backward {
-  struct body {
-    std::shared_ptr<const graph> forward;
-    std::vector<std::tuple<const void*, dtype, shape>> variables;
-    // Which gradients the target reaches, as the trace of the backward pass found:
-    // the others are given back undefined, as TensorFlow gives None for them.
-    std::shared_ptr<std::vector<bool>> connected;
-
-    /// The gradients of the floating-point `inputs`, then of each variable read, given
-    /// one gradient per floating-point output.
-    std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
-      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
-    }
-  };
-  mutable kiln::function<body> fn;  // a call traces on a new signature
-  std::shared_ptr<std::vector<bool>> connected;
-
-  /// The gradients of a call: undefined for the sources the target does not reach.
-  std::vector<tensor> operator()(std::span<const tensor> in, std::span<const tensor> dys) const {
-    std::vector<tensor> grads = fn(std::vector<tensor>(in.begin(), in.end()), std::vector<tensor>(dys.begin(), dys.end()));
-    for (std::size_t i = 0; i < grads.size() && i < connected->size(); ++i)
-      if (!(*connected)[i]) grads[i] = tensor();
-    return grads;
+/// The node of `op` on expressions `e...` (a `rule_error` when its rules reject them).
+template <class Op, class... E>
+auto make_node(const Op& op, const E&... e) {
+  using rule = op_rule<made<Op>, E...>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
+  } else {
+    using D = dims_from<rule>;
+    return node<Op, D, operand_as<E, D>...>{{}, op, {broadcast_to<D>(e)...}};
   }
-};
-
-/// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
-/// on its first call under a tape.
-template <class Lazy>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
-  using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
-  std::call_once(c.backward_once, [&] {
-    auto call = std::make_shared<differentiable_call>();
-    add_variables_read(c.graph, call->variables);
-    // The backward pass keeps a copy of the graph, so that it outlives the function.
-    auto connected = std::make_shared<std::vector<bool>>();
-    auto backward = std::make_shared<backward_t>(backward_t{
-        kiln::function(typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables, connected},
-                       function_options{.name = c.name + "_grad"}),
-        connected});
-    call->self = backward;
-    call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
-      return (*static_cast<const backward_t*>(self))(in, dys);
-    };
-    c.backward = std::move(call);
-  });
-  record_call_on_active_tapes(c.backward, inputs, outputs);
 }
 
-/// A `cond` node recorded while a tape records in its trace: its backward pass is a
-/// `cond` on the same predicate whose branches are the vector-Jacobian products of the
-/// two branches, each with respect to every floating-point value the node captured
-/// (zeros for those its branch does not read) and every variable the branches read.
-struct cond_backward {
-  tensor pred;
-  cond_branches branches;
-  std::vector<std::tuple<const void*, dtype, shape>> variables;
-};
-
-template <class Lazy>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                          std::span<const tensor> outputs) {
-  auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
-  add_variables_read(state->branches.then_graph, state->variables);
-  add_variables_read(state->branches.else_graph, state->variables);
-  auto call = std::make_shared<differentiable_call>();
-  call->variables = state->variables;
-  call->self = state;
-  // Its branches are traced here and the node recorded through the program's cond
-  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
-  // tapes but traces no cond of its own compiles none of the cond machinery.
-  call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
-    const auto& c = *static_cast<const cond_backward*>(self);
-    const std::vector<tensor> sources = floating_only(captured);
-    auto branch = [&](const graph& g, const std::vector<int>& picks) {
-      return [&](std::span<const tensor>) {
-        std::vector<tensor> args;
-        for (int k : picks) args.push_back(captured[std::size_t(k)]);
-        return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
-      };
-    };
-    trace_context* trace = trace_context::current();
-    if (!trace) {  // a node run eagerly (a call with effects under an eager tape)
-      return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
-                                      : branch(c.branches.else_graph, c.branches.else_args)({});
-    }
-    const cond_tracer record = cond_tracer_hook().load(std::memory_order_relaxed);
-    if (!record)  // a cond node comes from a traced cond, which sets the recorder
-      throw internal_error("cond: the gradient of a cond node is traced where no cond was");
-    traced_subgraph then_graph, else_graph;
-    trace_subgraph(branch(c.branches.then_graph, c.branches.then_args), std::span<const tensor_spec>(), then_graph);
-    trace_subgraph(branch(c.branches.else_graph, c.branches.else_args), std::span<const tensor_spec>(), else_graph);
-    return record(*trace, c.pred, then_graph, else_graph);
-  };
-  record_call_on_active_tapes(call, captures, outputs);
-}
-
-/// A loop traced through the program's loop tracer (detail::loop_tracer_hook) on
-/// `leaves`, whose first is a counter of kiln's own; `arrays` holds each leaf's
-/// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
-/// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
-/// with once a tensor_array first written in the body has settled its element shape.
-/// Run eagerly where no trace is in progress. How the gradient of a `while` node
-/// traces its loops without instantiating kiln::while_loop: a program that makes tapes
-/// but traces no loop of its own compiles none of the loop machinery, and one that
-/// traces loops but makes no tape compiles none of this.
-template <class Condition, class Body, class Restart>
-std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vector<tensor> leaves,
-                                         std::vector<const tensor_array*> arrays, bool breaks, Condition condition,
-                                         Body body, Restart restart) {
-  trace_context* trace = trace_context::current();
-  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
-    for (;;) {
-      if (!truth_of(condition(leaves), "while_loop")) return leaves;
-      std::vector<tensor> next = body(leaves);
-      if (breaks) {
-        if (truth_of(next.front(), "break_if")) return leaves;
-        next.erase(next.begin());
-      }
-      leaves = std::move(next);
-    }
-  }
-  struct calls_on_leaves : loop_calls {
-    Condition& condition;
-    Body& body;
-    Restart& restart;
-    calls_on_leaves(Condition& c, Body& b, Restart& r)
-        : loop_calls{[](loop_calls& self, std::span<const tensor> l) { return of(self).condition(l); },
-                     [](loop_calls& self, std::span<const tensor> l) { return of(self).body(l); },
-                     [](loop_calls& self, std::span<const tensor> l) { of(self).restart(l); }},
-          condition(c),
-          body(b),
-          restart(r) {}
-    static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
-  } calls(condition, body, restart);
-  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
-  if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
-    throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
-  std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);
-  std::vector<value_spec> specs = loop_specs(leaves, invariants, 1);
-  return trace_loop(*trace, 1, options, std::move(leaves), std::move(arrays), std::move(specs), std::move(invariants),
-                    breaks, calls);
-}
-
-/// A `while` node recorded while a tape records in its trace (TensorFlow's while_v2
-/// gradient, with kiln's value-semantics tensor arrays as the accumulators): its
-/// backward pass runs the loop again, stacking each iteration's loop variables in
-/// tensor arrays and counting the iterations, then walks the iterations back in a
-/// second loop, in which each step is the vector-Jacobian product of the body at the
-/// stacked variables. That loop carries the gradients of the loop variables and sums
-/// those of the body's captures and of the variables the body reads. The condition
-/// gives a bool, so what only it captures gets zeros. A body that ends in break_if
-/// stops the recomputed loop the same way.
-///
-/// A loop variable whose shape changes from one iteration to the next (a shape
-/// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's
-/// elements share one shape. The walk back then recomputes each iteration's variables
-/// from the loop's initial ones, in a loop of its own with the original loop's shape
-/// invariants: memory stays that of one iteration, time grows with the square of the
-/// iteration count.
-struct loop_backward {
-  int vars = 0, cond_captures = 0;
-  bool breaks = false;
-  bool reshaped = false;  // some loop variable changes shape from one iteration to the next
-  graph cond_graph, body_graph;
-  std::vector<std::tuple<const void*, dtype, shape>> variables;
-
-  template <class>
-  std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
-    const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
-    const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
-    const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
-    const std::vector<tensor> captures(inputs.begin() + std::ptrdiff_t(body_start), inputs.end());
-    auto with = [](std::vector<tensor> head, std::span<const tensor> tail) {
-      head.insert(head.end(), tail.begin(), tail.end());
-      return head;
-    };
-    // The shapes the body takes its loop variables in: the original loop's shape
-    // invariants, which the recomputing loops keep when shapes change, and the walk
-    // back for the gradients of the floating-point ones.
-    loop_options relaxed, relaxed_gradients;
-    if (reshaped) {
-      for (std::size_t k = 0; k < n; ++k) {
-        const shape& s = body_graph.node_at(body_graph.arguments()[k]).shape();
-        relaxed.shape_invariants.emplace_back(s);
-        if (is_floating(initial[k].dtype())) relaxed_gradients.shape_invariants.emplace_back(s);
-      }
-    }
-    auto body_results = [&](std::span<const tensor> v) {
-      return replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
-    };
-    auto never_restarts = [](std::span<const tensor>) {};
-    // The forward loop again, counting its iterations and, when shapes stay, keeping
-    // the loop variables of every iteration that went on: leaves [i, variables...,
-    // stacks...]. A body that ends in break_if gives its condition first: the
-    // iteration that breaks keeps the values it started with, so it is left out of the
-    // walk back (its write to the stacks is dropped with the rest of its values).
-    std::vector<tensor_array> stacks;
-    if (!reshaped)
-      for (const tensor& x : initial)
-        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
-    std::vector<tensor> leaves = with({kiln::constant(std::int32_t(0))}, initial);
-    std::vector<const tensor_array*> arrays(leaves.size(), nullptr);
-    for (const tensor_array& s : stacks) {
-      leaves.push_back(s.elements());
-      arrays.push_back(&s);
-    }
-    const std::vector<tensor> recomputed = trace_loop_on_leaves(
-        relaxed, std::move(leaves), std::move(arrays), breaks,
-        [&](std::span<const tensor> l) {
-          const std::span<const tensor> v = l.subspan(1, n);
-          return replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
-        },
-        [&](std::span<const tensor> l) {
-          const tensor& i = l[0];
-          const std::span<const tensor> v = l.subspan(1, n);
-          std::vector<tensor> out = body_results(v);
-          std::vector<tensor> next;
-          if (breaks) {
-            next.push_back(out.front());
-            out.erase(out.begin());
-          }
-          next.push_back(i + 1);
-          next.insert(next.end(), out.begin(), out.end());
-          for (std::size_t k = 0; k < stacks.size(); ++k)
-            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[k]).elements());
-          return next;
-        },
-        [&](std::span<const tensor> l) {
-          for (std::size_t k = 0; k < stacks.size(); ++k) stacks[k] = stacks[k].with_elements(l[1 + n + k]);
-        });
-    const tensor& count = recomputed[0];
-    std::vector<tensor_array> states;
-    for (std::size_t k = 0; k < stacks.size(); ++k) states.push_back(stacks[k].with_elements(recomputed[1 + n + k]));
-    // The loop variables iteration `i` began with. Every iteration before the
-    // counted ones went on, so the recomputing loop needs no condition but the count.
-    auto state_at = [&](const tensor& i) {
-      if (!reshaped) {
-        std::vector<tensor> state;
-        for (const tensor_array& s : states) state.push_back(s.read(i));
-        return state;
-      }
-      std::vector<tensor> out = trace_loop_on_leaves(
-          relaxed, with({kiln::constant(std::int32_t(0))}, initial), std::vector<const tensor_array*>(n + 1), false,
-          [&](std::span<const tensor> l) { return l[0] < i; },
-          [&](std::span<const tensor> l) {
-            std::vector<tensor> next = body_results(l.subspan(1));
-            if (breaks) next.erase(next.begin());
-            next.insert(next.begin(), l[0] + 1);
-            return next;
-          },
-          never_restarts);
-      out.erase(out.begin());
-      return out;
-    };
-    // The iterations backwards: the gradient of each step's variables from the
-    // next's. Leaves [j, gradients of the variables, of the captures, of the
-    // variables read].
-    std::vector<tensor> walk = {kiln::constant(std::int32_t(0))};
-    walk.insert(walk.end(), dys.begin(), dys.end());
-    const std::size_t captured_at = walk.size();
-    for (const tensor& c : floating_only(captures)) walk.push_back(zeros_shaped_like(c));
-    for (const auto& [id, t, s] : variables) walk.push_back(zero_filled("gradient", s, t, kiln::device::cpu));
-    const std::size_t walk_leaves = walk.size();
-    const std::vector<tensor> walked = trace_loop_on_leaves(
-        relaxed_gradients, std::move(walk), std::vector<const tensor_array*>(walk_leaves), false,
-        [&](std::span<const tensor> l) { return l[0] < count; },
-        [&](std::span<const tensor> l) {
-          const std::vector<tensor> args = with(state_at(count - 1 - l[0]), captures);
-          const std::vector<tensor> g(l.begin() + 1, l.begin() + std::ptrdiff_t(captured_at));
-          const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
-          std::vector<tensor> next{l[0] + 1};
-          std::size_t k = 0;
-          for (std::size_t m = 1; m < captured_at; ++m) next.push_back(step[k++]);
-          for (std::size_t m = captured_at; m < l.size(); ++m) next.push_back(l[m] + step[k++]);
-          return next;
-        },
-        never_restarts);
-    // One gradient per floating-point input of the node, then per variable read.
-    std::vector<tensor> out(walked.begin() + 1, walked.begin() + std::ptrdiff_t(captured_at));
-    for (const tensor& c : cond_captured)
-      if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
-    out.insert(out.end(), walked.begin() + std::ptrdiff_t(captured_at), walked.end());
-    return out;
-  }
-};
-
-template <class Lazy>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
-  auto state = std::make_shared<loop_backward>(
-      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
-  for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();
-  add_variables_read(state->body_graph, state->variables);
-  auto call = std::make_shared<differentiable_call>();
-  call->variables = state->variables;
-  call->self = state;
-  call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
-    return static_cast<const loop_backward*>(self)->template operator()<Lazy>(in, dys);
-  };
-  record_call_on_active_tapes(call, inputs, outputs);
-}
-
-}  // namespace kiln::detail
-// ----- end kiln/autodiff/function_gradient.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
-// ----- begin kiln/trace/effects.hpp -----
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/expr.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EXPR_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+// ----- begin kiln/typed/ops.hpp -----
 /// \file
-/// State and effects: `kiln::variable`, `kiln::print` and
-/// `kiln::host_callback`. Outside a trace they act at once; while tracing they
-/// record their special op (kiln/exec/effects.hpp) so that they act at every run.
+/// The elementwise ops on typed values, from the op library's definitions
+/// (kiln/ops/elementwise.hpp): the same rules, the same functors. On `fixed` values
+/// an op computes at once and gives a `fixed`; on a trace's symbolic values it gives
+/// an expression, fused with its neighbours until something needs its value.
 
 #include <concepts>
 #include <memory>
+#include <type_traits>
+
+
+namespace kiln {
+namespace typed {
+
+/// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
+template <class... X>
+inline constexpr bool eager = ((!lazy<X>) && ...);
+
+/// The element type of a typed operand.
+template <class X>
+struct element_of {
+  using type = void;
+};
+template <operand X>
+struct element_of<X> {
+  using type = typename std::remove_cvref_t<X>::value_type;
+};
+
+/// The element type a C++ scalar among `X...` is converted to: the first typed
+/// operand's (for `where`, the first branch's).
+template <class... X>
+struct promoted {
+  using type = void;
+};
+template <class X, class... Rest>
+struct promoted<X, Rest...> {
+  using type = std::conditional_t<operand<X>, typename element_of<X>::type, typename promoted<Rest...>::type>;
+};
+
+/// Operand `x` of an op as an expression: a `fixed` is read where it is (eager) or
+/// kept by value (captured by a trace), a C++ scalar becomes a `T`, an expression is
+/// itself (a reference: the caller copies it where it keeps it).
+template <class T, bool Eager, class X>
+decltype(auto) expression_of(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (fixed_value<V>) {
+    using D = typename V::dims_type;
+    if constexpr (Eager)
+      return data_leaf<typename V::value_type, D>{{}, x.data()};
+    else
+      return constant_leaf<typename V::value_type, D>{{}, std::make_shared<const V>(x)};
+  } else if constexpr (lazy<V>) {
+    if constexpr (requires { x.expression(); })
+      return x.expression();
+    else
+      return x;
+  } else {
+    return scalar_leaf<T>{{}, T(x)};
+  }
+}
+
+/// ops::cast to `T`, with the target in its type, where the rules read it.
+template <class T>
+struct cast_to : ops::cast {
+  constexpr cast_to() : ops::cast(dtype_of<T>) {}
+};
+
+/// `op` on typed operands and C++ scalars (converted to `T`): a `fixed` now, or an
+/// expression.
+template <class T, class Op, class... X>
+auto apply_as(const Op& op, const X&... x) {
+  constexpr bool now = eager<X...>;
+  auto e = make_node(op, expression_of<T, now>(x)...);
+  if constexpr (now && !std::is_same_v<decltype(e), rule_error>)
+    return materialize(e);
+  else
+    return e;  // an expression, or the rule_error after the op's static_assert
+}
+
+template <class Op, class... X>
+auto apply(const Op& op, const X&... x) {
+  return apply_as<typename promoted<X...>::type>(op, x...);
+}
+
+/// The expression type of operand `X` (C++ scalars as `T`).
+template <class T, class X>
+using expression_t = std::remove_cvref_t<decltype(expression_of<T, true>(std::declval<const X&>()))>;
+
+/// `Op`'s rules on operands `X...`, C++ scalars converted to `T`.
+template <class T, class Op, class... X>
+using rule_for = op_rule<made<Op>, expression_t<T, X>...>;
+
+}  // namespace typed
+
+// A typed op checks its operands with static_asserts whose messages name it (the
+// first error line g++ prints); the operands' types, and so their dims, are in the
+// "In instantiation of" lines just above.
+#define KILN_TYPED_CHECKS(fn, rule, what)                                                          \
+  static_assert(rule::dtypes.ok(), "kiln::" #fn ": the operands' element types are not ones this op takes"); \
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": " what)
+
+namespace typed {
+
+}  // namespace typed
+
+/// Ops between a typed operand and a C++ scalar or another typed operand.
+template <class X, class Y>
+concept typed_operands = (typed::operand<X> && (typed::operand<Y> || std::is_arithmetic_v<Y>)) ||
+                         (std::is_arithmetic_v<X> && typed::operand<Y>);
+
+#define KILN_TYPED_UNARY(fn, op)                                                                     \
+  template <typed::operand X>                                                                        \
+  auto fn(const X& x) {                                                                              \
+    using rule = typed::rule_for<void, ops::op, X>;                                                  \
+    KILN_TYPED_CHECKS(fn, rule, "");                                                                 \
+    return typed::apply(ops::op{}, x);                                                               \
+  }
+#define KILN_TYPED_BINARY(fn, op)                                                                    \
+  template <class X, class Y>                                                                        \
+    requires typed_operands<X, Y>                                                                    \
+  auto fn(const X& x, const Y& y) {                                                                  \
+    using rule = typed::rule_for<typename typed::promoted<X, Y>::type, ops::op, X, Y>;               \
+    KILN_TYPED_CHECKS(fn, rule, "the operands' shapes do not broadcast");                            \
+    return typed::apply(ops::op{}, x, y);                                                            \
+  }
+
+// The functions of the one op list (kiln/ops/op_list.hpp, where they are documented).
+KILN_UNARY_FUNCTIONS(KILN_TYPED_UNARY)
+KILN_BINARY_FUNCTIONS(KILN_TYPED_BINARY)
+#undef KILN_TYPED_UNARY
+#undef KILN_TYPED_BINARY
+#undef KILN_TYPED_CHECKS
+
+/// `kiln::gelu(x, approximate)` on a typed operand.
+template <typed::operand X>
+auto gelu(const X& x, bool approximate = false) {
+  using rule = typed::rule_for<void, ops::gelu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::gelu: the operand's element type must be float or double");
+  return typed::apply(ops::gelu(approximate), x);
+}
+/// `kiln::elu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  using rule = typed::rule_for<void, ops::elu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::elu: the operand's element type must be float or double");
+  return typed::apply(ops::elu(alpha), x);
+}
+/// `kiln::leaky_relu(x, alpha)` on a typed operand.
+template <typed::operand X>
+auto leaky_relu(const X& x, double alpha = 0.3) {
+  using rule = typed::rule_for<void, ops::leaky_relu, X>;
+  static_assert(rule::dtypes.ok(), "kiln::leaky_relu: the operand's element type must be float or double");
+  return typed::apply(ops::leaky_relu(alpha), x);
+}
+
+/// `kiln::where(x > 0.f, x, 0.f)` on typed operands: `a` where `cond` holds, else `b`.
+template <typed::operand C, class A, class B>
+  requires(typed::operand<A> || typed::operand<B>)
+auto where(const C& cond, const A& a, const B& b) {
+  using T = typename typed::promoted<A, B>::type;
+  using rule = typed::rule_for<T, ops::where, C, A, B>;
+  static_assert(rule::dtypes.ok(), "kiln::where: the condition must hold bools and both branches one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::where: the operands' shapes do not broadcast");
+  return typed::apply_as<T>(ops::where{}, cond, a, b);
+}
+
+/// `kiln::cast<double>(x)`: a typed operand's elements converted to `T`.
+template <class T, typed::operand X>
+auto cast(const X& x) {
+  static_assert(typed::element_type<T>, "kiln::cast: the target type must be bool, std::int32_t, std::int64_t, float or double");
+  return typed::apply(typed::cast_to<T>{}, x);
+}
+
+template <typed::operand X>
+auto operator-(const X& x) {
+  return negative(x);
+}
+
+#define KILN_TYPED_OPERATOR(sym, fn)                                                   \
+  template <class X, class Y>                                                          \
+    requires typed_operands<X, Y>                                                      \
+  auto operator sym(const X& x, const Y& y) {                                          \
+    return fn(x, y);                                                                   \
+  }
+KILN_OPERATORS(KILN_TYPED_OPERATOR)
+#undef KILN_TYPED_OPERATOR
+
+}  // namespace kiln
+// ----- end kiln/typed/ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_OPS_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+// ----- begin kiln/typed/trace.hpp -----
+/// \file
+/// Typed traces: how kiln::function runs a callable called with `fixed` arguments.
+///
+/// The callable runs once per signature *type* (and per value of its C++ arguments)
+/// with `symbol`s, symbolic values whose types carry the element type and dims. Ops
+/// on them build expression types (kiln/typed/expr.hpp), so what the callable returns
+/// is its typed graph. Whatever needs a value in the middle (a symbol assigned an
+/// expression, `y = y * 2.f`) ends a fused expression: the trace records a step,
+/// one fused loop compiled from the expression's type, that writes a slot of the
+/// trace's frame. A call runs the steps in order, then the returned expression,
+/// straight into the result: a callable that is one expression is one inlined loop.
+///
+/// Each signature type has a slot in its function's trace table, found by an index
+/// fixed when the program starts, so a later call costs one atomic load, not a lookup.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <ostream>
 #include <span>
-#include <sstream>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -20967,203 +19257,1187 @@ void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, st
 
 namespace kiln {
 namespace detail {
-template <class>
-struct saved_function_io;
+struct function_state;
 }  // namespace detail
+namespace typed {
 
-/// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
-/// are fixed at creation. Usable wherever a tensor is (`v * x`, `1 + v`). Inside a
-/// kiln::function, reads and writes run at every call, in program order; a variable
-/// may be created during the first trace only, and must outlive it (keep it in
-/// state the callable captured), else the call raises kiln::value_error.
-/// \code
-/// kiln::variable v(1.f);
-/// v.assign_add(kiln::constant(2.f));  // v is now 3
-/// kiln::tensor y = v * 2.f;            // 6
-/// \endcode
-class variable {
- public:
-  /// An empty handle, for state filled on first use: `if (!c.v) c.v = kiln::variable(0);`.
-  variable() = default;
-  /// A variable holding `initial`. While tracing, `initial` may be symbolic: the
-  /// variable then takes its value when the function first runs. (The members that
-  /// write are templates, as op functions are, so that the kernels of the arithmetic
-  /// assignments compile only where a program writes a variable.)
-  template <class = void>
-  explicit variable(const tensor& initial, std::string name = "Variable") {
-    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
-    handle_ = std::make_shared<handle>();
-    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
-    detail::trace_context* trace = detail::trace_context::current();
-    if (trace) trace->note_created_variable(handle_);
-    if (initial.is_symbolic()) {
-      record_write(detail::assign_mode::initialize, initial);
-    } else {
-      handle_->state->update([&](const tensor&) { return initial; });
-    }
-  }
-  /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
-  template <class T>
-    requires std::is_arithmetic_v<T>
-  explicit variable(T initial, std::string name = "Variable") : variable(kiln::constant(initial), std::move(name)) {}
+template <class>
+class basic_graph_writer;
+using graph_writer = basic_graph_writer<void>;
 
-  /// True when the handle holds a variable.
-  explicit operator bool() const { return handle_ != nullptr; }
-
-  /// The current value (while tracing, a read that runs at every call). The gradient
-  /// tapes recording on this thread watch the value read.
-  tensor read_value() const {
-    const auto& s = state();
-    detail::trace_context* trace = detail::trace_context::current();
-    tensor value = trace ? trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0]
-                         : s->read();
-    if (detail::recording_tapes() > 0) detail::variable_read_hook().load(std::memory_order_relaxed)(identity(), value);
-    return value;
-  }
-  /// The value, as a tensor: what makes a variable usable wherever a tensor is.
-  operator tensor() const { return read_value(); }
-
-  /// Sets the value to `x` (same dtype and shape, else kiln::invalid_argument_error); returns it.
-  template <class = void>
-  tensor assign(const tensor& x) const { return write(detail::assign_mode::assign, x); }
-  /// Adds `x` to the value; returns the new value.
-  template <class = void>
-  tensor assign_add(const tensor& x) const { return write(detail::assign_mode::add, x); }
-  /// Subtracts `x` from the value; returns the new value.
-  template <class = void>
-  tensor assign_sub(const tensor& x) const { return write(detail::assign_mode::subtract, x); }
-  template <class T>
-    requires std::is_arithmetic_v<T>
-  tensor assign(T x) const { return assign(scalar(x)); }
-  template <class T>
-    requires std::is_arithmetic_v<T>
-  tensor assign_add(T x) const { return assign_add(scalar(x)); }
-  template <class T>
-    requires std::is_arithmetic_v<T>
-  tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
-
-  kiln::dtype dtype() const { return state()->type(); }
-  const kiln::shape& shape() const { return state()->dims(); }
-  const std::string& name() const { return state()->name(); }
-
-  /// What identifies the variable in a kiln::function signature: every copy of a
-  /// handle is the same variable.
-  const void* identity() const { return state().get(); }
-
- private:
-  // What the caller's copies share: a variable created while tracing must keep one
-  // alive after the trace (the graph holds the state itself, not this).
-  struct handle {
-    std::shared_ptr<detail::variable_state> state;
-  };
-  // A loaded function's variables (kiln/saved_function.hpp) are handles on the states
-  // its graphs read and write.
-  template <class>
-  friend struct detail::saved_function_io;
-  explicit variable(std::shared_ptr<detail::variable_state> s)
-      : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
-
-  const std::shared_ptr<detail::variable_state>& state() const {
-    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
-    return handle_->state;
-  }
-  template <class T>
-  tensor scalar(T x) const {
-    return kiln::constant(x, state()->type());
-  }
-  template <class = void>
-  tensor write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
-    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
-    return detail::assign_variable_op(s, mode).apply(x);
-  }
-  template <class = void>
-  tensor record_write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    detail::trace_context* trace = detail::trace_context::current();
-    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
-    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
-    s->check(op->name(), x);  // at trace time, as the op would at run time
-    const tensor inputs[] = {x};
-    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
-  }
-
-  std::shared_ptr<handle> handle_;
+/// A recorded step: `run(data, frame)` writes one slot of the frame; `describe(data,
+/// sink)` adds the step to a graph. It owns its data through a plain deleter, not a
+/// shared_ptr, whose control block would be compiled once per step type.
+struct step {
+  void (*run)(const void* data, frame f);
+  std::unique_ptr<const void, void (*)(const void*)> data;
+  void (*describe)(const void* data, description_sink& sink);
 };
 
-/// Prints its arguments, separated by spaces, then a newline, to
-/// config::print_stream(), as tf.print does: strings as they are, tensors as their
-/// values (`1`, `[1 2 3]`, `[[1 2] [3 4]]`). Outside a function it prints at once;
-/// inside one it prints at every call (a C++ `std::cout` there prints only while tracing).
-/// \code kiln::print("Executed with", kiln::constant({1, 2}));  // Executed with [1 2] \endcode
-template <class... Args>
-void print(const Args&... args) {
-  std::vector<detail::print_piece> pieces;
-  std::vector<tensor> inputs;
-  (detail::add_print_piece(args, pieces, inputs), ...);
-  if (detail::trace_context* trace = detail::trace_context::current()) {
-    trace->record_special(std::make_shared<detail::print_op>(std::move(pieces)), inputs, {});
-    return;
-  }
-  std::vector<const tensor*> in;
-  for (const tensor& t : inputs) in.push_back(&t);
-  detail::write_print_line(detail::print_line(pieces, in));
+/// The step that runs `data` with `Step::run`.
+template <class Step>
+step step_of(std::unique_ptr<Step> data) {
+  using S = std::remove_const_t<Step>;
+  return {&S::run, {data.release(), [](const void* p) { delete static_cast<const S*>(p); }}, &S::describe};
 }
 
-namespace detail {
-// The callback's results as a list: nothing, one tensor, or a tuple of tensors.
-template <class R>
-std::vector<tensor> callback_results(R&& r) {
-  using U = std::remove_cvref_t<R>;
-  if constexpr (std::is_same_v<U, tensor>) {
-    return {std::forward<R>(r)};
-  } else {
-    return std::apply([](auto&&... t) { return std::vector<tensor>{tensor(t)...}; }, std::forward<R>(r));
-  }
+/// The nodes of slots `slots` in `sink`, read as values of the `fixed` types `V...`.
+template <class... V>
+std::array<int, sizeof...(V)> slot_values(description_sink& sink, const std::array<int, sizeof...(V)>& slots) {
+  std::size_t k = 0;
+  return {sink.value(slots[k++], V::dims_type::values)...};  // braces: in order
 }
-}  // namespace detail
 
-/// Runs C++ function `fn` on concrete tensors at every execution (TensorFlow's
-/// tf.py_function): `fn` takes one `const kiln::tensor&` per input and returns
-/// nothing (empty `out_specs`), a tensor (one spec) or a tuple of tensors. Returns
-/// one tensor per spec; results that do not match `out_specs` raise
-/// kiln::invalid_argument_error.
-/// \code
-/// std::vector<kiln::tensor> seen;
-/// kiln::host_callback([&](const kiln::tensor& x) { seen.push_back(x); }, {}, kiln::constant(1.f));
-/// \endcode
-template <class F, class... Inputs>
-std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_specs, const Inputs&... inputs) {
-  static_assert((std::is_convertible_v<const Inputs&, tensor> && ...), "kiln::host_callback: the inputs are tensors");
-  using R = std::invoke_result_t<F&, decltype((void(inputs), std::declval<const tensor&>()))...>;
-  auto call = [fn = std::move(fn)](std::span<const tensor* const> in) mutable -> std::vector<tensor> {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::vector<tensor> {
-      if constexpr (std::is_void_v<R>) {
-        fn(*in[I]...);
-        return {};
-      } else {
-        return detail::callback_results(fn(*in[I]...));
-      }
-    }(std::index_sequence_for<Inputs...>{});
+/// A slot that reads a value in place (a fixed_variable's), to be given a copy of it
+/// before something overwrites it: while slot `bound` points at `storage`, the value
+/// is copied to slot `copy` and `bound` pointed there.
+struct redirect {
+  int bound, copy;
+  const void* storage;
+  std::size_t bytes;
+};
+
+/// Keeps the values that the slots of `redirects` read in place, before a step
+/// overwrites them. A frame is built writable (trace::run): a read in place is a step
+/// that points its slot at the value, so the frame's pointers change as steps run.
+inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
+/// What a trace being recorded collects: the slots of its frame (its arguments
+/// first) and its steps, in program order.
+struct recorder {
+  std::vector<std::size_t> slot_bytes;
+  std::vector<step> steps;
+  std::vector<std::string> argument_names;  ///< as the function's signature names them
+  /// Where steps go: the trace's own list, or a branch's or loop body's while it is
+  /// traced.
+  std::vector<step>* target = &steps;
+  /// The reads in place recorded so far (of the variable whose state is at `owner`),
+  /// which a later write must not change under the steps that use them.
+  struct read_in_place {
+    const void* owner;
+    int slot;
+    const void* storage;
+    std::size_t bytes;
+    bool top_level;  ///< in the trace's own steps, which run once per call
   };
-  std::vector<std::pair<dtype, shape>> results;
-  for (const tensor_spec& s : out_specs) results.emplace_back(s.dtype, s.shape);
-  auto op = std::make_shared<detail::host_callback_op>(std::move(call), std::move(results));
-  const tensor args[] = {tensor(inputs)..., tensor()};
-  std::span<const tensor> in(args, sizeof...(Inputs));
-  if (detail::trace_context* trace = detail::trace_context::current()) return trace->record_special(op, in, op->results());
-  std::vector<const tensor*> pointers;
-  for (const tensor& t : in) {
-    t.require_value("host_callback");
-    pointers.push_back(&t);
+  std::vector<read_in_place> reads_in_place;
+
+  int add_slot(std::size_t bytes) {
+    slot_bytes.push_back(bytes);
+    return int(slot_bytes.size()) - 1;
   }
-  return op->run(pointers);
+  void push(step s) { target->push_back(std::move(s)); }
+  /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
+  /// the variable whose state is at `owner`).
+  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
+    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+  }
+  /// The redirects a step that overwrites the value of the variable at `owner` (of
+  /// any variable, when null) runs first, with a slot each for the copies. A read of
+  /// the trace's own steps that a write of its own steps protects needs no later
+  /// protection: it does not run again in the call.
+  std::vector<redirect> protect_reads_in_place(const void* owner) {
+    std::vector<redirect> out;
+    const bool top = target == &steps;
+    std::erase_if(reads_in_place, [&](const read_in_place& r) {
+      if (owner && r.owner != owner) return false;
+      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+      return top && r.top_level;
+    });
+    return out;
+  }
+  /// The recorder of the trace in progress on this thread, if any.
+  static recorder*& current() {
+    thread_local recorder* r = nullptr;
+    return r;
+  }
+};
+
+/// A step that evaluates expressions of type `E` into slots, one after the other: an
+/// evaluation chain. A rebinding loop (`for (...) y = y * 0.5f + x;`) assigns
+/// expressions of one type in a row; their steps join the chain of the one before, so
+/// that a call runs them as one loop, each value going from one assignment to the next
+/// in a register (evaluate_chain), rather than one step and one pass over memory per
+/// assignment.
+template <class E>
+struct evaluation {
+  std::vector<chain_link<E>> links;
+  static void run(const void* data, frame f) {
+    const auto& self = *static_cast<const evaluation*>(data);
+    if (self.links.size() == 1)
+      evaluate(self.links[0].expression, f, static_cast<typename E::value_type*>(f[self.links[0].out]));
+    else
+      evaluate_chain<E>(self.links, f);
+  }
+  static void describe(const void* data, description_sink& sink) {
+    for (const chain_link<E>& l : static_cast<const evaluation*>(data)->links) sink.bind(l.out, l.expression.describe(sink));
+  }
+  /// Whether `e`, written to `out`, may join the chain: `out` is no slot the chain
+  /// writes or reads, and `e` reads none the chain writes through a broadcast (which
+  /// reads other positions than the one being computed).
+  bool takes(const E& e, int out) const {
+    bool fits = true;
+    for (const chain_link<E>& l : links) {
+      if (l.out == out) return false;
+      l.expression.visit_slots([&](int slot, bool) { fits = fits && slot != out; }, false);
+      e.visit_slots([&](int slot, bool broadcast) { fits = fits && !(broadcast && slot == l.out); }, false);
+    }
+    return fits;
+  }
+};
+
+/// The recorder of the trace in progress, or the error for a symbolic value used
+/// outside its trace.
+inline recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+/// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
+/// the step before when that one evaluates expressions of the same type and takes it.
+template <class E>
+void record_into(const E& e, int slot) {
+  recorder& r = current_recorder();
+  if (!r.target->empty() && r.target->back().run == &evaluation<E>::run) {
+    // The chain was made here, not const: it may grow while its trace is recorded.
+    auto& chain = *const_cast<evaluation<E>*>(static_cast<const evaluation<E>*>(r.target->back().data.get()));
+    if (chain.takes(e, slot)) {
+      chain.links.push_back({e, slot});  // the one copy of `e`
+      return;
+    }
+  }
+  auto chain = std::make_unique<evaluation<E>>();
+  chain->links.push_back({e, slot});
+  r.push(step_of(std::move(chain)));
+}
+
+/// The bytes of a value of typed operand type `X` (a slot's size).
+template <class X>
+inline constexpr std::size_t bytes_of = sizeof(typename X::value_type) * std::size_t(X::dims_type::size);
+
+/// Records a step writing `e` to a new slot, and returns the slot.
+template <class E>
+int record(const E& e) {
+  const int slot = current_recorder().add_slot(bytes_of<E>);
+  record_into(e, slot);
+  return slot;
+}
+
+/// A symbolic value of the compile-time tier: what a callable traced with a
+/// `fixed<T, Dims...>` argument receives, and what an expression becomes when it is
+/// assigned (`decltype(x) y = x * 2.f;`, `y = y * y;`): a slot of the trace's frame.
+/// \code kiln::function f([](auto x) { auto y = x; for (int i = 0; i < 3; ++i) y = y * x; return y; }); \endcode
+template <class T, class D>
+class symbol : public typed_expression {
+ public:
+  using value_type = T;
+  using dims_type = D;
+  static constexpr bool simd = simd_type<T>;
+
+  /// The value in slot `slot` of the frame (an argument).
+  explicit symbol(int slot) : slot_(slot) {}
+  /// The value of expression `e`, computed at this point of the trace.
+  template <lazy E>
+    requires(!std::is_same_v<std::remove_cvref_t<E>, symbol>)
+  symbol(const E& e) : slot_(record(checked(expression_of<T, false>(e)))) {}
+  /// A constant.
+  symbol(const fixed_t<T, D>& value) : symbol(constant_leaf<T, D>{{}, std::make_shared<const fixed_t<T, D>>(value)}) {}
+
+  symbol(const symbol&) = default;
+  symbol& operator=(const symbol&) = default;
+  /// Rebinds to the value of `e`: `y = y * 2.f;`.
+  template <class E>
+    requires(lazy<E> || fixed_value<E>)
+  symbol& operator=(const E& e) {
+    return *this = symbol(e);
+  }
+
+  slot_leaf<T, D> expression() const { return {{}, slot_}; }
+  int slot() const { return slot_; }
+
+  /// As TensorFlow prints a tensor while tracing: `Tensor("a:0", shape=(3,),
+  /// dtype=int32)`, named after its argument (or its slot, for a step's result).
+  friend std::ostream& operator<<(std::ostream& os, const symbol& x) {
+    const recorder* r = recorder::current();
+    const std::string name = r && std::size_t(x.slot_) < r->argument_names.size() ? r->argument_names[std::size_t(x.slot_)]
+                                                                                   : "value_" + std::to_string(x.slot_);
+    return os << "Tensor(\"" << name << ":0\", shape=" << D::shape() << ", dtype=" << dtype_of<T> << ")";
+  }
+
+ private:
+  template <class E>
+  static const E& checked(const E& e) {
+    static_assert(std::is_same_v<typename E::value_type, T> && std::is_same_v<typename E::dims_type, D>,
+                  "kiln: a symbolic value keeps its element type and dims; assign it an expression of the same type "
+                  "(kiln::cast or kiln::reshape change them)");
+    return e;
+  }
+
+  int slot_;
+};
+
+template <class V>
+struct is_symbol : std::false_type {};
+template <class T, class D>
+struct is_symbol<symbol<T, D>> : std::true_type {};
+
+/// The symbol a traced `fixed` argument becomes.
+template <class X>
+using symbol_for = symbol<typename X::value_type, typename X::dims_type>;
+
+// ---- signatures --------------------------------------------------------------------
+
+/// C++ values a typed call keys by value: arithmetic values, enums and strings.
+template <class X>
+concept key_value = std::is_arithmetic_v<std::remove_cvref_t<X>> || std::is_enum_v<std::remove_cvref_t<X>> ||
+                    std::is_same_v<std::remove_cvref_t<X>, std::string>;
+
+template <class X>
+struct is_spec : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_spec<spec<T, D...>> : std::true_type {};
+
+/// A `fixed` value, or its `spec` (for get_concrete_function).
+template <class X>
+concept typed_argument = fixed_value<X> || is_spec<std::remove_cvref_t<X>>::value;
+
+/// Whether a call with `Args` runs in the compile-time tier: at least one `fixed`
+/// argument, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_call = (fixed_value<Args> || ...) && ((fixed_value<Args> || key_value<Args>) && ...);
+
+/// Whether get_concrete_function with `Args` asks for a typed trace: `fixed` values or
+/// specs, and otherwise only C++ values.
+template <class... Args>
+inline constexpr bool typed_request = (typed_argument<Args> || ...) && ((typed_argument<Args> || key_value<Args>) && ...);
+
+/// The `fixed` type of a typed argument.
+template <class X>
+struct fixed_of {
+  using type = std::remove_cvref_t<X>;
+};
+template <class T, std::int64_t... D>
+struct fixed_of<spec<T, D...>> {
+  using type = fixed<T, D...>;
+};
+
+/// What the callable receives for argument `X` while tracing.
+template <class X>
+struct traced {
+  using type = std::remove_cvref_t<X>;
+};
+template <typed_argument X>
+struct traced<X> {
+  using type = symbol_for<typename fixed_of<std::remove_cvref_t<X>>::type>;
+};
+template <class X>
+using traced_t = typename traced<X>::type;
+
+/// The C++ values of a call, its key within the slot of its signature type.
+template <class... Args>
+using values_of = decltype(std::tuple_cat(std::declval<std::conditional_t<typed_argument<Args>, std::tuple<>, std::tuple<std::remove_cvref_t<Args>>>>()...));
+
+template <class... Args>
+values_of<Args...> values(const Args&... args) {
+  return std::tuple_cat([](const auto& a) {
+    if constexpr (typed_argument<decltype(a)>)
+      return std::tuple<>();
+    else
+      return std::tuple<std::remove_cvref_t<decltype(a)>>(a);
+  }(args)...);
+}
+
+// ---- signatures' text --------------------------------------------------------------
+
+/// A value in a typed trace's signature: a typed argument's or result's dtype and
+/// shape, or a C++ value (bound in the header: `power(a, b=3)`).
+struct signature_leaf {
+  bool typed = true;
+  dtype type = int64;
+  kiln::shape shape = {};
+};
+
+/// What a typed trace's signature type says, made at compile time, one per type: a
+/// trace records where it is, and the text is written only where a program shows it.
+struct signature_type {
+  std::span<const signature_leaf> arguments;  ///< one per argument
+  std::span<const signature_leaf> outputs;    ///< none for `void`
+  /// Writes the outputs' structure (`(<1>, <2>)`), empty for one output or none.
+  std::string (*output_structure)();
+};
+
+/// A typed trace's signature: its type, and the text of its C++ values (per argument;
+/// empty when it has none).
+struct recorded_signature {
+  const signature_type* type = nullptr;
+  std::vector<std::string> bound_text;
+};
+
+// An argument's leaf, or a result's.
+template <class X>
+constexpr signature_leaf argument_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (typed_argument<V>) {
+    using F = typename fixed_of<V>::type;
+    return {true, dtype_of<typename F::value_type>, F::dims_type::shape()};
+  } else {
+    return {false};
+  }
+}
+template <class X>
+constexpr signature_leaf result_leaf() {
+  using V = std::remove_cvref_t<X>;
+  if constexpr (lazy<V> || fixed_value<V>)
+    return {true, dtype_of<typename V::value_type>, V::dims_type::shape()};
+  else if constexpr (has_dtype<V>)
+    return {true, dtype_of<V>};
+  else
+    return {true, int64};  // as the runtime tier returns a C++ value it cannot name
+}
+
+// Writes the leaves of a traced result `R` from `next`, unless it is null, in order
+// (none for `void`, a tuple's in turn), and says how many there are.
+template <class R>
+constexpr std::size_t put_outputs(signature_leaf* next) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (std::is_void_v<V>) {
+    return 0;
+  } else if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      std::size_t n = 0;
+      ((n += put_outputs<std::tuple_element_t<I, V>>(next ? next + n : nullptr)), ...);
+      return n;
+    }(std::make_index_sequence<std::tuple_size_v<V>>());
+  } else {
+    if (next) *next = result_leaf<V>();
+    return 1;
+  }
+}
+// Writes the structure of the leaves put_outputs finds in `R` (a std::array as a list).
+template <class R>
+void describe_outputs(detail::structure_text& s) {
+  using V = std::remove_cvref_t<R>;
+  if constexpr (!lazy<V> && !fixed_value<V> && requires { std::tuple_size<V>::value; }) {
+    constexpr std::size_t n = std::tuple_size_v<V>;
+    constexpr bool list = requires { typename V::iterator; };  // std::array
+    s.open(list);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((I > 0 ? s.next() : void(), describe_outputs<std::tuple_element_t<I, V>>(s)), ...);
+    }(std::make_index_sequence<n>());
+    s.close(list, n);
+  } else if constexpr (!std::is_void_v<V>) {
+    s.leaf();
+  }
+}
+template <class R>
+std::string output_structure() {
+  detail::structure_text s;
+  describe_outputs<R>(s);
+  return s.leaves == 1 && s.text == "<1>" ? std::string() : s.text;
+}
+
+template <class R>
+inline constexpr auto output_leaves = [] {
+  std::array<signature_leaf, put_outputs<R>(nullptr)> leaves{};
+  put_outputs<R>(leaves.data());
+  return leaves;
+}();
+template <class... Args>
+inline constexpr std::array<signature_leaf, sizeof...(Args)> argument_leaves{argument_leaf<Args>()...};
+
+/// The signature type of a typed trace of `Args` that returns `R`.
+template <class R, class... Args>
+inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
+
+/// Typed trace signature `s` of the function whose state is `state`, written out
+/// (defined with the typed tier's calls, kiln/typed/function_calls.hpp).
+template <class = void>
+detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
+
+// ---- results -----------------------------------------------------------------------
+
+/// A leaf of what a call returns for the traced result: a `fixed` value for an
+/// expression; C++ values and `fixed` constants come back as they are. Tuples and pairs
+/// keep their structure (detail::output_of).
+template <class R>
+struct output_leaf {
+  using type = R;
+};
+template <lazy R>
+struct output_leaf<R> {
+  using type = fixed_t<typename R::value_type, typename R::dims_type>;
+};
+template <class R>
+using output_t = typename detail::output_of<output_leaf, std::remove_cvref_t<R>>::type;
+
+template <class R>
+output_t<R> evaluate_output(const R& r, frame f) {
+  if constexpr (lazy<R>) {
+    if constexpr (requires { r.expression(); })
+      return materialize(r.expression(), f);
+    else
+      return materialize(r, f);  // in place: an expression can be large
+  } else if constexpr (requires { std::tuple_size<R>::value; } && !std::is_array_v<R>) {
+    return std::apply([&](const auto&... e) { return output_t<R>(evaluate_output(e, f)...); }, r);
+  } else {
+    return r;
+  }
+}
+
+/// Calls `fn` with `recorder` current; restores the previous one (a typed trace may
+/// run inside another).
+template <class Fn>
+decltype(auto) with_recorder(recorder& r, Fn&& fn) {
+  struct restore {
+    recorder* previous;
+    ~restore() { recorder::current() = previous; }
+  } guard{std::exchange(recorder::current(), &r)};
+  return fn();
+}
+
+/// One typed trace: its steps, the size of its frame, and the expression(s) it
+/// returns (`R`; none for `void`).
+template <class R>
+struct trace {
+  using stored = std::conditional_t<std::is_void_v<R>, std::tuple<>, R>;
+  std::vector<step> steps;
+  std::vector<std::size_t> offsets;  ///< each non-argument slot's place in the workspace
+  int arguments = 0;
+  std::size_t workspace_bytes = 0;
+  std::optional<stored> result;
+  recorded_signature signature;
+  std::vector<std::string> argument_names;  ///< of its typed arguments, for graph()
+
+  /// Runs the trace on the data of its arguments.
+  template <std::size_t N>
+  output_t<stored> run(const std::array<void*, N>& args) const {
+    const std::size_t slots = std::size_t(arguments) + offsets.size();
+    // One expression: no frame to build. Steps run even when they add no slot (a print
+    // of an argument).
+    if (steps.empty()) return evaluate_output(*result, args.data());
+    constexpr std::size_t local_slots = 64, local_bytes = 4096;
+    std::array<void*, local_slots> local_frame;
+    std::unique_ptr<void*[]> heap_frame;
+    void** f = local_frame.data();
+    if (slots > local_slots) f = (heap_frame.reset(new void*[slots]), heap_frame.get());
+    alignas(64) std::byte local[local_bytes];
+    // From the C library, which keeps a freed block for the next call too, not the
+    // caching allocator: a program that makes no large `fixed` value then does not
+    // compile the cache.
+    struct heap_workspace {
+      std::size_t bytes;
+      void* p = bytes ? ::operator new(bytes, std::align_val_t(buffer_alignment)) : nullptr;
+      ~heap_workspace() {
+        if (p) ::operator delete(p, std::align_val_t(buffer_alignment));
+      }
+    } heap{workspace_bytes > local_bytes ? workspace_bytes : 0};
+    std::byte* workspace = heap.p ? static_cast<std::byte*>(heap.p) : local;
+    std::copy(args.begin(), args.end(), f);
+    for (std::size_t i = 0; i < offsets.size(); ++i) f[std::size_t(arguments) + i] = workspace + offsets[i];
+    for (const step& s : steps) s.run(s.data.get(), f);
+    return evaluate_output(*result, f);
+  }
+};
+
+/// Traces `fn` for `args` (fixed values or specs, and C++ values); `names` names the
+/// typed arguments, in order, for printing.
+template <class R, class F, class... Args>
+std::unique_ptr<trace<R>> trace_now(F& fn, std::vector<std::string> names, const Args&... args) {
+  recorder rec;
+  rec.argument_names = std::move(names);
+  int slot = 0;
+  auto arg = [&](const auto& a) -> traced_t<decltype(a)> {
+    if constexpr (typed_argument<decltype(a)>) {
+      rec.add_slot(0);  // arguments live in the caller's values
+      return traced_t<decltype(a)>(slot++);
+    } else {
+      return a;
+    }
+  };
+  // Braces: the arguments take their slots from left to right.
+  std::tuple<traced_t<Args>...> traced_args{arg(args)...};
+  auto t = std::make_unique<trace<R>>();
+  if constexpr (std::is_void_v<R>) {
+    with_recorder(rec, [&] { std::apply(fn, traced_args); });
+    t->result.emplace();
+  } else {
+    t->result.emplace(with_recorder(rec, [&]() -> R { return std::apply(fn, traced_args); }));
+  }
+  t->arguments = slot;
+  for (std::size_t i = std::size_t(slot); i < rec.slot_bytes.size(); ++i) {
+    t->offsets.push_back(t->workspace_bytes);
+    t->workspace_bytes += (rec.slot_bytes[i] + 63) / 64 * 64;
+  }
+  t->steps = std::move(rec.steps);
+  t->argument_names = std::move(rec.argument_names);
+  return t;
+}
+
+/// A typed trace as a concrete function: called with the `fixed` values its signature
+/// takes (its C++ values are bound), printed as `ConcreteFunction` and its signature.
+/// \code
+/// kiln::function f([](const auto& x) { return x + x; });
+/// auto c = f.get_concrete_function(kiln::spec<float, 3>{});
+/// kiln::fixed<float, 3> y = c(kiln::fixed<float, 3>::ones());
+/// \endcode
+template <class R, class... Fixed>
+class concrete_function {
+ public:
+  concrete_function(const trace<R>* t, std::shared_ptr<const detail::function_state> owner)
+      : trace_(t), owner_(std::move(owner)) {}
+  auto operator()(const Fixed&... args) const {
+    return trace_->run(std::array<void*, sizeof...(Fixed)>{const_cast<void*>(static_cast<const void*>(args.data()))...});
+  }
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& c) {
+    return os << "ConcreteFunction " << written(*c.owner_, c.trace_->signature).signature_text();
+  }
+  /// The signature in TensorFlow's format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`.
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// std::cout << f.get_concrete_function(kiln::spec<float, 3>{}).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = written(*owner_, trace_->signature).signature_text();
+    text.pop_back();
+    return text;
+  }
+  /// The trace as a kiln::graph, as the runtime tier traces it from the same callable:
+  /// placeholders, ops, `cond` and `while` nodes with their branches and bodies,
+  /// effects, and an Identity per output. It needs the runtime tier (kiln/kiln.hpp).
+  /// \code
+  /// kiln::function f([](const auto& x) { return x + x; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::spec<float, 3>{}).graph();  // a value
+  /// for (const auto& n : g.nodes()) std::cout << n.op() << "\n";  // Placeholder, add, Identity
+  /// \endcode
+  template <class Writer = graph_writer>
+  auto graph() const {
+    if constexpr (requires { sizeof(Writer); })
+      return Writer::template graph_of<Fixed...>(*trace_);
+    else
+      static_assert(always_false<Writer>, "kiln: graph() of a typed trace needs the runtime tier; include <kiln/kiln.hpp>");
+  }
+  /// graph() in Graphviz's dot language.
+  template <class Writer = graph_writer>
+  std::string to_dot() const {
+    return graph<Writer>().to_dot();
+  }
+
+ private:
+  const trace<R>* trace_;
+  std::shared_ptr<const detail::function_state> owner_;  // the function's traces and options
+};
+
+/// The typed::concrete_function of a request with `Args`: its `fixed` argument types.
+template <class R, class... Args>
+struct concrete_for {
+  template <class... F>
+  static concrete_function<R, F...> make(std::tuple<F...>*);
+  using fixed_arguments = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<typed_argument<Args>, std::tuple<typename fixed_of<std::remove_cvref_t<Args>>::type>,
+                                       std::tuple<>>>()...));
+  using type = decltype(make(static_cast<fixed_arguments*>(nullptr)));
+};
+
+// ---- the table of a function's traces ----------------------------------------------
+
+/// A process-wide index per signature type, fixed when the program starts.
+inline std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+template <class Signature>
+inline const std::size_t signature_index = next_signature_index();
+
+/// The traces of one signature type, by the values of its C++ arguments.
+template <class R, class Values>
+struct signature_traces {
+  std::mutex mutex;  // guards by_value
+  std::atomic<const trace<R>*> only{nullptr};  // the trace of a signature without C++ values
+  std::vector<std::pair<Values, std::unique_ptr<trace<R>>>> by_value;
+  std::unique_ptr<trace<R>> only_owner;
+};
+
+/// A function's typed traces: one slot per signature type, found by its index.
+class trace_table {
+ public:
+  /// The traces of signature type `Sig`, made on first use.
+  template <class Sig, class Entry>
+  Entry& entry() {
+    const std::size_t i = signature_index<Sig>;
+    if (i < direct) {
+      if (void* e = direct_[i].load(std::memory_order_acquire)) return *static_cast<Entry*>(e);
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& [index, e] : entries_)
+      if (index == i) return *static_cast<Entry*>(e.get());
+    entries_.emplace_back(i, owned_entry(new Entry, [](void* e) { delete static_cast<Entry*>(e); }));
+    void* e = entries_.back().second.get();
+    if (i < direct) direct_[i].store(e, std::memory_order_release);
+    return *static_cast<Entry*>(e);
+  }
+
+  /// One typed trace at a time (a trace of one function may call another).
+  std::recursive_mutex tracing;
+
+ private:
+  static constexpr std::size_t direct = 32;
+  std::array<std::atomic<void*>, direct> direct_{};
+  mutable std::mutex mutex_;
+  using owned_entry = std::unique_ptr<void, void (*)(void*)>;
+  std::vector<std::pair<std::size_t, owned_entry>> entries_;
+};
+
+}  // namespace typed
+}  // namespace kiln
+// ----- end kiln/typed/trace.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
+// ----- begin kiln/typed/unfused_ops.hpp -----
+/// \file
+/// The typed ops that end a fused expression, unfused: reductions (axes as template
+/// arguments), matmul, conv2d, transpose, reshape, slice, gather, concat and stack (the
+/// elementwise ops, which fuse, are kiln/typed/ops.hpp). Each runs the CPU backend's kernel for its one
+/// element type, so its values are the eager kiln::tensor's bits, and its result's
+/// type comes from the op's constexpr shape rule. On `fixed` values an op computes
+/// at once; in a typed trace it is a step that reads its operands' slots (an
+/// operand expression is evaluated into a slot first) and writes a new one.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+
+namespace kiln {
+namespace typed {
+
+/// A reduction op over `Axes` (all when none).
+template <class Op, bool KeepDims, std::int64_t... Axes>
+struct made_reduction {
+  static constexpr Op op = sizeof...(Axes) == 0 ? Op(reduction_axes(), KeepDims) : Op(reduction_axes(int_list{Axes...}), KeepDims);
+};
+
+/// Dims `D` permuted by `Perm` (reversed when empty).
+template <class D, std::int64_t... Perm>
+struct transposed {
+  static constexpr std::array<int, std::size_t(D::rank)> perm = [] {
+    std::array<int, std::size_t(D::rank)> p{};
+    if constexpr (sizeof...(Perm) == 0) {
+      for (int d = 0; d < D::rank; ++d) p[std::size_t(d)] = D::rank - 1 - d;
+    } else {
+      int d = 0;
+      ((p[std::size_t(d++)] = int(Perm)), ...);
+    }
+    return p;
+  }();
+  static constexpr kiln::shape value = [] {
+    kiln::shape s;
+    for (int d = 0; d < D::rank; ++d) s.push_back(D::values[std::size_t(perm[std::size_t(d)])]);
+    return s;
+  }();
+  static constexpr ops::transpose op{[] {
+    int_list l;
+    for (int p : perm) l.push_back(p);
+    return l;
+  }()};
+};
+
+/// `ops::reshape` to `Dims`.
+template <std::int64_t... Dims>
+struct made_reshape {
+  static constexpr ops::reshape op{dims<Dims...>::shape()};
+};
+
+/// The slot holding the value of operand `x` in the trace being recorded.
+template <class X>
+int slot_of(const X& x) {
+  if constexpr (is_symbol<std::remove_cvref_t<X>>::value) {
+    return x.slot();
+  } else {
+    using E = std::remove_cvref_t<decltype(expression_of<void, false>(x))>;
+    return symbol<typename E::value_type, typename E::dims_type>(expression_of<void, false>(x)).slot();
+  }
+}
+
+/// A step running `Kernel`, which computes `Made::op` into a value of type `Out` and
+/// dims `OutD`, on the slots `in` (values of `fixed` types `In`) into slot `out`.
+template <class Made, class Kernel, class Out, class OutD, class... In>
+struct kernel_step {
+  Kernel kernel;
+  int out;
+  std::array<int, sizeof...(In)> in;
+  static void run(const void* data, frame f) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      s.kernel(static_cast<Out*>(f[s.out]), static_cast<const typename In::value_type*>(f[s.in[I]])...);
+    }(std::index_sequence_for<In...>());
+  }
+  static void describe(const void* data, description_sink& sink) {
+    const auto& s = *static_cast<const kernel_step*>(data);
+    sink.bind(s.out, sink.op(decltype(Made::op)::name, &Made::op, slot_values<In...>(sink, s.in), dtype_of<Out>, OutD::values));
+  }
+};
+
+/// `kernel(out, in...)`, computing `Made::op` on the values of `x...`, giving a value
+/// of type `OutT` and dims `OutD`: a `fixed` now, or a symbol written by a step of the
+/// trace.
+template <class OutT, class OutD, class Made, class Kernel, class... X>
+auto apply_kernel(Kernel kernel, const X&... x) {
+  if constexpr (eager<X...>) {
+    fixed_t<OutT, OutD> out(uninitialized);
+    kernel(out.data(), x.data()...);
+    return out;
+  } else {
+    recorder& r = current_recorder();
+    using step_t = kernel_step<Made, Kernel, OutT, OutD, fixed_t<typename element_of<X>::type, typename std::remove_cvref_t<X>::dims_type>...>;
+    const std::array<int, sizeof...(X)> in{slot_of(x)...};
+    const int out = r.add_slot(bytes_of<fixed_t<OutT, OutD>>);
+    r.push(step_of(std::make_unique<const step_t>(step_t{kernel, out, in})));
+    return symbol<OutT, OutD>(out);
+  }
+}
+
+/// An integer product small enough for loops whose sizes the compiler knows: integer
+/// sums wrap, so their order does not change them, and this gives gemm's values.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void small_integer_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  using U = std::make_unsigned_t<T>;  // wraps
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      U sum = 0;
+      for (std::int64_t k = 0; k < K; ++k) sum += U(a[i * K + k]) * U(b[k * N + j]);
+      c[i * N + j] = T(sum);
+    }
+}
+
+/// A float product that the CPU gemm computes without packing and on one thread: each
+/// element is one fused multiply-add chain over k, from zero and in order, as in its
+/// micro-kernel, so the values are gemm's; with the sizes known at compile time only
+/// this loop is compiled. Tiles of rows keep their accumulators in registers.
+template <class T, std::int64_t M, std::int64_t N, std::int64_t K>
+void direct_matmul(const T* KILN_RESTRICT a, const T* KILN_RESTRICT b, T* KILN_RESTRICT c) {
+  namespace cpu = backend::cpu::detail;
+  using B = batch<T>;
+  constexpr std::int64_t w = B::size, vectors = (N + w - 1) / w, tail = N - (vectors - 1) * w;
+  constexpr std::int64_t rows = std::max<std::int64_t>(1, std::min<std::int64_t>(M, 16 / vectors));
+  auto tile = [&]<std::int64_t H>(std::integral_constant<std::int64_t, H>, std::int64_t i0) {
+    B acc[H][vectors];
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = B(T(0));
+    for (std::int64_t p = 0; p < K; ++p) {
+      B b_row[vectors];
+      for (std::int64_t v = 0; v < vectors; ++v)
+        b_row[v] = v + 1 < vectors || tail == w ? B::load_unaligned(b + p * N + v * w) : backend::cpu::load_partial(b + p * N + v * w, tail);
+      for (std::int64_t r = 0; r < H; ++r) {
+        const B a_value(a[(i0 + r) * K + p]);
+        for (std::int64_t v = 0; v < vectors; ++v) acc[r][v] = math::multiply_add(a_value, b_row[v], acc[r][v]);
+      }
+    }
+    for (std::int64_t r = 0; r < H; ++r)
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        T* dst = c + (i0 + r) * N + v * w;
+        if (v + 1 < vectors || tail == w)
+          acc[r][v].store_unaligned(dst);
+        else
+          backend::cpu::store_partial(acc[r][v], dst, tail);
+      }
+  };
+  std::int64_t i0 = 0;
+  for (; i0 + rows <= M; i0 += rows) tile(std::integral_constant<std::int64_t, rows>(), i0);
+  if constexpr (M % rows != 0) tile(std::integral_constant<std::int64_t, M % rows>(), i0);
+}
+
+/// Reduction `Op` over `Axes` (all when none) of `x`.
+template <class Op, bool KeepDims, std::int64_t... Axes, class X>
+auto reduce(const X& x) {
+  using V = std::remove_cvref_t<X>;
+  using T = typename V::value_type;
+  using D = typename V::dims_type;
+  using made_op = made_reduction<Op, KeepDims, Axes...>;
+  using rule = op_rule<made_op, V>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return rule_error{};
+  } else {
+    using Out = element_t<rule::dtypes.value>;
+    using OutD = dims_from<rule>;
+    return apply_kernel<Out, OutD, made_op>(
+        [](Out* out, const T* in) {
+          namespace cpu = backend::cpu;
+          constexpr auto axis = made_op::op.axis;
+          constexpr std::int64_t count = ops::reduced_count(D::shape(), axis);
+          constexpr cpu::reduction_layout layout(D::shape(), ops::reduced_dims(axis, D::rank));
+          constexpr cpu::reduction_plan plan = cpu::plan_reduction(layout, count, std::int64_t(batch<T>::size));
+          constexpr bool small = cpu::one_small_task(plan, D::size, count);
+          cpu::reduce_planned<plan.kind, cpu::reducer_for<Op::kind, T>, small>(in, out, layout, plan, OutD::size, count);
+          if constexpr (Op::kind == ops::reduction_kind::mean) cpu::sums_to_means<small>(out, OutD::size, count);
+        },
+        x);
+  }
+}
+
+}  // namespace typed
+
+/// Tag: reduced dims stay in a typed reduction's result with size 1.
+struct keep_dims_t {
+  explicit constexpr keep_dims_t() = default;
+};
+inline constexpr keep_dims_t keep_dims{};
+
+// The checks name the op in the first error line (see KILN_TYPED_CHECKS).
+#define KILN_TYPED_REDUCTION(fn)                                                                 \
+  template <std::int64_t... Axes, typed::operand X>                                              \
+  auto fn(const X& x) {                                                                          \
+    return fn<Axes...>(x, keep_dims_t(), std::false_type());                                     \
+  }                                                                                              \
+  template <std::int64_t... Axes, typed::operand X, class Keep = std::true_type>                 \
+  auto fn(const X& x, keep_dims_t, Keep = {}) {                                                  \
+    using rule = typed::op_rule<typed::made_reduction<ops::fn, Keep::value, Axes...>, std::remove_cvref_t<X>>; \
+    static_assert(rule::dtypes.ok(), "kiln::" #fn ": reductions take int32, int64, float32 or float64 values"); \
+    static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::" #fn ": an axis is out of range or listed twice"); \
+    return typed::reduce<ops::fn, Keep::value, Axes...>(x);                                      \
+  }                                                                                              \
+  template <std::int64_t Axis, std::int64_t... More>                                             \
+  tensor fn(const tensor& x) {                                                                   \
+    return fn(x, reduction_axes(int_list{Axis, More...}));                                       \
+  }
+/// `kiln::reduce_sum<1>(x)`: typed reductions take their axes as template arguments
+/// (all axes when none), and `kiln::keep_dims` to keep reduced dims; the same
+/// spelling works on a kiln::tensor.
+KILN_TYPED_REDUCTION(reduce_sum)
+KILN_TYPED_REDUCTION(reduce_mean)
+KILN_TYPED_REDUCTION(reduce_max)
+KILN_TYPED_REDUCTION(reduce_min)
+KILN_TYPED_REDUCTION(argmax)
+#undef KILN_TYPED_REDUCTION
+
+/// `kiln::matmul(a, b)` on typed operands: a (batched) matrix product whose inner
+/// dims must agree at compile time.
+template <typed::operand A, typed::operand B>
+auto matmul(const A& a, const B& b) {
+  using Va = std::remove_cvref_t<A>;
+  using Vb = std::remove_cvref_t<B>;
+  using T = typename Va::value_type;
+  using Da = typename Va::dims_type;
+  using Db = typename Vb::dims_type;
+  using rule = typed::op_rule<typed::made<ops::matmul>, Va, Vb>;
+  static_assert(rule::dtypes.ok(), "kiln::matmul: both operands must hold one of int32, int64, float32 or float64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::matmul: the inner dimensions must match (and batch dimensions broadcast)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    return typed::apply_kernel<T, OutD, typed::made<ops::matmul>>(
+        [](T* out, const T* x, const T* y) {
+          constexpr ops::matmul_geometry g(Da::shape(), Db::shape(), OutD::shape());
+          for (std::int64_t bi = 0; bi < g.batches; ++bi) {
+            const auto [oa, ob] = g.operand_offsets(bi);
+            if constexpr (std::is_integral_v<T> && g.m * g.n * g.k <= 64 * 64 * 64)
+              typed::small_integer_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else if constexpr (std::is_floating_point_v<T> && backend::cpu::detail::gemm_unpacked<T>(g.m, g.n, g.k) &&
+                               double(g.m) * double(g.n) * double(g.k) < backend::cpu::detail::gemm_parallel_work)
+              typed::direct_matmul<T, g.m, g.n, g.k>(x + oa, y + ob, out + bi * g.m * g.n);
+            else
+              backend::cpu::gemm<T>(g.m, g.n, g.k, x + oa, g.k, y + ob, g.n, out + bi * g.m * g.n, g.n);
+          }
+        },
+        a, b);
+  }
+}
+
+/// `kiln::transpose<1, 0>(x)` on a typed operand: dims permuted by `Perm` (reversed
+/// when empty).
+template <std::int64_t... Perm, typed::operand X>
+auto transpose(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  static_assert(sizeof...(Perm) == 0 || sizeof...(Perm) == std::size_t(D::rank),
+                "kiln::transpose: the permutation must list every dim once");
+  using rule = typed::transposed<D, Perm...>;
+  using OutD = typed::dims_from<rule>;
+  return typed::apply_kernel<T, OutD, rule>(
+      [](T* out, const T* in) {
+        constexpr auto in_strides = row_major_strides(D::shape());
+        std::array<std::int64_t, max_rank> index{};  // the output's multi-index
+        for (std::int64_t i = 0; i < OutD::size; ++i) {
+          std::int64_t from = 0;
+          for (int d = 0; d < D::rank; ++d) from += index[std::size_t(d)] * in_strides[std::size_t(rule::perm[std::size_t(d)])];
+          out[i] = in[from];
+          for (int d = D::rank - 1; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
+            index[std::size_t(d)] = 0;
+        }
+      },
+      x);
+}
+
+namespace typed {
+
+/// A list of integers given as a template argument (`std::array{1, 0}`) as an int_list.
+template <auto List>
+constexpr int_list int_list_of() {
+  int_list l;
+  for (auto v : List) l.push_back(std::int64_t(v));
+  return l;
+}
+
+/// `Op` (concat, stack or gather) along `Axis`, for op_rule.
+template <class Op, std::int64_t Axis>
+struct made_along {
+  static constexpr Op op{Axis};
+};
+
+/// `ops::slice` of `Begin` and `Size`, for op_rule.
+template <auto Begin, auto Size>
+struct made_slice {
+  static constexpr ops::slice op{int_list_of<Begin>(), int_list_of<Size>()};
+};
+
+/// Copies the block of `OutD` that starts at row-major offset `base` of an input of
+/// dims `D` (a slice).
+template <class D, class OutD, std::int64_t Base, class T>
+void copy_block(T* KILN_RESTRICT out, const T* KILN_RESTRICT in) {
+  constexpr auto strides = row_major_strides(D::shape());
+  constexpr std::int64_t row = OutD::rank == 0 ? 1 : OutD::values[std::size_t(OutD::rank - 1)];
+  std::array<std::int64_t, max_rank> index{};  // the output's multi-index, but for its last dim
+  for (std::int64_t i = 0; i < OutD::size; i += row) {
+    std::int64_t from = Base;
+    for (int d = 0; d + 1 < OutD::rank; ++d) from += index[std::size_t(d)] * strides[std::size_t(d)];
+    std::copy_n(in + from, row, out + i);
+    for (int d = OutD::rank - 2; d >= 0 && ++index[std::size_t(d)] == OutD::values[std::size_t(d)]; --d)
+      index[std::size_t(d)] = 0;
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::slice<std::array{1, 0}, std::array{2, -1}>(x)` on a typed operand: the block
+/// of `Size[d]` elements from `Begin[d]` along every dim d (-1: to the end of it);
+/// that it lies within `x` is checked at compile time.
+template <auto Begin, auto Size, typed::operand X>
+auto slice(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using made = typed::made_slice<Begin, Size>;
+  using rule = typed::op_rule<made, std::remove_cvref_t<X>>;
+  static_assert(rule::shapes.ok(), "kiln::slice: begin and size must have one entry per dim");
+  static_assert(!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) < 0,
+                "kiln::slice: begin and size must lie within the operand's dims");
+  if constexpr (!rule::shapes.ok() || made::op.first_unfit_dim(D::shape()) >= 0) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr std::int64_t base = [] {
+      const auto strides = row_major_strides(D::shape());
+      std::int64_t b = 0;
+      for (int d = 0; d < D::rank; ++d) b += made::op.begin[d] * strides[std::size_t(d)];
+      return b;
+    }();
+    return typed::apply_kernel<T, OutD, made>([](T* out, const T* in) { typed::copy_block<D, OutD, base>(out, in); }, x);
+  }
+}
+
+/// `kiln::gather<Axis>(x, indices)` on typed operands: the slices of `x` along `Axis`
+/// at `indices` (int32 or int64, any dims; their values are checked when it runs,
+/// raising kiln::invalid_argument_error as the runtime tier does).
+template <std::int64_t Axis = 0, typed::operand X, typed::operand I>
+auto gather(const X& x, const I& indices) {
+  using T = typename typed::element_of<X>::type;
+  using Index = typename typed::element_of<I>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  using ID = typename std::remove_cvref_t<I>::dims_type;
+  using rule = typed::op_rule<typed::made_along<ops::gather, Axis>, std::remove_cvref_t<X>, std::remove_cvref_t<I>>;
+  static_assert(rule::dtypes.ok(), "kiln::gather: the indices must be int32 or int64");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::gather: the axis must be one of the operand's dims");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    constexpr int axis = ops::normalize_axis(Axis, D::rank);
+    constexpr std::int64_t outer = elements_between(D::shape(), 0, axis), n = D::values[std::size_t(axis)],
+                           inner = elements_between(D::shape(), axis + 1, D::rank), m = ID::size;
+    return typed::apply_kernel<T, OutD, typed::made_along<ops::gather, Axis>>(
+        [](T* out, const T* in, const Index* index) {
+          ops::check_gather_indices(index, ID::shape(), Axis, D::shape());
+          for (std::int64_t o = 0; o < outer; ++o)
+            for (std::int64_t j = 0; j < m; ++j) out = std::copy_n(in + (o * n + std::int64_t(index[j])) * inner, inner, out);
+        },
+        x, indices);
+  }
+}
+
+namespace typed {
+/// `ops::conv2d` with its strides and padding, for op_rule.
+template <ops::padding Pad, std::int64_t StrideH, std::int64_t StrideW>
+struct made_conv2d {
+  static constexpr ops::conv2d op{StrideH, StrideW, Pad};
+};
+}  // namespace typed
+
+/// `kiln::conv2d<kiln::padding::same, 2>(x, filters)` on typed operands: the 2-D
+/// convolution of an NHWC input with HWIO filters, strides `StrideH` and `StrideW`,
+/// shapes checked at compile time. It runs the runtime tier's CPU kernel, so it
+/// gives its values.
+template <ops::padding Pad = ops::padding::valid, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH,
+          typed::operand X, typed::operand F>
+auto conv2d(const X& x, const F& filters) {
+  using rule = typed::op_rule<typed::made_conv2d<Pad, StrideH, StrideW>, std::remove_cvref_t<X>, std::remove_cvref_t<F>>;
+  static_assert(rule::dtypes.ok(), "kiln::conv2d: the input and filters must have one numeric element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(),
+                "kiln::conv2d: the input (NHWC) and filters (HWIO) do not fit (ranks, channels or VALID sizes)");
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using T = typename typed::element_of<X>::type;
+    using XD = typename std::remove_cvref_t<X>::dims_type;
+    using FD = typename std::remove_cvref_t<F>::dims_type;
+    using OutD = typed::dims_from<rule>;
+    return typed::apply_kernel<T, OutD, typed::made_conv2d<Pad, StrideH, StrideW>>(
+        [](T* out, const T* in, const T* f) {
+          constexpr auto& xs = XD::values;
+          constexpr auto& fs = FD::values;
+          constexpr std::int64_t pad_h = ops::conv_output_dim(xs[1], fs[0], StrideH, Pad).pad_before;
+          constexpr std::int64_t pad_w = ops::conv_output_dim(xs[2], fs[1], StrideW, Pad).pad_before;
+          backend::cpu::conv2d<T>(in, xs[0], xs[1], xs[2], xs[3], f, fs[0], fs[1], fs[3], StrideH, StrideW, pad_h, pad_w, out,
+                                  OutD::values[1], OutD::values[2]);
+        },
+        x, filters);
+  }
+}
+
+/// The typed spellings of slice, gather and conv2d on kiln::tensors, so that one
+/// generic callable serves both tiers.
+template <auto Begin, auto Size>
+tensor slice(const tensor& x) {
+  return slice(x, typed::int_list_of<Begin>(), typed::int_list_of<Size>());
+}
+template <std::int64_t Axis>
+tensor gather(const tensor& x, const tensor& indices) {
+  return gather(x, indices, Axis);
+}
+template <ops::padding Pad, std::int64_t StrideH = 1, std::int64_t StrideW = StrideH>
+tensor conv2d(const tensor& x, const tensor& filters) {
+  return conv2d(x, filters, int_list{StrideH, StrideW}, Pad == ops::padding::valid ? "VALID" : "SAME");
+}
+
+namespace typed {
+
+/// Joins operands along a dim: for each of `outer` rows, `chunk[k]` elements from
+/// operand k in turn (concat and stack differ only in their chunks).
+template <std::int64_t Outer, std::int64_t... Chunk, class T, class... In>
+void join(T* out, const In*... in) {
+  for (std::int64_t o = 0; o < Outer; ++o) ((out = std::copy_n(in + o * Chunk, Chunk, out)), ...);
+}
+
+template <class Op, std::int64_t Axis, class... X>
+auto join_along(const X&... x) {
+  using T = typename typed::element_of<std::tuple_element_t<0, std::tuple<X...>>>::type;
+  using rule = typed::op_rule<typed::made_along<Op, Axis>, std::remove_cvref_t<X>...>;
+  if constexpr (!rule::dtypes.ok() || !rule::shapes.ok()) {
+    return typed::rule_error{};
+  } else {
+    using OutD = typed::dims_from<rule>;
+    using first = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<X...>>>::dims_type;
+    // Dims before the axis make the rows; concat's axis is one of its operands' dims,
+    // stack's a new one.
+    constexpr int axis = int(Axis < 0 ? Axis + OutD::rank : Axis);
+    constexpr std::int64_t outer = elements_between(first::shape(), 0, axis);
+    return apply_kernel<T, OutD, made_along<Op, Axis>>(
+        [](T* out, const auto*... in) { join<outer, (std::remove_cvref_t<X>::dims_type::size / outer)...>(out, in...); },
+        x...);
+  }
+}
+
+}  // namespace typed
+
+/// `kiln::concat<1>(a, b, ...)` on typed operands: joined along an existing dim, the
+/// others equal (checked at compile time).
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto concat(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::concat, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::concat: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::concat: the operands' dims must be equal but along the axis");
+  return typed::join_along<ops::concat, Axis>(x...);
+}
+
+/// `kiln::stack<0>(a, b, ...)` on typed operands of one type: joined along a new dim.
+template <std::int64_t Axis = 0, typed::operand... X>
+  requires(sizeof...(X) > 0)
+auto stack(const X&... x) {
+  using rule = typed::op_rule<typed::made_along<ops::stack, Axis>, std::remove_cvref_t<X>...>;
+  static_assert(rule::dtypes.ok(), "kiln::stack: the operands must have one element type");
+  static_assert(!rule::dtypes.ok() || rule::shapes.ok(), "kiln::stack: the operands must have the same dims");
+  return typed::join_along<ops::stack, Axis>(x...);
+}
+
+/// `kiln::concat<Axis>(a, b)` and `kiln::stack<Axis>(a, b)` on kiln::tensors, so that
+/// one generic callable serves both tiers.
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor concat(const T&... x) {
+  return concat({x...}, Axis);
+}
+template <std::int64_t Axis = 0, class... T>
+  requires(sizeof...(T) > 0 && (std::same_as<T, tensor> && ...))
+tensor stack(const T&... x) {
+  return stack({x...}, Axis);
+}
+
+/// The typed spellings on a kiln::tensor, so that one generic callable serves both
+/// tiers: `kiln::transpose<1, 0>(t)`, `kiln::reshape<3, 2>(t)`.
+template <std::int64_t P, std::int64_t... More>
+tensor transpose(const tensor& x) {
+  return transpose(x, int_list{P, More...});
+}
+template <std::int64_t D, std::int64_t... More>
+tensor reshape(const tensor& x) {
+  return reshape(x, shape{D, More...});
+}
+
+#define KILN_TYPED_LIKE(fn, factory)                                                            \
+  template <typed::operand X>                                                                   \
+  auto fn(const X&) {                                                                           \
+    using V = std::remove_cvref_t<X>;                                                           \
+    using F = typed::fixed_t<typename V::value_type, typename V::dims_type>;                    \
+    if constexpr (typed::eager<X>)                                                              \
+      return F::factory();                                                                      \
+    else                                                                                        \
+      return typed::symbol<typename V::value_type, typename V::dims_type>(F::factory());         \
+  }
+/// `kiln::ones_like(x)` of a typed operand: its type, all ones; a symbolic value in
+/// a trace, so that a loop can rebind it (`auto c = kiln::ones_like(a); c = c * a;`).
+KILN_TYPED_LIKE(ones_like, ones)
+/// `kiln::zeros_like(x)` of a typed operand: its type, all zeros.
+KILN_TYPED_LIKE(zeros_like, zeros)
+#undef KILN_TYPED_LIKE
+
+/// `kiln::reshape<3, 2>(x)` on a typed operand: the same elements in row-major order
+/// as new dims with as many elements.
+template <std::int64_t... Dims, typed::operand X>
+auto reshape(const X& x) {
+  using T = typename typed::element_of<X>::type;
+  using D = typename std::remove_cvref_t<X>::dims_type;
+  static_assert(typed::dims<Dims...>::size == D::size, "kiln::reshape: the new dims must hold as many elements as the old");
+  using OutD = typed::dims<Dims...>;
+  if constexpr (typed::is_symbol<std::remove_cvref_t<X>>::value)
+    return typed::symbol<T, OutD>(x.slot());  // the same slot, read with other dims
+  else
+    return typed::apply_kernel<T, OutD, typed::made_reshape<Dims...>>([](T* out, const T* in) { std::copy_n(in, D::size, out); }, x);
 }
 
 }  // namespace kiln
-// ----- end kiln/trace/effects.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
+// ----- end kiln/typed/unfused_ops.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
 // ----- begin kiln/typed/effects.hpp -----
@@ -21788,463 +21062,6 @@ KILN_VARIABLE_WITH_TYPED(>)
 }  // namespace kiln
 // ----- end kiln/typed/effects.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
-#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
-#define KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
-// ----- begin kiln/trace/random.hpp -----
-/// \file
-/// Random numbers (`random::uniform` and its kin), stateful as TensorFlow's:
-/// every draw, eager or in a graph, gives new numbers, and the sequence of draws is
-/// reproducible from seeds. Eagerly a draw fills a tensor at once; while tracing it
-/// records a special op that draws again at every run of the graph, instead of a
-/// constant drawn once at trace time. `random::generator` is tf.random.Generator;
-/// `random::stateless_uniform` is the pure function of a seed.
-
-#include <array>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-namespace kiln {
-namespace detail {
-
-/// splitmix64's finalizer: a bijection of 64-bit words in which every input bit
-/// reaches every output bit (how seeds are spread into keys).
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  return z ^ (z >> 31);
-}
-
-/// The next number of splitmix64, a 64-bit generator whose state is `state`, and
-/// which the call advances: where kiln needs a stream of numbers, not a distribution
-/// (shuffling a dataset's buffer, spreading seeds).
-constexpr std::uint64_t splitmix64(std::uint64_t& state) { return mix64(state += 0x9E3779B97F4A7C15u); }
-
-/// A seed for an unseeded random call: distinct per call and per process run. A run
-/// is told apart by the clocks at the first call and by where the address space put
-/// this function's counter (randomized per run), not by std::random_device: <random>
-/// costs every file that includes kiln a tenth of a second to parse.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{
-      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
-      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
-  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  return splitmix64(state);
-}
-
-/// The distributions a draw takes numbers from.
-enum class distribution {
-  uniform,           ///< [minval, maxval)
-  normal,            ///< mean minval, standard deviation maxval
-  truncated_normal,  ///< as normal, drawn again beyond two standard deviations
-};
-
-/// Fills `out[0, n)` with normal numbers of mean `mean` and standard deviation
-/// `stddev` from Philox keyed by `seed` (Box-Muller on two uniform numbers); with
-/// `truncated`, a number beyond two standard deviations is drawn again, as
-/// tf.random.truncated_normal does. Element i reads Philox blocks (i, attempt) of
-/// stream `stream` only, so it depends on the seed, the stream and its index alone,
-/// whatever the thread count; a key apart from uniform draws' keeps the two unrelated.
-template <class T>
-void normal_fill(T* out, std::int64_t n, std::uint64_t seed, std::uint64_t stream, double mean, double stddev,
-                 bool truncated) {
-  const std::uint64_t mixed = seed ^ 0x6A09E667F3BCC908u;
-  const std::array<std::uint32_t, 2> key{std::uint32_t(mixed), std::uint32_t(mixed >> 32)};
-  ranges_for<false>(n, uniform_fill_grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      double z = 0;
-      // Elements are fewer than 2^48, so the attempt in the counter's second word's
-      // upper half never meets another element's index.
-      for (std::uint32_t attempt = 0;; ++attempt) {
-        const auto w = philox4x32_10({std::uint32_t(i), std::uint32_t(std::uint64_t(i) >> 32) + (attempt << 16),
-                                      std::uint32_t(stream), std::uint32_t(stream >> 32)},
-                                     key);
-        // u1 in (0, 1], so its logarithm is finite; u2 in [0, 1); 53 bits each.
-        const double u1 = double((std::uint64_t(w[0]) << 21 | w[1] >> 11) + 1) * 0x1p-53;
-        const double u2 = double(std::uint64_t(w[2]) << 21 | w[3] >> 11) * 0x1p-53;
-        z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-        if (!truncated || std::fabs(z) <= 2.0 || attempt == 0xFFFF) break;
-      }
-      out[i] = T(mean + stddev * z);
-    }
-  });
-}
-
-/// What one random draw makes: a checked shape, dtype, distribution and its
-/// parameters (for a normal one, minval is the mean and maxval the standard deviation).
-struct uniform_spec {
-  shape dims;
-  dtype type;
-  double minval;
-  std::optional<double> maxval;
-  distribution kind = distribution::uniform;
-
-  /// The function that draws this way, as errors name it.
-  std::string_view what() const {
-    return kind == distribution::uniform ? "random::uniform"
-           : kind == distribution::normal ? "random::normal"
-                                          : "random::truncated_normal";
-  }
-
-  /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
-  /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
-  template <class = void>
-  void check() const {
-    if (kind != distribution::uniform) {
-      if (!is_floating(type))
-        throw type_error(std::string(what()) + ": dtype must be float32 or float64, got " + std::string(name(type)));
-      require_fully_defined(what(), dims);
-      const double stddev = maxval.value_or(1);
-      if (!std::isfinite(minval) || !std::isfinite(stddev) || stddev < 0)
-        throw invalid_argument_error(std::string(what()) + ": the mean must be finite and the standard deviation finite "
-                                     "and not negative, got mean " + describe_value(minval) + " and stddev " +
-                                     describe_value(stddev));
-      return;
-    }
-    if (!is_floating(type) && !is_integer(type))
-      throw type_error("random::uniform: dtype must be int32, int64, float32 or float64, got " + std::string(name(type)));
-    if (is_integer(type) && !maxval)
-      throw invalid_argument_error("random::uniform: an integer dtype (" + std::string(name(type)) +
-                                   ") needs an explicit maxval");
-    require_fully_defined("random::uniform", dims);
-    visit_dtype(type, [&]<class T>() { (void)bounds<T>(); });
-  }
-
-  /// A fresh tensor of numbers drawn from stream `stream` of Philox keyed by `key`.
-  /// (This and every function that draws is a template, as op functions are, so that
-  /// the fill kernels compile only in programs that draw.)
-  template <class = void>
-  tensor draw(std::uint64_t key, std::uint64_t stream) const {
-    tensor out(type, dims);
-    visit_dtype(type, [&]<class T>() {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (kind != distribution::uniform) {
-          normal_fill(out.view().as<T>(), out.size(), key, stream, minval, maxval.value_or(1),
-                      kind == distribution::truncated_normal);
-          return;
-        }
-      }
-      if constexpr ((std::is_integral_v<T> && !std::is_same_v<T, bool>) || std::is_floating_point_v<T>) {
-        auto [lo, hi] = bounds<T>();
-        uniform_fill(out.view().as<T>(), out.size(), key, stream, lo, hi);
-      }
-    });
-    return out;
-  }
-
- private:
-  template <class T>
-  std::pair<T, T> bounds() const {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      T lo = integer_bound<T>(minval, "minval", type), hi = integer_bound<T>(*maxval, "maxval", type);
-      if (!(lo < hi))
-        throw invalid_argument_error("random::uniform: maxval " + std::to_string(hi) + " must be greater than minval " +
-                                     std::to_string(lo));
-      return {lo, hi};
-    } else if constexpr (std::is_floating_point_v<T>) {
-      T lo = T(minval), hi = T(maxval.value_or(1));
-      if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi))
-        throw invalid_argument_error("random::uniform: the bounds must be finite with minval < maxval, got minval " +
-                                     describe_value(lo) + " and maxval " + describe_value(hi));
-      return {lo, hi};
-    } else {
-      return {};
-    }
-  }
-};
-
-/// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
-inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
-  switch (d) {
-    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
-    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
-    default: return {"RandomUniform", "StatefulUniform"};
-  }
-}
-
-/// The process's random state: the global seed (random::set_seed), the counter that
-/// gives ops without a seed of their own one under a global seed, and how many draws
-/// each seeded eager op has made (its next stream).
-struct random_state {
-  std::mutex mutex;
-  std::optional<std::uint64_t> global_seed;
-  std::uint64_t next_op_seed = 0;
-  std::map<std::uint64_t, std::uint64_t> eager_draws;
-
-  static random_state& get() {
-    static random_state s;
-    return s;
-  }
-
-  /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
-  /// rules: an op seed alone keys the op; a global seed gives each op without one a
-  /// seed of its own in creation order, so a program draws the same numbers at every
-  /// run; with neither the key is fresh.
-  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
-    std::lock_guard lock(mutex);
-    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
-    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
-  }
-  /// The stream of the next eager draw with key `key`.
-  std::uint64_t next_eager_stream(std::uint64_t key) {
-    std::lock_guard lock(mutex);
-    return eager_draws[key]++;
-  }
-};
-
-/// The state of a random::generator, shared by its copies and the graphs that draw
-/// from it: a key and the next stream.
-struct generator_state {
-  std::atomic<std::uint64_t> key;
-  std::atomic<std::uint64_t> next_stream{0};
-  explicit generator_state(std::uint64_t k) : key(k) {}
-  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
-};
-
-/// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
-/// own key, or of its generator's state. Never folded or merged, as a special op.
-class random_uniform_op final : public special_op {
- public:
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::uint64_t key)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), key_(key) {}
-  template <class = void>
-  random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
-      : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
-
-  std::string_view name() const {
-    const auto names = random_op_names(spec_.kind);
-    return generator_ ? names.second : names.first;
-  }
-  // A generator's draw advances state that later draws see, so it runs even when
-  // its numbers are not needed, in program order; an op's own counter does not.
-  bool has_effects() const { return generator_ != nullptr; }
-  template <class = void>
-  tensor run(std::span<const tensor* const>) const {
-    auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
-    return spec_.draw(key, stream);
-  }
-  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
-  /// What it draws, and from which key (its own, when it has no generator).
-  const uniform_spec& spec() const { return spec_; }
-  std::uint64_t key() const { return key_; }
-  const std::shared_ptr<generator_state>& generator() const { return generator_; }
-
-  static std::array<std::string_view, 6> op_names() {
-    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
-               t = random_op_names(distribution::truncated_normal);
-    return {u.first, u.second, n.first, n.second, t.first, t.second};
-  }
-  /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
-  /// sequence over in the loaded function, as a fresh trace would; a generator's draws
-  /// go on from its state when saved.
-  template <class Out>
-  void save(Out& out) const {
-    out.set_dtype("dtype", spec_.type);
-    out.set_shape("shape", spec_.dims);
-    out.set("minval", spec_.minval);
-    if (spec_.maxval)
-      out.set("maxval", *spec_.maxval);
-    else
-      out.set_null("maxval");
-    if (generator_)
-      out.set_generator("generator", generator_);
-    else
-      out.set("key", key_);
-  }
-  template <class In>
-  static std::shared_ptr<const special_op> load(In& in) {
-    distribution drawn = distribution::uniform;
-    bool stateful = false;
-    for (distribution d : {distribution::uniform, distribution::normal, distribution::truncated_normal})
-      if (const auto names = random_op_names(d); in.op() == names.first || in.op() == names.second)
-        drawn = d, stateful = in.op() == names.second;
-    uniform_spec u{in.shape("shape"), in.dtype("dtype"), in.number("minval"), std::nullopt, drawn};
-    if (!in.is_null("maxval")) u.maxval = in.number("maxval");
-    try {
-      u.check();
-    } catch (const error& e) {
-      in.fail(e.what());
-    }
-    in.expect_results({{u.type, u.dims}});
-    if (in.input_count() != 0) in.fail(in.op() + " takes no inputs");
-    if (!stateful) return std::make_shared<random_uniform_op>(std::move(u), in.unsigned_integer("key"));
-    return std::make_shared<random_uniform_op>(std::move(u), in.generator("generator"));
-  }
-  static constexpr std::string_view onnx_refusal = "draws random numbers, which ONNX's RandomUniform cannot repeat";
-
- private:
-  uniform_spec spec_;
-  std::uint64_t key_ = 0;
-  mutable std::atomic<std::uint64_t> next_stream_{0};
-  std::shared_ptr<generator_state> generator_;
-};
-
-/// Records `op` in the trace in progress and returns its symbolic result.
-inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
-  return trace.record_special(op, {}, op->results())[0];
-}
-
-/// A stateful draw of `spec`, as random::uniform makes one.
-template <class = void>
-tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
-  spec.check();
-  random_state& state = random_state::get();
-  const std::uint64_t key = state.key_for(seed);
-  if (trace_context* trace = trace_context::current())
-    return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
-  return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
-}
-
-}  // namespace detail
-
-namespace random {
-
-/// Sets the global seed, as tf.random.set_seed: from then on the sequence of numbers
-/// that random::uniform draws, eagerly and in functions traced afterwards, is the same
-/// at every run of the program. Setting it again starts the sequences over.
-/// \code kiln::random::set_seed(1234); \endcode
-inline void set_seed(std::uint64_t seed) {
-  detail::random_state& s = detail::random_state::get();
-  std::lock_guard lock(s.mutex);
-  s.global_seed = seed;
-  s.next_op_seed = 0;
-  s.eager_draws.clear();
-}
-
-/// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
-/// and must be given for integers). Stateful, as tf.random.uniform: every call draws
-/// new numbers, and inside a kiln::function every run of the graph does. With a
-/// `seed` (and random::set_seed) the sequence of draws is the same at every run of the
-/// program, whatever the thread count. Bounds must be finite with minval < maxval, and
-/// whole numbers within range for integer dtypes (as doubles, so int64 bounds beyond
-/// 2^53 are not exact); else kiln::invalid_argument_error.
-/// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
-/// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-template <class = void>
-tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
-               std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, minval, maxval}, seed);
-}
-
-/// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
-/// drawn again at every run of a graph as random::uniform; float dtypes only.
-/// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
-template <class = void>
-tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
-              std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
-}
-
-/// Numbers drawn from a normal distribution, those beyond two standard deviations
-/// from the mean drawn again, as tf.random.truncated_normal.
-/// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
-template <class = void>
-tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
-                        std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
-}
-
-/// Normal numbers as a pure function of `seed`, shape and dtype, as
-/// tf.random.stateless_normal.
-/// \code kiln::random::stateless_normal({3}, 7);  // the same every call \endcode
-template <class = void>
-tensor stateless_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1, dtype t = float32) {
-  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::normal};
-  spec.check();
-  return spec.draw(seed, 0);
-}
-
-/// Truncated normal numbers as a pure function of `seed`, shape and dtype, as
-/// tf.random.stateless_truncated_normal.
-/// \code kiln::random::stateless_truncated_normal({3}, 7); \endcode
-template <class = void>
-tensor stateless_truncated_normal(const shape& s, std::uint64_t seed, double mean = 0, double stddev = 1,
-                                  dtype t = float32) {
-  detail::uniform_spec spec{s, t, mean, stddev, detail::distribution::truncated_normal};
-  spec.check();
-  return spec.draw(seed, 0);
-}
-
-/// Numbers drawn uniformly from [minval, maxval) as a pure function of `seed`, shape
-/// and dtype, as tf.random.stateless_uniform: the same arguments give the same numbers.
-/// \code kiln::random::stateless_uniform({3}, 7);  // three floats, the same every call \endcode
-template <class = void>
-tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, std::optional<double> maxval = std::nullopt,
-                         dtype t = float32) {
-  detail::uniform_spec spec{s, t, minval, maxval};
-  spec.check();
-  return spec.draw(seed, 0);
-}
-
-/// A random number generator with its own state, as tf.random.Generator: each draw
-/// advances the state, so draws differ, and copies share it. Inside a kiln::function a
-/// draw happens at every run, in program order, from the state at that moment.
-/// \code
-/// auto g = kiln::random::generator::from_seed(1);
-/// kiln::tensor a = g.uniform({2, 3});
-/// kiln::tensor b = g.uniform({2, 3});  // new numbers
-/// g.reset_from_seed(1);                // a's numbers come again
-/// \endcode
-class generator {
- public:
-  /// A generator whose draws depend on `seed` only.
-  static generator from_seed(std::uint64_t seed) { return generator(seed); }
-  /// A generator seeded from the operating system.
-  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
-
-  /// Starts the sequence of `seed` over, for this generator and its copies.
-  void reset_from_seed(std::uint64_t seed) {
-    state_->key = seed;
-    state_->next_stream = 0;
-  }
-
-  /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
-  template <class = void>
-  tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32) {
-    return draw({s, t, minval, maxval});
-  }
-  /// Normal numbers, as random::normal.
-  template <class = void>
-  tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
-    return draw({s, t, mean, stddev, detail::distribution::normal});
-  }
-  /// Truncated normal numbers, as random::truncated_normal.
-  template <class = void>
-  tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32) {
-    return draw({s, t, mean, stddev, detail::distribution::truncated_normal});
-  }
-
- private:
-  explicit generator(std::uint64_t seed) : state_(std::make_shared<detail::generator_state>(seed)) {}
-  template <class = void>
-  tensor draw(detail::uniform_spec spec) {
-    spec.check();
-    if (detail::trace_context* trace = detail::trace_context::current())
-      return detail::record_random(std::make_shared<const detail::random_uniform_op>(std::move(spec), state_), *trace);
-    auto [key, stream] = state_->take();
-    return spec.draw(key, stream);
-  }
-  std::shared_ptr<detail::generator_state> state_;
-};
-
-}  // namespace random
-}  // namespace kiln
-// ----- end kiln/trace/random.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 // ----- begin kiln/typed/graph.hpp -----
@@ -22466,6 +21283,1390 @@ class basic_graph_writer final : public description_sink {
 }  // namespace kiln
 // ----- end kiln/typed/graph.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+// ----- begin kiln/typed/function_calls.hpp -----
+/// \file
+/// kiln::function's calls in the compile-time tier: with `fixed` arguments (and C++
+/// values), each signature type traced once into a typed trace (kiln/typed/trace.hpp),
+/// run at every later call. kiln::function (kiln/trace/function.hpp) hands such calls
+/// here; kiln/fixed.hpp and kiln/kiln.hpp include this header.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+template <class>
+detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
+  detail::trace_signature w;
+  w.name = state.options.name;
+  w.bound_text = s.bound_text;
+  for (const signature_leaf& a : s.type->arguments) {
+    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
+    if (!a.typed) continue;
+    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
+    w.input_arg.push_back(int(w.arg_names.size() - 1));
+  }
+  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
+  w.output_structure = s.type->output_structure();
+  return w;
+}
+
+namespace detail {
+
+template <class F>
+struct typed_tier {
+  /// Whether a call with `Args` is this tier's.
+  template <class... Args>
+  static constexpr bool calls = typed::typed_call<Args...>;
+  /// Whether a get_concrete_function with `Args` asks for a typed trace.
+  template <class... Args>
+  static constexpr bool requests = typed::typed_request<Args...>;
+
+  /// A call with `fixed` arguments (and C++ values): traced at its first call with
+  /// these C++ values, then the trace runs.
+  template <class... Args>
+  static auto call(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      const auto* t = trace_for(f, args...);
+      if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
+        t->run(data(args...));
+      else
+        return t->run(data(args...));
+    }
+  }
+
+  /// The typed::concrete_function of these arguments (`fixed` values or
+  /// kiln::spec<T, Dims...>, and C++ values), traced now if it is not yet.
+  template <class... Args>
+  static auto get_concrete_function(function<F>& f, const Args&... args) {
+    if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
+      callable_does_not_accept<Args...>();
+    } else {
+      using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+      using concrete = typename typed::concrete_for<R, Args...>::type;
+      return concrete(trace_for(f, args...), f.state_);
+    }
+  }
+
+ private:
+  // The function's typed traces, made by its first typed call.
+  static typed::trace_table& traces(function_state& state) {
+    if (typed::trace_table* t = state.typed.load(std::memory_order_acquire)) return *t;
+    std::lock_guard lock(state.mutex);
+    if (!state.typed_owner) {
+      state.typed_owner = {new typed::trace_table, [](typed::trace_table* t) { delete t; }};
+      state.typed.store(state.typed_owner.get(), std::memory_order_release);
+    }
+    return *state.typed_owner;
+  }
+
+  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
+  // slot of their signature type, found by its index, then the trace of these C++
+  // values in it, traced now if there is none.
+  template <class... Args>
+  static auto trace_for(function<F>& f, const Args&... args) {
+    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
+    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
+    typed::trace_table& table = traces(*f.state_);
+    entry& e = table.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
+    const typed::trace<R>* t = nullptr;
+    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
+      t = e.only.load(std::memory_order_acquire);
+      if (!t) {
+        std::lock_guard tracing(table.tracing);
+        if (!(t = e.only.load(std::memory_order_acquire))) {
+          e.only_owner = trace<R>(f, args...);
+          e.only.store(t = e.only_owner.get(), std::memory_order_release);
+        }
+      }
+    } else {
+      const auto key = typed::values(args...);
+      std::lock_guard tracing(table.tracing);
+      std::lock_guard lock(e.mutex);
+      for (const auto& [k, known] : e.by_value)
+        if (k == key) t = known.get();
+      if (!t) t = e.by_value.emplace_back(key, trace<R>(f, args...)).second.get();
+    }
+    return t;
+  }
+
+  // The data of a typed call's `fixed` arguments, in order.
+  template <class... Args>
+  static auto data(const Args&... args) {
+    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
+    std::size_t i = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
+        }(args),
+        ...);
+    return data;
+  }
+
+  template <class R, class... Args>
+  static std::unique_ptr<typed::trace<R>> trace(function<F>& f, const Args&... args) {
+    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
+    std::vector<std::string> typed_names, bound_text;
+    std::size_t position = 0;
+    (
+        [&](const auto& a) {
+          if constexpr (typed::typed_argument<decltype(a)>) {
+            typed_names.push_back(f.state_->arg_name(position));
+          } else {
+            std::ostringstream os;
+            os << a;
+            bound_text.resize(sizeof...(Args));
+            bound_text[position] = os.str();
+          }
+          ++position;
+        }(args),
+        ...);
+    auto t = typed::trace_now<R>(f.fn_, std::move(typed_names), args...);
+    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
+    f.state_->add_signature(t->signature, &typed::written<>);
+    return t;
+  }
+};
+
+}  // namespace detail
+
+}  // namespace kiln
+// ----- end kiln/typed/function_calls.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
+// ----- begin kiln/autodiff/backward.hpp -----
+/// \file
+/// How an op's gradient formula runs: `detail::gradient_builder`, the one argument of
+/// every op's `gradient` member (written beside the op, in kiln/ops/), and
+/// `detail::backward_of<Op>`, which kiln/ops/op_table.hpp puts in the op's row.
+///
+/// A formula calls ops through the kernel table (`run_registered`), never through
+/// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
+/// the kernels of the ops the formula uses. A gradient tape registers those that the
+/// formulas of several ops run when it is made (`detail::tape_ops`), so that only
+/// programs with tapes compile them; an op that one formula alone runs (log, in pow's)
+/// is registered by that formula, so that only programs that call its op compile it.
+
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// The ops a gradient tape registers when it is made (kiln/autodiff/tape.hpp): those
+/// that the formulas of several ops or of common ones run (transpose, for matmul's),
+/// and those the tape's own code runs (summing gradients, reducing them to an input's
+/// shape, zeros_shaped_like). The formulas of pow (log, pow), floormod (floordiv) and
+/// matmul (matmul) register what else they run.
+using tape_ops = boost::mp11::mp_list<ops::add, ops::subtract, ops::multiply, ops::divide, ops::negate, ops::cast,
+                                      ops::equal, ops::greater, ops::greater_equal, ops::where, ops::reshape,
+                                      ops::transpose, ops::reduce_sum, ops::slice, ops::concat, ops::gather,
+                                      ops::unsorted_segment_sum, ops::set_item, ops::stack, ops::crop_or_pad>;
+
+/// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
+/// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
+/// (`x == x` is false for NaN, but both branches are 0).
+inline tensor zeros_shaped_like(const tensor& x) {
+  if (x.shape().is_fully_defined() || !x.is_symbolic()) return zero_filled("gradient", x.shape(), x.dtype(), x.device());
+  const tensor zero = make_scalar(x.dtype(), 0, x.device());
+  const tensor* same_in[] = {&x, &x};
+  const tensor same = run_registered(ops::equal{}, same_in);
+  const tensor* in[] = {&same, &zero, &zero};
+  return run_registered(ops::where{}, in);
+}
+
+/// What an op's gradient formula reads (its inputs, its result, the gradient of the
+/// result) and gives (the gradient of each input it is differentiable in).
+/// \code
+/// struct my_tanh {  // an op's member, as kiln::ops::tanh has it
+///   template <class G> void gradient(G& g) const { g.give(0, g.dy() * (1.0 - g.y() * g.y())); }
+/// };
+/// \endcode
+class gradient_builder {
+ public:
+  /// A tensor of the formula; its arithmetic runs through the kernel table.
+  struct value {
+    tensor t;
+
+    // Templates, as op functions are, so that a program compiles the ops they run
+    // only where a gradient formula runs.
+    template <class = void>
+    friend value operator+(const value& a, const value& b) { return run(ops::add{}, a, b); }
+    template <class = void>
+    friend value operator-(const value& a, const value& b) { return run(ops::subtract{}, a, b); }
+    template <class = void>
+    friend value operator*(const value& a, const value& b) { return run(ops::multiply{}, a, b); }
+    template <class = void>
+    friend value operator/(const value& a, const value& b) { return run(ops::divide{}, a, b); }
+    template <class = void>
+    friend value operator-(const value& a) { return run(ops::negate{}, a); }
+    template <class = void>
+    friend value operator+(const value& a, double s) { return a + a.scalar(s); }
+    template <class = void>
+    friend value operator-(const value& a, double s) { return a - a.scalar(s); }
+    template <class = void>
+    friend value operator*(const value& a, double s) { return a * a.scalar(s); }
+    template <class = void>
+    friend value operator/(const value& a, double s) { return a / a.scalar(s); }
+    template <class = void>
+    friend value operator+(double s, const value& a) { return a.scalar(s) + a; }
+    template <class = void>
+    friend value operator-(double s, const value& a) { return a.scalar(s) - a; }
+    template <class = void>
+    friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
+    /// `s` as a scalar of this value's dtype.
+    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
+  };
+
+  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
+      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
+
+  /// Input `i` of the op.
+  value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  /// How many inputs the op has.
+  std::size_t arity() const { return inputs_.size(); }
+  /// The op's result.
+  value y() const { return {output_}; }
+  /// The gradient of the target with respect to the result.
+  value dy() const { return {upstream_}; }
+  /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
+  value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
+  /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
+  /// broadcast dims), as the gradient of input `i`.
+  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+
+  /// Zeros of `like`'s dtype, on its device, in shape `s`.
+  static value zeros(const shape& s, const value& like) {
+    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
+  }
+  /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
+  /// of n elements comes out reversed.
+  template <class = void>
+  static value reversed_indices(std::int64_t n, const value& like) {
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) indices[static_cast<std::size_t>(i)] = std::int32_t(n - 1 - i);
+    return {constant(indices, std::nullopt, like.t.device())};
+  }
+  template <class = void>
+  static value reshape(const value& v, const shape& to) { return run(ops::reshape{to}, v); }
+  template <class = void>
+  static value transpose(const value& v, const int_list& perm) { return run(ops::transpose{perm}, v); }
+  template <class = void>
+  static value matmul(const value& a, const value& b) { return run(ops::matmul{}, a, b); }
+
+  /// `op` on `operands`; registers `Op` at its first run unless a tape has.
+  template <class Op, std::same_as<value>... V>
+  KILN_COLD static value run(const Op& op, const V&... operands) {
+    if constexpr (!ops::registered<Op, tape_ops>) register_kernels_on_use<Op>();  // Op is not in tape_ops
+    const tensor* in[] = {&operands.t...};
+    return {run_registered(ops::any_op(std::in_place_type<Op>, op), std::span<const tensor* const>(in))};
+  }
+
+ private:
+  std::span<const tensor> inputs_;
+  const tensor& output_;
+  const tensor& upstream_;
+  std::span<tensor> grads_;
+};
+
+/// Whether `Op` has a gradient formula.
+template <class Op>
+inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
+
+/// Runs the formula of the `Op` that `op` holds: writes the gradient of each
+/// differentiable input to `grads` (left undefined for the others).
+template <class Op>
+KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                 std::span<tensor> grads) {
+  if constexpr (differentiable<Op>) {
+    gradient_builder g(inputs, output, upstream, grads);
+    op.unchecked<Op>().gradient(g);
+  }
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/backward.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+// ----- begin kiln/autodiff/tape.hpp -----
+/// \file
+/// Reverse-mode gradients of eager code: kiln::gradient_tape records the eager ops
+/// that read watched tensors (or results of recorded ops) while it is alive, and
+/// `gradient` runs each recorded op's formula (kiln/autodiff/backward.hpp) from the
+/// target back to the sources, as TensorFlow's GradientTape does.
+///
+/// A tape knows an eager tensor by its elements' address, dtype and shape: the tape
+/// holds every tensor it recorded, so no recorded buffer is reused while it lives. It
+/// knows a symbolic tensor by its trace and node: a tape made inside a kiln::function
+/// records the ops the trace records, and `gradient` adds the backward pass to the same
+/// graph. Reading a kiln::variable while a tape records watches the value read, as
+/// TensorFlow's tapes watch trainable variables. The ops a tape runs to compute
+/// gradients go through the kernel table and are recorded by the other tapes of the
+/// thread, which is how nested tapes give higher-order gradients.
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+
+namespace kiln {
+
+/// What `gradient_tape::gradient` gives for a source the target does not depend on:
+/// an undefined tensor (`none`, TensorFlow's default) or zeros of the source's shape.
+enum class unconnected_gradients { none, zero };
+
+/// Options of a gradient_tape: a persistent tape may compute gradients more than once.
+struct gradient_tape_options {
+  bool persistent = false;
+};
+
+class gradient_tape;
+class variable;
+
+namespace detail {
+
+struct concrete_state;
+
+/// A kiln::function call as the tapes record it: the backward pass of its trace
+/// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
+struct differentiable_call {
+  /// Owns what `backward` needs (the trace's backward function).
+  std::shared_ptr<const void> self;
+  /// Gives the gradients of the call's floating-point inputs and of each variable in
+  /// `variables`, in that order, from the call's `inputs` and one gradient per
+  /// floating-point output.
+  std::vector<tensor> (*backward)(const void* self, std::span<const tensor> inputs, std::span<const tensor> output_grads);
+  /// The variables the trace reads (their identities), with their dtypes and shapes.
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+};
+
+/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+template <class = void>
+std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
+/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
+template <class = void>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                          std::span<const tensor> outputs);
+
+/// Records a call of concrete function `c` on the tapes of this thread (defined in
+/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
+template <class = void>
+void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
+
+/// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
+/// value of the trace it stands for; or a variable read inside a kiln::function call.
+struct tape_key {
+  const void* data = nullptr;
+  std::uint64_t trace_id = 0;
+  int node = -1;
+  dtype type;
+  shape dims;
+  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
+    if (t.is_symbolic())
+      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
+    else
+      data = t.raw_data();
+  }
+  /// The reads of the variable with identity `variable` inside function calls.
+  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
+    tape_key k(t, s);
+    k.data = variable;
+    k.trace_id = ~std::uint64_t{0};
+    return k;
+  }
+  friend bool operator<(const tape_key& a, const tape_key& b) {
+    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
+      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
+    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
+  }
+  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
+
+ private:
+  tape_key(dtype t, const shape& s) : type(t), dims(s) {}
+};
+
+/// How many gradient tapes record on this thread; the layers below read it through
+/// detail::tapes_recording() (kiln/core/hooks.hpp), which a tape fills with it.
+inline int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
+
+/// The tapes recording on this thread, innermost last.
+inline std::vector<gradient_tape*>& active_tapes() {
+  thread_local std::vector<gradient_tape*> tapes;
+  return tapes;
+}
+
+template <class = void>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+template <class = void>
+void watch_on_active_tapes(const void* variable, const tensor& value);
+template <class = void>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out);
+
+/// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
+inline tensor unbroadcast(const tensor& g, const shape& to) {
+  if (g.shape() == to) return g;
+  const int lead = g.rank() - to.rank();
+  int_list axes;
+  for (int d = 0; d < g.rank(); ++d)
+    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  tensor summed = g;
+  if (!axes.empty()) {
+    const tensor* in[] = {&g};
+    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
+  }
+  const tensor* in[] = {&summed};
+  return run_registered(ops::reshape{to}, in);
+}
+
+/// `a + b`, or whichever is defined.
+inline tensor sum_defined(const tensor& a, const tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  const tensor* in[] = {&a, &b};
+  return run_registered(ops::add{}, in);
+}
+
+/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+template <class = void>
+std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+                                            std::span<const tensor> output_grads,
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                            std::vector<bool>* connected = nullptr);
+
+/// Registers detail::tape_ops, when a tape is made.
+template <class... Ops>
+void register_tape_ops(boost::mp11::mp_list<Ops...>) {
+  (register_kernels_on_use<Ops>(), ...);
+}
+
+}  // namespace detail
+
+/// Records eager ops on watched tensors while alive; `gradient` differentiates a
+/// target with respect to sources, as TensorFlow's `tf.GradientTape`.
+/// \code
+/// kiln::tensor x = kiln::constant(3.f);
+/// kiln::gradient_tape tape;
+/// tape.watch(x);
+/// kiln::tensor y = x * x;
+/// std::cout << tape.gradient(y, x);  // tensor(6.0, shape=(), dtype=float32)
+/// \endcode
+class gradient_tape {
+ public:
+  // A template, and what it names depends on `Lazy`, so that only a program that makes
+  // a tape compiles the formulas' ops and the backward pass of functions.
+  template <class Lazy = void>
+  explicit gradient_tape(gradient_tape_options options = {})
+      : persistent_(options.persistent),
+        trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
+    detail::register_tape_ops(detail::tape_ops{});
+    detail::hooks().tape_count.store(&detail::recording_tapes, std::memory_order_relaxed);
+    detail::hooks().tape.store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().variable_read.store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().call.store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
+    detail::hooks().cond.store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().loop.store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().special.store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().replay.store(&detail::replay<Lazy>, std::memory_order_relaxed);
+    detail::active_tapes().push_back(this);
+    ++detail::recording_tapes();
+  }
+  gradient_tape(const gradient_tape&) = delete;
+  gradient_tape& operator=(const gradient_tape&) = delete;
+  ~gradient_tape() {
+    auto& tapes = detail::active_tapes();
+    std::erase(tapes, this);
+    if (recording_) --detail::recording_tapes();
+  }
+
+  /// Records the ops that read `t` from now on (floating-point tensors only; inside a
+  /// kiln::function, symbolic ones too).
+  template <class = void>
+  void watch(const tensor& t) {
+    if (t.defined() && is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+  }
+
+  /// The gradient of `target` (summed when it is not a scalar) with respect to
+  /// `source`: a tensor of the source's shape, or per `unconnected` when the target
+  /// does not depend on it (an undefined tensor by default; integer sources never do).
+  template <class = void>
+  tensor gradient(const tensor& target, const tensor& source,
+                  unconnected_gradients unconnected = unconnected_gradients::none) {
+    return gradient(target, std::vector<tensor>{source}, unconnected)[0];
+  }
+  /// Gradients of `target` with respect to each of `sources`.
+  template <class = void>
+  std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
+                               unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<tensor> out = gradients_of(target, sources);
+    for (std::size_t k = 0; k < sources.size(); ++k)
+      if (!out[k].defined() && sources[k].defined())
+        out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
+    return out;
+  }
+
+  /// The gradient of `target` with respect to variable `v`: the sum over the values
+  /// of `v` read while the tape recorded (variables are watched when read).
+  /// \code
+  /// kiln::variable v(3.f);
+  /// kiln::gradient_tape tape;
+  /// kiln::tensor y = v * v;
+  /// tape.gradient(y, v);  // tensor(6.0, shape=(), dtype=float32)
+  /// \endcode
+  template <std::same_as<variable> Variable>
+  tensor gradient(const tensor& target, const Variable& v, unconnected_gradients unconnected = unconnected_gradients::none) {
+    return gradient(target, std::vector<Variable>{v}, unconnected)[0];
+  }
+  /// Gradients of `target` with respect to each of `vars`, as `apply_gradients` takes them.
+  template <std::same_as<variable> Variable>
+  std::vector<tensor> gradient(const tensor& target, const std::vector<Variable>& vars,
+                               unconnected_gradients unconnected = unconnected_gradients::none) {
+    std::vector<std::tuple<const void*, dtype, shape>> ids;
+    for (const Variable& v : vars) {
+      if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
+      ids.emplace_back(v.identity(), v.dtype(), v.shape());
+    }
+    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    for (std::size_t k = 0; k < vars.size(); ++k)
+      if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
+    return out;
+  }
+
+ private:
+  template <class>
+  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
+  template <class>
+  friend void detail::watch_on_active_tapes(const void*, const tensor&);
+  template <class>
+  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
+                                                 std::span<const tensor>, std::span<const tensor>);
+  template <class>
+  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
+                                                             std::span<const tensor>,
+                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
+                                                             std::vector<bool>*);
+
+  // The gradients of `target` with respect to `sources`, then to each variable of
+  // `ids`: the sum over its values read while recording and its reads inside recorded
+  // function calls (undefined where the target depends on none).
+  template <class = void>
+  std::vector<tensor> gradients_with_variables(
+      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
+  // `variables`, when given, adds the gradient of each variable's reads inside function
+  // calls after those of `sources`.
+  template <class = void>
+  std::vector<tensor> gradients_of(
+      const tensor& target, const std::vector<tensor>& sources,
+      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
+  // A source the target does not depend on: zeros on request, else an undefined tensor.
+  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
+    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
+    return {};
+  }
+  template <class = void>
+  void watch_read(const void* variable, const tensor& value) {
+    if (!records(value)) return;
+    const detail::tape_key key(value);
+    auto [begin, end] = variable_reads_.equal_range(variable);
+    if (std::none_of(begin, end, [&](const auto& read) { return detail::tape_key(read.second) == key; }))
+      variable_reads_.emplace(variable, value);
+    watch(value);
+  }
+
+  // A recorded op, or a recorded function call (`call` set, `op` unused).
+  struct entry {
+    ops::any_op op;
+    std::vector<tensor> inputs;
+    std::vector<tensor> outputs;
+    std::shared_ptr<const detail::differentiable_call> call;
+  };
+
+  // A tape records the values of where it was made: eager ones outside a function,
+  // the trace's own inside one (not those of a function traced while it records).
+  bool records(const tensor& t) const {
+    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
+  }
+
+  template <class = void>
+  void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
+    if (!records(out)) return;
+    bool reads_tracked = false;
+    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
+    if (!reads_tracked) return;
+    entry e{op, {}, {out}, nullptr};
+    for (const tensor* t : in) e.inputs.push_back(*t);
+    entries_.push_back(std::move(e));
+    tracked_.emplace(detail::tape_key(out), out);
+  }
+
+  // A kiln::function call: recorded when it reads a tracked tensor or a variable
+  // (variables are watched when read).
+  template <class = void>
+  void record_call(const std::shared_ptr<const detail::differentiable_call>& call, std::span<const tensor> in,
+                   std::span<const tensor> out) {
+    if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
+    bool reads_tracked = !call->variables.empty();
+    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
+    if (!reads_tracked) return;
+    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
+    for (const tensor& t : out)
+      if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
+  }
+
+  // Adds `g` to the gradient kept under `key`.
+  template <class = void>
+  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+    if (!g.defined()) return;  // unconnected
+    auto [at, fresh] = grads.emplace(key, g);
+    if (!fresh) at->second = detail::sum_defined(at->second, g);
+  }
+
+  template <class = void>
+  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+    auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
+    if (std::ranges::none_of(e.outputs, reached)) return;
+    std::vector<tensor> dys;
+    for (const tensor& y : e.outputs)
+      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
+    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
+    std::size_t k = 0;
+    for (const tensor& x : e.inputs)
+      if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
+    for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
+  }
+
+  template <class = void>
+  void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
+    grads.emplace(detail::tape_key(target),
+                  detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
+    for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
+      if (e->call) {
+        backpropagate_call(*e, grads);
+        continue;
+      }
+      auto it = grads.find(detail::tape_key(e->outputs[0]));
+      if (it == grads.end()) continue;
+      const tensor dy = it->second;
+      std::vector<tensor> in_grads(e->inputs.size());
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
+      for (std::size_t i = 0; i < e->inputs.size(); ++i) {
+        const tensor& x = e->inputs[i];
+        if (in_grads[i].defined() && is_floating(x.dtype()))
+          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
+      }
+    }
+  }
+
+  void pause() {
+    if (recording_) --detail::recording_tapes(), recording_ = false;
+  }
+  void resume() {
+    if (!recording_) ++detail::recording_tapes(), recording_ = true;
+  }
+
+  bool persistent_ = false;
+  std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
+  bool used_ = false;
+  bool recording_ = true;
+  std::vector<entry> entries_;
+  std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+  std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
+};
+
+#if KILN_DEFINE_LIBRARY
+template <class>
+std::vector<tensor> gradient_tape::gradients_with_variables(
+    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+  const std::size_t given = sources.size();
+  std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
+  for (const auto& [id, t, s] : ids) {
+    auto [begin, end] = variable_reads_.equal_range(id);
+    for (auto it = begin; it != end; ++it) sources.push_back(it->second);
+    first.push_back(sources.size());
+  }
+  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    tensor sum = per_source[sources.size() + k];  // the reads inside function calls
+    for (std::size_t r = first[k]; r < first[k + 1]; ++r) sum = detail::sum_defined(sum, per_source[r]);
+    out.push_back(sum);
+  }
+  return out;
+}
+template <class>
+std::vector<tensor> gradient_tape::gradients_of(
+    const tensor& target, const std::vector<tensor>& sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
+  if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
+  for (std::size_t k = 0; k < sources.size(); ++k)
+    if (!sources[k].defined())
+      throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
+  if (used_ && !persistent_)
+    throw invalid_argument_error(
+        "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
+  used_ = true;
+  std::map<detail::tape_key, tensor> grads;
+  {
+    // The ops that compute gradients are not this tape's to record (the other tapes
+    // of the thread record them).
+    struct paused {
+      gradient_tape& tape;
+      ~paused() { tape.resume(); }
+    } guard{(pause(), *this)};
+    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+  }
+  std::vector<tensor> out;
+  for (const tensor& s : sources) {
+    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
+    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+  }
+  if (variables)
+    for (const auto& [id, t, s] : *variables) {
+      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
+      out.push_back(it != grads.end() ? it->second : tensor());
+    }
+  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  return out;
+}
+#endif
+
+namespace detail {
+
+/// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
+inline tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
+/// `out`, or while gradient tapes record, a copy of it when it is a floating-point
+/// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
+/// address, dtype and shape, and a view can share all three with another tensor on
+/// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
+/// then be counted twice.
+inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  return view ? fresh_copy(out) : out;
+}
+
+template <class>
+void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+  out = unaliased_for_tapes(std::move(out), in);
+  for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
+}
+
+template <class>
+void watch_on_active_tapes(const void* variable, const tensor& value) {
+  for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
+}
+
+/// Records a call described by `call` on the tapes of this thread.
+template <class>
+void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+                                 std::span<const tensor> out) {
+  for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
+}
+
+}  // namespace detail
+
+/// `x`, cut off from every gradient tape: gradients do not flow through the result.
+/// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
+inline tensor stop_gradient(const tensor& x) {
+  if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
+  return detail::fresh_copy(x);
+}
+
+}  // namespace kiln
+// ----- end kiln/autodiff/tape.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+// ----- begin kiln/autodiff/replay.hpp -----
+/// \file
+/// Replaying a trace node by node, so that the gradient tapes recording see its ops:
+/// how a kiln::function called while another is traced joins a tape of the outer
+/// trace, how a function with effects runs under an eager tape (its writes and prints
+/// happen once, in order, and its reads are the values of the moment), and how a
+/// function's backward pass is traced (kiln/autodiff/function_gradient.hpp).
+
+#include <span>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+// ----- begin kiln/graph/special_gradients.hpp -----
+/// \file
+/// How a special op is differentiated: what a replayed trace's special node hands to
+/// the gradient tapes recording (kiln/autodiff/replay.hpp). Declared here, below the
+/// layers that differentiate the ops, and filled by them: kiln/autodiff/ registers
+/// variable reads, `cond` and `while`, kiln/distribute/ its collectives. An op that
+/// nobody registers has no gradient: its results are constants to the tapes.
+
+#include <atomic>
+#include <span>
+#include <string_view>
+
+
+namespace kiln::detail {
+
+/// Records special node `op`, run on `inputs` with `results`, on the tapes recording.
+using special_tape_recorder = void (*)(const special_op& op, std::span<const tensor> inputs,
+                                       std::span<const tensor> results);
+
+/// One op's entry: its name and how it is recorded. Entries live as long as the
+/// program (a registrant keeps them in static storage) and are never removed.
+struct special_gradient {
+  std::string_view op;
+  special_tape_recorder record;
+  const special_gradient* next = nullptr;
+};
+
+/// The head of the list of entries: a few, pushed once each, read by every replayed
+/// special node, so a lock-free list rather than a map behind a lock.
+inline std::atomic<const special_gradient*>& special_gradients() {
+  static std::atomic<const special_gradient*> head{nullptr};
+  return head;
+}
+
+/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
+inline void register_special_gradient(special_gradient& entry) {
+  const special_gradient* head = special_gradients().load(std::memory_order_acquire);
+  do {
+    // (pushed twice, an entry would point at itself and every lookup would loop)
+    for (const special_gradient* e = head; e; e = e->next)
+      if (e == &entry) return;
+    entry.next = head;
+  } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
+}
+
+/// How the special op named `op` is recorded, or null when it has no gradient.
+inline special_tape_recorder special_gradient_of(std::string_view op) {
+  for (const special_gradient* e = special_gradients().load(std::memory_order_acquire); e; e = e->next)
+    if (e->op == op) return e->record;
+  return nullptr;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/graph/special_gradients.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
+
+namespace kiln::detail {
+
+/// The special ops that autodiff differentiates, as special_gradients() holds them: a
+/// variable read is watched, and a `cond` or `while` node is recorded as kiln::cond and
+/// kiln::while_loop record the nodes they make. (Cast by name: as<cond_op> would compile
+/// the node's kernels in every program.)
+template <class>
+void register_autodiff_special_gradients() {
+  static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
+                                                    std::span<const tensor> results) {
+    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
+  }};
+  static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
+                                          std::span<const tensor> results) {
+    const auto& c = static_cast<const cond_op&>(op);
+    hooks().cond.load(std::memory_order_relaxed)(
+        inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()}, inputs.subspan(1),
+        results);
+  }};
+  static special_gradient loop{"while", [](const special_op& op, std::span<const tensor> inputs,
+                                           std::span<const tensor> results) {
+    hooks().loop.load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
+  }};
+  for (special_gradient* entry : {&read, &cond, &loop}) register_special_gradient(*entry);
+}
+
+/// Hands special node `n` (its inputs and `count` results in `value`, the results from
+/// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
+/// without one has no gradient.
+template <class>
+void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+  static const bool registered = (register_autodiff_special_gradients<void>(), true);
+  (void)registered;
+  const special_op& op = n.special();
+  const special_tape_recorder record = special_gradient_of(op.name());
+  if (!record) return;
+  std::vector<tensor> inputs;
+  for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
+  record(op, inputs, value.subspan(at, count));
+}
+
+/// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
+/// progress when there is one, else eagerly. Ops run through the kernel table
+/// (detail::run_registered), so the tapes recording there record them, and variable
+/// reads are handed to those tapes as kiln::variable's own reads are. Special ops
+/// (effects, control flow) are copied into the trace, or run, in program order.
+template <class>
+std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
+  trace_context* trace = trace_context::current();
+  std::vector<tensor> value(g.nodes().size());
+  for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];
+  std::vector<tensor> outputs;
+  for (std::size_t i = 0; i < g.nodes().size(); ++i) {
+    const node& n = g.nodes()[i];
+    switch (n.kind()) {
+      case node_kind::placeholder:
+      case node_kind::result:  // set with its special node
+        break;
+      case node_kind::constant: value[i] = n.value(); break;
+      case node_kind::identity: outputs.push_back(value[std::size_t(n.input_ids()[0])]); break;
+      case node_kind::op: {
+        std::vector<const tensor*> in;
+        for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+        value[i] = run_registered(n.operation(), in);
+        break;
+      }
+      case node_kind::special: {
+        std::vector<tensor> results;
+        if (trace) {
+          std::vector<int> ins;
+          for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
+          for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
+            results.push_back(trace->symbolic(id));
+        } else {
+          std::vector<const tensor*> in;
+          for (int id : n.input_ids()) in.push_back(&value[std::size_t(id)]);
+          results.resize(std::size_t(n.result_count()));
+          n.special().run(in, results);
+        }
+        for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
+        if (recording_tapes() > 0) hooks().special.load(std::memory_order_relaxed)(n, value, i, results.size());
+        break;
+      }
+    }
+  }
+  return outputs;
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/replay.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
+#define KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
+// ----- begin kiln/autodiff/function_gradient.hpp -----
+/// \file
+/// A kiln::function as a differentiable op. A call made while an eager gradient tape
+/// records is recorded as one entry; its backward pass is a kiln::function of its own,
+/// traced once per signature of the trace's inputs and output gradients and run as an
+/// optimized graph: its body replays the forward trace under a tape and differentiates
+/// the sum of each floating-point output times its gradient, which gives the inputs'
+/// gradients and those of the variables the trace reads. (The forward values are
+/// computed again in the backward graph rather than kept from the call.) A `cond` node
+/// recorded under a tape in its trace is differentiated the same way, branch by branch,
+/// and a `while` node by a loop that walks its iterations back.
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+
+namespace kiln::detail {
+
+/// Adds the floating-point variables graph `g` reads to `out`, each once, in order of
+/// first read.
+inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
+  for (const node& n : g.nodes()) {
+    if (n.kind() != node_kind::special) continue;
+    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
+    const auto* read = n.special().as<read_variable_op>();
+    if (!read || !is_floating(read->state()->type())) continue;
+    const void* id = read->state().get();
+    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
+      out.emplace_back(id, read->state()->type(), read->state()->dims());
+  }
+}
+
+/// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
+/// of each floating-point output times its gradient in `output_grads`, with respect
+/// to each of `sources` (tensors among `args`, or values they were made from), then
+/// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
+/// if given, tells which were. It replays `g` under a tape into the trace in progress:
+/// how backward passes are traced.
+template <class>
+std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+                                            std::span<const tensor> output_grads,
+                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                            std::vector<bool>* connected) {
+  gradient_tape tape;
+  for (const tensor& x : sources) tape.watch(x);
+  tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
+  std::size_t k = 0;
+  for (const tensor& y : replay(g, args))
+    if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
+  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  if (connected) {
+    connected->clear();
+    for (const tensor& grad : grads) connected->push_back(grad.defined());
+  }
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined()) continue;
+    if (i < sources.size()) {
+      grads[i] = zeros_shaped_like(sources[i]);
+    } else {
+      const auto& [id, t, s] = variables[i - sources.size()];
+      grads[i] = zero_filled("gradient", s, t, kiln::device::cpu);
+    }
+  }
+  return grads;
+}
+
+/// The floating-point tensors of `values`.
+inline std::vector<tensor> floating_only(std::span<const tensor> values) {
+  std::vector<tensor> out;
+  for (const tensor& x : values)
+    if (is_floating(x.dtype())) out.push_back(x);
+  return out;
+}
+
+/// The backward pass of one trace.
+template <class>
+struct call_backward {
+  struct body {
+    std::shared_ptr<const graph> forward;
+    std::vector<std::tuple<const void*, dtype, shape>> variables;
+    // Which gradients the target reaches, as the trace of the backward pass found:
+    // the others are given back undefined, as TensorFlow gives None for them.
+    std::shared_ptr<std::vector<bool>> connected;
+
+    /// The gradients of the floating-point `inputs`, then of each variable read, given
+    /// one gradient per floating-point output.
+    std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
+      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
+    }
+  };
+  mutable kiln::function<body> fn;  // a call traces on a new signature
+  std::shared_ptr<std::vector<bool>> connected;
+
+  /// The gradients of a call: undefined for the sources the target does not reach.
+  std::vector<tensor> operator()(std::span<const tensor> in, std::span<const tensor> dys) const {
+    std::vector<tensor> grads = fn(std::vector<tensor>(in.begin(), in.end()), std::vector<tensor>(dys.begin(), dys.end()));
+    for (std::size_t i = 0; i < grads.size() && i < connected->size(); ++i)
+      if (!(*connected)[i]) grads[i] = tensor();
+    return grads;
+  }
+};
+
+/// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
+/// on its first call under a tape.
+template <class Lazy>
+void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
+  std::call_once(c.backward_once, [&] {
+    auto call = std::make_shared<differentiable_call>();
+    add_variables_read(c.graph, call->variables);
+    // The backward pass keeps a copy of the graph, so that it outlives the function.
+    auto connected = std::make_shared<std::vector<bool>>();
+    auto backward = std::make_shared<backward_t>(backward_t{
+        kiln::function(typename backward_t::body{std::make_shared<const graph>(c.graph), call->variables, connected},
+                       function_options{.name = c.name + "_grad"}),
+        connected});
+    call->self = backward;
+    call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
+      return (*static_cast<const backward_t*>(self))(in, dys);
+    };
+    c.backward = std::move(call);
+  });
+  record_call_on_active_tapes(c.backward, inputs, outputs);
+}
+
+/// A `cond` node recorded while a tape records in its trace: its backward pass is a
+/// `cond` on the same predicate whose branches are the vector-Jacobian products of the
+/// two branches, each with respect to every floating-point value the node captured
+/// (zeros for those its branch does not read) and every variable the branches read.
+struct cond_backward {
+  tensor pred;
+  cond_branches branches;
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+};
+
+template <class Lazy>
+void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                          std::span<const tensor> outputs) {
+  auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
+  add_variables_read(state->branches.then_graph, state->variables);
+  add_variables_read(state->branches.else_graph, state->variables);
+  auto call = std::make_shared<differentiable_call>();
+  call->variables = state->variables;
+  call->self = state;
+  // Its branches are traced here and the node recorded through the program's cond
+  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
+  // tapes but traces no cond of its own compiles none of the cond machinery.
+  call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
+    const auto& c = *static_cast<const cond_backward*>(self);
+    const std::vector<tensor> sources = floating_only(captured);
+    auto branch = [&](const graph& g, const std::vector<int>& picks) {
+      return [&](std::span<const tensor>) {
+        std::vector<tensor> args;
+        for (int k : picks) args.push_back(captured[std::size_t(k)]);
+        return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
+      };
+    };
+    trace_context* trace = trace_context::current();
+    if (!trace) {  // a node run eagerly (a call with effects under an eager tape)
+      return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
+                                      : branch(c.branches.else_graph, c.branches.else_args)({});
+    }
+    const cond_tracer record = hooks().trace_cond.load(std::memory_order_relaxed);
+    if (!record)  // a cond node comes from a traced cond, which sets the recorder
+      throw internal_error("cond: the gradient of a cond node is traced where no cond was");
+    traced_subgraph then_graph, else_graph;
+    trace_subgraph(branch(c.branches.then_graph, c.branches.then_args), std::span<const tensor_spec>(), then_graph);
+    trace_subgraph(branch(c.branches.else_graph, c.branches.else_args), std::span<const tensor_spec>(), else_graph);
+    return record(*trace, c.pred, then_graph, else_graph);
+  };
+  record_call_on_active_tapes(call, captures, outputs);
+}
+
+/// A loop traced through the program's loop tracer (detail::loop_tracer_hook) on
+/// `leaves`, whose first is a counter of kiln's own; `arrays` holds each leaf's
+/// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
+/// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
+/// with once a tensor_array first written in the body has settled its element shape.
+/// Run eagerly where no trace is in progress. How the gradient of a `while` node
+/// traces its loops without instantiating kiln::while_loop: a program that makes tapes
+/// but traces no loop of its own compiles none of the loop machinery, and one that
+/// traces loops but makes no tape compiles none of this.
+template <class Condition, class Body, class Restart>
+std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vector<tensor> leaves,
+                                         std::vector<const tensor_array*> arrays, bool breaks, Condition condition,
+                                         Body body, Restart restart) {
+  trace_context* trace = trace_context::current();
+  if (!trace) {  // a node run eagerly (a call with effects under an eager tape): a C++ loop
+    for (;;) {
+      if (!truth_of(condition(leaves), "while_loop")) return leaves;
+      std::vector<tensor> next = body(leaves);
+      if (breaks) {
+        if (truth_of(next.front(), "break_if")) return leaves;
+        next.erase(next.begin());
+      }
+      leaves = std::move(next);
+    }
+  }
+  struct calls_on_leaves : loop_calls {
+    Condition& condition;
+    Body& body;
+    Restart& restart;
+    calls_on_leaves(Condition& c, Body& b, Restart& r)
+        : loop_calls{[](loop_calls& self, std::span<const tensor> l) { return of(self).condition(l); },
+                     [](loop_calls& self, std::span<const tensor> l) { return of(self).body(l); },
+                     [](loop_calls& self, std::span<const tensor> l) { of(self).restart(l); }},
+          condition(c),
+          body(b),
+          restart(r) {}
+    static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
+  } calls(condition, body, restart);
+  const loop_tracer trace_loop = hooks().trace_loop.load(std::memory_order_relaxed);
+  if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
+    throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
+  std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);
+  std::vector<value_spec> specs = loop_specs(leaves, invariants, 1);
+  return trace_loop(*trace, 1, options, std::move(leaves), std::move(arrays), std::move(specs), std::move(invariants),
+                    breaks, calls);
+}
+
+/// A `while` node recorded while a tape records in its trace (TensorFlow's while_v2
+/// gradient, with kiln's value-semantics tensor arrays as the accumulators): its
+/// backward pass runs the loop again, stacking each iteration's loop variables in
+/// tensor arrays and counting the iterations, then walks the iterations back in a
+/// second loop, in which each step is the vector-Jacobian product of the body at the
+/// stacked variables. That loop carries the gradients of the loop variables and sums
+/// those of the body's captures and of the variables the body reads. The condition
+/// gives a bool, so what only it captures gets zeros. A body that ends in break_if
+/// stops the recomputed loop the same way.
+///
+/// A loop variable whose shape changes from one iteration to the next (a shape
+/// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's
+/// elements share one shape. The walk back then recomputes each iteration's variables
+/// from the loop's initial ones, in a loop of its own with the original loop's shape
+/// invariants: memory stays that of one iteration, time grows with the square of the
+/// iteration count.
+struct loop_backward {
+  int vars = 0, cond_captures = 0;
+  bool breaks = false;
+  bool reshaped = false;  // some loop variable changes shape from one iteration to the next
+  graph cond_graph, body_graph;
+  std::vector<std::tuple<const void*, dtype, shape>> variables;
+
+  template <class>
+  std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
+    const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
+    const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
+    const std::vector<tensor> cond_captured(inputs.begin() + std::ptrdiff_t(n), inputs.begin() + std::ptrdiff_t(body_start));
+    const std::vector<tensor> captures(inputs.begin() + std::ptrdiff_t(body_start), inputs.end());
+    auto with = [](std::vector<tensor> head, std::span<const tensor> tail) {
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    // The shapes the body takes its loop variables in: the original loop's shape
+    // invariants, which the recomputing loops keep when shapes change, and the walk
+    // back for the gradients of the floating-point ones.
+    loop_options relaxed, relaxed_gradients;
+    if (reshaped) {
+      for (std::size_t k = 0; k < n; ++k) {
+        const shape& s = body_graph.node_at(body_graph.arguments()[k]).shape();
+        relaxed.shape_invariants.emplace_back(s);
+        if (is_floating(initial[k].dtype())) relaxed_gradients.shape_invariants.emplace_back(s);
+      }
+    }
+    auto body_results = [&](std::span<const tensor> v) {
+      return replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
+    };
+    auto never_restarts = [](std::span<const tensor>) {};
+    // The forward loop again, counting its iterations and, when shapes stay, keeping
+    // the loop variables of every iteration that went on: leaves [i, variables...,
+    // stacks...]. A body that ends in break_if gives its condition first: the
+    // iteration that breaks keeps the values it started with, so it is left out of the
+    // walk back (its write to the stacks is dropped with the rest of its values).
+    std::vector<tensor_array> stacks;
+    if (!reshaped)
+      for (const tensor& x : initial)
+        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    std::vector<tensor> leaves = with({kiln::constant(std::int32_t(0))}, initial);
+    std::vector<const tensor_array*> arrays(leaves.size(), nullptr);
+    for (const tensor_array& s : stacks) {
+      leaves.push_back(s.elements());
+      arrays.push_back(&s);
+    }
+    const std::vector<tensor> recomputed = trace_loop_on_leaves(
+        relaxed, std::move(leaves), std::move(arrays), breaks,
+        [&](std::span<const tensor> l) {
+          const std::span<const tensor> v = l.subspan(1, n);
+          return replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
+        },
+        [&](std::span<const tensor> l) {
+          const tensor& i = l[0];
+          const std::span<const tensor> v = l.subspan(1, n);
+          std::vector<tensor> out = body_results(v);
+          std::vector<tensor> next;
+          if (breaks) {
+            next.push_back(out.front());
+            out.erase(out.begin());
+          }
+          next.push_back(i + 1);
+          next.insert(next.end(), out.begin(), out.end());
+          for (std::size_t k = 0; k < stacks.size(); ++k)
+            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[k]).elements());
+          return next;
+        },
+        [&](std::span<const tensor> l) {
+          for (std::size_t k = 0; k < stacks.size(); ++k) stacks[k] = stacks[k].with_elements(l[1 + n + k]);
+        });
+    const tensor& count = recomputed[0];
+    std::vector<tensor_array> states;
+    for (std::size_t k = 0; k < stacks.size(); ++k) states.push_back(stacks[k].with_elements(recomputed[1 + n + k]));
+    // The loop variables iteration `i` began with. Every iteration before the
+    // counted ones went on, so the recomputing loop needs no condition but the count.
+    auto state_at = [&](const tensor& i) {
+      if (!reshaped) {
+        std::vector<tensor> state;
+        for (const tensor_array& s : states) state.push_back(s.read(i));
+        return state;
+      }
+      std::vector<tensor> out = trace_loop_on_leaves(
+          relaxed, with({kiln::constant(std::int32_t(0))}, initial), std::vector<const tensor_array*>(n + 1), false,
+          [&](std::span<const tensor> l) { return l[0] < i; },
+          [&](std::span<const tensor> l) {
+            std::vector<tensor> next = body_results(l.subspan(1));
+            if (breaks) next.erase(next.begin());
+            next.insert(next.begin(), l[0] + 1);
+            return next;
+          },
+          never_restarts);
+      out.erase(out.begin());
+      return out;
+    };
+    // The iterations backwards: the gradient of each step's variables from the
+    // next's. Leaves [j, gradients of the variables, of the captures, of the
+    // variables read].
+    std::vector<tensor> walk = {kiln::constant(std::int32_t(0))};
+    walk.insert(walk.end(), dys.begin(), dys.end());
+    const std::size_t captured_at = walk.size();
+    for (const tensor& c : floating_only(captures)) walk.push_back(zeros_shaped_like(c));
+    for (const auto& [id, t, s] : variables) walk.push_back(zero_filled("gradient", s, t, kiln::device::cpu));
+    const std::size_t walk_leaves = walk.size();
+    const std::vector<tensor> walked = trace_loop_on_leaves(
+        relaxed_gradients, std::move(walk), std::vector<const tensor_array*>(walk_leaves), false,
+        [&](std::span<const tensor> l) { return l[0] < count; },
+        [&](std::span<const tensor> l) {
+          const std::vector<tensor> args = with(state_at(count - 1 - l[0]), captures);
+          const std::vector<tensor> g(l.begin() + 1, l.begin() + std::ptrdiff_t(captured_at));
+          const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
+          std::vector<tensor> next{l[0] + 1};
+          std::size_t k = 0;
+          for (std::size_t m = 1; m < captured_at; ++m) next.push_back(step[k++]);
+          for (std::size_t m = captured_at; m < l.size(); ++m) next.push_back(l[m] + step[k++]);
+          return next;
+        },
+        never_restarts);
+    // One gradient per floating-point input of the node, then per variable read.
+    std::vector<tensor> out(walked.begin() + 1, walked.begin() + std::ptrdiff_t(captured_at));
+    for (const tensor& c : cond_captured)
+      if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
+    out.insert(out.end(), walked.begin() + std::ptrdiff_t(captured_at), walked.end());
+    return out;
+  }
+};
+
+template <class Lazy>
+void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  auto state = std::make_shared<loop_backward>(
+      loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
+  for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();
+  add_variables_read(state->body_graph, state->variables);
+  auto call = std::make_shared<differentiable_call>();
+  call->variables = state->variables;
+  call->self = state;
+  call->backward = [](const void* self, std::span<const tensor> in, std::span<const tensor> dys) {
+    return static_cast<const loop_backward*>(self)->template operator()<Lazy>(in, dys);
+  };
+  record_call_on_active_tapes(call, inputs, outputs);
+}
+
+}  // namespace kiln::detail
+// ----- end kiln/autodiff/function_gradient.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 #define KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 // ----- begin kiln/data/dataset.hpp -----
@@ -23901,6 +24102,7 @@ iterator_of<N> dataset_of<N>::make_iterator() const {
 }  // namespace kiln::data
 // ----- end kiln/data/iterator.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 // ----- begin kiln/train/optimizers.hpp -----
@@ -24110,6 +24312,7 @@ class adam : public detail::optimizer_state {
 }  // namespace kiln::optimizers
 // ----- end kiln/train/optimizers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
 // ----- begin kiln/models/initializers.hpp -----
@@ -26054,6 +26257,7 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
 }  // namespace kiln
 // ----- end kiln/models/fit.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 #define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
 // ----- begin kiln/kernels.hpp -----

@@ -1308,6 +1308,20 @@ inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& s
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+// ----- begin kiln/ops/any_op.hpp -----
+/// \file
+/// `kiln::ops::any_op`: any op of the registry, as graph nodes and the op table
+/// (kiln/ops/op_table.hpp) hold it.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 #define KILN_SINGLE_INCLUDE_KILN_OPS_REGISTRY_HPP
 // ----- begin kiln/ops/registry.hpp -----
@@ -1758,7 +1772,7 @@ inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
 #endif
 
 /// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
-/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+/// dtypes whose kernels an elementwise op compiles here (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
@@ -1794,7 +1808,7 @@ template <class E>
 }
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
-/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+/// so that a program compiles the kernels of the ops it calls (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 
@@ -5615,6 +5629,12 @@ inline int value_operand_of(const any_op& op) {
 }
 
 }  // namespace ops
+
+}  // namespace kiln
+// ----- end kiln/ops/any_op.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
+
+namespace kiln {
 
 class graph;
 

@@ -2,7 +2,7 @@
 /// \file
 /// How an op's gradient formula runs: `detail::gradient_builder`, the one argument of
 /// every op's `gradient` member (written beside the op, in kiln/ops/), and
-/// `detail::backward_of<Op>`, which kiln/exec/kernel_table.hpp puts in the op's row.
+/// `detail::backward_of<Op>`, which kiln/ops/op_table.hpp puts in the op's row.
 ///
 /// A formula calls ops through the kernel table (`run_registered`), never through
 /// kiln's op functions: a program that calls tanh then compiles tanh's formula, not
@@ -20,13 +20,10 @@
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/dispatch.hpp"
 #include "kiln/ops/factories.hpp"
+#include "kiln/ops/op_table.hpp"
 #include "kiln/ops/registry.hpp"
 
 namespace kiln::detail {
-
-/// Runs `op` now on eager `inputs` through its row of the kernel table (defined in
-/// kiln/exec/kernel_table.hpp), recording it on the tapes of this thread.
-tensor run_registered(const ops::any_op& op, std::span<const tensor* const> inputs);
 
 /// The ops a gradient tape registers when it is made (kiln/autodiff/tape.hpp): those
 /// that the formulas of several ops or of common ones run (transpose, for matmul's),

@@ -174,7 +174,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
       return truth_of(c.pred, "cond") ? branch(c.branches.then_graph, c.branches.then_args)({})
                                       : branch(c.branches.else_graph, c.branches.else_args)({});
     }
-    const cond_tracer record = cond_tracer_hook().load(std::memory_order_relaxed);
+    const cond_tracer record = hooks().trace_cond.load(std::memory_order_relaxed);
     if (!record)  // a cond node comes from a traced cond, which sets the recorder
       throw internal_error("cond: the gradient of a cond node is traced where no cond was");
     traced_subgraph then_graph, else_graph;
@@ -223,7 +223,7 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
           restart(r) {}
     static calls_on_leaves& of(loop_calls& self) { return static_cast<calls_on_leaves&>(self); }
   } calls(condition, body, restart);
-  const loop_tracer trace_loop = loop_tracer_hook().load(std::memory_order_relaxed);
+  const loop_tracer trace_loop = hooks().trace_loop.load(std::memory_order_relaxed);
   if (!trace_loop)  // a while node comes from a traced loop, which sets the tracer
     throw internal_error("while_loop: the gradient of a while node is traced where no loop was");
   std::vector<std::optional<shape>> invariants = loop_invariants(arrays, options, 1);

@@ -12,9 +12,9 @@
 #include "kiln/autodiff/tape.hpp"
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/exec/effects.hpp"
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
 #include "kiln/graph/special_gradients.hpp"
+#include "kiln/ops/op_table.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln::detail {
@@ -32,13 +32,13 @@ void register_autodiff_special_gradients() {
   static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
                                           std::span<const tensor> results) {
     const auto& c = static_cast<const cond_op&>(op);
-    cond_hook().load(std::memory_order_relaxed)(
+    hooks().cond.load(std::memory_order_relaxed)(
         inputs[0], cond_branches{c.then_graph(), c.then_args(), c.else_graph(), c.else_args()}, inputs.subspan(1),
         results);
   }};
   static special_gradient loop{"while", [](const special_op& op, std::span<const tensor> inputs,
                                            std::span<const tensor> results) {
-    loop_hook().load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
+    hooks().loop.load(std::memory_order_relaxed)(static_cast<const while_op&>(op), inputs, results);
   }};
   for (special_gradient* entry : {&read, &cond, &loop}) register_special_gradient(*entry);
 }
@@ -97,7 +97,7 @@ std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) special_hook().load(std::memory_order_relaxed)(n, value, i, results.size());
+        if (recording_tapes() > 0) hooks().special.load(std::memory_order_relaxed)(n, value, i, results.size());
         break;
       }
     }

@@ -27,9 +27,10 @@
 
 #include "kiln/autodiff/backward.hpp"
 #include "kiln/core/error.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
-#include "kiln/exec/kernel_table.hpp"
+#include "kiln/ops/op_table.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -63,57 +64,12 @@ struct differentiable_call {
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 };
 
-/// How kiln::function calls reach the tapes of their thread: a function set when the
-/// first tape is made, so that a program without tapes compiles no backward pass.
-using call_recorder = void (*)(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<call_recorder>& call_hook() {
-  static std::atomic<call_recorder> hook{nullptr};
-  return hook;
-}
-/// The branches of a `cond` node and each one's arguments (indices into the node's
-/// captures), as a tape keeps them to differentiate the node.
-struct cond_branches {
-  graph then_graph;
-  std::vector<int> then_args;
-  graph else_graph;
-  std::vector<int> else_args;
-};
-/// How `cond` nodes reach the tapes recording in their trace: a function set when the
-/// first tape is made, as for calls.
-using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                               std::span<const tensor> outputs);
-inline std::atomic<cond_recorder>& cond_hook() {
-  static std::atomic<cond_recorder> hook{nullptr};
-  return hook;
-}
-/// How `while` nodes reach the tapes recording in their trace, as `cond` nodes do.
-class while_op;
-using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-inline std::atomic<loop_recorder>& loop_hook() {
-  static std::atomic<loop_recorder> hook{nullptr};
-  return hook;
-}
 /// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
 template <class = void>
 void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-/// How kiln::function calls replay their trace op by op for the tapes recording
-/// (kiln/autodiff/replay.hpp): set when the first tape is made, as for calls.
-using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
-inline std::atomic<graph_replayer>& replay_hook() {
-  static std::atomic<graph_replayer> hook{nullptr};
-  return hook;
-}
 /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
 template <class = void>
 std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// How a replayed trace's special nodes reach the tapes recording (each as its entry
-/// of special_gradients() says): set when the first tape is made, so that a program
-/// without tapes compiles none of it.
-using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-inline std::atomic<special_recorder>& special_hook() {
-  static std::atomic<special_recorder> hook{nullptr};
-  return hook;
-}
 /// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
 template <class = void>
 void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
@@ -158,6 +114,13 @@ struct tape_key {
  private:
   tape_key(dtype t, const shape& s) : type(t), dims(s) {}
 };
+
+/// How many gradient tapes record on this thread; the layers below read it through
+/// detail::tapes_recording() (kiln/core/hooks.hpp), which a tape fills with it.
+inline int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
 
 /// The tapes recording on this thread, innermost last.
 inline std::vector<gradient_tape*>& active_tapes() {
@@ -230,13 +193,14 @@ class gradient_tape {
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
     detail::register_tape_ops(detail::tape_ops{});
-    detail::tape_hook().store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::variable_read_hook().store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
-    detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::replay_hook().store(&detail::replay<Lazy>, std::memory_order_relaxed);
+    detail::hooks().tape_count.store(&detail::recording_tapes, std::memory_order_relaxed);
+    detail::hooks().tape.store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().variable_read.store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().call.store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
+    detail::hooks().cond.store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().loop.store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().special.store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
+    detail::hooks().replay.store(&detail::replay<Lazy>, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/spec.hpp"
 #include "kiln/trace/control_flow.hpp"
-#include "kiln/trace/spec.hpp"
 
 namespace kiln::detail {
 

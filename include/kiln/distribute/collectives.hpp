@@ -29,13 +29,13 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/kiln.hpp"
 #include "kiln/core/simd.hpp"
 #include "kiln/distribute/communicator.hpp"
 #include "kiln/distribute/nccl.hpp"
 #include "kiln/distribute/runtime.hpp"
 #include "kiln/exec/collective_op.hpp"
 #include "kiln/graph/special_gradients.hpp"
+#include "kiln/kiln.hpp"
 
 namespace kiln::distribute::detail {
 

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "kiln/backend/backend.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/check_numerics.hpp"
 #include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/op_table.hpp"
 #include "kiln/ops/registry.hpp"
 
 namespace kiln {
@@ -76,25 +78,6 @@ struct input_types {
     }
   }
 };
-
-/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
-/// around them (infer) is compiled once rather than once per op; and, for an op that
-/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
-struct op_rules {
-  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
-  shape_result (*result_shape)(const void* op, std::span<const shape> in);
-  std::string (*attributes)(const void* op);  ///< null for an op without
-};
-template <class Op>
-inline constexpr op_rules rules_of{
-    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
-    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
-    [] {
-      if constexpr (requires(const Op& o) { o.attributes(); })
-        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
-      else
-        return static_cast<std::string (*)(const void*)>(nullptr);
-    }()};
 
 /// The error of op `op` (named `op_name`) whose rule rejected `in` for the reason
 /// `what`, as `mode` says (`E` while tracing), naming the inputs and the op's attributes.
@@ -221,36 +204,6 @@ tensor execute(const Op& op, std::span<const tensor* const> in) {
   return run_on<backend::cpu_backend, Op, Only>(op, in);
 }
 
-/// How many gradient tapes record on this thread (kiln/autodiff/tape.hpp).
-inline int& recording_tapes() {
-  thread_local int count = 0;
-  return count;
-}
-
-/// How reads of a kiln::variable reach the gradient tapes of their thread, which
-/// watch them as TensorFlow's tapes watch trainable variables: a function set when the
-/// first tape is made (kiln/autodiff/tape.hpp), called with the variable's identity
-/// and the value read.
-using variable_read_recorder = void (*)(const void* variable, const tensor& value);
-inline std::atomic<variable_read_recorder>& variable_read_hook() {
-  static std::atomic<variable_read_recorder> hook{nullptr};
-  return hook;
-}
-
-/// Records an op on the gradient tapes of this thread, which may replace `out` by a
-/// copy (detail::unaliased_for_tapes, kiln/autodiff/tape.hpp); defined with the kernel
-/// table, kiln/exec/kernel_table.hpp.
-template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out);
-
-/// True when an op on `in` is recorded rather than run: while tracing, or when an
-/// input is symbolic.
-inline bool records_symbolically(std::span<const tensor* const> in) {
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
-  return symbolic;
-}
-
 template <class Op, dtype_set Only>
 tensor apply_span(const Op& op, std::span<const tensor* const> in) {
   // Checked first, and the rest left out for such an op, so that this is the error,
@@ -265,10 +218,10 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
     const bool symbolic = records_symbolically(in);
     tensor out = symbolic ? record_symbolic(op, in) : execute<Op, Only>(op, in);
     if (!symbolic)
-      if (const numerics_check check = numerics_check_hook().load(std::memory_order_relaxed)) check(Op::name, out, {});
+      if (const numerics_check check = hooks().check_numerics.load(std::memory_order_relaxed)) check(Op::name, out, {});
     // Tapes record symbolic ops too: a tape inside a kiln::function differentiates the
     // trace, its backward pass joining the same graph.
-    if (recording_tapes() > 0) record_on_tapes(op, in, out);
+    if (tapes_recording()) record_on_tapes(op, in, out);
     return out;
   } else {
     return {};

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kiln/core/error.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/tensor.hpp"
 
 namespace kiln {
@@ -39,14 +40,6 @@ inline void check_numerics(std::string_view op, const tensor& result, std::strin
                                std::string(name(result.dtype())) + " " + result.shape().str() + " result");
 }
 
-/// check_numerics while enable_check_numerics() is in effect, else null: every eager
-/// op reaches the check through this pointer, so that a program that never enables
-/// it compiles none of it.
-using numerics_check = void (*)(std::string_view op, const tensor& result, std::string_view node);
-inline std::atomic<numerics_check>& numerics_check_hook() {
-  static std::atomic<numerics_check> hook{nullptr};
-  return hook;
-}
 }  // namespace detail
 
 namespace debugging {
@@ -56,13 +49,13 @@ namespace debugging {
 /// kiln::debugging::enable_check_numerics();
 /// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
 /// \endcode
-inline void enable_check_numerics() { detail::numerics_check_hook() = &detail::check_numerics; }
+inline void enable_check_numerics() { detail::hooks().check_numerics = &detail::check_numerics; }
 /// Turns the checks of enable_check_numerics() off again.
 /// \code kiln::debugging::disable_check_numerics(); \endcode
-inline void disable_check_numerics() { detail::numerics_check_hook() = nullptr; }
+inline void disable_check_numerics() { detail::hooks().check_numerics = nullptr; }
 /// Whether enable_check_numerics() is in effect.
 /// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
-inline bool check_numerics_enabled() { return detail::numerics_check_hook().load(std::memory_order_relaxed) != nullptr; }
+inline bool check_numerics_enabled() { return detail::hooks().check_numerics.load(std::memory_order_relaxed) != nullptr; }
 }  // namespace debugging
 
 }  // namespace kiln

@@ -63,6 +63,15 @@ inline bool truth_of(const tensor& pred, std::string_view op) {
   return bool(pred);
 }
 
+/// The branches of a `cond` node and each one's arguments (indices into the node's
+/// captures), as a tape keeps them to differentiate the node.
+struct cond_branches {
+  graph then_graph;
+  std::vector<int> then_args;
+  graph else_graph;
+  std::vector<int> else_args;
+};
+
 /// `kiln::cond`: inputs are the predicate, then the values the branches captured;
 /// each branch takes its own captures (`then_args`, `else_args` index the inputs
 /// after the predicate).

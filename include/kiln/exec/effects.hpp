@@ -16,13 +16,16 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/autodiff/tape.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/print.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/graph/graph.hpp"
 #include "kiln/ops/elementwise.hpp"
 
 namespace kiln {
+
+inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
+
 namespace detail {
 
 /// What a kiln::variable handle points to: its value, swapped (never written in
@@ -185,7 +188,7 @@ class assign_variable_op final : public special_op {
         case assign_mode::add: return (void)require(old), execute(ops::add{}, in);
         case assign_mode::subtract: return (void)require(old), execute(ops::subtract{}, in);
         case assign_mode::initialize: return old.defined() ? old : x;
-        default: return recording_tapes() > 0 ? stop_gradient(x) : x;
+        default: return tapes_recording() ? stop_gradient(x) : x;
       }
     });
   }

@@ -23,11 +23,11 @@
 #include "kiln/core/small_vector.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/exec/jit.hpp"
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/plan.hpp"
 #include "kiln/exec/planner.hpp"
 #include "kiln/exec/workspace.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail {
 
@@ -135,7 +135,7 @@ class basic_graph_executor {
       return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
-      if (const exec::native_loop_compiler compile = exec::native_loops_hook().load(std::memory_order_acquire))
+      if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
         compile(*fresh);
     if (count == max_cached_plans) {
       transient = std::move(fresh);

@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/plan.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail::exec {
 

@@ -51,6 +51,7 @@ extern char** environ;
 
 #include "kiln/backend/cpu/streaming.hpp"
 #include "kiln/config.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/exec/jit_switch.hpp"
 #include "kiln/exec/plan.hpp"
 
@@ -392,20 +393,12 @@ KILN_COLD void compile_native_loops(execution_plan& p) {
     }
 }
 
-/// How executors with native loops reach compile_native_loops: set by
-/// function_options::jit_compile where a program turns it on. Through a pointer, so
-/// that a program that never does compiles none of this header's functions.
-using native_loop_compiler = void (*)(execution_plan&);
-inline std::atomic<native_loop_compiler>& native_loops_hook() {
-  static std::atomic<native_loop_compiler> hook{nullptr};
-  return hook;
-}
 
 }  // namespace kiln::detail::exec
 
 namespace kiln::detail {
 template <class>
 struct native_loops {
-  static void enable() { exec::native_loops_hook().store(&exec::compile_native_loops<>, std::memory_order_release); }
+  static void enable() { hooks().native_loops.store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail

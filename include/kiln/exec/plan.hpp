@@ -18,10 +18,10 @@
 #include <variant>
 #include <vector>
 
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/node_map.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail::exec {
 

@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail::exec {
 

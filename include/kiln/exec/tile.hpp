@@ -28,6 +28,7 @@
 #include "kiln/eager/apply.hpp"
 #include "kiln/exec/fold.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail::exec {
 
@@ -41,12 +42,6 @@ using check_fn = void (*)(const void* op, std::span<const tensor* const> in);
 /// Runs a non-fused op on eager inputs: `out` is preallocated with the op's dtype
 /// and shape for ops with a kernel; ops with `evaluate` assign it.
 using op_fn = void (*)(const void* op, std::span<const tensor* const> in, tensor& out);
-
-/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
-/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
-/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
-/// its buffer, written in place.
-using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
 
 /// How the elements of a broadcast operand follow the elements of a cluster: the
 /// cluster's loop nest after merging dims, with this operand's strides (0 where
@@ -140,21 +135,6 @@ void check_op(const void* op, std::span<const tensor* const> in) {
   check_values(*static_cast<const Op*>(op), in);
 }
 
-template <class Op>
-tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
-  const Op& op = *static_cast<const Op*>(p);
-  if constexpr (requires { check_values(op, in); }) check_values(op, in);
-  return op.evaluate_in_place(std::move(x), in);
-}
-/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
-template <class Op>
-inline constexpr in_place_fn kernels_in_place = [] {
-  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
-    return &run_in_place<Op>;
-  else
-    return static_cast<in_place_fn>(nullptr);
-}();
-
 template <class Op, dtype_set Only = dtypes::all>
 void run_op(const void* p, std::span<const tensor* const> in, tensor& out) {
   const Op& op = *static_cast<const Op*>(p);
@@ -213,6 +193,14 @@ op_entry entry_for(const Op& op, dtype in, dtype out) {
       });
   }
   return e;
+}
+
+}  // namespace kiln::detail::exec
+namespace kiln::detail::exec {
+
+/// The entry points of the op a graph node holds.
+inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
+  return kernels_of(op).entry.load(std::memory_order_acquire)(op, in, out);
 }
 
 }  // namespace kiln::detail::exec

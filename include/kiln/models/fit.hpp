@@ -27,6 +27,7 @@
 #include <unistd.h>
 #endif
 
+#include "kiln/autodiff/tape.hpp"
 #include "kiln/data/dataset.hpp"
 #include "kiln/models/layers.hpp"
 #include "kiln/train/replicas.hpp"

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/ops/activations.hpp"
 #include "kiln/ops/elementwise.hpp"
 #include "kiln/ops/nn.hpp"
 #include "kiln/ops/reduction.hpp"

@@ -28,7 +28,7 @@ inline constexpr dtype_set bookkeeping_dtypes{bool_, int32, int64};
 #endif
 
 /// Runs (or records) `op` on `inputs` and returns its result. `Only` limits the
-/// dtypes whose kernels an elementwise op compiles here (kiln/exec/kernel_table.hpp).
+/// dtypes whose kernels an elementwise op compiles here (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 tensor apply_span(const Op& op, std::span<const tensor* const> inputs);
 
@@ -64,7 +64,7 @@ template <class E>
 }
 
 /// Makes `Op`'s kernels reachable from graphs: instantiated by every call of the op,
-/// so that a program compiles the kernels of the ops it calls (kiln/exec/kernel_table.hpp).
+/// so that a program compiles the kernels of the ops it calls (kiln/ops/op_table.hpp).
 template <class Op, dtype_set Only = dtypes::all>
 void register_kernels_on_use();
 

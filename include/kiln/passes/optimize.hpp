@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kiln/eager/apply.hpp"
-#include "kiln/exec/kernel_table.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail {
 

@@ -18,11 +18,12 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/results.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/exec/control_flow.hpp"
 #include "kiln/ops/control_flow.hpp"
 #include "kiln/trace/runtime_tier.hpp"
-#include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -292,19 +293,11 @@ template <class = void>
 std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                 traced_subgraph& else_graph);
 
-/// record_cond, set when a program first traces a cond: how the gradient of a `cond`
-/// node (kiln/autodiff/function_gradient.hpp) records its own, so that a program that
-/// makes tapes but traces no cond does not compile it. Null until then.
-using cond_tracer = std::vector<tensor> (*)(trace_context&, const tensor&, traced_subgraph&, traced_subgraph&);
-inline std::atomic<cond_tracer>& cond_tracer_hook() {
-  static std::atomic<cond_tracer> hook{nullptr};
-  return hook;
-}
 
 template <class>
 std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                 traced_subgraph& else_graph) {
-  cond_tracer_hook().store(&record_cond<>, std::memory_order_relaxed);
+  hooks().trace_cond.store(&record_cond<>, std::memory_order_relaxed);
   if (then_graph.outputs != else_graph.outputs) {
     throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
                       specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
@@ -319,11 +312,11 @@ std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced
   // A gradient tape recording in this trace differentiates the node: it keeps the
   // branches (copied before they move into the node).
   std::optional<cond_branches> for_tapes;
-  if (recording_tapes() > 0) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+  if (tapes_recording()) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
   auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
                                       std::move(else_args));
   std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
-  if (for_tapes) cond_hook().load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+  if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
   return out;
 }
 }  // namespace detail
@@ -436,24 +429,13 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
                                      std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
                                      bool breaks, loop_calls& calls);
 
-/// trace_while_loop, set when a program first traces a loop: how the gradient of a
-/// `while` node (kiln/autodiff/function_gradient.hpp) traces its own loops, so that a
-/// program that makes tapes but traces no loop does not compile the loop tracer. Null
-/// until then.
-using loop_tracer = std::vector<tensor> (*)(trace_context&, std::size_t, const loop_options&, std::vector<tensor>,
-                                            std::vector<const tensor_array*>, std::vector<value_spec>,
-                                            std::vector<std::optional<shape>>, bool, loop_calls&);
-inline std::atomic<loop_tracer>& loop_tracer_hook() {
-  static std::atomic<loop_tracer> hook{nullptr};
-  return hook;
-}
 
 template <class>
 std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
                                      std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
                                      std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
                                      bool breaks, loop_calls& calls) {
-  loop_tracer_hook().store(&trace_while_loop<>, std::memory_order_relaxed);
+  hooks().trace_loop.store(&trace_while_loop<>, std::memory_order_relaxed);
   // maximum_iterations: a counter of kiln's own in front of the loop variables, and
   // the condition `counter < maximum && cond`.
   const std::size_t counted = options.maximum_iterations ? 1 : 0;
@@ -513,7 +495,7 @@ std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, c
                                        std::move(body_graph.g), breaks);
   const while_op& node = *op;  // the graph keeps it
   std::vector<tensor> out = trace.record_special(std::move(op), inputs, specs);
-  if (recording_tapes() > 0) loop_hook().load(std::memory_order_relaxed)(node, inputs, out);
+  if (tapes_recording()) hooks().loop.load(std::memory_order_relaxed)(node, inputs, out);
   out.erase(out.begin(), out.begin() + std::ptrdiff_t(counted));
   return out;
 }

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/spec.hpp"
 #include "kiln/exec/effects.hpp"
 #include "kiln/ops/factories.hpp"
-#include "kiln/trace/spec.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -72,7 +72,7 @@ class variable {
     detail::trace_context* trace = detail::trace_context::current();
     tensor value = trace ? trace->record_special(std::make_shared<detail::read_variable_op>(s), {}, {{s->type(), s->dims()}})[0]
                          : s->read();
-    if (detail::recording_tapes() > 0) detail::variable_read_hook().load(std::memory_order_relaxed)(identity(), value);
+    if (detail::tapes_recording()) detail::hooks().variable_read.load(std::memory_order_relaxed)(identity(), value);
     return value;
   }
   /// The value, as a tensor: what makes a variable usable wherever a tensor is.

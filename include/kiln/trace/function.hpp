@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// kiln::function: its options, its state, and its calls in the compile-time tier
-/// (`fixed` arguments, kiln/typed/trace.hpp). Calls with kiln::tensor arguments are
-/// the runtime tier's, defined by kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp
-/// includes and kiln/fixed.hpp does not.
+/// kiln::function: its options and its state. Its calls are the tiers': with `fixed`
+/// arguments the compile-time tier's (kiln/typed/function_calls.hpp, which kiln/fixed.hpp
+/// and kiln/kiln.hpp include), with kiln::tensor arguments the runtime tier's
+/// (kiln/trace/runtime_tier.hpp, which kiln/kiln.hpp includes and kiln/fixed.hpp does not).
 
 #include <array>
 #include <atomic>
@@ -19,11 +19,15 @@
 #include <vector>
 
 #include "kiln/config.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/exec/jit_switch.hpp"
-#include "kiln/trace/spec.hpp"
-#include "kiln/typed/trace.hpp"
 
 namespace kiln {
+
+namespace typed {
+struct recorded_signature;
+class trace_table;
+}  // namespace typed
 
 /// Options of a kiln::function.
 /// \code kiln::function f([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}}); \endcode
@@ -73,6 +77,19 @@ struct runtime_tier;
 template <class F>
 concept has_runtime_tier = requires { sizeof(runtime_tier<F>); };
 
+/// kiln::function's calls with `fixed` arguments, defined in
+/// kiln/typed/function_calls.hpp (the compile-time tier), which kiln/fixed.hpp and
+/// kiln/kiln.hpp include.
+template <class F>
+struct typed_tier;
+
+/// Whether a call with `Args` is the compile-time tier's (`fixed` arguments).
+template <class F, class... Args>
+concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template calls<Args...>;
+/// Whether a get_concrete_function with `Args` asks for a typed trace.
+template <class F, class... Args>
+concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
+
 /// What a kiln::function and its copies share: its options and traces. Not a
 /// template, so that what does not depend on the callable is compiled once per
 /// program, not once per function. The members that trace and dispatch calls with
@@ -84,22 +101,29 @@ struct function_state {
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
-  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in `typed`).
+  /// A trace's signature: the runtime tier's, or else a typed trace's (it lives in
+  /// `typed`), with how the compile-time tier writes it.
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
+    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
   /// The runtime tier's traces, made by its first call, with a deleter it sets: a file
   /// whose functions make typed traces only does not compile them.
   std::unique_ptr<runtime_traces, void (*)(runtime_traces*)> runtime{nullptr, nullptr};
-  typed::trace_table typed;  // traces of calls with `fixed` arguments
+  /// The traces of calls with `fixed` arguments, made by the first such call
+  /// (kiln/typed/function_calls.hpp), with a deleter it sets; `typed_owner` owns them,
+  /// `typed` is what calls read.
+  std::atomic<typed::trace_table*> typed{nullptr};
+  std::unique_ptr<typed::trace_table, void (*)(typed::trace_table*)> typed_owner{nullptr, nullptr};
 
-  /// Adds a new typed trace's signature.
-  void add_signature(const typed::recorded_signature& s) {
+  /// Adds a new typed trace's signature, which `written` writes out.
+  void add_signature(const typed::recorded_signature& s,
+                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s});
+    signatures.push_back({nullptr, &s, written});
   }
 
   template <class = void>
@@ -183,22 +207,6 @@ struct function_state {
 
 }  // namespace detail
 
-template <class>
-detail::trace_signature typed::written(const detail::function_state& state, const recorded_signature& s) {
-  detail::trace_signature w;
-  w.name = state.options.name;
-  w.bound_text = s.bound_text;
-  for (const signature_leaf& a : s.type->arguments) {
-    w.arg_names.push_back(state.arg_name(w.arg_names.size()));
-    if (!a.typed) continue;
-    w.inputs.emplace_back(a.shape, a.type, w.arg_names.back());
-    w.input_arg.push_back(int(w.arg_names.size() - 1));
-  }
-  for (const signature_leaf& out : s.type->outputs) w.outputs.emplace_back(out.shape, out.type);
-  w.output_structure = s.type->output_structure();
-  return w;
-}
-
 /// TensorFlow's tf.function: traces `fn` once per input signature and runs the trace
 /// on later calls with that signature. Called with kiln::tensor arguments, the trace
 /// is a graph (the runtime tier); called with kiln::fixed arguments, a typed trace
@@ -219,9 +227,8 @@ class function {
   /// address and passed as itself.
   template <class... Args>
   auto operator()(Args&&... args) {
-    if constexpr (typed::typed_call<Args...>) {
-      if constexpr (std::is_invocable_v<F&, typed::traced_t<Args>&...>) return typed_call(args...);
-      else detail::callable_does_not_accept<Args...>();
+    if constexpr (detail::typed_call_of<F, Args...>) {
+      return detail::typed_tier<F>::call(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a call with kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -235,14 +242,8 @@ class function {
   /// result a typed::concrete_function taking the `fixed` arguments.
   template <class... Args>
   auto get_concrete_function(Args&&... args) {
-    if constexpr (typed::typed_request<Args...>) {
-      if constexpr (!std::is_invocable_v<F&, typed::traced_t<Args>&...>) {
-        detail::callable_does_not_accept<Args...>();
-      } else {
-        using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-        using concrete = typename typed::concrete_for<R, Args...>::type;
-        return concrete(typed_trace_for(args...), state_);
-      }
+    if constexpr (detail::typed_request_of<F, Args...>) {
+      return detail::typed_tier<F>::get_concrete_function(*this, args...);
     } else if constexpr (!detail::has_runtime_tier<F>) {
       static_assert(detail::has_runtime_tier<F>, "kiln::function: a trace for kiln::tensor arguments needs the runtime "
                                                  "tier; include <kiln/kiln.hpp> (kiln/fixed.hpp has the compile-time tier only)");
@@ -256,9 +257,9 @@ class function {
   std::string pretty_printed_concrete_signatures() const {
     std::lock_guard lock(state_->mutex);
     std::string s;
-    for (const auto& [runtime, typed] : state_->signatures) {
+    for (const auto& [runtime, typed, written] : state_->signatures) {
       if (!s.empty()) s += "\n\n";
-      const std::string text = (runtime ? *runtime : typed::written(*state_, *typed)).signature_text();
+      const std::string text = (runtime ? *runtime : written(*state_, *typed)).signature_text();
       s.append(text, 0, text.size() - 1);  // without its closing newline
     }
     return s;
@@ -271,82 +272,7 @@ class function {
 
  private:
   friend struct detail::runtime_tier<F>;
-
-  // A call in the compile-time tier (kiln/typed/trace.hpp).
-  template <class... Args>
-  auto typed_call(const Args&... args) {
-    const auto* t = typed_trace_for(args...);
-    if constexpr (std::is_void_v<std::invoke_result_t<F&, typed::traced_t<Args>&...>>)
-      t->run(typed_data(args...));
-    else
-      return t->run(typed_data(args...));
-  }
-
-  // The typed trace of these arguments (`fixed` values or specs, and C++ values): the
-  // slot of their signature type, found by its index, then the trace of these C++
-  // values in it, traced now if there is none.
-  template <class... Args>
-  auto typed_trace_for(const Args&... args) {
-    using R = std::invoke_result_t<F&, typed::traced_t<Args>&...>;
-    using entry = typed::signature_traces<R, typed::values_of<Args...>>;
-    entry& e = state_->typed.template entry<std::tuple<typename typed::fixed_of<std::remove_cvref_t<Args>>::type...>, entry>();
-    const typed::trace<R>* t = nullptr;
-    if constexpr (std::tuple_size_v<typed::values_of<Args...>> == 0) {
-      t = e.only.load(std::memory_order_acquire);
-      if (!t) {
-        std::lock_guard tracing(state_->typed.tracing);
-        if (!(t = e.only.load(std::memory_order_acquire))) {
-          e.only_owner = trace_typed<R>(args...);
-          e.only.store(t = e.only_owner.get(), std::memory_order_release);
-        }
-      }
-    } else {
-      const auto key = typed::values(args...);
-      std::lock_guard tracing(state_->typed.tracing);
-      std::lock_guard lock(e.mutex);
-      for (const auto& [k, known] : e.by_value)
-        if (k == key) t = known.get();
-      if (!t) t = e.by_value.emplace_back(key, trace_typed<R>(args...)).second.get();
-    }
-    return t;
-  }
-
-  // The data of a typed call's `fixed` arguments, in order.
-  template <class... Args>
-  static auto typed_data(const Args&... args) {
-    std::array<void*, (std::size_t(typed::typed_argument<Args>) + ... + 0)> data{};
-    std::size_t i = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::fixed_value<decltype(a)>) data[i++] = const_cast<void*>(static_cast<const void*>(a.data()));
-        }(args),
-        ...);
-    return data;
-  }
-
-  template <class R, class... Args>
-  std::unique_ptr<typed::trace<R>> trace_typed(const Args&... args) {
-    // The typed arguments' names, for the trace; the C++ values' text, for its signature.
-    std::vector<std::string> typed_names, bound_text;
-    std::size_t position = 0;
-    (
-        [&](const auto& a) {
-          if constexpr (typed::typed_argument<decltype(a)>) {
-            typed_names.push_back(state_->arg_name(position));
-          } else {
-            std::ostringstream os;
-            os << a;
-            bound_text.resize(sizeof...(Args));
-            bound_text[position] = os.str();
-          }
-          ++position;
-        }(args),
-        ...);
-    auto t = typed::trace_now<R>(fn_, std::move(typed_names), args...);
-    t->signature = {&typed::signature_type_of<R, Args...>, std::move(bound_text)};
-    state_->add_signature(t->signature);
-    return t;
-  }
+  friend struct detail::typed_tier<F>;
 
   F fn_;
   std::shared_ptr<detail::function_state> state_;

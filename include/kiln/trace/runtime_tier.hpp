@@ -19,15 +19,15 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/autodiff/replay.hpp"
-#include "kiln/autodiff/tape.hpp"
 #include "kiln/config.hpp"
+#include "kiln/core/hooks.hpp"
+#include "kiln/core/print.hpp"
 #include "kiln/core/results.hpp"
 #include "kiln/exec/executor.hpp"
 #include "kiln/ops/tensor_array.hpp"
 #include "kiln/passes/optimize.hpp"
-#include "kiln/trace/signature.hpp"
 #include "kiln/trace/function.hpp"
+#include "kiln/trace/signature.hpp"
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
@@ -139,6 +139,8 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
   }
 }
 
+struct differentiable_call;  // kiln/autodiff/tape.hpp
+
 /// One trace: the signature it was made for (its inputs named after their
 /// placeholders), its graph and how to run it.
 struct concrete_state : trace_signature {
@@ -221,10 +223,10 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
   out.clear();
   if (outer) {
     // A tape recording in the outer trace sees the ops one by one.
-    if (recording_tapes() > 0) {
+    if (tapes_recording()) {
       std::vector<tensor> args;
       for (const tensor* t : sig.tensors) args.push_back(*t);
-      out = replay_hook().load(std::memory_order_relaxed)(graph, args);
+      out = hooks().replay.load(std::memory_order_relaxed)(graph, args);
       return;
     }
     std::vector<int> args;
@@ -239,10 +241,10 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     args.emplace_back(*t);
   }
   const std::span<const tensor> inputs(args.begin(), args.size());
-  if (recording_tapes() > 0 && graph.has_effects()) {
+  if (tapes_recording() && graph.has_effects()) {
     // Under a gradient tape, a function with effects runs op by op, recorded as eager
     // code is: its backward pass cannot run it again.
-    out = replay_hook().load(std::memory_order_relaxed)(graph, inputs);
+    out = hooks().replay.load(std::memory_order_relaxed)(graph, inputs);
     return;
   }
   try {
@@ -251,7 +253,7 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
     rethrow_with_prefix("in " + name + ": ");
   }
   // Under a gradient tape, a function without effects is one differentiable op.
-  if (recording_tapes() > 0) call_hook().load(std::memory_order_relaxed)(*this, inputs, out);
+  if (tapes_recording()) hooks().call.load(std::memory_order_relaxed)(*this, inputs, out);
 }
 #endif
 

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/spec.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/core/this_thread.hpp"
-#include "kiln/trace/spec.hpp"
 
 namespace kiln::detail {
 

@@ -20,6 +20,7 @@
 
 #include "kiln/core/results.hpp"
 #include "kiln/ops/control_flow.hpp"
+#include "kiln/typed/unfused_ops.hpp"
 #include "kiln/typed/trace.hpp"
 
 namespace kiln {

@@ -22,9 +22,9 @@
 #include "kiln/core/error.hpp"
 #include "kiln/core/print.hpp"
 #include "kiln/core/shape.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/factories.hpp"
-#include "kiln/trace/spec.hpp"
 
 namespace kiln {
 namespace typed {
@@ -252,14 +252,6 @@ struct spec {
 };
 
 namespace typed {
-template <class X>
-struct is_fixed : std::false_type {};
-template <class T, std::int64_t... D>
-struct is_fixed<fixed<T, D...>> : std::true_type {};
-/// Whether `X` (without cv or reference) is a `kiln::fixed`.
-template <class X>
-concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
-
 /// The `fixed` type of element type `T` over `dims` `D`.
 template <class T, class D>
 struct fixed_for;

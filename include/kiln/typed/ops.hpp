@@ -16,14 +16,6 @@
 namespace kiln {
 namespace typed {
 
-/// A symbolic value or expression of the compile-time tier.
-template <class X>
-concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
-
-/// What typed ops take: `fixed` values, symbolic values and expressions.
-template <class X>
-concept operand = fixed_value<X> || lazy<X>;
-
 /// Whether an op on `X...` (typed operands and C++ scalars) computes at once.
 template <class... X>
 inline constexpr bool eager = ((!lazy<X>) && ...);

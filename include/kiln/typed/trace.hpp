@@ -35,7 +35,7 @@
 
 #include "kiln/core/error.hpp"
 #include "kiln/core/results.hpp"
-#include "kiln/trace/spec.hpp"
+#include "kiln/core/spec.hpp"
 #include "kiln/typed/ops.hpp"
 
 namespace kiln {
@@ -441,7 +441,7 @@ template <class R, class... Args>
 inline constexpr signature_type signature_type_of{argument_leaves<Args...>, output_leaves<R>, &output_structure<R>};
 
 /// Typed trace signature `s` of the function whose state is `state`, written out
-/// (defined with the function state, kiln/trace/function.hpp).
+/// (defined with the typed tier's calls, kiln/typed/function_calls.hpp).
 template <class = void>
 detail::trace_signature written(const detail::function_state& state, const recorded_signature& s);
 

@@ -2,9 +2,12 @@
 /// \file
 /// `kiln::tensor_spec`: an argument described by dtype and (possibly partial) shape.
 
+#include <concepts>
+#include <cstdint>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/config.hpp"
@@ -137,5 +140,30 @@ struct trace_signature {
   }
 };
 }  // namespace detail
+
+// ---- the compile-time tier's values, as the runtime tier tells them apart ----------
+
+template <class T, std::int64_t... Dims>
+class fixed;  // kiln/typed/fixed.hpp
+struct typed_expression;  // kiln/typed/expr.hpp
+
+namespace typed {
+
+template <class X>
+struct is_fixed : std::false_type {};
+template <class T, std::int64_t... D>
+struct is_fixed<fixed<T, D...>> : std::true_type {};
+/// Whether `X` (without cv or reference) is a `kiln::fixed`.
+template <class X>
+concept fixed_value = is_fixed<std::remove_cvref_t<X>>::value;
+
+/// A symbolic value or expression of the compile-time tier.
+template <class X>
+concept lazy = std::derived_from<std::remove_cvref_t<X>, typed_expression>;
+
+/// What typed ops take: `fixed` values, symbolic values and expressions.
+template <class X>
+concept operand = fixed_value<X> || lazy<X>;
+}  // namespace typed
 
 }  // namespace kiln

@@ -1,7 +1,10 @@
 #pragma once
 /// \file
-/// The kernels this program compiled, one row per op of the registry: how graphs
-/// reach kernels without compiling every op of the library.
+/// The op table: the kernels this program compiled, one row per op of the registry,
+/// how graphs reach kernels without compiling every op of the library. Below every
+/// layer that looks an op up in it (passes, plans, executors, eager, the tracer and
+/// the tapes); a row holds function pointers to code of those layers, which the row's
+/// registration (register_kernels) names by declaration only, each defined by its layer.
 ///
 /// A graph can hold any op, so a plan or the optimizer that dispatched over every op
 /// of the registry would compile the kernels of all of them, for every dtype and
@@ -22,15 +25,81 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
-#include "kiln/autodiff/backward.hpp"
+#include "kiln/config.hpp"
 #include "kiln/core/error.hpp"
+#include "kiln/core/hooks.hpp"
 #include "kiln/core/tensor.hpp"
-#include "kiln/eager/apply.hpp"
-#include "kiln/exec/tile.hpp"
-#include "kiln/graph/graph.hpp"
+#include "kiln/ops/any_op.hpp"
+#include "kiln/ops/dispatch.hpp"
+#include "kiln/ops/op.hpp"
 
 namespace kiln::detail {
+
+namespace exec {
+struct op_entry;
+
+/// Runs an op whose result may take its first input's buffer (ops::set_item): `x`
+/// holds that input, which no later node reads, and `in[0]` points to `x`. After the
+/// value checks, the op takes `x` (it is then empty, as `*in[0]` is) and may return
+/// its buffer, written in place.
+using in_place_fn = tensor (*)(const void* op, tensor& x, std::span<const tensor* const> in);
+
+template <class Op>
+tensor run_in_place(const void* p, tensor& x, std::span<const tensor* const> in) {
+  const Op& op = *static_cast<const Op*>(p);
+  if constexpr (requires { check_values(op, in); }) check_values(op, in);
+  return op.evaluate_in_place(std::move(x), in);
+}
+/// `Op`'s in_place_fn, or null when it has no evaluate_in_place.
+template <class Op>
+inline constexpr in_place_fn kernels_in_place = [] {
+  if constexpr (requires(const Op& op, tensor&& x, std::span<const tensor* const> in) { op.evaluate_in_place(std::move(x), in); })
+    return &run_in_place<Op>;
+  else
+    return static_cast<in_place_fn>(nullptr);
+}();
+
+/// The entry points a plan calls for `op` (defined in kiln/exec/tile.hpp).
+template <class Op, dtype_set Only>
+op_entry entry_for(const Op& op, dtype in, dtype out);
+
+}  // namespace exec
+
+/// An op's dtype and shape rules behind pointers, so that what checks an op's inputs
+/// around them (infer) is compiled once rather than once per op; and, for an op that
+/// has attributes the inputs do not show (`perm=[1, 0]`), their text for its errors.
+struct op_rules {
+  dtype_result (*result_dtype)(const void* op, std::span<const dtype> in);
+  shape_result (*result_shape)(const void* op, std::span<const shape> in);
+  std::string (*attributes)(const void* op);  ///< null for an op without
+};
+template <class Op>
+inline constexpr op_rules rules_of{
+    [](const void* op, std::span<const dtype> in) { return static_cast<const Op*>(op)->result_dtype(in); },
+    [](const void* op, std::span<const shape> in) { return static_cast<const Op*>(op)->result_shape(in); },
+    [] {
+      if constexpr (requires(const Op& o) { o.attributes(); })
+        return +[](const void* op) { return static_cast<const Op*>(op)->attributes(); };
+      else
+        return static_cast<std::string (*)(const void*)>(nullptr);
+    }()};
+
+/// True when an op on `in` is recorded rather than run: while tracing, or when an
+/// input is symbolic.
+inline bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
+/// Runs the gradient formula of the `Op` that `op` holds (defined in
+/// kiln/autodiff/backward.hpp, which gives each op's row its backward: a program that
+/// calls an op compiles its formula there, while the op table stays below autodiff).
+template <class Op>
+void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                 std::span<tensor> grads);
 
 /// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
 /// thread may register an op (again, after kiln/kernels.hpp did) while another runs
@@ -148,18 +217,8 @@ inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> 
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }
 
-/// How eager ops reach the gradient tapes of their thread: a function set when the
-/// first tape is made (kiln/autodiff/tape.hpp). A pointer, so that a program without
-/// tapes compiles nothing of them.
-/// The recorder may replace `out` by a copy (unaliased_for_tapes).
-using tape_recorder = void (*)(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-inline std::atomic<tape_recorder>& tape_hook() {
-  static std::atomic<tape_recorder> hook{nullptr};
-  return hook;
-}
-
 inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
-  tape_hook().load(std::memory_order_relaxed)(op, in, out);
+  hooks().tape.load(std::memory_order_relaxed)(op, in, out);
 }
 
 template <class Op>
@@ -171,17 +230,9 @@ void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& ou
 /// trace in progress (where a tape inside a kiln::function differentiates).
 inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
   tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
-  if (recording_tapes() > 0) record_any_on_tapes(op, in, out);
+  if (tapes_recording()) record_any_on_tapes(op, in, out);
   return out;
 }
 
 }  // namespace kiln::detail
 
-namespace kiln::detail::exec {
-
-/// The entry points of the op a graph node holds.
-inline op_entry entry_of(const ops::any_op& op, dtype in, dtype out) {
-  return kernels_of(op).entry.load(std::memory_order_acquire)(op, in, out);
-}
-
-}  // namespace kiln::detail::exec
