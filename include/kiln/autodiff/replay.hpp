@@ -22,8 +22,8 @@ namespace kiln::detail {
 /// `at`) to the tapes recording: a variable read is watched, and a `cond` or `while`
 /// node is recorded as kiln::cond and kiln::while_loop record the nodes they make, a
 /// collective as kiln::all_reduce and its kind record theirs.
-template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
   std::vector<tensor> inputs;
   for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
   const std::span<const tensor> results = value.subspan(at, count);
@@ -47,8 +47,8 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
-template <class>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
+template <class Unused>
+std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());
   for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];

@@ -48,7 +48,9 @@ class variable;
 
 namespace detail {
 
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 
 /// A kiln::function call as the tapes record it: the backward pass of its trace
 /// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
@@ -93,9 +95,6 @@ inline std::atomic<loop_recorder>& loop_hook() {
   static std::atomic<loop_recorder> hook{nullptr};
   return hook;
 }
-/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// How kiln::function calls replay their trace op by op for the tapes recording
 /// (kiln/autodiff/replay.hpp): set when the first tape is made, as for calls.
 using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
@@ -103,9 +102,6 @@ inline std::atomic<graph_replayer>& replay_hook() {
   static std::atomic<graph_replayer> hook{nullptr};
   return hook;
 }
-/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
-template <class = void>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
 /// How a replayed trace's special nodes (variable reads, `cond`, `while`) reach the
 /// tapes recording: set when the first tape is made, so that a program without tapes
 /// compiles none of it.
@@ -122,18 +118,6 @@ inline std::atomic<collective_recorder>& collective_hook() {
   static std::atomic<collective_recorder> hook{nullptr};
   return hook;
 }
-/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
-template <class = void>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                          std::span<const tensor> outputs);
-
-/// Records a call of concrete function `c` on the tapes of this thread (defined in
-/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
-template <class = void>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
 
 /// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
 /// value of the trace it stands for; or a variable read inside a kiln::function call.
@@ -173,13 +157,43 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-template <class = void>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-template <class = void>
-void watch_on_active_tapes(const void* variable, const tensor& value);
-template <class = void>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out);
+/// What the tapes of a thread record, and how backward passes are traced
+/// (`tape_runtime`, the one specialization): the functions the hooks above point to
+/// once a tape is made, and those they share. A template on nothing, so that a program
+/// compiles it only where it makes a tape (the tape's constructor names it), and a
+/// compiled kiln compiles all of it with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_tape_runtime {
+  /// Records op `op`'s result `out` on the tapes that watch its inputs (here).
+  static void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+  /// Hands a read of the variable with identity `variable` to the tapes (here).
+  static void watch_on_active_tapes(const void* variable, const tensor& value);
+  /// Records a call described by `call` on the tapes of this thread (here).
+  static void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                          std::span<const tensor> in, std::span<const tensor> out);
+  /// Records a call of concrete function `c` (kiln/autodiff/function_gradient.hpp).
+  static void record_function_call(const concrete_state& c, std::span<const tensor> inputs,
+                                   std::span<const tensor> outputs);
+  /// Records a `cond` node (kiln/autodiff/function_gradient.hpp).
+  static void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                                   std::span<const tensor> outputs);
+  /// Records a `while` node (kiln/autodiff/function_gradient.hpp).
+  static void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+  /// Hands special node `n` to the tapes (kiln/autodiff/replay.hpp).
+  static void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+  /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+  static std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
+  /// Registers the kernels of the ops the tapes' formulas share (detail::tape_ops; here).
+  static void register_tape_kernels();
+  /// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+  static std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args,
+                                                     const std::vector<tensor>& sources,
+                                                     std::span<const tensor> output_grads,
+                                                     const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                                     std::vector<bool>* connected = nullptr);
+};
+using tape_runtime = basic_tape_runtime<void>;
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -205,17 +219,14 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
   return run_registered(ops::add{}, in);
 }
 
-/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected = nullptr);
-
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
 void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
+}
+template <class Unused>
+void basic_tape_runtime<Unused>::register_tape_kernels() {
+  register_tape_ops(tape_ops{});
 }
 
 }  // namespace detail
@@ -237,14 +248,14 @@ class gradient_tape {
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_tape_ops(detail::tape_ops{});
-    detail::tape_hook().store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::variable_read_hook().store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::call_hook().store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
-    detail::cond_hook().store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::loop_hook().store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::special_hook().store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::replay_hook().store(&detail::replay<Lazy>, std::memory_order_relaxed);
+    detail::basic_tape_runtime<Lazy>::register_tape_kernels();
+    detail::tape_hook().store(&detail::basic_tape_runtime<Lazy>::record_on_active_tapes, std::memory_order_relaxed);
+    detail::variable_read_hook().store(&detail::basic_tape_runtime<Lazy>::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::call_hook().store(&detail::basic_tape_runtime<Lazy>::record_function_call, std::memory_order_relaxed);
+    detail::cond_hook().store(&detail::basic_tape_runtime<Lazy>::record_cond_on_tapes, std::memory_order_relaxed);
+    detail::loop_hook().store(&detail::basic_tape_runtime<Lazy>::record_loop_on_tapes, std::memory_order_relaxed);
+    detail::special_hook().store(&detail::basic_tape_runtime<Lazy>::record_special_on_tapes, std::memory_order_relaxed);
+    detail::replay_hook().store(&detail::basic_tape_runtime<Lazy>::replay, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -311,17 +322,7 @@ class gradient_tape {
 
  private:
   template <class>
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
-  template <class>
-  friend void detail::watch_on_active_tapes(const void*, const tensor&);
-  template <class>
-  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
-                                                 std::span<const tensor>, std::span<const tensor>);
-  template <class>
-  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
-                                                             std::span<const tensor>,
-                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
-                                                             std::vector<bool>*);
+  friend struct detail::basic_tape_runtime;
 
   // The gradients of `target` with respect to `sources`, then to each variable of
   // `ids`: the sum over its values read while recording and its reads inside recorded
@@ -529,20 +530,20 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   return view ? fresh_copy(out) : out;
 }
 
-template <class>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
-template <class>
-void watch_on_active_tapes(const void* variable, const tensor& value) {
+template <class Unused>
+void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
 
 /// Records a call described by `call` on the tapes of this thread.
-template <class>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
+template <class Unused>
+void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
                                  std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
