@@ -115,32 +115,14 @@ namespace {
   prefix template struct kiln::detail::basic_control_flow_tracer<void>; \
   prefix template class kiln::detail::basic_graph_executor<void>;    \
   prefix template struct kiln::detail::basic_nn_functions<void>;     \
-  prefix template struct kiln::detail::basic_random_draws<void>;
-// Member templates on nothing of classes that are not templates (public classes and
-// special ops), which only a list of their signatures instantiates.
-#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
-  prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
-                                                                    const std::vector<::kiln::variable>&);         \
-  prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \
-                                                                     const std::vector<::kiln::variable>&);        \
-  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_of<void>(                            \
-      const ::kiln::tensor&, const std::vector<::kiln::tensor>&,                                                   \
-      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>*);                                 \
-  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_with_variables<void>(                \
-      const ::kiln::tensor&, std::vector<::kiln::tensor>,                                                          \
-      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&);                                 \
-  prefix template void kiln::gradient_tape::record<void>(const ::kiln::ops::any_op&,                              \
-                                                         std::span<const ::kiln::tensor* const>, const ::kiln::tensor&); \
-  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run<void>(std::span<const ::kiln::tensor* const>) \
-      const;                                                                                                     \
-  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run_scalar<void>(                           \
-      std::span<const ::kiln::tensor* const>) const;                                                             \
-  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(                          \
-      std::span<const ::kiln::tensor* const>) const;                                                             \
-  prefix template ::kiln::tensor kiln::detail::assign_variable_op::apply<void>(const ::kiln::tensor&) const;       \
-  prefix template ::kiln::tensor kiln::variable::record_write<void>(::kiln::detail::assign_mode,                  \
-                                                                    const ::kiln::tensor&) const;                \
-  prefix template kiln::variable::variable<void>(const ::kiln::tensor&, std::string);
+  prefix template struct kiln::detail::basic_random_draws<void>;     \
+  prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
+  prefix template struct kiln::detail::basic_variable_writes<void>;
+// The run function of host_callback's special op, a member template on nothing of a
+// class that is not a template, constructed where a program calls host_callback.
+#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                     \
+  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(         \
+      std::span<const ::kiln::tensor* const>) const;
 // The runtime's one function that is not a template (format_values) is declared
 // KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).

@@ -61,7 +61,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
   std::size_t k = 0;
   for (const tensor& y : replay(g, args))
     if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
-  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  std::vector<tensor> grads = gradients_with_variables(tape, target, sources, variables);
   if (connected) {
     connected->clear();
     for (const tensor& grad : grads) connected->push_back(grad.defined());

@@ -186,6 +186,17 @@ struct basic_tape_runtime {
   static std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
   /// Registers the kernels of the ops the tapes' formulas share (detail::tape_ops; here).
   static void register_tape_kernels();
+  /// The gradients of `target` with respect to `sources`, then to each variable of
+  /// `ids`: the sum over its values read while `tape` recorded and its reads inside
+  /// recorded function calls (undefined where the target depends on none; here).
+  static std::vector<tensor> gradients_with_variables(gradient_tape& tape, const tensor& target,
+                                                      std::vector<tensor> sources,
+                                                      const std::vector<std::tuple<const void*, dtype, shape>>& ids);
+  /// The gradients of `target` with respect to `sources` on `tape`; `variables`, when
+  /// given, adds the gradient of each variable's reads inside function calls after
+  /// those of `sources` (here).
+  static std::vector<tensor> gradients_of(gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
+                                          const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   /// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
   static std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args,
                                                      const std::vector<tensor>& sources,
@@ -283,10 +294,10 @@ class gradient_tape {
     return gradient(target, std::vector<tensor>{source}, unconnected)[0];
   }
   /// Gradients of `target` with respect to each of `sources`.
-  template <class = void>
+  template <class Unused = void>
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
-    std::vector<tensor> out = gradients_of(target, sources);
+    std::vector<tensor> out = detail::basic_tape_runtime<Unused>::gradients_of(*this, target, sources);
     for (std::size_t k = 0; k < sources.size(); ++k)
       if (!out[k].defined() && sources[k].defined())
         out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
@@ -314,7 +325,7 @@ class gradient_tape {
       if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
       ids.emplace_back(v.identity(), v.dtype(), v.shape());
     }
-    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    std::vector<tensor> out = detail::tape_runtime::gradients_with_variables(*this, target, {}, ids);
     for (std::size_t k = 0; k < vars.size(); ++k)
       if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
     return out;
@@ -324,18 +335,6 @@ class gradient_tape {
   template <class>
   friend struct detail::basic_tape_runtime;
 
-  // The gradients of `target` with respect to `sources`, then to each variable of
-  // `ids`: the sum over its values read while recording and its reads inside recorded
-  // function calls (undefined where the target depends on none).
-  template <class = void>
-  std::vector<tensor> gradients_with_variables(
-      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
-  // `variables`, when given, adds the gradient of each variable's reads inside function
-  // calls after those of `sources`.
-  template <class = void>
-  std::vector<tensor> gradients_of(
-      const tensor& target, const std::vector<tensor>& sources,
-      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
   static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
@@ -452,17 +451,18 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
-template <class>
-std::vector<tensor> gradient_tape::gradients_with_variables(
-    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_with_variables(
+    gradient_tape& tape, const tensor& target, std::vector<tensor> sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
   const std::size_t given = sources.size();
   std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
   for (const auto& [id, t, s] : ids) {
-    auto [begin, end] = variable_reads_.equal_range(id);
+    auto [begin, end] = tape.variable_reads_.equal_range(id);
     for (auto it = begin; it != end; ++it) sources.push_back(it->second);
     first.push_back(sources.size());
   }
-  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> per_source = gradients_of(tape, target, sources, &ids);
   std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
   for (std::size_t k = 0; k < ids.size(); ++k) {
     tensor sum = per_source[sources.size() + k];  // the reads inside function calls
@@ -471,18 +471,18 @@ std::vector<tensor> gradient_tape::gradients_with_variables(
   }
   return out;
 }
-template <class>
-std::vector<tensor> gradient_tape::gradients_of(
-    const tensor& target, const std::vector<tensor>& sources,
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
+    gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
   if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
   for (std::size_t k = 0; k < sources.size(); ++k)
     if (!sources[k].defined())
       throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
-  if (used_ && !persistent_)
+  if (tape.used_ && !tape.persistent_)
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-  used_ = true;
+  tape.used_ = true;
   std::map<detail::tape_key, tensor> grads;
   {
     // The ops that compute gradients are not this tape's to record (the other tapes
@@ -490,20 +490,20 @@ std::vector<tensor> gradient_tape::gradients_of(
     struct paused {
       gradient_tape& tape;
       ~paused() { tape.resume(); }
-    } guard{(pause(), *this)};
-    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+    } guard{(tape.pause(), tape)};
+    if (is_floating(target.dtype()) && tape.tracked_.count(detail::tape_key(target))) tape.backpropagate(target, grads);
   }
   std::vector<tensor> out;
   for (const tensor& s : sources) {
     auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+    out.push_back(it != grads.end() && tape.tracked_.count(it->first) ? it->second : tensor());
   }
   if (variables)
     for (const auto& [id, t, s] : *variables) {
       auto it = grads.find(detail::tape_key::of_variable(id, t, s));
       out.push_back(it != grads.end() ? it->second : tensor());
     }
-  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  if (!tape.persistent_) tape.entries_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
   return out;
 }
 #endif
