@@ -25,11 +25,16 @@
 #include "kiln/config.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
+#include "kiln/exec/effects.hpp"
+#include "kiln/exec/executor.hpp"
 #include "kiln/exec/kernel_table.hpp"
 #include "kiln/exec/tile.hpp"
 #include "kiln/ops/nn.hpp"
 #include "kiln/ops/registry.hpp"
+#include "kiln/trace/control_flow.hpp"
+#include "kiln/trace/effects.hpp"
 #include "kiln/trace/random.hpp"
+#include "kiln/trace/runtime_tier.hpp"
 #include "kiln/train/optimizers.hpp"
 
 namespace kiln::detail {
@@ -123,9 +128,8 @@ namespace {
 #define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                     \
   prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(         \
       std::span<const ::kiln::tensor* const>) const;
-// The runtime's one function that is not a template (format_values) is declared
-// KILN_LIBRARY_INLINE instead
-// (kiln/config.hpp).
+// The runtime's functions that are not templates (format_values, the graph building
+// of traces) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_CLASSES()
 KILN_DETAIL_RUNTIME_TEMPLATES()

@@ -201,7 +201,7 @@ concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { 
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
 /// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
-/// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
+/// apply_bookkeeping). Not `inline`: kiln/separate_compilation.hpp can compile it once per program.
 template <class B, class Op, dtype_set Only = dtypes::all>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
@@ -212,7 +212,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (evaluated<Op>) {
     return op.evaluate(in);
   } else if constexpr (!backend::supports<B, Op>) {
-    // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+    // Reached only through kiln/separate_compilation.hpp, which instantiates every op on every backend.
     throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);

@@ -19,7 +19,7 @@
 namespace kiln::ops {
 
 // The op lists are X-macros, `F(op)` once per op type of kiln::ops, so that code
-// which must name every op (kiln/kernels.hpp declares and instantiates each op's
+// which must name every op (kiln/separate_compilation.hpp declares and instantiates each op's
 // kernels) expands them instead of repeating them.
 
 /// The elementwise ops with one input (`cast` included).
