@@ -119,6 +119,7 @@ namespace {
   prefix template struct kiln::detail::basic_concrete_state<void>;   \
   prefix template struct kiln::detail::basic_control_flow_tracer<void>; \
   prefix template class kiln::detail::basic_graph_executor<void>;    \
+  prefix template class kiln::detail::optimizer<void>;               \
   prefix template struct kiln::detail::basic_nn_functions<void>;     \
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \

@@ -13453,7 +13453,7 @@ class graph {
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
   KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
+                                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
   std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -13532,7 +13532,7 @@ class graph {
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
 KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+                                                       const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
   const std::string base(op->name());
   int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
@@ -13546,7 +13546,8 @@ KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const sp
   return ids;
 }
 
-KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+                                   const kiln::shape& s) {
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);
@@ -13641,8 +13642,9 @@ class trace_context {
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
-  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results);
+  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op,
+                                                         std::span<const tensor> inputs,
+                                                         const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
   const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
@@ -13704,8 +13706,8 @@ class trace_context {
   }
 
  private:
-  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh);
+  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs,
+                                              dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
@@ -13746,8 +13748,9 @@ class trace_context {
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results) {
+KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op,
+                                                                      std::span<const tensor> inputs,
+                                                                      const std::vector<std::pair<dtype, shape>>& results) {
   std::vector<int> ids;
   for (const tensor& t : inputs) ids.push_back(node_of(t));
   std::vector<tensor> out;
@@ -13778,8 +13781,8 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   return id;
 }
 
-KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh) {
+KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
+                                                    std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
   std::vector<int> ids;
   ids.reserve(inputs.size());
   for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
@@ -15263,8 +15266,8 @@ void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, con
 
 /// Records a call described by `call` on the tapes of this thread.
 template <class Unused>
-void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out) {
+void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                                             std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 
@@ -25894,6 +25897,7 @@ namespace {
   prefix template struct kiln::detail::basic_concrete_state<void>;   \
   prefix template struct kiln::detail::basic_control_flow_tracer<void>; \
   prefix template class kiln::detail::basic_graph_executor<void>;    \
+  prefix template class kiln::detail::optimizer<void>;               \
   prefix template struct kiln::detail::basic_nn_functions<void>;     \
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \

@@ -543,8 +543,8 @@ void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, con
 
 /// Records a call described by `call` on the tapes of this thread.
 template <class Unused>
-void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out) {
+void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                                             std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 

@@ -335,7 +335,7 @@ class graph {
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
   KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
+                                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
   std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -414,7 +414,7 @@ class graph {
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
 KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+                                                       const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
   const std::string base(op->name());
   int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
@@ -428,7 +428,8 @@ KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const sp
   return ids;
 }
 
-KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+                                   const kiln::shape& s) {
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);

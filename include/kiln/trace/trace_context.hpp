@@ -61,8 +61,9 @@ class trace_context {
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
-  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results);
+  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op,
+                                                         std::span<const tensor> inputs,
+                                                         const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
   const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
@@ -124,8 +125,8 @@ class trace_context {
   }
 
  private:
-  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh);
+  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs,
+                                              dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
@@ -166,8 +167,9 @@ class trace_context {
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results) {
+KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op,
+                                                                      std::span<const tensor> inputs,
+                                                                      const std::vector<std::pair<dtype, shape>>& results) {
   std::vector<int> ids;
   for (const tensor& t : inputs) ids.push_back(node_of(t));
   std::vector<tensor> out;
@@ -198,8 +200,8 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   return id;
 }
 
-KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh) {
+KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
+                                                    std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
   std::vector<int> ids;
   ids.reserve(inputs.size());
   for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
