@@ -124,17 +124,11 @@ namespace {
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
   prefix template struct kiln::detail::basic_variable_writes<void>;
-// The run function of host_callback's special op, a member template on nothing of a
-// class that is not a template, constructed where a program calls host_callback.
-#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                     \
-  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(         \
-      std::span<const ::kiln::tensor* const>) const;
 // The runtime's functions that are not templates (format_values, the graph building
-// of traces) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp).
+// of traces, host_callback's run) are declared KILN_LIBRARY_INLINE instead
+// (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_CLASSES()
-KILN_DETAIL_RUNTIME_TEMPLATES()
 #elif defined(KILN_SEPARATE_COMPILATION)
 KILN_DETAIL_RUNTIME_CLASSES(extern)
-KILN_DETAIL_RUNTIME_TEMPLATES(extern)
 #endif

@@ -17576,28 +17576,33 @@ class host_callback_op final : public special_op {
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
   std::string_view name() const { return "HostCallback"; }
   bool has_effects() const { return true; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    std::vector<tensor> out = fn_(in);
-    if (out.size() != results_.size())
-      throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
-                                   " tensors, but out_specs has " + std::to_string(results_.size()));
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      const auto& [type, dims] = results_[k];
-      if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
-        throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
-                                     (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
-                                                       : std::string("an empty tensor")) +
-                                     ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
-    }
-    return out;
-  }
+  /// Calls the function and checks its results against the specs (compiled once in a
+  /// compiled kiln: KILN_LIBRARY_INLINE).
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
  private:
   callback fn_;
   std::vector<std::pair<dtype, shape>> results_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const tensor* const> in) const {
+  std::vector<tensor> out = fn_(in);
+  if (out.size() != results_.size())
+    throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
+                                 " tensors, but out_specs has " + std::to_string(results_.size()));
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const auto& [type, dims] = results_[k];
+    if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
+      throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
+                                   (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
+                                                     : std::string("an empty tensor")) +
+                                   ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
+  }
+  return out;
+}
+#endif
 
 }  // namespace detail
 }  // namespace kiln
@@ -25902,19 +25907,13 @@ namespace {
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
   prefix template struct kiln::detail::basic_variable_writes<void>;
-// The run function of host_callback's special op, a member template on nothing of a
-// class that is not a template, constructed where a program calls host_callback.
-#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                     \
-  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(         \
-      std::span<const ::kiln::tensor* const>) const;
 // The runtime's functions that are not templates (format_values, the graph building
-// of traces) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp).
+// of traces, host_callback's run) are declared KILN_LIBRARY_INLINE instead
+// (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_CLASSES()
-KILN_DETAIL_RUNTIME_TEMPLATES()
 #elif defined(KILN_SEPARATE_COMPILATION)
 KILN_DETAIL_RUNTIME_CLASSES(extern)
-KILN_DETAIL_RUNTIME_TEMPLATES(extern)
 #endif
 // ----- end kiln/separate_compilation.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_SEPARATE_COMPILATION_HPP
