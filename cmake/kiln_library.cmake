@@ -1,7 +1,7 @@
 # kiln_write_library_sources(<dir> <sources variable>)
 #
 # Writes into <dir> the source files of a compiled kiln (kiln's kernels and runtime
-# functions, include/kiln/kernels.hpp) and sets <sources variable> to their paths: the
+# functions, include/kiln/separate_compilation.hpp) and sets <sources variable> to their paths: the
 # runtime in one file, and the kernels in one file per op family (the families of the
 # op list, include/kiln/ops/op_list.hpp: a test of test/ops fails when the two drift),
 # so that a parallel build compiles them side by side.
@@ -51,7 +51,7 @@ endfunction()
 #
 # Adds a static library <name> that compiles kiln's kernels and heavy runtime
 # functions, and defines KILN_SEPARATE_COMPILATION for every target that links it,
-# so that those only declare them (see include/kiln/kernels.hpp). This is what
+# so that those only declare them (see include/kiln/separate_compilation.hpp). This is what
 # kiln::kiln is, compiled once when kiln is built; kiln_add_library is for a program
 # that needs kiln compiled with flags of its own (sanitizers, another -march): give
 # LINK a target that carries them, because the library must be built as the code

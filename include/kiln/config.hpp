@@ -72,7 +72,7 @@
 #  define KILN_THREAD_SANITIZER 0
 #endif
 
-// Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
+// Separate compilation (kiln/separate_compilation.hpp). Header-only, every source file compiles
 // the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
 // source file compiles kiln's kernels and heavy runtime functions once, in the one
 // source file that also defines KILN_LIBRARY_SOURCE. Such a function is declared

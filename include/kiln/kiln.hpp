@@ -99,4 +99,4 @@
 #include "kiln/models/fixed_layers.hpp"
 #include "kiln/models/fit.hpp"
 
-#include "kiln/kernels.hpp"
+#include "kiln/separate_compilation.hpp"

@@ -84,7 +84,7 @@ inline loaded_function load(const std::filesystem::path& path) { return detail::
 
 }  // namespace kiln
 
-// A compiled kiln whose library compiled the reader and writer (kiln/kernels.hpp)
+// A compiled kiln whose library compiled the reader and writer (kiln/separate_compilation.hpp)
 // defines KILN_LIBRARY_HAS_SAVED_FUNCTIONS for its users: they only declare them.
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS)
 #if defined(KILN_LIBRARY_SOURCE)

@@ -84,7 +84,7 @@
 #  define KILN_THREAD_SANITIZER 0
 #endif
 
-// Separate compilation (kiln/kernels.hpp). Header-only, every source file compiles
+// Separate compilation (kiln/separate_compilation.hpp). Header-only, every source file compiles
 // the parts of kiln it uses. A program that defines KILN_SEPARATE_COMPILATION in every
 // source file compiles kiln's kernels and heavy runtime functions once, in the one
 // source file that also defines KILN_LIBRARY_SOURCE. Such a function is declared
@@ -2331,7 +2331,9 @@ class any_op;
 
 namespace detail {
 
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 struct cond_branches;
 class while_op;
 class trace_context;
@@ -3203,7 +3205,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 /// (on kiln::tensor: kiln/ops/elementwise.hpp and kiln/ops/activations.hpp; on typed
 /// operands: kiln/typed/ops.hpp) and their operators. The families give the registry's
 /// type lists (kiln/ops/registry.hpp), the kernels a compiled library instantiates
-/// (kiln/kernels.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
+/// (kiln/separate_compilation.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
 /// of the ops folder fails when the CMake file's families drift from these, and the
 /// fuzzer's programs (test/fuzz/program.hpp) fail to compile when an op listed here is
 /// neither one of their steps nor one they name as left out.
@@ -3307,7 +3309,7 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 #define KILN_DETAIL_OPS_OF(FUNCTIONS, F) KILN_DETAIL_RESCAN(FUNCTIONS(F KILN_DETAIL_OP_OF))
 
 // The op families: `F(op)` once per op type of kiln::ops, for code that must name every
-// op (kiln/kernels.hpp declares and instantiates each op's kernels family by family).
+// op (kiln/separate_compilation.hpp declares and instantiates each op's kernels family by family).
 
 /// The elementwise ops with one input (`cast` included).
 #define KILN_UNARY_OPS(F) \
@@ -5903,44 +5905,45 @@ inline void require_floating(std::string_view fn, const tensor& x) {
     throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
 }
 
-/// The largest element along `axis` (kept as size 1), 0 where it is not finite (an
-/// axis of -inf only), and cut off from gradient tapes: what stable softmaxes
-/// subtract, as TensorFlow's reduce_logsumexp does.
-template <class = void>
-tensor shift_of(const tensor& x, reduction_axes axis) {
-  const tensor m = stop_gradient(reduce_max(x, axis, true));
-  return where(abs(m) < std::numeric_limits<double>::infinity(), m, 0.0);
-}
+/// The softmax family's functions (`nn_functions`, the one specialization): a template
+/// on nothing, so that a file compiles them only where it calls them, and a compiled
+/// kiln compiles them all with one explicit instantiation
+/// (kiln/separate_compilation.hpp). The public functions below forward to them.
+template <class Unused>
+struct basic_nn_functions {
+  /// The largest element along `axis` (kept as size 1), 0 where it is not finite (an
+  /// axis of -inf only), and cut off from gradient tapes: what stable softmaxes
+  /// subtract, as TensorFlow's reduce_logsumexp does.
+  static tensor shift_of(const tensor& x, reduction_axes axis);
+  static tensor reduce_logsumexp(const tensor& x, reduction_axes axis, bool keepdims);
+  static tensor softmax(const tensor& logits, std::int64_t axis);
+  static tensor log_softmax(const tensor& logits, std::int64_t axis);
+  static tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits);
+};
+using nn_functions = basic_nn_functions<void>;
 
 }  // namespace detail
 
 /// log(sum(exp(x))) over `axis` (every axis by default), computed without overflow.
 /// \code kiln::reduce_logsumexp(kiln::constant({0.f, 0.f}));  // log 2 = 0.6931472 \endcode
-template <class = void>
+template <class Unused = void>
 tensor reduce_logsumexp(const tensor& x, reduction_axes axis = {}, bool keepdims = false) {
-  detail::require_floating("reduce_logsumexp", x);
-  const tensor m = detail::shift_of(x, axis);
-  const tensor kept = log(reduce_sum(exp(x - m), axis, true)) + m;
-  return keepdims ? kept : reduce_sum(kept, axis, false);  // drops the size-1 dims
+  return detail::basic_nn_functions<Unused>::reduce_logsumexp(x, axis, keepdims);
 }
 
 /// exp(x) / sum(exp(x)) along `axis` (the last by default), as tf.nn.softmax.
 /// \code kiln::softmax(kiln::constant({1.0, 1.0}));  // [0.5 0.5] \endcode
-template <class = void>
+template <class Unused = void>
 tensor softmax(const tensor& logits, std::int64_t axis = -1) {
-  detail::require_floating("softmax", logits);
-  const tensor e = exp(logits - detail::shift_of(logits, reduction_axes{axis}));
-  return e / reduce_sum(e, reduction_axes{axis}, true);
+  return detail::basic_nn_functions<Unused>::softmax(logits, axis);
 }
 
 /// log(softmax(logits)) along `axis` (the last by default), computed without
 /// overflow or log(0), as tf.nn.log_softmax.
 /// \code kiln::log_softmax(kiln::constant({0.f, 0.f}));  // [-0.6931472 -0.6931472] \endcode
-template <class = void>
+template <class Unused = void>
 tensor log_softmax(const tensor& logits, std::int64_t axis = -1) {
-  detail::require_floating("log_softmax", logits);
-  const tensor shifted = logits - detail::shift_of(logits, reduction_axes{axis});
-  return shifted - log(reduce_sum(exp(shifted), reduction_axes{axis}, true));
+  return detail::basic_nn_functions<Unused>::log_softmax(logits, axis);
 }
 
 /// The cross-entropy of softmax(logits) against class indices, one loss per label, as
@@ -5950,8 +5953,41 @@ tensor log_softmax(const tensor& logits, std::int64_t axis = -1) {
 /// \code
 /// auto loss = kiln::sparse_softmax_cross_entropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}));  // [0.6931472]
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) {
+  return detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(labels, logits);
+}
+
+template <class Unused>
+tensor detail::basic_nn_functions<Unused>::shift_of(const tensor& x, reduction_axes axis) {
+  const tensor m = stop_gradient(reduce_max(x, axis, true));
+  return where(abs(m) < std::numeric_limits<double>::infinity(), m, 0.0);
+}
+
+template <class Unused>
+tensor detail::basic_nn_functions<Unused>::reduce_logsumexp(const tensor& x, reduction_axes axis, bool keepdims) {
+  detail::require_floating("reduce_logsumexp", x);
+  const tensor m = shift_of(x, axis);
+  const tensor kept = log(reduce_sum(exp(x - m), axis, true)) + m;
+  return keepdims ? kept : reduce_sum(kept, axis, false);  // drops the size-1 dims
+}
+
+template <class Unused>
+tensor detail::basic_nn_functions<Unused>::softmax(const tensor& logits, std::int64_t axis) {
+  detail::require_floating("softmax", logits);
+  const tensor e = exp(logits - shift_of(logits, reduction_axes{axis}));
+  return e / reduce_sum(e, reduction_axes{axis}, true);
+}
+
+template <class Unused>
+tensor detail::basic_nn_functions<Unused>::log_softmax(const tensor& logits, std::int64_t axis) {
+  detail::require_floating("log_softmax", logits);
+  const tensor shifted = logits - shift_of(logits, reduction_axes{axis});
+  return shifted - log(reduce_sum(exp(shifted), reduction_axes{axis}, true));
+}
+
+template <class Unused>
+tensor detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) {
   detail::require_floating("sparse_softmax_cross_entropy", logits);
   if (!labels.defined() || !is_integer(labels.dtype()))
     throw type_error("sparse_softmax_cross_entropy: labels are int32 or int64 class indices, got " +
@@ -5967,7 +6003,7 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
   shape column = labels.shape();
   column.push_back(1);
   const tensor one_hot = cast(equal(reshape(checked, column), class_ids), logits.dtype());
-  return -reduce_sum(one_hot * log_softmax(logits), -1);
+  return -reduce_sum(one_hot * log_softmax(logits, -1), -1);
 }
 
 }  // namespace kiln
@@ -6842,7 +6878,7 @@ inline int value_operand_of(const any_op& op) {
 /// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
 /// program calls the op itself. A graph that meets an op whose row is empty, or
 /// lacks its dtype (one made by another program, or by ops inlined from a library),
-/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/separate_compilation.hpp)
 /// registers every op it instantiates.
 
 #include <array>
@@ -6922,7 +6958,7 @@ void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const te
                  std::span<tensor> grads);
 
 /// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
-/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
+/// thread may register an op (again, after kiln/separate_compilation.hpp did) while another runs
 /// a graph that holds it.
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
@@ -6990,7 +7026,7 @@ bool register_kernels() {
   return true;
 }
 
-/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
+/// Fills `Op`'s row before main runs: how kiln/separate_compilation.hpp registers every op it
 /// instantiates.
 template <class Op>
 inline const bool kernels_registered = register_kernels<Op>();
@@ -11192,11 +11228,22 @@ template <class E>
   throw_operand_error<E>(mode, text);
 }
 
-/// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
-/// the contract's error for `mode`.
-template <class = void>
-std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
-                                       std::span<const tensor* const> in, rule_errors mode) {
+/// What running or recording an op checks that does not depend on the op
+/// (`rule_checks`, the one specialization): a template on nothing, compiled once in a
+/// compiled kiln by one explicit instantiation (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_rule_checks {
+  /// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
+  /// the contract's error for `mode`.
+  static std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
+                                                std::span<const tensor* const> in, rule_errors mode);
+};
+using rule_checks = basic_rule_checks<void>;
+
+template <class Unused>
+std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_view op_name, const void* op,
+                                                                  const op_rules& rules,
+                                                                  std::span<const tensor* const> in, rule_errors mode) {
   const input_types types(op_name, in);
   const dtype_result dt = rules.result_dtype(op, types.dtypes);
   if (!dt.ok()) throw_rule_error<type_error>(mode, op_name, dt.failure, in, op, rules);
@@ -11218,7 +11265,7 @@ std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op,
 /// (running it, or recording it into a trace).
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in, rule_errors mode = rule_errors::run) {
-  return infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
+  return rule_checks::infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -11268,7 +11315,7 @@ concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { 
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
 /// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
-/// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
+/// apply_bookkeeping). Not `inline`: kiln/separate_compilation.hpp can compile it once per program.
 template <class B, class Op, dtype_set Only = dtypes::all>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
@@ -11279,7 +11326,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (evaluated<Op>) {
     return op.evaluate(in);
   } else if constexpr (!backend::supports<B, Op>) {
-    // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+    // Reached only through kiln/separate_compilation.hpp, which instantiates every op on every backend.
     throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);
@@ -11617,20 +11664,8 @@ class graph {
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
-  std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
-    const std::string base(op->name());
-    int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
-                 results.empty() ? kiln::shape{} : results[0].second);
-    nodes_[std::size_t(id)].special_ = std::move(op);
-    nodes_[std::size_t(id)].result_count_ = int(results.size());
-    std::vector<int> ids;
-    if (!results.empty()) ids.push_back(id);
-    for (std::size_t k = 1; k < results.size(); ++k)
-      ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
-                        results[k].second));
-    return ids;
-  }
+  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
   std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -11680,39 +11715,13 @@ class graph {
     }
   }
 
-  int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
-    node n;
-    n.kind_ = kind;
-    n.name_ = unique_name(base);
-    for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
-    n.input_ids_ = std::move(inputs);
-    n.dtype_ = t;
-    n.shape_ = s;
-    nodes_.push_back(std::move(n));
-    return int(nodes_.size()) - 1;
-  }
+  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
   // given before. Which names were given is known without a set of every name, which
   // would cost each node of a large graph a lookup in a table as large: a base's
   // suffixes count up, so `b_k` (k in digits) was given as a suffixed name exactly when
   // base `b` has handed out k; a bare base is given once and remembered.
-  std::string unique_name(const std::string& base) {
-    int& next = next_suffix_[base];
-    if (next == 0) {
-      next = 1;
-      if (!suffixed(base)) {
-        bare_names_.insert(base);
-        return base;
-      }
-    }
-    for (;; ++next) {
-      std::string candidate = base + "_" + std::to_string(next);
-      if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
-        ++next;
-        return candidate;
-      }
-    }
-  }
+  KILN_LIBRARY_INLINE std::string unique_name(const std::string& base);
   // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
   bool suffixed(std::string_view name) const {
     const std::size_t underscore = name.rfind('_');
@@ -11730,6 +11739,56 @@ class graph {
   std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
   std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// program that traces builds graphs with them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                                                       const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+  const std::string base(op->name());
+  int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+               results.empty() ? kiln::shape{} : results[0].second);
+  nodes_[std::size_t(id)].special_ = std::move(op);
+  nodes_[std::size_t(id)].result_count_ = int(results.size());
+  std::vector<int> ids;
+  if (!results.empty()) ids.push_back(id);
+  for (std::size_t k = 1; k < results.size(); ++k)
+    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+                      results[k].second));
+  return ids;
+}
+
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+                                   const kiln::shape& s) {
+  node n;
+  n.kind_ = kind;
+  n.name_ = unique_name(base);
+  for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
+  n.input_ids_ = std::move(inputs);
+  n.dtype_ = t;
+  n.shape_ = s;
+  nodes_.push_back(std::move(n));
+  return int(nodes_.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
+  int& next = next_suffix_[base];
+  if (next == 0) {
+    next = 1;
+    if (!suffixed(base)) {
+      bare_names_.insert(base);
+      return base;
+    }
+  }
+  for (;; ++next) {
+    std::string candidate = base + "_" + std::to_string(next);
+    if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+      ++next;
+      return candidate;
+    }
+  }
+}
+#endif
 
 }  // namespace kiln
 // ----- end kiln/graph/graph.hpp -----
@@ -12359,7 +12418,7 @@ struct op_entry {
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
 /// One instantiation per op holds all of the op's CPU kernels as a plan uses them
-/// (not `inline`, so that kiln/kernels.hpp can compile it once per program); `Only`
+/// (not `inline`, so that kiln/separate_compilation.hpp can compile it once per program); `Only`
 /// limits them to some dtypes (detail::apply_bookkeeping).
 template <class Op, dtype_set Only = dtypes::all>
 op_entry entry_for(const Op& op, dtype in, dtype out) {
@@ -14615,22 +14674,9 @@ class host_callback_op final : public special_op {
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
   std::string_view name() const { return "HostCallback"; }
   bool has_effects() const { return true; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    std::vector<tensor> out = fn_(in);
-    if (out.size() != results_.size())
-      throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
-                                   " tensors, but out_specs has " + std::to_string(results_.size()));
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      const auto& [type, dims] = results_[k];
-      if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
-        throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
-                                     (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
-                                                       : std::string("an empty tensor")) +
-                                     ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
-    }
-    return out;
-  }
+  /// Calls the function and checks its results against the specs (compiled once in a
+  /// compiled kiln: KILN_LIBRARY_INLINE).
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
   static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
@@ -14641,6 +14687,24 @@ class host_callback_op final : public special_op {
   callback fn_;
   std::vector<std::pair<dtype, shape>> results_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const tensor* const> in) const {
+  std::vector<tensor> out = fn_(in);
+  if (out.size() != results_.size())
+    throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
+                                 " tensors, but out_specs has " + std::to_string(results_.size()));
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const auto& [type, dims] = results_[k];
+    if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
+      throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
+                                   (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
+                                                     : std::string("an empty tensor")) +
+                                   ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
+  }
+  return out;
+}
+#endif
 
 }  // namespace detail
 }  // namespace kiln
@@ -15185,14 +15249,9 @@ class trace_context {
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
-  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results) {
-    std::vector<int> ids;
-    for (const tensor& t : inputs) ids.push_back(node_of(t));
-    std::vector<tensor> out;
-    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op,
+                                                         std::span<const tensor> inputs,
+                                                         const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
   const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
@@ -15208,28 +15267,7 @@ class trace_context {
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
   /// trace's symbolic tensors, a captured constant when `t` is eager.
-  int node_of(const tensor& t) {
-    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
-    if (t.is_symbolic()) {
-      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
-      if (t.symbol()->trace_id != id_)
-        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
-                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
-                         "(return it from the function instead)");
-      return t.symbol()->node;
-    }
-    // The same buffer seen as the same dtype and shape is one constant; found by its
-    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
-    // (The constant node holds the buffer, so its address cannot be reused by another.)
-    auto [first, last] = captured_.equal_range(t.raw_data());
-    for (auto it = first; it != last; ++it) {
-      const tensor& known = graph_.node_at(it->second).value();
-      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-    }
-    int id = graph_.add_constant(t);
-    captured_.emplace(t.raw_data(), id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int node_of(const tensor& t);
 
   /// Copies the nodes of `g` (another function's trace) into this trace, its
   /// placeholders bound to nodes `args`; returns the nodes of its outputs.
@@ -15275,13 +15313,8 @@ class trace_context {
   }
 
  private:
-  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh) {
-    std::vector<int> ids;
-    ids.reserve(inputs.size());
-    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
-    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
-  }
+  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs,
+                                              dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
@@ -15291,14 +15324,7 @@ class trace_context {
     }
     return false;
   }
-  int capture(const tensor& t) {
-    for (std::size_t k = 0; k < captures_.size(); ++k)
-      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
-    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
-    captures_.push_back(t);
-    capture_ids_.push_back(id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int capture(const tensor& t);
   trace_context& function_trace() {
     trace_context* c = this;
     while (c->capturing_) c = c->previous_;
@@ -15325,6 +15351,60 @@ class trace_context {
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// program that traces builds graphs with them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op,
+                                                                      std::span<const tensor> inputs,
+                                                                      const std::vector<std::pair<dtype, shape>>& results) {
+  std::vector<int> ids;
+  for (const tensor& t : inputs) ids.push_back(node_of(t));
+  std::vector<tensor> out;
+  for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+  return out;
+}
+
+KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
+  if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
+  if (t.is_symbolic()) {
+    if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
+    if (t.symbol()->trace_id != id_)
+      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+                       " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
+                       "(return it from the function instead)");
+    return t.symbol()->node;
+  }
+  // The same buffer seen as the same dtype and shape is one constant; found by its
+  // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+  // (The constant node holds the buffer, so its address cannot be reused by another.)
+  auto [first, last] = captured_.equal_range(t.raw_data());
+  for (auto it = first; it != last; ++it) {
+    const tensor& known = graph_.node_at(it->second).value();
+    if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
+  }
+  int id = graph_.add_constant(t);
+  captured_.emplace(t.raw_data(), id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
+                                                    std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
+  std::vector<int> ids;
+  ids.reserve(inputs.size());
+  for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
+  return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+}
+
+KILN_LIBRARY_INLINE int trace_context::capture(const tensor& t) {
+  for (std::size_t k = 0; k < captures_.size(); ++k)
+    if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
+  int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
+  captures_.push_back(t);
+  capture_ids_.push_back(id);
+  return id;
+}
+#endif
 
 inline bool tracing() { return trace_context::current() != nullptr; }
 
@@ -15896,7 +15976,9 @@ void callable_does_not_accept() {
 
 struct argument_texts;
 struct call_signature;
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 struct runtime_traces;
 class trace_context;
 
@@ -15924,14 +16006,17 @@ concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::te
 template <class F, class... Args>
 concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
 
-/// What a kiln::function and its copies share: its options and traces. Not a
-/// template, so that what does not depend on the callable is compiled once per
-/// program, not once per function. The members that trace and dispatch calls with
-/// tensor arguments are defined with the runtime tier (kiln/trace/runtime_tier.hpp),
-/// as templates on nothing: a file compiles them (and the tracing, optimizer and
-/// executor behind them) only where it calls a function with tensors.
-struct function_state {
-  explicit function_state(function_options o) : options(std::move(o)) {}
+/// What a kiln::function and its copies share: its options and traces
+/// (`function_state`, the one specialization). Not a template on the callable, so that
+/// what does not depend on it is compiled once per program, not once per function. The
+/// members that trace and dispatch calls with tensor arguments are defined with the
+/// runtime tier (kiln/trace/runtime_tier.hpp); a template on nothing, so that a file
+/// compiles them (and the tracing, optimizer and executor behind them) only where it
+/// calls a function with tensors, and a compiled kiln compiles them all with one
+/// explicit instantiation (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_function_state {
+  explicit basic_function_state(function_options o) : options(std::move(o)) {}
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
@@ -15940,7 +16025,7 @@ struct function_state {
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
-    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
+    trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
@@ -15955,24 +16040,21 @@ struct function_state {
 
   /// Adds a new typed trace's signature, which `written` writes out.
   void add_signature(const typed::recorded_signature& s,
-                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
+                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
     signatures.push_back({nullptr, &s, written});
   }
 
-  template <class = void>
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
   /// The kiln::value_error for a call that `expected` does not accept (out of line: it
   /// formats tensors).
-  template <class = void>
   [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_input_signature_mismatch(
       const call_signature& sig, const std::vector<tensor_spec>& expected);
 
   /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
   /// makes, registered under sig's key (one trace at a time; a recursion with the same
   /// signature is an error).
-  template <class = void>
   std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
                                                       std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
                                                       void* context);
@@ -15987,57 +16069,48 @@ struct function_state {
 
   /// A new trace for `sig`, its arguments shown as `texts` says: its names and
   /// signature, and a placeholder in `context` per tensor leaf.
-  template <class = void>
   std::shared_ptr<concrete_state> start_trace(const call_signature& sig, argument_texts texts, trace_context& context,
                                               std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
-  template <class = void>
   static void add_output(concrete_state& c, trace_context& context, const tensor& t);
 
   /// Ends trace `c`: its graph, optimized and planned.
-  template <class = void>
   static void finish_trace(concrete_state& c, trace_context& context);
 
   // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
   // trace of those specs) rather than tensors only (a call).
-  template <class = void>
   static bool asks_for_specs(const call_signature& sig);
 
   // The trace that serves `sig` when one is known: the one traced for its key, or for
   // a call, the more general trace it was dispatched to before.
-  template <class = void>
   std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const;
 
   // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
-  template <class = void>
   static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig);
 
   // A trace more general than the call (None dims, unknown ranks; made by
   // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
   // the most specific trace that accepts a call: the one with the fewest unknowns.
   // get_concrete_function with tensor_specs asks for a trace of those specs instead.
-  template <class = void>
   std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const;
 
   // reduce_retracing: the call is keyed by the most specific specs that accept both it
   // and the latest trace of its structure and dtypes, as TensorFlow's common
   // supertype: a dim that differs becomes None, a rank that differs unknown.
-  template <class = void>
   void relax(call_signature& sig);
 
   /// After how many runtime-tier traces a function warns that it retraces often, as
   /// TensorFlow does after 5 (to config::warning_stream(), once per function).
   static constexpr std::size_t retracing_warning_traces = 5;
-  template <class = void>
   void warn_retracing() const;
 
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that
   // dies with the trace would be created anew at every call in eager code.
-  template <class = void>
   void check_created_variables(const trace_context& context) const;
 };
+using function_state = basic_function_state<void>;
 
 }  // namespace detail
 
@@ -16311,9 +16384,12 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
 
 struct differentiable_call;  // kiln/autodiff/tape.hpp
 
-/// One trace: the signature it was made for (its inputs named after their
-/// placeholders), its graph and how to run it.
-struct concrete_state : trace_signature {
+/// One trace (`concrete_state`, the one specialization): the signature it was made
+/// for (its inputs named after their placeholders), its graph and how to run it. A
+/// template on nothing, as basic_function_state is, for its members that reach the
+/// optimizer and the executor.
+template <class Unused>
+struct basic_concrete_state : trace_signature {
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
@@ -16331,7 +16407,6 @@ struct concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
-  template <class = void>
   void check_call(const call_signature& sig) const {
     for (const auto& v : sig.values) {
       const call_signature::value_leaf* traced = nullptr;
@@ -16361,17 +16436,15 @@ struct concrete_state : trace_signature {
     }
   }
 
-  concrete_state() = default;
-  concrete_state(const concrete_state&) = delete;
-  concrete_state& operator=(const concrete_state&) = delete;
+  basic_concrete_state() = default;
+  basic_concrete_state(const basic_concrete_state&) = delete;
+  basic_concrete_state& operator=(const basic_concrete_state&) = delete;
 
   /// Optimizes the traced graph and plans how to run it (after tracing).
-  template <class = void>
   void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another); the outputs go to `out`.
-  template <class = void>
   void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
@@ -16379,14 +16452,14 @@ struct concrete_state : trace_signature {
 // compiled with KILN_SEPARATE_COMPILATION compiles them once, and a header-only file
 // only where it calls a function with tensors (they are templates on nothing).
 #if KILN_DEFINE_LIBRARY
-template <class>
-void concrete_state::compile() {
+template <class Unused>
+void basic_concrete_state<Unused>::compile() {
   optimized = optimize(graph);
   executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
 }
 
-template <class>
-void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
+template <class Unused>
+void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
@@ -16430,8 +16503,8 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
 // ---- function_state: the runtime tier's members ------------------------------------
 
 #if KILN_DEFINE_LIBRARY
-template <class>
-void function_state::check_input_signature(call_signature& sig,
+template <class Unused>
+void basic_function_state<Unused>::check_input_signature(call_signature& sig,
                                            const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
@@ -16440,8 +16513,8 @@ void function_state::check_input_signature(call_signature& sig,
   for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
 }
 
-template <class>
-[[noreturn]] void function_state::throw_input_signature_mismatch(const call_signature& sig,
+template <class Unused>
+[[noreturn]] void basic_function_state<Unused>::throw_input_signature_mismatch(const call_signature& sig,
                                                                   const std::vector<tensor_spec>& expected) {
   {
     std::ostringstream os;
@@ -16477,8 +16550,8 @@ struct runtime_traces {
   std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
 };
 
-template <class>
-std::shared_ptr<const concrete_state> function_state::find_or_trace(
+template <class Unused>
+std::shared_ptr<const concrete_state> basic_function_state<Unused>::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -16520,8 +16593,8 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
   return traced;
 }
 
-template <class>
-void function_state::warn_retracing() const {
+template <class Unused>
+void basic_function_state<Unused>::warn_retracing() const {
   std::ostream* os = config::warning_stream();
   if (!os) return;
   std::ostringstream text;
@@ -16533,8 +16606,8 @@ void function_state::warn_retracing() const {
   *os << text.str() << std::flush;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::start_trace(
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::start_trace(
     const call_signature& sig, argument_texts texts, trace_context& context, std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
@@ -16559,43 +16632,43 @@ std::shared_ptr<concrete_state> function_state::start_trace(
   return c;
 }
 
-template <class>
-void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+template <class Unused>
+void basic_function_state<Unused>::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-template <class>
-void function_state::finish_trace(concrete_state& c, trace_context& context) {
+template <class Unused>
+void basic_function_state<Unused>::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-template <class>
-bool function_state::asks_for_specs(const call_signature& sig) {
+template <class Unused>
+bool basic_function_state<Unused>::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::known_trace(const call_signature& sig) const {
   if (auto it = runtime->by_key.find(sig.key); it != runtime->by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = runtime->dispatched.find(sig.key);
   return it != runtime->dispatched.end() ? it->second : nullptr;
 }
 
-template <class>
-bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+template <class Unused>
+bool basic_function_state<Unused>::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -16616,8 +16689,8 @@ std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(co
   return best;
 }
 
-template <class>
-void function_state::relax(call_signature& sig) {
+template <class Unused>
+void basic_function_state<Unused>::relax(call_signature& sig) {
   for (auto t = runtime->traces.rbegin(); t != runtime->traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -16635,8 +16708,8 @@ void function_state::relax(call_signature& sig) {
   }
 }
 
-template <class>
-void function_state::check_created_variables(const trace_context& context) const {
+template <class Unused>
+void basic_function_state<Unused>::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;
@@ -16886,9 +16959,27 @@ struct runtime_tier {
 
 
 namespace kiln {
+class variable;
+
 namespace detail {
 template <class>
 struct saved_function_io;
+
+/// What creating and writing a kiln::variable does (`variable_writes`, the one
+/// specialization): a template on nothing, as op functions are, so that the kernels of
+/// the arithmetic assignments compile only where a program writes a variable, and a
+/// compiled kiln compiles all of it with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_variable_writes {
+  /// Makes `v` hold `initial` (a symbolic one: a write recorded into the trace).
+  static void initialize(variable& v, const tensor& initial, std::string name);
+  /// Writes `x` into `v` as `mode` says, eagerly or into the trace in progress.
+  static tensor write(const variable& v, assign_mode mode, const tensor& x);
+  /// Records the write of `x` into the trace in progress.
+  static tensor record_write(const variable& v, assign_mode mode, const tensor& x);
+};
+using variable_writes = basic_variable_writes<void>;
 }  // namespace detail
 
 /// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
@@ -16909,18 +17000,9 @@ class variable {
   /// variable then takes its value when the function first runs. (The members that
   /// write are templates, as op functions are, so that the kernels of the arithmetic
   /// assignments compile only where a program writes a variable.)
-  template <class = void>
+  template <class Unused = void>
   explicit variable(const tensor& initial, std::string name = "Variable") {
-    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
-    handle_ = std::make_shared<handle>();
-    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
-    detail::trace_context* trace = detail::trace_context::current();
-    if (trace) trace->note_created_variable(handle_);
-    if (initial.is_symbolic()) {
-      record_write(detail::assign_mode::initialize, initial);
-    } else {
-      handle_->state->update([&](const tensor&) { return initial; });
-    }
+    detail::basic_variable_writes<Unused>::initialize(*this, initial, std::move(name));
   }
   /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
   template <class T>
@@ -16980,6 +17062,8 @@ class variable {
   // its graphs read and write.
   template <class>
   friend struct detail::saved_function_io;
+  template <class>
+  friend struct detail::basic_variable_writes;
   explicit variable(std::shared_ptr<detail::variable_state> s)
       : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
@@ -16991,26 +17075,46 @@ class variable {
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
   }
-  template <class = void>
+  template <class Unused = void>
   tensor write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
-    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
-    return detail::assign_variable_op(s, mode).apply(x);
-  }
-  template <class = void>
-  tensor record_write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    detail::trace_context* trace = detail::trace_context::current();
-    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
-    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
-    s->check(op->name(), x);  // at trace time, as the op would at run time
-    const tensor inputs[] = {x};
-    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
+    return detail::basic_variable_writes<Unused>::write(*this, mode, x);
   }
 
   std::shared_ptr<handle> handle_;
 };
+
+template <class Unused>
+void detail::basic_variable_writes<Unused>::initialize(variable& v, const tensor& initial, std::string name) {
+  if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
+  v.handle_ = std::make_shared<variable::handle>();
+  v.handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
+  detail::trace_context* trace = detail::trace_context::current();
+  if (trace) trace->note_created_variable(v.handle_);
+  if (initial.is_symbolic()) {
+    record_write(v, detail::assign_mode::initialize, initial);
+  } else {
+    v.handle_->state->update([&](const tensor&) { return initial; });
+  }
+}
+
+template <class Unused>
+tensor detail::basic_variable_writes<Unused>::write(const variable& v, assign_mode mode, const tensor& x) {
+  const auto& s = v.state();
+  if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
+  if (detail::trace_context::current() || x.is_symbolic()) return record_write(v, mode, x);
+  return detail::assign_variable_op(s, mode).apply(x);
+}
+
+template <class Unused>
+tensor detail::basic_variable_writes<Unused>::record_write(const variable& v, assign_mode mode, const tensor& x) {
+  const auto& s = v.state();
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
+  auto op = std::make_shared<detail::assign_variable_op>(s, mode);
+  s->check(op->name(), x);  // at trace time, as the op would at run time
+  const tensor inputs[] = {x};
+  return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
+}
 
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
@@ -17394,9 +17498,19 @@ inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_c
   return trace.record_special(op, {}, op->results())[0];
 }
 
-/// A stateful draw of `spec`, as random::uniform makes one.
-template <class = void>
-tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+/// Stateful draws, as random::uniform makes them (`random_draws`, the one
+/// specialization): a template on nothing, so that a file compiles them only where it
+/// draws, and a compiled kiln compiles them with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_random_draws {
+  /// A stateful draw of `spec`.
+  static tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed);
+};
+using random_draws = basic_random_draws<void>;
+
+template <class Unused>
+tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
   spec.check();
   random_state& state = random_state::get();
   const std::uint64_t key = state.key_for(seed);
@@ -17430,28 +17544,28 @@ inline void set_seed(std::uint64_t seed) {
 /// 2^53 are not exact); else kiln::invalid_argument_error.
 /// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
 /// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-template <class = void>
+template <class Unused = void>
 tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
                std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, minval, maxval}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, minval, maxval}, seed);
 }
 
 /// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
 /// drawn again at every run of a graph as random::uniform; float dtypes only.
 /// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
-template <class = void>
+template <class Unused = void>
 tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
               std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
 }
 
 /// Numbers drawn from a normal distribution, those beyond two standard deviations
 /// from the mean drawn again, as tf.random.truncated_normal.
 /// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
-template <class = void>
+template <class Unused = void>
 tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
                         std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
 }
 
 /// Normal numbers as a pure function of `seed`, shape and dtype, as
@@ -17857,19 +17971,35 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
-/// A `cond` node recorded into `trace` from its two traced branches; gives its
-/// results. What does not depend on the branches' C++ types, so that a program
-/// compiles it once, not once per cond (and not at all when it traces none: a
-/// template on nothing).
-template <class = void>
-std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
-                                traced_subgraph& else_graph);
+struct loop_calls;
+
+/// What tracing `cond` and `while_loop` does that does not depend on the branches' or
+/// the loop's C++ types (`control_flow_tracer`, the one specialization), so that a
+/// program compiles it once, not once per cond or loop. A template on nothing: not at
+/// all when it traces none, and once in a compiled kiln, by one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_control_flow_tracer {
+  /// A `cond` node recorded into `trace` from its two traced branches; gives its results.
+  static std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                         traced_subgraph& else_graph);
+  /// A while loop traced on the leaves of its state: its condition and body traced into
+  /// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
+  /// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
+  static std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
+                                              std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
+                                              std::vector<value_spec> specs,
+                                              std::vector<std::optional<shape>> invariants, bool breaks,
+                                              loop_calls& calls);
+};
+using control_flow_tracer = basic_control_flow_tracer<void>;
 
 
-template <class>
-std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
-                                traced_subgraph& else_graph) {
-  hooks().trace_cond.store(&record_cond<>, std::memory_order_relaxed);
+template <class Unused>
+std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
+                                                                   traced_subgraph& then_graph,
+                                                                   traced_subgraph& else_graph) {
+  hooks().trace_cond.store(&record_cond, std::memory_order_relaxed);
   if (then_graph.outputs != else_graph.outputs) {
     throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
                       specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
@@ -17933,7 +18063,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     detail::traced_subgraph then_graph, else_graph;
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    const std::vector<tensor> out = detail::record_cond(*trace, pred, then_graph, else_graph);
+    const std::vector<tensor> out = detail::control_flow_tracer::record_cond(*trace, pred, then_graph, else_graph);
     if constexpr (!std::is_void_v<R>) {
       const tensor* next = out.data();
       return detail::rebuild_output(traced, next);
@@ -17990,24 +18120,12 @@ struct loop_calls {
   void (*restart)(loop_calls& self, std::span<const tensor> leaves);
 };
 
-/// A while loop traced on the leaves of its state: its condition and body traced into
-/// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
-/// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
-/// What does not depend on the loop's C++ types, so that a program compiles it once,
-/// not once per loop (and not at all when it traces none: a template on nothing).
-template <class = void>
-std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
-                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
-                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
-                                     bool breaks, loop_calls& calls);
-
-
-template <class>
-std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
-                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
-                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
-                                     bool breaks, loop_calls& calls) {
-  hooks().trace_loop.store(&trace_while_loop<>, std::memory_order_relaxed);
+template <class Unused>
+std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
+    trace_context& trace, std::size_t hidden, const loop_options& options, std::vector<tensor> leaves,
+    std::vector<const tensor_array*> arrays, std::vector<value_spec> specs,
+    std::vector<std::optional<shape>> invariants, bool breaks, loop_calls& calls) {
+  hooks().trace_loop.store(&trace_while_loop, std::memory_order_relaxed);
   // maximum_iterations: a counter of kiln's own in front of the loop variables, and
   // the condition `counter < maximum && cond`.
   const std::size_t counted = options.maximum_iterations ? 1 : 0;
@@ -18137,8 +18255,8 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
       return rebuild_output(initial, next);
     }
   } calls(cond_fn, body_fn, initial);
-  const std::vector<tensor> out = trace_while_loop(*trace, hidden, options, initial_leaves, arrays, std::move(specs),
-                                                   invariants, breaks, calls);
+  const std::vector<tensor> out = control_flow_tracer::trace_while_loop(*trace, hidden, options, initial_leaves, arrays,
+                                                                        std::move(specs), invariants, breaks, calls);
   return loop_result(calls.at(out));
 }
 }  // namespace detail
@@ -19257,7 +19375,9 @@ KILN_OPERATORS(KILN_TYPED_OPERATOR)
 
 namespace kiln {
 namespace detail {
-struct function_state;
+template <class>
+struct basic_function_state;
+using function_state = basic_function_state<void>;
 }  // namespace detail
 namespace typed {
 
@@ -21651,7 +21771,9 @@ class variable;
 
 namespace detail {
 
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 
 /// A kiln::function call as the tapes record it: the backward pass of its trace
 /// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
@@ -21666,24 +21788,6 @@ struct differentiable_call {
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 };
 
-/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
-template <class = void>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
-template <class = void>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                          std::span<const tensor> outputs);
-
-/// Records a call of concrete function `c` on the tapes of this thread (defined in
-/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
-template <class = void>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
 
 /// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
 /// value of the trace it stands for; or a variable read inside a kiln::function call.
@@ -21730,13 +21834,54 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-template <class = void>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-template <class = void>
-void watch_on_active_tapes(const void* variable, const tensor& value);
-template <class = void>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out);
+/// What the tapes of a thread record, and how backward passes are traced
+/// (`tape_runtime`, the one specialization): the functions the hooks above point to
+/// once a tape is made, and those they share. A template on nothing, so that a program
+/// compiles it only where it makes a tape (the tape's constructor names it), and a
+/// compiled kiln compiles all of it with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_tape_runtime {
+  /// Records op `op`'s result `out` on the tapes that watch its inputs (here).
+  static void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+  /// Hands a read of the variable with identity `variable` to the tapes (here).
+  static void watch_on_active_tapes(const void* variable, const tensor& value);
+  /// Records a call described by `call` on the tapes of this thread (here).
+  static void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                          std::span<const tensor> in, std::span<const tensor> out);
+  /// Records a call of concrete function `c` (kiln/autodiff/function_gradient.hpp).
+  static void record_function_call(const concrete_state& c, std::span<const tensor> inputs,
+                                   std::span<const tensor> outputs);
+  /// Records a `cond` node (kiln/autodiff/function_gradient.hpp).
+  static void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                                   std::span<const tensor> outputs);
+  /// Records a `while` node (kiln/autodiff/function_gradient.hpp).
+  static void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+  /// Hands special node `n` to the tapes (kiln/autodiff/replay.hpp).
+  static void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+  /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+  static std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
+  /// Registers the kernels of the ops the tapes' formulas share (detail::tape_ops; here).
+  static void register_tape_kernels();
+  /// The gradients of `target` with respect to `sources`, then to each variable of
+  /// `ids`: the sum over its values read while `tape` recorded and its reads inside
+  /// recorded function calls (undefined where the target depends on none; here).
+  static std::vector<tensor> gradients_with_variables(gradient_tape& tape, const tensor& target,
+                                                      std::vector<tensor> sources,
+                                                      const std::vector<std::tuple<const void*, dtype, shape>>& ids);
+  /// The gradients of `target` with respect to `sources` on `tape`; `variables`, when
+  /// given, adds the gradient of each variable's reads inside function calls after
+  /// those of `sources` (here).
+  static std::vector<tensor> gradients_of(gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
+                                          const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
+  /// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+  static std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args,
+                                                     const std::vector<tensor>& sources,
+                                                     std::span<const tensor> output_grads,
+                                                     const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                                     std::vector<bool>* connected = nullptr);
+};
+using tape_runtime = basic_tape_runtime<void>;
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -21762,17 +21907,14 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
   return run_registered(ops::add{}, in);
 }
 
-/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected = nullptr);
-
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
 void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
+}
+template <class Unused>
+void basic_tape_runtime<Unused>::register_tape_kernels() {
+  register_tape_ops(tape_ops{});
 }
 
 }  // namespace detail
@@ -21794,15 +21936,15 @@ class gradient_tape {
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_tape_ops(detail::tape_ops{});
+    detail::basic_tape_runtime<Lazy>::register_tape_kernels();
     detail::hooks().tape_count.store(&detail::recording_tapes, std::memory_order_relaxed);
-    detail::hooks().tape.store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().variable_read.store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().call.store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
-    detail::hooks().cond.store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().loop.store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().special.store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().replay.store(&detail::replay<Lazy>, std::memory_order_relaxed);
+    detail::hooks().tape.store(&detail::basic_tape_runtime<Lazy>::record_on_active_tapes, std::memory_order_relaxed);
+    detail::hooks().variable_read.store(&detail::basic_tape_runtime<Lazy>::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::hooks().call.store(&detail::basic_tape_runtime<Lazy>::record_function_call, std::memory_order_relaxed);
+    detail::hooks().cond.store(&detail::basic_tape_runtime<Lazy>::record_cond_on_tapes, std::memory_order_relaxed);
+    detail::hooks().loop.store(&detail::basic_tape_runtime<Lazy>::record_loop_on_tapes, std::memory_order_relaxed);
+    detail::hooks().special.store(&detail::basic_tape_runtime<Lazy>::record_special_on_tapes, std::memory_order_relaxed);
+    detail::hooks().replay.store(&detail::basic_tape_runtime<Lazy>::replay, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -21830,10 +21972,10 @@ class gradient_tape {
     return gradient(target, std::vector<tensor>{source}, unconnected)[0];
   }
   /// Gradients of `target` with respect to each of `sources`.
-  template <class = void>
+  template <class Unused = void>
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
-    std::vector<tensor> out = gradients_of(target, sources);
+    std::vector<tensor> out = detail::basic_tape_runtime<Unused>::gradients_of(*this, target, sources);
     for (std::size_t k = 0; k < sources.size(); ++k)
       if (!out[k].defined() && sources[k].defined())
         out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
@@ -21861,7 +22003,7 @@ class gradient_tape {
       if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
       ids.emplace_back(v.identity(), v.dtype(), v.shape());
     }
-    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    std::vector<tensor> out = detail::tape_runtime::gradients_with_variables(*this, target, {}, ids);
     for (std::size_t k = 0; k < vars.size(); ++k)
       if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
     return out;
@@ -21869,30 +22011,8 @@ class gradient_tape {
 
  private:
   template <class>
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
-  template <class>
-  friend void detail::watch_on_active_tapes(const void*, const tensor&);
-  template <class>
-  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
-                                                 std::span<const tensor>, std::span<const tensor>);
-  template <class>
-  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
-                                                             std::span<const tensor>,
-                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
-                                                             std::vector<bool>*);
+  friend struct detail::basic_tape_runtime;
 
-  // The gradients of `target` with respect to `sources`, then to each variable of
-  // `ids`: the sum over its values read while recording and its reads inside recorded
-  // function calls (undefined where the target depends on none).
-  template <class = void>
-  std::vector<tensor> gradients_with_variables(
-      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
-  // `variables`, when given, adds the gradient of each variable's reads inside function
-  // calls after those of `sources`.
-  template <class = void>
-  std::vector<tensor> gradients_of(
-      const tensor& target, const std::vector<tensor>& sources,
-      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
   static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
@@ -22009,17 +22129,18 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
-template <class>
-std::vector<tensor> gradient_tape::gradients_with_variables(
-    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_with_variables(
+    gradient_tape& tape, const tensor& target, std::vector<tensor> sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
   const std::size_t given = sources.size();
   std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
   for (const auto& [id, t, s] : ids) {
-    auto [begin, end] = variable_reads_.equal_range(id);
+    auto [begin, end] = tape.variable_reads_.equal_range(id);
     for (auto it = begin; it != end; ++it) sources.push_back(it->second);
     first.push_back(sources.size());
   }
-  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> per_source = gradients_of(tape, target, sources, &ids);
   std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
   for (std::size_t k = 0; k < ids.size(); ++k) {
     tensor sum = per_source[sources.size() + k];  // the reads inside function calls
@@ -22028,18 +22149,18 @@ std::vector<tensor> gradient_tape::gradients_with_variables(
   }
   return out;
 }
-template <class>
-std::vector<tensor> gradient_tape::gradients_of(
-    const tensor& target, const std::vector<tensor>& sources,
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
+    gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
   if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
   for (std::size_t k = 0; k < sources.size(); ++k)
     if (!sources[k].defined())
       throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
-  if (used_ && !persistent_)
+  if (tape.used_ && !tape.persistent_)
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-  used_ = true;
+  tape.used_ = true;
   std::map<detail::tape_key, tensor> grads;
   {
     // The ops that compute gradients are not this tape's to record (the other tapes
@@ -22047,20 +22168,20 @@ std::vector<tensor> gradient_tape::gradients_of(
     struct paused {
       gradient_tape& tape;
       ~paused() { tape.resume(); }
-    } guard{(pause(), *this)};
-    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+    } guard{(tape.pause(), tape)};
+    if (is_floating(target.dtype()) && tape.tracked_.count(detail::tape_key(target))) tape.backpropagate(target, grads);
   }
   std::vector<tensor> out;
   for (const tensor& s : sources) {
     auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+    out.push_back(it != grads.end() && tape.tracked_.count(it->first) ? it->second : tensor());
   }
   if (variables)
     for (const auto& [id, t, s] : *variables) {
       auto it = grads.find(detail::tape_key::of_variable(id, t, s));
       out.push_back(it != grads.end() ? it->second : tensor());
     }
-  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  if (!tape.persistent_) tape.entries_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
   return out;
 }
 #endif
@@ -22087,21 +22208,21 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   return view ? fresh_copy(out) : out;
 }
 
-template <class>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
-template <class>
-void watch_on_active_tapes(const void* variable, const tensor& value) {
+template <class Unused>
+void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
 
 /// Records a call described by `call` on the tapes of this thread.
-template <class>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                                             std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 
@@ -22198,7 +22319,7 @@ template <class>
 void register_autodiff_special_gradients() {
   static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
                                                     std::span<const tensor> results) {
-    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
+    tape_runtime::watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
   }};
   static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
                                           std::span<const tensor> results) {
@@ -22217,8 +22338,9 @@ void register_autodiff_special_gradients() {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
 /// without one has no gradient.
-template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at,
+                                                         std::size_t count) {
   static const bool registered = (register_autodiff_special_gradients<void>(), true);
   (void)registered;
   const special_op& op = n.special();
@@ -22234,8 +22356,8 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
-template <class>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
+template <class Unused>
+std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());
   for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];
@@ -22323,18 +22445,18 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
 /// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
 /// if given, tells which were. It replays `g` under a tape into the trace in progress:
 /// how backward passes are traced.
-template <class>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected) {
+template <class Unused>
+std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
+    const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+    std::span<const tensor> output_grads, const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+    std::vector<bool>* connected) {
   gradient_tape tape;
   for (const tensor& x : sources) tape.watch(x);
   tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
   std::size_t k = 0;
   for (const tensor& y : replay(g, args))
     if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
-  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  std::vector<tensor> grads = gradients_with_variables(tape, target, sources, variables);
   if (connected) {
     connected->clear();
     for (const tensor& grad : grads) connected->push_back(grad.defined());
@@ -22360,7 +22482,7 @@ inline std::vector<tensor> floating_only(std::span<const tensor> values) {
 }
 
 /// The backward pass of one trace.
-template <class>
+template <class Lazy>
 struct call_backward {
   struct body {
     std::shared_ptr<const graph> forward;
@@ -22372,7 +22494,7 @@ struct call_backward {
     /// The gradients of the floating-point `inputs`, then of each variable read, given
     /// one gradient per floating-point output.
     std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
-      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
+      return basic_tape_runtime<Lazy>::vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
     }
   };
   mutable kiln::function<body> fn;  // a call traces on a new signature
@@ -22390,7 +22512,7 @@ struct call_backward {
 /// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
 /// on its first call under a tape.
 template <class Lazy>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+void basic_tape_runtime<Lazy>::record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
   std::call_once(c.backward_once, [&] {
     auto call = std::make_shared<differentiable_call>();
@@ -22421,7 +22543,7 @@ struct cond_backward {
 };
 
 template <class Lazy>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+void basic_tape_runtime<Lazy>::record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
                           std::span<const tensor> outputs) {
   auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
   add_variables_read(state->branches.then_graph, state->variables);
@@ -22430,7 +22552,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   call->variables = state->variables;
   call->self = state;
   // Its branches are traced here and the node recorded through the program's cond
-  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
+  // recorder (detail::hooks().trace_cond), not through kiln::cond: a program that makes
   // tapes but traces no cond of its own compiles none of the cond machinery.
   call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
     const auto& c = *static_cast<const cond_backward*>(self);
@@ -22439,7 +22561,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
       return [&](std::span<const tensor>) {
         std::vector<tensor> args;
         for (int k : picks) args.push_back(captured[std::size_t(k)]);
-        return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
+        return vector_jacobian_product(g, args, sources, dys, c.variables);
       };
     };
     trace_context* trace = trace_context::current();
@@ -22458,7 +22580,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   record_call_on_active_tapes(call, captures, outputs);
 }
 
-/// A loop traced through the program's loop tracer (detail::loop_tracer_hook) on
+/// A loop traced through the program's loop tracer (detail::hooks().trace_loop) on
 /// `leaves`, whose first is a counter of kiln's own; `arrays` holds each leaf's
 /// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
@@ -22528,7 +22650,7 @@ struct loop_backward {
   graph cond_graph, body_graph;
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 
-  template <class>
+  template <class Lazy>
   std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
     const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
     const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
@@ -22550,7 +22672,7 @@ struct loop_backward {
       }
     }
     auto body_results = [&](std::span<const tensor> v) {
-      return replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
+      return basic_tape_runtime<Lazy>::replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
     };
     auto never_restarts = [](std::span<const tensor>) {};
     // The forward loop again, counting its iterations and, when shapes stay, keeping
@@ -22572,7 +22694,7 @@ struct loop_backward {
         relaxed, std::move(leaves), std::move(arrays), breaks,
         [&](std::span<const tensor> l) {
           const std::span<const tensor> v = l.subspan(1, n);
-          return replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
+          return basic_tape_runtime<Lazy>::replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
         },
         [&](std::span<const tensor> l) {
           const tensor& i = l[0];
@@ -22631,7 +22753,7 @@ struct loop_backward {
         [&](std::span<const tensor> l) {
           const std::vector<tensor> args = with(state_at(count - 1 - l[0]), captures);
           const std::vector<tensor> g(l.begin() + 1, l.begin() + std::ptrdiff_t(captured_at));
-          const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
+          const std::vector<tensor> step = basic_tape_runtime<Lazy>::vector_jacobian_product(body_graph, args, floating_only(args), g, variables);
           std::vector<tensor> next{l[0] + 1};
           std::size_t k = 0;
           for (std::size_t m = 1; m < captured_at; ++m) next.push_back(step[k++]);
@@ -22649,7 +22771,7 @@ struct loop_backward {
 };
 
 template <class Lazy>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+void basic_tape_runtime<Lazy>::record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   auto state = std::make_shared<loop_backward>(
       loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
   for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();
@@ -24231,6 +24353,22 @@ class optimizer_state {
 
 }  // namespace detail
 
+class sgd;
+class adam;
+
+namespace detail {
+/// The optimizers' updates (`optimizer_updates`, the one specialization): a template
+/// on nothing, so that a file compiles them only where it applies gradients, and a
+/// compiled kiln compiles them all with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_optimizer_updates {
+  static void apply(sgd& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+  static void apply(adam& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+};
+using optimizer_updates = basic_optimizer_updates<void>;
+}  // namespace detail
+
 /// Gradient descent with optional (Nesterov) momentum, as Keras' `SGD`:
 /// `v -= lr * g`, or with momentum `m = momentum * m - lr * g; v += m`
 /// (`v += momentum * m - lr * g` with Nesterov).
@@ -24240,6 +24378,9 @@ class optimizer_state {
 /// opt.apply_gradients({kiln::constant(1.f)}, {w});  // w is 1.9
 /// \endcode
 class sgd : public detail::optimizer_state {
+  template <class>
+  friend struct detail::basic_optimizer_updates;
+
  public:
   template <class = void>
   explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
@@ -24250,20 +24391,9 @@ class sgd : public detail::optimizer_state {
 
   /// Updates each variable from its gradient (variables without one are skipped), then
   /// counts the step; inside a kiln::function, as writes of the function.
-  template <class = void>
+  template <class Unused = void>
   void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
-    for (const auto& [g, v] : pairs(grads, vars)) {
-      const tensor lr = scalar(options_.learning_rate, v.dtype());
-      if (options_.momentum == 0) {
-        add_to(v, -g * lr);
-        continue;
-      }
-      const tensor momentum = scalar(options_.momentum, v.dtype());
-      const variable& m = slots(v, {"momentum"})[0];
-      const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
-      add_to(v, options_.nesterov ? -g * lr + velocity * momentum : velocity);
-    }
-    iterations_.assign_add(std::int64_t{1});
+    detail::basic_optimizer_updates<Unused>::apply(*this, grads, vars);
   }
 
  private:
@@ -24281,33 +24411,61 @@ class sgd : public detail::optimizer_state {
 /// opt.apply_gradients(tape.gradient(loss, vars), vars);
 /// \endcode
 class adam : public detail::optimizer_state {
+  template <class>
+  friend struct detail::basic_optimizer_updates;
+
  public:
   template <class = void>
   explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
   const adam_options& options() const { return options_; }
 
   /// As sgd::apply_gradients.
-  template <class = void>
+  template <class Unused = void>
   void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
-    for (const auto& [g, v] : pairs(grads, vars)) {
-      const dtype t = v.dtype();
-      const tensor one = scalar(1, t), beta_1 = scalar(options_.beta_1, t), beta_2 = scalar(options_.beta_2, t);
-      const tensor step = kiln::cast(iterations_.read_value() + std::int64_t{1}, t);
-      const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
-      const std::vector<variable>& moments = slots(v, {"m", "v"});
-      const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
-      // Keras subtracts the betas from 1 in double (Python floats), then casts.
-      const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - options_.beta_1, t));
-      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - options_.beta_2, t));
-      const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
-      v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
-    }
-    iterations_.assign_add(std::int64_t{1});
+    detail::basic_optimizer_updates<Unused>::apply(*this, grads, vars);
   }
 
  private:
   adam_options options_;
 };
+
+template <class Unused>
+void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
+                                                    const std::vector<variable>& vars) {
+  for (const auto& [g, v] : self.pairs(grads, vars)) {
+    const tensor lr = self.scalar(self.options_.learning_rate, v.dtype());
+    if (self.options_.momentum == 0) {
+      self.add_to(v, -g * lr);
+      continue;
+    }
+    const tensor momentum = self.scalar(self.options_.momentum, v.dtype());
+    const variable& m = self.slots(v, {"momentum"})[0];
+    const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
+    self.add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
+  }
+  self.iterations_.assign_add(std::int64_t{1});
+}
+
+template <class Unused>
+void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vector<tensor>& grads,
+                                                    const std::vector<variable>& vars) {
+  for (const auto& [g, v] : self.pairs(grads, vars)) {
+    const dtype t = v.dtype();
+    const tensor one = self.scalar(1, t), beta_1 = self.scalar(self.options_.beta_1, t),
+                 beta_2 = self.scalar(self.options_.beta_2, t);
+    const tensor step = kiln::cast(self.iterations_.read_value() + std::int64_t{1}, t);
+    const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
+    const std::vector<variable>& moments = self.slots(v, {"m", "v"});
+    const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
+    // Keras subtracts the betas from 1 in double (Python floats), then casts.
+    const tensor m = moments[0].assign(m_old + (g - m_old) * self.scalar(1 - self.options_.beta_1, t));
+    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * self.scalar(1 - self.options_.beta_2, t));
+    const tensor alpha =
+        self.scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + self.scalar(self.options_.epsilon, t)));
+  }
+  self.iterations_.assign_add(std::int64_t{1});
+}
 
 }  // namespace kiln::optimizers
 // ----- end kiln/train/optimizers.hpp -----
@@ -26258,9 +26416,9 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
 // ----- end kiln/models/fit.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
-// ----- begin kiln/kernels.hpp -----
+#ifndef KILN_SINGLE_INCLUDE_KILN_SEPARATE_COMPILATION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_SEPARATE_COMPILATION_HPP
+// ----- begin kiln/separate_compilation.hpp -----
 /// \file
 /// Separate compilation: kiln's kernels and heavy runtime functions compiled once per
 /// program rather than once per source file.
@@ -26354,114 +26512,32 @@ namespace {
 }  // namespace kiln::detail
 #endif
 
-// The runtime's function templates that a program with kiln::function calls on tensors,
-// gradient tapes, optimizers or random draws instantiates (templates so that a program
-// without them compiles none of them): under separate compilation, compiled once, in
-// the source file that defines KILN_LIBRARY_SOURCE.
-#define KILN_DETAIL_RUNTIME_TEMPLATES(prefix)                                                                      \
-  prefix template void kiln::detail::record_loop_on_tapes<void>(const ::kiln::detail::while_op&,                  \
-                                                                std::span<const ::kiln::tensor>,                  \
-                                                                std::span<const ::kiln::tensor>);                 \
-  prefix template void kiln::detail::record_special_on_tapes<void>(const ::kiln::node&,                           \
-                                                                   std::span<const ::kiln::tensor>, std::size_t,  \
-                                                                   std::size_t);                                  \
-  prefix template void kiln::detail::record_cond_on_tapes<void>(const ::kiln::tensor&, ::kiln::detail::cond_branches, \
-                                                                std::span<const ::kiln::tensor>,                  \
-                                                                std::span<const ::kiln::tensor>);                 \
-  prefix template void kiln::detail::record_function_call<void>(const ::kiln::detail::concrete_state&,            \
-                                                                std::span<const ::kiln::tensor>,                  \
-                                                                std::span<const ::kiln::tensor>);                 \
-  prefix template std::vector<::kiln::tensor> kiln::detail::vector_jacobian_product<void>(                        \
-      const ::kiln::graph&, std::span<const ::kiln::tensor>, const std::vector<::kiln::tensor>&,                   \
-      std::span<const ::kiln::tensor>, const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&,  \
-      std::vector<bool>*);                                                                                         \
-  prefix template std::vector<::kiln::tensor> kiln::detail::replay<void>(const ::kiln::graph&,                    \
-                                                                         std::span<const ::kiln::tensor>);        \
-  prefix template std::vector<::kiln::tensor> kiln::detail::loop_backward::operator()<void>(                      \
-      std::span<const ::kiln::tensor>, std::span<const ::kiln::tensor>) const;                                    \
-  prefix template void kiln::detail::register_tape_ops(::kiln::detail::tape_ops);                                  \
-  prefix template std::vector<::kiln::tensor> kiln::detail::trace_while_loop<void>(                               \
-      ::kiln::detail::trace_context&, std::size_t, const ::kiln::loop_options&, std::vector<::kiln::tensor>,      \
-      std::vector<const ::kiln::tensor_array*>, std::vector<::kiln::detail::value_spec>,                          \
-      std::vector<std::optional<::kiln::shape>>, bool, ::kiln::detail::loop_calls&);                              \
-  prefix template std::vector<::kiln::tensor> kiln::detail::record_cond<void>(                                    \
-      ::kiln::detail::trace_context&, const ::kiln::tensor&, ::kiln::detail::traced_subgraph&,                    \
-      ::kiln::detail::traced_subgraph&);                                                                          \
-  prefix template void kiln::optimizers::sgd::apply_gradients<void>(const std::vector<::kiln::tensor>&,             \
-                                                                    const std::vector<::kiln::variable>&);         \
-  prefix template void kiln::optimizers::adam::apply_gradients<void>(const std::vector<::kiln::tensor>&,            \
-                                                                     const std::vector<::kiln::variable>&);        \
-  prefix template ::kiln::tensor kiln::detail::shift_of<void>(const ::kiln::tensor&, ::kiln::reduction_axes);     \
-  prefix template ::kiln::tensor kiln::reduce_logsumexp<void>(const ::kiln::tensor&, ::kiln::reduction_axes, bool); \
-  prefix template ::kiln::tensor kiln::softmax<void>(const ::kiln::tensor&, std::int64_t);                        \
-  prefix template ::kiln::tensor kiln::log_softmax<void>(const ::kiln::tensor&, std::int64_t);                    \
-  prefix template ::kiln::tensor kiln::sparse_softmax_cross_entropy<void>(const ::kiln::tensor&,                  \
-                                                                          const ::kiln::tensor&);                 \
-  prefix template ::kiln::tensor kiln::random::uniform<void>(const ::kiln::shape&, double, std::optional<double>, \
-                                                             ::kiln::dtype, std::optional<std::uint64_t>);  \
-  prefix template class kiln::detail::basic_graph_executor<void>;                                                \
-  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_of<void>(                            \
-      const ::kiln::tensor&, const std::vector<::kiln::tensor>&,                                                   \
-      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>*);                                 \
-  prefix template std::vector<::kiln::tensor> kiln::gradient_tape::gradients_with_variables<void>(                \
-      const ::kiln::tensor&, std::vector<::kiln::tensor>,                                                          \
-      const std::vector<std::tuple<const void*, ::kiln::dtype, ::kiln::shape>>&);                                 \
-  prefix template void kiln::detail::concrete_state::compile<void>();                                             \
-  prefix template void kiln::detail::concrete_state::run<void>(const ::kiln::detail::call_signature&,             \
-                                                               std::vector<::kiln::tensor>&) const;               \
-  prefix template void kiln::detail::function_state::check_input_signature<void>(                                 \
-      ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&) const;                             \
-  prefix template void kiln::detail::function_state::throw_input_signature_mismatch<void>(                        \
-      const ::kiln::detail::call_signature&, const std::vector<::kiln::tensor_spec>&);                             \
-  prefix template std::shared_ptr<const ::kiln::detail::concrete_state>                                           \
-  kiln::detail::function_state::find_or_trace<void>(                                                              \
-      ::kiln::detail::call_signature&,                                                                             \
-      std::shared_ptr<::kiln::detail::concrete_state> (*)(void*, const ::kiln::detail::call_signature&), void*);  \
-  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::start_trace<void>( \
-      const ::kiln::detail::call_signature&, ::kiln::detail::argument_texts, ::kiln::detail::trace_context&,      \
-      std::vector<::kiln::tensor>&) const;                                                                         \
-  prefix template void kiln::detail::function_state::add_output<void>(                                            \
-      ::kiln::detail::concrete_state&, ::kiln::detail::trace_context&, const ::kiln::tensor&);                    \
-  prefix template void kiln::detail::function_state::finish_trace<void>(::kiln::detail::concrete_state&,          \
-                                                                        ::kiln::detail::trace_context&);           \
-  prefix template bool kiln::detail::function_state::asks_for_specs<void>(const ::kiln::detail::call_signature&); \
-  prefix template std::shared_ptr<::kiln::detail::concrete_state> kiln::detail::function_state::known_trace<void>( \
-      const ::kiln::detail::call_signature&) const;                                                                \
-  prefix template bool kiln::detail::function_state::same_structure_and_dtypes<void>(                             \
-      const ::kiln::detail::concrete_state&, const ::kiln::detail::call_signature&);                              \
-  prefix template std::shared_ptr<::kiln::detail::concrete_state>                                                 \
-  kiln::detail::function_state::most_specific_trace_accepting<void>(const ::kiln::detail::call_signature&) const; \
-  prefix template void kiln::detail::function_state::relax<void>(::kiln::detail::call_signature&);                \
-  prefix template void kiln::detail::function_state::check_created_variables<void>(                               \
-      const ::kiln::detail::trace_context&) const;                                                               \
-  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run<void>(std::span<const ::kiln::tensor* const>) \
-      const;                                                                                                     \
-  prefix template std::vector<::kiln::tensor> kiln::detail::while_op::run_scalar<void>(                           \
-      std::span<const ::kiln::tensor* const>) const;                                                             \
-  prefix template std::vector<::kiln::tensor> kiln::detail::host_callback_op::run<void>(                          \
-      std::span<const ::kiln::tensor* const>) const;                                                             \
-  prefix template ::kiln::tensor kiln::detail::assign_variable_op::apply<void>(const ::kiln::tensor&) const;       \
-  prefix template ::kiln::tensor kiln::variable::record_write<void>(::kiln::detail::assign_mode,                  \
-                                                                    const ::kiln::tensor&) const;                \
-  prefix template kiln::variable::variable<void>(const ::kiln::tensor&, std::string);                              \
-  prefix template std::pair<::kiln::dtype, ::kiln::shape> kiln::detail::infer_by_rules<void>(                     \
-      std::string_view, const void*, const ::kiln::detail::op_rules&, std::span<const ::kiln::tensor* const>,      \
-      ::kiln::detail::rule_errors);                                                                               \
-  prefix template void kiln::detail::record_on_active_tapes<void>(const ::kiln::ops::any_op&,                     \
-                                                                  std::span<const ::kiln::tensor* const>,          \
-                                                                  ::kiln::tensor&);                               \
-  prefix template void kiln::detail::watch_on_active_tapes<void>(const void*, const ::kiln::tensor&);             \
-  prefix template void kiln::gradient_tape::record<void>(const ::kiln::ops::any_op&,                              \
-                                                         std::span<const ::kiln::tensor* const>, const ::kiln::tensor&);
-// The runtime's one function that is not a template (format_values) is declared
-// KILN_LIBRARY_INLINE instead
+// The runtime's deferred code: class templates on nothing (each has one
+// specialization, on void), so that a header-only program compiles their members only
+// where it uses them, and so that under separate compilation the source file that
+// defines KILN_LIBRARY_SOURCE compiles every member of each with one line, and every
+// other file none: a member added to one of these classes is compiled with it.
+#define KILN_DETAIL_RUNTIME_CLASSES(prefix)                          \
+  prefix template struct kiln::detail::basic_rule_checks<void>;      \
+  prefix template struct kiln::detail::basic_tape_runtime<void>;     \
+  prefix template struct kiln::detail::basic_function_state<void>;   \
+  prefix template struct kiln::detail::basic_concrete_state<void>;   \
+  prefix template struct kiln::detail::basic_control_flow_tracer<void>; \
+  prefix template class kiln::detail::basic_graph_executor<void>;    \
+  prefix template class kiln::detail::optimizer<void>;               \
+  prefix template struct kiln::detail::basic_nn_functions<void>;     \
+  prefix template struct kiln::detail::basic_random_draws<void>;     \
+  prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
+  prefix template struct kiln::detail::basic_variable_writes<void>;
+// The runtime's functions that are not templates (format_values, the graph building
+// of traces, host_callback's run) are declared KILN_LIBRARY_INLINE instead
 // (kiln/config.hpp).
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
-KILN_DETAIL_RUNTIME_TEMPLATES()
+KILN_DETAIL_RUNTIME_CLASSES()
 #elif defined(KILN_SEPARATE_COMPILATION)
-KILN_DETAIL_RUNTIME_TEMPLATES(extern)
+KILN_DETAIL_RUNTIME_CLASSES(extern)
 #endif
-// ----- end kiln/kernels.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_KERNELS_HPP
+// ----- end kiln/separate_compilation.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_SEPARATE_COMPILATION_HPP
 // ----- end kiln/kiln.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_KILN_HPP

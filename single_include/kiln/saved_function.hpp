@@ -49,7 +49,7 @@
 
 
 // A source file compiled against a compiled kiln whose library holds the reader and
-// writer (KILN_LIBRARY_HAS_SAVED_FUNCTIONS, kiln/kernels.hpp) declares them only, and
+// writer (KILN_LIBRARY_HAS_SAVED_FUNCTIONS, kiln/separate_compilation.hpp) declares them only, and
 // parses neither their code nor nlohmann/json.
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS) && !defined(KILN_LIBRARY_SOURCE)
 #define KILN_DETAIL_SAVED_FUNCTION_CODE 0
@@ -1791,7 +1791,7 @@ inline loaded_function load(const std::filesystem::path& path) { return detail::
 
 }  // namespace kiln
 
-// A compiled kiln whose library compiled the reader and writer (kiln/kernels.hpp)
+// A compiled kiln whose library compiled the reader and writer (kiln/separate_compilation.hpp)
 // defines KILN_LIBRARY_HAS_SAVED_FUNCTIONS for its users: they only declare them.
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS)
 #if defined(KILN_LIBRARY_SOURCE)

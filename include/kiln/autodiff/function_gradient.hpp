@@ -50,18 +50,18 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
 /// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
 /// if given, tells which were. It replays `g` under a tape into the trace in progress:
 /// how backward passes are traced.
-template <class>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected) {
+template <class Unused>
+std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
+    const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
+    std::span<const tensor> output_grads, const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+    std::vector<bool>* connected) {
   gradient_tape tape;
   for (const tensor& x : sources) tape.watch(x);
   tensor target;  // sum of output * its gradient, in float64 so that outputs of mixed dtypes add up
   std::size_t k = 0;
   for (const tensor& y : replay(g, args))
     if (is_floating(y.dtype())) target = sum_defined(target, kiln::cast(kiln::reduce_sum(y * output_grads[k++]), float64));
-  std::vector<tensor> grads = tape.gradients_with_variables(target, sources, variables);
+  std::vector<tensor> grads = gradients_with_variables(tape, target, sources, variables);
   if (connected) {
     connected->clear();
     for (const tensor& grad : grads) connected->push_back(grad.defined());
@@ -87,7 +87,7 @@ inline std::vector<tensor> floating_only(std::span<const tensor> values) {
 }
 
 /// The backward pass of one trace.
-template <class>
+template <class Lazy>
 struct call_backward {
   struct body {
     std::shared_ptr<const graph> forward;
@@ -99,7 +99,7 @@ struct call_backward {
     /// The gradients of the floating-point `inputs`, then of each variable read, given
     /// one gradient per floating-point output.
     std::vector<tensor> operator()(const std::vector<tensor>& inputs, const std::vector<tensor>& output_grads) const {
-      return vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
+      return basic_tape_runtime<Lazy>::vector_jacobian_product(*forward, inputs, floating_only(inputs), output_grads, variables, connected.get());
     }
   };
   mutable kiln::function<body> fn;  // a call traces on a new signature
@@ -117,7 +117,7 @@ struct call_backward {
 /// Records a call of `c` on the tapes of this thread, describing `c`'s backward pass
 /// on its first call under a tape.
 template <class Lazy>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+void basic_tape_runtime<Lazy>::record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   using backward_t = call_backward<Lazy>;  // dependent, so that nothing here compiles before a tape is made
   std::call_once(c.backward_once, [&] {
     auto call = std::make_shared<differentiable_call>();
@@ -148,7 +148,7 @@ struct cond_backward {
 };
 
 template <class Lazy>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+void basic_tape_runtime<Lazy>::record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
                           std::span<const tensor> outputs) {
   auto state = std::make_shared<cond_backward>(cond_backward{pred, std::move(branches), {}});
   add_variables_read(state->branches.then_graph, state->variables);
@@ -157,7 +157,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   call->variables = state->variables;
   call->self = state;
   // Its branches are traced here and the node recorded through the program's cond
-  // recorder (detail::cond_tracer_hook), not through kiln::cond: a program that makes
+  // recorder (detail::hooks().trace_cond), not through kiln::cond: a program that makes
   // tapes but traces no cond of its own compiles none of the cond machinery.
   call->backward = [](const void* self, std::span<const tensor> captured, std::span<const tensor> dys) {
     const auto& c = *static_cast<const cond_backward*>(self);
@@ -166,7 +166,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
       return [&](std::span<const tensor>) {
         std::vector<tensor> args;
         for (int k : picks) args.push_back(captured[std::size_t(k)]);
-        return vector_jacobian_product<Lazy>(g, args, sources, dys, c.variables);
+        return vector_jacobian_product(g, args, sources, dys, c.variables);
       };
     };
     trace_context* trace = trace_context::current();
@@ -185,7 +185,7 @@ void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<
   record_call_on_active_tapes(call, captures, outputs);
 }
 
-/// A loop traced through the program's loop tracer (detail::loop_tracer_hook) on
+/// A loop traced through the program's loop tracer (detail::hooks().trace_loop) on
 /// `leaves`, whose first is a counter of kiln's own; `arrays` holds each leaf's
 /// tensor_array, or null. `condition` and `body` take the leaves; `body` gives the next
 /// ones (after the stop flag when `breaks`); `restart` takes the leaves the loop enters
@@ -255,7 +255,7 @@ struct loop_backward {
   graph cond_graph, body_graph;
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 
-  template <class>
+  template <class Lazy>
   std::vector<tensor> operator()(std::span<const tensor> inputs, std::span<const tensor> dys) const {
     const auto n = std::size_t(vars), body_start = n + std::size_t(cond_captures);
     const std::vector<tensor> initial(inputs.begin(), inputs.begin() + std::ptrdiff_t(n));
@@ -277,7 +277,7 @@ struct loop_backward {
       }
     }
     auto body_results = [&](std::span<const tensor> v) {
-      return replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
+      return basic_tape_runtime<Lazy>::replay(body_graph, with(std::vector<tensor>(v.begin(), v.end()), captures));
     };
     auto never_restarts = [](std::span<const tensor>) {};
     // The forward loop again, counting its iterations and, when shapes stay, keeping
@@ -299,7 +299,7 @@ struct loop_backward {
         relaxed, std::move(leaves), std::move(arrays), breaks,
         [&](std::span<const tensor> l) {
           const std::span<const tensor> v = l.subspan(1, n);
-          return replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
+          return basic_tape_runtime<Lazy>::replay(cond_graph, with(std::vector<tensor>(v.begin(), v.end()), cond_captured))[0];
         },
         [&](std::span<const tensor> l) {
           const tensor& i = l[0];
@@ -358,7 +358,7 @@ struct loop_backward {
         [&](std::span<const tensor> l) {
           const std::vector<tensor> args = with(state_at(count - 1 - l[0]), captures);
           const std::vector<tensor> g(l.begin() + 1, l.begin() + std::ptrdiff_t(captured_at));
-          const std::vector<tensor> step = vector_jacobian_product<void>(body_graph, args, floating_only(args), g, variables);
+          const std::vector<tensor> step = basic_tape_runtime<Lazy>::vector_jacobian_product(body_graph, args, floating_only(args), g, variables);
           std::vector<tensor> next{l[0] + 1};
           std::size_t k = 0;
           for (std::size_t m = 1; m < captured_at; ++m) next.push_back(step[k++]);
@@ -376,7 +376,7 @@ struct loop_backward {
 };
 
 template <class Lazy>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+void basic_tape_runtime<Lazy>::record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
   auto state = std::make_shared<loop_backward>(
       loop_backward{op.loop_variables(), op.cond_captures(), op.breaks(), false, op.cond_graph(), op.body_graph(), {}});
   for (std::size_t k = 0; k < outputs.size(); ++k) state->reshaped |= outputs[k].shape() != inputs[k].shape();

@@ -27,7 +27,7 @@ template <class>
 void register_autodiff_special_gradients() {
   static special_gradient read{"ReadVariableOp", [](const special_op& op, std::span<const tensor>,
                                                     std::span<const tensor> results) {
-    watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
+    tape_runtime::watch_on_active_tapes(static_cast<const read_variable_op&>(op).state().get(), results[0]);
   }};
   static special_gradient cond{"cond", [](const special_op& op, std::span<const tensor> inputs,
                                           std::span<const tensor> results) {
@@ -46,8 +46,9 @@ void register_autodiff_special_gradients() {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
 /// without one has no gradient.
-template <class>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at,
+                                                         std::size_t count) {
   static const bool registered = (register_autodiff_special_gradients<void>(), true);
   (void)registered;
   const special_op& op = n.special();
@@ -63,8 +64,8 @@ void record_special_on_tapes(const node& n, std::span<const tensor> value, std::
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
-template <class>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args) {
+template <class Unused>
+std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
   std::vector<tensor> value(g.nodes().size());
   for (std::size_t i = 0; i < g.arguments().size(); ++i) value[std::size_t(g.arguments()[i])] = args[i];

@@ -49,7 +49,9 @@ class variable;
 
 namespace detail {
 
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 
 /// A kiln::function call as the tapes record it: the backward pass of its trace
 /// (kiln/autodiff/function_gradient.hpp), behind a function pointer.
@@ -64,24 +66,6 @@ struct differentiable_call {
   std::vector<std::tuple<const void*, dtype, shape>> variables;
 };
 
-/// Records a `while` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
-/// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
-template <class = void>
-std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
-/// Hands special node `n` to the tapes of this thread (kiln/autodiff/replay.hpp).
-template <class = void>
-void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
-/// Records a `cond` node on the tapes of this thread (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
-                          std::span<const tensor> outputs);
-
-/// Records a call of concrete function `c` on the tapes of this thread (defined in
-/// kiln/autodiff/function_gradient.hpp; a template, compiled where a tape is made).
-template <class = void>
-void record_function_call(const concrete_state& c, std::span<const tensor> inputs, std::span<const tensor> outputs);
 
 /// A tensor as a tape knows it: an eager one by its elements, a symbolic one by the
 /// value of the trace it stands for; or a variable read inside a kiln::function call.
@@ -128,13 +112,54 @@ inline std::vector<gradient_tape*>& active_tapes() {
   return tapes;
 }
 
-template <class = void>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
-template <class = void>
-void watch_on_active_tapes(const void* variable, const tensor& value);
-template <class = void>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out);
+/// What the tapes of a thread record, and how backward passes are traced
+/// (`tape_runtime`, the one specialization): the functions the hooks above point to
+/// once a tape is made, and those they share. A template on nothing, so that a program
+/// compiles it only where it makes a tape (the tape's constructor names it), and a
+/// compiled kiln compiles all of it with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_tape_runtime {
+  /// Records op `op`'s result `out` on the tapes that watch its inputs (here).
+  static void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+  /// Hands a read of the variable with identity `variable` to the tapes (here).
+  static void watch_on_active_tapes(const void* variable, const tensor& value);
+  /// Records a call described by `call` on the tapes of this thread (here).
+  static void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                          std::span<const tensor> in, std::span<const tensor> out);
+  /// Records a call of concrete function `c` (kiln/autodiff/function_gradient.hpp).
+  static void record_function_call(const concrete_state& c, std::span<const tensor> inputs,
+                                   std::span<const tensor> outputs);
+  /// Records a `cond` node (kiln/autodiff/function_gradient.hpp).
+  static void record_cond_on_tapes(const tensor& pred, cond_branches branches, std::span<const tensor> captures,
+                                   std::span<const tensor> outputs);
+  /// Records a `while` node (kiln/autodiff/function_gradient.hpp).
+  static void record_loop_on_tapes(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
+  /// Hands special node `n` to the tapes (kiln/autodiff/replay.hpp).
+  static void record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
+  /// Runs graph `g` node by node for the tapes (kiln/autodiff/replay.hpp).
+  static std::vector<tensor> replay(const graph& g, std::span<const tensor> args);
+  /// Registers the kernels of the ops the tapes' formulas share (detail::tape_ops; here).
+  static void register_tape_kernels();
+  /// The gradients of `target` with respect to `sources`, then to each variable of
+  /// `ids`: the sum over its values read while `tape` recorded and its reads inside
+  /// recorded function calls (undefined where the target depends on none; here).
+  static std::vector<tensor> gradients_with_variables(gradient_tape& tape, const tensor& target,
+                                                      std::vector<tensor> sources,
+                                                      const std::vector<std::tuple<const void*, dtype, shape>>& ids);
+  /// The gradients of `target` with respect to `sources` on `tape`; `variables`, when
+  /// given, adds the gradient of each variable's reads inside function calls after
+  /// those of `sources` (here).
+  static std::vector<tensor> gradients_of(gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
+                                          const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
+  /// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
+  static std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args,
+                                                     const std::vector<tensor>& sources,
+                                                     std::span<const tensor> output_grads,
+                                                     const std::vector<std::tuple<const void*, dtype, shape>>& variables,
+                                                     std::vector<bool>* connected = nullptr);
+};
+using tape_runtime = basic_tape_runtime<void>;
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
 inline tensor unbroadcast(const tensor& g, const shape& to) {
@@ -160,17 +185,14 @@ inline tensor sum_defined(const tensor& a, const tensor& b) {
   return run_registered(ops::add{}, in);
 }
 
-/// The vector-Jacobian product of a graph (kiln/autodiff/function_gradient.hpp).
-template <class = void>
-std::vector<tensor> vector_jacobian_product(const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
-                                            std::span<const tensor> output_grads,
-                                            const std::vector<std::tuple<const void*, dtype, shape>>& variables,
-                                            std::vector<bool>* connected = nullptr);
-
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
 void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
+}
+template <class Unused>
+void basic_tape_runtime<Unused>::register_tape_kernels() {
+  register_tape_ops(tape_ops{});
 }
 
 }  // namespace detail
@@ -192,15 +214,15 @@ class gradient_tape {
   explicit gradient_tape(gradient_tape_options options = {})
       : persistent_(options.persistent),
         trace_id_(detail::trace_context::current() ? detail::trace_context::current()->id() : 0) {
-    detail::register_tape_ops(detail::tape_ops{});
+    detail::basic_tape_runtime<Lazy>::register_tape_kernels();
     detail::hooks().tape_count.store(&detail::recording_tapes, std::memory_order_relaxed);
-    detail::hooks().tape.store(&detail::record_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().variable_read.store(&detail::watch_on_active_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().call.store(&detail::record_function_call<Lazy>, std::memory_order_relaxed);
-    detail::hooks().cond.store(&detail::record_cond_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().loop.store(&detail::record_loop_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().special.store(&detail::record_special_on_tapes<Lazy>, std::memory_order_relaxed);
-    detail::hooks().replay.store(&detail::replay<Lazy>, std::memory_order_relaxed);
+    detail::hooks().tape.store(&detail::basic_tape_runtime<Lazy>::record_on_active_tapes, std::memory_order_relaxed);
+    detail::hooks().variable_read.store(&detail::basic_tape_runtime<Lazy>::watch_on_active_tapes, std::memory_order_relaxed);
+    detail::hooks().call.store(&detail::basic_tape_runtime<Lazy>::record_function_call, std::memory_order_relaxed);
+    detail::hooks().cond.store(&detail::basic_tape_runtime<Lazy>::record_cond_on_tapes, std::memory_order_relaxed);
+    detail::hooks().loop.store(&detail::basic_tape_runtime<Lazy>::record_loop_on_tapes, std::memory_order_relaxed);
+    detail::hooks().special.store(&detail::basic_tape_runtime<Lazy>::record_special_on_tapes, std::memory_order_relaxed);
+    detail::hooks().replay.store(&detail::basic_tape_runtime<Lazy>::replay, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
   }
@@ -228,10 +250,10 @@ class gradient_tape {
     return gradient(target, std::vector<tensor>{source}, unconnected)[0];
   }
   /// Gradients of `target` with respect to each of `sources`.
-  template <class = void>
+  template <class Unused = void>
   std::vector<tensor> gradient(const tensor& target, const std::vector<tensor>& sources,
                                unconnected_gradients unconnected = unconnected_gradients::none) {
-    std::vector<tensor> out = gradients_of(target, sources);
+    std::vector<tensor> out = detail::basic_tape_runtime<Unused>::gradients_of(*this, target, sources);
     for (std::size_t k = 0; k < sources.size(); ++k)
       if (!out[k].defined() && sources[k].defined())
         out[k] = unconnected_gradient(sources[k].dtype(), sources[k].shape(), sources[k].device(), unconnected);
@@ -259,7 +281,7 @@ class gradient_tape {
       if (!v) throw invalid_argument_error("gradient_tape.gradient: a source variable is an empty handle");
       ids.emplace_back(v.identity(), v.dtype(), v.shape());
     }
-    std::vector<tensor> out = gradients_with_variables(target, {}, ids);
+    std::vector<tensor> out = detail::tape_runtime::gradients_with_variables(*this, target, {}, ids);
     for (std::size_t k = 0; k < vars.size(); ++k)
       if (!out[k].defined()) out[k] = unconnected_gradient(vars[k].dtype(), vars[k].shape(), kiln::device::cpu, unconnected);
     return out;
@@ -267,30 +289,8 @@ class gradient_tape {
 
  private:
   template <class>
-  friend void detail::record_on_active_tapes(const ops::any_op&, std::span<const tensor* const>, tensor&);
-  template <class>
-  friend void detail::watch_on_active_tapes(const void*, const tensor&);
-  template <class>
-  friend void detail::record_call_on_active_tapes(const std::shared_ptr<const detail::differentiable_call>&,
-                                                 std::span<const tensor>, std::span<const tensor>);
-  template <class>
-  friend std::vector<tensor> detail::vector_jacobian_product(const graph&, std::span<const tensor>, const std::vector<tensor>&,
-                                                             std::span<const tensor>,
-                                                             const std::vector<std::tuple<const void*, dtype, shape>>&,
-                                                             std::vector<bool>*);
+  friend struct detail::basic_tape_runtime;
 
-  // The gradients of `target` with respect to `sources`, then to each variable of
-  // `ids`: the sum over its values read while recording and its reads inside recorded
-  // function calls (undefined where the target depends on none).
-  template <class = void>
-  std::vector<tensor> gradients_with_variables(
-      const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids);
-  // `variables`, when given, adds the gradient of each variable's reads inside function
-  // calls after those of `sources`.
-  template <class = void>
-  std::vector<tensor> gradients_of(
-      const tensor& target, const std::vector<tensor>& sources,
-      const std::vector<std::tuple<const void*, dtype, shape>>* variables = nullptr);
   // A source the target does not depend on: zeros on request, else an undefined tensor.
   static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
     if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
@@ -407,17 +407,18 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
-template <class>
-std::vector<tensor> gradient_tape::gradients_with_variables(
-    const tensor& target, std::vector<tensor> sources, const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_with_variables(
+    gradient_tape& tape, const tensor& target, std::vector<tensor> sources,
+    const std::vector<std::tuple<const void*, dtype, shape>>& ids) {
   const std::size_t given = sources.size();
   std::vector<std::size_t> first{given};  // where each variable's reads start in `sources`
   for (const auto& [id, t, s] : ids) {
-    auto [begin, end] = variable_reads_.equal_range(id);
+    auto [begin, end] = tape.variable_reads_.equal_range(id);
     for (auto it = begin; it != end; ++it) sources.push_back(it->second);
     first.push_back(sources.size());
   }
-  std::vector<tensor> per_source = gradients_of(target, sources, &ids);
+  std::vector<tensor> per_source = gradients_of(tape, target, sources, &ids);
   std::vector<tensor> out(per_source.begin(), per_source.begin() + std::ptrdiff_t(given));
   for (std::size_t k = 0; k < ids.size(); ++k) {
     tensor sum = per_source[sources.size() + k];  // the reads inside function calls
@@ -426,18 +427,18 @@ std::vector<tensor> gradient_tape::gradients_with_variables(
   }
   return out;
 }
-template <class>
-std::vector<tensor> gradient_tape::gradients_of(
-    const tensor& target, const std::vector<tensor>& sources,
+template <class Unused>
+std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
+    gradient_tape& tape, const tensor& target, const std::vector<tensor>& sources,
     const std::vector<std::tuple<const void*, dtype, shape>>* variables) {
   if (!target.defined()) throw invalid_argument_error("gradient_tape.gradient: the target is an empty tensor");
   for (std::size_t k = 0; k < sources.size(); ++k)
     if (!sources[k].defined())
       throw invalid_argument_error("gradient_tape.gradient: source " + std::to_string(k) + " is an empty tensor");
-  if (used_ && !persistent_)
+  if (tape.used_ && !tape.persistent_)
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
-  used_ = true;
+  tape.used_ = true;
   std::map<detail::tape_key, tensor> grads;
   {
     // The ops that compute gradients are not this tape's to record (the other tapes
@@ -445,20 +446,20 @@ std::vector<tensor> gradient_tape::gradients_of(
     struct paused {
       gradient_tape& tape;
       ~paused() { tape.resume(); }
-    } guard{(pause(), *this)};
-    if (is_floating(target.dtype()) && tracked_.count(detail::tape_key(target))) backpropagate(target, grads);
+    } guard{(tape.pause(), tape)};
+    if (is_floating(target.dtype()) && tape.tracked_.count(detail::tape_key(target))) tape.backpropagate(target, grads);
   }
   std::vector<tensor> out;
   for (const tensor& s : sources) {
     auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tracked_.count(it->first) ? it->second : tensor());
+    out.push_back(it != grads.end() && tape.tracked_.count(it->first) ? it->second : tensor());
   }
   if (variables)
     for (const auto& [id, t, s] : *variables) {
       auto it = grads.find(detail::tape_key::of_variable(id, t, s));
       out.push_back(it != grads.end() ? it->second : tensor());
     }
-  if (!persistent_) entries_.clear(), tracked_.clear(), variable_reads_.clear();
+  if (!tape.persistent_) tape.entries_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
   return out;
 }
 #endif
@@ -485,21 +486,21 @@ inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in)
   return view ? fresh_copy(out) : out;
 }
 
-template <class>
-void record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
   for (gradient_tape* tape : active_tapes()) tape->record(op, in, out);
 }
 
-template <class>
-void watch_on_active_tapes(const void* variable, const tensor& value) {
+template <class Unused>
+void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
 
 /// Records a call described by `call` on the tapes of this thread.
-template <class>
-void record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call, std::span<const tensor> in,
-                                 std::span<const tensor> out) {
+template <class Unused>
+void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
+                                                             std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
 

@@ -34,7 +34,9 @@ class any_op;
 
 namespace detail {
 
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 struct cond_branches;
 class while_op;
 class trace_context;

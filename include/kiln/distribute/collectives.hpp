@@ -547,7 +547,7 @@ void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs
   auto call = std::make_shared<kiln::detail::differentiable_call>();
   call->self = std::make_shared<const collective_spec>(spec);
   call->backward = &collective_backward<>;
-  kiln::detail::record_call_on_active_tapes(call, inputs, outputs);
+  kiln::detail::tape_runtime::record_call_on_active_tapes(call, inputs, outputs);
 }
 
 /// What a replayed trace's collective nodes hand to the tapes (their entries of

@@ -97,11 +97,22 @@ template <class E>
   throw_operand_error<E>(mode, text);
 }
 
-/// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
-/// the contract's error for `mode`.
-template <class = void>
-std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
-                                       std::span<const tensor* const> in, rule_errors mode) {
+/// What running or recording an op checks that does not depend on the op
+/// (`rule_checks`, the one specialization): a template on nothing, compiled once in a
+/// compiled kiln by one explicit instantiation (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_rule_checks {
+  /// The dtype and shape the op `op` named `op_name` gives for `inputs` by `rules`, or
+  /// the contract's error for `mode`.
+  static std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op, const op_rules& rules,
+                                                std::span<const tensor* const> in, rule_errors mode);
+};
+using rule_checks = basic_rule_checks<void>;
+
+template <class Unused>
+std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_view op_name, const void* op,
+                                                                  const op_rules& rules,
+                                                                  std::span<const tensor* const> in, rule_errors mode) {
   const input_types types(op_name, in);
   const dtype_result dt = rules.result_dtype(op, types.dtypes);
   if (!dt.ok()) throw_rule_error<type_error>(mode, op_name, dt.failure, in, op, rules);
@@ -123,7 +134,7 @@ std::pair<dtype, shape> infer_by_rules(std::string_view op_name, const void* op,
 /// (running it, or recording it into a trace).
 template <class Op>
 std::pair<dtype, shape> infer(const Op& op, std::span<const tensor* const> in, rule_errors mode = rule_errors::run) {
-  return infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
+  return rule_checks::infer_by_rules(Op::name, &op, rules_of<Op>, in, mode);
 }
 
 /// The device all of an op's inputs are on (the CPU for none), or the error for
@@ -173,7 +184,7 @@ concept evaluated = requires(const Op& op, std::span<const tensor* const> in) { 
 
 /// Runs `op` on eager `inputs` with backend `B` (on the device the inputs are on),
 /// with the CPU kernels of the dtypes `Only` (an elementwise op's; see
-/// apply_bookkeeping). Not `inline`: kiln/kernels.hpp can compile it once per program.
+/// apply_bookkeeping). Not `inline`: kiln/separate_compilation.hpp can compile it once per program.
 template <class B, class Op, dtype_set Only = dtypes::all>
 tensor run_on(const Op& op, std::span<const tensor* const> in) {
   auto [dt, sh] = infer(op, in);
@@ -184,7 +195,7 @@ tensor run_on(const Op& op, std::span<const tensor* const> in) {
   if constexpr (evaluated<Op>) {
     return op.evaluate(in);
   } else if constexpr (!backend::supports<B, Op>) {
-    // Reached only through kiln/kernels.hpp, which instantiates every op on every backend.
+    // Reached only through kiln/separate_compilation.hpp, which instantiates every op on every backend.
     throw_no_kernel(Op::name, "the " + std::string(B::name) + " backend has no kernel for it");
   } else {
     return run_kernel(Op::name, dt, sh, dev, in, &backend_kernel<B, Op, Only>, &op);

@@ -250,22 +250,9 @@ class host_callback_op final : public special_op {
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
   std::string_view name() const { return "HostCallback"; }
   bool has_effects() const { return true; }
-  template <class = void>
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    std::vector<tensor> out = fn_(in);
-    if (out.size() != results_.size())
-      throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
-                                   " tensors, but out_specs has " + std::to_string(results_.size()));
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      const auto& [type, dims] = results_[k];
-      if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
-        throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
-                                     (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
-                                                       : std::string("an empty tensor")) +
-                                     ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
-    }
-    return out;
-  }
+  /// Calls the function and checks its results against the specs (compiled once in a
+  /// compiled kiln: KILN_LIBRARY_INLINE).
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
   static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
@@ -276,6 +263,24 @@ class host_callback_op final : public special_op {
   callback fn_;
   std::vector<std::pair<dtype, shape>> results_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const tensor* const> in) const {
+  std::vector<tensor> out = fn_(in);
+  if (out.size() != results_.size())
+    throw invalid_argument_error("host_callback: the function returned " + std::to_string(out.size()) +
+                                 " tensors, but out_specs has " + std::to_string(results_.size()));
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    const auto& [type, dims] = results_[k];
+    if (!out[k].defined() || out[k].is_symbolic() || out[k].dtype() != type || !dims.accepts(out[k].shape()))
+      throw invalid_argument_error("host_callback: result " + std::to_string(k) + " is " +
+                                   (out[k].defined() ? std::string(kiln::name(out[k].dtype())) + " " + out[k].shape().str()
+                                                     : std::string("an empty tensor")) +
+                                   ", but out_specs says " + std::string(kiln::name(type)) + " " + dims.str());
+  }
+  return out;
+}
+#endif
 
 }  // namespace detail
 }  // namespace kiln

@@ -166,7 +166,7 @@ struct op_entry {
 /// The entry points of `op` for value operands of dtype `in` and a result of dtype
 /// `out`. Elementwise ops on strings are not fused (their elements are objects).
 /// One instantiation per op holds all of the op's CPU kernels as a plan uses them
-/// (not `inline`, so that kiln/kernels.hpp can compile it once per program); `Only`
+/// (not `inline`, so that kiln/separate_compilation.hpp can compile it once per program); `Only`
 /// limits them to some dtypes (detail::apply_bookkeeping).
 template <class Op, dtype_set Only = dtypes::all>
 op_entry entry_for(const Op& op, dtype in, dtype out) {

@@ -246,20 +246,8 @@ class graph {
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
-  std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
-                               const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
-    const std::string base(op->name());
-    int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
-                 results.empty() ? kiln::shape{} : results[0].second);
-    nodes_[std::size_t(id)].special_ = std::move(op);
-    nodes_[std::size_t(id)].result_count_ = int(results.size());
-    std::vector<int> ids;
-    if (!results.empty()) ids.push_back(id);
-    for (std::size_t k = 1; k < results.size(); ++k)
-      ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
-                        results[k].second));
-    return ids;
-  }
+  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
   std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -309,39 +297,13 @@ class graph {
     }
   }
 
-  int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
-    node n;
-    n.kind_ = kind;
-    n.name_ = unique_name(base);
-    for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
-    n.input_ids_ = std::move(inputs);
-    n.dtype_ = t;
-    n.shape_ = s;
-    nodes_.push_back(std::move(n));
-    return int(nodes_.size()) - 1;
-  }
+  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
   // given before. Which names were given is known without a set of every name, which
   // would cost each node of a large graph a lookup in a table as large: a base's
   // suffixes count up, so `b_k` (k in digits) was given as a suffixed name exactly when
   // base `b` has handed out k; a bare base is given once and remembered.
-  std::string unique_name(const std::string& base) {
-    int& next = next_suffix_[base];
-    if (next == 0) {
-      next = 1;
-      if (!suffixed(base)) {
-        bare_names_.insert(base);
-        return base;
-      }
-    }
-    for (;; ++next) {
-      std::string candidate = base + "_" + std::to_string(next);
-      if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
-        ++next;
-        return candidate;
-      }
-    }
-  }
+  KILN_LIBRARY_INLINE std::string unique_name(const std::string& base);
   // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
   bool suffixed(std::string_view name) const {
     const std::size_t underscore = name.rfind('_');
@@ -359,5 +321,55 @@ class graph {
   std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
   std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// program that traces builds graphs with them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+                                                       const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
+  const std::string base(op->name());
+  int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+               results.empty() ? kiln::shape{} : results[0].second);
+  nodes_[std::size_t(id)].special_ = std::move(op);
+  nodes_[std::size_t(id)].result_count_ = int(results.size());
+  std::vector<int> ids;
+  if (!results.empty()) ids.push_back(id);
+  for (std::size_t k = 1; k < results.size(); ++k)
+    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+                      results[k].second));
+  return ids;
+}
+
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+                                   const kiln::shape& s) {
+  node n;
+  n.kind_ = kind;
+  n.name_ = unique_name(base);
+  for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
+  n.input_ids_ = std::move(inputs);
+  n.dtype_ = t;
+  n.shape_ = s;
+  nodes_.push_back(std::move(n));
+  return int(nodes_.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
+  int& next = next_suffix_[base];
+  if (next == 0) {
+    next = 1;
+    if (!suffixed(base)) {
+      bare_names_.insert(base);
+      return base;
+    }
+  }
+  for (;; ++next) {
+    std::string candidate = base + "_" + std::to_string(next);
+    if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+      ++next;
+      return candidate;
+    }
+  }
+}
+#endif
 
 }  // namespace kiln

@@ -7,7 +7,7 @@
 /// (on kiln::tensor: kiln/ops/elementwise.hpp and kiln/ops/activations.hpp; on typed
 /// operands: kiln/typed/ops.hpp) and their operators. The families give the registry's
 /// type lists (kiln/ops/registry.hpp), the kernels a compiled library instantiates
-/// (kiln/kernels.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
+/// (kiln/separate_compilation.hpp), and the files cmake/kiln_library.cmake compiles them in. A test
 /// of the ops folder fails when the CMake file's families drift from these, and the
 /// fuzzer's programs (test/fuzz/program.hpp) fail to compile when an op listed here is
 /// neither one of their steps nor one they name as left out.
@@ -111,7 +111,7 @@
 #define KILN_DETAIL_OPS_OF(FUNCTIONS, F) KILN_DETAIL_RESCAN(FUNCTIONS(F KILN_DETAIL_OP_OF))
 
 // The op families: `F(op)` once per op type of kiln::ops, for code that must name every
-// op (kiln/kernels.hpp declares and instantiates each op's kernels family by family).
+// op (kiln/separate_compilation.hpp declares and instantiates each op's kernels family by family).
 
 /// The elementwise ops with one input (`cast` included).
 #define KILN_UNARY_OPS(F) \

@@ -15,7 +15,7 @@
 /// detail::apply_bookkeeping) has the kernels of bools and integers alone until the
 /// program calls the op itself. A graph that meets an op whose row is empty, or
 /// lacks its dtype (one made by another program, or by ops inlined from a library),
-/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/kernels.hpp)
+/// raises kiln::unavailable_error naming the op. Separate compilation (kiln/separate_compilation.hpp)
 /// registers every op it instantiates.
 
 #include <array>
@@ -102,7 +102,7 @@ void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const te
                  std::span<tensor> grads);
 
 /// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
-/// thread may register an op (again, after kiln/kernels.hpp did) while another runs
+/// thread may register an op (again, after kiln/separate_compilation.hpp did) while another runs
 /// a graph that holds it.
 struct op_kernels {
   using execute_fn = tensor (*)(const ops::any_op&, std::span<const tensor* const>);
@@ -170,7 +170,7 @@ bool register_kernels() {
   return true;
 }
 
-/// Fills `Op`'s row before main runs: how kiln/kernels.hpp registers every op it
+/// Fills `Op`'s row before main runs: how kiln/separate_compilation.hpp registers every op it
 /// instantiates.
 template <class Op>
 inline const bool kernels_registered = register_kernels<Op>();

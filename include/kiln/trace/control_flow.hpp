@@ -285,19 +285,35 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
-/// A `cond` node recorded into `trace` from its two traced branches; gives its
-/// results. What does not depend on the branches' C++ types, so that a program
-/// compiles it once, not once per cond (and not at all when it traces none: a
-/// template on nothing).
-template <class = void>
-std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
-                                traced_subgraph& else_graph);
+struct loop_calls;
+
+/// What tracing `cond` and `while_loop` does that does not depend on the branches' or
+/// the loop's C++ types (`control_flow_tracer`, the one specialization), so that a
+/// program compiles it once, not once per cond or loop. A template on nothing: not at
+/// all when it traces none, and once in a compiled kiln, by one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_control_flow_tracer {
+  /// A `cond` node recorded into `trace` from its two traced branches; gives its results.
+  static std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                         traced_subgraph& else_graph);
+  /// A while loop traced on the leaves of its state: its condition and body traced into
+  /// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
+  /// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
+  static std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
+                                              std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
+                                              std::vector<value_spec> specs,
+                                              std::vector<std::optional<shape>> invariants, bool breaks,
+                                              loop_calls& calls);
+};
+using control_flow_tracer = basic_control_flow_tracer<void>;
 
 
-template <class>
-std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
-                                traced_subgraph& else_graph) {
-  hooks().trace_cond.store(&record_cond<>, std::memory_order_relaxed);
+template <class Unused>
+std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
+                                                                   traced_subgraph& then_graph,
+                                                                   traced_subgraph& else_graph) {
+  hooks().trace_cond.store(&record_cond, std::memory_order_relaxed);
   if (then_graph.outputs != else_graph.outputs) {
     throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
                       specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
@@ -361,7 +377,7 @@ auto cond(const tensor& pred, Then then_fn, Else else_fn) {
     detail::traced_subgraph then_graph, else_graph;
     auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
     detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    const std::vector<tensor> out = detail::record_cond(*trace, pred, then_graph, else_graph);
+    const std::vector<tensor> out = detail::control_flow_tracer::record_cond(*trace, pred, then_graph, else_graph);
     if constexpr (!std::is_void_v<R>) {
       const tensor* next = out.data();
       return detail::rebuild_output(traced, next);
@@ -418,24 +434,12 @@ struct loop_calls {
   void (*restart)(loop_calls& self, std::span<const tensor> leaves);
 };
 
-/// A while loop traced on the leaves of its state: its condition and body traced into
-/// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
-/// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
-/// What does not depend on the loop's C++ types, so that a program compiles it once,
-/// not once per loop (and not at all when it traces none: a template on nothing).
-template <class = void>
-std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
-                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
-                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
-                                     bool breaks, loop_calls& calls);
-
-
-template <class>
-std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
-                                     std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
-                                     std::vector<value_spec> specs, std::vector<std::optional<shape>> invariants,
-                                     bool breaks, loop_calls& calls) {
-  hooks().trace_loop.store(&trace_while_loop<>, std::memory_order_relaxed);
+template <class Unused>
+std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
+    trace_context& trace, std::size_t hidden, const loop_options& options, std::vector<tensor> leaves,
+    std::vector<const tensor_array*> arrays, std::vector<value_spec> specs,
+    std::vector<std::optional<shape>> invariants, bool breaks, loop_calls& calls) {
+  hooks().trace_loop.store(&trace_while_loop, std::memory_order_relaxed);
   // maximum_iterations: a counter of kiln's own in front of the loop variables, and
   // the condition `counter < maximum && cond`.
   const std::size_t counted = options.maximum_iterations ? 1 : 0;
@@ -565,8 +569,8 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
       return rebuild_output(initial, next);
     }
   } calls(cond_fn, body_fn, initial);
-  const std::vector<tensor> out = trace_while_loop(*trace, hidden, options, initial_leaves, arrays, std::move(specs),
-                                                   invariants, breaks, calls);
+  const std::vector<tensor> out = control_flow_tracer::trace_while_loop(*trace, hidden, options, initial_leaves, arrays,
+                                                                        std::move(specs), invariants, breaks, calls);
   return loop_result(calls.at(out));
 }
 }  // namespace detail

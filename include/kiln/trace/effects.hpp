@@ -21,9 +21,27 @@
 #include "kiln/trace/trace_context.hpp"
 
 namespace kiln {
+class variable;
+
 namespace detail {
 template <class>
 struct saved_function_io;
+
+/// What creating and writing a kiln::variable does (`variable_writes`, the one
+/// specialization): a template on nothing, as op functions are, so that the kernels of
+/// the arithmetic assignments compile only where a program writes a variable, and a
+/// compiled kiln compiles all of it with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_variable_writes {
+  /// Makes `v` hold `initial` (a symbolic one: a write recorded into the trace).
+  static void initialize(variable& v, const tensor& initial, std::string name);
+  /// Writes `x` into `v` as `mode` says, eagerly or into the trace in progress.
+  static tensor write(const variable& v, assign_mode mode, const tensor& x);
+  /// Records the write of `x` into the trace in progress.
+  static tensor record_write(const variable& v, assign_mode mode, const tensor& x);
+};
+using variable_writes = basic_variable_writes<void>;
 }  // namespace detail
 
 /// Mutable state shared by every copy of the handle: a tensor whose dtype and shape
@@ -44,18 +62,9 @@ class variable {
   /// variable then takes its value when the function first runs. (The members that
   /// write are templates, as op functions are, so that the kernels of the arithmetic
   /// assignments compile only where a program writes a variable.)
-  template <class = void>
+  template <class Unused = void>
   explicit variable(const tensor& initial, std::string name = "Variable") {
-    if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
-    handle_ = std::make_shared<handle>();
-    handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
-    detail::trace_context* trace = detail::trace_context::current();
-    if (trace) trace->note_created_variable(handle_);
-    if (initial.is_symbolic()) {
-      record_write(detail::assign_mode::initialize, initial);
-    } else {
-      handle_->state->update([&](const tensor&) { return initial; });
-    }
+    detail::basic_variable_writes<Unused>::initialize(*this, initial, std::move(name));
   }
   /// A scalar variable: `kiln::variable v(0)`, `kiln::variable w(1.5f, "w")`.
   template <class T>
@@ -115,6 +124,8 @@ class variable {
   // its graphs read and write.
   template <class>
   friend struct detail::saved_function_io;
+  template <class>
+  friend struct detail::basic_variable_writes;
   explicit variable(std::shared_ptr<detail::variable_state> s)
       : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
@@ -126,26 +137,46 @@ class variable {
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
   }
-  template <class = void>
+  template <class Unused = void>
   tensor write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
-    if (detail::trace_context::current() || x.is_symbolic()) return record_write(mode, x);
-    return detail::assign_variable_op(s, mode).apply(x);
-  }
-  template <class = void>
-  tensor record_write(detail::assign_mode mode, const tensor& x) const {
-    const auto& s = state();
-    detail::trace_context* trace = detail::trace_context::current();
-    if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
-    auto op = std::make_shared<detail::assign_variable_op>(s, mode);
-    s->check(op->name(), x);  // at trace time, as the op would at run time
-    const tensor inputs[] = {x};
-    return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
+    return detail::basic_variable_writes<Unused>::write(*this, mode, x);
   }
 
   std::shared_ptr<handle> handle_;
 };
+
+template <class Unused>
+void detail::basic_variable_writes<Unused>::initialize(variable& v, const tensor& initial, std::string name) {
+  if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
+  v.handle_ = std::make_shared<variable::handle>();
+  v.handle_->state = std::make_shared<detail::variable_state>(std::move(name), initial.dtype(), initial.shape());
+  detail::trace_context* trace = detail::trace_context::current();
+  if (trace) trace->note_created_variable(v.handle_);
+  if (initial.is_symbolic()) {
+    record_write(v, detail::assign_mode::initialize, initial);
+  } else {
+    v.handle_->state->update([&](const tensor&) { return initial; });
+  }
+}
+
+template <class Unused>
+tensor detail::basic_variable_writes<Unused>::write(const variable& v, assign_mode mode, const tensor& x) {
+  const auto& s = v.state();
+  if (!x.defined()) throw invalid_argument_error("variable: cannot assign an empty tensor to " + s->label());
+  if (detail::trace_context::current() || x.is_symbolic()) return record_write(v, mode, x);
+  return detail::assign_variable_op(s, mode).apply(x);
+}
+
+template <class Unused>
+tensor detail::basic_variable_writes<Unused>::record_write(const variable& v, assign_mode mode, const tensor& x) {
+  const auto& s = v.state();
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) throw type_error("variable: a symbolic tensor was used outside the trace that made it");
+  auto op = std::make_shared<detail::assign_variable_op>(s, mode);
+  s->check(op->name(), x);  // at trace time, as the op would at run time
+  const tensor inputs[] = {x};
+  return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
+}
 
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their

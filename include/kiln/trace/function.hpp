@@ -62,7 +62,9 @@ void callable_does_not_accept() {
 
 struct argument_texts;
 struct call_signature;
-struct concrete_state;
+template <class>
+struct basic_concrete_state;
+using concrete_state = basic_concrete_state<void>;
 struct runtime_traces;
 class trace_context;
 
@@ -90,14 +92,17 @@ concept typed_call_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::te
 template <class F, class... Args>
 concept typed_request_of = requires { sizeof(typed_tier<F>); } && typed_tier<F>::template requests<Args...>;
 
-/// What a kiln::function and its copies share: its options and traces. Not a
-/// template, so that what does not depend on the callable is compiled once per
-/// program, not once per function. The members that trace and dispatch calls with
-/// tensor arguments are defined with the runtime tier (kiln/trace/runtime_tier.hpp),
-/// as templates on nothing: a file compiles them (and the tracing, optimizer and
-/// executor behind them) only where it calls a function with tensors.
-struct function_state {
-  explicit function_state(function_options o) : options(std::move(o)) {}
+/// What a kiln::function and its copies share: its options and traces
+/// (`function_state`, the one specialization). Not a template on the callable, so that
+/// what does not depend on it is compiled once per program, not once per function. The
+/// members that trace and dispatch calls with tensor arguments are defined with the
+/// runtime tier (kiln/trace/runtime_tier.hpp); a template on nothing, so that a file
+/// compiles them (and the tracing, optimizer and executor behind them) only where it
+/// calls a function with tensors, and a compiled kiln compiles them all with one
+/// explicit instantiation (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_function_state {
+  explicit basic_function_state(function_options o) : options(std::move(o)) {}
 
   function_options options;
   mutable std::mutex mutex;        // guards signatures and runtime
@@ -106,7 +111,7 @@ struct function_state {
   struct signature_record {
     std::shared_ptr<const trace_signature> runtime;
     const typed::recorded_signature* typed = nullptr;
-    trace_signature (*written)(const function_state&, const typed::recorded_signature&) = nullptr;
+    trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&) = nullptr;
   };
   std::vector<signature_record> signatures;  // of every trace, in either tier, in the order they were made
   std::recursive_mutex tracing;    // one trace at a time; a nested trace (recursion) re-enters
@@ -121,24 +126,21 @@ struct function_state {
 
   /// Adds a new typed trace's signature, which `written` writes out.
   void add_signature(const typed::recorded_signature& s,
-                     trace_signature (*written)(const function_state&, const typed::recorded_signature&)) {
+                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&)) {
     std::lock_guard lock(mutex);
     signatures.push_back({nullptr, &s, written});
   }
 
-  template <class = void>
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
   /// The kiln::value_error for a call that `expected` does not accept (out of line: it
   /// formats tensors).
-  template <class = void>
   [[noreturn]] KILN_COLD KILN_NOINLINE static void throw_input_signature_mismatch(
       const call_signature& sig, const std::vector<tensor_spec>& expected);
 
   /// The trace that serves `sig`: a known one, or the one `trace_now(context, sig)`
   /// makes, registered under sig's key (one trace at a time; a recursion with the same
   /// signature is an error).
-  template <class = void>
   std::shared_ptr<const concrete_state> find_or_trace(call_signature& sig,
                                                       std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&),
                                                       void* context);
@@ -153,57 +155,48 @@ struct function_state {
 
   /// A new trace for `sig`, its arguments shown as `texts` says: its names and
   /// signature, and a placeholder in `context` per tensor leaf.
-  template <class = void>
   std::shared_ptr<concrete_state> start_trace(const call_signature& sig, argument_texts texts, trace_context& context,
                                               std::vector<tensor>& placeholders) const;
 
   /// Makes `t` an output of trace `c`.
-  template <class = void>
   static void add_output(concrete_state& c, trace_context& context, const tensor& t);
 
   /// Ends trace `c`: its graph, optimized and planned.
-  template <class = void>
   static void finish_trace(concrete_state& c, trace_context& context);
 
   // Whether `sig` has a tensor_spec leaf (a get_concrete_function that asks for a
   // trace of those specs) rather than tensors only (a call).
-  template <class = void>
   static bool asks_for_specs(const call_signature& sig);
 
   // The trace that serves `sig` when one is known: the one traced for its key, or for
   // a call, the more general trace it was dispatched to before.
-  template <class = void>
   std::shared_ptr<concrete_state> known_trace(const call_signature& sig) const;
 
   // Whether trace `t` was made for the structure (nesting, C++ values) and dtypes of `sig`.
-  template <class = void>
   static bool same_structure_and_dtypes(const concrete_state& t, const call_signature& sig);
 
   // A trace more general than the call (None dims, unknown ranks; made by
   // get_concrete_function or reduce_retracing) serves it, as TensorFlow dispatches to
   // the most specific trace that accepts a call: the one with the fewest unknowns.
   // get_concrete_function with tensor_specs asks for a trace of those specs instead.
-  template <class = void>
   std::shared_ptr<concrete_state> most_specific_trace_accepting(const call_signature& sig) const;
 
   // reduce_retracing: the call is keyed by the most specific specs that accept both it
   // and the latest trace of its structure and dtypes, as TensorFlow's common
   // supertype: a dim that differs becomes None, a rank that differs unknown.
-  template <class = void>
   void relax(call_signature& sig);
 
   /// After how many runtime-tier traces a function warns that it retraces often, as
   /// TensorFlow does after 5 (to config::warning_stream(), once per function).
   static constexpr std::size_t retracing_warning_traces = 5;
-  template <class = void>
   void warn_retracing() const;
 
   // Variables may be created by the first trace only, and must outlive it: a
   // later trace would create another variable at each retrace, and a variable that
   // dies with the trace would be created anew at every call in eager code.
-  template <class = void>
   void check_created_variables(const trace_context& context) const;
 };
+using function_state = basic_function_state<void>;
 
 }  // namespace detail
 

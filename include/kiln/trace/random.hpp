@@ -309,9 +309,19 @@ inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_c
   return trace.record_special(op, {}, op->results())[0];
 }
 
-/// A stateful draw of `spec`, as random::uniform makes one.
-template <class = void>
-tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
+/// Stateful draws, as random::uniform makes them (`random_draws`, the one
+/// specialization): a template on nothing, so that a file compiles them only where it
+/// draws, and a compiled kiln compiles them with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_random_draws {
+  /// A stateful draw of `spec`.
+  static tensor stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed);
+};
+using random_draws = basic_random_draws<void>;
+
+template <class Unused>
+tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
   spec.check();
   random_state& state = random_state::get();
   const std::uint64_t key = state.key_for(seed);
@@ -345,28 +355,28 @@ inline void set_seed(std::uint64_t seed) {
 /// 2^53 are not exact); else kiln::invalid_argument_error.
 /// \code kiln::random::uniform({10, 10}, -1, 2, kiln::int32);
 /// kiln::random::uniform({5}, 0, 1, kiln::float32, 42);  // the same first 5 numbers at every run \endcode
-template <class = void>
+template <class Unused = void>
 tensor uniform(const shape& s, double minval = 0, std::optional<double> maxval = std::nullopt, dtype t = float32,
                std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, minval, maxval}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, minval, maxval}, seed);
 }
 
 /// Numbers drawn from a normal distribution, as tf.random.normal: stateful, seeded and
 /// drawn again at every run of a graph as random::uniform; float dtypes only.
 /// \code kiln::random::normal({2, 3}, 0.0, 0.05, kiln::float32, 1);  // mean 0, stddev 0.05 \endcode
-template <class = void>
+template <class Unused = void>
 tensor normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
               std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, mean, stddev, detail::distribution::normal}, seed);
 }
 
 /// Numbers drawn from a normal distribution, those beyond two standard deviations
 /// from the mean drawn again, as tf.random.truncated_normal.
 /// \code kiln::random::truncated_normal({4}, 0.0, 1.0, kiln::float64, 7); \endcode
-template <class = void>
+template <class Unused = void>
 tensor truncated_normal(const shape& s, double mean = 0, double stddev = 1, dtype t = float32,
                         std::optional<std::uint64_t> seed = std::nullopt) {
-  return detail::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
+  return detail::basic_random_draws<Unused>::stateful_draw({s, t, mean, stddev, detail::distribution::truncated_normal}, seed);
 }
 
 /// Normal numbers as a pure function of `seed`, shape and dtype, as

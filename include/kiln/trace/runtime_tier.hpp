@@ -141,9 +141,12 @@ output_t<R> rebuild_output(const R& traced, const tensor*& next) {
 
 struct differentiable_call;  // kiln/autodiff/tape.hpp
 
-/// One trace: the signature it was made for (its inputs named after their
-/// placeholders), its graph and how to run it.
-struct concrete_state : trace_signature {
+/// One trace (`concrete_state`, the one specialization): the signature it was made
+/// for (its inputs named after their placeholders), its graph and how to run it. A
+/// template on nothing, as basic_function_state is, for its members that reach the
+/// optimizer and the executor.
+template <class Unused>
+struct basic_concrete_state : trace_signature {
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
@@ -161,7 +164,6 @@ struct concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
-  template <class = void>
   void check_call(const call_signature& sig) const {
     for (const auto& v : sig.values) {
       const call_signature::value_leaf* traced = nullptr;
@@ -191,17 +193,15 @@ struct concrete_state : trace_signature {
     }
   }
 
-  concrete_state() = default;
-  concrete_state(const concrete_state&) = delete;
-  concrete_state& operator=(const concrete_state&) = delete;
+  basic_concrete_state() = default;
+  basic_concrete_state(const basic_concrete_state&) = delete;
+  basic_concrete_state& operator=(const basic_concrete_state&) = delete;
 
   /// Optimizes the traced graph and plans how to run it (after tracing).
-  template <class = void>
   void compile();
 
   /// Runs the trace on eager tensors, or inlines it into the trace in progress when
   /// some are symbolic (a function called while tracing another); the outputs go to `out`.
-  template <class = void>
   void run(const call_signature& sig, std::vector<tensor>& out) const;
 };
 
@@ -209,14 +209,14 @@ struct concrete_state : trace_signature {
 // compiled with KILN_SEPARATE_COMPILATION compiles them once, and a header-only file
 // only where it calls a function with tensors (they are templates on nothing).
 #if KILN_DEFINE_LIBRARY
-template <class>
-void concrete_state::compile() {
+template <class Unused>
+void basic_concrete_state<Unused>::compile() {
   optimized = optimize(graph);
   executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
 }
 
-template <class>
-void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) const {
+template <class Unused>
+void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<tensor>& out) const {
   // Called while another function is being traced, with symbolic inputs or not, the
   // trace's ops join the outer graph, so that they run with every call of it.
   trace_context* outer = trace_context::current();
@@ -260,8 +260,8 @@ void concrete_state::run(const call_signature& sig, std::vector<tensor>& out) co
 // ---- function_state: the runtime tier's members ------------------------------------
 
 #if KILN_DEFINE_LIBRARY
-template <class>
-void function_state::check_input_signature(call_signature& sig,
+template <class Unused>
+void basic_function_state<Unused>::check_input_signature(call_signature& sig,
                                            const std::vector<tensor_spec>& expected) const {
   bool ok = sig.values.empty() && sig.specs.size() == expected.size();
   for (std::size_t i = 0; ok && i < expected.size(); ++i) ok = expected[i].accepts(sig.specs[i].dtype, sig.specs[i].shape);
@@ -270,8 +270,8 @@ void function_state::check_input_signature(call_signature& sig,
   for (std::size_t i = 0; i < expected.size(); ++i) sig.specs[i].shape = expected[i].shape;
 }
 
-template <class>
-[[noreturn]] void function_state::throw_input_signature_mismatch(const call_signature& sig,
+template <class Unused>
+[[noreturn]] void basic_function_state<Unused>::throw_input_signature_mismatch(const call_signature& sig,
                                                                   const std::vector<tensor_spec>& expected) {
   {
     std::ostringstream os;
@@ -307,8 +307,8 @@ struct runtime_traces {
   std::vector<std::vector<std::uint64_t>> tracing_keys;  // signatures being traced right now
 };
 
-template <class>
-std::shared_ptr<const concrete_state> function_state::find_or_trace(
+template <class Unused>
+std::shared_ptr<const concrete_state> basic_function_state<Unused>::find_or_trace(
     call_signature& sig, std::shared_ptr<concrete_state> (*trace_now)(void*, const call_signature&), void* context) {
   {
     std::lock_guard lock(mutex);
@@ -350,8 +350,8 @@ std::shared_ptr<const concrete_state> function_state::find_or_trace(
   return traced;
 }
 
-template <class>
-void function_state::warn_retracing() const {
+template <class Unused>
+void basic_function_state<Unused>::warn_retracing() const {
   std::ostream* os = config::warning_stream();
   if (!os) return;
   std::ostringstream text;
@@ -363,8 +363,8 @@ void function_state::warn_retracing() const {
   *os << text.str() << std::flush;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::start_trace(
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::start_trace(
     const call_signature& sig, argument_texts texts, trace_context& context, std::vector<tensor>& placeholders) const {
   auto c = std::make_shared<concrete_state>();
   c->name = options.name;
@@ -389,43 +389,43 @@ std::shared_ptr<concrete_state> function_state::start_trace(
   return c;
 }
 
-template <class>
-void function_state::add_output(concrete_state& c, trace_context& context, const tensor& t) {
+template <class Unused>
+void basic_function_state<Unused>::add_output(concrete_state& c, trace_context& context, const tensor& t) {
   const node& n = context.add_output(t);
   c.outputs.emplace_back(n.shape(), n.dtype(), n.name() + ":0");
 }
 
-template <class>
-void function_state::finish_trace(concrete_state& c, trace_context& context) {
+template <class Unused>
+void basic_function_state<Unused>::finish_trace(concrete_state& c, trace_context& context) {
   c.graph = std::move(context.graph());
   // Constant folding runs ops on constants, which must compute, not be recorded.
   kiln::init_scope outside_every_trace;
   c.compile();
 }
 
-template <class>
-bool function_state::asks_for_specs(const call_signature& sig) {
+template <class Unused>
+bool basic_function_state<Unused>::asks_for_specs(const call_signature& sig) {
   return std::ranges::count(sig.tensors, nullptr) > 0;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::known_trace(const call_signature& sig) const {
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::known_trace(const call_signature& sig) const {
   if (auto it = runtime->by_key.find(sig.key); it != runtime->by_key.end()) return it->second;
   if (asks_for_specs(sig)) return nullptr;
   auto it = runtime->dispatched.find(sig.key);
   return it != runtime->dispatched.end() ? it->second : nullptr;
 }
 
-template <class>
-bool function_state::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
+template <class Unused>
+bool basic_function_state<Unused>::same_structure_and_dtypes(const concrete_state& t, const call_signature& sig) {
   if (!std::ranges::equal(t.structure, sig.structure()) || t.inputs.size() != sig.specs.size()) return false;
   for (std::size_t i = 0; i < sig.specs.size(); ++i)
     if (t.inputs[i].dtype != sig.specs[i].dtype) return false;
   return true;
 }
 
-template <class>
-std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(const call_signature& sig) const {
+template <class Unused>
+std::shared_ptr<concrete_state> basic_function_state<Unused>::most_specific_trace_accepting(const call_signature& sig) const {
   std::shared_ptr<concrete_state> best;
   if (asks_for_specs(sig)) return best;
   int best_unknowns = 0;
@@ -446,8 +446,8 @@ std::shared_ptr<concrete_state> function_state::most_specific_trace_accepting(co
   return best;
 }
 
-template <class>
-void function_state::relax(call_signature& sig) {
+template <class Unused>
+void basic_function_state<Unused>::relax(call_signature& sig) {
   for (auto t = runtime->traces.rbegin(); t != runtime->traces.rend(); ++t) {
     if (!same_structure_and_dtypes(**t, sig)) continue;
     for (std::size_t i = 0; i < sig.specs.size(); ++i) {
@@ -465,8 +465,8 @@ void function_state::relax(call_signature& sig) {
   }
 }
 
-template <class>
-void function_state::check_created_variables(const trace_context& context) const {
+template <class Unused>
+void basic_function_state<Unused>::check_created_variables(const trace_context& context) const {
   const auto& created = context.created_variables();
   if (created.empty()) return;
   bool first;

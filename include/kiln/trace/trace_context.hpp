@@ -61,14 +61,9 @@ class trace_context {
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
-  std::vector<tensor> record_special(std::shared_ptr<const special_op> op, std::span<const tensor> inputs,
-                                     const std::vector<std::pair<dtype, shape>>& results) {
-    std::vector<int> ids;
-    for (const tensor& t : inputs) ids.push_back(node_of(t));
-    std::vector<tensor> out;
-    for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> record_special(std::shared_ptr<const special_op> op,
+                                                         std::span<const tensor> inputs,
+                                                         const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
   const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
@@ -84,28 +79,7 @@ class trace_context {
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
   /// trace's symbolic tensors, a captured constant when `t` is eager.
-  int node_of(const tensor& t) {
-    if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
-    if (t.is_symbolic()) {
-      if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
-      if (t.symbol()->trace_id != id_)
-        throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
-                         " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
-                         "(return it from the function instead)");
-      return t.symbol()->node;
-    }
-    // The same buffer seen as the same dtype and shape is one constant; found by its
-    // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
-    // (The constant node holds the buffer, so its address cannot be reused by another.)
-    auto [first, last] = captured_.equal_range(t.raw_data());
-    for (auto it = first; it != last; ++it) {
-      const tensor& known = graph_.node_at(it->second).value();
-      if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-    }
-    int id = graph_.add_constant(t);
-    captured_.emplace(t.raw_data(), id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int node_of(const tensor& t);
 
   /// Copies the nodes of `g` (another function's trace) into this trace, its
   /// placeholders bound to nodes `args`; returns the nodes of its outputs.
@@ -151,13 +125,8 @@ class trace_context {
   }
 
  private:
-  static tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs, dtype dt,
-                          const shape& sh) {
-    std::vector<int> ids;
-    ids.reserve(inputs.size());
-    for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
-    return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
-  }
+  static KILN_LIBRARY_INLINE tensor record_op(trace_context& c, ops::any_op op, std::span<const tensor* const> inputs,
+                                              dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
   bool encloses(std::uint64_t trace_id) const {
@@ -167,14 +136,7 @@ class trace_context {
     }
     return false;
   }
-  int capture(const tensor& t) {
-    for (std::size_t k = 0; k < captures_.size(); ++k)
-      if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
-    int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
-    captures_.push_back(t);
-    capture_ids_.push_back(id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int capture(const tensor& t);
   trace_context& function_trace() {
     trace_context* c = this;
     while (c->capturing_) c = c->previous_;
@@ -201,6 +163,60 @@ class trace_context {
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// program that traces builds graphs with them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::shared_ptr<const special_op> op,
+                                                                      std::span<const tensor> inputs,
+                                                                      const std::vector<std::pair<dtype, shape>>& results) {
+  std::vector<int> ids;
+  for (const tensor& t : inputs) ids.push_back(node_of(t));
+  std::vector<tensor> out;
+  for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+  return out;
+}
+
+KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
+  if (!t.defined()) throw invalid_argument_error(function_name_ + ": an empty tensor was used while tracing");
+  if (t.is_symbolic()) {
+    if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
+    if (t.symbol()->trace_id != id_)
+      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+                       " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
+                       "(return it from the function instead)");
+    return t.symbol()->node;
+  }
+  // The same buffer seen as the same dtype and shape is one constant; found by its
+  // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
+  // (The constant node holds the buffer, so its address cannot be reused by another.)
+  auto [first, last] = captured_.equal_range(t.raw_data());
+  for (auto it = first; it != last; ++it) {
+    const tensor& known = graph_.node_at(it->second).value();
+    if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
+  }
+  int id = graph_.add_constant(t);
+  captured_.emplace(t.raw_data(), id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
+                                                    std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
+  std::vector<int> ids;
+  ids.reserve(inputs.size());
+  for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
+  return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+}
+
+KILN_LIBRARY_INLINE int trace_context::capture(const tensor& t) {
+  for (std::size_t k = 0; k < captures_.size(); ++k)
+    if (same_value(*captures_[k].symbol(), *t.symbol())) return capture_ids_[k];
+  int id = graph_.add_placeholder(node_name(*t.symbol()), t.dtype(), t.shape());
+  captures_.push_back(t);
+  capture_ids_.push_back(id);
+  return id;
+}
+#endif
 
 inline bool tracing() { return trace_context::current() != nullptr; }
 

@@ -129,6 +129,22 @@ class optimizer_state {
 
 }  // namespace detail
 
+class sgd;
+class adam;
+
+namespace detail {
+/// The optimizers' updates (`optimizer_updates`, the one specialization): a template
+/// on nothing, so that a file compiles them only where it applies gradients, and a
+/// compiled kiln compiles them all with one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_optimizer_updates {
+  static void apply(sgd& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+  static void apply(adam& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+};
+using optimizer_updates = basic_optimizer_updates<void>;
+}  // namespace detail
+
 /// Gradient descent with optional (Nesterov) momentum, as Keras' `SGD`:
 /// `v -= lr * g`, or with momentum `m = momentum * m - lr * g; v += m`
 /// (`v += momentum * m - lr * g` with Nesterov).
@@ -138,6 +154,9 @@ class optimizer_state {
 /// opt.apply_gradients({kiln::constant(1.f)}, {w});  // w is 1.9
 /// \endcode
 class sgd : public detail::optimizer_state {
+  template <class>
+  friend struct detail::basic_optimizer_updates;
+
  public:
   template <class = void>
   explicit sgd(sgd_options options = {}) : optimizer_state("SGD"), options_(options) {
@@ -148,20 +167,9 @@ class sgd : public detail::optimizer_state {
 
   /// Updates each variable from its gradient (variables without one are skipped), then
   /// counts the step; inside a kiln::function, as writes of the function.
-  template <class = void>
+  template <class Unused = void>
   void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
-    for (const auto& [g, v] : pairs(grads, vars)) {
-      const tensor lr = scalar(options_.learning_rate, v.dtype());
-      if (options_.momentum == 0) {
-        add_to(v, -g * lr);
-        continue;
-      }
-      const tensor momentum = scalar(options_.momentum, v.dtype());
-      const variable& m = slots(v, {"momentum"})[0];
-      const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
-      add_to(v, options_.nesterov ? -g * lr + velocity * momentum : velocity);
-    }
-    iterations_.assign_add(std::int64_t{1});
+    detail::basic_optimizer_updates<Unused>::apply(*this, grads, vars);
   }
 
  private:
@@ -179,32 +187,60 @@ class sgd : public detail::optimizer_state {
 /// opt.apply_gradients(tape.gradient(loss, vars), vars);
 /// \endcode
 class adam : public detail::optimizer_state {
+  template <class>
+  friend struct detail::basic_optimizer_updates;
+
  public:
   template <class = void>
   explicit adam(adam_options options = {}) : optimizer_state("Adam"), options_(options) {}
   const adam_options& options() const { return options_; }
 
   /// As sgd::apply_gradients.
-  template <class = void>
+  template <class Unused = void>
   void apply_gradients(const std::vector<tensor>& grads, const std::vector<variable>& vars) {
-    for (const auto& [g, v] : pairs(grads, vars)) {
-      const dtype t = v.dtype();
-      const tensor one = scalar(1, t), beta_1 = scalar(options_.beta_1, t), beta_2 = scalar(options_.beta_2, t);
-      const tensor step = kiln::cast(iterations_.read_value() + std::int64_t{1}, t);
-      const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
-      const std::vector<variable>& moments = slots(v, {"m", "v"});
-      const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
-      // Keras subtracts the betas from 1 in double (Python floats), then casts.
-      const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - options_.beta_1, t));
-      const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - options_.beta_2, t));
-      const tensor alpha = scalar(options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
-      v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(options_.epsilon, t)));
-    }
-    iterations_.assign_add(std::int64_t{1});
+    detail::basic_optimizer_updates<Unused>::apply(*this, grads, vars);
   }
 
  private:
   adam_options options_;
 };
+
+template <class Unused>
+void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
+                                                    const std::vector<variable>& vars) {
+  for (const auto& [g, v] : self.pairs(grads, vars)) {
+    const tensor lr = self.scalar(self.options_.learning_rate, v.dtype());
+    if (self.options_.momentum == 0) {
+      self.add_to(v, -g * lr);
+      continue;
+    }
+    const tensor momentum = self.scalar(self.options_.momentum, v.dtype());
+    const variable& m = self.slots(v, {"momentum"})[0];
+    const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
+    self.add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
+  }
+  self.iterations_.assign_add(std::int64_t{1});
+}
+
+template <class Unused>
+void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vector<tensor>& grads,
+                                                    const std::vector<variable>& vars) {
+  for (const auto& [g, v] : self.pairs(grads, vars)) {
+    const dtype t = v.dtype();
+    const tensor one = self.scalar(1, t), beta_1 = self.scalar(self.options_.beta_1, t),
+                 beta_2 = self.scalar(self.options_.beta_2, t);
+    const tensor step = kiln::cast(self.iterations_.read_value() + std::int64_t{1}, t);
+    const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
+    const std::vector<variable>& moments = self.slots(v, {"m", "v"});
+    const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
+    // Keras subtracts the betas from 1 in double (Python floats), then casts.
+    const tensor m = moments[0].assign(m_old + (g - m_old) * self.scalar(1 - self.options_.beta_1, t));
+    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * self.scalar(1 - self.options_.beta_2, t));
+    const tensor alpha =
+        self.scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + self.scalar(self.options_.epsilon, t)));
+  }
+  self.iterations_.assign_add(std::int64_t{1});
+}
 
 }  // namespace kiln::optimizers

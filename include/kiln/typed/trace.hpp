@@ -40,7 +40,9 @@
 
 namespace kiln {
 namespace detail {
-struct function_state;
+template <class>
+struct basic_function_state;
+using function_state = basic_function_state<void>;
 }  // namespace detail
 namespace typed {
 

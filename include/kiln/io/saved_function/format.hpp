@@ -15,7 +15,7 @@
 #include "kiln/core/error.hpp"
 
 // A source file compiled against a compiled kiln whose library holds the reader and
-// writer (KILN_LIBRARY_HAS_SAVED_FUNCTIONS, kiln/kernels.hpp) declares them only, and
+// writer (KILN_LIBRARY_HAS_SAVED_FUNCTIONS, kiln/separate_compilation.hpp) declares them only, and
 // parses neither their code nor nlohmann/json.
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_HAS_SAVED_FUNCTIONS) && !defined(KILN_LIBRARY_SOURCE)
 #define KILN_DETAIL_SAVED_FUNCTION_CODE 0
