@@ -16200,187 +16200,53 @@ function(F, function_options) -> function<F>;
 /// kiln::function's runtime tier: calls with kiln::tensor
 /// arguments traced into a graph once per input signature, and
 /// `kiln::concrete_function`, one such trace.
-
-#include <algorithm>
-#include <any>
-#include <atomic>
-#include <memory>
-#include <mutex>
-#include <optional>
-#include <ostream>
-#include <sstream>
-#include <string>
-#include <tuple>
-#include <type_traits>
-#include <unordered_map>
-#include <utility>
-#include <vector>
-
-#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
-#define KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
-// ----- begin kiln/core/results.hpp -----
-/// \file
-/// What traced code gives back, in both tiers alike: the structure of a function's
-/// result (`detail::output_of`, each tier saying what its leaves become) and what a
-/// loop body returns to stop early (`break_result`, made by kiln::break_if).
+///
+/// Its parts, one concern each: kiln/trace/outputs.hpp (what a callable returns),
+/// kiln/trace/concrete_state.hpp (one trace), kiln/trace/function_state.hpp (a
+/// function's traces: dispatch and retracing) and kiln/trace/concrete_function.hpp; this
+/// file holds the call path.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
-#include <tuple>
+#include <memory>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-namespace kiln {
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_FUNCTION_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_FUNCTION_HPP
+// ----- begin kiln/trace/concrete_function.hpp -----
+/// \file
+/// kiln::concrete_function: one trace of a kiln::function, called with tensors. Part of
+/// kiln/trace/runtime_tier.hpp.
 
-class tensor;
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
 
-/// What a loop body returns to stop early (kiln::break_if): the condition `stop`, a
-/// bool scalar kiln::tensor or typed operand, and the values to go on with.
-template <class Tuple, class Stop = tensor>
-struct break_result {
-  Stop stop;
-  Tuple next;
-};
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_STATE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_STATE_HPP
+// ----- begin kiln/trace/concrete_state.hpp -----
+/// \file
+/// One trace of a kiln::function (detail::concrete_state): the signature it was made
+/// for, its graph, and how it is optimized and run, or inlined into a trace in
+/// progress. Part of kiln/trace/runtime_tier.hpp.
 
-namespace detail {
+#include <any>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
 
-/// The type a function gives back for what its traced code returned, `R`: each leaf
-/// `L` as `Leaf<L>::type` (kiln::tensor for the runtime tier, kiln::fixed for the
-/// typed tier's expressions), tuples, pairs, arrays and vectors keeping their structure.
-template <template <class> class Leaf, class R>
-struct output_of {
-  using type = typename Leaf<R>::type;
-};
-template <template <class> class Leaf, class... Ts>
-struct output_of<Leaf, std::tuple<Ts...>> {
-  using type = std::tuple<typename output_of<Leaf, Ts>::type...>;
-};
-template <template <class> class Leaf, class A, class B>
-struct output_of<Leaf, std::pair<A, B>> {
-  using type = std::pair<typename output_of<Leaf, A>::type, typename output_of<Leaf, B>::type>;
-};
-template <template <class> class Leaf, class T, std::size_t N>
-struct output_of<Leaf, std::array<T, N>> {
-  using type = std::array<typename output_of<Leaf, T>::type, N>;
-};
-template <template <class> class Leaf, class T, class A>
-struct output_of<Leaf, std::vector<T, A>> {
-  using type = std::vector<typename output_of<Leaf, T>::type>;
-};
-
-}  // namespace detail
-}  // namespace kiln
-// ----- end kiln/core/results.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
 
 namespace kiln {
-
-namespace config {
 namespace detail {
-inline std::atomic<bool>& eager_functions() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
-}  // namespace detail
-/// When on, every kiln::function calls its callable directly on eager tensors
-/// (for debugging: C++ side effects then happen at every call).
-/// \code kiln::config::run_functions_eagerly(true); \endcode
-inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
-/// Whether kiln::function calls run their callables eagerly.
-inline bool functions_run_eagerly() { return detail::eager_functions(); }
-}  // namespace config
-
-namespace detail {
-
-/// Writes and reads saved functions; defined by kiln/saved_function.hpp.
-template <class = void>
-struct saved_function_io;
-
-/// A leaf of what a traced callable returned, as the function gives it back: a tensor,
-/// or a C++ number that becomes one; a tensor_array stays one (its leaf is the tensor
-/// of its elements). Tuples, pairs, arrays and vectors keep their structure (output_of).
-template <class R>
-struct runtime_output_leaf {
-  using type = tensor;
-};
-template <>
-struct runtime_output_leaf<tensor_array> {
-  using type = tensor_array;
-};
-template <class R>
-using output_t = typename output_of<runtime_output_leaf, std::remove_cvref_t<R>>::type;
-
-template <class T>
-tensor scalar_constant(const T& v) {
-  static_assert(has_dtype<T> || std::is_same_v<T, int> || std::is_same_v<T, long long>,
-                "a kiln::function may return tensors, C++ numbers of the element types, and tuples, pairs, arrays "
-                "and vectors of those");
-  using E = std::conditional_t<has_dtype<T>, T, std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>>;
-  tensor t(dtype_of<E>, shape{});
-  *t.view().template as<E>() = E(v);
-  return t;
-}
-
-/// Calls `f(leaf)` for every leaf of a returned value, in order.
-template <class R, class F>
-void for_each_output(const R& r, F&& f) {
-  using U = std::remove_cvref_t<R>;
-  if constexpr (std::is_same_v<U, tensor>) {
-    f(r);
-  } else if constexpr (std::is_same_v<U, tensor_array>) {
-    f(r.elements());
-  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
-    for_each_element(r, [&](const auto& e) { for_each_output(e, f); });
-  } else {
-    f(scalar_constant(r));
-  }
-}
-
-/// Writes the structure of a returned value's tensors to `s`, as for_each_output walks them.
-template <class R>
-void describe_outputs(const R& r, structure_text& s) {
-  using U = std::remove_cvref_t<R>;
-  if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
-    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
-    s.open(list);
-    std::size_t count = 0;
-    for_each_element(r, [&](const auto& e) {
-      if (count++) s.next();
-      describe_outputs(e, s);
-    });
-    s.close(list, count);
-  } else {
-    s.leaf();
-  }
-}
-/// The structure of a returned value as a signature shows it; empty for one tensor.
-template <class R>
-std::string output_structure_text(const R& r) {
-  if constexpr (is_tuple_like<std::remove_cvref_t<R>>::value || is_vector<std::remove_cvref_t<R>>::value) {
-    structure_text s;
-    describe_outputs(r, s);
-    return s.text;
-  } else {
-    return {};
-  }
-}
-
-/// The returned structure `traced` with its leaves taken, in order, from `next`.
-template <class R>
-output_t<R> rebuild_output(const R& traced, const tensor*& next) {
-  using U = std::remove_cvref_t<R>;
-  if constexpr (is_tuple_like<U>::value) {
-    return std::apply([&](const auto&... e) { return output_t<R>{rebuild_output(e, next)...}; }, traced);
-  } else if constexpr (is_vector<U>::value) {
-    output_t<R> out;
-    for (const auto& e : traced) out.push_back(rebuild_output(e, next));
-    return out;
-  } else if constexpr (std::is_same_v<U, tensor_array>) {
-    return traced.with_elements(*next++);
-  } else {
-    return *next++;
-  }
-}
 
 struct differentiable_call;  // kiln/autodiff/tape.hpp
 
@@ -16499,6 +16365,127 @@ void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<te
   if (tapes_recording()) hooks().call.load(std::memory_order_relaxed)(*this, inputs, out);
 }
 #endif
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/trace/concrete_state.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_STATE_HPP
+
+namespace kiln {
+
+namespace detail {
+
+/// Writes and reads saved functions; defined by kiln/saved_function.hpp.
+template <class = void>
+struct saved_function_io;
+
+}  // namespace detail
+
+/// One trace of a kiln::function: a graph for one input signature. Call it with
+/// tensors (and, optionally, the C++ values it was traced with).
+/// \code
+/// kiln::function pow([](const kiln::tensor& x, int n) { return kiln::pow(x, float(n)); });
+/// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
+/// square(kiln::constant(10.f));  // 100
+/// \endcode
+class concrete_function {
+ public:
+  explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
+
+  /// Runs the graph; a function with one output returns it, use call_flat for several.
+  /// A callable that returns nothing gives an empty (undefined) tensor.
+  template <class... Args>
+  tensor operator()(const Args&... args) const {
+    std::vector<tensor> out = call(args...);
+    if (state_->returns_void) return tensor();
+    if (out.size() != 1)
+      throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
+    return out[0];
+  }
+  /// Runs the graph and returns every output tensor, in order.
+  template <class... Args>
+  std::vector<tensor> call_flat(const Args&... args) const {
+    return call(args...);
+  }
+
+  /// The traced graph.
+  const kiln::graph& graph() const { return state_->graph; }
+  /// One spec per tensor input, named after its argument.
+  const std::vector<tensor_spec>& structured_input_signature() const { return state_->inputs; }
+  /// One spec per output, named after the graph value (`Identity:0`).
+  std::vector<tensor_spec> structured_outputs() const { return state_->outputs; }
+
+  friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
+    return os << "ConcreteFunction " << f.state_->signature_text();
+  }
+  /// The signature in TensorFlow's format, without a newline at the end, as
+  /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
+  /// \code
+  /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
+  /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
+  /// \endcode
+  std::string pretty_printed_signature() const {
+    std::string text = state_->signature_text();
+    text.pop_back();
+    return text;
+  }
+
+  /// Writes this trace, its constants and its variables' values to `path`, for
+  /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2; });
+  /// f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).save("f.kiln");
+  /// \endcode
+  template <class Io = detail::saved_function_io<>>
+  void save(const std::string& path) const {
+    if constexpr (requires { Io::save(*this, path); })
+      Io::save(*this, path);
+    else
+      static_assert(sizeof(Io*) == 0, "concrete_function::save needs #include <kiln/saved_function.hpp>");
+  }
+
+ private:
+  // The saved-function format (kiln/saved_function.hpp) writes the trace itself.
+  template <class>
+  friend struct detail::saved_function_io;
+  template <class... Args>
+  std::vector<tensor> call(const Args&... args) const {
+    detail::pooled_call_frame frame;
+    int arg = 0;
+    (detail::flatten(args, frame->signature, arg++), ...);
+    state_->check_call(frame->signature);
+    std::vector<tensor> out;
+    state_->run(frame->signature, out);
+    return out;
+  }
+  std::shared_ptr<const detail::concrete_state> state_;
+};
+
+}  // namespace kiln
+// ----- end kiln/trace/concrete_function.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_FUNCTION_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_STATE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_STATE_HPP
+// ----- begin kiln/trace/function_state.hpp -----
+/// \file
+/// A kiln::function's traces in the runtime tier: the runtime members of
+/// detail::basic_function_state that check a call against the input signature, find
+/// the trace a call runs (or trace a new one, relaxed under reduce_retracing), and warn
+/// of retracing. Part of kiln/trace/runtime_tier.hpp.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+
+namespace kiln {
+namespace detail {
 
 // ---- function_state: the runtime tier's members ------------------------------------
 
@@ -16726,90 +16713,201 @@ void basic_function_state<Unused>::check_created_variables(const trace_context& 
 }
 #endif
 
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/trace/function_state.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_STATE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_OUTPUTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_OUTPUTS_HPP
+// ----- begin kiln/trace/outputs.hpp -----
+/// \file
+/// What a kiln::function's callable returns, as the runtime tier handles it: the types
+/// its results take (detail::output_t), its leaves walked in order, its structure as a
+/// signature shows it, and the structure rebuilt from the leaves a trace gives back.
+/// Part of kiln/trace/runtime_tier.hpp.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
+// ----- begin kiln/core/results.hpp -----
+/// \file
+/// What traced code gives back, in both tiers alike: the structure of a function's
+/// result (`detail::output_of`, each tier saying what its leaves become) and what a
+/// loop body returns to stop early (`break_result`, made by kiln::break_if).
+
+#include <array>
+#include <cstddef>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+class tensor;
+
+/// What a loop body returns to stop early (kiln::break_if): the condition `stop`, a
+/// bool scalar kiln::tensor or typed operand, and the values to go on with.
+template <class Tuple, class Stop = tensor>
+struct break_result {
+  Stop stop;
+  Tuple next;
+};
+
+namespace detail {
+
+/// The type a function gives back for what its traced code returned, `R`: each leaf
+/// `L` as `Leaf<L>::type` (kiln::tensor for the runtime tier, kiln::fixed for the
+/// typed tier's expressions), tuples, pairs, arrays and vectors keeping their structure.
+template <template <class> class Leaf, class R>
+struct output_of {
+  using type = typename Leaf<R>::type;
+};
+template <template <class> class Leaf, class... Ts>
+struct output_of<Leaf, std::tuple<Ts...>> {
+  using type = std::tuple<typename output_of<Leaf, Ts>::type...>;
+};
+template <template <class> class Leaf, class A, class B>
+struct output_of<Leaf, std::pair<A, B>> {
+  using type = std::pair<typename output_of<Leaf, A>::type, typename output_of<Leaf, B>::type>;
+};
+template <template <class> class Leaf, class T, std::size_t N>
+struct output_of<Leaf, std::array<T, N>> {
+  using type = std::array<typename output_of<Leaf, T>::type, N>;
+};
+template <template <class> class Leaf, class T, class A>
+struct output_of<Leaf, std::vector<T, A>> {
+  using type = std::vector<typename output_of<Leaf, T>::type>;
+};
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/core/results.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_RESULTS_HPP
+
+namespace kiln {
+namespace detail {
+
+/// A leaf of what a traced callable returned, as the function gives it back: a tensor,
+/// or a C++ number that becomes one; a tensor_array stays one (its leaf is the tensor
+/// of its elements). Tuples, pairs, arrays and vectors keep their structure (output_of).
+template <class R>
+struct runtime_output_leaf {
+  using type = tensor;
+};
+template <>
+struct runtime_output_leaf<tensor_array> {
+  using type = tensor_array;
+};
+template <class R>
+using output_t = typename output_of<runtime_output_leaf, std::remove_cvref_t<R>>::type;
+
+template <class T>
+tensor scalar_constant(const T& v) {
+  static_assert(has_dtype<T> || std::is_same_v<T, int> || std::is_same_v<T, long long>,
+                "a kiln::function may return tensors, C++ numbers of the element types, and tuples, pairs, arrays "
+                "and vectors of those");
+  using E = std::conditional_t<has_dtype<T>, T, std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>>;
+  tensor t(dtype_of<E>, shape{});
+  *t.view().template as<E>() = E(v);
+  return t;
+}
+
+/// Calls `f(leaf)` for every leaf of a returned value, in order.
+template <class R, class F>
+void for_each_output(const R& r, F&& f) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (std::is_same_v<U, tensor>) {
+    f(r);
+  } else if constexpr (std::is_same_v<U, tensor_array>) {
+    f(r.elements());
+  } else if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    for_each_element(r, [&](const auto& e) { for_each_output(e, f); });
+  } else {
+    f(scalar_constant(r));
+  }
+}
+
+/// Writes the structure of a returned value's tensors to `s`, as for_each_output walks them.
+template <class R>
+void describe_outputs(const R& r, structure_text& s) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value || is_vector<U>::value) {
+    constexpr bool list = is_vector<U>::value || is_std_array<U>::value;
+    s.open(list);
+    std::size_t count = 0;
+    for_each_element(r, [&](const auto& e) {
+      if (count++) s.next();
+      describe_outputs(e, s);
+    });
+    s.close(list, count);
+  } else {
+    s.leaf();
+  }
+}
+/// The structure of a returned value as a signature shows it; empty for one tensor.
+template <class R>
+std::string output_structure_text(const R& r) {
+  if constexpr (is_tuple_like<std::remove_cvref_t<R>>::value || is_vector<std::remove_cvref_t<R>>::value) {
+    structure_text s;
+    describe_outputs(r, s);
+    return s.text;
+  } else {
+    return {};
+  }
+}
+
+/// The returned structure `traced` with its leaves taken, in order, from `next`.
+template <class R>
+output_t<R> rebuild_output(const R& traced, const tensor*& next) {
+  using U = std::remove_cvref_t<R>;
+  if constexpr (is_tuple_like<U>::value) {
+    return std::apply([&](const auto&... e) { return output_t<R>{rebuild_output(e, next)...}; }, traced);
+  } else if constexpr (is_vector<U>::value) {
+    output_t<R> out;
+    for (const auto& e : traced) out.push_back(rebuild_output(e, next));
+    return out;
+  } else if constexpr (std::is_same_v<U, tensor_array>) {
+    return traced.with_elements(*next++);
+  } else {
+    return *next++;
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/trace/outputs.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_OUTPUTS_HPP
+
+namespace kiln {
+
+namespace config {
+namespace detail {
+inline std::atomic<bool>& eager_functions() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+}  // namespace detail
+/// When on, every kiln::function calls its callable directly on eager tensors
+/// (for debugging: C++ side effects then happen at every call).
+/// \code kiln::config::run_functions_eagerly(true); \endcode
+inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+/// Whether kiln::function calls run their callables eagerly.
+inline bool functions_run_eagerly() { return detail::eager_functions(); }
+}  // namespace config
+
+namespace detail {
+
 /// Re-raises a kiln error from tracing or running a function with its name in front.
 [[noreturn]] inline void rethrow_with_function_name(const std::string& fn) { rethrow_with_prefix("in " + fn + ": "); }
 
 }  // namespace detail
-
-/// One trace of a kiln::function: a graph for one input signature. Call it with
-/// tensors (and, optionally, the C++ values it was traced with).
-/// \code
-/// kiln::function pow([](const kiln::tensor& x, int n) { return kiln::pow(x, float(n)); });
-/// auto square = pow.get_concrete_function(kiln::tensor_spec(kiln::unknown_rank, kiln::float32), 2);
-/// square(kiln::constant(10.f));  // 100
-/// \endcode
-class concrete_function {
- public:
-  explicit concrete_function(std::shared_ptr<const detail::concrete_state> s) : state_(std::move(s)) {}
-
-  /// Runs the graph; a function with one output returns it, use call_flat for several.
-  /// A callable that returns nothing gives an empty (undefined) tensor.
-  template <class... Args>
-  tensor operator()(const Args&... args) const {
-    std::vector<tensor> out = call(args...);
-    if (state_->returns_void) return tensor();
-    if (out.size() != 1)
-      throw value_error(state_->header() + " returns " + std::to_string(out.size()) + " tensors: use call_flat");
-    return out[0];
-  }
-  /// Runs the graph and returns every output tensor, in order.
-  template <class... Args>
-  std::vector<tensor> call_flat(const Args&... args) const {
-    return call(args...);
-  }
-
-  /// The traced graph.
-  const kiln::graph& graph() const { return state_->graph; }
-  /// One spec per tensor input, named after its argument.
-  const std::vector<tensor_spec>& structured_input_signature() const { return state_->inputs; }
-  /// One spec per output, named after the graph value (`Identity:0`).
-  std::vector<tensor_spec> structured_outputs() const { return state_->outputs; }
-
-  friend std::ostream& operator<<(std::ostream& os, const concrete_function& f) {
-    return os << "ConcreteFunction " << f.state_->signature_text();
-  }
-  /// The signature in TensorFlow's format, without a newline at the end, as
-  /// TensorFlow's `pretty_printed_signature()`: `double(a)`, then its Args and Returns.
-  /// \code
-  /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
-  /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
-  /// \endcode
-  std::string pretty_printed_signature() const {
-    std::string text = state_->signature_text();
-    text.pop_back();
-    return text;
-  }
-
-  /// Writes this trace, its constants and its variables' values to `path`, for
-  /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
-  /// \code
-  /// kiln::function f([](const kiln::tensor& x) { return x * 2; });
-  /// f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).save("f.kiln");
-  /// \endcode
-  template <class Io = detail::saved_function_io<>>
-  void save(const std::string& path) const {
-    if constexpr (requires { Io::save(*this, path); })
-      Io::save(*this, path);
-    else
-      static_assert(sizeof(Io*) == 0, "concrete_function::save needs #include <kiln/saved_function.hpp>");
-  }
-
- private:
-  // The saved-function format (kiln/saved_function.hpp) writes the trace itself.
-  template <class>
-  friend struct detail::saved_function_io;
-  template <class... Args>
-  std::vector<tensor> call(const Args&... args) const {
-    detail::pooled_call_frame frame;
-    int arg = 0;
-    (detail::flatten(args, frame->signature, arg++), ...);
-    state_->check_call(frame->signature);
-    std::vector<tensor> out;
-    state_->run(frame->signature, out);
-    return out;
-  }
-  std::shared_ptr<const detail::concrete_state> state_;
-};
 
 namespace detail {
 
@@ -17664,99 +17762,52 @@ class generator {
 /// flow on eager tensors; while tracing, branches, conditions and bodies are traced
 /// once each into subgraphs of a `cond` or `while` node (kiln/exec/control_flow.hpp),
 /// with the tensors they use from the enclosing trace passed in as captures.
+///
+/// Its parts, one concern each: kiln/trace/subgraph.hpp (the subgraph tracing both
+/// share), kiln/trace/loop_state.hpp (break_if, loop_options, loop variables),
+/// kiln/trace/cond.hpp, kiln/trace/while_loop.hpp and kiln/trace/for_range.hpp.
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_COND_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_COND_HPP
+// ----- begin kiln/trace/cond.hpp -----
+/// \file
+/// kiln::cond: a C++ `if` on eager tensors; while tracing, both branches traced into a
+/// `cond` node (detail::basic_control_flow_tracer::record_cond). Part of
+/// kiln/trace/control_flow.hpp.
 
 #include <atomic>
-#include <concepts>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
-#define KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
-// ----- begin kiln/ops/control_flow.hpp -----
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SUBGRAPH_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_SUBGRAPH_HPP
+// ----- begin kiln/trace/subgraph.hpp -----
 /// \file
-/// What both tiers' control flow share: the concepts that tell loop variables, loop
-/// options, loop indices and loop bodies apart. kiln::while_loop and kiln::for_range
-/// have overloads in each tier; they constrain with these same concepts, so that the
-/// typed overloads, which add constraints, are the more specialized ones.
+/// The subgraph tracing that kiln::cond and kiln::while_loop share: a branch, condition
+/// or body traced into a subgraph of its own, the outer tensors it captures, the specs
+/// that control flow's errors show, and the tracer that both compile once
+/// (detail::basic_control_flow_tracer, whose members kiln/trace/cond.hpp and
+/// kiln/trace/while_loop.hpp define). Part of kiln/trace/control_flow.hpp.
 
-#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
-namespace kiln {
-
-class tensor;
-struct loop_options;
-
-namespace detail {
-
-/// Loop variables given without kiln::loop_options first.
-template <class... Vars>
-concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
-
-/// A loop's index or bound: a C++ integer, or an int32 scalar tensor.
-template <class T>
-concept loop_index = std::integral<T> || std::same_as<T, tensor>;
-
-/// A loop body, told apart from a loop index.
-template <class T>
-concept loop_body = !loop_index<T>;
-
-}  // namespace detail
-}  // namespace kiln
-// ----- end kiln/ops/control_flow.hpp -----
-#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
 
 namespace kiln {
 
-/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
-/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
-/// it goes on with `next...`.
-/// \code
-/// kiln::while_loop([](auto i) { return i < 10; },
-///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
-/// \endcode
-template <class P, class... Next>
-  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
-break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
-  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
-}
-
-/// Options of kiln::while_loop and kiln::for_range, given just before the loop
-/// variables.
-/// \code
-/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
-/// kiln::tensor x = kiln::for_range(
-///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
-///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
-/// \endcode
-struct loop_options {
-  /// The shapes the loop variables may take from one iteration to the next
-  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
-  /// order (a tuple or vector variable has one per tensor in it); entries left out
-  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
-  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
-  /// variable enters with and every value the body gives it, else kiln::value_error;
-  /// the loop's results have the invariant's shape. A tensor_array takes none: with
-  /// dynamic_size, the loop lets its size change by itself.
-  std::vector<std::optional<shape>> shape_invariants = {};
-  /// At most this many iterations run (TensorFlow's maximum_iterations): the loop
-  /// stops when its condition fails or the count is reached, whichever comes first.
-  /// A bound on a loop that might not end; negative counts raise kiln::value_error.
-  std::optional<std::int64_t> maximum_iterations = std::nullopt;
-};
+struct loop_options;  // kiln/trace/loop_state.hpp
 
 namespace detail {
-
-template <class T>
-struct is_break_result : std::false_type {};
-template <class T>
-struct is_break_result<break_result<T>> : std::true_type {};
 
 using value_spec = std::pair<dtype, shape>;
 
@@ -17831,6 +17882,241 @@ int capture_index(std::vector<tensor>& all, const tensor& t) {
   return int(all.size()) - 1;
 }
 
+/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
+template <class V>
+output_t<V> as_output(const V& v) {
+  std::vector<tensor> leaves = leaves_of(v);
+  const tensor* next = leaves.data();
+  return rebuild_output(v, next);
+}
+
+struct loop_calls;
+
+/// What tracing `cond` and `while_loop` does that does not depend on the branches' or
+/// the loop's C++ types (`control_flow_tracer`, the one specialization), so that a
+/// program compiles it once, not once per cond or loop. A template on nothing: not at
+/// all when it traces none, and once in a compiled kiln, by one explicit instantiation
+/// (kiln/separate_compilation.hpp).
+template <class Unused>
+struct basic_control_flow_tracer {
+  /// A `cond` node recorded into `trace` from its two traced branches; gives its results.
+  static std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
+                                         traced_subgraph& else_graph);
+  /// A while loop traced on the leaves of its state: its condition and body traced into
+  /// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
+  /// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
+  static std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
+                                              std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
+                                              std::vector<value_spec> specs,
+                                              std::vector<std::optional<shape>> invariants, bool breaks,
+                                              loop_calls& calls);
+};
+using control_flow_tracer = basic_control_flow_tracer<void>;
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/trace/subgraph.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_SUBGRAPH_HPP
+
+namespace kiln {
+namespace detail {
+
+template <class Unused>
+std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
+                                                                   traced_subgraph& then_graph,
+                                                                   traced_subgraph& else_graph) {
+  hooks().trace_cond.store(&record_cond, std::memory_order_relaxed);
+  if (then_graph.outputs != else_graph.outputs) {
+    throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
+                      specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
+  }
+  std::vector<tensor> inputs{pred};
+  std::vector<int> then_args, else_args;
+  std::vector<tensor> captures;
+  for (const tensor& t : then_graph.captures) then_args.push_back(capture_index(captures, t));
+  for (const tensor& t : else_graph.captures) else_args.push_back(capture_index(captures, t));
+  inputs.insert(inputs.end(), captures.begin(), captures.end());
+  const std::vector<value_spec> results = then_graph.outputs;
+  // A gradient tape recording in this trace differentiates the node: it keeps the
+  // branches (copied before they move into the node).
+  std::optional<cond_branches> for_tapes;
+  if (tapes_recording()) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
+  auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
+                                      std::move(else_args));
+  std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
+  if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
+  return out;
+}
+
+}  // namespace detail
+
+/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
+/// both branches are traced and the graph gets a `cond` node; the branches must then
+/// return the same structure, dtypes and shapes (or both nothing), else
+/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
+/// \code
+/// kiln::tensor x = kiln::constant(-2.f);
+/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });  // 2
+/// \endcode
+template <class Then, class Else>
+auto cond(const tensor& pred, Then then_fn, Else else_fn) {
+  using R = std::invoke_result_t<Then&>;
+  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
+                "kiln::cond: both branches must return the same type");
+  detail::trace_context* trace = detail::trace_context::current();
+  if (!trace) {
+    const bool taken = detail::truth_of(pred, "cond");
+    if constexpr (std::is_void_v<R>) {
+      taken ? then_fn() : else_fn();
+      return;
+    } else {
+      return detail::as_output(taken ? then_fn() : else_fn());
+    }
+  } else {
+    if (pred.dtype() != bool_ || pred.rank() != 0)
+      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
+                        pred.shape().str());
+    // A branch that returns nothing is traced as returning an empty tuple.
+    auto branch = [](auto& fn) {
+      return [&fn](std::span<const tensor>) {
+        if constexpr (std::is_void_v<R>) {
+          fn();
+          return std::tuple<>{};
+        } else {
+          return fn();
+        }
+      };
+    };
+    detail::traced_subgraph then_graph, else_graph;
+    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
+    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
+    const std::vector<tensor> out = detail::control_flow_tracer::record_cond(*trace, pred, then_graph, else_graph);
+    if constexpr (!std::is_void_v<R>) {
+      const tensor* next = out.data();
+      return detail::rebuild_output(traced, next);
+    }
+  }
+}
+
+}  // namespace kiln
+// ----- end kiln/trace/cond.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_COND_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_FOR_RANGE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_FOR_RANGE_HPP
+// ----- begin kiln/trace/for_range.hpp -----
+/// \file
+/// kiln::for_range: `for i in range(start, limit, delta)` as a kiln::while_loop over a
+/// counter of kiln's own. Part of kiln/trace/control_flow.hpp.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#ifndef KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+#define KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+// ----- begin kiln/ops/control_flow.hpp -----
+/// \file
+/// What both tiers' control flow share: the concepts that tell loop variables, loop
+/// options, loop indices and loop bodies apart. kiln::while_loop and kiln::for_range
+/// have overloads in each tier; they constrain with these same concepts, so that the
+/// typed overloads, which add constraints, are the more specialized ones.
+
+#include <concepts>
+
+namespace kiln {
+
+class tensor;
+struct loop_options;
+
+namespace detail {
+
+/// Loop variables given without kiln::loop_options first.
+template <class... Vars>
+concept plain_loop_variables = (!std::same_as<Vars, loop_options> && ...);
+
+/// A loop's index or bound: a C++ integer, or an int32 scalar tensor.
+template <class T>
+concept loop_index = std::integral<T> || std::same_as<T, tensor>;
+
+/// A loop body, told apart from a loop index.
+template <class T>
+concept loop_body = !loop_index<T>;
+
+}  // namespace detail
+}  // namespace kiln
+// ----- end kiln/ops/control_flow.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_OPS_CONTROL_FLOW_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_LOOP_STATE_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_LOOP_STATE_HPP
+// ----- begin kiln/trace/loop_state.hpp -----
+/// \file
+/// The state of a kiln::while_loop or kiln::for_range: kiln::break_if, kiln::loop_options,
+/// and the helpers that hold loop variables as tensors, give them their shape invariants
+/// and specs, check what a body returns against them, settle the element shape of a
+/// tensor_array first written in a body, and build the next state. Part of
+/// kiln/trace/control_flow.hpp.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace kiln {
+
+/// Ends a loop body: when `pred` holds, the loop stops and keeps the values this
+/// iteration started with (an `if (pred) break;` at the top of the body); otherwise
+/// it goes on with `next...`.
+/// \code
+/// kiln::while_loop([](auto i) { return i < 10; },
+///                  [](auto i) { return kiln::break_if(i == 3, i + 1); }, kiln::constant(0));  // 3
+/// \endcode
+template <class P, class... Next>
+  requires(std::convertible_to<const P&, tensor> && !typed::operand<P>)  // typed conditions: typed/control_flow.hpp
+break_result<std::tuple<std::decay_t<Next>...>> break_if(const P& pred, Next&&... next) {
+  return {tensor(pred), std::tuple<std::decay_t<Next>...>(std::forward<Next>(next)...)};
+}
+
+/// Options of kiln::while_loop and kiln::for_range, given just before the loop
+/// variables.
+/// \code
+/// // Rows appended to x: its first dim grows, so the loop gives x a shape invariant.
+/// kiln::tensor x = kiln::for_range(
+///     5, [](const kiln::tensor&, const kiln::tensor& x) { return kiln::concat({x, kiln::ones({1, 10})}, 0); },
+///     kiln::loop_options{.shape_invariants = {kiln::shape{kiln::none, 10}}}, kiln::ones({0, 10}));  // (5, 10)
+/// \endcode
+struct loop_options {
+  /// The shapes the loop variables may take from one iteration to the next
+  /// (TensorFlow's shape_invariants): one entry per tensor of the loop variables, in
+  /// order (a tuple or vector variable has one per tensor in it); entries left out
+  /// at the end, and std::nullopt, keep a variable's shape exact. A `kiln::none`
+  /// dim, or kiln::unknown_rank, may change. An invariant must accept the value its
+  /// variable enters with and every value the body gives it, else kiln::value_error;
+  /// the loop's results have the invariant's shape. A tensor_array takes none: with
+  /// dynamic_size, the loop lets its size change by itself.
+  std::vector<std::optional<shape>> shape_invariants = {};
+  /// At most this many iterations run (TensorFlow's maximum_iterations): the loop
+  /// stops when its condition fails or the count is reached, whichever comes first.
+  /// A bound on a loop that might not end; negative counts raise kiln::value_error.
+  std::optional<std::int64_t> maximum_iterations = std::nullopt;
+};
+
+namespace detail {
+
+template <class T>
+struct is_break_result : std::false_type {};
+template <class T>
+struct is_break_result<break_result<T>> : std::true_type {};
+
 /// Loop variables `vars` as one value: the value itself for one, a tuple for several.
 template <class... Vars>
 auto loop_result(std::tuple<Vars...>&& vars) {
@@ -17838,14 +18124,6 @@ auto loop_result(std::tuple<Vars...>&& vars) {
     return std::move(std::get<0>(vars));
   else
     return std::move(vars);
-}
-
-/// `v` as loop state holds it: C++ numbers become tensors, structures stay.
-template <class V>
-output_t<V> as_output(const V& v) {
-  std::vector<tensor> leaves = leaves_of(v);
-  const tensor* next = leaves.data();
-  return rebuild_output(v, next);
 }
 
 /// Appends, per leaf of `s`, the tensor_array whose elements it holds, or nullptr.
@@ -17971,129 +18249,34 @@ State next_state(const State& current, std::span<const tensor> returned, std::ve
   return rebuild_output(current, next);
 }
 
-struct loop_calls;
-
-/// What tracing `cond` and `while_loop` does that does not depend on the branches' or
-/// the loop's C++ types (`control_flow_tracer`, the one specialization), so that a
-/// program compiles it once, not once per cond or loop. A template on nothing: not at
-/// all when it traces none, and once in a compiled kiln, by one explicit instantiation
-/// (kiln/separate_compilation.hpp).
-template <class Unused>
-struct basic_control_flow_tracer {
-  /// A `cond` node recorded into `trace` from its two traced branches; gives its results.
-  static std::vector<tensor> record_cond(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
-                                         traced_subgraph& else_graph);
-  /// A while loop traced on the leaves of its state: its condition and body traced into
-  /// subgraphs, and a `while` node recorded; gives the leaves of its results. The first
-  /// `hidden` leaves are kiln's own; `arrays` holds each leaf's tensor_array, or null.
-  static std::vector<tensor> trace_while_loop(trace_context& trace, std::size_t hidden, const loop_options& options,
-                                              std::vector<tensor> leaves, std::vector<const tensor_array*> arrays,
-                                              std::vector<value_spec> specs,
-                                              std::vector<std::optional<shape>> invariants, bool breaks,
-                                              loop_calls& calls);
-};
-using control_flow_tracer = basic_control_flow_tracer<void>;
-
-
-template <class Unused>
-std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
-                                                                   traced_subgraph& then_graph,
-                                                                   traced_subgraph& else_graph) {
-  hooks().trace_cond.store(&record_cond, std::memory_order_relaxed);
-  if (then_graph.outputs != else_graph.outputs) {
-    throw value_error("cond: both branches must return the same structure, dtypes and shapes; the true branch returns " +
-                      specs_text(then_graph.outputs) + " and the false branch " + specs_text(else_graph.outputs));
-  }
-  std::vector<tensor> inputs{pred};
-  std::vector<int> then_args, else_args;
-  std::vector<tensor> captures;
-  for (const tensor& t : then_graph.captures) then_args.push_back(capture_index(captures, t));
-  for (const tensor& t : else_graph.captures) else_args.push_back(capture_index(captures, t));
-  inputs.insert(inputs.end(), captures.begin(), captures.end());
-  const std::vector<value_spec> results = then_graph.outputs;
-  // A gradient tape recording in this trace differentiates the node: it keeps the
-  // branches (copied before they move into the node).
-  std::optional<cond_branches> for_tapes;
-  if (tapes_recording()) for_tapes = cond_branches{then_graph.g, then_args, else_graph.g, else_args};
-  auto op = std::make_shared<cond_op>(std::move(then_graph.g), std::move(then_args), std::move(else_graph.g),
-                                      std::move(else_args));
-  std::vector<tensor> out = trace.record_special(std::move(op), inputs, results);
-  if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
-  return out;
-}
 }  // namespace detail
+}  // namespace kiln
+// ----- end kiln/trace/loop_state.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_LOOP_STATE_HPP
+#ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_WHILE_LOOP_HPP
+#define KILN_SINGLE_INCLUDE_KILN_TRACE_WHILE_LOOP_HPP
+// ----- begin kiln/trace/while_loop.hpp -----
+/// \file
+/// kiln::while_loop: a C++ loop on eager tensors; while tracing, its condition and body
+/// traced into a `while` node (detail::basic_control_flow_tracer::trace_while_loop), with
+/// kiln's own counter in front for maximum_iterations. Part of kiln/trace/control_flow.hpp.
 
-/// Runs `then_fn()` if the bool scalar `pred` holds, else `else_fn()`. While tracing,
-/// both branches are traced and the graph gets a `cond` node; the branches must then
-/// return the same structure, dtypes and shapes (or both nothing), else
-/// kiln::value_error. A C++ `if` on a C++ value instead picks a branch at trace time.
-/// \code
-/// kiln::tensor x = kiln::constant(-2.f);
-/// kiln::tensor y = kiln::cond(x > 0, [&] { return x; }, [&] { return -x; });  // 2
-/// \endcode
-template <class Then, class Else>
-auto cond(const tensor& pred, Then then_fn, Else else_fn) {
-  using R = std::invoke_result_t<Then&>;
-  static_assert(std::is_same_v<std::remove_cvref_t<R>, std::remove_cvref_t<std::invoke_result_t<Else&>>>,
-                "kiln::cond: both branches must return the same type");
-  detail::trace_context* trace = detail::trace_context::current();
-  if (!trace) {
-    const bool taken = detail::truth_of(pred, "cond");
-    if constexpr (std::is_void_v<R>) {
-      taken ? then_fn() : else_fn();
-      return;
-    } else {
-      return detail::as_output(taken ? then_fn() : else_fn());
-    }
-  } else {
-    if (pred.dtype() != bool_ || pred.rank() != 0)
-      throw value_error("cond: the predicate must be a bool scalar, got " + std::string(name(pred.dtype())) + " " +
-                        pred.shape().str());
-    // A branch that returns nothing is traced as returning an empty tuple.
-    auto branch = [](auto& fn) {
-      return [&fn](std::span<const tensor>) {
-        if constexpr (std::is_void_v<R>) {
-          fn();
-          return std::tuple<>{};
-        } else {
-          return fn();
-        }
-      };
-    };
-    detail::traced_subgraph then_graph, else_graph;
-    auto traced = detail::trace_subgraph(branch(then_fn), std::span<const tensor_spec>(), then_graph);
-    detail::trace_subgraph(branch(else_fn), std::span<const tensor_spec>(), else_graph);
-    const std::vector<tensor> out = detail::control_flow_tracer::record_cond(*trace, pred, then_graph, else_graph);
-    if constexpr (!std::is_void_v<R>) {
-      const tensor* next = out.data();
-      return detail::rebuild_output(traced, next);
-    }
-  }
-}
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+
+namespace kiln {
 namespace detail {
-/// The results of a loop whose first variable was a counter of kiln's own, without it.
-template <std::size_t UserVars, class Out>
-auto without_counter(Out&& out) {
-  if constexpr (UserVars == 0) {
-    return;
-  } else if constexpr (UserVars == 1) {
-    return std::get<1>(std::forward<Out>(out));
-  } else {
-    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::forward<Out>(out));
-  }
-}
-
-/// `body_fn`'s result `r` (one value, a tuple or a break_result) with `counter` in front.
-template <class R>
-auto with_counter(const tensor& counter, R&& r) {
-  if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
-    auto next = std::tuple_cat(std::tuple{counter}, std::move(r.next));
-    return break_result<decltype(next)>{r.stop, std::move(next)};
-  } else {
-    return std::tuple_cat(std::tuple{counter}, std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r)));
-  }
-}
 
 /// Loop-counter arithmetic, `a op b`, through apply_bookkeeping: a program that
 /// does not call the op itself compiles its kernels for integers and bools only.
@@ -18259,6 +18442,7 @@ auto while_loop(std::size_t hidden, const loop_options& options, Cond cond_fn, B
                                                                         std::move(specs), invariants, breaks, calls);
   return loop_result(calls.at(out));
 }
+
 }  // namespace detail
 
 /// kiln::while_loop with `options`: shape invariants let loop variables change shape.
@@ -18292,7 +18476,36 @@ auto while_loop(Cond cond_fn, Body body_fn, const Vars&... vars) {
   return while_loop(std::move(cond_fn), std::move(body_fn), loop_options{}, vars...);
 }
 
+}  // namespace kiln
+// ----- end kiln/trace/while_loop.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_WHILE_LOOP_HPP
+
+namespace kiln {
 namespace detail {
+
+/// The results of a loop whose first variable was a counter of kiln's own, without it.
+template <std::size_t UserVars, class Out>
+auto without_counter(Out&& out) {
+  if constexpr (UserVars == 0) {
+    return;
+  } else if constexpr (UserVars == 1) {
+    return std::get<1>(std::forward<Out>(out));
+  } else {
+    return std::apply([](auto&&, auto&&... rest) { return std::tuple{std::move(rest)...}; }, std::forward<Out>(out));
+  }
+}
+
+/// `body_fn`'s result `r` (one value, a tuple or a break_result) with `counter` in front.
+template <class R>
+auto with_counter(const tensor& counter, R&& r) {
+  if constexpr (is_break_result<std::remove_cvref_t<R>>::value) {
+    auto next = std::tuple_cat(std::tuple{counter}, std::move(r.next));
+    return break_result<decltype(next)>{r.stop, std::move(next)};
+  } else {
+    return std::tuple_cat(std::tuple{counter}, std::tuple<std::remove_cvref_t<R>>(std::forward<R>(r)));
+  }
+}
+
 inline tensor index_tensor(const tensor& t) { return t; }
 template <std::integral T>
 tensor index_tensor(T v) {
@@ -18320,6 +18533,7 @@ auto counted_loop(const tensor& start, const tensor& limit, const tensor& delta,
   return without_counter<sizeof...(Vars)>(
       detail::while_loop(std::size_t(1), options, cond_fn, body, kiln::constant(std::int32_t(0)), vars...));
 }
+
 }  // namespace detail
 
 /// kiln::for_range with `options`: shape invariants let loop variables change shape.
@@ -18370,7 +18584,10 @@ template <class Start, class Limit, class Delta, class Body, class... Vars>
 auto for_range(const Start& start, const Limit& limit, const Delta& delta, Body body_fn, const Vars&... vars) {
   return for_range(start, limit, delta, std::move(body_fn), loop_options{}, vars...);
 }
+
 }  // namespace kiln
+// ----- end kiln/trace/for_range.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FOR_RANGE_HPP
 // ----- end kiln/trace/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
 
