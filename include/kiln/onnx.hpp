@@ -42,8 +42,10 @@
 #endif
 #include <onnx/onnx_pb.h>
 
-#include "kiln/io/special_ops.hpp"
+// kiln.hpp first: the single header of this optional part then inlines only what
+// kiln.hpp does not hold (scripts/amalgamate.py).
 #include "kiln/kiln.hpp"
+#include "kiln/io/special_ops.hpp"
 
 namespace kiln::onnx {
 
