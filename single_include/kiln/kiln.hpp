@@ -2320,8 +2320,6 @@ concept operand = fixed_value<X> || lazy<X>;
 namespace kiln {
 
 class graph;
-class node;
-class special_op;
 class tensor_array;
 struct loop_options;
 
@@ -2362,8 +2360,6 @@ using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::
 using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// Runs graph `g` node by node, so that the tapes recording see each op.
 using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
-/// Hands a replayed trace's special node (variable read, `cond`, `while`) to the tapes.
-using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 /// Records a `cond` into trace `trace` (detail::record_cond, kiln/trace/control_flow.hpp).
 using cond_tracer = std::vector<tensor> (*)(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                             traced_subgraph& else_graph);
@@ -2401,8 +2397,6 @@ struct runtime_hooks {
   /// A kiln::function call with effects, or inside a trace, run op by op
   /// (trace/runtime_tier.hpp) so that the tapes see each op (autodiff/replay.hpp).
   std::atomic<graph_replayer> replay{nullptr};
-  /// A special node of a replayed trace (autodiff/replay.hpp).
-  std::atomic<special_recorder> special{nullptr};
 
   /// Filled by the tracer (kiln/trace/control_flow.hpp) when a program first traces a
   /// `cond`: the gradient of a `cond` node (autodiff/function_gradient.hpp) records its
@@ -22160,7 +22154,6 @@ class gradient_tape {
     detail::hooks().call.store(&detail::basic_tape_runtime<Lazy>::record_function_call, std::memory_order_relaxed);
     detail::hooks().cond.store(&detail::basic_tape_runtime<Lazy>::record_cond_on_tapes, std::memory_order_relaxed);
     detail::hooks().loop.store(&detail::basic_tape_runtime<Lazy>::record_loop_on_tapes, std::memory_order_relaxed);
-    detail::hooks().special.store(&detail::basic_tape_runtime<Lazy>::record_special_on_tapes, std::memory_order_relaxed);
     detail::hooks().replay.store(&detail::basic_tape_runtime<Lazy>::replay, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();
@@ -22607,7 +22600,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) hooks().special.load(std::memory_order_relaxed)(n, value, i, results.size());
+        if (recording_tapes() > 0) record_special_on_tapes(n, value, i, results.size());
         break;
       }
     }

@@ -98,7 +98,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
           n.special().run(in, results);
         }
         for (std::size_t k = 0; k < results.size(); ++k) value[i + k] = std::move(results[k]);
-        if (recording_tapes() > 0) hooks().special.load(std::memory_order_relaxed)(n, value, i, results.size());
+        if (recording_tapes() > 0) record_special_on_tapes(n, value, i, results.size());
         break;
       }
     }

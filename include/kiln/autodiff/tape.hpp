@@ -221,7 +221,6 @@ class gradient_tape {
     detail::hooks().call.store(&detail::basic_tape_runtime<Lazy>::record_function_call, std::memory_order_relaxed);
     detail::hooks().cond.store(&detail::basic_tape_runtime<Lazy>::record_cond_on_tapes, std::memory_order_relaxed);
     detail::hooks().loop.store(&detail::basic_tape_runtime<Lazy>::record_loop_on_tapes, std::memory_order_relaxed);
-    detail::hooks().special.store(&detail::basic_tape_runtime<Lazy>::record_special_on_tapes, std::memory_order_relaxed);
     detail::hooks().replay.store(&detail::basic_tape_runtime<Lazy>::replay, std::memory_order_relaxed);
     detail::active_tapes().push_back(this);
     ++detail::recording_tapes();

@@ -23,8 +23,6 @@
 namespace kiln {
 
 class graph;
-class node;
-class special_op;
 class tensor_array;
 struct loop_options;
 
@@ -65,8 +63,6 @@ using cond_recorder = void (*)(const tensor& pred, cond_branches branches, std::
 using loop_recorder = void (*)(const while_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs);
 /// Runs graph `g` node by node, so that the tapes recording see each op.
 using graph_replayer = std::vector<tensor> (*)(const graph& g, std::span<const tensor> args);
-/// Hands a replayed trace's special node (variable read, `cond`, `while`) to the tapes.
-using special_recorder = void (*)(const node& n, std::span<const tensor> value, std::size_t at, std::size_t count);
 /// Records a `cond` into trace `trace` (detail::record_cond, kiln/trace/control_flow.hpp).
 using cond_tracer = std::vector<tensor> (*)(trace_context& trace, const tensor& pred, traced_subgraph& then_graph,
                                             traced_subgraph& else_graph);
@@ -104,8 +100,6 @@ struct runtime_hooks {
   /// A kiln::function call with effects, or inside a trace, run op by op
   /// (trace/runtime_tier.hpp) so that the tapes see each op (autodiff/replay.hpp).
   std::atomic<graph_replayer> replay{nullptr};
-  /// A special node of a replayed trace (autodiff/replay.hpp).
-  std::atomic<special_recorder> special{nullptr};
 
   /// Filled by the tracer (kiln/trace/control_flow.hpp) when a program first traces a
   /// `cond`: the gradient of a `cond` node (autodiff/function_gradient.hpp) records its
