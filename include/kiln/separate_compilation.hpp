@@ -72,6 +72,8 @@ bool kiln::detail::kernels_linked() {
   KILN_DETAIL_RUN_ON_THRUST(prefix, op)                                                                    \
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
       const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);                                               \
+  prefix template ::kiln::tensor kiln::detail::apply_span<::kiln::ops::op, ::kiln::dtypes::all>(          \
+      const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);                                     \
   prefix template void kiln::detail::backward_of<::kiln::ops::op>(                                         \
       const ::kiln::ops::any_op&, std::span<const ::kiln::tensor>, const ::kiln::tensor&,                  \
       const ::kiln::tensor&, std::span<::kiln::tensor>);

@@ -412,6 +412,7 @@ inline caching_allocator& host_allocator() {
 #include <stdexcept>
 #include <string>
 
+
 namespace kiln {
 
 /// Base of every error kiln raises. `catch (const kiln::error& e)` catches them all.
@@ -473,7 +474,9 @@ namespace detail {
 /// Raises the kiln::error being handled again, of the same kind, with `prefix` before
 /// its message (the function or graph node it came from); any other exception goes on
 /// as it is. Call it only inside a catch block.
-[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix) {
   try {
     throw;
   } catch (const invalid_argument_error& e) {
@@ -494,6 +497,7 @@ namespace detail {
     throw error(prefix + e.what());
   }
 }
+#endif
 }  // namespace detail
 
 }  // namespace kiln
@@ -842,20 +846,7 @@ class shape {
   }
 
   /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
-  std::string str() const {
-    if (rank_ < 0) return "<unknown>";
-    std::string s = "(";
-    for (int i = 0; i < rank_; ++i) {
-      if (i) s += ", ";
-      char digits[20];
-      if (dims_[i] == none)
-        s += "None";
-      else
-        s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
-    }
-    s += rank_ == 1 ? ",)" : ")";
-    return s;
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   constexpr void assign(const std::int64_t* d, std::size_t n) {
@@ -878,6 +869,23 @@ class shape {
   int rank_ = 0;
   std::array<std::int64_t, max_rank> dims_{};
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::string shape::str() const {
+  if (rank_ < 0) return "<unknown>";
+  std::string s = "(";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    char digits[20];
+    if (dims_[i] == none)
+      s += "None";
+    else
+      s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
+  }
+  s += rank_ == 1 ? ",)" : ")";
+  return s;
+}
+#endif
 
 inline std::ostream& operator<<(std::ostream& os, const shape& s) { return os << s.str(); }
 
@@ -1070,10 +1078,15 @@ struct bookkeeping_allocator {
   }
 };
 
-/// A new storage of `count` elements, shared.
-inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+/// A new storage of `count` elements, shared. (Compiled once in a compiled kiln,
+/// KILN_LIBRARY_INLINE: a program that makes tensors then compiles neither the
+/// storage's constructor nor its shared count's.)
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
   return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
 }
+#endif
 
 }  // namespace kiln::detail
 // ----- end kiln/core/storage.hpp -----
@@ -1161,18 +1174,7 @@ class tensor {
 
   /// A copy on device `d` (or this tensor, if it is there already).
   /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
-  tensor to(kiln::device d) const {
-    require_value("to");
-    if (d == device_) return *this;
-    tensor out(dtype_, shape_, d);
-    const void* src = raw_data();
-    std::size_t bytes = std::size_t(size()) * size_of(dtype_);
-    if (d == kiln::device::cpu)
-      detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
-    else
-      detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
-    return out;
-  }
+  KILN_LIBRARY_INLINE tensor to(kiln::device d) const;
 
   /// Reads a scalar as a condition. A symbolic tensor cannot be tested with C++
   /// `if`/`while`: use kiln::cond and kiln::while_loop.
@@ -1260,6 +1262,21 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor tensor::to(kiln::device d) const {
+  require_value("to");
+  if (d == device_) return *this;
+  tensor out(dtype_, shape_, d);
+  const void* src = raw_data();
+  std::size_t bytes = std::size_t(size()) * size_of(dtype_);
+  if (d == kiln::device::cpu)
+    detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
+  else
+    detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
+  return out;
+}
+#endif
 
 namespace detail {
 /// allocate_result's error, out of line (every op's eager call reaches it).
@@ -2118,6 +2135,7 @@ concept operand = fixed_value<X> || lazy<X>;
 #include <type_traits>
 #include <vector>
 
+
 namespace kiln {
 namespace detail {
 
@@ -2267,10 +2285,13 @@ struct pool_holder {
   std::mutex mutex;
   std::shared_ptr<thread_pool> pool = std::make_shared<thread_pool>(default_thread_count());
 };
-inline pool_holder& pool_state() {
+KILN_LIBRARY_INLINE pool_holder& pool_state();
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE pool_holder& pool_state() {
   static pool_holder holder;
   return holder;
 }
+#endif
 inline std::shared_ptr<thread_pool> current_pool() {
   auto& s = pool_state();
   std::lock_guard lock(s.mutex);
@@ -2287,7 +2308,11 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
 /// within the grain is one call here too, so that the body behind `call` is compiled
 /// once, not again inline in each parallel_for.
-inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   if (n <= grain) {
     call(fn, 0, n);
     return;
@@ -2300,6 +2325,7 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
     if (lo < hi) call(fn, lo, hi);
   });
 }
+#endif
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
@@ -2517,15 +2543,22 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   return placed(std::move(out), d);
 }
 
-/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
-inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
+/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors. (This and
+/// one_filled are compiled once in a compiled kiln, KILN_LIBRARY_INLINE: they reach
+/// every dtype's fill.)
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
+#endif
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
-inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
@@ -2533,6 +2566,7 @@ inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d)
       return filled(fn, s, T(1), d);
   });
 }
+#endif
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).
@@ -7484,7 +7518,10 @@ namespace detail {
 
 /// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
 /// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
                                                                    ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
@@ -7495,6 +7532,7 @@ namespace detail {
   throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
                                              std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
+#endif
 
 /// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
 /// and the rank here, where both are known (the op's rule can only say which kind of

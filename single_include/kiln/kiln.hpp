@@ -146,6 +146,7 @@ inline constexpr std::size_t buffer_alignment = 64;
 #include <stdexcept>
 #include <string>
 
+
 namespace kiln {
 
 /// Base of every error kiln raises. `catch (const kiln::error& e)` catches them all.
@@ -207,7 +208,9 @@ namespace detail {
 /// Raises the kiln::error being handled again, of the same kind, with `prefix` before
 /// its message (the function or graph node it came from); any other exception goes on
 /// as it is. Call it only inside a catch block.
-[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix) {
   try {
     throw;
   } catch (const invalid_argument_error& e) {
@@ -228,6 +231,7 @@ namespace detail {
     throw error(prefix + e.what());
   }
 }
+#endif
 }  // namespace detail
 
 }  // namespace kiln
@@ -537,20 +541,7 @@ class shape {
   }
 
   /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
-  std::string str() const {
-    if (rank_ < 0) return "<unknown>";
-    std::string s = "(";
-    for (int i = 0; i < rank_; ++i) {
-      if (i) s += ", ";
-      char digits[20];
-      if (dims_[i] == none)
-        s += "None";
-      else
-        s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
-    }
-    s += rank_ == 1 ? ",)" : ")";
-    return s;
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   constexpr void assign(const std::int64_t* d, std::size_t n) {
@@ -573,6 +564,23 @@ class shape {
   int rank_ = 0;
   std::array<std::int64_t, max_rank> dims_{};
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::string shape::str() const {
+  if (rank_ < 0) return "<unknown>";
+  std::string s = "(";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    char digits[20];
+    if (dims_[i] == none)
+      s += "None";
+    else
+      s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
+  }
+  s += rank_ == 1 ? ",)" : ")";
+  return s;
+}
+#endif
 
 inline std::ostream& operator<<(std::ostream& os, const shape& s) { return os << s.str(); }
 
@@ -639,6 +647,7 @@ inline std::ostream& operator<<(std::ostream& os, device d) { return os << name(
 #include <thread>
 #include <type_traits>
 #include <vector>
+
 
 namespace kiln {
 namespace detail {
@@ -789,10 +798,13 @@ struct pool_holder {
   std::mutex mutex;
   std::shared_ptr<thread_pool> pool = std::make_shared<thread_pool>(default_thread_count());
 };
-inline pool_holder& pool_state() {
+KILN_LIBRARY_INLINE pool_holder& pool_state();
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE pool_holder& pool_state() {
   static pool_holder holder;
   return holder;
 }
+#endif
 inline std::shared_ptr<thread_pool> current_pool() {
   auto& s = pool_state();
   std::lock_guard lock(s.mutex);
@@ -809,7 +821,11 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
 /// within the grain is one call here too, so that the body behind `call` is compiled
 /// once, not again inline in each parallel_for.
-inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   if (n <= grain) {
     call(fn, 0, n);
     return;
@@ -822,6 +838,7 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
     if (lo < hi) call(fn, lo, hi);
   });
 }
+#endif
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.
@@ -1231,10 +1248,15 @@ struct bookkeeping_allocator {
   }
 };
 
-/// A new storage of `count` elements, shared.
-inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+/// A new storage of `count` elements, shared. (Compiled once in a compiled kiln,
+/// KILN_LIBRARY_INLINE: a program that makes tensors then compiles neither the
+/// storage's constructor nor its shared count's.)
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
   return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
 }
+#endif
 
 }  // namespace kiln::detail
 // ----- end kiln/core/storage.hpp -----
@@ -1322,18 +1344,7 @@ class tensor {
 
   /// A copy on device `d` (or this tensor, if it is there already).
   /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
-  tensor to(kiln::device d) const {
-    require_value("to");
-    if (d == device_) return *this;
-    tensor out(dtype_, shape_, d);
-    const void* src = raw_data();
-    std::size_t bytes = std::size_t(size()) * size_of(dtype_);
-    if (d == kiln::device::cpu)
-      detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
-    else
-      detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
-    return out;
-  }
+  KILN_LIBRARY_INLINE tensor to(kiln::device d) const;
 
   /// Reads a scalar as a condition. A symbolic tensor cannot be tested with C++
   /// `if`/`while`: use kiln::cond and kiln::while_loop.
@@ -1421,6 +1432,21 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor tensor::to(kiln::device d) const {
+  require_value("to");
+  if (d == device_) return *this;
+  tensor out(dtype_, shape_, d);
+  const void* src = raw_data();
+  std::size_t bytes = std::size_t(size()) * size_of(dtype_);
+  if (d == kiln::device::cpu)
+    detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
+  else
+    detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
+  return out;
+}
+#endif
 
 namespace detail {
 /// allocate_result's error, out of line (every op's eager call reaches it).
@@ -3951,7 +3977,10 @@ namespace detail {
 
 /// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
 /// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
                                                                    ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
@@ -3962,6 +3991,7 @@ namespace detail {
   throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
                                              std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
+#endif
 
 /// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
 /// and the rank here, where both are known (the op's rule can only say which kind of
@@ -4316,15 +4346,22 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   return placed(std::move(out), d);
 }
 
-/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
-inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
+/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors. (This and
+/// one_filled are compiled once in a compiled kiln, KILN_LIBRARY_INLINE: they reach
+/// every dtype's fill.)
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
+#endif
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
-inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
@@ -4332,6 +4369,7 @@ inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d)
       return filled(fn, s, T(1), d);
   });
 }
+#endif
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).
@@ -15629,12 +15667,7 @@ struct call_signature {
 
   /// Ends the structure (the first time, after flattening) or drops the specs an
   /// earlier seal appended, then appends the current specs.
-  void seal() {
-    if (!sealed) structure_size = key.size();
-    key.resize(structure_size);
-    sealed = true;
-    for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void seal();
   std::span<const std::uint64_t> structure() const { return {key.data(), structure_size}; }
 
   /// Empties it for another call, keeping the vectors' capacity.
@@ -15662,19 +15695,8 @@ struct call_frame {
 /// host callback, or while tracing) takes a frame of its own.
 class pooled_call_frame {
  public:
-  pooled_call_frame() {
-    pool* p = this_thread_frames();
-    frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
-  }
-  ~pooled_call_frame() {
-    frame_->signature.clear();
-    frame_->outputs.clear();
-    pool* p = this_thread_frames();
-    if (p && p->count < pool::depth)
-      p->frames[p->count++] = frame_;
-    else
-      delete frame_;
-  }
+  KILN_LIBRARY_INLINE pooled_call_frame();
+  KILN_LIBRARY_INLINE ~pooled_call_frame();
   pooled_call_frame(const pooled_call_frame&) = delete;
   pooled_call_frame& operator=(const pooled_call_frame&) = delete;
   call_frame* operator->() const { return frame_; }
@@ -15693,6 +15715,32 @@ class pooled_call_frame {
   static pool* this_thread_frames() { return this_thread_object<pool>(); }
   call_frame* frame_;
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// kiln::function call reaches them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void call_signature::seal() {
+  if (!sealed) structure_size = key.size();
+  key.resize(structure_size);
+  sealed = true;
+  for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE pooled_call_frame::pooled_call_frame() {
+  pool* p = this_thread_frames();
+  frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
+}
+
+KILN_LIBRARY_INLINE pooled_call_frame::~pooled_call_frame() {
+  frame_->signature.clear();
+  frame_->outputs.clear();
+  pool* p = this_thread_frames();
+  if (p && p->count < pool::depth)
+    p->frames[p->count++] = frame_;
+  else
+    delete frame_;
+}
+#endif
 
 /// How a signature shows a C++ argument with no tensor in it, as Python shows the
 /// value: `2`, `"a"`, `[1, -1]` (sequences and aggregates as lists); empty when it
@@ -15750,6 +15798,18 @@ decltype(auto) referenced(A&& a) {
     return std::forward<A>(a);
 }
 
+/// A tensor's and a tensor_spec's leaf of the key, the leaves of every call
+/// (KILN_LIBRARY_INLINE: compiled once in a compiled kiln).
+KILN_LIBRARY_INLINE void flatten_tensor(const tensor* x, tensor_spec spec, call_signature& sig, int arg);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void flatten_tensor(const tensor* x, tensor_spec spec, call_signature& sig, int arg) {
+  sig.key.push_back(std::uint64_t(leaf::tensor));
+  sig.tensors.push_back(x);
+  sig.specs.push_back(std::move(spec));
+  sig.tensor_arg.push_back(arg);
+}
+#endif
+
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
@@ -15757,15 +15817,9 @@ void flatten(const T& x, call_signature& sig, int arg) {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x.object))));
   } else if constexpr (std::is_same_v<U, tensor>) {
-    sig.key.push_back(std::uint64_t(leaf::tensor));
-    sig.tensors.push_back(&x);
-    sig.specs.emplace_back(x.shape(), x.dtype());
-    sig.tensor_arg.push_back(arg);
+    flatten_tensor(&x, tensor_spec(x.shape(), x.dtype()), sig, arg);
   } else if constexpr (std::is_same_v<U, tensor_spec>) {
-    sig.key.push_back(std::uint64_t(leaf::tensor));
-    sig.tensors.push_back(nullptr);
-    sig.specs.push_back(x);
-    sig.tensor_arg.push_back(arg);
+    flatten_tensor(nullptr, x, sig, arg);
   } else if constexpr (handle_argument<U>) {
     sig.key.push_back(std::uint64_t(leaf::handle));
     x.append_spec_key(sig.key);
@@ -22160,11 +22214,7 @@ class gradient_tape {
   }
   gradient_tape(const gradient_tape&) = delete;
   gradient_tape& operator=(const gradient_tape&) = delete;
-  ~gradient_tape() {
-    auto& tapes = detail::active_tapes();
-    std::erase(tapes, this);
-    if (recording_) --detail::recording_tapes();
-  }
+  KILN_LIBRARY_INLINE ~gradient_tape();
 
   /// Records the ops that read `t` from now on (floating-point tensors only; inside a
   /// kiln::function, symbolic ones too).
@@ -22339,6 +22389,12 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE gradient_tape::~gradient_tape() {
+  auto& tapes = detail::active_tapes();
+  std::erase(tapes, this);
+  if (recording_) --detail::recording_tapes();
+}
+
 template <class Unused>
 std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_with_variables(
     gradient_tape& tape, const tensor& target, std::vector<tensor> sources,
@@ -23021,7 +23077,7 @@ void basic_tape_runtime<Lazy>::record_loop_on_tapes(const while_op& op, std::spa
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <ranges>
+
 #include <span>
 #include <string>
 #include <tuple>
@@ -26687,6 +26743,8 @@ bool kiln::detail::kernels_linked() {
   KILN_DETAIL_RUN_ON_THRUST(prefix, op)                                                                    \
   prefix template ::kiln::detail::exec::op_entry kiln::detail::exec::entry_for<::kiln::ops::op>(           \
       const ::kiln::ops::op&, ::kiln::dtype, ::kiln::dtype);                                               \
+  prefix template ::kiln::tensor kiln::detail::apply_span<::kiln::ops::op, ::kiln::dtypes::all>(          \
+      const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);                                     \
   prefix template void kiln::detail::backward_of<::kiln::ops::op>(                                         \
       const ::kiln::ops::any_op&, std::span<const ::kiln::tensor>, const ::kiln::tensor&,                  \
       const ::kiln::tensor&, std::span<::kiln::tensor>);

@@ -227,11 +227,7 @@ class gradient_tape {
   }
   gradient_tape(const gradient_tape&) = delete;
   gradient_tape& operator=(const gradient_tape&) = delete;
-  ~gradient_tape() {
-    auto& tapes = detail::active_tapes();
-    std::erase(tapes, this);
-    if (recording_) --detail::recording_tapes();
-  }
+  KILN_LIBRARY_INLINE ~gradient_tape();
 
   /// Records the ops that read `t` from now on (floating-point tensors only; inside a
   /// kiln::function, symbolic ones too).
@@ -406,6 +402,12 @@ class gradient_tape {
 };
 
 #if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE gradient_tape::~gradient_tape() {
+  auto& tapes = detail::active_tapes();
+  std::erase(tapes, this);
+  if (recording_) --detail::recording_tapes();
+}
+
 template <class Unused>
 std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_with_variables(
     gradient_tape& tape, const tensor& target, std::vector<tensor> sources,

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kiln/config.hpp"
+
 namespace kiln {
 
 /// Base of every error kiln raises. `catch (const kiln::error& e)` catches them all.
@@ -66,7 +68,9 @@ namespace detail {
 /// Raises the kiln::error being handled again, of the same kind, with `prefix` before
 /// its message (the function or graph node it came from); any other exception goes on
 /// as it is. Call it only inside a catch block.
-[[noreturn]] inline void rethrow_with_prefix(const std::string& prefix) {
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_LIBRARY_INLINE void rethrow_with_prefix(const std::string& prefix) {
   try {
     throw;
   } catch (const invalid_argument_error& e) {
@@ -87,6 +91,7 @@ namespace detail {
     throw error(prefix + e.what());
   }
 }
+#endif
 }  // namespace detail
 
 }  // namespace kiln

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/config.hpp"
+
 namespace kiln {
 namespace detail {
 
@@ -165,10 +167,13 @@ struct pool_holder {
   std::mutex mutex;
   std::shared_ptr<thread_pool> pool = std::make_shared<thread_pool>(default_thread_count());
 };
-inline pool_holder& pool_state() {
+KILN_LIBRARY_INLINE pool_holder& pool_state();
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE pool_holder& pool_state() {
   static pool_holder holder;
   return holder;
 }
+#endif
 inline std::shared_ptr<thread_pool> current_pool() {
   auto& s = pool_state();
   std::lock_guard lock(s.mutex);
@@ -185,7 +190,11 @@ inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
 /// within the grain is one call here too, so that the body behind `call` is compiled
 /// once, not again inline in each parallel_for.
-inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void parallel_ranges(std::int64_t n, std::int64_t grain,
+                                         void (*call)(void*, std::int64_t, std::int64_t), void* fn) {
   if (n <= grain) {
     call(fn, 0, n);
     return;
@@ -198,6 +207,7 @@ inline void parallel_ranges(std::int64_t n, std::int64_t grain, void (*call)(voi
     if (lo < hi) call(fn, lo, hi);
   });
 }
+#endif
 
 /// Runs `fn(lo, hi)` over [0, n) in contiguous ranges of at least `grain` items,
 /// in parallel when the range is large enough to pay for it.

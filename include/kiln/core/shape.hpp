@@ -133,20 +133,7 @@ class shape {
   }
 
   /// TensorFlow's text: `(2, 3)`, `()`, `(2,)`, `(None, 3)`, `<unknown>`.
-  std::string str() const {
-    if (rank_ < 0) return "<unknown>";
-    std::string s = "(";
-    for (int i = 0; i < rank_; ++i) {
-      if (i) s += ", ";
-      char digits[20];
-      if (dims_[i] == none)
-        s += "None";
-      else
-        s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
-    }
-    s += rank_ == 1 ? ",)" : ")";
-    return s;
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   constexpr void assign(const std::int64_t* d, std::size_t n) {
@@ -169,6 +156,23 @@ class shape {
   int rank_ = 0;
   std::array<std::int64_t, max_rank> dims_{};
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::string shape::str() const {
+  if (rank_ < 0) return "<unknown>";
+  std::string s = "(";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    char digits[20];
+    if (dims_[i] == none)
+      s += "None";
+    else
+      s.append(digits, std::to_chars(digits, digits + sizeof digits, dims_[i]).ptr);
+  }
+  s += rank_ == 1 ? ",)" : ")";
+  return s;
+}
+#endif
 
 inline std::ostream& operator<<(std::ostream& os, const shape& s) { return os << s.str(); }
 

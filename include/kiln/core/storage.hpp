@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "kiln/config.hpp"
 #include "kiln/core/allocator.hpp"
 #include "kiln/core/device.hpp"
 #include "kiln/core/dtype.hpp"
@@ -122,9 +123,14 @@ struct bookkeeping_allocator {
   }
 };
 
-/// A new storage of `count` elements, shared.
-inline std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
+/// A new storage of `count` elements, shared. (Compiled once in a compiled kiln,
+/// KILN_LIBRARY_INLINE: a program that makes tensors then compiles neither the
+/// storage's constructor nor its shared count's.)
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE std::shared_ptr<storage> make_storage(kiln::dtype t, std::int64_t count, kiln::device d) {
   return std::allocate_shared<storage>(bookkeeping_allocator<storage>(), t, count, d);
 }
+#endif
 
 }  // namespace kiln::detail

@@ -100,18 +100,7 @@ class tensor {
 
   /// A copy on device `d` (or this tensor, if it is there already).
   /// \code kiln::tensor g = kiln::ones({2}).to(kiln::device::cpu); \endcode
-  tensor to(kiln::device d) const {
-    require_value("to");
-    if (d == device_) return *this;
-    tensor out(dtype_, shape_, d);
-    const void* src = raw_data();
-    std::size_t bytes = std::size_t(size()) * size_of(dtype_);
-    if (d == kiln::device::cpu)
-      detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
-    else
-      detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
-    return out;
-  }
+  KILN_LIBRARY_INLINE tensor to(kiln::device d) const;
 
   /// Reads a scalar as a condition. A symbolic tensor cannot be tested with C++
   /// `if`/`while`: use kiln::cond and kiln::while_loop.
@@ -199,6 +188,21 @@ class tensor {
   kiln::device device_ = kiln::device::cpu;
   std::shared_ptr<const detail::symbol> symbol_;
 };
+
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor tensor::to(kiln::device d) const {
+  require_value("to");
+  if (d == device_) return *this;
+  tensor out(dtype_, shape_, d);
+  const void* src = raw_data();
+  std::size_t bytes = std::size_t(size()) * size_of(dtype_);
+  if (d == kiln::device::cpu)
+    detail::memory_for(device_).copy_to_host(out.raw_data(), src, bytes);
+  else
+    detail::memory_for(d).copy_from_host(out.raw_data(), src, bytes);
+  return out;
+}
+#endif
 
 namespace detail {
 /// allocate_result's error, out of line (every op's eager call reaches it).

@@ -18,7 +18,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <ranges>
+
 #include <span>
 #include <string>
 #include <tuple>

@@ -196,15 +196,22 @@ tensor filled(std::string_view fn, const shape& s, const T& value, device d) {
   return placed(std::move(out), d);
 }
 
-/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors.
-inline tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
+/// A tensor of zeros (`false`, `""`); `fn` names the factory in errors. (This and
+/// one_filled are compiled once in a compiled kiln, KILN_LIBRARY_INLINE: they reach
+/// every dtype's fill.)
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor zero_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() {
     return filled(fn, s, T{}, d);  // strings: ""
   });
 }
+#endif
 
 /// A tensor of ones (`true`); strings have no one and raise kiln::type_error naming `fn`.
-inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype t, device d) {
   return visit_dtype(t, [&]<class T>() -> tensor {
     if constexpr (std::is_same_v<T, std::string>)
       throw type_error(std::string(fn) + ": string tensors have no one; use kiln::fill(shape, \"text\")");
@@ -212,6 +219,7 @@ inline tensor one_filled(std::string_view fn, const shape& s, dtype t, device d)
       return filled(fn, s, T(1), d);
   });
 }
+#endif
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).

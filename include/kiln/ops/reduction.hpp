@@ -256,7 +256,10 @@ namespace detail {
 
 /// Reduction `op`'s error for the axes `axes` that `check` refused on `x`, as an op
 /// whose operands do not fit raises it in `mode`; out of line, shared by every reduction.
-[[noreturn]] KILN_COLD KILN_NOINLINE inline void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
+                                                                   ops::axes_check check, const tensor& x, rule_errors mode);
+#if KILN_DEFINE_LIBRARY
+[[noreturn]] KILN_COLD KILN_LIBRARY_INLINE void throw_invalid_axes(std::string_view op, const reduction_axes& axes,
                                                                    ops::axes_check check, const tensor& x, rule_errors mode) {
   std::string axis = std::to_string(axes.list()[check.position]);
   std::string got = "; got " + std::string(name(x.dtype())) + " " + x.shape().str();
@@ -267,6 +270,7 @@ namespace detail {
   throw_operand_error<value_error>(mode, std::string(op) + ": axis " + axis + " is out of range for a tensor of rank " +
                                              std::to_string(x.rank()) + " (" + valid + ")" + got);
 }
+#endif
 
 /// Runs reduction `op` on `x`. Invalid axes raise the operand error naming the axis
 /// and the rank here, where both are known (the op's rule can only say which kind of

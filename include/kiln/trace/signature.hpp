@@ -174,12 +174,7 @@ struct call_signature {
 
   /// Ends the structure (the first time, after flattening) or drops the specs an
   /// earlier seal appended, then appends the current specs.
-  void seal() {
-    if (!sealed) structure_size = key.size();
-    key.resize(structure_size);
-    sealed = true;
-    for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void seal();
   std::span<const std::uint64_t> structure() const { return {key.data(), structure_size}; }
 
   /// Empties it for another call, keeping the vectors' capacity.
@@ -207,19 +202,8 @@ struct call_frame {
 /// host callback, or while tracing) takes a frame of its own.
 class pooled_call_frame {
  public:
-  pooled_call_frame() {
-    pool* p = this_thread_frames();
-    frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
-  }
-  ~pooled_call_frame() {
-    frame_->signature.clear();
-    frame_->outputs.clear();
-    pool* p = this_thread_frames();
-    if (p && p->count < pool::depth)
-      p->frames[p->count++] = frame_;
-    else
-      delete frame_;
-  }
+  KILN_LIBRARY_INLINE pooled_call_frame();
+  KILN_LIBRARY_INLINE ~pooled_call_frame();
   pooled_call_frame(const pooled_call_frame&) = delete;
   pooled_call_frame& operator=(const pooled_call_frame&) = delete;
   call_frame* operator->() const { return frame_; }
@@ -238,6 +222,32 @@ class pooled_call_frame {
   static pool* this_thread_frames() { return this_thread_object<pool>(); }
   call_frame* frame_;
 };
+
+// Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
+// kiln::function call reaches them.
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void call_signature::seal() {
+  if (!sealed) structure_size = key.size();
+  key.resize(structure_size);
+  sealed = true;
+  for (const tensor_spec& s : specs) add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE pooled_call_frame::pooled_call_frame() {
+  pool* p = this_thread_frames();
+  frame_ = p && p->count > 0 ? p->frames[--p->count] : new call_frame;
+}
+
+KILN_LIBRARY_INLINE pooled_call_frame::~pooled_call_frame() {
+  frame_->signature.clear();
+  frame_->outputs.clear();
+  pool* p = this_thread_frames();
+  if (p && p->count < pool::depth)
+    p->frames[p->count++] = frame_;
+  else
+    delete frame_;
+}
+#endif
 
 /// How a signature shows a C++ argument with no tensor in it, as Python shows the
 /// value: `2`, `"a"`, `[1, -1]` (sequences and aggregates as lists); empty when it
@@ -295,6 +305,18 @@ decltype(auto) referenced(A&& a) {
     return std::forward<A>(a);
 }
 
+/// A tensor's and a tensor_spec's leaf of the key, the leaves of every call
+/// (KILN_LIBRARY_INLINE: compiled once in a compiled kiln).
+KILN_LIBRARY_INLINE void flatten_tensor(const tensor* x, tensor_spec spec, call_signature& sig, int arg);
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE void flatten_tensor(const tensor* x, tensor_spec spec, call_signature& sig, int arg) {
+  sig.key.push_back(std::uint64_t(leaf::tensor));
+  sig.tensors.push_back(x);
+  sig.specs.push_back(std::move(spec));
+  sig.tensor_arg.push_back(arg);
+}
+#endif
+
 template <class T>
 void flatten(const T& x, call_signature& sig, int arg) {
   using U = std::remove_cvref_t<T>;
@@ -302,15 +324,9 @@ void flatten(const T& x, call_signature& sig, int arg) {
     sig.key.push_back(std::uint64_t(leaf::address));
     sig.key.push_back(std::uint64_t(reinterpret_cast<std::uintptr_t>(std::addressof(x.object))));
   } else if constexpr (std::is_same_v<U, tensor>) {
-    sig.key.push_back(std::uint64_t(leaf::tensor));
-    sig.tensors.push_back(&x);
-    sig.specs.emplace_back(x.shape(), x.dtype());
-    sig.tensor_arg.push_back(arg);
+    flatten_tensor(&x, tensor_spec(x.shape(), x.dtype()), sig, arg);
   } else if constexpr (std::is_same_v<U, tensor_spec>) {
-    sig.key.push_back(std::uint64_t(leaf::tensor));
-    sig.tensors.push_back(nullptr);
-    sig.specs.push_back(x);
-    sig.tensor_arg.push_back(arg);
+    flatten_tensor(nullptr, x, sig, arg);
   } else if constexpr (handle_argument<U>) {
     sig.key.push_back(std::uint64_t(leaf::handle));
     x.append_spec_key(sig.key);
