@@ -543,11 +543,9 @@ class exporter {
     return result.output(0);
   }
 
-  /// How the exporter reaches a special op (an entry of detail::special_op_table): its
+  /// How the exporter reaches a special op (an entry of detail::special_op_entries): its
   /// `to_onnx`, or why ONNX cannot express it.
   struct special_lowering {
-    /// Whether `op` is this op (another kind of special op may take the same name).
-    bool (*is)(const special_op& op) = nullptr;
     /// The op's nodes, and the names of its results.
     std::vector<std::string> (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
                                       const std::vector<std::string>& in) = nullptr;
@@ -556,7 +554,6 @@ class exporter {
     template <class Op>
     static special_lowering of() {
       special_lowering l;
-      l.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
       if constexpr (requires { Op::onnx_refusal; }) {
         l.refusal = Op::onnx_refusal;
       } else if constexpr (requires { &Op::template to_onnx<exporter, GraphProto>; }) {
@@ -567,11 +564,11 @@ class exporter {
     }
   };
 
-  // The op's own to_onnx, found by its name (kiln/io/special_ops.hpp).
+  // The op's own to_onnx, found by its kind (kiln/io/special_ops.hpp).
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
                                         const std::vector<std::string>& in) {
-    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special().name());
-    if (!entry || !entry->is(n.special())) unavailable(n, "has no ONNX operator");
+    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special());
+    if (!entry) unavailable(n, "has no ONNX operator");
     if (!entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
     if (!entry->lower) unavailable(n, "has no ONNX operator");
     return entry->lower(*this, g, n, kg, in);

@@ -5010,8 +5010,8 @@ class description_sink {
   /// A constant node holding a copy of the elements at `data`.
   virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
   /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  /// of its results. `variable` names the variable it reads or writes, if any.
+  virtual std::vector<int> effect(std::string_view name, std::string_view variable, bool writes, std::vector<int> inputs,
                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
   /// A conditional or a loop, with its branches or condition and body.
   virtual void control_flow(const cond_step& c) = 0;
@@ -10497,7 +10497,7 @@ struct variable_read {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_read*>(data);
-    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", a.target->name, false, {}, {{V::dtype, V::shape()}})[0]);
   }
 };
 
@@ -10515,7 +10515,8 @@ struct variable_write {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_write*>(data);
-    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
+    sink.effect("AssignVariableOp", a.target->name, true, {sink.value(a.slot, V::dims_type::values)},
+                {{V::dtype, V::shape()}});
   }
 };
 
@@ -10618,7 +10619,7 @@ struct print_step {
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
     for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", true, std::move(inputs), {});
+    sink.effect("PrintV2", {}, true, std::move(inputs), {});
   }
 };
 
@@ -10704,7 +10705,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
+    const std::vector<int> ids = sink.effect("HostCallback", {}, true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };

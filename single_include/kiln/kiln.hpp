@@ -11480,9 +11480,10 @@ class graph;
 /// just freed a tensor, would compile the loops, conditionals and datasets too.
 ///
 /// A derived op also says how the consumers of graphs treat it, each a member they
-/// look up by the op's name, so that no consumer enumerates the ops (kiln/io/special_ops.hpp
-/// lists those that files know):
-/// - `static op_names()`: the names its nodes take (one per kind it has);
+/// look up by the op's kind (a file's reader, by its name), so that no consumer
+/// enumerates the ops (kiln/io/special_ops.hpp lists those that files know):
+/// - `static op_names()`: the names its nodes take (one per kind it has; none for an op
+///   named as another, which no file holds);
 /// - saving (kiln/saved_function.hpp): `template <class Out> void save(Out&) const`
 ///   writes its attributes, `template <class In> static std::shared_ptr<const special_op>
 ///   load(In&)` checks them against the node and rebuilds it; or `static constexpr
@@ -11490,6 +11491,8 @@ class graph;
 /// - ONNX (kiln/onnx.hpp): `template <class Onnx, class Graph> std::vector<std::string>
 ///   to_onnx(Onnx&, Graph&, const node&, const graph&, const std::vector<std::string>&) const`
 ///   emits its nodes, or `static constexpr std::string_view onnx_refusal` says why not;
+/// - TensorBoard's graph (kiln/summary.hpp): `template <class Out> void describe(Out&) const`
+///   gives the node's text attributes (`out.set_text(key, value)`), if it has any;
 /// - gradients: an entry of special_gradients() (kiln/graph/special_gradients.hpp),
 ///   registered by the layer that differentiates it.
 /// `Out`, `In` and `Onnx` are the consumers' types, so an op's header names no JSON or
@@ -18944,8 +18947,8 @@ class description_sink {
   /// A constant node holding a copy of the elements at `data`.
   virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
   /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  /// of its results. `variable` names the variable it reads or writes, if any.
+  virtual std::vector<int> effect(std::string_view name, std::string_view variable, bool writes, std::vector<int> inputs,
                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
   /// A conditional or a loop, with its branches or condition and body.
   virtual void control_flow(const cond_step& c) = 0;
@@ -21136,7 +21139,7 @@ struct variable_read {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_read*>(data);
-    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", a.target->name, false, {}, {{V::dtype, V::shape()}})[0]);
   }
 };
 
@@ -21154,7 +21157,8 @@ struct variable_write {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_write*>(data);
-    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
+    sink.effect("AssignVariableOp", a.target->name, true, {sink.value(a.slot, V::dims_type::values)},
+                {{V::dtype, V::shape()}});
   }
 };
 
@@ -21257,7 +21261,7 @@ struct print_step {
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
     for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", true, std::move(inputs), {});
+    sink.effect("PrintV2", {}, true, std::move(inputs), {});
   }
 };
 
@@ -21343,7 +21347,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
+    const std::vector<int> ids = sink.effect("HostCallback", {}, true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
@@ -21445,13 +21449,14 @@ namespace typed {
 
 /// A node of a typed trace's graph that stands for a step with effects or graphs of
 /// its own: it has the runtime tier's name for it (`cond`, `while`, `PrintV2`, ...),
-/// and its branches or body as subgraphs, but runs only as part of its trace.
+/// its branches or body as subgraphs and the name of the variable it reads or writes,
+/// but runs only as part of its trace.
 class described_op final : public special_op {
  public:
   using labelled_graphs = std::vector<std::pair<std::string, std::shared_ptr<const graph>>>;
-  described_op(std::string name, bool effects, labelled_graphs subgraphs = {})
+  described_op(std::string name, bool effects, labelled_graphs subgraphs = {}, std::string variable = {})
       : special_op(std::type_identity<described_op>()), name_(std::move(name)), effects_(effects),
-        subgraphs_(std::move(subgraphs)) {}
+        subgraphs_(std::move(subgraphs)), variable_(std::move(variable)) {}
   std::string_view name() const { return name_; }
   bool has_effects() const { return effects_; }
   std::vector<tensor> run(std::span<const tensor* const>) const {
@@ -21464,10 +21469,27 @@ class described_op final : public special_op {
     return out;
   }
 
+  /// None of its own: its nodes take the names of the runtime tier's ops, so consumers
+  /// find it by its kind, and no file holds it to be loaded by name.
+  static std::array<std::string_view, 0> op_names() { return {}; }
+  static constexpr std::string_view save_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; save a trace of the function for "
+      "kiln::tensor arguments";
+  static constexpr std::string_view onnx_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; export a trace of the function for "
+      "kiln::tensor arguments";
+  /// What TensorBoard's graph shows of it: the variable's name, as the runtime tier's
+  /// variable ops show it.
+  template <class Out>
+  void describe(Out& out) const {
+    if (!variable_.empty()) out.set_text("shared_name", variable_);
+  }
+
  private:
   std::string name_;
   bool effects_;
   labelled_graphs subgraphs_;
+  std::string variable_;  // the variable it reads or writes, or empty
 };
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
@@ -21523,9 +21545,9 @@ class basic_graph_writer final : public description_sink {
     std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
     return graph_.add_constant(value);
   }
-  std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  std::vector<int> effect(std::string_view name, std::string_view variable, bool writes, std::vector<int> inputs,
                           const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) override {
-    return add_special(std::string(name), writes, std::move(inputs), results);
+    return add_special(std::string(name), writes, std::move(inputs), results, {}, std::string(variable));
   }
 
   void control_flow(const cond_step& c) override {
@@ -21612,9 +21634,10 @@ class basic_graph_writer final : public description_sink {
   }
   std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
-                               described_op::labelled_graphs subgraphs = {}) {
-    return graph_.add_special(std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs)),
-                              std::move(inputs), results);
+                               described_op::labelled_graphs subgraphs = {}, std::string variable = {}) {
+    return graph_.add_special(
+        std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs), std::move(variable)),
+        std::move(inputs), results);
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -23378,6 +23401,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
 /// `dataset::reduce`: eagerly a C++ loop over the elements, while tracing one node
 /// whose body is traced once, as AutoGraph turns `for x in dataset` into a reduce.
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -23423,6 +23447,19 @@ class reduce_dataset_op final : public special_op {
       for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
     }
     return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"ReduceDataset"}; }
+  /// Its dataset is a pipeline of C++ objects (sources, functions) of this program, named
+  /// by a handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which a saved function cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which an ONNX model cannot hold";
+  /// What TensorBoard's graph shows of it: the elements it was traced for.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:
@@ -24278,6 +24315,7 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24335,6 +24373,20 @@ class iterator_get_next_op final : public special_op {
     const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
     check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
     return next_element(*state, name());
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"IteratorGetNext"}; }
+  /// Its iterator is a pass over a pipeline of C++ objects of this program, named by a
+  /// handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "advances an iterator over a dataset, a pipeline of C++ objects of this program, which a saved function "
+      "cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "advances an iterator over a dataset; an ONNX model has no state and no datasets";
+  /// What TensorBoard's graph shows of it: the elements it gives.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:
