@@ -71,7 +71,9 @@ TEST_CASE("ONNX export: every op lowered to one operator by the exporter's own c
 
 TEST_CASE("ONNX export: the node an op lowers to is its onnx_name, with the op's attributes") {
   using kiln::tensor;
-  const auto model = [](auto& f, const auto&... specs) { return kiln::onnx::to_model(f.get_concrete_function(specs...)); };
+  const auto model = [](auto& f, const auto&... specs) {
+    return kiln::onnx::to_model(f.get_concrete_function(specs...));
+  };
   const kiln::tensor_spec matrix({2, 3}, kiln::float32), image({1, 4, 4, 2}, kiln::float32);
 
   kiln::function add([](const tensor& x, const tensor& y) { return x + y; });
@@ -110,6 +112,7 @@ TEST_CASE("ONNX export: the node an op lowers to is its onnx_name, with the op's
 
   kiln::function max_pool([](const tensor& x) { return kiln::max_pool2d(x, 2, 2, "VALID"); });
   const onnx::ModelProto pool_model = model(max_pool, image);
-  CHECK(operators_of(pool_model) == std::multiset<std::string>{"Transpose", onnx_name<kiln::ops::max_pool>(), "Transpose"});
+  CHECK(operators_of(pool_model) ==
+        std::multiset<std::string>{"Transpose", onnx_name<kiln::ops::max_pool>(), "Transpose"});
   CHECK(attributes_of(pool_model, "MaxPool") == std::set<std::string>{"kernel_shape", "strides", "auto_pad"});
 }
