@@ -257,7 +257,7 @@ class exporter {
     return g;
   }
   std::string cast(GraphProto& g, const std::string& x, kiln::dtype to, const std::string& base) {
-    NodeProto& n = add(g, "Cast", {x}, base);
+    NodeProto& n = add(g, onnx_name_of<ops::cast>, {x}, base);
     attribute(n, "to", std::int64_t(element_type(to)));
     return n.output(0);
   }
@@ -309,6 +309,11 @@ class exporter {
     return outputs;
   }
 
+  /// Op `op`'s ONNX nodes; returns the value of its result. An op lowered its own way
+  /// comes first, by its type, and spells its own operator as its `onnx_name`; then the
+  /// ops that are their `onnx_name` alone, attributes aside (the reductions' axes, an
+  /// axis), so that no op with a lowering of its own falls to them and loses its
+  /// attributes.
   template <class Op>
   std::string emit_op(GraphProto& g, const Op& op, const node& n, const kiln::graph& kg,
                       const std::vector<std::string>& in) {
@@ -316,19 +321,19 @@ class exporter {
     const auto input = [&](std::size_t k) -> const node& { return kg.node_at(n.input_ids()[k]); };
     const kiln::dtype type = input(0).dtype();
     if constexpr (std::is_same_v<Op, ops::add>) {
-      return value(g, type == kiln::string ? "StringConcat" : "Add", in, base);
+      return value(g, type == kiln::string ? "StringConcat" : onnx_name_of<Op>, in, base);
     } else if constexpr (std::is_same_v<Op, ops::relu>) {
-      if (is_floating(type)) return value(g, "Relu", in, base);
+      if (is_floating(type)) return value(g, onnx_name_of<Op>, in, base);
       return value(g, "Max", {in[0], constant(kiln::zeros({}, type))}, base);
     } else if constexpr (std::is_same_v<Op, ops::relu_grad>) {  // Where(y > 0, dy, 0)
       const std::string zero = constant(kiln::zeros({}, type));
       return value(g, "Where", {value(g, "Greater", {in[0], zero}, base), in[1], zero}, base);
     } else if constexpr (std::is_same_v<Op, ops::gelu>) {
-      NodeProto& r = add(g, "Gelu", in, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, in, base);
       if (op.approximate) attribute(r, "approximate", std::string("tanh"));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::elu> || std::is_same_v<Op, ops::leaky_relu>) {
-      NodeProto& r = add(g, std::is_same_v<Op, ops::elu> ? "Elu" : "LeakyRelu", in, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, in, base);
       attribute(r, "alpha", float(op.alpha));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::silu>) {  // ONNX's Swish is newer than oldest_opset
@@ -340,9 +345,9 @@ class exporter {
     } else if constexpr (std::is_same_v<Op, ops::cast>) {
       return cast(g, in[0], op.to, base);
     } else if constexpr (std::is_same_v<Op, ops::divide>) {
-      if (is_floating(type)) return value(g, "Div", in, base);
+      if (is_floating(type)) return value(g, onnx_name_of<Op>, in, base);
       // Integers divide as float64, as TensorFlow's `/`.
-      return value(g, "Div", {cast(g, in[0], float64, base), cast(g, in[1], float64, base)}, base);
+      return value(g, onnx_name_of<Op>, {cast(g, in[0], float64, base), cast(g, in[1], float64, base)}, base);
     } else if constexpr (std::is_same_v<Op, ops::floordiv>) {
       if (is_floating(type)) return value(g, "Floor", {value(g, "Div", in, base)}, base);
       // a - floormod(a, b) is a multiple of b, so ONNX's truncating Div is exact on it.
@@ -363,28 +368,17 @@ class exporter {
           value(g, "Xor", {value(g, "Less", {r, zero}, base), value(g, "Less", {in[1], zero}, base)}, base);
       return value(g, "Where", {value(g, "And", {nonzero, signs_differ}, base), value(g, "Add", {r, in[1]}, base), r},
                    base);
-    } else if constexpr (!onnx_name_of<Op>.empty() && (std::is_base_of_v<ops::reduction_op, Op>)) {
-      NodeProto& r = add(g, onnx_name_of<Op>, {in[0]}, base);
-      if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
-      attribute(r, "keepdims", std::int64_t(op.keepdims));
-      return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::argmax>) {
       return argmax(g, op, n, input(0), in[0]);
-    } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
-      NodeProto& c = add(g, onnx_name_of<Op>, in, base);
-      attribute(c, "axis", op.axis);
-      return c.output(0);
-    } else if constexpr (!onnx_name_of<Op>.empty()) {
-      return value(g, onnx_name_of<Op>, in, base);
     } else if constexpr (std::is_same_v<Op, ops::reshape>) {
-      NodeProto& r = add(g, "Reshape", {in[0], int64s(ints(op.new_shape))}, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0], int64s(ints(op.new_shape))}, base);
       // A 0 in kiln's shape is an empty dim, not ONNX's "copy the input's dim".
       bool has_zero = false;
       for (std::int64_t d : op.new_shape) has_zero = has_zero || d == 0;
       if (has_zero) attribute(r, "allowzero", std::int64_t(1));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::transpose>) {
-      NodeProto& t = add(g, "Transpose", in, base);
+      NodeProto& t = add(g, onnx_name_of<Op>, in, base);
       if (!op.perm.empty()) attribute(t, "perm", ints(op.perm));
       return t.output(0);
     } else if constexpr (std::is_same_v<Op, ops::stack>) {
@@ -395,7 +389,7 @@ class exporter {
       attribute(c, "axis", op.axis);
       return c.output(0);
     } else if constexpr (std::is_same_v<Op, ops::index>) {
-      NodeProto& r = add(g, "Gather", {in[0], constant(kiln::constant(op.i))}, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0], constant(kiln::constant(op.i))}, base);
       attribute(r, "axis", std::int64_t(0));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::slice>) {
@@ -404,9 +398,9 @@ class exporter {
         ends.push_back(op.size[d] == -1 ? std::numeric_limits<std::int64_t>::max() : op.begin[d] + op.size[d]);
         axes.push_back(d);
       }
-      return value(g, "Slice", {in[0], int64s(ints(op.begin)), int64s(ends), int64s(axes)}, base);
+      return value(g, onnx_name_of<Op>, {in[0], int64s(ints(op.begin)), int64s(ends), int64s(axes)}, base);
     } else if constexpr (std::is_same_v<Op, ops::shape_of>) {
-      return cast(g, value(g, "Shape", in, base), int32, base);
+      return cast(g, value(g, onnx_name_of<Op>, in, base), int32, base);
     } else if constexpr (std::is_same_v<Op, ops::set_item>) {
       // ScatterND with one index [[i]] and one update, the new row.
       const std::string i = input(1).dtype() == int64 ? in[1] : cast(g, in[1], int64, base);
@@ -449,7 +443,7 @@ class exporter {
       attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
       NodeProto& w = add(g, "Transpose", {in[1]}, base);
       attribute(w, "perm", std::vector<std::int64_t>{3, 2, 0, 1});
-      NodeProto& c = add(g, "Conv", {x.output(0), w.output(0)}, base);
+      NodeProto& c = add(g, onnx_name_of<Op>, {x.output(0), w.output(0)}, base);
       attribute(c, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
       // SAME pads the odd element at the end, as TensorFlow does: SAME_UPPER.
       attribute(c, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
@@ -462,7 +456,7 @@ class exporter {
       constexpr bool average = std::is_same_v<Op, ops::avg_pool>;
       NodeProto& x = add(g, "Transpose", {in[0]}, base);
       attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
-      NodeProto& p = add(g, average ? "AveragePool" : "MaxPool", {x.output(0)}, base);
+      NodeProto& p = add(g, onnx_name_of<Op>, {x.output(0)}, base);
       attribute(p, "kernel_shape", std::vector<std::int64_t>{op.window_h, op.window_w});
       attribute(p, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
       attribute(p, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
@@ -470,6 +464,17 @@ class exporter {
       NodeProto& y = add(g, "Transpose", {p.output(0)}, base);
       attribute(y, "perm", std::vector<std::int64_t>{0, 2, 3, 1});
       return y.output(0);
+    } else if constexpr (!onnx_name_of<Op>.empty() && std::is_base_of_v<ops::reduction_op, Op>) {
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0]}, base);
+      if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
+      attribute(r, "keepdims", std::int64_t(op.keepdims));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
+      NodeProto& c = add(g, onnx_name_of<Op>, in, base);
+      attribute(c, "axis", op.axis);
+      return c.output(0);
+    } else if constexpr (!onnx_name_of<Op>.empty()) {
+      return value(g, onnx_name_of<Op>, in, base);
     } else {
       unavailable(n, "has no ONNX operator");
     }
@@ -478,7 +483,7 @@ class exporter {
   std::string argmax(GraphProto& g, const ops::argmax& op, const node& n, const node& x, const std::string& in) {
     const std::string& base = n.name();
     if (!op.axis.all() && op.axis.list().size() == 1) {
-      NodeProto& a = add(g, "ArgMax", {in}, base);
+      NodeProto& a = add(g, onnx_name_of<ops::argmax>, {in}, base);
       attribute(a, "axis", op.axis.list()[0]);
       attribute(a, "keepdims", std::int64_t(op.keepdims));
       return a.output(0);
@@ -486,7 +491,7 @@ class exporter {
     if (!op.axis.all() && !(x.shape().has_known_rank() && op.axis.list().size() == x.shape().rank()))
       unavailable(n, "reduces " + op.axis.list().str() + "; ONNX's ArgMax reduces one axis or all");
     // Over every element: ArgMax of the flattened input, in row-major order as kiln counts.
-    NodeProto& a = add(g, "ArgMax", {value(g, "Reshape", {in, int64s({-1})}, base)}, base);
+    NodeProto& a = add(g, onnx_name_of<ops::argmax>, {value(g, "Reshape", {in, int64s({-1})}, base)}, base);
     attribute(a, "axis", std::int64_t(0));
     attribute(a, "keepdims", std::int64_t(0));
     if (!op.keepdims) return a.output(0);
@@ -538,11 +543,9 @@ class exporter {
     return result.output(0);
   }
 
-  /// How the exporter reaches a special op (an entry of detail::special_op_table): its
+  /// How the exporter reaches a special op (an entry of detail::special_op_entries): its
   /// `to_onnx`, or why ONNX cannot express it.
   struct special_lowering {
-    /// Whether `op` is this op (another kind of special op may take the same name).
-    bool (*is)(const special_op& op) = nullptr;
     /// The op's nodes, and the names of its results.
     std::vector<std::string> (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
                                       const std::vector<std::string>& in) = nullptr;
@@ -551,7 +554,6 @@ class exporter {
     template <class Op>
     static special_lowering of() {
       special_lowering l;
-      l.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
       if constexpr (requires { Op::onnx_refusal; }) {
         l.refusal = Op::onnx_refusal;
       } else if constexpr (requires { &Op::template to_onnx<exporter, GraphProto>; }) {
@@ -562,11 +564,11 @@ class exporter {
     }
   };
 
-  // The op's own to_onnx, found by its name (kiln/io/special_ops.hpp).
+  // The op's own to_onnx, found by its kind (kiln/io/special_ops.hpp).
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
                                         const std::vector<std::string>& in) {
-    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special().name());
-    if (!entry || !entry->is(n.special())) unavailable(n, "has no ONNX operator");
+    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special());
+    if (!entry) unavailable(n, "has no ONNX operator");
     if (!entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
     if (!entry->lower) unavailable(n, "has no ONNX operator");
     return entry->lower(*this, g, n, kg, in);

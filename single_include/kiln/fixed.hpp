@@ -3691,8 +3691,12 @@ concept promotable_scalar = std::is_arithmetic_v<S> || std::is_convertible_v<S, 
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
-/// - `static constexpr std::string_view onnx_name`, when the op is one ONNX operator
-///   (kiln/onnx.hpp's exporter writes it; the others it lowers in its own way);
+/// - `static constexpr std::string_view onnx_name`: the ONNX operator this op lowers to,
+///   when it lowers to one; its attributes are the exporter's (kiln/onnx.hpp), and so is
+///   any change of layout or dtype around it (conv2d's NHWC transposed for `Conv`). An
+///   op that ONNX computes as a composition of operators (silu, square, not_equal,
+///   floordiv, floormod, relu_grad, stack, set_item, pad_rows, crop_or_pad,
+///   unsorted_segment_sum) has none: the exporter builds it;
 /// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.
@@ -4110,6 +4114,7 @@ struct sigmoid : elementwise_op<1, floating> {
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
+  static constexpr std::string_view onnx_name = "Relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
   /// dy where the result is positive, as TensorFlow's ReluGrad.
   template <class G> void gradient(G& g) const;
@@ -4122,6 +4127,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr std::string_view onnx_name = "Cast";
   static constexpr bool converts = true;
   dtype to = float32;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
@@ -4142,6 +4148,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
 // ---- binary -----------------------------------------------------------------
 struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
   static constexpr std::string_view name = "add";
+  static constexpr std::string_view onnx_name = "Add";
   template <class T> KILN_HOST_DEVICE T operator()(const T& a, const T& b) const {
     if constexpr (std::is_same_v<T, std::string>)
       return a + b;
@@ -4165,6 +4172,7 @@ struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
   static constexpr std::string_view name = "truediv";
+  static constexpr std::string_view onnx_name = "Div";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>)
       return double(a) / double(b);
@@ -5036,8 +5044,9 @@ class description_sink {
   /// A constant node holding a copy of the elements at `data`.
   virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
   /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  /// of its results. `variable` names the variable it reads or writes, if any.
+  virtual std::vector<int> effect(std::string_view name, std::string_view variable, bool writes,
+                                  std::vector<int> inputs,
                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
   /// A conditional or a loop, with its branches or condition and body.
   virtual void control_flow(const cond_step& c) = 0;
@@ -5512,6 +5521,7 @@ struct erf : elementwise_op<1, floating> {
 /// the tanh approximation when `approximate`.
 struct gelu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "gelu";
+  static constexpr std::string_view onnx_name = "Gelu";
   bool approximate = false;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
   constexpr gelu() = default;
@@ -5550,6 +5560,7 @@ struct silu : elementwise_op<1, floating> {
 /// kernel for alpha 1).
 struct elu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "elu";
+  static constexpr std::string_view onnx_name = "Elu";
   double alpha = 1.0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
   constexpr elu() = default;
@@ -5565,6 +5576,7 @@ struct elu : elementwise_op<1, floating> {
 /// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
 struct leaky_relu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "leaky_relu";
+  static constexpr std::string_view onnx_name = "LeakyRelu";
   double alpha = 0.3;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
   constexpr leaky_relu() = default;
@@ -7478,6 +7490,7 @@ struct reduce_min : reduction_op {
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.
 struct argmax : reduction_op {
   static constexpr std::string_view name = "argmax";
+  static constexpr std::string_view onnx_name = "ArgMax";
   static constexpr reduction_kind kind = reduction_kind::argmax;
   using reduction_op::reduction_op;
 
@@ -8413,6 +8426,7 @@ namespace ops {
 /// kiln::none (-1), inferred from the element count.
 struct reshape {
   static constexpr std::string_view name = "reshape";
+  static constexpr std::string_view onnx_name = "Reshape";
   static constexpr int arity = 1;
   kiln::shape new_shape;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
@@ -8463,6 +8477,7 @@ struct reshape {
 /// `perm` reverses the dims.
 struct transpose {
   static constexpr std::string_view name = "transpose";
+  static constexpr std::string_view onnx_name = "Transpose";
   static constexpr int arity = 1;
   int_list perm;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
@@ -8669,6 +8684,7 @@ struct unsorted_segment_sum {
 /// Named as TensorFlow names the node that indexing creates.
 struct index {
   static constexpr std::string_view name = "strided_slice";
+  static constexpr std::string_view onnx_name = "Gather";
   static constexpr int arity = 1;
   std::int64_t i = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
@@ -8808,6 +8824,7 @@ struct crop_or_pad {
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
   static constexpr std::string_view name = "slice";
+  static constexpr std::string_view onnx_name = "Slice";
   static constexpr int arity = 1;
   int_list begin;
   int_list size;
@@ -9010,6 +9027,7 @@ void index::gradient(G& g) const {
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
   static constexpr std::string_view name = "shape";
+  static constexpr std::string_view onnx_name = "Shape";
   static constexpr int arity = 1;
 
   constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
@@ -9478,6 +9496,7 @@ constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::in
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  static constexpr std::string_view onnx_name = "Conv";
   static constexpr int arity = 2;
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
@@ -10517,7 +10536,7 @@ struct variable_read {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_read*>(data);
-    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", a.target->name, false, {}, {{V::dtype, V::shape()}})[0]);
   }
 };
 
@@ -10535,7 +10554,8 @@ struct variable_write {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_write*>(data);
-    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
+    sink.effect("AssignVariableOp", a.target->name, true, {sink.value(a.slot, V::dims_type::values)},
+                {{V::dtype, V::shape()}});
   }
 };
 
@@ -10638,7 +10658,7 @@ struct print_step {
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
     for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", true, std::move(inputs), {});
+    sink.effect("PrintV2", {}, true, std::move(inputs), {});
   }
 };
 
@@ -10724,7 +10744,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
+    const std::vector<int> ids = sink.effect("HostCallback", {}, true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };

@@ -2471,8 +2471,12 @@ inline bool tapes_recording() {
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
-/// - `static constexpr std::string_view onnx_name`, when the op is one ONNX operator
-///   (kiln/onnx.hpp's exporter writes it; the others it lowers in its own way);
+/// - `static constexpr std::string_view onnx_name`: the ONNX operator this op lowers to,
+///   when it lowers to one; its attributes are the exporter's (kiln/onnx.hpp), and so is
+///   any change of layout or dtype around it (conv2d's NHWC transposed for `Conv`). An
+///   op that ONNX computes as a composition of operators (silu, square, not_equal,
+///   floordiv, floormod, relu_grad, stack, set_item, pad_rows, crop_or_pad,
+///   unsorted_segment_sum) has none: the exporter builds it;
 /// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.
@@ -3410,6 +3414,7 @@ struct sigmoid : elementwise_op<1, floating> {
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
+  static constexpr std::string_view onnx_name = "Relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
   /// dy where the result is positive, as TensorFlow's ReluGrad.
   template <class G> void gradient(G& g) const;
@@ -3422,6 +3427,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr std::string_view onnx_name = "Cast";
   static constexpr bool converts = true;
   dtype to = float32;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
@@ -3442,6 +3448,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
 // ---- binary -----------------------------------------------------------------
 struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
   static constexpr std::string_view name = "add";
+  static constexpr std::string_view onnx_name = "Add";
   template <class T> KILN_HOST_DEVICE T operator()(const T& a, const T& b) const {
     if constexpr (std::is_same_v<T, std::string>)
       return a + b;
@@ -3465,6 +3472,7 @@ struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
   static constexpr std::string_view name = "truediv";
+  static constexpr std::string_view onnx_name = "Div";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>)
       return double(a) / double(b);
@@ -3937,6 +3945,7 @@ struct reduce_min : reduction_op {
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.
 struct argmax : reduction_op {
   static constexpr std::string_view name = "argmax";
+  static constexpr std::string_view onnx_name = "ArgMax";
   static constexpr reduction_kind kind = reduction_kind::argmax;
   using reduction_op::reduction_op;
 
@@ -4696,6 +4705,7 @@ namespace ops {
 /// kiln::none (-1), inferred from the element count.
 struct reshape {
   static constexpr std::string_view name = "reshape";
+  static constexpr std::string_view onnx_name = "Reshape";
   static constexpr int arity = 1;
   kiln::shape new_shape;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
@@ -4746,6 +4756,7 @@ struct reshape {
 /// `perm` reverses the dims.
 struct transpose {
   static constexpr std::string_view name = "transpose";
+  static constexpr std::string_view onnx_name = "Transpose";
   static constexpr int arity = 1;
   int_list perm;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
@@ -4952,6 +4963,7 @@ struct unsorted_segment_sum {
 /// Named as TensorFlow names the node that indexing creates.
 struct index {
   static constexpr std::string_view name = "strided_slice";
+  static constexpr std::string_view onnx_name = "Gather";
   static constexpr int arity = 1;
   std::int64_t i = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
@@ -5091,6 +5103,7 @@ struct crop_or_pad {
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
   static constexpr std::string_view name = "slice";
+  static constexpr std::string_view onnx_name = "Slice";
   static constexpr int arity = 1;
   int_list begin;
   int_list size;
@@ -5293,6 +5306,7 @@ void index::gradient(G& g) const {
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
   static constexpr std::string_view name = "shape";
+  static constexpr std::string_view onnx_name = "Shape";
   static constexpr int arity = 1;
 
   constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }
@@ -5772,6 +5786,7 @@ constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::in
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  static constexpr std::string_view onnx_name = "Conv";
   static constexpr int arity = 2;
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;
@@ -6112,6 +6127,7 @@ constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
 /// The largest element of each window (TensorFlow's MaxPool).
 struct max_pool : pool_window {
   static constexpr std::string_view name = "max_pool";
+  static constexpr std::string_view onnx_name = "MaxPool";
   static constexpr int arity = 1;
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
@@ -6124,6 +6140,7 @@ struct max_pool : pool_window {
 /// The mean of each window's elements inside the image (TensorFlow's AvgPool).
 struct avg_pool : pool_window {
   static constexpr std::string_view name = "avg_pool";
+  static constexpr std::string_view onnx_name = "AveragePool";
   static constexpr int arity = 1;
   static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
@@ -6389,6 +6406,7 @@ struct erf : elementwise_op<1, floating> {
 /// the tanh approximation when `approximate`.
 struct gelu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "gelu";
+  static constexpr std::string_view onnx_name = "Gelu";
   bool approximate = false;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
   constexpr gelu() = default;
@@ -6427,6 +6445,7 @@ struct silu : elementwise_op<1, floating> {
 /// kernel for alpha 1).
 struct elu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "elu";
+  static constexpr std::string_view onnx_name = "Elu";
   double alpha = 1.0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
   constexpr elu() = default;
@@ -6442,6 +6461,7 @@ struct elu : elementwise_op<1, floating> {
 /// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
 struct leaky_relu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "leaky_relu";
+  static constexpr std::string_view onnx_name = "LeakyRelu";
   double alpha = 0.3;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
   constexpr leaky_relu() = default;
@@ -11498,9 +11518,10 @@ class graph;
 /// just freed a tensor, would compile the loops, conditionals and datasets too.
 ///
 /// A derived op also says how the consumers of graphs treat it, each a member they
-/// look up by the op's name, so that no consumer enumerates the ops (kiln/io/special_ops.hpp
-/// lists those that files know):
-/// - `static op_names()`: the names its nodes take (one per kind it has);
+/// look up by the op's kind (a file's reader, by its name), so that no consumer
+/// enumerates the ops (kiln/io/special_ops.hpp lists those that files know):
+/// - `static op_names()`: the names its nodes take (one per kind it has; none for an op
+///   named as another, which no file holds);
 /// - saving (kiln/saved_function.hpp): `template <class Out> void save(Out&) const`
 ///   writes its attributes, `template <class In> static std::shared_ptr<const special_op>
 ///   load(In&)` checks them against the node and rebuilds it; or `static constexpr
@@ -11508,6 +11529,8 @@ class graph;
 /// - ONNX (kiln/onnx.hpp): `template <class Onnx, class Graph> std::vector<std::string>
 ///   to_onnx(Onnx&, Graph&, const node&, const graph&, const std::vector<std::string>&) const`
 ///   emits its nodes, or `static constexpr std::string_view onnx_refusal` says why not;
+/// - TensorBoard's graph (kiln/summary.hpp): `template <class Out> void describe(Out&) const`
+///   gives the node's text attributes (`out.set_text(key, value)`), if it has any;
 /// - gradients: an entry of special_gradients() (kiln/graph/special_gradients.hpp),
 ///   registered by the layer that differentiates it.
 /// `Out`, `In` and `Onnx` are the consumers' types, so an op's header names no JSON or
@@ -18978,8 +19001,9 @@ class description_sink {
   /// A constant node holding a copy of the elements at `data`.
   virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
   /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  /// of its results. `variable` names the variable it reads or writes, if any.
+  virtual std::vector<int> effect(std::string_view name, std::string_view variable, bool writes,
+                                  std::vector<int> inputs,
                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
   /// A conditional or a loop, with its branches or condition and body.
   virtual void control_flow(const cond_step& c) = 0;
@@ -21170,7 +21194,7 @@ struct variable_read {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_read*>(data);
-    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", a.target->name, false, {}, {{V::dtype, V::shape()}})[0]);
   }
 };
 
@@ -21188,7 +21212,8 @@ struct variable_write {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_write*>(data);
-    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
+    sink.effect("AssignVariableOp", a.target->name, true, {sink.value(a.slot, V::dims_type::values)},
+                {{V::dtype, V::shape()}});
   }
 };
 
@@ -21291,7 +21316,7 @@ struct print_step {
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
     for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", true, std::move(inputs), {});
+    sink.effect("PrintV2", {}, true, std::move(inputs), {});
   }
 };
 
@@ -21377,7 +21402,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
+    const std::vector<int> ids = sink.effect("HostCallback", {}, true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };
@@ -21479,13 +21504,14 @@ namespace typed {
 
 /// A node of a typed trace's graph that stands for a step with effects or graphs of
 /// its own: it has the runtime tier's name for it (`cond`, `while`, `PrintV2`, ...),
-/// and its branches or body as subgraphs, but runs only as part of its trace.
+/// its branches or body as subgraphs and the name of the variable it reads or writes,
+/// but runs only as part of its trace.
 class described_op final : public special_op {
  public:
   using labelled_graphs = std::vector<std::pair<std::string, std::shared_ptr<const graph>>>;
-  described_op(std::string name, bool effects, labelled_graphs subgraphs = {})
+  described_op(std::string name, bool effects, labelled_graphs subgraphs = {}, std::string variable = {})
       : special_op(std::type_identity<described_op>()), name_(std::move(name)), effects_(effects),
-        subgraphs_(std::move(subgraphs)) {}
+        subgraphs_(std::move(subgraphs)), variable_(std::move(variable)) {}
   std::string_view name() const { return name_; }
   bool has_effects() const { return effects_; }
   std::vector<tensor> run(std::span<const tensor* const>) const {
@@ -21498,10 +21524,27 @@ class described_op final : public special_op {
     return out;
   }
 
+  /// None of its own: its nodes take the names of the runtime tier's ops, so consumers
+  /// find it by its kind, and no file holds it to be loaded by name.
+  static std::array<std::string_view, 0> op_names() { return {}; }
+  static constexpr std::string_view save_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; save a trace of the function for "
+      "kiln::tensor arguments";
+  static constexpr std::string_view onnx_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; export a trace of the function for "
+      "kiln::tensor arguments";
+  /// What TensorBoard's graph shows of it: the variable's name, as the runtime tier's
+  /// variable ops show it.
+  template <class Out>
+  void describe(Out& out) const {
+    if (!variable_.empty()) out.set_text("shared_name", variable_);
+  }
+
  private:
   std::string name_;
   bool effects_;
   labelled_graphs subgraphs_;
+  std::string variable_;  // the variable it reads or writes, or empty
 };
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
@@ -21557,9 +21600,9 @@ class basic_graph_writer final : public description_sink {
     std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
     return graph_.add_constant(value);
   }
-  std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  std::vector<int> effect(std::string_view name, std::string_view variable, bool writes, std::vector<int> inputs,
                           const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) override {
-    return add_special(std::string(name), writes, std::move(inputs), results);
+    return add_special(std::string(name), writes, std::move(inputs), results, {}, std::string(variable));
   }
 
   void control_flow(const cond_step& c) override {
@@ -21646,9 +21689,10 @@ class basic_graph_writer final : public description_sink {
   }
   std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
-                               described_op::labelled_graphs subgraphs = {}) {
-    return graph_.add_special(std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs)),
-                              std::move(inputs), results);
+                               described_op::labelled_graphs subgraphs = {}, std::string variable = {}) {
+    return graph_.add_special(
+        std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs), std::move(variable)),
+        std::move(inputs), results);
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -23414,6 +23458,7 @@ struct component_call<Fn, std::tuple<Before...>, std::tuple<After...>> {
 /// `dataset::reduce`: eagerly a C++ loop over the elements, while tracing one node
 /// whose body is traced once, as AutoGraph turns `for x in dataset` into a reduce.
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -23459,6 +23504,19 @@ class reduce_dataset_op final : public special_op {
       for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
     }
     return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"ReduceDataset"}; }
+  /// Its dataset is a pipeline of C++ objects (sources, functions) of this program, named
+  /// by a handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which a saved function cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which an ONNX model cannot hold";
+  /// What TensorBoard's graph shows of it: the elements it was traced for.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:
@@ -24314,6 +24372,7 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24371,6 +24430,20 @@ class iterator_get_next_op final : public special_op {
     const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
     check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
     return next_element(*state, name());
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"IteratorGetNext"}; }
+  /// Its iterator is a pass over a pipeline of C++ objects of this program, named by a
+  /// handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "advances an iterator over a dataset, a pipeline of C++ objects of this program, which a saved function "
+      "cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "advances an iterator over a dataset; an ONNX model has no state and no datasets";
+  /// What TensorBoard's graph shows of it: the elements it gives.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:

@@ -55,9 +55,10 @@
 // ----- begin kiln/io/special_ops.hpp -----
 /// \file
 /// The special ops that files and other runtimes know: the one list that kiln::save,
-/// kiln::load and kiln::onnx look a special node up in, by the op names its nodes take.
-/// Each op says itself how it is saved, rebuilt, lowered to ONNX or refused (the members
-/// kiln::special_op lists); a consumer finds the op's entry by name and calls it, so no
+/// kiln::load, kiln::onnx and TensorBoard's graph look a special node up in. Each op says
+/// itself how it is saved, rebuilt, lowered to ONNX or refused, and what TensorBoard
+/// shows of it (the members kiln::special_op lists); a consumer finds the op's entry (by
+/// the op's kind, or by the name its nodes take when it loads a file) and calls it, so no
 /// consumer names an op. A new special op is its own file and one entry here; an op
 /// missing here is refused by name ("cannot save yet", "has no ONNX operator").
 /// An optional part's header: it includes the ops' headers that kiln/kiln.hpp does not.
@@ -65,6 +66,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
@@ -311,6 +313,8 @@ class collective_op final : public special_op {
     in.expect_results(made);
     return std::make_shared<collective_op>(std::move(spec));
   }
+  static constexpr std::string_view onnx_refusal =
+      "exchanges tensors with other processes (a collective); an ONNX model runs in one";
 
  private:
   collective_spec spec_;
@@ -573,32 +577,60 @@ class summary_op final : public special_op {
 
 namespace kiln::detail {
 
-/// Every special op that a saved function or an ONNX model may meet.
-using known_special_ops = boost::mp11::mp_list<read_variable_op, assign_variable_op, print_op, host_callback_op,
-                                               cond_op, while_op, random_uniform_op, summary_op, collective_op>;
+/// Every special op that a saved function, an ONNX model or TensorBoard's graph may meet.
+using known_special_ops =
+    boost::mp11::mp_list<read_variable_op, assign_variable_op, print_op, host_callback_op, cond_op, while_op,
+                         random_uniform_op, summary_op, collective_op, reduce_dataset_op, iterator_get_next_op,
+                         typed::described_op>;
 
-/// A consumer's table of the known special ops: `Entry::template of<Op>()` for each op
-/// of known_special_ops, under each name in `Op::op_names()`. Made on first use.
+/// A consumer's entry for one op of known_special_ops, and how to tell that op.
 template <class Entry>
-const std::unordered_map<std::string_view, Entry>& special_op_table() {
-  static const std::unordered_map<std::string_view, Entry> table = [] {
-    std::unordered_map<std::string_view, Entry> t;
+struct known_special_op {
+  bool (*is)(const special_op& op);  ///< whether `op` is this kind of op
+  Entry entry;
+};
+
+/// A consumer's entries: `Entry::template of<Op>()` for each op of known_special_ops, in
+/// its order. Made on first use.
+template <class Entry>
+const std::vector<known_special_op<Entry>>& special_op_entries() {
+  static const std::vector<known_special_op<Entry>> entries = [] {
+    std::vector<known_special_op<Entry>> e;
     boost::mp11::mp_for_each<boost::mp11::mp_transform<std::type_identity, known_special_ops>>(
         [&]<class Op>(std::type_identity<Op>) {
-          for (std::string_view name : Op::op_names()) t.emplace(name, Entry::template of<Op>());
+          e.push_back({[](const special_op& op) { return op.as<Op>() != nullptr; }, Entry::template of<Op>()});
+        });
+    return e;
+  }();
+  return entries;
+}
+
+/// The entry of `op`'s kind, or null for a kind that known_special_ops does not list.
+/// By kind rather than by name: a typed trace's graph describes its steps with the
+/// runtime tier's names (typed::described_op).
+template <class Entry>
+const Entry* special_op_entry(const special_op& op) {
+  for (const known_special_op<Entry>& k : special_op_entries<Entry>())
+    if (k.is(op)) return &k.entry;
+  return nullptr;
+}
+
+/// The entry of the op whose nodes take the name `name` (`Op::op_names()`), as a file
+/// names it, or null for a name that no op of known_special_ops takes.
+template <class Entry>
+const Entry* special_op_entry(std::string_view name) {
+  static const std::unordered_map<std::string_view, const Entry*> by_name = [] {
+    std::unordered_map<std::string_view, const Entry*> t;
+    std::size_t k = 0;
+    boost::mp11::mp_for_each<boost::mp11::mp_transform<std::type_identity, known_special_ops>>(
+        [&]<class Op>(std::type_identity<Op>) {
+          for (std::string_view n : Op::op_names()) t.emplace(n, &special_op_entries<Entry>()[k].entry);
+          ++k;
         });
     return t;
   }();
-  return table;
-}
-
-/// The entry of the special op named `name` in a consumer's table, or null for an op
-/// that known_special_ops does not list.
-template <class Entry>
-const Entry* special_op_entry(std::string_view name) {
-  const auto& table = special_op_table<Entry>();
-  const auto it = table.find(name);
-  return it == table.end() ? nullptr : &it->second;
+  const auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
 }
 
 }  // namespace kiln::detail
@@ -815,7 +847,7 @@ class exporter {
     return g;
   }
   std::string cast(GraphProto& g, const std::string& x, kiln::dtype to, const std::string& base) {
-    NodeProto& n = add(g, "Cast", {x}, base);
+    NodeProto& n = add(g, onnx_name_of<ops::cast>, {x}, base);
     attribute(n, "to", std::int64_t(element_type(to)));
     return n.output(0);
   }
@@ -867,6 +899,11 @@ class exporter {
     return outputs;
   }
 
+  /// Op `op`'s ONNX nodes; returns the value of its result. An op lowered its own way
+  /// comes first, by its type, and spells its own operator as its `onnx_name`; then the
+  /// ops that are their `onnx_name` alone, attributes aside (the reductions' axes, an
+  /// axis), so that no op with a lowering of its own falls to them and loses its
+  /// attributes.
   template <class Op>
   std::string emit_op(GraphProto& g, const Op& op, const node& n, const kiln::graph& kg,
                       const std::vector<std::string>& in) {
@@ -874,19 +911,19 @@ class exporter {
     const auto input = [&](std::size_t k) -> const node& { return kg.node_at(n.input_ids()[k]); };
     const kiln::dtype type = input(0).dtype();
     if constexpr (std::is_same_v<Op, ops::add>) {
-      return value(g, type == kiln::string ? "StringConcat" : "Add", in, base);
+      return value(g, type == kiln::string ? "StringConcat" : onnx_name_of<Op>, in, base);
     } else if constexpr (std::is_same_v<Op, ops::relu>) {
-      if (is_floating(type)) return value(g, "Relu", in, base);
+      if (is_floating(type)) return value(g, onnx_name_of<Op>, in, base);
       return value(g, "Max", {in[0], constant(kiln::zeros({}, type))}, base);
     } else if constexpr (std::is_same_v<Op, ops::relu_grad>) {  // Where(y > 0, dy, 0)
       const std::string zero = constant(kiln::zeros({}, type));
       return value(g, "Where", {value(g, "Greater", {in[0], zero}, base), in[1], zero}, base);
     } else if constexpr (std::is_same_v<Op, ops::gelu>) {
-      NodeProto& r = add(g, "Gelu", in, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, in, base);
       if (op.approximate) attribute(r, "approximate", std::string("tanh"));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::elu> || std::is_same_v<Op, ops::leaky_relu>) {
-      NodeProto& r = add(g, std::is_same_v<Op, ops::elu> ? "Elu" : "LeakyRelu", in, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, in, base);
       attribute(r, "alpha", float(op.alpha));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::silu>) {  // ONNX's Swish is newer than oldest_opset
@@ -898,9 +935,9 @@ class exporter {
     } else if constexpr (std::is_same_v<Op, ops::cast>) {
       return cast(g, in[0], op.to, base);
     } else if constexpr (std::is_same_v<Op, ops::divide>) {
-      if (is_floating(type)) return value(g, "Div", in, base);
+      if (is_floating(type)) return value(g, onnx_name_of<Op>, in, base);
       // Integers divide as float64, as TensorFlow's `/`.
-      return value(g, "Div", {cast(g, in[0], float64, base), cast(g, in[1], float64, base)}, base);
+      return value(g, onnx_name_of<Op>, {cast(g, in[0], float64, base), cast(g, in[1], float64, base)}, base);
     } else if constexpr (std::is_same_v<Op, ops::floordiv>) {
       if (is_floating(type)) return value(g, "Floor", {value(g, "Div", in, base)}, base);
       // a - floormod(a, b) is a multiple of b, so ONNX's truncating Div is exact on it.
@@ -921,28 +958,17 @@ class exporter {
           value(g, "Xor", {value(g, "Less", {r, zero}, base), value(g, "Less", {in[1], zero}, base)}, base);
       return value(g, "Where", {value(g, "And", {nonzero, signs_differ}, base), value(g, "Add", {r, in[1]}, base), r},
                    base);
-    } else if constexpr (!onnx_name_of<Op>.empty() && (std::is_base_of_v<ops::reduction_op, Op>)) {
-      NodeProto& r = add(g, onnx_name_of<Op>, {in[0]}, base);
-      if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
-      attribute(r, "keepdims", std::int64_t(op.keepdims));
-      return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::argmax>) {
       return argmax(g, op, n, input(0), in[0]);
-    } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
-      NodeProto& c = add(g, onnx_name_of<Op>, in, base);
-      attribute(c, "axis", op.axis);
-      return c.output(0);
-    } else if constexpr (!onnx_name_of<Op>.empty()) {
-      return value(g, onnx_name_of<Op>, in, base);
     } else if constexpr (std::is_same_v<Op, ops::reshape>) {
-      NodeProto& r = add(g, "Reshape", {in[0], int64s(ints(op.new_shape))}, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0], int64s(ints(op.new_shape))}, base);
       // A 0 in kiln's shape is an empty dim, not ONNX's "copy the input's dim".
       bool has_zero = false;
       for (std::int64_t d : op.new_shape) has_zero = has_zero || d == 0;
       if (has_zero) attribute(r, "allowzero", std::int64_t(1));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::transpose>) {
-      NodeProto& t = add(g, "Transpose", in, base);
+      NodeProto& t = add(g, onnx_name_of<Op>, in, base);
       if (!op.perm.empty()) attribute(t, "perm", ints(op.perm));
       return t.output(0);
     } else if constexpr (std::is_same_v<Op, ops::stack>) {
@@ -953,7 +979,7 @@ class exporter {
       attribute(c, "axis", op.axis);
       return c.output(0);
     } else if constexpr (std::is_same_v<Op, ops::index>) {
-      NodeProto& r = add(g, "Gather", {in[0], constant(kiln::constant(op.i))}, base);
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0], constant(kiln::constant(op.i))}, base);
       attribute(r, "axis", std::int64_t(0));
       return r.output(0);
     } else if constexpr (std::is_same_v<Op, ops::slice>) {
@@ -962,9 +988,9 @@ class exporter {
         ends.push_back(op.size[d] == -1 ? std::numeric_limits<std::int64_t>::max() : op.begin[d] + op.size[d]);
         axes.push_back(d);
       }
-      return value(g, "Slice", {in[0], int64s(ints(op.begin)), int64s(ends), int64s(axes)}, base);
+      return value(g, onnx_name_of<Op>, {in[0], int64s(ints(op.begin)), int64s(ends), int64s(axes)}, base);
     } else if constexpr (std::is_same_v<Op, ops::shape_of>) {
-      return cast(g, value(g, "Shape", in, base), int32, base);
+      return cast(g, value(g, onnx_name_of<Op>, in, base), int32, base);
     } else if constexpr (std::is_same_v<Op, ops::set_item>) {
       // ScatterND with one index [[i]] and one update, the new row.
       const std::string i = input(1).dtype() == int64 ? in[1] : cast(g, in[1], int64, base);
@@ -1007,7 +1033,7 @@ class exporter {
       attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
       NodeProto& w = add(g, "Transpose", {in[1]}, base);
       attribute(w, "perm", std::vector<std::int64_t>{3, 2, 0, 1});
-      NodeProto& c = add(g, "Conv", {x.output(0), w.output(0)}, base);
+      NodeProto& c = add(g, onnx_name_of<Op>, {x.output(0), w.output(0)}, base);
       attribute(c, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
       // SAME pads the odd element at the end, as TensorFlow does: SAME_UPPER.
       attribute(c, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
@@ -1020,7 +1046,7 @@ class exporter {
       constexpr bool average = std::is_same_v<Op, ops::avg_pool>;
       NodeProto& x = add(g, "Transpose", {in[0]}, base);
       attribute(x, "perm", std::vector<std::int64_t>{0, 3, 1, 2});
-      NodeProto& p = add(g, average ? "AveragePool" : "MaxPool", {x.output(0)}, base);
+      NodeProto& p = add(g, onnx_name_of<Op>, {x.output(0)}, base);
       attribute(p, "kernel_shape", std::vector<std::int64_t>{op.window_h, op.window_w});
       attribute(p, "strides", std::vector<std::int64_t>{op.stride_h, op.stride_w});
       attribute(p, "auto_pad", std::string(op.pad == ops::padding::same ? "SAME_UPPER" : "VALID"));
@@ -1028,6 +1054,17 @@ class exporter {
       NodeProto& y = add(g, "Transpose", {p.output(0)}, base);
       attribute(y, "perm", std::vector<std::int64_t>{0, 2, 3, 1});
       return y.output(0);
+    } else if constexpr (!onnx_name_of<Op>.empty() && std::is_base_of_v<ops::reduction_op, Op>) {
+      NodeProto& r = add(g, onnx_name_of<Op>, {in[0]}, base);
+      if (!op.axis.all()) r.add_input(int64s(ints(op.axis.list())));
+      attribute(r, "keepdims", std::int64_t(op.keepdims));
+      return r.output(0);
+    } else if constexpr (std::is_same_v<Op, ops::gather> || std::is_same_v<Op, ops::concat>) {
+      NodeProto& c = add(g, onnx_name_of<Op>, in, base);
+      attribute(c, "axis", op.axis);
+      return c.output(0);
+    } else if constexpr (!onnx_name_of<Op>.empty()) {
+      return value(g, onnx_name_of<Op>, in, base);
     } else {
       unavailable(n, "has no ONNX operator");
     }
@@ -1036,7 +1073,7 @@ class exporter {
   std::string argmax(GraphProto& g, const ops::argmax& op, const node& n, const node& x, const std::string& in) {
     const std::string& base = n.name();
     if (!op.axis.all() && op.axis.list().size() == 1) {
-      NodeProto& a = add(g, "ArgMax", {in}, base);
+      NodeProto& a = add(g, onnx_name_of<ops::argmax>, {in}, base);
       attribute(a, "axis", op.axis.list()[0]);
       attribute(a, "keepdims", std::int64_t(op.keepdims));
       return a.output(0);
@@ -1044,7 +1081,7 @@ class exporter {
     if (!op.axis.all() && !(x.shape().has_known_rank() && op.axis.list().size() == x.shape().rank()))
       unavailable(n, "reduces " + op.axis.list().str() + "; ONNX's ArgMax reduces one axis or all");
     // Over every element: ArgMax of the flattened input, in row-major order as kiln counts.
-    NodeProto& a = add(g, "ArgMax", {value(g, "Reshape", {in, int64s({-1})}, base)}, base);
+    NodeProto& a = add(g, onnx_name_of<ops::argmax>, {value(g, "Reshape", {in, int64s({-1})}, base)}, base);
     attribute(a, "axis", std::int64_t(0));
     attribute(a, "keepdims", std::int64_t(0));
     if (!op.keepdims) return a.output(0);
@@ -1096,11 +1133,9 @@ class exporter {
     return result.output(0);
   }
 
-  /// How the exporter reaches a special op (an entry of detail::special_op_table): its
+  /// How the exporter reaches a special op (an entry of detail::special_op_entries): its
   /// `to_onnx`, or why ONNX cannot express it.
   struct special_lowering {
-    /// Whether `op` is this op (another kind of special op may take the same name).
-    bool (*is)(const special_op& op) = nullptr;
     /// The op's nodes, and the names of its results.
     std::vector<std::string> (*lower)(exporter& e, GraphProto& g, const node& n, const kiln::graph& kg,
                                       const std::vector<std::string>& in) = nullptr;
@@ -1109,7 +1144,6 @@ class exporter {
     template <class Op>
     static special_lowering of() {
       special_lowering l;
-      l.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
       if constexpr (requires { Op::onnx_refusal; }) {
         l.refusal = Op::onnx_refusal;
       } else if constexpr (requires { &Op::template to_onnx<exporter, GraphProto>; }) {
@@ -1120,11 +1154,11 @@ class exporter {
     }
   };
 
-  // The op's own to_onnx, found by its name (kiln/io/special_ops.hpp).
+  // The op's own to_onnx, found by its kind (kiln/io/special_ops.hpp).
   std::vector<std::string> emit_special(GraphProto& g, const node& n, const kiln::graph& kg,
                                         const std::vector<std::string>& in) {
-    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special().name());
-    if (!entry || !entry->is(n.special())) unavailable(n, "has no ONNX operator");
+    const special_lowering* entry = kiln::detail::special_op_entry<special_lowering>(n.special());
+    if (!entry) unavailable(n, "has no ONNX operator");
     if (!entry->refusal.empty()) unavailable(n, std::string(entry->refusal));
     if (!entry->lower) unavailable(n, "has no ONNX operator");
     return entry->lower(*this, g, n, kg, in);

@@ -590,9 +590,10 @@ class loaded_function {
 // ----- begin kiln/io/special_ops.hpp -----
 /// \file
 /// The special ops that files and other runtimes know: the one list that kiln::save,
-/// kiln::load and kiln::onnx look a special node up in, by the op names its nodes take.
-/// Each op says itself how it is saved, rebuilt, lowered to ONNX or refused (the members
-/// kiln::special_op lists); a consumer finds the op's entry by name and calls it, so no
+/// kiln::load, kiln::onnx and TensorBoard's graph look a special node up in. Each op says
+/// itself how it is saved, rebuilt, lowered to ONNX or refused, and what TensorBoard
+/// shows of it (the members kiln::special_op lists); a consumer finds the op's entry (by
+/// the op's kind, or by the name its nodes take when it loads a file) and calls it, so no
 /// consumer names an op. A new special op is its own file and one entry here; an op
 /// missing here is refused by name ("cannot save yet", "has no ONNX operator").
 /// An optional part's header: it includes the ops' headers that kiln/kiln.hpp does not.
@@ -600,6 +601,7 @@ class loaded_function {
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/mp11/algorithm.hpp>
 #include <boost/mp11/list.hpp>
@@ -846,6 +848,8 @@ class collective_op final : public special_op {
     in.expect_results(made);
     return std::make_shared<collective_op>(std::move(spec));
   }
+  static constexpr std::string_view onnx_refusal =
+      "exchanges tensors with other processes (a collective); an ONNX model runs in one";
 
  private:
   collective_spec spec_;
@@ -1108,32 +1112,60 @@ class summary_op final : public special_op {
 
 namespace kiln::detail {
 
-/// Every special op that a saved function or an ONNX model may meet.
-using known_special_ops = boost::mp11::mp_list<read_variable_op, assign_variable_op, print_op, host_callback_op,
-                                               cond_op, while_op, random_uniform_op, summary_op, collective_op>;
+/// Every special op that a saved function, an ONNX model or TensorBoard's graph may meet.
+using known_special_ops =
+    boost::mp11::mp_list<read_variable_op, assign_variable_op, print_op, host_callback_op, cond_op, while_op,
+                         random_uniform_op, summary_op, collective_op, reduce_dataset_op, iterator_get_next_op,
+                         typed::described_op>;
 
-/// A consumer's table of the known special ops: `Entry::template of<Op>()` for each op
-/// of known_special_ops, under each name in `Op::op_names()`. Made on first use.
+/// A consumer's entry for one op of known_special_ops, and how to tell that op.
 template <class Entry>
-const std::unordered_map<std::string_view, Entry>& special_op_table() {
-  static const std::unordered_map<std::string_view, Entry> table = [] {
-    std::unordered_map<std::string_view, Entry> t;
+struct known_special_op {
+  bool (*is)(const special_op& op);  ///< whether `op` is this kind of op
+  Entry entry;
+};
+
+/// A consumer's entries: `Entry::template of<Op>()` for each op of known_special_ops, in
+/// its order. Made on first use.
+template <class Entry>
+const std::vector<known_special_op<Entry>>& special_op_entries() {
+  static const std::vector<known_special_op<Entry>> entries = [] {
+    std::vector<known_special_op<Entry>> e;
     boost::mp11::mp_for_each<boost::mp11::mp_transform<std::type_identity, known_special_ops>>(
         [&]<class Op>(std::type_identity<Op>) {
-          for (std::string_view name : Op::op_names()) t.emplace(name, Entry::template of<Op>());
+          e.push_back({[](const special_op& op) { return op.as<Op>() != nullptr; }, Entry::template of<Op>()});
+        });
+    return e;
+  }();
+  return entries;
+}
+
+/// The entry of `op`'s kind, or null for a kind that known_special_ops does not list.
+/// By kind rather than by name: a typed trace's graph describes its steps with the
+/// runtime tier's names (typed::described_op).
+template <class Entry>
+const Entry* special_op_entry(const special_op& op) {
+  for (const known_special_op<Entry>& k : special_op_entries<Entry>())
+    if (k.is(op)) return &k.entry;
+  return nullptr;
+}
+
+/// The entry of the op whose nodes take the name `name` (`Op::op_names()`), as a file
+/// names it, or null for a name that no op of known_special_ops takes.
+template <class Entry>
+const Entry* special_op_entry(std::string_view name) {
+  static const std::unordered_map<std::string_view, const Entry*> by_name = [] {
+    std::unordered_map<std::string_view, const Entry*> t;
+    std::size_t k = 0;
+    boost::mp11::mp_for_each<boost::mp11::mp_transform<std::type_identity, known_special_ops>>(
+        [&]<class Op>(std::type_identity<Op>) {
+          for (std::string_view n : Op::op_names()) t.emplace(n, &special_op_entries<Entry>()[k].entry);
+          ++k;
         });
     return t;
   }();
-  return table;
-}
-
-/// The entry of the special op named `name` in a consumer's table, or null for an op
-/// that known_special_ops does not list.
-template <class Entry>
-const Entry* special_op_entry(std::string_view name) {
-  const auto& table = special_op_table<Entry>();
-  const auto it = table.find(name);
-  return it == table.end() ? nullptr : &it->second;
+  const auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
 }
 
 }  // namespace kiln::detail
@@ -1260,12 +1292,9 @@ class special_attributes_in {
 };
 
 /// How the writer and the reader of saved functions reach a special op (an entry of
-/// special_op_table): its `save` and `load`, or why it cannot be saved.
+/// special_op_entries): its `save` and `load`, or why it cannot be saved.
 template <class Writer, class Loader>
 struct saved_special_op {
-  /// Whether `op` is this op (another kind of special op may take the same name: a typed
-  /// trace's graph describes its steps with the runtime tier's names).
-  bool (*is)(const special_op& op) = nullptr;
   void (*save)(special_attributes_out<Writer>& out, const special_op& op) = nullptr;
   std::shared_ptr<const special_op> (*load)(special_attributes_in<Loader>& in) = nullptr;
   std::string_view refusal;  ///< why it cannot be saved (`save_refusal`), or empty
@@ -1273,7 +1302,6 @@ struct saved_special_op {
   template <class Op>
   static saved_special_op of() {
     saved_special_op e;
-    e.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
     if constexpr (requires { Op::save_refusal; }) {
       e.refusal = Op::save_refusal;
     } else {
@@ -1320,11 +1348,11 @@ struct saved_function_io<T>::writer {
     return it->second;
   }
 
-  // The op's own save(), found by its name (kiln/io/special_ops.hpp).
+  // The op's own save(), found by its kind (kiln/io/special_ops.hpp).
   json special(const node& n) {
     const special_op& s = n.special();
-    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s.name());
-    if (!entry || !entry->is(s))
+    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s);
+    if (!entry)
       throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
                               ", which kiln cannot save yet");
     if (!entry->refusal.empty())

@@ -34,10 +34,63 @@ TEST_CASE("every special op that files know has names of its own, and saves and 
       "while",                "RandomUniform",          "StatefulUniform",         "RandomStandardNormal",
       "StatefulStandardNormal", "TruncatedNormal",      "StatefulTruncatedNormal", "WriteScalarSummary",
       "WriteHistogramSummary", "WriteTextSummary",      "WriteImageSummary",       "CollectiveReduceV2",
-      "CollectiveGatherV2",   "CollectiveBcastV2",      "CollectiveReduceScatterV2", "CollectiveReduce"};
+      "CollectiveGatherV2",   "CollectiveBcastV2",      "CollectiveReduceScatterV2", "CollectiveReduce",
+      "ReduceDataset",        "IteratorGetNext"};
   CHECK(names.size() == expected.size());  // no name twice
   CHECK(std::set<std::string_view>(names.begin(), names.end()) == expected);
-  CHECK(refused == 1);  // the host callback
+  CHECK(refused == 4);  // the host callback, the dataset loop, the iterator, the typed trace's steps
+}
+
+namespace special_ops_test {
+
+// What a consumer's entry of an op holds here: the op's save_refusal, if it has one.
+struct save_refusal_entry {
+  std::string_view refusal;
+  template <class Op>
+  static save_refusal_entry of() {
+    if constexpr (requires { Op::save_refusal; })
+      return {Op::save_refusal};
+    else
+      return {"(none)"};
+  }
+};
+
+}  // namespace special_ops_test
+
+TEST_CASE("a typed trace's step is found by its kind, not by the runtime tier's name it takes") {
+  using special_ops_test::save_refusal_entry;
+  const kiln::typed::described_op read("ReadVariableOp", false, {}, "v");
+  const save_refusal_entry* by_kind = kiln::detail::special_op_entry<save_refusal_entry>(read);
+  REQUIRE(by_kind);
+  CHECK(std::string(by_kind->refusal).find("a step of a typed trace") != std::string::npos);
+  const save_refusal_entry* by_name = kiln::detail::special_op_entry<save_refusal_entry>("ReadVariableOp");
+  REQUIRE(by_name);
+  CHECK(by_name->refusal == "(none)");  // the runtime tier's variable read, which saves itself
+  CHECK(kiln::detail::special_op_entry<save_refusal_entry>(special_ops_test::doubling_op()) == nullptr);
+}
+
+TEST_CASE("a dataset loop or iterator inside a function is refused when saved, saying why") {
+  using kiln::data::dataset;
+  const auto path = std::filesystem::temp_directory_path() / ("kiln_" + std::to_string(::getpid()) + "_dataset.kiln");
+  kiln::function total([] {
+    return dataset::range(4).reduce(kiln::constant(std::int64_t(0)),
+                                    [](const kiln::tensor& s, const kiln::tensor& x) { return s + x; });
+  });
+  kiln::testing::require_throws<kiln::unavailable_error>(
+      [&] {
+        kiln::save(total.get_concrete_function(), path);
+        return 0;
+      },
+      {"kiln::save: node ReduceDataset", "loops over a dataset", "a saved function cannot hold"});
+  kiln::function next([](const kiln::data::iterator& it) { return it.get_next()[0] * 2; });
+  const kiln::data::iterator it = dataset::range(3).make_iterator();
+  kiln::testing::require_throws<kiln::unavailable_error>(
+      [&] {
+        kiln::save(next.get_concrete_function(it), path);
+        return 0;
+      },
+      {"kiln::save: node IteratorGetNext", "advances an iterator over a dataset", "a saved function cannot hold"});
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("a special op that files do not know is refused by name when saved") {

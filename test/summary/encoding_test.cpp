@@ -395,4 +395,45 @@ TEST_CASE("a GraphDef holds an op's float attribute as AttrValue's float") {
   CHECK(found);
 }
 
+// The string attribute `key` of the first node of op `op` in GraphDef `def`, or "(none)".
+std::string text_attribute(const message& def, std::string_view op, std::string_view key) {
+  for (const auto& n : def.all(1)) {
+    const message node = message::parse(n.bytes);
+    if (node.one(2).bytes != op) continue;
+    for (const auto& entry : node.all(5)) {
+      const message e = message::parse(entry.bytes);
+      if (e.one(1).bytes == key) return e.sub(2).one(2).bytes;  // AttrValue.s
+    }
+    return "(none)";
+  }
+  return "(no " + std::string(op) + " node)";
+}
+
+TEST_CASE("a GraphDef shows the variable of a typed trace's variable steps, as the runtime tier's") {
+  kiln::fixed_variable<float, 2> total(kiln::fixed<float, 2>::ones(), "total");
+  kiln::function accumulate([&](const auto& x) {
+    total.assign(total.read_value() + x);
+    return total.read_value();
+  });
+  const kiln::graph g = accumulate.get_concrete_function(kiln::spec<float, 2>{}).graph();
+  const message def = message::parse(kiln::detail::graph_def_of(g));
+  CHECK(text_attribute(def, "ReadVariableOp", "shared_name") == "total");
+  CHECK(text_attribute(def, "AssignVariableOp", "shared_name") == "total");
+}
+
+TEST_CASE("a GraphDef shows the elements a dataset loop or an iterator was traced for") {
+  using kiln::data::dataset;
+  kiln::function total([] {
+    return dataset::range(4).reduce(kiln::constant(std::int64_t(0)),
+                                    [](const kiln::tensor& s, const kiln::tensor& x) { return s + x; });
+  });
+  const message reduce_def = message::parse(kiln::detail::graph_def_of(total.get_concrete_function().graph()));
+  CHECK(text_attribute(reduce_def, "ReduceDataset", "element_spec") == "(int64 ())");
+  kiln::function next([](const kiln::data::iterator& it) { return it.get_next()[0]; });
+  const kiln::data::iterator it =
+      dataset::from_tensor_slices(std::tuple{kiln::ones({3, 2}), kiln::constant({1, 2, 3})}).make_iterator();
+  const message next_def = message::parse(kiln::detail::graph_def_of(next.get_concrete_function(it).graph()));
+  CHECK(text_attribute(next_def, "IteratorGetNext", "element_spec") == "(float32 (2,), int32 ())");
+}
+
 }  // namespace

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,20 @@ class iterator_get_next_op final : public special_op {
     const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
     check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
     return next_element(*state, name());
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"IteratorGetNext"}; }
+  /// Its iterator is a pass over a pipeline of C++ objects of this program, named by a
+  /// handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "advances an iterator over a dataset, a pipeline of C++ objects of this program, which a saved function "
+      "cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "advances an iterator over a dataset; an ONNX model has no state and no datasets";
+  /// What TensorBoard's graph shows of it: the elements it gives.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:

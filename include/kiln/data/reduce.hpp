@@ -4,6 +4,7 @@
 /// `dataset::reduce`: eagerly a C++ loop over the elements, while tracing one node
 /// whose body is traced once, as AutoGraph turns `for x in dataset` into a reduce.
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -53,6 +54,19 @@ class reduce_dataset_op final : public special_op {
       for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
     }
     return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+  }
+
+  static std::array<std::string_view, 1> op_names() { return {"ReduceDataset"}; }
+  /// Its dataset is a pipeline of C++ objects (sources, functions) of this program, named
+  /// by a handle that means nothing to another one.
+  static constexpr std::string_view save_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which a saved function cannot hold";
+  static constexpr std::string_view onnx_refusal =
+      "loops over a dataset, a pipeline of C++ objects of this program, which an ONNX model cannot hold";
+  /// What TensorBoard's graph shows of it: the elements it was traced for.
+  template <class Out>
+  void describe(Out& out) const {
+    out.set_text("element_spec", components_text(traced_->element_spec()));
   }
 
  private:

@@ -241,6 +241,8 @@ class collective_op final : public special_op {
     in.expect_results(made);
     return std::make_shared<collective_op>(std::move(spec));
   }
+  static constexpr std::string_view onnx_refusal =
+      "exchanges tensors with other processes (a collective); an ONNX model runs in one";
 
  private:
   collective_spec spec_;

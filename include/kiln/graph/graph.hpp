@@ -48,9 +48,10 @@ class graph;
 /// just freed a tensor, would compile the loops, conditionals and datasets too.
 ///
 /// A derived op also says how the consumers of graphs treat it, each a member they
-/// look up by the op's name, so that no consumer enumerates the ops (kiln/io/special_ops.hpp
-/// lists those that files know):
-/// - `static op_names()`: the names its nodes take (one per kind it has);
+/// look up by the op's kind (a file's reader, by its name), so that no consumer
+/// enumerates the ops (kiln/io/special_ops.hpp lists those that files know):
+/// - `static op_names()`: the names its nodes take (one per kind it has; none for an op
+///   named as another, which no file holds);
 /// - saving (kiln/saved_function.hpp): `template <class Out> void save(Out&) const`
 ///   writes its attributes, `template <class In> static std::shared_ptr<const special_op>
 ///   load(In&)` checks them against the node and rebuilds it; or `static constexpr
@@ -58,6 +59,8 @@ class graph;
 /// - ONNX (kiln/onnx.hpp): `template <class Onnx, class Graph> std::vector<std::string>
 ///   to_onnx(Onnx&, Graph&, const node&, const graph&, const std::vector<std::string>&) const`
 ///   emits its nodes, or `static constexpr std::string_view onnx_refusal` says why not;
+/// - TensorBoard's graph (kiln/summary.hpp): `template <class Out> void describe(Out&) const`
+///   gives the node's text attributes (`out.set_text(key, value)`), if it has any;
 /// - gradients: an entry of special_gradients() (kiln/graph/special_gradients.hpp),
 ///   registered by the layer that differentiates it.
 /// `Out`, `In` and `Onnx` are the consumers' types, so an op's header names no JSON or

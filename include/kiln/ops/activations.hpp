@@ -31,6 +31,7 @@ struct erf : elementwise_op<1, floating> {
 /// the tanh approximation when `approximate`.
 struct gelu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "gelu";
+  static constexpr std::string_view onnx_name = "Gelu";
   bool approximate = false;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"approximate", &gelu::approximate}}; }
   constexpr gelu() = default;
@@ -69,6 +70,7 @@ struct silu : elementwise_op<1, floating> {
 /// kernel for alpha 1).
 struct elu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "elu";
+  static constexpr std::string_view onnx_name = "Elu";
   double alpha = 1.0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &elu::alpha}}; }
   constexpr elu() = default;
@@ -84,6 +86,7 @@ struct elu : elementwise_op<1, floating> {
 /// `x` where positive, else `alpha * x`, as TensorFlow's LeakyRelu kernel.
 struct leaky_relu : elementwise_op<1, floating> {
   static constexpr std::string_view name = "leaky_relu";
+  static constexpr std::string_view onnx_name = "LeakyRelu";
   double alpha = 0.3;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"alpha", &leaky_relu::alpha}}; }
   constexpr leaky_relu() = default;

@@ -71,6 +71,7 @@ struct sigmoid : elementwise_op<1, floating> {
 };
 struct relu : elementwise_op<1, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "relu";
+  static constexpr std::string_view onnx_name = "Relu";
   template <class T> KILN_HOST_DEVICE T operator()(T a) const { return math::max(a, T(0)); }
   /// dy where the result is positive, as TensorFlow's ReluGrad.
   template <class G> void gradient(G& g) const;
@@ -83,6 +84,7 @@ struct logical_not : elementwise_op<1, logical, result_rule::same, dtype_set{}> 
 /// Converts to `to`; the kernels' element conversion (math::convert) does the work.
 struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
   static constexpr std::string_view name = "cast";
+  static constexpr std::string_view onnx_name = "Cast";
   static constexpr bool converts = true;
   dtype to = float32;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"to", &cast::to}}; }
@@ -103,6 +105,7 @@ struct cast : elementwise_op<1, all, result_rule::same, dtype_set{}> {
 // ---- binary -----------------------------------------------------------------
 struct add : elementwise_op<2, numeric_and_string, result_rule::same, numeric> {
   static constexpr std::string_view name = "add";
+  static constexpr std::string_view onnx_name = "Add";
   template <class T> KILN_HOST_DEVICE T operator()(const T& a, const T& b) const {
     if constexpr (std::is_same_v<T, std::string>)
       return a + b;
@@ -126,6 +129,7 @@ struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
   static constexpr std::string_view name = "truediv";
+  static constexpr std::string_view onnx_name = "Div";
   template <class T> KILN_HOST_DEVICE auto operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>)
       return double(a) / double(b);

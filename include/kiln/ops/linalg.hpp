@@ -116,6 +116,7 @@ constexpr conv_dim conv_output_dim(std::int64_t in, std::int64_t filter, std::in
 /// 2-D convolution (cross-correlation, as TensorFlow's conv2d).
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  static constexpr std::string_view onnx_name = "Conv";
   static constexpr int arity = 2;
   std::int64_t stride_h = 1, stride_w = 1;
   padding pad = padding::valid;

@@ -4,8 +4,12 @@
 ///
 /// An op is a type in kiln::ops holding its attributes, with
 /// - `static constexpr std::string_view name`: the op's name in graphs and errors;
-/// - `static constexpr std::string_view onnx_name`, when the op is one ONNX operator
-///   (kiln/onnx.hpp's exporter writes it; the others it lowers in its own way);
+/// - `static constexpr std::string_view onnx_name`: the ONNX operator this op lowers to,
+///   when it lowers to one; its attributes are the exporter's (kiln/onnx.hpp), and so is
+///   any change of layout or dtype around it (conv2d's NHWC transposed for `Conv`). An
+///   op that ONNX computes as a composition of operators (silu, square, not_equal,
+///   floordiv, floormod, relu_grad, stack, set_item, pad_rows, crop_or_pad,
+///   unsorted_segment_sum) has none: the exporter builds it;
 /// - `static constexpr int arity`: how many inputs it takes (`ops::variadic`: one or more);
 /// - `constexpr dtype_result result_dtype(std::span<const dtype>) const`;
 /// - `constexpr shape_result result_shape(std::span<const shape>) const`.

@@ -70,6 +70,7 @@ constexpr dtype_result pooled_dtype(std::span<const dtype> in) {
 /// The largest element of each window (TensorFlow's MaxPool).
 struct max_pool : pool_window {
   static constexpr std::string_view name = "max_pool";
+  static constexpr std::string_view onnx_name = "MaxPool";
   static constexpr int arity = 1;
   static constexpr auto attribute_fields() { return pool_attribute_fields<max_pool>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }
@@ -82,6 +83,7 @@ struct max_pool : pool_window {
 /// The mean of each window's elements inside the image (TensorFlow's AvgPool).
 struct avg_pool : pool_window {
   static constexpr std::string_view name = "avg_pool";
+  static constexpr std::string_view onnx_name = "AveragePool";
   static constexpr int arity = 1;
   static constexpr auto attribute_fields() { return pool_attribute_fields<avg_pool>(); }
   constexpr dtype_result result_dtype(std::span<const dtype> in) const { return pooled_dtype(in); }

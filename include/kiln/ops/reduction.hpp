@@ -216,6 +216,7 @@ struct reduce_min : reduction_op {
 /// row-major order; the first NaN counts as the largest, as reduce_max returns it.
 struct argmax : reduction_op {
   static constexpr std::string_view name = "argmax";
+  static constexpr std::string_view onnx_name = "ArgMax";
   static constexpr reduction_kind kind = reduction_kind::argmax;
   using reduction_op::reduction_op;
 

@@ -67,6 +67,7 @@ namespace ops {
 /// kiln::none (-1), inferred from the element count.
 struct reshape {
   static constexpr std::string_view name = "reshape";
+  static constexpr std::string_view onnx_name = "Reshape";
   static constexpr int arity = 1;
   kiln::shape new_shape;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"shape", &reshape::new_shape}}; }
@@ -117,6 +118,7 @@ struct reshape {
 /// `perm` reverses the dims.
 struct transpose {
   static constexpr std::string_view name = "transpose";
+  static constexpr std::string_view onnx_name = "Transpose";
   static constexpr int arity = 1;
   int_list perm;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"perm", &transpose::perm}}; }
@@ -323,6 +325,7 @@ struct unsorted_segment_sum {
 /// Named as TensorFlow names the node that indexing creates.
 struct index {
   static constexpr std::string_view name = "strided_slice";
+  static constexpr std::string_view onnx_name = "Gather";
   static constexpr int arity = 1;
   std::int64_t i = 0;
   static constexpr auto attribute_fields() { return std::tuple{attribute{"index", &index::i}}; }
@@ -462,6 +465,7 @@ struct crop_or_pad {
 /// every dim d; a size of -1 takes everything to the end.
 struct slice {
   static constexpr std::string_view name = "slice";
+  static constexpr std::string_view onnx_name = "Slice";
   static constexpr int arity = 1;
   int_list begin;
   int_list size;
@@ -664,6 +668,7 @@ void index::gradient(G& g) const {
 /// `shape_of(x)`: the dims of `x` as a 1-D int32 tensor.
 struct shape_of {
   static constexpr std::string_view name = "shape";
+  static constexpr std::string_view onnx_name = "Shape";
   static constexpr int arity = 1;
 
   constexpr dtype_result result_dtype(std::span<const dtype>) const { return {int32}; }

@@ -52,7 +52,7 @@ struct variable_read {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_read*>(data);
-    sink.bind(a.slot, sink.effect("ReadVariableOp", false, {}, {{V::dtype, V::shape()}})[0]);
+    sink.bind(a.slot, sink.effect("ReadVariableOp", a.target->name, false, {}, {{V::dtype, V::shape()}})[0]);
   }
 };
 
@@ -70,7 +70,8 @@ struct variable_write {
   }
   static void describe(const void* data, description_sink& sink) {
     const auto& a = *static_cast<const variable_write*>(data);
-    sink.effect("AssignVariableOp", true, {sink.value(a.slot, V::dims_type::values)}, {{V::dtype, V::shape()}});
+    sink.effect("AssignVariableOp", a.target->name, true, {sink.value(a.slot, V::dims_type::values)},
+                {{V::dtype, V::shape()}});
   }
 };
 
@@ -173,7 +174,7 @@ struct print_step {
   static void describe(const void* data, description_sink& sink) {
     std::vector<int> inputs;
     for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", true, std::move(inputs), {});
+    sink.effect("PrintV2", {}, true, std::move(inputs), {});
   }
 };
 
@@ -259,7 +260,7 @@ struct callback_step {
         (specs.emplace_back(std::tuple_element_t<K, values>::dtype, std::tuple_element_t<K, values>::shape()), ...);
       }(std::make_index_sequence<results>());
     }
-    const std::vector<int> ids = sink.effect("HostCallback", true, {nodes.begin(), nodes.end()}, specs);
+    const std::vector<int> ids = sink.effect("HostCallback", {}, true, {nodes.begin(), nodes.end()}, specs);
     for (std::size_t k = 0; k < results; ++k) sink.bind(c.out[k], ids[k]);
   }
 };

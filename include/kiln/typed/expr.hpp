@@ -78,8 +78,9 @@ class description_sink {
   /// A constant node holding a copy of the elements at `data`.
   virtual int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) = 0;
   /// A node with effects (a print, a callback, a variable's read or write); the nodes
-  /// of its results.
-  virtual std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  /// of its results. `variable` names the variable it reads or writes, if any.
+  virtual std::vector<int> effect(std::string_view name, std::string_view variable, bool writes,
+                                  std::vector<int> inputs,
                                   const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) = 0;
   /// A conditional or a loop, with its branches or condition and body.
   virtual void control_flow(const cond_step& c) = 0;

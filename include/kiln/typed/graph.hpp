@@ -34,13 +34,14 @@ namespace typed {
 
 /// A node of a typed trace's graph that stands for a step with effects or graphs of
 /// its own: it has the runtime tier's name for it (`cond`, `while`, `PrintV2`, ...),
-/// and its branches or body as subgraphs, but runs only as part of its trace.
+/// its branches or body as subgraphs and the name of the variable it reads or writes,
+/// but runs only as part of its trace.
 class described_op final : public special_op {
  public:
   using labelled_graphs = std::vector<std::pair<std::string, std::shared_ptr<const graph>>>;
-  described_op(std::string name, bool effects, labelled_graphs subgraphs = {})
+  described_op(std::string name, bool effects, labelled_graphs subgraphs = {}, std::string variable = {})
       : special_op(std::type_identity<described_op>()), name_(std::move(name)), effects_(effects),
-        subgraphs_(std::move(subgraphs)) {}
+        subgraphs_(std::move(subgraphs)), variable_(std::move(variable)) {}
   std::string_view name() const { return name_; }
   bool has_effects() const { return effects_; }
   std::vector<tensor> run(std::span<const tensor* const>) const {
@@ -53,10 +54,27 @@ class described_op final : public special_op {
     return out;
   }
 
+  /// None of its own: its nodes take the names of the runtime tier's ops, so consumers
+  /// find it by its kind, and no file holds it to be loaded by name.
+  static std::array<std::string_view, 0> op_names() { return {}; }
+  static constexpr std::string_view save_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; save a trace of the function for "
+      "kiln::tensor arguments";
+  static constexpr std::string_view onnx_refusal =
+      "stands for a step of a typed trace, which runs only inside that trace; export a trace of the function for "
+      "kiln::tensor arguments";
+  /// What TensorBoard's graph shows of it: the variable's name, as the runtime tier's
+  /// variable ops show it.
+  template <class Out>
+  void describe(Out& out) const {
+    if (!variable_.empty()) out.set_text("shared_name", variable_);
+  }
+
  private:
   std::string name_;
   bool effects_;
   labelled_graphs subgraphs_;
+  std::string variable_;  // the variable it reads or writes, or empty
 };
 
 /// Builds the graph of a typed trace, or of one of its branches or loop bodies (then
@@ -112,9 +130,9 @@ class basic_graph_writer final : public description_sink {
     std::memcpy(value.view().data, data, std::size_t(value.shape().num_elements()) * size_of(t));
     return graph_.add_constant(value);
   }
-  std::vector<int> effect(std::string_view name, bool writes, std::vector<int> inputs,
+  std::vector<int> effect(std::string_view name, std::string_view variable, bool writes, std::vector<int> inputs,
                           const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) override {
-    return add_special(std::string(name), writes, std::move(inputs), results);
+    return add_special(std::string(name), writes, std::move(inputs), results, {}, std::string(variable));
   }
 
   void control_flow(const cond_step& c) override {
@@ -201,9 +219,10 @@ class basic_graph_writer final : public description_sink {
   }
   std::vector<int> add_special(std::string name, bool effects, std::vector<int> inputs,
                                const std::vector<std::pair<kiln::dtype, kiln::shape>>& results,
-                               described_op::labelled_graphs subgraphs = {}) {
-    return graph_.add_special(std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs)),
-                              std::move(inputs), results);
+                               described_op::labelled_graphs subgraphs = {}, std::string variable = {}) {
+    return graph_.add_special(
+        std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs), std::move(variable)),
+        std::move(inputs), results);
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;

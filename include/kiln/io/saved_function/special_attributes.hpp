@@ -139,12 +139,9 @@ class special_attributes_in {
 };
 
 /// How the writer and the reader of saved functions reach a special op (an entry of
-/// special_op_table): its `save` and `load`, or why it cannot be saved.
+/// special_op_entries): its `save` and `load`, or why it cannot be saved.
 template <class Writer, class Loader>
 struct saved_special_op {
-  /// Whether `op` is this op (another kind of special op may take the same name: a typed
-  /// trace's graph describes its steps with the runtime tier's names).
-  bool (*is)(const special_op& op) = nullptr;
   void (*save)(special_attributes_out<Writer>& out, const special_op& op) = nullptr;
   std::shared_ptr<const special_op> (*load)(special_attributes_in<Loader>& in) = nullptr;
   std::string_view refusal;  ///< why it cannot be saved (`save_refusal`), or empty
@@ -152,7 +149,6 @@ struct saved_special_op {
   template <class Op>
   static saved_special_op of() {
     saved_special_op e;
-    e.is = [](const special_op& op) { return op.as<Op>() != nullptr; };
     if constexpr (requires { Op::save_refusal; }) {
       e.refusal = Op::save_refusal;
     } else {

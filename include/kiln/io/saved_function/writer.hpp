@@ -48,11 +48,11 @@ struct saved_function_io<T>::writer {
     return it->second;
   }
 
-  // The op's own save(), found by its name (kiln/io/special_ops.hpp).
+  // The op's own save(), found by its kind (kiln/io/special_ops.hpp).
   json special(const node& n) {
     const special_op& s = n.special();
-    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s.name());
-    if (!entry || !entry->is(s))
+    const auto* entry = special_op_entry<saved_special_op<writer, loader>>(s);
+    if (!entry)
       throw unavailable_error("kiln::save: node " + n.name() + " is a " + std::string(s.name()) +
                               ", which kiln cannot save yet");
     if (!entry->refusal.empty())

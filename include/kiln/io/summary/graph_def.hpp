@@ -122,7 +122,7 @@ void write_op_attrs(proto::writer& w, const Op& op) {
 /// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
 /// (Templates on nothing, as the rest of this header: compiled only where a program
 /// writes a graph.)
-/// How the graph writer reaches a special op (an entry of special_op_table): the string
+/// How the graph writer reaches a special op (an entry of special_op_entries): the string
 /// attributes the op's `describe(out)` gives TensorBoard (`shared_name`, `tag`), if any.
 struct tensorboard_special_op {
   void (*describe)(proto::writer& d, const special_op& op) = nullptr;
@@ -220,7 +220,7 @@ class graph_def_writer {
             const special_op& s = n.special();
             if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
             for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
-            if (const auto* entry = special_op_entry<tensorboard_special_op>(s.name())) entry->describe(d, s);
+            if (const auto* entry = special_op_entry<tensorboard_special_op>(s)) entry->describe(d, s);
             for (const auto& [label, sub] : s.subgraphs())
               write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
             break;
