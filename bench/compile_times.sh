@@ -96,13 +96,14 @@ rows=(
 )
 if [ -n "$old" ]; then
   old_header_only=(-std=c++20 -I "$old/include")
-  old_separate=(-std=c++20 -I "$old/include" -DKILN_SEPARATE_COMPILATION)
+  # The old headers with the package's flags (its defines; the old headers first on the path).
+  old_separate=(-std=c++20 -I "$old/include" "${kiln_package[@]}")
   rows+=(
     "include only, before: header-only|old_header_only|$work/include_only.cpp"
     "hello, before: header-only|old_header_only|$work/hello.cpp"
-    "hello, before: KILN_SEPARATE_COMPILATION|old_separate|$work/hello.cpp"
+    "hello, before: package flags|old_separate|$work/hello.cpp"
     "regression trainer, before: header-only|old_header_only|$repo/examples/regression_trainer.cpp"
-    "regression trainer, before: KILN_SEPARATE_COMPILATION|old_separate|$repo/examples/regression_trainer.cpp"
+    "regression trainer, before: package flags|old_separate|$repo/examples/regression_trainer.cpp"
   )
 fi
 if $pch; then
