@@ -340,74 +340,77 @@ class summary_op final : public special_op {
 
 namespace kiln::detail {
 
-/// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-template <class = void>
-void append_big_endian(std::string& out, std::uint32_t v) {
-  const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
-  out.append(bytes, 4);
-}
-
-/// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-template <class = void>
-void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
-  append_big_endian(out, std::uint32_t(data.size()));
-  boost::crc_32_type crc;
-  crc.process_bytes(type.data(), type.size());
-  crc.process_bytes(data.data(), data.size());
-  out.append(type);
-  out.append(data);
-  append_big_endian(out, crc.checksum());
-}
-
-/// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
-/// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
-/// no empty images: `height` and `width` are at least 1 (the caller checks).
-/// \code
-/// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
-/// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
-/// \endcode
-template <class = void>
-std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
-                              int channels) {
-  static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  std::string header;
-  append_big_endian(header, width);
-  append_big_endian(header, height);
-  header += {8, color_type[channels], 0, 0, 0};  // bit depth, color type, deflate, filters, no interlace
-  append_png_chunk(png, "IHDR", header);
-
-  // The zlib stream: its header (deflate, 32 KiB window, no dictionary, a check that
-  // makes it a multiple of 31), stored blocks of at most 65535 bytes, then the
-  // Adler-32 of the filtered rows (each one starts with its filter, 0: none).
-  const std::size_t row = std::size_t(width) * std::size_t(channels);
-  const std::size_t filtered = (row + 1) * height;
-  std::string zlib("\x78\x01", 2);
-  zlib.reserve(2 + filtered + 5 * (filtered / 65535 + 1) + 4);
-  std::uint32_t a = 1, b = 0;
-  std::size_t block_left = 0, left = filtered;
-  auto put = [&](std::uint8_t byte) {
-    if (block_left == 0) {  // a new stored block: final flag, LEN and its complement
-      block_left = left < 65535 ? left : 65535;
-      left -= block_left;
-      const auto n = std::uint16_t(block_left);
-      const char head[5] = {char(left == 0 ? 1 : 0), char(n & 0xFF), char(n >> 8), char(~n & 0xFF), char((~n >> 8) & 0xFF)};
-      zlib.append(head, 5);
-    }
-    zlib.push_back(char(byte));
-    --block_left;
-    a = (a + byte) % 65521;
-    b = (b + a) % 65521;
-  };
-  for (std::uint32_t y = 0; y < height; ++y) {
-    put(0);
-    for (std::size_t x = 0; x < row; ++x) put(pixels[y * row + x]);
+/// The PNG encoder of image summaries (`png_encoder`, the one specialization): a
+/// template on nothing, so that a program compiles it only where it writes images.
+template <class Unused>
+struct basic_png_encoder {
+  /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
+  static void append_big_endian(std::string& out, std::uint32_t v) {
+    const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
+    out.append(bytes, 4);
   }
-  append_big_endian(zlib, (b << 16) | a);
-  append_png_chunk(png, "IDAT", zlib);
-  append_png_chunk(png, "IEND", "");
-  return png;
-}
+
+  /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
+  static void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+    append_big_endian(out, std::uint32_t(data.size()));
+    boost::crc_32_type crc;
+    crc.process_bytes(type.data(), type.size());
+    crc.process_bytes(data.data(), data.size());
+    out.append(type);
+    out.append(data);
+    append_big_endian(out, crc.checksum());
+  }
+
+  /// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
+  /// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
+  /// no empty images: `height` and `width` are at least 1 (the caller checks).
+  /// \code
+  /// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
+  /// std::string png = kiln::detail::png_encoder::encode_png(pixels, 1, 1, 3);
+  /// \endcode
+  static std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+                                int channels) {
+    static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
+    std::string png("\x89PNG\r\n\x1a\n", 8);
+    std::string header;
+    append_big_endian(header, width);
+    append_big_endian(header, height);
+    header += {8, color_type[channels], 0, 0, 0};  // bit depth, color type, deflate, filters, no interlace
+    append_png_chunk(png, "IHDR", header);
+
+    // The zlib stream: its header (deflate, 32 KiB window, no dictionary, a check that
+    // makes it a multiple of 31), stored blocks of at most 65535 bytes, then the
+    // Adler-32 of the filtered rows (each one starts with its filter, 0: none).
+    const std::size_t row = std::size_t(width) * std::size_t(channels);
+    const std::size_t filtered = (row + 1) * height;
+    std::string zlib("\x78\x01", 2);
+    zlib.reserve(2 + filtered + 5 * (filtered / 65535 + 1) + 4);
+    std::uint32_t a = 1, b = 0;
+    std::size_t block_left = 0, left = filtered;
+    auto put = [&](std::uint8_t byte) {
+      if (block_left == 0) {  // a new stored block: final flag, LEN and its complement
+        block_left = left < 65535 ? left : 65535;
+        left -= block_left;
+        const auto n = std::uint16_t(block_left);
+        const char head[5] = {char(left == 0 ? 1 : 0), char(n & 0xFF), char(n >> 8), char(~n & 0xFF), char((~n >> 8) & 0xFF)};
+        zlib.append(head, 5);
+      }
+      zlib.push_back(char(byte));
+      --block_left;
+      a = (a + byte) % 65521;
+      b = (b + a) % 65521;
+    };
+    for (std::uint32_t y = 0; y < height; ++y) {
+      put(0);
+      for (std::size_t x = 0; x < row; ++x) put(pixels[y * row + x]);
+    }
+    append_big_endian(zlib, (b << 16) | a);
+    append_png_chunk(png, "IDAT", zlib);
+    append_png_chunk(png, "IEND", "");
+    return png;
+  }
+};
+using png_encoder = basic_png_encoder<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/png.hpp -----
@@ -539,245 +542,241 @@ using writer = basic_writer<>;
 
 namespace kiln::detail {
 
-/// TensorFlow's `DataType` enum value of a kiln dtype.
-template <class = void>
-int tensorflow_dtype(dtype t) {
-  switch (t) {
-    case bool_: return 10;    // DT_BOOL
-    case int32: return 3;     // DT_INT32
-    case int64: return 9;     // DT_INT64
-    case float32: return 1;   // DT_FLOAT
-    case float64: return 2;   // DT_DOUBLE
-    default: return 7;        // DT_STRING
-  }
-}
-
-/// A `TensorShapeProto` (dims; None is -1) as field `field`.
-template <class = void>
-void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
-  w.message(field, [&](proto::writer& m) {
-    if (!dims.has_known_rank()) {
-      m.boolean(3, true);  // unknown_rank
-      return;
+/// The encoding of summaries as `Event` protocol buffers (`event_encoder`, the one
+/// specialization): a template on nothing, so that a program compiles it only where it
+/// writes summaries.
+template <class Unused>
+struct basic_event_encoder {
+  /// TensorFlow's `DataType` enum value of a kiln dtype.
+  static int tensorflow_dtype(dtype t) {
+    switch (t) {
+      case bool_: return 10;    // DT_BOOL
+      case int32: return 3;     // DT_INT32
+      case int64: return 9;     // DT_INT64
+      case float32: return 1;   // DT_FLOAT
+      case float64: return 2;   // DT_DOUBLE
+      default: return 7;        // DT_STRING
     }
-    for (std::int64_t d : dims)
-      m.message(2, [&](proto::writer& dim) {
-        if (d != 0) dim.varint(1, d);
-      });
-  });
-}
+  }
 
-/// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
-/// bytes, as TensorFlow's summaries write them), strings as `string_val`.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
-                               std::span<const std::string> strings = {}) {
-  w.message(field, [&](proto::writer& t) {
-    t.varint(1, tensorflow_dtype(type));
-    write_tensor_shape(t, 2, dims);
-    if (type == string) {
-      for (const std::string& s : strings) t.bytes(8, s);
-    } else if (!content.empty()) {
-      t.bytes(4, content);
+  /// A `TensorShapeProto` (dims; None is -1) as field `field`.
+  static void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+    w.message(field, [&](proto::writer& m) {
+      if (!dims.has_known_rank()) {
+        m.boolean(3, true);  // unknown_rank
+        return;
+      }
+      for (std::int64_t d : dims)
+        m.message(2, [&](proto::writer& dim) {
+          if (d != 0) dim.varint(1, d);
+        });
+    });
+  }
+
+  /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
+  /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
+  static void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+                                 std::span<const std::string> strings = {}) {
+    w.message(field, [&](proto::writer& t) {
+      t.varint(1, tensorflow_dtype(type));
+      write_tensor_shape(t, 2, dims);
+      if (type == string) {
+        for (const std::string& s : strings) t.bytes(8, s);
+      } else if (!content.empty()) {
+        t.bytes(4, content);
+      }
+    });
+  }
+  /// The `TensorProto` of an eager tensor.
+  static void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+    if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
+    const tensor& v = value;
+    if (v.dtype() == string) {
+      const auto* first = static_cast<const std::string*>(v.raw_data());
+      write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
+    } else {
+      write_tensor_proto(w, field, v.dtype(), v.shape(),
+                         std::string_view(static_cast<const char*>(v.raw_data()), std::size_t(v.size()) * size_of(v.dtype())));
     }
-  });
-}
-/// The `TensorProto` of an eager tensor.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
-  if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
-  const tensor& v = value;
-  if (v.dtype() == string) {
-    const auto* first = static_cast<const std::string*>(v.raw_data());
-    write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
-  } else {
-    write_tensor_proto(w, field, v.dtype(), v.shape(),
-                       std::string_view(static_cast<const char*>(v.raw_data()), std::size_t(v.size()) * size_of(v.dtype())));
   }
-}
 
-/// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
-template <class T>
-T numeric_element(const tensor& v, std::int64_t i) {
-  const void* p = v.raw_data();
-  switch (v.dtype()) {
-    case bool_: return T(static_cast<const bool*>(p)[i]);
-    case int32: return T(static_cast<const std::int32_t*>(p)[i]);
-    case int64: return T(static_cast<const std::int64_t*>(p)[i]);
-    case float32: return T(static_cast<const float*>(p)[i]);
-    default: return T(static_cast<const double*>(p)[i]);
+  /// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+  template <class T>
+  static T numeric_element(const tensor& v, std::int64_t i) {
+    const void* p = v.raw_data();
+    switch (v.dtype()) {
+      case bool_: return T(static_cast<const bool*>(p)[i]);
+      case int32: return T(static_cast<const std::int32_t*>(p)[i]);
+      case int64: return T(static_cast<const std::int64_t*>(p)[i]);
+      case float32: return T(static_cast<const float*>(p)[i]);
+      default: return T(static_cast<const double*>(p)[i]);
+    }
   }
-}
 
-/// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
-/// (left edge, right edge, count), row-major. Equal widths between the least and the
-/// greatest value, the last bucket closed, its right edge exactly the greatest value;
-/// when every value is the same, every edge is that value and the last bucket counts
-/// them all; no values give rows of zeros. Non-finite values raise
-/// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-template <class = void>
-std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
-  const std::size_t k = std::size_t(std::max(buckets, 0));
-  std::vector<double> table(3 * k, 0.0);
-  if (data.empty() || k == 0) return table;
-  double lo = data[0], hi = data[0];
-  for (double x : data) {
-    if (!std::isfinite(x))
-      throw invalid_argument_error("kiln::summary::histogram '" + std::string(tag) + "': the values hold " +
-                                   (std::isnan(x) ? "NaN" : "an infinity") + ", which has no bucket");
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
-  }
-  const double range = hi - lo;
-  if (range == 0) {
-    for (std::size_t b = 0; b < k; ++b) table[3 * b] = table[3 * b + 1] = hi;
-    table[3 * k - 1] = double(data.size());
+  /// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
+  /// (left edge, right edge, count), row-major. Equal widths between the least and the
+  /// greatest value, the last bucket closed, its right edge exactly the greatest value;
+  /// when every value is the same, every edge is that value and the last bucket counts
+  /// them all; no values give rows of zeros. Non-finite values raise
+  /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
+  static std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+    const std::size_t k = std::size_t(std::max(buckets, 0));
+    std::vector<double> table(3 * k, 0.0);
+    if (data.empty() || k == 0) return table;
+    double lo = data[0], hi = data[0];
+    for (double x : data) {
+      if (!std::isfinite(x))
+        throw invalid_argument_error("kiln::summary::histogram '" + std::string(tag) + "': the values hold " +
+                                     (std::isnan(x) ? "NaN" : "an infinity") + ", which has no bucket");
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    const double range = hi - lo;
+    if (range == 0) {
+      for (std::size_t b = 0; b < k; ++b) table[3 * b] = table[3 * b + 1] = hi;
+      table[3 * k - 1] = double(data.size());
+      return table;
+    }
+    // As TensorFlow computes them: the width is range / k, an index floor((x - lo) /
+    // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
+    const double width = range / double(k);
+    for (double x : data) {
+      // (NaN and infinities stay out of the integer conversion: a width that underflows
+      // to 0, or a range that overflows, makes them.)
+      const double index = std::floor((x - lo) / width);
+      table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
+    }
+    for (std::size_t b = 0; b < k; ++b) {
+      table[3 * b] = b == 0 ? lo : lo + width * double(b);
+      table[3 * b + 1] = b + 1 == k ? hi : lo + width * double(b + 1);
+    }
     return table;
   }
-  // As TensorFlow computes them: the width is range / k, an index floor((x - lo) /
-  // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
-  const double width = range / double(k);
-  for (double x : data) {
-    // (NaN and infinities stay out of the integer conversion: a width that underflows
-    // to 0, or a range that overflows, makes them.)
-    const double index = std::floor((x - lo) / width);
-    table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
-  }
-  for (std::size_t b = 0; b < k; ++b) {
-    table[3 * b] = b == 0 ? lo : lo + width * double(b);
-    table[3 * b + 1] = b + 1 == k ? hi : lo + width * double(b + 1);
-  }
-  return table;
-}
 
-/// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
-/// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
-/// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
-/// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-template <class = void>
-std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
-  const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
-  std::vector<std::uint8_t> out(std::size_t(count * per_image));
-  const bool floats = images.dtype() == float32 || images.dtype() == float64;
-  for (std::int64_t i = 0; i < count * per_image; ++i) {
-    if (floats) {  // (in the images' own precision, as TensorFlow multiplies)
-      const double x = images.dtype() == float32 ? double(static_cast<const float*>(images.raw_data())[i] * 255.5f)
-                                                 : static_cast<const double*>(images.raw_data())[i] * 255.5;
-      out[std::size_t(i)] = x >= 255 ? 255 : x > 0 ? std::uint8_t(x) : 0;
-    } else {
-      const std::int64_t x = numeric_element<std::int64_t>(images, i);
-      if (x < 0 || x > 255)
-        throw invalid_argument_error("kiln::summary::image '" + std::string(tag) + "': an integer image holds " +
-                                     std::to_string(x) + ", outside [0, 255]");
-      out[std::size_t(i)] = std::uint8_t(x);
-    }
-  }
-  return out;
-}
-
-/// The TensorBoard plugin that shows each kind.
-template <class = void>
-std::string_view summary_plugin(summary_kind kind) {
-  switch (kind) {
-    case summary_kind::histogram: return "histograms";
-    case summary_kind::text: return "text";
-    case summary_kind::image: return "images";
-    default: return "scalars";
-  }
-}
-
-/// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
-/// function of that kind passes to tf.summary.write) as field `field`.
-template <class = void>
-void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
-  if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
-  const tensor& v = value;
-  switch (spec.kind) {
-    case summary_kind::scalar: {
-      float x;
-      if (v.dtype() == float32) {
-        x = *static_cast<const float*>(v.raw_data());
-      } else if (v.dtype() == float64) {
-        // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
-        // conversion of such a double is undefined).
-        const double d = *static_cast<const double*>(v.raw_data());
-        constexpr double largest = std::numeric_limits<float>::max();
-        constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
-        x = d >= overflow    ? std::numeric_limits<float>::infinity()
-            : d <= -overflow ? -std::numeric_limits<float>::infinity()
-            : d > largest    ? float(largest)
-            : d < -largest   ? -float(largest)
-                             : float(d);
+  /// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
+  /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
+  /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
+  /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
+  static std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+    const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
+    std::vector<std::uint8_t> out(std::size_t(count * per_image));
+    const bool floats = images.dtype() == float32 || images.dtype() == float64;
+    for (std::int64_t i = 0; i < count * per_image; ++i) {
+      if (floats) {  // (in the images' own precision, as TensorFlow multiplies)
+        const double x = images.dtype() == float32 ? double(static_cast<const float*>(images.raw_data())[i] * 255.5f)
+                                                   : static_cast<const double*>(images.raw_data())[i] * 255.5;
+        out[std::size_t(i)] = x >= 255 ? 255 : x > 0 ? std::uint8_t(x) : 0;
       } else {
-        x = numeric_element<float>(v, 0);
+        const std::int64_t x = numeric_element<std::int64_t>(images, i);
+        if (x < 0 || x > 255)
+          throw invalid_argument_error("kiln::summary::image '" + std::string(tag) + "': an integer image holds " +
+                                       std::to_string(x) + ", outside [0, 255]");
+        out[std::size_t(i)] = std::uint8_t(x);
       }
-      char bytes[4];
-      std::memcpy(bytes, &x, 4);
-      write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
-      break;
     }
-    case summary_kind::histogram: {
-      std::vector<double> data(std::size_t(v.size()));
-      for (std::int64_t i = 0; i < v.size(); ++i) data[std::size_t(i)] = numeric_element<double>(v, i);
-      const std::vector<double> table = histogram_buckets(data, spec.parameter, spec.tag);
-      write_tensor_proto(w, field, float64, shape{std::int64_t(table.size() / 3), 3},
-                         std::string_view(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(double)));
-      break;
-    }
-    case summary_kind::text:
-      write_tensor_proto(w, field, v);
-      break;
-    case summary_kind::image: {
-      const std::int64_t height = v.shape()[1], width = v.shape()[2], channels = v.shape()[3];
-      const std::int64_t count = std::min<std::int64_t>(v.shape()[0], std::max(spec.parameter, 0));
-      const std::vector<std::uint8_t> samples = image_samples(v, count, spec.tag);
-      std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
-      const std::size_t per_image = std::size_t(height * width * channels);
-      for (std::int64_t i = 0; i < count; ++i)
-        strings.push_back(encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
-                                     std::uint32_t(height), std::uint32_t(width), int(channels)));
-      write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
-      break;
+    return out;
+  }
+
+  /// The TensorBoard plugin that shows each kind.
+  static std::string_view summary_plugin(summary_kind kind) {
+    switch (kind) {
+      case summary_kind::histogram: return "histograms";
+      case summary_kind::text: return "text";
+      case summary_kind::image: return "images";
+      default: return "scalars";
     }
   }
-}
 
-/// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
-/// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
-/// `SummaryMetadata` (the plugin's name, and the description when there is one).
-template <class = void>
-void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
-                                const tensor& value) {
-  proto::writer w(out);
-  w.float64(1, wall_time);
-  if (step != 0) w.varint(2, step);
-  w.message(5, [&](proto::writer& summary) {     // Event.summary
-    summary.message(1, [&](proto::writer& v) {   // Summary.value
-      v.string(1, spec.tag);                      // tag
-      write_summary_tensor(v, 8, spec, value);    // tensor
-      v.message(9, [&](proto::writer& meta) {     // metadata
-        meta.message(1, [&](proto::writer& plugin) { plugin.string(1, summary_plugin(spec.kind)); });
-        if (!spec.description.empty()) meta.string(3, spec.description);
+  /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
+  /// function of that kind passes to tf.summary.write) as field `field`.
+  static void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+    if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
+    const tensor& v = value;
+    switch (spec.kind) {
+      case summary_kind::scalar: {
+        float x;
+        if (v.dtype() == float32) {
+          x = *static_cast<const float*>(v.raw_data());
+        } else if (v.dtype() == float64) {
+          // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
+          // conversion of such a double is undefined).
+          const double d = *static_cast<const double*>(v.raw_data());
+          constexpr double largest = std::numeric_limits<float>::max();
+          constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
+          x = d >= overflow    ? std::numeric_limits<float>::infinity()
+              : d <= -overflow ? -std::numeric_limits<float>::infinity()
+              : d > largest    ? float(largest)
+              : d < -largest   ? -float(largest)
+                               : float(d);
+        } else {
+          x = numeric_element<float>(v, 0);
+        }
+        char bytes[4];
+        std::memcpy(bytes, &x, 4);
+        write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
+        break;
+      }
+      case summary_kind::histogram: {
+        std::vector<double> data(std::size_t(v.size()));
+        for (std::int64_t i = 0; i < v.size(); ++i) data[std::size_t(i)] = numeric_element<double>(v, i);
+        const std::vector<double> table = histogram_buckets(data, spec.parameter, spec.tag);
+        write_tensor_proto(w, field, float64, shape{std::int64_t(table.size() / 3), 3},
+                           std::string_view(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(double)));
+        break;
+      }
+      case summary_kind::text:
+        write_tensor_proto(w, field, v);
+        break;
+      case summary_kind::image: {
+        const std::int64_t height = v.shape()[1], width = v.shape()[2], channels = v.shape()[3];
+        const std::int64_t count = std::min<std::int64_t>(v.shape()[0], std::max(spec.parameter, 0));
+        const std::vector<std::uint8_t> samples = image_samples(v, count, spec.tag);
+        std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
+        const std::size_t per_image = std::size_t(height * width * channels);
+        for (std::int64_t i = 0; i < count; ++i)
+          strings.push_back(basic_png_encoder<Unused>::encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
+                                       std::uint32_t(height), std::uint32_t(width), int(channels)));
+        write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
+        break;
+      }
+    }
+  }
+
+  /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
+  /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
+  /// `SummaryMetadata` (the plugin's name, and the description when there is one).
+  static void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+                                  const tensor& value) {
+    proto::writer w(out);
+    w.float64(1, wall_time);
+    if (step != 0) w.varint(2, step);
+    w.message(5, [&](proto::writer& summary) {     // Event.summary
+      summary.message(1, [&](proto::writer& v) {   // Summary.value
+        v.string(1, spec.tag);                      // tag
+        write_summary_tensor(v, 8, spec, value);    // tensor
+        v.message(9, [&](proto::writer& meta) {     // metadata
+          meta.message(1, [&](proto::writer& plugin) { plugin.string(1, summary_plugin(spec.kind)); });
+          if (!spec.description.empty()) meta.string(3, spec.description);
+        });
       });
     });
-  });
-}
+  }
 
-/// The `Event` that opens an event file: its format version, "brain.Event:2".
-template <class = void>
-void write_file_version_event(std::string& out, double wall_time) {
-  proto::writer w(out);
-  w.float64(1, wall_time);
-  w.string(3, "brain.Event:2");
-}
+  /// The `Event` that opens an event file: its format version, "brain.Event:2".
+  static void write_file_version_event(std::string& out, double wall_time) {
+    proto::writer w(out);
+    w.float64(1, wall_time);
+    w.string(3, "brain.Event:2");
+  }
 
-/// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-template <class = void>
-void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
-  proto::writer w(out);
-  w.float64(1, wall_time);
-  w.bytes(4, graph_def);
-}
+  /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
+  static void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+    proto::writer w(out);
+    w.float64(1, wall_time);
+    w.bytes(4, graph_def);
+  }
+};
+using event_encoder = basic_event_encoder<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/events.hpp -----
@@ -1153,92 +1152,85 @@ namespace kiln::detail {
 
 // ---- AttrValue ----------------------------------------------------------------------
 
-/// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
-template <class F>
-void write_attr(proto::writer& w, std::string_view key, F&& value) {
-  w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
-    entry.string(1, key);
-    entry.message(2, value);
-  });
-}
-template <class = void>
-void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
-  write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
-}
-template <class = void>
-void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
-  write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
-}
-template <class = void>
-void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
-  write_attr(w, key, [&](proto::writer& a) {
-    a.message(1, [&](proto::writer& list) {  // AttrValue.list
-      if (values.empty()) return;
-      list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
-        for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+/// The writers of `AttrValue`s (`attr_writer`, the one specialization): a template on
+/// nothing, as the rest of this header, so that a program compiles them only where it
+/// writes a graph.
+template <class Unused>
+struct basic_attr_writer {
+  using event_encoder = basic_event_encoder<Unused>;
+
+  /// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+  template <class F>
+  static void write_attr(proto::writer& w, std::string_view key, F&& value) {
+    w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
+      entry.string(1, key);
+      entry.message(2, value);
+    });
+  }
+  static void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+    write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
+  }
+  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+    write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
+  }
+  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+    write_attr(w, key, [&](proto::writer& a) {
+      a.message(1, [&](proto::writer& list) {  // AttrValue.list
+        if (values.empty()) return;
+        list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
+          for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+        });
       });
     });
-  });
-}
-template <class = void>
-void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
-  write_attr(w, key, [&](proto::writer& a) {
-    a.message(1, [&](proto::writer& list) {
-      for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
+  }
+  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+    write_attr(w, key, [&](proto::writer& a) {
+      a.message(1, [&](proto::writer& list) {
+        for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
+      });
     });
-  });
-}
-template <class = void>
-void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
-  write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
-}
+  }
+  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+    write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
+  }
 
-/// An op's own attribute (one of the types of its `attribute_fields()`).
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
-  write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
-  write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
-  write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, double v) {
-  write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, bool v) {
-  write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
-  if (v.all())
-    write_string_attr(w, key, "all");
-  else
-    write_op_attr(w, key, v.list());
-}
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
-  write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
-}
+  /// An op's own attribute (one of the types of its `attribute_fields()`).
+  static void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
+  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+    write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+    write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+    write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, double v) {
+    write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+    write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+    if (v.all())
+      write_string_attr(w, key, "all");
+    else
+      write_op_attr(w, key, v.list());
+  }
+  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+    write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
+  }
 
-template <class Op>
-void write_op_attrs(proto::writer& w, const Op& op) {
-  if constexpr (requires { Op::attribute_fields(); })
-    std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
-}
+  template <class Op>
+  static void write_op_attrs(proto::writer& w, const Op& op) {
+    if constexpr (requires { Op::attribute_fields(); })
+      std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
+  }
+};
+using attr_writer = basic_attr_writer<void>;
 
 // ---- GraphDef -----------------------------------------------------------------------
 
-/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
-/// (Templates on nothing, as the rest of this header: compiled only where a program
-/// writes a graph.)
 /// How the graph writer reaches a special op (an entry of special_op_entries): the string
 /// attributes the op's `describe(out)` gives TensorBoard (`shared_name`, `tag`), if any.
 struct tensorboard_special_op {
@@ -1248,7 +1240,7 @@ struct tensorboard_special_op {
   static tensorboard_special_op of() {
     struct out {
       proto::writer& d;
-      void set_text(std::string_view key, std::string_view value) { write_string_attr(d, key, value); }
+      void set_text(std::string_view key, std::string_view value) { attr_writer::write_string_attr(d, key, value); }
     };
     tensorboard_special_op e;
     e.describe = [](proto::writer& d, const special_op& op) {
@@ -1262,9 +1254,20 @@ struct tensorboard_special_op {
   }
 };
 
-template <class = void>
-class graph_def_writer {
+/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`
+/// (`graph_def_writer`, the one specialization: a template on nothing, compiled only
+/// where a program writes a graph).
+template <class Unused>
+class basic_graph_def_writer {
  public:
+  /// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+  /// std::string bytes = kiln::detail::graph_def_writer::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
+  /// \endcode
+  static std::string graph_def_of(const graph& g) { return basic_graph_def_writer().graph_def(g); }
+
+
   /// The serialized `GraphDef` of `g`.
   std::string graph_def(const graph& g) {
     std::string out;
@@ -1279,6 +1282,9 @@ class graph_def_writer {
   }
 
  private:
+  using attrs = basic_attr_writer<Unused>;
+  using event_encoder = basic_event_encoder<Unused>;
+
   // How a node's output is named: in a graph `name` (output 0) or `name:k`; in a
   // function body `name:output:k`, and an argument by its name alone.
   static std::string reference(const graph& g, int id, bool in_function) {
@@ -1315,35 +1321,35 @@ class graph_def_writer {
         std::vector<shape> shapes;
         switch (n.kind()) {
           case node_kind::placeholder:
-            write_type_attr(d, "dtype", n.dtype());
-            write_op_attr(d, "shape", n.shape());
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_op_attr(d, "shape", n.shape());
             shapes.push_back(n.shape());
             break;
           case node_kind::constant:
-            write_type_attr(d, "dtype", n.dtype());
-            write_attr(d, "value", [&](proto::writer& a) { write_tensor_proto(a, 8, n.value()); });
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_attr(d, "value", [&](proto::writer& a) { event_encoder::write_tensor_proto(a, 8, n.value()); });
             shapes.push_back(n.shape());
             break;
           case node_kind::op:
-            write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
-            ops::visit([&](const auto& op) { write_op_attrs(d, op); }, n.operation());
+            attrs::write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
+            ops::visit([&](const auto& op) { attrs::write_op_attrs(d, op); }, n.operation());
             shapes.push_back(n.shape());
             break;
           case node_kind::identity:
-            write_type_attr(d, "T", n.dtype());
+            attrs::write_type_attr(d, "T", n.dtype());
             shapes.push_back(n.shape());
             break;
           default: {  // special
             const special_op& s = n.special();
-            if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
+            if (n.result_count() > 0) attrs::write_type_attr(d, "dtype", n.dtype());
             for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
             if (const auto* entry = special_op_entry<tensorboard_special_op>(s)) entry->describe(d, s);
             for (const auto& [label, sub] : s.subgraphs())
-              write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
+              attrs::write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
             break;
           }
         }
-        write_shapes_attr(d, "_output_shapes", shapes);
+        attrs::write_shapes_attr(d, "_output_shapes", shapes);
         if (effect) previous_effect = n.name();
       });
     }
@@ -1359,12 +1365,12 @@ class graph_def_writer {
       for (int id : g.arguments())
         signature.message(2, [&](proto::writer& arg) {  // input_arg (ArgDef)
           arg.string(1, g.node_at(id).name());
-          arg.varint(3, tensorflow_dtype(g.node_at(id).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(id).dtype()));
         });
       for (std::size_t k = 0; k < g.outputs().size(); ++k)
         signature.message(3, [&](proto::writer& arg) {  // output_arg
           arg.string(1, "output_" + std::to_string(k));
-          arg.varint(3, tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
         });
     });
     write_nodes(w, 3, g, true);  // FunctionDef.node_def (after the nested functions it adds)
@@ -1382,13 +1388,7 @@ class graph_def_writer {
   int function_count_ = 0;
 };
 
-/// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
-/// \code
-/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
-/// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
-/// \endcode
-template <class = void>
-std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
+using graph_def_writer = basic_graph_def_writer<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/graph_def.hpp -----
@@ -1447,88 +1447,78 @@ std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def
 
 namespace kiln::detail {
 
-/// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
-/// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
-/// \code kiln::detail::crc32c_by_table("123456789") == 0xE3069283u \endcode
-template <class = void>
-std::uint32_t crc32c_by_table(std::string_view data) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(data.data(), data.size());
-  return crc.checksum();
-}
-
-#if defined(__SSE4_2__)
-/// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
-/// faster than the table, which took a fifth of a scalar summary's time.
-template <class = void>
-std::uint32_t crc32c_by_instruction(std::string_view data) {
-  std::uint64_t crc = 0xFFFFFFFFu;
-  const char* p = data.data();
-  std::size_t n = data.size();
-  for (; n >= 8; n -= 8, p += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p, 8);
-    crc = _mm_crc32_u64(crc, word);
+/// TFRecord framing and its checksums (`record_format`, the one specialization): a
+/// template on nothing, so that a program compiles them only where it writes records.
+template <class Unused>
+struct basic_record_format {
+  /// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
+  /// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
+  /// \code kiln::detail::record_format::crc32c_by_table("123456789") == 0xE3069283u \endcode
+  static std::uint32_t crc32c_by_table(std::string_view data) {
+    boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+    crc.process_bytes(data.data(), data.size());
+    return crc.checksum();
   }
-  auto c = std::uint32_t(crc);
-  for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
-  return ~c;
-}
-#endif
 
-/// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
-/// otherwise by Boost.CRC's table.
-/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
-template <class = void>
-std::uint32_t crc32c(std::string_view data) {
 #if defined(__SSE4_2__)
-  return crc32c_by_instruction(data);
-#else
-  return crc32c_by_table(data);
+  /// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
+  /// faster than the table, which took a fifth of a scalar summary's time.
+  static std::uint32_t crc32c_by_instruction(std::string_view data) {
+    std::uint64_t crc = 0xFFFFFFFFu;
+    const char* p = data.data();
+    std::size_t n = data.size();
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, p, 8);
+      crc = _mm_crc32_u64(crc, word);
+    }
+    auto c = std::uint32_t(crc);
+    for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
+    return ~c;
+  }
 #endif
-}
 
-/// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
-template <class = void>
-std::uint32_t masked_crc32c(std::string_view data) {
-  const std::uint32_t crc = crc32c(data);
-  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
+  /// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
+  /// otherwise by Boost.CRC's table.
+  /// \code kiln::detail::record_format::crc32c("123456789") == 0xE3069283u \endcode
+  static std::uint32_t crc32c(std::string_view data) {
+#if defined(__SSE4_2__)
+    return crc32c_by_instruction(data);
+#else
+    return crc32c_by_table(data);
+#endif
+  }
 
-/// Appends `data` to `out` as one TFRecord.
-/// \code
-/// std::string file;
-/// kiln::detail::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
-/// \endcode
-template <class = void>
-void append_record(std::string& out, std::string_view data) {
-  char header[12];
-  const std::uint64_t length = data.size();
-  for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
-  const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
-  for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
-  out.append(header, 12);
-  out.append(data);
-  const std::uint32_t data_crc = masked_crc32c(data);
-  char footer[4];
-  for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
-  out.append(footer, 4);
-}
+  /// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
+  static std::uint32_t masked_crc32c(std::string_view data) {
+    const std::uint32_t crc = crc32c(data);
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+  }
+
+  /// Appends `data` to `out` as one TFRecord.
+  /// \code
+  /// std::string file;
+  /// kiln::detail::record_format::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
+  /// \endcode
+  static void append_record(std::string& out, std::string_view data) {
+    char header[12];
+    const std::uint64_t length = data.size();
+    for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
+    const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
+    for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
+    out.append(header, 12);
+    out.append(data);
+    const std::uint32_t data_crc = masked_crc32c(data);
+    char footer[4];
+    for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
+    out.append(footer, 4);
+  }
+};
+using record_format = basic_record_format<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/record.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_RECORD_HPP
-
-namespace kiln::detail {
-
-/// Seconds since 1970, to the microsecond (an event's wall_time).
-template <class = void>
-double summary_wall_time() {
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
-}
-
-}  // namespace kiln::detail
 
 namespace kiln::summary {
 
@@ -1548,7 +1538,7 @@ namespace kiln::detail {
 /// The state every handle on a writer shares; it is the summary_target that
 /// summary nodes write to while it is the default writer. (A template on nothing:
 /// compiled only where a program makes a writer.)
-template <class = void>
+template <class Unused = void>
 class basic_event_file_writer final : public summary_target {
  public:
   basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
@@ -1579,8 +1569,8 @@ class basic_event_file_writer final : public summary_target {
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
     const double now = summary_wall_time();
-    write_file_version_event(scratch_, now);
-    append_record(queue_, scratch_);
+    encoder::write_file_version_event(scratch_, now);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     try {
       flush_locked(now);
     } catch (...) {  // (no destructor runs for an object whose constructor throws)
@@ -1609,7 +1599,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_summary_event(scratch_, now, step, spec, value);
+    encoder::write_summary_event(scratch_, now, step, spec, value);
     enqueue(now);
   }
   /// Queues an event holding the serialized GraphDef `graph_def`.
@@ -1617,7 +1607,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_graph_event(scratch_, now, graph_def);
+    encoder::write_graph_event(scratch_, now, graph_def);
     enqueue(now);
   }
   /// Writes the queued events to the file.
@@ -1628,10 +1618,18 @@ class basic_event_file_writer final : public summary_target {
   }
 
  private:
+  using encoder = basic_event_encoder<Unused>;
+
+  // Seconds since 1970, to the microsecond (an event's wall_time).
+  static double summary_wall_time() {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+  }
+
   // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
   // timed by the clock the event's wall time was read from (`now`, in seconds).
   void enqueue(double now) {
-    append_record(queue_, scratch_);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     ++queued_;
     if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
       flush_locked(now);
@@ -1695,26 +1693,31 @@ struct image_options {
 };
 
 namespace detail {
-// Records a summary node while tracing, or writes at once.
-template <class = void>
-tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
-  const tensor& s = step.get();
-  if (!value.defined() || !s.defined())
-    throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
-                                 (value.defined() ? "step" : "value"));
-  if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
-    kiln::detail::throw_summary_failure(f, false);
-  if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
-    const tensor inputs[] = {value, s};
-    return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
-                                 {{bool_, shape{}}})[0];
+/// How the summary functions write (`summary_writes`, the one specialization): a
+/// template on nothing, compiled only where a program writes summaries.
+template <class Unused>
+struct basic_summary_writes {
+  // Records a summary node while tracing, or writes at once.
+  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
+    const tensor& s = step.get();
+    if (!value.defined() || !s.defined())
+      throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
+                                   (value.defined() ? "step" : "value"));
+    if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
+      kiln::detail::throw_summary_failure(f, false);
+    if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
+      const tensor inputs[] = {value, s};
+      return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
+                                   {{bool_, shape{}}})[0];
+    }
+    value.require_value("kiln::summary");
+    s.require_value("kiln::summary");
+    kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+    const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
+    return kiln::constant(written);
   }
-  value.require_value("kiln::summary");
-  s.require_value("kiln::summary");
-  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
-  const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
-  return kiln::constant(written);
-}
+};
+using summary_writes = basic_summary_writes<void>;
 }  // namespace detail
 
 /// Writes a scalar (any numeric dtype, written as float32) to the default writer, as
@@ -1726,9 +1729,10 @@ tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_va
 /// kiln::summary::scalar("loss", 0.25, 10);
 /// kiln::summary::scalar("accuracy", kiln::constant(0.5f), kiln::constant(10));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor scalar(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
 }
 template <class T>
   requires std::is_arithmetic_v<T>
@@ -1741,22 +1745,23 @@ tensor scalar(std::string_view name, T value, const step_value& step, std::strin
 /// as TensorBoard computes them, shown by its Histograms and Distributions dashboards.
 /// A NaN or infinity among the values raises kiln::invalid_argument_error when written.
 /// \code kiln::summary::histogram("weights", kiln::random::uniform({100}, -1, 1), 0, {.buckets = 10}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor histogram(std::string_view name, const tensor& values, const step_value& step, histogram_options options = {}) {
   if (options.buckets < 0)
     throw value_error("kiln::summary::histogram '" + std::string(name) + "': buckets must be >= 0, got " +
                       std::to_string(options.buckets));
-  return detail::write({kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description),
-                        options.buckets},
-                       values, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description), options.buckets},
+      values, step);
 }
 
 /// Writes a string tensor as text, as tf.summary.text: a scalar is one paragraph
 /// (Markdown), a vector or matrix a table.
 /// \code kiln::summary::text("config", "learning rate: 0.01", 0); \endcode
-template <class = void>
+template <class Unused = void>
 tensor text(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
 }
 template <class = void>
 tensor text(std::string_view name, std::string_view value, const step_value& step, std::string_view description = {}) {
@@ -1770,12 +1775,12 @@ tensor text(std::string_view name, std::string_view value, const step_value& ste
 /// kiln::invalid_argument_error when written); the first `max_outputs` images are
 /// written as PNGs.
 /// \code kiln::summary::image("samples", kiln::zeros({2, 28, 28, 1}), 0, {.max_outputs = 2}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor image(std::string_view name, const tensor& images, const step_value& step, image_options options = {}) {
   if (options.max_outputs < 0)
     throw value_error("kiln::summary::image '" + std::string(name) + "': max_outputs must be >= 0, got " +
                       std::to_string(options.max_outputs));
-  return detail::write(
+  return detail::basic_summary_writes<Unused>::write(
       {kiln::detail::summary_kind::image, std::string(name), std::move(options.description), options.max_outputs},
       images, step);
 }
@@ -1789,11 +1794,11 @@ tensor image(std::string_view name, const tensor& images, const step_value& step
 /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
 /// kiln::summary::graph(f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 bool graph(const kiln::graph& g) {
   kiln::detail::summary_target* target = kiln::detail::default_summary_target();
   if (!target) return false;
-  target->write_graph(*target, kiln::detail::graph_def_of(g));
+  target->write_graph(*target, kiln::detail::basic_graph_def_writer<Unused>::graph_def_of(g));
   return true;
 }
 /// The graph of a concrete function (of either tier).
