@@ -24874,103 +24874,118 @@ namespace detail {
 inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
   return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
 }
-/// A draw of `spec` keyed by `seed`, done now, tracing or not.
-template <class = void>
-tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
-  spec.check();
-  return spec.draw(key_of(seed), 0);
-}
-/// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
-/// truncated normal (its standard deviation corrected for the truncation) or a
-/// uniform distribution of that variance.
+/// The fan `variance_scaling` divides by.
 enum class fan_mode { in, average };
-template <class = void>
-tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
-                        const std::optional<std::uint64_t>& seed) {
-  const auto [fan_in, fan_out] = fans(s);
-  const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
-  if (normal) {
-    // The standard deviation of a standard normal truncated to [-2, 2].
-    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
-    return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+
+/// The draws of the random initializers (`initializer_draws`, the one specialization):
+/// a template on nothing, compiled only where a program initializes weights.
+template <class Unused>
+struct basic_initializer_draws {
+  /// A draw of `spec` keyed by `seed`, done now, tracing or not.
+  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
+    spec.check();
+    return spec.draw(key_of(seed), 0);
   }
-  const double limit = std::sqrt(3.0 * scale / n);
-  return draw_now({s, t, -limit, limit}, seed);
-}
+  /// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
+  /// truncated normal (its standard deviation corrected for the truncation) or a
+  /// uniform distribution of that variance.
+  static tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
+                                 const std::optional<std::uint64_t>& seed) {
+    const auto [fan_in, fan_out] = fans(s);
+    const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
+    if (normal) {
+      // The standard deviation of a standard normal truncated to [-2, 2].
+      const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
+      return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+    }
+    const double limit = std::sqrt(3.0 * scale / n);
+    return draw_now({s, t, -limit, limit}, seed);
+  }
+};
+using initializer_draws = basic_initializer_draws<void>;
+
 }  // namespace detail
 
 /// Keras' default kernel initializer: uniform in [-l, l], l = sqrt(6 / (fan_in + fan_out)).
 /// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
 struct glorot_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
 struct glorot_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(6 / fan_in).
 struct he_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / fan_in).
 struct he_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(1 / fan_in).
 struct lecun_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(3 / fan_in).
 struct lecun_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Normal numbers, mean 0 and stddev 0.05 by default.
 struct random_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
   }
 };
 /// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
 struct truncated_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
                             options.seed);
   }
 };
 /// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
 struct random_uniform {
   uniform_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now({s, t, options.minval, options.maxval}, options.seed);
   }
 };
 /// Zeros (Keras' default bias initializer).
@@ -25026,50 +25041,57 @@ namespace detail {
 /// Keras' backend epsilon, what probabilities are clipped to.
 inline constexpr double epsilon = 1e-7;
 
-/// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
-/// floating-point tensors (`fn` names the loss).
-template <class = void>
-tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
-  kiln::detail::require_floating(fn, y_pred);
-  return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
-}
-/// `x` clipped to [lo, hi].
-template <class = void>
-tensor clip(const tensor& x, double lo, double hi) {
-  return minimum(maximum(x, lo), hi);
-}
-/// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
-template <class = void>
-tensor batch_mean(const tensor& per_sample) {
-  return reduce_mean(per_sample);
-}
+/// The terms the losses share (`loss_terms`, the one specialization): a template on
+/// nothing, compiled only where a program computes a loss.
+template <class Unused>
+struct basic_loss_terms {
+  /// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
+  /// floating-point tensors (`fn` names the loss).
+  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+    kiln::detail::require_floating(fn, y_pred);
+    return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+  }
+  /// `x` clipped to [lo, hi].
+  static tensor clip(const tensor& x, double lo, double hi) {
+    return minimum(maximum(x, lo), hi);
+  }
+  /// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
+  static tensor batch_mean(const tensor& per_sample) {
+    return reduce_mean(per_sample);
+  }
+};
+using loss_terms = basic_loss_terms<void>;
+
 }  // namespace detail
 
 /// `mean(square(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanSquaredError`).
 /// \code kiln::losses::mean_squared_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 1.f}}));  // 0.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor mean_squared_error(const tensor& y_true, const tensor& y_pred) {
-  const tensor t = detail::targets_like("losses::mean_squared_error", y_true, y_pred);
-  return detail::batch_mean(reduce_mean(square(y_pred - t), -1));
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::mean_squared_error", y_true, y_pred);
+  return terms::batch_mean(reduce_mean(square(y_pred - t), -1));
 }
 
 /// `mean(abs(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanAbsoluteError`).
 /// \code kiln::losses::mean_absolute_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 3.f}}));  // 1.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor mean_absolute_error(const tensor& y_true, const tensor& y_pred) {
-  const tensor t = detail::targets_like("losses::mean_absolute_error", y_true, y_pred);
-  return detail::batch_mean(reduce_mean(abs(y_pred - t), -1));
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::mean_absolute_error", y_true, y_pred);
+  return terms::batch_mean(reduce_mean(abs(y_pred - t), -1));
 }
 
 /// Keras' `Huber`: `0.5 * e^2` where `|e| <= delta`, else `delta * |e| - 0.5 * delta^2`,
 /// with `e = y_pred - y_true`, the mean over the last axis averaged over the batch.
 /// \code kiln::losses::huber(kiln::constant({{0.f}}), kiln::constant({{3.f}}), {.delta = 1.0});  // 2.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options = {}) {
-  const tensor t = detail::targets_like("losses::huber", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::huber", y_true, y_pred);
   const tensor e = y_pred - t, a = abs(e);
   const tensor per_element = where(a <= options.delta, 0.5 * square(e), options.delta * a - 0.5 * options.delta * options.delta);
-  return detail::batch_mean(reduce_mean(per_element, -1));
+  return terms::batch_mean(reduce_mean(per_element, -1));
 }
 
 /// Keras' `BinaryCrossentropy`: from probabilities (clipped to [1e-7, 1 - 1e-7]) or,
@@ -25077,34 +25099,36 @@ tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options =
 /// (`max(x, 0) - x * z + log(1 + exp(-|x|))`); the mean over the last axis, averaged
 /// over the batch.
 /// \code kiln::losses::binary_crossentropy(kiln::constant({{1.f}}), kiln::constant({{0.f}}), {.from_logits = true});  // log 2 \endcode
-template <class = void>
+template <class Unused = void>
 tensor binary_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
-  const tensor z = detail::targets_like("losses::binary_crossentropy", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor z = terms::targets_like("losses::binary_crossentropy", y_true, y_pred);
   tensor per_element;
   if (options.from_logits) {
     per_element = relu(y_pred) - y_pred * z + softplus(-abs(y_pred));
   } else {
-    const tensor p = detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
+    const tensor p = terms::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
     per_element = -(z * log(p + detail::epsilon) + (1.0 - z) * log(1.0 - p + detail::epsilon));
   }
-  return detail::batch_mean(reduce_mean(per_element, -1));
+  return terms::batch_mean(reduce_mean(per_element, -1));
 }
 
 /// Keras' `CategoricalCrossentropy` of one-hot (or soft) targets over the last axis:
 /// `-sum(y_true * log(p))` with `p` the predictions normalized to sum 1 and clipped,
 /// or `log_softmax(y_pred)` with `from_logits`; averaged over the batch.
 /// \code kiln::losses::categorical_crossentropy(kiln::constant({{0.f, 1.f}}), kiln::constant({{0.5f, 0.5f}}));  // log 2 \endcode
-template <class = void>
+template <class Unused = void>
 tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
-  const tensor t = detail::targets_like("losses::categorical_crossentropy", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::categorical_crossentropy", y_true, y_pred);
   tensor log_p;
   if (options.from_logits) {
     log_p = log_softmax(y_pred);
   } else {
     const tensor normalized = y_pred / reduce_sum(y_pred, -1, true);
-    log_p = log(detail::clip(normalized, detail::epsilon, 1 - detail::epsilon));
+    log_p = log(terms::clip(normalized, detail::epsilon, 1 - detail::epsilon));
   }
-  return detail::batch_mean(-reduce_sum(t * log_p, -1));
+  return terms::batch_mean(-reduce_sum(t * log_p, -1));
 }
 
 /// Keras' `SparseCategoricalCrossentropy`: integer class labels against predictions
@@ -25115,15 +25139,16 @@ tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, cros
 /// \code
 /// kiln::losses::sparse_categorical_crossentropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}), {.from_logits = true});  // log 2
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor sparse_categorical_crossentropy(const tensor& labels, const tensor& y_pred, crossentropy_options options = {}) {
+  using terms = detail::basic_loss_terms<Unused>;
   kiln::detail::require_floating("losses::sparse_categorical_crossentropy", y_pred);
   tensor l = labels;
   if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
     l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
   if (is_floating(l.dtype())) l = cast(l, int64);  // Keras casts float labels to integers
-  const tensor logits = options.from_logits ? y_pred : log(detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
-  return detail::batch_mean(sparse_softmax_cross_entropy(l, logits));
+  const tensor logits = options.from_logits ? y_pred : log(terms::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
+  return terms::batch_mean(sparse_softmax_cross_entropy(l, logits));
 }
 
 }  // namespace kiln::losses
@@ -25945,18 +25970,23 @@ struct layer_normalization_options {
 };
 
 namespace detail {
-/// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
-/// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
-template <class = void>
-tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
-                        const std::optional<tensor>& beta, double epsilon) {
-  tensor inv = 1.0 / sqrt(var + epsilon);
-  if (gamma) inv = inv * *gamma;
-  const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
-  return x * inv + shift;
-}
+/// The arithmetic the normalization layers share (`normalization`, the one
+/// specialization): a template on nothing, compiled only where a program normalizes.
+template <class Unused>
+struct basic_normalization {
+  /// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
+  /// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
+  static tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
+                          const std::optional<tensor>& beta, double epsilon) {
+    tensor inv = 1.0 / sqrt(var + epsilon);
+    if (gamma) inv = inv * *gamma;
+    const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
+    return x * inv + shift;
+  }
+};
+using normalization = basic_normalization<void>;
 
-template <class = void>
+template <class Unused = void>
 struct batch_normalization_state final : layer_state {
   batch_normalization_options options;
   explicit batch_normalization_state(batch_normalization_options o)
@@ -25977,7 +26007,8 @@ struct batch_normalization_state final : layer_state {
     if (options.center) beta = weights[k++].first.read_value();
     const variable& moving_mean = weights[k].first;
     const variable& moving_variance = weights[k + 1].first;
-    if (!call.training) return normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+    if (!call.training)
+      return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
     int_list axes;
     for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
     const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
@@ -25994,11 +26025,11 @@ struct batch_normalization_state final : layer_state {
     const double decay = 1.0 - options.momentum;
     moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
     moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 
-template <class = void>
+template <class Unused = void>
 struct layer_normalization_state final : layer_state {
   layer_normalization_options options;
   explicit layer_normalization_state(layer_normalization_options o)
@@ -26016,7 +26047,7 @@ struct layer_normalization_state final : layer_state {
     if (options.scale) gamma = weights[k++].first.read_value();
     if (options.center) beta = weights[k++].first.read_value();
     const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 }  // namespace detail
