@@ -87,26 +87,30 @@ namespace detail {
 template <class Unused>
 struct basic_summary_writes {
   // Records a summary node while tracing, or writes at once.
-  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
-    const tensor& s = step.get();
-    if (!value.defined() || !s.defined())
-      throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
-                                   (value.defined() ? "step" : "value"));
-    if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
-      kiln::detail::throw_summary_failure(f, false);
-    if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
-      const tensor inputs[] = {value, s};
-      return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
-                                   {{bool_, shape{}}})[0];
-    }
-    value.require_value("kiln::summary");
-    s.require_value("kiln::summary");
-    kiln::detail::summary_target* target = kiln::detail::default_summary_target();
-    const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
-    return kiln::constant(written);
-  }
+  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step);
 };
 using summary_writes = basic_summary_writes<void>;
+
+template <class Unused>
+tensor basic_summary_writes<Unused>::write(kiln::detail::summary_spec spec, const tensor& value,
+                                           const step_value& step) {
+  const tensor& s = step.get();
+  if (!value.defined() || !s.defined())
+    throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
+                                 (value.defined() ? "step" : "value"));
+  if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
+    kiln::detail::throw_summary_failure(f, false);
+  if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
+    const tensor inputs[] = {value, s};
+    return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
+                                 {{bool_, shape{}}})[0];
+  }
+  value.require_value("kiln::summary");
+  s.require_value("kiln::summary");
+  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+  const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
+  return kiln::constant(written);
+}
 }  // namespace detail
 
 /// Writes a scalar (any numeric dtype, written as float32) to the default writer, as

@@ -345,21 +345,10 @@ namespace kiln::detail {
 template <class Unused>
 struct basic_png_encoder {
   /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-  static void append_big_endian(std::string& out, std::uint32_t v) {
-    const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
-    out.append(bytes, 4);
-  }
+  static void append_big_endian(std::string& out, std::uint32_t v);
 
   /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-  static void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
-    append_big_endian(out, std::uint32_t(data.size()));
-    boost::crc_32_type crc;
-    crc.process_bytes(type.data(), type.size());
-    crc.process_bytes(data.data(), data.size());
-    out.append(type);
-    out.append(data);
-    append_big_endian(out, crc.checksum());
-  }
+  static void append_png_chunk(std::string& out, std::string_view type, std::string_view data);
 
   /// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
   /// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
@@ -369,48 +358,69 @@ struct basic_png_encoder {
   /// std::string png = kiln::detail::png_encoder::encode_png(pixels, 1, 1, 3);
   /// \endcode
   static std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
-                                int channels) {
-    static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
-    std::string png("\x89PNG\r\n\x1a\n", 8);
-    std::string header;
-    append_big_endian(header, width);
-    append_big_endian(header, height);
-    header += {8, color_type[channels], 0, 0, 0};  // bit depth, color type, deflate, filters, no interlace
-    append_png_chunk(png, "IHDR", header);
-
-    // The zlib stream: its header (deflate, 32 KiB window, no dictionary, a check that
-    // makes it a multiple of 31), stored blocks of at most 65535 bytes, then the
-    // Adler-32 of the filtered rows (each one starts with its filter, 0: none).
-    const std::size_t row = std::size_t(width) * std::size_t(channels);
-    const std::size_t filtered = (row + 1) * height;
-    std::string zlib("\x78\x01", 2);
-    zlib.reserve(2 + filtered + 5 * (filtered / 65535 + 1) + 4);
-    std::uint32_t a = 1, b = 0;
-    std::size_t block_left = 0, left = filtered;
-    auto put = [&](std::uint8_t byte) {
-      if (block_left == 0) {  // a new stored block: final flag, LEN and its complement
-        block_left = left < 65535 ? left : 65535;
-        left -= block_left;
-        const auto n = std::uint16_t(block_left);
-        const char head[5] = {char(left == 0 ? 1 : 0), char(n & 0xFF), char(n >> 8), char(~n & 0xFF), char((~n >> 8) & 0xFF)};
-        zlib.append(head, 5);
-      }
-      zlib.push_back(char(byte));
-      --block_left;
-      a = (a + byte) % 65521;
-      b = (b + a) % 65521;
-    };
-    for (std::uint32_t y = 0; y < height; ++y) {
-      put(0);
-      for (std::size_t x = 0; x < row; ++x) put(pixels[y * row + x]);
-    }
-    append_big_endian(zlib, (b << 16) | a);
-    append_png_chunk(png, "IDAT", zlib);
-    append_png_chunk(png, "IEND", "");
-    return png;
-  }
+                                int channels);
 };
 using png_encoder = basic_png_encoder<void>;
+
+template <class Unused>
+void basic_png_encoder<Unused>::append_big_endian(std::string& out, std::uint32_t v) {
+  const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
+  out.append(bytes, 4);
+}
+
+template <class Unused>
+void basic_png_encoder<Unused>::append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+  append_big_endian(out, std::uint32_t(data.size()));
+  boost::crc_32_type crc;
+  crc.process_bytes(type.data(), type.size());
+  crc.process_bytes(data.data(), data.size());
+  out.append(type);
+  out.append(data);
+  append_big_endian(out, crc.checksum());
+}
+
+template <class Unused>
+std::string basic_png_encoder<Unused>::encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height,
+                                                  std::uint32_t width, int channels) {
+  static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
+  std::string png("\x89PNG\r\n\x1a\n", 8);
+  std::string header;
+  append_big_endian(header, width);
+  append_big_endian(header, height);
+  header += {8, color_type[channels], 0, 0, 0};  // bit depth, color type, deflate, filters, no interlace
+  append_png_chunk(png, "IHDR", header);
+
+  // The zlib stream: its header (deflate, 32 KiB window, no dictionary, a check that
+  // makes it a multiple of 31), stored blocks of at most 65535 bytes, then the
+  // Adler-32 of the filtered rows (each one starts with its filter, 0: none).
+  const std::size_t row = std::size_t(width) * std::size_t(channels);
+  const std::size_t filtered = (row + 1) * height;
+  std::string zlib("\x78\x01", 2);
+  zlib.reserve(2 + filtered + 5 * (filtered / 65535 + 1) + 4);
+  std::uint32_t a = 1, b = 0;
+  std::size_t block_left = 0, left = filtered;
+  auto put = [&](std::uint8_t byte) {
+    if (block_left == 0) {  // a new stored block: final flag, LEN and its complement
+      block_left = left < 65535 ? left : 65535;
+      left -= block_left;
+      const auto n = std::uint16_t(block_left);
+      const char head[5] = {char(left == 0 ? 1 : 0), char(n & 0xFF), char(n >> 8), char(~n & 0xFF), char((~n >> 8) & 0xFF)};
+      zlib.append(head, 5);
+    }
+    zlib.push_back(char(byte));
+    --block_left;
+    a = (a + byte) % 65521;
+    b = (b + a) % 65521;
+  };
+  for (std::uint32_t y = 0; y < height; ++y) {
+    put(0);
+    for (std::size_t x = 0; x < row; ++x) put(pixels[y * row + x]);
+  }
+  append_big_endian(zlib, (b << 16) | a);
+  append_png_chunk(png, "IDAT", zlib);
+  append_png_chunk(png, "IEND", "");
+  return png;
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/png.hpp -----
@@ -548,70 +558,21 @@ namespace kiln::detail {
 template <class Unused>
 struct basic_event_encoder {
   /// TensorFlow's `DataType` enum value of a kiln dtype.
-  static int tensorflow_dtype(dtype t) {
-    switch (t) {
-      case bool_: return 10;    // DT_BOOL
-      case int32: return 3;     // DT_INT32
-      case int64: return 9;     // DT_INT64
-      case float32: return 1;   // DT_FLOAT
-      case float64: return 2;   // DT_DOUBLE
-      default: return 7;        // DT_STRING
-    }
-  }
+  static int tensorflow_dtype(dtype t);
 
   /// A `TensorShapeProto` (dims; None is -1) as field `field`.
-  static void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
-    w.message(field, [&](proto::writer& m) {
-      if (!dims.has_known_rank()) {
-        m.boolean(3, true);  // unknown_rank
-        return;
-      }
-      for (std::int64_t d : dims)
-        m.message(2, [&](proto::writer& dim) {
-          if (d != 0) dim.varint(1, d);
-        });
-    });
-  }
+  static void write_tensor_shape(proto::writer& w, int field, const shape& dims);
 
   /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
   /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
   static void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
-                                 std::span<const std::string> strings = {}) {
-    w.message(field, [&](proto::writer& t) {
-      t.varint(1, tensorflow_dtype(type));
-      write_tensor_shape(t, 2, dims);
-      if (type == string) {
-        for (const std::string& s : strings) t.bytes(8, s);
-      } else if (!content.empty()) {
-        t.bytes(4, content);
-      }
-    });
-  }
+                                 std::span<const std::string> strings = {});
   /// The `TensorProto` of an eager tensor.
-  static void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
-    if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
-    const tensor& v = value;
-    if (v.dtype() == string) {
-      const auto* first = static_cast<const std::string*>(v.raw_data());
-      write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
-    } else {
-      write_tensor_proto(w, field, v.dtype(), v.shape(),
-                         std::string_view(static_cast<const char*>(v.raw_data()), std::size_t(v.size()) * size_of(v.dtype())));
-    }
-  }
+  static void write_tensor_proto(proto::writer& w, int field, const tensor& value);
 
   /// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
   template <class T>
-  static T numeric_element(const tensor& v, std::int64_t i) {
-    const void* p = v.raw_data();
-    switch (v.dtype()) {
-      case bool_: return T(static_cast<const bool*>(p)[i]);
-      case int32: return T(static_cast<const std::int32_t*>(p)[i]);
-      case int64: return T(static_cast<const std::int64_t*>(p)[i]);
-      case float32: return T(static_cast<const float*>(p)[i]);
-      default: return T(static_cast<const double*>(p)[i]);
-    }
-  }
+  static T numeric_element(const tensor& v, std::int64_t i);
 
   /// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
   /// (left edge, right edge, count), row-major. Equal widths between the least and the
@@ -619,164 +580,256 @@ struct basic_event_encoder {
   /// when every value is the same, every edge is that value and the last bucket counts
   /// them all; no values give rows of zeros. Non-finite values raise
   /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-  static std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
-    const std::size_t k = std::size_t(std::max(buckets, 0));
-    std::vector<double> table(3 * k, 0.0);
-    if (data.empty() || k == 0) return table;
-    double lo = data[0], hi = data[0];
-    for (double x : data) {
-      if (!std::isfinite(x))
-        throw invalid_argument_error("kiln::summary::histogram '" + std::string(tag) + "': the values hold " +
-                                     (std::isnan(x) ? "NaN" : "an infinity") + ", which has no bucket");
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
-    }
-    const double range = hi - lo;
-    if (range == 0) {
-      for (std::size_t b = 0; b < k; ++b) table[3 * b] = table[3 * b + 1] = hi;
-      table[3 * k - 1] = double(data.size());
-      return table;
-    }
-    // As TensorFlow computes them: the width is range / k, an index floor((x - lo) /
-    // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
-    const double width = range / double(k);
-    for (double x : data) {
-      // (NaN and infinities stay out of the integer conversion: a width that underflows
-      // to 0, or a range that overflows, makes them.)
-      const double index = std::floor((x - lo) / width);
-      table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
-    }
-    for (std::size_t b = 0; b < k; ++b) {
-      table[3 * b] = b == 0 ? lo : lo + width * double(b);
-      table[3 * b + 1] = b + 1 == k ? hi : lo + width * double(b + 1);
-    }
-    return table;
-  }
+  static std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag);
 
   /// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
   /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
   /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
   /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-  static std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
-    const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
-    std::vector<std::uint8_t> out(std::size_t(count * per_image));
-    const bool floats = images.dtype() == float32 || images.dtype() == float64;
-    for (std::int64_t i = 0; i < count * per_image; ++i) {
-      if (floats) {  // (in the images' own precision, as TensorFlow multiplies)
-        const double x = images.dtype() == float32 ? double(static_cast<const float*>(images.raw_data())[i] * 255.5f)
-                                                   : static_cast<const double*>(images.raw_data())[i] * 255.5;
-        out[std::size_t(i)] = x >= 255 ? 255 : x > 0 ? std::uint8_t(x) : 0;
-      } else {
-        const std::int64_t x = numeric_element<std::int64_t>(images, i);
-        if (x < 0 || x > 255)
-          throw invalid_argument_error("kiln::summary::image '" + std::string(tag) + "': an integer image holds " +
-                                       std::to_string(x) + ", outside [0, 255]");
-        out[std::size_t(i)] = std::uint8_t(x);
-      }
-    }
-    return out;
-  }
+  static std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag);
 
   /// The TensorBoard plugin that shows each kind.
-  static std::string_view summary_plugin(summary_kind kind) {
-    switch (kind) {
-      case summary_kind::histogram: return "histograms";
-      case summary_kind::text: return "text";
-      case summary_kind::image: return "images";
-      default: return "scalars";
-    }
-  }
+  static std::string_view summary_plugin(summary_kind kind);
 
   /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
   /// function of that kind passes to tf.summary.write) as field `field`.
-  static void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
-    if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
-    const tensor& v = value;
-    switch (spec.kind) {
-      case summary_kind::scalar: {
-        float x;
-        if (v.dtype() == float32) {
-          x = *static_cast<const float*>(v.raw_data());
-        } else if (v.dtype() == float64) {
-          // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
-          // conversion of such a double is undefined).
-          const double d = *static_cast<const double*>(v.raw_data());
-          constexpr double largest = std::numeric_limits<float>::max();
-          constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
-          x = d >= overflow    ? std::numeric_limits<float>::infinity()
-              : d <= -overflow ? -std::numeric_limits<float>::infinity()
-              : d > largest    ? float(largest)
-              : d < -largest   ? -float(largest)
-                               : float(d);
-        } else {
-          x = numeric_element<float>(v, 0);
-        }
-        char bytes[4];
-        std::memcpy(bytes, &x, 4);
-        write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
-        break;
-      }
-      case summary_kind::histogram: {
-        std::vector<double> data(std::size_t(v.size()));
-        for (std::int64_t i = 0; i < v.size(); ++i) data[std::size_t(i)] = numeric_element<double>(v, i);
-        const std::vector<double> table = histogram_buckets(data, spec.parameter, spec.tag);
-        write_tensor_proto(w, field, float64, shape{std::int64_t(table.size() / 3), 3},
-                           std::string_view(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(double)));
-        break;
-      }
-      case summary_kind::text:
-        write_tensor_proto(w, field, v);
-        break;
-      case summary_kind::image: {
-        const std::int64_t height = v.shape()[1], width = v.shape()[2], channels = v.shape()[3];
-        const std::int64_t count = std::min<std::int64_t>(v.shape()[0], std::max(spec.parameter, 0));
-        const std::vector<std::uint8_t> samples = image_samples(v, count, spec.tag);
-        std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
-        const std::size_t per_image = std::size_t(height * width * channels);
-        for (std::int64_t i = 0; i < count; ++i)
-          strings.push_back(basic_png_encoder<Unused>::encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
-                                       std::uint32_t(height), std::uint32_t(width), int(channels)));
-        write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
-        break;
-      }
-    }
-  }
+  static void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value);
 
   /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
   /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
   /// `SummaryMetadata` (the plugin's name, and the description when there is one).
   static void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
-                                  const tensor& value) {
-    proto::writer w(out);
-    w.float64(1, wall_time);
-    if (step != 0) w.varint(2, step);
-    w.message(5, [&](proto::writer& summary) {     // Event.summary
-      summary.message(1, [&](proto::writer& v) {   // Summary.value
-        v.string(1, spec.tag);                      // tag
-        write_summary_tensor(v, 8, spec, value);    // tensor
-        v.message(9, [&](proto::writer& meta) {     // metadata
-          meta.message(1, [&](proto::writer& plugin) { plugin.string(1, summary_plugin(spec.kind)); });
-          if (!spec.description.empty()) meta.string(3, spec.description);
-        });
-      });
-    });
-  }
+                                  const tensor& value);
 
   /// The `Event` that opens an event file: its format version, "brain.Event:2".
-  static void write_file_version_event(std::string& out, double wall_time) {
-    proto::writer w(out);
-    w.float64(1, wall_time);
-    w.string(3, "brain.Event:2");
-  }
+  static void write_file_version_event(std::string& out, double wall_time);
 
   /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-  static void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
-    proto::writer w(out);
-    w.float64(1, wall_time);
-    w.bytes(4, graph_def);
-  }
+  static void write_graph_event(std::string& out, double wall_time, std::string_view graph_def);
 };
 using event_encoder = basic_event_encoder<void>;
+
+template <class Unused>
+int basic_event_encoder<Unused>::tensorflow_dtype(dtype t) {
+  switch (t) {
+    case bool_: return 10;    // DT_BOOL
+    case int32: return 3;     // DT_INT32
+    case int64: return 9;     // DT_INT64
+    case float32: return 1;   // DT_FLOAT
+    case float64: return 2;   // DT_DOUBLE
+    default: return 7;        // DT_STRING
+  }
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+  w.message(field, [&](proto::writer& m) {
+    if (!dims.has_known_rank()) {
+      m.boolean(3, true);  // unknown_rank
+      return;
+    }
+    for (std::int64_t d : dims)
+      m.message(2, [&](proto::writer& dim) {
+        if (d != 0) dim.varint(1, d);
+      });
+  });
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims,
+                                                     std::string_view content, std::span<const std::string> strings) {
+  w.message(field, [&](proto::writer& t) {
+    t.varint(1, tensorflow_dtype(type));
+    write_tensor_shape(t, 2, dims);
+    if (type == string) {
+      for (const std::string& s : strings) t.bytes(8, s);
+    } else if (!content.empty()) {
+      t.bytes(4, content);
+    }
+  });
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+  if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
+  const tensor& v = value;
+  if (v.dtype() == string) {
+    const auto* first = static_cast<const std::string*>(v.raw_data());
+    write_tensor_proto(w, field, string, v.shape(), {}, std::span(first, std::size_t(v.size())));
+  } else {
+    write_tensor_proto(w, field, v.dtype(), v.shape(),
+                       std::string_view(static_cast<const char*>(v.raw_data()), std::size_t(v.size()) * size_of(v.dtype())));
+  }
+}
+
+template <class Unused>
+template <class T>
+T basic_event_encoder<Unused>::numeric_element(const tensor& v, std::int64_t i) {
+  const void* p = v.raw_data();
+  switch (v.dtype()) {
+    case bool_: return T(static_cast<const bool*>(p)[i]);
+    case int32: return T(static_cast<const std::int32_t*>(p)[i]);
+    case int64: return T(static_cast<const std::int64_t*>(p)[i]);
+    case float32: return T(static_cast<const float*>(p)[i]);
+    default: return T(static_cast<const double*>(p)[i]);
+  }
+}
+
+template <class Unused>
+std::vector<double> basic_event_encoder<Unused>::histogram_buckets(std::span<const double> data, int buckets,
+                                                                   std::string_view tag) {
+  const std::size_t k = std::size_t(std::max(buckets, 0));
+  std::vector<double> table(3 * k, 0.0);
+  if (data.empty() || k == 0) return table;
+  double lo = data[0], hi = data[0];
+  for (double x : data) {
+    if (!std::isfinite(x))
+      throw invalid_argument_error("kiln::summary::histogram '" + std::string(tag) + "': the values hold " +
+                                   (std::isnan(x) ? "NaN" : "an infinity") + ", which has no bucket");
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  const double range = hi - lo;
+  if (range == 0) {
+    for (std::size_t b = 0; b < k; ++b) table[3 * b] = table[3 * b + 1] = hi;
+    table[3 * k - 1] = double(data.size());
+    return table;
+  }
+  // As TensorFlow computes them: the width is range / k, an index floor((x - lo) /
+  // width) clamped to the last bucket, edge i is lo + i * (range / k) but the last, hi.
+  const double width = range / double(k);
+  for (double x : data) {
+    // (NaN and infinities stay out of the integer conversion: a width that underflows
+    // to 0, or a range that overflows, makes them.)
+    const double index = std::floor((x - lo) / width);
+    table[3 * (index >= 0 && index < double(k - 1) ? std::size_t(index) : index >= 0 ? k - 1 : 0) + 2] += 1;
+  }
+  for (std::size_t b = 0; b < k; ++b) {
+    table[3 * b] = b == 0 ? lo : lo + width * double(b);
+    table[3 * b + 1] = b + 1 == k ? hi : lo + width * double(b + 1);
+  }
+  return table;
+}
+
+template <class Unused>
+std::vector<std::uint8_t> basic_event_encoder<Unused>::image_samples(const tensor& images, std::int64_t count,
+                                                                     std::string_view tag) {
+  const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
+  std::vector<std::uint8_t> out(std::size_t(count * per_image));
+  const bool floats = images.dtype() == float32 || images.dtype() == float64;
+  for (std::int64_t i = 0; i < count * per_image; ++i) {
+    if (floats) {  // (in the images' own precision, as TensorFlow multiplies)
+      const double x = images.dtype() == float32 ? double(static_cast<const float*>(images.raw_data())[i] * 255.5f)
+                                                 : static_cast<const double*>(images.raw_data())[i] * 255.5;
+      out[std::size_t(i)] = x >= 255 ? 255 : x > 0 ? std::uint8_t(x) : 0;
+    } else {
+      const std::int64_t x = numeric_element<std::int64_t>(images, i);
+      if (x < 0 || x > 255)
+        throw invalid_argument_error("kiln::summary::image '" + std::string(tag) + "': an integer image holds " +
+                                     std::to_string(x) + ", outside [0, 255]");
+      out[std::size_t(i)] = std::uint8_t(x);
+    }
+  }
+  return out;
+}
+
+template <class Unused>
+std::string_view basic_event_encoder<Unused>::summary_plugin(summary_kind kind) {
+  switch (kind) {
+    case summary_kind::histogram: return "histograms";
+    case summary_kind::text: return "text";
+    case summary_kind::image: return "images";
+    default: return "scalars";
+  }
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_tensor(proto::writer& w, int field, const summary_spec& spec,
+                                                       const tensor& value) {
+  if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
+  const tensor& v = value;
+  switch (spec.kind) {
+    case summary_kind::scalar: {
+      float x;
+      if (v.dtype() == float32) {
+        x = *static_cast<const float*>(v.raw_data());
+      } else if (v.dtype() == float64) {
+        // Rounded to float32, as TensorFlow's cast; beyond its range, an infinity (a C++
+        // conversion of such a double is undefined).
+        const double d = *static_cast<const double*>(v.raw_data());
+        constexpr double largest = std::numeric_limits<float>::max();
+        constexpr double overflow = largest + 0x1p103;  // half a float ulp past it: rounds to infinity
+        x = d >= overflow    ? std::numeric_limits<float>::infinity()
+            : d <= -overflow ? -std::numeric_limits<float>::infinity()
+            : d > largest    ? float(largest)
+            : d < -largest   ? -float(largest)
+                             : float(d);
+      } else {
+        x = numeric_element<float>(v, 0);
+      }
+      char bytes[4];
+      std::memcpy(bytes, &x, 4);
+      write_tensor_proto(w, field, float32, shape{}, std::string_view(bytes, 4));
+      break;
+    }
+    case summary_kind::histogram: {
+      std::vector<double> data(std::size_t(v.size()));
+      for (std::int64_t i = 0; i < v.size(); ++i) data[std::size_t(i)] = numeric_element<double>(v, i);
+      const std::vector<double> table = histogram_buckets(data, spec.parameter, spec.tag);
+      write_tensor_proto(w, field, float64, shape{std::int64_t(table.size() / 3), 3},
+                         std::string_view(reinterpret_cast<const char*>(table.data()), table.size() * sizeof(double)));
+      break;
+    }
+    case summary_kind::text:
+      write_tensor_proto(w, field, v);
+      break;
+    case summary_kind::image: {
+      const std::int64_t height = v.shape()[1], width = v.shape()[2], channels = v.shape()[3];
+      const std::int64_t count = std::min<std::int64_t>(v.shape()[0], std::max(spec.parameter, 0));
+      const std::vector<std::uint8_t> samples = image_samples(v, count, spec.tag);
+      std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
+      const std::size_t per_image = std::size_t(height * width * channels);
+      for (std::int64_t i = 0; i < count; ++i)
+        strings.push_back(basic_png_encoder<Unused>::encode_png(
+            std::span(samples).subspan(std::size_t(i) * per_image, per_image), std::uint32_t(height),
+            std::uint32_t(width), int(channels)));
+      write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
+      break;
+    }
+  }
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_event(std::string& out, double wall_time, std::int64_t step,
+                                                      const summary_spec& spec, const tensor& value) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  if (step != 0) w.varint(2, step);
+  w.message(5, [&](proto::writer& summary) {     // Event.summary
+    summary.message(1, [&](proto::writer& v) {   // Summary.value
+      v.string(1, spec.tag);                      // tag
+      write_summary_tensor(v, 8, spec, value);    // tensor
+      v.message(9, [&](proto::writer& meta) {     // metadata
+        meta.message(1, [&](proto::writer& plugin) { plugin.string(1, summary_plugin(spec.kind)); });
+        if (!spec.description.empty()) meta.string(3, spec.description);
+      });
+    });
+  });
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_file_version_event(std::string& out, double wall_time) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  w.string(3, "brain.Event:2");
+}
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+  proto::writer w(out);
+  w.float64(1, wall_time);
+  w.bytes(4, graph_def);
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/events.hpp -----
@@ -1161,73 +1214,124 @@ struct basic_attr_writer {
 
   /// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
   template <class F>
-  static void write_attr(proto::writer& w, std::string_view key, F&& value) {
-    w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
-      entry.string(1, key);
-      entry.message(2, value);
-    });
-  }
-  static void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
-    write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
-  }
-  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
-    write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
-  }
-  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
-    write_attr(w, key, [&](proto::writer& a) {
-      a.message(1, [&](proto::writer& list) {  // AttrValue.list
-        if (values.empty()) return;
-        list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
-          for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
-        });
-      });
-    });
-  }
-  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
-    write_attr(w, key, [&](proto::writer& a) {
-      a.message(1, [&](proto::writer& list) {
-        for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
-      });
-    });
-  }
-  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
-    write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
-  }
+  static void write_attr(proto::writer& w, std::string_view key, F&& value);
+  static void write_type_attr(proto::writer& w, std::string_view key, dtype t);
+  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s);
+  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values);
+  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes);
+  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function);
 
   /// An op's own attribute (one of the types of its `attribute_fields()`).
-  static void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
-    write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
-    write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
-    write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, double v) {
-    write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, bool v) {
-    write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
-    if (v.all())
-      write_string_attr(w, key, "all");
-    else
-      write_op_attr(w, key, v.list());
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
-    write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
-  }
+  static void write_op_attr(proto::writer& w, std::string_view key, dtype v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v);
+  static void write_op_attr(proto::writer& w, std::string_view key, double v);
+  static void write_op_attr(proto::writer& w, std::string_view key, bool v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v);
 
   template <class Op>
-  static void write_op_attrs(proto::writer& w, const Op& op) {
-    if constexpr (requires { Op::attribute_fields(); })
-      std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
-  }
+  static void write_op_attrs(proto::writer& w, const Op& op);
 };
 using attr_writer = basic_attr_writer<void>;
+
+template <class Unused>
+template <class F>
+void basic_attr_writer<Unused>::write_attr(proto::writer& w, std::string_view key, F&& value) {
+  w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
+    entry.string(1, key);
+    entry.message(2, value);
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+  write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_ints_attr(proto::writer& w, std::string_view key,
+                                                std::span<const std::int64_t> values) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {  // AttrValue.list
+      if (values.empty()) return;
+      list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
+        for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+      });
+    });
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_shapes_attr(proto::writer& w, std::string_view key,
+                                                  std::span<const shape> shapes) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {
+      for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
+    });
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+  write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, dtype v) {
+  write_type_attr(w, key, v);
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+  write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, double v) {
+  write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, bool v) {
+  write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+  if (v.all())
+    write_string_attr(w, key, "all");
+  else
+    write_op_attr(w, key, v.list());
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+  write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
+}
+
+template <class Unused>
+template <class Op>
+void basic_attr_writer<Unused>::write_op_attrs(proto::writer& w, const Op& op) {
+  if constexpr (requires { Op::attribute_fields(); })
+    std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
+}
 
 // ---- GraphDef -----------------------------------------------------------------------
 
@@ -1454,67 +1558,84 @@ struct basic_record_format {
   /// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
   /// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
   /// \code kiln::detail::record_format::crc32c_by_table("123456789") == 0xE3069283u \endcode
-  static std::uint32_t crc32c_by_table(std::string_view data) {
-    boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-    crc.process_bytes(data.data(), data.size());
-    return crc.checksum();
-  }
+  static std::uint32_t crc32c_by_table(std::string_view data);
 
 #if defined(__SSE4_2__)
   /// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
   /// faster than the table, which took a fifth of a scalar summary's time.
-  static std::uint32_t crc32c_by_instruction(std::string_view data) {
-    std::uint64_t crc = 0xFFFFFFFFu;
-    const char* p = data.data();
-    std::size_t n = data.size();
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t word;
-      std::memcpy(&word, p, 8);
-      crc = _mm_crc32_u64(crc, word);
-    }
-    auto c = std::uint32_t(crc);
-    for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
-    return ~c;
-  }
+  static std::uint32_t crc32c_by_instruction(std::string_view data);
 #endif
 
   /// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
   /// otherwise by Boost.CRC's table.
   /// \code kiln::detail::record_format::crc32c("123456789") == 0xE3069283u \endcode
-  static std::uint32_t crc32c(std::string_view data) {
-#if defined(__SSE4_2__)
-    return crc32c_by_instruction(data);
-#else
-    return crc32c_by_table(data);
-#endif
-  }
+  static std::uint32_t crc32c(std::string_view data);
 
   /// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
-  static std::uint32_t masked_crc32c(std::string_view data) {
-    const std::uint32_t crc = crc32c(data);
-    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-  }
+  static std::uint32_t masked_crc32c(std::string_view data);
 
   /// Appends `data` to `out` as one TFRecord.
   /// \code
   /// std::string file;
   /// kiln::detail::record_format::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
   /// \endcode
-  static void append_record(std::string& out, std::string_view data) {
-    char header[12];
-    const std::uint64_t length = data.size();
-    for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
-    const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
-    for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
-    out.append(header, 12);
-    out.append(data);
-    const std::uint32_t data_crc = masked_crc32c(data);
-    char footer[4];
-    for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
-    out.append(footer, 4);
-  }
+  static void append_record(std::string& out, std::string_view data);
 };
 using record_format = basic_record_format<void>;
+
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c_by_table(std::string_view data) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(data.data(), data.size());
+  return crc.checksum();
+}
+
+#if defined(__SSE4_2__)
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c_by_instruction(std::string_view data) {
+  std::uint64_t crc = 0xFFFFFFFFu;
+  const char* p = data.data();
+  std::size_t n = data.size();
+  for (; n >= 8; n -= 8, p += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    crc = _mm_crc32_u64(crc, word);
+  }
+  auto c = std::uint32_t(crc);
+  for (; n > 0; --n, ++p) c = _mm_crc32_u8(c, static_cast<unsigned char>(*p));
+  return ~c;
+}
+#endif
+
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c(std::string_view data) {
+#if defined(__SSE4_2__)
+  return crc32c_by_instruction(data);
+#else
+  return crc32c_by_table(data);
+#endif
+}
+
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::masked_crc32c(std::string_view data) {
+  const std::uint32_t crc = crc32c(data);
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+template <class Unused>
+void basic_record_format<Unused>::append_record(std::string& out, std::string_view data) {
+  char header[12];
+  const std::uint64_t length = data.size();
+  for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
+  const std::uint32_t length_crc = masked_crc32c(std::string_view(header, 8));
+  for (int k = 0; k < 4; ++k) header[8 + k] = char((length_crc >> (8 * k)) & 0xFF);
+  out.append(header, 12);
+  out.append(data);
+  const std::uint32_t data_crc = masked_crc32c(data);
+  char footer[4];
+  for (int k = 0; k < 4; ++k) footer[k] = char((data_crc >> (8 * k)) & 0xFF);
+  out.append(footer, 4);
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/record.hpp -----
@@ -1621,10 +1742,7 @@ class basic_event_file_writer final : public summary_target {
   using encoder = basic_event_encoder<Unused>;
 
   // Seconds since 1970, to the microsecond (an event's wall_time).
-  static double summary_wall_time() {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
-  }
+  static double summary_wall_time();
 
   // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
   // timed by the clock the event's wall time was read from (`now`, in seconds).
@@ -1653,6 +1771,12 @@ class basic_event_file_writer final : public summary_target {
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 using event_file_writer = basic_event_file_writer<>;
+
+template <class Unused>
+double basic_event_file_writer<Unused>::summary_wall_time() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/writer.hpp -----
@@ -1698,26 +1822,30 @@ namespace detail {
 template <class Unused>
 struct basic_summary_writes {
   // Records a summary node while tracing, or writes at once.
-  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
-    const tensor& s = step.get();
-    if (!value.defined() || !s.defined())
-      throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
-                                   (value.defined() ? "step" : "value"));
-    if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
-      kiln::detail::throw_summary_failure(f, false);
-    if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
-      const tensor inputs[] = {value, s};
-      return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
-                                   {{bool_, shape{}}})[0];
-    }
-    value.require_value("kiln::summary");
-    s.require_value("kiln::summary");
-    kiln::detail::summary_target* target = kiln::detail::default_summary_target();
-    const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
-    return kiln::constant(written);
-  }
+  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step);
 };
 using summary_writes = basic_summary_writes<void>;
+
+template <class Unused>
+tensor basic_summary_writes<Unused>::write(kiln::detail::summary_spec spec, const tensor& value,
+                                           const step_value& step) {
+  const tensor& s = step.get();
+  if (!value.defined() || !s.defined())
+    throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
+                                 (value.defined() ? "step" : "value"));
+  if (kiln::detail::summary_failure f = kiln::detail::check_summary_inputs(spec, value.dtype(), value.shape(), s.dtype(), s.shape()))
+    kiln::detail::throw_summary_failure(f, false);
+  if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
+    const tensor inputs[] = {value, s};
+    return trace->record_special(std::make_shared<kiln::detail::summary_op>(std::move(spec)), inputs,
+                                 {{bool_, shape{}}})[0];
+  }
+  value.require_value("kiln::summary");
+  s.require_value("kiln::summary");
+  kiln::detail::summary_target* target = kiln::detail::default_summary_target();
+  const bool written = target && target->write(*target, spec, value, kiln::detail::summary_step(s));
+  return kiln::constant(written);
+}
 }  // namespace detail
 
 /// Writes a scalar (any numeric dtype, written as float32) to the default writer, as

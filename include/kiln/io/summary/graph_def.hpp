@@ -45,73 +45,124 @@ struct basic_attr_writer {
 
   /// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
   template <class F>
-  static void write_attr(proto::writer& w, std::string_view key, F&& value) {
-    w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
-      entry.string(1, key);
-      entry.message(2, value);
-    });
-  }
-  static void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
-    write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
-  }
-  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
-    write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
-  }
-  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
-    write_attr(w, key, [&](proto::writer& a) {
-      a.message(1, [&](proto::writer& list) {  // AttrValue.list
-        if (values.empty()) return;
-        list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
-          for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
-        });
-      });
-    });
-  }
-  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
-    write_attr(w, key, [&](proto::writer& a) {
-      a.message(1, [&](proto::writer& list) {
-        for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
-      });
-    });
-  }
-  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
-    write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
-  }
+  static void write_attr(proto::writer& w, std::string_view key, F&& value);
+  static void write_type_attr(proto::writer& w, std::string_view key, dtype t);
+  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s);
+  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values);
+  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes);
+  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function);
 
   /// An op's own attribute (one of the types of its `attribute_fields()`).
-  static void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
-    write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
-    write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
-    write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, double v) {
-    write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, bool v) {
-    write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
-    if (v.all())
-      write_string_attr(w, key, "all");
-    else
-      write_op_attr(w, key, v.list());
-  }
-  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
-    write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
-  }
+  static void write_op_attr(proto::writer& w, std::string_view key, dtype v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v);
+  static void write_op_attr(proto::writer& w, std::string_view key, double v);
+  static void write_op_attr(proto::writer& w, std::string_view key, bool v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v);
 
   template <class Op>
-  static void write_op_attrs(proto::writer& w, const Op& op) {
-    if constexpr (requires { Op::attribute_fields(); })
-      std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
-  }
+  static void write_op_attrs(proto::writer& w, const Op& op);
 };
 using attr_writer = basic_attr_writer<void>;
+
+template <class Unused>
+template <class F>
+void basic_attr_writer<Unused>::write_attr(proto::writer& w, std::string_view key, F&& value) {
+  w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
+    entry.string(1, key);
+    entry.message(2, value);
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+  write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_ints_attr(proto::writer& w, std::string_view key,
+                                                std::span<const std::int64_t> values) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {  // AttrValue.list
+      if (values.empty()) return;
+      list.message(3, [&](proto::writer& packed) {  // ListValue.i, packed
+        for (std::int64_t v : values) packed.raw_varint(std::uint64_t(v));
+      });
+    });
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_shapes_attr(proto::writer& w, std::string_view key,
+                                                  std::span<const shape> shapes) {
+  write_attr(w, key, [&](proto::writer& a) {
+    a.message(1, [&](proto::writer& list) {
+      for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
+    });
+  });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+  write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, dtype v) {
+  write_type_attr(w, key, v);
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+  write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, double v) {
+  write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, bool v) {
+  write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+  if (v.all())
+    write_string_attr(w, key, "all");
+  else
+    write_op_attr(w, key, v.list());
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+  write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
+}
+
+template <class Unused>
+template <class Op>
+void basic_attr_writer<Unused>::write_op_attrs(proto::writer& w, const Op& op) {
+  if constexpr (requires { Op::attribute_fields(); })
+    std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
+}
 
 // ---- GraphDef -----------------------------------------------------------------------
 

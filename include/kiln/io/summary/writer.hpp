@@ -132,10 +132,7 @@ class basic_event_file_writer final : public summary_target {
   using encoder = basic_event_encoder<Unused>;
 
   // Seconds since 1970, to the microsecond (an event's wall_time).
-  static double summary_wall_time() {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
-  }
+  static double summary_wall_time();
 
   // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
   // timed by the clock the event's wall time was read from (`now`, in seconds).
@@ -164,5 +161,11 @@ class basic_event_file_writer final : public summary_target {
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 using event_file_writer = basic_event_file_writer<>;
+
+template <class Unused>
+double basic_event_file_writer<Unused>::summary_wall_time() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+}
 
 }  // namespace kiln::detail
