@@ -24887,27 +24887,35 @@ enum class fan_mode { in, average };
 template <class Unused>
 struct basic_initializer_draws {
   /// A draw of `spec` keyed by `seed`, done now, tracing or not.
-  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
-    spec.check();
-    return spec.draw(key_of(seed), 0);
-  }
+  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed);
   /// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
   /// truncated normal (its standard deviation corrected for the truncation) or a
   /// uniform distribution of that variance.
   static tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
-                                 const std::optional<std::uint64_t>& seed) {
-    const auto [fan_in, fan_out] = fans(s);
-    const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
-    if (normal) {
-      // The standard deviation of a standard normal truncated to [-2, 2].
-      const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
-      return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
-    }
-    const double limit = std::sqrt(3.0 * scale / n);
-    return draw_now({s, t, -limit, limit}, seed);
-  }
+                                 const std::optional<std::uint64_t>& seed);
 };
 using initializer_draws = basic_initializer_draws<void>;
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
+                                                 const std::optional<std::uint64_t>& seed) {
+  spec.check();
+  return spec.draw(key_of(seed), 0);
+}
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t, double scale, fan_mode mode,
+                                                         bool normal, const std::optional<std::uint64_t>& seed) {
+  const auto [fan_in, fan_out] = fans(s);
+  const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
+  if (normal) {
+    // The standard deviation of a standard normal truncated to [-2, 2].
+    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
+    return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+  }
+  const double limit = std::sqrt(3.0 * scale / n);
+  return draw_now({s, t, -limit, limit}, seed);
+}
 
 }  // namespace detail
 
@@ -25052,20 +25060,29 @@ template <class Unused>
 struct basic_loss_terms {
   /// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
   /// floating-point tensors (`fn` names the loss).
-  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
-    kiln::detail::require_floating(fn, y_pred);
-    return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
-  }
+  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred);
   /// `x` clipped to [lo, hi].
-  static tensor clip(const tensor& x, double lo, double hi) {
-    return minimum(maximum(x, lo), hi);
-  }
+  static tensor clip(const tensor& x, double lo, double hi);
   /// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
-  static tensor batch_mean(const tensor& per_sample) {
-    return reduce_mean(per_sample);
-  }
+  static tensor batch_mean(const tensor& per_sample);
 };
 using loss_terms = basic_loss_terms<void>;
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+  kiln::detail::require_floating(fn, y_pred);
+  return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+}
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::clip(const tensor& x, double lo, double hi) {
+  return minimum(maximum(x, lo), hi);
+}
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::batch_mean(const tensor& per_sample) {
+  return reduce_mean(per_sample);
+}
 
 }  // namespace detail
 
@@ -25982,14 +25999,19 @@ struct basic_normalization {
   /// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
   /// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
   static tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
-                          const std::optional<tensor>& beta, double epsilon) {
-    tensor inv = 1.0 / sqrt(var + epsilon);
-    if (gamma) inv = inv * *gamma;
-    const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
-    return x * inv + shift;
-  }
+                          const std::optional<tensor>& beta, double epsilon);
 };
 using normalization = basic_normalization<void>;
+
+template <class Unused>
+tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
+                                              const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
+                                              double epsilon) {
+  tensor inv = 1.0 / sqrt(var + epsilon);
+  if (gamma) inv = inv * *gamma;
+  const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
+  return x * inv + shift;
+}
 
 template <class Unused = void>
 struct batch_normalization_state final : layer_state {

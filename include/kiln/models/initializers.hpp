@@ -66,27 +66,35 @@ enum class fan_mode { in, average };
 template <class Unused>
 struct basic_initializer_draws {
   /// A draw of `spec` keyed by `seed`, done now, tracing or not.
-  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
-    spec.check();
-    return spec.draw(key_of(seed), 0);
-  }
+  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed);
   /// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
   /// truncated normal (its standard deviation corrected for the truncation) or a
   /// uniform distribution of that variance.
   static tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
-                                 const std::optional<std::uint64_t>& seed) {
-    const auto [fan_in, fan_out] = fans(s);
-    const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
-    if (normal) {
-      // The standard deviation of a standard normal truncated to [-2, 2].
-      const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
-      return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
-    }
-    const double limit = std::sqrt(3.0 * scale / n);
-    return draw_now({s, t, -limit, limit}, seed);
-  }
+                                 const std::optional<std::uint64_t>& seed);
 };
 using initializer_draws = basic_initializer_draws<void>;
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
+                                                 const std::optional<std::uint64_t>& seed) {
+  spec.check();
+  return spec.draw(key_of(seed), 0);
+}
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t, double scale, fan_mode mode,
+                                                         bool normal, const std::optional<std::uint64_t>& seed) {
+  const auto [fan_in, fan_out] = fans(s);
+  const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
+  if (normal) {
+    // The standard deviation of a standard normal truncated to [-2, 2].
+    const double stddev = std::sqrt(scale / n) / 0.87962566103423978;
+    return draw_now({s, t, 0.0, stddev, kiln::detail::distribution::truncated_normal}, seed);
+  }
+  const double limit = std::sqrt(3.0 * scale / n);
+  return draw_now({s, t, -limit, limit}, seed);
+}
 
 }  // namespace detail
 

@@ -495,14 +495,19 @@ struct basic_normalization {
   /// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
   /// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
   static tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
-                          const std::optional<tensor>& beta, double epsilon) {
-    tensor inv = 1.0 / sqrt(var + epsilon);
-    if (gamma) inv = inv * *gamma;
-    const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
-    return x * inv + shift;
-  }
+                          const std::optional<tensor>& beta, double epsilon);
 };
 using normalization = basic_normalization<void>;
+
+template <class Unused>
+tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
+                                              const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
+                                              double epsilon) {
+  tensor inv = 1.0 / sqrt(var + epsilon);
+  if (gamma) inv = inv * *gamma;
+  const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
+  return x * inv + shift;
+}
 
 template <class Unused = void>
 struct batch_normalization_state final : layer_state {

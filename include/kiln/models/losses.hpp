@@ -38,20 +38,29 @@ template <class Unused>
 struct basic_loss_terms {
   /// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
   /// floating-point tensors (`fn` names the loss).
-  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
-    kiln::detail::require_floating(fn, y_pred);
-    return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
-  }
+  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred);
   /// `x` clipped to [lo, hi].
-  static tensor clip(const tensor& x, double lo, double hi) {
-    return minimum(maximum(x, lo), hi);
-  }
+  static tensor clip(const tensor& x, double lo, double hi);
   /// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
-  static tensor batch_mean(const tensor& per_sample) {
-    return reduce_mean(per_sample);
-  }
+  static tensor batch_mean(const tensor& per_sample);
 };
 using loss_terms = basic_loss_terms<void>;
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+  kiln::detail::require_floating(fn, y_pred);
+  return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
+}
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::clip(const tensor& x, double lo, double hi) {
+  return minimum(maximum(x, lo), hi);
+}
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::batch_mean(const tensor& per_sample) {
+  return reduce_mean(per_sample);
+}
 
 }  // namespace detail
 
