@@ -1183,174 +1183,7 @@ struct basic_collective_runs {
   /// Runs collective `op` on eager tensors (the engine's entry point, and what the node
   /// runs): the agreement, the checks, then the transfer. Tensors on the gpu travel
   /// through host memory.
-  static void run_collective(const collective_op& op, std::span<const tensor* const> given, std::span<tensor> results) {
-    const collective_spec& s = op.spec();
-    const std::string what(kiln::detail::collective_api_name(s.kind));
-    runtime& rt = runtime::get();
-    const std::shared_ptr<group_state> group = group_for(s);
-    group_state& g = *group;
-    if (g.rank < 0)
-      throw invalid_argument_error(what + ": this process (world rank " + std::to_string(rt.world_rank()) +
-                                   ") is not a rank of " + runtime::group_name(g));
-    for (const tensor* t : given) t->require_value(what);
-    const device place = given[0]->device();
-    for (const tensor* t : given)
-      if (t->device() != place)
-        throw invalid_argument_error(what + ": the tensors of one collective are on one device, got " +
-                                     std::string(name(place)) + " and " + std::string(name(t->device())));
-
-    std::lock_guard lock(rt.mutex());
-    if (!g.broken.empty())
-      throw unavailable_error(what + ": " + runtime::group_name(g) + " cannot run collectives any more: " + g.broken);
-    const std::uint64_t sequence = g.sequence++;
-    std::vector<collective_descriptor> all;
-    if (g.size > 1) {
-      all = rt.agree(g, descriptor_of(s, sequence, given), what, &describe);
-      check_agreement(g, all, what);
-    }
-    std::vector<std::pair<dtype, shape>> specs;
-    for (const tensor* t : given) specs.emplace_back(t->dtype(), t->shape());
-    std::vector<std::pair<dtype, shape>> out_specs;
-    if (collective_failure f = kiln::detail::check_collective(s, specs, g.size, &out_specs)) throw_failure(f, false);
-
-    if (g.size == 1) {  // every kind is the identity on one rank
-      for (std::size_t k = 0; k < given.size(); ++k) results[k] = *given[k];
-      return;
-    }
-#if KILN_HAS_NCCL && KILN_THRUST_CUDA
-    if (place == device::gpu && nccl_takes(s, given[0]->dtype())) return run_on_nccl(g, s, given, results, out_specs);
-#endif
-    // Elsewhere device tensors travel through host memory.
-    std::vector<tensor> host;
-    std::vector<const tensor*> in(given.begin(), given.end());
-    if (place != device::cpu) {
-      for (const tensor* x : given) host.push_back(x->to(device::cpu));
-      for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
-    }
-    const dtype t = in[0]->dtype();
-    const auto element = size_of(t);
-    switch (s.kind) {
-      case collective_kind::all_reduce:
-      case collective_kind::reduce: {
-        std::int64_t total = 0;
-        for (const tensor* x : in) total += x->size();
-        tensor reduced = kiln::detail::allocate_result(what, t, shape{total});
-        ops::visit_numeric(t, [&]<class T>() {
-          if constexpr (std::is_floating_point_v<T>) {
-            if (s.op == reduce_op::sum || s.op == reduce_op::mean) {
-              ordered_all_reduce(g, element_row<T>(in), static_cast<T*>(reduced.raw_data()), s.op == reduce_op::mean);
-              return;
-            }
-          }
-          // Exact reductions go through MPI_Allreduce, of one buffer: a bucket is packed.
-          const void* source = in[0]->raw_data();
-          tensor packed;
-          if (in.size() > 1) {
-            packed = kiln::detail::allocate_result(what, t, shape{total});
-            std::int64_t at = 0;
-            for (const tensor* x : in) {
-              if (x->size() > 0)
-                std::memcpy(static_cast<char*>(packed.raw_data()) + at * std::int64_t(element), x->raw_data(),
-                            std::size_t(x->size()) * element);
-              at += x->size();
-            }
-            source = packed.raw_data();
-          }
-          exact_all_reduce(g, static_cast<const T*>(source), static_cast<T*>(reduced.raw_data()), total, s.op);
-        });
-        if (s.kind == collective_kind::reduce && g.rank != s.root && total > 0)
-          std::memset(reduced.raw_data(), 0, std::size_t(total) * element);  // (floats: all-zero bytes are 0.0)
-        std::int64_t at = 0;
-        for (std::size_t k = 0; k < in.size(); ++k) {
-          results[k] = reduced.share(in[k]->shape(), at);
-          at += in[k]->size();
-        }
-        break;
-      }
-      case collective_kind::all_gather: {
-        const shape& result_shape = out_specs[0].second;
-        tensor out = kiln::detail::allocate_result(what, t, result_shape);
-        const std::int64_t count = in[0]->size();
-        if (t == string) {
-          const packed_strings mine = pack(*in[0]);
-          std::vector<std::int64_t> lengths(std::size_t(count * g.size) + 1);
-          runtime::check(MPI_Allgather(mine.lengths.data(), mpi_count(count, what), MPI_INT64_T, lengths.data(),
-                                       mpi_count(count, what), MPI_INT64_T, g.comm),
-                         "MPI_Allgather");
-          std::vector<int> byte_counts(static_cast<std::size_t>(g.size)), byte_displs(static_cast<std::size_t>(g.size));
-          std::int64_t bytes = 0;
-          for (int r = 0; r < g.size; ++r) {
-            byte_counts[std::size_t(r)] = mpi_count(all[std::size_t(r)].string_bytes, what);
-            byte_displs[std::size_t(r)] = mpi_count(bytes, what);
-            bytes += all[std::size_t(r)].string_bytes;
-          }
-          std::vector<char> characters(std::size_t(bytes) + 1);
-          runtime::check(MPI_Allgatherv(mine.bytes.data(), mpi_count(std::int64_t(mine.bytes.size()), what), MPI_CHAR,
-                                        characters.data(), byte_counts.data(), byte_displs.data(), MPI_CHAR, g.comm),
-                         "MPI_Allgatherv");
-          for (int r = 0; r < g.size; ++r)
-            unpack(out, count * r, lengths.data() + count * r, count, characters.data() + byte_displs[std::size_t(r)]);
-        } else {
-          const int n = mpi_count(count * std::int64_t(element), what);
-          runtime::check(MPI_Allgather(in[0]->raw_data(), n, MPI_BYTE, out.raw_data(), n, MPI_BYTE, g.comm), "MPI_Allgather");
-        }
-        results[0] = out;
-        break;
-      }
-      case collective_kind::broadcast: {
-        tensor out = kiln::detail::allocate_result(what, t, in[0]->shape());
-        const std::int64_t count = in[0]->size();
-        const bool root = g.rank == s.root;
-        if (t == string) {
-          packed_strings p;
-          if (root) p = pack(*in[0]);
-          p.lengths.resize(std::size_t(count));
-          p.bytes.resize(std::size_t(all[std::size_t(s.root)].string_bytes));
-          runtime::check(MPI_Bcast(p.lengths.data(), mpi_count(count, what), MPI_INT64_T, s.root, g.comm), "MPI_Bcast");
-          runtime::check(MPI_Bcast(p.bytes.data(), mpi_count(std::int64_t(p.bytes.size()), what), MPI_CHAR, s.root, g.comm),
-                         "MPI_Bcast");
-          unpack(out, 0, p.lengths.data(), count, p.bytes.data());
-        } else {
-          const std::int64_t bytes = count * std::int64_t(element);
-          if (root && bytes > 0) std::memcpy(out.raw_data(), in[0]->raw_data(), std::size_t(bytes));
-          constexpr std::int64_t segment = std::int64_t(1) << 30;
-          for (std::int64_t start = 0; start < bytes; start += segment)
-            runtime::check(MPI_Bcast(static_cast<char*>(out.raw_data()) + start, int(std::min(segment, bytes - start)),
-                                     MPI_BYTE, s.root, g.comm),
-                           "MPI_Bcast");
-        }
-        results[0] = out;
-        break;
-      }
-      case collective_kind::reduce_scatter: {
-        tensor out = kiln::detail::allocate_result(what, t, out_specs[0].second);
-        const std::int64_t block = out.size();
-        const int b = mpi_count(block, what);
-        ops::visit_numeric(t, [&]<class T>() {
-          const T* source = static_cast<const T*>(in[0]->raw_data());
-          T* target = static_cast<T*>(out.raw_data());
-          if constexpr (std::is_floating_point_v<T>) {
-            if (s.op == reduce_op::sum || s.op == reduce_op::mean) {
-              // Rank j receives block j of every rank (its own included) and sums them in rank order.
-              T* received = static_cast<T*>(scratch(g, std::size_t(g.size) * std::size_t(block) * sizeof(T) + sizeof(T)));
-              runtime::check(MPI_Alltoall(source, b, mpi_type(t), received, b, mpi_type(t), g.comm), "MPI_Alltoall");
-              sum_in_rank_order(target, received + std::int64_t(g.rank) * block, received, block, block, g.rank, g.size,
-                                s.op == reduce_op::mean);
-              return;
-            }
-          }
-          runtime::check(MPI_Reduce_scatter_block(source, target, b, mpi_type(t), mpi_op(s.op), g.comm),
-                         "MPI_Reduce_scatter_block");
-          if (s.op == reduce_op::mean)
-            for (std::int64_t e = 0; e < block; ++e) target[e] = ops::mean_of<T>(target[e], g.size);
-        });
-        results[0] = out;
-        break;
-      }
-    }
-    if (place != device::cpu)
-      for (tensor& r : results) r = r.to(place);
-  }
+  static void run_collective(const collective_op& op, std::span<const tensor* const> given, std::span<tensor> results);
 
   /// The backward pass of a collective, from its spec, the inputs and the gradients of its
   /// (floating-point) results: the collectives TensorFlow differentiates them with. The
@@ -1360,77 +1193,265 @@ struct basic_collective_runs {
   /// on the root (NCCL's Reduce, as NcclBroadcast's gradient) and zeros elsewhere; of a
   /// reduce-scatter, the all-gather of the gradients. Max and min have none, as in
   /// TensorFlow: differentiating through them raises kiln::unavailable_error.
-  static std::vector<tensor> collective_backward(const void* self, std::span<const tensor>, std::span<const tensor> dys) {
-    const collective_spec& s = *static_cast<const collective_spec*>(self);
-    const std::string what(kiln::detail::collective_api_name(s.kind));
-    auto with = [&](collective_kind kind, reduce_op op) {
-      const std::source_location here = std::source_location::current();
-      return collective_spec{kind, op, s.root, s.members, s.group,
-                             kiln::detail::collective_site(here.file_name(), here.line(), std::uint32_t(kind)), here.line()};
-    };
-    const bool differentiable = s.op == reduce_op::sum || s.op == reduce_op::mean;
-    if (!differentiable && (s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter))
-      throw unavailable_error(what + ": reduce_op::" + std::string(name(s.op)) +
-                              " has no gradient (TensorFlow differentiates the sum and the mean of a collective only)");
-    switch (s.kind) {
-      case collective_kind::all_reduce: return collective(with(collective_kind::all_reduce, s.op), dys);
-      case collective_kind::all_gather: return collective(with(collective_kind::reduce_scatter, reduce_op::sum), dys);
-      case collective_kind::broadcast: return collective(with(collective_kind::reduce, reduce_op::sum), dys);
-      case collective_kind::reduce: return collective(with(collective_kind::broadcast, reduce_op::sum), dys);
-      case collective_kind::reduce_scatter: {
-        std::vector<tensor> g = collective(with(collective_kind::all_gather, reduce_op::sum), dys);
-        if (s.op == reduce_op::mean) g[0] = g[0] / kiln::constant(double(group_for(s)->size), g[0].dtype());
-        return g;
-      }
-    }
-    return {};
-  }
+  static std::vector<tensor> collective_backward(const void* self, std::span<const tensor>, std::span<const tensor> dys);
 
   /// Records a collective on the gradient tapes recording on this thread.
-  static void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs, std::span<const tensor> outputs) {
-    if (!is_floating(inputs[0].dtype())) return;
-    auto call = std::make_shared<kiln::detail::differentiable_call>();
-    call->self = std::make_shared<const collective_spec>(spec);
-    call->backward = &collective_backward;
-    kiln::detail::tape_runtime::record_call_on_active_tapes(call, inputs, outputs);
-  }
+  static void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs, std::span<const tensor> outputs);
 
   /// What a replayed trace's collective nodes hand to the tapes (their entries of
   /// kiln::detail::special_gradients).
-  static void record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
-    const auto* c = op.as<collective_op>();
-    if (!c || inputs.empty()) return;
-    // On one rank a collective gives its inputs themselves, which the tapes already know.
-    if (!outputs[0].is_symbolic() && group_for(c->spec())->size == 1) return;
-    record_on_tapes(c->spec(), inputs, outputs);
-  }
+  static void record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs,
+                                         std::span<const tensor> outputs);
 
   /// Runs collective `spec` on `inputs` eagerly, or records its node while a function
   /// traces; the gradient tapes recording see it as one differentiable op.
-  static std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs) {
-    const std::string what(kiln::detail::collective_api_name(spec.kind));
-    if (inputs.empty()) throw invalid_argument_error(what + ": no tensors given");
-    for (const tensor& t : inputs)
-      if (!t.defined()) throw invalid_argument_error(what + ": an empty tensor was given");
-    const int size = group_for(spec)->size;
-    std::vector<tensor> outputs;
-    if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
-      std::vector<std::pair<dtype, shape>> specs, results;
-      for (const tensor& t : inputs) specs.emplace_back(t.dtype(), t.shape());
-      if (collective_failure f = kiln::detail::check_collective(spec, specs, size, &results)) throw_failure(f, true);
-      outputs = trace->record_special(std::make_shared<collective_op>(spec), inputs, results);
-    } else {
-      std::vector<const tensor*> pointers;
-      for (const tensor& t : inputs) pointers.push_back(&t);
-      outputs.resize(inputs.size());
-      run_collective(collective_op(spec), pointers, outputs);
-      if (size == 1) return outputs;  // its inputs themselves: nothing for a tape to record
-    }
-    if (kiln::detail::recording_tapes() > 0) record_on_tapes(spec, inputs, outputs);
-    return outputs;
-  }
+  static std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs);
 };
 using collective_runs = basic_collective_runs<void>;
+
+template <class Unused>
+void basic_collective_runs<Unused>::run_collective(const collective_op& op, std::span<const tensor* const> given,
+                                                   std::span<tensor> results) {
+  const collective_spec& s = op.spec();
+  const std::string what(kiln::detail::collective_api_name(s.kind));
+  runtime& rt = runtime::get();
+  const std::shared_ptr<group_state> group = group_for(s);
+  group_state& g = *group;
+  if (g.rank < 0)
+    throw invalid_argument_error(what + ": this process (world rank " + std::to_string(rt.world_rank()) +
+                                 ") is not a rank of " + runtime::group_name(g));
+  for (const tensor* t : given) t->require_value(what);
+  const device place = given[0]->device();
+  for (const tensor* t : given)
+    if (t->device() != place)
+      throw invalid_argument_error(what + ": the tensors of one collective are on one device, got " +
+                                   std::string(name(place)) + " and " + std::string(name(t->device())));
+
+  std::lock_guard lock(rt.mutex());
+  if (!g.broken.empty())
+    throw unavailable_error(what + ": " + runtime::group_name(g) + " cannot run collectives any more: " + g.broken);
+  const std::uint64_t sequence = g.sequence++;
+  std::vector<collective_descriptor> all;
+  if (g.size > 1) {
+    all = rt.agree(g, descriptor_of(s, sequence, given), what, &describe);
+    check_agreement(g, all, what);
+  }
+  std::vector<std::pair<dtype, shape>> specs;
+  for (const tensor* t : given) specs.emplace_back(t->dtype(), t->shape());
+  std::vector<std::pair<dtype, shape>> out_specs;
+  if (collective_failure f = kiln::detail::check_collective(s, specs, g.size, &out_specs)) throw_failure(f, false);
+
+  if (g.size == 1) {  // every kind is the identity on one rank
+    for (std::size_t k = 0; k < given.size(); ++k) results[k] = *given[k];
+    return;
+  }
+#if KILN_HAS_NCCL && KILN_THRUST_CUDA
+  if (place == device::gpu && nccl_takes(s, given[0]->dtype())) return run_on_nccl(g, s, given, results, out_specs);
+#endif
+  // Elsewhere device tensors travel through host memory.
+  std::vector<tensor> host;
+  std::vector<const tensor*> in(given.begin(), given.end());
+  if (place != device::cpu) {
+    for (const tensor* x : given) host.push_back(x->to(device::cpu));
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] = &host[k];
+  }
+  const dtype t = in[0]->dtype();
+  const auto element = size_of(t);
+  switch (s.kind) {
+    case collective_kind::all_reduce:
+    case collective_kind::reduce: {
+      std::int64_t total = 0;
+      for (const tensor* x : in) total += x->size();
+      tensor reduced = kiln::detail::allocate_result(what, t, shape{total});
+      ops::visit_numeric(t, [&]<class T>() {
+        if constexpr (std::is_floating_point_v<T>) {
+          if (s.op == reduce_op::sum || s.op == reduce_op::mean) {
+            ordered_all_reduce(g, element_row<T>(in), static_cast<T*>(reduced.raw_data()), s.op == reduce_op::mean);
+            return;
+          }
+        }
+        // Exact reductions go through MPI_Allreduce, of one buffer: a bucket is packed.
+        const void* source = in[0]->raw_data();
+        tensor packed;
+        if (in.size() > 1) {
+          packed = kiln::detail::allocate_result(what, t, shape{total});
+          std::int64_t at = 0;
+          for (const tensor* x : in) {
+            if (x->size() > 0)
+              std::memcpy(static_cast<char*>(packed.raw_data()) + at * std::int64_t(element), x->raw_data(),
+                          std::size_t(x->size()) * element);
+            at += x->size();
+          }
+          source = packed.raw_data();
+        }
+        exact_all_reduce(g, static_cast<const T*>(source), static_cast<T*>(reduced.raw_data()), total, s.op);
+      });
+      if (s.kind == collective_kind::reduce && g.rank != s.root && total > 0)
+        std::memset(reduced.raw_data(), 0, std::size_t(total) * element);  // (floats: all-zero bytes are 0.0)
+      std::int64_t at = 0;
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        results[k] = reduced.share(in[k]->shape(), at);
+        at += in[k]->size();
+      }
+      break;
+    }
+    case collective_kind::all_gather: {
+      const shape& result_shape = out_specs[0].second;
+      tensor out = kiln::detail::allocate_result(what, t, result_shape);
+      const std::int64_t count = in[0]->size();
+      if (t == string) {
+        const packed_strings mine = pack(*in[0]);
+        std::vector<std::int64_t> lengths(std::size_t(count * g.size) + 1);
+        runtime::check(MPI_Allgather(mine.lengths.data(), mpi_count(count, what), MPI_INT64_T, lengths.data(),
+                                     mpi_count(count, what), MPI_INT64_T, g.comm),
+                       "MPI_Allgather");
+        std::vector<int> byte_counts(static_cast<std::size_t>(g.size)), byte_displs(static_cast<std::size_t>(g.size));
+        std::int64_t bytes = 0;
+        for (int r = 0; r < g.size; ++r) {
+          byte_counts[std::size_t(r)] = mpi_count(all[std::size_t(r)].string_bytes, what);
+          byte_displs[std::size_t(r)] = mpi_count(bytes, what);
+          bytes += all[std::size_t(r)].string_bytes;
+        }
+        std::vector<char> characters(std::size_t(bytes) + 1);
+        runtime::check(MPI_Allgatherv(mine.bytes.data(), mpi_count(std::int64_t(mine.bytes.size()), what), MPI_CHAR,
+                                      characters.data(), byte_counts.data(), byte_displs.data(), MPI_CHAR, g.comm),
+                       "MPI_Allgatherv");
+        for (int r = 0; r < g.size; ++r)
+          unpack(out, count * r, lengths.data() + count * r, count, characters.data() + byte_displs[std::size_t(r)]);
+      } else {
+        const int n = mpi_count(count * std::int64_t(element), what);
+        runtime::check(MPI_Allgather(in[0]->raw_data(), n, MPI_BYTE, out.raw_data(), n, MPI_BYTE, g.comm), "MPI_Allgather");
+      }
+      results[0] = out;
+      break;
+    }
+    case collective_kind::broadcast: {
+      tensor out = kiln::detail::allocate_result(what, t, in[0]->shape());
+      const std::int64_t count = in[0]->size();
+      const bool root = g.rank == s.root;
+      if (t == string) {
+        packed_strings p;
+        if (root) p = pack(*in[0]);
+        p.lengths.resize(std::size_t(count));
+        p.bytes.resize(std::size_t(all[std::size_t(s.root)].string_bytes));
+        runtime::check(MPI_Bcast(p.lengths.data(), mpi_count(count, what), MPI_INT64_T, s.root, g.comm), "MPI_Bcast");
+        runtime::check(MPI_Bcast(p.bytes.data(), mpi_count(std::int64_t(p.bytes.size()), what), MPI_CHAR, s.root, g.comm),
+                       "MPI_Bcast");
+        unpack(out, 0, p.lengths.data(), count, p.bytes.data());
+      } else {
+        const std::int64_t bytes = count * std::int64_t(element);
+        if (root && bytes > 0) std::memcpy(out.raw_data(), in[0]->raw_data(), std::size_t(bytes));
+        constexpr std::int64_t segment = std::int64_t(1) << 30;
+        for (std::int64_t start = 0; start < bytes; start += segment)
+          runtime::check(MPI_Bcast(static_cast<char*>(out.raw_data()) + start, int(std::min(segment, bytes - start)),
+                                   MPI_BYTE, s.root, g.comm),
+                         "MPI_Bcast");
+      }
+      results[0] = out;
+      break;
+    }
+    case collective_kind::reduce_scatter: {
+      tensor out = kiln::detail::allocate_result(what, t, out_specs[0].second);
+      const std::int64_t block = out.size();
+      const int b = mpi_count(block, what);
+      ops::visit_numeric(t, [&]<class T>() {
+        const T* source = static_cast<const T*>(in[0]->raw_data());
+        T* target = static_cast<T*>(out.raw_data());
+        if constexpr (std::is_floating_point_v<T>) {
+          if (s.op == reduce_op::sum || s.op == reduce_op::mean) {
+            // Rank j receives block j of every rank (its own included) and sums them in rank order.
+            T* received = static_cast<T*>(scratch(g, std::size_t(g.size) * std::size_t(block) * sizeof(T) + sizeof(T)));
+            runtime::check(MPI_Alltoall(source, b, mpi_type(t), received, b, mpi_type(t), g.comm), "MPI_Alltoall");
+            sum_in_rank_order(target, received + std::int64_t(g.rank) * block, received, block, block, g.rank, g.size,
+                              s.op == reduce_op::mean);
+            return;
+          }
+        }
+        runtime::check(MPI_Reduce_scatter_block(source, target, b, mpi_type(t), mpi_op(s.op), g.comm),
+                       "MPI_Reduce_scatter_block");
+        if (s.op == reduce_op::mean)
+          for (std::int64_t e = 0; e < block; ++e) target[e] = ops::mean_of<T>(target[e], g.size);
+      });
+      results[0] = out;
+      break;
+    }
+  }
+  if (place != device::cpu)
+    for (tensor& r : results) r = r.to(place);
+}
+
+template <class Unused>
+std::vector<tensor> basic_collective_runs<Unused>::collective_backward(const void* self, std::span<const tensor>,
+                                                                       std::span<const tensor> dys) {
+  const collective_spec& s = *static_cast<const collective_spec*>(self);
+  const std::string what(kiln::detail::collective_api_name(s.kind));
+  auto with = [&](collective_kind kind, reduce_op op) {
+    const std::source_location here = std::source_location::current();
+    return collective_spec{kind, op, s.root, s.members, s.group,
+                           kiln::detail::collective_site(here.file_name(), here.line(), std::uint32_t(kind)), here.line()};
+  };
+  const bool differentiable = s.op == reduce_op::sum || s.op == reduce_op::mean;
+  if (!differentiable && (s.kind == collective_kind::all_reduce || s.kind == collective_kind::reduce_scatter))
+    throw unavailable_error(what + ": reduce_op::" + std::string(name(s.op)) +
+                            " has no gradient (TensorFlow differentiates the sum and the mean of a collective only)");
+  switch (s.kind) {
+    case collective_kind::all_reduce: return collective(with(collective_kind::all_reduce, s.op), dys);
+    case collective_kind::all_gather: return collective(with(collective_kind::reduce_scatter, reduce_op::sum), dys);
+    case collective_kind::broadcast: return collective(with(collective_kind::reduce, reduce_op::sum), dys);
+    case collective_kind::reduce: return collective(with(collective_kind::broadcast, reduce_op::sum), dys);
+    case collective_kind::reduce_scatter: {
+      std::vector<tensor> g = collective(with(collective_kind::all_gather, reduce_op::sum), dys);
+      if (s.op == reduce_op::mean) g[0] = g[0] / kiln::constant(double(group_for(s)->size), g[0].dtype());
+      return g;
+    }
+  }
+  return {};
+}
+
+template <class Unused>
+void basic_collective_runs<Unused>::record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs,
+                                                    std::span<const tensor> outputs) {
+  if (!is_floating(inputs[0].dtype())) return;
+  auto call = std::make_shared<kiln::detail::differentiable_call>();
+  call->self = std::make_shared<const collective_spec>(spec);
+  call->backward = &collective_backward;
+  kiln::detail::tape_runtime::record_call_on_active_tapes(call, inputs, outputs);
+}
+
+template <class Unused>
+void basic_collective_runs<Unused>::record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs,
+                                                               std::span<const tensor> outputs) {
+  const auto* c = op.as<collective_op>();
+  if (!c || inputs.empty()) return;
+  // On one rank a collective gives its inputs themselves, which the tapes already know.
+  if (!outputs[0].is_symbolic() && group_for(c->spec())->size == 1) return;
+  record_on_tapes(c->spec(), inputs, outputs);
+}
+
+template <class Unused>
+std::vector<tensor> basic_collective_runs<Unused>::collective(const collective_spec& spec,
+                                                              std::span<const tensor> inputs) {
+  const std::string what(kiln::detail::collective_api_name(spec.kind));
+  if (inputs.empty()) throw invalid_argument_error(what + ": no tensors given");
+  for (const tensor& t : inputs)
+    if (!t.defined()) throw invalid_argument_error(what + ": an empty tensor was given");
+  const int size = group_for(spec)->size;
+  std::vector<tensor> outputs;
+  if (kiln::detail::trace_context* trace = kiln::detail::trace_context::current()) {
+    std::vector<std::pair<dtype, shape>> specs, results;
+    for (const tensor& t : inputs) specs.emplace_back(t.dtype(), t.shape());
+    if (collective_failure f = kiln::detail::check_collective(spec, specs, size, &results)) throw_failure(f, true);
+    outputs = trace->record_special(std::make_shared<collective_op>(spec), inputs, results);
+  } else {
+    std::vector<const tensor*> pointers;
+    for (const tensor& t : inputs) pointers.push_back(&t);
+    outputs.resize(inputs.size());
+    run_collective(collective_op(spec), pointers, outputs);
+    if (size == 1) return outputs;  // its inputs themselves: nothing for a tape to record
+  }
+  if (kiln::detail::recording_tapes() > 0) record_on_tapes(spec, inputs, outputs);
+  return outputs;
+}
 
 /// What kiln::distribute installs when a program includes it: the engine that runs
 /// collective nodes, and how replayed ones reach the gradient tapes (their entries of
@@ -1438,12 +1459,13 @@ using collective_runs = basic_collective_runs<void>;
 inline const kiln::detail::collective_engine engine{&collective_runs::run_collective, &group_size_of};
 inline const bool engine_installed = [] {
   kiln::detail::collective_engine_slot().store(&engine, std::memory_order_release);
+  constexpr auto record = &collective_runs::record_collective_on_tapes;
   static kiln::detail::special_gradient gradients[] = {
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_reduce), &collective_runs::record_collective_on_tapes},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_gather), &collective_runs::record_collective_on_tapes},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::broadcast), &collective_runs::record_collective_on_tapes},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce_scatter), &collective_runs::record_collective_on_tapes},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce), &collective_runs::record_collective_on_tapes}};
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_reduce), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_gather), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::broadcast), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce_scatter), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce), record}};
   for (kiln::detail::special_gradient& g : gradients) kiln::detail::register_special_gradient(g);
   return true;
 }();
