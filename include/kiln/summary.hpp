@@ -82,9 +82,18 @@ struct image_options {
 };
 
 namespace detail {
-// Records a summary node while tracing, or writes at once.
-template <class = void>
-tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
+/// How the summary functions write (`summary_writes`, the one specialization): a
+/// template on nothing, compiled only where a program writes summaries.
+template <class Unused>
+struct basic_summary_writes {
+  // Records a summary node while tracing, or writes at once.
+  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step);
+};
+using summary_writes = basic_summary_writes<void>;
+
+template <class Unused>
+tensor basic_summary_writes<Unused>::write(kiln::detail::summary_spec spec, const tensor& value,
+                                           const step_value& step) {
   const tensor& s = step.get();
   if (!value.defined() || !s.defined())
     throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
@@ -113,9 +122,10 @@ tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_va
 /// kiln::summary::scalar("loss", 0.25, 10);
 /// kiln::summary::scalar("accuracy", kiln::constant(0.5f), kiln::constant(10));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor scalar(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
 }
 template <class T>
   requires std::is_arithmetic_v<T>
@@ -128,22 +138,23 @@ tensor scalar(std::string_view name, T value, const step_value& step, std::strin
 /// as TensorBoard computes them, shown by its Histograms and Distributions dashboards.
 /// A NaN or infinity among the values raises kiln::invalid_argument_error when written.
 /// \code kiln::summary::histogram("weights", kiln::random::uniform({100}, -1, 1), 0, {.buckets = 10}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor histogram(std::string_view name, const tensor& values, const step_value& step, histogram_options options = {}) {
   if (options.buckets < 0)
     throw value_error("kiln::summary::histogram '" + std::string(name) + "': buckets must be >= 0, got " +
                       std::to_string(options.buckets));
-  return detail::write({kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description),
-                        options.buckets},
-                       values, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description), options.buckets},
+      values, step);
 }
 
 /// Writes a string tensor as text, as tf.summary.text: a scalar is one paragraph
 /// (Markdown), a vector or matrix a table.
 /// \code kiln::summary::text("config", "learning rate: 0.01", 0); \endcode
-template <class = void>
+template <class Unused = void>
 tensor text(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
 }
 template <class = void>
 tensor text(std::string_view name, std::string_view value, const step_value& step, std::string_view description = {}) {
@@ -157,12 +168,12 @@ tensor text(std::string_view name, std::string_view value, const step_value& ste
 /// kiln::invalid_argument_error when written); the first `max_outputs` images are
 /// written as PNGs.
 /// \code kiln::summary::image("samples", kiln::zeros({2, 28, 28, 1}), 0, {.max_outputs = 2}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor image(std::string_view name, const tensor& images, const step_value& step, image_options options = {}) {
   if (options.max_outputs < 0)
     throw value_error("kiln::summary::image '" + std::string(name) + "': max_outputs must be >= 0, got " +
                       std::to_string(options.max_outputs));
-  return detail::write(
+  return detail::basic_summary_writes<Unused>::write(
       {kiln::detail::summary_kind::image, std::string(name), std::move(options.description), options.max_outputs},
       images, step);
 }
@@ -176,11 +187,11 @@ tensor image(std::string_view name, const tensor& images, const step_value& step
 /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
 /// kiln::summary::graph(f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 bool graph(const kiln::graph& g) {
   kiln::detail::summary_target* target = kiln::detail::default_summary_target();
   if (!target) return false;
-  target->write_graph(*target, kiln::detail::graph_def_of(g));
+  target->write_graph(*target, kiln::detail::basic_graph_def_writer<Unused>::graph_def_of(g));
   return true;
 }
 /// The graph of a concrete function (of either tier).

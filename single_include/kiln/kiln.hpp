@@ -23477,19 +23477,18 @@ namespace kiln::detail {
 /// an element's components, the state and the captures, and gives the next state.
 /// The pipeline comes from the handle at every run, so a trace given a dataset as an
 /// argument runs on the dataset of each call; the op also holds the pipeline it was
-/// traced with, which keeps a dataset made or captured while tracing alive. Its
-/// members are templates, as subgraph's are.
-class reduce_dataset_op final : public special_op {
+/// traced with, which keeps a dataset made or captured while tracing alive. A
+/// template on nothing, as subgraph's members are.
+template <class Unused>
+class basic_reduce_dataset_op final : public special_op {
  public:
-  template <class = void>
-  reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
-      : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
+  basic_reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
+      : special_op(std::type_identity<basic_reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
         effects_(body_.traced().has_effects() || traced_->has_effects()) {}
   std::string_view name() const { return "ReduceDataset"; }
   bool has_effects() const { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
-  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
     check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
@@ -23525,6 +23524,7 @@ class reduce_dataset_op final : public special_op {
   subgraph body_;
   bool effects_;
 };
+using reduce_dataset_op = basic_reduce_dataset_op<void>;
 
 /// The parameters of a function traced for an element of `spec`: `args_0`, ...
 inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
@@ -23607,6 +23607,10 @@ State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_
 /// The stages of a dataset pipeline: the sources (`range`, `from_tensor_slices`,
 /// `from_tensors`, `from_generator`) and the transformations (`map`, `batch`,
 /// `shuffle`, `take`, `prefetch`), each one pass at a time.
+///
+/// Each stage is a class template on nothing (`basic_batch_stage<Unused>`, named
+/// `batch_stage` for its one specialization), so that a program compiles a stage's
+/// members only where it builds that stage.
 
 #include <atomic>
 #include <cstdint>
@@ -23631,11 +23635,11 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 }
 
 /// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
-class range_stage final : public dataset_stage {
+template <class Unused>
+class basic_range_stage final : public dataset_stage {
  public:
-  template <class = void>
-  range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
-      : dataset_stage(std::type_identity<range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
+  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
+      : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
         start_(start), delta_(delta) {
     if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
     // Python's range length: ceil((limit - start) / delta), at least 0.
@@ -23643,7 +23647,6 @@ class range_stage final : public dataset_stage {
     const std::int64_t step = delta > 0 ? delta : -delta;
     count_ = span <= 0 ? 0 : (span + step - 1) / step;
   }
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
       return dataset_element{kiln::constant(start + i * delta)};
@@ -23653,6 +23656,7 @@ class range_stage final : public dataset_stage {
  private:
   std::int64_t start_, delta_, count_ = 0;
 };
+using range_stage = basic_range_stage<void>;
 
 /// The spec of one slice along the first dim of each of `components`, which must
 /// be eager tensors of rank 1 or more that agree in their first dim.
@@ -23670,16 +23674,15 @@ inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
   return out;
 }
 
-/// `dataset::from_tensor_slices`: element i is slice i of every component. Its
-/// members are templates, as op functions are: they run x[i].
-class slices_stage final : public dataset_stage {
+/// `dataset::from_tensor_slices`: element i is slice i of every component. A
+/// template on nothing, as op functions are: it runs x[i].
+template <class Unused>
+class basic_slices_stage final : public dataset_stage {
  public:
-  template <class = void>
-  explicit slices_stage(std::vector<tensor> components)
-      : dataset_stage(std::type_identity<slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
+  explicit basic_slices_stage(std::vector<tensor> components)
+      : dataset_stage(std::type_identity<basic_slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [this](std::int64_t i) {
       dataset_element e;
@@ -23692,15 +23695,15 @@ class slices_stage final : public dataset_stage {
   std::int64_t count_;
   std::vector<tensor> components_;
 };
+using slices_stage = basic_slices_stage<void>;
 
 /// `dataset::from_tensors`: one element, the components themselves.
-class tensors_stage final : public dataset_stage {
+template <class Unused>
+class basic_tensors_stage final : public dataset_stage {
  public:
-  template <class = void>
-  explicit tensors_stage(std::vector<tensor> components)
-      : dataset_stage(std::type_identity<tensors_stage>(), "TensorDataset", spec_of(components), false),
+  explicit basic_tensors_stage(std::vector<tensor> components)
+      : dataset_stage(std::type_identity<basic_tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(1, [this](std::int64_t) { return components_; });
   }
@@ -23717,19 +23720,19 @@ class tensors_stage final : public dataset_stage {
   }
   std::vector<tensor> components_;
 };
+using tensors_stage = basic_tensors_stage<void>;
 
 /// `dataset::from_generator`: each pass calls `start()` for a fresh source of
 /// elements and checks each against the output specs.
-class generator_stage final : public dataset_stage {
+template <class Unused>
+class basic_generator_stage final : public dataset_stage {
  public:
   using next_element = std::function<std::optional<dataset_element>()>;
-  template <class = void>
-  generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
-      : dataset_stage(std::type_identity<generator_stage>(), "FlatMapDataset", std::move(spec), true),
+  basic_generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
+      : dataset_stage(std::type_identity<basic_generator_stage>(), "FlatMapDataset", std::move(spec), true),
         start_(std::move(start)) {
     if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
   }
-  template <class = void>
   element_iterator iterate() const {
     return element_iterator([source = start_(), this] {
       std::optional<dataset_element> e = source();
@@ -23741,6 +23744,7 @@ class generator_stage final : public dataset_stage {
  private:
   std::function<next_element()> start_;
 };
+using generator_stage = basic_generator_stage<void>;
 
 /// A transformation: a stage that reads the elements of `input`.
 class transform_stage : public dataset_stage {
@@ -23765,16 +23769,15 @@ class transform_stage : public dataset_stage {
   std::shared_ptr<const dataset_stage> input_;
 };
 
-/// `dataset::map`: each element through a function traced once into a subgraph. Its
-/// members are templates, as subgraph's are: they optimize and run a graph.
-class map_stage final : public transform_stage {
+/// `dataset::map`: each element through a function traced once into a subgraph. A
+/// template on nothing, as subgraph's members are: it optimizes and runs a graph.
+template <class Unused>
+class basic_map_stage final : public transform_stage {
  public:
-  template <class = void>
-  map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
-      : transform_stage(std::type_identity<map_stage>(), "MapDataset", std::move(spec), std::move(input),
+  basic_map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
+      : transform_stage(std::type_identity<basic_map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
-  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::optional<dataset_element> e = in.next();
@@ -23786,19 +23789,19 @@ class map_stage final : public transform_stage {
  private:
   subgraph fn_;
 };
+using map_stage = basic_map_stage<void>;
 
 /// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
-/// last batch may be smaller unless `drop_remainder`. Its members are templates, as
-/// op functions are: they run stack.
-class batch_stage final : public transform_stage {
+/// last batch may be smaller unless `drop_remainder`. A template on nothing, as op
+/// functions are: it runs stack.
+template <class Unused>
+class basic_batch_stage final : public transform_stage {
  public:
-  template <class = void>
-  batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
-      : transform_stage(std::type_identity<batch_stage>(), "BatchDataset",
+  basic_batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
+      : transform_stage(std::type_identity<basic_batch_stage>(), "BatchDataset",
                         batched_spec(input->element_spec(), size, drop_remainder), input),
         size_(size),
         drop_remainder_(drop_remainder) {}
-  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::vector<dataset_element> rows;
@@ -23838,23 +23841,23 @@ class batch_stage final : public transform_stage {
   std::int64_t size_;
   bool drop_remainder_;
 };
+using batch_stage = basic_batch_stage<void>;
 
 /// `dataset::shuffle`: TensorFlow's buffer shuffle: fill a buffer of `buffer_size`
 /// elements, then repeatedly hand out a random one and refill its place. Each pass
 /// draws from its own stream (the pass number mixed into the seed), so passes differ
 /// and the sequence of passes is the same at every run of a program.
-class shuffle_stage final : public transform_stage {
+template <class Unused>
+class basic_shuffle_stage final : public transform_stage {
  public:
-  template <class = void>
-  shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
+  basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
                 bool reshuffle_each_iteration)
-      : transform_stage(std::type_identity<shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
+      : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
         buffer_size_(buffer_size), seed_(seed),
         reshuffle_(reshuffle_each_iteration) {
     if (buffer_size <= 0)
       throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
   }
-  template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
     // The index is taken by modulo of splitmix64's numbers, so the order is the same
@@ -23882,13 +23885,14 @@ class shuffle_stage final : public transform_stage {
   bool reshuffle_;
   mutable std::atomic<std::uint64_t> passes_{0};
 };
+using shuffle_stage = basic_shuffle_stage<void>;
 
 /// `dataset::shard`: every `num_shards`-th element from element `index`.
-class shard_stage final : public transform_stage {
+template <class Unused>
+class basic_shard_stage final : public transform_stage {
  public:
-  template <class = void>
-  shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
-      : transform_stage(std::type_identity<shard_stage>(), "ShardDataset", input->element_spec(), input),
+  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
+      : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
         num_shards_(num_shards), index_(index) {
     if (num_shards <= 0)
       throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
@@ -23896,7 +23900,6 @@ class shard_stage final : public transform_stage {
       throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
                                    std::to_string(index));
   }
-  template <class = void>
   element_iterator iterate() const {
     return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
       std::optional<dataset_element> e;
@@ -23910,14 +23913,14 @@ class shard_stage final : public transform_stage {
  private:
   std::int64_t num_shards_, index_;
 };
+using shard_stage = basic_shard_stage<void>;
 
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
-class take_stage final : public transform_stage {
+template <class Unused>
+class basic_take_stage final : public transform_stage {
  public:
-  template <class = void>
-  take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
-      : transform_stage(std::type_identity<take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
-  template <class = void>
+  basic_take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
+      : transform_stage(std::type_identity<basic_take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
   element_iterator iterate() const {
     return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
       if (count >= 0 && taken >= count) return std::optional<dataset_element>();
@@ -23929,21 +23932,22 @@ class take_stage final : public transform_stage {
  private:
   std::int64_t count_;
 };
+using take_stage = basic_take_stage<void>;
 
 /// `dataset::prefetch`: the elements of its input, unchanged. kiln produces elements
 /// on the thread that consumes them, so prefetching has nothing to overlap with; the
 /// stage keeps pipelines written for TensorFlow as they are.
-class prefetch_stage final : public transform_stage {
+template <class Unused>
+class basic_prefetch_stage final : public transform_stage {
  public:
-  template <class = void>
-  prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
-      : transform_stage(std::type_identity<prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
+  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
+      : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
     if (buffer_size < 0)
       throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
   }
-  template <class = void>
   element_iterator iterate() const { return input()->iterate(); }
 };
+using prefetch_stage = basic_prefetch_stage<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/data/stages.hpp -----
@@ -24110,9 +24114,9 @@ class dataset {
   /// is smaller unless `drop_remainder` (then the batch dim of the spec is known).
   /// A batch_size below 1 raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(5).batch(2);  // [0 1], [2 3], [4] \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
-    return dataset(std::make_shared<detail::batch_stage>(stage_, batch_size, drop_remainder));
+    return dataset(std::make_shared<detail::basic_batch_stage<Unused>>(stage_, batch_size, drop_remainder));
   }
 
   /// The elements in random order, from a buffer of `buffer_size` (TensorFlow's
@@ -24120,33 +24124,33 @@ class dataset {
   /// with `reshuffle_each_iteration` each pass (each epoch, each function call)
   /// draws a new order, reproducibly.
   /// \code kiln::data::dataset::range(10).shuffle(10, 42); \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
                   bool reshuffle_each_iteration = true) const {
-    return dataset(std::make_shared<detail::shuffle_stage>(stage_, buffer_size, seed ? *seed : detail::fresh_seed(),
-                                                           reshuffle_each_iteration));
+    return dataset(std::make_shared<detail::basic_shuffle_stage<Unused>>(
+        stage_, buffer_size, seed ? *seed : detail::fresh_seed(), reshuffle_each_iteration));
   }
 
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
   /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset prefetch(std::int64_t buffer_size) const {
-    return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
+    return dataset(std::make_shared<detail::basic_prefetch_stage<Unused>>(stage_, buffer_size));
   }
 
   /// The first `count` elements (all of them for a negative count).
   /// \code kiln::data::dataset::range(10).take(3);  // 0, 1, 2 \endcode
-  template <class = void>
-  dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
+  template <class Unused = void>
+  dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::basic_take_stage<Unused>>(stage_, count)); }
 
   /// Every `num_shards`-th element from element `index`, as tf.data.Dataset.shard:
   /// how each worker reads its part of the data. `num_shards` must be positive and
   /// `index` in [0, num_shards), else kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(10).shard(3, 1);  // 1, 4, 7 \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset shard(std::int64_t num_shards, std::int64_t index) const {
-    return dataset(std::make_shared<detail::shard_stage>(stage_, num_shards, index));
+    return dataset(std::make_shared<detail::basic_shard_stage<Unused>>(stage_, num_shards, index));
   }
 
   /// One spec per component of an element.
@@ -24285,9 +24289,9 @@ class dataset_of : public dataset {
 };
 
 // dataset's members that give a dataset_of, which is complete only here.
-template <class>
+template <class Unused>
 dataset_of<1> dataset::range(std::int64_t start, std::int64_t limit, std::int64_t delta) {
-  return dataset_of<1>(dataset(std::make_shared<detail::range_stage>(start, limit, delta)));
+  return dataset_of<1>(dataset(std::make_shared<detail::basic_range_stage<Unused>>(start, limit, delta)));
 }
 template <class>
 dataset_of<1> dataset::range(std::int64_t limit) {
@@ -24603,17 +24607,15 @@ struct adam_options {
 
 namespace detail {
 
+template <class Unused>
+struct basic_optimizer_updates;
+
 /// What every optimizer has: the step count and, per variable, its slot variables.
 class optimizer_state {
- public:
-  /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
-  /// that in a kiln::function the sum fuses into the pass that computes `delta`
-  /// (an assign_add is a pass of its own over the variable).
-  template <class = void>
-  static void add_to(const variable& v, const tensor& delta) {
-    v.assign(v.read_value() + delta);
-  }
+  template <class>
+  friend struct basic_optimizer_updates;
 
+ public:
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
   /// The slot variables made so far, by variable in the order first updated (what a
@@ -24632,56 +24634,6 @@ class optimizer_state {
   template <class = void>
   explicit optimizer_state(std::string name)
       : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
-
-  /// The (gradient, variable) pairs to update: those with a gradient, every pair
-  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
-  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
-  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
-  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
-  template <class = void>
-  std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
-    if (grads.size() != vars.size())
-      throw invalid_argument_error(name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                                   std::to_string(vars.size()) + " variables");
-    std::vector<std::pair<tensor, variable>> out;
-    for (std::size_t k = 0; k < vars.size(); ++k) {
-      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
-      if (!is_floating(vars[k].dtype()))
-        throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
-                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
-      const tensor& g = grads[k];
-      // A gradient being traced may have dims known only when the graph runs.
-      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
-      if (g.dtype() != vars[k].dtype() || !fits)
-        throw invalid_argument_error(name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
-                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
-                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
-      out.emplace_back(grads[k], vars[k]);
-    }
-    if (out.empty() && !vars.empty())
-      throw value_error(name_ + ".apply_gradients: no gradients provided for any variable");
-    return out;
-  }
-
-  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
-  /// first call for `v`. Created while tracing a function traced before, they make
-  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
-  template <class = void>
-  const std::vector<variable>& slots(const variable& v, const std::vector<std::string>& kinds) {
-    for (auto& [identity, vars] : slots_)
-      if (identity == v.identity()) return vars;
-    std::vector<variable> made;
-    for (const std::string& kind : kinds)
-      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), name_ + "/" + v.name() + "/" + kind);
-    slots_.emplace_back(v.identity(), std::move(made));
-    return slots_.back().second;
-  }
-
-  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  template <class = void>
-  static tensor scalar(double x, dtype t) {
-    return kiln::constant(x, t);
-  }
 
   std::string name_;
   variable iterations_;
@@ -24704,6 +24656,63 @@ template <class Unused>
 struct basic_optimizer_updates {
   static void apply(sgd& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
   static void apply(adam& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+
+ private:
+  /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
+  /// that in a kiln::function the sum fuses into the pass that computes `delta`
+  /// (an assign_add is a pass of its own over the variable).
+  static void add_to(const variable& v, const tensor& delta) {
+    v.assign(v.read_value() + delta);
+  }
+
+  /// The (gradient, variable) pairs to update: those with a gradient, every pair
+  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
+  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
+  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
+  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
+  static std::vector<std::pair<tensor, variable>> pairs(const optimizer_state& self, const std::vector<tensor>& grads,
+                                                         const std::vector<variable>& vars) {
+    if (grads.size() != vars.size())
+      throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                   std::to_string(vars.size()) + " variables");
+    std::vector<std::pair<tensor, variable>> out;
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+      if (!is_floating(vars[k].dtype()))
+        throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      const tensor& g = grads[k];
+      // A gradient being traced may have dims known only when the graph runs.
+      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+      if (g.dtype() != vars[k].dtype() || !fits)
+        throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
+                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
+                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
+      out.emplace_back(grads[k], vars[k]);
+    }
+    if (out.empty() && !vars.empty())
+      throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
+    return out;
+  }
+
+  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
+  /// first call for `v`. Created while tracing a function traced before, they make
+  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
+  static const std::vector<variable>& slots(optimizer_state& self, const variable& v,
+                                           const std::vector<std::string>& kinds) {
+    for (auto& [identity, vars] : self.slots_)
+      if (identity == v.identity()) return vars;
+    std::vector<variable> made;
+    for (const std::string& kind : kinds)
+      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
+    self.slots_.emplace_back(v.identity(), std::move(made));
+    return self.slots_.back().second;
+  }
+
+  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
+  static tensor scalar(double x, dtype t) {
+    return kiln::constant(x, t);
+  }
 };
 using optimizer_updates = basic_optimizer_updates<void>;
 }  // namespace detail
@@ -24771,16 +24780,16 @@ class adam : public detail::optimizer_state {
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
-  for (const auto& [g, v] : self.pairs(grads, vars)) {
-    const tensor lr = self.scalar(self.options_.learning_rate, v.dtype());
+  for (const auto& [g, v] : pairs(self, grads, vars)) {
+    const tensor lr = scalar(self.options_.learning_rate, v.dtype());
     if (self.options_.momentum == 0) {
-      self.add_to(v, -g * lr);
+      add_to(v, -g * lr);
       continue;
     }
-    const tensor momentum = self.scalar(self.options_.momentum, v.dtype());
-    const variable& m = self.slots(v, {"momentum"})[0];
+    const tensor momentum = scalar(self.options_.momentum, v.dtype());
+    const variable& m = slots(self, v, {"momentum"})[0];
     const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
-    self.add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
+    add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
   }
   self.iterations_.assign_add(std::int64_t{1});
 }
@@ -24788,20 +24797,20 @@ void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
-  for (const auto& [g, v] : self.pairs(grads, vars)) {
+  for (const auto& [g, v] : pairs(self, grads, vars)) {
     const dtype t = v.dtype();
-    const tensor one = self.scalar(1, t), beta_1 = self.scalar(self.options_.beta_1, t),
-                 beta_2 = self.scalar(self.options_.beta_2, t);
+    const tensor one = scalar(1, t), beta_1 = scalar(self.options_.beta_1, t),
+                 beta_2 = scalar(self.options_.beta_2, t);
     const tensor step = kiln::cast(self.iterations_.read_value() + std::int64_t{1}, t);
     const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
-    const std::vector<variable>& moments = self.slots(v, {"m", "v"});
+    const std::vector<variable>& moments = slots(self, v, {"m", "v"});
     const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
     // Keras subtracts the betas from 1 in double (Python floats), then casts.
-    const tensor m = moments[0].assign(m_old + (g - m_old) * self.scalar(1 - self.options_.beta_1, t));
-    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * self.scalar(1 - self.options_.beta_2, t));
+    const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - self.options_.beta_1, t));
+    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - self.options_.beta_2, t));
     const tensor alpha =
-        self.scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
-    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + self.scalar(self.options_.epsilon, t)));
+        scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(self.options_.epsilon, t)));
   }
   self.iterations_.assign_add(std::int64_t{1});
 }
@@ -24870,19 +24879,33 @@ namespace detail {
 inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
   return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
 }
-/// A draw of `spec` keyed by `seed`, done now, tracing or not.
-template <class = void>
-tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
+/// The fan `variance_scaling` divides by.
+enum class fan_mode { in, average };
+
+/// The draws of the random initializers (`initializer_draws`, the one specialization):
+/// a template on nothing, compiled only where a program initializes weights.
+template <class Unused>
+struct basic_initializer_draws {
+  /// A draw of `spec` keyed by `seed`, done now, tracing or not.
+  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed);
+  /// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
+  /// truncated normal (its standard deviation corrected for the truncation) or a
+  /// uniform distribution of that variance.
+  static tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
+                                 const std::optional<std::uint64_t>& seed);
+};
+using initializer_draws = basic_initializer_draws<void>;
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
+                                                 const std::optional<std::uint64_t>& seed) {
   spec.check();
   return spec.draw(key_of(seed), 0);
 }
-/// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
-/// truncated normal (its standard deviation corrected for the truncation) or a
-/// uniform distribution of that variance.
-enum class fan_mode { in, average };
-template <class = void>
-tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
-                        const std::optional<std::uint64_t>& seed) {
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t, double scale, fan_mode mode,
+                                                         bool normal, const std::optional<std::uint64_t>& seed) {
   const auto [fan_in, fan_out] = fans(s);
   const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
   if (normal) {
@@ -24893,80 +24916,89 @@ tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bo
   const double limit = std::sqrt(3.0 * scale / n);
   return draw_now({s, t, -limit, limit}, seed);
 }
+
 }  // namespace detail
 
 /// Keras' default kernel initializer: uniform in [-l, l], l = sqrt(6 / (fan_in + fan_out)).
 /// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
 struct glorot_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
 struct glorot_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(6 / fan_in).
 struct he_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / fan_in).
 struct he_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(1 / fan_in).
 struct lecun_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(3 / fan_in).
 struct lecun_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Normal numbers, mean 0 and stddev 0.05 by default.
 struct random_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
   }
 };
 /// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
 struct truncated_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
                             options.seed);
   }
 };
 /// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
 struct random_uniform {
   uniform_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now({s, t, options.minval, options.maxval}, options.seed);
   }
 };
 /// Zeros (Keras' default bias initializer).
@@ -25022,50 +25054,66 @@ namespace detail {
 /// Keras' backend epsilon, what probabilities are clipped to.
 inline constexpr double epsilon = 1e-7;
 
-/// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
-/// floating-point tensors (`fn` names the loss).
-template <class = void>
-tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
+/// The terms the losses share (`loss_terms`, the one specialization): a template on
+/// nothing, compiled only where a program computes a loss.
+template <class Unused>
+struct basic_loss_terms {
+  /// `y_true` as `y_pred`'s dtype (Keras casts the targets), after checking both are
+  /// floating-point tensors (`fn` names the loss).
+  static tensor targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred);
+  /// `x` clipped to [lo, hi].
+  static tensor clip(const tensor& x, double lo, double hi);
+  /// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
+  static tensor batch_mean(const tensor& per_sample);
+};
+using loss_terms = basic_loss_terms<void>;
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
   kiln::detail::require_floating(fn, y_pred);
   return y_true.dtype() == y_pred.dtype() ? y_true : cast(y_true, y_pred.dtype());
 }
-/// `x` clipped to [lo, hi].
-template <class = void>
-tensor clip(const tensor& x, double lo, double hi) {
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::clip(const tensor& x, double lo, double hi) {
   return minimum(maximum(x, lo), hi);
 }
-/// Keras' SUM_OVER_BATCH_SIZE of per-sample losses: their mean.
-template <class = void>
-tensor batch_mean(const tensor& per_sample) {
+
+template <class Unused>
+tensor basic_loss_terms<Unused>::batch_mean(const tensor& per_sample) {
   return reduce_mean(per_sample);
 }
+
 }  // namespace detail
 
 /// `mean(square(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanSquaredError`).
 /// \code kiln::losses::mean_squared_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 1.f}}));  // 0.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor mean_squared_error(const tensor& y_true, const tensor& y_pred) {
-  const tensor t = detail::targets_like("losses::mean_squared_error", y_true, y_pred);
-  return detail::batch_mean(reduce_mean(square(y_pred - t), -1));
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::mean_squared_error", y_true, y_pred);
+  return terms::batch_mean(reduce_mean(square(y_pred - t), -1));
 }
 
 /// `mean(abs(y_pred - y_true), axis=-1)`, averaged over the batch (Keras' `MeanAbsoluteError`).
 /// \code kiln::losses::mean_absolute_error(kiln::constant({{0.f, 1.f}}), kiln::constant({{1.f, 3.f}}));  // 1.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor mean_absolute_error(const tensor& y_true, const tensor& y_pred) {
-  const tensor t = detail::targets_like("losses::mean_absolute_error", y_true, y_pred);
-  return detail::batch_mean(reduce_mean(abs(y_pred - t), -1));
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::mean_absolute_error", y_true, y_pred);
+  return terms::batch_mean(reduce_mean(abs(y_pred - t), -1));
 }
 
 /// Keras' `Huber`: `0.5 * e^2` where `|e| <= delta`, else `delta * |e| - 0.5 * delta^2`,
 /// with `e = y_pred - y_true`, the mean over the last axis averaged over the batch.
 /// \code kiln::losses::huber(kiln::constant({{0.f}}), kiln::constant({{3.f}}), {.delta = 1.0});  // 2.5 \endcode
-template <class = void>
+template <class Unused = void>
 tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options = {}) {
-  const tensor t = detail::targets_like("losses::huber", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::huber", y_true, y_pred);
   const tensor e = y_pred - t, a = abs(e);
   const tensor per_element = where(a <= options.delta, 0.5 * square(e), options.delta * a - 0.5 * options.delta * options.delta);
-  return detail::batch_mean(reduce_mean(per_element, -1));
+  return terms::batch_mean(reduce_mean(per_element, -1));
 }
 
 /// Keras' `BinaryCrossentropy`: from probabilities (clipped to [1e-7, 1 - 1e-7]) or,
@@ -25073,34 +25121,36 @@ tensor huber(const tensor& y_true, const tensor& y_pred, huber_options options =
 /// (`max(x, 0) - x * z + log(1 + exp(-|x|))`); the mean over the last axis, averaged
 /// over the batch.
 /// \code kiln::losses::binary_crossentropy(kiln::constant({{1.f}}), kiln::constant({{0.f}}), {.from_logits = true});  // log 2 \endcode
-template <class = void>
+template <class Unused = void>
 tensor binary_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
-  const tensor z = detail::targets_like("losses::binary_crossentropy", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor z = terms::targets_like("losses::binary_crossentropy", y_true, y_pred);
   tensor per_element;
   if (options.from_logits) {
     per_element = relu(y_pred) - y_pred * z + softplus(-abs(y_pred));
   } else {
-    const tensor p = detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
+    const tensor p = terms::clip(y_pred, detail::epsilon, 1 - detail::epsilon);
     per_element = -(z * log(p + detail::epsilon) + (1.0 - z) * log(1.0 - p + detail::epsilon));
   }
-  return detail::batch_mean(reduce_mean(per_element, -1));
+  return terms::batch_mean(reduce_mean(per_element, -1));
 }
 
 /// Keras' `CategoricalCrossentropy` of one-hot (or soft) targets over the last axis:
 /// `-sum(y_true * log(p))` with `p` the predictions normalized to sum 1 and clipped,
 /// or `log_softmax(y_pred)` with `from_logits`; averaged over the batch.
 /// \code kiln::losses::categorical_crossentropy(kiln::constant({{0.f, 1.f}}), kiln::constant({{0.5f, 0.5f}}));  // log 2 \endcode
-template <class = void>
+template <class Unused = void>
 tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, crossentropy_options options = {}) {
-  const tensor t = detail::targets_like("losses::categorical_crossentropy", y_true, y_pred);
+  using terms = detail::basic_loss_terms<Unused>;
+  const tensor t = terms::targets_like("losses::categorical_crossentropy", y_true, y_pred);
   tensor log_p;
   if (options.from_logits) {
     log_p = log_softmax(y_pred);
   } else {
     const tensor normalized = y_pred / reduce_sum(y_pred, -1, true);
-    log_p = log(detail::clip(normalized, detail::epsilon, 1 - detail::epsilon));
+    log_p = log(terms::clip(normalized, detail::epsilon, 1 - detail::epsilon));
   }
-  return detail::batch_mean(-reduce_sum(t * log_p, -1));
+  return terms::batch_mean(-reduce_sum(t * log_p, -1));
 }
 
 /// Keras' `SparseCategoricalCrossentropy`: integer class labels against predictions
@@ -25111,15 +25161,16 @@ tensor categorical_crossentropy(const tensor& y_true, const tensor& y_pred, cros
 /// \code
 /// kiln::losses::sparse_categorical_crossentropy(kiln::constant({1}), kiln::constant({{0.f, 0.f}}), {.from_logits = true});  // log 2
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor sparse_categorical_crossentropy(const tensor& labels, const tensor& y_pred, crossentropy_options options = {}) {
+  using terms = detail::basic_loss_terms<Unused>;
   kiln::detail::require_floating("losses::sparse_categorical_crossentropy", y_pred);
   tensor l = labels;
   if (l.shape().has_known_rank() && y_pred.shape().has_known_rank() && l.rank() == y_pred.rank() && l.rank() > 0)
     l = reshape(l, shape(std::span<const std::int64_t>(l.shape().begin(), std::size_t(l.rank() - 1))));
   if (is_floating(l.dtype())) l = cast(l, int64);  // Keras casts float labels to integers
-  const tensor logits = options.from_logits ? y_pred : log(detail::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
-  return detail::batch_mean(sparse_softmax_cross_entropy(l, logits));
+  const tensor logits = options.from_logits ? y_pred : log(terms::clip(y_pred, detail::epsilon, 1 - detail::epsilon));
+  return terms::batch_mean(sparse_softmax_cross_entropy(l, logits));
 }
 
 }  // namespace kiln::losses
@@ -25941,18 +25992,28 @@ struct layer_normalization_options {
 };
 
 namespace detail {
-/// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
-/// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
-template <class = void>
-tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
-                        const std::optional<tensor>& beta, double epsilon) {
+/// The arithmetic the normalization layers share (`normalization`, the one
+/// specialization): a template on nothing, compiled only where a program normalizes.
+template <class Unused>
+struct basic_normalization {
+  /// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
+  /// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
+  static tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
+                          const std::optional<tensor>& beta, double epsilon);
+};
+using normalization = basic_normalization<void>;
+
+template <class Unused>
+tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
+                                              const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
+                                              double epsilon) {
   tensor inv = 1.0 / sqrt(var + epsilon);
   if (gamma) inv = inv * *gamma;
   const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
   return x * inv + shift;
 }
 
-template <class = void>
+template <class Unused = void>
 struct batch_normalization_state final : layer_state {
   batch_normalization_options options;
   explicit batch_normalization_state(batch_normalization_options o)
@@ -25973,7 +26034,8 @@ struct batch_normalization_state final : layer_state {
     if (options.center) beta = weights[k++].first.read_value();
     const variable& moving_mean = weights[k].first;
     const variable& moving_variance = weights[k + 1].first;
-    if (!call.training) return normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+    if (!call.training)
+      return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
     int_list axes;
     for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
     const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
@@ -25990,11 +26052,11 @@ struct batch_normalization_state final : layer_state {
     const double decay = 1.0 - options.momentum;
     moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
     moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 
-template <class = void>
+template <class Unused = void>
 struct layer_normalization_state final : layer_state {
   layer_normalization_options options;
   explicit layer_normalization_state(layer_normalization_options o)
@@ -26012,7 +26074,7 @@ struct layer_normalization_state final : layer_state {
     if (options.scale) gamma = weights[k++].first.read_value();
     if (options.center) beta = weights[k++].first.read_value();
     const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 }  // namespace detail

@@ -340,16 +340,36 @@ class summary_op final : public special_op {
 
 namespace kiln::detail {
 
-/// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-template <class = void>
-void append_big_endian(std::string& out, std::uint32_t v) {
+/// The PNG encoder of image summaries (`png_encoder`, the one specialization): a
+/// template on nothing, so that a program compiles it only where it writes images.
+template <class Unused>
+struct basic_png_encoder {
+  /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
+  static void append_big_endian(std::string& out, std::uint32_t v);
+
+  /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
+  static void append_png_chunk(std::string& out, std::string_view type, std::string_view data);
+
+  /// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
+  /// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
+  /// no empty images: `height` and `width` are at least 1 (the caller checks).
+  /// \code
+  /// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
+  /// std::string png = kiln::detail::png_encoder::encode_png(pixels, 1, 1, 3);
+  /// \endcode
+  static std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+                                int channels);
+};
+using png_encoder = basic_png_encoder<void>;
+
+template <class Unused>
+void basic_png_encoder<Unused>::append_big_endian(std::string& out, std::uint32_t v) {
   const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
   out.append(bytes, 4);
 }
 
-/// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-template <class = void>
-void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+template <class Unused>
+void basic_png_encoder<Unused>::append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
   append_big_endian(out, std::uint32_t(data.size()));
   boost::crc_32_type crc;
   crc.process_bytes(type.data(), type.size());
@@ -359,16 +379,9 @@ void append_png_chunk(std::string& out, std::string_view type, std::string_view 
   append_big_endian(out, crc.checksum());
 }
 
-/// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
-/// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
-/// no empty images: `height` and `width` are at least 1 (the caller checks).
-/// \code
-/// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
-/// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
-/// \endcode
-template <class = void>
-std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
-                              int channels) {
+template <class Unused>
+std::string basic_png_encoder<Unused>::encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height,
+                                                  std::uint32_t width, int channels) {
   static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
   std::string png("\x89PNG\r\n\x1a\n", 8);
   std::string header;
@@ -539,9 +552,65 @@ using writer = basic_writer<>;
 
 namespace kiln::detail {
 
-/// TensorFlow's `DataType` enum value of a kiln dtype.
-template <class = void>
-int tensorflow_dtype(dtype t) {
+/// The encoding of summaries as `Event` protocol buffers (`event_encoder`, the one
+/// specialization): a template on nothing, so that a program compiles it only where it
+/// writes summaries.
+template <class Unused>
+struct basic_event_encoder {
+  /// TensorFlow's `DataType` enum value of a kiln dtype.
+  static int tensorflow_dtype(dtype t);
+
+  /// A `TensorShapeProto` (dims; None is -1) as field `field`.
+  static void write_tensor_shape(proto::writer& w, int field, const shape& dims);
+
+  /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
+  /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
+  static void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+                                 std::span<const std::string> strings = {});
+  /// The `TensorProto` of an eager tensor.
+  static void write_tensor_proto(proto::writer& w, int field, const tensor& value);
+
+  /// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+  template <class T>
+  static T numeric_element(const tensor& v, std::int64_t i);
+
+  /// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
+  /// (left edge, right edge, count), row-major. Equal widths between the least and the
+  /// greatest value, the last bucket closed, its right edge exactly the greatest value;
+  /// when every value is the same, every edge is that value and the last bucket counts
+  /// them all; no values give rows of zeros. Non-finite values raise
+  /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
+  static std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag);
+
+  /// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
+  /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
+  /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
+  /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
+  static std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag);
+
+  /// The TensorBoard plugin that shows each kind.
+  static std::string_view summary_plugin(summary_kind kind);
+
+  /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
+  /// function of that kind passes to tf.summary.write) as field `field`.
+  static void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value);
+
+  /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
+  /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
+  /// `SummaryMetadata` (the plugin's name, and the description when there is one).
+  static void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+                                  const tensor& value);
+
+  /// The `Event` that opens an event file: its format version, "brain.Event:2".
+  static void write_file_version_event(std::string& out, double wall_time);
+
+  /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
+  static void write_graph_event(std::string& out, double wall_time, std::string_view graph_def);
+};
+using event_encoder = basic_event_encoder<void>;
+
+template <class Unused>
+int basic_event_encoder<Unused>::tensorflow_dtype(dtype t) {
   switch (t) {
     case bool_: return 10;    // DT_BOOL
     case int32: return 3;     // DT_INT32
@@ -552,9 +621,8 @@ int tensorflow_dtype(dtype t) {
   }
 }
 
-/// A `TensorShapeProto` (dims; None is -1) as field `field`.
-template <class = void>
-void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   w.message(field, [&](proto::writer& m) {
     if (!dims.has_known_rank()) {
       m.boolean(3, true);  // unknown_rank
@@ -567,11 +635,9 @@ void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   });
 }
 
-/// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
-/// bytes, as TensorFlow's summaries write them), strings as `string_val`.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
-                               std::span<const std::string> strings = {}) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims,
+                                                     std::string_view content, std::span<const std::string> strings) {
   w.message(field, [&](proto::writer& t) {
     t.varint(1, tensorflow_dtype(type));
     write_tensor_shape(t, 2, dims);
@@ -582,9 +648,9 @@ void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& di
     }
   });
 }
-/// The `TensorProto` of an eager tensor.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
   const tensor& v = value;
   if (v.dtype() == string) {
@@ -596,9 +662,9 @@ void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   }
 }
 
-/// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+template <class Unused>
 template <class T>
-T numeric_element(const tensor& v, std::int64_t i) {
+T basic_event_encoder<Unused>::numeric_element(const tensor& v, std::int64_t i) {
   const void* p = v.raw_data();
   switch (v.dtype()) {
     case bool_: return T(static_cast<const bool*>(p)[i]);
@@ -609,14 +675,9 @@ T numeric_element(const tensor& v, std::int64_t i) {
   }
 }
 
-/// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
-/// (left edge, right edge, count), row-major. Equal widths between the least and the
-/// greatest value, the last bucket closed, its right edge exactly the greatest value;
-/// when every value is the same, every edge is that value and the last bucket counts
-/// them all; no values give rows of zeros. Non-finite values raise
-/// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-template <class = void>
-std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+template <class Unused>
+std::vector<double> basic_event_encoder<Unused>::histogram_buckets(std::span<const double> data, int buckets,
+                                                                   std::string_view tag) {
   const std::size_t k = std::size_t(std::max(buckets, 0));
   std::vector<double> table(3 * k, 0.0);
   if (data.empty() || k == 0) return table;
@@ -650,12 +711,9 @@ std::vector<double> histogram_buckets(std::span<const double> data, int buckets,
   return table;
 }
 
-/// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
-/// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
-/// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
-/// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-template <class = void>
-std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+template <class Unused>
+std::vector<std::uint8_t> basic_event_encoder<Unused>::image_samples(const tensor& images, std::int64_t count,
+                                                                     std::string_view tag) {
   const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
   std::vector<std::uint8_t> out(std::size_t(count * per_image));
   const bool floats = images.dtype() == float32 || images.dtype() == float64;
@@ -675,9 +733,8 @@ std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count
   return out;
 }
 
-/// The TensorBoard plugin that shows each kind.
-template <class = void>
-std::string_view summary_plugin(summary_kind kind) {
+template <class Unused>
+std::string_view basic_event_encoder<Unused>::summary_plugin(summary_kind kind) {
   switch (kind) {
     case summary_kind::histogram: return "histograms";
     case summary_kind::text: return "text";
@@ -686,10 +743,9 @@ std::string_view summary_plugin(summary_kind kind) {
   }
 }
 
-/// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
-/// function of that kind passes to tf.summary.write) as field `field`.
-template <class = void>
-void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_tensor(proto::writer& w, int field, const summary_spec& spec,
+                                                       const tensor& value) {
   if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
   const tensor& v = value;
   switch (spec.kind) {
@@ -734,20 +790,18 @@ void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec,
       std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
       const std::size_t per_image = std::size_t(height * width * channels);
       for (std::int64_t i = 0; i < count; ++i)
-        strings.push_back(encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
-                                     std::uint32_t(height), std::uint32_t(width), int(channels)));
+        strings.push_back(basic_png_encoder<Unused>::encode_png(
+            std::span(samples).subspan(std::size_t(i) * per_image, per_image), std::uint32_t(height),
+            std::uint32_t(width), int(channels)));
       write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
       break;
     }
   }
 }
 
-/// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
-/// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
-/// `SummaryMetadata` (the plugin's name, and the description when there is one).
-template <class = void>
-void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
-                                const tensor& value) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_event(std::string& out, double wall_time, std::int64_t step,
+                                                      const summary_spec& spec, const tensor& value) {
   proto::writer w(out);
   w.float64(1, wall_time);
   if (step != 0) w.varint(2, step);
@@ -763,17 +817,15 @@ void write_summary_event(std::string& out, double wall_time, std::int64_t step, 
   });
 }
 
-/// The `Event` that opens an event file: its format version, "brain.Event:2".
-template <class = void>
-void write_file_version_event(std::string& out, double wall_time) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_file_version_event(std::string& out, double wall_time) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.string(3, "brain.Event:2");
 }
 
-/// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-template <class = void>
-void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.bytes(4, graph_def);
@@ -1153,24 +1205,59 @@ namespace kiln::detail {
 
 // ---- AttrValue ----------------------------------------------------------------------
 
-/// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+/// The writers of `AttrValue`s (`attr_writer`, the one specialization): a template on
+/// nothing, as the rest of this header, so that a program compiles them only where it
+/// writes a graph.
+template <class Unused>
+struct basic_attr_writer {
+  using event_encoder = basic_event_encoder<Unused>;
+
+  /// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+  template <class F>
+  static void write_attr(proto::writer& w, std::string_view key, F&& value);
+  static void write_type_attr(proto::writer& w, std::string_view key, dtype t);
+  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s);
+  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values);
+  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes);
+  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function);
+
+  /// An op's own attribute (one of the types of its `attribute_fields()`).
+  static void write_op_attr(proto::writer& w, std::string_view key, dtype v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v);
+  static void write_op_attr(proto::writer& w, std::string_view key, double v);
+  static void write_op_attr(proto::writer& w, std::string_view key, bool v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v);
+
+  template <class Op>
+  static void write_op_attrs(proto::writer& w, const Op& op);
+};
+using attr_writer = basic_attr_writer<void>;
+
+template <class Unused>
 template <class F>
-void write_attr(proto::writer& w, std::string_view key, F&& value) {
+void basic_attr_writer<Unused>::write_attr(proto::writer& w, std::string_view key, F&& value) {
   w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
     entry.string(1, key);
     entry.message(2, value);
   });
 }
-template <class = void>
-void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
-  write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
 }
-template <class = void>
-void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
   write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
 }
-template <class = void>
-void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_ints_attr(proto::writer& w, std::string_view key,
+                                                std::span<const std::int64_t> values) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {  // AttrValue.list
       if (values.empty()) return;
@@ -1180,65 +1267,74 @@ void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std
     });
   });
 }
-template <class = void>
-void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_shapes_attr(proto::writer& w, std::string_view key,
+                                                  std::span<const shape> shapes) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {
-      for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
+      for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
     });
   });
 }
-template <class = void>
-void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
   write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
 }
 
-/// An op's own attribute (one of the types of its `attribute_fields()`).
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
-  write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, dtype v) {
+  write_type_attr(w, key, v);
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
   write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, double v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, double v) {
   write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, bool v) {
   write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
   if (v.all())
     write_string_attr(w, key, "all");
   else
     write_op_attr(w, key, v.list());
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
   write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
 }
 
+template <class Unused>
 template <class Op>
-void write_op_attrs(proto::writer& w, const Op& op) {
+void basic_attr_writer<Unused>::write_op_attrs(proto::writer& w, const Op& op) {
   if constexpr (requires { Op::attribute_fields(); })
     std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
 }
 
 // ---- GraphDef -----------------------------------------------------------------------
 
-/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
-/// (Templates on nothing, as the rest of this header: compiled only where a program
-/// writes a graph.)
 /// How the graph writer reaches a special op (an entry of special_op_entries): the string
 /// attributes the op's `describe(out)` gives TensorBoard (`shared_name`, `tag`), if any.
 struct tensorboard_special_op {
@@ -1248,7 +1344,7 @@ struct tensorboard_special_op {
   static tensorboard_special_op of() {
     struct out {
       proto::writer& d;
-      void set_text(std::string_view key, std::string_view value) { write_string_attr(d, key, value); }
+      void set_text(std::string_view key, std::string_view value) { attr_writer::write_string_attr(d, key, value); }
     };
     tensorboard_special_op e;
     e.describe = [](proto::writer& d, const special_op& op) {
@@ -1262,9 +1358,20 @@ struct tensorboard_special_op {
   }
 };
 
-template <class = void>
-class graph_def_writer {
+/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`
+/// (`graph_def_writer`, the one specialization: a template on nothing, compiled only
+/// where a program writes a graph).
+template <class Unused>
+class basic_graph_def_writer {
  public:
+  /// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+  /// std::string bytes = kiln::detail::graph_def_writer::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
+  /// \endcode
+  static std::string graph_def_of(const graph& g) { return basic_graph_def_writer().graph_def(g); }
+
+
   /// The serialized `GraphDef` of `g`.
   std::string graph_def(const graph& g) {
     std::string out;
@@ -1279,6 +1386,9 @@ class graph_def_writer {
   }
 
  private:
+  using attrs = basic_attr_writer<Unused>;
+  using event_encoder = basic_event_encoder<Unused>;
+
   // How a node's output is named: in a graph `name` (output 0) or `name:k`; in a
   // function body `name:output:k`, and an argument by its name alone.
   static std::string reference(const graph& g, int id, bool in_function) {
@@ -1315,35 +1425,35 @@ class graph_def_writer {
         std::vector<shape> shapes;
         switch (n.kind()) {
           case node_kind::placeholder:
-            write_type_attr(d, "dtype", n.dtype());
-            write_op_attr(d, "shape", n.shape());
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_op_attr(d, "shape", n.shape());
             shapes.push_back(n.shape());
             break;
           case node_kind::constant:
-            write_type_attr(d, "dtype", n.dtype());
-            write_attr(d, "value", [&](proto::writer& a) { write_tensor_proto(a, 8, n.value()); });
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_attr(d, "value", [&](proto::writer& a) { event_encoder::write_tensor_proto(a, 8, n.value()); });
             shapes.push_back(n.shape());
             break;
           case node_kind::op:
-            write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
-            ops::visit([&](const auto& op) { write_op_attrs(d, op); }, n.operation());
+            attrs::write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
+            ops::visit([&](const auto& op) { attrs::write_op_attrs(d, op); }, n.operation());
             shapes.push_back(n.shape());
             break;
           case node_kind::identity:
-            write_type_attr(d, "T", n.dtype());
+            attrs::write_type_attr(d, "T", n.dtype());
             shapes.push_back(n.shape());
             break;
           default: {  // special
             const special_op& s = n.special();
-            if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
+            if (n.result_count() > 0) attrs::write_type_attr(d, "dtype", n.dtype());
             for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
             if (const auto* entry = special_op_entry<tensorboard_special_op>(s)) entry->describe(d, s);
             for (const auto& [label, sub] : s.subgraphs())
-              write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
+              attrs::write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
             break;
           }
         }
-        write_shapes_attr(d, "_output_shapes", shapes);
+        attrs::write_shapes_attr(d, "_output_shapes", shapes);
         if (effect) previous_effect = n.name();
       });
     }
@@ -1359,12 +1469,12 @@ class graph_def_writer {
       for (int id : g.arguments())
         signature.message(2, [&](proto::writer& arg) {  // input_arg (ArgDef)
           arg.string(1, g.node_at(id).name());
-          arg.varint(3, tensorflow_dtype(g.node_at(id).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(id).dtype()));
         });
       for (std::size_t k = 0; k < g.outputs().size(); ++k)
         signature.message(3, [&](proto::writer& arg) {  // output_arg
           arg.string(1, "output_" + std::to_string(k));
-          arg.varint(3, tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
         });
     });
     write_nodes(w, 3, g, true);  // FunctionDef.node_def (after the nested functions it adds)
@@ -1382,13 +1492,7 @@ class graph_def_writer {
   int function_count_ = 0;
 };
 
-/// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
-/// \code
-/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
-/// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
-/// \endcode
-template <class = void>
-std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
+using graph_def_writer = basic_graph_def_writer<void>;
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/graph_def.hpp -----
@@ -1447,21 +1551,48 @@ std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def
 
 namespace kiln::detail {
 
-/// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
-/// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
-/// \code kiln::detail::crc32c_by_table("123456789") == 0xE3069283u \endcode
-template <class = void>
-std::uint32_t crc32c_by_table(std::string_view data) {
+/// TFRecord framing and its checksums (`record_format`, the one specialization): a
+/// template on nothing, so that a program compiles them only where it writes records.
+template <class Unused>
+struct basic_record_format {
+  /// The CRC32C (Castagnoli polynomial 0x1EDC6F41, reflected, initial and final xor
+  /// 0xFFFFFFFF) of `data`, by Boost.CRC's table, a byte at a time.
+  /// \code kiln::detail::record_format::crc32c_by_table("123456789") == 0xE3069283u \endcode
+  static std::uint32_t crc32c_by_table(std::string_view data);
+
+#if defined(__SSE4_2__)
+  /// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
+  /// faster than the table, which took a fifth of a scalar summary's time.
+  static std::uint32_t crc32c_by_instruction(std::string_view data);
+#endif
+
+  /// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
+  /// otherwise by Boost.CRC's table.
+  /// \code kiln::detail::record_format::crc32c("123456789") == 0xE3069283u \endcode
+  static std::uint32_t crc32c(std::string_view data);
+
+  /// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
+  static std::uint32_t masked_crc32c(std::string_view data);
+
+  /// Appends `data` to `out` as one TFRecord.
+  /// \code
+  /// std::string file;
+  /// kiln::detail::record_format::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
+  /// \endcode
+  static void append_record(std::string& out, std::string_view data);
+};
+using record_format = basic_record_format<void>;
+
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c_by_table(std::string_view data) {
   boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
   crc.process_bytes(data.data(), data.size());
   return crc.checksum();
 }
 
 #if defined(__SSE4_2__)
-/// The same CRC by SSE 4.2's crc32 instruction, 8 bytes at a time: about ten times
-/// faster than the table, which took a fifth of a scalar summary's time.
-template <class = void>
-std::uint32_t crc32c_by_instruction(std::string_view data) {
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c_by_instruction(std::string_view data) {
   std::uint64_t crc = 0xFFFFFFFFu;
   const char* p = data.data();
   std::size_t n = data.size();
@@ -1476,11 +1607,8 @@ std::uint32_t crc32c_by_instruction(std::string_view data) {
 }
 #endif
 
-/// CRC32C of `data`: by the processor's instruction where the build has it (SSE 4.2),
-/// otherwise by Boost.CRC's table.
-/// \code kiln::detail::crc32c("123456789") == 0xE3069283u \endcode
-template <class = void>
-std::uint32_t crc32c(std::string_view data) {
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::crc32c(std::string_view data) {
 #if defined(__SSE4_2__)
   return crc32c_by_instruction(data);
 #else
@@ -1488,20 +1616,14 @@ std::uint32_t crc32c(std::string_view data) {
 #endif
 }
 
-/// TensorFlow's masked CRC: the CRC rotated right by 15 bits, plus 0xA282EAD8.
-template <class = void>
-std::uint32_t masked_crc32c(std::string_view data) {
+template <class Unused>
+std::uint32_t basic_record_format<Unused>::masked_crc32c(std::string_view data) {
   const std::uint32_t crc = crc32c(data);
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 
-/// Appends `data` to `out` as one TFRecord.
-/// \code
-/// std::string file;
-/// kiln::detail::append_record(file, "payload");  // 8 + 4 + 7 + 4 bytes
-/// \endcode
-template <class = void>
-void append_record(std::string& out, std::string_view data) {
+template <class Unused>
+void basic_record_format<Unused>::append_record(std::string& out, std::string_view data) {
   char header[12];
   const std::uint64_t length = data.size();
   for (int k = 0; k < 8; ++k) header[k] = char((length >> (8 * k)) & 0xFF);
@@ -1518,17 +1640,6 @@ void append_record(std::string& out, std::string_view data) {
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/record.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_IO_SUMMARY_RECORD_HPP
-
-namespace kiln::detail {
-
-/// Seconds since 1970, to the microsecond (an event's wall_time).
-template <class = void>
-double summary_wall_time() {
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
-}
-
-}  // namespace kiln::detail
 
 namespace kiln::summary {
 
@@ -1548,7 +1659,7 @@ namespace kiln::detail {
 /// The state every handle on a writer shares; it is the summary_target that
 /// summary nodes write to while it is the default writer. (A template on nothing:
 /// compiled only where a program makes a writer.)
-template <class = void>
+template <class Unused = void>
 class basic_event_file_writer final : public summary_target {
  public:
   basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
@@ -1579,8 +1690,8 @@ class basic_event_file_writer final : public summary_target {
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
     const double now = summary_wall_time();
-    write_file_version_event(scratch_, now);
-    append_record(queue_, scratch_);
+    encoder::write_file_version_event(scratch_, now);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     try {
       flush_locked(now);
     } catch (...) {  // (no destructor runs for an object whose constructor throws)
@@ -1609,7 +1720,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_summary_event(scratch_, now, step, spec, value);
+    encoder::write_summary_event(scratch_, now, step, spec, value);
     enqueue(now);
   }
   /// Queues an event holding the serialized GraphDef `graph_def`.
@@ -1617,7 +1728,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_graph_event(scratch_, now, graph_def);
+    encoder::write_graph_event(scratch_, now, graph_def);
     enqueue(now);
   }
   /// Writes the queued events to the file.
@@ -1628,10 +1739,15 @@ class basic_event_file_writer final : public summary_target {
   }
 
  private:
+  using encoder = basic_event_encoder<Unused>;
+
+  // Seconds since 1970, to the microsecond (an event's wall_time).
+  static double summary_wall_time();
+
   // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
   // timed by the clock the event's wall time was read from (`now`, in seconds).
   void enqueue(double now) {
-    append_record(queue_, scratch_);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     ++queued_;
     if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
       flush_locked(now);
@@ -1655,6 +1771,12 @@ class basic_event_file_writer final : public summary_target {
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 using event_file_writer = basic_event_file_writer<>;
+
+template <class Unused>
+double basic_event_file_writer<Unused>::summary_wall_time() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+}
 
 }  // namespace kiln::detail
 // ----- end kiln/io/summary/writer.hpp -----
@@ -1695,9 +1817,18 @@ struct image_options {
 };
 
 namespace detail {
-// Records a summary node while tracing, or writes at once.
-template <class = void>
-tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step) {
+/// How the summary functions write (`summary_writes`, the one specialization): a
+/// template on nothing, compiled only where a program writes summaries.
+template <class Unused>
+struct basic_summary_writes {
+  // Records a summary node while tracing, or writes at once.
+  static tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_value& step);
+};
+using summary_writes = basic_summary_writes<void>;
+
+template <class Unused>
+tensor basic_summary_writes<Unused>::write(kiln::detail::summary_spec spec, const tensor& value,
+                                           const step_value& step) {
   const tensor& s = step.get();
   if (!value.defined() || !s.defined())
     throw invalid_argument_error("kiln::summary: '" + spec.tag + "' was given an empty tensor as its " +
@@ -1726,9 +1857,10 @@ tensor write(kiln::detail::summary_spec spec, const tensor& value, const step_va
 /// kiln::summary::scalar("loss", 0.25, 10);
 /// kiln::summary::scalar("accuracy", kiln::constant(0.5f), kiln::constant(10));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor scalar(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::scalar, std::string(name), std::string(description), 0}, value, step);
 }
 template <class T>
   requires std::is_arithmetic_v<T>
@@ -1741,22 +1873,23 @@ tensor scalar(std::string_view name, T value, const step_value& step, std::strin
 /// as TensorBoard computes them, shown by its Histograms and Distributions dashboards.
 /// A NaN or infinity among the values raises kiln::invalid_argument_error when written.
 /// \code kiln::summary::histogram("weights", kiln::random::uniform({100}, -1, 1), 0, {.buckets = 10}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor histogram(std::string_view name, const tensor& values, const step_value& step, histogram_options options = {}) {
   if (options.buckets < 0)
     throw value_error("kiln::summary::histogram '" + std::string(name) + "': buckets must be >= 0, got " +
                       std::to_string(options.buckets));
-  return detail::write({kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description),
-                        options.buckets},
-                       values, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::histogram, std::string(name), std::move(options.description), options.buckets},
+      values, step);
 }
 
 /// Writes a string tensor as text, as tf.summary.text: a scalar is one paragraph
 /// (Markdown), a vector or matrix a table.
 /// \code kiln::summary::text("config", "learning rate: 0.01", 0); \endcode
-template <class = void>
+template <class Unused = void>
 tensor text(std::string_view name, const tensor& value, const step_value& step, std::string_view description = {}) {
-  return detail::write({kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
+  return detail::basic_summary_writes<Unused>::write(
+      {kiln::detail::summary_kind::text, std::string(name), std::string(description), 0}, value, step);
 }
 template <class = void>
 tensor text(std::string_view name, std::string_view value, const step_value& step, std::string_view description = {}) {
@@ -1770,12 +1903,12 @@ tensor text(std::string_view name, std::string_view value, const step_value& ste
 /// kiln::invalid_argument_error when written); the first `max_outputs` images are
 /// written as PNGs.
 /// \code kiln::summary::image("samples", kiln::zeros({2, 28, 28, 1}), 0, {.max_outputs = 2}); \endcode
-template <class = void>
+template <class Unused = void>
 tensor image(std::string_view name, const tensor& images, const step_value& step, image_options options = {}) {
   if (options.max_outputs < 0)
     throw value_error("kiln::summary::image '" + std::string(name) + "': max_outputs must be >= 0, got " +
                       std::to_string(options.max_outputs));
-  return detail::write(
+  return detail::basic_summary_writes<Unused>::write(
       {kiln::detail::summary_kind::image, std::string(name), std::move(options.description), options.max_outputs},
       images, step);
 }
@@ -1789,11 +1922,11 @@ tensor image(std::string_view name, const tensor& images, const step_value& step
 /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
 /// kiln::summary::graph(f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)));
 /// \endcode
-template <class = void>
+template <class Unused = void>
 bool graph(const kiln::graph& g) {
   kiln::detail::summary_target* target = kiln::detail::default_summary_target();
   if (!target) return false;
-  target->write_graph(*target, kiln::detail::graph_def_of(g));
+  target->write_graph(*target, kiln::detail::basic_graph_def_writer<Unused>::graph_def_of(g));
   return true;
 }
 /// The graph of a concrete function (of either tier).

@@ -41,7 +41,7 @@ kiln::detail::summary_spec spec(kiln::detail::summary_kind kind, std::string tag
 // The Event kiln writes for one summary, at wall time 1.5 as the fixtures are.
 std::string event_of(const kiln::detail::summary_spec& s, const kiln::tensor& value, std::int64_t step) {
   std::string out;
-  kiln::detail::write_summary_event(out, 1.5, step, s, value);
+  kiln::detail::event_encoder::write_summary_event(out, 1.5, step, s, value);
   return out;
 }
 
@@ -57,9 +57,9 @@ std::vector<double> doubles_of(const std::string& bytes) {
 TEST_CASE("CRC32C gives the iSCSI specification's check values") {
   // Each way this build computes it: Boost.CRC's table, and the processor's
   // instruction where the build has it (which crc32c() then uses).
-  std::vector<std::uint32_t (*)(std::string_view)> ways = {kiln::detail::crc32c_by_table, kiln::detail::crc32c};
+  std::vector<std::uint32_t (*)(std::string_view)> ways = {kiln::detail::record_format::crc32c_by_table, kiln::detail::record_format::crc32c};
 #if defined(__SSE4_2__)
-  ways.push_back(kiln::detail::crc32c_by_instruction);
+  ways.push_back(kiln::detail::record_format::crc32c_by_instruction);
 #endif
   std::string ascending, descending;
   for (int i = 0; i < 32; ++i) {
@@ -85,18 +85,18 @@ TEST_CASE("CRC32C gives the iSCSI specification's check values") {
   }
   std::string data;
   for (int n = 0; n < 40; ++n, data += char(n * 37))
-    CHECK(kiln::detail::masked_crc32c(data) == kiln_test::reference_masked_crc32c(data));
+    CHECK(kiln::detail::record_format::masked_crc32c(data) == kiln_test::reference_masked_crc32c(data));
 }
 
 TEST_CASE("TFRecord framing matches the first record of TensorFlow's event file") {
   const std::string_view tf = fixtures::first_record;
   const std::string_view payload = tf.substr(12, tf.size() - 16);
   std::string framed;
-  kiln::detail::append_record(framed, payload);
+  kiln::detail::record_format::append_record(framed, payload);
   CHECK(hex(framed) == hex(tf));
   // An empty record: the length 0 and the CRCs of 8 zero bytes and of nothing.
   std::string empty;
-  kiln::detail::append_record(empty, "");
+  kiln::detail::record_format::append_record(empty, "");
   REQUIRE(empty.size() == 16);
   CHECK(kiln_test::read_records(empty) == std::vector<std::string>{""});
 }
@@ -311,7 +311,7 @@ TEST_CASE("a graph becomes a GraphDef: nodes, inputs, attributes, and control fl
     return z + kiln::cast(i, kiln::float32);
   });
   const kiln::graph g = f.get_concrete_function(kiln::tensor_spec({kiln::none, 2}, kiln::float32)).graph();
-  const message def = message::parse(kiln::detail::graph_def_of(g));
+  const message def = message::parse(kiln::detail::graph_def_writer::graph_def_of(g));
   std::vector<message> nodes;
   for (const auto& n : def.all(1)) nodes.push_back(message::parse(n.bytes));
   // Every node but the loop's second result, which is `while:1` to its readers.
@@ -379,7 +379,7 @@ TEST_CASE("a graph becomes a GraphDef: nodes, inputs, attributes, and control fl
 TEST_CASE("a GraphDef holds an op's float attribute as AttrValue's float") {
   kiln::function f([](const kiln::tensor& x) { return kiln::leaky_relu(x, 0.25); });
   const kiln::graph g = f.get_concrete_function(kiln::tensor_spec({2}, kiln::float32)).graph();
-  const message def = message::parse(kiln::detail::graph_def_of(g));
+  const message def = message::parse(kiln::detail::graph_def_writer::graph_def_of(g));
   bool found = false;
   for (const auto& n : def.all(1)) {
     const message node = message::parse(n.bytes);
@@ -416,7 +416,7 @@ TEST_CASE("a GraphDef shows the variable of a typed trace's variable steps, as t
     return total.read_value();
   });
   const kiln::graph g = accumulate.get_concrete_function(kiln::spec<float, 2>{}).graph();
-  const message def = message::parse(kiln::detail::graph_def_of(g));
+  const message def = message::parse(kiln::detail::graph_def_writer::graph_def_of(g));
   CHECK(text_attribute(def, "ReadVariableOp", "shared_name") == "total");
   CHECK(text_attribute(def, "AssignVariableOp", "shared_name") == "total");
 }
@@ -427,12 +427,12 @@ TEST_CASE("a GraphDef shows the elements a dataset loop or an iterator was trace
     return dataset::range(4).reduce(kiln::constant(std::int64_t(0)),
                                     [](const kiln::tensor& s, const kiln::tensor& x) { return s + x; });
   });
-  const message reduce_def = message::parse(kiln::detail::graph_def_of(total.get_concrete_function().graph()));
+  const message reduce_def = message::parse(kiln::detail::graph_def_writer::graph_def_of(total.get_concrete_function().graph()));
   CHECK(text_attribute(reduce_def, "ReduceDataset", "element_spec") == "(int64 ())");
   kiln::function next([](const kiln::data::iterator& it) { return it.get_next()[0]; });
   const kiln::data::iterator it =
       dataset::from_tensor_slices(std::tuple{kiln::ones({3, 2}), kiln::constant({1, 2, 3})}).make_iterator();
-  const message next_def = message::parse(kiln::detail::graph_def_of(next.get_concrete_function(it).graph()));
+  const message next_def = message::parse(kiln::detail::graph_def_writer::graph_def_of(next.get_concrete_function(it).graph()));
   CHECK(text_attribute(next_def, "IteratorGetNext", "element_spec") == "(float32 (2,), int32 ())");
 }
 

@@ -191,9 +191,9 @@ class dataset {
   /// is smaller unless `drop_remainder` (then the batch dim of the spec is known).
   /// A batch_size below 1 raises kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(5).batch(2);  // [0 1], [2 3], [4] \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
-    return dataset(std::make_shared<detail::batch_stage>(stage_, batch_size, drop_remainder));
+    return dataset(std::make_shared<detail::basic_batch_stage<Unused>>(stage_, batch_size, drop_remainder));
   }
 
   /// The elements in random order, from a buffer of `buffer_size` (TensorFlow's
@@ -201,33 +201,33 @@ class dataset {
   /// with `reshuffle_each_iteration` each pass (each epoch, each function call)
   /// draws a new order, reproducibly.
   /// \code kiln::data::dataset::range(10).shuffle(10, 42); \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
                   bool reshuffle_each_iteration = true) const {
-    return dataset(std::make_shared<detail::shuffle_stage>(stage_, buffer_size, seed ? *seed : detail::fresh_seed(),
-                                                           reshuffle_each_iteration));
+    return dataset(std::make_shared<detail::basic_shuffle_stage<Unused>>(
+        stage_, buffer_size, seed ? *seed : detail::fresh_seed(), reshuffle_each_iteration));
   }
 
   /// The same elements: kiln makes elements on the thread that consumes them, so
   /// there is nothing to prefetch; kept so that TensorFlow pipelines read the same.
   /// \code kiln::data::dataset::range(4).prefetch(1); \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset prefetch(std::int64_t buffer_size) const {
-    return dataset(std::make_shared<detail::prefetch_stage>(stage_, buffer_size));
+    return dataset(std::make_shared<detail::basic_prefetch_stage<Unused>>(stage_, buffer_size));
   }
 
   /// The first `count` elements (all of them for a negative count).
   /// \code kiln::data::dataset::range(10).take(3);  // 0, 1, 2 \endcode
-  template <class = void>
-  dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::take_stage>(stage_, count)); }
+  template <class Unused = void>
+  dataset take(std::int64_t count) const { return dataset(std::make_shared<detail::basic_take_stage<Unused>>(stage_, count)); }
 
   /// Every `num_shards`-th element from element `index`, as tf.data.Dataset.shard:
   /// how each worker reads its part of the data. `num_shards` must be positive and
   /// `index` in [0, num_shards), else kiln::invalid_argument_error.
   /// \code kiln::data::dataset::range(10).shard(3, 1);  // 1, 4, 7 \endcode
-  template <class = void>
+  template <class Unused = void>
   dataset shard(std::int64_t num_shards, std::int64_t index) const {
-    return dataset(std::make_shared<detail::shard_stage>(stage_, num_shards, index));
+    return dataset(std::make_shared<detail::basic_shard_stage<Unused>>(stage_, num_shards, index));
   }
 
   /// One spec per component of an element.
@@ -366,9 +366,9 @@ class dataset_of : public dataset {
 };
 
 // dataset's members that give a dataset_of, which is complete only here.
-template <class>
+template <class Unused>
 dataset_of<1> dataset::range(std::int64_t start, std::int64_t limit, std::int64_t delta) {
-  return dataset_of<1>(dataset(std::make_shared<detail::range_stage>(start, limit, delta)));
+  return dataset_of<1>(dataset(std::make_shared<detail::basic_range_stage<Unused>>(start, limit, delta)));
 }
 template <class>
 dataset_of<1> dataset::range(std::int64_t limit) {

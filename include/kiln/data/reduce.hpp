@@ -27,19 +27,18 @@ namespace kiln::detail {
 /// an element's components, the state and the captures, and gives the next state.
 /// The pipeline comes from the handle at every run, so a trace given a dataset as an
 /// argument runs on the dataset of each call; the op also holds the pipeline it was
-/// traced with, which keeps a dataset made or captured while tracing alive. Its
-/// members are templates, as subgraph's are.
-class reduce_dataset_op final : public special_op {
+/// traced with, which keeps a dataset made or captured while tracing alive. A
+/// template on nothing, as subgraph's members are.
+template <class Unused>
+class basic_reduce_dataset_op final : public special_op {
  public:
-  template <class = void>
-  reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
-      : special_op(std::type_identity<reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
+  basic_reduce_dataset_op(std::shared_ptr<const dataset_stage> traced, int state_size, graph body)
+      : special_op(std::type_identity<basic_reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
         effects_(body_.traced().has_effects() || traced_->has_effects()) {}
   std::string_view name() const { return "ReduceDataset"; }
   bool has_effects() const { return effects_; }
   std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
-  template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
     check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
@@ -75,6 +74,7 @@ class reduce_dataset_op final : public special_op {
   subgraph body_;
   bool effects_;
 };
+using reduce_dataset_op = basic_reduce_dataset_op<void>;
 
 /// The parameters of a function traced for an element of `spec`: `args_0`, ...
 inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {

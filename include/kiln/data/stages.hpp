@@ -3,6 +3,10 @@
 /// The stages of a dataset pipeline: the sources (`range`, `from_tensor_slices`,
 /// `from_tensors`, `from_generator`) and the transformations (`map`, `batch`,
 /// `shuffle`, `take`, `prefetch`), each one pass at a time.
+///
+/// Each stage is a class template on nothing (`basic_batch_stage<Unused>`, named
+/// `batch_stage` for its one specialization), so that a program compiles a stage's
+/// members only where it builds that stage.
 
 #include <atomic>
 #include <cstdint>
@@ -32,11 +36,11 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 }
 
 /// `dataset::range`: int64 scalars start, start + delta, ... up to limit (excluded).
-class range_stage final : public dataset_stage {
+template <class Unused>
+class basic_range_stage final : public dataset_stage {
  public:
-  template <class = void>
-  range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
-      : dataset_stage(std::type_identity<range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
+  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
+      : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
         start_(start), delta_(delta) {
     if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
     // Python's range length: ceil((limit - start) / delta), at least 0.
@@ -44,7 +48,6 @@ class range_stage final : public dataset_stage {
     const std::int64_t step = delta > 0 ? delta : -delta;
     count_ = span <= 0 ? 0 : (span + step - 1) / step;
   }
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
       return dataset_element{kiln::constant(start + i * delta)};
@@ -54,6 +57,7 @@ class range_stage final : public dataset_stage {
  private:
   std::int64_t start_, delta_, count_ = 0;
 };
+using range_stage = basic_range_stage<void>;
 
 /// The spec of one slice along the first dim of each of `components`, which must
 /// be eager tensors of rank 1 or more that agree in their first dim.
@@ -71,16 +75,15 @@ inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
   return out;
 }
 
-/// `dataset::from_tensor_slices`: element i is slice i of every component. Its
-/// members are templates, as op functions are: they run x[i].
-class slices_stage final : public dataset_stage {
+/// `dataset::from_tensor_slices`: element i is slice i of every component. A
+/// template on nothing, as op functions are: it runs x[i].
+template <class Unused>
+class basic_slices_stage final : public dataset_stage {
  public:
-  template <class = void>
-  explicit slices_stage(std::vector<tensor> components)
-      : dataset_stage(std::type_identity<slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
+  explicit basic_slices_stage(std::vector<tensor> components)
+      : dataset_stage(std::type_identity<basic_slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(count_, [this](std::int64_t i) {
       dataset_element e;
@@ -93,15 +96,15 @@ class slices_stage final : public dataset_stage {
   std::int64_t count_;
   std::vector<tensor> components_;
 };
+using slices_stage = basic_slices_stage<void>;
 
 /// `dataset::from_tensors`: one element, the components themselves.
-class tensors_stage final : public dataset_stage {
+template <class Unused>
+class basic_tensors_stage final : public dataset_stage {
  public:
-  template <class = void>
-  explicit tensors_stage(std::vector<tensor> components)
-      : dataset_stage(std::type_identity<tensors_stage>(), "TensorDataset", spec_of(components), false),
+  explicit basic_tensors_stage(std::vector<tensor> components)
+      : dataset_stage(std::type_identity<basic_tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
-  template <class = void>
   element_iterator iterate() const {
     return indexed_elements(1, [this](std::int64_t) { return components_; });
   }
@@ -118,19 +121,19 @@ class tensors_stage final : public dataset_stage {
   }
   std::vector<tensor> components_;
 };
+using tensors_stage = basic_tensors_stage<void>;
 
 /// `dataset::from_generator`: each pass calls `start()` for a fresh source of
 /// elements and checks each against the output specs.
-class generator_stage final : public dataset_stage {
+template <class Unused>
+class basic_generator_stage final : public dataset_stage {
  public:
   using next_element = std::function<std::optional<dataset_element>()>;
-  template <class = void>
-  generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
-      : dataset_stage(std::type_identity<generator_stage>(), "FlatMapDataset", std::move(spec), true),
+  basic_generator_stage(std::function<next_element()> start, std::vector<tensor_spec> spec)
+      : dataset_stage(std::type_identity<basic_generator_stage>(), "FlatMapDataset", std::move(spec), true),
         start_(std::move(start)) {
     if (element_spec().empty()) throw value_error("dataset::from_generator: give at least one output spec");
   }
-  template <class = void>
   element_iterator iterate() const {
     return element_iterator([source = start_(), this] {
       std::optional<dataset_element> e = source();
@@ -142,6 +145,7 @@ class generator_stage final : public dataset_stage {
  private:
   std::function<next_element()> start_;
 };
+using generator_stage = basic_generator_stage<void>;
 
 /// A transformation: a stage that reads the elements of `input`.
 class transform_stage : public dataset_stage {
@@ -166,16 +170,15 @@ class transform_stage : public dataset_stage {
   std::shared_ptr<const dataset_stage> input_;
 };
 
-/// `dataset::map`: each element through a function traced once into a subgraph. Its
-/// members are templates, as subgraph's are: they optimize and run a graph.
-class map_stage final : public transform_stage {
+/// `dataset::map`: each element through a function traced once into a subgraph. A
+/// template on nothing, as subgraph's members are: it optimizes and runs a graph.
+template <class Unused>
+class basic_map_stage final : public transform_stage {
  public:
-  template <class = void>
-  map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
-      : transform_stage(std::type_identity<map_stage>(), "MapDataset", std::move(spec), std::move(input),
+  basic_map_stage(std::shared_ptr<const dataset_stage> input, graph fn, std::vector<tensor_spec> spec)
+      : transform_stage(std::type_identity<basic_map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
-  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::optional<dataset_element> e = in.next();
@@ -187,19 +190,19 @@ class map_stage final : public transform_stage {
  private:
   subgraph fn_;
 };
+using map_stage = basic_map_stage<void>;
 
 /// `dataset::batch`: `size` consecutive elements stacked along a new first dim; the
-/// last batch may be smaller unless `drop_remainder`. Its members are templates, as
-/// op functions are: they run stack.
-class batch_stage final : public transform_stage {
+/// last batch may be smaller unless `drop_remainder`. A template on nothing, as op
+/// functions are: it runs stack.
+template <class Unused>
+class basic_batch_stage final : public transform_stage {
  public:
-  template <class = void>
-  batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
-      : transform_stage(std::type_identity<batch_stage>(), "BatchDataset",
+  basic_batch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t size, bool drop_remainder)
+      : transform_stage(std::type_identity<basic_batch_stage>(), "BatchDataset",
                         batched_spec(input->element_spec(), size, drop_remainder), input),
         size_(size),
         drop_remainder_(drop_remainder) {}
-  template <class = void>
   element_iterator iterate() const {
     return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
       std::vector<dataset_element> rows;
@@ -239,23 +242,23 @@ class batch_stage final : public transform_stage {
   std::int64_t size_;
   bool drop_remainder_;
 };
+using batch_stage = basic_batch_stage<void>;
 
 /// `dataset::shuffle`: TensorFlow's buffer shuffle: fill a buffer of `buffer_size`
 /// elements, then repeatedly hand out a random one and refill its place. Each pass
 /// draws from its own stream (the pass number mixed into the seed), so passes differ
 /// and the sequence of passes is the same at every run of a program.
-class shuffle_stage final : public transform_stage {
+template <class Unused>
+class basic_shuffle_stage final : public transform_stage {
  public:
-  template <class = void>
-  shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
+  basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
                 bool reshuffle_each_iteration)
-      : transform_stage(std::type_identity<shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
+      : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
         buffer_size_(buffer_size), seed_(seed),
         reshuffle_(reshuffle_each_iteration) {
     if (buffer_size <= 0)
       throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
   }
-  template <class = void>
   element_iterator iterate() const {
     const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
     // The index is taken by modulo of splitmix64's numbers, so the order is the same
@@ -283,13 +286,14 @@ class shuffle_stage final : public transform_stage {
   bool reshuffle_;
   mutable std::atomic<std::uint64_t> passes_{0};
 };
+using shuffle_stage = basic_shuffle_stage<void>;
 
 /// `dataset::shard`: every `num_shards`-th element from element `index`.
-class shard_stage final : public transform_stage {
+template <class Unused>
+class basic_shard_stage final : public transform_stage {
  public:
-  template <class = void>
-  shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
-      : transform_stage(std::type_identity<shard_stage>(), "ShardDataset", input->element_spec(), input),
+  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
+      : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
         num_shards_(num_shards), index_(index) {
     if (num_shards <= 0)
       throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
@@ -297,7 +301,6 @@ class shard_stage final : public transform_stage {
       throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
                                    std::to_string(index));
   }
-  template <class = void>
   element_iterator iterate() const {
     return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
       std::optional<dataset_element> e;
@@ -311,14 +314,14 @@ class shard_stage final : public transform_stage {
  private:
   std::int64_t num_shards_, index_;
 };
+using shard_stage = basic_shard_stage<void>;
 
 /// `dataset::take`: the first `count` elements (all of them for a negative count).
-class take_stage final : public transform_stage {
+template <class Unused>
+class basic_take_stage final : public transform_stage {
  public:
-  template <class = void>
-  take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
-      : transform_stage(std::type_identity<take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
-  template <class = void>
+  basic_take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
+      : transform_stage(std::type_identity<basic_take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
   element_iterator iterate() const {
     return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
       if (count >= 0 && taken >= count) return std::optional<dataset_element>();
@@ -330,20 +333,21 @@ class take_stage final : public transform_stage {
  private:
   std::int64_t count_;
 };
+using take_stage = basic_take_stage<void>;
 
 /// `dataset::prefetch`: the elements of its input, unchanged. kiln produces elements
 /// on the thread that consumes them, so prefetching has nothing to overlap with; the
 /// stage keeps pipelines written for TensorFlow as they are.
-class prefetch_stage final : public transform_stage {
+template <class Unused>
+class basic_prefetch_stage final : public transform_stage {
  public:
-  template <class = void>
-  prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
-      : transform_stage(std::type_identity<prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
+  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
+      : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
     if (buffer_size < 0)
       throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
   }
-  template <class = void>
   element_iterator iterate() const { return input()->iterate(); }
 };
+using prefetch_stage = basic_prefetch_stage<void>;
 
 }  // namespace kiln::detail

@@ -319,11 +319,53 @@ inline std::shared_ptr<group_state> group_for(const collective_spec& s) {
   return runtime::get().group_of(s.members);
 }
 
-/// Runs collective `op` on eager tensors (the engine's entry point, and what the node
-/// runs): the agreement, the checks, then the transfer. Tensors on the gpu travel
-/// through host memory.
-template <class = void>
-void run_collective(const collective_op& op, std::span<const tensor* const> given, std::span<tensor> results) {
+/// The number of ranks of group `members` (of a loaded graph).
+inline int group_size_of(const std::vector<int>& members) { return runtime::get().group_of(members)->size; }
+
+/// The spec of a collective called at `where`.
+inline collective_spec spec_at(collective_kind kind, reduce_op op, int root, const communicator& group,
+                               const std::source_location& where) {
+  return {kind, op, root, group.members(), group.state(), kiln::detail::collective_site(where.file_name(), where.line(), where.column()),
+          where.line()};
+}
+
+/// The collectives' runtime (`collective_runs`, the one specialization): running them
+/// eagerly, recording their nodes and their gradients. A template on nothing, compiled
+/// only where a program includes kiln/distribute.
+template <class Unused>
+struct basic_collective_runs {
+  /// Runs collective `op` on eager tensors (the engine's entry point, and what the node
+  /// runs): the agreement, the checks, then the transfer. Tensors on the gpu travel
+  /// through host memory.
+  static void run_collective(const collective_op& op, std::span<const tensor* const> given, std::span<tensor> results);
+
+  /// The backward pass of a collective, from its spec, the inputs and the gradients of its
+  /// (floating-point) results: the collectives TensorFlow differentiates them with. The
+  /// gradient of an all-sum is an all-sum and of an all-mean an all-mean (as
+  /// tf.distribute's ReplicaContext.all_reduce); of an all-gather, the reduce-scatter
+  /// (sum) of the gradients, each rank's own block of their sum; of a broadcast, their sum
+  /// on the root (NCCL's Reduce, as NcclBroadcast's gradient) and zeros elsewhere; of a
+  /// reduce-scatter, the all-gather of the gradients. Max and min have none, as in
+  /// TensorFlow: differentiating through them raises kiln::unavailable_error.
+  static std::vector<tensor> collective_backward(const void* self, std::span<const tensor>, std::span<const tensor> dys);
+
+  /// Records a collective on the gradient tapes recording on this thread.
+  static void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs, std::span<const tensor> outputs);
+
+  /// What a replayed trace's collective nodes hand to the tapes (their entries of
+  /// kiln::detail::special_gradients).
+  static void record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs,
+                                         std::span<const tensor> outputs);
+
+  /// Runs collective `spec` on `inputs` eagerly, or records its node while a function
+  /// traces; the gradient tapes recording see it as one differentiable op.
+  static std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs);
+};
+using collective_runs = basic_collective_runs<void>;
+
+template <class Unused>
+void basic_collective_runs<Unused>::run_collective(const collective_op& op, std::span<const tensor* const> given,
+                                                   std::span<tensor> results) {
   const collective_spec& s = op.spec();
   const std::string what(kiln::detail::collective_api_name(s.kind));
   runtime& rt = runtime::get();
@@ -492,29 +534,9 @@ void run_collective(const collective_op& op, std::span<const tensor* const> give
     for (tensor& r : results) r = r.to(place);
 }
 
-/// The number of ranks of group `members` (of a loaded graph).
-inline int group_size_of(const std::vector<int>& members) { return runtime::get().group_of(members)->size; }
-
-template <class = void>
-std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs);
-
-/// The spec of a collective called at `where`.
-inline collective_spec spec_at(collective_kind kind, reduce_op op, int root, const communicator& group,
-                               const std::source_location& where) {
-  return {kind, op, root, group.members(), group.state(), kiln::detail::collective_site(where.file_name(), where.line(), where.column()),
-          where.line()};
-}
-
-/// The backward pass of a collective, from its spec, the inputs and the gradients of its
-/// (floating-point) results: the collectives TensorFlow differentiates them with. The
-/// gradient of an all-sum is an all-sum and of an all-mean an all-mean (as
-/// tf.distribute's ReplicaContext.all_reduce); of an all-gather, the reduce-scatter
-/// (sum) of the gradients, each rank's own block of their sum; of a broadcast, their sum
-/// on the root (NCCL's Reduce, as NcclBroadcast's gradient) and zeros elsewhere; of a
-/// reduce-scatter, the all-gather of the gradients. Max and min have none, as in
-/// TensorFlow: differentiating through them raises kiln::unavailable_error.
-template <class = void>
-std::vector<tensor> collective_backward(const void* self, std::span<const tensor>, std::span<const tensor> dys) {
+template <class Unused>
+std::vector<tensor> basic_collective_runs<Unused>::collective_backward(const void* self, std::span<const tensor>,
+                                                                       std::span<const tensor> dys) {
   const collective_spec& s = *static_cast<const collective_spec*>(self);
   const std::string what(kiln::detail::collective_api_name(s.kind));
   auto with = [&](collective_kind kind, reduce_op op) {
@@ -540,20 +562,19 @@ std::vector<tensor> collective_backward(const void* self, std::span<const tensor
   return {};
 }
 
-/// Records a collective on the gradient tapes recording on this thread.
-template <class = void>
-void record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+template <class Unused>
+void basic_collective_runs<Unused>::record_on_tapes(const collective_spec& spec, std::span<const tensor> inputs,
+                                                    std::span<const tensor> outputs) {
   if (!is_floating(inputs[0].dtype())) return;
   auto call = std::make_shared<kiln::detail::differentiable_call>();
   call->self = std::make_shared<const collective_spec>(spec);
-  call->backward = &collective_backward<>;
+  call->backward = &collective_backward;
   kiln::detail::tape_runtime::record_call_on_active_tapes(call, inputs, outputs);
 }
 
-/// What a replayed trace's collective nodes hand to the tapes (their entries of
-/// kiln::detail::special_gradients).
-template <class = void>
-void record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs, std::span<const tensor> outputs) {
+template <class Unused>
+void basic_collective_runs<Unused>::record_collective_on_tapes(const special_op& op, std::span<const tensor> inputs,
+                                                               std::span<const tensor> outputs) {
   const auto* c = op.as<collective_op>();
   if (!c || inputs.empty()) return;
   // On one rank a collective gives its inputs themselves, which the tapes already know.
@@ -561,10 +582,9 @@ void record_collective_on_tapes(const special_op& op, std::span<const tensor> in
   record_on_tapes(c->spec(), inputs, outputs);
 }
 
-/// Runs collective `spec` on `inputs` eagerly, or records its node while a function
-/// traces; the gradient tapes recording see it as one differentiable op.
-template <class>
-std::vector<tensor> collective(const collective_spec& spec, std::span<const tensor> inputs) {
+template <class Unused>
+std::vector<tensor> basic_collective_runs<Unused>::collective(const collective_spec& spec,
+                                                              std::span<const tensor> inputs) {
   const std::string what(kiln::detail::collective_api_name(spec.kind));
   if (inputs.empty()) throw invalid_argument_error(what + ": no tensors given");
   for (const tensor& t : inputs)
@@ -590,15 +610,16 @@ std::vector<tensor> collective(const collective_spec& spec, std::span<const tens
 /// What kiln::distribute installs when a program includes it: the engine that runs
 /// collective nodes, and how replayed ones reach the gradient tapes (their entries of
 /// kiln::detail::special_gradients).
-inline const kiln::detail::collective_engine engine{&run_collective<>, &group_size_of};
+inline const kiln::detail::collective_engine engine{&collective_runs::run_collective, &group_size_of};
 inline const bool engine_installed = [] {
   kiln::detail::collective_engine_slot().store(&engine, std::memory_order_release);
+  constexpr auto record = &collective_runs::record_collective_on_tapes;
   static kiln::detail::special_gradient gradients[] = {
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_reduce), &record_collective_on_tapes<>},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_gather), &record_collective_on_tapes<>},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::broadcast), &record_collective_on_tapes<>},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce_scatter), &record_collective_on_tapes<>},
-      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce), &record_collective_on_tapes<>}};
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_reduce), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::all_gather), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::broadcast), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce_scatter), record},
+      {kiln::detail::collective_op_name(kiln::detail::collective_kind::reduce), record}};
   for (kiln::detail::special_gradient& g : gradients) kiln::detail::register_special_gradient(g);
   return true;
 }();
@@ -625,12 +646,12 @@ namespace kiln {
 /// kiln::tensor total = kiln::all_reduce(kiln::constant(float(world.rank() + 1)));  // 1 + 2 + ... + size
 /// kiln::tensor top = kiln::all_reduce(kiln::constant(world.rank()), kiln::reduce_op::max);
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor all_reduce(const tensor& x, reduce_op op = reduce_op::sum,
                   const distribute::communicator& group = distribute::communicator::world(),
                   std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective(
+  return distribute::detail::basic_collective_runs<Unused>::collective(
       distribute::detail::spec_at(detail::collective_kind::all_reduce, op, 0, group, where), in)[0];
 }
 
@@ -640,11 +661,11 @@ tensor all_reduce(const tensor& x, reduce_op op = reduce_op::sum,
 /// std::vector<kiln::tensor> grads{kiln::ones({2, 3}), kiln::zeros({4})};
 /// std::vector<kiln::tensor> means = kiln::all_reduce(grads, kiln::reduce_op::mean);
 /// \endcode
-template <class = void>
+template <class Unused = void>
 std::vector<tensor> all_reduce(const std::vector<tensor>& xs, reduce_op op = reduce_op::sum,
                                const distribute::communicator& group = distribute::communicator::world(),
                                std::source_location where = std::source_location::current()) {
-  return distribute::detail::collective(
+  return distribute::detail::basic_collective_runs<Unused>::collective(
       distribute::detail::spec_at(detail::collective_kind::all_reduce, op, 0, group, where), xs);
 }
 
@@ -653,11 +674,11 @@ std::vector<tensor> all_reduce(const std::vector<tensor>& xs, reduce_op op = red
 /// dtype, strings included; `x` must have rank 1 or more and the same shape on every
 /// rank. Its gradient is each rank's own block of the sum of the gradients.
 /// \code kiln::tensor ranks = kiln::all_gather(kiln::constant({kiln::distribute::communicator::world().rank()})); \endcode
-template <class = void>
+template <class Unused = void>
 tensor all_gather(const tensor& x, const distribute::communicator& group = distribute::communicator::world(),
                   std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective(
+  return distribute::detail::basic_collective_runs<Unused>::collective(
       distribute::detail::spec_at(detail::collective_kind::all_gather, reduce_op::sum, 0, group, where), in)[0];
 }
 
@@ -665,11 +686,11 @@ tensor all_gather(const tensor& x, const distribute::communicator& group = distr
 /// ranks' `x` gives the dtype and shape, which must be the root's. Any dtype, strings
 /// included. Its gradient is the sum of the gradients on the root, zeros elsewhere.
 /// \code kiln::tensor seed = kiln::broadcast(kiln::constant(std::int64_t(42)), 0); \endcode
-template <class = void>
+template <class Unused = void>
 tensor broadcast(const tensor& x, int root = 0, const distribute::communicator& group = distribute::communicator::world(),
                  std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective(
+  return distribute::detail::basic_collective_runs<Unused>::collective(
       distribute::detail::spec_at(detail::collective_kind::broadcast, reduce_op::sum, root, group, where), in)[0];
 }
 
@@ -681,12 +702,12 @@ tensor broadcast(const tensor& x, int root = 0, const distribute::communicator& 
 /// const int size = kiln::distribute::communicator::world().size();
 /// kiln::tensor mine = kiln::reduce_scatter(kiln::ones({2 * size}));  // 2 elements, each `size`
 /// \endcode
-template <class = void>
+template <class Unused = void>
 tensor reduce_scatter(const tensor& x, reduce_op op = reduce_op::sum,
                       const distribute::communicator& group = distribute::communicator::world(),
                       std::source_location where = std::source_location::current()) {
   const tensor in[] = {x};
-  return distribute::detail::collective(
+  return distribute::detail::basic_collective_runs<Unused>::collective(
       distribute::detail::spec_at(detail::collective_kind::reduce_scatter, op, 0, group, where), in)[0];
 }
 

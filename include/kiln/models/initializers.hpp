@@ -58,19 +58,33 @@ namespace detail {
 inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
   return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
 }
-/// A draw of `spec` keyed by `seed`, done now, tracing or not.
-template <class = void>
-tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed) {
+/// The fan `variance_scaling` divides by.
+enum class fan_mode { in, average };
+
+/// The draws of the random initializers (`initializer_draws`, the one specialization):
+/// a template on nothing, compiled only where a program initializes weights.
+template <class Unused>
+struct basic_initializer_draws {
+  /// A draw of `spec` keyed by `seed`, done now, tracing or not.
+  static tensor draw_now(kiln::detail::uniform_spec spec, const std::optional<std::uint64_t>& seed);
+  /// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
+  /// truncated normal (its standard deviation corrected for the truncation) or a
+  /// uniform distribution of that variance.
+  static tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
+                                 const std::optional<std::uint64_t>& seed);
+};
+using initializer_draws = basic_initializer_draws<void>;
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
+                                                 const std::optional<std::uint64_t>& seed) {
   spec.check();
   return spec.draw(key_of(seed), 0);
 }
-/// Keras' `VarianceScaling`: scale / n with n the fan of `mode`, drawn from a
-/// truncated normal (its standard deviation corrected for the truncation) or a
-/// uniform distribution of that variance.
-enum class fan_mode { in, average };
-template <class = void>
-tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bool normal,
-                        const std::optional<std::uint64_t>& seed) {
+
+template <class Unused>
+tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t, double scale, fan_mode mode,
+                                                         bool normal, const std::optional<std::uint64_t>& seed) {
   const auto [fan_in, fan_out] = fans(s);
   const double n = std::max(1.0, mode == fan_mode::in ? fan_in : (fan_in + fan_out) / 2);
   if (normal) {
@@ -81,80 +95,89 @@ tensor variance_scaling(const shape& s, dtype t, double scale, fan_mode mode, bo
   const double limit = std::sqrt(3.0 * scale / n);
   return draw_now({s, t, -limit, limit}, seed);
 }
+
 }  // namespace detail
 
 /// Keras' default kernel initializer: uniform in [-l, l], l = sqrt(6 / (fan_in + fan_out)).
 /// \code kiln::tensor w = kiln::initializers::glorot_uniform({.seed = 1})({3, 4}, kiln::float32); \endcode
 struct glorot_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / (fan_in + fan_out)).
 struct glorot_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::average, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::average, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(6 / fan_in).
 struct he_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(2 / fan_in).
 struct he_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 2.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 2.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Truncated normal, stddev sqrt(1 / fan_in).
 struct lecun_normal {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, true, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, true, options.seed);
   }
 };
 /// Uniform in [-l, l], l = sqrt(3 / fan_in).
 struct lecun_uniform {
   seed_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::variance_scaling(s, t, 1.0, detail::fan_mode::in, false, options.seed);
+    return detail::basic_initializer_draws<Unused>::variance_scaling(
+        s, t, 1.0, detail::fan_mode::in, false, options.seed);
   }
 };
 /// Normal numbers, mean 0 and stddev 0.05 by default.
 struct random_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::normal}, options.seed);
   }
 };
 /// Normal numbers within two standard deviations of the mean (0 and 0.05 by default).
 struct truncated_normal {
   normal_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
+    return detail::basic_initializer_draws<Unused>::draw_now(
+        {s, t, options.mean, options.stddev, kiln::detail::distribution::truncated_normal},
                             options.seed);
   }
 };
 /// Uniform numbers in [minval, maxval), [-0.05, 0.05) by default.
 struct random_uniform {
   uniform_options options{};
-  template <class = void>
+  template <class Unused = void>
   tensor operator()(const shape& s, dtype t = float32) const {
-    return detail::draw_now({s, t, options.minval, options.maxval}, options.seed);
+    return detail::basic_initializer_draws<Unused>::draw_now({s, t, options.minval, options.maxval}, options.seed);
   }
 };
 /// Zeros (Keras' default bias initializer).

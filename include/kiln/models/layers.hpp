@@ -488,18 +488,28 @@ struct layer_normalization_options {
 };
 
 namespace detail {
-/// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
-/// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
-template <class = void>
-tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
-                        const std::optional<tensor>& beta, double epsilon) {
+/// The arithmetic the normalization layers share (`normalization`, the one
+/// specialization): a template on nothing, compiled only where a program normalizes.
+template <class Unused>
+struct basic_normalization {
+  /// `(x - mean) / sqrt(var + epsilon) * gamma + beta`, as tf.nn.batch_normalization
+  /// computes it: `x * inv + (beta - mean * inv)` with `inv = gamma / sqrt(var + epsilon)`.
+  static tensor normalize(const tensor& x, const tensor& mean, const tensor& var, const std::optional<tensor>& gamma,
+                          const std::optional<tensor>& beta, double epsilon);
+};
+using normalization = basic_normalization<void>;
+
+template <class Unused>
+tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
+                                              const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
+                                              double epsilon) {
   tensor inv = 1.0 / sqrt(var + epsilon);
   if (gamma) inv = inv * *gamma;
   const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
   return x * inv + shift;
 }
 
-template <class = void>
+template <class Unused = void>
 struct batch_normalization_state final : layer_state {
   batch_normalization_options options;
   explicit batch_normalization_state(batch_normalization_options o)
@@ -520,7 +530,8 @@ struct batch_normalization_state final : layer_state {
     if (options.center) beta = weights[k++].first.read_value();
     const variable& moving_mean = weights[k].first;
     const variable& moving_variance = weights[k + 1].first;
-    if (!call.training) return normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+    if (!call.training)
+      return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
     int_list axes;
     for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
     const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
@@ -537,11 +548,11 @@ struct batch_normalization_state final : layer_state {
     const double decay = 1.0 - options.momentum;
     moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
     moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 
-template <class = void>
+template <class Unused = void>
 struct layer_normalization_state final : layer_state {
   layer_normalization_options options;
   explicit layer_normalization_state(layer_normalization_options o)
@@ -559,7 +570,7 @@ struct layer_normalization_state final : layer_state {
     if (options.scale) gamma = weights[k++].first.read_value();
     if (options.center) beta = weights[k++].first.read_value();
     const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
-    return normalize(x, mean, var, gamma, beta, options.epsilon);
+    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
   }
 };
 }  // namespace detail

@@ -40,17 +40,15 @@ struct adam_options {
 
 namespace detail {
 
+template <class Unused>
+struct basic_optimizer_updates;
+
 /// What every optimizer has: the step count and, per variable, its slot variables.
 class optimizer_state {
- public:
-  /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
-  /// that in a kiln::function the sum fuses into the pass that computes `delta`
-  /// (an assign_add is a pass of its own over the variable).
-  template <class = void>
-  static void add_to(const variable& v, const tensor& delta) {
-    v.assign(v.read_value() + delta);
-  }
+  template <class>
+  friend struct basic_optimizer_updates;
 
+ public:
   /// The steps applied so far: an int64 scalar variable, as Keras' `iterations`.
   const variable& iterations() const { return iterations_; }
   /// The slot variables made so far, by variable in the order first updated (what a
@@ -69,56 +67,6 @@ class optimizer_state {
   template <class = void>
   explicit optimizer_state(std::string name)
       : name_(std::move(name)), iterations_(kiln::constant(std::int64_t{0}), name_ + "/iterations") {}
-
-  /// The (gradient, variable) pairs to update: those with a gradient, every pair
-  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
-  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
-  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
-  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
-  template <class = void>
-  std::vector<std::pair<tensor, variable>> pairs(const std::vector<tensor>& grads, const std::vector<variable>& vars) const {
-    if (grads.size() != vars.size())
-      throw invalid_argument_error(name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                                   std::to_string(vars.size()) + " variables");
-    std::vector<std::pair<tensor, variable>> out;
-    for (std::size_t k = 0; k < vars.size(); ++k) {
-      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
-      if (!is_floating(vars[k].dtype()))
-        throw type_error(name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
-                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
-      const tensor& g = grads[k];
-      // A gradient being traced may have dims known only when the graph runs.
-      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
-      if (g.dtype() != vars[k].dtype() || !fits)
-        throw invalid_argument_error(name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
-                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
-                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
-      out.emplace_back(grads[k], vars[k]);
-    }
-    if (out.empty() && !vars.empty())
-      throw value_error(name_ + ".apply_gradients: no gradients provided for any variable");
-    return out;
-  }
-
-  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
-  /// first call for `v`. Created while tracing a function traced before, they make
-  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
-  template <class = void>
-  const std::vector<variable>& slots(const variable& v, const std::vector<std::string>& kinds) {
-    for (auto& [identity, vars] : slots_)
-      if (identity == v.identity()) return vars;
-    std::vector<variable> made;
-    for (const std::string& kind : kinds)
-      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), name_ + "/" + v.name() + "/" + kind);
-    slots_.emplace_back(v.identity(), std::move(made));
-    return slots_.back().second;
-  }
-
-  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  template <class = void>
-  static tensor scalar(double x, dtype t) {
-    return kiln::constant(x, t);
-  }
 
   std::string name_;
   variable iterations_;
@@ -141,6 +89,63 @@ template <class Unused>
 struct basic_optimizer_updates {
   static void apply(sgd& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
   static void apply(adam& self, const std::vector<tensor>& grads, const std::vector<variable>& vars);
+
+ private:
+  /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
+  /// that in a kiln::function the sum fuses into the pass that computes `delta`
+  /// (an assign_add is a pass of its own over the variable).
+  static void add_to(const variable& v, const tensor& delta) {
+    v.assign(v.read_value() + delta);
+  }
+
+  /// The (gradient, variable) pairs to update: those with a gradient, every pair
+  /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
+  /// of different lengths or a gradient whose dtype or shape is not its variable's (a
+  /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
+  /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
+  static std::vector<std::pair<tensor, variable>> pairs(const optimizer_state& self, const std::vector<tensor>& grads,
+                                                         const std::vector<variable>& vars) {
+    if (grads.size() != vars.size())
+      throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                   std::to_string(vars.size()) + " variables");
+    std::vector<std::pair<tensor, variable>> out;
+    for (std::size_t k = 0; k < vars.size(); ++k) {
+      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+      if (!is_floating(vars[k].dtype()))
+        throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+      const tensor& g = grads[k];
+      // A gradient being traced may have dims known only when the graph runs.
+      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+      if (g.dtype() != vars[k].dtype() || !fits)
+        throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
+                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
+                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
+      out.emplace_back(grads[k], vars[k]);
+    }
+    if (out.empty() && !vars.empty())
+      throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
+    return out;
+  }
+
+  /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
+  /// first call for `v`. Created while tracing a function traced before, they make
+  /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
+  static const std::vector<variable>& slots(optimizer_state& self, const variable& v,
+                                           const std::vector<std::string>& kinds) {
+    for (auto& [identity, vars] : self.slots_)
+      if (identity == v.identity()) return vars;
+    std::vector<variable> made;
+    for (const std::string& kind : kinds)
+      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
+    self.slots_.emplace_back(v.identity(), std::move(made));
+    return self.slots_.back().second;
+  }
+
+  /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
+  static tensor scalar(double x, dtype t) {
+    return kiln::constant(x, t);
+  }
 };
 using optimizer_updates = basic_optimizer_updates<void>;
 }  // namespace detail
@@ -208,16 +213,16 @@ class adam : public detail::optimizer_state {
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
-  for (const auto& [g, v] : self.pairs(grads, vars)) {
-    const tensor lr = self.scalar(self.options_.learning_rate, v.dtype());
+  for (const auto& [g, v] : pairs(self, grads, vars)) {
+    const tensor lr = scalar(self.options_.learning_rate, v.dtype());
     if (self.options_.momentum == 0) {
-      self.add_to(v, -g * lr);
+      add_to(v, -g * lr);
       continue;
     }
-    const tensor momentum = self.scalar(self.options_.momentum, v.dtype());
-    const variable& m = self.slots(v, {"momentum"})[0];
+    const tensor momentum = scalar(self.options_.momentum, v.dtype());
+    const variable& m = slots(self, v, {"momentum"})[0];
     const tensor velocity = m.assign(-g * lr + m.read_value() * momentum);
-    self.add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
+    add_to(v, self.options_.nesterov ? -g * lr + velocity * momentum : velocity);
   }
   self.iterations_.assign_add(std::int64_t{1});
 }
@@ -225,20 +230,20 @@ void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
-  for (const auto& [g, v] : self.pairs(grads, vars)) {
+  for (const auto& [g, v] : pairs(self, grads, vars)) {
     const dtype t = v.dtype();
-    const tensor one = self.scalar(1, t), beta_1 = self.scalar(self.options_.beta_1, t),
-                 beta_2 = self.scalar(self.options_.beta_2, t);
+    const tensor one = scalar(1, t), beta_1 = scalar(self.options_.beta_1, t),
+                 beta_2 = scalar(self.options_.beta_2, t);
     const tensor step = kiln::cast(self.iterations_.read_value() + std::int64_t{1}, t);
     const tensor beta_1_power = kiln::pow(beta_1, step), beta_2_power = kiln::pow(beta_2, step);
-    const std::vector<variable>& moments = self.slots(v, {"m", "v"});
+    const std::vector<variable>& moments = slots(self, v, {"m", "v"});
     const tensor m_old = moments[0].read_value(), u_old = moments[1].read_value();
     // Keras subtracts the betas from 1 in double (Python floats), then casts.
-    const tensor m = moments[0].assign(m_old + (g - m_old) * self.scalar(1 - self.options_.beta_1, t));
-    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * self.scalar(1 - self.options_.beta_2, t));
+    const tensor m = moments[0].assign(m_old + (g - m_old) * scalar(1 - self.options_.beta_1, t));
+    const tensor u = moments[1].assign(u_old + (kiln::square(g) - u_old) * scalar(1 - self.options_.beta_2, t));
     const tensor alpha =
-        self.scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
-    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + self.scalar(self.options_.epsilon, t)));
+        scalar(self.options_.learning_rate, t) * kiln::sqrt(one - beta_2_power) / (one - beta_1_power);
+    v.assign(v.read_value() - m * alpha / (kiln::sqrt(u) + scalar(self.options_.epsilon, t)));
   }
   self.iterations_.assign_add(std::int64_t{1});
 }

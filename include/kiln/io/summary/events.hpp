@@ -28,9 +28,65 @@
 
 namespace kiln::detail {
 
-/// TensorFlow's `DataType` enum value of a kiln dtype.
-template <class = void>
-int tensorflow_dtype(dtype t) {
+/// The encoding of summaries as `Event` protocol buffers (`event_encoder`, the one
+/// specialization): a template on nothing, so that a program compiles it only where it
+/// writes summaries.
+template <class Unused>
+struct basic_event_encoder {
+  /// TensorFlow's `DataType` enum value of a kiln dtype.
+  static int tensorflow_dtype(dtype t);
+
+  /// A `TensorShapeProto` (dims; None is -1) as field `field`.
+  static void write_tensor_shape(proto::writer& w, int field, const shape& dims);
+
+  /// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
+  /// bytes, as TensorFlow's summaries write them), strings as `string_val`.
+  static void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
+                                 std::span<const std::string> strings = {});
+  /// The `TensorProto` of an eager tensor.
+  static void write_tensor_proto(proto::writer& w, int field, const tensor& value);
+
+  /// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+  template <class T>
+  static T numeric_element(const tensor& v, std::int64_t i);
+
+  /// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
+  /// (left edge, right edge, count), row-major. Equal widths between the least and the
+  /// greatest value, the last bucket closed, its right edge exactly the greatest value;
+  /// when every value is the same, every edge is that value and the last bucket counts
+  /// them all; no values give rows of zeros. Non-finite values raise
+  /// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
+  static std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag);
+
+  /// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
+  /// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
+  /// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
+  /// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
+  static std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag);
+
+  /// The TensorBoard plugin that shows each kind.
+  static std::string_view summary_plugin(summary_kind kind);
+
+  /// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
+  /// function of that kind passes to tf.summary.write) as field `field`.
+  static void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value);
+
+  /// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
+  /// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
+  /// `SummaryMetadata` (the plugin's name, and the description when there is one).
+  static void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
+                                  const tensor& value);
+
+  /// The `Event` that opens an event file: its format version, "brain.Event:2".
+  static void write_file_version_event(std::string& out, double wall_time);
+
+  /// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
+  static void write_graph_event(std::string& out, double wall_time, std::string_view graph_def);
+};
+using event_encoder = basic_event_encoder<void>;
+
+template <class Unused>
+int basic_event_encoder<Unused>::tensorflow_dtype(dtype t) {
   switch (t) {
     case bool_: return 10;    // DT_BOOL
     case int32: return 3;     // DT_INT32
@@ -41,9 +97,8 @@ int tensorflow_dtype(dtype t) {
   }
 }
 
-/// A `TensorShapeProto` (dims; None is -1) as field `field`.
-template <class = void>
-void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   w.message(field, [&](proto::writer& m) {
     if (!dims.has_known_rank()) {
       m.boolean(3, true);  // unknown_rank
@@ -56,11 +111,9 @@ void write_tensor_shape(proto::writer& w, int field, const shape& dims) {
   });
 }
 
-/// A `TensorProto` as field `field`: numbers as `tensor_content` (their little-endian
-/// bytes, as TensorFlow's summaries write them), strings as `string_val`.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims, std::string_view content,
-                               std::span<const std::string> strings = {}) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, dtype type, const shape& dims,
+                                                     std::string_view content, std::span<const std::string> strings) {
   w.message(field, [&](proto::writer& t) {
     t.varint(1, tensorflow_dtype(type));
     write_tensor_shape(t, 2, dims);
@@ -71,9 +124,9 @@ void write_tensor_proto(proto::writer& w, int field, dtype type, const shape& di
     }
   });
 }
-/// The `TensorProto` of an eager tensor.
-template <class = void>
-void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
+
+template <class Unused>
+void basic_event_encoder<Unused>::write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   if (value.device() != device::cpu) return write_tensor_proto(w, field, value.to(device::cpu));
   const tensor& v = value;
   if (v.dtype() == string) {
@@ -85,9 +138,9 @@ void write_tensor_proto(proto::writer& w, int field, const tensor& value) {
   }
 }
 
-/// Element `i` of a numeric (or bool) tensor on the CPU, as a `T`.
+template <class Unused>
 template <class T>
-T numeric_element(const tensor& v, std::int64_t i) {
+T basic_event_encoder<Unused>::numeric_element(const tensor& v, std::int64_t i) {
   const void* p = v.raw_data();
   switch (v.dtype()) {
     case bool_: return T(static_cast<const bool*>(p)[i]);
@@ -98,14 +151,9 @@ T numeric_element(const tensor& v, std::int64_t i) {
   }
 }
 
-/// tensorboard's histogram buckets (its `summary_v2._buckets`): `buckets` rows of
-/// (left edge, right edge, count), row-major. Equal widths between the least and the
-/// greatest value, the last bucket closed, its right edge exactly the greatest value;
-/// when every value is the same, every edge is that value and the last bucket counts
-/// them all; no values give rows of zeros. Non-finite values raise
-/// kiln::invalid_argument_error (TensorFlow would make meaningless buckets of them).
-template <class = void>
-std::vector<double> histogram_buckets(std::span<const double> data, int buckets, std::string_view tag) {
+template <class Unused>
+std::vector<double> basic_event_encoder<Unused>::histogram_buckets(std::span<const double> data, int buckets,
+                                                                   std::string_view tag) {
   const std::size_t k = std::size_t(std::max(buckets, 0));
   std::vector<double> table(3 * k, 0.0);
   if (data.empty() || k == 0) return table;
@@ -139,12 +187,9 @@ std::vector<double> histogram_buckets(std::span<const double> data, int buckets,
   return table;
 }
 
-/// The 8-bit samples of images as tf.summary.image makes them: floats scaled by 255.5
-/// and saturated into [0, 255] (tf.image.convert_image_dtype with saturate=True; NaN
-/// gives 0), integers as they are, which must lie in [0, 255] (kiln has no uint8, so
-/// integer tensors stand for uint8 images) or kiln::invalid_argument_error.
-template <class = void>
-std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count, std::string_view tag) {
+template <class Unused>
+std::vector<std::uint8_t> basic_event_encoder<Unused>::image_samples(const tensor& images, std::int64_t count,
+                                                                     std::string_view tag) {
   const std::int64_t per_image = images.shape()[1] * images.shape()[2] * images.shape()[3];
   std::vector<std::uint8_t> out(std::size_t(count * per_image));
   const bool floats = images.dtype() == float32 || images.dtype() == float64;
@@ -164,9 +209,8 @@ std::vector<std::uint8_t> image_samples(const tensor& images, std::int64_t count
   return out;
 }
 
-/// The TensorBoard plugin that shows each kind.
-template <class = void>
-std::string_view summary_plugin(summary_kind kind) {
+template <class Unused>
+std::string_view basic_event_encoder<Unused>::summary_plugin(summary_kind kind) {
   switch (kind) {
     case summary_kind::histogram: return "histograms";
     case summary_kind::text: return "text";
@@ -175,10 +219,9 @@ std::string_view summary_plugin(summary_kind kind) {
   }
 }
 
-/// Writes the `TensorProto` of summary `spec` of `value` (what TensorBoard's summary
-/// function of that kind passes to tf.summary.write) as field `field`.
-template <class = void>
-void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec, const tensor& value) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_tensor(proto::writer& w, int field, const summary_spec& spec,
+                                                       const tensor& value) {
   if (value.device() != device::cpu) return write_summary_tensor(w, field, spec, value.to(device::cpu));
   const tensor& v = value;
   switch (spec.kind) {
@@ -223,20 +266,18 @@ void write_summary_tensor(proto::writer& w, int field, const summary_spec& spec,
       std::vector<std::string> strings{std::to_string(width), std::to_string(height)};
       const std::size_t per_image = std::size_t(height * width * channels);
       for (std::int64_t i = 0; i < count; ++i)
-        strings.push_back(encode_png(std::span(samples).subspan(std::size_t(i) * per_image, per_image),
-                                     std::uint32_t(height), std::uint32_t(width), int(channels)));
+        strings.push_back(basic_png_encoder<Unused>::encode_png(
+            std::span(samples).subspan(std::size_t(i) * per_image, per_image), std::uint32_t(height),
+            std::uint32_t(width), int(channels)));
       write_tensor_proto(w, field, string, shape{std::int64_t(strings.size())}, {}, strings);
       break;
     }
   }
 }
 
-/// Appends to `out` the `Event` of summary `spec` of `value` at `step` and `wall_time`
-/// (seconds since 1970): its one `Summary.Value` holds the tag, the tensor and the
-/// `SummaryMetadata` (the plugin's name, and the description when there is one).
-template <class = void>
-void write_summary_event(std::string& out, double wall_time, std::int64_t step, const summary_spec& spec,
-                                const tensor& value) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_summary_event(std::string& out, double wall_time, std::int64_t step,
+                                                      const summary_spec& spec, const tensor& value) {
   proto::writer w(out);
   w.float64(1, wall_time);
   if (step != 0) w.varint(2, step);
@@ -252,17 +293,15 @@ void write_summary_event(std::string& out, double wall_time, std::int64_t step, 
   });
 }
 
-/// The `Event` that opens an event file: its format version, "brain.Event:2".
-template <class = void>
-void write_file_version_event(std::string& out, double wall_time) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_file_version_event(std::string& out, double wall_time) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.string(3, "brain.Event:2");
 }
 
-/// An `Event` holding a serialized `GraphDef` (what TensorBoard's graph view reads).
-template <class = void>
-void write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
+template <class Unused>
+void basic_event_encoder<Unused>::write_graph_event(std::string& out, double wall_time, std::string_view graph_def) {
   proto::writer w(out);
   w.float64(1, wall_time);
   w.bytes(4, graph_def);

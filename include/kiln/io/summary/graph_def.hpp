@@ -36,24 +36,59 @@ namespace kiln::detail {
 
 // ---- AttrValue ----------------------------------------------------------------------
 
-/// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+/// The writers of `AttrValue`s (`attr_writer`, the one specialization): a template on
+/// nothing, as the rest of this header, so that a program compiles them only where it
+/// writes a graph.
+template <class Unused>
+struct basic_attr_writer {
+  using event_encoder = basic_event_encoder<Unused>;
+
+  /// One `AttrValue` (as the value of a NodeDef's attr map entry `key`).
+  template <class F>
+  static void write_attr(proto::writer& w, std::string_view key, F&& value);
+  static void write_type_attr(proto::writer& w, std::string_view key, dtype t);
+  static void write_string_attr(proto::writer& w, std::string_view key, std::string_view s);
+  static void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values);
+  static void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes);
+  static void write_function_attr(proto::writer& w, std::string_view key, std::string_view function);
+
+  /// An op's own attribute (one of the types of its `attribute_fields()`).
+  static void write_op_attr(proto::writer& w, std::string_view key, dtype v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const shape& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const int_list& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v);
+  static void write_op_attr(proto::writer& w, std::string_view key, double v);
+  static void write_op_attr(proto::writer& w, std::string_view key, bool v);
+  static void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v);
+  static void write_op_attr(proto::writer& w, std::string_view key, ops::padding v);
+
+  template <class Op>
+  static void write_op_attrs(proto::writer& w, const Op& op);
+};
+using attr_writer = basic_attr_writer<void>;
+
+template <class Unused>
 template <class F>
-void write_attr(proto::writer& w, std::string_view key, F&& value) {
+void basic_attr_writer<Unused>::write_attr(proto::writer& w, std::string_view key, F&& value) {
   w.message(5, [&](proto::writer& entry) {  // NodeDef.attr (map<string, AttrValue>)
     entry.string(1, key);
     entry.message(2, value);
   });
 }
-template <class = void>
-void write_type_attr(proto::writer& w, std::string_view key, dtype t) {
-  write_attr(w, key, [&](proto::writer& a) { a.varint(6, tensorflow_dtype(t)); });
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_type_attr(proto::writer& w, std::string_view key, dtype t) {
+  write_attr(w, key, [&](proto::writer& a) { a.varint(6, event_encoder::tensorflow_dtype(t)); });
 }
-template <class = void>
-void write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_string_attr(proto::writer& w, std::string_view key, std::string_view s) {
   write_attr(w, key, [&](proto::writer& a) { a.bytes(2, s); });
 }
-template <class = void>
-void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std::int64_t> values) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_ints_attr(proto::writer& w, std::string_view key,
+                                                std::span<const std::int64_t> values) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {  // AttrValue.list
       if (values.empty()) return;
@@ -63,65 +98,74 @@ void write_ints_attr(proto::writer& w, std::string_view key, std::span<const std
     });
   });
 }
-template <class = void>
-void write_shapes_attr(proto::writer& w, std::string_view key, std::span<const shape> shapes) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_shapes_attr(proto::writer& w, std::string_view key,
+                                                  std::span<const shape> shapes) {
   write_attr(w, key, [&](proto::writer& a) {
     a.message(1, [&](proto::writer& list) {
-      for (const shape& s : shapes) write_tensor_shape(list, 7, s);  // ListValue.shape
+      for (const shape& s : shapes) event_encoder::write_tensor_shape(list, 7, s);  // ListValue.shape
     });
   });
 }
-template <class = void>
-void write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_function_attr(proto::writer& w, std::string_view key, std::string_view function) {
   write_attr(w, key, [&](proto::writer& a) { a.message(10, [&](proto::writer& f) { f.string(1, function); }); });
 }
 
-/// An op's own attribute (one of the types of its `attribute_fields()`).
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, dtype v) { write_type_attr(w, key, v); }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
-  write_attr(w, key, [&](proto::writer& a) { write_tensor_shape(a, 7, v); });
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, dtype v) {
+  write_type_attr(w, key, v);
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const shape& v) {
+  write_attr(w, key, [&](proto::writer& a) { event_encoder::write_tensor_shape(a, 7, v); });
+}
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const int_list& v) {
   write_ints_attr(w, key, std::span<const std::int64_t>(v.begin(), v.end()));
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, std::int64_t v) {
   write_attr(w, key, [&](proto::writer& a) { a.varint(3, v); });
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, double v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, double v) {
   write_attr(w, key, [&](proto::writer& a) { a.float32(4, float(v)); });  // AttrValue.f is a float
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, bool v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, bool v) {
   write_attr(w, key, [&](proto::writer& a) { a.boolean(5, v); });
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, const reduction_axes& v) {
   if (v.all())
     write_string_attr(w, key, "all");
   else
     write_op_attr(w, key, v.list());
 }
-template <class = void>
-void write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
+
+template <class Unused>
+void basic_attr_writer<Unused>::write_op_attr(proto::writer& w, std::string_view key, ops::padding v) {
   write_string_attr(w, key, v == ops::padding::same ? "SAME" : "VALID");
 }
 
+template <class Unused>
 template <class Op>
-void write_op_attrs(proto::writer& w, const Op& op) {
+void basic_attr_writer<Unused>::write_op_attrs(proto::writer& w, const Op& op) {
   if constexpr (requires { Op::attribute_fields(); })
     std::apply([&](const auto&... a) { (write_op_attr(w, a.name, op.*a.member), ...); }, Op::attribute_fields());
 }
 
 // ---- GraphDef -----------------------------------------------------------------------
 
-/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`.
-/// (Templates on nothing, as the rest of this header: compiled only where a program
-/// writes a graph.)
 /// How the graph writer reaches a special op (an entry of special_op_entries): the string
 /// attributes the op's `describe(out)` gives TensorBoard (`shared_name`, `tag`), if any.
 struct tensorboard_special_op {
@@ -131,7 +175,7 @@ struct tensorboard_special_op {
   static tensorboard_special_op of() {
     struct out {
       proto::writer& d;
-      void set_text(std::string_view key, std::string_view value) { write_string_attr(d, key, value); }
+      void set_text(std::string_view key, std::string_view value) { attr_writer::write_string_attr(d, key, value); }
     };
     tensorboard_special_op e;
     e.describe = [](proto::writer& d, const special_op& op) {
@@ -145,9 +189,20 @@ struct tensorboard_special_op {
   }
 };
 
-template <class = void>
-class graph_def_writer {
+/// Writes graphs as `NodeDef`s, and their subgraphs as `FunctionDef`s into `library`
+/// (`graph_def_writer`, the one specialization: a template on nothing, compiled only
+/// where a program writes a graph).
+template <class Unused>
+class basic_graph_def_writer {
  public:
+  /// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
+  /// std::string bytes = kiln::detail::graph_def_writer::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
+  /// \endcode
+  static std::string graph_def_of(const graph& g) { return basic_graph_def_writer().graph_def(g); }
+
+
   /// The serialized `GraphDef` of `g`.
   std::string graph_def(const graph& g) {
     std::string out;
@@ -162,6 +217,9 @@ class graph_def_writer {
   }
 
  private:
+  using attrs = basic_attr_writer<Unused>;
+  using event_encoder = basic_event_encoder<Unused>;
+
   // How a node's output is named: in a graph `name` (output 0) or `name:k`; in a
   // function body `name:output:k`, and an argument by its name alone.
   static std::string reference(const graph& g, int id, bool in_function) {
@@ -198,35 +256,35 @@ class graph_def_writer {
         std::vector<shape> shapes;
         switch (n.kind()) {
           case node_kind::placeholder:
-            write_type_attr(d, "dtype", n.dtype());
-            write_op_attr(d, "shape", n.shape());
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_op_attr(d, "shape", n.shape());
             shapes.push_back(n.shape());
             break;
           case node_kind::constant:
-            write_type_attr(d, "dtype", n.dtype());
-            write_attr(d, "value", [&](proto::writer& a) { write_tensor_proto(a, 8, n.value()); });
+            attrs::write_type_attr(d, "dtype", n.dtype());
+            attrs::write_attr(d, "value", [&](proto::writer& a) { event_encoder::write_tensor_proto(a, 8, n.value()); });
             shapes.push_back(n.shape());
             break;
           case node_kind::op:
-            write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
-            ops::visit([&](const auto& op) { write_op_attrs(d, op); }, n.operation());
+            attrs::write_type_attr(d, "T", n.input_ids().empty() ? n.dtype() : g.node_at(n.input_ids()[0]).dtype());
+            ops::visit([&](const auto& op) { attrs::write_op_attrs(d, op); }, n.operation());
             shapes.push_back(n.shape());
             break;
           case node_kind::identity:
-            write_type_attr(d, "T", n.dtype());
+            attrs::write_type_attr(d, "T", n.dtype());
             shapes.push_back(n.shape());
             break;
           default: {  // special
             const special_op& s = n.special();
-            if (n.result_count() > 0) write_type_attr(d, "dtype", n.dtype());
+            if (n.result_count() > 0) attrs::write_type_attr(d, "dtype", n.dtype());
             for (int k = 0; k < n.result_count(); ++k) shapes.push_back(nodes[i + std::size_t(k)].shape());
             if (const auto* entry = special_op_entry<tensorboard_special_op>(s)) entry->describe(d, s);
             for (const auto& [label, sub] : s.subgraphs())
-              write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
+              attrs::write_function_attr(d, label_attr(label), add_function(*sub, n.name() + "_" + label));
             break;
           }
         }
-        write_shapes_attr(d, "_output_shapes", shapes);
+        attrs::write_shapes_attr(d, "_output_shapes", shapes);
         if (effect) previous_effect = n.name();
       });
     }
@@ -242,12 +300,12 @@ class graph_def_writer {
       for (int id : g.arguments())
         signature.message(2, [&](proto::writer& arg) {  // input_arg (ArgDef)
           arg.string(1, g.node_at(id).name());
-          arg.varint(3, tensorflow_dtype(g.node_at(id).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(id).dtype()));
         });
       for (std::size_t k = 0; k < g.outputs().size(); ++k)
         signature.message(3, [&](proto::writer& arg) {  // output_arg
           arg.string(1, "output_" + std::to_string(k));
-          arg.varint(3, tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
+          arg.varint(3, event_encoder::tensorflow_dtype(g.node_at(g.outputs()[k]).dtype()));
         });
     });
     write_nodes(w, 3, g, true);  // FunctionDef.node_def (after the nested functions it adds)
@@ -265,12 +323,6 @@ class graph_def_writer {
   int function_count_ = 0;
 };
 
-/// The serialized `GraphDef` of `g`, its conditionals' and loops' graphs as functions.
-/// \code
-/// kiln::function f([](const kiln::tensor& x) { return x * 2 + 1; });
-/// std::string bytes = kiln::detail::graph_def_of(f.get_concrete_function(kiln::constant(1.f)).graph());
-/// \endcode
-template <class = void>
-std::string graph_def_of(const graph& g) { return graph_def_writer<>().graph_def(g); }
+using graph_def_writer = basic_graph_def_writer<void>;
 
 }  // namespace kiln::detail

@@ -15,16 +15,36 @@
 
 namespace kiln::detail {
 
-/// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
-template <class = void>
-void append_big_endian(std::string& out, std::uint32_t v) {
+/// The PNG encoder of image summaries (`png_encoder`, the one specialization): a
+/// template on nothing, so that a program compiles it only where it writes images.
+template <class Unused>
+struct basic_png_encoder {
+  /// Appends `v` to `out` as 4 big-endian bytes (PNG's byte order).
+  static void append_big_endian(std::string& out, std::uint32_t v);
+
+  /// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
+  static void append_png_chunk(std::string& out, std::string_view type, std::string_view data);
+
+  /// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
+  /// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
+  /// no empty images: `height` and `width` are at least 1 (the caller checks).
+  /// \code
+  /// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
+  /// std::string png = kiln::detail::png_encoder::encode_png(pixels, 1, 1, 3);
+  /// \endcode
+  static std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
+                                int channels);
+};
+using png_encoder = basic_png_encoder<void>;
+
+template <class Unused>
+void basic_png_encoder<Unused>::append_big_endian(std::string& out, std::uint32_t v) {
   const char bytes[4] = {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
   out.append(bytes, 4);
 }
 
-/// Appends a PNG chunk: length, type, data, CRC-32 of type and data.
-template <class = void>
-void append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
+template <class Unused>
+void basic_png_encoder<Unused>::append_png_chunk(std::string& out, std::string_view type, std::string_view data) {
   append_big_endian(out, std::uint32_t(data.size()));
   boost::crc_32_type crc;
   crc.process_bytes(type.data(), type.size());
@@ -34,16 +54,9 @@ void append_png_chunk(std::string& out, std::string_view type, std::string_view 
   append_big_endian(out, crc.checksum());
 }
 
-/// The PNG of an image of `height` rows of `width` pixels of `channels` (1: gray,
-/// 2: gray and alpha, 3: RGB, 4: RGBA) 8-bit samples, row-major, in `pixels`. PNG has
-/// no empty images: `height` and `width` are at least 1 (the caller checks).
-/// \code
-/// const std::uint8_t pixels[] = {0, 128, 255};  // one RGB pixel
-/// std::string png = kiln::detail::encode_png(pixels, 1, 1, 3);
-/// \endcode
-template <class = void>
-std::string encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height, std::uint32_t width,
-                              int channels) {
+template <class Unused>
+std::string basic_png_encoder<Unused>::encode_png(std::span<const std::uint8_t> pixels, std::uint32_t height,
+                                                  std::uint32_t width, int channels) {
   static constexpr char color_type[] = {0, 0, 4, 2, 6};  // by channel count
   std::string png("\x89PNG\r\n\x1a\n", 8);
   std::string header;

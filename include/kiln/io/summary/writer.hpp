@@ -31,17 +31,6 @@
 #include "kiln/io/summary/events.hpp"
 #include "kiln/io/summary/record.hpp"
 
-namespace kiln::detail {
-
-/// Seconds since 1970, to the microsecond (an event's wall_time).
-template <class = void>
-double summary_wall_time() {
-  const auto now = std::chrono::system_clock::now().time_since_epoch();
-  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
-}
-
-}  // namespace kiln::detail
-
 namespace kiln::summary {
 
 /// How a writer names and flushes its event file, with tf.summary.create_file_writer's
@@ -60,7 +49,7 @@ namespace kiln::detail {
 /// The state every handle on a writer shares; it is the summary_target that
 /// summary nodes write to while it is the default writer. (A template on nothing:
 /// compiled only where a program makes a writer.)
-template <class = void>
+template <class Unused = void>
 class basic_event_file_writer final : public summary_target {
  public:
   basic_event_file_writer(const std::filesystem::path& logdir, summary::writer_options options)
@@ -91,8 +80,8 @@ class basic_event_file_writer final : public summary_target {
     file_ = std::fopen(path_.c_str(), "wb");
     if (!file_) throw invalid_argument_error("kiln::summary::create_file_writer: cannot create " + path_.string());
     const double now = summary_wall_time();
-    write_file_version_event(scratch_, now);
-    append_record(queue_, scratch_);
+    encoder::write_file_version_event(scratch_, now);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     try {
       flush_locked(now);
     } catch (...) {  // (no destructor runs for an object whose constructor throws)
@@ -121,7 +110,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_summary_event(scratch_, now, step, spec, value);
+    encoder::write_summary_event(scratch_, now, step, spec, value);
     enqueue(now);
   }
   /// Queues an event holding the serialized GraphDef `graph_def`.
@@ -129,7 +118,7 @@ class basic_event_file_writer final : public summary_target {
     const double now = summary_wall_time();
     std::lock_guard lock(mutex_);
     scratch_.clear();
-    write_graph_event(scratch_, now, graph_def);
+    encoder::write_graph_event(scratch_, now, graph_def);
     enqueue(now);
   }
   /// Writes the queued events to the file.
@@ -140,10 +129,15 @@ class basic_event_file_writer final : public summary_target {
   }
 
  private:
+  using encoder = basic_event_encoder<Unused>;
+
+  // Seconds since 1970, to the microsecond (an event's wall_time).
+  static double summary_wall_time();
+
   // Frames the event in scratch_ into the queue; flushes as TensorFlow's writer does,
   // timed by the clock the event's wall time was read from (`now`, in seconds).
   void enqueue(double now) {
-    append_record(queue_, scratch_);
+    basic_record_format<Unused>::append_record(queue_, scratch_);
     ++queued_;
     if (queued_ > options_.max_queue || (now - last_flush_) * 1000 > double(options_.flush_millis.count()))
       flush_locked(now);
@@ -167,5 +161,11 @@ class basic_event_file_writer final : public summary_target {
   double last_flush_ = 0;  // seconds, as summary_wall_time()
 };
 using event_file_writer = basic_event_file_writer<>;
+
+template <class Unused>
+double basic_event_file_writer<Unused>::summary_wall_time() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::microseconds>(now).count()) / 1e6;
+}
 
 }  // namespace kiln::detail
