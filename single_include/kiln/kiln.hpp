@@ -11569,7 +11569,7 @@ class node {
       case node_kind::constant: return "Const";
       case node_kind::identity: return "Identity";
       case node_kind::result: return "Result";
-      case node_kind::special: return special_->name();
+      case node_kind::special: return special().name();
       default: return ops::name_of(op_);
     }
   }
@@ -11586,27 +11586,30 @@ class node {
   /// The captured value of a constant node.
   const tensor& value() const {
     static const tensor none;
-    return value_ ? *value_ : none;
+    return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
   }
   /// The op of a special node.
-  const special_op& special() const { return *special_; }
+  const special_op& special() const { return *static_cast<const special_op*>(held_.get()); }
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
  private:
   friend class graph;
+  std::shared_ptr<const special_op> special_op_ptr() const { return std::static_pointer_cast<const special_op>(held_); }
+
+  // The members in an order that leaves no padding: a graph of 10^5 ops holds twice as
+  // many nodes, and its trace's time grows with the memory it first touches.
   std::string name_;
-  node_kind kind_ = node_kind::op;
   ops::any_op op_;
   std::vector<int> input_ids_;
   std::vector<std::string> input_names_;
-  kiln::dtype dtype_ = float32;
   kiln::shape shape_;
-  // Behind a pointer: only constants hold one, and a node of a large graph is copied by
-  // every pass (a tensor in place made a node 2.5 times larger).
-  std::shared_ptr<const tensor> value_;
-  std::shared_ptr<const special_op> special_;
+  // A constant's value (a tensor) or a special node's op, the one a node's kind holds;
+  // behind a pointer: a tensor in place made a node 2.5 times larger.
+  std::shared_ptr<const void> held_;
   int result_count_ = 1;
+  node_kind kind_ = node_kind::op;
+  kiln::dtype dtype_ = float32;
 };
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
@@ -11640,13 +11643,13 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_[id].value_ = std::make_shared<const tensor>(value);
+    nodes_[std::size_t(id)].held_ = std::make_shared<const tensor>(value);
     return id;
   }
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
   int add_constant(const node& n) {
     int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
-    nodes_[std::size_t(id)].value_ = n.value_;
+    nodes_[std::size_t(id)].held_ = n.held_;
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
@@ -11665,12 +11668,12 @@ class graph {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
     for (const node& r : results.first(std::size_t(std::max(n.result_count_ - 1, 0)))) specs.emplace_back(r.dtype_, r.shape_);
-    return add_special(n.special_, std::move(inputs), specs);
+    return add_special(n.special_op_ptr(), std::move(inputs), specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
   bool has_effects() const {
     for (const node& n : nodes_)
-      if (n.kind_ == node_kind::special && n.special_->has_effects()) return true;
+      if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
     return false;
   }
   int add_output(int source) {
@@ -11699,7 +11702,7 @@ class graph {
          << n.shape().str() << "\"];\n";
       for (int in : n.input_ids()) os << indent << prefix << in << " -> " << prefix << i << ";\n";
       if (n.kind_ != node_kind::special) continue;
-      for (const auto& [label, sub] : n.special_->subgraphs()) {
+      for (const auto& [label, sub] : n.special().subgraphs()) {
         const std::string inner = prefix + std::to_string(i) + "_" + label + "_";
         os << indent << "subgraph cluster_" << inner << " {\n" << indent << "  label=\"" << n.name() << " " << label
            << "\";\n";
@@ -11742,7 +11745,7 @@ KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const sp
   const std::string base(op->name());
   int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
-  nodes_[std::size_t(id)].special_ = std::move(op);
+  nodes_[std::size_t(id)].held_ = std::move(op);
   nodes_[std::size_t(id)].result_count_ = int(results.size());
   std::vector<int> ids;
   if (!results.empty()) ids.push_back(id);
@@ -11757,6 +11760,7 @@ KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std:
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);
+  n.input_names_.reserve(inputs.size());
   for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
   n.input_ids_ = std::move(inputs);
   n.dtype_ = t;
@@ -11774,9 +11778,10 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
       return base;
     }
   }
+  // (A candidate `base_next` is never one of base's own suffixed names, which are below next.)
   for (;; ++next) {
     std::string candidate = base + "_" + std::to_string(next);
-    if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+    if (!bare_names_.contains(candidate)) {
       ++next;
       return candidate;
     }
@@ -11797,11 +11802,100 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
 /// change nothing) and common-subexpression elimination. Pruning of what no output
 /// needs happens when the graph is planned (kiln/exec/executor.hpp).
 
+#include <algorithm>
 #include <cstdint>
-#include <unordered_map>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
+#define KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
+// ----- begin kiln/graph/node_index.hpp -----
+/// \file
+/// `detail::node_index`: node ids found by a hash, as the tracer finds the constant
+/// it captured for a buffer and the optimizer the nodes that may be one. An open
+/// addressing table of (hash, id) pairs in one array: a lookup reads one or two cache
+/// lines and an insertion allocates nothing but when the table doubles, where a
+/// std::unordered_multimap allocates a list node per entry and chases it on every
+/// lookup (the cost of a graph of 10^5 nodes was a tenth of its trace in those).
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kiln::detail {
+
+/// Ids (non-negative ints) under hashes that may collide; a lookup visits every id
+/// stored under the same hash, which the caller then compares as it needs.
+/// \code
+/// kiln::detail::node_index index;
+/// index.insert(42, 7);
+/// int found = -1;
+/// index.for_each(42, [&](int id) { found = id; return false; });  // found == 7
+/// \endcode
+class node_index {
+ public:
+  /// Makes room for `n` entries without growing.
+  void reserve(std::size_t n) {
+    std::size_t want = 16;
+    while (want < 2 * n) want *= 2;
+    if (want > slots_.size()) rehash(want);
+  }
+
+  void insert(std::size_t hash, int id) {
+    if (2 * (size_ + 1) > slots_.size()) rehash(slots_.empty() ? 16 : 2 * slots_.size());
+    place(hash, id);
+    ++size_;
+  }
+
+  /// Calls `visit(id)` for each id inserted under `hash`, in no particular order, until
+  /// it returns true; returns whether one did.
+  template <class Visit>
+  bool for_each(std::size_t hash, Visit&& visit) const {
+    if (slots_.empty()) return false;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t k = mix(hash) & mask;; k = (k + 1) & mask) {
+      const slot& s = slots_[k];
+      if (s.id < 0) return false;
+      if (s.hash == hash && visit(s.id)) return true;
+    }
+  }
+
+ private:
+  struct slot {
+    std::size_t hash = 0;
+    int id = -1;  // -1: empty
+  };
+
+  // Pointers and hashes made by multiplying keep their low bits poor: spread the high ones down.
+  static std::size_t mix(std::size_t h) {
+    h ^= h >> 31;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+  }
+
+  void place(std::size_t hash, int id) {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t k = mix(hash) & mask;
+    while (slots_[k].id >= 0) k = (k + 1) & mask;
+    slots_[k] = {hash, id};
+  }
+
+  void rehash(std::size_t capacity) {
+    std::vector<slot> old(capacity);
+    old.swap(slots_);
+    for (const slot& s : old)
+      if (s.id >= 0) place(s.hash, s.id);
+  }
+
+  std::vector<slot> slots_;  // a power of two in size, at most half full
+  std::size_t size_ = 0;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/graph/node_index.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
 
 namespace kiln::detail {
 
@@ -11823,49 +11917,92 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
-    out_.reserve(in.nodes().size());
-    seen_.reserve(in.nodes().size());
-  }
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) { seen_.reserve(in.nodes().size()); }
 
-  graph run() {
+  /// The optimized graph, or nothing when it would be `in` node for node. Until a node
+  /// changes, every node maps to itself, so the output is built only from the first
+  /// change on (its nodes before that copied then): most traces change nothing, and a
+  /// copy of a graph of 10^5 nodes made its optimization cost as much as its trace.
+  std::optional<graph> run_if_changed() {
     for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
       const node& n = in_.nodes()[i];
       switch (n.kind()) {
-        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n); break;
-        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
-        case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::placeholder:
+          map_[i] = built_ ? out_.add_placeholder(n.name(), n.dtype(), n.shape()) : int(i);
+          break;
+        case node_kind::constant: map_[i] = built_ ? out_.add_constant(n) : int(i); break;
+        case node_kind::identity:
+          map_[i] = built_ ? out_.add_output(map_[std::size_t(n.input_ids()[0])]) : int(i);
+          break;
+        case node_kind::op: map_[i] = rewrite(n, i); break;
         case node_kind::special: copy_special(i); break;
         case node_kind::result: break;  // copied with its special node
       }
     }
+    if (!built_) return std::nullopt;
     return std::move(out_);
   }
 
  private:
+  // The graph that ids before node `i` of in_ refer to: in_ itself until a node changed.
+  const graph& view() const { return built_ ? out_ : in_; }
+
+  // Builds out_ as the copy of in_'s nodes before `i`, all mapped to themselves.
+  void build_before(std::size_t i) {
+    built_ = true;
+    out_.reserve(in_.nodes().size());
+    for (std::size_t k = 0; k < i; ++k) {
+      const node& n = in_.nodes()[k];
+      switch (n.kind()) {
+        case node_kind::placeholder: out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: out_.add_constant(n); break;
+        case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
+        case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
+        case node_kind::special:
+          out_.add_special_like(n, n.input_ids(), std::span(in_.nodes()).subspan(k + 1));
+          break;
+        case node_kind::result: break;
+      }
+    }
+  }
+
   // Special ops are copied as they are: effects must not be folded or merged.
   void copy_special(std::size_t i) {
     const node& n = in_.nodes()[i];
+    if (!built_) {
+      for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
+      return;
+    }
     std::vector<int> ins;
+    ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
-  int rewrite(const node& n) {
+  int rewrite(const node& n, std::size_t i) {
     std::vector<int> ins;
+    ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    if (int same = simplify(n, ins); same >= 0) return same;
-    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
-    const std::size_t key = cse_key(n.operation().index(), ins);
-    auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it) {
-      const node& other = out_.node_at(it->second);
-      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
+    if (int same = simplify(n, ins); same >= 0) {
+      if (!built_) build_before(i);
+      return same;
     }
-    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
-    seen_.emplace(key, id);
+    if (int folded = fold_constant(n, ins, i); folded >= 0) return folded;
+    const std::size_t key = cse_key(n.operation().index(), ins);
+    int found = -1;
+    seen_.for_each(key, [&](int id) {
+      const node& other = view().node_at(id);
+      if (other.input_ids() != ins || !same_op(other.operation(), n.operation())) return false;
+      found = id;
+      return true;
+    });
+    if (found >= 0) {
+      if (!built_) build_before(i);
+      return found;
+    }
+    const int id = built_ ? out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape()) : int(i);
+    seen_.insert(key, id);
     return id;
   }
 
@@ -11876,7 +12013,7 @@ class optimizer {
     return h;
   }
 
-  const node& at(int id) const { return out_.node_at(id); }
+  const node& at(int id) const { return view().node_at(id); }
   bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
@@ -11908,7 +12045,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins) {
+  int fold_constant(const node& n, const std::vector<int>& ins, std::size_t i) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;
@@ -11917,6 +12054,7 @@ class optimizer {
     if (ins.empty()) return -1;
     try {
       tensor v = execute_any(n.operation(), values);
+      if (!built_) build_before(i);
       return out_.add_constant(v);
     } catch (const error&) {
       return -1;
@@ -11926,13 +12064,22 @@ class optimizer {
   const graph& in_;
   graph out_;
   std::vector<int> map_;
-  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
+  bool built_ = false;  ///< whether out_ holds the output (a node changed)
+  node_index seen_;     ///< cse_key -> node of the output
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
 template <class = void>
 graph optimize(const graph& g) {
-  return optimizer<>(g).run();
+  std::optional<graph> changed = optimizer<>(g).run_if_changed();
+  return changed ? std::move(*changed) : g;
+}
+
+/// The optimized form of `g`, or nothing when it is `g` itself (then `g` runs as it is,
+/// without a copy).
+template <class = void>
+std::optional<graph> optimize_if_changed(const graph& g) {
+  return optimizer<>(g).run_if_changed();
 }
 
 }  // namespace kiln::detail
@@ -14838,12 +14985,13 @@ namespace kiln::detail {
 class subgraph {
  public:
   template <class = void>
-  explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
+  explicit subgraph(graph traced)
+      : traced_(std::move(traced)), optimized_(optimize_if_changed(traced_)), executor_(optimized()) {}
   subgraph(const subgraph&) = delete;
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
-  const graph& optimized() const { return optimized_; }
+  const graph& optimized() const { return optimized_ ? *optimized_ : traced_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
   /// The same, consuming the first `consumed` arguments, which the caller does not
@@ -14857,7 +15005,7 @@ class subgraph {
 
  private:
   graph traced_;
-  graph optimized_;
+  std::optional<graph> optimized_;  ///< nothing when the optimizer leaves traced_ as it is
   graph_executor executor_;
 };
 
@@ -15197,7 +15345,6 @@ class while_op final : public special_op {
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -15339,7 +15486,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
+  node_index captured_;  ///< by buffer address: its constant node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
@@ -15372,13 +15519,17 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   // The same buffer seen as the same dtype and shape is one constant; found by its
   // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
   // (The constant node holds the buffer, so its address cannot be reused by another.)
-  auto [first, last] = captured_.equal_range(t.raw_data());
-  for (auto it = first; it != last; ++it) {
-    const tensor& known = graph_.node_at(it->second).value();
-    if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-  }
+  const auto key = std::size_t(reinterpret_cast<std::uintptr_t>(t.raw_data()));
+  int found = -1;
+  captured_.for_each(key, [&](int id) {
+    const tensor& known = graph_.node_at(id).value();
+    if (known.shape() != t.shape() || known.dtype() != t.dtype()) return false;  // (the key is the address)
+    found = id;
+    return true;
+  });
+  if (found >= 0) return found;
   int id = graph_.add_constant(t);
-  captured_.emplace(t.raw_data(), id);
+  captured_.insert(key, id);
   return id;
 }
 
@@ -16234,6 +16385,7 @@ function(F, function_options) -> function<F>;
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16253,7 +16405,7 @@ struct basic_concrete_state : trace_signature {
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
-  kiln::graph optimized;  ///< as run
+  kiln::graph optimized;  ///< as run, when the optimizer changed the traced graph (empty otherwise: that runs)
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
@@ -16314,8 +16466,9 @@ struct basic_concrete_state : trace_signature {
 #if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_concrete_state<Unused>::compile() {
-  optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
+  std::optional<kiln::graph> changed = optimize_if_changed(graph);
+  if (changed) optimized = std::move(*changed);
+  executor = std::make_unique<graph_executor>(changed ? optimized : graph, jit_compile, workspaces);
 }
 
 template <class Unused>
