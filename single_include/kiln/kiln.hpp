@@ -1495,12 +1495,18 @@ namespace kiln::detail {
 struct symbol {
   std::uint64_t trace_id = 0;
   int node = -1;
-  /// TensorFlow's tensor name, `a:0`: the node's name and the output index.
+  /// TensorFlow's tensor name, `a:0` (the node's name and the output index), or only
+  /// the node's name when `output` gives the index: a name of up to 15 characters
+  /// stays in the string (no allocation per traced op), and `multiply_12345:0` is 16.
   std::string name;
+  int output = -1;  ///< the output index that `name` leaves out, or -1: none
 };
 
+/// TensorFlow's name of the value a symbol stands for: `a:0`, `while:1`.
+inline std::string value_name(const symbol& s) { return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output); }
+
 /// The name of the node a symbol stands for: `while` for `while:1`.
-inline std::string node_name(const symbol& s) { return s.name.substr(0, s.name.find(':')); }
+inline std::string node_name(const symbol& s) { return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':')); }
 
 /// True when `a` and `b` stand for the same value of the same trace.
 inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
@@ -2118,7 +2124,7 @@ KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values,
 inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
-    return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
   return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
@@ -11981,9 +11987,13 @@ class optimizer {
   }
 
   int rewrite(const node& n, std::size_t i) {
-    std::vector<int> ins;
-    ins.reserve(n.input_ids().size());
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    // Until the output is built, every input maps to itself: no vector of mapped ids.
+    std::vector<int> mapped;
+    if (built_) {
+      mapped.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
+    }
+    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
     if (int same = simplify(n, ins); same >= 0) {
       if (!built_) build_before(i);
       return same;
@@ -12001,7 +12011,8 @@ class optimizer {
       if (!built_) build_before(i);
       return found;
     }
-    const int id = built_ ? out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape()) : int(i);
+    // (Each path that builds the output returned above: built_ is what it was on entry.)
+    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
     seen_.insert(key, id);
     return id;
   }
@@ -12813,6 +12824,8 @@ bool computed(const node& n) {
 /// The part of planning that does not depend on shapes: which nodes the outputs and
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
+  // Two passes over the nodes, where each pass reads every node of a large graph
+  // from memory: back from the outputs and the effects, then forward over what runs.
   template <class = void>
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const int n = needed.size();
@@ -12822,28 +12835,46 @@ struct graph_outline {
       outputs.push_back(source);
       needed[source] = true;
     }
-    for (int i = 0; i < n; ++i)
-      if (g.node_at(i).kind() == node_kind::special && g.node_at(i).special().has_effects()) needed[i] = true;
-    for (int i = n; i-- > 0;)
+    // A node's readers come after it, so each node is settled before it is reached.
+    for (int i = n; i-- > 0;) {
+      const node& x = g.node_at(i);
+      if (x.kind() == node_kind::special && x.special().has_effects()) needed[i] = true;
       if (needed[i])
-        for (int in : g.node_at(i).input_ids()) needed[in] = true;
-    for (int i = 0; i < n; ++i)
-      if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
-    release.resize(ops.size());
+        for (int in : x.input_ids()) needed[in] = true;
+    }
     last_reader = node_map<int>(g.nodes().size(), -1);
-    for (std::size_t k = 0; k < ops.size(); ++k)
-      for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
+    node_map<bool> runs(g.nodes().size(), false);
+    for (int i = 0; i < n; ++i) {
+      if (!needed[i] || !computed(g.node_at(i))) continue;
+      runs[i] = true;
+      for (int in : g.node_at(i).input_ids()) last_reader[in] = int(ops.size());
+      ops.push_back(i);
+    }
     for (int out : outputs) last_reader[out] = -1;
+    // The values each op releases, as one array (an op's run ends at the next's start).
+    release_start_.assign(ops.size() + 1, 0);
     for (int i = 0; i < n; ++i)
-      if (last_reader[i] >= 0 && computed(g.node_at(i))) release[std::size_t(last_reader[i])].push_back(i);
+      if (last_reader[i] >= 0 && runs[i]) ++release_start_[std::size_t(last_reader[i]) + 1];
+    for (std::size_t k = 0; k < ops.size(); ++k) release_start_[k + 1] += release_start_[k];
+    released_.resize(std::size_t(release_start_.back()));
+    std::vector<int> filled(release_start_.begin(), release_start_.end() - 1);
+    for (int i = 0; i < n; ++i)
+      if (last_reader[i] >= 0 && runs[i]) released_[std::size_t(filled[std::size_t(last_reader[i])]++)] = i;
   }
   node_map<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
-  std::vector<std::vector<int>> release;
+  std::span<const int> release(std::size_t k) const {
+    return std::span<const int>(released_).subspan(std::size_t(release_start_[k]),
+                                                   std::size_t(release_start_[k + 1] - release_start_[k]));
+  }
   /// Per node: the position in `ops` of its last reader, -1 for none and for outputs.
   node_map<int> last_reader;
+
+ private:
+  std::vector<int> release_start_;  ///< where ops[k]'s values start in released_ (one more entry: the end)
+  std::vector<int> released_;
 };
 
 /// Each op of an interpreted cluster passes over a whole tile before the next op
@@ -13138,6 +13169,8 @@ schedule schedule_steps(const graph& g, const graph_outline& outline, const type
 /// of tile buffers and operands in memory.
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -13310,24 +13343,34 @@ namespace kiln::detail::exec {
 struct lowered_op {
   int op;
   int result;
-  std::vector<int> reads;
+  /// Its operands (a fused op has at most 3, as instruction::in) and fold operands (4
+  /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
+  std::array<int, 7> read{};
+  int read_count = 0;
+  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
+  void add_read(int value) {
+    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+    read[std::size_t(read_count++)] = value;
+  }
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
 template <class = void>
 std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
+  code.reserve(members.size());
   for (int id : members) {
     if (f.folded[id]) continue;
-    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    lowered_op& l = code.emplace_back();
+    l.op = id;
+    l.result = f.result[id] >= 0 ? f.result[id] : id;
     if (f.input[id] >= 0)
-      l.reads.push_back(f.input[id]);
+      l.add_read(f.input[id]);
     else
-      l.reads = g.node_at(id).input_ids();
+      for (int in : g.node_at(id).input_ids()) l.add_read(in);
     const folded_arithmetic& a = f.arithmetic[id];
     for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
-      if (o->entry >= 0) l.reads.push_back(o->entry);
-    code.push_back(std::move(l));
+      if (o->entry >= 0) l.add_read(o->entry);
   }
   return code;
 }
@@ -13340,7 +13383,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
                                               auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
-    for (int in : code[k].reads) last_read[in] = int(k);
+    for (int in : code[k].reads()) last_read[in] = int(k);
   node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
   std::vector<int> free_scratch;
   int count = 0;
@@ -13354,7 +13397,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
         free_scratch.pop_back();
       }
     }
-    for (int in : code[k].reads)
+    for (int in : code[k].reads())
       if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
           std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
         free_scratch.push_back(scratch_of[in]);
@@ -13382,7 +13425,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   std::vector<int> externals;
   node_map<bool> external(g.nodes().size(), false);
   for (const lowered_op& l : code)
-    for (int in : l.reads)
+    for (int in : l.reads())
       if (!inside(in) && !external[in]) {
         external[in] = true;
         externals.push_back(in);
@@ -13429,7 +13472,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
     ins.type = values[l.result].type;
     ins.native_name = e.native_name;
     for (int k = 0; k < ins.arity; ++k) {
-      const int in = l.reads[std::size_t(k)];
+      const int in = l.read[std::size_t(k)];
       ins.in[std::size_t(k)] = entry_of_value[in];
       const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
       if (!one_value) ins.contig |= 1u << k;
@@ -14228,15 +14271,19 @@ class basic_graph_executor {
 
   const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
     if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
-    if (const exec::execution_plan* p = find_cached(args, cached_count_.load(std::memory_order_acquire))) return *p;
+    const int seen = cached_count_.load(std::memory_order_acquire);
+    if (const exec::execution_plan* p = find_cached(args, seen)) return *p;
+    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+    // tensor_array) would be planned at every call, which costs more than running the
+    // graph node by node; on a GPU a plan also holds the constants copied there. A full
+    // cache no longer changes, so the search above was complete: such a call, made once
+    // per iteration, neither locks nor searches again.
+    auto on_cpu = [](const tensor& a) { return a.device() == device::cpu; };
+    if (seen == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
-    // tensor_array) would be planned at every call, which costs more than running the
-    // graph node by node; on a GPU a plan also holds the constants copied there.
-    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.device() == device::cpu; }))
-      return unplanned();
+    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
@@ -14485,7 +14532,7 @@ class basic_graph_executor {
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
-      for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
+      for (int r : outline_.release(k)) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
     outputs.reserve(outline_.outputs.size());
@@ -15385,8 +15432,9 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+    // A Result node is named `while:1` already; another node's value is its output 0.
+    return tensor(n.dtype(), n.shape(),
+                  std::make_shared<const symbol>(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -15511,7 +15559,7 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   if (t.is_symbolic()) {
     if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
     if (t.symbol()->trace_id != id_)
-      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+      throw type_error(function_name_ + ": the symbolic tensor " + value_name(*t.symbol()) +
                        " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
                        "(return it from the function instead)");
     return t.symbol()->node;

@@ -5,6 +5,8 @@
 /// of tile buffers and operands in memory.
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -20,24 +22,34 @@ namespace kiln::detail::exec {
 struct lowered_op {
   int op;
   int result;
-  std::vector<int> reads;
+  /// Its operands (a fused op has at most 3, as instruction::in) and fold operands (4
+  /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
+  std::array<int, 7> read{};
+  int read_count = 0;
+  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
+  void add_read(int value) {
+    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+    read[std::size_t(read_count++)] = value;
+  }
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
 template <class = void>
 std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
+  code.reserve(members.size());
   for (int id : members) {
     if (f.folded[id]) continue;
-    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    lowered_op& l = code.emplace_back();
+    l.op = id;
+    l.result = f.result[id] >= 0 ? f.result[id] : id;
     if (f.input[id] >= 0)
-      l.reads.push_back(f.input[id]);
+      l.add_read(f.input[id]);
     else
-      l.reads = g.node_at(id).input_ids();
+      for (int in : g.node_at(id).input_ids()) l.add_read(in);
     const folded_arithmetic& a = f.arithmetic[id];
     for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
-      if (o->entry >= 0) l.reads.push_back(o->entry);
-    code.push_back(std::move(l));
+      if (o->entry >= 0) l.add_read(o->entry);
   }
   return code;
 }
@@ -50,7 +62,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
                                               auto inside) {
   node_map<int> last_read(std::size_t(in_memory.size()), -1);
   for (std::size_t k = 0; k < code.size(); ++k)
-    for (int in : code[k].reads) last_read[in] = int(k);
+    for (int in : code[k].reads()) last_read[in] = int(k);
   node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
   std::vector<int> free_scratch;
   int count = 0;
@@ -64,7 +76,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
         free_scratch.pop_back();
       }
     }
-    for (int in : code[k].reads)
+    for (int in : code[k].reads())
       if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
           std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
         free_scratch.push_back(scratch_of[in]);
@@ -92,7 +104,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   std::vector<int> externals;
   node_map<bool> external(g.nodes().size(), false);
   for (const lowered_op& l : code)
-    for (int in : l.reads)
+    for (int in : l.reads())
       if (!inside(in) && !external[in]) {
         external[in] = true;
         externals.push_back(in);
@@ -139,7 +151,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
     ins.type = values[l.result].type;
     ins.native_name = e.native_name;
     for (int k = 0; k < ins.arity; ++k) {
-      const int in = l.reads[std::size_t(k)];
+      const int in = l.read[std::size_t(k)];
       ins.in[std::size_t(k)] = entry_of_value[in];
       const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
       if (!one_value) ins.contig |= 1u << k;

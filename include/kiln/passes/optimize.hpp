@@ -101,9 +101,13 @@ class optimizer {
   }
 
   int rewrite(const node& n, std::size_t i) {
-    std::vector<int> ins;
-    ins.reserve(n.input_ids().size());
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+    // Until the output is built, every input maps to itself: no vector of mapped ids.
+    std::vector<int> mapped;
+    if (built_) {
+      mapped.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
+    }
+    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
     if (int same = simplify(n, ins); same >= 0) {
       if (!built_) build_before(i);
       return same;
@@ -121,7 +125,8 @@ class optimizer {
       if (!built_) build_before(i);
       return found;
     }
-    const int id = built_ ? out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape()) : int(i);
+    // (Each path that builds the output returned above: built_ is what it was on entry.)
+    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
     seen_.insert(key, id);
     return id;
   }

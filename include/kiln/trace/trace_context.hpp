@@ -56,8 +56,9 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+    // A Result node is named `while:1` already; another node's value is its output 0.
+    return tensor(n.dtype(), n.shape(),
+                  std::make_shared<const symbol>(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -182,7 +183,7 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   if (t.is_symbolic()) {
     if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
     if (t.symbol()->trace_id != id_)
-      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+      throw type_error(function_name_ + ": the symbolic tensor " + value_name(*t.symbol()) +
                        " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
                        "(return it from the function instead)");
     return t.symbol()->node;
