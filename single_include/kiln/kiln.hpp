@@ -12170,6 +12170,51 @@ class node_map {
   std::vector<T> items_;
 };
 
+/// The nodes one cluster touches (its members and their inputs), numbered from 0, so
+/// that the planner's maps for one cluster are as large as the cluster: a map the size
+/// of the graph per cluster made planning a graph of many small clusters quadratic.
+/// One per plan, cleared after each cluster.
+/// For example `local_ids ids(g.nodes().size()); ids.add(7); local_map<int> m(ids, -1); m[7] = 0; ids.clear();`.
+class local_ids {
+ public:
+  explicit local_ids(std::size_t nodes) : slot_(nodes, -1) {}
+  local_ids(const local_ids&) = delete;
+  local_ids& operator=(const local_ids&) = delete;
+
+  /// Numbers node `id`, once.
+  void add(int id) {
+    if (slot_[id] >= 0) return;
+    slot_[id] = int(ids_.size());
+    ids_.push_back(id);
+  }
+  /// Forgets the nodes numbered, in the time of their count.
+  void clear() {
+    for (int id : ids_) slot_[id] = -1;
+    ids_.clear();
+  }
+  /// The number of node `id` (which must have been added).
+  std::size_t operator[](int id) const { return std::size_t(slot_[id]); }
+  std::size_t size() const { return ids_.size(); }
+
+ private:
+  node_map<int> slot_;
+  std::vector<int> ids_;
+};
+
+/// One `T` per node of a local_ids, indexed by node id: a node_map for one cluster.
+template <class T>
+class local_map {
+ public:
+  explicit local_map(const local_ids& ids, const T& value = T()) : ids_(&ids), items_(ids.size(), value) {}
+
+  decltype(auto) operator[](int id) { return items_[(*ids_)[id]]; }
+  decltype(auto) operator[](int id) const { return items_[(*ids_)[id]]; }
+
+ private:
+  const local_ids* ids_;
+  std::vector<T> items_;
+};
+
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/node_map.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_NODE_MAP_HPP
@@ -12316,10 +12361,11 @@ std::string scale_and_shift_source(const std::string& x, const fold_operand& sca
 /// the value its pass reads instead of its input (pre), the value it defines (the
 /// last of its post arithmetic), how many nodes it took in, and the folded
 /// arithmetic, with node ids where the plan later puts table entries.
+/// Indexed by the nodes of one cluster (local_ids: its members and their inputs).
 struct folds {
-  node_map<bool> folded;
-  node_map<int> input, result, count;
-  node_map<folded_arithmetic> arithmetic;
+  local_map<bool> folded;
+  local_map<int> input, result, count;
+  local_map<folded_arithmetic> arithmetic;
 };
 
 enum class folded_op { none, add, subtract, multiply };
@@ -12327,8 +12373,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// Folds scalar arithmetic around the ops of a cluster of graph `g` whose members are
 /// `members` (in graph order; `inside(v)` says whether value v is one of them).
 /// `values[id]` gives a node's `type` and `dims`, `entries[id].compound` whether its op
-/// has compound kernels, `in_memory[id]` whether its value must reach memory. (`g` is
-/// generic so that native loops include this file without kiln::graph.)
+/// has compound kernels, `in_memory[id]` whether its value must reach memory; `local`
+/// numbers the members and their inputs. (`g` is generic so that native loops include
+/// this file without kiln::graph.)
 ///
 /// A node folds when its value is read once, by the op it folds into (or is produced
 /// by it), and never reaches memory. Before a unary op: a product and a sum with
@@ -12336,10 +12383,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// operands, or after a unary op also with cluster-shaped operands computed before
 /// it, since the folded pass runs at the op's place.
 folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto& values, const auto& entries,
-                      const node_map<bool>& in_memory, auto inside) {
-  const std::size_t n = g.nodes().size();
-  folds f{node_map<bool>(n, false), node_map<int>(n, -1), node_map<int>(n, -1), node_map<int>(n, 0),
-          node_map<folded_arithmetic>(n)};
+                      const node_map<bool>& in_memory, auto inside, const local_ids& local) {
+  folds f{local_map<bool>(local, false), local_map<int>(local, -1), local_map<int>(local, -1), local_map<int>(local, 0),
+          local_map<folded_arithmetic>(local)};
   if (!can_fold_arithmetic) return f;
   // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
   auto arithmetic_of = [&](int id, dtype t) {
@@ -12354,7 +12400,7 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
     if (holds_alternative<ops::multiply>(op)) return folded_op::multiply;
     return folded_op::none;
   };
-  node_map<int> reads(n, 0), reader(n, -1), place(n, -1);
+  local_map<int> reads(local, 0), reader(local, -1), place(local, -1);
   for (std::size_t k = 0; k < members.size(); ++k) {
     place[members[k]] = int(k);
     for (int in : g.node_at(members[k]).input_ids()) {
@@ -13379,12 +13425,12 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
 template <class = void>
-std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                              auto inside) {
-  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                               auto inside, const local_ids& local) {
+  local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads()) last_read[in] = int(k);
-  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+  local_map<int> scratch_of(local, -1);
   std::vector<int> free_scratch;
   int count = 0;
   for (std::size_t k = 0; k < code.size(); ++k) {
@@ -13407,23 +13453,32 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
-/// operands in memory (streamed, broadcast, and the results written).
+/// operands in memory (streamed, broadcast, and the results written). `local` is the
+/// plan's local_ids, empty (it is cleared again on return).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  for (int id : members) {
+    local.add(id);
+    for (int in : g.node_at(id).input_ids()) local.add(in);
+  }
+  struct clear_on_return {
+    local_ids& ids;
+    ~clear_on_return() { ids.clear(); }
+  } cleared{local};
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;
   c.nodes = members;
   c.dims = values[members[0]].dims;
   c.size = c.dims.num_elements();
-  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside, local);
   const std::vector<lowered_op> code = ops_that_run(g, members, f);
-  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside, local);
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
-  node_map<bool> external(g.nodes().size(), false);
+  local_map<bool> external(local, false);
   for (const lowered_op& l : code)
     for (int in : l.reads())
       if (!inside(in) && !external[in]) {
@@ -13437,7 +13492,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   c.buffers = scratch + int(gathered_values.size());
 
-  node_map<int> entry_of_value(g.nodes().size(), -1);
+  local_map<int> entry_of_value(local, -1);
   for (std::size_t i = 0; i < gathered_values.size(); ++i) {
     const int in = gathered_values[i];
     entry_of_value[in] = scratch + int(i);
@@ -13542,8 +13597,10 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
       p->max_inputs = std::max(p->max_inputs, special->inputs.size());
     }
   }
+  local_ids local(g.nodes().size());
   for (std::size_t c = 0; c < clusters.members.size(); ++c) {
-    fused_cluster& cluster = p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory));
+    fused_cluster& cluster =
+        p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory, local));
     p->max_table = std::max(p->max_table, cluster.table_size);
     for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
   }

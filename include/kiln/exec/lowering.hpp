@@ -58,12 +58,12 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
 template <class = void>
-std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                              auto inside) {
-  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                               auto inside, const local_ids& local) {
+  local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads()) last_read[in] = int(k);
-  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+  local_map<int> scratch_of(local, -1);
   std::vector<int> free_scratch;
   int count = 0;
   for (std::size_t k = 0; k < code.size(); ++k) {
@@ -86,23 +86,32 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
-/// operands in memory (streamed, broadcast, and the results written).
+/// operands in memory (streamed, broadcast, and the results written). `local` is the
+/// plan's local_ids, empty (it is cleared again on return).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  for (int id : members) {
+    local.add(id);
+    for (int in : g.node_at(id).input_ids()) local.add(in);
+  }
+  struct clear_on_return {
+    local_ids& ids;
+    ~clear_on_return() { ids.clear(); }
+  } cleared{local};
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;
   c.nodes = members;
   c.dims = values[members[0]].dims;
   c.size = c.dims.num_elements();
-  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside, local);
   const std::vector<lowered_op> code = ops_that_run(g, members, f);
-  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside, local);
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
-  node_map<bool> external(g.nodes().size(), false);
+  local_map<bool> external(local, false);
   for (const lowered_op& l : code)
     for (int in : l.reads())
       if (!inside(in) && !external[in]) {
@@ -116,7 +125,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   c.buffers = scratch + int(gathered_values.size());
 
-  node_map<int> entry_of_value(g.nodes().size(), -1);
+  local_map<int> entry_of_value(local, -1);
   for (std::size_t i = 0; i < gathered_values.size(); ++i) {
     const int in = gathered_values[i];
     entry_of_value[in] = scratch + int(i);
