@@ -3,6 +3,9 @@
 /// - `growth_trace_<n>`: tracing, optimizing and planning a chain of n elementwise ops
 ///   (each with a captured scalar), and the first call; `growth_trace_grad_<n>` the same
 ///   with a gradient tape inside the function, whose backward pass joins the graph;
+/// - `growth_trace_clusters_<n>`: the same for a chain of n ops alternating a product
+///   with a transpose on a (4, 4) tensor: a fused cluster of one op between every two
+///   transposes, n / 2 clusters in all;
 /// - `growth_while_grad_<n>`: a call of a function that differentiates a loop of n
 ///   iterations (a tape inside it: the backward pass records each iteration's loop
 ///   variables in a tensor_array and walks them back);
@@ -50,6 +53,27 @@ void register_trace(int n, const std::string& label) {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(n >= 100000 ? 1 : 5);
   }
+}
+
+// y = x; then n times alternately y * 1.0001 and its transpose: each product a cluster of its own.
+kiln::tensor clusters_chain(const kiln::tensor& x, int n) {
+  kiln::tensor y = x;
+  for (int i = 0; i < n; ++i) y = (i % 2) ? kiln::transpose(y, {1, 0}) : y * 1.0001f;
+  return y;
+}
+
+void register_trace_clusters(int n, const std::string& label) {
+  register_case("growth_trace_clusters_" + label, "kiln", 1, [n](benchmark::State& state) {
+    kiln::config::set_num_threads(1);
+    const kiln::tensor x = kiln::ones({4, 4});
+    for (auto _ : state) {
+      kiln::function f([n](const kiln::tensor& a) { return clusters_chain(a, n); });
+      benchmark::DoNotOptimize(f(x));  // traces, optimizes, plans and runs
+    }
+    state.counters["ops"] = double(n);
+  })
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(n >= 100000 ? 1 : 5);
 }
 
 void register_while_grad(int n, const std::string& label) {
@@ -131,6 +155,9 @@ const bool registered = [] {
   register_trace(1000, "1e3");
   register_trace(10000, "1e4");
   register_trace(100000, "1e5");
+  register_trace_clusters(1000, "1e3");
+  register_trace_clusters(10000, "1e4");
+  register_trace_clusters(100000, "1e5");
   register_while_grad(10000, "1e4");
   register_while_grad(100000, "1e5");
   register_while_grad(1000000, "1e6");

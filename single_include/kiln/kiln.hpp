@@ -1521,12 +1521,18 @@ namespace kiln::detail {
 struct symbol {
   std::uint64_t trace_id = 0;
   int node = -1;
-  /// TensorFlow's tensor name, `a:0`: the node's name and the output index.
+  /// TensorFlow's tensor name, `a:0` (the node's name and the output index), or only
+  /// the node's name when `output` gives the index: a name of up to 15 characters
+  /// stays in the string (no allocation per traced op), and `multiply_12345:0` is 16.
   std::string name;
+  int output = -1;  ///< the output index that `name` leaves out, or -1: none
 };
 
+/// TensorFlow's name of the value a symbol stands for: `a:0`, `while:1`.
+inline std::string value_name(const symbol& s) { return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output); }
+
 /// The name of the node a symbol stands for: `while` for `while:1`.
-inline std::string node_name(const symbol& s) { return s.name.substr(0, s.name.find(':')); }
+inline std::string node_name(const symbol& s) { return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':')); }
 
 /// True when `a` and `b` stand for the same value of the same trace.
 inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
@@ -2144,7 +2150,7 @@ KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values,
 inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
-    return os << "Tensor(\"" << x.symbol()->name << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
   return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
@@ -11630,7 +11636,7 @@ class node {
       case node_kind::constant: return "Const";
       case node_kind::identity: return "Identity";
       case node_kind::result: return "Result";
-      case node_kind::special: return special_->name();
+      case node_kind::special: return special().name();
       default: return ops::name_of(op_);
     }
   }
@@ -11647,27 +11653,30 @@ class node {
   /// The captured value of a constant node.
   const tensor& value() const {
     static const tensor none;
-    return value_ ? *value_ : none;
+    return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
   }
   /// The op of a special node.
-  const special_op& special() const { return *special_; }
+  const special_op& special() const { return *static_cast<const special_op*>(held_.get()); }
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
  private:
   friend class graph;
+  std::shared_ptr<const special_op> special_op_ptr() const { return std::static_pointer_cast<const special_op>(held_); }
+
+  // The members in an order that leaves no padding: a graph of 10^5 ops holds twice as
+  // many nodes, and its trace's time grows with the memory it first touches.
   std::string name_;
-  node_kind kind_ = node_kind::op;
   ops::any_op op_;
   std::vector<int> input_ids_;
   std::vector<std::string> input_names_;
-  kiln::dtype dtype_ = float32;
   kiln::shape shape_;
-  // Behind a pointer: only constants hold one, and a node of a large graph is copied by
-  // every pass (a tensor in place made a node 2.5 times larger).
-  std::shared_ptr<const tensor> value_;
-  std::shared_ptr<const special_op> special_;
+  // A constant's value (a tensor) or a special node's op, the one a node's kind holds;
+  // behind a pointer: a tensor in place made a node 2.5 times larger.
+  std::shared_ptr<const void> held_;
   int result_count_ = 1;
+  node_kind kind_ = node_kind::op;
+  kiln::dtype dtype_ = float32;
 };
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
@@ -11701,13 +11710,13 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_[id].value_ = std::make_shared<const tensor>(value);
+    nodes_[std::size_t(id)].held_ = std::make_shared<const tensor>(value);
     return id;
   }
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
   int add_constant(const node& n) {
     int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
-    nodes_[std::size_t(id)].value_ = n.value_;
+    nodes_[std::size_t(id)].held_ = n.held_;
     return id;
   }
   int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
@@ -11726,12 +11735,12 @@ class graph {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
     for (const node& r : results.first(std::size_t(std::max(n.result_count_ - 1, 0)))) specs.emplace_back(r.dtype_, r.shape_);
-    return add_special(n.special_, std::move(inputs), specs);
+    return add_special(n.special_op_ptr(), std::move(inputs), specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
   bool has_effects() const {
     for (const node& n : nodes_)
-      if (n.kind_ == node_kind::special && n.special_->has_effects()) return true;
+      if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
     return false;
   }
   int add_output(int source) {
@@ -11760,7 +11769,7 @@ class graph {
          << n.shape().str() << "\"];\n";
       for (int in : n.input_ids()) os << indent << prefix << in << " -> " << prefix << i << ";\n";
       if (n.kind_ != node_kind::special) continue;
-      for (const auto& [label, sub] : n.special_->subgraphs()) {
+      for (const auto& [label, sub] : n.special().subgraphs()) {
         const std::string inner = prefix + std::to_string(i) + "_" + label + "_";
         os << indent << "subgraph cluster_" << inner << " {\n" << indent << "  label=\"" << n.name() << " " << label
            << "\";\n";
@@ -11803,7 +11812,7 @@ KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const sp
   const std::string base(op->name());
   int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
-  nodes_[std::size_t(id)].special_ = std::move(op);
+  nodes_[std::size_t(id)].held_ = std::move(op);
   nodes_[std::size_t(id)].result_count_ = int(results.size());
   std::vector<int> ids;
   if (!results.empty()) ids.push_back(id);
@@ -11818,6 +11827,7 @@ KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std:
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);
+  n.input_names_.reserve(inputs.size());
   for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
   n.input_ids_ = std::move(inputs);
   n.dtype_ = t;
@@ -11835,9 +11845,10 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
       return base;
     }
   }
+  // (A candidate `base_next` is never one of base's own suffixed names, which are below next.)
   for (;; ++next) {
     std::string candidate = base + "_" + std::to_string(next);
-    if (!bare_names_.contains(candidate) && !suffixed(candidate)) {
+    if (!bare_names_.contains(candidate)) {
       ++next;
       return candidate;
     }
@@ -11858,11 +11869,100 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
 /// change nothing) and common-subexpression elimination. Pruning of what no output
 /// needs happens when the graph is planned (kiln/exec/executor.hpp).
 
+#include <algorithm>
 #include <cstdint>
-#include <unordered_map>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
+#define KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
+// ----- begin kiln/graph/node_index.hpp -----
+/// \file
+/// `detail::node_index`: node ids found by a hash, as the tracer finds the constant
+/// it captured for a buffer and the optimizer the nodes that may be one. An open
+/// addressing table of (hash, id) pairs in one array: a lookup reads one or two cache
+/// lines and an insertion allocates nothing but when the table doubles, where a
+/// std::unordered_multimap allocates a list node per entry and chases it on every
+/// lookup (the cost of a graph of 10^5 nodes was a tenth of its trace in those).
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kiln::detail {
+
+/// Ids (non-negative ints) under hashes that may collide; a lookup visits every id
+/// stored under the same hash, which the caller then compares as it needs.
+/// \code
+/// kiln::detail::node_index index;
+/// index.insert(42, 7);
+/// int found = -1;
+/// index.for_each(42, [&](int id) { found = id; return false; });  // found == 7
+/// \endcode
+class node_index {
+ public:
+  /// Makes room for `n` entries without growing.
+  void reserve(std::size_t n) {
+    std::size_t want = 16;
+    while (want < 2 * n) want *= 2;
+    if (want > slots_.size()) rehash(want);
+  }
+
+  void insert(std::size_t hash, int id) {
+    if (2 * (size_ + 1) > slots_.size()) rehash(slots_.empty() ? 16 : 2 * slots_.size());
+    place(hash, id);
+    ++size_;
+  }
+
+  /// Calls `visit(id)` for each id inserted under `hash`, in no particular order, until
+  /// it returns true; returns whether one did.
+  template <class Visit>
+  bool for_each(std::size_t hash, Visit&& visit) const {
+    if (slots_.empty()) return false;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t k = mix(hash) & mask;; k = (k + 1) & mask) {
+      const slot& s = slots_[k];
+      if (s.id < 0) return false;
+      if (s.hash == hash && visit(s.id)) return true;
+    }
+  }
+
+ private:
+  struct slot {
+    std::size_t hash = 0;
+    int id = -1;  // -1: empty
+  };
+
+  // Pointers and hashes made by multiplying keep their low bits poor: spread the high ones down.
+  static std::size_t mix(std::size_t h) {
+    h ^= h >> 31;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+  }
+
+  void place(std::size_t hash, int id) {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t k = mix(hash) & mask;
+    while (slots_[k].id >= 0) k = (k + 1) & mask;
+    slots_[k] = {hash, id};
+  }
+
+  void rehash(std::size_t capacity) {
+    std::vector<slot> old(capacity);
+    old.swap(slots_);
+    for (const slot& s : old)
+      if (s.id >= 0) place(s.hash, s.id);
+  }
+
+  std::vector<slot> slots_;  // a power of two in size, at most half full
+  std::size_t size_ = 0;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/graph/node_index.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_NODE_INDEX_HPP
 
 namespace kiln::detail {
 
@@ -11884,49 +11984,97 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
-    out_.reserve(in.nodes().size());
-    seen_.reserve(in.nodes().size());
-  }
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) { seen_.reserve(in.nodes().size()); }
 
-  graph run() {
+  /// The optimized graph, or nothing when it would be `in` node for node. Until a node
+  /// changes, every node maps to itself, so the output is built only from the first
+  /// change on (its nodes before that copied then): most traces change nothing, and a
+  /// copy of a graph of 10^5 nodes made its optimization cost as much as its trace.
+  std::optional<graph> run_if_changed() {
     for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
       const node& n = in_.nodes()[i];
       switch (n.kind()) {
-        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n); break;
-        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
-        case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::placeholder:
+          map_[i] = built_ ? out_.add_placeholder(n.name(), n.dtype(), n.shape()) : int(i);
+          break;
+        case node_kind::constant: map_[i] = built_ ? out_.add_constant(n) : int(i); break;
+        case node_kind::identity:
+          map_[i] = built_ ? out_.add_output(map_[std::size_t(n.input_ids()[0])]) : int(i);
+          break;
+        case node_kind::op: map_[i] = rewrite(n, i); break;
         case node_kind::special: copy_special(i); break;
         case node_kind::result: break;  // copied with its special node
       }
     }
+    if (!built_) return std::nullopt;
     return std::move(out_);
   }
 
  private:
+  // The graph that ids before node `i` of in_ refer to: in_ itself until a node changed.
+  const graph& view() const { return built_ ? out_ : in_; }
+
+  // Builds out_ as the copy of in_'s nodes before `i`, all mapped to themselves.
+  void build_before(std::size_t i) {
+    built_ = true;
+    out_.reserve(in_.nodes().size());
+    for (std::size_t k = 0; k < i; ++k) {
+      const node& n = in_.nodes()[k];
+      switch (n.kind()) {
+        case node_kind::placeholder: out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: out_.add_constant(n); break;
+        case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
+        case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
+        case node_kind::special:
+          out_.add_special_like(n, n.input_ids(), std::span(in_.nodes()).subspan(k + 1));
+          break;
+        case node_kind::result: break;
+      }
+    }
+  }
+
   // Special ops are copied as they are: effects must not be folded or merged.
   void copy_special(std::size_t i) {
     const node& n = in_.nodes()[i];
+    if (!built_) {
+      for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
+      return;
+    }
     std::vector<int> ins;
+    ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
-  int rewrite(const node& n) {
-    std::vector<int> ins;
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    if (int same = simplify(n, ins); same >= 0) return same;
-    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
-    const std::size_t key = cse_key(n.operation().index(), ins);
-    auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it) {
-      const node& other = out_.node_at(it->second);
-      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
+  int rewrite(const node& n, std::size_t i) {
+    // Until the output is built, every input maps to itself: no vector of mapped ids.
+    std::vector<int> mapped;
+    if (built_) {
+      mapped.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
     }
-    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
-    seen_.emplace(key, id);
+    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
+    if (int same = simplify(n, ins); same >= 0) {
+      if (!built_) build_before(i);
+      return same;
+    }
+    if (int folded = fold_constant(n, ins, i); folded >= 0) return folded;
+    const std::size_t key = cse_key(n.operation().index(), ins);
+    int found = -1;
+    seen_.for_each(key, [&](int id) {
+      const node& other = view().node_at(id);
+      if (other.input_ids() != ins || !same_op(other.operation(), n.operation())) return false;
+      found = id;
+      return true;
+    });
+    if (found >= 0) {
+      if (!built_) build_before(i);
+      return found;
+    }
+    // (Each path that builds the output returned above: built_ is what it was on entry.)
+    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
+    seen_.insert(key, id);
     return id;
   }
 
@@ -11937,7 +12085,7 @@ class optimizer {
     return h;
   }
 
-  const node& at(int id) const { return out_.node_at(id); }
+  const node& at(int id) const { return view().node_at(id); }
   bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
@@ -11969,7 +12117,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins) {
+  int fold_constant(const node& n, const std::vector<int>& ins, std::size_t i) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;
@@ -11978,6 +12126,7 @@ class optimizer {
     if (ins.empty()) return -1;
     try {
       tensor v = execute_any(n.operation(), values);
+      if (!built_) build_before(i);
       return out_.add_constant(v);
     } catch (const error&) {
       return -1;
@@ -11987,13 +12136,22 @@ class optimizer {
   const graph& in_;
   graph out_;
   std::vector<int> map_;
-  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
+  bool built_ = false;  ///< whether out_ holds the output (a node changed)
+  node_index seen_;     ///< cse_key -> node of the output
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
 template <class = void>
 graph optimize(const graph& g) {
-  return optimizer<>(g).run();
+  std::optional<graph> changed = optimizer<>(g).run_if_changed();
+  return changed ? std::move(*changed) : g;
+}
+
+/// The optimized form of `g`, or nothing when it is `g` itself (then `g` runs as it is,
+/// without a copy).
+template <class = void>
+std::optional<graph> optimize_if_changed(const graph& g) {
+  return optimizer<>(g).run_if_changed();
 }
 
 }  // namespace kiln::detail
@@ -12070,6 +12228,51 @@ class node_map {
   int size() const { return int(items_.size()); }
 
  private:
+  std::vector<T> items_;
+};
+
+/// The nodes one cluster touches (its members and their inputs), numbered from 0, so
+/// that the planner's maps for one cluster are as large as the cluster: a map the size
+/// of the graph per cluster made planning a graph of many small clusters quadratic.
+/// One per plan, cleared after each cluster.
+/// For example `local_ids ids(g.nodes().size()); ids.add(7); local_map<int> m(ids, -1); m[7] = 0; ids.clear();`.
+class local_ids {
+ public:
+  explicit local_ids(std::size_t nodes) : slot_(nodes, -1) {}
+  local_ids(const local_ids&) = delete;
+  local_ids& operator=(const local_ids&) = delete;
+
+  /// Numbers node `id`, once.
+  void add(int id) {
+    if (slot_[id] >= 0) return;
+    slot_[id] = int(ids_.size());
+    ids_.push_back(id);
+  }
+  /// Forgets the nodes numbered, in the time of their count.
+  void clear() {
+    for (int id : ids_) slot_[id] = -1;
+    ids_.clear();
+  }
+  /// The number of node `id` (which must have been added).
+  std::size_t operator[](int id) const { return std::size_t(slot_[id]); }
+  std::size_t size() const { return ids_.size(); }
+
+ private:
+  node_map<int> slot_;
+  std::vector<int> ids_;
+};
+
+/// One `T` per node of a local_ids, indexed by node id: a node_map for one cluster.
+template <class T>
+class local_map {
+ public:
+  explicit local_map(const local_ids& ids, const T& value = T()) : ids_(&ids), items_(ids.size(), value) {}
+
+  decltype(auto) operator[](int id) { return items_[(*ids_)[id]]; }
+  decltype(auto) operator[](int id) const { return items_[(*ids_)[id]]; }
+
+ private:
+  const local_ids* ids_;
   std::vector<T> items_;
 };
 
@@ -12219,10 +12422,11 @@ std::string scale_and_shift_source(const std::string& x, const fold_operand& sca
 /// the value its pass reads instead of its input (pre), the value it defines (the
 /// last of its post arithmetic), how many nodes it took in, and the folded
 /// arithmetic, with node ids where the plan later puts table entries.
+/// Indexed by the nodes of one cluster (local_ids: its members and their inputs).
 struct folds {
-  node_map<bool> folded;
-  node_map<int> input, result, count;
-  node_map<folded_arithmetic> arithmetic;
+  local_map<bool> folded;
+  local_map<int> input, result, count;
+  local_map<folded_arithmetic> arithmetic;
 };
 
 enum class folded_op { none, add, subtract, multiply };
@@ -12230,8 +12434,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// Folds scalar arithmetic around the ops of a cluster of graph `g` whose members are
 /// `members` (in graph order; `inside(v)` says whether value v is one of them).
 /// `values[id]` gives a node's `type` and `dims`, `entries[id].compound` whether its op
-/// has compound kernels, `in_memory[id]` whether its value must reach memory. (`g` is
-/// generic so that native loops include this file without kiln::graph.)
+/// has compound kernels, `in_memory[id]` whether its value must reach memory; `local`
+/// numbers the members and their inputs. (`g` is generic so that native loops include
+/// this file without kiln::graph.)
 ///
 /// A node folds when its value is read once, by the op it folds into (or is produced
 /// by it), and never reaches memory. Before a unary op: a product and a sum with
@@ -12239,10 +12444,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// operands, or after a unary op also with cluster-shaped operands computed before
 /// it, since the folded pass runs at the op's place.
 folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto& values, const auto& entries,
-                      const node_map<bool>& in_memory, auto inside) {
-  const std::size_t n = g.nodes().size();
-  folds f{node_map<bool>(n, false), node_map<int>(n, -1), node_map<int>(n, -1), node_map<int>(n, 0),
-          node_map<folded_arithmetic>(n)};
+                      const node_map<bool>& in_memory, auto inside, const local_ids& local) {
+  folds f{local_map<bool>(local, false), local_map<int>(local, -1), local_map<int>(local, -1), local_map<int>(local, 0),
+          local_map<folded_arithmetic>(local)};
   if (!can_fold_arithmetic) return f;
   // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
   auto arithmetic_of = [&](int id, dtype t) {
@@ -12257,7 +12461,7 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
     if (holds_alternative<ops::multiply>(op)) return folded_op::multiply;
     return folded_op::none;
   };
-  node_map<int> reads(n, 0), reader(n, -1), place(n, -1);
+  local_map<int> reads(local, 0), reader(local, -1), place(local, -1);
   for (std::size_t k = 0; k < members.size(); ++k) {
     place[members[k]] = int(k);
     for (int in : g.node_at(members[k]).input_ids()) {
@@ -12727,6 +12931,8 @@ bool computed(const node& n) {
 /// The part of planning that does not depend on shapes: which nodes the outputs and
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
+  // Two passes over the nodes, where each pass reads every node of a large graph
+  // from memory: back from the outputs and the effects, then forward over what runs.
   template <class = void>
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const int n = needed.size();
@@ -12736,28 +12942,46 @@ struct graph_outline {
       outputs.push_back(source);
       needed[source] = true;
     }
-    for (int i = 0; i < n; ++i)
-      if (g.node_at(i).kind() == node_kind::special && g.node_at(i).special().has_effects()) needed[i] = true;
-    for (int i = n; i-- > 0;)
+    // A node's readers come after it, so each node is settled before it is reached.
+    for (int i = n; i-- > 0;) {
+      const node& x = g.node_at(i);
+      if (x.kind() == node_kind::special && x.special().has_effects()) needed[i] = true;
       if (needed[i])
-        for (int in : g.node_at(i).input_ids()) needed[in] = true;
-    for (int i = 0; i < n; ++i)
-      if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
-    release.resize(ops.size());
+        for (int in : x.input_ids()) needed[in] = true;
+    }
     last_reader = node_map<int>(g.nodes().size(), -1);
-    for (std::size_t k = 0; k < ops.size(); ++k)
-      for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
+    node_map<bool> runs(g.nodes().size(), false);
+    for (int i = 0; i < n; ++i) {
+      if (!needed[i] || !computed(g.node_at(i))) continue;
+      runs[i] = true;
+      for (int in : g.node_at(i).input_ids()) last_reader[in] = int(ops.size());
+      ops.push_back(i);
+    }
     for (int out : outputs) last_reader[out] = -1;
+    // The values each op releases, as one array (an op's run ends at the next's start).
+    release_start_.assign(ops.size() + 1, 0);
     for (int i = 0; i < n; ++i)
-      if (last_reader[i] >= 0 && computed(g.node_at(i))) release[std::size_t(last_reader[i])].push_back(i);
+      if (last_reader[i] >= 0 && runs[i]) ++release_start_[std::size_t(last_reader[i]) + 1];
+    for (std::size_t k = 0; k < ops.size(); ++k) release_start_[k + 1] += release_start_[k];
+    released_.resize(std::size_t(release_start_.back()));
+    std::vector<int> filled(release_start_.begin(), release_start_.end() - 1);
+    for (int i = 0; i < n; ++i)
+      if (last_reader[i] >= 0 && runs[i]) released_[std::size_t(filled[std::size_t(last_reader[i])]++)] = i;
   }
   node_map<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
-  std::vector<std::vector<int>> release;
+  std::span<const int> release(std::size_t k) const {
+    return std::span<const int>(released_).subspan(std::size_t(release_start_[k]),
+                                                   std::size_t(release_start_[k + 1] - release_start_[k]));
+  }
   /// Per node: the position in `ops` of its last reader, -1 for none and for outputs.
   node_map<int> last_reader;
+
+ private:
+  std::vector<int> release_start_;  ///< where ops[k]'s values start in released_ (one more entry: the end)
+  std::vector<int> released_;
 };
 
 /// Each op of an interpreted cluster passes over a whole tile before the next op
@@ -13052,6 +13276,8 @@ schedule schedule_steps(const graph& g, const graph_outline& outline, const type
 /// of tile buffers and operands in memory.
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -13224,24 +13450,34 @@ namespace kiln::detail::exec {
 struct lowered_op {
   int op;
   int result;
-  std::vector<int> reads;
+  /// Its operands (a fused op has at most 3, as instruction::in) and fold operands (4
+  /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
+  std::array<int, 7> read{};
+  int read_count = 0;
+  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
+  void add_read(int value) {
+    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+    read[std::size_t(read_count++)] = value;
+  }
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
 template <class = void>
 std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
+  code.reserve(members.size());
   for (int id : members) {
     if (f.folded[id]) continue;
-    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    lowered_op& l = code.emplace_back();
+    l.op = id;
+    l.result = f.result[id] >= 0 ? f.result[id] : id;
     if (f.input[id] >= 0)
-      l.reads.push_back(f.input[id]);
+      l.add_read(f.input[id]);
     else
-      l.reads = g.node_at(id).input_ids();
+      for (int in : g.node_at(id).input_ids()) l.add_read(in);
     const folded_arithmetic& a = f.arithmetic[id];
     for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
-      if (o->entry >= 0) l.reads.push_back(o->entry);
-    code.push_back(std::move(l));
+      if (o->entry >= 0) l.add_read(o->entry);
   }
   return code;
 }
@@ -13250,12 +13486,12 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
 template <class = void>
-std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                              auto inside) {
-  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                               auto inside, const local_ids& local) {
+  local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
-    for (int in : code[k].reads) last_read[in] = int(k);
-  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+    for (int in : code[k].reads()) last_read[in] = int(k);
+  local_map<int> scratch_of(local, -1);
   std::vector<int> free_scratch;
   int count = 0;
   for (std::size_t k = 0; k < code.size(); ++k) {
@@ -13268,7 +13504,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
         free_scratch.pop_back();
       }
     }
-    for (int in : code[k].reads)
+    for (int in : code[k].reads())
       if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
           std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
         free_scratch.push_back(scratch_of[in]);
@@ -13278,25 +13514,34 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
-/// operands in memory (streamed, broadcast, and the results written).
+/// operands in memory (streamed, broadcast, and the results written). `local` is the
+/// plan's local_ids, empty (it is cleared again on return).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  for (int id : members) {
+    local.add(id);
+    for (int in : g.node_at(id).input_ids()) local.add(in);
+  }
+  struct clear_on_return {
+    local_ids& ids;
+    ~clear_on_return() { ids.clear(); }
+  } cleared{local};
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;
   c.nodes = members;
   c.dims = values[members[0]].dims;
   c.size = c.dims.num_elements();
-  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside, local);
   const std::vector<lowered_op> code = ops_that_run(g, members, f);
-  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside, local);
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
-  node_map<bool> external(g.nodes().size(), false);
+  local_map<bool> external(local, false);
   for (const lowered_op& l : code)
-    for (int in : l.reads)
+    for (int in : l.reads())
       if (!inside(in) && !external[in]) {
         external[in] = true;
         externals.push_back(in);
@@ -13308,7 +13553,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   c.buffers = scratch + int(gathered_values.size());
 
-  node_map<int> entry_of_value(g.nodes().size(), -1);
+  local_map<int> entry_of_value(local, -1);
   for (std::size_t i = 0; i < gathered_values.size(); ++i) {
     const int in = gathered_values[i];
     entry_of_value[in] = scratch + int(i);
@@ -13343,7 +13588,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
     ins.type = values[l.result].type;
     ins.native_name = e.native_name;
     for (int k = 0; k < ins.arity; ++k) {
-      const int in = l.reads[std::size_t(k)];
+      const int in = l.read[std::size_t(k)];
       ins.in[std::size_t(k)] = entry_of_value[in];
       const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
       if (!one_value) ins.contig |= 1u << k;
@@ -13413,8 +13658,10 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
       p->max_inputs = std::max(p->max_inputs, special->inputs.size());
     }
   }
+  local_ids local(g.nodes().size());
   for (std::size_t c = 0; c < clusters.members.size(); ++c) {
-    fused_cluster& cluster = p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory));
+    fused_cluster& cluster =
+        p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory, local));
     p->max_table = std::max(p->max_table, cluster.table_size);
     for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
   }
@@ -14142,15 +14389,19 @@ class basic_graph_executor {
 
   const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
     if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
-    if (const exec::execution_plan* p = find_cached(args, cached_count_.load(std::memory_order_acquire))) return *p;
+    const int seen = cached_count_.load(std::memory_order_acquire);
+    if (const exec::execution_plan* p = find_cached(args, seen)) return *p;
+    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+    // tensor_array) would be planned at every call, which costs more than running the
+    // graph node by node; on a GPU a plan also holds the constants copied there. A full
+    // cache no longer changes, so the search above was complete: such a call, made once
+    // per iteration, neither locks nor searches again.
+    auto on_cpu = [](const tensor& a) { return a.device() == device::cpu; };
+    if (seen == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
-    // tensor_array) would be planned at every call, which costs more than running the
-    // graph node by node; on a GPU a plan also holds the constants copied there.
-    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.device() == device::cpu; }))
-      return unplanned();
+    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
@@ -14399,7 +14650,7 @@ class basic_graph_executor {
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
-      for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
+      for (int r : outline_.release(k)) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
     outputs.reserve(outline_.outputs.size());
@@ -14899,12 +15150,13 @@ namespace kiln::detail {
 class subgraph {
  public:
   template <class = void>
-  explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
+  explicit subgraph(graph traced)
+      : traced_(std::move(traced)), optimized_(optimize_if_changed(traced_)), executor_(optimized()) {}
   subgraph(const subgraph&) = delete;
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
-  const graph& optimized() const { return optimized_; }
+  const graph& optimized() const { return optimized_ ? *optimized_ : traced_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
   /// The same, consuming the first `consumed` arguments, which the caller does not
@@ -14918,7 +15170,7 @@ class subgraph {
 
  private:
   graph traced_;
-  graph optimized_;
+  std::optional<graph> optimized_;  ///< nothing when the optimizer leaves traced_ as it is
   graph_executor executor_;
 };
 
@@ -15258,7 +15510,6 @@ class while_op final : public special_op {
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -15299,8 +15550,9 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+    // A Result node is named `while:1` already; another node's value is its output 0.
+    return tensor(n.dtype(), n.shape(),
+                  std::make_shared<const symbol>(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -15400,7 +15652,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
+  node_index captured_;  ///< by buffer address: its constant node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
@@ -15425,7 +15677,7 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   if (t.is_symbolic()) {
     if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
     if (t.symbol()->trace_id != id_)
-      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+      throw type_error(function_name_ + ": the symbolic tensor " + value_name(*t.symbol()) +
                        " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
                        "(return it from the function instead)");
     return t.symbol()->node;
@@ -15433,13 +15685,17 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   // The same buffer seen as the same dtype and shape is one constant; found by its
   // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
   // (The constant node holds the buffer, so its address cannot be reused by another.)
-  auto [first, last] = captured_.equal_range(t.raw_data());
-  for (auto it = first; it != last; ++it) {
-    const tensor& known = graph_.node_at(it->second).value();
-    if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-  }
+  const auto key = std::size_t(reinterpret_cast<std::uintptr_t>(t.raw_data()));
+  int found = -1;
+  captured_.for_each(key, [&](int id) {
+    const tensor& known = graph_.node_at(id).value();
+    if (known.shape() != t.shape() || known.dtype() != t.dtype()) return false;  // (the key is the address)
+    found = id;
+    return true;
+  });
+  if (found >= 0) return found;
   int id = graph_.add_constant(t);
-  captured_.emplace(t.raw_data(), id);
+  captured_.insert(key, id);
   return id;
 }
 
@@ -16311,6 +16567,7 @@ function(F, function_options) -> function<F>;
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16330,7 +16587,7 @@ struct basic_concrete_state : trace_signature {
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
-  kiln::graph optimized;  ///< as run
+  kiln::graph optimized;  ///< as run, when the optimizer changed the traced graph (empty otherwise: that runs)
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
@@ -16391,8 +16648,9 @@ struct basic_concrete_state : trace_signature {
 #if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_concrete_state<Unused>::compile() {
-  optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
+  std::optional<kiln::graph> changed = optimize_if_changed(graph);
+  if (changed) optimized = std::move(*changed);
+  executor = std::make_unique<graph_executor>(changed ? optimized : graph, jit_compile, workspaces);
 }
 
 template <class Unused>

@@ -32,12 +32,13 @@ namespace kiln::detail {
 class subgraph {
  public:
   template <class = void>
-  explicit subgraph(graph traced) : traced_(std::move(traced)), optimized_(optimize(traced_)), executor_(optimized_) {}
+  explicit subgraph(graph traced)
+      : traced_(std::move(traced)), optimized_(optimize_if_changed(traced_)), executor_(optimized()) {}
   subgraph(const subgraph&) = delete;
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
-  const graph& optimized() const { return optimized_; }
+  const graph& optimized() const { return optimized_ ? *optimized_ : traced_; }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
   /// The same, consuming the first `consumed` arguments, which the caller does not
@@ -51,7 +52,7 @@ class subgraph {
 
  private:
   graph traced_;
-  graph optimized_;
+  std::optional<graph> optimized_;  ///< nothing when the optimizer leaves traced_ as it is
   graph_executor executor_;
 };
 

@@ -124,15 +124,19 @@ class basic_graph_executor {
 
   const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
     if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
-    if (const exec::execution_plan* p = find_cached(args, cached_count_.load(std::memory_order_acquire))) return *p;
+    const int seen = cached_count_.load(std::memory_order_acquire);
+    if (const exec::execution_plan* p = find_cached(args, seen)) return *p;
+    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+    // tensor_array) would be planned at every call, which costs more than running the
+    // graph node by node; on a GPU a plan also holds the constants copied there. A full
+    // cache no longer changes, so the search above was complete: such a call, made once
+    // per iteration, neither locks nor searches again.
+    auto on_cpu = [](const tensor& a) { return a.device() == device::cpu; };
+    if (seen == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     std::lock_guard lock(plans_mutex_);
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
-    // tensor_array) would be planned at every call, which costs more than running the
-    // graph node by node; on a GPU a plan also holds the constants copied there.
-    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), [](const tensor& a) { return a.device() == device::cpu; }))
-      return unplanned();
+    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
     auto fresh = exec::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
@@ -381,7 +385,7 @@ class basic_graph_executor {
       }
       if (checking)
         for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
-      for (int r : outline_.release[k]) values[std::size_t(r)] = tensor();
+      for (int r : outline_.release(k)) values[std::size_t(r)] = tensor();
     }
     std::vector<tensor> outputs;
     outputs.reserve(outline_.outputs.size());

@@ -157,10 +157,11 @@ std::string scale_and_shift_source(const std::string& x, const fold_operand& sca
 /// the value its pass reads instead of its input (pre), the value it defines (the
 /// last of its post arithmetic), how many nodes it took in, and the folded
 /// arithmetic, with node ids where the plan later puts table entries.
+/// Indexed by the nodes of one cluster (local_ids: its members and their inputs).
 struct folds {
-  node_map<bool> folded;
-  node_map<int> input, result, count;
-  node_map<folded_arithmetic> arithmetic;
+  local_map<bool> folded;
+  local_map<int> input, result, count;
+  local_map<folded_arithmetic> arithmetic;
 };
 
 enum class folded_op { none, add, subtract, multiply };
@@ -168,8 +169,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// Folds scalar arithmetic around the ops of a cluster of graph `g` whose members are
 /// `members` (in graph order; `inside(v)` says whether value v is one of them).
 /// `values[id]` gives a node's `type` and `dims`, `entries[id].compound` whether its op
-/// has compound kernels, `in_memory[id]` whether its value must reach memory. (`g` is
-/// generic so that native loops include this file without kiln::graph.)
+/// has compound kernels, `in_memory[id]` whether its value must reach memory; `local`
+/// numbers the members and their inputs. (`g` is generic so that native loops include
+/// this file without kiln::graph.)
 ///
 /// A node folds when its value is read once, by the op it folds into (or is produced
 /// by it), and never reaches memory. Before a unary op: a product and a sum with
@@ -177,10 +179,9 @@ enum class folded_op { none, add, subtract, multiply };
 /// operands, or after a unary op also with cluster-shaped operands computed before
 /// it, since the folded pass runs at the op's place.
 folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto& values, const auto& entries,
-                      const node_map<bool>& in_memory, auto inside) {
-  const std::size_t n = g.nodes().size();
-  folds f{node_map<bool>(n, false), node_map<int>(n, -1), node_map<int>(n, -1), node_map<int>(n, 0),
-          node_map<folded_arithmetic>(n)};
+                      const node_map<bool>& in_memory, auto inside, const local_ids& local) {
+  folds f{local_map<bool>(local, false), local_map<int>(local, -1), local_map<int>(local, -1), local_map<int>(local, 0),
+          local_map<folded_arithmetic>(local)};
   if (!can_fold_arithmetic) return f;
   // Which arithmetic node `id` is, if it may be folded into an op of dtype `t`.
   auto arithmetic_of = [&](int id, dtype t) {
@@ -195,7 +196,7 @@ folds fold_arithmetic(const auto& g, const std::vector<int>& members, const auto
     if (holds_alternative<ops::multiply>(op)) return folded_op::multiply;
     return folded_op::none;
   };
-  node_map<int> reads(n, 0), reader(n, -1), place(n, -1);
+  local_map<int> reads(local, 0), reader(local, -1), place(local, -1);
   for (std::size_t k = 0; k < members.size(); ++k) {
     place[members[k]] = int(k);
     for (int in : g.node_at(members[k]).input_ids()) {

@@ -5,6 +5,8 @@
 /// of tile buffers and operands in memory.
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -20,24 +22,34 @@ namespace kiln::detail::exec {
 struct lowered_op {
   int op;
   int result;
-  std::vector<int> reads;
+  /// Its operands (a fused op has at most 3, as instruction::in) and fold operands (4
+  /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
+  std::array<int, 7> read{};
+  int read_count = 0;
+  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
+  void add_read(int value) {
+    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+    read[std::size_t(read_count++)] = value;
+  }
 };
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
 template <class = void>
 std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
   std::vector<lowered_op> code;
+  code.reserve(members.size());
   for (int id : members) {
     if (f.folded[id]) continue;
-    lowered_op l{id, f.result[id] >= 0 ? f.result[id] : id, {}};
+    lowered_op& l = code.emplace_back();
+    l.op = id;
+    l.result = f.result[id] >= 0 ? f.result[id] : id;
     if (f.input[id] >= 0)
-      l.reads.push_back(f.input[id]);
+      l.add_read(f.input[id]);
     else
-      l.reads = g.node_at(id).input_ids();
+      for (int in : g.node_at(id).input_ids()) l.add_read(in);
     const folded_arithmetic& a = f.arithmetic[id];
     for (const fold_operand* o : {&a.pre_scale, &a.pre_shift, &a.scale, &a.shift})
-      if (o->entry >= 0) l.reads.push_back(o->entry);
-    code.push_back(std::move(l));
+      if (o->entry >= 0) l.add_read(o->entry);
   }
   return code;
 }
@@ -46,12 +58,12 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
 template <class = void>
-std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                              auto inside) {
-  node_map<int> last_read(std::size_t(in_memory.size()), -1);
+std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
+                                               auto inside, const local_ids& local) {
+  local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
-    for (int in : code[k].reads) last_read[in] = int(k);
-  node_map<int> scratch_of(std::size_t(in_memory.size()), -1);
+    for (int in : code[k].reads()) last_read[in] = int(k);
+  local_map<int> scratch_of(local, -1);
   std::vector<int> free_scratch;
   int count = 0;
   for (std::size_t k = 0; k < code.size(); ++k) {
@@ -64,7 +76,7 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
         free_scratch.pop_back();
       }
     }
-    for (int in : code[k].reads)
+    for (int in : code[k].reads())
       if (inside(in) && scratch_of[in] >= 0 && last_read[in] == int(k) &&
           std::find(free_scratch.begin(), free_scratch.end(), scratch_of[in]) == free_scratch.end())
         free_scratch.push_back(scratch_of[in]);
@@ -74,25 +86,34 @@ std::pair<node_map<int>, int> scratch_buffers(const std::vector<lowered_op>& cod
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
-/// operands in memory (streamed, broadcast, and the results written).
+/// operands in memory (streamed, broadcast, and the results written). `local` is the
+/// plan's local_ids, empty (it is cleared again on return).
 template <class = void>
 fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory) {
+                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
+  for (int id : members) {
+    local.add(id);
+    for (int in : g.node_at(id).input_ids()) local.add(in);
+  }
+  struct clear_on_return {
+    local_ids& ids;
+    ~clear_on_return() { ids.clear(); }
+  } cleared{local};
   auto inside = [&](int v) { return clusters.cluster_of[v] == cluster; };
   fused_cluster c;
   c.nodes = members;
   c.dims = values[members[0]].dims;
   c.size = c.dims.num_elements();
-  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside);
+  const folds f = fold_arithmetic(g, members, values, entries, memory.in_memory, inside, local);
   const std::vector<lowered_op> code = ops_that_run(g, members, f);
-  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside);
+  const auto [scratch_of, scratch] = scratch_buffers(code, memory.in_memory, inside, local);
 
   // Operands outside the cluster: streamed in place, broadcast, or gathered.
   std::vector<int> externals;
-  node_map<bool> external(g.nodes().size(), false);
+  local_map<bool> external(local, false);
   for (const lowered_op& l : code)
-    for (int in : l.reads)
+    for (int in : l.reads())
       if (!inside(in) && !external[in]) {
         external[in] = true;
         externals.push_back(in);
@@ -104,7 +125,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
   }
   c.buffers = scratch + int(gathered_values.size());
 
-  node_map<int> entry_of_value(g.nodes().size(), -1);
+  local_map<int> entry_of_value(local, -1);
   for (std::size_t i = 0; i < gathered_values.size(); ++i) {
     const int in = gathered_values[i];
     entry_of_value[in] = scratch + int(i);
@@ -139,7 +160,7 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
     ins.type = values[l.result].type;
     ins.native_name = e.native_name;
     for (int k = 0; k < ins.arity; ++k) {
-      const int in = l.reads[std::size_t(k)];
+      const int in = l.read[std::size_t(k)];
       ins.in[std::size_t(k)] = entry_of_value[in];
       const bool one_value = !inside(in) && values[in].dims.num_elements() == 1 && c.size != 1;
       if (!one_value) ins.contig |= 1u << k;

@@ -214,6 +214,8 @@ bool computed(const node& n) {
 /// The part of planning that does not depend on shapes: which nodes the outputs and
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
+  // Two passes over the nodes, where each pass reads every node of a large graph
+  // from memory: back from the outputs and the effects, then forward over what runs.
   template <class = void>
   explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
     const int n = needed.size();
@@ -223,28 +225,46 @@ struct graph_outline {
       outputs.push_back(source);
       needed[source] = true;
     }
-    for (int i = 0; i < n; ++i)
-      if (g.node_at(i).kind() == node_kind::special && g.node_at(i).special().has_effects()) needed[i] = true;
-    for (int i = n; i-- > 0;)
+    // A node's readers come after it, so each node is settled before it is reached.
+    for (int i = n; i-- > 0;) {
+      const node& x = g.node_at(i);
+      if (x.kind() == node_kind::special && x.special().has_effects()) needed[i] = true;
       if (needed[i])
-        for (int in : g.node_at(i).input_ids()) needed[in] = true;
-    for (int i = 0; i < n; ++i)
-      if (needed[i] && computed(g.node_at(i))) ops.push_back(i);
-    release.resize(ops.size());
+        for (int in : x.input_ids()) needed[in] = true;
+    }
     last_reader = node_map<int>(g.nodes().size(), -1);
-    for (std::size_t k = 0; k < ops.size(); ++k)
-      for (int in : g.node_at(ops[k]).input_ids()) last_reader[in] = int(k);
+    node_map<bool> runs(g.nodes().size(), false);
+    for (int i = 0; i < n; ++i) {
+      if (!needed[i] || !computed(g.node_at(i))) continue;
+      runs[i] = true;
+      for (int in : g.node_at(i).input_ids()) last_reader[in] = int(ops.size());
+      ops.push_back(i);
+    }
     for (int out : outputs) last_reader[out] = -1;
+    // The values each op releases, as one array (an op's run ends at the next's start).
+    release_start_.assign(ops.size() + 1, 0);
     for (int i = 0; i < n; ++i)
-      if (last_reader[i] >= 0 && computed(g.node_at(i))) release[std::size_t(last_reader[i])].push_back(i);
+      if (last_reader[i] >= 0 && runs[i]) ++release_start_[std::size_t(last_reader[i]) + 1];
+    for (std::size_t k = 0; k < ops.size(); ++k) release_start_[k + 1] += release_start_[k];
+    released_.resize(std::size_t(release_start_.back()));
+    std::vector<int> filled(release_start_.begin(), release_start_.end() - 1);
+    for (int i = 0; i < n; ++i)
+      if (last_reader[i] >= 0 && runs[i]) released_[std::size_t(filled[std::size_t(last_reader[i])]++)] = i;
   }
   node_map<bool> needed;
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
-  std::vector<std::vector<int>> release;
+  std::span<const int> release(std::size_t k) const {
+    return std::span<const int>(released_).subspan(std::size_t(release_start_[k]),
+                                                   std::size_t(release_start_[k + 1] - release_start_[k]));
+  }
   /// Per node: the position in `ops` of its last reader, -1 for none and for outputs.
   node_map<int> last_reader;
+
+ private:
+  std::vector<int> release_start_;  ///< where ops[k]'s values start in released_ (one more entry: the end)
+  std::vector<int> released_;
 };
 
 /// Each op of an interpreted cluster passes over a whole tile before the next op

@@ -62,8 +62,10 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
       p->max_inputs = std::max(p->max_inputs, special->inputs.size());
     }
   }
+  local_ids local(g.nodes().size());
   for (std::size_t c = 0; c < clusters.members.size(); ++c) {
-    fused_cluster& cluster = p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory));
+    fused_cluster& cluster =
+        p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory, local));
     p->max_table = std::max(p->max_table, cluster.table_size);
     for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
   }

@@ -5,13 +5,16 @@
 /// change nothing) and common-subexpression elimination. Pruning of what no output
 /// needs happens when the graph is planned (kiln/exec/executor.hpp).
 
+#include <algorithm>
 #include <cstdint>
-#include <unordered_map>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "kiln/eager/apply.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/graph/node_index.hpp"
 #include "kiln/ops/op_table.hpp"
 
 namespace kiln::detail {
@@ -34,49 +37,97 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
-    out_.reserve(in.nodes().size());
-    seen_.reserve(in.nodes().size());
-  }
+  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) { seen_.reserve(in.nodes().size()); }
 
-  graph run() {
+  /// The optimized graph, or nothing when it would be `in` node for node. Until a node
+  /// changes, every node maps to itself, so the output is built only from the first
+  /// change on (its nodes before that copied then): most traces change nothing, and a
+  /// copy of a graph of 10^5 nodes made its optimization cost as much as its trace.
+  std::optional<graph> run_if_changed() {
     for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
       const node& n = in_.nodes()[i];
       switch (n.kind()) {
-        case node_kind::placeholder: map_[i] = out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: map_[i] = out_.add_constant(n); break;
-        case node_kind::identity: map_[i] = out_.add_output(map_[std::size_t(n.input_ids()[0])]); break;
-        case node_kind::op: map_[i] = rewrite(n); break;
+        case node_kind::placeholder:
+          map_[i] = built_ ? out_.add_placeholder(n.name(), n.dtype(), n.shape()) : int(i);
+          break;
+        case node_kind::constant: map_[i] = built_ ? out_.add_constant(n) : int(i); break;
+        case node_kind::identity:
+          map_[i] = built_ ? out_.add_output(map_[std::size_t(n.input_ids()[0])]) : int(i);
+          break;
+        case node_kind::op: map_[i] = rewrite(n, i); break;
         case node_kind::special: copy_special(i); break;
         case node_kind::result: break;  // copied with its special node
       }
     }
+    if (!built_) return std::nullopt;
     return std::move(out_);
   }
 
  private:
+  // The graph that ids before node `i` of in_ refer to: in_ itself until a node changed.
+  const graph& view() const { return built_ ? out_ : in_; }
+
+  // Builds out_ as the copy of in_'s nodes before `i`, all mapped to themselves.
+  void build_before(std::size_t i) {
+    built_ = true;
+    out_.reserve(in_.nodes().size());
+    for (std::size_t k = 0; k < i; ++k) {
+      const node& n = in_.nodes()[k];
+      switch (n.kind()) {
+        case node_kind::placeholder: out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
+        case node_kind::constant: out_.add_constant(n); break;
+        case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
+        case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
+        case node_kind::special:
+          out_.add_special_like(n, n.input_ids(), std::span(in_.nodes()).subspan(k + 1));
+          break;
+        case node_kind::result: break;
+      }
+    }
+  }
+
   // Special ops are copied as they are: effects must not be folded or merged.
   void copy_special(std::size_t i) {
     const node& n = in_.nodes()[i];
+    if (!built_) {
+      for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
+      return;
+    }
     std::vector<int> ins;
+    ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
     std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
-  int rewrite(const node& n) {
-    std::vector<int> ins;
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    if (int same = simplify(n, ins); same >= 0) return same;
-    if (int folded = fold_constant(n, ins); folded >= 0) return folded;
-    const std::size_t key = cse_key(n.operation().index(), ins);
-    auto [first, last] = seen_.equal_range(key);
-    for (auto it = first; it != last; ++it) {
-      const node& other = out_.node_at(it->second);
-      if (other.input_ids() == ins && same_op(other.operation(), n.operation())) return it->second;
+  int rewrite(const node& n, std::size_t i) {
+    // Until the output is built, every input maps to itself: no vector of mapped ids.
+    std::vector<int> mapped;
+    if (built_) {
+      mapped.reserve(n.input_ids().size());
+      for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
     }
-    int id = out_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
-    seen_.emplace(key, id);
+    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
+    if (int same = simplify(n, ins); same >= 0) {
+      if (!built_) build_before(i);
+      return same;
+    }
+    if (int folded = fold_constant(n, ins, i); folded >= 0) return folded;
+    const std::size_t key = cse_key(n.operation().index(), ins);
+    int found = -1;
+    seen_.for_each(key, [&](int id) {
+      const node& other = view().node_at(id);
+      if (other.input_ids() != ins || !same_op(other.operation(), n.operation())) return false;
+      found = id;
+      return true;
+    });
+    if (found >= 0) {
+      if (!built_) build_before(i);
+      return found;
+    }
+    // (Each path that builds the output returned above: built_ is what it was on entry.)
+    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
+    seen_.insert(key, id);
     return id;
   }
 
@@ -87,7 +138,7 @@ class optimizer {
     return h;
   }
 
-  const node& at(int id) const { return out_.node_at(id); }
+  const node& at(int id) const { return view().node_at(id); }
   bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
   bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
@@ -119,7 +170,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins) {
+  int fold_constant(const node& n, const std::vector<int>& ins, std::size_t i) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;
@@ -128,6 +179,7 @@ class optimizer {
     if (ins.empty()) return -1;
     try {
       tensor v = execute_any(n.operation(), values);
+      if (!built_) build_before(i);
       return out_.add_constant(v);
     } catch (const error&) {
       return -1;
@@ -137,13 +189,22 @@ class optimizer {
   const graph& in_;
   graph out_;
   std::vector<int> map_;
-  std::unordered_multimap<std::size_t, int> seen_;  ///< cse_key -> node of out_
+  bool built_ = false;  ///< whether out_ holds the output (a node changed)
+  node_index seen_;     ///< cse_key -> node of the output
 };
 
 /// The optimized form of `g`: same arguments and outputs, fewer nodes.
 template <class = void>
 graph optimize(const graph& g) {
-  return optimizer<>(g).run();
+  std::optional<graph> changed = optimizer<>(g).run_if_changed();
+  return changed ? std::move(*changed) : g;
+}
+
+/// The optimized form of `g`, or nothing when it is `g` itself (then `g` runs as it is,
+/// without a copy).
+template <class = void>
+std::optional<graph> optimize_if_changed(const graph& g) {
+  return optimizer<>(g).run_if_changed();
 }
 
 }  // namespace kiln::detail

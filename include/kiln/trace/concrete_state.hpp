@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,7 +39,7 @@ struct basic_concrete_state : trace_signature {
   std::vector<call_signature::value_leaf> bound;  ///< non-tensor leaves, fixed at trace time
   std::vector<std::uint64_t> structure;           ///< the call_signature::structure it was traced for
   kiln::graph graph;      ///< as traced
-  kiln::graph optimized;  ///< as run
+  kiln::graph optimized;  ///< as run, when the optimizer changed the traced graph (empty otherwise: that runs)
   std::unique_ptr<graph_executor> executor;
   std::any traced_result;  ///< the callable's return value, symbolic
   bool returns_void = false;
@@ -99,8 +100,9 @@ struct basic_concrete_state : trace_signature {
 #if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_concrete_state<Unused>::compile() {
-  optimized = optimize(graph);
-  executor = std::make_unique<graph_executor>(optimized, jit_compile, workspaces);
+  std::optional<kiln::graph> changed = optimize_if_changed(graph);
+  if (changed) optimized = std::move(*changed);
+  executor = std::make_unique<graph_executor>(changed ? optimized : graph, jit_compile, workspaces);
 }
 
 template <class Unused>

@@ -11,7 +11,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
 #include "kiln/graph/graph.hpp"
+#include "kiln/graph/node_index.hpp"
 
 namespace kiln::detail {
 
@@ -56,8 +56,9 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    std::string name = n.kind() == node_kind::result ? n.name() : n.name() + ":0";
-    return tensor(n.dtype(), n.shape(), std::make_shared<const symbol>(symbol{id_, id, std::move(name)}));
+    // A Result node is named `while:1` already; another node's value is its output 0.
+    return tensor(n.dtype(), n.shape(),
+                  std::make_shared<const symbol>(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -157,7 +158,7 @@ class trace_context {
   trace_context* previous_;
   tensor (*record_)(trace_context&, ops::any_op, std::span<const tensor* const>, dtype, const shape&);
   kiln::graph graph_;
-  std::unordered_multimap<const void*, int> captured_;  ///< by buffer: its constant node
+  node_index captured_;  ///< by buffer address: its constant node
   bool capturing_ = false;
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
@@ -182,7 +183,7 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   if (t.is_symbolic()) {
     if (t.symbol()->trace_id != id_ && capturing_ && encloses(t.symbol()->trace_id)) return capture(t);
     if (t.symbol()->trace_id != id_)
-      throw type_error(function_name_ + ": the symbolic tensor " + t.symbol()->name +
+      throw type_error(function_name_ + ": the symbolic tensor " + value_name(*t.symbol()) +
                        " belongs to another trace; a symbolic tensor cannot be used outside the trace that made it "
                        "(return it from the function instead)");
     return t.symbol()->node;
@@ -190,13 +191,17 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
   // The same buffer seen as the same dtype and shape is one constant; found by its
   // address, so that a trace of n captured values costs n lookups, not n^2 / 2.
   // (The constant node holds the buffer, so its address cannot be reused by another.)
-  auto [first, last] = captured_.equal_range(t.raw_data());
-  for (auto it = first; it != last; ++it) {
-    const tensor& known = graph_.node_at(it->second).value();
-    if (known.shape() == t.shape() && known.dtype() == t.dtype()) return it->second;
-  }
+  const auto key = std::size_t(reinterpret_cast<std::uintptr_t>(t.raw_data()));
+  int found = -1;
+  captured_.for_each(key, [&](int id) {
+    const tensor& known = graph_.node_at(id).value();
+    if (known.shape() != t.shape() || known.dtype() != t.dtype()) return false;  // (the key is the address)
+    found = id;
+    return true;
+  });
+  if (found >= 0) return found;
   int id = graph_.add_constant(t);
-  captured_.emplace(t.raw_data(), id);
+  captured_.insert(key, id);
   return id;
 }
 
