@@ -27190,9 +27190,10 @@ namespace {
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
   prefix template struct kiln::detail::basic_variable_writes<void>;
-// The runtime's functions that are not templates (format_values, the graph building
-// of traces, host_callback's run) are declared KILN_LIBRARY_INLINE instead
-// (kiln/config.hpp).
+// The runtime's functions that are not templates (the graph building of traces, a
+// tensor's storage, a call's signature and frame, format_values, host_callback's run,
+// ...) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp), their definitions
+// in `#if KILN_DEFINE_LIBRARY` blocks that other files do not parse.
 #if defined(KILN_SEPARATE_COMPILATION) && defined(KILN_LIBRARY_SOURCE)
 KILN_DETAIL_RUNTIME_CLASSES()
 #elif defined(KILN_SEPARATE_COMPILATION)
