@@ -13017,10 +13017,12 @@ void set_tile(fused_cluster& c, std::int64_t max_tile) {
 // ----- begin kiln/exec/planner.hpp -----
 /// \file
 /// The planner: builds the execution_plan of a graph for one set of arguments by
-/// passing data through its stages, each a function of its own file:
+/// passing data through its stages, each a class template on nothing in a file of its own
+/// (compiled where a plan is built: the executor's, in the library of a compiled kiln):
 ///
 ///     infer_values ─▶ form_clusters ─▶ schedule_steps ─▶ plan_memory ─▶ lower_cluster
-///     (infer_values)  (fusion)         (fusion)          (memory_plan)  (lowering, fold)
+///     (value_inference, (fusion,        (fusion)          (memory_planner, (lowering,
+///      infer_values.hpp) fusion.hpp)                       memory_plan.hpp) lowering.hpp)
 
 #include <algorithm>
 #include <memory>
@@ -13067,12 +13069,26 @@ struct typed_nodes {
   node_map<op_entry> entries;
 };
 
+/// Value inference, the planner's first stage: a class template on nothing, as the
+/// planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_value_inference {
+  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret.
+  static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
+                                                 std::span<const tensor> args);
+  /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
+  static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+                                                             std::span<const tensor> args);
+};
+using value_inference = basic_value_inference<>;
+
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
 /// leave partly unknown.
-/// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
-template <class = void>
-std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+/// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
+template <class Unused>
+std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
+                                                                       std::span<const tensor> args) {
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
@@ -13127,9 +13143,10 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
-template <class = void>
-std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
-                                                    std::span<const tensor> args) {
+template <class Unused>
+std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constants(const graph& g,
+                                                                                   const graph_outline& outline,
+                                                                                   std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;
   const device d = args[0].device();
@@ -13156,10 +13173,28 @@ struct clustering {
   node_map<int> cluster_of;               ///< a node's cluster, -1 for none
 };
 
+/// The steps of a plan in order, and the step that defines each value.
+struct schedule {
+  std::vector<plan_step> steps;
+  node_map<int> step_of;  ///< -1 for values no step defines
+};
+
+/// Fusion and scheduling, the planner's middle stages: a class template on nothing,
+/// as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_fusion {
+  /// The clusters of the needed nodes of `g`.
+  static clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed);
+  /// The steps of the plan in order.
+  static schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+                                 const clustering& clusters);
+};
+using fusion = basic_fusion<>;
+
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
-template <class = void>
-clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
+template <class Unused>
+clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
     std::vector<int> members;
     bool open = true;
@@ -13222,17 +13257,12 @@ clustering form_clusters(const graph& g, const graph_outline& outline, const typ
   return result;
 }
 
-/// The steps of a plan in order, and the step that defines each value.
-struct schedule {
-  std::vector<plan_step> steps;
-  node_map<int> step_of;  ///< -1 for values no step defines
-};
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
-template <class = void>
-schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
-                        const clustering& clusters) {
+template <class Unused>
+schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+                                              const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes
     int op = -1;           // the op node, or -1 for a cluster
@@ -13361,11 +13391,21 @@ struct memory_plan {
   node_map<int> last_use;  ///< per value: the step that reads it last (the step count for outputs)
 };
 
-/// The memory plan of the scheduled steps `s`; sets the home of every op's value in
-/// `values`, and the slot of those in slots.
-template <class = void>
-memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
-                        const clustering& clusters, const schedule& s, node_map<value_info>& values) {
+/// Memory planning, the planner's stage that gives values their homes: a class template
+/// on nothing, as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_memory_planner {
+  /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
+  /// `values`, and the slot of those in slots.
+  static memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
+                                 const clustering& clusters, const schedule& s, node_map<value_info>& values);
+};
+using memory_planner = basic_memory_planner<>;
+
+template <class Unused>
+memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const graph_outline& outline,
+                                                      const node_map<op_entry>& entries, const clustering& clusters,
+                                                      const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
   memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}, node_map<int>(n, -1)};
@@ -13461,9 +13501,27 @@ struct lowered_op {
   }
 };
 
+/// Lowering, the planner's stage that makes tile programs: a class template on
+/// nothing, as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_lowering {
+  /// The ops of a cluster that run once its arithmetic is folded, in order.
+  static std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f);
+  /// Tile buffers for a cluster's results that stay out of memory, and how many.
+  static std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code,
+                                                        const node_map<bool>& in_memory, auto inside,
+                                                        const local_ids& local);
+  /// The tile program of one cluster.
+  static fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters,
+                                     int cluster, const node_map<value_info>& values, const memory_plan& memory,
+                                     local_ids& local);
+};
+using lowering = basic_lowering<>;
+
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
-template <class = void>
-std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+template <class Unused>
+std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, const std::vector<int>& members,
+                                                           const folds& f) {
   std::vector<lowered_op> code;
   code.reserve(members.size());
   for (int id : members) {
@@ -13485,9 +13543,10 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
-template <class = void>
-std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                               auto inside, const local_ids& local) {
+template <class Unused>
+std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std::vector<lowered_op>& code,
+                                                                       const node_map<bool>& in_memory, auto inside,
+                                                                       const local_ids& local) {
   local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads()) last_read[in] = int(k);
@@ -13516,9 +13575,11 @@ std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& co
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written). `local` is the
 /// plan's local_ids, empty (it is cleared again on return).
-template <class = void>
-fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
+template <class Unused>
+fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_map<op_entry>& entries,
+                                                    const clustering& clusters, int cluster,
+                                                    const node_map<value_info>& values, const memory_plan& memory,
+                                                    local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   for (int id : members) {
     local.add(id);
@@ -13615,23 +13676,34 @@ fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, c
 
 namespace kiln::detail::exec {
 
-/// The plan of graph `g` (outlined by `outline`) for `args`.
-/// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
-template <class = void>
-std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+/// The planner's stages in order (a class template on nothing, as each stage).
+template <class Unused = void>
+struct basic_planner {
+  /// The plan of graph `g` (outlined by `outline`) for `args`.
+  /// For example `planner::build_plan(g, graph_outline(g), args)->steps.size()`.
+  static std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline,
+                                                    std::span<const tensor> args);
+};
+using planner = basic_planner<>;
+
+template <class Unused>
+std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g, const graph_outline& outline,
+                                                                  std::span<const tensor> args) {
+  using inference = basic_value_inference<Unused>;
+  using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
   for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;
-  std::optional<typed_nodes> typed = infer_values(g, outline, args);
+  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args);
   if (!typed) {
     p->interpreted = true;
-    p->moved_constants = moved_constants(g, outline, args);
+    p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
-  const clustering clusters = form_clusters(g, outline, *typed);
-  schedule s = schedule_steps(g, outline, *typed, clusters);
+  const clustering clusters = stages::form_clusters(g, outline, *typed);
+  schedule s = stages::schedule_steps(g, outline, *typed, clusters);
   p->values = std::move(typed->values);
-  memory_plan memory = plan_memory(g, outline, typed->entries, clusters, s, p->values);
+  memory_plan memory = basic_memory_planner<Unused>::plan_memory(g, outline, typed->entries, clusters, s, p->values);
 
   p->steps = std::move(s.steps);
   for (std::size_t k = 0; k < p->steps.size(); ++k) {
@@ -13661,7 +13733,8 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
   local_ids local(g.nodes().size());
   for (std::size_t c = 0; c < clusters.members.size(); ++c) {
     fused_cluster& cluster =
-        p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory, local));
+        p->clusters.emplace_back(basic_lowering<Unused>::lower_cluster(g, typed->entries, clusters, int(c), p->values,
+                                                                      memory, local));
     p->max_table = std::max(p->max_table, cluster.table_size);
     for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
   }
@@ -14402,7 +14475,7 @@ class basic_graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
-    auto fresh = exec::build_plan(*graph_, outline_, args);
+    auto fresh = exec::planner::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
         compile(*fresh);

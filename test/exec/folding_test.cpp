@@ -26,7 +26,7 @@ std::string lowered_code(F fn, const Args&... args) {
   const kiln::graph g = kiln::detail::optimize(f.get_concrete_function(args...).graph());
   const exec::graph_outline outline(g);
   const tensors in{args...};
-  const auto plan = exec::build_plan(g, outline, in);
+  const auto plan = exec::planner::build_plan(g, outline, in);
   std::string s;
   for (const exec::fused_cluster& c : plan->clusters) {
     s += "[";

@@ -51,7 +51,7 @@ std::string first_cluster_source(F fn, const Args&... args) {
   const kiln::graph g = optimized_graph(fn, args...);
   const exec::graph_outline outline(g);
   const tensors in{args...};
-  const auto plan = exec::build_plan(g, outline, in);
+  const auto plan = exec::planner::build_plan(g, outline, in);
   REQUIRE(!plan->clusters.empty());
   return exec::native_source(plan->clusters[0]);
 }

@@ -137,7 +137,7 @@ class basic_graph_executor {
     const int count = cached_count_.load(std::memory_order_relaxed);
     if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
     if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
-    auto fresh = exec::build_plan(*graph_, outline_, args);
+    auto fresh = exec::planner::build_plan(*graph_, outline_, args);
     if (native_)
       if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
         compile(*fresh);

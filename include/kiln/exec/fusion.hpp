@@ -26,10 +26,28 @@ struct clustering {
   node_map<int> cluster_of;               ///< a node's cluster, -1 for none
 };
 
+/// The steps of a plan in order, and the step that defines each value.
+struct schedule {
+  std::vector<plan_step> steps;
+  node_map<int> step_of;  ///< -1 for values no step defines
+};
+
+/// Fusion and scheduling, the planner's middle stages: a class template on nothing,
+/// as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_fusion {
+  /// The clusters of the needed nodes of `g`.
+  static clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed);
+  /// The steps of the plan in order.
+  static schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+                                 const clustering& clusters);
+};
+using fusion = basic_fusion<>;
+
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
-template <class = void>
-clustering form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
+template <class Unused>
+clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
     std::vector<int> members;
     bool open = true;
@@ -92,17 +110,12 @@ clustering form_clusters(const graph& g, const graph_outline& outline, const typ
   return result;
 }
 
-/// The steps of a plan in order, and the step that defines each value.
-struct schedule {
-  std::vector<plan_step> steps;
-  node_map<int> step_of;  ///< -1 for values no step defines
-};
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
-template <class = void>
-schedule schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
-                        const clustering& clusters) {
+template <class Unused>
+schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
+                                              const clustering& clusters) {
   struct placed {
     int place;             // the node whose place in graph order the step takes
     int op = -1;           // the op node, or -1 for a cluster

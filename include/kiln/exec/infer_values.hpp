@@ -19,12 +19,26 @@ struct typed_nodes {
   node_map<op_entry> entries;
 };
 
+/// Value inference, the planner's first stage: a class template on nothing, as the
+/// planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_value_inference {
+  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret.
+  static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
+                                                 std::span<const tensor> args);
+  /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
+  static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
+                                                             std::span<const tensor> args);
+};
+using value_inference = basic_value_inference<>;
+
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
 /// leave partly unknown.
-/// For example `if (auto typed = infer_values(g, outline, args)) form_clusters(g, outline, *typed);`.
-template <class = void>
-std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+/// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
+template <class Unused>
+std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
+                                                                       std::span<const tensor> args) {
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
@@ -79,9 +93,10 @@ std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& out
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
-template <class = void>
-std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
-                                                    std::span<const tensor> args) {
+template <class Unused>
+std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constants(const graph& g,
+                                                                                   const graph_outline& outline,
+                                                                                   std::span<const tensor> args) {
   std::vector<std::pair<int, tensor>> moved;
   if (args.empty()) return moved;
   const device d = args[0].device();

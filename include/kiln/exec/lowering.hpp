@@ -33,9 +33,27 @@ struct lowered_op {
   }
 };
 
+/// Lowering, the planner's stage that makes tile programs: a class template on
+/// nothing, as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_lowering {
+  /// The ops of a cluster that run once its arithmetic is folded, in order.
+  static std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f);
+  /// Tile buffers for a cluster's results that stay out of memory, and how many.
+  static std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code,
+                                                        const node_map<bool>& in_memory, auto inside,
+                                                        const local_ids& local);
+  /// The tile program of one cluster.
+  static fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters,
+                                     int cluster, const node_map<value_info>& values, const memory_plan& memory,
+                                     local_ids& local);
+};
+using lowering = basic_lowering<>;
+
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
-template <class = void>
-std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& members, const folds& f) {
+template <class Unused>
+std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, const std::vector<int>& members,
+                                                           const folds& f) {
   std::vector<lowered_op> code;
   code.reserve(members.size());
   for (int id : members) {
@@ -57,9 +75,10 @@ std::vector<lowered_op> ops_that_run(const graph& g, const std::vector<int>& mem
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
-template <class = void>
-std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& code, const node_map<bool>& in_memory,
-                                               auto inside, const local_ids& local) {
+template <class Unused>
+std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std::vector<lowered_op>& code,
+                                                                       const node_map<bool>& in_memory, auto inside,
+                                                                       const local_ids& local) {
   local_map<int> last_read(local, -1);
   for (std::size_t k = 0; k < code.size(); ++k)
     for (int in : code[k].reads()) last_read[in] = int(k);
@@ -88,9 +107,11 @@ std::pair<local_map<int>, int> scratch_buffers(const std::vector<lowered_op>& co
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written). `local` is the
 /// plan's local_ids, empty (it is cleared again on return).
-template <class = void>
-fused_cluster lower_cluster(const graph& g, const node_map<op_entry>& entries, const clustering& clusters, int cluster,
-                            const node_map<value_info>& values, const memory_plan& memory, local_ids& local) {
+template <class Unused>
+fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_map<op_entry>& entries,
+                                                    const clustering& clusters, int cluster,
+                                                    const node_map<value_info>& values, const memory_plan& memory,
+                                                    local_ids& local) {
   const std::vector<int>& members = clusters.members[std::size_t(cluster)];
   for (int id : members) {
     local.add(id);

@@ -78,11 +78,21 @@ struct memory_plan {
   node_map<int> last_use;  ///< per value: the step that reads it last (the step count for outputs)
 };
 
-/// The memory plan of the scheduled steps `s`; sets the home of every op's value in
-/// `values`, and the slot of those in slots.
-template <class = void>
-memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
-                        const clustering& clusters, const schedule& s, node_map<value_info>& values) {
+/// Memory planning, the planner's stage that gives values their homes: a class template
+/// on nothing, as the planner's other stages, compiled where a plan is built.
+template <class Unused = void>
+struct basic_memory_planner {
+  /// The memory plan of the scheduled steps `s`; sets the home of every op's value in
+  /// `values`, and the slot of those in slots.
+  static memory_plan plan_memory(const graph& g, const graph_outline& outline, const node_map<op_entry>& entries,
+                                 const clustering& clusters, const schedule& s, node_map<value_info>& values);
+};
+using memory_planner = basic_memory_planner<>;
+
+template <class Unused>
+memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const graph_outline& outline,
+                                                      const node_map<op_entry>& entries, const clustering& clusters,
+                                                      const schedule& s, node_map<value_info>& values) {
   const std::size_t n = g.nodes().size();
   const int end = int(s.steps.size());
   memory_plan m{node_map<bool>(n, false), {}, {}, std::vector<std::vector<int>>(s.steps.size()), {}, node_map<int>(n, -1)};

@@ -1,10 +1,12 @@
 #pragma once
 /// \file
 /// The planner: builds the execution_plan of a graph for one set of arguments by
-/// passing data through its stages, each a function of its own file:
+/// passing data through its stages, each a class template on nothing in a file of its own
+/// (compiled where a plan is built: the executor's, in the library of a compiled kiln):
 ///
 ///     infer_values ─▶ form_clusters ─▶ schedule_steps ─▶ plan_memory ─▶ lower_cluster
-///     (infer_values)  (fusion)         (fusion)          (memory_plan)  (lowering, fold)
+///     (value_inference, (fusion,        (fusion)          (memory_planner, (lowering,
+///      infer_values.hpp) fusion.hpp)                       memory_plan.hpp) lowering.hpp)
 
 #include <algorithm>
 #include <memory>
@@ -19,23 +21,34 @@
 
 namespace kiln::detail::exec {
 
-/// The plan of graph `g` (outlined by `outline`) for `args`.
-/// For example `build_plan(g, graph_outline(g), args)->steps.size()`.
-template <class = void>
-std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline, std::span<const tensor> args) {
+/// The planner's stages in order (a class template on nothing, as each stage).
+template <class Unused = void>
+struct basic_planner {
+  /// The plan of graph `g` (outlined by `outline`) for `args`.
+  /// For example `planner::build_plan(g, graph_outline(g), args)->steps.size()`.
+  static std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& outline,
+                                                    std::span<const tensor> args);
+};
+using planner = basic_planner<>;
+
+template <class Unused>
+std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g, const graph_outline& outline,
+                                                                  std::span<const tensor> args) {
+  using inference = basic_value_inference<Unused>;
+  using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
   for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;
-  std::optional<typed_nodes> typed = infer_values(g, outline, args);
+  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args);
   if (!typed) {
     p->interpreted = true;
-    p->moved_constants = moved_constants(g, outline, args);
+    p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
-  const clustering clusters = form_clusters(g, outline, *typed);
-  schedule s = schedule_steps(g, outline, *typed, clusters);
+  const clustering clusters = stages::form_clusters(g, outline, *typed);
+  schedule s = stages::schedule_steps(g, outline, *typed, clusters);
   p->values = std::move(typed->values);
-  memory_plan memory = plan_memory(g, outline, typed->entries, clusters, s, p->values);
+  memory_plan memory = basic_memory_planner<Unused>::plan_memory(g, outline, typed->entries, clusters, s, p->values);
 
   p->steps = std::move(s.steps);
   for (std::size_t k = 0; k < p->steps.size(); ++k) {
@@ -65,7 +78,8 @@ std::unique_ptr<execution_plan> build_plan(const graph& g, const graph_outline& 
   local_ids local(g.nodes().size());
   for (std::size_t c = 0; c < clusters.members.size(); ++c) {
     fused_cluster& cluster =
-        p->clusters.emplace_back(lower_cluster(g, typed->entries, clusters, int(c), p->values, memory, local));
+        p->clusters.emplace_back(basic_lowering<Unused>::lower_cluster(g, typed->entries, clusters, int(c), p->values,
+                                                                      memory, local));
     p->max_table = std::max(p->max_table, cluster.table_size);
     for (const cluster_check& k : cluster.checks) p->max_inputs = std::max(p->max_inputs, k.inputs.size());
   }
