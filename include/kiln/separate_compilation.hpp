@@ -76,7 +76,7 @@ bool kiln::detail::kernels_linked() {
       const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);                                     \
   prefix template void kiln::detail::backward_of<::kiln::ops::op>(                                         \
       const ::kiln::ops::any_op&, std::span<const ::kiln::tensor>, const ::kiln::tensor&,                  \
-      const ::kiln::tensor&, std::span<::kiln::tensor>);
+      const ::kiln::tensor&, std::span<const char>, std::span<::kiln::tensor>);
 #define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
 // Instantiating the kernels also registers them, so that graphs of a program linking
 // them reach every op, whether the program calls it or not.

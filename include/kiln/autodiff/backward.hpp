@@ -90,8 +90,10 @@ class gradient_builder {
     value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
   };
 
-  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
-      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
+  /// `needed` marks (nonzero) the inputs whose gradients are wanted; empty: all.
+  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                   std::span<const char> needed, std::span<tensor> grads)
+      : inputs_(inputs), output_(output), upstream_(upstream), needed_(needed), grads_(grads) {}
 
   /// Input `i` of the op.
   value x(int i) const { return {inputs_[std::size_t(i)]}; }
@@ -103,6 +105,10 @@ class gradient_builder {
   value dy() const { return {upstream_}; }
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
   value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
+  /// Whether the gradient of input `i` is wanted: a formula that gives several skips
+  /// the work of those that are not (a captured constant's, say), as PyTorch's
+  /// `needs_input_grad`.
+  bool needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
@@ -138,6 +144,7 @@ class gradient_builder {
   std::span<const tensor> inputs_;
   const tensor& output_;
   const tensor& upstream_;
+  std::span<const char> needed_;
   std::span<tensor> grads_;
 };
 
@@ -146,12 +153,13 @@ template <class Op>
 inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
 
 /// Runs the formula of the `Op` that `op` holds: writes the gradient of each
-/// differentiable input to `grads` (left undefined for the others).
+/// differentiable input that `needed` marks to `grads` (left undefined for the others,
+/// or possibly given when the formula computes them at no extra cost).
 template <class Op>
 KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
-                 std::span<tensor> grads) {
+                 std::span<const char> needed, std::span<tensor> grads) {
   if constexpr (differentiable<Op>) {
-    gradient_builder g(inputs, output, upstream, grads);
+    gradient_builder g(inputs, output, upstream, needed, grads);
     op.unchecked<Op>().gradient(g);
   }
 }

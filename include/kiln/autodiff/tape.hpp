@@ -30,6 +30,7 @@
 #include "kiln/core/hooks.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
+#include "kiln/graph/node_index.hpp"
 #include "kiln/ops/op_table.hpp"
 #include "kiln/trace/trace_context.hpp"
 
@@ -93,10 +94,56 @@ struct tape_key {
       return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
     return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
-  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
+  friend bool operator==(const tape_key& a, const tape_key& b) {
+    return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
+  }
+  /// A hash of what tells keys apart but the dims (values of one buffer or node with
+  /// other shapes are rare: they share a hash and compare unequal).
+  std::size_t hash() const {
+    return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
+           (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
+  }
 
  private:
   tape_key(dtype t, const shape& s) : type(t), dims(s) {}
+};
+
+/// Tensors by tape_key, as a tape keeps what it recorded and the gradients it sums:
+/// entries in one array, found through a node_index, so that recording an op or
+/// accumulating a gradient allocates nothing (a std::map allocated a node per entry
+/// and compared shapes on every step down its tree).
+/// \code
+/// kiln::detail::tape_table table;
+/// const kiln::tensor x = kiln::constant(1.f);
+/// table.emplace(kiln::detail::tape_key(x), x);
+/// table.find(kiln::detail::tape_key(x));  // points to x
+/// \endcode
+class tape_table {
+ public:
+  /// The tensor kept under `key`, or null.
+  tensor* find(const tape_key& key) {
+    int found = -1;
+    index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
+    return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
+  }
+  const tensor* find(const tape_key& key) const { return const_cast<tape_table&>(*this).find(key); }
+  bool contains(const tape_key& key) const { return find(key) != nullptr; }
+  /// Keeps `t` under `key` unless a tensor is kept there; returns the one kept and
+  /// whether it is `t`.
+  std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t) {
+    if (tensor* known = find(key)) return {known, false};
+    index_.insert(key.hash(), int(entries_.size()));
+    entries_.emplace_back(key, t);
+    return {&entries_.back().second, true};
+  }
+  void clear() {
+    entries_.clear();
+    index_.clear();
+  }
+
+ private:
+  std::vector<std::pair<tape_key, tensor>> entries_;
+  node_index index_;
 };
 
 /// How many gradient tapes record on this thread; the layers below read it through
@@ -301,13 +348,18 @@ class gradient_tape {
     watch(value);
   }
 
-  // A recorded op, or a recorded function call (`call` set, `op` unused).
+  // A recorded op, or a recorded function call (`call` set, `op` unused); its inputs
+  // and then its outputs are `count` tensors of values_ from `first` on, one array
+  // for the whole tape instead of two vectors per entry.
   struct entry {
     ops::any_op op;
-    std::vector<tensor> inputs;
-    std::vector<tensor> outputs;
     std::shared_ptr<const detail::differentiable_call> call;
+    std::size_t first = 0;
+    std::uint32_t inputs = 0;
+    std::uint32_t outputs = 0;
   };
+  std::span<const tensor> inputs_of(const entry& e) const { return {values_.data() + e.first, e.inputs}; }
+  std::span<const tensor> outputs_of(const entry& e) const { return {values_.data() + e.first + e.inputs, e.outputs}; }
 
   // A tape records the values of where it was made: eager ones outside a function,
   // the trace's own inside one (not those of a function traced while it records).
@@ -319,11 +371,11 @@ class gradient_tape {
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
     if (!records(out)) return;
     bool reads_tracked = false;
-    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
+    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.contains(detail::tape_key(*t));
     if (!reads_tracked) return;
-    entry e{op, {}, {out}, nullptr};
-    for (const tensor* t : in) e.inputs.push_back(*t);
-    entries_.push_back(std::move(e));
+    entries_.push_back(entry{op, nullptr, values_.size(), std::uint32_t(in.size()), 1});
+    for (const tensor* t : in) values_.push_back(*t);
+    values_.push_back(out);
     tracked_.emplace(detail::tape_key(out), out);
   }
 
@@ -334,54 +386,64 @@ class gradient_tape {
                    std::span<const tensor> out) {
     if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
     bool reads_tracked = !call->variables.empty();
-    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
+    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.contains(detail::tape_key(t));
     if (!reads_tracked) return;
-    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
+    entries_.push_back(entry{ops::any_op(), call, values_.size(), std::uint32_t(in.size()), std::uint32_t(out.size())});
+    values_.insert(values_.end(), in.begin(), in.end());
+    values_.insert(values_.end(), out.begin(), out.end());
     for (const tensor& t : out)
       if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
 
   // Adds `g` to the gradient kept under `key`.
   template <class = void>
-  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+  static void accumulate(detail::tape_table& grads, const detail::tape_key& key, const tensor& g) {
     if (!g.defined()) return;  // unconnected
     auto [at, fresh] = grads.emplace(key, g);
-    if (!fresh) at->second = detail::sum_defined(at->second, g);
+    if (!fresh) *at = detail::sum_defined(*at, g);
   }
 
   template <class = void>
-  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+  void backpropagate_call(const entry& e, detail::tape_table& grads) const {
     auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
-    if (std::ranges::none_of(e.outputs, reached)) return;
+    if (std::ranges::none_of(outputs_of(e), reached)) return;
     std::vector<tensor> dys;
-    for (const tensor& y : e.outputs)
-      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
-    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
+    for (const tensor& y : outputs_of(e))
+      if (is_floating(y.dtype())) dys.push_back(reached(y) ? *grads.find(detail::tape_key(y)) : detail::zeros_shaped_like(y));
+    const std::vector<tensor> g = e.call->backward(e.call->self.get(), inputs_of(e), dys);
     std::size_t k = 0;
-    for (const tensor& x : e.inputs)
+    for (const tensor& x : inputs_of(e))
       if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
     for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
   }
 
+  // Runs each recorded op's formula from the last to the first, for the inputs that
+  // lead back to a watched tensor only (a formula skips the others, as a captured
+  // constant's: computing them would add nodes that the optimizer prunes again).
   template <class = void>
-  void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
+  void backpropagate(const tensor& target, detail::tape_table& grads) const {
     grads.emplace(detail::tape_key(target),
                   detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
+    std::vector<tensor> in_grads;
+    std::vector<char> needed;
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
       if (e->call) {
         backpropagate_call(*e, grads);
         continue;
       }
-      auto it = grads.find(detail::tape_key(e->outputs[0]));
-      if (it == grads.end()) continue;
-      const tensor dy = it->second;
-      std::vector<tensor> in_grads(e->inputs.size());
-      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
-      for (std::size_t i = 0; i < e->inputs.size(); ++i) {
-        const tensor& x = e->inputs[i];
-        if (in_grads[i].defined() && is_floating(x.dtype()))
-          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
-      }
+      const tensor* found = grads.find(detail::tape_key(outputs_of(*e)[0]));
+      if (!found) continue;
+      const tensor dy = *found;
+      const std::span<const tensor> inputs = inputs_of(*e);
+      in_grads.assign(inputs.size(), tensor());
+      needed.assign(inputs.size(), 0);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        needed[i] = is_floating(inputs[i].dtype()) && tracked_.contains(detail::tape_key(inputs[i]));
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, inputs, outputs_of(*e)[0], dy, needed,
+                                                                          in_grads);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (needed[i] && in_grads[i].defined())
+          accumulate(grads, detail::tape_key(inputs[i]), detail::unbroadcast(in_grads[i], inputs[i].shape()));
     }
   }
 
@@ -397,7 +459,8 @@ class gradient_tape {
   bool used_ = false;
   bool recording_ = true;
   std::vector<entry> entries_;
-  std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+  std::vector<tensor> values_;    ///< the entries' inputs and outputs
+  detail::tape_table tracked_;  ///< watched tensors and results of recorded ops, held
   std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
 
@@ -440,7 +503,7 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
   tape.used_ = true;
-  std::map<detail::tape_key, tensor> grads;
+  detail::tape_table grads;
   {
     // The ops that compute gradients are not this tape's to record (the other tapes
     // of the thread record them).
@@ -448,19 +511,20 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
       gradient_tape& tape;
       ~paused() { tape.resume(); }
     } guard{(tape.pause(), tape)};
-    if (is_floating(target.dtype()) && tape.tracked_.count(detail::tape_key(target))) tape.backpropagate(target, grads);
+    if (is_floating(target.dtype()) && tape.tracked_.contains(detail::tape_key(target))) tape.backpropagate(target, grads);
   }
   std::vector<tensor> out;
   for (const tensor& s : sources) {
-    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tape.tracked_.count(it->first) ? it->second : tensor());
+    const tensor* g = nullptr;
+    if (s.defined() && tape.tracked_.contains(detail::tape_key(s))) g = grads.find(detail::tape_key(s));
+    out.push_back(g ? *g : tensor());
   }
   if (variables)
     for (const auto& [id, t, s] : *variables) {
-      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
-      out.push_back(it != grads.end() ? it->second : tensor());
+      const tensor* g = grads.find(detail::tape_key::of_variable(id, t, s));
+      out.push_back(g ? *g : tensor());
     }
-  if (!tape.persistent_) tape.entries_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
+  if (!tape.persistent_) tape.entries_.clear(), tape.values_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
   return out;
 }
 #endif

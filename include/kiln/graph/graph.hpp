@@ -165,7 +165,7 @@ class node {
     }
   }
   /// Names of the nodes whose outputs this node reads, in order.
-  const std::vector<std::string>& inputs() const { return input_names_; }
+  KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
   kiln::dtype dtype() const { return dtype_; }
   /// Possibly partial (`None` dims) when the function accepts several shapes.
   const kiln::shape& shape() const { return shape_; }
@@ -193,7 +193,10 @@ class node {
   std::string name_;
   ops::any_op op_;
   std::vector<int> input_ids_;
-  std::vector<std::string> input_names_;
+  // The graph that holds the node, where inputs() finds its inputs' names (a graph
+  // keeps it current when it is copied or moved): a name per input in every node made
+  // two allocations per traced op.
+  const graph* graph_ = nullptr;
   kiln::shape shape_;
   // A constant's value (a tensor) or a special node's op, the one a node's kind holds;
   // behind a pointer: a tensor in place made a node 2.5 times larger.
@@ -211,6 +214,28 @@ class node {
 /// \endcode
 class graph {
  public:
+  graph() = default;
+  graph(const graph& other)
+      : nodes_(other.nodes_), arguments_(other.arguments_), outputs_(other.outputs_),
+        next_suffix_(other.next_suffix_), bare_names_(other.bare_names_) {
+    adopt_nodes();
+  }
+  graph(graph&& other) noexcept
+      : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
+        next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)) {
+    adopt_nodes();
+  }
+  graph& operator=(graph other) noexcept {
+    nodes_.swap(other.nodes_);
+    arguments_.swap(other.arguments_);
+    outputs_.swap(other.outputs_);
+    next_suffix_.swap(other.next_suffix_);
+    bare_names_.swap(other.bare_names_);
+    adopt_nodes();
+    return *this;
+  }
+  ~graph() = default;
+
   const std::vector<node>& nodes() const { return nodes_; }
   /// Node `id` (an index into nodes()).
   const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
@@ -303,6 +328,9 @@ class graph {
     }
   }
 
+  void adopt_nodes() {
+    for (node& n : nodes_) n.graph_ = this;
+  }
   KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
   // given before. Which names were given is known without a set of every name, which
@@ -351,13 +379,23 @@ KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std:
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);
-  n.input_names_.reserve(inputs.size());
-  for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
+  for (int in : inputs)
+    if (in < 0 || std::size_t(in) >= nodes_.size())
+      throw internal_error("graph: node " + n.name_ + " reads node " + std::to_string(in) + " of " +
+                           std::to_string(nodes_.size()));
   n.input_ids_ = std::move(inputs);
+  n.graph_ = this;
   n.dtype_ = t;
   n.shape_ = s;
   nodes_.push_back(std::move(n));
   return int(nodes_.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> node::inputs() const {
+  std::vector<std::string> names;
+  names.reserve(input_ids_.size());
+  for (int in : input_ids_) names.push_back(graph_->node_at(in).name());
+  return names;
 }
 
 KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {

@@ -42,7 +42,7 @@ class any_op {
   any_op() = default;
   template <class Op>
     requires registered<Op>
-  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
+  any_op(Op op) : box_(make_box(std::move(op))), index_(position_of<Op>) {}
   template <class Op>
   any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
   any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
@@ -80,6 +80,19 @@ class any_op {
     explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
     Op op;
   };
+  // An op without members (add, multiply: most nodes of a graph) is one box shared by
+  // every node that holds it, which its own reference keeps alive: tracing a graph of
+  // 10^5 such ops made 10^5 allocations for them.
+  template <class Op>
+  static box_base* make_box(Op op) {
+    if constexpr (std::is_empty_v<Op> && std::is_trivially_copyable_v<Op>) {
+      static box<Op> shared{op};
+      shared.references.fetch_add(1, std::memory_order_relaxed);
+      return &shared;
+    } else {
+      return new box<Op>(std::move(op));
+    }
+  }
   box_base* box_ = nullptr;
   std::size_t index_ = size;
 };

@@ -118,13 +118,19 @@ struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
   static constexpr std::string_view onnx_name = "Sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
-  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
+  template <class G> void gradient(G& g) const {
+    g.give(0, g.dy());
+    if (g.needs(1)) g.give(1, -g.dy());
+  }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
   static constexpr std::string_view onnx_name = "Mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
-  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
+  template <class G> void gradient(G& g) const {
+    if (g.needs(0)) g.give(0, g.dy() * g.x(1));
+    if (g.needs(1)) g.give(1, g.x(0) * g.dy());
+  }
 };
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
@@ -137,8 +143,8 @@ struct divide : elementwise_op<2, numeric, result_rule::true_division> {
       return a / b;
   }
   template <class G> void gradient(G& g) const {
-    g.give(0, g.dy() / g.x(1));
-    g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
+    if (g.needs(0)) g.give(0, g.dy() / g.x(1));
+    if (g.needs(1)) g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
   }
 };
 struct floordiv : elementwise_op<2, numeric> {
@@ -238,7 +244,8 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
   template <class G> void gradient(G& g) const {
     const auto zero = g.dy().scalar(0);
-    g.give(1, G::run(where{}, g.x(0), g.dy(), zero)), g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
+    if (g.needs(1)) g.give(1, G::run(where{}, g.x(0), g.dy(), zero));
+    if (g.needs(2)) g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
   }
 };
 
@@ -261,13 +268,14 @@ void relu::gradient(G& g) const {
 template <class G>
 void floormod::gradient(G& g) const {
   g.give(0, g.dy());
-  g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
+  if (g.needs(1)) g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
 }
 
 template <class G>
 void pow::gradient(G& g) const {
   const auto x = g.x(0), y = g.x(1), zero = x.scalar(0);
-  g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  if (g.needs(0)) g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  if (!g.needs(1)) return;
   const auto positive = G::run(greater{}, x, zero);
   g.give(1, G::run(where{}, positive, g.dy() * g.y() * G::run(log{}, G::run(where{}, positive, x, x.scalar(1))), zero));
 }
@@ -275,13 +283,15 @@ void pow::gradient(G& g) const {
 template <class G>
 void maximum::gradient(G& g) const {
   const auto first = G::run(greater_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
-  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+  if (g.needs(0)) g.give(0, G::run(where{}, first, g.dy(), zero));
+  if (g.needs(1)) g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
 template <class G>
 void minimum::gradient(G& g) const {
   const auto first = G::run(greater_equal{}, g.x(1), g.x(0)), zero = g.dy().scalar(0);
-  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+  if (g.needs(0)) g.give(0, G::run(where{}, first, g.dy(), zero));
+  if (g.needs(1)) g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
 /// Whether an op's second integer operand may make it undefined: a divisor (zero is

@@ -44,8 +44,8 @@ struct matmul {
   constexpr bool operator==(const matmul&) const = default;
   /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
   template <class G> void gradient(G& g) const {
-    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
-    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+    if (g.needs(0)) g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    if (g.needs(1)) g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
   }
   /// The permutation that swaps the last two of `rank` dims.
   static constexpr int_list swap_last_two(int rank) {
@@ -194,12 +194,15 @@ void conv2d::gradient(G& g) const {
                      left = conv_output_dim(x[2], f[1], stride_w, pad).pad_before;
   const auto spread = spread_out<G>(spread_out<G>(g.dy(), 1, stride_h), 2, stride_w);
   // Input: every input pixel meets each filter tap that read it.
-  const auto turned = G::transpose(
-      G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
-      {0, 1, 3, 2});
-  const auto framed_dy =
-      fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
-  g.give(0, G::run(conv2d{}, framed_dy, turned));
+  if (g.needs(0)) {
+    const auto turned = G::transpose(
+        G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
+        {0, 1, 3, 2});
+    const auto framed_dy =
+        fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
+    g.give(0, G::run(conv2d{}, framed_dy, turned));
+  }
+  if (!g.needs(1)) return;
   // Filters: the input as the forward pass saw it (padded, rows no output reached
   // cut), with images and channels swapped, correlated with the spread dy.
   const auto framed_x =

@@ -94,12 +94,13 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
-/// Runs the gradient formula of the `Op` that `op` holds (defined in
-/// kiln/autodiff/backward.hpp, which gives each op's row its backward: a program that
-/// calls an op compiles its formula there, while the op table stays below autodiff).
+/// Runs the gradient formula of the `Op` that `op` holds for the inputs `needed` marks
+/// (defined in kiln/autodiff/backward.hpp, which gives each op's row its backward: a
+/// program that calls an op compiles its formula there, while the op table stays below
+/// autodiff).
 template <class Op>
 void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
-                 std::span<tensor> grads);
+                 std::span<const char> needed, std::span<tensor> grads);
 
 /// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
 /// thread may register an op (again, after kiln/separate_compilation.hpp did) while another runs
@@ -115,7 +116,7 @@ struct op_kernels {
   /// with the op's `any_op::address`); set before `execute`.
   std::atomic<const op_rules*> rules{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
-                               std::span<tensor>);
+                               std::span<const char>, std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
   std::atomic<backward_fn> backward{nullptr};
   /// Records the op into the trace in progress (a gradient formula run while tracing,
