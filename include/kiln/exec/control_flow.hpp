@@ -226,7 +226,7 @@ class while_op final : public special_op {
   template <class Onnx, class Graph>
   std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph& kg,
                                    const std::vector<std::string>& in) const {
-    const int id = int(&n - kg.nodes().data());
+    const int id = int(kg.nodes().index_of(n));
     const std::size_t vars = std::size_t(vars_), cond_captures = std::size_t(cond_captures_);
     const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
                                                     in.begin() + std::ptrdiff_t(vars + cond_captures));

@@ -79,7 +79,7 @@ class optimizer {
         case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
         case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
         case node_kind::special:
-          out_.add_special_like(n, n.input_ids(), std::span(in_.nodes()).subspan(k + 1));
+          out_.add_special_like(in_, int(k), n.input_ids());
           break;
         case node_kind::result: break;
       }
@@ -96,7 +96,7 @@ class optimizer {
     std::vector<int> ins;
     ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
+    std::vector<int> ids = out_.add_special_like(in_, int(i), std::move(ins));
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 

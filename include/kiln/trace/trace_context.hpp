@@ -115,7 +115,7 @@ class trace_context {
         case node_kind::special: {
           std::vector<int> ins;
           for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+          std::vector<int> ids = graph_.add_special_like(g, int(i), std::move(ins));
           for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
           break;
         }

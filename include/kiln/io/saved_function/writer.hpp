@@ -103,7 +103,7 @@ struct saved_function_io<T>::writer {
           j["op"] = std::string(n.op());
           j["special"] = special(n);
           json results = json::array();
-          const int id = int(&n - g.nodes().data());
+          const int id = int(g.nodes().index_of(n));
           for (int k = 0; k < n.result_count(); ++k) {
             const node& r = g.node_at(id + k);
             results.push_back(json{{"dtype", std::string(name(r.dtype()))}, {"shape", shape_to_json(r.shape())}});
