@@ -56,7 +56,7 @@ class storage {
       throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
     if (!addressable()) throw exhausted();
     try {
-      data_ = memory_for(d).allocate(bytes_);
+      data_ = held_inline() ? inline_ : memory_for(d).allocate(bytes_);
     } catch (const std::bad_alloc&) {
       throw exhausted();
     }
@@ -72,7 +72,7 @@ class storage {
       auto* s = static_cast<std::string*>(data_);
       for (std::int64_t i = 0; i < count_; ++i) s[i].~basic_string();
     }
-    memory_for(device_).deallocate(data_, bytes_);
+    if (!held_inline()) memory_for(device_).deallocate(data_, bytes_);
   }
 
   void* data() { return data_; }
@@ -99,11 +99,21 @@ class storage {
     return resource_exhausted_error(text);
   }
 
+  // A scalar's bytes (up to inline_bytes on the host) are held in the storage itself,
+  // one block with its shared count instead of two: a trace that captures a scalar
+  // per op made two small allocations for each. Not under AddressSanitizer, which sees
+  // a read past a block's end only in a block of the exact size.
+  static constexpr std::size_t inline_bytes = 16;
+  bool held_inline() const {
+    return !KILN_ADDRESS_SANITIZER && device_ == kiln::device::cpu && bytes_ <= inline_bytes && dtype_ != kiln::string;
+  }
+
   kiln::dtype dtype_;
   kiln::device device_;
   std::int64_t count_;
   std::size_t bytes_;
   void* data_ = nullptr;
+  alignas(16) unsigned char inline_[inline_bytes];
 };
 
 /// Allocates a storage and its shared count (one block) from the host's caching

@@ -110,7 +110,7 @@ class basic_graph_executor {
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
-      for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
+      for (int v : plan_.fresh) ws_->value(v) = tensor();
       pool_.give_back(ws_);
     }
     exec::workspace* operator->() const { return ws_; }
@@ -180,16 +180,16 @@ class basic_graph_executor {
   // its buffer to itself: a value of the call, or an argument given to consume.
   // Returns false, having done nothing, when it cannot.
   static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed) {
-    tensor* x = s.argument < 0 ? &ws.values[std::size_t(s.inputs[0])]
+    tensor* x = s.argument < 0 ? &ws.value(s.inputs[0])
                 : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
                                                            : nullptr;
     if (!x || !x->sole_owner()) return false;
-    ws.values[std::size_t(s.value)] = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
+    ws.value(s.value) = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
     return true;
   }
 
   void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const {
-    tensor& out = ws.values[std::size_t(s.value)];
+    tensor& out = ws.value(s.value);
     if (s.allocate) {
       const exec::value_info& v = p.values[s.value];
       out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
@@ -198,10 +198,10 @@ class basic_graph_executor {
   }
 
   // Runs the special op of node `id` and stores its results in the values of `id`
-  // and the Result nodes after it.
-  void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
+  // and the Result nodes after it, which `results` gives side by side from `first`.
+  void run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results, std::size_t first) const {
     const node& n = graph_->node_at(id);
-    n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
+    n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
   }
 
   void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const {
@@ -215,7 +215,7 @@ class basic_graph_executor {
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
       try {
-        ws.values[std::size_t(v)] = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
+        ws.value(v) = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
       } catch (const error&) {  // out of memory
         rethrow_at_node(v);
       }
@@ -370,7 +370,7 @@ class basic_graph_executor {
       try {
         const std::span<const tensor* const> in(inputs.begin(), inputs.size());
         if (n.kind() == node_kind::special) {
-          run_special(id, in, values);
+          run_special(id, in, values, std::size_t(id));
         } else if (n.kind() == node_kind::op) {
           // An op that may write its first input in place (set_item, pad_rows) does,
           // when this node reads it last and it has its buffer to itself.
@@ -451,12 +451,12 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
       run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
     } else if (const auto* special = std::get_if<exec::special_step>(&s.action)) {
       try {
-        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values, ws->index_of(special->value));
       } catch (const error&) {
         rethrow_at_node(special->value);
       }
     }
-    for (int r : s.release) ws->values[std::size_t(r)] = tensor();
+    for (int r : s.release) ws->value(r) = tensor();
   }
   outputs.reserve(p.outputs.size());
   for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);

@@ -137,11 +137,13 @@ schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outlin
     } else if (g.node_at(p.op).kind() == node_kind::special) {
       // Its results are the nodes after it; one with none still defines its own node.
       for (int k = 0; k < std::max(g.node_at(p.op).result_count(), 1); ++k) s.step_of[p.op + k] = step;
-      s.steps.push_back({special_step{p.op, g.node_at(p.op).input_ids()}, {}});
+      const std::span<const int> in = g.node_at(p.op).input_ids();
+      s.steps.push_back({special_step{p.op, {in.begin(), in.end()}}, {}});
     } else {
       const op_entry& e = typed.entries[p.op];
       s.step_of[p.op] = step;
-      s.steps.push_back({op_step{p.op, e.run, e.op, false, g.node_at(p.op).input_ids()}, {}});
+      const std::span<const int> in = g.node_at(p.op).input_ids();
+      s.steps.push_back({op_step{p.op, e.run, e.op, false, {in.begin(), in.end()}}, {}});
     }
   }
   return s;

@@ -53,6 +53,14 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     if (c.value().device() != device::cpu) return std::nullopt;
     t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
   }
+  // Arguments of the dtypes and shapes the placeholders were traced with: then each
+  // op's result has the dtype and shape its trace inferred (fully defined, unless it
+  // depends on values), and its rules need not run again.
+  bool as_traced = true;
+  for (std::size_t i = 0; i < args.size() && as_traced; ++i) {
+    const node& p = g.node_at(arguments[i]);
+    as_traced = p.dtype() == args[i].dtype() && p.shape().is_fully_defined() && p.shape() == args[i].shape();
+  }
   std::vector<dtype> dtypes;
   std::vector<shape> shapes;
   for (int id : outline.ops) {
@@ -68,20 +76,23 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       continue;
     }
     dtypes.clear();
-    shapes.clear();
-    for (int in : op_node.input_ids()) {
-      dtypes.push_back(t.values[in].type);
-      shapes.push_back(t.values[in].dims);
+    for (int in : op_node.input_ids()) dtypes.push_back(t.values[in].type);
+    if (as_traced && op_node.shape().is_fully_defined()) {
+      v.type = op_node.dtype();
+      v.dims = op_node.shape();
+    } else {
+      shapes.clear();
+      for (int in : op_node.input_ids()) shapes.push_back(t.values[in].dims);
+      // Through the op's row rather than a visit of every op, so that a source file
+      // compiles the rules of the ops it runs.
+      const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
+      const void* op = op_node.operation().address();
+      const dtype_result dt = rules.result_dtype(op, dtypes);
+      const shape_result sh = rules.result_shape(op, shapes);
+      if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+      v.type = dt.value;
+      v.dims = sh.value;
     }
-    // Through the op's row rather than a visit of every op, so that a source file
-    // compiles the rules of the ops it runs.
-    const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
-    const void* op = op_node.operation().address();
-    const dtype_result dt = rules.result_dtype(op, dtypes);
-    const shape_result sh = rules.result_shape(op, shapes);
-    if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
-    v.type = dt.value;
-    v.dims = sh.value;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;

@@ -198,7 +198,10 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
   }
   set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
   for (int id : members)
-    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids(), id});
+    if (const op_entry& e = entries[id]; e.check) {
+      const std::span<const int> in = g.node_at(id).input_ids();
+      c.checks.push_back({e.check, e.op, {in.begin(), in.end()}, id});
+    }
   return c;
 }
 

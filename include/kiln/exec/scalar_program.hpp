@@ -48,7 +48,7 @@ class scalar_program {
           p.code_.push_back({copy_value, nullptr, int(id), {n.input_ids()[0], -1, -1}});
           break;
         case node_kind::op: {
-          const std::vector<int>& in = n.input_ids();
+          const std::span<const int> in = n.input_ids();
           const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,

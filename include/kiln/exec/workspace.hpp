@@ -51,8 +51,15 @@ class workspace {
  public:
   /// The plan the values and slots are laid out for (execution_plan::id), 0 for none.
   std::uint64_t bound_plan = 0;
-  /// One tensor per graph node: slot views, fresh buffers and evaluated results.
+  /// The tensors of the nodes whose values the call holds (slot views, fresh buffers,
+  /// evaluated results, and a special op's results side by side), in node order;
+  /// value(v) is node v's. Not one per node: a fused chain of 10^5 ops holds a few,
+  /// and a tensor per node made each first call fill megabytes it never read.
   std::vector<tensor> values;
+  /// Node v's tensor (for a node whose value the call holds).
+  tensor& value(int v) { return values[index_of(v)]; }
+  /// Where node v's tensor is in `values`.
+  std::size_t index_of(int v) const { return std::size_t(at_[std::size_t(v)]); }
   /// Where each value is: an argument, a constant of the graph, or `values[i]`.
   std::vector<const tensor*> refs;
   /// Input pointers of the op or check being run.
@@ -64,14 +71,29 @@ class workspace {
   template <class = void>
   void bind(const graph& g, const execution_plan& p) {
     const std::size_t n = std::size_t(p.values.size());
-    values.assign(n, tensor());
+    at_.assign(n, -1);
+    int held = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (g.nodes()[i].kind() == node_kind::special) {
+        // Its results side by side, whatever their homes, for the op to write them.
+        const std::size_t count = std::size_t(g.nodes()[i].result_count());
+        at_[i] = held;
+        for (std::size_t k = 1; k < count; ++k) at_[i + k] = held + int(k);
+        held += int(count);
+        i += count > 0 ? count - 1 : 0;
+        continue;
+      }
+      const value_home home = p.values[int(i)].home;
+      if (home == value_home::slot || home == value_home::fresh || home == value_home::evaluated) at_[i] = held++;
+    }
+    values.assign(std::size_t(held), tensor());
     refs.assign(n, nullptr);
     for (std::size_t i = 0; i < n; ++i) {
       switch (p.values[int(i)].home) {
         case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
         case value_home::slot:
         case value_home::fresh:
-        case value_home::evaluated: refs[i] = &values[i]; break;
+        case value_home::evaluated: refs[i] = &value(int(i)); break;
         default: break;
       }
     }
@@ -84,7 +106,7 @@ class workspace {
     }
     for (int v : p.bound) {
       const value_info& info = p.values[v];
-      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
+      value(v) = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
     }
     inputs.resize(std::max(inputs.size(), p.max_inputs));
     bases.resize(std::max(bases.size(), std::size_t(p.max_table)));
@@ -105,6 +127,7 @@ class workspace {
   }
 
  private:
+  std::vector<int> at_;  ///< by node: its tensor's index in `values`, or -1
   std::array<std::vector<tensor>, dtype_count> slots_;
   scratch_buffer scratch_;
   std::vector<void*> tables_;

@@ -146,6 +146,43 @@ enum class node_kind : unsigned char {
   identity,     ///< an output of the function
 };
 
+namespace detail {
+
+/// A node's input ids: up to three in the node itself (every op of an elementwise
+/// chain), more on the heap. A std::vector made an allocation per traced op, and one
+/// per op again for each graph the optimizer rebuilt.
+class node_inputs {
+ public:
+  node_inputs() = default;
+  explicit node_inputs(std::span<const int> ids) : size_(std::uint32_t(ids.size())) {
+    if (ids.size() > inline_count) heap_.reset(new int[ids.size()]);
+    std::copy(ids.begin(), ids.end(), data());
+  }
+  node_inputs(const node_inputs& other) : node_inputs(other.view()) {}
+  node_inputs(node_inputs&& other) noexcept
+      : heap_(std::move(other.heap_)), size_(std::exchange(other.size_, 0)) {
+    std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);
+  }
+  node_inputs& operator=(node_inputs other) noexcept {
+    heap_.swap(other.heap_);
+    std::swap(size_, other.size_);
+    std::swap(inline_, other.inline_);
+    return *this;
+  }
+  ~node_inputs() = default;
+
+  std::span<const int> view() const { return {size_ > inline_count ? heap_.get() : inline_, size_}; }
+
+ private:
+  static constexpr std::size_t inline_count = 3;
+  int* data() { return size_ > inline_count ? heap_.get() : inline_; }
+  std::unique_ptr<int[]> heap_;
+  std::uint32_t size_ = 0;
+  int inline_[inline_count] = {};
+};
+
+}  // namespace detail
+
 /// One node of a kiln::graph.
 /// \code
 /// kiln::function f([](const kiln::tensor& x) { return x + 1; });
@@ -176,7 +213,7 @@ class node {
 
   node_kind kind() const { return kind_; }
   /// Indices (into graph::nodes()) of the inputs.
-  const std::vector<int>& input_ids() const { return input_ids_; }
+  std::span<const int> input_ids() const { return input_ids_.view(); }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
   const tensor& value() const {
@@ -196,7 +233,7 @@ class node {
   // many nodes, and its trace's time grows with the memory it first touches.
   std::string name_;
   ops::any_op op_;
-  std::vector<int> input_ids_;
+  detail::node_inputs input_ids_;
   // The graph that holds the node, where inputs() finds its inputs' names (a graph
   // keeps it current when it is copied or moved): a name per input in every node made
   // two allocations per traced op.
@@ -381,24 +418,24 @@ class graph {
     nodes_.edit(std::size_t(id)).held_ = n.held_;
     return id;
   }
-  int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+  int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s) {
     std::string base(ops::name_of(op));
-    int id = add(node_kind::op, base, std::move(inputs), t, s);
+    int id = add(node_kind::op, base, inputs, t, s);
     nodes_.edit(std::size_t(id)).op_ = op;
     return id;
   }
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
-  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                    const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `id` of graph `from` (and its Result nodes) with `inputs`.
-  std::vector<int> add_special_like(const graph& from, int id, std::vector<int> inputs) {
+  std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs) {
     const node& n = from.node_at(id);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
     for (int k = 1; k < n.result_count_; ++k) specs.emplace_back(from.node_at(id + k).dtype_, from.node_at(id + k).shape_);
-    return add_special(n.special_op_ptr(), std::move(inputs), specs);
+    return add_special(n.special_op_ptr(), inputs, specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
   bool has_effects() const {
@@ -407,7 +444,8 @@ class graph {
     return false;
   }
   int add_output(int source) {
-    int id = add(node_kind::identity, "Identity", {source}, nodes_[source].dtype_, nodes_[source].shape_);
+    const int inputs[] = {source};
+    int id = add(node_kind::identity, "Identity", inputs, nodes_[std::size_t(source)].dtype_, nodes_[std::size_t(source)].shape_);
     outputs_.push_back(id);
     return id;
   }
@@ -445,7 +483,8 @@ class graph {
   void adopt_nodes() {
     for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
   }
-  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s);
+  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
+                              const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
   // given before. Which names were given is known without a set of every name, which
   // would cost each node of a large graph a lookup in a table as large: a base's
@@ -478,22 +517,23 @@ class graph {
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                        const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
   const std::string base(op->name());
-  int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+  int id = add(node_kind::special, base, inputs, results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
   nodes_.edit(std::size_t(id)).held_ = std::move(op);
   nodes_.edit(std::size_t(id)).result_count_ = int(results.size());
   std::vector<int> ids;
   if (!results.empty()) ids.push_back(id);
+  const int reads[] = {id};
   for (std::size_t k = 1; k < results.size(); ++k)
-    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), reads, results[k].first,
                       results[k].second));
   return ids;
 }
 
-KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
                                    const kiln::shape& s) {
   node n;
   n.kind_ = kind;
@@ -502,7 +542,7 @@ KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std:
     if (in < 0 || std::size_t(in) >= nodes_.size())
       throw internal_error("graph: node " + n.name_ + " reads node " + std::to_string(in) + " of " +
                            std::to_string(nodes_.size()));
-  n.input_ids_ = std::move(inputs);
+  n.input_ids_ = detail::node_inputs(inputs);
   n.graph_ = this;
   n.dtype_ = t;
   n.shape_ = s;
@@ -512,8 +552,8 @@ KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std:
 
 KILN_LIBRARY_INLINE std::vector<std::string> node::inputs() const {
   std::vector<std::string> names;
-  names.reserve(input_ids_.size());
-  for (int in : input_ids_) names.push_back(graph_->node_at(in).name());
+  names.reserve(input_ids().size());
+  for (int in : input_ids()) names.push_back(graph_->node_at(in).name());
   return names;
 }
 

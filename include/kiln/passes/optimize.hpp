@@ -107,7 +107,7 @@ class optimizer {
       mapped.reserve(n.input_ids().size());
       for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
     }
-    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
+    const std::span<const int> ins = built_ ? std::span<const int>(mapped) : n.input_ids();
     if (int same = simplify(n, ins); same >= 0) {
       if (!built_) build_before(i);
       return same;
@@ -117,7 +117,7 @@ class optimizer {
     int found = -1;
     seen_.for_each(key, [&](int id) {
       const node& other = view().node_at(id);
-      if (other.input_ids() != ins || !same_op(other.operation(), n.operation())) return false;
+      if (!std::ranges::equal(other.input_ids(), ins) || !same_op(other.operation(), n.operation())) return false;
       found = id;
       return true;
     });
@@ -126,13 +126,13 @@ class optimizer {
       return found;
     }
     // (Each path that builds the output returned above: built_ is what it was on entry.)
-    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
+    const int id = built_ ? out_.add_op(n.operation(), mapped, n.dtype(), n.shape()) : int(i);
     seen_.insert(key, id);
     return id;
   }
 
   // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
-  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
+  static std::size_t cse_key(std::size_t op_index, std::span<const int> ins) {
     std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
     for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
     return h;
@@ -145,7 +145,7 @@ class optimizer {
 
   /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
   /// every op: each source file that optimizes a graph compiles this.)
-  int simplify(const node& n, const std::vector<int>& ins) const {
+  int simplify(const node& n, std::span<const int> ins) const {
     const ops::any_op& op = n.operation();
     auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
     if (ops::holds_alternative<ops::multiply>(op)) {
@@ -170,7 +170,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins, std::size_t i) {
+  int fold_constant(const node& n, std::span<const int> ins, std::size_t i) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;

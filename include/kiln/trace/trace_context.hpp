@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/small_vector.hpp"
 #include "kiln/core/symbol.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/eager/apply.hpp"
@@ -109,13 +110,13 @@ class trace_context {
         case node_kind::op: {
           std::vector<int> ins;
           for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+          mapped[i] = graph_.add_op(n.operation(), ins, n.dtype(), n.shape());
           break;
         }
         case node_kind::special: {
           std::vector<int> ins;
           for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          std::vector<int> ids = graph_.add_special_like(g, int(i), std::move(ins));
+          std::vector<int> ids = graph_.add_special_like(g, int(i), ins);
           for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
           break;
         }
@@ -185,7 +186,7 @@ KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::share
   std::vector<int> ids;
   for (const tensor& t : inputs) ids.push_back(node_of(t));
   std::vector<tensor> out;
-  for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+  for (int id : graph_.add_special(std::move(op), ids, results)) out.push_back(symbolic(id));
   return out;
 }
 
@@ -218,10 +219,10 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
 
 KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
                                                     std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
-  std::vector<int> ids;
+  small_vector<int, 4> ids;
   ids.reserve(inputs.size());
-  for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
-  return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  for (const tensor* t : inputs) ids.emplace_back(c.node_of(*t));
+  return c.symbolic(c.graph_.add_op(std::move(op), ids, dt, sh));
 }
 
 KILN_LIBRARY_INLINE int trace_context::capture(const tensor& t) {

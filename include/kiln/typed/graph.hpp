@@ -118,12 +118,13 @@ class basic_graph_writer final : public description_sink {
     const kiln::shape s = kiln::shape(dims);
     const auto key = std::pair{slot, s.str()};
     if (auto it = views_.find(key); it != views_.end()) return it->second;
-    return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
+    const int reshaped[] = {id};
+    return views_[key] = graph_.add_op(ops::reshape{s}, reshaped, n.dtype(), s);
   }
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
          std::span<const std::int64_t> dims) override {
-    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, kiln::shape(dims));
+    return graph_.add_op(registry_op(name, op), inputs, t, kiln::shape(dims));
   }
   int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
     tensor value(t, kiln::shape(dims));

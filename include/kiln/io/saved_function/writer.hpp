@@ -83,7 +83,7 @@ struct saved_function_io<T>::writer {
   json graph(const kiln::graph& g) {
     json nodes = json::array();
     for (const node& n : g.nodes()) {
-      json j{{"kind", kind_name(n.kind())}, {"inputs", n.input_ids()}};
+      json j{{"kind", kind_name(n.kind())}, {"inputs", std::vector<int>(n.input_ids().begin(), n.input_ids().end())}};
       switch (n.kind()) {
         case node_kind::placeholder:
           j["name"] = n.name();
