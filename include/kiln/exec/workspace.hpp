@@ -75,12 +75,12 @@ class workspace {
     int held = 0;
     for (std::size_t i = 0; i < n; ++i) {
       if (g.nodes()[i].kind() == node_kind::special) {
-        // Its results side by side, whatever their homes, for the op to write them.
-        const std::size_t count = std::size_t(g.nodes()[i].result_count());
-        at_[i] = held;
-        for (std::size_t k = 1; k < count; ++k) at_[i + k] = held + int(k);
+        // Its results side by side, whatever their homes, for the op to write them (a
+        // tensor for one without results too, which the plan may still release).
+        const std::size_t count = std::max<std::size_t>(std::size_t(g.nodes()[i].result_count()), 1);
+        for (std::size_t k = 0; k < count; ++k) at_[i + k] = held + int(k);
         held += int(count);
-        i += count > 0 ? count - 1 : 0;
+        i += count - 1;
         continue;
       }
       const value_home home = p.values[int(i)].home;
