@@ -171,6 +171,7 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
   }
   c.table_size = next;
 
+  c.code.reserve(code.size());
   for (const lowered_op& l : code) {
     const op_entry& e = entries[l.op];
     instruction ins;
