@@ -979,15 +979,36 @@ T* this_thread_object() {
 namespace kiln::detail {
 
 /// Where a caching allocator gets its blocks: 64-byte aligned host memory.
+///
+/// A block is malloc's, `buffer_alignment` bytes longer, aligned inside it, with
+/// malloc's address stored just before it: glibc's posix_memalign splits a larger
+/// chunk and frees the pieces around the aligned one, and a trace that captured 10^5
+/// scalars (two small blocks each: a buffer and its shared count) spent a tenth of its
+/// time there and in freeing the fragments again. Under AddressSanitizer a block is
+/// posix_memalign's, of its exact size, so that a read past its end is seen.
 struct host_system {
-  // posix_memalign takes any size (aligned_alloc wants a multiple of the alignment),
-  // so that blocks can be exact under AddressSanitizer.
   static void* allocate(std::size_t size) {
     void* p = nullptr;
-    if (posix_memalign(&p, buffer_alignment, size) != 0) throw std::bad_alloc();
-    return p;
+    if constexpr (KILN_ADDRESS_SANITIZER) {
+      // posix_memalign takes any size (aligned_alloc wants a multiple of the alignment).
+      if (posix_memalign(&p, buffer_alignment, size) != 0) throw std::bad_alloc();
+      return p;
+    } else {
+      if (size > std::size_t(-1) - buffer_alignment || !(p = std::malloc(size + buffer_alignment))) throw std::bad_alloc();
+      // malloc's address is 16-byte aligned: the next aligned address at least a pointer
+      // past it is at most buffer_alignment past it.
+      const auto aligned =
+          (reinterpret_cast<std::uintptr_t>(p) + sizeof(void*) + buffer_alignment - 1) & ~std::uintptr_t(buffer_alignment - 1);
+      reinterpret_cast<void**>(aligned)[-1] = p;
+      return reinterpret_cast<void*>(aligned);
+    }
   }
-  static void release(void* p) noexcept { std::free(p); }
+  static void release(void* p) noexcept {
+    if constexpr (KILN_ADDRESS_SANITIZER)
+      std::free(p);
+    else if (p)
+      std::free(static_cast<void**>(p)[-1]);
+  }
 };
 
 /// Hands out blocks of `System`'s memory (`System::allocate` throws std::bad_alloc
@@ -1181,7 +1202,7 @@ class storage {
       throw type_error("string tensors live on the cpu only; cannot place one on " + std::string(name(d)));
     if (!addressable()) throw exhausted();
     try {
-      data_ = memory_for(d).allocate(bytes_);
+      data_ = held_inline() ? inline_ : memory_for(d).allocate(bytes_);
     } catch (const std::bad_alloc&) {
       throw exhausted();
     }
@@ -1197,7 +1218,7 @@ class storage {
       auto* s = static_cast<std::string*>(data_);
       for (std::int64_t i = 0; i < count_; ++i) s[i].~basic_string();
     }
-    memory_for(device_).deallocate(data_, bytes_);
+    if (!held_inline()) memory_for(device_).deallocate(data_, bytes_);
   }
 
   void* data() { return data_; }
@@ -1224,11 +1245,21 @@ class storage {
     return resource_exhausted_error(text);
   }
 
+  // A scalar's bytes (up to inline_bytes on the host) are held in the storage itself,
+  // one block with its shared count instead of two: a trace that captures a scalar
+  // per op made two small allocations for each. Not under AddressSanitizer, which sees
+  // a read past a block's end only in a block of the exact size.
+  static constexpr std::size_t inline_bytes = 16;
+  bool held_inline() const {
+    return !KILN_ADDRESS_SANITIZER && device_ == kiln::device::cpu && bytes_ <= inline_bytes && dtype_ != kiln::string;
+  }
+
   kiln::dtype dtype_;
   kiln::device device_;
   std::int64_t count_;
   std::size_t bytes_;
   void* data_ = nullptr;
+  alignas(16) unsigned char inline_[inline_bytes];
 };
 
 /// Allocates a storage and its shared count (one block) from the host's caching
@@ -3467,13 +3498,19 @@ struct subtract : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "sub";
   static constexpr std::string_view onnx_name = "Sub";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::sub(a, b); }
-  template <class G> void gradient(G& g) const { g.give(0, g.dy()), g.give(1, -g.dy()); }
+  template <class G> void gradient(G& g) const {
+    g.give(0, g.dy());
+    if (g.needs(1)) g.give(1, -g.dy());
+  }
 };
 struct multiply : elementwise_op<2, numeric, result_rule::same, numeric> {
   static constexpr std::string_view name = "mul";
   static constexpr std::string_view onnx_name = "Mul";
   template <class T> KILN_HOST_DEVICE T operator()(T a, T b) const { return math::mul(a, b); }
-  template <class G> void gradient(G& g) const { g.give(0, g.dy() * g.x(1)), g.give(1, g.x(0) * g.dy()); }
+  template <class G> void gradient(G& g) const {
+    if (g.needs(0)) g.give(0, g.dy() * g.x(1));
+    if (g.needs(1)) g.give(1, g.x(0) * g.dy());
+  }
 };
 /// True division: integers divide as float64, as TensorFlow's `/`.
 struct divide : elementwise_op<2, numeric, result_rule::true_division> {
@@ -3486,8 +3523,8 @@ struct divide : elementwise_op<2, numeric, result_rule::true_division> {
       return a / b;
   }
   template <class G> void gradient(G& g) const {
-    g.give(0, g.dy() / g.x(1));
-    g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
+    if (g.needs(0)) g.give(0, g.dy() / g.x(1));
+    if (g.needs(1)) g.give(1, g.dy() * (-g.x(0) / g.x(1) / g.x(1)));
   }
 };
 struct floordiv : elementwise_op<2, numeric> {
@@ -3587,7 +3624,8 @@ struct where : elementwise_op<3, all, result_rule::same, dtype_set{}> {
   template <class T> KILN_HOST_DEVICE T operator()(bool c, const T& a, const T& b) const { return c ? a : b; }
   template <class G> void gradient(G& g) const {
     const auto zero = g.dy().scalar(0);
-    g.give(1, G::run(where{}, g.x(0), g.dy(), zero)), g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
+    if (g.needs(1)) g.give(1, G::run(where{}, g.x(0), g.dy(), zero));
+    if (g.needs(2)) g.give(2, G::run(where{}, g.x(0), zero, g.dy()));
   }
 };
 
@@ -3610,13 +3648,14 @@ void relu::gradient(G& g) const {
 template <class G>
 void floormod::gradient(G& g) const {
   g.give(0, g.dy());
-  g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
+  if (g.needs(1)) g.give(1, -g.dy() * G::run(floordiv{}, g.x(0), g.x(1)));
 }
 
 template <class G>
 void pow::gradient(G& g) const {
   const auto x = g.x(0), y = g.x(1), zero = x.scalar(0);
-  g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  if (g.needs(0)) g.give(0, g.dy() * y * G::run(pow{}, x, y - 1.0));
+  if (!g.needs(1)) return;
   const auto positive = G::run(greater{}, x, zero);
   g.give(1, G::run(where{}, positive, g.dy() * g.y() * G::run(log{}, G::run(where{}, positive, x, x.scalar(1))), zero));
 }
@@ -3624,13 +3663,15 @@ void pow::gradient(G& g) const {
 template <class G>
 void maximum::gradient(G& g) const {
   const auto first = G::run(greater_equal{}, g.x(0), g.x(1)), zero = g.dy().scalar(0);
-  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+  if (g.needs(0)) g.give(0, G::run(where{}, first, g.dy(), zero));
+  if (g.needs(1)) g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
 template <class G>
 void minimum::gradient(G& g) const {
   const auto first = G::run(greater_equal{}, g.x(1), g.x(0)), zero = g.dy().scalar(0);
-  g.give(0, G::run(where{}, first, g.dy(), zero)), g.give(1, G::run(where{}, first, zero, g.dy()));
+  if (g.needs(0)) g.give(0, G::run(where{}, first, g.dy(), zero));
+  if (g.needs(1)) g.give(1, G::run(where{}, first, zero, g.dy()));
 }
 
 /// Whether an op's second integer operand may make it undefined: a divisor (zero is
@@ -5720,8 +5761,8 @@ struct matmul {
   constexpr bool operator==(const matmul&) const = default;
   /// dy · bᵀ and aᵀ · dy (summed over broadcast batch dims by the tape).
   template <class G> void gradient(G& g) const {
-    g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
-    g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
+    if (g.needs(0)) g.give(0, G::matmul(g.dy(), G::transpose(g.x(1), swap_last_two(g.x(1).t.rank()))));
+    if (g.needs(1)) g.give(1, G::matmul(G::transpose(g.x(0), swap_last_two(g.x(0).t.rank())), g.dy()));
   }
   /// The permutation that swaps the last two of `rank` dims.
   static constexpr int_list swap_last_two(int rank) {
@@ -5870,12 +5911,15 @@ void conv2d::gradient(G& g) const {
                      left = conv_output_dim(x[2], f[1], stride_w, pad).pad_before;
   const auto spread = spread_out<G>(spread_out<G>(g.dy(), 1, stride_h), 2, stride_w);
   // Input: every input pixel meets each filter tap that read it.
-  const auto turned = G::transpose(
-      G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
-      {0, 1, 3, 2});
-  const auto framed_dy =
-      fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
-  g.give(0, G::run(conv2d{}, framed_dy, turned));
+  if (g.needs(0)) {
+    const auto turned = G::transpose(
+        G::run(gather{0}, G::run(gather{1}, g.x(1), G::reversed_indices(f[1], g.x(1))), G::reversed_indices(f[0], g.x(1))),
+        {0, 1, 3, 2});
+    const auto framed_dy =
+        fit_dim<G>(fit_dim<G>(spread, 1, f[0] - 1 - top, x[1] + f[0] - 1), 2, f[1] - 1 - left, x[2] + f[1] - 1);
+    g.give(0, G::run(conv2d{}, framed_dy, turned));
+  }
+  if (!g.needs(1)) return;
   // Filters: the input as the forward pass saw it (padded, rows no output reached
   // cut), with images and channels swapped, correlated with the spread dy.
   const auto framed_x =
@@ -6835,7 +6879,7 @@ class any_op {
   any_op() = default;
   template <class Op>
     requires registered<Op>
-  any_op(Op op) : box_(new box<Op>(std::move(op))), index_(position_of<Op>) {}
+  any_op(Op op) : box_(make_box(std::move(op))), index_(position_of<Op>) {}
   template <class Op>
   any_op(std::in_place_type_t<Op>, Op op) : any_op(std::move(op)) {}
   any_op(const any_op& other) noexcept : box_(other.box_), index_(other.index_) {
@@ -6873,6 +6917,19 @@ class any_op {
     explicit box(Op o) : box_base{{1}, [](box_base* b) { delete static_cast<box*>(b); }, &op}, op(std::move(o)) {}
     Op op;
   };
+  // An op without members (add, multiply: most nodes of a graph) is one box shared by
+  // every node that holds it, which its own reference keeps alive: tracing a graph of
+  // 10^5 such ops made 10^5 allocations for them.
+  template <class Op>
+  static box_base* make_box(Op op) {
+    if constexpr (std::is_empty_v<Op> && std::is_trivially_copyable_v<Op>) {
+      static box<Op> shared{op};
+      shared.references.fetch_add(1, std::memory_order_relaxed);
+      return &shared;
+    } else {
+      return new box<Op>(std::move(op));
+    }
+  }
   box_base* box_ = nullptr;
   std::size_t index_ = size;
 };
@@ -7008,12 +7065,13 @@ inline bool records_symbolically(std::span<const tensor* const> in) {
   return symbolic;
 }
 
-/// Runs the gradient formula of the `Op` that `op` holds (defined in
-/// kiln/autodiff/backward.hpp, which gives each op's row its backward: a program that
-/// calls an op compiles its formula there, while the op table stays below autodiff).
+/// Runs the gradient formula of the `Op` that `op` holds for the inputs `needed` marks
+/// (defined in kiln/autodiff/backward.hpp, which gives each op's row its backward: a
+/// program that calls an op compiles its formula there, while the op table stays below
+/// autodiff).
 template <class Op>
 void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
-                 std::span<tensor> grads);
+                 std::span<const char> needed, std::span<tensor> grads);
 
 /// The entry points of one op, type-erased over the graph's op variant. Atomic, as a
 /// thread may register an op (again, after kiln/separate_compilation.hpp did) while another runs
@@ -7029,7 +7087,7 @@ struct op_kernels {
   /// with the op's `any_op::address`); set before `execute`.
   std::atomic<const op_rules*> rules{nullptr};
   using backward_fn = void (*)(const ops::any_op&, std::span<const tensor>, const tensor&, const tensor&,
-                               std::span<tensor>);
+                               std::span<const char>, std::span<tensor>);
   /// The op's gradient formula (detail::backward_of); set before `execute`.
   std::atomic<backward_fn> backward{nullptr};
   /// Records the op into the trace in progress (a gradient formula run while tracing,
@@ -11492,6 +11550,10 @@ inline tensor::operator bool() const {
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <compare>
+#include <functional>
+#include <cstddef>
+#include <iterator>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11618,6 +11680,43 @@ enum class node_kind : unsigned char {
   identity,     ///< an output of the function
 };
 
+namespace detail {
+
+/// A node's input ids: up to three in the node itself (every op of an elementwise
+/// chain), more on the heap. A std::vector made an allocation per traced op, and one
+/// per op again for each graph the optimizer rebuilt.
+class node_inputs {
+ public:
+  node_inputs() = default;
+  explicit node_inputs(std::span<const int> ids) : size_(std::uint32_t(ids.size())) {
+    if (ids.size() > inline_count) heap_.reset(new int[ids.size()]);
+    std::copy(ids.begin(), ids.end(), data());
+  }
+  node_inputs(const node_inputs& other) : node_inputs(other.view()) {}
+  node_inputs(node_inputs&& other) noexcept
+      : heap_(std::move(other.heap_)), size_(std::exchange(other.size_, 0)) {
+    std::copy(std::begin(other.inline_), std::end(other.inline_), inline_);
+  }
+  node_inputs& operator=(node_inputs other) noexcept {
+    heap_.swap(other.heap_);
+    std::swap(size_, other.size_);
+    std::swap(inline_, other.inline_);
+    return *this;
+  }
+  ~node_inputs() = default;
+
+  std::span<const int> view() const { return {size_ > inline_count ? heap_.get() : inline_, size_}; }
+
+ private:
+  static constexpr std::size_t inline_count = 3;
+  int* data() { return size_ > inline_count ? heap_.get() : inline_; }
+  std::unique_ptr<int[]> heap_;
+  std::uint32_t size_ = 0;
+  int inline_[inline_count] = {};
+};
+
+}  // namespace detail
+
 /// One node of a kiln::graph.
 /// \code
 /// kiln::function f([](const kiln::tensor& x) { return x + 1; });
@@ -11641,14 +11740,14 @@ class node {
     }
   }
   /// Names of the nodes whose outputs this node reads, in order.
-  const std::vector<std::string>& inputs() const { return input_names_; }
+  KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
   kiln::dtype dtype() const { return dtype_; }
   /// Possibly partial (`None` dims) when the function accepts several shapes.
   const kiln::shape& shape() const { return shape_; }
 
   node_kind kind() const { return kind_; }
   /// Indices (into graph::nodes()) of the inputs.
-  const std::vector<int>& input_ids() const { return input_ids_; }
+  std::span<const int> input_ids() const { return input_ids_.view(); }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
   const tensor& value() const {
@@ -11668,8 +11767,11 @@ class node {
   // many nodes, and its trace's time grows with the memory it first touches.
   std::string name_;
   ops::any_op op_;
-  std::vector<int> input_ids_;
-  std::vector<std::string> input_names_;
+  detail::node_inputs input_ids_;
+  // The graph that holds the node, where inputs() finds its inputs' names (a graph
+  // keeps it current when it is copied or moved): a name per input in every node made
+  // two allocations per traced op.
+  const graph* graph_ = nullptr;
   kiln::shape shape_;
   // A constant's value (a tensor) or a special node's op, the one a node's kind holds;
   // behind a pointer: a tensor in place made a node 2.5 times larger.
@@ -11677,6 +11779,104 @@ class node {
   int result_count_ = 1;
   node_kind kind_ = node_kind::op;
   kiln::dtype dtype_ = float32;
+};
+
+/// The nodes of a graph in execution order, as kiln::graph::nodes() gives them: a
+/// random-access range of nodes held in blocks that never move. A graph grows a node
+/// at a time while it is traced; in one array it was copied into arrays twice as large
+/// as it grew, which touched about three times the memory its nodes need (a graph of
+/// 10^5 ops spent a sixth of its trace in first touches of fresh pages).
+/// \code
+/// kiln::function f([](const kiln::tensor& x) { return x + 1; });
+/// const kiln::graph g = f.get_concrete_function(kiln::constant(1)).graph();
+/// const kiln::node_list& nodes = g.nodes();
+/// std::cout << nodes.size() << " nodes, the last " << nodes.back().name() << "\n";  // 4 nodes, the last Identity
+/// \endcode
+class node_list {
+ public:
+  /// A const random-access iterator over the nodes.
+  class iterator {
+   public:
+    using iterator_concept = std::random_access_iterator_tag;
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = node;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const node*;
+    using reference = const node&;
+
+    iterator() = default;
+    reference operator*() const { return (*list_)[i_]; }
+    pointer operator->() const { return &(*list_)[i_]; }
+    reference operator[](difference_type k) const { return (*list_)[std::size_t(difference_type(i_) + k)]; }
+    iterator& operator++() { return ++i_, *this; }
+    iterator operator++(int) { return {list_, i_++}; }
+    iterator& operator--() { return --i_, *this; }
+    iterator operator--(int) { return {list_, i_--}; }
+    iterator& operator+=(difference_type k) { return i_ = std::size_t(difference_type(i_) + k), *this; }
+    iterator& operator-=(difference_type k) { return *this += -k; }
+    friend iterator operator+(iterator it, difference_type k) { return it += k; }
+    friend iterator operator+(difference_type k, iterator it) { return it += k; }
+    friend iterator operator-(iterator it, difference_type k) { return it -= k; }
+    friend difference_type operator-(const iterator& a, const iterator& b) {
+      return difference_type(a.i_) - difference_type(b.i_);
+    }
+    friend bool operator==(const iterator& a, const iterator& b) { return a.i_ == b.i_; }
+    friend auto operator<=>(const iterator& a, const iterator& b) { return a.i_ <=> b.i_; }
+
+   private:
+    friend class node_list;
+    iterator(const node_list* list, std::size_t i) : list_(list), i_(i) {}
+    const node_list* list_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  node_list() = default;
+  node_list(const node_list& other) {
+    for (const node& n : other) push_back(n);
+  }
+  node_list(node_list&& other) noexcept
+      : blocks_(std::move(other.blocks_)), size_(std::exchange(other.size_, 0)) {}
+  node_list& operator=(node_list other) noexcept {
+    blocks_.swap(other.blocks_);
+    std::swap(size_, other.size_);
+    return *this;
+  }
+  ~node_list() {
+    for (std::size_t i = 0; i < size_; ++i) std::destroy_at(&edit(i));
+    for (node* block : blocks_) std::allocator<node>().deallocate(block, block_size);
+  }
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const node& operator[](std::size_t i) const { return blocks_[i >> block_bits][i & (block_size - 1)]; }
+  const node& front() const { return (*this)[0]; }
+  const node& back() const { return (*this)[size_ - 1]; }
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size_}; }
+  /// The position of node `n`, which must be one of these (a search over the blocks,
+  /// for the rare consumer that holds a node but not its index).
+  std::size_t index_of(const node& n) const {
+    for (std::size_t b = 0; b < blocks_.size(); ++b)
+      if (std::less_equal<>()(blocks_[b], &n) && std::less<>()(&n, blocks_[b] + block_size))
+        return (b << block_bits) + std::size_t(&n - blocks_[b]);
+    throw internal_error("node_list: node " + n.name() + " is not one of this graph's");
+  }
+
+ private:
+  friend class graph;
+  static constexpr std::size_t block_bits = 10;
+  static constexpr std::size_t block_size = std::size_t(1) << block_bits;
+
+  node& edit(std::size_t i) { return blocks_[i >> block_bits][i & (block_size - 1)]; }
+  void push_back(node n) {
+    if (size_ == blocks_.size() * block_size) blocks_.push_back(std::allocator<node>().allocate(block_size));
+    std::construct_at(&blocks_.back()[size_ & (block_size - 1)], std::move(n));
+    ++size_;
+  }
+  void reserve(std::size_t n) { blocks_.reserve((n + block_size - 1) / block_size); }
+
+  std::vector<node*> blocks_;
+  std::size_t size_ = 0;
 };
 
 /// A traced computation: nodes in execution order, the arguments and the outputs.
@@ -11687,7 +11887,32 @@ class node {
 /// \endcode
 class graph {
  public:
-  const std::vector<node>& nodes() const { return nodes_; }
+  graph() = default;
+  graph(const graph& other)
+      : nodes_(other.nodes_), arguments_(other.arguments_), outputs_(other.outputs_),
+        next_suffix_(other.next_suffix_), bare_names_(other.bare_names_) {
+    adopt_nodes();
+  }
+  graph(graph&& other) noexcept
+      : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
+        next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)),
+        constants_(std::move(other.constants_)), constants_used_(other.constants_used_) {
+    adopt_nodes();
+  }
+  graph& operator=(graph other) noexcept {
+    std::swap(nodes_, other.nodes_);
+    constants_.swap(other.constants_);
+    std::swap(constants_used_, other.constants_used_);
+    arguments_.swap(other.arguments_);
+    outputs_.swap(other.outputs_);
+    next_suffix_.swap(other.next_suffix_);
+    bare_names_.swap(other.bare_names_);
+    adopt_nodes();
+    return *this;
+  }
+  ~graph() = default;
+
+  const node_list& nodes() const { return nodes_; }
   /// Node `id` (an index into nodes()).
   const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
   /// Node indices of the placeholders, in argument order.
@@ -11710,32 +11935,41 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_[std::size_t(id)].held_ = std::make_shared<const tensor>(value);
+    // Captured values come from blocks of constant_block_size tensors, each sharing its
+    // block's ownership: one allocation per block, not per captured scalar.
+    if (!constants_ || constants_used_ == constant_block_size) {
+      constants_ = std::make_shared<tensor[]>(constant_block_size);
+      constants_used_ = 0;
+    }
+    tensor& held = constants_[constants_used_++];
+    held = value;
+    nodes_.edit(std::size_t(id)).held_ = std::shared_ptr<const tensor>(constants_, &held);
     return id;
   }
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
   int add_constant(const node& n) {
     int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
-    nodes_[std::size_t(id)].held_ = n.held_;
+    nodes_.edit(std::size_t(id)).held_ = n.held_;
     return id;
   }
-  int add_op(const ops::any_op& op, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s) {
+  int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s) {
     std::string base(ops::name_of(op));
-    int id = add(node_kind::op, base, std::move(inputs), t, s);
-    nodes_[id].op_ = op;
+    int id = add(node_kind::op, base, inputs, t, s);
+    nodes_.edit(std::size_t(id)).op_ = op;
     return id;
   }
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
-  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+  KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                    const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
-  /// Copies special node `n` of another graph (and its Result nodes) with `inputs`.
-  std::vector<int> add_special_like(const node& n, std::vector<int> inputs, std::span<const node> results) {
+  /// Copies special node `id` of graph `from` (and its Result nodes) with `inputs`.
+  std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs) {
+    const node& n = from.node_at(id);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
-    for (const node& r : results.first(std::size_t(std::max(n.result_count_ - 1, 0)))) specs.emplace_back(r.dtype_, r.shape_);
-    return add_special(n.special_op_ptr(), std::move(inputs), specs);
+    for (int k = 1; k < n.result_count_; ++k) specs.emplace_back(from.node_at(id + k).dtype_, from.node_at(id + k).shape_);
+    return add_special(n.special_op_ptr(), inputs, specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
   bool has_effects() const {
@@ -11744,7 +11978,8 @@ class graph {
     return false;
   }
   int add_output(int source) {
-    int id = add(node_kind::identity, "Identity", {source}, nodes_[source].dtype_, nodes_[source].shape_);
+    const int inputs[] = {source};
+    int id = add(node_kind::identity, "Identity", inputs, nodes_[std::size_t(source)].dtype_, nodes_[std::size_t(source)].shape_);
     outputs_.push_back(id);
     return id;
   }
@@ -11779,7 +12014,11 @@ class graph {
     }
   }
 
-  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t, const kiln::shape& s);
+  void adopt_nodes() {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
+  }
+  KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
+                              const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
   // given before. Which names were given is known without a set of every name, which
   // would cost each node of a large graph a lookup in a table as large: a base's
@@ -11797,43 +12036,59 @@ class graph {
     return it != next_suffix_.end() && k < it->second;
   }
 
-  std::vector<node> nodes_;
+  node_list nodes_;
   std::vector<int> arguments_;
   std::vector<int> outputs_;
   std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
   std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
+  // The block add_constant() takes tensors from: a graph's own (a copy starts its own,
+  // so that two graphs never fill one block).
+  static constexpr std::size_t constant_block_size = 32;
+  std::shared_ptr<tensor[]> constants_;
+  std::size_t constants_used_ = 0;
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
 // program that traces builds graphs with them.
 #if KILN_DEFINE_LIBRARY
-KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::vector<int> inputs,
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                        const std::vector<std::pair<kiln::dtype, kiln::shape>>& results) {
   const std::string base(op->name());
-  int id = add(node_kind::special, base, std::move(inputs), results.empty() ? bool_ : results[0].first,
+  int id = add(node_kind::special, base, inputs, results.empty() ? bool_ : results[0].first,
                results.empty() ? kiln::shape{} : results[0].second);
-  nodes_[std::size_t(id)].held_ = std::move(op);
-  nodes_[std::size_t(id)].result_count_ = int(results.size());
+  nodes_.edit(std::size_t(id)).held_ = std::move(op);
+  nodes_.edit(std::size_t(id)).result_count_ = int(results.size());
   std::vector<int> ids;
   if (!results.empty()) ids.push_back(id);
+  const int reads[] = {id};
   for (std::size_t k = 1; k < results.size(); ++k)
-    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), {id}, results[k].first,
+    ids.push_back(add(node_kind::result, nodes_[std::size_t(id)].name_ + ":" + std::to_string(k), reads, results[k].first,
                       results[k].second));
   return ids;
 }
 
-KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::vector<int> inputs, kiln::dtype t,
+KILN_LIBRARY_INLINE int graph::add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
                                    const kiln::shape& s) {
   node n;
   n.kind_ = kind;
   n.name_ = unique_name(base);
-  n.input_names_.reserve(inputs.size());
-  for (int in : inputs) n.input_names_.push_back(nodes_.at(std::size_t(in)).name_);
-  n.input_ids_ = std::move(inputs);
+  for (int in : inputs)
+    if (in < 0 || std::size_t(in) >= nodes_.size())
+      throw internal_error("graph: node " + n.name_ + " reads node " + std::to_string(in) + " of " +
+                           std::to_string(nodes_.size()));
+  n.input_ids_ = detail::node_inputs(inputs);
+  n.graph_ = this;
   n.dtype_ = t;
   n.shape_ = s;
   nodes_.push_back(std::move(n));
   return int(nodes_.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> node::inputs() const {
+  std::vector<std::string> names;
+  names.reserve(input_ids().size());
+  for (int in : input_ids()) names.push_back(graph_->node_at(in).name());
+  return names;
 }
 
 KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
@@ -11887,6 +12142,7 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
 /// std::unordered_multimap allocates a list node per entry and chases it on every
 /// lookup (the cost of a graph of 10^5 nodes was a tenth of its trace in those).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -11908,6 +12164,12 @@ class node_index {
     std::size_t want = 16;
     while (want < 2 * n) want *= 2;
     if (want > slots_.size()) rehash(want);
+  }
+
+  /// Forgets every entry, keeping the room.
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), slot{});
+    size_ = 0;
   }
 
   void insert(std::size_t hash, int id) {
@@ -12026,7 +12288,7 @@ class optimizer {
         case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
         case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
         case node_kind::special:
-          out_.add_special_like(n, n.input_ids(), std::span(in_.nodes()).subspan(k + 1));
+          out_.add_special_like(in_, int(k), n.input_ids());
           break;
         case node_kind::result: break;
       }
@@ -12043,7 +12305,7 @@ class optimizer {
     std::vector<int> ins;
     ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(n, std::move(ins), std::span(in_.nodes()).subspan(i + 1));
+    std::vector<int> ids = out_.add_special_like(in_, int(i), std::move(ins));
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
@@ -12054,7 +12316,7 @@ class optimizer {
       mapped.reserve(n.input_ids().size());
       for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
     }
-    const std::vector<int>& ins = built_ ? mapped : n.input_ids();
+    const std::span<const int> ins = built_ ? std::span<const int>(mapped) : n.input_ids();
     if (int same = simplify(n, ins); same >= 0) {
       if (!built_) build_before(i);
       return same;
@@ -12064,7 +12326,7 @@ class optimizer {
     int found = -1;
     seen_.for_each(key, [&](int id) {
       const node& other = view().node_at(id);
-      if (other.input_ids() != ins || !same_op(other.operation(), n.operation())) return false;
+      if (!std::ranges::equal(other.input_ids(), ins) || !same_op(other.operation(), n.operation())) return false;
       found = id;
       return true;
     });
@@ -12073,13 +12335,13 @@ class optimizer {
       return found;
     }
     // (Each path that builds the output returned above: built_ is what it was on entry.)
-    const int id = built_ ? out_.add_op(n.operation(), std::move(mapped), n.dtype(), n.shape()) : int(i);
+    const int id = built_ ? out_.add_op(n.operation(), mapped, n.dtype(), n.shape()) : int(i);
     seen_.insert(key, id);
     return id;
   }
 
   // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
-  static std::size_t cse_key(std::size_t op_index, const std::vector<int>& ins) {
+  static std::size_t cse_key(std::size_t op_index, std::span<const int> ins) {
     std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
     for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
     return h;
@@ -12092,7 +12354,7 @@ class optimizer {
 
   /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
   /// every op: each source file that optimizes a graph compiles this.)
-  int simplify(const node& n, const std::vector<int>& ins) const {
+  int simplify(const node& n, std::span<const int> ins) const {
     const ops::any_op& op = n.operation();
     auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
     if (ops::holds_alternative<ops::multiply>(op)) {
@@ -12117,7 +12379,7 @@ class optimizer {
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, const std::vector<int>& ins, std::size_t i) {
+  int fold_constant(const node& n, std::span<const int> ins, std::size_t i) {
     std::vector<const tensor*> values;
     for (int in : ins) {
       if (at(in).kind() != node_kind::constant) return -1;
@@ -13103,6 +13365,14 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     if (c.value().device() != device::cpu) return std::nullopt;
     t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
   }
+  // Arguments of the dtypes and shapes the placeholders were traced with: then each
+  // op's result has the dtype and shape its trace inferred (fully defined, unless it
+  // depends on values), and its rules need not run again.
+  bool as_traced = true;
+  for (std::size_t i = 0; i < args.size() && as_traced; ++i) {
+    const node& p = g.node_at(arguments[i]);
+    as_traced = p.dtype() == args[i].dtype() && p.shape().is_fully_defined() && p.shape() == args[i].shape();
+  }
   std::vector<dtype> dtypes;
   std::vector<shape> shapes;
   for (int id : outline.ops) {
@@ -13118,20 +13388,23 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       continue;
     }
     dtypes.clear();
-    shapes.clear();
-    for (int in : op_node.input_ids()) {
-      dtypes.push_back(t.values[in].type);
-      shapes.push_back(t.values[in].dims);
+    for (int in : op_node.input_ids()) dtypes.push_back(t.values[in].type);
+    if (as_traced && op_node.shape().is_fully_defined()) {
+      v.type = op_node.dtype();
+      v.dims = op_node.shape();
+    } else {
+      shapes.clear();
+      for (int in : op_node.input_ids()) shapes.push_back(t.values[in].dims);
+      // Through the op's row rather than a visit of every op, so that a source file
+      // compiles the rules of the ops it runs.
+      const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
+      const void* op = op_node.operation().address();
+      const dtype_result dt = rules.result_dtype(op, dtypes);
+      const shape_result sh = rules.result_shape(op, shapes);
+      if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+      v.type = dt.value;
+      v.dims = sh.value;
     }
-    // Through the op's row rather than a visit of every op, so that a source file
-    // compiles the rules of the ops it runs.
-    const op_rules& rules = *kernels_of(op_node.operation()).rules.load(std::memory_order_acquire);
-    const void* op = op_node.operation().address();
-    const dtype_result dt = rules.result_dtype(op, dtypes);
-    const shape_result sh = rules.result_shape(op, shapes);
-    if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
-    v.type = dt.value;
-    v.dims = sh.value;
     const dtype in = dtypes.empty() ? v.type : dtypes[std::size_t(ops::value_operand_of(op_node.operation()))];
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;
@@ -13284,11 +13557,13 @@ schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outlin
     } else if (g.node_at(p.op).kind() == node_kind::special) {
       // Its results are the nodes after it; one with none still defines its own node.
       for (int k = 0; k < std::max(g.node_at(p.op).result_count(), 1); ++k) s.step_of[p.op + k] = step;
-      s.steps.push_back({special_step{p.op, g.node_at(p.op).input_ids()}, {}});
+      const std::span<const int> in = g.node_at(p.op).input_ids();
+      s.steps.push_back({special_step{p.op, {in.begin(), in.end()}}, {}});
     } else {
       const op_entry& e = typed.entries[p.op];
       s.step_of[p.op] = step;
-      s.steps.push_back({op_step{p.op, e.run, e.op, false, g.node_at(p.op).input_ids()}, {}});
+      const std::span<const int> in = g.node_at(p.op).input_ids();
+      s.steps.push_back({op_step{p.op, e.run, e.op, false, {in.begin(), in.end()}}, {}});
     }
   }
   return s;
@@ -13639,6 +13914,7 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
   }
   c.table_size = next;
 
+  c.code.reserve(code.size());
   for (const lowered_op& l : code) {
     const op_entry& e = entries[l.op];
     instruction ins;
@@ -13666,7 +13942,10 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
   }
   set_tile(c, c.single_pass() ? single_pass_max_tile : interpreted_max_tile);
   for (int id : members)
-    if (const op_entry& e = entries[id]; e.check) c.checks.push_back({e.check, e.op, g.node_at(id).input_ids(), id});
+    if (const op_entry& e = entries[id]; e.check) {
+      const std::span<const int> in = g.node_at(id).input_ids();
+      c.checks.push_back({e.check, e.op, {in.begin(), in.end()}, id});
+    }
   return c;
 }
 
@@ -13798,8 +14077,15 @@ class workspace {
  public:
   /// The plan the values and slots are laid out for (execution_plan::id), 0 for none.
   std::uint64_t bound_plan = 0;
-  /// One tensor per graph node: slot views, fresh buffers and evaluated results.
+  /// The tensors of the nodes whose values the call holds (slot views, fresh buffers,
+  /// evaluated results, and a special op's results side by side), in node order;
+  /// value(v) is node v's. Not one per node: a fused chain of 10^5 ops holds a few,
+  /// and a tensor per node made each first call fill megabytes it never read.
   std::vector<tensor> values;
+  /// Node v's tensor (for a node whose value the call holds).
+  tensor& value(int v) { return values[index_of(v)]; }
+  /// Where node v's tensor is in `values`.
+  std::size_t index_of(int v) const { return std::size_t(at_[std::size_t(v)]); }
   /// Where each value is: an argument, a constant of the graph, or `values[i]`.
   std::vector<const tensor*> refs;
   /// Input pointers of the op or check being run.
@@ -13811,14 +14097,29 @@ class workspace {
   template <class = void>
   void bind(const graph& g, const execution_plan& p) {
     const std::size_t n = std::size_t(p.values.size());
-    values.assign(n, tensor());
+    at_.assign(n, -1);
+    int held = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (g.nodes()[i].kind() == node_kind::special) {
+        // Its results side by side, whatever their homes, for the op to write them (a
+        // tensor for one without results too, which the plan may still release).
+        const std::size_t count = std::max<std::size_t>(std::size_t(g.nodes()[i].result_count()), 1);
+        for (std::size_t k = 0; k < count; ++k) at_[i + k] = held + int(k);
+        held += int(count);
+        i += count - 1;
+        continue;
+      }
+      const value_home home = p.values[int(i)].home;
+      if (home == value_home::slot || home == value_home::fresh || home == value_home::evaluated) at_[i] = held++;
+    }
+    values.assign(std::size_t(held), tensor());
     refs.assign(n, nullptr);
     for (std::size_t i = 0; i < n; ++i) {
       switch (p.values[int(i)].home) {
         case value_home::constant: refs[i] = &g.nodes()[i].value(); break;
         case value_home::slot:
         case value_home::fresh:
-        case value_home::evaluated: refs[i] = &values[i]; break;
+        case value_home::evaluated: refs[i] = &value(int(i)); break;
         default: break;
       }
     }
@@ -13831,7 +14132,7 @@ class workspace {
     }
     for (int v : p.bound) {
       const value_info& info = p.values[v];
-      values[std::size_t(v)] = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
+      value(v) = slots_[std::size_t(info.type)][std::size_t(info.slot)].share(info.dims);
     }
     inputs.resize(std::max(inputs.size(), p.max_inputs));
     bases.resize(std::max(bases.size(), std::size_t(p.max_table)));
@@ -13852,6 +14153,7 @@ class workspace {
   }
 
  private:
+  std::vector<int> at_;  ///< by node: its tensor's index in `values`, or -1
   std::array<std::vector<tensor>, dtype_count> slots_;
   scratch_buffer scratch_;
   std::vector<void*> tables_;
@@ -14448,7 +14750,7 @@ class basic_graph_executor {
     lease(const lease&) = delete;
     lease& operator=(const lease&) = delete;
     ~lease() {
-      for (int v : plan_.fresh) ws_->values[std::size_t(v)] = tensor();
+      for (int v : plan_.fresh) ws_->value(v) = tensor();
       pool_.give_back(ws_);
     }
     exec::workspace* operator->() const { return ws_; }
@@ -14518,16 +14820,16 @@ class basic_graph_executor {
   // its buffer to itself: a value of the call, or an argument given to consume.
   // Returns false, having done nothing, when it cannot.
   static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed) {
-    tensor* x = s.argument < 0 ? &ws.values[std::size_t(s.inputs[0])]
+    tensor* x = s.argument < 0 ? &ws.value(s.inputs[0])
                 : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
                                                            : nullptr;
     if (!x || !x->sole_owner()) return false;
-    ws.values[std::size_t(s.value)] = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
+    ws.value(s.value) = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
     return true;
   }
 
   void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const {
-    tensor& out = ws.values[std::size_t(s.value)];
+    tensor& out = ws.value(s.value);
     if (s.allocate) {
       const exec::value_info& v = p.values[s.value];
       out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
@@ -14536,10 +14838,10 @@ class basic_graph_executor {
   }
 
   // Runs the special op of node `id` and stores its results in the values of `id`
-  // and the Result nodes after it.
-  void run_special(int id, std::span<const tensor* const> inputs, std::vector<tensor>& values) const {
+  // and the Result nodes after it, which `results` gives side by side from `first`.
+  void run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results, std::size_t first) const {
     const node& n = graph_->node_at(id);
-    n.special().run(inputs, std::span(values).subspan(std::size_t(id), std::size_t(n.result_count())));
+    n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
   }
 
   void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const {
@@ -14553,7 +14855,7 @@ class basic_graph_executor {
     for (int v : c.allocated) {
       const exec::value_info& info = p.values[v];
       try {
-        ws.values[std::size_t(v)] = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
+        ws.value(v) = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
       } catch (const error&) {  // out of memory
         rethrow_at_node(v);
       }
@@ -14708,7 +15010,7 @@ class basic_graph_executor {
       try {
         const std::span<const tensor* const> in(inputs.begin(), inputs.size());
         if (n.kind() == node_kind::special) {
-          run_special(id, in, values);
+          run_special(id, in, values, std::size_t(id));
         } else if (n.kind() == node_kind::op) {
           // An op that may write its first input in place (set_item, pad_rows) does,
           // when this node reads it last and it has its buffer to itself.
@@ -14789,12 +15091,12 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
       run_cluster(p.clusters[std::size_t(cluster->cluster)], p, *ws);
     } else if (const auto* special = std::get_if<exec::special_step>(&s.action)) {
       try {
-        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values);
+        run_special(special->value, gather_inputs(special->inputs, *ws), ws->values, ws->index_of(special->value));
       } catch (const error&) {
         rethrow_at_node(special->value);
       }
     }
-    for (int r : s.release) ws->values[std::size_t(r)] = tensor();
+    for (int r : s.release) ws->value(r) = tensor();
   }
   outputs.reserve(p.outputs.size());
   for (int v : p.outputs) outputs.push_back(*ws->refs[std::size_t(v)]);
@@ -15159,7 +15461,7 @@ class scalar_program {
           p.code_.push_back({copy_value, nullptr, int(id), {n.input_ids()[0], -1, -1}});
           break;
         case node_kind::op: {
-          const std::vector<int>& in = n.input_ids();
+          const std::span<const int> in = n.input_ids();
           const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
           const op_entry e = entry_of(n.operation(), operand, n.dtype());
           // Elementwise value checks reject integer operands only (division by zero,
@@ -15417,7 +15719,7 @@ class while_op final : public special_op {
   template <class Onnx, class Graph>
   std::vector<std::string> to_onnx(Onnx& onnx, Graph& g, const node& n, const graph& kg,
                                    const std::vector<std::string>& in) const {
-    const int id = int(&n - kg.nodes().data());
+    const int id = int(kg.nodes().index_of(n));
     const std::size_t vars = std::size_t(vars_), cond_captures = std::size_t(cond_captures_);
     const std::vector<std::string> captured_by_cond(in.begin() + std::ptrdiff_t(vars),
                                                     in.begin() + std::ptrdiff_t(vars + cond_captures));
@@ -15623,9 +15925,17 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
+    // Symbols come from blocks of symbol_block_size, each symbol sharing its block's
+    // ownership (std::shared_ptr's aliasing constructor): one allocation per block,
+    // not per traced op.
+    if (!symbols_ || symbols_used_ == symbol_block_size) {
+      symbols_ = std::make_shared<symbol[]>(symbol_block_size);
+      symbols_used_ = 0;
+    }
+    symbol& made = symbols_[symbols_used_++];
     // A Result node is named `while:1` already; another node's value is its output 0.
-    return tensor(n.dtype(), n.shape(),
-                  std::make_shared<const symbol>(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
+    made = symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0};
+    return tensor(n.dtype(), n.shape(), std::shared_ptr<const symbol>(symbols_, &made));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -15668,13 +15978,13 @@ class trace_context {
         case node_kind::op: {
           std::vector<int> ins;
           for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          mapped[i] = graph_.add_op(n.operation(), std::move(ins), n.dtype(), n.shape());
+          mapped[i] = graph_.add_op(n.operation(), ins, n.dtype(), n.shape());
           break;
         }
         case node_kind::special: {
           std::vector<int> ins;
           for (int in : n.input_ids()) ins.push_back(mapped[std::size_t(in)]);
-          std::vector<int> ids = graph_.add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1));
+          std::vector<int> ids = graph_.add_special_like(g, int(i), ins);
           for (std::size_t k = 0; k < ids.size(); ++k) mapped[i + k] = ids[k];
           break;
         }
@@ -15730,6 +16040,9 @@ class trace_context {
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
+  static constexpr std::size_t symbol_block_size = 64;
+  std::shared_ptr<symbol[]> symbols_;  ///< the block symbolic() hands symbols out of
+  std::size_t symbols_used_ = 0;
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
@@ -15741,7 +16054,7 @@ KILN_LIBRARY_INLINE std::vector<tensor> trace_context::record_special(std::share
   std::vector<int> ids;
   for (const tensor& t : inputs) ids.push_back(node_of(t));
   std::vector<tensor> out;
-  for (int id : graph_.add_special(std::move(op), std::move(ids), results)) out.push_back(symbolic(id));
+  for (int id : graph_.add_special(std::move(op), ids, results)) out.push_back(symbolic(id));
   return out;
 }
 
@@ -15774,10 +16087,10 @@ KILN_LIBRARY_INLINE int trace_context::node_of(const tensor& t) {
 
 KILN_LIBRARY_INLINE tensor trace_context::record_op(trace_context& c, ops::any_op op,
                                                     std::span<const tensor* const> inputs, dtype dt, const shape& sh) {
-  std::vector<int> ids;
+  small_vector<int, 4> ids;
   ids.reserve(inputs.size());
-  for (const tensor* t : inputs) ids.push_back(c.node_of(*t));
-  return c.symbolic(c.graph_.add_op(std::move(op), std::move(ids), dt, sh));
+  for (const tensor* t : inputs) ids.emplace_back(c.node_of(*t));
+  return c.symbolic(c.graph_.add_op(std::move(op), ids, dt, sh));
 }
 
 KILN_LIBRARY_INLINE int trace_context::capture(const tensor& t) {
@@ -21919,12 +22232,13 @@ class basic_graph_writer final : public description_sink {
     const kiln::shape s = kiln::shape(dims);
     const auto key = std::pair{slot, s.str()};
     if (auto it = views_.find(key); it != views_.end()) return it->second;
-    return views_[key] = graph_.add_op(ops::reshape{s}, {id}, n.dtype(), s);
+    const int reshaped[] = {id};
+    return views_[key] = graph_.add_op(ops::reshape{s}, reshaped, n.dtype(), s);
   }
   void bind(int slot, int node_id) override { slots_[slot] = node_id; }
   int op(std::string_view name, const void* op, std::span<const int> inputs, kiln::dtype t,
          std::span<const std::int64_t> dims) override {
-    return graph_.add_op(registry_op(name, op), {inputs.begin(), inputs.end()}, t, kiln::shape(dims));
+    return graph_.add_op(registry_op(name, op), inputs, t, kiln::shape(dims));
   }
   int constant(kiln::dtype t, std::span<const std::int64_t> dims, const void* data) override {
     tensor value(t, kiln::shape(dims));
@@ -22296,8 +22610,10 @@ class gradient_builder {
     value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
   };
 
-  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream, std::span<tensor> grads)
-      : inputs_(inputs), output_(output), upstream_(upstream), grads_(grads) {}
+  /// `needed` marks (nonzero) the inputs whose gradients are wanted; empty: all.
+  gradient_builder(std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
+                   std::span<const char> needed, std::span<tensor> grads)
+      : inputs_(inputs), output_(output), upstream_(upstream), needed_(needed), grads_(grads) {}
 
   /// Input `i` of the op.
   value x(int i) const { return {inputs_[std::size_t(i)]}; }
@@ -22309,6 +22625,10 @@ class gradient_builder {
   value dy() const { return {upstream_}; }
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
   value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
+  /// Whether the gradient of input `i` is wanted: a formula that gives several skips
+  /// the work of those that are not (a captured constant's, say), as PyTorch's
+  /// `needs_input_grad`.
+  bool needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
   void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
@@ -22344,6 +22664,7 @@ class gradient_builder {
   std::span<const tensor> inputs_;
   const tensor& output_;
   const tensor& upstream_;
+  std::span<const char> needed_;
   std::span<tensor> grads_;
 };
 
@@ -22352,12 +22673,13 @@ template <class Op>
 inline constexpr bool differentiable = requires(const Op& op, gradient_builder& g) { op.gradient(g); };
 
 /// Runs the formula of the `Op` that `op` holds: writes the gradient of each
-/// differentiable input to `grads` (left undefined for the others).
+/// differentiable input that `needed` marks to `grads` (left undefined for the others,
+/// or possibly given when the formula computes them at no extra cost).
 template <class Op>
 KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs, const tensor& output, const tensor& upstream,
-                 std::span<tensor> grads) {
+                 std::span<const char> needed, std::span<tensor> grads) {
   if constexpr (differentiable<Op>) {
-    gradient_builder g(inputs, output, upstream, grads);
+    gradient_builder g(inputs, output, upstream, needed, grads);
     op.unchecked<Op>().gradient(g);
   }
 }
@@ -22455,10 +22777,56 @@ struct tape_key {
       return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
     return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
   }
-  friend bool operator==(const tape_key& a, const tape_key& b) { return !(a < b) && !(b < a); }
+  friend bool operator==(const tape_key& a, const tape_key& b) {
+    return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
+  }
+  /// A hash of what tells keys apart but the dims (values of one buffer or node with
+  /// other shapes are rare: they share a hash and compare unequal).
+  std::size_t hash() const {
+    return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
+           (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
+  }
 
  private:
   tape_key(dtype t, const shape& s) : type(t), dims(s) {}
+};
+
+/// Tensors by tape_key, as a tape keeps what it recorded and the gradients it sums:
+/// entries in one array, found through a node_index, so that recording an op or
+/// accumulating a gradient allocates nothing (a std::map allocated a node per entry
+/// and compared shapes on every step down its tree).
+/// \code
+/// kiln::detail::tape_table table;
+/// const kiln::tensor x = kiln::constant(1.f);
+/// table.emplace(kiln::detail::tape_key(x), x);
+/// table.find(kiln::detail::tape_key(x));  // points to x
+/// \endcode
+class tape_table {
+ public:
+  /// The tensor kept under `key`, or null.
+  tensor* find(const tape_key& key) {
+    int found = -1;
+    index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
+    return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
+  }
+  const tensor* find(const tape_key& key) const { return const_cast<tape_table&>(*this).find(key); }
+  bool contains(const tape_key& key) const { return find(key) != nullptr; }
+  /// Keeps `t` under `key` unless a tensor is kept there; returns the one kept and
+  /// whether it is `t`.
+  std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t) {
+    if (tensor* known = find(key)) return {known, false};
+    index_.insert(key.hash(), int(entries_.size()));
+    entries_.emplace_back(key, t);
+    return {&entries_.back().second, true};
+  }
+  void clear() {
+    entries_.clear();
+    index_.clear();
+  }
+
+ private:
+  std::vector<std::pair<tape_key, tensor>> entries_;
+  node_index index_;
 };
 
 /// How many gradient tapes record on this thread; the layers below read it through
@@ -22663,13 +23031,18 @@ class gradient_tape {
     watch(value);
   }
 
-  // A recorded op, or a recorded function call (`call` set, `op` unused).
+  // A recorded op, or a recorded function call (`call` set, `op` unused); its inputs
+  // and then its outputs are `count` tensors of values_ from `first` on, one array
+  // for the whole tape instead of two vectors per entry.
   struct entry {
     ops::any_op op;
-    std::vector<tensor> inputs;
-    std::vector<tensor> outputs;
     std::shared_ptr<const detail::differentiable_call> call;
+    std::size_t first = 0;
+    std::uint32_t inputs = 0;
+    std::uint32_t outputs = 0;
   };
+  std::span<const tensor> inputs_of(const entry& e) const { return {values_.data() + e.first, e.inputs}; }
+  std::span<const tensor> outputs_of(const entry& e) const { return {values_.data() + e.first + e.inputs, e.outputs}; }
 
   // A tape records the values of where it was made: eager ones outside a function,
   // the trace's own inside one (not those of a function traced while it records).
@@ -22681,11 +23054,11 @@ class gradient_tape {
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
     if (!records(out)) return;
     bool reads_tracked = false;
-    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(*t)) > 0;
+    for (const tensor* t : in) reads_tracked = reads_tracked || tracked_.contains(detail::tape_key(*t));
     if (!reads_tracked) return;
-    entry e{op, {}, {out}, nullptr};
-    for (const tensor* t : in) e.inputs.push_back(*t);
-    entries_.push_back(std::move(e));
+    entries_.push_back(entry{op, nullptr, values_.size(), std::uint32_t(in.size()), 1});
+    for (const tensor* t : in) values_.push_back(*t);
+    values_.push_back(out);
     tracked_.emplace(detail::tape_key(out), out);
   }
 
@@ -22696,54 +23069,64 @@ class gradient_tape {
                    std::span<const tensor> out) {
     if (std::ranges::none_of(out, [&](const tensor& t) { return records(t); })) return;
     bool reads_tracked = !call->variables.empty();
-    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.count(detail::tape_key(t)) > 0;
+    for (const tensor& t : in) reads_tracked = reads_tracked || tracked_.contains(detail::tape_key(t));
     if (!reads_tracked) return;
-    entries_.push_back(entry{ops::any_op(), {in.begin(), in.end()}, {out.begin(), out.end()}, call});
+    entries_.push_back(entry{ops::any_op(), call, values_.size(), std::uint32_t(in.size()), std::uint32_t(out.size())});
+    values_.insert(values_.end(), in.begin(), in.end());
+    values_.insert(values_.end(), out.begin(), out.end());
     for (const tensor& t : out)
       if (is_floating(t.dtype())) tracked_.emplace(detail::tape_key(t), t);
   }
 
   // Adds `g` to the gradient kept under `key`.
   template <class = void>
-  static void accumulate(std::map<detail::tape_key, tensor>& grads, const detail::tape_key& key, const tensor& g) {
+  static void accumulate(detail::tape_table& grads, const detail::tape_key& key, const tensor& g) {
     if (!g.defined()) return;  // unconnected
     auto [at, fresh] = grads.emplace(key, g);
-    if (!fresh) at->second = detail::sum_defined(at->second, g);
+    if (!fresh) *at = detail::sum_defined(*at, g);
   }
 
   template <class = void>
-  void backpropagate_call(const entry& e, std::map<detail::tape_key, tensor>& grads) const {
+  void backpropagate_call(const entry& e, detail::tape_table& grads) const {
     auto reached = [&](const tensor& y) { return is_floating(y.dtype()) && grads.contains(detail::tape_key(y)); };
-    if (std::ranges::none_of(e.outputs, reached)) return;
+    if (std::ranges::none_of(outputs_of(e), reached)) return;
     std::vector<tensor> dys;
-    for (const tensor& y : e.outputs)
-      if (is_floating(y.dtype())) dys.push_back(reached(y) ? grads.at(detail::tape_key(y)) : detail::zeros_shaped_like(y));
-    const std::vector<tensor> g = e.call->backward(e.call->self.get(), e.inputs, dys);
+    for (const tensor& y : outputs_of(e))
+      if (is_floating(y.dtype())) dys.push_back(reached(y) ? *grads.find(detail::tape_key(y)) : detail::zeros_shaped_like(y));
+    const std::vector<tensor> g = e.call->backward(e.call->self.get(), inputs_of(e), dys);
     std::size_t k = 0;
-    for (const tensor& x : e.inputs)
+    for (const tensor& x : inputs_of(e))
       if (is_floating(x.dtype())) accumulate(grads, detail::tape_key(x), g[k++]);
     for (const auto& [id, t, s] : e.call->variables) accumulate(grads, detail::tape_key::of_variable(id, t, s), g[k++]);
   }
 
+  // Runs each recorded op's formula from the last to the first, for the inputs that
+  // lead back to a watched tensor only (a formula skips the others, as a captured
+  // constant's: computing them would add nodes that the optimizer prunes again).
   template <class = void>
-  void backpropagate(const tensor& target, std::map<detail::tape_key, tensor>& grads) const {
+  void backpropagate(const tensor& target, detail::tape_table& grads) const {
     grads.emplace(detail::tape_key(target),
                   detail::one_filled("gradient", detail::like_shape("gradient", target), target.dtype(), target.device()));
+    std::vector<tensor> in_grads;
+    std::vector<char> needed;
     for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
       if (e->call) {
         backpropagate_call(*e, grads);
         continue;
       }
-      auto it = grads.find(detail::tape_key(e->outputs[0]));
-      if (it == grads.end()) continue;
-      const tensor dy = it->second;
-      std::vector<tensor> in_grads(e->inputs.size());
-      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, e->inputs, e->outputs[0], dy, in_grads);
-      for (std::size_t i = 0; i < e->inputs.size(); ++i) {
-        const tensor& x = e->inputs[i];
-        if (in_grads[i].defined() && is_floating(x.dtype()))
-          accumulate(grads, detail::tape_key(x), detail::unbroadcast(in_grads[i], x.shape()));
-      }
+      const tensor* found = grads.find(detail::tape_key(outputs_of(*e)[0]));
+      if (!found) continue;
+      const tensor dy = *found;
+      const std::span<const tensor> inputs = inputs_of(*e);
+      in_grads.assign(inputs.size(), tensor());
+      needed.assign(inputs.size(), 0);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        needed[i] = is_floating(inputs[i].dtype()) && tracked_.contains(detail::tape_key(inputs[i]));
+      detail::kernels_of(e->op).backward.load(std::memory_order_acquire)(e->op, inputs, outputs_of(*e)[0], dy, needed,
+                                                                          in_grads);
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (needed[i] && in_grads[i].defined())
+          accumulate(grads, detail::tape_key(inputs[i]), detail::unbroadcast(in_grads[i], inputs[i].shape()));
     }
   }
 
@@ -22759,7 +23142,8 @@ class gradient_tape {
   bool used_ = false;
   bool recording_ = true;
   std::vector<entry> entries_;
-  std::map<detail::tape_key, tensor> tracked_;  ///< watched tensors and results of recorded ops, held
+  std::vector<tensor> values_;    ///< the entries' inputs and outputs
+  detail::tape_table tracked_;  ///< watched tensors and results of recorded ops, held
   std::multimap<const void*, tensor> variable_reads_;  ///< each variable's values read while recording
 };
 
@@ -22802,7 +23186,7 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
     throw invalid_argument_error(
         "gradient_tape: a non-persistent tape computes one set of gradients; make it with {.persistent = true}");
   tape.used_ = true;
-  std::map<detail::tape_key, tensor> grads;
+  detail::tape_table grads;
   {
     // The ops that compute gradients are not this tape's to record (the other tapes
     // of the thread record them).
@@ -22810,19 +23194,20 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
       gradient_tape& tape;
       ~paused() { tape.resume(); }
     } guard{(tape.pause(), tape)};
-    if (is_floating(target.dtype()) && tape.tracked_.count(detail::tape_key(target))) tape.backpropagate(target, grads);
+    if (is_floating(target.dtype()) && tape.tracked_.contains(detail::tape_key(target))) tape.backpropagate(target, grads);
   }
   std::vector<tensor> out;
   for (const tensor& s : sources) {
-    auto it = s.defined() ? grads.find(detail::tape_key(s)) : grads.end();
-    out.push_back(it != grads.end() && tape.tracked_.count(it->first) ? it->second : tensor());
+    const tensor* g = nullptr;
+    if (s.defined() && tape.tracked_.contains(detail::tape_key(s))) g = grads.find(detail::tape_key(s));
+    out.push_back(g ? *g : tensor());
   }
   if (variables)
     for (const auto& [id, t, s] : *variables) {
-      auto it = grads.find(detail::tape_key::of_variable(id, t, s));
-      out.push_back(it != grads.end() ? it->second : tensor());
+      const tensor* g = grads.find(detail::tape_key::of_variable(id, t, s));
+      out.push_back(g ? *g : tensor());
     }
-  if (!tape.persistent_) tape.entries_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
+  if (!tape.persistent_) tape.entries_.clear(), tape.values_.clear(), tape.tracked_.clear(), tape.variable_reads_.clear();
   return out;
 }
 #endif
@@ -23022,7 +23407,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
         if (trace) {
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
-          for (int id : trace->graph().add_special_like(n, std::move(ins), std::span(g.nodes()).subspan(i + 1)))
+          for (int id : trace->graph().add_special_like(g, int(i), std::move(ins)))
             results.push_back(trace->symbolic(id));
         } else {
           std::vector<const tensor*> in;
@@ -27213,7 +27598,7 @@ bool kiln::detail::kernels_linked() {
       const ::kiln::ops::op&, std::span<const ::kiln::tensor* const>);                                     \
   prefix template void kiln::detail::backward_of<::kiln::ops::op>(                                         \
       const ::kiln::ops::any_op&, std::span<const ::kiln::tensor>, const ::kiln::tensor&,                  \
-      const ::kiln::tensor&, std::span<::kiln::tensor>);
+      const ::kiln::tensor&, std::span<const char>, std::span<::kiln::tensor>);
 #define KILN_DETAIL_EXTERN_KERNELS_OF(op) KILN_DETAIL_KERNELS_OF(extern, op)
 // Instantiating the kernels also registers them, so that graphs of a program linking
 // them reach every op, whether the program calls it or not.

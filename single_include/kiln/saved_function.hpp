@@ -1383,7 +1383,7 @@ struct saved_function_io<T>::writer {
   json graph(const kiln::graph& g) {
     json nodes = json::array();
     for (const node& n : g.nodes()) {
-      json j{{"kind", kind_name(n.kind())}, {"inputs", n.input_ids()}};
+      json j{{"kind", kind_name(n.kind())}, {"inputs", std::vector<int>(n.input_ids().begin(), n.input_ids().end())}};
       switch (n.kind()) {
         case node_kind::placeholder:
           j["name"] = n.name();
@@ -1403,7 +1403,7 @@ struct saved_function_io<T>::writer {
           j["op"] = std::string(n.op());
           j["special"] = special(n);
           json results = json::array();
-          const int id = int(&n - g.nodes().data());
+          const int id = int(g.nodes().index_of(n));
           for (int k = 0; k < n.result_count(); ++k) {
             const node& r = g.node_at(id + k);
             results.push_back(json{{"dtype", std::string(name(r.dtype()))}, {"shape", shape_to_json(r.shape())}});
