@@ -245,7 +245,8 @@ def growth_section(s):
              "and its first call, per op; with a gradient tape in the function, whose backward pass joins the "
              "graph (`growth_trace_grad_*`); and a chain alternating a product with a transpose on a (4, 4) "
              "tensor, whose n / 2 fused clusters of one op each are planned one by one "
-             "(`growth_trace_clusters_*`). Targets: at most 2 µs per op at 10⁵ ops, the gradient within 3× "
+             "(`growth_trace_clusters_*`); the function's destruction after each (its graphs and plans freed) "
+             "is not timed. Targets: at most 2 µs per op at 10⁵ ops, the gradient within 3× "
              "of that. The machine these ran on is shared with other builds: the CPU time (user and system) of "
              "the benchmark's thread is the figure, the wall time is shown beside it. bench/history.md has the "
              "figures of earlier code and what each change gave.\n"]

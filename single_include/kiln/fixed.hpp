@@ -244,11 +244,12 @@ struct host_system {
       if (posix_memalign(&p, buffer_alignment, size) != 0) throw std::bad_alloc();
       return p;
     } else {
-      if (size > std::size_t(-1) - buffer_alignment || !(p = std::malloc(size + buffer_alignment))) throw std::bad_alloc();
+      if (size > std::size_t(-1) - buffer_alignment) throw std::bad_alloc();
+      if (!(p = std::malloc(size + buffer_alignment))) throw std::bad_alloc();
       // malloc's address is 16-byte aligned: the next aligned address at least a pointer
       // past it is at most buffer_alignment past it.
-      const auto aligned =
-          (reinterpret_cast<std::uintptr_t>(p) + sizeof(void*) + buffer_alignment - 1) & ~std::uintptr_t(buffer_alignment - 1);
+      constexpr auto mask = std::uintptr_t(buffer_alignment - 1);
+      const auto aligned = (reinterpret_cast<std::uintptr_t>(p) + sizeof(void*) + mask) & ~mask;
       reinterpret_cast<void**>(aligned)[-1] = p;
       return reinterpret_cast<void*>(aligned);
     }

@@ -994,11 +994,12 @@ struct host_system {
       if (posix_memalign(&p, buffer_alignment, size) != 0) throw std::bad_alloc();
       return p;
     } else {
-      if (size > std::size_t(-1) - buffer_alignment || !(p = std::malloc(size + buffer_alignment))) throw std::bad_alloc();
+      if (size > std::size_t(-1) - buffer_alignment) throw std::bad_alloc();
+      if (!(p = std::malloc(size + buffer_alignment))) throw std::bad_alloc();
       // malloc's address is 16-byte aligned: the next aligned address at least a pointer
       // past it is at most buffer_alignment past it.
-      const auto aligned =
-          (reinterpret_cast<std::uintptr_t>(p) + sizeof(void*) + buffer_alignment - 1) & ~std::uintptr_t(buffer_alignment - 1);
+      constexpr auto mask = std::uintptr_t(buffer_alignment - 1);
+      const auto aligned = (reinterpret_cast<std::uintptr_t>(p) + sizeof(void*) + mask) & ~mask;
       reinterpret_cast<void**>(aligned)[-1] = p;
       return reinterpret_cast<void*>(aligned);
     }
@@ -11739,7 +11740,8 @@ class node {
       default: return ops::name_of(op_);
     }
   }
-  /// Names of the nodes whose outputs this node reads, in order.
+  /// Names of the nodes whose outputs this node reads, in order (read from its graph,
+  /// which must be alive).
   KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
   kiln::dtype dtype() const { return dtype_; }
   /// Possibly partial (`None` dims) when the function accepts several shapes.
@@ -11968,7 +11970,10 @@ class graph {
     const node& n = from.node_at(id);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
-    for (int k = 1; k < n.result_count_; ++k) specs.emplace_back(from.node_at(id + k).dtype_, from.node_at(id + k).shape_);
+    for (int k = 1; k < n.result_count_; ++k) {
+      const node& r = from.node_at(id + k);
+      specs.emplace_back(r.dtype_, r.shape_);
+    }
     return add_special(n.special_op_ptr(), inputs, specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
@@ -11979,7 +11984,8 @@ class graph {
   }
   int add_output(int source) {
     const int inputs[] = {source};
-    int id = add(node_kind::identity, "Identity", inputs, nodes_[std::size_t(source)].dtype_, nodes_[std::size_t(source)].shape_);
+    const node& read = nodes_[std::size_t(source)];
+    int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
     outputs_.push_back(id);
     return id;
   }
@@ -22772,11 +22778,6 @@ struct tape_key {
     k.trace_id = ~std::uint64_t{0};
     return k;
   }
-  friend bool operator<(const tape_key& a, const tape_key& b) {
-    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
-      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
-    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
-  }
   friend bool operator==(const tape_key& a, const tape_key& b) {
     return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
   }
@@ -23031,9 +23032,9 @@ class gradient_tape {
     watch(value);
   }
 
-  // A recorded op, or a recorded function call (`call` set, `op` unused); its inputs
-  // and then its outputs are `count` tensors of values_ from `first` on, one array
-  // for the whole tape instead of two vectors per entry.
+  // A recorded op, or a recorded function call (`call` set, `op` unused): its `inputs`
+  // and then its `outputs` are the tensors of values_ from `first` on (one array for
+  // the whole tape instead of two vectors per entry).
   struct entry {
     ops::any_op op;
     std::shared_ptr<const detail::differentiable_call> call;

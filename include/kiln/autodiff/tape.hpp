@@ -89,11 +89,6 @@ struct tape_key {
     k.trace_id = ~std::uint64_t{0};
     return k;
   }
-  friend bool operator<(const tape_key& a, const tape_key& b) {
-    if (a.data != b.data || a.trace_id != b.trace_id || a.node != b.node || a.type != b.type)
-      return std::tie(a.data, a.trace_id, a.node, a.type) < std::tie(b.data, b.trace_id, b.node, b.type);
-    return std::ranges::lexicographical_compare(a.dims.dims(), b.dims.dims());
-  }
   friend bool operator==(const tape_key& a, const tape_key& b) {
     return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
   }
@@ -348,9 +343,9 @@ class gradient_tape {
     watch(value);
   }
 
-  // A recorded op, or a recorded function call (`call` set, `op` unused); its inputs
-  // and then its outputs are `count` tensors of values_ from `first` on, one array
-  // for the whole tape instead of two vectors per entry.
+  // A recorded op, or a recorded function call (`call` set, `op` unused): its `inputs`
+  // and then its `outputs` are the tensors of values_ from `first` on (one array for
+  // the whole tape instead of two vectors per entry).
   struct entry {
     ops::any_op op;
     std::shared_ptr<const detail::differentiable_call> call;

@@ -205,7 +205,8 @@ class node {
       default: return ops::name_of(op_);
     }
   }
-  /// Names of the nodes whose outputs this node reads, in order.
+  /// Names of the nodes whose outputs this node reads, in order (read from its graph,
+  /// which must be alive).
   KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
   kiln::dtype dtype() const { return dtype_; }
   /// Possibly partial (`None` dims) when the function accepts several shapes.
@@ -434,7 +435,10 @@ class graph {
     const node& n = from.node_at(id);
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
     if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
-    for (int k = 1; k < n.result_count_; ++k) specs.emplace_back(from.node_at(id + k).dtype_, from.node_at(id + k).shape_);
+    for (int k = 1; k < n.result_count_; ++k) {
+      const node& r = from.node_at(id + k);
+      specs.emplace_back(r.dtype_, r.shape_);
+    }
     return add_special(n.special_op_ptr(), inputs, specs);
   }
   /// True when some special node has effects (its graph must run even for no output).
@@ -445,7 +449,8 @@ class graph {
   }
   int add_output(int source) {
     const int inputs[] = {source};
-    int id = add(node_kind::identity, "Identity", inputs, nodes_[std::size_t(source)].dtype_, nodes_[std::size_t(source)].shape_);
+    const node& read = nodes_[std::size_t(source)];
+    int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
     outputs_.push_back(id);
     return id;
   }
