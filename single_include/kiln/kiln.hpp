@@ -12311,7 +12311,7 @@ class optimizer {
     std::vector<int> ins;
     ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(in_, int(i), std::move(ins));
+    std::vector<int> ids = out_.add_special_like(in_, int(i), ins);
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 
@@ -22343,7 +22343,7 @@ class basic_graph_writer final : public description_sink {
                                described_op::labelled_graphs subgraphs = {}, std::string variable = {}) {
     return graph_.add_special(
         std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs), std::move(variable)),
-        std::move(inputs), results);
+        inputs, results);
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
@@ -23408,7 +23408,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
         if (trace) {
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
-          for (int id : trace->graph().add_special_like(g, int(i), std::move(ins)))
+          for (int id : trace->graph().add_special_like(g, int(i), ins))
             results.push_back(trace->symbolic(id));
         } else {
           std::vector<const tensor*> in;

@@ -1602,13 +1602,13 @@ struct saved_function_io<T>::loader {
                  (dt.ok() && sh.ok() ? std::string(kiln::name(dt.value)) + " " + sh.value.str()
                                      : std::string(dt.ok() ? sh.failure : dt.failure)) +
                  " for its inputs");
-        g.add_op(op, std::move(inputs), type, dims);
+        g.add_op(op, inputs, type, dims);
       } else if (kind == "special") {
         std::vector<std::pair<kiln::dtype, kiln::shape>> results;
         for (const json& res : r.array_at(n, "results"))
           results.emplace_back(r.dtype_of(r.at(res, "dtype")), r.shape_of(r.at(res, "shape")));
         auto op = special(where, r.text_at(n, "op"), r.at(n, "special"), g, inputs, results, depth);
-        g.add_special(std::move(op), std::move(inputs), results);
+        g.add_special(std::move(op), inputs, results);
         if (g.nodes().size() - before > nodes.size() - id) r.fail(where + " has more results than nodes follow it");
         for (std::size_t k = before + 1; k < g.nodes().size(); ++k)
           if (r.text_at(nodes[k], "kind") != "result")

@@ -89,7 +89,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
         if (trace) {
           std::vector<int> ins;
           for (int id : n.input_ids()) ins.push_back(trace->node_of(value[std::size_t(id)]));
-          for (int id : trace->graph().add_special_like(g, int(i), std::move(ins)))
+          for (int id : trace->graph().add_special_like(g, int(i), ins))
             results.push_back(trace->symbolic(id));
         } else {
           std::vector<const tensor*> in;

@@ -96,7 +96,7 @@ class optimizer {
     std::vector<int> ins;
     ins.reserve(n.input_ids().size());
     for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(in_, int(i), std::move(ins));
+    std::vector<int> ids = out_.add_special_like(in_, int(i), ins);
     for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
   }
 

@@ -223,7 +223,7 @@ class basic_graph_writer final : public description_sink {
                                described_op::labelled_graphs subgraphs = {}, std::string variable = {}) {
     return graph_.add_special(
         std::make_shared<const described_op>(std::move(name), effects, std::move(subgraphs), std::move(variable)),
-        std::move(inputs), results);
+        inputs, results);
   }
   std::vector<std::pair<kiln::dtype, kiln::shape>> output_specs() const {
     std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
