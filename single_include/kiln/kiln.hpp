@@ -11568,6 +11568,58 @@ inline tensor::operator bool() const {
 #include <utility>
 #include <vector>
 
+#ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SHARED_BLOCKS_HPP
+#define KILN_SINGLE_INCLUDE_KILN_CORE_SHARED_BLOCKS_HPP
+// ----- begin kiln/core/shared_blocks.hpp -----
+/// \file
+/// `shared_blocks`: small objects handed out of blocks, each object sharing its
+/// block's ownership (std::shared_ptr's aliasing constructor), so that a trace makes
+/// one allocation per block rather than one per traced op (its symbols, its captured
+/// scalars).
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+namespace kiln::detail {
+
+/// Objects of type `T` made `BlockSize` to an allocation; a block lives while any of
+/// its objects is held.
+/// \code
+/// kiln::detail::shared_blocks<int, 32> ints;
+/// std::shared_ptr<const int> one = ints.make(1);  // its block lives while `one` does
+/// \endcode
+template <class T, std::size_t BlockSize>
+class shared_blocks {
+ public:
+  shared_blocks() = default;
+  // A copy starts blocks of its own: two owners (two graphs, perhaps on two
+  // threads) never fill one block.
+  shared_blocks(const shared_blocks&) noexcept {}
+  shared_blocks& operator=(const shared_blocks&) noexcept { return *this; }
+  shared_blocks(shared_blocks&&) noexcept = default;
+  shared_blocks& operator=(shared_blocks&&) noexcept = default;
+  ~shared_blocks() = default;
+
+  /// A new object holding `value`, owned with the rest of its block.
+  std::shared_ptr<const T> make(T value) {
+    if (!block_ || used_ == BlockSize) {
+      block_ = std::make_shared<T[]>(BlockSize);
+      used_ = 0;
+    }
+    T& made = block_[used_++];
+    made = std::move(value);
+    return std::shared_ptr<const T>(block_, &made);
+  }
+
+ private:
+  std::shared_ptr<T[]> block_;  ///< the block make() hands objects out of
+  std::size_t used_ = 0;
+};
+
+}  // namespace kiln::detail
+// ----- end kiln/core/shared_blocks.hpp -----
+#endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SHARED_BLOCKS_HPP
 
 namespace kiln {
 
@@ -11898,13 +11950,12 @@ class graph {
   graph(graph&& other) noexcept
       : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
         next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)),
-        constants_(std::move(other.constants_)), constants_used_(other.constants_used_) {
+        constants_(std::move(other.constants_)) {
     adopt_nodes();
   }
   graph& operator=(graph other) noexcept {
     std::swap(nodes_, other.nodes_);
-    constants_.swap(other.constants_);
-    std::swap(constants_used_, other.constants_used_);
+    std::swap(constants_, other.constants_);
     arguments_.swap(other.arguments_);
     outputs_.swap(other.outputs_);
     next_suffix_.swap(other.next_suffix_);
@@ -11937,15 +11988,7 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    // Captured values come from blocks of constant_block_size tensors, each sharing its
-    // block's ownership: one allocation per block, not per captured scalar.
-    if (!constants_ || constants_used_ == constant_block_size) {
-      constants_ = std::make_shared<tensor[]>(constant_block_size);
-      constants_used_ = 0;
-    }
-    tensor& held = constants_[constants_used_++];
-    held = value;
-    nodes_.edit(std::size_t(id)).held_ = std::shared_ptr<const tensor>(constants_, &held);
+    nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
     return id;
   }
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
@@ -12047,11 +12090,7 @@ class graph {
   std::vector<int> outputs_;
   std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
   std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
-  // The block add_constant() takes tensors from: a graph's own (a copy starts its own,
-  // so that two graphs never fill one block).
-  static constexpr std::size_t constant_block_size = 32;
-  std::shared_ptr<tensor[]> constants_;
-  std::size_t constants_used_ = 0;
+  detail::shared_blocks<tensor, 32> constants_;  ///< the captured values of add_constant()
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
@@ -13150,6 +13189,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
+  /// Whether the graph reads the argument: the shape of one it does not read does
+  /// not change the plan (a loop condition given a growing tensor_array it ignores).
+  bool read = true;
   bool operator==(const argument_key&) const = default;
 };
 
@@ -13161,6 +13203,11 @@ struct execution_plan {
   /// Run node by node through detail::execute: some tensor is not on the CPU, or a
   /// rule fails for these shapes (execution then raises the eager error in order).
   bool interpreted = false;
+  /// An interpreted plan for arguments of any shape (of the key's dtypes and
+  /// devices): some node's shape depends on values (a write past the end of a
+  /// growing tensor_array), so that no shape of the arguments gives a plan. A loop
+  /// body whose arguments grow every iteration then finds its plan at once.
+  bool any_shape = false;
   node_map<value_info> values;
   std::vector<plan_step> steps;
   std::vector<fused_cluster> clusters;
@@ -13175,11 +13222,14 @@ struct execution_plan {
   /// CPU scalar 1).
   std::vector<std::pair<int, tensor>> moved_constants;
 
-  /// True when the arguments have this plan's dtypes, devices and shapes.
+  /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
+  /// when any_shape; any shape for an argument the graph does not read).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
     for (std::size_t i = 0; i < args.size(); ++i)
-      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place || args[i].shape() != key[i].dims) return false;
+      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place ||
+          (!any_shape && key[i].read && args[i].shape() != key[i].dims))
+        return false;
     return true;
   }
 
@@ -13337,13 +13387,21 @@ struct typed_nodes {
   node_map<op_entry> entries;
 };
 
+/// Why value inference gives no typed nodes, so that the plan interprets.
+enum class uninferred {
+  off_cpu,          ///< an argument or constant is not on the CPU
+  rule_failed,      ///< an op's rule rejects these dtypes or shapes (the run raises its error)
+  value_dependent,  ///< some node's shape depends on values, whatever the arguments' shapes
+};
+
 /// Value inference, the planner's first stage: a class template on nothing, as the
 /// planner's other stages, compiled where a plan is built.
 template <class Unused = void>
 struct basic_value_inference {
-  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret.
+  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret
+  /// (then `why`, when given, says why).
   static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
-                                                 std::span<const tensor> args);
+                                                 std::span<const tensor> args, uninferred* why = nullptr);
   /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
   static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                              std::span<const tensor> args);
@@ -13352,23 +13410,27 @@ using value_inference = basic_value_inference<>;
 
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
-/// leave partly unknown.
+/// leave partly unknown (one that depends on values).
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
-                                                                       std::span<const tensor> args) {
+                                                                       std::span<const tensor> args, uninferred* why) {
+  auto uninferable = [why](uninferred reason) {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
-  if (arguments.size() != args.size()) return std::nullopt;
+  if (arguments.size() != args.size()) return uninferable(uninferred::rule_failed);
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i].device() != device::cpu) return std::nullopt;
+    if (args[i].device() != device::cpu) return uninferable(uninferred::off_cpu);
     t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
   }
   for (int i = 0; i < outline.needed.size(); ++i) {
     const node& c = g.node_at(i);
     if (!outline.needed[i] || c.kind() != node_kind::constant) continue;
-    if (c.value().device() != device::cpu) return std::nullopt;
+    if (c.value().device() != device::cpu) return uninferable(uninferred::off_cpu);
     t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
   }
   // Arguments of the dtypes and shapes the placeholders were traced with: then each
@@ -13387,7 +13449,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     if (op_node.kind() != node_kind::op) {
       // A special op's results have the dtypes and shapes traced for them; it
       // makes its own tensors, which may be its inputs (evaluated, like reshape).
-      if (!op_node.shape().is_fully_defined()) return std::nullopt;
+      if (!op_node.shape().is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = op_node.dtype();
       v.dims = op_node.shape();
       t.entries[id].evaluates = true;
@@ -13407,7 +13469,8 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       const void* op = op_node.operation().address();
       const dtype_result dt = rules.result_dtype(op, dtypes);
       const shape_result sh = rules.result_shape(op, shapes);
-      if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+      if (!dt.ok() || !sh.ok()) return uninferable(uninferred::rule_failed);
+      if (!sh.value.is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = dt.value;
       v.dims = sh.value;
     }
@@ -13977,11 +14040,16 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   using inference = basic_value_inference<Unused>;
   using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
-  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
+  const auto& arguments = g.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i)
+    p->key.push_back({args[i].dtype(), args[i].device(), args[i].shape(),
+                      i >= arguments.size() || outline.needed[arguments[i]]});
   p->outputs = outline.outputs;
-  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args);
+  uninferred why{};
+  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
   if (!typed) {
     p->interpreted = true;
+    p->any_shape = why == uninferred::value_dependent;
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
@@ -14006,7 +14074,6 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
         if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
                                              home == value_home::evaluated)) {
           op->in_place = e.in_place;
-          const auto& arguments = g.arguments();
           if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
             op->argument = int(at - arguments.begin());
         }
@@ -15931,17 +15998,8 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    // Symbols come from blocks of symbol_block_size, each symbol sharing its block's
-    // ownership (std::shared_ptr's aliasing constructor): one allocation per block,
-    // not per traced op.
-    if (!symbols_ || symbols_used_ == symbol_block_size) {
-      symbols_ = std::make_shared<symbol[]>(symbol_block_size);
-      symbols_used_ = 0;
-    }
-    symbol& made = symbols_[symbols_used_++];
     // A Result node is named `while:1` already; another node's value is its output 0.
-    made = symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0};
-    return tensor(n.dtype(), n.shape(), std::shared_ptr<const symbol>(symbols_, &made));
+    return tensor(n.dtype(), n.shape(), symbols_.make(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -16046,9 +16104,7 @@ class trace_context {
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
-  static constexpr std::size_t symbol_block_size = 64;
-  std::shared_ptr<symbol[]> symbols_;  ///< the block symbolic() hands symbols out of
-  std::size_t symbols_used_ = 0;
+  shared_blocks<symbol, 64> symbols_;  ///< the symbols of symbolic()
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every

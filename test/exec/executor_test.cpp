@@ -268,6 +268,40 @@ TEST_CASE("None dims plan once per input shape", "[exec]") {
   for (const tensor& a : {random_floats({}, 29), random_floats({2, 3, 4}, 30), random_floats({7}, 31)}) require_same(any_rank(a), a * a - 1.f);
 }
 
+TEST_CASE("arguments of ever new shapes plan once where the shapes cannot matter", "[exec]") {
+  // Past 32 plans an executor stops planning; the count below would be 32 if each
+  // shape were planned.
+  constexpr int shapes = 40;
+  const auto vectors = std::vector<kiln::tensor_spec>{{{kiln::none}, kiln::float32}, {{kiln::none}, kiln::float32}};
+  // An argument the graph does not read (a loop condition given the loop's growing
+  // arrays): its shape does not change the plan.
+  kiln::function ignores_second([](const tensor& x, const tensor&) { return x * 2.f; }, {.input_signature = vectors});
+  const kiln::graph ignoring = ignores_second.get_concrete_function(kiln::tensor_spec({kiln::none}, kiln::float32),
+                                                                    kiln::tensor_spec({kiln::none}, kiln::float32))
+                                   .graph();
+  kiln::detail::graph_executor by_x(ignoring);
+  const tensor x = random_floats({5}, 48);
+  for (int k = 0; k < shapes; ++k) require_same(by_x.run(tensors{x, random_floats({k}, 49)})[0], x * 2.f);
+  CHECK(by_x.cached_plans() == 1);
+  // A shape that depends on a value (a write past the end of a growing tensor_array
+  // pads it): no shape of the arguments gives a plan, so one interpreted plan serves
+  // them all.
+  kiln::function pads([](const tensor& x, const tensor& rows) { return kiln::pad_rows(x, rows) + 1.f; },
+                      {.input_signature = std::vector<kiln::tensor_spec>{{{kiln::none}, kiln::float32}, {{}, kiln::int64}}});
+  const kiln::graph padding =
+      pads.get_concrete_function(kiln::tensor_spec({kiln::none}, kiln::float32), kiln::tensor_spec({}, kiln::int64)).graph();
+  kiln::detail::graph_executor by_value(padding);
+  for (int k = 0; k < shapes; ++k) {
+    const tensor v = random_floats({k}, std::uint32_t(50 + k)), rows = kiln::constant(std::int64_t(k + 2));
+    require_same(by_value.run(tensors{v, rows})[0], kiln::pad_rows(v, rows) + 1.f);
+  }
+  CHECK(by_value.cached_plans() == 1);
+  // Shapes that do decide the plan still get one each.
+  kiln::detail::graph_executor by_shape(ignoring);
+  for (int k = 0; k < 3; ++k) require_same(by_shape.run(tensors{random_floats({k}, 51), x})[0], random_floats({k}, 51) * 2.f);
+  CHECK(by_shape.cached_plans() == 3);
+}
+
 TEST_CASE("large clusters run over the thread pool with per-chunk scratch", "[exec]") {
   // Odd sizes so tiles and chunks end in the middle of rows.
   const tensor x = random_floats({517, 703}, 32), row = random_floats({703}, 33), col = random_floats({517, 1}, 34);

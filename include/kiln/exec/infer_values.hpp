@@ -19,13 +19,21 @@ struct typed_nodes {
   node_map<op_entry> entries;
 };
 
+/// Why value inference gives no typed nodes, so that the plan interprets.
+enum class uninferred {
+  off_cpu,          ///< an argument or constant is not on the CPU
+  rule_failed,      ///< an op's rule rejects these dtypes or shapes (the run raises its error)
+  value_dependent,  ///< some node's shape depends on values, whatever the arguments' shapes
+};
+
 /// Value inference, the planner's first stage: a class template on nothing, as the
 /// planner's other stages, compiled where a plan is built.
 template <class Unused = void>
 struct basic_value_inference {
-  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret.
+  /// The typed nodes of a graph for `args`, or nothing when the plan must interpret
+  /// (then `why`, when given, says why).
   static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
-                                                 std::span<const tensor> args);
+                                                 std::span<const tensor> args, uninferred* why = nullptr);
   /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
   static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                              std::span<const tensor> args);
@@ -34,23 +42,27 @@ using value_inference = basic_value_inference<>;
 
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
-/// leave partly unknown.
+/// leave partly unknown (one that depends on values).
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
-                                                                       std::span<const tensor> args) {
+                                                                       std::span<const tensor> args, uninferred* why) {
+  auto uninferable = [why](uninferred reason) {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
   const std::size_t n = g.nodes().size();
   typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
   const auto& arguments = g.arguments();
-  if (arguments.size() != args.size()) return std::nullopt;
+  if (arguments.size() != args.size()) return uninferable(uninferred::rule_failed);
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i].device() != device::cpu) return std::nullopt;
+    if (args[i].device() != device::cpu) return uninferable(uninferred::off_cpu);
     t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
   }
   for (int i = 0; i < outline.needed.size(); ++i) {
     const node& c = g.node_at(i);
     if (!outline.needed[i] || c.kind() != node_kind::constant) continue;
-    if (c.value().device() != device::cpu) return std::nullopt;
+    if (c.value().device() != device::cpu) return uninferable(uninferred::off_cpu);
     t.values[i] = {value_home::constant, c.value().dtype(), c.value().shape()};
   }
   // Arguments of the dtypes and shapes the placeholders were traced with: then each
@@ -69,7 +81,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     if (op_node.kind() != node_kind::op) {
       // A special op's results have the dtypes and shapes traced for them; it
       // makes its own tensors, which may be its inputs (evaluated, like reshape).
-      if (!op_node.shape().is_fully_defined()) return std::nullopt;
+      if (!op_node.shape().is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = op_node.dtype();
       v.dims = op_node.shape();
       t.entries[id].evaluates = true;
@@ -89,7 +101,8 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       const void* op = op_node.operation().address();
       const dtype_result dt = rules.result_dtype(op, dtypes);
       const shape_result sh = rules.result_shape(op, shapes);
-      if (!dt.ok() || !sh.ok() || !sh.value.is_fully_defined()) return std::nullopt;
+      if (!dt.ok() || !sh.ok()) return uninferable(uninferred::rule_failed);
+      if (!sh.value.is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = dt.value;
       v.dims = sh.value;
     }

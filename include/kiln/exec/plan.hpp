@@ -165,6 +165,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
+  /// Whether the graph reads the argument: the shape of one it does not read does
+  /// not change the plan (a loop condition given a growing tensor_array it ignores).
+  bool read = true;
   bool operator==(const argument_key&) const = default;
 };
 
@@ -176,6 +179,11 @@ struct execution_plan {
   /// Run node by node through detail::execute: some tensor is not on the CPU, or a
   /// rule fails for these shapes (execution then raises the eager error in order).
   bool interpreted = false;
+  /// An interpreted plan for arguments of any shape (of the key's dtypes and
+  /// devices): some node's shape depends on values (a write past the end of a
+  /// growing tensor_array), so that no shape of the arguments gives a plan. A loop
+  /// body whose arguments grow every iteration then finds its plan at once.
+  bool any_shape = false;
   node_map<value_info> values;
   std::vector<plan_step> steps;
   std::vector<fused_cluster> clusters;
@@ -190,11 +198,14 @@ struct execution_plan {
   /// CPU scalar 1).
   std::vector<std::pair<int, tensor>> moved_constants;
 
-  /// True when the arguments have this plan's dtypes, devices and shapes.
+  /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
+  /// when any_shape; any shape for an argument the graph does not read).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
     for (std::size_t i = 0; i < args.size(); ++i)
-      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place || args[i].shape() != key[i].dims) return false;
+      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place ||
+          (!any_shape && key[i].read && args[i].shape() != key[i].dims))
+        return false;
     return true;
   }
 

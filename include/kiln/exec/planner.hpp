@@ -37,11 +37,16 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   using inference = basic_value_inference<Unused>;
   using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
-  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
+  const auto& arguments = g.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i)
+    p->key.push_back({args[i].dtype(), args[i].device(), args[i].shape(),
+                      i >= arguments.size() || outline.needed[arguments[i]]});
   p->outputs = outline.outputs;
-  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args);
+  uninferred why{};
+  std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
   if (!typed) {
     p->interpreted = true;
+    p->any_shape = why == uninferred::value_dependent;
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
@@ -66,7 +71,6 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
         if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
                                              home == value_home::evaluated)) {
           op->in_place = e.in_place;
-          const auto& arguments = g.arguments();
           if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
             op->argument = int(at - arguments.begin());
         }

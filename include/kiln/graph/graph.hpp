@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/shared_blocks.hpp"
 #include "kiln/core/tensor.hpp"
 #include "kiln/ops/any_op.hpp"
 #include "kiln/ops/registry.hpp"
@@ -363,13 +364,12 @@ class graph {
   graph(graph&& other) noexcept
       : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
         next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)),
-        constants_(std::move(other.constants_)), constants_used_(other.constants_used_) {
+        constants_(std::move(other.constants_)) {
     adopt_nodes();
   }
   graph& operator=(graph other) noexcept {
     std::swap(nodes_, other.nodes_);
-    constants_.swap(other.constants_);
-    std::swap(constants_used_, other.constants_used_);
+    std::swap(constants_, other.constants_);
     arguments_.swap(other.arguments_);
     outputs_.swap(other.outputs_);
     next_suffix_.swap(other.next_suffix_);
@@ -402,15 +402,7 @@ class graph {
   }
   int add_constant(const tensor& value) {
     int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    // Captured values come from blocks of constant_block_size tensors, each sharing its
-    // block's ownership: one allocation per block, not per captured scalar.
-    if (!constants_ || constants_used_ == constant_block_size) {
-      constants_ = std::make_shared<tensor[]>(constant_block_size);
-      constants_used_ = 0;
-    }
-    tensor& held = constants_[constants_used_++];
-    held = value;
-    nodes_.edit(std::size_t(id)).held_ = std::shared_ptr<const tensor>(constants_, &held);
+    nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
     return id;
   }
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
@@ -512,11 +504,7 @@ class graph {
   std::vector<int> outputs_;
   std::map<std::string, int, std::less<>> next_suffix_;  ///< per base: the next suffix to try (one entry per base)
   std::set<std::string, std::less<>> bare_names_;        ///< the names given without a suffix
-  // The block add_constant() takes tensors from: a graph's own (a copy starts its own,
-  // so that two graphs never fill one block).
-  static constexpr std::size_t constant_block_size = 32;
-  std::shared_ptr<tensor[]> constants_;
-  std::size_t constants_used_ = 0;
+  detail::shared_blocks<tensor, 32> constants_;  ///< the captured values of add_constant()
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/shared_blocks.hpp"
 #include "kiln/core/small_vector.hpp"
 #include "kiln/core/symbol.hpp"
 #include "kiln/core/tensor.hpp"
@@ -57,17 +58,8 @@ class trace_context {
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
     const node& n = graph_.node_at(id);
-    // Symbols come from blocks of symbol_block_size, each symbol sharing its block's
-    // ownership (std::shared_ptr's aliasing constructor): one allocation per block,
-    // not per traced op.
-    if (!symbols_ || symbols_used_ == symbol_block_size) {
-      symbols_ = std::make_shared<symbol[]>(symbol_block_size);
-      symbols_used_ = 0;
-    }
-    symbol& made = symbols_[symbols_used_++];
     // A Result node is named `while:1` already; another node's value is its output 0.
-    made = symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0};
-    return tensor(n.dtype(), n.shape(), std::shared_ptr<const symbol>(symbols_, &made));
+    return tensor(n.dtype(), n.shape(), symbols_.make(symbol{id_, id, n.name(), n.kind() == node_kind::result ? -1 : 0}));
   }
 
   /// Records special op `op` on `inputs`; returns one symbolic tensor per result.
@@ -172,9 +164,7 @@ class trace_context {
   std::vector<tensor> captures_;
   std::vector<int> capture_ids_;
   std::vector<std::weak_ptr<const void>> created_;
-  static constexpr std::size_t symbol_block_size = 64;
-  std::shared_ptr<symbol[]> symbols_;  ///< the block symbolic() hands symbols out of
-  std::size_t symbols_used_ = 0;
+  shared_blocks<symbol, 64> symbols_;  ///< the symbols of symbolic()
 };
 
 // Compiled once in a compiled kiln (KILN_LIBRARY_INLINE, kiln/config.hpp): every
