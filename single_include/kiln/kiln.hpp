@@ -15514,14 +15514,21 @@ class scalar_program {
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
   /// an output or an elementwise op of one element, or is an op whose value check its
   /// scalar function does not make (integer division by zero, negative powers: those
-  /// it makes, raising the same error).
+  /// it makes, raising the same error). A placeholder nothing reads may be of any
+  /// dtype and shape (a loop's condition is given every loop variable, growing
+  /// tensor_arrays among them, and may read only a counter).
   template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
     const auto& nodes = g.nodes();
+    std::vector<char> read(nodes.size(), 0);
+    for (const node& n : nodes)
+      for (int in : n.input_ids()) read[std::size_t(in)] = 1;
+    for (int out : g.outputs()) read[std::size_t(out)] = 1;
     p.initial_.resize(nodes.size());
     for (std::size_t id = 0; id < nodes.size(); ++id) {
       const node& n = nodes[id];
+      if (n.kind() == node_kind::placeholder && !read[id]) continue;
       if (n.dtype() == string || !n.shape().is_fully_defined() || n.shape().num_elements() != 1) return std::nullopt;
       switch (n.kind()) {
         case node_kind::placeholder:
@@ -15550,6 +15557,7 @@ class scalar_program {
       }
     }
     p.arguments_ = g.arguments();
+    for (int a : p.arguments_) p.reads_.push_back(read[std::size_t(a)]);
     p.outputs_ = g.outputs();
     return p;
   }
@@ -15558,6 +15566,8 @@ class scalar_program {
   std::vector<scalar_value> registers() const { return initial_; }
   /// The register of argument `k`.
   int argument(std::size_t k) const { return arguments_[k]; }
+  /// Whether the program reads argument `k` (one it does not may be of any shape).
+  bool reads(std::size_t k) const { return reads_[k] != 0; }
   /// The register of output `k`.
   int output(std::size_t k) const { return outputs_[k]; }
 
@@ -15583,6 +15593,7 @@ class scalar_program {
   std::vector<scalar_value> initial_;
   std::vector<instruction> code_;
   std::vector<int> arguments_, outputs_;
+  std::vector<char> reads_;  ///< per argument: whether the program reads it
 };
 
 }  // namespace kiln::detail::exec
@@ -15863,6 +15874,9 @@ class while_op final : public special_op {
   /// Whether the condition and the body compiled to scalar programs, which run
   /// without an executor when the loop variables are one-element CPU values.
   bool runs_as_scalar_program() const { return cond_program_ && body_program_; }
+  /// Whether the condition compiled to a scalar program, which runs without an
+  /// executor when the values it reads are one-element CPU values (whatever the body).
+  bool condition_runs_as_scalar_program() const { return cond_program_.has_value(); }
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     if (scalar_loop(in)) return run_scalar(in);
@@ -15872,8 +15886,24 @@ class while_op final : public special_op {
     for (std::size_t k = 0; k < n; ++k) cond_args[k] = *in[k];
     for (std::size_t k = n; k < n + std::size_t(cond_captures_); ++k) cond_args.push_back(*in[k]);
     for (std::size_t k = n + std::size_t(cond_captures_); k < in.size(); ++k) body_args.push_back(*in[k]);
+    // A condition that compiled to a scalar program runs without an executor when
+    // what it reads is one element each (a counter, while the body grows arrays).
+    std::vector<exec::scalar_value> cond_registers;
+    if (cond_program_ && !debugging::check_numerics_enabled()) cond_registers = cond_program_->registers();
+    auto goes_on = [&] {
+      if (!cond_registers.empty() && scalar_arguments(*cond_program_, cond_args)) {
+        const exec::scalar_program& cond = *cond_program_;
+        for (std::size_t k = 0; k < cond_args.size(); ++k)
+          if (cond.reads(k))
+            std::memcpy(cond_registers[std::size_t(cond.argument(k))].bytes, cond_args[k].raw_data(),
+                        size_of(cond_args[k].dtype()));
+        cond.run(cond_registers);
+        return cond_registers[std::size_t(cond.output(0))].bytes[0] != 0;  // a bool_ is one byte, 0 or 1
+      }
+      return truth_of(cond_.run(cond_args)[0], "while_loop");
+    };
     for (;;) {
-      if (!truth_of(cond_.run(cond_args)[0], "while_loop")) break;
+      if (!goes_on()) break;
       for (std::size_t k = 0; k < n; ++k) body_args[k] = std::move(cond_args[k]);
       // The body consumes the loop variables (its ops may write them in place) unless
       // a break would keep them as the loop's results.
@@ -15896,6 +15926,17 @@ class while_op final : public special_op {
     if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
     for (const tensor* t : in)
       if (!t->defined() || t->is_symbolic() || t->device() != kiln::device::cpu || t->size() != 1) return false;
+    return true;
+  }
+
+  // Whether program `p` can run on `args`: each argument it reads a one-element CPU
+  // value (a loop keeps its variables' dtypes, so they are those it was traced with).
+  static bool scalar_arguments(const exec::scalar_program& p, std::span<const tensor> args) {
+    for (std::size_t k = 0; k < args.size(); ++k) {
+      const tensor& t = args[k];
+      if (p.reads(k) && (!t.defined() || t.is_symbolic() || t.device() != kiln::device::cpu || t.size() != 1))
+        return false;
+    }
     return true;
   }
 

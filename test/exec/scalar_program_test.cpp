@@ -76,3 +76,44 @@ TEST_CASE("a scalar loop with integer division and a cast runs as a scalar progr
   kiln::testing::require_throws<kiln::invalid_argument_error>([&] { return f(kiln::constant(3), kiln::constant(0)); },
                                                              {"in mod_sum", "floormod: integer division by zero"});
 }
+
+TEST_CASE("a loop condition that reads only scalars runs as a scalar program while the body grows an array", "[exec]") {
+  // The body appends to a growing tensor_array (a loop gradient's stacks do): the body
+  // needs the executor, the condition, given the array but reading only the counter,
+  // does not.
+  auto squares = [](const kiln::tensor& n) {
+    kiln::tensor_array out(kiln::float32, 0, {.dynamic_size = true});
+    auto [i, all] = kiln::while_loop(
+        [&](const kiln::tensor& i, const kiln::tensor_array&) { return i < n; },
+        [](const kiln::tensor& i, const kiln::tensor_array& acc) {
+          const kiln::tensor x = kiln::cast(i, kiln::float32);
+          return std::tuple{i + 1, acc.write(i, x * x)};
+        },
+        kiln::constant(0), out);
+    return all.stack();
+  };
+  kiln::function f(squares);
+  const kiln::tensor n = kiln::constant(50);
+  std::vector<float> expected;
+  for (int i = 0; i < 50; ++i) expected.push_back(float(i * i));
+  CHECK(f(n).to_vector<float>() == expected);
+  int loops = 0;
+  for (const kiln::node& node : f.get_concrete_function(n).graph().nodes())
+    if (node.op() == "while") {
+      const auto* loop = node.special().as<kiln::detail::while_op>();
+      REQUIRE(loop != nullptr);
+      CHECK_FALSE(loop->runs_as_scalar_program());
+      CHECK(loop->condition_runs_as_scalar_program());
+      ++loops;
+    }
+  CHECK(loops == 1);
+  // What a condition that compiled to a program does not read may be of any shape.
+  kiln::function counter_only([](const kiln::tensor& i, const kiln::tensor&) { return i < 3; },
+                              {.input_signature = std::vector<kiln::tensor_spec>{{{}, kiln::int32}, {{kiln::none}, kiln::float32}}});
+  const std::optional<scalar_program> program = scalar_program::compile(
+      counter_only.get_concrete_function(kiln::tensor_spec({}, kiln::int32), kiln::tensor_spec({kiln::none}, kiln::float32))
+          .graph());
+  REQUIRE(program.has_value());
+  CHECK(program->reads(0));
+  CHECK_FALSE(program->reads(1));
+}

@@ -28,14 +28,21 @@ class scalar_program {
   /// The program of `g`, or nothing when some node is not a placeholder, a constant,
   /// an output or an elementwise op of one element, or is an op whose value check its
   /// scalar function does not make (integer division by zero, negative powers: those
-  /// it makes, raising the same error).
+  /// it makes, raising the same error). A placeholder nothing reads may be of any
+  /// dtype and shape (a loop's condition is given every loop variable, growing
+  /// tensor_arrays among them, and may read only a counter).
   template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
     const auto& nodes = g.nodes();
+    std::vector<char> read(nodes.size(), 0);
+    for (const node& n : nodes)
+      for (int in : n.input_ids()) read[std::size_t(in)] = 1;
+    for (int out : g.outputs()) read[std::size_t(out)] = 1;
     p.initial_.resize(nodes.size());
     for (std::size_t id = 0; id < nodes.size(); ++id) {
       const node& n = nodes[id];
+      if (n.kind() == node_kind::placeholder && !read[id]) continue;
       if (n.dtype() == string || !n.shape().is_fully_defined() || n.shape().num_elements() != 1) return std::nullopt;
       switch (n.kind()) {
         case node_kind::placeholder:
@@ -64,6 +71,7 @@ class scalar_program {
       }
     }
     p.arguments_ = g.arguments();
+    for (int a : p.arguments_) p.reads_.push_back(read[std::size_t(a)]);
     p.outputs_ = g.outputs();
     return p;
   }
@@ -72,6 +80,8 @@ class scalar_program {
   std::vector<scalar_value> registers() const { return initial_; }
   /// The register of argument `k`.
   int argument(std::size_t k) const { return arguments_[k]; }
+  /// Whether the program reads argument `k` (one it does not may be of any shape).
+  bool reads(std::size_t k) const { return reads_[k] != 0; }
   /// The register of output `k`.
   int output(std::size_t k) const { return outputs_[k]; }
 
@@ -97,6 +107,7 @@ class scalar_program {
   std::vector<scalar_value> initial_;
   std::vector<instruction> code_;
   std::vector<int> arguments_, outputs_;
+  std::vector<char> reads_;  ///< per argument: whether the program reads it
 };
 
 }  // namespace kiln::detail::exec
