@@ -13189,9 +13189,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
-  /// Whether the graph reads the argument: the shape of one it does not read does
-  /// not change the plan (a loop condition given a growing tensor_array it ignores).
-  bool read = true;
+  /// Whether the plan holds for any dims of this rank (typed_nodes::any_dims: a
+  /// growing tensor_array that a loop body pads and writes, or an argument nothing reads).
+  bool any_dims = false;
   bool operator==(const argument_key&) const = default;
 };
 
@@ -13223,13 +13223,15 @@ struct execution_plan {
   std::vector<std::pair<int, tensor>> moved_constants;
 
   /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
-  /// when any_shape; any shape for an argument the graph does not read).
+  /// when any_shape; any dims of the key's rank where the key says any_dims).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
-    for (std::size_t i = 0; i < args.size(); ++i)
-      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place ||
-          (!any_shape && key[i].read && args[i].shape() != key[i].dims))
-        return false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const argument_key& k = key[i];
+      const shape& s = args[i].shape();
+      if (args[i].dtype() != k.type || args[i].device() != k.place) return false;
+      if (!any_shape && (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims)) return false;
+    }
     return true;
   }
 
@@ -13373,6 +13375,7 @@ void set_tile(fused_cluster& c, std::int64_t max_tile) {
 /// The planner's first stage: the concrete dtype and dims of every node the outputs
 /// need, for one set of arguments, by the ops' own rules, and each op's entry points.
 
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <vector>
@@ -13385,6 +13388,10 @@ namespace kiln::detail::exec {
 struct typed_nodes {
   node_map<value_info> values;
   node_map<op_entry> entries;
+  /// Per argument: whether the values hold for any dims of its rank (nothing reads
+  /// it but ops that make their own results, whose dims then stay unknown: a growing
+  /// tensor_array's pad_rows and set_item).
+  std::vector<char> any_dims;
 };
 
 /// Why value inference gives no typed nodes, so that the plan interprets.
@@ -13402,6 +13409,9 @@ struct basic_value_inference {
   /// (then `why`, when given, says why).
   static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
                                                  std::span<const tensor> args, uninferred* why = nullptr);
+  /// The typed nodes for `args`, the dims of those `any_dims` marks left unknown.
+  static std::optional<typed_nodes> infer_with(const graph& g, const graph_outline& outline, std::span<const tensor> args,
+                                               std::vector<char> any_dims, uninferred* why);
   /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
   static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                              std::span<const tensor> args);
@@ -13410,22 +13420,58 @@ using value_inference = basic_value_inference<>;
 
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
-/// leave partly unknown (one that depends on values).
+/// leave partly unknown (one that depends on values) read by an op that needs it.
+/// Arguments read by nothing but ops that write them in place and make their own
+/// results (a growing tensor_array's pad_rows and set_item) are tried first with
+/// unknown dims, so that one plan serves every length of an array a loop grows.
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
                                                                        std::span<const tensor> args, uninferred* why) {
+  const auto& arguments = g.arguments();
+  if (arguments.size() != args.size()) {
+    if (why) *why = uninferred::rule_failed;
+    return std::nullopt;
+  }
+  std::vector<char> any_dims(args.size(), 0);
+  bool loose = false;
+  for (std::size_t i = 0; i < args.size(); ++i) any_dims[i] = args[i].shape().rank() > 0;
+  for (int id : outline.ops) {
+    const node& n = g.node_at(id);
+    for (int in : n.input_ids()) {
+      const auto at = std::find(arguments.begin(), arguments.end(), in);
+      if (at == arguments.end()) continue;
+      // Ops that write their first input in place (pad_rows, set_item) make their own
+      // results; what else reads the argument may need its dims.
+      if (n.kind() != node_kind::op || !in_place_of(n.operation())) any_dims[std::size_t(at - arguments.begin())] = 0;
+    }
+  }
+  for (char a : any_dims) loose = loose || a;
+  if (loose)
+    if (std::optional<typed_nodes> t = infer_with(g, outline, args, any_dims, why)) return t;
+  return infer_with(g, outline, args, std::vector<char>(args.size(), 0), why);
+}
+
+template <class Unused>
+std::optional<typed_nodes> basic_value_inference<Unused>::infer_with(const graph& g, const graph_outline& outline,
+                                                                     std::span<const tensor> args,
+                                                                     std::vector<char> any_dims, uninferred* why) {
   auto uninferable = [why](uninferred reason) {
     if (why) *why = reason;
     return std::nullopt;
   };
   const std::size_t n = g.nodes().size();
-  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
+  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n), std::move(any_dims)};
   const auto& arguments = g.arguments();
-  if (arguments.size() != args.size()) return uninferable(uninferred::rule_failed);
+  bool loose = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i].device() != device::cpu) return uninferable(uninferred::off_cpu);
-    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
+    shape dims = args[i].shape();
+    if (t.any_dims[i]) {
+      loose = true;
+      for (int d = 0; d < dims.rank(); ++d) dims[d] = none;
+    }
+    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), dims};
   }
   for (int i = 0; i < outline.needed.size(); ++i) {
     const node& c = g.node_at(i);
@@ -13436,7 +13482,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
   // Arguments of the dtypes and shapes the placeholders were traced with: then each
   // op's result has the dtype and shape its trace inferred (fully defined, unless it
   // depends on values), and its rules need not run again.
-  bool as_traced = true;
+  bool as_traced = !loose;
   for (std::size_t i = 0; i < args.size() && as_traced; ++i) {
     const node& p = g.node_at(arguments[i]);
     as_traced = p.dtype() == args[i].dtype() && p.shape().is_fully_defined() && p.shape() == args[i].shape();
@@ -13456,7 +13502,11 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       continue;
     }
     dtypes.clear();
-    for (int in : op_node.input_ids()) dtypes.push_back(t.values[in].type);
+    bool known_inputs = true;
+    for (int in : op_node.input_ids()) {
+      dtypes.push_back(t.values[in].type);
+      known_inputs = known_inputs && t.values[in].dims.is_fully_defined();
+    }
     if (as_traced && op_node.shape().is_fully_defined()) {
       v.type = op_node.dtype();
       v.dims = op_node.shape();
@@ -13470,7 +13520,6 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       const dtype_result dt = rules.result_dtype(op, dtypes);
       const shape_result sh = rules.result_shape(op, shapes);
       if (!dt.ok() || !sh.ok()) return uninferable(uninferred::rule_failed);
-      if (!sh.value.is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = dt.value;
       v.dims = sh.value;
     }
@@ -13478,6 +13527,10 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;
     t.entries[id] = entry_of(op_node.operation(), text ? string : in, v.type);
+    // Dims that depend on values (or on an argument's, left unknown) reach only ops
+    // that make their own results; any other needs them to plan its buffer or tiles.
+    if ((!known_inputs || !v.dims.is_fully_defined()) && !t.entries[id].evaluates)
+      return uninferable(uninferred::value_dependent);
   }
   return t;
 }
@@ -14040,10 +14093,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   using inference = basic_value_inference<Unused>;
   using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
-  const auto& arguments = g.arguments();
-  for (std::size_t i = 0; i < args.size(); ++i)
-    p->key.push_back({args[i].dtype(), args[i].device(), args[i].shape(),
-                      i >= arguments.size() || outline.needed[arguments[i]]});
+  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;
   uninferred why{};
   std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
@@ -14053,6 +14103,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
+  for (std::size_t i = 0; i < args.size(); ++i) p->key[i].any_dims = typed->any_dims[i] != 0;
   const clustering clusters = stages::form_clusters(g, outline, *typed);
   schedule s = stages::schedule_steps(g, outline, *typed, clusters);
   p->values = std::move(typed->values);
@@ -14074,6 +14125,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
         if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
                                              home == value_home::evaluated)) {
           op->in_place = e.in_place;
+          const auto& arguments = g.arguments();
           if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
             op->argument = int(at - arguments.begin());
         }
@@ -14293,11 +14345,13 @@ class workspace_pool {
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -15032,8 +15086,22 @@ class basic_graph_executor {
   // padded_elements, and the results are copied back.
   static void run_staged(const exec::fused_cluster& c, void* const* bases, char* staging, void** table, std::int64_t t,
                          std::int64_t len) {
+    // Copies of the last element in words of its size: a memcpy call per element cost
+    // more than the ops of a one-element cluster (a loop's counter and scalars).
     auto pad = [len](char* p, std::size_t bytes) {
-      for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+      auto fill = [&]<class Word>(std::type_identity<Word>) {
+        Word last;
+        std::memcpy(&last, p + (len - 1) * std::int64_t(sizeof(Word)), sizeof(Word));
+        for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * std::int64_t(sizeof(Word)), &last, sizeof(Word));
+      };
+      switch (bytes) {
+        case 1: return fill(std::type_identity<std::uint8_t>());
+        case 2: return fill(std::type_identity<std::uint16_t>());
+        case 4: return fill(std::type_identity<std::uint32_t>());
+        case 8: return fill(std::type_identity<std::uint64_t>());
+        default:
+          for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+      }
     };
     for (std::size_t k = 0; k < c.streamed.size(); ++k) {
       const exec::cluster_operand& o = c.streamed[k];

@@ -296,10 +296,46 @@ TEST_CASE("arguments of ever new shapes plan once where the shapes cannot matter
     require_same(by_value.run(tensors{v, rows})[0], kiln::pad_rows(v, rows) + 1.f);
   }
   CHECK(by_value.cached_plans() == 1);
+  // An array that grows by a row at each call, padded and written as a loop's stacks
+  // are: its length is no part of the plan, which runs planned (not node by node).
+  kiln::function grows([](const tensor& stack, const tensor& i, const tensor& x) {
+    return kiln::set_item(kiln::pad_rows(stack, i + 1), i, x * 2.f);
+  }, {.input_signature = std::vector<kiln::tensor_spec>{{{kiln::none}, kiln::float32}, {{}, kiln::int64}, {{}, kiln::float32}}});
+  const kiln::graph growing = grows.get_concrete_function(kiln::tensor_spec({kiln::none}, kiln::float32),
+                                                          kiln::tensor_spec({}, kiln::int64), kiln::tensor_spec({}, kiln::float32))
+                                  .graph();
+  kiln::detail::graph_executor by_length(growing);
+  for (int k = 0; k < shapes; ++k) {
+    const tensor stack = random_floats({k}, std::uint32_t(100 + k)), i = kiln::constant(std::int64_t(k)),
+                 x = kiln::constant(float(k));
+    const tensors args{stack, i, x};
+    CHECK(by_length.schedule(args) != "interpreted");
+    require_same(by_length.run(args)[0], kiln::set_item(kiln::pad_rows(stack, i + 1), i, x * 2.f));
+  }
+  CHECK(by_length.cached_plans() == 1);
   // Shapes that do decide the plan still get one each.
   kiln::detail::graph_executor by_shape(ignoring);
   for (int k = 0; k < 3; ++k) require_same(by_shape.run(tensors{random_floats({k}, 51), x})[0], random_floats({k}, 51) * 2.f);
   CHECK(by_shape.cached_plans() == 3);
+}
+
+TEST_CASE("a cluster's last partial tile runs on its elements padded with the last one, in every element size", "[exec]") {
+  // Padding with the last element keeps integer division away from the zeros a
+  // padded lane would otherwise hold; sizes 1 to 17 end a tile anywhere.
+  for (std::int64_t n = 1; n <= 17; ++n) {
+    INFO(n << " elements");
+    for (const kiln::dtype t : {kiln::int32, kiln::int64, kiln::float32, kiln::float64}) {
+      INFO(kiln::name(t));
+      const tensor x = random_tensor(t, {n}, std::uint32_t(60 + n)),
+                   y = random_tensor(t, {n}, std::uint32_t(80 + n), kiln::testing::value_range::nonzero);
+      require_graph_matches_eager([](const tensor& a, const tensor& b) { return tensors{kiln::floordiv(a * b + a, b) - a}; },
+                                  x, y);
+    }
+    const tensor p = random_tensor(kiln::bool_, {n}, std::uint32_t(100 + n)), q = random_tensor(kiln::bool_, {n}, std::uint32_t(120 + n));
+    require_graph_matches_eager(
+        [](const tensor& a, const tensor& b) { return tensors{kiln::logical_or(kiln::logical_and(a, b), kiln::logical_not(a))}; },
+        p, q);
+  }
 }
 
 TEST_CASE("large clusters run over the thread pool with per-chunk scratch", "[exec]") {

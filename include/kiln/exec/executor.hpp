@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -319,8 +321,22 @@ class basic_graph_executor {
   // padded_elements, and the results are copied back.
   static void run_staged(const exec::fused_cluster& c, void* const* bases, char* staging, void** table, std::int64_t t,
                          std::int64_t len) {
+    // Copies of the last element in words of its size: a memcpy call per element cost
+    // more than the ops of a one-element cluster (a loop's counter and scalars).
     auto pad = [len](char* p, std::size_t bytes) {
-      for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+      auto fill = [&]<class Word>(std::type_identity<Word>) {
+        Word last;
+        std::memcpy(&last, p + (len - 1) * std::int64_t(sizeof(Word)), sizeof(Word));
+        for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * std::int64_t(sizeof(Word)), &last, sizeof(Word));
+      };
+      switch (bytes) {
+        case 1: return fill(std::type_identity<std::uint8_t>());
+        case 2: return fill(std::type_identity<std::uint16_t>());
+        case 4: return fill(std::type_identity<std::uint32_t>());
+        case 8: return fill(std::type_identity<std::uint64_t>());
+        default:
+          for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+      }
     };
     for (std::size_t k = 0; k < c.streamed.size(); ++k) {
       const exec::cluster_operand& o = c.streamed[k];

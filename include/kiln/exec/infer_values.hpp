@@ -3,6 +3,7 @@
 /// The planner's first stage: the concrete dtype and dims of every node the outputs
 /// need, for one set of arguments, by the ops' own rules, and each op's entry points.
 
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <vector>
@@ -17,6 +18,10 @@ namespace kiln::detail::exec {
 struct typed_nodes {
   node_map<value_info> values;
   node_map<op_entry> entries;
+  /// Per argument: whether the values hold for any dims of its rank (nothing reads
+  /// it but ops that make their own results, whose dims then stay unknown: a growing
+  /// tensor_array's pad_rows and set_item).
+  std::vector<char> any_dims;
 };
 
 /// Why value inference gives no typed nodes, so that the plan interprets.
@@ -34,6 +39,9 @@ struct basic_value_inference {
   /// (then `why`, when given, says why).
   static std::optional<typed_nodes> infer_values(const graph& g, const graph_outline& outline,
                                                  std::span<const tensor> args, uninferred* why = nullptr);
+  /// The typed nodes for `args`, the dims of those `any_dims` marks left unknown.
+  static std::optional<typed_nodes> infer_with(const graph& g, const graph_outline& outline, std::span<const tensor> args,
+                                               std::vector<char> any_dims, uninferred* why);
   /// For a plan that interprets arguments on one GPU: the needed CPU constants, copied there.
   static std::vector<std::pair<int, tensor>> moved_constants(const graph& g, const graph_outline& outline,
                                                              std::span<const tensor> args);
@@ -42,22 +50,58 @@ using value_inference = basic_value_inference<>;
 
 /// The typed nodes of graph `g` for `args`, or nothing when the plan must interpret:
 /// a tensor off the CPU, a rule that fails for these shapes, or a shape the rules
-/// leave partly unknown (one that depends on values).
+/// leave partly unknown (one that depends on values) read by an op that needs it.
+/// Arguments read by nothing but ops that write them in place and make their own
+/// results (a growing tensor_array's pad_rows and set_item) are tried first with
+/// unknown dims, so that one plan serves every length of an array a loop grows.
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
                                                                        std::span<const tensor> args, uninferred* why) {
+  const auto& arguments = g.arguments();
+  if (arguments.size() != args.size()) {
+    if (why) *why = uninferred::rule_failed;
+    return std::nullopt;
+  }
+  std::vector<char> any_dims(args.size(), 0);
+  bool loose = false;
+  for (std::size_t i = 0; i < args.size(); ++i) any_dims[i] = args[i].shape().rank() > 0;
+  for (int id : outline.ops) {
+    const node& n = g.node_at(id);
+    for (int in : n.input_ids()) {
+      const auto at = std::find(arguments.begin(), arguments.end(), in);
+      if (at == arguments.end()) continue;
+      // Ops that write their first input in place (pad_rows, set_item) make their own
+      // results; what else reads the argument may need its dims.
+      if (n.kind() != node_kind::op || !in_place_of(n.operation())) any_dims[std::size_t(at - arguments.begin())] = 0;
+    }
+  }
+  for (char a : any_dims) loose = loose || a;
+  if (loose)
+    if (std::optional<typed_nodes> t = infer_with(g, outline, args, any_dims, why)) return t;
+  return infer_with(g, outline, args, std::vector<char>(args.size(), 0), why);
+}
+
+template <class Unused>
+std::optional<typed_nodes> basic_value_inference<Unused>::infer_with(const graph& g, const graph_outline& outline,
+                                                                     std::span<const tensor> args,
+                                                                     std::vector<char> any_dims, uninferred* why) {
   auto uninferable = [why](uninferred reason) {
     if (why) *why = reason;
     return std::nullopt;
   };
   const std::size_t n = g.nodes().size();
-  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n)};
+  typed_nodes t{node_map<value_info>(n), node_map<op_entry>(n), std::move(any_dims)};
   const auto& arguments = g.arguments();
-  if (arguments.size() != args.size()) return uninferable(uninferred::rule_failed);
+  bool loose = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i].device() != device::cpu) return uninferable(uninferred::off_cpu);
-    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), args[i].shape()};
+    shape dims = args[i].shape();
+    if (t.any_dims[i]) {
+      loose = true;
+      for (int d = 0; d < dims.rank(); ++d) dims[d] = none;
+    }
+    t.values[arguments[i]] = {value_home::argument, args[i].dtype(), dims};
   }
   for (int i = 0; i < outline.needed.size(); ++i) {
     const node& c = g.node_at(i);
@@ -68,7 +112,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
   // Arguments of the dtypes and shapes the placeholders were traced with: then each
   // op's result has the dtype and shape its trace inferred (fully defined, unless it
   // depends on values), and its rules need not run again.
-  bool as_traced = true;
+  bool as_traced = !loose;
   for (std::size_t i = 0; i < args.size() && as_traced; ++i) {
     const node& p = g.node_at(arguments[i]);
     as_traced = p.dtype() == args[i].dtype() && p.shape().is_fully_defined() && p.shape() == args[i].shape();
@@ -88,7 +132,11 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       continue;
     }
     dtypes.clear();
-    for (int in : op_node.input_ids()) dtypes.push_back(t.values[in].type);
+    bool known_inputs = true;
+    for (int in : op_node.input_ids()) {
+      dtypes.push_back(t.values[in].type);
+      known_inputs = known_inputs && t.values[in].dims.is_fully_defined();
+    }
     if (as_traced && op_node.shape().is_fully_defined()) {
       v.type = op_node.dtype();
       v.dims = op_node.shape();
@@ -102,7 +150,6 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       const dtype_result dt = rules.result_dtype(op, dtypes);
       const shape_result sh = rules.result_shape(op, shapes);
       if (!dt.ok() || !sh.ok()) return uninferable(uninferred::rule_failed);
-      if (!sh.value.is_fully_defined()) return uninferable(uninferred::value_dependent);
       v.type = dt.value;
       v.dims = sh.value;
     }
@@ -110,6 +157,10 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     bool text = v.type == string;
     for (dtype d : dtypes) text = text || d == string;
     t.entries[id] = entry_of(op_node.operation(), text ? string : in, v.type);
+    // Dims that depend on values (or on an argument's, left unknown) reach only ops
+    // that make their own results; any other needs them to plan its buffer or tiles.
+    if ((!known_inputs || !v.dims.is_fully_defined()) && !t.entries[id].evaluates)
+      return uninferable(uninferred::value_dependent);
   }
   return t;
 }

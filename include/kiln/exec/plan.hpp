@@ -165,9 +165,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
-  /// Whether the graph reads the argument: the shape of one it does not read does
-  /// not change the plan (a loop condition given a growing tensor_array it ignores).
-  bool read = true;
+  /// Whether the plan holds for any dims of this rank (typed_nodes::any_dims: a
+  /// growing tensor_array that a loop body pads and writes, or an argument nothing reads).
+  bool any_dims = false;
   bool operator==(const argument_key&) const = default;
 };
 
@@ -199,13 +199,15 @@ struct execution_plan {
   std::vector<std::pair<int, tensor>> moved_constants;
 
   /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
-  /// when any_shape; any shape for an argument the graph does not read).
+  /// when any_shape; any dims of the key's rank where the key says any_dims).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
-    for (std::size_t i = 0; i < args.size(); ++i)
-      if (args[i].dtype() != key[i].type || args[i].device() != key[i].place ||
-          (!any_shape && key[i].read && args[i].shape() != key[i].dims))
-        return false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const argument_key& k = key[i];
+      const shape& s = args[i].shape();
+      if (args[i].dtype() != k.type || args[i].device() != k.place) return false;
+      if (!any_shape && (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims)) return false;
+    }
     return true;
   }
 

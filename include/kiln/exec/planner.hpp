@@ -37,10 +37,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   using inference = basic_value_inference<Unused>;
   using stages = basic_fusion<Unused>;
   auto p = std::make_unique<execution_plan>();
-  const auto& arguments = g.arguments();
-  for (std::size_t i = 0; i < args.size(); ++i)
-    p->key.push_back({args[i].dtype(), args[i].device(), args[i].shape(),
-                      i >= arguments.size() || outline.needed[arguments[i]]});
+  for (const tensor& a : args) p->key.push_back({a.dtype(), a.device(), a.shape()});
   p->outputs = outline.outputs;
   uninferred why{};
   std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
@@ -50,6 +47,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
+  for (std::size_t i = 0; i < args.size(); ++i) p->key[i].any_dims = typed->any_dims[i] != 0;
   const clustering clusters = stages::form_clusters(g, outline, *typed);
   schedule s = stages::schedule_steps(g, outline, *typed, clusters);
   p->values = std::move(typed->values);
@@ -71,6 +69,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
         if (memory.last_use[x] == int(k) && (home == value_home::argument || home == value_home::fresh ||
                                              home == value_home::evaluated)) {
           op->in_place = e.in_place;
+          const auto& arguments = g.arguments();
           if (auto at = std::find(arguments.begin(), arguments.end(), x); at != arguments.end())
             op->argument = int(at - arguments.begin());
         }
