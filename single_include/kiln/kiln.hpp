@@ -15594,6 +15594,11 @@ class scalar_program {
       for (int in : n.input_ids()) read[std::size_t(in)] = 1;
     for (int out : g.outputs()) read[std::size_t(out)] = 1;
     p.initial_.resize(nodes.size());
+    // The register each node's value is read from: its own, or for an Identity its
+    // input's (a copy of an 8-byte register just written with 4 bytes would stall on
+    // store forwarding, and cost a quarter of a scalar loop).
+    std::vector<int> source(nodes.size());
+    for (std::size_t id = 0; id < nodes.size(); ++id) source[id] = int(id);
     for (std::size_t id = 0; id < nodes.size(); ++id) {
       const node& n = nodes[id];
       if (n.kind() == node_kind::placeholder && !read[id]) continue;
@@ -15606,7 +15611,7 @@ class scalar_program {
           std::memcpy(p.initial_[id].bytes, n.value().raw_data(), size_of(n.dtype()));
           break;
         case node_kind::identity:
-          p.code_.push_back({copy_value, nullptr, int(id), {n.input_ids()[0], -1, -1}});
+          source[id] = source[std::size_t(n.input_ids()[0])];
           break;
         case node_kind::op: {
           const std::span<const int> in = n.input_ids();
@@ -15616,7 +15621,7 @@ class scalar_program {
           // negative powers): on floats the op needs none.
           if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
           instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
-          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = in[k];
+          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = source[std::size_t(in[k])];
           p.code_.push_back(i);
           break;
         }
@@ -15626,7 +15631,7 @@ class scalar_program {
     }
     p.arguments_ = g.arguments();
     for (int a : p.arguments_) p.reads_.push_back(read[std::size_t(a)]);
-    p.outputs_ = g.outputs();
+    for (int out : g.outputs()) p.outputs_.push_back(source[std::size_t(out)]);
     return p;
   }
 
@@ -15656,7 +15661,6 @@ class scalar_program {
   };
 
   static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
-  static void copy_value(const void*, void* out, const void* const* in) { std::memcpy(out, in[0], sizeof(scalar_value)); }
 
   std::vector<scalar_value> initial_;
   std::vector<instruction> code_;
@@ -16021,14 +16025,25 @@ class while_op final : public special_op {
     for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
     const std::size_t first = breaks_ ? 1 : 0;
     auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
+    // Each variable moves in its dtype's size: an 8-byte load of a register an op just
+    // wrote 4 bytes of waits for the store to retire (no store forwarding).
+    std::vector<std::size_t> sizes(n);
+    for (std::size_t k = 0; k < n; ++k) sizes[k] = size_of(in[k]->dtype());
+    auto move = [](exec::scalar_value& to, const exec::scalar_value& from, std::size_t bytes) {
+      switch (bytes) {
+        case 8: std::memcpy(to.bytes, from.bytes, 8); break;
+        case 4: std::memcpy(to.bytes, from.bytes, 4); break;
+        default: std::memcpy(to.bytes, from.bytes, 1); break;  // bool_
+      }
+    };
     for (;;) {
-      for (std::size_t k = 0; k < n; ++k) cond_registers[std::size_t(cond.argument(k))] = vars[k];
+      for (std::size_t k = 0; k < n; ++k) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
       cond.run(cond_registers);
       if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) body_registers[std::size_t(body.argument(k))] = vars[k];
+      for (std::size_t k = 0; k < n; ++k) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
       body.run(body_registers);
       if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) vars[k] = body_registers[std::size_t(body.output(k + first))];
+      for (std::size_t k = 0; k < n; ++k) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
     }
     std::vector<tensor> out;
     out.reserve(n);

@@ -376,14 +376,25 @@ class while_op final : public special_op {
     for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
     const std::size_t first = breaks_ ? 1 : 0;
     auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
+    // Each variable moves in its dtype's size: an 8-byte load of a register an op just
+    // wrote 4 bytes of waits for the store to retire (no store forwarding).
+    std::vector<std::size_t> sizes(n);
+    for (std::size_t k = 0; k < n; ++k) sizes[k] = size_of(in[k]->dtype());
+    auto move = [](exec::scalar_value& to, const exec::scalar_value& from, std::size_t bytes) {
+      switch (bytes) {
+        case 8: std::memcpy(to.bytes, from.bytes, 8); break;
+        case 4: std::memcpy(to.bytes, from.bytes, 4); break;
+        default: std::memcpy(to.bytes, from.bytes, 1); break;  // bool_
+      }
+    };
     for (;;) {
-      for (std::size_t k = 0; k < n; ++k) cond_registers[std::size_t(cond.argument(k))] = vars[k];
+      for (std::size_t k = 0; k < n; ++k) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
       cond.run(cond_registers);
       if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) body_registers[std::size_t(body.argument(k))] = vars[k];
+      for (std::size_t k = 0; k < n; ++k) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
       body.run(body_registers);
       if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) vars[k] = body_registers[std::size_t(body.output(k + first))];
+      for (std::size_t k = 0; k < n; ++k) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
     }
     std::vector<tensor> out;
     out.reserve(n);

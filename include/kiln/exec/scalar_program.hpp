@@ -40,6 +40,11 @@ class scalar_program {
       for (int in : n.input_ids()) read[std::size_t(in)] = 1;
     for (int out : g.outputs()) read[std::size_t(out)] = 1;
     p.initial_.resize(nodes.size());
+    // The register each node's value is read from: its own, or for an Identity its
+    // input's (a copy of an 8-byte register just written with 4 bytes would stall on
+    // store forwarding, and cost a quarter of a scalar loop).
+    std::vector<int> source(nodes.size());
+    for (std::size_t id = 0; id < nodes.size(); ++id) source[id] = int(id);
     for (std::size_t id = 0; id < nodes.size(); ++id) {
       const node& n = nodes[id];
       if (n.kind() == node_kind::placeholder && !read[id]) continue;
@@ -52,7 +57,7 @@ class scalar_program {
           std::memcpy(p.initial_[id].bytes, n.value().raw_data(), size_of(n.dtype()));
           break;
         case node_kind::identity:
-          p.code_.push_back({copy_value, nullptr, int(id), {n.input_ids()[0], -1, -1}});
+          source[id] = source[std::size_t(n.input_ids()[0])];
           break;
         case node_kind::op: {
           const std::span<const int> in = n.input_ids();
@@ -62,7 +67,7 @@ class scalar_program {
           // negative powers): on floats the op needs none.
           if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
           instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
-          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = in[k];
+          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = source[std::size_t(in[k])];
           p.code_.push_back(i);
           break;
         }
@@ -72,7 +77,7 @@ class scalar_program {
     }
     p.arguments_ = g.arguments();
     for (int a : p.arguments_) p.reads_.push_back(read[std::size_t(a)]);
-    p.outputs_ = g.outputs();
+    for (int out : g.outputs()) p.outputs_.push_back(source[std::size_t(out)]);
     return p;
   }
 
@@ -102,7 +107,6 @@ class scalar_program {
   };
 
   static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
-  static void copy_value(const void*, void* out, const void* const* in) { std::memcpy(out, in[0], sizeof(scalar_value)); }
 
   std::vector<scalar_value> initial_;
   std::vector<instruction> code_;
