@@ -18,9 +18,9 @@ namespace kiln::detail::exec {
 struct typed_nodes {
   node_map<value_info> values;
   node_map<op_entry> entries;
-  /// Per argument: whether the values hold for any dims of its rank (nothing reads
-  /// it but ops that make their own results, whose dims then stay unknown: a growing
-  /// tensor_array's pad_rows and set_item).
+  /// Per argument: whether the values hold for any dims of its rank (nothing reads it
+  /// but ops that write it in place and make their own results, whose dims then stay
+  /// unknown: a growing tensor_array's pad_rows and set_item).
   std::vector<char> any_dims;
 };
 
@@ -64,7 +64,6 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
     return std::nullopt;
   }
   std::vector<char> any_dims(args.size(), 0);
-  bool loose = false;
   for (std::size_t i = 0; i < args.size(); ++i) any_dims[i] = args[i].shape().rank() > 0;
   for (int id : outline.ops) {
     const node& n = g.node_at(id);
@@ -76,8 +75,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
       if (n.kind() != node_kind::op || !in_place_of(n.operation())) any_dims[std::size_t(at - arguments.begin())] = 0;
     }
   }
-  for (char a : any_dims) loose = loose || a;
-  if (loose)
+  if (std::find(any_dims.begin(), any_dims.end(), char(1)) != any_dims.end())
     if (std::optional<typed_nodes> t = infer_with(g, outline, args, any_dims, why)) return t;
   return infer_with(g, outline, args, std::vector<char>(args.size(), 0), why);
 }
