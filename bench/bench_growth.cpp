@@ -28,8 +28,9 @@
 namespace kiln::bench {
 namespace {
 
-// Every row times at least three calls: on a shared virtual machine one call of the
-// same code varied by 5 % (the 10⁵-op trace) to 20 % (the 10⁶-iteration loop).
+// The rows at 10⁵ ops and the loop rows time three calls each: on a shared virtual
+// machine one call of the same code varied by 5 % (the 10⁵-op trace) to 20 % (the
+// 10⁶-iteration loop).
 
 // Destroys the function `f` holds outside the timing: what the rows time is the trace,
 // its optimization and plan (and the first call), not the freeing of its graphs.

@@ -13189,8 +13189,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
-  /// Whether the plan holds for any dims of this rank (typed_nodes::any_dims: a
-  /// growing tensor_array that a loop body pads and writes, or an argument nothing reads).
+  /// Whether the plan holds for any dims of this rank: a growing tensor_array that a
+  /// loop body pads and writes, an argument nothing reads (typed_nodes::any_dims), or
+  /// every argument of a plan that interprets because a shape depends on values.
   bool any_dims = false;
   bool operator==(const argument_key&) const = default;
 };
@@ -13203,11 +13204,6 @@ struct execution_plan {
   /// Run node by node through detail::execute: some tensor is not on the CPU, or a
   /// rule fails for these shapes (execution then raises the eager error in order).
   bool interpreted = false;
-  /// An interpreted plan for arguments of any shape (of the key's dtypes and
-  /// devices): some node's shape depends on values (a write past the end of a
-  /// growing tensor_array), so that no shape of the arguments gives a plan. A loop
-  /// body whose arguments grow every iteration then finds its plan at once.
-  bool any_shape = false;
   node_map<value_info> values;
   std::vector<plan_step> steps;
   std::vector<fused_cluster> clusters;
@@ -13222,15 +13218,15 @@ struct execution_plan {
   /// CPU scalar 1).
   std::vector<std::pair<int, tensor>> moved_constants;
 
-  /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
-  /// when any_shape; any dims of the key's rank where the key says any_dims).
+  /// True when the arguments have this plan's dtypes, devices and shapes (any dims of
+  /// the key's rank where the key says any_dims).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
     for (std::size_t i = 0; i < args.size(); ++i) {
       const argument_key& k = key[i];
       const shape& s = args[i].shape();
       if (args[i].dtype() != k.type || args[i].device() != k.place) return false;
-      if (!any_shape && (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims)) return false;
+      if (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims) return false;
     }
     return true;
   }
@@ -13438,6 +13434,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
   for (int id : outline.ops) {
     const node& n = g.node_at(id);
     for (int in : n.input_ids()) {
+      if (g.node_at(in).kind() != node_kind::placeholder) continue;
       const auto at = std::find(arguments.begin(), arguments.end(), in);
       if (at == arguments.end()) continue;
       // Ops that write their first input in place (pad_rows, set_item) make their own
@@ -14097,7 +14094,10 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
   if (!typed) {
     p->interpreted = true;
-    p->any_shape = why == uninferred::value_dependent;
+    // No shape of the arguments would give a plan (a write past the end of a growing
+    // tensor_array): one interpreted plan serves them all, found at once each call.
+    if (why == uninferred::value_dependent)
+      for (argument_key& k : p->key) k.any_dims = true;
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
@@ -15094,7 +15094,6 @@ class basic_graph_executor {
       };
       switch (bytes) {
         case 1: return fill(std::type_identity<std::uint8_t>());
-        case 2: return fill(std::type_identity<std::uint16_t>());
         case 4: return fill(std::type_identity<std::uint32_t>());
         case 8: return fill(std::type_identity<std::uint64_t>());
         default:
@@ -15540,6 +15539,7 @@ KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const te
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -15994,19 +15994,19 @@ class while_op final : public special_op {
   // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
   bool scalar_loop(std::span<const tensor* const> in) const {
     if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
-    for (const tensor* t : in)
-      if (!t->defined() || t->is_symbolic() || t->device() != kiln::device::cpu || t->size() != 1) return false;
-    return true;
+    return std::all_of(in.begin(), in.end(), [](const tensor* t) { return holds_scalar(*t); });
+  }
+
+  // Whether `t` can live in a scalar program's register: one element, on the CPU.
+  static bool holds_scalar(const tensor& t) {
+    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.size() == 1;
   }
 
   // Whether program `p` can run on `args`: each argument it reads a one-element CPU
   // value (a loop keeps its variables' dtypes, so they are those it was traced with).
   static bool scalar_arguments(const exec::scalar_program& p, std::span<const tensor> args) {
-    for (std::size_t k = 0; k < args.size(); ++k) {
-      const tensor& t = args[k];
-      if (p.reads(k) && (!t.defined() || t.is_symbolic() || t.device() != kiln::device::cpu || t.size() != 1))
-        return false;
-    }
+    for (std::size_t k = 0; k < args.size(); ++k)
+      if (p.reads(k) && !holds_scalar(args[k])) return false;
     return true;
   }
 

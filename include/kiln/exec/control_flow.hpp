@@ -6,6 +6,7 @@
 /// its own, optimized once and run by its own executor, with its plans and
 /// workspaces kept across calls like a function's.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -347,19 +348,19 @@ class while_op final : public special_op {
   // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
   bool scalar_loop(std::span<const tensor* const> in) const {
     if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
-    for (const tensor* t : in)
-      if (!t->defined() || t->is_symbolic() || t->device() != kiln::device::cpu || t->size() != 1) return false;
-    return true;
+    return std::all_of(in.begin(), in.end(), [](const tensor* t) { return holds_scalar(*t); });
+  }
+
+  // Whether `t` can live in a scalar program's register: one element, on the CPU.
+  static bool holds_scalar(const tensor& t) {
+    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.size() == 1;
   }
 
   // Whether program `p` can run on `args`: each argument it reads a one-element CPU
   // value (a loop keeps its variables' dtypes, so they are those it was traced with).
   static bool scalar_arguments(const exec::scalar_program& p, std::span<const tensor> args) {
-    for (std::size_t k = 0; k < args.size(); ++k) {
-      const tensor& t = args[k];
-      if (p.reads(k) && (!t.defined() || t.is_symbolic() || t.device() != kiln::device::cpu || t.size() != 1))
-        return false;
-    }
+    for (std::size_t k = 0; k < args.size(); ++k)
+      if (p.reads(k) && !holds_scalar(args[k])) return false;
     return true;
   }
 

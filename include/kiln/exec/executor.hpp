@@ -331,7 +331,6 @@ class basic_graph_executor {
       };
       switch (bytes) {
         case 1: return fill(std::type_identity<std::uint8_t>());
-        case 2: return fill(std::type_identity<std::uint16_t>());
         case 4: return fill(std::type_identity<std::uint32_t>());
         case 8: return fill(std::type_identity<std::uint64_t>());
         default:

@@ -68,6 +68,7 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const gra
   for (int id : outline.ops) {
     const node& n = g.node_at(id);
     for (int in : n.input_ids()) {
+      if (g.node_at(in).kind() != node_kind::placeholder) continue;
       const auto at = std::find(arguments.begin(), arguments.end(), in);
       if (at == arguments.end()) continue;
       // Ops that write their first input in place (pad_rows, set_item) make their own

@@ -165,8 +165,9 @@ struct argument_key {
   dtype type = float32;
   device place = device::cpu;
   shape dims;
-  /// Whether the plan holds for any dims of this rank (typed_nodes::any_dims: a
-  /// growing tensor_array that a loop body pads and writes, or an argument nothing reads).
+  /// Whether the plan holds for any dims of this rank: a growing tensor_array that a
+  /// loop body pads and writes, an argument nothing reads (typed_nodes::any_dims), or
+  /// every argument of a plan that interprets because a shape depends on values.
   bool any_dims = false;
   bool operator==(const argument_key&) const = default;
 };
@@ -179,11 +180,6 @@ struct execution_plan {
   /// Run node by node through detail::execute: some tensor is not on the CPU, or a
   /// rule fails for these shapes (execution then raises the eager error in order).
   bool interpreted = false;
-  /// An interpreted plan for arguments of any shape (of the key's dtypes and
-  /// devices): some node's shape depends on values (a write past the end of a
-  /// growing tensor_array), so that no shape of the arguments gives a plan. A loop
-  /// body whose arguments grow every iteration then finds its plan at once.
-  bool any_shape = false;
   node_map<value_info> values;
   std::vector<plan_step> steps;
   std::vector<fused_cluster> clusters;
@@ -198,15 +194,15 @@ struct execution_plan {
   /// CPU scalar 1).
   std::vector<std::pair<int, tensor>> moved_constants;
 
-  /// True when the arguments have this plan's dtypes, devices and shapes (any shapes
-  /// when any_shape; any dims of the key's rank where the key says any_dims).
+  /// True when the arguments have this plan's dtypes, devices and shapes (any dims of
+  /// the key's rank where the key says any_dims).
   bool accepts(std::span<const tensor> args) const {
     if (args.size() != key.size()) return false;
     for (std::size_t i = 0; i < args.size(); ++i) {
       const argument_key& k = key[i];
       const shape& s = args[i].shape();
       if (args[i].dtype() != k.type || args[i].device() != k.place) return false;
-      if (!any_shape && (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims)) return false;
+      if (k.any_dims ? s.rank() != k.dims.rank() : s != k.dims) return false;
     }
     return true;
   }

@@ -43,7 +43,10 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   std::optional<typed_nodes> typed = inference::infer_values(g, outline, args, &why);
   if (!typed) {
     p->interpreted = true;
-    p->any_shape = why == uninferred::value_dependent;
+    // No shape of the arguments would give a plan (a write past the end of a growing
+    // tensor_array): one interpreted plan serves them all, found at once each call.
+    if (why == uninferred::value_dependent)
+      for (argument_key& k : p->key) k.any_dims = true;
     p->moved_constants = inference::moved_constants(g, outline, args);
     return p;
   }
