@@ -125,7 +125,35 @@ namespace {
   prefix template struct kiln::detail::basic_nn_functions<void>;     \
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
-  prefix template struct kiln::detail::basic_variable_writes<void>;
+  prefix template struct kiln::detail::basic_variable_writes<void>;    \
+  prefix template struct kiln::detail::exec::basic_value_inference<void>; \
+  prefix template struct kiln::detail::exec::basic_planner<void>;    \
+  prefix template struct kiln::detail::exec::basic_memory_planner<void>; \
+  prefix template class kiln::detail::exec::slot_allocator<void>;    \
+  prefix template struct kiln::detail::exec::basic_lowering<void>;   \
+  prefix template struct kiln::detail::exec::basic_fusion<void>;     \
+  prefix template class kiln::detail::exec::native_compiler<void>;   \
+  prefix template class kiln::detail::basic_tensors_stage<void>;     \
+  prefix template class kiln::detail::basic_slices_stage<void>;      \
+  prefix template class kiln::detail::basic_range_stage<void>;       \
+  prefix template class kiln::detail::basic_map_stage<void>;         \
+  prefix template class kiln::detail::basic_take_stage<void>;        \
+  prefix template class kiln::detail::basic_shuffle_stage<void>;     \
+  prefix template class kiln::detail::basic_shard_stage<void>;       \
+  prefix template class kiln::detail::basic_prefetch_stage<void>;    \
+  prefix template class kiln::detail::basic_reduce_dataset_op<void>; \
+  prefix template struct kiln::layers::detail::sequential_state<void>; \
+  prefix template struct kiln::layers::detail::dense_state<void>;    \
+  prefix template struct kiln::layers::detail::conv2d_state<void>;   \
+  prefix template struct kiln::layers::detail::pooling_state<void>;  \
+  prefix template struct kiln::layers::detail::flatten_state<void>;  \
+  prefix template struct kiln::layers::detail::dropout_state<void>;  \
+  prefix template struct kiln::layers::detail::embedding_state<void>; \
+  prefix template struct kiln::layers::detail::basic_normalization<void>; \
+  prefix template struct kiln::layers::detail::batch_normalization_state<void>; \
+  prefix template struct kiln::layers::detail::layer_normalization_state<void>; \
+  prefix template struct kiln::losses::detail::basic_loss_terms<void>; \
+  prefix template struct kiln::initializers::detail::basic_initializer_draws<void>;
 // The runtime's functions that are not templates (the graph building of traces, a
 // tensor's storage, a call's signature and frame, format_values, host_callback's run,
 // ...) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp), their definitions

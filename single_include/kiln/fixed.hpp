@@ -942,6 +942,7 @@ constexpr std::int64_t elements_between(const shape& s, int first, int last) {
 #include <cstdint>
 #include <string>
 
+
 namespace kiln::detail {
 
 /// The graph value a symbolic tensor stands for. `trace_id` names the trace that
@@ -958,15 +959,33 @@ struct symbol {
 };
 
 /// TensorFlow's name of the value a symbol stands for: `a:0`, `while:1`.
-inline std::string value_name(const symbol& s) { return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output); }
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s);
 
 /// The name of the node a symbol stands for: `while` for `while:1`.
-inline std::string node_name(const symbol& s) { return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':')); }
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s);
 
 /// True when `a` and `b` stand for the same value of the same trace.
-inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b);
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s) {
+  return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output);
+}
+
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s) {
+  return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':'));
+}
+
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b) {
+  return a.trace_id == b.trace_id && a.node == b.node;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/symbol.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SYMBOL_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
@@ -1349,31 +1368,25 @@ class variable;
 
 namespace config {
 namespace detail {
-inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& print_stream_slot();
 }  // namespace detail
 /// Where kiln::print writes: standard error unless set, as tf.print. The stream must
 /// outlive its use.
 /// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
-inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+KILN_LIBRARY_INLINE void set_print_stream(std::ostream& os);
 /// The stream kiln::print writes to.
-inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+KILN_LIBRARY_INLINE std::ostream& print_stream();
 
 namespace detail {
-inline std::atomic<std::ostream*>& warning_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& warning_stream_slot();
 }  // namespace detail
 /// Where kiln writes its warnings (a function that retraces often): standard error
 /// unless set, as TensorFlow's logging; null silences them. The stream must outlive
 /// its use.
 /// \code kiln::config::set_warning_stream(nullptr); \endcode
-inline void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+KILN_LIBRARY_INLINE void set_warning_stream(std::ostream* os);
 /// The stream kiln's warnings go to, or null when they are silenced.
-inline std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
+KILN_LIBRARY_INLINE std::ostream* warning_stream();
 }  // namespace config
 
 namespace detail {
@@ -1392,12 +1405,7 @@ enum class trim_mode {
 };
 
 /// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
-KILN_COLD inline int fraction_digits(std::string_view text) {
-  std::size_t point = text.find('.');
-  if (point == std::string_view::npos) return 0;
-  std::size_t end = std::min(text.find('e'), text.size());
-  return static_cast<int>(end - point - 1);
-}
+KILN_COLD KILN_LIBRARY_INLINE int fraction_digits(std::string_view text);
 
 // The printer holds floating-point elements as doubles, which hold float32 values
 // exactly, and a flag `single` for float32, whose digits and comparisons NumPy takes
@@ -1408,162 +1416,38 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// them, rounded from the exact binary value: the digits NumPy's Dragon4 prints in
 /// its "unique" mode.
 /// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
-KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
-                                             int max_fraction = std::numeric_limits<int>::max()) {
-  // Enough for any double: fixed notation of the extremes needs about 330 characters.
-  char buffer[512];
-  auto write = [&](std::chars_format format, auto... precision) {
-    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
-                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
-    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
-    return std::string(buffer, written.ptr);
-  };
-  // The shortest digits that read back, in scientific notation. In positional notation
-  // they are placed around the point, zeros filling up to it: to_chars' own fixed
-  // notation would write every digit of the exact binary value left of the point
-  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
-  std::string text = write(std::chars_format::scientific);
-  if (n == notation::positional) {
-    const std::size_t e = text.find('e');
-    const bool negative = text[0] == '-';
-    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
-    std::erase(digits, '.');
-    const int exponent = std::stoi(text.substr(e + 1));
-    std::string whole, fraction;
-    if (exponent < 0) {
-      whole = "0";
-      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
-    } else if (std::size_t(exponent) + 1 >= digits.size()) {
-      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
-    } else {
-      whole = digits.substr(0, std::size_t(exponent) + 1);
-      fraction = digits.substr(std::size_t(exponent) + 1);
-    }
-    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
-  }
-  const int fraction = fraction_digits(text);
-  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (wanted == fraction) return text;
-  // More or fewer digits than the shortest: rounded from the exact binary value.
-  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
+                                             int max_fraction = std::numeric_limits<int>::max());
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
 /// \code kiln::detail::trimmed("2", kiln::detail::trim_mode::one_zero) == "2.0" \endcode
-KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
-  std::size_t e = std::min(text.find('e'), text.size());
-  std::string mantissa(text.substr(0, e));
-  if (mantissa.find('.') == std::string::npos) {
-    mantissa += '.';
-  } else if (mode != trim_mode::keep) {
-    while (mantissa.back() == '0') mantissa.pop_back();
-  }
-  if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
-  if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
-  return mantissa.append(text.substr(e));
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string trimmed(std::string_view text, trim_mode mode);
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
 /// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
-KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
-  bool has_single = bytes.find('\'') != std::string_view::npos;
-  bool has_double = bytes.find('"') != std::string_view::npos;
-  char quote = has_single && !has_double ? '"' : '\'';
-  std::string out = "b";
-  out += quote;
-  for (char c : bytes) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == quote || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (u < 0x20 || u >= 0x7f) {
-      constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  out += quote;
-  return out;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string python_bytes_repr(std::string_view bytes);
 
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
 /// \code kiln::detail::c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
-KILN_COLD inline std::string c_escaped(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '"': out += "\\\""; break;
-      case '\'': out += "\\'"; break;
-      case '\\': out += "\\\\"; break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          out += '\\';
-          out += char('0' + (u >> 6));
-          out += char('0' + ((u >> 3) & 7));
-          out += char('0' + (u & 7));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string c_escaped(std::string_view text);
 
 /// A floating-point element as NumPy's `str()` writes a scalar, which TensorFlow
 /// prints for a rank-0 tensor: as Python writes floats (`2.2`, `20.0`, `1e+16`,
 /// `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
 /// \code kiln::detail::numpy_real_text(2.2f, true) == "2.2" \endcode
-KILN_COLD inline std::string numpy_real_text(double x, bool single) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
-  // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
-  long double magnitude = std::fabs(static_cast<long double>(x));
-  if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
-    return trimmed(shortest_digits(x, single, notation::positional), trim_mode::one_zero);
-  return trimmed(shortest_digits(x, single, notation::scientific), trim_mode::no_point);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string numpy_real_text(double x, bool single);
 
 /// A floating-point element as tf.print writes it (TensorFlow's C++ text): 6
 /// significant digits (15 for float64) when those read back exactly, else 9 (17):
 /// `0.405638`, `0.666458249`.
 /// \code kiln::detail::tf_print_real_text(0.5, false) == "0.5" \endcode
-KILN_COLD inline std::string tf_print_real_text(double x, bool single) {
-  if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
-  char buffer[64];
-  auto write = [&](int digits) {
-    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), std::chars_format::general, digits)
-                  : std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, digits);
-  };
-  auto written = write(single ? 6 : 15);
-  auto reads_back = [&](auto value) {
-    std::from_chars(buffer, written.ptr, value);
-    return value == decltype(value)(x);
-  };
-  if (!(single ? reads_back(0.f) : reads_back(0.))) written = write(single ? 9 : 17);
-  return std::string(buffer, written.ptr);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string tf_print_real_text(double x, bool single);
 
 // ---- the elements of an array ------------------------------------------------------
 
 /// `text` right-aligned in `width` columns.
-KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
-  if (text.size() < width) text.insert(0, width - text.size(), ' ');
-  return text;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string padded_left(std::string text, std::size_t width);
 
 /// The texts NumPy's FloatingFormat gives the elements `values` of one array (float32
 /// values when `single`) in its default mode (at most 8 fraction digits, only as many
@@ -1571,71 +1455,7 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
 /// the smallest non-zero < 1e-4, or their ratio > 1000), all padded to one width, the
 /// points aligned.
 /// \code kiln::detail::numpy_float_texts({1.5, 2.}, true) == std::vector<std::string>{"1.5", "2. "} \endcode
-KILN_COLD inline std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single) {
-  constexpr int max_fraction = 8;
-  bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
-  double largest = 0, smallest = std::numeric_limits<double>::infinity();
-  for (double v : values) {
-    if (!std::isfinite(v)) {
-      any_special = true;
-      negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
-      continue;
-    }
-    any_finite = true;
-    if (v != 0) {
-      any_nonzero = true;
-      largest = std::max(largest, std::fabs(v));
-      smallest = std::min(smallest, std::fabs(v));
-    }
-  }
-  // NumPy compares in the array's own type: float32 1e-4 is not below float(1e-4). A
-  // quotient of floats rounded to double, then to float, is the float quotient.
-  auto in_type = [single](double v) { return single ? double(float(v)) : v; };
-  bool scientific =
-      any_nonzero && (largest >= in_type(1e8) || smallest < in_type(1e-4) || in_type(largest / smallest) > 1000);
-  notation n = scientific ? notation::scientific : notation::positional;
-
-  // A first pass over the finite values fixes the digits and widths all share.
-  std::vector<std::string> texts(values.size());
-  std::size_t int_width = 0, fraction_width = 0, exponent_digits = 0;
-  int shared_fraction = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) continue;
-    texts[i] = trimmed(shortest_digits(values[i], single, n, 0, max_fraction), trim_mode::keep_point);
-    std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
-    int_width = std::max(int_width, point);
-    shared_fraction = std::max(shared_fraction, int(e - point - 1));
-    if (scientific) exponent_digits = std::max(exponent_digits, texts[i].size() - e - 2);
-  }
-  // Right of the point: the fraction, or in scientific notation also `e+XX`.
-  if (any_finite) fraction_width = scientific ? std::size_t(shared_fraction) + 2 + exponent_digits : std::size_t(shared_fraction);
-  if (any_special) {
-    // "nan", "inf" or "-inf" must fit in the shared width, of which the point and
-    // the right part take fraction_width + 1.
-    std::size_t widest = negative_infinity ? 4 : 3;
-    if (widest > fraction_width + 1) int_width = std::max(int_width, widest - fraction_width - 1);
-  }
-  const std::size_t width = int_width + 1 + fraction_width;
-
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    double v = values[i];
-    std::string& text = texts[i];
-    if (std::isnan(v)) {
-      text = "nan";
-    } else if (std::isinf(v)) {
-      text = v < 0 ? "-inf" : "inf";
-    } else if (scientific) {
-      // Every mantissa gets the shared number of digits, rounded from the exact value.
-      text = trimmed(shortest_digits(v, single, n, shared_fraction, shared_fraction), trim_mode::keep);
-      std::size_t digits_at = text.find('e') + 2;
-      if (text.size() - digits_at < exponent_digits) text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
-    } else {
-      text.append(fraction_width - (text.size() - text.find('.') - 1), ' ');
-    }
-    text = padded_left(std::move(text), width);
-  }
-  return texts;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single);
 
 /// The shown elements of an array, copied out of its data: doubles for float32 and
 /// float64, 64-bit integers for bool and the integer dtypes, views for strings. What
@@ -1649,38 +1469,20 @@ struct element_values {
   /// program that prints no strings does not compile the escaping).
   std::string (*string_text)(std::string_view, bool numpy) = nullptr;
 
-  std::size_t size() const { return reals.size() + integers.size() + strings.size(); }
+  KILN_LIBRARY_INLINE std::size_t size() const;
   /// Element `i` as NumPy's `str()` writes a scalar (`numpy`: `2`, `True`, `b'aa'`,
   /// `2.2`), else as tf.print writes it (`2`, `1`, `"aa"`, `2.2`).
-  KILN_COLD std::string text(std::size_t i, bool numpy) const {
-    if (is_floating(type))
-      return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
-    if (type == string) return string_text(strings[i], numpy);
-    if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
-    return std::to_string(integers[i]);
-  }
+  KILN_LIBRARY_INLINE KILN_COLD std::string text(std::size_t i, bool numpy) const;
 };
 
 /// String element `x` as NumPy's `str()` writes it (`b'aa'`), else as tf.print
 /// does (`"aa"`).
-KILN_COLD inline std::string string_element_text(std::string_view x, bool numpy) {
-  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string string_element_text(std::string_view x, bool numpy);
 
 /// The texts NumPy gives the elements of one array: integers right-aligned to a
 /// shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings as
 /// Python bytes, unpadded.
-KILN_COLD inline std::vector<std::string> numpy_element_texts(const element_values& v) {
-  if (is_floating(v.type)) return numpy_float_texts(v.reals, v.type == float32);
-  std::vector<std::string> texts;
-  std::size_t width = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    texts.push_back(v.type == bool_ ? (v.integers[i] ? " True" : "False") : v.text(i, true));
-    if (v.type != string) width = std::max(width, texts.back().size());
-  }
-  for (std::string& text : texts) text = padded_left(std::move(text), width);
-  return texts;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::string> numpy_element_texts(const element_values& v);
 
 // ---- layout ------------------------------------------------------------------------
 
@@ -1703,42 +1505,14 @@ struct value_layout {
 /// The layout of an array of shape `s` in `style`: NumPy wraps lines at 75 columns
 /// and shows `...` only past 1000 elements; the tf.print styles never wrap and
 /// always summarize.
-KILN_COLD inline value_layout layout_of(const shape& s, value_style style) {
-  value_layout layout;
-  const bool numpy = style == value_style::numpy;
-  layout.summarize = numpy ? s.num_elements() > 1000 : true;
-  layout.line_width = numpy ? 75 : 0;
-  layout.single_line = style == value_style::tf_print_line;
-  return layout;
-}
+KILN_COLD KILN_LIBRARY_INLINE value_layout layout_of(const shape& s, value_style style);
 
 /// Whether `layout` shows only the ends of an axis of `length` items.
-inline bool summarized(std::int64_t length, const value_layout& layout) {
-  return layout.summarize && length > 2 * layout.edge_items;
-}
+KILN_LIBRARY_INLINE bool summarized(std::int64_t length, const value_layout& layout);
 
 /// The row-major flat indices of the elements `layout` shows of a tensor of shape `s`,
 /// in the order they are written.
-KILN_COLD inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
-  const int rank = s.rank();
-  std::vector<std::int64_t> indices;
-  if (s.num_elements() == 0) return indices;
-  const auto strides = row_major_strides(s);
-  std::vector<std::int64_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
-  for (;;) {
-    std::int64_t flat = 0;
-    for (int axis = 0; axis < rank; ++axis) flat += at[std::size_t(axis)] * strides[axis];
-    indices.push_back(flat);
-    int axis = rank - 1;
-    for (; axis >= 0; --axis) {
-      std::int64_t& c = at[std::size_t(axis)];
-      if (++c == layout.edge_items && summarized(s[axis], layout)) c = s[axis] - layout.edge_items;
-      if (c < s[axis]) break;
-      c = 0;
-    }
-    if (axis < 0) return indices;
-  }
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout);
 
 /// Writes the texts of the shown elements (in shown_indices order) as nested rows:
 /// NumPy's `_formatArray`, which is also the layout of TensorFlow's C++ printer once
@@ -1748,61 +1522,14 @@ class array_writer {
   array_writer(const shape& s, const std::vector<std::string>& items, const value_layout& layout)
       : shape_(s), items_(items), layout_(layout) {}
 
-  KILN_COLD std::string write() {
-    // A row's first line starts with the brackets it opens and its other lines with
-    // an indent as wide: one column per bracket.
-    block(0, layout_.single_line ? 0 : 1, static_cast<std::int64_t>(layout_.line_width));
-    return std::move(out_);
-  }
+  KILN_LIBRARY_INLINE KILN_COLD std::string write();
 
  private:
-  KILN_COLD void block(int axis, std::size_t indent, std::int64_t width) {
-    const std::int64_t length = shape_[axis];
-    const bool cut = summarized(length, layout_);
-    const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
-    out_ += '[';
-    if (axis == shape_.rank() - 1) {
-      // The closing bracket takes one column of the line.
-      for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) out_ += ' ';
-        if (cut && k == layout_.edge_items) {
-          add_word("...", width - 1, indent);
-          out_ += ' ';
-        }
-        add_word(items_[next_++], width - 1, indent);
-      }
-    } else {
-      auto next_row = [&] {
-        if (layout_.single_line)
-          out_ += ' ';
-        else
-          out_.append(std::size_t(shape_.rank() - axis - 1), '\n').append(indent, ' ');
-      };
-      for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) next_row();
-        if (cut && k == layout_.edge_items) {
-          out_ += "...";
-          next_row();
-        }
-        block(axis + 1, layout_.single_line ? indent : indent + 1, width - 1);
-      }
-    }
-    out_ += ']';
-  }
+  KILN_LIBRARY_INLINE KILN_COLD void block(int axis, std::size_t indent, std::int64_t width);
 
   // Appends `word`, first breaking the line when wrapping is on and the word would
   // pass `width` (a line holding only its indent never breaks).
-  KILN_COLD void add_word(std::string_view word, std::int64_t width, std::size_t indent) {
-    if (layout_.line_width > 0) {
-      const std::size_t line_start = out_.rfind('\n') + 1;  // npos + 1 == 0
-      const std::size_t line = out_.size() - line_start;
-      if (std::int64_t(line + word.size()) > width && line > indent) {
-        while (out_.size() > line_start && out_.back() == ' ') out_.pop_back();
-        out_.append(1, '\n').append(indent, ' ');
-      }
-    }
-    out_ += word;
-  }
+  KILN_LIBRARY_INLINE KILN_COLD void add_word(std::string_view word, std::int64_t width, std::size_t indent);
 
   const shape& shape_;
   const std::vector<std::string>& items_;
@@ -1814,18 +1541,7 @@ class array_writer {
 // ---- whole tensors -----------------------------------------------------------------
 
 /// The shown elements `v` of an array of shape `s` in `style` (format_values_of).
-KILN_COLD inline std::string format_elements(const element_values& v, const shape& s, value_style style) {
-  const bool numpy = style == value_style::numpy;
-  if (s.rank() == 0) return v.text(0, numpy);
-  if (v.size() == 0) return "[]";
-  std::vector<std::string> texts;
-  if (numpy) {
-    texts = numpy_element_texts(v);
-  } else {
-    for (std::size_t i = 0; i < v.size(); ++i) texts.push_back(v.text(i, false));
-  }
-  return array_writer(s, texts, layout_of(s, style)).write();
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string format_elements(const element_values& v, const shape& s, value_style style);
 
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
@@ -1869,9 +1585,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
 /// \code kiln::detail::format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
-KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
-  return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, bool single_line);
 
 /// One piece of a print: a text, or the input whose values are printed there.
 struct print_piece {
@@ -1881,31 +1595,11 @@ struct print_piece {
 
 /// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
 /// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
-inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
-  std::string line;
-  for (std::size_t k = 0; k < pieces.size(); ++k) {
-    if (k) line += ' ';
-    const print_piece& p = pieces[k];
-    if (p.input < 0) {
-      line += p.text;
-      continue;
-    }
-    const tensor& x = *inputs[std::size_t(p.input)];
-    if (x.dtype() == string && x.rank() == 0)
-      line += x.to(device::cpu).data<std::string>()[0];
-    else
-      line += format_values(x, false);
-  }
-  return line + '\n';
-}
+KILN_LIBRARY_INLINE std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs);
 
 /// Writes `line` whole to config::print_stream(), so that lines from several threads
 /// do not interleave.
-inline void write_print_line(const std::string& line) {
-  static std::mutex m;
-  std::lock_guard lock(m);
-  config::print_stream() << line << std::flush;
-}
+KILN_LIBRARY_INLINE void write_print_line(const std::string& line);
 
 /// One argument of kiln::print as a piece of the line: C++ strings and numbers are
 /// texts fixed now; tensors (and variables) are inputs printed when the print runs.
@@ -1936,10 +1630,7 @@ void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<t
 namespace detail {
 /// Writes an eager value as `tensor(values, shape=..., dtype=...)`, values laid out
 /// over several lines starting on a line of their own.
-KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
-  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
-  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
-}
+KILN_COLD KILN_LIBRARY_INLINE std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t);
 }  // namespace detail
 
 /// Writes `x` as Python's `print` writes an eager `tf.Tensor`, with `tensor(` for
@@ -1949,14 +1640,445 @@ KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values,
 /// TensorFlow prints one while tracing, with its graph value's name:
 /// `Tensor("x:0", shape=(None,), dtype=int32)`. GPU tensors print their values.
 /// \code std::cout << kiln::constant({{1, 2}, {3, 4}});  // tensor(\n[[1 2]\n [3 4]], shape=(2, 2), dtype=int32) \endcode
-inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+
+KILN_LIBRARY_INLINE std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+
+}  // namespace kiln::config
+
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& warning_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+
+KILN_LIBRARY_INLINE std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
+
+}  // namespace kiln::config
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE int fraction_digits(std::string_view text) {
+  std::size_t point = text.find('.');
+  if (point == std::string_view::npos) return 0;
+  std::size_t end = std::min(text.find('e'), text.size());
+  return static_cast<int>(end - point - 1);
+}
+
+KILN_LIBRARY_INLINE std::string shortest_digits(double x, bool single, notation n, int min_fraction, int max_fraction) {
+  // Enough for any double: fixed notation of the extremes needs about 330 characters.
+  char buffer[512];
+  auto write = [&](std::chars_format format, auto... precision) {
+    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+    return std::string(buffer, written.ptr);
+  };
+  // The shortest digits that read back, in scientific notation. In positional notation
+  // they are placed around the point, zeros filling up to it: to_chars' own fixed
+  // notation would write every digit of the exact binary value left of the point
+  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
+  std::string text = write(std::chars_format::scientific);
+  if (n == notation::positional) {
+    const std::size_t e = text.find('e');
+    const bool negative = text[0] == '-';
+    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+    std::erase(digits, '.');
+    const int exponent = std::stoi(text.substr(e + 1));
+    std::string whole, fraction;
+    if (exponent < 0) {
+      whole = "0";
+      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
+    } else if (std::size_t(exponent) + 1 >= digits.size()) {
+      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
+    } else {
+      whole = digits.substr(0, std::size_t(exponent) + 1);
+      fraction = digits.substr(std::size_t(exponent) + 1);
+    }
+    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
+  }
+  const int fraction = fraction_digits(text);
+  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (wanted == fraction) return text;
+  // More or fewer digits than the shortest: rounded from the exact binary value.
+  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
+}
+
+KILN_LIBRARY_INLINE std::string trimmed(std::string_view text, trim_mode mode) {
+  std::size_t e = std::min(text.find('e'), text.size());
+  std::string mantissa(text.substr(0, e));
+  if (mantissa.find('.') == std::string::npos) {
+    mantissa += '.';
+  } else if (mode != trim_mode::keep) {
+    while (mantissa.back() == '0') mantissa.pop_back();
+  }
+  if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
+  if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
+  return mantissa.append(text.substr(e));
+}
+
+KILN_LIBRARY_INLINE std::string python_bytes_repr(std::string_view bytes) {
+  bool has_single = bytes.find('\'') != std::string_view::npos;
+  bool has_double = bytes.find('"') != std::string_view::npos;
+  char quote = has_single && !has_double ? '"' : '\'';
+  std::string out = "b";
+  out += quote;
+  for (char c : bytes) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == quote || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < 0x20 || u >= 0x7f) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::string c_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\'':
+        out += "\\'";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          out += '\\';
+          out += char('0' + (u >> 6));
+          out += char('0' + ((u >> 3) & 7));
+          out += char('0' + (u & 7));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::string numpy_real_text(double x, bool single) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
+  long double magnitude = std::fabs(static_cast<long double>(x));
+  if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
+    return trimmed(shortest_digits(x, single, notation::positional), trim_mode::one_zero);
+  return trimmed(shortest_digits(x, single, notation::scientific), trim_mode::no_point);
+}
+
+KILN_LIBRARY_INLINE std::string tf_print_real_text(double x, bool single) {
+  if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
+  char buffer[64];
+  auto write = [&](int digits) {
+    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), std::chars_format::general, digits)
+                  : std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, digits);
+  };
+  auto written = write(single ? 6 : 15);
+  auto reads_back = [&](auto value) {
+    std::from_chars(buffer, written.ptr, value);
+    return value == decltype(value)(x);
+  };
+  if (!(single ? reads_back(0.f) : reads_back(0.))) written = write(single ? 9 : 17);
+  return std::string(buffer, written.ptr);
+}
+
+KILN_LIBRARY_INLINE std::string padded_left(std::string text, std::size_t width) {
+  if (text.size() < width) text.insert(0, width - text.size(), ' ');
+  return text;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single) {
+  constexpr int max_fraction = 8;
+  bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
+  double largest = 0, smallest = std::numeric_limits<double>::infinity();
+  for (double v : values) {
+    if (!std::isfinite(v)) {
+      any_special = true;
+      negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
+      continue;
+    }
+    any_finite = true;
+    if (v != 0) {
+      any_nonzero = true;
+      largest = std::max(largest, std::fabs(v));
+      smallest = std::min(smallest, std::fabs(v));
+    }
+  }
+  // NumPy compares in the array's own type: float32 1e-4 is not below float(1e-4). A
+  // quotient of floats rounded to double, then to float, is the float quotient.
+  auto in_type = [single](double v) { return single ? double(float(v)) : v; };
+  bool scientific =
+      any_nonzero && (largest >= in_type(1e8) || smallest < in_type(1e-4) || in_type(largest / smallest) > 1000);
+  notation n = scientific ? notation::scientific : notation::positional;
+
+  // A first pass over the finite values fixes the digits and widths all share.
+  std::vector<std::string> texts(values.size());
+  std::size_t int_width = 0, fraction_width = 0, exponent_digits = 0;
+  int shared_fraction = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) continue;
+    texts[i] = trimmed(shortest_digits(values[i], single, n, 0, max_fraction), trim_mode::keep_point);
+    std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
+    int_width = std::max(int_width, point);
+    shared_fraction = std::max(shared_fraction, int(e - point - 1));
+    if (scientific) exponent_digits = std::max(exponent_digits, texts[i].size() - e - 2);
+  }
+  // Right of the point: the fraction, or in scientific notation also `e+XX`.
+  if (any_finite)
+    fraction_width = scientific ? std::size_t(shared_fraction) + 2 + exponent_digits : std::size_t(shared_fraction);
+  if (any_special) {
+    // "nan", "inf" or "-inf" must fit in the shared width, of which the point and
+    // the right part take fraction_width + 1.
+    std::size_t widest = negative_infinity ? 4 : 3;
+    if (widest > fraction_width + 1) int_width = std::max(int_width, widest - fraction_width - 1);
+  }
+  const std::size_t width = int_width + 1 + fraction_width;
+
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    std::string& text = texts[i];
+    if (std::isnan(v)) {
+      text = "nan";
+    } else if (std::isinf(v)) {
+      text = v < 0 ? "-inf" : "inf";
+    } else if (scientific) {
+      // Every mantissa gets the shared number of digits, rounded from the exact value.
+      text = trimmed(shortest_digits(v, single, n, shared_fraction, shared_fraction), trim_mode::keep);
+      std::size_t digits_at = text.find('e') + 2;
+      if (text.size() - digits_at < exponent_digits)
+        text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
+    } else {
+      text.append(fraction_width - (text.size() - text.find('.') - 1), ' ');
+    }
+    text = padded_left(std::move(text), width);
+  }
+  return texts;
+}
+
+KILN_LIBRARY_INLINE std::size_t element_values::size() const { return reals.size() + integers.size() + strings.size(); }
+
+KILN_LIBRARY_INLINE std::string element_values::text(std::size_t i, bool numpy) const {
+  if (is_floating(type))
+    return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
+  if (type == string) return string_text(strings[i], numpy);
+  if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
+  return std::to_string(integers[i]);
+}
+
+KILN_LIBRARY_INLINE std::string string_element_text(std::string_view x, bool numpy) {
+  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> numpy_element_texts(const element_values& v) {
+  if (is_floating(v.type)) return numpy_float_texts(v.reals, v.type == float32);
+  std::vector<std::string> texts;
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    texts.push_back(v.type == bool_ ? (v.integers[i] ? " True" : "False") : v.text(i, true));
+    if (v.type != string) width = std::max(width, texts.back().size());
+  }
+  for (std::string& text : texts) text = padded_left(std::move(text), width);
+  return texts;
+}
+
+KILN_LIBRARY_INLINE value_layout layout_of(const shape& s, value_style style) {
+  value_layout layout;
+  const bool numpy = style == value_style::numpy;
+  layout.summarize = numpy ? s.num_elements() > 1000 : true;
+  layout.line_width = numpy ? 75 : 0;
+  layout.single_line = style == value_style::tf_print_line;
+  return layout;
+}
+
+KILN_LIBRARY_INLINE bool summarized(std::int64_t length, const value_layout& layout) {
+  return layout.summarize && length > 2 * layout.edge_items;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
+  const int rank = s.rank();
+  std::vector<std::int64_t> indices;
+  if (s.num_elements() == 0) return indices;
+  const auto strides = row_major_strides(s);
+  std::vector<std::int64_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
+  for (;;) {
+    std::int64_t flat = 0;
+    for (int axis = 0; axis < rank; ++axis) flat += at[std::size_t(axis)] * strides[axis];
+    indices.push_back(flat);
+    int axis = rank - 1;
+    for (; axis >= 0; --axis) {
+      std::int64_t& c = at[std::size_t(axis)];
+      if (++c == layout.edge_items && summarized(s[axis], layout)) c = s[axis] - layout.edge_items;
+      if (c < s[axis]) break;
+      c = 0;
+    }
+    if (axis < 0) return indices;
+  }
+}
+
+KILN_LIBRARY_INLINE std::string array_writer::write() {
+  // A row's first line starts with the brackets it opens and its other lines with
+  // an indent as wide: one column per bracket.
+  block(0, layout_.single_line ? 0 : 1, static_cast<std::int64_t>(layout_.line_width));
+  return std::move(out_);
+}
+
+KILN_LIBRARY_INLINE void array_writer::block(int axis, std::size_t indent, std::int64_t width) {
+  const std::int64_t length = shape_[axis];
+  const bool cut = summarized(length, layout_);
+  const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
+  out_ += '[';
+  if (axis == shape_.rank() - 1) {
+    // The closing bracket takes one column of the line.
+    for (std::int64_t k = 0; k < shown; ++k) {
+      if (k > 0) out_ += ' ';
+      if (cut && k == layout_.edge_items) {
+        add_word("...", width - 1, indent);
+        out_ += ' ';
+      }
+      add_word(items_[next_++], width - 1, indent);
+    }
+  } else {
+    auto next_row = [&] {
+      if (layout_.single_line)
+        out_ += ' ';
+      else
+        out_.append(std::size_t(shape_.rank() - axis - 1), '\n').append(indent, ' ');
+    };
+    for (std::int64_t k = 0; k < shown; ++k) {
+      if (k > 0) next_row();
+      if (cut && k == layout_.edge_items) {
+        out_ += "...";
+        next_row();
+      }
+      block(axis + 1, layout_.single_line ? indent : indent + 1, width - 1);
+    }
+  }
+  out_ += ']';
+}
+
+KILN_LIBRARY_INLINE void array_writer::add_word(std::string_view word, std::int64_t width, std::size_t indent) {
+  if (layout_.line_width > 0) {
+    const std::size_t line_start = out_.rfind('\n') + 1;  // npos + 1 == 0
+    const std::size_t line = out_.size() - line_start;
+    if (std::int64_t(line + word.size()) > width && line > indent) {
+      while (out_.size() > line_start && out_.back() == ' ') out_.pop_back();
+      out_.append(1, '\n').append(indent, ' ');
+    }
+  }
+  out_ += word;
+}
+
+KILN_LIBRARY_INLINE std::string format_elements(const element_values& v, const shape& s, value_style style) {
+  const bool numpy = style == value_style::numpy;
+  if (s.rank() == 0) return v.text(0, numpy);
+  if (v.size() == 0) return "[]";
+  std::vector<std::string> texts;
+  if (numpy) {
+    texts = numpy_element_texts(v);
+  } else {
+    for (std::size_t i = 0; i < v.size(); ++i) texts.push_back(v.text(i, false));
+  }
+  return array_writer(s, texts, layout_of(s, style)).write();
+}
+
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, bool single_line) {
+  return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
+}
+
+KILN_LIBRARY_INLINE std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+KILN_LIBRARY_INLINE void write_print_line(const std::string& line) {
+  static std::mutex m;
+  std::lock_guard lock(m);
+  config::print_stream() << line << std::flush;
+}
+
+KILN_LIBRARY_INLINE std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
+  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
+  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
-    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype()
+              << ")";
   return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/print.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
@@ -1979,12 +2101,7 @@ namespace kiln {
 namespace detail {
 /// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
 /// signature shows it.
-KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s);
 }  // namespace detail
 
 /// Describes a tensor argument without a value; `kiln::none` dims accept any size.
@@ -1998,17 +2115,14 @@ struct tensor_spec {
   tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
 
   /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  KILN_LIBRARY_INLINE bool accepts(kiln::dtype t, const kiln::shape& s) const;
   bool operator==(const tensor_spec&) const = default;
 
   /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s);
 
 namespace detail {
 /// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
@@ -2020,19 +2134,12 @@ namespace detail {
 struct structure_text {
   std::string text;
   int leaves = 0;
-  void leaf() {
-    text += '<';
-    text += std::to_string(++leaves);
-    text += '>';
-  }
+  KILN_LIBRARY_INLINE void leaf();
   /// A tuple `(`, or a list `[`.
-  void open(bool list) { text += list ? '[' : '('; }
-  void next() { text += ", "; }
+  KILN_LIBRARY_INLINE void open(bool list);
+  KILN_LIBRARY_INLINE void next();
   /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
-  void close(bool list, std::size_t count) {
-    if (!list && count == 1) text += ',';
-    text += list ? ']' : ')';
-  }
+  KILN_LIBRARY_INLINE void close(bool list, std::size_t count);
 };
 
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
@@ -2054,49 +2161,10 @@ struct trace_signature {
   std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
+  KILN_LIBRARY_INLINE std::string header() const;
   /// The header with the Args/Returns block, as TensorFlow prints a signature; a
   /// structure is shown with a line per leaf below it.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    auto input_entry = [&](std::size_t k) {
-      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
-    };
-    for (std::size_t a = 0; a < arg_names.size(); ++a) {
-      std::vector<std::size_t> leaves;
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
-      if (leaves.empty()) continue;
-      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
-      if (structure.empty()) {
-        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
-      } else {
-        os << "    " << arg_names[a] << ": " << structure << "\n";
-        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
-      }
-    }
-    os << "  Returns:\n";
-    if (!output_structure.empty()) {
-      os << "    " << output_structure << "\n";
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
-    } else if (outputs.empty()) {
-      os << "    NoneTensorSpec()\n";
-    } else {
-      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    }
-    return os.str();
-  }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 };
 }  // namespace detail
 
@@ -2126,6 +2194,98 @@ concept operand = fixed_value<X> || lazy<X>;
 }  // namespace typed
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE bool tensor_spec::accepts(kiln::dtype t, const kiln::shape& s) const {
+  return t == dtype && shape.accepts(s);
+}
+
+KILN_LIBRARY_INLINE std::string tensor_spec::str() const {
+  return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+         ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+}
+
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void structure_text::leaf() {
+  text += '<';
+  text += std::to_string(++leaves);
+  text += '>';
+}
+
+KILN_LIBRARY_INLINE void structure_text::open(bool list) { text += list ? '[' : '('; }
+
+KILN_LIBRARY_INLINE void structure_text::next() { text += ", "; }
+
+KILN_LIBRARY_INLINE void structure_text::close(bool list, std::size_t count) {
+  if (!list && count == 1) text += ',';
+  text += list ? ']' : ')';
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::header() const {
+  std::string s = name + "(";
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    if (i) s += ", ";
+    s += arg_names[i];
+    if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+  }
+  return s + ")";
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::signature_text() const {
+  std::ostringstream os;
+  os << header() << "\n";
+  if (!inputs.empty()) os << "  Args:\n";
+  auto input_entry = [&](std::size_t k) {
+    return k < input_text.size() && !input_text[k].empty() ? input_text[k]
+                                                           : signature_entry(inputs[k].dtype, inputs[k].shape);
+  };
+  for (std::size_t a = 0; a < arg_names.size(); ++a) {
+    std::vector<std::size_t> leaves;
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+    if (leaves.empty()) continue;
+    const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+    if (structure.empty()) {
+      for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+    } else {
+      os << "    " << arg_names[a] << ": " << structure << "\n";
+      for (std::size_t j = 0; j < leaves.size(); ++j)
+        os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+    }
+  }
+  os << "  Returns:\n";
+  if (!output_structure.empty()) {
+    os << "    " << output_structure << "\n";
+    for (std::size_t j = 0; j < outputs.size(); ++j)
+      os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+  } else if (outputs.empty()) {
+    os << "    NoneTensorSpec()\n";
+  } else {
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/spec.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
@@ -2476,12 +2636,10 @@ To convert_element(const S& v, std::string_view fn) {
 }
 
 /// Raises kiln::value_error naming `fn` unless `s` is fully defined (an eager result needs one).
-inline void require_fully_defined(std::string_view fn, const shape& s) {
-  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
-}
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s);
 
 /// `t`, copied to device `d` unless it is there.
-inline tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d);
 
 /// constant_of's error for `count` values and shape `s`, out of line: one for every
 /// element type.
@@ -2608,11 +2766,7 @@ KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).
-inline const shape& like_shape(std::string_view fn, const tensor& x) {
-  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
-  require_fully_defined(fn, x.shape());
-  return x.shape();
-}
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x);
 
 // ---- range ------------------------------------------------------------------------
 
@@ -2816,15 +2970,11 @@ tensor constant(const std::vector<T>& values, std::optional<dtype> t = std::null
 
 /// A tensor of zeros (`false` for bool_, `""` for strings).
 /// \code kiln::zeros({2, 3});  kiln::zeros({4}, kiln::int32); \endcode
-inline tensor zeros(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::zero_filled("zeros", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor of ones (`true` for bool_); strings raise kiln::type_error.
 /// \code kiln::ones({2, 2});  // tensor([[1. 1.] [1. 1.]], ...) \endcode
-inline tensor ones(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::one_filled("ones", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor whose every element is `value`, of `value`'s dtype (a C++ number or a string).
 /// \code kiln::fill({2, 3}, 9);  kiln::fill({2}, "ab"); \endcode
@@ -2840,24 +2990,11 @@ tensor fill(const shape& s, const T& value, device d = device::cpu) {
 
 /// The `rows` x `columns` matrix with ones on its diagonal and zeros elsewhere.
 /// \code kiln::eye(2, 3, kiln::int32);  // [[1 0 0] [0 1 0]] \endcode
-inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu) {
-  if (rows < 0 || columns < 0)
-    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
-                                 " and " + std::to_string(columns));
-  if (t == string) throw type_error("eye: string tensors have no identity matrix");
-  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&]<class T>() {
-    if constexpr (!std::is_same_v<T, std::string>) {
-      T* p = out.view().as<T>();
-      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
-    }
-  });
-  return detail::placed(std::move(out), d);
-}
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu);
 
 /// The `n` x `n` identity matrix.
 /// \code kiln::eye(10, kiln::int32); \endcode
-inline tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu) { return eye(n, n, t, d); }
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu);
 
 /// The numbers `start`, `start + delta`, ... short of `limit`, as tf.range: the
 /// dtype is the widest of the arguments' (int → int32, std::int64_t → int64, float →
@@ -2883,17 +3020,64 @@ tensor range(L limit) {
 /// Zeros of the dtype, shape and device of `x`. A symbolic `x` needs a fully
 /// defined shape (kiln::value_error otherwise) and gives an eager constant.
 /// \code kiln::zeros_like(kiln::constant({1, 2}));  // [0 0], int32 \endcode
-inline tensor zeros_like(const tensor& x) {
-  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
-}
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x);
 
 /// Ones of the dtype, shape and device of `x`; as zeros_like.
 /// \code kiln::ones_like(kiln::constant({1.5, 2.5}));  // [1. 1.], float64 \endcode
-inline tensor ones_like(const tensor& x) {
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s) {
+  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
+}
+
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  require_fully_defined(fn, x.shape());
+  return x.shape();
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t, device d) { return detail::zero_filled("zeros", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t, device d) { return detail::one_filled("ones", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t, device d) {
+  if (rows < 0 || columns < 0)
+    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
+                                 " and " + std::to_string(columns));
+  if (t == string) throw type_error("eye: string tensors have no identity matrix");
+  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
+  visit_dtype(t, [&]<class T>() {
+    if constexpr (!std::is_same_v<T, std::string>) {
+      T* p = out.view().as<T>();
+      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
+    }
+  });
+  return detail::placed(std::move(out), d);
+}
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t, device d) { return eye(n, n, t, d); }
+
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x) {
+  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
+}
+
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x) {
   return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/factories.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 
@@ -3794,11 +3978,7 @@ class int_list {
       if (items_[i] != o.items_[i]) return false;
     return true;
   }
-  std::string str() const {
-    std::string s = "[";
-    for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
-    return s + "]";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   int size_ = 0;
@@ -3954,6 +4134,18 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 
 }  // namespace ops
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string int_list::str() const {
+  std::string s = "[";
+  for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
+  return s + "]";
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/op.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_OP_LIST_HPP
@@ -6021,14 +6213,7 @@ struct redirect {
 /// Keeps the values that the slots of `redirects` read in place, before a step
 /// overwrites them. A frame is built writable (trace::run): a read in place is a step
 /// that points its slot at the value, so the frame's pointers change as steps run.
-inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
-  void** slots = const_cast<void**>(f);
-  for (const redirect& r : redirects)
-    if (slots[r.bound] == r.storage) {
-      std::memcpy(slots[r.copy], r.storage, r.bytes);
-      slots[r.bound] = slots[r.copy];
-    }
-}
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f);
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -6050,35 +6235,18 @@ struct recorder {
   };
   std::vector<read_in_place> reads_in_place;
 
-  int add_slot(std::size_t bytes) {
-    slot_bytes.push_back(bytes);
-    return int(slot_bytes.size()) - 1;
-  }
-  void push(step s) { target->push_back(std::move(s)); }
+  KILN_LIBRARY_INLINE int add_slot(std::size_t bytes);
+  KILN_LIBRARY_INLINE void push(step s);
   /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
   /// the variable whose state is at `owner`).
-  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
-    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
-  }
+  KILN_LIBRARY_INLINE void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes);
   /// The redirects a step that overwrites the value of the variable at `owner` (of
   /// any variable, when null) runs first, with a slot each for the copies. A read of
   /// the trace's own steps that a write of its own steps protects needs no later
   /// protection: it does not run again in the call.
-  std::vector<redirect> protect_reads_in_place(const void* owner) {
-    std::vector<redirect> out;
-    const bool top = target == &steps;
-    std::erase_if(reads_in_place, [&](const read_in_place& r) {
-      if (owner && r.owner != owner) return false;
-      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
-      return top && r.top_level;
-    });
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<redirect> protect_reads_in_place(const void* owner);
   /// The recorder of the trace in progress on this thread, if any.
-  static recorder*& current() {
-    thread_local recorder* r = nullptr;
-    return r;
-  }
+  KILN_LIBRARY_INLINE static recorder*& current();
 };
 
 /// A step that evaluates expressions of type `E` into slots, one after the other: an
@@ -6116,11 +6284,7 @@ struct evaluation {
 
 /// The recorder of the trace in progress, or the error for a symbolic value used
 /// outside its trace.
-inline recorder& current_recorder() {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  return *r;
-}
+KILN_LIBRARY_INLINE recorder& current_recorder();
 
 /// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
 /// the step before when that one evaluates expressions of the same type and takes it.
@@ -6571,10 +6735,7 @@ struct concrete_for {
 // ---- the table of a function's traces ----------------------------------------------
 
 /// A process-wide index per signature type, fixed when the program starts.
-inline std::size_t next_signature_index() {
-  static std::atomic<std::size_t> next{0};
-  return next++;
-}
+KILN_LIBRARY_INLINE std::size_t next_signature_index();
 template <class Signature>
 inline const std::size_t signature_index = next_signature_index();
 
@@ -6619,6 +6780,62 @@ class trace_table {
 
 }  // namespace typed
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
+KILN_LIBRARY_INLINE int recorder::add_slot(std::size_t bytes) {
+  slot_bytes.push_back(bytes);
+  return int(slot_bytes.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE void recorder::push(step s) { target->push_back(std::move(s)); }
+
+KILN_LIBRARY_INLINE void recorder::add_read_in_place(const void* owner, int slot, const void* storage,
+                                                     std::size_t bytes) {
+  reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+}
+
+KILN_LIBRARY_INLINE std::vector<redirect> recorder::protect_reads_in_place(const void* owner) {
+  std::vector<redirect> out;
+  const bool top = target == &steps;
+  std::erase_if(reads_in_place, [&](const read_in_place& r) {
+    if (owner && r.owner != owner) return false;
+    out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+    return top && r.top_level;
+  });
+  return out;
+}
+
+KILN_LIBRARY_INLINE recorder*& recorder::current() {
+  thread_local recorder* r = nullptr;
+  return r;
+}
+
+KILN_LIBRARY_INLINE recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r)
+    throw type_error(
+        "kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+KILN_LIBRARY_INLINE std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/trace.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
@@ -7375,7 +7592,7 @@ class reduction_axes {
   constexpr const int_list& list() const { return list_; }
   constexpr bool operator==(const reduction_axes&) const = default;
   /// `None` or the list as `[0, -1]`.
-  std::string str() const { return all_ ? "None" : list_.str(); }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   bool all_ = true;
@@ -7550,11 +7767,7 @@ struct argmax : reduction_op {
   /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
   /// there is no largest element (TensorFlow raises too).
   /// \code kiln::ops::argmax(0).check_input(kiln::shape{0, 3});  // throws \endcode
-  void check_input(const shape& in) const {
-    if (reduced_count(in, axis) == 0)
-      throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
-                                   " are empty, so there is no largest element");
-  }
+  KILN_LIBRARY_INLINE void check_input(const shape& in) const;
 };
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
@@ -7665,6 +7878,24 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string reduction_axes::str() const { return all_ ? "None" : list_.str(); }
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE void argmax::check_input(const shape& in) const {
+  if (reduced_count(in, axis) == 0)
+    throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
+                                 " are empty, so there is no largest element");
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/reduction.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
 
@@ -8464,7 +8695,7 @@ constexpr dtype_result same_dtype(std::span<const dtype> in) {
 }
 
 /// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
-inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s);
 
 }  // namespace detail
 
@@ -8512,11 +8743,8 @@ struct reshape {
     return {out};
   }
   /// Shares the input's buffer: no element is copied.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
-  }
-  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
@@ -8554,7 +8782,7 @@ struct transpose {
     }
     return {out};
   }
-  std::string attributes() const { return "perm=" + perm.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   /// The gradient goes back through the inverse permutation.
   template <class G> void gradient(G& g) const {
     const int rank = g.x(0).t.rank();
@@ -8609,7 +8837,7 @@ struct concat {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const concat&) const = default;
   /// Each input's gradient is its slice of dy along the axis.
   template <class G> void gradient(G& g) const;
@@ -8642,7 +8870,7 @@ struct stack {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const stack&) const = default;
   /// Input i's gradient is dy at i along the new dim.
   template <class G> void gradient(G& g) const;
@@ -8675,7 +8903,7 @@ struct gather {
     for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const gather&) const = default;
   /// dy summed into the rows it was gathered from (unsorted_segment_sum).
   template <class G> void gradient(G& g) const;
@@ -8720,9 +8948,7 @@ struct unsorted_segment_sum {
     for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
     return {out};
   }
-  std::string attributes() const {
-    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
-  }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const unsorted_segment_sum&) const = default;
   /// dy gathered at the ids.
   template <class G> void gradient(G& g) const;
@@ -8745,12 +8971,8 @@ struct index {
     return {kiln::shape(s.dims().subspan(1))};
   }
   /// Shares the input's buffer: the slice is one contiguous window of it.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    kiln::shape rest(s.dims().subspan(1));
-    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
-  }
-  std::string attributes() const { return "index=" + std::to_string(i); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const index&) const = default;
   /// dy in place of the row, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -8787,7 +9009,7 @@ struct set_item {
   /// and `in[2]` are the index and the value.
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
   template <class G> void gradient(G& g) const;
@@ -8823,7 +9045,7 @@ struct pad_rows {
   /// row (a copy per row made it quadratic); else as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
   template <class G> void gradient(G& g) const;
@@ -8862,7 +9084,7 @@ struct crop_or_pad {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
-  std::string attributes() const { return "offset=" + offset.str() + ", align=" + align.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const crop_or_pad&) const = default;
   /// crop_or_pad of dy to x's shape with the offsets negated.
   template <class G> void gradient(G& g) const;
@@ -8906,7 +9128,7 @@ struct slice {
       if (begin[d] < 0 || begin[d] > s[d] || size[d] < -1 || size[d] > s[d] - begin[d]) return d;
     return -1;
   }
-  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const slice&) const = default;
   /// dy in place of the slice, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -8915,11 +9137,7 @@ struct slice {
 // ---- gradients of the ops above, which run each other -------------------------
 
 /// `rank` zeros: where a slice from the first element begins.
-inline int_list origin(int rank) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list origin(int rank);
 
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
@@ -8931,18 +9149,10 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
 }
 
 /// Each entry of `l` negated: the offsets that undo a window's.
-inline int_list negated(const int_list& l) {
-  int_list out;
-  for (std::int64_t x : l) out.push_back(-x);
-  return out;
-}
+KILN_LIBRARY_INLINE int_list negated(const int_list& l);
 
 /// Zeros per dim, `rank` of them, but `at` in dim `axis`.
-inline int_list along(int rank, int axis, std::int64_t at) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at);
 
 template <class G>
 void concat::gradient(G& g) const {
@@ -9083,18 +9293,7 @@ struct shape_of {
     return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
   }
   /// Builds the dims on the host, then moves them to the input's device.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    tensor out(int32, kiln::shape{s.rank()});
-    auto* dims = out.view().as<std::int32_t>();
-    for (int d = 0; d < s.rank(); ++d) {
-      if (s[d] > std::numeric_limits<std::int32_t>::max())
-        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
-                                     " does not fit in int32");
-      dims[d] = std::int32_t(s[d]);
-    }
-    return out.to(in[0]->device());
-  }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
   constexpr bool operator==(const shape_of&) const = default;
 };
 
@@ -9128,14 +9327,7 @@ void check_values(const slice& op, std::span<const tensor* const> in) {
 }
 
 /// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
-inline std::string position_text(std::int64_t k, const shape& s) {
-  std::string position;
-  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= s[int(d)];
-  }
-  return position;
-}
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s);
 
 /// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
 /// any device).
@@ -9190,9 +9382,7 @@ void check_values(const unsorted_segment_sum& op, std::span<const tensor* const>
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
-inline std::int64_t scalar_index(const tensor& index) {
-  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
-}
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index);
 
 /// `set_item` needs 0 <= i < dim for the first dim.
 template <class = void>
@@ -9436,6 +9626,99 @@ tensor tensor::operator[](const tensor& i) const {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace kiln::detail
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE tensor reshape::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+}
+
+KILN_LIBRARY_INLINE std::string reshape::attributes() const { return "shape=" + detail::dims_text(new_shape); }
+
+KILN_LIBRARY_INLINE std::string transpose::attributes() const { return "perm=" + perm.str(); }
+
+KILN_LIBRARY_INLINE std::string concat::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string stack::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string gather::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string unsorted_segment_sum::attributes() const {
+  return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+}
+
+KILN_LIBRARY_INLINE tensor index::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  kiln::shape rest(s.dims().subspan(1));
+  return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+}
+
+KILN_LIBRARY_INLINE std::string index::attributes() const { return "index=" + std::to_string(i); }
+
+KILN_LIBRARY_INLINE std::string set_item::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string pad_rows::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string crop_or_pad::attributes() const {
+  return "offset=" + offset.str() + ", align=" + align.str();
+}
+
+KILN_LIBRARY_INLINE std::string slice::attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+
+KILN_LIBRARY_INLINE int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE int_list negated(const int_list& l) {
+  int_list out;
+  for (std::int64_t x : l) out.push_back(-x);
+  return out;
+}
+
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE tensor shape_of::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  tensor out(int32, kiln::shape{s.rank()});
+  auto* dims = out.view().as<std::int32_t>();
+  for (int d = 0; d < s.rank(); ++d) {
+    if (s[d] > std::numeric_limits<std::int32_t>::max())
+      throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                   " does not fit in int32");
+    dims[d] = std::int32_t(s[d]);
+  }
+  return out.to(in[0]->device());
+}
+
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index) {
+  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/shape_ops.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
 
@@ -9652,11 +9935,7 @@ template <class = void>
 tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
 
 /// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
-inline ops::padding parse_padding(std::string_view p) {
-  if (p == "VALID") return ops::padding::valid;
-  if (p == "SAME") return ops::padding::same;
-  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
-}
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p);
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
@@ -9683,6 +9962,18 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
 
@@ -10333,9 +10624,7 @@ auto next_values(R&& r) {
     return as_tuple(std::forward<R>(r));
 }
 
-inline void run_steps(const std::vector<step>& steps, frame f) {
-  for (const step& s : steps) s.run(s.data.get(), f);
-}
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f);
 
 /// Traces `fn()` with the steps it records going to `steps`.
 template <class Fn>
@@ -10361,11 +10650,8 @@ struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
   std::vector<int> results;
-  static void run(const void* data, frame f) {
-    const auto& c = *static_cast<const cond_step*>(data);
-    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -10379,17 +10665,8 @@ struct loop_step {
   std::vector<step> cond_steps, body_steps;
   int pred = -1, stop = -1;
   std::vector<copy> copies;
-  static void run(const void* data, frame f) {
-    const auto& l = *static_cast<const loop_step*>(data);
-    for (;;) {
-      run_steps(l.cond_steps, f);
-      if (!*static_cast<const bool*>(f[l.pred])) return;
-      run_steps(l.body_steps, f);
-      if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
-      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
-    }
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.
@@ -10532,6 +10809,40 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f) {
+  for (const step& s : steps) s.run(s.data.get(), f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::run(const void* data, frame f) {
+  const auto& c = *static_cast<const cond_step*>(data);
+  run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const cond_step*>(data));
+}
+
+KILN_LIBRARY_INLINE void loop_step::run(const void* data, frame f) {
+  const auto& l = *static_cast<const loop_step*>(data);
+  for (;;) {
+    run_steps(l.cond_steps, f);
+    if (!*static_cast<const bool*>(f[l.pred])) return;
+    run_steps(l.body_steps, f);
+    if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
+    for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
+  }
+}
+
+KILN_LIBRARY_INLINE void loop_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const loop_step*>(data));
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_CONTROL_FLOW_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
@@ -10694,23 +11005,8 @@ struct print_step {
   };
   std::vector<detail::print_piece> pieces;
   std::vector<input> inputs;
-  static void run(const void* data, frame f) {
-    const auto& p = *static_cast<const print_step*>(data);
-    std::vector<tensor> values;
-    std::vector<const tensor*> in;
-    values.reserve(p.inputs.size());
-    for (const input& i : p.inputs) {
-      tensor& t = values.emplace_back(i.dtype, i.shape);
-      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
-    }
-    for (const tensor& t : values) in.push_back(&t);
-    detail::write_print_line(detail::print_line(p.pieces, in));
-  }
-  static void describe(const void* data, description_sink& sink) {
-    std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", {}, true, std::move(inputs), {});
-  }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 }  // namespace typed
@@ -10863,6 +11159,32 @@ KILN_VARIABLE_WITH_TYPED(>)
 #undef KILN_VARIABLE_WITH_TYPED
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void print_step::run(const void* data, frame f) {
+  const auto& p = *static_cast<const print_step*>(data);
+  std::vector<tensor> values;
+  std::vector<const tensor*> in;
+  values.reserve(p.inputs.size());
+  for (const input& i : p.inputs) {
+    tensor& t = values.emplace_back(i.dtype, i.shape);
+    std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
+  }
+  for (const tensor& t : values) in.push_back(&t);
+  detail::write_print_line(detail::print_line(p.pieces, in));
+}
+
+KILN_LIBRARY_INLINE void print_step::describe(const void* data, description_sink& sink) {
+  std::vector<int> inputs;
+  for (const input& i : static_cast<const print_step*>(data)->inputs)
+    inputs.push_back(sink.value(i.slot, i.shape.dims()));
+  sink.effect("PrintV2", {}, true, std::move(inputs), {});
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/effects.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
@@ -11029,10 +11351,7 @@ struct basic_function_state {
 
   /// Adds a new typed trace's signature, which `written` writes out.
   void add_signature(const typed::recorded_signature& s,
-                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&)) {
-    std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s, written});
-  }
+                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&));
 
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
@@ -11049,12 +11368,7 @@ struct basic_function_state {
                                                       void* context);
 
   /// The name of argument `i`: as the options give it, else x0, x1, ...
-  std::string arg_name(std::size_t i) const {
-    if (i < options.arg_names.size()) return options.arg_names[i];
-    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
-    name += std::to_string(i);
-    return name;
-  }
+  std::string arg_name(std::size_t i) const;
 
   /// A new trace for `sig`, its arguments shown as `texts` says: its names and
   /// signature, and a placeholder in `context` per tensor leaf.
@@ -11180,6 +11494,28 @@ template <class F>
 function(F, function_options) -> function<F>;
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
+                                                 trace_signature (*written)(const basic_function_state&,
+                                                                            const typed::recorded_signature&)) -> void {
+  std::lock_guard lock(mutex);
+  signatures.push_back({nullptr, &s, written});
+}
+
+template <class Unused>
+auto basic_function_state<Unused>::arg_name(std::size_t i) const -> std::string {
+  if (i < options.arg_names.size()) return options.arg_names[i];
+  std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+  name += std::to_string(i);
+  return name;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/function.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP

@@ -1545,6 +1545,7 @@ inline tensor allocate_result(std::string_view op_name, dtype dt, const shape& s
 #include <cstdint>
 #include <string>
 
+
 namespace kiln::detail {
 
 /// The graph value a symbolic tensor stands for. `trace_id` names the trace that
@@ -1561,15 +1562,33 @@ struct symbol {
 };
 
 /// TensorFlow's name of the value a symbol stands for: `a:0`, `while:1`.
-inline std::string value_name(const symbol& s) { return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output); }
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s);
 
 /// The name of the node a symbol stands for: `while` for `while:1`.
-inline std::string node_name(const symbol& s) { return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':')); }
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s);
 
 /// True when `a` and `b` stand for the same value of the same trace.
-inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b);
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s) {
+  return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output);
+}
+
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s) {
+  return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':'));
+}
+
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b) {
+  return a.trace_id == b.trace_id && a.node == b.node;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/symbol.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SYMBOL_HPP
 
@@ -1579,31 +1598,25 @@ class variable;
 
 namespace config {
 namespace detail {
-inline std::atomic<std::ostream*>& print_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& print_stream_slot();
 }  // namespace detail
 /// Where kiln::print writes: standard error unless set, as tf.print. The stream must
 /// outlive its use.
 /// \code std::ostringstream captured; kiln::config::set_print_stream(captured); \endcode
-inline void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+KILN_LIBRARY_INLINE void set_print_stream(std::ostream& os);
 /// The stream kiln::print writes to.
-inline std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+KILN_LIBRARY_INLINE std::ostream& print_stream();
 
 namespace detail {
-inline std::atomic<std::ostream*>& warning_stream_slot() {
-  static std::atomic<std::ostream*> stream{&std::cerr};
-  return stream;
-}
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& warning_stream_slot();
 }  // namespace detail
 /// Where kiln writes its warnings (a function that retraces often): standard error
 /// unless set, as TensorFlow's logging; null silences them. The stream must outlive
 /// its use.
 /// \code kiln::config::set_warning_stream(nullptr); \endcode
-inline void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+KILN_LIBRARY_INLINE void set_warning_stream(std::ostream* os);
 /// The stream kiln's warnings go to, or null when they are silenced.
-inline std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
+KILN_LIBRARY_INLINE std::ostream* warning_stream();
 }  // namespace config
 
 namespace detail {
@@ -1622,12 +1635,7 @@ enum class trim_mode {
 };
 
 /// Number of fraction digits in a number's text (`"1.25e+01"` has 2).
-KILN_COLD inline int fraction_digits(std::string_view text) {
-  std::size_t point = text.find('.');
-  if (point == std::string_view::npos) return 0;
-  std::size_t end = std::min(text.find('e'), text.size());
-  return static_cast<int>(end - point - 1);
-}
+KILN_COLD KILN_LIBRARY_INLINE int fraction_digits(std::string_view text);
 
 // The printer holds floating-point elements as doubles, which hold float32 values
 // exactly, and a flag `single` for float32, whose digits and comparisons NumPy takes
@@ -1638,162 +1646,38 @@ KILN_COLD inline int fraction_digits(std::string_view text) {
 /// them, rounded from the exact binary value: the digits NumPy's Dragon4 prints in
 /// its "unique" mode.
 /// \code kiln::detail::shortest_digits(2.2f, true, kiln::detail::notation::positional, 0, 8) == "2.2" \endcode
-KILN_COLD inline std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
-                                             int max_fraction = std::numeric_limits<int>::max()) {
-  // Enough for any double: fixed notation of the extremes needs about 330 characters.
-  char buffer[512];
-  auto write = [&](std::chars_format format, auto... precision) {
-    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
-                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
-    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
-    return std::string(buffer, written.ptr);
-  };
-  // The shortest digits that read back, in scientific notation. In positional notation
-  // they are placed around the point, zeros filling up to it: to_chars' own fixed
-  // notation would write every digit of the exact binary value left of the point
-  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
-  std::string text = write(std::chars_format::scientific);
-  if (n == notation::positional) {
-    const std::size_t e = text.find('e');
-    const bool negative = text[0] == '-';
-    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
-    std::erase(digits, '.');
-    const int exponent = std::stoi(text.substr(e + 1));
-    std::string whole, fraction;
-    if (exponent < 0) {
-      whole = "0";
-      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
-    } else if (std::size_t(exponent) + 1 >= digits.size()) {
-      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
-    } else {
-      whole = digits.substr(0, std::size_t(exponent) + 1);
-      fraction = digits.substr(std::size_t(exponent) + 1);
-    }
-    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
-  }
-  const int fraction = fraction_digits(text);
-  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
-  if (wanted == fraction) return text;
-  // More or fewer digits than the shortest: rounded from the exact binary value.
-  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string shortest_digits(double x, bool single, notation n, int min_fraction = 0,
+                                             int max_fraction = std::numeric_limits<int>::max());
 
 /// `text` (as shortest_digits writes it) with its fraction trimmed as `mode` says.
 /// \code kiln::detail::trimmed("2", kiln::detail::trim_mode::one_zero) == "2.0" \endcode
-KILN_COLD inline std::string trimmed(std::string_view text, trim_mode mode) {
-  std::size_t e = std::min(text.find('e'), text.size());
-  std::string mantissa(text.substr(0, e));
-  if (mantissa.find('.') == std::string::npos) {
-    mantissa += '.';
-  } else if (mode != trim_mode::keep) {
-    while (mantissa.back() == '0') mantissa.pop_back();
-  }
-  if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
-  if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
-  return mantissa.append(text.substr(e));
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string trimmed(std::string_view text, trim_mode mode);
 
 /// Python's `repr` of a bytes object, which NumPy prints for each element of a
 /// TensorFlow string tensor: `b'aa'`, `b"it's"`, `b'\xff\n'`.
-KILN_COLD inline std::string python_bytes_repr(std::string_view bytes) {
-  bool has_single = bytes.find('\'') != std::string_view::npos;
-  bool has_double = bytes.find('"') != std::string_view::npos;
-  char quote = has_single && !has_double ? '"' : '\'';
-  std::string out = "b";
-  out += quote;
-  for (char c : bytes) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == quote || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (u < 0x20 || u >= 0x7f) {
-      constexpr char hex[] = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  out += quote;
-  return out;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string python_bytes_repr(std::string_view bytes);
 
 /// A string escaped as TensorFlow's C++ runtime escapes it for tf.print (C escapes,
 /// octal for other control characters, bytes of UTF-8 sequences kept as they are).
 /// \code kiln::detail::c_escaped("a\"b\n") == "a\\\"b\\n" \endcode
-KILN_COLD inline std::string c_escaped(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '"': out += "\\\""; break;
-      case '\'': out += "\\'"; break;
-      case '\\': out += "\\\\"; break;
-      default:
-        if (u < 0x20 || u == 0x7f) {
-          out += '\\';
-          out += char('0' + (u >> 6));
-          out += char('0' + ((u >> 3) & 7));
-          out += char('0' + (u & 7));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string c_escaped(std::string_view text);
 
 /// A floating-point element as NumPy's `str()` writes a scalar, which TensorFlow
 /// prints for a rank-0 tensor: as Python writes floats (`2.2`, `20.0`, `1e+16`,
 /// `1.5e-05`, `nan`, `-inf`) at the element type's own precision.
 /// \code kiln::detail::numpy_real_text(2.2f, true) == "2.2" \endcode
-KILN_COLD inline std::string numpy_real_text(double x, bool single) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
-  // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
-  long double magnitude = std::fabs(static_cast<long double>(x));
-  if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
-    return trimmed(shortest_digits(x, single, notation::positional), trim_mode::one_zero);
-  return trimmed(shortest_digits(x, single, notation::scientific), trim_mode::no_point);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string numpy_real_text(double x, bool single);
 
 /// A floating-point element as tf.print writes it (TensorFlow's C++ text): 6
 /// significant digits (15 for float64) when those read back exactly, else 9 (17):
 /// `0.405638`, `0.666458249`.
 /// \code kiln::detail::tf_print_real_text(0.5, false) == "0.5" \endcode
-KILN_COLD inline std::string tf_print_real_text(double x, bool single) {
-  if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
-  char buffer[64];
-  auto write = [&](int digits) {
-    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), std::chars_format::general, digits)
-                  : std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, digits);
-  };
-  auto written = write(single ? 6 : 15);
-  auto reads_back = [&](auto value) {
-    std::from_chars(buffer, written.ptr, value);
-    return value == decltype(value)(x);
-  };
-  if (!(single ? reads_back(0.f) : reads_back(0.))) written = write(single ? 9 : 17);
-  return std::string(buffer, written.ptr);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string tf_print_real_text(double x, bool single);
 
 // ---- the elements of an array ------------------------------------------------------
 
 /// `text` right-aligned in `width` columns.
-KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
-  if (text.size() < width) text.insert(0, width - text.size(), ' ');
-  return text;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string padded_left(std::string text, std::size_t width);
 
 /// The texts NumPy's FloatingFormat gives the elements `values` of one array (float32
 /// values when `single`) in its default mode (at most 8 fraction digits, only as many
@@ -1801,71 +1685,7 @@ KILN_COLD inline std::string padded_left(std::string text, std::size_t width) {
 /// the smallest non-zero < 1e-4, or their ratio > 1000), all padded to one width, the
 /// points aligned.
 /// \code kiln::detail::numpy_float_texts({1.5, 2.}, true) == std::vector<std::string>{"1.5", "2. "} \endcode
-KILN_COLD inline std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single) {
-  constexpr int max_fraction = 8;
-  bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
-  double largest = 0, smallest = std::numeric_limits<double>::infinity();
-  for (double v : values) {
-    if (!std::isfinite(v)) {
-      any_special = true;
-      negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
-      continue;
-    }
-    any_finite = true;
-    if (v != 0) {
-      any_nonzero = true;
-      largest = std::max(largest, std::fabs(v));
-      smallest = std::min(smallest, std::fabs(v));
-    }
-  }
-  // NumPy compares in the array's own type: float32 1e-4 is not below float(1e-4). A
-  // quotient of floats rounded to double, then to float, is the float quotient.
-  auto in_type = [single](double v) { return single ? double(float(v)) : v; };
-  bool scientific =
-      any_nonzero && (largest >= in_type(1e8) || smallest < in_type(1e-4) || in_type(largest / smallest) > 1000);
-  notation n = scientific ? notation::scientific : notation::positional;
-
-  // A first pass over the finite values fixes the digits and widths all share.
-  std::vector<std::string> texts(values.size());
-  std::size_t int_width = 0, fraction_width = 0, exponent_digits = 0;
-  int shared_fraction = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) continue;
-    texts[i] = trimmed(shortest_digits(values[i], single, n, 0, max_fraction), trim_mode::keep_point);
-    std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
-    int_width = std::max(int_width, point);
-    shared_fraction = std::max(shared_fraction, int(e - point - 1));
-    if (scientific) exponent_digits = std::max(exponent_digits, texts[i].size() - e - 2);
-  }
-  // Right of the point: the fraction, or in scientific notation also `e+XX`.
-  if (any_finite) fraction_width = scientific ? std::size_t(shared_fraction) + 2 + exponent_digits : std::size_t(shared_fraction);
-  if (any_special) {
-    // "nan", "inf" or "-inf" must fit in the shared width, of which the point and
-    // the right part take fraction_width + 1.
-    std::size_t widest = negative_infinity ? 4 : 3;
-    if (widest > fraction_width + 1) int_width = std::max(int_width, widest - fraction_width - 1);
-  }
-  const std::size_t width = int_width + 1 + fraction_width;
-
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    double v = values[i];
-    std::string& text = texts[i];
-    if (std::isnan(v)) {
-      text = "nan";
-    } else if (std::isinf(v)) {
-      text = v < 0 ? "-inf" : "inf";
-    } else if (scientific) {
-      // Every mantissa gets the shared number of digits, rounded from the exact value.
-      text = trimmed(shortest_digits(v, single, n, shared_fraction, shared_fraction), trim_mode::keep);
-      std::size_t digits_at = text.find('e') + 2;
-      if (text.size() - digits_at < exponent_digits) text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
-    } else {
-      text.append(fraction_width - (text.size() - text.find('.') - 1), ' ');
-    }
-    text = padded_left(std::move(text), width);
-  }
-  return texts;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single);
 
 /// The shown elements of an array, copied out of its data: doubles for float32 and
 /// float64, 64-bit integers for bool and the integer dtypes, views for strings. What
@@ -1879,38 +1699,20 @@ struct element_values {
   /// program that prints no strings does not compile the escaping).
   std::string (*string_text)(std::string_view, bool numpy) = nullptr;
 
-  std::size_t size() const { return reals.size() + integers.size() + strings.size(); }
+  KILN_LIBRARY_INLINE std::size_t size() const;
   /// Element `i` as NumPy's `str()` writes a scalar (`numpy`: `2`, `True`, `b'aa'`,
   /// `2.2`), else as tf.print writes it (`2`, `1`, `"aa"`, `2.2`).
-  KILN_COLD std::string text(std::size_t i, bool numpy) const {
-    if (is_floating(type))
-      return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
-    if (type == string) return string_text(strings[i], numpy);
-    if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
-    return std::to_string(integers[i]);
-  }
+  KILN_LIBRARY_INLINE KILN_COLD std::string text(std::size_t i, bool numpy) const;
 };
 
 /// String element `x` as NumPy's `str()` writes it (`b'aa'`), else as tf.print
 /// does (`"aa"`).
-KILN_COLD inline std::string string_element_text(std::string_view x, bool numpy) {
-  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string string_element_text(std::string_view x, bool numpy);
 
 /// The texts NumPy gives the elements of one array: integers right-aligned to a
 /// shared width, bools as ` True`/`False`, floats by numpy_float_texts, strings as
 /// Python bytes, unpadded.
-KILN_COLD inline std::vector<std::string> numpy_element_texts(const element_values& v) {
-  if (is_floating(v.type)) return numpy_float_texts(v.reals, v.type == float32);
-  std::vector<std::string> texts;
-  std::size_t width = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    texts.push_back(v.type == bool_ ? (v.integers[i] ? " True" : "False") : v.text(i, true));
-    if (v.type != string) width = std::max(width, texts.back().size());
-  }
-  for (std::string& text : texts) text = padded_left(std::move(text), width);
-  return texts;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::string> numpy_element_texts(const element_values& v);
 
 // ---- layout ------------------------------------------------------------------------
 
@@ -1933,42 +1735,14 @@ struct value_layout {
 /// The layout of an array of shape `s` in `style`: NumPy wraps lines at 75 columns
 /// and shows `...` only past 1000 elements; the tf.print styles never wrap and
 /// always summarize.
-KILN_COLD inline value_layout layout_of(const shape& s, value_style style) {
-  value_layout layout;
-  const bool numpy = style == value_style::numpy;
-  layout.summarize = numpy ? s.num_elements() > 1000 : true;
-  layout.line_width = numpy ? 75 : 0;
-  layout.single_line = style == value_style::tf_print_line;
-  return layout;
-}
+KILN_COLD KILN_LIBRARY_INLINE value_layout layout_of(const shape& s, value_style style);
 
 /// Whether `layout` shows only the ends of an axis of `length` items.
-inline bool summarized(std::int64_t length, const value_layout& layout) {
-  return layout.summarize && length > 2 * layout.edge_items;
-}
+KILN_LIBRARY_INLINE bool summarized(std::int64_t length, const value_layout& layout);
 
 /// The row-major flat indices of the elements `layout` shows of a tensor of shape `s`,
 /// in the order they are written.
-KILN_COLD inline std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
-  const int rank = s.rank();
-  std::vector<std::int64_t> indices;
-  if (s.num_elements() == 0) return indices;
-  const auto strides = row_major_strides(s);
-  std::vector<std::int64_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
-  for (;;) {
-    std::int64_t flat = 0;
-    for (int axis = 0; axis < rank; ++axis) flat += at[std::size_t(axis)] * strides[axis];
-    indices.push_back(flat);
-    int axis = rank - 1;
-    for (; axis >= 0; --axis) {
-      std::int64_t& c = at[std::size_t(axis)];
-      if (++c == layout.edge_items && summarized(s[axis], layout)) c = s[axis] - layout.edge_items;
-      if (c < s[axis]) break;
-      c = 0;
-    }
-    if (axis < 0) return indices;
-  }
-}
+KILN_COLD KILN_LIBRARY_INLINE std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout);
 
 /// Writes the texts of the shown elements (in shown_indices order) as nested rows:
 /// NumPy's `_formatArray`, which is also the layout of TensorFlow's C++ printer once
@@ -1978,61 +1752,14 @@ class array_writer {
   array_writer(const shape& s, const std::vector<std::string>& items, const value_layout& layout)
       : shape_(s), items_(items), layout_(layout) {}
 
-  KILN_COLD std::string write() {
-    // A row's first line starts with the brackets it opens and its other lines with
-    // an indent as wide: one column per bracket.
-    block(0, layout_.single_line ? 0 : 1, static_cast<std::int64_t>(layout_.line_width));
-    return std::move(out_);
-  }
+  KILN_LIBRARY_INLINE KILN_COLD std::string write();
 
  private:
-  KILN_COLD void block(int axis, std::size_t indent, std::int64_t width) {
-    const std::int64_t length = shape_[axis];
-    const bool cut = summarized(length, layout_);
-    const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
-    out_ += '[';
-    if (axis == shape_.rank() - 1) {
-      // The closing bracket takes one column of the line.
-      for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) out_ += ' ';
-        if (cut && k == layout_.edge_items) {
-          add_word("...", width - 1, indent);
-          out_ += ' ';
-        }
-        add_word(items_[next_++], width - 1, indent);
-      }
-    } else {
-      auto next_row = [&] {
-        if (layout_.single_line)
-          out_ += ' ';
-        else
-          out_.append(std::size_t(shape_.rank() - axis - 1), '\n').append(indent, ' ');
-      };
-      for (std::int64_t k = 0; k < shown; ++k) {
-        if (k > 0) next_row();
-        if (cut && k == layout_.edge_items) {
-          out_ += "...";
-          next_row();
-        }
-        block(axis + 1, layout_.single_line ? indent : indent + 1, width - 1);
-      }
-    }
-    out_ += ']';
-  }
+  KILN_LIBRARY_INLINE KILN_COLD void block(int axis, std::size_t indent, std::int64_t width);
 
   // Appends `word`, first breaking the line when wrapping is on and the word would
   // pass `width` (a line holding only its indent never breaks).
-  KILN_COLD void add_word(std::string_view word, std::int64_t width, std::size_t indent) {
-    if (layout_.line_width > 0) {
-      const std::size_t line_start = out_.rfind('\n') + 1;  // npos + 1 == 0
-      const std::size_t line = out_.size() - line_start;
-      if (std::int64_t(line + word.size()) > width && line > indent) {
-        while (out_.size() > line_start && out_.back() == ' ') out_.pop_back();
-        out_.append(1, '\n').append(indent, ' ');
-      }
-    }
-    out_ += word;
-  }
+  KILN_LIBRARY_INLINE KILN_COLD void add_word(std::string_view word, std::int64_t width, std::size_t indent);
 
   const shape& shape_;
   const std::vector<std::string>& items_;
@@ -2044,18 +1771,7 @@ class array_writer {
 // ---- whole tensors -----------------------------------------------------------------
 
 /// The shown elements `v` of an array of shape `s` in `style` (format_values_of).
-KILN_COLD inline std::string format_elements(const element_values& v, const shape& s, value_style style) {
-  const bool numpy = style == value_style::numpy;
-  if (s.rank() == 0) return v.text(0, numpy);
-  if (v.size() == 0) return "[]";
-  std::vector<std::string> texts;
-  if (numpy) {
-    texts = numpy_element_texts(v);
-  } else {
-    for (std::size_t i = 0; i < v.size(); ++i) texts.push_back(v.text(i, false));
-  }
-  return array_writer(s, texts, layout_of(s, style)).write();
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string format_elements(const element_values& v, const shape& s, value_style style);
 
 /// The values of a row-major array of `T` of shape `s` in `style`. NumPy style pads
 /// elements to a shared width, wraps lines at 75 columns and shows `...` only past
@@ -2099,9 +1815,7 @@ KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, value_s
 /// tf.print writes a lone scalar string argument raw (`a`), which is the caller's
 /// business. Symbolic tensors raise kiln::type_error.
 /// \code kiln::detail::format_values(kiln::range(10), true) == "[0 1 2 ... 7 8 9]" \endcode
-KILN_COLD inline std::string format_values(const tensor& x, bool single_line) {
-  return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string format_values(const tensor& x, bool single_line);
 
 /// One piece of a print: a text, or the input whose values are printed there.
 struct print_piece {
@@ -2111,31 +1825,11 @@ struct print_piece {
 
 /// The line kiln::print writes for `pieces` and eager `inputs`, as tf.print writes
 /// it: pieces separated by spaces, scalar strings raw, other tensors as their values.
-inline std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
-  std::string line;
-  for (std::size_t k = 0; k < pieces.size(); ++k) {
-    if (k) line += ' ';
-    const print_piece& p = pieces[k];
-    if (p.input < 0) {
-      line += p.text;
-      continue;
-    }
-    const tensor& x = *inputs[std::size_t(p.input)];
-    if (x.dtype() == string && x.rank() == 0)
-      line += x.to(device::cpu).data<std::string>()[0];
-    else
-      line += format_values(x, false);
-  }
-  return line + '\n';
-}
+KILN_LIBRARY_INLINE std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs);
 
 /// Writes `line` whole to config::print_stream(), so that lines from several threads
 /// do not interleave.
-inline void write_print_line(const std::string& line) {
-  static std::mutex m;
-  std::lock_guard lock(m);
-  config::print_stream() << line << std::flush;
-}
+KILN_LIBRARY_INLINE void write_print_line(const std::string& line);
 
 /// One argument of kiln::print as a piece of the line: C++ strings and numbers are
 /// texts fixed now; tensors (and variables) are inputs printed when the print runs.
@@ -2166,10 +1860,7 @@ void add_print_piece(const T& x, std::vector<print_piece>& pieces, std::vector<t
 namespace detail {
 /// Writes an eager value as `tensor(values, shape=..., dtype=...)`, values laid out
 /// over several lines starting on a line of their own.
-KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
-  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
-  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
-}
+KILN_COLD KILN_LIBRARY_INLINE std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t);
 }  // namespace detail
 
 /// Writes `x` as Python's `print` writes an eager `tf.Tensor`, with `tensor(` for
@@ -2179,14 +1870,445 @@ KILN_COLD inline std::ostream& write_eager(std::ostream& os, std::string values,
 /// TensorFlow prints one while tracing, with its graph value's name:
 /// `Tensor("x:0", shape=(None,), dtype=int32)`. GPU tensors print their values.
 /// \code std::cout << kiln::constant({{1, 2}, {3, 4}});  // tensor(\n[[1 2]\n [3 4]], shape=(2, 2), dtype=int32) \endcode
-inline std::ostream& operator<<(std::ostream& os, const tensor& x) {
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& print_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void set_print_stream(std::ostream& os) { detail::print_stream_slot() = &os; }
+
+KILN_LIBRARY_INLINE std::ostream& print_stream() { return *detail::print_stream_slot().load(); }
+
+}  // namespace kiln::config
+
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<std::ostream*>& warning_stream_slot() {
+  static std::atomic<std::ostream*> stream{&std::cerr};
+  return stream;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void set_warning_stream(std::ostream* os) { detail::warning_stream_slot() = os; }
+
+KILN_LIBRARY_INLINE std::ostream* warning_stream() { return detail::warning_stream_slot().load(); }
+
+}  // namespace kiln::config
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE int fraction_digits(std::string_view text) {
+  std::size_t point = text.find('.');
+  if (point == std::string_view::npos) return 0;
+  std::size_t end = std::min(text.find('e'), text.size());
+  return static_cast<int>(end - point - 1);
+}
+
+KILN_LIBRARY_INLINE std::string shortest_digits(double x, bool single, notation n, int min_fraction, int max_fraction) {
+  // Enough for any double: fixed notation of the extremes needs about 330 characters.
+  char buffer[512];
+  auto write = [&](std::chars_format format, auto... precision) {
+    auto written = single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), format, precision...)
+                          : std::to_chars(buffer, buffer + sizeof buffer, x, format, precision...);
+    if (written.ec != std::errc{}) throw internal_error("shortest_digits: the number does not fit the buffer");
+    return std::string(buffer, written.ptr);
+  };
+  // The shortest digits that read back, in scientific notation. In positional notation
+  // they are placed around the point, zeros filling up to it: to_chars' own fixed
+  // notation would write every digit of the exact binary value left of the point
+  // (float32 123456789 as `123456792`, where NumPy writes `123456790`).
+  std::string text = write(std::chars_format::scientific);
+  if (n == notation::positional) {
+    const std::size_t e = text.find('e');
+    const bool negative = text[0] == '-';
+    std::string digits = text.substr(negative ? 1 : 0, e - (negative ? 1 : 0));
+    std::erase(digits, '.');
+    const int exponent = std::stoi(text.substr(e + 1));
+    std::string whole, fraction;
+    if (exponent < 0) {
+      whole = "0";
+      fraction = std::string(std::size_t(-exponent - 1), '0') + digits;
+    } else if (std::size_t(exponent) + 1 >= digits.size()) {
+      whole = digits + std::string(std::size_t(exponent) + 1 - digits.size(), '0');
+    } else {
+      whole = digits.substr(0, std::size_t(exponent) + 1);
+      fraction = digits.substr(std::size_t(exponent) + 1);
+    }
+    text = (negative ? "-" : "") + whole + (fraction.empty() ? "" : "." + fraction);
+  }
+  const int fraction = fraction_digits(text);
+  const int wanted = std::clamp(fraction, min_fraction, max_fraction);
+  if (wanted == fraction) return text;
+  // More or fewer digits than the shortest: rounded from the exact binary value.
+  return write(n == notation::positional ? std::chars_format::fixed : std::chars_format::scientific, wanted);
+}
+
+KILN_LIBRARY_INLINE std::string trimmed(std::string_view text, trim_mode mode) {
+  std::size_t e = std::min(text.find('e'), text.size());
+  std::string mantissa(text.substr(0, e));
+  if (mantissa.find('.') == std::string::npos) {
+    mantissa += '.';
+  } else if (mode != trim_mode::keep) {
+    while (mantissa.back() == '0') mantissa.pop_back();
+  }
+  if (mode == trim_mode::one_zero && mantissa.back() == '.') mantissa += '0';
+  if (mode == trim_mode::no_point && mantissa.back() == '.') mantissa.pop_back();
+  return mantissa.append(text.substr(e));
+}
+
+KILN_LIBRARY_INLINE std::string python_bytes_repr(std::string_view bytes) {
+  bool has_single = bytes.find('\'') != std::string_view::npos;
+  bool has_double = bytes.find('"') != std::string_view::npos;
+  char quote = has_single && !has_double ? '"' : '\'';
+  std::string out = "b";
+  out += quote;
+  for (char c : bytes) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == quote || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < 0x20 || u >= 0x7f) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::string c_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\'':
+        out += "\\'";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (u < 0x20 || u == 0x7f) {
+          out += '\\';
+          out += char('0' + (u >> 6));
+          out += char('0' + ((u >> 3) & 7));
+          out += char('0' + (u & 7));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::string numpy_real_text(double x, bool single) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  // NumPy compares in long double, so float32 1e-4 (just below 1e-4) is scientific.
+  long double magnitude = std::fabs(static_cast<long double>(x));
+  if (x == 0 || (magnitude < 1e16L && magnitude >= 1e-4L))
+    return trimmed(shortest_digits(x, single, notation::positional), trim_mode::one_zero);
+  return trimmed(shortest_digits(x, single, notation::scientific), trim_mode::no_point);
+}
+
+KILN_LIBRARY_INLINE std::string tf_print_real_text(double x, bool single) {
+  if (std::isnan(x)) return std::signbit(x) ? "-nan" : "nan";
+  char buffer[64];
+  auto write = [&](int digits) {
+    return single ? std::to_chars(buffer, buffer + sizeof buffer, float(x), std::chars_format::general, digits)
+                  : std::to_chars(buffer, buffer + sizeof buffer, x, std::chars_format::general, digits);
+  };
+  auto written = write(single ? 6 : 15);
+  auto reads_back = [&](auto value) {
+    std::from_chars(buffer, written.ptr, value);
+    return value == decltype(value)(x);
+  };
+  if (!(single ? reads_back(0.f) : reads_back(0.))) written = write(single ? 9 : 17);
+  return std::string(buffer, written.ptr);
+}
+
+KILN_LIBRARY_INLINE std::string padded_left(std::string text, std::size_t width) {
+  if (text.size() < width) text.insert(0, width - text.size(), ' ');
+  return text;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> numpy_float_texts(const std::vector<double>& values, bool single) {
+  constexpr int max_fraction = 8;
+  bool any_finite = false, any_nonzero = false, any_special = false, negative_infinity = false;
+  double largest = 0, smallest = std::numeric_limits<double>::infinity();
+  for (double v : values) {
+    if (!std::isfinite(v)) {
+      any_special = true;
+      negative_infinity = negative_infinity || (std::isinf(v) && v < 0);
+      continue;
+    }
+    any_finite = true;
+    if (v != 0) {
+      any_nonzero = true;
+      largest = std::max(largest, std::fabs(v));
+      smallest = std::min(smallest, std::fabs(v));
+    }
+  }
+  // NumPy compares in the array's own type: float32 1e-4 is not below float(1e-4). A
+  // quotient of floats rounded to double, then to float, is the float quotient.
+  auto in_type = [single](double v) { return single ? double(float(v)) : v; };
+  bool scientific =
+      any_nonzero && (largest >= in_type(1e8) || smallest < in_type(1e-4) || in_type(largest / smallest) > 1000);
+  notation n = scientific ? notation::scientific : notation::positional;
+
+  // A first pass over the finite values fixes the digits and widths all share.
+  std::vector<std::string> texts(values.size());
+  std::size_t int_width = 0, fraction_width = 0, exponent_digits = 0;
+  int shared_fraction = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) continue;
+    texts[i] = trimmed(shortest_digits(values[i], single, n, 0, max_fraction), trim_mode::keep_point);
+    std::size_t point = texts[i].find('.'), e = std::min(texts[i].find('e'), texts[i].size());
+    int_width = std::max(int_width, point);
+    shared_fraction = std::max(shared_fraction, int(e - point - 1));
+    if (scientific) exponent_digits = std::max(exponent_digits, texts[i].size() - e - 2);
+  }
+  // Right of the point: the fraction, or in scientific notation also `e+XX`.
+  if (any_finite)
+    fraction_width = scientific ? std::size_t(shared_fraction) + 2 + exponent_digits : std::size_t(shared_fraction);
+  if (any_special) {
+    // "nan", "inf" or "-inf" must fit in the shared width, of which the point and
+    // the right part take fraction_width + 1.
+    std::size_t widest = negative_infinity ? 4 : 3;
+    if (widest > fraction_width + 1) int_width = std::max(int_width, widest - fraction_width - 1);
+  }
+  const std::size_t width = int_width + 1 + fraction_width;
+
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    std::string& text = texts[i];
+    if (std::isnan(v)) {
+      text = "nan";
+    } else if (std::isinf(v)) {
+      text = v < 0 ? "-inf" : "inf";
+    } else if (scientific) {
+      // Every mantissa gets the shared number of digits, rounded from the exact value.
+      text = trimmed(shortest_digits(v, single, n, shared_fraction, shared_fraction), trim_mode::keep);
+      std::size_t digits_at = text.find('e') + 2;
+      if (text.size() - digits_at < exponent_digits)
+        text.insert(digits_at, exponent_digits - (text.size() - digits_at), '0');
+    } else {
+      text.append(fraction_width - (text.size() - text.find('.') - 1), ' ');
+    }
+    text = padded_left(std::move(text), width);
+  }
+  return texts;
+}
+
+KILN_LIBRARY_INLINE std::size_t element_values::size() const { return reals.size() + integers.size() + strings.size(); }
+
+KILN_LIBRARY_INLINE std::string element_values::text(std::size_t i, bool numpy) const {
+  if (is_floating(type))
+    return numpy ? numpy_real_text(reals[i], type == float32) : tf_print_real_text(reals[i], type == float32);
+  if (type == string) return string_text(strings[i], numpy);
+  if (type == bool_) return integers[i] ? (numpy ? "True" : "1") : (numpy ? "False" : "0");
+  return std::to_string(integers[i]);
+}
+
+KILN_LIBRARY_INLINE std::string string_element_text(std::string_view x, bool numpy) {
+  return numpy ? python_bytes_repr(x) : "\"" + c_escaped(x) + "\"";
+}
+
+KILN_LIBRARY_INLINE std::vector<std::string> numpy_element_texts(const element_values& v) {
+  if (is_floating(v.type)) return numpy_float_texts(v.reals, v.type == float32);
+  std::vector<std::string> texts;
+  std::size_t width = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    texts.push_back(v.type == bool_ ? (v.integers[i] ? " True" : "False") : v.text(i, true));
+    if (v.type != string) width = std::max(width, texts.back().size());
+  }
+  for (std::string& text : texts) text = padded_left(std::move(text), width);
+  return texts;
+}
+
+KILN_LIBRARY_INLINE value_layout layout_of(const shape& s, value_style style) {
+  value_layout layout;
+  const bool numpy = style == value_style::numpy;
+  layout.summarize = numpy ? s.num_elements() > 1000 : true;
+  layout.line_width = numpy ? 75 : 0;
+  layout.single_line = style == value_style::tf_print_line;
+  return layout;
+}
+
+KILN_LIBRARY_INLINE bool summarized(std::int64_t length, const value_layout& layout) {
+  return layout.summarize && length > 2 * layout.edge_items;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::int64_t> shown_indices(const shape& s, const value_layout& layout) {
+  const int rank = s.rank();
+  std::vector<std::int64_t> indices;
+  if (s.num_elements() == 0) return indices;
+  const auto strides = row_major_strides(s);
+  std::vector<std::int64_t> at(std::size_t(rank), 0);  // an odometer over the shown positions
+  for (;;) {
+    std::int64_t flat = 0;
+    for (int axis = 0; axis < rank; ++axis) flat += at[std::size_t(axis)] * strides[axis];
+    indices.push_back(flat);
+    int axis = rank - 1;
+    for (; axis >= 0; --axis) {
+      std::int64_t& c = at[std::size_t(axis)];
+      if (++c == layout.edge_items && summarized(s[axis], layout)) c = s[axis] - layout.edge_items;
+      if (c < s[axis]) break;
+      c = 0;
+    }
+    if (axis < 0) return indices;
+  }
+}
+
+KILN_LIBRARY_INLINE std::string array_writer::write() {
+  // A row's first line starts with the brackets it opens and its other lines with
+  // an indent as wide: one column per bracket.
+  block(0, layout_.single_line ? 0 : 1, static_cast<std::int64_t>(layout_.line_width));
+  return std::move(out_);
+}
+
+KILN_LIBRARY_INLINE void array_writer::block(int axis, std::size_t indent, std::int64_t width) {
+  const std::int64_t length = shape_[axis];
+  const bool cut = summarized(length, layout_);
+  const std::int64_t shown = cut ? 2 * layout_.edge_items : length;
+  out_ += '[';
+  if (axis == shape_.rank() - 1) {
+    // The closing bracket takes one column of the line.
+    for (std::int64_t k = 0; k < shown; ++k) {
+      if (k > 0) out_ += ' ';
+      if (cut && k == layout_.edge_items) {
+        add_word("...", width - 1, indent);
+        out_ += ' ';
+      }
+      add_word(items_[next_++], width - 1, indent);
+    }
+  } else {
+    auto next_row = [&] {
+      if (layout_.single_line)
+        out_ += ' ';
+      else
+        out_.append(std::size_t(shape_.rank() - axis - 1), '\n').append(indent, ' ');
+    };
+    for (std::int64_t k = 0; k < shown; ++k) {
+      if (k > 0) next_row();
+      if (cut && k == layout_.edge_items) {
+        out_ += "...";
+        next_row();
+      }
+      block(axis + 1, layout_.single_line ? indent : indent + 1, width - 1);
+    }
+  }
+  out_ += ']';
+}
+
+KILN_LIBRARY_INLINE void array_writer::add_word(std::string_view word, std::int64_t width, std::size_t indent) {
+  if (layout_.line_width > 0) {
+    const std::size_t line_start = out_.rfind('\n') + 1;  // npos + 1 == 0
+    const std::size_t line = out_.size() - line_start;
+    if (std::int64_t(line + word.size()) > width && line > indent) {
+      while (out_.size() > line_start && out_.back() == ' ') out_.pop_back();
+      out_.append(1, '\n').append(indent, ' ');
+    }
+  }
+  out_ += word;
+}
+
+KILN_LIBRARY_INLINE std::string format_elements(const element_values& v, const shape& s, value_style style) {
+  const bool numpy = style == value_style::numpy;
+  if (s.rank() == 0) return v.text(0, numpy);
+  if (v.size() == 0) return "[]";
+  std::vector<std::string> texts;
+  if (numpy) {
+    texts = numpy_element_texts(v);
+  } else {
+    for (std::size_t i = 0; i < v.size(); ++i) texts.push_back(v.text(i, false));
+  }
+  return array_writer(s, texts, layout_of(s, style)).write();
+}
+
+KILN_LIBRARY_INLINE std::string format_values(const tensor& x, bool single_line) {
+  return format_values(x, single_line ? value_style::tf_print_line : value_style::tf_print);
+}
+
+KILN_LIBRARY_INLINE std::string print_line(std::span<const print_piece> pieces, std::span<const tensor* const> inputs) {
+  std::string line;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k) line += ' ';
+    const print_piece& p = pieces[k];
+    if (p.input < 0) {
+      line += p.text;
+      continue;
+    }
+    const tensor& x = *inputs[std::size_t(p.input)];
+    if (x.dtype() == string && x.rank() == 0)
+      line += x.to(device::cpu).data<std::string>()[0];
+    else
+      line += format_values(x, false);
+  }
+  return line + '\n';
+}
+
+KILN_LIBRARY_INLINE void write_print_line(const std::string& line) {
+  static std::mutex m;
+  std::lock_guard lock(m);
+  config::print_stream() << line << std::flush;
+}
+
+KILN_LIBRARY_INLINE std::ostream& write_eager(std::ostream& os, std::string values, const shape& s, dtype t) {
+  if (values.find('\n') != std::string::npos) values.insert(0, "\n");
+  return os << "tensor(" << values << ", shape=" << s << ", dtype=" << t << ")";
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor& x) {
   if (!x.defined()) return os << "tensor(<undefined>)";
   if (x.is_symbolic())
-    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype() << ")";
+    return os << "Tensor(\"" << detail::value_name(*x.symbol()) << "\", shape=" << x.shape() << ", dtype=" << x.dtype()
+              << ")";
   return detail::write_eager(os, detail::format_values(x, detail::value_style::numpy), x.shape(), x.dtype());
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/print.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PRINT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
@@ -2209,12 +2331,7 @@ namespace kiln {
 namespace detail {
 /// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
 /// signature shows it.
-KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s);
 }  // namespace detail
 
 /// Describes a tensor argument without a value; `kiln::none` dims accept any size.
@@ -2228,17 +2345,14 @@ struct tensor_spec {
   tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
 
   /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  KILN_LIBRARY_INLINE bool accepts(kiln::dtype t, const kiln::shape& s) const;
   bool operator==(const tensor_spec&) const = default;
 
   /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s);
 
 namespace detail {
 /// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
@@ -2250,19 +2364,12 @@ namespace detail {
 struct structure_text {
   std::string text;
   int leaves = 0;
-  void leaf() {
-    text += '<';
-    text += std::to_string(++leaves);
-    text += '>';
-  }
+  KILN_LIBRARY_INLINE void leaf();
   /// A tuple `(`, or a list `[`.
-  void open(bool list) { text += list ? '[' : '('; }
-  void next() { text += ", "; }
+  KILN_LIBRARY_INLINE void open(bool list);
+  KILN_LIBRARY_INLINE void next();
   /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
-  void close(bool list, std::size_t count) {
-    if (!list && count == 1) text += ',';
-    text += list ? ']' : ')';
-  }
+  KILN_LIBRARY_INLINE void close(bool list, std::size_t count);
 };
 
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
@@ -2284,49 +2391,10 @@ struct trace_signature {
   std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
+  KILN_LIBRARY_INLINE std::string header() const;
   /// The header with the Args/Returns block, as TensorFlow prints a signature; a
   /// structure is shown with a line per leaf below it.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    auto input_entry = [&](std::size_t k) {
-      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
-    };
-    for (std::size_t a = 0; a < arg_names.size(); ++a) {
-      std::vector<std::size_t> leaves;
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
-      if (leaves.empty()) continue;
-      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
-      if (structure.empty()) {
-        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
-      } else {
-        os << "    " << arg_names[a] << ": " << structure << "\n";
-        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
-      }
-    }
-    os << "  Returns:\n";
-    if (!output_structure.empty()) {
-      os << "    " << output_structure << "\n";
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
-    } else if (outputs.empty()) {
-      os << "    NoneTensorSpec()\n";
-    } else {
-      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    }
-    return os.str();
-  }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 };
 }  // namespace detail
 
@@ -2356,6 +2424,98 @@ concept operand = fixed_value<X> || lazy<X>;
 }  // namespace typed
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE bool tensor_spec::accepts(kiln::dtype t, const kiln::shape& s) const {
+  return t == dtype && shape.accepts(s);
+}
+
+KILN_LIBRARY_INLINE std::string tensor_spec::str() const {
+  return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+         ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+}
+
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void structure_text::leaf() {
+  text += '<';
+  text += std::to_string(++leaves);
+  text += '>';
+}
+
+KILN_LIBRARY_INLINE void structure_text::open(bool list) { text += list ? '[' : '('; }
+
+KILN_LIBRARY_INLINE void structure_text::next() { text += ", "; }
+
+KILN_LIBRARY_INLINE void structure_text::close(bool list, std::size_t count) {
+  if (!list && count == 1) text += ',';
+  text += list ? ']' : ')';
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::header() const {
+  std::string s = name + "(";
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    if (i) s += ", ";
+    s += arg_names[i];
+    if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+  }
+  return s + ")";
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::signature_text() const {
+  std::ostringstream os;
+  os << header() << "\n";
+  if (!inputs.empty()) os << "  Args:\n";
+  auto input_entry = [&](std::size_t k) {
+    return k < input_text.size() && !input_text[k].empty() ? input_text[k]
+                                                           : signature_entry(inputs[k].dtype, inputs[k].shape);
+  };
+  for (std::size_t a = 0; a < arg_names.size(); ++a) {
+    std::vector<std::size_t> leaves;
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+    if (leaves.empty()) continue;
+    const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+    if (structure.empty()) {
+      for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+    } else {
+      os << "    " << arg_names[a] << ": " << structure << "\n";
+      for (std::size_t j = 0; j < leaves.size(); ++j)
+        os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+    }
+  }
+  os << "  Returns:\n";
+  if (!output_structure.empty()) {
+    os << "    " << output_structure << "\n";
+    for (std::size_t j = 0; j < outputs.size(); ++j)
+      os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+  } else if (outputs.empty()) {
+    os << "    NoneTensorSpec()\n";
+  } else {
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/spec.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_SPEC_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_HOOKS_HPP
@@ -2574,11 +2734,7 @@ class int_list {
       if (items_[i] != o.items_[i]) return false;
     return true;
   }
-  std::string str() const {
-    std::string s = "[";
-    for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
-    return s + "]";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   int size_ = 0;
@@ -2734,6 +2890,18 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 
 }  // namespace ops
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string int_list::str() const {
+  std::string s = "[";
+  for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
+  return s + "]";
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/op.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ELEMENTWISE_HPP
@@ -3830,7 +3998,7 @@ class reduction_axes {
   constexpr const int_list& list() const { return list_; }
   constexpr bool operator==(const reduction_axes&) const = default;
   /// `None` or the list as `[0, -1]`.
-  std::string str() const { return all_ ? "None" : list_.str(); }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   bool all_ = true;
@@ -4005,11 +4173,7 @@ struct argmax : reduction_op {
   /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
   /// there is no largest element (TensorFlow raises too).
   /// \code kiln::ops::argmax(0).check_input(kiln::shape{0, 3});  // throws \endcode
-  void check_input(const shape& in) const {
-    if (reduced_count(in, axis) == 0)
-      throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
-                                   " are empty, so there is no largest element");
-  }
+  KILN_LIBRARY_INLINE void check_input(const shape& in) const;
 };
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
@@ -4120,6 +4284,24 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string reduction_axes::str() const { return all_ ? "None" : list_.str(); }
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE void argmax::check_input(const shape& in) const {
+  if (reduced_count(in, axis) == 0)
+    throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
+                                 " are empty, so there is no largest element");
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/reduction.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_REDUCTION_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
@@ -4298,12 +4480,10 @@ To convert_element(const S& v, std::string_view fn) {
 }
 
 /// Raises kiln::value_error naming `fn` unless `s` is fully defined (an eager result needs one).
-inline void require_fully_defined(std::string_view fn, const shape& s) {
-  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
-}
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s);
 
 /// `t`, copied to device `d` unless it is there.
-inline tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d);
 
 /// constant_of's error for `count` values and shape `s`, out of line: one for every
 /// element type.
@@ -4430,11 +4610,7 @@ KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).
-inline const shape& like_shape(std::string_view fn, const tensor& x) {
-  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
-  require_fully_defined(fn, x.shape());
-  return x.shape();
-}
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x);
 
 // ---- range ------------------------------------------------------------------------
 
@@ -4638,15 +4814,11 @@ tensor constant(const std::vector<T>& values, std::optional<dtype> t = std::null
 
 /// A tensor of zeros (`false` for bool_, `""` for strings).
 /// \code kiln::zeros({2, 3});  kiln::zeros({4}, kiln::int32); \endcode
-inline tensor zeros(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::zero_filled("zeros", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor of ones (`true` for bool_); strings raise kiln::type_error.
 /// \code kiln::ones({2, 2});  // tensor([[1. 1.] [1. 1.]], ...) \endcode
-inline tensor ones(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::one_filled("ones", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor whose every element is `value`, of `value`'s dtype (a C++ number or a string).
 /// \code kiln::fill({2, 3}, 9);  kiln::fill({2}, "ab"); \endcode
@@ -4662,24 +4834,11 @@ tensor fill(const shape& s, const T& value, device d = device::cpu) {
 
 /// The `rows` x `columns` matrix with ones on its diagonal and zeros elsewhere.
 /// \code kiln::eye(2, 3, kiln::int32);  // [[1 0 0] [0 1 0]] \endcode
-inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu) {
-  if (rows < 0 || columns < 0)
-    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
-                                 " and " + std::to_string(columns));
-  if (t == string) throw type_error("eye: string tensors have no identity matrix");
-  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&]<class T>() {
-    if constexpr (!std::is_same_v<T, std::string>) {
-      T* p = out.view().as<T>();
-      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
-    }
-  });
-  return detail::placed(std::move(out), d);
-}
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu);
 
 /// The `n` x `n` identity matrix.
 /// \code kiln::eye(10, kiln::int32); \endcode
-inline tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu) { return eye(n, n, t, d); }
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu);
 
 /// The numbers `start`, `start + delta`, ... short of `limit`, as tf.range: the
 /// dtype is the widest of the arguments' (int → int32, std::int64_t → int64, float →
@@ -4705,17 +4864,64 @@ tensor range(L limit) {
 /// Zeros of the dtype, shape and device of `x`. A symbolic `x` needs a fully
 /// defined shape (kiln::value_error otherwise) and gives an eager constant.
 /// \code kiln::zeros_like(kiln::constant({1, 2}));  // [0 0], int32 \endcode
-inline tensor zeros_like(const tensor& x) {
-  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
-}
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x);
 
 /// Ones of the dtype, shape and device of `x`; as zeros_like.
 /// \code kiln::ones_like(kiln::constant({1.5, 2.5}));  // [1. 1.], float64 \endcode
-inline tensor ones_like(const tensor& x) {
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s) {
+  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
+}
+
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  require_fully_defined(fn, x.shape());
+  return x.shape();
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t, device d) { return detail::zero_filled("zeros", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t, device d) { return detail::one_filled("ones", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t, device d) {
+  if (rows < 0 || columns < 0)
+    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
+                                 " and " + std::to_string(columns));
+  if (t == string) throw type_error("eye: string tensors have no identity matrix");
+  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
+  visit_dtype(t, [&]<class T>() {
+    if constexpr (!std::is_same_v<T, std::string>) {
+      T* p = out.view().as<T>();
+      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
+    }
+  });
+  return detail::placed(std::move(out), d);
+}
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t, device d) { return eye(n, n, t, d); }
+
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x) {
+  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
+}
+
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x) {
   return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/factories.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_FACTORIES_HPP
 
@@ -4743,7 +4949,7 @@ constexpr dtype_result same_dtype(std::span<const dtype> in) {
 }
 
 /// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
-inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s);
 
 }  // namespace detail
 
@@ -4791,11 +4997,8 @@ struct reshape {
     return {out};
   }
   /// Shares the input's buffer: no element is copied.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
-  }
-  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
@@ -4833,7 +5036,7 @@ struct transpose {
     }
     return {out};
   }
-  std::string attributes() const { return "perm=" + perm.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   /// The gradient goes back through the inverse permutation.
   template <class G> void gradient(G& g) const {
     const int rank = g.x(0).t.rank();
@@ -4888,7 +5091,7 @@ struct concat {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const concat&) const = default;
   /// Each input's gradient is its slice of dy along the axis.
   template <class G> void gradient(G& g) const;
@@ -4921,7 +5124,7 @@ struct stack {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const stack&) const = default;
   /// Input i's gradient is dy at i along the new dim.
   template <class G> void gradient(G& g) const;
@@ -4954,7 +5157,7 @@ struct gather {
     for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const gather&) const = default;
   /// dy summed into the rows it was gathered from (unsorted_segment_sum).
   template <class G> void gradient(G& g) const;
@@ -4999,9 +5202,7 @@ struct unsorted_segment_sum {
     for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
     return {out};
   }
-  std::string attributes() const {
-    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
-  }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const unsorted_segment_sum&) const = default;
   /// dy gathered at the ids.
   template <class G> void gradient(G& g) const;
@@ -5024,12 +5225,8 @@ struct index {
     return {kiln::shape(s.dims().subspan(1))};
   }
   /// Shares the input's buffer: the slice is one contiguous window of it.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    kiln::shape rest(s.dims().subspan(1));
-    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
-  }
-  std::string attributes() const { return "index=" + std::to_string(i); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const index&) const = default;
   /// dy in place of the row, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -5066,7 +5263,7 @@ struct set_item {
   /// and `in[2]` are the index and the value.
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
   template <class G> void gradient(G& g) const;
@@ -5102,7 +5299,7 @@ struct pad_rows {
   /// row (a copy per row made it quadratic); else as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
   template <class G> void gradient(G& g) const;
@@ -5141,7 +5338,7 @@ struct crop_or_pad {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
-  std::string attributes() const { return "offset=" + offset.str() + ", align=" + align.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const crop_or_pad&) const = default;
   /// crop_or_pad of dy to x's shape with the offsets negated.
   template <class G> void gradient(G& g) const;
@@ -5185,7 +5382,7 @@ struct slice {
       if (begin[d] < 0 || begin[d] > s[d] || size[d] < -1 || size[d] > s[d] - begin[d]) return d;
     return -1;
   }
-  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const slice&) const = default;
   /// dy in place of the slice, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -5194,11 +5391,7 @@ struct slice {
 // ---- gradients of the ops above, which run each other -------------------------
 
 /// `rank` zeros: where a slice from the first element begins.
-inline int_list origin(int rank) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list origin(int rank);
 
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
@@ -5210,18 +5403,10 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
 }
 
 /// Each entry of `l` negated: the offsets that undo a window's.
-inline int_list negated(const int_list& l) {
-  int_list out;
-  for (std::int64_t x : l) out.push_back(-x);
-  return out;
-}
+KILN_LIBRARY_INLINE int_list negated(const int_list& l);
 
 /// Zeros per dim, `rank` of them, but `at` in dim `axis`.
-inline int_list along(int rank, int axis, std::int64_t at) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at);
 
 template <class G>
 void concat::gradient(G& g) const {
@@ -5362,18 +5547,7 @@ struct shape_of {
     return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
   }
   /// Builds the dims on the host, then moves them to the input's device.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    tensor out(int32, kiln::shape{s.rank()});
-    auto* dims = out.view().as<std::int32_t>();
-    for (int d = 0; d < s.rank(); ++d) {
-      if (s[d] > std::numeric_limits<std::int32_t>::max())
-        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
-                                     " does not fit in int32");
-      dims[d] = std::int32_t(s[d]);
-    }
-    return out.to(in[0]->device());
-  }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
   constexpr bool operator==(const shape_of&) const = default;
 };
 
@@ -5407,14 +5581,7 @@ void check_values(const slice& op, std::span<const tensor* const> in) {
 }
 
 /// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
-inline std::string position_text(std::int64_t k, const shape& s) {
-  std::string position;
-  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= s[int(d)];
-  }
-  return position;
-}
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s);
 
 /// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
 /// any device).
@@ -5469,9 +5636,7 @@ void check_values(const unsorted_segment_sum& op, std::span<const tensor* const>
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
-inline std::int64_t scalar_index(const tensor& index) {
-  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
-}
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index);
 
 /// `set_item` needs 0 <= i < dim for the first dim.
 template <class = void>
@@ -5715,6 +5880,99 @@ tensor tensor::operator[](const tensor& i) const {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace kiln::detail
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE tensor reshape::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+}
+
+KILN_LIBRARY_INLINE std::string reshape::attributes() const { return "shape=" + detail::dims_text(new_shape); }
+
+KILN_LIBRARY_INLINE std::string transpose::attributes() const { return "perm=" + perm.str(); }
+
+KILN_LIBRARY_INLINE std::string concat::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string stack::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string gather::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string unsorted_segment_sum::attributes() const {
+  return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+}
+
+KILN_LIBRARY_INLINE tensor index::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  kiln::shape rest(s.dims().subspan(1));
+  return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+}
+
+KILN_LIBRARY_INLINE std::string index::attributes() const { return "index=" + std::to_string(i); }
+
+KILN_LIBRARY_INLINE std::string set_item::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string pad_rows::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string crop_or_pad::attributes() const {
+  return "offset=" + offset.str() + ", align=" + align.str();
+}
+
+KILN_LIBRARY_INLINE std::string slice::attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+
+KILN_LIBRARY_INLINE int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE int_list negated(const int_list& l) {
+  int_list out;
+  for (std::int64_t x : l) out.push_back(-x);
+  return out;
+}
+
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE tensor shape_of::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  tensor out(int32, kiln::shape{s.rank()});
+  auto* dims = out.view().as<std::int32_t>();
+  for (int d = 0; d < s.rank(); ++d) {
+    if (s[d] > std::numeric_limits<std::int32_t>::max())
+      throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                   " does not fit in int32");
+    dims[d] = std::int32_t(s[d]);
+  }
+  return out.to(in[0]->device());
+}
+
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index) {
+  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/shape_ops.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_SHAPE_OPS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
@@ -5942,11 +6200,7 @@ template <class = void>
 tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
 
 /// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
-inline ops::padding parse_padding(std::string_view p) {
-  if (p == "VALID") return ops::padding::valid;
-  if (p == "SAME") return ops::padding::same;
-  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
-}
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p);
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
@@ -5973,6 +6227,18 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/linalg.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_LINALG_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
@@ -5992,16 +6258,12 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 
 namespace kiln {
 
-inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp
 
 namespace detail {
 
 /// Raises kiln::type_error unless `x` holds floating-point values (`fn` names the function).
-inline void require_floating(std::string_view fn, const tensor& x) {
-  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
-  if (!is_floating(x.dtype()))
-    throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
-}
+KILN_LIBRARY_INLINE void require_floating(std::string_view fn, const tensor& x);
 
 /// The softmax family's functions (`nn_functions`, the one specialization): a template
 /// on nothing, so that a file compiles them only where it calls them, and a compiled
@@ -6056,6 +6318,7 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
   return detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(labels, logits);
 }
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor detail::basic_nn_functions<Unused>::shift_of(const tensor& x, reduction_axes axis) {
   const tensor m = stop_gradient(reduce_max(x, axis, true));
@@ -6103,8 +6366,21 @@ tensor detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(const te
   const tensor one_hot = cast(equal(reshape(checked, column), class_ids), logits.dtype());
   return -reduce_sum(one_hot * log_softmax(logits, -1), -1);
 }
+#endif
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void require_floating(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  if (!is_floating(x.dtype()))
+    throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/nn.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_NN_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_POOLING_HPP
@@ -6664,10 +6940,7 @@ class tensor_array {
  public:
   /// An array of `size` elements of dtype `type`, none written yet.
   /// \code kiln::tensor_array states(kiln::float32, 10); \endcode
-  tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {})
-      : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
-    if (size < 0) throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
-  }
+  KILN_LIBRARY_INLINE tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {});
   /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
@@ -6734,20 +7007,13 @@ class tensor_array {
 
   /// All elements in one tensor of shape `(size,) + element shape`.
   /// \code kiln::tensor all = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3})).stack();  // (2, 3) \endcode
-  tensor stack() const {
-    require_written("stack");
-    return elements_;
-  }
+  KILN_LIBRARY_INLINE tensor stack() const;
 
   /// The number of elements, when it is known without running a graph: it is not
   /// for a size given as a symbolic tensor, nor inside a function after a write to
   /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
   /// \code kiln::tensor_array(kiln::float32, 10).size() == 10; \endcode
-  std::int64_t size() const {
-    if (size_ == none)
-      throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
-    return size_;
-  }
+  KILN_LIBRARY_INLINE std::int64_t size() const;
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
   /// \code kiln::tensor n = kiln::tensor_array(kiln::float32, 10).size_tensor();  // 10 \endcode
@@ -6765,9 +7031,7 @@ class tensor_array {
 
   /// Whether no element has been written yet (so the element shape is not known).
   /// \code kiln::tensor_array(kiln::int32, 2).unwritten() == true; \endcode
-  bool unwritten() const {
-    return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
-  }
+  KILN_LIBRARY_INLINE bool unwritten() const;
 
   /// The tensor that holds the elements: how loops and functions carry the array.
   /// \code
@@ -6781,15 +7045,7 @@ class tensor_array {
   /// kiln::tensor_array states(kiln::float32, 2);
   /// auto next = states.with_elements(kiln::zeros({2, 3}));
   /// \endcode
-  tensor_array with_elements(tensor elements) const {
-    tensor_array out = *this;
-    out.elements_ = std::move(elements);
-    if (!out.unwritten()) {
-      out.size_ = out.elements_.shape()[0];
-      out.size_tensor_ = tensor();
-    }
-    return out;
-  }
+  KILN_LIBRARY_INLINE tensor_array with_elements(tensor elements) const;
   /// The array with every element zeros of `element_shape`, on device `d`: what a
   /// first write starts from, and how an array first written in a loop body enters
   /// the loop.
@@ -6803,27 +7059,13 @@ class tensor_array {
   }
 
  private:
-  shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  KILN_LIBRARY_INLINE shape element_shape() const;
   // An eager index past the end of an array of known size (a write only when it cannot
   // grow): out_of_range_error with TensorFlow's message. A symbolic index is checked
   // by gather and set_item when the graph runs.
-  void check_eager_index(const tensor& i, bool writing) const {
-    if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 || (i.dtype() != int32 && i.dtype() != int64))
-      return;
-    const std::int64_t index = ops::scalar_index(i);
-    if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
-    throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
-                                           " but array is not resizeable and size is: " + std::to_string(size_)
-                                     : "tensor_array.read: Tried to read from index " + std::to_string(index) +
-                                           " but array size is: " + std::to_string(size_));
-  }
+  KILN_LIBRARY_INLINE void check_eager_index(const tensor& i, bool writing) const;
   // An array of size 0 stacks to an empty tensor even though nothing was written.
-  void require_written(const char* what) const {
-    if (unwritten() && size_ != 0)
-      throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
-                        (size_ == none ? std::string("None") : std::to_string(size_)) +
-                        " was written, so its element shape is unknown");
-  }
+  KILN_LIBRARY_INLINE void require_written(const char* what) const;
 
   kiln::dtype type_;
   std::int64_t size_;  ///< kiln::none when known only when the graph runs
@@ -6833,6 +7075,64 @@ class tensor_array {
 };
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor_array::tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options)
+    : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
+  if (size < 0)
+    throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
+}
+
+KILN_LIBRARY_INLINE tensor tensor_array::stack() const {
+  require_written("stack");
+  return elements_;
+}
+
+KILN_LIBRARY_INLINE std::int64_t tensor_array::size() const {
+  if (size_ == none)
+    throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
+  return size_;
+}
+
+KILN_LIBRARY_INLINE bool tensor_array::unwritten() const {
+  return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
+}
+
+KILN_LIBRARY_INLINE tensor_array tensor_array::with_elements(tensor elements) const {
+  tensor_array out = *this;
+  out.elements_ = std::move(elements);
+  if (!out.unwritten()) {
+    out.size_ = out.elements_.shape()[0];
+    out.size_tensor_ = tensor();
+  }
+  return out;
+}
+
+KILN_LIBRARY_INLINE shape tensor_array::element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+
+KILN_LIBRARY_INLINE void tensor_array::check_eager_index(const tensor& i, bool writing) const {
+  if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 ||
+      (i.dtype() != int32 && i.dtype() != int64))
+    return;
+  const std::int64_t index = ops::scalar_index(i);
+  if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
+  throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
+                                         " but array is not resizeable and size is: " + std::to_string(size_)
+                                   : "tensor_array.read: Tried to read from index " + std::to_string(index) +
+                                         " but array size is: " + std::to_string(size_));
+}
+
+KILN_LIBRARY_INLINE void tensor_array::require_written(const char* what) const {
+  if (unwritten() && size_ != 0)
+    throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
+                      (size_ == none ? std::string("None") : std::to_string(size_)) +
+                      " was written, so its element shape is unknown");
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/tensor_array.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_TENSOR_ARRAY_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_OPS_ANY_OP_HPP
@@ -7060,11 +7360,7 @@ inline constexpr op_rules rules_of{
 
 /// True when an op on `in` is recorded rather than run: while tracing, or when an
 /// input is symbolic.
-inline bool records_symbolically(std::span<const tensor* const> in) {
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
-  return symbolic;
-}
+KILN_LIBRARY_INLINE bool records_symbolically(std::span<const tensor* const> in);
 
 /// Runs the gradient formula of the `Op` that `op` holds for the inputs `needed` marks
 /// (defined in kiln/autodiff/backward.hpp, which gives each op's row its backward: a
@@ -7103,17 +7399,11 @@ struct op_kernels {
 };
 
 /// One row per op of the registry; a row is empty until its op registers.
-inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
-  static std::array<op_kernels, ops::any_op::size> table{};
-  return table;
-}
+KILN_LIBRARY_INLINE std::array<op_kernels, ops::any_op::size>& kernel_table();
 
 /// Serializes registrations, so that a row registered for bookkeeping dtypes never
 /// replaces a complete one.
-inline std::mutex& registration_mutex() {
-  static std::mutex m;
-  return m;
-}
+KILN_LIBRARY_INLINE std::mutex& registration_mutex();
 
 /// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
 /// dtypes alone and only if the row is empty: the op's first call by the program
@@ -7158,7 +7448,53 @@ void register_kernels_on_use() {
 }
 
 /// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
-inline const op_kernels& kernels_of(const ops::any_op& op) {
+KILN_LIBRARY_INLINE const op_kernels& kernels_of(const ops::any_op& op);
+
+/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
+/// table, so that comparing ops compiles the comparisons of the ops this program
+/// calls, not of every op; false for an op whose row is empty.
+KILN_LIBRARY_INLINE bool same_op(const ops::any_op& a, const ops::any_op& b);
+
+/// Runs the op a graph node holds now, on eager inputs.
+/// How `op` runs writing its first input in place, or null when it cannot (see
+/// op_kernels::in_place).
+KILN_LIBRARY_INLINE exec::in_place_fn in_place_of(const ops::any_op& op);
+
+KILN_LIBRARY_INLINE tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in);
+
+KILN_LIBRARY_INLINE void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
+  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
+}
+
+/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
+/// trace in progress (where a tape inside a kiln::function differentiates).
+KILN_LIBRARY_INLINE tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in);
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
+KILN_LIBRARY_INLINE std::array<op_kernels, ops::any_op::size>& kernel_table() {
+  static std::array<op_kernels, ops::any_op::size> table{};
+  return table;
+}
+
+KILN_LIBRARY_INLINE std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+KILN_LIBRARY_INLINE const op_kernels& kernels_of(const ops::any_op& op) {
   if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
@@ -7170,45 +7506,33 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
   return row;
 }
 
-/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
-/// table, so that comparing ops compiles the comparisons of the ops this program
-/// calls, not of every op; false for an op whose row is empty.
-inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
+KILN_LIBRARY_INLINE bool same_op(const ops::any_op& a, const ops::any_op& b) {
   if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
   const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
   return equal && equal(a, b);
 }
 
-/// Runs the op a graph node holds now, on eager inputs.
-/// How `op` runs writing its first input in place, or null when it cannot (see
-/// op_kernels::in_place).
-inline exec::in_place_fn in_place_of(const ops::any_op& op) {
+KILN_LIBRARY_INLINE exec::in_place_fn in_place_of(const ops::any_op& op) {
   return kernels_of(op).in_place.load(std::memory_order_acquire);
 }
 
-inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
+KILN_LIBRARY_INLINE tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }
 
-inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+KILN_LIBRARY_INLINE void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   hooks().tape.load(std::memory_order_relaxed)(op, in, out);
 }
 
-template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
-  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
-}
-
-/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
-/// trace in progress (where a tape inside a kiln::function differentiates).
-inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
+KILN_LIBRARY_INLINE tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
+  tensor out =
+      records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (tapes_recording()) record_any_on_tapes(op, in, out);
   return out;
 }
 
 }  // namespace kiln::detail
-
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/ops/op_table.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_OPS_OP_TABLE_HPP
 
@@ -11224,7 +11548,32 @@ namespace kiln {
 namespace detail {
 /// Raises kiln::invalid_argument_error when the float tensor `result` of op `op`
 /// holds a NaN or an Inf; `node` names the graph node, empty for an eager op.
-inline void check_numerics(std::string_view op, const tensor& result, std::string_view node = {}) {
+KILN_LIBRARY_INLINE void check_numerics(std::string_view op, const tensor& result, std::string_view node = {});
+
+}  // namespace detail
+
+namespace debugging {
+/// From now on, every op checks its float results and raises
+/// kiln::invalid_argument_error naming the first op that produces a NaN or an Inf.
+/// \code
+/// kiln::debugging::enable_check_numerics();
+/// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
+/// \endcode
+KILN_LIBRARY_INLINE void enable_check_numerics();
+/// Turns the checks of enable_check_numerics() off again.
+/// \code kiln::debugging::disable_check_numerics(); \endcode
+KILN_LIBRARY_INLINE void disable_check_numerics();
+/// Whether enable_check_numerics() is in effect.
+/// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
+KILN_LIBRARY_INLINE bool check_numerics_enabled();
+}  // namespace debugging
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void check_numerics(std::string_view op, const tensor& result, std::string_view node) {
   if (!is_floating(result.dtype()) || !result.defined() || result.is_symbolic() || result.size() == 0) return;
   const tensor host = result.to(kiln::device::cpu);
   bool nan = false, inf = false;
@@ -11245,25 +11594,20 @@ inline void check_numerics(std::string_view op, const tensor& result, std::strin
                                std::string(name(result.dtype())) + " " + result.shape().str() + " result");
 }
 
-}  // namespace detail
+}  // namespace kiln::detail
 
-namespace debugging {
-/// From now on, every op checks its float results and raises
-/// kiln::invalid_argument_error naming the first op that produces a NaN or an Inf.
-/// \code
-/// kiln::debugging::enable_check_numerics();
-/// kiln::log(kiln::constant(0.f));  // throws: "check_numerics: op log produced Inf ..."
-/// \endcode
-inline void enable_check_numerics() { detail::hooks().check_numerics = &detail::check_numerics; }
-/// Turns the checks of enable_check_numerics() off again.
-/// \code kiln::debugging::disable_check_numerics(); \endcode
-inline void disable_check_numerics() { detail::hooks().check_numerics = nullptr; }
-/// Whether enable_check_numerics() is in effect.
-/// \code kiln::debugging::check_numerics_enabled() == false  // unless enabled \endcode
-inline bool check_numerics_enabled() { return detail::hooks().check_numerics.load(std::memory_order_relaxed) != nullptr; }
-}  // namespace debugging
+namespace kiln::debugging {
 
-}  // namespace kiln
+KILN_LIBRARY_INLINE void enable_check_numerics() { detail::hooks().check_numerics = &detail::check_numerics; }
+
+KILN_LIBRARY_INLINE void disable_check_numerics() { detail::hooks().check_numerics = nullptr; }
+
+KILN_LIBRARY_INLINE bool check_numerics_enabled() {
+  return detail::hooks().check_numerics.load(std::memory_order_relaxed) != nullptr;
+}
+
+}  // namespace kiln::debugging
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/eager/check_numerics.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_CHECK_NUMERICS_HPP
 
@@ -11271,16 +11615,7 @@ namespace kiln {
 namespace detail {
 
 /// "int32 (2, 3), float32 (3,)": the inputs as an error message shows them.
-KILN_COLD inline std::string describe_inputs(std::span<const tensor* const> in) {
-  std::string s;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (i) s += ", ";
-    s += name(in[i]->dtype());
-    s += ' ';
-    s += in[i]->shape().str();
-  }
-  return s;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string describe_inputs(std::span<const tensor* const> in);
 
 // The errors of the checks below, out of line: every file that runs an op eagerly
 // compiles these checks, and an inline message costs a temporary and its cleanup per
@@ -11357,6 +11692,7 @@ struct basic_rule_checks {
 };
 using rule_checks = basic_rule_checks<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_view op_name, const void* op,
                                                                   const op_rules& rules,
@@ -11377,6 +11713,7 @@ std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_vi
                                   in, op, rules);
   return {dt.value, sh.value};
 }
+#endif
 
 /// The dtype and shape `op` gives for `inputs`, or the contract's error for `mode`
 /// (running it, or recording it into a trace).
@@ -11489,6 +11826,23 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string describe_inputs(std::span<const tensor* const> in) {
+  std::string s;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (i) s += ", ";
+    s += name(in[i]->dtype());
+    s += ' ';
+    s += in[i]->shape().str();
+  }
+  return s;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/eager/apply.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_APPLY_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
@@ -11510,7 +11864,8 @@ namespace kiln {
 /// `while` on one raises kiln::type_error pointing to kiln::cond and kiln::while_loop;
 /// more than one element (or none) raises kiln::value_error.
 /// \code if (kiln::constant(3) > 2) std::cout << "more\n";  // eager: reads the value \endcode
-inline tensor::operator bool() const {
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor::operator bool() const {
   if (is_symbolic())
     throw type_error(
         "using a symbolic tensor as a C++ bool is not allowed: a C++ if or while runs once, while tracing; use "
@@ -11529,8 +11884,10 @@ inline tensor::operator bool() const {
       return value != T(0);  // NaN is true, as in C++ and Python
   });
 }
+#endif  // KILN_DEFINE_LIBRARY
 
 }  // namespace kiln
+
 // ----- end kiln/eager/truth_value.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EAGER_TRUTH_VALUE_HPP
 
@@ -11661,16 +12018,14 @@ class graph;
 class special_op {
  public:
   /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
-  std::string_view name() const { return table_->name(*this); }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// True when running it does more than compute its results (a write, a print, a
   /// callback), so that it runs even when no output needs it.
-  bool has_effects() const { return table_->has_effects(*this); }
+  KILN_LIBRARY_INLINE bool has_effects() const;
   /// Runs on eager inputs and writes one tensor per result into `results`.
-  void run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
-    table_->run(*this, inputs, results);
-  }
+  KILN_LIBRARY_INLINE void run(std::span<const tensor* const> inputs, std::span<tensor> results) const;
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   /// This op as an `Op`, or null when it is another kind of special op.
   template <class Op>
   const Op* as() const {
@@ -11688,14 +12043,8 @@ class special_op {
  private:
   // An op's run() returns its one result as a tensor, so that no vector is allocated
   // for it, or a vector of its results (empty when it has none).
-  static void deliver(tensor result, std::span<tensor> results, const special_op& op) {
-    if (results.size() != 1) wrong_count(op, 1, results.size());
-    results[0] = std::move(result);
-  }
-  static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
-    if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
-    std::move(out.begin(), out.end(), results.begin());
-  }
+  KILN_LIBRARY_INLINE static void deliver(tensor result, std::span<tensor> results, const special_op& op);
+  KILN_LIBRARY_INLINE static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op);
   [[noreturn]] static void wrong_count(const special_op& op, std::size_t gave, std::size_t expected) {
     throw internal_error(std::string(op.name()) + " gave " + std::to_string(gave) + " results instead of " +
                          std::to_string(expected));
@@ -11782,16 +12131,7 @@ class node {
   const std::string& name() const { return name_; }
   /// The op: `Placeholder`, `Const`, `Identity`, `Result`, a special op such as
   /// `cond`, or a registry op such as `add`.
-  std::string_view op() const {
-    switch (kind_) {
-      case node_kind::placeholder: return "Placeholder";
-      case node_kind::constant: return "Const";
-      case node_kind::identity: return "Identity";
-      case node_kind::result: return "Result";
-      case node_kind::special: return special().name();
-      default: return ops::name_of(op_);
-    }
-  }
+  KILN_LIBRARY_INLINE std::string_view op() const;
   /// Names of the nodes whose outputs this node reads, in order (read from its graph,
   /// which must be alive).
   KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
@@ -11804,18 +12144,15 @@ class node {
   std::span<const int> input_ids() const { return input_ids_.view(); }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
-  const tensor& value() const {
-    static const tensor none;
-    return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
-  }
+  KILN_LIBRARY_INLINE const tensor& value() const;
   /// The op of a special node.
-  const special_op& special() const { return *static_cast<const special_op*>(held_.get()); }
+  KILN_LIBRARY_INLINE const special_op& special() const;
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
  private:
   friend class graph;
-  std::shared_ptr<const special_op> special_op_ptr() const { return std::static_pointer_cast<const special_op>(held_); }
+  KILN_LIBRARY_INLINE std::shared_ptr<const special_op> special_op_ptr() const;
 
   // The members in an order that leaves no padding: a graph of 10^5 ops holds twice as
   // many nodes, and its trace's time grows with the memory it first touches.
@@ -11942,32 +12279,14 @@ class node_list {
 class graph {
  public:
   graph() = default;
-  graph(const graph& other)
-      : nodes_(other.nodes_), arguments_(other.arguments_), outputs_(other.outputs_),
-        next_suffix_(other.next_suffix_), bare_names_(other.bare_names_) {
-    adopt_nodes();
-  }
-  graph(graph&& other) noexcept
-      : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
-        next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)),
-        constants_(std::move(other.constants_)) {
-    adopt_nodes();
-  }
-  graph& operator=(graph other) noexcept {
-    std::swap(nodes_, other.nodes_);
-    std::swap(constants_, other.constants_);
-    arguments_.swap(other.arguments_);
-    outputs_.swap(other.outputs_);
-    next_suffix_.swap(other.next_suffix_);
-    bare_names_.swap(other.bare_names_);
-    adopt_nodes();
-    return *this;
-  }
+  KILN_LIBRARY_INLINE graph(const graph& other);
+  KILN_LIBRARY_INLINE graph(graph&& other) noexcept;
+  KILN_LIBRARY_INLINE graph& operator=(graph other) noexcept;
   ~graph() = default;
 
   const node_list& nodes() const { return nodes_; }
   /// Node `id` (an index into nodes()).
-  const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
+  KILN_LIBRARY_INLINE const node& node_at(int id) const;
   /// Node indices of the placeholders, in argument order.
   const std::vector<int>& arguments() const { return arguments_; }
   /// Node indices of the Identity nodes, in output order.
@@ -11979,59 +12298,23 @@ class graph {
   /// g.reserve(2);
   /// g.add_output(g.add_placeholder("x", kiln::float32, kiln::shape{}));
   /// \endcode
-  void reserve(std::size_t n) { nodes_.reserve(n); }
+  KILN_LIBRARY_INLINE void reserve(std::size_t n);
 
-  int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
-    int id = add(node_kind::placeholder, name, {}, t, s);
-    arguments_.push_back(id);
-    return id;
-  }
-  int add_constant(const tensor& value) {
-    int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s);
+  KILN_LIBRARY_INLINE int add_constant(const tensor& value);
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
-  int add_constant(const node& n) {
-    int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
-    nodes_.edit(std::size_t(id)).held_ = n.held_;
-    return id;
-  }
-  int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s) {
-    std::string base(ops::name_of(op));
-    int id = add(node_kind::op, base, inputs, t, s);
-    nodes_.edit(std::size_t(id)).op_ = op;
-    return id;
-  }
+  KILN_LIBRARY_INLINE int add_constant(const node& n);
+  KILN_LIBRARY_INLINE int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s);
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
   KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                    const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `id` of graph `from` (and its Result nodes) with `inputs`.
-  std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs) {
-    const node& n = from.node_at(id);
-    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
-    if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
-    for (int k = 1; k < n.result_count_; ++k) {
-      const node& r = from.node_at(id + k);
-      specs.emplace_back(r.dtype_, r.shape_);
-    }
-    return add_special(n.special_op_ptr(), inputs, specs);
-  }
+  KILN_LIBRARY_INLINE std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs);
   /// True when some special node has effects (its graph must run even for no output).
-  bool has_effects() const {
-    for (const node& n : nodes_)
-      if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
-    return false;
-  }
-  int add_output(int source) {
-    const int inputs[] = {source};
-    const node& read = nodes_[std::size_t(source)];
-    int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
-    outputs_.push_back(id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE bool has_effects() const;
+  KILN_LIBRARY_INLINE int add_output(int source);
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
   /// the branches and bodies of conditionals and loops as nested clusters.
@@ -12063,9 +12346,7 @@ class graph {
     }
   }
 
-  void adopt_nodes() {
-    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
-  }
+  KILN_LIBRARY_INLINE void adopt_nodes();
   KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
                               const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
@@ -12075,15 +12356,7 @@ class graph {
   // base `b` has handed out k; a bare base is given once and remembered.
   KILN_LIBRARY_INLINE std::string unique_name(const std::string& base);
   // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
-  bool suffixed(std::string_view name) const {
-    const std::size_t underscore = name.rfind('_');
-    if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0') return false;
-    std::int64_t k = 0;
-    const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
-    if (ec != std::errc() || end != name.data() + name.size()) return false;
-    const auto it = next_suffix_.find(name.substr(0, underscore));
-    return it != next_suffix_.end() && k < it->second;
-  }
+  KILN_LIBRARY_INLINE bool suffixed(std::string_view name) const;
 
   node_list nodes_;
   std::vector<int> arguments_;
@@ -12157,6 +12430,162 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
 #endif
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string_view special_op::name() const { return table_->name(*this); }
+
+KILN_LIBRARY_INLINE bool special_op::has_effects() const { return table_->has_effects(*this); }
+
+KILN_LIBRARY_INLINE void special_op::run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
+  table_->run(*this, inputs, results);
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> special_op::subgraphs() const {
+  return table_->subgraphs(*this);
+}
+
+KILN_LIBRARY_INLINE void special_op::deliver(tensor result, std::span<tensor> results, const special_op& op) {
+  if (results.size() != 1) wrong_count(op, 1, results.size());
+  results[0] = std::move(result);
+}
+
+KILN_LIBRARY_INLINE void special_op::deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
+  if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
+  std::move(out.begin(), out.end(), results.begin());
+}
+
+KILN_LIBRARY_INLINE std::string_view node::op() const {
+  switch (kind_) {
+    case node_kind::placeholder:
+      return "Placeholder";
+    case node_kind::constant:
+      return "Const";
+    case node_kind::identity:
+      return "Identity";
+    case node_kind::result:
+      return "Result";
+    case node_kind::special:
+      return special().name();
+    default:
+      return ops::name_of(op_);
+  }
+}
+
+KILN_LIBRARY_INLINE const tensor& node::value() const {
+  static const tensor none;
+  return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
+}
+
+KILN_LIBRARY_INLINE const special_op& node::special() const { return *static_cast<const special_op*>(held_.get()); }
+
+KILN_LIBRARY_INLINE std::shared_ptr<const special_op> node::special_op_ptr() const {
+  return std::static_pointer_cast<const special_op>(held_);
+}
+
+KILN_LIBRARY_INLINE graph::graph(const graph& other)
+    : nodes_(other.nodes_),
+      arguments_(other.arguments_),
+      outputs_(other.outputs_),
+      next_suffix_(other.next_suffix_),
+      bare_names_(other.bare_names_) {
+  adopt_nodes();
+}
+
+KILN_LIBRARY_INLINE graph::graph(graph&& other) noexcept
+    : nodes_(std::move(other.nodes_)),
+      arguments_(std::move(other.arguments_)),
+      outputs_(std::move(other.outputs_)),
+      next_suffix_(std::move(other.next_suffix_)),
+      bare_names_(std::move(other.bare_names_)),
+      constants_(std::move(other.constants_)) {
+  adopt_nodes();
+}
+
+KILN_LIBRARY_INLINE graph& graph::operator=(graph other) noexcept {
+  std::swap(nodes_, other.nodes_);
+  std::swap(constants_, other.constants_);
+  arguments_.swap(other.arguments_);
+  outputs_.swap(other.outputs_);
+  next_suffix_.swap(other.next_suffix_);
+  bare_names_.swap(other.bare_names_);
+  adopt_nodes();
+  return *this;
+}
+
+KILN_LIBRARY_INLINE const node& graph::node_at(int id) const { return nodes_[std::size_t(id)]; }
+
+KILN_LIBRARY_INLINE void graph::reserve(std::size_t n) { nodes_.reserve(n); }
+
+KILN_LIBRARY_INLINE int graph::add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
+  int id = add(node_kind::placeholder, name, {}, t, s);
+  arguments_.push_back(id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_constant(const tensor& value) {
+  int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
+  nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_constant(const node& n) {
+  int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
+  nodes_.edit(std::size_t(id)).held_ = n.held_;
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t,
+                                      const kiln::shape& s) {
+  std::string base(ops::name_of(op));
+  int id = add(node_kind::op, base, inputs, t, s);
+  nodes_.edit(std::size_t(id)).op_ = op;
+  return id;
+}
+
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special_like(const graph& from, int id, std::span<const int> inputs) {
+  const node& n = from.node_at(id);
+  std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+  if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
+  for (int k = 1; k < n.result_count_; ++k) {
+    const node& r = from.node_at(id + k);
+    specs.emplace_back(r.dtype_, r.shape_);
+  }
+  return add_special(n.special_op_ptr(), inputs, specs);
+}
+
+KILN_LIBRARY_INLINE bool graph::has_effects() const {
+  for (const node& n : nodes_)
+    if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
+  return false;
+}
+
+KILN_LIBRARY_INLINE int graph::add_output(int source) {
+  const int inputs[] = {source};
+  const node& read = nodes_[std::size_t(source)];
+  int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
+  outputs_.push_back(id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE void graph::adopt_nodes() {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
+}
+
+KILN_LIBRARY_INLINE bool graph::suffixed(std::string_view name) const {
+  const std::size_t underscore = name.rfind('_');
+  if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0')
+    return false;
+  std::int64_t k = 0;
+  const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
+  if (ec != std::errc() || end != name.data() + name.size()) return false;
+  const auto it = next_suffix_.find(name.substr(0, underscore));
+  return it != next_suffix_.end() && k < it->second;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/graph/graph.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_GRAPH_HPP
 
@@ -12291,154 +12720,41 @@ bool filled_with(const tensor& t, double v) {
 template <class = void>
 class optimizer {
  public:
-  explicit optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) { seen_.reserve(in.nodes().size()); }
+  explicit optimizer(const graph& in);
 
   /// The optimized graph, or nothing when it would be `in` node for node. Until a node
   /// changes, every node maps to itself, so the output is built only from the first
   /// change on (its nodes before that copied then): most traces change nothing, and a
   /// copy of a graph of 10^5 nodes made its optimization cost as much as its trace.
-  std::optional<graph> run_if_changed() {
-    for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
-      const node& n = in_.nodes()[i];
-      switch (n.kind()) {
-        case node_kind::placeholder:
-          map_[i] = built_ ? out_.add_placeholder(n.name(), n.dtype(), n.shape()) : int(i);
-          break;
-        case node_kind::constant: map_[i] = built_ ? out_.add_constant(n) : int(i); break;
-        case node_kind::identity:
-          map_[i] = built_ ? out_.add_output(map_[std::size_t(n.input_ids()[0])]) : int(i);
-          break;
-        case node_kind::op: map_[i] = rewrite(n, i); break;
-        case node_kind::special: copy_special(i); break;
-        case node_kind::result: break;  // copied with its special node
-      }
-    }
-    if (!built_) return std::nullopt;
-    return std::move(out_);
-  }
+  std::optional<graph> run_if_changed();
 
  private:
   // The graph that ids before node `i` of in_ refer to: in_ itself until a node changed.
-  const graph& view() const { return built_ ? out_ : in_; }
+  const graph& view() const;
 
   // Builds out_ as the copy of in_'s nodes before `i`, all mapped to themselves.
-  void build_before(std::size_t i) {
-    built_ = true;
-    out_.reserve(in_.nodes().size());
-    for (std::size_t k = 0; k < i; ++k) {
-      const node& n = in_.nodes()[k];
-      switch (n.kind()) {
-        case node_kind::placeholder: out_.add_placeholder(n.name(), n.dtype(), n.shape()); break;
-        case node_kind::constant: out_.add_constant(n); break;
-        case node_kind::identity: out_.add_output(n.input_ids()[0]); break;
-        case node_kind::op: out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape()); break;
-        case node_kind::special:
-          out_.add_special_like(in_, int(k), n.input_ids());
-          break;
-        case node_kind::result: break;
-      }
-    }
-  }
+  void build_before(std::size_t i);
 
   // Special ops are copied as they are: effects must not be folded or merged.
-  void copy_special(std::size_t i) {
-    const node& n = in_.nodes()[i];
-    if (!built_) {
-      for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
-      return;
-    }
-    std::vector<int> ins;
-    ins.reserve(n.input_ids().size());
-    for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
-    std::vector<int> ids = out_.add_special_like(in_, int(i), ins);
-    for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
-  }
+  void copy_special(std::size_t i);
 
-  int rewrite(const node& n, std::size_t i) {
-    // Until the output is built, every input maps to itself: no vector of mapped ids.
-    std::vector<int> mapped;
-    if (built_) {
-      mapped.reserve(n.input_ids().size());
-      for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
-    }
-    const std::span<const int> ins = built_ ? std::span<const int>(mapped) : n.input_ids();
-    if (int same = simplify(n, ins); same >= 0) {
-      if (!built_) build_before(i);
-      return same;
-    }
-    if (int folded = fold_constant(n, ins, i); folded >= 0) return folded;
-    const std::size_t key = cse_key(n.operation().index(), ins);
-    int found = -1;
-    seen_.for_each(key, [&](int id) {
-      const node& other = view().node_at(id);
-      if (!std::ranges::equal(other.input_ids(), ins) || !same_op(other.operation(), n.operation())) return false;
-      found = id;
-      return true;
-    });
-    if (found >= 0) {
-      if (!built_) build_before(i);
-      return found;
-    }
-    // (Each path that builds the output returned above: built_ is what it was on entry.)
-    const int id = built_ ? out_.add_op(n.operation(), mapped, n.dtype(), n.shape()) : int(i);
-    seen_.insert(key, id);
-    return id;
-  }
+  int rewrite(const node& n, std::size_t i);
 
   // Nodes that may be one: the same op on the same inputs (same_op then compares attributes).
-  static std::size_t cse_key(std::size_t op_index, std::span<const int> ins) {
-    std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
-    for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
-    return h;
-  }
+  static std::size_t cse_key(std::size_t op_index, std::span<const int> ins);
 
-  const node& at(int id) const { return view().node_at(id); }
-  bool constant_filled(int id, double v) const { return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v); }
+  const node& at(int id) const;
+  bool constant_filled(int id, double v) const;
   // The input can stand for the node itself: same dtype and shape, so no broadcast is lost.
-  bool passes_through(const node& n, int input) const { return at(input).dtype() == n.dtype() && at(input).shape() == n.shape(); }
+  bool passes_through(const node& n, int input) const;
 
   /// The node `n` reduces to, or -1. (A test per op that simplifies, not a visit of
   /// every op: each source file that optimizes a graph compiles this.)
-  int simplify(const node& n, std::span<const int> ins) const {
-    const ops::any_op& op = n.operation();
-    auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
-    if (ops::holds_alternative<ops::multiply>(op)) {
-      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-      if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
-    } else if (ops::holds_alternative<ops::add>(op)) {
-      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-      if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
-    } else if (ops::holds_alternative<ops::subtract>(op)) {
-      if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
-    } else if (ops::holds_alternative<ops::divide>(op)) {
-      if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
-    } else if (ops::holds_alternative<ops::negate>(op)) {
-      const node& inner = at(ins[0]);
-      if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
-        return keep_if(inner.input_ids()[0]);
-    } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
-      return keep_if(ins[0]);
-    }
-    return -1;
-  }
+  int simplify(const node& n, std::span<const int> ins) const;
 
   /// A constant holding `n`'s value when all its inputs are constants, or -1. An op
   /// whose evaluation fails is left in the graph: it raises only if it runs.
-  int fold_constant(const node& n, std::span<const int> ins, std::size_t i) {
-    std::vector<const tensor*> values;
-    for (int in : ins) {
-      if (at(in).kind() != node_kind::constant) return -1;
-      values.push_back(&at(in).value());
-    }
-    if (ins.empty()) return -1;
-    try {
-      tensor v = execute_any(n.operation(), values);
-      if (!built_) build_before(i);
-      return out_.add_constant(v);
-    } catch (const error&) {
-      return -1;
-    }
-  }
+  int fold_constant(const node& n, std::span<const int> ins, std::size_t i);
 
   const graph& in_;
   graph out_;
@@ -12462,6 +12778,187 @@ std::optional<graph> optimize_if_changed(const graph& g) {
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+optimizer<Unused>::optimizer(const graph& in) : in_(in), map_(in.nodes().size(), -1) {
+  seen_.reserve(in.nodes().size());
+}
+
+template <class Unused>
+auto optimizer<Unused>::run_if_changed() -> std::optional<graph> {
+  for (std::size_t i = 0; i < in_.nodes().size(); ++i) {
+    const node& n = in_.nodes()[i];
+    switch (n.kind()) {
+      case node_kind::placeholder:
+        map_[i] = built_ ? out_.add_placeholder(n.name(), n.dtype(), n.shape()) : int(i);
+        break;
+      case node_kind::constant:
+        map_[i] = built_ ? out_.add_constant(n) : int(i);
+        break;
+      case node_kind::identity:
+        map_[i] = built_ ? out_.add_output(map_[std::size_t(n.input_ids()[0])]) : int(i);
+        break;
+      case node_kind::op:
+        map_[i] = rewrite(n, i);
+        break;
+      case node_kind::special:
+        copy_special(i);
+        break;
+      case node_kind::result:
+        break;  // copied with its special node
+    }
+  }
+  if (!built_) return std::nullopt;
+  return std::move(out_);
+}
+
+template <class Unused>
+auto optimizer<Unused>::view() const -> const graph& {
+  return built_ ? out_ : in_;
+}
+
+template <class Unused>
+auto optimizer<Unused>::build_before(std::size_t i) -> void {
+  built_ = true;
+  out_.reserve(in_.nodes().size());
+  for (std::size_t k = 0; k < i; ++k) {
+    const node& n = in_.nodes()[k];
+    switch (n.kind()) {
+      case node_kind::placeholder:
+        out_.add_placeholder(n.name(), n.dtype(), n.shape());
+        break;
+      case node_kind::constant:
+        out_.add_constant(n);
+        break;
+      case node_kind::identity:
+        out_.add_output(n.input_ids()[0]);
+        break;
+      case node_kind::op:
+        out_.add_op(n.operation(), n.input_ids(), n.dtype(), n.shape());
+        break;
+      case node_kind::special:
+        out_.add_special_like(in_, int(k), n.input_ids());
+        break;
+      case node_kind::result:
+        break;
+    }
+  }
+}
+
+template <class Unused>
+auto optimizer<Unused>::copy_special(std::size_t i) -> void {
+  const node& n = in_.nodes()[i];
+  if (!built_) {
+    for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
+    return;
+  }
+  std::vector<int> ins;
+  ins.reserve(n.input_ids().size());
+  for (int in : n.input_ids()) ins.push_back(map_[std::size_t(in)]);
+  std::vector<int> ids = out_.add_special_like(in_, int(i), ins);
+  for (std::size_t k = 0; k < ids.size(); ++k) map_[i + k] = ids[k];
+}
+
+template <class Unused>
+auto optimizer<Unused>::rewrite(const node& n, std::size_t i) -> int {
+  // Until the output is built, every input maps to itself: no vector of mapped ids.
+  std::vector<int> mapped;
+  if (built_) {
+    mapped.reserve(n.input_ids().size());
+    for (int in : n.input_ids()) mapped.push_back(map_[std::size_t(in)]);
+  }
+  const std::span<const int> ins = built_ ? std::span<const int>(mapped) : n.input_ids();
+  if (int same = simplify(n, ins); same >= 0) {
+    if (!built_) build_before(i);
+    return same;
+  }
+  if (int folded = fold_constant(n, ins, i); folded >= 0) return folded;
+  const std::size_t key = cse_key(n.operation().index(), ins);
+  int found = -1;
+  seen_.for_each(key, [&](int id) {
+    const node& other = view().node_at(id);
+    if (!std::ranges::equal(other.input_ids(), ins) || !same_op(other.operation(), n.operation())) return false;
+    found = id;
+    return true;
+  });
+  if (found >= 0) {
+    if (!built_) build_before(i);
+    return found;
+  }
+  // (Each path that builds the output returned above: built_ is what it was on entry.)
+  const int id = built_ ? out_.add_op(n.operation(), mapped, n.dtype(), n.shape()) : int(i);
+  seen_.insert(key, id);
+  return id;
+}
+
+template <class Unused>
+auto optimizer<Unused>::cse_key(std::size_t op_index, std::span<const int> ins) -> std::size_t {
+  std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
+  for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
+  return h;
+}
+
+template <class Unused>
+auto optimizer<Unused>::at(int id) const -> const node& {
+  return view().node_at(id);
+}
+
+template <class Unused>
+auto optimizer<Unused>::constant_filled(int id, double v) const -> bool {
+  return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v);
+}
+
+template <class Unused>
+auto optimizer<Unused>::passes_through(const node& n, int input) const -> bool {
+  return at(input).dtype() == n.dtype() && at(input).shape() == n.shape();
+}
+
+template <class Unused>
+auto optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const -> int {
+  const ops::any_op& op = n.operation();
+  auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
+  if (ops::holds_alternative<ops::multiply>(op)) {
+    if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+    if (constant_filled(ins[0], 1)) return keep_if(ins[1]);
+  } else if (ops::holds_alternative<ops::add>(op)) {
+    if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+    if (constant_filled(ins[0], 0)) return keep_if(ins[1]);
+  } else if (ops::holds_alternative<ops::subtract>(op)) {
+    if (constant_filled(ins[1], 0)) return keep_if(ins[0]);
+  } else if (ops::holds_alternative<ops::divide>(op)) {
+    if (constant_filled(ins[1], 1)) return keep_if(ins[0]);
+  } else if (ops::holds_alternative<ops::negate>(op)) {
+    const node& inner = at(ins[0]);
+    if (inner.kind() == node_kind::op && ops::holds_alternative<ops::negate>(inner.operation()))
+      return keep_if(inner.input_ids()[0]);
+  } else if (ops::holds_alternative<ops::cast>(op) || ops::holds_alternative<ops::reshape>(op)) {
+    return keep_if(ins[0]);
+  }
+  return -1;
+}
+
+template <class Unused>
+auto optimizer<Unused>::fold_constant(const node& n, std::span<const int> ins, std::size_t i) -> int {
+  std::vector<const tensor*> values;
+  for (int in : ins) {
+    if (at(in).kind() != node_kind::constant) return -1;
+    values.push_back(&at(in).value());
+  }
+  if (ins.empty()) return -1;
+  try {
+    tensor v = execute_any(n.operation(), values);
+    if (!built_) build_before(i);
+    return out_.add_constant(v);
+  } catch (const error&) {
+    return -1;
+  }
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/passes/optimize.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_PASSES_OPTIMIZE_HPP
 
@@ -13421,6 +13918,7 @@ using value_inference = basic_value_inference<>;
 /// results (a growing tensor_array's pad_rows and set_item) are tried first with
 /// unknown dims, so that one plan serves every length of an array a loop grows.
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
                                                                        std::span<const tensor> args, uninferred* why) {
@@ -13529,10 +14027,12 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_with(const graph
   }
   return t;
 }
+#endif
 
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constants(const graph& g,
                                                                                    const graph_outline& outline,
@@ -13550,6 +14050,7 @@ std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constan
   }
   return moved;
 }
+#endif
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/infer_values.hpp -----
@@ -13583,6 +14084,7 @@ using fusion = basic_fusion<>;
 
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
@@ -13646,10 +14148,12 @@ clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outli
     if (result.cluster_of[id] >= 0) result.cluster_of[id] = number[std::size_t(result.cluster_of[id])];
   return result;
 }
+#endif
 
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
                                               const clustering& clusters) {
@@ -13685,6 +14189,7 @@ schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outlin
   }
   return s;
 }
+#endif
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/fusion.hpp -----
@@ -13727,41 +14232,13 @@ class slot_allocator {
  public:
   /// A slot of at least `elements` elements, busy through step `until`: the smallest
   /// idle slot that fits, else the largest (which then grows), else a new one.
-  int take(std::int64_t elements, int until) {
-    auto best = idle_.end();
-    for (auto it = idle_.begin(); it != idle_.end(); ++it)
-      if (sizes_[std::size_t(*it)] >= elements && (best == idle_.end() || sizes_[std::size_t(*it)] < sizes_[std::size_t(*best)]))
-        best = it;
-    if (best == idle_.end())
-      best = std::max_element(idle_.begin(), idle_.end(), [&](int a, int b) { return sizes_[std::size_t(a)] < sizes_[std::size_t(b)]; });
-    int slot;
-    if (best == idle_.end()) {
-      slot = int(sizes_.size());
-      sizes_.push_back(elements);
-    } else {
-      slot = *best;
-      idle_.erase(best);
-      sizes_[std::size_t(slot)] = std::max(sizes_[std::size_t(slot)], elements);
-    }
-    busy_.push_back({slot, until});
-    return slot;
-  }
+  int take(std::int64_t elements, int until);
 
   /// Makes the slots whose values are last read at step `step` or before idle.
-  void finish_step(int step) {
-    for (std::size_t i = 0; i < busy_.size();) {
-      if (busy_[i].until <= step) {
-        idle_.push_back(busy_[i].slot);
-        busy_[i] = busy_.back();
-        busy_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
+  void finish_step(int step);
 
   /// Elements per slot.
-  std::vector<std::int64_t> sizes() && { return std::move(sizes_); }
+  std::vector<std::int64_t> sizes() &&;
 
  private:
   struct live_slot {
@@ -13794,6 +14271,7 @@ struct basic_memory_planner {
 };
 using memory_planner = basic_memory_planner<>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const graph_outline& outline,
                                                       const node_map<op_entry>& entries, const clustering& clusters,
@@ -13870,8 +14348,56 @@ memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const grap
   for (int t = 0; t < dtype_count; ++t) m.slot_elements[std::size_t(t)] = std::move(slots[std::size_t(t)]).sizes();
   return m;
 }
+#endif
 
 }  // namespace kiln::detail::exec
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+template <class Unused>
+auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
+  auto best = idle_.end();
+  for (auto it = idle_.begin(); it != idle_.end(); ++it)
+    if (sizes_[std::size_t(*it)] >= elements &&
+        (best == idle_.end() || sizes_[std::size_t(*it)] < sizes_[std::size_t(*best)]))
+      best = it;
+  if (best == idle_.end())
+    best = std::max_element(idle_.begin(), idle_.end(),
+                            [&](int a, int b) { return sizes_[std::size_t(a)] < sizes_[std::size_t(b)]; });
+  int slot;
+  if (best == idle_.end()) {
+    slot = int(sizes_.size());
+    sizes_.push_back(elements);
+  } else {
+    slot = *best;
+    idle_.erase(best);
+    sizes_[std::size_t(slot)] = std::max(sizes_[std::size_t(slot)], elements);
+  }
+  busy_.push_back({slot, until});
+  return slot;
+}
+
+template <class Unused>
+auto slot_allocator<Unused>::finish_step(int step) -> void {
+  for (std::size_t i = 0; i < busy_.size();) {
+    if (busy_[i].until <= step) {
+      idle_.push_back(busy_[i].slot);
+      busy_[i] = busy_.back();
+      busy_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+template <class Unused>
+auto slot_allocator<Unused>::sizes() && -> std::vector<std::int64_t> {
+  return std::move(sizes_);
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/memory_plan.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_MEMORY_PLAN_HPP
 
@@ -13886,11 +14412,8 @@ struct lowered_op {
   /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
   std::array<int, 7> read{};
   int read_count = 0;
-  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
-  void add_read(int value) {
-    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
-    read[std::size_t(read_count++)] = value;
-  }
+  KILN_LIBRARY_INLINE std::span<const int> reads() const;
+  KILN_LIBRARY_INLINE void add_read(int value);
 };
 
 /// Lowering, the planner's stage that makes tile programs: a class template on
@@ -13911,6 +14434,7 @@ struct basic_lowering {
 using lowering = basic_lowering<>;
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, const std::vector<int>& members,
                                                            const folds& f) {
@@ -13931,10 +14455,12 @@ std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, con
   }
   return code;
 }
+#endif
 
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std::vector<lowered_op>& code,
                                                                        const node_map<bool>& in_memory, auto inside,
@@ -13962,11 +14488,13 @@ std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std
   }
   return {std::move(scratch_of), count};
 }
+#endif
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written). `local` is the
 /// plan's local_ids, empty (it is cleared again on return).
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_map<op_entry>& entries,
                                                     const clustering& clusters, int cluster,
@@ -14065,8 +14593,22 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
     }
   return c;
 }
+#endif
 
 }  // namespace kiln::detail::exec
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+KILN_LIBRARY_INLINE std::span<const int> lowered_op::reads() const { return {read.data(), std::size_t(read_count)}; }
+
+KILN_LIBRARY_INLINE void lowered_op::add_read(int value) {
+  if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+  read[std::size_t(read_count++)] = value;
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/lowering.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_LOWERING_HPP
 
@@ -14082,6 +14624,7 @@ struct basic_planner {
 };
 using planner = basic_planner<>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g, const graph_outline& outline,
                                                                   std::span<const tensor> args) {
@@ -14145,6 +14688,7 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   p->slot_elements = std::move(memory.slot_elements);
   return p;
 }
+#endif
 
 }  // namespace kiln::detail::exec
 // ----- end kiln/exec/planner.hpp -----
@@ -14575,36 +15119,16 @@ KILN_COLD std::string native_source(const fused_cluster& c) {
 template <class = void>
 class native_compiler {
  public:
-  static native_compiler& instance() {
-    static native_compiler compiler;
-    return compiler;
-  }
+  static native_compiler& instance();
 
   /// The loop of `source` (from native_source), or nullptr when it cannot be had.
-  native_fn load(const std::string& source) {
-    std::lock_guard lock(mutex_);
-    if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
-    std::string why;
-    native_fn fn = compile_and_load(source, why);
-    if (!fn && !warned_) {
-      warned_ = true;
-      std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
-    }
-    loaded_.emplace(source, fn);
-    return fn;
-  }
+  native_fn load(const std::string& source);
 
   /// How many loops were compiled (not found on disk) by this process.
-  int compiled_count() const {
-    std::lock_guard lock(mutex_);
-    return compiled_;
-  }
+  int compiled_count() const;
 
  private:
-  static std::string setting(const char* name, std::string fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::string(v) : fallback;
-  }
+  static std::string setting(const char* name, std::string fallback);
 
 #if KILN_HAS_NATIVE_LOOPS
   static std::string cache_directory() {
@@ -14689,61 +15213,7 @@ class native_compiler {
   }
 #endif
 
-  KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why) {
-#if KILN_HAS_NATIVE_LOOPS
-    const std::string cxx = setting("KILN_JIT_CXX", "c++");
-    std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
-    if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
-    std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
-    for (std::string flag; extra >> flag;) args.push_back(flag);
-
-    static const std::string fingerprint = headers_fingerprint();
-    std::string key_text = source + '\n' + fingerprint;
-    for (const std::string& a : args) key_text += '\n' + a;
-    char name[32];
-    std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
-    const std::string dir = cache_directory(), stem = dir + '/' + name;
-    const std::string library = stem + ".so", text = stem + ".cpp", log = stem + ".log";
-    make_directories(dir);
-
-    // The disk copy is used when its source is this one; otherwise compile under
-    // names of this process, then rename, so that concurrent processes never load
-    // a half-written library.
-    if (!(::access(library.c_str(), F_OK) == 0 && read_text(text) == source)) {
-      const std::string own = stem + '.' + std::to_string(::getpid());
-      const std::string tmp_library = own + ".so", tmp_text = own + ".cpp";
-      if (!write_text(tmp_text, source)) {
-        why = "cannot write " + tmp_text;
-        return nullptr;
-      }
-      args.insert(args.end(), {"-o", tmp_library, tmp_text});
-      const int status = run(args, log);
-      if (status != 0) {
-        ::unlink(tmp_text.c_str());
-        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
-              "), see " + log;
-        return nullptr;
-      }
-      if (std::rename(tmp_library.c_str(), library.c_str()) != 0 || std::rename(tmp_text.c_str(), text.c_str()) != 0) {
-        why = "cannot place " + library + ": " + std::strerror(errno);
-        return nullptr;
-      }
-      ++compiled_;
-    }
-    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      why = std::string("dlopen: ") + ::dlerror();
-      return nullptr;
-    }
-    if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
-    why = library + " has no kiln_native_loop";
-    return nullptr;
-#else
-    (void)source;
-    why = "no dlopen or posix_spawn on this platform";
-    return nullptr;
-#endif
-  }
+  KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why);
 
 #if KILN_HAS_NATIVE_LOOPS
   // Runs a command without a shell, its output into `log`; the exit status, or -1.
@@ -14791,6 +15261,101 @@ struct native_loops {
   static void enable() { hooks().native_loops.store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+template <class Unused>
+auto native_compiler<Unused>::instance() -> native_compiler& {
+  static native_compiler compiler;
+  return compiler;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::load(const std::string& source) -> native_fn {
+  std::lock_guard lock(mutex_);
+  if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
+  std::string why;
+  native_fn fn = compile_and_load(source, why);
+  if (!fn && !warned_) {
+    warned_ = true;
+    std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
+  }
+  loaded_.emplace(source, fn);
+  return fn;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::compiled_count() const -> int {
+  std::lock_guard lock(mutex_);
+  return compiled_;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::setting(const char* name, std::string fallback) -> std::string {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::compile_and_load(const std::string& source, std::string& why) -> native_fn {
+#if KILN_HAS_NATIVE_LOOPS
+  const std::string cxx = setting("KILN_JIT_CXX", "c++");
+  std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
+  if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
+  std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
+  for (std::string flag; extra >> flag;) args.push_back(flag);
+
+  static const std::string fingerprint = headers_fingerprint();
+  std::string key_text = source + '\n' + fingerprint;
+  for (const std::string& a : args) key_text += '\n' + a;
+  char name[32];
+  std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
+  const std::string dir = cache_directory(), stem = dir + '/' + name;
+  const std::string library = stem + ".so", text = stem + ".cpp", log = stem + ".log";
+  make_directories(dir);
+
+  // The disk copy is used when its source is this one; otherwise compile under
+  // names of this process, then rename, so that concurrent processes never load
+  // a half-written library.
+  if (!(::access(library.c_str(), F_OK) == 0 && read_text(text) == source)) {
+    const std::string own = stem + '.' + std::to_string(::getpid());
+    const std::string tmp_library = own + ".so", tmp_text = own + ".cpp";
+    if (!write_text(tmp_text, source)) {
+      why = "cannot write " + tmp_text;
+      return nullptr;
+    }
+    args.insert(args.end(), {"-o", tmp_library, tmp_text});
+    const int status = run(args, log);
+    if (status != 0) {
+      ::unlink(tmp_text.c_str());
+      why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) + "), see " +
+            log;
+      return nullptr;
+    }
+    if (std::rename(tmp_library.c_str(), library.c_str()) != 0 || std::rename(tmp_text.c_str(), text.c_str()) != 0) {
+      why = "cannot place " + library + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    ++compiled_;
+  }
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    why = std::string("dlopen: ") + ::dlerror();
+    return nullptr;
+  }
+  if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
+  why = library + " has no kiln_native_loop";
+  return nullptr;
+#else
+  (void)source;
+  why = "no dlopen or posix_spawn on this platform";
+  return nullptr;
+#endif
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/jit.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_JIT_HPP
 
@@ -14822,15 +15387,11 @@ class basic_graph_executor {
   basic_graph_executor& operator=(const basic_graph_executor&) = delete;
 
   /// Runs the graph on `args` (one eager tensor per placeholder) and returns the outputs.
-  std::vector<tensor> run(std::span<const tensor> args) const {
-    std::vector<tensor> outputs;
-    run(args, outputs);
-    return outputs;
-  }
+  std::vector<tensor> run(std::span<const tensor> args) const;
 
   /// The same, with the outputs in `outputs` (cleared first): a caller that keeps the
   /// vector makes a call in steady state allocate nothing but what the kernels need.
-  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const { run(args, outputs, {}); }
+  void run(std::span<const tensor> args, std::vector<tensor>& outputs) const;
 
   /// The same, where the run may consume the first `consumed.size()` arguments
   /// (`consumed` is their storage): the caller does not read them afterwards, so an op
@@ -14838,33 +15399,13 @@ class basic_graph_executor {
   void run(std::span<const tensor> args, std::vector<tensor>& outputs, std::span<tensor> consumed) const;
 
   /// How many plans this executor has cached (one per argument shape set seen).
-  int cached_plans() const { return cached_count_.load(std::memory_order_acquire); }
+  int cached_plans() const;
 
   /// The schedule for `args`, one step per word: an op's name, or a fused cluster
   /// as its ops in brackets (braces for a native loop); `interpreted` when the graph
   /// runs node by node.
   /// For example `"[mul add] matmul [tanh]"`.
-  std::string schedule(std::span<const tensor> args) const {
-    std::unique_ptr<exec::execution_plan> transient;
-    const exec::execution_plan& p = find_plan(args, transient);
-    if (p.interpreted) return "interpreted";
-    std::string s;
-    for (const exec::plan_step& step : p.steps) {
-      if (!s.empty()) s += ' ';
-      const auto* cluster = std::get_if<exec::cluster_step>(&step.action);
-      if (!cluster) {
-        const auto* op = std::get_if<exec::op_step>(&step.action);
-        const int value = op ? op->value : std::get<exec::special_step>(step.action).value;
-        s += graph_->node_at(value).op();
-        continue;
-      }
-      const exec::fused_cluster& c = p.clusters[std::size_t(cluster->cluster)];
-      s += c.native ? '{' : '[';
-      for (int id : c.nodes) s += std::string(graph_->node_at(id).op()) + ' ';
-      s.back() = c.native ? '}' : ']';
-    }
-    return s;
-  }
+  std::string schedule(std::span<const tensor> args) const;
 
  private:
   // A workspace for one run: taken from the idle slot without locking in the common
@@ -14887,150 +15428,28 @@ class basic_graph_executor {
     exec::workspace* ws_;
   };
 
-  const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const {
-    if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
-    const int seen = cached_count_.load(std::memory_order_acquire);
-    if (const exec::execution_plan* p = find_cached(args, seen)) return *p;
-    // Past the cache, arguments whose shapes keep changing (a loop body over a growing
-    // tensor_array) would be planned at every call, which costs more than running the
-    // graph node by node; on a GPU a plan also holds the constants copied there. A full
-    // cache no longer changes, so the search above was complete: such a call, made once
-    // per iteration, neither locks nor searches again.
-    auto on_cpu = [](const tensor& a) { return a.device() == device::cpu; };
-    if (seen == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
-    std::lock_guard lock(plans_mutex_);
-    const int count = cached_count_.load(std::memory_order_relaxed);
-    if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
-    if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
-    auto fresh = exec::planner::build_plan(*graph_, outline_, args);
-    if (native_)
-      if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
-        compile(*fresh);
-    if (count == max_cached_plans) {
-      transient = std::move(fresh);
-      return *transient;
-    }
-    const exec::execution_plan* p = owned_plans_.emplace_back(std::move(fresh)).get();
-    cached_[std::size_t(count)].store(p, std::memory_order_release);
-    cached_count_.store(count + 1, std::memory_order_release);
-    recent_.store(p, std::memory_order_release);
-    return *p;
-  }
+  const exec::execution_plan& find_plan(std::span<const tensor> args, std::unique_ptr<exec::execution_plan>& transient) const;
   // The plan of a call that runs node by node without being planned.
-  static const exec::execution_plan& unplanned() {
-    static const exec::execution_plan p = [] {
-      exec::execution_plan q;
-      q.interpreted = true;
-      return q;
-    }();
-    return p;
-  }
-  const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const {
-    for (int i = 0; i < count; ++i) {
-      const exec::execution_plan* p = cached_[std::size_t(i)].load(std::memory_order_acquire);
-      if (p->accepts(args)) {
-        recent_.store(p, std::memory_order_release);
-        return p;
-      }
-    }
-    return nullptr;
-  }
+  static const exec::execution_plan& unplanned();
+  const exec::execution_plan* find_cached(std::span<const tensor> args, int count) const;
 
-  static std::span<const tensor* const> gather_inputs(const std::vector<int>& ids, exec::workspace& ws) {
-    for (std::size_t k = 0; k < ids.size(); ++k) ws.inputs[k] = ws.refs[std::size_t(ids[k])];
-    return {ws.inputs.data(), ids.size()};
-  }
+  static std::span<const tensor* const> gather_inputs(const std::vector<int>& ids, exec::workspace& ws);
 
   // Runs op step `s` in place when the value it may write (see op_step::in_place) has
   // its buffer to itself: a value of the call, or an argument given to consume.
   // Returns false, having done nothing, when it cannot.
-  static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed) {
-    tensor* x = s.argument < 0 ? &ws.value(s.inputs[0])
-                : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
-                                                           : nullptr;
-    if (!x || !x->sole_owner()) return false;
-    ws.value(s.value) = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
-    return true;
-  }
+  static bool run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed);
 
-  void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const {
-    tensor& out = ws.value(s.value);
-    if (s.allocate) {
-      const exec::value_info& v = p.values[s.value];
-      out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
-    }
-    s.run(s.op, gather_inputs(s.inputs, ws), out);
-  }
+  void run_op(const exec::op_step& s, const exec::execution_plan& p, exec::workspace& ws) const;
 
   // Runs the special op of node `id` and stores its results in the values of `id`
   // and the Result nodes after it, which `results` gives side by side from `first`.
-  void run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results, std::size_t first) const {
-    const node& n = graph_->node_at(id);
-    n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
-  }
+  void run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results, std::size_t first) const;
 
-  void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const {
-    for (const exec::cluster_check& k : c.checks) {
-      try {
-        k.fn(k.op, gather_inputs(k.inputs, ws));
-      } catch (const error&) {
-        rethrow_at_node(k.node);
-      }
-    }
-    for (int v : c.allocated) {
-      const exec::value_info& info = p.values[v];
-      try {
-        ws.value(v) = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
-      } catch (const error&) {  // out of memory
-        rethrow_at_node(v);
-      }
-    }
-    if (c.size == 0) return;
-    void** bases = ws.bases.data();
-    for (const auto* list : {&c.streamed, &c.broadcast})
-      for (const exec::cluster_operand& o : *list) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
-    for (const exec::gathered_operand& o : c.gathered) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
-
-    // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
-    std::int64_t chunks = 1;
-    if (c.size > backend::cpu::elementwise_grain)
-      chunks = balanced_chunks(c.size, backend::cpu::elementwise_grain, config::num_threads());
-    const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
-    chunks = (c.size + per_chunk - 1) / per_chunk;
-    char* buffers = nullptr;
-    void** tables = nullptr;
-    ws.reserve_chunks(c, chunks, buffers, tables);
-    auto chunk = [&](std::int64_t k) {
-      run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_stride(), k * per_chunk,
-                std::min(c.size, (k + 1) * per_chunk));
-    };
-    if (chunks == 1) {
-      chunk(0);
-    } else {
-      parallel_for(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t k = lo; k < hi; ++k) chunk(k);
-      });
-    }
-  }
+  void run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p, exec::workspace& ws) const;
 
   static void run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers, void** table, std::int64_t lo,
-                        std::int64_t hi) {
-    for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
-    for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
-    for (std::int64_t t = lo; t < hi; t += c.tile) {
-      const std::int64_t len = std::min(c.tile, hi - t);
-      const std::int64_t whole = len / exec::padded_elements * exec::padded_elements;
-      if (whole > 0) {
-        for (const exec::cluster_operand& o : c.streamed)
-          table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
-        for (const exec::gathered_operand& o : c.gathered) o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
-        if (const std::int64_t ahead = t + prefetch_distance * c.tile; !c.single_pass() && ahead < hi)
-          prefetch_tile(c, bases, ahead, std::min(c.tile, hi - ahead));
-        run_code(c, table, whole);
-      }
-      if (whole < len) run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
-    }
-  }
+                        std::int64_t hi);
 
   // Tiles ahead that prefetch_tile asks for: one tile of a five-op chain takes about
   // as long as a trip to memory, and with two threads sharing the bus one tile ahead
@@ -15044,132 +15463,25 @@ class basic_graph_executor {
   // these prefetches made a folded chain 1.45x slower than none.)
   // Written operands too, so that their stores do not wait for the lines to be read
   // for ownership.
-  static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len) {
-    constexpr std::int64_t line = 64;
-    for (const exec::cluster_operand& o : c.streamed) {
-      const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
-      const std::int64_t bytes = len * std::int64_t(o.element_bytes);
-      for (std::int64_t b = 0; b < bytes; b += line) prefetch_line(p + b);
-    }
-  }
+  static void prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t, std::int64_t len);
 
   // GCC may delete a loop whose only effect is __builtin_prefetch (C++ loops are
   // assumed to finish, and a prefetch is no side effect), so on x86 the prefetch is
   // an asm statement the compiler must keep.
-  static void prefetch_line(const char* p) {
-#if defined(__x86_64__) || defined(__i386__)
-    asm volatile("prefetcht0 %0" : : "m"(*p));
-#else
-    __builtin_prefetch(p, 0, 3);
-#endif
-  }
+  static void prefetch_line(const char* p);
 
-  static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
-    if (c.native) return c.native(table, len);
-    for (const exec::instruction& i : c.code) {
-      if (i.compound) {
-        i.compound(i.op, i.contig, i.fold, table[i.out], table, i.in.data(), len);
-      } else {
-        // Entry by entry: one wide load of entries just stored could not be forwarded
-        // from those stores and would wait for every older one, the tile's included.
-        const void* operands[3];
-        for (int k = 0; k < i.arity; ++k) operands[k] = table[i.in[std::size_t(k)]];
-        i.fn(i.op, i.contig, table[i.out], operands, len, false);
-      }
-    }
-  }
+  static void run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len);
 
   // The last `len` (< padded_elements) elements of a cluster, from `t` on: inputs are
   // copied to staging buffers and padded with their last element, the code runs on
   // padded_elements, and the results are copied back.
   static void run_staged(const exec::fused_cluster& c, void* const* bases, char* staging, void** table, std::int64_t t,
-                         std::int64_t len) {
-    // Copies of the last element in words of its size: a memcpy call per element cost
-    // more than the ops of a one-element cluster (a loop's counter and scalars).
-    auto pad = [len](char* p, std::size_t bytes) {
-      auto fill = [&]<class Word>(std::type_identity<Word>) {
-        Word last;
-        std::memcpy(&last, p + (len - 1) * std::int64_t(sizeof(Word)), sizeof(Word));
-        for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * std::int64_t(sizeof(Word)), &last, sizeof(Word));
-      };
-      switch (bytes) {
-        case 1: return fill(std::type_identity<std::uint8_t>());
-        case 4: return fill(std::type_identity<std::uint32_t>());
-        case 8: return fill(std::type_identity<std::uint64_t>());
-        default:
-          for (std::int64_t i = len; i < exec::padded_elements; ++i) std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
-      }
-    };
-    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
-      const exec::cluster_operand& o = c.streamed[k];
-      char* s = staging + k * exec::staging_bytes;
-      table[o.entry] = s;
-      if (o.written) continue;
-      std::memcpy(s, static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), std::size_t(len) * o.element_bytes);
-      pad(s, o.element_bytes);
-    }
-    for (const exec::gathered_operand& o : c.gathered) {
-      o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
-      pad(static_cast<char*>(table[o.entry]), o.read.element_bytes);
-    }
-    run_code(c, table, exec::padded_elements);
-    for (std::size_t k = 0; k < c.streamed.size(); ++k) {
-      const exec::cluster_operand& o = c.streamed[k];
-      if (o.written)
-        std::memcpy(static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes), staging + k * exec::staging_bytes,
-                    std::size_t(len) * o.element_bytes);
-    }
-  }
+                         std::int64_t len);
 
   // Node by node on eager tensors, as eager execution runs them: the path for
   // tensors off the CPU, and for calls whose shapes some op's rule rejects.
   std::vector<tensor> interpret(std::span<const tensor> args, const exec::execution_plan* p = nullptr,
-                                std::span<tensor> consumed = {}) const {
-    const graph& g = *graph_;
-    std::vector<tensor> values(g.nodes().size());
-    for (std::size_t i = 0; i < args.size(); ++i)
-      values[std::size_t(g.arguments()[i])] = i < consumed.size() ? std::move(consumed[i]) : args[i];
-    auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
-    for (int i = 0; i < outline_.needed.size(); ++i)
-      if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
-    if (p)
-      for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
-    // A constant may be an op's result folded at trace time.
-    const bool checking = debugging::check_numerics_enabled();
-    if (checking)
-      for (int i = 0; i < outline_.needed.size(); ++i)
-        if (needed_constant(i)) check_numerics(g.node_at(i).op(), values[std::size_t(i)], g.node_at(i).name());
-    for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
-      const int id = outline_.ops[k];
-      const node& n = g.node_at(id);
-      small_vector<const tensor*, 4> inputs;
-      inputs.reserve(n.input_ids().size());
-      for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
-      try {
-        const std::span<const tensor* const> in(inputs.begin(), inputs.size());
-        if (n.kind() == node_kind::special) {
-          run_special(id, in, values, std::size_t(id));
-        } else if (n.kind() == node_kind::op) {
-          // An op that may write its first input in place (set_item, pad_rows) does,
-          // when this node reads it last and it has its buffer to itself.
-          tensor& x = values[std::size_t(n.input_ids().empty() ? id : n.input_ids()[0])];
-          const exec::in_place_fn in_place =
-              !n.input_ids().empty() && outline_.last_reader[n.input_ids()[0]] == int(k) && x.sole_owner() ? in_place_of(n.operation())
-                                                                                                          : nullptr;
-          values[std::size_t(id)] = in_place ? in_place(n.operation().address(), x, in) : execute_any(n.operation(), in);
-        }
-      } catch (const error&) {
-        rethrow_at_node(id);
-      }
-      if (checking)
-        for (int r = id; r < id + std::max(n.result_count(), 1); ++r) check_numerics(n.op(), values[std::size_t(r)], n.name());
-      for (int r : outline_.release(k)) values[std::size_t(r)] = tensor();
-    }
-    std::vector<tensor> outputs;
-    outputs.reserve(outline_.outputs.size());
-    for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
-    return outputs;
-  }
+                                std::span<tensor> consumed = {}) const;
 
   // The error in flight, raised again naming graph node `id`, as TensorFlow's graph
   // errors name their node.
@@ -15242,6 +15554,346 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 #endif
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run(std::span<const tensor> args) const -> std::vector<tensor> {
+  std::vector<tensor> outputs;
+  run(args, outputs);
+  return outputs;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const -> void {
+  run(args, outputs, {});
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::cached_plans() const -> int {
+  return cached_count_.load(std::memory_order_acquire);
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::schedule(std::span<const tensor> args) const -> std::string {
+  std::unique_ptr<exec::execution_plan> transient;
+  const exec::execution_plan& p = find_plan(args, transient);
+  if (p.interpreted) return "interpreted";
+  std::string s;
+  for (const exec::plan_step& step : p.steps) {
+    if (!s.empty()) s += ' ';
+    const auto* cluster = std::get_if<exec::cluster_step>(&step.action);
+    if (!cluster) {
+      const auto* op = std::get_if<exec::op_step>(&step.action);
+      const int value = op ? op->value : std::get<exec::special_step>(step.action).value;
+      s += graph_->node_at(value).op();
+      continue;
+    }
+    const exec::fused_cluster& c = p.clusters[std::size_t(cluster->cluster)];
+    s += c.native ? '{' : '[';
+    for (int id : c.nodes) s += std::string(graph_->node_at(id).op()) + ' ';
+    s.back() = c.native ? '}' : ']';
+  }
+  return s;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::find_plan(std::span<const tensor> args,
+                                             std::unique_ptr<exec::execution_plan>& transient) const
+    -> const exec::execution_plan& {
+  if (const exec::execution_plan* p = recent_.load(std::memory_order_acquire); p && p->accepts(args)) return *p;
+  const int seen = cached_count_.load(std::memory_order_acquire);
+  if (const exec::execution_plan* p = find_cached(args, seen)) return *p;
+  // Past the cache, arguments whose shapes keep changing (a loop body over a growing
+  // tensor_array) would be planned at every call, which costs more than running the
+  // graph node by node; on a GPU a plan also holds the constants copied there. A full
+  // cache no longer changes, so the search above was complete: such a call, made once
+  // per iteration, neither locks nor searches again.
+  auto on_cpu = [](const tensor& a) { return a.device() == device::cpu; };
+  if (seen == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
+  std::lock_guard lock(plans_mutex_);
+  const int count = cached_count_.load(std::memory_order_relaxed);
+  if (const exec::execution_plan* p = find_cached(args, count)) return *p;  // planned by another thread meanwhile
+  if (count == max_cached_plans && std::all_of(args.begin(), args.end(), on_cpu)) return unplanned();
+  auto fresh = exec::planner::build_plan(*graph_, outline_, args);
+  if (native_)
+    if (const exec::native_loop_compiler compile = hooks().native_loops.load(std::memory_order_acquire))
+      compile(*fresh);
+  if (count == max_cached_plans) {
+    transient = std::move(fresh);
+    return *transient;
+  }
+  const exec::execution_plan* p = owned_plans_.emplace_back(std::move(fresh)).get();
+  cached_[std::size_t(count)].store(p, std::memory_order_release);
+  cached_count_.store(count + 1, std::memory_order_release);
+  recent_.store(p, std::memory_order_release);
+  return *p;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::unplanned() -> const exec::execution_plan& {
+  static const exec::execution_plan p = [] {
+    exec::execution_plan q;
+    q.interpreted = true;
+    return q;
+  }();
+  return p;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::find_cached(std::span<const tensor> args, int count) const
+    -> const exec::execution_plan* {
+  for (int i = 0; i < count; ++i) {
+    const exec::execution_plan* p = cached_[std::size_t(i)].load(std::memory_order_acquire);
+    if (p->accepts(args)) {
+      recent_.store(p, std::memory_order_release);
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::gather_inputs(const std::vector<int>& ids, exec::workspace& ws)
+    -> std::span<const tensor* const> {
+  for (std::size_t k = 0; k < ids.size(); ++k) ws.inputs[k] = ws.refs[std::size_t(ids[k])];
+  return {ws.inputs.data(), ids.size()};
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed)
+    -> bool {
+  tensor* x = s.argument < 0                              ? &ws.value(s.inputs[0])
+              : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
+                                                          : nullptr;
+  if (!x || !x->sole_owner()) return false;
+  ws.value(s.value) = s.in_place(s.op, *x, gather_inputs(s.inputs, ws));
+  return true;
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::execution_plan& p,
+                                          exec::workspace& ws) const -> void {
+  tensor& out = ws.value(s.value);
+  if (s.allocate) {
+    const exec::value_info& v = p.values[s.value];
+    out = allocate_result(graph_->node_at(s.value).op(), v.type, v.dims);
+  }
+  s.run(s.op, gather_inputs(s.inputs, ws), out);
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results,
+                                               std::size_t first) const -> void {
+  const node& n = graph_->node_at(id);
+  n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p,
+                                               exec::workspace& ws) const -> void {
+  for (const exec::cluster_check& k : c.checks) {
+    try {
+      k.fn(k.op, gather_inputs(k.inputs, ws));
+    } catch (const error&) {
+      rethrow_at_node(k.node);
+    }
+  }
+  for (int v : c.allocated) {
+    const exec::value_info& info = p.values[v];
+    try {
+      ws.value(v) = allocate_result(graph_->node_at(v).op(), info.type, info.dims);
+    } catch (const error&) {  // out of memory
+      rethrow_at_node(v);
+    }
+  }
+  if (c.size == 0) return;
+  void** bases = ws.bases.data();
+  for (const auto* list : {&c.streamed, &c.broadcast})
+    for (const exec::cluster_operand& o : *list) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+  for (const exec::gathered_operand& o : c.gathered) bases[o.entry] = ws.refs[std::size_t(o.value)]->raw_data();
+
+  // Chunks of whole tiles, each with its own scratch; one chunk runs inline.
+  std::int64_t chunks = 1;
+  if (c.size > backend::cpu::elementwise_grain)
+    chunks = balanced_chunks(c.size, backend::cpu::elementwise_grain, config::num_threads());
+  const std::int64_t per_chunk = ((c.size + chunks - 1) / chunks + c.tile - 1) / c.tile * c.tile;
+  chunks = (c.size + per_chunk - 1) / per_chunk;
+  char* buffers = nullptr;
+  void** tables = nullptr;
+  ws.reserve_chunks(c, chunks, buffers, tables);
+  auto chunk = [&](std::int64_t k) {
+    run_chunk(c, bases, buffers + std::size_t(k) * c.chunk_bytes(), tables + k * c.table_stride(), k * per_chunk,
+              std::min(c.size, (k + 1) * per_chunk));
+  };
+  if (chunks == 1) {
+    chunk(0);
+  } else {
+    parallel_for(chunks, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t k = lo; k < hi; ++k) chunk(k);
+    });
+  }
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers,
+                                             void** table, std::int64_t lo, std::int64_t hi) -> void {
+  for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
+  for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
+  for (std::int64_t t = lo; t < hi; t += c.tile) {
+    const std::int64_t len = std::min(c.tile, hi - t);
+    const std::int64_t whole = len / exec::padded_elements * exec::padded_elements;
+    if (whole > 0) {
+      for (const exec::cluster_operand& o : c.streamed)
+        table[o.entry] = static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+      for (const exec::gathered_operand& o : c.gathered)
+        o.read.gather(o.read, bases[o.entry], table[o.entry], t, whole);
+      if (const std::int64_t ahead = t + prefetch_distance * c.tile; !c.single_pass() && ahead < hi)
+        prefetch_tile(c, bases, ahead, std::min(c.tile, hi - ahead));
+      run_code(c, table, whole);
+    }
+    if (whole < len)
+      run_staged(c, bases, buffers + std::size_t(c.buffers) * c.buffer_bytes, table, t + whole, len - whole);
+  }
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t,
+                                                 std::int64_t len) -> void {
+  constexpr std::int64_t line = 64;
+  for (const exec::cluster_operand& o : c.streamed) {
+    const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
+    const std::int64_t bytes = len * std::int64_t(o.element_bytes);
+    for (std::int64_t b = 0; b < bytes; b += line) prefetch_line(p + b);
+  }
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::prefetch_line(const char* p) -> void {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*p));
+#else
+  __builtin_prefetch(p, 0, 3);
+#endif
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len)
+    -> void {
+  if (c.native) return c.native(table, len);
+  for (const exec::instruction& i : c.code) {
+    if (i.compound) {
+      i.compound(i.op, i.contig, i.fold, table[i.out], table, i.in.data(), len);
+    } else {
+      // Entry by entry: one wide load of entries just stored could not be forwarded
+      // from those stores and would wait for every older one, the tile's included.
+      const void* operands[3];
+      for (int k = 0; k < i.arity; ++k) operands[k] = table[i.in[std::size_t(k)]];
+      i.fn(i.op, i.contig, table[i.out], operands, len, false);
+    }
+  }
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void* const* bases, char* staging,
+                                              void** table, std::int64_t t, std::int64_t len) -> void {
+  // Copies of the last element in words of its size: a memcpy call per element cost
+  // more than the ops of a one-element cluster (a loop's counter and scalars).
+  auto pad = [len](char* p, std::size_t bytes) {
+    auto fill = [&]<class Word>(std::type_identity<Word>) {
+      Word last;
+      std::memcpy(&last, p + (len - 1) * std::int64_t(sizeof(Word)), sizeof(Word));
+      for (std::int64_t i = len; i < exec::padded_elements; ++i)
+        std::memcpy(p + i * std::int64_t(sizeof(Word)), &last, sizeof(Word));
+    };
+    switch (bytes) {
+      case 1:
+        return fill(std::type_identity<std::uint8_t>());
+      case 4:
+        return fill(std::type_identity<std::uint32_t>());
+      case 8:
+        return fill(std::type_identity<std::uint64_t>());
+      default:
+        for (std::int64_t i = len; i < exec::padded_elements; ++i)
+          std::memcpy(p + i * bytes, p + (len - 1) * bytes, bytes);
+    }
+  };
+  for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+    const exec::cluster_operand& o = c.streamed[k];
+    char* s = staging + k * exec::staging_bytes;
+    table[o.entry] = s;
+    if (o.written) continue;
+    std::memcpy(s, static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes),
+                std::size_t(len) * o.element_bytes);
+    pad(s, o.element_bytes);
+  }
+  for (const exec::gathered_operand& o : c.gathered) {
+    o.read.gather(o.read, bases[o.entry], table[o.entry], t, len);
+    pad(static_cast<char*>(table[o.entry]), o.read.element_bytes);
+  }
+  run_code(c, table, exec::padded_elements);
+  for (std::size_t k = 0; k < c.streamed.size(); ++k) {
+    const exec::cluster_operand& o = c.streamed[k];
+    if (o.written)
+      std::memcpy(static_cast<char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes),
+                  staging + k * exec::staging_bytes, std::size_t(len) * o.element_bytes);
+  }
+}
+
+template <class Unused>
+auto basic_graph_executor<Unused>::interpret(std::span<const tensor> args, const exec::execution_plan* p,
+                                             std::span<tensor> consumed) const -> std::vector<tensor> {
+  const graph& g = *graph_;
+  std::vector<tensor> values(g.nodes().size());
+  for (std::size_t i = 0; i < args.size(); ++i)
+    values[std::size_t(g.arguments()[i])] = i < consumed.size() ? std::move(consumed[i]) : args[i];
+  auto needed_constant = [&](int i) { return outline_.needed[i] && g.node_at(i).kind() == node_kind::constant; };
+  for (int i = 0; i < outline_.needed.size(); ++i)
+    if (needed_constant(i)) values[std::size_t(i)] = g.node_at(i).value();
+  if (p)
+    for (const auto& [id, moved] : p->moved_constants) values[std::size_t(id)] = moved;
+  // A constant may be an op's result folded at trace time.
+  const bool checking = debugging::check_numerics_enabled();
+  if (checking)
+    for (int i = 0; i < outline_.needed.size(); ++i)
+      if (needed_constant(i)) check_numerics(g.node_at(i).op(), values[std::size_t(i)], g.node_at(i).name());
+  for (std::size_t k = 0; k < outline_.ops.size(); ++k) {
+    const int id = outline_.ops[k];
+    const node& n = g.node_at(id);
+    small_vector<const tensor*, 4> inputs;
+    inputs.reserve(n.input_ids().size());
+    for (int in : n.input_ids()) inputs.emplace_back(&values[std::size_t(in)]);
+    try {
+      const std::span<const tensor* const> in(inputs.begin(), inputs.size());
+      if (n.kind() == node_kind::special) {
+        run_special(id, in, values, std::size_t(id));
+      } else if (n.kind() == node_kind::op) {
+        // An op that may write its first input in place (set_item, pad_rows) does,
+        // when this node reads it last and it has its buffer to itself.
+        tensor& x = values[std::size_t(n.input_ids().empty() ? id : n.input_ids()[0])];
+        const exec::in_place_fn in_place =
+            !n.input_ids().empty() && outline_.last_reader[n.input_ids()[0]] == int(k) && x.sole_owner()
+                ? in_place_of(n.operation())
+                : nullptr;
+        values[std::size_t(id)] = in_place ? in_place(n.operation().address(), x, in) : execute_any(n.operation(), in);
+      }
+    } catch (const error&) {
+      rethrow_at_node(id);
+    }
+    if (checking)
+      for (int r = id; r < id + std::max(n.result_count(), 1); ++r)
+        check_numerics(n.op(), values[std::size_t(r)], n.name());
+    for (int r : outline_.release(k)) values[std::size_t(r)] = tensor();
+  }
+  std::vector<tensor> outputs;
+  outputs.reserve(outline_.outputs.size());
+  for (int v : outline_.outputs) outputs.push_back(values[std::size_t(v)]);
+  return outputs;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/executor.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_EXECUTOR_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
@@ -15267,7 +15919,7 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 
 namespace kiln {
 
-inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
 
 namespace detail {
 
@@ -15298,18 +15950,12 @@ class variable_state {
     return value_;
   }
   /// `'name' float32 (2,)`, as messages show the variable.
-  std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
+  KILN_LIBRARY_INLINE std::string label() const;
 
   /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and
   /// shape; a symbolic `x` (a write being traced) only needs a shape that may fit,
   /// and the write checks the value's when the graph runs, as TensorFlow does.
-  void check(std::string_view op, const tensor& x) const {
-    const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
-    if (x.dtype() != type_ || !fits)
-      throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
-                                   std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
-                                   " value; the dtype and shape of a variable are fixed");
-  }
+  KILN_LIBRARY_INLINE void check(std::string_view op, const tensor& x) const;
 
  private:
   std::string name_;
@@ -15324,13 +15970,13 @@ class read_variable_op final : public special_op {
  public:
   explicit read_variable_op(std::shared_ptr<variable_state> v)
       : special_op(std::type_identity<read_variable_op>()), var_(std::move(v)) {}
-  std::string_view name() const { return "ReadVariableOp"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return false; }
   tensor run(std::span<const tensor* const>) const { return var_->read(); }
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"ReadVariableOp"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as the variable, by its place among the saved function's variables.
   template <class Out>
   void save(Out& out) const {
@@ -15373,16 +16019,9 @@ class assign_variable_op final : public special_op {
   template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
-  std::string_view name() const { return name_of(mode_); }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// The op name of each mode.
-  static std::string_view name_of(assign_mode mode) {
-    switch (mode) {
-      case assign_mode::add: return "AssignAddVariableOp";
-      case assign_mode::subtract: return "AssignSubVariableOp";
-      case assign_mode::initialize: return "InitializeVariableOp";
-      default: return "AssignVariableOp";
-    }
-  }
+  KILN_LIBRARY_INLINE static std::string_view name_of(assign_mode mode);
   static constexpr assign_mode modes[] = {assign_mode::assign, assign_mode::add, assign_mode::subtract,
                                           assign_mode::initialize};
   bool has_effects() const { return true; }
@@ -15391,9 +16030,7 @@ class assign_variable_op final : public special_op {
   /// The variable it writes (how, name() says).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
-  static std::array<std::string_view, 4> op_names() {
-    return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
-  }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 4> op_names();
   /// Saved as the variable, by its place among the saved function's variables; the
   /// mode is in the op's name.
   template <class Out>
@@ -15437,10 +16074,7 @@ class assign_variable_op final : public special_op {
   }
 
  private:
-  const tensor& require(const tensor& old) const {
-    if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
-    return old;
-  }
+  KILN_LIBRARY_INLINE const tensor& require(const tensor& old) const;
   std::shared_ptr<variable_state> var_;
   assign_mode mode_;
 };
@@ -15450,15 +16084,12 @@ class print_op final : public special_op {
  public:
   explicit print_op(std::vector<print_piece> pieces)
       : special_op(std::type_identity<print_op>()), pieces_(std::move(pieces)) {}
-  std::string_view name() const { return "PrintV2"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    write_print_line(print_line(pieces_, in));
-    return {};
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<print_piece>& pieces() const { return pieces_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"PrintV2"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its pieces: text, and which input each prints (-1: none).
   template <class Out>
   void save(Out& out) const {
@@ -15491,14 +16122,14 @@ class host_callback_op final : public special_op {
   template <class = void>
   host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
-  std::string_view name() const { return "HostCallback"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return true; }
   /// Calls the function and checks its results against the specs (compiled once in a
   /// compiled kiln: KILN_LIBRARY_INLINE).
   KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   static constexpr std::string_view save_refusal = "calls back into C++ (host_callback), which a saved function cannot hold";
   static constexpr std::string_view onnx_refusal = "calls back into C++";
 
@@ -15527,6 +16158,65 @@ KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const te
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string variable_state::label() const {
+  return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str();
+}
+
+KILN_LIBRARY_INLINE void variable_state::check(std::string_view op, const tensor& x) const {
+  const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
+  if (x.dtype() != type_ || !fits)
+    throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
+                                 std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
+                                 " value; the dtype and shape of a variable are fixed");
+}
+
+KILN_LIBRARY_INLINE std::string_view read_variable_op::name() const { return "ReadVariableOp"; }
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> read_variable_op::op_names() { return {"ReadVariableOp"}; }
+
+KILN_LIBRARY_INLINE std::string_view assign_variable_op::name() const { return name_of(mode_); }
+
+KILN_LIBRARY_INLINE std::string_view assign_variable_op::name_of(assign_mode mode) {
+  switch (mode) {
+    case assign_mode::add:
+      return "AssignAddVariableOp";
+    case assign_mode::subtract:
+      return "AssignSubVariableOp";
+    case assign_mode::initialize:
+      return "InitializeVariableOp";
+    default:
+      return "AssignVariableOp";
+  }
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 4> assign_variable_op::op_names() {
+  return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
+}
+
+KILN_LIBRARY_INLINE const tensor& assign_variable_op::require(const tensor& old) const {
+  if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
+  return old;
+}
+
+KILN_LIBRARY_INLINE std::string_view print_op::name() const { return "PrintV2"; }
+
+KILN_LIBRARY_INLINE std::vector<tensor> print_op::run(std::span<const tensor* const> in) const {
+  write_print_line(print_line(pieces_, in));
+  return {};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> print_op::op_names() { return {"PrintV2"}; }
+
+KILN_LIBRARY_INLINE std::string_view host_callback_op::name() const { return "HostCallback"; }
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> host_callback_op::op_names() { return {"HostCallback"}; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/effects.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_EFFECTS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
@@ -15685,7 +16375,7 @@ class subgraph {
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
-  const graph& optimized() const { return optimized_ ? *optimized_ : traced_; }
+  KILN_LIBRARY_INLINE const graph& optimized() const;
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
   /// The same, consuming the first `consumed` arguments, which the caller does not
@@ -15704,12 +16394,7 @@ class subgraph {
 };
 
 /// The value of a scalar bool_ condition computed by a graph.
-inline bool truth_of(const tensor& pred, std::string_view op) {
-  if (pred.dtype() != bool_ || pred.size() != 1)
-    throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
-                                 std::string(name(pred.dtype())) + " " + pred.shape().str());
-  return bool(pred);
-}
+KILN_LIBRARY_INLINE bool truth_of(const tensor& pred, std::string_view op);
 
 /// The branches of a `cond` node and each one's arguments (indices into the node's
 /// captures), as a tape keeps them to differentiate the node.
@@ -15730,11 +16415,9 @@ class cond_op final : public special_op {
       : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)),
         then_args_(std::move(then_args)), else_args_(std::move(else_args)),
         effects_(then_.traced().has_effects() || else_.traced().has_effects()) {}
-  std::string_view name() const { return "cond"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    return {{"then", &then_.traced()}, {"else", &else_.traced()}};
-  }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const bool taken = truth_of(*in[0], "cond");
@@ -15750,7 +16433,7 @@ class cond_op final : public special_op {
   const std::vector<int>& then_args() const { return then_args_; }
   const std::vector<int>& else_args() const { return else_args_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"cond"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its branches' graphs and the captures each takes.
   template <class Out>
   void save(Out& out) const {
@@ -15811,18 +16494,16 @@ class while_op final : public special_op {
         effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
         cond_program_(exec::scalar_program::compile(cond_.optimized())),
         body_program_(exec::scalar_program::compile(body_.optimized())) {}
-  std::string_view name() const { return "while"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
-  }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   int loop_variables() const { return vars_; }
   int cond_captures() const { return cond_captures_; }
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
 
-  static std::array<std::string_view, 1> op_names() { return {"while"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its condition's and body's graphs and how its inputs divide between them.
   template <class Out>
   void save(Out& out) const {
@@ -16062,6 +16743,37 @@ class while_op final : public special_op {
 };
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE const graph& subgraph::optimized() const { return optimized_ ? *optimized_ : traced_; }
+
+KILN_LIBRARY_INLINE bool truth_of(const tensor& pred, std::string_view op) {
+  if (pred.dtype() != bool_ || pred.size() != 1)
+    throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
+                                 std::string(name(pred.dtype())) + " " + pred.shape().str());
+  return bool(pred);
+}
+
+KILN_LIBRARY_INLINE std::string_view cond_op::name() const { return "cond"; }
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> cond_op::subgraphs() const {
+  return {{"then", &then_.traced()}, {"else", &else_.traced()}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> cond_op::op_names() { return {"cond"}; }
+
+KILN_LIBRARY_INLINE std::string_view while_op::name() const { return "while"; }
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> while_op::subgraphs() const {
+  return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> while_op::op_names() { return {"while"}; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/exec/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_EXEC_CONTROL_FLOW_HPP
 
@@ -16089,19 +16801,14 @@ namespace kiln::detail {
 class trace_context {
  public:
   /// Starts tracing function `function_name` on this thread.
-  explicit trace_context(std::string function_name)
-      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
-    current_slot() = this;
-  }
+  KILN_LIBRARY_INLINE explicit trace_context(std::string function_name);
   /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
   struct subgraph_t {};
   static constexpr subgraph_t subgraph{};
-  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
-    capturing_ = previous_ != nullptr;
-  }
+  KILN_LIBRARY_INLINE explicit trace_context(subgraph_t);
   trace_context(const trace_context&) = delete;
   trace_context& operator=(const trace_context&) = delete;
-  ~trace_context() { current_slot() = previous_; }
+  KILN_LIBRARY_INLINE ~trace_context();
 
   /// The innermost trace in progress on this thread, or null.
   static trace_context* current() { return current_slot(); }
@@ -16115,7 +16822,7 @@ class trace_context {
   kiln::graph& graph() { return graph_; }
 
   /// A new argument of the function, as the symbolic tensor the callable receives.
-  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
+  KILN_LIBRARY_INLINE tensor placeholder(const std::string& name, dtype t, const shape& s);
 
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
@@ -16130,7 +16837,7 @@ class trace_context {
                                                          const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
-  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
+  KILN_LIBRARY_INLINE const node& add_output(const tensor& t);
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).
@@ -16138,7 +16845,7 @@ class trace_context {
 
   /// Remembers a variable created while tracing, for the function to check that it
   /// outlives the trace (kiln::function allows singleton variables only).
-  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
+  KILN_LIBRARY_INLINE void note_created_variable(std::weak_ptr<const void> handle);
   const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
@@ -16193,28 +16900,15 @@ class trace_context {
                                               dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
-  bool encloses(std::uint64_t trace_id) const {
-    for (const trace_context* c = previous_; c; c = c->previous_) {
-      if (c->id_ == trace_id) return true;
-      if (!c->capturing_) return false;
-    }
-    return false;
-  }
+  KILN_LIBRARY_INLINE bool encloses(std::uint64_t trace_id) const;
   KILN_LIBRARY_INLINE int capture(const tensor& t);
-  trace_context& function_trace() {
-    trace_context* c = this;
-    while (c->capturing_) c = c->previous_;
-    return *c;
-  }
+  KILN_LIBRARY_INLINE trace_context& function_trace();
 
   static trace_context*& current_slot() {
     thread_local trace_context* current = nullptr;
     return current;
   }
-  static std::uint64_t next_id() {
-    static std::atomic<std::uint64_t> counter{0};
-    return ++counter;
-  }
+  KILN_LIBRARY_INLINE static std::uint64_t next_id();
 
   std::uint64_t id_;
   std::string function_name_;
@@ -16339,6 +17033,55 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE trace_context::trace_context(std::string function_name)
+    : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
+  current_slot() = this;
+}
+
+KILN_LIBRARY_INLINE trace_context::trace_context(subgraph_t)
+    : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
+  capturing_ = previous_ != nullptr;
+}
+
+KILN_LIBRARY_INLINE trace_context::~trace_context() { current_slot() = previous_; }
+
+KILN_LIBRARY_INLINE tensor trace_context::placeholder(const std::string& name, dtype t, const shape& s) {
+  return symbolic(graph_.add_placeholder(name, t, s));
+}
+
+KILN_LIBRARY_INLINE const node& trace_context::add_output(const tensor& t) {
+  return graph_.node_at(graph_.add_output(node_of(t)));
+}
+
+KILN_LIBRARY_INLINE void trace_context::note_created_variable(std::weak_ptr<const void> handle) {
+  function_trace().created_.push_back(std::move(handle));
+}
+
+KILN_LIBRARY_INLINE bool trace_context::encloses(std::uint64_t trace_id) const {
+  for (const trace_context* c = previous_; c; c = c->previous_) {
+    if (c->id_ == trace_id) return true;
+    if (!c->capturing_) return false;
+  }
+  return false;
+}
+
+KILN_LIBRARY_INLINE trace_context& trace_context::function_trace() {
+  trace_context* c = this;
+  while (c->capturing_) c = c->previous_;
+  return *c;
+}
+
+KILN_LIBRARY_INLINE std::uint64_t trace_context::next_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/trace_context.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_TRACE_CONTEXT_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_SIGNATURE_HPP
@@ -16937,10 +17680,7 @@ struct basic_function_state {
 
   /// Adds a new typed trace's signature, which `written` writes out.
   void add_signature(const typed::recorded_signature& s,
-                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&)) {
-    std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s, written});
-  }
+                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&));
 
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
@@ -16957,12 +17697,7 @@ struct basic_function_state {
                                                       void* context);
 
   /// The name of argument `i`: as the options give it, else x0, x1, ...
-  std::string arg_name(std::size_t i) const {
-    if (i < options.arg_names.size()) return options.arg_names[i];
-    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
-    name += std::to_string(i);
-    return name;
-  }
+  std::string arg_name(std::size_t i) const;
 
   /// A new trace for `sig`, its arguments shown as `texts` says: its names and
   /// signature, and a placeholder in `context` per tensor leaf.
@@ -17088,6 +17823,28 @@ template <class F>
 function(F, function_options) -> function<F>;
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
+                                                 trace_signature (*written)(const basic_function_state&,
+                                                                            const typed::recorded_signature&)) -> void {
+  std::lock_guard lock(mutex);
+  signatures.push_back({nullptr, &s, written});
+}
+
+template <class Unused>
+auto basic_function_state<Unused>::arg_name(std::size_t i) const -> std::string {
+  if (i < options.arg_names.size()) return options.arg_names[i];
+  std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+  name += std::to_string(i);
+  return name;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/function.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
@@ -17171,34 +17928,7 @@ struct basic_concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
-  void check_call(const call_signature& sig) const {
-    for (const auto& v : sig.values) {
-      const call_signature::value_leaf* traced = nullptr;
-      for (const auto& b : bound)
-        if (b.arg == v.arg) traced = &b;
-      std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
-      if (!traced)
-        throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " + v.kind +
-                         " value " + v.text);
-      if (traced->key != v.key)
-        throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
-                         traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
-    }
-    if (sig.tensors.size() != inputs.size())
-      throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
-                                   std::to_string(sig.tensors.size()));
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const tensor& t = *sig.tensors[i];
-      if (t.dtype() != inputs[i].dtype)
-        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
-                                     "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
-                                     " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
-      if (!inputs[i].shape.accepts(t.shape()))
-        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
-                                     "(zero-based) was expected to have shape " + inputs[i].shape.str() +
-                                     " but has shape " + t.shape().str());
-    }
-  }
+  void check_call(const call_signature& sig) const;
 
   basic_concrete_state() = default;
   basic_concrete_state(const basic_concrete_state&) = delete;
@@ -17267,6 +17997,42 @@ void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<te
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_concrete_state<Unused>::check_call(const call_signature& sig) const -> void {
+  for (const auto& v : sig.values) {
+    const call_signature::value_leaf* traced = nullptr;
+    for (const auto& b : bound)
+      if (b.arg == v.arg) traced = &b;
+    std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
+    if (!traced)
+      throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " +
+                       v.kind + " value " + v.text);
+    if (traced->key != v.key)
+      throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
+                       traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
+  }
+  if (sig.tensors.size() != inputs.size())
+    throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
+                                 std::to_string(sig.tensors.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const tensor& t = *sig.tensors[i];
+    if (t.dtype() != inputs[i].dtype)
+      throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                   "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
+                                   " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
+    if (!inputs[i].shape.accepts(t.shape()))
+      throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                   "(zero-based) was expected to have shape " + inputs[i].shape.str() +
+                                   " but has shape " + t.shape().str());
+  }
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/concrete_state.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_STATE_HPP
 
@@ -17323,11 +18089,7 @@ class concrete_function {
   /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
   /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
   /// \endcode
-  std::string pretty_printed_signature() const {
-    std::string text = state_->signature_text();
-    text.pop_back();
-    return text;
-  }
+  KILN_LIBRARY_INLINE std::string pretty_printed_signature() const;
 
   /// Writes this trace, its constants and its variables' values to `path`, for
   /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
@@ -17361,6 +18123,18 @@ class concrete_function {
 };
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string concrete_function::pretty_printed_signature() const {
+  std::string text = state_->signature_text();
+  text.pop_back();
+  return text;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/concrete_function.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_CONCRETE_FUNCTION_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_FUNCTION_STATE_HPP
@@ -17788,17 +18562,14 @@ namespace kiln {
 
 namespace config {
 namespace detail {
-inline std::atomic<bool>& eager_functions() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
+KILN_LIBRARY_INLINE std::atomic<bool>& eager_functions();
 }  // namespace detail
 /// When on, every kiln::function calls its callable directly on eager tensors
 /// (for debugging: C++ side effects then happen at every call).
 /// \code kiln::config::run_functions_eagerly(true); \endcode
-inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+KILN_LIBRARY_INLINE void run_functions_eagerly(bool on);
 /// Whether kiln::function calls run their callables eagerly.
-inline bool functions_run_eagerly() { return detail::eager_functions(); }
+KILN_LIBRARY_INLINE bool functions_run_eagerly();
 }  // namespace config
 
 namespace detail {
@@ -17933,6 +18704,25 @@ struct runtime_tier {
 }  // namespace detail
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<bool>& eager_functions() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+
+KILN_LIBRARY_INLINE bool functions_run_eagerly() { return detail::eager_functions(); }
+
+}  // namespace kiln::config
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/runtime_tier.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RUNTIME_TIER_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
@@ -18041,13 +18831,13 @@ class variable {
     requires std::is_arithmetic_v<T>
   tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
 
-  kiln::dtype dtype() const { return state()->type(); }
-  const kiln::shape& shape() const { return state()->dims(); }
-  const std::string& name() const { return state()->name(); }
+  KILN_LIBRARY_INLINE kiln::dtype dtype() const;
+  KILN_LIBRARY_INLINE const kiln::shape& shape() const;
+  KILN_LIBRARY_INLINE const std::string& name() const;
 
   /// What identifies the variable in a kiln::function signature: every copy of a
   /// handle is the same variable.
-  const void* identity() const { return state().get(); }
+  KILN_LIBRARY_INLINE const void* identity() const;
 
  private:
   // What the caller's copies share: a variable created while tracing must keep one
@@ -18064,10 +18854,7 @@ class variable {
   explicit variable(std::shared_ptr<detail::variable_state> s)
       : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
-  const std::shared_ptr<detail::variable_state>& state() const {
-    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
-    return handle_->state;
-  }
+  KILN_LIBRARY_INLINE const std::shared_ptr<detail::variable_state>& state() const;
   template <class T>
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
@@ -18080,6 +18867,7 @@ class variable {
   std::shared_ptr<handle> handle_;
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void detail::basic_variable_writes<Unused>::initialize(variable& v, const tensor& initial, std::string name) {
   if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
@@ -18112,6 +18900,7 @@ tensor detail::basic_variable_writes<Unused>::record_write(const variable& v, as
   const tensor inputs[] = {x};
   return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
 }
+#endif
 
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
@@ -18183,6 +18972,25 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE kiln::dtype variable::dtype() const { return state()->type(); }
+
+KILN_LIBRARY_INLINE const kiln::shape& variable::shape() const { return state()->dims(); }
+
+KILN_LIBRARY_INLINE const std::string& variable::name() const { return state()->name(); }
+
+KILN_LIBRARY_INLINE const void* variable::identity() const { return state().get(); }
+
+KILN_LIBRARY_INLINE const std::shared_ptr<detail::variable_state>& variable::state() const {
+  if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
+  return handle_->state;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/effects.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_EFFECTS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
@@ -18232,14 +19040,7 @@ constexpr std::uint64_t splitmix64(std::uint64_t& state) { return mix64(state +=
 /// is told apart by the clocks at the first call and by where the address space put
 /// this function's counter (randomized per run), not by std::random_device: <random>
 /// costs every file that includes kiln a tenth of a second to parse.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{
-      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
-      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
-  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  return splitmix64(state);
-}
+KILN_LIBRARY_INLINE std::uint64_t fresh_seed();
 
 /// The distributions a draw takes numbers from.
 enum class distribution {
@@ -18289,11 +19090,7 @@ struct uniform_spec {
   distribution kind = distribution::uniform;
 
   /// The function that draws this way, as errors name it.
-  std::string_view what() const {
-    return kind == distribution::uniform ? "random::uniform"
-           : kind == distribution::normal ? "random::normal"
-                                          : "random::truncated_normal";
-  }
+  KILN_LIBRARY_INLINE std::string_view what() const;
 
   /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
   /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
@@ -18363,13 +19160,7 @@ struct uniform_spec {
 };
 
 /// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
-inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
-  switch (d) {
-    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
-    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
-    default: return {"RandomUniform", "StatefulUniform"};
-  }
-}
+KILN_LIBRARY_INLINE std::pair<std::string_view, std::string_view> random_op_names(distribution d);
 
 /// The process's random state: the global seed (random::set_seed), the counter that
 /// gives ops without a seed of their own one under a global seed, and how many draws
@@ -18380,26 +19171,15 @@ struct random_state {
   std::uint64_t next_op_seed = 0;
   std::map<std::uint64_t, std::uint64_t> eager_draws;
 
-  static random_state& get() {
-    static random_state s;
-    return s;
-  }
+  KILN_LIBRARY_INLINE static random_state& get();
 
   /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
   /// rules: an op seed alone keys the op; a global seed gives each op without one a
   /// seed of its own in creation order, so a program draws the same numbers at every
   /// run; with neither the key is fresh.
-  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
-    std::lock_guard lock(mutex);
-    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
-    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
-  }
+  KILN_LIBRARY_INLINE std::uint64_t key_for(std::optional<std::uint64_t> op_seed);
   /// The stream of the next eager draw with key `key`.
-  std::uint64_t next_eager_stream(std::uint64_t key) {
-    std::lock_guard lock(mutex);
-    return eager_draws[key]++;
-  }
+  KILN_LIBRARY_INLINE std::uint64_t next_eager_stream(std::uint64_t key);
 };
 
 /// The state of a random::generator, shared by its copies and the graphs that draw
@@ -18408,7 +19188,7 @@ struct generator_state {
   std::atomic<std::uint64_t> key;
   std::atomic<std::uint64_t> next_stream{0};
   explicit generator_state(std::uint64_t k) : key(k) {}
-  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+  KILN_LIBRARY_INLINE std::pair<std::uint64_t, std::uint64_t> take();
 };
 
 /// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
@@ -18422,10 +19202,7 @@ class random_uniform_op final : public special_op {
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const {
-    const auto names = random_op_names(spec_.kind);
-    return generator_ ? names.second : names.first;
-  }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
@@ -18434,17 +19211,13 @@ class random_uniform_op final : public special_op {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
     return spec_.draw(key, stream);
   }
-  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+  KILN_LIBRARY_INLINE std::vector<std::pair<dtype, shape>> results() const;
   /// What it draws, and from which key (its own, when it has no generator).
   const uniform_spec& spec() const { return spec_; }
   std::uint64_t key() const { return key_; }
   const std::shared_ptr<generator_state>& generator() const { return generator_; }
 
-  static std::array<std::string_view, 6> op_names() {
-    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
-               t = random_op_names(distribution::truncated_normal);
-    return {u.first, u.second, n.first, n.second, t.first, t.second};
-  }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 6> op_names();
   /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
   /// sequence over in the loaded function, as a fresh trace would; a generator's draws
   /// go on from its state when saved.
@@ -18491,9 +19264,7 @@ class random_uniform_op final : public special_op {
 };
 
 /// Records `op` in the trace in progress and returns its symbolic result.
-inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
-  return trace.record_special(op, {}, op->results())[0];
-}
+KILN_LIBRARY_INLINE tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace);
 
 /// Stateful draws, as random::uniform makes them (`random_draws`, the one
 /// specialization): a template on nothing, so that a file compiles them only where it
@@ -18506,6 +19277,7 @@ struct basic_random_draws {
 };
 using random_draws = basic_random_draws<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
   spec.check();
@@ -18515,6 +19287,7 @@ tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optiona
     return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
   return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
 }
+#endif
 
 }  // namespace detail
 
@@ -18524,13 +19297,7 @@ namespace random {
 /// that random::uniform draws, eagerly and in functions traced afterwards, is the same
 /// at every run of the program. Setting it again starts the sequences over.
 /// \code kiln::random::set_seed(1234); \endcode
-inline void set_seed(std::uint64_t seed) {
-  detail::random_state& s = detail::random_state::get();
-  std::lock_guard lock(s.mutex);
-  s.global_seed = seed;
-  s.next_op_seed = 0;
-  s.eager_draws.clear();
-}
+KILN_LIBRARY_INLINE void set_seed(std::uint64_t seed);
 
 /// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
 /// and must be given for integers). Stateful, as tf.random.uniform: every call draws
@@ -18609,15 +19376,12 @@ tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, 
 class generator {
  public:
   /// A generator whose draws depend on `seed` only.
-  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  KILN_LIBRARY_INLINE static generator from_seed(std::uint64_t seed);
   /// A generator seeded from the operating system.
-  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+  KILN_LIBRARY_INLINE static generator from_non_deterministic_state();
 
   /// Starts the sequence of `seed` over, for this generator and its copies.
-  void reset_from_seed(std::uint64_t seed) {
-    state_->key = seed;
-    state_->next_stream = 0;
-  }
+  KILN_LIBRARY_INLINE void reset_from_seed(std::uint64_t seed);
 
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
   template <class = void>
@@ -18650,6 +19414,98 @@ class generator {
 
 }  // namespace random
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                                         std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+                                         (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
+  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  return splitmix64(state);
+}
+
+KILN_LIBRARY_INLINE std::string_view uniform_spec::what() const {
+  return kind == distribution::uniform  ? "random::uniform"
+         : kind == distribution::normal ? "random::normal"
+                                        : "random::truncated_normal";
+}
+
+KILN_LIBRARY_INLINE std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal:
+      return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal:
+      return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default:
+      return {"RandomUniform", "StatefulUniform"};
+  }
+}
+
+KILN_LIBRARY_INLINE random_state& random_state::get() {
+  static random_state s;
+  return s;
+}
+
+KILN_LIBRARY_INLINE std::uint64_t random_state::key_for(std::optional<std::uint64_t> op_seed) {
+  std::lock_guard lock(mutex);
+  if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+  const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+  return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
+}
+
+KILN_LIBRARY_INLINE std::uint64_t random_state::next_eager_stream(std::uint64_t key) {
+  std::lock_guard lock(mutex);
+  return eager_draws[key]++;
+}
+
+KILN_LIBRARY_INLINE std::pair<std::uint64_t, std::uint64_t> generator_state::take() {
+  return {key.load(), next_stream.fetch_add(1)};
+}
+
+KILN_LIBRARY_INLINE std::string_view random_uniform_op::name() const {
+  const auto names = random_op_names(spec_.kind);
+  return generator_ ? names.second : names.first;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<dtype, shape>> random_uniform_op::results() const {
+  return {{spec_.type, spec_.dims}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 6> random_uniform_op::op_names() {
+  const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
+             t = random_op_names(distribution::truncated_normal);
+  return {u.first, u.second, n.first, n.second, t.first, t.second};
+}
+
+KILN_LIBRARY_INLINE tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::random {
+
+KILN_LIBRARY_INLINE void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+KILN_LIBRARY_INLINE generator generator::from_seed(std::uint64_t seed) { return generator(seed); }
+
+KILN_LIBRARY_INLINE generator generator::from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+KILN_LIBRARY_INLINE void generator::reset_from_seed(std::uint64_t seed) {
+  state_->key = seed;
+  state_->next_stream = 0;
+}
+
+}  // namespace kiln::random
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/trace/random.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRACE_RANDOM_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TRACE_CONTROL_FLOW_HPP
@@ -18820,6 +19676,7 @@ using control_flow_tracer = basic_control_flow_tracer<void>;
 namespace kiln {
 namespace detail {
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
                                                                    traced_subgraph& then_graph,
@@ -18846,6 +19703,7 @@ std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context
   if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
   return out;
 }
+#endif
 
 }  // namespace detail
 
@@ -19202,6 +20060,7 @@ struct loop_calls {
   void (*restart)(loop_calls& self, std::span<const tensor> leaves);
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
     trace_context& trace, std::size_t hidden, const loop_options& options, std::vector<tensor> leaves,
@@ -19271,6 +20130,7 @@ std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
   out.erase(out.begin(), out.begin() + std::ptrdiff_t(counted));
   return out;
 }
+#endif
 
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own: eager, a C++
 /// loop; traced, trace_while_loop on the leaves of the state.
@@ -20537,14 +21397,7 @@ struct redirect {
 /// Keeps the values that the slots of `redirects` read in place, before a step
 /// overwrites them. A frame is built writable (trace::run): a read in place is a step
 /// that points its slot at the value, so the frame's pointers change as steps run.
-inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
-  void** slots = const_cast<void**>(f);
-  for (const redirect& r : redirects)
-    if (slots[r.bound] == r.storage) {
-      std::memcpy(slots[r.copy], r.storage, r.bytes);
-      slots[r.bound] = slots[r.copy];
-    }
-}
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f);
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -20566,35 +21419,18 @@ struct recorder {
   };
   std::vector<read_in_place> reads_in_place;
 
-  int add_slot(std::size_t bytes) {
-    slot_bytes.push_back(bytes);
-    return int(slot_bytes.size()) - 1;
-  }
-  void push(step s) { target->push_back(std::move(s)); }
+  KILN_LIBRARY_INLINE int add_slot(std::size_t bytes);
+  KILN_LIBRARY_INLINE void push(step s);
   /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
   /// the variable whose state is at `owner`).
-  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
-    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
-  }
+  KILN_LIBRARY_INLINE void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes);
   /// The redirects a step that overwrites the value of the variable at `owner` (of
   /// any variable, when null) runs first, with a slot each for the copies. A read of
   /// the trace's own steps that a write of its own steps protects needs no later
   /// protection: it does not run again in the call.
-  std::vector<redirect> protect_reads_in_place(const void* owner) {
-    std::vector<redirect> out;
-    const bool top = target == &steps;
-    std::erase_if(reads_in_place, [&](const read_in_place& r) {
-      if (owner && r.owner != owner) return false;
-      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
-      return top && r.top_level;
-    });
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<redirect> protect_reads_in_place(const void* owner);
   /// The recorder of the trace in progress on this thread, if any.
-  static recorder*& current() {
-    thread_local recorder* r = nullptr;
-    return r;
-  }
+  KILN_LIBRARY_INLINE static recorder*& current();
 };
 
 /// A step that evaluates expressions of type `E` into slots, one after the other: an
@@ -20632,11 +21468,7 @@ struct evaluation {
 
 /// The recorder of the trace in progress, or the error for a symbolic value used
 /// outside its trace.
-inline recorder& current_recorder() {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  return *r;
-}
+KILN_LIBRARY_INLINE recorder& current_recorder();
 
 /// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
 /// the step before when that one evaluates expressions of the same type and takes it.
@@ -21087,10 +21919,7 @@ struct concrete_for {
 // ---- the table of a function's traces ----------------------------------------------
 
 /// A process-wide index per signature type, fixed when the program starts.
-inline std::size_t next_signature_index() {
-  static std::atomic<std::size_t> next{0};
-  return next++;
-}
+KILN_LIBRARY_INLINE std::size_t next_signature_index();
 template <class Signature>
 inline const std::size_t signature_index = next_signature_index();
 
@@ -21135,6 +21964,62 @@ class trace_table {
 
 }  // namespace typed
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
+KILN_LIBRARY_INLINE int recorder::add_slot(std::size_t bytes) {
+  slot_bytes.push_back(bytes);
+  return int(slot_bytes.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE void recorder::push(step s) { target->push_back(std::move(s)); }
+
+KILN_LIBRARY_INLINE void recorder::add_read_in_place(const void* owner, int slot, const void* storage,
+                                                     std::size_t bytes) {
+  reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+}
+
+KILN_LIBRARY_INLINE std::vector<redirect> recorder::protect_reads_in_place(const void* owner) {
+  std::vector<redirect> out;
+  const bool top = target == &steps;
+  std::erase_if(reads_in_place, [&](const read_in_place& r) {
+    if (owner && r.owner != owner) return false;
+    out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+    return top && r.top_level;
+  });
+  return out;
+}
+
+KILN_LIBRARY_INLINE recorder*& recorder::current() {
+  thread_local recorder* r = nullptr;
+  return r;
+}
+
+KILN_LIBRARY_INLINE recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r)
+    throw type_error(
+        "kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+KILN_LIBRARY_INLINE std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/trace.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_TRACE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_UNFUSED_OPS_HPP
@@ -21783,9 +22668,7 @@ auto next_values(R&& r) {
     return as_tuple(std::forward<R>(r));
 }
 
-inline void run_steps(const std::vector<step>& steps, frame f) {
-  for (const step& s : steps) s.run(s.data.get(), f);
-}
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f);
 
 /// Traces `fn()` with the steps it records going to `steps`.
 template <class Fn>
@@ -21811,11 +22694,8 @@ struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
   std::vector<int> results;
-  static void run(const void* data, frame f) {
-    const auto& c = *static_cast<const cond_step*>(data);
-    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -21829,17 +22709,8 @@ struct loop_step {
   std::vector<step> cond_steps, body_steps;
   int pred = -1, stop = -1;
   std::vector<copy> copies;
-  static void run(const void* data, frame f) {
-    const auto& l = *static_cast<const loop_step*>(data);
-    for (;;) {
-      run_steps(l.cond_steps, f);
-      if (!*static_cast<const bool*>(f[l.pred])) return;
-      run_steps(l.body_steps, f);
-      if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
-      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
-    }
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.
@@ -21982,6 +22853,40 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f) {
+  for (const step& s : steps) s.run(s.data.get(), f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::run(const void* data, frame f) {
+  const auto& c = *static_cast<const cond_step*>(data);
+  run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const cond_step*>(data));
+}
+
+KILN_LIBRARY_INLINE void loop_step::run(const void* data, frame f) {
+  const auto& l = *static_cast<const loop_step*>(data);
+  for (;;) {
+    run_steps(l.cond_steps, f);
+    if (!*static_cast<const bool*>(f[l.pred])) return;
+    run_steps(l.body_steps, f);
+    if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
+    for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
+  }
+}
+
+KILN_LIBRARY_INLINE void loop_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const loop_step*>(data));
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/control_flow.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_CONTROL_FLOW_HPP
 
@@ -22129,23 +23034,8 @@ struct print_step {
   };
   std::vector<detail::print_piece> pieces;
   std::vector<input> inputs;
-  static void run(const void* data, frame f) {
-    const auto& p = *static_cast<const print_step*>(data);
-    std::vector<tensor> values;
-    std::vector<const tensor*> in;
-    values.reserve(p.inputs.size());
-    for (const input& i : p.inputs) {
-      tensor& t = values.emplace_back(i.dtype, i.shape);
-      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
-    }
-    for (const tensor& t : values) in.push_back(&t);
-    detail::write_print_line(detail::print_line(p.pieces, in));
-  }
-  static void describe(const void* data, description_sink& sink) {
-    std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", {}, true, std::move(inputs), {});
-  }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 }  // namespace typed
@@ -22298,6 +23188,32 @@ KILN_VARIABLE_WITH_TYPED(>)
 #undef KILN_VARIABLE_WITH_TYPED
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void print_step::run(const void* data, frame f) {
+  const auto& p = *static_cast<const print_step*>(data);
+  std::vector<tensor> values;
+  std::vector<const tensor*> in;
+  values.reserve(p.inputs.size());
+  for (const input& i : p.inputs) {
+    tensor& t = values.emplace_back(i.dtype, i.shape);
+    std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
+  }
+  for (const tensor& t : values) in.push_back(&t);
+  detail::write_print_line(detail::print_line(p.pieces, in));
+}
+
+KILN_LIBRARY_INLINE void print_step::describe(const void* data, description_sink& sink) {
+  std::vector<int> inputs;
+  for (const input& i : static_cast<const print_step*>(data)->inputs)
+    inputs.push_back(sink.value(i.slot, i.shape.dims()));
+  sink.effect("PrintV2", {}, true, std::move(inputs), {});
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/effects.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_EFFECTS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
@@ -22342,19 +23258,12 @@ class described_op final : public special_op {
         subgraphs_(std::move(subgraphs)), variable_(std::move(variable)) {}
   std::string_view name() const { return name_; }
   bool has_effects() const { return effects_; }
-  std::vector<tensor> run(std::span<const tensor* const>) const {
-    throw unavailable_error("kiln: node " + name_ +
-                            " of a typed trace's graph describes a step of the trace; call the function to run it");
-  }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    std::vector<std::pair<std::string, const graph*>> out;
-    for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const>) const;
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
 
   /// None of its own: its nodes take the names of the runtime tier's ops, so consumers
   /// find it by its kind, and no file holds it to be loaded by name.
-  static std::array<std::string_view, 0> op_names() { return {}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 0> op_names();
   static constexpr std::string_view save_refusal =
       "stands for a step of a typed trace, which runs only inside that trace; save a trace of the function for "
       "kiln::tensor arguments";
@@ -22539,6 +23448,25 @@ class basic_graph_writer final : public description_sink {
 
 }  // namespace typed
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE std::vector<tensor> described_op::run(std::span<const tensor* const>) const {
+  throw unavailable_error("kiln: node " + name_ +
+                          " of a typed trace's graph describes a step of the trace; call the function to run it");
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> described_op::subgraphs() const {
+  std::vector<std::pair<std::string, const graph*>> out;
+  for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 0> described_op::op_names() { return {}; }
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/typed/graph.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TYPED_GRAPH_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_TYPED_FUNCTION_CALLS_HPP
@@ -22742,14 +23670,7 @@ using tape_ops = boost::mp11::mp_list<ops::add, ops::subtract, ops::multiply, op
 /// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
 /// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
 /// (`x == x` is false for NaN, but both branches are 0).
-inline tensor zeros_shaped_like(const tensor& x) {
-  if (x.shape().is_fully_defined() || !x.is_symbolic()) return zero_filled("gradient", x.shape(), x.dtype(), x.device());
-  const tensor zero = make_scalar(x.dtype(), 0, x.device());
-  const tensor* same_in[] = {&x, &x};
-  const tensor same = run_registered(ops::equal{}, same_in);
-  const tensor* in[] = {&same, &zero, &zero};
-  return run_registered(ops::where{}, in);
-}
+KILN_LIBRARY_INLINE tensor zeros_shaped_like(const tensor& x);
 
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
@@ -22791,7 +23712,7 @@ class gradient_builder {
     template <class = void>
     friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
     /// `s` as a scalar of this value's dtype.
-    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
+    KILN_LIBRARY_INLINE value scalar(double s) const;
   };
 
   /// `needed` marks (nonzero) the inputs whose gradients are wanted; empty: all.
@@ -22800,27 +23721,25 @@ class gradient_builder {
       : inputs_(inputs), output_(output), upstream_(upstream), needed_(needed), grads_(grads) {}
 
   /// Input `i` of the op.
-  value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  KILN_LIBRARY_INLINE value x(int i) const;
   /// How many inputs the op has.
   std::size_t arity() const { return inputs_.size(); }
   /// The op's result.
-  value y() const { return {output_}; }
+  KILN_LIBRARY_INLINE value y() const;
   /// The gradient of the target with respect to the result.
-  value dy() const { return {upstream_}; }
+  KILN_LIBRARY_INLINE value dy() const;
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
+  KILN_LIBRARY_INLINE value zeros_like(int i) const;
   /// Whether the gradient of input `i` is wanted: a formula that gives several skips
   /// the work of those that are not (a captured constant's, say), as PyTorch's
   /// `needs_input_grad`.
-  bool needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
+  KILN_LIBRARY_INLINE bool needs(int i) const;
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
-  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+  KILN_LIBRARY_INLINE void give(int i, const value& g);
 
   /// Zeros of `like`'s dtype, on its device, in shape `s`.
-  static value zeros(const shape& s, const value& like) {
-    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
-  }
+  KILN_LIBRARY_INLINE static value zeros(const shape& s, const value& like);
   /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
   /// of n elements comes out reversed.
   template <class = void>
@@ -22869,6 +23788,44 @@ KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tensor zeros_shaped_like(const tensor& x) {
+  if (x.shape().is_fully_defined() || !x.is_symbolic())
+    return zero_filled("gradient", x.shape(), x.dtype(), x.device());
+  const tensor zero = make_scalar(x.dtype(), 0, x.device());
+  const tensor* same_in[] = {&x, &x};
+  const tensor same = run_registered(ops::equal{}, same_in);
+  const tensor* in[] = {&same, &zero, &zero};
+  return run_registered(ops::where{}, in);
+}
+
+KILN_LIBRARY_INLINE auto gradient_builder::value::scalar(double s) const -> value {
+  return {make_scalar(t.dtype(), s, t.device())};
+}
+
+KILN_LIBRARY_INLINE auto gradient_builder::x(int i) const -> value { return {inputs_[std::size_t(i)]}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::y() const -> value { return {output_}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::dy() const -> value { return {upstream_}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::zeros_like(int i) const -> value {
+  return {zeros_shaped_like(inputs_[std::size_t(i)])};
+}
+
+KILN_LIBRARY_INLINE bool gradient_builder::needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
+
+KILN_LIBRARY_INLINE void gradient_builder::give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::zeros(const shape& s, const value& like) -> value {
+  return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/autodiff/backward.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_BACKWARD_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
@@ -22943,28 +23900,15 @@ struct tape_key {
   int node = -1;
   dtype type;
   shape dims;
-  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
-    if (t.is_symbolic())
-      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
-    else
-      data = t.raw_data();
-  }
+  KILN_LIBRARY_INLINE explicit tape_key(const tensor& t);
   /// The reads of the variable with identity `variable` inside function calls.
-  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
-    tape_key k(t, s);
-    k.data = variable;
-    k.trace_id = ~std::uint64_t{0};
-    return k;
-  }
+  KILN_LIBRARY_INLINE static tape_key of_variable(const void* variable, dtype t, const shape& s);
   friend bool operator==(const tape_key& a, const tape_key& b) {
     return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
   }
   /// A hash of what tells keys apart but the dims (values of one buffer or node with
   /// other shapes are rare: they share a hash and compare unequal).
-  std::size_t hash() const {
-    return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
-           (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
-  }
+  KILN_LIBRARY_INLINE std::size_t hash() const;
 
  private:
   tape_key(dtype t, const shape& s) : type(t), dims(s) {}
@@ -22983,25 +23927,13 @@ struct tape_key {
 class tape_table {
  public:
   /// The tensor kept under `key`, or null.
-  tensor* find(const tape_key& key) {
-    int found = -1;
-    index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
-    return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
-  }
-  const tensor* find(const tape_key& key) const { return const_cast<tape_table&>(*this).find(key); }
-  bool contains(const tape_key& key) const { return find(key) != nullptr; }
+  KILN_LIBRARY_INLINE tensor* find(const tape_key& key);
+  KILN_LIBRARY_INLINE const tensor* find(const tape_key& key) const;
+  KILN_LIBRARY_INLINE bool contains(const tape_key& key) const;
   /// Keeps `t` under `key` unless a tensor is kept there; returns the one kept and
   /// whether it is `t`.
-  std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t) {
-    if (tensor* known = find(key)) return {known, false};
-    index_.insert(key.hash(), int(entries_.size()));
-    entries_.emplace_back(key, t);
-    return {&entries_.back().second, true};
-  }
-  void clear() {
-    entries_.clear();
-    index_.clear();
-  }
+  KILN_LIBRARY_INLINE std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t);
+  KILN_LIBRARY_INLINE void clear();
 
  private:
   std::vector<std::pair<tape_key, tensor>> entries_;
@@ -23010,16 +23942,10 @@ class tape_table {
 
 /// How many gradient tapes record on this thread; the layers below read it through
 /// detail::tapes_recording() (kiln/core/hooks.hpp), which a tape fills with it.
-inline int& recording_tapes() {
-  thread_local int count = 0;
-  return count;
-}
+KILN_LIBRARY_INLINE int& recording_tapes();
 
 /// The tapes recording on this thread, innermost last.
-inline std::vector<gradient_tape*>& active_tapes() {
-  thread_local std::vector<gradient_tape*> tapes;
-  return tapes;
-}
+KILN_LIBRARY_INLINE std::vector<gradient_tape*>& active_tapes();
 
 /// What the tapes of a thread record, and how backward passes are traced
 /// (`tape_runtime`, the one specialization): the functions the hooks above point to
@@ -23071,38 +23997,22 @@ struct basic_tape_runtime {
 using tape_runtime = basic_tape_runtime<void>;
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
-inline tensor unbroadcast(const tensor& g, const shape& to) {
-  if (g.shape() == to) return g;
-  const int lead = g.rank() - to.rank();
-  int_list axes;
-  for (int d = 0; d < g.rank(); ++d)
-    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
-  tensor summed = g;
-  if (!axes.empty()) {
-    const tensor* in[] = {&g};
-    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
-  }
-  const tensor* in[] = {&summed};
-  return run_registered(ops::reshape{to}, in);
-}
+KILN_LIBRARY_INLINE tensor unbroadcast(const tensor& g, const shape& to);
 
 /// `a + b`, or whichever is defined.
-inline tensor sum_defined(const tensor& a, const tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  const tensor* in[] = {&a, &b};
-  return run_registered(ops::add{}, in);
-}
+KILN_LIBRARY_INLINE tensor sum_defined(const tensor& a, const tensor& b);
 
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
 void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
 }
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::register_tape_kernels() {
   register_tape_ops(tape_ops{});
 }
+#endif
 
 }  // namespace detail
 
@@ -23196,10 +24106,7 @@ class gradient_tape {
   friend struct detail::basic_tape_runtime;
 
   // A source the target does not depend on: zeros on request, else an undefined tensor.
-  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
-    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
-    return {};
-  }
+  KILN_LIBRARY_INLINE static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected);
   template <class = void>
   void watch_read(const void* variable, const tensor& value) {
     if (!records(value)) return;
@@ -23220,14 +24127,12 @@ class gradient_tape {
     std::uint32_t inputs = 0;
     std::uint32_t outputs = 0;
   };
-  std::span<const tensor> inputs_of(const entry& e) const { return {values_.data() + e.first, e.inputs}; }
-  std::span<const tensor> outputs_of(const entry& e) const { return {values_.data() + e.first + e.inputs, e.outputs}; }
+  KILN_LIBRARY_INLINE std::span<const tensor> inputs_of(const entry& e) const;
+  KILN_LIBRARY_INLINE std::span<const tensor> outputs_of(const entry& e) const;
 
   // A tape records the values of where it was made: eager ones outside a function,
   // the trace's own inside one (not those of a function traced while it records).
-  bool records(const tensor& t) const {
-    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
-  }
+  KILN_LIBRARY_INLINE bool records(const tensor& t) const;
 
   template <class = void>
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
@@ -23309,12 +24214,8 @@ class gradient_tape {
     }
   }
 
-  void pause() {
-    if (recording_) --detail::recording_tapes(), recording_ = false;
-  }
-  void resume() {
-    if (!recording_) ++detail::recording_tapes(), recording_ = true;
-  }
+  KILN_LIBRARY_INLINE void pause();
+  KILN_LIBRARY_INLINE void resume();
 
   bool persistent_ = false;
   std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
@@ -23394,25 +24295,16 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
 namespace detail {
 
 /// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
-inline tensor fresh_copy(const tensor& x) {
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == device::cpu ? copy : copy.to(x.device());
-}
+KILN_LIBRARY_INLINE tensor fresh_copy(const tensor& x);
 
 /// `out`, or while gradient tapes record, a copy of it when it is a floating-point
 /// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
 /// address, dtype and shape, and a view can share all three with another tensor on
 /// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
 /// then be counted twice.
-inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
-  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
-  bool view = false;
-  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  return view ? fresh_copy(out) : out;
-}
+KILN_LIBRARY_INLINE tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in);
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
@@ -23423,24 +24315,162 @@ template <class Unused>
 void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
+#endif
 
 /// Records a call described by `call` on the tapes of this thread.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
                                                              std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
+#endif
 
 }  // namespace detail
 
 /// `x`, cut off from every gradient tape: gradients do not flow through the result.
 /// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
-inline tensor stop_gradient(const tensor& x) {
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tape_key::tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
+  if (t.is_symbolic())
+    trace_id = t.symbol()->trace_id, node = t.symbol()->node;
+  else
+    data = t.raw_data();
+}
+
+KILN_LIBRARY_INLINE tape_key tape_key::of_variable(const void* variable, dtype t, const shape& s) {
+  tape_key k(t, s);
+  k.data = variable;
+  k.trace_id = ~std::uint64_t{0};
+  return k;
+}
+
+KILN_LIBRARY_INLINE std::size_t tape_key::hash() const {
+  return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
+         (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
+}
+
+KILN_LIBRARY_INLINE tensor* tape_table::find(const tape_key& key) {
+  int found = -1;
+  index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
+  return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
+}
+
+KILN_LIBRARY_INLINE const tensor* tape_table::find(const tape_key& key) const {
+  return const_cast<tape_table&>(*this).find(key);
+}
+
+KILN_LIBRARY_INLINE bool tape_table::contains(const tape_key& key) const { return find(key) != nullptr; }
+
+KILN_LIBRARY_INLINE std::pair<tensor*, bool> tape_table::emplace(const tape_key& key, const tensor& t) {
+  if (tensor* known = find(key)) return {known, false};
+  index_.insert(key.hash(), int(entries_.size()));
+  entries_.emplace_back(key, t);
+  return {&entries_.back().second, true};
+}
+
+KILN_LIBRARY_INLINE void tape_table::clear() {
+  entries_.clear();
+  index_.clear();
+}
+
+KILN_LIBRARY_INLINE int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
+
+KILN_LIBRARY_INLINE std::vector<gradient_tape*>& active_tapes() {
+  thread_local std::vector<gradient_tape*> tapes;
+  return tapes;
+}
+
+KILN_LIBRARY_INLINE tensor unbroadcast(const tensor& g, const shape& to) {
+  if (g.shape() == to) return g;
+  const int lead = g.rank() - to.rank();
+  int_list axes;
+  for (int d = 0; d < g.rank(); ++d)
+    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  tensor summed = g;
+  if (!axes.empty()) {
+    const tensor* in[] = {&g};
+    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
+  }
+  const tensor* in[] = {&summed};
+  return run_registered(ops::reshape{to}, in);
+}
+
+KILN_LIBRARY_INLINE tensor sum_defined(const tensor& a, const tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  const tensor* in[] = {&a, &b};
+  return run_registered(ops::add{}, in);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor gradient_tape::unconnected_gradient(dtype t, const shape& s, kiln::device d,
+                                                               unconnected_gradients unconnected) {
+  if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
+  return {};
+}
+
+KILN_LIBRARY_INLINE std::span<const tensor> gradient_tape::inputs_of(const entry& e) const {
+  return {values_.data() + e.first, e.inputs};
+}
+
+KILN_LIBRARY_INLINE std::span<const tensor> gradient_tape::outputs_of(const entry& e) const {
+  return {values_.data() + e.first + e.inputs, e.outputs};
+}
+
+KILN_LIBRARY_INLINE bool gradient_tape::records(const tensor& t) const {
+  return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
+}
+
+KILN_LIBRARY_INLINE void gradient_tape::pause() {
+  if (recording_) --detail::recording_tapes(), recording_ = false;
+}
+
+KILN_LIBRARY_INLINE void gradient_tape::resume() {
+  if (!recording_) ++detail::recording_tapes(), recording_ = true;
+}
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
+KILN_LIBRARY_INLINE tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  return view ? fresh_copy(out) : out;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
   return detail::fresh_copy(x);
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/autodiff/tape.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_TAPE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_AUTODIFF_REPLAY_HPP
@@ -23487,13 +24517,25 @@ struct special_gradient {
 
 /// The head of the list of entries: a few, pushed once each, read by every replayed
 /// special node, so a lock-free list rather than a map behind a lock.
-inline std::atomic<const special_gradient*>& special_gradients() {
+KILN_LIBRARY_INLINE std::atomic<const special_gradient*>& special_gradients();
+
+/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
+KILN_LIBRARY_INLINE void register_special_gradient(special_gradient& entry);
+
+/// How the special op named `op` is recorded, or null when it has no gradient.
+KILN_LIBRARY_INLINE special_tape_recorder special_gradient_of(std::string_view op);
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::atomic<const special_gradient*>& special_gradients() {
   static std::atomic<const special_gradient*> head{nullptr};
   return head;
 }
 
-/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
-inline void register_special_gradient(special_gradient& entry) {
+KILN_LIBRARY_INLINE void register_special_gradient(special_gradient& entry) {
   const special_gradient* head = special_gradients().load(std::memory_order_acquire);
   do {
     // (pushed twice, an entry would point at itself and every lookup would loop)
@@ -23503,14 +24545,14 @@ inline void register_special_gradient(special_gradient& entry) {
   } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
 }
 
-/// How the special op named `op` is recorded, or null when it has no gradient.
-inline special_tape_recorder special_gradient_of(std::string_view op) {
+KILN_LIBRARY_INLINE special_tape_recorder special_gradient_of(std::string_view op) {
   for (const special_gradient* e = special_gradients().load(std::memory_order_acquire); e; e = e->next)
     if (e->op == op) return e->record;
   return nullptr;
 }
 
 }  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/graph/special_gradients.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_GRAPH_SPECIAL_GRADIENTS_HPP
 
@@ -23543,6 +24585,7 @@ void register_autodiff_special_gradients() {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
 /// without one has no gradient.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at,
                                                          std::size_t count) {
@@ -23555,12 +24598,14 @@ void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::spa
   for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
   record(op, inputs, value.subspan(at, count));
 }
+#endif
 
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
 /// progress when there is one, else eagerly. Ops run through the kernel table
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
@@ -23602,6 +24647,7 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
   }
   return outputs;
 }
+#endif
 
 }  // namespace kiln::detail
 // ----- end kiln/autodiff/replay.hpp -----
@@ -23632,17 +24678,7 @@ namespace kiln::detail {
 
 /// Adds the floating-point variables graph `g` reads to `out`, each once, in order of
 /// first read.
-inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
-  for (const node& n : g.nodes()) {
-    if (n.kind() != node_kind::special) continue;
-    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
-    const auto* read = n.special().as<read_variable_op>();
-    if (!read || !is_floating(read->state()->type())) continue;
-    const void* id = read->state().get();
-    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
-      out.emplace_back(id, read->state()->type(), read->state()->dims());
-  }
-}
+KILN_LIBRARY_INLINE void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out);
 
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
 /// of each floating-point output times its gradient in `output_grads`, with respect
@@ -23650,6 +24686,7 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
 /// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
 /// if given, tells which were. It replays `g` under a tape into the trace in progress:
 /// how backward passes are traced.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
     const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
@@ -23677,14 +24714,10 @@ std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
   }
   return grads;
 }
+#endif
 
 /// The floating-point tensors of `values`.
-inline std::vector<tensor> floating_only(std::span<const tensor> values) {
-  std::vector<tensor> out;
-  for (const tensor& x : values)
-    if (is_floating(x.dtype())) out.push_back(x);
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor> floating_only(std::span<const tensor> values);
 
 /// The backward pass of one trace.
 template <class Lazy>
@@ -23991,6 +25024,31 @@ void basic_tape_runtime<Lazy>::record_loop_on_tapes(const while_op& op, std::spa
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
+  for (const node& n : g.nodes()) {
+    if (n.kind() != node_kind::special) continue;
+    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
+    const auto* read = n.special().as<read_variable_op>();
+    if (!read || !is_floating(read->state()->type())) continue;
+    const void* id = read->state().get();
+    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
+      out.emplace_back(id, read->state()->type(), read->state()->dims());
+  }
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor> floating_only(std::span<const tensor> values) {
+  std::vector<tensor> out;
+  for (const tensor& x : values)
+    if (is_floating(x.dtype())) out.push_back(x);
+  return out;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/autodiff/function_gradient.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_AUTODIFF_FUNCTION_GRADIENT_HPP
 
@@ -24067,33 +25125,16 @@ namespace kiln::detail {
 using dataset_element = std::vector<tensor>;
 
 /// "(int32 (), float32 (2,))", as errors show an element spec.
-inline std::string components_text(std::span<const tensor_spec> specs) {
-  std::vector<value_spec> v;
-  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
-  return specs_text(v);
-}
+KILN_LIBRARY_INLINE std::string components_text(std::span<const tensor_spec> specs);
 
 /// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
-inline void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec) {
-  bool fits = element.size() == spec.size();
-  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
-  if (!fits)
-    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
-                                 " but the dataset's element spec is " + components_text(spec));
-}
+KILN_LIBRARY_INLINE void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec);
 
 /// Raises kiln::invalid_argument_error naming op `op` unless the elements of spec
 /// `got`, of the dataset or iterator (`what`) a node was given when it runs, fit the
 /// spec `traced` that the node was traced for.
-inline void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
-                              std::span<const tensor_spec> traced) {
-  bool fits = got.size() == traced.size();
-  for (std::size_t k = 0; fits && k < got.size(); ++k)
-    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-  if (!fits)
-    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " + components_text(got) +
-                                 " but the function was traced for " + components_text(traced));
-}
+KILN_LIBRARY_INLINE void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                              std::span<const tensor_spec> traced);
 
 /// One pass over a dataset: pulls its elements in order. Holds any callable that
 /// gives the next element, or nothing at the end of the pass. Type-erased through
@@ -24106,7 +25147,7 @@ class element_iterator {
       : state_(new Next(std::move(next)), [](void* p) { delete static_cast<Next*>(p); }),
         next_([](void* p) -> std::optional<dataset_element> { return (*static_cast<Next*>(p))(); }) {}
   /// The next element, or nothing at the end of the pass.
-  std::optional<dataset_element> next() { return next_(state_.get()); }
+  KILN_LIBRARY_INLINE std::optional<dataset_element> next();
 
  private:
   std::unique_ptr<void, void (*)(void*)> state_;
@@ -24127,7 +25168,7 @@ class dataset_stage {
   /// One spec per component; `none` dims (or an unknown rank) where elements differ.
   const std::vector<tensor_spec>& element_spec() const { return spec_; }
   /// Starts a pass over the elements.
-  element_iterator iterate() const { return iterate_(*this); }
+  KILN_LIBRARY_INLINE element_iterator iterate() const;
   /// True when a pass calls C++ code that may have effects (a generator), so that a
   /// graph runs its loop even when no output needs it, as TensorFlow keeps a
   /// py_function.
@@ -24190,12 +25231,7 @@ using dataset_registry = handle_registry<const dataset_stage>;
 
 /// `TensorSpec(shape=(), dtype=tf.int64, name=None)` for one component, a tuple of
 /// them for several: an element spec as TensorFlow's DatasetSpec and IteratorSpec show it.
-inline std::string element_spec_text(std::span<const tensor_spec> spec) {
-  if (spec.size() == 1) return spec[0].str();
-  std::string s = "(";
-  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
-  return s + ")";
-}
+KILN_LIBRARY_INLINE std::string element_spec_text(std::span<const tensor_spec> spec);
 
 /// A C++ `for`'s pass over a dataset, handing out its elements as `Element`: a
 /// std::vector of tensors, or a std::array of as many as every element has. Made
@@ -24240,6 +25276,48 @@ class element_cursor {
 };
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string components_text(std::span<const tensor_spec> specs) {
+  std::vector<value_spec> v;
+  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
+  return specs_text(v);
+}
+
+KILN_LIBRARY_INLINE void check_element(std::string_view stage, const dataset_element& element,
+                                       std::span<const tensor_spec> spec) {
+  bool fits = element.size() == spec.size();
+  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
+  if (!fits)
+    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
+                                 " but the dataset's element spec is " + components_text(spec));
+}
+
+KILN_LIBRARY_INLINE void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                                           std::span<const tensor_spec> traced) {
+  bool fits = got.size() == traced.size();
+  for (std::size_t k = 0; fits && k < got.size(); ++k)
+    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+  if (!fits)
+    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " +
+                                 components_text(got) + " but the function was traced for " + components_text(traced));
+}
+
+KILN_LIBRARY_INLINE std::optional<dataset_element> element_iterator::next() { return next_(state_.get()); }
+
+KILN_LIBRARY_INLINE element_iterator dataset_stage::iterate() const { return iterate_(*this); }
+
+KILN_LIBRARY_INLINE std::string element_spec_text(std::span<const tensor_spec> spec) {
+  if (spec.size() == 1) return spec[0].str();
+  std::string s = "(";
+  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
+  return s + ")";
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/data/pipeline.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_PIPELINE_HPP
 
@@ -24381,26 +25459,12 @@ class basic_reduce_dataset_op final : public special_op {
       : special_op(std::type_identity<basic_reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
         effects_(body_.traced().has_effects() || traced_->has_effects()) {}
-  std::string_view name() const { return "ReduceDataset"; }
+  std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
-    check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
-    const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
-    // The body's arguments: an element's components, the state, the captures.
-    std::vector<tensor> args(components);
-    for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
-    element_iterator pass = stage->iterate();
-    while (std::optional<dataset_element> e = pass.next()) {
-      for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
-      std::vector<tensor> next = body_.run(args);
-      for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
-    }
-    return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
-  }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const;
+  std::vector<tensor> run(std::span<const tensor* const> in) const;
 
-  static std::array<std::string_view, 1> op_names() { return {"ReduceDataset"}; }
+  static std::array<std::string_view, 1> op_names();
   /// Its dataset is a pipeline of C++ objects (sources, functions) of this program, named
   /// by a handle that means nothing to another one.
   static constexpr std::string_view save_refusal =
@@ -24422,25 +25486,13 @@ class basic_reduce_dataset_op final : public special_op {
 using reduce_dataset_op = basic_reduce_dataset_op<void>;
 
 /// The parameters of a function traced for an element of `spec`: `args_0`, ...
-inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
-  std::vector<tensor_spec> out;
-  for (std::size_t k = 0; k < spec.size(); ++k) out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec);
 
 /// As tf.data's reduce: a loop variable that the body makes less specific (a dim, or
 /// the rank, that depends on the elements) takes the body's spec, and the body is
 /// traced again for it; returns whether one did. Anything else is left for
 /// check_loop_specs to reject.
-inline bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  bool relaxed = false;
-  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
-    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
-      specs[k].second = got[k].second;
-      relaxed = true;
-    }
-  return relaxed;
-}
+KILN_LIBRARY_INLINE bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got);
 
 /// Runs `invoke(element, state)` over the elements of dataset `ds` (a
 /// kiln::data::dataset) from `initial`, each result the next state (nothing when the
@@ -24493,6 +25545,61 @@ State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::name() const -> std::string_view {
+  return "ReduceDataset";
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::subgraphs() const -> std::vector<std::pair<std::string, const graph*>> {
+  return {{"body", &body_.traced()}};
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const -> std::vector<tensor> {
+  const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
+  check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
+  const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
+  // The body's arguments: an element's components, the state, the captures.
+  std::vector<tensor> args(components);
+  for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
+  element_iterator pass = stage->iterate();
+  while (std::optional<dataset_element> e = pass.next()) {
+    for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
+    std::vector<tensor> next = body_.run(args);
+    for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
+  }
+  return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::op_names() -> std::array<std::string_view, 1> {
+  return {"ReduceDataset"};
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
+  std::vector<tensor_spec> out;
+  for (std::size_t k = 0; k < spec.size(); ++k)
+    out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
+  return out;
+}
+
+KILN_LIBRARY_INLINE bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  bool relaxed = false;
+  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
+    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
+      specs[k].second = got[k].second;
+      relaxed = true;
+    }
+  return relaxed;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/data/reduce.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_REDUCE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_DATA_STAGES_HPP
@@ -24533,20 +25640,8 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 template <class Unused>
 class basic_range_stage final : public dataset_stage {
  public:
-  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
-      : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
-        start_(start), delta_(delta) {
-    if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
-    // Python's range length: ceil((limit - start) / delta), at least 0.
-    const std::int64_t span = delta > 0 ? limit - start : start - limit;
-    const std::int64_t step = delta > 0 ? delta : -delta;
-    count_ = span <= 0 ? 0 : (span + step - 1) / step;
-  }
-  element_iterator iterate() const {
-    return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
-      return dataset_element{kiln::constant(start + i * delta)};
-    });
-  }
+  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta);
+  element_iterator iterate() const;
 
  private:
   std::int64_t start_, delta_, count_ = 0;
@@ -24555,19 +25650,7 @@ using range_stage = basic_range_stage<void>;
 
 /// The spec of one slice along the first dim of each of `components`, which must
 /// be eager tensors of rank 1 or more that agree in their first dim.
-inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
-  if (components.empty()) throw value_error("dataset::from_tensor_slices: give at least one tensor");
-  std::vector<tensor_spec> out;
-  for (const tensor& c : components) {
-    c.require_value("dataset::from_tensor_slices");
-    if (c.rank() < 1) throw value_error("dataset::from_tensor_slices: slicing needs tensors of rank 1 or more, got a scalar");
-    if (c.shape()[0] != components[0].shape()[0])
-      throw value_error("dataset::from_tensor_slices: the components must have the same first dim, got " +
-                        components[0].shape().str() + " and " + c.shape().str());
-    out.emplace_back(shape(c.shape().dims().subspan(1)), c.dtype());
-  }
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor_spec> slice_spec(std::span<const tensor> components);
 
 /// `dataset::from_tensor_slices`: element i is slice i of every component. A
 /// template on nothing, as op functions are: it runs x[i].
@@ -24578,13 +25661,7 @@ class basic_slices_stage final : public dataset_stage {
       : dataset_stage(std::type_identity<basic_slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
-  element_iterator iterate() const {
-    return indexed_elements(count_, [this](std::int64_t i) {
-      dataset_element e;
-      for (const tensor& c : components_) e.push_back(c[i]);
-      return e;
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   std::int64_t count_;
@@ -24599,20 +25676,10 @@ class basic_tensors_stage final : public dataset_stage {
   explicit basic_tensors_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<basic_tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
-  element_iterator iterate() const {
-    return indexed_elements(1, [this](std::int64_t) { return components_; });
-  }
+  element_iterator iterate() const;
 
  private:
-  static std::vector<tensor_spec> spec_of(std::span<const tensor> components) {
-    if (components.empty()) throw value_error("dataset::from_tensors: give at least one tensor");
-    std::vector<tensor_spec> out;
-    for (const tensor& c : components) {
-      c.require_value("dataset::from_tensors");
-      out.emplace_back(c.shape(), c.dtype());
-    }
-    return out;
-  }
+  static std::vector<tensor_spec> spec_of(std::span<const tensor> components);
   std::vector<tensor> components_;
 };
 using tensors_stage = basic_tensors_stage<void>;
@@ -24673,13 +25740,7 @@ class basic_map_stage final : public transform_stage {
       : transform_stage(std::type_identity<basic_map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
-  element_iterator iterate() const {
-    return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
-      std::optional<dataset_element> e = in.next();
-      if (!e) return std::nullopt;
-      return fn_.run(*e);
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   subgraph fn_;
@@ -24746,33 +25807,8 @@ template <class Unused>
 class basic_shuffle_stage final : public transform_stage {
  public:
   basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
-                bool reshuffle_each_iteration)
-      : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
-        buffer_size_(buffer_size), seed_(seed),
-        reshuffle_(reshuffle_each_iteration) {
-    if (buffer_size <= 0)
-      throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
-  }
-  element_iterator iterate() const {
-    const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
-    // The index is taken by modulo of splitmix64's numbers, so the order is the same
-    // on every platform and standard library (a std:: distribution's is not).
-    std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
-    return transformed([this, state, buffer = std::vector<dataset_element>()](
-                           element_iterator& in) mutable -> std::optional<dataset_element> {
-      while (std::int64_t(buffer.size()) < buffer_size_) {
-        std::optional<dataset_element> e = in.next();
-        if (!e) break;
-        buffer.push_back(std::move(*e));
-      }
-      if (buffer.empty()) return std::nullopt;
-      const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
-      std::swap(buffer[pick], buffer.back());
-      dataset_element out = std::move(buffer.back());
-      buffer.pop_back();
-      return out;
-    });
-  }
+                bool reshuffle_each_iteration);
+  element_iterator iterate() const;
 
  private:
   std::int64_t buffer_size_;
@@ -24786,24 +25822,8 @@ using shuffle_stage = basic_shuffle_stage<void>;
 template <class Unused>
 class basic_shard_stage final : public transform_stage {
  public:
-  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
-      : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
-        num_shards_(num_shards), index_(index) {
-    if (num_shards <= 0)
-      throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
-    if (index < 0 || index >= num_shards)
-      throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
-                                   std::to_string(index));
-  }
-  element_iterator iterate() const {
-    return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
-      std::optional<dataset_element> e;
-      // The elements before this shard's next one are read and dropped.
-      while ((e = in.next()) && position++ % num_shards != index) {
-      }
-      return e;
-    });
-  }
+  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index);
+  element_iterator iterate() const;
 
  private:
   std::int64_t num_shards_, index_;
@@ -24816,13 +25836,7 @@ class basic_take_stage final : public transform_stage {
  public:
   basic_take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
       : transform_stage(std::type_identity<basic_take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
-  element_iterator iterate() const {
-    return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
-      if (count >= 0 && taken >= count) return std::optional<dataset_element>();
-      ++taken;
-      return in.next();
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   std::int64_t count_;
@@ -24835,16 +25849,166 @@ using take_stage = basic_take_stage<void>;
 template <class Unused>
 class basic_prefetch_stage final : public transform_stage {
  public:
-  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
-      : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
-    if (buffer_size < 0)
-      throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
-  }
-  element_iterator iterate() const { return input()->iterate(); }
+  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size);
+  element_iterator iterate() const;
 };
 using prefetch_stage = basic_prefetch_stage<void>;
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+basic_range_stage<Unused>::basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
+    : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
+      start_(start),
+      delta_(delta) {
+  if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
+  // Python's range length: ceil((limit - start) / delta), at least 0.
+  const std::int64_t span = delta > 0 ? limit - start : start - limit;
+  const std::int64_t step = delta > 0 ? delta : -delta;
+  count_ = span <= 0 ? 0 : (span + step - 1) / step;
+}
+
+template <class Unused>
+auto basic_range_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
+    return dataset_element{kiln::constant(start + i * delta)};
+  });
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
+  if (components.empty()) throw value_error("dataset::from_tensor_slices: give at least one tensor");
+  std::vector<tensor_spec> out;
+  for (const tensor& c : components) {
+    c.require_value("dataset::from_tensor_slices");
+    if (c.rank() < 1)
+      throw value_error("dataset::from_tensor_slices: slicing needs tensors of rank 1 or more, got a scalar");
+    if (c.shape()[0] != components[0].shape()[0])
+      throw value_error("dataset::from_tensor_slices: the components must have the same first dim, got " +
+                        components[0].shape().str() + " and " + c.shape().str());
+    out.emplace_back(shape(c.shape().dims().subspan(1)), c.dtype());
+  }
+  return out;
+}
+
+template <class Unused>
+auto basic_slices_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(count_, [this](std::int64_t i) {
+    dataset_element e;
+    for (const tensor& c : components_) e.push_back(c[i]);
+    return e;
+  });
+}
+
+template <class Unused>
+auto basic_tensors_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(1, [this](std::int64_t) { return components_; });
+}
+
+template <class Unused>
+auto basic_tensors_stage<Unused>::spec_of(std::span<const tensor> components) -> std::vector<tensor_spec> {
+  if (components.empty()) throw value_error("dataset::from_tensors: give at least one tensor");
+  std::vector<tensor_spec> out;
+  for (const tensor& c : components) {
+    c.require_value("dataset::from_tensors");
+    out.emplace_back(c.shape(), c.dtype());
+  }
+  return out;
+}
+
+template <class Unused>
+auto basic_map_stage<Unused>::iterate() const -> element_iterator {
+  return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
+    std::optional<dataset_element> e = in.next();
+    if (!e) return std::nullopt;
+    return fn_.run(*e);
+  });
+}
+
+template <class Unused>
+basic_shuffle_stage<Unused>::basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size,
+                                                 std::uint64_t seed, bool reshuffle_each_iteration)
+    : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
+      buffer_size_(buffer_size),
+      seed_(seed),
+      reshuffle_(reshuffle_each_iteration) {
+  if (buffer_size <= 0)
+    throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
+}
+
+template <class Unused>
+auto basic_shuffle_stage<Unused>::iterate() const -> element_iterator {
+  const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
+  // The index is taken by modulo of splitmix64's numbers, so the order is the same
+  // on every platform and standard library (a std:: distribution's is not).
+  std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
+  return transformed([this, state, buffer = std::vector<dataset_element>()](
+                         element_iterator& in) mutable -> std::optional<dataset_element> {
+    while (std::int64_t(buffer.size()) < buffer_size_) {
+      std::optional<dataset_element> e = in.next();
+      if (!e) break;
+      buffer.push_back(std::move(*e));
+    }
+    if (buffer.empty()) return std::nullopt;
+    const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
+    std::swap(buffer[pick], buffer.back());
+    dataset_element out = std::move(buffer.back());
+    buffer.pop_back();
+    return out;
+  });
+}
+
+template <class Unused>
+basic_shard_stage<Unused>::basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards,
+                                             std::int64_t index)
+    : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
+      num_shards_(num_shards),
+      index_(index) {
+  if (num_shards <= 0)
+    throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
+  if (index < 0 || index >= num_shards)
+    throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
+                                 std::to_string(index));
+}
+
+template <class Unused>
+auto basic_shard_stage<Unused>::iterate() const -> element_iterator {
+  return transformed(
+      [num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
+        std::optional<dataset_element> e;
+        // The elements before this shard's next one are read and dropped.
+        while ((e = in.next()) && position++ % num_shards != index) {
+        }
+        return e;
+      });
+}
+
+template <class Unused>
+auto basic_take_stage<Unused>::iterate() const -> element_iterator {
+  return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
+    if (count >= 0 && taken >= count) return std::optional<dataset_element>();
+    ++taken;
+    return in.next();
+  });
+}
+
+template <class Unused>
+basic_prefetch_stage<Unused>::basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
+    : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
+  if (buffer_size < 0)
+    throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " +
+                                 std::to_string(buffer_size));
+}
+
+template <class Unused>
+auto basic_prefetch_stage<Unused>::iterate() const -> element_iterator {
+  return input()->iterate();
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/data/stages.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_STAGES_HPP
 
@@ -25072,8 +26236,8 @@ class dataset {
   /// call with another dataset of the same spec would reuse that unrolled graph;
   /// there kiln::for_each or reduce() make one ReduceDataset node instead.
   /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
-  const_iterator begin() const { return const_iterator(*stage_); }
-  std::default_sentinel_t end() const { return {}; }
+  KILN_LIBRARY_INLINE const_iterator begin() const;
+  KILN_LIBRARY_INLINE std::default_sentinel_t end() const;
 
   /// An iterator over the elements (TensorFlow's `iter(ds)`): each get_next() gives
   /// the next element, also inside a function, where it is a node that advances at
@@ -25088,22 +26252,15 @@ class dataset {
   /// that takes the dataset as an argument.
   const tensor& handle() const { return handle_; }
   /// Appends the element spec to a kiln::function's cache key.
-  void append_spec_key(std::vector<std::uint64_t>& key) const {
-    key.push_back(element_spec().size());
-    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void append_spec_key(std::vector<std::uint64_t>& key) const;
   /// This dataset, reached through `handle` (a function's placeholder for it).
-  dataset with_handle(const tensor& handle) const {
-    dataset d = *this;
-    d.handle_ = handle;
-    return d;
-  }
+  KILN_LIBRARY_INLINE dataset with_handle(const tensor& handle) const;
   /// The pipeline as traced: what a ReduceDataset node keeps.
   const std::shared_ptr<const detail::dataset_stage>& pipeline() const { return stage_; }
   /// How a function's signature shows a dataset argument, as TensorFlow does:
   /// `DatasetSpec(TensorSpec(shape=(), dtype=tf.int64, name=None), TensorShape([]))`.
   /// \code kiln::data::dataset::range(3).signature_text(); \endcode
-  std::string signature_text() const { return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))"; }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 
   /// `<RangeDataset shapes: (), types: int64>`, `<FlatMapDataset shapes: ((), ()),
   /// types: (int32, int32)>`: TensorFlow's text, with kiln's dtype names.
@@ -25250,6 +26407,31 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::data {
+
+KILN_LIBRARY_INLINE auto dataset::begin() const -> const_iterator { return const_iterator(*stage_); }
+
+KILN_LIBRARY_INLINE std::default_sentinel_t dataset::end() const { return {}; }
+
+KILN_LIBRARY_INLINE void dataset::append_spec_key(std::vector<std::uint64_t>& key) const {
+  key.push_back(element_spec().size());
+  for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE dataset dataset::with_handle(const tensor& handle) const {
+  dataset d = *this;
+  d.handle_ = handle;
+  return d;
+}
+
+KILN_LIBRARY_INLINE std::string dataset::signature_text() const {
+  return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))";
+}
+
+}  // namespace kiln::data
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/data/dataset.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_DATASET_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
@@ -25290,11 +26472,7 @@ class iterator_state {
         }()) {}
 
   /// The next element, or nothing past the end; one caller at a time.
-  std::optional<dataset_element> next() {
-    std::lock_guard lock(mutex_);
-    init_scope eager;  // a pass may run ops (a map's function)
-    return pass_.next();
-  }
+  KILN_LIBRARY_INLINE std::optional<dataset_element> next();
   const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
 
  private:
@@ -25308,11 +26486,7 @@ using iterator_registry = handle_registry<iterator_state>;
 
 /// The element `state` gives next, or kiln::out_of_range_error past the end (as
 /// TensorFlow's OutOfRangeError: "End of sequence").
-inline dataset_element next_element(iterator_state& state, std::string_view who) {
-  std::optional<dataset_element> e = state.next();
-  if (!e) throw out_of_range_error(std::string(who) + ": End of sequence");
-  return std::move(*e);
-}
+KILN_LIBRARY_INLINE dataset_element next_element(iterator_state& state, std::string_view who);
 
 /// `it.get_next()` inside a function: its input is the iterator's handle, its results
 /// the element's components. The iterator comes from the handle at every run (an
@@ -25322,16 +26496,12 @@ class iterator_get_next_op final : public special_op {
  public:
   explicit iterator_get_next_op(std::shared_ptr<iterator_state> traced)
       : special_op(std::type_identity<iterator_get_next_op>()), traced_(std::move(traced)) {}
-  std::string_view name() const { return "IteratorGetNext"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// It advances the iterator: never pruned, in program order with other effects.
   bool has_effects() const { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
-    check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
-    return next_element(*state, name());
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
 
-  static std::array<std::string_view, 1> op_names() { return {"IteratorGetNext"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Its iterator is a pass over a pipeline of C++ objects of this program, named by a
   /// handle that means nothing to another one.
   static constexpr std::string_view save_refusal =
@@ -25376,43 +26546,22 @@ class iterator {
 
   /// The next element, one tensor per component; inside a function being traced, an
   /// `IteratorGetNext` node's symbolic results. kiln::out_of_range_error past the end.
-  dataset::element get_next() const {
-    if (!state_) throw value_error("kiln::data::iterator: get_next on an iterator over nothing (default-constructed)");
-    if (detail::trace_context* trace = detail::trace_context::current()) {
-      std::vector<std::pair<dtype, shape>> results;
-      for (const tensor_spec& s : element_spec()) results.emplace_back(s.dtype, s.shape);
-      const tensor inputs[] = {handle_};
-      return trace->record_special(std::make_shared<detail::iterator_get_next_op>(state_), inputs, results);
-    }
-    if (handle_.is_symbolic())
-      throw type_error("kiln::data::iterator: an iterator a function received was used outside the trace that made it");
-    return detail::next_element(*state_, "kiln::data::iterator::get_next");
-  }
+  KILN_LIBRARY_INLINE dataset::element get_next() const;
 
   /// One spec per component of an element.
-  const std::vector<tensor_spec>& element_spec() const {
-    if (!state_) throw value_error("kiln::data::iterator: an iterator over nothing (default-constructed) has no element spec");
-    return state_->element_spec();
-  }
+  KILN_LIBRARY_INLINE const std::vector<tensor_spec>& element_spec() const;
 
   /// The int64 scalar naming the iterator at run time; symbolic inside a function
   /// that takes the iterator as an argument.
   const tensor& handle() const { return handle_; }
   /// Appends what keys an iterator argument to a kiln::function's cache key: that it
   /// is an iterator, and its element spec.
-  void append_spec_key(std::vector<std::uint64_t>& key) const {
-    key.push_back(~std::uint64_t(element_spec().size()));  // unlike a dataset's first word
-    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void append_spec_key(std::vector<std::uint64_t>& key) const;
   /// This iterator, reached through `handle` (a function's placeholder for it).
-  iterator with_handle(const tensor& handle) const {
-    iterator i = *this;
-    i.handle_ = handle;
-    return i;
-  }
+  KILN_LIBRARY_INLINE iterator with_handle(const tensor& handle) const;
   /// How a function's signature shows an iterator argument, as TensorFlow does:
   /// `IteratorSpec(TensorSpec(shape=(), dtype=tf.int32, name=None),)`.
-  std::string signature_text() const { return "IteratorSpec(" + detail::element_spec_text(element_spec()) + ",)"; }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 
  private:
   std::shared_ptr<detail::iterator_state> state_;
@@ -25452,7 +26601,9 @@ auto get_next(const Iterator& it) {
   return it.get_next();
 }
 
-inline iterator dataset::make_iterator() const { return iterator(*this); }
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE iterator dataset::make_iterator() const { return iterator(*this); }
+#endif  // KILN_DEFINE_LIBRARY
 
 template <std::size_t N>
 iterator_of<N> dataset_of<N>::make_iterator() const {
@@ -25460,6 +26611,72 @@ iterator_of<N> dataset_of<N>::make_iterator() const {
 }
 
 }  // namespace kiln::data
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::optional<dataset_element> iterator_state::next() {
+  std::lock_guard lock(mutex_);
+  init_scope eager;  // a pass may run ops (a map's function)
+  return pass_.next();
+}
+
+KILN_LIBRARY_INLINE dataset_element next_element(iterator_state& state, std::string_view who) {
+  std::optional<dataset_element> e = state.next();
+  if (!e) throw out_of_range_error(std::string(who) + ": End of sequence");
+  return std::move(*e);
+}
+
+KILN_LIBRARY_INLINE std::string_view iterator_get_next_op::name() const { return "IteratorGetNext"; }
+
+KILN_LIBRARY_INLINE std::vector<tensor> iterator_get_next_op::run(std::span<const tensor* const> in) const {
+  const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
+  check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
+  return next_element(*state, name());
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> iterator_get_next_op::op_names() { return {"IteratorGetNext"}; }
+
+}  // namespace kiln::detail
+
+namespace kiln::data {
+
+KILN_LIBRARY_INLINE dataset::element iterator::get_next() const {
+  if (!state_) throw value_error("kiln::data::iterator: get_next on an iterator over nothing (default-constructed)");
+  if (detail::trace_context* trace = detail::trace_context::current()) {
+    std::vector<std::pair<dtype, shape>> results;
+    for (const tensor_spec& s : element_spec()) results.emplace_back(s.dtype, s.shape);
+    const tensor inputs[] = {handle_};
+    return trace->record_special(std::make_shared<detail::iterator_get_next_op>(state_), inputs, results);
+  }
+  if (handle_.is_symbolic())
+    throw type_error("kiln::data::iterator: an iterator a function received was used outside the trace that made it");
+  return detail::next_element(*state_, "kiln::data::iterator::get_next");
+}
+
+KILN_LIBRARY_INLINE const std::vector<tensor_spec>& iterator::element_spec() const {
+  if (!state_)
+    throw value_error("kiln::data::iterator: an iterator over nothing (default-constructed) has no element spec");
+  return state_->element_spec();
+}
+
+KILN_LIBRARY_INLINE void iterator::append_spec_key(std::vector<std::uint64_t>& key) const {
+  key.push_back(~std::uint64_t(element_spec().size()));  // unlike a dataset's first word
+  for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE iterator iterator::with_handle(const tensor& handle) const {
+  iterator i = *this;
+  i.handle_ = handle;
+  return i;
+}
+
+KILN_LIBRARY_INLINE std::string iterator::signature_text() const {
+  return "IteratorSpec(" + detail::element_spec_text(element_spec()) + ",)";
+}
+
+}  // namespace kiln::data
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/data/iterator.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_DATA_ITERATOR_HPP
 
@@ -25515,11 +26732,7 @@ class optimizer_state {
   const variable& iterations() const { return iterations_; }
   /// The slot variables made so far, by variable in the order first updated (what a
   /// checkpoint saves beside `iterations`).
-  std::vector<variable> slot_variables() const {
-    std::vector<variable> out;
-    for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<variable> slot_variables() const;
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.
@@ -25556,9 +26769,7 @@ struct basic_optimizer_updates {
   /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
   /// that in a kiln::function the sum fuses into the pass that computes `delta`
   /// (an assign_add is a pass of its own over the variable).
-  static void add_to(const variable& v, const tensor& delta) {
-    v.assign(v.read_value() + delta);
-  }
+  static void add_to(const variable& v, const tensor& delta);
 
   /// The (gradient, variable) pairs to update: those with a gradient, every pair
   /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
@@ -25566,48 +26777,16 @@ struct basic_optimizer_updates {
   /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
   /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
   static std::vector<std::pair<tensor, variable>> pairs(const optimizer_state& self, const std::vector<tensor>& grads,
-                                                         const std::vector<variable>& vars) {
-    if (grads.size() != vars.size())
-      throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                                   std::to_string(vars.size()) + " variables");
-    std::vector<std::pair<tensor, variable>> out;
-    for (std::size_t k = 0; k < vars.size(); ++k) {
-      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
-      if (!is_floating(vars[k].dtype()))
-        throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
-                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
-      const tensor& g = grads[k];
-      // A gradient being traced may have dims known only when the graph runs.
-      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
-      if (g.dtype() != vars[k].dtype() || !fits)
-        throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
-                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
-                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
-      out.emplace_back(grads[k], vars[k]);
-    }
-    if (out.empty() && !vars.empty())
-      throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
-    return out;
-  }
+                                                         const std::vector<variable>& vars);
 
   /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
   /// first call for `v`. Created while tracing a function traced before, they make
   /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
   static const std::vector<variable>& slots(optimizer_state& self, const variable& v,
-                                           const std::vector<std::string>& kinds) {
-    for (auto& [identity, vars] : self.slots_)
-      if (identity == v.identity()) return vars;
-    std::vector<variable> made;
-    for (const std::string& kind : kinds)
-      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
-    self.slots_.emplace_back(v.identity(), std::move(made));
-    return self.slots_.back().second;
-  }
+                                           const std::vector<std::string>& kinds);
 
   /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  static tensor scalar(double x, dtype t) {
-    return kiln::constant(x, t);
-  }
+  static tensor scalar(double x, dtype t);
 };
 using optimizer_updates = basic_optimizer_updates<void>;
 }  // namespace detail
@@ -25672,6 +26851,7 @@ class adam : public detail::optimizer_state {
   adam_options options_;
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
@@ -25709,8 +26889,71 @@ void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vecto
   }
   self.iterations_.assign_add(std::int64_t{1});
 }
+#endif
 
 }  // namespace kiln::optimizers
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::optimizers::detail {
+
+KILN_LIBRARY_INLINE std::vector<variable> optimizer_state::slot_variables() const {
+  std::vector<variable> out;
+  for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
+  return out;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) -> void {
+  v.assign(v.read_value() + delta);
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::pairs(const optimizer_state& self, const std::vector<tensor>& grads,
+                                            const std::vector<variable>& vars)
+    -> std::vector<std::pair<tensor, variable>> {
+  if (grads.size() != vars.size())
+    throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                 std::to_string(vars.size()) + " variables");
+  std::vector<std::pair<tensor, variable>> out;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+    if (!is_floating(vars[k].dtype()))
+      throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                       std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+    const tensor& g = grads[k];
+    // A gradient being traced may have dims known only when the graph runs.
+    const bool fits =
+        g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+    if (g.dtype() != vars[k].dtype() || !fits)
+      throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() +
+                                   "' (" + std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() +
+                                   ") is " + std::string(kiln::name(g.dtype())) + " " + g.shape().str());
+    out.emplace_back(grads[k], vars[k]);
+  }
+  if (out.empty() && !vars.empty())
+    throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
+  return out;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::slots(optimizer_state& self, const variable& v,
+                                            const std::vector<std::string>& kinds) -> const std::vector<variable>& {
+  for (auto& [identity, vars] : self.slots_)
+    if (identity == v.identity()) return vars;
+  std::vector<variable> made;
+  for (const std::string& kind : kinds)
+    made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
+  self.slots_.emplace_back(v.identity(), std::move(made));
+  return self.slots_.back().second;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::scalar(double x, dtype t) -> tensor {
+  return kiln::constant(x, t);
+}
+
+}  // namespace kiln::optimizers::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/train/optimizers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_OPTIMIZERS_HPP
 
@@ -25761,19 +27004,11 @@ struct uniform_options {
 /// Keras' fans of a weight shape: (fan_in, fan_out). A kernel (in, out) has fans in
 /// and out; a convolution's (..., in, out) multiplies both by its window's size; a
 /// vector has its length for both, a scalar 1.
-inline std::pair<double, double> fans(const shape& s) {
-  if (s.rank() < 1) return {1.0, 1.0};
-  if (s.rank() == 1) return {double(s[0]), double(s[0])};
-  double receptive = 1;
-  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
-  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
-}
+KILN_LIBRARY_INLINE std::pair<double, double> fans(const shape& s);
 
 namespace detail {
 /// The Philox key of one call: the seed, or a fresh one (kiln::random's rules).
-inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
-  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
-}
+KILN_LIBRARY_INLINE std::uint64_t key_of(const std::optional<std::uint64_t>& seed);
 /// The fan `variance_scaling` divides by.
 enum class fan_mode { in, average };
 
@@ -25791,6 +27026,7 @@ struct basic_initializer_draws {
 };
 using initializer_draws = basic_initializer_draws<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
                                                  const std::optional<std::uint64_t>& seed) {
@@ -25811,6 +27047,7 @@ tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t
   const double limit = std::sqrt(3.0 * scale / n);
   return draw_now({s, t, -limit, limit}, seed);
 }
+#endif
 
 }  // namespace detail
 
@@ -25916,6 +27153,28 @@ struct constant {
 
 }  // namespace initializers
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::initializers {
+
+KILN_LIBRARY_INLINE std::pair<double, double> fans(const shape& s) {
+  if (s.rank() < 1) return {1.0, 1.0};
+  if (s.rank() == 1) return {double(s[0]), double(s[0])};
+  double receptive = 1;
+  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
+  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
+}
+
+}  // namespace kiln::initializers
+
+namespace kiln::initializers::detail {
+
+KILN_LIBRARY_INLINE std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
+  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
+}
+
+}  // namespace kiln::initializers::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/models/initializers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_INITIALIZERS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_LOSSES_HPP
@@ -25963,6 +27222,7 @@ struct basic_loss_terms {
 };
 using loss_terms = basic_loss_terms<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_loss_terms<Unused>::targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
   kiln::detail::require_floating(fn, y_pred);
@@ -25978,6 +27238,7 @@ template <class Unused>
 tensor basic_loss_terms<Unused>::batch_mean(const tensor& per_sample) {
   return reduce_mean(per_sample);
 }
+#endif
 
 }  // namespace detail
 
@@ -26129,7 +27390,7 @@ class mean {
   }
   const std::string& name() const { return name_; }
   /// The state: the total, then the count.
-  std::vector<variable> variables() const { return {total_, count_}; }
+  KILN_LIBRARY_INLINE std::vector<variable> variables() const;
 
  private:
   std::string name_;
@@ -26195,6 +27456,14 @@ class sparse_categorical_accuracy {
 };
 
 }  // namespace kiln::metrics
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::metrics {
+
+KILN_LIBRARY_INLINE std::vector<variable> mean::variables() const { return {total_, count_}; }
+
+}  // namespace kiln::metrics
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/models/metrics.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_METRICS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_MODULE_HPP
@@ -26284,28 +27553,17 @@ class module {
   virtual ~module() = default;
 
   /// The module's name (a layer's is unique in the program: `dense`, `dense_1`, ...).
-  const std::string& name() const { return name_.empty() ? default_name() : name_; }
+  KILN_LIBRARY_INLINE const std::string& name() const;
 
   /// Every variable of the tree, depth first in declaration order, each once.
-  std::vector<variable> variables() const { return collect(0); }
+  KILN_LIBRARY_INLINE std::vector<variable> variables() const;
   /// The variables training updates (all but statistics such as batch
   /// normalization's moving mean and variance).
-  std::vector<variable> trainable_variables() const { return collect(1); }
+  KILN_LIBRARY_INLINE std::vector<variable> trainable_variables() const;
   /// The variables training does not update.
-  std::vector<variable> non_trainable_variables() const { return collect(2); }
+  KILN_LIBRARY_INLINE std::vector<variable> non_trainable_variables() const;
   /// Every module below this one, depth first in declaration order.
-  std::vector<const module*> submodules() const {
-    struct walk final : detail::member_visitor {
-      std::vector<const module*> found;
-      void variable(const kiln::variable&, bool) override {}
-      void submodule(const module& m) override {
-        found.push_back(&m);
-        m.visit_members(*this);
-      }
-    } w;
-    visit_members(w);
-    return w.found;
-  }
+  KILN_LIBRARY_INLINE std::vector<const module*> submodules() const;
 
   /// Writes the tree's weights to `path` in Keras 2.12's HDF5 layout (`model.save_weights`);
   /// needs kiln/weights.hpp.
@@ -26322,35 +27580,16 @@ class module {
 
   /// Reports the module's own variables and direct submodules to `v`, in order
   /// (KILN_MODULE writes it for a user type; layers report their weights).
-  virtual void visit_members(detail::member_visitor& v) const { (void)v; }
+  KILN_LIBRARY_INLINE virtual void visit_members(detail::member_visitor& v) const;
 
  protected:
   /// The name of a module not given one: its type's, for KILN_MODULE types.
-  virtual const std::string& default_name() const {
-    static const std::string unnamed = "module";
-    return unnamed;
-  }
-  void set_name(std::string name) { name_ = std::move(name); }
+  KILN_LIBRARY_INLINE virtual const std::string& default_name() const;
+  KILN_LIBRARY_INLINE void set_name(std::string name);
 
  private:
   /// 0: every variable, 1: the trainable ones, 2: the others.
-  std::vector<variable> collect(int which) const {
-    struct walk final : detail::member_visitor {
-      int which;
-      std::vector<kiln::variable> found;
-      std::unordered_set<const void*> seen;
-      explicit walk(int w) : which(w) {}
-      void variable(const kiln::variable& v, bool trainable) override {
-        if (!v) return;
-        if (which == 1 && !trainable) return;
-        if (which == 2 && trainable) return;
-        if (seen.insert(v.identity()).second) found.push_back(v);
-      }
-      void submodule(const module& m) override { m.visit_members(*this); }
-    } w(which);
-    visit_members(w);
-    return std::move(w.found);
-  }
+  KILN_LIBRARY_INLINE std::vector<variable> collect(int which) const;
 
   std::string name_;
 };
@@ -26402,6 +27641,60 @@ void visit_reflected(const T& self, member_visitor& v) {
   }                                                                                                  \
                                                                                                      \
  public:
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE const std::string& module::name() const { return name_.empty() ? default_name() : name_; }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::variables() const { return collect(0); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::trainable_variables() const { return collect(1); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::non_trainable_variables() const { return collect(2); }
+
+KILN_LIBRARY_INLINE std::vector<const module*> module::submodules() const {
+  struct walk final : detail::member_visitor {
+    std::vector<const module*> found;
+    void variable(const kiln::variable&, bool) override {}
+    void submodule(const module& m) override {
+      found.push_back(&m);
+      m.visit_members(*this);
+    }
+  } w;
+  visit_members(w);
+  return w.found;
+}
+
+KILN_LIBRARY_INLINE void module::visit_members(detail::member_visitor& v) const { (void)v; }
+
+KILN_LIBRARY_INLINE const std::string& module::default_name() const {
+  static const std::string unnamed = "module";
+  return unnamed;
+}
+
+KILN_LIBRARY_INLINE void module::set_name(std::string name) { name_ = std::move(name); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::collect(int which) const {
+  struct walk final : detail::member_visitor {
+    int which;
+    std::vector<kiln::variable> found;
+    std::unordered_set<const void*> seen;
+    explicit walk(int w) : which(w) {}
+    void variable(const kiln::variable& v, bool trainable) override {
+      if (!v) return;
+      if (which == 1 && !trainable) return;
+      if (which == 2 && trainable) return;
+      if (seen.insert(v.identity()).second) found.push_back(v);
+    }
+    void submodule(const module& m) override { m.visit_members(*this); }
+  } w(which);
+  visit_members(w);
+  return std::move(w.found);
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/models/module.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_MODULE_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
@@ -26481,7 +27774,7 @@ class activation {
     return x;
   }
   /// True unless linear.
-  explicit operator bool() const { return unary_ || with_flag_ || with_number_ || with_axis_ || custom_; }
+  KILN_LIBRARY_INLINE explicit operator bool() const;
 
  private:
   template <class = void>
@@ -26517,13 +27810,7 @@ namespace detail {
 
 /// `base`, `base_1`, `base_2`, ...: Keras' unique layer names, one count per base name
 /// in the program.
-inline std::string unique_name(std::string_view base) {
-  static std::mutex mutex;
-  static std::map<std::string, int, std::less<>> counts;
-  std::lock_guard lock(mutex);
-  const int n = counts[std::string(base)]++;
-  return n ? std::string(base) + "_" + std::to_string(n) : std::string(base);
-}
+KILN_LIBRARY_INLINE std::string unique_name(std::string_view base);
 
 /// What every layer keeps, shared by its copies: its name, whether it is built, its
 /// weights (each with whether training updates it) and the input it was built for.
@@ -26546,39 +27833,15 @@ struct layer_state {
   virtual ~layer_state() = default;
 
   /// What the layer's name and "(shape)" say in errors.
-  std::string expected_shape() const {
-    shape s;
-    const int r = rank ? rank : std::max(min_rank, 1);
-    for (int d = 0; d < r; ++d) s.push_back(none);
-    if (r > 0 && last_dim != none) s[r - 1] = last_dim;
-    return (rank ? "" : "at least ") + s.str();
-  }
+  KILN_LIBRARY_INLINE std::string expected_shape() const;
   [[noreturn]] void reject(const tensor& x, const std::string& why) const {
     throw value_error("layer " + name + ": " + why + ": expected an input of shape " + expected_shape() + ", got " +
                       x.shape().str());
   }
   /// Checks `x` against the layer's input spec, builds the layer on its first call.
-  void prepare(const tensor& x) {
-    if (!x.defined()) throw invalid_argument_error("layer " + name + ": the input is an empty tensor");
-    if (x.shape().has_known_rank()) {
-      if (rank && x.rank() != rank) reject(x, "wrong rank");
-      if (min_rank && x.rank() < min_rank) reject(x, "wrong rank");
-    }
-    if (!built) {
-      type = is_floating(x.dtype()) ? x.dtype() : float32;
-      build(x);
-      built = true;
-    } else if (last_dim != none && x.shape().has_known_rank() && x.rank() > 0) {
-      const std::int64_t got = x.shape()[x.rank() - 1];
-      if (got != none && got != last_dim) reject(x, "wrong last dim");
-    }
-  }
+  KILN_LIBRARY_INLINE void prepare(const tensor& x);
   /// The known last dim of `x`, which the weights' shapes need.
-  std::int64_t known_last_dim(const tensor& x) {
-    if (!x.shape().has_known_rank() || x.rank() == 0 || x.shape()[x.rank() - 1] == none)
-      reject(x, "the last dim must be known to build the layer");
-    return x.shape()[x.rank() - 1];
-  }
+  KILN_LIBRARY_INLINE std::int64_t known_last_dim(const tensor& x);
   /// `x` in the weights' dtype (Keras casts the inputs of its layers).
   template <class = void>
   tensor as_input(const tensor& x) const { return !casts_input || x.dtype() == type ? x : cast(x, type); }
@@ -26589,11 +27852,7 @@ struct layer_state {
     weights.emplace_back(v, trainable);
     return v;
   }
-  const variable& weight(std::size_t i, std::string_view what) const {
-    if (!built || i >= weights.size())
-      throw value_error("layer " + name + ": " + std::string(what) + " does not exist before the layer is built (called)");
-    return weights[i].first;
-  }
+  KILN_LIBRARY_INLINE const variable& weight(std::size_t i, std::string_view what) const;
 
   virtual void build(const tensor& x) = 0;
   virtual tensor call(const tensor& x, const call_options& options) = 0;
@@ -26619,23 +27878,16 @@ class layer : public module {
     return s.call(s.as_input(x), options);
   }
   /// Whether the layer has been called (and so has its weights).
-  bool built() const { return state_ && state_->built; }
+  KILN_LIBRARY_INLINE bool built() const;
   /// The weights in Keras' order, trainable or not.
   std::vector<variable> weights() const { return variables(); }
-  void visit_members(kiln::detail::member_visitor& v) const override {
-    if (!state_) return;
-    for (const auto& [w, trainable] : state_->weights) v.variable(w, trainable);
-    state_->visit_more(v);
-  }
+  KILN_LIBRARY_INLINE void visit_members(kiln::detail::member_visitor& v) const override;
   /// The state's identity: copies of a layer share it.
   const void* identity() const { return state_.get(); }
 
  protected:
   explicit layer(std::shared_ptr<detail::layer_state> s) : module(s->name), state_(std::move(s)) {}
-  detail::layer_state& state() const {
-    if (!state_) throw value_error("layer: the handle holds no layer (default-constructed)");
-    return *state_;
-  }
+  KILN_LIBRARY_INLINE detail::layer_state& state() const;
   std::shared_ptr<detail::layer_state> state_;
 };
 
@@ -26655,21 +27907,9 @@ template <class = void>
 struct dense_state final : layer_state {
   std::int64_t units;
   dense_options options;
-  dense_state(std::int64_t u, dense_options o)
-      : layer_state(o.name.empty() ? unique_name("dense") : o.name), units(u), options(std::move(o)) {
-    if (units <= 0) throw value_error("layer " + name + ": units must be positive, got " + std::to_string(units));
-    min_rank = 2;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    add_weight("kernel", {last_dim, units}, options.kernel_initializer);
-    if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    tensor y = matmul(x, weights[0].first);
-    if (options.use_bias) y = y + weights[1].first;
-    return options.activation(y);
-  }
+  dense_state(std::int64_t u, dense_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -26684,8 +27924,8 @@ class dense : public layer {
   template <class = void>
   explicit dense(std::int64_t units, dense_options options = {})
       : layer(std::make_shared<detail::dense_state<>>(units, std::move(options))) {}
-  const variable& kernel() const { return state().weight(0, "kernel"); }
-  const variable& bias() const { return state().weight(1, "bias"); }
+  KILN_LIBRARY_INLINE const variable& kernel() const;
+  KILN_LIBRARY_INLINE const variable& bias() const;
 };
 
 // ---- conv2d ------------------------------------------------------------------------
@@ -26703,11 +27943,7 @@ struct conv2d_options {
 
 namespace detail {
 /// "VALID" or "SAME" from Keras' lower-case spelling; anything else is a kiln::value_error.
-inline std::string padding_of(const std::string& layer, const std::string& p) {
-  if (p == "valid" || p == "VALID") return "VALID";
-  if (p == "same" || p == "SAME") return "SAME";
-  throw value_error("layer " + layer + ": padding must be \"valid\" or \"same\", got \"" + p + "\"");
-}
+KILN_LIBRARY_INLINE std::string padding_of(const std::string& layer, const std::string& p);
 
 template <class = void>
 struct conv2d_state final : layer_state {
@@ -26715,21 +27951,9 @@ struct conv2d_state final : layer_state {
   size2 window;
   conv2d_options options;
   std::string padding;
-  conv2d_state(std::int64_t f, size2 k, conv2d_options o)
-      : layer_state(o.name.empty() ? unique_name("conv2d") : o.name), filters(f), window(k), options(std::move(o)),
-        padding(padding_of(name, options.padding)) {
-    rank = 4;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
-    if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    tensor y = conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
-    if (options.use_bias) y = y + weights[1].first;
-    return options.activation(y);
-  }
+  conv2d_state(std::int64_t f, size2 k, conv2d_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -26743,8 +27967,8 @@ class conv2d : public layer {
   template <class = void>
   conv2d(std::int64_t filters, size2 kernel_size, conv2d_options options = {})
       : layer(std::make_shared<detail::conv2d_state<>>(filters, kernel_size, std::move(options))) {}
-  const variable& kernel() const { return state().weight(0, "kernel"); }
-  const variable& bias() const { return state().weight(1, "bias"); }
+  KILN_LIBRARY_INLINE const variable& kernel() const;
+  KILN_LIBRARY_INLINE const variable& bias() const;
 };
 
 // ---- pooling -----------------------------------------------------------------------
@@ -26763,27 +27987,9 @@ template <class = void>
 struct pooling_state final : layer_state {
   ops::pool_window window;
   bool average;
-  pooling_state(size2 pool, pooling_options o, bool avg)
-      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
-    rank = 4;
-    const size2 strides = o.strides.value_or(pool);
-    if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
-      throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
-                        std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
-                        std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
-    window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
-    window.pad = parse_padding(padding_of(name, o.padding));
-  }
-  void build(const tensor& x) override {
-    const shape& s = x.shape();
-    if (window.pad == ops::padding::valid &&
-        ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
-      reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
-                    " x " + std::to_string(window.window_w) + ")");
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
-  }
+  pooling_state(size2 pool, pooling_options o, bool avg);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -26812,36 +28018,18 @@ class average_pooling2d : public layer {
 namespace detail {
 template <class = void>
 struct flatten_state final : layer_state {
-  explicit flatten_state(std::string n) : layer_state(n.empty() ? unique_name("flatten") : std::move(n)) { min_rank = 1; }
+  explicit flatten_state(std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options&) override {
-    const shape& s = x.shape();
-    if (!s.has_known_rank()) reject(x, "the rank must be known");
-    std::int64_t rest = 1;
-    for (int d = 1; d < s.rank(); ++d) {
-      if (s[d] == none) reject(x, "the dims after the first must be known");
-      rest *= s[d];
-    }
-    return reshape(x, {s[0] == none ? -1 : s[0], rest});
-  }
+  tensor call(const tensor& x, const call_options&) override;
 };
 
 template <class = void>
 struct dropout_state final : layer_state {
   double rate;
   std::optional<std::uint64_t> seed;
-  dropout_state(double r, std::optional<std::uint64_t> s, std::string n)
-      : layer_state(n.empty() ? unique_name("dropout") : std::move(n)), rate(r), seed(s) {
-    if (!(rate >= 0 && rate < 1)) throw value_error("layer " + name + ": rate must be in [0, 1), got " + std::to_string(rate));
-  }
+  dropout_state(double r, std::optional<std::uint64_t> s, std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options& options) override {
-    if (!options.training || rate == 0) return x;
-    if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
-    // A stateful draw: new numbers at every call, and at every run of a graph.
-    const tensor keep = random::uniform(x.shape(), 0, 1, x.dtype(), seed) >= rate;
-    return where(keep, x * (1.0 / (1.0 - rate)), 0.0);
-  }
+  tensor call(const tensor& x, const call_options& options) override;
 };
 }  // namespace detail
 
@@ -26898,6 +28086,7 @@ struct basic_normalization {
 };
 using normalization = basic_normalization<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
                                               const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
@@ -26907,70 +28096,22 @@ tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mea
   const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
   return x * inv + shift;
 }
+#endif
 
 template <class Unused = void>
 struct batch_normalization_state final : layer_state {
   batch_normalization_options options;
-  explicit batch_normalization_state(batch_normalization_options o)
-      : layer_state(o.name.empty() ? unique_name("batch_normalization") : o.name), options(std::move(o)) {
-    min_rank = 1;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
-    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
-    add_weight("moving_mean", {last_dim}, initializers::zeros{}, false);
-    add_weight("moving_variance", {last_dim}, initializers::ones{}, false);
-  }
-  tensor call(const tensor& x, const call_options& call) override {
-    std::size_t k = 0;
-    std::optional<tensor> gamma, beta;
-    if (options.scale) gamma = weights[k++].first.read_value();
-    if (options.center) beta = weights[k++].first.read_value();
-    const variable& moving_mean = weights[k].first;
-    const variable& moving_variance = weights[k + 1].first;
-    if (!call.training)
-      return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
-    int_list axes;
-    for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
-    const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
-    // Keras updates the moving statistics as `moving -= (moving - batch) * (1 - momentum)`;
-    // for 4-D inputs it runs TensorFlow's fused kernel, whose batch variance for the
-    // update is the unbiased one (n / (n - 1)).
-    tensor batch_var = var;
-    if (x.rank() == 4) {
-      std::int64_t n = 1;
-      for (int d = 0; d < 3; ++d) n = x.shape()[d] == none ? none : n * x.shape()[d];
-      if (n == none) reject(x, "the batch, height and width must be known in training");
-      if (n > 1) batch_var = var * (double(n) / double(n - 1));
-    }
-    const double decay = 1.0 - options.momentum;
-    moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
-    moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
-    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
-  }
+  explicit batch_normalization_state(batch_normalization_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options& call) override;
 };
 
 template <class Unused = void>
 struct layer_normalization_state final : layer_state {
   layer_normalization_options options;
-  explicit layer_normalization_state(layer_normalization_options o)
-      : layer_state(o.name.empty() ? unique_name("layer_normalization") : o.name), options(std::move(o)) {
-    min_rank = 1;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
-    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    std::size_t k = 0;
-    std::optional<tensor> gamma, beta;
-    if (options.scale) gamma = weights[k++].first.read_value();
-    if (options.center) beta = weights[k++].first.read_value();
-    const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
-    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
-  }
+  explicit layer_normalization_state(layer_normalization_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -27008,22 +28149,9 @@ template <class = void>
 struct embedding_state final : layer_state {
   std::int64_t input_dim, output_dim;
   embedding_options options;
-  embedding_state(std::int64_t in, std::int64_t out, embedding_options o)
-      : layer_state(o.name.empty() ? unique_name("embedding") : o.name), input_dim(in), output_dim(out),
-        options(std::move(o)) {
-    casts_input = false;
-  }
-  void build(const tensor& ids) override {
-    if (!is_integer(ids.dtype()))
-      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
-    type = float32;
-    add_weight("embeddings", {input_dim, output_dim}, options.embeddings_initializer);
-  }
-  tensor call(const tensor& ids, const call_options&) override {
-    if (!is_integer(ids.dtype()))
-      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
-    return gather(weights[0].first, ids);
-  }
+  embedding_state(std::int64_t in, std::int64_t out, embedding_options o);
+  void build(const tensor& ids) override;
+  tensor call(const tensor& ids, const call_options&) override;
 };
 }  // namespace detail
 
@@ -27034,7 +28162,7 @@ class embedding : public layer {
   template <class = void>
   embedding(std::int64_t input_dim, std::int64_t output_dim, embedding_options options = {})
       : layer(std::make_shared<detail::embedding_state<>>(input_dim, output_dim, std::move(options))) {}
-  const variable& embeddings() const { return state().weight(0, "embeddings"); }
+  KILN_LIBRARY_INLINE const variable& embeddings() const;
 };
 
 // ---- sequential --------------------------------------------------------------------
@@ -27043,19 +28171,10 @@ namespace detail {
 template <class = void>
 struct sequential_state final : layer_state {
   std::vector<layer> stack;
-  sequential_state(std::vector<layer> l, std::string n)
-      : layer_state(n.empty() ? unique_name("sequential") : std::move(n)), stack(std::move(l)) {
-    casts_input = false;  // each layer casts its own input
-  }
+  sequential_state(std::vector<layer> l, std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options& options) override {
-    tensor y = x;
-    for (const layer& l : stack) y = l(y, options);
-    return y;
-  }
-  void visit_more(kiln::detail::member_visitor& v) const override {
-    for (const layer& l : stack) v.submodule(l);
-  }
+  tensor call(const tensor& x, const call_options& options) override;
+  void visit_more(kiln::detail::member_visitor& v) const override;
 };
 }  // namespace detail
 
@@ -27079,6 +28198,340 @@ class sequential : public layer {
 };
 
 }  // namespace kiln::layers
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE activation::operator bool() const {
+  return unary_ || with_flag_ || with_number_ || with_axis_ || custom_;
+}
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+KILN_LIBRARY_INLINE std::string unique_name(std::string_view base) {
+  static std::mutex mutex;
+  static std::map<std::string, int, std::less<>> counts;
+  std::lock_guard lock(mutex);
+  const int n = counts[std::string(base)]++;
+  return n ? std::string(base) + "_" + std::to_string(n) : std::string(base);
+}
+
+KILN_LIBRARY_INLINE std::string layer_state::expected_shape() const {
+  shape s;
+  const int r = rank ? rank : std::max(min_rank, 1);
+  for (int d = 0; d < r; ++d) s.push_back(none);
+  if (r > 0 && last_dim != none) s[r - 1] = last_dim;
+  return (rank ? "" : "at least ") + s.str();
+}
+
+KILN_LIBRARY_INLINE void layer_state::prepare(const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error("layer " + name + ": the input is an empty tensor");
+  if (x.shape().has_known_rank()) {
+    if (rank && x.rank() != rank) reject(x, "wrong rank");
+    if (min_rank && x.rank() < min_rank) reject(x, "wrong rank");
+  }
+  if (!built) {
+    type = is_floating(x.dtype()) ? x.dtype() : float32;
+    build(x);
+    built = true;
+  } else if (last_dim != none && x.shape().has_known_rank() && x.rank() > 0) {
+    const std::int64_t got = x.shape()[x.rank() - 1];
+    if (got != none && got != last_dim) reject(x, "wrong last dim");
+  }
+}
+
+KILN_LIBRARY_INLINE std::int64_t layer_state::known_last_dim(const tensor& x) {
+  if (!x.shape().has_known_rank() || x.rank() == 0 || x.shape()[x.rank() - 1] == none)
+    reject(x, "the last dim must be known to build the layer");
+  return x.shape()[x.rank() - 1];
+}
+
+KILN_LIBRARY_INLINE const variable& layer_state::weight(std::size_t i, std::string_view what) const {
+  if (!built || i >= weights.size())
+    throw value_error("layer " + name + ": " + std::string(what) +
+                      " does not exist before the layer is built (called)");
+  return weights[i].first;
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE bool layer::built() const { return state_ && state_->built; }
+
+KILN_LIBRARY_INLINE void layer::visit_members(kiln::detail::member_visitor& v) const {
+  if (!state_) return;
+  for (const auto& [w, trainable] : state_->weights) v.variable(w, trainable);
+  state_->visit_more(v);
+}
+
+KILN_LIBRARY_INLINE detail::layer_state& layer::state() const {
+  if (!state_) throw value_error("layer: the handle holds no layer (default-constructed)");
+  return *state_;
+}
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+dense_state<Unused>::dense_state(std::int64_t u, dense_options o)
+    : layer_state(o.name.empty() ? unique_name("dense") : o.name), units(u), options(std::move(o)) {
+  if (units <= 0) throw value_error("layer " + name + ": units must be positive, got " + std::to_string(units));
+  min_rank = 2;
+}
+
+template <class Unused>
+auto dense_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  add_weight("kernel", {last_dim, units}, options.kernel_initializer);
+  if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
+}
+
+template <class Unused>
+auto dense_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  tensor y = matmul(x, weights[0].first);
+  if (options.use_bias) y = y + weights[1].first;
+  return options.activation(y);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& dense::kernel() const { return state().weight(0, "kernel"); }
+
+KILN_LIBRARY_INLINE const variable& dense::bias() const { return state().weight(1, "bias"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+KILN_LIBRARY_INLINE std::string padding_of(const std::string& layer, const std::string& p) {
+  if (p == "valid" || p == "VALID") return "VALID";
+  if (p == "same" || p == "SAME") return "SAME";
+  throw value_error("layer " + layer + ": padding must be \"valid\" or \"same\", got \"" + p + "\"");
+}
+
+template <class Unused>
+conv2d_state<Unused>::conv2d_state(std::int64_t f, size2 k, conv2d_options o)
+    : layer_state(o.name.empty() ? unique_name("conv2d") : o.name),
+      filters(f),
+      window(k),
+      options(std::move(o)),
+      padding(padding_of(name, options.padding)) {
+  rank = 4;
+}
+
+template <class Unused>
+auto conv2d_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
+  if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
+}
+
+template <class Unused>
+auto conv2d_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  tensor y = kiln::conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
+  if (options.use_bias) y = y + weights[1].first;
+  return options.activation(y);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& conv2d::kernel() const { return state().weight(0, "kernel"); }
+
+KILN_LIBRARY_INLINE const variable& conv2d::bias() const { return state().weight(1, "bias"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+pooling_state<Unused>::pooling_state(size2 pool, pooling_options o, bool avg)
+    : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
+  rank = 4;
+  const size2 strides = o.strides.value_or(pool);
+  if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
+    throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
+                      std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
+                      std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
+  window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
+  window.pad = parse_padding(padding_of(name, o.padding));
+}
+
+template <class Unused>
+auto pooling_state<Unused>::build(const tensor& x) -> void {
+  const shape& s = x.shape();
+  if (window.pad == ops::padding::valid &&
+      ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
+    reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
+                  " x " + std::to_string(window.window_w) + ")");
+}
+
+template <class Unused>
+auto pooling_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
+}
+
+template <class Unused>
+flatten_state<Unused>::flatten_state(std::string n) : layer_state(n.empty() ? unique_name("flatten") : std::move(n)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto flatten_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  const shape& s = x.shape();
+  if (!s.has_known_rank()) reject(x, "the rank must be known");
+  std::int64_t rest = 1;
+  for (int d = 1; d < s.rank(); ++d) {
+    if (s[d] == none) reject(x, "the dims after the first must be known");
+    rest *= s[d];
+  }
+  return reshape(x, {s[0] == none ? -1 : s[0], rest});
+}
+
+template <class Unused>
+dropout_state<Unused>::dropout_state(double r, std::optional<std::uint64_t> s, std::string n)
+    : layer_state(n.empty() ? unique_name("dropout") : std::move(n)), rate(r), seed(s) {
+  if (!(rate >= 0 && rate < 1))
+    throw value_error("layer " + name + ": rate must be in [0, 1), got " + std::to_string(rate));
+}
+
+template <class Unused>
+auto dropout_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+  if (!options.training || rate == 0) return x;
+  if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
+  // A stateful draw: new numbers at every call, and at every run of a graph.
+  const tensor keep = random::uniform(x.shape(), 0, 1, x.dtype(), seed) >= rate;
+  return where(keep, x * (1.0 / (1.0 - rate)), 0.0);
+}
+
+template <class Unused>
+batch_normalization_state<Unused>::batch_normalization_state(batch_normalization_options o)
+    : layer_state(o.name.empty() ? unique_name("batch_normalization") : o.name), options(std::move(o)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+  if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+  add_weight("moving_mean", {last_dim}, initializers::zeros{}, false);
+  add_weight("moving_variance", {last_dim}, initializers::ones{}, false);
+}
+
+template <class Unused>
+auto batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) -> tensor {
+  std::size_t k = 0;
+  std::optional<tensor> gamma, beta;
+  if (options.scale) gamma = weights[k++].first.read_value();
+  if (options.center) beta = weights[k++].first.read_value();
+  const variable& moving_mean = weights[k].first;
+  const variable& moving_variance = weights[k + 1].first;
+  if (!call.training)
+    return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+  int_list axes;
+  for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
+  const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
+  // Keras updates the moving statistics as `moving -= (moving - batch) * (1 - momentum)`;
+  // for 4-D inputs it runs TensorFlow's fused kernel, whose batch variance for the
+  // update is the unbiased one (n / (n - 1)).
+  tensor batch_var = var;
+  if (x.rank() == 4) {
+    std::int64_t n = 1;
+    for (int d = 0; d < 3; ++d) n = x.shape()[d] == none ? none : n * x.shape()[d];
+    if (n == none) reject(x, "the batch, height and width must be known in training");
+    if (n > 1) batch_var = var * (double(n) / double(n - 1));
+  }
+  const double decay = 1.0 - options.momentum;
+  moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
+  moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
+  return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
+}
+
+template <class Unused>
+layer_normalization_state<Unused>::layer_normalization_state(layer_normalization_options o)
+    : layer_state(o.name.empty() ? unique_name("layer_normalization") : o.name), options(std::move(o)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto layer_normalization_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+  if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+}
+
+template <class Unused>
+auto layer_normalization_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  std::size_t k = 0;
+  std::optional<tensor> gamma, beta;
+  if (options.scale) gamma = weights[k++].first.read_value();
+  if (options.center) beta = weights[k++].first.read_value();
+  const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
+  return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
+}
+
+template <class Unused>
+embedding_state<Unused>::embedding_state(std::int64_t in, std::int64_t out, embedding_options o)
+    : layer_state(o.name.empty() ? unique_name("embedding") : o.name),
+      input_dim(in),
+      output_dim(out),
+      options(std::move(o)) {
+  casts_input = false;
+}
+
+template <class Unused>
+auto embedding_state<Unused>::build(const tensor& ids) -> void {
+  if (!is_integer(ids.dtype()))
+    throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+  type = float32;
+  add_weight("embeddings", {input_dim, output_dim}, options.embeddings_initializer);
+}
+
+template <class Unused>
+auto embedding_state<Unused>::call(const tensor& ids, const call_options&) -> tensor {
+  if (!is_integer(ids.dtype()))
+    throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+  return gather(weights[0].first, ids);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& embedding::embeddings() const { return state().weight(0, "embeddings"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+sequential_state<Unused>::sequential_state(std::vector<layer> l, std::string n)
+    : layer_state(n.empty() ? unique_name("sequential") : std::move(n)), stack(std::move(l)) {
+  casts_input = false;  // each layer casts its own input
+}
+
+template <class Unused>
+auto sequential_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+  tensor y = x;
+  for (const layer& l : stack) y = l(y, options);
+  return y;
+}
+
+template <class Unused>
+auto sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const -> void {
+  for (const layer& l : stack) v.submodule(l);
+}
+
+}  // namespace kiln::layers::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/models/layers.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_LAYERS_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_MODELS_FIXED_LAYERS_HPP
@@ -27404,12 +28857,20 @@ struct replica_context {
 /// if (const kiln::detail::replica_context* replicas = kiln::detail::current_replica_context())
 ///   std::cout << "replica " << replicas->rank << " of " << replicas->size << "\n";
 /// \endcode
-inline const replica_context*& current_replica_context() {
+KILN_LIBRARY_INLINE const replica_context*& current_replica_context();
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE const replica_context*& current_replica_context() {
   thread_local const replica_context* context = nullptr;
   return context;
 }
 
 }  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/train/replicas.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_TRAIN_REPLICAS_HPP
 
@@ -27428,9 +28889,9 @@ class metric {
       m.name();
     }
   metric(M m) : self_(std::make_shared<model<M>>(std::move(m))) {}
-  void update_state(const tensor& y_true, const tensor& y_pred) const { self_->update_state(y_true, y_pred); }
+  KILN_LIBRARY_INLINE void update_state(const tensor& y_true, const tensor& y_pred) const;
   tensor result() const { return self_->result(); }
-  void reset_state() const { self_->reset_state(); }
+  KILN_LIBRARY_INLINE void reset_state() const;
   std::string name() const { return self_->name(); }
 
  private:
@@ -27458,7 +28919,7 @@ class metric {
 struct epoch_logs {
   int epoch = 0;
   std::map<std::string, double> values;
-  double loss() const { return values.at("loss"); }
+  KILN_LIBRARY_INLINE double loss() const;
 };
 
 /// Called at the end of every epoch; returning false stops training (Keras'
@@ -27494,7 +28955,7 @@ struct history {
   std::vector<double> val_loss;
   /// Every value by name, per epoch: "loss", "val_loss", the metrics' names and "val_" ones.
   std::map<std::string, std::vector<double>> values;
-  int epochs() const { return int(loss.size()); }
+  KILN_LIBRARY_INLINE int epochs() const;
 };
 
 namespace detail {
@@ -27511,36 +28972,16 @@ tensor call_model(Model& model, const tensor& x, bool training) {
 }
 
 /// Whether progress may redraw one line (the stream is a terminal's stdout).
-inline bool stdout_is_terminal(const std::ostream& os) {
-#if __has_include(<unistd.h>)
-  return &os == &std::cout && ::isatty(1) == 1;
-#else
-  (void)os;
-  return false;
-#endif
-}
+KILN_LIBRARY_INLINE bool stdout_is_terminal(const std::ostream& os);
 
 /// Keras' number format in progress lines: 4 decimals, or scientific below 1e-3.
-inline std::string progress_value(double v) {
-  std::ostringstream s;
-  if (v != 0 && std::abs(v) < 1e-3)
-    s << std::scientific << std::setprecision(4) << v;
-  else
-    s << std::fixed << std::setprecision(4) << v;
-  return s.str();
-}
+KILN_LIBRARY_INLINE std::string progress_value(double v);
 
 /// Keras' duration format: "12s", "85ms", "640us".
-inline std::string progress_time(double seconds) {
-  if (seconds >= 1) return std::to_string(std::int64_t(std::llround(seconds))) + "s";
-  if (seconds >= 1e-3) return std::to_string(std::int64_t(std::llround(seconds * 1e3))) + "ms";
-  return std::to_string(std::int64_t(std::llround(seconds * 1e6))) + "us";
-}
+KILN_LIBRARY_INLINE std::string progress_time(double seconds);
 
 /// A float scalar's value as a double.
-inline double scalar_value(const tensor& t) {
-  return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
-}
+KILN_LIBRARY_INLINE double scalar_value(const tensor& t);
 
 // Defined by kiln/summary.hpp (declared in kiln/exec/summary_op.hpp, outside kiln.hpp).
 template <class>
@@ -27568,8 +29009,8 @@ std::function<void(const epoch_logs&)> fit_logger(const std::filesystem::path& l
 /// A running mean weighted by batch size.
 struct weighted_mean {
   double total = 0, count = 0;
-  void add(double v, double n) { total += v * n, count += n; }
-  double value() const { return count ? total / count : 0.0; }
+  KILN_LIBRARY_INLINE void add(double v, double n);
+  KILN_LIBRARY_INLINE double value() const;
 };
 
 }  // namespace detail
@@ -27709,6 +29150,58 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE void metric::update_state(const tensor& y_true, const tensor& y_pred) const {
+  self_->update_state(y_true, y_pred);
+}
+
+KILN_LIBRARY_INLINE void metric::reset_state() const { self_->reset_state(); }
+
+KILN_LIBRARY_INLINE double epoch_logs::loss() const { return values.at("loss"); }
+
+KILN_LIBRARY_INLINE int history::epochs() const { return int(loss.size()); }
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE bool stdout_is_terminal(const std::ostream& os) {
+#if __has_include(<unistd.h>)
+  return &os == &std::cout && ::isatty(1) == 1;
+#else
+  (void)os;
+  return false;
+#endif
+}
+
+KILN_LIBRARY_INLINE std::string progress_value(double v) {
+  std::ostringstream s;
+  if (v != 0 && std::abs(v) < 1e-3)
+    s << std::scientific << std::setprecision(4) << v;
+  else
+    s << std::fixed << std::setprecision(4) << v;
+  return s.str();
+}
+
+KILN_LIBRARY_INLINE std::string progress_time(double seconds) {
+  if (seconds >= 1) return std::to_string(std::int64_t(std::llround(seconds))) + "s";
+  if (seconds >= 1e-3) return std::to_string(std::int64_t(std::llround(seconds * 1e3))) + "ms";
+  return std::to_string(std::int64_t(std::llround(seconds * 1e6))) + "us";
+}
+
+KILN_LIBRARY_INLINE double scalar_value(const tensor& t) {
+  return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
+}
+
+KILN_LIBRARY_INLINE void weighted_mean::add(double v, double n) { total += v * n, count += n; }
+
+KILN_LIBRARY_INLINE double weighted_mean::value() const { return count ? total / count : 0.0; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/models/fit.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_MODELS_FIT_HPP
 
@@ -27826,7 +29319,35 @@ namespace {
   prefix template struct kiln::detail::basic_nn_functions<void>;     \
   prefix template struct kiln::detail::basic_random_draws<void>;     \
   prefix template struct kiln::optimizers::detail::basic_optimizer_updates<void>; \
-  prefix template struct kiln::detail::basic_variable_writes<void>;
+  prefix template struct kiln::detail::basic_variable_writes<void>;    \
+  prefix template struct kiln::detail::exec::basic_value_inference<void>; \
+  prefix template struct kiln::detail::exec::basic_planner<void>;    \
+  prefix template struct kiln::detail::exec::basic_memory_planner<void>; \
+  prefix template class kiln::detail::exec::slot_allocator<void>;    \
+  prefix template struct kiln::detail::exec::basic_lowering<void>;   \
+  prefix template struct kiln::detail::exec::basic_fusion<void>;     \
+  prefix template class kiln::detail::exec::native_compiler<void>;   \
+  prefix template class kiln::detail::basic_tensors_stage<void>;     \
+  prefix template class kiln::detail::basic_slices_stage<void>;      \
+  prefix template class kiln::detail::basic_range_stage<void>;       \
+  prefix template class kiln::detail::basic_map_stage<void>;         \
+  prefix template class kiln::detail::basic_take_stage<void>;        \
+  prefix template class kiln::detail::basic_shuffle_stage<void>;     \
+  prefix template class kiln::detail::basic_shard_stage<void>;       \
+  prefix template class kiln::detail::basic_prefetch_stage<void>;    \
+  prefix template class kiln::detail::basic_reduce_dataset_op<void>; \
+  prefix template struct kiln::layers::detail::sequential_state<void>; \
+  prefix template struct kiln::layers::detail::dense_state<void>;    \
+  prefix template struct kiln::layers::detail::conv2d_state<void>;   \
+  prefix template struct kiln::layers::detail::pooling_state<void>;  \
+  prefix template struct kiln::layers::detail::flatten_state<void>;  \
+  prefix template struct kiln::layers::detail::dropout_state<void>;  \
+  prefix template struct kiln::layers::detail::embedding_state<void>; \
+  prefix template struct kiln::layers::detail::basic_normalization<void>; \
+  prefix template struct kiln::layers::detail::batch_normalization_state<void>; \
+  prefix template struct kiln::layers::detail::layer_normalization_state<void>; \
+  prefix template struct kiln::losses::detail::basic_loss_terms<void>; \
+  prefix template struct kiln::initializers::detail::basic_initializer_draws<void>;
 // The runtime's functions that are not templates (the graph building of traces, a
 // tensor's storage, a call's signature and frame, format_values, host_callback's run,
 // ...) are declared KILN_LIBRARY_INLINE instead (kiln/config.hpp), their definitions

@@ -38,14 +38,7 @@ using tape_ops = boost::mp11::mp_list<ops::add, ops::subtract, ops::multiply, op
 /// Zeros of `x`'s dtype and shape, also where its dims are known only when the graph
 /// runs (a tensor array's rows in a loop): then zeros selected over x's own shape
 /// (`x == x` is false for NaN, but both branches are 0).
-inline tensor zeros_shaped_like(const tensor& x) {
-  if (x.shape().is_fully_defined() || !x.is_symbolic()) return zero_filled("gradient", x.shape(), x.dtype(), x.device());
-  const tensor zero = make_scalar(x.dtype(), 0, x.device());
-  const tensor* same_in[] = {&x, &x};
-  const tensor same = run_registered(ops::equal{}, same_in);
-  const tensor* in[] = {&same, &zero, &zero};
-  return run_registered(ops::where{}, in);
-}
+KILN_LIBRARY_INLINE tensor zeros_shaped_like(const tensor& x);
 
 /// What an op's gradient formula reads (its inputs, its result, the gradient of the
 /// result) and gives (the gradient of each input it is differentiable in).
@@ -87,7 +80,7 @@ class gradient_builder {
     template <class = void>
     friend value operator*(double s, const value& a) { return a.scalar(s) * a; }
     /// `s` as a scalar of this value's dtype.
-    value scalar(double s) const { return {make_scalar(t.dtype(), s, t.device())}; }
+    KILN_LIBRARY_INLINE value scalar(double s) const;
   };
 
   /// `needed` marks (nonzero) the inputs whose gradients are wanted; empty: all.
@@ -96,27 +89,25 @@ class gradient_builder {
       : inputs_(inputs), output_(output), upstream_(upstream), needed_(needed), grads_(grads) {}
 
   /// Input `i` of the op.
-  value x(int i) const { return {inputs_[std::size_t(i)]}; }
+  KILN_LIBRARY_INLINE value x(int i) const;
   /// How many inputs the op has.
   std::size_t arity() const { return inputs_.size(); }
   /// The op's result.
-  value y() const { return {output_}; }
+  KILN_LIBRARY_INLINE value y() const;
   /// The gradient of the target with respect to the result.
-  value dy() const { return {upstream_}; }
+  KILN_LIBRARY_INLINE value dy() const;
   /// Zeros of input `i`'s dtype and shape (what a gradient is broadcast onto).
-  value zeros_like(int i) const { return {zeros_shaped_like(inputs_[std::size_t(i)])}; }
+  KILN_LIBRARY_INLINE value zeros_like(int i) const;
   /// Whether the gradient of input `i` is wanted: a formula that gives several skips
   /// the work of those that are not (a captured constant's, say), as PyTorch's
   /// `needs_input_grad`.
-  bool needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
+  KILN_LIBRARY_INLINE bool needs(int i) const;
   /// Gives `g`, of the result's shape or input `i`'s (the tape sums it back over
   /// broadcast dims), as the gradient of input `i`.
-  void give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+  KILN_LIBRARY_INLINE void give(int i, const value& g);
 
   /// Zeros of `like`'s dtype, on its device, in shape `s`.
-  static value zeros(const shape& s, const value& like) {
-    return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
-  }
+  KILN_LIBRARY_INLINE static value zeros(const shape& s, const value& like);
   /// The int32 indices n - 1, ..., 1, 0 on `like`'s device: gathered with them, a dim
   /// of n elements comes out reversed.
   template <class = void>
@@ -165,3 +156,41 @@ KILN_COLD void backward_of(const ops::any_op& op, std::span<const tensor> inputs
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tensor zeros_shaped_like(const tensor& x) {
+  if (x.shape().is_fully_defined() || !x.is_symbolic())
+    return zero_filled("gradient", x.shape(), x.dtype(), x.device());
+  const tensor zero = make_scalar(x.dtype(), 0, x.device());
+  const tensor* same_in[] = {&x, &x};
+  const tensor same = run_registered(ops::equal{}, same_in);
+  const tensor* in[] = {&same, &zero, &zero};
+  return run_registered(ops::where{}, in);
+}
+
+KILN_LIBRARY_INLINE auto gradient_builder::value::scalar(double s) const -> value {
+  return {make_scalar(t.dtype(), s, t.device())};
+}
+
+KILN_LIBRARY_INLINE auto gradient_builder::x(int i) const -> value { return {inputs_[std::size_t(i)]}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::y() const -> value { return {output_}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::dy() const -> value { return {upstream_}; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::zeros_like(int i) const -> value {
+  return {zeros_shaped_like(inputs_[std::size_t(i)])};
+}
+
+KILN_LIBRARY_INLINE bool gradient_builder::needs(int i) const { return needed_.empty() || needed_[std::size_t(i)]; }
+
+KILN_LIBRARY_INLINE void gradient_builder::give(int i, const value& g) { grads_[std::size_t(i)] = g.t; }
+
+KILN_LIBRARY_INLINE auto gradient_builder::zeros(const shape& s, const value& like) -> value {
+  return {zero_filled("gradient", s, like.t.dtype(), like.t.device())};
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -32,17 +32,7 @@ namespace kiln::detail {
 
 /// Adds the floating-point variables graph `g` reads to `out`, each once, in order of
 /// first read.
-inline void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
-  for (const node& n : g.nodes()) {
-    if (n.kind() != node_kind::special) continue;
-    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
-    const auto* read = n.special().as<read_variable_op>();
-    if (!read || !is_floating(read->state()->type())) continue;
-    const void* id = read->state().get();
-    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
-      out.emplace_back(id, read->state()->type(), read->state()->dims());
-  }
-}
+KILN_LIBRARY_INLINE void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out);
 
 /// The vector-Jacobian product of graph `g`, run on `args`: the gradients of the sum
 /// of each floating-point output times its gradient in `output_grads`, with respect
@@ -50,6 +40,7 @@ inline void add_variables_read(const graph& g, std::vector<std::tuple<const void
 /// to each of `variables` (its reads in `g`); zeros where unconnected, and `connected`,
 /// if given, tells which were. It replays `g` under a tape into the trace in progress:
 /// how backward passes are traced.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
     const graph& g, std::span<const tensor> args, const std::vector<tensor>& sources,
@@ -77,14 +68,10 @@ std::vector<tensor> basic_tape_runtime<Unused>::vector_jacobian_product(
   }
   return grads;
 }
+#endif
 
 /// The floating-point tensors of `values`.
-inline std::vector<tensor> floating_only(std::span<const tensor> values) {
-  std::vector<tensor> out;
-  for (const tensor& x : values)
-    if (is_floating(x.dtype())) out.push_back(x);
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor> floating_only(std::span<const tensor> values);
 
 /// The backward pass of one trace.
 template <class Lazy>
@@ -391,3 +378,28 @@ void basic_tape_runtime<Lazy>::record_loop_on_tapes(const while_op& op, std::spa
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void add_variables_read(const graph& g, std::vector<std::tuple<const void*, dtype, shape>>& out) {
+  for (const node& n : g.nodes()) {
+    if (n.kind() != node_kind::special) continue;
+    for (const auto& [name, branch] : n.special().subgraphs()) add_variables_read(*branch, out);  // cond, while
+    const auto* read = n.special().as<read_variable_op>();
+    if (!read || !is_floating(read->state()->type())) continue;
+    const void* id = read->state().get();
+    if (std::ranges::none_of(out, [&](const auto& v) { return std::get<0>(v) == id; }))
+      out.emplace_back(id, read->state()->type(), read->state()->dims());
+  }
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor> floating_only(std::span<const tensor> values) {
+  std::vector<tensor> out;
+  for (const tensor& x : values)
+    if (is_floating(x.dtype())) out.push_back(x);
+  return out;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

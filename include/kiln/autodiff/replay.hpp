@@ -46,6 +46,7 @@ void register_autodiff_special_gradients() {
 /// Hands special node `n` (its inputs and `count` results in `value`, the results from
 /// `at`) to the tapes recording, as the op's entry of special_gradients() says; an op
 /// without one has no gradient.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::span<const tensor> value, std::size_t at,
                                                          std::size_t count) {
@@ -58,12 +59,14 @@ void basic_tape_runtime<Unused>::record_special_on_tapes(const node& n, std::spa
   for (int id : n.input_ids()) inputs.push_back(value[std::size_t(id)]);
   record(op, inputs, value.subspan(at, count));
 }
+#endif
 
 /// Runs graph `g` on `args` node by node and returns its outputs: into the trace in
 /// progress when there is one, else eagerly. Ops run through the kernel table
 /// (detail::run_registered), so the tapes recording there record them, and variable
 /// reads are handed to those tapes as kiln::variable's own reads are. Special ops
 /// (effects, control flow) are copied into the trace, or run, in program order.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span<const tensor> args) {
   trace_context* trace = trace_context::current();
@@ -105,5 +108,6 @@ std::vector<tensor> basic_tape_runtime<Unused>::replay(const graph& g, std::span
   }
   return outputs;
 }
+#endif
 
 }  // namespace kiln::detail

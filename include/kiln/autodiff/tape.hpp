@@ -76,28 +76,15 @@ struct tape_key {
   int node = -1;
   dtype type;
   shape dims;
-  explicit tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
-    if (t.is_symbolic())
-      trace_id = t.symbol()->trace_id, node = t.symbol()->node;
-    else
-      data = t.raw_data();
-  }
+  KILN_LIBRARY_INLINE explicit tape_key(const tensor& t);
   /// The reads of the variable with identity `variable` inside function calls.
-  static tape_key of_variable(const void* variable, dtype t, const shape& s) {
-    tape_key k(t, s);
-    k.data = variable;
-    k.trace_id = ~std::uint64_t{0};
-    return k;
-  }
+  KILN_LIBRARY_INLINE static tape_key of_variable(const void* variable, dtype t, const shape& s);
   friend bool operator==(const tape_key& a, const tape_key& b) {
     return a.data == b.data && a.trace_id == b.trace_id && a.node == b.node && a.type == b.type && a.dims == b.dims;
   }
   /// A hash of what tells keys apart but the dims (values of one buffer or node with
   /// other shapes are rare: they share a hash and compare unequal).
-  std::size_t hash() const {
-    return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
-           (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
-  }
+  KILN_LIBRARY_INLINE std::size_t hash() const;
 
  private:
   tape_key(dtype t, const shape& s) : type(t), dims(s) {}
@@ -116,25 +103,13 @@ struct tape_key {
 class tape_table {
  public:
   /// The tensor kept under `key`, or null.
-  tensor* find(const tape_key& key) {
-    int found = -1;
-    index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
-    return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
-  }
-  const tensor* find(const tape_key& key) const { return const_cast<tape_table&>(*this).find(key); }
-  bool contains(const tape_key& key) const { return find(key) != nullptr; }
+  KILN_LIBRARY_INLINE tensor* find(const tape_key& key);
+  KILN_LIBRARY_INLINE const tensor* find(const tape_key& key) const;
+  KILN_LIBRARY_INLINE bool contains(const tape_key& key) const;
   /// Keeps `t` under `key` unless a tensor is kept there; returns the one kept and
   /// whether it is `t`.
-  std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t) {
-    if (tensor* known = find(key)) return {known, false};
-    index_.insert(key.hash(), int(entries_.size()));
-    entries_.emplace_back(key, t);
-    return {&entries_.back().second, true};
-  }
-  void clear() {
-    entries_.clear();
-    index_.clear();
-  }
+  KILN_LIBRARY_INLINE std::pair<tensor*, bool> emplace(const tape_key& key, const tensor& t);
+  KILN_LIBRARY_INLINE void clear();
 
  private:
   std::vector<std::pair<tape_key, tensor>> entries_;
@@ -143,16 +118,10 @@ class tape_table {
 
 /// How many gradient tapes record on this thread; the layers below read it through
 /// detail::tapes_recording() (kiln/core/hooks.hpp), which a tape fills with it.
-inline int& recording_tapes() {
-  thread_local int count = 0;
-  return count;
-}
+KILN_LIBRARY_INLINE int& recording_tapes();
 
 /// The tapes recording on this thread, innermost last.
-inline std::vector<gradient_tape*>& active_tapes() {
-  thread_local std::vector<gradient_tape*> tapes;
-  return tapes;
-}
+KILN_LIBRARY_INLINE std::vector<gradient_tape*>& active_tapes();
 
 /// What the tapes of a thread record, and how backward passes are traced
 /// (`tape_runtime`, the one specialization): the functions the hooks above point to
@@ -204,38 +173,22 @@ struct basic_tape_runtime {
 using tape_runtime = basic_tape_runtime<void>;
 
 /// `g` summed over the dims it was broadcast along, as a tensor of shape `to`.
-inline tensor unbroadcast(const tensor& g, const shape& to) {
-  if (g.shape() == to) return g;
-  const int lead = g.rank() - to.rank();
-  int_list axes;
-  for (int d = 0; d < g.rank(); ++d)
-    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
-  tensor summed = g;
-  if (!axes.empty()) {
-    const tensor* in[] = {&g};
-    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
-  }
-  const tensor* in[] = {&summed};
-  return run_registered(ops::reshape{to}, in);
-}
+KILN_LIBRARY_INLINE tensor unbroadcast(const tensor& g, const shape& to);
 
 /// `a + b`, or whichever is defined.
-inline tensor sum_defined(const tensor& a, const tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  const tensor* in[] = {&a, &b};
-  return run_registered(ops::add{}, in);
-}
+KILN_LIBRARY_INLINE tensor sum_defined(const tensor& a, const tensor& b);
 
 /// Registers detail::tape_ops, when a tape is made.
 template <class... Ops>
 void register_tape_ops(boost::mp11::mp_list<Ops...>) {
   (register_kernels_on_use<Ops>(), ...);
 }
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::register_tape_kernels() {
   register_tape_ops(tape_ops{});
 }
+#endif
 
 }  // namespace detail
 
@@ -329,10 +282,7 @@ class gradient_tape {
   friend struct detail::basic_tape_runtime;
 
   // A source the target does not depend on: zeros on request, else an undefined tensor.
-  static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected) {
-    if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
-    return {};
-  }
+  KILN_LIBRARY_INLINE static tensor unconnected_gradient(dtype t, const shape& s, kiln::device d, unconnected_gradients unconnected);
   template <class = void>
   void watch_read(const void* variable, const tensor& value) {
     if (!records(value)) return;
@@ -353,14 +303,12 @@ class gradient_tape {
     std::uint32_t inputs = 0;
     std::uint32_t outputs = 0;
   };
-  std::span<const tensor> inputs_of(const entry& e) const { return {values_.data() + e.first, e.inputs}; }
-  std::span<const tensor> outputs_of(const entry& e) const { return {values_.data() + e.first + e.inputs, e.outputs}; }
+  KILN_LIBRARY_INLINE std::span<const tensor> inputs_of(const entry& e) const;
+  KILN_LIBRARY_INLINE std::span<const tensor> outputs_of(const entry& e) const;
 
   // A tape records the values of where it was made: eager ones outside a function,
   // the trace's own inside one (not those of a function traced while it records).
-  bool records(const tensor& t) const {
-    return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
-  }
+  KILN_LIBRARY_INLINE bool records(const tensor& t) const;
 
   template <class = void>
   void record(const ops::any_op& op, std::span<const tensor* const> in, const tensor& out) {
@@ -442,12 +390,8 @@ class gradient_tape {
     }
   }
 
-  void pause() {
-    if (recording_) --detail::recording_tapes(), recording_ = false;
-  }
-  void resume() {
-    if (!recording_) ++detail::recording_tapes(), recording_ = true;
-  }
+  KILN_LIBRARY_INLINE void pause();
+  KILN_LIBRARY_INLINE void resume();
 
   bool persistent_ = false;
   std::uint64_t trace_id_;  ///< the trace the tape was made in, 0 outside one
@@ -527,25 +471,16 @@ std::vector<tensor> detail::basic_tape_runtime<Unused>::gradients_of(
 namespace detail {
 
 /// A copy of eager `x` (numbers, not strings) in a buffer of its own, on x's device.
-inline tensor fresh_copy(const tensor& x) {
-  tensor copy(x.dtype(), x.shape());
-  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
-  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
-  return x.device() == device::cpu ? copy : copy.to(x.device());
-}
+KILN_LIBRARY_INLINE tensor fresh_copy(const tensor& x);
 
 /// `out`, or while gradient tapes record, a copy of it when it is a floating-point
 /// view of one of its eager inputs' buffers. Tapes tell eager tensors apart by buffer
 /// address, dtype and shape, and a view can share all three with another tensor on
 /// the tape (`m[0]` read twice; `reshape(x, {1, n})[0]` and `x`), whose gradient would
 /// then be counted twice.
-inline tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
-  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
-  bool view = false;
-  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
-  return view ? fresh_copy(out) : out;
-}
+KILN_LIBRARY_INLINE tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in);
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_on_active_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   out = unaliased_for_tapes(std::move(out), in);
@@ -556,21 +491,159 @@ template <class Unused>
 void basic_tape_runtime<Unused>::watch_on_active_tapes(const void* variable, const tensor& value) {
   for (gradient_tape* tape : active_tapes()) tape->watch_read(variable, value);
 }
+#endif
 
 /// Records a call described by `call` on the tapes of this thread.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void basic_tape_runtime<Unused>::record_call_on_active_tapes(const std::shared_ptr<const differentiable_call>& call,
                                                              std::span<const tensor> in, std::span<const tensor> out) {
   for (gradient_tape* tape : active_tapes()) tape->record_call(call, in, out);
 }
+#endif
 
 }  // namespace detail
 
 /// `x`, cut off from every gradient tape: gradients do not flow through the result.
 /// \code kiln::tensor frozen = kiln::stop_gradient(kiln::constant({1.f, 2.f})); \endcode
-inline tensor stop_gradient(const tensor& x) {
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tape_key::tape_key(const tensor& t) : type(t.dtype()), dims(t.shape()) {
+  if (t.is_symbolic())
+    trace_id = t.symbol()->trace_id, node = t.symbol()->node;
+  else
+    data = t.raw_data();
+}
+
+KILN_LIBRARY_INLINE tape_key tape_key::of_variable(const void* variable, dtype t, const shape& s) {
+  tape_key k(t, s);
+  k.data = variable;
+  k.trace_id = ~std::uint64_t{0};
+  return k;
+}
+
+KILN_LIBRARY_INLINE std::size_t tape_key::hash() const {
+  return std::size_t(reinterpret_cast<std::uintptr_t>(data)) ^ std::size_t(trace_id * 0x9e3779b97f4a7c15ull) ^
+         (std::size_t(std::uint32_t(node)) << 8) ^ std::size_t(type);
+}
+
+KILN_LIBRARY_INLINE tensor* tape_table::find(const tape_key& key) {
+  int found = -1;
+  index_.for_each(key.hash(), [&](int id) { return entries_[std::size_t(id)].first == key && (found = id, true); });
+  return found < 0 ? nullptr : &entries_[std::size_t(found)].second;
+}
+
+KILN_LIBRARY_INLINE const tensor* tape_table::find(const tape_key& key) const {
+  return const_cast<tape_table&>(*this).find(key);
+}
+
+KILN_LIBRARY_INLINE bool tape_table::contains(const tape_key& key) const { return find(key) != nullptr; }
+
+KILN_LIBRARY_INLINE std::pair<tensor*, bool> tape_table::emplace(const tape_key& key, const tensor& t) {
+  if (tensor* known = find(key)) return {known, false};
+  index_.insert(key.hash(), int(entries_.size()));
+  entries_.emplace_back(key, t);
+  return {&entries_.back().second, true};
+}
+
+KILN_LIBRARY_INLINE void tape_table::clear() {
+  entries_.clear();
+  index_.clear();
+}
+
+KILN_LIBRARY_INLINE int& recording_tapes() {
+  thread_local int count = 0;
+  return count;
+}
+
+KILN_LIBRARY_INLINE std::vector<gradient_tape*>& active_tapes() {
+  thread_local std::vector<gradient_tape*> tapes;
+  return tapes;
+}
+
+KILN_LIBRARY_INLINE tensor unbroadcast(const tensor& g, const shape& to) {
+  if (g.shape() == to) return g;
+  const int lead = g.rank() - to.rank();
+  int_list axes;
+  for (int d = 0; d < g.rank(); ++d)
+    if (d < lead || (to[d - lead] == 1 && g.shape()[d] != 1)) axes.push_back(d);
+  tensor summed = g;
+  if (!axes.empty()) {
+    const tensor* in[] = {&g};
+    summed = run_registered(ops::reduce_sum(reduction_axes(axes), false), in);
+  }
+  const tensor* in[] = {&summed};
+  return run_registered(ops::reshape{to}, in);
+}
+
+KILN_LIBRARY_INLINE tensor sum_defined(const tensor& a, const tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  const tensor* in[] = {&a, &b};
+  return run_registered(ops::add{}, in);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor gradient_tape::unconnected_gradient(dtype t, const shape& s, kiln::device d,
+                                                               unconnected_gradients unconnected) {
+  if (unconnected == unconnected_gradients::zero && is_floating(t)) return detail::zero_filled("gradient", s, t, d);
+  return {};
+}
+
+KILN_LIBRARY_INLINE std::span<const tensor> gradient_tape::inputs_of(const entry& e) const {
+  return {values_.data() + e.first, e.inputs};
+}
+
+KILN_LIBRARY_INLINE std::span<const tensor> gradient_tape::outputs_of(const entry& e) const {
+  return {values_.data() + e.first + e.inputs, e.outputs};
+}
+
+KILN_LIBRARY_INLINE bool gradient_tape::records(const tensor& t) const {
+  return recording_ && is_floating(t.dtype()) && (t.is_symbolic() ? t.symbol()->trace_id : 0) == trace_id_;
+}
+
+KILN_LIBRARY_INLINE void gradient_tape::pause() {
+  if (recording_) --detail::recording_tapes(), recording_ = false;
+}
+
+KILN_LIBRARY_INLINE void gradient_tape::resume() {
+  if (!recording_) ++detail::recording_tapes(), recording_ = true;
+}
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE tensor fresh_copy(const tensor& x) {
+  tensor copy(x.dtype(), x.shape());
+  const tensor host = x.device() == device::cpu ? x : x.to(device::cpu);
+  if (x.size() > 0) std::memcpy(copy.raw_data(), host.raw_data(), std::size_t(x.size()) * size_of(x.dtype()));
+  return x.device() == device::cpu ? copy : copy.to(x.device());
+}
+
+KILN_LIBRARY_INLINE tensor unaliased_for_tapes(tensor out, std::span<const tensor* const> in) {
+  if (out.is_symbolic() || !is_floating(out.dtype())) return out;
+  bool view = false;
+  for (const tensor* t : in) view = view || out.shares_buffer_with(*t);
+  return view ? fresh_copy(out) : out;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x) {
   if (!x.defined() || x.is_symbolic() || !is_floating(x.dtype())) return x;
   return detail::fresh_copy(x);
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

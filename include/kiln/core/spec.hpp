@@ -20,12 +20,7 @@ namespace kiln {
 namespace detail {
 /// "float32 Tensor, shape=(2, 3)": a value of dtype `t` and shape `s` as a function's
 /// signature shows it.
-KILN_COLD inline std::string signature_entry(dtype t, const shape& s) {
-  std::string text(name(t));
-  text += " Tensor, shape=";
-  text += s.str();
-  return text;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s);
 }  // namespace detail
 
 /// Describes a tensor argument without a value; `kiln::none` dims accept any size.
@@ -39,17 +34,14 @@ struct tensor_spec {
   tensor_spec(kiln::shape s, kiln::dtype t, std::string n = "") : shape(s), dtype(t), name(std::move(n)) {}
 
   /// True when a tensor of dtype `t` and shape `s` fits this spec.
-  bool accepts(kiln::dtype t, const kiln::shape& s) const { return t == dtype && shape.accepts(s); }
+  KILN_LIBRARY_INLINE bool accepts(kiln::dtype t, const kiln::shape& s) const;
   bool operator==(const tensor_spec&) const = default;
 
   /// TensorFlow's text: `TensorSpec(shape=(None,), dtype=tf.int32, name=None)`.
-  std::string str() const {
-    return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
-           ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s);
 
 namespace detail {
 /// Writes a nested structure as TensorFlow's signatures show it, its leaves numbered
@@ -61,19 +53,12 @@ namespace detail {
 struct structure_text {
   std::string text;
   int leaves = 0;
-  void leaf() {
-    text += '<';
-    text += std::to_string(++leaves);
-    text += '>';
-  }
+  KILN_LIBRARY_INLINE void leaf();
   /// A tuple `(`, or a list `[`.
-  void open(bool list) { text += list ? '[' : '('; }
-  void next() { text += ", "; }
+  KILN_LIBRARY_INLINE void open(bool list);
+  KILN_LIBRARY_INLINE void next();
   /// Closes what open() opened, around `count` elements (a tuple of one is `(<1>,)`).
-  void close(bool list, std::size_t count) {
-    if (!list && count == 1) text += ',';
-    text += list ? ']' : ')';
-  }
+  KILN_LIBRARY_INLINE void close(bool list, std::size_t count);
 };
 
 /// What a trace was made for, in both tiers, kept in parts: its text is written only
@@ -95,49 +80,10 @@ struct trace_signature {
   std::string output_structure;
 
   /// `double(a)` or `pow(a, b=2)`.
-  std::string header() const {
-    std::string s = name + "(";
-    for (std::size_t i = 0; i < arg_names.size(); ++i) {
-      if (i) s += ", ";
-      s += arg_names[i];
-      if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
-    }
-    return s + ")";
-  }
+  KILN_LIBRARY_INLINE std::string header() const;
   /// The header with the Args/Returns block, as TensorFlow prints a signature; a
   /// structure is shown with a line per leaf below it.
-  std::string signature_text() const {
-    std::ostringstream os;
-    os << header() << "\n";
-    if (!inputs.empty()) os << "  Args:\n";
-    auto input_entry = [&](std::size_t k) {
-      return k < input_text.size() && !input_text[k].empty() ? input_text[k] : signature_entry(inputs[k].dtype, inputs[k].shape);
-    };
-    for (std::size_t a = 0; a < arg_names.size(); ++a) {
-      std::vector<std::size_t> leaves;
-      for (std::size_t k = 0; k < inputs.size(); ++k)
-        if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
-      if (leaves.empty()) continue;
-      const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
-      if (structure.empty()) {
-        for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
-      } else {
-        os << "    " << arg_names[a] << ": " << structure << "\n";
-        for (std::size_t j = 0; j < leaves.size(); ++j) os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
-      }
-    }
-    os << "  Returns:\n";
-    if (!output_structure.empty()) {
-      os << "    " << output_structure << "\n";
-      for (std::size_t j = 0; j < outputs.size(); ++j)
-        os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
-    } else if (outputs.empty()) {
-      os << "    NoneTensorSpec()\n";
-    } else {
-      for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
-    }
-    return os.str();
-  }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 };
 }  // namespace detail
 
@@ -167,3 +113,95 @@ concept operand = fixed_value<X> || lazy<X>;
 }  // namespace typed
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string signature_entry(dtype t, const shape& s) {
+  std::string text(name(t));
+  text += " Tensor, shape=";
+  text += s.str();
+  return text;
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE bool tensor_spec::accepts(kiln::dtype t, const kiln::shape& s) const {
+  return t == dtype && shape.accepts(s);
+}
+
+KILN_LIBRARY_INLINE std::string tensor_spec::str() const {
+  return "TensorSpec(shape=" + shape.str() + ", dtype=tf." + std::string(kiln::name(dtype)) +
+         ", name=" + (name.empty() ? std::string("None") : "'" + name + "'") + ")";
+}
+
+KILN_LIBRARY_INLINE std::ostream& operator<<(std::ostream& os, const tensor_spec& s) { return os << s.str(); }
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void structure_text::leaf() {
+  text += '<';
+  text += std::to_string(++leaves);
+  text += '>';
+}
+
+KILN_LIBRARY_INLINE void structure_text::open(bool list) { text += list ? '[' : '('; }
+
+KILN_LIBRARY_INLINE void structure_text::next() { text += ", "; }
+
+KILN_LIBRARY_INLINE void structure_text::close(bool list, std::size_t count) {
+  if (!list && count == 1) text += ',';
+  text += list ? ']' : ')';
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::header() const {
+  std::string s = name + "(";
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    if (i) s += ", ";
+    s += arg_names[i];
+    if (i < bound_text.size() && !bound_text[i].empty()) s += "=" + bound_text[i];
+  }
+  return s + ")";
+}
+
+KILN_LIBRARY_INLINE std::string trace_signature::signature_text() const {
+  std::ostringstream os;
+  os << header() << "\n";
+  if (!inputs.empty()) os << "  Args:\n";
+  auto input_entry = [&](std::size_t k) {
+    return k < input_text.size() && !input_text[k].empty() ? input_text[k]
+                                                           : signature_entry(inputs[k].dtype, inputs[k].shape);
+  };
+  for (std::size_t a = 0; a < arg_names.size(); ++a) {
+    std::vector<std::size_t> leaves;
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      if (k < input_arg.size() && input_arg[k] == int(a)) leaves.push_back(k);
+    if (leaves.empty()) continue;
+    const std::string& structure = a < arg_structure.size() ? arg_structure[a] : std::string();
+    if (structure.empty()) {
+      for (std::size_t k : leaves) os << "    " << arg_names[a] << ": " << input_entry(k) << "\n";
+    } else {
+      os << "    " << arg_names[a] << ": " << structure << "\n";
+      for (std::size_t j = 0; j < leaves.size(); ++j)
+        os << "      <" << j + 1 << ">: " << input_entry(leaves[j]) << "\n";
+    }
+  }
+  os << "  Returns:\n";
+  if (!output_structure.empty()) {
+    os << "    " << output_structure << "\n";
+    for (std::size_t j = 0; j < outputs.size(); ++j)
+      os << "      <" << j + 1 << ">: " << signature_entry(outputs[j].dtype, outputs[j].shape) << "\n";
+  } else if (outputs.empty()) {
+    os << "    NoneTensorSpec()\n";
+  } else {
+    for (const tensor_spec& out : outputs) os << "    " << signature_entry(out.dtype, out.shape) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

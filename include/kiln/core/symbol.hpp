@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/config.hpp"
+
 namespace kiln::detail {
 
 /// The graph value a symbolic tensor stands for. `trace_id` names the trace that
@@ -21,12 +23,30 @@ struct symbol {
 };
 
 /// TensorFlow's name of the value a symbol stands for: `a:0`, `while:1`.
-inline std::string value_name(const symbol& s) { return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output); }
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s);
 
 /// The name of the node a symbol stands for: `while` for `while:1`.
-inline std::string node_name(const symbol& s) { return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':')); }
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s);
 
 /// True when `a` and `b` stand for the same value of the same trace.
-inline bool same_value(const symbol& a, const symbol& b) { return a.trace_id == b.trace_id && a.node == b.node; }
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b);
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string value_name(const symbol& s) {
+  return s.output < 0 ? s.name : s.name + ":" + std::to_string(s.output);
+}
+
+KILN_LIBRARY_INLINE std::string node_name(const symbol& s) {
+  return s.output >= 0 ? s.name : s.name.substr(0, s.name.find(':'));
+}
+
+KILN_LIBRARY_INLINE bool same_value(const symbol& a, const symbol& b) {
+  return a.trace_id == b.trace_id && a.node == b.node;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -254,8 +254,8 @@ class dataset {
   /// call with another dataset of the same spec would reuse that unrolled graph;
   /// there kiln::for_each or reduce() make one ReduceDataset node instead.
   /// \code for (const auto& e : kiln::data::dataset::range(3)) std::cout << e[0];  // tensors 0, 1, 2 \endcode
-  const_iterator begin() const { return const_iterator(*stage_); }
-  std::default_sentinel_t end() const { return {}; }
+  KILN_LIBRARY_INLINE const_iterator begin() const;
+  KILN_LIBRARY_INLINE std::default_sentinel_t end() const;
 
   /// An iterator over the elements (TensorFlow's `iter(ds)`): each get_next() gives
   /// the next element, also inside a function, where it is a node that advances at
@@ -270,22 +270,15 @@ class dataset {
   /// that takes the dataset as an argument.
   const tensor& handle() const { return handle_; }
   /// Appends the element spec to a kiln::function's cache key.
-  void append_spec_key(std::vector<std::uint64_t>& key) const {
-    key.push_back(element_spec().size());
-    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void append_spec_key(std::vector<std::uint64_t>& key) const;
   /// This dataset, reached through `handle` (a function's placeholder for it).
-  dataset with_handle(const tensor& handle) const {
-    dataset d = *this;
-    d.handle_ = handle;
-    return d;
-  }
+  KILN_LIBRARY_INLINE dataset with_handle(const tensor& handle) const;
   /// The pipeline as traced: what a ReduceDataset node keeps.
   const std::shared_ptr<const detail::dataset_stage>& pipeline() const { return stage_; }
   /// How a function's signature shows a dataset argument, as TensorFlow does:
   /// `DatasetSpec(TensorSpec(shape=(), dtype=tf.int64, name=None), TensorShape([]))`.
   /// \code kiln::data::dataset::range(3).signature_text(); \endcode
-  std::string signature_text() const { return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))"; }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 
   /// `<RangeDataset shapes: (), types: int64>`, `<FlatMapDataset shapes: ((), ()),
   /// types: (int32, int32)>`: TensorFlow's text, with kiln's dtype names.
@@ -432,3 +425,28 @@ auto for_each(const Range& values, Body body, const Vars&... vars) {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::data {
+
+KILN_LIBRARY_INLINE auto dataset::begin() const -> const_iterator { return const_iterator(*stage_); }
+
+KILN_LIBRARY_INLINE std::default_sentinel_t dataset::end() const { return {}; }
+
+KILN_LIBRARY_INLINE void dataset::append_spec_key(std::vector<std::uint64_t>& key) const {
+  key.push_back(element_spec().size());
+  for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE dataset dataset::with_handle(const tensor& handle) const {
+  dataset d = *this;
+  d.handle_ = handle;
+  return d;
+}
+
+KILN_LIBRARY_INLINE std::string dataset::signature_text() const {
+  return "DatasetSpec(" + detail::element_spec_text(element_spec()) + ", TensorShape([]))";
+}
+
+}  // namespace kiln::data
+#endif  // KILN_DEFINE_LIBRARY

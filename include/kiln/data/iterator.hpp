@@ -39,11 +39,7 @@ class iterator_state {
         }()) {}
 
   /// The next element, or nothing past the end; one caller at a time.
-  std::optional<dataset_element> next() {
-    std::lock_guard lock(mutex_);
-    init_scope eager;  // a pass may run ops (a map's function)
-    return pass_.next();
-  }
+  KILN_LIBRARY_INLINE std::optional<dataset_element> next();
   const std::vector<tensor_spec>& element_spec() const { return stage_->element_spec(); }
 
  private:
@@ -57,11 +53,7 @@ using iterator_registry = handle_registry<iterator_state>;
 
 /// The element `state` gives next, or kiln::out_of_range_error past the end (as
 /// TensorFlow's OutOfRangeError: "End of sequence").
-inline dataset_element next_element(iterator_state& state, std::string_view who) {
-  std::optional<dataset_element> e = state.next();
-  if (!e) throw out_of_range_error(std::string(who) + ": End of sequence");
-  return std::move(*e);
-}
+KILN_LIBRARY_INLINE dataset_element next_element(iterator_state& state, std::string_view who);
 
 /// `it.get_next()` inside a function: its input is the iterator's handle, its results
 /// the element's components. The iterator comes from the handle at every run (an
@@ -71,16 +63,12 @@ class iterator_get_next_op final : public special_op {
  public:
   explicit iterator_get_next_op(std::shared_ptr<iterator_state> traced)
       : special_op(std::type_identity<iterator_get_next_op>()), traced_(std::move(traced)) {}
-  std::string_view name() const { return "IteratorGetNext"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// It advances the iterator: never pruned, in program order with other effects.
   bool has_effects() const { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
-    check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
-    return next_element(*state, name());
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
 
-  static std::array<std::string_view, 1> op_names() { return {"IteratorGetNext"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Its iterator is a pass over a pipeline of C++ objects of this program, named by a
   /// handle that means nothing to another one.
   static constexpr std::string_view save_refusal =
@@ -125,43 +113,22 @@ class iterator {
 
   /// The next element, one tensor per component; inside a function being traced, an
   /// `IteratorGetNext` node's symbolic results. kiln::out_of_range_error past the end.
-  dataset::element get_next() const {
-    if (!state_) throw value_error("kiln::data::iterator: get_next on an iterator over nothing (default-constructed)");
-    if (detail::trace_context* trace = detail::trace_context::current()) {
-      std::vector<std::pair<dtype, shape>> results;
-      for (const tensor_spec& s : element_spec()) results.emplace_back(s.dtype, s.shape);
-      const tensor inputs[] = {handle_};
-      return trace->record_special(std::make_shared<detail::iterator_get_next_op>(state_), inputs, results);
-    }
-    if (handle_.is_symbolic())
-      throw type_error("kiln::data::iterator: an iterator a function received was used outside the trace that made it");
-    return detail::next_element(*state_, "kiln::data::iterator::get_next");
-  }
+  KILN_LIBRARY_INLINE dataset::element get_next() const;
 
   /// One spec per component of an element.
-  const std::vector<tensor_spec>& element_spec() const {
-    if (!state_) throw value_error("kiln::data::iterator: an iterator over nothing (default-constructed) has no element spec");
-    return state_->element_spec();
-  }
+  KILN_LIBRARY_INLINE const std::vector<tensor_spec>& element_spec() const;
 
   /// The int64 scalar naming the iterator at run time; symbolic inside a function
   /// that takes the iterator as an argument.
   const tensor& handle() const { return handle_; }
   /// Appends what keys an iterator argument to a kiln::function's cache key: that it
   /// is an iterator, and its element spec.
-  void append_spec_key(std::vector<std::uint64_t>& key) const {
-    key.push_back(~std::uint64_t(element_spec().size()));  // unlike a dataset's first word
-    for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
-  }
+  KILN_LIBRARY_INLINE void append_spec_key(std::vector<std::uint64_t>& key) const;
   /// This iterator, reached through `handle` (a function's placeholder for it).
-  iterator with_handle(const tensor& handle) const {
-    iterator i = *this;
-    i.handle_ = handle;
-    return i;
-  }
+  KILN_LIBRARY_INLINE iterator with_handle(const tensor& handle) const;
   /// How a function's signature shows an iterator argument, as TensorFlow does:
   /// `IteratorSpec(TensorSpec(shape=(), dtype=tf.int32, name=None),)`.
-  std::string signature_text() const { return "IteratorSpec(" + detail::element_spec_text(element_spec()) + ",)"; }
+  KILN_LIBRARY_INLINE std::string signature_text() const;
 
  private:
   std::shared_ptr<detail::iterator_state> state_;
@@ -201,7 +168,9 @@ auto get_next(const Iterator& it) {
   return it.get_next();
 }
 
-inline iterator dataset::make_iterator() const { return iterator(*this); }
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE iterator dataset::make_iterator() const { return iterator(*this); }
+#endif  // KILN_DEFINE_LIBRARY
 
 template <std::size_t N>
 iterator_of<N> dataset_of<N>::make_iterator() const {
@@ -209,3 +178,69 @@ iterator_of<N> dataset_of<N>::make_iterator() const {
 }
 
 }  // namespace kiln::data
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::optional<dataset_element> iterator_state::next() {
+  std::lock_guard lock(mutex_);
+  init_scope eager;  // a pass may run ops (a map's function)
+  return pass_.next();
+}
+
+KILN_LIBRARY_INLINE dataset_element next_element(iterator_state& state, std::string_view who) {
+  std::optional<dataset_element> e = state.next();
+  if (!e) throw out_of_range_error(std::string(who) + ": End of sequence");
+  return std::move(*e);
+}
+
+KILN_LIBRARY_INLINE std::string_view iterator_get_next_op::name() const { return "IteratorGetNext"; }
+
+KILN_LIBRARY_INLINE std::vector<tensor> iterator_get_next_op::run(std::span<const tensor* const> in) const {
+  const std::shared_ptr<iterator_state> state = iterator_registry::get().find(*in[0], name(), "iterator");
+  check_traced_spec(name(), "iterator", state->element_spec(), traced_->element_spec());
+  return next_element(*state, name());
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> iterator_get_next_op::op_names() { return {"IteratorGetNext"}; }
+
+}  // namespace kiln::detail
+
+namespace kiln::data {
+
+KILN_LIBRARY_INLINE dataset::element iterator::get_next() const {
+  if (!state_) throw value_error("kiln::data::iterator: get_next on an iterator over nothing (default-constructed)");
+  if (detail::trace_context* trace = detail::trace_context::current()) {
+    std::vector<std::pair<dtype, shape>> results;
+    for (const tensor_spec& s : element_spec()) results.emplace_back(s.dtype, s.shape);
+    const tensor inputs[] = {handle_};
+    return trace->record_special(std::make_shared<detail::iterator_get_next_op>(state_), inputs, results);
+  }
+  if (handle_.is_symbolic())
+    throw type_error("kiln::data::iterator: an iterator a function received was used outside the trace that made it");
+  return detail::next_element(*state_, "kiln::data::iterator::get_next");
+}
+
+KILN_LIBRARY_INLINE const std::vector<tensor_spec>& iterator::element_spec() const {
+  if (!state_)
+    throw value_error("kiln::data::iterator: an iterator over nothing (default-constructed) has no element spec");
+  return state_->element_spec();
+}
+
+KILN_LIBRARY_INLINE void iterator::append_spec_key(std::vector<std::uint64_t>& key) const {
+  key.push_back(~std::uint64_t(element_spec().size()));  // unlike a dataset's first word
+  for (const tensor_spec& s : element_spec()) detail::add_shape(key, s.dtype, s.shape);
+}
+
+KILN_LIBRARY_INLINE iterator iterator::with_handle(const tensor& handle) const {
+  iterator i = *this;
+  i.handle_ = handle;
+  return i;
+}
+
+KILN_LIBRARY_INLINE std::string iterator::signature_text() const {
+  return "IteratorSpec(" + detail::element_spec_text(element_spec()) + ",)";
+}
+
+}  // namespace kiln::data
+#endif  // KILN_DEFINE_LIBRARY

@@ -26,33 +26,16 @@ namespace kiln::detail {
 using dataset_element = std::vector<tensor>;
 
 /// "(int32 (), float32 (2,))", as errors show an element spec.
-inline std::string components_text(std::span<const tensor_spec> specs) {
-  std::vector<value_spec> v;
-  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
-  return specs_text(v);
-}
+KILN_LIBRARY_INLINE std::string components_text(std::span<const tensor_spec> specs);
 
 /// Raises kiln::invalid_argument_error unless `element` fits `spec`, naming both.
-inline void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec) {
-  bool fits = element.size() == spec.size();
-  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
-  if (!fits)
-    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
-                                 " but the dataset's element spec is " + components_text(spec));
-}
+KILN_LIBRARY_INLINE void check_element(std::string_view stage, const dataset_element& element, std::span<const tensor_spec> spec);
 
 /// Raises kiln::invalid_argument_error naming op `op` unless the elements of spec
 /// `got`, of the dataset or iterator (`what`) a node was given when it runs, fit the
 /// spec `traced` that the node was traced for.
-inline void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
-                              std::span<const tensor_spec> traced) {
-  bool fits = got.size() == traced.size();
-  for (std::size_t k = 0; fits && k < got.size(); ++k)
-    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
-  if (!fits)
-    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " + components_text(got) +
-                                 " but the function was traced for " + components_text(traced));
-}
+KILN_LIBRARY_INLINE void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                              std::span<const tensor_spec> traced);
 
 /// One pass over a dataset: pulls its elements in order. Holds any callable that
 /// gives the next element, or nothing at the end of the pass. Type-erased through
@@ -65,7 +48,7 @@ class element_iterator {
       : state_(new Next(std::move(next)), [](void* p) { delete static_cast<Next*>(p); }),
         next_([](void* p) -> std::optional<dataset_element> { return (*static_cast<Next*>(p))(); }) {}
   /// The next element, or nothing at the end of the pass.
-  std::optional<dataset_element> next() { return next_(state_.get()); }
+  KILN_LIBRARY_INLINE std::optional<dataset_element> next();
 
  private:
   std::unique_ptr<void, void (*)(void*)> state_;
@@ -86,7 +69,7 @@ class dataset_stage {
   /// One spec per component; `none` dims (or an unknown rank) where elements differ.
   const std::vector<tensor_spec>& element_spec() const { return spec_; }
   /// Starts a pass over the elements.
-  element_iterator iterate() const { return iterate_(*this); }
+  KILN_LIBRARY_INLINE element_iterator iterate() const;
   /// True when a pass calls C++ code that may have effects (a generator), so that a
   /// graph runs its loop even when no output needs it, as TensorFlow keeps a
   /// py_function.
@@ -149,12 +132,7 @@ using dataset_registry = handle_registry<const dataset_stage>;
 
 /// `TensorSpec(shape=(), dtype=tf.int64, name=None)` for one component, a tuple of
 /// them for several: an element spec as TensorFlow's DatasetSpec and IteratorSpec show it.
-inline std::string element_spec_text(std::span<const tensor_spec> spec) {
-  if (spec.size() == 1) return spec[0].str();
-  std::string s = "(";
-  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
-  return s + ")";
-}
+KILN_LIBRARY_INLINE std::string element_spec_text(std::span<const tensor_spec> spec);
 
 /// A C++ `for`'s pass over a dataset, handing out its elements as `Element`: a
 /// std::vector of tensors, or a std::array of as many as every element has. Made
@@ -199,3 +177,45 @@ class element_cursor {
 };
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string components_text(std::span<const tensor_spec> specs) {
+  std::vector<value_spec> v;
+  for (const tensor_spec& s : specs) v.emplace_back(s.dtype, s.shape);
+  return specs_text(v);
+}
+
+KILN_LIBRARY_INLINE void check_element(std::string_view stage, const dataset_element& element,
+                                       std::span<const tensor_spec> spec) {
+  bool fits = element.size() == spec.size();
+  for (std::size_t k = 0; fits && k < spec.size(); ++k) fits = spec[k].accepts(element[k].dtype(), element[k].shape());
+  if (!fits)
+    throw invalid_argument_error(std::string(stage) + ": an element is " + specs_text(specs_of(element)) +
+                                 " but the dataset's element spec is " + components_text(spec));
+}
+
+KILN_LIBRARY_INLINE void check_traced_spec(std::string_view op, std::string_view what, std::span<const tensor_spec> got,
+                                           std::span<const tensor_spec> traced) {
+  bool fits = got.size() == traced.size();
+  for (std::size_t k = 0; fits && k < got.size(); ++k)
+    fits = got[k].dtype == traced[k].dtype && traced[k].shape.accepts(got[k].shape);
+  if (!fits)
+    throw invalid_argument_error(std::string(op) + ": the " + std::string(what) + "'s elements are " +
+                                 components_text(got) + " but the function was traced for " + components_text(traced));
+}
+
+KILN_LIBRARY_INLINE std::optional<dataset_element> element_iterator::next() { return next_(state_.get()); }
+
+KILN_LIBRARY_INLINE element_iterator dataset_stage::iterate() const { return iterate_(*this); }
+
+KILN_LIBRARY_INLINE std::string element_spec_text(std::span<const tensor_spec> spec) {
+  if (spec.size() == 1) return spec[0].str();
+  std::string s = "(";
+  for (std::size_t k = 0; k < spec.size(); ++k) s += (k ? ", " : "") + spec[k].str();
+  return s + ")";
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

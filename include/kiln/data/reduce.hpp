@@ -36,26 +36,12 @@ class basic_reduce_dataset_op final : public special_op {
       : special_op(std::type_identity<basic_reduce_dataset_op>()), traced_(std::move(traced)), state_size_(state_size),
         body_(std::move(body)),
         effects_(body_.traced().has_effects() || traced_->has_effects()) {}
-  std::string_view name() const { return "ReduceDataset"; }
+  std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return {{"body", &body_.traced()}}; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
-    check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
-    const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
-    // The body's arguments: an element's components, the state, the captures.
-    std::vector<tensor> args(components);
-    for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
-    element_iterator pass = stage->iterate();
-    while (std::optional<dataset_element> e = pass.next()) {
-      for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
-      std::vector<tensor> next = body_.run(args);
-      for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
-    }
-    return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
-  }
+  std::vector<std::pair<std::string, const graph*>> subgraphs() const;
+  std::vector<tensor> run(std::span<const tensor* const> in) const;
 
-  static std::array<std::string_view, 1> op_names() { return {"ReduceDataset"}; }
+  static std::array<std::string_view, 1> op_names();
   /// Its dataset is a pipeline of C++ objects (sources, functions) of this program, named
   /// by a handle that means nothing to another one.
   static constexpr std::string_view save_refusal =
@@ -77,25 +63,13 @@ class basic_reduce_dataset_op final : public special_op {
 using reduce_dataset_op = basic_reduce_dataset_op<void>;
 
 /// The parameters of a function traced for an element of `spec`: `args_0`, ...
-inline std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
-  std::vector<tensor_spec> out;
-  for (std::size_t k = 0; k < spec.size(); ++k) out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec);
 
 /// As tf.data's reduce: a loop variable that the body makes less specific (a dim, or
 /// the rank, that depends on the elements) takes the body's spec, and the body is
 /// traced again for it; returns whether one did. Anything else is left for
 /// check_loop_specs to reject.
-inline bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
-  bool relaxed = false;
-  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
-    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
-      specs[k].second = got[k].second;
-      relaxed = true;
-    }
-  return relaxed;
-}
+KILN_LIBRARY_INLINE bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got);
 
 /// Runs `invoke(element, state)` over the elements of dataset `ds` (a
 /// kiln::data::dataset) from `initial`, each result the next state (nothing when the
@@ -148,3 +122,58 @@ State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::name() const -> std::string_view {
+  return "ReduceDataset";
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::subgraphs() const -> std::vector<std::pair<std::string, const graph*>> {
+  return {{"body", &body_.traced()}};
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const -> std::vector<tensor> {
+  const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
+  check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
+  const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
+  // The body's arguments: an element's components, the state, the captures.
+  std::vector<tensor> args(components);
+  for (std::size_t k = 1; k < in.size(); ++k) args.push_back(*in[k]);
+  element_iterator pass = stage->iterate();
+  while (std::optional<dataset_element> e = pass.next()) {
+    for (std::size_t k = 0; k < components; ++k) args[k] = std::move((*e)[k]);
+    std::vector<tensor> next = body_.run(args);
+    for (std::size_t k = 0; k < n; ++k) args[components + k] = std::move(next[k]);
+  }
+  return {args.begin() + std::ptrdiff_t(components), args.begin() + std::ptrdiff_t(components + n)};
+}
+
+template <class Unused>
+auto basic_reduce_dataset_op<Unused>::op_names() -> std::array<std::string_view, 1> {
+  return {"ReduceDataset"};
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor_spec> element_parameters(std::span<const tensor_spec> spec) {
+  std::vector<tensor_spec> out;
+  for (std::size_t k = 0; k < spec.size(); ++k)
+    out.emplace_back(spec[k].shape, spec[k].dtype, "args_" + std::to_string(k));
+  return out;
+}
+
+KILN_LIBRARY_INLINE bool relax_loop_specs(std::vector<value_spec>& specs, std::span<const value_spec> got) {
+  bool relaxed = false;
+  for (std::size_t k = 0; k < specs.size() && k < got.size(); ++k)
+    if (got[k].first == specs[k].first && got[k].second != specs[k].second && got[k].second.accepts(specs[k].second)) {
+      specs[k].second = got[k].second;
+      relaxed = true;
+    }
+  return relaxed;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -39,20 +39,8 @@ element_iterator indexed_elements(std::int64_t count, Element element) {
 template <class Unused>
 class basic_range_stage final : public dataset_stage {
  public:
-  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
-      : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
-        start_(start), delta_(delta) {
-    if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
-    // Python's range length: ceil((limit - start) / delta), at least 0.
-    const std::int64_t span = delta > 0 ? limit - start : start - limit;
-    const std::int64_t step = delta > 0 ? delta : -delta;
-    count_ = span <= 0 ? 0 : (span + step - 1) / step;
-  }
-  element_iterator iterate() const {
-    return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
-      return dataset_element{kiln::constant(start + i * delta)};
-    });
-  }
+  basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta);
+  element_iterator iterate() const;
 
  private:
   std::int64_t start_, delta_, count_ = 0;
@@ -61,19 +49,7 @@ using range_stage = basic_range_stage<void>;
 
 /// The spec of one slice along the first dim of each of `components`, which must
 /// be eager tensors of rank 1 or more that agree in their first dim.
-inline std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
-  if (components.empty()) throw value_error("dataset::from_tensor_slices: give at least one tensor");
-  std::vector<tensor_spec> out;
-  for (const tensor& c : components) {
-    c.require_value("dataset::from_tensor_slices");
-    if (c.rank() < 1) throw value_error("dataset::from_tensor_slices: slicing needs tensors of rank 1 or more, got a scalar");
-    if (c.shape()[0] != components[0].shape()[0])
-      throw value_error("dataset::from_tensor_slices: the components must have the same first dim, got " +
-                        components[0].shape().str() + " and " + c.shape().str());
-    out.emplace_back(shape(c.shape().dims().subspan(1)), c.dtype());
-  }
-  return out;
-}
+KILN_LIBRARY_INLINE std::vector<tensor_spec> slice_spec(std::span<const tensor> components);
 
 /// `dataset::from_tensor_slices`: element i is slice i of every component. A
 /// template on nothing, as op functions are: it runs x[i].
@@ -84,13 +60,7 @@ class basic_slices_stage final : public dataset_stage {
       : dataset_stage(std::type_identity<basic_slices_stage>(), "TensorSliceDataset", slice_spec(components), false),
         count_(components[0].shape()[0]),
         components_(std::move(components)) {}
-  element_iterator iterate() const {
-    return indexed_elements(count_, [this](std::int64_t i) {
-      dataset_element e;
-      for (const tensor& c : components_) e.push_back(c[i]);
-      return e;
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   std::int64_t count_;
@@ -105,20 +75,10 @@ class basic_tensors_stage final : public dataset_stage {
   explicit basic_tensors_stage(std::vector<tensor> components)
       : dataset_stage(std::type_identity<basic_tensors_stage>(), "TensorDataset", spec_of(components), false),
         components_(std::move(components)) {}
-  element_iterator iterate() const {
-    return indexed_elements(1, [this](std::int64_t) { return components_; });
-  }
+  element_iterator iterate() const;
 
  private:
-  static std::vector<tensor_spec> spec_of(std::span<const tensor> components) {
-    if (components.empty()) throw value_error("dataset::from_tensors: give at least one tensor");
-    std::vector<tensor_spec> out;
-    for (const tensor& c : components) {
-      c.require_value("dataset::from_tensors");
-      out.emplace_back(c.shape(), c.dtype());
-    }
-    return out;
-  }
+  static std::vector<tensor_spec> spec_of(std::span<const tensor> components);
   std::vector<tensor> components_;
 };
 using tensors_stage = basic_tensors_stage<void>;
@@ -179,13 +139,7 @@ class basic_map_stage final : public transform_stage {
       : transform_stage(std::type_identity<basic_map_stage>(), "MapDataset", std::move(spec), std::move(input),
                         fn.has_effects()),
         fn_(std::move(fn)) {}
-  element_iterator iterate() const {
-    return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
-      std::optional<dataset_element> e = in.next();
-      if (!e) return std::nullopt;
-      return fn_.run(*e);
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   subgraph fn_;
@@ -252,33 +206,8 @@ template <class Unused>
 class basic_shuffle_stage final : public transform_stage {
  public:
   basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size, std::uint64_t seed,
-                bool reshuffle_each_iteration)
-      : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
-        buffer_size_(buffer_size), seed_(seed),
-        reshuffle_(reshuffle_each_iteration) {
-    if (buffer_size <= 0)
-      throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
-  }
-  element_iterator iterate() const {
-    const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
-    // The index is taken by modulo of splitmix64's numbers, so the order is the same
-    // on every platform and standard library (a std:: distribution's is not).
-    std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
-    return transformed([this, state, buffer = std::vector<dataset_element>()](
-                           element_iterator& in) mutable -> std::optional<dataset_element> {
-      while (std::int64_t(buffer.size()) < buffer_size_) {
-        std::optional<dataset_element> e = in.next();
-        if (!e) break;
-        buffer.push_back(std::move(*e));
-      }
-      if (buffer.empty()) return std::nullopt;
-      const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
-      std::swap(buffer[pick], buffer.back());
-      dataset_element out = std::move(buffer.back());
-      buffer.pop_back();
-      return out;
-    });
-  }
+                bool reshuffle_each_iteration);
+  element_iterator iterate() const;
 
  private:
   std::int64_t buffer_size_;
@@ -292,24 +221,8 @@ using shuffle_stage = basic_shuffle_stage<void>;
 template <class Unused>
 class basic_shard_stage final : public transform_stage {
  public:
-  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index)
-      : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
-        num_shards_(num_shards), index_(index) {
-    if (num_shards <= 0)
-      throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
-    if (index < 0 || index >= num_shards)
-      throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
-                                   std::to_string(index));
-  }
-  element_iterator iterate() const {
-    return transformed([num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
-      std::optional<dataset_element> e;
-      // The elements before this shard's next one are read and dropped.
-      while ((e = in.next()) && position++ % num_shards != index) {
-      }
-      return e;
-    });
-  }
+  basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards, std::int64_t index);
+  element_iterator iterate() const;
 
  private:
   std::int64_t num_shards_, index_;
@@ -322,13 +235,7 @@ class basic_take_stage final : public transform_stage {
  public:
   basic_take_stage(std::shared_ptr<const dataset_stage> input, std::int64_t count)
       : transform_stage(std::type_identity<basic_take_stage>(), "TakeDataset", input->element_spec(), input), count_(count) {}
-  element_iterator iterate() const {
-    return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
-      if (count >= 0 && taken >= count) return std::optional<dataset_element>();
-      ++taken;
-      return in.next();
-    });
-  }
+  element_iterator iterate() const;
 
  private:
   std::int64_t count_;
@@ -341,13 +248,163 @@ using take_stage = basic_take_stage<void>;
 template <class Unused>
 class basic_prefetch_stage final : public transform_stage {
  public:
-  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
-      : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
-    if (buffer_size < 0)
-      throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " + std::to_string(buffer_size));
-  }
-  element_iterator iterate() const { return input()->iterate(); }
+  basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size);
+  element_iterator iterate() const;
 };
 using prefetch_stage = basic_prefetch_stage<void>;
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+basic_range_stage<Unused>::basic_range_stage(std::int64_t start, std::int64_t limit, std::int64_t delta)
+    : dataset_stage(std::type_identity<basic_range_stage>(), "RangeDataset", {tensor_spec(shape{}, int64)}, false),
+      start_(start),
+      delta_(delta) {
+  if (delta == 0) throw invalid_argument_error("dataset::range: delta must not be 0");
+  // Python's range length: ceil((limit - start) / delta), at least 0.
+  const std::int64_t span = delta > 0 ? limit - start : start - limit;
+  const std::int64_t step = delta > 0 ? delta : -delta;
+  count_ = span <= 0 ? 0 : (span + step - 1) / step;
+}
+
+template <class Unused>
+auto basic_range_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(count_, [start = start_, delta = delta_](std::int64_t i) {
+    return dataset_element{kiln::constant(start + i * delta)};
+  });
+}
+
+KILN_LIBRARY_INLINE std::vector<tensor_spec> slice_spec(std::span<const tensor> components) {
+  if (components.empty()) throw value_error("dataset::from_tensor_slices: give at least one tensor");
+  std::vector<tensor_spec> out;
+  for (const tensor& c : components) {
+    c.require_value("dataset::from_tensor_slices");
+    if (c.rank() < 1)
+      throw value_error("dataset::from_tensor_slices: slicing needs tensors of rank 1 or more, got a scalar");
+    if (c.shape()[0] != components[0].shape()[0])
+      throw value_error("dataset::from_tensor_slices: the components must have the same first dim, got " +
+                        components[0].shape().str() + " and " + c.shape().str());
+    out.emplace_back(shape(c.shape().dims().subspan(1)), c.dtype());
+  }
+  return out;
+}
+
+template <class Unused>
+auto basic_slices_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(count_, [this](std::int64_t i) {
+    dataset_element e;
+    for (const tensor& c : components_) e.push_back(c[i]);
+    return e;
+  });
+}
+
+template <class Unused>
+auto basic_tensors_stage<Unused>::iterate() const -> element_iterator {
+  return indexed_elements(1, [this](std::int64_t) { return components_; });
+}
+
+template <class Unused>
+auto basic_tensors_stage<Unused>::spec_of(std::span<const tensor> components) -> std::vector<tensor_spec> {
+  if (components.empty()) throw value_error("dataset::from_tensors: give at least one tensor");
+  std::vector<tensor_spec> out;
+  for (const tensor& c : components) {
+    c.require_value("dataset::from_tensors");
+    out.emplace_back(c.shape(), c.dtype());
+  }
+  return out;
+}
+
+template <class Unused>
+auto basic_map_stage<Unused>::iterate() const -> element_iterator {
+  return transformed([this](element_iterator& in) -> std::optional<dataset_element> {
+    std::optional<dataset_element> e = in.next();
+    if (!e) return std::nullopt;
+    return fn_.run(*e);
+  });
+}
+
+template <class Unused>
+basic_shuffle_stage<Unused>::basic_shuffle_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size,
+                                                 std::uint64_t seed, bool reshuffle_each_iteration)
+    : transform_stage(std::type_identity<basic_shuffle_stage>(), "ShuffleDataset", input->element_spec(), input),
+      buffer_size_(buffer_size),
+      seed_(seed),
+      reshuffle_(reshuffle_each_iteration) {
+  if (buffer_size <= 0)
+    throw invalid_argument_error("dataset::shuffle: buffer_size must be positive, got " + std::to_string(buffer_size));
+}
+
+template <class Unused>
+auto basic_shuffle_stage<Unused>::iterate() const -> element_iterator {
+  const std::uint64_t pass = reshuffle_ ? passes_.fetch_add(1) : 0;
+  // The index is taken by modulo of splitmix64's numbers, so the order is the same
+  // on every platform and standard library (a std:: distribution's is not).
+  std::uint64_t state = seed_ + pass * 0xD1B54A32D192ED03u;
+  return transformed([this, state, buffer = std::vector<dataset_element>()](
+                         element_iterator& in) mutable -> std::optional<dataset_element> {
+    while (std::int64_t(buffer.size()) < buffer_size_) {
+      std::optional<dataset_element> e = in.next();
+      if (!e) break;
+      buffer.push_back(std::move(*e));
+    }
+    if (buffer.empty()) return std::nullopt;
+    const std::size_t pick = std::size_t(splitmix64(state) % buffer.size());
+    std::swap(buffer[pick], buffer.back());
+    dataset_element out = std::move(buffer.back());
+    buffer.pop_back();
+    return out;
+  });
+}
+
+template <class Unused>
+basic_shard_stage<Unused>::basic_shard_stage(std::shared_ptr<const dataset_stage> input, std::int64_t num_shards,
+                                             std::int64_t index)
+    : transform_stage(std::type_identity<basic_shard_stage>(), "ShardDataset", input->element_spec(), input),
+      num_shards_(num_shards),
+      index_(index) {
+  if (num_shards <= 0)
+    throw invalid_argument_error("dataset::shard: num_shards must be positive, got " + std::to_string(num_shards));
+  if (index < 0 || index >= num_shards)
+    throw invalid_argument_error("dataset::shard: index must be in [0, " + std::to_string(num_shards) + "), got " +
+                                 std::to_string(index));
+}
+
+template <class Unused>
+auto basic_shard_stage<Unused>::iterate() const -> element_iterator {
+  return transformed(
+      [num_shards = num_shards_, index = index_, position = std::int64_t(0)](element_iterator& in) mutable {
+        std::optional<dataset_element> e;
+        // The elements before this shard's next one are read and dropped.
+        while ((e = in.next()) && position++ % num_shards != index) {
+        }
+        return e;
+      });
+}
+
+template <class Unused>
+auto basic_take_stage<Unused>::iterate() const -> element_iterator {
+  return transformed([count = count_, taken = std::int64_t(0)](element_iterator& in) mutable {
+    if (count >= 0 && taken >= count) return std::optional<dataset_element>();
+    ++taken;
+    return in.next();
+  });
+}
+
+template <class Unused>
+basic_prefetch_stage<Unused>::basic_prefetch_stage(std::shared_ptr<const dataset_stage> input, std::int64_t buffer_size)
+    : transform_stage(std::type_identity<basic_prefetch_stage>(), "PrefetchDataset", input->element_spec(), input) {
+  if (buffer_size < 0)
+    throw invalid_argument_error("dataset::prefetch: buffer_size must be 0 or more, got " +
+                                 std::to_string(buffer_size));
+}
+
+template <class Unused>
+auto basic_prefetch_stage<Unused>::iterate() const -> element_iterator {
+  return input()->iterate();
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

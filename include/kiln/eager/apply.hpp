@@ -23,16 +23,7 @@ namespace kiln {
 namespace detail {
 
 /// "int32 (2, 3), float32 (3,)": the inputs as an error message shows them.
-KILN_COLD inline std::string describe_inputs(std::span<const tensor* const> in) {
-  std::string s;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (i) s += ", ";
-    s += name(in[i]->dtype());
-    s += ' ';
-    s += in[i]->shape().str();
-  }
-  return s;
-}
+KILN_COLD KILN_LIBRARY_INLINE std::string describe_inputs(std::span<const tensor* const> in);
 
 // The errors of the checks below, out of line: every file that runs an op eagerly
 // compiles these checks, and an inline message costs a temporary and its cleanup per
@@ -109,6 +100,7 @@ struct basic_rule_checks {
 };
 using rule_checks = basic_rule_checks<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_view op_name, const void* op,
                                                                   const op_rules& rules,
@@ -129,6 +121,7 @@ std::pair<dtype, shape> basic_rule_checks<Unused>::infer_by_rules(std::string_vi
                                   in, op, rules);
   return {dt.value, sh.value};
 }
+#endif
 
 /// The dtype and shape `op` gives for `inputs`, or the contract's error for `mode`
 /// (running it, or recording it into a trace).
@@ -241,3 +234,20 @@ tensor apply_span(const Op& op, std::span<const tensor* const> in) {
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string describe_inputs(std::span<const tensor* const> in) {
+  std::string s;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (i) s += ", ";
+    s += name(in[i]->dtype());
+    s += ' ';
+    s += in[i]->shape().str();
+  }
+  return s;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

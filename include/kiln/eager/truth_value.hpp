@@ -19,7 +19,8 @@ namespace kiln {
 /// `while` on one raises kiln::type_error pointing to kiln::cond and kiln::while_loop;
 /// more than one element (or none) raises kiln::value_error.
 /// \code if (kiln::constant(3) > 2) std::cout << "more\n";  // eager: reads the value \endcode
-inline tensor::operator bool() const {
+#if KILN_DEFINE_LIBRARY
+KILN_LIBRARY_INLINE tensor::operator bool() const {
   if (is_symbolic())
     throw type_error(
         "using a symbolic tensor as a C++ bool is not allowed: a C++ if or while runs once, while tracing; use "
@@ -38,5 +39,7 @@ inline tensor::operator bool() const {
       return value != T(0);  // NaN is true, as in C++ and Python
   });
 }
+#endif  // KILN_DEFINE_LIBRARY
 
 }  // namespace kiln
+

@@ -39,7 +39,7 @@ class subgraph {
   subgraph& operator=(const subgraph&) = delete;
 
   const graph& traced() const { return traced_; }
-  const graph& optimized() const { return optimized_ ? *optimized_ : traced_; }
+  KILN_LIBRARY_INLINE const graph& optimized() const;
   template <class = void>
   std::vector<tensor> run(std::span<const tensor> args) const { return executor_.run(args); }
   /// The same, consuming the first `consumed` arguments, which the caller does not
@@ -58,12 +58,7 @@ class subgraph {
 };
 
 /// The value of a scalar bool_ condition computed by a graph.
-inline bool truth_of(const tensor& pred, std::string_view op) {
-  if (pred.dtype() != bool_ || pred.size() != 1)
-    throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
-                                 std::string(name(pred.dtype())) + " " + pred.shape().str());
-  return bool(pred);
-}
+KILN_LIBRARY_INLINE bool truth_of(const tensor& pred, std::string_view op);
 
 /// The branches of a `cond` node and each one's arguments (indices into the node's
 /// captures), as a tape keeps them to differentiate the node.
@@ -84,11 +79,9 @@ class cond_op final : public special_op {
       : special_op(std::type_identity<cond_op>()), then_(std::move(then_graph)), else_(std::move(else_graph)),
         then_args_(std::move(then_args)), else_args_(std::move(else_args)),
         effects_(then_.traced().has_effects() || else_.traced().has_effects()) {}
-  std::string_view name() const { return "cond"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    return {{"then", &then_.traced()}, {"else", &else_.traced()}};
-  }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   template <class = void>
   std::vector<tensor> run(std::span<const tensor* const> in) const {
     const bool taken = truth_of(*in[0], "cond");
@@ -104,7 +97,7 @@ class cond_op final : public special_op {
   const std::vector<int>& then_args() const { return then_args_; }
   const std::vector<int>& else_args() const { return else_args_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"cond"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its branches' graphs and the captures each takes.
   template <class Out>
   void save(Out& out) const {
@@ -165,18 +158,16 @@ class while_op final : public special_op {
         effects_(cond_.traced().has_effects() || body_.traced().has_effects()),
         cond_program_(exec::scalar_program::compile(cond_.optimized())),
         body_program_(exec::scalar_program::compile(body_.optimized())) {}
-  std::string_view name() const { return "while"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return effects_; }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
-  }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   int loop_variables() const { return vars_; }
   int cond_captures() const { return cond_captures_; }
   bool breaks() const { return breaks_; }
   const graph& cond_graph() const { return cond_.traced(); }
   const graph& body_graph() const { return body_.traced(); }
 
-  static std::array<std::string_view, 1> op_names() { return {"while"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its condition's and body's graphs and how its inputs divide between them.
   template <class Out>
   void save(Out& out) const {
@@ -416,3 +407,34 @@ class while_op final : public special_op {
 };
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE const graph& subgraph::optimized() const { return optimized_ ? *optimized_ : traced_; }
+
+KILN_LIBRARY_INLINE bool truth_of(const tensor& pred, std::string_view op) {
+  if (pred.dtype() != bool_ || pred.size() != 1)
+    throw invalid_argument_error(std::string(op) + ": the condition must be a bool scalar, got " +
+                                 std::string(name(pred.dtype())) + " " + pred.shape().str());
+  return bool(pred);
+}
+
+KILN_LIBRARY_INLINE std::string_view cond_op::name() const { return "cond"; }
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> cond_op::subgraphs() const {
+  return {{"then", &then_.traced()}, {"else", &else_.traced()}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> cond_op::op_names() { return {"cond"}; }
+
+KILN_LIBRARY_INLINE std::string_view while_op::name() const { return "while"; }
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> while_op::subgraphs() const {
+  return {{"cond", &cond_.traced()}, {"body", &body_.traced()}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> while_op::op_names() { return {"while"}; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

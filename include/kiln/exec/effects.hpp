@@ -24,7 +24,7 @@
 
 namespace kiln {
 
-inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp, reached only while tapes record
 
 namespace detail {
 
@@ -55,18 +55,12 @@ class variable_state {
     return value_;
   }
   /// `'name' float32 (2,)`, as messages show the variable.
-  std::string label() const { return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str(); }
+  KILN_LIBRARY_INLINE std::string label() const;
 
   /// Raises kiln::invalid_argument_error unless `x` fits this variable's dtype and
   /// shape; a symbolic `x` (a write being traced) only needs a shape that may fit,
   /// and the write checks the value's when the graph runs, as TensorFlow does.
-  void check(std::string_view op, const tensor& x) const {
-    const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
-    if (x.dtype() != type_ || !fits)
-      throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
-                                   std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
-                                   " value; the dtype and shape of a variable are fixed");
-  }
+  KILN_LIBRARY_INLINE void check(std::string_view op, const tensor& x) const;
 
  private:
   std::string name_;
@@ -81,13 +75,13 @@ class read_variable_op final : public special_op {
  public:
   explicit read_variable_op(std::shared_ptr<variable_state> v)
       : special_op(std::type_identity<read_variable_op>()), var_(std::move(v)) {}
-  std::string_view name() const { return "ReadVariableOp"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return false; }
   tensor run(std::span<const tensor* const>) const { return var_->read(); }
   /// The variable it reads (whose address is the kiln::variable's identity).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"ReadVariableOp"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as the variable, by its place among the saved function's variables.
   template <class Out>
   void save(Out& out) const {
@@ -130,16 +124,9 @@ class assign_variable_op final : public special_op {
   template <class = void>
   assign_variable_op(std::shared_ptr<variable_state> v, assign_mode mode)
       : special_op(std::type_identity<assign_variable_op>()), var_(std::move(v)), mode_(mode) {}
-  std::string_view name() const { return name_of(mode_); }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// The op name of each mode.
-  static std::string_view name_of(assign_mode mode) {
-    switch (mode) {
-      case assign_mode::add: return "AssignAddVariableOp";
-      case assign_mode::subtract: return "AssignSubVariableOp";
-      case assign_mode::initialize: return "InitializeVariableOp";
-      default: return "AssignVariableOp";
-    }
-  }
+  KILN_LIBRARY_INLINE static std::string_view name_of(assign_mode mode);
   static constexpr assign_mode modes[] = {assign_mode::assign, assign_mode::add, assign_mode::subtract,
                                           assign_mode::initialize};
   bool has_effects() const { return true; }
@@ -148,9 +135,7 @@ class assign_variable_op final : public special_op {
   /// The variable it writes (how, name() says).
   const std::shared_ptr<variable_state>& state() const { return var_; }
 
-  static std::array<std::string_view, 4> op_names() {
-    return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
-  }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 4> op_names();
   /// Saved as the variable, by its place among the saved function's variables; the
   /// mode is in the op's name.
   template <class Out>
@@ -194,10 +179,7 @@ class assign_variable_op final : public special_op {
   }
 
  private:
-  const tensor& require(const tensor& old) const {
-    if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
-    return old;
-  }
+  KILN_LIBRARY_INLINE const tensor& require(const tensor& old) const;
   std::shared_ptr<variable_state> var_;
   assign_mode mode_;
 };
@@ -207,15 +189,12 @@ class print_op final : public special_op {
  public:
   explicit print_op(std::vector<print_piece> pieces)
       : special_op(std::type_identity<print_op>()), pieces_(std::move(pieces)) {}
-  std::string_view name() const { return "PrintV2"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return true; }
-  std::vector<tensor> run(std::span<const tensor* const> in) const {
-    write_print_line(print_line(pieces_, in));
-    return {};
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<print_piece>& pieces() const { return pieces_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"PrintV2"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   /// Saved as its pieces: text, and which input each prints (-1: none).
   template <class Out>
   void save(Out& out) const {
@@ -248,14 +227,14 @@ class host_callback_op final : public special_op {
   template <class = void>
   host_callback_op(callback fn, std::vector<std::pair<dtype, shape>> results)
       : special_op(std::type_identity<host_callback_op>()), fn_(std::move(fn)), results_(std::move(results)) {}
-  std::string_view name() const { return "HostCallback"; }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   bool has_effects() const { return true; }
   /// Calls the function and checks its results against the specs (compiled once in a
   /// compiled kiln: KILN_LIBRARY_INLINE).
   KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const> in) const;
   const std::vector<std::pair<dtype, shape>>& results() const { return results_; }
 
-  static std::array<std::string_view, 1> op_names() { return {"HostCallback"}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 1> op_names();
   static constexpr std::string_view save_refusal = "calls back into C++ (host_callback), which a saved function cannot hold";
   static constexpr std::string_view onnx_refusal = "calls back into C++";
 
@@ -284,3 +263,62 @@ KILN_LIBRARY_INLINE std::vector<tensor> host_callback_op::run(std::span<const te
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string variable_state::label() const {
+  return "'" + name_ + "' " + std::string(kiln::name(type_)) + " " + dims_.str();
+}
+
+KILN_LIBRARY_INLINE void variable_state::check(std::string_view op, const tensor& x) const {
+  const bool fits = x.is_symbolic() ? dims_.is_compatible_with(x.shape()) : dims_.accepts(x.shape());
+  if (x.dtype() != type_ || !fits)
+    throw invalid_argument_error(std::string(op) + ": variable " + label() + " cannot take a " +
+                                 std::string(kiln::name(x.dtype())) + " " + x.shape().str() +
+                                 " value; the dtype and shape of a variable are fixed");
+}
+
+KILN_LIBRARY_INLINE std::string_view read_variable_op::name() const { return "ReadVariableOp"; }
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> read_variable_op::op_names() { return {"ReadVariableOp"}; }
+
+KILN_LIBRARY_INLINE std::string_view assign_variable_op::name() const { return name_of(mode_); }
+
+KILN_LIBRARY_INLINE std::string_view assign_variable_op::name_of(assign_mode mode) {
+  switch (mode) {
+    case assign_mode::add:
+      return "AssignAddVariableOp";
+    case assign_mode::subtract:
+      return "AssignSubVariableOp";
+    case assign_mode::initialize:
+      return "InitializeVariableOp";
+    default:
+      return "AssignVariableOp";
+  }
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 4> assign_variable_op::op_names() {
+  return {name_of(modes[0]), name_of(modes[1]), name_of(modes[2]), name_of(modes[3])};
+}
+
+KILN_LIBRARY_INLINE const tensor& assign_variable_op::require(const tensor& old) const {
+  if (!old.defined()) throw value_error(std::string(name()) + ": variable " + var_->label() + " has no value yet");
+  return old;
+}
+
+KILN_LIBRARY_INLINE std::string_view print_op::name() const { return "PrintV2"; }
+
+KILN_LIBRARY_INLINE std::vector<tensor> print_op::run(std::span<const tensor* const> in) const {
+  write_print_line(print_line(pieces_, in));
+  return {};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> print_op::op_names() { return {"PrintV2"}; }
+
+KILN_LIBRARY_INLINE std::string_view host_callback_op::name() const { return "HostCallback"; }
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 1> host_callback_op::op_names() { return {"HostCallback"}; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -46,6 +46,7 @@ using fusion = basic_fusion<>;
 
 /// The clusters of the needed nodes of `g` (see the file comment).
 /// For example `x * 2 + 1` on one shape is one cluster of two nodes.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outline& outline, const typed_nodes& typed) {
   struct group {
@@ -109,10 +110,12 @@ clustering basic_fusion<Unused>::form_clusters(const graph& g, const graph_outli
     if (result.cluster_of[id] >= 0) result.cluster_of[id] = number[std::size_t(result.cluster_of[id])];
   return result;
 }
+#endif
 
 
 /// Ops run at their own place in graph order, a cluster at the place of its last node.
 /// Cluster steps are numbered as `clusters` numbers them.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outline& outline, const typed_nodes& typed,
                                               const clustering& clusters) {
@@ -148,5 +151,6 @@ schedule basic_fusion<Unused>::schedule_steps(const graph& g, const graph_outlin
   }
   return s;
 }
+#endif
 
 }  // namespace kiln::detail::exec

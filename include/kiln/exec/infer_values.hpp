@@ -55,6 +55,7 @@ using value_inference = basic_value_inference<>;
 /// results (a growing tensor_array's pad_rows and set_item) are tried first with
 /// unknown dims, so that one plan serves every length of an array a loop grows.
 /// For example `if (auto typed = value_inference::infer_values(g, outline, args)) fusion::form_clusters(g, outline, *typed);`.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::optional<typed_nodes> basic_value_inference<Unused>::infer_values(const graph& g, const graph_outline& outline,
                                                                        std::span<const tensor> args, uninferred* why) {
@@ -163,10 +164,12 @@ std::optional<typed_nodes> basic_value_inference<Unused>::infer_with(const graph
   }
   return t;
 }
+#endif
 
 /// For a plan that interprets arguments on one GPU: the graph's needed CPU constants,
 /// copied there once (a trace records no device: `x + 1` on a GPU tensor traces a
 /// CPU scalar 1).
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constants(const graph& g,
                                                                                    const graph_outline& outline,
@@ -184,5 +187,6 @@ std::vector<std::pair<int, tensor>> basic_value_inference<Unused>::moved_constan
   }
   return moved;
 }
+#endif
 
 }  // namespace kiln::detail::exec

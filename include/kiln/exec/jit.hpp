@@ -186,36 +186,16 @@ KILN_COLD std::string native_source(const fused_cluster& c) {
 template <class = void>
 class native_compiler {
  public:
-  static native_compiler& instance() {
-    static native_compiler compiler;
-    return compiler;
-  }
+  static native_compiler& instance();
 
   /// The loop of `source` (from native_source), or nullptr when it cannot be had.
-  native_fn load(const std::string& source) {
-    std::lock_guard lock(mutex_);
-    if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
-    std::string why;
-    native_fn fn = compile_and_load(source, why);
-    if (!fn && !warned_) {
-      warned_ = true;
-      std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
-    }
-    loaded_.emplace(source, fn);
-    return fn;
-  }
+  native_fn load(const std::string& source);
 
   /// How many loops were compiled (not found on disk) by this process.
-  int compiled_count() const {
-    std::lock_guard lock(mutex_);
-    return compiled_;
-  }
+  int compiled_count() const;
 
  private:
-  static std::string setting(const char* name, std::string fallback) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::string(v) : fallback;
-  }
+  static std::string setting(const char* name, std::string fallback);
 
 #if KILN_HAS_NATIVE_LOOPS
   static std::string cache_directory() {
@@ -300,61 +280,7 @@ class native_compiler {
   }
 #endif
 
-  KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why) {
-#if KILN_HAS_NATIVE_LOOPS
-    const std::string cxx = setting("KILN_JIT_CXX", "c++");
-    std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
-    if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
-    std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
-    for (std::string flag; extra >> flag;) args.push_back(flag);
-
-    static const std::string fingerprint = headers_fingerprint();
-    std::string key_text = source + '\n' + fingerprint;
-    for (const std::string& a : args) key_text += '\n' + a;
-    char name[32];
-    std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
-    const std::string dir = cache_directory(), stem = dir + '/' + name;
-    const std::string library = stem + ".so", text = stem + ".cpp", log = stem + ".log";
-    make_directories(dir);
-
-    // The disk copy is used when its source is this one; otherwise compile under
-    // names of this process, then rename, so that concurrent processes never load
-    // a half-written library.
-    if (!(::access(library.c_str(), F_OK) == 0 && read_text(text) == source)) {
-      const std::string own = stem + '.' + std::to_string(::getpid());
-      const std::string tmp_library = own + ".so", tmp_text = own + ".cpp";
-      if (!write_text(tmp_text, source)) {
-        why = "cannot write " + tmp_text;
-        return nullptr;
-      }
-      args.insert(args.end(), {"-o", tmp_library, tmp_text});
-      const int status = run(args, log);
-      if (status != 0) {
-        ::unlink(tmp_text.c_str());
-        why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) +
-              "), see " + log;
-        return nullptr;
-      }
-      if (std::rename(tmp_library.c_str(), library.c_str()) != 0 || std::rename(tmp_text.c_str(), text.c_str()) != 0) {
-        why = "cannot place " + library + ": " + std::strerror(errno);
-        return nullptr;
-      }
-      ++compiled_;
-    }
-    void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      why = std::string("dlopen: ") + ::dlerror();
-      return nullptr;
-    }
-    if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
-    why = library + " has no kiln_native_loop";
-    return nullptr;
-#else
-    (void)source;
-    why = "no dlopen or posix_spawn on this platform";
-    return nullptr;
-#endif
-  }
+  KILN_COLD native_fn compile_and_load(const std::string& source, std::string& why);
 
 #if KILN_HAS_NATIVE_LOOPS
   // Runs a command without a shell, its output into `log`; the exit status, or -1.
@@ -402,3 +328,98 @@ struct native_loops {
   static void enable() { hooks().native_loops.store(&exec::compile_native_loops<>, std::memory_order_release); }
 };
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+template <class Unused>
+auto native_compiler<Unused>::instance() -> native_compiler& {
+  static native_compiler compiler;
+  return compiler;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::load(const std::string& source) -> native_fn {
+  std::lock_guard lock(mutex_);
+  if (auto it = loaded_.find(source); it != loaded_.end()) return it->second;
+  std::string why;
+  native_fn fn = compile_and_load(source, why);
+  if (!fn && !warned_) {
+    warned_ = true;
+    std::fprintf(stderr, "kiln: jit_compile: %s; fused clusters run tiled instead\n", why.c_str());
+  }
+  loaded_.emplace(source, fn);
+  return fn;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::compiled_count() const -> int {
+  std::lock_guard lock(mutex_);
+  return compiled_;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::setting(const char* name, std::string fallback) -> std::string {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+template <class Unused>
+auto native_compiler<Unused>::compile_and_load(const std::string& source, std::string& why) -> native_fn {
+#if KILN_HAS_NATIVE_LOOPS
+  const std::string cxx = setting("KILN_JIT_CXX", "c++");
+  std::vector<std::string> args = {cxx, "-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-w"};
+  if (const std::string root = kiln_include_root(); !root.empty()) args.push_back("-I" + root);
+  std::istringstream extra(setting("KILN_JIT_FLAGS", ""));
+  for (std::string flag; extra >> flag;) args.push_back(flag);
+
+  static const std::string fingerprint = headers_fingerprint();
+  std::string key_text = source + '\n' + fingerprint;
+  for (const std::string& a : args) key_text += '\n' + a;
+  char name[32];
+  std::snprintf(name, sizeof name, "kiln-%016llx", static_cast<unsigned long long>(fnv1a(key_text)));
+  const std::string dir = cache_directory(), stem = dir + '/' + name;
+  const std::string library = stem + ".so", text = stem + ".cpp", log = stem + ".log";
+  make_directories(dir);
+
+  // The disk copy is used when its source is this one; otherwise compile under
+  // names of this process, then rename, so that concurrent processes never load
+  // a half-written library.
+  if (!(::access(library.c_str(), F_OK) == 0 && read_text(text) == source)) {
+    const std::string own = stem + '.' + std::to_string(::getpid());
+    const std::string tmp_library = own + ".so", tmp_text = own + ".cpp";
+    if (!write_text(tmp_text, source)) {
+      why = "cannot write " + tmp_text;
+      return nullptr;
+    }
+    args.insert(args.end(), {"-o", tmp_library, tmp_text});
+    const int status = run(args, log);
+    if (status != 0) {
+      ::unlink(tmp_text.c_str());
+      why = "`" + cxx + "` failed (" + (status < 0 ? "could not start" : "exit " + std::to_string(status)) + "), see " +
+            log;
+      return nullptr;
+    }
+    if (std::rename(tmp_library.c_str(), library.c_str()) != 0 || std::rename(tmp_text.c_str(), text.c_str()) != 0) {
+      why = "cannot place " + library + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    ++compiled_;
+  }
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    why = std::string("dlopen: ") + ::dlerror();
+    return nullptr;
+  }
+  if (void* symbol = ::dlsym(handle, "kiln_native_loop")) return reinterpret_cast<native_fn>(symbol);
+  why = library + " has no kiln_native_loop";
+  return nullptr;
+#else
+  (void)source;
+  why = "no dlopen or posix_spawn on this platform";
+  return nullptr;
+#endif
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY

@@ -26,11 +26,8 @@ struct lowered_op {
   /// at most), inline: a cluster of 10^5 ops allocated a vector for each.
   std::array<int, 7> read{};
   int read_count = 0;
-  std::span<const int> reads() const { return {read.data(), std::size_t(read_count)}; }
-  void add_read(int value) {
-    if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
-    read[std::size_t(read_count++)] = value;
-  }
+  KILN_LIBRARY_INLINE std::span<const int> reads() const;
+  KILN_LIBRARY_INLINE void add_read(int value);
 };
 
 /// Lowering, the planner's stage that makes tile programs: a class template on
@@ -51,6 +48,7 @@ struct basic_lowering {
 using lowering = basic_lowering<>;
 
 /// The ops of cluster `members` that run once `f`'s arithmetic is folded, in order.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, const std::vector<int>& members,
                                                            const folds& f) {
@@ -71,10 +69,12 @@ std::vector<lowered_op> basic_lowering<Unused>::ops_that_run(const graph& g, con
   }
   return code;
 }
+#endif
 
 /// Tile buffers for the results of `code` that stay out of memory, each reused once
 /// its last reader in the cluster has run: a node's buffer (-1 for none), and how
 /// many there are.
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std::vector<lowered_op>& code,
                                                                        const node_map<bool>& in_memory, auto inside,
@@ -102,11 +102,13 @@ std::pair<local_map<int>, int> basic_lowering<Unused>::scratch_buffers(const std
   }
   return {std::move(scratch_of), count};
 }
+#endif
 
 /// The tile program of cluster `cluster` of `clusters`, whose values have their homes.
 /// Its pointer table holds the scratch buffers, then gathered operands, then the
 /// operands in memory (streamed, broadcast, and the results written). `local` is the
 /// plan's local_ids, empty (it is cleared again on return).
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_map<op_entry>& entries,
                                                     const clustering& clusters, int cluster,
@@ -205,5 +207,19 @@ fused_cluster basic_lowering<Unused>::lower_cluster(const graph& g, const node_m
     }
   return c;
 }
+#endif
 
 }  // namespace kiln::detail::exec
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+KILN_LIBRARY_INLINE std::span<const int> lowered_op::reads() const { return {read.data(), std::size_t(read_count)}; }
+
+KILN_LIBRARY_INLINE void lowered_op::add_read(int value) {
+  if (read_count == int(read.size())) throw internal_error("a fused op reads more than 7 values");
+  read[std::size_t(read_count++)] = value;
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY

@@ -22,41 +22,13 @@ class slot_allocator {
  public:
   /// A slot of at least `elements` elements, busy through step `until`: the smallest
   /// idle slot that fits, else the largest (which then grows), else a new one.
-  int take(std::int64_t elements, int until) {
-    auto best = idle_.end();
-    for (auto it = idle_.begin(); it != idle_.end(); ++it)
-      if (sizes_[std::size_t(*it)] >= elements && (best == idle_.end() || sizes_[std::size_t(*it)] < sizes_[std::size_t(*best)]))
-        best = it;
-    if (best == idle_.end())
-      best = std::max_element(idle_.begin(), idle_.end(), [&](int a, int b) { return sizes_[std::size_t(a)] < sizes_[std::size_t(b)]; });
-    int slot;
-    if (best == idle_.end()) {
-      slot = int(sizes_.size());
-      sizes_.push_back(elements);
-    } else {
-      slot = *best;
-      idle_.erase(best);
-      sizes_[std::size_t(slot)] = std::max(sizes_[std::size_t(slot)], elements);
-    }
-    busy_.push_back({slot, until});
-    return slot;
-  }
+  int take(std::int64_t elements, int until);
 
   /// Makes the slots whose values are last read at step `step` or before idle.
-  void finish_step(int step) {
-    for (std::size_t i = 0; i < busy_.size();) {
-      if (busy_[i].until <= step) {
-        idle_.push_back(busy_[i].slot);
-        busy_[i] = busy_.back();
-        busy_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
+  void finish_step(int step);
 
   /// Elements per slot.
-  std::vector<std::int64_t> sizes() && { return std::move(sizes_); }
+  std::vector<std::int64_t> sizes() &&;
 
  private:
   struct live_slot {
@@ -89,6 +61,7 @@ struct basic_memory_planner {
 };
 using memory_planner = basic_memory_planner<>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const graph_outline& outline,
                                                       const node_map<op_entry>& entries, const clustering& clusters,
@@ -165,5 +138,53 @@ memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const grap
   for (int t = 0; t < dtype_count; ++t) m.slot_elements[std::size_t(t)] = std::move(slots[std::size_t(t)]).sizes();
   return m;
 }
+#endif
 
 }  // namespace kiln::detail::exec
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail::exec {
+
+template <class Unused>
+auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
+  auto best = idle_.end();
+  for (auto it = idle_.begin(); it != idle_.end(); ++it)
+    if (sizes_[std::size_t(*it)] >= elements &&
+        (best == idle_.end() || sizes_[std::size_t(*it)] < sizes_[std::size_t(*best)]))
+      best = it;
+  if (best == idle_.end())
+    best = std::max_element(idle_.begin(), idle_.end(),
+                            [&](int a, int b) { return sizes_[std::size_t(a)] < sizes_[std::size_t(b)]; });
+  int slot;
+  if (best == idle_.end()) {
+    slot = int(sizes_.size());
+    sizes_.push_back(elements);
+  } else {
+    slot = *best;
+    idle_.erase(best);
+    sizes_[std::size_t(slot)] = std::max(sizes_[std::size_t(slot)], elements);
+  }
+  busy_.push_back({slot, until});
+  return slot;
+}
+
+template <class Unused>
+auto slot_allocator<Unused>::finish_step(int step) -> void {
+  for (std::size_t i = 0; i < busy_.size();) {
+    if (busy_[i].until <= step) {
+      idle_.push_back(busy_[i].slot);
+      busy_[i] = busy_.back();
+      busy_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+template <class Unused>
+auto slot_allocator<Unused>::sizes() && -> std::vector<std::int64_t> {
+  return std::move(sizes_);
+}
+
+}  // namespace kiln::detail::exec
+#endif  // KILN_DEFINE_LIBRARY

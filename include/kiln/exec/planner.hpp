@@ -31,6 +31,7 @@ struct basic_planner {
 };
 using planner = basic_planner<>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g, const graph_outline& outline,
                                                                   std::span<const tensor> args) {
@@ -94,5 +95,6 @@ std::unique_ptr<execution_plan> basic_planner<Unused>::build_plan(const graph& g
   p->slot_elements = std::move(memory.slot_elements);
   return p;
 }
+#endif
 
 }  // namespace kiln::detail::exec

@@ -75,16 +75,14 @@ class graph;
 class special_op {
  public:
   /// The op as a graph listing shows it: `ReadVariableOp`, `PrintV2`, `cond`, `while`.
-  std::string_view name() const { return table_->name(*this); }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   /// True when running it does more than compute its results (a write, a print, a
   /// callback), so that it runs even when no output needs it.
-  bool has_effects() const { return table_->has_effects(*this); }
+  KILN_LIBRARY_INLINE bool has_effects() const;
   /// Runs on eager inputs and writes one tensor per result into `results`.
-  void run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
-    table_->run(*this, inputs, results);
-  }
+  KILN_LIBRARY_INLINE void run(std::span<const tensor* const> inputs, std::span<tensor> results) const;
   /// The graphs it runs, labelled (`then`, `else`, `cond`, `body`), for to_dot().
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const { return table_->subgraphs(*this); }
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
   /// This op as an `Op`, or null when it is another kind of special op.
   template <class Op>
   const Op* as() const {
@@ -102,14 +100,8 @@ class special_op {
  private:
   // An op's run() returns its one result as a tensor, so that no vector is allocated
   // for it, or a vector of its results (empty when it has none).
-  static void deliver(tensor result, std::span<tensor> results, const special_op& op) {
-    if (results.size() != 1) wrong_count(op, 1, results.size());
-    results[0] = std::move(result);
-  }
-  static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
-    if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
-    std::move(out.begin(), out.end(), results.begin());
-  }
+  KILN_LIBRARY_INLINE static void deliver(tensor result, std::span<tensor> results, const special_op& op);
+  KILN_LIBRARY_INLINE static void deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op);
   [[noreturn]] static void wrong_count(const special_op& op, std::size_t gave, std::size_t expected) {
     throw internal_error(std::string(op.name()) + " gave " + std::to_string(gave) + " results instead of " +
                          std::to_string(expected));
@@ -196,16 +188,7 @@ class node {
   const std::string& name() const { return name_; }
   /// The op: `Placeholder`, `Const`, `Identity`, `Result`, a special op such as
   /// `cond`, or a registry op such as `add`.
-  std::string_view op() const {
-    switch (kind_) {
-      case node_kind::placeholder: return "Placeholder";
-      case node_kind::constant: return "Const";
-      case node_kind::identity: return "Identity";
-      case node_kind::result: return "Result";
-      case node_kind::special: return special().name();
-      default: return ops::name_of(op_);
-    }
-  }
+  KILN_LIBRARY_INLINE std::string_view op() const;
   /// Names of the nodes whose outputs this node reads, in order (read from its graph,
   /// which must be alive).
   KILN_LIBRARY_INLINE std::vector<std::string> inputs() const;
@@ -218,18 +201,15 @@ class node {
   std::span<const int> input_ids() const { return input_ids_.view(); }
   const ops::any_op& operation() const { return op_; }
   /// The captured value of a constant node.
-  const tensor& value() const {
-    static const tensor none;
-    return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
-  }
+  KILN_LIBRARY_INLINE const tensor& value() const;
   /// The op of a special node.
-  const special_op& special() const { return *static_cast<const special_op*>(held_.get()); }
+  KILN_LIBRARY_INLINE const special_op& special() const;
   /// How many results a special node has (its own value and the Result nodes after it).
   int result_count() const { return result_count_; }
 
  private:
   friend class graph;
-  std::shared_ptr<const special_op> special_op_ptr() const { return std::static_pointer_cast<const special_op>(held_); }
+  KILN_LIBRARY_INLINE std::shared_ptr<const special_op> special_op_ptr() const;
 
   // The members in an order that leaves no padding: a graph of 10^5 ops holds twice as
   // many nodes, and its trace's time grows with the memory it first touches.
@@ -356,32 +336,14 @@ class node_list {
 class graph {
  public:
   graph() = default;
-  graph(const graph& other)
-      : nodes_(other.nodes_), arguments_(other.arguments_), outputs_(other.outputs_),
-        next_suffix_(other.next_suffix_), bare_names_(other.bare_names_) {
-    adopt_nodes();
-  }
-  graph(graph&& other) noexcept
-      : nodes_(std::move(other.nodes_)), arguments_(std::move(other.arguments_)), outputs_(std::move(other.outputs_)),
-        next_suffix_(std::move(other.next_suffix_)), bare_names_(std::move(other.bare_names_)),
-        constants_(std::move(other.constants_)) {
-    adopt_nodes();
-  }
-  graph& operator=(graph other) noexcept {
-    std::swap(nodes_, other.nodes_);
-    std::swap(constants_, other.constants_);
-    arguments_.swap(other.arguments_);
-    outputs_.swap(other.outputs_);
-    next_suffix_.swap(other.next_suffix_);
-    bare_names_.swap(other.bare_names_);
-    adopt_nodes();
-    return *this;
-  }
+  KILN_LIBRARY_INLINE graph(const graph& other);
+  KILN_LIBRARY_INLINE graph(graph&& other) noexcept;
+  KILN_LIBRARY_INLINE graph& operator=(graph other) noexcept;
   ~graph() = default;
 
   const node_list& nodes() const { return nodes_; }
   /// Node `id` (an index into nodes()).
-  const node& node_at(int id) const { return nodes_[std::size_t(id)]; }
+  KILN_LIBRARY_INLINE const node& node_at(int id) const;
   /// Node indices of the placeholders, in argument order.
   const std::vector<int>& arguments() const { return arguments_; }
   /// Node indices of the Identity nodes, in output order.
@@ -393,59 +355,23 @@ class graph {
   /// g.reserve(2);
   /// g.add_output(g.add_placeholder("x", kiln::float32, kiln::shape{}));
   /// \endcode
-  void reserve(std::size_t n) { nodes_.reserve(n); }
+  KILN_LIBRARY_INLINE void reserve(std::size_t n);
 
-  int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
-    int id = add(node_kind::placeholder, name, {}, t, s);
-    arguments_.push_back(id);
-    return id;
-  }
-  int add_constant(const tensor& value) {
-    int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
-    nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
-    return id;
-  }
+  KILN_LIBRARY_INLINE int add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s);
+  KILN_LIBRARY_INLINE int add_constant(const tensor& value);
   /// A constant holding the value of constant node `n` of another graph (the value is shared).
-  int add_constant(const node& n) {
-    int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
-    nodes_.edit(std::size_t(id)).held_ = n.held_;
-    return id;
-  }
-  int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s) {
-    std::string base(ops::name_of(op));
-    int id = add(node_kind::op, base, inputs, t, s);
-    nodes_.edit(std::size_t(id)).op_ = op;
-    return id;
-  }
+  KILN_LIBRARY_INLINE int add_constant(const node& n);
+  KILN_LIBRARY_INLINE int add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t, const kiln::shape& s);
   /// Adds special op `op` with one result per entry of `results`; returns the nodes
   /// that hold them (the special node, then its Result nodes), none when it has no
   /// results (the node then has no value).
   KILN_LIBRARY_INLINE std::vector<int> add_special(std::shared_ptr<const special_op> op, std::span<const int> inputs,
                                                    const std::vector<std::pair<kiln::dtype, kiln::shape>>& results);
   /// Copies special node `id` of graph `from` (and its Result nodes) with `inputs`.
-  std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs) {
-    const node& n = from.node_at(id);
-    std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
-    if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
-    for (int k = 1; k < n.result_count_; ++k) {
-      const node& r = from.node_at(id + k);
-      specs.emplace_back(r.dtype_, r.shape_);
-    }
-    return add_special(n.special_op_ptr(), inputs, specs);
-  }
+  KILN_LIBRARY_INLINE std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs);
   /// True when some special node has effects (its graph must run even for no output).
-  bool has_effects() const {
-    for (const node& n : nodes_)
-      if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
-    return false;
-  }
-  int add_output(int source) {
-    const int inputs[] = {source};
-    const node& read = nodes_[std::size_t(source)];
-    int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
-    outputs_.push_back(id);
-    return id;
-  }
+  KILN_LIBRARY_INLINE bool has_effects() const;
+  KILN_LIBRARY_INLINE int add_output(int source);
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
   /// the branches and bodies of conditionals and loops as nested clusters.
@@ -477,9 +403,7 @@ class graph {
     }
   }
 
-  void adopt_nodes() {
-    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
-  }
+  KILN_LIBRARY_INLINE void adopt_nodes();
   KILN_LIBRARY_INLINE int add(node_kind kind, const std::string& base, std::span<const int> inputs, kiln::dtype t,
                               const kiln::shape& s);
   // TensorFlow's naming: the first `add`, then `add_1`, `add_2`, ..., skipping a name
@@ -489,15 +413,7 @@ class graph {
   // base `b` has handed out k; a bare base is given once and remembered.
   KILN_LIBRARY_INLINE std::string unique_name(const std::string& base);
   // Whether `name` is `b_k` (k digits, no leading zero) handed out by base b.
-  bool suffixed(std::string_view name) const {
-    const std::size_t underscore = name.rfind('_');
-    if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0') return false;
-    std::int64_t k = 0;
-    const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
-    if (ec != std::errc() || end != name.data() + name.size()) return false;
-    const auto it = next_suffix_.find(name.substr(0, underscore));
-    return it != next_suffix_.end() && k < it->second;
-  }
+  KILN_LIBRARY_INLINE bool suffixed(std::string_view name) const;
 
   node_list nodes_;
   std::vector<int> arguments_;
@@ -571,3 +487,159 @@ KILN_LIBRARY_INLINE std::string graph::unique_name(const std::string& base) {
 #endif
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string_view special_op::name() const { return table_->name(*this); }
+
+KILN_LIBRARY_INLINE bool special_op::has_effects() const { return table_->has_effects(*this); }
+
+KILN_LIBRARY_INLINE void special_op::run(std::span<const tensor* const> inputs, std::span<tensor> results) const {
+  table_->run(*this, inputs, results);
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> special_op::subgraphs() const {
+  return table_->subgraphs(*this);
+}
+
+KILN_LIBRARY_INLINE void special_op::deliver(tensor result, std::span<tensor> results, const special_op& op) {
+  if (results.size() != 1) wrong_count(op, 1, results.size());
+  results[0] = std::move(result);
+}
+
+KILN_LIBRARY_INLINE void special_op::deliver(std::vector<tensor> out, std::span<tensor> results, const special_op& op) {
+  if (out.size() != results.size()) wrong_count(op, out.size(), results.size());
+  std::move(out.begin(), out.end(), results.begin());
+}
+
+KILN_LIBRARY_INLINE std::string_view node::op() const {
+  switch (kind_) {
+    case node_kind::placeholder:
+      return "Placeholder";
+    case node_kind::constant:
+      return "Const";
+    case node_kind::identity:
+      return "Identity";
+    case node_kind::result:
+      return "Result";
+    case node_kind::special:
+      return special().name();
+    default:
+      return ops::name_of(op_);
+  }
+}
+
+KILN_LIBRARY_INLINE const tensor& node::value() const {
+  static const tensor none;
+  return kind_ == node_kind::constant && held_ ? *static_cast<const tensor*>(held_.get()) : none;
+}
+
+KILN_LIBRARY_INLINE const special_op& node::special() const { return *static_cast<const special_op*>(held_.get()); }
+
+KILN_LIBRARY_INLINE std::shared_ptr<const special_op> node::special_op_ptr() const {
+  return std::static_pointer_cast<const special_op>(held_);
+}
+
+KILN_LIBRARY_INLINE graph::graph(const graph& other)
+    : nodes_(other.nodes_),
+      arguments_(other.arguments_),
+      outputs_(other.outputs_),
+      next_suffix_(other.next_suffix_),
+      bare_names_(other.bare_names_) {
+  adopt_nodes();
+}
+
+KILN_LIBRARY_INLINE graph::graph(graph&& other) noexcept
+    : nodes_(std::move(other.nodes_)),
+      arguments_(std::move(other.arguments_)),
+      outputs_(std::move(other.outputs_)),
+      next_suffix_(std::move(other.next_suffix_)),
+      bare_names_(std::move(other.bare_names_)),
+      constants_(std::move(other.constants_)) {
+  adopt_nodes();
+}
+
+KILN_LIBRARY_INLINE graph& graph::operator=(graph other) noexcept {
+  std::swap(nodes_, other.nodes_);
+  std::swap(constants_, other.constants_);
+  arguments_.swap(other.arguments_);
+  outputs_.swap(other.outputs_);
+  next_suffix_.swap(other.next_suffix_);
+  bare_names_.swap(other.bare_names_);
+  adopt_nodes();
+  return *this;
+}
+
+KILN_LIBRARY_INLINE const node& graph::node_at(int id) const { return nodes_[std::size_t(id)]; }
+
+KILN_LIBRARY_INLINE void graph::reserve(std::size_t n) { nodes_.reserve(n); }
+
+KILN_LIBRARY_INLINE int graph::add_placeholder(const std::string& name, kiln::dtype t, const kiln::shape& s) {
+  int id = add(node_kind::placeholder, name, {}, t, s);
+  arguments_.push_back(id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_constant(const tensor& value) {
+  int id = add(node_kind::constant, "Const", {}, value.dtype(), value.shape());
+  nodes_.edit(std::size_t(id)).held_ = constants_.make(value);
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_constant(const node& n) {
+  int id = add(node_kind::constant, "Const", {}, n.dtype(), n.shape());
+  nodes_.edit(std::size_t(id)).held_ = n.held_;
+  return id;
+}
+
+KILN_LIBRARY_INLINE int graph::add_op(const ops::any_op& op, std::span<const int> inputs, kiln::dtype t,
+                                      const kiln::shape& s) {
+  std::string base(ops::name_of(op));
+  int id = add(node_kind::op, base, inputs, t, s);
+  nodes_.edit(std::size_t(id)).op_ = op;
+  return id;
+}
+
+KILN_LIBRARY_INLINE std::vector<int> graph::add_special_like(const graph& from, int id, std::span<const int> inputs) {
+  const node& n = from.node_at(id);
+  std::vector<std::pair<kiln::dtype, kiln::shape>> specs;
+  if (n.result_count_ > 0) specs.emplace_back(n.dtype_, n.shape_);
+  for (int k = 1; k < n.result_count_; ++k) {
+    const node& r = from.node_at(id + k);
+    specs.emplace_back(r.dtype_, r.shape_);
+  }
+  return add_special(n.special_op_ptr(), inputs, specs);
+}
+
+KILN_LIBRARY_INLINE bool graph::has_effects() const {
+  for (const node& n : nodes_)
+    if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
+  return false;
+}
+
+KILN_LIBRARY_INLINE int graph::add_output(int source) {
+  const int inputs[] = {source};
+  const node& read = nodes_[std::size_t(source)];
+  int id = add(node_kind::identity, "Identity", inputs, read.dtype_, read.shape_);
+  outputs_.push_back(id);
+  return id;
+}
+
+KILN_LIBRARY_INLINE void graph::adopt_nodes() {
+  for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_.edit(i).graph_ = this;
+}
+
+KILN_LIBRARY_INLINE bool graph::suffixed(std::string_view name) const {
+  const std::size_t underscore = name.rfind('_');
+  if (underscore == std::string_view::npos || underscore + 1 == name.size() || name[underscore + 1] == '0')
+    return false;
+  std::int64_t k = 0;
+  const auto [end, ec] = std::from_chars(name.data() + underscore + 1, name.data() + name.size(), k);
+  if (ec != std::errc() || end != name.data() + name.size()) return false;
+  const auto it = next_suffix_.find(name.substr(0, underscore));
+  return it != next_suffix_.end() && k < it->second;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

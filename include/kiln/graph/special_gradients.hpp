@@ -28,13 +28,25 @@ struct special_gradient {
 
 /// The head of the list of entries: a few, pushed once each, read by every replayed
 /// special node, so a lock-free list rather than a map behind a lock.
-inline std::atomic<const special_gradient*>& special_gradients() {
+KILN_LIBRARY_INLINE std::atomic<const special_gradient*>& special_gradients();
+
+/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
+KILN_LIBRARY_INLINE void register_special_gradient(special_gradient& entry);
+
+/// How the special op named `op` is recorded, or null when it has no gradient.
+KILN_LIBRARY_INLINE special_tape_recorder special_gradient_of(std::string_view op);
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::atomic<const special_gradient*>& special_gradients() {
   static std::atomic<const special_gradient*> head{nullptr};
   return head;
 }
 
-/// Adds `entry` (static storage) for its op; an entry already there stays as it is.
-inline void register_special_gradient(special_gradient& entry) {
+KILN_LIBRARY_INLINE void register_special_gradient(special_gradient& entry) {
   const special_gradient* head = special_gradients().load(std::memory_order_acquire);
   do {
     // (pushed twice, an entry would point at itself and every lookup would loop)
@@ -44,11 +56,11 @@ inline void register_special_gradient(special_gradient& entry) {
   } while (!special_gradients().compare_exchange_weak(head, &entry, std::memory_order_acq_rel));
 }
 
-/// How the special op named `op` is recorded, or null when it has no gradient.
-inline special_tape_recorder special_gradient_of(std::string_view op) {
+KILN_LIBRARY_INLINE special_tape_recorder special_gradient_of(std::string_view op) {
   for (const special_gradient* e = special_gradients().load(std::memory_order_acquire); e; e = e->next)
     if (e->op == op) return e->record;
   return nullptr;
 }
 
 }  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

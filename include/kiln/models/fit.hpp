@@ -48,9 +48,9 @@ class metric {
       m.name();
     }
   metric(M m) : self_(std::make_shared<model<M>>(std::move(m))) {}
-  void update_state(const tensor& y_true, const tensor& y_pred) const { self_->update_state(y_true, y_pred); }
+  KILN_LIBRARY_INLINE void update_state(const tensor& y_true, const tensor& y_pred) const;
   tensor result() const { return self_->result(); }
-  void reset_state() const { self_->reset_state(); }
+  KILN_LIBRARY_INLINE void reset_state() const;
   std::string name() const { return self_->name(); }
 
  private:
@@ -78,7 +78,7 @@ class metric {
 struct epoch_logs {
   int epoch = 0;
   std::map<std::string, double> values;
-  double loss() const { return values.at("loss"); }
+  KILN_LIBRARY_INLINE double loss() const;
 };
 
 /// Called at the end of every epoch; returning false stops training (Keras'
@@ -114,7 +114,7 @@ struct history {
   std::vector<double> val_loss;
   /// Every value by name, per epoch: "loss", "val_loss", the metrics' names and "val_" ones.
   std::map<std::string, std::vector<double>> values;
-  int epochs() const { return int(loss.size()); }
+  KILN_LIBRARY_INLINE int epochs() const;
 };
 
 namespace detail {
@@ -131,36 +131,16 @@ tensor call_model(Model& model, const tensor& x, bool training) {
 }
 
 /// Whether progress may redraw one line (the stream is a terminal's stdout).
-inline bool stdout_is_terminal(const std::ostream& os) {
-#if __has_include(<unistd.h>)
-  return &os == &std::cout && ::isatty(1) == 1;
-#else
-  (void)os;
-  return false;
-#endif
-}
+KILN_LIBRARY_INLINE bool stdout_is_terminal(const std::ostream& os);
 
 /// Keras' number format in progress lines: 4 decimals, or scientific below 1e-3.
-inline std::string progress_value(double v) {
-  std::ostringstream s;
-  if (v != 0 && std::abs(v) < 1e-3)
-    s << std::scientific << std::setprecision(4) << v;
-  else
-    s << std::fixed << std::setprecision(4) << v;
-  return s.str();
-}
+KILN_LIBRARY_INLINE std::string progress_value(double v);
 
 /// Keras' duration format: "12s", "85ms", "640us".
-inline std::string progress_time(double seconds) {
-  if (seconds >= 1) return std::to_string(std::int64_t(std::llround(seconds))) + "s";
-  if (seconds >= 1e-3) return std::to_string(std::int64_t(std::llround(seconds * 1e3))) + "ms";
-  return std::to_string(std::int64_t(std::llround(seconds * 1e6))) + "us";
-}
+KILN_LIBRARY_INLINE std::string progress_time(double seconds);
 
 /// A float scalar's value as a double.
-inline double scalar_value(const tensor& t) {
-  return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
-}
+KILN_LIBRARY_INLINE double scalar_value(const tensor& t);
 
 // Defined by kiln/summary.hpp (declared in kiln/exec/summary_op.hpp, outside kiln.hpp).
 template <class>
@@ -188,8 +168,8 @@ std::function<void(const epoch_logs&)> fit_logger(const std::filesystem::path& l
 /// A running mean weighted by batch size.
 struct weighted_mean {
   double total = 0, count = 0;
-  void add(double v, double n) { total += v * n, count += n; }
-  double value() const { return count ? total / count : 0.0; }
+  KILN_LIBRARY_INLINE void add(double v, double n);
+  KILN_LIBRARY_INLINE double value() const;
 };
 
 }  // namespace detail
@@ -329,3 +309,55 @@ history fit(Model& model, Loss loss_fn, Optimizer& optimizer, const data::datase
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE void metric::update_state(const tensor& y_true, const tensor& y_pred) const {
+  self_->update_state(y_true, y_pred);
+}
+
+KILN_LIBRARY_INLINE void metric::reset_state() const { self_->reset_state(); }
+
+KILN_LIBRARY_INLINE double epoch_logs::loss() const { return values.at("loss"); }
+
+KILN_LIBRARY_INLINE int history::epochs() const { return int(loss.size()); }
+
+}  // namespace kiln
+
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE bool stdout_is_terminal(const std::ostream& os) {
+#if __has_include(<unistd.h>)
+  return &os == &std::cout && ::isatty(1) == 1;
+#else
+  (void)os;
+  return false;
+#endif
+}
+
+KILN_LIBRARY_INLINE std::string progress_value(double v) {
+  std::ostringstream s;
+  if (v != 0 && std::abs(v) < 1e-3)
+    s << std::scientific << std::setprecision(4) << v;
+  else
+    s << std::fixed << std::setprecision(4) << v;
+  return s.str();
+}
+
+KILN_LIBRARY_INLINE std::string progress_time(double seconds) {
+  if (seconds >= 1) return std::to_string(std::int64_t(std::llround(seconds))) + "s";
+  if (seconds >= 1e-3) return std::to_string(std::int64_t(std::llround(seconds * 1e3))) + "ms";
+  return std::to_string(std::int64_t(std::llround(seconds * 1e6))) + "us";
+}
+
+KILN_LIBRARY_INLINE double scalar_value(const tensor& t) {
+  return t.dtype() == float64 ? t.item<double>() : double(t.item<float>());
+}
+
+KILN_LIBRARY_INLINE void weighted_mean::add(double v, double n) { total += v * n, count += n; }
+
+KILN_LIBRARY_INLINE double weighted_mean::value() const { return count ? total / count : 0.0; }
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -45,19 +45,11 @@ struct uniform_options {
 /// Keras' fans of a weight shape: (fan_in, fan_out). A kernel (in, out) has fans in
 /// and out; a convolution's (..., in, out) multiplies both by its window's size; a
 /// vector has its length for both, a scalar 1.
-inline std::pair<double, double> fans(const shape& s) {
-  if (s.rank() < 1) return {1.0, 1.0};
-  if (s.rank() == 1) return {double(s[0]), double(s[0])};
-  double receptive = 1;
-  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
-  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
-}
+KILN_LIBRARY_INLINE std::pair<double, double> fans(const shape& s);
 
 namespace detail {
 /// The Philox key of one call: the seed, or a fresh one (kiln::random's rules).
-inline std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
-  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
-}
+KILN_LIBRARY_INLINE std::uint64_t key_of(const std::optional<std::uint64_t>& seed);
 /// The fan `variance_scaling` divides by.
 enum class fan_mode { in, average };
 
@@ -75,6 +67,7 @@ struct basic_initializer_draws {
 };
 using initializer_draws = basic_initializer_draws<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_initializer_draws<Unused>::draw_now(kiln::detail::uniform_spec spec,
                                                  const std::optional<std::uint64_t>& seed) {
@@ -95,6 +88,7 @@ tensor basic_initializer_draws<Unused>::variance_scaling(const shape& s, dtype t
   const double limit = std::sqrt(3.0 * scale / n);
   return draw_now({s, t, -limit, limit}, seed);
 }
+#endif
 
 }  // namespace detail
 
@@ -200,3 +194,25 @@ struct constant {
 
 }  // namespace initializers
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::initializers {
+
+KILN_LIBRARY_INLINE std::pair<double, double> fans(const shape& s) {
+  if (s.rank() < 1) return {1.0, 1.0};
+  if (s.rank() == 1) return {double(s[0]), double(s[0])};
+  double receptive = 1;
+  for (int d = 0; d < s.rank() - 2; ++d) receptive *= double(s[d]);
+  return {double(s[s.rank() - 2]) * receptive, double(s[s.rank() - 1]) * receptive};
+}
+
+}  // namespace kiln::initializers
+
+namespace kiln::initializers::detail {
+
+KILN_LIBRARY_INLINE std::uint64_t key_of(const std::optional<std::uint64_t>& seed) {
+  return seed ? *seed : kiln::detail::random_state::get().key_for(std::nullopt);
+}
+
+}  // namespace kiln::initializers::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -82,7 +82,7 @@ class activation {
     return x;
   }
   /// True unless linear.
-  explicit operator bool() const { return unary_ || with_flag_ || with_number_ || with_axis_ || custom_; }
+  KILN_LIBRARY_INLINE explicit operator bool() const;
 
  private:
   template <class = void>
@@ -118,13 +118,7 @@ namespace detail {
 
 /// `base`, `base_1`, `base_2`, ...: Keras' unique layer names, one count per base name
 /// in the program.
-inline std::string unique_name(std::string_view base) {
-  static std::mutex mutex;
-  static std::map<std::string, int, std::less<>> counts;
-  std::lock_guard lock(mutex);
-  const int n = counts[std::string(base)]++;
-  return n ? std::string(base) + "_" + std::to_string(n) : std::string(base);
-}
+KILN_LIBRARY_INLINE std::string unique_name(std::string_view base);
 
 /// What every layer keeps, shared by its copies: its name, whether it is built, its
 /// weights (each with whether training updates it) and the input it was built for.
@@ -147,39 +141,15 @@ struct layer_state {
   virtual ~layer_state() = default;
 
   /// What the layer's name and "(shape)" say in errors.
-  std::string expected_shape() const {
-    shape s;
-    const int r = rank ? rank : std::max(min_rank, 1);
-    for (int d = 0; d < r; ++d) s.push_back(none);
-    if (r > 0 && last_dim != none) s[r - 1] = last_dim;
-    return (rank ? "" : "at least ") + s.str();
-  }
+  KILN_LIBRARY_INLINE std::string expected_shape() const;
   [[noreturn]] void reject(const tensor& x, const std::string& why) const {
     throw value_error("layer " + name + ": " + why + ": expected an input of shape " + expected_shape() + ", got " +
                       x.shape().str());
   }
   /// Checks `x` against the layer's input spec, builds the layer on its first call.
-  void prepare(const tensor& x) {
-    if (!x.defined()) throw invalid_argument_error("layer " + name + ": the input is an empty tensor");
-    if (x.shape().has_known_rank()) {
-      if (rank && x.rank() != rank) reject(x, "wrong rank");
-      if (min_rank && x.rank() < min_rank) reject(x, "wrong rank");
-    }
-    if (!built) {
-      type = is_floating(x.dtype()) ? x.dtype() : float32;
-      build(x);
-      built = true;
-    } else if (last_dim != none && x.shape().has_known_rank() && x.rank() > 0) {
-      const std::int64_t got = x.shape()[x.rank() - 1];
-      if (got != none && got != last_dim) reject(x, "wrong last dim");
-    }
-  }
+  KILN_LIBRARY_INLINE void prepare(const tensor& x);
   /// The known last dim of `x`, which the weights' shapes need.
-  std::int64_t known_last_dim(const tensor& x) {
-    if (!x.shape().has_known_rank() || x.rank() == 0 || x.shape()[x.rank() - 1] == none)
-      reject(x, "the last dim must be known to build the layer");
-    return x.shape()[x.rank() - 1];
-  }
+  KILN_LIBRARY_INLINE std::int64_t known_last_dim(const tensor& x);
   /// `x` in the weights' dtype (Keras casts the inputs of its layers).
   template <class = void>
   tensor as_input(const tensor& x) const { return !casts_input || x.dtype() == type ? x : cast(x, type); }
@@ -190,11 +160,7 @@ struct layer_state {
     weights.emplace_back(v, trainable);
     return v;
   }
-  const variable& weight(std::size_t i, std::string_view what) const {
-    if (!built || i >= weights.size())
-      throw value_error("layer " + name + ": " + std::string(what) + " does not exist before the layer is built (called)");
-    return weights[i].first;
-  }
+  KILN_LIBRARY_INLINE const variable& weight(std::size_t i, std::string_view what) const;
 
   virtual void build(const tensor& x) = 0;
   virtual tensor call(const tensor& x, const call_options& options) = 0;
@@ -220,23 +186,16 @@ class layer : public module {
     return s.call(s.as_input(x), options);
   }
   /// Whether the layer has been called (and so has its weights).
-  bool built() const { return state_ && state_->built; }
+  KILN_LIBRARY_INLINE bool built() const;
   /// The weights in Keras' order, trainable or not.
   std::vector<variable> weights() const { return variables(); }
-  void visit_members(kiln::detail::member_visitor& v) const override {
-    if (!state_) return;
-    for (const auto& [w, trainable] : state_->weights) v.variable(w, trainable);
-    state_->visit_more(v);
-  }
+  KILN_LIBRARY_INLINE void visit_members(kiln::detail::member_visitor& v) const override;
   /// The state's identity: copies of a layer share it.
   const void* identity() const { return state_.get(); }
 
  protected:
   explicit layer(std::shared_ptr<detail::layer_state> s) : module(s->name), state_(std::move(s)) {}
-  detail::layer_state& state() const {
-    if (!state_) throw value_error("layer: the handle holds no layer (default-constructed)");
-    return *state_;
-  }
+  KILN_LIBRARY_INLINE detail::layer_state& state() const;
   std::shared_ptr<detail::layer_state> state_;
 };
 
@@ -256,21 +215,9 @@ template <class = void>
 struct dense_state final : layer_state {
   std::int64_t units;
   dense_options options;
-  dense_state(std::int64_t u, dense_options o)
-      : layer_state(o.name.empty() ? unique_name("dense") : o.name), units(u), options(std::move(o)) {
-    if (units <= 0) throw value_error("layer " + name + ": units must be positive, got " + std::to_string(units));
-    min_rank = 2;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    add_weight("kernel", {last_dim, units}, options.kernel_initializer);
-    if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    tensor y = matmul(x, weights[0].first);
-    if (options.use_bias) y = y + weights[1].first;
-    return options.activation(y);
-  }
+  dense_state(std::int64_t u, dense_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -285,8 +232,8 @@ class dense : public layer {
   template <class = void>
   explicit dense(std::int64_t units, dense_options options = {})
       : layer(std::make_shared<detail::dense_state<>>(units, std::move(options))) {}
-  const variable& kernel() const { return state().weight(0, "kernel"); }
-  const variable& bias() const { return state().weight(1, "bias"); }
+  KILN_LIBRARY_INLINE const variable& kernel() const;
+  KILN_LIBRARY_INLINE const variable& bias() const;
 };
 
 // ---- conv2d ------------------------------------------------------------------------
@@ -304,11 +251,7 @@ struct conv2d_options {
 
 namespace detail {
 /// "VALID" or "SAME" from Keras' lower-case spelling; anything else is a kiln::value_error.
-inline std::string padding_of(const std::string& layer, const std::string& p) {
-  if (p == "valid" || p == "VALID") return "VALID";
-  if (p == "same" || p == "SAME") return "SAME";
-  throw value_error("layer " + layer + ": padding must be \"valid\" or \"same\", got \"" + p + "\"");
-}
+KILN_LIBRARY_INLINE std::string padding_of(const std::string& layer, const std::string& p);
 
 template <class = void>
 struct conv2d_state final : layer_state {
@@ -316,21 +259,9 @@ struct conv2d_state final : layer_state {
   size2 window;
   conv2d_options options;
   std::string padding;
-  conv2d_state(std::int64_t f, size2 k, conv2d_options o)
-      : layer_state(o.name.empty() ? unique_name("conv2d") : o.name), filters(f), window(k), options(std::move(o)),
-        padding(padding_of(name, options.padding)) {
-    rank = 4;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
-    if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    tensor y = conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
-    if (options.use_bias) y = y + weights[1].first;
-    return options.activation(y);
-  }
+  conv2d_state(std::int64_t f, size2 k, conv2d_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -344,8 +275,8 @@ class conv2d : public layer {
   template <class = void>
   conv2d(std::int64_t filters, size2 kernel_size, conv2d_options options = {})
       : layer(std::make_shared<detail::conv2d_state<>>(filters, kernel_size, std::move(options))) {}
-  const variable& kernel() const { return state().weight(0, "kernel"); }
-  const variable& bias() const { return state().weight(1, "bias"); }
+  KILN_LIBRARY_INLINE const variable& kernel() const;
+  KILN_LIBRARY_INLINE const variable& bias() const;
 };
 
 // ---- pooling -----------------------------------------------------------------------
@@ -364,27 +295,9 @@ template <class = void>
 struct pooling_state final : layer_state {
   ops::pool_window window;
   bool average;
-  pooling_state(size2 pool, pooling_options o, bool avg)
-      : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
-    rank = 4;
-    const size2 strides = o.strides.value_or(pool);
-    if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
-      throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
-                        std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
-                        std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
-    window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
-    window.pad = parse_padding(padding_of(name, o.padding));
-  }
-  void build(const tensor& x) override {
-    const shape& s = x.shape();
-    if (window.pad == ops::padding::valid &&
-        ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
-      reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
-                    " x " + std::to_string(window.window_w) + ")");
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
-  }
+  pooling_state(size2 pool, pooling_options o, bool avg);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -413,36 +326,18 @@ class average_pooling2d : public layer {
 namespace detail {
 template <class = void>
 struct flatten_state final : layer_state {
-  explicit flatten_state(std::string n) : layer_state(n.empty() ? unique_name("flatten") : std::move(n)) { min_rank = 1; }
+  explicit flatten_state(std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options&) override {
-    const shape& s = x.shape();
-    if (!s.has_known_rank()) reject(x, "the rank must be known");
-    std::int64_t rest = 1;
-    for (int d = 1; d < s.rank(); ++d) {
-      if (s[d] == none) reject(x, "the dims after the first must be known");
-      rest *= s[d];
-    }
-    return reshape(x, {s[0] == none ? -1 : s[0], rest});
-  }
+  tensor call(const tensor& x, const call_options&) override;
 };
 
 template <class = void>
 struct dropout_state final : layer_state {
   double rate;
   std::optional<std::uint64_t> seed;
-  dropout_state(double r, std::optional<std::uint64_t> s, std::string n)
-      : layer_state(n.empty() ? unique_name("dropout") : std::move(n)), rate(r), seed(s) {
-    if (!(rate >= 0 && rate < 1)) throw value_error("layer " + name + ": rate must be in [0, 1), got " + std::to_string(rate));
-  }
+  dropout_state(double r, std::optional<std::uint64_t> s, std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options& options) override {
-    if (!options.training || rate == 0) return x;
-    if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
-    // A stateful draw: new numbers at every call, and at every run of a graph.
-    const tensor keep = random::uniform(x.shape(), 0, 1, x.dtype(), seed) >= rate;
-    return where(keep, x * (1.0 / (1.0 - rate)), 0.0);
-  }
+  tensor call(const tensor& x, const call_options& options) override;
 };
 }  // namespace detail
 
@@ -499,6 +394,7 @@ struct basic_normalization {
 };
 using normalization = basic_normalization<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mean, const tensor& var,
                                               const std::optional<tensor>& gamma, const std::optional<tensor>& beta,
@@ -508,70 +404,22 @@ tensor basic_normalization<Unused>::normalize(const tensor& x, const tensor& mea
   const tensor shift = beta ? *beta - mean * inv : -(mean * inv);
   return x * inv + shift;
 }
+#endif
 
 template <class Unused = void>
 struct batch_normalization_state final : layer_state {
   batch_normalization_options options;
-  explicit batch_normalization_state(batch_normalization_options o)
-      : layer_state(o.name.empty() ? unique_name("batch_normalization") : o.name), options(std::move(o)) {
-    min_rank = 1;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
-    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
-    add_weight("moving_mean", {last_dim}, initializers::zeros{}, false);
-    add_weight("moving_variance", {last_dim}, initializers::ones{}, false);
-  }
-  tensor call(const tensor& x, const call_options& call) override {
-    std::size_t k = 0;
-    std::optional<tensor> gamma, beta;
-    if (options.scale) gamma = weights[k++].first.read_value();
-    if (options.center) beta = weights[k++].first.read_value();
-    const variable& moving_mean = weights[k].first;
-    const variable& moving_variance = weights[k + 1].first;
-    if (!call.training)
-      return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
-    int_list axes;
-    for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
-    const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
-    // Keras updates the moving statistics as `moving -= (moving - batch) * (1 - momentum)`;
-    // for 4-D inputs it runs TensorFlow's fused kernel, whose batch variance for the
-    // update is the unbiased one (n / (n - 1)).
-    tensor batch_var = var;
-    if (x.rank() == 4) {
-      std::int64_t n = 1;
-      for (int d = 0; d < 3; ++d) n = x.shape()[d] == none ? none : n * x.shape()[d];
-      if (n == none) reject(x, "the batch, height and width must be known in training");
-      if (n > 1) batch_var = var * (double(n) / double(n - 1));
-    }
-    const double decay = 1.0 - options.momentum;
-    moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
-    moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
-    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
-  }
+  explicit batch_normalization_state(batch_normalization_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options& call) override;
 };
 
 template <class Unused = void>
 struct layer_normalization_state final : layer_state {
   layer_normalization_options options;
-  explicit layer_normalization_state(layer_normalization_options o)
-      : layer_state(o.name.empty() ? unique_name("layer_normalization") : o.name), options(std::move(o)) {
-    min_rank = 1;
-  }
-  void build(const tensor& x) override {
-    last_dim = known_last_dim(x);
-    if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
-    if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
-  }
-  tensor call(const tensor& x, const call_options&) override {
-    std::size_t k = 0;
-    std::optional<tensor> gamma, beta;
-    if (options.scale) gamma = weights[k++].first.read_value();
-    if (options.center) beta = weights[k++].first.read_value();
-    const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
-    return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
-  }
+  explicit layer_normalization_state(layer_normalization_options o);
+  void build(const tensor& x) override;
+  tensor call(const tensor& x, const call_options&) override;
 };
 }  // namespace detail
 
@@ -609,22 +457,9 @@ template <class = void>
 struct embedding_state final : layer_state {
   std::int64_t input_dim, output_dim;
   embedding_options options;
-  embedding_state(std::int64_t in, std::int64_t out, embedding_options o)
-      : layer_state(o.name.empty() ? unique_name("embedding") : o.name), input_dim(in), output_dim(out),
-        options(std::move(o)) {
-    casts_input = false;
-  }
-  void build(const tensor& ids) override {
-    if (!is_integer(ids.dtype()))
-      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
-    type = float32;
-    add_weight("embeddings", {input_dim, output_dim}, options.embeddings_initializer);
-  }
-  tensor call(const tensor& ids, const call_options&) override {
-    if (!is_integer(ids.dtype()))
-      throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
-    return gather(weights[0].first, ids);
-  }
+  embedding_state(std::int64_t in, std::int64_t out, embedding_options o);
+  void build(const tensor& ids) override;
+  tensor call(const tensor& ids, const call_options&) override;
 };
 }  // namespace detail
 
@@ -635,7 +470,7 @@ class embedding : public layer {
   template <class = void>
   embedding(std::int64_t input_dim, std::int64_t output_dim, embedding_options options = {})
       : layer(std::make_shared<detail::embedding_state<>>(input_dim, output_dim, std::move(options))) {}
-  const variable& embeddings() const { return state().weight(0, "embeddings"); }
+  KILN_LIBRARY_INLINE const variable& embeddings() const;
 };
 
 // ---- sequential --------------------------------------------------------------------
@@ -644,19 +479,10 @@ namespace detail {
 template <class = void>
 struct sequential_state final : layer_state {
   std::vector<layer> stack;
-  sequential_state(std::vector<layer> l, std::string n)
-      : layer_state(n.empty() ? unique_name("sequential") : std::move(n)), stack(std::move(l)) {
-    casts_input = false;  // each layer casts its own input
-  }
+  sequential_state(std::vector<layer> l, std::string n);
   void build(const tensor&) override {}
-  tensor call(const tensor& x, const call_options& options) override {
-    tensor y = x;
-    for (const layer& l : stack) y = l(y, options);
-    return y;
-  }
-  void visit_more(kiln::detail::member_visitor& v) const override {
-    for (const layer& l : stack) v.submodule(l);
-  }
+  tensor call(const tensor& x, const call_options& options) override;
+  void visit_more(kiln::detail::member_visitor& v) const override;
 };
 }  // namespace detail
 
@@ -680,3 +506,337 @@ class sequential : public layer {
 };
 
 }  // namespace kiln::layers
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE activation::operator bool() const {
+  return unary_ || with_flag_ || with_number_ || with_axis_ || custom_;
+}
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+KILN_LIBRARY_INLINE std::string unique_name(std::string_view base) {
+  static std::mutex mutex;
+  static std::map<std::string, int, std::less<>> counts;
+  std::lock_guard lock(mutex);
+  const int n = counts[std::string(base)]++;
+  return n ? std::string(base) + "_" + std::to_string(n) : std::string(base);
+}
+
+KILN_LIBRARY_INLINE std::string layer_state::expected_shape() const {
+  shape s;
+  const int r = rank ? rank : std::max(min_rank, 1);
+  for (int d = 0; d < r; ++d) s.push_back(none);
+  if (r > 0 && last_dim != none) s[r - 1] = last_dim;
+  return (rank ? "" : "at least ") + s.str();
+}
+
+KILN_LIBRARY_INLINE void layer_state::prepare(const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error("layer " + name + ": the input is an empty tensor");
+  if (x.shape().has_known_rank()) {
+    if (rank && x.rank() != rank) reject(x, "wrong rank");
+    if (min_rank && x.rank() < min_rank) reject(x, "wrong rank");
+  }
+  if (!built) {
+    type = is_floating(x.dtype()) ? x.dtype() : float32;
+    build(x);
+    built = true;
+  } else if (last_dim != none && x.shape().has_known_rank() && x.rank() > 0) {
+    const std::int64_t got = x.shape()[x.rank() - 1];
+    if (got != none && got != last_dim) reject(x, "wrong last dim");
+  }
+}
+
+KILN_LIBRARY_INLINE std::int64_t layer_state::known_last_dim(const tensor& x) {
+  if (!x.shape().has_known_rank() || x.rank() == 0 || x.shape()[x.rank() - 1] == none)
+    reject(x, "the last dim must be known to build the layer");
+  return x.shape()[x.rank() - 1];
+}
+
+KILN_LIBRARY_INLINE const variable& layer_state::weight(std::size_t i, std::string_view what) const {
+  if (!built || i >= weights.size())
+    throw value_error("layer " + name + ": " + std::string(what) +
+                      " does not exist before the layer is built (called)");
+  return weights[i].first;
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE bool layer::built() const { return state_ && state_->built; }
+
+KILN_LIBRARY_INLINE void layer::visit_members(kiln::detail::member_visitor& v) const {
+  if (!state_) return;
+  for (const auto& [w, trainable] : state_->weights) v.variable(w, trainable);
+  state_->visit_more(v);
+}
+
+KILN_LIBRARY_INLINE detail::layer_state& layer::state() const {
+  if (!state_) throw value_error("layer: the handle holds no layer (default-constructed)");
+  return *state_;
+}
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+dense_state<Unused>::dense_state(std::int64_t u, dense_options o)
+    : layer_state(o.name.empty() ? unique_name("dense") : o.name), units(u), options(std::move(o)) {
+  if (units <= 0) throw value_error("layer " + name + ": units must be positive, got " + std::to_string(units));
+  min_rank = 2;
+}
+
+template <class Unused>
+auto dense_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  add_weight("kernel", {last_dim, units}, options.kernel_initializer);
+  if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
+}
+
+template <class Unused>
+auto dense_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  tensor y = matmul(x, weights[0].first);
+  if (options.use_bias) y = y + weights[1].first;
+  return options.activation(y);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& dense::kernel() const { return state().weight(0, "kernel"); }
+
+KILN_LIBRARY_INLINE const variable& dense::bias() const { return state().weight(1, "bias"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+KILN_LIBRARY_INLINE std::string padding_of(const std::string& layer, const std::string& p) {
+  if (p == "valid" || p == "VALID") return "VALID";
+  if (p == "same" || p == "SAME") return "SAME";
+  throw value_error("layer " + layer + ": padding must be \"valid\" or \"same\", got \"" + p + "\"");
+}
+
+template <class Unused>
+conv2d_state<Unused>::conv2d_state(std::int64_t f, size2 k, conv2d_options o)
+    : layer_state(o.name.empty() ? unique_name("conv2d") : o.name),
+      filters(f),
+      window(k),
+      options(std::move(o)),
+      padding(padding_of(name, options.padding)) {
+  rank = 4;
+}
+
+template <class Unused>
+auto conv2d_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
+  if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
+}
+
+template <class Unused>
+auto conv2d_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  tensor y = kiln::conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
+  if (options.use_bias) y = y + weights[1].first;
+  return options.activation(y);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& conv2d::kernel() const { return state().weight(0, "kernel"); }
+
+KILN_LIBRARY_INLINE const variable& conv2d::bias() const { return state().weight(1, "bias"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+pooling_state<Unused>::pooling_state(size2 pool, pooling_options o, bool avg)
+    : layer_state(o.name.empty() ? unique_name(avg ? "average_pooling2d" : "max_pooling2d") : o.name), average(avg) {
+  rank = 4;
+  const size2 strides = o.strides.value_or(pool);
+  if (pool.h < 1 || pool.w < 1 || strides.h < 1 || strides.w < 1)
+    throw value_error("layer " + name + ": pool_size and strides must be at least 1, got pool_size (" +
+                      std::to_string(pool.h) + ", " + std::to_string(pool.w) + ") and strides (" +
+                      std::to_string(strides.h) + ", " + std::to_string(strides.w) + ")");
+  window.window_h = pool.h, window.window_w = pool.w, window.stride_h = strides.h, window.stride_w = strides.w;
+  window.pad = parse_padding(padding_of(name, o.padding));
+}
+
+template <class Unused>
+auto pooling_state<Unused>::build(const tensor& x) -> void {
+  const shape& s = x.shape();
+  if (window.pad == ops::padding::valid &&
+      ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
+    reject(x, "\"valid\" padding needs an input at least as large as the pool (" + std::to_string(window.window_h) +
+                  " x " + std::to_string(window.window_w) + ")");
+}
+
+template <class Unused>
+auto pooling_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
+}
+
+template <class Unused>
+flatten_state<Unused>::flatten_state(std::string n) : layer_state(n.empty() ? unique_name("flatten") : std::move(n)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto flatten_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  const shape& s = x.shape();
+  if (!s.has_known_rank()) reject(x, "the rank must be known");
+  std::int64_t rest = 1;
+  for (int d = 1; d < s.rank(); ++d) {
+    if (s[d] == none) reject(x, "the dims after the first must be known");
+    rest *= s[d];
+  }
+  return reshape(x, {s[0] == none ? -1 : s[0], rest});
+}
+
+template <class Unused>
+dropout_state<Unused>::dropout_state(double r, std::optional<std::uint64_t> s, std::string n)
+    : layer_state(n.empty() ? unique_name("dropout") : std::move(n)), rate(r), seed(s) {
+  if (!(rate >= 0 && rate < 1))
+    throw value_error("layer " + name + ": rate must be in [0, 1), got " + std::to_string(rate));
+}
+
+template <class Unused>
+auto dropout_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+  if (!options.training || rate == 0) return x;
+  if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
+  // A stateful draw: new numbers at every call, and at every run of a graph.
+  const tensor keep = random::uniform(x.shape(), 0, 1, x.dtype(), seed) >= rate;
+  return where(keep, x * (1.0 / (1.0 - rate)), 0.0);
+}
+
+template <class Unused>
+batch_normalization_state<Unused>::batch_normalization_state(batch_normalization_options o)
+    : layer_state(o.name.empty() ? unique_name("batch_normalization") : o.name), options(std::move(o)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+  if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+  add_weight("moving_mean", {last_dim}, initializers::zeros{}, false);
+  add_weight("moving_variance", {last_dim}, initializers::ones{}, false);
+}
+
+template <class Unused>
+auto batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) -> tensor {
+  std::size_t k = 0;
+  std::optional<tensor> gamma, beta;
+  if (options.scale) gamma = weights[k++].first.read_value();
+  if (options.center) beta = weights[k++].first.read_value();
+  const variable& moving_mean = weights[k].first;
+  const variable& moving_variance = weights[k + 1].first;
+  if (!call.training)
+    return basic_normalization<Unused>::normalize(x, moving_mean, moving_variance, gamma, beta, options.epsilon);
+  int_list axes;
+  for (int d = 0; d + 1 < x.rank(); ++d) axes.push_back(d);
+  const tensor mean = reduce_mean(x, axes), var = reduce_mean(square(x - mean), axes);
+  // Keras updates the moving statistics as `moving -= (moving - batch) * (1 - momentum)`;
+  // for 4-D inputs it runs TensorFlow's fused kernel, whose batch variance for the
+  // update is the unbiased one (n / (n - 1)).
+  tensor batch_var = var;
+  if (x.rank() == 4) {
+    std::int64_t n = 1;
+    for (int d = 0; d < 3; ++d) n = x.shape()[d] == none ? none : n * x.shape()[d];
+    if (n == none) reject(x, "the batch, height and width must be known in training");
+    if (n > 1) batch_var = var * (double(n) / double(n - 1));
+  }
+  const double decay = 1.0 - options.momentum;
+  moving_mean.assign_sub((moving_mean.read_value() - stop_gradient(mean)) * decay);
+  moving_variance.assign_sub((moving_variance.read_value() - stop_gradient(batch_var)) * decay);
+  return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
+}
+
+template <class Unused>
+layer_normalization_state<Unused>::layer_normalization_state(layer_normalization_options o)
+    : layer_state(o.name.empty() ? unique_name("layer_normalization") : o.name), options(std::move(o)) {
+  min_rank = 1;
+}
+
+template <class Unused>
+auto layer_normalization_state<Unused>::build(const tensor& x) -> void {
+  last_dim = known_last_dim(x);
+  if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
+  if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
+}
+
+template <class Unused>
+auto layer_normalization_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+  std::size_t k = 0;
+  std::optional<tensor> gamma, beta;
+  if (options.scale) gamma = weights[k++].first.read_value();
+  if (options.center) beta = weights[k++].first.read_value();
+  const tensor mean = reduce_mean(x, -1, true), var = reduce_mean(square(x - mean), -1, true);
+  return basic_normalization<Unused>::normalize(x, mean, var, gamma, beta, options.epsilon);
+}
+
+template <class Unused>
+embedding_state<Unused>::embedding_state(std::int64_t in, std::int64_t out, embedding_options o)
+    : layer_state(o.name.empty() ? unique_name("embedding") : o.name),
+      input_dim(in),
+      output_dim(out),
+      options(std::move(o)) {
+  casts_input = false;
+}
+
+template <class Unused>
+auto embedding_state<Unused>::build(const tensor& ids) -> void {
+  if (!is_integer(ids.dtype()))
+    throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+  type = float32;
+  add_weight("embeddings", {input_dim, output_dim}, options.embeddings_initializer);
+}
+
+template <class Unused>
+auto embedding_state<Unused>::call(const tensor& ids, const call_options&) -> tensor {
+  if (!is_integer(ids.dtype()))
+    throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
+  return gather(weights[0].first, ids);
+}
+
+}  // namespace kiln::layers::detail
+
+namespace kiln::layers {
+
+KILN_LIBRARY_INLINE const variable& embedding::embeddings() const { return state().weight(0, "embeddings"); }
+
+}  // namespace kiln::layers
+
+namespace kiln::layers::detail {
+
+template <class Unused>
+sequential_state<Unused>::sequential_state(std::vector<layer> l, std::string n)
+    : layer_state(n.empty() ? unique_name("sequential") : std::move(n)), stack(std::move(l)) {
+  casts_input = false;  // each layer casts its own input
+}
+
+template <class Unused>
+auto sequential_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+  tensor y = x;
+  for (const layer& l : stack) y = l(y, options);
+  return y;
+}
+
+template <class Unused>
+auto sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const -> void {
+  for (const layer& l : stack) v.submodule(l);
+}
+
+}  // namespace kiln::layers::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -46,6 +46,7 @@ struct basic_loss_terms {
 };
 using loss_terms = basic_loss_terms<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_loss_terms<Unused>::targets_like(std::string_view fn, const tensor& y_true, const tensor& y_pred) {
   kiln::detail::require_floating(fn, y_pred);
@@ -61,6 +62,7 @@ template <class Unused>
 tensor basic_loss_terms<Unused>::batch_mean(const tensor& per_sample) {
   return reduce_mean(per_sample);
 }
+#endif
 
 }  // namespace detail
 

@@ -59,7 +59,7 @@ class mean {
   }
   const std::string& name() const { return name_; }
   /// The state: the total, then the count.
-  std::vector<variable> variables() const { return {total_, count_}; }
+  KILN_LIBRARY_INLINE std::vector<variable> variables() const;
 
  private:
   std::string name_;
@@ -125,3 +125,11 @@ class sparse_categorical_accuracy {
 };
 
 }  // namespace kiln::metrics
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::metrics {
+
+KILN_LIBRARY_INLINE std::vector<variable> mean::variables() const { return {total_, count_}; }
+
+}  // namespace kiln::metrics
+#endif  // KILN_DEFINE_LIBRARY

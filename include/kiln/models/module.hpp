@@ -84,28 +84,17 @@ class module {
   virtual ~module() = default;
 
   /// The module's name (a layer's is unique in the program: `dense`, `dense_1`, ...).
-  const std::string& name() const { return name_.empty() ? default_name() : name_; }
+  KILN_LIBRARY_INLINE const std::string& name() const;
 
   /// Every variable of the tree, depth first in declaration order, each once.
-  std::vector<variable> variables() const { return collect(0); }
+  KILN_LIBRARY_INLINE std::vector<variable> variables() const;
   /// The variables training updates (all but statistics such as batch
   /// normalization's moving mean and variance).
-  std::vector<variable> trainable_variables() const { return collect(1); }
+  KILN_LIBRARY_INLINE std::vector<variable> trainable_variables() const;
   /// The variables training does not update.
-  std::vector<variable> non_trainable_variables() const { return collect(2); }
+  KILN_LIBRARY_INLINE std::vector<variable> non_trainable_variables() const;
   /// Every module below this one, depth first in declaration order.
-  std::vector<const module*> submodules() const {
-    struct walk final : detail::member_visitor {
-      std::vector<const module*> found;
-      void variable(const kiln::variable&, bool) override {}
-      void submodule(const module& m) override {
-        found.push_back(&m);
-        m.visit_members(*this);
-      }
-    } w;
-    visit_members(w);
-    return w.found;
-  }
+  KILN_LIBRARY_INLINE std::vector<const module*> submodules() const;
 
   /// Writes the tree's weights to `path` in Keras 2.12's HDF5 layout (`model.save_weights`);
   /// needs kiln/weights.hpp.
@@ -122,35 +111,16 @@ class module {
 
   /// Reports the module's own variables and direct submodules to `v`, in order
   /// (KILN_MODULE writes it for a user type; layers report their weights).
-  virtual void visit_members(detail::member_visitor& v) const { (void)v; }
+  KILN_LIBRARY_INLINE virtual void visit_members(detail::member_visitor& v) const;
 
  protected:
   /// The name of a module not given one: its type's, for KILN_MODULE types.
-  virtual const std::string& default_name() const {
-    static const std::string unnamed = "module";
-    return unnamed;
-  }
-  void set_name(std::string name) { name_ = std::move(name); }
+  KILN_LIBRARY_INLINE virtual const std::string& default_name() const;
+  KILN_LIBRARY_INLINE void set_name(std::string name);
 
  private:
   /// 0: every variable, 1: the trainable ones, 2: the others.
-  std::vector<variable> collect(int which) const {
-    struct walk final : detail::member_visitor {
-      int which;
-      std::vector<kiln::variable> found;
-      std::unordered_set<const void*> seen;
-      explicit walk(int w) : which(w) {}
-      void variable(const kiln::variable& v, bool trainable) override {
-        if (!v) return;
-        if (which == 1 && !trainable) return;
-        if (which == 2 && trainable) return;
-        if (seen.insert(v.identity()).second) found.push_back(v);
-      }
-      void submodule(const module& m) override { m.visit_members(*this); }
-    } w(which);
-    visit_members(w);
-    return std::move(w.found);
-  }
+  KILN_LIBRARY_INLINE std::vector<variable> collect(int which) const;
 
   std::string name_;
 };
@@ -202,3 +172,57 @@ void visit_reflected(const T& self, member_visitor& v) {
   }                                                                                                  \
                                                                                                      \
  public:
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE const std::string& module::name() const { return name_.empty() ? default_name() : name_; }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::variables() const { return collect(0); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::trainable_variables() const { return collect(1); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::non_trainable_variables() const { return collect(2); }
+
+KILN_LIBRARY_INLINE std::vector<const module*> module::submodules() const {
+  struct walk final : detail::member_visitor {
+    std::vector<const module*> found;
+    void variable(const kiln::variable&, bool) override {}
+    void submodule(const module& m) override {
+      found.push_back(&m);
+      m.visit_members(*this);
+    }
+  } w;
+  visit_members(w);
+  return w.found;
+}
+
+KILN_LIBRARY_INLINE void module::visit_members(detail::member_visitor& v) const { (void)v; }
+
+KILN_LIBRARY_INLINE const std::string& module::default_name() const {
+  static const std::string unnamed = "module";
+  return unnamed;
+}
+
+KILN_LIBRARY_INLINE void module::set_name(std::string name) { name_ = std::move(name); }
+
+KILN_LIBRARY_INLINE std::vector<variable> module::collect(int which) const {
+  struct walk final : detail::member_visitor {
+    int which;
+    std::vector<kiln::variable> found;
+    std::unordered_set<const void*> seen;
+    explicit walk(int w) : which(w) {}
+    void variable(const kiln::variable& v, bool trainable) override {
+      if (!v) return;
+      if (which == 1 && !trainable) return;
+      if (which == 2 && trainable) return;
+      if (seen.insert(v.identity()).second) found.push_back(v);
+    }
+    void submodule(const module& m) override { m.visit_members(*this); }
+  } w(which);
+  visit_members(w);
+  return std::move(w.found);
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

@@ -91,12 +91,10 @@ To convert_element(const S& v, std::string_view fn) {
 }
 
 /// Raises kiln::value_error naming `fn` unless `s` is fully defined (an eager result needs one).
-inline void require_fully_defined(std::string_view fn, const shape& s) {
-  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
-}
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s);
 
 /// `t`, copied to device `d` unless it is there.
-inline tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d);
 
 /// constant_of's error for `count` values and shape `s`, out of line: one for every
 /// element type.
@@ -223,11 +221,7 @@ KILN_LIBRARY_INLINE tensor one_filled(std::string_view fn, const shape& s, dtype
 
 /// The shape of `x` for a `*_like` factory: `x` must be defined, and if symbolic,
 /// have a fully defined shape (the result is then an eager constant of that shape).
-inline const shape& like_shape(std::string_view fn, const tensor& x) {
-  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
-  require_fully_defined(fn, x.shape());
-  return x.shape();
-}
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x);
 
 // ---- range ------------------------------------------------------------------------
 
@@ -431,15 +425,11 @@ tensor constant(const std::vector<T>& values, std::optional<dtype> t = std::null
 
 /// A tensor of zeros (`false` for bool_, `""` for strings).
 /// \code kiln::zeros({2, 3});  kiln::zeros({4}, kiln::int32); \endcode
-inline tensor zeros(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::zero_filled("zeros", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor of ones (`true` for bool_); strings raise kiln::type_error.
 /// \code kiln::ones({2, 2});  // tensor([[1. 1.] [1. 1.]], ...) \endcode
-inline tensor ones(const shape& s, dtype t = float32, device d = device::cpu) {
-  return detail::one_filled("ones", s, t, d);
-}
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t = float32, device d = device::cpu);
 
 /// A tensor whose every element is `value`, of `value`'s dtype (a C++ number or a string).
 /// \code kiln::fill({2, 3}, 9);  kiln::fill({2}, "ab"); \endcode
@@ -455,24 +445,11 @@ tensor fill(const shape& s, const T& value, device d = device::cpu) {
 
 /// The `rows` x `columns` matrix with ones on its diagonal and zeros elsewhere.
 /// \code kiln::eye(2, 3, kiln::int32);  // [[1 0 0] [0 1 0]] \endcode
-inline tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu) {
-  if (rows < 0 || columns < 0)
-    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
-                                 " and " + std::to_string(columns));
-  if (t == string) throw type_error("eye: string tensors have no identity matrix");
-  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
-  visit_dtype(t, [&]<class T>() {
-    if constexpr (!std::is_same_v<T, std::string>) {
-      T* p = out.view().as<T>();
-      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
-    }
-  });
-  return detail::placed(std::move(out), d);
-}
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t = float32, device d = device::cpu);
 
 /// The `n` x `n` identity matrix.
 /// \code kiln::eye(10, kiln::int32); \endcode
-inline tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu) { return eye(n, n, t, d); }
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t = float32, device d = device::cpu);
 
 /// The numbers `start`, `start + delta`, ... short of `limit`, as tf.range: the
 /// dtype is the widest of the arguments' (int → int32, std::int64_t → int64, float →
@@ -498,14 +475,61 @@ tensor range(L limit) {
 /// Zeros of the dtype, shape and device of `x`. A symbolic `x` needs a fully
 /// defined shape (kiln::value_error otherwise) and gives an eager constant.
 /// \code kiln::zeros_like(kiln::constant({1, 2}));  // [0 0], int32 \endcode
-inline tensor zeros_like(const tensor& x) {
-  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
-}
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x);
 
 /// Ones of the dtype, shape and device of `x`; as zeros_like.
 /// \code kiln::ones_like(kiln::constant({1.5, 2.5}));  // [1. 1.], float64 \endcode
-inline tensor ones_like(const tensor& x) {
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x);
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void require_fully_defined(std::string_view fn, const shape& s) {
+  if (!s.is_fully_defined()) throw value_error(std::string(fn) + ": the shape must be fully defined, got " + s.str());
+}
+
+KILN_LIBRARY_INLINE tensor placed(tensor t, device d) { return d == device::cpu ? t : t.to(d); }
+
+KILN_LIBRARY_INLINE const shape& like_shape(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  require_fully_defined(fn, x.shape());
+  return x.shape();
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor zeros(const shape& s, dtype t, device d) { return detail::zero_filled("zeros", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor ones(const shape& s, dtype t, device d) { return detail::one_filled("ones", s, t, d); }
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t rows, std::int64_t columns, dtype t, device d) {
+  if (rows < 0 || columns < 0)
+    throw invalid_argument_error("eye: the numbers of rows and columns must be >= 0, got " + std::to_string(rows) +
+                                 " and " + std::to_string(columns));
+  if (t == string) throw type_error("eye: string tensors have no identity matrix");
+  tensor out = detail::zero_filled("eye", shape{rows, columns}, t, device::cpu);
+  visit_dtype(t, [&]<class T>() {
+    if constexpr (!std::is_same_v<T, std::string>) {
+      T* p = out.view().as<T>();
+      for (std::int64_t i = 0; i < std::min(rows, columns); ++i) p[i * columns + i] = T(1);
+    }
+  });
+  return detail::placed(std::move(out), d);
+}
+
+KILN_LIBRARY_INLINE tensor eye(std::int64_t n, dtype t, device d) { return eye(n, n, t, d); }
+
+KILN_LIBRARY_INLINE tensor zeros_like(const tensor& x) {
+  return detail::zero_filled("zeros_like", detail::like_shape("zeros_like", x), x.dtype(), x.device());
+}
+
+KILN_LIBRARY_INLINE tensor ones_like(const tensor& x) {
   return detail::one_filled("ones_like", detail::like_shape("ones_like", x), x.dtype(), x.device());
 }
 
 }  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

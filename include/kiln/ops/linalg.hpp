@@ -224,11 +224,7 @@ template <class = void>
 tensor matmul(const tensor& a, const tensor& b) { return detail::apply(ops::matmul{}, a, b); }
 
 /// Parses "VALID" / "SAME"; anything else is a kiln::value_error.
-inline ops::padding parse_padding(std::string_view p) {
-  if (p == "VALID") return ops::padding::valid;
-  if (p == "SAME") return ops::padding::same;
-  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
-}
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p);
 
 /// 2-D convolution of an NHWC input with HWIO filters. `strides` is one int, two
 /// ints (height, width) or four (TensorFlow's NHWC form, batch and channel 1).
@@ -255,3 +251,15 @@ tensor conv2d(const tensor& input, const tensor& filters, std::int64_t stride, s
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE ops::padding parse_padding(std::string_view p) {
+  if (p == "VALID") return ops::padding::valid;
+  if (p == "SAME") return ops::padding::same;
+  throw value_error("conv2d: padding must be \"VALID\" or \"SAME\", got \"" + std::string(p) + "\"");
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

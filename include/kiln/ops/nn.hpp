@@ -19,16 +19,12 @@
 
 namespace kiln {
 
-inline tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp
+KILN_LIBRARY_INLINE tensor stop_gradient(const tensor& x);  // kiln/autodiff/tape.hpp
 
 namespace detail {
 
 /// Raises kiln::type_error unless `x` holds floating-point values (`fn` names the function).
-inline void require_floating(std::string_view fn, const tensor& x) {
-  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
-  if (!is_floating(x.dtype()))
-    throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
-}
+KILN_LIBRARY_INLINE void require_floating(std::string_view fn, const tensor& x);
 
 /// The softmax family's functions (`nn_functions`, the one specialization): a template
 /// on nothing, so that a file compiles them only where it calls them, and a compiled
@@ -83,6 +79,7 @@ tensor sparse_softmax_cross_entropy(const tensor& labels, const tensor& logits) 
   return detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(labels, logits);
 }
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor detail::basic_nn_functions<Unused>::shift_of(const tensor& x, reduction_axes axis) {
   const tensor m = stop_gradient(reduce_max(x, axis, true));
@@ -130,5 +127,18 @@ tensor detail::basic_nn_functions<Unused>::sparse_softmax_cross_entropy(const te
   const tensor one_hot = cast(equal(reshape(checked, column), class_ids), logits.dtype());
   return -reduce_sum(one_hot * log_softmax(logits, -1), -1);
 }
+#endif
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE void require_floating(std::string_view fn, const tensor& x) {
+  if (!x.defined()) throw invalid_argument_error(std::string(fn) + ": the tensor is empty (default-constructed)");
+  if (!is_floating(x.dtype()))
+    throw type_error(std::string(fn) + ": takes float32 or float64 values, got " + std::string(name(x.dtype())));
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -73,11 +73,7 @@ class int_list {
       if (items_[i] != o.items_[i]) return false;
     return true;
   }
-  std::string str() const {
-    std::string s = "[";
-    for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
-    return s + "]";
-  }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   int size_ = 0;
@@ -233,3 +229,15 @@ KILN_HOST_DEVICE decltype(auto) invoke_elementwise(const Op& op, const Value& va
 
 }  // namespace ops
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string int_list::str() const {
+  std::string s = "[";
+  for (int i = 0; i < size_; ++i) s += (i ? ", " : "") + std::to_string(items_[i]);
+  return s + "]";
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

@@ -88,11 +88,7 @@ inline constexpr op_rules rules_of{
 
 /// True when an op on `in` is recorded rather than run: while tracing, or when an
 /// input is symbolic.
-inline bool records_symbolically(std::span<const tensor* const> in) {
-  bool symbolic = tracing();
-  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
-  return symbolic;
-}
+KILN_LIBRARY_INLINE bool records_symbolically(std::span<const tensor* const> in);
 
 /// Runs the gradient formula of the `Op` that `op` holds for the inputs `needed` marks
 /// (defined in kiln/autodiff/backward.hpp, which gives each op's row its backward: a
@@ -131,17 +127,11 @@ struct op_kernels {
 };
 
 /// One row per op of the registry; a row is empty until its op registers.
-inline std::array<op_kernels, ops::any_op::size>& kernel_table() {
-  static std::array<op_kernels, ops::any_op::size> table{};
-  return table;
-}
+KILN_LIBRARY_INLINE std::array<op_kernels, ops::any_op::size>& kernel_table();
 
 /// Serializes registrations, so that a row registered for bookkeeping dtypes never
 /// replaces a complete one.
-inline std::mutex& registration_mutex() {
-  static std::mutex m;
-  return m;
-}
+KILN_LIBRARY_INLINE std::mutex& registration_mutex();
 
 /// Fills `Op`'s row; with `Only` (detail::apply_bookkeeping), with kernels for those
 /// dtypes alone and only if the row is empty: the op's first call by the program
@@ -186,7 +176,53 @@ void register_kernels_on_use() {
 }
 
 /// The row of the op a graph node holds, or kiln::unavailable_error naming the op.
-inline const op_kernels& kernels_of(const ops::any_op& op) {
+KILN_LIBRARY_INLINE const op_kernels& kernels_of(const ops::any_op& op);
+
+/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
+/// table, so that comparing ops compiles the comparisons of the ops this program
+/// calls, not of every op; false for an op whose row is empty.
+KILN_LIBRARY_INLINE bool same_op(const ops::any_op& a, const ops::any_op& b);
+
+/// Runs the op a graph node holds now, on eager inputs.
+/// How `op` runs writing its first input in place, or null when it cannot (see
+/// op_kernels::in_place).
+KILN_LIBRARY_INLINE exec::in_place_fn in_place_of(const ops::any_op& op);
+
+KILN_LIBRARY_INLINE tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in);
+
+KILN_LIBRARY_INLINE void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out);
+
+template <class Op>
+void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
+  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
+}
+
+/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
+/// trace in progress (where a tape inside a kiln::function differentiates).
+KILN_LIBRARY_INLINE tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in);
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE bool records_symbolically(std::span<const tensor* const> in) {
+  bool symbolic = tracing();
+  for (const tensor* t : in) symbolic = symbolic || t->is_symbolic();
+  return symbolic;
+}
+
+KILN_LIBRARY_INLINE std::array<op_kernels, ops::any_op::size>& kernel_table() {
+  static std::array<op_kernels, ops::any_op::size> table{};
+  return table;
+}
+
+KILN_LIBRARY_INLINE std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+KILN_LIBRARY_INLINE const op_kernels& kernels_of(const ops::any_op& op) {
   if (op.index() == ops::any_op::size) throw internal_error("kernels_of: a node that holds no op");
   const op_kernels& row = kernel_table()[op.index()];
   if (!row.execute.load(std::memory_order_acquire)) {
@@ -198,42 +234,30 @@ inline const op_kernels& kernels_of(const ops::any_op& op) {
   return row;
 }
 
-/// Whether `a` and `b` are the same op with the same attributes. Through the kernel
-/// table, so that comparing ops compiles the comparisons of the ops this program
-/// calls, not of every op; false for an op whose row is empty.
-inline bool same_op(const ops::any_op& a, const ops::any_op& b) {
+KILN_LIBRARY_INLINE bool same_op(const ops::any_op& a, const ops::any_op& b) {
   if (a.index() != b.index() || a.index() == ops::any_op::size) return false;
   const auto equal = kernel_table()[a.index()].equal.load(std::memory_order_acquire);
   return equal && equal(a, b);
 }
 
-/// Runs the op a graph node holds now, on eager inputs.
-/// How `op` runs writing its first input in place, or null when it cannot (see
-/// op_kernels::in_place).
-inline exec::in_place_fn in_place_of(const ops::any_op& op) {
+KILN_LIBRARY_INLINE exec::in_place_fn in_place_of(const ops::any_op& op) {
   return kernels_of(op).in_place.load(std::memory_order_acquire);
 }
 
-inline tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
+KILN_LIBRARY_INLINE tensor execute_any(const ops::any_op& op, std::span<const tensor* const> in) {
   return kernels_of(op).execute.load(std::memory_order_acquire)(op, in);
 }
 
-inline void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
+KILN_LIBRARY_INLINE void record_any_on_tapes(const ops::any_op& op, std::span<const tensor* const> in, tensor& out) {
   hooks().tape.load(std::memory_order_relaxed)(op, in, out);
 }
 
-template <class Op>
-void record_on_tapes(const Op& op, std::span<const tensor* const> in, tensor& out) {
-  record_any_on_tapes(ops::any_op(std::in_place_type<Op>, op), in, out);
-}
-
-/// Runs the op a graph node holds on `in`: now on eager inputs, or recorded into the
-/// trace in progress (where a tape inside a kiln::function differentiates).
-inline tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
-  tensor out = records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
+KILN_LIBRARY_INLINE tensor run_registered(const ops::any_op& op, std::span<const tensor* const> in) {
+  tensor out =
+      records_symbolically(in) ? kernels_of(op).record.load(std::memory_order_acquire)(op, in) : execute_any(op, in);
   if (tapes_recording()) record_any_on_tapes(op, in, out);
   return out;
 }
 
 }  // namespace kiln::detail
-
+#endif  // KILN_DEFINE_LIBRARY

@@ -53,7 +53,7 @@ class reduction_axes {
   constexpr const int_list& list() const { return list_; }
   constexpr bool operator==(const reduction_axes&) const = default;
   /// `None` or the list as `[0, -1]`.
-  std::string str() const { return all_ ? "None" : list_.str(); }
+  KILN_LIBRARY_INLINE std::string str() const;
 
  private:
   bool all_ = true;
@@ -228,11 +228,7 @@ struct argmax : reduction_op {
   /// Raises kiln::invalid_argument_error when input shape `in` has nothing to reduce:
   /// there is no largest element (TensorFlow raises too).
   /// \code kiln::ops::argmax(0).check_input(kiln::shape{0, 3});  // throws \endcode
-  void check_input(const shape& in) const {
-    if (reduced_count(in, axis) == 0)
-      throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
-                                   " are empty, so there is no largest element");
-  }
+  KILN_LIBRARY_INLINE void check_input(const shape& in) const;
 };
 
 /// Runs argmax's input check before any kernel (found by argument-dependent lookup).
@@ -343,3 +339,21 @@ tensor argmax(const tensor& x, reduction_axes axis = {}, bool keepdims = false) 
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string reduction_axes::str() const { return all_ ? "None" : list_.str(); }
+
+}  // namespace kiln
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE void argmax::check_input(const shape& in) const {
+  if (reduced_count(in, axis) == 0)
+    throw invalid_argument_error(std::string(name) + ": the reduced axes " + axis.str() + " of shape " + in.str() +
+                                 " are empty, so there is no largest element");
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY

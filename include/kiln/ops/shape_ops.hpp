@@ -57,7 +57,7 @@ constexpr dtype_result same_dtype(std::span<const dtype> in) {
 }
 
 /// `[4, -1]`: dims as the user wrote them (-1 for kiln::none).
-inline std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s);
 
 }  // namespace detail
 
@@ -105,11 +105,8 @@ struct reshape {
     return {out};
   }
   /// Shares the input's buffer: no element is copied.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
-  }
-  std::string attributes() const { return "shape=" + detail::dims_text(new_shape); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   template <class G> void gradient(G& g) const { g.give(0, G::reshape(g.dy(), g.x(0).t.shape())); }
   constexpr bool operator==(const reshape&) const = default;
 };
@@ -147,7 +144,7 @@ struct transpose {
     }
     return {out};
   }
-  std::string attributes() const { return "perm=" + perm.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   /// The gradient goes back through the inverse permutation.
   template <class G> void gradient(G& g) const {
     const int rank = g.x(0).t.rank();
@@ -202,7 +199,7 @@ struct concat {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const concat&) const = default;
   /// Each input's gradient is its slice of dy along the axis.
   template <class G> void gradient(G& g) const;
@@ -235,7 +232,7 @@ struct stack {
     }
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const stack&) const = default;
   /// Input i's gradient is dy at i along the new dim.
   template <class G> void gradient(G& g) const;
@@ -268,7 +265,7 @@ struct gather {
     for (int d = a + 1; d < x.rank(); ++d) out.push_back(x[d]);
     return {out};
   }
-  std::string attributes() const { return "axis=" + std::to_string(axis); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const gather&) const = default;
   /// dy summed into the rows it was gathered from (unsorted_segment_sum).
   template <class G> void gradient(G& g) const;
@@ -313,9 +310,7 @@ struct unsorted_segment_sum {
     for (int d = int(axis) + ids.rank(); d < data.rank(); ++d) out.push_back(data[d]);
     return {out};
   }
-  std::string attributes() const {
-    return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
-  }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const unsorted_segment_sum&) const = default;
   /// dy gathered at the ids.
   template <class G> void gradient(G& g) const;
@@ -338,12 +333,8 @@ struct index {
     return {kiln::shape(s.dims().subspan(1))};
   }
   /// Shares the input's buffer: the slice is one contiguous window of it.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    kiln::shape rest(s.dims().subspan(1));
-    return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
-  }
-  std::string attributes() const { return "index=" + std::to_string(i); }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const index&) const = default;
   /// dy in place of the row, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -380,7 +371,7 @@ struct set_item {
   /// and `in[2]` are the index and the value.
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const set_item&) const = default;
   /// dy with zeros in place of the row for `x`; dy's row for `value`.
   template <class G> void gradient(G& g) const;
@@ -416,7 +407,7 @@ struct pad_rows {
   /// row (a copy per row made it quadratic); else as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
-  std::string attributes() const { return ""; }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
   template <class G> void gradient(G& g) const;
@@ -455,7 +446,7 @@ struct crop_or_pad {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
-  std::string attributes() const { return "offset=" + offset.str() + ", align=" + align.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const crop_or_pad&) const = default;
   /// crop_or_pad of dy to x's shape with the offsets negated.
   template <class G> void gradient(G& g) const;
@@ -499,7 +490,7 @@ struct slice {
       if (begin[d] < 0 || begin[d] > s[d] || size[d] < -1 || size[d] > s[d] - begin[d]) return d;
     return -1;
   }
-  std::string attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+  KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const slice&) const = default;
   /// dy in place of the slice, zeros around it.
   template <class G> void gradient(G& g) const;
@@ -508,11 +499,7 @@ struct slice {
 // ---- gradients of the ops above, which run each other -------------------------
 
 /// `rank` zeros: where a slice from the first element begins.
-inline int_list origin(int rank) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list origin(int rank);
 
 /// The slice of `x` of shape `size` at `begin` (the shape ops' formulas cut dy and
 /// zeros with it).
@@ -524,18 +511,10 @@ V slice_of(const V& x, const int_list& begin, const kiln::shape& size) {
 }
 
 /// Each entry of `l` negated: the offsets that undo a window's.
-inline int_list negated(const int_list& l) {
-  int_list out;
-  for (std::int64_t x : l) out.push_back(-x);
-  return out;
-}
+KILN_LIBRARY_INLINE int_list negated(const int_list& l);
 
 /// Zeros per dim, `rank` of them, but `at` in dim `axis`.
-inline int_list along(int rank, int axis, std::int64_t at) {
-  int_list o;
-  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
-  return o;
-}
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at);
 
 template <class G>
 void concat::gradient(G& g) const {
@@ -676,18 +655,7 @@ struct shape_of {
     return {kiln::shape{in[0].has_known_rank() ? std::int64_t(in[0].rank()) : none}};
   }
   /// Builds the dims on the host, then moves them to the input's device.
-  tensor evaluate(std::span<const tensor* const> in) const {
-    const kiln::shape& s = in[0]->shape();
-    tensor out(int32, kiln::shape{s.rank()});
-    auto* dims = out.view().as<std::int32_t>();
-    for (int d = 0; d < s.rank(); ++d) {
-      if (s[d] > std::numeric_limits<std::int32_t>::max())
-        throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
-                                     " does not fit in int32");
-      dims[d] = std::int32_t(s[d]);
-    }
-    return out.to(in[0]->device());
-  }
+  KILN_LIBRARY_INLINE tensor evaluate(std::span<const tensor* const> in) const;
   constexpr bool operator==(const shape_of&) const = default;
 };
 
@@ -721,14 +689,7 @@ void check_values(const slice& op, std::span<const tensor* const> in) {
 }
 
 /// Position `k` of a tensor of shape `s` as a multi-index, as TensorFlow prints it ("1, 0").
-inline std::string position_text(std::int64_t k, const shape& s) {
-  std::string position;
-  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
-    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
-    rest /= s[int(d)];
-  }
-  return position;
-}
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s);
 
 /// Calls `f(p)` with a host pointer to the elements of `indices` (int32 or int64, on
 /// any device).
@@ -783,9 +744,7 @@ void check_values(const unsorted_segment_sum& op, std::span<const tensor* const>
 }
 
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
-inline std::int64_t scalar_index(const tensor& index) {
-  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
-}
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index);
 
 /// `set_item` needs 0 <= i < dim for the first dim.
 template <class = void>
@@ -1029,3 +988,96 @@ tensor tensor::operator[](const tensor& i) const {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::string dims_text(const shape& s) { return int_list(s.dims()).str(); }
+
+}  // namespace kiln::detail
+
+namespace kiln::ops {
+
+KILN_LIBRARY_INLINE tensor reshape::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  return in[0]->share(result_shape(std::span<const kiln::shape>(&s, 1)).value);
+}
+
+KILN_LIBRARY_INLINE std::string reshape::attributes() const { return "shape=" + detail::dims_text(new_shape); }
+
+KILN_LIBRARY_INLINE std::string transpose::attributes() const { return "perm=" + perm.str(); }
+
+KILN_LIBRARY_INLINE std::string concat::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string stack::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string gather::attributes() const { return "axis=" + std::to_string(axis); }
+
+KILN_LIBRARY_INLINE std::string unsorted_segment_sum::attributes() const {
+  return "num_segments=" + std::to_string(num_segments) + (axis == 0 ? "" : ", axis=" + std::to_string(axis));
+}
+
+KILN_LIBRARY_INLINE tensor index::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  kiln::shape rest(s.dims().subspan(1));
+  return in[0]->share(rest, (i < 0 ? i + s[0] : i) * rest.num_elements());
+}
+
+KILN_LIBRARY_INLINE std::string index::attributes() const { return "index=" + std::to_string(i); }
+
+KILN_LIBRARY_INLINE std::string set_item::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string pad_rows::attributes() const { return ""; }
+
+KILN_LIBRARY_INLINE std::string crop_or_pad::attributes() const {
+  return "offset=" + offset.str() + ", align=" + align.str();
+}
+
+KILN_LIBRARY_INLINE std::string slice::attributes() const { return "begin=" + begin.str() + ", size=" + size.str(); }
+
+KILN_LIBRARY_INLINE int_list origin(int rank) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE int_list negated(const int_list& l) {
+  int_list out;
+  for (std::int64_t x : l) out.push_back(-x);
+  return out;
+}
+
+KILN_LIBRARY_INLINE int_list along(int rank, int axis, std::int64_t at) {
+  int_list o;
+  for (int d = 0; d < rank; ++d) o.push_back(d == axis ? at : 0);
+  return o;
+}
+
+KILN_LIBRARY_INLINE tensor shape_of::evaluate(std::span<const tensor* const> in) const {
+  const kiln::shape& s = in[0]->shape();
+  tensor out(int32, kiln::shape{s.rank()});
+  auto* dims = out.view().as<std::int32_t>();
+  for (int d = 0; d < s.rank(); ++d) {
+    if (s[d] > std::numeric_limits<std::int32_t>::max())
+      throw invalid_argument_error("shape: dim " + std::to_string(d) + " of shape " + s.str() +
+                                   " does not fit in int32");
+    dims[d] = std::int32_t(s[d]);
+  }
+  return out.to(in[0]->device());
+}
+
+KILN_LIBRARY_INLINE std::string position_text(std::int64_t k, const shape& s) {
+  std::string position;
+  for (std::int64_t d = s.rank() - 1, rest = k; d >= 0; --d) {
+    position = std::to_string(rest % s[int(d)]) + (position.empty() ? "" : ", ") + position;
+    rest /= s[int(d)];
+  }
+  return position;
+}
+
+KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index) {
+  return index.dtype() == int64 ? index.to_vector<std::int64_t>()[0] : index.to_vector<std::int32_t>()[0];
+}
+
+}  // namespace kiln::ops
+#endif  // KILN_DEFINE_LIBRARY

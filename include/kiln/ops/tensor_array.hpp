@@ -38,10 +38,7 @@ class tensor_array {
  public:
   /// An array of `size` elements of dtype `type`, none written yet.
   /// \code kiln::tensor_array states(kiln::float32, 10); \endcode
-  tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {})
-      : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
-    if (size < 0) throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
-  }
+  KILN_LIBRARY_INLINE tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options = {});
   /// An array whose size is an int32 or int64 scalar tensor. An eager size is read
   /// at once; a symbolic one (inside a function) gives an array whose size is known
   /// only when the graph runs: size() then raises and size_tensor() tells it.
@@ -108,20 +105,13 @@ class tensor_array {
 
   /// All elements in one tensor of shape `(size,) + element shape`.
   /// \code kiln::tensor all = kiln::tensor_array(kiln::float32, 2).write(0, kiln::ones({3})).stack();  // (2, 3) \endcode
-  tensor stack() const {
-    require_written("stack");
-    return elements_;
-  }
+  KILN_LIBRARY_INLINE tensor stack() const;
 
   /// The number of elements, when it is known without running a graph: it is not
   /// for a size given as a symbolic tensor, nor inside a function after a write to
   /// an array with dynamic_size; then kiln::value_error, and size_tensor() tells it.
   /// \code kiln::tensor_array(kiln::float32, 10).size() == 10; \endcode
-  std::int64_t size() const {
-    if (size_ == none)
-      throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
-    return size_;
-  }
+  KILN_LIBRARY_INLINE std::int64_t size() const;
   /// The number of elements as an int32 scalar tensor (TensorFlow's TensorArray.size()),
   /// symbolic inside a function when size() does not know it.
   /// \code kiln::tensor n = kiln::tensor_array(kiln::float32, 10).size_tensor();  // 10 \endcode
@@ -139,9 +129,7 @@ class tensor_array {
 
   /// Whether no element has been written yet (so the element shape is not known).
   /// \code kiln::tensor_array(kiln::int32, 2).unwritten() == true; \endcode
-  bool unwritten() const {
-    return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
-  }
+  KILN_LIBRARY_INLINE bool unwritten() const;
 
   /// The tensor that holds the elements: how loops and functions carry the array.
   /// \code
@@ -155,15 +143,7 @@ class tensor_array {
   /// kiln::tensor_array states(kiln::float32, 2);
   /// auto next = states.with_elements(kiln::zeros({2, 3}));
   /// \endcode
-  tensor_array with_elements(tensor elements) const {
-    tensor_array out = *this;
-    out.elements_ = std::move(elements);
-    if (!out.unwritten()) {
-      out.size_ = out.elements_.shape()[0];
-      out.size_tensor_ = tensor();
-    }
-    return out;
-  }
+  KILN_LIBRARY_INLINE tensor_array with_elements(tensor elements) const;
   /// The array with every element zeros of `element_shape`, on device `d`: what a
   /// first write starts from, and how an array first written in a loop body enters
   /// the loop.
@@ -177,27 +157,13 @@ class tensor_array {
   }
 
  private:
-  shape element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+  KILN_LIBRARY_INLINE shape element_shape() const;
   // An eager index past the end of an array of known size (a write only when it cannot
   // grow): out_of_range_error with TensorFlow's message. A symbolic index is checked
   // by gather and set_item when the graph runs.
-  void check_eager_index(const tensor& i, bool writing) const {
-    if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 || (i.dtype() != int32 && i.dtype() != int64))
-      return;
-    const std::int64_t index = ops::scalar_index(i);
-    if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
-    throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
-                                           " but array is not resizeable and size is: " + std::to_string(size_)
-                                     : "tensor_array.read: Tried to read from index " + std::to_string(index) +
-                                           " but array size is: " + std::to_string(size_));
-  }
+  KILN_LIBRARY_INLINE void check_eager_index(const tensor& i, bool writing) const;
   // An array of size 0 stacks to an empty tensor even though nothing was written.
-  void require_written(const char* what) const {
-    if (unwritten() && size_ != 0)
-      throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
-                        (size_ == none ? std::string("None") : std::to_string(size_)) +
-                        " was written, so its element shape is unknown");
-  }
+  KILN_LIBRARY_INLINE void require_written(const char* what) const;
 
   kiln::dtype type_;
   std::int64_t size_;  ///< kiln::none when known only when the graph runs
@@ -207,3 +173,61 @@ class tensor_array {
 };
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE tensor_array::tensor_array(kiln::dtype type, std::int64_t size, tensor_array_options options)
+    : type_(type), size_(size), dynamic_size_(options.dynamic_size), elements_(kiln::zeros({0}, type)) {
+  if (size < 0)
+    throw invalid_argument_error("tensor_array: the size must not be negative, got " + std::to_string(size));
+}
+
+KILN_LIBRARY_INLINE tensor tensor_array::stack() const {
+  require_written("stack");
+  return elements_;
+}
+
+KILN_LIBRARY_INLINE std::int64_t tensor_array::size() const {
+  if (size_ == none)
+    throw value_error("tensor_array.size: the number of elements is known only when the graph runs; use size_tensor()");
+  return size_;
+}
+
+KILN_LIBRARY_INLINE bool tensor_array::unwritten() const {
+  return (size_ != 0 || dynamic_size_) && elements_.rank() == 1 && elements_.shape()[0] == 0;
+}
+
+KILN_LIBRARY_INLINE tensor_array tensor_array::with_elements(tensor elements) const {
+  tensor_array out = *this;
+  out.elements_ = std::move(elements);
+  if (!out.unwritten()) {
+    out.size_ = out.elements_.shape()[0];
+    out.size_tensor_ = tensor();
+  }
+  return out;
+}
+
+KILN_LIBRARY_INLINE shape tensor_array::element_shape() const { return shape(elements_.shape().dims().subspan(1)); }
+
+KILN_LIBRARY_INLINE void tensor_array::check_eager_index(const tensor& i, bool writing) const {
+  if (detail::tracing() || i.is_symbolic() || size_ == none || i.rank() != 0 ||
+      (i.dtype() != int32 && i.dtype() != int64))
+    return;
+  const std::int64_t index = ops::scalar_index(i);
+  if (index >= 0 && (index < size_ || (writing && dynamic_size_))) return;
+  throw out_of_range_error(writing ? "tensor_array.write: Tried to write to index " + std::to_string(index) +
+                                         " but array is not resizeable and size is: " + std::to_string(size_)
+                                   : "tensor_array.read: Tried to read from index " + std::to_string(index) +
+                                         " but array size is: " + std::to_string(size_));
+}
+
+KILN_LIBRARY_INLINE void tensor_array::require_written(const char* what) const {
+  if (unwritten() && size_ != 0)
+    throw value_error(std::string("tensor_array.") + what + ": no element of this array of size " +
+                      (size_ == none ? std::string("None") : std::to_string(size_)) +
+                      " was written, so its element shape is unknown");
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

@@ -66,11 +66,7 @@ class concrete_function {
   /// kiln::function dbl([](const kiln::tensor& a) { return a + a; }, {.name = "double", .arg_names = {"a"}});
   /// std::cout << dbl.get_concrete_function(kiln::constant(1)).pretty_printed_signature();
   /// \endcode
-  std::string pretty_printed_signature() const {
-    std::string text = state_->signature_text();
-    text.pop_back();
-    return text;
-  }
+  KILN_LIBRARY_INLINE std::string pretty_printed_signature() const;
 
   /// Writes this trace, its constants and its variables' values to `path`, for
   /// kiln::load in another program; needs `#include <kiln/saved_function.hpp>`.
@@ -104,3 +100,15 @@ class concrete_function {
 };
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE std::string concrete_function::pretty_printed_signature() const {
+  std::string text = state_->signature_text();
+  text.pop_back();
+  return text;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

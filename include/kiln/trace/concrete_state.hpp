@@ -53,34 +53,7 @@ struct basic_concrete_state : trace_signature {
   mutable std::shared_ptr<const differentiable_call> backward;
 
   /// Checks a call's flattened arguments against this trace's signature.
-  void check_call(const call_signature& sig) const {
-    for (const auto& v : sig.values) {
-      const call_signature::value_leaf* traced = nullptr;
-      for (const auto& b : bound)
-        if (b.arg == v.arg) traced = &b;
-      std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
-      if (!traced)
-        throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " + v.kind +
-                         " value " + v.text);
-      if (traced->key != v.key)
-        throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
-                         traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
-    }
-    if (sig.tensors.size() != inputs.size())
-      throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
-                                   std::to_string(sig.tensors.size()));
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const tensor& t = *sig.tensors[i];
-      if (t.dtype() != inputs[i].dtype)
-        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
-                                     "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
-                                     " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
-      if (!inputs[i].shape.accepts(t.shape()))
-        throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
-                                     "(zero-based) was expected to have shape " + inputs[i].shape.str() +
-                                     " but has shape " + t.shape().str());
-    }
-  }
+  void check_call(const call_signature& sig) const;
 
   basic_concrete_state() = default;
   basic_concrete_state(const basic_concrete_state&) = delete;
@@ -149,3 +122,39 @@ void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<te
 
 }  // namespace detail
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_concrete_state<Unused>::check_call(const call_signature& sig) const -> void {
+  for (const auto& v : sig.values) {
+    const call_signature::value_leaf* traced = nullptr;
+    for (const auto& b : bound)
+      if (b.arg == v.arg) traced = &b;
+    std::string arg = v.arg < int(arg_names.size()) ? arg_names[std::size_t(v.arg)] : std::to_string(v.arg);
+    if (!traced)
+      throw type_error("ConcreteFunction " + header() + " takes a tensor in " + arg + ", but was called with " +
+                       v.kind + " value " + v.text);
+    if (traced->key != v.key)
+      throw type_error("ConcreteFunction " + header() + " was constructed with " + traced->kind + " value " +
+                       traced->text + " in " + arg + ", but was called with " + v.kind + " value " + v.text + ".");
+  }
+  if (sig.tensors.size() != inputs.size())
+    throw invalid_argument_error(header() + ": expected " + std::to_string(inputs.size()) + " tensor inputs, got " +
+                                 std::to_string(sig.tensors.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const tensor& t = *sig.tensors[i];
+    if (t.dtype() != inputs[i].dtype)
+      throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                   "(zero-based) was expected to be a " + std::string(kiln::name(inputs[i].dtype)) +
+                                   " tensor but is a " + std::string(kiln::name(t.dtype())) + " tensor");
+    if (!inputs[i].shape.accepts(t.shape()))
+      throw invalid_argument_error("cannot compute " + name + " as input #" + std::to_string(i) +
+                                   "(zero-based) was expected to have shape " + inputs[i].shape.str() +
+                                   " but has shape " + t.shape().str());
+  }
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

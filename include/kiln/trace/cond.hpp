@@ -24,6 +24,7 @@
 namespace kiln {
 namespace detail {
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context& trace, const tensor& pred,
                                                                    traced_subgraph& then_graph,
@@ -50,6 +51,7 @@ std::vector<tensor> basic_control_flow_tracer<Unused>::record_cond(trace_context
   if (for_tapes) hooks().cond.load(std::memory_order_relaxed)(pred, std::move(*for_tapes), captures, out);
   return out;
 }
+#endif
 
 }  // namespace detail
 

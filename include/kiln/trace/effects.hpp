@@ -106,13 +106,13 @@ class variable {
     requires std::is_arithmetic_v<T>
   tensor assign_sub(T x) const { return assign_sub(scalar(x)); }
 
-  kiln::dtype dtype() const { return state()->type(); }
-  const kiln::shape& shape() const { return state()->dims(); }
-  const std::string& name() const { return state()->name(); }
+  KILN_LIBRARY_INLINE kiln::dtype dtype() const;
+  KILN_LIBRARY_INLINE const kiln::shape& shape() const;
+  KILN_LIBRARY_INLINE const std::string& name() const;
 
   /// What identifies the variable in a kiln::function signature: every copy of a
   /// handle is the same variable.
-  const void* identity() const { return state().get(); }
+  KILN_LIBRARY_INLINE const void* identity() const;
 
  private:
   // What the caller's copies share: a variable created while tracing must keep one
@@ -129,10 +129,7 @@ class variable {
   explicit variable(std::shared_ptr<detail::variable_state> s)
       : handle_(std::make_shared<handle>(handle{std::move(s)})) {}
 
-  const std::shared_ptr<detail::variable_state>& state() const {
-    if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
-    return handle_->state;
-  }
+  KILN_LIBRARY_INLINE const std::shared_ptr<detail::variable_state>& state() const;
   template <class T>
   tensor scalar(T x) const {
     return kiln::constant(x, state()->type());
@@ -145,6 +142,7 @@ class variable {
   std::shared_ptr<handle> handle_;
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void detail::basic_variable_writes<Unused>::initialize(variable& v, const tensor& initial, std::string name) {
   if (!initial.defined()) throw invalid_argument_error("variable: the initial value is an empty tensor");
@@ -177,6 +175,7 @@ tensor detail::basic_variable_writes<Unused>::record_write(const variable& v, as
   const tensor inputs[] = {x};
   return trace->record_special(std::move(op), inputs, {{s->type(), s->dims()}})[0];
 }
+#endif
 
 /// Prints its arguments, separated by spaces, then a newline, to
 /// config::print_stream(), as tf.print does: strings as they are, tensors as their
@@ -248,3 +247,22 @@ std::vector<tensor> host_callback(F fn, const std::vector<tensor_spec>& out_spec
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln {
+
+KILN_LIBRARY_INLINE kiln::dtype variable::dtype() const { return state()->type(); }
+
+KILN_LIBRARY_INLINE const kiln::shape& variable::shape() const { return state()->dims(); }
+
+KILN_LIBRARY_INLINE const std::string& variable::name() const { return state()->name(); }
+
+KILN_LIBRARY_INLINE const void* variable::identity() const { return state().get(); }
+
+KILN_LIBRARY_INLINE const std::shared_ptr<detail::variable_state>& variable::state() const {
+  if (!handle_) throw value_error("variable: the handle is empty (default-constructed)");
+  return handle_->state;
+}
+
+}  // namespace kiln
+#endif  // KILN_DEFINE_LIBRARY

@@ -126,10 +126,7 @@ struct basic_function_state {
 
   /// Adds a new typed trace's signature, which `written` writes out.
   void add_signature(const typed::recorded_signature& s,
-                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&)) {
-    std::lock_guard lock(mutex);
-    signatures.push_back({nullptr, &s, written});
-  }
+                     trace_signature (*written)(const basic_function_state&, const typed::recorded_signature&));
 
   void check_input_signature(call_signature& sig, const std::vector<tensor_spec>& expected) const;
 
@@ -146,12 +143,7 @@ struct basic_function_state {
                                                       void* context);
 
   /// The name of argument `i`: as the options give it, else x0, x1, ...
-  std::string arg_name(std::size_t i) const {
-    if (i < options.arg_names.size()) return options.arg_names[i];
-    std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
-    name += std::to_string(i);
-    return name;
-  }
+  std::string arg_name(std::size_t i) const;
 
   /// A new trace for `sig`, its arguments shown as `texts` says: its names and
   /// signature, and a placeholder in `context` per tensor leaf.
@@ -277,3 +269,25 @@ template <class F>
 function(F, function_options) -> function<F>;
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+template <class Unused>
+auto basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
+                                                 trace_signature (*written)(const basic_function_state&,
+                                                                            const typed::recorded_signature&)) -> void {
+  std::lock_guard lock(mutex);
+  signatures.push_back({nullptr, &s, written});
+}
+
+template <class Unused>
+auto basic_function_state<Unused>::arg_name(std::size_t i) const -> std::string {
+  if (i < options.arg_names.size()) return options.arg_names[i];
+  std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
+  name += std::to_string(i);
+  return name;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

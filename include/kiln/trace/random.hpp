@@ -46,14 +46,7 @@ constexpr std::uint64_t splitmix64(std::uint64_t& state) { return mix64(state +=
 /// is told apart by the clocks at the first call and by where the address space put
 /// this function's counter (randomized per run), not by std::random_device: <random>
 /// costs every file that includes kiln a tenth of a second to parse.
-inline std::uint64_t fresh_seed() {
-  static std::atomic<std::uint64_t> next{
-      std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-      std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
-      (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
-  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
-  return splitmix64(state);
-}
+KILN_LIBRARY_INLINE std::uint64_t fresh_seed();
 
 /// The distributions a draw takes numbers from.
 enum class distribution {
@@ -103,11 +96,7 @@ struct uniform_spec {
   distribution kind = distribution::uniform;
 
   /// The function that draws this way, as errors name it.
-  std::string_view what() const {
-    return kind == distribution::uniform ? "random::uniform"
-           : kind == distribution::normal ? "random::normal"
-                                          : "random::truncated_normal";
-  }
+  KILN_LIBRARY_INLINE std::string_view what() const;
 
   /// The contract's errors for a dtype, shape or bounds a draw cannot take. (A
   /// template, as `draw` is, so that the bounds' checks compile only in programs that draw.)
@@ -177,13 +166,7 @@ struct uniform_spec {
 };
 
 /// The graph op names of draws, as TensorFlow's: {by an op's own key, from a generator}.
-inline std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
-  switch (d) {
-    case distribution::normal: return {"RandomStandardNormal", "StatefulStandardNormal"};
-    case distribution::truncated_normal: return {"TruncatedNormal", "StatefulTruncatedNormal"};
-    default: return {"RandomUniform", "StatefulUniform"};
-  }
-}
+KILN_LIBRARY_INLINE std::pair<std::string_view, std::string_view> random_op_names(distribution d);
 
 /// The process's random state: the global seed (random::set_seed), the counter that
 /// gives ops without a seed of their own one under a global seed, and how many draws
@@ -194,26 +177,15 @@ struct random_state {
   std::uint64_t next_op_seed = 0;
   std::map<std::uint64_t, std::uint64_t> eager_draws;
 
-  static random_state& get() {
-    static random_state s;
-    return s;
-  }
+  KILN_LIBRARY_INLINE static random_state& get();
 
   /// The Philox key of an op with seed `op_seed` under the global seed, TensorFlow's
   /// rules: an op seed alone keys the op; a global seed gives each op without one a
   /// seed of its own in creation order, so a program draws the same numbers at every
   /// run; with neither the key is fresh.
-  std::uint64_t key_for(std::optional<std::uint64_t> op_seed) {
-    std::lock_guard lock(mutex);
-    if (!global_seed) return op_seed ? *op_seed : fresh_seed();
-    const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
-    return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
-  }
+  KILN_LIBRARY_INLINE std::uint64_t key_for(std::optional<std::uint64_t> op_seed);
   /// The stream of the next eager draw with key `key`.
-  std::uint64_t next_eager_stream(std::uint64_t key) {
-    std::lock_guard lock(mutex);
-    return eager_draws[key]++;
-  }
+  KILN_LIBRARY_INLINE std::uint64_t next_eager_stream(std::uint64_t key);
 };
 
 /// The state of a random::generator, shared by its copies and the graphs that draw
@@ -222,7 +194,7 @@ struct generator_state {
   std::atomic<std::uint64_t> key;
   std::atomic<std::uint64_t> next_stream{0};
   explicit generator_state(std::uint64_t k) : key(k) {}
-  std::pair<std::uint64_t, std::uint64_t> take() { return {key.load(), next_stream.fetch_add(1)}; }
+  KILN_LIBRARY_INLINE std::pair<std::uint64_t, std::uint64_t> take();
 };
 
 /// A random draw in a graph (`RandomUniform`): each run takes the next stream of its
@@ -236,10 +208,7 @@ class random_uniform_op final : public special_op {
   random_uniform_op(uniform_spec spec, std::shared_ptr<generator_state> generator)
       : special_op(std::type_identity<random_uniform_op>()), spec_(std::move(spec)), generator_(std::move(generator)) {}
 
-  std::string_view name() const {
-    const auto names = random_op_names(spec_.kind);
-    return generator_ ? names.second : names.first;
-  }
+  KILN_LIBRARY_INLINE std::string_view name() const;
   // A generator's draw advances state that later draws see, so it runs even when
   // its numbers are not needed, in program order; an op's own counter does not.
   bool has_effects() const { return generator_ != nullptr; }
@@ -248,17 +217,13 @@ class random_uniform_op final : public special_op {
     auto [key, stream] = generator_ ? generator_->take() : std::pair{key_, next_stream_.fetch_add(1)};
     return spec_.draw(key, stream);
   }
-  std::vector<std::pair<dtype, shape>> results() const { return {{spec_.type, spec_.dims}}; }
+  KILN_LIBRARY_INLINE std::vector<std::pair<dtype, shape>> results() const;
   /// What it draws, and from which key (its own, when it has no generator).
   const uniform_spec& spec() const { return spec_; }
   std::uint64_t key() const { return key_; }
   const std::shared_ptr<generator_state>& generator() const { return generator_; }
 
-  static std::array<std::string_view, 6> op_names() {
-    const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
-               t = random_op_names(distribution::truncated_normal);
-    return {u.first, u.second, n.first, n.second, t.first, t.second};
-  }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 6> op_names();
   /// Saved as what it draws and from which key. A draw keyed by its own seed starts its
   /// sequence over in the loaded function, as a fresh trace would; a generator's draws
   /// go on from its state when saved.
@@ -305,9 +270,7 @@ class random_uniform_op final : public special_op {
 };
 
 /// Records `op` in the trace in progress and returns its symbolic result.
-inline tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
-  return trace.record_special(op, {}, op->results())[0];
-}
+KILN_LIBRARY_INLINE tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace);
 
 /// Stateful draws, as random::uniform makes them (`random_draws`, the one
 /// specialization): a template on nothing, so that a file compiles them only where it
@@ -320,6 +283,7 @@ struct basic_random_draws {
 };
 using random_draws = basic_random_draws<void>;
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optional<std::uint64_t> seed) {
   spec.check();
@@ -329,6 +293,7 @@ tensor basic_random_draws<Unused>::stateful_draw(uniform_spec spec, std::optiona
     return record_random(std::make_shared<const random_uniform_op>(std::move(spec), key), *trace);
   return spec.draw(key, seed ? state.next_eager_stream(key) : 0);
 }
+#endif
 
 }  // namespace detail
 
@@ -338,13 +303,7 @@ namespace random {
 /// that random::uniform draws, eagerly and in functions traced afterwards, is the same
 /// at every run of the program. Setting it again starts the sequences over.
 /// \code kiln::random::set_seed(1234); \endcode
-inline void set_seed(std::uint64_t seed) {
-  detail::random_state& s = detail::random_state::get();
-  std::lock_guard lock(s.mutex);
-  s.global_seed = seed;
-  s.next_op_seed = 0;
-  s.eager_draws.clear();
-}
+KILN_LIBRARY_INLINE void set_seed(std::uint64_t seed);
 
 /// Numbers drawn uniformly from [minval, maxval) (maxval defaults to 1 for floats
 /// and must be given for integers). Stateful, as tf.random.uniform: every call draws
@@ -423,15 +382,12 @@ tensor stateless_uniform(const shape& s, std::uint64_t seed, double minval = 0, 
 class generator {
  public:
   /// A generator whose draws depend on `seed` only.
-  static generator from_seed(std::uint64_t seed) { return generator(seed); }
+  KILN_LIBRARY_INLINE static generator from_seed(std::uint64_t seed);
   /// A generator seeded from the operating system.
-  static generator from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+  KILN_LIBRARY_INLINE static generator from_non_deterministic_state();
 
   /// Starts the sequence of `seed` over, for this generator and its copies.
-  void reset_from_seed(std::uint64_t seed) {
-    state_->key = seed;
-    state_->next_stream = 0;
-  }
+  KILN_LIBRARY_INLINE void reset_from_seed(std::uint64_t seed);
 
   /// Numbers drawn uniformly from [minval, maxval), as random::uniform.
   template <class = void>
@@ -464,3 +420,95 @@ class generator {
 
 }  // namespace random
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> next{std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                                         std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^
+                                         (std::uint64_t(reinterpret_cast<std::uintptr_t>(&next)) << 16)};
+  std::uint64_t state = next.fetch_add(0x9E3779B97F4A7C15u, std::memory_order_relaxed);
+  return splitmix64(state);
+}
+
+KILN_LIBRARY_INLINE std::string_view uniform_spec::what() const {
+  return kind == distribution::uniform  ? "random::uniform"
+         : kind == distribution::normal ? "random::normal"
+                                        : "random::truncated_normal";
+}
+
+KILN_LIBRARY_INLINE std::pair<std::string_view, std::string_view> random_op_names(distribution d) {
+  switch (d) {
+    case distribution::normal:
+      return {"RandomStandardNormal", "StatefulStandardNormal"};
+    case distribution::truncated_normal:
+      return {"TruncatedNormal", "StatefulTruncatedNormal"};
+    default:
+      return {"RandomUniform", "StatefulUniform"};
+  }
+}
+
+KILN_LIBRARY_INLINE random_state& random_state::get() {
+  static random_state s;
+  return s;
+}
+
+KILN_LIBRARY_INLINE std::uint64_t random_state::key_for(std::optional<std::uint64_t> op_seed) {
+  std::lock_guard lock(mutex);
+  if (!global_seed) return op_seed ? *op_seed : fresh_seed();
+  const std::uint64_t op = op_seed ? *op_seed : next_op_seed++;
+  return mix64(*global_seed ^ mix64(op + 0x9E3779B97F4A7C15u));
+}
+
+KILN_LIBRARY_INLINE std::uint64_t random_state::next_eager_stream(std::uint64_t key) {
+  std::lock_guard lock(mutex);
+  return eager_draws[key]++;
+}
+
+KILN_LIBRARY_INLINE std::pair<std::uint64_t, std::uint64_t> generator_state::take() {
+  return {key.load(), next_stream.fetch_add(1)};
+}
+
+KILN_LIBRARY_INLINE std::string_view random_uniform_op::name() const {
+  const auto names = random_op_names(spec_.kind);
+  return generator_ ? names.second : names.first;
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<dtype, shape>> random_uniform_op::results() const {
+  return {{spec_.type, spec_.dims}};
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 6> random_uniform_op::op_names() {
+  const auto u = random_op_names(distribution::uniform), n = random_op_names(distribution::normal),
+             t = random_op_names(distribution::truncated_normal);
+  return {u.first, u.second, n.first, n.second, t.first, t.second};
+}
+
+KILN_LIBRARY_INLINE tensor record_random(std::shared_ptr<const random_uniform_op> op, trace_context& trace) {
+  return trace.record_special(op, {}, op->results())[0];
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::random {
+
+KILN_LIBRARY_INLINE void set_seed(std::uint64_t seed) {
+  detail::random_state& s = detail::random_state::get();
+  std::lock_guard lock(s.mutex);
+  s.global_seed = seed;
+  s.next_op_seed = 0;
+  s.eager_draws.clear();
+}
+
+KILN_LIBRARY_INLINE generator generator::from_seed(std::uint64_t seed) { return generator(seed); }
+
+KILN_LIBRARY_INLINE generator generator::from_non_deterministic_state() { return generator(detail::fresh_seed()); }
+
+KILN_LIBRARY_INLINE void generator::reset_from_seed(std::uint64_t seed) {
+  state_->key = seed;
+  state_->next_stream = 0;
+}
+
+}  // namespace kiln::random
+#endif  // KILN_DEFINE_LIBRARY

@@ -31,17 +31,14 @@ namespace kiln {
 
 namespace config {
 namespace detail {
-inline std::atomic<bool>& eager_functions() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
+KILN_LIBRARY_INLINE std::atomic<bool>& eager_functions();
 }  // namespace detail
 /// When on, every kiln::function calls its callable directly on eager tensors
 /// (for debugging: C++ side effects then happen at every call).
 /// \code kiln::config::run_functions_eagerly(true); \endcode
-inline void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+KILN_LIBRARY_INLINE void run_functions_eagerly(bool on);
 /// Whether kiln::function calls run their callables eagerly.
-inline bool functions_run_eagerly() { return detail::eager_functions(); }
+KILN_LIBRARY_INLINE bool functions_run_eagerly();
 }  // namespace config
 
 namespace detail {
@@ -176,3 +173,22 @@ struct runtime_tier {
 }  // namespace detail
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::config::detail {
+
+KILN_LIBRARY_INLINE std::atomic<bool>& eager_functions() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+}  // namespace kiln::config::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void run_functions_eagerly(bool on) { detail::eager_functions() = on; }
+
+KILN_LIBRARY_INLINE bool functions_run_eagerly() { return detail::eager_functions(); }
+
+}  // namespace kiln::config
+#endif  // KILN_DEFINE_LIBRARY

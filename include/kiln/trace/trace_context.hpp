@@ -27,19 +27,14 @@ namespace kiln::detail {
 class trace_context {
  public:
   /// Starts tracing function `function_name` on this thread.
-  explicit trace_context(std::string function_name)
-      : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
-    current_slot() = this;
-  }
+  KILN_LIBRARY_INLINE explicit trace_context(std::string function_name);
   /// Marks a subgraph trace: traces a branch or loop body inside the trace in progress.
   struct subgraph_t {};
   static constexpr subgraph_t subgraph{};
-  explicit trace_context(subgraph_t) : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
-    capturing_ = previous_ != nullptr;
-  }
+  KILN_LIBRARY_INLINE explicit trace_context(subgraph_t);
   trace_context(const trace_context&) = delete;
   trace_context& operator=(const trace_context&) = delete;
-  ~trace_context() { current_slot() = previous_; }
+  KILN_LIBRARY_INLINE ~trace_context();
 
   /// The innermost trace in progress on this thread, or null.
   static trace_context* current() { return current_slot(); }
@@ -53,7 +48,7 @@ class trace_context {
   kiln::graph& graph() { return graph_; }
 
   /// A new argument of the function, as the symbolic tensor the callable receives.
-  tensor placeholder(const std::string& name, dtype t, const shape& s) { return symbolic(graph_.add_placeholder(name, t, s)); }
+  KILN_LIBRARY_INLINE tensor placeholder(const std::string& name, dtype t, const shape& s);
 
   /// The symbolic tensor standing for node `id` of this trace's graph.
   tensor symbolic(int id) {
@@ -68,7 +63,7 @@ class trace_context {
                                                          const std::vector<std::pair<dtype, shape>>& results);
 
   /// Makes `t` an output of the graph (an Identity node) and returns that node.
-  const node& add_output(const tensor& t) { return graph_.node_at(graph_.add_output(node_of(t))); }
+  KILN_LIBRARY_INLINE const node& add_output(const tensor& t);
 
   /// The outer tensors this subgraph captured, one per placeholder after the ones
   /// the subgraph was given (in the order the subgraph first used them).
@@ -76,7 +71,7 @@ class trace_context {
 
   /// Remembers a variable created while tracing, for the function to check that it
   /// outlives the trace (kiln::function allows singleton variables only).
-  void note_created_variable(std::weak_ptr<const void> handle) { function_trace().created_.push_back(std::move(handle)); }
+  KILN_LIBRARY_INLINE void note_created_variable(std::weak_ptr<const void> handle);
   const std::vector<std::weak_ptr<const void>>& created_variables() const { return created_; }
 
   /// The node of this trace that `t` stands for: its own node when `t` is one of this
@@ -131,28 +126,15 @@ class trace_context {
                                               dtype dt, const shape& sh);
 
   // Whether trace `trace_id` is one this subgraph sits in (up to its function's trace).
-  bool encloses(std::uint64_t trace_id) const {
-    for (const trace_context* c = previous_; c; c = c->previous_) {
-      if (c->id_ == trace_id) return true;
-      if (!c->capturing_) return false;
-    }
-    return false;
-  }
+  KILN_LIBRARY_INLINE bool encloses(std::uint64_t trace_id) const;
   KILN_LIBRARY_INLINE int capture(const tensor& t);
-  trace_context& function_trace() {
-    trace_context* c = this;
-    while (c->capturing_) c = c->previous_;
-    return *c;
-  }
+  KILN_LIBRARY_INLINE trace_context& function_trace();
 
   static trace_context*& current_slot() {
     thread_local trace_context* current = nullptr;
     return current;
   }
-  static std::uint64_t next_id() {
-    static std::atomic<std::uint64_t> counter{0};
-    return ++counter;
-  }
+  KILN_LIBRARY_INLINE static std::uint64_t next_id();
 
   std::uint64_t id_;
   std::string function_name_;
@@ -277,3 +259,52 @@ tensor record_symbolic(const Op& op, std::span<const tensor* const> inputs) {
 }
 
 }  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE trace_context::trace_context(std::string function_name)
+    : id_(next_id()), function_name_(std::move(function_name)), previous_(current_slot()), record_(&record_op) {
+  current_slot() = this;
+}
+
+KILN_LIBRARY_INLINE trace_context::trace_context(subgraph_t)
+    : trace_context(current_slot() ? current_slot()->function_name_ : std::string()) {
+  capturing_ = previous_ != nullptr;
+}
+
+KILN_LIBRARY_INLINE trace_context::~trace_context() { current_slot() = previous_; }
+
+KILN_LIBRARY_INLINE tensor trace_context::placeholder(const std::string& name, dtype t, const shape& s) {
+  return symbolic(graph_.add_placeholder(name, t, s));
+}
+
+KILN_LIBRARY_INLINE const node& trace_context::add_output(const tensor& t) {
+  return graph_.node_at(graph_.add_output(node_of(t)));
+}
+
+KILN_LIBRARY_INLINE void trace_context::note_created_variable(std::weak_ptr<const void> handle) {
+  function_trace().created_.push_back(std::move(handle));
+}
+
+KILN_LIBRARY_INLINE bool trace_context::encloses(std::uint64_t trace_id) const {
+  for (const trace_context* c = previous_; c; c = c->previous_) {
+    if (c->id_ == trace_id) return true;
+    if (!c->capturing_) return false;
+  }
+  return false;
+}
+
+KILN_LIBRARY_INLINE trace_context& trace_context::function_trace() {
+  trace_context* c = this;
+  while (c->capturing_) c = c->previous_;
+  return *c;
+}
+
+KILN_LIBRARY_INLINE std::uint64_t trace_context::next_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+
+}  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

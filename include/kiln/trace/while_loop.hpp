@@ -56,6 +56,7 @@ struct loop_calls {
   void (*restart)(loop_calls& self, std::span<const tensor> leaves);
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
     trace_context& trace, std::size_t hidden, const loop_options& options, std::vector<tensor> leaves,
@@ -125,6 +126,7 @@ std::vector<tensor> basic_control_flow_tracer<Unused>::trace_while_loop(
   out.erase(out.begin(), out.begin() + std::ptrdiff_t(counted));
   return out;
 }
+#endif
 
 /// kiln::while_loop, whose first `hidden` loop variables are kiln's own: eager, a C++
 /// loop; traced, trace_while_loop on the leaves of the state.

@@ -53,11 +53,7 @@ class optimizer_state {
   const variable& iterations() const { return iterations_; }
   /// The slot variables made so far, by variable in the order first updated (what a
   /// checkpoint saves beside `iterations`).
-  std::vector<variable> slot_variables() const {
-    std::vector<variable> out;
-    for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<variable> slot_variables() const;
 
  protected:
   // Constructors are templates, as op functions are: they make a variable.
@@ -94,9 +90,7 @@ struct basic_optimizer_updates {
   /// `v.assign_add(delta)` with the same bits, written as an assignment of the sum so
   /// that in a kiln::function the sum fuses into the pass that computes `delta`
   /// (an assign_add is a pass of its own over the variable).
-  static void add_to(const variable& v, const tensor& delta) {
-    v.assign(v.read_value() + delta);
-  }
+  static void add_to(const variable& v, const tensor& delta);
 
   /// The (gradient, variable) pairs to update: those with a gradient, every pair
   /// checked before any variable changes. Raises kiln::invalid_argument_error for lists
@@ -104,48 +98,16 @@ struct basic_optimizer_updates {
   /// scalar gradient would otherwise broadcast over the variable, silently; Keras 2.12
   /// lets it), and kiln::value_error when no variable has a gradient, as Keras does.
   static std::vector<std::pair<tensor, variable>> pairs(const optimizer_state& self, const std::vector<tensor>& grads,
-                                                         const std::vector<variable>& vars) {
-    if (grads.size() != vars.size())
-      throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
-                                   std::to_string(vars.size()) + " variables");
-    std::vector<std::pair<tensor, variable>> out;
-    for (std::size_t k = 0; k < vars.size(); ++k) {
-      if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
-      if (!is_floating(vars[k].dtype()))
-        throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
-                         std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
-      const tensor& g = grads[k];
-      // A gradient being traced may have dims known only when the graph runs.
-      const bool fits = g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
-      if (g.dtype() != vars[k].dtype() || !fits)
-        throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() + "' (" +
-                                     std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() + ") is " +
-                                     std::string(kiln::name(g.dtype())) + " " + g.shape().str());
-      out.emplace_back(grads[k], vars[k]);
-    }
-    if (out.empty() && !vars.empty())
-      throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
-    return out;
-  }
+                                                         const std::vector<variable>& vars);
 
   /// The `count` slot variables of `v` (zeros of its dtype and shape), created on the
   /// first call for `v`. Created while tracing a function traced before, they make
   /// the call raise the singleton-variable kiln::value_error, as in TensorFlow.
   static const std::vector<variable>& slots(optimizer_state& self, const variable& v,
-                                           const std::vector<std::string>& kinds) {
-    for (auto& [identity, vars] : self.slots_)
-      if (identity == v.identity()) return vars;
-    std::vector<variable> made;
-    for (const std::string& kind : kinds)
-      made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
-    self.slots_.emplace_back(v.identity(), std::move(made));
-    return self.slots_.back().second;
-  }
+                                           const std::vector<std::string>& kinds);
 
   /// `x` as a scalar of dtype `t` (Keras casts its hyperparameters to the variable's dtype).
-  static tensor scalar(double x, dtype t) {
-    return kiln::constant(x, t);
-  }
+  static tensor scalar(double x, dtype t);
 };
 using optimizer_updates = basic_optimizer_updates<void>;
 }  // namespace detail
@@ -210,6 +172,7 @@ class adam : public detail::optimizer_state {
   adam_options options_;
 };
 
+#if KILN_DEFINE_LIBRARY
 template <class Unused>
 void detail::basic_optimizer_updates<Unused>::apply(sgd& self, const std::vector<tensor>& grads,
                                                     const std::vector<variable>& vars) {
@@ -247,5 +210,68 @@ void detail::basic_optimizer_updates<Unused>::apply(adam& self, const std::vecto
   }
   self.iterations_.assign_add(std::int64_t{1});
 }
+#endif
 
 }  // namespace kiln::optimizers
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::optimizers::detail {
+
+KILN_LIBRARY_INLINE std::vector<variable> optimizer_state::slot_variables() const {
+  std::vector<variable> out;
+  for (const auto& [identity, vars] : slots_) out.insert(out.end(), vars.begin(), vars.end());
+  return out;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) -> void {
+  v.assign(v.read_value() + delta);
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::pairs(const optimizer_state& self, const std::vector<tensor>& grads,
+                                            const std::vector<variable>& vars)
+    -> std::vector<std::pair<tensor, variable>> {
+  if (grads.size() != vars.size())
+    throw invalid_argument_error(self.name_ + ".apply_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                                 std::to_string(vars.size()) + " variables");
+  std::vector<std::pair<tensor, variable>> out;
+  for (std::size_t k = 0; k < vars.size(); ++k) {
+    if (!grads[k].defined()) continue;  // Keras skips a variable without a gradient
+    if (!is_floating(vars[k].dtype()))
+      throw type_error(self.name_ + ".apply_gradients: variable '" + vars[k].name() + "' is " +
+                       std::string(kiln::name(vars[k].dtype())) + "; optimizers update floating-point variables");
+    const tensor& g = grads[k];
+    // A gradient being traced may have dims known only when the graph runs.
+    const bool fits =
+        g.is_symbolic() ? vars[k].shape().is_compatible_with(g.shape()) : vars[k].shape().accepts(g.shape());
+    if (g.dtype() != vars[k].dtype() || !fits)
+      throw invalid_argument_error(self.name_ + ".apply_gradients: the gradient of variable '" + vars[k].name() +
+                                   "' (" + std::string(kiln::name(vars[k].dtype())) + " " + vars[k].shape().str() +
+                                   ") is " + std::string(kiln::name(g.dtype())) + " " + g.shape().str());
+    out.emplace_back(grads[k], vars[k]);
+  }
+  if (out.empty() && !vars.empty())
+    throw value_error(self.name_ + ".apply_gradients: no gradients provided for any variable");
+  return out;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::slots(optimizer_state& self, const variable& v,
+                                            const std::vector<std::string>& kinds) -> const std::vector<variable>& {
+  for (auto& [identity, vars] : self.slots_)
+    if (identity == v.identity()) return vars;
+  std::vector<variable> made;
+  for (const std::string& kind : kinds)
+    made.emplace_back(kiln::zeros(v.shape(), v.dtype()), self.name_ + "/" + v.name() + "/" + kind);
+  self.slots_.emplace_back(v.identity(), std::move(made));
+  return self.slots_.back().second;
+}
+
+template <class Unused>
+auto basic_optimizer_updates<Unused>::scalar(double x, dtype t) -> tensor {
+  return kiln::constant(x, t);
+}
+
+}  // namespace kiln::optimizers::detail
+#endif  // KILN_DEFINE_LIBRARY

@@ -47,9 +47,17 @@ struct replica_context {
 /// if (const kiln::detail::replica_context* replicas = kiln::detail::current_replica_context())
 ///   std::cout << "replica " << replicas->rank << " of " << replicas->size << "\n";
 /// \endcode
-inline const replica_context*& current_replica_context() {
+KILN_LIBRARY_INLINE const replica_context*& current_replica_context();
+
+}  // namespace kiln::detail
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE const replica_context*& current_replica_context() {
   thread_local const replica_context* context = nullptr;
   return context;
 }
 
 }  // namespace kiln::detail
+#endif  // KILN_DEFINE_LIBRARY

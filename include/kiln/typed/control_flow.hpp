@@ -93,9 +93,7 @@ auto next_values(R&& r) {
     return as_tuple(std::forward<R>(r));
 }
 
-inline void run_steps(const std::vector<step>& steps, frame f) {
-  for (const step& s : steps) s.run(s.data.get(), f);
-}
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f);
 
 /// Traces `fn()` with the steps it records going to `steps`.
 template <class Fn>
@@ -121,11 +119,8 @@ struct cond_step {
   int pred;
   std::vector<step> then_steps, else_steps;
   std::vector<int> results;
-  static void run(const void* data, frame f) {
-    const auto& c = *static_cast<const cond_step*>(data);
-    run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const cond_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// A loop step: the condition's steps, then while slot `pred` holds the body's, each
@@ -139,17 +134,8 @@ struct loop_step {
   std::vector<step> cond_steps, body_steps;
   int pred = -1, stop = -1;
   std::vector<copy> copies;
-  static void run(const void* data, frame f) {
-    const auto& l = *static_cast<const loop_step*>(data);
-    for (;;) {
-      run_steps(l.cond_steps, f);
-      if (!*static_cast<const bool*>(f[l.pred])) return;
-      run_steps(l.body_steps, f);
-      if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
-      for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
-    }
-  }
-  static void describe(const void* data, description_sink& sink) { sink.control_flow(*static_cast<const loop_step*>(data)); }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 /// Writes the values of `values` to slots `slots`, in the steps being recorded.
@@ -292,3 +278,37 @@ auto for_range(const Limit& limit, Body body_fn, const Vars&... vars) {
 }
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void run_steps(const std::vector<step>& steps, frame f) {
+  for (const step& s : steps) s.run(s.data.get(), f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::run(const void* data, frame f) {
+  const auto& c = *static_cast<const cond_step*>(data);
+  run_steps(*static_cast<const bool*>(f[c.pred]) ? c.then_steps : c.else_steps, f);
+}
+
+KILN_LIBRARY_INLINE void cond_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const cond_step*>(data));
+}
+
+KILN_LIBRARY_INLINE void loop_step::run(const void* data, frame f) {
+  const auto& l = *static_cast<const loop_step*>(data);
+  for (;;) {
+    run_steps(l.cond_steps, f);
+    if (!*static_cast<const bool*>(f[l.pred])) return;
+    run_steps(l.body_steps, f);
+    if (l.stop >= 0 && *static_cast<const bool*>(f[l.stop])) return;
+    for (const copy& c : l.copies) std::memcpy(f[c.to], f[c.from], c.bytes);
+  }
+}
+
+KILN_LIBRARY_INLINE void loop_step::describe(const void* data, description_sink& sink) {
+  sink.control_flow(*static_cast<const loop_step*>(data));
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY

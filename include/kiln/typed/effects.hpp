@@ -159,23 +159,8 @@ struct print_step {
   };
   std::vector<detail::print_piece> pieces;
   std::vector<input> inputs;
-  static void run(const void* data, frame f) {
-    const auto& p = *static_cast<const print_step*>(data);
-    std::vector<tensor> values;
-    std::vector<const tensor*> in;
-    values.reserve(p.inputs.size());
-    for (const input& i : p.inputs) {
-      tensor& t = values.emplace_back(i.dtype, i.shape);
-      std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
-    }
-    for (const tensor& t : values) in.push_back(&t);
-    detail::write_print_line(detail::print_line(p.pieces, in));
-  }
-  static void describe(const void* data, description_sink& sink) {
-    std::vector<int> inputs;
-    for (const input& i : static_cast<const print_step*>(data)->inputs) inputs.push_back(sink.value(i.slot, i.shape.dims()));
-    sink.effect("PrintV2", {}, true, std::move(inputs), {});
-  }
+  KILN_LIBRARY_INLINE static void run(const void* data, frame f);
+  KILN_LIBRARY_INLINE static void describe(const void* data, description_sink& sink);
 };
 
 }  // namespace typed
@@ -328,3 +313,29 @@ KILN_VARIABLE_WITH_TYPED(>)
 #undef KILN_VARIABLE_WITH_TYPED
 
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void print_step::run(const void* data, frame f) {
+  const auto& p = *static_cast<const print_step*>(data);
+  std::vector<tensor> values;
+  std::vector<const tensor*> in;
+  values.reserve(p.inputs.size());
+  for (const input& i : p.inputs) {
+    tensor& t = values.emplace_back(i.dtype, i.shape);
+    std::memcpy(t.view().data, f[i.slot], std::size_t(i.shape.num_elements()) * size_of(i.dtype));
+  }
+  for (const tensor& t : values) in.push_back(&t);
+  detail::write_print_line(detail::print_line(p.pieces, in));
+}
+
+KILN_LIBRARY_INLINE void print_step::describe(const void* data, description_sink& sink) {
+  std::vector<int> inputs;
+  for (const input& i : static_cast<const print_step*>(data)->inputs)
+    inputs.push_back(sink.value(i.slot, i.shape.dims()));
+  sink.effect("PrintV2", {}, true, std::move(inputs), {});
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY

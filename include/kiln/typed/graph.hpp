@@ -44,19 +44,12 @@ class described_op final : public special_op {
         subgraphs_(std::move(subgraphs)), variable_(std::move(variable)) {}
   std::string_view name() const { return name_; }
   bool has_effects() const { return effects_; }
-  std::vector<tensor> run(std::span<const tensor* const>) const {
-    throw unavailable_error("kiln: node " + name_ +
-                            " of a typed trace's graph describes a step of the trace; call the function to run it");
-  }
-  std::vector<std::pair<std::string, const graph*>> subgraphs() const {
-    std::vector<std::pair<std::string, const graph*>> out;
-    for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<tensor> run(std::span<const tensor* const>) const;
+  KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> subgraphs() const;
 
   /// None of its own: its nodes take the names of the runtime tier's ops, so consumers
   /// find it by its kind, and no file holds it to be loaded by name.
-  static std::array<std::string_view, 0> op_names() { return {}; }
+  KILN_LIBRARY_INLINE static std::array<std::string_view, 0> op_names();
   static constexpr std::string_view save_refusal =
       "stands for a step of a typed trace, which runs only inside that trace; save a trace of the function for "
       "kiln::tensor arguments";
@@ -241,3 +234,22 @@ class basic_graph_writer final : public description_sink {
 
 }  // namespace typed
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE std::vector<tensor> described_op::run(std::span<const tensor* const>) const {
+  throw unavailable_error("kiln: node " + name_ +
+                          " of a typed trace's graph describes a step of the trace; call the function to run it");
+}
+
+KILN_LIBRARY_INLINE std::vector<std::pair<std::string, const graph*>> described_op::subgraphs() const {
+  std::vector<std::pair<std::string, const graph*>> out;
+  for (const auto& [label, g] : subgraphs_) out.emplace_back(label, g.get());
+  return out;
+}
+
+KILN_LIBRARY_INLINE std::array<std::string_view, 0> described_op::op_names() { return {}; }
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY

@@ -85,14 +85,7 @@ struct redirect {
 /// Keeps the values that the slots of `redirects` read in place, before a step
 /// overwrites them. A frame is built writable (trace::run): a read in place is a step
 /// that points its slot at the value, so the frame's pointers change as steps run.
-inline void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
-  void** slots = const_cast<void**>(f);
-  for (const redirect& r : redirects)
-    if (slots[r.bound] == r.storage) {
-      std::memcpy(slots[r.copy], r.storage, r.bytes);
-      slots[r.bound] = slots[r.copy];
-    }
-}
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f);
 
 /// What a trace being recorded collects: the slots of its frame (its arguments
 /// first) and its steps, in program order.
@@ -114,35 +107,18 @@ struct recorder {
   };
   std::vector<read_in_place> reads_in_place;
 
-  int add_slot(std::size_t bytes) {
-    slot_bytes.push_back(bytes);
-    return int(slot_bytes.size()) - 1;
-  }
-  void push(step s) { target->push_back(std::move(s)); }
+  KILN_LIBRARY_INLINE int add_slot(std::size_t bytes);
+  KILN_LIBRARY_INLINE void push(step s);
   /// Records that slot `slot` reads the `bytes` at `storage` in place (the value of
   /// the variable whose state is at `owner`).
-  void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes) {
-    reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
-  }
+  KILN_LIBRARY_INLINE void add_read_in_place(const void* owner, int slot, const void* storage, std::size_t bytes);
   /// The redirects a step that overwrites the value of the variable at `owner` (of
   /// any variable, when null) runs first, with a slot each for the copies. A read of
   /// the trace's own steps that a write of its own steps protects needs no later
   /// protection: it does not run again in the call.
-  std::vector<redirect> protect_reads_in_place(const void* owner) {
-    std::vector<redirect> out;
-    const bool top = target == &steps;
-    std::erase_if(reads_in_place, [&](const read_in_place& r) {
-      if (owner && r.owner != owner) return false;
-      out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
-      return top && r.top_level;
-    });
-    return out;
-  }
+  KILN_LIBRARY_INLINE std::vector<redirect> protect_reads_in_place(const void* owner);
   /// The recorder of the trace in progress on this thread, if any.
-  static recorder*& current() {
-    thread_local recorder* r = nullptr;
-    return r;
-  }
+  KILN_LIBRARY_INLINE static recorder*& current();
 };
 
 /// A step that evaluates expressions of type `E` into slots, one after the other: an
@@ -180,11 +156,7 @@ struct evaluation {
 
 /// The recorder of the trace in progress, or the error for a symbolic value used
 /// outside its trace.
-inline recorder& current_recorder() {
-  recorder* r = recorder::current();
-  if (!r) throw type_error("kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
-  return *r;
-}
+KILN_LIBRARY_INLINE recorder& current_recorder();
 
 /// Records a step writing `e` to slot `slot`: a link added to the evaluation chain of
 /// the step before when that one evaluates expressions of the same type and takes it.
@@ -635,10 +607,7 @@ struct concrete_for {
 // ---- the table of a function's traces ----------------------------------------------
 
 /// A process-wide index per signature type, fixed when the program starts.
-inline std::size_t next_signature_index() {
-  static std::atomic<std::size_t> next{0};
-  return next++;
-}
+KILN_LIBRARY_INLINE std::size_t next_signature_index();
 template <class Signature>
 inline const std::size_t signature_index = next_signature_index();
 
@@ -683,3 +652,59 @@ class trace_table {
 
 }  // namespace typed
 }  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::typed {
+
+KILN_LIBRARY_INLINE void keep_values_read_in_place(const std::vector<redirect>& redirects, frame f) {
+  void** slots = const_cast<void**>(f);
+  for (const redirect& r : redirects)
+    if (slots[r.bound] == r.storage) {
+      std::memcpy(slots[r.copy], r.storage, r.bytes);
+      slots[r.bound] = slots[r.copy];
+    }
+}
+
+KILN_LIBRARY_INLINE int recorder::add_slot(std::size_t bytes) {
+  slot_bytes.push_back(bytes);
+  return int(slot_bytes.size()) - 1;
+}
+
+KILN_LIBRARY_INLINE void recorder::push(step s) { target->push_back(std::move(s)); }
+
+KILN_LIBRARY_INLINE void recorder::add_read_in_place(const void* owner, int slot, const void* storage,
+                                                     std::size_t bytes) {
+  reads_in_place.push_back({owner, slot, storage, bytes, target == &steps});
+}
+
+KILN_LIBRARY_INLINE std::vector<redirect> recorder::protect_reads_in_place(const void* owner) {
+  std::vector<redirect> out;
+  const bool top = target == &steps;
+  std::erase_if(reads_in_place, [&](const read_in_place& r) {
+    if (owner && r.owner != owner) return false;
+    out.push_back({r.slot, add_slot(r.bytes), r.storage, r.bytes});
+    return top && r.top_level;
+  });
+  return out;
+}
+
+KILN_LIBRARY_INLINE recorder*& recorder::current() {
+  thread_local recorder* r = nullptr;
+  return r;
+}
+
+KILN_LIBRARY_INLINE recorder& current_recorder() {
+  recorder* r = recorder::current();
+  if (!r)
+    throw type_error(
+        "kiln: a symbolic typed value was used outside the trace that made it; return it from the function instead");
+  return *r;
+}
+
+KILN_LIBRARY_INLINE std::size_t next_signature_index() {
+  static std::atomic<std::size_t> next{0};
+  return next++;
+}
+
+}  // namespace kiln::typed
+#endif  // KILN_DEFINE_LIBRARY
