@@ -654,19 +654,10 @@ namespace detail {
 
 class thread_pool {
  public:
-  explicit thread_pool(int threads) : size_(std::max(1, threads)) {
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { work(); });
-  }
+  KILN_LIBRARY_INLINE explicit thread_pool(int threads);
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
-  ~thread_pool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
+  KILN_LIBRARY_INLINE ~thread_pool();
 
   int size() const { return size_; }
 
@@ -695,44 +686,11 @@ class thread_pool {
   static constexpr std::chrono::microseconds spin_time{200};
 
   // run() for any callable: compiled once, not once per kernel that runs in parallel.
-  void run_erased(std::int64_t chunks, void (*call)(void*, std::int64_t), void* fn) {
-    if (chunks <= 0) return;
-    std::unique_lock busy(run_mutex_, std::try_to_lock);
-    if (chunks == 1 || size_ == 1 || inside_worker() || !busy.owns_lock()) {
-      for (std::int64_t i = 0; i < chunks; ++i) call(fn, i);
-      return;
-    }
-    job j{call, fn, chunks};
-    bool sleepers = false;
-    {
-      std::lock_guard lock(mutex_);
-      job_ = &j;
-      generation_.fetch_add(1, std::memory_order_release);
-      sleepers = sleeping_ > 0;
-    }
-    if (sleepers) wake_.notify_all();
-    inside_worker() = true;
-    drain(j);
-    inside_worker() = false;
-    {
-      // No worker joins the job from here on; wait until those that joined have left
-      // it, so that `j` can die.
-      std::lock_guard lock(mutex_);
-      job_ = nullptr;
-    }
-    if (spin_until([&] { return active_.load(std::memory_order_acquire) == 0; })) return;
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
-  }
+  KILN_LIBRARY_INLINE void run_erased(std::int64_t chunks, void (*call)(void*, std::int64_t), void* fn);
 
-  static bool& inside_worker() {
-    thread_local bool flag = false;
-    return flag;
-  }
+  KILN_LIBRARY_INLINE static bool& inside_worker();
 
-  static void drain(job& j) {
-    for (std::int64_t i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) j.call(j.fn, i);
-  }
+  KILN_LIBRARY_INLINE static void drain(job& j);
 
   /// Spins until `ready()` or spin_time has passed; returns whether it is ready.
   template <class Ready>
@@ -749,30 +707,7 @@ class thread_pool {
     }
   }
 
-  void work() {
-    inside_worker() = true;
-    std::uint64_t seen = 0;
-    for (;;) {
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(); });
-      std::unique_lock lock(mutex_);
-      ++sleeping_;
-      wake_.wait(lock, [&] { return stopping_.load() || generation_.load(std::memory_order_relaxed) != seen; });
-      --sleeping_;
-      if (stopping_) return;
-      seen = generation_.load(std::memory_order_relaxed);
-      job* j = job_;
-      if (j == nullptr) continue;  // it finished before this thread came
-      active_.fetch_add(1, std::memory_order_relaxed);
-      lock.unlock();
-      drain(*j);
-      if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        // Taking the mutex orders this with the caller's check of active_: it either
-        // sees zero or is already waiting when notified.
-        std::lock_guard sync(mutex_);
-        done_.notify_all();
-      }
-    }
-  }
+  KILN_LIBRARY_INLINE void work();
 
   int size_;
   std::vector<std::thread> workers_;
@@ -786,13 +721,7 @@ class thread_pool {
   std::atomic<bool> stopping_{false};
 };
 
-inline int default_thread_count() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
+KILN_LIBRARY_INLINE int default_thread_count();
 
 struct pool_holder {
   std::mutex mutex;
@@ -805,18 +734,11 @@ KILN_LIBRARY_INLINE pool_holder& pool_state() {
   return holder;
 }
 #endif
-inline std::shared_ptr<thread_pool> current_pool() {
-  auto& s = pool_state();
-  std::lock_guard lock(s.mutex);
-  return s.pool;
-}
+KILN_LIBRARY_INLINE std::shared_ptr<thread_pool> current_pool();
 
 /// How many chunks `n` items (more than `grain`) split into on `threads` threads: at
 /// least `grain` items each, at most four per thread, and as many for every thread.
-inline std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int64_t threads) {
-  const std::int64_t chunks = std::min((n + grain - 1) / grain, 4 * threads);
-  return std::min(n, (chunks + threads - 1) / threads * threads);
-}
+KILN_LIBRARY_INLINE std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int64_t threads);
 
 /// parallel_for's ranges for any callable `call(fn, lo, hi)`, compiled once. A range
 /// within the grain is one call here too, so that the body behind `call` is compiled
@@ -875,17 +797,127 @@ namespace config {
 /// Sets how many threads kernels over large tensors use (default: hardware threads,
 /// or the KILN_NUM_THREADS environment variable).
 /// \code kiln::config::set_num_threads(1); \endcode
-inline void set_num_threads(int n) {
+KILN_LIBRARY_INLINE void set_num_threads(int n);
+/// The number of threads kernels use.
+KILN_LIBRARY_INLINE int num_threads();
+}  // namespace config
+
+}  // namespace kiln
+
+#if KILN_DEFINE_LIBRARY
+namespace kiln::detail {
+
+KILN_LIBRARY_INLINE thread_pool::thread_pool(int threads) : size_(std::max(1, threads)) {
+  for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { work(); });
+}
+
+KILN_LIBRARY_INLINE thread_pool::~thread_pool() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+KILN_LIBRARY_INLINE void thread_pool::run_erased(std::int64_t chunks, void (*call)(void*, std::int64_t), void* fn) {
+  if (chunks <= 0) return;
+  std::unique_lock busy(run_mutex_, std::try_to_lock);
+  if (chunks == 1 || size_ == 1 || inside_worker() || !busy.owns_lock()) {
+    for (std::int64_t i = 0; i < chunks; ++i) call(fn, i);
+    return;
+  }
+  job j{call, fn, chunks};
+  bool sleepers = false;
+  {
+    std::lock_guard lock(mutex_);
+    job_ = &j;
+    generation_.fetch_add(1, std::memory_order_release);
+    sleepers = sleeping_ > 0;
+  }
+  if (sleepers) wake_.notify_all();
+  inside_worker() = true;
+  drain(j);
+  inside_worker() = false;
+  {
+    // No worker joins the job from here on; wait until those that joined have left
+    // it, so that `j` can die.
+    std::lock_guard lock(mutex_);
+    job_ = nullptr;
+  }
+  if (spin_until([&] { return active_.load(std::memory_order_acquire) == 0; })) return;
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
+}
+
+KILN_LIBRARY_INLINE bool& thread_pool::inside_worker() {
+  thread_local bool flag = false;
+  return flag;
+}
+
+KILN_LIBRARY_INLINE void thread_pool::drain(job& j) {
+  for (std::int64_t i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) j.call(j.fn, i);
+}
+
+KILN_LIBRARY_INLINE void thread_pool::work() {
+  inside_worker() = true;
+  std::uint64_t seen = 0;
+  for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(); });
+    std::unique_lock lock(mutex_);
+    ++sleeping_;
+    wake_.wait(lock, [&] { return stopping_.load() || generation_.load(std::memory_order_relaxed) != seen; });
+    --sleeping_;
+    if (stopping_) return;
+    seen = generation_.load(std::memory_order_relaxed);
+    job* j = job_;
+    if (j == nullptr) continue;  // it finished before this thread came
+    active_.fetch_add(1, std::memory_order_relaxed);
+    lock.unlock();
+    drain(*j);
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Taking the mutex orders this with the caller's check of active_: it either
+      // sees zero or is already waiting when notified.
+      std::lock_guard sync(mutex_);
+      done_.notify_all();
+    }
+  }
+}
+
+KILN_LIBRARY_INLINE int default_thread_count() {
+  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+KILN_LIBRARY_INLINE std::shared_ptr<thread_pool> current_pool() {
+  auto& s = pool_state();
+  std::lock_guard lock(s.mutex);
+  return s.pool;
+}
+
+KILN_LIBRARY_INLINE std::int64_t balanced_chunks(std::int64_t n, std::int64_t grain, std::int64_t threads) {
+  const std::int64_t chunks = std::min((n + grain - 1) / grain, 4 * threads);
+  return std::min(n, (chunks + threads - 1) / threads * threads);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::config {
+
+KILN_LIBRARY_INLINE void set_num_threads(int n) {
   auto& s = kiln::detail::pool_state();
   auto fresh = std::make_shared<kiln::detail::thread_pool>(std::max(1, n));
   std::lock_guard lock(s.mutex);
   s.pool = std::move(fresh);
 }
-/// The number of threads kernels use.
-inline int num_threads() { return kiln::detail::current_pool()->size(); }
-}  // namespace config
 
-}  // namespace kiln
+KILN_LIBRARY_INLINE int num_threads() { return kiln::detail::current_pool()->size(); }
+
+}  // namespace kiln::config
+#endif  // KILN_DEFINE_LIBRARY
 // ----- end kiln/core/parallel.hpp -----
 #endif  // KILN_SINGLE_INCLUDE_KILN_CORE_PARALLEL_HPP
 #ifndef KILN_SINGLE_INCLUDE_KILN_CORE_TENSOR_HPP
