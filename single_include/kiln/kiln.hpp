@@ -12853,7 +12853,7 @@ auto optimizer<Unused>::view() const -> const graph& {
 }
 
 template <class Unused>
-auto optimizer<Unused>::build_before(std::size_t i) -> void {
+void optimizer<Unused>::build_before(std::size_t i) {
   built_ = true;
   out_.reserve(in_.nodes().size());
   for (std::size_t k = 0; k < i; ++k) {
@@ -12881,7 +12881,7 @@ auto optimizer<Unused>::build_before(std::size_t i) -> void {
 }
 
 template <class Unused>
-auto optimizer<Unused>::copy_special(std::size_t i) -> void {
+void optimizer<Unused>::copy_special(std::size_t i) {
   const node& n = in_.nodes()[i];
   if (!built_) {
     for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
@@ -12895,7 +12895,7 @@ auto optimizer<Unused>::copy_special(std::size_t i) -> void {
 }
 
 template <class Unused>
-auto optimizer<Unused>::rewrite(const node& n, std::size_t i) -> int {
+int optimizer<Unused>::rewrite(const node& n, std::size_t i) {
   // Until the output is built, every input maps to itself: no vector of mapped ids.
   std::vector<int> mapped;
   if (built_) {
@@ -12927,7 +12927,7 @@ auto optimizer<Unused>::rewrite(const node& n, std::size_t i) -> int {
 }
 
 template <class Unused>
-auto optimizer<Unused>::cse_key(std::size_t op_index, std::span<const int> ins) -> std::size_t {
+std::size_t optimizer<Unused>::cse_key(std::size_t op_index, std::span<const int> ins) {
   std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
   for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
   return h;
@@ -12939,17 +12939,17 @@ auto optimizer<Unused>::at(int id) const -> const node& {
 }
 
 template <class Unused>
-auto optimizer<Unused>::constant_filled(int id, double v) const -> bool {
+bool optimizer<Unused>::constant_filled(int id, double v) const {
   return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v);
 }
 
 template <class Unused>
-auto optimizer<Unused>::passes_through(const node& n, int input) const -> bool {
+bool optimizer<Unused>::passes_through(const node& n, int input) const {
   return at(input).dtype() == n.dtype() && at(input).shape() == n.shape();
 }
 
 template <class Unused>
-auto optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const -> int {
+int optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const {
   const ops::any_op& op = n.operation();
   auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
   if (ops::holds_alternative<ops::multiply>(op)) {
@@ -12973,7 +12973,7 @@ auto optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const 
 }
 
 template <class Unused>
-auto optimizer<Unused>::fold_constant(const node& n, std::span<const int> ins, std::size_t i) -> int {
+int optimizer<Unused>::fold_constant(const node& n, std::span<const int> ins, std::size_t i) {
   std::vector<const tensor*> values;
   for (int in : ins) {
     if (at(in).kind() != node_kind::constant) return -1;
@@ -14388,7 +14388,7 @@ memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const grap
 namespace kiln::detail::exec {
 
 template <class Unused>
-auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
+int slot_allocator<Unused>::take(std::int64_t elements, int until) {
   auto best = idle_.end();
   for (auto it = idle_.begin(); it != idle_.end(); ++it)
     if (sizes_[std::size_t(*it)] >= elements &&
@@ -14411,7 +14411,7 @@ auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
 }
 
 template <class Unused>
-auto slot_allocator<Unused>::finish_step(int step) -> void {
+void slot_allocator<Unused>::finish_step(int step) {
   for (std::size_t i = 0; i < busy_.size();) {
     if (busy_[i].until <= step) {
       idle_.push_back(busy_[i].slot);
@@ -15318,13 +15318,13 @@ auto native_compiler<Unused>::load(const std::string& source) -> native_fn {
 }
 
 template <class Unused>
-auto native_compiler<Unused>::compiled_count() const -> int {
+int native_compiler<Unused>::compiled_count() const {
   std::lock_guard lock(mutex_);
   return compiled_;
 }
 
 template <class Unused>
-auto native_compiler<Unused>::setting(const char* name, std::string fallback) -> std::string {
+std::string native_compiler<Unused>::setting(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : fallback;
 }
@@ -15591,24 +15591,24 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run(std::span<const tensor> args) const -> std::vector<tensor> {
+std::vector<tensor> basic_graph_executor<Unused>::run(std::span<const tensor> args) const {
   std::vector<tensor> outputs;
   run(args, outputs);
   return outputs;
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const -> void {
+void basic_graph_executor<Unused>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
   run(args, outputs, {});
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::cached_plans() const -> int {
+int basic_graph_executor<Unused>::cached_plans() const {
   return cached_count_.load(std::memory_order_acquire);
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::schedule(std::span<const tensor> args) const -> std::string {
+std::string basic_graph_executor<Unused>::schedule(std::span<const tensor> args) const {
   std::unique_ptr<exec::execution_plan> transient;
   const exec::execution_plan& p = find_plan(args, transient);
   if (p.interpreted) return "interpreted";
@@ -15694,8 +15694,8 @@ auto basic_graph_executor<Unused>::gather_inputs(const std::vector<int>& ids, ex
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed)
-    -> bool {
+bool basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::workspace& ws,
+                                                std::span<tensor> consumed) {
   tensor* x = s.argument < 0                              ? &ws.value(s.inputs[0])
               : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
                                                           : nullptr;
@@ -15705,8 +15705,8 @@ auto basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::wo
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::execution_plan& p,
-                                          exec::workspace& ws) const -> void {
+void basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::execution_plan& p,
+                                          exec::workspace& ws) const {
   tensor& out = ws.value(s.value);
   if (s.allocate) {
     const exec::value_info& v = p.values[s.value];
@@ -15716,15 +15716,15 @@ auto basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::ex
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results,
-                                               std::size_t first) const -> void {
+void basic_graph_executor<Unused>::run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results,
+                                               std::size_t first) const {
   const node& n = graph_->node_at(id);
   n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p,
-                                               exec::workspace& ws) const -> void {
+void basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p,
+                                               exec::workspace& ws) const {
   for (const exec::cluster_check& k : c.checks) {
     try {
       k.fn(k.op, gather_inputs(k.inputs, ws));
@@ -15769,8 +15769,8 @@ auto basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, con
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers,
-                                             void** table, std::int64_t lo, std::int64_t hi) -> void {
+void basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers,
+                                             void** table, std::int64_t lo, std::int64_t hi) {
   for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
   for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
   for (std::int64_t t = lo; t < hi; t += c.tile) {
@@ -15791,8 +15791,8 @@ auto basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void*
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t,
-                                                 std::int64_t len) -> void {
+void basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t,
+                                                 std::int64_t len) {
   constexpr std::int64_t line = 64;
   for (const exec::cluster_operand& o : c.streamed) {
     const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
@@ -15802,7 +15802,7 @@ auto basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, v
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::prefetch_line(const char* p) -> void {
+void basic_graph_executor<Unused>::prefetch_line(const char* p) {
 #if defined(__x86_64__) || defined(__i386__)
   asm volatile("prefetcht0 %0" : : "m"(*p));
 #else
@@ -15811,8 +15811,7 @@ auto basic_graph_executor<Unused>::prefetch_line(const char* p) -> void {
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len)
-    -> void {
+void basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
   if (c.native) return c.native(table, len);
   for (const exec::instruction& i : c.code) {
     if (i.compound) {
@@ -15828,8 +15827,8 @@ auto basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* 
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void* const* bases, char* staging,
-                                              void** table, std::int64_t t, std::int64_t len) -> void {
+void basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void* const* bases, char* staging,
+                                              void** table, std::int64_t t, std::int64_t len) {
   // Copies of the last element in words of its size: a memcpy call per element cost
   // more than the ops of a one-element cluster (a loop's counter and scalars).
   auto pad = [len](char* p, std::size_t bytes) {
@@ -15874,8 +15873,8 @@ auto basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::interpret(std::span<const tensor> args, const exec::execution_plan* p,
-                                             std::span<tensor> consumed) const -> std::vector<tensor> {
+std::vector<tensor> basic_graph_executor<Unused>::interpret(std::span<const tensor> args, const exec::execution_plan* p,
+                                                            std::span<tensor> consumed) const {
   const graph& g = *graph_;
   std::vector<tensor> values(g.nodes().size());
   for (std::size_t i = 0; i < args.size(); ++i)
@@ -17860,15 +17859,15 @@ function(F, function_options) -> function<F>;
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
+void basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
                                                  trace_signature (*written)(const basic_function_state&,
-                                                                            const typed::recorded_signature&)) -> void {
+                                                                            const typed::recorded_signature&)) {
   std::lock_guard lock(mutex);
   signatures.push_back({nullptr, &s, written});
 }
 
 template <class Unused>
-auto basic_function_state<Unused>::arg_name(std::size_t i) const -> std::string {
+std::string basic_function_state<Unused>::arg_name(std::size_t i) const {
   if (i < options.arg_names.size()) return options.arg_names[i];
   std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
   name += std::to_string(i);
@@ -18034,7 +18033,7 @@ void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<te
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_concrete_state<Unused>::check_call(const call_signature& sig) const -> void {
+void basic_concrete_state<Unused>::check_call(const call_signature& sig) const {
   for (const auto& v : sig.values) {
     const call_signature::value_leaf* traced = nullptr;
     for (const auto& b : bound)
@@ -25582,7 +25581,7 @@ State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_reduce_dataset_op<Unused>::name() const -> std::string_view {
+std::string_view basic_reduce_dataset_op<Unused>::name() const {
   return "ReduceDataset";
 }
 
@@ -25592,7 +25591,7 @@ auto basic_reduce_dataset_op<Unused>::subgraphs() const -> std::vector<std::pair
 }
 
 template <class Unused>
-auto basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const -> std::vector<tensor> {
+std::vector<tensor> basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const {
   const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
   check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
   const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);
@@ -26935,7 +26934,7 @@ KILN_LIBRARY_INLINE std::vector<variable> optimizer_state::slot_variables() cons
 }
 
 template <class Unused>
-auto basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) -> void {
+void basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) {
   v.assign(v.read_value() + delta);
 }
 
@@ -26980,7 +26979,7 @@ auto basic_optimizer_updates<Unused>::slots(optimizer_state& self, const variabl
 }
 
 template <class Unused>
-auto basic_optimizer_updates<Unused>::scalar(double x, dtype t) -> tensor {
+tensor basic_optimizer_updates<Unused>::scalar(double x, dtype t) {
   return kiln::constant(x, t);
 }
 
@@ -28316,14 +28315,14 @@ dense_state<Unused>::dense_state(std::int64_t u, dense_options o)
 }
 
 template <class Unused>
-auto dense_state<Unused>::build(const tensor& x) -> void {
+void dense_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   add_weight("kernel", {last_dim, units}, options.kernel_initializer);
   if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
 }
 
 template <class Unused>
-auto dense_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor dense_state<Unused>::call(const tensor& x, const call_options&) {
   tensor y = matmul(x, weights[0].first);
   if (options.use_bias) y = y + weights[1].first;
   return options.activation(y);
@@ -28358,14 +28357,14 @@ conv2d_state<Unused>::conv2d_state(std::int64_t f, size2 k, conv2d_options o)
 }
 
 template <class Unused>
-auto conv2d_state<Unused>::build(const tensor& x) -> void {
+void conv2d_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
   if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
 }
 
 template <class Unused>
-auto conv2d_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor conv2d_state<Unused>::call(const tensor& x, const call_options&) {
   tensor y = kiln::conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
   if (options.use_bias) y = y + weights[1].first;
   return options.activation(y);
@@ -28397,7 +28396,7 @@ pooling_state<Unused>::pooling_state(size2 pool, pooling_options o, bool avg)
 }
 
 template <class Unused>
-auto pooling_state<Unused>::build(const tensor& x) -> void {
+void pooling_state<Unused>::build(const tensor& x) {
   const shape& s = x.shape();
   if (window.pad == ops::padding::valid &&
       ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
@@ -28406,7 +28405,7 @@ auto pooling_state<Unused>::build(const tensor& x) -> void {
 }
 
 template <class Unused>
-auto pooling_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor pooling_state<Unused>::call(const tensor& x, const call_options&) {
   return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
 }
 
@@ -28416,7 +28415,7 @@ flatten_state<Unused>::flatten_state(std::string n) : layer_state(n.empty() ? un
 }
 
 template <class Unused>
-auto flatten_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor flatten_state<Unused>::call(const tensor& x, const call_options&) {
   const shape& s = x.shape();
   if (!s.has_known_rank()) reject(x, "the rank must be known");
   std::int64_t rest = 1;
@@ -28435,7 +28434,7 @@ dropout_state<Unused>::dropout_state(double r, std::optional<std::uint64_t> s, s
 }
 
 template <class Unused>
-auto dropout_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+tensor dropout_state<Unused>::call(const tensor& x, const call_options& options) {
   if (!options.training || rate == 0) return x;
   if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
   // A stateful draw: new numbers at every call, and at every run of a graph.
@@ -28450,7 +28449,7 @@ batch_normalization_state<Unused>::batch_normalization_state(batch_normalization
 }
 
 template <class Unused>
-auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
+void batch_normalization_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
   if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
@@ -28459,7 +28458,7 @@ auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
 }
 
 template <class Unused>
-auto batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) -> tensor {
+tensor batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) {
   std::size_t k = 0;
   std::optional<tensor> gamma, beta;
   if (options.scale) gamma = weights[k++].first.read_value();
@@ -28494,14 +28493,14 @@ layer_normalization_state<Unused>::layer_normalization_state(layer_normalization
 }
 
 template <class Unused>
-auto layer_normalization_state<Unused>::build(const tensor& x) -> void {
+void layer_normalization_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
   if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
 }
 
 template <class Unused>
-auto layer_normalization_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor layer_normalization_state<Unused>::call(const tensor& x, const call_options&) {
   std::size_t k = 0;
   std::optional<tensor> gamma, beta;
   if (options.scale) gamma = weights[k++].first.read_value();
@@ -28520,7 +28519,7 @@ embedding_state<Unused>::embedding_state(std::int64_t in, std::int64_t out, embe
 }
 
 template <class Unused>
-auto embedding_state<Unused>::build(const tensor& ids) -> void {
+void embedding_state<Unused>::build(const tensor& ids) {
   if (!is_integer(ids.dtype()))
     throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
   type = float32;
@@ -28528,7 +28527,7 @@ auto embedding_state<Unused>::build(const tensor& ids) -> void {
 }
 
 template <class Unused>
-auto embedding_state<Unused>::call(const tensor& ids, const call_options&) -> tensor {
+tensor embedding_state<Unused>::call(const tensor& ids, const call_options&) {
   if (!is_integer(ids.dtype()))
     throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
   return gather(weights[0].first, ids);
@@ -28551,14 +28550,14 @@ sequential_state<Unused>::sequential_state(std::vector<layer> l, std::string n)
 }
 
 template <class Unused>
-auto sequential_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+tensor sequential_state<Unused>::call(const tensor& x, const call_options& options) {
   tensor y = x;
   for (const layer& l : stack) y = l(y, options);
   return y;
 }
 
 template <class Unused>
-auto sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const -> void {
+void sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const {
   for (const layer& l : stack) v.submodule(l);
 }
 

@@ -127,7 +127,7 @@ State fold_dataset(const Dataset& ds, State initial, Invoke invoke, std::string_
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_reduce_dataset_op<Unused>::name() const -> std::string_view {
+std::string_view basic_reduce_dataset_op<Unused>::name() const {
   return "ReduceDataset";
 }
 
@@ -137,7 +137,7 @@ auto basic_reduce_dataset_op<Unused>::subgraphs() const -> std::vector<std::pair
 }
 
 template <class Unused>
-auto basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const -> std::vector<tensor> {
+std::vector<tensor> basic_reduce_dataset_op<Unused>::run(std::span<const tensor* const> in) const {
   const std::shared_ptr<const dataset_stage> stage = dataset_registry::get().find(*in[0], "ReduceDataset", "dataset");
   check_traced_spec(name(), "dataset", stage->element_spec(), traced_->element_spec());
   const std::size_t components = traced_->element_spec().size(), n = std::size_t(state_size_);

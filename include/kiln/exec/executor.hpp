@@ -231,24 +231,24 @@ void basic_graph_executor<Lazy>::run(std::span<const tensor> args, std::vector<t
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run(std::span<const tensor> args) const -> std::vector<tensor> {
+std::vector<tensor> basic_graph_executor<Unused>::run(std::span<const tensor> args) const {
   std::vector<tensor> outputs;
   run(args, outputs);
   return outputs;
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const -> void {
+void basic_graph_executor<Unused>::run(std::span<const tensor> args, std::vector<tensor>& outputs) const {
   run(args, outputs, {});
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::cached_plans() const -> int {
+int basic_graph_executor<Unused>::cached_plans() const {
   return cached_count_.load(std::memory_order_acquire);
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::schedule(std::span<const tensor> args) const -> std::string {
+std::string basic_graph_executor<Unused>::schedule(std::span<const tensor> args) const {
   std::unique_ptr<exec::execution_plan> transient;
   const exec::execution_plan& p = find_plan(args, transient);
   if (p.interpreted) return "interpreted";
@@ -334,8 +334,8 @@ auto basic_graph_executor<Unused>::gather_inputs(const std::vector<int>& ids, ex
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::workspace& ws, std::span<tensor> consumed)
-    -> bool {
+bool basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::workspace& ws,
+                                                std::span<tensor> consumed) {
   tensor* x = s.argument < 0                              ? &ws.value(s.inputs[0])
               : std::size_t(s.argument) < consumed.size() ? &consumed[std::size_t(s.argument)]
                                                           : nullptr;
@@ -345,8 +345,8 @@ auto basic_graph_executor<Unused>::run_in_place(const exec::op_step& s, exec::wo
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::execution_plan& p,
-                                          exec::workspace& ws) const -> void {
+void basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::execution_plan& p,
+                                          exec::workspace& ws) const {
   tensor& out = ws.value(s.value);
   if (s.allocate) {
     const exec::value_info& v = p.values[s.value];
@@ -356,15 +356,15 @@ auto basic_graph_executor<Unused>::run_op(const exec::op_step& s, const exec::ex
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results,
-                                               std::size_t first) const -> void {
+void basic_graph_executor<Unused>::run_special(int id, std::span<const tensor* const> inputs, std::span<tensor> results,
+                                               std::size_t first) const {
   const node& n = graph_->node_at(id);
   n.special().run(inputs, results.subspan(first, std::size_t(n.result_count())));
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p,
-                                               exec::workspace& ws) const -> void {
+void basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, const exec::execution_plan& p,
+                                               exec::workspace& ws) const {
   for (const exec::cluster_check& k : c.checks) {
     try {
       k.fn(k.op, gather_inputs(k.inputs, ws));
@@ -409,8 +409,8 @@ auto basic_graph_executor<Unused>::run_cluster(const exec::fused_cluster& c, con
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers,
-                                             void** table, std::int64_t lo, std::int64_t hi) -> void {
+void basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void* const* bases, char* buffers,
+                                             void** table, std::int64_t lo, std::int64_t hi) {
   for (int b = 0; b < c.buffers; ++b) table[b] = buffers + std::size_t(b) * c.buffer_bytes;
   for (const exec::cluster_operand& o : c.broadcast) table[o.entry] = bases[o.entry];
   for (std::int64_t t = lo; t < hi; t += c.tile) {
@@ -431,8 +431,8 @@ auto basic_graph_executor<Unused>::run_chunk(const exec::fused_cluster& c, void*
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t,
-                                                 std::int64_t len) -> void {
+void basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, void* const* bases, std::int64_t t,
+                                                 std::int64_t len) {
   constexpr std::int64_t line = 64;
   for (const exec::cluster_operand& o : c.streamed) {
     const char* p = static_cast<const char*>(bases[o.entry]) + t * std::int64_t(o.element_bytes);
@@ -442,7 +442,7 @@ auto basic_graph_executor<Unused>::prefetch_tile(const exec::fused_cluster& c, v
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::prefetch_line(const char* p) -> void {
+void basic_graph_executor<Unused>::prefetch_line(const char* p) {
 #if defined(__x86_64__) || defined(__i386__)
   asm volatile("prefetcht0 %0" : : "m"(*p));
 #else
@@ -451,8 +451,7 @@ auto basic_graph_executor<Unused>::prefetch_line(const char* p) -> void {
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len)
-    -> void {
+void basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* const* table, std::int64_t len) {
   if (c.native) return c.native(table, len);
   for (const exec::instruction& i : c.code) {
     if (i.compound) {
@@ -468,8 +467,8 @@ auto basic_graph_executor<Unused>::run_code(const exec::fused_cluster& c, void* 
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void* const* bases, char* staging,
-                                              void** table, std::int64_t t, std::int64_t len) -> void {
+void basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void* const* bases, char* staging,
+                                              void** table, std::int64_t t, std::int64_t len) {
   // Copies of the last element in words of its size: a memcpy call per element cost
   // more than the ops of a one-element cluster (a loop's counter and scalars).
   auto pad = [len](char* p, std::size_t bytes) {
@@ -514,8 +513,8 @@ auto basic_graph_executor<Unused>::run_staged(const exec::fused_cluster& c, void
 }
 
 template <class Unused>
-auto basic_graph_executor<Unused>::interpret(std::span<const tensor> args, const exec::execution_plan* p,
-                                             std::span<tensor> consumed) const -> std::vector<tensor> {
+std::vector<tensor> basic_graph_executor<Unused>::interpret(std::span<const tensor> args, const exec::execution_plan* p,
+                                                            std::span<tensor> consumed) const {
   const graph& g = *graph_;
   std::vector<tensor> values(g.nodes().size());
   for (std::size_t i = 0; i < args.size(); ++i)

@@ -353,13 +353,13 @@ auto native_compiler<Unused>::load(const std::string& source) -> native_fn {
 }
 
 template <class Unused>
-auto native_compiler<Unused>::compiled_count() const -> int {
+int native_compiler<Unused>::compiled_count() const {
   std::lock_guard lock(mutex_);
   return compiled_;
 }
 
 template <class Unused>
-auto native_compiler<Unused>::setting(const char* name, std::string fallback) -> std::string {
+std::string native_compiler<Unused>::setting(const char* name, std::string fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::string(v) : fallback;
 }

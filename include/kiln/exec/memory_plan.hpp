@@ -146,7 +146,7 @@ memory_plan basic_memory_planner<Unused>::plan_memory(const graph& g, const grap
 namespace kiln::detail::exec {
 
 template <class Unused>
-auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
+int slot_allocator<Unused>::take(std::int64_t elements, int until) {
   auto best = idle_.end();
   for (auto it = idle_.begin(); it != idle_.end(); ++it)
     if (sizes_[std::size_t(*it)] >= elements &&
@@ -169,7 +169,7 @@ auto slot_allocator<Unused>::take(std::int64_t elements, int until) -> int {
 }
 
 template <class Unused>
-auto slot_allocator<Unused>::finish_step(int step) -> void {
+void slot_allocator<Unused>::finish_step(int step) {
   for (std::size_t i = 0; i < busy_.size();) {
     if (busy_[i].until <= step) {
       idle_.push_back(busy_[i].slot);

@@ -592,14 +592,14 @@ dense_state<Unused>::dense_state(std::int64_t u, dense_options o)
 }
 
 template <class Unused>
-auto dense_state<Unused>::build(const tensor& x) -> void {
+void dense_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   add_weight("kernel", {last_dim, units}, options.kernel_initializer);
   if (options.use_bias) add_weight("bias", {units}, options.bias_initializer);
 }
 
 template <class Unused>
-auto dense_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor dense_state<Unused>::call(const tensor& x, const call_options&) {
   tensor y = matmul(x, weights[0].first);
   if (options.use_bias) y = y + weights[1].first;
   return options.activation(y);
@@ -634,14 +634,14 @@ conv2d_state<Unused>::conv2d_state(std::int64_t f, size2 k, conv2d_options o)
 }
 
 template <class Unused>
-auto conv2d_state<Unused>::build(const tensor& x) -> void {
+void conv2d_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   add_weight("kernel", {window.h, window.w, last_dim, filters}, options.kernel_initializer);
   if (options.use_bias) add_weight("bias", {filters}, options.bias_initializer);
 }
 
 template <class Unused>
-auto conv2d_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor conv2d_state<Unused>::call(const tensor& x, const call_options&) {
   tensor y = kiln::conv2d(x, weights[0].first, {options.strides.h, options.strides.w}, padding);
   if (options.use_bias) y = y + weights[1].first;
   return options.activation(y);
@@ -673,7 +673,7 @@ pooling_state<Unused>::pooling_state(size2 pool, pooling_options o, bool avg)
 }
 
 template <class Unused>
-auto pooling_state<Unused>::build(const tensor& x) -> void {
+void pooling_state<Unused>::build(const tensor& x) {
   const shape& s = x.shape();
   if (window.pad == ops::padding::valid &&
       ((s[1] != none && s[1] < window.window_h) || (s[2] != none && s[2] < window.window_w)))
@@ -682,7 +682,7 @@ auto pooling_state<Unused>::build(const tensor& x) -> void {
 }
 
 template <class Unused>
-auto pooling_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor pooling_state<Unused>::call(const tensor& x, const call_options&) {
   return average ? kiln::detail::apply(ops::avg_pool{window}, x) : kiln::detail::apply(ops::max_pool{window}, x);
 }
 
@@ -692,7 +692,7 @@ flatten_state<Unused>::flatten_state(std::string n) : layer_state(n.empty() ? un
 }
 
 template <class Unused>
-auto flatten_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor flatten_state<Unused>::call(const tensor& x, const call_options&) {
   const shape& s = x.shape();
   if (!s.has_known_rank()) reject(x, "the rank must be known");
   std::int64_t rest = 1;
@@ -711,7 +711,7 @@ dropout_state<Unused>::dropout_state(double r, std::optional<std::uint64_t> s, s
 }
 
 template <class Unused>
-auto dropout_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+tensor dropout_state<Unused>::call(const tensor& x, const call_options& options) {
   if (!options.training || rate == 0) return x;
   if (!x.shape().is_fully_defined()) reject(x, "dropout needs a fully defined shape");
   // A stateful draw: new numbers at every call, and at every run of a graph.
@@ -726,7 +726,7 @@ batch_normalization_state<Unused>::batch_normalization_state(batch_normalization
 }
 
 template <class Unused>
-auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
+void batch_normalization_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
   if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
@@ -735,7 +735,7 @@ auto batch_normalization_state<Unused>::build(const tensor& x) -> void {
 }
 
 template <class Unused>
-auto batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) -> tensor {
+tensor batch_normalization_state<Unused>::call(const tensor& x, const call_options& call) {
   std::size_t k = 0;
   std::optional<tensor> gamma, beta;
   if (options.scale) gamma = weights[k++].first.read_value();
@@ -770,14 +770,14 @@ layer_normalization_state<Unused>::layer_normalization_state(layer_normalization
 }
 
 template <class Unused>
-auto layer_normalization_state<Unused>::build(const tensor& x) -> void {
+void layer_normalization_state<Unused>::build(const tensor& x) {
   last_dim = known_last_dim(x);
   if (options.scale) add_weight("gamma", {last_dim}, initializers::ones{});
   if (options.center) add_weight("beta", {last_dim}, initializers::zeros{});
 }
 
 template <class Unused>
-auto layer_normalization_state<Unused>::call(const tensor& x, const call_options&) -> tensor {
+tensor layer_normalization_state<Unused>::call(const tensor& x, const call_options&) {
   std::size_t k = 0;
   std::optional<tensor> gamma, beta;
   if (options.scale) gamma = weights[k++].first.read_value();
@@ -796,7 +796,7 @@ embedding_state<Unused>::embedding_state(std::int64_t in, std::int64_t out, embe
 }
 
 template <class Unused>
-auto embedding_state<Unused>::build(const tensor& ids) -> void {
+void embedding_state<Unused>::build(const tensor& ids) {
   if (!is_integer(ids.dtype()))
     throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
   type = float32;
@@ -804,7 +804,7 @@ auto embedding_state<Unused>::build(const tensor& ids) -> void {
 }
 
 template <class Unused>
-auto embedding_state<Unused>::call(const tensor& ids, const call_options&) -> tensor {
+tensor embedding_state<Unused>::call(const tensor& ids, const call_options&) {
   if (!is_integer(ids.dtype()))
     throw type_error("layer " + name + ": ids must be int32 or int64, got " + std::string(kiln::name(ids.dtype())));
   return gather(weights[0].first, ids);
@@ -827,14 +827,14 @@ sequential_state<Unused>::sequential_state(std::vector<layer> l, std::string n)
 }
 
 template <class Unused>
-auto sequential_state<Unused>::call(const tensor& x, const call_options& options) -> tensor {
+tensor sequential_state<Unused>::call(const tensor& x, const call_options& options) {
   tensor y = x;
   for (const layer& l : stack) y = l(y, options);
   return y;
 }
 
 template <class Unused>
-auto sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const -> void {
+void sequential_state<Unused>::visit_more(kiln::detail::member_visitor& v) const {
   for (const layer& l : stack) v.submodule(l);
 }
 

@@ -138,7 +138,7 @@ auto optimizer<Unused>::view() const -> const graph& {
 }
 
 template <class Unused>
-auto optimizer<Unused>::build_before(std::size_t i) -> void {
+void optimizer<Unused>::build_before(std::size_t i) {
   built_ = true;
   out_.reserve(in_.nodes().size());
   for (std::size_t k = 0; k < i; ++k) {
@@ -166,7 +166,7 @@ auto optimizer<Unused>::build_before(std::size_t i) -> void {
 }
 
 template <class Unused>
-auto optimizer<Unused>::copy_special(std::size_t i) -> void {
+void optimizer<Unused>::copy_special(std::size_t i) {
   const node& n = in_.nodes()[i];
   if (!built_) {
     for (int k = 0; k < n.result_count(); ++k) map_[i + std::size_t(k)] = int(i) + k;
@@ -180,7 +180,7 @@ auto optimizer<Unused>::copy_special(std::size_t i) -> void {
 }
 
 template <class Unused>
-auto optimizer<Unused>::rewrite(const node& n, std::size_t i) -> int {
+int optimizer<Unused>::rewrite(const node& n, std::size_t i) {
   // Until the output is built, every input maps to itself: no vector of mapped ids.
   std::vector<int> mapped;
   if (built_) {
@@ -212,7 +212,7 @@ auto optimizer<Unused>::rewrite(const node& n, std::size_t i) -> int {
 }
 
 template <class Unused>
-auto optimizer<Unused>::cse_key(std::size_t op_index, std::span<const int> ins) -> std::size_t {
+std::size_t optimizer<Unused>::cse_key(std::size_t op_index, std::span<const int> ins) {
   std::size_t h = op_index * 0x9e3779b97f4a7c15ull;
   for (int in : ins) h = (h ^ std::size_t(std::uint32_t(in))) * 0x100000001b3ull;
   return h;
@@ -224,17 +224,17 @@ auto optimizer<Unused>::at(int id) const -> const node& {
 }
 
 template <class Unused>
-auto optimizer<Unused>::constant_filled(int id, double v) const -> bool {
+bool optimizer<Unused>::constant_filled(int id, double v) const {
   return at(id).kind() == node_kind::constant && filled_with(at(id).value(), v);
 }
 
 template <class Unused>
-auto optimizer<Unused>::passes_through(const node& n, int input) const -> bool {
+bool optimizer<Unused>::passes_through(const node& n, int input) const {
   return at(input).dtype() == n.dtype() && at(input).shape() == n.shape();
 }
 
 template <class Unused>
-auto optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const -> int {
+int optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const {
   const ops::any_op& op = n.operation();
   auto keep_if = [&](int id) { return passes_through(n, id) ? id : -1; };
   if (ops::holds_alternative<ops::multiply>(op)) {
@@ -258,7 +258,7 @@ auto optimizer<Unused>::simplify(const node& n, std::span<const int> ins) const 
 }
 
 template <class Unused>
-auto optimizer<Unused>::fold_constant(const node& n, std::span<const int> ins, std::size_t i) -> int {
+int optimizer<Unused>::fold_constant(const node& n, std::span<const int> ins, std::size_t i) {
   std::vector<const tensor*> values;
   for (int in : ins) {
     if (at(in).kind() != node_kind::constant) return -1;

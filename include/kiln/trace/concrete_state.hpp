@@ -127,7 +127,7 @@ void basic_concrete_state<Unused>::run(const call_signature& sig, std::vector<te
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_concrete_state<Unused>::check_call(const call_signature& sig) const -> void {
+void basic_concrete_state<Unused>::check_call(const call_signature& sig) const {
   for (const auto& v : sig.values) {
     const call_signature::value_leaf* traced = nullptr;
     for (const auto& b : bound)

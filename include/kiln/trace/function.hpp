@@ -274,15 +274,15 @@ function(F, function_options) -> function<F>;
 namespace kiln::detail {
 
 template <class Unused>
-auto basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
+void basic_function_state<Unused>::add_signature(const typed::recorded_signature& s,
                                                  trace_signature (*written)(const basic_function_state&,
-                                                                            const typed::recorded_signature&)) -> void {
+                                                                            const typed::recorded_signature&)) {
   std::lock_guard lock(mutex);
   signatures.push_back({nullptr, &s, written});
 }
 
 template <class Unused>
-auto basic_function_state<Unused>::arg_name(std::size_t i) const -> std::string {
+std::string basic_function_state<Unused>::arg_name(std::size_t i) const {
   if (i < options.arg_names.size()) return options.arg_names[i];
   std::string name = "x";  // appended, not `"x" + ...`: GCC 12 warns of the latter here
   name += std::to_string(i);

@@ -224,7 +224,7 @@ KILN_LIBRARY_INLINE std::vector<variable> optimizer_state::slot_variables() cons
 }
 
 template <class Unused>
-auto basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) -> void {
+void basic_optimizer_updates<Unused>::add_to(const variable& v, const tensor& delta) {
   v.assign(v.read_value() + delta);
 }
 
@@ -269,7 +269,7 @@ auto basic_optimizer_updates<Unused>::slots(optimizer_state& self, const variabl
 }
 
 template <class Unused>
-auto basic_optimizer_updates<Unused>::scalar(double x, dtype t) -> tensor {
+tensor basic_optimizer_updates<Unused>::scalar(double x, dtype t) {
   return kiln::constant(x, t);
 }
 
