@@ -1441,11 +1441,16 @@ class tensor {
   }
   /// A tensor sharing this one's buffer with another shape of the same size, or a
   /// contiguous window of it starting `offset` elements in.
-  tensor share(const kiln::shape& s, std::int64_t offset = 0) const {
+  tensor share(const kiln::shape& s, std::int64_t offset = 0) const& {
     tensor t = *this;
-    t.shape_ = s;
-    t.offset_ = offset_ + offset;
-    return t;
+    return std::move(t).share(s, offset);
+  }
+  /// The same, taking this tensor's hold on the buffer (no count to change: a loop
+  /// that grows an array by a row per iteration reshapes it each time).
+  tensor share(const kiln::shape& s, std::int64_t offset = 0) && {
+    shape_ = s;
+    offset_ += offset;
+    return std::move(*this);
   }
 
   /// Throws kiln::type_error when this tensor has no value (it is symbolic or empty).
@@ -5331,6 +5336,11 @@ struct pad_rows {
   /// row (a copy per row made it quadratic); else as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
+  /// `x` (on the CPU, not strings) with rows of zeros appended until it has `rows`,
+  /// more than it has: in its buffer's spare room when it is the buffer's sole owner
+  /// and the room is enough, else in a new buffer with room for twice its rows.
+  template <class = void>
+  static tensor grow(tensor&& x, std::int64_t rows);
   KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
@@ -5670,22 +5680,30 @@ void check_values(const unsorted_segment_sum& op, std::span<const tensor* const>
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
 KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index);
 
-/// `set_item` needs 0 <= i < dim for the first dim.
+/// `set_item` needs 0 <= i < dim for the first dim of `x`.
+template <class = void>
+void check_set_item_index(std::int64_t i, const shape& x) {
+  if (i < 0 || i >= x[0])
+    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(x[0]) +
+                                 ") for the first dim of a tensor of shape " + x.str());
+}
+
 template <class = void>
 void check_values(const set_item&, std::span<const tensor* const> in) {
-  const std::int64_t rows = in[0]->shape()[0];
-  const std::int64_t i = scalar_index(*in[1]);
-  if (i < 0 || i >= rows)
-    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
-                                 ") for the first dim of a tensor of shape " + in[0]->shape().str());
+  check_set_item_index(scalar_index(*in[1]), in[0]->shape());
 }
 
 /// `pad_rows` needs a number of rows that is not negative.
 template <class = void>
-void check_values(const pad_rows&, std::span<const tensor* const> in) {
-  if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
+void check_pad_rows(std::int64_t rows, const shape& x) {
+  if (rows < 0)
     throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
-                                 " for a tensor of shape " + in[0]->shape().str());
+                                 " for a tensor of shape " + x.str());
+}
+
+template <class = void>
+void check_values(const pad_rows&, std::span<const tensor* const> in) {
+  check_pad_rows(scalar_index(*in[1]), in[0]->shape());
 }
 
 }  // namespace ops
@@ -5827,27 +5845,33 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 
 template <class>
 tensor ops::pad_rows::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
-  const std::int64_t rows = scalar_index(*in[1]), have = x.shape()[0];
-  if (rows <= have) return std::move(x);
-  if (x.dtype() == string || x.device() != device::cpu || !x.sole_owner()) {
+  const std::int64_t rows = scalar_index(*in[1]);
+  if (rows <= x.shape()[0]) return std::move(x);
+  if (x.dtype() == string || x.device() != device::cpu) {
     const tensor* rest[] = {&x, in[1]};
     return evaluate(rest);
   }
+  return grow(std::move(x), rows);
+}
+
+template <class>
+tensor ops::pad_rows::grow(tensor&& x, std::int64_t rows) {
+  const std::int64_t have = x.shape()[0];
   kiln::shape grown = x.shape();
   grown[0] = rows;
   const std::int64_t row = have > 0 ? x.size() / have : grown.num_elements() / rows;
   const std::size_t element = size_of(x.dtype());
   tensor out = std::move(x);
-  if (out.buffer_capacity() < rows * row) {
+  if (!out.sole_owner() || out.buffer_capacity() < rows * row) {
     kiln::shape room = grown;
     room[0] = std::max(rows, 2 * have);
     tensor bigger(out.dtype(), room);
-    std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
-    out = bigger.share(out.shape());
+    if (out.size() > 0) std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
+    out = std::move(bigger).share(out.shape());
   }
   std::memset(static_cast<char*>(out.raw_data()) + std::size_t(have * row) * element, 0,
               std::size_t((rows - have) * row) * element);
-  return out.share(grown);
+  return std::move(out).share(grown);
 }
 
 /// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
@@ -12346,6 +12370,15 @@ class graph {
   KILN_LIBRARY_INLINE std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs);
   /// True when some special node has effects (its graph must run even for no output).
   KILN_LIBRARY_INLINE bool has_effects() const;
+  /// Per node, whether running the graph needs it: an output, a special node with
+  /// effects, or an input of a needed node. What is not needed is pruned when the
+  /// graph runs.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { kiln::exp(x); return x + 1; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::constant(1.f)).graph();
+  /// g.needed_nodes();  // 0 for the exp, 1 for the rest
+  /// \endcode
+  KILN_LIBRARY_INLINE std::vector<char> needed_nodes() const;
   KILN_LIBRARY_INLINE int add_output(int source);
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
@@ -12591,6 +12624,19 @@ KILN_LIBRARY_INLINE bool graph::has_effects() const {
   for (const node& n : nodes_)
     if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
   return false;
+}
+
+KILN_LIBRARY_INLINE std::vector<char> graph::needed_nodes() const {
+  std::vector<char> needed(nodes_.size(), 0);
+  for (int out : outputs_) needed[std::size_t(out)] = 1;
+  // A node's readers come after it, so one pass back settles each node before it is reached.
+  for (std::size_t id = nodes_.size(); id-- > 0;) {
+    const node& n = nodes_[id];
+    if (n.kind_ == node_kind::special && n.special().has_effects()) needed[id] = 1;
+    if (needed[id])
+      for (int in : n.input_ids()) needed[std::size_t(in)] = 1;
+  }
+  return needed;
 }
 
 KILN_LIBRARY_INLINE int graph::add_output(int source) {
@@ -16280,9 +16326,15 @@ KILN_LIBRARY_INLINE std::array<std::string_view, 1> host_callback_op::op_names()
 /// scalar calls over a register file. A loop whose condition and body are such
 /// graphs (counters, accumulators, convergence tests) runs them with this instead of
 /// an executor, whose per-run bookkeeping (finding the plan, leasing a workspace,
-/// creating result tensors) costs several times a few scalar ops.
+/// creating result tensors) costs several times a few scalar ops. The graphs may also
+/// grow, write and read vectors of such values, as a loop that records one value per
+/// iteration in a tensor_array (a loop gradient's forward pass) and its backward loop
+/// do: `pad_rows`, `set_item` and `gather` of one element, in place on arrays that
+/// registers address.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -16291,66 +16343,127 @@ KILN_LIBRARY_INLINE std::array<std::string_view, 1> host_callback_op::op_names()
 
 namespace kiln::detail::exec {
 
-/// One value of any non-string dtype.
+/// One value of any non-string dtype, or the address of an array (a kiln::tensor).
 struct scalar_value {
   alignas(8) unsigned char bytes[8];
 };
 
 class scalar_program {
  public:
-  /// The program of `g`, or nothing when some node is not a placeholder, a constant,
-  /// an output or an elementwise op of one element, or is an op whose value check its
-  /// scalar function does not make (integer division by zero, negative powers: those
-  /// it makes, raising the same error). A placeholder nothing reads may be of any
-  /// dtype and shape (a loop's condition is given every loop variable, growing
-  /// tensor_arrays among them, and may read only a counter).
+  /// The program of `g`, or nothing when some node the outputs need is not a
+  /// placeholder, a constant, an output, an elementwise op of one element, or one of
+  /// the array ops below, or is an op whose value check its scalar function does not
+  /// make (integer division by zero, negative powers: those it makes, raising the
+  /// same error). Nodes the graph does not need are left out, as an executor's plan
+  /// prunes them (a special op with effects is needed, and is never scalar). A
+  /// placeholder nothing needed reads may be of any dtype and shape: a loop's
+  /// condition is given every loop variable, growing tensor_arrays among them, and
+  /// may read only a counter; the backward loop of a recurrence whose gradient needs
+  /// none of its recorded values is given them all.
+  ///
+  /// Arrays are vectors (rank 1, not one element) of a non-string dtype, which a
+  /// register addresses: placeholders; `pad_rows` and `set_item` of one, which write
+  /// it in place, so that it must have no other reader; and `gather` of one element
+  /// of one, on axis 0 at a scalar index.
   template <class = void>
   static std::optional<scalar_program> compile(const graph& g) {
     scalar_program p;
     const auto& nodes = g.nodes();
-    std::vector<char> read(nodes.size(), 0);
-    for (const node& n : nodes)
-      for (int in : n.input_ids()) read[std::size_t(in)] = 1;
-    for (int out : g.outputs()) read[std::size_t(out)] = 1;
-    p.initial_.resize(nodes.size());
+    const std::vector<char> needed = g.needed_nodes();
+    auto vector = [](const node& n) {
+      return n.dtype() != string && n.shape().has_known_rank() && n.shape().rank() == 1 &&
+             !(n.shape().is_fully_defined() && n.shape().num_elements() == 1);
+    };
+    auto one_element = [](const node& n) {
+      return n.dtype() != string && n.shape().is_fully_defined() && n.shape().num_elements() == 1;
+    };
     // The register each node's value is read from: its own, or for an Identity its
     // input's (a copy of an 8-byte register just written with 4 bytes would stall on
-    // store forwarding, and cost a quarter of a scalar loop).
-    std::vector<int> source(nodes.size());
-    for (std::size_t id = 0; id < nodes.size(); ++id) source[id] = int(id);
+    // store forwarding, and cost a quarter of a scalar loop), or for an array op that
+    // writes in place the array's; whether that register addresses an array. And the
+    // node whose value each node is (an Identity's input's), with how many needed
+    // nodes and outputs read it: an array written in place must have one reader, the
+    // op that writes it.
+    std::vector<int> source(nodes.size()), value_of(nodes.size()), readers(nodes.size(), 0), written;
+    std::vector<char> array(nodes.size(), 0), writes(nodes.size(), 0);
+    p.initial_.resize(nodes.size());
     for (std::size_t id = 0; id < nodes.size(); ++id) {
+      source[id] = value_of[id] = int(id);
       const node& n = nodes[id];
-      if (n.kind() == node_kind::placeholder && !read[id]) continue;
-      if (n.dtype() == string || !n.shape().is_fully_defined() || n.shape().num_elements() != 1) return std::nullopt;
+      if (!needed[id]) continue;  // an argument nothing reads, or a node no output needs
+      const std::span<const int> in = n.input_ids();
+      auto from = [&](std::size_t k) { return source[std::size_t(in[k])]; };
+      if (n.kind() == node_kind::identity) value_of[id] = value_of[std::size_t(in[0])];
+      else
+        for (int k : in) ++readers[std::size_t(value_of[std::size_t(k)])];
+      auto scalar = [&](std::size_t k) { return !array[std::size_t(from(k))] && one_element(nodes[std::size_t(in[k])]); };
+      auto index = [&](std::size_t k) { return scalar(k) && is_integer(nodes[std::size_t(in[k])].dtype()); };
       switch (n.kind()) {
-        case node_kind::placeholder:
-          break;
-        case node_kind::constant:
-          if (n.value().device() != kiln::device::cpu) return std::nullopt;
-          std::memcpy(p.initial_[id].bytes, n.value().raw_data(), size_of(n.dtype()));
-          break;
         case node_kind::identity:
-          source[id] = source[std::size_t(n.input_ids()[0])];
+          source[id] = from(0);
+          continue;
+        case node_kind::placeholder:
+          array[id] = vector(n);
+          if (!array[id] && !one_element(n)) return std::nullopt;
+          continue;
+        case node_kind::constant:
+          if (!one_element(n) || n.value().device() != kiln::device::cpu) return std::nullopt;
+          std::memcpy(p.initial_[id].bytes, n.value().raw_data(), size_of(n.dtype()));
+          continue;
+        case node_kind::op:
           break;
-        case node_kind::op: {
-          const std::span<const int> in = n.input_ids();
-          const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
-          const op_entry e = entry_of(n.operation(), operand, n.dtype());
-          // Elementwise value checks reject integer operands only (division by zero,
-          // negative powers): on floats the op needs none.
-          if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
-          instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
-          for (std::size_t k = 0; k < in.size(); ++k) i.in[k] = source[std::size_t(in[k])];
-          p.code_.push_back(i);
-          break;
-        }
         default:
           return std::nullopt;
       }
+      const std::size_t bytes = size_of(n.dtype());
+      if (ops::holds_alternative<ops::gather>(n.operation())) {
+        // One element on axis 0, at a scalar index (the executor's error names its shape).
+        if (!array[std::size_t(from(0))] || !index(1) || !one_element(n) ||
+            n.operation().unchecked<ops::gather>().axis != 0 || nodes[std::size_t(in[1])].shape().rank() != 0)
+          return std::nullopt;
+        p.code_.push_back({array_step<gather_step>(bytes, nodes[std::size_t(in[1])].dtype()), nullptr, int(id),
+                           {from(0), from(1), -1}});
+        continue;
+      }
+      const bool pad = ops::holds_alternative<ops::pad_rows>(n.operation());
+      if (pad || ops::holds_alternative<ops::set_item>(n.operation())) {
+        // Written in place: its array becomes the node's value.
+        if (!array[std::size_t(from(0))] || !vector(n) || !index(1)) return std::nullopt;
+        if (!pad && (!scalar(2) || nodes[std::size_t(in[2])].dtype() != n.dtype())) return std::nullopt;
+        const dtype index_type = nodes[std::size_t(in[1])].dtype();
+        p.code_.push_back({pad ? array_step<pad_rows_step>(bytes, index_type) : array_step<set_item_step>(bytes, index_type),
+                           nullptr, from(0), {from(0), from(1), pad ? -1 : from(2)}});
+        source[id] = from(0);
+        writes[std::size_t(from(0))] = 1;
+        written.push_back(value_of[std::size_t(in[0])]);
+        continue;
+      }
+      if (!one_element(n)) return std::nullopt;
+      const dtype operand = nodes[std::size_t(in[std::size_t(ops::value_operand_of(n.operation()))])].dtype();
+      const op_entry e = entry_of(n.operation(), operand, n.dtype());
+      // Elementwise value checks reject integer operands only (division by zero,
+      // negative powers): on floats the op needs none.
+      if (!e.scalar || (e.check && !is_floating(operand) && !e.scalar_checks) || in.size() > 3) return std::nullopt;
+      instruction i{e.scalar, e.op, int(id), {-1, -1, -1}};
+      for (std::size_t k = 0; k < in.size(); ++k) {
+        if (!scalar(k)) return std::nullopt;
+        i.in[k] = from(k);
+      }
+      p.code_.push_back(i);
     }
+    for (int out : g.outputs()) ++readers[std::size_t(value_of[std::size_t(out)])];
+    for (int v : written)
+      if (readers[std::size_t(v)] != 1) return std::nullopt;
     p.arguments_ = g.arguments();
-    for (int a : p.arguments_) p.reads_.push_back(read[std::size_t(a)]);
-    for (int out : g.outputs()) p.outputs_.push_back(source[std::size_t(out)]);
+    for (int a : p.arguments_) {
+      p.reads_.push_back(needed[std::size_t(a)]);
+      p.argument_arrays_.push_back(array[std::size_t(a)]);
+      p.writes_.push_back(writes[std::size_t(a)]);
+    }
+    for (int out : g.outputs()) {
+      p.outputs_.push_back(source[std::size_t(out)]);
+      p.output_arrays_.push_back(array[std::size_t(source[std::size_t(out)])]);
+    }
     return p;
   }
 
@@ -16360,10 +16473,46 @@ class scalar_program {
   int argument(std::size_t k) const { return arguments_[k]; }
   /// Whether the program reads argument `k` (one it does not may be of any shape).
   bool reads(std::size_t k) const { return reads_[k] != 0; }
+  /// Whether argument `k` is an array (its register holds a tensor's address).
+  bool argument_is_array(std::size_t k) const { return argument_arrays_[k] != 0; }
+  /// Whether the program writes argument `k`, an array, in place.
+  bool writes(std::size_t k) const { return writes_[k] != 0; }
+  /// Whether the program writes some argument in place.
+  bool writes_arguments() const { return std::find(writes_.begin(), writes_.end(), 1) != writes_.end(); }
   /// The register of output `k`.
   int output(std::size_t k) const { return outputs_[k]; }
+  /// Whether output `k` is an array (its register holds a tensor's address).
+  bool output_is_array(std::size_t k) const { return output_arrays_[k] != 0; }
 
-  /// Runs the program on `r`, whose argument registers are set.
+  /// Whether `t` can be an array of a program: a vector of values on the CPU.
+  static bool holds_array(const tensor& t) {
+    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.rank() == 1 && t.dtype() != string;
+  }
+  /// Whether `t` can live in a register: one element, on the CPU.
+  static bool holds_scalar(const tensor& t) {
+    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.size() == 1;
+  }
+  /// Whether `t` can be argument `k`: anything when the program does not read it.
+  bool accepts(std::size_t k, const tensor& t) const {
+    return !reads(k) || (argument_is_array(k) ? holds_array(t) : holds_scalar(t));
+  }
+  /// Sets argument `k` in `r` to `t`, which it accepts: its value, or for an array its
+  /// address (the program changes an array it writes: give it one the caller owns).
+  void set_argument(std::size_t k, const tensor& t, std::vector<scalar_value>& r) const {
+    if (!reads(k)) return;
+    if (argument_is_array(k))
+      set_array(r[std::size_t(arguments_[k])], const_cast<tensor*>(&t));
+    else
+      std::memcpy(r[std::size_t(arguments_[k])].bytes, t.raw_data(), size_of(t.dtype()));
+  }
+  /// The array register `r` addresses.
+  static tensor& array_at(const scalar_value& r) {
+    tensor* t;
+    std::memcpy(&t, r.bytes, sizeof t);
+    return *t;
+  }
+
+  /// Runs the program on `r`, whose arguments are set.
   void run(std::vector<scalar_value>& r) const {
     for (const instruction& i : code_) {
       const void* const in[3] = {register_at(r, i.in[0]), register_at(r, i.in[1]), register_at(r, i.in[2])};
@@ -16379,12 +16528,60 @@ class scalar_program {
     int in[3];
   };
 
+  static void set_array(scalar_value& r, tensor* t) { std::memcpy(r.bytes, &t, sizeof t); }
   static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
+
+  // The array ops, as scalar functions on registers: in[0] addresses the array, in[1]
+  // holds the index (or row count), in[2] set_item's value; gather writes `out`. Each
+  // makes the executor's value check and raises its error. An array that another
+  // tensor shares is copied before a write.
+  struct pad_rows_step {
+    template <std::size_t Bytes>
+    static void run(tensor& a, std::int64_t rows, void*, const void*) {
+      ops::check_pad_rows(rows, a.shape());
+      if (rows > a.shape()[0]) a = ops::pad_rows::grow(std::move(a), rows);
+    }
+  };
+  struct set_item_step {
+    template <std::size_t Bytes>
+    static void run(tensor& a, std::int64_t i, void*, const void* value) {
+      ops::check_set_item_index(i, a.shape());
+      if (!a.sole_owner()) {
+        tensor own(a.dtype(), a.shape());
+        std::memcpy(own.raw_data(), a.raw_data(), std::size_t(a.size()) * Bytes);
+        a = std::move(own);
+      }
+      std::memcpy(static_cast<char*>(a.raw_data()) + std::size_t(i) * Bytes, value, Bytes);
+    }
+  };
+  struct gather_step {
+    template <std::size_t Bytes>
+    static void run(tensor& a, std::int64_t i, void* out, const void*) {
+      ops::check_gather_indices(&i, kiln::shape{}, 0, a.shape());
+      std::memcpy(out, static_cast<const char*>(a.raw_data()) + std::size_t(i) * Bytes, Bytes);
+    }
+  };
+  template <class Step, std::size_t Bytes, class Index>
+  static void array_fn(const void*, void* out, const void* const* in) {
+    Index i;
+    std::memcpy(&i, in[1], sizeof i);
+    Step::template run<Bytes>(array_at(*static_cast<const scalar_value*>(in[0])), std::int64_t(i), out, in[2]);
+  }
+  template <class Step, class Index>
+  static scalar_fn array_fn_for(std::size_t bytes) {
+    return bytes == 8 ? &array_fn<Step, 8, Index> : bytes == 4 ? &array_fn<Step, 4, Index> : &array_fn<Step, 1, Index>;
+  }
+  template <class Step>
+  static scalar_fn array_step(std::size_t bytes, dtype index) {
+    return index == int64 ? array_fn_for<Step, std::int64_t>(bytes) : array_fn_for<Step, std::int32_t>(bytes);
+  }
 
   std::vector<scalar_value> initial_;
   std::vector<instruction> code_;
   std::vector<int> arguments_, outputs_;
-  std::vector<char> reads_;  ///< per argument: whether the program reads it
+  // Per argument: whether the program reads it, whether it is an array, whether the
+  // program writes it in place; per output, whether it is an array.
+  std::vector<char> reads_, argument_arrays_, writes_, output_arrays_;
 };
 
 }  // namespace kiln::detail::exec
@@ -16669,16 +16866,14 @@ class while_op final : public special_op {
     for (std::size_t k = n; k < n + std::size_t(cond_captures_); ++k) cond_args.push_back(*in[k]);
     for (std::size_t k = n + std::size_t(cond_captures_); k < in.size(); ++k) body_args.push_back(*in[k]);
     // A condition that compiled to a scalar program runs without an executor when
-    // what it reads is one element each (a counter, while the body grows arrays).
+    // what it reads fits it (a counter, while the body grows arrays).
     std::vector<exec::scalar_value> cond_registers;
-    if (cond_program_ && !debugging::check_numerics_enabled()) cond_registers = cond_program_->registers();
+    if (cond_program_ && !cond_program_->writes_arguments() && !debugging::check_numerics_enabled())
+      cond_registers = cond_program_->registers();
     auto goes_on = [&] {
-      if (!cond_registers.empty() && scalar_arguments(*cond_program_, cond_args)) {
+      if (!cond_registers.empty() && accepts(*cond_program_, cond_args)) {
         const exec::scalar_program& cond = *cond_program_;
-        for (std::size_t k = 0; k < cond_args.size(); ++k)
-          if (cond.reads(k))
-            std::memcpy(cond_registers[std::size_t(cond.argument(k))].bytes, cond_args[k].raw_data(),
-                        size_of(cond_args[k].dtype()));
+        for (std::size_t k = 0; k < cond_args.size(); ++k) cond.set_argument(k, cond_args[k], cond_registers);
         cond.run(cond_registers);
         return cond_registers[std::size_t(cond.output(0))].bytes[0] != 0;  // a bool_ is one byte, 0 or 1
       }
@@ -16702,38 +16897,64 @@ class while_op final : public special_op {
   }
 
  private:
-  // Whether the condition and body compiled to scalar programs and the inputs are
-  // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
+  // Whether the condition and body compiled to scalar programs and what they read
+  // fits them: one-element tensors on the CPU, and vectors where they hold arrays (a
+  // capture no program reads, such as a value a backward loop is given but does not
+  // need, may be anything). The body may write in place only the arrays that are loop
+  // variables, and only when it does not break: a break keeps the values its
+  // iteration began with. check_numerics needs the executor, which names ops.
   bool scalar_loop(std::span<const tensor* const> in) const {
     if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
-    return std::all_of(in.begin(), in.end(), [](const tensor* t) { return holds_scalar(*t); });
-  }
-
-  // Whether `t` can live in a scalar program's register: one element, on the CPU.
-  static bool holds_scalar(const tensor& t) {
-    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.size() == 1;
-  }
-
-  // Whether program `p` can run on `args`: each argument it reads a one-element CPU
-  // value (a loop keeps its variables' dtypes, so they are those it was traced with).
-  static bool scalar_arguments(const exec::scalar_program& p, std::span<const tensor> args) {
-    for (std::size_t k = 0; k < args.size(); ++k)
-      if (p.reads(k) && !holds_scalar(args[k])) return false;
+    const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
+    if (cond.writes_arguments()) return false;
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_), first = breaks_ ? 1 : 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const tensor& t = *in[k];
+      if (k < n) {
+        const bool array = body.output_is_array(k + first);
+        if (array ? breaks_ || !exec::scalar_program::holds_array(t) : !exec::scalar_program::holds_scalar(t))
+          return false;
+      }
+      if (k < cond_end && !cond.accepts(k, t)) return false;
+      if (k >= n && k < cond_end) continue;
+      const std::size_t arg = k < n ? k : k - cond_end + n;
+      if (!body.accepts(arg, t) || (k >= n && body.writes(arg))) return false;
+    }
     return true;
   }
 
-  // The loop on scalar programs: loop variables and captures live in registers, and
-  // an iteration allocates nothing.
+  // Whether program `p` can run on `args` (a loop keeps its variables' dtypes, so they
+  // are those it was traced with).
+  static bool accepts(const exec::scalar_program& p, std::span<const tensor> args) {
+    for (std::size_t k = 0; k < args.size(); ++k)
+      if (!p.accepts(k, args[k])) return false;
+    return true;
+  }
+
+  // The loop on scalar programs: loop variables and captures live in registers, an
+  // array as the address of a tensor the loop holds (the body writes its arrays in
+  // place), and an iteration allocates nothing but the room a growing array doubles
+  // into.
   template <class = void>
   std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
     const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
-    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);
-    auto load = [](const tensor& t, exec::scalar_value& r) { std::memcpy(r.bytes, t.raw_data(), size_of(t.dtype())); };
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_), first = breaks_ ? 1 : 0;
     std::vector<exec::scalar_value> cond_registers = cond.registers(), body_registers = body.registers(), vars(n);
-    for (std::size_t k = 0; k < n; ++k) load(*in[k], vars[k]);
-    for (std::size_t k = n; k < cond_end; ++k) load(*in[k], cond_registers[std::size_t(cond.argument(k))]);
-    for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
-    const std::size_t first = breaks_ ? 1 : 0;
+    std::vector<tensor> arrays(n);  // the loop variables that are arrays, where the programs' registers point
+    std::vector<std::size_t> scalars, array_vars;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (body.output_is_array(k + first)) {
+        array_vars.push_back(k);
+        arrays[k] = *in[k];
+        cond.set_argument(k, arrays[k], cond_registers);
+        body.set_argument(k, arrays[k], body_registers);
+      } else {
+        scalars.push_back(k);
+        std::memcpy(vars[k].bytes, in[k]->raw_data(), size_of(in[k]->dtype()));
+      }
+    }
+    for (std::size_t k = n; k < cond_end; ++k) cond.set_argument(k, *in[k], cond_registers);
+    for (std::size_t k = cond_end; k < in.size(); ++k) body.set_argument(k - cond_end + n, *in[k], body_registers);
     auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
     // Each variable moves in its dtype's size: an 8-byte load of a register an op just
     // wrote 4 bytes of waits for the store to retire (no store forwarding).
@@ -16747,22 +16968,45 @@ class while_op final : public special_op {
       }
     };
     for (;;) {
-      for (std::size_t k = 0; k < n; ++k) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k : scalars) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
       cond.run(cond_registers);
       if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k : scalars) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
       body.run(body_registers);
       if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
+      for (std::size_t k : scalars) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
+      // An array the body wrote in place is its variable already; one it gives from
+      // elsewhere (another variable, a capture) is shared (then copied when written).
+      for (std::size_t k : array_vars)
+        if (const tensor& next = exec::scalar_program::array_at(body_registers[std::size_t(body.output(k + first))]);
+            &next != &arrays[k]) {
+          take_arrays(body, array_vars, arrays, body_registers, first);
+          break;
+        }
     }
     std::vector<tensor> out;
     out.reserve(n);
     for (std::size_t k = 0; k < n; ++k) {
+      if (body.output_is_array(k + first)) {
+        out.push_back(std::move(arrays[k]));
+        continue;
+      }
       tensor t(in[k]->dtype(), in[k]->shape());
       std::memcpy(t.raw_data(), vars[k].bytes, size_of(t.dtype()));
       out.push_back(std::move(t));
     }
     return out;
+  }
+
+  // Sets each array variable to the array the body gave for it, all read before any
+  // is set (the body may give them swapped).
+  template <class = void>
+  KILN_COLD static void take_arrays(const exec::scalar_program& body, std::span<const std::size_t> array_vars,
+                                    std::span<tensor> arrays, std::span<const exec::scalar_value> registers,
+                                    std::size_t first) {
+    std::vector<tensor> next;
+    for (std::size_t k : array_vars) next.push_back(exec::scalar_program::array_at(registers[std::size_t(body.output(k + first))]));
+    for (std::size_t j = 0; j < array_vars.size(); ++j) arrays[array_vars[j]] = std::move(next[j]);
   }
 
   int vars_;
@@ -24901,7 +25145,10 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
 /// backward pass runs the loop again, stacking each iteration's loop variables in
 /// tensor arrays and counting the iterations, then walks the iterations back in a
 /// second loop, in which each step is the vector-Jacobian product of the body at the
-/// stacked variables. That loop carries the gradients of the loop variables and sums
+/// stacked variables. Only the variables a step reads are stacked, as TensorFlow
+/// accumulates only the intermediates its gradient needs: a step traced once on
+/// stand-ins shows which (none for a recurrence such as `s * a + b`, whose gradient
+/// is a product of constants; then both loops run on scalars alone). That loop carries the gradients of the loop variables and sums
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
 /// stops the recomputed loop the same way.
@@ -24949,10 +25196,10 @@ struct loop_backward {
     // stacks...]. A body that ends in break_if gives its condition first: the
     // iteration that breaks keeps the values it started with, so it is left out of the
     // walk back (its write to the stacks is dropped with the rest of its values).
+    const std::vector<std::size_t> stacked = reshaped ? std::vector<std::size_t>() : read_by_steps<Lazy>(captures, dys);
     std::vector<tensor_array> stacks;
-    if (!reshaped)
-      for (const tensor& x : initial)
-        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    for (std::size_t k : stacked)
+      stacks.emplace_back(initial[k].dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
     std::vector<tensor> leaves = with({kiln::constant(std::int32_t(0))}, initial);
     std::vector<const tensor_array*> arrays(leaves.size(), nullptr);
     for (const tensor_array& s : stacks) {
@@ -24977,7 +25224,7 @@ struct loop_backward {
           next.push_back(i + 1);
           next.insert(next.end(), out.begin(), out.end());
           for (std::size_t k = 0; k < stacks.size(); ++k)
-            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[k]).elements());
+            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[stacked[k]]).elements());
           return next;
         },
         [&](std::span<const tensor> l) {
@@ -24986,12 +25233,13 @@ struct loop_backward {
     const tensor& count = recomputed[0];
     std::vector<tensor_array> states;
     for (std::size_t k = 0; k < stacks.size(); ++k) states.push_back(stacks[k].with_elements(recomputed[1 + n + k]));
-    // The loop variables iteration `i` began with. Every iteration before the
-    // counted ones went on, so the recomputing loop needs no condition but the count.
+    // The loop variables iteration `i` began with (the loop's initial values stand for
+    // those its step does not read). Every iteration before the counted ones went on,
+    // so the recomputing loop needs no condition but the count.
     auto state_at = [&](const tensor& i) {
       if (!reshaped) {
-        std::vector<tensor> state;
-        for (const tensor_array& s : states) state.push_back(s.read(i));
+        std::vector<tensor> state = initial;
+        for (std::size_t k = 0; k < states.size(); ++k) state[stacked[k]] = states[k].read(i);
         return state;
       }
       std::vector<tensor> out = trace_loop_on_leaves(
@@ -25036,6 +25284,39 @@ struct loop_backward {
       if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
     out.insert(out.end(), walked.begin() + std::ptrdiff_t(captured_at), walked.end());
     return out;
+  }
+
+  // The loop variables (by index) that a step of the walk back reads: its
+  // vector-Jacobian product traced into a scratch graph on placeholders for the
+  // variables and the gradients, as the walk's body traces it. All of them outside a
+  // trace, where a step runs as it goes.
+  template <class Lazy>
+  std::vector<std::size_t> read_by_steps(std::span<const tensor> captures, std::span<const tensor> dys) const {
+    const auto n = std::size_t(vars);
+    std::vector<std::size_t> read;
+    if (!tracing()) {
+      for (std::size_t k = 0; k < n; ++k) read.push_back(k);
+      return read;
+    }
+    std::vector<tensor_spec> params;
+    for (std::size_t k = 0; k < n; ++k) {
+      const node& p = body_graph.node_at(body_graph.arguments()[k]);
+      params.emplace_back(p.shape(), p.dtype(), "loop_var");
+    }
+    for (const tensor& dy : dys) params.emplace_back(dy.shape(), dy.dtype(), "gradient");
+    traced_subgraph step;
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          std::vector<tensor> args(p.begin(), p.begin() + std::ptrdiff_t(n));
+          args.insert(args.end(), captures.begin(), captures.end());
+          return basic_tape_runtime<Lazy>::vector_jacobian_product(body_graph, args, floating_only(args), p.subspan(n),
+                                                                   variables);
+        },
+        std::span<const tensor_spec>(params), step);
+    const std::vector<char> needed = step.g.needed_nodes();
+    for (std::size_t k = 0; k < n; ++k)
+      if (needed[std::size_t(step.g.arguments()[k])]) read.push_back(k);
+    return read;
   }
 };
 

@@ -7,7 +7,9 @@
 
 #include <boost/mp11/algorithm.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,10 +79,29 @@ TEST_CASE("a scalar loop with integer division and a cast runs as a scalar progr
                                                              {"in mod_sum", "floormod: integer division by zero"});
 }
 
-TEST_CASE("a loop condition that reads only scalars runs as a scalar program while the body grows an array", "[exec]") {
-  // The body appends to a growing tensor_array (a loop gradient's stacks do): the body
-  // needs the executor, the condition, given the array but reading only the counter,
-  // does not.
+// The while nodes of `f`'s trace for `args`.
+template <class F, class... Args>
+std::vector<const kiln::detail::while_op*> loops_of(F& f, const Args&... args) {
+  std::vector<const kiln::detail::while_op*> loops;
+  for (const kiln::node& n : f.get_concrete_function(args...).graph().nodes())
+    if (n.op() == "while") {
+      loops.push_back(n.special().template as<kiln::detail::while_op>());
+      REQUIRE(loops.back() != nullptr);
+    }
+  return loops;
+}
+
+// Whether some loop variable of `loop` is a vector (a stack of the iterations' values).
+bool has_vector_variable(const kiln::detail::while_op& loop) {
+  const kiln::graph& body = loop.body_graph();
+  for (int k = 0; k < loop.loop_variables(); ++k)
+    if (body.node_at(body.arguments()[std::size_t(k)]).shape().rank() == 1) return true;
+  return false;
+}
+
+TEST_CASE("a loop that grows a tensor_array runs as a scalar program, writing the array in place", "[exec]") {
+  // The body appends to a growing tensor_array, as a loop gradient's stacks do: pad_rows
+  // then set_item, in place on an array of the program.
   auto squares = [](const kiln::tensor& n) {
     kiln::tensor_array out(kiln::float32, 0, {.dynamic_size = true});
     auto [i, all] = kiln::while_loop(
@@ -93,20 +114,21 @@ TEST_CASE("a loop condition that reads only scalars runs as a scalar program whi
     return all.stack();
   };
   kiln::function f(squares);
-  const kiln::tensor n = kiln::constant(50);
-  std::vector<float> expected;
-  for (int i = 0; i < 50; ++i) expected.push_back(float(i * i));
-  CHECK(f(n).to_vector<float>() == expected);
-  int loops = 0;
-  for (const kiln::node& node : f.get_concrete_function(n).graph().nodes())
-    if (node.op() == "while") {
-      const auto* loop = node.special().as<kiln::detail::while_op>();
-      REQUIRE(loop != nullptr);
-      CHECK_FALSE(loop->runs_as_scalar_program());
-      CHECK(loop->condition_runs_as_scalar_program());
-      ++loops;
-    }
-  CHECK(loops == 1);
+  for (const int n : {0, 1, 50, 1000}) {
+    std::vector<float> expected;
+    for (int i = 0; i < n; ++i) expected.push_back(float(i * i));
+    INFO("n = " << n);
+    CHECK(f(kiln::constant(n)).to_vector<float>() == expected);
+  }
+  const auto loops = loops_of(f, kiln::constant(50));
+  REQUIRE(loops.size() == 1);
+  CHECK(loops[0]->runs_as_scalar_program());
+  // Called twice with the same array: the first call's result keeps its values when
+  // the second grows its own.
+  const kiln::tensor first = f(kiln::constant(3)), second = f(kiln::constant(4));
+  CHECK(first.to_vector<float>() == std::vector<float>{0, 1, 4});
+  CHECK(second.to_vector<float>() == std::vector<float>{0, 1, 4, 9});
+
   // What a condition that compiled to a program does not read may be of any shape.
   kiln::function counter_only([](const kiln::tensor& i, const kiln::tensor&) { return i < 3; },
                               {.input_signature = std::vector<kiln::tensor_spec>{{{}, kiln::int32}, {{kiln::none}, kiln::float32}}});
@@ -116,4 +138,94 @@ TEST_CASE("a loop condition that reads only scalars runs as a scalar program whi
   REQUIRE(program.has_value());
   CHECK(program->reads(0));
   CHECK_FALSE(program->reads(1));
+}
+
+TEST_CASE("a scalar program reads and writes arrays with the executor's values and errors", "[exec]") {
+  // A captured vector read at the counter (gather), and a fixed-size tensor_array
+  // written at it (set_item): run as scalar programs, and by the executor when
+  // check_numerics is on, with the same results, and the same errors past the end.
+  auto sum_to = [](int capacity) {
+    return [capacity](const kiln::tensor& values, const kiln::tensor& n) {
+      kiln::tensor_array doubled(kiln::float32, capacity);
+      auto [i, s, out] = kiln::while_loop(
+          [&](const kiln::tensor& i, const kiln::tensor&, const kiln::tensor_array&) { return i < n; },
+          [&](const kiln::tensor& i, const kiln::tensor& s, const kiln::tensor_array& acc) {
+            const kiln::tensor v = values[i];
+            return std::tuple{i + 1, s + v, acc.write(i, v * 2.f)};
+          },
+          kiln::constant(0), kiln::constant(0.f), doubled);
+      return std::vector<kiln::tensor>{s, out.stack()};
+    };
+  };
+  kiln::function f(sum_to(5), {.name = "sum_to"}), short_array(sum_to(4), {.name = "short_array"});
+  const std::vector<float> values{1.5f, -2.f, 4.f, 8.25f, 0.5f};
+  const kiln::tensor x = kiln::constant(values);
+  const auto loops = loops_of(f, x, kiln::constant(5));
+  REQUIRE(loops.size() == 1);
+  CHECK(loops[0]->runs_as_scalar_program());
+  // check_numerics on, until the end of a scope (an assertion that throws included).
+  struct numerics_checked {
+    numerics_checked() { kiln::debugging::enable_check_numerics(); }
+    ~numerics_checked() { kiln::debugging::disable_check_numerics(); }
+  };
+  for (const bool executor : {false, true}) {
+    INFO((executor ? "the executor" : "scalar programs"));
+    std::optional<numerics_checked> checked;
+    if (executor) checked.emplace();
+    const std::vector<kiln::tensor> out = f(x, kiln::constant(4));
+    float sum = 0;
+    std::vector<float> doubled(5, 0.f);
+    for (std::size_t i = 0; i < 4; ++i) {
+      sum += values[i];
+      doubled[i] = values[i] * 2.f;
+    }
+    CHECK(out[0].item<float>() == sum);
+    CHECK(out[1].to_vector<float>() == doubled);
+    kiln::testing::require_throws<kiln::invalid_argument_error>([&] { return f(x, kiln::constant(6)); },
+                                                               {"in sum_to", "gather: indices", "= 5 is not in [0, 5)"});
+    kiln::testing::require_throws<kiln::invalid_argument_error>(
+        [&] { return short_array(x, kiln::constant(5)); }, {"in short_array", "set_item: index 4 is not in [0, 4)"});
+  }
+}
+
+TEST_CASE("a loop's gradient stacks only the values its steps read, and both its loops run as scalar programs", "[exec]") {
+  // s * 0.5 + 1: each step's gradient is 0.5 whatever s was, so nothing is stacked.
+  kiln::function linear([](const kiln::tensor& x, const kiln::tensor& n) {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    const kiln::tensor y =
+        kiln::for_range(n, [](const kiln::tensor&, const kiln::tensor& s) { return s * 0.5f + 1.f; }, x);
+    return tape.gradient(y, x);
+  });
+  const kiln::tensor x = kiln::constant(3.f);
+  for (const int n : {0, 1, 10}) CHECK(linear(x, kiln::constant(n)).item<float>() == std::ldexp(1.f, -n));
+  auto loops = loops_of(linear, x, kiln::constant(10));
+  CHECK(loops.size() >= 2);
+  for (const auto* loop : loops) {
+    CHECK(loop->runs_as_scalar_program());
+    CHECK_FALSE(has_vector_variable(*loop));
+  }
+
+  // s * s / 2: each step's gradient is the s it began with, which the walk back reads
+  // from the stack the recomputed loop grows.
+  kiln::function square([](const kiln::tensor& x, const kiln::tensor& n) {
+    kiln::gradient_tape tape;
+    tape.watch(x);
+    const kiln::tensor y =
+        kiln::for_range(n, [](const kiln::tensor&, const kiln::tensor& s) { return s * s * 0.5f; }, x);
+    return tape.gradient(y, x);
+  });
+  double s = 1.25, expected = 1;  // the product of the values each step began with
+  for (int i = 0; i < 6; ++i) {
+    expected *= s;
+    s = s * s * 0.5;
+  }
+  CHECK(std::fabs(square(kiln::constant(1.25f), kiln::constant(6)).item<float>() - expected) < 1e-5 * expected);
+  loops = loops_of(square, kiln::constant(1.25f), kiln::constant(6));
+  int stacking = 0;
+  for (const auto* loop : loops) {
+    CHECK(loop->runs_as_scalar_program());
+    stacking += has_vector_variable(*loop);
+  }
+  CHECK(stacking == 1);
 }

@@ -224,7 +224,10 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
 /// backward pass runs the loop again, stacking each iteration's loop variables in
 /// tensor arrays and counting the iterations, then walks the iterations back in a
 /// second loop, in which each step is the vector-Jacobian product of the body at the
-/// stacked variables. That loop carries the gradients of the loop variables and sums
+/// stacked variables. Only the variables a step reads are stacked, as TensorFlow
+/// accumulates only the intermediates its gradient needs: a step traced once on
+/// stand-ins shows which (none for a recurrence such as `s * a + b`, whose gradient
+/// is a product of constants; then both loops run on scalars alone). That loop carries the gradients of the loop variables and sums
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
 /// stops the recomputed loop the same way.
@@ -272,10 +275,10 @@ struct loop_backward {
     // stacks...]. A body that ends in break_if gives its condition first: the
     // iteration that breaks keeps the values it started with, so it is left out of the
     // walk back (its write to the stacks is dropped with the rest of its values).
+    const std::vector<std::size_t> stacked = reshaped ? std::vector<std::size_t>() : read_by_steps<Lazy>(captures, dys);
     std::vector<tensor_array> stacks;
-    if (!reshaped)
-      for (const tensor& x : initial)
-        stacks.emplace_back(x.dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
+    for (std::size_t k : stacked)
+      stacks.emplace_back(initial[k].dtype(), std::int64_t(0), tensor_array_options{.dynamic_size = true});
     std::vector<tensor> leaves = with({kiln::constant(std::int32_t(0))}, initial);
     std::vector<const tensor_array*> arrays(leaves.size(), nullptr);
     for (const tensor_array& s : stacks) {
@@ -300,7 +303,7 @@ struct loop_backward {
           next.push_back(i + 1);
           next.insert(next.end(), out.begin(), out.end());
           for (std::size_t k = 0; k < stacks.size(); ++k)
-            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[k]).elements());
+            next.push_back(stacks[k].with_elements(l[1 + n + k]).write(i, v[stacked[k]]).elements());
           return next;
         },
         [&](std::span<const tensor> l) {
@@ -309,12 +312,13 @@ struct loop_backward {
     const tensor& count = recomputed[0];
     std::vector<tensor_array> states;
     for (std::size_t k = 0; k < stacks.size(); ++k) states.push_back(stacks[k].with_elements(recomputed[1 + n + k]));
-    // The loop variables iteration `i` began with. Every iteration before the
-    // counted ones went on, so the recomputing loop needs no condition but the count.
+    // The loop variables iteration `i` began with (the loop's initial values stand for
+    // those its step does not read). Every iteration before the counted ones went on,
+    // so the recomputing loop needs no condition but the count.
     auto state_at = [&](const tensor& i) {
       if (!reshaped) {
-        std::vector<tensor> state;
-        for (const tensor_array& s : states) state.push_back(s.read(i));
+        std::vector<tensor> state = initial;
+        for (std::size_t k = 0; k < states.size(); ++k) state[stacked[k]] = states[k].read(i);
         return state;
       }
       std::vector<tensor> out = trace_loop_on_leaves(
@@ -359,6 +363,39 @@ struct loop_backward {
       if (is_floating(c.dtype())) out.push_back(zeros_shaped_like(c));
     out.insert(out.end(), walked.begin() + std::ptrdiff_t(captured_at), walked.end());
     return out;
+  }
+
+  // The loop variables (by index) that a step of the walk back reads: its
+  // vector-Jacobian product traced into a scratch graph on placeholders for the
+  // variables and the gradients, as the walk's body traces it. All of them outside a
+  // trace, where a step runs as it goes.
+  template <class Lazy>
+  std::vector<std::size_t> read_by_steps(std::span<const tensor> captures, std::span<const tensor> dys) const {
+    const auto n = std::size_t(vars);
+    std::vector<std::size_t> read;
+    if (!tracing()) {
+      for (std::size_t k = 0; k < n; ++k) read.push_back(k);
+      return read;
+    }
+    std::vector<tensor_spec> params;
+    for (std::size_t k = 0; k < n; ++k) {
+      const node& p = body_graph.node_at(body_graph.arguments()[k]);
+      params.emplace_back(p.shape(), p.dtype(), "loop_var");
+    }
+    for (const tensor& dy : dys) params.emplace_back(dy.shape(), dy.dtype(), "gradient");
+    traced_subgraph step;
+    trace_subgraph(
+        [&](std::span<const tensor> p) {
+          std::vector<tensor> args(p.begin(), p.begin() + std::ptrdiff_t(n));
+          args.insert(args.end(), captures.begin(), captures.end());
+          return basic_tape_runtime<Lazy>::vector_jacobian_product(body_graph, args, floating_only(args), p.subspan(n),
+                                                                   variables);
+        },
+        std::span<const tensor_spec>(params), step);
+    const std::vector<char> needed = step.g.needed_nodes();
+    for (std::size_t k = 0; k < n; ++k)
+      if (needed[std::size_t(step.g.arguments()[k])]) read.push_back(k);
+    return read;
   }
 };
 

@@ -133,11 +133,16 @@ class tensor {
   }
   /// A tensor sharing this one's buffer with another shape of the same size, or a
   /// contiguous window of it starting `offset` elements in.
-  tensor share(const kiln::shape& s, std::int64_t offset = 0) const {
+  tensor share(const kiln::shape& s, std::int64_t offset = 0) const& {
     tensor t = *this;
-    t.shape_ = s;
-    t.offset_ = offset_ + offset;
-    return t;
+    return std::move(t).share(s, offset);
+  }
+  /// The same, taking this tensor's hold on the buffer (no count to change: a loop
+  /// that grows an array by a row per iteration reshapes it each time).
+  tensor share(const kiln::shape& s, std::int64_t offset = 0) && {
+    shape_ = s;
+    offset_ += offset;
+    return std::move(*this);
   }
 
   /// Throws kiln::type_error when this tensor has no value (it is symbolic or empty).

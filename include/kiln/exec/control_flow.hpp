@@ -302,16 +302,14 @@ class while_op final : public special_op {
     for (std::size_t k = n; k < n + std::size_t(cond_captures_); ++k) cond_args.push_back(*in[k]);
     for (std::size_t k = n + std::size_t(cond_captures_); k < in.size(); ++k) body_args.push_back(*in[k]);
     // A condition that compiled to a scalar program runs without an executor when
-    // what it reads is one element each (a counter, while the body grows arrays).
+    // what it reads fits it (a counter, while the body grows arrays).
     std::vector<exec::scalar_value> cond_registers;
-    if (cond_program_ && !debugging::check_numerics_enabled()) cond_registers = cond_program_->registers();
+    if (cond_program_ && !cond_program_->writes_arguments() && !debugging::check_numerics_enabled())
+      cond_registers = cond_program_->registers();
     auto goes_on = [&] {
-      if (!cond_registers.empty() && scalar_arguments(*cond_program_, cond_args)) {
+      if (!cond_registers.empty() && accepts(*cond_program_, cond_args)) {
         const exec::scalar_program& cond = *cond_program_;
-        for (std::size_t k = 0; k < cond_args.size(); ++k)
-          if (cond.reads(k))
-            std::memcpy(cond_registers[std::size_t(cond.argument(k))].bytes, cond_args[k].raw_data(),
-                        size_of(cond_args[k].dtype()));
+        for (std::size_t k = 0; k < cond_args.size(); ++k) cond.set_argument(k, cond_args[k], cond_registers);
         cond.run(cond_registers);
         return cond_registers[std::size_t(cond.output(0))].bytes[0] != 0;  // a bool_ is one byte, 0 or 1
       }
@@ -335,38 +333,64 @@ class while_op final : public special_op {
   }
 
  private:
-  // Whether the condition and body compiled to scalar programs and the inputs are
-  // one-element tensors on the CPU. check_numerics needs the executor, which names ops.
+  // Whether the condition and body compiled to scalar programs and what they read
+  // fits them: one-element tensors on the CPU, and vectors where they hold arrays (a
+  // capture no program reads, such as a value a backward loop is given but does not
+  // need, may be anything). The body may write in place only the arrays that are loop
+  // variables, and only when it does not break: a break keeps the values its
+  // iteration began with. check_numerics needs the executor, which names ops.
   bool scalar_loop(std::span<const tensor* const> in) const {
     if (!cond_program_ || !body_program_ || debugging::check_numerics_enabled()) return false;
-    return std::all_of(in.begin(), in.end(), [](const tensor* t) { return holds_scalar(*t); });
-  }
-
-  // Whether `t` can live in a scalar program's register: one element, on the CPU.
-  static bool holds_scalar(const tensor& t) {
-    return t.defined() && !t.is_symbolic() && t.device() == kiln::device::cpu && t.size() == 1;
-  }
-
-  // Whether program `p` can run on `args`: each argument it reads a one-element CPU
-  // value (a loop keeps its variables' dtypes, so they are those it was traced with).
-  static bool scalar_arguments(const exec::scalar_program& p, std::span<const tensor> args) {
-    for (std::size_t k = 0; k < args.size(); ++k)
-      if (p.reads(k) && !holds_scalar(args[k])) return false;
+    const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
+    if (cond.writes_arguments()) return false;
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_), first = breaks_ ? 1 : 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const tensor& t = *in[k];
+      if (k < n) {
+        const bool array = body.output_is_array(k + first);
+        if (array ? breaks_ || !exec::scalar_program::holds_array(t) : !exec::scalar_program::holds_scalar(t))
+          return false;
+      }
+      if (k < cond_end && !cond.accepts(k, t)) return false;
+      if (k >= n && k < cond_end) continue;
+      const std::size_t arg = k < n ? k : k - cond_end + n;
+      if (!body.accepts(arg, t) || (k >= n && body.writes(arg))) return false;
+    }
     return true;
   }
 
-  // The loop on scalar programs: loop variables and captures live in registers, and
-  // an iteration allocates nothing.
+  // Whether program `p` can run on `args` (a loop keeps its variables' dtypes, so they
+  // are those it was traced with).
+  static bool accepts(const exec::scalar_program& p, std::span<const tensor> args) {
+    for (std::size_t k = 0; k < args.size(); ++k)
+      if (!p.accepts(k, args[k])) return false;
+    return true;
+  }
+
+  // The loop on scalar programs: loop variables and captures live in registers, an
+  // array as the address of a tensor the loop holds (the body writes its arrays in
+  // place), and an iteration allocates nothing but the room a growing array doubles
+  // into.
   template <class = void>
   std::vector<tensor> run_scalar(std::span<const tensor* const> in) const {
     const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
-    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_);
-    auto load = [](const tensor& t, exec::scalar_value& r) { std::memcpy(r.bytes, t.raw_data(), size_of(t.dtype())); };
+    const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_), first = breaks_ ? 1 : 0;
     std::vector<exec::scalar_value> cond_registers = cond.registers(), body_registers = body.registers(), vars(n);
-    for (std::size_t k = 0; k < n; ++k) load(*in[k], vars[k]);
-    for (std::size_t k = n; k < cond_end; ++k) load(*in[k], cond_registers[std::size_t(cond.argument(k))]);
-    for (std::size_t k = cond_end; k < in.size(); ++k) load(*in[k], body_registers[std::size_t(body.argument(k - cond_end + n))]);
-    const std::size_t first = breaks_ ? 1 : 0;
+    std::vector<tensor> arrays(n);  // the loop variables that are arrays, where the programs' registers point
+    std::vector<std::size_t> scalars, array_vars;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (body.output_is_array(k + first)) {
+        array_vars.push_back(k);
+        arrays[k] = *in[k];
+        cond.set_argument(k, arrays[k], cond_registers);
+        body.set_argument(k, arrays[k], body_registers);
+      } else {
+        scalars.push_back(k);
+        std::memcpy(vars[k].bytes, in[k]->raw_data(), size_of(in[k]->dtype()));
+      }
+    }
+    for (std::size_t k = n; k < cond_end; ++k) cond.set_argument(k, *in[k], cond_registers);
+    for (std::size_t k = cond_end; k < in.size(); ++k) body.set_argument(k - cond_end + n, *in[k], body_registers);
     auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
     // Each variable moves in its dtype's size: an 8-byte load of a register an op just
     // wrote 4 bytes of waits for the store to retire (no store forwarding).
@@ -380,22 +404,45 @@ class while_op final : public special_op {
       }
     };
     for (;;) {
-      for (std::size_t k = 0; k < n; ++k) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k : scalars) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
       cond.run(cond_registers);
       if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k : scalars) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
       body.run(body_registers);
       if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
-      for (std::size_t k = 0; k < n; ++k) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
+      for (std::size_t k : scalars) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
+      // An array the body wrote in place is its variable already; one it gives from
+      // elsewhere (another variable, a capture) is shared (then copied when written).
+      for (std::size_t k : array_vars)
+        if (const tensor& next = exec::scalar_program::array_at(body_registers[std::size_t(body.output(k + first))]);
+            &next != &arrays[k]) {
+          take_arrays(body, array_vars, arrays, body_registers, first);
+          break;
+        }
     }
     std::vector<tensor> out;
     out.reserve(n);
     for (std::size_t k = 0; k < n; ++k) {
+      if (body.output_is_array(k + first)) {
+        out.push_back(std::move(arrays[k]));
+        continue;
+      }
       tensor t(in[k]->dtype(), in[k]->shape());
       std::memcpy(t.raw_data(), vars[k].bytes, size_of(t.dtype()));
       out.push_back(std::move(t));
     }
     return out;
+  }
+
+  // Sets each array variable to the array the body gave for it, all read before any
+  // is set (the body may give them swapped).
+  template <class = void>
+  KILN_COLD static void take_arrays(const exec::scalar_program& body, std::span<const std::size_t> array_vars,
+                                    std::span<tensor> arrays, std::span<const exec::scalar_value> registers,
+                                    std::size_t first) {
+    std::vector<tensor> next;
+    for (std::size_t k : array_vars) next.push_back(exec::scalar_program::array_at(registers[std::size_t(body.output(k + first))]));
+    for (std::size_t j = 0; j < array_vars.size(); ++j) arrays[array_vars[j]] = std::move(next[j]);
   }
 
   int vars_;

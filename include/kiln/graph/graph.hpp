@@ -371,6 +371,15 @@ class graph {
   KILN_LIBRARY_INLINE std::vector<int> add_special_like(const graph& from, int id, std::span<const int> inputs);
   /// True when some special node has effects (its graph must run even for no output).
   KILN_LIBRARY_INLINE bool has_effects() const;
+  /// Per node, whether running the graph needs it: an output, a special node with
+  /// effects, or an input of a needed node. What is not needed is pruned when the
+  /// graph runs.
+  /// \code
+  /// kiln::function f([](const kiln::tensor& x) { kiln::exp(x); return x + 1; });
+  /// const kiln::graph g = f.get_concrete_function(kiln::constant(1.f)).graph();
+  /// g.needed_nodes();  // 0 for the exp, 1 for the rest
+  /// \endcode
+  KILN_LIBRARY_INLINE std::vector<char> needed_nodes() const;
   KILN_LIBRARY_INLINE int add_output(int source);
 
   /// The graph in Graphviz's dot language: one box per node, labelled `name\nop`;
@@ -616,6 +625,19 @@ KILN_LIBRARY_INLINE bool graph::has_effects() const {
   for (const node& n : nodes_)
     if (n.kind_ == node_kind::special && n.special().has_effects()) return true;
   return false;
+}
+
+KILN_LIBRARY_INLINE std::vector<char> graph::needed_nodes() const {
+  std::vector<char> needed(nodes_.size(), 0);
+  for (int out : outputs_) needed[std::size_t(out)] = 1;
+  // A node's readers come after it, so one pass back settles each node before it is reached.
+  for (std::size_t id = nodes_.size(); id-- > 0;) {
+    const node& n = nodes_[id];
+    if (n.kind_ == node_kind::special && n.special().has_effects()) needed[id] = 1;
+    if (needed[id])
+      for (int in : n.input_ids()) needed[std::size_t(in)] = 1;
+  }
+  return needed;
 }
 
 KILN_LIBRARY_INLINE int graph::add_output(int source) {

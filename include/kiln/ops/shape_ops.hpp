@@ -407,6 +407,11 @@ struct pad_rows {
   /// row (a copy per row made it quadratic); else as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
+  /// `x` (on the CPU, not strings) with rows of zeros appended until it has `rows`,
+  /// more than it has: in its buffer's spare room when it is the buffer's sole owner
+  /// and the room is enough, else in a new buffer with room for twice its rows.
+  template <class = void>
+  static tensor grow(tensor&& x, std::int64_t rows);
   KILN_LIBRARY_INLINE std::string attributes() const;
   constexpr bool operator==(const pad_rows&) const = default;
   /// dy without the added rows.
@@ -746,22 +751,30 @@ void check_values(const unsorted_segment_sum& op, std::span<const tensor* const>
 /// The value of an int32 or int64 scalar index (the `i` of set_item), on any device.
 KILN_LIBRARY_INLINE std::int64_t scalar_index(const tensor& index);
 
-/// `set_item` needs 0 <= i < dim for the first dim.
+/// `set_item` needs 0 <= i < dim for the first dim of `x`.
+template <class = void>
+void check_set_item_index(std::int64_t i, const shape& x) {
+  if (i < 0 || i >= x[0])
+    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(x[0]) +
+                                 ") for the first dim of a tensor of shape " + x.str());
+}
+
 template <class = void>
 void check_values(const set_item&, std::span<const tensor* const> in) {
-  const std::int64_t rows = in[0]->shape()[0];
-  const std::int64_t i = scalar_index(*in[1]);
-  if (i < 0 || i >= rows)
-    throw invalid_argument_error("set_item: index " + std::to_string(i) + " is not in [0, " + std::to_string(rows) +
-                                 ") for the first dim of a tensor of shape " + in[0]->shape().str());
+  check_set_item_index(scalar_index(*in[1]), in[0]->shape());
 }
 
 /// `pad_rows` needs a number of rows that is not negative.
 template <class = void>
-void check_values(const pad_rows&, std::span<const tensor* const> in) {
-  if (const std::int64_t rows = scalar_index(*in[1]); rows < 0)
+void check_pad_rows(std::int64_t rows, const shape& x) {
+  if (rows < 0)
     throw invalid_argument_error("pad_rows: the number of rows must not be negative, got " + std::to_string(rows) +
-                                 " for a tensor of shape " + in[0]->shape().str());
+                                 " for a tensor of shape " + x.str());
+}
+
+template <class = void>
+void check_values(const pad_rows&, std::span<const tensor* const> in) {
+  check_pad_rows(scalar_index(*in[1]), in[0]->shape());
 }
 
 }  // namespace ops
@@ -903,27 +916,33 @@ tensor ops::pad_rows::evaluate(std::span<const tensor* const> in) const {
 
 template <class>
 tensor ops::pad_rows::evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const {
-  const std::int64_t rows = scalar_index(*in[1]), have = x.shape()[0];
-  if (rows <= have) return std::move(x);
-  if (x.dtype() == string || x.device() != device::cpu || !x.sole_owner()) {
+  const std::int64_t rows = scalar_index(*in[1]);
+  if (rows <= x.shape()[0]) return std::move(x);
+  if (x.dtype() == string || x.device() != device::cpu) {
     const tensor* rest[] = {&x, in[1]};
     return evaluate(rest);
   }
+  return grow(std::move(x), rows);
+}
+
+template <class>
+tensor ops::pad_rows::grow(tensor&& x, std::int64_t rows) {
+  const std::int64_t have = x.shape()[0];
   kiln::shape grown = x.shape();
   grown[0] = rows;
   const std::int64_t row = have > 0 ? x.size() / have : grown.num_elements() / rows;
   const std::size_t element = size_of(x.dtype());
   tensor out = std::move(x);
-  if (out.buffer_capacity() < rows * row) {
+  if (!out.sole_owner() || out.buffer_capacity() < rows * row) {
     kiln::shape room = grown;
     room[0] = std::max(rows, 2 * have);
     tensor bigger(out.dtype(), room);
-    std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
-    out = bigger.share(out.shape());
+    if (out.size() > 0) std::memcpy(bigger.raw_data(), out.raw_data(), std::size_t(out.size()) * element);
+    out = std::move(bigger).share(out.shape());
   }
   std::memset(static_cast<char*>(out.raw_data()) + std::size_t(have * row) * element, 0,
               std::size_t((rows - have) * row) * element);
-  return out.share(grown);
+  return std::move(out).share(grown);
 }
 
 /// `kiln::crop_or_pad(x, like, offset, align)`: the window of `x` of `like`'s shape
