@@ -16501,9 +16501,14 @@ class scalar_program {
   void set_argument(std::size_t k, const tensor& t, std::vector<scalar_value>& r) const {
     if (!reads(k)) return;
     if (argument_is_array(k))
-      set_array(r[std::size_t(arguments_[k])], const_cast<tensor*>(&t));
+      set_address(r[std::size_t(arguments_[k])], t);
     else
       std::memcpy(r[std::size_t(arguments_[k])].bytes, t.raw_data(), size_of(t.dtype()));
+  }
+  /// Makes register `r` address array `t` (which a program may write in place).
+  static void set_address(scalar_value& r, const tensor& t) {
+    const tensor* p = &t;
+    std::memcpy(r.bytes, &p, sizeof p);
   }
   /// The array register `r` addresses.
   static tensor& array_at(const scalar_value& r) {
@@ -16528,7 +16533,6 @@ class scalar_program {
     int in[3];
   };
 
-  static void set_array(scalar_value& r, tensor* t) { std::memcpy(r.bytes, &t, sizeof t); }
   static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
 
   // The array ops, as scalar functions on registers: in[0] addresses the array, in[1]
@@ -16940,17 +16944,19 @@ class while_op final : public special_op {
     const exec::scalar_program &cond = *cond_program_, &body = *body_program_;
     const std::size_t n = std::size_t(vars_), cond_end = n + std::size_t(cond_captures_), first = breaks_ ? 1 : 0;
     std::vector<exec::scalar_value> cond_registers = cond.registers(), body_registers = body.registers(), vars(n);
-    std::vector<tensor> arrays(n);  // the loop variables that are arrays, where the programs' registers point
-    std::vector<std::size_t> scalars, array_vars;
+    // A loop variable that is an array lives in `arrays`, and its register holds the
+    // tensor's address, which moves as the scalars' values do (8 bytes).
+    std::vector<tensor> arrays(n);
+    std::vector<std::size_t> array_vars, sizes(n);
     for (std::size_t k = 0; k < n; ++k) {
       if (body.output_is_array(k + first)) {
         array_vars.push_back(k);
         arrays[k] = *in[k];
-        cond.set_argument(k, arrays[k], cond_registers);
-        body.set_argument(k, arrays[k], body_registers);
+        exec::scalar_program::set_address(vars[k], arrays[k]);
+        sizes[k] = sizeof(tensor*);
       } else {
-        scalars.push_back(k);
         std::memcpy(vars[k].bytes, in[k]->raw_data(), size_of(in[k]->dtype()));
+        sizes[k] = size_of(in[k]->dtype());
       }
     }
     for (std::size_t k = n; k < cond_end; ++k) cond.set_argument(k, *in[k], cond_registers);
@@ -16958,8 +16964,6 @@ class while_op final : public special_op {
     auto truth = [](const exec::scalar_value& r) { return r.bytes[0] != 0; };  // a bool_ is one byte, 0 or 1
     // Each variable moves in its dtype's size: an 8-byte load of a register an op just
     // wrote 4 bytes of waits for the store to retire (no store forwarding).
-    std::vector<std::size_t> sizes(n);
-    for (std::size_t k = 0; k < n; ++k) sizes[k] = size_of(in[k]->dtype());
     auto move = [](exec::scalar_value& to, const exec::scalar_value& from, std::size_t bytes) {
       switch (bytes) {
         case 8: std::memcpy(to.bytes, from.bytes, 8); break;
@@ -16968,19 +16972,18 @@ class while_op final : public special_op {
       }
     };
     for (;;) {
-      for (std::size_t k : scalars) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k = 0; k < n; ++k) move(cond_registers[std::size_t(cond.argument(k))], vars[k], sizes[k]);
       cond.run(cond_registers);
       if (!truth(cond_registers[std::size_t(cond.output(0))])) break;
-      for (std::size_t k : scalars) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
+      for (std::size_t k = 0; k < n; ++k) move(body_registers[std::size_t(body.argument(k))], vars[k], sizes[k]);
       body.run(body_registers);
       if (breaks_ && truth(body_registers[std::size_t(body.output(0))])) break;
-      for (std::size_t k : scalars) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
+      for (std::size_t k = 0; k < n; ++k) move(vars[k], body_registers[std::size_t(body.output(k + first))], sizes[k]);
       // An array the body wrote in place is its variable already; one it gives from
       // elsewhere (another variable, a capture) is shared (then copied when written).
       for (std::size_t k : array_vars)
-        if (const tensor& next = exec::scalar_program::array_at(body_registers[std::size_t(body.output(k + first))]);
-            &next != &arrays[k]) {
-          take_arrays(body, array_vars, arrays, body_registers, first);
+        if (&exec::scalar_program::array_at(vars[k]) != &arrays[k]) {
+          take_arrays(array_vars, arrays, vars);
           break;
         }
     }
@@ -16998,15 +17001,17 @@ class while_op final : public special_op {
     return out;
   }
 
-  // Sets each array variable to the array the body gave for it, all read before any
-  // is set (the body may give them swapped).
+  // Sets each array variable to the array its register now addresses, all read before
+  // any is set (the body may give them swapped), and points the register back at it.
   template <class = void>
-  KILN_COLD static void take_arrays(const exec::scalar_program& body, std::span<const std::size_t> array_vars,
-                                    std::span<tensor> arrays, std::span<const exec::scalar_value> registers,
-                                    std::size_t first) {
+  KILN_COLD static void take_arrays(std::span<const std::size_t> array_vars, std::span<tensor> arrays,
+                                    std::span<exec::scalar_value> vars) {
     std::vector<tensor> next;
-    for (std::size_t k : array_vars) next.push_back(exec::scalar_program::array_at(registers[std::size_t(body.output(k + first))]));
-    for (std::size_t j = 0; j < array_vars.size(); ++j) arrays[array_vars[j]] = std::move(next[j]);
+    for (std::size_t k : array_vars) next.push_back(exec::scalar_program::array_at(vars[k]));
+    for (std::size_t j = 0; j < array_vars.size(); ++j) {
+      arrays[array_vars[j]] = std::move(next[j]);
+      exec::scalar_program::set_address(vars[array_vars[j]], arrays[array_vars[j]]);
+    }
   }
 
   int vars_;

@@ -183,9 +183,14 @@ class scalar_program {
   void set_argument(std::size_t k, const tensor& t, std::vector<scalar_value>& r) const {
     if (!reads(k)) return;
     if (argument_is_array(k))
-      set_array(r[std::size_t(arguments_[k])], const_cast<tensor*>(&t));
+      set_address(r[std::size_t(arguments_[k])], t);
     else
       std::memcpy(r[std::size_t(arguments_[k])].bytes, t.raw_data(), size_of(t.dtype()));
+  }
+  /// Makes register `r` address array `t` (which a program may write in place).
+  static void set_address(scalar_value& r, const tensor& t) {
+    const tensor* p = &t;
+    std::memcpy(r.bytes, &p, sizeof p);
   }
   /// The array register `r` addresses.
   static tensor& array_at(const scalar_value& r) {
@@ -210,7 +215,6 @@ class scalar_program {
     int in[3];
   };
 
-  static void set_array(scalar_value& r, tensor* t) { std::memcpy(r.bytes, &t, sizeof t); }
   static const void* register_at(std::vector<scalar_value>& r, int k) { return k < 0 ? nullptr : r[std::size_t(k)].bytes; }
 
   // The array ops, as scalar functions on registers: in[0] addresses the array, in[1]
