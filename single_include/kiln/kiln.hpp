@@ -5330,10 +5330,11 @@ struct pad_rows {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
-  /// The result in the buffer of `x`, the first input, when no one else holds it:
-  /// its spare room if it has enough, else a new buffer with room for twice the rows,
-  /// so that a tensor_array grown a row at a time in a loop costs amortized O(1) per
-  /// row (a copy per row made it quadratic); else as evaluate().
+  /// The result in the buffer of `x`, the first input, when no one else holds it and
+  /// its spare room is enough, else in a new buffer with room for twice the rows
+  /// (grow()), so that a tensor_array grown a row at a time in a loop costs amortized
+  /// O(1) per row (a copy per row made it quadratic); strings and tensors off the CPU
+  /// as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   /// `x` (on the CPU, not strings) with rows of zeros appended until it has `rows`,
@@ -25150,13 +25151,14 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
 /// backward pass runs the loop again, stacking each iteration's loop variables in
 /// tensor arrays and counting the iterations, then walks the iterations back in a
 /// second loop, in which each step is the vector-Jacobian product of the body at the
-/// stacked variables. Only the variables a step reads are stacked, as TensorFlow
-/// accumulates only the intermediates its gradient needs: a step traced once on
-/// stand-ins shows which (none for a recurrence such as `s * a + b`, whose gradient
-/// is a product of constants; then both loops run on scalars alone). That loop carries the gradients of the loop variables and sums
+/// stacked variables. That loop carries the gradients of the loop variables and sums
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
-/// stops the recomputed loop the same way.
+/// stops the recomputed loop the same way. Only the variables a step reads are
+/// stacked, as TensorFlow accumulates only the intermediates its gradient needs: a
+/// step traced once on stand-ins shows which (none for a recurrence such as
+/// `s * a + b`, whose gradient is a product of constants; then both loops are scalar
+/// arithmetic, and run as scalar programs).
 ///
 /// A loop variable whose shape changes from one iteration to the next (a shape
 /// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's

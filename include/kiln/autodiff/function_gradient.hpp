@@ -224,13 +224,14 @@ std::vector<tensor> trace_loop_on_leaves(const loop_options& options, std::vecto
 /// backward pass runs the loop again, stacking each iteration's loop variables in
 /// tensor arrays and counting the iterations, then walks the iterations back in a
 /// second loop, in which each step is the vector-Jacobian product of the body at the
-/// stacked variables. Only the variables a step reads are stacked, as TensorFlow
-/// accumulates only the intermediates its gradient needs: a step traced once on
-/// stand-ins shows which (none for a recurrence such as `s * a + b`, whose gradient
-/// is a product of constants; then both loops run on scalars alone). That loop carries the gradients of the loop variables and sums
+/// stacked variables. That loop carries the gradients of the loop variables and sums
 /// those of the body's captures and of the variables the body reads. The condition
 /// gives a bool, so what only it captures gets zeros. A body that ends in break_if
-/// stops the recomputed loop the same way.
+/// stops the recomputed loop the same way. Only the variables a step reads are
+/// stacked, as TensorFlow accumulates only the intermediates its gradient needs: a
+/// step traced once on stand-ins shows which (none for a recurrence such as
+/// `s * a + b`, whose gradient is a product of constants; then both loops are scalar
+/// arithmetic, and run as scalar programs).
 ///
 /// A loop variable whose shape changes from one iteration to the next (a shape
 /// invariant, or a tensor_array with dynamic_size) cannot be stacked: a tensor array's

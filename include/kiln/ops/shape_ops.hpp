@@ -401,10 +401,11 @@ struct pad_rows {
   }
   template <class = void>
   tensor evaluate(std::span<const tensor* const> in) const;
-  /// The result in the buffer of `x`, the first input, when no one else holds it:
-  /// its spare room if it has enough, else a new buffer with room for twice the rows,
-  /// so that a tensor_array grown a row at a time in a loop costs amortized O(1) per
-  /// row (a copy per row made it quadratic); else as evaluate().
+  /// The result in the buffer of `x`, the first input, when no one else holds it and
+  /// its spare room is enough, else in a new buffer with room for twice the rows
+  /// (grow()), so that a tensor_array grown a row at a time in a loop costs amortized
+  /// O(1) per row (a copy per row made it quadratic); strings and tensors off the CPU
+  /// as evaluate().
   template <class = void>
   tensor evaluate_in_place(tensor&& x, std::span<const tensor* const> in) const;
   /// `x` (on the CPU, not strings) with rows of zeros appended until it has `rows`,
