@@ -436,8 +436,8 @@ class while_op final : public special_op {
   // Sets each array variable to the array its register now addresses, all read before
   // any is set (the body may give them swapped), and points the register back at it.
   template <class = void>
-  KILN_COLD static void take_arrays(std::span<const std::size_t> array_vars, std::span<tensor> arrays,
-                                    std::span<exec::scalar_value> vars) {
+  KILN_COLD static void take_arrays(const std::vector<std::size_t>& array_vars, std::vector<tensor>& arrays,
+                                    std::vector<exec::scalar_value>& vars) {
     std::vector<tensor> next;
     for (std::size_t k : array_vars) next.push_back(exec::scalar_program::array_at(vars[k]));
     for (std::size_t j = 0; j < array_vars.size(); ++j) {
