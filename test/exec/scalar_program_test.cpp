@@ -32,6 +32,27 @@ std::optional<kiln::graph> one_op_graph(const Op& op, kiln::dtype t) {
   return g;
 }
 
+// The while nodes of `f`'s trace for `args` (which `f` keeps, with its graph).
+template <class F, class... Args>
+std::vector<const kiln::detail::while_op*> loops_of(F& f, const Args&... args) {
+  std::vector<const kiln::detail::while_op*> loops;
+  const auto trace = f.get_concrete_function(args...);
+  for (const kiln::node& n : trace.graph().nodes())
+    if (n.op() == "while") {
+      loops.push_back(n.special().template as<kiln::detail::while_op>());
+      REQUIRE(loops.back() != nullptr);
+    }
+  return loops;
+}
+
+// Whether some loop variable of `loop` is a vector (a stack of the iterations' values).
+bool has_vector_variable(const kiln::detail::while_op& loop) {
+  const kiln::graph& body = loop.body_graph();
+  for (int k = 0; k < loop.loop_variables(); ++k)
+    if (body.node_at(body.arguments()[std::size_t(k)]).shape().rank() == 1) return true;
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("every elementwise op of every non-string dtype it takes runs as a scalar program", "[exec]") {
@@ -68,35 +89,9 @@ TEST_CASE("a scalar loop with integer division and a cast runs as a scalar progr
   std::int64_t expected = 0;
   for (int i = 0; i < 1000; ++i) expected += i % 7;
   CHECK(f(kiln::constant(1000), kiln::constant(7)).item<std::int64_t>() == expected);
-  const kiln::graph& g = f.get_concrete_function(kiln::constant(1000), kiln::constant(7)).graph();
-  for (const kiln::node& n : g.nodes())
-    if (n.op() == "while") {
-      const auto* loop = n.special().as<kiln::detail::while_op>();
-      REQUIRE(loop != nullptr);
-      CHECK(loop->runs_as_scalar_program());
-    }
+  for (const auto* loop : loops_of(f, kiln::constant(1000), kiln::constant(7))) CHECK(loop->runs_as_scalar_program());
   kiln::testing::require_throws<kiln::invalid_argument_error>([&] { return f(kiln::constant(3), kiln::constant(0)); },
                                                              {"in mod_sum", "floormod: integer division by zero"});
-}
-
-// The while nodes of `f`'s trace for `args`.
-template <class F, class... Args>
-std::vector<const kiln::detail::while_op*> loops_of(F& f, const Args&... args) {
-  std::vector<const kiln::detail::while_op*> loops;
-  for (const kiln::node& n : f.get_concrete_function(args...).graph().nodes())
-    if (n.op() == "while") {
-      loops.push_back(n.special().template as<kiln::detail::while_op>());
-      REQUIRE(loops.back() != nullptr);
-    }
-  return loops;
-}
-
-// Whether some loop variable of `loop` is a vector (a stack of the iterations' values).
-bool has_vector_variable(const kiln::detail::while_op& loop) {
-  const kiln::graph& body = loop.body_graph();
-  for (int k = 0; k < loop.loop_variables(); ++k)
-    if (body.node_at(body.arguments()[std::size_t(k)]).shape().rank() == 1) return true;
-  return false;
 }
 
 TEST_CASE("a loop that grows a tensor_array runs as a scalar program, writing the array in place", "[exec]") {

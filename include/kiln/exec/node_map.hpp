@@ -5,6 +5,7 @@
 /// converting every id into a vector index.
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace kiln::detail::exec {
@@ -16,6 +17,8 @@ class node_map {
  public:
   node_map() = default;
   explicit node_map(std::size_t nodes, const T& value = T()) : items_(nodes, value) {}
+  /// The map holding `items`, one per node.
+  explicit node_map(std::vector<T> items) : items_(std::move(items)) {}
 
   decltype(auto) operator[](int id) { return items_[std::size_t(id)]; }
   decltype(auto) operator[](int id) const { return items_[std::size_t(id)]; }

@@ -224,22 +224,15 @@ bool computed(const node& n) {
 /// the effects need (non-strict execution), and where each output comes from.
 struct graph_outline {
   // Two passes over the nodes, where each pass reads every node of a large graph
-  // from memory: back from the outputs and the effects, then forward over what runs.
+  // from memory: back from the outputs and the effects (graph::needed_nodes), then
+  // forward over what runs.
   template <class = void>
-  explicit graph_outline(const graph& g) : needed(g.nodes().size(), false) {
+  explicit graph_outline(const graph& g) : needed(g.needed_nodes()) {
     const int n = needed.size();
     for (int out : g.outputs()) {
       int source = out;
       while (g.node_at(source).kind() == node_kind::identity) source = g.node_at(source).input_ids()[0];
       outputs.push_back(source);
-      needed[source] = true;
-    }
-    // A node's readers come after it, so each node is settled before it is reached.
-    for (int i = n; i-- > 0;) {
-      const node& x = g.node_at(i);
-      if (x.kind() == node_kind::special && x.special().has_effects()) needed[i] = true;
-      if (needed[i])
-        for (int in : x.input_ids()) needed[in] = true;
     }
     last_reader = node_map<int>(g.nodes().size(), -1);
     node_map<bool> runs(g.nodes().size(), false);
@@ -260,7 +253,7 @@ struct graph_outline {
     for (int i = 0; i < n; ++i)
       if (last_reader[i] >= 0 && runs[i]) released_[std::size_t(filled[std::size_t(last_reader[i])]++)] = i;
   }
-  node_map<bool> needed;
+  node_map<char> needed;     ///< per node, whether the outputs or the effects need it
   std::vector<int> ops;      ///< needed op nodes, in graph (topological) order
   std::vector<int> outputs;  ///< the value node of each output
   /// For node by node execution: the op values whose last reader is ops[k].
